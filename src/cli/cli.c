@@ -1,0 +1,207 @@
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+
+static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
+    for (; o && o->name; o++)
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+    return NULL;
+}
+
+static const h3_cli_opt *find_short(const h3_cli_opt *o, char c) {
+    for (; o && o->name; o++)
+        if (o->short_name == c) return o;
+    return NULL;
+}
+
+int h3_parse_size(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0) || !isfinite(v)) return 1;
+    while (*end == ' ') end++;
+    double mul = 1;
+    char u = (char)toupper((unsigned char)*end);
+    if (u) {
+        switch (u) {
+            case 'K': mul = 1024.0; break;
+            case 'M': mul = 1024.0 * 1024; break;
+            case 'G': mul = 1024.0 * 1024 * 1024; break;
+            case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
+            case 'B': mul = 1; break;
+            default: return 1;
+        }
+        end++;
+        if (u != 'B') {
+            if (*end == 'i' || *end == 'I') end++;
+            if (*end == 'B' || *end == 'b') end++;
+        }
+    }
+    if (*end) return 1;
+    double b = v * mul;
+    if (b > 9.0e18) return 1;
+    *out = (int64_t)b;
+    return 0;
+}
+
+const char *h3_fmt_bytes(double b, char *buf, size_t n) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+const char *h3_fmt_int(int64_t v, char *buf, size_t n) {
+    char tmp[32];
+    int neg = v < 0;
+    uint64_t u = neg ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
+    int len = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)u);
+    size_t o = 0;
+    if (neg && o + 1 < n) buf[o++] = '-';
+    for (int i = 0; i < len && o + 1 < n; i++) {
+        if (i && (len - i) % 3 == 0 && o + 1 < n) buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+void h3_cli_print_help(const h3_cli_cmd *cmd, FILE *out) {
+    fprintf(out, "usage: h3run %s\n\n%s\n", cmd->usage, cmd->summary);
+    if (cmd->opts && cmd->opts->name) {
+        fprintf(out, "\noptions:\n");
+        for (const h3_cli_opt *o = cmd->opts; o->name; o++) {
+            char left[64];
+            if (o->short_name)
+                snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->name, o->metavar ? " " : "",
+                         o->metavar ? o->metavar : "");
+            else
+                snprintf(left, sizeof left, "    --%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+            fprintf(out, "  %-28s %s\n", left, o->help);
+        }
+        fprintf(out, "  %-28s %s\n", "-h, --help", "show this help");
+    }
+    if (cmd->details) fprintf(out, "\n%s\n", cmd->details);
+}
+
+static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) {
+    char *end;
+    switch (o->type) {
+        case H3_OPT_STR: *(const char **)o->target = v; return 0;
+        case H3_OPT_INT: {
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (end == v || *end || errno) break;
+            *(int64_t *)o->target = x;
+            return 0;
+        }
+        case H3_OPT_FLOAT: {
+            errno = 0;
+            double x = strtod(v, &end);
+            if (end == v || *end || errno || !isfinite(x)) break;
+            *(double *)o->target = x;
+            return 0;
+        }
+        case H3_OPT_SIZE:
+            if (h3_parse_size(v, (int64_t *)o->target) == 0) return 0;
+            fprintf(stderr, "h3run %s: --%s takes a size like 8GiB, 512M or 123456; got '%s'\n", cmd->name, o->name, v);
+            return H3_EXIT_USAGE;
+        default: break;
+    }
+    fprintf(stderr, "h3run %s: --%s takes %s; got '%s'\n", cmd->name, o->name,
+            o->type == H3_OPT_INT ? "a whole number" : "a number", v);
+    return H3_EXIT_USAGE;
+}
+
+int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos, int *npos) {
+    *npos = 0;
+    int only_pos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)) {
+            h3_cli_print_help(cmd, stdout);
+            return -1;
+        }
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        const h3_cli_opt *o = NULL;
+        const char *val = NULL;
+        if (!only_pos && a[0] == '-' && a[1] == '-') {
+            const char *eq = strchr(a + 2, '=');
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            o = find_long(cmd->opts, a + 2, len);
+            if (!o) {
+                fprintf(stderr, "h3run %s: unknown option '%.*s' (see 'h3run %s --help')\n", cmd->name, (int)(len + 2),
+                        a, cmd->name);
+                return H3_EXIT_USAGE;
+            }
+            if (eq) val = eq + 1;
+        } else if (!only_pos && a[0] == '-' && a[1] && !isdigit((unsigned char)a[1])) {
+            o = find_short(cmd->opts, a[1]);
+            if (!o || a[2]) {
+                fprintf(stderr, "h3run %s: unknown option '%s' (see 'h3run %s --help')\n", cmd->name, a, cmd->name);
+                return H3_EXIT_USAGE;
+            }
+        } else {
+            if (*npos >= cmd->max_pos) {
+                fprintf(stderr, "h3run %s: unexpected argument '%s' (usage: h3run %s)\n", cmd->name, a, cmd->usage);
+                return H3_EXIT_USAGE;
+            }
+            pos[(*npos)++] = a;
+            continue;
+        }
+        if (o->type == H3_OPT_FLAG) {
+            if (val) {
+                fprintf(stderr, "h3run %s: --%s takes no value\n", cmd->name, o->name);
+                return H3_EXIT_USAGE;
+            }
+            *(int *)o->target = 1;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "h3run %s: --%s needs a value (%s)\n", cmd->name, o->name, o->metavar ? o->metavar : "");
+                return H3_EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        int r = set_value(cmd, o, val);
+        if (r) return r;
+    }
+    if (*npos < cmd->min_pos) {
+        fprintf(stderr, "h3run %s: missing argument (usage: h3run %s)\n", cmd->name, cmd->usage);
+        return H3_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void log_stderr(h3_log_level level, const char *msg, void *user) {
+    (void)user;
+    static const char *const tags[] = {"debug: ", "", "warning: ", "error: "};
+    fprintf(stderr, "%s%s\n", tags[level], msg);
+}
+
+void h3_cli_setup_logging(int verbosity) {
+    h3_log_level min = verbosity < 0 ? H3_LOG_ERROR : verbosity > 0 ? H3_LOG_DEBUG : H3_LOG_INFO;
+    h3_log_set_callback(log_stderr, NULL, min);
+}
+
+int h3_cli_fail(const char *cmd, h3_status st) {
+    const char *msg = h3_last_error();
+    if (!msg[0]) msg = h3_code_name(st);
+    fprintf(stderr, "h3run %s: error: %s\n", cmd, msg);
+    return st == H3_ERR_INVALID ? H3_EXIT_USAGE : H3_EXIT_FAIL;
+}

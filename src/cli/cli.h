@@ -1,0 +1,53 @@
+/* Command-line plumbing shared by the subcommands: one table of options per command, with help text. */
+#ifndef H3_CLI_CLI_H
+#define H3_CLI_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+/* Exit statuses: 0 success; 1 the work failed (bad file, out of memory, device error); 2 the request was bad
+ * (unknown option, invalid value, impossible frame count...). */
+enum { H3_EXIT_OK = 0, H3_EXIT_FAIL = 1, H3_EXIT_USAGE = 2 };
+
+typedef enum h3_opt_type { H3_OPT_FLAG, H3_OPT_STR, H3_OPT_INT, H3_OPT_FLOAT, H3_OPT_SIZE } h3_opt_type;
+
+typedef struct h3_cli_opt {
+    const char *name; /* long name without dashes */
+    char short_name;  /* or 0 */
+    h3_opt_type type;
+    void *target; /* int* (FLAG), const char** (STR), int64_t* (INT, SIZE), double* (FLOAT) */
+    const char *metavar;
+    const char *help;
+} h3_cli_opt;
+
+typedef struct h3_cli_cmd {
+    const char *name;
+    const char *usage;   /* "inspect PATH [--summary]" */
+    const char *summary; /* one line */
+    const char *details; /* paragraphs and examples printed by --help */
+    const h3_cli_opt *opts;
+    int min_pos, max_pos; /* positional arguments */
+} h3_cli_cmd;
+
+/* Parses argv (after the subcommand name). Prints problems to stderr and returns H3_EXIT_USAGE; returns -1 after
+ * printing --help; 0 on success. */
+int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos, int *npos);
+void h3_cli_print_help(const h3_cli_cmd *cmd, FILE *out);
+
+/* Parses "8GiB", "512M", "1.5G", "123456" into bytes. Returns 0 on success. */
+int h3_parse_size(const char *s, int64_t *out);
+/* Human-readable bytes ("61.73 GiB"). */
+const char *h3_fmt_bytes(double bytes, char *buf, size_t n);
+/* 33122992912 -> "33,122,992,912". */
+const char *h3_fmt_int(int64_t v, char *buf, size_t n);
+
+/* Installs the stderr log callback. verbosity: -1 quiet (errors only), 0 normal, 1 verbose. */
+void h3_cli_setup_logging(int verbosity);
+/* Prints "h3run CMD: error: <last error>" to stderr and returns the exit status for the code. */
+int h3_cli_fail(const char *cmd, h3_status st);
+
+int h3_cmd_inspect(int argc, char **argv);
+
+#endif

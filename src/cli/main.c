@@ -1,0 +1,47 @@
+/* h3run: the command. Each subcommand lives in its own file and owns its option table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "h3run.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} subcommand;
+
+static const subcommand g_cmds[] = {
+    {"inspect", h3_cmd_inspect, "list the tensors of weight files and name the H3 components they hold"},
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "h3run %s: MiniMax-H3 (prompt to video with sound) on GPUs smaller than the model\n\n"
+            "usage: h3run COMMAND [options]\n\ncommands:\n",
+            H3RUN_VERSION);
+    for (const subcommand *c = g_cmds; c->name; c++) fprintf(out, "  %-10s %s\n", c->name, c->summary);
+    fprintf(out, "\n'h3run COMMAND --help' describes a command and its options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return H3_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "-h") || !strcmp(name, "--help") || !strcmp(name, "help")) {
+        usage(stdout);
+        return H3_EXIT_OK;
+    }
+    if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+        printf("h3run %s\n", H3RUN_VERSION);
+        return H3_EXIT_OK;
+    }
+    for (const subcommand *c = g_cmds; c->name; c++)
+        if (!strcmp(c->name, name)) return c->fn(argc - 2, argv + 2);
+    fprintf(stderr, "h3run: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return H3_EXIT_USAGE;
+}

@@ -1,0 +1,122 @@
+/* Attention on the CPU, flash-style: per (head, query block) an online softmax over key blocks, so memory is
+ * O(threads × (BQ×BK + BQ×D)) whatever the sequence length. Tile products go through OpenBLAS (one BLAS
+ * thread per pool thread while this runs). */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+enum { BQ = 64, BK = 256 };
+
+typedef struct {
+    const float *q, *k, *v;
+    float *o;
+    int64_t ldq, ldk, ldv, ldo; /* row strides */
+    int64_t Sq, Sk, Hq, Hk, D, nqb;
+    float scale;
+    int causal;
+    float *ws; /* per thread: S[BQ*BK], O[BQ*D], m[BQ], l[BQ] */
+    size_t ws_per_thread;
+} attn_ctx;
+
+static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
+    attn_ctx *c = p;
+    float *S = c->ws + (size_t)tid * c->ws_per_thread;
+    float *O = S + BQ * BK, *m = O + BQ * c->D, *l = m + BQ;
+    int64_t D = c->D, group = c->Hq / c->Hk;
+    int64_t shift = c->Sk - c->Sq; /* causal alignment when keys outnumber queries */
+    for (int64_t t = tb; t < te; t++) {
+        int64_t h = t / c->nqb, qb = t % c->nqb;
+        int64_t q0 = qb * BQ, nq = c->Sq - q0 < BQ ? c->Sq - q0 : BQ;
+        int64_t hk = h / group;
+        const float *Q = c->q + q0 * c->ldq + h * D;
+        const float *Kh = c->k + hk * D, *Vh = c->v + hk * D;
+        for (int64_t i = 0; i < nq; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        memset(O, 0, (size_t)(nq * D) * sizeof(float));
+        int64_t kend = c->Sk;
+        if (c->causal) {
+            kend = q0 + nq + shift;
+            if (kend > c->Sk) kend = c->Sk;
+        }
+        for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+            int64_t nk = kend - k0 < BK ? kend - k0 : BK;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)D, c->scale, Q, (int)c->ldq,
+                        Kh + k0 * c->ldk, (int)c->ldk, 0.0f, S, (int)nk);
+            for (int64_t i = 0; i < nq; i++) {
+                float *s = S + i * nk;
+                int64_t lim = nk;
+                if (c->causal) {
+                    lim = q0 + i + shift + 1 - k0; /* keys k0..k0+lim-1 visible */
+                    if (lim > nk) lim = nk;
+                    if (lim < 0) lim = 0;
+                }
+                float mx = m[i];
+                for (int64_t j = 0; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
+                float corr = (m[i] == -INFINITY) ? 0.0f : expf(m[i] - mx);
+                float sum = 0.0f;
+                for (int64_t j = 0; j < lim; j++) {
+                    s[j] = expf(s[j] - mx);
+                    sum += s[j];
+                }
+                for (int64_t j = lim; j < nk; j++) s[j] = 0.0f;
+                if (lim > 0) {
+                    l[i] = l[i] * corr + sum;
+                    m[i] = mx;
+                    float *orow = O + i * D;
+                    if (corr != 1.0f)
+                        for (int64_t d = 0; d < D; d++) orow[d] *= corr;
+                }
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D, (int)nk, 1.0f, S, (int)nk,
+                        Vh + k0 * c->ldv, (int)c->ldv, 1.0f, O, (int)D);
+        }
+        for (int64_t i = 0; i < nq; i++) {
+            float *dst = c->o + (q0 + i) * c->ldo + h * D;
+            float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (int64_t d = 0; d < D; d++) dst[d] = O[i * D + d] * inv;
+        }
+    }
+}
+
+h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
+                        float scale, unsigned flags) {
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "q", q));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "k", k));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "v", v));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "o", o));
+    attn_ctx c;
+    c.q = q->data;
+    c.k = k->data;
+    c.v = v->data;
+    c.o = o->data;
+    c.ldq = q->stride[0];
+    c.ldk = k->stride[0];
+    c.ldv = v->stride[0];
+    c.ldo = o->stride[0];
+    c.Sq = q->shape[0];
+    c.Sk = k->shape[0];
+    c.Hq = q->shape[1];
+    c.Hk = k->shape[1];
+    c.D = q->shape[2];
+    c.scale = scale;
+    c.causal = (flags & H3_ATTN_CAUSAL) != 0;
+    c.nqb = (c.Sq + BQ - 1) / BQ;
+    if (c.Sq == 0) return H3_OK;
+    if (c.Sk == 0) {
+        for (int64_t i = 0; i < c.Sq; i++) memset(c.o + i * c.ldo, 0, (size_t)(c.Hq * c.D) * sizeof(float));
+        return H3_OK;
+    }
+    int nt = h3_pool_threads(ex->pool);
+    c.ws_per_thread = (size_t)(BQ * BK + BQ * c.D + 2 * BQ);
+    c.ws = h3_malloc((size_t)nt * c.ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
+    if (!c.ws) return H3_ERR_NOMEM;
+    h3_cpu_blas_threads_push_single();
+    h3_parallel_for(ex->pool, c.Hq * c.nqb, 1, attn_tasks, &c);
+    h3_cpu_blas_threads_pop();
+    h3_free(c.ws);
+    return H3_OK;
+}

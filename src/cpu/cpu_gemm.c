@@ -1,0 +1,139 @@
+/* GEMM on the CPU: y = x·wᵀ + b with weights in any stored format.
+ *
+ * f32 weights go straight to OpenBLAS. Other formats are converted panel by panel (NB rows of w at a time, a
+ * few MB) to f32 by the thread pool and multiplied by OpenBLAS, so no full f32 copy of a weight ever exists.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+void openblas_set_num_threads(int num_threads);
+
+size_t h3_cpu_gemm_panel_bytes = 8u << 20;
+static int g_blas_threads = 1;
+static _Thread_local int g_single_depth;
+
+void h3_cpu_set_threads(int n) {
+    g_blas_threads = n > 0 ? n : 1;
+    openblas_set_num_threads(g_blas_threads);
+}
+int h3_cpu_blas_threads(void) {
+    return g_blas_threads;
+}
+void h3_cpu_blas_threads_push_single(void) {
+    if (g_single_depth++ == 0 && g_blas_threads > 1) openblas_set_num_threads(1);
+}
+void h3_cpu_blas_threads_pop(void) {
+    if (--g_single_depth == 0 && g_blas_threads > 1) openblas_set_num_threads(g_blas_threads);
+}
+
+h3_status cpu_need_f32(h3_op_id op, const char *what, const h3_tensor *t) {
+    if (t && t->dtype != H3_F32) return h3_missing_kernel(op, CPU_NAME, what, t->dtype);
+    return H3_OK;
+}
+
+h3_status cpu_vec_f32(h3_op_id op, const char *what, const h3_tensor *t, float **out) {
+    *out = NULL;
+    if (!t) return H3_OK;
+    int64_t n = h3_tensor_numel(t);
+    float *v = h3_malloc((size_t)(n > 0 ? n : 1) * sizeof(float), H3_MEM_WORKSPACE);
+    if (!v) return H3_ERR_NOMEM;
+    if (t->q.mode != H3_SCALE_NONE || !h3_convert_to_f32(t->dtype, t->data, v, (size_t)n)) {
+        h3_free(v);
+        return h3_missing_kernel(op, CPU_NAME, what, t->dtype);
+    }
+    *out = v;
+    return H3_OK;
+}
+
+h3_status cpu_check_indices(h3_op_id op, const h3_tensor *idx, int64_t n, int64_t limit) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = cpu_index(idx, i);
+        if (r < 0 || r >= limit)
+            return H3_ERR(H3_ERR_INVALID, "op '%s': index %lld at position %lld is outside [0, %lld)", h3_op_name(op),
+                          (long long)r, (long long)i, (long long)limit);
+    }
+    return H3_OK;
+}
+
+typedef struct {
+    const h3_tensor *w;
+    int64_t n0, K;
+    float *panel;
+    h3_status st;
+} conv_panel_ctx;
+
+static void conv_panel_rows(void *p, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    conv_panel_ctx *c = p;
+    h3_status s = h3_tensor_rows_to_f32(c->w, c->n0 + b, e - b, c->panel + b * c->K);
+    if (s != H3_OK) c->st = s;
+}
+
+typedef struct {
+    float *y;
+    int64_t ldy, N;
+    const float *bias;
+} bias_ctx;
+
+static void add_bias_rows(void *p, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    bias_ctx *c = p;
+    for (int64_t r = b; r < e; r++) {
+        float *y = c->y + r * c->ldy;
+        for (int64_t n = 0; n < c->N; n++) y[n] += c->bias[n];
+    }
+}
+
+h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
+                   unsigned flags) {
+    H3_TRY(cpu_need_f32(H3_OP_GEMM, "activations", x));
+    H3_TRY(cpu_need_f32(H3_OP_GEMM, "outputs", y));
+    switch (w->dtype) {
+        case H3_F32: case H3_BF16: case H3_F16: case H3_F64: case H3_F8_E4M3: case H3_F8_E5M2: break;
+        case H3_I8:
+            if (w->q.mode == H3_SCALE_NONE) return H3_ERR(H3_ERR_INVALID, "op 'gemm': i8 weights need scales");
+            break;
+        default: return h3_missing_kernel(H3_OP_GEMM, CPU_NAME, "weights", w->dtype);
+    }
+    int64_t M = h3_tensor_rows(x), K = h3_tensor_cols(x), N = w->shape[0];
+    int64_t ldx = cpu_ld(x), ldy = cpu_ld(y), ldw = cpu_ld(w);
+    float beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
+    if (M == 0 || N == 0) return H3_OK;
+    if (K == 0) {
+        if (beta == 0.0f)
+            for (int64_t r = 0; r < M; r++) memset(cpu_row(y, ldy, r), 0, (size_t)N * sizeof(float));
+    } else if (w->dtype == H3_F32 && w->q.mode == H3_SCALE_NONE) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x->data, (int)ldx, w->data,
+                    (int)ldw, beta, y->data, (int)ldy);
+    } else {
+        /* Panels of about h3_cpu_gemm_panel_bytes of f32, at least 16 rows. */
+        int64_t NB = (int64_t)h3_cpu_gemm_panel_bytes / (4 * K);
+        if (NB < 16) NB = 16;
+        NB = (NB + 15) / 16 * 16;
+        if (NB > N) NB = N;
+        float *panel = h3_malloc((size_t)(NB * K) * sizeof(float), H3_MEM_WORKSPACE);
+        if (!panel) return H3_ERR_NOMEM;
+        for (int64_t n0 = 0; n0 < N; n0 += NB) {
+            int64_t nb = N - n0 < NB ? N - n0 : NB;
+            conv_panel_ctx c = {w, n0, K, panel, H3_OK};
+            h3_parallel_for(ex->pool, nb, 1, conv_panel_rows, &c);
+            if (c.st != H3_OK) {
+                h3_free(panel);
+                return c.st;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nb, (int)K, 1.0f, x->data, (int)ldx,
+                        panel, (int)K, beta, (float *)y->data + n0, (int)ldy);
+        }
+        h3_free(panel);
+    }
+    if (bias) {
+        float *b;
+        H3_TRY(cpu_vec_f32(H3_OP_GEMM, "bias", bias, &b));
+        bias_ctx c = {y->data, ldy, N, b};
+        h3_parallel_for(ex->pool, M, 64, add_bias_rows, &c);
+        h3_free(b);
+    }
+    return H3_OK;
+}

@@ -1,0 +1,214 @@
+/* The op API: every computation the models do, declared once.
+ *
+ * Model code calls h3_op_* only. Each op validates shapes here, checks that all tensors share a place, and
+ * dispatches to the backend of that place (host and pinned host -> CPU, device -> CUDA). A backend that lacks
+ * a kernel for an op or a dtype returns H3_ERR_UNSUPPORTED with a message naming the op, the backend and the
+ * dtype. Ops never allocate their outputs: the caller provides them (so the planner can account for them).
+ *
+ * Conventions: shapes are row-major, outermost first. "Row-wise" tensors have a contiguous last dim and a
+ * constant row stride (views of rows, or of column blocks of a wider matrix, qualify). Unless an op says
+ * otherwise, y may alias x (in-place) but must not partially overlap it.
+ */
+#ifndef H3_TENSOR_OPS_H
+#define H3_TENSOR_OPS_H
+
+#include "base/threads.h"
+#include "tensor/tensor.h"
+
+typedef struct h3_exec {
+    h3_pool *pool; /* CPU worker threads; NULL runs CPU kernels on the calling thread */
+    int threads;
+    void *cuda;    /* device backend state (streams, BLAS handles, workspace), NULL without one */
+} h3_exec;
+
+/* threads <= 0: one per CPU. */
+h3_status h3_exec_init(h3_exec *ex, int threads);
+void h3_exec_free(h3_exec *ex);
+
+typedef enum h3_op_id {
+    H3_OP_GEMM = 0,
+    H3_OP_RMS_NORM,
+    H3_OP_LAYER_NORM,
+    H3_OP_GROUP_NORM,
+    H3_OP_UNARY,
+    H3_OP_SNAKE,
+    H3_OP_SOFTMAX,
+    H3_OP_ROPE,
+    H3_OP_ATTENTION,
+    H3_OP_CONV1D,
+    H3_OP_CONV_TRANSPOSE1D,
+    H3_OP_CONV3D,
+    H3_OP_GATHER_ROWS,
+    H3_OP_SCATTER_ROWS,
+    H3_OP_BINARY,
+    H3_OP_SCALE,
+    H3_OP_SWIGLU,
+    H3_OP_MODULATE,
+    H3_OP_GATED_ADD,
+    H3_OP_CONVERT,
+    H3_OP_FILL,
+    H3_OP_CLAMP,
+    H3_OP_COUNT
+} h3_op_id;
+
+const char *h3_op_name(h3_op_id op);
+
+/* ---- linear algebra ------------------------------------------------------------------------------------ */
+
+#define H3_GEMM_ACCUMULATE 1u /* y += x·wᵀ (+ bias) instead of y = ... */
+
+/* y[M,N] = x[M,K] · w[N,K]ᵀ + bias[N].  x, y row-wise f32 on the CPU; w any weight dtype the backend takes
+ * (CPU: f32, bf16, f16, f64, fp8 and i8 with scales); bias f32/bf16/f16 or NULL. y must not alias x or w. */
+h3_status h3_op_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
+                     unsigned flags);
+
+/* ---- normalization ------------------------------------------------------------------------------------- */
+
+/* Over the last dim: y = x / sqrt(mean(x²) + eps) · w.  w [C] or NULL (no affine). */
+h3_status h3_op_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps);
+/* Over the last dim: y = (x − mean) / sqrt(var + eps) · w + b.  w, b [C] or NULL. */
+h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                           float eps);
+/* x, y [B, C, S] contiguous: statistics per (b, group) over C/groups channels × S; then per-channel w, b. */
+h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
+                           const h3_tensor *b, float eps);
+
+/* ---- activations --------------------------------------------------------------------------------------- */
+
+typedef enum h3_unary {
+    H3_UNARY_SILU = 0,  /* x·σ(x) */
+    H3_UNARY_GELU,      /* exact, with erf */
+    H3_UNARY_GELU_TANH, /* tanh approximation */
+    H3_UNARY_TANH,
+    H3_UNARY_SIGMOID,
+    H3_UNARY_EXP,
+    H3_UNARY_COUNT
+} h3_unary;
+h3_status h3_op_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary kind);
+
+#define H3_SNAKE_LOGSCALE 1u /* parameters are stored as logs: alpha = exp(alpha), beta = exp(beta) */
+/* x, y [C, T]: y = x + 1/(β + 1e-9) · sin²(α·x) per channel. beta NULL: β = α (Snake); else SnakeBeta. */
+h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
+                      unsigned flags);
+/* Softmax over the last dim. */
+h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
+/* y = clamp(x, lo, hi). */
+h3_status h3_op_clamp(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float lo, float hi);
+
+/* ---- attention ----------------------------------------------------------------------------------------- */
+
+/* x, y [S, H, D] (last two dims contiguous, any row stride): rotate-half rotary embedding on the first R
+ * channels of every head, cos/sin [S, R] f32 (R even, R <= D); channels R..D-1 pass through.
+ *   y[i]     = x[i]·cos[i]     − x[i+R/2]·sin[i]       (i < R/2)
+ *   y[i+R/2] = x[i+R/2]·cos[i+R/2] + x[i]·sin[i+R/2] */
+h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *cos, const h3_tensor *sin);
+
+#define H3_ATTN_CAUSAL 1u /* query i sees keys 0..i (+ Sk − Sq offset when Sk > Sq) */
+/* o[Sq, Hq, D] = softmax(q·kᵀ·scale)·v per head; k, v [Sk, Hk, D] with Hq a multiple of Hk (grouped-query:
+ * query head h reads key head h / (Hq/Hk)). Last two dims contiguous, any row stride. Computed in tiles with
+ * memory linear in sequence length. o must not alias q, k or v. */
+h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
+                          float scale, unsigned flags);
+
+/* ---- convolutions -------------------------------------------------------------------------------------- */
+
+typedef enum h3_pad_mode { H3_PAD_ZEROS = 0, H3_PAD_REFLECT, H3_PAD_REPLICATE } h3_pad_mode;
+
+typedef struct h3_conv1d_params {
+    int stride, dilation, groups;
+    int pad_left, pad_right;
+    h3_pad_mode pad_mode;
+} h3_conv1d_params;
+/* x [Cin, Tin], w [Cout, Cin/groups, K], b [Cout] or NULL, y [Cout, Tout] with
+ * Tout = (Tin + pad_left + pad_right − dilation·(K−1) − 1)/stride + 1. */
+h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                       const h3_conv1d_params *p);
+
+typedef struct h3_convt1d_params {
+    int stride, padding, output_padding, groups, dilation;
+} h3_convt1d_params;
+/* PyTorch ConvTranspose1d: x [Cin, Tin], w [Cin, Cout/groups, K], y [Cout, Tout] with
+ * Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1. */
+h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                                 const h3_tensor *b, const h3_convt1d_params *p);
+
+typedef struct h3_conv3d_params {
+    int stride[3];              /* t, h, w */
+    int pad[3][2];              /* before/after per axis: causal temporal padding is {k−1, 0} */
+    h3_pad_mode pad_mode[3];
+} h3_conv3d_params;
+/* x [Cin, T, H, W], w [Cout, Cin, kt, kh, kw], b [Cout] or NULL, y [Cout, To, Ho, Wo]. */
+h3_status h3_op_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                       const h3_conv3d_params *p);
+
+/* ---- rows ---------------------------------------------------------------------------------------------- */
+
+/* y[i, :] = x[idx[i], :]. idx I32 or I64 [n], y [n, C]. */
+h3_status h3_op_gather_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx);
+/* y[idx[i], :] = x[i, :]; rows of y not named by idx are untouched. Indices must be distinct. */
+h3_status h3_op_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx);
+
+/* ---- elementwise --------------------------------------------------------------------------------------- */
+
+typedef enum h3_binary { H3_BINARY_ADD = 0, H3_BINARY_SUB, H3_BINARY_MUL, H3_BINARY_COUNT } h3_binary;
+/* y = a op b. b has a's shape, or is [C] (one row, broadcast over rows), or has one element. */
+h3_status h3_op_binary(h3_exec *ex, h3_tensor *y, const h3_tensor *a, const h3_tensor *b, h3_binary kind);
+/* y = alpha·x + beta. */
+h3_status h3_op_scale(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float alpha, float beta);
+/* x [M, 2F] -> y [M, F]: y = silu(gate) · value. gate_first: x = [gate | value] (H3 official fc1);
+ * otherwise x = [value | gate] (diffusers' order). y must not alias x. */
+h3_status h3_op_swiglu(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gate_first);
+/* AdaLN: y[r] = x[r] · (1 + scale[idx[r]]) + shift[idx[r]].  shift, scale [T, C] row-wise (views into one
+ * modulation table are fine); idx I32/I64 [rows of x], or NULL when T == 1. */
+h3_status h3_op_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *shift,
+                         const h3_tensor *scale, const h3_tensor *idx);
+/* Gated residual: x[r] += gate[idx[r]] · h[r].  gate [T, C] row-wise, idx I32/I64 or NULL when T == 1
+ * (then gate may be [C]). */
+h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h3_tensor *gate,
+                          const h3_tensor *idx);
+/* y = x converted to y's dtype (same shape; also a plain copy when dtypes match). */
+h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
+h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
+
+/* ---- backends ------------------------------------------------------------------------------------------ */
+
+typedef struct h3_backend {
+    const char *name;
+    h3_status (*gemm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, unsigned);
+    h3_status (*rms_norm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, float);
+    h3_status (*layer_norm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, float);
+    h3_status (*group_norm)(h3_exec *, h3_tensor *, const h3_tensor *, int, const h3_tensor *, const h3_tensor *,
+                            float);
+    h3_status (*unary)(h3_exec *, h3_tensor *, const h3_tensor *, h3_unary);
+    h3_status (*snake)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, unsigned);
+    h3_status (*softmax)(h3_exec *, h3_tensor *, const h3_tensor *);
+    h3_status (*clamp)(h3_exec *, h3_tensor *, const h3_tensor *, float, float);
+    h3_status (*rope)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
+    h3_status (*attention)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, float,
+                           unsigned);
+    h3_status (*conv1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                        const h3_conv1d_params *);
+    h3_status (*conv_transpose1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                                  const h3_convt1d_params *);
+    h3_status (*conv3d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                        const h3_conv3d_params *);
+    h3_status (*gather_rows)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *);
+    h3_status (*scatter_rows)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *);
+    h3_status (*binary)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, h3_binary);
+    h3_status (*scale)(h3_exec *, h3_tensor *, const h3_tensor *, float, float);
+    h3_status (*swiglu)(h3_exec *, h3_tensor *, const h3_tensor *, int);
+    h3_status (*modulate)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                          const h3_tensor *);
+    h3_status (*gated_add)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
+    h3_status (*convert)(h3_exec *, h3_tensor *, const h3_tensor *);
+    h3_status (*fill)(h3_exec *, h3_tensor *, float);
+} h3_backend;
+
+/* The CPU backend always exists; the device backend registers itself when a GPU is initialized. */
+void h3_backend_set_device(const h3_backend *be);
+const h3_backend *h3_backend_for_place(h3_place place);
+
+/* The error a kernel returns for a dtype it lacks: "op 'gemm' has no cpu kernel for weights of dtype fp8". */
+h3_status h3_missing_kernel(h3_op_id op, const char *backend, const char *what, h3_dtype dtype);
+
+#endif

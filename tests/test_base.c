@@ -1,0 +1,302 @@
+/* The base layer: errors, logging, counted allocation with failure injection, the thread pool, dtype
+ * conversions (against the compiler's own conversions and exhaustive enumeration), and tensor views. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/threads.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+#include "testutil.h"
+
+static h3_status inner_fail(void) {
+    return H3_ERR(H3_ERR_FORMAT, "tensor '%s' is broken", "x");
+}
+
+static h3_status outer_fail(void) {
+    H3_TRY_CTX(inner_fail(), "loading %s", "model.safetensors");
+    return H3_OK;
+}
+
+static void test_status(void) {
+    h3_clear_error();
+    CHECK(h3_last_error()[0] == 0);
+    h3_status st = outer_fail();
+    CHECK(st == H3_ERR_FORMAT);
+    CHECK(h3_last_error_code() == H3_ERR_FORMAT);
+    CHECK(strcmp(h3_last_error_message(), "loading model.safetensors: tensor 'x' is broken") == 0, "%s",
+          h3_last_error_message());
+    CHECK(strstr(h3_last_error(), "test_base.c:") != NULL, "origin missing: %s", h3_last_error());
+    CHECK(strcmp(h3_code_name(H3_ERR_NOMEM), "out of memory") == 0);
+    CHECK(strcmp(h3_code_name(999), "unknown error") == 0);
+}
+
+static int g_logged;
+static char g_last_log[256];
+static void log_cb(h3_log_level lvl, const char *msg, void *user) {
+    (void)lvl;
+    (void)user;
+    g_logged++;
+    snprintf(g_last_log, sizeof g_last_log, "%s", msg);
+}
+
+static void test_logging(void) {
+    h3_log_set_callback(log_cb, NULL, H3_LOG_WARN);
+    h3_log(H3_LOG_INFO, "dropped %d", 1);
+    CHECK(g_logged == 0);
+    h3_log(H3_LOG_WARN, "kept %d", 2);
+    CHECK(g_logged == 1 && strcmp(g_last_log, "kept 2") == 0);
+    h3_log_set_callback(NULL, NULL, H3_LOG_DEBUG);
+    h3_log(H3_LOG_ERROR, "nowhere");
+    CHECK(g_logged == 1);
+}
+
+static void test_alloc(void) {
+    h3_mem_stats a, b;
+    h3_mem_get_stats(&a);
+    void *p = h3_malloc(1000, H3_MEM_WEIGHTS), *q = h3_calloc(10, 30, H3_MEM_IO);
+    CHECK(p && q && ((uintptr_t)p % H3_ALIGN) == 0);
+    CHECK(((unsigned char *)q)[299] == 0);
+    h3_mem_get_stats(&b);
+    CHECK(b.current[H3_MEM_WEIGHTS] - a.current[H3_MEM_WEIGHTS] == 1000);
+    CHECK(b.current[H3_MEM_IO] - a.current[H3_MEM_IO] == 300);
+    CHECK(b.peak[H3_MEM_WEIGHTS] >= b.current[H3_MEM_WEIGHTS]);
+    p = h3_realloc(p, 5000, H3_MEM_WEIGHTS);
+    CHECK(h3_alloc_size(p) == 5000);
+    h3_free(p);
+    h3_free(q);
+    h3_mem_get_stats(&b);
+    CHECK(b.total_current == a.total_current, "leak of %lld", (long long)(b.total_current - a.total_current));
+    /* Injection: the 3rd allocation fails, then (not sticky) the 4th succeeds. */
+    h3_mem_fail_at(3, 0);
+    void *x1 = h3_malloc(8, H3_MEM_OTHER), *x2 = h3_malloc(8, H3_MEM_OTHER);
+    h3_clear_error();
+    void *x3 = h3_malloc(8, H3_MEM_OTHER);
+    CHECK(x1 && x2 && !x3);
+    CHECK(h3_last_error_code() == H3_ERR_NOMEM && strstr(h3_last_error(), "8 bytes"));
+    void *x4 = h3_malloc(8, H3_MEM_OTHER);
+    CHECK(x4 != NULL);
+    /* Sticky: every allocation after the trip fails. */
+    h3_mem_fail_at(1, 1);
+    void *y1 = h3_malloc(8, H3_MEM_OTHER), *y2 = h3_malloc(8, H3_MEM_OTHER);
+    CHECK(!y1 && !y2);
+    int64_t ticks = h3_mem_fail_at(0, 0);
+    CHECK(ticks == 2, "counted %lld allocations", (long long)ticks);
+    h3_free(x1);
+    h3_free(x2);
+    h3_free(x4);
+    /* Overflow checks */
+    size_t out;
+    CHECK(!h3_mul_size(SIZE_MAX / 2, 3, &out));
+    CHECK(h3_mul_size(1000, 1000, &out) && out == 1000000);
+    CHECK(h3_calloc(SIZE_MAX / 4, 8, H3_MEM_OTHER) == NULL);
+}
+
+static _Atomic int g_hits[10000];
+
+static void count_range(void *ctx, int64_t b, int64_t e, int tid) {
+    int nt = *(int *)ctx;
+    if (tid < 0 || tid >= nt) atomic_fetch_add(&g_hits[0], 1000000);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&g_hits[i], 1);
+}
+
+static void test_threads(void) {
+    for (int nt = 1; nt <= 5; nt++) {
+        h3_pool *p;
+        CHECK_OK(h3_pool_create(nt, &p));
+        for (int rep = 0; rep < 50; rep++) {
+            int64_t n = (int64_t)(t_rand_u64() % 10000);
+            memset(g_hits, 0, sizeof g_hits);
+            h3_parallel_for(p, n, (int64_t)(t_rand_u64() % 50), count_range, &nt);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += atomic_load(&g_hits[i]) != 1;
+            CHECK(bad == 0, "threads %d, n %lld: %d indices not visited exactly once", nt, (long long)n, bad);
+        }
+        h3_pool_free(p);
+    }
+    /* pool creation fails cleanly */
+    for (int n = 1; n < 8; n++) {
+        h3_mem_stats a, b;
+        h3_mem_get_stats(&a);
+        h3_mem_fail_at(n, 0);
+        h3_pool *p = NULL;
+        h3_status st = h3_pool_create(4, &p);
+        h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            h3_pool_free(p);
+            break;
+        }
+        h3_mem_get_stats(&b);
+        CHECK(b.total_current == a.total_current, "pool creation failing at %d leaked", n);
+    }
+}
+
+/* ---- dtypes ----------------------------------------------------------------------------------------------- */
+
+static float bits_f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_f16(void) {
+    /* Every half value decodes to the value the compiler's _Float16 has and re-encodes to itself. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = h3_f16_to_f32((uint16_t)h);
+#ifdef __FLT16_MAX__
+        _Float16 c;
+        uint16_t hh = (uint16_t)h;
+        memcpy(&c, &hh, 2);
+        if (!(isnan(f) && isnan((float)c)) && f != (float)c) bad++;
+#endif
+        if (isnan(f)) {
+            if (!isnan(h3_f16_to_f32(h3_f32_to_f16(f)))) bad++;
+        } else if (h3_f32_to_f16(f) != h) {
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "%d half values mis-decoded or not round-tripped", bad);
+#ifdef __FLT16_MAX__
+    /* Rounding of arbitrary floats matches the compiler's round-to-nearest-even. */
+    bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)t_rand_u64();
+        float f = bits_f(u);
+        if (isnan(f)) continue;
+        _Float16 c = (_Float16)f;
+        uint16_t ref;
+        memcpy(&ref, &c, 2);
+        if (h3_f32_to_f16(f) != ref) bad++;
+    }
+    for (int i = 0; i < 200000; i++) { /* dense around the half range, incl. subnormals */
+        float f = (float)t_uniform(-70000, 70000) * (i % 3 == 0 ? 1e-6f : 1.0f);
+        _Float16 c = (_Float16)f;
+        uint16_t ref;
+        memcpy(&ref, &c, 2);
+        if (h3_f32_to_f16(f) != ref) bad++;
+    }
+    CHECK(bad == 0, "%d floats rounded to half differently from the compiler", bad);
+#endif
+    float src[37], dst[37];
+    uint16_t hs[37];
+    for (int i = 0; i < 37; i++) src[i] = (float)t_randn();
+    h3_convert_f32_to_f16(src, hs, 37);
+    h3_convert_f16_to_f32(hs, dst, 37);
+    for (int i = 0; i < 37; i++) CHECK(dst[i] == h3_f16_to_f32(h3_f32_to_f16(src[i])));
+}
+
+static void test_bf16(void) {
+    int bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)t_rand_u64();
+        float f = bits_f(u);
+        uint16_t b = h3_f32_to_bf16(f);
+        if (isnan(f)) {
+            bad += !isnan(h3_bf16_to_f32(b));
+            continue;
+        }
+        /* Reference: nearest of the two bf16 neighbours in double, ties to an even mantissa. */
+        uint32_t lo = u & 0xffff0000u;
+        double dlo = bits_f(lo), dhi = bits_f(lo + 0x10000u), df = f;
+        if (isinf(dhi)) dhi = copysign(ldexp(1.0, 128), df); /* the step past the largest finite value: IEEE overflow */
+        uint16_t ref;
+        if ((lo & 0x7f800000u) == 0x7f800000u) ref = (uint16_t)(lo >> 16); /* inf stays inf */
+        else if (fabs(df - dlo) < fabs(dhi - df)) ref = (uint16_t)(lo >> 16);
+        else if (fabs(df - dlo) > fabs(dhi - df)) ref = (uint16_t)((lo + 0x10000u) >> 16);
+        else ref = ((lo >> 16) & 1) ? (uint16_t)((lo + 0x10000u) >> 16) : (uint16_t)(lo >> 16);
+        if (b != ref && bad < 5) t_note("bf16 of %a (0x%08x): got 0x%04x, expected 0x%04x", f, u, b, ref);
+        bad += b != ref;
+    }
+    CHECK(bad == 0, "%d floats rounded to bf16 wrongly", bad);
+}
+
+static void test_fp8(void) {
+    /* Decoding: all 256 codes against the e4m3fn definition. */
+    for (int v = 0; v < 256; v++) {
+        int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+        double ref = e == 0 ? m / 8.0 * pow(2, -6) : (1 + m / 8.0) * pow(2, e - 7);
+        if (s) ref = -ref;
+        float f = h3_fp8e4m3_to_f32((uint8_t)v);
+        if (e == 15 && m == 7) CHECK(isnan(f), "code %d should be NaN", v);
+        else CHECK(f == (float)ref, "code %d decodes to %g, expected %g", v, f, ref);
+    }
+    CHECK(h3_fp8e4m3_to_f32(0x7e) == 448.0f);
+    /* Encoding: nearest finite code by brute force, ties to the even code, saturating at ±448. */
+    int bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        float f = (float)(t_randn() * pow(2, t_uniform(-12, 10)));
+        uint8_t got = h3_f32_to_fp8e4m3(f);
+        double best = INFINITY;
+        int bc = -1;
+        for (int c = 0; c < 256; c++) {
+            float d = h3_fp8e4m3_to_f32((uint8_t)c);
+            if (isnan(d)) continue;
+            if ((c & 0x80) != (signbit(f) ? 0x80 : 0)) continue;
+            double err = fabs((double)d - f);
+            if (err < best || (err == best && (c & 1) == 0)) {
+                best = err;
+                bc = c;
+            }
+        }
+        if (fabsf(f) >= 448.0f) bc = signbit(f) ? 0xfe : 0x7e;
+        if (got != bc) bad++;
+    }
+    CHECK(bad == 0, "%d floats encoded to the wrong fp8 code", bad);
+    CHECK(h3_f32_to_fp8e4m3(1e9f) == 0x7e && h3_f32_to_fp8e4m3(-1e9f) == 0xfe);
+    CHECK(isnan(h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(NAN))));
+    h3_dtype t;
+    CHECK(h3_dtype_from_st("F8_E4M3", &t) && t == H3_F8_E4M3 && h3_dtype_size(t) == 1);
+    CHECK(!h3_dtype_from_st("F4", &t));
+}
+
+static void test_tensor_views(void) {
+    h3_tensor t, v, r;
+    int64_t s[3] = {4, 5, 6};
+    CHECK_OK(h3_tensor_alloc(&t, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_ACTIVATIONS));
+    for (int i = 0; i < 120; i++) ((float *)t.data)[i] = (float)i;
+    CHECK(h3_tensor_is_contiguous(&t) && h3_tensor_rows(&t) == 20 && h3_tensor_cols(&t) == 6);
+    CHECK_OK(h3_tensor_narrow(&t, 0, 1, 2, &v));
+    CHECK(((float *)v.data)[0] == 30.0f && v.owner == NULL && h3_tensor_is_contiguous(&v));
+    CHECK_OK(h3_tensor_narrow(&t, 2, 2, 3, &v));
+    int64_t ld;
+    CHECK(!h3_tensor_is_contiguous(&v) && h3_tensor_is_rowwise(&v, &ld) && ld == 6, "a column slice is row-wise");
+    CHECK_OK(h3_tensor_narrow(&t, 1, 1, 3, &v));
+    CHECK(!h3_tensor_is_rowwise(&v, &ld), "a slice of a middle dim leaves gaps between rows");
+    h3_tensor m;
+    int64_t s2[2] = {20, 6};
+    CHECK_OK(h3_tensor_reshape(&t, 2, s2, &m));
+    CHECK_OK(h3_tensor_narrow(&m, 1, 2, 3, &v));
+    CHECK(h3_tensor_is_rowwise(&v, &ld) && ld == 6 && ((float *)v.data)[0] == 2.0f);
+    int64_t bad[2] = {7, -1};
+    CHECK_ERR(h3_tensor_reshape(&t, 2, bad, &r), H3_ERR_INVALID, "infer");
+    CHECK_ERR(h3_tensor_narrow(&t, 0, 3, 2, &v), H3_ERR_INVALID, "outside");
+    /* dequantizing rows of an int8 tensor with per-block scales */
+    h3_tensor q;
+    int64_t sq[2] = {2, 8};
+    CHECK_OK(h3_tensor_alloc(&q, H3_PLACE_HOST, H3_I8, 2, sq, H3_MEM_WEIGHTS));
+    float scales[4] = {0.5f, 2.0f, 1.0f, -1.0f};
+    for (int i = 0; i < 16; i++) ((int8_t *)q.data)[i] = (int8_t)(i - 8);
+    q.q.mode = H3_SCALE_BLOCK;
+    q.q.block = 4;
+    q.q.scales = scales;
+    float out[8];
+    h3_tensor row1;
+    CHECK_OK(h3_tensor_narrow(&q, 0, 1, 1, &row1));
+    CHECK_OK(h3_tensor_rows_to_f32(&row1, 0, 1, out));
+    for (int i = 0; i < 8; i++) CHECK(out[i] == (float)(i) * (i < 4 ? 1.0f : -1.0f), "col %d: %g", i, out[i]);
+    h3_tensor_free(&q);
+    h3_tensor_free(&t);
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"status", test_status}, {"logging", test_logging}, {"alloc", test_alloc},
+        {"threads", test_threads}, {"f16", test_f16},       {"bf16", test_bf16},
+        {"fp8", test_fp8},       {"tensor_views", test_tensor_views}, {NULL, NULL},
+    };
+    return t_main("test_base", cases, argc, argv);
+}

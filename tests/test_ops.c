@@ -1,0 +1,740 @@
+/* Every CPU kernel against a naive float64 reference on fresh random inputs (shapes drawn at random too). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "cpu/cpu_internal.h"
+#include "tensor/ops.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+
+static int64_t ri(int64_t lo, int64_t hi) { /* inclusive */
+    return lo + (int64_t)(t_rand_u64() % (uint64_t)(hi - lo + 1));
+}
+
+static h3_tensor tnew(h3_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t s[4] = {a, b, c, d};
+    h3_tensor t;
+    CHECK_OK(h3_tensor_alloc(&t, H3_PLACE_HOST, dt, nd, s, H3_MEM_ACTIVATIONS));
+    return t;
+}
+
+static h3_tensor trandn(int nd, int64_t a, int64_t b, int64_t c, int64_t d, double scale) {
+    h3_tensor t = tnew(H3_F32, nd, a, b, c, d);
+    t_fill_randn(t.data, (size_t)h3_tensor_numel(&t), scale);
+    return t;
+}
+
+static double *dalloc(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof(double));
+    return p;
+}
+
+static float *F(const h3_tensor *t) {
+    return (float *)t->data;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------------------- */
+
+/* Reference with the weight given as exact doubles (already dequantized by the test). */
+static void ref_gemm(double *y, const float *x, int64_t ldx, const double *w, const float *bias, const float *y0,
+                     int64_t M, int64_t N, int64_t K) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = y0 ? y0[m * N + n] : 0.0;
+            for (int64_t k = 0; k < K; k++) acc += (double)x[m * ldx + k] * w[n * K + k];
+            if (bias) acc += bias[n];
+            y[m * N + n] = acc;
+        }
+}
+
+typedef enum { WF32, WBF16, WF16, WI8ROW, WI8BLOCK, WFP8 } wkind;
+
+static void gemm_case(wkind kind, int64_t M, int64_t N, int64_t K, int accumulate, int with_bias, double tol) {
+    /* x as a column view of a wider matrix to exercise the row stride. */
+    h3_tensor xw = trandn(2, M, K + 3, 0, 0, 1.0), x;
+    CHECK_OK(h3_tensor_narrow(&xw, 1, 2, K, &x));
+    h3_tensor w = {0};
+    double *wd = dalloc((size_t)(N * K));
+    float *wsrc = malloc((size_t)(N * K) * sizeof(float));
+    t_fill_randn(wsrc, (size_t)(N * K), 0.5);
+    float *scales = NULL;
+    switch (kind) {
+        case WF32:
+            w = tnew(H3_F32, 2, N, K, 0, 0);
+            memcpy(w.data, wsrc, (size_t)(N * K) * 4);
+            for (int64_t i = 0; i < N * K; i++) wd[i] = wsrc[i];
+            break;
+        case WBF16:
+        case WF16: {
+            w = tnew(kind == WBF16 ? H3_BF16 : H3_F16, 2, N, K, 0, 0);
+            uint16_t *p = w.data;
+            for (int64_t i = 0; i < N * K; i++) {
+                p[i] = kind == WBF16 ? h3_f32_to_bf16(wsrc[i]) : h3_f32_to_f16(wsrc[i]);
+                wd[i] = kind == WBF16 ? h3_bf16_to_f32(p[i]) : h3_f16_to_f32(p[i]);
+            }
+            break;
+        }
+        case WI8ROW:
+        case WI8BLOCK: {
+            int block = kind == WI8BLOCK ? 16 : 0;
+            w = tnew(H3_I8, 2, N, K, 0, 0);
+            int64_t per_row = block ? K / block : 1;
+            scales = malloc((size_t)(N * per_row) * sizeof(float));
+            int8_t *q = w.data;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t b = 0; b < per_row; b++) {
+                    int64_t k0 = block ? b * block : 0, k1 = block ? k0 + block : K;
+                    float mx = 1e-12f;
+                    for (int64_t k = k0; k < k1; k++) mx = fmaxf(mx, fabsf(wsrc[n * K + k]));
+                    float s = mx / 127.0f;
+                    scales[n * per_row + b] = s;
+                    for (int64_t k = k0; k < k1; k++) {
+                        q[n * K + k] = (int8_t)lrintf(wsrc[n * K + k] / s);
+                        wd[n * K + k] = (double)q[n * K + k] * (double)s;
+                    }
+                }
+            w.q.mode = block ? H3_SCALE_BLOCK : H3_SCALE_ROW;
+            w.q.block = block;
+            w.q.scales = scales;
+            break;
+        }
+        case WFP8: {
+            w = tnew(H3_F8_E4M3, 2, N, K, 0, 0);
+            uint8_t *q = w.data;
+            float s = 0.37f;
+            for (int64_t i = 0; i < N * K; i++) {
+                q[i] = h3_f32_to_fp8e4m3(wsrc[i] / s);
+                wd[i] = (double)h3_fp8e4m3_to_f32(q[i]) * s;
+            }
+            w.q.mode = H3_SCALE_TENSOR;
+            w.q.scale = s;
+            break;
+        }
+    }
+    h3_tensor bias = trandn(1, N, 0, 0, 0, 1.0);
+    h3_tensor y = trandn(2, M, N, 0, 0, 1.0);
+    float *y0 = malloc((size_t)(M * N) * sizeof(float));
+    memcpy(y0, y.data, (size_t)(M * N) * sizeof(float));
+    double *ref = dalloc((size_t)(M * N));
+    ref_gemm(ref, F(&x), x.stride[0], wd, with_bias ? F(&bias) : NULL, accumulate ? y0 : NULL, M, N, K);
+    CHECK_OK(h3_op_gemm(&g_ex, &y, &x, &w, with_bias ? &bias : NULL, accumulate ? H3_GEMM_ACCUMULATE : 0));
+    char what[96];
+    snprintf(what, sizeof what, "gemm kind %d M%lld N%lld K%lld acc%d bias%d", (int)kind, (long long)M, (long long)N,
+             (long long)K, accumulate, with_bias);
+    EXPECT_CLOSE(what, F(&y), ref, (size_t)(M * N), tol);
+    h3_tensor_free(&xw);
+    h3_tensor_free(&w);
+    h3_tensor_free(&bias);
+    h3_tensor_free(&y);
+    free(scales);
+    free(y0);
+    free(ref);
+    free(wd);
+    free(wsrc);
+}
+
+static void test_gemm(void) {
+    size_t saved = h3_cpu_gemm_panel_bytes;
+    for (int rep = 0; rep < 3; rep++) {
+        int64_t M = ri(1, 70), N = ri(1, 90), K = ri(1, 200);
+        gemm_case(WF32, M, N, K, rep == 1, rep != 2, 1e-5);
+        gemm_case(WBF16, M, N, K, rep == 2, 1, 1e-5);
+        gemm_case(WF16, M, N, K, 0, rep == 0, 1e-5);
+        int64_t Kb = 16 * ri(1, 12);
+        gemm_case(WI8ROW, M, N, Kb, 0, 1, 1e-5);
+        gemm_case(WI8BLOCK, M, N, Kb, 1, 1, 1e-5);
+        gemm_case(WFP8, M, N, K, 0, 1, 1e-5);
+    }
+    /* Several panels: shrink the panel size so N spans many of them. */
+    h3_cpu_gemm_panel_bytes = 16 * 4 * 200;
+    gemm_case(WBF16, 5, 77, 200, 1, 1, 1e-5);
+    gemm_case(WI8ROW, 3, 50, 160, 0, 1, 1e-5);
+    h3_cpu_gemm_panel_bytes = saved;
+}
+
+/* ---- norms ------------------------------------------------------------------------------------------------ */
+
+static void test_norms(void) {
+    int64_t R = ri(1, 40), C = ri(1, 300);
+    h3_tensor x = trandn(2, R, C, 0, 0, 2.0), y = tnew(H3_F32, 2, R, C, 0, 0);
+    h3_tensor w = trandn(1, C, 0, 0, 0, 1.0), b = trandn(1, C, 0, 0, 0, 1.0);
+    h3_tensor wb = tnew(H3_BF16, 1, C, 0, 0, 0);
+    for (int64_t i = 0; i < C; i++) ((uint16_t *)wb.data)[i] = h3_f32_to_bf16(F(&w)[i]);
+    double *ref = dalloc((size_t)(R * C));
+    float eps = 1e-5f;
+    for (int variant = 0; variant < 3; variant++) {
+        const h3_tensor *wt = variant == 0 ? &w : variant == 1 ? &wb : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            double ss = 0;
+            for (int64_t i = 0; i < C; i++) ss += (double)F(&x)[r * C + i] * F(&x)[r * C + i];
+            double inv = 1.0 / sqrt(ss / C + eps);
+            for (int64_t i = 0; i < C; i++) {
+                double wv = variant == 0 ? F(&w)[i] : variant == 1 ? h3_bf16_to_f32(((uint16_t *)wb.data)[i]) : 1.0;
+                ref[r * C + i] = F(&x)[r * C + i] * inv * wv;
+            }
+        }
+        CHECK_OK(h3_op_rms_norm(&g_ex, &y, &x, wt, eps));
+        EXPECT_CLOSE(variant == 0 ? "rms_norm f32 w" : variant == 1 ? "rms_norm bf16 w" : "rms_norm no w", F(&y), ref, (size_t)(R * C), 1e-6);
+    }
+    for (int64_t r = 0; r < R; r++) {
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < C; i++) s += F(&x)[r * C + i];
+        double mean = s / C;
+        for (int64_t i = 0; i < C; i++) ss += (F(&x)[r * C + i] - mean) * (F(&x)[r * C + i] - mean);
+        double inv = 1.0 / sqrt(ss / C + eps);
+        for (int64_t i = 0; i < C; i++) ref[r * C + i] = (F(&x)[r * C + i] - mean) * inv * F(&w)[i] + F(&b)[i];
+    }
+    CHECK_OK(h3_op_layer_norm(&g_ex, &y, &x, &w, &b, eps));
+    EXPECT_CLOSE("layer_norm", F(&y), ref, (size_t)(R * C), 1e-6);
+    /* in place */
+    CHECK_OK(h3_op_layer_norm(&g_ex, &x, &x, &w, &b, eps));
+    EXPECT_CLOSE("layer_norm in place", F(&x), ref, (size_t)(R * C), 1e-6);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&y);
+    h3_tensor_free(&w);
+    h3_tensor_free(&b);
+    h3_tensor_free(&wb);
+
+    /* group norm [B, C, S] */
+    int64_t B = ri(1, 3), G = ri(1, 4), Cg = G * ri(1, 5), S = ri(1, 60);
+    h3_tensor gx = trandn(3, B, Cg, S, 0, 3.0), gy = tnew(H3_F32, 3, B, Cg, S, 0);
+    h3_tensor gw = trandn(1, Cg, 0, 0, 0, 1.0), gb = trandn(1, Cg, 0, 0, 0, 1.0);
+    double *gref = dalloc((size_t)(B * Cg * S));
+    int64_t cpg = Cg / G;
+    for (int64_t bi = 0; bi < B; bi++)
+        for (int64_t g = 0; g < G; g++) {
+            double s = 0, ss = 0;
+            int64_t n = cpg * S, base = (bi * Cg + g * cpg) * S;
+            for (int64_t i = 0; i < n; i++) s += F(&gx)[base + i];
+            double mean = s / n;
+            for (int64_t i = 0; i < n; i++) ss += (F(&gx)[base + i] - mean) * (F(&gx)[base + i] - mean);
+            double inv = 1.0 / sqrt(ss / n + 1e-6);
+            for (int64_t c = 0; c < cpg; c++)
+                for (int64_t i = 0; i < S; i++)
+                    gref[base + c * S + i] =
+                        (F(&gx)[base + c * S + i] - mean) * inv * F(&gw)[g * cpg + c] + F(&gb)[g * cpg + c];
+        }
+    CHECK_OK(h3_op_group_norm(&g_ex, &gy, &gx, (int)G, &gw, &gb, 1e-6f));
+    EXPECT_CLOSE("group_norm", F(&gy), gref, (size_t)(B * Cg * S), 1e-6);
+    CHECK_ERR(h3_op_group_norm(&g_ex, &gy, &gx, (int)Cg + 1, &gw, &gb, 1e-6f), H3_ERR_INVALID, "groups");
+    free(gref);
+    h3_tensor_free(&gx);
+    h3_tensor_free(&gy);
+    h3_tensor_free(&gw);
+    h3_tensor_free(&gb);
+}
+
+/* ---- activations ------------------------------------------------------------------------------------------ */
+
+static void test_activations(void) {
+    int64_t R = ri(1, 20), C = ri(1, 200), n = R * C;
+    h3_tensor x = trandn(2, R, C, 0, 0, 3.0), y = tnew(H3_F32, 2, R, C, 0, 0);
+    double *ref = dalloc((size_t)n);
+    const char *names[] = {"silu", "gelu", "gelu_tanh", "tanh", "sigmoid", "exp"};
+    for (int k = 0; k < H3_UNARY_COUNT; k++) {
+        for (int64_t i = 0; i < n; i++) {
+            double v = F(&x)[i];
+            switch (k) {
+                case H3_UNARY_SILU: ref[i] = v / (1 + exp(-v)); break;
+                case H3_UNARY_GELU: ref[i] = 0.5 * v * (1 + erf(v / sqrt(2.0))); break;
+                case H3_UNARY_GELU_TANH:
+                    ref[i] = 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+                    break;
+                case H3_UNARY_TANH: ref[i] = tanh(v); break;
+                case H3_UNARY_SIGMOID: ref[i] = 1 / (1 + exp(-v)); break;
+                default: ref[i] = exp(v); break;
+            }
+        }
+        CHECK_OK(h3_op_unary(&g_ex, &y, &x, (h3_unary)k));
+        EXPECT_CLOSE(names[k], F(&y), ref, (size_t)n, 1e-6);
+    }
+    /* Snake and SnakeBeta over [C, T], with and without log-scale parameters. */
+    h3_tensor a = trandn(1, R, 0, 0, 0, 0.5), b = trandn(1, R, 0, 0, 0, 0.5);
+    for (int variant = 0; variant < 4; variant++) {
+        int logscale = variant & 1, beta = variant >> 1;
+        if (!logscale) /* keep alpha, beta positive as trained models have */
+            for (int64_t i = 0; i < R; i++) {
+                F(&a)[i] = fabsf(F(&a)[i]) + 0.1f;
+                F(&b)[i] = fabsf(F(&b)[i]) + 0.1f;
+            }
+        for (int64_t r = 0; r < R; r++) {
+            double al = F(&a)[r], be = beta ? F(&b)[r] : F(&a)[r];
+            if (logscale) {
+                al = exp(al);
+                be = exp(be);
+            }
+            for (int64_t i = 0; i < C; i++) {
+                double v = F(&x)[r * C + i], s = sin(al * v);
+                ref[r * C + i] = v + 1.0 / (be + 1e-9) * s * s;
+            }
+        }
+        CHECK_OK(h3_op_snake(&g_ex, &y, &x, &a, beta ? &b : NULL, logscale ? H3_SNAKE_LOGSCALE : 0));
+        EXPECT_CLOSE(beta ? "snakebeta" : "snake", F(&y), ref, (size_t)n, 1e-5);
+    }
+    /* softmax, clamp */
+    for (int64_t r = 0; r < R; r++) {
+        double m = -1e300, s = 0;
+        for (int64_t i = 0; i < C; i++) m = fmax(m, F(&x)[r * C + i]);
+        for (int64_t i = 0; i < C; i++) s += exp(F(&x)[r * C + i] - m);
+        for (int64_t i = 0; i < C; i++) ref[r * C + i] = exp(F(&x)[r * C + i] - m) / s;
+    }
+    CHECK_OK(h3_op_softmax(&g_ex, &y, &x));
+    EXPECT_CLOSE("softmax", F(&y), ref, (size_t)n, 1e-6);
+    for (int64_t i = 0; i < n; i++) ref[i] = fmin(1.5, fmax(-0.5, F(&x)[i]));
+    CHECK_OK(h3_op_clamp(&g_ex, &y, &x, -0.5f, 1.5f));
+    EXPECT_CLOSE("clamp", F(&y), ref, (size_t)n, 0);
+    CHECK_ERR(h3_op_clamp(&g_ex, &y, &x, 2.0f, 1.0f), H3_ERR_INVALID, "lo");
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&y);
+    h3_tensor_free(&a);
+    h3_tensor_free(&b);
+}
+
+/* ---- rotary ----------------------------------------------------------------------------------------------- */
+
+static void test_rope(void) {
+    int64_t S = ri(1, 30), H = ri(1, 5), D = 2 * ri(2, 40), R = 2 * ri(1, D / 2);
+    h3_tensor x = trandn(3, S, H, D, 0, 1.0), y = tnew(H3_F32, 3, S, H, D, 0);
+    h3_tensor c = tnew(H3_F32, 2, S, R, 0, 0), s = tnew(H3_F32, 2, S, R, 0, 0);
+    for (int64_t i = 0; i < S * R; i++) {
+        double ang = t_uniform(-10, 10);
+        F(&c)[i] = (float)cos(ang);
+        F(&s)[i] = (float)sin(ang);
+    }
+    double *ref = dalloc((size_t)(S * H * D));
+    for (int64_t si = 0; si < S; si++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *xv = F(&x) + (si * H + h) * D;
+            double *o = ref + (si * H + h) * D;
+            const float *cs = F(&c) + si * R, *sn = F(&s) + si * R;
+            for (int64_t i = 0; i < R; i++) {
+                double rot = i < R / 2 ? -(double)xv[i + R / 2] : (double)xv[i - R / 2];
+                o[i] = xv[i] * (double)cs[i] + rot * (double)sn[i];
+            }
+            for (int64_t i = R; i < D; i++) o[i] = xv[i];
+        }
+    CHECK_OK(h3_op_rope(&g_ex, &y, &x, &c, &s));
+    EXPECT_CLOSE("rope", F(&y), ref, (size_t)(S * H * D), 1e-6);
+    CHECK_OK(h3_op_rope(&g_ex, &x, &x, &c, &s));
+    EXPECT_CLOSE("rope in place", F(&x), ref, (size_t)(S * H * D), 1e-6);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&y);
+    h3_tensor_free(&c);
+    h3_tensor_free(&s);
+}
+
+/* ---- attention -------------------------------------------------------------------------------------------- */
+
+static void ref_attention(double *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v, double scale,
+                          int causal) {
+    int64_t Sq = q->shape[0], Sk = k->shape[0], Hq = q->shape[1], Hk = k->shape[1], D = q->shape[2];
+    double *p = dalloc((size_t)Sk);
+    for (int64_t h = 0; h < Hq; h++) {
+        int64_t hk = h / (Hq / Hk);
+        for (int64_t i = 0; i < Sq; i++) {
+            const float *qi = F(q) + i * q->stride[0] + h * D;
+            int64_t lim = causal ? i + (Sk - Sq) + 1 : Sk;
+            if (lim > Sk) lim = Sk;
+            double m = -1e300, s = 0;
+            for (int64_t j = 0; j < lim; j++) {
+                const float *kj = F(k) + j * k->stride[0] + hk * D;
+                double d = 0;
+                for (int64_t c = 0; c < D; c++) d += (double)qi[c] * kj[c];
+                p[j] = d * scale;
+                m = fmax(m, p[j]);
+            }
+            for (int64_t j = 0; j < lim; j++) s += (p[j] = exp(p[j] - m));
+            for (int64_t c = 0; c < D; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < lim; j++) acc += p[j] * F(v)[j * v->stride[0] + hk * D + c];
+                o[(i * Hq + h) * D + c] = lim > 0 ? acc / s : 0.0;
+            }
+        }
+    }
+    free(p);
+}
+
+static void attn_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int64_t D, int causal, int fused) {
+    h3_tensor q, k, v, qkv = {0}, qs = {0}, ks = {0}, vs = {0};
+    if (fused) { /* q, k, v as column views into one [S, (Hq + 2 Hk) * D] projection output */
+        qkv = trandn(2, Sq, (Hq + 2 * Hk) * D, 0, 0, 1.0);
+        int64_t sq[3] = {Sq, Hq, D}, sk[3] = {Sq, Hk, D};
+        CHECK_OK(h3_tensor_wrap(&q, qkv.data, H3_PLACE_HOST, H3_F32, 3, sq));
+        CHECK_OK(h3_tensor_wrap(&k, F(&qkv) + Hq * D, H3_PLACE_HOST, H3_F32, 3, sk));
+        CHECK_OK(h3_tensor_wrap(&v, F(&qkv) + (Hq + Hk) * D, H3_PLACE_HOST, H3_F32, 3, sk));
+        q.stride[0] = k.stride[0] = v.stride[0] = (Hq + 2 * Hk) * D;
+    } else {
+        qs = trandn(3, Sq, Hq, D, 0, 1.0);
+        ks = trandn(3, Sk, Hk, D, 0, 1.0);
+        vs = trandn(3, Sk, Hk, D, 0, 1.0);
+        q = qs;
+        k = ks;
+        v = vs;
+    }
+    h3_tensor o = tnew(H3_F32, 3, Sq, Hq, D, 0);
+    double *ref = dalloc((size_t)(Sq * Hq * D));
+    double scale = 1.0 / sqrt((double)D);
+    ref_attention(ref, &q, &k, &v, scale, causal);
+    CHECK_OK(h3_op_attention(&g_ex, &o, &q, &k, &v, (float)scale, causal ? H3_ATTN_CAUSAL : 0));
+    char what[128];
+    snprintf(what, sizeof what, "attention Sq%lld Sk%lld Hq%lld Hk%lld D%lld causal%d fused%d", (long long)Sq,
+             (long long)Sk, (long long)Hq, (long long)Hk, (long long)D, causal, fused);
+    EXPECT_CLOSE(what, F(&o), ref, (size_t)(Sq * Hq * D), 2e-6);
+    free(ref);
+    h3_tensor_free(&o);
+    h3_tensor_free(&qkv);
+    h3_tensor_free(&qs);
+    h3_tensor_free(&ks);
+    h3_tensor_free(&vs);
+}
+
+static void test_attention(void) {
+    attn_case(ri(1, 10), ri(1, 10), 2, 2, 8, 0, 0);
+    attn_case(ri(65, 300), ri(257, 600), 4, 2, 2 * ri(4, 64), 0, 0); /* several query and key blocks, GQA */
+    int64_t S = ri(100, 400);
+    attn_case(S, S, 3, 3, 32, 1, 0);          /* causal */
+    attn_case(S, S, 4, 1, 16, 1, 1);          /* causal, fused projections, 4:1 GQA */
+    attn_case(ri(1, 200), 0 + ri(1, 300), 2, 1, 64, 0, 0);
+    attn_case(ri(20, 80), ri(100, 300), 2, 2, 16, 1, 0); /* causal with more keys than queries */
+    /* A 1,000-row sequence at the DiT's head size. */
+    attn_case(1000, 1000, 2, 2, 128, 0, 1);
+}
+
+/* ---- convolutions ----------------------------------------------------------------------------------------- */
+
+static int64_t pad_src(int64_t i, int64_t n, h3_pad_mode m) {
+    return cpu_pad_index(i, n, m);
+}
+
+static int64_t ref_pad(int64_t i, int64_t n, h3_pad_mode m) { /* independent formulation for the reference */
+    if (i >= 0 && i < n) return i;
+    if (m == H3_PAD_ZEROS) return -1;
+    if (m == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
+    return i < 0 ? -i : 2 * n - 2 - i; /* single reflection suffices: pad < n */
+}
+
+static void conv1d_case(int64_t cin, int64_t cout, int64_t K, int stride, int dil, int groups, int pl, int pr,
+                        h3_pad_mode mode, int64_t T) {
+    h3_conv1d_params p = {stride, dil, groups, pl, pr, mode};
+    int64_t tout = (T + pl + pr - dil * (K - 1) - 1) / stride + 1;
+    h3_tensor x = trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cout, cin / groups, K, 0, 0.5);
+    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = tnew(H3_F32, 2, cout, tout, 0, 0);
+    double *ref = dalloc((size_t)(cout * tout));
+    int64_t cig = cin / groups, cog = cout / groups;
+    for (int64_t co = 0; co < cout; co++) {
+        int64_t g = co / cog;
+        for (int64_t t = 0; t < tout; t++) {
+            double acc = F(&b)[co];
+            for (int64_t ci = 0; ci < cig; ci++)
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t src = ref_pad(t * stride + k * dil - pl, T, mode);
+                    if (src >= 0) acc += (double)F(&w)[(co * cig + ci) * K + k] * F(&x)[(g * cig + ci) * T + src];
+                }
+            ref[co * tout + t] = acc;
+        }
+    }
+    CHECK_OK(h3_op_conv1d(&g_ex, &y, &x, &w, &b, &p));
+    char what[128];
+    snprintf(what, sizeof what, "conv1d cin%lld cout%lld K%lld s%d d%d g%d pad%d/%d mode%d T%lld", (long long)cin,
+             (long long)cout, (long long)K, stride, dil, groups, pl, pr, (int)mode, (long long)T);
+    EXPECT_CLOSE(what, F(&y), ref, (size_t)(cout * tout), 1e-5);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&w);
+    h3_tensor_free(&b);
+    h3_tensor_free(&y);
+}
+
+static void convt1d_case(int64_t cin, int64_t cout, int64_t K, int stride, int pad, int outpad, int groups, int64_t T) {
+    h3_convt1d_params p = {stride, pad, outpad, groups, 1};
+    int64_t tout = (T - 1) * stride - 2 * pad + (K - 1) + outpad + 1;
+    int64_t cig = cin / groups, cog = cout / groups;
+    h3_tensor x = trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cin, cog, K, 0, 0.5);
+    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = tnew(H3_F32, 2, cout, tout, 0, 0);
+    double *ref = dalloc((size_t)(cout * tout));
+    for (int64_t co = 0; co < cout; co++)
+        for (int64_t t = 0; t < tout; t++) ref[co * tout + t] = F(&b)[co];
+    for (int64_t ci = 0; ci < cin; ci++) {
+        int64_t g = ci / cig;
+        for (int64_t j = 0; j < cog; j++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t o = t * stride - pad + k;
+                    if (o >= 0 && o < tout)
+                        ref[(g * cog + j) * tout + o] += (double)F(&x)[ci * T + t] * F(&w)[(ci * cog + j) * K + k];
+                }
+    }
+    CHECK_OK(h3_op_conv_transpose1d(&g_ex, &y, &x, &w, &b, &p));
+    char what[128];
+    snprintf(what, sizeof what, "conv_transpose1d cin%lld cout%lld K%lld s%d p%d op%d g%d T%lld", (long long)cin,
+             (long long)cout, (long long)K, stride, pad, outpad, groups, (long long)T);
+    EXPECT_CLOSE(what, F(&y), ref, (size_t)(cout * tout), 1e-5);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&w);
+    h3_tensor_free(&b);
+    h3_tensor_free(&y);
+}
+
+static void conv3d_case(int64_t cin, int64_t cout, int kt, int kh, int kw, const h3_conv3d_params *p, int64_t T,
+                        int64_t H, int64_t W) {
+    int64_t dims[3] = {T, H, W}, ks[3] = {kt, kh, kw}, od[3];
+    for (int a = 0; a < 3; a++) od[a] = (dims[a] + p->pad[a][0] + p->pad[a][1] - ks[a]) / p->stride[a] + 1;
+    int64_t ws[5] = {cout, cin, kt, kh, kw};
+    h3_tensor x = trandn(4, cin, T, H, W, 1.0), w, b = trandn(1, cout, 0, 0, 0, 1.0);
+    CHECK_OK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 5, ws, H3_MEM_WEIGHTS));
+    t_fill_randn(w.data, (size_t)h3_tensor_numel(&w), 0.3);
+    h3_tensor y = tnew(H3_F32, 4, cout, od[0], od[1], od[2]);
+    size_t ny = (size_t)h3_tensor_numel(&y);
+    double *ref = dalloc(ny);
+    for (int64_t co = 0; co < cout; co++)
+        for (int64_t to = 0; to < od[0]; to++)
+            for (int64_t ho = 0; ho < od[1]; ho++)
+                for (int64_t wo = 0; wo < od[2]; wo++) {
+                    double acc = F(&b)[co];
+                    for (int64_t ci = 0; ci < cin; ci++)
+                        for (int64_t a = 0; a < kt; a++)
+                            for (int64_t bb = 0; bb < kh; bb++)
+                                for (int64_t c = 0; c < kw; c++) {
+                                    int64_t ti = ref_pad(to * p->stride[0] + a - p->pad[0][0], T, p->pad_mode[0]);
+                                    int64_t hi = ref_pad(ho * p->stride[1] + bb - p->pad[1][0], H, p->pad_mode[1]);
+                                    int64_t wi = ref_pad(wo * p->stride[2] + c - p->pad[2][0], W, p->pad_mode[2]);
+                                    if (ti < 0 || hi < 0 || wi < 0) continue;
+                                    acc += (double)F(&w)[(((co * cin + ci) * kt + a) * kh + bb) * kw + c] *
+                                           F(&x)[((ci * T + ti) * H + hi) * W + wi];
+                                }
+                    ref[((co * od[0] + to) * od[1] + ho) * od[2] + wo] = acc;
+                }
+    CHECK_OK(h3_op_conv3d(&g_ex, &y, &x, &w, &b, p));
+    EXPECT_CLOSE("conv3d", F(&y), ref, ny, 1e-5);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&w);
+    h3_tensor_free(&b);
+    h3_tensor_free(&y);
+}
+
+static void test_conv(void) {
+    conv1d_case(5, 6, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, ri(3, 80));
+    conv1d_case(4, 8, 5, 2, 3, 1, 6, 6, H3_PAD_REFLECT, ri(20, 90));
+    conv1d_case(6, 4, 3, 1, 2, 2, 2, 2, H3_PAD_REPLICATE, ri(5, 70));
+    conv1d_case(6, 12, 12, 2, 1, 6, 5, 6, H3_PAD_REPLICATE, ri(20, 90)); /* depthwise, 2 outputs per channel */
+    conv1d_case(3, 3, 7, 1, 1, 3, 3, 3, H3_PAD_ZEROS, ri(10, 40));
+    /* im2col in several column chunks */
+    size_t saved = h3_cpu_conv_col_bytes;
+    h3_cpu_conv_col_bytes = 64;
+    conv1d_case(7, 5, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 300);
+    convt1d_case(6, 4, 4, 2, 1, 0, 2, 200);
+    int64_t T0 = ri(3, 6);
+    h3_conv3d_params pc = {{1, 1, 1}, {{2, 0}, {1, 1}, {1, 1}}, {H3_PAD_REPLICATE, H3_PAD_REFLECT, H3_PAD_REFLECT}};
+    conv3d_case(2, 3, 3, 3, 3, &pc, T0, 9, 8);
+    h3_cpu_conv_col_bytes = saved;
+
+    convt1d_case(4, 6, 5, 3, 1, 1, 1, ri(2, 40));
+    convt1d_case(4, 6, 4, 2, 1, 0, 2, ri(2, 40));
+    convt1d_case(5, 5, 12, 2, 5, 0, 5, ri(2, 40)); /* depthwise upsampling filter */
+    convt1d_case(8, 4, 9, 5, 2, 0, 1, ri(2, 30));
+    h3_conv3d_params p1 = {{1, 2, 2}, {{2, 0}, {1, 1}, {1, 1}}, {H3_PAD_ZEROS, H3_PAD_REFLECT, H3_PAD_REFLECT}};
+    conv3d_case(3, 4, 3, 3, 3, &p1, ri(1, 5), ri(3, 9), ri(3, 9));
+    h3_conv3d_params p2 = {{2, 1, 1}, {{0, 0}, {0, 0}, {0, 0}}, {H3_PAD_ZEROS, H3_PAD_ZEROS, H3_PAD_ZEROS}};
+    conv3d_case(2, 2, 1, 1, 1, &p2, ri(2, 6), ri(1, 5), ri(1, 5));
+    /* the helper agrees with the reference's padding */
+    for (int i = -5; i < 12; i++) CHECK(pad_src(i, 7, H3_PAD_REFLECT) == ref_pad(i, 7, H3_PAD_REFLECT) || i < -6);
+    /* bad parameters are errors, not crashes */
+    h3_tensor x = trandn(2, 4, 5, 0, 0, 1), w = trandn(3, 4, 4, 9, 0, 1), y = tnew(H3_F32, 2, 4, 1, 0, 0);
+    h3_conv1d_params bad = {1, 1, 1, 0, 0, H3_PAD_ZEROS};
+    CHECK_ERR(h3_op_conv1d(&g_ex, &y, &x, &w, NULL, &bad), H3_ERR_INVALID, "shorter than the kernel");
+    h3_tensor_free(&x);
+    h3_tensor_free(&w);
+    h3_tensor_free(&y);
+}
+
+/* ---- rows and elementwise --------------------------------------------------------------------------------- */
+
+static void test_rows(void) {
+    int64_t R = ri(2, 50), C = ri(1, 40), n = ri(1, R);
+    h3_tensor x = trandn(2, R, C, 0, 0, 1.0), y = tnew(H3_F32, 2, n, C, 0, 0), back = trandn(2, R, C, 0, 0, 1.0);
+    h3_tensor idx32 = tnew(H3_I32, 1, n, 0, 0, 0), idx64 = tnew(H3_I64, 1, n, 0, 0, 0);
+    /* distinct indices: a shuffled prefix of a permutation */
+    int64_t *perm = malloc((size_t)R * sizeof *perm);
+    for (int64_t i = 0; i < R; i++) perm[i] = i;
+    for (int64_t i = R - 1; i > 0; i--) {
+        int64_t j = ri(0, i), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        ((int32_t *)idx32.data)[i] = (int32_t)perm[i];
+        ((int64_t *)idx64.data)[i] = perm[i];
+    }
+    double *ref = dalloc((size_t)(R * C));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < C; c++) ref[i * C + c] = F(&x)[perm[i] * C + c];
+    CHECK_OK(h3_op_gather_rows(&g_ex, &y, &x, &idx32));
+    EXPECT_CLOSE("gather i32", F(&y), ref, (size_t)(n * C), 0);
+    CHECK_OK(h3_op_gather_rows(&g_ex, &y, &x, &idx64));
+    EXPECT_CLOSE("gather i64", F(&y), ref, (size_t)(n * C), 0);
+    for (int64_t i = 0; i < R * C; i++) ref[i] = F(&back)[i];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < C; c++) ref[perm[i] * C + c] = F(&y)[i * C + c];
+    CHECK_OK(h3_op_scatter_rows(&g_ex, &back, &y, &idx64));
+    EXPECT_CLOSE("scatter", F(&back), ref, (size_t)(R * C), 0);
+    ((int32_t *)idx32.data)[n - 1] = (int32_t)R; /* out of range */
+    CHECK_ERR(h3_op_gather_rows(&g_ex, &y, &x, &idx32), H3_ERR_INVALID, "outside");
+    free(perm);
+    free(ref);
+    h3_tensor_free(&x);
+    h3_tensor_free(&y);
+    h3_tensor_free(&back);
+    h3_tensor_free(&idx32);
+    h3_tensor_free(&idx64);
+}
+
+static void test_elementwise(void) {
+    int64_t R = ri(1, 30), C = ri(1, 60), n = R * C;
+    h3_tensor a = trandn(2, R, C, 0, 0, 1.0), y = tnew(H3_F32, 2, R, C, 0, 0);
+    h3_tensor bs = trandn(2, R, C, 0, 0, 1.0), br = trandn(1, C, 0, 0, 0, 1.0), b1 = trandn(1, 1, 0, 0, 0, 1.0);
+    double *ref = dalloc((size_t)n);
+    const h3_tensor *bvars[3] = {&bs, &br, &b1};
+    for (int bv = 0; bv < 3; bv++)
+        for (int k = 0; k < H3_BINARY_COUNT; k++) {
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    double av = F(&a)[r * C + c];
+                    double bvv = bv == 0 ? F(&bs)[r * C + c] : bv == 1 ? F(&br)[c] : F(&b1)[0];
+                    ref[r * C + c] = k == H3_BINARY_ADD ? av + bvv : k == H3_BINARY_SUB ? av - bvv : av * bvv;
+                }
+            CHECK_OK(h3_op_binary(&g_ex, &y, &a, bvars[bv], (h3_binary)k));
+            EXPECT_CLOSE("binary", F(&y), ref, (size_t)n, 1e-7);
+        }
+    for (int64_t i = 0; i < n; i++) ref[i] = 2.5 * F(&a)[i] - 0.75;
+    CHECK_OK(h3_op_scale(&g_ex, &y, &a, 2.5f, -0.75f));
+    EXPECT_CLOSE("scale", F(&y), ref, (size_t)n, 1e-7);
+
+    /* swiglu, both half orders */
+    h3_tensor x2 = trandn(2, R, 2 * C, 0, 0, 2.0);
+    for (int gf = 0; gf < 2; gf++) {
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) {
+                double g = F(&x2)[r * 2 * C + (gf ? c : C + c)], v = F(&x2)[r * 2 * C + (gf ? C + c : c)];
+                ref[r * C + c] = g / (1 + exp(-g)) * v;
+            }
+        CHECK_OK(h3_op_swiglu(&g_ex, &y, &x2, gf));
+        EXPECT_CLOSE(gf ? "swiglu gate first" : "swiglu value first", F(&y), ref, (size_t)n, 1e-6);
+    }
+    /* modulate / gated_add with an index into a [T, C] table (views into a wider table, as AdaLN chunks are) */
+    int64_t T = ri(2, 6);
+    h3_tensor table = trandn(2, T, 3 * C, 0, 0, 0.5), sh, sc, gt;
+    CHECK_OK(h3_tensor_narrow(&table, 1, 0, C, &sh));
+    CHECK_OK(h3_tensor_narrow(&table, 1, C, C, &sc));
+    CHECK_OK(h3_tensor_narrow(&table, 1, 2 * C, C, &gt));
+    h3_tensor idx = tnew(H3_I32, 1, R, 0, 0, 0);
+    for (int64_t r = 0; r < R; r++) ((int32_t *)idx.data)[r] = (int32_t)ri(0, T - 1);
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = ((int32_t *)idx.data)[r];
+        for (int64_t c = 0; c < C; c++)
+            ref[r * C + c] = F(&a)[r * C + c] * (1.0 + F(&table)[t * 3 * C + C + c]) + F(&table)[t * 3 * C + c];
+    }
+    CHECK_OK(h3_op_modulate(&g_ex, &y, &a, &sh, &sc, &idx));
+    EXPECT_CLOSE("modulate", F(&y), ref, (size_t)n, 1e-6);
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = ((int32_t *)idx.data)[r];
+        for (int64_t c = 0; c < C; c++)
+            ref[r * C + c] = F(&a)[r * C + c] + (double)F(&table)[t * 3 * C + 2 * C + c] * F(&bs)[r * C + c];
+    }
+    CHECK_OK(h3_op_gated_add(&g_ex, &a, &bs, &gt, &idx));
+    EXPECT_CLOSE("gated_add", F(&a), ref, (size_t)n, 1e-6);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) ref[r * C + c] = F(&a)[r * C + c] + (double)F(&br)[c] * F(&bs)[r * C + c];
+    CHECK_OK(h3_op_gated_add(&g_ex, &a, &bs, &br, NULL));
+    EXPECT_CLOSE("gated_add broadcast", F(&a), ref, (size_t)n, 1e-6);
+    CHECK_ERR(h3_op_gated_add(&g_ex, &a, &bs, &gt, NULL), H3_ERR_INVALID, "index");
+
+    /* convert and fill */
+    h3_tensor hb = tnew(H3_BF16, 2, R, C, 0, 0), hf = tnew(H3_F16, 2, R, C, 0, 0);
+    CHECK_OK(h3_op_convert(&g_ex, &hb, &a));
+    CHECK_OK(h3_op_convert(&g_ex, &y, &hb));
+    for (int64_t i = 0; i < n; i++) ref[i] = h3_bf16_to_f32(h3_f32_to_bf16(F(&a)[i]));
+    EXPECT_CLOSE("convert f32->bf16->f32", F(&y), ref, (size_t)n, 0);
+    CHECK_OK(h3_op_convert(&g_ex, &hf, &a));
+    CHECK_OK(h3_op_convert(&g_ex, &y, &hf));
+    for (int64_t i = 0; i < n; i++) ref[i] = h3_f16_to_f32(h3_f32_to_f16(F(&a)[i]));
+    EXPECT_CLOSE("convert f32->f16->f32", F(&y), ref, (size_t)n, 0);
+    CHECK_OK(h3_op_fill(&g_ex, &y, 3.25f));
+    for (int64_t i = 0; i < n; i++) ref[i] = 3.25;
+    EXPECT_CLOSE("fill", F(&y), ref, (size_t)n, 0);
+    free(ref);
+    h3_tensor_free(&a);
+    h3_tensor_free(&y);
+    h3_tensor_free(&bs);
+    h3_tensor_free(&br);
+    h3_tensor_free(&b1);
+    h3_tensor_free(&x2);
+    h3_tensor_free(&table);
+    h3_tensor_free(&idx);
+    h3_tensor_free(&hb);
+    h3_tensor_free(&hf);
+}
+
+/* ---- dispatch errors -------------------------------------------------------------------------------------- */
+
+static void test_dispatch_errors(void) {
+    h3_tensor x = trandn(2, 3, 4, 0, 0, 1), y = tnew(H3_F32, 2, 3, 5, 0, 0);
+    h3_tensor w16 = tnew(H3_I16, 2, 5, 4, 0, 0);
+    memset(w16.data, 0, h3_tensor_nbytes(&w16));
+    CHECK_ERR(h3_op_gemm(&g_ex, &y, &x, &w16, NULL, 0), H3_ERR_UNSUPPORTED, "op 'gemm' has no cpu kernel");
+    CHECK_ERR(h3_op_gemm(&g_ex, &y, &x, &w16, NULL, 0), H3_ERR_UNSUPPORTED, "i16");
+    h3_tensor wbad = tnew(H3_F32, 2, 5, 3, 0, 0);
+    CHECK_ERR(h3_op_gemm(&g_ex, &y, &x, &wbad, NULL, 0), H3_ERR_INVALID, "do not chain");
+    /* A tensor that claims to live on the device (never dereferenced: dispatch stops first). */
+    h3_tensor dev = x;
+    dev.place = H3_PLACE_DEVICE;
+    dev.owner = NULL;
+    CHECK_ERR(h3_op_rms_norm(&g_ex, &dev, &x, NULL, 1e-5f), H3_ERR_INVALID, "different places");
+    CHECK_ERR(h3_op_rms_norm(&g_ex, &dev, &dev, NULL, 1e-5f), H3_ERR_UNSUPPORTED, "no device backend");
+    h3_tensor yb = tnew(H3_BF16, 2, 3, 4, 0, 0);
+    CHECK_ERR(h3_op_rms_norm(&g_ex, &yb, &x, NULL, 1e-5f), H3_ERR_UNSUPPORTED, "bf16");
+    h3_tensor_free(&x);
+    h3_tensor_free(&y);
+    h3_tensor_free(&w16);
+    h3_tensor_free(&wbad);
+    h3_tensor_free(&yb);
+}
+
+static void test_no_leaks(void) {
+    h3_mem_stats s;
+    h3_mem_get_stats(&s);
+    /* Everything the cases allocated through h3_malloc was freed (the exec's pool is the only resident). */
+    CHECK(s.current[H3_MEM_ACTIVATIONS] == 0, "activations still held: %lld", (long long)s.current[H3_MEM_ACTIVATIONS]);
+    CHECK(s.current[H3_MEM_WORKSPACE] == 0, "workspace still held: %lld", (long long)s.current[H3_MEM_WORKSPACE]);
+    CHECK(s.current[H3_MEM_WEIGHTS] == 0, "weights still held: %lld", (long long)s.current[H3_MEM_WEIGHTS]);
+}
+
+int main(int argc, char **argv) {
+    if (h3_exec_init(&g_ex, 2) != H3_OK) {
+        fprintf(stderr, "exec init failed: %s\n", h3_last_error());
+        return 1;
+    }
+    static const t_case cases[] = {
+        {"gemm", test_gemm},
+        {"norms", test_norms},
+        {"activations", test_activations},
+        {"rope", test_rope},
+        {"attention", test_attention},
+        {"conv", test_conv},
+        {"rows", test_rows},
+        {"elementwise", test_elementwise},
+        {"dispatch_errors", test_dispatch_errors},
+        {"no_leaks", test_no_leaks},
+        {NULL, NULL},
+    };
+    int r = t_main("test_ops", cases, argc, argv);
+    h3_exec_free(&g_ex);
+    return r;
+}
