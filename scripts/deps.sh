@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Debian packages h3run builds and tests with. Sourced by the other scripts; installs only what is missing.
-H3_DEB_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libjansson-dev)
+H3_DEB_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libjansson-dev
+                 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg)
 
 h3_install_deps() {
     local missing=()
