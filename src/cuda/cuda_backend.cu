@@ -1,36 +1,90 @@
-/* CUDA backend: device selection, streams, allocators. Kernels register in the backend table as they land. */
-#include <cuda_runtime.h>
+/* CUDA backend: device selection, streams, the device arena, copies, and the backend table. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-extern "C" {
-#include "base/alloc.h"
-#include "base/log.h"
-#include "cuda/cuda.h"
-}
+#include "cuda/cuda_internal.cuh"
 
-#define H3_CUDA_ERR(call, what)                                                                                  \
-    H3_ERR(H3_ERR_DEVICE, "%s failed: %s (%s)", what, cudaGetErrorString(call), cudaGetErrorName(call))
+/* ---- the arena ------------------------------------------------------------------------------------------ */
 
-typedef struct h3_cuda_state {
-    int device;
-    cudaStream_t compute, copy;
-} h3_cuda_state;
+#define ARENA_ALIGN 256
 
-static void *dev_alloc(size_t bytes, void *user) {
-    (void)user;
+extern "C" void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes) {
+    size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (need == 0) need = ARENA_ALIGN;
+    pthread_mutex_lock((pthread_mutex_t *)s->mu);
+    h3_arena_block *b = s->blocks;
+    for (; b; b = b->next)
+        if (!b->used && b->size >= need) break;
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-        H3_ERR(H3_ERR_NOMEM, "out of device memory: cudaMalloc of %zu bytes failed (%s)", bytes, cudaGetErrorString(e));
-        return NULL;
+    if (b) {
+        if (b->size > need) {
+            h3_arena_block *rest = (h3_arena_block *)h3_malloc(sizeof *rest, H3_MEM_OTHER);
+            if (!rest) {
+                pthread_mutex_unlock((pthread_mutex_t *)s->mu);
+                return NULL;
+            }
+            rest->off = b->off + need;
+            rest->size = b->size - need;
+            rest->used = 0;
+            rest->next = b->next;
+            b->next = rest;
+            b->size = need;
+        }
+        b->used = 1;
+        s->used += b->size;
+        if (s->used > s->peak) s->peak = s->used;
+        p = s->base + b->off;
+    }
+    size_t used = s->used, cap = s->capacity;
+    pthread_mutex_unlock((pthread_mutex_t *)s->mu);
+    if (!p) {
+        H3_ERR(H3_ERR_NOMEM,
+               "out of device memory: %.3f GiB requested with %.3f of the %.3f GiB device budget in use; "
+               "raise the device budget or lower the request",
+               bytes / 1073741824.0, used / 1073741824.0, cap / 1073741824.0);
     }
     return p;
 }
 
+extern "C" void cuda_arena_free(h3_cuda_state *s, void *p) {
+    if (!p) return;
+    pthread_mutex_lock((pthread_mutex_t *)s->mu);
+    size_t off = (size_t)((uint8_t *)p - s->base);
+    h3_arena_block *prev = NULL, *b = s->blocks;
+    while (b && b->off != off) {
+        prev = b;
+        b = b->next;
+    }
+    if (b && b->used) {
+        b->used = 0;
+        s->used -= b->size;
+        /* merge with the next, then with the previous free block */
+        if (b->next && !b->next->used) {
+            h3_arena_block *n = b->next;
+            b->size += n->size;
+            b->next = n->next;
+            h3_free(n);
+        }
+        if (prev && !prev->used) {
+            prev->size += b->size;
+            prev->next = b->next;
+            h3_free(b);
+        }
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)s->mu);
+}
+
+static h3_cuda_state *g_state; /* the allocator hooks have no exec; one device per process */
+
+static void *dev_alloc(size_t bytes, void *user) {
+    (void)user;
+    return g_state ? cuda_arena_alloc(g_state, bytes) : NULL;
+}
+
 static void dev_free(void *p, void *user) {
     (void)user;
-    cudaFree(p);
+    if (g_state) cuda_arena_free(g_state, p);
 }
 
 static void *pinned_alloc(size_t bytes, void *user) {
@@ -50,7 +104,38 @@ static void pinned_free(void *p, void *user) {
     cudaFreeHost(p);
 }
 
-static const h3_backend g_cuda_backend = {"cuda"};
+/* ---- copies ---------------------------------------------------------------------------------------------- */
+
+static h3_status cuda_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    int64_t lds = h3_tensor_cols(src), ldd = h3_tensor_cols(dst);
+    h3_tensor_is_rowwise(src, &lds);
+    h3_tensor_is_rowwise(dst, &ldd);
+    size_t es = h3_dtype_size(src->dtype);
+    size_t width = (size_t)h3_tensor_cols(src) * es;
+    size_t rows = (size_t)h3_tensor_rows(src);
+    if (width == 0 || rows == 0) return H3_OK;
+    cudaMemcpyKind kind = src->place == H3_PLACE_DEVICE
+                              ? (dst->place == H3_PLACE_DEVICE ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                              : cudaMemcpyHostToDevice;
+    CU_TRY(cudaMemcpy2DAsync(dst->data, (size_t)ldd * es, src->data, (size_t)lds * es, width, rows, kind,
+                             cuda_stream(ex)));
+    /* Pageable host memory: the copy may read it after return; make the call synchronous for safety. */
+    if (kind != cudaMemcpyDeviceToDevice &&
+        ((kind == cudaMemcpyHostToDevice && src->place == H3_PLACE_HOST) ||
+         (kind == cudaMemcpyDeviceToHost && dst->place == H3_PLACE_HOST)))
+        CU_TRY(cudaStreamSynchronize(cuda_stream(ex)));
+    return H3_OK;
+}
+
+static h3_status cuda_sync(h3_exec *ex) {
+    CU_TRY(cudaStreamSynchronize(cuda_state(ex)->compute));
+    CU_TRY(cudaStreamSynchronize(cuda_state(ex)->copy));
+    return H3_OK;
+}
+
+/* ---- public entry points ------------------------------------------------------------------------------- */
+
+extern "C" const h3_backend *h3_cuda_backend_table(void);
 
 extern "C" int h3_cuda_compiled(void) {
     return 1;
@@ -71,8 +156,7 @@ extern "C" h3_status h3_cuda_device_info(int device, char *name, size_t name_len
     if (device < 0 || device >= n)
         return H3_ERR(H3_ERR_UNSUPPORTED, "no CUDA device %d (this machine has %d)", device, n);
     cudaDeviceProp prop;
-    cudaError_t e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) return H3_CUDA_ERR(e, "cudaGetDeviceProperties");
+    CU_TRY(cudaGetDeviceProperties(&prop, device));
     if (name) snprintf(name, name_len, "%s", prop.name);
     if (total_bytes) *total_bytes = (int64_t)prop.totalGlobalMem;
     if (free_bytes) {
@@ -80,46 +164,138 @@ extern "C" h3_status h3_cuda_device_info(int device, char *name, size_t name_len
         int prev = 0;
         cudaGetDevice(&prev);
         cudaSetDevice(device);
-        e = cudaMemGetInfo(&fr, &tot);
+        cudaError_t e = cudaMemGetInfo(&fr, &tot);
         cudaSetDevice(prev);
-        if (e != cudaSuccess) return H3_CUDA_ERR(e, "cudaMemGetInfo");
+        if (e != cudaSuccess) return H3_ERR(H3_ERR_DEVICE, "cudaMemGetInfo failed: %s", cudaGetErrorString(e));
         *free_bytes = (int64_t)fr;
     }
     return H3_OK;
 }
 
-extern "C" h3_status h3_cuda_init(h3_exec *ex, int device) {
+extern "C" h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {
     int n = h3_cuda_device_count();
     if (n == 0) return H3_ERR(H3_ERR_UNSUPPORTED, "no CUDA device is available (driver missing or no GPU)");
     if (device < 0 || device >= n) return H3_ERR(H3_ERR_INVALID, "no CUDA device %d (this machine has %d)", device, n);
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess) return H3_CUDA_ERR(e, "cudaSetDevice");
+    if (g_state) return H3_ERR(H3_ERR_INVALID, "the CUDA backend is already initialized in this process");
+    CU_TRY(cudaSetDevice(device));
     h3_cuda_state *s = (h3_cuda_state *)h3_calloc(1, sizeof *s, H3_MEM_OTHER);
-    if (!s) return H3_ERR_NOMEM;
+    pthread_mutex_t *mu = (pthread_mutex_t *)h3_malloc(sizeof *mu, H3_MEM_OTHER);
+    h3_arena_block *b0 = (h3_arena_block *)h3_malloc(sizeof *b0, H3_MEM_OTHER);
+    h3_status st = H3_OK;
+    if (!s || !mu || !b0) {
+        h3_free(s);
+        h3_free(mu);
+        h3_free(b0);
+        return H3_ERR_NOMEM;
+    }
+    pthread_mutex_init(mu, NULL);
+    s->mu = mu;
     s->device = device;
+    cudaError_t e = cudaGetDeviceProperties(&s->prop, device);
+    size_t fr = 0, tot = 0;
+    if (e == cudaSuccess) e = cudaMemGetInfo(&fr, &tot);
+    if (e != cudaSuccess) {
+        st = H3_ERR(H3_ERR_DEVICE, "querying device %d failed: %s", device, cudaGetErrorString(e));
+        goto fail;
+    }
+    {
+        const size_t margin = (size_t)512 << 20;
+        size_t cap = budget > 0 ? (size_t)budget : (fr > 2 * margin ? fr - margin : fr / 2);
+        if (cap > fr) {
+            st = H3_ERR(H3_ERR_BUDGET, "a device budget of %lld bytes exceeds the %zu bytes free on %s",
+                        (long long)budget, fr, s->prop.name);
+            goto fail;
+        }
+        if (h3_mem_should_fail() || (e = cudaMalloc((void **)&s->base, cap)) != cudaSuccess) {
+            st = H3_ERR(H3_ERR_NOMEM, "reserving the device budget of %zu bytes on %s failed", cap, s->prop.name);
+            goto fail;
+        }
+        s->capacity = cap;
+        b0->off = 0;
+        b0->size = cap;
+        b0->used = 0;
+        b0->next = NULL;
+        s->blocks = b0;
+        b0 = NULL;
+    }
     if ((e = cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking)) != cudaSuccess) {
-        h3_free(s);
-        return H3_CUDA_ERR(e, "cudaStreamCreate");
+        st = H3_ERR(H3_ERR_DEVICE, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
+        goto fail;
+    }
+    s->attn_smem_limit = (int)s->prop.sharedMemPerBlockOptin;
+    g_state = s;
+    st = cuda_gemm_init(s);
+    if (st != H3_OK) {
+        g_state = NULL;
+        goto fail;
     }
     ex->cuda = s;
-    h3_place_allocator da = {dev_alloc, dev_free, NULL}, pa = {pinned_alloc, pinned_free, NULL};
-    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
-    h3_place_set_allocator(H3_PLACE_PINNED, &pa);
-    h3_backend_set_device(&g_cuda_backend);
+    {
+        h3_place_allocator da = {dev_alloc, dev_free, NULL}, pa = {pinned_alloc, pinned_free, NULL};
+        h3_place_set_allocator(H3_PLACE_DEVICE, &da);
+        h3_place_set_allocator(H3_PLACE_PINNED, &pa);
+        h3_backend_set_device(h3_cuda_backend_table());
+    }
+    H3_INFO("cuda: %s (sm_%d%d, %d SMs, %.1f GiB), device budget %.2f GiB", s->prop.name, s->prop.major,
+            s->prop.minor, s->prop.multiProcessorCount, s->prop.totalGlobalMem / 1073741824.0,
+            s->capacity / 1073741824.0);
     return H3_OK;
+fail:
+    if (s->compute) cudaStreamDestroy(s->compute);
+    if (s->copy) cudaStreamDestroy(s->copy);
+    if (s->base) cudaFree(s->base);
+    for (h3_arena_block *b = s->blocks; b;) {
+        h3_arena_block *nx = b->next;
+        h3_free(b);
+        b = nx;
+    }
+    h3_free(b0);
+    pthread_mutex_destroy(mu);
+    h3_free(mu);
+    h3_free(s);
+    return st;
 }
 
 extern "C" void h3_cuda_shutdown(h3_exec *ex) {
-    h3_cuda_state *s = (h3_cuda_state *)ex->cuda;
+    h3_cuda_state *s = cuda_state(ex);
     if (!s) return;
     cudaStreamSynchronize(s->compute);
     cudaStreamSynchronize(s->copy);
+    cuda_gemm_shutdown(s);
     cudaStreamDestroy(s->compute);
     cudaStreamDestroy(s->copy);
+    cudaFree(s->base);
+    for (h3_arena_block *b = s->blocks; b;) {
+        h3_arena_block *nx = b->next;
+        h3_free(b);
+        b = nx;
+    }
     h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
     h3_place_set_allocator(H3_PLACE_PINNED, NULL);
     h3_backend_set_device(NULL);
+    pthread_mutex_destroy((pthread_mutex_t *)s->mu);
+    h3_free(s->mu);
     h3_free(s);
+    g_state = NULL;
     ex->cuda = NULL;
+}
+
+extern "C" void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capacity) {
+    h3_cuda_state *s = cuda_state(ex);
+    if (used) *used = s ? (int64_t)s->used : 0;
+    if (peak) *peak = s ? (int64_t)s->peak : 0;
+    if (capacity) *capacity = s ? (int64_t)s->capacity : 0;
+}
+
+extern "C" void h3_cuda_reset_peak(h3_exec *ex) {
+    h3_cuda_state *s = cuda_state(ex);
+    if (s) s->peak = s->used;
+}
+
+h3_status cuda_copy_entry(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    return cuda_copy(ex, dst, src);
+}
+h3_status cuda_sync_entry(h3_exec *ex) {
+    return cuda_sync(ex);
 }

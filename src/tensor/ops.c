@@ -487,3 +487,24 @@ h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value) {
     H3_TRY(need_rowwise(H3_OP_FILL, "y", y));
     return be->fill(ex, y, value);
 }
+
+h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    if (dst->dtype != src->dtype || h3_tensor_numel(dst) != h3_tensor_numel(src) ||
+        h3_tensor_cols(dst) != h3_tensor_cols(src)) {
+        char a[96], b[96];
+        return H3_ERR(H3_ERR_INVALID, "copy: %s %s to %s %s: dtype or shape differ", h3_dtype_name(src->dtype),
+                      shp(src, a), h3_dtype_name(dst->dtype), shp(dst, b));
+    }
+    H3_TRY(need_rowwise(H3_OP_CONVERT, "copy source", src));
+    H3_TRY(need_rowwise(H3_OP_CONVERT, "copy destination", dst));
+    if (src->place != H3_PLACE_DEVICE && dst->place != H3_PLACE_DEVICE) return h3_cpu_backend.convert(ex, dst, src);
+    const h3_backend *be = h3_backend_for_place(H3_PLACE_DEVICE);
+    if (!be || !be->copy) return H3_ERR(H3_ERR_UNSUPPORTED, "copy to or from the device: no device backend is active");
+    return be->copy(ex, dst, src);
+}
+
+h3_status h3_exec_sync(h3_exec *ex) {
+    const h3_backend *be = h3_backend_for_place(H3_PLACE_DEVICE);
+    if (!be || !be->sync || !ex->cuda) return H3_OK;
+    return be->sync(ex);
+}

@@ -170,6 +170,14 @@ h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h
 h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
 h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
 
+/* ---- moving data between places ------------------------------------------------------------------------ */
+
+/* dst = src across places (host, pinned, device), same dtype and shape, both row-wise. Device copies are queued
+ * on the exec's compute stream: call h3_exec_sync before reading device results on the host. */
+h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src);
+/* Waits for all queued device work of the exec (no-op without a device). */
+h3_status h3_exec_sync(h3_exec *ex);
+
 /* ---- backends ------------------------------------------------------------------------------------------ */
 
 typedef struct h3_backend {
@@ -202,6 +210,9 @@ typedef struct h3_backend {
     h3_status (*gated_add)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
     h3_status (*convert)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*fill)(h3_exec *, h3_tensor *, float);
+    /* Device backends only: copies where either side is on the device, and waiting for queued work. */
+    h3_status (*copy)(h3_exec *, h3_tensor *, const h3_tensor *);
+    h3_status (*sync)(h3_exec *);
 } h3_backend;
 
 /* The CPU backend always exists; the device backend registers itself when a GPU is initialized. */

@@ -1,0 +1,175 @@
+/* CUDA kernel throughput through the op API at DiT shapes: bf16 GEMMs (cuBLASLt), attention, elementwise
+ * bandwidth, and host<->device copies. Skips without a GPU.
+ *   usage: bench_cuda_kernels [rows]   (default 19412 = W124's packed rows) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda.h"
+#include "tensor/ops.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define TRY(x)                                                                                                   \
+    do {                                                                                                         \
+        if ((x) != H3_OK) {                                                                                      \
+            fprintf(stderr, "%s failed: %s\n", #x, h3_last_error());                                             \
+            exit(1);                                                                                             \
+        }                                                                                                        \
+    } while (0)
+
+static h3_exec ex;
+
+static void dev_fill(h3_tensor *t) {
+    h3_tensor h;
+    TRY(h3_tensor_alloc(&h, H3_PLACE_HOST, H3_F32, t->ndim, t->shape, H3_MEM_ACTIVATIONS));
+    float *p = h.data;
+    uint32_t s = 777;
+    for (int64_t i = 0; i < h3_tensor_numel(&h); i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.2f;
+    }
+    h3_tensor hb;
+    TRY(h3_tensor_alloc(&hb, H3_PLACE_HOST, t->dtype, t->ndim, t->shape, H3_MEM_ACTIVATIONS));
+    TRY(h3_op_convert(&ex, &hb, &h));
+    TRY(h3_copy(&ex, t, &hb));
+    TRY(h3_exec_sync(&ex));
+    h3_tensor_free(&h);
+    h3_tensor_free(&hb);
+}
+
+/* median of reps timings of fn(ctx), each bracketed by device syncs */
+typedef h3_status (*bench_fn)(void *);
+static double timeit(bench_fn fn, void *ctx, int reps) {
+    TRY(fn(ctx));
+    TRY(h3_exec_sync(&ex));
+    double t[16];
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        TRY(fn(ctx));
+        TRY(h3_exec_sync(&ex));
+        t[r] = now() - t0;
+    }
+    for (int i = 0; i < reps; i++)
+        for (int j = i + 1; j < reps; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+    return t[reps / 2];
+}
+
+typedef struct {
+    h3_tensor *y, *x, *w, *o, *q, *k, *v;
+} ctx_t;
+
+static h3_status run_gemm(void *p) {
+    ctx_t *c = p;
+    return h3_op_gemm(&ex, c->y, c->x, c->w, NULL, 0);
+}
+static h3_status run_attn(void *p) {
+    ctx_t *c = p;
+    return h3_op_attention(&ex, c->o, c->q, c->k, c->v, 1.0f / sqrtf(128.0f), 0);
+}
+static h3_status run_rms(void *p) {
+    ctx_t *c = p;
+    return h3_op_rms_norm(&ex, c->y, c->x, NULL, 1e-5f);
+}
+static h3_status run_h2d(void *p) {
+    ctx_t *c = p;
+    return h3_copy(&ex, c->y, c->x);
+}
+
+int main(int argc, char **argv) {
+    if (h3_cuda_device_count() == 0) {
+        printf("bench_cuda_kernels: skipped: no CUDA device\n");
+        return 0;
+    }
+    int64_t M = argc > 1 ? atoll(argv[1]) : 19412;
+    TRY(h3_exec_init(&ex, 0));
+    TRY(h3_cuda_init(&ex, 0, (int64_t)40 << 30));
+    printf("%-44s %10s %12s\n", "kernel", "ms", "rate");
+    const int64_t shapes[4][2] = {{21504, 5376}, {5376, 7168}, {28672, 5376}, {5376, 14336}};
+    const char *names[4] = {"qkv_proj", "out_proj", "fc1", "fc2"};
+    double total_gemm = 0;
+    for (int i = 0; i < 4; i++) {
+        h3_tensor x, w, y;
+        TRY(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, H3_BF16, M, shapes[i][1], H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&w, H3_PLACE_DEVICE, H3_BF16, shapes[i][0], shapes[i][1], H3_MEM_WEIGHTS));
+        TRY(h3_tensor_alloc2(&y, H3_PLACE_DEVICE, H3_BF16, M, shapes[i][0], H3_MEM_ACTIVATIONS));
+        dev_fill(&x);
+        dev_fill(&w);
+        ctx_t c = {&y, &x, &w, NULL, NULL, NULL, NULL};
+        double t = timeit(run_gemm, &c, 7);
+        double fl = 2.0 * M * shapes[i][0] * shapes[i][1];
+        total_gemm += t;
+        char nm[96];
+        snprintf(nm, sizeof nm, "gemm bf16 %s M%lld N%lld K%lld", names[i], (long long)M, (long long)shapes[i][0],
+                 (long long)shapes[i][1]);
+        printf("%-44s %10.3f %9.1f TFLOP/s\n", nm, t * 1e3, fl / t * 1e-12);
+        h3_tensor_free(&x);
+        h3_tensor_free(&w);
+        h3_tensor_free(&y);
+    }
+    printf("%-44s %10.3f %12s\n", "gemm sum per block", total_gemm * 1e3, "");
+    {
+        int64_t s3[3] = {M, 56, 128};
+        h3_tensor q, k, v, o;
+        TRY(h3_tensor_alloc(&q, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&k, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&v, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&o, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+        dev_fill(&q);
+        dev_fill(&k);
+        dev_fill(&v);
+        ctx_t c = {0};
+        c.o = &o;
+        c.q = &q;
+        c.k = &k;
+        c.v = &v;
+        double t = timeit(run_attn, &c, 5);
+        char nm[96];
+        snprintf(nm, sizeof nm, "attention bf16 S%lld H56 D128", (long long)M);
+        printf("%-44s %10.3f %9.1f TFLOP/s\n", nm, t * 1e3, 4.0 * M * M * 56 * 128 / t * 1e-12);
+        h3_tensor_free(&q);
+        h3_tensor_free(&k);
+        h3_tensor_free(&v);
+        h3_tensor_free(&o);
+    }
+    {
+        h3_tensor x, y;
+        TRY(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&y, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
+        dev_fill(&x);
+        ctx_t c = {&y, &x, NULL, NULL, NULL, NULL, NULL};
+        double t = timeit(run_rms, &c, 7);
+        printf("%-44s %10.3f %9.1f GB/s\n", "rms_norm bf16 M x 5376", t * 1e3, 2.0 * 2 * M * 5376 / t * 1e-9);
+        h3_tensor_free(&x);
+        h3_tensor_free(&y);
+    }
+    {
+        int64_t n = (int64_t)1 << 30; /* 2 GiB of bf16 */
+        h3_tensor hp, d;
+        TRY(h3_tensor_alloc2(&hp, H3_PLACE_PINNED, H3_BF16, n / 8192, 8192, H3_MEM_WEIGHTS));
+        TRY(h3_tensor_alloc2(&d, H3_PLACE_DEVICE, H3_BF16, n / 8192, 8192, H3_MEM_WEIGHTS));
+        memset(hp.data, 0, (size_t)n * 2);
+        ctx_t c = {&d, &hp, NULL, NULL, NULL, NULL, NULL};
+        double t = timeit(run_h2d, &c, 5);
+        printf("%-44s %10.3f %9.1f GB/s\n", "copy pinned host -> device, 2 GiB", t * 1e3, 2.0 * n / t * 1e-9);
+        h3_tensor_free(&hp);
+        h3_tensor_free(&d);
+    }
+    int64_t used, peak, cap;
+    h3_cuda_mem_stats(&ex, &used, &peak, &cap);
+    printf("device arena peak %.2f GiB of %.2f GiB\n", peak / 1073741824.0, cap / 1073741824.0);
+    h3_cuda_shutdown(&ex);
+    h3_exec_free(&ex);
+    return 0;
+}

@@ -1,0 +1,171 @@
+/* Scratch bench for the attention forward kernel: numbered versions, a float64 validator, a timing table.
+ *
+ *   nvcc -O3 -arch=sm_90 -I../../src -o attention_forward attention_forward.cu && ./attention_forward [S H D]
+ *
+ * Versions:
+ *   1  attn_naive: one block per (row, head), f32 math, scores through shared memory (the portable fallback)
+ *   2  attn_fa2<D, 2>: flash forward, mma.sync m16n8k16 bf16, ldmatrix + swizzled smem, cp.async double buffer
+ *   3  attn_fa2<D, 1>: the same single-buffered (what a 64 KB-shared-memory GPU gets)
+ * The winner lives in src/cuda/attn_kernels.cuh; this file includes it and keeps the harness. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <algorithm>
+#include <vector>
+
+#include "cuda/attn_kernels.cuh"
+
+#define CK(x)                                                                                                    \
+    do {                                                                                                         \
+        cudaError_t e = (x);                                                                                     \
+        if (e != cudaSuccess) {                                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));                  \
+            exit(1);                                                                                             \
+        }                                                                                                        \
+    } while (0)
+
+static unsigned long long g_rng = 88172645463325252ull;
+static float frand() {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static void launch(int version, int D, const attn_args &a) {
+    dim3 gfa((a.Sq + FA_BQ - 1) / FA_BQ, a.Hq);
+    if (version == 1) {
+        attn_naive<<<dim3(a.Sq, a.Hq), 128>>>(a, D);
+    } else {
+        int stages = version == 2 ? 2 : 1;
+        size_t smem = (size_t)(FA_BQ + 2 * FA_BK * stages) * D * 2;
+        if (D == 128 && stages == 2) {
+            cudaFuncSetAttribute(attn_fa2<128, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            attn_fa2<128, 2><<<gfa, FA_WARPS * 32, smem>>>(a);
+        } else if (D == 128) {
+            cudaFuncSetAttribute(attn_fa2<128, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            attn_fa2<128, 1><<<gfa, FA_WARPS * 32, smem>>>(a);
+        } else if (stages == 2) {
+            cudaFuncSetAttribute(attn_fa2<64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            attn_fa2<64, 2><<<gfa, FA_WARPS * 32, smem>>>(a);
+        } else {
+            cudaFuncSetAttribute(attn_fa2<64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            attn_fa2<64, 1><<<gfa, FA_WARPS * 32, smem>>>(a);
+        }
+    }
+    CK(cudaGetLastError());
+}
+
+/* float64 reference for head h, rows [0, nrows) */
+static double validate(int version, int S, int H, int D, int causal) {
+    size_t n = (size_t)S * H * D;
+    std::vector<__nv_bfloat16> hq(n), hk(n), hv(n), ho(n);
+    for (size_t i = 0; i < n; i++) {
+        hq[i] = __float2bfloat16(frand());
+        hk[i] = __float2bfloat16(frand());
+        hv[i] = __float2bfloat16(frand());
+    }
+    __nv_bfloat16 *q, *k, *v, *o;
+    CK(cudaMalloc(&q, n * 2));
+    CK(cudaMalloc(&k, n * 2));
+    CK(cudaMalloc(&v, n * 2));
+    CK(cudaMalloc(&o, n * 2));
+    CK(cudaMemcpy(q, hq.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(k, hk.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(v, hv.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(o, 0xff, n * 2)); /* poison: NaN bf16 */
+    attn_args a = {q, k, v, o, (int64_t)H * D, (int64_t)H * D, (int64_t)H * D, (int64_t)H * D, S, S, H, H,
+                   (float)(1.4426950408889634 / sqrt((double)D)), causal, 1};
+    launch(version, D, a);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(ho.data(), o, n * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    std::vector<double> p(S);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < S; i++) {
+            int lim = causal ? i + 1 : S;
+            double m = -1e300, sum = 0;
+            for (int j = 0; j < lim; j++) {
+                double d = 0;
+                for (int c = 0; c < D; c++)
+                    d += (double)__bfloat162float(hq[((size_t)i * H + h) * D + c]) *
+                         __bfloat162float(hk[((size_t)j * H + h) * D + c]);
+                p[j] = d / sqrt((double)D);
+                m = fmax(m, p[j]);
+            }
+            for (int j = 0; j < lim; j++) sum += (p[j] = exp(p[j] - m));
+            for (int c = 0; c < D; c++) {
+                double acc = 0;
+                for (int j = 0; j < lim; j++) acc += p[j] * __bfloat162float(hv[((size_t)j * H + h) * D + c]);
+                double ref = acc / sum, got = __bfloat162float(ho[((size_t)i * H + h) * D + c]);
+                if (isnan(got)) return INFINITY;
+                num += (got - ref) * (got - ref);
+                den += ref * ref;
+            }
+        }
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    return sqrt(num / den);
+}
+
+static double bench(int version, int S, int H, int D, int causal, int reps) {
+    size_t n = (size_t)S * H * D;
+    __nv_bfloat16 *q, *k, *v, *o;
+    CK(cudaMalloc(&q, n * 2));
+    CK(cudaMalloc(&k, n * 2));
+    CK(cudaMalloc(&v, n * 2));
+    CK(cudaMalloc(&o, n * 2));
+    std::vector<__nv_bfloat16> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(frand());
+    CK(cudaMemcpy(q, h.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(k, h.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(v, h.data(), n * 2, cudaMemcpyHostToDevice));
+    attn_args a = {q, k, v, o, (int64_t)H * D, (int64_t)H * D, (int64_t)H * D, (int64_t)H * D, S, S, H, H,
+                   (float)(1.4426950408889634 / sqrt((double)D)), causal, 1};
+    launch(version, D, a); /* warm-up */
+    CK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> t(reps);
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0);
+        launch(version, D, a);
+        cudaEventRecord(e1);
+        CK(cudaEventSynchronize(e1));
+        cudaEventElapsedTime(&t[r], e0, e1);
+    }
+    std::sort(t.begin(), t.end());
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    return t[reps / 2];
+}
+
+
+int main(int argc, char **argv) {
+    int S = argc > 1 ? atoi(argv[1]) : 19412, H = argc > 2 ? atoi(argv[2]) : 56, D = argc > 3 ? atoi(argv[3]) : 128;
+    printf("validation (bf16 inputs, float64 reference, relative L2 error):\n");
+    int vs[3] = {1, 2, 3};
+    int bad = 0;
+    for (int vi = 0; vi < 3; vi++)
+        for (int d = 64; d <= 128; d += 64)
+            for (int c = 0; c < 2; c++) {
+                double e = validate(vs[vi], 333, 3, d, c);
+                printf("  v%d D%d causal%d: %.2e %s\n", vs[vi], d, c, e, e < 1e-2 ? "ok" : "FAIL");
+                bad += !(e < 1e-2);
+            }
+    printf("\nbenchmark S %d H %d D %d (median of 5, TFLOP/s = 4*S^2*H*D / t):\n", S, H, D);
+    printf("%-8s %-7s %10s %10s\n", "version", "causal", "ms", "TFLOP/s");
+    for (int vi = 1; vi < 3; vi++)
+        for (int c = 0; c < 2; c++) {
+            double ms = bench(vs[vi], S, H, D, c, 5);
+            double fl = 4.0 * S * (double)S * H * D / (c ? 2 : 1);
+            printf("v%-7d %-7d %10.3f %10.1f\n", vs[vi], c, ms, fl / (ms * 1e-3) * 1e-12);
+        }
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,313 @@
+/* Attention kernels (included by src/cuda/cuda_attn.cu and by the scratch benchmark dev/cuda/attention_forward.cu).
+ *
+ * attn_fa2<D, STAGES>: flash-attention forward in bf16 with fp32 accumulation, sm_80+.
+ *   One block = 4 warps = 64 query rows of one head; each warp owns 16 rows. Key/value tiles of 64 rows stream
+ *   through shared memory (cp.async, STAGES = 2 double-buffers them); S = Q·Kᵀ and O += P·V run on mma.sync
+ *   m16n8k16 with operands loaded by ldmatrix from XOR-swizzled shared memory (16-byte chunk c of row r lives at
+ *   c ^ (r % 8), so the 8 rows an ldmatrix reads hit 8 different bank groups). Softmax is online in registers, in
+ *   base 2 with the scale folded in. Memory is O(tile), whatever the sequence length.
+ * attn_naive: f32 (or any float dtype) reference-grade kernel for activations other than bf16 and for GPUs
+ *   without bf16 tensor cores: one block per (query row, head), scores in shared memory chunk by chunk.
+ */
+#ifndef H3_ATTN_KERNELS_CUH
+#define H3_ATTN_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef struct {
+    const void *q, *k, *v;
+    void *o;
+    int64_t ldq, ldk, ldv, ldo; /* row strides in elements */
+    int Sq, Sk, Hq, Hk;
+    float scale_log2; /* scale · log2(e) */
+    int causal;
+    int dt; /* naive kernel: 0 f32, 1 bf16, 2 f16 */
+} attn_args;
+
+#define FA_BQ 64
+#define FA_BK 64
+#define FA_WARPS 4
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                                  const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* Address of the 16-byte chunk `c` of row `r` in a swizzled [rows][D] bf16 tile. */
+template <int D> __device__ __forceinline__ __nv_bfloat16 *swz(__nv_bfloat16 *tile, int r, int c) {
+    return tile + r * D + ((c ^ (r & 7)) << 3);
+}
+
+/* Loads rows [row0, row0+nrows) of a [S, ld] bf16 matrix (columns col0..col0+D) into a swizzled tile; rows past
+ * `limit` are zero-filled. */
+template <int D>
+__device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *g, int64_t ld, int row0, int limit,
+                                          int nthreads, int tid) {
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    for (int i = tid; i < 64 * CH; i += nthreads) {
+        int r = i / CH, c = i % CH;
+        int row = row0 + r;
+        int ok = row < limit;
+        const __nv_bfloat16 *src = g + (int64_t)(ok ? row : 0) * ld + c * 8;
+        cp_async16(swz<D>(tile, r, c), src, ok ? 16 : 0);
+    }
+}
+
+template <int D, int STAGES>
+__global__ void __launch_bounds__(FA_WARPS * 32) attn_fa2(attn_args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); /* bf16 tensor cores need sm_80+: the launcher never picks this kernel on older GPUs */
+#else
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem_raw;
+    __nv_bfloat16 *sK = sQ + FA_BQ * D;
+    __nv_bfloat16 *sV = sK + STAGES * FA_BK * D;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
+    const int q0 = blockIdx.x * FA_BQ;
+    const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
+    const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
+    const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
+    const int shift = a.Sk - a.Sq;
+    int kend = a.Sk;
+    if (a.causal) {
+        kend = q0 + FA_BQ + shift;
+        if (kend > a.Sk) kend = a.Sk;
+        if (kend < 0) kend = 0;
+    }
+    const int nkb = (kend + FA_BK - 1) / FA_BK;
+
+    load_tile<D>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, FA_WARPS * 32, tid);
+    if (nkb > 0) {
+        load_tile<D>(sK, K, a.ldk, 0, a.Sk, FA_WARPS * 32, tid);
+        load_tile<D>(sV, V, a.ldv, 0, a.Sk, FA_WARPS * 32, tid);
+    }
+    cp_async_commit();
+
+    /* per thread: rows g and g+8 of the warp's 16 rows */
+    const int g = lane >> 2, t4 = lane & 3;
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    uint32_t qf[D / 16][4];
+
+    for (int kb = 0; kb < nkb; kb++) {
+        const int buf = STAGES == 2 ? (kb & 1) : 0;
+        if (STAGES == 2) {
+            if (kb + 1 < nkb) {
+                load_tile<D>(sK + (buf ^ 1) * FA_BK * D, K, a.ldk, (kb + 1) * FA_BK, a.Sk, FA_WARPS * 32, tid);
+                load_tile<D>(sV + (buf ^ 1) * FA_BK * D, V, a.ldv, (kb + 1) * FA_BK, a.Sk, FA_WARPS * 32, tid);
+            }
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (kb == 0) {
+            /* Q fragments for this warp's 16 rows, all of D */
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                int r = warp * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+                ldmatrix_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], swz<D>(sQ, r, c));
+            }
+        }
+        __nv_bfloat16 *tK = sK + buf * FA_BK * D, *tV = sV + buf * FA_BK * D;
+        /* S = Q Kᵀ: 16 x 64 per warp, 8 n-tiles of 8 keys */
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) { /* two n-tiles (16 keys) per ldmatrix.x4 */
+                uint32_t b0, b1, b2, b3;
+                int r = jj * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+                ldmatrix_x4(b0, b1, b2, b3, swz<D>(tK, r, c));
+                mma_bf16(s[2 * jj], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
+                mma_bf16(s[2 * jj + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b2, b3);
+            }
+        }
+        /* mask keys past the end (and the causal future), scale, online softmax */
+        const int kbase = kb * FA_BK;
+        const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = kbase + j * 8 + t4 * 2 + e;
+                bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
+                bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
+                s[j][e] = bad0 ? -INFINITY : s[j][e] * a.scale_log2;
+                s[j][2 + e] = bad1 ? -INFINITY : s[j][2 + e] * a.scale_log2;
+                mx0 = fmaxf(mx0, s[j][e]);
+                mx1 = fmaxf(mx1, s[j][2 + e]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            s[j][0] = exp2f(s[j][0] - base0);
+            s[j][1] = exp2f(s[j][1] - base0);
+            s[j][2] = exp2f(s[j][2] - base1);
+            s[j][3] = exp2f(s[j][3] - base1);
+            sum0 += s[j][0] + s[j][1];
+            sum1 += s[j][2] + s[j][3];
+        }
+        l0 = l0 * c0 + sum0; /* per-thread partial row sums; reduced across the 4 threads at the end */
+        l1 = l1 * c1 + sum1;
+        m0 = mx0;
+        m1 = mx1;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= c0;
+            o[i][1] *= c0;
+            o[i][2] *= c1;
+            o[i][3] *= c1;
+        }
+        /* O += P V: P from the S accumulators (two n-tiles form one k16 A fragment) */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dd = 0; dd < D / 16; dd++) { /* two d-tiles per ldmatrix.x4.trans */
+                uint32_t b0, b1, b2, b3;
+                int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), c = dd * 2 + (lane >> 4);
+                ldmatrix_x4_trans(b0, b1, b2, b3, swz<D>(tV, r, c));
+                mma_bf16(o[2 * dd], a0, a1, a2, a3, b0, b1);
+                mma_bf16(o[2 * dd + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        int col = i * 8 + t4 * 2;
+        if (row0 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[i][0] * inv0, o[i][1] * inv0);
+        if (row1 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) = __floats2bfloat162_rn(o[i][2] * inv1, o[i][3] * inv1);
+    }
+#endif
+}
+
+/* ---- the plain kernel ------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float attn_ld(const void *p, int dt, int64_t i) {
+    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+__device__ __forceinline__ void attn_st(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else if (dt == 2) ((__half *)p)[i] = __float2half(v);
+    else ((float *)p)[i] = v;
+}
+
+/* One block (128 threads) per (query row, head). D <= 256. Scores for 128 keys at a time in shared memory. */
+__global__ void attn_naive(attn_args a, int D) {
+    __shared__ float sq[256], sp[128], red[32];
+    __shared__ float acc[256];
+    const int qi = blockIdx.x, h = blockIdx.y, hk = h / (a.Hq / a.Hk), tid = threadIdx.x;
+    const int64_t qo = (int64_t)qi * a.ldq + (int64_t)h * D;
+    for (int d = tid; d < D; d += blockDim.x) {
+        sq[d] = attn_ld(a.q, a.dt, qo + d);
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    int kend = a.causal ? qi + (a.Sk - a.Sq) + 1 : a.Sk;
+    if (kend > a.Sk) kend = a.Sk;
+    __syncthreads();
+    for (int k0 = 0; k0 < kend; k0 += 128) {
+        int key = k0 + tid;
+        float sc = -INFINITY;
+        if (key < kend) {
+            float dot = 0.0f;
+            const int64_t ko = (int64_t)key * a.ldk + (int64_t)hk * D;
+            for (int d = 0; d < D; d++) dot += sq[d] * attn_ld(a.k, a.dt, ko + d);
+            sc = dot * a.scale_log2;
+        }
+        /* block max */
+        float v = sc;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if ((tid & 31) == 0) red[tid >> 5] = v;
+        __syncthreads();
+        float bm = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+        __syncthreads();
+        float mn = fmaxf(m, bm);
+        float p = sc == -INFINITY ? 0.0f : exp2f(sc - mn);
+        sp[tid] = p;
+        float ps = p;
+        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        if ((tid & 31) == 0) red[tid >> 5] = ps;
+        __syncthreads();
+        float corr = m == -INFINITY ? 0.0f : exp2f(m - mn);
+        l = l * corr + red[0] + red[1] + red[2] + red[3];
+        m = mn;
+        int nk = kend - k0 < 128 ? kend - k0 : 128;
+        for (int d = tid; d < D; d += blockDim.x) {
+            float s = acc[d] * corr;
+            for (int j = 0; j < nk; j++) s += sp[j] * attn_ld(a.v, a.dt, (int64_t)(k0 + j) * a.ldv + (int64_t)hk * D + d);
+            acc[d] = s;
+        }
+        __syncthreads();
+    }
+    const int64_t oo = (int64_t)qi * a.ldo + (int64_t)h * D;
+    for (int d = tid; d < D; d += blockDim.x) attn_st(a.o, a.dt, oo + d, l > 0.0f ? acc[d] / l : 0.0f);
+}
+
+#endif

@@ -1,0 +1,650 @@
+/* Row-wise and elementwise CUDA kernels, the convolutions (direct, for the small audio decoder), and the backend
+ * table. Activations may be f32, bf16 or f16; math is f32; statistics reduce in f32 within a row.
+ *
+ * Indices on the device are not validated element by element (that would need a copy back): the layer that
+ * builds them (the packed layout) validates them on the host; kernels skip out-of-range rows rather than
+ * write out of bounds. */
+#include <math.h>
+
+#include "cuda/cuda_internal.cuh"
+
+#define NT 256
+
+h3_status cuda_need_float(h3_op_id op, const char *what, const h3_tensor *t) {
+    if (t && (cuda_dt(t->dtype) < 0 || t->q.mode != H3_SCALE_NONE))
+        return h3_missing_kernel(op, CUDA_NAME, what, t->dtype);
+    return H3_OK;
+}
+
+h3_status cuda_need_index(h3_op_id op, const h3_tensor *idx) {
+    if (idx && idx->dtype != H3_I32 && idx->dtype != H3_I64) return h3_missing_kernel(op, CUDA_NAME, "index", idx->dtype);
+    return H3_OK;
+}
+
+__device__ __forceinline__ int64_t ld_idx(const void *p, int is64, int64_t i) {
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/* Sum over the block; every thread gets the result. */
+__device__ float block_sum(float v) {
+    __shared__ float sh[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = l < nw ? sh[l] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float block_max(float v) {
+    __shared__ float sh[32];
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = l < nw ? sh[l] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static int threads_for(int64_t cols) {
+    int t = 32;
+    while (t < NT && t < cols) t *= 2;
+    return t;
+}
+
+/* ---- norms ------------------------------------------------------------------------------------------------ */
+
+__global__ void k_rms(rw_view y, rw_view x, const void *w, int wdt, float eps) {
+    int64_t r = blockIdx.x;
+    const void *xr = (const char *)x.p;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(xr, x.dt, r * x.ld + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float inv = rsqrtf(ss / (float)x.cols + eps);
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(xr, x.dt, r * x.ld + i) * inv;
+        if (w) v *= ld_f(w, wdt, i);
+        st_f(y.p, y.dt, r * y.ld + i, v);
+    }
+}
+
+static h3_status cuda_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps) {
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM, "weight", w));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_rms<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X, w ? w->data : NULL,
+                                                                        w ? cuda_dt(w->dtype) : 0, eps);
+    CU_LAUNCHED("rms_norm");
+    return H3_OK;
+}
+
+__global__ void k_ln(rw_view y, rw_view x, const void *w, int wdt, const void *b, int bdt, float eps) {
+    int64_t r = blockIdx.x;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) s += ld_f(x.p, x.dt, r * x.ld + i);
+    float mean = block_sum(s) / (float)x.cols;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float d = ld_f(x.p, x.dt, r * x.ld + i) - mean;
+        ss += d * d;
+    }
+    float inv = rsqrtf(block_sum(ss) / (float)x.cols + eps);
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = (ld_f(x.p, x.dt, r * x.ld + i) - mean) * inv;
+        if (w) v *= ld_f(w, wdt, i);
+        if (b) v += ld_f(b, bdt, i);
+        st_f(y.p, y.dt, r * y.ld + i, v);
+    }
+}
+
+static h3_status cuda_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                                 const h3_tensor *b, float eps) {
+    H3_TRY(cuda_need_float(H3_OP_LAYER_NORM, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_LAYER_NORM, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_LAYER_NORM, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_LAYER_NORM, "bias", b));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_ln<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(
+        Y, X, w ? w->data : NULL, w ? cuda_dt(w->dtype) : 0, b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0, eps);
+    CU_LAUNCHED("layer_norm");
+    return H3_OK;
+}
+
+__global__ void k_gn(void *y, int ydt, const void *x, int xdt, int64_t C, int64_t S, int G, const void *w, int wdt,
+                     const void *b, int bdt, float eps) {
+    int64_t bg = blockIdx.x, bi = bg / G, g = bg % G, cpg = C / G;
+    int64_t base = (bi * C + g * cpg) * S, n = cpg * S;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += ld_f(x, xdt, base + i);
+    float mean = block_sum(s) / (float)n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float d = ld_f(x, xdt, base + i) - mean;
+        ss += d * d;
+    }
+    float inv = rsqrtf(block_sum(ss) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int64_t c = g * cpg + i / S;
+        float v = (ld_f(x, xdt, base + i) - mean) * inv;
+        if (w) v *= ld_f(w, wdt, c);
+        if (b) v += ld_f(b, bdt, c);
+        st_f(y, ydt, base + i, v);
+    }
+}
+
+static h3_status cuda_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
+                                 const h3_tensor *b, float eps) {
+    H3_TRY(cuda_need_float(H3_OP_GROUP_NORM, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_GROUP_NORM, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_GROUP_NORM, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_GROUP_NORM, "bias", b));
+    int64_t B = x->shape[0];
+    if (B * groups == 0) return H3_OK;
+    k_gn<<<(unsigned)(B * groups), NT, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype),
+                                                            x->shape[1], x->shape[2], groups, w ? w->data : NULL,
+                                                            w ? cuda_dt(w->dtype) : 0, b ? b->data : NULL,
+                                                            b ? cuda_dt(b->dtype) : 0, eps);
+    CU_LAUNCHED("group_norm");
+    return H3_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------------------------ */
+
+__global__ void k_unary(rw_view y, rw_view x, int kind) {
+    int64_t r = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i), o;
+        switch (kind) {
+            case H3_UNARY_SILU: o = v / (1.0f + expf(-v)); break;
+            case H3_UNARY_GELU: o = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+            case H3_UNARY_GELU_TANH: o = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); break;
+            case H3_UNARY_TANH: o = tanhf(v); break;
+            case H3_UNARY_SIGMOID: o = 1.0f / (1.0f + expf(-v)); break;
+            default: o = expf(v); break;
+        }
+        st_f(y.p, y.dt, r * y.ld + i, o);
+    }
+}
+
+static h3_status cuda_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary kind) {
+    H3_TRY(cuda_need_float(H3_OP_UNARY, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_UNARY, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_unary<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X, (int)kind);
+    CU_LAUNCHED("unary");
+    return H3_OK;
+}
+
+__global__ void k_snake(rw_view y, rw_view x, const void *a, int adt, const void *b, int bdt, int logscale) {
+    int64_t r = blockIdx.x;
+    float al = ld_f(a, adt, r), be = b ? ld_f(b, bdt, r) : al;
+    if (logscale) {
+        al = expf(al);
+        be = expf(be);
+    }
+    float inv = 1.0f / (be + 1e-9f);
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i), s = sinf(al * v);
+        st_f(y.p, y.dt, r * y.ld + i, v + inv * s * s);
+    }
+}
+
+static h3_status cuda_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha,
+                            const h3_tensor *beta, unsigned flags) {
+    H3_TRY(cuda_need_float(H3_OP_SNAKE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_SNAKE, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_SNAKE, "alpha", alpha));
+    H3_TRY(cuda_need_float(H3_OP_SNAKE, "beta", beta));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_snake<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(
+        Y, X, alpha->data, cuda_dt(alpha->dtype), beta ? beta->data : NULL, beta ? cuda_dt(beta->dtype) : 0,
+        (flags & H3_SNAKE_LOGSCALE) ? 1 : 0);
+    CU_LAUNCHED("snake");
+    return H3_OK;
+}
+
+__global__ void k_softmax(rw_view y, rw_view x) {
+    int64_t r = blockIdx.x;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) m = fmaxf(m, ld_f(x.p, x.dt, r * x.ld + i));
+    m = block_max(m);
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) s += expf(ld_f(x.p, x.dt, r * x.ld + i) - m);
+    float inv = 1.0f / block_sum(s);
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x)
+        st_f(y.p, y.dt, r * y.ld + i, expf(ld_f(x.p, x.dt, r * x.ld + i) - m) * inv);
+}
+
+static h3_status cuda_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
+    H3_TRY(cuda_need_float(H3_OP_SOFTMAX, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_SOFTMAX, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_softmax<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X);
+    CU_LAUNCHED("softmax");
+    return H3_OK;
+}
+
+/* y = alpha·x + beta, clamped to [lo, hi] (clamp uses alpha 1, beta 0). */
+__global__ void k_affine(rw_view y, rw_view x, float alpha, float beta, float lo, float hi) {
+    int64_t r = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = alpha * ld_f(x.p, x.dt, r * x.ld + i) + beta;
+        st_f(y.p, y.dt, r * y.ld + i, fminf(fmaxf(v, lo), hi));
+    }
+}
+
+static h3_status cuda_clamp(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float lo, float hi) {
+    H3_TRY(cuda_need_float(H3_OP_CLAMP, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_CLAMP, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_affine<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X, 1.0f, 0.0f, lo, hi);
+    CU_LAUNCHED("clamp");
+    return H3_OK;
+}
+
+static h3_status cuda_scale(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float alpha, float beta) {
+    H3_TRY(cuda_need_float(H3_OP_SCALE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_SCALE, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_affine<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X, alpha, beta, -INFINITY, INFINITY);
+    CU_LAUNCHED("scale");
+    return H3_OK;
+}
+
+__global__ void k_fill(rw_view y, float v) {
+    int64_t r = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < y.cols; i += blockDim.x) st_f(y.p, y.dt, r * y.ld + i, v);
+}
+
+static h3_status cuda_fill(h3_exec *ex, h3_tensor *y, float value) {
+    H3_TRY(cuda_need_float(H3_OP_FILL, "y", y));
+    rw_view Y = rw_of(y);
+    if (Y.rows == 0) return H3_OK;
+    k_fill<<<(unsigned)Y.rows, threads_for(Y.cols), 0, cuda_stream(ex)>>>(Y, value);
+    CU_LAUNCHED("fill");
+    return H3_OK;
+}
+
+static h3_status cuda_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
+    if (x->dtype == y->dtype) return h3_copy(ex, y, x);
+    H3_TRY(cuda_need_float(H3_OP_CONVERT, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_CONVERT, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_affine<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(Y, X, 1.0f, 0.0f, -INFINITY, INFINITY);
+    CU_LAUNCHED("convert");
+    return H3_OK;
+}
+
+__global__ void k_binary(rw_view y, rw_view a, rw_view b, int bmode, int kind) {
+    int64_t r = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
+        float av = ld_f(a.p, a.dt, r * a.ld + i);
+        float bv = bmode == 0 ? ld_f(b.p, b.dt, r * b.ld + i) : bmode == 1 ? ld_f(b.p, b.dt, i) : ld_f(b.p, b.dt, 0);
+        float o = kind == H3_BINARY_ADD ? av + bv : kind == H3_BINARY_SUB ? av - bv : av * bv;
+        st_f(y.p, y.dt, r * y.ld + i, o);
+    }
+}
+
+static h3_status cuda_binary(h3_exec *ex, h3_tensor *y, const h3_tensor *a, const h3_tensor *b, h3_binary kind) {
+    H3_TRY(cuda_need_float(H3_OP_BINARY, "a", a));
+    H3_TRY(cuda_need_float(H3_OP_BINARY, "b", b));
+    H3_TRY(cuda_need_float(H3_OP_BINARY, "y", y));
+    rw_view A = rw_of(a), B = rw_of(b), Y = rw_of(y);
+    int64_t nb = h3_tensor_numel(b);
+    int bmode = (nb == h3_tensor_numel(a) && B.rows == A.rows) ? 0 : (nb == 1 ? 2 : 1);
+    if (A.rows == 0) return H3_OK;
+    k_binary<<<(unsigned)A.rows, threads_for(A.cols), 0, cuda_stream(ex)>>>(Y, A, B, bmode, (int)kind);
+    CU_LAUNCHED("binary");
+    return H3_OK;
+}
+
+__global__ void k_swiglu(rw_view y, rw_view x, int gate_first) {
+    int64_t r = blockIdx.x, F = y.cols;
+    for (int64_t i = threadIdx.x; i < F; i += blockDim.x) {
+        float g = ld_f(x.p, x.dt, r * x.ld + (gate_first ? i : F + i));
+        float v = ld_f(x.p, x.dt, r * x.ld + (gate_first ? F + i : i));
+        st_f(y.p, y.dt, r * y.ld + i, g / (1.0f + expf(-g)) * v);
+    }
+}
+
+static h3_status cuda_swiglu(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gate_first) {
+    H3_TRY(cuda_need_float(H3_OP_SWIGLU, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_SWIGLU, "y", y));
+    rw_view X = rw_of(x), Y = rw_of(y);
+    if (X.rows == 0) return H3_OK;
+    k_swiglu<<<(unsigned)X.rows, threads_for(Y.cols), 0, cuda_stream(ex)>>>(Y, X, gate_first);
+    CU_LAUNCHED("swiglu");
+    return H3_OK;
+}
+
+__global__ void k_modulate(rw_view y, rw_view x, rw_view sh, rw_view sc, const void *idx, int is64, int64_t T) {
+    int64_t r = blockIdx.x;
+    int64_t t = idx ? ld_idx(idx, is64, r) : 0;
+    if (t < 0 || t >= T) return;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i);
+        v = v * (1.0f + ld_f(sc.p, sc.dt, t * sc.ld + i)) + ld_f(sh.p, sh.dt, t * sh.ld + i);
+        st_f(y.p, y.dt, r * y.ld + i, v);
+    }
+}
+
+static h3_status cuda_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *shift,
+                               const h3_tensor *scale, const h3_tensor *idx) {
+    H3_TRY(cuda_need_float(H3_OP_MODULATE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_MODULATE, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_MODULATE, "shift", shift));
+    H3_TRY(cuda_need_float(H3_OP_MODULATE, "scale", scale));
+    H3_TRY(cuda_need_index(H3_OP_MODULATE, idx));
+    rw_view X = rw_of(x), Y = rw_of(y), S0 = rw_of(shift), S1 = rw_of(scale);
+    if (X.rows == 0) return H3_OK;
+    k_modulate<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(
+        Y, X, S0, S1, idx ? idx->data : NULL, idx ? idx->dtype == H3_I64 : 0, S0.rows);
+    CU_LAUNCHED("modulate");
+    return H3_OK;
+}
+
+__global__ void k_gated_add(rw_view x, rw_view h, rw_view g, const void *idx, int is64, int64_t T) {
+    int64_t r = blockIdx.x;
+    int64_t t = idx ? ld_idx(idx, is64, r) : 0;
+    if (t < 0 || t >= T) return;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i) + ld_f(g.p, g.dt, t * g.ld + i) * ld_f(h.p, h.dt, r * h.ld + i);
+        st_f(x.p, x.dt, r * x.ld + i, v);
+    }
+}
+
+static h3_status cuda_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h3_tensor *gate,
+                                const h3_tensor *idx) {
+    H3_TRY(cuda_need_float(H3_OP_GATED_ADD, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_GATED_ADD, "h", h));
+    H3_TRY(cuda_need_float(H3_OP_GATED_ADD, "gate", gate));
+    H3_TRY(cuda_need_index(H3_OP_GATED_ADD, idx));
+    rw_view X = rw_of(x), Hh = rw_of(h), G = rw_of(gate);
+    if (X.rows == 0) return H3_OK;
+    k_gated_add<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(
+        X, Hh, G, idx ? idx->data : NULL, idx ? idx->dtype == H3_I64 : 0, G.rows);
+    CU_LAUNCHED("gated_add");
+    return H3_OK;
+}
+
+/* ---- rotary ------------------------------------------------------------------------------------------------ */
+
+/* One thread per (head, rotated pair): reads both halves of its pair before writing them, so in place is safe. */
+__global__ void k_rope(void *y, int ydt, int64_t ldy, const void *x, int xdt, int64_t ldx, const float *cs,
+                       int64_t ldc, const float *sn, int64_t lds, int H, int D, int R, int copy_rest) {
+    int64_t s = blockIdx.x;
+    int half = R / 2;
+    const float *c = cs + s * ldc, *n = sn + s * lds;
+    for (int j = threadIdx.x; j < H * half; j += blockDim.x) {
+        int h = j / half, i = j % half;
+        int64_t xo = s * ldx + (int64_t)h * D, yo = s * ldy + (int64_t)h * D;
+        float a = ld_f(x, xdt, xo + i), b = ld_f(x, xdt, xo + i + half);
+        st_f(y, ydt, yo + i, a * c[i] - b * n[i]);
+        st_f(y, ydt, yo + i + half, b * c[i + half] + a * n[i + half]);
+    }
+    if (copy_rest) {
+        int rest = D - R;
+        for (int j = threadIdx.x; j < H * rest; j += blockDim.x) {
+            int h = j / rest, i = R + j % rest;
+            st_f(y, ydt, s * ldy + (int64_t)h * D + i, ld_f(x, xdt, s * ldx + (int64_t)h * D + i));
+        }
+    }
+}
+
+static h3_status cuda_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *cos,
+                           const h3_tensor *sin) {
+    H3_TRY(cuda_need_float(H3_OP_ROPE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_ROPE, "y", y));
+    int inplace = x->data == y->data;
+    if (inplace && (x->stride[0] != y->stride[0] || x->dtype != y->dtype))
+        return H3_ERR(H3_ERR_INVALID, "op 'rope' in place needs equal strides and dtypes");
+    int64_t S = x->shape[0];
+    int H = (int)x->shape[1], D = (int)x->shape[2], R = (int)cos->shape[1];
+    if (S == 0) return H3_OK;
+    int64_t ldc = cos->shape[1], lds = sin->shape[1];
+    h3_tensor_is_rowwise(cos, &ldc);
+    h3_tensor_is_rowwise(sin, &lds);
+    k_rope<<<(unsigned)S, NT, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), y->stride[0], x->data,
+                                                    cuda_dt(x->dtype), x->stride[0], (const float *)cos->data, ldc,
+                                                    (const float *)sin->data, lds, H, D, R, !inplace && R < D);
+    CU_LAUNCHED("rope");
+    return H3_OK;
+}
+
+/* ---- rows ---------------------------------------------------------------------------------------------------- */
+
+__global__ void k_move_rows(uint8_t *y, int64_t ldy_b, const uint8_t *x, int64_t ldx_b, int64_t row_b,
+                            const void *idx, int is64, int64_t limit, int scatter, int wide) {
+    int64_t i = blockIdx.x;
+    int64_t j = ld_idx(idx, is64, i);
+    if (j < 0 || j >= limit) return;
+    int64_t src = scatter ? i : j, dst = scatter ? j : i;
+    const uint8_t *s = x + src * ldx_b;
+    uint8_t *d = y + dst * ldy_b;
+    if (wide) {
+        for (int64_t k = threadIdx.x; k < row_b / 16; k += blockDim.x) ((uint4 *)d)[k] = ((const uint4 *)s)[k];
+    } else {
+        for (int64_t k = threadIdx.x; k < row_b; k += blockDim.x) d[k] = s[k];
+    }
+}
+
+static h3_status cuda_move_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx, int scatter) {
+    h3_op_id op = scatter ? H3_OP_SCATTER_ROWS : H3_OP_GATHER_ROWS;
+    H3_TRY(cuda_need_index(op, idx));
+    size_t es = h3_dtype_size(x->dtype);
+    int64_t ldx = h3_tensor_cols(x), ldy = h3_tensor_cols(y);
+    h3_tensor_is_rowwise(x, &ldx);
+    h3_tensor_is_rowwise(y, &ldy);
+    int64_t row_b = h3_tensor_cols(x) * (int64_t)es, n = h3_tensor_numel(idx);
+    if (n == 0 || row_b == 0) return H3_OK;
+    int wide = (row_b % 16 == 0) && ((ldx * (int64_t)es) % 16 == 0) && ((ldy * (int64_t)es) % 16 == 0) &&
+               ((uintptr_t)x->data % 16 == 0) && ((uintptr_t)y->data % 16 == 0);
+    k_move_rows<<<(unsigned)n, 128, 0, cuda_stream(ex)>>>((uint8_t *)y->data, ldy * (int64_t)es,
+                                                         (const uint8_t *)x->data, ldx * (int64_t)es, row_b, idx->data,
+                                                         idx->dtype == H3_I64, scatter ? h3_tensor_rows(y) : h3_tensor_rows(x),
+                                                         scatter, wide);
+    CU_LAUNCHED(scatter ? "scatter_rows" : "gather_rows");
+    return H3_OK;
+}
+
+static h3_status cuda_gather_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx) {
+    return cuda_move_rows(ex, y, x, idx, 0);
+}
+static h3_status cuda_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx) {
+    return cuda_move_rows(ex, y, x, idx, 1);
+}
+
+/* ---- convolutions (direct; the audio decoder is small) ------------------------------------------------------ */
+
+__device__ __forceinline__ int64_t pad_idx(int64_t i, int64_t n, int mode) {
+    if (i >= 0 && i < n) return i;
+    if (mode == H3_PAD_REFLECT) {
+        if (n == 1) return 0;
+        while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
+        return i;
+    }
+    if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
+    return -1;
+}
+
+__global__ void k_conv1d(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, const void *b, int bdt,
+                         int64_t cin, int64_t tin, int64_t cout, int64_t tout, int64_t K, int stride, int dil, int pl,
+                         int groups, int mode) {
+    int64_t co = blockIdx.y;
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= tout) return;
+    int64_t cig = cin / groups, cog = cout / groups, g = co / cog;
+    float acc = b ? ld_f(b, bdt, co) : 0.0f;
+    for (int64_t ci = 0; ci < cig; ci++) {
+        for (int64_t k = 0; k < K; k++) {
+            int64_t src = pad_idx(t * stride + k * dil - pl, tin, mode);
+            if (src >= 0) acc += ld_f(w, wdt, (co * cig + ci) * K + k) * ld_f(x, xdt, (g * cig + ci) * tin + src);
+        }
+    }
+    st_f(y, ydt, co * tout + t, acc);
+}
+
+static h3_status cuda_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                             const h3_conv1d_params *p) {
+    H3_TRY(cuda_need_float(H3_OP_CONV1D, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_CONV1D, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_CONV1D, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_CONV1D, "bias", b));
+    int64_t tout = y->shape[1], cout = y->shape[0];
+    if (tout == 0 || cout == 0) return H3_OK;
+    dim3 grid((unsigned)((tout + 127) / 128), (unsigned)cout);
+    k_conv1d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
+                                                cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,
+                                                x->shape[0], x->shape[1], cout, tout, w->shape[2], p->stride,
+                                                p->dilation, p->pad_left, p->groups > 0 ? p->groups : 1, (int)p->pad_mode);
+    CU_LAUNCHED("conv1d");
+    return H3_OK;
+}
+
+/* Transposed: gather form, each output sums the inputs that land on it. */
+__global__ void k_convt1d(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, const void *b, int bdt,
+                          int64_t cin, int64_t tin, int64_t cout, int64_t tout, int64_t K, int stride, int pad, int dil,
+                          int groups) {
+    int64_t co = blockIdx.y;
+    int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= tout) return;
+    int64_t cig = cin / groups, cog = cout / groups, g = co / cog, j = co % cog;
+    float acc = b ? ld_f(b, bdt, co) : 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t num = o + pad - k * dil;
+        if (num < 0 || num % stride) continue;
+        int64_t t = num / stride;
+        if (t >= tin) continue;
+        for (int64_t ci = 0; ci < cig; ci++) {
+            int64_t cin_i = g * cig + ci;
+            acc += ld_f(x, xdt, cin_i * tin + t) * ld_f(w, wdt, (cin_i * cog + j) * K + k);
+        }
+    }
+    st_f(y, ydt, co * tout + o, acc);
+}
+
+static h3_status cuda_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                                       const h3_tensor *b, const h3_convt1d_params *p) {
+    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "bias", b));
+    int64_t tout = y->shape[1], cout = y->shape[0];
+    if (tout == 0 || cout == 0) return H3_OK;
+    dim3 grid((unsigned)((tout + 127) / 128), (unsigned)cout);
+    k_convt1d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
+                                                 cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,
+                                                 x->shape[0], x->shape[1], cout, tout, w->shape[2], p->stride,
+                                                 p->padding, p->dilation > 0 ? p->dilation : 1,
+                                                 p->groups > 0 ? p->groups : 1);
+    CU_LAUNCHED("conv_transpose1d");
+    return H3_OK;
+}
+
+typedef struct {
+    int stride[3], pad0[3], mode[3];
+} c3p;
+
+__global__ void k_conv3d(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, const void *b, int bdt,
+                         int64_t cin, int64_t T, int64_t H, int64_t W, int64_t kt, int64_t kh, int64_t kw, int64_t To,
+                         int64_t Ho, int64_t Wo, c3p p) {
+    int64_t co = blockIdx.y;
+    int64_t pos = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pos >= To * Ho * Wo) return;
+    int64_t wo = pos % Wo, ho = (pos / Wo) % Ho, to = pos / (Wo * Ho);
+    float acc = b ? ld_f(b, bdt, co) : 0.0f;
+    for (int64_t ci = 0; ci < cin; ci++)
+        for (int64_t a = 0; a < kt; a++) {
+            int64_t ti = pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
+            if (ti < 0) continue;
+            for (int64_t c = 0; c < kh; c++) {
+                int64_t hi = pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
+                if (hi < 0) continue;
+                for (int64_t d = 0; d < kw; d++) {
+                    int64_t wi = pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
+                    if (wi < 0) continue;
+                    acc += ld_f(w, wdt, (((co * cin + ci) * kt + a) * kh + c) * kw + d) *
+                           ld_f(x, xdt, ((ci * T + ti) * H + hi) * W + wi);
+                }
+            }
+        }
+    st_f(y, ydt, co * To * Ho * Wo + pos, acc);
+}
+
+static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                             const h3_conv3d_params *p) {
+    H3_TRY(cuda_need_float(H3_OP_CONV3D, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_CONV3D, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_CONV3D, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_CONV3D, "bias", b));
+    c3p q;
+    for (int a = 0; a < 3; a++) {
+        q.stride[a] = p->stride[a];
+        q.pad0[a] = p->pad[a][0];
+        q.mode[a] = (int)p->pad_mode[a];
+    }
+    int64_t npos = y->shape[1] * y->shape[2] * y->shape[3];
+    if (npos == 0) return H3_OK;
+    dim3 grid((unsigned)((npos + 127) / 128), (unsigned)y->shape[0]);
+    k_conv3d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
+                                                cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,
+                                                x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[2],
+                                                w->shape[3], w->shape[4], y->shape[1], y->shape[2], y->shape[3], q);
+    CU_LAUNCHED("conv3d");
+    return H3_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------------------------------------ */
+
+h3_status cuda_copy_entry(h3_exec *ex, h3_tensor *dst, const h3_tensor *src);
+h3_status cuda_sync_entry(h3_exec *ex);
+
+static h3_backend g_table;
+
+extern "C" const h3_backend *h3_cuda_backend_table(void) {
+    h3_backend *t = &g_table;
+    t->name = CUDA_NAME;
+    t->gemm = cuda_gemm;
+    t->rms_norm = cuda_rms_norm;
+    t->layer_norm = cuda_layer_norm;
+    t->group_norm = cuda_group_norm;
+    t->unary = cuda_unary;
+    t->snake = cuda_snake;
+    t->softmax = cuda_softmax;
+    t->clamp = cuda_clamp;
+    t->rope = cuda_rope;
+    t->attention = cuda_attention;
+    t->conv1d = cuda_conv1d;
+    t->conv_transpose1d = cuda_conv_transpose1d;
+    t->conv3d = cuda_conv3d;
+    t->gather_rows = cuda_gather_rows;
+    t->scatter_rows = cuda_scatter_rows;
+    t->binary = cuda_binary;
+    t->scale = cuda_scale;
+    t->swiglu = cuda_swiglu;
+    t->modulate = cuda_modulate;
+    t->gated_add = cuda_gated_add;
+    t->convert = cuda_convert;
+    t->fill = cuda_fill;
+    t->copy = cuda_copy_entry;
+    t->sync = cuda_sync_entry;
+    return t;
+}

@@ -1,0 +1,175 @@
+/* GEMM on the GPU through cuBLASLt: y[M,N] = x[M,K] · w[N,K]ᵀ (+ bias[N]) (+ y when accumulating).
+ *
+ * Row-major y is column-major yᵀ [N, M], so cuBLASLt computes yᵀ = op(w) · xᵀ with w read transposed. bf16 and f16
+ * run on tensor cores with fp32 accumulation; f32 stays exact f32 (no TF32), as the checkpoint's f32 layers want.
+ * The bias is added in the epilogue. Plans (descriptors + the heuristic's algorithm) are cached per shape. */
+#include <pthread.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.cuh"
+
+#define LT_TRY(call, what)                                                                                       \
+    do {                                                                                                         \
+        cublasStatus_t s__ = (call);                                                                             \
+        if (s__ != CUBLAS_STATUS_SUCCESS)                                                                        \
+            return H3_ERR(H3_ERR_DEVICE, "cuBLASLt %s failed: status %d", what, (int)s__);                      \
+    } while (0)
+
+typedef struct {
+    int64_t M, N, K, ldx, ldw, ldy;
+    int dt, bias_dt, epilogue, accumulate, align;
+    int valid;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t last_use;
+} gemm_plan;
+
+#define N_PLANS 128
+static gemm_plan g_plans[N_PLANS];
+static uint64_t g_clock;
+static pthread_mutex_t g_plan_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void plan_destroy(gemm_plan *p) {
+    if (!p->valid) return;
+    cublasLtMatmulDescDestroy(p->op);
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    p->valid = 0;
+}
+
+extern "C" h3_status cuda_gemm_init(h3_cuda_state *s) {
+    LT_TRY(cublasLtCreate(&s->lt), "create");
+    s->workspace_size = (size_t)32 << 20;
+    s->workspace = cuda_arena_alloc(s, s->workspace_size);
+    if (!s->workspace) {
+        cublasLtDestroy(s->lt);
+        return h3_error_wrap(H3_ERR_NOMEM, "reserving the 32 MiB cuBLASLt workspace");
+    }
+    return H3_OK;
+}
+
+extern "C" void cuda_gemm_shutdown(h3_cuda_state *s) {
+    pthread_mutex_lock(&g_plan_mu);
+    for (int i = 0; i < N_PLANS; i++) plan_destroy(&g_plans[i]);
+    pthread_mutex_unlock(&g_plan_mu);
+    cuda_arena_free(s, s->workspace);
+    cublasLtDestroy(s->lt);
+}
+
+static cudaDataType_t lt_type(int dt) {
+    return dt == 1 ? CUDA_R_16BF : dt == 2 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static int ptr_align(const void *p, int64_t ld, size_t es) {
+    uintptr_t a = (uintptr_t)p | (uintptr_t)((size_t)ld * es);
+    int al = 256;
+    while (al > 1 && (a % (uintptr_t)al)) al /= 2;
+    return al;
+}
+
+static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
+    cudaDataType_t t = lt_type(p->dt);
+    cublasComputeType_t ct = p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    LT_TRY(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "matmul descriptor");
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (p->epilogue) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+        cudaDataType_t bt = lt_type(p->bias_dt);
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+    }
+    /* A = w as column-major [K, N] (ld = ldw), used transposed; B = x as column-major [K, M]; C = y as [N, M]. */
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)p->K, (uint64_t)p->N, p->ldw), "layout A");
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)p->K, (uint64_t)p->M, p->ldx), "layout B");
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->c, t, (uint64_t)p->N, (uint64_t)p->M, p->ldy), "layout C");
+    cublasLtMatmulPreference_t pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    uint64_t ws = s->workspace_size;
+    uint32_t al = (uint32_t)p->align;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    int n = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || n == 0) {
+        p->valid = 1;
+        plan_destroy(p);
+        return H3_ERR(H3_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for gemm M%lld N%lld K%lld (%s)", (long long)p->M,
+                      (long long)p->N, (long long)p->K, p->dt == 1 ? "bf16" : p->dt == 2 ? "f16" : "f32");
+    }
+    p->algo = res.algo;
+    p->valid = 1;
+    return H3_OK;
+}
+
+extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                               const h3_tensor *bias, unsigned flags) {
+    h3_cuda_state *s = cuda_state(ex);
+    int dt = cuda_dt(x->dtype);
+    if (dt < 0 || y->dtype != x->dtype) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
+    if (w->dtype != x->dtype || w->q.mode != H3_SCALE_NONE)
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "weights (with activations of the same dtype)", w->dtype);
+    if (bias && cuda_dt(bias->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
+    rw_view X = rw_of(x), Y = rw_of(y), W = rw_of(w);
+    if (X.rows == 0 || W.rows == 0) return H3_OK;
+    size_t es = h3_dtype_size(x->dtype);
+    int al = ptr_align(x->data, X.ld, es);
+    int a2 = ptr_align(w->data, W.ld, es), a3 = ptr_align(y->data, Y.ld, es);
+    if (a2 < al) al = a2;
+    if (a3 < al) al = a3;
+    gemm_plan key;
+    memset(&key, 0, sizeof key);
+    key.M = X.rows;
+    key.N = W.rows;
+    key.K = X.cols;
+    key.ldx = X.ld;
+    key.ldw = W.ld;
+    key.ldy = Y.ld;
+    key.dt = dt;
+    key.bias_dt = bias ? cuda_dt(bias->dtype) : -1;
+    key.epilogue = bias != NULL;
+    key.accumulate = (flags & H3_GEMM_ACCUMULATE) != 0;
+    key.align = al;
+    pthread_mutex_lock(&g_plan_mu);
+    gemm_plan *p = NULL, *victim = &g_plans[0];
+    for (int i = 0; i < N_PLANS; i++) {
+        gemm_plan *c = &g_plans[i];
+        if (c->valid && c->M == key.M && c->N == key.N && c->K == key.K && c->ldx == key.ldx && c->ldw == key.ldw &&
+            c->ldy == key.ldy && c->dt == key.dt && c->bias_dt == key.bias_dt && c->epilogue == key.epilogue &&
+            c->align == key.align) {
+            p = c;
+            break;
+        }
+        if (!c->valid || c->last_use < victim->last_use) victim = c;
+    }
+    h3_status st = H3_OK;
+    if (!p) {
+        plan_destroy(victim);
+        *victim = key;
+        st = plan_make(s, victim);
+        if (st == H3_OK) p = victim;
+    }
+    if (p) p->last_use = ++g_clock;
+    if (st == H3_OK) {
+        float alpha = 1.0f, beta = key.accumulate ? 1.0f : 0.0f;
+        if (bias) {
+            const void *bp = bias->data;
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+        }
+        cublasStatus_t r = cublasLtMatmul(s->lt, p->op, &alpha, w->data, p->a, x->data, p->b, &beta, y->data, p->c,
+                                          y->data, p->c, &p->algo, s->workspace, s->workspace_size, cuda_stream(ex));
+        if (r != CUBLAS_STATUS_SUCCESS)
+            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt matmul M%lld N%lld K%lld failed: status %d", (long long)key.M,
+                        (long long)key.N, (long long)key.K, (int)r);
+    }
+    pthread_mutex_unlock(&g_plan_mu);
+    return st;
+}

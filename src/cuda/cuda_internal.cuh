@@ -1,0 +1,118 @@
+/* Shared pieces of the CUDA backend (.cu files only). */
+#ifndef H3_CUDA_INTERNAL_CUH
+#define H3_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "base/alloc.h"
+#include "base/log.h"
+#include "cuda/cuda.h"
+#include "tensor/ops.h"
+}
+
+#define CUDA_NAME "cuda"
+
+/* Returns an H3_ERR_DEVICE status naming the call when a CUDA runtime call fails. */
+#define CU_TRY(call)                                                                                             \
+    do {                                                                                                         \
+        cudaError_t e__ = (call);                                                                                \
+        if (e__ != cudaSuccess)                                                                                  \
+            return H3_ERR(H3_ERR_DEVICE, "%s failed: %s (%s)", #call, cudaGetErrorString(e__),                   \
+                          cudaGetErrorName(e__));                                                                \
+    } while (0)
+
+/* After a kernel launch: report a launch failure with the kernel's name. */
+#define CU_LAUNCHED(name)                                                                                        \
+    do {                                                                                                         \
+        cudaError_t e__ = cudaGetLastError();                                                                    \
+        if (e__ != cudaSuccess)                                                                                  \
+            return H3_ERR(H3_ERR_DEVICE, "kernel %s failed to launch: %s", name, cudaGetErrorString(e__));      \
+    } while (0)
+
+/* The device arena: one region reserved at start-up, carved first-fit with coalescing, so no cudaMalloc happens
+ * after start-up and every device byte the engine holds is counted. */
+typedef struct h3_arena_block {
+    size_t off, size;
+    int used;
+    struct h3_arena_block *next;
+} h3_arena_block;
+
+typedef struct h3_cuda_state {
+    int device;
+    cudaDeviceProp prop;
+    cudaStream_t compute, copy;
+    cublasLtHandle_t lt;
+    /* arena */
+    uint8_t *base;
+    size_t capacity, used, peak;
+    h3_arena_block *blocks;
+    void *mu; /* pthread_mutex_t* */
+    /* cuBLASLt workspace (from the arena) */
+    void *workspace;
+    size_t workspace_size;
+    /* attention tile configuration chosen at start-up from the shared-memory limit */
+    int attn_smem_limit;
+} h3_cuda_state;
+
+static inline h3_cuda_state *cuda_state(h3_exec *ex) {
+    return (h3_cuda_state *)ex->cuda;
+}
+static inline cudaStream_t cuda_stream(h3_exec *ex) {
+    return cuda_state(ex)->compute;
+}
+
+/* A row-wise 2-D view: rows × cols with a row stride, of a float dtype. */
+typedef struct {
+    void *p;
+    int64_t rows, cols, ld;
+    int dt; /* 0 f32, 1 bf16, 2 f16 */
+} rw_view;
+
+static inline int cuda_dt(h3_dtype t) {
+    return t == H3_F32 ? 0 : t == H3_BF16 ? 1 : t == H3_F16 ? 2 : -1;
+}
+
+static inline rw_view rw_of(const h3_tensor *t) {
+    rw_view v;
+    v.p = t->data;
+    v.rows = h3_tensor_rows(t);
+    v.cols = h3_tensor_cols(t);
+    v.ld = v.cols;
+    h3_tensor_is_rowwise(t, &v.ld);
+    v.dt = cuda_dt(t->dtype);
+    return v;
+}
+
+__device__ __forceinline__ float ld_f(const void *p, int dt, int64_t i) {
+    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void st_f(void *p, int dt, int64_t i, float v) {
+    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else if (dt == 2) ((__half *)p)[i] = __float2half(v);
+    else ((float *)p)[i] = v;
+}
+
+/* Float dtypes the elementwise kernels take. */
+h3_status cuda_need_float(h3_op_id op, const char *what, const h3_tensor *t);
+h3_status cuda_need_index(h3_op_id op, const h3_tensor *idx);
+
+extern "C" {
+h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
+                    unsigned flags);
+h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
+                         float scale, unsigned flags);
+h3_status cuda_gemm_init(h3_cuda_state *s);
+void cuda_gemm_shutdown(h3_cuda_state *s);
+void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes);
+void cuda_arena_free(h3_cuda_state *s, void *p);
+}
+
+#endif

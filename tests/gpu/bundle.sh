@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the GPU-side test and benchmark programs here (portable x86-64 code, sm_90 CUDA) and gathers them with the
+# shared libraries they need that a bare CUDA machine may lack, into .devbundle/ (ignored by git):
+#   .devbundle/bin/*   test_cuda_ops, bench_cuda_kernels, h3run, attention_forward, ...
+#   .devbundle/lib/*   libopenblas, libjansson, libgfortran, ... (not libc, not the CUDA libraries)
+# On the GPU machine: tests/gpu/run.sh runs them (LD_LIBRARY_PATH points at .devbundle/lib).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ARCH=${H3_CUDA_ARCHS:-90}
+cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA=ON -DH3_CUDA_ARCHS="$ARCH" >/dev/null
+cmake --build build-dev -j"$(nproc)" >/dev/null
+rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
+progs=(h3run test_cuda_ops bench_cuda_kernels)
+for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
+for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
+nvcc -O3 -arch=sm_"$ARCH" -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
+skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcuda\.so)'
+for b in .devbundle/bin/*; do
+    ldd "$b" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+        [[ $name =~ $skip ]] && continue
+        [ -e ".devbundle/lib/$name" ] || cp -L "$path" ".devbundle/lib/$name"
+    done
+done
+du -sh .devbundle/bin .devbundle/lib

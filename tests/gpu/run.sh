@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
+# logging each to $OUT. Usage: tests/gpu/run.sh [step ...]   steps: info ops attn bench sdpa (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/h3out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.devbundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+B=.devbundle/bin
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(info ops attn bench sdpa)
+rc=0
+for s in "${steps[@]}"; do
+    echo "=== $s"
+    case $s in
+        info) nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; ldd --version | head -1
+              python3 -c 'import torch; print("torch", torch.__version__)' ;;
+        ops) $B/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        attn) $B/attention_forward 2>&1 | tee "$OUT/attention_forward.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        bench) $B/bench_cuda_kernels 2>&1 | tee "$OUT/bench_cuda_kernels.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        sdpa) python3 bench/attention_sdpa.py 2>&1 | tee "$OUT/attention_sdpa.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        *) echo "unknown step $s"; rc=1 ;;
+    esac
+done
+exit $rc
