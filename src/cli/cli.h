@@ -49,5 +49,6 @@ void h3_cli_setup_logging(int verbosity);
 int h3_cli_fail(const char *cmd, h3_status st);
 
 int h3_cmd_inspect(int argc, char **argv);
+int h3_cmd_dit(int argc, char **argv);
 
 #endif

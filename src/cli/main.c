@@ -13,6 +13,7 @@ typedef struct {
 
 static const subcommand g_cmds[] = {
     {"inspect", h3_cmd_inspect, "list the tensors of weight files and name the H3 components they hold"},
+    {"dit", h3_cmd_dit, "run the DiT once on a packed sequence given as named tensors"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,113 @@
+/* h3run dit: one DiT forward on a packed sequence given as named tensors, for debugging and for comparing with
+ * other implementations. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "io/safetensors.h"
+#include "models/dit.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int h3_cmd_dit(int argc, char **argv) {
+    const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto";
+    int quiet = 0, verbose = 0;
+    int64_t threads = 0, chunk = 0;
+    const h3_cli_opt opts[] = {
+        {"model", 'm', H3_OPT_STR, &model, "PATH", "DiT weights: a .safetensors file, a shard index or a folder "
+                                                    "(official, diffusers or ComfyUI pruned layout)"},
+        {"inputs", 'i', H3_OPT_STR, &inputs, "FILE", "the packed sequence: a .safetensors file of named tensors"},
+        {"output", 'o', H3_OPT_STR, &output, "FILE", "where to write video_velocity and audio_velocity (f32)"},
+        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
+        {"qkv-order", 0, H3_OPT_STR, &qkv, "ORDER",
+         "rows of a fused qkv_proj: auto (official: per-head interleaved; ComfyUI: contiguous), interleaved, contiguous"},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
+        {"chunk-rows", 0, H3_OPT_INT, &chunk, "N", "rows per FFN chunk (default 2048)"},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+        {0},
+    };
+    const h3_cli_cmd cmd = {
+        "dit", "dit --model PATH --inputs FILE -o OUT",
+        "Run the MiniMax-H3 DiT once on a packed sequence. The inputs file holds the arguments of diffusers'\n"
+        "MiniMaxH3Transformer3DModel.forward without the batch axis:\n"
+        "  video [Nv, 96], audio [Na, 32], text [L, text_dim]      f32 (other float types are converted)\n"
+        "  timesteps [T]                                           the distinct t = 1 - sigma\n"
+        "  timestep_indices [S], token_tags [S] (0 video, 1 text, 2 audio)\n"
+        "  position_ids [S, 3]                                     F64 (t, h, w)\n"
+        "  video_indices [Nv], audio_indices [Na], text_indices [L] I64 or I32 rows of the packed sequence\n"
+        "It writes video_velocity [Nv, 96] and audio_velocity [Na, 32] (f32, x0 = x_t + sigma * v).",
+        "example:\n  h3run dit --model FL2VA/transformer --inputs packed.safetensors -o velocity.safetensors",
+        opts, 0, 0};
+    const char *pos[1];
+    int npos;
+    int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
+    if (r) return r < 0 ? H3_EXIT_OK : r;
+    if (!model || !inputs || !output) {
+        fprintf(stderr, "h3run dit: --model, --inputs and -o are required (see h3run dit --help)\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_dit_open_opts oo = {0};
+    oo.config_path = config;
+    oo.act_place = H3_PLACE_HOST;
+    oo.chunk_rows = chunk;
+    if (!strcmp(qkv, "auto")) oo.qkv_order = H3_DIT_QKV_AUTO;
+    else if (!strcmp(qkv, "interleaved")) oo.qkv_order = H3_DIT_QKV_INTERLEAVED;
+    else if (!strcmp(qkv, "contiguous")) oo.qkv_order = H3_DIT_QKV_CONTIGUOUS;
+    else {
+        fprintf(stderr, "h3run dit: --qkv-order must be auto, interleaved or contiguous; got '%s'\n", qkv);
+        return H3_EXIT_USAGE;
+    }
+    if (threads < 0 || chunk < 0) {
+        fprintf(stderr, "h3run dit: --threads and --chunk-rows must not be negative\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_cli_setup_logging(quiet ? -1 : verbose);
+
+    h3_exec ex = {0};
+    h3_dit *dit = NULL;
+    h3_dit_inputs_file in = {0};
+    h3_tensor vout = {0}, aout = {0};
+    h3_st_writer *w = NULL;
+    int rc = H3_EXIT_OK;
+    h3_status st = h3_exec_init(&ex, (int)threads);
+    if (st == H3_OK) st = h3_dit_open(model, &oo, &dit);
+    if (st == H3_OK) st = h3_dit_inputs_read(inputs, h3_dit_get_config(dit), &in);
+    int64_t Nv = in.video.shape[0], Na = in.audio.shape[0];
+    if (st == H3_OK) st = h3_tensor_alloc2(&vout, H3_PLACE_HOST, H3_F32, Nv > 0 ? Nv : 1, h3_dit_video_dim(h3_dit_get_config(dit)), H3_MEM_ACTIVATIONS);
+    if (st == H3_OK) st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, h3_dit_get_config(dit)->audio_dim, H3_MEM_ACTIVATIONS);
+    double t0 = now_s(), t1 = t0;
+    if (st == H3_OK) {
+        vout.shape[0] = Nv;
+        aout.shape[0] = Na;
+        st = h3_dit_forward(dit, &ex, &in.in, Nv ? &vout : NULL, Na ? &aout : NULL);
+        t1 = now_s();
+    }
+    if (st == H3_OK) st = h3_st_writer_new(&w);
+    if (st == H3_OK) st = h3_st_writer_add_tensor(w, "video_velocity", &vout);
+    if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_velocity", &aout);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "dit velocity (x0 = x_t + sigma * v)");
+    if (st == H3_OK) st = h3_st_writer_write(w, output, 0);
+    if (st != H3_OK) {
+        h3_cli_fail("dit", st);
+        rc = H3_EXIT_FAIL; /* bad weights or inputs: the work failed (usage errors were caught above) */
+    } else if (!quiet) {
+        printf("model: %s\n  %s\n", model, h3_dit_describe(dit));
+        printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n", (long long)in.in.seq_len,
+               (long long)Nv, (long long)Na, (long long)in.text.shape[0], in.in.n_timesteps);
+        printf("forward: %.3f s on %d threads; wrote %s\n", t1 - t0, ex.threads, output);
+    }
+    h3_st_writer_free(w);
+    h3_tensor_free(&vout);
+    h3_tensor_free(&aout);
+    h3_dit_inputs_file_free(&in);
+    h3_dit_close(dit);
+    h3_exec_free(&ex);
+    return rc;
+}

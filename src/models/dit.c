@@ -1,0 +1,685 @@
+/* The MiniMax-H3 DiT: config in either naming, weights in the official, diffusers and ComfyUI layouts, block
+ * acquire/release. The forward and the AdaLN modulation are in dit_forward.c. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "models/dit_internal.h"
+
+/* ---- config ------------------------------------------------------------------------------------------------ */
+
+void h3_dit_config_default(h3_dit_config *c) {
+    memset(c, 0, sizeof *c);
+    c->hidden = 5376;
+    c->n_layers = 50;
+    c->n_refiner_layers = 2;
+    c->heads = 56;
+    c->head_dim = 128;
+    c->ffn = 14336;
+    c->in_channels = 24;
+    c->patch[0] = 1;
+    c->patch[1] = 2;
+    c->patch[2] = 2;
+    c->audio_dim = 32;
+    c->text_dim = 5120;
+    c->freq_dim = 256;
+    c->time_hidden = 5376;
+    c->time_embed_dim = 2688;
+    c->rope_freq_dim = 16;
+    c->rope_theta = 10000.0;
+    c->norm_eps = c->qk_norm_eps = c->final_norm_eps = 1e-5;
+    c->curve_grid = 1025;
+}
+
+/* An integer under any of the names (NULL-terminated); 0 when none is present. */
+static h3_status json_int_any(const json_t *j, const char *what, const char *const *keys, int64_t *out, int *found) {
+    *found = 0;
+    for (int i = 0; keys[i]; i++) {
+        json_t *v = json_object_get(j, keys[i]);
+        if (!v) continue;
+        if (json_is_integer(v)) {
+            *out = (int64_t)json_integer_value(v);
+        } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+                   fabs(json_real_value(v)) < 9e15) {
+            *out = (int64_t)json_real_value(v);
+        } else {
+            return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be an integer", what, keys[i]);
+        }
+        *found = 1;
+        return H3_OK;
+    }
+    return H3_OK;
+}
+
+static h3_status json_num(const json_t *j, const char *what, const char *key, double *out) {
+    json_t *v = json_object_get(j, key);
+    if (!v) return H3_OK;
+    if (!json_is_number(v)) return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be a number", what, key);
+    *out = json_number_value(v);
+    return H3_OK;
+}
+
+h3_status h3_dit_config_from_json(const json_t *j, const char *what, h3_dit_config *c) {
+    if (!json_is_object(j)) return H3_ERR(H3_ERR_FORMAT, "%s: a DiT config must be a JSON object", what);
+    h3_dit_config_default(c);
+    struct {
+        const char *names[3];
+        int64_t *dst;
+    } ints[] = {
+        {{"hidden_size", NULL}, &c->hidden},
+        {{"num_layers", NULL}, &c->n_layers},
+        {{"token_refiner_num_layers", "num_refiner_layers", NULL}, &c->n_refiner_layers},
+        {{"num_attention_heads", NULL}, &c->heads},
+        {{"attention_head_dim", NULL}, &c->head_dim},
+        {{"ffn_hidden_size", "ffn_dim", NULL}, &c->ffn},
+        {{"latents_dim", "in_channels", NULL}, &c->in_channels},
+        {{"audio_latents_dim", "audio_in_channels", NULL}, &c->audio_dim},
+        {{"text_dim", NULL}, &c->text_dim},
+        {{"timestep_input_dim", "freq_dim", NULL}, &c->freq_dim},
+        {{"time_embed_hidden_size", "time_embed_hidden_dim", NULL}, &c->time_hidden},
+        {{"time_embed_dim", NULL}, &c->time_embed_dim},
+        {{"rope_inv_freq_len", "rope_freq_dim", NULL}, &c->rope_freq_dim},
+    };
+    int found;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        H3_TRY(json_int_any(j, what, ints[i].names, ints[i].dst, &found));
+    json_t *p = json_object_get(j, "patch_size");
+    if (p) {
+        if (!json_is_array(p) || json_array_size(p) != 3)
+            return H3_ERR(H3_ERR_FORMAT, "%s: 'patch_size' must be a list of 3 integers (t, h, w)", what);
+        for (int i = 0; i < 3; i++) {
+            json_t *e = json_array_get(p, (size_t)i);
+            if (!json_is_integer(e)) return H3_ERR(H3_ERR_FORMAT, "%s: 'patch_size' must hold integers", what);
+            c->patch[i] = (int64_t)json_integer_value(e);
+        }
+    }
+    H3_TRY(json_num(j, what, "rope_theta", &c->rope_theta));
+    H3_TRY(json_num(j, what, "norm_eps", &c->norm_eps));
+    H3_TRY(json_num(j, what, "qk_norm_eps", &c->qk_norm_eps));
+    H3_TRY(json_num(j, what, "final_norm_eps", &c->final_norm_eps));
+    /* Derived figures the official config also states: they must agree. */
+    int64_t v;
+    const char *k1[] = {"adaln_out_features", NULL}, *k2[] = {"final_adaln_out_features", NULL};
+    H3_TRY(json_int_any(j, what, k1, &v, &found));
+    if (found && v != 18 * c->hidden)
+        return H3_ERR(H3_ERR_FORMAT, "%s: adaln_out_features %lld should be 6·3·hidden_size = %lld", what,
+                      (long long)v, (long long)(18 * c->hidden));
+    H3_TRY(json_int_any(j, what, k2, &v, &found));
+    if (found && v != 2 * c->hidden)
+        return H3_ERR(H3_ERR_FORMAT, "%s: final_adaln_out_features %lld should be 2·hidden_size = %lld", what,
+                      (long long)v, (long long)(2 * c->hidden));
+    return h3_dit_config_check(c);
+}
+
+h3_status h3_dit_config_check(const h3_dit_config *c) {
+    const int64_t big = (int64_t)1 << 24;
+    struct {
+        const char *name;
+        int64_t v, lo;
+    } f[] = {
+        {"hidden size", c->hidden, 1},          {"number of layers", c->n_layers, 0},
+        {"refiner layers", c->n_refiner_layers, 0}, {"attention heads", c->heads, 1},
+        {"head dim", c->head_dim, 2},           {"FFN width", c->ffn, 1},
+        {"latent channels", c->in_channels, 1}, {"audio channels", c->audio_dim, 1},
+        {"text dim", c->text_dim, 1},           {"time embedding width", c->time_embed_dim, 1},
+        {"RoPE frequencies", c->rope_freq_dim, 1}, {"patch t", c->patch[0], 1},
+        {"patch h", c->patch[1], 1},            {"patch w", c->patch[2], 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || f[i].v > big)
+            return H3_ERR(H3_ERR_INVALID, "DiT config: %s %lld is outside [%lld, %lld]", f[i].name, (long long)f[i].v,
+                          (long long)f[i].lo, (long long)big);
+    if (!c->adaln_pruned && (c->freq_dim < 2 || c->freq_dim % 2 || c->freq_dim > big || c->time_hidden < 1 ||
+                             c->time_hidden > big))
+        return H3_ERR(H3_ERR_INVALID, "DiT config: timestep sinusoid width %lld must be even and >= 2, time MLP width "
+                      "%lld positive", (long long)c->freq_dim, (long long)c->time_hidden);
+    if (c->adaln_pruned && (c->curve_grid < 2 || c->curve_grid > big))
+        return H3_ERR(H3_ERR_INVALID, "DiT config: the AdaLN curve table needs at least 2 rows, has %lld",
+                      (long long)c->curve_grid);
+    if (6 * c->rope_freq_dim > c->head_dim)
+        return H3_ERR(H3_ERR_INVALID, "DiT config: RoPE rotates 6·%lld = %lld channels, more than head_dim %lld",
+                      (long long)c->rope_freq_dim, (long long)(6 * c->rope_freq_dim), (long long)c->head_dim);
+    if (c->heads * c->head_dim > big || c->in_channels * c->patch[0] * c->patch[1] * c->patch[2] > big)
+        return H3_ERR(H3_ERR_INVALID, "DiT config: widths too large");
+    if (!(c->rope_theta > 0) || !(c->norm_eps > 0) || !(c->qk_norm_eps > 0) || !(c->final_norm_eps > 0) ||
+        !isfinite(c->rope_theta))
+        return H3_ERR(H3_ERR_INVALID, "DiT config: rope_theta and the norm epsilons must be positive");
+    return H3_OK;
+}
+
+/* ---- the weight list: every tensor of the layout, with its name and expected shape ---------------------------- */
+
+typedef struct wdesc {
+    const char *name;  /* stored name, without the file's prefix */
+    h3_tensor *t;
+    int64_t d0, d1;    /* expected shape; d1 < 0: 1-D */
+    const char *shape; /* the expected shape in words, for messages */
+    int optional;      /* may be absent (rope.inv_freq) */
+    int adaln;         /* part of the AdaLN branch (time embedder, curve table, adaln_proj) */
+} wdesc;
+
+typedef h3_status (*wdesc_fn)(h3_dit *d, const wdesc *w, void *user);
+
+static int is_diffusers(const h3_dit *d) {
+    return d->layout == H3_LAYOUT_DIFFUSERS;
+}
+
+/* Calls fn for every weight of the layout in a fixed order; stops at the first failure. */
+static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
+    const h3_dit_config *c = &d->cfg;
+    const int df = is_diffusers(d);
+    const int64_t H = c->hidden, inner = h3_dit_inner(c), vd = h3_dit_video_dim(c), ted = c->time_embed_dim;
+    h3_dit_globals *g = &d->g;
+    char nm[256];
+#define W(name_, t_, d0_, d1_, shape_, opt_, adaln_)                                                             \
+    do {                                                                                                       \
+        wdesc w_ = {(name_), (t_), (d0_), (d1_), (shape_), (opt_), (adaln_)};                                 \
+        H3_TRY(fn(d, &w_, user));                                                                              \
+    } while (0)
+    W(df ? "proj_in.weight" : "video_patch_proj.weight", &g->video_in_w, H, vd, "[hidden, video row width]", 0, 0);
+    W(df ? "proj_in.bias" : "video_patch_proj.bias", &g->video_in_b, H, -1, "[hidden]", 0, 0);
+    W(df ? "audio_proj_in.weight" : "audio_patch_proj.weight", &g->audio_in_w, H, c->audio_dim,
+      "[hidden, audio channels]", 0, 0);
+    W(df ? "audio_proj_in.bias" : "audio_patch_proj.bias", &g->audio_in_b, H, -1, "[hidden]", 0, 0);
+    W(df ? "context_embedder.weight" : "condition_proj.weight", &g->text_in_w, H, c->text_dim, "[hidden, text dim]",
+      0, 0);
+    W(df ? "context_embedder.bias" : "condition_proj.bias", &g->text_in_b, H, -1, "[hidden]", 0, 0);
+    if (c->adaln_pruned) {
+        W("adaln_t_table", &g->curve, c->curve_grid, ted, "[grid, rank]", 0, 1);
+    } else {
+        W(df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", &g->time_in_w, c->time_hidden,
+          c->freq_dim, "[time MLP width, sinusoid width]", 0, 1);
+        W(df ? "time_embedder.linear_1.bias" : "time_embedder.proj_in.bias", &g->time_in_b, c->time_hidden, -1,
+          "[time MLP width]", 0, 1);
+        W(df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight", &g->time_out_w, ted,
+          c->time_hidden, "[time embedding width, time MLP width]", 0, 1);
+        W(df ? "time_embedder.linear_2.bias" : "time_embedder.proj_out.bias", &g->time_out_b, ted, -1,
+          "[time embedding width]", 0, 1);
+    }
+    if (!df) W("rope.inv_freq", &g->inv_freq, c->rope_freq_dim, -1, "[RoPE frequencies]", 1, 0);
+    for (int u = 0; u < h3_dit_n_units(c); u++) {
+        int ref = u < c->n_refiner_layers;
+        int i = ref ? u : u - (int)c->n_refiner_layers;
+        h3_dit_block_weights *b = &d->units[u];
+        char p[96];
+        if (df) snprintf(p, sizeof p, ref ? "token_refiner.refiner_blocks.%d." : "transformer_blocks.%d.", i);
+        else snprintf(p, sizeof p, ref ? "token_refiner.blocks.%d." : "blocks.%d.", i);
+#define BW(suffix_, t_, d0_, d1_, shape_, adaln_)                                                                \
+    do {                                                                                                       \
+        snprintf(nm, sizeof nm, "%s%s", p, (suffix_));                                                         \
+        W(nm, (t_), (d0_), (d1_), (shape_), 0, (adaln_));                                                      \
+    } while (0)
+        BW("norm1.weight", &b->norm1, H, -1, "[hidden]", 0);
+        BW("norm2.weight", &b->norm2, H, -1, "[hidden]", 0);
+        if (df) {
+            BW("attn.to_q.weight", &b->q, inner, H, "[heads·head_dim, hidden]", 0);
+            BW("attn.to_k.weight", &b->k, inner, H, "[heads·head_dim, hidden]", 0);
+            BW("attn.to_v.weight", &b->v, inner, H, "[heads·head_dim, hidden]", 0);
+            BW("attn.norm_q.weight", &b->q_norm, c->head_dim, -1, "[head_dim]", 0);
+            BW("attn.norm_k.weight", &b->k_norm, c->head_dim, -1, "[head_dim]", 0);
+            BW("attn.to_out.0.weight", &b->out, H, inner, "[hidden, heads·head_dim]", 0);
+            BW("ff.net.0.proj.weight", &b->fc1, 2 * c->ffn, H, "[2·FFN, hidden]", 0);
+            BW("ff.net.2.weight", &b->fc2, H, c->ffn, "[hidden, FFN]", 0);
+        } else {
+            BW("attn.qkv_proj.weight", &b->qkv, 3 * inner, H, "[3·heads·head_dim, hidden]", 0);
+            BW("attn.q_norm.weight", &b->q_norm, c->head_dim, -1, "[head_dim]", 0);
+            BW("attn.k_norm.weight", &b->k_norm, c->head_dim, -1, "[head_dim]", 0);
+            BW("attn.out_proj.weight", &b->out, H, inner, "[hidden, heads·head_dim]", 0);
+            BW("mlp.fc1.weight", &b->fc1, 2 * c->ffn, H, "[2·FFN, hidden]", 0);
+            BW("mlp.fc2.weight", &b->fc2, H, c->ffn, "[hidden, FFN]", 0);
+        }
+        if (!ref) {
+            BW("adaln_proj.linear.weight", &d->adaln_w[i], 18 * H, ted, "[6·3·hidden, time embedding width]", 1);
+            BW("adaln_proj.linear.bias", &d->adaln_b[i], 18 * H, -1, "[6·3·hidden]", 1);
+        }
+#undef BW
+    }
+    W("token_refiner.final_norm.weight", &g->refiner_norm, H, -1, "[hidden]", 0, 0);
+    W(df ? "norm_out.norm.weight" : "final_layer.norm.weight", &g->final_norm, H, -1, "[hidden]", 0, 0);
+    W(df ? "norm_out.linear.weight" : "final_layer.adaln_proj.linear.weight", &g->final_adaln_w, 2 * H, ted,
+      "[2·hidden, time embedding width]", 0, 1);
+    W(df ? "norm_out.linear.bias" : "final_layer.adaln_proj.linear.bias", &g->final_adaln_b, 2 * H, -1,
+      "[2·hidden]", 0, 1);
+    W(df ? "proj_out.weight" : "final_layer.video_out.weight", &g->video_out_w, vd, H, "[video row width, hidden]",
+      0, 0);
+    W(df ? "proj_out.bias" : "final_layer.video_out.bias", &g->video_out_b, vd, -1, "[video row width]", 0, 0);
+    W(df ? "audio_proj_out.weight" : "final_layer.audio_out.weight", &g->audio_out_w, c->audio_dim, H,
+      "[audio channels, hidden]", 0, 0);
+    W(df ? "audio_proj_out.bias" : "final_layer.audio_out.bias", &g->audio_out_b, c->audio_dim, -1,
+      "[audio channels]", 0, 0);
+#undef W
+    return H3_OK;
+}
+
+static const char *shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
+typedef struct {
+    const char *prefix;
+} bind_ctx;
+
+static h3_status bind_one(h3_dit *d, const wdesc *w, void *user) {
+    bind_ctx *bc = user;
+    char full[384], a[96], b[96];
+    snprintf(full, sizeof full, "%s%s", bc->prefix, w->name);
+    const h3_st_entry *e = h3_st_find(&d->set, full);
+    if (!e) {
+        if (w->optional) return H3_OK;
+        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s' is missing (a %s-layout DiT has it)", d->source, full,
+                      h3_layout_name(d->layout));
+    }
+    int64_t want[2] = {w->d0, w->d1};
+    int wnd = w->d1 < 0 ? 1 : 2;
+    if (e->ndim != wnd || e->shape[0] != want[0] || (wnd == 2 && e->shape[1] != want[1]))
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; the config (%s) needs %s = %s", d->source, full,
+                      shape_str(e->ndim, e->shape, a, sizeof a), d->describe, w->shape,
+                      shape_str(wnd, want, b, sizeof b));
+    if (e->dtype != H3_F32 && e->dtype != H3_BF16 && e->dtype != H3_F16)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; DiT weights must be f32, bf16 or f16 (quantized "
+                      "DiT files are not supported yet)", d->source, full, h3_dtype_name(e->dtype));
+    return h3_st_tensor(&d->set, e, w->t);
+}
+
+static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
+    h3_dtype core = *(const h3_dtype *)user;
+    if (w->optional) return H3_OK; /* rope.inv_freq: computed from the config */
+    /* The release's fp32 islands: patch projections, time embedder, output heads; the rest is bf16. */
+    const h3_dit_globals *g = &d->g;
+    int island = w->t == &g->video_in_w || w->t == &g->video_in_b || w->t == &g->audio_in_w ||
+                 w->t == &g->audio_in_b || w->t == &g->time_in_w || w->t == &g->time_in_b || w->t == &g->time_out_w ||
+                 w->t == &g->time_out_b || w->t == &g->video_out_w || w->t == &g->video_out_b ||
+                 w->t == &g->audio_out_w || w->t == &g->audio_out_b || w->t == &g->inv_freq || w->t == &g->curve;
+    int64_t s[2] = {w->d0, w->d1};
+    return h3_tensor_alloc(w->t, H3_PLACE_HOST, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
+}
+
+/* After binding: q/k/v views of a contiguous fused QKV, flags, and the host RoPE frequencies. */
+static h3_status finish_weights(h3_dit *d) {
+    const h3_dit_config *c = &d->cfg;
+    int64_t inner = h3_dit_inner(c);
+    for (int u = 0; u < h3_dit_n_units(c); u++) {
+        h3_dit_block_weights *b = &d->units[u];
+        b->gate_first = d->gate_first;
+        b->qkv_interleaved = b->qkv.data && d->qkv_interleaved;
+        if (b->qkv.data && !d->qkv_interleaved) {
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 0, inner, &b->q));
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, inner, inner, &b->k));
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 2 * inner, inner, &b->v));
+        }
+    }
+    d->inv_freq = h3_malloc((size_t)c->rope_freq_dim * sizeof(float), H3_MEM_WEIGHTS);
+    if (!d->inv_freq) return H3_ERR_NOMEM;
+    if (d->g.inv_freq.data) {
+        if (!h3_convert_to_f32(d->g.inv_freq.dtype, d->g.inv_freq.data, d->inv_freq, (size_t)c->rope_freq_dim))
+            return H3_ERR(H3_ERR_FORMAT, "%s: rope.inv_freq is not a float tensor", d->source);
+    } else {
+        /* 1 / theta^(2j / 2F) in f32, as the release computes it (bitwise equal to the shipped buffer). */
+        for (int64_t j = 0; j < c->rope_freq_dim; j++) {
+            float e = (float)(2 * j) / (float)(2 * c->rope_freq_dim);
+            d->inv_freq[j] = 1.0f / powf((float)c->rope_theta, e);
+        }
+    }
+    for (int64_t j = 0; j < c->rope_freq_dim; j++)
+        if (!isfinite(d->inv_freq[j]))
+            return H3_ERR(H3_ERR_FORMAT, "%s: rope.inv_freq[%lld] is not finite", d->source, (long long)j);
+    return H3_OK;
+}
+
+static void set_describe(h3_dit *d, const char *config_src) {
+    const h3_dit_config *c = &d->cfg;
+    snprintf(d->describe, sizeof d->describe,
+             "%s layout, %s QKV, fc1 %s, %s AdaLN; %lld blocks + %lld refiner blocks, hidden %lld, %lld heads x %lld, "
+             "FFN %lld; config from %s",
+             d->layout == H3_LAYOUT_UNKNOWN ? "in-memory" : h3_layout_name(d->layout),
+             is_diffusers(d) ? "split" : (d->qkv_interleaved ? "per-head interleaved" : "contiguous"),
+             d->gate_first ? "[gate; value]" : "[value; gate]",
+             c->adaln_pruned ? "pruned (curve table)" : "full", (long long)c->n_layers,
+             (long long)c->n_refiner_layers, (long long)c->hidden, (long long)c->heads, (long long)c->head_dim,
+             (long long)c->ffn, config_src);
+}
+
+static h3_status alloc_units(h3_dit *d) {
+    const h3_dit_config *c = &d->cfg;
+    int n = h3_dit_n_units(c);
+    d->units = h3_calloc((size_t)(n ? n : 1), sizeof *d->units, H3_MEM_OTHER);
+    d->adaln_w = h3_calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *d->adaln_w, H3_MEM_OTHER);
+    d->adaln_b = h3_calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *d->adaln_b, H3_MEM_OTHER);
+    if (!d->units || !d->adaln_w || !d->adaln_b) return H3_ERR_NOMEM;
+    return H3_OK;
+}
+
+static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
+    d->act_place = o ? o->act_place : H3_PLACE_HOST;
+    d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : 2048;
+}
+
+/* ---- opening ------------------------------------------------------------------------------------------------ */
+
+static const h3_st_entry *find_p(const h3_dit *d, const char *prefix, const char *name) {
+    char full[384];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    return h3_st_find(&d->set, full);
+}
+
+static h3_status need_entry(const h3_dit *d, const char *prefix, const char *name, int ndim,
+                            const h3_st_entry **out) {
+    *out = find_p(d, prefix, name);
+    if (!*out)
+        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s%s' is missing; it is needed to infer the DiT's widths",
+                      d->source, prefix, name);
+    if ((*out)->ndim != ndim)
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has %d dims, expected %d", d->source, prefix, name,
+                      (*out)->ndim, ndim);
+    return H3_OK;
+}
+
+/* Widths from tensor shapes, for files without a config (ComfyUI single files). Eps, theta: the release's. */
+static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
+    const int df = is_diffusers(d);
+    const h3_st_entry *e;
+    int pruned = c->adaln_pruned;
+    h3_dit_config_default(c);
+    c->adaln_pruned = pruned;
+    H3_TRY(need_entry(d, prefix, df ? "proj_in.weight" : "video_patch_proj.weight", 2, &e));
+    c->hidden = e->shape[0];
+    int64_t vd = e->shape[1];
+    if (vd % 4)
+        return H3_ERR(H3_ERR_FORMAT, "%s: video rows are %lld wide, not 4·channels for the (1, 2, 2) patch; give a "
+                      "config.json", d->source, (long long)vd);
+    c->in_channels = vd / 4;
+    H3_TRY(need_entry(d, prefix, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, &e));
+    c->audio_dim = e->shape[1];
+    H3_TRY(need_entry(d, prefix, df ? "context_embedder.weight" : "condition_proj.weight", 2, &e));
+    c->text_dim = e->shape[1];
+    const char *blk = df ? "transformer_blocks.0." : "blocks.0.";
+    char nm[128];
+    snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.norm_q.weight" : "attn.q_norm.weight");
+    H3_TRY(need_entry(d, prefix, nm, 1, &e));
+    c->head_dim = e->shape[0];
+    snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.to_q.weight" : "attn.qkv_proj.weight");
+    H3_TRY(need_entry(d, prefix, nm, 2, &e));
+    int64_t inner = df ? e->shape[0] : e->shape[0] / 3;
+    if (c->head_dim <= 0 || inner % c->head_dim || (!df && e->shape[0] % 3))
+        return H3_ERR(H3_ERR_FORMAT, "%s: %s%s has %lld rows, not a multiple of %s head_dim %lld", d->source, prefix,
+                      nm, (long long)e->shape[0], df ? "" : "3 x", (long long)c->head_dim);
+    c->heads = inner / c->head_dim;
+    snprintf(nm, sizeof nm, "%s%s", blk, df ? "ff.net.2.weight" : "mlp.fc2.weight");
+    H3_TRY(need_entry(d, prefix, nm, 2, &e));
+    c->ffn = e->shape[1];
+    if (!c->adaln_pruned) {
+        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", 2, &e));
+        c->time_hidden = e->shape[0];
+        c->freq_dim = e->shape[1];
+        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight", 2, &e));
+        c->time_embed_dim = e->shape[0];
+    }
+    e = find_p(d, prefix, "rope.inv_freq");
+    if (e && e->ndim == 1) c->rope_freq_dim = e->shape[0];
+    char lp[256];
+    snprintf(lp, sizeof lp, "%s%s", prefix, df ? "transformer_blocks." : "blocks.");
+    c->n_layers = h3_count_layers(&d->set, lp);
+    snprintf(lp, sizeof lp, "%s%s", prefix, df ? "token_refiner.refiner_blocks." : "token_refiner.blocks.");
+    c->n_refiner_layers = h3_count_layers(&d->set, lp);
+    return H3_OK;
+}
+
+/* config.json beside the weights (or given), else the file's "config" metadata; *found = 0 when neither. */
+static h3_status read_config(const char *path, const h3_dit_open_opts *o, h3_dit *d, h3_dit_config *c, int *found,
+                             char *src, size_t srcn) {
+    *found = 0;
+    json_t *j = NULL;
+    char *cand = NULL;
+    h3_status st = H3_OK;
+    if (o && o->config_path) {
+        H3_CHECK_CTX(h3_json_load_file(o->config_path, 1u << 20, &j), "reading the DiT config");
+        H3_CHECK(h3_dit_config_from_json(j, o->config_path, c));
+        snprintf(src, srcn, "%s", o->config_path);
+        *found = 1;
+        goto done;
+    }
+    if (h3_path_is_dir(path)) {
+        cand = h3_path_join(path, "config.json");
+    } else {
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? h3_strndup(path, (size_t)(slash - path)) : h3_strdup(".");
+        if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        cand = h3_path_join(dir, "config.json");
+        h3_free(dir);
+    }
+    if (!cand) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (h3_path_is_file(cand)) {
+        H3_CHECK_CTX(h3_json_load_file(cand, 1u << 20, &j), "reading the config beside the DiT weights");
+        /* A config.json of something else (a folder of several components) is not ours: use it only when it
+         * describes a DiT. */
+        if (json_object_get(j, "hidden_size") && json_object_get(j, "num_layers")) {
+            H3_CHECK(h3_dit_config_from_json(j, cand, c));
+            snprintf(src, srcn, "%s", cand);
+            *found = 1;
+            goto done;
+        }
+        json_decref(j);
+        j = NULL;
+    }
+    const char *meta = h3_st_metadata(&d->set, "config");
+    if (meta) {
+        h3_status ps = h3_json_parse(meta, strlen(meta), "the weights' \"config\" metadata", &j);
+        if (ps == H3_ERR_NOMEM) {
+            st = ps;
+            goto done;
+        }
+        if (ps != H3_OK) {
+            h3_clear_error(); /* not JSON: not a config we can use */
+            j = NULL;
+        } else if (json_object_get(j, "hidden_size") && json_object_get(j, "num_layers")) {
+            H3_CHECK(h3_dit_config_from_json(j, "the weights' \"config\" metadata", c));
+            snprintf(src, srcn, "the file's metadata");
+            *found = 1;
+        }
+    }
+done:
+    json_decref(j);
+    h3_free(cand);
+    return st;
+}
+
+static h3_status count_check(h3_dit *d, const char *prefix, const char *stack, int64_t want, const char *what) {
+    char lp[256];
+    snprintf(lp, sizeof lp, "%s%s", prefix, stack);
+    int n = h3_count_layers(&d->set, lp);
+    if (n != want)
+        return H3_ERR(H3_ERR_FORMAT, "%s: the config has %lld %s; the weights have %d ('%s0.' ... )", d->source,
+                      (long long)want, what, n, lp);
+    return H3_OK;
+}
+
+h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out) {
+    *out = NULL;
+    h3_status st = H3_OK;
+    h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
+    if (!d) return H3_ERR_NOMEM;
+    apply_opts(d, opts);
+    d->source = h3_strdup(path);
+    if (!d->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK_CTX(h3_st_open(path, &d->set), "opening the DiT");
+    d->have_set = 1;
+    d->n_file_tensors = d->set.n_entries;
+    h3_detect_info info;
+    H3_CHECK(h3_detect(&d->set, &info));
+    if (info.comp != H3_COMP_DIT)
+        H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a MiniMax-H3 DiT", path,
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+    if (info.n_quantized)
+        H3_FAIL(H3_ERR_UNSUPPORTED, "%s is a quantized DiT (%s, %d quantized tensors); quantized DiT weights are not "
+                "supported yet: use the bf16 file", path, info.formats, info.n_quantized);
+    d->layout = info.layout;
+    d->gate_first = info.layout != H3_LAYOUT_DIFFUSERS;
+    h3_dit_qkv_order qo = opts ? opts->qkv_order : H3_DIT_QKV_AUTO;
+    d->qkv_interleaved = qo == H3_DIT_QKV_AUTO ? info.layout == H3_LAYOUT_OFFICIAL : qo == H3_DIT_QKV_INTERLEAVED;
+    if (info.layout == H3_LAYOUT_DIFFUSERS) d->qkv_interleaved = 0; /* split q/k/v: no fused order to choose */
+
+    h3_dit_config *c = &d->cfg;
+    int found = 0;
+    char src[300] = "the tensor shapes";
+    H3_CHECK(read_config(path, opts, d, c, &found, src, sizeof src));
+    c->adaln_pruned = info.adaln_pruned;
+    if (!found) H3_CHECK_CTX(infer_config(d, info.prefix, c), "inferring the DiT config of %s", path);
+    if (c->adaln_pruned) {
+        /* The curve table sets the grid and the rank the projections take, whatever a config says. */
+        const h3_st_entry *e = find_p(d, info.prefix, "adaln_t_table");
+        if (!e || e->ndim != 2)
+            H3_FAIL(H3_ERR_FORMAT, "%s: adaln_t_table must be 2-D [grid, rank]", path);
+        c->curve_grid = e->shape[0];
+        c->time_embed_dim = e->shape[1];
+    }
+    H3_CHECK_CTX(h3_dit_config_check(c), "%s", path);
+    set_describe(d, src);
+    H3_CHECK(count_check(d, info.prefix, is_diffusers(d) ? "transformer_blocks." : "blocks.", c->n_layers,
+                         "blocks"));
+    H3_CHECK(count_check(d, info.prefix,
+                         is_diffusers(d) ? "token_refiner.refiner_blocks." : "token_refiner.blocks.",
+                         c->n_refiner_layers, "refiner blocks"));
+    H3_CHECK(alloc_units(d));
+    bind_ctx bc = {info.prefix};
+    H3_CHECK(each_weight(d, bind_one, &bc));
+    H3_CHECK(finish_weights(d));
+    h3_log(H3_LOG_DEBUG, "DiT %s: %s", path, d->describe);
+    *out = d;
+    return H3_OK;
+done:
+    h3_dit_close(d);
+    return st;
+}
+
+h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_dit_open_opts *opts, h3_dit **out) {
+    *out = NULL;
+    if (core_dtype != H3_F32 && core_dtype != H3_BF16 && core_dtype != H3_F16)
+        return H3_ERR(H3_ERR_INVALID, "DiT weights can be f32, bf16 or f16, not %s", h3_dtype_name(core_dtype));
+    H3_TRY(h3_dit_config_check(cfg));
+    h3_status st = H3_OK;
+    h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
+    if (!d) return H3_ERR_NOMEM;
+    apply_opts(d, opts);
+    d->cfg = *cfg;
+    d->layout = H3_LAYOUT_UNKNOWN;
+    d->gate_first = 1;
+    d->qkv_interleaved = 0;
+    d->source = h3_strdup("in-memory DiT");
+    if (!d->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    set_describe(d, "the caller");
+    H3_CHECK(alloc_units(d));
+    H3_CHECK(each_weight(d, alloc_one, &core_dtype));
+    H3_CHECK(finish_weights(d));
+    *out = d;
+    return H3_OK;
+done:
+    h3_dit_close(d);
+    return st;
+}
+
+static h3_status free_one(h3_dit *d, const wdesc *w, void *user) {
+    (void)d;
+    (void)user;
+    h3_tensor_free(w->t);
+    return H3_OK;
+}
+
+void h3_dit_close(h3_dit *d) {
+    if (!d) return;
+    h3_dit_release_workspace(d);
+    if (d->mod) {
+        for (int64_t i = 0; i <= d->cfg.n_layers; i++) h3_tensor_free(&d->mod[i]);
+        h3_free(d->mod);
+    }
+    h3_free(d->mod_t);
+    if (d->units && d->adaln_w && d->adaln_b) each_weight(d, free_one, NULL);
+    h3_free(d->units);
+    h3_free(d->adaln_w);
+    h3_free(d->adaln_b);
+    h3_free(d->inv_freq);
+    if (d->have_set) h3_st_close(&d->set);
+    h3_free(d->source);
+    h3_free(d);
+}
+
+const h3_dit_config *h3_dit_get_config(const h3_dit *d) {
+    return &d->cfg;
+}
+const char *h3_dit_describe(const h3_dit *d) {
+    return d->describe;
+}
+h3_layout h3_dit_layout(const h3_dit *d) {
+    return d->layout;
+}
+int h3_dit_qkv_interleaved(const h3_dit *d) {
+    return d->qkv_interleaved;
+}
+
+typedef struct {
+    h3_dit_weight_fn fn;
+    void *user;
+    int stopped;
+} visit_ctx;
+
+static h3_status visit_one(h3_dit *d, const wdesc *w, void *user) {
+    (void)d;
+    visit_ctx *v = user;
+    if (!w->t->data && h3_tensor_numel(w->t) == 0) return H3_OK; /* an optional tensor that is absent */
+    if (v->fn(w->name, w->t, v->user)) {
+        v->stopped = 1;
+        return H3_ERR_INTERRUPTED; /* ends the walk; not an error for the caller */
+    }
+    return H3_OK;
+}
+
+int h3_dit_visit_weights(h3_dit *d, h3_dit_weight_fn fn, void *user) {
+    visit_ctx v = {fn, user, 0};
+    each_weight(d, visit_one, &v);
+    return v.stopped;
+}
+
+static h3_status bytes_one(h3_dit *d, const wdesc *w, void *user) {
+    (void)d;
+    h3_dit_weight_bytes *b = user;
+    if (!w->t->data) return H3_OK;
+    int64_t n = (int64_t)h3_tensor_nbytes(w->t);
+    b->total += n;
+    if (w->adaln) b->adaln += n;
+    if (w->t->owner) b->owned += n;
+    else b->mapped += n;
+    return H3_OK;
+}
+
+void h3_dit_weight_bytes_of(const h3_dit *d, h3_dit_weight_bytes *out) {
+    memset(out, 0, sizeof *out);
+    each_weight((h3_dit *)d, bytes_one, out);
+}
+
+/* ---- blocks ------------------------------------------------------------------------------------------------- */
+
+h3_status h3_dit_block_acquire(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights **w) {
+    (void)ex;
+    if (unit < 0 || unit >= h3_dit_n_units(&d->cfg))
+        return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %d)", unit, h3_dit_n_units(&d->cfg));
+    d->stats.acquires++;
+    d->acquired++;
+    *w = &d->units[unit];
+    return H3_OK;
+}
+
+void h3_dit_block_release(h3_dit *d, h3_exec *ex, int unit) {
+    (void)ex;
+    (void)unit;
+    d->stats.releases++;
+    d->acquired--;
+}
+
+void h3_dit_get_stats(const h3_dit *d, h3_dit_stats *out) {
+    *out = d->stats;
+}

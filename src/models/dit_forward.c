@@ -1,0 +1,583 @@
+/* The MiniMax-H3 DiT forward and its AdaLN modulation, written once against the op API (H3-FACTS §1.2-1.3).
+ *
+ *   text  [L, text_dim] -> condition_proj -> refiner blocks (no RoPE, no AdaLN) -> RMSNorm --scatter--+
+ *   video [Nv, 96]      -> video_patch_proj ------------------------------------------------scatter--+-> x [S, H]
+ *   audio [Na, 32]      -> audio_patch_proj ------------------------------------------------scatter--+
+ *   x -> 50 × block(x; modulation row timestep_index·3 + tag, 3-axis RoPE) -> RMSNorm, per-timestep shift/scale
+ *     -> gather video rows -> video_out [Nv, 96];  gather audio rows -> audio_out [Na, 32]
+ *
+ * block: h = RMSNorm(x)·(1 + scale_msa) + shift_msa;  x += gate_msa · out_proj(attn(QK-RMSNorm, RoPE(h)))
+ *        h = RMSNorm(x)·(1 + scale_mlp) + shift_mlp;  x += gate_mlp · fc2(silu(gate) · value)
+ */
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "models/dit_internal.h"
+
+h3_status h3_dit_upload(h3_exec *ex, h3_tensor *dst, const void *host) {
+    h3_tensor src;
+    H3_TRY(h3_tensor_wrap(&src, (void *)host, H3_PLACE_HOST, dst->dtype, dst->ndim, dst->shape));
+    return h3_copy(ex, dst, &src);
+}
+
+static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t cols) {
+    /* Zero-row tensors still get one row of storage, so every buffer has an address. */
+    H3_TRY(h3_tensor_alloc2(t, d->act_place, H3_DIT_ACT_DTYPE, rows > 0 ? rows : 1, cols, H3_MEM_ACTIVATIONS));
+    t->shape[0] = rows;
+    return H3_OK;
+}
+
+static h3_status idx_alloc(const h3_dit *d, h3_tensor *t, int64_t n) {
+    int64_t s[1] = {n > 0 ? n : 1};
+    H3_TRY(h3_tensor_alloc(t, d->act_place, H3_I32, 1, s, H3_MEM_ACTIVATIONS));
+    t->shape[0] = n;
+    return H3_OK;
+}
+
+static int64_t rows_bytes(int64_t rows, int64_t cols, size_t es) {
+    return (rows > 0 ? rows : 1) * cols * (int64_t)es;
+}
+
+/* ---- AdaLN modulation ------------------------------------------------------------------------------------ */
+
+int64_t h3_dit_modulation_bytes(const h3_dit_config *c, int n) {
+    return ((int64_t)n * 3 * 6 * c->hidden * c->n_layers + (int64_t)n * 2 * c->hidden) *
+           (int64_t)h3_dtype_size(H3_DIT_ACT_DTYPE);
+}
+
+const h3_tensor *h3_dit_modulation(const h3_dit *d, int b, const float **timesteps, int *n) {
+    if (!d->mod || b < 0 || b > d->cfg.n_layers) return NULL;
+    if (timesteps) *timesteps = d->mod_t;
+    if (n) *n = d->mod_n;
+    return &d->mod[b];
+}
+
+/* The AdaLN input for each timestep, [n, time_embed_dim] at the activation place: silu(time MLP(sinusoid)) for
+ * the full form; the lerp of curve-table rows for the pruned form (its rows are already post-SiLU). */
+static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_tensor *a) {
+    const h3_dit_config *c = &d->cfg;
+    h3_status st = H3_OK;
+    float *host = NULL, *row0 = NULL, *row1 = NULL;
+    h3_tensor e = {0}, m = {0};
+    H3_TRY(act_alloc(d, a, n, c->time_embed_dim));
+    if (c->adaln_pruned) {
+        const int64_t G = c->curve_grid, r = c->time_embed_dim;
+        host = h3_malloc((size_t)(n * r) * sizeof(float), H3_MEM_WORKSPACE);
+        row0 = h3_malloc((size_t)r * sizeof(float), H3_MEM_WORKSPACE);
+        row1 = h3_malloc((size_t)r * sizeof(float), H3_MEM_WORKSPACE);
+        if (!host || !row0 || !row1) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < n; i++) {
+            /* t in [0, 1] -> fractional row t·(G−1); the last interval serves t = 1 (as ComfyUI's curve form). */
+            float pos = fminf(fmaxf(t[i], 0.0f), 1.0f) * (float)(G - 1);
+            int64_t i0 = (int64_t)floorf(pos);
+            if (i0 > G - 2) i0 = G - 2;
+            float w = pos - (float)i0;
+            H3_CHECK(h3_tensor_rows_to_f32(&d->g.curve, i0, 1, row0));
+            H3_CHECK(h3_tensor_rows_to_f32(&d->g.curve, i0 + 1, 1, row1));
+            for (int64_t j = 0; j < r; j++) /* torch.lerp's two-sided form */
+                host[i * r + j] = w < 0.5f ? row0[j] + w * (row1[j] - row0[j])
+                                           : row1[j] - (row1[j] - row0[j]) * (1.0f - w);
+        }
+        H3_CHECK(h3_dit_upload(ex, a, host));
+    } else {
+        /* Sinusoid of t in [0, 1] unscaled, cos first, frequencies exp(−ln(10000)·j/half), in f32 as the release. */
+        const int64_t half = c->freq_dim / 2;
+        host = h3_malloc((size_t)(n * c->freq_dim) * sizeof(float), H3_MEM_WORKSPACE);
+        if (!host) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        const float ln = (float)(-log(10000.0));
+        for (int i = 0; i < n; i++)
+            for (int64_t j = 0; j < half; j++) {
+                float f = expf(ln * (float)j / (float)half);
+                float arg = t[i] * f;
+                host[i * c->freq_dim + j] = (float)cos((double)arg);
+                host[i * c->freq_dim + half + j] = (float)sin((double)arg);
+            }
+        H3_CHECK(act_alloc(d, &e, n, c->freq_dim));
+        H3_CHECK(h3_dit_upload(ex, &e, host));
+        H3_CHECK(act_alloc(d, &m, n, c->time_hidden));
+        H3_CHECK(h3_op_gemm(ex, &m, &e, &d->g.time_in_w, &d->g.time_in_b, 0));
+        H3_CHECK(h3_op_unary(ex, &m, &m, H3_UNARY_SILU));
+        H3_CHECK(h3_op_gemm(ex, a, &m, &d->g.time_out_w, &d->g.time_out_b, 0));
+        H3_CHECK(h3_op_unary(ex, a, a, H3_UNARY_SILU)); /* every AdaLN projection reads silu(temb) */
+    }
+done:
+    h3_free(host);
+    h3_free(row0);
+    h3_free(row1);
+    h3_tensor_free(&e);
+    h3_tensor_free(&m);
+    if (st != H3_OK) h3_tensor_free(a);
+    return st;
+}
+
+h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, int n) {
+    const h3_dit_config *c = &d->cfg;
+    if (n < 1) return H3_ERR(H3_ERR_INVALID, "DiT modulation: at least one timestep is needed");
+    for (int i = 0; i < n; i++)
+        if (!isfinite(ts[i]))
+            return H3_ERR(H3_ERR_INVALID, "DiT modulation: timestep %d is not finite", i);
+    h3_status st = H3_OK;
+    const int64_t L = c->n_layers, H = c->hidden;
+    float *uniq = h3_malloc((size_t)n * sizeof(float), H3_MEM_OTHER);
+    h3_tensor *mod = h3_calloc((size_t)(L + 1), sizeof *mod, H3_MEM_OTHER);
+    h3_tensor a = {0};
+    int m = 0;
+    if (!uniq || !mod) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < m && !seen; j++) seen = uniq[j] == ts[i];
+        if (!seen) uniq[m++] = ts[i];
+    }
+    H3_CHECK(adaln_input(d, ex, uniq, m, &a));
+    for (int64_t b = 0; b < L; b++) {
+        /* [m, 18H] = a · Wᵀ + bias, kept as [m·3, 6H]: row t·3 + modality, six chunks of H per row. */
+        h3_tensor v;
+        int64_t s[2] = {m, 18 * H};
+        H3_CHECK(act_alloc(d, &mod[b], (int64_t)m * 3, 6 * H));
+        H3_CHECK(h3_tensor_reshape(&mod[b], 2, s, &v));
+        H3_CHECK_CTX(h3_op_gemm(ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b], 0), "AdaLN of block %lld", (long long)b);
+    }
+    H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
+    H3_CHECK_CTX(h3_op_gemm(ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b, 0), "final-layer AdaLN");
+    /* Replace what was kept. */
+    if (d->mod) {
+        for (int64_t b = 0; b <= L; b++) h3_tensor_free(&d->mod[b]);
+        h3_free(d->mod);
+    }
+    h3_free(d->mod_t);
+    d->mod = mod;
+    d->mod_t = uniq;
+    d->mod_n = m;
+    d->stats.adaln_passes++;
+    mod = NULL;
+    uniq = NULL;
+done:
+    h3_tensor_free(&a);
+    if (mod) {
+        for (int64_t b = 0; b <= L; b++) h3_tensor_free(&mod[b]);
+        h3_free(mod);
+    }
+    h3_free(uniq);
+    return st;
+}
+
+/* map[i] = kept row of timesteps[i]; 0 when one is not kept. */
+static int lookup_modulation(const h3_dit *d, const float *ts, int n, int32_t *map) {
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < d->mod_n && d->mod_t[j] != ts[i]) j++;
+        if (j == d->mod_n) return 0;
+        map[i] = j;
+    }
+    return 1;
+}
+
+/* Makes every timestep of the forward kept (computing the kept ones again with the new: the cost is reading the
+ * AdaLN weights once, whatever the count). */
+static h3_status ensure_modulation(h3_dit *d, h3_exec *ex, const float *ts, int n, int32_t *map) {
+    if (d->mod && lookup_modulation(d, ts, n, map)) return H3_OK;
+    float *all = h3_malloc((size_t)(d->mod_n + n) * sizeof(float), H3_MEM_OTHER);
+    if (!all) return H3_ERR_NOMEM;
+    if (d->mod_n) memcpy(all, d->mod_t, (size_t)d->mod_n * sizeof(float));
+    memcpy(all + d->mod_n, ts, (size_t)n * sizeof(float));
+    h3_log(H3_LOG_DEBUG, "DiT: computing the AdaLN modulation for %d timesteps inside a forward", d->mod_n + n);
+    h3_status st = h3_dit_precompute_modulation(d, ex, all, d->mod_n + n);
+    h3_free(all);
+    H3_TRY(st);
+    if (!lookup_modulation(d, ts, n, map)) return H3_ERR(H3_ERR_INTERNAL, "DiT: a computed timestep is not kept");
+    return H3_OK;
+}
+
+/* ---- workspace ---------------------------------------------------------------------------------------------- */
+
+int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
+    const h3_dit_config *c = &d->cfg;
+    const size_t es = h3_dtype_size(H3_DIT_ACT_DTYPE);
+    const int64_t H = c->hidden, inner = h3_dit_inner(c), R = 6 * c->rope_freq_dim;
+    const int64_t ch = S < d->chunk_rows ? S : d->chunk_rows;
+    int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es);
+    if (d->qkv_interleaved) b += rows_bytes(ch, 3 * inner, es);
+    b += rows_bytes(ch, 2 * c->ffn, es) + rows_bytes(ch, c->ffn, es);
+    b += 2 * rows_bytes(S, R, sizeof(float));
+    b += 2 * rows_bytes(S, 1, 4) + rows_bytes(Nv, 1, 4) + rows_bytes(Na, 1, 4) + rows_bytes(L, 1, 4);
+    return b;
+}
+
+void h3_dit_release_workspace(h3_dit *d) {
+    h3_dit_ws *w = &d->ws;
+    h3_tensor *all[] = {&w->x, &w->h, &w->xt, &w->q, &w->k, &w->v, &w->o, &w->qkv, &w->u, &w->g,
+                        &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx, &w->tidx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
+    memset(w, 0, sizeof *w);
+}
+
+static h3_status ensure_workspace(h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
+    h3_dit_ws *w = &d->ws;
+    if (w->S == S && w->L == L && w->Nv == Nv && w->Na == Na) return H3_OK;
+    h3_dit_release_workspace(d);
+    const h3_dit_config *c = &d->cfg;
+    const int64_t H = c->hidden, inner = h3_dit_inner(c), ch = S < d->chunk_rows ? S : d->chunk_rows;
+    h3_status st = H3_OK;
+    H3_CHECK(act_alloc(d, &w->x, S, H));
+    H3_CHECK(act_alloc(d, &w->h, S, H));
+    H3_CHECK(act_alloc(d, &w->xt, L, H));
+    H3_CHECK(act_alloc(d, &w->q, S, inner));
+    H3_CHECK(act_alloc(d, &w->k, S, inner));
+    H3_CHECK(act_alloc(d, &w->v, S, inner));
+    H3_CHECK(act_alloc(d, &w->o, S, inner));
+    if (d->qkv_interleaved) H3_CHECK(act_alloc(d, &w->qkv, ch, 3 * inner));
+    H3_CHECK(act_alloc(d, &w->u, ch, 2 * c->ffn));
+    H3_CHECK(act_alloc(d, &w->g, ch, c->ffn));
+    {
+        int64_t s[2] = {S > 0 ? S : 1, 6 * c->rope_freq_dim};
+        H3_CHECK(h3_tensor_alloc(&w->cos, d->act_place, H3_F32, 2, s, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc(&w->sin, d->act_place, H3_F32, 2, s, H3_MEM_ACTIVATIONS));
+    }
+    H3_CHECK(idx_alloc(d, &w->mod_idx, S));
+    H3_CHECK(idx_alloc(d, &w->fin_idx, S));
+    H3_CHECK(idx_alloc(d, &w->vidx, Nv));
+    H3_CHECK(idx_alloc(d, &w->aidx, Na));
+    H3_CHECK(idx_alloc(d, &w->tidx, L));
+    w->S = S;
+    w->L = L;
+    w->Nv = Nv;
+    w->Na = Na;
+    return H3_OK;
+done:
+    h3_dit_release_workspace(d);
+    return st;
+}
+
+/* ---- inputs -------------------------------------------------------------------------------------------------- */
+
+static h3_status check_rows(const h3_dit *d, const char *name, const h3_tensor *t, int64_t cols, int64_t *n) {
+    *n = 0;
+    if (!t) return H3_OK;
+    char s[96];
+    if (t->ndim != 2 || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE || t->place != d->act_place ||
+        !h3_tensor_is_rowwise(t, NULL))
+        return H3_ERR(H3_ERR_INVALID, "DiT input '%s' must be %s [rows, %lld] at the %s place, got %s %s at %s", name,
+                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)cols, h3_place_name(d->act_place),
+                      h3_dtype_name(t->dtype), h3_tensor_shape_str(t, s, sizeof s), h3_place_name(t->place));
+    *n = t->shape[0];
+    return H3_OK;
+}
+
+static h3_status check_out(const h3_dit *d, const char *name, const h3_tensor *t, int64_t rows, int64_t cols) {
+    if (rows == 0) return H3_OK;
+    char s[96];
+    if (!t || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE ||
+        t->place != d->act_place || !h3_tensor_is_rowwise(t, NULL))
+        return H3_ERR(H3_ERR_INVALID, "DiT output '%s' must be %s [%lld, %lld] at the %s place, got %s", name,
+                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)rows, (long long)cols, h3_place_name(d->act_place),
+                      t ? h3_tensor_shape_str(t, s, sizeof s) : "none");
+    return H3_OK;
+}
+
+/* Every row is named by exactly one of the three index lists. */
+static h3_status check_partition(const h3_dit_inputs *in, int64_t Nv, int64_t Na, int64_t L, uint8_t *seen) {
+    const int64_t S = in->seq_len;
+    struct {
+        const char *name;
+        const int32_t *v;
+        int64_t n;
+    } lists[3] = {{"video_indices", in->video_indices, Nv}, {"audio_indices", in->audio_indices, Na},
+                  {"text_indices", in->text_indices, L}};
+    memset(seen, 0, (size_t)S);
+    for (int l = 0; l < 3; l++) {
+        if (lists[l].n && !lists[l].v) return H3_ERR(H3_ERR_INVALID, "DiT input '%s' is missing", lists[l].name);
+        for (int64_t i = 0; i < lists[l].n; i++) {
+            int64_t r = lists[l].v[i];
+            if (r < 0 || r >= S)
+                return H3_ERR(H3_ERR_INVALID, "DiT input '%s': value %lld at %lld is outside the sequence [0, %lld)",
+                              lists[l].name, (long long)r, (long long)i, (long long)S);
+            if (seen[r])
+                return H3_ERR(H3_ERR_INVALID, "DiT input '%s': row %lld (at %lld) is already named by %s",
+                              lists[l].name, (long long)r, (long long)i, lists[seen[r] - 1].name);
+            seen[r] = (uint8_t)(l + 1);
+        }
+    }
+    return H3_OK;
+}
+
+static h3_status check_inputs(h3_dit *d, const h3_dit_inputs *in, const h3_tensor *vout, const h3_tensor *aout,
+                              int64_t *pNv, int64_t *pNa, int64_t *pL) {
+    const h3_dit_config *c = &d->cfg;
+    int64_t Nv = 0, Na = 0, L = 0;
+    H3_TRY(check_rows(d, "video", in->video, h3_dit_video_dim(c), &Nv));
+    H3_TRY(check_rows(d, "audio", in->audio, c->audio_dim, &Na));
+    H3_TRY(check_rows(d, "text", in->text, c->text_dim, &L));
+    const int64_t S = in->seq_len;
+    if (S < 1 || S != Nv + Na + L)
+        return H3_ERR(H3_ERR_INVALID, "DiT input: the sequence has %lld rows but video %lld + audio %lld + text %lld "
+                      "rows = %lld", (long long)S, (long long)Nv, (long long)Na, (long long)L,
+                      (long long)(Nv + Na + L));
+    if (!in->timestep_indices || !in->token_tags || !in->position_ids || !in->timesteps)
+        return H3_ERR(H3_ERR_INVALID, "DiT input: timesteps, timestep_indices, token_tags and position_ids are all "
+                      "required");
+    if (in->n_timesteps < 1 || in->n_timesteps > S)
+        return H3_ERR(H3_ERR_INVALID, "DiT input 'timesteps': %d values for %lld rows (1 to S)", in->n_timesteps,
+                      (long long)S);
+    for (int i = 0; i < in->n_timesteps; i++)
+        if (!isfinite(in->timesteps[i]))
+            return H3_ERR(H3_ERR_INVALID, "DiT input 'timesteps': value %d is not finite", i);
+    for (int64_t r = 0; r < S; r++) {
+        if (in->token_tags[r] < 0 || in->token_tags[r] > 2)
+            return H3_ERR(H3_ERR_INVALID, "DiT input 'token_tags': %d at row %lld; tags are 0 (video), 1 (text), 2 "
+                          "(audio)", in->token_tags[r], (long long)r);
+        if (in->timestep_indices[r] < 0 || in->timestep_indices[r] >= in->n_timesteps)
+            return H3_ERR(H3_ERR_INVALID, "DiT input 'timestep_indices': %d at row %lld is outside [0, %d)",
+                          in->timestep_indices[r], (long long)r, in->n_timesteps);
+        for (int a = 0; a < 3; a++)
+            if (!isfinite(in->position_ids[r * 3 + a]))
+                return H3_ERR(H3_ERR_INVALID, "DiT input 'position_ids': row %lld axis %d is not finite", (long long)r,
+                              a);
+    }
+    H3_TRY(check_out(d, "video velocity", vout, Nv, h3_dit_video_dim(c)));
+    H3_TRY(check_out(d, "audio velocity", aout, Na, c->audio_dim));
+    uint8_t *seen = h3_malloc((size_t)S, H3_MEM_WORKSPACE);
+    if (!seen) return H3_ERR_NOMEM;
+    h3_status st = check_partition(in, Nv, Na, L, seen);
+    h3_free(seen);
+    H3_TRY(st);
+    *pNv = Nv;
+    *pNa = Na;
+    *pL = L;
+    return H3_OK;
+}
+
+/* ---- blocks ---------------------------------------------------------------------------------------------------- */
+
+static h3_status rows_view(const h3_tensor *t, int64_t r0, int64_t n, h3_tensor *out) {
+    return h3_tensor_narrow(t, 0, r0, n, out);
+}
+
+static h3_status heads_view(const h3_dit *d, const h3_tensor *t, h3_tensor *out) {
+    int64_t s[3] = {t->shape[0], d->cfg.heads, d->cfg.head_dim};
+    return h3_tensor_reshape(t, 3, s, out);
+}
+
+/* [n, inner] -> [n·heads, head_dim] rows, for the per-head QK norm. */
+static h3_status head_rows(const h3_dit *d, const h3_tensor *t, h3_tensor *out) {
+    int64_t s[2] = {t->shape[0] * d->cfg.heads, d->cfg.head_dim};
+    return h3_tensor_reshape(t, 2, s, out);
+}
+
+/* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner. */
+static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *h, int64_t n,
+                           const h3_tensor *cos, const h3_tensor *sin) {
+    const h3_dit_config *c = &d->cfg;
+    h3_dit_ws *ws = &d->ws;
+    const float eps = (float)c->qk_norm_eps;
+    const int64_t inner = h3_dit_inner(c), hd = c->head_dim;
+    h3_tensor q, k, v, o, t1, t2, t3;
+    H3_TRY(rows_view(&ws->q, 0, n, &q));
+    H3_TRY(rows_view(&ws->k, 0, n, &k));
+    H3_TRY(rows_view(&ws->v, 0, n, &v));
+    H3_TRY(rows_view(&ws->o, 0, n, &o));
+    if (w->qkv_interleaved) {
+        /* Fused rows per head [q k v]: project a chunk of rows, then take q and k out of the interleaved columns
+         * through their per-head RMSNorm and v through a copy (each reads with a row stride of 3·head_dim). */
+        for (int64_t r0 = 0; r0 < n; r0 += d->chunk_rows) {
+            int64_t m = n - r0 < d->chunk_rows ? n - r0 : d->chunk_rows;
+            h3_tensor hc, fused, per_head, src, dst;
+            int64_t s[2] = {m * c->heads, 3 * hd};
+            H3_TRY(rows_view(h, r0, m, &hc));
+            H3_TRY(rows_view(&ws->qkv, 0, m, &fused));
+            H3_TRY(h3_op_gemm(ex, &fused, &hc, &w->qkv, NULL, 0));
+            H3_TRY(h3_tensor_reshape(&fused, 2, s, &per_head));
+            const h3_tensor *norms[3] = {&w->q_norm, &w->k_norm, NULL};
+            h3_tensor *outs[3] = {&q, &k, &v};
+            for (int j = 0; j < 3; j++) {
+                H3_TRY(h3_tensor_narrow(&per_head, 1, j * hd, hd, &src));
+                H3_TRY(rows_view(outs[j], r0, m, &t1));
+                H3_TRY(head_rows(d, &t1, &dst));
+                if (norms[j]) H3_TRY(h3_op_rms_norm(ex, &dst, &src, norms[j], eps));
+                else H3_TRY(h3_op_convert(ex, &dst, &src));
+            }
+        }
+    } else {
+        H3_TRY(h3_op_gemm(ex, &q, h, &w->q, NULL, 0));
+        H3_TRY(h3_op_gemm(ex, &k, h, &w->k, NULL, 0));
+        H3_TRY(h3_op_gemm(ex, &v, h, &w->v, NULL, 0));
+        H3_TRY(head_rows(d, &q, &t1));
+        H3_TRY(h3_op_rms_norm(ex, &t1, &t1, &w->q_norm, eps));
+        H3_TRY(head_rows(d, &k, &t1));
+        H3_TRY(h3_op_rms_norm(ex, &t1, &t1, &w->k_norm, eps));
+    }
+    H3_TRY(heads_view(d, &q, &t1));
+    H3_TRY(heads_view(d, &k, &t2));
+    if (cos) {
+        H3_TRY(h3_op_rope(ex, &t1, &t1, cos, sin));
+        H3_TRY(h3_op_rope(ex, &t2, &t2, cos, sin));
+    }
+    H3_TRY(heads_view(d, &v, &t3));
+    h3_tensor o3;
+    H3_TRY(heads_view(d, &o, &o3));
+    H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), 0));
+    (void)inner;
+    return h3_op_gemm(ex, h, &o, &w->out, NULL, 0);
+}
+
+/* One block over the first n rows of x. mod: the block's modulation table [T·3, 6H] with idx [n] selecting each
+ * row's; NULL in the token refiner (plain pre-norm residuals). */
+static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *x, int64_t n,
+                           const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod, const h3_tensor *idx) {
+    const h3_dit_config *c = &d->cfg;
+    h3_dit_ws *ws = &d->ws;
+    const int64_t H = c->hidden;
+    const float eps = (float)c->norm_eps;
+    h3_tensor h, ch[6];
+    H3_TRY(rows_view(&ws->h, 0, n, &h));
+    if (mod) /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
+        for (int j = 0; j < 6; j++) H3_TRY(h3_tensor_narrow(mod, 1, j * H, H, &ch[j]));
+
+    H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm1, eps));
+    if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[0], &ch[1], idx));
+    H3_TRY(attention(d, ex, w, &h, n, cos, sin));
+    if (mod) H3_TRY(h3_op_gated_add(ex, x, &h, &ch[2], idx));
+    else H3_TRY(h3_op_binary(ex, x, x, &h, H3_BINARY_ADD));
+
+    H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm2, eps));
+    if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[3], &ch[4], idx));
+    /* SwiGLU FFN in row chunks; each chunk's output overwrites its own rows of h, then joins the residual. */
+    for (int64_t r0 = 0; r0 < n; r0 += d->chunk_rows) {
+        int64_t m = n - r0 < d->chunk_rows ? n - r0 : d->chunk_rows;
+        h3_tensor hc, xc, u, g, ic;
+        H3_TRY(rows_view(&h, r0, m, &hc));
+        H3_TRY(rows_view(x, r0, m, &xc));
+        H3_TRY(rows_view(&ws->u, 0, m, &u));
+        H3_TRY(rows_view(&ws->g, 0, m, &g));
+        H3_TRY(h3_op_gemm(ex, &u, &hc, &w->fc1, NULL, 0));
+        H3_TRY(h3_op_swiglu(ex, &g, &u, w->gate_first));
+        H3_TRY(h3_op_gemm(ex, &hc, &g, &w->fc2, NULL, 0));
+        if (mod) {
+            H3_TRY(rows_view(idx, r0, m, &ic));
+            H3_TRY(h3_op_gated_add(ex, &xc, &hc, &ch[5], &ic));
+        } else {
+            H3_TRY(h3_op_binary(ex, &xc, &xc, &hc, H3_BINARY_ADD));
+        }
+    }
+    return H3_OK;
+}
+
+static h3_status run_unit(h3_dit *d, h3_exec *ex, int unit, h3_tensor *x, int64_t n, const h3_tensor *cos,
+                          const h3_tensor *sin, const h3_tensor *mod, const h3_tensor *idx) {
+    const h3_dit_block_weights *w;
+    H3_TRY(h3_dit_block_acquire(d, ex, unit, &w));
+    h3_status st = run_block(d, ex, w, x, n, cos, sin, mod, idx);
+    h3_dit_block_release(d, ex, unit);
+    if (st != H3_OK) {
+        int R = (int)d->cfg.n_refiner_layers;
+        return h3_error_wrap(st, unit < R ? "token-refiner block %d" : "DiT block %d", unit < R ? unit : unit - R);
+    }
+    return H3_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------------------------ */
+
+/* Host-built per-forward tables (RoPE angles, modulation rows, index lists) uploaded to the activation place. */
+static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, const int32_t *tmap, int64_t Nv,
+                              int64_t Na, int64_t L) {
+    const h3_dit_config *c = &d->cfg;
+    h3_dit_ws *ws = &d->ws;
+    const int64_t S = in->seq_len, F = c->rope_freq_dim, R = 6 * F;
+    h3_status st = H3_OK;
+    float *cs = h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
+    float *sn = h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
+    int32_t *mi = h3_malloc((size_t)S * 2 * sizeof(int32_t), H3_MEM_WORKSPACE);
+    if (!cs || !sn || !mi) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int64_t r = 0; r < S; r++) {
+        /* Angles [t(F) | h(F) | w(F)], written twice: f32 position × f32 frequency, as the release computes. */
+        for (int a = 0; a < 3; a++) {
+            float p = (float)in->position_ids[r * 3 + a];
+            for (int64_t j = 0; j < F; j++) {
+                float ang = p * d->inv_freq[j];
+                float cv = (float)cos((double)ang), sv = (float)sin((double)ang);
+                cs[r * R + a * F + j] = cs[r * R + 3 * F + a * F + j] = cv;
+                sn[r * R + a * F + j] = sn[r * R + 3 * F + a * F + j] = sv;
+            }
+        }
+        int32_t t = tmap[in->timestep_indices[r]];
+        mi[r] = t * 3 + in->token_tags[r]; /* the block tables' row: (timestep, modality) */
+        mi[S + r] = t;                     /* the final layer's row: timestep only */
+    }
+    H3_CHECK(h3_dit_upload(ex, &ws->cos, cs));
+    H3_CHECK(h3_dit_upload(ex, &ws->sin, sn));
+    H3_CHECK(h3_dit_upload(ex, &ws->mod_idx, mi));
+    H3_CHECK(h3_dit_upload(ex, &ws->fin_idx, mi + S));
+    if (Nv) H3_CHECK(h3_dit_upload(ex, &ws->vidx, in->video_indices));
+    if (Na) H3_CHECK(h3_dit_upload(ex, &ws->aidx, in->audio_indices));
+    if (L) H3_CHECK(h3_dit_upload(ex, &ws->tidx, in->text_indices));
+done:
+    h3_free(cs);
+    h3_free(sn);
+    h3_free(mi);
+    return st;
+}
+
+h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout) {
+    const h3_dit_config *c = &d->cfg;
+    int64_t Nv = 0, Na = 0, L = 0;
+    H3_TRY(check_inputs(d, in, vout, aout, &Nv, &Na, &L));
+    const int64_t S = in->seq_len, R = c->n_refiner_layers;
+    const float final_eps = (float)c->final_norm_eps;
+    h3_status st = H3_OK;
+    int32_t *tmap = h3_malloc((size_t)in->n_timesteps * sizeof(int32_t), H3_MEM_WORKSPACE);
+    if (!tmap) return H3_ERR_NOMEM;
+    H3_CHECK(ensure_modulation(d, ex, in->timesteps, in->n_timesteps, tmap));
+    H3_CHECK(ensure_workspace(d, S, L, Nv, Na));
+    H3_CHECK(stage_layout(d, ex, in, tmap, Nv, Na, L));
+    h3_dit_ws *ws = &d->ws;
+    const h3_dit_globals *g = &d->g;
+    h3_tensor t1, cos, sin;
+    H3_CHECK(rows_view(&ws->cos, 0, S, &cos));
+    H3_CHECK(rows_view(&ws->sin, 0, S, &sin));
+
+    /* Inputs into the packed stream x [S, H]. */
+    if (Nv) {
+        H3_CHECK(rows_view(&ws->h, 0, Nv, &t1));
+        H3_CHECK(h3_op_gemm(ex, &t1, in->video, &g->video_in_w, &g->video_in_b, 0));
+        H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->vidx));
+    }
+    if (Na) {
+        H3_CHECK(rows_view(&ws->h, 0, Na, &t1));
+        H3_CHECK(h3_op_gemm(ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b, 0));
+        H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->aidx));
+    }
+    if (L) {
+        H3_CHECK(h3_op_gemm(ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b, 0));
+        for (int u = 0; u < R; u++) H3_CHECK(run_unit(d, ex, u, &ws->xt, L, NULL, NULL, NULL, NULL));
+        H3_CHECK(h3_op_rms_norm(ex, &ws->xt, &ws->xt, &g->refiner_norm, final_eps));
+        H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &ws->xt, &ws->tidx));
+    }
+
+    for (int64_t b = 0; b < c->n_layers; b++)
+        H3_CHECK(run_unit(d, ex, (int)(R + b), &ws->x, S, &cos, &sin, &d->mod[b], &ws->mod_idx));
+
+    /* Final RMSNorm with per-timestep shift (first half) and scale, then the two heads on their rows. */
+    {
+        h3_tensor shift, scale;
+        const h3_tensor *fm = &d->mod[c->n_layers];
+        H3_CHECK(h3_tensor_narrow(fm, 1, 0, c->hidden, &shift));
+        H3_CHECK(h3_tensor_narrow(fm, 1, c->hidden, c->hidden, &scale));
+        H3_CHECK(h3_op_rms_norm(ex, &ws->h, &ws->x, &g->final_norm, final_eps));
+        H3_CHECK(h3_op_modulate(ex, &ws->h, &ws->h, &shift, &scale, &ws->fin_idx));
+    }
+    if (Nv) {
+        H3_CHECK(rows_view(&ws->x, 0, Nv, &t1));
+        H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->vidx));
+        H3_CHECK(h3_op_gemm(ex, vout, &t1, &g->video_out_w, &g->video_out_b, 0));
+    }
+    if (Na) {
+        H3_CHECK(rows_view(&ws->x, 0, Na, &t1));
+        H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->aidx));
+        H3_CHECK(h3_op_gemm(ex, aout, &t1, &g->audio_out_w, &g->audio_out_b, 0));
+    }
+    d->stats.forwards++;
+done:
+    h3_free(tmap);
+    return st;
+}
