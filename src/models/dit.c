@@ -111,7 +111,8 @@ h3_status h3_dit_config_from_json(const json_t *j, const char *what, h3_dit_conf
     if (found && v != 2 * c->hidden)
         return H3_ERR(H3_ERR_FORMAT, "%s: final_adaln_out_features %lld should be 2·hidden_size = %lld", what,
                       (long long)v, (long long)(2 * c->hidden));
-    return h3_dit_config_check(c);
+    H3_TRY_CTX(h3_dit_config_check(c), "%s", what);
+    return H3_OK;
 }
 
 h3_status h3_dit_config_check(const h3_dit_config *c) {
@@ -630,7 +631,7 @@ typedef struct {
 static h3_status visit_one(h3_dit *d, const wdesc *w, void *user) {
     (void)d;
     visit_ctx *v = user;
-    if (!w->t->data && h3_tensor_numel(w->t) == 0) return H3_OK; /* an optional tensor that is absent */
+    if (!w->t->data) return H3_OK; /* absent (an optional tensor) or empty */
     if (v->fn(w->name, w->t, v->user)) {
         v->stopped = 1;
         return H3_ERR_INTERRUPTED; /* ends the walk; not an error for the caller */

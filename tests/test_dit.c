@@ -1,0 +1,675 @@
+/* The DiT against the fixtures of the project's PyTorch reference (tools/reference/dit.py, float64), in each
+ * layout; AdaLN precomputation; input checks; permutation invariance; loader allocation failures.
+ *
+ * Tolerance: max |c − ref| / max |ref| <= 1e-4 per output. The weights are the fixture's stored bf16/f16/f32
+ * values, which the C code converts to f32 exactly, and the reference computes with the same values in float64:
+ * what remains is f32 rounding of activations through 4 blocks (measured ~4e-7), so 1e-4 leaves room for other
+ * summation orders (threads, BLAS) while a wrong formula (RoPE split, chunk order: ≥ 7e-2) fails by orders of
+ * magnitude. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "io/safetensors.h"
+#include "models/dit.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+static const double TOL = 1e-4;
+
+#define FIX "tests/fixtures/dit/"
+
+static const char *fix(const char *rel, char *buf, size_t n) {
+    char r[256];
+    snprintf(r, sizeof r, FIX "%s", rel);
+    return t_src_path(r, buf, n);
+}
+
+/* max |a − ref| / max |ref| over n values of an f32 tensor from a file. */
+static double max_rel(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (!(d <= num)) num = d; /* NaN propagates */
+        if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void expect_tensor(const char *what, const h3_tensor *got, h3_st_set *exp, const char *name, double tol) {
+    h3_tensor ref;
+    CHECK_OK(h3_st_load(exp, name, H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref));
+    if (!ref.data) return;
+    CHECK(h3_tensor_numel(got) == h3_tensor_numel(&ref), "%s: %lld values, expected %lld", what,
+          (long long)h3_tensor_numel(got), (long long)h3_tensor_numel(&ref));
+    if (h3_tensor_numel(got) == h3_tensor_numel(&ref)) {
+        double e = max_rel(got->data, ref.data, h3_tensor_numel(&ref));
+        CHECK(e <= tol, "%s: max relative error %.3e > %.0e", what, e, tol);
+        printf("  %-44s max rel err %.2e (tol %.0e)\n", what, e, tol);
+    }
+    h3_tensor_free(&ref);
+}
+
+typedef struct {
+    h3_dit *dit;
+    h3_dit_inputs_file in;
+    h3_tensor v, a;
+} run_t;
+
+static h3_status run_open(run_t *r, const char *model_rel, const h3_dit_open_opts *o) {
+    char p[512], q[512];
+    memset(r, 0, sizeof *r);
+    H3_TRY(h3_dit_open(fix(model_rel, p, sizeof p), o, &r->dit));
+    const h3_dit_config *c = h3_dit_get_config(r->dit);
+    H3_TRY(h3_dit_inputs_read(fix("inputs.safetensors", q, sizeof q), c, &r->in));
+    H3_TRY(h3_tensor_alloc2(&r->v, H3_PLACE_HOST, H3_F32, r->in.video.shape[0], h3_dit_video_dim(c),
+                            H3_MEM_ACTIVATIONS));
+    return h3_tensor_alloc2(&r->a, H3_PLACE_HOST, H3_F32, r->in.audio.shape[0], c->audio_dim, H3_MEM_ACTIVATIONS);
+}
+
+static h3_status run_forward(run_t *r) {
+    return h3_dit_forward(r->dit, &g_ex, &r->in.in, &r->v, &r->a);
+}
+
+static void run_close(run_t *r) {
+    h3_tensor_free(&r->v);
+    h3_tensor_free(&r->a);
+    h3_dit_inputs_file_free(&r->in);
+    h3_dit_close(r->dit);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- each layout against the reference -------------------------------------------------------------------- */
+
+static void fixture_case(const char *model_rel, const char *expected_rel, h3_layout layout, int interleaved) {
+    char p[512];
+    run_t r;
+    CHECK_OK(run_open(&r, model_rel, NULL));
+    if (!r.dit) return;
+    CHECK(h3_dit_layout(r.dit) == layout, "%s: detected layout %s", model_rel, h3_layout_name(h3_dit_layout(r.dit)));
+    CHECK(h3_dit_qkv_interleaved(r.dit) == interleaved, "%s: qkv order", model_rel);
+    printf("  %s: %s\n", model_rel, h3_dit_describe(r.dit));
+    h3_dit_weight_bytes wb;
+    h3_dit_weight_bytes_of(r.dit, &wb);
+    CHECK(wb.owned == 0 && wb.mapped == wb.total && wb.total > 0, "%s: %lld of %lld weight bytes are copies, not views",
+          model_rel, (long long)wb.owned, (long long)wb.total);
+    CHECK_OK(run_forward(&r));
+    h3_st_set exp;
+    CHECK_OK(h3_st_open(fix(expected_rel, p, sizeof p), &exp));
+    char what[128];
+    snprintf(what, sizeof what, "%s video velocity", model_rel);
+    expect_tensor(what, &r.v, &exp, "video_velocity", TOL);
+    snprintf(what, sizeof what, "%s audio velocity", model_rel);
+    expect_tensor(what, &r.a, &exp, "audio_velocity", TOL);
+    /* The kept modulation tables (the forward computed them for its timesteps, in their order). */
+    const h3_dit_config *c = h3_dit_get_config(r.dit);
+    for (int b = 0; b <= c->n_layers; b++) {
+        char name[64];
+        int n = 0;
+        const h3_tensor *m = h3_dit_modulation(r.dit, b, NULL, &n);
+        CHECK(m && n == r.in.in.n_timesteps, "modulation %d kept for %d timesteps", b, n);
+        if (!m) continue;
+        if (b < c->n_layers) snprintf(name, sizeof name, "modulation.blocks.%d", b);
+        else snprintf(name, sizeof name, "modulation.final");
+        snprintf(what, sizeof what, "%s %s", model_rel, name);
+        expect_tensor(what, m, &exp, name, TOL);
+    }
+    h3_dit_stats s;
+    h3_dit_get_stats(r.dit, &s);
+    CHECK(s.acquires == h3_dit_n_units(c) && s.releases == s.acquires, "one acquire/release per block: %lld/%lld for "
+          "%d blocks", (long long)s.acquires, (long long)s.releases, h3_dit_n_units(c));
+    h3_st_close(&exp);
+    run_close(&r);
+}
+
+static void test_official(void) {
+    fixture_case("official", "expected_full.safetensors", H3_LAYOUT_OFFICIAL, 1);
+    /* The shard index and a single shard's folder name the same set. */
+    fixture_case("official/model.safetensors.index.json", "expected_full.safetensors", H3_LAYOUT_OFFICIAL, 1);
+}
+static void test_diffusers(void) {
+    fixture_case("diffusers", "expected_full.safetensors", H3_LAYOUT_DIFFUSERS, 0);
+    fixture_case("diffusers/diffusion_pytorch_model.safetensors", "expected_full.safetensors", H3_LAYOUT_DIFFUSERS, 0);
+}
+static void test_comfy_pruned(void) {
+    fixture_case("comfy_pruned.safetensors", "expected_pruned.safetensors", H3_LAYOUT_COMFY, 0);
+}
+
+/* The QKV order matters: reading the official shards as contiguous must not pass (a test that cannot fail is
+ * a defect). */
+static void test_qkv_order_matters(void) {
+    h3_dit_open_opts o = {0};
+    o.qkv_order = H3_DIT_QKV_CONTIGUOUS;
+    run_t r;
+    char p[512];
+    CHECK_OK(run_open(&r, "official", &o));
+    if (!r.dit) return;
+    CHECK_OK(run_forward(&r));
+    h3_st_set exp;
+    CHECK_OK(h3_st_open(fix("expected_full.safetensors", p, sizeof p), &exp));
+    h3_tensor ref;
+    CHECK_OK(h3_st_load(&exp, "video_velocity", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref));
+    double e = max_rel(r.v.data, ref.data, h3_tensor_numel(&ref));
+    CHECK(e > 100 * TOL, "official shards read as contiguous QKV still match (%.2e)", e);
+    printf("  official read with the wrong QKV order: max rel err %.2e (must fail)\n", e);
+    h3_tensor_free(&ref);
+    h3_st_close(&exp);
+    run_close(&r);
+}
+
+/* ---- AdaLN precomputation --------------------------------------------------------------------------------- */
+
+static int copy_weight(const char *name, h3_tensor *t, void *user) {
+    h3_st_set *s = user;
+    h3_tensor src;
+    if (h3_st_get(s, name, &src) != H3_OK) {
+        t_fail_at(__FILE__, __LINE__, "fixture lacks %s", name);
+        return 1;
+    }
+    int64_t n = h3_tensor_numel(t);
+    float *f = malloc((size_t)n * sizeof(float));
+    CHECK(h3_tensor_numel(&src) == n, "%s: size", name);
+    CHECK(t->dtype == H3_F32, "%s: created as %s", name, h3_dtype_name(t->dtype));
+    CHECK(h3_convert_to_f32(src.dtype, src.data, f, (size_t)n), "%s: convert", name);
+    memcpy(t->data, f, (size_t)n * sizeof(float));
+    free(f);
+    h3_tensor_free(&src);
+    return 0;
+}
+
+static int poison_adaln(const char *name, h3_tensor *t, void *user) {
+    (*(int *)user)++;
+    if (strstr(name, "adaln") || strstr(name, "time_embedder")) {
+        float *f = t->data;
+        for (int64_t i = 0; i < h3_tensor_numel(t); i++) f[i] = NAN;
+    }
+    return 0;
+}
+
+/* A DiT created in memory (h3_dit_create) with the pruned fixture's weights: it must compute the pruned
+ * fixture's outputs; after precomputing the modulation, NaN in every AdaLN parameter must not reach a forward. */
+static void test_precompute(void) {
+    char p[512];
+    run_t r;
+    CHECK_OK(run_open(&r, "comfy_pruned.safetensors", NULL));
+    if (!r.dit) return;
+    h3_dit_config cfg = *h3_dit_get_config(r.dit);
+    h3_dit *d = NULL;
+    CHECK_OK(h3_dit_create(&cfg, H3_F32, NULL, &d));
+    if (!d) {
+        run_close(&r);
+        return;
+    }
+    h3_st_set wset, exp;
+    CHECK_OK(h3_st_open(fix("comfy_pruned.safetensors", p, sizeof p), &wset));
+    CHECK(h3_dit_visit_weights(d, copy_weight, &wset) == 0, "copying the fixture's weights");
+    h3_st_close(&wset);
+    CHECK_OK(h3_st_open(fix("expected_pruned.safetensors", p, sizeof p), &exp));
+
+    /* Precompute for a schedule that holds the forward's timesteps among others, in another order. */
+    const h3_dit_inputs *in = &r.in.in;
+    float sched[8];
+    int n = 0;
+    sched[n++] = 0.05f;
+    for (int i = in->n_timesteps - 1; i >= 0; i--) {
+        sched[n++] = in->timesteps[i];
+        sched[n++] = 0.1f * (float)(i + 3);
+    }
+    sched[n++] = in->timesteps[0]; /* a repeat is kept once */
+    CHECK_OK(h3_dit_precompute_modulation(d, &g_ex, sched, n));
+    int kept = 0;
+    CHECK(h3_dit_modulation(d, 0, NULL, &kept) && kept == n - 1, "kept %d distinct timesteps of %d", kept, n - 1);
+    h3_dit_stats s0, s1;
+    h3_dit_get_stats(d, &s0);
+    CHECK_OK(h3_dit_forward(d, &g_ex, in, &r.v, &r.a));
+    h3_dit_get_stats(d, &s1);
+    CHECK(s1.adaln_passes == s0.adaln_passes, "a forward with precomputed timesteps recomputed the modulation");
+    expect_tensor("created DiT (pruned weights) video velocity", &r.v, &exp, "video_velocity", TOL);
+    expect_tensor("created DiT (pruned weights) audio velocity", &r.a, &exp, "audio_velocity", TOL);
+
+    /* Poison every AdaLN parameter: the next forward must give the same bits. */
+    int64_t nv = h3_tensor_numel(&r.v), na = h3_tensor_numel(&r.a);
+    float *v0 = malloc((size_t)nv * sizeof(float)), *a0 = malloc((size_t)na * sizeof(float));
+    memcpy(v0, r.v.data, (size_t)nv * sizeof(float));
+    memcpy(a0, r.a.data, (size_t)na * sizeof(float));
+    int visited = 0;
+    h3_dit_visit_weights(d, poison_adaln, &visited);
+    CHECK(visited > 10, "visited %d weights", visited);
+    CHECK_OK(h3_dit_forward(d, &g_ex, in, &r.v, &r.a));
+    CHECK(memcmp(v0, r.v.data, (size_t)nv * sizeof(float)) == 0 && memcmp(a0, r.a.data, (size_t)na * sizeof(float)) == 0,
+          "a forward after precomputation read an AdaLN parameter");
+    /* A timestep that was not precomputed needs them: the NaNs show up, proving the poison was real. */
+    float t_other = 0.33f;
+    h3_dit_inputs in2 = *in;
+    int32_t *ti = malloc((size_t)in->seq_len * sizeof(int32_t));
+    for (int64_t i = 0; i < in->seq_len; i++) ti[i] = 0;
+    in2.timesteps = &t_other;
+    in2.n_timesteps = 1;
+    in2.timestep_indices = ti;
+    CHECK_OK(h3_dit_forward(d, &g_ex, &in2, &r.v, &r.a));
+    CHECK(isnan(((float *)r.v.data)[0]), "NaN AdaLN weights gave a finite output for a new timestep");
+    h3_dit_get_stats(d, &s1);
+    CHECK(s1.adaln_passes == s0.adaln_passes + 1, "the new timestep was computed once (%lld passes)",
+          (long long)(s1.adaln_passes - s0.adaln_passes));
+    free(ti);
+    free(v0);
+    free(a0);
+    h3_st_close(&exp);
+    h3_dit_close(d);
+    run_close(&r);
+}
+
+/* The bytes-per-step claim of docs/DIT.md, from the released shapes. */
+static void test_modulation_bytes(void) {
+    h3_dit_config c;
+    h3_dit_config_default(&c);
+    /* 50 × [96768, 2688] + [96768] bf16, final [10752, 2688] + [10752] bf16, time MLP f32. */
+    int64_t adaln = 50 * (96768LL * 2688 + 96768) * 2 + (10752LL * 2688 + 10752) * 2 +
+                    (5376LL * 256 + 5376 + 2688LL * 5376 + 2688) * 4;
+    CHECK(adaln == 26142079488LL, "AdaLN bytes of the release: %lld", (long long)adaln);
+    /* Kept rows for 4 distinct timesteps in a step (video, audio, keyframe 0.999, reference audio 1.0), f32. */
+    CHECK(h3_dit_modulation_bytes(&c, 4) == 4LL * (50 * 96768 + 10752) * 4, "modulation bytes");
+    printf("  per step: AdaLN parameters %lld bytes vs kept rows of 4 timesteps %lld bytes\n", (long long)adaln,
+           (long long)h3_dit_modulation_bytes(&c, 4));
+}
+
+/* ---- layout handling ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    h3_dit_inputs in;
+    int32_t *tags, *tidx, *vi, *ai, *ti;
+    double *pos;
+    float *ts;
+    h3_tensor video, audio;
+} owned_in;
+
+static void owned_free(owned_in *o) {
+    free(o->tags);
+    free(o->tidx);
+    free(o->vi);
+    free(o->ai);
+    free(o->ti);
+    free(o->pos);
+    free(o->ts);
+    h3_tensor_free(&o->video);
+    h3_tensor_free(&o->audio);
+}
+
+/* Rows of the packed sequence moved by a random permutation, video and audio rows given in a shuffled order,
+ * and the timesteps reversed: the velocities are those of the original rows, in the new row order. */
+static void test_permutation(void) {
+    run_t r;
+    CHECK_OK(run_open(&r, "official", NULL));
+    if (!r.dit) return;
+    CHECK_OK(run_forward(&r));
+    const h3_dit_inputs *in = &r.in.in;
+    const int64_t S = in->seq_len, Nv = r.v.shape[0], Na = r.a.shape[0], L = r.in.text.shape[0];
+    const int T = in->n_timesteps;
+    int64_t *P = malloc((size_t)S * sizeof(int64_t)), *Qv = malloc((size_t)Nv * sizeof(int64_t)),
+            *Qa = malloc((size_t)Na * sizeof(int64_t));
+    for (int64_t i = 0; i < S; i++) P[i] = i;
+    for (int64_t i = S - 1; i > 0; i--) {
+        int64_t j = (int64_t)(t_rand_u64() % (uint64_t)(i + 1)), t = P[i];
+        P[i] = P[j];
+        P[j] = t;
+    }
+    for (int64_t i = 0; i < Nv; i++) Qv[i] = Nv - 1 - i;
+    for (int64_t i = 0; i < Na; i++) Qa[i] = (i * 5 + 1) % Na;
+    owned_in o = {0};
+    o.tags = malloc((size_t)S * 4);
+    o.tidx = malloc((size_t)S * 4);
+    o.pos = malloc((size_t)S * 3 * 8);
+    o.vi = malloc((size_t)Nv * 4);
+    o.ai = malloc((size_t)Na * 4);
+    o.ti = malloc((size_t)L * 4);
+    o.ts = malloc((size_t)T * 4);
+    for (int i = 0; i < T; i++) o.ts[i] = in->timesteps[T - 1 - i];
+    for (int64_t rr = 0; rr < S; rr++) {
+        o.tags[P[rr]] = in->token_tags[rr];
+        o.tidx[P[rr]] = T - 1 - in->timestep_indices[rr];
+        for (int a = 0; a < 3; a++) o.pos[P[rr] * 3 + a] = in->position_ids[rr * 3 + a];
+    }
+    CHECK_OK(h3_tensor_alloc2(&o.video, H3_PLACE_HOST, H3_F32, Nv, r.v.shape[1], H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&o.audio, H3_PLACE_HOST, H3_F32, Na, r.a.shape[1], H3_MEM_ACTIVATIONS));
+    int64_t vd = r.in.video.shape[1], ad = r.in.audio.shape[1];
+    for (int64_t i = 0; i < Nv; i++) {
+        o.vi[i] = (int32_t)P[in->video_indices[Qv[i]]];
+        memcpy((float *)o.video.data + i * vd, (const float *)r.in.video.data + Qv[i] * vd, (size_t)vd * 4);
+    }
+    for (int64_t i = 0; i < Na; i++) {
+        o.ai[i] = (int32_t)P[in->audio_indices[Qa[i]]];
+        memcpy((float *)o.audio.data + i * ad, (const float *)r.in.audio.data + Qa[i] * ad, (size_t)ad * 4);
+    }
+    for (int64_t i = 0; i < L; i++) o.ti[i] = (int32_t)P[in->text_indices[i]];
+    o.in = *in;
+    o.in.video = &o.video;
+    o.in.audio = &o.audio;
+    o.in.timesteps = o.ts;
+    o.in.token_tags = o.tags;
+    o.in.timestep_indices = o.tidx;
+    o.in.position_ids = o.pos;
+    o.in.video_indices = o.vi;
+    o.in.audio_indices = o.ai;
+    o.in.text_indices = o.ti;
+    h3_tensor v2, a2;
+    CHECK_OK(h3_tensor_alloc2(&v2, H3_PLACE_HOST, H3_F32, Nv, vd, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&a2, H3_PLACE_HOST, H3_F32, Na, ad, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_dit_forward(r.dit, &g_ex, &o.in, &v2, &a2));
+    /* Expected: original outputs reordered by Qv / Qa (attention sums in another order: f32 rounding only). */
+    float *ev = malloc((size_t)(Nv * vd) * 4), *ea = malloc((size_t)(Na * ad) * 4);
+    for (int64_t i = 0; i < Nv; i++) memcpy(ev + i * vd, (const float *)r.v.data + Qv[i] * vd, (size_t)vd * 4);
+    for (int64_t i = 0; i < Na; i++) memcpy(ea + i * ad, (const float *)r.a.data + Qa[i] * ad, (size_t)ad * 4);
+    double e1 = max_rel(v2.data, ev, Nv * vd), e2 = max_rel(a2.data, ea, Na * ad);
+    CHECK(e1 <= 1e-5 && e2 <= 1e-5, "permuted rows: video %.2e, audio %.2e", e1, e2);
+    printf("  permuted packed rows, shuffled row lists, reversed timesteps: max rel diff %.2e / %.2e\n", e1, e2);
+    free(ev);
+    free(ea);
+    free(P);
+    free(Qv);
+    free(Qa);
+    h3_tensor_free(&v2);
+    h3_tensor_free(&a2);
+    owned_free(&o);
+    run_close(&r);
+}
+
+/* ---- bad inputs ------------------------------------------------------------------------------------------------ */
+
+static void test_bad_inputs(void) {
+    run_t r;
+    CHECK_OK(run_open(&r, "diffusers", NULL));
+    if (!r.dit) return;
+    const h3_dit_inputs *in = &r.in.in;
+    const int64_t S = in->seq_len;
+    int32_t *tags = malloc((size_t)S * 4), *tidx = malloc((size_t)S * 4);
+    int32_t *ti = malloc((size_t)r.in.text.shape[0] * 4);
+    double *pos = malloc((size_t)S * 3 * 8);
+    h3_dit_inputs b;
+#define RESET()                                                                                                \
+    do {                                                                                                       \
+        b = *in;                                                                                               \
+        memcpy(tags, in->token_tags, (size_t)S * 4);                                                           \
+        memcpy(tidx, in->timestep_indices, (size_t)S * 4);                                                     \
+        memcpy(ti, in->text_indices, (size_t)r.in.text.shape[0] * 4);                                          \
+        memcpy(pos, in->position_ids, (size_t)S * 3 * 8);                                                      \
+        b.token_tags = tags;                                                                                   \
+        b.timestep_indices = tidx;                                                                             \
+        b.text_indices = ti;                                                                                   \
+        b.position_ids = pos;                                                                                  \
+    } while (0)
+    RESET();
+    tags[3] = 3;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "token_tags");
+    RESET();
+    tidx[7] = in->n_timesteps;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "timestep_indices");
+    RESET();
+    ti[1] = ti[0];
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "already named");
+    RESET();
+    ti[0] = (int32_t)S;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "outside the sequence");
+    RESET();
+    ti[0] = in->video_indices[0];
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "video_indices");
+    RESET();
+    pos[10] = NAN;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "position_ids");
+    RESET();
+    b.seq_len = S + 1;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "rows");
+    RESET();
+    b.text = NULL;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "rows");
+    RESET();
+    float tnan = NAN;
+    b.timesteps = &tnan;
+    b.n_timesteps = 1;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "timesteps");
+    RESET();
+    h3_tensor narrow;
+    CHECK_OK(h3_tensor_narrow(&r.in.audio, 1, 0, 16, &narrow));
+    b.audio = &narrow;
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, &r.a), H3_ERR_INVALID, "'audio'");
+    RESET();
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.a, &r.a), H3_ERR_INVALID, "video velocity");
+    CHECK_ERR(h3_dit_forward(r.dit, &g_ex, &b, &r.v, NULL), H3_ERR_INVALID, "audio velocity");
+    /* After all that, a good forward still works and no block is left acquired. */
+    CHECK_OK(run_forward(&r));
+    h3_dit_stats s;
+    h3_dit_get_stats(r.dit, &s);
+    CHECK(s.acquires == s.releases, "acquires %lld, releases %lld", (long long)s.acquires, (long long)s.releases);
+#undef RESET
+    free(tags);
+    free(tidx);
+    free(ti);
+    free(pos);
+    run_close(&r);
+}
+
+/* ---- files that are not right ------------------------------------------------------------------------------------ */
+
+/* Copies a fixture file, leaving out `skip`, reshaping `reshape` to [2, 3] f32, and adding a comfy_quant marker
+ * when marker is set. */
+static void rewrite(const char *src_rel, const char *dst, const char *skip, const char *reshape, const char *marker,
+                    const char *meta_config) {
+    char p[512];
+    h3_st_set s;
+    CHECK_OK(h3_st_open(fix(src_rel, p, sizeof p), &s));
+    h3_st_writer *w;
+    CHECK_OK(h3_st_writer_new(&w));
+    static float six[6];
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const h3_st_entry *e = &s.entries[i];
+        if (skip && !strcmp(e->name, skip)) continue;
+        if (reshape && !strcmp(e->name, reshape)) {
+            int64_t sh[2] = {2, 3};
+            CHECK_OK(h3_st_writer_add(w, e->name, H3_F32, 2, sh, six));
+            continue;
+        }
+        const void *data;
+        CHECK_OK(h3_st_bytes(&s, e, &data));
+        CHECK_OK(h3_st_writer_add(w, e->name, e->dtype, e->ndim, e->shape, data));
+    }
+    if (marker) {
+        int64_t n = (int64_t)strlen(marker);
+        CHECK_OK(h3_st_writer_add(w, "blocks.0.attn.qkv_proj.comfy_quant", H3_U8, 1, &n, marker));
+    }
+    if (meta_config) CHECK_OK(h3_st_writer_meta(w, "config", meta_config));
+    CHECK_OK(h3_st_writer_write(w, dst, 0));
+    h3_st_writer_free(w);
+    h3_st_close(&s);
+}
+
+static void test_bad_files(void) {
+    char dir[512], f[600], cfgp[600], p[512];
+    h3_dit *d = NULL;
+    t_tmp_path("ditfiles", dir, sizeof dir);
+    CHECK(mkdir(dir, 0755) == 0 || access(dir, F_OK) == 0, "mkdir %s", dir);
+    snprintf(f, sizeof f, "%s/model.safetensors", dir);
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+
+    rewrite("comfy_pruned.safetensors", f, "blocks.1.mlp.fc2.weight", NULL, NULL, NULL);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.1.mlp.fc2.weight");
+    rewrite("comfy_pruned.safetensors", f, NULL, "blocks.0.attn.out_proj.weight", NULL, NULL);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "blocks.0.attn.out_proj.weight");
+    rewrite("comfy_pruned.safetensors", f, NULL, NULL, "{\"format\": \"int8_tensorwise\"}", NULL);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_UNSUPPORTED, "int8_tensorwise");
+    rewrite("comfy_pruned.safetensors", f, "blocks.0.attn.qkv_proj.weight", NULL, NULL, NULL);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.0.attn.qkv_proj.weight");
+    /* Metadata config that disagrees with the shapes. */
+    rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 64, \"num_layers\": 2}");
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "video_patch_proj.weight");
+    rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 32, \"num_layers\": 3, "
+            "\"num_attention_heads\": 2, \"ffn_hidden_size\": 64, \"text_dim\": 24, \"time_embed_hidden_size\": 32}");
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "3 blocks");
+    /* config.json beside the weights wins over the metadata; a bad one is an error naming it. */
+    rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, NULL);
+    FILE *cf = fopen(cfgp, "w");
+    fputs("{\"hidden_size\": 32, \"num_layers\": \"two\"}", cf);
+    fclose(cf);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "num_layers");
+    cf = fopen(cfgp, "w");
+    fputs("{\"hidden_size\": 32, \"num_layers\": 2, \"adaln_out_features\": 5}", cf);
+    fclose(cf);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "adaln_out_features");
+    cf = fopen(cfgp, "w");
+    fputs("{\"hidden_size\": 32, \"num_layers\": 2, \"num_attention_heads\": 2, \"attention_head_dim\": 128, "
+          "\"rope_inv_freq_len\": 22}", cf);
+    fclose(cf);
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_INVALID, "RoPE");
+    /* A config.json of something else is ignored (shapes decide). */
+    cf = fopen(cfgp, "w");
+    fputs("{\"_class_name\": \"AutoencoderKL\", \"latent_channels\": 24}", cf);
+    fclose(cf);
+    CHECK_OK(h3_dit_open(f, NULL, &d));
+    h3_dit_close(d);
+    d = NULL;
+    unlink(cfgp);
+    /* Not a DiT. */
+    CHECK_ERR(h3_dit_open(fix("inputs.safetensors", p, sizeof p), NULL, &d), H3_ERR_FORMAT, "not a MiniMax-H3 DiT");
+    CHECK(d == NULL, "a failed open returns no model");
+    unlink(f);
+    rmdir(dir);
+}
+
+static void test_config_json(void) {
+    const char *off = "{\"hidden_size\": 64, \"num_layers\": 3, \"token_refiner_num_layers\": 1, "
+                      "\"num_attention_heads\": 4, \"attention_head_dim\": 64, \"ffn_hidden_size\": 96, "
+                      "\"latents_dim\": 8, \"audio_latents_dim\": 16, \"patch_size\": [1, 2, 2], \"text_dim\": 40, "
+                      "\"timestep_input_dim\": 32, \"time_embed_hidden_size\": 48, \"time_embed_dim\": 24, "
+                      "\"adaln_out_features\": 1152, \"final_adaln_out_features\": 128, \"rope_inv_freq_len\": 8, "
+                      "\"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, \"final_norm_eps\": 1e-05}";
+    const char *dif = "{\"_class_name\": \"MiniMaxH3Transformer3DModel\", \"hidden_size\": 64, \"num_layers\": 3, "
+                      "\"num_refiner_layers\": 1, \"num_attention_heads\": 4, \"attention_head_dim\": 64, "
+                      "\"ffn_dim\": 96, \"in_channels\": 8, \"audio_in_channels\": 16, \"patch_size\": [1, 2, 2], "
+                      "\"text_dim\": 40, \"freq_dim\": 32, \"time_embed_hidden_dim\": 48, \"time_embed_dim\": 24, "
+                      "\"rope_freq_dim\": 8, \"rope_theta\": 10000.0, \"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, "
+                      "\"final_norm_eps\": 1e-05}";
+    json_t *a = NULL, *b = NULL;
+    CHECK_OK(h3_json_parse(off, strlen(off), "official", &a));
+    CHECK_OK(h3_json_parse(dif, strlen(dif), "diffusers", &b));
+    h3_dit_config ca, cb, rel;
+    CHECK_OK(h3_dit_config_from_json(a, "official", &ca));
+    CHECK_OK(h3_dit_config_from_json(b, "diffusers", &cb));
+    CHECK(memcmp(&ca, &cb, sizeof ca) == 0, "the two namings give different configs");
+    CHECK(ca.hidden == 64 && ca.n_refiner_layers == 1 && ca.ffn == 96 && ca.in_channels == 8 && ca.audio_dim == 16 &&
+              ca.freq_dim == 32 && ca.time_hidden == 48 && ca.rope_freq_dim == 8 && ca.norm_eps == 1e-6,
+          "values");
+    json_decref(a);
+    json_decref(b);
+    /* An empty object is the release. */
+    CHECK_OK(h3_json_parse("{}", 2, "empty", &a));
+    CHECK_OK(h3_dit_config_from_json(a, "empty", &ca));
+    h3_dit_config_default(&rel);
+    CHECK(memcmp(&ca, &rel, sizeof ca) == 0 && rel.hidden == 5376 && rel.n_layers == 50 && rel.time_embed_dim == 2688,
+          "defaults");
+    json_decref(a);
+    const char *bad[] = {"{\"patch_size\": [1, 2]}", "{\"hidden_size\": 1.5}", "{\"rope_theta\": \"x\"}",
+                         "{\"hidden_size\": 0}", "[1, 2]", "{\"attention_head_dim\": 64, \"rope_freq_dim\": 16}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_OK(h3_json_parse(bad[i], strlen(bad[i]), "bad", &a));
+        h3_clear_error();
+        CHECK(h3_dit_config_from_json(a, "bad", &ca) != H3_OK, "accepted %s", bad[i]);
+        CHECK(strstr(h3_last_error(), "bad") != NULL, "message names the source: %s", h3_last_error());
+        json_decref(a);
+    }
+}
+
+/* ---- memory ------------------------------------------------------------------------------------------------------ */
+
+static void test_workspace_bytes(void) {
+    run_t r;
+    CHECK_OK(run_open(&r, "official", NULL));
+    if (!r.dit) return;
+    CHECK_OK(h3_dit_precompute_modulation(r.dit, &g_ex, r.in.in.timesteps, r.in.in.n_timesteps));
+    h3_mem_stats before, after;
+    h3_mem_get_stats(&before);
+    h3_mem_reset_peaks();
+    CHECK_OK(run_forward(&r));
+    h3_mem_get_stats(&after);
+    int64_t ws = h3_dit_workspace_bytes(r.dit, r.in.in.seq_len, r.in.text.shape[0], r.v.shape[0], r.a.shape[0]);
+    int64_t grew = after.peak[H3_MEM_ACTIVATIONS] - before.current[H3_MEM_ACTIVATIONS];
+    CHECK(grew == ws, "forward's activation peak grew by %lld bytes; h3_dit_workspace_bytes says %lld", (long long)grew,
+          (long long)ws);
+    /* A second forward of the same shape allocates no activations. */
+    h3_mem_reset_peaks();
+    h3_mem_get_stats(&before);
+    CHECK_OK(run_forward(&r));
+    h3_mem_get_stats(&after);
+    CHECK(after.peak[H3_MEM_ACTIVATIONS] == before.current[H3_MEM_ACTIVATIONS], "second forward allocated activations");
+    printf("  workspace %lld bytes for %lld rows (predicted = measured)\n", (long long)ws, (long long)r.in.in.seq_len);
+    run_close(&r);
+}
+
+/* Every allocation of open + inputs + forward failing in turn: an error (out of memory), never a crash or a leak. */
+static void test_alloc_failures(void) {
+    const char *models[] = {"official", "diffusers", "comfy_pruned.safetensors"};
+    for (int m = 0; m < 3; m++) {
+        for (int sticky = 0; sticky < 2; sticky++) {
+            h3_mem_stats base;
+            h3_mem_get_stats(&base);
+            int failures = 0, n;
+            for (n = 1; n < 20000; n++) {
+                run_t r;
+                h3_clear_error();
+                h3_mem_fail_at(n, sticky);
+                h3_status st = run_open(&r, models[m], NULL);
+                if (st == H3_OK) st = run_forward(&r);
+                int64_t ticks = h3_mem_fail_at(0, 0);
+                run_close(&r);
+                h3_mem_stats now;
+                h3_mem_get_stats(&now);
+                CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes",
+                      models[m], n, (long long)(now.total_current - base.total_current));
+                if (st == H3_OK) {
+                    CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
+                    break;
+                }
+                failures++;
+                CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %s: %s", models[m],
+                      n, h3_code_name(st), h3_last_error());
+                if (st != H3_ERR_NOMEM) break;
+            }
+            CHECK(failures > 50, "%s: only %d allocation points were exercised", models[m], failures);
+            if (sticky) printf("  %s: %d allocation points fail cleanly\n", models[m], failures);
+        }
+    }
+}
+
+static void test_no_leaks(void) {
+    h3_mem_stats s;
+    h3_mem_get_stats(&s);
+    for (int c = 0; c < H3_MEM_CATEGORY_COUNT; c++)
+        if (c != H3_MEM_OTHER) CHECK(s.current[c] == 0, "%s still holds %lld bytes", h3_mem_category_name(c),
+                                     (long long)s.current[c]);
+}
+
+int main(int argc, char **argv) {
+    if (h3_exec_init(&g_ex, 2) != H3_OK) {
+        fprintf(stderr, "exec init failed: %s\n", h3_last_error());
+        return 1;
+    }
+    static const t_case cases[] = {
+        {"official", test_official},
+        {"diffusers", test_diffusers},
+        {"comfy_pruned", test_comfy_pruned},
+        {"qkv_order_matters", test_qkv_order_matters},
+        {"precompute", test_precompute},
+        {"modulation_bytes", test_modulation_bytes},
+        {"permutation", test_permutation},
+        {"bad_inputs", test_bad_inputs},
+        {"bad_files", test_bad_files},
+        {"config_json", test_config_json},
+        {"workspace_bytes", test_workspace_bytes},
+        {"alloc_failures", test_alloc_failures},
+        {"no_leaks", test_no_leaks},
+        {NULL, NULL},
+    };
+    int r = t_main("test_dit", cases, argc, argv);
+    h3_exec_free(&g_ex);
+    return r;
+}
