@@ -1,0 +1,186 @@
+#include "pipeline/layout.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+int64_t h3_video_latent_frames(int64_t frames) {
+    if (frames < 5 || (frames - 5) % 17 != 0) return -1;
+    return (frames - 5) / 17 * 5 + 2;
+}
+
+int64_t h3_audio_latents(int64_t frames) {
+    if (frames <= 0) return 0;
+    return (int64_t)nearbyint((double)frames / 24.0 * 40.0);
+}
+
+/* One aspect-normalised rotary axis: dim/2 coordinates (numpy linspace, endpoint excluded) scaled by 32. */
+static void axis_grid(int64_t dim, double sqrt_area, double *out) {
+    const double ratio = (double)dim / sqrt_area;
+    const double left = (1.0 - ratio) / 2.0;
+    const double stop = left + ratio;
+    const int64_t n = dim / 2;
+    const double step = (stop - left) / (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        double y = (double)i * step;
+        y += left;
+        out[i] = y * 32.0;
+    }
+}
+
+void h3_layout_free(h3_layout *l) {
+    if (!l) return;
+    h3_free(l->tags);
+    h3_free(l->pos);
+    h3_free(l->video_indices);
+    h3_free(l->audio_indices);
+    h3_free(l->text_indices);
+    memset(l, 0, sizeof *l);
+}
+
+h3_status h3_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
+                         h3_layout *out) {
+    memset(out, 0, sizeof *out);
+    if (text_len < 0 || text_len > ((int64_t)1 << 30))
+        return H3_ERR(H3_ERR_INVALID, "layout: text length %lld is out of range", (long long)text_len);
+    const int64_t lt = h3_video_latent_frames(frames);
+    if (lt < 0 || frames > ((int64_t)1 << 24))
+        return H3_ERR(H3_ERR_INVALID, "layout: frames must be 17n+5; got %lld", (long long)frames);
+    if (width < 32 || height < 32 || width % 32 || height % 32 || width > 65536 || height > 65536)
+        return H3_ERR(H3_ERR_INVALID, "layout: width and height must be positive multiples of 32; got %lldx%lld",
+                      (long long)width, (long long)height);
+    h3_status st = H3_OK;
+    double *hgrid = NULL, *wgrid = NULL;
+    out->text_len = text_len;
+    out->frames = frames;
+    out->width = width;
+    out->height = height;
+    out->latent_t = lt;
+    out->latent_h = height / H3_VAE_SPATIAL;
+    out->latent_w = width / H3_VAE_SPATIAL;
+    out->audio_t = h3_audio_latents(frames);
+    const int64_t ph = out->latent_h / 2, pw = out->latent_w / 2, per_frame = ph * pw;
+    out->n_video_rows = lt * per_frame;
+    out->n_audio_rows = 2 * out->audio_t;
+    out->audio_start = text_len;
+    out->video_start = text_len + out->n_audio_rows;
+    out->seq_len = out->video_start + out->n_video_rows;
+    const size_t S = (size_t)out->seq_len;
+
+    out->tags = h3_malloc(S + 1, H3_MEM_OTHER);
+    out->pos = h3_malloc(S * 3 * sizeof(double) + 8, H3_MEM_OTHER);
+    out->video_indices = h3_malloc((size_t)out->n_video_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->audio_indices = h3_malloc((size_t)out->n_audio_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->text_indices = h3_malloc((size_t)text_len * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    hgrid = h3_malloc((size_t)ph * sizeof(double), H3_MEM_OTHER);
+    wgrid = h3_malloc((size_t)pw * sizeof(double), H3_MEM_OTHER);
+    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices || !hgrid || !wgrid)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
+
+    const double sqrt_area = sqrt((double)(out->latent_h * out->latent_w));
+    axis_grid(out->latent_h, sqrt_area, hgrid);
+    axis_grid(out->latent_w, sqrt_area, wgrid);
+
+    double *p = out->pos;
+    /* Text: t = row index. */
+    for (int64_t k = 0; k < text_len; k++) {
+        out->tags[k] = text_tags ? text_tags[k] : (uint8_t)H3_TAG_TEXT;
+        out->text_indices[k] = k;
+        p[3 * k] = (double)k;
+        p[3 * k + 1] = 0.0;
+        p[3 * k + 2] = 0.0;
+    }
+    /* Audio: channel-major; one rotary unit per latent from L; w pinned to the width grid's ends. */
+    const double L = (double)text_len;
+    for (int64_t c = 0; c < 2; c++)
+        for (int64_t k = 0; k < out->audio_t; k++) {
+            int64_t r = out->audio_start + c * out->audio_t + k;
+            out->tags[r] = H3_TAG_AUDIO;
+            out->audio_indices[c * out->audio_t + k] = r;
+            p[3 * r] = L + (double)k;
+            p[3 * r + 1] = 0.0;
+            p[3 * r + 2] = c == 0 ? wgrid[0] : wgrid[pw - 1];
+        }
+    /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans. */
+    static const int frames_per_latent[5] = {1, 4, 4, 4, 4};
+    double cum = 0.0;
+    for (int64_t f = 0; f < lt; f++) {
+        const double t = L + cum;
+        cum += (5.0 / 3.0) * (double)frames_per_latent[f % 5];
+        for (int64_t i = 0; i < ph; i++)
+            for (int64_t j = 0; j < pw; j++) {
+                int64_t v = f * per_frame + i * pw + j;
+                int64_t r = out->video_start + v;
+                out->tags[r] = H3_TAG_VIDEO;
+                out->video_indices[v] = r;
+                p[3 * r] = t;
+                p[3 * r + 1] = hgrid[i];
+                p[3 * r + 2] = wgrid[j];
+            }
+    }
+done:
+    h3_free(hgrid);
+    h3_free(wgrid);
+    if (st != H3_OK) h3_layout_free(out);
+    return st;
+}
+
+int h3_layout_timestep_indices(const h3_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index) {
+    int n;
+    int32_t iv, ia;
+    if (t_video == t_audio) {
+        n = 1;
+        unique_t[0] = t_video;
+        iv = ia = 0;
+    } else {
+        n = 2;
+        unique_t[0] = t_video < t_audio ? t_video : t_audio;
+        unique_t[1] = t_video < t_audio ? t_audio : t_video;
+        iv = t_video < t_audio ? 0 : 1;
+        ia = 1 - iv;
+    }
+    for (int64_t r = 0; r < l->seq_len; r++) index[r] = iv;
+    for (int64_t k = 0; k < l->n_audio_rows; k++) index[l->audio_indices[k]] = ia;
+    return n;
+}
+
+void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, float *rows) {
+    const int64_t ph = H / 2, pw = W / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < ph; i++)
+            for (int64_t j = 0; j < pw; j++) {
+                float *row = rows + ((t * ph + i) * pw + j) * (H3_LATENT_CHANNELS * 4);
+                for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
+                    for (int64_t dy = 0; dy < 2; dy++)
+                        for (int64_t dx = 0; dx < 2; dx++)
+                            row[c * 4 + dy * 2 + dx] = latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx];
+            }
+}
+
+void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, float *latent) {
+    const int64_t ph = H / 2, pw = W / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < ph; i++)
+            for (int64_t j = 0; j < pw; j++) {
+                const float *row = rows + ((t * ph + i) * pw + j) * (H3_LATENT_CHANNELS * 4);
+                for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
+                    for (int64_t dy = 0; dy < 2; dy++)
+                        for (int64_t dx = 0; dx < 2; dx++)
+                            latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx] = row[c * 4 + dy * 2 + dx];
+            }
+}
+
+void h3_audio_pack(const float *latent, int64_t T_a, float *rows) {
+    for (int64_t ch = 0; ch < 2; ch++)
+        for (int64_t k = 0; k < T_a; k++)
+            for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
+                rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c] = latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k];
+}
+
+void h3_audio_unpack(const float *rows, int64_t T_a, float *latent) {
+    for (int64_t ch = 0; ch < 2; ch++)
+        for (int64_t k = 0; k < T_a; k++)
+            for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
+                latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] = rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
+}

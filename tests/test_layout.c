@@ -1,0 +1,271 @@
+/* The packed t2va layout (src/pipeline/layout): sizes and positions in closed form and against the positions
+ * tools/reference/sampling_reference.py computes (two canvases x two lengths, tests/fixtures/sample/layout_*.f64),
+ * timestep indices, and the video/audio patchify against the reference's reshape/permute. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/json.h"
+#include "pipeline/layout.h"
+#include "testutil.h"
+
+static json_t *g_fx;
+
+static json_t *fixture(void) {
+    if (g_fx) return g_fx;
+    char path[1024];
+    t_src_path("tests/fixtures/sample/sampling.json", path, sizeof path);
+    if (h3_json_load_file(path, 16u << 20, &g_fx) != H3_OK)
+        t_fail_at(__FILE__, __LINE__, "cannot load %s: %s", path, h3_last_error());
+    return g_fx;
+}
+
+static void test_sizes(void) {
+    /* H3-FACTS 3 (temporal chunking) and 4 (audio latents). */
+    static const int64_t f2l[][2] = {{5, 2}, {22, 7}, {107, 32}, {124, 37}, {243, 72}, {345, 102}};
+    for (size_t i = 0; i < sizeof f2l / sizeof f2l[0]; i++)
+        CHECK(h3_video_latent_frames(f2l[i][0]) == f2l[i][1], "%lld frames -> %lld latent frames",
+              (long long)f2l[i][0], (long long)h3_video_latent_frames(f2l[i][0]));
+    CHECK(h3_video_latent_frames(120) == -1 && h3_video_latent_frames(4) == -1 && h3_video_latent_frames(0) == -1);
+    CHECK(h3_audio_latents(124) == 207 && h3_audio_latents(345) == 575 && h3_audio_latents(22) == 37);
+    for (int64_t f = 5; f < 2000; f += 17) /* round(f*5/3): never a tie for 17n+5 */
+        CHECK(h3_audio_latents(f) == (f * 5 + 1) / 3, "%lld frames: %lld audio latents", (long long)f,
+              (long long)h3_audio_latents(f));
+    /* The example sequence sizes of H3-FACTS 1.4 (video + audio rows, text excluded). */
+    static const int64_t ex[][4] = {{1344, 768, 124, 37296}, {1344, 768, 345, 102816}, {960, 544, 124, 18870}};
+    static const int64_t ex_audio[] = {414, 1150, 414};
+    for (int i = 0; i < 3; i++) {
+        h3_layout l;
+        CHECK_OK(h3_layout_t2va(11, NULL, ex[i][2], ex[i][0], ex[i][1], &l));
+        CHECK(l.n_video_rows == ex[i][3] && l.n_audio_rows == ex_audio[i], "%lldx%lld, %lld frames: %lld + %lld rows",
+              (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2], (long long)l.n_video_rows,
+              (long long)l.n_audio_rows);
+        CHECK(l.seq_len == 11 + ex[i][3] + ex_audio[i]);
+        h3_layout_free(&l);
+    }
+}
+
+/* Closed form of the video time of latent frame f: L + 5/3 * (4f - 3*ceil(f/5)). */
+static double frame_time(int64_t L, int64_t f) {
+    return (double)L + 5.0 / 3.0 * (double)(4 * f - 3 * ((f + 4) / 5));
+}
+
+static void check_layout_closed_form(int64_t L, int64_t frames, int64_t W, int64_t H) {
+    h3_layout l;
+    CHECK_OK(h3_layout_t2va(L, NULL, frames, W, H, &l));
+    const int64_t lh = H / 16, lw = W / 16, ph = lh / 2, pw = lw / 2;
+    /* The spatial axes: left end (1 - D/sqrt(HW))/2*32, spacing D/sqrt(HW)/(D/2)*32 = 64/sqrt(HW). */
+    const double sq = sqrt((double)(lh * lw)), step = 64.0 / sq;
+    const double h0 = (1.0 - lh / sq) / 2.0 * 32.0, w0 = (1.0 - lw / sq) / 2.0 * 32.0;
+    double worst = 0;
+    int bad = 0;
+    for (int64_t r = 0; r < l.seq_len; r++) {
+        double want[3];
+        int tag;
+        if (r < L) {
+            tag = H3_TAG_TEXT;
+            want[0] = (double)r, want[1] = 0, want[2] = 0;
+        } else if (r < L + 2 * l.audio_t) {
+            int64_t k = r - L, c = k / l.audio_t;
+            tag = H3_TAG_AUDIO;
+            want[0] = (double)(L + k % l.audio_t), want[1] = 0, want[2] = c == 0 ? w0 : w0 + (double)(pw - 1) * step;
+        } else {
+            int64_t v = r - L - 2 * l.audio_t, f = v / (ph * pw), i = (v / pw) % ph, j = v % pw;
+            tag = H3_TAG_VIDEO;
+            want[0] = frame_time(L, f), want[1] = h0 + (double)i * step, want[2] = w0 + (double)j * step;
+        }
+        if (l.tags[r] != tag) bad++;
+        for (int a = 0; a < 3; a++) worst = fmax(worst, fabs(l.pos[3 * r + a] - want[a]));
+    }
+    CHECK(bad == 0, "%d rows with the wrong tag", bad);
+    /* Float64 rounding of sums of a few terms of size <= L + 1000. */
+    CHECK(worst < 1e-9, "%lldx%lld, L=%lld, %lld frames: positions differ from the closed form by %g", (long long)W,
+          (long long)H, (long long)L, (long long)frames, worst);
+    /* The index arrays name the rows of each modality in order. */
+    int ok = 1;
+    for (int64_t k = 0; k < l.text_len; k++) ok &= l.text_indices[k] == k;
+    for (int64_t k = 0; k < l.n_audio_rows; k++) ok &= l.audio_indices[k] == L + k;
+    for (int64_t k = 0; k < l.n_video_rows; k++) ok &= l.video_indices[k] == L + l.n_audio_rows + k;
+    CHECK(ok, "index arrays");
+    CHECK(l.audio_start == L && l.video_start == L + l.n_audio_rows);
+    printf("%5lldx%-5lld L=%-4lld %4lld frames: %lld rows, max |position - closed form| %.3g\n", (long long)W,
+           (long long)H, (long long)L, (long long)frames, (long long)l.seq_len, worst);
+    h3_layout_free(&l);
+}
+
+static void test_positions_closed_form(void) {
+    check_layout_closed_form(9, 124, 1344, 768);
+    check_layout_closed_form(250, 22, 768, 1344);
+    check_layout_closed_form(1, 107, 512, 512);
+    check_layout_closed_form(0, 5, 128, 512); /* 1:4, no text */
+    /* A square canvas spans [0, 32): grid i*32/(D/2). */
+    h3_layout l;
+    CHECK_OK(h3_layout_t2va(3, NULL, 22, 512, 512, &l));
+    int64_t r = l.video_start + 15; /* frame 0, patch row 0, column 15 of 16 */
+    CHECK(l.pos[3 * r] == 3.0 && l.pos[3 * r + 1] == 0.0 && l.pos[3 * r + 2] == 30.0);
+    CHECK(l.pos[3 * l.audio_start + 2] == 0.0 && l.pos[3 * (l.audio_start + l.audio_t) + 2] == 30.0);
+    h3_layout_free(&l);
+    /* Text tags are taken as given (vision-block rows of other tasks carry the video tag). */
+    uint8_t tags[4] = {1, 0, 0, 1};
+    CHECK_OK(h3_layout_t2va(4, tags, 5, 64, 64, &l));
+    CHECK(l.tags[0] == 1 && l.tags[1] == 0 && l.tags[2] == 0 && l.tags[3] == 1 && l.tags[4] == H3_TAG_AUDIO);
+    h3_layout_free(&l);
+}
+
+static void test_positions_reference(void) {
+    json_t *cases = json_object_get(fixture(), "layouts");
+    CHECK(json_array_size(cases) == 4, "%zu layout cases", json_array_size(cases));
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *e = json_array_get(cases, c);
+        int64_t L = json_integer_value(json_object_get(e, "text_len"));
+        int64_t frames = json_integer_value(json_object_get(e, "frames"));
+        int64_t W = json_integer_value(json_object_get(e, "width")), H = json_integer_value(json_object_get(e, "height"));
+        json_t *lat = json_object_get(e, "latent"), *tags = json_object_get(e, "tags");
+        char rel[256], path[1024];
+        snprintf(rel, sizeof rel, "tests/fixtures/sample/%s", json_string_value(json_object_get(e, "positions")));
+        t_src_path(rel, path, sizeof path);
+        char *data = NULL;
+        size_t len = 0;
+        CHECK_OK(h3_read_file(path, 64u << 20, &data, &len));
+        h3_layout l;
+        CHECK_OK(h3_layout_t2va(L, NULL, frames, W, H, &l));
+        CHECK(l.latent_t == json_integer_value(json_array_get(lat, 0)) &&
+              l.latent_h == json_integer_value(json_array_get(lat, 1)) &&
+              l.latent_w == json_integer_value(json_array_get(lat, 2)));
+        CHECK(l.audio_t == json_integer_value(json_object_get(e, "audio_t")));
+        CHECK(l.seq_len == json_integer_value(json_object_get(e, "seq_len")) && (size_t)l.seq_len == json_array_size(tags));
+        CHECK(data && len == (size_t)l.seq_len * 24, "%s: %zu bytes for %lld rows", path, len, (long long)l.seq_len);
+        if (data && len == (size_t)l.seq_len * 24) {
+            double worst = 0;
+            int tag_bad = 0;
+            for (int64_t r = 0; r < l.seq_len; r++) {
+                double ref[3];
+                memcpy(ref, data + r * 24, 24); /* little-endian float64, as this machine */
+                for (int a = 0; a < 3; a++) worst = fmax(worst, fabs(l.pos[3 * r + a] - ref[a]));
+                tag_bad += l.tags[r] != json_integer_value(json_array_get(tags, (size_t)r));
+            }
+            /* Same operations in the same order on both sides (numpy linspace, sequential cumsum): exact. */
+            CHECK(worst == 0.0, "%s: positions differ from the reference by %g", json_string_value(json_object_get(e, "name")),
+                  worst);
+            CHECK(tag_bad == 0, "%d tags differ", tag_bad);
+            printf("layout %-10s (%lldx%lld, L=%lld, %lld frames, %lld rows): max |diff| vs reference %.3g\n",
+                   json_string_value(json_object_get(e, "name")), (long long)W, (long long)H, (long long)L,
+                   (long long)frames, (long long)l.seq_len, worst);
+        }
+        h3_free(data);
+        h3_layout_free(&l);
+    }
+}
+
+static void test_timestep_indices(void) {
+    h3_layout l;
+    CHECK_OK(h3_layout_t2va(5, NULL, 22, 64, 96, &l));
+    int32_t *idx = malloc((size_t)l.seq_len * sizeof(int32_t));
+    float u[2];
+    /* Video is noisier than audio (shift 12 vs 3): t_v < t_a, sorted ascending, text follows video. */
+    int n = h3_layout_timestep_indices(&l, 0.25f, 0.5f, u, idx);
+    CHECK(n == 2 && u[0] == 0.25f && u[1] == 0.5f);
+    int bad = 0;
+    for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != (l.tags[r] == H3_TAG_AUDIO ? 1 : 0);
+    CHECK(bad == 0, "%d rows with the wrong index", bad);
+    n = h3_layout_timestep_indices(&l, 0.75f, 0.5f, u, idx);
+    CHECK(n == 2 && u[0] == 0.5f && u[1] == 0.75f);
+    bad = 0;
+    for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != (l.tags[r] == H3_TAG_AUDIO ? 0 : 1);
+    CHECK(bad == 0);
+    /* The first step (t = 0 for both) has one distinct timestep. */
+    n = h3_layout_timestep_indices(&l, 0.0f, 0.0f, u, idx);
+    CHECK(n == 1 && u[0] == 0.0f);
+    bad = 0;
+    for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != 0;
+    CHECK(bad == 0);
+    free(idx);
+    h3_layout_free(&l);
+}
+
+static void test_patchify(void) {
+    json_t *p = json_object_get(fixture(), "patchify"), *shape = json_object_get(p, "shape"), *rows = json_object_get(p, "rows");
+    int64_t C = json_integer_value(json_array_get(shape, 0)), T = json_integer_value(json_array_get(shape, 1));
+    int64_t H = json_integer_value(json_array_get(shape, 2)), W = json_integer_value(json_array_get(shape, 3));
+    CHECK(C == H3_LATENT_CHANNELS);
+    size_t n = (size_t)(C * T * H * W);
+    CHECK(json_array_size(rows) == n);
+    float *lat = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) lat[i] = (float)i; /* each element holds its flat [C,T,H,W] index */
+    h3_video_patchify(lat, T, H, W, r);
+    int bad = 0;
+    for (size_t i = 0; i < n && i < json_array_size(rows); i++) bad += r[i] != (float)json_number_value(json_array_get(rows, i));
+    CHECK(bad == 0, "%d patchified values differ from the reference", bad);
+    /* Random latents survive the round trip. */
+    t_fill_randn(lat, n, 1.0);
+    h3_video_patchify(lat, T, H, W, r);
+    h3_video_unpatchify(r, T, H, W, back);
+    CHECK(memcmp(lat, back, n * sizeof(float)) == 0, "unpatchify(patchify(x)) != x");
+    free(lat);
+    free(r);
+    free(back);
+
+    json_t *a = json_object_get(fixture(), "audio_pack");
+    int64_t Ta = json_integer_value(json_object_get(a, "T_a"));
+    json_t *arows = json_object_get(a, "rows");
+    size_t na = (size_t)(2 * 32 * Ta);
+    CHECK(json_array_size(arows) == na);
+    float *al = malloc(na * sizeof(float)), *ar = malloc(na * sizeof(float)), *ab = malloc(na * sizeof(float));
+    for (size_t i = 0; i < na; i++) al[i] = (float)i;
+    h3_audio_pack(al, Ta, ar);
+    bad = 0;
+    for (size_t i = 0; i < na && i < json_array_size(arows); i++) bad += ar[i] != (float)json_number_value(json_array_get(arows, i));
+    CHECK(bad == 0, "%d packed audio values differ from the reference", bad);
+    h3_audio_unpack(ar, Ta, ab);
+    CHECK(memcmp(al, ab, na * sizeof(float)) == 0);
+    free(al);
+    free(ar);
+    free(ab);
+}
+
+static void test_errors_and_alloc(void) {
+    h3_layout l;
+    CHECK_ERR(h3_layout_t2va(4, NULL, 120, 256, 256, &l), H3_ERR_INVALID, "17n+5");
+    CHECK_ERR(h3_layout_t2va(4, NULL, 124, 250, 256, &l), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_layout_t2va(4, NULL, 124, 0, 256, &l), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_layout_t2va(-1, NULL, 124, 256, 256, &l), H3_ERR_INVALID, "text length");
+    h3_mem_stats base, now;
+    h3_mem_get_stats(&base);
+    int n;
+    for (n = 1; n < 100; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_status st = h3_layout_t2va(6, NULL, 22, 128, 96, &l);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            CHECK(ticks < n);
+            h3_layout_free(&l);
+            break;
+        }
+        CHECK(st == H3_ERR_NOMEM, "allocation %d: %s", n, h3_last_error());
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "allocation %d failing leaked", n);
+    }
+    CHECK(n > 5 && n < 100, "loop ended at %d", n);
+}
+
+static void test_cleanup(void) {
+    if (g_fx) json_decref(g_fx);
+    g_fx = NULL;
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"sizes", test_sizes},
+        {"positions_closed_form", test_positions_closed_form},
+        {"positions_reference", test_positions_reference},
+        {"timestep_indices", test_timestep_indices},
+        {"patchify", test_patchify},
+        {"errors_and_alloc", test_errors_and_alloc},
+        {"cleanup", test_cleanup},
+        {NULL, NULL},
+    };
+    return t_main("test_layout", cases, argc, argv);
+}
