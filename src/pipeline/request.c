@@ -1,0 +1,233 @@
+#include "pipeline/request.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static void warn(h3_request_warnings *w, const char *fmt, ...) H3_PRINTF(2, 3);
+static void warn(h3_request_warnings *w, const char *fmt, ...) {
+    if (!w || w->n >= H3_REQUEST_MAX_WARNINGS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->msg[w->n++], sizeof w->msg[0], fmt, ap);
+    va_end(ap);
+}
+
+void h3_request_init(h3_request *r) {
+    memset(r, 0, sizeof *r);
+    r->sampler = H3_SAMPLER_EULER;
+    r->scheduler = H3_SCHEDULER_H3;
+}
+
+/* ---- frames ------------------------------------------------------------------------------------------------- */
+
+static int frames_valid(int64_t f) {
+    return f >= 5 && (f - 5) % 17 == 0;
+}
+
+void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi) {
+    if (frames <= 5) {
+        *lo = 5;
+        *hi = 22;
+        return;
+    }
+    int64_t below = 5 + (frames - 5) / 17 * 17;
+    *lo = below;
+    *hi = below + 17;
+}
+
+h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings) {
+    if (frames <= 0)
+        return H3_ERR(H3_ERR_INVALID, "frames must be a positive count of the form 17n+5 (e.g. 124 for 5 s); got %" PRId64,
+                      frames);
+    if (frames > H3_MAX_FRAMES)
+        return H3_ERR(H3_ERR_INVALID, "frames must be at most %d (10 minutes at 24 fps); got %" PRId64, H3_MAX_FRAMES,
+                      frames);
+    if (!frames_valid(frames)) {
+        int64_t lo, hi;
+        h3_request_nearest_frames(frames, &lo, &hi);
+        return H3_ERR(H3_ERR_INVALID,
+                      "frames must be 17n+5 (the video VAE works in 17-frame chunks); got %" PRId64 ": use %" PRId64
+                      " or %" PRId64,
+                      frames, lo, hi);
+    }
+    if (frames < H3_TRAINED_MIN_FRAMES || frames > H3_TRAINED_MAX_FRAMES)
+        warn(warnings,
+             "%" PRId64 " frames is %.2f s at 24 fps, outside the 4-15 s the model was trained on (107 to 345 frames): "
+             "expect lower quality",
+             frames, (double)frames / 24.0);
+    return H3_OK;
+}
+
+h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames) {
+    if (!isfinite(seconds) || !(seconds > 0.0))
+        return H3_ERR(H3_ERR_INVALID, "seconds must be a positive duration (e.g. 5); got %g", seconds);
+    if (seconds > (double)H3_MAX_FRAMES / 24.0)
+        return H3_ERR(H3_ERR_INVALID, "seconds must be at most %d (10 minutes); got %g", H3_MAX_FRAMES / 24, seconds);
+    int64_t f = (int64_t)nearbyint(seconds * 24.0);
+    if (f < 5) f = 5;
+    f += (5 - f % 17 + 17) % 17;
+    if (f > H3_MAX_FRAMES) f -= 17;
+    *frames = f;
+    return H3_OK;
+}
+
+/* ---- canvas ------------------------------------------------------------------------------------------------- */
+
+static int canvas_valid(int64_t w, int64_t h) {
+    return w >= 32 && h >= 32 && w <= H3_MAX_SIDE && h <= H3_MAX_SIDE && w % 32 == 0 && h % 32 == 0 && w <= 4 * h &&
+           h <= 4 * w;
+}
+
+static int64_t floor32(int64_t v) {
+    int64_t r = v / 32 * 32;
+    return r < 32 ? 32 : r;
+}
+static int64_t ceil32(int64_t v) {
+    int64_t r = (v + 31) / 32 * 32;
+    return r < 32 ? 32 : r;
+}
+
+typedef struct {
+    int64_t w, h, cost;
+} cand;
+
+static void add_cand(cand *c, int *n, int64_t w, int64_t h, int64_t w0, int64_t h0) {
+    if (w > H3_MAX_SIDE) w = H3_MAX_SIDE / 32 * 32;
+    if (h > H3_MAX_SIDE) h = H3_MAX_SIDE / 32 * 32;
+    if (!canvas_valid(w, h)) return;
+    for (int i = 0; i < *n; i++)
+        if (c[i].w == w && c[i].h == h) return;
+    c[*n].w = w;
+    c[*n].h = h;
+    c[*n].cost = llabs(w - w0) + llabs(h - h0);
+    (*n)++;
+}
+
+int h3_request_nearest_canvases(int64_t width, int64_t height, int64_t out_w[2], int64_t out_h[2]) {
+    cand c[64];
+    int n = 0;
+    int64_t w0 = width < 1 ? 1 : width, h0 = height < 1 ? 1 : height;
+    if (w0 > 4 * H3_MAX_SIDE) w0 = 4 * H3_MAX_SIDE;
+    if (h0 > 4 * H3_MAX_SIDE) h0 = 4 * H3_MAX_SIDE;
+    int64_t ws[2] = {floor32(w0), ceil32(w0)}, hs[2] = {floor32(h0), ceil32(h0)};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            int64_t w = ws[a], h = hs[b];
+            add_cand(c, &n, w, h, w0, h0);
+            /* Too wide: narrow it to 4:1, or make it taller. Too tall: the same the other way. */
+            if (w > 4 * h) {
+                add_cand(c, &n, floor32(4 * h), h, w0, h0);
+                add_cand(c, &n, w, ceil32((w + 3) / 4), w0, h0);
+            }
+            if (h > 4 * w) {
+                add_cand(c, &n, w, floor32(4 * w), w0, h0);
+                add_cand(c, &n, ceil32((h + 3) / 4), h, w0, h0);
+            }
+        }
+    /* Nearest first; ties by width, then height. */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            cand *p = &c[j - 1], *q = &c[j];
+            int swap = q->cost < p->cost || (q->cost == p->cost && (q->w < p->w || (q->w == p->w && q->h < p->h)));
+            if (!swap) break;
+            cand t = *p;
+            *p = *q;
+            *q = t;
+        }
+    int k = n < 2 ? n : 2;
+    for (int i = 0; i < k; i++) {
+        out_w[i] = c[i].w;
+        out_h[i] = c[i].h;
+    }
+    return k;
+}
+
+static void suggestion(int64_t w, int64_t h, char *buf, size_t n) {
+    int64_t sw[2], sh[2];
+    int k = h3_request_nearest_canvases(w, h, sw, sh);
+    if (k == 2)
+        snprintf(buf, n, ": use %" PRId64 "x%" PRId64 " or %" PRId64 "x%" PRId64, sw[0], sh[0], sw[1], sh[1]);
+    else if (k == 1)
+        snprintf(buf, n, ": use %" PRId64 "x%" PRId64, sw[0], sh[0]);
+    else
+        buf[0] = 0;
+}
+
+h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings) {
+    char sug[96];
+    if (width <= 0 || height <= 0)
+        return H3_ERR(H3_ERR_INVALID, "width and height must be positive multiples of 32 (e.g. 1344x768); got %" PRId64
+                                      "x%" PRId64, width, height);
+    if (width > H3_MAX_SIDE || height > H3_MAX_SIDE) {
+        suggestion(width, height, sug, sizeof sug);
+        return H3_ERR(H3_ERR_INVALID, "width and height must be at most %d; got %" PRId64 "x%" PRId64 "%s", H3_MAX_SIDE,
+                      width, height, sug);
+    }
+    if (width % 32 || height % 32) {
+        suggestion(width, height, sug, sizeof sug);
+        return H3_ERR(H3_ERR_INVALID,
+                      "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got %" PRId64
+                      "x%" PRId64 "%s",
+                      width, height, sug);
+    }
+    if (width > 4 * height || height > 4 * width) {
+        suggestion(width, height, sug, sizeof sug);
+        return H3_ERR(H3_ERR_INVALID, "the aspect ratio must lie between 1:4 and 4:1; got %" PRId64 "x%" PRId64 " (%.3g:1)%s",
+                      width, height, (double)width / (double)height, sug);
+    }
+    if (width * height > (int64_t)H3_DEFAULT_WIDTH * H3_DEFAULT_HEIGHT)
+        warn(warnings,
+             "%" PRId64 "x%" PRId64 " is larger in area than the released model's 1344x768 canvas: quality there is "
+             "untested",
+             width, height);
+    return H3_OK;
+}
+
+h3_status h3_request_parse_size(const char *text, int64_t *width, int64_t *height) {
+    const char *s = text ? text : "";
+    char *end;
+    if (!isdigit((unsigned char)s[0])) goto bad;
+    errno = 0;
+    long long w = strtoll(s, &end, 10);
+    if (errno || (*end != 'x' && *end != 'X') || !isdigit((unsigned char)end[1])) goto bad;
+    long long h = strtoll(end + 1, &end, 10);
+    if (errno || *end) goto bad;
+    if (w > 1000000 || h > 1000000) goto bad;
+    *width = w;
+    *height = h;
+    return H3_OK;
+bad:
+    return H3_ERR(H3_ERR_INVALID, "size must be WIDTHxHEIGHT in pixels (e.g. 1344x768); got '%s'", s);
+}
+
+/* ---- the whole request -------------------------------------------------------------------------------------- */
+
+h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
+    if (warnings) warnings->n = 0;
+    if (!r->prompt) return H3_ERR(H3_ERR_INVALID, "a prompt is required (--prompt TEXT)");
+    if (r->frames != 0 && r->seconds != 0.0)
+        return H3_ERR(H3_ERR_INVALID, "give the length as frames or as seconds, not both");
+    if (r->seconds != 0.0) H3_TRY(h3_request_frames_from_seconds(r->seconds, &r->frames));
+    if (r->frames == 0) r->frames = H3_DEFAULT_FRAMES;
+    H3_TRY(h3_request_check_frames(r->frames, warnings));
+    if (r->width == 0 && r->height == 0) {
+        r->width = H3_DEFAULT_WIDTH;
+        r->height = H3_DEFAULT_HEIGHT;
+    }
+    H3_TRY(h3_request_check_canvas(r->width, r->height, warnings));
+    if ((unsigned)r->sampler >= H3_SAMPLER_COUNT) return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)r->sampler);
+    if ((unsigned)r->scheduler >= H3_SCHEDULER_COUNT)
+        return H3_ERR(H3_ERR_INVALID, "unknown scheduler %d", (int)r->scheduler);
+    if (r->steps == 0) r->steps = r->scheduler == H3_SCHEDULER_H3 ? H3_DEFAULT_STEPS_H3 : H3_DEFAULT_STEPS_COMFY;
+    if (r->steps < 1 || r->steps > H3_MAX_STEPS)
+        return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d", H3_MAX_STEPS,
+                      r->steps);
+    return H3_OK;
+}

@@ -1,0 +1,68 @@
+/* What a generate request asks for, checked before anything is loaded, with messages that name the fix.
+ *
+ * Rules (H3-FACTS 5 "Canvas and frame limits"):
+ *  - frames must be 17n+5 (the video VAE encodes 17-frame chunks into 5 latent frames, and keeps 2 of the first);
+ *    a bad count is an error that names the two nearest valid counts. Outside the trained 4-15 s (96-360 frames)
+ *    is allowed with a warning.
+ *  - seconds may be given instead of frames: round(seconds*24) rounded up to the next 17n+5 (ComfyUI's template
+ *    rule; 5 s -> 124 frames).
+ *  - width and height must be multiples of 32 (16x VAE compression, then the DiT's 2x2 patch: every multiple of 32
+ *    gives an even latent size, and nothing else does) and at least 32; the aspect ratio must lie within 1:4..4:1.
+ *    A bad canvas is an error naming the nearest valid canvases (1280x720 -> 1280x704 or 1280x736). A canvas larger
+ *    in area than the released 1344x768 is allowed with a warning.
+ * Every failure is H3_ERR_INVALID (the CLI exits with status 2).
+ */
+#ifndef H3_PIPELINE_REQUEST_H
+#define H3_PIPELINE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "sample/sampler.h"
+#include "sample/schedule.h"
+
+#define H3_DEFAULT_WIDTH 1344
+#define H3_DEFAULT_HEIGHT 768
+#define H3_DEFAULT_FRAMES 124
+#define H3_DEFAULT_STEPS_H3 49    /* diffusers' 50 sigma points */
+#define H3_DEFAULT_STEPS_COMFY 20 /* ComfyUI's H3 template */
+#define H3_MAX_FRAMES 14400       /* 10 minutes: a bound for arithmetic, far above what fits anywhere */
+#define H3_MAX_SIDE 8192
+#define H3_TRAINED_MIN_FRAMES 96  /* 4 s */
+#define H3_TRAINED_MAX_FRAMES 360 /* 15 s */
+
+typedef struct h3_request {
+    const char *prompt;
+    int64_t frames;         /* 0: not given */
+    double seconds;         /* 0: not given (only one of frames and seconds may be given) */
+    int64_t width, height;  /* 0: not given (1344x768) */
+    int steps;              /* model calls; 0: the scheduler's default */
+    h3_sampler sampler;     /* default euler */
+    h3_scheduler scheduler; /* default h3 */
+    uint64_t seed;
+} h3_request;
+
+#define H3_REQUEST_MAX_WARNINGS 4
+typedef struct h3_request_warnings {
+    int n;
+    char msg[H3_REQUEST_MAX_WARNINGS][256];
+} h3_request_warnings;
+
+void h3_request_init(h3_request *r);
+
+/* Fills defaults (frames from seconds, canvas, steps) and checks every rule. Warnings (may be NULL) receive the
+ * allowed-but-untrained cases. */
+h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings);
+
+/* The pieces, for the CLI and tests. */
+h3_status h3_request_parse_size(const char *text, int64_t *width, int64_t *height);
+h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames);
+h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings);
+h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings);
+/* The two valid frame counts nearest to `frames` (lo < hi). */
+void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi);
+/* Up to two valid canvases nearest to width x height, nearest first; returns how many. */
+int h3_request_nearest_canvases(int64_t width, int64_t height, int64_t out_w[2], int64_t out_h[2]);
+
+#endif

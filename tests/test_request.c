@@ -1,0 +1,349 @@
+/* Request validation (src/pipeline/request): every rule, its exact suggestion and its warning; and progress reporting
+ * (src/pipeline/progress): events, seconds per step and ETA on a scripted clock, and the printer's three styles. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "pipeline/progress.h"
+#include "pipeline/request.h"
+#include "testutil.h"
+
+/* ---- frames ------------------------------------------------------------------------------------------------------ */
+
+static int valid_frames(int64_t f) {
+    return f >= 5 && (f - 5) % 17 == 0;
+}
+
+static void test_frames(void) {
+    h3_request_warnings w = {0};
+    /* Every count up to 400: valid iff 17n+5; a bad one names the nearest valid counts below and above. */
+    for (int64_t f = -3; f <= 400; f++) {
+        w.n = 0;
+        h3_clear_error();
+        h3_status st = h3_request_check_frames(f, &w);
+        if (valid_frames(f)) {
+            CHECK(st == H3_OK, "%lld frames rejected: %s", (long long)f, h3_last_error());
+            int untrained = f < 96 || f > 360;
+            CHECK(w.n == untrained, "%lld frames: %d warnings", (long long)f, w.n);
+            if (untrained && w.n) CHECK(strstr(w.msg[0], "4-15 s") != NULL, "%s", w.msg[0]);
+            continue;
+        }
+        CHECK(st == H3_ERR_INVALID, "%lld frames accepted", (long long)f);
+        if (f <= 0) {
+            CHECK(strstr(h3_last_error_message(), "positive") != NULL, "%s", h3_last_error_message());
+            continue;
+        }
+        int64_t lo = f, hi = f;
+        while (lo > 0 && !valid_frames(lo)) lo--;
+        while (!valid_frames(hi)) hi++;
+        char want[96];
+        if (lo >= 5)
+            snprintf(want, sizeof want, "got %lld: use %lld or %lld", (long long)f, (long long)lo, (long long)hi);
+        else
+            snprintf(want, sizeof want, "got %lld: use 5 or 22", (long long)f);
+        CHECK(strstr(h3_last_error_message(), want) != NULL, "%lld frames: '%s' lacks '%s'", (long long)f,
+              h3_last_error_message(), want);
+        CHECK(strstr(h3_last_error_message(), "17n+5") != NULL);
+    }
+    CHECK_ERR(h3_request_check_frames(120, NULL), H3_ERR_INVALID, "frames must be 17n+5 (the video VAE works in 17-frame chunks); got 120: use 107 or 124");
+    CHECK_ERR(h3_request_check_frames(H3_MAX_FRAMES + 1, NULL), H3_ERR_INVALID, "at most");
+    /* Trained range: 107..345 quiet, 90 and 362 warn. */
+    w.n = 0;
+    CHECK_OK(h3_request_check_frames(107, &w));
+    CHECK_OK(h3_request_check_frames(345, &w));
+    CHECK(w.n == 0);
+    CHECK_OK(h3_request_check_frames(362, &w));
+    CHECK(w.n == 1 && strstr(w.msg[0], "362 frames is 15.08 s") != NULL, "%s", w.msg[0]);
+}
+
+static void test_seconds(void) {
+    static const struct {
+        double s;
+        int64_t f;
+    } cases[] = {{5, 124}, {4, 107}, {4.5, 124}, {10, 243}, {15, 362}, {14.4, 362}, {14.375, 345}, {0.9375, 22}, {0.01, 5}, {1, 39}, {0.2, 5}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t f = 0;
+        CHECK_OK(h3_request_frames_from_seconds(cases[i].s, &f));
+        CHECK(f == cases[i].f, "%g s -> %lld frames, expected %lld", cases[i].s, (long long)f, (long long)cases[i].f);
+    }
+    /* In general: the smallest 17n+5 >= max(5, round(24 s)), rounding half to even as Python's round() in ComfyUI's
+     * formula does (0.9375 s = 22.5 frames -> 22 -> 22). */
+    for (int k = 1; k <= 2000; k++) {
+        double s = k * 0.0125;
+        int64_t f = 0, want = (int64_t)rint(s * 24.0);
+        if (want < 5) want = 5;
+        while (!valid_frames(want)) want++;
+        CHECK_OK(h3_request_frames_from_seconds(s, &f));
+        CHECK(f == want, "%g s -> %lld, expected %lld", s, (long long)f, (long long)want);
+    }
+    int64_t f;
+    CHECK_ERR(h3_request_frames_from_seconds(0, &f), H3_ERR_INVALID, "positive");
+    CHECK_ERR(h3_request_frames_from_seconds(-2, &f), H3_ERR_INVALID, "positive");
+    CHECK_ERR(h3_request_frames_from_seconds(NAN, &f), H3_ERR_INVALID, "positive");
+    CHECK_ERR(h3_request_frames_from_seconds(INFINITY, &f), H3_ERR_INVALID, "positive");
+    CHECK_ERR(h3_request_frames_from_seconds(1e9, &f), H3_ERR_INVALID, "at most");
+}
+
+/* ---- canvas ------------------------------------------------------------------------------------------------------ */
+
+static void test_canvas(void) {
+    CHECK_OK(h3_request_check_canvas(1344, 768, NULL));
+    CHECK_OK(h3_request_check_canvas(768, 768, NULL));
+    CHECK_OK(h3_request_check_canvas(1536, 672, NULL)); /* 21:9 */
+    CHECK_OK(h3_request_check_canvas(128, 32, NULL));   /* exactly 4:1 */
+    CHECK_OK(h3_request_check_canvas(32, 128, NULL));
+    CHECK_ERR(h3_request_check_canvas(1280, 720, NULL), H3_ERR_INVALID,
+              "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got 1280x720: use 1280x704 or 1280x736");
+    CHECK_ERR(h3_request_check_canvas(1920, 1080, NULL), H3_ERR_INVALID, "got 1920x1080: use 1920x1088 or 1920x1056");
+    CHECK_ERR(h3_request_check_canvas(1000, 1000, NULL), H3_ERR_INVALID, "use 992x992 or 992x1024");
+    CHECK_ERR(h3_request_check_canvas(4096, 512, NULL), H3_ERR_INVALID,
+              "the aspect ratio must lie between 1:4 and 4:1; got 4096x512 (8:1): use 4096x1024 or 2048x512");
+    CHECK_ERR(h3_request_check_canvas(256, 1056, NULL), H3_ERR_INVALID, "aspect ratio");
+    CHECK_ERR(h3_request_check_canvas(256, 1056, NULL), H3_ERR_INVALID, "use 256x1024 or 288x1056");
+    CHECK_ERR(h3_request_check_canvas(0, 768, NULL), H3_ERR_INVALID, "positive");
+    CHECK_ERR(h3_request_check_canvas(16, 16, NULL), H3_ERR_INVALID, "use 32x32");
+    CHECK_ERR(h3_request_check_canvas(9000, 768, NULL), H3_ERR_INVALID, "at most 8192");
+    /* Every suggestion is valid, and every canvas from 1 to 700 in steps of 7 either passes or gets one. */
+    for (int64_t w = 1; w <= 700; w += 7)
+        for (int64_t h = 1; h <= 700; h += 11) {
+            int64_t sw[2], sh[2];
+            int k = h3_request_nearest_canvases(w, h, sw, sh);
+            CHECK(k >= 1, "no suggestion for %lldx%lld", (long long)w, (long long)h);
+            for (int i = 0; i < k; i++)
+                CHECK(h3_request_check_canvas(sw[i], sh[i], NULL) == H3_OK, "suggested %lldx%lld for %lldx%lld is invalid",
+                      (long long)sw[i], (long long)sh[i], (long long)w, (long long)h);
+            if (k == 2) CHECK(sw[0] != sw[1] || sh[0] != sh[1]);
+        }
+    /* Above the released canvas area: allowed, with a warning. */
+    h3_request_warnings w = {0};
+    CHECK_OK(h3_request_check_canvas(1920, 1088, &w));
+    CHECK(w.n == 1 && strstr(w.msg[0], "1344x768") != NULL, "%d warnings", w.n);
+    w.n = 0;
+    CHECK_OK(h3_request_check_canvas(1344, 768, &w));
+    CHECK(w.n == 0);
+}
+
+static void test_parse_size(void) {
+    int64_t w, h;
+    CHECK_OK(h3_request_parse_size("1344x768", &w, &h));
+    CHECK(w == 1344 && h == 768);
+    CHECK_OK(h3_request_parse_size("64X32", &w, &h));
+    CHECK(w == 64 && h == 32);
+    const char *bad[] = {"", "1344", "1344x", "x768", "1344x768x2", "-32x32", "32x-32", "13 44x768", "axb", "1344*768",
+                         "99999999999999999999x2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_ERR(h3_request_parse_size(bad[i], &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
+    CHECK_ERR(h3_request_parse_size(NULL, &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
+}
+
+static void test_resolve(void) {
+    h3_request r;
+    h3_request_warnings w;
+    h3_request_init(&r);
+    CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "prompt");
+    r.prompt = "a cat";
+    CHECK_OK(h3_request_resolve(&r, &w));
+    CHECK(r.frames == 124 && r.width == 1344 && r.height == 768 && r.steps == H3_DEFAULT_STEPS_H3 &&
+          r.sampler == H3_SAMPLER_EULER && r.scheduler == H3_SCHEDULER_H3 && w.n == 0);
+    h3_request_init(&r);
+    r.prompt = "";
+    r.seconds = 10;
+    r.scheduler = H3_SCHEDULER_SIMPLE;
+    CHECK_OK(h3_request_resolve(&r, &w));
+    CHECK(r.frames == 243 && r.steps == H3_DEFAULT_STEPS_COMFY);
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.frames = 124;
+    r.seconds = 5;
+    CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "not both");
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.frames = 22;
+    r.width = 128;
+    r.height = 128;
+    r.steps = 4;
+    CHECK_OK(h3_request_resolve(&r, &w));
+    CHECK(w.n == 1 && strstr(w.msg[0], "22 frames is 0.92 s") != NULL, "%s", w.n ? w.msg[0] : "");
+    r.steps = H3_MAX_STEPS + 1;
+    CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "steps counts model calls");
+    r.steps = 4;
+    r.width = 1280;
+    r.height = 720;
+    CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "1280x704 or 1280x736");
+    r.width = 128;
+    r.height = 0;
+    CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "positive");
+}
+
+/* ---- progress ---------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    double t;
+} fake_clock;
+static double fake_now(void *u) {
+    return ((fake_clock *)u)->t;
+}
+
+typedef struct {
+    h3_progress_event ev[64];
+    char stage[64][32];
+    int n;
+} recorder;
+static void record(const h3_progress_event *ev, void *u) {
+    recorder *r = u;
+    if (r->n >= 64) return;
+    r->ev[r->n] = *ev;
+    snprintf(r->stage[r->n], 32, "%s", ev->stage ? ev->stage : "");
+    r->n++;
+}
+
+static void test_progress_events(void) {
+    fake_clock clk = {100.0};
+    recorder rec = {0};
+    h3_progress p;
+    h3_progress_init(&p, record, &rec);
+    h3_progress_set_clock(&p, fake_now, &clk);
+    clk.t = 101.0;
+    h3_progress_stage(&p, "text_encoder", 0);
+    clk.t = 103.5;
+    h3_progress_stage(&p, "dit", 4); /* ends text_encoder */
+    clk.t = 113.5;                   /* first step: 10 s (warm-up) */
+    h3_progress_step(&p);
+    clk.t = 117.5; /* then 4 s per step */
+    h3_progress_step(&p);
+    clk.t = 121.5;
+    h3_progress_step(&p);
+    clk.t = 125.5;
+    h3_progress_step(&p);
+    clk.t = 126.0;
+    h3_progress_done(&p);
+    /* stage_begin te, stage_end te, stage_begin dit, 4 steps, stage_end dit, done */
+    CHECK(rec.n == 9, "%d events", rec.n);
+    if (rec.n != 9) return;
+    CHECK(rec.ev[0].kind == H3_PROGRESS_STAGE_BEGIN && !strcmp(rec.stage[0], "text_encoder") && rec.ev[0].elapsed_s == 1.0);
+    CHECK(rec.ev[1].kind == H3_PROGRESS_STAGE_END && !strcmp(rec.stage[1], "text_encoder") && rec.ev[1].stage_s == 2.5);
+    CHECK(rec.ev[2].kind == H3_PROGRESS_STAGE_BEGIN && !strcmp(rec.stage[2], "dit") && rec.ev[2].steps == 4 &&
+          rec.ev[2].eta_s == -1.0);
+    /* Step 1: 10 s per step, ETA 30 s. Steps 2..4: mean of the steps after the first, 4 s; ETA 8, 4, 0. */
+    const double want_sps[4] = {10, 4, 4, 4}, want_eta[4] = {30, 8, 4, 0}, want_el[4] = {13.5, 17.5, 21.5, 25.5};
+    for (int i = 0; i < 4; i++) {
+        h3_progress_event *e = &rec.ev[3 + i];
+        CHECK(e->kind == H3_PROGRESS_STEP && e->step == i + 1 && e->steps == 4);
+        CHECK(fabs(e->step_s - want_sps[i]) < 1e-9 && fabs(e->eta_s - want_eta[i]) < 1e-9 &&
+                  fabs(e->elapsed_s - want_el[i]) < 1e-9,
+              "step %d: %.3f s/step, ETA %.3f, elapsed %.3f", i + 1, e->step_s, e->eta_s, e->elapsed_s);
+    }
+    CHECK(rec.ev[7].kind == H3_PROGRESS_STAGE_END && fabs(rec.ev[7].stage_s - 22.5) < 1e-9 && rec.ev[7].eta_s == 0.0);
+    CHECK(rec.ev[8].kind == H3_PROGRESS_DONE && rec.ev[8].stage == NULL && fabs(rec.ev[8].elapsed_s - 26.0) < 1e-9);
+    /* No callback: nothing happens, nothing crashes. */
+    h3_progress q;
+    h3_progress_init(&q, NULL, NULL);
+    h3_progress_stage(&q, "dit", 2);
+    h3_progress_step(&q);
+    h3_progress_done(&q);
+    h3_progress_step(&q); /* a step outside a stage is ignored */
+}
+
+/* Runs a small scripted run through the printer into a memory stream and returns the text. */
+static char *printed(h3_progress_style style) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    h3_progress_printer pp;
+    h3_progress_printer_init(&pp, f, style);
+    fake_clock clk = {0};
+    h3_progress p;
+    h3_progress_init(&p, h3_progress_print, &pp);
+    h3_progress_set_clock(&p, fake_now, &clk);
+    h3_progress_stage(&p, "tokenize", 0);
+    clk.t = 0.5;
+    h3_progress_stage(&p, "dit", 3);
+    for (int i = 0; i < 3; i++) {
+        clk.t += 61.0;
+        h3_progress_step(&p);
+    }
+    clk.t = 200;
+    h3_progress_stage(&p, "mux", 0);
+    clk.t = 3725;
+    h3_progress_done(&p);
+    fclose(f);
+    return buf;
+}
+
+static void test_progress_printer(void) {
+    char *s = printed(H3_PROGRESS_QUIET);
+    CHECK(s && s[0] == 0, "quiet printed '%s'", s ? s : "(null)");
+    free(s);
+
+    s = printed(H3_PROGRESS_LINES);
+    const char *want_lines = "tokenize: started, elapsed 0:00\n"
+                             "tokenize: done in 0:01, elapsed 0:01\n"
+                             "dit: started (3 steps), elapsed 0:01\n"
+                             "dit: step 1/3, 61.00 s/step, ETA 2:02, elapsed 1:02\n"
+                             "dit: step 2/3, 61.00 s/step, ETA 1:01, elapsed 2:03\n"
+                             "dit: step 3/3, 61.00 s/step, ETA 0:00, elapsed 3:04\n"
+                             "dit: done in 3:20, elapsed 3:20\n"
+                             "mux: started, elapsed 3:20\n"
+                             "mux: done in 58:45, elapsed 1:02:05\n"
+                             "finished in 1:02:05\n";
+    CHECK(s && !strcmp(s, want_lines), "lines:\n%s", s ? s : "(null)");
+    free(s);
+
+    s = printed(H3_PROGRESS_JSON);
+    /* One JSON object per line, each parseable, with the fields a driving program needs. */
+    int lines = 0, steps = 0;
+    for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = NULL;
+        h3_status st = h3_json_parse(line, strlen(line), "progress line", &j);
+        CHECK(st == H3_OK, "not JSON: %s", line);
+        if (st != H3_OK) continue;
+        const char *ev = h3_json_get_str(j, "event");
+        double el;
+        CHECK(ev && h3_json_get_num(j, "elapsed_s", &el));
+        if (ev && !strcmp(ev, "step")) {
+            int64_t step, nsteps;
+            double sps, eta;
+            CHECK(h3_json_get_int(j, "step", &step) && h3_json_get_int(j, "steps", &nsteps) &&
+                  h3_json_get_num(j, "step_s", &sps) && h3_json_get_num(j, "eta_s", &eta));
+            CHECK(!strcmp(h3_json_get_str(j, "stage"), "dit") && nsteps == 3 && fabs(sps - 61) < 1e-9 &&
+                  fabs(eta - 61.0 * (double)(3 - step)) < 1e-9);
+            steps++;
+        }
+        json_decref(j);
+        lines++;
+    }
+    CHECK(lines == 10 && steps == 3, "%d JSON lines, %d steps", lines, steps);
+    free(s);
+
+    s = printed(H3_PROGRESS_BAR);
+    /* Redrawn in place: carriage returns, the bar, and a newline only when a stage ends or the run finishes. */
+    CHECK(s && strstr(s, "\r\033[Kdit          [##########....................] 1/3  61.00 s/step  ETA 2:02  elapsed 1:02") != NULL,
+          "bar output: %s", s ? s : "(null)");
+    CHECK(s && strstr(s, "[##############################] 3/3") != NULL);
+    int nl = 0;
+    for (char *c = s; c && *c; c++) nl += *c == '\n';
+    CHECK(nl == 4, "%d newlines in bar mode", nl);
+    free(s);
+
+    char b[32];
+    CHECK(!strcmp(h3_progress_fmt_time(59.4, b, sizeof b), "0:59"));
+    CHECK(!strcmp(h3_progress_fmt_time(3600, b, sizeof b), "1:00:00"));
+    CHECK(!strcmp(h3_progress_fmt_time(-1, b, sizeof b), "?"));
+    CHECK(!strcmp(h3_progress_fmt_time(NAN, b, sizeof b), "?"));
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"frames", test_frames},
+        {"seconds", test_seconds},
+        {"canvas", test_canvas},
+        {"parse_size", test_parse_size},
+        {"resolve", test_resolve},
+        {"progress_events", test_progress_events},
+        {"progress_printer", test_progress_printer},
+        {NULL, NULL},
+    };
+    return t_main("test_request", cases, argc, argv);
+}
