@@ -648,7 +648,82 @@ static void test_no_leaks(void) {
                                      (long long)s.current[c]);
 }
 
+/* For tests/cli_dit.sh: inputs files each with one thing wrong, named after it ("<what>.safetensors"). */
+static int write_bad_inputs(const char *dir) {
+    static const char *names[] = {"video", "audio", "text", "timesteps", "timestep_indices", "token_tags",
+                                  "position_ids", "video_indices", "audio_indices", "text_indices"};
+    char p[512];
+    h3_st_set s;
+    if (h3_st_open(fix("inputs.safetensors", p, sizeof p), &s) != H3_OK) return 1;
+    mkdir(dir, 0755);
+    int rc = 0;
+    for (int variant = 0; variant < 2 * 10 + 3 && !rc; variant++) {
+        /* 0..9: tensor `names[v]` missing; 10..19: it has an extra dimension; 20: a tag of 5; 21: indices
+         * as F32; 22: a duplicated text index. */
+        const char *target = names[variant % 10];
+        char path[600];
+        if (variant < 10) snprintf(path, sizeof path, "%s/missing_%s.safetensors", dir, target);
+        else if (variant < 20) snprintf(path, sizeof path, "%s/shape_%s.safetensors", dir, target);
+        else snprintf(path, sizeof path, "%s/%s.safetensors", dir,
+                      variant == 20 ? "bad_tag" : variant == 21 ? "float_indices" : "duplicate_index");
+        h3_st_writer *w;
+        if (h3_st_writer_new(&w) != H3_OK) return 1;
+        for (int64_t i = 0; i < s.n_entries && !rc; i++) {
+            const h3_st_entry *e = &s.entries[i];
+            const void *data;
+            if (h3_st_bytes(&s, e, &data) != H3_OK) rc = 1;
+            size_t nb = (size_t)(e->end - e->begin);
+            static uint8_t buf[1 << 16];
+            if (rc || nb > sizeof buf) {
+                rc = 1;
+                break;
+            }
+            int is_target = !strcmp(e->name, target);
+            if (variant < 10 && is_target) continue;
+            int64_t shape[H3_MAX_DIMS];
+            memcpy(shape, e->shape, sizeof shape);
+            int nd = e->ndim;
+            h3_dtype dt = e->dtype;
+            const void *src = data;
+            if (variant >= 10 && variant < 20 && is_target) { /* [..] -> [1, ..] */
+                memmove(shape + 1, shape, (size_t)nd * sizeof shape[0]);
+                shape[0] = 1;
+                nd++;
+            }
+            if (variant == 20 && !strcmp(e->name, "token_tags")) {
+                memcpy(buf, data, nb);
+                int64_t five = 5;
+                memcpy(buf + 8 * 3, &five, 8);
+                src = buf;
+            }
+            if (variant == 21 && !strcmp(e->name, "audio_indices")) {
+                float *f = (float *)buf;
+                for (int64_t k = 0; k < e->shape[0]; k++) {
+                    int64_t v;
+                    memcpy(&v, (const uint8_t *)data + 8 * k, 8);
+                    f[k] = (float)v;
+                }
+                dt = H3_F32;
+                src = buf;
+            }
+            if (variant == 22 && !strcmp(e->name, "text_indices")) {
+                memcpy(buf, data, nb);
+                memcpy(buf + 8, buf, 8);
+                src = buf;
+            }
+            /* buf holds at most one changed tensor per file: valid until the write below */
+            if (h3_st_writer_add(w, e->name, dt, nd, shape, src) != H3_OK) rc = 1;
+        }
+        if (!rc && h3_st_writer_write(w, path, 0) != H3_OK) rc = 1;
+        h3_st_writer_free(w);
+    }
+    h3_st_close(&s);
+    if (rc) fprintf(stderr, "writing bad inputs failed: %s\n", h3_last_error());
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-bad-inputs")) return write_bad_inputs(argv[2]);
     if (h3_exec_init(&g_ex, 2) != H3_OK) {
         fprintf(stderr, "exec init failed: %s\n", h3_last_error());
         return 1;

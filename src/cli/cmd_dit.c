@@ -1,5 +1,6 @@
 /* h3run dit: one DiT forward on a packed sequence given as named tensors, for debugging and for comparing with
  * other implementations. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -9,6 +10,34 @@
 #include "io/safetensors.h"
 #include "models/dit.h"
 
+/* max |got − ref| / max |ref| of the named tensor of `ref_path` against got; prints one line. 1 when above tol. */
+static h3_status compare(h3_st_set *ref, const char *name, const h3_tensor *got, double tol, int *bad, int quiet) {
+    if (!h3_st_find(ref, name)) return H3_OK;
+    h3_tensor r;
+    H3_TRY(h3_st_load(ref, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &r));
+    h3_status st = H3_OK;
+    if (h3_tensor_numel(&r) != h3_tensor_numel(got) || h3_tensor_cols(&r) != h3_tensor_cols(got)) {
+        char a[64], b[64];
+        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", ref->source, name, h3_tensor_shape_str(&r, a, sizeof a),
+                    h3_tensor_shape_str(got, b, sizeof b));
+    } else {
+        double num = 0, den = 0;
+        const float *x = got->data, *y = r.data;
+        for (int64_t i = 0; i < h3_tensor_numel(&r); i++) {
+            double dd = fabs((double)x[i] - (double)y[i]);
+            if (!(dd <= num)) num = dd;
+            if (fabs((double)y[i]) > den) den = fabs((double)y[i]);
+        }
+        double e = den > 0 ? num / den : num;
+        if (!(e <= tol)) *bad = 1;
+        if (!quiet || !(e <= tol))
+            printf("compare %-15s max |diff| / max |ref| = %.3e (tolerance %.1e)%s\n", name, e, tol,
+                   e <= tol ? "" : "  FAIL");
+    }
+    h3_tensor_free(&r);
+    return st;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -16,8 +45,9 @@ static double now_s(void) {
 }
 
 int h3_cmd_dit(int argc, char **argv) {
-    const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto";
+    const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto", *expect = NULL;
     int quiet = 0, verbose = 0;
+    double tol = 1e-4;
     int64_t threads = 0, chunk = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH", "DiT weights: a .safetensors file, a shard index or a folder "
@@ -27,6 +57,9 @@ int h3_cmd_dit(int argc, char **argv) {
         {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
         {"qkv-order", 0, H3_OPT_STR, &qkv, "ORDER",
          "rows of a fused qkv_proj: auto (official: per-head interleaved; ComfyUI: contiguous), interleaved, contiguous"},
+        {"expect", 0, H3_OPT_STR, &expect, "FILE",
+         "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol"},
+        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)"},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
         {"chunk-rows", 0, H3_OPT_INT, &chunk, "N", "rows per FFN chunk (default 2048)"},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
@@ -43,7 +76,9 @@ int h3_cmd_dit(int argc, char **argv) {
         "  position_ids [S, 3]                                     F64 (t, h, w)\n"
         "  video_indices [Nv], audio_indices [Na], text_indices [L] I64 or I32 rows of the packed sequence\n"
         "It writes video_velocity [Nv, 96] and audio_velocity [Na, 32] (f32, x0 = x_t + sigma * v).",
-        "example:\n  h3run dit --model FL2VA/transformer --inputs packed.safetensors -o velocity.safetensors",
+        "examples:\n  h3run dit --model FL2VA/transformer --inputs packed.safetensors -o velocity.safetensors\n"
+        "  h3run dit -m tests/fixtures/dit/official -i tests/fixtures/dit/inputs.safetensors -o /tmp/v.safetensors \\\n"
+        "      --expect tests/fixtures/dit/expected_full.safetensors",
         opts, 0, 0};
     const char *pos[1];
     int npos;
@@ -64,8 +99,8 @@ int h3_cmd_dit(int argc, char **argv) {
         fprintf(stderr, "h3run dit: --qkv-order must be auto, interleaved or contiguous; got '%s'\n", qkv);
         return H3_EXIT_USAGE;
     }
-    if (threads < 0 || chunk < 0) {
-        fprintf(stderr, "h3run dit: --threads and --chunk-rows must not be negative\n");
+    if (threads < 0 || chunk < 0 || !(tol >= 0)) {
+        fprintf(stderr, "h3run dit: --threads, --chunk-rows and --tol must not be negative\n");
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
@@ -80,8 +115,11 @@ int h3_cmd_dit(int argc, char **argv) {
     if (st == H3_OK) st = h3_dit_open(model, &oo, &dit);
     if (st == H3_OK) st = h3_dit_inputs_read(inputs, h3_dit_get_config(dit), &in);
     int64_t Nv = in.video.shape[0], Na = in.audio.shape[0];
-    if (st == H3_OK) st = h3_tensor_alloc2(&vout, H3_PLACE_HOST, H3_F32, Nv > 0 ? Nv : 1, h3_dit_video_dim(h3_dit_get_config(dit)), H3_MEM_ACTIVATIONS);
-    if (st == H3_OK) st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, h3_dit_get_config(dit)->audio_dim, H3_MEM_ACTIVATIONS);
+    const h3_dit_config *cfg = dit ? h3_dit_get_config(dit) : NULL;
+    if (st == H3_OK)
+        st = h3_tensor_alloc2(&vout, H3_PLACE_HOST, H3_F32, Nv > 0 ? Nv : 1, h3_dit_video_dim(cfg), H3_MEM_ACTIVATIONS);
+    if (st == H3_OK)
+        st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, cfg->audio_dim, H3_MEM_ACTIVATIONS);
     double t0 = now_s(), t1 = t0;
     if (st == H3_OK) {
         vout.shape[0] = Nv;
@@ -94,14 +132,28 @@ int h3_cmd_dit(int argc, char **argv) {
     if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_velocity", &aout);
     if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "dit velocity (x0 = x_t + sigma * v)");
     if (st == H3_OK) st = h3_st_writer_write(w, output, 0);
-    if (st != H3_OK) {
-        h3_cli_fail("dit", st);
-        rc = H3_EXIT_FAIL; /* bad weights or inputs: the work failed (usage errors were caught above) */
-    } else if (!quiet) {
+    if (st == H3_OK && !quiet) {
         printf("model: %s\n  %s\n", model, h3_dit_describe(dit));
         printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n", (long long)in.in.seq_len,
                (long long)Nv, (long long)Na, (long long)in.text.shape[0], in.in.n_timesteps);
         printf("forward: %.3f s on %d threads; wrote %s\n", t1 - t0, ex.threads, output);
+    }
+    int bad = 0;
+    if (st == H3_OK && expect) {
+        h3_st_set ref;
+        st = h3_st_open(expect, &ref);
+        if (st == H3_OK) {
+            st = compare(&ref, "video_velocity", &vout, tol, &bad, quiet);
+            if (st == H3_OK) st = compare(&ref, "audio_velocity", &aout, tol, &bad, quiet);
+            h3_st_close(&ref);
+        }
+    }
+    if (st == H3_OK && bad) {
+        fprintf(stderr, "h3run dit: error: the velocities differ from %s by more than %g\n", expect, tol);
+        rc = H3_EXIT_FAIL;
+    } else if (st != H3_OK) {
+        h3_cli_fail("dit", st);
+        rc = H3_EXIT_FAIL; /* bad weights or inputs: the work failed (usage errors were caught above) */
     }
     h3_st_writer_free(w);
     h3_tensor_free(&vout);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# h3run dit on the fixtures of each layout (checked against the reference's outputs with --expect), h3run inspect
+# naming the layouts, and one-line errors with a non-zero status for every malformed input file.
+# Usage: cli_dit.sh PATH/TO/h3run (CTest passes it).
+set -u
+H3RUN=$1
+SRC=${H3_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD=${H3_BUILD_DIR:-$(dirname "$H3RUN")}
+FIX=$SRC/tests/fixtures/dit
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# One forward per layout, compared with the reference (max |diff| / max |ref| <= 1e-4).
+for m in "official:expected_full" "official/model.safetensors.index.json:expected_full" "diffusers:expected_full" \
+         "comfy_pruned.safetensors:expected_pruned"; do
+    model=${m%%:*}
+    exp=${m##*:}
+    out=$("$H3RUN" dit --model "$FIX/$model" --inputs "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" \
+          --expect "$FIX/$exp.safetensors" 2>"$tmp/err")
+    rc=$?
+    [ $rc -eq 0 ] || fail "dit $model exited $rc: $(cat "$tmp/err") $out"
+    [ -s "$tmp/v.safetensors" ] || fail "dit $model wrote no output"
+    grep -q "compare video_velocity" <<<"$out" || fail "dit $model: no comparison printed"
+    echo "$model: $(grep compare <<<"$out" | sed 's/  */ /g' | tr '\n' ';')"
+    rm -f "$tmp/v.safetensors"
+done
+# The output is a safetensors file with both velocities.
+"$H3RUN" dit -q -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" || fail "dit -q"
+listing=$("$H3RUN" inspect "$tmp/v.safetensors")
+grep -q "^video_velocity  *F32  *\[18, 96\]" <<<"$listing" || fail "output lacks video_velocity [18, 96]: $listing"
+grep -q "^audio_velocity  *F32  *\[6, 32\]" <<<"$listing" || fail "output lacks audio_velocity [6, 32]: $listing"
+# A wrong answer is caught: the pruned model against the full model's outputs differs by ~2e-4.
+"$H3RUN" dit -q -m "$FIX/comfy_pruned.safetensors" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" \
+    --expect "$FIX/expected_full.safetensors" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "--expect did not fail on outputs of another model"
+# Reading the official shards with the wrong QKV order gives wrong numbers.
+"$H3RUN" dit -q -m "$FIX/official" --qkv-order contiguous -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" \
+    --expect "$FIX/expected_full.safetensors" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "--qkv-order contiguous on official shards must not match"
+
+# inspect names the layout and the AdaLN form.
+"$H3RUN" inspect --summary "$FIX/official" | grep -q "official layout, 2 blocks, full AdaLN" || fail "inspect official"
+"$H3RUN" inspect --summary "$FIX/diffusers" | grep -q "diffusers layout, 2 blocks, full AdaLN" || fail "inspect diffusers"
+"$H3RUN" inspect --summary "$FIX/comfy_pruned.safetensors" | grep -q "ComfyUI layout, 2 blocks, pruned" ||
+    fail "inspect pruned"
+
+# Malformed inputs: exit status 1, exactly one line on stderr naming the problem, no sanitizer report.
+"$BUILD/test_dit" --write-bad-inputs "$tmp/bad" || fail "test_dit --write-bad-inputs"
+count=0
+for f in "$tmp"/bad/*.safetensors; do
+    count=$((count + 1))
+    name=$(basename "$f" .safetensors)
+    what=${name#missing_}
+    what=${what#shape_}
+    case $name in
+        bad_tag) what=token_tags ;;
+        float_indices) what=audio_indices ;;
+        duplicate_index) what=text_indices ;;
+    esac
+    "$H3RUN" dit -m "$FIX/official" -i "$f" -o "$tmp/x.safetensors" >/dev/null 2>"$tmp/err"
+    rc=$?
+    lines=$(wc -l <"$tmp/err")
+    [ $rc -eq 1 ] || fail "$name: exit status $rc, expected 1"
+    [ "$lines" -eq 1 ] || fail "$name: $lines lines on stderr, expected one: $(head -c 600 "$tmp/err")"
+    grep -q "^h3run dit: error: .*'$what'" "$tmp/err" || fail "$name: message does not name '$what': $(cat "$tmp/err")"
+    if grep -qE "AddressSanitizer|runtime error|LeakSanitizer" "$tmp/err"; then fail "$name: sanitizer report"; fi
+    [ -e "$tmp/x.safetensors" ] && fail "$name: an output was written"
+done
+[ $count -ge 23 ] || fail "only $count malformed input files were checked"
+echo "malformed inputs rejected cleanly: $count"
+
+# Bad model paths and files: status 1, named.
+"$H3RUN" dit -m "$tmp/absent" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors" 2>"$tmp/err" >/dev/null
+[ $? -eq 1 ] && grep -q "absent" "$tmp/err" || fail "a missing model must exit 1 and be named: $(cat "$tmp/err")"
+"$H3RUN" dit -m "$FIX/inputs.safetensors" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors" 2>"$tmp/err" >/dev/null
+[ $? -eq 1 ] && grep -q "not a MiniMax-H3 DiT" "$tmp/err" || fail "a non-DiT model must exit 1: $(cat "$tmp/err")"
+
+# Usage errors exit 2.
+"$H3RUN" dit -m "$FIX/official" -o "$tmp/x.safetensors" >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing --inputs must exit 2"
+"$H3RUN" dit -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors" --qkv-order sideways \
+    >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --qkv-order must exit 2"
+"$H3RUN" dit --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option must exit 2"
+"$H3RUN" dit --help | grep -q "usage: h3run dit" || fail "--help"
+
+[ $fails -eq 0 ] && echo "cli_dit: all checks passed" || echo "cli_dit: $fails failures"
+exit $(( fails > 0 ))
