@@ -1,0 +1,588 @@
+#include "pipeline/media.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/log.h"
+
+/* ---- libav's messages go to the log, never to stderr -------------------------------------------------------- */
+
+static void av_log_to_h3(void *avcl, int level, const char *fmt, va_list vl) {
+    (void)avcl;
+    if (level > AV_LOG_WARNING || !h3_log_enabled(H3_LOG_DEBUG)) return;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, vl);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
+    if (n) h3_log(H3_LOG_DEBUG, "libav: %s", buf);
+}
+
+static pthread_once_t g_av_once = PTHREAD_ONCE_INIT;
+static void av_setup(void) {
+    av_log_set_callback(av_log_to_h3);
+}
+
+static const char *averr(int e, char *buf, size_t n) {
+    if (av_strerror(e, buf, n) < 0) snprintf(buf, n, "libav error %d", e);
+    return buf;
+}
+
+/* ---- pixels ----------------------------------------------------------------------------------------------------- */
+
+static inline uint8_t to_u8(float x) {
+    if (!(x > 0.0f)) return 0; /* also NaN */
+    if (x >= 1.0f) return 255;
+    return (uint8_t)((double)x * 255.0 + 0.5);
+}
+
+/* Planar float RGB -> packed RGB24 (width*3 bytes per row, rows contiguous). */
+static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_stride, int w, int h, uint8_t *out) {
+    for (int y = 0; y < h; y++) {
+        const float *r = rgb + (int64_t)y * row_stride, *g = r + plane_stride, *b = g + plane_stride;
+        uint8_t *o = out + (size_t)y * (size_t)w * 3;
+        for (int x = 0; x < w; x++) {
+            o[3 * x] = to_u8(r[x]);
+            o[3 * x + 1] = to_u8(g[x]);
+            o[3 * x + 2] = to_u8(b[x]);
+        }
+    }
+}
+
+int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_rate) {
+    if (frames <= 0 || fps <= 0 || sample_rate <= 0) return 0;
+    return (int64_t)llround((double)frames * (double)sample_rate / (double)fps);
+}
+
+/* ---- MP4 ------------------------------------------------------------------------------------------------------- */
+
+struct h3_mp4 {
+    h3_mp4_opts o;
+    char *path, *tmp;
+    AVFormatContext *oc;
+    AVCodecContext *venc, *aenc;
+    AVStream *vst, *ast;
+    struct SwsContext *sws;
+    AVFrame *vframe, *aframe;
+    AVPacket *pkt;
+    uint8_t *rgb; /* [height, width, 3] */
+    int64_t nframes, nsamples, apts;
+    int afill, frame_size, small_last;
+    h3_status failed;
+};
+
+void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height) {
+    memset(o, 0, sizeof *o);
+    o->width = width;
+    o->height = height;
+    o->fps = 24;
+    o->sample_rate = 32000;
+    o->channels = 2;
+    o->crf = 18;
+    o->preset = "medium";
+    o->audio_bitrate = 128000;
+}
+
+int64_t h3_mp4_frames(const h3_mp4 *m) {
+    return m ? m->nframes : 0;
+}
+int64_t h3_mp4_audio_samples(const h3_mp4 *m) {
+    return m ? m->nsamples : 0;
+}
+
+static void mp4_free(h3_mp4 *m, int remove_partial) {
+    if (!m) return;
+    avcodec_free_context(&m->venc);
+    avcodec_free_context(&m->aenc);
+    if (m->oc) {
+        if (m->oc->pb) avio_closep(&m->oc->pb);
+        avformat_free_context(m->oc);
+    }
+    sws_freeContext(m->sws);
+    av_frame_free(&m->vframe);
+    av_frame_free(&m->aframe);
+    av_packet_free(&m->pkt);
+    if (remove_partial && m->tmp) unlink(m->tmp);
+    h3_free(m->rgb);
+    h3_free(m->path);
+    h3_free(m->tmp);
+    h3_free(m);
+}
+
+void h3_mp4_abort(h3_mp4 *m) {
+    mp4_free(m, 1);
+}
+
+/* Sends a frame (NULL flushes) and writes every packet the encoder returns. */
+static h3_status encode(h3_mp4 *m, AVCodecContext *enc, AVStream *st, AVFrame *frame) {
+    char eb[128];
+    int r = avcodec_send_frame(enc, frame);
+    if (r < 0) return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
+    for (;;) {
+        r = avcodec_receive_packet(enc, m->pkt);
+        if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return H3_OK;
+        if (r < 0) return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
+        av_packet_rescale_ts(m->pkt, enc->time_base, st->time_base);
+        m->pkt->stream_index = st->index;
+        r = av_interleaved_write_frame(m->oc, m->pkt);
+        if (r < 0) return H3_ERR(H3_ERR_IO, "%s: writing: %s", m->tmp, averr(r, eb, sizeof eb));
+    }
+}
+
+static h3_status open_video(h3_mp4 *m) {
+    char eb[128], crf[16];
+    const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
+    if (!codec)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "this libavcodec has no libx264 encoder: install a build with x264 "
+                                          "(Debian's libavcodec has it)");
+    m->vst = avformat_new_stream(m->oc, NULL);
+    m->venc = avcodec_alloc_context3(codec);
+    if (!m->vst || !m->venc) return H3_ERR(H3_ERR_NOMEM, "out of memory creating the H.264 encoder");
+    AVCodecContext *c = m->venc;
+    c->width = m->o.width;
+    c->height = m->o.height;
+    c->pix_fmt = AV_PIX_FMT_YUV420P;
+    c->time_base = (AVRational){1, m->o.fps};
+    c->framerate = (AVRational){m->o.fps, 1};
+    c->sample_aspect_ratio = (AVRational){1, 1};
+    c->color_range = AVCOL_RANGE_MPEG;
+    c->colorspace = AVCOL_SPC_BT709;
+    c->color_primaries = AVCOL_PRI_BT709;
+    c->color_trc = AVCOL_TRC_BT709;
+    c->thread_count = 0;
+    if (m->oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    snprintf(crf, sizeof crf, "%d", m->o.crf);
+    av_opt_set(c->priv_data, "preset", m->o.preset ? m->o.preset : "medium", 0);
+    av_opt_set(c->priv_data, "crf", crf, 0);
+    int r = avcodec_open2(c, codec, NULL);
+    if (r < 0) return H3_ERR(H3_ERR_IO, "opening the H.264 encoder (%dx%d, preset %s): %s", c->width, c->height,
+                             m->o.preset ? m->o.preset : "medium", averr(r, eb, sizeof eb));
+    r = avcodec_parameters_from_context(m->vst->codecpar, c);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "H.264 stream parameters: %s", averr(r, eb, sizeof eb));
+    m->vst->time_base = c->time_base;
+    m->vst->avg_frame_rate = c->framerate;
+    m->vst->sample_aspect_ratio = c->sample_aspect_ratio;
+
+    m->vframe = av_frame_alloc();
+    if (!m->vframe) return H3_ERR(H3_ERR_NOMEM, "out of memory for a video frame");
+    m->vframe->format = c->pix_fmt;
+    m->vframe->width = c->width;
+    m->vframe->height = c->height;
+    m->vframe->color_range = c->color_range;
+    m->vframe->colorspace = c->colorspace;
+    m->vframe->color_primaries = c->color_primaries;
+    m->vframe->color_trc = c->color_trc;
+    r = av_frame_get_buffer(m->vframe, 0);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "video frame buffer: %s", averr(r, eb, sizeof eb));
+
+    m->sws = sws_getContext(c->width, c->height, AV_PIX_FMT_RGB24, c->width, c->height, AV_PIX_FMT_YUV420P,
+                            SWS_BICUBIC | SWS_ACCURATE_RND, NULL, NULL, NULL);
+    if (!m->sws) return H3_ERR(H3_ERR_NOMEM, "creating the RGB to YUV converter");
+    /* Source RGB is full range; destination BT.709 limited range, as the stream is tagged. */
+    const int *coef709 = sws_getCoefficients(SWS_CS_ITU709);
+    sws_setColorspaceDetails(m->sws, coef709, 1, coef709, 0, 0, 1 << 16, 1 << 16);
+    size_t nrgb;
+    if (!h3_mul_size((size_t)c->width * 3, (size_t)c->height, &nrgb)) return H3_ERR(H3_ERR_INVALID, "frame too large");
+    m->rgb = h3_malloc(nrgb, H3_MEM_IO);
+    if (!m->rgb) return H3_ERR(H3_ERR_NOMEM, "out of memory for an RGB frame (%zu bytes)", nrgb);
+    return H3_OK;
+}
+
+static h3_status open_audio(h3_mp4 *m) {
+    char eb[128];
+    const AVCodec *codec = avcodec_find_encoder_by_name("aac");
+    if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_AAC);
+    if (!codec) return H3_ERR(H3_ERR_UNSUPPORTED, "this libavcodec has no AAC encoder");
+    m->ast = avformat_new_stream(m->oc, NULL);
+    m->aenc = avcodec_alloc_context3(codec);
+    if (!m->ast || !m->aenc) return H3_ERR(H3_ERR_NOMEM, "out of memory creating the AAC encoder");
+    AVCodecContext *c = m->aenc;
+    c->sample_fmt = AV_SAMPLE_FMT_FLTP;
+    c->sample_rate = m->o.sample_rate;
+    av_channel_layout_default(&c->ch_layout, m->o.channels);
+    c->bit_rate = m->o.audio_bitrate;
+    c->time_base = (AVRational){1, m->o.sample_rate};
+    if (m->oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    int r = avcodec_open2(c, codec, NULL);
+    if (r < 0) return H3_ERR(H3_ERR_IO, "opening the AAC encoder (%d Hz, %d channels): %s", c->sample_rate,
+                             m->o.channels, averr(r, eb, sizeof eb));
+    r = avcodec_parameters_from_context(m->ast->codecpar, c);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "AAC stream parameters: %s", averr(r, eb, sizeof eb));
+    m->ast->time_base = c->time_base;
+    m->frame_size = c->frame_size > 0 ? c->frame_size : 1024;
+    m->small_last = (codec->capabilities & AV_CODEC_CAP_SMALL_LAST_FRAME) != 0;
+    m->aframe = av_frame_alloc();
+    if (!m->aframe) return H3_ERR(H3_ERR_NOMEM, "out of memory for an audio frame");
+    m->aframe->format = c->sample_fmt;
+    m->aframe->nb_samples = m->frame_size;
+    m->aframe->sample_rate = c->sample_rate;
+    r = av_channel_layout_copy(&m->aframe->ch_layout, &c->ch_layout);
+    if (r >= 0) r = av_frame_get_buffer(m->aframe, 0);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "audio frame buffer: %s", averr(r, eb, sizeof eb));
+    return H3_OK;
+}
+
+h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
+    *out = NULL;
+    pthread_once(&g_av_once, av_setup);
+    const h3_mp4_opts *o = opts;
+    if (!path || !*path) return H3_ERR(H3_ERR_INVALID, "an output path is required");
+    if (o->width <= 0 || o->height <= 0 || o->width % 2 || o->height % 2 || o->width > 16384 || o->height > 16384)
+        return H3_ERR(H3_ERR_INVALID, "%s: H.264 4:2:0 needs an even frame size up to 16384; got %dx%d", path, o->width,
+                      o->height);
+    if (o->fps < 1 || o->fps > 240) return H3_ERR(H3_ERR_INVALID, "%s: fps must be 1..240; got %d", path, o->fps);
+    if (o->sample_rate && (o->sample_rate < 8000 || o->sample_rate > 192000 || o->channels < 1 || o->channels > 2))
+        return H3_ERR(H3_ERR_INVALID, "%s: audio must be 8..192 kHz with 1 or 2 channels; got %d Hz, %d channels", path,
+                      o->sample_rate, o->channels);
+    if (o->crf < 0 || o->crf > 51) return H3_ERR(H3_ERR_INVALID, "%s: crf must be 0..51; got %d", path, o->crf);
+    /* x264 prints an unknown preset to stderr itself: check the name first. */
+    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+                                          "medium",    "slow",      "slower",   "veryslow", "placebo"};
+    int preset_ok = !o->preset;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !preset_ok; i++) preset_ok = !strcmp(o->preset, presets[i]);
+    if (!preset_ok)
+        return H3_ERR(H3_ERR_INVALID, "%s: unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
+                                      "medium, slow, slower, veryslow or placebo", path, o->preset);
+
+    h3_status st = H3_OK;
+    char eb[128];
+    h3_mp4 *m = h3_calloc(1, sizeof *m, H3_MEM_IO);
+    if (!m) return H3_ERR(H3_ERR_NOMEM, "out of memory for an MP4 writer");
+    m->o = *o;
+    if (m->o.audio_bitrate <= 0) m->o.audio_bitrate = 128000;
+    m->path = h3_strdup(path);
+    size_t n = strlen(path) + 16;
+    m->tmp = h3_malloc(n, H3_MEM_IO);
+    if (!m->path || !m->tmp) H3_FAIL(H3_ERR_NOMEM, "out of memory for an MP4 writer");
+    snprintf(m->tmp, n, "%s.partial", path);
+
+    int r = avformat_alloc_output_context2(&m->oc, NULL, "mp4", m->tmp);
+    if (r < 0 || !m->oc) H3_FAIL(H3_ERR_NOMEM, "creating the MP4 muxer: %s", averr(r, eb, sizeof eb));
+    H3_CHECK_CTX(open_video(m), "%s", path);
+    if (m->o.sample_rate) H3_CHECK_CTX(open_audio(m), "%s", path);
+    m->pkt = av_packet_alloc();
+    if (!m->pkt) H3_FAIL(H3_ERR_NOMEM, "out of memory for a packet");
+
+    r = avio_open(&m->oc->pb, m->tmp, AVIO_FLAG_WRITE);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "cannot create %s: %s", m->tmp, averr(r, eb, sizeof eb));
+    AVDictionary *mux_opts = NULL;
+    av_dict_set(&mux_opts, "movflags", "+faststart", 0);
+    r = avformat_write_header(m->oc, &mux_opts);
+    av_dict_free(&mux_opts);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "%s: writing the MP4 header: %s", m->tmp, averr(r, eb, sizeof eb));
+done:
+    if (st != H3_OK) {
+        mp4_free(m, 1);
+        return st;
+    }
+    *out = m;
+    return H3_OK;
+}
+
+static h3_status check_usable(const h3_mp4 *m) {
+    if (!m) return H3_ERR(H3_ERR_INVALID, "no MP4 writer");
+    if (m->failed) return H3_ERR(m->failed, "%s: an earlier write failed; the file was not finished", m->path);
+    return H3_OK;
+}
+
+static h3_status put_rgb24(h3_mp4 *m) {
+    char eb[128];
+    int r = av_frame_make_writable(m->vframe);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "video frame: %s", averr(r, eb, sizeof eb));
+    const uint8_t *src[1] = {m->rgb};
+    const int src_stride[1] = {m->o.width * 3};
+    sws_scale(m->sws, src, src_stride, 0, m->o.height, m->vframe->data, m->vframe->linesize);
+    m->vframe->pts = m->nframes;
+    H3_TRY(encode(m, m->venc, m->vst, m->vframe));
+    m->nframes++;
+    return H3_OK;
+}
+
+h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride) {
+    H3_TRY(check_usable(m));
+    if (!rgb || row_stride < m->o.width || plane_stride < row_stride * (m->o.height - 1) + m->o.width) {
+        m->failed = H3_ERR_INVALID;
+        return H3_ERR(H3_ERR_INVALID, "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
+                      m->path, (long long)m->nframes, m->o.width, m->o.height, (long long)plane_stride, (long long)row_stride);
+    }
+    planar_to_rgb24(rgb, plane_stride, row_stride, m->o.width, m->o.height, m->rgb);
+    h3_status st = put_rgb24(m);
+    if (st != H3_OK) m->failed = st;
+    return st;
+}
+
+h3_status h3_mp4_write_frame_rgb24(h3_mp4 *m, const uint8_t *rgb, int64_t row_stride) {
+    H3_TRY(check_usable(m));
+    if (!rgb || row_stride < (int64_t)m->o.width * 3) {
+        m->failed = H3_ERR_INVALID;
+        return H3_ERR(H3_ERR_INVALID, "%s: RGB rows of %d pixels need a stride of at least %d bytes", m->path,
+                      m->o.width, m->o.width * 3);
+    }
+    for (int y = 0; y < m->o.height; y++)
+        memcpy(m->rgb + (size_t)y * (size_t)m->o.width * 3, rgb + (int64_t)y * row_stride, (size_t)m->o.width * 3);
+    h3_status st = put_rgb24(m);
+    if (st != H3_OK) m->failed = st;
+    return st;
+}
+
+static h3_status flush_audio_frame(h3_mp4 *m, int nb) {
+    m->aframe->nb_samples = nb;
+    m->aframe->pts = m->apts;
+    m->apts += nb;
+    h3_status st = encode(m, m->aenc, m->ast, m->aframe);
+    m->afill = 0;
+    return st;
+}
+
+h3_status h3_mp4_write_audio(h3_mp4 *m, const float *left, const float *right, int64_t n) {
+    H3_TRY(check_usable(m));
+    if (!m->aenc) {
+        m->failed = H3_ERR_INVALID;
+        return H3_ERR(H3_ERR_INVALID, "%s: the writer was opened without an audio track", m->path);
+    }
+    if (n < 0 || (n > 0 && !left)) {
+        m->failed = H3_ERR_INVALID;
+        return H3_ERR(H3_ERR_INVALID, "%s: bad audio buffer (%lld samples)", m->path, (long long)n);
+    }
+    if (!right) right = left;
+    char eb[128];
+    int64_t i = 0;
+    while (i < n) {
+        if (m->afill == 0) {
+            int r = av_frame_make_writable(m->aframe);
+            if (r < 0) {
+                m->failed = H3_ERR_NOMEM;
+                return H3_ERR(H3_ERR_NOMEM, "audio frame: %s", averr(r, eb, sizeof eb));
+            }
+            m->aframe->nb_samples = m->frame_size;
+        }
+        int64_t take = m->frame_size - m->afill;
+        if (take > n - i) take = n - i;
+        float *dl = (float *)m->aframe->data[0] + m->afill;
+        for (int64_t k = 0; k < take; k++) dl[k] = left[i + k];
+        if (m->o.channels == 2) {
+            float *dr = (float *)m->aframe->data[1] + m->afill;
+            for (int64_t k = 0; k < take; k++) dr[k] = right[i + k];
+        }
+        m->afill += (int)take;
+        i += take;
+        m->nsamples += take;
+        if (m->afill == m->frame_size) {
+            h3_status st = flush_audio_frame(m, m->frame_size);
+            if (st != H3_OK) {
+                m->failed = st;
+                return st;
+            }
+        }
+    }
+    return H3_OK;
+}
+
+h3_status h3_mp4_finish(h3_mp4 *m) {
+    h3_status st = check_usable(m);
+    char eb[128];
+    if (st != H3_OK) goto done;
+    if (m->nframes == 0) H3_FAIL(H3_ERR_INVALID, "%s: no video frames were written", m->path);
+    if (m->aenc) {
+        if (m->afill > 0) {
+            int nb = m->afill;
+            if (!m->small_last) { /* pad the last frame with silence */
+                for (int c = 0; c < m->o.channels; c++)
+                    memset((float *)m->aframe->data[c] + m->afill, 0, (size_t)(m->frame_size - m->afill) * sizeof(float));
+                nb = m->frame_size;
+            }
+            H3_CHECK(flush_audio_frame(m, nb));
+        }
+        H3_CHECK(encode(m, m->aenc, m->ast, NULL));
+    }
+    H3_CHECK(encode(m, m->venc, m->vst, NULL));
+    int r = av_write_trailer(m->oc);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "%s: finishing the MP4: %s", m->tmp, averr(r, eb, sizeof eb));
+    r = avio_closep(&m->oc->pb);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "%s: closing: %s", m->tmp, averr(r, eb, sizeof eb));
+    if (rename(m->tmp, m->path) != 0) H3_FAIL(H3_ERR_IO, "renaming %s to %s: %s", m->tmp, m->path, strerror(errno));
+done:
+    mp4_free(m, st != H3_OK);
+    return st;
+}
+
+/* ---- PNG --------------------------------------------------------------------------------------------------------- */
+
+static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
+    pthread_once(&g_av_once, av_setup);
+    char eb[128];
+    h3_status st = H3_OK;
+    AVCodecContext *c = NULL;
+    AVFrame *f = NULL;
+    AVPacket *pkt = NULL;
+    h3_outfile of = {0};
+    int opened = 0;
+    const AVCodec *codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
+    if (!codec) return H3_ERR(H3_ERR_UNSUPPORTED, "this libavcodec has no PNG encoder");
+    c = avcodec_alloc_context3(codec);
+    f = av_frame_alloc();
+    pkt = av_packet_alloc();
+    if (!c || !f || !pkt) H3_FAIL(H3_ERR_NOMEM, "out of memory for the PNG encoder");
+    c->width = w;
+    c->height = h;
+    c->pix_fmt = AV_PIX_FMT_RGB24;
+    c->time_base = (AVRational){1, 24};
+    int r = avcodec_open2(c, codec, NULL);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "%s: opening the PNG encoder: %s", path, averr(r, eb, sizeof eb));
+    f->format = AV_PIX_FMT_RGB24;
+    f->width = w;
+    f->height = h;
+    f->data[0] = (uint8_t *)rgb24;
+    f->linesize[0] = w * 3;
+    f->pts = 0;
+    r = avcodec_send_frame(c, f);
+    if (r >= 0) r = avcodec_send_frame(c, NULL);
+    if (r < 0) H3_FAIL(H3_ERR_IO, "%s: PNG encoding: %s", path, averr(r, eb, sizeof eb));
+    H3_CHECK(h3_out_open(path, &of));
+    opened = 1;
+    for (;;) {
+        r = avcodec_receive_packet(c, pkt);
+        if (r == AVERROR_EOF || r == AVERROR(EAGAIN)) break;
+        if (r < 0) H3_FAIL(H3_ERR_IO, "%s: PNG encoding: %s", path, averr(r, eb, sizeof eb));
+        if (fwrite(pkt->data, 1, (size_t)pkt->size, of.f) != (size_t)pkt->size)
+            H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
+        av_packet_unref(pkt);
+    }
+    opened = 0;
+    H3_CHECK(h3_out_commit(&of));
+done:
+    if (opened) h3_out_abort(&of);
+    avcodec_free_context(&c);
+    av_frame_free(&f);
+    av_packet_free(&pkt);
+    return st;
+}
+
+h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride, int width,
+                       int height) {
+    if (width <= 0 || height <= 0 || width > 16384 || height > 16384 || !rgb || row_stride < width ||
+        plane_stride < row_stride * (height - 1) + width)
+        return H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path, width,
+                      height, (long long)plane_stride, (long long)row_stride);
+    uint8_t *buf = h3_malloc((size_t)width * (size_t)height * 3, H3_MEM_IO);
+    if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for a PNG frame");
+    planar_to_rgb24(rgb, plane_stride, row_stride, width, height, buf);
+    h3_status st = png_encode_write(path, buf, width, height);
+    h3_free(buf);
+    return st;
+}
+
+h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out) {
+    memset(out, 0, sizeof *out);
+    if (width <= 0 || height <= 0) return H3_ERR(H3_ERR_INVALID, "%s: bad PNG size %dx%d", dir, width, height);
+    if (!h3_path_is_dir(dir) && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
+    if (!h3_path_is_dir(dir)) return H3_ERR(H3_ERR_IO, "%s exists and is not a folder", dir);
+    out->dir = h3_strdup(dir);
+    if (!out->dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    out->width = width;
+    out->height = height;
+    return H3_OK;
+}
+
+h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride) {
+    char name[32];
+    snprintf(name, sizeof name, "frame_%05lld.png", (long long)s->next);
+    char *path = h3_path_join(s->dir, name);
+    if (!path) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = h3_png_write(path, rgb, plane_stride, row_stride, s->width, s->height);
+    h3_free(path);
+    if (st == H3_OK) s->next++;
+    return st;
+}
+
+void h3_png_seq_close(h3_png_seq *s) {
+    h3_free(s->dir);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- WAV --------------------------------------------------------------------------------------------------------- */
+
+static void le16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static void le32(uint8_t *p, uint32_t v) {
+    le16(p, v);
+    le16(p + 2, v >> 16);
+}
+
+static int16_t to_s16(float x) {
+    if (!(x == x)) return 0;
+    if (x >= 1.0f) return 32767;
+    if (x <= -1.0f) return -32767;
+    return (int16_t)lrintf(x * 32767.0f);
+}
+
+h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
+                       int sample_rate) {
+    if (channels < 1 || channels > 2 || sample_rate < 1 || n < 0 || (n > 0 && !left))
+        return H3_ERR(H3_ERR_INVALID, "%s: bad WAV request (%d channels, %d Hz, %lld samples)", path, channels,
+                      sample_rate, (long long)n);
+    uint64_t data_bytes = (uint64_t)n * (uint64_t)channels * 2;
+    if (data_bytes > 0xFFFFFFFFu - 36)
+        return H3_ERR(H3_ERR_INVALID, "%s: %lld samples do not fit a WAV file (4 GB)", path, (long long)n);
+    if (!right) right = left;
+    h3_status st = H3_OK;
+    h3_outfile of = {0};
+    int opened = 0;
+    enum { CHUNK = 4096 };
+    int16_t *buf = h3_malloc(CHUNK * 2 * sizeof(int16_t), H3_MEM_IO);
+    if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for WAV output");
+    uint8_t hdr[44];
+    memcpy(hdr, "RIFF", 4);
+    le32(hdr + 4, (uint32_t)(36 + data_bytes));
+    memcpy(hdr + 8, "WAVEfmt ", 8);
+    le32(hdr + 16, 16);
+    le16(hdr + 20, 1); /* PCM */
+    le16(hdr + 22, (uint32_t)channels);
+    le32(hdr + 24, (uint32_t)sample_rate);
+    le32(hdr + 28, (uint32_t)sample_rate * (uint32_t)channels * 2);
+    le16(hdr + 32, (uint32_t)channels * 2);
+    le16(hdr + 34, 16);
+    memcpy(hdr + 36, "data", 4);
+    le32(hdr + 40, (uint32_t)data_bytes);
+    H3_CHECK(h3_out_open(path, &of));
+    opened = 1;
+    if (fwrite(hdr, 1, sizeof hdr, of.f) != sizeof hdr) H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        for (int64_t k = 0; k < m; k++) {
+            int16_t l = to_s16(left[i + k]);
+            if (channels == 2) {
+                int16_t r = to_s16(right[i + k]);
+                uint8_t *p = (uint8_t *)&buf[2 * k];
+                le16(p, (uint16_t)l);
+                le16(p + 2, (uint16_t)r);
+            } else {
+                le16((uint8_t *)&buf[k], (uint16_t)l);
+            }
+        }
+        size_t bytes = (size_t)m * (size_t)channels * 2;
+        if (fwrite(buf, 1, bytes, of.f) != bytes) H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
+    }
+    opened = 0;
+    H3_CHECK(h3_out_commit(&of));
+done:
+    if (opened) h3_out_abort(&of);
+    h3_free(buf);
+    return st;
+}

@@ -1,0 +1,508 @@
+/* Media output (src/pipeline/media): a synthetic clip (moving gradient + a stereo tone) written frame by frame is
+ * checked with ffprobe (H.264, yuv420p, 24 fps, frame count, size, AAC 32 kHz stereo, durations) and decoded back
+ * with ffmpeg (pixels and tones survive); PNG and WAV round trips; and every way of failing midway leaves neither the
+ * file nor its ".partial". Needs ffmpeg's ffprobe and ffmpeg on the PATH (scripts/deps.sh installs them). */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/json.h"
+#include "pipeline/media.h"
+#include "testutil.h"
+
+enum { W = 192, H = 128, F = 22, RATE = 32000 };
+
+static int exists(const char *p) {
+    return access(p, F_OK) == 0;
+}
+
+static int have_tool(const char *name) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
+    return system(cmd) == 0;
+}
+
+/* Reads a command's whole stdout. */
+static unsigned char *run_read(const char *cmd, size_t *len) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    for (;;) {
+        if (n == cap) buf = realloc(buf, cap *= 2);
+        size_t k = fread(buf + n, 1, cap - n, p);
+        if (k == 0) break;
+        n += k;
+    }
+    int rc = pclose(p);
+    if (rc != 0) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The synthetic clip: frame t of a [3, F, H, W] float chunk, a gradient that moves right 4 px per frame, and a
+ * left/right tone pair of 440 and 660 Hz at amplitude 0.5. */
+static float *make_video(void) {
+    float *v = malloc((size_t)3 * F * H * W * sizeof(float));
+    for (int t = 0; t < F; t++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                size_t o = ((size_t)t * H + y) * W + x;
+                v[o] = (float)fmod((x + 4.0 * t) / W, 1.0);                    /* R */
+                v[(size_t)F * H * W + o] = (float)y / (H - 1);                  /* G */
+                v[(size_t)2 * F * H * W + o] = 0.25f + 0.5f * (float)t / (F - 1); /* B */
+            }
+    return v;
+}
+
+static uint8_t u8_of(float x) { /* the documented conversion, written independently: round(255 x) on [0, 1] */
+    double v = x < 0 ? 0 : x > 1 ? 1 : x;
+    return (uint8_t)floor(v * 255.0 + 0.5);
+}
+
+static void make_audio(int64_t n, float **l, float **r) {
+    *l = malloc((size_t)n * sizeof(float));
+    *r = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        (*l)[i] = (float)(0.5 * sin(2 * M_PI * 440.0 * (double)i / RATE));
+        (*r)[i] = (float)(0.5 * sin(2 * M_PI * 660.0 * (double)i / RATE));
+    }
+}
+
+/* Power of frequency f in x (Goertzel), normalised by n. */
+static double tone_power(const float *x, size_t n, size_t stride, double f) {
+    double w = 2 * M_PI * f / RATE, c = 2 * cos(w), s1 = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double s0 = x[i * stride] + c * s1 - s2;
+        s2 = s1;
+        s1 = s0;
+    }
+    return (s1 * s1 + s2 * s2 - c * s1 * s2) / ((double)n * n);
+}
+
+static h3_status write_clip(const char *path, int audio_first, const float *video, const float *l, const float *r,
+                            int64_t ns) {
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, W, H);
+    o.preset = "veryfast";
+    h3_mp4 *m = NULL;
+    H3_TRY(h3_mp4_open(path, &o, &m));
+    char partial[1100];
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    CHECK(exists(partial) && !exists(path), "while writing, only the partial file exists");
+    h3_status st = H3_OK;
+    for (int pass = 0; pass < 2 && st == H3_OK; pass++) {
+        if ((pass == 0) == (audio_first != 0)) {
+            /* audio in uneven chunks */
+            for (int64_t i = 0; i < ns && st == H3_OK;) {
+                int64_t k = 1 + (int64_t)(t_rand_u64() % 3000);
+                if (k > ns - i) k = ns - i;
+                st = h3_mp4_write_audio(m, l + i, r + i, k);
+                i += k;
+            }
+        } else {
+            for (int t = 0; t < F && st == H3_OK; t++)
+                st = h3_mp4_write_frame(m, video + (size_t)t * H * W, (int64_t)F * H * W, W);
+        }
+    }
+    if (st != H3_OK) {
+        h3_mp4_abort(m);
+        return st;
+    }
+    CHECK(h3_mp4_frames(m) == F && h3_mp4_audio_samples(m) == ns);
+    CHECK(!exists(path), "the final name appears before finish");
+    st = h3_mp4_finish(m);
+    CHECK(!exists(partial), "finish left the partial file");
+    return st;
+}
+
+static json_t *ffprobe(const char *path) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "ffprobe -v error -count_frames -show_streams -show_format -of json '%s'", path);
+    size_t n = 0;
+    unsigned char *out = run_read(cmd, &n);
+    if (!out) return NULL;
+    json_t *j = NULL;
+    if (h3_json_parse((const char *)out, n, "ffprobe output", &j) != H3_OK) j = NULL;
+    free(out);
+    return j;
+}
+
+static double jstrnum(json_t *o, const char *k) {
+    const char *s = h3_json_get_str(o, k);
+    return s ? atof(s) : -1;
+}
+
+static void check_probe(const char *path, int64_t ns) {
+    json_t *j = ffprobe(path);
+    CHECK(j != NULL, "ffprobe could not read %s", path);
+    if (!j) return;
+    json_t *streams = json_object_get(j, "streams");
+    CHECK(json_array_size(streams) == 2, "%zu streams", json_array_size(streams));
+    json_t *v = NULL, *a = NULL;
+    for (size_t i = 0; i < json_array_size(streams); i++) {
+        json_t *s = json_array_get(streams, i);
+        const char *type = h3_json_get_str(s, "codec_type");
+        if (type && !strcmp(type, "video")) v = s;
+        if (type && !strcmp(type, "audio")) a = s;
+    }
+    CHECK(v && a, "a video and an audio stream");
+    if (v && a) {
+        int64_t w = 0, h = 0, ch = 0;
+        h3_json_get_int(v, "width", &w);
+        h3_json_get_int(v, "height", &h);
+        h3_json_get_int(a, "channels", &ch);
+        const char *vc = h3_json_get_str(v, "codec_name"), *pf = h3_json_get_str(v, "pix_fmt");
+        const char *rfr = h3_json_get_str(v, "r_frame_rate"), *afr = h3_json_get_str(v, "avg_frame_rate");
+        const char *ac = h3_json_get_str(a, "codec_name"), *sr = h3_json_get_str(a, "sample_rate");
+        CHECK(vc && !strcmp(vc, "h264"), "video codec %s", vc ? vc : "?");
+        CHECK(pf && !strcmp(pf, "yuv420p"), "pixel format %s", pf ? pf : "?");
+        CHECK(w == W && h == H, "size %lldx%lld", (long long)w, (long long)h);
+        CHECK(rfr && !strcmp(rfr, "24/1") && afr && !strcmp(afr, "24/1"), "frame rate %s / %s", rfr ? rfr : "?",
+              afr ? afr : "?");
+        double nread = jstrnum(v, "nb_read_frames"), nframes = jstrnum(v, "nb_frames");
+        CHECK(nread == F && nframes == F, "frames: %g decoded, %g in the index", nread, nframes);
+        CHECK(ac && !strcmp(ac, "aac"), "audio codec %s", ac ? ac : "?");
+        CHECK(sr && !strcmp(sr, "32000"), "sample rate %s", sr ? sr : "?");
+        CHECK(ch == 2, "%lld channels", (long long)ch);
+        const char *cs = h3_json_get_str(v, "color_space");
+        CHECK(cs && !strcmp(cs, "bt709"), "color space %s", cs ? cs : "?");
+        double vd = jstrnum(v, "duration"), ad = jstrnum(a, "duration");
+        double fd = jstrnum(json_object_get(j, "format"), "duration");
+        double want = (double)F / 24.0, frame = 1.0 / 24.0;
+        printf("ffprobe %s: h264 %lldx%lld yuv420p %s, %g frames, aac %s Hz %lld ch; durations video %.4f audio %.4f "
+               "file %.4f (frames/24 = %.4f, audio written %.4f)\n",
+               path, (long long)w, (long long)h, rfr, nread, sr, (long long)ch, vd, ad, fd, want, (double)ns / RATE);
+        CHECK(fabs(vd - want) < 1e-6, "video duration %.6f", vd);
+        CHECK(fabs(ad - want) <= frame, "audio duration %.4f vs %.4f", ad, want);
+        CHECK(fabs(fd - want) <= frame, "file duration %.4f vs %.4f", fd, want);
+    }
+    json_decref(j);
+}
+
+static void check_decoded(const char *path, const float *video, int64_t ns) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s' -f rawvideo -pix_fmt rgb24 -", path);
+    size_t n = 0;
+    unsigned char *rgb = run_read(cmd, &n);
+    CHECK(rgb && n == (size_t)F * H * W * 3, "decoded %zu bytes of video, expected %d", n, F * H * W * 3);
+    if (rgb && n == (size_t)F * H * W * 3) {
+        /* Lossy H.264 at crf 18 plus 4:2:0 chroma: small mean error, bounded worst case at the gradient's wrap. */
+        double sum = 0;
+        int worst = 0;
+        size_t big = 0;
+        for (int t = 0; t < F; t++)
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < 3; c++) {
+                        size_t o = ((size_t)t * H + y) * W + x;
+                        int want = u8_of(video[(size_t)c * F * H * W + o]);
+                        int got = rgb[o * 3 + c];
+                        int d = abs(got - want);
+                        sum += d;
+                        if (d > worst) worst = d;
+                        big += d > 16;
+                    }
+        double mean = sum / ((double)F * H * W * 3);
+        printf("decoded pixels vs source: mean |diff| %.2f levels, max %d, %.3f%% above 16\n", mean, worst,
+               100.0 * (double)big / ((double)F * H * W * 3));
+        CHECK(mean < 2.5, "mean pixel error %.2f levels", mean);
+        CHECK((double)big / ((double)F * H * W * 3) < 0.01, "%zu values off by more than 16", big);
+    }
+    free(rgb);
+
+    snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s' -f f32le -ac 2 -ar 32000 -", path);
+    float *pcm = (float *)run_read(cmd, &n);
+    size_t frames = n / 8;
+    CHECK(pcm && llabs((long long)frames - (long long)ns) <= 1024, "decoded %zu audio samples, wrote %lld", frames,
+          (long long)ns);
+    if (pcm && frames > 4096) {
+        /* Skip the first and last 1024 samples (encoder priming and the final frame). */
+        const float *mid = pcm + 2 * 1024;
+        size_t m = frames - 2048;
+        double l440 = tone_power(mid, m, 2, 440), l660 = tone_power(mid, m, 2, 660);
+        double r440 = tone_power(mid + 1, m, 2, 440), r660 = tone_power(mid + 1, m, 2, 660);
+        double rms_l = 0;
+        for (size_t i = 0; i < m; i++) rms_l += (double)mid[2 * i] * mid[2 * i];
+        rms_l = sqrt(rms_l / (double)m);
+        printf("decoded audio: left 440/660 Hz power ratio %.0f, right 660/440 %.0f, left RMS %.3f (written 0.354)\n",
+               l440 / l660, r660 / r440, rms_l);
+        CHECK(l440 > 100 * l660 && r660 > 100 * r440, "channels: left 440 %.3g 660 %.3g, right 440 %.3g 660 %.3g", l440,
+              l660, r440, r660);
+        CHECK(fabs(rms_l - 0.5 / sqrt(2.0)) < 0.03, "left RMS %.3f", rms_l);
+    }
+    free(pcm);
+}
+
+static void test_mp4_roundtrip(void) {
+    if (!have_tool("ffprobe") || !have_tool("ffmpeg")) {
+        t_fail_at(__FILE__, __LINE__, "ffprobe and ffmpeg are needed: install ffmpeg (scripts/deps.sh)");
+        return;
+    }
+    float *video = make_video(), *l, *r;
+    int64_t ns = h3_media_audio_samples_for_frames(F, 24, RATE);
+    CHECK(ns == 29333, "%lld samples for 22 frames", (long long)ns);
+    make_audio(ns, &l, &r);
+    char path[1024];
+    for (int audio_first = 1; audio_first >= 0; audio_first--) {
+        t_tmp_path(audio_first ? "clip_a.mp4" : "clip_v.mp4", path, sizeof path);
+        CHECK_OK(write_clip(path, audio_first, video, l, r, ns));
+        CHECK(exists(path));
+        check_probe(path, ns);
+        if (audio_first) check_decoded(path, video, ns);
+        unlink(path);
+    }
+    free(video);
+    free(l);
+    free(r);
+}
+
+static void test_png_wav(void) {
+    if (!have_tool("ffmpeg") || !have_tool("ffprobe")) {
+        t_fail_at(__FILE__, __LINE__, "ffmpeg is needed: install ffmpeg (scripts/deps.sh)");
+        return;
+    }
+    float *video = make_video();
+    char dir[1024], cmd[1400];
+    t_tmp_path("png", dir, sizeof dir);
+    h3_png_seq seq;
+    CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
+    for (int t = 0; t < 3; t++) CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
+    h3_png_seq_close(&seq);
+    /* PNG is lossless: decoded bytes equal round(255 x) exactly. */
+    snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s/frame_00002.png' -f rawvideo -pix_fmt rgb24 -", dir);
+    size_t n = 0;
+    unsigned char *rgb = run_read(cmd, &n);
+    CHECK(rgb && n == (size_t)W * H * 3, "PNG decoded to %zu bytes", n);
+    int bad = 0;
+    for (int y = 0; rgb && n == (size_t)W * H * 3 && y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++)
+                bad += rgb[((size_t)y * W + x) * 3 + c] != u8_of(video[(size_t)c * F * H * W + (size_t)2 * H * W + (size_t)y * W + x]);
+    CHECK(bad == 0, "%d PNG values differ from round(255 x)", bad);
+    free(rgb);
+    snprintf(cmd, sizeof cmd, "%s/frame_00003.png", dir);
+    CHECK(!exists(cmd), "a fourth frame exists");
+    for (int t = 0; t < 3; t++) {
+        snprintf(cmd, sizeof cmd, "%s/frame_%05d.png", dir, t);
+        CHECK(exists(cmd), "%s missing", cmd);
+        unlink(cmd);
+    }
+    rmdir(dir);
+    free(video);
+
+    /* WAV: header fields and samples read back byte by byte, and ffprobe agrees. */
+    int64_t ns = 1000;
+    float *l, *r;
+    make_audio(ns, &l, &r);
+    l[3] = 1.5f;  /* clamps to 32767 */
+    r[3] = -2.0f; /* clamps to -32767 */
+    char path[1024];
+    t_tmp_path("tone.wav", path, sizeof path);
+    CHECK_OK(h3_wav_write(path, l, r, ns, 2, RATE));
+    FILE *f = fopen(path, "rb");
+    unsigned char hdr[44];
+    CHECK(f && fread(hdr, 1, 44, f) == 44);
+    if (f) {
+        CHECK(!memcmp(hdr, "RIFF", 4) && !memcmp(hdr + 8, "WAVEfmt ", 8) && !memcmp(hdr + 36, "data", 4));
+        uint32_t rate = hdr[24] | hdr[25] << 8 | hdr[26] << 16 | (uint32_t)hdr[27] << 24;
+        uint32_t data = hdr[40] | hdr[41] << 8 | hdr[42] << 16 | (uint32_t)hdr[43] << 24;
+        CHECK(hdr[20] == 1 && hdr[22] == 2 && rate == RATE && hdr[34] == 16 && data == ns * 4);
+        int16_t s[2000];
+        CHECK(fread(s, 2, 2000, f) == 2000);
+        int badw = 0;
+        for (int i = 0; i < 1000; i++) {
+            double wl = l[i] > 1 ? 1 : l[i] < -1 ? -1 : l[i], wr = r[i] > 1 ? 1 : r[i] < -1 ? -1 : r[i];
+            badw += abs(s[2 * i] - (int)lrint(wl * 32767)) > 0 || abs(s[2 * i + 1] - (int)lrint(wr * 32767)) > 0;
+        }
+        CHECK(badw == 0, "%d WAV samples differ", badw);
+        fclose(f);
+    }
+    json_t *j = ffprobe(path);
+    json_t *s0 = j ? json_array_get(json_object_get(j, "streams"), 0) : NULL;
+    CHECK(s0 && !strcmp(h3_json_get_str(s0, "codec_name"), "pcm_s16le") && !strcmp(h3_json_get_str(s0, "sample_rate"), "32000"));
+    if (j) json_decref(j);
+    unlink(path);
+    free(l);
+    free(r);
+}
+
+static void no_files(const char *path, const char *what) {
+    char partial[1100];
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    CHECK(!exists(path), "%s: %s exists", what, path);
+    CHECK(!exists(partial), "%s: %s exists", what, partial);
+    unlink(path);
+    unlink(partial);
+}
+
+static void test_failures(void) {
+    float *video = make_video();
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, W, H);
+    o.preset = "ultrafast";
+    h3_mp4 *m = NULL;
+    char path[1024];
+
+    /* A folder that does not exist. */
+    t_tmp_path("no/such/dir/out.mp4", path, sizeof path);
+    CHECK_ERR(h3_mp4_open(path, &o, &m), H3_ERR_IO, "cannot create");
+    CHECK(m == NULL);
+    no_files(path, "unwritable path");
+
+    /* Stopped midway: the partial file goes away. */
+    t_tmp_path("stopped.mp4", path, sizeof path);
+    CHECK_OK(h3_mp4_open(path, &o, &m));
+    for (int t = 0; t < 10; t++) CHECK_OK(h3_mp4_write_frame(m, video + (size_t)t * H * W, (int64_t)F * H * W, W));
+    h3_mp4_abort(m);
+    no_files(path, "abort");
+
+    /* A bad frame poisons the writer; finish then fails and removes the partial file. */
+    CHECK_OK(h3_mp4_open(path, &o, &m));
+    CHECK_OK(h3_mp4_write_frame(m, video, (int64_t)F * H * W, W));
+    CHECK_ERR(h3_mp4_write_frame(m, video, 10, W), H3_ERR_INVALID, "plane stride");
+    CHECK_ERR(h3_mp4_write_frame(m, video, (int64_t)F * H * W, W), H3_ERR_INVALID, "earlier write failed");
+    CHECK_ERR(h3_mp4_finish(m), H3_ERR_INVALID, "not finished");
+    no_files(path, "bad frame");
+
+    /* No frames at all is not a clip. */
+    CHECK_OK(h3_mp4_open(path, &o, &m));
+    float tone[100] = {0};
+    CHECK_OK(h3_mp4_write_audio(m, tone, tone, 100));
+    CHECK_ERR(h3_mp4_finish(m), H3_ERR_INVALID, "no video frames");
+    no_files(path, "no frames");
+
+    /* Audio on a writer without an audio track; bad options. */
+    h3_mp4_opts nv = o;
+    nv.sample_rate = 0;
+    CHECK_OK(h3_mp4_open(path, &nv, &m));
+    CHECK_ERR(h3_mp4_write_audio(m, tone, tone, 100), H3_ERR_INVALID, "without an audio track");
+    h3_mp4_abort(m);
+    no_files(path, "no audio track");
+    h3_mp4_opts odd = o;
+    odd.width = 191;
+    CHECK_ERR(h3_mp4_open(path, &odd, &m), H3_ERR_INVALID, "even frame size");
+    odd = o;
+    odd.crf = 60;
+    CHECK_ERR(h3_mp4_open(path, &odd, &m), H3_ERR_INVALID, "crf");
+    odd = o;
+    odd.preset = "no-such-preset";
+    CHECK_ERR(h3_mp4_open(path, &odd, &m), H3_ERR_INVALID, "unknown x264 preset");
+    no_files(path, "bad options");
+
+    /* The disk fills midway (a 48 KB file size limit): the write or the finish fails, and nothing is left. Noise
+     * frames do not compress, so the limit is reached within a few frames. */
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    float *noise = malloc((size_t)3 * H * W * sizeof(float));
+    t_fill_uniform(noise, (size_t)3 * H * W, 0, 1);
+    t_tmp_path("full.mp4", path, sizeof path);
+    CHECK_OK(h3_mp4_open(path, &o, &m));
+    lim = old;
+    lim.rlim_cur = 48 * 1024;
+    setrlimit(RLIMIT_FSIZE, &lim);
+    h3_status st = H3_OK;
+    int t;
+    for (t = 0; t < 60 && st == H3_OK; t++) {
+        noise[(size_t)t * 7] = 1.0f - noise[(size_t)t * 7];
+        st = h3_mp4_write_frame(m, noise, (int64_t)H * W, W);
+    }
+    if (st == H3_OK)
+        st = h3_mp4_finish(m);
+    else
+        CHECK_ERR(h3_mp4_finish(m), st, NULL);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    printf("disk full after %d frames: %s\n", t, h3_last_error());
+    CHECK(st == H3_ERR_IO, "a full disk gave %d: %s", st, h3_last_error());
+    no_files(path, "disk full");
+    free(noise);
+
+    /* PNG and WAV into a missing folder: an error, nothing written. */
+    t_tmp_path("no/such/dir/x.png", path, sizeof path);
+    CHECK_ERR(h3_png_write(path, video, (int64_t)F * H * W, W, W, H), H3_ERR_IO, "cannot create");
+    no_files(path, "png");
+    t_tmp_path("no/such/dir/x.wav", path, sizeof path);
+    CHECK_ERR(h3_wav_write(path, tone, tone, 100, 2, RATE), H3_ERR_IO, "cannot create");
+    no_files(path, "wav");
+    CHECK_ERR(h3_wav_write(path, tone, tone, 100, 3, RATE), H3_ERR_INVALID, "bad WAV");
+    free(video);
+}
+
+static void test_alloc_failures(void) {
+    /* Every counted allocation of open, write and finish failing in turn: an error, no leak, no file. */
+    float *video = make_video();
+    float tone[3000] = {0};
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, 64, 32);
+    o.preset = "ultrafast";
+    char path[1024];
+    t_tmp_path("alloc.mp4", path, sizeof path);
+    h3_mem_stats base, now;
+    h3_mem_get_stats(&base);
+    int n;
+    for (n = 1; n < 200; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_mp4 *m = NULL;
+        h3_status st = h3_mp4_open(path, &o, &m);
+        for (int t = 0; t < 3 && st == H3_OK; t++) st = h3_mp4_write_frame(m, video, 64 * 32, 64);
+        if (st == H3_OK) st = h3_mp4_write_audio(m, tone, tone, 3000);
+        if (st == H3_OK)
+            st = h3_mp4_finish(m);
+        else if (m)
+            h3_mp4_abort(m);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "allocation %d failing leaked %lld bytes", n,
+              (long long)(now.total_current - base.total_current));
+        if (st == H3_OK) {
+            CHECK(ticks < n);
+            CHECK(exists(path));
+            unlink(path);
+            break;
+        }
+        CHECK(st == H3_ERR_NOMEM, "allocation %d: %d %s", n, st, h3_last_error());
+        no_files(path, "allocation failure");
+    }
+    CHECK(n > 3 && n < 200, "loop ended at %d", n);
+    /* WAV and PNG. */
+    for (n = 1; n < 50; n++) {
+        h3_mem_fail_at(n, 0);
+        t_tmp_path("alloc.wav", path, sizeof path);
+        h3_status st = h3_wav_write(path, tone, tone, 3000, 2, RATE);
+        if (st == H3_OK) {
+            t_tmp_path("alloc.png", path, sizeof path);
+            st = h3_png_write(path, video, (int64_t)F * H * W, W, W, H);
+        }
+        h3_mem_fail_at(0, 0);
+        if (st == H3_OK) break;
+        CHECK(st == H3_ERR_NOMEM, "allocation %d: %s", n, h3_last_error());
+        no_files(path, "allocation failure");
+    }
+    t_tmp_path("alloc.wav", path, sizeof path);
+    unlink(path);
+    t_tmp_path("alloc.png", path, sizeof path);
+    unlink(path);
+    free(video);
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"mp4_roundtrip", test_mp4_roundtrip},
+        {"png_wav", test_png_wav},
+        {"failures", test_failures},
+        {"alloc_failures", test_alloc_failures},
+        {NULL, NULL},
+    };
+    return t_main("test_media", cases, argc, argv);
+}
