@@ -1,0 +1,550 @@
+/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in text_encoder.h. */
+#include "models/text_encoder.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "io/safetensors.h"
+
+#define TE_ACT_DTYPE H3_F32
+
+struct h3_text_encoder {
+    h3_te_config cfg;
+    h3_layout layout;
+    const char *prefix; /* "model.language_model." or "model." */
+    char *source;
+    char describe[400];
+    h3_st_set set;
+    int have_set;
+    const h3_st_entry *embed; /* [vocab, C] */
+    h3_dtype embed_dtype;
+    h3_place act_place;
+    int64_t chunk_rows;
+    h3_te_layer_weights cur; /* the acquired layer's views */
+    int acquired;            /* index of the acquired layer, -1 if none */
+    h3_te_stats stats;
+};
+
+/* ---- config ---------------------------------------------------------------------------------------------- */
+
+void h3_te_config_default(h3_te_config *c) {
+    memset(c, 0, sizeof *c);
+    c->hidden = 5120;
+    c->n_layers = 64;
+    c->heads = 64;
+    c->kv_heads = 8;
+    c->head_dim = 128;
+    c->intermediate = 25600;
+    c->vocab = 151936;
+    c->rope_theta = 5e6;
+    c->rms_eps = 1e-6;
+}
+
+static h3_status get_pos_int(const json_t *o, const char *key, const char *what, int64_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return H3_OK;
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > ((int64_t)1 << 40))
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a positive integer", what, key);
+    *out = json_integer_value(v);
+    return H3_OK;
+}
+
+static h3_status get_pos_num(const json_t *o, const char *key, const char *what, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return H3_OK;
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a positive number", what, key);
+    *out = json_number_value(v);
+    return H3_OK;
+}
+
+h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config *c) {
+    if (!json_is_object(j)) return H3_ERR(H3_ERR_FORMAT, "%s is not a JSON object", what);
+    const json_t *t = json_object_get(j, "text_config");
+    if (t && !json_is_object(t)) return H3_ERR(H3_ERR_FORMAT, "%s: \"text_config\" is not an object", what);
+    if (!t) t = j;
+    H3_TRY(get_pos_int(t, "hidden_size", what, &c->hidden));
+    H3_TRY(get_pos_int(t, "num_hidden_layers", what, &c->n_layers));
+    H3_TRY(get_pos_int(t, "num_attention_heads", what, &c->heads));
+    H3_TRY(get_pos_int(t, "num_key_value_heads", what, &c->kv_heads));
+    H3_TRY(get_pos_int(t, "head_dim", what, &c->head_dim));
+    H3_TRY(get_pos_int(t, "intermediate_size", what, &c->intermediate));
+    H3_TRY(get_pos_int(t, "vocab_size", what, &c->vocab));
+    H3_TRY(get_pos_num(t, "rms_norm_eps", what, &c->rms_eps));
+    H3_TRY(get_pos_num(t, "rope_theta", what, &c->rope_theta));
+    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part. */
+    const json_t *rp = json_object_get(t, "rope_parameters");
+    if (json_is_object(rp)) {
+        H3_TRY(get_pos_num(rp, "rope_theta", what, &c->rope_theta));
+        const char *type = h3_json_get_str(rp, "rope_type");
+        if (type && strcmp(type, "default") != 0)
+            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')", what,
+                          type);
+    }
+    const char *act = h3_json_get_str(t, "hidden_act");
+    if (act && strcmp(act, "silu") != 0)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what, act);
+    if (json_is_true(json_object_get(t, "attention_bias")))
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: attention biases are not supported (Qwen3 has none)", what);
+    if (c->heads % c->kv_heads)
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads", what,
+                      (long long)c->heads, (long long)c->kv_heads);
+    if (c->head_dim % 2) return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
+    return H3_OK;
+}
+
+/* ---- opening --------------------------------------------------------------------------------------------- */
+
+static const h3_st_entry *find_p(const h3_text_encoder *te, const char *name) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s%s", te->prefix, name);
+    return h3_st_find(&te->set, buf);
+}
+
+static int dtype_ok(h3_dtype t) {
+    return t == H3_BF16 || t == H3_F32 || t == H3_F16;
+}
+
+/* Checks that prefix+name exists with the given shape (d1 = 0 for 1-D) and a float dtype. */
+static h3_status need(const h3_text_encoder *te, const char *name, int64_t d0, int64_t d1, const h3_st_entry **out) {
+    const h3_st_entry *e = find_p(te, name);
+    if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' is missing", te->source, te->prefix, name);
+    int nd = d1 ? 2 : 1;
+    if (e->ndim != nd || e->shape[0] != d0 || (d1 && e->shape[1] != d1)) {
+        char have[96];
+        size_t o = (size_t)snprintf(have, sizeof have, "[");
+        for (int k = 0; k < e->ndim && o < sizeof have; k++)
+            o += (size_t)snprintf(have + o, sizeof have - o, "%s%lld", k ? ", " : "", (long long)e->shape[k]);
+        if (o < sizeof have) snprintf(have + o, sizeof have - o, "]");
+        if (d1)
+            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld, %lld]", te->source, te->prefix,
+                          name, have, (long long)d0, (long long)d1);
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld]", te->source, te->prefix, name,
+                      have, (long long)d0);
+    }
+    if (!dtype_ok(e->dtype))
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32 (quantized text encoders "
+                      "are not supported yet)",
+                      te->source, te->prefix, name, h3_dtype_name(e->dtype));
+    if (out) *out = e;
+    return H3_OK;
+}
+
+/* Widths from the tensor shapes (files without config.json: the ComfyUI and Wan2GP repacks). */
+static h3_status infer_config(h3_text_encoder *te, h3_te_config *c) {
+    h3_te_config_default(c);
+    const h3_st_entry *e = find_p(te, "embed_tokens.weight");
+    if (!e || e->ndim != 2) return H3_ERR(H3_ERR_FORMAT, "%s: '%sembed_tokens.weight' is missing or not 2-D", te->source, te->prefix);
+    c->vocab = e->shape[0];
+    c->hidden = e->shape[1];
+    e = find_p(te, "layers.0.self_attn.q_norm.weight");
+    if (!e || e->ndim != 1)
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%slayers.0.self_attn.q_norm.weight' is missing or not 1-D", te->source,
+                      te->prefix);
+    c->head_dim = e->shape[0];
+    const h3_st_entry *q = find_p(te, "layers.0.self_attn.q_proj.weight");
+    const h3_st_entry *k = find_p(te, "layers.0.self_attn.k_proj.weight");
+    const h3_st_entry *g = find_p(te, "layers.0.mlp.gate_proj.weight");
+    if (!q || !k || !g || q->ndim != 2 || k->ndim != 2 || g->ndim != 2)
+        return H3_ERR(H3_ERR_FORMAT, "%s: layer 0 lacks 2-D q_proj, k_proj or gate_proj weights", te->source);
+    if (c->head_dim <= 0 || q->shape[0] % c->head_dim || k->shape[0] % c->head_dim)
+        return H3_ERR(H3_ERR_FORMAT, "%s: q_proj (%lld rows) and k_proj (%lld rows) are not whole heads of %lld",
+                      te->source, (long long)q->shape[0], (long long)k->shape[0], (long long)c->head_dim);
+    c->heads = q->shape[0] / c->head_dim;
+    c->kv_heads = k->shape[0] / c->head_dim;
+    c->intermediate = g->shape[0];
+    if (c->kv_heads <= 0 || c->heads % c->kv_heads)
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld query heads are not a multiple of %lld key/value heads", te->source,
+                      (long long)c->heads, (long long)c->kv_heads);
+    return H3_OK;
+}
+
+/* config.json: the given one, else the one beside the weights when it describes a Qwen3(-VL) text model. */
+static h3_status read_config(h3_text_encoder *te, const char *dir, const h3_te_open_opts *o, h3_te_config *c,
+                             int *found, char *src, size_t srcn) {
+    *found = 0;
+    json_t *j = NULL;
+    char *cand = NULL;
+    h3_status st = H3_OK;
+    if (o && o->config_path) {
+        H3_CHECK_CTX(h3_json_load_file(o->config_path, 4u << 20, &j), "reading the text-encoder config");
+        h3_te_config_default(c);
+        H3_CHECK(h3_te_config_from_json(j, o->config_path, c));
+        snprintf(src, srcn, "%s", o->config_path);
+        *found = 1;
+        goto done;
+    }
+    cand = h3_path_join(dir, "config.json");
+    if (!cand) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (h3_path_is_file(cand)) {
+        H3_CHECK_CTX(h3_json_load_file(cand, 4u << 20, &j), "reading the config beside the text encoder");
+        const json_t *t = json_object_get(j, "text_config");
+        if (!t) t = j;
+        if (json_object_get(t, "hidden_size") && json_object_get(t, "num_attention_heads")) {
+            h3_te_config_default(c);
+            H3_CHECK(h3_te_config_from_json(j, cand, c));
+            snprintf(src, srcn, "%s", cand);
+            *found = 1;
+        }
+    }
+    (void)te;
+done:
+    json_decref(j);
+    h3_free(cand);
+    return st;
+}
+
+static h3_status check_layers(h3_text_encoder *te) {
+    const h3_te_config *c = &te->cfg;
+    const int64_t C = c->hidden, D = c->head_dim, F = c->intermediate;
+    char n[160];
+    for (int64_t l = 0; l < c->n_layers; l++) {
+#define L(s) (snprintf(n, sizeof n, "layers.%lld.%s", (long long)l, s), n)
+        H3_TRY(need(te, L("input_layernorm.weight"), C, 0, NULL));
+        H3_TRY(need(te, L("post_attention_layernorm.weight"), C, 0, NULL));
+        H3_TRY(need(te, L("self_attn.q_proj.weight"), c->heads * D, C, NULL));
+        H3_TRY(need(te, L("self_attn.k_proj.weight"), c->kv_heads * D, C, NULL));
+        H3_TRY(need(te, L("self_attn.v_proj.weight"), c->kv_heads * D, C, NULL));
+        H3_TRY(need(te, L("self_attn.o_proj.weight"), C, c->heads * D, NULL));
+        H3_TRY(need(te, L("self_attn.q_norm.weight"), D, 0, NULL));
+        H3_TRY(need(te, L("self_attn.k_norm.weight"), D, 0, NULL));
+        H3_TRY(need(te, L("mlp.gate_proj.weight"), F, C, NULL));
+        H3_TRY(need(te, L("mlp.up_proj.weight"), F, C, NULL));
+        H3_TRY(need(te, L("mlp.down_proj.weight"), C, F, NULL));
+#undef L
+        /* Biases are not part of Qwen3; a file that has them is some other model. */
+        static const char *const lin[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                          "self_attn.o_proj"};
+        for (int k = 0; k < 4; k++) {
+            snprintf(n, sizeof n, "layers.%lld.%s.bias", (long long)l, lin[k]);
+            if (find_p(te, n))
+                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases", te->source,
+                              te->prefix, n);
+        }
+    }
+    return H3_OK;
+}
+
+h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3_text_encoder **out) {
+    *out = NULL;
+    if (!path) return H3_ERR(H3_ERR_INVALID, "text encoder: no path");
+    h3_status st = H3_OK;
+    char *sub = NULL, *dir = NULL;
+    h3_text_encoder *te = h3_calloc(1, sizeof *te, H3_MEM_OTHER);
+    if (!te) return H3_ERR_NOMEM;
+    te->acquired = -1;
+    te->stats.max_layer_acquired = -1;
+    te->act_place = opts ? opts->act_place : H3_PLACE_HOST;
+    te->chunk_rows = (opts && opts->chunk_rows > 0) ? opts->chunk_rows : 512;
+    if (te->act_place != H3_PLACE_HOST && te->act_place != H3_PLACE_PINNED)
+        H3_FAIL(H3_ERR_UNSUPPORTED, "text encoder: activations on the %s are not supported yet (host only)",
+                h3_place_name(te->act_place));
+    /* A model folder holding text_encoder/ stands for that folder. */
+    if (h3_path_is_dir(path)) {
+        sub = h3_path_join(path, "text_encoder");
+        if (!sub) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (h3_path_is_dir(sub)) path = sub;
+    }
+    te->source = h3_strdup(path);
+    if (!te->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK_CTX(h3_st_open(path, &te->set), "opening the text encoder");
+    te->have_set = 1;
+    h3_detect_info info;
+    H3_CHECK(h3_detect(&te->set, &info));
+    if (info.comp != H3_COMP_TEXT_ENCODER)
+        H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
+                "model.layers.0 weights)", path,
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+    if (info.n_quantized)
+        H3_FAIL(H3_ERR_UNSUPPORTED, "%s is a quantized text encoder (%s, %d quantized tensors); quantized text "
+                "encoders are not supported yet: use the bf16 file", path, info.formats, info.n_quantized);
+    te->layout = info.layout;
+    te->prefix = info.prefix;
+    int layers_in_file = info.n_layers;
+    if (layers_in_file <= 0) H3_FAIL(H3_ERR_FORMAT, "%s: no decoder layers", path);
+
+    if (h3_path_is_dir(path)) {
+        dir = h3_strdup(path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        dir = slash ? h3_strndup(path, (size_t)(slash - path)) : h3_strdup(".");
+    }
+    if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    int found = 0;
+    char src[300] = "the tensor shapes";
+    H3_CHECK(read_config(te, dir, opts, &te->cfg, &found, src, sizeof src));
+    if (!found) H3_CHECK(infer_config(te, &te->cfg));
+    if (found && te->cfg.n_layers < layers_in_file)
+        H3_FAIL(H3_ERR_FORMAT, "%s: the config has %lld decoder layers but the weights have %d", path,
+                (long long)te->cfg.n_layers, layers_in_file);
+    te->cfg.n_layers = layers_in_file; /* a truncated repack keeps fewer layers than its model had */
+    H3_CHECK(need(te, "embed_tokens.weight", te->cfg.vocab, te->cfg.hidden, &te->embed));
+    te->embed_dtype = te->embed->dtype;
+    H3_CHECK(check_layers(te));
+    const h3_st_entry *q0 = find_p(te, "layers.0.self_attn.q_proj.weight");
+    snprintf(te->describe, sizeof te->describe,
+             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN %lld, "
+             "vocab %lld, %s weights, config from %s",
+             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI", (long long)te->cfg.n_layers,
+             (long long)te->cfg.hidden, (long long)te->cfg.heads, (long long)te->cfg.kv_heads,
+             (long long)te->cfg.head_dim, (long long)te->cfg.intermediate, (long long)te->cfg.vocab,
+             h3_dtype_name(q0->dtype), src);
+done:
+    h3_free(sub);
+    h3_free(dir);
+    if (st != H3_OK) {
+        h3_text_encoder_close(te);
+        te = NULL;
+    }
+    *out = te;
+    return st;
+}
+
+static void free_layer(h3_te_layer_weights *w) {
+    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q, &w->k, &w->v, &w->q_norm,
+                        &w->k_norm,     &w->o,         &w->gate, &w->up, &w->down};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
+    memset(w, 0, sizeof *w);
+}
+
+void h3_text_encoder_close(h3_text_encoder *te) {
+    if (!te) return;
+    free_layer(&te->cur);
+    if (te->have_set) h3_st_close(&te->set);
+    h3_free(te->source);
+    h3_free(te);
+}
+
+const h3_te_config *h3_text_encoder_config(const h3_text_encoder *te) {
+    return &te->cfg;
+}
+
+const char *h3_text_encoder_describe(const h3_text_encoder *te) {
+    return te->describe;
+}
+
+h3_layout h3_text_encoder_layout(const h3_text_encoder *te) {
+    return te->layout;
+}
+
+void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out) {
+    *out = te->stats;
+}
+
+/* ---- layer weights --------------------------------------------------------------------------------------- */
+
+h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer, const h3_te_layer_weights **w) {
+    (void)ex;
+    *w = NULL;
+    if (layer < 0 || layer >= te->cfg.n_layers)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d does not exist (0..%lld)", layer,
+                      (long long)te->cfg.n_layers - 1);
+    if (te->acquired >= 0)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held", layer,
+                      te->acquired);
+    h3_te_layer_weights *c = &te->cur;
+    static const struct {
+        const char *name;
+        size_t off;
+    } names[] = {
+        {"input_layernorm.weight", offsetof(h3_te_layer_weights, input_norm)},
+        {"post_attention_layernorm.weight", offsetof(h3_te_layer_weights, post_norm)},
+        {"self_attn.q_proj.weight", offsetof(h3_te_layer_weights, q)},
+        {"self_attn.k_proj.weight", offsetof(h3_te_layer_weights, k)},
+        {"self_attn.v_proj.weight", offsetof(h3_te_layer_weights, v)},
+        {"self_attn.o_proj.weight", offsetof(h3_te_layer_weights, o)},
+        {"self_attn.q_norm.weight", offsetof(h3_te_layer_weights, q_norm)},
+        {"self_attn.k_norm.weight", offsetof(h3_te_layer_weights, k_norm)},
+        {"mlp.gate_proj.weight", offsetof(h3_te_layer_weights, gate)},
+        {"mlp.up_proj.weight", offsetof(h3_te_layer_weights, up)},
+        {"mlp.down_proj.weight", offsetof(h3_te_layer_weights, down)},
+    };
+    h3_status st = H3_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && st == H3_OK; i++) {
+        char n[256];
+        snprintf(n, sizeof n, "%slayers.%d.%s", te->prefix, layer, names[i].name);
+        st = h3_st_get(&te->set, n, (h3_tensor *)((char *)c + names[i].off));
+    }
+    if (st != H3_OK) {
+        free_layer(c);
+        return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
+    }
+    te->acquired = layer;
+    te->stats.acquires++;
+    if (layer > te->stats.max_layer_acquired) te->stats.max_layer_acquired = layer;
+    *w = c;
+    return H3_OK;
+}
+
+void h3_text_encoder_layer_release(h3_text_encoder *te, h3_exec *ex, int layer) {
+    (void)ex;
+    if (te->acquired != layer) return;
+    free_layer(&te->cur);
+    te->acquired = -1;
+    te->stats.releases++;
+}
+
+/* ---- forward --------------------------------------------------------------------------------------------- */
+
+void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *sin_out) {
+    const int64_t D = c->head_dim, half = D / 2;
+    for (int64_t j = 0; j < half; j++) {
+        float inv = (float)(1.0 / pow(c->rope_theta, (double)(2 * j) / (double)D));
+        for (int64_t p = 0; p < n; p++) {
+            float ang = (float)p * inv;
+            float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+            cos_out[p * D + j] = cos_out[p * D + j + half] = cs;
+            sin_out[p * D + j] = sin_out[p * D + j + half] = sn;
+        }
+    }
+}
+
+/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of the
+ * table are read. */
+static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int64_t n, h3_tensor *out) {
+    const void *base;
+    H3_TRY(h3_st_bytes(&te->set, te->embed, &base));
+    const int64_t C = te->cfg.hidden;
+    const size_t es = h3_dtype_size(te->embed_dtype), row_bytes = (size_t)C * es;
+    int64_t ld;
+    h3_tensor_is_rowwise(out, &ld);
+    void *tmp = NULL;
+    if (((uintptr_t)base % es) != 0) { /* unaligned table: convert from an aligned copy of each row */
+        tmp = h3_malloc(row_bytes, H3_MEM_WORKSPACE);
+        if (!tmp) return H3_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = (const uint8_t *)base + (size_t)ids[i] * row_bytes;
+        if (tmp) {
+            memcpy(tmp, row, row_bytes);
+            row = tmp;
+        }
+        h3_convert_to_f32(te->embed_dtype, row, (float *)out->data + i * ld, (size_t)C);
+    }
+    h3_free(tmp);
+    te->stats.embedding_rows += n;
+    return H3_OK;
+}
+
+typedef struct te_ws {
+    h3_tensor h;        /* [n, C] normed input of a sub-block */
+    h3_tensor q, k, v;  /* [n, heads·D], [n, kv·D], [n, kv·D] */
+    h3_tensor o;        /* [n, heads·D] attention output */
+    h3_tensor gu;       /* [chunk, 2F]: gate | up */
+    h3_tensor g;        /* [chunk, F] */
+    h3_tensor cos, sin; /* [n, D] */
+} te_ws;
+
+static void ws_free(te_ws *w) {
+    h3_tensor *all[] = {&w->h, &w->q, &w->k, &w->v, &w->o, &w->gu, &w->g, &w->cos, &w->sin};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
+}
+
+static h3_status ws_alloc(h3_text_encoder *te, int64_t n, te_ws *w) {
+    const h3_te_config *c = &te->cfg;
+    const int64_t D = c->head_dim, chunk = n < te->chunk_rows ? n : te->chunk_rows;
+    const h3_place pl = te->act_place;
+    memset(w, 0, sizeof *w);
+    H3_TRY(h3_tensor_alloc2(&w->h, pl, TE_ACT_DTYPE, n, c->hidden, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->q, pl, TE_ACT_DTYPE, n, c->heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->k, pl, TE_ACT_DTYPE, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->v, pl, TE_ACT_DTYPE, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->o, pl, TE_ACT_DTYPE, n, c->heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->gu, pl, TE_ACT_DTYPE, chunk, 2 * c->intermediate, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->g, pl, TE_ACT_DTYPE, chunk, c->intermediate, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->cos, pl, TE_ACT_DTYPE, n, D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->sin, pl, TE_ACT_DTYPE, n, D, H3_MEM_ACTIVATIONS));
+    return H3_OK;
+}
+
+/* [n, H·D] as [n·H, D] (per-head norms) or [n, H, D] (rope, attention). */
+static h3_status heads_view(const h3_tensor *t, int64_t H, int64_t D, int three, h3_tensor *out) {
+    int64_t n = t->shape[0];
+    if (three) {
+        const int64_t s[3] = {n, H, D};
+        return h3_tensor_reshape(t, 3, s, out);
+    }
+    const int64_t s[2] = {n * H, D};
+    return h3_tensor_reshape(t, 2, s, out);
+}
+
+static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x, te_ws *s) {
+    const h3_te_config *c = &te->cfg;
+    const int64_t n = x->shape[0], D = c->head_dim, F = c->intermediate;
+    const float eps = (float)c->rms_eps;
+    h3_tensor q2, k2, q3, k3, v3, o3;
+    /* attention */
+    H3_TRY(h3_op_rms_norm(ex, &s->h, x, &w->input_norm, eps));
+    H3_TRY(h3_op_gemm(ex, &s->q, &s->h, &w->q, NULL, 0));
+    H3_TRY(h3_op_gemm(ex, &s->k, &s->h, &w->k, NULL, 0));
+    H3_TRY(h3_op_gemm(ex, &s->v, &s->h, &w->v, NULL, 0));
+    H3_TRY(heads_view(&s->q, c->heads, D, 0, &q2));
+    H3_TRY(heads_view(&s->k, c->kv_heads, D, 0, &k2));
+    H3_TRY(h3_op_rms_norm(ex, &q2, &q2, &w->q_norm, eps));
+    H3_TRY(h3_op_rms_norm(ex, &k2, &k2, &w->k_norm, eps));
+    H3_TRY(heads_view(&s->q, c->heads, D, 1, &q3));
+    H3_TRY(heads_view(&s->k, c->kv_heads, D, 1, &k3));
+    H3_TRY(heads_view(&s->v, c->kv_heads, D, 1, &v3));
+    H3_TRY(heads_view(&s->o, c->heads, D, 1, &o3));
+    H3_TRY(h3_op_rope(ex, &q3, &q3, &s->cos, &s->sin));
+    H3_TRY(h3_op_rope(ex, &k3, &k3, &s->cos, &s->sin));
+    H3_TRY(h3_op_attention(ex, &o3, &q3, &k3, &v3, (float)(1.0 / sqrt((double)D)), H3_ATTN_CAUSAL));
+    H3_TRY(h3_op_gemm(ex, x, &s->o, &w->o, NULL, H3_GEMM_ACCUMULATE));
+    /* MLP, in row chunks */
+    H3_TRY(h3_op_rms_norm(ex, &s->h, x, &w->post_norm, eps));
+    for (int64_t r0 = 0; r0 < n; r0 += s->gu.shape[0]) {
+        int64_t rows = n - r0 < s->gu.shape[0] ? n - r0 : s->gu.shape[0];
+        h3_tensor hr, xr, gu, gate, up, g;
+        H3_TRY(h3_tensor_narrow(&s->h, 0, r0, rows, &hr));
+        H3_TRY(h3_tensor_narrow(x, 0, r0, rows, &xr));
+        H3_TRY(h3_tensor_narrow(&s->gu, 0, 0, rows, &gu));
+        H3_TRY(h3_tensor_narrow(&gu, 1, 0, F, &gate));
+        H3_TRY(h3_tensor_narrow(&gu, 1, F, F, &up));
+        H3_TRY(h3_tensor_narrow(&s->g, 0, 0, rows, &g));
+        H3_TRY(h3_op_gemm(ex, &gate, &hr, &w->gate, NULL, 0));
+        H3_TRY(h3_op_gemm(ex, &up, &hr, &w->up, NULL, 0));
+        H3_TRY(h3_op_swiglu(ex, &g, &gu, 1));
+        H3_TRY(h3_op_gemm(ex, &xr, &g, &w->down, NULL, H3_GEMM_ACCUMULATE));
+    }
+    return H3_OK;
+}
+
+h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
+                                 h3_tensor *out) {
+    const h3_te_config *c = &te->cfg;
+    if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
+    if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");
+    if (layer < 0 || layer > c->n_layers)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
+                      "0..%lld are available", layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab)
+            return H3_ERR(H3_ERR_INVALID, "text encoder: token %lld has id %d, outside the embedding's %lld rows",
+                          (long long)i, ids[i], (long long)c->vocab);
+    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n || out->shape[1] != c->hidden ||
+        !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: the output must be an allocated f32 tensor [%lld, %lld]",
+                      (long long)n, (long long)c->hidden);
+    if (out->place != te->act_place)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: the output is on the %s, activations on the %s",
+                      h3_place_name(out->place), h3_place_name(te->act_place));
+    H3_TRY(gather_embeddings(te, ids, n, out));
+    if (layer == 0) return H3_OK;
+    te_ws s;
+    h3_status st = ws_alloc(te, n, &s);
+    if (st == H3_OK) h3_te_rope_tables(c, n, s.cos.data, s.sin.data);
+    for (int l = 0; l < layer && st == H3_OK; l++) {
+        const h3_te_layer_weights *w;
+        st = h3_text_encoder_layer_acquire(te, ex, l, &w);
+        if (st != H3_OK) break;
+        st = run_layer(te, ex, w, out, &s);
+        h3_text_encoder_layer_release(te, ex, l);
+        if (st != H3_OK) st = h3_error_wrap(st, "text-encoder layer %d", l);
+        else te->stats.layers_run++;
+    }
+    ws_free(&s);
+    return st;
+}

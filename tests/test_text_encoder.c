@@ -1,0 +1,533 @@
+/* The text encoder against the fixtures of the project's PyTorch reference (tools/reference/qwen3.py, float64), in
+ * both weight namings; what is and is not read; the text-only mRoPE equivalence; bad files and inputs; allocation
+ * failures.
+ *
+ * Tolerance: relative L2 error <= 1e-4 and max |c − ref| / max |ref| <= 1e-4 per hidden state. The C code converts
+ * the fixture's bf16 weights to f32 exactly and the reference computes with the same values in float64, so what
+ * remains is f32 rounding of activations through 4 layers (measured ~1e-7); 1e-4 leaves room for other summation
+ * orders (threads, BLAS) while a wrong formula (rotary pairing, QK-norm over the wrong axis, GQA head mapping) is off
+ * by 1e-2 or more. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "io/safetensors.h"
+#include "models/text_encoder.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+static const double TOL = 1e-4;
+#define USED_LAYERS 4 /* hidden_states[0..4] are in the fixtures; layer 4 of official/ is NaN */
+
+static const char *fix(const char *rel, char *buf, size_t n) {
+    char r[256];
+    snprintf(r, sizeof r, "tests/fixtures/text_encoder/%s", rel);
+    return t_src_path(r, buf, n);
+}
+
+/* The ids of prompt `name` from expected.safetensors (caller frees). */
+static int32_t *load_ids(h3_st_set *exp, const char *name, int64_t *n) {
+    char key[64];
+    snprintf(key, sizeof key, "ids.%s", name);
+    h3_tensor t;
+    *n = 0;
+    if (h3_st_load(exp, key, H3_PLACE_HOST, H3_I32, H3_MEM_OTHER, &t) != H3_OK) {
+        CHECK(0, "expected.safetensors lacks %s: %s", key, h3_last_error());
+        return NULL;
+    }
+    *n = h3_tensor_numel(&t);
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    memcpy(ids, t.data, (size_t)*n * sizeof *ids);
+    h3_tensor_free(&t);
+    return ids;
+}
+
+/* Compares got [n, C] with expected "hidden.<prompt>.<layer>". Returns the relative L2 error. */
+static double compare_hidden(const char *what, const h3_tensor *got, h3_st_set *exp, const char *prompt, int layer) {
+    char key[64];
+    snprintf(key, sizeof key, "hidden.%s.%d", prompt, layer);
+    h3_tensor ref;
+    h3_status st = h3_st_load(exp, key, H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref);
+    CHECK(st == H3_OK, "%s: %s", key, h3_last_error());
+    if (st != H3_OK) return INFINITY;
+    int64_t n = h3_tensor_numel(&ref);
+    CHECK(h3_tensor_numel(got) == n, "%s: %lld values, expected %lld", what, (long long)h3_tensor_numel(got),
+          (long long)n);
+    double e = INFINITY;
+    if (h3_tensor_numel(got) == n) {
+        double *r = malloc((size_t)n * sizeof *r), mx = 0, mref = 0;
+        const float *g = got->data, *rf = ref.data;
+        for (int64_t i = 0; i < n; i++) {
+            r[i] = rf[i];
+            double d = fabs((double)g[i] - r[i]);
+            if (!(d <= mx)) mx = d;
+            if (fabs(r[i]) > mref) mref = fabs(r[i]);
+        }
+        e = t_rel_err(g, r, (size_t)n);
+        double emax = mref > 0 ? mx / mref : mx;
+        CHECK(e <= TOL && emax <= TOL, "%s layer %d: relative L2 error %.3e, max error / max |ref| %.3e (tol %.0e)",
+              what, layer, e, emax, TOL);
+        if (getenv("H3_TEST_VERBOSE") || layer == USED_LAYERS)
+            printf("  %-28s prompt %s hidden_states[%d]: rel L2 %.2e, max %.2e (tol %.0e)\n", what, prompt, layer, e,
+                   emax, TOL);
+        free(r);
+    }
+    h3_tensor_free(&ref);
+    return e;
+}
+
+/* Encodes both fixture prompts at every layer 0..USED_LAYERS with te and compares. */
+static void check_against_fixtures(h3_text_encoder *te, const char *what) {
+    char p[512];
+    h3_st_set exp;
+    CHECK_OK(h3_st_open(fix("expected.safetensors", p, sizeof p), &exp));
+    const h3_te_config *c = h3_text_encoder_config(te);
+    static const char *const prompts[] = {"a", "b"};
+    for (int pi = 0; pi < 2; pi++) {
+        int64_t n;
+        int32_t *ids = load_ids(&exp, prompts[pi], &n);
+        if (!ids) break;
+        for (int layer = 0; layer <= USED_LAYERS; layer++) {
+            h3_tensor out;
+            CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
+            h3_te_stats before, after;
+            h3_text_encoder_get_stats(te, &before);
+            h3_status st = h3_text_encoder_encode(te, &g_ex, ids, n, layer, &out);
+            CHECK(st == H3_OK, "%s layer %d: %s", what, layer, h3_last_error());
+            h3_text_encoder_get_stats(te, &after);
+            /* Exactly layers 0..layer-1 were fetched, once each, each fetch released; one embedding row per id. */
+            CHECK(after.acquires - before.acquires == layer && after.releases - before.releases == layer,
+                  "%s: hidden_states[%d] acquired %lld and released %lld layers", what, layer,
+                  (long long)(after.acquires - before.acquires), (long long)(after.releases - before.releases));
+            CHECK(after.embedding_rows - before.embedding_rows == n, "%s: %lld embedding rows read for %lld tokens",
+                  what, (long long)(after.embedding_rows - before.embedding_rows), (long long)n);
+            if (st == H3_OK) compare_hidden(what, &out, &exp, prompts[pi], layer);
+            h3_tensor_free(&out);
+        }
+        free(ids);
+    }
+    h3_te_stats s;
+    h3_text_encoder_get_stats(te, &s);
+    CHECK(s.max_layer_acquired == USED_LAYERS - 1, "%s: layer %lld was fetched; the highest used is %d", what,
+          (long long)s.max_layer_acquired, USED_LAYERS - 1);
+    h3_st_close(&exp);
+}
+
+static void test_official(void) {
+    char p[512];
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("official", p, sizeof p), NULL, &te));
+    if (!te) return;
+    const h3_te_config *c = h3_text_encoder_config(te);
+    CHECK(c->hidden == 64 && c->n_layers == 5 && c->heads == 4 && c->kv_heads == 2 && c->head_dim == 32 &&
+              c->intermediate == 96 && c->vocab == 256,
+          "config of official/: %s", h3_text_encoder_describe(te));
+    CHECK(c->rope_theta == 5e6 && c->rms_eps == 1e-6, "theta %g, eps %g from config.json", c->rope_theta, c->rms_eps);
+    CHECK(h3_text_encoder_layout(te) == H3_LAYOUT_OFFICIAL, "official names");
+    CHECK(strstr(h3_text_encoder_describe(te), "config.json") != NULL, "config from config.json: %s",
+          h3_text_encoder_describe(te));
+    check_against_fixtures(te, "official/");
+    h3_text_encoder_close(te);
+}
+
+static void test_comfy(void) {
+    char p[512];
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), NULL, &te));
+    if (!te) return;
+    const h3_te_config *c = h3_text_encoder_config(te);
+    CHECK(c->hidden == 64 && c->n_layers == 4 && c->heads == 4 && c->kv_heads == 2 && c->head_dim == 32 &&
+              c->intermediate == 96 && c->vocab == 256,
+          "config inferred from comfy.safetensors: %s", h3_text_encoder_describe(te));
+    CHECK(h3_text_encoder_layout(te) == H3_LAYOUT_COMFY, "ComfyUI names");
+    check_against_fixtures(te, "comfy.safetensors");
+    /* The repack has 4 layers: hidden_states[4] (all of them, un-normalized) is the last one there is. */
+    int32_t id = 1;
+    h3_tensor out;
+    CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 1, c->hidden, H3_MEM_ACTIVATIONS));
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, &id, 1, 5, &out), H3_ERR_INVALID, "0..4 are available");
+    h3_tensor_free(&out);
+    h3_text_encoder_close(te);
+}
+
+/* official/'s layer 4, final norm, lm_head and vision tensors are NaN. hidden_states[4] matched the reference
+ * above (so none of them was used); hidden_states[5] runs layer 4 and is not finite, which shows the poison is
+ * real. */
+static void test_unused_weights_are_poison(void) {
+    char p[512];
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("official", p, sizeof p), NULL, &te));
+    if (!te) return;
+    int32_t ids[3] = {5, 17, 200};
+    h3_tensor out;
+    CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 3, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 3, 4, &out));
+    int finite = 1;
+    for (int i = 0; i < 3 * 64; i++) finite &= isfinite(((float *)out.data)[i]) != 0;
+    CHECK(finite, "hidden_states[4] is finite");
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 3, 5, &out));
+    int nonfinite = 0;
+    for (int i = 0; i < 3 * 64; i++) nonfinite += !isfinite(((float *)out.data)[i]);
+    CHECK(nonfinite == 3 * 64, "hidden_states[5] runs the NaN layer: %d of %d values are not finite", nonfinite, 3 * 64);
+    h3_tensor_free(&out);
+    h3_text_encoder_close(te);
+}
+
+/* Weights are views in their stored dtype; encoding copies no weight. */
+static void test_zero_copy(void) {
+    char p[512];
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), NULL, &te));
+    if (!te) return;
+    const h3_te_layer_weights *w = NULL;
+    CHECK_OK(h3_text_encoder_layer_acquire(te, &g_ex, 2, &w));
+    if (w) {
+        CHECK(w->q.dtype == H3_BF16 && w->down.dtype == H3_BF16 && w->q_norm.dtype == H3_BF16, "stored dtype bf16");
+        CHECK(w->q.owner == NULL && w->down.owner == NULL && w->input_norm.owner == NULL,
+              "the weights are views over the mapped file");
+        CHECK(w->q.shape[0] == 128 && w->q.shape[1] == 64 && w->o.shape[0] == 64 && w->o.shape[1] == 128,
+              "q [heads·D, C], o [C, heads·D]");
+    }
+    const h3_te_layer_weights *w2 = NULL;
+    CHECK_ERR(h3_text_encoder_layer_acquire(te, &g_ex, 3, &w2), H3_ERR_INVALID, "still held");
+    h3_text_encoder_layer_release(te, &g_ex, 2);
+    CHECK_ERR(h3_text_encoder_layer_acquire(te, &g_ex, 4, &w2), H3_ERR_INVALID, "does not exist");
+    h3_mem_stats before, after;
+    h3_mem_get_stats(&before);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    h3_tensor out;
+    CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 8, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 8, 4, &out));
+    h3_mem_get_stats(&after);
+    CHECK(after.peak[H3_MEM_WEIGHTS] == before.peak[H3_MEM_WEIGHTS] || after.peak[H3_MEM_WEIGHTS] == 0,
+          "encoding copied weights (weights peak %lld -> %lld bytes)", (long long)before.peak[H3_MEM_WEIGHTS],
+          (long long)after.peak[H3_MEM_WEIGHTS]);
+    h3_tensor_free(&out);
+    h3_text_encoder_close(te);
+}
+
+/* Interleaved mRoPE, built here from its definition (transformers' apply_interleaved_mrope: frequency j reads axis
+ * h when j % 3 == 1 and j < 3·s_h, axis w when j % 3 == 2 and j < 3·s_w, else t), with the text-only positions
+ * (t = h = w = p) equals the 1-D tables the encoder uses; with distinct axes it does not (so the check can fail). */
+static void mrope_tables(const h3_te_config *c, const int sec[3], const int64_t *pos3, int64_t n, float *cs,
+                         float *sn) {
+    const int64_t D = c->head_dim, half = D / 2;
+    for (int64_t j = 0; j < half; j++) {
+        int axis = 0;
+        if (j % 3 == 1 && j < 3 * sec[1]) axis = 1;
+        if (j % 3 == 2 && j < 3 * sec[2]) axis = 2;
+        float inv = (float)(1.0 / pow(c->rope_theta, (double)(2 * j) / (double)D));
+        for (int64_t p = 0; p < n; p++) {
+            float ang = (float)pos3[axis * n + p] * inv;
+            cs[p * D + j] = cs[p * D + j + half] = (float)cos((double)ang);
+            sn[p * D + j] = sn[p * D + j + half] = (float)sin((double)ang);
+        }
+    }
+}
+
+static void test_text_only_mrope(void) {
+    h3_te_config c;
+    h3_te_config_default(&c); /* D = 128, theta = 5e6 */
+    const int sec[3] = {24, 20, 20};
+    const int64_t n = 300, D = c.head_dim;
+    int64_t *pos = malloc(3 * (size_t)n * sizeof *pos);
+    float *c1 = malloc((size_t)(n * D) * sizeof *c1), *s1 = malloc((size_t)(n * D) * sizeof *s1);
+    float *c2 = malloc((size_t)(n * D) * sizeof *c2), *s2 = malloc((size_t)(n * D) * sizeof *s2);
+    for (int64_t p = 0; p < n; p++) pos[p] = pos[n + p] = pos[2 * n + p] = p;
+    h3_te_rope_tables(&c, n, c1, s1);
+    mrope_tables(&c, sec, pos, n, c2, s2);
+    CHECK(memcmp(c1, c2, (size_t)(n * D) * sizeof *c1) == 0 && memcmp(s1, s2, (size_t)(n * D) * sizeof *s1) == 0,
+          "mRoPE with t = h = w = p equals 1-D RoPE, bit for bit");
+    for (int64_t p = 0; p < n; p++) pos[n + p] = pos[2 * n + p] = p / 2; /* an image-like (t, h, w) */
+    mrope_tables(&c, sec, pos, n, c2, s2);
+    CHECK(memcmp(c1, c2, (size_t)(n * D) * sizeof *c1) != 0, "distinct axes give other tables");
+    /* And the 1-D tables are the rotary definition: cos(p·θ^(−2j/D)) (angle rounded to f32 as in transformers). */
+    double worst = 0;
+    for (int64_t p = 0; p < n; p += 7)
+        for (int64_t j = 0; j < D / 2; j++) {
+            double ang = (double)p * pow(c.rope_theta, -(double)(2 * j) / (double)D);
+            double e = fabs(c1[p * D + j] - cos(ang)) + fabs(s1[p * D + j + D / 2] - sin(ang));
+            if (e > worst) worst = e;
+        }
+    CHECK(worst < 1e-4, "rotary tables differ from cos/sin(p·θ^(−2j/D)) by %.2e", worst);
+    free(pos);
+    free(c1);
+    free(s1);
+    free(c2);
+    free(s2);
+}
+
+/* ---- bad files and inputs ------------------------------------------------------------------------------------ */
+
+typedef enum { EDIT_DROP, EDIT_RESHAPE, EDIT_DTYPE, EDIT_ADD } edit_kind;
+
+/* Writes a copy of comfy.safetensors with one change: drop a tensor, give it another shape or dtype (data
+ * zero-filled), or add a tensor. */
+static void write_variant(const char *out, edit_kind kind, const char *name, h3_dtype dt, int nd, int64_t d0,
+                          int64_t d1) {
+    char p[512];
+    h3_st_set s;
+    CHECK_OK(h3_st_open(fix("comfy.safetensors", p, sizeof p), &s));
+    h3_st_writer *w = NULL;
+    CHECK_OK(h3_st_writer_new(&w));
+    void *zeros = calloc(1, 1 << 20);
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const h3_st_entry *e = &s.entries[i];
+        int match = strcmp(e->name, name) == 0;
+        if (match && kind == EDIT_DROP) continue;
+        if (match && (kind == EDIT_RESHAPE || kind == EDIT_DTYPE)) {
+            int64_t sh[2] = {d0, d1};
+            CHECK_OK(h3_st_writer_add(w, e->name, dt, nd, sh, zeros));
+            continue;
+        }
+        const void *data;
+        CHECK_OK(h3_st_bytes(&s, e, &data));
+        CHECK_OK(h3_st_writer_add(w, e->name, e->dtype, e->ndim, e->shape, data));
+    }
+    if (kind == EDIT_ADD) {
+        int64_t sh[2] = {d0, d1};
+        CHECK_OK(h3_st_writer_add(w, name, dt, nd, sh, zeros));
+    }
+    CHECK_OK(h3_st_writer_write(w, out, 0));
+    h3_st_writer_free(w);
+    free(zeros);
+    h3_st_close(&s);
+}
+
+static void test_bad_files(void) {
+    char path[512], p[512];
+    t_tmp_path("te_variant.safetensors", path, sizeof path);
+    h3_text_encoder *te = NULL;
+    static const struct {
+        edit_kind kind;
+        const char *name;
+        h3_dtype dt;
+        int nd;
+        int64_t d0, d1;
+        int code;
+        const char *phrase;
+    } cases[] = {
+        {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "layers.2.mlp.up_proj.weight' is missing"},
+        {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT, "expected [64, 64]"},
+        {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT, "expected [64]"},
+        {EDIT_DTYPE, "model.layers.0.mlp.down_proj.weight", H3_I8, 2, 64, 96, H3_ERR_UNSUPPORTED, "is i8"},
+        {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED, "no biases"},
+        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_UNSUPPORTED, "quantized"},
+        {EDIT_DROP, "model.embed_tokens.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "embed_tokens.weight"},
+        {EDIT_DROP, "model.layers.0.self_attn.q_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_variant(path, cases[i].kind, cases[i].name, cases[i].dt, cases[i].nd, cases[i].d0, cases[i].d1);
+        h3_clear_error();
+        h3_status st = h3_text_encoder_open(path, NULL, &te);
+        CHECK(st == cases[i].code, "case %zu (%s): code %d, expected %d: %s", i, cases[i].name, st, cases[i].code,
+              h3_last_error());
+        if (cases[i].phrase)
+            CHECK(strstr(h3_last_error(), cases[i].phrase) != NULL, "case %zu: message '%s' lacks '%s'", i,
+                  h3_last_error(), cases[i].phrase);
+        CHECK(te == NULL, "case %zu: nothing opened", i);
+        h3_text_encoder_close(te);
+        te = NULL;
+    }
+    unlink(path);
+    /* A comfy_quant marker with a format name: the message names it. */
+    {
+        h3_st_writer *w = NULL;
+        h3_st_set s;
+        CHECK_OK(h3_st_open(fix("comfy.safetensors", p, sizeof p), &s));
+        CHECK_OK(h3_st_writer_new(&w));
+        for (int64_t i = 0; i < s.n_entries; i++) {
+            const void *data;
+            CHECK_OK(h3_st_bytes(&s, &s.entries[i], &data));
+            CHECK_OK(h3_st_writer_add(w, s.entries[i].name, s.entries[i].dtype, s.entries[i].ndim, s.entries[i].shape,
+                                      data));
+        }
+        const char *marker = "{\"format\": \"float8_e4m3fn\"}";
+        int64_t ml = (int64_t)strlen(marker);
+        CHECK_OK(h3_st_writer_add(w, "model.layers.0.mlp.up_proj.comfy_quant", H3_U8, 1, &ml, marker));
+        CHECK_OK(h3_st_writer_write(w, path, 0));
+        h3_st_writer_free(w);
+        h3_st_close(&s);
+        CHECK_ERR(h3_text_encoder_open(path, NULL, &te), H3_ERR_UNSUPPORTED, "float8_e4m3fn");
+        unlink(path);
+    }
+    /* Not a text encoder. */
+    CHECK_ERR(h3_text_encoder_open(t_src_path("tests/fixtures/dit/comfy_pruned.safetensors", p, sizeof p), NULL, &te),
+              H3_ERR_FORMAT, "not a Qwen3-VL text encoder");
+    CHECK_ERR(h3_text_encoder_open(fix("absent.safetensors", p, sizeof p), NULL, &te), H3_ERR_IO, "absent");
+    /* A config.json that disagrees with the weights. */
+    char dir[512], cfg[600], model[600], src[512];
+    t_tmp_path("te_cfgdir", dir, sizeof dir);
+    mkdir(dir, 0755);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    CHECK(symlink(fix("comfy.safetensors", src, sizeof src), model) == 0, "symlink");
+    FILE *f = fopen(cfg, "w");
+    fputs("{\"text_config\": {\"hidden_size\": 48, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+          "\"head_dim\": 32, \"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 4}}",
+          f);
+    fclose(f);
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT, "expected [256, 48]");
+    f = fopen(cfg, "w");
+    fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
+          "\"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 3}",
+          f);
+    fclose(f);
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT, "the weights have 4");
+    f = fopen(cfg, "w");
+    fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}", f);
+    fclose(f);
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_UNSUPPORTED, "gelu");
+    f = fopen(cfg, "w");
+    fputs("{\"hidden_size\": -3, \"num_attention_heads\": 4}", f);
+    fclose(f);
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT, "hidden_size");
+    /* A plain Qwen3 config with the right numbers is used. */
+    f = fopen(cfg, "w");
+    fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
+          "\"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 28, \"rope_theta\": 1000000.0}",
+          f);
+    fclose(f);
+    CHECK_OK(h3_text_encoder_open(dir, NULL, &te));
+    if (te) {
+        CHECK(h3_text_encoder_config(te)->rope_theta == 1e6 && h3_text_encoder_config(te)->n_layers == 4,
+              "theta from config.json, layer count from the weights");
+        h3_text_encoder_close(te);
+        te = NULL;
+    }
+    /* A model folder holding text_encoder/ opens that. */
+    unlink(cfg);
+    unlink(model);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/text_encoder", dir);
+    CHECK(symlink(fix("official", src, sizeof src), sub) == 0, "symlink");
+    CHECK_OK(h3_text_encoder_open(dir, NULL, &te));
+    if (te) CHECK(h3_text_encoder_config(te)->n_layers == 5, "the model folder's text_encoder/ was opened");
+    h3_text_encoder_close(te);
+    unlink(sub);
+    rmdir(dir);
+}
+
+static void test_bad_inputs(void) {
+    char p[512];
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), NULL, &te));
+    if (!te) return;
+    h3_tensor out, wrong;
+    CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 3, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&wrong, H3_PLACE_HOST, H3_F32, 3, 63, H3_MEM_ACTIVATIONS));
+    int32_t ids[3] = {0, 255, 7}, bad[3] = {0, 256, 7}, neg[3] = {-1, 0, 0};
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 3, 2, &out));
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, bad, 3, 2, &out), H3_ERR_INVALID, "id 256");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, neg, 3, 2, &out), H3_ERR_INVALID, "id -1");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 0, 2, &out), H3_ERR_INVALID, "no tokens");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 3, -1, &out), H3_ERR_INVALID, "does not exist");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 3, 2, &wrong), H3_ERR_INVALID, "[3, 64]");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 2, 2, &out), H3_ERR_INVALID, "[2, 64]");
+    h3_tensor_free(&out);
+    h3_tensor_free(&wrong);
+    h3_text_encoder_close(te);
+}
+
+/* Threads and chunking change summation order only. */
+static void test_threads_and_chunks(void) {
+    char p[512];
+    h3_text_encoder *te1 = NULL, *te2 = NULL;
+    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 5};
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), NULL, &te1));
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), &o, &te2));
+    if (!te1 || !te2) return;
+    h3_exec one;
+    CHECK_OK(h3_exec_init(&one, 1));
+    int32_t ids[23];
+    for (int i = 0; i < 23; i++) ids[i] = (int32_t)(t_rand_u64() % 256);
+    h3_tensor a, b;
+    CHECK_OK(h3_tensor_alloc2(&a, H3_PLACE_HOST, H3_F32, 23, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&b, H3_PLACE_HOST, H3_F32, 23, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_text_encoder_encode(te1, &g_ex, ids, 23, 4, &a));
+    CHECK_OK(h3_text_encoder_encode(te2, &one, ids, 23, 4, &b));
+    double *r = malloc(23 * 64 * sizeof *r);
+    for (int i = 0; i < 23 * 64; i++) r[i] = ((float *)a.data)[i];
+    EXPECT_CLOSE("1 thread, 5-row MLP chunks vs default", b.data, r, 23 * 64, 1e-5);
+    /* Causality: the first 10 tokens' states do not depend on the tokens after them. */
+    h3_tensor c;
+    CHECK_OK(h3_tensor_alloc2(&c, H3_PLACE_HOST, H3_F32, 10, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_text_encoder_encode(te1, &g_ex, ids, 10, 4, &c));
+    EXPECT_CLOSE("prefix of 10 tokens vs the same rows of 23", c.data, r, 10 * 64, 1e-5);
+    free(r);
+    h3_tensor_free(&a);
+    h3_tensor_free(&b);
+    h3_tensor_free(&c);
+    h3_exec_free(&one);
+    h3_text_encoder_close(te1);
+    h3_text_encoder_close(te2);
+}
+
+/* Every allocation of opening and encoding can fail; each failure is an error and leaks nothing.
+ * Only the single-file repack is looped over: official/ has JSON files (shard index, config) with strings longer
+ * than jansson's initial 16-byte buffer, and jansson's lexer ignores a failed growth of that buffer (lex_save), so
+ * an injected failure at a string's closing quote makes jansson read past its buffer. That is a jansson defect
+ * under injected failures, outside this module; the config and index paths are covered by the cases above. */
+static void test_alloc_failures(void) {
+    char p[1][512];
+    fix("comfy.safetensors", p[0], sizeof p[0]);
+    for (int k = 0; k < 1; k++) {
+        h3_mem_stats base;
+        h3_mem_get_stats(&base);
+        int failures = 0;
+        for (int n = 1; n < 20000; n++) {
+            h3_mem_fail_at(n, 0);
+            h3_text_encoder *te = NULL;
+            h3_tensor out = {0};
+            int32_t ids[4] = {3, 1, 4, 1};
+            h3_clear_error();
+            h3_status st = h3_text_encoder_open(p[k], NULL, &te);
+            if (st == H3_OK) st = h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 4, 64, H3_MEM_ACTIVATIONS);
+            if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, 4, 2, &out);
+            int64_t ticks = h3_mem_fail_at(0, 0);
+            h3_tensor_free(&out);
+            h3_text_encoder_close(te);
+            h3_mem_stats now;
+            h3_mem_get_stats(&now);
+            CHECK(now.total_current == base.total_current, "target %d, failing allocation %d leaked %lld bytes", k, n,
+                  (long long)(now.total_current - base.total_current));
+            if (st == H3_OK) {
+                CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
+                break;
+            }
+            failures++;
+            CHECK(st == H3_ERR_NOMEM, "target %d, failing allocation %d: expected out of memory, got %d: %s", k, n, st,
+                  h3_last_error());
+        }
+        CHECK(failures > 10, "target %d: only %d allocation points were exercised", k, failures);
+    }
+}
+
+static void test_setup(void) {
+    CHECK_OK(h3_exec_init(&g_ex, 2));
+}
+
+static void test_teardown(void) {
+    h3_exec_free(&g_ex);
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"setup", test_setup},
+        {"official", test_official},
+        {"comfy", test_comfy},
+        {"unused_weights_are_poison", test_unused_weights_are_poison},
+        {"zero_copy", test_zero_copy},
+        {"text_only_mrope", test_text_only_mrope},
+        {"bad_files", test_bad_files},
+        {"bad_inputs", test_bad_inputs},
+        {"threads_and_chunks", test_threads_and_chunks},
+        {"alloc_failures", test_alloc_failures},
+        {"teardown", test_teardown},
+        {NULL, NULL},
+    };
+    return t_main("test_text_encoder", cases, argc, argv);
+}
