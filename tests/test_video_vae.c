@@ -1,0 +1,599 @@
+/* The video VAE decoder against the fixtures of the PyTorch reference (tools/reference/video_vae.py, float64),
+ * in the official, diffusers and ComfyUI layouts; decode memory that does not grow with the number of frames, and
+ * the planner's prediction of it; malformed latents and files; allocation failures; the PNG writer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/json.h"
+#include "io/image_audio_files.h"
+#include "io/safetensors.h"
+#include "models/video_vae.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+
+static const char *fx(const char *rel, char *buf, size_t n) {
+    char r[512];
+    snprintf(r, sizeof r, "tests/fixtures/video_vae/%s", rel);
+    return t_src_path(r, buf, n);
+}
+
+/* A fixture tensor as f32 (owned). */
+static h3_status load_f32(const char *path, const char *name, h3_tensor *out) {
+    h3_st_set s;
+    H3_TRY(h3_st_open(path, &s));
+    h3_status st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, out);
+    h3_st_close(&s);
+    return st;
+}
+
+static double *to_double(const h3_tensor *t) {
+    size_t n = (size_t)h3_tensor_numel(t);
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = ((const float *)t->data)[i];
+    return d;
+}
+
+static const double k_mean[3] = {0.485, 0.456, 0.406}, k_std[3] = {0.229, 0.224, 0.225};
+
+/* PSNR (dB) of two raw decodes compared as pixels in [0, 1]. */
+static double psnr_unit(const float *a, const double *ref, int64_t per_channel, int channels) {
+    double se = 0;
+    for (int c = 0; c < channels; c++)
+        for (int64_t i = 0; i < per_channel; i++) {
+            double x = a[c * per_channel + i] * k_std[c] + k_mean[c], y = ref[c * per_channel + i] * k_std[c] + k_mean[c];
+            x = x < 0 ? 0 : x > 1 ? 1 : x;
+            y = y < 0 ? 0 : y > 1 ? 1 : y;
+            se += (x - y) * (x - y);
+        }
+    double mse = se / (double)(per_channel * channels);
+    return mse == 0 ? INFINITY : 10.0 * log10(1.0 / mse);
+}
+
+typedef struct {
+    const char *name, *model;
+    int heads;
+} vcase;
+
+/* Every fixture case: decode into a whole-video tensor and compare with the reference (1e-4 relative L2: f32
+ * arithmetic against float64 over 2 blocks and one softmax lands near 1e-6). */
+static void test_fixtures(void) {
+    char path[700], mpath[700];
+    fx("cases.json", path, sizeof path);
+    json_t *cases = NULL;
+    CHECK_OK(h3_json_load_file(path, 1 << 20, &cases));
+    if (!cases) return;
+    CHECK(json_array_size(cases) >= 6, "cases.json lists %zu cases", json_array_size(cases));
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *name = h3_json_get_str(c, "name"), *model = h3_json_get_str(c, "model");
+        int64_t heads = 0;
+        h3_json_get_int(c, "heads", &heads);
+        char file[256];
+        snprintf(file, sizeof file, "case_%s.safetensors", name);
+        fx(file, path, sizeof path);
+        fx(model, mpath, sizeof mpath);
+        h3_video_vae_opts o = {0};
+        o.heads = (int)heads;
+        h3_video_vae *v = NULL;
+        CHECK_OK(h3_video_vae_open(mpath, &o, &v));
+        h3_tensor lat = {0}, ref = {0}, out = {0};
+        CHECK_OK(load_f32(path, "latents", &lat));
+        CHECK_OK(load_f32(path, "frames", &ref));
+        if (!v || !lat.data || !ref.data) goto next;
+        const h3_video_vae_config *cfg = h3_video_vae_get_config(v);
+        CHECK(h3_video_vae_num_frames(cfg, lat.shape[2]) == ref.shape[2], "%s: %lld frames predicted, %lld in the "
+              "fixture", name, (long long)h3_video_vae_num_frames(cfg, lat.shape[2]), (long long)ref.shape[2]);
+        CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+        h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &out};
+        CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
+        double *rd = to_double(&ref);
+        char what[128];
+        snprintf(what, sizeof what, "%s (%s layout) frames", name, h3_layout_name(h3_video_vae_layout(v)));
+        double e = EXPECT_CLOSE(what, out.data, rd, (size_t)h3_tensor_numel(&ref), 1e-4);
+        int64_t pc = h3_tensor_numel(&ref) / ref.shape[1];
+        double ps = psnr_unit(out.data, rd, pc, (int)ref.shape[1]);
+        t_note("  %-18s %-9s latents [%lld, %lld, %lld, %lld] -> %lld frames %lld×%lld: rel err %.2e, PSNR %.1f dB",
+               name, h3_layout_name(h3_video_vae_layout(v)), (long long)lat.shape[1], (long long)lat.shape[2],
+               (long long)lat.shape[3], (long long)lat.shape[4], (long long)ref.shape[2], (long long)ref.shape[3],
+               (long long)ref.shape[4], e, ps);
+        CHECK(ps > 80.0, "%s: PSNR %.1f dB", name, ps);
+        free(rd);
+    next:
+        h3_tensor_free(&lat);
+        h3_tensor_free(&ref);
+        h3_tensor_free(&out);
+        h3_video_vae_close(v);
+    }
+    json_decref(cases);
+}
+
+typedef struct {
+    int64_t next, calls, channels, H, W;
+    float *all; /* optional copy of everything received, [oc, F, H, W] */
+    int64_t F;
+} recv_ctx;
+
+static h3_status receive(void *user, const h3_tensor *f, int64_t first) {
+    recv_ctx *r = user;
+    CHECK(first == r->next, "frames arrive in order: got %lld, expected %lld", (long long)first, (long long)r->next);
+    CHECK(f->ndim == 4 && f->shape[0] == r->channels && f->shape[2] == r->H && f->shape[3] == r->W, "frame shape");
+    if (r->all)
+        for (int64_t c = 0; c < f->shape[0]; c++)
+            for (int64_t k = 0; k < f->shape[1]; k++)
+                memcpy(r->all + ((c * r->F + first + k) * r->H) * r->W,
+                       (const float *)f->data + c * f->stride[0] + k * f->stride[1], (size_t)(r->H * r->W) * 4);
+    r->next = first + f->shape[1];
+    r->calls++;
+    return H3_OK;
+}
+
+/* The callback path delivers the same frames as the whole-tensor path, in [0, 1] when asked; ImageNet
+ * de-normalization and clamping checked against the test's own float64 conversion of the reference. */
+static void test_callback_and_unit_range(void) {
+    char path[700], mpath[700];
+    fx("case_official_chunks.safetensors", path, sizeof path);
+    fx("official", mpath, sizeof mpath);
+    h3_video_vae *v = NULL;
+    h3_tensor lat = {0}, ref = {0};
+    CHECK_OK(h3_video_vae_open(mpath, NULL, &v));
+    CHECK_OK(load_f32(path, "latents", &lat));
+    CHECK_OK(load_f32(path, "frames", &ref));
+    if (!v || !lat.data || !ref.data) goto done;
+    int64_t F = ref.shape[2], H = ref.shape[3], W = ref.shape[4], n = h3_tensor_numel(&ref);
+    recv_ctx rc = {0, 0, 3, H, W, malloc((size_t)n * 4), F};
+    h3_video_decode_out dst = {H3_PIXELS_UNIT, receive, &rc, NULL};
+    CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
+    CHECK(rc.next == F, "%lld frames received, %lld expected", (long long)rc.next, (long long)F);
+    CHECK(rc.calls == 3, "2 chunks and the final look-ahead arrive in %lld calls, expected 3", (long long)rc.calls);
+    double *u = malloc((size_t)n * sizeof *u);
+    for (int64_t c = 0; c < 3; c++)
+        for (int64_t i = 0; i < n / 3; i++) {
+            double x = ((float *)ref.data)[c * (n / 3) + i] * k_std[c] + k_mean[c];
+            u[c * (n / 3) + i] = x < 0 ? 0 : x > 1 ? 1 : x;
+        }
+    EXPECT_CLOSE("frames in [0, 1] through the callback", rc.all, u, (size_t)n, 1e-4);
+    float lo = 1, hi = 0;
+    for (int64_t i = 0; i < n; i++) lo = rc.all[i] < lo ? rc.all[i] : lo, hi = rc.all[i] > hi ? rc.all[i] : hi;
+    CHECK(lo >= 0.0f && hi <= 1.0f && lo == 0.0f && hi == 1.0f, "unit range [%g, %g] (the fixture saturates both ends)",
+          lo, hi);
+    free(u);
+    free(rc.all);
+done:
+    h3_tensor_free(&lat);
+    h3_tensor_free(&ref);
+    h3_video_vae_close(v);
+}
+
+/* The same weights in the official (fused, interleaved QKV) and diffusers (split QKV, swapped FFN halves) layouts
+ * decode the same latents alike, and forcing the official file's tiles onto the diffusers one as well. */
+static void test_layouts_agree(void) {
+    char p1[700], p2[700];
+    fx("official", p1, sizeof p1);
+    fx("diffusers", p2, sizeof p2);
+    h3_video_vae_opts o2 = {0};
+    o2.tile_size = 16;
+    o2.tile_overlap_min = 4;
+    h3_video_vae *a = NULL, *b = NULL;
+    CHECK_OK(h3_video_vae_open(p1, NULL, &a));
+    CHECK_OK(h3_video_vae_open(p2, &o2, &b));
+    if (!a || !b) goto done;
+    CHECK(h3_video_vae_layout(a) == H3_LAYOUT_OFFICIAL && h3_video_vae_layout(b) == H3_LAYOUT_DIFFUSERS, "layouts");
+    CHECK(h3_video_vae_get_config(a)->fused_qkv && !h3_video_vae_get_config(b)->fused_qkv, "QKV forms");
+    int64_t s[5] = {1, 24, 7, 6, 10};
+    h3_tensor z, ya, yb;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 5, s, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    int64_t F = h3_video_vae_num_frames(h3_video_vae_get_config(a), 7), os[4] = {3, F, 12, 20};
+    CHECK_OK(h3_tensor_alloc(&ya, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&yb, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    h3_video_decode_out da = {H3_PIXELS_RAW, NULL, NULL, &ya}, db = {H3_PIXELS_RAW, NULL, NULL, &yb};
+    CHECK_OK(h3_video_vae_decode(a, &g_ex, &z, &da));
+    CHECK_OK(h3_video_vae_decode(b, &g_ex, &z, &db));
+    double *r = to_double(&ya);
+    EXPECT_CLOSE("diffusers layout vs official layout", yb.data, r, (size_t)h3_tensor_numel(&ya), 1e-5);
+    free(r);
+    h3_tensor_free(&z);
+    h3_tensor_free(&ya);
+    h3_tensor_free(&yb);
+done:
+    h3_video_vae_close(a);
+    h3_video_vae_close(b);
+}
+
+/* 5n+2 latent frames -> 17n+5 frames; the short cases as ComfyUI decodes them; padded lengths. */
+static void test_frame_counts(void) {
+    h3_video_vae_config c;
+    h3_video_vae_default_config(&c);
+    for (int n = 0; n < 30; n++)
+        CHECK(h3_video_vae_num_frames(&c, 5 * n + 2) == 17 * n + 5, "T = %d", 5 * n + 2);
+    CHECK(h3_video_vae_num_frames(&c, 37) == 124 && h3_video_vae_num_frames(&c, 102) == 345, "124 and 345 frames");
+    CHECK(h3_video_vae_num_frames(&c, 1) == 1, "an image");
+    CHECK(h3_video_vae_num_frames(&c, 0) == 0, "nothing");
+    /* padded: T = 9 decodes 12 latent frames (3 repeated) and cuts 4 + 1 + 4 frames */
+    CHECK(h3_video_vae_num_frames(&c, 9) == 30, "T = 9 -> %lld", (long long)h3_video_vae_num_frames(&c, 9));
+    int64_t prev = 0;
+    for (int T = 2; T < 60; T++) {
+        int64_t f = h3_video_vae_num_frames(&c, T);
+        CHECK(f > prev, "frames grow with T (T = %d: %lld after %lld)", T, (long long)f, (long long)prev);
+        prev = f;
+    }
+}
+
+/* Measured peak of a decode (bytes beyond what was allocated before it). */
+static int64_t measure(h3_video_vae *v, const h3_tensor *z, int64_t *frames) {
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    int off = z->ndim == 5;
+    recv_ctx rc = {0, 0, c->out_channels, z->shape[off + 2] * c->patch_size, z->shape[off + 3] * c->patch_size, NULL, 0};
+    h3_video_decode_out dst = {H3_PIXELS_UNIT, receive, &rc, NULL};
+    h3_mem_stats a, b;
+    h3_mem_get_stats(&a);
+    h3_mem_reset_peaks();
+    CHECK_OK(h3_video_vae_decode(v, &g_ex, z, &dst));
+    h3_mem_get_stats(&b);
+    CHECK(b.total_current == a.total_current, "the decode leaked %lld bytes", (long long)(b.total_current - a.total_current));
+    *frames = rc.next;
+    return b.total_peak - a.total_current;
+}
+
+/* The issue's check: 22 and 107 latent frames (73 and 362 frames) decode with the same peak, and the planner
+ * predicts it. Reduced decoder, 2 × 3 tiles per chunk. */
+static void test_memory_bounded(void) {
+    char p[700];
+    fx("official", p, sizeof p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(p, NULL, &v));
+    if (!v) return;
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    int64_t Ts[2] = {22, 107}, peak[2] = {0, 0}, pred[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        int64_t s[4] = {24, Ts[i], 10, 16}, frames = 0;
+        h3_tensor z;
+        CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+        t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+        peak[i] = measure(v, &z, &frames);
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_decode_peak(c, Ts[i], 10, 16, h3_pool_threads(g_ex.pool), 0, &m));
+        pred[i] = m.total;
+        CHECK(frames == m.frames && frames == 17 * ((Ts[i] - 2) / 5) + 5, "%lld frames decoded, %lld planned",
+              (long long)frames, (long long)m.frames);
+        t_note("  %3lld latent frames -> %3lld frames in %d chunks of %d × %d tiles: peak %lld bytes measured, %lld "
+               "predicted (chunk buffers %lld, ViT %lld, op scratch %lld)",
+               (long long)Ts[i], (long long)frames, m.chunks, m.tiles_y, m.tiles_x, (long long)peak[i],
+               (long long)pred[i], (long long)m.chunk_buffers, (long long)m.vit, (long long)m.op_scratch);
+        CHECK(llabs(peak[i] - pred[i]) <= pred[i] / 50, "predicted %lld vs measured %lld differ by more than 2%%",
+              (long long)pred[i], (long long)peak[i]);
+        h3_tensor_free(&z);
+    }
+    CHECK(llabs(peak[1] - peak[0]) <= peak[0] / 50, "peak grew with frames: %lld -> %lld bytes", (long long)peak[0],
+          (long long)peak[1]);
+    CHECK(pred[0] == pred[1], "the plan's peak depends on frame count: %lld vs %lld", (long long)pred[0],
+          (long long)pred[1]);
+    h3_video_vae_close(v);
+
+    /* The released decoder, planned (not run): the same for 5 s and 15 s, and its size at two canvases. */
+    h3_video_vae_config r;
+    h3_video_vae_default_config(&r);
+    h3_video_vae_mem a, b, d;
+    CHECK_OK(h3_video_vae_decode_peak(&r, 37, 48, 84, 16, 0, &a));
+    CHECK_OK(h3_video_vae_decode_peak(&r, 102, 48, 84, 16, 0, &b));
+    CHECK_OK(h3_video_vae_decode_peak(&r, 37, 34, 60, 16, 0, &d));
+    CHECK(a.total == b.total, "released decoder: 124 and 345 frames plan %lld and %lld bytes", (long long)a.total,
+          (long long)b.total);
+    CHECK(a.tiles_y == 4 && a.tiles_x == 7 && a.chunks == 7 && b.chunks == 20, "1344×768: %d×%d tiles, %d chunks",
+          a.tiles_y, a.tiles_x, a.chunks);
+    t_note("  released decoder, 16 threads, f32 weights: 1344×768 %.1f MiB (%d×%d tiles of %lld tokens), 960×544 %.1f "
+           "MiB, for any frame count", a.total / 1048576.0, a.tiles_y, a.tiles_x, (long long)a.tokens_per_tile,
+           d.total / 1048576.0);
+}
+
+static void expect_latents_error(const h3_video_vae_config *c, int nd, const int64_t *s, h3_dtype dt,
+                                 const char *needle) {
+    h3_tensor z;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, dt, nd, s, H3_MEM_OTHER));
+    CHECK_ERR(h3_video_vae_check_latents(c, &z), H3_ERR_INVALID, needle);
+    h3_tensor_free(&z);
+}
+
+static void test_malformed_latents(void) {
+    char p[700];
+    fx("official", p, sizeof p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(p, NULL, &v));
+    if (!v) return;
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    int64_t s1[5] = {1, 16, 7, 4, 4}, s2[5] = {1, 24, 7, 45, 84}, s3[4] = {24, 7, 4, 5}, s4[3] = {24, 7, 4},
+            s5[5] = {2, 24, 7, 4, 4}, s6[4] = {24, 7, 4, 4};
+    expect_latents_error(c, 5, s1, H3_F32, "have 16 channels; this video VAE takes 24");
+    expect_latents_error(c, 5, s2, H3_F32, "45 × 84: height and width must be even");
+    expect_latents_error(c, 4, s3, H3_F32, "must be even");
+    expect_latents_error(c, 3, s4, H3_F32, "[C, T, H, W] or [1, C, T, H, W]");
+    expect_latents_error(c, 5, s5, H3_F32, "(one video)");
+    expect_latents_error(c, 4, s6, H3_F16, "f32");
+    /* the decode itself refuses them too, and an output of the wrong shape */
+    h3_tensor z, o;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 5, s1, H3_MEM_OTHER));
+    h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &z};
+    CHECK_ERR(h3_video_vae_decode(v, &g_ex, &z, &dst), H3_ERR_INVALID, "16 channels");
+    h3_tensor_free(&z);
+    int64_t ok[4] = {24, 7, 4, 4}, bad[4] = {3, 21, 8, 8};
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, ok, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&o, H3_PLACE_HOST, H3_F32, 4, bad, H3_MEM_OTHER));
+    memset(z.data, 0, (size_t)h3_tensor_nbytes(&z));
+    h3_video_decode_out d2 = {H3_PIXELS_RAW, NULL, NULL, &o}, d3 = {H3_PIXELS_RAW, NULL, NULL, NULL};
+    CHECK_ERR(h3_video_vae_decode(v, &g_ex, &z, &d2), H3_ERR_INVALID, "[3, 22, 8, 8]");
+    CHECK_ERR(h3_video_vae_decode(v, &g_ex, &z, &d3), H3_ERR_INVALID, "callback");
+    h3_tensor_free(&z);
+    h3_tensor_free(&o);
+    h3_video_vae_close(v);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Files that are not a usable video VAE: each a clear error, nothing leaked. */
+static void test_bad_files(void) {
+    char dir[600], p[800], src[700];
+    t_tmp_path("vvae-bad", dir, sizeof dir);
+    mkdir(dir, 0755);
+    h3_video_vae *v = NULL;
+    CHECK_ERR(h3_video_vae_open("/nonexistent/video_vae", NULL, &v), H3_ERR_NOT_FOUND, "no such file");
+    CHECK_ERR(h3_video_vae_open(dir, NULL, &v), H3_ERR_NOT_FOUND, "no video VAE here");
+    /* an official folder whose config lacks the latents statistics */
+    snprintf(p, sizeof p, "%s/official", dir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/official/source", dir);
+    mkdir(p, 0755);
+    const char *copies[2] = {"official/config.json", "official/source/config.json"};
+    for (int i = 0; i < 2; i++) {
+        fx(copies[i], src, sizeof src);
+        char *text = NULL;
+        size_t len;
+        CHECK_OK(h3_read_file(src, 1 << 20, &text, &len));
+        snprintf(p, sizeof p, "%s/%s", dir, copies[i]);
+        if (text) write_text(p, text);
+        h3_free(text);
+    }
+    /* its weights: the fixture's, less one tensor, then with a wrong shape */
+    h3_st_set s;
+    fx("official/source/model.safetensors", src, sizeof src);
+    CHECK_OK(h3_st_open(src, &s));
+    for (int round = 0; round < 3 && s.entries; round++) {
+        h3_st_writer *w = NULL;
+        CHECK_OK(h3_st_writer_new(&w));
+        h3_tensor keep[256];
+        int nk = 0;
+        for (int64_t i = 0; i < s.n_entries && nk < 256; i++) {
+            const char *n = s.entries[i].name;
+            if (round == 0 && strcmp(n, "decoder.transformer_blocks.1.ff.w2.bias") == 0) continue;
+            CHECK_OK(h3_st_tensor(&s, &s.entries[i], &keep[nk]));
+            if (round == 1 && strcmp(n, "decoder.transformer_blocks.0.attn.to_out.weight") == 0) { /* [32, 32] stored as [16, 64] */
+                int64_t sh[2] = {16, 64};
+                CHECK_OK(h3_st_writer_add(w, n, H3_F32, 2, sh, keep[nk].data));
+            } else {
+                CHECK_OK(h3_st_writer_add_tensor(w, n, &keep[nk]));
+            }
+            nk++;
+        }
+        snprintf(p, sizeof p, "%s/official/source/model.safetensors", dir);
+        CHECK_OK(h3_st_writer_write(w, p, 0));
+        h3_st_writer_free(w);
+        for (int i = 0; i < nk; i++) h3_tensor_free(&keep[i]);
+        if (round == 2) { /* the weights are fine again; the config lacks the latents statistics */
+            snprintf(p, sizeof p, "%s/official/config.json", dir);
+            write_text(p, "{\"source_path\": \"source\", \"source_safetensors_path\": \"model.safetensors\", "
+                          "\"latents_mean\": [0, 1]}");
+        }
+        snprintf(p, sizeof p, "%s/official", dir);
+        h3_mem_stats a, b;
+        h3_mem_get_stats(&a);
+        if (round == 0) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "'decoder.transformer_blocks.1.ff.w2.bias' is missing");
+        if (round == 1) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "has shape [16, 64]; this decoder's config needs [32, 32]");
+        if (round == 2) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 24 numbers");
+        CHECK(v == NULL, "no handle on failure");
+        h3_mem_get_stats(&b);
+        CHECK(a.total_current == b.total_current, "round %d leaked %lld bytes", round,
+              (long long)(b.total_current - a.total_current));
+    }
+    h3_st_close(&s);
+    /* bad tiling options */
+    fx("official", p, sizeof p);
+    h3_video_vae_opts o = {0};
+    o.tile_size = 15;
+    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID, "multiples of the 2 px latent size");
+    o.tile_size = 16;
+    o.tile_overlap_min = 16;
+    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID, "overlap smaller than the tile");
+    /* a ComfyUI-style file without a config, whose hidden size does not split into the asked heads */
+    fx("comfy.safetensors", p, sizeof p);
+    o = (h3_video_vae_opts){0};
+    o.heads = 3;
+    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID, "not a multiple of 3 heads");
+    char cmd[1700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* Every allocation of open and decode may fail: an error comes back, nothing leaks; eventually it succeeds. */
+static void test_alloc_failures(void) {
+    const char *models[3] = {"official", "diffusers", "comfy.safetensors"};
+    for (int k = 0; k < 3; k++) {
+        char p[700];
+        fx(models[k], p, sizeof p);
+        h3_video_vae_opts o = {0};
+        o.heads = k == 2 ? 2 : 0;
+        h3_mem_stats base;
+        h3_mem_get_stats(&base);
+        int n, ok = 0;
+        for (n = 1; n < 20000 && !ok; n++) {
+            h3_video_vae *v = NULL;
+            h3_mem_fail_at(n, 0);
+            h3_clear_error();
+            int64_t failed0 = h3_mem_failed_count();
+            h3_status st = h3_video_vae_open(p, &o, &v);
+            int64_t ticks = h3_mem_fail_at(0, 0);
+            if (st == H3_OK) {
+                ok = 1;
+                CHECK(ticks < n, "%s: open succeeded although allocation %d failed", models[k], n);
+                h3_video_vae_close(v);
+            } else {
+                CHECK(v == NULL, "no handle on failure");
+                CHECK(st == H3_ERR_NOMEM || h3_mem_failed_count() > failed0, "%s, failing allocation %d: %s",
+                      models[k], n, h3_last_error());
+            }
+            h3_mem_stats now;
+            h3_mem_get_stats(&now);
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", models[k], n,
+                  (long long)(now.total_current - base.total_current));
+        }
+        CHECK(ok, "%s never opened", models[k]);
+        t_note("  open %-18s: %d allocation failures handled", models[k], n - 2);
+    }
+    /* decode */
+    char p[700];
+    fx("official", p, sizeof p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(p, NULL, &v));
+    if (!v) return;
+    int64_t s[4] = {24, 7, 10, 10}, os[4] = {3, 22, 20, 20};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &y};
+    h3_mem_stats base;
+    h3_mem_get_stats(&base);
+    int n, ok = 0;
+    for (n = 1; n < 100000 && !ok; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_clear_error();
+        h3_status st = h3_video_vae_decode(v, &g_ex, &z, &dst);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            ok = 1;
+            CHECK(ticks < n, "decode succeeded although allocation %d failed", n);
+        } else {
+            CHECK(st == H3_ERR_NOMEM, "decode, failing allocation %d: %s", n, h3_last_error());
+        }
+        h3_mem_stats now;
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "decode, failing allocation %d leaked %lld bytes", n,
+              (long long)(now.total_current - base.total_current));
+    }
+    CHECK(ok, "decode never succeeded");
+    t_note("  decode: %d allocation failures handled", n - 2);
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+    h3_video_vae_close(v);
+}
+
+/* ---- PNG ---------------------------------------------------------------------------------------------------- */
+
+static uint32_t crc_bitwise(const uint8_t *p, size_t n) { /* the definition, one bit at a time */
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Writes an image, then parses the file by the PNG and zlib specifications: signature, chunk CRCs (recomputed
+ * bit by bit), IHDR, stored deflate blocks (LEN/NLEN), Adler-32 (recomputed from its definition), pixels. */
+static void test_png(void) {
+    int64_t W = 150, Hh = 170; /* 453 bytes per row: the rows straddle the 65535-byte stored blocks */
+    uint8_t *img = malloc((size_t)(W * Hh * 3 + 7));
+    for (int64_t i = 0; i < W * Hh * 3; i++) img[i] = (uint8_t)(t_rand_u64() & 0xFF);
+    char path[600];
+    t_tmp_path("vvae.png", path, sizeof path);
+    CHECK_OK(h3_png_write_rgb8(path, img, W, Hh, W * 3));
+    char *file = NULL;
+    size_t len = 0;
+    CHECK_OK(h3_read_file(path, 1 << 26, &file, &len));
+    const uint8_t *b = (const uint8_t *)file;
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    CHECK(file && len > 8 && memcmp(b, sig, 8) == 0, "signature");
+    size_t o = 8, raw_len = 0;
+    uint8_t *raw = malloc((size_t)((1 + 3 * W) * Hh));
+    int seen_ihdr = 0, seen_iend = 0, chunks = 0;
+    while (file && o + 12 <= len && !seen_iend) {
+        uint32_t n = rd32(b + o);
+        const uint8_t *type = b + o + 4, *data = b + o + 8;
+        CHECK(o + 12 + n <= len, "chunk inside the file");
+        if (o + 12 + n > len) break;
+        CHECK(rd32(data + n) == crc_bitwise(type, 4 + (size_t)n), "CRC of chunk %.4s", (const char *)type);
+        chunks++;
+        if (!memcmp(type, "IHDR", 4)) {
+            seen_ihdr = 1;
+            CHECK(n == 13 && rd32(data) == W && rd32(data + 4) == Hh && data[8] == 8 && data[9] == 2 && !data[10] &&
+                      !data[11] && !data[12],
+                  "IHDR: %u×%u depth %d colour %d", rd32(data), rd32(data + 4), data[8], data[9]);
+        } else if (!memcmp(type, "IDAT", 4)) {
+            CHECK(((data[0] << 8) | data[1]) % 31 == 0 && (data[0] & 0x0F) == 8, "zlib header");
+            size_t q = 2;
+            int last = 0;
+            while (!last && q + 5 <= n) {
+                last = data[q] & 1;
+                CHECK((data[q] >> 1) == 0, "stored block");
+                unsigned L = data[q + 1] | (unsigned)data[q + 2] << 8, NL = data[q + 3] | (unsigned)data[q + 4] << 8;
+                CHECK((L ^ 0xFFFFu) == NL, "LEN/NLEN");
+                q += 5;
+                if (q + L > n || raw_len + L > (size_t)((1 + 3 * W) * Hh)) break;
+                memcpy(raw + raw_len, data + q, L);
+                raw_len += L;
+                q += L;
+            }
+            uint32_t a = 1, s2 = 0;
+            for (size_t i = 0; i < raw_len; i++) a = (a + raw[i]) % 65521, s2 = (s2 + a) % 65521;
+            CHECK(q + 4 == n && rd32(data + q) == (s2 << 16 | a), "Adler-32 ends the stream");
+        } else if (!memcmp(type, "IEND", 4)) {
+            seen_iend = 1;
+        }
+        o += 12 + n;
+    }
+    CHECK(seen_ihdr && seen_iend && chunks == 3 && o == len, "IHDR, IDAT, IEND and nothing after");
+    CHECK(raw_len == (size_t)((1 + 3 * W) * Hh), "%zu filtered bytes", raw_len);
+    int same = raw_len == (size_t)((1 + 3 * W) * Hh);
+    for (int64_t y = 0; same && y < Hh; y++)
+        same = raw[y * (1 + 3 * W)] == 0 && !memcmp(raw + y * (1 + 3 * W) + 1, img + y * W * 3, (size_t)(3 * W));
+    CHECK(same, "pixels round-trip");
+    CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 && h3_unit_to_u8(-1.0f) == 0 &&
+              h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 && h3_unit_to_u8(0.2f) == 51,
+          "levels round half to even and clamp");
+    CHECK_ERR(h3_png_write_rgb8(path, img, 0, 5, 0), H3_ERR_INVALID, "out of range");
+    unlink(path);
+    h3_free(file);
+    free(raw);
+    free(img);
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        {"fixtures", test_fixtures},
+        {"callback_and_unit_range", test_callback_and_unit_range},
+        {"layouts_agree", test_layouts_agree},
+        {"frame_counts", test_frame_counts},
+        {"memory_bounded", test_memory_bounded},
+        {"malformed_latents", test_malformed_latents},
+        {"bad_files", test_bad_files},
+        {"alloc_failures", test_alloc_failures},
+        {"png", test_png},
+        {NULL, NULL},
+    };
+    if (h3_exec_init(&g_ex, 2) != H3_OK) return 1;
+    int r = t_main("test_video_vae", cases, argc, argv);
+    h3_exec_free(&g_ex);
+    return r;
+}
