@@ -1,0 +1,313 @@
+/* h3run encode: a prompt through the tokenizer and the text encoder, to H3's conditioning (hidden_states[50]), for
+ * debugging, for comparing with other implementations, and for the pipeline. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "cli/cli.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "models/text_encoder.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "1,2, 3" -> ids (h3_malloc). Returns 0 on success; prints the problem and returns H3_EXIT_USAGE otherwise. */
+static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "h3run encode: --token-ids takes comma-separated ids in [0, 2^31), e.g. 64,8251,220; "
+                            "got '%s'\n", s);
+            h3_free(*ids);
+            *ids = NULL;
+            return H3_EXIT_USAGE;
+        }
+        if ((size_t)*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int32_t *q = h3_realloc(*ids, cap * sizeof *q, H3_MEM_IO);
+            if (!q) {
+                fprintf(stderr, "h3run encode: out of memory\n");
+                h3_free(*ids);
+                *ids = NULL;
+                return H3_EXIT_FAIL;
+            }
+            *ids = q;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == 0) return 0;
+        if (*p != ',') {
+            fprintf(stderr, "h3run encode: --token-ids takes comma-separated ids, e.g. 64,8251,220; got '%s'\n", s);
+            h3_free(*ids);
+            *ids = NULL;
+            return H3_EXIT_USAGE;
+        }
+        p++;
+    }
+}
+
+/* Relative L2 and max |diff| / max |ref| of out against tensor `name` of file; prints one line; *bad when above. */
+static h3_status compare(const char *file, const char *name, const h3_tensor *out, double tol, int *bad) {
+    h3_st_set s;
+    H3_TRY(h3_st_open(file, &s));
+    h3_tensor r = {0};
+    h3_status st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &r);
+    if (st == H3_OK && h3_tensor_numel(&r) != h3_tensor_numel(out)) {
+        char a[64], b[64];
+        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", file, name, h3_tensor_shape_str(&r, a, sizeof a),
+                    h3_tensor_shape_str(out, b, sizeof b));
+    }
+    if (st == H3_OK) {
+        double num = 0, den = 0, mx = 0, mref = 0;
+        const float *x = out->data, *y = r.data;
+        for (int64_t i = 0; i < h3_tensor_numel(&r); i++) {
+            double d = (double)x[i] - (double)y[i];
+            num += d * d;
+            den += (double)y[i] * y[i];
+            if (!(fabs(d) <= mx)) mx = fabs(d);
+            if (fabs((double)y[i]) > mref) mref = fabs((double)y[i]);
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num), rmax = mref > 0 ? mx / mref : mx;
+        int ok = rel <= tol && rmax <= tol;
+        if (!ok) *bad = 1;
+        printf("compare %s: relative L2 %.3e, max |diff| / max |ref| %.3e (tolerance %.1e)%s\n", name, rel, rmax, tol,
+               ok ? "" : "  FAIL");
+    }
+    h3_tensor_free(&r);
+    h3_st_close(&s);
+    return st;
+}
+
+int h3_cmd_encode(int argc, char **argv) {
+    const char *model = NULL, *tok_path = NULL, *te_path = NULL, *config = NULL, *prompt = NULL, *prompt_file = NULL,
+               *token_ids = NULL, *out_path = NULL, *expect = NULL;
+    int show_ids = 0, quiet = 0, verbose = 0;
+    int64_t layer = H3_TE_LAYER, threads = 0;
+    double tol = 1e-4;
+    const h3_cli_opt opts[] = {
+        {"model", 'm', H3_OPT_STR, &model, "DIR",
+         "model folder: tokenizer/tokenizer.json (or tokenizer.json) and text_encoder/ (official or ComfyUI names)"},
+        {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt (UTF-8)"},
+        {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE", "read the prompt from FILE (all of it, as is)"},
+        {"token-ids", 0, H3_OPT_STR, &token_ids, "1,2,3", "encode these ids instead of a prompt (no tokenizer)"},
+        {"ids", 0, H3_OPT_FLAG, &show_ids, NULL, "print the token ids; without --out only the tokenizer is needed"},
+        {"out", 'o', H3_OPT_STR, &out_path, "FILE",
+         "write the conditioning to FILE (.safetensors): hidden [L, hidden] f32 and input_ids [L] i32"},
+        {"layer", 'l', H3_OPT_INT, &layer, "N", "which hidden state: 0 = embeddings, N = after N layers (default 50)"},
+        {"tokenizer", 0, H3_OPT_STR, &tok_path, "PATH", "tokenizer.json or its folder (default: --model)"},
+        {"text-encoder", 0, H3_OPT_STR, &te_path, "PATH",
+         "text-encoder weights: a file, shard index or folder (default: --model)"},
+        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
+        {"expect", 0, H3_OPT_STR, &expect, "FILE[:TENSOR]",
+         "compare the hidden state with TENSOR (default 'hidden') of FILE; fail above --tol"},
+        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)"},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+        {0},
+    };
+    const h3_cli_cmd cmd = {
+        "encode", "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
+        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no chat\n"
+        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of that many\n"
+        "decoder layers (H3 uses 50). Only the embedding rows of the prompt and layers below --layer are read.\n"
+        "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.",
+        "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
+        "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
+        "  h3run encode --tokenizer tokenizer.json --text-encoder ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
+        "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
+        "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4",
+        opts, 0, 0};
+    const char *pos[1];
+    int npos;
+    int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
+    if (r) return r < 0 ? H3_EXIT_OK : r;
+    int n_sources = (prompt != NULL) + (prompt_file != NULL) + (token_ids != NULL);
+    if (n_sources != 1) {
+        fprintf(stderr, "h3run encode: give exactly one of --prompt, --prompt-file and --token-ids (see --help)\n");
+        return H3_EXIT_USAGE;
+    }
+    if (!tok_path) tok_path = model;
+    if (!te_path) te_path = model;
+    int need_te = out_path || expect || !show_ids;
+    if (!token_ids && !tok_path) {
+        fprintf(stderr, "h3run encode: --model (or --tokenizer) is needed to tokenize a prompt\n");
+        return H3_EXIT_USAGE;
+    }
+    if (need_te && !te_path) {
+        fprintf(stderr, "h3run encode: --model (or --text-encoder) is needed to encode; --ids alone only tokenizes\n");
+        return H3_EXIT_USAGE;
+    }
+    if (layer < 0 || layer > 100000 || threads < 0 || !(tol >= 0)) {
+        fprintf(stderr, "h3run encode: --layer, --threads and --tol must not be negative\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_cli_setup_logging(quiet ? -1 : verbose);
+
+    int rc = H3_EXIT_OK;
+    h3_status st = H3_OK;
+    h3_tokenizer *tok = NULL;
+    h3_text_encoder *te = NULL;
+    h3_exec ex = {0};
+    int have_ex = 0;
+    h3_tensor hidden = {0};
+    h3_st_writer *w = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    char *text = NULL;
+    size_t text_len = 0;
+    char *exp_file = NULL;
+
+    /* ---- tokens */
+    if (token_ids) {
+        rc = parse_ids(token_ids, &ids, &n);
+        if (rc) goto done;
+    } else {
+        double t0 = now_s();
+        st = h3_tokenizer_load(tok_path, &tok);
+        if (st != H3_OK) goto fail;
+        double t1 = now_s();
+        if (prompt_file) {
+            st = h3_read_file(prompt_file, 64u << 20, &text, &text_len);
+            if (st != H3_OK) goto fail;
+            if (memchr(text, 0, text_len)) {
+                st = H3_ERR(H3_ERR_INVALID, "%s contains a NUL byte; a prompt is UTF-8 text", prompt_file);
+                goto fail;
+            }
+            st = h3_tokenizer_encode_n(tok, text, text_len, &ids, &n);
+        } else {
+            st = h3_tokenizer_encode(tok, prompt, &ids, &n);
+        }
+        if (st != H3_OK) goto fail;
+        double t2 = now_s();
+        if (verbose)
+            fprintf(stderr, "tokenizer: loaded in %.0f ms, encoded in %.2f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    }
+    if (!quiet) printf("tokens: %lld\n", (long long)n);
+    if (show_ids) {
+        printf("ids:");
+        for (int64_t i = 0; i < n; i++) printf("%s%d", i ? "," : " ", ids[i]);
+        printf("\n");
+    }
+    if (!need_te) goto done;
+
+    /* ---- hidden states */
+    if (n == 0) {
+        /* An empty prompt is conditioned on <|endoftext|> alone, as ComfyUI does (H3-FILE-FORMATS §3.3). */
+        int32_t eot = tok ? h3_tokenizer_token_id(tok, "<|endoftext|>") : -1;
+        if (eot < 0) {
+            st = H3_ERR(H3_ERR_INVALID, "the prompt has no tokens and the tokenizer has no <|endoftext|>");
+            goto fail;
+        }
+        ids = h3_malloc(sizeof *ids, H3_MEM_IO);
+        if (!ids) {
+            st = H3_ERR_NOMEM;
+            goto fail;
+        }
+        ids[0] = eot;
+        n = 1;
+        if (!quiet) printf("the empty prompt is encoded as <|endoftext|> (%d)\n", eot);
+    }
+    h3_te_open_opts oo = {config, H3_PLACE_HOST, 0};
+    st = h3_exec_init(&ex, (int)threads);
+    if (st != H3_OK) goto fail;
+    have_ex = 1;
+    double t0 = now_s();
+    st = h3_text_encoder_open(te_path, &oo, &te);
+    if (st != H3_OK) goto fail;
+    const h3_te_config *c = h3_text_encoder_config(te);
+    if (verbose) fprintf(stderr, "%s\n", h3_text_encoder_describe(te));
+    if (layer > c->n_layers) {
+        st = H3_ERR(H3_ERR_INVALID, "--layer %lld: %s has %lld decoder layers, so 0..%lld are available",
+                    (long long)layer, te_path, (long long)c->n_layers, (long long)c->n_layers);
+        goto fail;
+    }
+    st = h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS);
+    if (st != H3_OK) goto fail;
+    double t1 = now_s();
+    st = h3_text_encoder_encode(te, &ex, ids, n, (int)layer, &hidden);
+    if (st != H3_OK) goto fail;
+    double t2 = now_s();
+    double sum = 0, sq = 0;
+    const float *hv = hidden.data;
+    int64_t nv = n * c->hidden, nonfinite = 0;
+    for (int64_t i = 0; i < nv; i++) {
+        if (!isfinite(hv[i])) {
+            nonfinite++;
+            continue;
+        }
+        sum += hv[i];
+        sq += (double)hv[i] * hv[i];
+    }
+    double mean = sum / (double)nv, sd = sqrt(fmax(sq / (double)nv - mean * mean, 0));
+    if (!quiet)
+        printf("hidden_states[%lld]: [%lld, %lld] f32, mean %.6g, std %.6g%s (open %.0f ms, encode %.0f ms)\n",
+               (long long)layer, (long long)n, (long long)c->hidden, mean, sd, nonfinite ? ", NOT FINITE" : "",
+               (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    if (nonfinite) {
+        st = H3_ERR(H3_ERR_FORMAT, "%lld values of hidden_states[%lld] are not finite: the weights are broken",
+                    (long long)nonfinite, (long long)layer);
+        goto fail;
+    }
+    if (expect) {
+        exp_file = h3_strdup(expect);
+        if (!exp_file) {
+            st = H3_ERR_NOMEM;
+            goto fail;
+        }
+        const char *name = "hidden";
+        char *colon = strrchr(exp_file, ':');
+        if (colon && !h3_path_exists(exp_file)) {
+            *colon = 0;
+            name = colon + 1;
+        }
+        int bad = 0;
+        st = compare(exp_file, name, &hidden, tol, &bad);
+        if (st != H3_OK) goto fail;
+        if (bad) rc = H3_EXIT_FAIL;
+    }
+    if (out_path) {
+        char lay[32];
+        snprintf(lay, sizeof lay, "%lld", (long long)layer);
+        int64_t shape_ids[1] = {n};
+        st = h3_st_writer_new(&w);
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "hidden", &hidden);
+        if (st == H3_OK) st = h3_st_writer_add(w, "input_ids", H3_I32, 1, shape_ids, ids);
+        if (st == H3_OK) st = h3_st_writer_meta(w, "format", "pt");
+        if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "encode");
+        if (st == H3_OK) st = h3_st_writer_meta(w, "layer", lay);
+        if (st == H3_OK) st = h3_st_writer_write(w, out_path, 0);
+        if (st != H3_OK) goto fail;
+        if (!quiet) printf("wrote %s\n", out_path);
+    }
+    goto done;
+fail:
+    rc = h3_cli_fail("encode", st);
+done:
+    h3_st_writer_free(w);
+    h3_tensor_free(&hidden);
+    h3_text_encoder_close(te);
+    if (have_ex) h3_exec_free(&ex);
+    h3_tokenizer_free(tok);
+    h3_free(ids);
+    h3_free(text);
+    h3_free(exp_file);
+    return rc;
+}
