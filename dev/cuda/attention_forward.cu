@@ -4,8 +4,16 @@
  *
  * Versions:
  *   1  attn_naive: one block per (row, head), f32 math, scores through shared memory (the portable fallback)
- *   2  attn_fa2<D, 2>: flash forward, mma.sync m16n8k16 bf16, ldmatrix + swizzled smem, cp.async double buffer
- *   3  attn_fa2<D, 1>: the same single-buffered (what a 64 KB-shared-memory GPU gets)
+ *   2  attn_fa2<D, 2, 4>: flash forward, mma.sync m16n8k16 bf16, ldmatrix + swizzled smem, cp.async double
+ *      buffer, 64 query rows per block. H200: 193 TFLOP/s at S 19412 H 56 D 128 (SDPA 570): L2-bound, each block
+ *      re-reads all of K and V for only 64 rows (64 FLOP per byte of K/V).
+ *   3  attn_fa2<D, 1, 4>: single-buffered (what a 64 KB-shared-memory GPU gets)
+ *   4  attn_fa2<D, 2, 8>: 128 query rows per block, half the K/V traffic
+ *   5  attn_fa2<D, 1, 8>
+ *   6  attn_wgmma<128> (sm_90a, build with -DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a): wgmma
+ *      m64n128k16, 2 warpgroups x 64 rows, K/V tiles of 128 double-buffered by cp.async. H200: 316 TFLOP/s.
+ *   7  attn_wgmma7<128>: softmax of block j overlaps P·V of block j-1, K/V triple-buffered, no mask work on
+ *      full tiles
  * The winner lives in src/cuda/attn_kernels.cuh; this file includes it and keeps the harness. */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -15,6 +23,19 @@
 #include <vector>
 
 #include "cuda/attn_kernels.cuh"
+#ifdef H3_HAVE_WGMMA_ATTN
+#include "cuda/attn_wgmma.cuh"
+template <int D> static void launch_wgmma(const attn_args &a) {
+    size_t smem = wg_smem_bytes(D);
+    cudaFuncSetAttribute(attn_wgmma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    attn_wgmma<D><<<dim3((a.Sq + WG_BQ - 1) / WG_BQ, a.Hq), 256, smem>>>(a);
+}
+template <int D> static void launch_wgmma7(const attn_args &a) {
+    size_t smem = wg7_smem_bytes(D);
+    cudaFuncSetAttribute(attn_wgmma7<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    attn_wgmma7<D><<<dim3((a.Sq + WG_BQ - 1) / WG_BQ, a.Hq), 256, smem>>>(a);
+}
+#endif
 
 #define CK(x)                                                                                                    \
     do {                                                                                                         \
@@ -33,27 +54,34 @@ static float frand() {
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static void launch(int version, int D, const attn_args &a) {
-    dim3 gfa((a.Sq + FA_BQ - 1) / FA_BQ, a.Hq);
-    if (version == 1) {
-        attn_naive<<<dim3(a.Sq, a.Hq), 128>>>(a, D);
-    } else {
-        int stages = version == 2 ? 2 : 1;
-        size_t smem = (size_t)(FA_BQ + 2 * FA_BK * stages) * D * 2;
-        if (D == 128 && stages == 2) {
-            cudaFuncSetAttribute(attn_fa2<128, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            attn_fa2<128, 2><<<gfa, FA_WARPS * 32, smem>>>(a);
-        } else if (D == 128) {
-            cudaFuncSetAttribute(attn_fa2<128, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            attn_fa2<128, 1><<<gfa, FA_WARPS * 32, smem>>>(a);
-        } else if (stages == 2) {
-            cudaFuncSetAttribute(attn_fa2<64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            attn_fa2<64, 2><<<gfa, FA_WARPS * 32, smem>>>(a);
-        } else {
-            cudaFuncSetAttribute(attn_fa2<64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            attn_fa2<64, 1><<<gfa, FA_WARPS * 32, smem>>>(a);
-        }
+template <int D, int ST, int W> static void launch_fa(const attn_args &a) {
+    size_t smem = (size_t)(W * 16 + 2 * FA_BK * ST) * D * 2;
+    cudaFuncSetAttribute(attn_fa2<D, ST, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    attn_fa2<D, ST, W><<<dim3((a.Sq + W * 16 - 1) / (W * 16), a.Hq), W * 32, smem>>>(a);
+}
+
+template <int D> static void launch_d(int version, const attn_args &a) {
+    switch (version) {
+        case 2: launch_fa<D, 2, 4>(a); break;
+        case 3: launch_fa<D, 1, 4>(a); break;
+        case 4: launch_fa<D, 2, 8>(a); break;
+        case 5: launch_fa<D, 1, 8>(a); break;
+#ifdef H3_HAVE_WGMMA_ATTN
+        case 6:
+            if (D == 128) launch_wgmma<128>(a);
+            break;
+        case 7:
+            if (D == 128) launch_wgmma7<128>(a);
+            break;
+#endif
+        default: break;
     }
+}
+
+static void launch(int version, int D, const attn_args &a) {
+    if (version == 1) attn_naive<<<dim3(a.Sq, a.Hq), 128>>>(a, D);
+    else if (D == 128) launch_d<128>(version, a);
+    else launch_d<64>(version, a);
     CK(cudaGetLastError());
 }
 
@@ -150,10 +178,15 @@ static double bench(int version, int S, int H, int D, int causal, int reps) {
 int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 19412, H = argc > 2 ? atoi(argv[2]) : 56, D = argc > 3 ? atoi(argv[3]) : 128;
     printf("validation (bf16 inputs, float64 reference, relative L2 error):\n");
-    int vs[3] = {1, 2, 3};
+    int vs[] = {1, 2, 3, 4, 5
+#ifdef H3_HAVE_WGMMA_ATTN
+                , 6, 7
+#endif
+    };
+    const int nv = (int)(sizeof vs / sizeof vs[0]);
     int bad = 0;
-    for (int vi = 0; vi < 3; vi++)
-        for (int d = 64; d <= 128; d += 64)
+    for (int vi = 0; vi < nv; vi++)
+        for (int d = (vs[vi] >= 6 ? 128 : 64); d <= 128; d += 64)
             for (int c = 0; c < 2; c++) {
                 double e = validate(vs[vi], 333, 3, d, c);
                 printf("  v%d D%d causal%d: %.2e %s\n", vs[vi], d, c, e, e < 1e-2 ? "ok" : "FAIL");
@@ -161,7 +194,7 @@ int main(int argc, char **argv) {
             }
     printf("\nbenchmark S %d H %d D %d (median of 5, TFLOP/s = 4*S^2*H*D / t):\n", S, H, D);
     printf("%-8s %-7s %10s %10s\n", "version", "causal", "ms", "TFLOP/s");
-    for (int vi = 1; vi < 3; vi++)
+    for (int vi = 1; vi < nv; vi++)
         for (int c = 0; c < 2; c++) {
             double ms = bench(vs[vi], S, H, D, c, 5);
             double fl = 4.0 * S * (double)S * H * D / (c ? 2 : 1);

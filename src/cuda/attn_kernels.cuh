@@ -1,7 +1,7 @@
 /* Attention kernels (included by src/cuda/cuda_attn.cu and by the scratch benchmark dev/cuda/attention_forward.cu).
  *
- * attn_fa2<D, STAGES>: flash-attention forward in bf16 with fp32 accumulation, sm_80+.
- *   One block = 4 warps = 64 query rows of one head; each warp owns 16 rows. Key/value tiles of 64 rows stream
+ * attn_fa2<D, STAGES, WARPS>: flash-attention forward in bf16 with fp32 accumulation, sm_80+.
+ *   One block = WARPS warps = 16·WARPS query rows of one head; each warp owns 16 rows. Key/value tiles of 64 rows stream
  *   through shared memory (cp.async, STAGES = 2 double-buffers them); S = Q·Kᵀ and O += P·V run on mma.sync
  *   m16n8k16 with operands loaded by ldmatrix from XOR-swizzled shared memory (16-byte chunk c of row r lives at
  *   c ^ (r % 8), so the 8 rows an ldmatrix reads hit 8 different bank groups). Softmax is online in registers, in
@@ -25,9 +25,7 @@ typedef struct {
     int dt; /* naive kernel: 0 f32, 1 bf16, 2 f16 */
 } attn_args;
 
-#define FA_BQ 64
 #define FA_BK 64
-#define FA_WARPS 4
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -75,11 +73,11 @@ template <int D> __device__ __forceinline__ __nv_bfloat16 *swz(__nv_bfloat16 *ti
 
 /* Loads rows [row0, row0+nrows) of a [S, ld] bf16 matrix (columns col0..col0+D) into a swizzled tile; rows past
  * `limit` are zero-filled. */
-template <int D>
+template <int D, int ROWS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat16 *g, int64_t ld, int row0, int limit,
                                           int nthreads, int tid) {
     constexpr int CH = D / 8; /* 16-byte chunks per row */
-    for (int i = tid; i < 64 * CH; i += nthreads) {
+    for (int i = tid; i < ROWS * CH; i += nthreads) {
         int r = i / CH, c = i % CH;
         int row = row0 + r;
         int ok = row < limit;
@@ -88,34 +86,35 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile, const __nv_bfloat
     }
 }
 
-template <int D, int STAGES>
-__global__ void __launch_bounds__(FA_WARPS * 32) attn_fa2(attn_args a) {
+template <int D, int STAGES, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) attn_fa2(attn_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); /* bf16 tensor cores need sm_80+: the launcher never picks this kernel on older GPUs */
 #else
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem_raw;
-    __nv_bfloat16 *sK = sQ + FA_BQ * D;
+    constexpr int BQ = WARPS * 16, NT = WARPS * 32;
+    __nv_bfloat16 *sK = sQ + BQ * D;
     __nv_bfloat16 *sV = sK + STAGES * FA_BK * D;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
-    const int q0 = blockIdx.x * FA_BQ;
+    const int q0 = blockIdx.x * BQ;
     const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
     const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
     const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
     const int shift = a.Sk - a.Sq;
     int kend = a.Sk;
     if (a.causal) {
-        kend = q0 + FA_BQ + shift;
+        kend = q0 + BQ + shift;
         if (kend > a.Sk) kend = a.Sk;
         if (kend < 0) kend = 0;
     }
     const int nkb = (kend + FA_BK - 1) / FA_BK;
 
-    load_tile<D>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, FA_WARPS * 32, tid);
+    load_tile<D, BQ>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, NT, tid);
     if (nkb > 0) {
-        load_tile<D>(sK, K, a.ldk, 0, a.Sk, FA_WARPS * 32, tid);
-        load_tile<D>(sV, V, a.ldv, 0, a.Sk, FA_WARPS * 32, tid);
+        load_tile<D, FA_BK>(sK, K, a.ldk, 0, a.Sk, NT, tid);
+        load_tile<D, FA_BK>(sV, V, a.ldv, 0, a.Sk, NT, tid);
     }
     cp_async_commit();
 
@@ -131,12 +130,17 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_fa2(attn_args a) {
         const int buf = STAGES == 2 ? (kb & 1) : 0;
         if (STAGES == 2) {
             if (kb + 1 < nkb) {
-                load_tile<D>(sK + (buf ^ 1) * FA_BK * D, K, a.ldk, (kb + 1) * FA_BK, a.Sk, FA_WARPS * 32, tid);
-                load_tile<D>(sV + (buf ^ 1) * FA_BK * D, V, a.ldv, (kb + 1) * FA_BK, a.Sk, FA_WARPS * 32, tid);
+                load_tile<D, FA_BK>(sK + (buf ^ 1) * FA_BK * D, K, a.ldk, (kb + 1) * FA_BK, a.Sk, NT, tid);
+                load_tile<D, FA_BK>(sV + (buf ^ 1) * FA_BK * D, V, a.ldv, (kb + 1) * FA_BK, a.Sk, NT, tid);
             }
             cp_async_commit();
             cp_async_wait<1>();
         } else {
+            if (kb > 0) { /* the previous iteration's closing barrier freed the single buffer */
+                load_tile<D, FA_BK>(sK, K, a.ldk, kb * FA_BK, a.Sk, NT, tid);
+                load_tile<D, FA_BK>(sV, V, a.ldv, kb * FA_BK, a.Sk, NT, tid);
+                cp_async_commit();
+            }
             cp_async_wait<0>();
         }
         __syncthreads();
@@ -259,7 +263,7 @@ __device__ __forceinline__ void attn_st(void *p, int dt, int64_t i, float v) {
 }
 
 /* One block (128 threads) per (query row, head). D <= 256. Scores for 128 keys at a time in shared memory. */
-__global__ void attn_naive(attn_args a, int D) {
+static __global__ void attn_naive(attn_args a, int D) {
     __shared__ float sq[256], sp[128], red[32];
     __shared__ float acc[256];
     const int qi = blockIdx.x, h = blockIdx.y, hk = h / (a.Hq / a.Hk), tid = threadIdx.x;

@@ -13,7 +13,8 @@ rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
 progs=(h3run test_cuda_ops bench_cuda_kernels)
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
-nvcc -O3 -arch=sm_"$ARCH" -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
+wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)
+nvcc -O3 -arch=sm_"$ARCH" "${wg[@]}" -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
 skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcuda\.so)'
 for b in .devbundle/bin/*; do
     ldd "$b" | awk '/=> \//{print $1" "$3}' | while read -r name path; do

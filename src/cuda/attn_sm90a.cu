@@ -1,0 +1,32 @@
+/* The Hopper attention kernel's launcher and probe, compiled for sm_90a only (see CMakeLists.txt). */
+#include "cuda/attn_wgmma.cuh"
+#include "cuda/cuda_internal.cuh"
+
+/* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */
+extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
+    if (s->prop.major != 9 || s->prop.minor != 0 || wg7_smem_bytes(128) > (size_t)s->attn_smem_limit) return 0;
+    int *d = (int *)cuda_arena_alloc(s, sizeof(int)), h = 0;
+    if (!d) {
+        h3_clear_error();
+        return 0;
+    }
+    attn_wgmma_probe<<<1, 1, 0, st>>>(d);
+    int ok = cudaGetLastError() == cudaSuccess &&
+             cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+    cudaGetLastError();
+    cuda_arena_free(s, d);
+    return ok && h == 1;
+}
+
+extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st) {
+    static int configured = 0;
+    size_t smem = wg7_smem_bytes(128);
+    if (!configured) {
+        CU_TRY(cudaFuncSetAttribute(attn_wgmma7<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        configured = 1;
+    }
+    attn_wgmma7<128><<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 256, smem, st>>>(*a);
+    CU_LAUNCHED("attention (wgmma)");
+    return H3_OK;
+}

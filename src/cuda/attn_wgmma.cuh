@@ -1,0 +1,416 @@
+/* Flash-attention forward on Hopper's warpgroup MMA (wgmma), bf16 in, fp32 accumulate (sm_90a).
+ *
+ * One block = 2 warpgroups = 128 query rows of one head; each warpgroup owns 64 rows. Key/value tiles of 128 rows
+ * are double-buffered in shared memory by cp.async. S = Q·Kᵀ runs as wgmma m64n128k16 with both operands in
+ * shared memory (K-major, 128-byte swizzle); O += P·V as wgmma with P in registers (the S accumulators, rounded to
+ * bf16, already sit in the A-fragment layout) and V in shared memory read transposed (MN-major).
+ *
+ * Shared-memory tiles follow the wgmma canonical layout: a tile is cut along its contiguous dimension into 128-byte
+ * panels (64 bf16); a panel holds one 128-byte line per row, and the 16-byte chunk c of line r sits at c ^ (r % 8).
+ * Descriptors: K-major operands use SBO = 1024 (8 lines), LBO unused; the MN-major V uses LBO = the panel stride
+ * and SBO = 1024. Tiles start 1024-byte aligned because the swizzle is applied to address bits. */
+#ifndef H3_ATTN_WGMMA_CUH
+#define H3_ATTN_WGMMA_CUH
+
+#include "cuda/attn_kernels.cuh"
+
+#define WG_BQ 128
+#define WG_BK 128
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define H3_WGMMA_COMPILED 1
+
+#endif
+
+__device__ __forceinline__ uint64_t wg_desc(const void *smem, uint32_t lbo, uint32_t sbo) {
+    uint32_t addr = smem_u32(smem);
+    uint64_t d = (uint64_t)((addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+    d |= (uint64_t)1 << 62; /* 128-byte swizzle */
+    return d;
+}
+
+#ifdef H3_WGMMA_COMPILED
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* D (64x128 f32, this thread's 64 values) (+)= A·B with A and B in shared memory (both K-major). */
+__device__ __forceinline__ void wgmma_ss_m64n128(float *d, uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* D += A·B with A (64x16 bf16) in registers and B in shared memory, MN-major (transposed). */
+__device__ __forceinline__ void wgmma_rs_m64n128_tb(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                    uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+
+
+#endif
+
+/* Loads rows [row0, row0 + ROWS) of a [S, ld] bf16 matrix (D columns) into the panel layout; rows past `limit` are
+ * zero-filled. */
+template <int D, int ROWS>
+__device__ __forceinline__ void wg_load_tile(unsigned char *tile, const __nv_bfloat16 *g, int64_t ld, int row0,
+                                             int limit, int tid, int nthreads) {
+    constexpr int CH = D / 8;
+    for (int i = tid; i < ROWS * CH; i += nthreads) {
+        int r = i / CH, c = i % CH;
+        int row = row0 + r;
+        int ok = row < limit;
+        const __nv_bfloat16 *src = g + (int64_t)(ok ? row : 0) * ld + c * 8;
+        int panel = c >> 3, chunk = c & 7;
+        cp_async16(tile + panel * ROWS * 128 + r * 128 + ((chunk ^ (r & 7)) << 4), src, ok ? 16 : 0);
+    }
+}
+
+template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args a) {
+#ifndef H3_WGMMA_COMPILED
+    __trap();
+#else
+    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
+    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2;
+    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + 2 * KB;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
+    const int q0 = blockIdx.x * WG_BQ;
+    const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
+    const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
+    const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
+    const int shift = a.Sk - a.Sq;
+    int kend = a.Sk;
+    if (a.causal) {
+        kend = q0 + WG_BQ + shift;
+        if (kend > a.Sk) kend = a.Sk;
+        if (kend < 0) kend = 0;
+    }
+    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    wg_load_tile<D, WG_BQ>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, tid, 256);
+    if (nkb > 0) {
+        wg_load_tile<D, WG_BK>(sK, K, a.ldk, 0, a.Sk, tid, 256);
+        wg_load_tile<D, WG_BK>(sV, V, a.ldv, 0, a.Sk, tid, 256);
+    }
+    cp_async_commit();
+
+    float o[64], s[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const int row0 = q0 + wg * 64 + warp * 16 + g, row1 = row0 + 8;
+
+    for (int kb = 0; kb < nkb; kb++) {
+        const int buf = kb & 1;
+        if (kb + 1 < nkb) {
+            wg_load_tile<D, WG_BK>(sK + (buf ^ 1) * KB, K, a.ldk, (kb + 1) * WG_BK, a.Sk, tid, 256);
+            wg_load_tile<D, WG_BK>(sV + (buf ^ 1) * KB, V, a.ldv, (kb + 1) * WG_BK, a.Sk, tid, 256);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        const unsigned char *tK = sK + buf * KB, *tV = sV + buf * KB;
+        /* S = Q Kᵀ over D in k16 steps: panel kk/4, 32 bytes per step inside a panel */
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint64_t da = wg_desc(sQ + (kk >> 2) * WG_BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
+            uint64_t db = wg_desc(tK + (kk >> 2) * WG_BK * 128 + (kk & 3) * 32, 16, 1024);
+            wgmma_ss_m64n128(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        /* online softmax on rows row0 (s[4j], s[4j+1]) and row1 (s[4j+2], s[4j+3]) */
+        const int kbase = kb * WG_BK;
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = kbase + j * 8 + t4 * 2 + e;
+                bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
+                bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
+                s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
+                s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
+                mx0 = fmaxf(mx0, s[4 * j + e]);
+                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+        uint32_t p[32];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            float e0 = exp2f(s[4 * j] - b0), e1 = exp2f(s[4 * j + 1] - b0);
+            float e2 = exp2f(s[4 * j + 2] - b1), e3 = exp2f(s[4 * j + 3] - b1);
+            sum0 += e0 + e1;
+            sum1 += e2 + e3;
+            p[2 * j] = pack_bf16(e0, e1);
+            p[2 * j + 1] = pack_bf16(e2, e3);
+        }
+        l0 = l0 * c0 + sum0;
+        l1 = l1 * c1 + sum1;
+        m0 = mx0;
+        m1 = mx1;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c0;
+            o[4 * j + 1] *= c0;
+            o[4 * j + 2] *= c1;
+            o[4 * j + 3] *= c1;
+        }
+        /* O += P V over the 128 keys in k16 steps: A regs from S blocks 2kk, 2kk+1; V step = 16 lines */
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            uint64_t db = wg_desc(tV + kk * 16 * 128, WG_BK * 128, 1024);
+            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
+        }
+        wgmma_commit();
+        wgmma_wait0();
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        int col = j * 8 + t4 * 2;
+        if (row0 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        if (row1 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+
+#endif
+}
+
+static inline size_t wg_smem_bytes(int D) {
+    return (size_t)(WG_BQ + 4 * WG_BK) * D * 2 + 1024;
+}
+
+
+/* v7: the same tiles, with the softmax of block j overlapping the P·V GEMM of block j-1 inside each warpgroup
+ * (S_j and PV_{j-1} are issued together; the softmax runs once S_j is done while PV_{j-1} still computes), K/V
+ * triple-buffered (block j+1 loads while K_j and V_{j-1} are read), and no masking work on tiles every row sees
+ * whole. Exp values stay in the S registers and are packed into the bf16 A fragment after PV_{j-1} has finished
+ * reading the previous one. */
+#define WG7_STAGES 3
+
+static inline size_t wg7_smem_bytes(int D) {
+    return (size_t)(WG_BQ + 2 * WG7_STAGES * WG_BK) * D * 2 + 1024;
+}
+
+template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma7(attn_args a) {
+#ifndef H3_WGMMA_COMPILED
+    __trap();
+#else
+    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
+    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2;
+    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + WG7_STAGES * KB;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
+    const int q0 = blockIdx.x * WG_BQ;
+    const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
+    const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
+    const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
+    const int shift = a.Sk - a.Sq;
+    int kend = a.Sk;
+    if (a.causal) {
+        kend = q0 + WG_BQ + shift;
+        if (kend > a.Sk) kend = a.Sk;
+        if (kend < 0) kend = 0;
+    }
+    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    wg_load_tile<D, WG_BQ>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, tid, 256);
+    if (nkb > 0) {
+        wg_load_tile<D, WG_BK>(sK, K, a.ldk, 0, a.Sk, tid, 256);
+        wg_load_tile<D, WG_BK>(sV, V, a.ldv, 0, a.Sk, tid, 256);
+    }
+    cp_async_commit();
+
+    float o[64], s[64];
+    uint32_t p[32];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) p[i] = 0;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const int row0 = q0 + wg * 64 + warp * 16 + g, row1 = row0 + 8;
+    const int rowmin = q0; /* the smallest row of the block: sees the fewest keys */
+
+    /* Softmax of the block in s (scaled, masked when the tile is not full), updating m, l; returns corrections. */
+    auto softmax = [&](int kb, float &c0, float &c1) {
+        const int kbase = kb * WG_BK;
+        const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
+        float mx0 = m0, mx1 = m1;
+        if (full) {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                s[4 * j] *= a.scale_log2;
+                s[4 * j + 1] *= a.scale_log2;
+                s[4 * j + 2] *= a.scale_log2;
+                s[4 * j + 3] *= a.scale_log2;
+                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int key = kbase + j * 8 + t4 * 2 + e;
+                    bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
+                    bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
+                    s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
+                    s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
+                    mx0 = fmaxf(mx0, s[4 * j + e]);
+                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+                }
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0);
+        c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            s[4 * j] = exp2f(s[4 * j] - b0);
+            s[4 * j + 1] = exp2f(s[4 * j + 1] - b0);
+            s[4 * j + 2] = exp2f(s[4 * j + 2] - b1);
+            s[4 * j + 3] = exp2f(s[4 * j + 3] - b1);
+            sum0 += s[4 * j] + s[4 * j + 1];
+            sum1 += s[4 * j + 2] + s[4 * j + 3];
+        }
+        l0 = l0 * c0 + sum0;
+        l1 = l1 * c1 + sum1;
+        m0 = mx0;
+        m1 = mx1;
+    };
+    auto rescale_pack = [&](float c0, float c1) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c0;
+            o[4 * j + 1] *= c0;
+            o[4 * j + 2] *= c1;
+            o[4 * j + 3] *= c1;
+            p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
+            p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+        }
+    };
+    auto issue_s = [&](int kb) {
+        const unsigned char *tK = sK + (kb % WG7_STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint64_t da = wg_desc(sQ + (kk >> 2) * WG_BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
+            uint64_t db = wg_desc(tK + (kk >> 2) * WG_BK * 128 + (kk & 3) * 32, 16, 1024);
+            wgmma_ss_m64n128(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int kb) {
+        const unsigned char *tV = sV + (kb % WG7_STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            uint64_t db = wg_desc(tV + kk * 16 * 128, WG_BK * 128, 1024);
+            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
+        }
+        wgmma_commit();
+    };
+    auto next_loads = [&](int kb) { /* group kb+1, then wait for group kb and make it visible to wgmma */
+        if (kb + 1 < nkb) {
+            const int nb = (kb + 1) % WG7_STAGES;
+            wg_load_tile<D, WG_BK>(sK + nb * KB, K, a.ldk, (kb + 1) * WG_BK, a.Sk, tid, 256);
+            wg_load_tile<D, WG_BK>(sV + nb * KB, V, a.ldv, (kb + 1) * WG_BK, a.Sk, tid, 256);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+    };
+
+    if (nkb > 0) {
+        float c0, c1;
+        next_loads(0);
+        wgmma_fence();
+        issue_s(0);
+        wgmma_wait0();
+        softmax(0, c0, c1);
+        rescale_pack(c0, c1);
+        for (int kb = 1; kb < nkb; kb++) {
+            next_loads(kb);
+            wgmma_fence();
+            issue_s(kb);
+            issue_pv(kb - 1);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            softmax(kb, c0, c1);
+            wgmma_wait0(); /* PV_{kb-1} done: O may be rescaled and the A fragment rewritten */
+            rescale_pack(c0, c1);
+            __syncthreads(); /* every warpgroup is done with V_{kb-1}: its buffer may be refilled */
+        }
+        wgmma_fence();
+        issue_pv(nkb - 1);
+        wgmma_wait0();
+    }
+    cp_async_wait<0>();
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        int col = j * 8 + t4 * 2;
+        if (row0 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        if (row1 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+#endif
+}
+
+/* Whether the running GPU executes the sm_90a image (the only one with wgmma in it). */
+static __global__ void attn_wgmma_probe(int *out) {
+#ifdef H3_WGMMA_COMPILED
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+#endif
