@@ -92,7 +92,7 @@ static int inspect_set(const char *path, void *user) {
     h3_detect_info d;
     h3_detect(&s, &d);
     char a[32], b[32], e[32];
-    int64_t elems = 0, bytes = 0;
+    int64_t elems = 0, bytes = 0, te_used_elems = 0, te_used_bytes = 0;
     group_tab by_dtype = {0}, by_module = {0}, by_role = {0};
     for (int64_t i = 0; i < s.n_entries && st == H3_OK; i++) {
         const h3_st_entry *en = &s.entries[i];
@@ -121,11 +121,13 @@ static int inspect_set(const char *path, void *user) {
             role = (strstr(en->name, "adaln") || strstr(en->name, "time_embedder")) ? "AdaLN and time embedding"
                                                                                     : "core (everything else)";
         } else if (d.comp == H3_COMP_TEXT_ENCODER) {
+            /* H3 reads hidden_states[50] of a text-only prompt: the embedding rows and decoder layers 0-49. */
             int layer = layer_of(en->name, "layers.");
-            if (strstr(en->name, "visual.")) role = "vision tower (image/video conditioning only)";
-            else if (strstr(en->name, "embed_tokens")) role = "used by H3: embeddings";
-            else if (layer >= 0 && layer < 50) role = "used by H3: decoder layers 0-49";
-            else role = "unused by H3 (layers 50+, final norm, lm_head)";
+            if (strstr(en->name, "visual.")) role = "vision tower (images/videos)";
+            else if (strstr(en->name, "embed_tokens")) role = "H3 uses: embeddings";
+            else if (layer >= 0 && layer < 50) role = "H3 uses: decoder layers 0-49";
+            else role = "unused: layers 50+, norm, head";
+            if (strncmp(role, "H3 uses", 7) == 0) te_used_elems += ne, te_used_bytes += nb;
         }
         if (role) st = group_add(&by_role, role, ne, nb);
     }
@@ -138,6 +140,13 @@ static int inspect_set(const char *path, void *user) {
             print_groups("by dtype", &by_dtype);
             print_groups("by module", &by_module);
             if (by_role.n) print_groups("by role", &by_role);
+            if (d.comp == H3_COMP_TEXT_ENCODER) {
+                char f[32], g2[32], h[32];
+                printf("  H3 uses (embeddings + decoder layers 0-49): %s elements, %s bytes (%s); the rest is unused "
+                       "by text prompts: %s bytes\n",
+                       h3_fmt_int(te_used_elems, f, sizeof f), h3_fmt_int(te_used_bytes, g2, sizeof g2),
+                       h3_fmt_bytes((double)te_used_bytes, h, sizeof h), h3_fmt_int(bytes - te_used_bytes, a, sizeof a));
+            }
         }
         c->total_tensors += s.n_entries;
         c->total_elems += elems;
