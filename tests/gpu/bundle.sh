@@ -15,6 +15,10 @@ for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
 wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)
 nvcc -O3 -arch=sm_"$ARCH" "${wg[@]}" -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
+# The diffusers source for the torch-side comparisons, packed small (set H3_DIFFUSERS_SRC to a checkout).
+if [ -n "${H3_DIFFUSERS_SRC:-}" ] && [ -d "$H3_DIFFUSERS_SRC/src/diffusers" ]; then
+    tar czf .devbundle/diffusers.tar.gz -C "$H3_DIFFUSERS_SRC" src/diffusers
+fi
 skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcuda\.so)'
 for b in .devbundle/bin/*; do
     ldd "$b" | awk '/=> \//{print $1" "$3}' | while read -r name path; do

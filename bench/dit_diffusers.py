@@ -1,0 +1,115 @@
+"""diffusers' MiniMaxH3Transformer3DModel, full size with random bf16 weights of the official shapes (fp32 islands
+kept fp32), one forward = one sampling step at BENCH.md's workloads; prints s/step and peak memory.
+
+    DIFFUSERS_SRC=/path/with/src/diffusers python3 bench/dit_diffusers.py [W73 W124 W362]
+
+The weights are generated in GPU memory (the machine's disk cannot hold 66 GB twice); timing does not depend on
+their values. Writes $OUT/dit_diffusers.json when OUT is set."""
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+WORKLOADS = {  # name: (width, height, frames)
+    "W73": (960, 544, 73),
+    "W124": (960, 544, 124),
+    "W362": (960, 544, 362),
+    "W124L": (1344, 768, 124),
+}
+TEXT = 128
+
+
+def latent_frames(frames):
+    return 2 if frames <= 5 else ((frames - 5) // 17) * 5 + 2
+
+
+def packed_inputs(width, height, frames, device):
+    """Shapes and a valid layout [text | audio L | audio R | video]; values are random (timing only)."""
+    T = latent_frames(frames)
+    hp, wp = height // 16 // 2, width // 16 // 2
+    nv = T * hp * wp
+    ta = round(frames / 24 * 40)
+    na = 2 * ta
+    S = TEXT + na + nv
+    g = torch.Generator(device=device).manual_seed(0)
+    video = torch.randn(1, nv, 96, device=device, generator=g)
+    audio = torch.randn(1, na, 32, device=device, generator=g)
+    text = torch.randn(1, TEXT, 5120, device=device, dtype=torch.bfloat16, generator=g)
+    tags = torch.cat([torch.ones(TEXT), torch.full((na,), 2.0), torch.zeros(nv)]).long().to(device)
+    tidx = torch.cat([torch.zeros(TEXT), torch.ones(na), torch.zeros(nv)]).long().to(device)
+    pos = torch.zeros(S, 3, dtype=torch.float64, device=device)
+    pos[:TEXT, 0] = torch.arange(TEXT)
+    pos[TEXT:, 0] = TEXT + torch.rand(S - TEXT, device=device, dtype=torch.float64) * (na // 2)
+    pos[TEXT:, 1:] = torch.rand(S - TEXT, 2, device=device, dtype=torch.float64) * 32
+    idx = torch.arange(S, device=device)
+    return dict(hidden_states=video, audio_hidden_states=audio, encoder_hidden_states=text,
+                timestep=torch.tensor([0.3, 0.6], device=device), timestep_indices=tidx, token_tags=tags,
+                position_ids=pos, text_indices=idx[:TEXT], audio_indices=idx[TEXT:TEXT + na],
+                video_indices=idx[TEXT + na:]), S, nv, na
+
+
+def main():
+    src = os.environ.get("DIFFUSERS_SRC")
+    if not src or not os.path.isdir(os.path.join(src, "src", "diffusers")) or not torch.cuda.is_available():
+        print("dit_diffusers: skipped: needs DIFFUSERS_SRC (a diffusers checkout) and a GPU")
+        return 0
+    sys.path.insert(0, os.path.join(src, "src"))
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    names = sys.argv[1:] or ["W73", "W124", "W362"]
+    dev = torch.device("cuda")
+    t0 = time.time()
+    with torch.device("meta"):
+        model = MiniMaxH3Transformer3DModel()
+    model = model.to_empty(device=dev)
+    fp32 = ("proj_in", "audio_proj_in", "time_embedder", "proj_out", "audio_proj_out")
+    n_params = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            keep = any(name.startswith(f) for f in fp32)
+            p.data = p.data.to(torch.float32 if keep else torch.bfloat16)
+            p.normal_(0.0, 0.02 if p.dim() > 1 else 0.5)
+            n_params += p.numel()
+        for name, b in model.named_buffers():
+            if name.endswith("inv_freq"):
+                b.copy_(1.0 / (10000.0 ** (torch.arange(0, 32, 2, dtype=torch.float32, device=dev) / 32)))
+    model.eval()
+    torch.cuda.synchronize()
+    print(f"diffusers model: {n_params:,} parameters, built in {time.time() - t0:.1f} s, "
+          f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB")
+    results = {}
+    for name in names:
+        w, h, f = WORKLOADS[name]
+        inputs, S, nv, na = packed_inputs(w, h, f, dev)
+        torch.cuda.reset_peak_memory_stats()
+        reps = 2 if S > 40000 else 4
+        times = []
+        with torch.no_grad():
+            model(**inputs, return_dict=False)  # warm-up
+            torch.cuda.synchronize()
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                model(**inputs, return_dict=False)
+                b.record()
+                torch.cuda.synchronize()
+                times.append(a.elapsed_time(b) / 1000)
+        times.sort()
+        med = times[len(times) // 2]
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        results[name] = dict(rows=S, video_rows=nv, audio_rows=na, s_per_step=med, spread=[times[0], times[-1]],
+                             peak_gib=peak)
+        print(f"{name:6s} rows {S:6d}  {med:8.3f} s/step  (min {times[0]:.3f}, max {times[-1]:.3f})  peak {peak:6.1f} GiB")
+        del inputs
+        torch.cuda.empty_cache()
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "dit_diffusers.json"), "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
