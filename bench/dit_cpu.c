@@ -133,6 +133,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     double t_fwd = now() - t0;
+    h3_mem_stats ms; /* peaks of the two forwards */
+    h3_mem_get_stats(&ms);
+    long hwm_kb = vm_kb("VmHWM:");
     t0 = now();
     float sched[100];
     for (int i = 0; i < 100; i++) sched[i] = (float)i / 99.0f;
@@ -141,10 +144,25 @@ int main(int argc, char **argv) {
         return 1;
     }
     double t_pre = now() - t0;
+    /* The GEMM rate of this machine at the block's largest shape (fc1 of DiT block 0), for scale. */
+    double t_gemm = 0, gemm_flop = 0;
+    {
+        const h3_dit_block_weights *bw;
+        h3_tensor x, y;
+        h3_tensor_alloc2(&x, H3_PLACE_HOST, H3_F32, S, c.hidden, H3_MEM_ACTIVATIONS);
+        h3_tensor_alloc2(&y, H3_PLACE_HOST, H3_F32, S, 2 * c.ffn, H3_MEM_ACTIVATIONS);
+        for (int64_t i = 0; i < h3_tensor_numel(&x); i++) ((float *)x.data)[i] = urand();
+        h3_dit_block_acquire(dit, &ex, (int)c.n_refiner_layers, &bw);
+        t0 = now();
+        h3_op_gemm(&ex, &y, &x, &bw->fc1, NULL, 0);
+        t_gemm = now() - t0;
+        h3_dit_block_release(dit, &ex, (int)c.n_refiner_layers);
+        gemm_flop = 2.0 * (double)S * (double)(2 * c.ffn) * (double)c.hidden;
+        h3_tensor_free(&x);
+        h3_tensor_free(&y);
+    }
     double vsum = 0;
     for (int64_t i = 0; i < h3_tensor_numel(&vout); i++) vsum += fabs(((float *)vout.data)[i]);
-    h3_mem_stats ms;
-    h3_mem_get_stats(&ms);
     int64_t ws = h3_dit_workspace_bytes(dit, S, L, Nv, Na);
 
     printf("sequence: %lld rows (text %lld, audio %lld, video %lld), 2 timesteps; mean |v| %.3f\n", (long long)S,
@@ -153,13 +171,20 @@ int main(int argc, char **argv) {
     printf("%-52s %10.2f\n", "forward, AdaLN modulation computed inside", t_first);
     printf("%-52s %10.2f   (%.0f GFLOP/s)\n", "forward, modulation precomputed", t_fwd, flop / t_fwd / 1e9);
     printf("%-52s %10.2f\n", "precompute the modulation of 100 timesteps", t_pre);
-    printf("peak host memory (allocator): total %.3f GB = weights %.3f + activations %.3f + workspace %.3f + other "
+    printf("%-52s %10.2f   (%.0f GFLOP/s)\n", "one GEMM at fc1's shape, for scale", t_gemm, gemm_flop / t_gemm / 1e9);
+    printf("peak host memory during the forwards (allocator): total %.3f GB = weights %.3f + activations %.3f + workspace %.3f + other "
            "%.3f\n",
            ms.total_peak / 1e9, ms.peak[H3_MEM_WEIGHTS] / 1e9, ms.peak[H3_MEM_ACTIVATIONS] / 1e9,
            ms.peak[H3_MEM_WORKSPACE] / 1e9, ms.peak[H3_MEM_OTHER] / 1e9);
     printf("forward workspace (predicted by h3_dit_workspace_bytes): %.3f GB; kept modulation of 100 timesteps "
            "%.1f MB\n", ws / 1e9, h3_dit_modulation_bytes(&c, 100) / 1e6);
-    printf("process VmHWM %.3f GB, VmRSS %.3f GB\n", vm_kb("VmHWM:") / 1e6 * 1.024, vm_kb("VmRSS:") / 1e6 * 1.024);
+    printf("process VmHWM after the forwards %.3f GB (the whole run: %.3f GB)\n", hwm_kb / 1e6 * 1.024,
+           vm_kb("VmHWM:") / 1e6 * 1.024);
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la && fgets(load, sizeof load, la)) load[strcspn(load, "\n")] = 0;
+    if (la) fclose(la);
+    printf("load average during the run (other work on this machine slows it): %s\n", load);
     free(tags);
     free(tidx);
     free(vi);
