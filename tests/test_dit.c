@@ -376,6 +376,61 @@ static void test_permutation(void) {
     run_close(&r);
 }
 
+/* Sequences without audio rows or without text rows (NULL tensors, index lists and outputs) run and give finite
+ * velocities. */
+static void test_missing_modalities(void) {
+    run_t r;
+    CHECK_OK(run_open(&r, "official", NULL));
+    if (!r.dit) return;
+    const h3_dit_inputs *in = &r.in.in;
+    const int64_t S = in->seq_len;
+    for (int drop = 0; drop < 2; drop++) { /* 0: audio, 1: text */
+        const int32_t *gone = drop ? in->text_indices : in->audio_indices;
+        int64_t ngone = drop ? r.in.text.shape[0] : r.a.shape[0];
+        int32_t *newrow = malloc((size_t)S * 4);
+        int64_t n = 0;
+        for (int64_t i = 0; i < S; i++) {
+            int g = 0;
+            for (int64_t j = 0; j < ngone; j++) g |= gone[j] == i;
+            newrow[i] = g ? -1 : (int32_t)n++;
+        }
+        int32_t *tags = malloc((size_t)n * 4), *tidx = malloc((size_t)n * 4), *vi = malloc((size_t)r.v.shape[0] * 4),
+                *ai = malloc((size_t)r.a.shape[0] * 4), *ti = malloc((size_t)r.in.text.shape[0] * 4);
+        double *pos = malloc((size_t)n * 24);
+        for (int64_t i = 0; i < S; i++)
+            if (newrow[i] >= 0) {
+                tags[newrow[i]] = in->token_tags[i];
+                tidx[newrow[i]] = in->timestep_indices[i];
+                memcpy(pos + 3 * newrow[i], in->position_ids + 3 * i, 24);
+            }
+        for (int64_t i = 0; i < r.v.shape[0]; i++) vi[i] = newrow[in->video_indices[i]];
+        for (int64_t i = 0; i < r.a.shape[0]; i++) ai[i] = newrow[in->audio_indices[i]];
+        for (int64_t i = 0; i < r.in.text.shape[0]; i++) ti[i] = newrow[in->text_indices[i]];
+        h3_dit_inputs b = *in;
+        b.seq_len = n;
+        b.token_tags = tags;
+        b.timestep_indices = tidx;
+        b.position_ids = pos;
+        b.video_indices = vi;
+        b.audio_indices = drop ? ai : NULL;
+        b.text_indices = drop ? NULL : ti;
+        if (drop) b.text = NULL;
+        else b.audio = NULL;
+        CHECK_OK(h3_dit_forward(r.dit, &g_ex, &b, &r.v, drop ? &r.a : NULL));
+        int finite = 1;
+        for (int64_t i = 0; i < h3_tensor_numel(&r.v); i++) finite &= isfinite(((float *)r.v.data)[i]) != 0;
+        CHECK(finite, "dropping the %s rows gave non-finite video velocities", drop ? "text" : "audio");
+        free(newrow);
+        free(tags);
+        free(tidx);
+        free(vi);
+        free(ai);
+        free(ti);
+        free(pos);
+    }
+    run_close(&r);
+}
+
 /* ---- bad inputs ------------------------------------------------------------------------------------------------ */
 
 static void test_bad_inputs(void) {
@@ -736,6 +791,7 @@ int main(int argc, char **argv) {
         {"precompute", test_precompute},
         {"modulation_bytes", test_modulation_bytes},
         {"permutation", test_permutation},
+        {"missing_modalities", test_missing_modalities},
         {"bad_inputs", test_bad_inputs},
         {"bad_files", test_bad_files},
         {"config_json", test_config_json},
