@@ -1,10 +1,12 @@
-/* The DiT at full width on the CPU: the released shapes (hidden 5376, 56 heads × 128, FFN 14336, text 5120, full
- * AdaLN) with 2 blocks and the 2 refiner blocks, random bf16 weights (fp32 islands as released) made in memory,
- * one forward over a packed sequence of S rows (default 1,000: text 128, stereo audio 2 × 36, video 4 frames × 200).
+/* The DiT at full width on the CPU: the released shapes (hidden 5376, 56 heads × 128, FFN 14336, text 5120,
+ * full AdaLN) with 2 blocks and the 2 refiner blocks, random bf16 weights (fp32 islands as released) made in
+ * memory, one forward over a packed sequence of S rows (default 1,000: text 128, stereo audio 2 × 36, video 4
+ * frames × 200).
  *
  * usage: bench_dit_cpu [threads] [rows]     (defaults: all CPUs, 1000)
  * Prints the AdaLN precomputation time, the forward time with the modulation precomputed and with it computed
- * inside the forward, the GEMM FLOP rate, and peak memory (the allocator's counters and the process's VmHWM). */
+ * inside the forward, the GEMM FLOP rate, and peak memory (the allocator's counters and the process's VmHWM).
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +47,10 @@ static int fill(const char *name, h3_tensor *t, void *user) {
     float a = t->ndim == 2 ? sqrtf(3.0f / (float)cols) : 0.1f;
     for (int64_t i = 0; i < n; i++) {
         float v = norm ? 1.0f + 0.1f * urand() : a * urand();
-        if (t->dtype == H3_BF16) ((uint16_t *)t->data)[i] = h3_f32_to_bf16(v);
-        else ((float *)t->data)[i] = v;
+        if (t->dtype == H3_BF16)
+            ((uint16_t *)t->data)[i] = h3_f32_to_bf16(v);
+        else
+            ((float *)t->data)[i] = v;
     }
     return 0;
 }
@@ -165,19 +169,23 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < h3_tensor_numel(&vout); i++) vsum += fabs(((float *)vout.data)[i]);
     int64_t ws = h3_dit_workspace_bytes(dit, S, L, Nv, Na);
 
-    printf("sequence: %lld rows (text %lld, audio %lld, video %lld), 2 timesteps; mean |v| %.3f\n", (long long)S,
-           (long long)L, (long long)Na, (long long)Nv, vsum / (double)h3_tensor_numel(&vout));
+    printf("sequence: %lld rows (text %lld, audio %lld, video %lld), 2 timesteps; mean |v| %.3f\n",
+           (long long)S, (long long)L, (long long)Na, (long long)Nv, vsum / (double)h3_tensor_numel(&vout));
     printf("%-52s %10s\n", "what", "seconds");
     printf("%-52s %10.2f\n", "forward, AdaLN modulation computed inside", t_first);
     printf("%-52s %10.2f   (%.0f GFLOP/s)\n", "forward, modulation precomputed", t_fwd, flop / t_fwd / 1e9);
     printf("%-52s %10.2f\n", "precompute the modulation of 100 timesteps", t_pre);
-    printf("%-52s %10.2f   (%.0f GFLOP/s)\n", "one GEMM at fc1's shape, for scale", t_gemm, gemm_flop / t_gemm / 1e9);
-    printf("peak host memory during the forwards (allocator): total %.3f GB = weights %.3f + activations %.3f + workspace %.3f + other "
+    printf("%-52s %10.2f   (%.0f GFLOP/s)\n", "one GEMM at fc1's shape, for scale", t_gemm,
+           gemm_flop / t_gemm / 1e9);
+    printf("peak host memory during the forwards (allocator): total %.3f GB = weights %.3f + activations "
+           "%.3f + workspace %.3f + other "
            "%.3f\n",
            ms.total_peak / 1e9, ms.peak[H3_MEM_WEIGHTS] / 1e9, ms.peak[H3_MEM_ACTIVATIONS] / 1e9,
            ms.peak[H3_MEM_WORKSPACE] / 1e9, ms.peak[H3_MEM_OTHER] / 1e9);
-    printf("forward workspace (predicted by h3_dit_workspace_bytes): %.3f GB; kept modulation of 100 timesteps "
-           "%.1f MB\n", ws / 1e9, h3_dit_modulation_bytes(&c, 100) / 1e6);
+    printf(
+        "forward workspace (predicted by h3_dit_workspace_bytes): %.3f GB; kept modulation of 100 timesteps "
+        "%.1f MB\n",
+        ws / 1e9, h3_dit_modulation_bytes(&c, 100) / 1e6);
     printf("process VmHWM after the forwards %.3f GB (the whole run: %.3f GB)\n", hwm_kb / 1e6 * 1.024,
            vm_kb("VmHWM:") / 1e6 * 1.024);
     FILE *la = fopen("/proc/loadavg", "r");

@@ -2,10 +2,10 @@
  * layout; AdaLN precomputation; input checks; permutation invariance; loader allocation failures.
  *
  * Tolerance: max |c − ref| / max |ref| <= 1e-4 per output. The weights are the fixture's stored bf16/f16/f32
- * values, which the C code converts to f32 exactly, and the reference computes with the same values in float64:
- * what remains is f32 rounding of activations through 4 blocks (measured ~4e-7), so 1e-4 leaves room for other
- * summation orders (threads, BLAS) while a wrong formula (RoPE split, chunk order: ≥ 7e-2) fails by orders of
- * magnitude. */
+ * values, which the C code converts to f32 exactly, and the reference computes with the same values in
+ * float64: what remains is f32 rounding of activations through 4 blocks (measured ~4e-7), so 1e-4 leaves room
+ * for other summation orders (threads, BLAS) while a wrong formula (RoPE split, chunk order: ≥ 7e-2) fails by
+ * orders of magnitude. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +39,8 @@ static double max_rel(const float *a, const float *ref, int64_t n) {
     return den > 0 ? num / den : num;
 }
 
-static void expect_tensor(const char *what, const h3_tensor *got, h3_st_set *exp, const char *name, double tol) {
+static void expect_tensor(const char *what, const h3_tensor *got, h3_st_set *exp, const char *name,
+                          double tol) {
     h3_tensor ref;
     CHECK_OK(h3_st_load(exp, name, H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref));
     if (!ref.data) return;
@@ -67,7 +68,8 @@ static h3_status run_open(run_t *r, const char *model_rel, const h3_dit_open_opt
     H3_TRY(h3_dit_inputs_read(fix("inputs.safetensors", q, sizeof q), c, &r->in));
     H3_TRY(h3_tensor_alloc2(&r->v, H3_PLACE_HOST, H3_F32, r->in.video.shape[0], h3_dit_video_dim(c),
                             H3_MEM_ACTIVATIONS));
-    return h3_tensor_alloc2(&r->a, H3_PLACE_HOST, H3_F32, r->in.audio.shape[0], c->audio_dim, H3_MEM_ACTIVATIONS);
+    return h3_tensor_alloc2(&r->a, H3_PLACE_HOST, H3_F32, r->in.audio.shape[0], c->audio_dim,
+                            H3_MEM_ACTIVATIONS);
 }
 
 static h3_status run_forward(run_t *r) {
@@ -82,20 +84,23 @@ static void run_close(run_t *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* ---- each layout against the reference -------------------------------------------------------------------- */
+/* ---- each layout against the reference --------------------------------------------------------------------
+ */
 
 static void fixture_case(const char *model_rel, const char *expected_rel, h3_layout layout, int interleaved) {
     char p[512];
     run_t r;
     CHECK_OK(run_open(&r, model_rel, NULL));
     if (!r.dit) return;
-    CHECK(h3_dit_layout(r.dit) == layout, "%s: detected layout %s", model_rel, h3_layout_name(h3_dit_layout(r.dit)));
+    CHECK(h3_dit_layout(r.dit) == layout, "%s: detected layout %s", model_rel,
+          h3_layout_name(h3_dit_layout(r.dit)));
     CHECK(h3_dit_qkv_interleaved(r.dit) == interleaved, "%s: qkv order", model_rel);
     printf("  %s: %s\n", model_rel, h3_dit_describe(r.dit));
     h3_dit_weight_bytes wb;
     h3_dit_weight_bytes_of(r.dit, &wb);
-    CHECK(wb.owned == 0 && wb.mapped == wb.total && wb.total > 0, "%s: %lld of %lld weight bytes are copies, not views",
-          model_rel, (long long)wb.owned, (long long)wb.total);
+    CHECK(wb.owned == 0 && wb.mapped == wb.total && wb.total > 0,
+          "%s: %lld of %lld weight bytes are copies, not views", model_rel, (long long)wb.owned,
+          (long long)wb.total);
     CHECK_OK(run_forward(&r));
     h3_st_set exp;
     CHECK_OK(h3_st_open(fix(expected_rel, p, sizeof p), &exp));
@@ -112,15 +117,19 @@ static void fixture_case(const char *model_rel, const char *expected_rel, h3_lay
         const h3_tensor *m = h3_dit_modulation(r.dit, b, NULL, &n);
         CHECK(m && n == r.in.in.n_timesteps, "modulation %d kept for %d timesteps", b, n);
         if (!m) continue;
-        if (b < c->n_layers) snprintf(name, sizeof name, "modulation.blocks.%d", b);
-        else snprintf(name, sizeof name, "modulation.final");
+        if (b < c->n_layers)
+            snprintf(name, sizeof name, "modulation.blocks.%d", b);
+        else
+            snprintf(name, sizeof name, "modulation.final");
         snprintf(what, sizeof what, "%s %s", model_rel, name);
         expect_tensor(what, m, &exp, name, TOL);
     }
     h3_dit_stats s;
     h3_dit_get_stats(r.dit, &s);
-    CHECK(s.acquires == h3_dit_n_units(c) && s.releases == s.acquires, "one acquire/release per block: %lld/%lld for "
-          "%d blocks", (long long)s.acquires, (long long)s.releases, h3_dit_n_units(c));
+    CHECK(s.acquires == h3_dit_n_units(c) && s.releases == s.acquires,
+          "one acquire/release per block: %lld/%lld for "
+          "%d blocks",
+          (long long)s.acquires, (long long)s.releases, h3_dit_n_units(c));
     h3_st_close(&exp);
     run_close(&r);
 }
@@ -132,7 +141,8 @@ static void test_official(void) {
 }
 static void test_diffusers(void) {
     fixture_case("diffusers", "expected_full.safetensors", H3_LAYOUT_DIFFUSERS, 0);
-    fixture_case("diffusers/diffusion_pytorch_model.safetensors", "expected_full.safetensors", H3_LAYOUT_DIFFUSERS, 0);
+    fixture_case("diffusers/diffusion_pytorch_model.safetensors", "expected_full.safetensors",
+                 H3_LAYOUT_DIFFUSERS, 0);
 }
 static void test_comfy_pruned(void) {
     fixture_case("comfy_pruned.safetensors", "expected_pruned.safetensors", H3_LAYOUT_COMFY, 0);
@@ -160,7 +170,8 @@ static void test_qkv_order_matters(void) {
     run_close(&r);
 }
 
-/* ---- AdaLN precomputation --------------------------------------------------------------------------------- */
+/* ---- AdaLN precomputation ---------------------------------------------------------------------------------
+ */
 
 static int copy_weight(const char *name, h3_tensor *t, void *user) {
     h3_st_set *s = user;
@@ -190,7 +201,8 @@ static int poison_adaln(const char *name, h3_tensor *t, void *user) {
 }
 
 /* A DiT created in memory (h3_dit_create) with the pruned fixture's weights: it must compute the pruned
- * fixture's outputs; after precomputing the modulation, NaN in every AdaLN parameter must not reach a forward. */
+ * fixture's outputs; after precomputing the modulation, NaN in every AdaLN parameter must not reach a
+ * forward. */
 static void test_precompute(void) {
     char p[512];
     run_t r;
@@ -221,12 +233,14 @@ static void test_precompute(void) {
     sched[n++] = in->timesteps[0]; /* a repeat is kept once */
     CHECK_OK(h3_dit_precompute_modulation(d, &g_ex, sched, n));
     int kept = 0;
-    CHECK(h3_dit_modulation(d, 0, NULL, &kept) && kept == n - 1, "kept %d distinct timesteps of %d", kept, n - 1);
+    CHECK(h3_dit_modulation(d, 0, NULL, &kept) && kept == n - 1, "kept %d distinct timesteps of %d", kept,
+          n - 1);
     h3_dit_stats s0, s1;
     h3_dit_get_stats(d, &s0);
     CHECK_OK(h3_dit_forward(d, &g_ex, in, &r.v, &r.a));
     h3_dit_get_stats(d, &s1);
-    CHECK(s1.adaln_passes == s0.adaln_passes, "a forward with precomputed timesteps recomputed the modulation");
+    CHECK(s1.adaln_passes == s0.adaln_passes,
+          "a forward with precomputed timesteps recomputed the modulation");
     expect_tensor("created DiT (pruned weights) video velocity", &r.v, &exp, "video_velocity", TOL);
     expect_tensor("created DiT (pruned weights) audio velocity", &r.a, &exp, "audio_velocity", TOL);
 
@@ -239,7 +253,8 @@ static void test_precompute(void) {
     h3_dit_visit_weights(d, poison_adaln, &visited);
     CHECK(visited > 10, "visited %d weights", visited);
     CHECK_OK(h3_dit_forward(d, &g_ex, in, &r.v, &r.a));
-    CHECK(memcmp(v0, r.v.data, (size_t)nv * sizeof(float)) == 0 && memcmp(a0, r.a.data, (size_t)na * sizeof(float)) == 0,
+    CHECK(memcmp(v0, r.v.data, (size_t)nv * sizeof(float)) == 0 &&
+              memcmp(a0, r.a.data, (size_t)na * sizeof(float)) == 0,
           "a forward after precomputation read an AdaLN parameter");
     /* A timestep that was not precomputed needs them: the NaNs show up, proving the poison was real. */
     float t_other = 0.33f;
@@ -270,13 +285,15 @@ static void test_modulation_bytes(void) {
     int64_t adaln = 50 * (96768LL * 2688 + 96768) * 2 + (10752LL * 2688 + 10752) * 2 +
                     (5376LL * 256 + 5376 + 2688LL * 5376 + 2688) * 4;
     CHECK(adaln == 26142079488LL, "AdaLN bytes of the release: %lld", (long long)adaln);
-    /* Kept rows for 4 distinct timesteps in a step (video, audio, keyframe 0.999, reference audio 1.0), f32. */
+    /* Kept rows for 4 distinct timesteps in a step (video, audio, keyframe 0.999, reference audio 1.0), f32.
+     */
     CHECK(h3_dit_modulation_bytes(&c, 4) == 4LL * (50 * 96768 + 10752) * 4, "modulation bytes");
-    printf("  per step: AdaLN parameters %lld bytes vs kept rows of 4 timesteps %lld bytes\n", (long long)adaln,
-           (long long)h3_dit_modulation_bytes(&c, 4));
+    printf("  per step: AdaLN parameters %lld bytes vs kept rows of 4 timesteps %lld bytes\n",
+           (long long)adaln, (long long)h3_dit_modulation_bytes(&c, 4));
 }
 
-/* ---- layout handling ---------------------------------------------------------------------------------------- */
+/* ---- layout handling
+ * ---------------------------------------------------------------------------------------- */
 
 typedef struct {
     h3_dit_inputs in;
@@ -358,13 +375,17 @@ static void test_permutation(void) {
     CHECK_OK(h3_tensor_alloc2(&v2, H3_PLACE_HOST, H3_F32, Nv, vd, H3_MEM_ACTIVATIONS));
     CHECK_OK(h3_tensor_alloc2(&a2, H3_PLACE_HOST, H3_F32, Na, ad, H3_MEM_ACTIVATIONS));
     CHECK_OK(h3_dit_forward(r.dit, &g_ex, &o.in, &v2, &a2));
-    /* Expected: original outputs reordered by Qv / Qa (attention sums in another order: f32 rounding only). */
+    /* Expected: original outputs reordered by Qv / Qa (attention sums in another order: f32 rounding only).
+     */
     float *ev = malloc((size_t)(Nv * vd) * 4), *ea = malloc((size_t)(Na * ad) * 4);
-    for (int64_t i = 0; i < Nv; i++) memcpy(ev + i * vd, (const float *)r.v.data + Qv[i] * vd, (size_t)vd * 4);
-    for (int64_t i = 0; i < Na; i++) memcpy(ea + i * ad, (const float *)r.a.data + Qa[i] * ad, (size_t)ad * 4);
+    for (int64_t i = 0; i < Nv; i++)
+        memcpy(ev + i * vd, (const float *)r.v.data + Qv[i] * vd, (size_t)vd * 4);
+    for (int64_t i = 0; i < Na; i++)
+        memcpy(ea + i * ad, (const float *)r.a.data + Qa[i] * ad, (size_t)ad * 4);
     double e1 = max_rel(v2.data, ev, Nv * vd), e2 = max_rel(a2.data, ea, Na * ad);
     CHECK(e1 <= 1e-5 && e2 <= 1e-5, "permuted rows: video %.2e, audio %.2e", e1, e2);
-    printf("  permuted packed rows, shuffled row lists, reversed timesteps: max rel diff %.2e / %.2e\n", e1, e2);
+    printf("  permuted packed rows, shuffled row lists, reversed timesteps: max rel diff %.2e / %.2e\n", e1,
+           e2);
     free(ev);
     free(ea);
     free(P);
@@ -376,8 +397,8 @@ static void test_permutation(void) {
     run_close(&r);
 }
 
-/* Sequences without audio rows or without text rows (NULL tensors, index lists and outputs) run and give finite
- * velocities. */
+/* Sequences without audio rows or without text rows (NULL tensors, index lists and outputs) run and give
+ * finite velocities. */
 static void test_missing_modalities(void) {
     run_t r;
     CHECK_OK(run_open(&r, "official", NULL));
@@ -394,8 +415,9 @@ static void test_missing_modalities(void) {
             for (int64_t j = 0; j < ngone; j++) g |= gone[j] == i;
             newrow[i] = g ? -1 : (int32_t)n++;
         }
-        int32_t *tags = malloc((size_t)n * 4), *tidx = malloc((size_t)n * 4), *vi = malloc((size_t)r.v.shape[0] * 4),
-                *ai = malloc((size_t)r.a.shape[0] * 4), *ti = malloc((size_t)r.in.text.shape[0] * 4);
+        int32_t *tags = malloc((size_t)n * 4), *tidx = malloc((size_t)n * 4),
+                *vi = malloc((size_t)r.v.shape[0] * 4), *ai = malloc((size_t)r.a.shape[0] * 4),
+                *ti = malloc((size_t)r.in.text.shape[0] * 4);
         double *pos = malloc((size_t)n * 24);
         for (int64_t i = 0; i < S; i++)
             if (newrow[i] >= 0) {
@@ -414,8 +436,10 @@ static void test_missing_modalities(void) {
         b.video_indices = vi;
         b.audio_indices = drop ? ai : NULL;
         b.text_indices = drop ? NULL : ti;
-        if (drop) b.text = NULL;
-        else b.audio = NULL;
+        if (drop)
+            b.text = NULL;
+        else
+            b.audio = NULL;
         CHECK_OK(h3_dit_forward(r.dit, &g_ex, &b, &r.v, drop ? &r.a : NULL));
         int finite = 1;
         for (int64_t i = 0; i < h3_tensor_numel(&r.v); i++) finite &= isfinite(((float *)r.v.data)[i]) != 0;
@@ -431,7 +455,8 @@ static void test_missing_modalities(void) {
     run_close(&r);
 }
 
-/* ---- bad inputs ------------------------------------------------------------------------------------------------ */
+/* ---- bad inputs
+ * ------------------------------------------------------------------------------------------------ */
 
 static void test_bad_inputs(void) {
     run_t r;
@@ -443,17 +468,17 @@ static void test_bad_inputs(void) {
     int32_t *ti = malloc((size_t)r.in.text.shape[0] * 4);
     double *pos = malloc((size_t)S * 3 * 8);
     h3_dit_inputs b;
-#define RESET()                                                                                                \
-    do {                                                                                                       \
-        b = *in;                                                                                               \
-        memcpy(tags, in->token_tags, (size_t)S * 4);                                                           \
-        memcpy(tidx, in->timestep_indices, (size_t)S * 4);                                                     \
-        memcpy(ti, in->text_indices, (size_t)r.in.text.shape[0] * 4);                                          \
-        memcpy(pos, in->position_ids, (size_t)S * 3 * 8);                                                      \
-        b.token_tags = tags;                                                                                   \
-        b.timestep_indices = tidx;                                                                             \
-        b.text_indices = ti;                                                                                   \
-        b.position_ids = pos;                                                                                  \
+#define RESET()                                                                                              \
+    do {                                                                                                     \
+        b = *in;                                                                                             \
+        memcpy(tags, in->token_tags, (size_t)S * 4);                                                         \
+        memcpy(tidx, in->timestep_indices, (size_t)S * 4);                                                   \
+        memcpy(ti, in->text_indices, (size_t)r.in.text.shape[0] * 4);                                        \
+        memcpy(pos, in->position_ids, (size_t)S * 3 * 8);                                                    \
+        b.token_tags = tags;                                                                                 \
+        b.timestep_indices = tidx;                                                                           \
+        b.text_indices = ti;                                                                                 \
+        b.position_ids = pos;                                                                                \
     } while (0)
     RESET();
     tags[3] = 3;
@@ -496,7 +521,8 @@ static void test_bad_inputs(void) {
     CHECK_OK(run_forward(&r));
     h3_dit_stats s;
     h3_dit_get_stats(r.dit, &s);
-    CHECK(s.acquires == s.releases, "acquires %lld, releases %lld", (long long)s.acquires, (long long)s.releases);
+    CHECK(s.acquires == s.releases, "acquires %lld, releases %lld", (long long)s.acquires,
+          (long long)s.releases);
 #undef RESET
     free(tags);
     free(tidx);
@@ -505,12 +531,13 @@ static void test_bad_inputs(void) {
     run_close(&r);
 }
 
-/* ---- files that are not right ------------------------------------------------------------------------------------ */
+/* ---- files that are not right
+ * ------------------------------------------------------------------------------------ */
 
-/* Copies a fixture file, leaving out `skip`, reshaping `reshape` to [2, 3] f32, and adding a comfy_quant marker
- * when marker is set. */
-static void rewrite(const char *src_rel, const char *dst, const char *skip, const char *reshape, const char *marker,
-                    const char *meta_config) {
+/* Copies a fixture file, leaving out `skip`, reshaping `reshape` to [2, 3] f32, and adding a comfy_quant
+ * marker when marker is set. */
+static void rewrite(const char *src_rel, const char *dst, const char *skip, const char *reshape,
+                    const char *marker, const char *meta_config) {
     char p[512];
     h3_st_set s;
     CHECK_OK(h3_st_open(fix(src_rel, p, sizeof p), &s));
@@ -558,8 +585,10 @@ static void test_bad_files(void) {
     /* Metadata config that disagrees with the shapes. */
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 64, \"num_layers\": 2}");
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "video_patch_proj.weight");
-    rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 32, \"num_layers\": 3, "
-            "\"num_attention_heads\": 2, \"ffn_hidden_size\": 64, \"text_dim\": 24, \"time_embed_hidden_size\": 32}");
+    rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL,
+            "{\"hidden_size\": 32, \"num_layers\": 3, "
+            "\"num_attention_heads\": 2, \"ffn_hidden_size\": 64, \"text_dim\": 24, "
+            "\"time_embed_hidden_size\": 32}");
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "3 blocks");
     /* config.json beside the weights wins over the metadata; a bad one is an error naming it. */
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, NULL);
@@ -573,7 +602,8 @@ static void test_bad_files(void) {
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "adaln_out_features");
     cf = fopen(cfgp, "w");
     fputs("{\"hidden_size\": 32, \"num_layers\": 2, \"num_attention_heads\": 2, \"attention_head_dim\": 128, "
-          "\"rope_inv_freq_len\": 22}", cf);
+          "\"rope_inv_freq_len\": 22}",
+          cf);
     fclose(cf);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_INVALID, "RoPE");
     /* A config.json of something else is ignored (shapes decide). */
@@ -585,25 +615,28 @@ static void test_bad_files(void) {
     d = NULL;
     unlink(cfgp);
     /* Not a DiT. */
-    CHECK_ERR(h3_dit_open(fix("inputs.safetensors", p, sizeof p), NULL, &d), H3_ERR_FORMAT, "not a MiniMax-H3 DiT");
+    CHECK_ERR(h3_dit_open(fix("inputs.safetensors", p, sizeof p), NULL, &d), H3_ERR_FORMAT,
+              "not a MiniMax-H3 DiT");
     CHECK(d == NULL, "a failed open returns no model");
     unlink(f);
     rmdir(dir);
 }
 
 static void test_config_json(void) {
-    const char *off = "{\"hidden_size\": 64, \"num_layers\": 3, \"token_refiner_num_layers\": 1, "
-                      "\"num_attention_heads\": 4, \"attention_head_dim\": 64, \"ffn_hidden_size\": 96, "
-                      "\"latents_dim\": 8, \"audio_latents_dim\": 16, \"patch_size\": [1, 2, 2], \"text_dim\": 40, "
-                      "\"timestep_input_dim\": 32, \"time_embed_hidden_size\": 48, \"time_embed_dim\": 24, "
-                      "\"adaln_out_features\": 1152, \"final_adaln_out_features\": 128, \"rope_inv_freq_len\": 8, "
-                      "\"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, \"final_norm_eps\": 1e-05}";
-    const char *dif = "{\"_class_name\": \"MiniMaxH3Transformer3DModel\", \"hidden_size\": 64, \"num_layers\": 3, "
-                      "\"num_refiner_layers\": 1, \"num_attention_heads\": 4, \"attention_head_dim\": 64, "
-                      "\"ffn_dim\": 96, \"in_channels\": 8, \"audio_in_channels\": 16, \"patch_size\": [1, 2, 2], "
-                      "\"text_dim\": 40, \"freq_dim\": 32, \"time_embed_hidden_dim\": 48, \"time_embed_dim\": 24, "
-                      "\"rope_freq_dim\": 8, \"rope_theta\": 10000.0, \"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, "
-                      "\"final_norm_eps\": 1e-05}";
+    const char *off =
+        "{\"hidden_size\": 64, \"num_layers\": 3, \"token_refiner_num_layers\": 1, "
+        "\"num_attention_heads\": 4, \"attention_head_dim\": 64, \"ffn_hidden_size\": 96, "
+        "\"latents_dim\": 8, \"audio_latents_dim\": 16, \"patch_size\": [1, 2, 2], \"text_dim\": 40, "
+        "\"timestep_input_dim\": 32, \"time_embed_hidden_size\": 48, \"time_embed_dim\": 24, "
+        "\"adaln_out_features\": 1152, \"final_adaln_out_features\": 128, \"rope_inv_freq_len\": 8, "
+        "\"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, \"final_norm_eps\": 1e-05}";
+    const char *dif =
+        "{\"_class_name\": \"MiniMaxH3Transformer3DModel\", \"hidden_size\": 64, \"num_layers\": 3, "
+        "\"num_refiner_layers\": 1, \"num_attention_heads\": 4, \"attention_head_dim\": 64, "
+        "\"ffn_dim\": 96, \"in_channels\": 8, \"audio_in_channels\": 16, \"patch_size\": [1, 2, 2], "
+        "\"text_dim\": 40, \"freq_dim\": 32, \"time_embed_hidden_dim\": 48, \"time_embed_dim\": 24, "
+        "\"rope_freq_dim\": 8, \"rope_theta\": 10000.0, \"norm_eps\": 1e-6, \"qk_norm_eps\": 1e-05, "
+        "\"final_norm_eps\": 1e-05}";
     json_t *a = NULL, *b = NULL;
     CHECK_OK(h3_json_parse(off, strlen(off), "official", &a));
     CHECK_OK(h3_json_parse(dif, strlen(dif), "diffusers", &b));
@@ -611,8 +644,9 @@ static void test_config_json(void) {
     CHECK_OK(h3_dit_config_from_json(a, "official", &ca));
     CHECK_OK(h3_dit_config_from_json(b, "diffusers", &cb));
     CHECK(memcmp(&ca, &cb, sizeof ca) == 0, "the two namings give different configs");
-    CHECK(ca.hidden == 64 && ca.n_refiner_layers == 1 && ca.ffn == 96 && ca.in_channels == 8 && ca.audio_dim == 16 &&
-              ca.freq_dim == 32 && ca.time_hidden == 48 && ca.rope_freq_dim == 8 && ca.norm_eps == 1e-6,
+    CHECK(ca.hidden == 64 && ca.n_refiner_layers == 1 && ca.ffn == 96 && ca.in_channels == 8 &&
+              ca.audio_dim == 16 && ca.freq_dim == 32 && ca.time_hidden == 48 && ca.rope_freq_dim == 8 &&
+              ca.norm_eps == 1e-6,
           "values");
     json_decref(a);
     json_decref(b);
@@ -620,11 +654,16 @@ static void test_config_json(void) {
     CHECK_OK(h3_json_parse("{}", 2, "empty", &a));
     CHECK_OK(h3_dit_config_from_json(a, "empty", &ca));
     h3_dit_config_default(&rel);
-    CHECK(memcmp(&ca, &rel, sizeof ca) == 0 && rel.hidden == 5376 && rel.n_layers == 50 && rel.time_embed_dim == 2688,
+    CHECK(memcmp(&ca, &rel, sizeof ca) == 0 && rel.hidden == 5376 && rel.n_layers == 50 &&
+              rel.time_embed_dim == 2688,
           "defaults");
     json_decref(a);
-    const char *bad[] = {"{\"patch_size\": [1, 2]}", "{\"hidden_size\": 1.5}", "{\"rope_theta\": \"x\"}",
-                         "{\"hidden_size\": 0}", "[1, 2]", "{\"attention_head_dim\": 64, \"rope_freq_dim\": 16}"};
+    const char *bad[] = {"{\"patch_size\": [1, 2]}",
+                         "{\"hidden_size\": 1.5}",
+                         "{\"rope_theta\": \"x\"}",
+                         "{\"hidden_size\": 0}",
+                         "[1, 2]",
+                         "{\"attention_head_dim\": 64, \"rope_freq_dim\": 16}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_OK(h3_json_parse(bad[i], strlen(bad[i]), "bad", &a));
         h3_clear_error();
@@ -634,7 +673,8 @@ static void test_config_json(void) {
     }
 }
 
-/* ---- memory ------------------------------------------------------------------------------------------------------ */
+/* ---- memory
+ * ------------------------------------------------------------------------------------------------------ */
 
 static void test_workspace_bytes(void) {
     run_t r;
@@ -646,21 +686,25 @@ static void test_workspace_bytes(void) {
     h3_mem_reset_peaks();
     CHECK_OK(run_forward(&r));
     h3_mem_get_stats(&after);
-    int64_t ws = h3_dit_workspace_bytes(r.dit, r.in.in.seq_len, r.in.text.shape[0], r.v.shape[0], r.a.shape[0]);
+    int64_t ws =
+        h3_dit_workspace_bytes(r.dit, r.in.in.seq_len, r.in.text.shape[0], r.v.shape[0], r.a.shape[0]);
     int64_t grew = after.peak[H3_MEM_ACTIVATIONS] - before.current[H3_MEM_ACTIVATIONS];
-    CHECK(grew == ws, "forward's activation peak grew by %lld bytes; h3_dit_workspace_bytes says %lld", (long long)grew,
-          (long long)ws);
+    CHECK(grew == ws, "forward's activation peak grew by %lld bytes; h3_dit_workspace_bytes says %lld",
+          (long long)grew, (long long)ws);
     /* A second forward of the same shape allocates no activations. */
     h3_mem_reset_peaks();
     h3_mem_get_stats(&before);
     CHECK_OK(run_forward(&r));
     h3_mem_get_stats(&after);
-    CHECK(after.peak[H3_MEM_ACTIVATIONS] == before.current[H3_MEM_ACTIVATIONS], "second forward allocated activations");
-    printf("  workspace %lld bytes for %lld rows (predicted = measured)\n", (long long)ws, (long long)r.in.in.seq_len);
+    CHECK(after.peak[H3_MEM_ACTIVATIONS] == before.current[H3_MEM_ACTIVATIONS],
+          "second forward allocated activations");
+    printf("  workspace %lld bytes for %lld rows (predicted = measured)\n", (long long)ws,
+           (long long)r.in.in.seq_len);
     run_close(&r);
 }
 
-/* Every allocation of open + inputs + forward failing in turn: an error (out of memory), never a crash or a leak. */
+/* Every allocation of open + inputs + forward failing in turn: an error (out of memory), never a crash or a
+ * leak. */
 static void test_alloc_failures(void) {
     const char *models[] = {"official", "diffusers", "comfy_pruned.safetensors"};
     for (int m = 0; m < 3; m++) {
@@ -685,8 +729,8 @@ static void test_alloc_failures(void) {
                     break;
                 }
                 failures++;
-                CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %s: %s", models[m],
-                      n, h3_code_name(st), h3_last_error());
+                CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %s: %s",
+                      models[m], n, h3_code_name(st), h3_last_error());
                 if (st != H3_ERR_NOMEM) break;
             }
             CHECK(failures > 50, "%s: only %d allocation points were exercised", models[m], failures);
@@ -699,14 +743,16 @@ static void test_no_leaks(void) {
     h3_mem_stats s;
     h3_mem_get_stats(&s);
     for (int c = 0; c < H3_MEM_CATEGORY_COUNT; c++)
-        if (c != H3_MEM_OTHER) CHECK(s.current[c] == 0, "%s still holds %lld bytes", h3_mem_category_name(c),
-                                     (long long)s.current[c]);
+        if (c != H3_MEM_OTHER)
+            CHECK(s.current[c] == 0, "%s still holds %lld bytes", h3_mem_category_name(c),
+                  (long long)s.current[c]);
 }
 
 /* For tests/cli_dit.sh: inputs files each with one thing wrong, named after it ("<what>.safetensors"). */
 static int write_bad_inputs(const char *dir) {
-    static const char *names[] = {"video", "audio", "text", "timesteps", "timestep_indices", "token_tags",
-                                  "position_ids", "video_indices", "audio_indices", "text_indices"};
+    static const char *names[] = {
+        "video",      "audio",        "text",          "timesteps",     "timestep_indices",
+        "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices"};
     char p[512];
     h3_st_set s;
     if (h3_st_open(fix("inputs.safetensors", p, sizeof p), &s) != H3_OK) return 1;
@@ -717,10 +763,15 @@ static int write_bad_inputs(const char *dir) {
          * as F32; 22: a duplicated text index. */
         const char *target = names[variant % 10];
         char path[600];
-        if (variant < 10) snprintf(path, sizeof path, "%s/missing_%s.safetensors", dir, target);
-        else if (variant < 20) snprintf(path, sizeof path, "%s/shape_%s.safetensors", dir, target);
-        else snprintf(path, sizeof path, "%s/%s.safetensors", dir,
-                      variant == 20 ? "bad_tag" : variant == 21 ? "float_indices" : "duplicate_index");
+        if (variant < 10)
+            snprintf(path, sizeof path, "%s/missing_%s.safetensors", dir, target);
+        else if (variant < 20)
+            snprintf(path, sizeof path, "%s/shape_%s.safetensors", dir, target);
+        else
+            snprintf(path, sizeof path, "%s/%s.safetensors", dir,
+                     variant == 20   ? "bad_tag"
+                     : variant == 21 ? "float_indices"
+                                     : "duplicate_index");
         h3_st_writer *w;
         if (h3_st_writer_new(&w) != H3_OK) return 1;
         for (int64_t i = 0; i < s.n_entries && !rc; i++) {

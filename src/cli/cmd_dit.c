@@ -1,5 +1,5 @@
-/* h3run dit: one DiT forward on a packed sequence given as named tensors, for debugging and for comparing with
- * other implementations. */
+/* h3run dit: one DiT forward on a packed sequence given as named tensors, for debugging and for comparing
+ * with other implementations. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,16 +10,18 @@
 #include "io/safetensors.h"
 #include "models/dit.h"
 
-/* max |got − ref| / max |ref| of the named tensor of `ref_path` against got; prints one line. 1 when above tol. */
-static h3_status compare(h3_st_set *ref, const char *name, const h3_tensor *got, double tol, int *bad, int quiet) {
+/* max |got − ref| / max |ref| of the named tensor of `ref_path` against got; prints one line. 1 when above
+ * tol. */
+static h3_status compare(h3_st_set *ref, const char *name, const h3_tensor *got, double tol, int *bad,
+                         int quiet) {
     if (!h3_st_find(ref, name)) return H3_OK;
     h3_tensor r;
     H3_TRY(h3_st_load(ref, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &r));
     h3_status st = H3_OK;
     if (h3_tensor_numel(&r) != h3_tensor_numel(got) || h3_tensor_cols(&r) != h3_tensor_cols(got)) {
         char a[64], b[64];
-        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", ref->source, name, h3_tensor_shape_str(&r, a, sizeof a),
-                    h3_tensor_shape_str(got, b, sizeof b));
+        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", ref->source, name,
+                    h3_tensor_shape_str(&r, a, sizeof a), h3_tensor_shape_str(got, b, sizeof b));
     } else {
         double num = 0, den = 0;
         const float *x = got->data, *y = r.data;
@@ -50,13 +52,18 @@ int h3_cmd_dit(int argc, char **argv) {
     double tol = 1e-4;
     int64_t threads = 0, chunk = 0;
     const h3_cli_opt opts[] = {
-        {"model", 'm', H3_OPT_STR, &model, "PATH", "DiT weights: a .safetensors file, a shard index or a folder "
-                                                    "(official, diffusers or ComfyUI pruned layout)"},
-        {"inputs", 'i', H3_OPT_STR, &inputs, "FILE", "the packed sequence: a .safetensors file of named tensors"},
-        {"output", 'o', H3_OPT_STR, &output, "FILE", "where to write video_velocity and audio_velocity (f32)"},
-        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
+        {"model", 'm', H3_OPT_STR, &model, "PATH",
+         "DiT weights: a .safetensors file, a shard index or a folder "
+         "(official, diffusers or ComfyUI pruned layout)"},
+        {"inputs", 'i', H3_OPT_STR, &inputs, "FILE",
+         "the packed sequence: a .safetensors file of named tensors"},
+        {"output", 'o', H3_OPT_STR, &output, "FILE",
+         "where to write video_velocity and audio_velocity (f32)"},
+        {"config", 0, H3_OPT_STR, &config, "FILE",
+         "config.json to use instead of the one beside the weights"},
         {"qkv-order", 0, H3_OPT_STR, &qkv, "ORDER",
-         "rows of a fused qkv_proj: auto (official: per-head interleaved; ComfyUI: contiguous), interleaved, contiguous"},
+         "rows of a fused qkv_proj: auto (official: per-head interleaved; ComfyUI: contiguous), interleaved, "
+         "contiguous"},
         {"expect", 0, H3_OPT_STR, &expect, "FILE",
          "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol"},
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)"},
@@ -67,8 +74,10 @@ int h3_cmd_dit(int argc, char **argv) {
         {0},
     };
     const h3_cli_cmd cmd = {
-        "dit", "dit --model PATH --inputs FILE -o OUT",
-        "Run the MiniMax-H3 DiT once on a packed sequence. The inputs file holds the arguments of diffusers'\n"
+        "dit",
+        "dit --model PATH --inputs FILE -o OUT",
+        "Run the MiniMax-H3 DiT once on a packed sequence. The inputs file holds the arguments of "
+        "diffusers'\n"
         "MiniMaxH3Transformer3DModel.forward without the batch axis:\n"
         "  video [Nv, 96], audio [Na, 32], text [L, text_dim]      f32 (other float types are converted)\n"
         "  timesteps [T]                                           the distinct t = 1 - sigma\n"
@@ -76,10 +85,14 @@ int h3_cmd_dit(int argc, char **argv) {
         "  position_ids [S, 3]                                     F64 (t, h, w)\n"
         "  video_indices [Nv], audio_indices [Na], text_indices [L] I64 or I32 rows of the packed sequence\n"
         "It writes video_velocity [Nv, 96] and audio_velocity [Na, 32] (f32, x0 = x_t + sigma * v).",
-        "examples:\n  h3run dit --model FL2VA/transformer --inputs packed.safetensors -o velocity.safetensors\n"
-        "  h3run dit -m tests/fixtures/dit/official -i tests/fixtures/dit/inputs.safetensors -o /tmp/v.safetensors \\\n"
+        "examples:\n  h3run dit --model FL2VA/transformer --inputs packed.safetensors -o "
+        "velocity.safetensors\n"
+        "  h3run dit -m tests/fixtures/dit/official -i tests/fixtures/dit/inputs.safetensors -o "
+        "/tmp/v.safetensors \\\n"
         "      --expect tests/fixtures/dit/expected_full.safetensors",
-        opts, 0, 0};
+        opts,
+        0,
+        0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
@@ -92,9 +105,12 @@ int h3_cmd_dit(int argc, char **argv) {
     oo.config_path = config;
     oo.act_place = H3_PLACE_HOST;
     oo.chunk_rows = chunk;
-    if (!strcmp(qkv, "auto")) oo.qkv_order = H3_DIT_QKV_AUTO;
-    else if (!strcmp(qkv, "interleaved")) oo.qkv_order = H3_DIT_QKV_INTERLEAVED;
-    else if (!strcmp(qkv, "contiguous")) oo.qkv_order = H3_DIT_QKV_CONTIGUOUS;
+    if (!strcmp(qkv, "auto"))
+        oo.qkv_order = H3_DIT_QKV_AUTO;
+    else if (!strcmp(qkv, "interleaved"))
+        oo.qkv_order = H3_DIT_QKV_INTERLEAVED;
+    else if (!strcmp(qkv, "contiguous"))
+        oo.qkv_order = H3_DIT_QKV_CONTIGUOUS;
     else {
         fprintf(stderr, "h3run dit: --qkv-order must be auto, interleaved or contiguous; got '%s'\n", qkv);
         return H3_EXIT_USAGE;
@@ -117,9 +133,11 @@ int h3_cmd_dit(int argc, char **argv) {
     int64_t Nv = in.video.shape[0], Na = in.audio.shape[0];
     const h3_dit_config *cfg = dit ? h3_dit_get_config(dit) : NULL;
     if (st == H3_OK)
-        st = h3_tensor_alloc2(&vout, H3_PLACE_HOST, H3_F32, Nv > 0 ? Nv : 1, h3_dit_video_dim(cfg), H3_MEM_ACTIVATIONS);
+        st = h3_tensor_alloc2(&vout, H3_PLACE_HOST, H3_F32, Nv > 0 ? Nv : 1, h3_dit_video_dim(cfg),
+                              H3_MEM_ACTIVATIONS);
     if (st == H3_OK)
-        st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, cfg->audio_dim, H3_MEM_ACTIVATIONS);
+        st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, cfg->audio_dim,
+                              H3_MEM_ACTIVATIONS);
     double t0 = now_s(), t1 = t0;
     if (st == H3_OK) {
         vout.shape[0] = Nv;
@@ -134,8 +152,9 @@ int h3_cmd_dit(int argc, char **argv) {
     if (st == H3_OK) st = h3_st_writer_write(w, output, 0);
     if (st == H3_OK && !quiet) {
         printf("model: %s\n  %s\n", model, h3_dit_describe(dit));
-        printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n", (long long)in.in.seq_len,
-               (long long)Nv, (long long)Na, (long long)in.text.shape[0], in.in.n_timesteps);
+        printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n",
+               (long long)in.in.seq_len, (long long)Nv, (long long)Na, (long long)in.text.shape[0],
+               in.in.n_timesteps);
         printf("forward: %.3f s on %d threads; wrote %s\n", t1 - t0, ex.threads, output);
     }
     int bad = 0;

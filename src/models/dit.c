@@ -9,7 +9,8 @@
 #include "base/log.h"
 #include "models/dit_internal.h"
 
-/* ---- config ------------------------------------------------------------------------------------------------ */
+/* ---- config
+ * ------------------------------------------------------------------------------------------------ */
 
 void h3_dit_config_default(h3_dit_config *c) {
     memset(c, 0, sizeof *c);
@@ -35,7 +36,8 @@ void h3_dit_config_default(h3_dit_config *c) {
 }
 
 /* An integer under any of the names (NULL-terminated); 0 when none is present. */
-static h3_status json_int_any(const json_t *j, const char *what, const char *const *keys, int64_t *out, int *found) {
+static h3_status json_int_any(const json_t *j, const char *what, const char *const *keys, int64_t *out,
+                              int *found) {
     *found = 0;
     for (int i = 0; keys[i]; i++) {
         json_t *v = json_object_get(j, keys[i]);
@@ -92,7 +94,8 @@ h3_status h3_dit_config_from_json(const json_t *j, const char *what, h3_dit_conf
             return H3_ERR(H3_ERR_FORMAT, "%s: 'patch_size' must be a list of 3 integers (t, h, w)", what);
         for (int i = 0; i < 3; i++) {
             json_t *e = json_array_get(p, (size_t)i);
-            if (!json_is_integer(e)) return H3_ERR(H3_ERR_FORMAT, "%s: 'patch_size' must hold integers", what);
+            if (!json_is_integer(e))
+                return H3_ERR(H3_ERR_FORMAT, "%s: 'patch_size' must hold integers", what);
             c->patch[i] = (int64_t)json_integer_value(e);
         }
     }
@@ -121,27 +124,37 @@ h3_status h3_dit_config_check(const h3_dit_config *c) {
         const char *name;
         int64_t v, lo;
     } f[] = {
-        {"hidden size", c->hidden, 1},          {"number of layers", c->n_layers, 0},
-        {"refiner layers", c->n_refiner_layers, 0}, {"attention heads", c->heads, 1},
-        {"head dim", c->head_dim, 2},           {"FFN width", c->ffn, 1},
-        {"latent channels", c->in_channels, 1}, {"audio channels", c->audio_dim, 1},
-        {"text dim", c->text_dim, 1},           {"time embedding width", c->time_embed_dim, 1},
-        {"RoPE frequencies", c->rope_freq_dim, 1}, {"patch t", c->patch[0], 1},
-        {"patch h", c->patch[1], 1},            {"patch w", c->patch[2], 1},
+        {"hidden size", c->hidden, 1},
+        {"number of layers", c->n_layers, 0},
+        {"refiner layers", c->n_refiner_layers, 0},
+        {"attention heads", c->heads, 1},
+        {"head dim", c->head_dim, 2},
+        {"FFN width", c->ffn, 1},
+        {"latent channels", c->in_channels, 1},
+        {"audio channels", c->audio_dim, 1},
+        {"text dim", c->text_dim, 1},
+        {"time embedding width", c->time_embed_dim, 1},
+        {"RoPE frequencies", c->rope_freq_dim, 1},
+        {"patch t", c->patch[0], 1},
+        {"patch h", c->patch[1], 1},
+        {"patch w", c->patch[2], 1},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > big)
-            return H3_ERR(H3_ERR_INVALID, "DiT config: %s %lld is outside [%lld, %lld]", f[i].name, (long long)f[i].v,
-                          (long long)f[i].lo, (long long)big);
+            return H3_ERR(H3_ERR_INVALID, "DiT config: %s %lld is outside [%lld, %lld]", f[i].name,
+                          (long long)f[i].v, (long long)f[i].lo, (long long)big);
     if (!c->adaln_pruned && (c->freq_dim < 2 || c->freq_dim % 2 || c->freq_dim > big || c->time_hidden < 1 ||
                              c->time_hidden > big))
-        return H3_ERR(H3_ERR_INVALID, "DiT config: timestep sinusoid width %lld must be even and >= 2, time MLP width "
-                      "%lld positive", (long long)c->freq_dim, (long long)c->time_hidden);
+        return H3_ERR(H3_ERR_INVALID,
+                      "DiT config: timestep sinusoid width %lld must be even and >= 2, time MLP width "
+                      "%lld positive",
+                      (long long)c->freq_dim, (long long)c->time_hidden);
     if (c->adaln_pruned && (c->curve_grid < 2 || c->curve_grid > big))
         return H3_ERR(H3_ERR_INVALID, "DiT config: the AdaLN curve table needs at least 2 rows, has %lld",
                       (long long)c->curve_grid);
     if (6 * c->rope_freq_dim > c->head_dim)
-        return H3_ERR(H3_ERR_INVALID, "DiT config: RoPE rotates 6·%lld = %lld channels, more than head_dim %lld",
+        return H3_ERR(H3_ERR_INVALID,
+                      "DiT config: RoPE rotates 6·%lld = %lld channels, more than head_dim %lld",
                       (long long)c->rope_freq_dim, (long long)(6 * c->rope_freq_dim), (long long)c->head_dim);
     if (c->heads * c->head_dim > big || c->in_channels * c->patch[0] * c->patch[1] * c->patch[2] > big)
         return H3_ERR(H3_ERR_INVALID, "DiT config: widths too large");
@@ -151,10 +164,11 @@ h3_status h3_dit_config_check(const h3_dit_config *c) {
     return H3_OK;
 }
 
-/* ---- the weight list: every tensor of the layout, with its name and expected shape ---------------------------- */
+/* ---- the weight list: every tensor of the layout, with its name and expected shape
+ * ---------------------------- */
 
 typedef struct wdesc {
-    const char *name;  /* stored name, without the file's prefix */
+    const char *name; /* stored name, without the file's prefix */
     h3_tensor *t;
     int64_t d0, d1;    /* expected shape; d1 < 0: 1-D */
     const char *shape; /* the expected shape in words, for messages */
@@ -175,26 +189,27 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
     const int64_t H = c->hidden, inner = h3_dit_inner(c), vd = h3_dit_video_dim(c), ted = c->time_embed_dim;
     h3_dit_globals *g = &d->g;
     char nm[256];
-#define W(name_, t_, d0_, d1_, shape_, opt_, adaln_)                                                             \
-    do {                                                                                                       \
-        wdesc w_ = {(name_), (t_), (d0_), (d1_), (shape_), (opt_), (adaln_)};                                 \
-        H3_TRY(fn(d, &w_, user));                                                                              \
+#define W(name_, t_, d0_, d1_, shape_, opt_, adaln_)                                                         \
+    do {                                                                                                     \
+        wdesc w_ = {(name_), (t_), (d0_), (d1_), (shape_), (opt_), (adaln_)};                                \
+        H3_TRY(fn(d, &w_, user));                                                                            \
     } while (0)
-    W(df ? "proj_in.weight" : "video_patch_proj.weight", &g->video_in_w, H, vd, "[hidden, video row width]", 0, 0);
+    W(df ? "proj_in.weight" : "video_patch_proj.weight", &g->video_in_w, H, vd, "[hidden, video row width]",
+      0, 0);
     W(df ? "proj_in.bias" : "video_patch_proj.bias", &g->video_in_b, H, -1, "[hidden]", 0, 0);
     W(df ? "audio_proj_in.weight" : "audio_patch_proj.weight", &g->audio_in_w, H, c->audio_dim,
       "[hidden, audio channels]", 0, 0);
     W(df ? "audio_proj_in.bias" : "audio_patch_proj.bias", &g->audio_in_b, H, -1, "[hidden]", 0, 0);
-    W(df ? "context_embedder.weight" : "condition_proj.weight", &g->text_in_w, H, c->text_dim, "[hidden, text dim]",
-      0, 0);
+    W(df ? "context_embedder.weight" : "condition_proj.weight", &g->text_in_w, H, c->text_dim,
+      "[hidden, text dim]", 0, 0);
     W(df ? "context_embedder.bias" : "condition_proj.bias", &g->text_in_b, H, -1, "[hidden]", 0, 0);
     if (c->adaln_pruned) {
         W("adaln_t_table", &g->curve, c->curve_grid, ted, "[grid, rank]", 0, 1);
     } else {
-        W(df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", &g->time_in_w, c->time_hidden,
-          c->freq_dim, "[time MLP width, sinusoid width]", 0, 1);
-        W(df ? "time_embedder.linear_1.bias" : "time_embedder.proj_in.bias", &g->time_in_b, c->time_hidden, -1,
-          "[time MLP width]", 0, 1);
+        W(df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", &g->time_in_w,
+          c->time_hidden, c->freq_dim, "[time MLP width, sinusoid width]", 0, 1);
+        W(df ? "time_embedder.linear_1.bias" : "time_embedder.proj_in.bias", &g->time_in_b, c->time_hidden,
+          -1, "[time MLP width]", 0, 1);
         W(df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight", &g->time_out_w, ted,
           c->time_hidden, "[time embedding width, time MLP width]", 0, 1);
         W(df ? "time_embedder.linear_2.bias" : "time_embedder.proj_out.bias", &g->time_out_b, ted, -1,
@@ -206,12 +221,14 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
         int i = ref ? u : u - (int)c->n_refiner_layers;
         h3_dit_block_weights *b = &d->units[u];
         char p[96];
-        if (df) snprintf(p, sizeof p, ref ? "token_refiner.refiner_blocks.%d." : "transformer_blocks.%d.", i);
-        else snprintf(p, sizeof p, ref ? "token_refiner.blocks.%d." : "blocks.%d.", i);
-#define BW(suffix_, t_, d0_, d1_, shape_, adaln_)                                                                \
-    do {                                                                                                       \
-        snprintf(nm, sizeof nm, "%s%s", p, (suffix_));                                                         \
-        W(nm, (t_), (d0_), (d1_), (shape_), 0, (adaln_));                                                      \
+        if (df)
+            snprintf(p, sizeof p, ref ? "token_refiner.refiner_blocks.%d." : "transformer_blocks.%d.", i);
+        else
+            snprintf(p, sizeof p, ref ? "token_refiner.blocks.%d." : "blocks.%d.", i);
+#define BW(suffix_, t_, d0_, d1_, shape_, adaln_)                                                            \
+    do {                                                                                                     \
+        snprintf(nm, sizeof nm, "%s%s", p, (suffix_));                                                       \
+        W(nm, (t_), (d0_), (d1_), (shape_), 0, (adaln_));                                                    \
     } while (0)
         BW("norm1.weight", &b->norm1, H, -1, "[hidden]", 0);
         BW("norm2.weight", &b->norm2, H, -1, "[hidden]", 0);
@@ -233,7 +250,8 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
             BW("mlp.fc2.weight", &b->fc2, H, c->ffn, "[hidden, FFN]", 0);
         }
         if (!ref) {
-            BW("adaln_proj.linear.weight", &d->adaln_w[i], 18 * H, ted, "[6·3·hidden, time embedding width]", 1);
+            BW("adaln_proj.linear.weight", &d->adaln_w[i], 18 * H, ted, "[6·3·hidden, time embedding width]",
+               1);
             BW("adaln_proj.linear.bias", &d->adaln_b[i], 18 * H, -1, "[6·3·hidden]", 1);
         }
 #undef BW
@@ -244,9 +262,10 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
       "[2·hidden, time embedding width]", 0, 1);
     W(df ? "norm_out.linear.bias" : "final_layer.adaln_proj.linear.bias", &g->final_adaln_b, 2 * H, -1,
       "[2·hidden]", 0, 1);
-    W(df ? "proj_out.weight" : "final_layer.video_out.weight", &g->video_out_w, vd, H, "[video row width, hidden]",
-      0, 0);
-    W(df ? "proj_out.bias" : "final_layer.video_out.bias", &g->video_out_b, vd, -1, "[video row width]", 0, 0);
+    W(df ? "proj_out.weight" : "final_layer.video_out.weight", &g->video_out_w, vd, H,
+      "[video row width, hidden]", 0, 0);
+    W(df ? "proj_out.bias" : "final_layer.video_out.bias", &g->video_out_b, vd, -1, "[video row width]", 0,
+      0);
     W(df ? "audio_proj_out.weight" : "final_layer.audio_out.weight", &g->audio_out_w, c->audio_dim, H,
       "[audio channels, hidden]", 0, 0);
     W(df ? "audio_proj_out.bias" : "final_layer.audio_out.bias", &g->audio_out_b, c->audio_dim, -1,
@@ -257,7 +276,8 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
 
 static const char *shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+    for (int i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
     return buf;
 }
@@ -273,18 +293,20 @@ static h3_status bind_one(h3_dit *d, const wdesc *w, void *user) {
     const h3_st_entry *e = h3_st_find(&d->set, full);
     if (!e) {
         if (w->optional) return H3_OK;
-        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s' is missing (a %s-layout DiT has it)", d->source, full,
-                      h3_layout_name(d->layout));
+        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s' is missing (a %s-layout DiT has it)", d->source,
+                      full, h3_layout_name(d->layout));
     }
     int64_t want[2] = {w->d0, w->d1};
     int wnd = w->d1 < 0 ? 1 : 2;
     if (e->ndim != wnd || e->shape[0] != want[0] || (wnd == 2 && e->shape[1] != want[1]))
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; the config (%s) needs %s = %s", d->source, full,
-                      shape_str(e->ndim, e->shape, a, sizeof a), d->describe, w->shape,
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; the config (%s) needs %s = %s", d->source,
+                      full, shape_str(e->ndim, e->shape, a, sizeof a), d->describe, w->shape,
                       shape_str(wnd, want, b, sizeof b));
     if (e->dtype != H3_F32 && e->dtype != H3_BF16 && e->dtype != H3_F16)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; DiT weights must be f32, bf16 or f16 (quantized "
-                      "DiT files are not supported yet)", d->source, full, h3_dtype_name(e->dtype));
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "%s: tensor '%s' is %s; DiT weights must be f32, bf16 or f16 (quantized "
+                      "DiT files are not supported yet)",
+                      d->source, full, h3_dtype_name(e->dtype));
     return h3_st_tensor(&d->set, e, w->t);
 }
 
@@ -294,9 +316,10 @@ static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
     /* The release's fp32 islands: patch projections, time embedder, output heads; the rest is bf16. */
     const h3_dit_globals *g = &d->g;
     int island = w->t == &g->video_in_w || w->t == &g->video_in_b || w->t == &g->audio_in_w ||
-                 w->t == &g->audio_in_b || w->t == &g->time_in_w || w->t == &g->time_in_b || w->t == &g->time_out_w ||
-                 w->t == &g->time_out_b || w->t == &g->video_out_w || w->t == &g->video_out_b ||
-                 w->t == &g->audio_out_w || w->t == &g->audio_out_b || w->t == &g->inv_freq || w->t == &g->curve;
+                 w->t == &g->audio_in_b || w->t == &g->time_in_w || w->t == &g->time_in_b ||
+                 w->t == &g->time_out_w || w->t == &g->time_out_b || w->t == &g->video_out_w ||
+                 w->t == &g->video_out_b || w->t == &g->audio_out_w || w->t == &g->audio_out_b ||
+                 w->t == &g->inv_freq || w->t == &g->curve;
     int64_t s[2] = {w->d0, w->d1};
     return h3_tensor_alloc(w->t, H3_PLACE_HOST, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
 }
@@ -318,7 +341,8 @@ static h3_status finish_weights(h3_dit *d) {
     d->inv_freq = h3_malloc((size_t)c->rope_freq_dim * sizeof(float), H3_MEM_WEIGHTS);
     if (!d->inv_freq) return H3_ERR_NOMEM;
     if (d->g.inv_freq.data) {
-        if (!h3_convert_to_f32(d->g.inv_freq.dtype, d->g.inv_freq.data, d->inv_freq, (size_t)c->rope_freq_dim))
+        if (!h3_convert_to_f32(d->g.inv_freq.dtype, d->g.inv_freq.data, d->inv_freq,
+                               (size_t)c->rope_freq_dim))
             return H3_ERR(H3_ERR_FORMAT, "%s: rope.inv_freq is not a float tensor", d->source);
     } else {
         /* 1 / theta^(2j / 2F) in f32, as the release computes it (bitwise equal to the shipped buffer). */
@@ -336,14 +360,15 @@ static h3_status finish_weights(h3_dit *d) {
 static void set_describe(h3_dit *d, const char *config_src) {
     const h3_dit_config *c = &d->cfg;
     snprintf(d->describe, sizeof d->describe,
-             "%s layout, %s QKV, fc1 %s, %s AdaLN; %lld blocks + %lld refiner blocks, hidden %lld, %lld heads x %lld, "
+             "%s layout, %s QKV, fc1 %s, %s AdaLN; %lld blocks + %lld refiner blocks, hidden %lld, %lld "
+             "heads x %lld, "
              "FFN %lld; config from %s",
              d->layout == H3_LAYOUT_UNKNOWN ? "in-memory" : h3_layout_name(d->layout),
              is_diffusers(d) ? "split" : (d->qkv_interleaved ? "per-head interleaved" : "contiguous"),
              d->gate_first ? "[gate; value]" : "[value; gate]",
              c->adaln_pruned ? "pruned (curve table)" : "full", (long long)c->n_layers,
-             (long long)c->n_refiner_layers, (long long)c->hidden, (long long)c->heads, (long long)c->head_dim,
-             (long long)c->ffn, config_src);
+             (long long)c->n_refiner_layers, (long long)c->hidden, (long long)c->heads,
+             (long long)c->head_dim, (long long)c->ffn, config_src);
 }
 
 static h3_status alloc_units(h3_dit *d) {
@@ -361,7 +386,8 @@ static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : 2048;
 }
 
-/* ---- opening ------------------------------------------------------------------------------------------------ */
+/* ---- opening
+ * ------------------------------------------------------------------------------------------------ */
 
 static const h3_st_entry *find_p(const h3_dit *d, const char *prefix, const char *name) {
     char full[384];
@@ -373,8 +399,9 @@ static h3_status need_entry(const h3_dit *d, const char *prefix, const char *nam
                             const h3_st_entry **out) {
     *out = find_p(d, prefix, name);
     if (!*out)
-        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s%s' is missing; it is needed to infer the DiT's widths",
-                      d->source, prefix, name);
+        return H3_ERR(H3_ERR_NOT_FOUND,
+                      "%s: tensor '%s%s' is missing; it is needed to infer the DiT's widths", d->source,
+                      prefix, name);
     if ((*out)->ndim != ndim)
         return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has %d dims, expected %d", d->source, prefix, name,
                       (*out)->ndim, ndim);
@@ -392,8 +419,10 @@ static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
     c->hidden = e->shape[0];
     int64_t vd = e->shape[1];
     if (vd % 4)
-        return H3_ERR(H3_ERR_FORMAT, "%s: video rows are %lld wide, not 4·channels for the (1, 2, 2) patch; give a "
-                      "config.json", d->source, (long long)vd);
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: video rows are %lld wide, not 4·channels for the (1, 2, 2) patch; give a "
+                      "config.json",
+                      d->source, (long long)vd);
     c->in_channels = vd / 4;
     H3_TRY(need_entry(d, prefix, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, &e));
     c->audio_dim = e->shape[1];
@@ -408,17 +437,19 @@ static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
     H3_TRY(need_entry(d, prefix, nm, 2, &e));
     int64_t inner = df ? e->shape[0] : e->shape[0] / 3;
     if (c->head_dim <= 0 || inner % c->head_dim || (!df && e->shape[0] % 3))
-        return H3_ERR(H3_ERR_FORMAT, "%s: %s%s has %lld rows, not a multiple of %s head_dim %lld", d->source, prefix,
-                      nm, (long long)e->shape[0], df ? "" : "3 x", (long long)c->head_dim);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %s%s has %lld rows, not a multiple of %s head_dim %lld", d->source,
+                      prefix, nm, (long long)e->shape[0], df ? "" : "3 x", (long long)c->head_dim);
     c->heads = inner / c->head_dim;
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "ff.net.2.weight" : "mlp.fc2.weight");
     H3_TRY(need_entry(d, prefix, nm, 2, &e));
     c->ffn = e->shape[1];
     if (!c->adaln_pruned) {
-        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", 2, &e));
+        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", 2,
+                          &e));
         c->time_hidden = e->shape[0];
         c->freq_dim = e->shape[1];
-        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight", 2, &e));
+        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight",
+                          2, &e));
         c->time_embed_dim = e->shape[0];
     }
     e = find_p(d, prefix, "rope.inv_freq");
@@ -432,8 +463,8 @@ static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
 }
 
 /* config.json beside the weights (or given), else the file's "config" metadata; *found = 0 when neither. */
-static h3_status read_config(const char *path, const h3_dit_open_opts *o, h3_dit *d, h3_dit_config *c, int *found,
-                             char *src, size_t srcn) {
+static h3_status read_config(const char *path, const h3_dit_open_opts *o, h3_dit *d, h3_dit_config *c,
+                             int *found, char *src, size_t srcn) {
     *found = 0;
     json_t *j = NULL;
     char *cand = NULL;
@@ -490,13 +521,14 @@ done:
     return st;
 }
 
-static h3_status count_check(h3_dit *d, const char *prefix, const char *stack, int64_t want, const char *what) {
+static h3_status count_check(h3_dit *d, const char *prefix, const char *stack, int64_t want,
+                             const char *what) {
     char lp[256];
     snprintf(lp, sizeof lp, "%s%s", prefix, stack);
     int n = h3_count_layers(&d->set, lp);
     if (n != want)
-        return H3_ERR(H3_ERR_FORMAT, "%s: the config has %lld %s; the weights have %d ('%s0.' ... )", d->source,
-                      (long long)want, what, n, lp);
+        return H3_ERR(H3_ERR_FORMAT, "%s: the config has %lld %s; the weights have %d ('%s0.' ... )",
+                      d->source, (long long)want, what, n, lp);
     return H3_OK;
 }
 
@@ -515,15 +547,20 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     H3_CHECK(h3_detect(&d->set, &info));
     if (info.comp != H3_COMP_DIT)
         H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a MiniMax-H3 DiT", path,
-                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
+                                             : h3_component_name(info.comp));
     if (info.n_quantized)
-        H3_FAIL(H3_ERR_UNSUPPORTED, "%s is a quantized DiT (%s, %d quantized tensors); quantized DiT weights are not "
-                "supported yet: use the bf16 file", path, info.formats, info.n_quantized);
+        H3_FAIL(H3_ERR_UNSUPPORTED,
+                "%s is a quantized DiT (%s, %d quantized tensors); quantized DiT weights are not "
+                "supported yet: use the bf16 file",
+                path, info.formats, info.n_quantized);
     d->layout = info.layout;
     d->gate_first = info.layout != H3_LAYOUT_DIFFUSERS;
     h3_dit_qkv_order qo = opts ? opts->qkv_order : H3_DIT_QKV_AUTO;
-    d->qkv_interleaved = qo == H3_DIT_QKV_AUTO ? info.layout == H3_LAYOUT_OFFICIAL : qo == H3_DIT_QKV_INTERLEAVED;
-    if (info.layout == H3_LAYOUT_DIFFUSERS) d->qkv_interleaved = 0; /* split q/k/v: no fused order to choose */
+    d->qkv_interleaved =
+        qo == H3_DIT_QKV_AUTO ? info.layout == H3_LAYOUT_OFFICIAL : qo == H3_DIT_QKV_INTERLEAVED;
+    if (info.layout == H3_LAYOUT_DIFFUSERS)
+        d->qkv_interleaved = 0; /* split q/k/v: no fused order to choose */
 
     h3_dit_config *c = &d->cfg;
     int found = 0;
@@ -534,8 +571,7 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     if (c->adaln_pruned) {
         /* The curve table sets the grid and the rank the projections take, whatever a config says. */
         const h3_st_entry *e = find_p(d, info.prefix, "adaln_t_table");
-        if (!e || e->ndim != 2)
-            H3_FAIL(H3_ERR_FORMAT, "%s: adaln_t_table must be 2-D [grid, rank]", path);
+        if (!e || e->ndim != 2) H3_FAIL(H3_ERR_FORMAT, "%s: adaln_t_table must be 2-D [grid, rank]", path);
         c->curve_grid = e->shape[0];
         c->time_embed_dim = e->shape[1];
     }
@@ -558,10 +594,12 @@ done:
     return st;
 }
 
-h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_dit_open_opts *opts, h3_dit **out) {
+h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_dit_open_opts *opts,
+                        h3_dit **out) {
     *out = NULL;
     if (core_dtype != H3_F32 && core_dtype != H3_BF16 && core_dtype != H3_F16)
-        return H3_ERR(H3_ERR_INVALID, "DiT weights can be f32, bf16 or f16, not %s", h3_dtype_name(core_dtype));
+        return H3_ERR(H3_ERR_INVALID, "DiT weights can be f32, bf16 or f16, not %s",
+                      h3_dtype_name(core_dtype));
     H3_TRY(h3_dit_config_check(cfg));
     h3_status st = H3_OK;
     h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
@@ -652,8 +690,10 @@ static h3_status bytes_one(h3_dit *d, const wdesc *w, void *user) {
     int64_t n = (int64_t)h3_tensor_nbytes(w->t);
     b->total += n;
     if (w->adaln) b->adaln += n;
-    if (w->t->owner) b->owned += n;
-    else b->mapped += n;
+    if (w->t->owner)
+        b->owned += n;
+    else
+        b->mapped += n;
     return H3_OK;
 }
 
@@ -662,12 +702,14 @@ void h3_dit_weight_bytes_of(const h3_dit *d, h3_dit_weight_bytes *out) {
     each_weight((h3_dit *)d, bytes_one, out);
 }
 
-/* ---- blocks ------------------------------------------------------------------------------------------------- */
+/* ---- blocks
+ * ------------------------------------------------------------------------------------------------- */
 
 h3_status h3_dit_block_acquire(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights **w) {
     (void)ex;
     if (unit < 0 || unit >= h3_dit_n_units(&d->cfg))
-        return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %d)", unit, h3_dit_n_units(&d->cfg));
+        return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %d)", unit,
+                      h3_dit_n_units(&d->cfg));
     d->stats.acquires++;
     d->acquired++;
     *w = &d->units[unit];

@@ -5,17 +5,17 @@
  *   hidden H 5376, heads 56 × head_dim 128 (inner 7168), FFN F 14336, 50 blocks, 2 refiner blocks,
  *   video rows 96 (24 channels × patch 1·2·2), audio rows 32, text rows 5120.
  *
- * Weights stay in their stored dtype and, where the file's alignment allows, are views over the mapped file: no
- * layout is converted at load. The one canonical in-memory form of a block is h3_dit_block_weights below:
- *   - q, k, v: three [inner, H] matrices. diffusers stores them so; ComfyUI's fused [Q; K; V] rows give them as
- *     row views. The official shards interleave the fused rows per head ([h0: q k v, h1: q k v, ...]): for them
- *     qkv_interleaved is set, q/k/v are empty, and the forward multiplies by the fused matrix and takes q, k, v
- *     out of its output (the per-head QK-norm and a copy read the interleaved columns with a row stride), which
- *     costs a [chunk_rows, 3·inner] f32 scratch (0.18 GB at 2048 rows) instead of a 231 MB reordered copy of every
- *     block's weight (12.0 GB for the release).
- *   - fc1: the fused [2F, H] matrix as stored, with gate_first = 1 for [gate; value] (official, ComfyUI) and 0 for
- *     diffusers' [value; gate]; the SwiGLU op takes either order.
- * So every layout costs zero bytes of converted weights; the process holds the mapped file (page cache).
+ * Weights stay in their stored dtype and, where the file's alignment allows, are views over the mapped file:
+ * no layout is converted at load. The one canonical in-memory form of a block is h3_dit_block_weights below:
+ *   - q, k, v: three [inner, H] matrices. diffusers stores them so; ComfyUI's fused [Q; K; V] rows give them
+ * as row views. The official shards interleave the fused rows per head ([h0: q k v, h1: q k v, ...]): for
+ * them qkv_interleaved is set, q/k/v are empty, and the forward multiplies by the fused matrix and takes q,
+ * k, v out of its output (the per-head QK-norm and a copy read the interleaved columns with a row stride),
+ * which costs a [chunk_rows, 3·inner] f32 scratch (0.18 GB at 2048 rows) instead of a 231 MB reordered copy
+ * of every block's weight (12.0 GB for the release).
+ *   - fc1: the fused [2F, H] matrix as stored, with gate_first = 1 for [gate; value] (official, ComfyUI) and
+ * 0 for diffusers' [value; gate]; the SwiGLU op takes either order. So every layout costs zero bytes of
+ * converted weights; the process holds the mapped file (page cache).
  *
  * Activations: f32 at opts.act_place (host now), allocated in one place (the forward's workspace, sized by
  * h3_dit_workspace_bytes) and reused across forwards with the same row counts.
@@ -29,7 +29,8 @@
 #include "io/detect.h"
 #include "tensor/ops.h"
 
-/* ---- config ---------------------------------------------------------------------------------------------- */
+/* ---- config ----------------------------------------------------------------------------------------------
+ */
 
 typedef struct h3_dit_config {
     int64_t hidden;           /* 5376 */
@@ -48,15 +49,15 @@ typedef struct h3_dit_config {
     int64_t rope_freq_dim;    /* 16 frequencies per axis: RoPE on the first 6·16 = 96 head channels */
     double rope_theta;        /* 10000 */
     double norm_eps, qk_norm_eps, final_norm_eps; /* 1e-5 */
-    int adaln_pruned;         /* ComfyUI curve form: adaln_t_table + rank-r projections, no time embedder */
-    int64_t curve_grid;       /* pruned: rows of adaln_t_table (1025) */
+    int adaln_pruned;   /* ComfyUI curve form: adaln_t_table + rank-r projections, no time embedder */
+    int64_t curve_grid; /* pruned: rows of adaln_t_table (1025) */
 } h3_dit_config;
 
 /* The released config (H3-FACTS §1.1). */
 void h3_dit_config_default(h3_dit_config *c);
 /* Reads config.json in either naming (official: hidden_size, token_refiner_num_layers, ffn_hidden_size,
- * latents_dim, ...; diffusers: num_refiner_layers, ffn_dim, in_channels, ...) over the released defaults. Keys of
- * the wrong type or impossible values are errors naming `what`. */
+ * latents_dim, ...; diffusers: num_refiner_layers, ffn_dim, in_channels, ...) over the released defaults.
+ * Keys of the wrong type or impossible values are errors naming `what`. */
 h3_status h3_dit_config_from_json(const json_t *j, const char *what, h3_dit_config *c);
 /* Positive widths, RoPE that fits the head, ... */
 h3_status h3_dit_config_check(const h3_dit_config *c);
@@ -76,7 +77,8 @@ typedef enum h3_dit_qkv_order {
 } h3_dit_qkv_order;
 
 typedef struct h3_dit_open_opts {
-    const char *config_path;    /* config.json to use; NULL: the one beside the weights, else infer from shapes */
+    const char
+        *config_path; /* config.json to use; NULL: the one beside the weights, else infer from shapes */
     h3_dit_qkv_order qkv_order; /* how a fused qkv_proj is ordered (AUTO decides by layout) */
     h3_place act_place;         /* where activations and modulation tables live (HOST) */
     int64_t chunk_rows;         /* rows per FFN / fused-QKV chunk; 0: 2048 */
@@ -84,15 +86,16 @@ typedef struct h3_dit_open_opts {
 
 typedef struct h3_dit h3_dit;
 
-/* Opens a DiT file, shard index or folder in the official, diffusers or ComfyUI (pruned) layout, detected from
- * tensor names. The config comes from opts->config_path, else config.json beside the weights, else the file's
- * "config" metadata, else the tensor shapes; every tensor's shape is checked against it. Quantized files (int8,
- * fp8 ComfyUI markers) are rejected naming the format. opts may be NULL. */
+/* Opens a DiT file, shard index or folder in the official, diffusers or ComfyUI (pruned) layout, detected
+ * from tensor names. The config comes from opts->config_path, else config.json beside the weights, else the
+ * file's "config" metadata, else the tensor shapes; every tensor's shape is checked against it. Quantized
+ * files (int8, fp8 ComfyUI markers) are rejected naming the format. opts may be NULL. */
 h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out);
-/* A DiT with owned weights in the canonical form (fused contiguous QKV, fc1 = [gate; value]) and the release's
- * dtypes (core_dtype for the block stack, condition_proj and AdaLN: H3_BF16 as released; the fp32 islands stay
- * f32). Contents are undefined: fill them through h3_dit_visit_weights (benchmarks, tests). */
-h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_dit_open_opts *opts, h3_dit **out);
+/* A DiT with owned weights in the canonical form (fused contiguous QKV, fc1 = [gate; value]) and the
+ * release's dtypes (core_dtype for the block stack, condition_proj and AdaLN: H3_BF16 as released; the fp32
+ * islands stay f32). Contents are undefined: fill them through h3_dit_visit_weights (benchmarks, tests). */
+h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_dit_open_opts *opts,
+                        h3_dit **out);
 void h3_dit_close(h3_dit *dit);
 
 const h3_dit_config *h3_dit_get_config(const h3_dit *dit);
@@ -101,57 +104,61 @@ const char *h3_dit_describe(const h3_dit *dit);
 h3_layout h3_dit_layout(const h3_dit *dit);
 int h3_dit_qkv_interleaved(const h3_dit *dit);
 
-/* Calls fn for every weight tensor under its stored name (without any file prefix); stops at a nonzero return. */
+/* Calls fn for every weight tensor under its stored name (without any file prefix); stops at a nonzero
+ * return. */
 typedef int (*h3_dit_weight_fn)(const char *name, h3_tensor *t, void *user);
 int h3_dit_visit_weights(h3_dit *dit, h3_dit_weight_fn fn, void *user);
 
-/* Bytes of weights: all of them, the AdaLN part (time embedder, curve table, every adaln_proj), and those held in
- * owned memory rather than mapped from the file. */
+/* Bytes of weights: all of them, the AdaLN part (time embedder, curve table, every adaln_proj), and those
+ * held in owned memory rather than mapped from the file. */
 typedef struct h3_dit_weight_bytes {
     int64_t total, adaln, owned, mapped;
 } h3_dit_weight_bytes;
 void h3_dit_weight_bytes_of(const h3_dit *dit, h3_dit_weight_bytes *out);
 
-/* ---- block weights: one acquire/release pair per block ---------------------------------------------------- */
+/* ---- block weights: one acquire/release pair per block ----------------------------------------------------
+ */
 
 /* The core weights of one block (token-refiner blocks have the same, and never AdaLN). */
 typedef struct h3_dit_block_weights {
-    h3_tensor norm1, norm2;     /* [H] */
-    h3_tensor q, k, v;          /* [inner, H] each; empty (data NULL) when qkv_interleaved */
-    h3_tensor qkv;              /* fused [3·inner, H] as stored, when the file has one */
-    int qkv_interleaved;        /* 1: use qkv, rows per-head [q k v] */
-    h3_tensor q_norm, k_norm;   /* [head_dim] */
-    h3_tensor out;              /* [H, inner] */
-    h3_tensor fc1;              /* [2F, H] */
-    int gate_first;             /* fc1 = [gate; value] (1) or [value; gate] (0) */
-    h3_tensor fc2;              /* [H, F] */
+    h3_tensor norm1, norm2;   /* [H] */
+    h3_tensor q, k, v;        /* [inner, H] each; empty (data NULL) when qkv_interleaved */
+    h3_tensor qkv;            /* fused [3·inner, H] as stored, when the file has one */
+    int qkv_interleaved;      /* 1: use qkv, rows per-head [q k v] */
+    h3_tensor q_norm, k_norm; /* [head_dim] */
+    h3_tensor out;            /* [H, inner] */
+    h3_tensor fc1;            /* [2F, H] */
+    int gate_first;           /* fc1 = [gate; value] (1) or [value; gate] (0) */
+    h3_tensor fc2;            /* [H, F] */
 } h3_dit_block_weights;
 
 /* Blocks in execution order: the n_refiner_layers token-refiner blocks, then the n_layers DiT blocks. */
 static inline int h3_dit_n_units(const h3_dit_config *c) {
     return (int)(c->n_refiner_layers + c->n_layers);
 }
-/* Makes unit i's weights usable by ops at the activation place and returns them; every acquire is matched by a
- * release after the unit's last op. Today the weights are resident (mapped or owned) and both are bookkeeping; a
- * streamer moves them ahead of use without changing the forward. */
+/* Makes unit i's weights usable by ops at the activation place and returns them; every acquire is matched by
+ * a release after the unit's last op. Today the weights are resident (mapped or owned) and both are
+ * bookkeeping; a streamer moves them ahead of use without changing the forward. */
 h3_status h3_dit_block_acquire(h3_dit *dit, h3_exec *ex, int unit, const h3_dit_block_weights **w);
 void h3_dit_block_release(h3_dit *dit, h3_exec *ex, int unit);
 
 typedef struct h3_dit_stats {
-    int64_t acquires, releases;    /* block acquire/release calls since open */
-    int64_t adaln_passes;          /* modulation computations, i.e. reads of every AdaLN projection */
+    int64_t acquires, releases; /* block acquire/release calls since open */
+    int64_t adaln_passes;       /* modulation computations, i.e. reads of every AdaLN projection */
     int64_t forwards;
 } h3_dit_stats;
 void h3_dit_get_stats(const h3_dit *dit, h3_dit_stats *out);
 
-/* ---- AdaLN modulation -------------------------------------------------------------------------------------- */
+/* ---- AdaLN modulation
+ * -------------------------------------------------------------------------------------- */
 
-/* Computes the modulation rows of every block and of the final layer for n timesteps (t = 1 − σ, in [0, 1]) and
- * keeps them, replacing what was kept. Full AdaLN: sinusoid (256, cos first), time MLP, silu, then each block's
- * adaln_proj [18H, 2688]; pruned: lerp of adaln_t_table rows at t·(grid−1), then the rank-r projections. Per block
- * the rows are [n·3, 6H] (row t·3 + tag with tag 0 video, 1 text, 2 audio; columns shift_msa, scale_msa, gate_msa,
- * shift_mlp, scale_mlp, gate_mlp), the final layer's [n, 2H] (shift, scale). A forward whose timesteps are all
- * kept reads no AdaLN parameter; one that needs others computes them (with the kept ones) first. */
+/* Computes the modulation rows of every block and of the final layer for n timesteps (t = 1 − σ, in [0, 1])
+ * and keeps them, replacing what was kept. Full AdaLN: sinusoid (256, cos first), time MLP, silu, then each
+ * block's adaln_proj [18H, 2688]; pruned: lerp of adaln_t_table rows at t·(grid−1), then the rank-r
+ * projections. Per block the rows are [n·3, 6H] (row t·3 + tag with tag 0 video, 1 text, 2 audio; columns
+ * shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), the final layer's [n, 2H] (shift, scale).
+ * A forward whose timesteps are all kept reads no AdaLN parameter; one that needs others computes them (with
+ * the kept ones) first. */
 h3_status h3_dit_precompute_modulation(h3_dit *dit, h3_exec *ex, const float *timesteps, int n);
 /* Bytes the kept modulation of n timesteps takes. */
 int64_t h3_dit_modulation_bytes(const h3_dit_config *c, int n);
@@ -159,37 +166,38 @@ int64_t h3_dit_modulation_bytes(const h3_dit_config *c, int n);
  * timesteps. NULL when nothing is kept or b is out of range. */
 const h3_tensor *h3_dit_modulation(const h3_dit *dit, int b, const float **timesteps, int *n);
 
-/* ---- forward ------------------------------------------------------------------------------------------------ */
+/* ---- forward
+ * ------------------------------------------------------------------------------------------------ */
 
 /* One packed sequence of S rows (diffusers' MiniMaxH3Transformer3DModel.forward without the batch axis).
  * Row data are tensors at the activation place; the layout arrays are host memory. */
 typedef struct h3_dit_inputs {
-    const h3_tensor *video;         /* [Nv, 96] f32 patchified video rows, in video_indices order; NULL if Nv = 0 */
-    const h3_tensor *audio;         /* [Na, 32] f32 audio rows, in audio_indices order; NULL if Na = 0 */
-    const h3_tensor *text;          /* [L, text_dim] f32 text-encoder states, in text_indices order; NULL if L = 0 */
-    const float *timesteps;         /* [T] distinct t = 1 − σ */
+    const h3_tensor *video; /* [Nv, 96] f32 patchified video rows, in video_indices order; NULL if Nv = 0 */
+    const h3_tensor *audio; /* [Na, 32] f32 audio rows, in audio_indices order; NULL if Na = 0 */
+    const h3_tensor *text;  /* [L, text_dim] f32 text-encoder states, in text_indices order; NULL if L = 0 */
+    const float *timesteps; /* [T] distinct t = 1 − σ */
     int n_timesteps;
-    int64_t seq_len;                /* S = Nv + Na + L */
-    const int32_t *timestep_indices;/* [S] row -> index into timesteps */
-    const int32_t *token_tags;      /* [S] 0 video, 1 text, 2 audio */
-    const double *position_ids;     /* [S, 3] (t, h, w) RoPE coordinates */
-    const int32_t *video_indices;   /* [Nv] rows of the packed sequence */
-    const int32_t *audio_indices;   /* [Na] */
-    const int32_t *text_indices;    /* [L] */
+    int64_t seq_len;                 /* S = Nv + Na + L */
+    const int32_t *timestep_indices; /* [S] row -> index into timesteps */
+    const int32_t *token_tags;       /* [S] 0 video, 1 text, 2 audio */
+    const double *position_ids;      /* [S, 3] (t, h, w) RoPE coordinates */
+    const int32_t *video_indices;    /* [Nv] rows of the packed sequence */
+    const int32_t *audio_indices;    /* [Na] */
+    const int32_t *text_indices;     /* [L] */
 } h3_dit_inputs;
 
-/* Runs the DiT: video_out [Nv, 96] and audio_out [Na, 32] (f32, activation place, caller-allocated; NULL when the
- * count is 0) receive the velocities (x0 = x_t + σ·v) in the order of video_indices / audio_indices. Inputs are
- * checked first (shapes, index ranges, the three index sets partitioning 0..S−1, tags, finite positions); a bad
- * one is H3_ERR_INVALID naming the input. */
+/* Runs the DiT: video_out [Nv, 96] and audio_out [Na, 32] (f32, activation place, caller-allocated; NULL when
+ * the count is 0) receive the velocities (x0 = x_t + σ·v) in the order of video_indices / audio_indices.
+ * Inputs are checked first (shapes, index ranges, the three index sets partitioning 0..S−1, tags, finite
+ * positions); a bad one is H3_ERR_INVALID naming the input. */
 h3_status h3_dit_forward(h3_dit *dit, h3_exec *ex, const h3_dit_inputs *in, h3_tensor *video_out,
                          h3_tensor *audio_out);
 
 /* Inputs read from named tensors: the `h3run dit` file format (diffusers' forward arguments without the batch
- * axis): video [Nv, 96], audio [Na, 32], text [L, text_dim] (any float dtype, converted to f32), timesteps [T]
- * (float), position_ids [S, 3] (F64 or F32), timestep_indices [S], token_tags [S], video_indices [Nv],
- * audio_indices [Na], text_indices [L] (I64 or I32). Host memory; a missing or misshaped tensor is H3_ERR_FORMAT
- * naming it and the shape it needs. */
+ * axis): video [Nv, 96], audio [Na, 32], text [L, text_dim] (any float dtype, converted to f32), timesteps
+ * [T] (float), position_ids [S, 3] (F64 or F32), timestep_indices [S], token_tags [S], video_indices [Nv],
+ * audio_indices [Na], text_indices [L] (I64 or I32). Host memory; a missing or misshaped tensor is
+ * H3_ERR_FORMAT naming it and the shape it needs. */
 typedef struct h3_dit_inputs_file {
     h3_dit_inputs in; /* points into the members below */
     h3_tensor video, audio, text;
@@ -200,8 +208,8 @@ typedef struct h3_dit_inputs_file {
 h3_status h3_dit_inputs_read(const char *path, const h3_dit_config *c, h3_dit_inputs_file *out);
 void h3_dit_inputs_file_free(h3_dit_inputs_file *f);
 
-/* Activation bytes a forward allocates (its workspace) for S rows of which L text rows, Nv video and Na audio;
- * the forward's peak of H3_MEM_ACTIVATIONS equals this plus the kept modulation. */
+/* Activation bytes a forward allocates (its workspace) for S rows of which L text rows, Nv video and Na
+ * audio; the forward's peak of H3_MEM_ACTIVATIONS equals this plus the kept modulation. */
 int64_t h3_dit_workspace_bytes(const h3_dit *dit, int64_t S, int64_t L, int64_t Nv, int64_t Na);
 /* Frees the workspace (the next forward allocates it again). */
 void h3_dit_release_workspace(h3_dit *dit);

@@ -1,9 +1,10 @@
 /* The MiniMax-H3 DiT forward and its AdaLN modulation, written once against the op API (H3-FACTS §1.2-1.3).
  *
  *   text  [L, text_dim] -> condition_proj -> refiner blocks (no RoPE, no AdaLN) -> RMSNorm --scatter--+
- *   video [Nv, 96]      -> video_patch_proj ------------------------------------------------scatter--+-> x [S, H]
- *   audio [Na, 32]      -> audio_patch_proj ------------------------------------------------scatter--+
- *   x -> 50 × block(x; modulation row timestep_index·3 + tag, 3-axis RoPE) -> RMSNorm, per-timestep shift/scale
+ *   video [Nv, 96]      -> video_patch_proj ------------------------------------------------scatter--+-> x
+ * [S, H] audio [Na, 32]      -> audio_patch_proj ------------------------------------------------scatter--+
+ *   x -> 50 × block(x; modulation row timestep_index·3 + tag, 3-axis RoPE) -> RMSNorm, per-timestep
+ * shift/scale
  *     -> gather video rows -> video_out [Nv, 96];  gather audio rows -> audio_out [Na, 32]
  *
  * block: h = RMSNorm(x)·(1 + scale_msa) + shift_msa;  x += gate_msa · out_proj(attn(QK-RMSNorm, RoPE(h)))
@@ -24,7 +25,8 @@ h3_status h3_dit_upload(h3_exec *ex, h3_tensor *dst, const void *host) {
 
 static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t cols) {
     /* Zero-row tensors still get one row of storage, so every buffer has an address. */
-    H3_TRY(h3_tensor_alloc2(t, d->act_place, H3_DIT_ACT_DTYPE, rows > 0 ? rows : 1, cols, H3_MEM_ACTIVATIONS));
+    H3_TRY(
+        h3_tensor_alloc2(t, d->act_place, H3_DIT_ACT_DTYPE, rows > 0 ? rows : 1, cols, H3_MEM_ACTIVATIONS));
     t->shape[0] = rows;
     return H3_OK;
 }
@@ -40,7 +42,8 @@ static int64_t rows_bytes(int64_t rows, int64_t cols, size_t es) {
     return (rows > 0 ? rows : 1) * cols * (int64_t)es;
 }
 
-/* ---- AdaLN modulation ------------------------------------------------------------------------------------ */
+/* ---- AdaLN modulation ------------------------------------------------------------------------------------
+ */
 
 int64_t h3_dit_modulation_bytes(const h3_dit_config *c, int n) {
     return ((int64_t)n * 3 * 6 * c->hidden * c->n_layers + (int64_t)n * 2 * c->hidden) *
@@ -54,8 +57,8 @@ const h3_tensor *h3_dit_modulation(const h3_dit *d, int b, const float **timeste
     return &d->mod[b];
 }
 
-/* The AdaLN input for each timestep, [n, time_embed_dim] at the activation place: silu(time MLP(sinusoid)) for
- * the full form; the lerp of curve-table rows for the pruned form (its rows are already post-SiLU). */
+/* The AdaLN input for each timestep, [n, time_embed_dim] at the activation place: silu(time MLP(sinusoid))
+ * for the full form; the lerp of curve-table rows for the pruned form (its rows are already post-SiLU). */
 static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_tensor *a) {
     const h3_dit_config *c = &d->cfg;
     h3_status st = H3_OK;
@@ -69,7 +72,8 @@ static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_t
         row1 = h3_malloc((size_t)r * sizeof(float), H3_MEM_WORKSPACE);
         if (!host || !row0 || !row1) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         for (int i = 0; i < n; i++) {
-            /* t in [0, 1] -> fractional row t·(G−1); the last interval serves t = 1 (as ComfyUI's curve form). */
+            /* t in [0, 1] -> fractional row t·(G−1); the last interval serves t = 1 (as ComfyUI's curve
+             * form). */
             float pos = fminf(fmaxf(t[i], 0.0f), 1.0f) * (float)(G - 1);
             int64_t i0 = (int64_t)floorf(pos);
             if (i0 > G - 2) i0 = G - 2;
@@ -77,12 +81,13 @@ static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_t
             H3_CHECK(h3_tensor_rows_to_f32(&d->g.curve, i0, 1, row0));
             H3_CHECK(h3_tensor_rows_to_f32(&d->g.curve, i0 + 1, 1, row1));
             for (int64_t j = 0; j < r; j++) /* torch.lerp's two-sided form */
-                host[i * r + j] = w < 0.5f ? row0[j] + w * (row1[j] - row0[j])
-                                           : row1[j] - (row1[j] - row0[j]) * (1.0f - w);
+                host[i * r + j] =
+                    w < 0.5f ? row0[j] + w * (row1[j] - row0[j]) : row1[j] - (row1[j] - row0[j]) * (1.0f - w);
         }
         H3_CHECK(h3_dit_upload(ex, a, host));
     } else {
-        /* Sinusoid of t in [0, 1] unscaled, cos first, frequencies exp(−ln(10000)·j/half), in f32 as the release. */
+        /* Sinusoid of t in [0, 1] unscaled, cos first, frequencies exp(−ln(10000)·j/half), in f32 as the
+         * release. */
         const int64_t half = c->freq_dim / 2;
         host = h3_malloc((size_t)(n * c->freq_dim) * sizeof(float), H3_MEM_WORKSPACE);
         if (!host) H3_FAIL(H3_ERR_NOMEM, "out of memory");
@@ -116,8 +121,7 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
     const h3_dit_config *c = &d->cfg;
     if (n < 1) return H3_ERR(H3_ERR_INVALID, "DiT modulation: at least one timestep is needed");
     for (int i = 0; i < n; i++)
-        if (!isfinite(ts[i]))
-            return H3_ERR(H3_ERR_INVALID, "DiT modulation: timestep %d is not finite", i);
+        if (!isfinite(ts[i])) return H3_ERR(H3_ERR_INVALID, "DiT modulation: timestep %d is not finite", i);
     h3_status st = H3_OK;
     const int64_t L = c->n_layers, H = c->hidden;
     float *uniq = h3_malloc((size_t)n * sizeof(float), H3_MEM_OTHER);
@@ -137,10 +141,12 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
         int64_t s[2] = {m, 18 * H};
         H3_CHECK(act_alloc(d, &mod[b], (int64_t)m * 3, 6 * H));
         H3_CHECK(h3_tensor_reshape(&mod[b], 2, s, &v));
-        H3_CHECK_CTX(h3_op_gemm(ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b], 0), "AdaLN of block %lld", (long long)b);
+        H3_CHECK_CTX(h3_op_gemm(ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b], 0), "AdaLN of block %lld",
+                     (long long)b);
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
-    H3_CHECK_CTX(h3_op_gemm(ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b, 0), "final-layer AdaLN");
+    H3_CHECK_CTX(h3_op_gemm(ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b, 0),
+                 "final-layer AdaLN");
     /* Replace what was kept. */
     if (d->mod) {
         for (int64_t b = 0; b <= L; b++) h3_tensor_free(&d->mod[b]);
@@ -174,23 +180,26 @@ static int lookup_modulation(const h3_dit *d, const float *ts, int n, int32_t *m
     return 1;
 }
 
-/* Makes every timestep of the forward kept (computing the kept ones again with the new: the cost is reading the
- * AdaLN weights once, whatever the count). */
+/* Makes every timestep of the forward kept (computing the kept ones again with the new: the cost is reading
+ * the AdaLN weights once, whatever the count). */
 static h3_status ensure_modulation(h3_dit *d, h3_exec *ex, const float *ts, int n, int32_t *map) {
     if (d->mod && lookup_modulation(d, ts, n, map)) return H3_OK;
     float *all = h3_malloc((size_t)(d->mod_n + n) * sizeof(float), H3_MEM_OTHER);
     if (!all) return H3_ERR_NOMEM;
     if (d->mod_n) memcpy(all, d->mod_t, (size_t)d->mod_n * sizeof(float));
     memcpy(all + d->mod_n, ts, (size_t)n * sizeof(float));
-    h3_log(H3_LOG_DEBUG, "DiT: computing the AdaLN modulation for %d timesteps inside a forward", d->mod_n + n);
+    h3_log(H3_LOG_DEBUG, "DiT: computing the AdaLN modulation for %d timesteps inside a forward",
+           d->mod_n + n);
     h3_status st = h3_dit_precompute_modulation(d, ex, all, d->mod_n + n);
     h3_free(all);
     H3_TRY(st);
-    if (!lookup_modulation(d, ts, n, map)) return H3_ERR(H3_ERR_INTERNAL, "DiT: a computed timestep is not kept");
+    if (!lookup_modulation(d, ts, n, map))
+        return H3_ERR(H3_ERR_INTERNAL, "DiT: a computed timestep is not kept");
     return H3_OK;
 }
 
-/* ---- workspace ---------------------------------------------------------------------------------------------- */
+/* ---- workspace
+ * ---------------------------------------------------------------------------------------------- */
 
 int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
     const h3_dit_config *c = &d->cfg;
@@ -207,8 +216,8 @@ int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv
 
 void h3_dit_release_workspace(h3_dit *d) {
     h3_dit_ws *w = &d->ws;
-    h3_tensor *all[] = {&w->x, &w->h, &w->xt, &w->q, &w->k, &w->v, &w->o, &w->qkv, &w->u, &w->g,
-                        &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx, &w->tidx};
+    h3_tensor *all[] = {&w->x, &w->h,   &w->xt,  &w->q,       &w->k,       &w->v,    &w->o,    &w->qkv, &w->u,
+                        &w->g, &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx, &w->tidx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
     memset(w, 0, sizeof *w);
 }
@@ -250,7 +259,8 @@ done:
     return st;
 }
 
-/* ---- inputs -------------------------------------------------------------------------------------------------- */
+/* ---- inputs
+ * -------------------------------------------------------------------------------------------------- */
 
 static h3_status check_rows(const h3_dit *d, const char *name, const h3_tensor *t, int64_t cols, int64_t *n) {
     *n = 0;
@@ -258,21 +268,23 @@ static h3_status check_rows(const h3_dit *d, const char *name, const h3_tensor *
     char s[96];
     if (t->ndim != 2 || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE || t->place != d->act_place ||
         !h3_tensor_is_rowwise(t, NULL))
-        return H3_ERR(H3_ERR_INVALID, "DiT input '%s' must be %s [rows, %lld] at the %s place, got %s %s at %s", name,
+        return H3_ERR(H3_ERR_INVALID,
+                      "DiT input '%s' must be %s [rows, %lld] at the %s place, got %s %s at %s", name,
                       h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)cols, h3_place_name(d->act_place),
                       h3_dtype_name(t->dtype), h3_tensor_shape_str(t, s, sizeof s), h3_place_name(t->place));
     *n = t->shape[0];
     return H3_OK;
 }
 
-static h3_status check_out(const h3_dit *d, const char *name, const h3_tensor *t, int64_t rows, int64_t cols) {
+static h3_status check_out(const h3_dit *d, const char *name, const h3_tensor *t, int64_t rows,
+                           int64_t cols) {
     if (rows == 0) return H3_OK;
     char s[96];
     if (!t || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE ||
         t->place != d->act_place || !h3_tensor_is_rowwise(t, NULL))
         return H3_ERR(H3_ERR_INVALID, "DiT output '%s' must be %s [%lld, %lld] at the %s place, got %s", name,
-                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)rows, (long long)cols, h3_place_name(d->act_place),
-                      t ? h3_tensor_shape_str(t, s, sizeof s) : "none");
+                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)rows, (long long)cols,
+                      h3_place_name(d->act_place), t ? h3_tensor_shape_str(t, s, sizeof s) : "none");
     return H3_OK;
 }
 
@@ -283,15 +295,18 @@ static h3_status check_partition(const h3_dit_inputs *in, int64_t Nv, int64_t Na
         const char *name;
         const int32_t *v;
         int64_t n;
-    } lists[3] = {{"video_indices", in->video_indices, Nv}, {"audio_indices", in->audio_indices, Na},
+    } lists[3] = {{"video_indices", in->video_indices, Nv},
+                  {"audio_indices", in->audio_indices, Na},
                   {"text_indices", in->text_indices, L}};
     memset(seen, 0, (size_t)S);
     for (int l = 0; l < 3; l++) {
-        if (lists[l].n && !lists[l].v) return H3_ERR(H3_ERR_INVALID, "DiT input '%s' is missing", lists[l].name);
+        if (lists[l].n && !lists[l].v)
+            return H3_ERR(H3_ERR_INVALID, "DiT input '%s' is missing", lists[l].name);
         for (int64_t i = 0; i < lists[l].n; i++) {
             int64_t r = lists[l].v[i];
             if (r < 0 || r >= S)
-                return H3_ERR(H3_ERR_INVALID, "DiT input '%s': value %lld at %lld is outside the sequence [0, %lld)",
+                return H3_ERR(H3_ERR_INVALID,
+                              "DiT input '%s': value %lld at %lld is outside the sequence [0, %lld)",
                               lists[l].name, (long long)r, (long long)i, (long long)S);
             if (seen[r])
                 return H3_ERR(H3_ERR_INVALID, "DiT input '%s': row %lld (at %lld) is already named by %s",
@@ -302,8 +317,8 @@ static h3_status check_partition(const h3_dit_inputs *in, int64_t Nv, int64_t Na
     return H3_OK;
 }
 
-static h3_status check_inputs(h3_dit *d, const h3_dit_inputs *in, const h3_tensor *vout, const h3_tensor *aout,
-                              int64_t *pNv, int64_t *pNa, int64_t *pL) {
+static h3_status check_inputs(h3_dit *d, const h3_dit_inputs *in, const h3_tensor *vout,
+                              const h3_tensor *aout, int64_t *pNv, int64_t *pNa, int64_t *pL) {
     const h3_dit_config *c = &d->cfg;
     int64_t Nv = 0, Na = 0, L = 0;
     H3_TRY(check_rows(d, "video", in->video, h3_dit_video_dim(c), &Nv));
@@ -311,28 +326,33 @@ static h3_status check_inputs(h3_dit *d, const h3_dit_inputs *in, const h3_tenso
     H3_TRY(check_rows(d, "text", in->text, c->text_dim, &L));
     const int64_t S = in->seq_len;
     if (S < 1 || S != Nv + Na + L)
-        return H3_ERR(H3_ERR_INVALID, "DiT input: the sequence has %lld rows but video %lld + audio %lld + text %lld "
-                      "rows = %lld", (long long)S, (long long)Nv, (long long)Na, (long long)L,
-                      (long long)(Nv + Na + L));
+        return H3_ERR(H3_ERR_INVALID,
+                      "DiT input: the sequence has %lld rows but video %lld + audio %lld + text %lld "
+                      "rows = %lld",
+                      (long long)S, (long long)Nv, (long long)Na, (long long)L, (long long)(Nv + Na + L));
     if (!in->timestep_indices || !in->token_tags || !in->position_ids || !in->timesteps)
-        return H3_ERR(H3_ERR_INVALID, "DiT input: timesteps, timestep_indices, token_tags and position_ids are all "
+        return H3_ERR(H3_ERR_INVALID,
+                      "DiT input: timesteps, timestep_indices, token_tags and position_ids are all "
                       "required");
     if (in->n_timesteps < 1 || in->n_timesteps > (1 << 20))
-        return H3_ERR(H3_ERR_INVALID, "DiT input 'timesteps': %d values; 1 to 2^20 are accepted", in->n_timesteps);
+        return H3_ERR(H3_ERR_INVALID, "DiT input 'timesteps': %d values; 1 to 2^20 are accepted",
+                      in->n_timesteps);
     for (int i = 0; i < in->n_timesteps; i++)
         if (!isfinite(in->timesteps[i]))
             return H3_ERR(H3_ERR_INVALID, "DiT input 'timesteps': value %d is not finite", i);
     for (int64_t r = 0; r < S; r++) {
         if (in->token_tags[r] < 0 || in->token_tags[r] > 2)
-            return H3_ERR(H3_ERR_INVALID, "DiT input 'token_tags': %d at row %lld; tags are 0 (video), 1 (text), 2 "
-                          "(audio)", in->token_tags[r], (long long)r);
+            return H3_ERR(H3_ERR_INVALID,
+                          "DiT input 'token_tags': %d at row %lld; tags are 0 (video), 1 (text), 2 "
+                          "(audio)",
+                          in->token_tags[r], (long long)r);
         if (in->timestep_indices[r] < 0 || in->timestep_indices[r] >= in->n_timesteps)
             return H3_ERR(H3_ERR_INVALID, "DiT input 'timestep_indices': %d at row %lld is outside [0, %d)",
                           in->timestep_indices[r], (long long)r, in->n_timesteps);
         for (int a = 0; a < 3; a++)
             if (!isfinite(in->position_ids[r * 3 + a]))
-                return H3_ERR(H3_ERR_INVALID, "DiT input 'position_ids': row %lld axis %d is not finite", (long long)r,
-                              a);
+                return H3_ERR(H3_ERR_INVALID, "DiT input 'position_ids': row %lld axis %d is not finite",
+                              (long long)r, a);
     }
     H3_TRY(check_out(d, "video velocity", vout, Nv, h3_dit_video_dim(c)));
     H3_TRY(check_out(d, "audio velocity", aout, Na, c->audio_dim));
@@ -347,7 +367,8 @@ static h3_status check_inputs(h3_dit *d, const h3_dit_inputs *in, const h3_tenso
     return H3_OK;
 }
 
-/* ---- blocks ---------------------------------------------------------------------------------------------------- */
+/* ---- blocks
+ * ---------------------------------------------------------------------------------------------------- */
 
 static h3_status rows_view(const h3_tensor *t, int64_t r0, int64_t n, h3_tensor *out) {
     return h3_tensor_narrow(t, 0, r0, n, out);
@@ -364,7 +385,8 @@ static h3_status head_rows(const h3_dit *d, const h3_tensor *t, h3_tensor *out) 
     return h3_tensor_reshape(t, 2, s, out);
 }
 
-/* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner. */
+/* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
+ */
 static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *h, int64_t n,
                            const h3_tensor *cos, const h3_tensor *sin) {
     const h3_dit_config *c = &d->cfg;
@@ -377,8 +399,9 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     H3_TRY(rows_view(&ws->v, 0, n, &v));
     H3_TRY(rows_view(&ws->o, 0, n, &o));
     if (w->qkv_interleaved) {
-        /* Fused rows per head [q k v]: project a chunk of rows, then take q and k out of the interleaved columns
-         * through their per-head RMSNorm and v through a copy (each reads with a row stride of 3·head_dim). */
+        /* Fused rows per head [q k v]: project a chunk of rows, then take q and k out of the interleaved
+         * columns through their per-head RMSNorm and v through a copy (each reads with a row stride of
+         * 3·head_dim). */
         for (int64_t r0 = 0; r0 < n; r0 += d->chunk_rows) {
             int64_t m = n - r0 < d->chunk_rows ? n - r0 : d->chunk_rows;
             h3_tensor hc, fused, per_head, src, dst;
@@ -393,8 +416,10 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
                 H3_TRY(h3_tensor_narrow(&per_head, 1, j * hd, hd, &src));
                 H3_TRY(rows_view(outs[j], r0, m, &t1));
                 H3_TRY(head_rows(d, &t1, &dst));
-                if (norms[j]) H3_TRY(h3_op_rms_norm(ex, &dst, &src, norms[j], eps));
-                else H3_TRY(h3_op_convert(ex, &dst, &src));
+                if (norms[j])
+                    H3_TRY(h3_op_rms_norm(ex, &dst, &src, norms[j], eps));
+                else
+                    H3_TRY(h3_op_convert(ex, &dst, &src));
             }
         }
     } else {
@@ -420,10 +445,11 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     return h3_op_gemm(ex, h, &o, &w->out, NULL, 0);
 }
 
-/* One block over the first n rows of x. mod: the block's modulation table [T·3, 6H] with idx [n] selecting each
- * row's; NULL in the token refiner (plain pre-norm residuals). */
+/* One block over the first n rows of x. mod: the block's modulation table [T·3, 6H] with idx [n] selecting
+ * each row's; NULL in the token refiner (plain pre-norm residuals). */
 static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *x, int64_t n,
-                           const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod, const h3_tensor *idx) {
+                           const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod,
+                           const h3_tensor *idx) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
     const int64_t H = c->hidden;
@@ -436,8 +462,10 @@ static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm1, eps));
     if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[0], &ch[1], idx));
     H3_TRY(attention(d, ex, w, &h, n, cos, sin));
-    if (mod) H3_TRY(h3_op_gated_add(ex, x, &h, &ch[2], idx));
-    else H3_TRY(h3_op_binary(ex, x, x, &h, H3_BINARY_ADD));
+    if (mod)
+        H3_TRY(h3_op_gated_add(ex, x, &h, &ch[2], idx));
+    else
+        H3_TRY(h3_op_binary(ex, x, x, &h, H3_BINARY_ADD));
 
     H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm2, eps));
     if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[3], &ch[4], idx));
@@ -470,16 +498,19 @@ static h3_status run_unit(h3_dit *d, h3_exec *ex, int unit, h3_tensor *x, int64_
     h3_dit_block_release(d, ex, unit);
     if (st != H3_OK) {
         int R = (int)d->cfg.n_refiner_layers;
-        return h3_error_wrap(st, unit < R ? "token-refiner block %d" : "DiT block %d", unit < R ? unit : unit - R);
+        return h3_error_wrap(st, unit < R ? "token-refiner block %d" : "DiT block %d",
+                             unit < R ? unit : unit - R);
     }
     return H3_OK;
 }
 
-/* ---- forward ------------------------------------------------------------------------------------------------------ */
+/* ---- forward
+ * ------------------------------------------------------------------------------------------------------ */
 
-/* Host-built per-forward tables (RoPE angles, modulation rows, index lists) uploaded to the activation place. */
-static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, const int32_t *tmap, int64_t Nv,
-                              int64_t Na, int64_t L) {
+/* Host-built per-forward tables (RoPE angles, modulation rows, index lists) uploaded to the activation place.
+ */
+static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, const int32_t *tmap,
+                              int64_t Nv, int64_t Na, int64_t L) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
     const int64_t S = in->seq_len, F = c->rope_freq_dim, R = 6 * F;
@@ -489,7 +520,8 @@ static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, c
     int32_t *mi = h3_malloc((size_t)S * 2 * sizeof(int32_t), H3_MEM_WORKSPACE);
     if (!cs || !sn || !mi) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < S; r++) {
-        /* Angles [t(F) | h(F) | w(F)], written twice: f32 position × f32 frequency, as the release computes. */
+        /* Angles [t(F) | h(F) | w(F)], written twice: f32 position × f32 frequency, as the release computes.
+         */
         for (int a = 0; a < 3; a++) {
             float p = (float)in->position_ids[r * 3 + a];
             for (int64_t j = 0; j < F; j++) {

@@ -15,24 +15,28 @@ static const char *shp(const h3_st_entry *e, char *buf, size_t n) {
 }
 
 /* The entry `name` with ndim dims; want0/want1 >= 0 pin a dim. `need` describes it for the message. */
-static h3_status entry(h3_st_set *s, const char *name, int ndim, int64_t want0, int64_t want1, const char *need,
-                       const h3_st_entry **out) {
+static h3_status entry(h3_st_set *s, const char *name, int ndim, int64_t want0, int64_t want1,
+                       const char *need, const h3_st_entry **out) {
     char b[96];
     const h3_st_entry *e = h3_st_find(s, name);
-    if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is missing (it must be %s)", s->source, name, need);
-    if (e->ndim != ndim || (want0 >= 0 && e->shape[0] != want0) || (ndim > 1 && want1 >= 0 && e->shape[1] != want1))
+    if (!e)
+        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is missing (it must be %s)", s->source, name,
+                      need);
+    if (e->ndim != ndim || (want0 >= 0 && e->shape[0] != want0) ||
+        (ndim > 1 && want1 >= 0 && e->shape[1] != want1))
         return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' has shape %s; it must be %s", s->source, name,
                       shp(e, b, sizeof b), need);
     *out = e;
     return H3_OK;
 }
 
-static h3_status rows_f32(h3_st_set *s, const char *name, int64_t cols, const char *need, h3_tensor *t, int64_t *n) {
+static h3_status rows_f32(h3_st_set *s, const char *name, int64_t cols, const char *need, h3_tensor *t,
+                          int64_t *n) {
     const h3_st_entry *e;
     H3_TRY(entry(s, name, 2, -1, cols, need, &e));
     if (!h3_dtype_is_float(e->dtype) || e->dtype == H3_F8_E4M3 || e->dtype == H3_F8_E5M2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be a float tensor (%s)", s->source, name,
-                      h3_dtype_name(e->dtype), need);
+        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be a float tensor (%s)", s->source,
+                      name, h3_dtype_name(e->dtype), need);
     *n = e->shape[0];
     if (*n == 0) {
         int64_t sh[2] = {1, cols};
@@ -49,8 +53,8 @@ static h3_status ints(h3_st_set *s, const char *name, int64_t n, const char *nee
     const void *p = NULL;
     H3_TRY(entry(s, name, 1, n, -1, need, &e));
     if (e->dtype != H3_I64 && e->dtype != H3_I32)
-        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be I64 or I32 (%s)", s->source, name,
-                      h3_dtype_name(e->dtype), need);
+        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be I64 or I32 (%s)", s->source,
+                      name, h3_dtype_name(e->dtype), need);
     int32_t *v = h3_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t), H3_MEM_IO);
     if (!v) return H3_ERR_NOMEM;
     if (n) {
@@ -62,7 +66,8 @@ static h3_status ints(h3_st_set *s, const char *name, int64_t n, const char *nee
     }
     for (int64_t i = 0; i < n; i++) {
         int64_t x;
-        if (e->dtype == H3_I64) memcpy(&x, (const uint8_t *)p + 8 * i, 8);
+        if (e->dtype == H3_I64)
+            memcpy(&x, (const uint8_t *)p + 8 * i, 8);
         else {
             int32_t y;
             memcpy(&y, (const uint8_t *)p + 4 * i, 4);
@@ -70,8 +75,9 @@ static h3_status ints(h3_st_set *s, const char *name, int64_t n, const char *nee
         }
         if (x < INT32_MIN || x > INT32_MAX) {
             h3_free(v);
-            return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' holds %lld at %lld, beyond 32-bit row numbers",
-                          s->source, name, (long long)x, (long long)i);
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: input tensor '%s' holds %lld at %lld, beyond 32-bit row numbers", s->source,
+                          name, (long long)x, (long long)i);
         }
         v[i] = (int32_t)x;
     }
@@ -83,8 +89,8 @@ static h3_status floats(h3_st_set *s, const char *name, const h3_st_entry *e, vo
     const void *p = NULL;
     int64_t n = h3_st_entry_numel(e);
     if (!h3_dtype_is_float(e->dtype) || e->dtype == H3_F8_E4M3 || e->dtype == H3_F8_E5M2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be a float tensor", s->source, name,
-                      h3_dtype_name(e->dtype));
+        return H3_ERR(H3_ERR_FORMAT, "%s: input tensor '%s' is %s; it must be a float tensor", s->source,
+                      name, h3_dtype_name(e->dtype));
     if (n) H3_TRY(h3_st_bytes(s, e, &p));
     for (int64_t i = 0; i < n; i++) {
         double v;
@@ -95,8 +101,10 @@ static h3_status floats(h3_st_set *s, const char *name, const h3_st_entry *e, vo
             h3_convert_to_f32(e->dtype, (const uint8_t *)p + h3_dtype_size(e->dtype) * (size_t)i, &f, 1);
             v = f;
         }
-        if (as_double) ((double *)dst)[i] = v;
-        else ((float *)dst)[i] = (float)v;
+        if (as_double)
+            ((double *)dst)[i] = v;
+        else
+            ((float *)dst)[i] = (float)v;
     }
     return H3_OK;
 }
@@ -132,8 +140,8 @@ h3_status h3_dit_inputs_read(const char *path, const h3_dit_config *c, h3_dit_in
     H3_CHECK(entry(&s, "token_tags", 1, -1, -1, "I64 [S]: 0 video, 1 text, 2 audio per row", &e));
     S = e->shape[0];
     if (S != Nv + Na + L)
-        H3_FAIL(H3_ERR_FORMAT, "%s: token_tags has %lld rows but video %lld + audio %lld + text %lld = %lld", path,
-                (long long)S, (long long)Nv, (long long)Na, (long long)L, (long long)(Nv + Na + L));
+        H3_FAIL(H3_ERR_FORMAT, "%s: token_tags has %lld rows but video %lld + audio %lld + text %lld = %lld",
+                path, (long long)S, (long long)Nv, (long long)Na, (long long)L, (long long)(Nv + Na + L));
     if (S < 1) H3_FAIL(H3_ERR_FORMAT, "%s: the sequence is empty", path);
     H3_CHECK(ints(&s, "token_tags", S, "I64 [S]: 0 video, 1 text, 2 audio per row", &f->token_tags));
     snprintf(need, sizeof need, "I64 [S = %lld]: index into timesteps per row", (long long)S);

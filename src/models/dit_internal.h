@@ -10,32 +10,32 @@
 
 /* Weights outside the block stacks (all small next to a block). */
 typedef struct h3_dit_globals {
-    h3_tensor video_in_w, video_in_b;   /* [H, 96], [H] f32 */
-    h3_tensor audio_in_w, audio_in_b;   /* [H, 32], [H] f32 */
-    h3_tensor text_in_w, text_in_b;     /* [H, text_dim], [H] */
-    h3_tensor time_in_w, time_in_b;     /* full: [time_hidden, freq_dim], [time_hidden] f32 */
-    h3_tensor time_out_w, time_out_b;   /* full: [time_embed_dim, time_hidden], [time_embed_dim] f32 */
-    h3_tensor curve;                    /* pruned: adaln_t_table [grid, rank] */
-    h3_tensor inv_freq;                 /* [rope_freq_dim] when the file ships it */
-    h3_tensor refiner_norm;             /* [H] */
-    h3_tensor final_norm;               /* [H] */
+    h3_tensor video_in_w, video_in_b;       /* [H, 96], [H] f32 */
+    h3_tensor audio_in_w, audio_in_b;       /* [H, 32], [H] f32 */
+    h3_tensor text_in_w, text_in_b;         /* [H, text_dim], [H] */
+    h3_tensor time_in_w, time_in_b;         /* full: [time_hidden, freq_dim], [time_hidden] f32 */
+    h3_tensor time_out_w, time_out_b;       /* full: [time_embed_dim, time_hidden], [time_embed_dim] f32 */
+    h3_tensor curve;                        /* pruned: adaln_t_table [grid, rank] */
+    h3_tensor inv_freq;                     /* [rope_freq_dim] when the file ships it */
+    h3_tensor refiner_norm;                 /* [H] */
+    h3_tensor final_norm;                   /* [H] */
     h3_tensor final_adaln_w, final_adaln_b; /* [2H, time_embed_dim], [2H] */
-    h3_tensor video_out_w, video_out_b; /* [96, H], [96] f32 */
-    h3_tensor audio_out_w, audio_out_b; /* [32, H], [32] f32 */
+    h3_tensor video_out_w, video_out_b;     /* [96, H], [96] f32 */
+    h3_tensor audio_out_w, audio_out_b;     /* [32, H], [32] f32 */
 } h3_dit_globals;
 
 /* The forward's buffers, allocated once for a set of row counts and reused. */
 typedef struct h3_dit_ws {
-    int64_t S, L, Nv, Na;         /* the counts they were allocated for (S == 0: none) */
-    h3_tensor x;                  /* [S, H] residual stream */
-    h3_tensor h;                  /* [S, H] normed / modulated input of a sub-block, then its output */
-    h3_tensor xt;                 /* [L, H] text stream through the refiner */
-    h3_tensor q, k, v, o;         /* [S, inner] */
-    h3_tensor qkv;                /* [chunk, 3·inner] fused-projection scratch (interleaved files only) */
-    h3_tensor u, g;               /* [chunk, 2F], [chunk, F] FFN */
-    h3_tensor cos, sin;           /* [S, 6·rope_freq_dim] */
-    h3_tensor mod_idx, fin_idx;   /* I32 [S]: modulation row per packed row (block tables, final table) */
-    h3_tensor vidx, aidx, tidx;   /* I32 [Nv], [Na], [L] */
+    int64_t S, L, Nv, Na;       /* the counts they were allocated for (S == 0: none) */
+    h3_tensor x;                /* [S, H] residual stream */
+    h3_tensor h;                /* [S, H] normed / modulated input of a sub-block, then its output */
+    h3_tensor xt;               /* [L, H] text stream through the refiner */
+    h3_tensor q, k, v, o;       /* [S, inner] */
+    h3_tensor qkv;              /* [chunk, 3·inner] fused-projection scratch (interleaved files only) */
+    h3_tensor u, g;             /* [chunk, 2F], [chunk, F] FFN */
+    h3_tensor cos, sin;         /* [S, 6·rope_freq_dim] */
+    h3_tensor mod_idx, fin_idx; /* I32 [S]: modulation row per packed row (block tables, final table) */
+    h3_tensor vidx, aidx, tidx; /* I32 [Nv], [Na], [L] */
 } h3_dit_ws;
 
 struct h3_dit {
@@ -54,12 +54,12 @@ struct h3_dit {
     h3_place act_place;
     int64_t chunk_rows;
     /* kept modulation */
-    float *mod_t;                 /* [mod_n] timesteps */
+    float *mod_t; /* [mod_n] timesteps */
     int mod_n;
-    h3_tensor *mod;               /* [n_layers + 1]: blocks [mod_n·3, 6H], then final [mod_n, 2H] */
+    h3_tensor *mod; /* [n_layers + 1]: blocks [mod_n·3, 6H], then final [mod_n, 2H] */
     h3_dit_ws ws;
     h3_dit_stats stats;
-    int acquired;                 /* units acquired and not yet released */
+    int acquired; /* units acquired and not yet released */
 };
 
 /* Host data into a tensor at the activation place: the one point where host-built layout data cross over. */
