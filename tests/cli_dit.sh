@@ -40,6 +40,17 @@ grep -q "^audio_velocity  *F32  *\[6, 32\]" <<<"$listing" || fail "output lacks 
     --expect "$FIX/expected_full.safetensors" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "--qkv-order contiguous on official shards must not match"
 
+# The full-size official DiT (real header, data left as a sparse hole): every tensor binds zero-copy, the config
+# inferred from the shapes is the release's, and the AdaLN bytes a step no longer reads are stated.
+"$BUILD/h3-testdata" dit-official "$tmp/full.safetensors" || fail "h3-testdata dit-official"
+out=$("$H3RUN" dit --describe -m "$tmp/full.safetensors" 2>"$tmp/err")
+[ $? -eq 0 ] || fail "dit --describe on the full-size header: $(cat "$tmp/err")"
+for want in "official layout, per-head interleaved QKV" "50 blocks + 2 refiner blocks, hidden 5376, 56 heads x 128" \
+            "FFN 14336" "weights: 66,280,430,144 bytes" "AdaLN 26,142,079,488 bytes" "owned copies 0 bytes"; do
+    grep -qF -- "$want" <<<"$out" || fail "describe of the full-size DiT lacks '$want': $out"
+done
+rm -f "$tmp/full.safetensors"
+
 # inspect names the layout and the AdaLN form.
 "$H3RUN" inspect --summary "$FIX/official" | grep -q "official layout, 2 blocks, full AdaLN" || fail "inspect official"
 "$H3RUN" inspect --summary "$FIX/diffusers" | grep -q "diffusers layout, 2 blocks, full AdaLN" || fail "inspect diffusers"
