@@ -178,7 +178,7 @@ h3_status h3_wav_write_pcm16(const char *path, const float *samples, int64_t fra
     for (int64_t i = 0; i < total && st == H3_OK; i++) {
         float x = samples[i];
         x = x > 1.0f ? 1.0f : (x < -1.0f ? -1.0f : (x == x ? x : 0.0f));
-        int16_t q = (int16_t)lrintf(x * 32767.0f);
+        int16_t q = (int16_t)lrint((double)x * 32767.0);
         le16(buf + nb, (uint16_t)q);
         nb += 2;
         if (nb == sizeof buf || i + 1 == total) {

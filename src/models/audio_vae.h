@@ -1,0 +1,81 @@
+/* The MiniMax-H3 audio VAE decoder (H3-FACTS §4): audio latents from the DiT -> a 32 kHz waveform.
+ *
+ * Latents [channels, 32, T] (left and right decode as two items of one mono decoder), normalized as the DiT produces
+ * them, are de-normalized per channel, projected by dec_in_proj (1×1 conv 32 -> 2048) and decoded by BigVGAN:
+ * conv_pre (k7, 2048 -> 1024), then per upsampling stage a transposed conv (rates 5,5,2,2,2,2,2, kernels
+ * 9,9,4,4,4,4,4, halving the channels) and the mean of 3 AMP blocks (kernels 3/7/11, dilations 1/3/5), each conv
+ * preceded by an anti-aliased SnakeBeta: upsample ×2 (replicate-pad 5, depthwise transposed conv by a 12-tap
+ * Kaiser-windowed sinc at stride 2, ×2, cut 15 each side), x + sin²(e^α·x)/(e^β + 1e-9), then low-pass by the same
+ * kind of filter at stride 2 (replicate-pad 5 left, 6 right); then activation_post, conv_post (k7 -> 1) and a clamp
+ * to [-1, 1]. 800 samples per latent.
+ *
+ * The resampling filters are the ones the checkpoint stores (every layout stores them, as diffusers and ComfyUI
+ * do); when a file lacks them they are computed (h3_audio_kaiser_filter, the same formula). Weight-normalized
+ * convolutions (weight_g / weight_v, or parametrizations.weight.original0/1) are folded at open into f32 weights;
+ * ComfyUI's file stores them folded. Weights stay f32 (bf16 audio is audibly worse); activations are f32.
+ *
+ * Files: the official audio_vae/ folder (config.json with latents_mean/std, metadata.json with the constructor
+ * arguments, model.safetensors), the diffusers audio_vae/ folder (config.json, diffusion_pytorch_model.safetensors),
+ * a model folder holding audio_vae/, or ComfyUI's minimax_h3_audio_vae_fp32.safetensors (latents_mean/std stored as
+ * tensors; architecture read from the tensor shapes, the rate of a stage from its kernel: k = 2u − (u mod 2)).
+ */
+#ifndef H3_MODELS_AUDIO_VAE_H
+#define H3_MODELS_AUDIO_VAE_H
+
+#include "io/detect.h"
+#include "tensor/ops.h"
+
+#define H3_AVAE_MAX_CHANNELS 64
+#define H3_AVAE_MAX_UPS 12
+#define H3_AVAE_MAX_RES 4
+
+typedef struct h3_audio_vae_config {
+    int latent_channels; /* 32 */
+    int latent_dim;      /* 2048: dec_in_proj's output, conv_pre's input */
+    int decoder_dim;     /* 1024: conv_pre's output; stage i has decoder_dim / 2^(i+1) channels */
+    int n_up;            /* 7 */
+    int rates[H3_AVAE_MAX_UPS], kernels[H3_AVAE_MAX_UPS];
+    int n_res;                                       /* 3 AMP blocks per stage */
+    int res_kernels[H3_AVAE_MAX_RES];                /* 3, 7, 11 */
+    int n_dil;                                       /* 3 */
+    int dilations[H3_AVAE_MAX_RES][H3_AVAE_MAX_RES]; /* 1, 3, 5 for each block */
+    int filter_taps;                                 /* 12 */
+    int sample_rate;                                 /* 32000 */
+    int hop;                                         /* samples per latent: the product of the rates, 800 */
+    float latents_mean[H3_AVAE_MAX_CHANNELS], latents_std[H3_AVAE_MAX_CHANNELS];
+} h3_audio_vae_config;
+
+typedef struct h3_audio_vae_opts {
+    int compute_filters; /* use computed Kaiser filters even where the file stores them */
+} h3_audio_vae_opts;
+
+typedef struct h3_audio_vae h3_audio_vae;
+
+h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_audio_vae **out);
+void h3_audio_vae_close(h3_audio_vae *v);
+const h3_audio_vae_config *h3_audio_vae_get_config(const h3_audio_vae *v);
+h3_layout h3_audio_vae_layout(const h3_audio_vae *v);
+const char *h3_audio_vae_source(const h3_audio_vae *v);
+
+/* Latents [channels, C, T] or [C, T] (one channel), contiguous f32 on the host. */
+h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tensor *latents);
+
+/* waveform: f32 [channels, T·hop] or [channels, 1, T·hop] (the shape diffusers' decode returns), in [-1, 1]. */
+h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *latents, h3_tensor *waveform);
+
+/* Host memory a decode of T latents per channel takes beyond the weights and the caller's tensors. Unlike the
+ * video decoder's it grows with T (about 36 floats per output sample for the released config): the audio is
+ * decoded whole, as the reference does. */
+typedef struct h3_audio_vae_mem {
+    int64_t buffers;       /* activations of the widest stage */
+    int64_t stage_scratch; /* resampling filters laid out per channel, held during the stage that peaks */
+    int64_t op_scratch;    /* the largest scratch an op of that stage takes (f32 weight copy, im2col columns) */
+    int64_t total;
+} h3_audio_vae_mem;
+h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, h3_audio_vae_mem *out);
+
+/* The Kaiser-windowed sinc low-pass of alias-free-torch / BigVGAN: `taps` values summing to 1 (computed in
+ * double). For the 2× resampler: cutoff 0.25, half width 0.3, 12 taps. */
+void h3_audio_kaiser_filter(float *out, int taps, double cutoff, double half_width);
+
+#endif

@@ -1,0 +1,498 @@
+/* The audio VAE decoder (BigVGAN) against the fixtures of the PyTorch reference (tools/reference/audio_vae.py,
+ * float64), in the official, diffusers and ComfyUI layouts; the resampling filter; planned vs measured memory;
+ * malformed latents and files; allocation failures; the WAV writer.
+ *
+ * The fixture weights are not stored: tests/fixtures/audio_vae/manifest_*.json lists every tensor with the seed of
+ * the splitmix64 generator that makes its values (the same generator as tools/reference/make_vae_fixtures.py), and
+ * this program writes the model files from it:  test_audio_vae --write-model official|diffusers|comfy PATH */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/json.h"
+#include "io/image_audio_files.h"
+#include "io/safetensors.h"
+#include "models/audio_vae.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+
+static const char *fx(const char *rel, char *buf, size_t n) {
+    char r[512];
+    snprintf(r, sizeof r, "tests/fixtures/audio_vae/%s", rel);
+    return t_src_path(r, buf, n);
+}
+
+/* Value i of a generated tensor (see make_vae_fixtures.py generate). */
+static float gen_value(uint64_t seed, uint64_t i, double scale, double offset) {
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 40) / 16777216.0;
+    return (float)(offset + scale * (2.0 * u - 1.0));
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *text = NULL;
+    size_t len = 0;
+    if (h3_read_file(from, 1 << 20, &text, &len) != H3_OK) return;
+    FILE *f = fopen(to, "wb");
+    if (f) {
+        fwrite(text, 1, len, f);
+        fclose(f);
+    }
+    h3_free(text);
+}
+
+/* Writes the weights of a manifest to `file`. */
+static h3_status write_manifest(const char *manifest, const char *file) {
+    json_t *m = NULL;
+    H3_TRY(h3_json_load_file(manifest, 16u << 20, &m));
+    json_t *tensors = json_object_get(m, "tensors"), *values = json_object_get(m, "values");
+    size_t n = json_array_size(tensors);
+    float **bufs = calloc(n ? n : 1, sizeof *bufs);
+    h3_st_writer *w = NULL;
+    h3_status st = h3_st_writer_new(&w);
+    for (size_t i = 0; i < n && st == H3_OK; i++) {
+        json_t *e = json_array_get(tensors, i), *sh = json_object_get(e, "shape"), *vals = json_object_get(e, "values");
+        int nd = (int)json_array_size(sh);
+        int64_t shape[H3_MAX_DIMS], numel = 1;
+        for (int k = 0; k < nd && k < H3_MAX_DIMS; k++) {
+            shape[k] = (int64_t)json_integer_value(json_array_get(sh, (size_t)k));
+            numel *= shape[k];
+        }
+        bufs[i] = malloc((size_t)(numel ? numel : 1) * sizeof(float));
+        if (vals && json_is_string(vals)) vals = json_object_get(values, json_string_value(vals));
+        if (vals) {
+            for (int64_t k = 0; k < numel; k++) bufs[i][k] = (float)json_number_value(json_array_get(vals, (size_t)k));
+        } else {
+            int64_t seed = 0;
+            double scale = 0, offset = 0;
+            h3_json_get_int(e, "seed", &seed);
+            h3_json_get_num(e, "scale", &scale);
+            h3_json_get_num(e, "offset", &offset);
+            for (int64_t k = 0; k < numel; k++) bufs[i][k] = gen_value((uint64_t)seed, (uint64_t)k, scale, offset);
+        }
+        st = h3_st_writer_add(w, h3_json_get_str(e, "name"), H3_F32, nd, shape, bufs[i]);
+    }
+    if (st == H3_OK) st = h3_st_writer_write(w, file, 0);
+    h3_st_writer_free(w);
+    for (size_t i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    json_decref(m);
+    return st;
+}
+
+/* official: PATH/{model.safetensors, config.json, metadata.json}; diffusers: PATH/{diffusion_pytorch_model
+ * .safetensors, config.json}; comfy: the file PATH. */
+static h3_status write_model(const char *kind, const char *path) {
+    char man[700], a[700], b[1200];
+    if (!strcmp(kind, "comfy")) return write_manifest(fx("manifest_comfy.json", man, sizeof man), path);
+    int off = !strcmp(kind, "official");
+    if (!off && strcmp(kind, "diffusers")) return H3_ERR(H3_ERR_INVALID, "kind must be official, diffusers or comfy");
+    mkdir(path, 0755);
+    snprintf(b, sizeof b, "%s/%s", path, off ? "model.safetensors" : "diffusion_pytorch_model.safetensors");
+    H3_TRY(write_manifest(fx("manifest_official.json", man, sizeof man), b));
+    const char *files[2] = {"config.json", "metadata.json"};
+    for (int i = 0; i < (off ? 2 : 1); i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "%s/%s", off ? "official" : "diffusers", files[i]);
+        snprintf(b, sizeof b, "%s/%s", path, files[i]);
+        copy_file(fx(rel, a, sizeof a), b);
+    }
+    return H3_OK;
+}
+
+static char g_dir[600];
+
+static const char *model_path(const char *kind, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s%s", g_dir, kind, strcmp(kind, "comfy") ? "" : ".safetensors");
+    return buf;
+}
+
+static h3_status load_f32(const char *path, const char *name, h3_tensor *out) {
+    h3_st_set s;
+    H3_TRY(h3_st_open(path, &s));
+    h3_status st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, out);
+    h3_st_close(&s);
+    return st;
+}
+
+/* Decodes a fixture case with a model, returns the relative L2 error (checked against tol). */
+static double run_case(const char *kind, const h3_audio_vae_opts *o, const char *name, double tol) {
+    char mp[700], cp[700], file[128], what[160];
+    snprintf(file, sizeof file, "case_%s.safetensors", name);
+    h3_audio_vae *v = NULL;
+    h3_tensor lat = {0}, ref = {0}, out = {0};
+    double e = -1;
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), o, &v));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "waveform", &ref));
+    if (v && lat.data && ref.data) {
+        CHECK(h3_audio_vae_layout(v) == (!strcmp(kind, "official") ? H3_LAYOUT_OFFICIAL : !strcmp(kind, "diffusers")
+                                                                                            ? H3_LAYOUT_DIFFUSERS
+                                                                                            : H3_LAYOUT_COMFY),
+              "layout of %s", kind);
+        CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+        CHECK_OK(h3_audio_vae_decode(v, &g_ex, &lat, &out));
+        size_t n = (size_t)h3_tensor_numel(&ref);
+        double *rd = malloc(n * sizeof *rd);
+        for (size_t i = 0; i < n; i++) rd[i] = ((float *)ref.data)[i];
+        snprintf(what, sizeof what, "%s with the %s file%s", name, kind, o && o->compute_filters ? ", computed filters" : "");
+        e = EXPECT_CLOSE(what, out.data, rd, n, tol);
+        t_note("  %-14s %-9s latents [%lld, %lld, %lld] -> waveform [%lld, 1, %lld]: rel err %.2e, max abs %.2e%s", name,
+               kind, (long long)lat.shape[0], (long long)lat.shape[1], (long long)lat.shape[2], (long long)ref.shape[0],
+               (long long)ref.shape[2], e, t_max_abs_err(out.data, rd, n), o && o->compute_filters ? " (computed filters)" : "");
+        free(rd);
+    }
+    h3_tensor_free(&lat);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&out);
+    h3_audio_vae_close(v);
+    return e;
+}
+
+/* Every case with the file it was made for; the stereo case also through the diffusers folder (same weights). */
+static void test_fixtures(void) {
+    run_case("official", NULL, "stereo", 1e-4);
+    run_case("official", NULL, "mono", 1e-4);
+    run_case("diffusers", NULL, "stereo", 1e-4);
+    run_case("comfy", NULL, "comfy_stereo", 1e-4);
+}
+
+/* The filter h3run computes is the one the files store (float64 formula vs torch's float32 one: within 1e-7),
+ * and decoding with it instead changes nothing at the test's tolerance. */
+static void test_filters(void) {
+    float f[12];
+    h3_audio_kaiser_filter(f, 12, 0.25, 0.3);
+    char p[700];
+    json_t *m = NULL;
+    CHECK_OK(h3_json_load_file(fx("manifest_official.json", p, sizeof p), 16u << 20, &m));
+    json_t *k = json_object_get(json_object_get(m, "values"), "kaiser12");
+    CHECK(json_array_size(k) == 12, "the stored filter has 12 taps");
+    double worst = 0, sum = 0;
+    for (int i = 0; i < 12 && i < (int)json_array_size(k); i++) {
+        double d = fabs(f[i] - json_number_value(json_array_get(k, (size_t)i)));
+        worst = d > worst ? d : worst;
+        sum += f[i];
+    }
+    CHECK(worst <= 1e-7, "computed vs stored filter: %.2e", worst);
+    CHECK(fabs(sum - 1.0) < 1e-6 && f[0] == f[11] && f[5] == f[6], "sums to 1 (%.9f), symmetric", sum);
+    t_note("  computed Kaiser filter vs stored: max diff %.2e", worst);
+    json_decref(m);
+    h3_audio_vae_opts o = {1};
+    run_case("official", &o, "stereo", 1e-4);
+}
+
+/* Predicted peak (h3_audio_vae_decode_peak) vs measured, and the released decoder's figures. */
+static void test_memory(void) {
+    char mp[700];
+    h3_audio_vae *v = NULL;
+    CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), NULL, &v));
+    if (!v) return;
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+    int64_t Ts[2] = {5, 40};
+    for (int i = 0; i < 2; i++) {
+        int64_t s[3] = {2, c->latent_channels, Ts[i]}, ws[2] = {2, Ts[i] * c->hop};
+        h3_tensor z, y;
+        CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+        CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 2, ws, H3_MEM_OTHER));
+        t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+        h3_mem_stats a, b;
+        h3_mem_get_stats(&a);
+        h3_mem_reset_peaks();
+        CHECK_OK(h3_audio_vae_decode(v, &g_ex, &z, &y));
+        h3_mem_get_stats(&b);
+        int64_t peak = b.total_peak - a.total_current;
+        h3_audio_vae_mem m;
+        CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], &m));
+        t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, stage %lld, op %lld)",
+               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.stage_scratch,
+               (long long)m.op_scratch);
+        CHECK(llabs(peak - m.total) <= m.total / 50, "predicted %lld vs measured %lld", (long long)m.total,
+              (long long)peak);
+        CHECK(b.total_current == a.total_current, "leaked %lld bytes", (long long)(b.total_current - a.total_current));
+        float lo = 0, hi = 0;
+        for (int64_t k = 0; k < h3_tensor_numel(&y); k++) {
+            float x = ((float *)y.data)[k];
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
+        CHECK(lo >= -1.0f && hi <= 1.0f, "clamped to [-1, 1]: [%g, %g]", lo, hi);
+        h3_tensor_free(&z);
+        h3_tensor_free(&y);
+    }
+    h3_audio_vae_close(v);
+    h3_audio_vae_config r;
+    memset(&r, 0, sizeof r);
+    r.latent_channels = 32;
+    r.latent_dim = 2048;
+    r.decoder_dim = 1024;
+    r.n_up = 7;
+    int rates[7] = {5, 5, 2, 2, 2, 2, 2}, ks[7] = {9, 9, 4, 4, 4, 4, 4};
+    memcpy(r.rates, rates, sizeof rates);
+    memcpy(r.kernels, ks, sizeof ks);
+    r.n_res = 3;
+    r.res_kernels[0] = 3, r.res_kernels[1] = 7, r.res_kernels[2] = 11;
+    r.n_dil = 3;
+    for (int i = 0; i < 3; i++) r.dilations[i][0] = 1, r.dilations[i][1] = 3, r.dilations[i][2] = 5;
+    r.filter_taps = 12;
+    r.hop = 800;
+    h3_audio_vae_mem a, b;
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 207, &a));
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 600, &b));
+    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB", a.total / 1048576.0,
+           b.total / 1048576.0);
+}
+
+static void test_malformed_latents(void) {
+    char mp[700];
+    h3_audio_vae *v = NULL;
+    CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), NULL, &v));
+    if (!v) return;
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+    struct {
+        int nd;
+        int64_t s[4];
+        h3_dtype dt;
+        const char *needle;
+    } bad[] = {
+        {3, {2, 24, 5}, H3_F32, "have 24 channels; this audio VAE takes 32"},
+        {4, {1, 2, 32, 5}, H3_F32, "[channels, C, T] or [C, T]"},
+        {3, {2, 32, 5}, H3_F16, "f32"},
+        {3, {0, 32, 5}, H3_F32, "1 to 16 channels"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h3_tensor z;
+        CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, bad[i].dt, bad[i].nd, bad[i].s, H3_MEM_OTHER));
+        CHECK_ERR(h3_audio_vae_check_latents(c, &z), H3_ERR_INVALID, bad[i].needle);
+        CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &z), H3_ERR_INVALID, bad[i].needle);
+        h3_tensor_free(&z);
+    }
+    int64_t s[3] = {2, 32, 3}, ws[2] = {2, 2399};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 2, ws, H3_MEM_OTHER));
+    memset(z.data, 0, (size_t)h3_tensor_nbytes(&z));
+    CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &y), H3_ERR_INVALID, "[2, 2400] or [2, 1, 2400]");
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+    h3_audio_vae_close(v);
+}
+
+/* A copy of the official model with one tensor dropped or reshaped, or a broken config: clear errors, no leaks. */
+static void test_bad_files(void) {
+    char src[700], dir[800], p[900];
+    model_path("official", src, sizeof src);
+    snprintf(dir, sizeof dir, "%s/bad", g_dir);
+    mkdir(dir, 0755);
+    h3_audio_vae *v = NULL;
+    CHECK_ERR(h3_audio_vae_open("/nonexistent/audio_vae", NULL, &v), H3_ERR_NOT_FOUND, "no such file");
+    CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_NOT_FOUND, "no audio VAE here");
+    char a[900], b[900];
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "metadata.json" : "config.json";
+        snprintf(a, sizeof a, "%s/%s", src, f);
+        snprintf(b, sizeof b, "%s/%s", dir, f);
+        copy_file(a, b);
+    }
+    snprintf(a, sizeof a, "%s/model.safetensors", src);
+    h3_st_set s;
+    CHECK_OK(h3_st_open(a, &s));
+    const char *drop = "decoder.resblocks.4.activations.3.act.beta";
+    const char *reshape = "decoder.ups.2.0.weight_v";
+    for (int round = 0; round < 3 && s.entries; round++) {
+        h3_st_writer *w = NULL;
+        CHECK_OK(h3_st_writer_new(&w));
+        h3_tensor *keep = calloc((size_t)s.n_entries, sizeof *keep);
+        for (int64_t i = 0; i < s.n_entries; i++) {
+            const char *n = s.entries[i].name;
+            if (round == 0 && !strcmp(n, drop)) continue;
+            CHECK_OK(h3_st_tensor(&s, &s.entries[i], &keep[i]));
+            if (round == 1 && !strcmp(n, reshape)) {
+                int64_t sh[3] = {keep[i].shape[1], keep[i].shape[0], keep[i].shape[2]};
+                CHECK_OK(h3_st_writer_add(w, n, H3_F32, 3, sh, keep[i].data));
+            } else {
+                CHECK_OK(h3_st_writer_add_tensor(w, n, &keep[i]));
+            }
+        }
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        CHECK_OK(h3_st_writer_write(w, p, 0));
+        h3_st_writer_free(w);
+        for (int64_t i = 0; i < s.n_entries; i++) h3_tensor_free(&keep[i]);
+        free(keep);
+        if (round == 2) {
+            snprintf(p, sizeof p, "%s/config.json", dir);
+            FILE *f = fopen(p, "wb");
+            if (f) {
+                fputs("{\"latent_channels\": 32, \"sample_rate\": 32000, \"latents_mean\": [1, 2, 3]}", f);
+                fclose(f);
+            }
+        }
+        h3_mem_stats m0, m1;
+        h3_mem_get_stats(&m0);
+        if (round == 0) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.resblocks.4.activations.3.act.beta' is missing");
+        if (round == 1) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; this decoder's config needs [32, 16, 4]");
+        if (round == 2) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 32 numbers");
+        CHECK(v == NULL, "no handle on failure");
+        h3_mem_get_stats(&m1);
+        CHECK(m0.total_current == m1.total_current, "round %d leaked %lld bytes", round,
+              (long long)(m1.total_current - m0.total_current));
+    }
+    h3_st_close(&s);
+}
+
+/* Allocation n of open (and of decode) fails, for every n up to 200 and then every 101st (7th past 400 for the decode): the
+ * per-tensor loops repeat the same allocation sites, and trying each of the ~20000 points of an open would take
+ * minutes. Every failure returns an error and leaks nothing; past the last allocation the call succeeds. */
+static void test_alloc_failures(void) {
+    const char *kinds[3] = {"official", "diffusers", "comfy"};
+    for (int k = 0; k < 3; k++) {
+        char p[700];
+        model_path(kinds[k], p, sizeof p);
+        h3_mem_stats base;
+        h3_mem_get_stats(&base);
+        int n, ok = 0, tried = 0;
+        for (n = 1; n < 1000000 && !ok; n += n < 200 ? 1 : 101, tried++) {
+            h3_audio_vae *v = NULL;
+            h3_mem_fail_at(n, 0);
+            h3_clear_error();
+            int64_t failed0 = h3_mem_failed_count();
+            h3_status st = h3_audio_vae_open(p, NULL, &v);
+            int64_t ticks = h3_mem_fail_at(0, 0);
+            if (st == H3_OK) {
+                ok = 1;
+                CHECK(ticks < n, "%s: open succeeded although allocation %d failed", kinds[k], n);
+                h3_audio_vae_close(v);
+            } else {
+                CHECK(v == NULL, "no handle on failure");
+                CHECK(st == H3_ERR_NOMEM || h3_mem_failed_count() > failed0, "%s, failing allocation %d: %s", kinds[k],
+                      n, h3_last_error());
+            }
+            h3_mem_stats now;
+            h3_mem_get_stats(&now);
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", kinds[k], n,
+                  (long long)(now.total_current - base.total_current));
+        }
+        CHECK(ok, "%s never opened", kinds[k]);
+        t_note("  open %-9s: %d failing allocations tried, up to the %dth", kinds[k], tried - 1, n);
+    }
+    char p[700];
+    h3_audio_vae *v = NULL;
+    CHECK_OK(h3_audio_vae_open(model_path("official", p, sizeof p), NULL, &v));
+    if (!v) return;
+    int64_t s[3] = {2, 32, 2}, ws[3] = {2, 1, 1600};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    h3_mem_stats base;
+    h3_mem_get_stats(&base);
+    int n, ok = 0, tried = 0;
+    for (n = 1; n < 1000000 && !ok; n += n < 400 ? 1 : 7, tried++) {
+        h3_mem_fail_at(n, 0);
+        h3_clear_error();
+        h3_status st = h3_audio_vae_decode(v, &g_ex, &z, &y);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            ok = 1;
+            CHECK(ticks < n, "decode succeeded although allocation %d failed", n);
+        } else {
+            CHECK(st == H3_ERR_NOMEM, "decode, failing allocation %d: %s", n, h3_last_error());
+        }
+        h3_mem_stats now;
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "decode, failing allocation %d leaked %lld bytes", n,
+              (long long)(now.total_current - base.total_current));
+    }
+    CHECK(ok, "decode never succeeded");
+    t_note("  decode: %d failing allocations tried, up to the %dth", tried - 1, n);
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+    h3_audio_vae_close(v);
+}
+
+/* ---- WAV ---------------------------------------------------------------------------------------------------- */
+
+static uint32_t rd32le(const uint8_t *p) {
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint16_t rd16le(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* The RIFF header fields by the format's definition, and every sample: round(clamp(x)·32767). */
+static void test_wav(void) {
+    int64_t frames = 3001;
+    float *x = malloc((size_t)frames * 2 * sizeof *x);
+    for (int64_t i = 0; i < frames * 2; i++) x[i] = (float)t_uniform(-1.2, 1.2);
+    x[0] = 1.0f, x[1] = -1.0f, x[2] = 0.5f / 32767.0f, x[3] = NAN;
+    char path[600];
+    t_tmp_path("avae.wav", path, sizeof path);
+    CHECK_OK(h3_wav_write_pcm16(path, x, frames, 2, 32000));
+    char *f = NULL;
+    size_t len = 0;
+    CHECK_OK(h3_read_file(path, 1 << 24, &f, &len));
+    const uint8_t *b = (const uint8_t *)f;
+    CHECK(f && len == 44 + (size_t)frames * 4, "%zu bytes", len);
+    if (f && len >= 44) {
+        CHECK(!memcmp(b, "RIFF", 4) && rd32le(b + 4) == len - 8 && !memcmp(b + 8, "WAVEfmt ", 8), "RIFF/WAVE");
+        CHECK(rd32le(b + 16) == 16 && rd16le(b + 20) == 1 && rd16le(b + 22) == 2 && rd32le(b + 24) == 32000 &&
+                  rd32le(b + 28) == 128000 && rd16le(b + 32) == 4 && rd16le(b + 34) == 16,
+              "fmt: PCM, 2 channels, 32 kHz, 16 bits");
+        CHECK(!memcmp(b + 36, "data", 4) && rd32le(b + 40) == (uint32_t)(frames * 4), "data chunk");
+        int bad = 0;
+        for (int64_t i = 0; i < frames * 2 && 44 + 2 * (size_t)i + 1 < len; i++) {
+            double v = x[i] != x[i] ? 0.0 : x[i] > 1 ? 1 : x[i] < -1 ? -1 : x[i];
+            long want = lrint(v * 32767.0);
+            int16_t got = (int16_t)rd16le(b + 44 + 2 * i);
+            bad += got != want;
+        }
+        CHECK(bad == 0, "%d samples differ from round(clamp(x)·32767)", bad);
+        CHECK((int16_t)rd16le(b + 44) == 32767 && (int16_t)rd16le(b + 46) == -32767 && rd16le(b + 50) == 0, "ends, NaN");
+    }
+    CHECK_ERR(h3_wav_write_pcm16(path, x, frames, 0, 32000), H3_ERR_INVALID, "out of range");
+    unlink(path);
+    h3_free(f);
+    free(x);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--write-model")) {
+        h3_status st = write_model(argv[2], argv[3]);
+        if (st != H3_OK) fprintf(stderr, "test_audio_vae: %s\n", h3_last_error());
+        return st == H3_OK ? 0 : 1;
+    }
+    static const t_case cases[] = {
+        {"fixtures", test_fixtures},
+        {"filters", test_filters},
+        {"memory", test_memory},
+        {"malformed_latents", test_malformed_latents},
+        {"bad_files", test_bad_files},
+        {"alloc_failures", test_alloc_failures},
+        {"wav", test_wav},
+        {NULL, NULL},
+    };
+    if (h3_exec_init(&g_ex, 2) != H3_OK) return 1;
+    t_tmp_path("avae", g_dir, sizeof g_dir);
+    mkdir(g_dir, 0755);
+    const char *kinds[3] = {"official", "diffusers", "comfy"};
+    for (int i = 0; i < 3; i++) {
+        char p[700];
+        if (write_model(kinds[i], model_path(kinds[i], p, sizeof p)) != H3_OK) {
+            fprintf(stderr, "test_audio_vae: writing the %s model: %s\n", kinds[i], h3_last_error());
+            return 1;
+        }
+    }
+    int r = t_main("test_audio_vae", cases, argc, argv);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) r = 1;
+    h3_exec_free(&g_ex);
+    return r;
+}
