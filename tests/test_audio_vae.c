@@ -462,7 +462,41 @@ static void test_wav(void) {
     free(x);
 }
 
+/* --compare-pcm RAW REF: an s16le dump of a WAV (ffmpeg) against the fixture waveform [ch, 1, S] interleaved as
+ * round(clamp(x)·32767): at most 1 off (float rounding), 99% exact. */
+static int cmd_compare_pcm(char **argv) {
+    h3_tensor w = {0};
+    char *raw = NULL;
+    size_t len = 0;
+    if (load_f32(argv[3], "waveform", &w) != H3_OK || h3_read_file(argv[2], 1 << 28, &raw, &len) != H3_OK) {
+        fprintf(stderr, "compare-pcm: %s\n", h3_last_error());
+        return 1;
+    }
+    int64_t ch = w.shape[0], S = w.shape[2], exact = 0, worst = 0;
+    int r = 1;
+    if ((int64_t)len != ch * S * 2) {
+        fprintf(stderr, "compare-pcm: %zu bytes for %lld × %lld samples\n", len, (long long)ch, (long long)S);
+    } else {
+        const uint8_t *b = (const uint8_t *)raw;
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t c = 0; c < ch; c++) {
+                double x = ((float *)w.data)[c * S + i];
+                x = x > 1 ? 1 : x < -1 ? -1 : x;
+                long want = lrint(x * 32767.0), got = (int16_t)(b[2 * (i * ch + c)] | b[2 * (i * ch + c) + 1] << 8);
+                long d = labs(want - got);
+                exact += d == 0;
+                worst = d > worst ? d : worst;
+            }
+        printf("%lld of %lld samples exact, worst off by %lld\n", (long long)exact, (long long)(ch * S), (long long)worst);
+        r = (worst <= 1 && exact * 100 >= ch * S * 99) ? 0 : 1;
+    }
+    h3_free(raw);
+    h3_tensor_free(&w);
+    return r;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--compare-pcm")) return cmd_compare_pcm(argv);
     if (argc == 4 && !strcmp(argv[1], "--write-model")) {
         h3_status st = write_model(argv[2], argv[3]);
         if (st != H3_OK) fprintf(stderr, "test_audio_vae: %s\n", h3_last_error());

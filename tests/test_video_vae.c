@@ -579,7 +579,85 @@ static void test_png(void) {
     free(img);
 }
 
+/* ---- helpers for tests/cli_decode.sh ------------------------------------------------------------------------ */
+
+/* --compare A B NAME TOL: tensor NAME of two files, relative L2 error <= TOL. */
+static int cmd_compare(char **argv) {
+    h3_tensor a = {0}, b = {0};
+    if (load_f32(argv[2], argv[4], &a) != H3_OK || load_f32(argv[3], argv[4], &b) != H3_OK) {
+        fprintf(stderr, "compare: %s\n", h3_last_error());
+        return 1;
+    }
+    int r = 1;
+    if (!h3_tensor_same_shape(&a, &b)) {
+        char x[96], y[96];
+        fprintf(stderr, "compare: shapes %s vs %s\n", h3_tensor_shape_str(&a, x, sizeof x), h3_tensor_shape_str(&b, y, sizeof y));
+    } else {
+        double *ref = to_double(&b), tol = atof(argv[5]);
+        double e = t_rel_err(a.data, ref, (size_t)h3_tensor_numel(&b));
+        printf("%s: relative L2 error %.3e (tolerance %g)\n", argv[4], e, tol);
+        r = e <= tol ? 0 : 1;
+        free(ref);
+    }
+    h3_tensor_free(&a);
+    h3_tensor_free(&b);
+    return r;
+}
+
+/* --compare-rgb RAW REF FRAME: an rgb24 dump of a PNG (ffmpeg) against the fixture's raw frame FRAME as 8-bit
+ * levels round(clamp(x·std + mean)·255): at most 1 level off (float rounding at .5), 99% exact. */
+static int cmd_compare_rgb(char **argv) {
+    h3_tensor f = {0};
+    char *raw = NULL;
+    size_t len = 0;
+    if (load_f32(argv[3], "frames", &f) != H3_OK || h3_read_file(argv[2], 1 << 28, &raw, &len) != H3_OK) {
+        fprintf(stderr, "compare-rgb: %s\n", h3_last_error());
+        return 1;
+    }
+    int64_t F = f.shape[2], H = f.shape[3], W = f.shape[4], k = atoll(argv[4]), exact = 0, worst = 0;
+    int r = 1;
+    if ((int64_t)len != H * W * 3 || k < 0 || k >= F) {
+        fprintf(stderr, "compare-rgb: %zu bytes for %lld×%lld pixels\n", len, (long long)W, (long long)H);
+    } else {
+        for (int64_t i = 0; i < H * W; i++)
+            for (int c = 0; c < 3; c++) {
+                double x = ((float *)f.data)[((c * F + k) * H * W) + i] * k_std[c] + k_mean[c];
+                x = x < 0 ? 0 : x > 1 ? 1 : x;
+                long want = lrint(x * 255.0), got = (unsigned char)raw[i * 3 + c], d = labs(want - got);
+                exact += d == 0;
+                worst = d > worst ? d : worst;
+            }
+        printf("frame %lld: %lld of %lld levels exact, worst off by %lld\n", (long long)k, (long long)exact,
+               (long long)(H * W * 3), (long long)worst);
+        r = (worst <= 1 && exact * 100 >= H * W * 3 * 99) ? 0 : 1;
+    }
+    h3_free(raw);
+    h3_tensor_free(&f);
+    return r;
+}
+
+/* --write-latents PATH NAME d0 [d1 ...]: random f32 latents of that shape under that name. */
+static int cmd_write_latents(int argc, char **argv) {
+    int nd = argc - 4;
+    int64_t s[H3_MAX_DIMS], n = 1;
+    if (nd < 1 || nd > H3_MAX_DIMS) return 1;
+    for (int i = 0; i < nd; i++) n *= (s[i] = atoll(argv[4 + i]));
+    float *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    t_fill_randn(d, (size_t)n, 1.0);
+    h3_st_writer *w = NULL;
+    h3_status st = h3_st_writer_new(&w);
+    if (st == H3_OK) st = h3_st_writer_add(w, argv[3], H3_F32, nd, s, d);
+    if (st == H3_OK) st = h3_st_writer_write(w, argv[2], 0);
+    if (st != H3_OK) fprintf(stderr, "write-latents: %s\n", h3_last_error());
+    h3_st_writer_free(w);
+    free(d);
+    return st != H3_OK;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 6 && !strcmp(argv[1], "--compare")) return cmd_compare(argv);
+    if (argc == 5 && !strcmp(argv[1], "--compare-rgb")) return cmd_compare_rgb(argv);
+    if (argc >= 5 && !strcmp(argv[1], "--write-latents")) return cmd_write_latents(argc, argv);
     static const t_case cases[] = {
         {"fixtures", test_fixtures},
         {"callback_and_unit_range", test_callback_and_unit_range},

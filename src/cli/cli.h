@@ -51,5 +51,6 @@ int h3_cli_fail(const char *cmd, h3_status st);
 int h3_cmd_inspect(int argc, char **argv);
 int h3_cmd_dit(int argc, char **argv);
 int h3_cmd_encode(int argc, char **argv);
+int h3_cmd_decode(int argc, char **argv);
 
 #endif

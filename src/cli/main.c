@@ -15,6 +15,7 @@ static const subcommand g_cmds[] = {
     {"inspect", h3_cmd_inspect, "list the tensors of weight files and name the H3 components they hold"},
     {"dit", h3_cmd_dit, "run the DiT once on a packed sequence given as named tensors"},
     {"encode", h3_cmd_encode, "tokenize a prompt and run the text encoder to H3's conditioning (hidden_states[50])"},
+    {"decode", h3_cmd_decode, "decode latents with the video or audio VAE to PNG frames or a WAV file"},
     {NULL, NULL, NULL},
 };
 

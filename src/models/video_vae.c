@@ -26,8 +26,8 @@ static const float k_latents_std[24] = {
     0.69362932443618775f, 2.961095094680786f,  2.7694199085235595f,  3.0496184825897215f,  2.1088054180145265f,
     3.276226282119751f,   3.1627357006073f,    2.28168129920959475f, 2.6127843856811525f,
 };
-static const float k_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
-static const float k_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+const float h3_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+const float h3_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
 void h3_video_vae_default_config(h3_video_vae_config *c) {
     memset(c, 0, sizeof *c);
@@ -1108,7 +1108,7 @@ static h3_status vv_deliver(vv_run *r, float *buf, int64_t nf, int64_t n, int64_
     for (int64_t ch = 0; ch < oc; ch++) {
         h3_tensor s = vw(buf + ch * nf * plane, n * p->Hp, p->Wp, p->Wp);
         if (r->out->range == H3_PIXELS_UNIT) {
-            float m = ch < 3 ? k_imagenet_mean[ch] : 0.0f, sd = ch < 3 ? k_imagenet_std[ch] : 1.0f;
+            float m = ch < 3 ? h3_imagenet_mean[ch] : 0.0f, sd = ch < 3 ? h3_imagenet_std[ch] : 1.0f;
             H3_TRY(h3_op_scale(r->ex, &s, &s, sd, m));
             H3_TRY(h3_op_clamp(r->ex, &s, &s, 0.0f, 1.0f));
         }

@@ -81,6 +81,9 @@ int64_t h3_video_vae_num_frames(const h3_video_vae_config *c, int64_t latent_fra
  * and width (H3 canvases are multiples of 32 px), sizes. The message says what would be right. */
 h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tensor *latents);
 
+/* The ImageNet statistics of the VAE's pixel space: unit-range RGB = raw · std + mean, clamped to [0, 1]. */
+extern const float h3_imagenet_mean[3], h3_imagenet_std[3];
+
 typedef enum h3_pixel_range {
     H3_PIXELS_RAW = 0, /* as diffusers' AutoencoderKLMiniMaxH3.decode returns them (ImageNet-normalized) */
     H3_PIXELS_UNIT,    /* RGB in [0, 1]: × ImageNet std + mean, clamped (what the pipeline shows) */

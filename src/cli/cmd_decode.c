@@ -1,0 +1,295 @@
+/* h3run decode: latents from a safetensors file through the video or audio VAE, to PNG frames or a WAV file, and
+ * optionally to f32 tensors in diffusers' value range for comparisons. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "cli/cli.h"
+#include "io/image_audio_files.h"
+#include "io/safetensors.h"
+#include "models/audio_vae.h"
+#include "models/video_vae.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+    const char *out_dir;   /* PNG frames, or NULL */
+    h3_tensor *all;        /* every frame for --tensors-out [1, 3, F, H, W], or NULL */
+    uint8_t *rgb;          /* one frame of RGB8 */
+    int64_t written;
+} frames_sink;
+
+/* Frames arrive as raw decoder output ([3, n, H, W] views); PNGs get them in [0, 1] as 8-bit levels. */
+static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
+    frames_sink *s = user;
+    int64_t n = f->shape[1], H = f->shape[2], W = f->shape[3], plane = H * W;
+    const float *d = f->data;
+    for (int64_t k = 0; k < n; k++) {
+        if (s->all) {
+            int64_t F = s->all->shape[2];
+            for (int64_t c = 0; c < 3; c++)
+                memcpy((float *)s->all->data + (c * F + first + k) * plane, d + c * f->stride[0] + k * plane,
+                       (size_t)plane * sizeof(float));
+        }
+        if (s->out_dir) {
+            for (int64_t i = 0; i < plane; i++)
+                for (int c = 0; c < 3; c++) {
+                    float x = d[c * f->stride[0] + k * plane + i] * h3_imagenet_std[c] + h3_imagenet_mean[c];
+                    s->rgb[i * 3 + c] = h3_unit_to_u8(x);
+                }
+            char path[4200];
+            snprintf(path, sizeof path, "%s/frame_%05lld.png", s->out_dir, (long long)(first + k));
+            H3_TRY(h3_png_write_rgb8(path, s->rgb, W, H, 3 * W));
+            s->written++;
+        }
+    }
+    return H3_OK;
+}
+
+static h3_status ensure_dir(const char *dir) {
+    if (h3_path_is_dir(dir)) return H3_OK;
+    if (mkdir(dir, 0755) != 0) return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
+    return H3_OK;
+}
+
+typedef struct {
+    const char *model, *out, *tensors_out;
+    int64_t threads, tile, overlap, heads;
+    int no_tiling, plan, quiet;
+} decode_args;
+
+/* Starts measuring the decode's own memory: returns what is allocated now (weights, latents, outputs). */
+static int64_t mem_mark(void) {
+    h3_mem_stats m;
+    h3_mem_get_stats(&m);
+    h3_mem_reset_peaks();
+    return m.total_current;
+}
+
+static void report_mem(int64_t base, int64_t planned) {
+    h3_mem_stats m;
+    h3_mem_get_stats(&m);
+    char a[32], b[32];
+    printf("decode memory: peak %s measured, %s planned (beyond weights, latents and outputs)\n",
+           h3_fmt_bytes((double)(m.total_peak - base), a, sizeof a), h3_fmt_bytes((double)planned, b, sizeof b));
+}
+
+static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat) {
+    h3_video_vae_opts o = {0};
+    o.tile_size = (int)a->tile;
+    o.tile_overlap_min = (int)a->overlap;
+    o.no_tiling = a->no_tiling;
+    o.heads = (int)a->heads;
+    h3_video_vae *v = NULL;
+    h3_status st = H3_OK;
+    frames_sink sink = {0};
+    h3_tensor all = {0};
+    h3_st_writer *w = NULL;
+    st = h3_video_vae_open(a->model, &o, &v);
+    if (st != H3_OK) {
+        char b[96];
+        st = h3_error_wrap(st, "video latents %s need a video VAE", h3_tensor_shape_str(lat, b, sizeof b));
+        goto done;
+    }
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    H3_CHECK(h3_video_vae_check_latents(c, lat));
+    int off = lat->ndim == 5;
+    int64_t T = lat->shape[off + 1], H = lat->shape[off + 2], W = lat->shape[off + 3];
+    int64_t Hp = H * c->patch_size, Wp = W * c->patch_size;
+    h3_video_vae_mem m;
+    H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, ex->threads, 0, &m));
+    char b1[32], b2[32], b3[32];
+    if (!a->quiet || a->plan)
+        printf("video VAE %s (%s layout, %d blocks, %s weights): latents [%d, %lld, %lld, %lld] -> %lld frames of "
+               "%lld×%lld px\n  %d chunks of %d×%d tiles (%lld tokens each); planned decode memory %s (chunk %s, ViT "
+               "%s)\n",
+               h3_video_vae_source(v), h3_layout_name(h3_video_vae_layout(v)), c->num_layers,
+               h3_dtype_name(c->weight_dtype), c->latent_channels, (long long)T, (long long)H, (long long)W,
+               (long long)m.frames, (long long)Wp, (long long)Hp, m.chunks, m.tiles_y, m.tiles_x,
+               (long long)m.tokens_per_tile, h3_fmt_bytes((double)m.total, b1, sizeof b1),
+               h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
+    if (a->plan && !a->out && !a->tensors_out) goto done;
+    if (a->out) {
+        H3_CHECK(ensure_dir(a->out));
+        sink.out_dir = a->out;
+        size_t n;
+        if (!h3_mul_size((size_t)Hp * 3, (size_t)Wp, &n)) H3_FAIL(H3_ERR_INVALID, "frames too large");
+        sink.rgb = h3_malloc(n, H3_MEM_IO);
+        if (!sink.rgb) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    }
+    if (a->tensors_out) {
+        int64_t s[5] = {1, c->out_channels, m.frames, Hp, Wp};
+        H3_CHECK(h3_tensor_alloc(&all, H3_PLACE_HOST, H3_F32, 5, s, H3_MEM_IO));
+        sink.all = &all;
+    }
+    int64_t base = mem_mark();
+    double t0 = now_s();
+    h3_video_decode_out dst = {H3_PIXELS_RAW, on_frames, &sink, NULL};
+    H3_CHECK(h3_video_vae_decode(v, ex, lat, &dst));
+    double t1 = now_s();
+    if (!a->quiet) {
+        printf("decoded %lld frames in %.2f s", (long long)m.frames, t1 - t0);
+        if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
+        printf("\n");
+        report_mem(base, m.total); /* PNG writing adds its own small buffers */
+    }
+    if (a->tensors_out) {
+        H3_CHECK(h3_st_writer_new(&w));
+        H3_CHECK(h3_st_writer_add_tensor(w, "frames", &all));
+        H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
+        if (!a->quiet) printf("wrote frames [1, %d, %lld, %lld, %lld] (f32, diffusers' decode range) to %s\n",
+                              c->out_channels, (long long)m.frames, (long long)Hp, (long long)Wp, a->tensors_out);
+    }
+done:
+    h3_st_writer_free(w);
+    h3_tensor_free(&all);
+    h3_free(sink.rgb);
+    h3_video_vae_close(v);
+    return st;
+}
+
+static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat) {
+    h3_audio_vae *v = NULL;
+    h3_status st = H3_OK;
+    h3_tensor wave = {0};
+    float *inter = NULL;
+    h3_st_writer *w = NULL;
+    st = h3_audio_vae_open(a->model, NULL, &v);
+    if (st != H3_OK) {
+        char b[96];
+        st = h3_error_wrap(st, "audio latents %s need an audio VAE", h3_tensor_shape_str(lat, b, sizeof b));
+        goto done;
+    }
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+    H3_CHECK(h3_audio_vae_check_latents(c, lat));
+    int off = lat->ndim == 3;
+    int64_t ch = off ? lat->shape[0] : 1, T = lat->shape[off + 1], S = T * c->hop;
+    h3_audio_vae_mem m;
+    H3_CHECK(h3_audio_vae_decode_peak(c, T, &m));
+    char b1[32];
+    if (!a->quiet || a->plan)
+        printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples per channel "
+               "at %d Hz; planned decode memory %s\n",
+               h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_up, c->hop, (long long)ch,
+               c->latent_channels, (long long)T, (long long)S, c->sample_rate,
+               h3_fmt_bytes((double)m.total, b1, sizeof b1));
+    if (a->plan && !a->out && !a->tensors_out) goto done;
+    int64_t s[3] = {ch, 1, S};
+    H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_IO));
+    int64_t base = mem_mark();
+    double t0 = now_s();
+    H3_CHECK(h3_audio_vae_decode(v, ex, lat, &wave));
+    double t1 = now_s();
+    if (!a->quiet) {
+        printf("decoded %lld × %lld samples in %.2f s\n", (long long)ch, (long long)S, t1 - t0);
+        report_mem(base, m.total);
+    }
+    if (a->out) {
+        size_t n;
+        if (!h3_mul_size((size_t)ch * sizeof(float), (size_t)S, &n)) H3_FAIL(H3_ERR_INVALID, "waveform too long");
+        inter = h3_malloc(n, H3_MEM_IO);
+        if (!inter) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t k = 0; k < ch; k++) inter[i * ch + k] = ((const float *)wave.data)[k * S + i];
+        H3_CHECK(h3_wav_write_pcm16(a->out, inter, S, (int)ch, c->sample_rate));
+        if (!a->quiet) printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
+    }
+    if (a->tensors_out) {
+        H3_CHECK(h3_st_writer_new(&w));
+        H3_CHECK(h3_st_writer_add_tensor(w, "waveform", &wave));
+        H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
+        if (!a->quiet) printf("wrote waveform [%lld, 1, %lld] (f32) to %s\n", (long long)ch, (long long)S, a->tensors_out);
+    }
+done:
+    h3_st_writer_free(w);
+    h3_free(inter);
+    h3_tensor_free(&wave);
+    h3_audio_vae_close(v);
+    return st;
+}
+
+int h3_cmd_decode(int argc, char **argv) {
+    decode_args a = {0};
+    const char *latents = NULL;
+    const h3_cli_opt opts[] = {
+        {"model", 'm', H3_OPT_STR, &a.model, "PATH", "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
+                                                     "vae/ or audio_vae/, a model folder holding them, or a ComfyUI file"},
+        {"latents", 'l', H3_OPT_STR, &latents, "FILE", "safetensors with a tensor 'latents': video [1, C, T, H, W], "
+                                                        "audio [channels, C, T], normalized as the DiT produces them"},
+        {"out", 'o', H3_OPT_STR, &a.out, "PATH", "video: a folder for frame_NNNNN.png; audio: a .wav file"},
+        {"tensors-out", 0, H3_OPT_STR, &a.tensors_out, "FILE",
+         "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode range)"},
+        {"threads", 't', H3_OPT_INT, &a.threads, "N", "CPU threads (default: all)"},
+        {"tile-size", 0, H3_OPT_INT, &a.tile, "PX", "video tile size in pixels (default: the checkpoint's, 256)"},
+        {"tile-overlap", 0, H3_OPT_INT, &a.overlap, "PX", "least video tile overlap in pixels (default 64)"},
+        {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL, "decode video chunks whole (not what the release does)"},
+        {"heads", 0, H3_OPT_INT, &a.heads, "N", "ViT heads for a video VAE file without a config (default hidden/64)"},
+        {"plan", 0, H3_OPT_FLAG, &a.plan, NULL, "print the decode plan and its memory; decode only if an output is given"},
+        {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors"},
+        {0},
+    };
+    const h3_cli_cmd cmd = {
+        "decode", "decode --model PATH --latents FILE [--out PATH] [--tensors-out FILE]",
+        "Decode latents with the video VAE (to PNG frames) or the audio VAE (to a WAV file), for debugging. The latents'\n"
+        "shape picks the VAE: 5 or 4 dims are video, 3 or 2 audio. The checkpoint's latents_mean/latents_std are\n"
+        "applied first, as the pipeline does. Video is decoded in temporal chunks and spatial tiles exactly as the\n"
+        "reference decodes it, with memory that does not depend on the number of frames.",
+        "examples:\n  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
+        "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav\n"
+        "  h3run decode --model vae/ --latents l.safetensors --tensors-out decoded.safetensors",
+        opts, 0, 0};
+    const char *pos[1];
+    int npos;
+    int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
+    if (r) return r < 0 ? H3_EXIT_OK : r;
+    h3_cli_setup_logging(a.quiet ? -1 : 0);
+    if (!a.model || !latents) {
+        fprintf(stderr, "h3run decode: --model and --latents are required (see 'h3run decode --help')\n");
+        return H3_EXIT_USAGE;
+    }
+    if (!a.out && !a.tensors_out && !a.plan) {
+        fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
+        return H3_EXIT_USAGE;
+    }
+    if (a.threads < 0 || a.threads > 4096 || a.tile < 0 || a.tile > 65536 || a.overlap < 0 || a.overlap > 65536 ||
+        a.heads < 0 || a.heads > 4096) {
+        fprintf(stderr, "h3run decode: --threads, --tile-size, --tile-overlap and --heads take small positive numbers\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_st_set s;
+    h3_tensor lat = {0};
+    h3_exec ex = {0};
+    int have_set = 0, have_ex = 0;
+    h3_status st = h3_st_open(latents, &s);
+    if (st == H3_OK) {
+        have_set = 1;
+        if (!h3_st_find(&s, "latents"))
+            st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents'", latents);
+    }
+    if (st == H3_OK) st = h3_st_load(&s, "latents", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &lat);
+    if (st == H3_OK) {
+        st = h3_exec_init(&ex, (int)a.threads);
+        have_ex = st == H3_OK;
+    }
+    if (st == H3_OK) {
+        if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
+        else if (lat.ndim == 3 || lat.ndim == 2) st = decode_audio(&a, &ex, &lat);
+        else {
+            char b[96];
+            st = H3_ERR(H3_ERR_INVALID, "%s: 'latents' %s is neither video [1, C, T, H, W] nor audio [channels, C, T]",
+                        latents, h3_tensor_shape_str(&lat, b, sizeof b));
+        }
+    }
+    h3_tensor_free(&lat);
+    if (have_set) h3_st_close(&s);
+    if (have_ex) h3_exec_free(&ex);
+    return st == H3_OK ? H3_EXIT_OK : h3_cli_fail("decode", st);
+}
