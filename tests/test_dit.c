@@ -703,8 +703,9 @@ static void test_workspace_bytes(void) {
     run_close(&r);
 }
 
-/* Every allocation of open + inputs + forward failing in turn: an error (out of memory), never a crash or a
- * leak. */
+/* Every allocation failing in turn: an error (out of memory), never a crash or a leak. The official layout
+ * runs open + inputs + forward (the forward is the same code for every layout but the QKV split); the others
+ * run their own open paths (diffusers names, shape inference, the curve table) and the modulation. */
 static void test_alloc_failures(void) {
     const char *models[] = {"official", "diffusers", "comfy_pruned.safetensors"};
     for (int m = 0; m < 3; m++) {
@@ -717,7 +718,9 @@ static void test_alloc_failures(void) {
                 h3_clear_error();
                 h3_mem_fail_at(n, sticky);
                 h3_status st = run_open(&r, models[m], NULL);
-                if (st == H3_OK) st = run_forward(&r);
+                if (st == H3_OK && m == 0) st = run_forward(&r);
+                if (st == H3_OK && m > 0)
+                    st = h3_dit_precompute_modulation(r.dit, &g_ex, r.in.in.timesteps, r.in.in.n_timesteps);
                 int64_t ticks = h3_mem_fail_at(0, 0);
                 run_close(&r);
                 h3_mem_stats now;
@@ -733,7 +736,7 @@ static void test_alloc_failures(void) {
                       models[m], n, h3_code_name(st), h3_last_error());
                 if (st != H3_ERR_NOMEM) break;
             }
-            CHECK(failures > 50, "%s: only %d allocation points were exercised", models[m], failures);
+            CHECK(failures > 40, "%s: only %d allocation points were exercised", models[m], failures);
             if (sticky) printf("  %s: %d allocation points fail cleanly\n", models[m], failures);
         }
     }
@@ -746,6 +749,13 @@ static void test_no_leaks(void) {
         if (c != H3_MEM_OTHER)
             CHECK(s.current[c] == 0, "%s still holds %lld bytes", h3_mem_category_name(c),
                   (long long)s.current[c]);
+}
+
+static void noop_range(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)ctx;
+    (void)b;
+    (void)e;
+    (void)tid;
 }
 
 /* For tests/cli_dit.sh: inputs files each with one thing wrong, named after it ("<what>.safetensors"). */
@@ -834,6 +844,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "exec init failed: %s\n", h3_last_error());
         return 1;
     }
+    /* Let the pool's workers start: each frees its start-up argument when it runs, which would otherwise show
+     * up in the allocation counters in the middle of a leak check. A parallel loop waits for every worker. */
+    h3_parallel_for(g_ex.pool, 64, 1, noop_range, NULL);
     static const t_case cases[] = {
         {"official", test_official},
         {"diffusers", test_diffusers},
