@@ -51,6 +51,11 @@ for want in "official layout, per-head interleaved QKV" "50 blocks + 2 refiner b
 done
 rm -f "$tmp/full.safetensors"
 
+# A model folder whose transformer/ holds the DiT (FL2VA/, a diffusers root) is found.
+mkdir -p "$tmp/FL2VA" && cp -r "$FIX/official" "$tmp/FL2VA/transformer"
+"$H3RUN" dit -q -m "$tmp/FL2VA" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" \
+    --expect "$FIX/expected_full.safetensors" || fail "dit on a model folder with transformer/"
+
 # inspect names the layout and the AdaLN form.
 "$H3RUN" inspect --summary "$FIX/official" | grep -q "official layout, 2 blocks, full AdaLN" || fail "inspect official"
 "$H3RUN" inspect --summary "$FIX/diffusers" | grep -q "diffusers layout, 2 blocks, full AdaLN" || fail "inspect diffusers"

@@ -532,14 +532,41 @@ static h3_status count_check(h3_dit *d, const char *prefix, const char *stack, i
     return H3_OK;
 }
 
+/* *found = whether dir holds .safetensors files itself. */
+static h3_status dir_has_weights(const char *dir, int *found) {
+    char **names = NULL;
+    int n = 0;
+    *found = 0;
+    H3_TRY(h3_list_dir(dir, &names, &n));
+    for (int i = 0; i < n && !*found; i++) {
+        size_t l = strlen(names[i]);
+        *found = l > 12 && !strcmp(names[i] + l - 12, ".safetensors");
+    }
+    h3_strlist_free(names, n);
+    return H3_OK;
+}
+
 h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out) {
     *out = NULL;
     h3_status st = H3_OK;
     h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
     if (!d) return H3_ERR_NOMEM;
     apply_opts(d, opts);
-    d->source = h3_strdup(path);
+    /* A model folder (FL2VA/, a diffusers root) without weights of its own holds the DiT in transformer/. */
+    int own_weights = 1;
+    if (h3_path_is_dir(path)) H3_CHECK_CTX(dir_has_weights(path, &own_weights), "opening the DiT");
+    if (!own_weights) {
+        char *sub = h3_path_join(path, "transformer");
+        if (!sub) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (h3_path_is_dir(sub)) {
+            d->source = sub;
+        } else {
+            h3_free(sub);
+        }
+    }
+    if (!d->source) d->source = h3_strdup(path);
     if (!d->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    path = d->source;
     H3_CHECK_CTX(h3_st_open(path, &d->set), "opening the DiT");
     d->have_set = 1;
     d->n_file_tensors = d->set.n_entries;
