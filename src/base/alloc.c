@@ -80,10 +80,10 @@ int64_t h3_mem_fail_at(int64_t n, int sticky) {
     return ticks;
 }
 
-void *h3_malloc(size_t size, h3_mem_category cat) {
+static void *malloc_impl(size_t size, h3_mem_category cat, int injectable) {
     if ((int)cat < 0 || cat >= H3_MEM_CATEGORY_COUNT) cat = H3_MEM_OTHER;
     size_t total;
-    if (!h3_add_size(size, sizeof(h3_block_hdr), &total) || h3_mem_should_fail()) {
+    if (!h3_add_size(size, sizeof(h3_block_hdr), &total) || (injectable && h3_mem_should_fail())) {
         H3_ERR(H3_ERR_NOMEM, "out of host memory: could not allocate %zu bytes for %s", size, g_cat_names[cat]);
         return NULL;
     }
@@ -99,6 +99,14 @@ void *h3_malloc(size_t size, h3_mem_category cat) {
     atomic_fetch_add(&g_nalloc, 1);
     h3_mem_account(cat, (int64_t)size);
     return h + 1;
+}
+
+void *h3_malloc(size_t size, h3_mem_category cat) {
+    return malloc_impl(size, cat, 1);
+}
+
+void *h3_malloc_uninjected(size_t size, h3_mem_category cat) {
+    return malloc_impl(size, cat, 0);
 }
 
 void *h3_calloc(size_t n, size_t size, h3_mem_category cat) {
