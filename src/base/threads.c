@@ -6,9 +6,15 @@
 
 #include "base/alloc.h"
 
+typedef struct {
+    struct h3_pool *p;
+    int tid;
+} worker_arg;
+
 struct h3_pool {
     int nthreads; /* including the caller */
     pthread_t *threads;
+    worker_arg *args; /* one per worker, owned by the pool (so counters don't move when workers start) */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     uint64_t generation; /* bumped per job */
@@ -21,11 +27,6 @@ struct h3_pool {
     int active; /* workers still inside the current job */
 };
 
-typedef struct {
-    h3_pool *p;
-    int tid;
-} worker_arg;
-
 static void run_chunks(h3_pool *p, int tid) {
     for (;;) {
         int64_t b = atomic_fetch_add(&p->next, p->chunk);
@@ -37,7 +38,6 @@ static void run_chunks(h3_pool *p, int tid) {
 
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
-    h3_free(arg);
     h3_pool *p = wa.p;
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
@@ -70,22 +70,17 @@ h3_status h3_pool_create(int nthreads, h3_pool **out) {
     pthread_cond_init(&p->cv_done, NULL);
     if (nthreads > 1) {
         p->threads = h3_calloc((size_t)nthreads - 1, sizeof(pthread_t), H3_MEM_OTHER);
-        if (!p->threads) {
+        p->args = h3_calloc((size_t)nthreads - 1, sizeof(worker_arg), H3_MEM_OTHER);
+        if (!p->threads || !p->args) {
             p->nthreads = 1; /* no workers to stop */
             h3_pool_free(p);
             return H3_ERR_NOMEM;
         }
         for (int i = 1; i < nthreads; i++) {
-            worker_arg *wa = h3_malloc(sizeof *wa, H3_MEM_OTHER);
-            if (!wa) {
-                p->nthreads = i; /* only threads 1..i-1 exist */
-                h3_pool_free(p);
-                return H3_ERR_NOMEM;
-            }
+            worker_arg *wa = &p->args[i - 1];
             wa->p = p;
             wa->tid = i;
             if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
-                h3_free(wa);
                 p->nthreads = i;
                 h3_pool_free(p);
                 return H3_ERR(H3_ERR_INTERNAL, "could not start worker thread %d of %d", i, nthreads);
@@ -107,6 +102,7 @@ void h3_pool_free(h3_pool *p) {
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
     h3_free(p->threads);
+    h3_free(p->args);
     h3_free(p);
 }
 
