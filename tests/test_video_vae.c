@@ -404,6 +404,21 @@ static void test_bad_files(void) {
               (long long)(b.total_current - a.total_current));
     }
     h3_st_close(&s);
+    /* a config that promises more blocks than the weights hold */
+    for (int i = 0; i < 2; i++) {
+        fx(copies[i], src, sizeof src);
+        char *text = NULL;
+        size_t len;
+        CHECK_OK(h3_read_file(src, 1 << 20, &text, &len));
+        char *at = text ? strstr(text, "\"num_layers\": 2") : NULL;
+        if (at) at[strlen("\"num_layers\": ")] = '3';
+        CHECK(i == 0 || at, "the fixture's source config names num_layers");
+        snprintf(p, sizeof p, "%s/%s", dir, copies[i]);
+        if (text) write_text(p, text);
+        h3_free(text);
+    }
+    snprintf(p, sizeof p, "%s/official", dir);
+    CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "the config says 3 ViT blocks, the weights hold 2");
     /* bad tiling options */
     fx("official", p, sizeof p);
     h3_video_vae_opts o = {0};
@@ -493,6 +508,134 @@ static void test_alloc_failures(void) {
     h3_tensor_free(&z);
     h3_tensor_free(&y);
     h3_video_vae_close(v);
+}
+
+/* The released decoder's tensors as header-only files (the data area a sparse hole): each layout opens with the
+ * released configuration, a ComfyUI file through the built-in defaults. */
+static h3_status released_file(const char *path, h3_layout lay, h3_dtype dt) {
+    h3_st_writer *w = NULL;
+    H3_TRY(h3_st_writer_new(&w));
+    h3_status st = H3_OK;
+    int dif = lay == H3_LAYOUT_DIFFUSERS;
+    char n[160];
+#define ADD(name, nd, a, b, c)                                                                                     \
+    do {                                                                                                           \
+        int64_t s_[5] = {a, b, c, 1, 1};                                                                           \
+        if (st == H3_OK) st = h3_st_writer_add(w, name, dt, nd, s_, NULL);                                        \
+    } while (0)
+    ADD("post_quant_conv.weight", 5, 24, 24, 1);
+    ADD("post_quant_conv.bias", 1, 24, 0, 0);
+    ADD("encoder.conv_in.weight", 5, 128, 3, 3);
+    ADD(dif ? "decoder.proj_in.weight" : "decoder.x_embedder.weight", 2, 2048, 24, 0);
+    ADD(dif ? "decoder.proj_in.bias" : "decoder.x_embedder.bias", 1, 2048, 0, 0);
+    ADD("decoder.register_tokens", 3, 1, 4, 2048);
+    if (!dif) ADD("decoder.mask_token", 3, 1, 1, 2048);
+    ADD("decoder.norm_out.weight", 1, 2048, 0, 0);
+    ADD("decoder.norm_out.bias", 1, 2048, 0, 0);
+    ADD("decoder.proj_out.weight", 2, 3072, 2048, 0);
+    ADD("decoder.proj_out.bias", 1, 3072, 0, 0);
+    for (int i = 0; i < 36; i++) {
+#define B(suffix) (snprintf(n, sizeof n, "decoder.transformer_blocks.%d.%s", i, suffix), n)
+        ADD(B("norm1.weight"), 1, 2048, 0, 0);
+        ADD(B("norm2.weight"), 1, 2048, 0, 0);
+        ADD(B("scale1"), 1, 2048, 0, 0);
+        ADD(B("scale2"), 1, 2048, 0, 0);
+        if (dif) {
+            const char *q[3] = {"attn.to_q.", "attn.to_k.", "attn.to_v."};
+            for (int k = 0; k < 3; k++) {
+                char sfx[40];
+                snprintf(sfx, sizeof sfx, "%sweight", q[k]);
+                ADD(B(sfx), 2, 2048, 2048, 0);
+                snprintf(sfx, sizeof sfx, "%sbias", q[k]);
+                ADD(B(sfx), 1, 2048, 0, 0);
+            }
+        } else {
+            ADD(B("attn.to_qkv.weight"), 2, 6144, 2048, 0);
+            ADD(B("attn.to_qkv.bias"), 1, 6144, 0, 0);
+        }
+        ADD(B(dif ? "attn.to_out.0.weight" : "attn.to_out.weight"), 2, 2048, 2048, 0);
+        ADD(B(dif ? "attn.to_out.0.bias" : "attn.to_out.bias"), 1, 2048, 0, 0);
+        ADD(B(dif ? "ff.net.0.proj.weight" : "ff.w1.weight"), 2, 16384, 2048, 0);
+        ADD(B(dif ? "ff.net.0.proj.bias" : "ff.w1.bias"), 1, 16384, 0, 0);
+        ADD(B(dif ? "ff.net.2.weight" : "ff.w2.weight"), 2, 2048, 8192, 0);
+        ADD(B(dif ? "ff.net.2.bias" : "ff.w2.bias"), 1, 2048, 0, 0);
+#undef B
+    }
+#undef ADD
+    if (st == H3_OK) st = h3_st_writer_write(w, path, 1);
+    h3_st_writer_free(w);
+    return st;
+}
+
+static void test_released_shapes(void) {
+    char dir[600], p[800];
+    t_tmp_path("vvae-released", dir, sizeof dir);
+    snprintf(p, sizeof p, "mkdir -p '%s/video_vae/source' '%s/vae'", dir, dir);
+    CHECK(system(p) == 0, "mkdir");
+    /* the release's configs, statistics made up (checked to be read) */
+    char mean[600] = "", std[600] = "";
+    for (int i = 0; i < 24; i++) {
+        size_t a = strlen(mean), b = strlen(std);
+        snprintf(mean + a, sizeof mean - a, "%s%g", i ? ", " : "", 0.25 * i - 3);
+        snprintf(std + b, sizeof std - b, "%s%g", i ? ", " : "", 1 + 0.125 * i);
+    }
+    char text[4000];
+    snprintf(p, sizeof p, "%s/video_vae/config.json", dir);
+    snprintf(text, sizeof text, "{\"source_path\": \"source\", \"source_safetensors_path\": \"model.safetensors\", "
+             "\"latent_channels\": 24, \"latents_mean\": [%s], \"latents_std\": [%s], \"vae_clip_length\": 17, "
+             "\"vae_token_drop\": 3, \"vae_tile_size\": 256, \"vae_tile_overlap_min\": 64}", mean, std);
+    write_text(p, text);
+    snprintf(p, sizeof p, "%s/video_vae/source/config.json", dir);
+    write_text(p, "{\"_class_name\": \"AutoencoderKLLegacy\", \"ch\": 128, \"ch_mult\": [1, 2, 2, 4, 4, 8], "
+                  "\"embed_dim\": 24, \"in_channels\": 3, \"num_res_blocks\": 2, \"out_ch\": 3, "
+                  "\"space_down\": [2, 2, 2, 2, 1, 1], \"time_down\": [1, 2, 2, 1, 1, 1], \"vae_ratio\": 16, "
+                  "\"vae_ratio_t\": 4, \"use_vit_decoder\": true, \"z_channels\": 24, \"vit_decoder_kwargs\": "
+                  "{\"dim_head\": 64, \"heads\": 32, \"num_layers\": 36, \"rope_dim_ratio\": 0.75, "
+                  "\"rope_theta\": 100.0, \"qk_norm_type\": \"rms_norm\"}}");
+    snprintf(p, sizeof p, "%s/vae/config.json", dir);
+    snprintf(text, sizeof text, "{\"_class_name\": \"AutoencoderKLMiniMaxH3\", \"latent_channels\": 24, "
+             "\"spatial_downsample_factors\": [2, 2, 2, 2, 1, 1], \"temporal_downsample_factors\": [1, 2, 2, 1, 1, 1], "
+             "\"decoder_num_layers\": 36, \"decoder_num_attention_heads\": 32, \"decoder_attention_head_dim\": 64, "
+             "\"decoder_rope_theta\": 100.0, \"decoder_rope_dim_ratio\": 0.75, \"decoder_norm_eps\": 1e-05, "
+             "\"clip_length\": 17, \"token_drop\": 3, \"latents_mean\": [%s], \"latents_std\": [%s]}", mean, std);
+    write_text(p, text);
+    char f1[800], f2[800], f3[800];
+    snprintf(f1, sizeof f1, "%s/video_vae/source/model.safetensors", dir);
+    snprintf(f2, sizeof f2, "%s/vae/diffusion_pytorch_model.safetensors", dir);
+    snprintf(f3, sizeof f3, "%s/minimax_h3_video_vae_fp16.safetensors", dir);
+    CHECK_OK(released_file(f1, H3_LAYOUT_OFFICIAL, H3_F32));
+    CHECK_OK(released_file(f2, H3_LAYOUT_DIFFUSERS, H3_F32));
+    CHECK_OK(released_file(f3, H3_LAYOUT_COMFY, H3_F16));
+    const char *paths[3] = {dir, NULL, f3};
+    char vaedir[700];
+    snprintf(vaedir, sizeof vaedir, "%s/vae", dir);
+    paths[1] = vaedir;
+    h3_layout lays[3] = {H3_LAYOUT_OFFICIAL, H3_LAYOUT_DIFFUSERS, H3_LAYOUT_COMFY};
+    for (int k = 0; k < 3; k++) {
+        h3_video_vae *v = NULL;
+        CHECK_OK(h3_video_vae_open(paths[k], NULL, &v));
+        if (!v) continue;
+        const h3_video_vae_config *c = h3_video_vae_get_config(v);
+        CHECK(h3_video_vae_layout(v) == lays[k], "layout %d", k);
+        CHECK(c->num_layers == 36 && c->heads == 32 && c->head_dim == 64 && c->rope_dim == 48 && c->ffn_inner == 8192 &&
+                  c->patch_size == 16 && c->patch_size_t == 4 && c->num_register_tokens == 4 && c->clip_length == 17 &&
+                  c->token_drop == 3 && c->tile_size == 256 && c->tile_overlap_min == 64 && c->latent_channels == 24,
+              "%s: the released configuration", h3_layout_name(lays[k]));
+        CHECK(c->weight_dtype == (k == 2 ? H3_F16 : H3_F32) && c->fused_qkv == (k != 1), "storage");
+        if (k < 2)
+            CHECK(c->latents_mean[5] == -1.75f && c->latents_std[23] == 3.875f, "statistics from the config: %g %g",
+                  c->latents_mean[5], c->latents_std[23]);
+        else
+            CHECK(c->latents_mean[0] == 0.858090341091156f && c->latents_std[23] == 2.6127843856811525f,
+                  "built-in statistics for the ComfyUI file");
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_decode_peak(c, 37, 48, 84, 16, 0, &m));
+        t_note("  %-9s released decoder opened from headers: 124 frames at 1344×768 plan %d chunks × %d×%d tiles, "
+               "%.1f MiB", h3_layout_name(lays[k]), m.chunks, m.tiles_y, m.tiles_x, m.total / 1048576.0);
+        h3_video_vae_close(v);
+    }
+    snprintf(p, sizeof p, "rm -rf '%s'", dir);
+    CHECK(system(p) == 0, "cleanup");
 }
 
 /* ---- PNG ---------------------------------------------------------------------------------------------------- */
@@ -667,6 +810,7 @@ int main(int argc, char **argv) {
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
         {"alloc_failures", test_alloc_failures},
+        {"released_shapes", test_released_shapes},
         {"png", test_png},
         {NULL, NULL},
     };

@@ -306,6 +306,7 @@ static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *rati
     json_t *vit = json_object_get(j, "vit_decoder_kwargs");
     if (!vit || !json_is_object(vit))
         return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE", what);
+    H3_TRY(cfg_int(vit, "num_layers", 1, 4096, &c->num_layers, what));
     H3_TRY(cfg_int(vit, "heads", 1, 4096, &c->heads, what));
     H3_TRY(cfg_int(vit, "dim_head", 1, 4096, &c->head_dim, what));
     H3_TRY(cfg_num(vit, "rope_theta", 1e-6, 1e12, &c->rope_theta, what));
@@ -318,6 +319,7 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
     H3_TRY(cfg_int(j, "out_channels", 1, 16, &c->out_channels, what));
     H3_TRY(cfg_prod(j, "spatial_downsample_factors", &c->patch_size, what));
     H3_TRY(cfg_prod(j, "temporal_downsample_factors", &c->patch_size_t, what));
+    H3_TRY(cfg_int(j, "decoder_num_layers", 1, 4096, &c->num_layers, what));
     H3_TRY(cfg_int(j, "decoder_num_attention_heads", 1, 4096, &c->heads, what));
     H3_TRY(cfg_int(j, "decoder_attention_head_dim", 1, 4096, &c->head_dim, what));
     H3_TRY(cfg_num(j, "decoder_rope_theta", 1e-6, 1e12, &c->rope_theta, what));
@@ -466,6 +468,9 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     if (dim < 1 || dim > (1 << 16) || R < 0 || R > 4096 || I2 < 2 || I2 % 2 || I2 > (1 << 20))
         return H3_ERR(H3_ERR_FORMAT, "%s: implausible decoder sizes (hidden %lld, %lld registers, FFN %lld)", v->source,
                       (long long)dim, (long long)R, (long long)I2);
+    if (c->num_layers && c->num_layers != L) /* 0: no config said */
+        return H3_ERR(H3_ERR_FORMAT, "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
+                      v->source, c->num_layers, L);
     c->num_layers = L;
     c->num_register_tokens = (int)R;
     c->ffn_inner = (int)(I2 / 2);
@@ -523,6 +528,7 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
     h3_video_vae *v = h3_calloc(1, sizeof *v, H3_MEM_OTHER);
     if (!v) return H3_ERR_NOMEM;
     h3_video_vae_default_config(&v->cfg);
+    v->cfg.num_layers = 0; /* set by a config, else counted from the weights */
     v->rows_per_step = o->rows_per_step > 0 ? o->rows_per_step : 512;
     float ratio = 0.75f;
     h3_status st = vv_resolve(v, path, &ratio, 0);
