@@ -1,6 +1,7 @@
 #include "io/image_audio_files.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,7 +9,7 @@
 #include "base/fs.h"
 
 static uint32_t g_crc_table[256];
-static int g_crc_ready;
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void) {
     for (uint32_t n = 0; n < 256; n++) {
@@ -16,11 +17,10 @@ static void crc_init(void) {
         for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         g_crc_table[n] = c;
     }
-    g_crc_ready = 1;
 }
 
 uint32_t h3_crc32(uint32_t crc, const void *data, size_t n) {
-    if (!g_crc_ready) crc_init(); /* idempotent: racing threads write the same table */
+    pthread_once(&g_crc_once, crc_init);
     const uint8_t *p = data;
     uint32_t c = crc ^ 0xFFFFFFFFu;
     for (size_t i = 0; i < n; i++) c = g_crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
