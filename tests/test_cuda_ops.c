@@ -396,6 +396,25 @@ static void test_conv(void) {
     pfree(&yy3);
 }
 
+static void test_random(void) {
+    for (int k = 0; k < 2; k++) {
+        int64_t R = ri(1, 200), C = ri(1, 900);
+        pair y = mk2(g_dts[k], R, C, 1.0);
+        uint64_t seed = t_rand_u64();
+        CHECK_OK(h3_op_random_uniform(&g_ex, &y.h, seed, -0.02f, 0.02f));
+        CHECK_OK(h3_op_random_uniform(&g_ex, &y.d, seed, -0.02f, 0.02f));
+        if (g_dts[k] == H3_BF16) { /* the host reference rounded the same way */
+            h3_tensor tmp;
+            CHECK_OK(h3_tensor_alloc(&tmp, H3_PLACE_HOST, H3_BF16, 2, y.h.shape, H3_MEM_ACTIVATIONS));
+            CHECK_OK(h3_op_convert(&g_ex, &tmp, &y.h));
+            CHECK_OK(h3_op_convert(&g_ex, &y.h, &tmp));
+            h3_tensor_free(&tmp);
+        }
+        compare("random_uniform", &y, 0);
+        pfree(&y);
+    }
+}
+
 static void test_arena(void) {
     int64_t used0, peak, cap;
     h3_cuda_mem_stats(&g_ex, &used0, &peak, &cap);
@@ -429,6 +448,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"arena", test_arena}, {"gemm", test_gemm},       {"rows_ops", test_rows_ops}, {"group_norm", test_group_norm},
         {"table_ops", test_table_ops}, {"rope", test_rope}, {"attention", test_attention}, {"conv", test_conv},
+        {"random", test_random},
         {NULL, NULL},
     };
     int r = t_main("test_cuda_ops", cases, argc, argv);

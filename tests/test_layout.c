@@ -38,13 +38,13 @@ static void test_sizes(void) {
     static const int64_t ex[][4] = {{1344, 768, 124, 37296}, {1344, 768, 345, 102816}, {960, 544, 124, 18870}};
     static const int64_t ex_audio[] = {414, 1150, 414};
     for (int i = 0; i < 3; i++) {
-        h3_layout l;
-        CHECK_OK(h3_layout_t2va(11, NULL, ex[i][2], ex[i][0], ex[i][1], &l));
+        h3_seq_layout l;
+        CHECK_OK(h3_seq_layout_t2va(11, NULL, ex[i][2], ex[i][0], ex[i][1], &l));
         CHECK(l.n_video_rows == ex[i][3] && l.n_audio_rows == ex_audio[i], "%lldx%lld, %lld frames: %lld + %lld rows",
               (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2], (long long)l.n_video_rows,
               (long long)l.n_audio_rows);
         CHECK(l.seq_len == 11 + ex[i][3] + ex_audio[i]);
-        h3_layout_free(&l);
+        h3_seq_layout_free(&l);
     }
 }
 
@@ -54,8 +54,8 @@ static double frame_time(int64_t L, int64_t f) {
 }
 
 static void check_layout_closed_form(int64_t L, int64_t frames, int64_t W, int64_t H) {
-    h3_layout l;
-    CHECK_OK(h3_layout_t2va(L, NULL, frames, W, H, &l));
+    h3_seq_layout l;
+    CHECK_OK(h3_seq_layout_t2va(L, NULL, frames, W, H, &l));
     const int64_t lh = H / 16, lw = W / 16, ph = lh / 2, pw = lw / 2;
     /* The spatial axes: left end (1 - D/sqrt(HW))/2*32, spacing D/sqrt(HW)/(D/2)*32 = 64/sqrt(HW). */
     const double sq = sqrt((double)(lh * lw)), step = 64.0 / sq;
@@ -93,7 +93,7 @@ static void check_layout_closed_form(int64_t L, int64_t frames, int64_t W, int64
     CHECK(l.audio_start == L && l.video_start == L + l.n_audio_rows);
     printf("%5lldx%-5lld L=%-4lld %4lld frames: %lld rows, max |position - closed form| %.3g\n", (long long)W,
            (long long)H, (long long)L, (long long)frames, (long long)l.seq_len, worst);
-    h3_layout_free(&l);
+    h3_seq_layout_free(&l);
 }
 
 static void test_positions_closed_form(void) {
@@ -102,17 +102,17 @@ static void test_positions_closed_form(void) {
     check_layout_closed_form(1, 107, 512, 512);
     check_layout_closed_form(0, 5, 128, 512); /* 1:4, no text */
     /* A square canvas spans [0, 32): grid i*32/(D/2). */
-    h3_layout l;
-    CHECK_OK(h3_layout_t2va(3, NULL, 22, 512, 512, &l));
+    h3_seq_layout l;
+    CHECK_OK(h3_seq_layout_t2va(3, NULL, 22, 512, 512, &l));
     int64_t r = l.video_start + 15; /* frame 0, patch row 0, column 15 of 16 */
     CHECK(l.pos[3 * r] == 3.0 && l.pos[3 * r + 1] == 0.0 && l.pos[3 * r + 2] == 30.0);
     CHECK(l.pos[3 * l.audio_start + 2] == 0.0 && l.pos[3 * (l.audio_start + l.audio_t) + 2] == 30.0);
-    h3_layout_free(&l);
+    h3_seq_layout_free(&l);
     /* Text tags are taken as given (vision-block rows of other tasks carry the video tag). */
     uint8_t tags[4] = {1, 0, 0, 1};
-    CHECK_OK(h3_layout_t2va(4, tags, 5, 64, 64, &l));
+    CHECK_OK(h3_seq_layout_t2va(4, tags, 5, 64, 64, &l));
     CHECK(l.tags[0] == 1 && l.tags[1] == 0 && l.tags[2] == 0 && l.tags[3] == 1 && l.tags[4] == H3_TAG_AUDIO);
-    h3_layout_free(&l);
+    h3_seq_layout_free(&l);
 }
 
 static void test_positions_reference(void) {
@@ -130,8 +130,8 @@ static void test_positions_reference(void) {
         char *data = NULL;
         size_t len = 0;
         CHECK_OK(h3_read_file(path, 64u << 20, &data, &len));
-        h3_layout l;
-        CHECK_OK(h3_layout_t2va(L, NULL, frames, W, H, &l));
+        h3_seq_layout l;
+        CHECK_OK(h3_seq_layout_t2va(L, NULL, frames, W, H, &l));
         CHECK(l.latent_t == json_integer_value(json_array_get(lat, 0)) &&
               l.latent_h == json_integer_value(json_array_get(lat, 1)) &&
               l.latent_w == json_integer_value(json_array_get(lat, 2)));
@@ -156,34 +156,34 @@ static void test_positions_reference(void) {
                    (long long)frames, (long long)l.seq_len, worst);
         }
         h3_free(data);
-        h3_layout_free(&l);
+        h3_seq_layout_free(&l);
     }
 }
 
 static void test_timestep_indices(void) {
-    h3_layout l;
-    CHECK_OK(h3_layout_t2va(5, NULL, 22, 64, 96, &l));
+    h3_seq_layout l;
+    CHECK_OK(h3_seq_layout_t2va(5, NULL, 22, 64, 96, &l));
     int32_t *idx = malloc((size_t)l.seq_len * sizeof(int32_t));
     float u[2];
     /* Video is noisier than audio (shift 12 vs 3): t_v < t_a, sorted ascending, text follows video. */
-    int n = h3_layout_timestep_indices(&l, 0.25f, 0.5f, u, idx);
+    int n = h3_seq_layout_timestep_indices(&l, 0.25f, 0.5f, u, idx);
     CHECK(n == 2 && u[0] == 0.25f && u[1] == 0.5f);
     int bad = 0;
     for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != (l.tags[r] == H3_TAG_AUDIO ? 1 : 0);
     CHECK(bad == 0, "%d rows with the wrong index", bad);
-    n = h3_layout_timestep_indices(&l, 0.75f, 0.5f, u, idx);
+    n = h3_seq_layout_timestep_indices(&l, 0.75f, 0.5f, u, idx);
     CHECK(n == 2 && u[0] == 0.5f && u[1] == 0.75f);
     bad = 0;
     for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != (l.tags[r] == H3_TAG_AUDIO ? 0 : 1);
     CHECK(bad == 0);
     /* The first step (t = 0 for both) has one distinct timestep. */
-    n = h3_layout_timestep_indices(&l, 0.0f, 0.0f, u, idx);
+    n = h3_seq_layout_timestep_indices(&l, 0.0f, 0.0f, u, idx);
     CHECK(n == 1 && u[0] == 0.0f);
     bad = 0;
     for (int64_t r = 0; r < l.seq_len; r++) bad += idx[r] != 0;
     CHECK(bad == 0);
     free(idx);
-    h3_layout_free(&l);
+    h3_seq_layout_free(&l);
 }
 
 static void test_patchify(void) {
@@ -227,21 +227,21 @@ static void test_patchify(void) {
 }
 
 static void test_errors_and_alloc(void) {
-    h3_layout l;
-    CHECK_ERR(h3_layout_t2va(4, NULL, 120, 256, 256, &l), H3_ERR_INVALID, "17n+5");
-    CHECK_ERR(h3_layout_t2va(4, NULL, 124, 250, 256, &l), H3_ERR_INVALID, "multiples of 32");
-    CHECK_ERR(h3_layout_t2va(4, NULL, 124, 0, 256, &l), H3_ERR_INVALID, "multiples of 32");
-    CHECK_ERR(h3_layout_t2va(-1, NULL, 124, 256, 256, &l), H3_ERR_INVALID, "text length");
+    h3_seq_layout l;
+    CHECK_ERR(h3_seq_layout_t2va(4, NULL, 120, 256, 256, &l), H3_ERR_INVALID, "17n+5");
+    CHECK_ERR(h3_seq_layout_t2va(4, NULL, 124, 250, 256, &l), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_seq_layout_t2va(4, NULL, 124, 0, 256, &l), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_seq_layout_t2va(-1, NULL, 124, 256, 256, &l), H3_ERR_INVALID, "text length");
     h3_mem_stats base, now;
     h3_mem_get_stats(&base);
     int n;
     for (n = 1; n < 100; n++) {
         h3_mem_fail_at(n, 0);
-        h3_status st = h3_layout_t2va(6, NULL, 22, 128, 96, &l);
+        h3_status st = h3_seq_layout_t2va(6, NULL, 22, 128, 96, &l);
         int64_t ticks = h3_mem_fail_at(0, 0);
         if (st == H3_OK) {
             CHECK(ticks < n);
-            h3_layout_free(&l);
+            h3_seq_layout_free(&l);
             break;
         }
         CHECK(st == H3_ERR_NOMEM, "allocation %d: %s", n, h3_last_error());

@@ -707,6 +707,35 @@ static void test_dispatch_errors(void) {
     h3_tensor_free(&yb);
 }
 
+static void test_random(void) {
+    int64_t R = ri(1, 50), C = ri(1, 300);
+    h3_tensor a = tnew(H3_F32, 2, R, C, 0, 0), b = tnew(H3_F32, 2, R, C, 0, 0);
+    uint64_t seed = t_rand_u64();
+    CHECK_OK(h3_op_random_uniform(&g_ex, &a, seed, -0.5f, 1.5f));
+    double sum = 0, sum2 = 0;
+    int outside = 0;
+    for (int64_t i = 0; i < R * C; i++) {
+        float v = F(&a)[i];
+        outside += !(v >= -0.5f && v < 1.5f);
+        sum += v;
+        sum2 += (double)v * v;
+        /* the documented formula, element by element */
+        float ref = -0.5f + 2.0f * h3_random_unit(seed, (uint64_t)i);
+        if (v != ref) outside++;
+    }
+    CHECK(outside == 0, "%d values outside [-0.5, 1.5) or off the formula", outside);
+    if (R * C > 2000) { /* uniform on [-0.5, 1.5): mean 0.5, variance 1/3 */
+        double n = (double)(R * C), mean = sum / n, var = sum2 / n - mean * mean;
+        CHECK(fabs(mean - 0.5) < 6 * sqrt(1.0 / 3 / n) && fabs(var - 1.0 / 3) < 0.05, "mean %g var %g", mean, var);
+    }
+    CHECK_OK(h3_op_random_uniform(&g_ex, &b, seed + 1, -0.5f, 1.5f));
+    int same = 0;
+    for (int64_t i = 0; i < R * C; i++) same += F(&a)[i] == F(&b)[i];
+    CHECK(same < R * C / 100 + 2, "another seed repeats %d of %lld values", same, (long long)(R * C));
+    h3_tensor_free(&a);
+    h3_tensor_free(&b);
+}
+
 static void test_no_leaks(void) {
     h3_mem_stats s;
     h3_mem_get_stats(&s);
@@ -731,6 +760,7 @@ int main(int argc, char **argv) {
         {"rows", test_rows},
         {"elementwise", test_elementwise},
         {"dispatch_errors", test_dispatch_errors},
+        {"random", test_random},
         {"no_leaks", test_no_leaks},
         {NULL, NULL},
     };

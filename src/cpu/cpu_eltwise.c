@@ -520,6 +520,34 @@ static h3_status cpu_fill(h3_exec *ex, h3_tensor *y, float value) {
     return H3_OK;
 }
 
+typedef struct {
+    const h3_tensor *y;
+    int64_t ld, C;
+    uint64_t seed;
+    float lo, hi;
+} rnd_ctx;
+
+static void random_rows(void *p, int64_t rb, int64_t re, int tid) {
+    (void)tid;
+    rnd_ctx *c = p;
+    size_t es = h3_dtype_size(c->y->dtype);
+    for (int64_t r = rb; r < re; r++) {
+        uint8_t *row = (uint8_t *)c->y->data + (size_t)(r * c->ld) * es;
+        for (int64_t i = 0; i < c->C; i++) {
+            float v = c->lo + (c->hi - c->lo) * h3_random_unit(c->seed, (uint64_t)(r * c->C + i));
+            h3_convert_from_f32(c->y->dtype, &v, row + (size_t)i * es, 1);
+        }
+    }
+}
+
+static h3_status cpu_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi) {
+    if (y->dtype != H3_F32 && y->dtype != H3_BF16 && y->dtype != H3_F16)
+        return h3_missing_kernel(H3_OP_RANDOM, CPU_NAME, "y", y->dtype);
+    rnd_ctx c = {y, cpu_ld(y), h3_tensor_cols(y), seed, lo, hi};
+    h3_parallel_for(ex->pool, h3_tensor_rows(y), ROWS_GRAIN(c.C), random_rows, &c);
+    return H3_OK;
+}
+
 const h3_backend h3_cpu_backend = {
     .name = CPU_NAME,
     .gemm = cpu_gemm,
@@ -544,4 +572,5 @@ const h3_backend h3_cpu_backend = {
     .gated_add = cpu_gated_add,
     .convert = cpu_convert,
     .fill = cpu_fill,
+    .random_uniform = cpu_random_uniform,
 };

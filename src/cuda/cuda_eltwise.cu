@@ -612,6 +612,32 @@ static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     return H3_OK;
 }
 
+__global__ void k_random(rw_view y, uint64_t seed, float lo, float hi) {
+    int64_t r = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < y.cols; i += blockDim.x) {
+        uint64_t z = seed + (uint64_t)(r * y.cols + i) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        st_f(y.p, y.dt, r * y.ld + i, __fadd_rn(lo, __fmul_rn(hi - lo, u)));
+    }
+}
+
+static h3_status cuda_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi) {
+    H3_TRY(cuda_need_float(H3_OP_RANDOM, "y", y));
+    rw_view Y = rw_of(y);
+    for (int64_t r0 = 0; r0 < Y.rows; r0 += 1 << 30) { /* grid.x is 2^31 - 1 at most */
+        rw_view part = Y;
+        part.rows = Y.rows - r0 < (1 << 30) ? Y.rows - r0 : (1 << 30);
+        part.p = (char *)Y.p + (size_t)(r0 * Y.ld) * h3_dtype_size(y->dtype);
+        if (part.rows == 0) break;
+        k_random<<<(unsigned)part.rows, threads_for(Y.cols), 0, cuda_stream(ex)>>>(part, seed + (uint64_t)(r0 * Y.cols) * 0x9e3779b97f4a7c15ULL, lo, hi);
+        CU_LAUNCHED("random_uniform");
+    }
+    return H3_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------------------------------ */
 
 h3_status cuda_copy_entry(h3_exec *ex, h3_tensor *dst, const h3_tensor *src);
@@ -644,6 +670,7 @@ extern "C" const h3_backend *h3_cuda_backend_table(void) {
     t->gated_add = cuda_gated_add;
     t->convert = cuda_convert;
     t->fill = cuda_fill;
+    t->random_uniform = cuda_random_uniform;
     t->copy = cuda_copy_entry;
     t->sync = cuda_sync_entry;
     return t;

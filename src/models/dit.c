@@ -321,7 +321,7 @@ static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
                  w->t == &g->video_out_b || w->t == &g->audio_out_w || w->t == &g->audio_out_b ||
                  w->t == &g->inv_freq || w->t == &g->curve;
     int64_t s[2] = {w->d0, w->d1};
-    return h3_tensor_alloc(w->t, H3_PLACE_HOST, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
+    return h3_tensor_alloc(w->t, d->weight_place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
 }
 
 /* After binding: q/k/v views of a contiguous fused QKV, flags, and the host RoPE frequencies. */
@@ -383,7 +383,58 @@ static h3_status alloc_units(h3_dit *d) {
 
 static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     d->act_place = o ? o->act_place : H3_PLACE_HOST;
+    d->weight_place = o ? o->weight_place : H3_PLACE_HOST;
+    d->act_dtype = (o && o->act_dtype != H3_F32) ? o->act_dtype
+                                                : (d->act_place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32);
     d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : 2048;
+}
+
+/* The activation dtype must suit the place: the CPU kernels compute in f32. */
+static h3_status check_places(const h3_dit *d) {
+    if (d->act_place != H3_PLACE_DEVICE && d->act_dtype != H3_F32)
+        return H3_ERR(H3_ERR_INVALID, "DiT: activations on the host are f32, not %s", h3_dtype_name(d->act_dtype));
+    if (d->act_dtype != H3_F32 && d->act_dtype != H3_BF16 && d->act_dtype != H3_F16)
+        return H3_ERR(H3_ERR_INVALID, "DiT: activations can be f32, bf16 or f16, not %s",
+                      h3_dtype_name(d->act_dtype));
+    if ((d->weight_place == H3_PLACE_DEVICE) != (d->act_place == H3_PLACE_DEVICE))
+        return H3_ERR(H3_ERR_INVALID, "DiT: weights on the %s and activations on the %s cannot compute together "
+                      "(streaming between them is the streamer's job)",
+                      h3_place_name(d->weight_place), h3_place_name(d->act_place));
+    return H3_OK;
+}
+
+/* Replaces a weight held on the host by an owned copy at the weight place (the device). */
+static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
+    h3_exec *ex = user;
+    if (!w->t->data || w->t->place == d->weight_place) return H3_OK;
+    h3_tensor dev;
+    H3_TRY(h3_tensor_alloc(&dev, d->weight_place, w->t->dtype, w->t->ndim, w->t->shape, H3_MEM_WEIGHTS));
+    h3_status st = h3_copy(ex, &dev, w->t);
+    if (st != H3_OK) {
+        h3_tensor_free(&dev);
+        return h3_error_wrap(st, "uploading DiT weight '%s'", w->name);
+    }
+    h3_tensor_free(w->t);
+    *w->t = dev;
+    return H3_OK;
+}
+
+h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
+    if (d->weight_place != H3_PLACE_DEVICE) return H3_OK;
+    H3_TRY(each_weight(d, upload_one, ex));
+    H3_TRY(h3_exec_sync(ex));
+    /* q/k/v views of a contiguous fused QKV must follow the uploaded tensor */
+    const h3_dit_config *c = &d->cfg;
+    int64_t inner = h3_dit_inner(c);
+    for (int u = 0; u < h3_dit_n_units(c); u++) {
+        h3_dit_block_weights *b = &d->units[u];
+        if (b->qkv.data && !d->qkv_interleaved) {
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 0, inner, &b->q));
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, inner, inner, &b->k));
+            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 2 * inner, inner, &b->v));
+        }
+    }
+    return H3_OK;
 }
 
 /* ---- opening
@@ -552,6 +603,7 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
     if (!d) return H3_ERR_NOMEM;
     apply_opts(d, opts);
+    H3_CHECK(check_places(d));
     /* A model folder (FL2VA/, a diffusers root) without weights of its own holds the DiT in transformer/. */
     int own_weights = 1;
     if (h3_path_is_dir(path)) H3_CHECK_CTX(dir_has_weights(path, &own_weights), "opening the DiT");
@@ -632,6 +684,7 @@ h3_status h3_dit_create(const h3_dit_config *cfg, h3_dtype core_dtype, const h3_
     h3_dit *d = h3_calloc(1, sizeof *d, H3_MEM_OTHER);
     if (!d) return H3_ERR_NOMEM;
     apply_opts(d, opts);
+    H3_CHECK(check_places(d));
     d->cfg = *cfg;
     d->layout = H3_LAYOUT_UNKNOWN;
     d->gate_first = 1;

@@ -17,8 +17,10 @@
  * 0 for diffusers' [value; gate]; the SwiGLU op takes either order. So every layout costs zero bytes of
  * converted weights; the process holds the mapped file (page cache).
  *
- * Activations: f32 at opts.act_place (host now), allocated in one place (the forward's workspace, sized by
- * h3_dit_workspace_bytes) and reused across forwards with the same row counts.
+ * Activations: opts.act_dtype at opts.act_place (f32 on the host; bf16 on the device, where the GEMMs and the
+ * attention run on tensor cores), allocated in one place (the forward's workspace, sized by
+ * h3_dit_workspace_bytes) and reused across forwards with the same row counts. The release's f32 islands (patch
+ * projections, time MLP, output heads) stay f32: on the device their inputs are converted in row chunks.
  */
 #ifndef H3_MODELS_DIT_H
 #define H3_MODELS_DIT_H
@@ -80,7 +82,10 @@ typedef struct h3_dit_open_opts {
     const char
         *config_path; /* config.json to use; NULL: the one beside the weights, else infer from shapes */
     h3_dit_qkv_order qkv_order; /* how a fused qkv_proj is ordered (AUTO decides by layout) */
-    h3_place act_place;         /* where activations and modulation tables live (HOST) */
+    h3_place act_place;         /* where activations and modulation tables live (HOST or DEVICE) */
+    h3_dtype act_dtype;         /* activation dtype; 0 (= H3_F32) picks f32 on the host, bf16 on the device */
+    h3_place weight_place;      /* where weights live: HOST (mapped or owned), or DEVICE (uploaded at open, or
+                                 * allocated there by h3_dit_create) */
     int64_t chunk_rows;         /* rows per FFN / fused-QKV chunk; 0: 2048 */
 } h3_dit_open_opts;
 
@@ -91,6 +96,9 @@ typedef struct h3_dit h3_dit;
  * file's "config" metadata, else the tensor shapes; every tensor's shape is checked against it. Quantized
  * files (int8, fp8 ComfyUI markers) are rejected naming the format. opts may be NULL. */
 h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out);
+/* With opts->weight_place DEVICE, h3_dit_open binds the file's weights on the host as usual; this then replaces each
+ * one by an owned copy on the device (one pass over the file). A no-op for host weights. */
+h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
 /* A DiT with owned weights in the canonical form (fused contiguous QKV, fc1 = [gate; value]) and the
  * release's dtypes (core_dtype for the block stack, condition_proj and AdaLN: H3_BF16 as released; the fp32
  * islands stay f32). Contents are undefined: fill them through h3_dit_visit_weights (benchmarks, tests). */

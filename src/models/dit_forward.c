@@ -23,12 +23,50 @@ h3_status h3_dit_upload(h3_exec *ex, h3_tensor *dst, const void *host) {
     return h3_copy(ex, dst, &src);
 }
 
-static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t cols) {
+static h3_status alloc_dt(const h3_dit *d, h3_tensor *t, h3_dtype dt, int64_t rows, int64_t cols) {
     /* Zero-row tensors still get one row of storage, so every buffer has an address. */
-    H3_TRY(
-        h3_tensor_alloc2(t, d->act_place, H3_DIT_ACT_DTYPE, rows > 0 ? rows : 1, cols, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(t, d->act_place, dt, rows > 0 ? rows : 1, cols, H3_MEM_ACTIVATIONS));
     t->shape[0] = rows;
     return H3_OK;
+}
+
+static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t cols) {
+    return alloc_dt(d, t, d->act_dtype, rows, cols);
+}
+
+/* y = x·wᵀ + b where the dtypes of x, y and w may differ (the release's f32 islands among bf16 activations on the
+ * device). The CPU GEMM takes any weight dtype with f32 activations; the device GEMM wants one dtype, so there x
+ * is converted to w's dtype and the result back to y's, chunk_rows rows at a time (bounded scratch). */
+static h3_status gemm_mixed(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                            const h3_tensor *b) {
+    const h3_dtype wd = w->dtype;
+    if (x->place != H3_PLACE_DEVICE || (x->dtype == wd && y->dtype == wd)) return h3_op_gemm(ex, y, x, w, b, 0);
+    const int64_t M = h3_tensor_rows(x), K = h3_tensor_cols(x), N = w->shape[0];
+    const int64_t ch = M < d->chunk_rows ? M : d->chunk_rows;
+    h3_tensor tx = {0}, ty = {0};
+    h3_status st = H3_OK;
+    if (x->dtype != wd) H3_CHECK(alloc_dt(d, &tx, wd, ch, K));
+    if (y->dtype != wd) H3_CHECK(alloc_dt(d, &ty, wd, ch, N));
+    for (int64_t r0 = 0; r0 < M; r0 += ch) {
+        int64_t m = M - r0 < ch ? M - r0 : ch;
+        h3_tensor xc, yc, xs, ys;
+        H3_CHECK(h3_tensor_narrow(x, 0, r0, m, &xc));
+        H3_CHECK(h3_tensor_narrow(y, 0, r0, m, &yc));
+        if (tx.data) {
+            H3_CHECK(h3_tensor_narrow(&tx, 0, 0, m, &xs));
+            H3_CHECK(h3_op_convert(ex, &xs, &xc));
+        } else {
+            xs = xc;
+        }
+        if (ty.data) H3_CHECK(h3_tensor_narrow(&ty, 0, 0, m, &ys));
+        else ys = yc;
+        H3_CHECK(h3_op_gemm(ex, &ys, &xs, w, b, 0));
+        if (ty.data) H3_CHECK(h3_op_convert(ex, &yc, &ys));
+    }
+done:
+    h3_tensor_free(&tx);
+    h3_tensor_free(&ty);
+    return st;
 }
 
 static h3_status idx_alloc(const h3_dit *d, h3_tensor *t, int64_t n) {
@@ -47,7 +85,7 @@ static int64_t rows_bytes(int64_t rows, int64_t cols, size_t es) {
 
 int64_t h3_dit_modulation_bytes(const h3_dit_config *c, int n) {
     return ((int64_t)n * 3 * 6 * c->hidden * c->n_layers + (int64_t)n * 2 * c->hidden) *
-           (int64_t)h3_dtype_size(H3_DIT_ACT_DTYPE);
+           (int64_t)sizeof(float); /* f32 tables on the host; bf16 tables on the device take half */
 }
 
 const h3_tensor *h3_dit_modulation(const h3_dit *d, int b, const float **timesteps, int *n) {
@@ -64,7 +102,8 @@ static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_t
     h3_status st = H3_OK;
     float *host = NULL, *row0 = NULL, *row1 = NULL;
     h3_tensor e = {0}, m = {0};
-    H3_TRY(act_alloc(d, a, n, c->time_embed_dim));
+    /* f32 throughout: the time MLP is one of the release's f32 islands, and every AdaLN projection reads it */
+    H3_TRY(alloc_dt(d, a, H3_F32, n, c->time_embed_dim));
     if (c->adaln_pruned) {
         const int64_t G = c->curve_grid, r = c->time_embed_dim;
         host = h3_malloc((size_t)(n * r) * sizeof(float), H3_MEM_WORKSPACE);
@@ -99,9 +138,9 @@ static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_t
                 host[i * c->freq_dim + j] = (float)cos((double)arg);
                 host[i * c->freq_dim + half + j] = (float)sin((double)arg);
             }
-        H3_CHECK(act_alloc(d, &e, n, c->freq_dim));
+        H3_CHECK(alloc_dt(d, &e, H3_F32, n, c->freq_dim));
         H3_CHECK(h3_dit_upload(ex, &e, host));
-        H3_CHECK(act_alloc(d, &m, n, c->time_hidden));
+        H3_CHECK(alloc_dt(d, &m, H3_F32, n, c->time_hidden));
         H3_CHECK(h3_op_gemm(ex, &m, &e, &d->g.time_in_w, &d->g.time_in_b, 0));
         H3_CHECK(h3_op_unary(ex, &m, &m, H3_UNARY_SILU));
         H3_CHECK(h3_op_gemm(ex, a, &m, &d->g.time_out_w, &d->g.time_out_b, 0));
@@ -141,12 +180,11 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
         int64_t s[2] = {m, 18 * H};
         H3_CHECK(act_alloc(d, &mod[b], (int64_t)m * 3, 6 * H));
         H3_CHECK(h3_tensor_reshape(&mod[b], 2, s, &v));
-        H3_CHECK_CTX(h3_op_gemm(ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b], 0), "AdaLN of block %lld",
+        H3_CHECK_CTX(gemm_mixed(d, ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b]), "AdaLN of block %lld",
                      (long long)b);
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
-    H3_CHECK_CTX(h3_op_gemm(ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b, 0),
-                 "final-layer AdaLN");
+    H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b), "final-layer AdaLN");
     /* Replace what was kept. */
     if (d->mod) {
         for (int64_t b = 0; b <= L; b++) h3_tensor_free(&d->mod[b]);
@@ -203,7 +241,7 @@ static h3_status ensure_modulation(h3_dit *d, h3_exec *ex, const float *ts, int 
 
 int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
     const h3_dit_config *c = &d->cfg;
-    const size_t es = h3_dtype_size(H3_DIT_ACT_DTYPE);
+    const size_t es = h3_dtype_size(d->act_dtype);
     const int64_t H = c->hidden, inner = h3_dit_inner(c), R = 6 * c->rope_freq_dim;
     const int64_t ch = S < d->chunk_rows ? S : d->chunk_rows;
     int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es);
@@ -266,11 +304,11 @@ static h3_status check_rows(const h3_dit *d, const char *name, const h3_tensor *
     *n = 0;
     if (!t) return H3_OK;
     char s[96];
-    if (t->ndim != 2 || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE || t->place != d->act_place ||
+    if (t->ndim != 2 || t->shape[1] != cols || t->dtype != H3_F32 || t->place != d->act_place ||
         !h3_tensor_is_rowwise(t, NULL))
         return H3_ERR(H3_ERR_INVALID,
                       "DiT input '%s' must be %s [rows, %lld] at the %s place, got %s %s at %s", name,
-                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)cols, h3_place_name(d->act_place),
+                      h3_dtype_name(H3_F32), (long long)cols, h3_place_name(d->act_place),
                       h3_dtype_name(t->dtype), h3_tensor_shape_str(t, s, sizeof s), h3_place_name(t->place));
     *n = t->shape[0];
     return H3_OK;
@@ -280,10 +318,10 @@ static h3_status check_out(const h3_dit *d, const char *name, const h3_tensor *t
                            int64_t cols) {
     if (rows == 0) return H3_OK;
     char s[96];
-    if (!t || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || t->dtype != H3_DIT_ACT_DTYPE ||
+    if (!t || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || t->dtype != H3_F32 ||
         t->place != d->act_place || !h3_tensor_is_rowwise(t, NULL))
         return H3_ERR(H3_ERR_INVALID, "DiT output '%s' must be %s [%lld, %lld] at the %s place, got %s", name,
-                      h3_dtype_name(H3_DIT_ACT_DTYPE), (long long)rows, (long long)cols,
+                      h3_dtype_name(H3_F32), (long long)rows, (long long)cols,
                       h3_place_name(d->act_place), t ? h3_tensor_shape_str(t, s, sizeof s) : "none");
     return H3_OK;
 }
@@ -570,16 +608,16 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     /* Inputs into the packed stream x [S, H]. */
     if (Nv) {
         H3_CHECK(rows_view(&ws->h, 0, Nv, &t1));
-        H3_CHECK(h3_op_gemm(ex, &t1, in->video, &g->video_in_w, &g->video_in_b, 0));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->video, &g->video_in_w, &g->video_in_b));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->vidx));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->h, 0, Na, &t1));
-        H3_CHECK(h3_op_gemm(ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b, 0));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->aidx));
     }
     if (L) {
-        H3_CHECK(h3_op_gemm(ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b, 0));
+        H3_CHECK(gemm_mixed(d, ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b));
         for (int u = 0; u < R; u++) H3_CHECK(run_unit(d, ex, u, &ws->xt, L, NULL, NULL, NULL, NULL));
         H3_CHECK(h3_op_rms_norm(ex, &ws->xt, &ws->xt, &g->refiner_norm, final_eps));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &ws->xt, &ws->tidx));
@@ -600,12 +638,12 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     if (Nv) {
         H3_CHECK(rows_view(&ws->x, 0, Nv, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->vidx));
-        H3_CHECK(h3_op_gemm(ex, vout, &t1, &g->video_out_w, &g->video_out_b, 0));
+        H3_CHECK(gemm_mixed(d, ex, vout, &t1, &g->video_out_w, &g->video_out_b));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->x, 0, Na, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->aidx));
-        H3_CHECK(h3_op_gemm(ex, aout, &t1, &g->audio_out_w, &g->audio_out_b, 0));
+        H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b));
     }
     d->stats.forwards++;
 done:

@@ -5,8 +5,6 @@
 #include "io/safetensors.h"
 #include "models/dit.h"
 
-/* The DiT's activation dtype, chosen here once. */
-#define H3_DIT_ACT_DTYPE H3_F32
 
 /* Weights outside the block stacks (all small next to a block). */
 typedef struct h3_dit_globals {
@@ -52,6 +50,8 @@ struct h3_dit {
     h3_tensor *adaln_w, *adaln_b; /* [n_layers]: [18H, time_embed_dim], [18H] */
     float *inv_freq;              /* [rope_freq_dim], host */
     h3_place act_place;
+    h3_dtype act_dtype; /* f32 on the host, bf16 on the device (apply_opts decides, once) */
+    h3_place weight_place;
     int64_t chunk_rows;
     /* kept modulation */
     float *mod_t; /* [mod_n] timesteps */

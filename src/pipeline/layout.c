@@ -29,7 +29,7 @@ static void axis_grid(int64_t dim, double sqrt_area, double *out) {
     }
 }
 
-void h3_layout_free(h3_layout *l) {
+void h3_seq_layout_free(h3_seq_layout *l) {
     if (!l) return;
     h3_free(l->tags);
     h3_free(l->pos);
@@ -39,8 +39,8 @@ void h3_layout_free(h3_layout *l) {
     memset(l, 0, sizeof *l);
 }
 
-h3_status h3_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
-                         h3_layout *out) {
+h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
+                         h3_seq_layout *out) {
     memset(out, 0, sizeof *out);
     if (text_len < 0 || text_len > ((int64_t)1 << 30))
         return H3_ERR(H3_ERR_INVALID, "layout: text length %lld is out of range", (long long)text_len);
@@ -122,11 +122,11 @@ h3_status h3_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t fra
 done:
     h3_free(hgrid);
     h3_free(wgrid);
-    if (st != H3_OK) h3_layout_free(out);
+    if (st != H3_OK) h3_seq_layout_free(out);
     return st;
 }
 
-int h3_layout_timestep_indices(const h3_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index) {
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index) {
     int n;
     int32_t iv, ia;
     if (t_video == t_audio) {

@@ -36,7 +36,7 @@ int64_t h3_video_latent_frames(int64_t frames);
 /* Audio latents per channel for a clip of `frames` frames at 24 fps: round(frames/24*40), half to even. */
 int64_t h3_audio_latents(int64_t frames);
 
-typedef struct h3_layout {
+typedef struct h3_seq_layout {
     int64_t text_len, frames, width, height;
     int64_t latent_t, latent_h, latent_w; /* video latent [24, latent_t, latent_h, latent_w] */
     int64_t audio_t;                      /* audio latents per channel: audio latent [2, 32, audio_t] */
@@ -48,19 +48,19 @@ typedef struct h3_layout {
     int64_t *video_indices;               /* [n_video_rows] sequence rows of the video rows, in order */
     int64_t *audio_indices;               /* [n_audio_rows] sequence rows of the audio rows (left then right) */
     int64_t *text_indices;                /* [text_len] */
-} h3_layout;
+} h3_seq_layout;
 
 /* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of each
  * of the text_len rows. frames must be 17n+5 and width, height positive multiples of 32 (h3_request checks the
- * request with friendlier messages first). Free with h3_layout_free. */
-h3_status h3_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
-                         h3_layout *out);
-void h3_layout_free(h3_layout *l);
+ * request with friendlier messages first). Free with h3_seq_layout_free. */
+h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
+                         h3_seq_layout *out);
+void h3_seq_layout_free(h3_seq_layout *l);
 
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
  * return_inverse=True) over the row timesteps; text rows carry t_video). Writes 1 or 2 values to unique_t
  * (ascending) and returns how many; index has seq_len entries. */
-int h3_layout_timestep_indices(const h3_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index);
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index);
 
 /* Video latent [24, T, H, W] <-> rows [T*(H/2)*(W/2), 96]: row (t, i, j) frame-major then row-major, column
  * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)). */

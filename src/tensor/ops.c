@@ -34,6 +34,7 @@ static const char *const g_op_names[H3_OP_COUNT] = {
     [H3_OP_CONVERT] = "convert",
     [H3_OP_FILL] = "fill",
     [H3_OP_CLAMP] = "clamp",
+    [H3_OP_RANDOM] = "random_uniform",
 };
 
 const char *h3_op_name(h3_op_id op) {
@@ -486,6 +487,14 @@ h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value) {
     NEED_FN(H3_OP_FILL, fill);
     H3_TRY(need_rowwise(H3_OP_FILL, "y", y));
     return be->fill(ex, y, value);
+}
+
+h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi) {
+    PICK(H3_OP_RANDOM, y);
+    NEED_FN(H3_OP_RANDOM, random_uniform);
+    H3_TRY(need_rowwise(H3_OP_RANDOM, "y", y));
+    if (!(lo <= hi)) return H3_ERR(H3_ERR_INVALID, "op 'random_uniform': lo %g > hi %g", (double)lo, (double)hi);
+    return be->random_uniform(ex, y, seed, lo, hi);
 }
 
 h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {

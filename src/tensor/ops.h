@@ -48,6 +48,7 @@ typedef enum h3_op_id {
     H3_OP_CONVERT,
     H3_OP_FILL,
     H3_OP_CLAMP,
+    H3_OP_RANDOM,
     H3_OP_COUNT
 } h3_op_id;
 
@@ -169,6 +170,17 @@ h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h
 /* y = x converted to y's dtype (same shape; also a plain copy when dtypes match). */
 h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
 h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
+/* y[i] = lo + (hi − lo)·u_i with u_i = (splitmix64(seed + i) >> 40)·2⁻²⁴, i the element's row-major logical index:
+ * the same values on every backend (up to the last bit of the final rounding), for synthetic weights in tests and
+ * benchmarks that must not go through host memory. */
+h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi);
+static inline float h3_random_unit(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + i * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
 
 /* ---- moving data between places ------------------------------------------------------------------------ */
 
@@ -210,6 +222,7 @@ typedef struct h3_backend {
     h3_status (*gated_add)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
     h3_status (*convert)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*fill)(h3_exec *, h3_tensor *, float);
+    h3_status (*random_uniform)(h3_exec *, h3_tensor *, uint64_t, float, float);
     /* Device backends only: copies where either side is on the device, and waiting for queued work. */
     h3_status (*copy)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*sync)(h3_exec *);
