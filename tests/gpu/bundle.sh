@@ -10,7 +10,7 @@ ARCH=${H3_CUDA_ARCHS:-90}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA=ON -DH3_CUDA_ARCHS="$ARCH" >/dev/null
 cmake --build build-dev -j"$(nproc)" >/dev/null
 rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
-progs=(h3run test_cuda_ops bench_cuda_kernels)
+progs=(h3run test_cuda_ops test_dit_cuda bench_cuda_kernels bench_dit_cuda)
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
 wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)

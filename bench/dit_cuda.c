@@ -1,0 +1,189 @@
+/* The full-size DiT on the GPU, all weights resident: random bf16 weights of the official shapes (fp32 islands
+ * kept f32) generated in device memory, one forward = one sampling step at BENCH.md's workloads, with the packed
+ * t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak device memory;
+ * writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
+ *
+ *   bench_dit_cuda [W73 W124 W362 W124L]
+ *
+ * The step time excludes the AdaLN modulation, which h3run computes once per run for all the schedule's
+ * timesteps (h3_dit_precompute_modulation); its one-off cost is printed separately. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda.h"
+#include "models/dit.h"
+#include "pipeline/layout.h"
+
+#define TRY(x)                                                                                                   \
+    do {                                                                                                         \
+        if ((x) != H3_OK) {                                                                                      \
+            fprintf(stderr, "%s failed: %s\n", #x, h3_last_error());                                             \
+            exit(1);                                                                                             \
+        }                                                                                                        \
+    } while (0)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static h3_exec ex;
+static uint64_t g_seed = 1;
+
+static int fill_weight(const char *name, h3_tensor *t, void *user) {
+    (void)user;
+    size_t n = strlen(name);
+    int is_norm = strstr(name, "norm") != NULL;
+    int is_bias = n > 5 && strcmp(name + n - 5, ".bias") == 0;
+    float lo = -0.03f, hi = 0.03f; /* ~N(0, 0.02²) in spread */
+    if (is_norm) lo = 0.9f, hi = 1.1f;
+    if (is_bias) lo = -0.01f, hi = 0.01f;
+    if (h3_op_random_uniform(&ex, t, g_seed++, lo, hi) != H3_OK) {
+        fprintf(stderr, "filling %s: %s\n", name, h3_last_error());
+        exit(1);
+    }
+    return 0;
+}
+
+typedef struct {
+    const char *name;
+    int64_t w, h, frames;
+} workload;
+
+static const workload g_work[] = {
+    {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
+};
+
+int main(int argc, char **argv) {
+    if (h3_cuda_device_count() == 0) {
+        printf("bench_dit_cuda: skipped: no CUDA device\n");
+        return 0;
+    }
+    TRY(h3_exec_init(&ex, 0));
+    TRY(h3_cuda_init(&ex, 0, 0));
+    h3_dit_config cfg;
+    h3_dit_config_default(&cfg);
+    h3_dit_open_opts oo;
+    memset(&oo, 0, sizeof oo);
+    oo.act_place = H3_PLACE_DEVICE;
+    oo.weight_place = H3_PLACE_DEVICE;
+    h3_dit *dit;
+    double t0 = now();
+    TRY(h3_dit_create(&cfg, H3_BF16, &oo, &dit));
+    h3_dit_visit_weights(dit, fill_weight, NULL);
+    TRY(h3_exec_sync(&ex));
+    h3_dit_weight_bytes wb;
+    h3_dit_weight_bytes_of(dit, &wb);
+    int64_t used, peak, cap;
+    h3_cuda_mem_stats(&ex, &used, &peak, &cap);
+    printf("h3run DiT: %.2f GiB of weights on the device (%.2f GiB AdaLN), built in %.1f s; device budget %.1f GiB\n",
+           wb.total / 1073741824.0, wb.adaln / 1073741824.0, now() - t0, cap / 1073741824.0);
+    const char *names[8];
+    int nn = 0;
+    for (int i = 1; i < argc && nn < 8; i++) names[nn++] = argv[i];
+    if (nn == 0) {
+        names[nn++] = "W73";
+        names[nn++] = "W124";
+        names[nn++] = "W362";
+    }
+    FILE *js = NULL;
+    const char *out = getenv("OUT");
+    if (out) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/dit_cuda.json", out);
+        js = fopen(p, "w");
+        if (js) fprintf(js, "{");
+    }
+    for (int k = 0; k < nn; k++) {
+        const workload *w = NULL;
+        for (int i = 0; g_work[i].name; i++)
+            if (!strcmp(g_work[i].name, names[k])) w = &g_work[i];
+        if (!w) {
+            fprintf(stderr, "unknown workload %s\n", names[k]);
+            return 2;
+        }
+        h3_seq_layout L;
+        TRY(h3_seq_layout_t2va(128, NULL, w->frames, w->w, w->h, &L));
+        const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
+        float uniq[2];
+        int32_t *tidx = malloc((size_t)S * sizeof *tidx), *tags = malloc((size_t)S * sizeof *tags);
+        int32_t *vi = malloc((size_t)Nv * 4), *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
+        int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);
+        for (int64_t r = 0; r < S; r++) tags[r] = L.tags[r];
+        for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];
+        for (int64_t i = 0; i < Na; i++) ai[i] = (int32_t)L.audio_indices[i];
+        for (int64_t i = 0; i < 128; i++) ti[i] = (int32_t)L.text_indices[i];
+        h3_tensor video, audio, text, vout, aout;
+        TRY(h3_tensor_alloc2(&video, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&audio, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&text, H3_PLACE_DEVICE, H3_F32, 128, 5120, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&vout, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&aout, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+        TRY(h3_op_random_uniform(&ex, &video, 11, -2.0f, 2.0f));
+        TRY(h3_op_random_uniform(&ex, &audio, 12, -2.0f, 2.0f));
+        TRY(h3_op_random_uniform(&ex, &text, 13, -1.0f, 1.0f));
+        h3_dit_inputs in = {&video, &audio, &text, uniq, nt, S, tidx, tags, L.pos, vi, ai, ti};
+        double tm0 = now();
+        TRY(h3_dit_precompute_modulation(dit, &ex, uniq, nt));
+        TRY(h3_exec_sync(&ex));
+        double tmod = now() - tm0;
+        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout)); /* warm-up: workspace, plans */
+        TRY(h3_exec_sync(&ex));
+        h3_cuda_reset_peak(&ex);
+        int reps = S > 40000 ? 2 : 4;
+        double t[8];
+        for (int r = 0; r < reps; r++) {
+            double a = now();
+            TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
+            TRY(h3_exec_sync(&ex));
+            t[r] = now() - a;
+        }
+        for (int i = 0; i < reps; i++)
+            for (int j = i + 1; j < reps; j++)
+                if (t[j] < t[i]) {
+                    double x = t[i];
+                    t[i] = t[j];
+                    t[j] = x;
+                }
+        double med = t[reps / 2];
+        h3_cuda_mem_stats(&ex, &used, &peak, &cap);
+        /* sanity: the velocities are finite */
+        h3_tensor hv;
+        TRY(h3_tensor_alloc2(&hv, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+        TRY(h3_copy(&ex, &hv, &vout));
+        TRY(h3_exec_sync(&ex));
+        int bad = 0;
+        for (int64_t i = 0; i < Nv * 96; i++) bad += !isfinite(((float *)hv.data)[i]);
+        printf("%-6s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f s%s\n",
+               w->name, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0, tmod,
+               bad ? "  NON-FINITE OUTPUT" : "");
+        if (js)
+            fprintf(js, "%s\"%s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, \"peak_gib\": %.2f}",
+                    k ? ", " : "", w->name, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0);
+        h3_tensor_free(&hv);
+        h3_tensor_free(&video);
+        h3_tensor_free(&audio);
+        h3_tensor_free(&text);
+        h3_tensor_free(&vout);
+        h3_tensor_free(&aout);
+        free(tidx);
+        free(tags);
+        free(vi);
+        free(ai);
+        free(ti);
+        h3_seq_layout_free(&L);
+        if (bad) return 1;
+    }
+    if (js) {
+        fprintf(js, "}\n");
+        fclose(js);
+    }
+    h3_dit_close(dit);
+    h3_cuda_shutdown(&ex);
+    h3_exec_free(&ex);
+    return 0;
+}

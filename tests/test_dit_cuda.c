@@ -1,0 +1,182 @@
+/* The DiT on the GPU (bf16 activations, weights on the device) against the same DiT on the CPU (f32), on the
+ * reference fixtures in every layout and on a full-width 2-block model with 1,000+ packed rows.
+ *
+ * Tolerance: relative L2 error of each output <= 3e-2. The GPU keeps the residual stream, the projections and
+ * the attention probabilities in bf16 (8 significant bits, ~2e-3 per rounding) through several blocks; the
+ * weights are the same bf16 values on both sides, so what is left is activation rounding. Skips without a GPU. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+#include "models/dit.h"
+#include "pipeline/layout.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+static const double TOL = 3e-2;
+
+static h3_tensor to_dev(const h3_tensor *h) {
+    h3_tensor d = {0};
+    if (!h || !h->data) return d;
+    CHECK_OK(h3_tensor_alloc(&d, H3_PLACE_DEVICE, h->dtype, h->ndim, h->shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_copy(&g_ex, &d, h));
+    return d;
+}
+
+static void compare_dev(const char *what, const h3_tensor *dev, const h3_tensor *host) {
+    h3_tensor back;
+    CHECK_OK(h3_tensor_alloc(&back, H3_PLACE_HOST, H3_F32, host->ndim, host->shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_copy(&g_ex, &back, dev));
+    CHECK_OK(h3_exec_sync(&g_ex));
+    size_t n = (size_t)h3_tensor_numel(host);
+    double *ref = malloc(n * sizeof(double) + 8);
+    for (size_t i = 0; i < n; i++) ref[i] = ((float *)host->data)[i];
+    EXPECT_CLOSE(what, back.data, ref, n, TOL);
+    free(ref);
+    h3_tensor_free(&back);
+}
+
+/* One forward on each side with the same inputs. */
+static void forward_both(const char *what, h3_dit *cpu, h3_dit *gpu, const h3_dit_inputs *in) {
+    const h3_dit_config *c = h3_dit_get_config(cpu);
+    int64_t Nv = in->video ? in->video->shape[0] : 0, Na = in->audio ? in->audio->shape[0] : 0;
+    h3_tensor vo, ao, dvo = {0}, dao = {0};
+    CHECK_OK(h3_tensor_alloc2(&vo, H3_PLACE_HOST, H3_F32, Nv ? Nv : 1, h3_dit_video_dim(c), H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&ao, H3_PLACE_HOST, H3_F32, Na ? Na : 1, c->audio_dim, H3_MEM_ACTIVATIONS));
+    vo.shape[0] = Nv;
+    ao.shape[0] = Na;
+    CHECK_OK(h3_dit_forward(cpu, &g_ex, in, Nv ? &vo : NULL, Na ? &ao : NULL));
+    h3_tensor dv = to_dev(in->video), da = to_dev(in->audio), dt = to_dev(in->text);
+    h3_dit_inputs din = *in;
+    din.video = in->video ? &dv : NULL;
+    din.audio = in->audio ? &da : NULL;
+    din.text = in->text ? &dt : NULL;
+    if (Nv) CHECK_OK(h3_tensor_alloc2(&dvo, H3_PLACE_DEVICE, H3_F32, Nv, h3_dit_video_dim(c), H3_MEM_ACTIVATIONS));
+    if (Na) CHECK_OK(h3_tensor_alloc2(&dao, H3_PLACE_DEVICE, H3_F32, Na, c->audio_dim, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_dit_forward(gpu, &g_ex, &din, Nv ? &dvo : NULL, Na ? &dao : NULL));
+    char w[160];
+    if (Nv) {
+        snprintf(w, sizeof w, "%s video velocity", what);
+        compare_dev(w, &dvo, &vo);
+    }
+    if (Na) {
+        snprintf(w, sizeof w, "%s audio velocity", what);
+        compare_dev(w, &dao, &ao);
+    }
+    h3_tensor *ts[] = {&vo, &ao, &dvo, &dao, &dv, &da, &dt};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) h3_tensor_free(ts[i]);
+}
+
+static void fixture_case(const char *rel) {
+    char p[1024], q[1024];
+    t_src_path(rel, p, sizeof p);
+    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
+    h3_dit *cpu = NULL, *gpu = NULL;
+    h3_dit_open_opts go;
+    memset(&go, 0, sizeof go);
+    go.act_place = H3_PLACE_DEVICE;
+    go.weight_place = H3_PLACE_DEVICE;
+    CHECK_OK(h3_dit_open(p, NULL, &cpu));
+    CHECK_OK(h3_dit_open(p, &go, &gpu));
+    if (!cpu || !gpu) goto out;
+    CHECK_OK(h3_dit_upload_weights(gpu, &g_ex));
+    h3_dit_inputs_file f;
+    CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(cpu), &f));
+    forward_both(rel, cpu, gpu, &f.in);
+    h3_dit_inputs_file_free(&f);
+out:
+    h3_dit_close(cpu);
+    h3_dit_close(gpu);
+}
+
+static void test_fixtures(void) {
+    fixture_case("tests/fixtures/dit/official");
+    fixture_case("tests/fixtures/dit/diffusers");
+    fixture_case("tests/fixtures/dit/comfy_pruned.safetensors");
+}
+
+typedef struct {
+    h3_tensor *t[4096];
+    int n;
+} tlist;
+
+static int collect(const char *name, h3_tensor *t, void *user) {
+    (void)name;
+    tlist *l = user;
+    if (l->n < 4096) l->t[l->n++] = t;
+    return 0;
+}
+
+/* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout. */
+static void test_full_width(void) {
+    h3_dit_config cfg;
+    h3_dit_config_default(&cfg);
+    cfg.n_layers = 2;
+    h3_dit_open_opts go;
+    memset(&go, 0, sizeof go);
+    go.act_place = H3_PLACE_DEVICE;
+    go.weight_place = H3_PLACE_DEVICE;
+    h3_dit *cpu = NULL, *gpu = NULL;
+    CHECK_OK(h3_dit_create(&cfg, H3_BF16, NULL, &cpu));
+    CHECK_OK(h3_dit_create(&cfg, H3_BF16, &go, &gpu));
+    if (!cpu || !gpu) goto out;
+    static tlist a, b;
+    a.n = b.n = 0;
+    h3_dit_visit_weights(cpu, collect, &a);
+    h3_dit_visit_weights(gpu, collect, &b);
+    CHECK(a.n == b.n && a.n > 0, "%d vs %d weights", a.n, b.n);
+    for (int i = 0; i < a.n && i < b.n; i++) {
+        CHECK_OK(h3_op_random_uniform(&g_ex, a.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
+        CHECK_OK(h3_copy(&g_ex, b.t[i], a.t[i]));
+    }
+    h3_seq_layout L;
+    CHECK_OK(h3_seq_layout_t2va(128, NULL, 22, 512, 256, &L));
+    const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
+    CHECK(S >= 1000, "the layout has %lld rows", (long long)S);
+    float uniq[2];
+    int32_t *tidx = malloc((size_t)S * 4), *tags = malloc((size_t)S * 4), *vi = malloc((size_t)Nv * 4),
+            *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
+    int nt = h3_seq_layout_timestep_indices(&L, 0.4f, 0.7f, uniq, tidx);
+    for (int64_t r = 0; r < S; r++) tags[r] = L.tags[r];
+    for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];
+    for (int64_t i = 0; i < Na; i++) ai[i] = (int32_t)L.audio_indices[i];
+    for (int i = 0; i < 128; i++) ti[i] = (int32_t)L.text_indices[i];
+    h3_tensor video, audio, text;
+    CHECK_OK(h3_tensor_alloc2(&video, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&audio, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&text, H3_PLACE_HOST, H3_F32, 128, 5120, H3_MEM_ACTIVATIONS));
+    t_fill_randn(video.data, (size_t)(Nv * 96), 1.0);
+    t_fill_randn(audio.data, (size_t)(Na * 32), 1.0);
+    t_fill_randn(text.data, (size_t)(128 * 5120), 1.0);
+    h3_dit_inputs in = {&video, &audio, &text, uniq, nt, S, tidx, tags, L.pos, vi, ai, ti};
+    forward_both("full width, 2 blocks", cpu, gpu, &in);
+    h3_tensor_free(&video);
+    h3_tensor_free(&audio);
+    h3_tensor_free(&text);
+    free(tidx);
+    free(tags);
+    free(vi);
+    free(ai);
+    free(ti);
+    h3_seq_layout_free(&L);
+out:
+    h3_dit_close(cpu);
+    h3_dit_close(gpu);
+}
+
+int main(int argc, char **argv) {
+    if (h3_cuda_device_count() == 0) {
+        printf("test_dit_cuda: skipped: no CUDA device on this machine\n");
+        return 0;
+    }
+    if (h3_exec_init(&g_ex, 0) != H3_OK || h3_cuda_init(&g_ex, 0, (int64_t)24 << 30) != H3_OK) {
+        fprintf(stderr, "init failed: %s\n", h3_last_error());
+        return 1;
+    }
+    static const t_case cases[] = {{"fixtures", test_fixtures}, {"full_width", test_full_width}, {NULL, NULL}};
+    int r = t_main("test_dit_cuda", cases, argc, argv);
+    h3_cuda_shutdown(&g_ex);
+    h3_exec_free(&g_ex);
+    return r;
+}
