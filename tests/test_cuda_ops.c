@@ -396,6 +396,53 @@ static void test_conv(void) {
     pfree(&yy3);
 }
 
+static void test_fused(void) {
+    for (int k = 0; k < 2; k++) {
+        h3_dtype dt = g_dts[k];
+        int64_t R = ri(1, 200), C = ri(1, 700), T = ri(2, 7);
+        pair x = mk2(dt, R, C, 2.0), y = mk2(dt, R, C, 1.0), w = mk2(dt, 1, C, 1.0), tab = mk2(dt, T, 2 * C, 0.5);
+        h3_tensor wh, wd, shh, shd, sch, scd, ih, id;
+        int64_t sc1[1] = {C}, sr[1] = {R};
+        CHECK_OK(h3_tensor_reshape(&w.h, 1, sc1, &wh));
+        CHECK_OK(h3_tensor_reshape(&w.d, 1, sc1, &wd));
+        CHECK_OK(h3_tensor_narrow(&tab.h, 1, 0, C, &shh));
+        CHECK_OK(h3_tensor_narrow(&tab.d, 1, 0, C, &shd));
+        CHECK_OK(h3_tensor_narrow(&tab.h, 1, C, C, &sch));
+        CHECK_OK(h3_tensor_narrow(&tab.d, 1, C, C, &scd));
+        CHECK_OK(h3_tensor_alloc(&ih, H3_PLACE_HOST, H3_I32, 1, sr, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc(&id, H3_PLACE_DEVICE, H3_I32, 1, sr, H3_MEM_ACTIVATIONS));
+        for (int64_t r = 0; r < R; r++) ((int32_t *)ih.data)[r] = (int32_t)ri(0, T - 1);
+        CHECK_OK(h3_copy(&g_ex, &id, &ih));
+        CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.h, &x.h, &wh, 1e-5f, &shh, &sch, &ih));
+        CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.d, &x.d, &wd, 1e-5f, &shd, &scd, &id));
+        compare("rms_norm_modulate", &y, tol_of(dt));
+        /* qk_norm_rope in place on a strided head view, 128-wide heads, 96 rotated channels */
+        int64_t S = ri(1, 300), H = ri(1, 8), D = 128, Rr = 96;
+        pair buf = mk2(dt, S, 3 * H * D, 1.5), qw = mk2(dt, 1, D, 1.0), cs = mk2(H3_F32, S, Rr, 1.0), sn = mk2(H3_F32, S, Rr, 1.0);
+        h3_tensor qh, qd, qwh, qwd;
+        int64_t s3[3] = {S, H, D}, sd[1] = {D};
+        CHECK_OK(h3_tensor_reshape(&qw.h, 1, sd, &qwh));
+        CHECK_OK(h3_tensor_reshape(&qw.d, 1, sd, &qwd));
+        size_t es = h3_dtype_size(dt);
+        CHECK_OK(h3_tensor_wrap(&qh, (float *)buf.h.data + H * D, H3_PLACE_HOST, H3_F32, 3, s3));
+        CHECK_OK(h3_tensor_wrap(&qd, (char *)buf.d.data + (size_t)(H * D) * es, H3_PLACE_DEVICE, dt, 3, s3));
+        qh.stride[0] = qd.stride[0] = 3 * H * D;
+        CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qh, &qwh, 1e-5f, &cs.h, &sn.h));
+        CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qd, &qwd, 1e-5f, &cs.d, &sn.d));
+        compare("qk_norm_rope", &buf, tol_of(dt));
+        h3_tensor_free(&ih);
+        h3_tensor_free(&id);
+        pfree(&x);
+        pfree(&y);
+        pfree(&w);
+        pfree(&tab);
+        pfree(&buf);
+        pfree(&qw);
+        pfree(&cs);
+        pfree(&sn);
+    }
+}
+
 static void test_random(void) {
     for (int k = 0; k < 2; k++) {
         int64_t R = ri(1, 200), C = ri(1, 900);
@@ -449,6 +496,7 @@ int main(int argc, char **argv) {
         {"arena", test_arena}, {"gemm", test_gemm},       {"rows_ops", test_rows_ops}, {"group_norm", test_group_norm},
         {"table_ops", test_table_ops}, {"rope", test_rope}, {"attention", test_attention}, {"conv", test_conv},
         {"random", test_random},
+        {"fused", test_fused},
         {NULL, NULL},
     };
     int r = t_main("test_cuda_ops", cases, argc, argv);

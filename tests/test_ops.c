@@ -707,6 +707,64 @@ static void test_dispatch_errors(void) {
     h3_tensor_free(&yb);
 }
 
+/* The fused ops against a float64 composition of their definitions. */
+static void test_fused(void) {
+    int64_t R = ri(1, 40), C = ri(1, 300), T = ri(1, 5);
+    h3_tensor x = trandn(2, R, C, 0, 0, 2.0), y = tnew(H3_F32, 2, R, C, 0, 0), w = trandn(1, C, 0, 0, 0, 1.0);
+    h3_tensor tab = trandn(2, T, 2 * C, 0, 0, 0.5), sh, sc, idx = tnew(H3_I32, 1, R, 0, 0, 0);
+    CHECK_OK(h3_tensor_narrow(&tab, 1, 0, C, &sh));
+    CHECK_OK(h3_tensor_narrow(&tab, 1, C, C, &sc));
+    for (int64_t r = 0; r < R; r++) ((int32_t *)idx.data)[r] = (int32_t)ri(0, T - 1);
+    double *ref = dalloc((size_t)(R * C));
+    for (int64_t r = 0; r < R; r++) {
+        int64_t t = ((int32_t *)idx.data)[r];
+        double ss = 0;
+        for (int64_t i = 0; i < C; i++) ss += (double)F(&x)[r * C + i] * F(&x)[r * C + i];
+        double inv = 1.0 / sqrt(ss / C + 1e-5);
+        for (int64_t i = 0; i < C; i++)
+            ref[r * C + i] = F(&x)[r * C + i] * inv * F(&w)[i] * (1.0 + F(&tab)[t * 2 * C + C + i]) +
+                             F(&tab)[t * 2 * C + i];
+    }
+    CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y, &x, &w, 1e-5f, &sh, &sc, &idx));
+    EXPECT_CLOSE("rms_norm_modulate", F(&y), ref, (size_t)(R * C), 1e-6);
+    free(ref);
+    /* qk_norm_rope on a strided [S, H, D] view (a column block of a wider buffer) */
+    int64_t S = ri(1, 30), H = ri(1, 4), D = 2 * ri(4, 64), Rr = 2 * ri(0, D / 2);
+    h3_tensor buf = trandn(2, S, 3 * H * D, 0, 0, 1.5), q, cs = tnew(H3_F32, 2, S, Rr, 0, 0), sn = tnew(H3_F32, 2, S, Rr, 0, 0);
+    h3_tensor qw = trandn(1, D, 0, 0, 0, 1.0);
+    int64_t s3[3] = {S, H, D};
+    CHECK_OK(h3_tensor_wrap(&q, F(&buf) + H * D, H3_PLACE_HOST, H3_F32, 3, s3));
+    q.stride[0] = 3 * H * D;
+    for (int64_t i = 0; i < S * Rr; i++) {
+        double a = t_uniform(-5, 5);
+        F(&cs)[i] = (float)cos(a);
+        F(&sn)[i] = (float)sin(a);
+    }
+    double *r2 = dalloc((size_t)(S * H * D));
+    for (int64_t si = 0; si < S; si++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *xv = F(&buf) + si * 3 * H * D + H * D + h * D;
+            double ss = 0, v[512];
+            for (int64_t i = 0; i < D; i++) ss += (double)xv[i] * xv[i];
+            double inv = 1.0 / sqrt(ss / D + 1e-6);
+            for (int64_t i = 0; i < D; i++) v[i] = xv[i] * inv * F(&qw)[i];
+            for (int64_t i = 0; i < D; i++) {
+                double o = v[i];
+                if (i < Rr / 2) o = v[i] * F(&cs)[si * Rr + i] - v[i + Rr / 2] * F(&sn)[si * Rr + i];
+                else if (i < Rr) o = v[i] * F(&cs)[si * Rr + i] + v[i - Rr / 2] * F(&sn)[si * Rr + i];
+                r2[(si * H + h) * D + i] = o;
+            }
+        }
+    CHECK_OK(h3_op_qk_norm_rope(&g_ex, &q, &qw, 1e-6f, &cs, &sn));
+    float *got = malloc((size_t)(S * H * D) * sizeof(float));
+    for (int64_t si = 0; si < S; si++) memcpy(got + si * H * D, F(&buf) + si * 3 * H * D + H * D, (size_t)(H * D) * 4);
+    EXPECT_CLOSE("qk_norm_rope", got, r2, (size_t)(S * H * D), 1e-6);
+    free(got);
+    free(r2);
+    h3_tensor *all[] = {&x, &y, &w, &tab, &idx, &buf, &cs, &sn, &qw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
+}
+
 static void test_random(void) {
     int64_t R = ri(1, 50), C = ri(1, 300);
     h3_tensor a = tnew(H3_F32, 2, R, C, 0, 0), b = tnew(H3_F32, 2, R, C, 0, 0);
@@ -761,6 +819,7 @@ int main(int argc, char **argv) {
         {"elementwise", test_elementwise},
         {"dispatch_errors", test_dispatch_errors},
         {"random", test_random},
+        {"fused", test_fused},
         {"no_leaks", test_no_leaks},
         {NULL, NULL},
     };

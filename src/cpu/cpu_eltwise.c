@@ -548,6 +548,53 @@ static h3_status cpu_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, fl
     return H3_OK;
 }
 
+static h3_status cpu_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps,
+                                       const h3_tensor *shift, const h3_tensor *scale, const h3_tensor *idx) {
+    H3_TRY(cpu_rms_norm(ex, y, x, w, eps));
+    return cpu_modulate(ex, y, y, shift, scale, idx);
+}
+
+typedef struct {
+    const h3_tensor *x, *cos, *sin;
+    const float *w;
+    int64_t H, D, R, ldc, lds;
+    float eps;
+} qkr_ctx;
+
+static void qk_norm_rope_rows(void *p, int64_t sb, int64_t se, int tid) {
+    (void)tid;
+    qkr_ctx *c = p;
+    float v[512];
+    const int64_t half = c->R / 2;
+    for (int64_t s = sb; s < se; s++) {
+        const float *cs = (const float *)c->cos->data + s * c->ldc, *sn = (const float *)c->sin->data + s * c->lds;
+        for (int64_t h = 0; h < c->H; h++) {
+            float *x = (float *)c->x->data + s * c->x->stride[0] + h * c->D;
+            double ss = 0;
+            for (int64_t i = 0; i < c->D; i++) ss += (double)x[i] * x[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)c->D + c->eps));
+            for (int64_t i = 0; i < c->D; i++) v[i] = x[i] * inv * c->w[i];
+            for (int64_t i = 0; i < half; i++) {
+                x[i] = v[i] * cs[i] - v[i + half] * sn[i];
+                x[i + half] = v[i + half] * cs[i + half] + v[i] * sn[i + half];
+            }
+            for (int64_t i = c->R; i < c->D; i++) x[i] = v[i];
+        }
+    }
+}
+
+static h3_status cpu_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
+                                  const h3_tensor *sin) {
+    H3_TRY(cpu_need_f32(H3_OP_QK_NORM_ROPE, "x", x));
+    if (x->shape[2] > 512) return H3_ERR(H3_ERR_UNSUPPORTED, "op 'qk_norm_rope' supports head sizes up to 512");
+    float *wf;
+    H3_TRY(cpu_vec_f32(H3_OP_QK_NORM_ROPE, "weight", w, &wf));
+    qkr_ctx c = {x, cos, sin, wf, x->shape[1], x->shape[2], cos->shape[1], cpu_ld(cos), cpu_ld(sin), eps};
+    h3_parallel_for(ex->pool, x->shape[0], 16, qk_norm_rope_rows, &c);
+    h3_free(wf);
+    return H3_OK;
+}
+
 const h3_backend h3_cpu_backend = {
     .name = CPU_NAME,
     .gemm = cpu_gemm,
@@ -573,4 +620,6 @@ const h3_backend h3_cpu_backend = {
     .convert = cpu_convert,
     .fill = cpu_fill,
     .random_uniform = cpu_random_uniform,
+    .rms_norm_modulate = cpu_rms_norm_modulate,
+    .qk_norm_rope = cpu_qk_norm_rope,
 };

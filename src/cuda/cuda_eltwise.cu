@@ -638,6 +638,94 @@ static h3_status cuda_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, f
     return H3_OK;
 }
 
+/* Fused AdaLN pre-norm: one block per row, the row read twice (statistics, then the output). */
+__global__ void k_rms_mod(rw_view y, rw_view x, const void *w, int wdt, float eps, rw_view sh, rw_view sc,
+                          const void *idx, int is64, int64_t T) {
+    int64_t r = blockIdx.x;
+    int64_t t = idx ? ld_idx(idx, is64, r) : 0;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    if (t < 0 || t >= T) return;
+    float inv = rsqrtf(ss / (float)x.cols + eps);
+    for (int64_t i = threadIdx.x; i < x.cols; i += blockDim.x) {
+        float v = ld_f(x.p, x.dt, r * x.ld + i) * inv;
+        if (w) v *= ld_f(w, wdt, i);
+        v = v * (1.0f + ld_f(sc.p, sc.dt, t * sc.ld + i)) + ld_f(sh.p, sh.dt, t * sh.ld + i);
+        st_f(y.p, y.dt, r * y.ld + i, v);
+    }
+}
+
+static h3_status cuda_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                                        float eps, const h3_tensor *shift, const h3_tensor *scale,
+                                        const h3_tensor *idx) {
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM_MODULATE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM_MODULATE, "y", y));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM_MODULATE, "weight", w));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM_MODULATE, "shift", shift));
+    H3_TRY(cuda_need_float(H3_OP_RMS_NORM_MODULATE, "scale", scale));
+    H3_TRY(cuda_need_index(H3_OP_RMS_NORM_MODULATE, idx));
+    rw_view X = rw_of(x), Y = rw_of(y), S0 = rw_of(shift), S1 = rw_of(scale);
+    if (X.rows == 0) return H3_OK;
+    k_rms_mod<<<(unsigned)X.rows, threads_for(X.cols), 0, cuda_stream(ex)>>>(
+        Y, X, w ? w->data : NULL, w ? cuda_dt(w->dtype) : 0, eps, S0, S1, idx ? idx->data : NULL,
+        idx ? idx->dtype == H3_I64 : 0, S0.rows);
+    CU_LAUNCHED("rms_norm_modulate");
+    return H3_OK;
+}
+
+/* QK-norm + RoPE: one warp per (row, head); the head's normalized values go through shared memory so each lane
+ * can read its rotation partner. D <= 256. */
+__global__ void k_qk_norm_rope(void *x, int xdt, int64_t ldx, int H, int D, const void *w, int wdt, float eps,
+                               const float *cs, int64_t ldc, const float *sn, int64_t lds, int R, int64_t n) {
+    __shared__ float buf[4][256];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t j = (int64_t)blockIdx.x * 4 + warp;
+    if (j >= n) return;
+    int64_t s = j / H, h = j % H;
+    int64_t base = s * ldx + h * D;
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) {
+        float v = ld_f(x, xdt, base + i);
+        buf[warp][i] = v;
+        ss += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = rsqrtf(ss / (float)D + eps);
+    for (int i = lane; i < D; i += 32) buf[warp][i] *= inv * ld_f(w, wdt, i);
+    __syncwarp();
+    int half = R / 2;
+    const float *c = cs + s * ldc, *sv = sn + s * lds;
+    for (int i = lane; i < D; i += 32) {
+        float v = buf[warp][i], o;
+        if (i < half) o = v * c[i] - buf[warp][i + half] * sv[i];
+        else if (i < R) o = v * c[i] + buf[warp][i - half] * sv[i];
+        else o = v;
+        st_f(x, xdt, base + i, o);
+    }
+}
+
+static h3_status cuda_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
+                                   const h3_tensor *sin) {
+    H3_TRY(cuda_need_float(H3_OP_QK_NORM_ROPE, "x", x));
+    H3_TRY(cuda_need_float(H3_OP_QK_NORM_ROPE, "weight", w));
+    int64_t S = x->shape[0], H = x->shape[1], D = x->shape[2];
+    if (D > 256) return H3_ERR(H3_ERR_UNSUPPORTED, "op 'qk_norm_rope' on the device supports head sizes up to 256");
+    int64_t n = S * H;
+    if (n == 0) return H3_OK;
+    int64_t ldc = cos->shape[1], lds = sin->shape[1];
+    h3_tensor_is_rowwise(cos, &ldc);
+    h3_tensor_is_rowwise(sin, &lds);
+    k_qk_norm_rope<<<(unsigned)((n + 3) / 4), 128, 0, cuda_stream(ex)>>>(
+        x->data, cuda_dt(x->dtype), x->stride[0], (int)H, (int)D, w->data, cuda_dt(w->dtype), eps,
+        (const float *)cos->data, ldc, (const float *)sin->data, lds, (int)cos->shape[1], n);
+    CU_LAUNCHED("qk_norm_rope");
+    return H3_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------------------------------ */
 
 h3_status cuda_copy_entry(h3_exec *ex, h3_tensor *dst, const h3_tensor *src);
@@ -671,6 +759,8 @@ extern "C" const h3_backend *h3_cuda_backend_table(void) {
     t->convert = cuda_convert;
     t->fill = cuda_fill;
     t->random_uniform = cuda_random_uniform;
+    t->rms_norm_modulate = cuda_rms_norm_modulate;
+    t->qk_norm_rope = cuda_qk_norm_rope;
     t->copy = cuda_copy_entry;
     t->sync = cuda_sync_entry;
     return t;

@@ -386,7 +386,9 @@ static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     d->weight_place = o ? o->weight_place : H3_PLACE_HOST;
     d->act_dtype = (o && o->act_dtype != H3_F32) ? o->act_dtype
                                                 : (d->act_place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32);
-    d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : 2048;
+    /* Row chunks bound the FFN scratch; on the device a chunk costs GEMM efficiency, so the default there is the
+     * whole sequence (the memory planner picks smaller chunks when a budget needs them). */
+    d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : (d->act_place == H3_PLACE_DEVICE ? (1 << 30) : 2048);
 }
 
 /* The activation dtype must suit the place: the CPU kernels compute in f32. */

@@ -244,7 +244,7 @@ int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv
     const size_t es = h3_dtype_size(d->act_dtype);
     const int64_t H = c->hidden, inner = h3_dit_inner(c), R = 6 * c->rope_freq_dim;
     const int64_t ch = S < d->chunk_rows ? S : d->chunk_rows;
-    int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es);
+    int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es); /* qkv + o */
     if (d->qkv_interleaved) b += rows_bytes(ch, 3 * inner, es);
     b += rows_bytes(ch, 2 * c->ffn, es) + rows_bytes(ch, c->ffn, es);
     b += 2 * rows_bytes(S, R, sizeof(float));
@@ -254,8 +254,8 @@ int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv
 
 void h3_dit_release_workspace(h3_dit *d) {
     h3_dit_ws *w = &d->ws;
-    h3_tensor *all[] = {&w->x, &w->h,   &w->xt,  &w->q,       &w->k,       &w->v,    &w->o,    &w->qkv, &w->u,
-                        &w->g, &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx, &w->tidx};
+    h3_tensor *all[] = {&w->x,   &w->h,   &w->xt,      &w->qkv,     &w->o,    &w->fused, &w->u,   &w->g,
+                        &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx,  &w->tidx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
     memset(w, 0, sizeof *w);
 }
@@ -270,11 +270,12 @@ static h3_status ensure_workspace(h3_dit *d, int64_t S, int64_t L, int64_t Nv, i
     H3_CHECK(act_alloc(d, &w->x, S, H));
     H3_CHECK(act_alloc(d, &w->h, S, H));
     H3_CHECK(act_alloc(d, &w->xt, L, H));
-    H3_CHECK(act_alloc(d, &w->q, S, inner));
-    H3_CHECK(act_alloc(d, &w->k, S, inner));
-    H3_CHECK(act_alloc(d, &w->v, S, inner));
+    H3_CHECK(act_alloc(d, &w->qkv, S, 3 * inner));
+    H3_CHECK(h3_tensor_narrow(&w->qkv, 1, 0, inner, &w->q));
+    H3_CHECK(h3_tensor_narrow(&w->qkv, 1, inner, inner, &w->k));
+    H3_CHECK(h3_tensor_narrow(&w->qkv, 1, 2 * inner, inner, &w->v));
     H3_CHECK(act_alloc(d, &w->o, S, inner));
-    if (d->qkv_interleaved) H3_CHECK(act_alloc(d, &w->qkv, ch, 3 * inner));
+    if (d->qkv_interleaved) H3_CHECK(act_alloc(d, &w->fused, ch, 3 * inner));
     H3_CHECK(act_alloc(d, &w->u, ch, 2 * c->ffn));
     H3_CHECK(act_alloc(d, &w->g, ch, c->ffn));
     {
@@ -412,9 +413,34 @@ static h3_status rows_view(const h3_tensor *t, int64_t r0, int64_t n, h3_tensor 
     return h3_tensor_narrow(t, 0, r0, n, out);
 }
 
+/* [n, inner] (any row stride) -> [n, heads, head_dim] over the same memory. */
 static h3_status heads_view(const h3_dit *d, const h3_tensor *t, h3_tensor *out) {
-    int64_t s[3] = {t->shape[0], d->cfg.heads, d->cfg.head_dim};
-    return h3_tensor_reshape(t, 3, s, out);
+    int64_t s[3] = {t->shape[0], d->cfg.heads, d->cfg.head_dim}, ld;
+    if (!h3_tensor_is_rowwise(t, &ld)) return H3_ERR(H3_ERR_INTERNAL, "DiT: a head view needs a row-wise tensor");
+    H3_TRY(h3_tensor_wrap(out, t->data, t->place, t->dtype, 3, s));
+    out->stride[0] = ld;
+    return H3_OK;
+}
+
+/* Per-head QK-RMSNorm without RoPE (token refiner): the fused kernel with no rotated channels. */
+static h3_status qk_norm(h3_dit *d, h3_exec *ex, h3_tensor *x3, const h3_tensor *w, float eps) {
+    h3_tensor cr, sr, c0, s0;
+    H3_TRY(h3_tensor_narrow(&d->ws.cos, 0, 0, x3->shape[0], &cr));
+    H3_TRY(h3_tensor_narrow(&d->ws.sin, 0, 0, x3->shape[0], &sr));
+    H3_TRY(h3_tensor_narrow(&cr, 1, 0, 0, &c0));
+    H3_TRY(h3_tensor_narrow(&sr, 1, 0, 0, &s0));
+    return h3_op_qk_norm_rope(ex, x3, w, eps, &c0, &s0);
+}
+
+/* dst = src for [m, heads, head_dim] views with arbitrary row and head strides, one head at a time. */
+static h3_status copy_heads(h3_exec *ex, const h3_tensor *dst, const h3_tensor *src) {
+    for (int64_t h = 0; h < src->shape[1]; h++) {
+        h3_tensor a, b;
+        H3_TRY(h3_tensor_narrow(dst, 1, h, 1, &a));
+        H3_TRY(h3_tensor_narrow(src, 1, h, 1, &b));
+        H3_TRY(h3_op_convert(ex, &a, &b));
+    }
+    return H3_OK;
 }
 
 /* [n, inner] -> [n·heads, head_dim] rows, for the per-head QK norm. */
@@ -424,62 +450,67 @@ static h3_status head_rows(const h3_dit *d, const h3_tensor *t, h3_tensor *out) 
 }
 
 /* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
- */
+ * q, k, v are column blocks of one [n, 3·inner] buffer: a fused contiguous weight fills it with one GEMM, split
+ * weights with three, and the official per-head interleaved weight through a chunked fused scratch. */
 static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *h, int64_t n,
                            const h3_tensor *cos, const h3_tensor *sin) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
     const float eps = (float)c->qk_norm_eps;
-    const int64_t inner = h3_dit_inner(c), hd = c->head_dim;
+    const int64_t hd = c->head_dim;
+    (void)head_rows;
     h3_tensor q, k, v, o, t1, t2, t3;
     H3_TRY(rows_view(&ws->q, 0, n, &q));
     H3_TRY(rows_view(&ws->k, 0, n, &k));
     H3_TRY(rows_view(&ws->v, 0, n, &v));
     H3_TRY(rows_view(&ws->o, 0, n, &o));
     if (w->qkv_interleaved) {
-        /* Fused rows per head [q k v]: project a chunk of rows, then take q and k out of the interleaved
-         * columns through their per-head RMSNorm and v through a copy (each reads with a row stride of
-         * 3·head_dim). */
+        /* Fused rows per head [q k v]: project a chunk of rows, then copy q, k and v out of the interleaved
+         * columns (each read with a row stride of 3·head_dim). */
         for (int64_t r0 = 0; r0 < n; r0 += d->chunk_rows) {
             int64_t m = n - r0 < d->chunk_rows ? n - r0 : d->chunk_rows;
             h3_tensor hc, fused, per_head, src, dst;
             int64_t s[2] = {m * c->heads, 3 * hd};
             H3_TRY(rows_view(h, r0, m, &hc));
-            H3_TRY(rows_view(&ws->qkv, 0, m, &fused));
+            H3_TRY(rows_view(&ws->fused, 0, m, &fused));
             H3_TRY(h3_op_gemm(ex, &fused, &hc, &w->qkv, NULL, 0));
             H3_TRY(h3_tensor_reshape(&fused, 2, s, &per_head));
-            const h3_tensor *norms[3] = {&w->q_norm, &w->k_norm, NULL};
             h3_tensor *outs[3] = {&q, &k, &v};
             for (int j = 0; j < 3; j++) {
+                int64_t s3[3] = {m, c->heads, hd};
                 H3_TRY(h3_tensor_narrow(&per_head, 1, j * hd, hd, &src));
                 H3_TRY(rows_view(outs[j], r0, m, &t1));
-                H3_TRY(head_rows(d, &t1, &dst));
-                if (norms[j])
-                    H3_TRY(h3_op_rms_norm(ex, &dst, &src, norms[j], eps));
-                else
-                    H3_TRY(h3_op_convert(ex, &dst, &src));
+                H3_TRY(h3_tensor_wrap(&dst, t1.data, t1.place, t1.dtype, 3, s3));
+                dst.stride[0] = t1.stride[0];
+                h3_tensor src3;
+                H3_TRY(h3_tensor_wrap(&src3, src.data, src.place, src.dtype, 3, s3));
+                src3.stride[0] = 3 * hd * c->heads;
+                src3.stride[1] = 3 * hd;
+                H3_TRY(copy_heads(ex, &dst, &src3));
             }
         }
+    } else if (w->qkv.data) {
+        h3_tensor all;
+        H3_TRY(rows_view(&ws->qkv, 0, n, &all));
+        H3_TRY(h3_op_gemm(ex, &all, h, &w->qkv, NULL, 0));
     } else {
         H3_TRY(h3_op_gemm(ex, &q, h, &w->q, NULL, 0));
         H3_TRY(h3_op_gemm(ex, &k, h, &w->k, NULL, 0));
         H3_TRY(h3_op_gemm(ex, &v, h, &w->v, NULL, 0));
-        H3_TRY(head_rows(d, &q, &t1));
-        H3_TRY(h3_op_rms_norm(ex, &t1, &t1, &w->q_norm, eps));
-        H3_TRY(head_rows(d, &k, &t1));
-        H3_TRY(h3_op_rms_norm(ex, &t1, &t1, &w->k_norm, eps));
     }
     H3_TRY(heads_view(d, &q, &t1));
     H3_TRY(heads_view(d, &k, &t2));
-    if (cos) {
-        H3_TRY(h3_op_rope(ex, &t1, &t1, cos, sin));
-        H3_TRY(h3_op_rope(ex, &t2, &t2, cos, sin));
+    if (cos) { /* per-head QK-RMSNorm then RoPE, fused */
+        H3_TRY(h3_op_qk_norm_rope(ex, &t1, &w->q_norm, eps, cos, sin));
+        H3_TRY(h3_op_qk_norm_rope(ex, &t2, &w->k_norm, eps, cos, sin));
+    } else {
+        H3_TRY(qk_norm(d, ex, &t1, &w->q_norm, eps));
+        H3_TRY(qk_norm(d, ex, &t2, &w->k_norm, eps));
     }
     H3_TRY(heads_view(d, &v, &t3));
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
     H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), 0));
-    (void)inner;
     return h3_op_gemm(ex, h, &o, &w->out, NULL, 0);
 }
 
@@ -497,16 +528,16 @@ static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     if (mod) /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp */
         for (int j = 0; j < 6; j++) H3_TRY(h3_tensor_narrow(mod, 1, j * H, H, &ch[j]));
 
-    H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm1, eps));
-    if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[0], &ch[1], idx));
+    if (mod) H3_TRY(h3_op_rms_norm_modulate(ex, &h, x, &w->norm1, eps, &ch[0], &ch[1], idx));
+    else H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm1, eps));
     H3_TRY(attention(d, ex, w, &h, n, cos, sin));
     if (mod)
         H3_TRY(h3_op_gated_add(ex, x, &h, &ch[2], idx));
     else
         H3_TRY(h3_op_binary(ex, x, x, &h, H3_BINARY_ADD));
 
-    H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm2, eps));
-    if (mod) H3_TRY(h3_op_modulate(ex, &h, &h, &ch[3], &ch[4], idx));
+    if (mod) H3_TRY(h3_op_rms_norm_modulate(ex, &h, x, &w->norm2, eps, &ch[3], &ch[4], idx));
+    else H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm2, eps));
     /* SwiGLU FFN in row chunks; each chunk's output overwrites its own rows of h, then joins the residual. */
     for (int64_t r0 = 0; r0 < n; r0 += d->chunk_rows) {
         int64_t m = n - r0 < d->chunk_rows ? n - r0 : d->chunk_rows;
@@ -632,8 +663,8 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
         const h3_tensor *fm = &d->mod[c->n_layers];
         H3_CHECK(h3_tensor_narrow(fm, 1, 0, c->hidden, &shift));
         H3_CHECK(h3_tensor_narrow(fm, 1, c->hidden, c->hidden, &scale));
-        H3_CHECK(h3_op_rms_norm(ex, &ws->h, &ws->x, &g->final_norm, final_eps));
-        H3_CHECK(h3_op_modulate(ex, &ws->h, &ws->h, &shift, &scale, &ws->fin_idx));
+        H3_CHECK(h3_op_rms_norm_modulate(ex, &ws->h, &ws->x, &g->final_norm, final_eps, &shift, &scale,
+                                          &ws->fin_idx));
     }
     if (Nv) {
         H3_CHECK(rows_view(&ws->x, 0, Nv, &t1));

@@ -28,8 +28,10 @@ typedef struct h3_dit_ws {
     h3_tensor x;                /* [S, H] residual stream */
     h3_tensor h;                /* [S, H] normed / modulated input of a sub-block, then its output */
     h3_tensor xt;               /* [L, H] text stream through the refiner */
-    h3_tensor q, k, v, o;       /* [S, inner] */
-    h3_tensor qkv;              /* [chunk, 3·inner] fused-projection scratch (interleaved files only) */
+    h3_tensor qkv;              /* [S, 3·inner]: q | k | v side by side (one GEMM when the weight is fused) */
+    h3_tensor q, k, v;          /* [S, inner] column views of qkv (row stride 3·inner) */
+    h3_tensor o;                /* [S, inner] */
+    h3_tensor fused;            /* [chunk, 3·inner] per-head interleaved projection scratch (official files) */
     h3_tensor u, g;             /* [chunk, 2F], [chunk, F] FFN */
     h3_tensor cos, sin;         /* [S, 6·rope_freq_dim] */
     h3_tensor mod_idx, fin_idx; /* I32 [S]: modulation row per packed row (block tables, final table) */

@@ -35,6 +35,8 @@ static const char *const g_op_names[H3_OP_COUNT] = {
     [H3_OP_FILL] = "fill",
     [H3_OP_CLAMP] = "clamp",
     [H3_OP_RANDOM] = "random_uniform",
+    [H3_OP_RMS_NORM_MODULATE] = "rms_norm_modulate",
+    [H3_OP_QK_NORM_ROPE] = "qk_norm_rope",
 };
 
 const char *h3_op_name(h3_op_id op) {
@@ -495,6 +497,39 @@ h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float l
     H3_TRY(need_rowwise(H3_OP_RANDOM, "y", y));
     if (!(lo <= hi)) return H3_ERR(H3_ERR_INVALID, "op 'random_uniform': lo %g > hi %g", (double)lo, (double)hi);
     return be->random_uniform(ex, y, seed, lo, hi);
+}
+
+h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps,
+                                  const h3_tensor *shift, const h3_tensor *scale, const h3_tensor *idx) {
+    PICK(H3_OP_RMS_NORM_MODULATE, y, x, w, shift, scale, idx);
+    NEED_FN(H3_OP_RMS_NORM_MODULATE, rms_norm_modulate);
+    H3_TRY(need_same(H3_OP_RMS_NORM_MODULATE, y, x));
+    H3_TRY(need_rowwise(H3_OP_RMS_NORM_MODULATE, "x", x));
+    H3_TRY(need_rowwise(H3_OP_RMS_NORM_MODULATE, "y", y));
+    H3_TRY(need_vec(H3_OP_RMS_NORM_MODULATE, "weight", w, h3_tensor_cols(x)));
+    H3_TRY(need_table(H3_OP_RMS_NORM_MODULATE, "shift", shift, x, idx));
+    H3_TRY(need_table(H3_OP_RMS_NORM_MODULATE, "scale", scale, x, idx));
+    if (h3_tensor_rows(shift) != h3_tensor_rows(scale))
+        return H3_ERR(H3_ERR_INVALID, "op 'rms_norm_modulate': shift and scale tables differ in rows");
+    if (idx) H3_TRY(need_index(H3_OP_RMS_NORM_MODULATE, idx, h3_tensor_rows(x)));
+    return be->rms_norm_modulate(ex, y, x, w, eps, shift, scale, idx);
+}
+
+h3_status h3_op_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
+                             const h3_tensor *sin) {
+    PICK(H3_OP_QK_NORM_ROPE, x, w, cos, sin);
+    NEED_FN(H3_OP_QK_NORM_ROPE, qk_norm_rope);
+    H3_TRY(need_heads(H3_OP_QK_NORM_ROPE, "x", x));
+    H3_TRY(need_vec(H3_OP_QK_NORM_ROPE, "weight", w, x->shape[2]));
+    char s[96];
+    int64_t S = x->shape[0], D = x->shape[2];
+    if (cos->ndim != 2 || !h3_tensor_same_shape(cos, sin) || cos->shape[0] != S || cos->shape[1] % 2 ||
+        cos->shape[1] > D || cos->dtype != H3_F32 || sin->dtype != H3_F32)
+        return H3_ERR(H3_ERR_INVALID, "op 'qk_norm_rope': cos/sin must be f32 [S=%lld, R] with R even and R <= %lld, "
+                      "got %s", (long long)S, (long long)D, shp(cos, s));
+    H3_TRY(need_rowwise(H3_OP_QK_NORM_ROPE, "cos", cos));
+    H3_TRY(need_rowwise(H3_OP_QK_NORM_ROPE, "sin", sin));
+    return be->qk_norm_rope(ex, x, w, eps, cos, sin);
 }
 
 h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {

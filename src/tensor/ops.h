@@ -49,6 +49,8 @@ typedef enum h3_op_id {
     H3_OP_FILL,
     H3_OP_CLAMP,
     H3_OP_RANDOM,
+    H3_OP_RMS_NORM_MODULATE,
+    H3_OP_QK_NORM_ROPE,
     H3_OP_COUNT
 } h3_op_id;
 
@@ -73,6 +75,15 @@ h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const 
 /* x, y [B, C, S] contiguous: statistics per (b, group) over C/groups channels × S; then per-channel w, b. */
 h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
                            const h3_tensor *b, float eps);
+
+/* Fused AdaLN pre-norm: y[r] = rms_norm(x[r])·w · (1 + scale[idx[r]]) + shift[idx[r]] (one pass instead of two;
+ * same contract as h3_op_rms_norm followed by h3_op_modulate). */
+h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps,
+                                  const h3_tensor *shift, const h3_tensor *scale, const h3_tensor *idx);
+/* Per-head QK-RMSNorm then rotary embedding, in place on x [S, H, D]: x = rope(rms_norm(x)·w) with w [D] and
+ * cos/sin [S, R] (h3_op_rms_norm over head rows followed by h3_op_rope, in one pass). */
+h3_status h3_op_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
+                             const h3_tensor *sin);
 
 /* ---- activations --------------------------------------------------------------------------------------- */
 
@@ -223,6 +234,9 @@ typedef struct h3_backend {
     h3_status (*convert)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*fill)(h3_exec *, h3_tensor *, float);
     h3_status (*random_uniform)(h3_exec *, h3_tensor *, uint64_t, float, float);
+    h3_status (*rms_norm_modulate)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, float,
+                                   const h3_tensor *, const h3_tensor *, const h3_tensor *);
+    h3_status (*qk_norm_rope)(h3_exec *, h3_tensor *, const h3_tensor *, float, const h3_tensor *, const h3_tensor *);
     /* Device backends only: copies where either side is on the device, and waiting for queued work. */
     h3_status (*copy)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*sync)(h3_exec *);

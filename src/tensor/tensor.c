@@ -79,12 +79,16 @@ int h3_tensor_is_rowwise(const h3_tensor *t, int64_t *ld) {
     }
     int last = t->ndim - 1;
     if (t->shape[last] != 1 && t->stride[last] != 1) return 0;
-    /* Leading dims must collapse: stride[i] == stride[i+1]*shape[i+1] for i < last-1. */
-    for (int i = 0; i + 1 < last; i++) {
-        if (t->shape[i] != 1 && t->stride[i] != t->stride[i + 1] * t->shape[i + 1]) return 0;
+    /* The leading dims must collapse into one: the innermost of them with more than one index sets the row
+     * stride, and each outer one must step over all of the inner ones. Dims of size 1 take no part. */
+    int64_t row_stride = -1, span = 0;
+    for (int i = last - 1; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (row_stride < 0) row_stride = t->stride[i];
+        else if (t->stride[i] != span) return 0;
+        span = t->stride[i] * t->shape[i];
     }
-    if (ld) *ld = last > 0 ? t->stride[last - 1] : t->shape[last];
-    if (ld && last > 0 && t->shape[last - 1] == 1) *ld = t->shape[last]; /* one row: any stride works */
+    if (ld) *ld = row_stride < 0 ? t->shape[last] : row_stride; /* one row: any stride works */
     return 1;
 }
 
