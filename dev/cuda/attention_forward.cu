@@ -13,7 +13,9 @@
  *   6  attn_wgmma<128> (sm_90a, build with -DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a): wgmma
  *      m64n128k16, 2 warpgroups x 64 rows, K/V tiles of 128 double-buffered by cp.async. H200: 316 TFLOP/s.
  *   7  attn_wgmma7<128>: softmax of block j overlaps P·V of block j-1, K/V triple-buffered, no mask work on
- *      full tiles
+ *      full tiles. H200: 349 TFLOP/s.
+ *   8  attn_wgmma8: FA3-style: a TMA producer warp and mbarrier stages, two consumer warpgroups taking turns on the
+ *      tensor cores (ping-pong), setmaxnreg 24/240
  * The winner lives in src/cuda/attn_kernels.cuh; this file includes it and keeps the harness. */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -29,6 +31,17 @@ template <int D> static void launch_wgmma(const attn_args &a) {
     size_t smem = wg_smem_bytes(D);
     cudaFuncSetAttribute(attn_wgmma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     attn_wgmma<D><<<dim3((a.Sq + WG_BQ - 1) / WG_BQ, a.Hq), 256, smem>>>(a);
+}
+static void launch_wgmma8(const attn_args &a) {
+    attn_tmaps maps;
+    int r = attn_make_tmaps(&maps, &a);
+    if (r) {
+        fprintf(stderr, "tensor maps failed: %d\n", r);
+        exit(1);
+    }
+    size_t smem = wg8_smem_bytes();
+    cudaFuncSetAttribute(attn_wgmma8, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    attn_wgmma8<<<dim3((a.Sq + WG_BQ - 1) / WG_BQ, a.Hq), 384, smem>>>(maps, a);
 }
 template <int D> static void launch_wgmma7(const attn_args &a) {
     size_t smem = wg7_smem_bytes(D);
@@ -72,6 +85,9 @@ template <int D> static void launch_d(int version, const attn_args &a) {
             break;
         case 7:
             if (D == 128) launch_wgmma7<128>(a);
+            break;
+        case 8:
+            if (D == 128) launch_wgmma8(a);
             break;
 #endif
         default: break;
@@ -180,7 +196,7 @@ int main(int argc, char **argv) {
     printf("validation (bf16 inputs, float64 reference, relative L2 error):\n");
     int vs[] = {1, 2, 3, 4, 5
 #ifdef H3_HAVE_WGMMA_ATTN
-                , 6, 7
+                , 6, 7, 8
 #endif
     };
     const int nv = (int)(sizeof vs / sizeof vs[0]);

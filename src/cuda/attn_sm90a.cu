@@ -4,7 +4,7 @@
 
 /* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
-    if (s->prop.major != 9 || s->prop.minor != 0 || wg7_smem_bytes(128) > (size_t)s->attn_smem_limit) return 0;
+    if (s->prop.major != 9 || s->prop.minor != 0 || wg8_smem_bytes() > (size_t)s->attn_smem_limit) return 0;
     int *d = (int *)cuda_arena_alloc(s, sizeof(int)), h = 0;
     if (!d) {
         h3_clear_error();
@@ -19,14 +19,18 @@ extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
     return ok && h == 1;
 }
 
+/* The FA3-style kernel (attn_wgmma8): tensor maps for Q, K and V are encoded per call (microseconds). */
 extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st) {
     static int configured = 0;
-    size_t smem = wg7_smem_bytes(128);
+    size_t smem = wg8_smem_bytes();
     if (!configured) {
-        CU_TRY(cudaFuncSetAttribute(attn_wgmma7<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(attn_wgmma8, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         configured = 1;
     }
-    attn_wgmma7<128><<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 256, smem, st>>>(*a);
+    attn_tmaps maps;
+    int r = attn_make_tmaps(&maps, a);
+    if (r) return H3_ERR(H3_ERR_DEVICE, "attention: encoding the TMA tensor maps failed (CUresult %d)", r);
+    attn_wgmma8<<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 384, smem, st>>>(maps, *a);
     CU_LAUNCHED("attention (wgmma)");
     return H3_OK;
 }

@@ -413,4 +413,289 @@ static __global__ void attn_wgmma_probe(int *out) {
 #endif
 }
 
+
+/* v8: FA3-style. Warpgroup 0 produces: one thread loads Q once and the K/V tiles through the tensor-memory
+ * accelerator (TMA, 128-byte swizzle straight into the wgmma layout), each stage guarded by a "full" mbarrier
+ * (transaction bytes) and an "empty" one the consumers release. Warpgroups 1 and 2 consume 64 query rows each and
+ * take turns on the tensor cores (two named barriers): while one issues its S and P·V GEMMs, the other runs its
+ * softmax. Within a warpgroup the softmax of block j still overlaps the P·V of block j-1 (as v7). setmaxnreg moves
+ * registers from the producer (24) to the consumers (240). Requires tensor maps built on the host. */
+#include <cuda.h>
+
+#define WG8_STAGES 2
+
+typedef struct {
+    CUtensorMap q, k, v;
+} attn_tmaps;
+
+#include <cudaTypedefs.h>
+
+/* Tensor maps for Q, K and V as 2-D row-major matrices [rows, heads·128] with their row strides; boxes of 128 rows
+ * by 64 columns (one 128-byte swizzled panel). Returns a CUresult (0 on success). */
+static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault,
+                                             &qr) != cudaSuccess ||
+            qr != cudaDriverEntryPointSuccess || !encode)
+            return -1;
+    }
+    struct {
+        CUtensorMap *map;
+        const void *ptr;
+        int64_t ld;
+        int rows, heads;
+    } t[3] = {{&m->q, a->q, a->ldq, a->Sq, a->Hq}, {&m->k, a->k, a->ldk, a->Sk, a->Hk}, {&m->v, a->v, a->ldv, a->Sk, a->Hk}};
+    for (int i = 0; i < 3; i++) {
+        cuuint64_t dims[2] = {(cuuint64_t)t[i].heads * 128, (cuuint64_t)t[i].rows};
+        cuuint64_t strides[1] = {(cuuint64_t)t[i].ld * 2};
+        cuuint32_t box[2] = {64, 128}, es[2] = {1, 1};
+        CUresult r = encode(t[i].map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)t[i].ptr, dims, strides, box, es,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) return (int)r;
+    }
+    return 0;
+}
+
+static inline size_t wg8_smem_bytes(void) {
+    return (size_t)(WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256;
+}
+
+#ifdef H3_WGMMA_COMPILED
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+#endif
+
+__global__ void __launch_bounds__(384, 1)
+    attn_wgmma8(const __grid_constant__ attn_tmaps maps, attn_args a) {
+#ifndef H3_WGMMA_COMPILED
+    __trap();
+#else
+    constexpr int D = 128;
+    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
+    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2, PANEL_Q = WG_BQ * 128, PANEL_K = WG_BK * 128;
+    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + WG8_STAGES * KB;
+    uint64_t *bars = (uint64_t *)(base + QB + 2 * WG8_STAGES * KB);
+    uint64_t *q_full = bars, *k_full = bars + 1, *v_full = bars + 1 + WG8_STAGES,
+             *k_empty = bars + 1 + 2 * WG8_STAGES, *v_empty = bars + 1 + 3 * WG8_STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
+    const int q0 = blockIdx.x * WG_BQ;
+    const int shift = a.Sk - a.Sq;
+    int kend = a.Sk;
+    if (a.causal) {
+        kend = q0 + WG_BQ + shift;
+        if (kend > a.Sk) kend = a.Sk;
+        if (kend < 0) kend = 0;
+    }
+    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < WG8_STAGES; s++) {
+            mbar_init(&k_full[s], 1);
+            mbar_init(&v_full[s], 1);
+            mbar_init(&k_empty[s], 256);
+            mbar_init(&v_empty[s], 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (tid == 0) {
+            mbar_expect_tx(q_full, QB);
+            tma_load_2d(sQ, &maps.q, h * D, q0, q_full);
+            tma_load_2d(sQ + PANEL_Q, &maps.q, h * D + 64, q0, q_full);
+            for (int kb = 0; kb < nkb; kb++) {
+                const int s = kb % WG8_STAGES, n = kb / WG8_STAGES;
+                if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
+                mbar_expect_tx(&k_full[s], KB);
+                tma_load_2d(sK + s * KB, &maps.k, hk * D, kb * WG_BK, &k_full[s]);
+                tma_load_2d(sK + s * KB + PANEL_K, &maps.k, hk * D + 64, kb * WG_BK, &k_full[s]);
+                if (n > 0) mbar_wait(&v_empty[s], (n - 1) & 1);
+                mbar_expect_tx(&v_full[s], KB);
+                tma_load_2d(sV + s * KB, &maps.v, hk * D, kb * WG_BK, &v_full[s]);
+                tma_load_2d(sV + s * KB + PANEL_K, &maps.v, hk * D + 64, kb * WG_BK, &v_full[s]);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    const int cw = wg - 1, ctid = tid - 128, warp = (ctid >> 5) & 3, lane = ctid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int my_bar = 1 + cw, other_bar = 2 - cw;
+    float o[64], s[64];
+    uint32_t p[32];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) p[i] = 0;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const int row0 = q0 + cw * 64 + warp * 16 + g, row1 = row0 + 8;
+    const int rowmin = q0 + cw * 64;
+
+    auto softmax = [&](int kb, float &c0, float &c1) {
+        const int kbase = kb * WG_BK;
+        const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
+        float mx0 = m0, mx1 = m1;
+        if (full) {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                s[4 * j] *= a.scale_log2;
+                s[4 * j + 1] *= a.scale_log2;
+                s[4 * j + 2] *= a.scale_log2;
+                s[4 * j + 3] *= a.scale_log2;
+                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int key = kbase + j * 8 + t4 * 2 + e;
+                    bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
+                    bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
+                    s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
+                    s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
+                    mx0 = fmaxf(mx0, s[4 * j + e]);
+                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+                }
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0);
+        c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            s[4 * j] = exp2f(s[4 * j] - b0);
+            s[4 * j + 1] = exp2f(s[4 * j + 1] - b0);
+            s[4 * j + 2] = exp2f(s[4 * j + 2] - b1);
+            s[4 * j + 3] = exp2f(s[4 * j + 3] - b1);
+            sum0 += s[4 * j] + s[4 * j + 1];
+            sum1 += s[4 * j + 2] + s[4 * j + 3];
+        }
+        l0 = l0 * c0 + sum0;
+        l1 = l1 * c1 + sum1;
+        m0 = mx0;
+        m1 = mx1;
+    };
+    auto rescale_pack = [&](float c0, float c1) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c0;
+            o[4 * j + 1] *= c0;
+            o[4 * j + 2] *= c1;
+            o[4 * j + 3] *= c1;
+            p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
+            p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+        }
+    };
+    auto issue_s = [&](int kb) {
+        const unsigned char *tK = sK + (kb % WG8_STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint64_t da = wg_desc(sQ + (kk >> 2) * PANEL_Q + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
+            uint64_t db = wg_desc(tK + (kk >> 2) * PANEL_K + (kk & 3) * 32, 16, 1024);
+            wgmma_ss_m64n128(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int kb) {
+        const unsigned char *tV = sV + (kb % WG8_STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            uint64_t db = wg_desc(tV + kk * 16 * 128, PANEL_K, 1024);
+            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
+        }
+        wgmma_commit();
+    };
+
+    if (nkb > 0) {
+        float c0, c1;
+        mbar_wait(q_full, 0);
+        if (cw == 1) named_arrive(other_bar); /* consumer 0 issues first */
+        mbar_wait(&k_full[0], 0);
+        named_sync(my_bar);
+        wgmma_fence();
+        issue_s(0);
+        if (!(cw == 1 && nkb == 1)) named_arrive(other_bar);
+        wgmma_wait0();
+        mbar_arrive(&k_empty[0]);
+        softmax(0, c0, c1);
+        rescale_pack(c0, c1);
+        for (int kb = 1; kb < nkb; kb++) {
+            const int st = kb % WG8_STAGES, ps = (kb - 1) % WG8_STAGES;
+            mbar_wait(&k_full[st], (kb / WG8_STAGES) & 1);
+            mbar_wait(&v_full[ps], ((kb - 1) / WG8_STAGES) & 1);
+            named_sync(my_bar);
+            wgmma_fence();
+            issue_s(kb);
+            issue_pv(kb - 1);
+            if (!(cw == 1 && kb == nkb - 1)) named_arrive(other_bar);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            mbar_arrive(&k_empty[st]);
+            softmax(kb, c0, c1);
+            wgmma_wait0();
+            mbar_arrive(&v_empty[ps]);
+            rescale_pack(c0, c1);
+        }
+        mbar_wait(&v_full[(nkb - 1) % WG8_STAGES], ((nkb - 1) / WG8_STAGES) & 1);
+        wgmma_fence();
+        issue_pv(nkb - 1);
+        wgmma_wait0();
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        int col = j * 8 + t4 * 2;
+        if (row0 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        if (row1 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+#endif
+}
+
 #endif
