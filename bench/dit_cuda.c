@@ -151,6 +151,24 @@ int main(int argc, char **argv) {
                 }
         double med = t[reps / 2];
         h3_cuda_mem_stats(&ex, &used, &peak, &cap);
+        if (getenv("H3_PROFILE")) { /* one more forward with every op timed on its own */
+            memset(ex.prof_s, 0, sizeof ex.prof_s);
+            memset(ex.prof_n, 0, sizeof ex.prof_n);
+            ex.profile = 1;
+            double a = now();
+            TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
+            TRY(h3_exec_sync(&ex));
+            double total = now() - a, ops = 0;
+            ex.profile = 0;
+            printf("  profile of one %s forward (each op synchronized): %.3f s\n", w->name, total);
+            for (int op = 0; op < H3_OP_COUNT; op++) {
+                if (!ex.prof_n[op]) continue;
+                ops += ex.prof_s[op];
+                printf("    %-20s %6lld calls %9.3f s  %5.1f%%\n", h3_op_name((h3_op_id)op), (long long)ex.prof_n[op],
+                       ex.prof_s[op], 100.0 * ex.prof_s[op] / total);
+            }
+            printf("    %-20s %16s %9.3f s  %5.1f%%\n", "outside ops", "", total - ops, 100.0 * (total - ops) / total);
+        }
         /* sanity: the velocities are finite */
         h3_tensor hv;
         TRY(h3_tensor_alloc2(&hv, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));

@@ -409,6 +409,7 @@ static h3_status check_places(const h3_dit *d) {
 static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
     h3_exec *ex = user;
     if (!w->t->data || w->t->place == d->weight_place) return H3_OK;
+    if (w->t == &d->g.curve || w->t == &d->g.inv_freq) return H3_OK; /* small tables the host reads */
     h3_tensor dev;
     H3_TRY(h3_tensor_alloc(&dev, d->weight_place, w->t->dtype, w->t->ndim, w->t->shape, H3_MEM_WEIGHTS));
     h3_status st = h3_copy(ex, &dev, w->t);

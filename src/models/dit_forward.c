@@ -257,6 +257,7 @@ void h3_dit_release_workspace(h3_dit *d) {
     h3_tensor *all[] = {&w->x,   &w->h,   &w->xt,      &w->qkv,     &w->o,    &w->fused, &w->u,   &w->g,
                         &w->cos, &w->sin, &w->mod_idx, &w->fin_idx, &w->vidx, &w->aidx,  &w->tidx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
+    h3_free(w->rope_pos);
     memset(w, 0, sizeof *w);
 }
 
@@ -584,11 +585,14 @@ static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, c
     h3_dit_ws *ws = &d->ws;
     const int64_t S = in->seq_len, F = c->rope_freq_dim, R = 6 * F;
     h3_status st = H3_OK;
-    float *cs = h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
-    float *sn = h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
+    /* The angles depend on the positions only, which every step of a run repeats: recompute them on change. */
+    const size_t pos_bytes = (size_t)S * 3 * sizeof(double);
+    const int same_pos = ws->rope_pos && memcmp(ws->rope_pos, in->position_ids, pos_bytes) == 0;
+    float *cs = same_pos ? NULL : h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
+    float *sn = same_pos ? NULL : h3_malloc((size_t)(S * R) * sizeof(float), H3_MEM_WORKSPACE);
     int32_t *mi = h3_malloc((size_t)S * 2 * sizeof(int32_t), H3_MEM_WORKSPACE);
-    if (!cs || !sn || !mi) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    for (int64_t r = 0; r < S; r++) {
+    if ((!same_pos && (!cs || !sn)) || !mi) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int64_t r = 0; r < S && !same_pos; r++) {
         /* Angles [t(F) | h(F) | w(F)], written twice: f32 position × f32 frequency, as the release computes.
          */
         for (int a = 0; a < 3; a++) {
@@ -600,12 +604,19 @@ static h3_status stage_layout(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, c
                 sn[r * R + a * F + j] = sn[r * R + 3 * F + a * F + j] = sv;
             }
         }
+    }
+    for (int64_t r = 0; r < S; r++) {
         int32_t t = tmap[in->timestep_indices[r]];
         mi[r] = t * 3 + in->token_tags[r]; /* the block tables' row: (timestep, modality) */
         mi[S + r] = t;                     /* the final layer's row: timestep only */
     }
-    H3_CHECK(h3_dit_upload(ex, &ws->cos, cs));
-    H3_CHECK(h3_dit_upload(ex, &ws->sin, sn));
+    if (!same_pos) {
+        H3_CHECK(h3_dit_upload(ex, &ws->cos, cs));
+        H3_CHECK(h3_dit_upload(ex, &ws->sin, sn));
+        if (!ws->rope_pos) ws->rope_pos = h3_malloc(pos_bytes ? pos_bytes : 1, H3_MEM_WORKSPACE);
+        if (!ws->rope_pos) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        memcpy(ws->rope_pos, in->position_ids, pos_bytes);
+    }
     H3_CHECK(h3_dit_upload(ex, &ws->mod_idx, mi));
     H3_CHECK(h3_dit_upload(ex, &ws->fin_idx, mi + S));
     if (Nv) H3_CHECK(h3_dit_upload(ex, &ws->vidx, in->video_indices));

@@ -36,6 +36,7 @@ typedef struct h3_dit_ws {
     h3_tensor cos, sin;         /* [S, 6·rope_freq_dim] */
     h3_tensor mod_idx, fin_idx; /* I32 [S]: modulation row per packed row (block tables, final table) */
     h3_tensor vidx, aidx, tidx; /* I32 [Nv], [Na], [L] */
+    double *rope_pos;           /* [S, 3] positions cos/sin were computed for (a sampling run keeps them) */
 } h3_dit_ws;
 
 struct h3_dit {

@@ -144,6 +144,31 @@ static h3_status need_index(h3_op_id op, const h3_tensor *idx, int64_t n) {
     return need_vec(op, "the index", idx, n);
 }
 
+/* ---- profiling ---------------------------------------------------------------------------------------------- */
+
+#include <time.h>
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+_Static_assert(H3_OP_COUNT <= 32, "h3_exec's profile arrays hold 32 ops");
+
+/* Runs one backend call, timing it when the exec profiles. */
+#define RUN(op, call)                                                                                          \
+    do {                                                                                                       \
+        if (!ex->profile) return (call);                                                                       \
+        h3_exec_sync(ex);                                                                                      \
+        double t0__ = prof_now();                                                                              \
+        h3_status s__ = (call);                                                                                \
+        h3_exec_sync(ex);                                                                                      \
+        ex->prof_s[op] += prof_now() - t0__;                                                                   \
+        ex->prof_n[op]++;                                                                                      \
+        return s__;                                                                                            \
+    } while (0)
+
 /* ---- ops ----------------------------------------------------------------------------------------------- */
 
 h3_status h3_op_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
@@ -165,7 +190,7 @@ h3_status h3_op_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
     if (w->q.mode == H3_SCALE_BLOCK && (w->q.block <= 0 || K % w->q.block))
         return H3_ERR(H3_ERR_INVALID, "op 'gemm': block scale size %d does not divide K = %lld", w->q.block,
                       (long long)K);
-    return be->gemm(ex, y, x, w, bias, flags);
+    RUN(H3_OP_GEMM, be->gemm(ex, y, x, w, bias, flags));
 }
 
 h3_status h3_op_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps) {
@@ -175,7 +200,7 @@ h3_status h3_op_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3
     H3_TRY(need_rowwise(H3_OP_RMS_NORM, "x", x));
     H3_TRY(need_rowwise(H3_OP_RMS_NORM, "y", y));
     H3_TRY(need_vec(H3_OP_RMS_NORM, "weight", w, h3_tensor_cols(x)));
-    return be->rms_norm(ex, y, x, w, eps);
+    RUN(H3_OP_RMS_NORM, be->rms_norm(ex, y, x, w, eps));
 }
 
 h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
@@ -187,7 +212,7 @@ h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const 
     H3_TRY(need_rowwise(H3_OP_LAYER_NORM, "y", y));
     H3_TRY(need_vec(H3_OP_LAYER_NORM, "weight", w, h3_tensor_cols(x)));
     H3_TRY(need_vec(H3_OP_LAYER_NORM, "bias", b, h3_tensor_cols(x)));
-    return be->layer_norm(ex, y, x, w, b, eps);
+    RUN(H3_OP_LAYER_NORM, be->layer_norm(ex, y, x, w, b, eps));
 }
 
 h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
@@ -203,7 +228,7 @@ h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gr
                       (long long)x->shape[1]);
     H3_TRY(need_vec(H3_OP_GROUP_NORM, "weight", w, x->shape[1]));
     H3_TRY(need_vec(H3_OP_GROUP_NORM, "bias", b, x->shape[1]));
-    return be->group_norm(ex, y, x, groups, w, b, eps);
+    RUN(H3_OP_GROUP_NORM, be->group_norm(ex, y, x, groups, w, b, eps));
 }
 
 h3_status h3_op_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary kind) {
@@ -213,7 +238,7 @@ h3_status h3_op_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary ki
     H3_TRY(need_same(H3_OP_UNARY, y, x));
     H3_TRY(need_rowwise(H3_OP_UNARY, "x", x));
     H3_TRY(need_rowwise(H3_OP_UNARY, "y", y));
-    return be->unary(ex, y, x, kind);
+    RUN(H3_OP_UNARY, be->unary(ex, y, x, kind));
 }
 
 h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
@@ -228,7 +253,7 @@ h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_te
     if (!alpha) return H3_ERR(H3_ERR_INVALID, "op 'snake': alpha is required");
     H3_TRY(need_vec(H3_OP_SNAKE, "alpha", alpha, x->shape[0]));
     H3_TRY(need_vec(H3_OP_SNAKE, "beta", beta, x->shape[0]));
-    return be->snake(ex, y, x, alpha, beta, flags);
+    RUN(H3_OP_SNAKE, be->snake(ex, y, x, alpha, beta, flags));
 }
 
 h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
@@ -237,7 +262,7 @@ h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
     H3_TRY(need_same(H3_OP_SOFTMAX, y, x));
     H3_TRY(need_rowwise(H3_OP_SOFTMAX, "x", x));
     H3_TRY(need_rowwise(H3_OP_SOFTMAX, "y", y));
-    return be->softmax(ex, y, x);
+    RUN(H3_OP_SOFTMAX, be->softmax(ex, y, x));
 }
 
 h3_status h3_op_clamp(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float lo, float hi) {
@@ -247,7 +272,7 @@ h3_status h3_op_clamp(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float lo, f
     H3_TRY(need_rowwise(H3_OP_CLAMP, "x", x));
     H3_TRY(need_rowwise(H3_OP_CLAMP, "y", y));
     if (!(lo <= hi)) return H3_ERR(H3_ERR_INVALID, "op 'clamp': lo %g > hi %g", (double)lo, (double)hi);
-    return be->clamp(ex, y, x, lo, hi);
+    RUN(H3_OP_CLAMP, be->clamp(ex, y, x, lo, hi));
 }
 
 static h3_status need_heads(h3_op_id op, const char *what, const h3_tensor *t) {
@@ -272,7 +297,7 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
                       (long long)S, (long long)D, shp(cos, s));
     H3_TRY(need_rowwise(H3_OP_ROPE, "cos", cos));
     H3_TRY(need_rowwise(H3_OP_ROPE, "sin", sin));
-    return be->rope(ex, y, x, cos, sin);
+    RUN(H3_OP_ROPE, be->rope(ex, y, x, cos, sin));
 }
 
 h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
@@ -290,7 +315,7 @@ h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h
                       shp(q, a), shp(k, b));
     if (o->data == q->data || o->data == k->data || o->data == v->data)
         return H3_ERR(H3_ERR_INVALID, "op 'attention': the output must not alias an input");
-    return be->attention(ex, o, q, k, v, scale, flags);
+    RUN(H3_OP_ATTENTION, be->attention(ex, o, q, k, v, scale, flags));
 }
 
 static h3_status need_conv_vec(h3_op_id op, const h3_tensor *b, int64_t n) {
@@ -322,7 +347,7 @@ h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_t
     if (p->pad_mode == H3_PAD_REFLECT && (p->pad_left >= x->shape[1] || p->pad_right >= x->shape[1]))
         return H3_ERR(H3_ERR_INVALID, "op 'conv1d': reflect padding must be shorter than the input");
     H3_TRY(need_conv_vec(H3_OP_CONV1D, b, cout));
-    return be->conv1d(ex, y, x, w, b, p);
+    RUN(H3_OP_CONV1D, be->conv1d(ex, y, x, w, b, p));
 }
 
 h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
@@ -345,7 +370,7 @@ h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
         return H3_ERR(H3_ERR_INVALID, "op 'conv_transpose1d': y must have %lld steps, has %lld", (long long)tout,
                       (long long)y->shape[1]);
     H3_TRY(need_conv_vec(H3_OP_CONV_TRANSPOSE1D, b, cout));
-    return be->conv_transpose1d(ex, y, x, w, b, p);
+    RUN(H3_OP_CONV_TRANSPOSE1D, be->conv_transpose1d(ex, y, x, w, b, p));
 }
 
 h3_status h3_op_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
@@ -371,7 +396,7 @@ h3_status h3_op_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_t
                           (long long)y->shape[1 + a]);
     }
     H3_TRY(need_conv_vec(H3_OP_CONV3D, b, w->shape[0]));
-    return be->conv3d(ex, y, x, w, b, p);
+    RUN(H3_OP_CONV3D, be->conv3d(ex, y, x, w, b, p));
 }
 
 h3_status h3_op_gather_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx) {
@@ -382,7 +407,7 @@ h3_status h3_op_gather_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const
     if (h3_tensor_cols(x) != h3_tensor_cols(y) || x->dtype != y->dtype)
         return H3_ERR(H3_ERR_INVALID, "op 'gather_rows': x and y need the same row width and dtype");
     H3_TRY(need_index(H3_OP_GATHER_ROWS, idx, h3_tensor_rows(y)));
-    return be->gather_rows(ex, y, x, idx);
+    RUN(H3_OP_GATHER_ROWS, be->gather_rows(ex, y, x, idx));
 }
 
 h3_status h3_op_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *idx) {
@@ -393,7 +418,7 @@ h3_status h3_op_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     if (h3_tensor_cols(x) != h3_tensor_cols(y) || x->dtype != y->dtype)
         return H3_ERR(H3_ERR_INVALID, "op 'scatter_rows': x and y need the same row width and dtype");
     H3_TRY(need_index(H3_OP_SCATTER_ROWS, idx, h3_tensor_rows(x)));
-    return be->scatter_rows(ex, y, x, idx);
+    RUN(H3_OP_SCATTER_ROWS, be->scatter_rows(ex, y, x, idx));
 }
 
 h3_status h3_op_binary(h3_exec *ex, h3_tensor *y, const h3_tensor *a, const h3_tensor *b, h3_binary kind) {
@@ -410,7 +435,7 @@ h3_status h3_op_binary(h3_exec *ex, h3_tensor *y, const h3_tensor *a, const h3_t
         char s1[96], s2[96];
         return H3_ERR(H3_ERR_INVALID, "op 'binary': b %s does not broadcast to a %s", shp(b, s1), shp(a, s2));
     }
-    return be->binary(ex, y, a, b, kind);
+    RUN(H3_OP_BINARY, be->binary(ex, y, a, b, kind));
 }
 
 h3_status h3_op_scale(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float alpha, float beta) {
@@ -419,7 +444,7 @@ h3_status h3_op_scale(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float alpha
     H3_TRY(need_same(H3_OP_SCALE, y, x));
     H3_TRY(need_rowwise(H3_OP_SCALE, "x", x));
     H3_TRY(need_rowwise(H3_OP_SCALE, "y", y));
-    return be->scale(ex, y, x, alpha, beta);
+    RUN(H3_OP_SCALE, be->scale(ex, y, x, alpha, beta));
 }
 
 h3_status h3_op_swiglu(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gate_first) {
@@ -432,7 +457,7 @@ h3_status h3_op_swiglu(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gate_f
         return H3_ERR(H3_ERR_INVALID, "op 'swiglu': x %s must be [M, 2F] for y %s [M, F]", shp(x, s1), shp(y, s2));
     }
     if (y->data == x->data) return H3_ERR(H3_ERR_INVALID, "op 'swiglu': the output must not alias the input");
-    return be->swiglu(ex, y, x, gate_first);
+    RUN(H3_OP_SWIGLU, be->swiglu(ex, y, x, gate_first));
 }
 
 static h3_status need_table(h3_op_id op, const char *what, const h3_tensor *t, const h3_tensor *x,
@@ -460,7 +485,7 @@ h3_status h3_op_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3
     if (h3_tensor_rows(shift) != h3_tensor_rows(scale))
         return H3_ERR(H3_ERR_INVALID, "op 'modulate': shift and scale tables differ in rows");
     if (idx) H3_TRY(need_index(H3_OP_MODULATE, idx, h3_tensor_rows(x)));
-    return be->modulate(ex, y, x, shift, scale, idx);
+    RUN(H3_OP_MODULATE, be->modulate(ex, y, x, shift, scale, idx));
 }
 
 h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h3_tensor *gate,
@@ -472,7 +497,7 @@ h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h
     H3_TRY(need_rowwise(H3_OP_GATED_ADD, "h", h));
     H3_TRY(need_table(H3_OP_GATED_ADD, "gate", gate, x, idx));
     if (idx) H3_TRY(need_index(H3_OP_GATED_ADD, idx, h3_tensor_rows(x)));
-    return be->gated_add(ex, x, h, gate, idx);
+    RUN(H3_OP_GATED_ADD, be->gated_add(ex, x, h, gate, idx));
 }
 
 h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
@@ -481,14 +506,14 @@ h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
     H3_TRY(need_same(H3_OP_CONVERT, y, x));
     H3_TRY(need_rowwise(H3_OP_CONVERT, "x", x));
     H3_TRY(need_rowwise(H3_OP_CONVERT, "y", y));
-    return be->convert(ex, y, x);
+    RUN(H3_OP_CONVERT, be->convert(ex, y, x));
 }
 
 h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value) {
     PICK(H3_OP_FILL, y);
     NEED_FN(H3_OP_FILL, fill);
     H3_TRY(need_rowwise(H3_OP_FILL, "y", y));
-    return be->fill(ex, y, value);
+    RUN(H3_OP_FILL, be->fill(ex, y, value));
 }
 
 h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi) {
@@ -496,7 +521,7 @@ h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float l
     NEED_FN(H3_OP_RANDOM, random_uniform);
     H3_TRY(need_rowwise(H3_OP_RANDOM, "y", y));
     if (!(lo <= hi)) return H3_ERR(H3_ERR_INVALID, "op 'random_uniform': lo %g > hi %g", (double)lo, (double)hi);
-    return be->random_uniform(ex, y, seed, lo, hi);
+    RUN(H3_OP_RANDOM, be->random_uniform(ex, y, seed, lo, hi));
 }
 
 h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps,
@@ -512,7 +537,7 @@ h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x,
     if (h3_tensor_rows(shift) != h3_tensor_rows(scale))
         return H3_ERR(H3_ERR_INVALID, "op 'rms_norm_modulate': shift and scale tables differ in rows");
     if (idx) H3_TRY(need_index(H3_OP_RMS_NORM_MODULATE, idx, h3_tensor_rows(x)));
-    return be->rms_norm_modulate(ex, y, x, w, eps, shift, scale, idx);
+    RUN(H3_OP_RMS_NORM_MODULATE, be->rms_norm_modulate(ex, y, x, w, eps, shift, scale, idx));
 }
 
 h3_status h3_op_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
@@ -529,7 +554,7 @@ h3_status h3_op_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, floa
                       "got %s", (long long)S, (long long)D, shp(cos, s));
     H3_TRY(need_rowwise(H3_OP_QK_NORM_ROPE, "cos", cos));
     H3_TRY(need_rowwise(H3_OP_QK_NORM_ROPE, "sin", sin));
-    return be->qk_norm_rope(ex, x, w, eps, cos, sin);
+    RUN(H3_OP_QK_NORM_ROPE, be->qk_norm_rope(ex, x, w, eps, cos, sin));
 }
 
 h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {

@@ -19,6 +19,11 @@ typedef struct h3_exec {
     h3_pool *pool; /* CPU worker threads; NULL runs CPU kernels on the calling thread */
     int threads;
     void *cuda;    /* device backend state (streams, BLAS handles, workspace), NULL without one */
+    /* Profiling (off unless set): each op waits for the device before and after, and its wall time is added to
+     * prof_s[op] and counted in prof_n[op]. Serializes the device: for finding where time goes, not for speed. */
+    int profile;
+    double prof_s[32];
+    int64_t prof_n[32];
 } h3_exec;
 
 /* threads <= 0: one per CPU. */
