@@ -422,10 +422,53 @@ static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
     return H3_OK;
 }
 
+/* The official files' fused QKV rows are per-head interleaved ([h0: q k v, h1: q k v, ...]); on the device they are
+ * reordered once to contiguous [Q; K; V] (one gather), so every step runs one fused GEMM with q, k and v as column
+ * blocks instead of per-head copies. Costs a transient second copy of one block's QKV. */
+static h3_status deinterleave_qkv(h3_dit *d, h3_exec *ex) {
+    const h3_dit_config *c = &d->cfg;
+    const int64_t inner = h3_dit_inner(c), hd = c->head_dim, H = c->heads;
+    h3_status st = H3_OK;
+    int32_t *perm = h3_malloc((size_t)(3 * inner) * sizeof(int32_t), H3_MEM_WORKSPACE);
+    h3_tensor idx = {0};
+    if (!perm) return H3_ERR_NOMEM;
+    for (int64_t j = 0; j < 3; j++) /* new row j·inner + h·hd + e reads old row h·3·hd + j·hd + e */
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t e = 0; e < hd; e++) perm[j * inner + h * hd + e] = (int32_t)(h * 3 * hd + j * hd + e);
+    int64_t n = 3 * inner;
+    H3_CHECK(h3_tensor_alloc(&idx, d->weight_place, H3_I32, 1, &n, H3_MEM_WORKSPACE));
+    {
+        h3_tensor host;
+        H3_CHECK(h3_tensor_wrap(&host, perm, H3_PLACE_HOST, H3_I32, 1, &n));
+        H3_CHECK(h3_copy(ex, &idx, &host));
+    }
+    for (int u = 0; u < h3_dit_n_units(c); u++) {
+        h3_dit_block_weights *b = &d->units[u];
+        if (!b->qkv.data || !b->qkv_interleaved) continue;
+        h3_tensor out;
+        H3_CHECK(h3_tensor_alloc(&out, d->weight_place, b->qkv.dtype, 2, b->qkv.shape, H3_MEM_WEIGHTS));
+        st = h3_op_gather_rows(ex, &out, &b->qkv, &idx);
+        if (st != H3_OK) {
+            h3_tensor_free(&out);
+            goto done;
+        }
+        H3_CHECK(h3_exec_sync(ex));
+        h3_tensor_free(&b->qkv);
+        b->qkv = out;
+        b->qkv_interleaved = 0;
+    }
+    d->qkv_interleaved = 0;
+done:
+    h3_tensor_free(&idx);
+    h3_free(perm);
+    return st;
+}
+
 h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
     if (d->weight_place != H3_PLACE_DEVICE) return H3_OK;
     H3_TRY(each_weight(d, upload_one, ex));
     H3_TRY(h3_exec_sync(ex));
+    if (d->qkv_interleaved) H3_TRY(deinterleave_qkv(d, ex));
     /* q/k/v views of a contiguous fused QKV must follow the uploaded tensor */
     const h3_dit_config *c = &d->cfg;
     int64_t inner = h3_dit_inner(c);
