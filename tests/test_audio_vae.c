@@ -14,9 +14,9 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
-#include "io/image_audio_files.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
+#include "pipeline/media.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -426,15 +426,16 @@ static uint16_t rd16le(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
-/* The RIFF header fields by the format's definition, and every sample: round(clamp(x)·32767). */
+/* The RIFF header fields by the format's definition, and every sample: round(clamp(x)·32767), left and right
+ * interleaved from the two planes the decoder produces. */
 static void test_wav(void) {
     int64_t frames = 3001;
-    float *x = malloc((size_t)frames * 2 * sizeof *x);
+    float *x = malloc((size_t)frames * 2 * sizeof *x); /* [2, frames]: left plane, then right */
     for (int64_t i = 0; i < frames * 2; i++) x[i] = (float)t_uniform(-1.2, 1.2);
-    x[0] = 1.0f, x[1] = -1.0f, x[2] = 0.5f / 32767.0f, x[3] = NAN;
+    x[0] = 1.0f, x[frames] = -1.0f, x[1] = 0.5f / 32767.0f, x[frames + 1] = NAN;
     char path[600];
     t_tmp_path("avae.wav", path, sizeof path);
-    CHECK_OK(h3_wav_write_pcm16(path, x, frames, 2, 32000));
+    CHECK_OK(h3_wav_write(path, x, x + frames, frames, 2, 32000));
     char *f = NULL;
     size_t len = 0;
     CHECK_OK(h3_read_file(path, 1 << 24, &f, &len));
@@ -448,7 +449,8 @@ static void test_wav(void) {
         CHECK(!memcmp(b + 36, "data", 4) && rd32le(b + 40) == (uint32_t)(frames * 4), "data chunk");
         int bad = 0;
         for (int64_t i = 0; i < frames * 2 && 44 + 2 * (size_t)i + 1 < len; i++) {
-            double v = x[i] != x[i] ? 0.0 : x[i] > 1 ? 1 : x[i] < -1 ? -1 : x[i];
+            float xi = x[(i % 2) * frames + i / 2];
+            double v = xi != xi ? 0.0 : xi > 1 ? 1 : xi < -1 ? -1 : xi;
             long want = lrint(v * 32767.0);
             int16_t got = (int16_t)rd16le(b + 44 + 2 * i);
             bad += got != want;
@@ -456,7 +458,7 @@ static void test_wav(void) {
         CHECK(bad == 0, "%d samples differ from round(clamp(x)·32767)", bad);
         CHECK((int16_t)rd16le(b + 44) == 32767 && (int16_t)rd16le(b + 46) == -32767 && rd16le(b + 50) == 0, "ends, NaN");
     }
-    CHECK_ERR(h3_wav_write_pcm16(path, x, frames, 0, 32000), H3_ERR_INVALID, "out of range");
+    CHECK_ERR(h3_wav_write(path, x, x + frames, frames, 0, 32000), H3_ERR_INVALID, "bad WAV request");
     unlink(path);
     h3_free(f);
     free(x);

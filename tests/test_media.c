@@ -64,9 +64,14 @@ static float *make_video(void) {
     return v;
 }
 
-static uint8_t u8_of(float x) { /* the documented conversion, written independently: round(255 x) on [0, 1] */
-    double v = x < 0 ? 0 : x > 1 ? 1 : x;
-    return (uint8_t)floor(v * 255.0 + 0.5);
+/* The documented conversion, written independently: numpy's (x * 255).round() on float32 values clamped to [0, 1]
+ * (the product rounded to float32, then to the nearest integer, half to even). */
+static uint8_t u8_of(float x) {
+    float v = x < 0 ? 0.0f : x > 1 ? 1.0f : x;
+    volatile float p = v * 255.0f;
+    double r = floor((double)p + 0.5);
+    if ((double)p + 0.5 == r && fmod(r, 2.0) != 0.0) r -= 1.0; /* a tie goes to the even neighbour */
+    return (uint8_t)r;
 }
 
 static void make_audio(int64_t n, float **l, float **r) {
@@ -278,6 +283,16 @@ static void test_png_wav(void) {
     CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
     for (int t = 0; t < 3; t++) CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
     h3_png_seq_close(&seq);
+    /* The level conversion at ties, ends and NaN. */
+    CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 && h3_unit_to_u8(-1.0f) == 0 &&
+              h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 && h3_unit_to_u8(0.2f) == 51,
+          "levels round half to even and clamp");
+    int bad_levels = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x = (float)t_uniform(-0.1, 1.1);
+        bad_levels += h3_unit_to_u8(x) != u8_of(x);
+    }
+    CHECK(bad_levels == 0, "%d of 100000 random values convert differently", bad_levels);
     /* PNG is lossless: decoded bytes equal round(255 x) exactly. */
     snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s/frame_00002.png' -f rawvideo -pix_fmt rgb24 -", dir);
     size_t n = 0;

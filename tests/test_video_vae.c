@@ -1,6 +1,7 @@
 /* The video VAE decoder against the fixtures of the PyTorch reference (tools/reference/video_vae.py, float64),
  * in the official, diffusers and ComfyUI layouts; decode memory that does not grow with the number of frames, and
- * the planner's prediction of it; malformed latents and files; allocation failures; the PNG writer. */
+ * the planner's prediction of it; malformed latents and files; allocation failures. (PNG output is tested with the
+ * media writer, tests/test_media.c.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,6 @@
 
 #include "base/alloc.h"
 #include "base/json.h"
-#include "io/image_audio_files.h"
 #include "io/safetensors.h"
 #include "models/video_vae.h"
 #include "testutil.h"
@@ -638,90 +638,6 @@ static void test_released_shapes(void) {
     CHECK(system(p) == 0, "cleanup");
 }
 
-/* ---- PNG ---------------------------------------------------------------------------------------------------- */
-
-static uint32_t crc_bitwise(const uint8_t *p, size_t n) { /* the definition, one bit at a time */
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
-    }
-    return ~c;
-}
-
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Writes an image, then parses the file by the PNG and zlib specifications: signature, chunk CRCs (recomputed
- * bit by bit), IHDR, stored deflate blocks (LEN/NLEN), Adler-32 (recomputed from its definition), pixels. */
-static void test_png(void) {
-    int64_t W = 150, Hh = 170; /* 453 bytes per row: the rows straddle the 65535-byte stored blocks */
-    uint8_t *img = malloc((size_t)(W * Hh * 3 + 7));
-    for (int64_t i = 0; i < W * Hh * 3; i++) img[i] = (uint8_t)(t_rand_u64() & 0xFF);
-    char path[600];
-    t_tmp_path("vvae.png", path, sizeof path);
-    CHECK_OK(h3_png_write_rgb8(path, img, W, Hh, W * 3));
-    char *file = NULL;
-    size_t len = 0;
-    CHECK_OK(h3_read_file(path, 1 << 26, &file, &len));
-    const uint8_t *b = (const uint8_t *)file;
-    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-    CHECK(file && len > 8 && memcmp(b, sig, 8) == 0, "signature");
-    size_t o = 8, raw_len = 0;
-    uint8_t *raw = malloc((size_t)((1 + 3 * W) * Hh));
-    int seen_ihdr = 0, seen_iend = 0, chunks = 0;
-    while (file && o + 12 <= len && !seen_iend) {
-        uint32_t n = rd32(b + o);
-        const uint8_t *type = b + o + 4, *data = b + o + 8;
-        CHECK(o + 12 + n <= len, "chunk inside the file");
-        if (o + 12 + n > len) break;
-        CHECK(rd32(data + n) == crc_bitwise(type, 4 + (size_t)n), "CRC of chunk %.4s", (const char *)type);
-        chunks++;
-        if (!memcmp(type, "IHDR", 4)) {
-            seen_ihdr = 1;
-            CHECK(n == 13 && rd32(data) == W && rd32(data + 4) == Hh && data[8] == 8 && data[9] == 2 && !data[10] &&
-                      !data[11] && !data[12],
-                  "IHDR: %u×%u depth %d colour %d", rd32(data), rd32(data + 4), data[8], data[9]);
-        } else if (!memcmp(type, "IDAT", 4)) {
-            CHECK(((data[0] << 8) | data[1]) % 31 == 0 && (data[0] & 0x0F) == 8, "zlib header");
-            size_t q = 2;
-            int last = 0;
-            while (!last && q + 5 <= n) {
-                last = data[q] & 1;
-                CHECK((data[q] >> 1) == 0, "stored block");
-                unsigned L = data[q + 1] | (unsigned)data[q + 2] << 8, NL = data[q + 3] | (unsigned)data[q + 4] << 8;
-                CHECK((L ^ 0xFFFFu) == NL, "LEN/NLEN");
-                q += 5;
-                if (q + L > n || raw_len + L > (size_t)((1 + 3 * W) * Hh)) break;
-                memcpy(raw + raw_len, data + q, L);
-                raw_len += L;
-                q += L;
-            }
-            uint32_t a = 1, s2 = 0;
-            for (size_t i = 0; i < raw_len; i++) a = (a + raw[i]) % 65521, s2 = (s2 + a) % 65521;
-            CHECK(q + 4 == n && rd32(data + q) == (s2 << 16 | a), "Adler-32 ends the stream");
-        } else if (!memcmp(type, "IEND", 4)) {
-            seen_iend = 1;
-        }
-        o += 12 + n;
-    }
-    CHECK(seen_ihdr && seen_iend && chunks == 3 && o == len, "IHDR, IDAT, IEND and nothing after");
-    CHECK(raw_len == (size_t)((1 + 3 * W) * Hh), "%zu filtered bytes", raw_len);
-    int same = raw_len == (size_t)((1 + 3 * W) * Hh);
-    for (int64_t y = 0; same && y < Hh; y++)
-        same = raw[y * (1 + 3 * W)] == 0 && !memcmp(raw + y * (1 + 3 * W) + 1, img + y * W * 3, (size_t)(3 * W));
-    CHECK(same, "pixels round-trip");
-    CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 && h3_unit_to_u8(-1.0f) == 0 &&
-              h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 && h3_unit_to_u8(0.2f) == 51,
-          "levels round half to even and clamp");
-    CHECK_ERR(h3_png_write_rgb8(path, img, 0, 5, 0), H3_ERR_INVALID, "out of range");
-    unlink(path);
-    h3_free(file);
-    free(raw);
-    free(img);
-}
-
 /* ---- helpers for tests/cli_decode.sh ------------------------------------------------------------------------ */
 
 /* --compare A B NAME TOL: tensor NAME of two files, relative L2 error <= TOL. */
@@ -811,7 +727,6 @@ int main(int argc, char **argv) {
         {"bad_files", test_bad_files},
         {"alloc_failures", test_alloc_failures},
         {"released_shapes", test_released_shapes},
-        {"png", test_png},
         {NULL, NULL},
     };
     if (h3_exec_init(&g_ex, 2) != H3_OK) return 1;

@@ -9,10 +9,10 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "cli/cli.h"
-#include "io/image_audio_files.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
 #include "models/video_vae.h"
+#include "pipeline/media.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -21,13 +21,13 @@ static double now_s(void) {
 }
 
 typedef struct {
-    const char *out_dir;   /* PNG frames, or NULL */
-    h3_tensor *all;        /* every frame for --tensors-out [1, 3, F, H, W], or NULL */
-    uint8_t *rgb;          /* one frame of RGB8 */
+    h3_png_seq *png; /* PNG frames, or NULL */
+    h3_tensor *all;  /* every frame for --tensors-out [1, 3, F, H, W], or NULL */
+    float *unit;     /* one frame [3, H, W] in [0, 1] */
     int64_t written;
 } frames_sink;
 
-/* Frames arrive as raw decoder output ([3, n, H, W] views); PNGs get them in [0, 1] as 8-bit levels. */
+/* Frames arrive as raw decoder output ([3, n, H, W] views); PNGs get them in [0, 1]. */
 static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
     frames_sink *s = user;
     int64_t n = f->shape[1], H = f->shape[2], W = f->shape[3], plane = H * W;
@@ -39,24 +39,15 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
                 memcpy((float *)s->all->data + (c * F + first + k) * plane, d + c * f->stride[0] + k * plane,
                        (size_t)plane * sizeof(float));
         }
-        if (s->out_dir) {
-            for (int64_t i = 0; i < plane; i++)
-                for (int c = 0; c < 3; c++) {
-                    float x = d[c * f->stride[0] + k * plane + i] * h3_imagenet_std[c] + h3_imagenet_mean[c];
-                    s->rgb[i * 3 + c] = h3_unit_to_u8(x);
-                }
-            char path[4200];
-            snprintf(path, sizeof path, "%s/frame_%05lld.png", s->out_dir, (long long)(first + k));
-            H3_TRY(h3_png_write_rgb8(path, s->rgb, W, H, 3 * W));
+        if (s->png) {
+            for (int c = 0; c < 3; c++)
+                for (int64_t i = 0; i < plane; i++)
+                    s->unit[c * plane + i] =
+                        d[c * f->stride[0] + k * plane + i] * h3_imagenet_std[c] + h3_imagenet_mean[c];
+            H3_TRY(h3_png_seq_write(s->png, s->unit, plane, W));
             s->written++;
         }
     }
-    return H3_OK;
-}
-
-static h3_status ensure_dir(const char *dir) {
-    if (h3_path_is_dir(dir)) return H3_OK;
-    if (mkdir(dir, 0755) != 0) return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
     return H3_OK;
 }
 
@@ -91,6 +82,7 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_video_vae *v = NULL;
     h3_status st = H3_OK;
     frames_sink sink = {0};
+    h3_png_seq png = {0};
     h3_tensor all = {0};
     h3_st_writer *w = NULL;
     st = h3_video_vae_open(a->model, &o, &v);
@@ -118,12 +110,14 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
                h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
     if (a->plan && !a->out && !a->tensors_out) goto done;
     if (a->out) {
-        H3_CHECK(ensure_dir(a->out));
-        sink.out_dir = a->out;
+        if (Hp > 16384 || Wp > 16384) H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output",
+                                              (long long)Wp, (long long)Hp);
+        H3_CHECK(h3_png_seq_open(a->out, (int)Wp, (int)Hp, &png));
+        sink.png = &png;
         size_t n;
-        if (!h3_mul_size((size_t)Hp * 3, (size_t)Wp, &n)) H3_FAIL(H3_ERR_INVALID, "frames too large");
-        sink.rgb = h3_malloc(n, H3_MEM_IO);
-        if (!sink.rgb) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n)) H3_FAIL(H3_ERR_INVALID, "frames too large");
+        sink.unit = h3_malloc(n, H3_MEM_IO);
+        if (!sink.unit) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     }
     if (a->tensors_out) {
         int64_t s[5] = {1, c->out_channels, m.frames, Hp, Wp};
@@ -151,7 +145,8 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
 done:
     h3_st_writer_free(w);
     h3_tensor_free(&all);
-    h3_free(sink.rgb);
+    h3_png_seq_close(&png);
+    h3_free(sink.unit);
     h3_video_vae_close(v);
     return st;
 }
@@ -160,7 +155,6 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_audio_vae *v = NULL;
     h3_status st = H3_OK;
     h3_tensor wave = {0};
-    float *inter = NULL;
     h3_st_writer *w = NULL;
     st = h3_audio_vae_open(a->model, NULL, &v);
     if (st != H3_OK) {
@@ -172,6 +166,9 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     H3_CHECK(h3_audio_vae_check_latents(c, lat));
     int off = lat->ndim == 3;
     int64_t ch = off ? lat->shape[0] : 1, T = lat->shape[off + 1], S = T * c->hop;
+    if (a->out && ch > 2)
+        H3_FAIL(H3_ERR_INVALID, "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
+                (long long)ch);
     h3_audio_vae_mem m;
     H3_CHECK(h3_audio_vae_decode_peak(c, T, &m));
     char b1[32];
@@ -193,13 +190,8 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         report_mem(base, m.total);
     }
     if (a->out) {
-        size_t n;
-        if (!h3_mul_size((size_t)ch * sizeof(float), (size_t)S, &n)) H3_FAIL(H3_ERR_INVALID, "waveform too long");
-        inter = h3_malloc(n, H3_MEM_IO);
-        if (!inter) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        for (int64_t i = 0; i < S; i++)
-            for (int64_t k = 0; k < ch; k++) inter[i * ch + k] = ((const float *)wave.data)[k * S + i];
-        H3_CHECK(h3_wav_write_pcm16(a->out, inter, S, (int)ch, c->sample_rate));
+        const float *left = wave.data;
+        H3_CHECK(h3_wav_write(a->out, left, ch == 2 ? left + S : NULL, S, (int)ch, c->sample_rate));
         if (!a->quiet) printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
     }
     if (a->tensors_out) {
@@ -210,7 +202,6 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     }
 done:
     h3_st_writer_free(w);
-    h3_free(inter);
     h3_tensor_free(&wave);
     h3_audio_vae_close(v);
     return st;

@@ -43,10 +43,11 @@ static const char *averr(int e, char *buf, size_t n) {
 
 /* ---- pixels ----------------------------------------------------------------------------------------------------- */
 
-static inline uint8_t to_u8(float x) {
+uint8_t h3_unit_to_u8(float x) {
     if (!(x > 0.0f)) return 0; /* also NaN */
     if (x >= 1.0f) return 255;
-    return (uint8_t)((double)x * 255.0 + 0.5);
+    const float p = x * 255.0f;    /* float32 product, as numpy computes it */
+    return (uint8_t)nearbyintf(p); /* the default rounding mode: half to even */
 }
 
 /* Planar float RGB -> packed RGB24 (width*3 bytes per row, rows contiguous). */
@@ -55,9 +56,9 @@ static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_
         const float *r = rgb + (int64_t)y * row_stride, *g = r + plane_stride, *b = g + plane_stride;
         uint8_t *o = out + (size_t)y * (size_t)w * 3;
         for (int x = 0; x < w; x++) {
-            o[3 * x] = to_u8(r[x]);
-            o[3 * x + 1] = to_u8(g[x]);
-            o[3 * x + 2] = to_u8(b[x]);
+            o[3 * x] = h3_unit_to_u8(r[x]);
+            o[3 * x + 1] = h3_unit_to_u8(g[x]);
+            o[3 * x + 2] = h3_unit_to_u8(b[x]);
         }
     }
 }
@@ -529,7 +530,7 @@ static int16_t to_s16(float x) {
     if (!(x == x)) return 0;
     if (x >= 1.0f) return 32767;
     if (x <= -1.0f) return -32767;
-    return (int16_t)lrintf(x * 32767.0f);
+    return (int16_t)lrint((double)x * 32767.0);
 }
 
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,

@@ -6,8 +6,11 @@
  *
  * Pixels come as the video VAE produces them: planar float RGB in [0, 1] (values outside are clamped, NaN counts as
  * 0), plane k of a frame at rgb + k*plane_stride, row y at + y*row_stride; a frame of a [3, T, H, W] chunk is
- * (chunk + t*H*W, plane_stride = T*H*W, row_stride = W). They become 8-bit as round(255*x), then BT.709
- * limited-range YUV 4:2:0 (the stream is tagged so). Audio comes as float samples in [-1, 1] per channel.
+ * (chunk + t*H*W, plane_stride = T*H*W, row_stride = W). They become 8-bit by h3_unit_to_u8 (round(255*x), as
+ * numpy rounds float32 arrays), then BT.709 limited-range YUV 4:2:0 (the stream is tagged so). Audio comes as float
+ * samples in [-1, 1] per channel.
+ *
+ * This is the one writer of images and sound in h3run: `h3run decode` writes its PNG frames and WAV files here too.
  */
 #ifndef H3_PIPELINE_MEDIA_H
 #define H3_PIPELINE_MEDIA_H
@@ -50,6 +53,10 @@ h3_status h3_mp4_finish(h3_mp4 *m);
 /* Stops without a file: removes "<path>.partial" and frees the writer. NULL is a no-op. */
 void h3_mp4_abort(h3_mp4 *m);
 
+/* A float of the pixel convention as an 8-bit level: clamped to [0, 1] (NaN counts as 0), multiplied by 255 in float32
+ * and rounded half to even: numpy's (x * 255).round() on a float32 array, what diffusers' image postprocessing does. */
+uint8_t h3_unit_to_u8(float x);
+
 /* Audio samples per channel that cover `frames` video frames: round(frames * sample_rate / fps). */
 int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_rate);
 
@@ -66,8 +73,9 @@ h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *ou
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride);
 void h3_png_seq_close(h3_png_seq *s);
 
-/* A 16-bit PCM WAV of n samples per channel (channels 1 or 2; right ignored for mono), written atomically. Samples
- * are clamped to [-1, 1] and scaled by 32767 with rounding. */
+/* A 16-bit PCM WAV of n samples per channel (channels 1 or 2; right ignored for mono; NULL right with 2 channels
+ * repeats left), written atomically. Samples are clamped to [-1, 1] (NaN counts as 0) and become round(x * 32767),
+ * computed in double, half to even. */
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
                        int sample_rate);
 
