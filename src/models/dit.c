@@ -389,6 +389,7 @@ static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     /* Row chunks bound the FFN scratch; on the device a chunk costs GEMM efficiency, so the default there is the
      * whole sequence (the memory planner picks smaller chunks when a budget needs them). */
     d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : (d->act_place == H3_PLACE_DEVICE ? (1 << 30) : 2048);
+    d->stream_weights = o ? o->stream_weights : 0;
 }
 
 /* The activation dtype must suit the place: the CPU kernels compute in f32. */
@@ -398,6 +399,13 @@ static h3_status check_places(const h3_dit *d) {
     if (d->act_dtype != H3_F32 && d->act_dtype != H3_BF16 && d->act_dtype != H3_F16)
         return H3_ERR(H3_ERR_INVALID, "DiT: activations can be f32, bf16 or f16, not %s",
                       h3_dtype_name(d->act_dtype));
+    if (d->stream_weights) {
+        if (d->act_place != H3_PLACE_DEVICE || d->weight_place == H3_PLACE_DEVICE)
+            return H3_ERR(H3_ERR_INVALID, "DiT: streamed weights live on the host (or pinned) and stream to "
+                          "activations on the device, not from the %s to the %s",
+                          h3_place_name(d->weight_place), h3_place_name(d->act_place));
+        return H3_OK;
+    }
     if ((d->weight_place == H3_PLACE_DEVICE) != (d->act_place == H3_PLACE_DEVICE))
         return H3_ERR(H3_ERR_INVALID, "DiT: weights on the %s and activations on the %s cannot compute together "
                       "(streaming between them is the streamer's job)",
@@ -832,21 +840,94 @@ void h3_dit_weight_bytes_of(const h3_dit *d, h3_dit_weight_bytes *out) {
  * ------------------------------------------------------------------------------------------------- */
 
 h3_status h3_dit_block_acquire(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights **w) {
-    (void)ex;
     if (unit < 0 || unit >= h3_dit_n_units(&d->cfg))
         return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %d)", unit,
                       h3_dit_n_units(&d->cfg));
+    if (d->wsrc) {
+        H3_TRY(d->wsrc->acquire(d->wsrc->user, ex, unit, w));
+    } else if (d->stream_weights) {
+        return H3_ERR(H3_ERR_INVALID, "DiT: the weights are to be streamed, but no streamer is attached");
+    } else {
+        *w = &d->units[unit];
+    }
     d->stats.acquires++;
     d->acquired++;
-    *w = &d->units[unit];
     return H3_OK;
 }
 
 void h3_dit_block_release(h3_dit *d, h3_exec *ex, int unit) {
-    (void)ex;
-    (void)unit;
+    if (d->wsrc) d->wsrc->release(d->wsrc->user, ex, unit);
     d->stats.releases++;
     d->acquired--;
+}
+
+h3_status h3_dit_adaln_acquire(h3_dit *d, h3_exec *ex, int block, const h3_tensor **w, const h3_tensor **b) {
+    if (block < 0 || block >= d->cfg.n_layers)
+        return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %lld)", block,
+                      (long long)d->cfg.n_layers);
+    if (d->wsrc && d->wsrc->adaln_acquire) return d->wsrc->adaln_acquire(d->wsrc->user, ex, block, w, b);
+    if (d->stream_weights)
+        return H3_ERR(H3_ERR_INVALID, "DiT: the weights are to be streamed, but no streamer is attached");
+    *w = &d->adaln_w[block];
+    *b = &d->adaln_b[block];
+    return H3_OK;
+}
+
+void h3_dit_adaln_release(h3_dit *d, h3_exec *ex, int block) {
+    if (d->wsrc && d->wsrc->adaln_release) d->wsrc->adaln_release(d->wsrc->user, ex, block);
+}
+
+h3_status h3_dit_set_weight_source(h3_dit *d, const h3_dit_weight_source *src) {
+    if (d->acquired)
+        return H3_ERR(H3_ERR_INVALID, "DiT: a weight source cannot change while %d blocks are acquired", d->acquired);
+    if (src && (!src->acquire || !src->release))
+        return H3_ERR(H3_ERR_INVALID, "DiT: a weight source needs acquire and release");
+    if (!d->wsrc) d->file_qkv_interleaved = d->qkv_interleaved;
+    d->wsrc = src;
+    /* The forward's fused-QKV scratch follows the order of what it is given. */
+    int want = src && src->qkv_contiguous ? 0 : d->file_qkv_interleaved;
+    if (want != d->qkv_interleaved) {
+        h3_dit_release_workspace(d);
+        d->qkv_interleaved = want;
+    }
+    return H3_OK;
+}
+
+const h3_dit_block_weights *h3_dit_unit_weights(const h3_dit *d, int unit) {
+    if (unit < 0 || unit >= h3_dit_n_units(&d->cfg)) return NULL;
+    return &d->units[unit];
+}
+
+h3_status h3_dit_adaln_weights(const h3_dit *d, int block, const h3_tensor **w, const h3_tensor **b) {
+    if (block < 0 || block >= d->cfg.n_layers)
+        return H3_ERR(H3_ERR_INVALID, "DiT block %d does not exist (the model has %lld)", block,
+                      (long long)d->cfg.n_layers);
+    *w = &d->adaln_w[block];
+    *b = &d->adaln_b[block];
+    return H3_OK;
+}
+
+const h3_st_set *h3_dit_files(const h3_dit *d) {
+    return d->have_set ? &d->set : NULL;
+}
+
+h3_status h3_dit_set_chunk_rows(h3_dit *d, int64_t rows) {
+    if (rows < 1) return H3_ERR(H3_ERR_INVALID, "DiT: row chunks must hold at least one row, not %lld", (long long)rows);
+    if (rows != d->chunk_rows) {
+        h3_dit_release_workspace(d);
+        d->chunk_rows = rows;
+    }
+    return H3_OK;
+}
+
+int64_t h3_dit_chunk_rows(const h3_dit *d) {
+    return d->chunk_rows;
+}
+h3_place h3_dit_act_place(const h3_dit *d) {
+    return d->act_place;
+}
+h3_dtype h3_dit_act_dtype(const h3_dit *d) {
+    return d->act_dtype;
 }
 
 void h3_dit_get_stats(const h3_dit *d, h3_dit_stats *out) {

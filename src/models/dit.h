@@ -87,6 +87,8 @@ typedef struct h3_dit_open_opts {
     h3_place weight_place;      /* where weights live: HOST (mapped or owned), or DEVICE (uploaded at open, or
                                  * allocated there by h3_dit_create) */
     int64_t chunk_rows;         /* rows per FFN / fused-QKV chunk; 0: 2048 */
+    int stream_weights;         /* 1: block and AdaLN weights stay at weight_place (HOST or PINNED) while activations
+                                 * are on the device; a weight source (h3_dit_set_weight_source) brings them there */
 } h3_dit_open_opts;
 
 typedef struct h3_dit h3_dit;
@@ -157,6 +159,36 @@ typedef struct h3_dit_stats {
 } h3_dit_stats;
 void h3_dit_get_stats(const h3_dit *dit, h3_dit_stats *out);
 
+/* ---- weights supplied by a streamer (src/mem/dit_stream.h) ------------------------------------------------ */
+
+/* With a weight source attached, h3_dit_block_acquire/release and the modulation's reads of each block's AdaLN
+ * projection go through it: it returns the weights at the activation place (resident, or copied into a ring slot
+ * ahead of use) and learns when their last op is queued. */
+typedef struct h3_dit_weight_source {
+    h3_status (*acquire)(void *user, h3_exec *ex, int unit, const h3_dit_block_weights **w);
+    void (*release)(void *user, h3_exec *ex, int unit);
+    /* DiT block b's AdaLN projection: weight [18H, time_embed_dim], bias [18H] */
+    h3_status (*adaln_acquire)(void *user, h3_exec *ex, int block, const h3_tensor **w, const h3_tensor **b);
+    void (*adaln_release)(void *user, h3_exec *ex, int block);
+    int qkv_contiguous; /* the supplied fused QKV is [Q; K; V] whatever the file's order */
+    void *user;
+} h3_dit_weight_source;
+/* Attaches (or, with NULL, detaches) a source; the DiT keeps the pointer. No unit may be acquired. */
+h3_status h3_dit_set_weight_source(h3_dit *dit, const h3_dit_weight_source *src);
+/* The weights as opened (views over the file, or owned), whatever source is attached: what a streamer copies. */
+const h3_dit_block_weights *h3_dit_unit_weights(const h3_dit *dit, int unit);
+h3_status h3_dit_adaln_weights(const h3_dit *dit, int block, const h3_tensor **w, const h3_tensor **b);
+/* The modulation's access to block b's AdaLN projection (through the source when one is attached). */
+h3_status h3_dit_adaln_acquire(h3_dit *dit, h3_exec *ex, int block, const h3_tensor **w, const h3_tensor **b);
+void h3_dit_adaln_release(h3_dit *dit, h3_exec *ex, int block);
+/* The files the weights were opened from (NULL for h3_dit_create): a streamer reads them with pread. */
+const h3_st_set *h3_dit_files(const h3_dit *dit);
+/* Rows per FFN / fused-QKV / f32-island chunk (the planner's choice); frees the workspace when it changes. */
+h3_status h3_dit_set_chunk_rows(h3_dit *dit, int64_t rows);
+int64_t h3_dit_chunk_rows(const h3_dit *dit);
+h3_place h3_dit_act_place(const h3_dit *dit);
+h3_dtype h3_dit_act_dtype(const h3_dit *dit);
+
 /* ---- AdaLN modulation
  * -------------------------------------------------------------------------------------- */
 
@@ -219,6 +251,20 @@ void h3_dit_inputs_file_free(h3_dit_inputs_file *f);
 /* Activation bytes a forward allocates (its workspace) for S rows of which L text rows, Nv video and Na
  * audio; the forward's peak of H3_MEM_ACTIVATIONS equals this plus the kept modulation. */
 int64_t h3_dit_workspace_bytes(const h3_dit *dit, int64_t S, int64_t L, int64_t Nv, int64_t Na);
+
+/* What a forward and the modulation allocate at the activation place, from the arithmetic their allocations use,
+ * for a chunk of rows the caller chooses (the memory planner tries several): chunk_rows 0 takes the DiT's own;
+ * qkv_interleaved -1 takes the DiT's own (a weight source with contiguous QKV makes it 0). */
+typedef struct h3_dit_forward_mem {
+    int64_t workspace;  /* the forward's buffers, kept across forwards with the same row counts */
+    int64_t scratch;    /* the most a forward holds at once on top (device: row chunks of the f32-island GEMMs) */
+    int64_t inputs;     /* the caller's tensors: video [Nv, 96], audio [Na, 32], text [L, text_dim] f32 */
+    int64_t outputs;    /* the caller's velocities [Nv, 96], [Na, 32] f32 */
+    int64_t mod_tables; /* modulation kept for n timesteps (h3_dit_modulation_mem_of) */
+    int64_t mod_scratch; /* the most h3_dit_precompute_modulation holds at once beside the tables it builds */
+} h3_dit_forward_mem;
+void h3_dit_forward_mem_of(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
+                           int64_t Nv, int64_t Na, int n_timesteps, h3_dit_forward_mem *out);
 /* Frees the workspace (the next forward allocates it again). */
 void h3_dit_release_workspace(h3_dit *dit);
 

@@ -177,11 +177,17 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
     for (int64_t b = 0; b < L; b++) {
         /* [m, 18H] = a · Wᵀ + bias, kept as [m·3, 6H]: row t·3 + modality, six chunks of H per row. */
         h3_tensor v;
+        const h3_tensor *aw, *ab;
         int64_t s[2] = {m, 18 * H};
         H3_CHECK(act_alloc(d, &mod[b], (int64_t)m * 3, 6 * H));
         H3_CHECK(h3_tensor_reshape(&mod[b], 2, s, &v));
-        H3_CHECK_CTX(gemm_mixed(d, ex, &v, &a, &d->adaln_w[b], &d->adaln_b[b]), "AdaLN of block %lld",
-                     (long long)b);
+        H3_CHECK_CTX(h3_dit_adaln_acquire(d, ex, (int)b, &aw, &ab), "AdaLN of block %lld", (long long)b);
+        st = gemm_mixed(d, ex, &v, &a, aw, ab);
+        h3_dit_adaln_release(d, ex, (int)b);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st, "AdaLN of block %lld", (long long)b);
+            goto done;
+        }
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
     H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b), "final-layer AdaLN");
@@ -239,17 +245,74 @@ static h3_status ensure_modulation(h3_dit *d, h3_exec *ex, const float *ts, int 
 /* ---- workspace
  * ---------------------------------------------------------------------------------------------- */
 
-int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
+/* The buffers ensure_workspace allocates, for a chunk and QKV order that may differ from the DiT's (the planner). */
+static int64_t workspace_bytes(const h3_dit *d, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
+                               int64_t Nv, int64_t Na) {
     const h3_dit_config *c = &d->cfg;
     const size_t es = h3_dtype_size(d->act_dtype);
     const int64_t H = c->hidden, inner = h3_dit_inner(c), R = 6 * c->rope_freq_dim;
-    const int64_t ch = S < d->chunk_rows ? S : d->chunk_rows;
+    const int64_t ch = S < chunk_rows ? S : chunk_rows;
     int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es); /* qkv + o */
-    if (d->qkv_interleaved) b += rows_bytes(ch, 3 * inner, es);
+    if (qkv_interleaved) b += rows_bytes(ch, 3 * inner, es);
     b += rows_bytes(ch, 2 * c->ffn, es) + rows_bytes(ch, c->ffn, es);
     b += 2 * rows_bytes(S, R, sizeof(float));
     b += 2 * rows_bytes(S, 1, 4) + rows_bytes(Nv, 1, 4) + rows_bytes(Na, 1, 4) + rows_bytes(L, 1, 4);
     return b;
+}
+
+int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
+    return workspace_bytes(d, d->chunk_rows, d->qkv_interleaved, S, L, Nv, Na);
+}
+
+/* The scratch gemm_mixed allocates for x [M, K] · w [N, K]ᵀ -> y [M, N] with chunks of `chunk` rows. */
+static int64_t gemm_mixed_scratch(const h3_dit *d, int64_t chunk, h3_dtype xd, const h3_tensor *w, h3_dtype yd,
+                                  int64_t M) {
+    if (d->act_place != H3_PLACE_DEVICE || !w->data || M == 0) return 0;
+    const h3_dtype wd = w->dtype;
+    if (xd == wd && yd == wd) return 0;
+    const int64_t ch = M < chunk ? M : chunk, K = w->shape[1], N = w->shape[0];
+    const size_t es = h3_dtype_size(wd);
+    return (xd != wd ? rows_bytes(ch, K, es) : 0) + (yd != wd ? rows_bytes(ch, N, es) : 0);
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
+                           int64_t Nv, int64_t Na, int n, h3_dit_forward_mem *out) {
+    const h3_dit_config *c = &d->cfg;
+    const h3_dit_globals *g = &d->g;
+    const h3_dtype ad = d->act_dtype;
+    const int64_t ch = chunk_rows > 0 ? chunk_rows : d->chunk_rows, H = c->hidden;
+    const int il = qkv_interleaved < 0 ? d->qkv_interleaved : qkv_interleaved;
+    memset(out, 0, sizeof *out);
+    out->workspace = workspace_bytes(d, ch, il, S, L, Nv, Na);
+    /* h3_dit_forward: the input projections (f32 rows in), then the output heads (f32 velocities out); one at a
+     * time, each freeing its scratch before the next. */
+    int64_t x = 0;
+    if (Nv) x = max64(x, gemm_mixed_scratch(d, ch, H3_F32, &g->video_in_w, ad, Nv));
+    if (Na) x = max64(x, gemm_mixed_scratch(d, ch, H3_F32, &g->audio_in_w, ad, Na));
+    if (L) x = max64(x, gemm_mixed_scratch(d, ch, H3_F32, &g->text_in_w, ad, L));
+    if (Nv) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->video_out_w, H3_F32, Nv));
+    if (Na) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->audio_out_w, H3_F32, Na));
+    out->scratch = x;
+    out->inputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0) +
+                  (L ? rows_bytes(L, c->text_dim, 4) : 0);
+    out->outputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0);
+    if (n < 1) return;
+    /* h3_dit_precompute_modulation: act_alloc per block table and the final table; adaln_input's f32 buffers; one
+     * block's gemm_mixed scratch at a time. */
+    const size_t es = h3_dtype_size(ad);
+    out->mod_tables = c->n_layers * rows_bytes((int64_t)n * 3, 6 * H, es) + rows_bytes(n, 2 * H, es);
+    const int64_t a = rows_bytes(n, c->time_embed_dim, 4);
+    int64_t during_input = a;
+    if (!c->adaln_pruned)
+        during_input += rows_bytes(n, c->freq_dim, 4) + rows_bytes(n, c->time_hidden, 4);
+    int64_t during_blocks = 0;
+    if (c->n_layers > 0) during_blocks = gemm_mixed_scratch(d, ch, H3_F32, &d->adaln_w[0], ad, n);
+    during_blocks = max64(during_blocks, gemm_mixed_scratch(d, ch, H3_F32, &g->final_adaln_w, ad, n));
+    out->mod_scratch = max64(during_input, a + during_blocks);
 }
 
 void h3_dit_release_workspace(h3_dit *d) {

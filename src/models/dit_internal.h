@@ -63,6 +63,10 @@ struct h3_dit {
     h3_dit_ws ws;
     h3_dit_stats stats;
     int acquired; /* units acquired and not yet released */
+    /* streaming: block and AdaLN weights come from wsrc at the activation place */
+    int stream_weights;
+    const h3_dit_weight_source *wsrc;
+    int file_qkv_interleaved; /* qkv_interleaved as opened, restored when the source is detached */
 };
 
 /* Host data into a tensor at the activation place: the one point where host-built layout data cross over. */
