@@ -64,82 +64,30 @@ __device__ __forceinline__ void wgmma_rs_m64n128_tb(float *d, uint32_t a0, uint3
 
 #endif
 
-/* Loads rows [row0, row0 + ROWS) of a [S, ld] bf16 matrix (D columns) into the panel layout; rows past `limit` are
- * zero-filled. */
-template <int D, int ROWS>
-__device__ __forceinline__ void wg_load_tile(unsigned char *tile, const __nv_bfloat16 *g, int64_t ld, int row0,
-                                             int limit, int tid, int nthreads) {
-    constexpr int CH = D / 8;
-    for (int i = tid; i < ROWS * CH; i += nthreads) {
-        int r = i / CH, c = i % CH;
-        int row = row0 + r;
-        int ok = row < limit;
-        const __nv_bfloat16 *src = g + (int64_t)(ok ? row : 0) * ld + c * 8;
-        int panel = c >> 3, chunk = c & 7;
-        cp_async16(tile + panel * ROWS * 128 + r * 128 + ((chunk ^ (r & 7)) << 4), src, ok ? 16 : 0);
-    }
-}
+/* ---- the online softmax shared by the wgmma kernels ----------------------------------------------------------
+ * A thread holds, of its warp's 16 query rows, rows g and g+8 (row0, row1), and of a 128-key block the columns
+ * 8j + 2·t4 + {0, 1}: s[4j], s[4j+1] for row0 and s[4j+2], s[4j+3] for row1 (the wgmma accumulator layout). */
+typedef struct {
+    float m0, m1, l0, l1; /* running max (base 2, scaled) and per-thread partial sums of rows row0, row1 */
+} fa_rows;
 
-template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args a) {
-#ifndef H3_WGMMA_COMPILED
-    __trap();
-#else
-    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
-    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
-    constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2;
-    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + 2 * KB;
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
-    const int q0 = blockIdx.x * WG_BQ;
-    const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
-    const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
-    const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
-    const int shift = a.Sk - a.Sq;
-    int kend = a.Sk;
-    if (a.causal) {
-        kend = q0 + WG_BQ + shift;
-        if (kend > a.Sk) kend = a.Sk;
-        if (kend < 0) kend = 0;
-    }
-    const int nkb = (kend + WG_BK - 1) / WG_BK;
-    wg_load_tile<D, WG_BQ>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, tid, 256);
-    if (nkb > 0) {
-        wg_load_tile<D, WG_BK>(sK, K, a.ldk, 0, a.Sk, tid, 256);
-        wg_load_tile<D, WG_BK>(sV, V, a.ldv, 0, a.Sk, tid, 256);
-    }
-    cp_async_commit();
-
-    float o[64], s[64];
+/* Scales and masks the block's scores, updates the running max and sums, leaves exp2(s − max) in s, and returns
+ * the factors c0, c1 by which the accumulated outputs must shrink. `full`: no key of the block is masked for any
+ * row of the warpgroup (skips the per-element mask). */
+__device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const attn_args &a, int kbase, bool full,
+                                           int row0, int row1, int shift, int t4, float &c0, float &c1) {
+    float mx0 = r.m0, mx1 = r.m1;
+    if (full) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) o[i] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const int row0 = q0 + wg * 64 + warp * 16 + g, row1 = row0 + 8;
-
-    for (int kb = 0; kb < nkb; kb++) {
-        const int buf = kb & 1;
-        if (kb + 1 < nkb) {
-            wg_load_tile<D, WG_BK>(sK + (buf ^ 1) * KB, K, a.ldk, (kb + 1) * WG_BK, a.Sk, tid, 256);
-            wg_load_tile<D, WG_BK>(sV + (buf ^ 1) * KB, V, a.ldv, (kb + 1) * WG_BK, a.Sk, tid, 256);
+        for (int j = 0; j < 16; j++) {
+            s[4 * j] *= a.scale_log2;
+            s[4 * j + 1] *= a.scale_log2;
+            s[4 * j + 2] *= a.scale_log2;
+            s[4 * j + 3] *= a.scale_log2;
+            mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+            mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async();
-        __syncthreads();
-        const unsigned char *tK = sK + buf * KB, *tV = sV + buf * KB;
-        /* S = Q Kᵀ over D in k16 steps: panel kk/4, 32 bytes per step inside a panel */
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint64_t da = wg_desc(sQ + (kk >> 2) * WG_BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
-            uint64_t db = wg_desc(tK + (kk >> 2) * WG_BK * 128 + (kk & 3) * 32, 16, 1024);
-            wgmma_ss_m64n128(s, da, db, kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait0();
-        /* online softmax on rows row0 (s[4j], s[4j+1]) and row1 (s[4j+2], s[4j+3]) */
-        const int kbase = kb * WG_BK;
-        float mx0 = m0, mx1 = m1;
+    } else {
 #pragma unroll
         for (int j = 0; j < 16; j++) {
 #pragma unroll
@@ -153,255 +101,63 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args 
                 mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        uint32_t p[32];
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            float e0 = exp2f(s[4 * j] - b0), e1 = exp2f(s[4 * j + 1] - b0);
-            float e2 = exp2f(s[4 * j + 2] - b1), e3 = exp2f(s[4 * j + 3] - b1);
-            sum0 += e0 + e1;
-            sum1 += e2 + e3;
-            p[2 * j] = pack_bf16(e0, e1);
-            p[2 * j + 1] = pack_bf16(e2, e3);
-        }
-        l0 = l0 * c0 + sum0;
-        l1 = l1 * c1 + sum1;
-        m0 = mx0;
-        m1 = mx1;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            o[4 * j] *= c0;
-            o[4 * j + 1] *= c0;
-            o[4 * j + 2] *= c1;
-            o[4 * j + 3] *= c1;
-        }
-        /* O += P V over the 128 keys in k16 steps: A regs from S blocks 2kk, 2kk+1; V step = 16 lines */
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            uint64_t db = wg_desc(tV + kk * 16 * 128, WG_BK * 128, 1024);
-            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
-        }
-        wgmma_commit();
-        wgmma_wait0();
-        __syncthreads();
     }
-    cp_async_wait<0>();
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    c0 = mx0 == -INFINITY ? 1.0f : exp2f(r.m0 - mx0);
+    c1 = mx1 == -INFINITY ? 1.0f : exp2f(r.m1 - mx1);
+    float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        s[4 * j] = exp2f(s[4 * j] - b0);
+        s[4 * j + 1] = exp2f(s[4 * j + 1] - b0);
+        s[4 * j + 2] = exp2f(s[4 * j + 2] - b1);
+        s[4 * j + 3] = exp2f(s[4 * j + 3] - b1);
+        sum0 += s[4 * j] + s[4 * j + 1];
+        sum1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+    r.l0 = r.l0 * c0 + sum0;
+    r.l1 = r.l1 * c1 + sum1;
+    r.m0 = mx0;
+    r.m1 = mx1;
+}
+
+/* O *= c per row, and the probabilities in s rounded into the bf16 A fragment of the next P·V. */
+__device__ __forceinline__ void fa_rescale_pack(float (&o)[64], uint32_t (&p)[32], const float (&s)[64], float c0,
+                                                float c1) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        o[4 * j] *= c0;
+        o[4 * j + 1] *= c0;
+        o[4 * j + 2] *= c1;
+        o[4 * j + 3] *= c1;
+        p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
+        p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
+    }
+}
+
+/* O / l into the output rows (bf16), rows past Sq skipped. */
+__device__ __forceinline__ void fa_store(const float (&o)[64], fa_rows r, const attn_args &a, int h, int row0,
+                                         int row1, int t4) {
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 2);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 1);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
+    float inv0 = r.l0 > 0.0f ? 1.0f / r.l0 : 0.0f, inv1 = r.l1 > 0.0f ? 1.0f / r.l1 : 0.0f;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         int col = j * 8 + t4 * 2;
         if (row0 < a.Sq)
-            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
         if (row1 < a.Sq)
             *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
                 __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
     }
-
-#endif
-}
-
-static inline size_t wg_smem_bytes(int D) {
-    return (size_t)(WG_BQ + 4 * WG_BK) * D * 2 + 1024;
-}
-
-
-/* v7: the same tiles, with the softmax of block j overlapping the P·V GEMM of block j-1 inside each warpgroup
- * (S_j and PV_{j-1} are issued together; the softmax runs once S_j is done while PV_{j-1} still computes), K/V
- * triple-buffered (block j+1 loads while K_j and V_{j-1} are read), and no masking work on tiles every row sees
- * whole. Exp values stay in the S registers and are packed into the bf16 A fragment after PV_{j-1} has finished
- * reading the previous one. */
-#define WG7_STAGES 3
-
-static inline size_t wg7_smem_bytes(int D) {
-    return (size_t)(WG_BQ + 2 * WG7_STAGES * WG_BK) * D * 2 + 1024;
-}
-
-template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma7(attn_args a) {
-#ifndef H3_WGMMA_COMPILED
-    __trap();
-#else
-    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
-    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
-    constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2;
-    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + WG7_STAGES * KB;
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
-    const int q0 = blockIdx.x * WG_BQ;
-    const __nv_bfloat16 *Q = (const __nv_bfloat16 *)a.q + (int64_t)h * D;
-    const __nv_bfloat16 *K = (const __nv_bfloat16 *)a.k + (int64_t)hk * D;
-    const __nv_bfloat16 *V = (const __nv_bfloat16 *)a.v + (int64_t)hk * D;
-    const int shift = a.Sk - a.Sq;
-    int kend = a.Sk;
-    if (a.causal) {
-        kend = q0 + WG_BQ + shift;
-        if (kend > a.Sk) kend = a.Sk;
-        if (kend < 0) kend = 0;
-    }
-    const int nkb = (kend + WG_BK - 1) / WG_BK;
-    wg_load_tile<D, WG_BQ>(sQ, Q + (int64_t)q0 * a.ldq, a.ldq, 0, a.Sq - q0, tid, 256);
-    if (nkb > 0) {
-        wg_load_tile<D, WG_BK>(sK, K, a.ldk, 0, a.Sk, tid, 256);
-        wg_load_tile<D, WG_BK>(sV, V, a.ldv, 0, a.Sk, tid, 256);
-    }
-    cp_async_commit();
-
-    float o[64], s[64];
-    uint32_t p[32];
-#pragma unroll
-    for (int i = 0; i < 64; i++) o[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) p[i] = 0;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const int row0 = q0 + wg * 64 + warp * 16 + g, row1 = row0 + 8;
-    const int rowmin = q0; /* the smallest row of the block: sees the fewest keys */
-
-    /* Softmax of the block in s (scaled, masked when the tile is not full), updating m, l; returns corrections. */
-    auto softmax = [&](int kb, float &c0, float &c1) {
-        const int kbase = kb * WG_BK;
-        const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
-        float mx0 = m0, mx1 = m1;
-        if (full) {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                s[4 * j] *= a.scale_log2;
-                s[4 * j + 1] *= a.scale_log2;
-                s[4 * j + 2] *= a.scale_log2;
-                s[4 * j + 3] *= a.scale_log2;
-                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int key = kbase + j * 8 + t4 * 2 + e;
-                    bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
-                    bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
-                    s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
-                    s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
-                    mx0 = fmaxf(mx0, s[4 * j + e]);
-                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
-                }
-            }
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0);
-        c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            s[4 * j] = exp2f(s[4 * j] - b0);
-            s[4 * j + 1] = exp2f(s[4 * j + 1] - b0);
-            s[4 * j + 2] = exp2f(s[4 * j + 2] - b1);
-            s[4 * j + 3] = exp2f(s[4 * j + 3] - b1);
-            sum0 += s[4 * j] + s[4 * j + 1];
-            sum1 += s[4 * j + 2] + s[4 * j + 3];
-        }
-        l0 = l0 * c0 + sum0;
-        l1 = l1 * c1 + sum1;
-        m0 = mx0;
-        m1 = mx1;
-    };
-    auto rescale_pack = [&](float c0, float c1) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            o[4 * j] *= c0;
-            o[4 * j + 1] *= c0;
-            o[4 * j + 2] *= c1;
-            o[4 * j + 3] *= c1;
-            p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
-            p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
-        }
-    };
-    auto issue_s = [&](int kb) {
-        const unsigned char *tK = sK + (kb % WG7_STAGES) * KB;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint64_t da = wg_desc(sQ + (kk >> 2) * WG_BQ * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
-            uint64_t db = wg_desc(tK + (kk >> 2) * WG_BK * 128 + (kk & 3) * 32, 16, 1024);
-            wgmma_ss_m64n128(s, da, db, kk > 0);
-        }
-        wgmma_commit();
-    };
-    auto issue_pv = [&](int kb) {
-        const unsigned char *tV = sV + (kb % WG7_STAGES) * KB;
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            uint64_t db = wg_desc(tV + kk * 16 * 128, WG_BK * 128, 1024);
-            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
-        }
-        wgmma_commit();
-    };
-    auto next_loads = [&](int kb) { /* group kb+1, then wait for group kb and make it visible to wgmma */
-        if (kb + 1 < nkb) {
-            const int nb = (kb + 1) % WG7_STAGES;
-            wg_load_tile<D, WG_BK>(sK + nb * KB, K, a.ldk, (kb + 1) * WG_BK, a.Sk, tid, 256);
-            wg_load_tile<D, WG_BK>(sV + nb * KB, V, a.ldv, (kb + 1) * WG_BK, a.Sk, tid, 256);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async();
-        __syncthreads();
-    };
-
-    if (nkb > 0) {
-        float c0, c1;
-        next_loads(0);
-        wgmma_fence();
-        issue_s(0);
-        wgmma_wait0();
-        softmax(0, c0, c1);
-        rescale_pack(c0, c1);
-        for (int kb = 1; kb < nkb; kb++) {
-            next_loads(kb);
-            wgmma_fence();
-            issue_s(kb);
-            issue_pv(kb - 1);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            softmax(kb, c0, c1);
-            wgmma_wait0(); /* PV_{kb-1} done: O may be rescaled and the A fragment rewritten */
-            rescale_pack(c0, c1);
-            __syncthreads(); /* every warpgroup is done with V_{kb-1}: its buffer may be refilled */
-        }
-        wgmma_fence();
-        issue_pv(nkb - 1);
-        wgmma_wait0();
-    }
-    cp_async_wait<0>();
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        int col = j * 8 + t4 * 2;
-        if (row0 < a.Sq)
-            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-        if (row1 < a.Sq)
-            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
-                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-    }
-#endif
 }
 
 /* Whether the running GPU executes the sm_90a image (the only one with wgmma in it). */
@@ -560,72 +316,15 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < 64; i++) o[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) p[i] = 0;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    fa_rows rs = {-INFINITY, -INFINITY, 0.0f, 0.0f};
     const int row0 = q0 + cw * 64 + warp * 16 + g, row1 = row0 + 8;
     const int rowmin = q0 + cw * 64;
-
     auto softmax = [&](int kb, float &c0, float &c1) {
         const int kbase = kb * WG_BK;
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
-        float mx0 = m0, mx1 = m1;
-        if (full) {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                s[4 * j] *= a.scale_log2;
-                s[4 * j + 1] *= a.scale_log2;
-                s[4 * j + 2] *= a.scale_log2;
-                s[4 * j + 3] *= a.scale_log2;
-                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int key = kbase + j * 8 + t4 * 2 + e;
-                    bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
-                    bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
-                    s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
-                    s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
-                    mx0 = fmaxf(mx0, s[4 * j + e]);
-                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
-                }
-            }
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0);
-        c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            s[4 * j] = exp2f(s[4 * j] - b0);
-            s[4 * j + 1] = exp2f(s[4 * j + 1] - b0);
-            s[4 * j + 2] = exp2f(s[4 * j + 2] - b1);
-            s[4 * j + 3] = exp2f(s[4 * j + 3] - b1);
-            sum0 += s[4 * j] + s[4 * j + 1];
-            sum1 += s[4 * j + 2] + s[4 * j + 3];
-        }
-        l0 = l0 * c0 + sum0;
-        l1 = l1 * c1 + sum1;
-        m0 = mx0;
-        m1 = mx1;
+        fa_softmax(s, rs, a, kbase, full, row0, row1, shift, t4, c0, c1);
     };
-    auto rescale_pack = [&](float c0, float c1) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            o[4 * j] *= c0;
-            o[4 * j + 1] *= c0;
-            o[4 * j + 2] *= c1;
-            o[4 * j + 3] *= c1;
-            p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
-            p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
-        }
-    };
+    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack(o, p, s, c0, c1); };
     auto issue_s = [&](int kb) {
         const unsigned char *tK = sK + (kb % WG8_STAGES) * KB;
 #pragma unroll
@@ -680,21 +379,7 @@ __global__ void __launch_bounds__(384, 1)
         issue_pv(nkb - 1);
         wgmma_wait0();
     }
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        int col = j * 8 + t4 * 2;
-        if (row0 < a.Sq)
-            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-        if (row1 < a.Sq)
-            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
-                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-    }
+    fa_store(o, rs, a, h, row0, row1, t4);
 #endif
 }
 
