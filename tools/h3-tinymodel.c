@@ -1,9 +1,10 @@
 /* h3-tinymodel: writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout, for tests and for
  * trying h3run without the 135 GB release.
  *
- *   h3-tinymodel [--seed N] [--tokenizer FILE] [--force] DIR
+ *   h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR
  *
- * DIR receives what `h3run generate --model DIR` reads, in the release's folders, names, dtypes and configs:
+ * With --layout official (the default) DIR receives what `h3run generate --model DIR` reads, in the release's
+ * folders, names, dtypes and configs:
  *
  *   transformer/   config.json (official keys), 2 shards + model.safetensors.index.json: the DiT with hidden 64,
  *                  2 heads x 128 (RoPE on the first 96 channels, 16 frequencies per axis), FFN 128, 4 blocks,
@@ -15,12 +16,20 @@
  *   tokenizer/     tokenizer.json + tokenizer_config.json (see below)
  *   video_vae/     config.json (the release's latents_mean/std, 17-frame clips, 256 px tiles with 64 px overlap)
  *                  + source/config.json + source/model.safetensors: the ViT decoder with the release's geometry
- *                  (16 x 16 pixels and 4 frames per latent) at hidden 64 (2 heads x 32), FFN 256, 2 blocks; f32
+ *                  (16 x 16 pixels and 4 frames per latent) and heads (64 channels, 48 rotated) at hidden 128
+ *                  (2 heads), FFN 512, 2 blocks; f32
  *   audio_vae/     config.json + metadata.json + model.safetensors: the BigVGAN decoder with the release's rates
  *                  (5,5,2,2,2,2,2: 800 samples per latent at 32 kHz), kernels, AMP blocks and anti-aliased SnakeBeta,
  *                  128 initial channels, weight-normalized convolutions as stored in the release; f32
  *
  * Only the decoders of the VAEs are written: text-to-video-with-audio never encodes pixels or sound.
+ *
+ * With --layout comfy DIR looks like a ComfyUI installation holding ComfyUI's repackaged files (`h3run generate
+ * --model DIR/models`): models/diffusion_models/ (the DiT in one file, its config in the "config" metadata),
+ * models/text_encoders/ (the text stack in ComfyUI's names, truncated to 50 layers, no norm or lm_head), models/vae/
+ * (the video VAE in f16 with its statistics in the "minimax_h3_video_vae" metadata; the audio VAE with folded weight
+ * norm and latents_mean/latents_std tensors) and the tokenizer where ComfyUI keeps it,
+ * comfy/text_encoders/qwen25_tokenizer/. Same sizes; its own random weights.
  *
  * The tokenizer. The default is a small byte-level BPE in Qwen2's tokenizer.json format: the release's normalizer
  * (NFC), pre-tokenizer (Qwen's split pattern + ByteLevel) and byte alphabet, the 256 byte symbols, merges learned by
@@ -51,6 +60,7 @@
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "pipeline/generate.h"
 
 /* ---- sizes of the reduced model --------------------------------------------------------------------------------- */
 
@@ -58,12 +68,14 @@ enum {
     DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_HEAD_DIM = 128, DIT_FFN = 128, DIT_LAYERS = 4, DIT_REFINER = 2,
     DIT_FREQ = 256, DIT_TIME_HIDDEN = 64, DIT_TEMB = 32, DIT_ROPE = 16,
     TE_HIDDEN = 64, TE_HEADS = 4, TE_KV_HEADS = 2, TE_HEAD_DIM = 32, TE_FFN = 128, TE_LAYERS = 64,
-    VV_HIDDEN = 64, VV_HEADS = 2, VV_LAYERS = 2, VV_FFN = 256, VV_REGISTERS = 4, VV_PATCH = 16, VV_PATCH_T = 4,
+    VV_HIDDEN = 128, VV_HEADS = 2, VV_LAYERS = 2, VV_FFN = 512, VV_REGISTERS = 4, VV_PATCH = 16, VV_PATCH_T = 4,
+    TE_COMFY_LAYERS = 50,
     AV_LATENT_DIM = 64, AV_DECODER_DIM = 128,
     BPE_MERGES = 1200,
 };
 static const int k_av_rates[7] = {5, 5, 2, 2, 2, 2, 2}, k_av_kernels[7] = {9, 9, 4, 4, 4, 4, 4};
 static const int k_av_res_kernels[3] = {3, 7, 11};
+static int g_comfy; /* --layout comfy */
 
 /* ---- random values ---------------------------------------------------------------------------------------------- */
 
@@ -146,14 +158,15 @@ static void put(wfile *f, h3_dtype dt, const char *name, int nd, const int64_t *
         v[i] = how.values ? how.values[i] : (float)(how.offset + how.scale * u);
     }
     void *data = v;
-    if (dt == H3_BF16) {
+    if (dt == H3_BF16 || dt == H3_F16) {
         uint16_t *b = h3_malloc((size_t)(n > 0 ? n : 1) * 2, H3_MEM_OTHER);
         if (!b) {
             h3_free(v);
             f->st = H3_ERR(H3_ERR_NOMEM, "out of memory for %s", name);
             return;
         }
-        h3_convert_f32_to_bf16(v, b, (size_t)n);
+        if (dt == H3_BF16) h3_convert_f32_to_bf16(v, b, (size_t)n);
+        else h3_convert_f32_to_f16(v, b, (size_t)n);
         h3_free(v);
         data = b;
     }
@@ -201,8 +214,17 @@ static h3_status wf_write(wfile *f, const char *dir, const char *file) {
 
 /* ---- small files ------------------------------------------------------------------------------------------------ */
 
+/* Creates dir and the folders above it that are missing. */
 static h3_status mkdir_p(const char *dir) {
     if (h3_path_is_dir(dir)) return H3_OK;
+    const char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        char *up = h3_strndup(dir, (size_t)(slash - dir));
+        if (!up) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        h3_status st = mkdir_p(up);
+        h3_free(up);
+        H3_TRY(st);
+    }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
     return H3_OK;
@@ -278,69 +300,87 @@ static void dit_block(wfile *f, const char *p, int adaln) {
 #undef NM
 }
 
+static json_t *dit_config(void) {
+    const int64_t H = DIT_HIDDEN;
+    return json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:[I,I,I],s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}",
+                     "_class_name", "MiniMaxH3DiTModel", "hidden_size", (json_int_t)H, "num_layers",
+                     (json_int_t)DIT_LAYERS, "token_refiner_num_layers", (json_int_t)DIT_REFINER,
+                     "num_attention_heads", (json_int_t)DIT_HEADS, "attention_head_dim", (json_int_t)DIT_HEAD_DIM,
+                     "ffn_hidden_size", (json_int_t)DIT_FFN, "latents_dim", (json_int_t)24, "audio_latents_dim",
+                     (json_int_t)32, "patch_size", (json_int_t)1, (json_int_t)2, (json_int_t)2, "text_dim",
+                     (json_int_t)TE_HIDDEN, "timestep_input_dim", (json_int_t)DIT_FREQ, "time_embed_hidden_size",
+                     (json_int_t)DIT_TIME_HIDDEN, "time_embed_dim", (json_int_t)DIT_TEMB, "adaln_out_features",
+                     (json_int_t)(18 * H), "final_adaln_out_features", (json_int_t)(2 * H), "rope_inv_freq_len",
+                     (json_int_t)DIT_ROPE, "norm_eps", 1e-5, "qk_norm_eps", 1e-5, "final_norm_eps", 1e-5);
+}
+
+/* Official: transformer/ with config.json, 2 shards and their index. ComfyUI: one file in
+ * models/diffusion_models/ with the config in its "config" metadata. */
 static h3_status write_dit(const char *root, uint64_t seed, int64_t *params) {
     const int64_t H = DIT_HIDDEN;
     h3_status st = H3_OK;
-    char *dir = h3_path_join(root, "transformer");
-    json_t *map = json_object(), *index = NULL, *cfg = NULL;
+    char *dir = h3_path_join(root, g_comfy ? "models/diffusion_models" : "transformer"), *meta = NULL;
+    json_t *map = g_comfy ? NULL : json_object(), *index = NULL, *cfg = NULL;
     wfile a, b;
     wf_init(&a, seed, map, "model-00001-of-00002.safetensors");
     wf_init(&b, seed, map, "model-00002-of-00002.safetensors");
-    if (!dir || !map) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    wfile *fa = &a, *fb = g_comfy ? &a : &b;
+    if (!dir || (!g_comfy && !map)) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(mkdir_p(dir));
     /* Shard 1: the input side, the refiner and the first half of the blocks; shard 2: the rest. */
-    put2(&a, H3_F32, "video_patch_proj.weight", H, 96, LIN(96, 1.0));
-    put1(&a, H3_F32, "video_patch_proj.bias", H, U(0.02));
-    put2(&a, H3_F32, "audio_patch_proj.weight", H, 32, LIN(32, 1.0));
-    put1(&a, H3_F32, "audio_patch_proj.bias", H, U(0.02));
-    put2(&a, H3_BF16, "condition_proj.weight", H, TE_HIDDEN, LIN(TE_HIDDEN, 1.0));
-    put1(&a, H3_BF16, "condition_proj.bias", H, U(0.02));
-    put2(&a, H3_F32, "time_embedder.proj_in.weight", DIT_TIME_HIDDEN, DIT_FREQ, LIN(DIT_FREQ, 1.0));
-    put1(&a, H3_F32, "time_embedder.proj_in.bias", DIT_TIME_HIDDEN, U(0.02));
-    put2(&a, H3_F32, "time_embedder.proj_out.weight", DIT_TEMB, DIT_TIME_HIDDEN, LIN(DIT_TIME_HIDDEN, 1.0));
-    put1(&a, H3_F32, "time_embedder.proj_out.bias", DIT_TEMB, U(0.02));
+    put2(fa, H3_F32, "video_patch_proj.weight", H, 96, LIN(96, 1.0));
+    put1(fa, H3_F32, "video_patch_proj.bias", H, U(0.02));
+    put2(fa, H3_F32, "audio_patch_proj.weight", H, 32, LIN(32, 1.0));
+    put1(fa, H3_F32, "audio_patch_proj.bias", H, U(0.02));
+    put2(fa, H3_BF16, "condition_proj.weight", H, TE_HIDDEN, LIN(TE_HIDDEN, 1.0));
+    put1(fa, H3_BF16, "condition_proj.bias", H, U(0.02));
+    put2(fa, H3_F32, "time_embedder.proj_in.weight", DIT_TIME_HIDDEN, DIT_FREQ, LIN(DIT_FREQ, 1.0));
+    put1(fa, H3_F32, "time_embedder.proj_in.bias", DIT_TIME_HIDDEN, U(0.02));
+    put2(fa, H3_F32, "time_embedder.proj_out.weight", DIT_TEMB, DIT_TIME_HIDDEN, LIN(DIT_TIME_HIDDEN, 1.0));
+    put1(fa, H3_F32, "time_embedder.proj_out.bias", DIT_TEMB, U(0.02));
     float inv_freq[DIT_ROPE];
     for (int k = 0; k < DIT_ROPE; k++) inv_freq[k] = (float)(1.0 / pow(10000.0, (2.0 * k) / (2.0 * DIT_ROPE)));
-    put1(&a, H3_F32, "rope.inv_freq", DIT_ROPE, VALUES(inv_freq));
+    put1(fa, H3_F32, "rope.inv_freq", DIT_ROPE, VALUES(inv_freq));
     char p[96];
     for (int i = 0; i < DIT_REFINER; i++) {
         snprintf(p, sizeof p, "token_refiner.blocks.%d.", i);
-        dit_block(&a, p, 0);
+        dit_block(fa, p, 0);
     }
-    put1(&a, H3_BF16, "token_refiner.final_norm.weight", H, AROUND(1.0, 0.05));
+    put1(fa, H3_BF16, "token_refiner.final_norm.weight", H, AROUND(1.0, 0.05));
     for (int i = 0; i < DIT_LAYERS; i++) {
         snprintf(p, sizeof p, "blocks.%d.", i);
-        dit_block(i < DIT_LAYERS / 2 ? &a : &b, p, 1);
+        dit_block(i < DIT_LAYERS / 2 ? fa : fb, p, 1);
     }
-    put1(&b, H3_BF16, "final_layer.norm.weight", H, AROUND(1.0, 0.05));
-    put2(&b, H3_BF16, "final_layer.adaln_proj.linear.weight", 2 * H, DIT_TEMB, LIN(DIT_TEMB, 0.2));
-    put1(&b, H3_BF16, "final_layer.adaln_proj.linear.bias", 2 * H, U(0.1));
-    put2(&b, H3_F32, "final_layer.video_out.weight", 96, H, LIN(H, 1.0));
-    put1(&b, H3_F32, "final_layer.video_out.bias", 96, U(0.02));
-    put2(&b, H3_F32, "final_layer.audio_out.weight", 32, H, LIN(H, 1.0));
-    put1(&b, H3_F32, "final_layer.audio_out.bias", 32, U(0.02));
+    put1(fb, H3_BF16, "final_layer.norm.weight", H, AROUND(1.0, 0.05));
+    put2(fb, H3_BF16, "final_layer.adaln_proj.linear.weight", 2 * H, DIT_TEMB, LIN(DIT_TEMB, 0.2));
+    put1(fb, H3_BF16, "final_layer.adaln_proj.linear.bias", 2 * H, U(0.1));
+    put2(fb, H3_F32, "final_layer.video_out.weight", 96, H, LIN(H, 1.0));
+    put1(fb, H3_F32, "final_layer.video_out.bias", 96, U(0.02));
+    put2(fb, H3_F32, "final_layer.audio_out.weight", 32, H, LIN(H, 1.0));
+    put1(fb, H3_F32, "final_layer.audio_out.bias", 32, U(0.02));
+    if (g_comfy) {
+        cfg = dit_config();
+        if (!cfg) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        H3_CHECK(h3_json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER, &meta));
+        if (a.st == H3_OK) a.st = h3_st_writer_meta(a.w, "config", meta);
+        H3_CHECK(wf_write(&a, dir, "minimax_h3_fl2va_tiny_bf16.safetensors"));
+        *params = a.params;
+        goto done;
+    }
     H3_CHECK(wf_write(&a, dir, a.file));
     H3_CHECK(wf_write(&b, dir, b.file));
     *params = a.params + b.params;
     index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)(a.bytes + b.bytes), "weight_map", map);
     H3_CHECK(write_json(dir, "model.safetensors.index.json", index));
     index = NULL;
-    cfg = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:[I,I,I],s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}",
-                    "_class_name", "MiniMaxH3DiTModel", "hidden_size", (json_int_t)H, "num_layers",
-                    (json_int_t)DIT_LAYERS, "token_refiner_num_layers", (json_int_t)DIT_REFINER, "num_attention_heads",
-                    (json_int_t)DIT_HEADS, "attention_head_dim", (json_int_t)DIT_HEAD_DIM, "ffn_hidden_size",
-                    (json_int_t)DIT_FFN, "latents_dim", (json_int_t)24, "audio_latents_dim", (json_int_t)32,
-                    "patch_size", (json_int_t)1, (json_int_t)2, (json_int_t)2, "text_dim", (json_int_t)TE_HIDDEN,
-                    "timestep_input_dim", (json_int_t)DIT_FREQ, "time_embed_hidden_size", (json_int_t)DIT_TIME_HIDDEN,
-                    "time_embed_dim", (json_int_t)DIT_TEMB, "adaln_out_features", (json_int_t)(18 * H),
-                    "final_adaln_out_features", (json_int_t)(2 * H), "rope_inv_freq_len", (json_int_t)DIT_ROPE,
-                    "norm_eps", 1e-5, "qk_norm_eps", 1e-5, "final_norm_eps", 1e-5);
+    cfg = dit_config();
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
 done:
     json_decref(index);
     json_decref(cfg);
     json_decref(map);
+    h3_free(meta);
     wf_free(&a);
     wf_free(&b);
     h3_free(dir);
@@ -349,21 +389,26 @@ done:
 
 /* ---- text encoder (transformers' Qwen3VLForConditionalGeneration names) ---------------------------------------- */
 
+/* Official: text_encoder/ with config.json and transformers' names, 64 layers, norm and lm_head. ComfyUI: one file in
+ * models/text_encoders/, ComfyUI's names (model.layers.N.*), truncated to 50 layers, no norm, no lm_head, no config. */
 static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t vocab, int64_t *params) {
     const int64_t C = TE_HIDDEN, D = TE_HEAD_DIM, F = TE_FFN;
+    const int layers = g_comfy ? TE_COMFY_LAYERS : TE_LAYERS;
+    const char *pre = g_comfy ? "model." : "model.language_model.";
     h3_status st = H3_OK;
-    char *dir = h3_path_join(root, "text_encoder");
+    char *dir = h3_path_join(root, g_comfy ? "models/text_encoders" : "text_encoder");
     json_t *cfg = NULL;
     wfile f;
     wf_init(&f, seed, NULL, NULL);
     if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(mkdir_p(dir));
-    put2(&f, H3_BF16, "model.language_model.embed_tokens.weight", vocab, C, U(sqrt(3.0)));
+    char n[160];
+    snprintf(n, sizeof n, "%sembed_tokens.weight", pre);
+    put2(&f, H3_BF16, n, vocab, C, U(sqrt(3.0)));
     /* Residual branches scaled by 1/sqrt(2 * layers): the stream stays near unit size through the stack. */
     const double branch = 1.0 / sqrt(2.0 * TE_LAYERS);
-    char n[160];
-    for (int i = 0; i < TE_LAYERS; i++) {
-#define NM(s) (snprintf(n, sizeof n, "model.language_model.layers.%d.%s", i, s), n)
+    for (int i = 0; i < layers; i++) {
+#define NM(s) (snprintf(n, sizeof n, "%slayers.%d.%s", pre, i, s), n)
         put1(&f, H3_BF16, NM("input_layernorm.weight"), C, AROUND(1.0, 0.05));
         put1(&f, H3_BF16, NM("post_attention_layernorm.weight"), C, AROUND(1.0, 0.05));
         put2(&f, H3_BF16, NM("self_attn.q_proj.weight"), TE_HEADS * D, C, LIN(C, 1.0));
@@ -376,6 +421,14 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         put2(&f, H3_BF16, NM("mlp.up_proj.weight"), F, C, LIN(C, 1.0));
         put2(&f, H3_BF16, NM("mlp.down_proj.weight"), C, F, LIN(F, 2.0 * branch));
 #undef NM
+    }
+    if (g_comfy) {
+        if (f.st == H3_OK)
+            f.st = h3_st_writer_meta(f.w, "minimax_h3_te",
+                                     "{\"num_hidden_layers\": 50, \"output\": \"unnormalized_hidden_after_layer_50\"}");
+        H3_CHECK(wf_write(&f, dir, "qwen3vl_tiny_minimax_h3_bf16.safetensors"));
+        *params = f.params;
+        goto done;
     }
     put1(&f, H3_BF16, "model.language_model.norm.weight", C, AROUND(1.0, 0.05));
     put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
@@ -664,7 +717,7 @@ done:
 }
 
 static h3_status write_tokenizer(const char *root, const char *from, int64_t *n_ids) {
-    char *dir = h3_path_join(root, "tokenizer");
+    char *dir = h3_path_join(root, g_comfy ? "comfy/text_encoders/qwen25_tokenizer" : "tokenizer");
     if (!dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = mkdir_p(dir);
     if (st == H3_OK) st = from ? write_given_tokenizer(dir, from, n_ids) : write_small_tokenizer(dir, n_ids);
@@ -679,10 +732,13 @@ static h3_status write_tokenizer(const char *root, const char *from, int64_t *n_
 
 /* ---- video VAE (official video_vae/ folder) --------------------------------------------------------------------- */
 
+/* Official: video_vae/ with its config and source/{config.json, model.safetensors}, f32. ComfyUI: one f16 file in
+ * models/vae/ with the statistics and clip geometry in its "minimax_h3_video_vae" metadata. */
 static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *params) {
     const int64_t C = 24, dim = VV_HIDDEN, I = VV_FFN, P = 3 * VV_PATCH_T * VV_PATCH * VV_PATCH;
+    const h3_dtype dt = g_comfy ? H3_F16 : H3_F32;
     h3_status st = H3_OK;
-    char *dir = h3_path_join(root, "video_vae"), *src = NULL;
+    char *dir = h3_path_join(root, g_comfy ? "models/vae" : "video_vae"), *src = NULL, *meta = NULL;
     json_t *cfg = NULL;
     float *proj = NULL;
     wfile f;
@@ -691,32 +747,32 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     src = h3_path_join(dir, "source");
     if (!src) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(mkdir_p(dir));
-    H3_CHECK(mkdir_p(src));
+    if (!g_comfy) H3_CHECK(mkdir_p(src));
     int64_t pq[5] = {C, C, 1, 1, 1};
-    put(&f, H3_F32, "post_quant_conv.weight", 5, pq, LIN(C, 1.0));
-    put1(&f, H3_F32, "post_quant_conv.bias", C, U(0.02));
-    put2(&f, H3_F32, "decoder.x_embedder.weight", dim, C, LIN(C, 1.0));
-    put1(&f, H3_F32, "decoder.x_embedder.bias", dim, U(0.02));
-    put3(&f, H3_F32, "decoder.register_tokens", 1, VV_REGISTERS, dim, U(1.0));
+    put(&f, dt, "post_quant_conv.weight", 5, pq, LIN(C, 1.0));
+    put1(&f, dt, "post_quant_conv.bias", C, U(0.02));
+    put2(&f, dt, "decoder.x_embedder.weight", dim, C, LIN(C, 1.0));
+    put1(&f, dt, "decoder.x_embedder.bias", dim, U(0.02));
+    put3(&f, dt, "decoder.register_tokens", 1, VV_REGISTERS, dim, U(1.0));
     char n[160];
     for (int i = 0; i < VV_LAYERS; i++) {
 #define NM(s) (snprintf(n, sizeof n, "decoder.transformer_blocks.%d.%s", i, s), n)
-        put1(&f, H3_F32, NM("norm1.weight"), dim, AROUND(1.0, 0.05));
-        put1(&f, H3_F32, NM("norm2.weight"), dim, AROUND(1.0, 0.05));
-        put1(&f, H3_F32, NM("scale1"), dim, U(0.3));
-        put1(&f, H3_F32, NM("scale2"), dim, U(0.3));
-        put2(&f, H3_F32, NM("attn.to_qkv.weight"), 3 * dim, dim, LIN(dim, 1.0));
-        put1(&f, H3_F32, NM("attn.to_qkv.bias"), 3 * dim, U(0.02));
-        put2(&f, H3_F32, NM("attn.to_out.weight"), dim, dim, LIN(dim, 1.0));
-        put1(&f, H3_F32, NM("attn.to_out.bias"), dim, U(0.02));
-        put2(&f, H3_F32, NM("ff.w1.weight"), 2 * I, dim, LIN(dim, 1.0));
-        put1(&f, H3_F32, NM("ff.w1.bias"), 2 * I, U(0.02));
-        put2(&f, H3_F32, NM("ff.w2.weight"), dim, I, LIN(I, 1.0));
-        put1(&f, H3_F32, NM("ff.w2.bias"), dim, U(0.02));
+        put1(&f, dt, NM("norm1.weight"), dim, AROUND(1.0, 0.05));
+        put1(&f, dt, NM("norm2.weight"), dim, AROUND(1.0, 0.05));
+        put1(&f, dt, NM("scale1"), dim, U(0.3));
+        put1(&f, dt, NM("scale2"), dim, U(0.3));
+        put2(&f, dt, NM("attn.to_qkv.weight"), 3 * dim, dim, LIN(dim, 1.0));
+        put1(&f, dt, NM("attn.to_qkv.bias"), 3 * dim, U(0.02));
+        put2(&f, dt, NM("attn.to_out.weight"), dim, dim, LIN(dim, 1.0));
+        put1(&f, dt, NM("attn.to_out.bias"), dim, U(0.02));
+        put2(&f, dt, NM("ff.w1.weight"), 2 * I, dim, LIN(dim, 1.0));
+        put1(&f, dt, NM("ff.w1.bias"), 2 * I, U(0.02));
+        put2(&f, dt, NM("ff.w2.weight"), dim, I, LIN(I, 1.0));
+        put1(&f, dt, NM("ff.w2.bias"), dim, U(0.02));
 #undef NM
     }
-    put1(&f, H3_F32, "decoder.norm_out.weight", dim, AROUND(1.0, 0.05));
-    put1(&f, H3_F32, "decoder.norm_out.bias", dim, U(0.02));
+    put1(&f, dt, "decoder.norm_out.weight", dim, AROUND(1.0, 0.05));
+    put1(&f, dt, "decoder.norm_out.bias", dim, U(0.02));
     /* The output projection draws each latent as a smooth 16 x 16 patch (random mixtures of the lowest 3 x 3 cosines
      * per colour) rather than as pixel noise, so the frames of the reduced model show shapes and colours. Row
      * ((c * 4 + t) * 16 + y) * 16 + x is pixel (y, x) of frame t, colour c, as the decoder unpatchifies it. */
@@ -743,14 +799,23 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
             }
         }
     }
-    put2(&f, H3_F32, "decoder.proj_out.weight", P, dim, VALUES(proj));
-    put1(&f, H3_F32, "decoder.proj_out.bias", P, U(0.05));
-    H3_CHECK(wf_write(&f, src, "model.safetensors"));
-    h3_free(proj);
-    proj = NULL;
-    *params = f.params;
+    put2(&f, dt, "decoder.proj_out.weight", P, dim, VALUES(proj));
+    put1(&f, dt, "decoder.proj_out.bias", P, U(0.05));
     h3_video_vae_config rel; /* the release's latent statistics */
     h3_video_vae_default_config(&rel);
+    if (g_comfy) {
+        cfg = json_pack("{s:o,s:o,s:i,s:i,s:i,s:i}", "latents_mean", float_array(rel.latents_mean, (int)C),
+                        "latents_std", float_array(rel.latents_std, (int)C), "vae_clip_length", 17, "vae_token_drop",
+                        3, "vae_tile_size", 256, "vae_tile_overlap_min", 64);
+        if (!cfg) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        H3_CHECK(h3_json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER, &meta));
+        if (f.st == H3_OK) f.st = h3_st_writer_meta(f.w, "minimax_h3_video_vae", meta);
+        H3_CHECK(wf_write(&f, dir, "minimax_h3_video_vae_tiny_fp16.safetensors"));
+        *params = f.params;
+        goto done;
+    }
+    H3_CHECK(wf_write(&f, src, "model.safetensors"));
+    *params = f.params;
     cfg = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:i,s:i,s:i,s:i}", "_class_name", "MiniMaxH3VideoVAE", "source_path",
                     "source", "source_safetensors_path", "model.safetensors", "latent_channels", (int)C,
                     "latents_mean", float_array(rel.latents_mean, (int)C), "latents_std",
@@ -776,6 +841,7 @@ done:
     json_decref(cfg);
     wf_free(&f);
     h3_free(proj);
+    h3_free(meta);
     h3_free(src);
     h3_free(dir);
     return st;
@@ -787,10 +853,15 @@ done:
  * and weight_v [out, in, k] (its direction); ConvTranspose1d stores [in, out, k] with the norm per input channel. */
 static void wn_conv(wfile *f, const char *base, int64_t d0, int64_t d1, int64_t k, double g, int bias, int64_t nb) {
     char n[200];
-    snprintf(n, sizeof n, "%s.weight_g", base);
-    put3(f, H3_F32, n, d0, 1, 1, AROUND(g, 0.1 * g));
-    snprintf(n, sizeof n, "%s.weight_v", base);
-    put3(f, H3_F32, n, d0, d1, k, U(1.0));
+    if (g_comfy) { /* ComfyUI stores the folded weight: each filter of norm about g */
+        snprintf(n, sizeof n, "%s.weight", base);
+        put3(f, H3_F32, n, d0, d1, k, U(g * sqrt(3.0 / (double)(d1 * k))));
+    } else {
+        snprintf(n, sizeof n, "%s.weight_g", base);
+        put3(f, H3_F32, n, d0, 1, 1, AROUND(g, 0.1 * g));
+        snprintf(n, sizeof n, "%s.weight_v", base);
+        put3(f, H3_F32, n, d0, d1, k, U(1.0));
+    }
     if (bias) {
         snprintf(n, sizeof n, "%s.bias", base);
         put1(f, H3_F32, n, nb, U(0.02));
@@ -809,9 +880,11 @@ static void snake(wfile *f, const char *base, int64_t ch, const float *kaiser) {
     put3(f, H3_F32, n, 1, 1, 12, VALUES(kaiser));
 }
 
+/* Official: audio_vae/ with config.json, metadata.json and weight-normalized convolutions. ComfyUI: one file in
+ * models/vae/ with the weight norm folded and latents_mean/latents_std as tensors. */
 static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *params) {
     h3_status st = H3_OK;
-    char *dir = h3_path_join(root, "audio_vae");
+    char *dir = h3_path_join(root, g_comfy ? "models/vae" : "audio_vae");
     json_t *cfg = NULL;
     wfile f;
     wf_init(&f, seed, NULL, NULL);
@@ -843,14 +916,21 @@ static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *param
     }
     snake(&f, "decoder.activation_post", ch, kaiser);
     wn_conv(&f, "decoder.conv_post", 1, ch, 7, 0.15, 0, 0);
-    H3_CHECK(wf_write(&f, dir, "model.safetensors"));
-    *params = f.params;
     float mean[32], sd[32];
     uint64_t s = seed ^ 0xA0D10ull;
     for (int k = 0; k < 32; k++) {
         mean[k] = (float)((double)(splitmix64(&s) >> 11) / 9007199254740992.0 * 0.4 - 0.2);
         sd[k] = (float)(0.8 + (double)(splitmix64(&s) >> 11) / 9007199254740992.0 * 0.4);
     }
+    if (g_comfy) {
+        put1(&f, H3_F32, "latents_mean", 32, VALUES(mean));
+        put1(&f, H3_F32, "latents_std", 32, VALUES(sd));
+        H3_CHECK(wf_write(&f, dir, "minimax_h3_audio_vae_tiny_fp32.safetensors"));
+        *params = f.params;
+        goto done;
+    }
+    H3_CHECK(wf_write(&f, dir, "model.safetensors"));
+    *params = f.params;
     cfg = json_pack("{s:s,s:i,s:i,s:s,s:s,s:s,s:i,s:o,s:o}", "_class_name", "MiniMaxH3AudioVAE", "output_channel", 2,
                     "sample_rate", 32000, "source_config_path", "config.yaml", "source_metadata_path", "metadata.json",
                     "source_safetensors_path", "model.safetensors", "latent_channels", 32, "latents_mean",
@@ -873,7 +953,9 @@ done:
 
 /* ---- the check: every component opens with h3run's readers ------------------------------------------------------ */
 
+/* Finds the components as `h3run generate` does and opens each with h3run's readers. */
 static h3_status check_model(const char *root) {
+    h3_model_files mf;
     h3_dit *d = NULL;
     h3_text_encoder *te = NULL;
     h3_tokenizer *tok = NULL;
@@ -881,21 +963,29 @@ static h3_status check_model(const char *root) {
     h3_audio_vae *av = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    h3_status st = H3_OK;
-    H3_CHECK_CTX(h3_dit_open(root, NULL, &d), "checking the DiT");
-    H3_CHECK_CTX(h3_text_encoder_open(root, NULL, &te), "checking the text encoder");
-    H3_CHECK_CTX(h3_tokenizer_load(root, &tok), "checking the tokenizer");
-    H3_CHECK_CTX(h3_video_vae_open(root, NULL, &vv), "checking the video VAE");
-    H3_CHECK_CTX(h3_audio_vae_open(root, NULL, &av), "checking the audio VAE");
+    char *models = h3_path_join(root, "models");
+    if (!models) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = h3_model_files_find(g_comfy ? models : root, NULL, &mf);
+    h3_free(models);
+    H3_TRY_CTX(st, "checking the written model");
+    const char *want = g_comfy ? "ComfyUI" : "official";
+    if (strcmp(mf.layout, want))
+        H3_FAIL(H3_ERR_INTERNAL, "the written model reads as the %s layout, not %s", mf.layout, want);
+    H3_CHECK_CTX(h3_dit_open(mf.dit, NULL, &d), "checking the DiT");
+    H3_CHECK_CTX(h3_text_encoder_open(mf.text_encoder, NULL, &te), "checking the text encoder");
+    H3_CHECK_CTX(h3_tokenizer_load(mf.tokenizer, &tok), "checking the tokenizer");
+    H3_CHECK_CTX(h3_video_vae_open(mf.video_vae, NULL, &vv), "checking the video VAE");
+    H3_CHECK_CTX(h3_audio_vae_open(mf.audio_vae, NULL, &av), "checking the audio VAE");
     if (h3_tokenizer_n_ids(tok) > h3_text_encoder_config(te)->vocab)
         H3_FAIL(H3_ERR_INTERNAL, "the tokenizer has %d ids, the text encoder %lld rows", h3_tokenizer_n_ids(tok),
                 (long long)h3_text_encoder_config(te)->vocab);
     H3_CHECK(h3_tokenizer_encode(tok, "a cat <d> walking</d>", &ids, &n));
     int has_d = 0;
     for (int64_t i = 0; i < n; i++) has_d |= ids[i] == h3_tokenizer_token_id(tok, "<d>");
-    if (!has_d || h3_tokenizer_token_id(tok, "<d>") < 0) H3_FAIL(H3_ERR_INTERNAL, "the tokenizer does not split out <d>");
-    if (h3_video_vae_get_config(vv)->patch_size != 16 || h3_audio_vae_get_config(av)->hop != 800)
-        H3_FAIL(H3_ERR_INTERNAL, "the VAEs do not have the release's geometry");
+    if (!has_d) H3_FAIL(H3_ERR_INTERNAL, "the tokenizer does not split out <d>");
+    const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
+    if (vc->patch_size != 16 || vc->patch_size_t != 4 || vc->heads != VV_HEADS || h3_audio_vae_get_config(av)->hop != 800)
+        H3_FAIL(H3_ERR_INTERNAL, "the VAEs do not read back with the release's geometry");
 done:
     h3_free(ids);
     h3_dit_close(d);
@@ -903,6 +993,7 @@ done:
     h3_tokenizer_free(tok);
     h3_video_vae_close(vv);
     h3_audio_vae_close(av);
+    h3_model_files_free(&mf);
     return st;
 }
 
@@ -926,10 +1017,12 @@ static h3_status remove_tree(const char *path) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: h3-tinymodel [--seed N] [--tokenizer FILE] [--force] DIR\n\n"
+    fprintf(f, "usage: h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR\n\n"
                "Writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout (transformer/, "
                "text_encoder/,\ntokenizer/, video_vae/, audio_vae/) to DIR, for tests and for trying h3run:\n"
                "  h3run generate --model DIR --prompt 'a cat on a piano' --frames 22 --size 128x128 -o cat.mp4\n\n"
+               "  --layout comfy    a ComfyUI installation instead: DIR/models/{diffusion_models,text_encoders,vae}/ "
+               "and\n                    DIR/comfy/text_encoders/qwen25_tokenizer/ (then --model DIR/models)\n"
                "  --seed N          weights from this seed (default 1); the same seed writes the same bytes\n"
                "  --tokenizer FILE  use this Qwen2/Qwen3 tokenizer.json (H3's added tokens are added when missing);\n"
                "                    default: a small byte-level BPE with Qwen's pre-tokenizer, learned here\n"
@@ -954,6 +1047,13 @@ int main(int argc, char **argv) {
                 return 2;
             }
             seed = v;
+        } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
+            const char *l = argv[++i];
+            if (strcmp(l, "official") && strcmp(l, "comfy")) {
+                fprintf(stderr, "h3-tinymodel: --layout takes official or comfy; got '%s'\n", l);
+                return 2;
+            }
+            g_comfy = !strcmp(l, "comfy");
         } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
             tok_from = argv[++i];
         } else if (!strcmp(argv[i], "--force")) {
@@ -996,13 +1096,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "h3-tinymodel: error: %s\n", h3_last_error());
         remove_tree(tmp);
     } else {
-        printf("wrote %s: a reduced MiniMax-H3 (official layout, random weights, seed %llu)\n"
-               "  transformer/   DiT, %d blocks + %d refiner, hidden %d: %lld parameters\n"
-               "  text_encoder/  Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
-               "  tokenizer/     %s, %lld ids\n"
-               "  video_vae/     ViT decoder, %d blocks, hidden %d, 16x16x4 per latent: %lld parameters\n"
-               "  audio_vae/     BigVGAN decoder, 800 samples per latent: %lld parameters\n",
-               final, (unsigned long long)seed, DIT_LAYERS, DIT_REFINER, DIT_HIDDEN, (long long)p_dit, TE_LAYERS,
+        printf("wrote %s: a reduced MiniMax-H3 (%s layout, random weights, seed %llu)\n"
+               "  DiT            %d blocks + %d refiner, hidden %d: %lld parameters\n"
+               "  text encoder   Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
+               "  tokenizer      %s, %lld ids\n"
+               "  video VAE      ViT decoder, %d blocks, hidden %d, 16x16x4 pixels per latent: %lld parameters\n"
+               "  audio VAE      BigVGAN decoder, 800 samples per latent: %lld parameters\n",
+               final, g_comfy ? "ComfyUI" : "official", (unsigned long long)seed, DIT_LAYERS, DIT_REFINER,
+               DIT_HIDDEN, (long long)p_dit, g_comfy ? TE_COMFY_LAYERS : TE_LAYERS,
                TE_HIDDEN, (long long)vocab, (long long)p_te,
                tok_from ? "the given tokenizer with H3's added tokens" : "byte-level BPE learned here",
                (long long)n_ids, VV_LAYERS, VV_HIDDEN, (long long)p_vv, (long long)p_av);
