@@ -579,7 +579,7 @@ static void test_bad_files(void) {
     rewrite("comfy_pruned.safetensors", f, NULL, "blocks.0.attn.out_proj.weight", NULL, NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "blocks.0.attn.out_proj.weight");
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, "{\"format\": \"int8_tensorwise\"}", NULL);
-    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_UNSUPPORTED, "int8_tensorwise");
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "marked int8_tensorwise but is bf16");
     rewrite("comfy_pruned.safetensors", f, "blocks.0.attn.qkv_proj.weight", NULL, NULL, NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.0.attn.qkv_proj.weight");
     /* Metadata config that disagrees with the shapes. */

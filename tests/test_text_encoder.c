@@ -313,9 +313,9 @@ static void test_bad_files(void) {
         {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "layers.2.mlp.up_proj.weight' is missing"},
         {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT, "expected [64, 64]"},
         {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT, "expected [64]"},
-        {EDIT_DTYPE, "model.layers.0.mlp.down_proj.weight", H3_I8, 2, 64, 96, H3_ERR_UNSUPPORTED, "is i8"},
+        {EDIT_DTYPE, "model.layers.0.mlp.down_proj.weight", H3_I8, 2, 64, 96, H3_ERR_FORMAT, "is i8 without"},
         {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED, "no biases"},
-        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_UNSUPPORTED, "quantized"},
+        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_FORMAT, "comfy_quant marker"},
         {EDIT_DROP, "model.embed_tokens.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "embed_tokens.weight"},
         {EDIT_DROP, "model.layers.0.self_attn.q_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, NULL},
     };
@@ -333,7 +333,7 @@ static void test_bad_files(void) {
         te = NULL;
     }
     unlink(path);
-    /* A comfy_quant marker with a format name: the message names it. */
+    /* A comfy_quant marker that does not fit its tensor: the message names the format and the dtype. */
     {
         h3_st_writer *w = NULL;
         h3_st_set s;
@@ -351,7 +351,7 @@ static void test_bad_files(void) {
         CHECK_OK(h3_st_writer_write(w, path, 0));
         h3_st_writer_free(w);
         h3_st_close(&s);
-        CHECK_ERR(h3_text_encoder_open(path, NULL, &te), H3_ERR_UNSUPPORTED, "float8_e4m3fn");
+        CHECK_ERR(h3_text_encoder_open(path, NULL, &te), H3_ERR_FORMAT, "marked float8_e4m3fn but is bf16");
         unlink(path);
     }
     /* Not a text encoder. */

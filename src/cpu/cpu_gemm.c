@@ -95,6 +95,9 @@ h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tenso
         case H3_I8:
             if (w->q.mode == H3_SCALE_NONE) return H3_ERR(H3_ERR_INVALID, "op 'gemm': i8 weights need scales");
             break;
+        case H3_U8: /* packed blocks (nvfp4, GGUF): decoded panel by panel like the rest */
+            if (w->q.mode != H3_SCALE_FORMAT) return h3_missing_kernel(H3_OP_GEMM, CPU_NAME, "weights", w->dtype);
+            break;
         default: return h3_missing_kernel(H3_OP_GEMM, CPU_NAME, "weights", w->dtype);
     }
     int64_t M = h3_tensor_rows(x), K = h3_tensor_cols(x), N = w->shape[0];

@@ -70,6 +70,13 @@ static void scan_quant(h3_st_set *s, h3_detect_info *d) {
 
 static const char *const g_prefixes[] = {"", "model.diffusion_model.", "diffusion_model.", "model.", NULL};
 
+/* A set opened from a GGUF file (src/io/gguf.h): one file whose name ends in ".gguf". */
+static int set_is_gguf(const h3_st_set *s) {
+    if (s->n_files != 1 || !s->files[0].path) return 0;
+    size_t n = strlen(s->files[0].path);
+    return n >= 5 && !strcmp(s->files[0].path + n - 5, ".gguf");
+}
+
 h3_status h3_detect(h3_st_set *s, h3_detect_info *d) {
     memset(d, 0, sizeof *d);
     d->prefix = "";
@@ -83,7 +90,8 @@ h3_status h3_detect(h3_st_set *s, h3_detect_info *d) {
             char lp[256];
             snprintf(lp, sizeof lp, "%sblocks.", p);
             d->n_layers = h3_count_layers(s, lp);
-            d->layout = (d->adaln_pruned || d->n_quantized) ? H3_LAYOUT_COMFY : H3_LAYOUT_OFFICIAL;
+            /* GGUF DiTs are converted from ComfyUI's files (sd.cpp, ComfyUI-GGUF): contiguous [Q; K; V]. */
+            d->layout = (d->adaln_pruned || d->n_quantized || set_is_gguf(s)) ? H3_LAYOUT_COMFY : H3_LAYOUT_OFFICIAL;
             break;
         }
         if (has(s, p, "transformer_blocks.0.attn.to_q.weight") && has(s, p, "context_embedder.weight")) {
@@ -117,17 +125,18 @@ h3_status h3_detect(h3_st_set *s, h3_detect_info *d) {
             d->layout = H3_LAYOUT_OFFICIAL;
         }
     }
+    if (set_is_gguf(s)) add_format(d, "GGUF");
     switch (d->comp) {
         case H3_COMP_DIT:
             snprintf(d->summary, sizeof d->summary, "%s, %s layout, %d blocks, %s AdaLN%s%s%s", h3_component_name(d->comp),
                      h3_layout_name(d->layout), d->n_layers,
                      d->adaln_pruned ? "pruned (curve table, rank 8)" : "full",
-                     d->n_quantized ? ", quantized: " : "", d->formats, d->prefix[0] ? " (prefixed names)" : "");
+                     d->formats[0] ? ", quantized: " : "", d->formats, d->prefix[0] ? " (prefixed names)" : "");
             break;
         case H3_COMP_TEXT_ENCODER:
             snprintf(d->summary, sizeof d->summary, "%s, %s names, %d decoder layers%s%s", h3_component_name(d->comp),
                      d->layout == H3_LAYOUT_OFFICIAL ? "transformers" : "ComfyUI", d->n_layers,
-                     d->n_quantized ? ", quantized: " : "", d->formats);
+                     d->formats[0] ? ", quantized: " : "", d->formats);
             break;
         case H3_COMP_VIDEO_VAE:
             snprintf(d->summary, sizeof d->summary, "%s, %s layout, %d ViT decoder blocks", h3_component_name(d->comp),

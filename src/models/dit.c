@@ -8,6 +8,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "models/dit_internal.h"
+#include "quant/qload.h"
 
 /* ---- config
  * ------------------------------------------------------------------------------------------------ */
@@ -296,18 +297,22 @@ static h3_status bind_one(h3_dit *d, const wdesc *w, void *user) {
         return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s' is missing (a %s-layout DiT has it)", d->source,
                       full, h3_layout_name(d->layout));
     }
+    /* The stored format (plain float, a ComfyUI marker's, GGUF blocks) decides the logical shape. */
+    h3_qweight_info qi;
+    H3_TRY(h3_qweight_info_of(&d->set, d->gguf, e, &qi));
     int64_t want[2] = {w->d0, w->d1};
     int wnd = w->d1 < 0 ? 1 : 2;
-    if (e->ndim != wnd || e->shape[0] != want[0] || (wnd == 2 && e->shape[1] != want[1]))
+    if (qi.ndim != wnd || qi.shape[0] != want[0] || (wnd == 2 && qi.shape[1] != want[1]))
         return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; the config (%s) needs %s = %s", d->source,
-                      full, shape_str(e->ndim, e->shape, a, sizeof a), d->describe, w->shape,
+                      full, shape_str(qi.ndim, qi.shape, a, sizeof a), d->describe, w->shape,
                       shape_str(wnd, want, b, sizeof b));
-    if (e->dtype != H3_F32 && e->dtype != H3_BF16 && e->dtype != H3_F16)
-        return H3_ERR(H3_ERR_UNSUPPORTED,
-                      "%s: tensor '%s' is %s; DiT weights must be f32, bf16 or f16 (quantized "
-                      "DiT files are not supported yet)",
-                      d->source, full, h3_dtype_name(e->dtype));
-    return h3_st_tensor(&d->set, e, w->t);
+    if (qi.fmt == H3_QF_NONE && qi.dtype != H3_F32 && qi.dtype != H3_BF16 && qi.dtype != H3_F16)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; DiT weights must be f32, bf16, f16 or quantized",
+                      d->source, full, h3_dtype_name(qi.dtype));
+    if (qi.fmt != H3_QF_NONE && wnd != 2 && !d->gguf)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; a DiT vector must be f32, bf16 or f16", d->source,
+                      full, qi.label);
+    return h3_qweight_get(&d->set, d->gguf, e, w->t);
 }
 
 static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
@@ -418,6 +423,9 @@ static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
     h3_exec *ex = user;
     if (!w->t->data || w->t->place == d->weight_place) return H3_OK;
     if (w->t == &d->g.curve || w->t == &d->g.inv_freq) return H3_OK; /* small tables the host reads */
+    if (w->t->q.mode != H3_SCALE_NONE)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "DiT weight '%s' is quantized; quantized weights run on the CPU only for now",
+                      w->name);
     h3_tensor dev;
     H3_TRY(h3_tensor_alloc(&dev, d->weight_place, w->t->dtype, w->t->ndim, w->t->shape, H3_MEM_WEIGHTS));
     h3_status st = h3_copy(ex, &dev, w->t);
@@ -500,27 +508,33 @@ static const h3_st_entry *find_p(const h3_dit *d, const char *prefix, const char
     return h3_st_find(&d->set, full);
 }
 
-static h3_status need_entry(const h3_dit *d, const char *prefix, const char *name, int ndim,
-                            const h3_st_entry **out) {
-    *out = find_p(d, prefix, name);
-    if (!*out)
+/* The entry with its logical shape (quantized formats store other shapes: nvfp4 [N, K/2], GGUF blocks). */
+static h3_status need_entry(h3_dit *d, const char *prefix, const char *name, int ndim, h3_st_entry *out) {
+    const h3_st_entry *e = find_p(d, prefix, name);
+    if (!e)
         return H3_ERR(H3_ERR_NOT_FOUND,
                       "%s: tensor '%s%s' is missing; it is needed to infer the DiT's widths", d->source,
                       prefix, name);
-    if ((*out)->ndim != ndim)
+    h3_qweight_info qi;
+    H3_TRY(h3_qweight_info_of(&d->set, d->gguf, e, &qi));
+    *out = *e;
+    out->ndim = qi.ndim;
+    memcpy(out->shape, qi.shape, sizeof out->shape);
+    if (out->ndim != ndim)
         return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has %d dims, expected %d", d->source, prefix, name,
-                      (*out)->ndim, ndim);
+                      out->ndim, ndim);
     return H3_OK;
 }
 
 /* Widths from tensor shapes, for files without a config (ComfyUI single files). Eps, theta: the release's. */
 static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
     const int df = is_diffusers(d);
-    const h3_st_entry *e;
+    h3_st_entry ent;
+    const h3_st_entry *e = &ent;
     int pruned = c->adaln_pruned;
     h3_dit_config_default(c);
     c->adaln_pruned = pruned;
-    H3_TRY(need_entry(d, prefix, df ? "proj_in.weight" : "video_patch_proj.weight", 2, &e));
+    H3_TRY(need_entry(d, prefix, df ? "proj_in.weight" : "video_patch_proj.weight", 2, &ent));
     c->hidden = e->shape[0];
     int64_t vd = e->shape[1];
     if (vd % 4)
@@ -529,32 +543,32 @@ static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
                       "config.json",
                       d->source, (long long)vd);
     c->in_channels = vd / 4;
-    H3_TRY(need_entry(d, prefix, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, &e));
+    H3_TRY(need_entry(d, prefix, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, &ent));
     c->audio_dim = e->shape[1];
-    H3_TRY(need_entry(d, prefix, df ? "context_embedder.weight" : "condition_proj.weight", 2, &e));
+    H3_TRY(need_entry(d, prefix, df ? "context_embedder.weight" : "condition_proj.weight", 2, &ent));
     c->text_dim = e->shape[1];
     const char *blk = df ? "transformer_blocks.0." : "blocks.0.";
     char nm[128];
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.norm_q.weight" : "attn.q_norm.weight");
-    H3_TRY(need_entry(d, prefix, nm, 1, &e));
+    H3_TRY(need_entry(d, prefix, nm, 1, &ent));
     c->head_dim = e->shape[0];
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.to_q.weight" : "attn.qkv_proj.weight");
-    H3_TRY(need_entry(d, prefix, nm, 2, &e));
+    H3_TRY(need_entry(d, prefix, nm, 2, &ent));
     int64_t inner = df ? e->shape[0] : e->shape[0] / 3;
     if (c->head_dim <= 0 || inner % c->head_dim || (!df && e->shape[0] % 3))
         return H3_ERR(H3_ERR_FORMAT, "%s: %s%s has %lld rows, not a multiple of %s head_dim %lld", d->source,
                       prefix, nm, (long long)e->shape[0], df ? "" : "3 x", (long long)c->head_dim);
     c->heads = inner / c->head_dim;
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "ff.net.2.weight" : "mlp.fc2.weight");
-    H3_TRY(need_entry(d, prefix, nm, 2, &e));
+    H3_TRY(need_entry(d, prefix, nm, 2, &ent));
     c->ffn = e->shape[1];
     if (!c->adaln_pruned) {
         H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", 2,
-                          &e));
+                          &ent));
         c->time_hidden = e->shape[0];
         c->freq_dim = e->shape[1];
         H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight",
-                          2, &e));
+                          2, &ent));
         c->time_embed_dim = e->shape[0];
     }
     e = find_p(d, prefix, "rope.inv_freq");
@@ -673,7 +687,7 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     if (!d->source) d->source = h3_strdup(path);
     if (!d->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     path = d->source;
-    H3_CHECK_CTX(h3_st_open(path, &d->set), "opening the DiT");
+    H3_CHECK_CTX(h3_weights_open(path, &d->set, &d->gguf), "opening the DiT");
     d->have_set = 1;
     d->n_file_tensors = d->set.n_entries;
     h3_detect_info info;
@@ -682,11 +696,6 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
         H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a MiniMax-H3 DiT", path,
                 info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
                                              : h3_component_name(info.comp));
-    if (info.n_quantized)
-        H3_FAIL(H3_ERR_UNSUPPORTED,
-                "%s is a quantized DiT (%s, %d quantized tensors); quantized DiT weights are not "
-                "supported yet: use the bf16 file",
-                path, info.formats, info.n_quantized);
     d->layout = info.layout;
     d->gate_first = info.layout != H3_LAYOUT_DIFFUSERS;
     h3_dit_qkv_order qo = opts ? opts->qkv_order : H3_DIT_QKV_AUTO;
@@ -777,6 +786,7 @@ void h3_dit_close(h3_dit *d) {
     h3_free(d->adaln_b);
     h3_free(d->inv_freq);
     if (d->have_set) h3_st_close(&d->set);
+    h3_gguf_free(d->gguf);
     h3_free(d->source);
     h3_free(d);
 }

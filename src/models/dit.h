@@ -96,7 +96,9 @@ typedef struct h3_dit h3_dit;
 /* Opens a DiT file, shard index or folder in the official, diffusers or ComfyUI (pruned) layout, detected
  * from tensor names. The config comes from opts->config_path, else config.json beside the weights, else the
  * file's "config" metadata, else the tensor shapes; every tensor's shape is checked against it. Quantized
- * files (int8, fp8 ComfyUI markers) are rejected naming the format. opts may be NULL. */
+ * files load in their stored format (src/quant/qload.h): ComfyUI's int8_tensorwise (+ ConvRot), float8_e4m3fn
+ * and nvfp4 markers, and GGUF files (.gguf, sd.cpp's "model.diffusion_model." prefix or none); the CPU GEMM
+ * decodes them panel by panel. opts may be NULL. */
 h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out);
 /* With opts->weight_place DEVICE, h3_dit_open binds the file's weights on the host as usual; this then replaces each
  * one by an owned copy on the device (one pass over the file). A no-op for host weights. */

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "io/safetensors.h"
+#include "quant/qload.h"
 
 #define TE_ACT_DTYPE H3_F32
 
@@ -18,8 +19,11 @@ struct h3_text_encoder {
     char describe[400];
     h3_st_set set;
     int have_set;
+    struct h3_gguf *gguf;     /* the GGUF index when the weights are a .gguf file, else NULL */
     const h3_st_entry *embed; /* [vocab, C] */
     h3_dtype embed_dtype;
+    h3_tensor embed_q;        /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
+    char weight_label[64];    /* the stored format of the linears, for describe */
     h3_place act_place;
     int64_t chunk_rows;
     h3_te_layer_weights cur; /* the acquired layer's views */
@@ -107,16 +111,19 @@ static int dtype_ok(h3_dtype t) {
     return t == H3_BF16 || t == H3_F32 || t == H3_F16;
 }
 
-/* Checks that prefix+name exists with the given shape (d1 = 0 for 1-D) and a float dtype. */
-static h3_status need(const h3_text_encoder *te, const char *name, int64_t d0, int64_t d1, const h3_st_entry **out) {
+/* Checks that prefix+name exists with the given shape (d1 = 0 for 1-D) and a float dtype, or (matrices) a
+ * quantized format h3run reads; the shape is the logical one (quantized formats store other shapes). */
+static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t d1, const h3_st_entry **out) {
     const h3_st_entry *e = find_p(te, name);
     if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' is missing", te->source, te->prefix, name);
+    h3_qweight_info qi;
+    H3_TRY(h3_qweight_info_of(&te->set, te->gguf, e, &qi));
     int nd = d1 ? 2 : 1;
-    if (e->ndim != nd || e->shape[0] != d0 || (d1 && e->shape[1] != d1)) {
+    if (qi.ndim != nd || qi.shape[0] != d0 || (d1 && qi.shape[1] != d1)) {
         char have[96];
         size_t o = (size_t)snprintf(have, sizeof have, "[");
-        for (int k = 0; k < e->ndim && o < sizeof have; k++)
-            o += (size_t)snprintf(have + o, sizeof have - o, "%s%lld", k ? ", " : "", (long long)e->shape[k]);
+        for (int k = 0; k < qi.ndim && o < sizeof have; k++)
+            o += (size_t)snprintf(have + o, sizeof have - o, "%s%lld", k ? ", " : "", (long long)qi.shape[k]);
         if (o < sizeof have) snprintf(have + o, sizeof have - o, "]");
         if (d1)
             return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld, %lld]", te->source, te->prefix,
@@ -124,11 +131,11 @@ static h3_status need(const h3_text_encoder *te, const char *name, int64_t d0, i
         return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld]", te->source, te->prefix, name,
                       have, (long long)d0);
     }
-    if (!dtype_ok(e->dtype))
+    if (qi.fmt == H3_QF_NONE ? !dtype_ok(qi.dtype) : (nd != 2 && !te->gguf))
         return H3_ERR(H3_ERR_UNSUPPORTED,
-                      "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32 (quantized text encoders "
-                      "are not supported yet)",
-                      te->source, te->prefix, name, h3_dtype_name(e->dtype));
+                      "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32, or (matrices) quantized",
+                      te->source, te->prefix, name, qi.label);
+    if (d1 && !strstr(name, "embed_tokens")) snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
     if (out) *out = e;
     return H3_OK;
 }
@@ -250,7 +257,7 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     }
     te->source = h3_strdup(path);
     if (!te->source) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    H3_CHECK_CTX(h3_st_open(path, &te->set), "opening the text encoder");
+    H3_CHECK_CTX(h3_weights_open(path, &te->set, &te->gguf), "opening the text encoder");
     te->have_set = 1;
     h3_detect_info info;
     H3_CHECK(h3_detect(&te->set, &info));
@@ -258,9 +265,6 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
         H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
                 "model.layers.0 weights)", path,
                 info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
-    if (info.n_quantized)
-        H3_FAIL(H3_ERR_UNSUPPORTED, "%s is a quantized text encoder (%s, %d quantized tensors); quantized text "
-                "encoders are not supported yet: use the bf16 file", path, info.formats, info.n_quantized);
     te->layout = info.layout;
     te->prefix = info.prefix;
     int layers_in_file = info.n_layers;
@@ -283,15 +287,19 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     te->cfg.n_layers = layers_in_file; /* a truncated repack keeps fewer layers than its model had */
     H3_CHECK(need(te, "embed_tokens.weight", te->cfg.vocab, te->cfg.hidden, &te->embed));
     te->embed_dtype = te->embed->dtype;
+    {
+        h3_qweight_info qi;
+        H3_CHECK(h3_qweight_info_of(&te->set, te->gguf, te->embed, &qi));
+        if (qi.fmt != H3_QF_NONE || te->gguf) H3_CHECK(h3_qweight_get(&te->set, te->gguf, te->embed, &te->embed_q));
+    }
     H3_CHECK(check_layers(te));
-    const h3_st_entry *q0 = find_p(te, "layers.0.self_attn.q_proj.weight");
     snprintf(te->describe, sizeof te->describe,
              "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN %lld, "
              "vocab %lld, %s weights, config from %s",
              te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI", (long long)te->cfg.n_layers,
              (long long)te->cfg.hidden, (long long)te->cfg.heads, (long long)te->cfg.kv_heads,
              (long long)te->cfg.head_dim, (long long)te->cfg.intermediate, (long long)te->cfg.vocab,
-             h3_dtype_name(q0->dtype), src);
+             te->weight_label, src);
 done:
     h3_free(sub);
     h3_free(dir);
@@ -313,7 +321,9 @@ static void free_layer(h3_te_layer_weights *w) {
 void h3_text_encoder_close(h3_text_encoder *te) {
     if (!te) return;
     free_layer(&te->cur);
+    h3_tensor_free(&te->embed_q);
     if (te->have_set) h3_st_close(&te->set);
+    h3_gguf_free(te->gguf);
     h3_free(te->source);
     h3_free(te);
 }
@@ -366,7 +376,7 @@ h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int la
     for (size_t i = 0; i < sizeof names / sizeof names[0] && st == H3_OK; i++) {
         char n[256];
         snprintf(n, sizeof n, "%slayers.%d.%s", te->prefix, layer, names[i].name);
-        st = h3_st_get(&te->set, n, (h3_tensor *)((char *)c + names[i].off));
+        st = h3_qweight_get_name(&te->set, te->gguf, n, (h3_tensor *)((char *)c + names[i].off));
     }
     if (st != H3_OK) {
         free_layer(c);
@@ -405,6 +415,14 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
 /* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of the
  * table are read. */
 static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int64_t n, h3_tensor *out) {
+    if (te->embed_q.data) { /* quantized: decode the rows the prompt uses */
+        int64_t ld;
+        h3_tensor_is_rowwise(out, &ld);
+        for (int64_t i = 0; i < n; i++)
+            H3_TRY(h3_tensor_rows_to_f32(&te->embed_q, ids[i], 1, (float *)out->data + i * ld));
+        te->stats.embedding_rows += n;
+        return H3_OK;
+    }
     const void *base;
     H3_TRY(h3_st_bytes(&te->set, te->embed, &base));
     const int64_t C = te->cfg.hidden;

@@ -30,7 +30,9 @@
  * Weight names: the official text_encoder/ folder (transformers' Qwen3VLForConditionalGeneration):
  *   model.language_model.{embed_tokens, layers.N.*, norm}.weight, lm_head.weight, model.visual.*
  * and the ComfyUI / Wan2GP repacks truncated to 50 layers: model.{embed_tokens, layers.N.*}.weight, visual.*
- * Quantized files (ComfyUI comfy_quant markers: int8 ConvRot, fp8, nvfp4) are rejected for now, naming the format.
+ * Quantized files load in their stored format (src/quant/qload.h): ComfyUI's comfy_quant markers (int8 ConvRot,
+ * fp8, nvfp4 with AWQ's pre_quant_scale, the int8 embedding) and GGUF files in ComfyUI's or llama.cpp's names
+ * (token_embd, blk.N.*); linears are decoded panel by panel in the GEMM, embedding rows one by one.
  */
 #ifndef H3_MODELS_TEXT_ENCODER_H
 #define H3_MODELS_TEXT_ENCODER_H

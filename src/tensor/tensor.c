@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "quant/quant.h"
 
 static const char *const g_place_names[H3_PLACE_COUNT] = {"host", "pinned host", "device"};
 
@@ -54,6 +55,7 @@ int64_t h3_tensor_numel(const h3_tensor *t) {
 }
 
 size_t h3_tensor_nbytes(const h3_tensor *t) {
+    if (t->q.mode == H3_SCALE_FORMAT && t->ndim == 2) return (size_t)(t->shape[0] * t->stride[0]);
     return (size_t)h3_tensor_numel(t) * h3_dtype_size(t->dtype);
 }
 
@@ -156,7 +158,13 @@ h3_status h3_tensor_narrow(const h3_tensor *t, int dim, int64_t start, int64_t l
     v.q.scales_owner = NULL;
     v.shape[dim] = len;
     v.data = (uint8_t *)t->data + (size_t)(start * t->stride[dim]) * h3_dtype_size(t->dtype);
-    if (t->q.scales && dim == 0 && (t->q.mode == H3_SCALE_ROW || t->q.mode == H3_SCALE_BLOCK)) {
+    if (t->q.mode == H3_SCALE_FORMAT) {
+        /* Packed rows: only whole rows can be viewed; data moved by start row strides (bytes) above. */
+        if (dim != 0 || t->ndim != 2)
+            return H3_ERR(H3_ERR_UNSUPPORTED, "narrow of a packed-format tensor along dim %d (only rows are supported)",
+                          dim);
+        v.q.fmt_row0 = t->q.fmt_row0 + start;
+    } else if (t->q.scales && dim == 0 && (t->q.mode == H3_SCALE_ROW || t->q.mode == H3_SCALE_BLOCK)) {
         int64_t per_row = 1;
         if (t->q.mode == H3_SCALE_BLOCK) per_row = h3_tensor_cols(t) / t->q.block;
         int64_t rows_per = t->ndim > 1 ? h3_tensor_rows(t) / t->shape[0] : 1;
@@ -216,15 +224,36 @@ int h3_tensor_same_shape(const h3_tensor *a, const h3_tensor *b) {
     return 1;
 }
 
+static h3_status plain_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, int64_t ld, float *dst);
+
 h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float *dst) {
     int64_t ld;
     if (t->place == H3_PLACE_DEVICE) return H3_ERR(H3_ERR_INVALID, "rows_to_f32 needs host memory");
     if (!h3_tensor_is_rowwise(t, &ld)) return H3_ERR(H3_ERR_INVALID, "rows_to_f32 needs a row-wise tensor");
     int64_t cols = h3_tensor_cols(t), rows = h3_tensor_rows(t);
     if (r0 < 0 || n < 0 || r0 + n > rows) return H3_ERR(H3_ERR_INVALID, "rows_to_f32: rows out of range");
-    if (t->q.rot_group)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "weights rotated by a %d-wide Hadamard (ConvRot) are not supported yet",
-                      t->q.rot_group);
+    if (t->q.rot_group && (!h3_convrot_group_ok(t->q.rot_group) || cols % t->q.rot_group))
+        return H3_ERR(H3_ERR_INVALID, "ConvRot group %d must be a power of 4 dividing the %lld columns",
+                      t->q.rot_group, (long long)cols);
+    if (t->q.mode == H3_SCALE_FORMAT) {
+        H3_TRY(h3_quant_decode_rows(t, r0, n, dst));
+    } else {
+        H3_TRY(plain_rows_to_f32(t, r0, n, ld, dst));
+    }
+    for (int64_t r = 0; r < n; r++) {
+        float *d = dst + r * cols;
+        if (t->q.rot_group) h3_convrot_apply(d, cols, t->q.rot_group); /* W = (q·s)·H per group */
+        if (t->q.col_scale)
+            for (int64_t c = 0; c < cols; c++) {
+                const uint8_t *b = t->q.col_scale + 2 * c;
+                d[c] *= h3_bf16_to_f32((uint16_t)(b[0] | b[1] << 8));
+            }
+    }
+    return H3_OK;
+}
+
+static h3_status plain_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, int64_t ld, float *dst) {
+    int64_t cols = h3_tensor_cols(t);
     size_t es = h3_dtype_size(t->dtype);
     for (int64_t r = 0; r < n; r++) {
         const uint8_t *src = (const uint8_t *)t->data + (size_t)((r0 + r) * ld) * es;
@@ -253,6 +282,7 @@ h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float
                 for (int64_t c = 0; c < cols; c++) d[c] *= s[c / t->q.block];
                 break;
             }
+            case H3_SCALE_FORMAT: return H3_ERR(H3_ERR_INTERNAL, "packed rows reached the plain conversion");
         }
     }
     return H3_OK;
