@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "cpu/cpu_internal.h"
+#include "quant/quant.h"
 #include "tensor/ops.h"
 #include "testutil.h"
 
@@ -50,7 +51,94 @@ static void ref_gemm(double *y, const float *x, int64_t ldx, const double *w, co
         }
 }
 
-typedef enum { WF32, WBF16, WF16, WI8ROW, WI8BLOCK, WFP8 } wkind;
+typedef enum { WF32, WBF16, WF16, WI8ROW, WI8BLOCK, WFP8, WI8ROT, WNVFP4, WQ8_0, WQ4_0 } wkind;
+
+/* Quantized weights of the formats in src/quant/quant.h, with their values from the formats' definitions. */
+static double hadamard_entry(int64_t g, int64_t i, int64_t j) { /* (⊗ H4)/sqrt(g), H4[a][b] = -1 iff a+b == 3 */
+    double v = 1.0 / sqrt((double)g);
+    for (int64_t m = 1; m < g; m *= 4)
+        if ((i / m) % 4 + (j / m) % 4 == 3) v = -v;
+    return v;
+}
+
+static uint16_t rand_f16_scale(void) {
+    return h3_f32_to_f16((float)t_uniform(0.005, 0.05));
+}
+
+/* Fills w (owned data, plus owned side buffers returned in *aux) and the exact values wd [N, K]. */
+static void make_packed(wkind kind, int64_t N, int64_t K, const float *wsrc, h3_tensor *w, double *wd, void **aux,
+                        float **scales) {
+    static const float lut[16] = {0, .5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -.5f, -1, -1.5f, -2, -3, -4, -6};
+    if (kind == WI8ROT) {
+        int g = K % 64 == 0 ? 64 : 16;
+        *w = tnew(H3_I8, 2, N, K, 0, 0);
+        *scales = malloc((size_t)N * sizeof(float));
+        CHECK_OK(h3_quantize_int8_rows(wsrc, N, K, g, w->data, *scales));
+        const int8_t *q = w->data;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t b = 0; b < K; b += g)
+                for (int64_t j = 0; j < g; j++) {
+                    double acc = 0;
+                    for (int64_t i = 0; i < g; i++)
+                        acc += (double)q[n * K + b + i] * (double)(*scales)[n] * hadamard_entry(g, i, j);
+                    wd[n * K + b + j] = acc;
+                }
+        w->q.mode = H3_SCALE_ROW;
+        w->q.scales = *scales;
+        w->q.rot_group = g;
+        return;
+    }
+    int64_t rb = kind == WNVFP4 ? K / 2 : K / 32 * (kind == WQ8_0 ? 34 : 18);
+    uint8_t *data = malloc((size_t)(N * rb));
+    for (int64_t i = 0; i < N * rb; i++) data[i] = (uint8_t)t_rand_u64();
+    h3_tensor_wrap(w, data, H3_PLACE_HOST, H3_U8, 2, (int64_t[]){N, K});
+    w->stride[0] = rb;
+    w->q.mode = H3_SCALE_FORMAT;
+    if (kind == WNVFP4) {
+        /* random codes, e4m3 block scales in [2^-3, 2^3] placed by cuBLAS's swizzle, scale_2, bf16 column scales */
+        int64_t C = K / 16, Cp = (C + 3) / 4 * 4, Rp = (N + 127) / 128 * 128;
+        uint8_t *sw = calloc((size_t)(Rp * Cp), 1);
+        uint16_t *cs = malloc((size_t)K * sizeof(uint16_t));
+        for (int64_t c = 0; c < K; c++) cs[c] = h3_f32_to_bf16((float)t_uniform(0.5, 2.0));
+        float s2 = 0.0123f;
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t c = 0; c < C; c++) {
+                uint8_t code = (uint8_t)(32 + t_rand_u64() % 48); /* exponents 4..9: 2^-3 .. 2^2.9 */
+                /* to_blocked: padded [Rp, Cp] -> [Rp/128, Cp/4, 32 (r%32), 4 ((r%128)/32), 4 (c%4)] */
+                int64_t idx = (((r / 128) * (Cp / 4) + c / 4) * 32 + r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+                sw[idx] = code;
+                for (int64_t i = 0; i < 16; i++) {
+                    uint8_t byte = data[r * rb + c * 8 + i / 2];
+                    uint8_t nib = i % 2 ? byte & 15 : byte >> 4; /* even element in the high nibble */
+                    wd[r * K + c * 16 + i] = (double)lut[nib] * (double)h3_fp8e4m3_to_f32(code) * (double)s2 *
+                                             (double)h3_bf16_to_f32(cs[c * 16 + i]);
+                }
+            }
+        w->q.format = H3_QF_NVFP4;
+        w->q.scale = s2;
+        w->q.fmt_scales = sw;
+        w->q.col_scale = (const uint8_t *)cs;
+        aux[0] = sw;
+        aux[1] = cs;
+    } else {
+        int qk = 32, bb = kind == WQ8_0 ? 34 : 18;
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t b = 0; b < K / qk; b++) {
+                uint8_t *blk = data + r * rb + b * bb;
+                uint16_t d = rand_f16_scale();
+                blk[0] = (uint8_t)d;
+                blk[1] = (uint8_t)(d >> 8);
+                double dd = h3_f16_to_f32(d);
+                for (int j = 0; j < qk; j++) {
+                    int q = kind == WQ8_0 ? (int8_t)blk[2 + j]
+                                          : (j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4)) - 8;
+                    wd[r * K + b * qk + j] = q * dd;
+                }
+            }
+        w->q.format = kind == WQ8_0 ? H3_QF_Q8_0 : H3_QF_Q4_0;
+    }
+    aux[2] = data;
+}
 
 static void gemm_case(wkind kind, int64_t M, int64_t N, int64_t K, int accumulate, int with_bias, double tol) {
     /* x as a column view of a wider matrix to exercise the row stride. */
@@ -61,7 +149,12 @@ static void gemm_case(wkind kind, int64_t M, int64_t N, int64_t K, int accumulat
     float *wsrc = malloc((size_t)(N * K) * sizeof(float));
     t_fill_randn(wsrc, (size_t)(N * K), 0.5);
     float *scales = NULL;
+    void *aux[3] = {NULL, NULL, NULL};
     switch (kind) {
+        case WI8ROT:
+        case WNVFP4:
+        case WQ8_0:
+        case WQ4_0: make_packed(kind, N, K, wsrc, &w, wd, aux, &scales); break;
         case WF32:
             w = tnew(H3_F32, 2, N, K, 0, 0);
             memcpy(w.data, wsrc, (size_t)(N * K) * 4);
@@ -127,6 +220,7 @@ static void gemm_case(wkind kind, int64_t M, int64_t N, int64_t K, int accumulat
     EXPECT_CLOSE(what, F(&y), ref, (size_t)(M * N), tol);
     h3_tensor_free(&xw);
     h3_tensor_free(&w);
+    for (int i = 0; i < 3; i++) free(aux[i]);
     h3_tensor_free(&bias);
     h3_tensor_free(&y);
     free(scales);
@@ -147,11 +241,19 @@ static void test_gemm(void) {
         gemm_case(WI8ROW, M, N, Kb, 0, 1, 1e-5);
         gemm_case(WI8BLOCK, M, N, Kb, 1, 1, 1e-5);
         gemm_case(WFP8, M, N, K, 0, 1, 1e-5);
+        /* ConvRot int8 (un-rotated in the panel), nvfp4 with AWQ column scales, GGUF Q8_0 and Q4_0 blocks */
+        gemm_case(WI8ROT, M, N, 64 * ri(1, 4), rep == 1, 1, 1e-5);
+        gemm_case(WI8ROT, M, N, 16 * (2 * ri(0, 3) + 1), 0, 0, 1e-5);
+        gemm_case(WNVFP4, M, N, 16 * ri(1, 12), rep == 0, 1, 1e-5);
+        gemm_case(WQ8_0, M, N, 32 * ri(1, 6), 0, 1, 1e-5);
+        gemm_case(WQ4_0, M, N, 32 * ri(1, 6), 1, 0, 1e-5);
     }
     /* Several panels: shrink the panel size so N spans many of them. */
     h3_cpu_gemm_panel_bytes = 16 * 4 * 200;
     gemm_case(WBF16, 5, 77, 200, 1, 1, 1e-5);
     gemm_case(WI8ROW, 3, 50, 160, 0, 1, 1e-5);
+    gemm_case(WNVFP4, 4, 150, 192, 0, 1, 1e-5); /* panels start inside a 128-row swizzle tile */
+    gemm_case(WQ8_0, 3, 70, 224, 1, 1, 1e-5);
     h3_cpu_gemm_panel_bytes = saved;
 }
 

@@ -456,8 +456,8 @@ int h3_path_is_gguf(const char *path) {
 }
 
 /* llama.cpp's text-model names to the ComfyUI text-encoder names ("blk.3.attn_q.weight" ->
- * "model.layers.3.self_attn.q_proj.weight"); NULL when the name is not one of them. */
-static char *llama_name(const char *n) {
+ * "model.layers.3.self_attn.q_proj.weight") into buf; 0 when the name is not one of them. */
+static int llama_map(const char *n, char *buf, size_t size) {
     static const struct {
         const char *from, *to;
     } per_layer[] = {
@@ -466,32 +466,27 @@ static char *llama_name(const char *n) {
         {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},      {"ffn_gate", "mlp.gate_proj"},
         {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"},
     };
-    char buf[GGUF_MAX_NAME + 64];
-    if (!strncmp(n, "token_embd.", 11)) {
-        snprintf(buf, sizeof buf, "model.embed_tokens.%s", n + 11);
-        return h3_strdup(buf);
-    }
-    if (!strncmp(n, "output_norm.", 12)) {
-        snprintf(buf, sizeof buf, "model.norm.%s", n + 12);
-        return h3_strdup(buf);
-    }
-    if (!strncmp(n, "output.", 7)) {
-        snprintf(buf, sizeof buf, "lm_head.%s", n + 7);
-        return h3_strdup(buf);
-    }
-    if (strncmp(n, "blk.", 4)) return NULL;
+    if (!strncmp(n, "token_embd.", 11)) return snprintf(buf, size, "model.embed_tokens.%s", n + 11), 1;
+    if (!strncmp(n, "output_norm.", 12)) return snprintf(buf, size, "model.norm.%s", n + 12), 1;
+    if (!strncmp(n, "output.", 7)) return snprintf(buf, size, "lm_head.%s", n + 7), 1;
+    if (strncmp(n, "blk.", 4)) return 0;
     char *end;
     long layer = strtol(n + 4, &end, 10);
-    if (end == n + 4 || *end != '.' || layer < 0) return NULL;
+    if (end == n + 4 || *end != '.' || layer < 0) return 0;
     const char *rest = end + 1;
     for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
         size_t l = strlen(per_layer[i].from);
         if (!strncmp(rest, per_layer[i].from, l) && rest[l] == '.') {
-            snprintf(buf, sizeof buf, "model.layers.%ld.%s%s", layer, per_layer[i].to, rest + l);
-            return h3_strdup(buf);
+            snprintf(buf, size, "model.layers.%ld.%s%s", layer, per_layer[i].to, rest + l);
+            return 1;
         }
     }
-    return NULL;
+    return 0;
+}
+
+static char *set_name_of(const char *n, int llama) {
+    char buf[GGUF_MAX_NAME + 64];
+    return h3_strdup(llama && llama_map(n, buf, sizeof buf) ? buf : n);
 }
 
 typedef struct {
@@ -686,8 +681,7 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
         const h3_gguf_tensor *t = &g->tensors[i];
         h3_st_entry *e = &tmp[i].e;
         tmp[i].src = i;
-        e->name = g->llama_names ? llama_name(t->name) : NULL;
-        if (!e->name) e->name = h3_strdup(t->name);
+        e->name = set_name_of(t->name, g->llama_names);
         n_tmp = i + 1;
         if (!e->name) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         e->begin = t->offset;
