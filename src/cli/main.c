@@ -16,6 +16,7 @@ static const subcommand g_cmds[] = {
     {"dit", h3_cmd_dit, "run the DiT once on a packed sequence given as named tensors"},
     {"encode", h3_cmd_encode, "tokenize a prompt and run the text encoder to H3's conditioning (hidden_states[50])"},
     {"decode", h3_cmd_decode, "decode latents with the video or audio VAE to PNG frames or a WAV file"},
+    {"plan", h3_cmd_plan, "plan a request's memory: where each weight block lives, peaks and time, before loading"},
     {"generate", h3_cmd_generate, "a prompt to an MP4 with stereo sound: text encoder, DiT steps, VAEs, mux"},
     {NULL, NULL, NULL},
 };

@@ -27,6 +27,48 @@ void h3_cuda_shutdown(h3_exec *ex);
 void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capacity);
 void h3_cuda_reset_peak(h3_exec *ex);
 
+/* ---- streams, events and copies for the weight streamer (src/mem/streamer.c) ---------------------------------
+ * Handles are opaque (cudaStream_t, cudaEvent_t). Without CUDA in the build every call fails with
+ * H3_ERR_UNSUPPORTED (the streamer then runs its host emulation). */
+typedef void *h3_cuda_stream_h;
+typedef void *h3_cuda_event_h;
+/* The exec's compute stream (every op runs on it) and its copy stream. NULL without a device. */
+h3_cuda_stream_h h3_cuda_compute_stream(h3_exec *ex);
+h3_cuda_stream_h h3_cuda_copy_stream(h3_exec *ex);
+/* A further non-blocking stream (the streamer's reads into pinned staging run on one). */
+h3_status h3_cuda_stream_create(h3_cuda_stream_h *out);
+void h3_cuda_stream_destroy(h3_cuda_stream_h s);
+h3_status h3_cuda_stream_sync(h3_cuda_stream_h s);
+/* timing 0: an ordering-only event (cheaper); 1: one cudaEventElapsedTime can read. */
+h3_status h3_cuda_event_create(h3_cuda_event_h *out, int timing);
+void h3_cuda_event_destroy(h3_cuda_event_h e);
+h3_status h3_cuda_event_record(h3_cuda_event_h e, h3_cuda_stream_h s);
+/* Work queued on s after this waits until e (as last recorded) has completed; an event never recorded is done. */
+h3_status h3_cuda_stream_wait(h3_cuda_stream_h s, h3_cuda_event_h e);
+h3_status h3_cuda_event_sync(h3_cuda_event_h e);
+/* 1 done, 0 not yet. */
+int h3_cuda_event_done(h3_cuda_event_h e);
+h3_status h3_cuda_event_elapsed_ms(h3_cuda_event_h start, h3_cuda_event_h end, double *ms);
+/* Host to device, queued on s; src must be pinned host memory for the copy to be asynchronous. */
+h3_status h3_cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, h3_cuda_stream_h s);
+/* fn(arg) runs on a CUDA thread once the work queued on s before it is done; later work on s waits for it. fn must
+ * not call CUDA. */
+h3_status h3_cuda_host_fn(h3_cuda_stream_h s, void (*fn)(void *), void *arg);
+
+/* Observer of the device arena: called after every allocation (delta > 0) and free (delta < 0) with the block's
+ * address and the bytes in use after it. One observer per process; NULL removes it. Called on the allocating
+ * thread. */
+typedef void (*h3_cuda_alloc_observer)(void *user, const void *ptr, int64_t delta, int64_t used);
+void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user);
+/* Bytes the backend itself takes from the arena at h3_cuda_init (cuBLASLt workspace). */
+#define H3_CUDA_BACKEND_BYTES ((int64_t)32 << 20)
+/* The arena's allocation granule: every block is rounded up to it. */
+#define H3_CUDA_ARENA_ALIGN 256
+
+/* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
+ * data[0..words) into *sum (device memory, one uint64); each call one thread block. */
+h3_status h3_cuda_debug_spin_sum(h3_cuda_stream_h s, const void *data, size_t words, uint64_t *sum, int us);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,15 @@
 
 /* ---- the arena ------------------------------------------------------------------------------------------ */
 
-#define ARENA_ALIGN 256
+#define ARENA_ALIGN H3_CUDA_ARENA_ALIGN
+
+static h3_cuda_alloc_observer g_observer; /* see h3_cuda_set_alloc_observer */
+static void *g_observer_user;
+
+extern "C" void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user) {
+    g_observer = fn;
+    g_observer_user = user;
+}
 
 extern "C" void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes) {
     size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
@@ -37,7 +45,9 @@ extern "C" void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes) {
         p = s->base + b->off;
     }
     size_t used = s->used, cap = s->capacity;
+    int64_t got = p ? (int64_t)b->size : 0;
     pthread_mutex_unlock((pthread_mutex_t *)s->mu);
+    if (p && g_observer) g_observer(g_observer_user, p, got, (int64_t)used);
     if (!p) {
         H3_ERR(H3_ERR_NOMEM,
                "out of device memory: %.3f GiB requested with %.3f of the %.3f GiB device budget in use; "
@@ -56,9 +66,11 @@ extern "C" void cuda_arena_free(h3_cuda_state *s, void *p) {
         prev = b;
         b = b->next;
     }
+    int64_t freed = 0;
     if (b && b->used) {
         b->used = 0;
         s->used -= b->size;
+        freed = (int64_t)b->size;
         /* merge with the next, then with the previous free block */
         if (b->next && !b->next->used) {
             h3_arena_block *n = b->next;
@@ -72,7 +84,9 @@ extern "C" void cuda_arena_free(h3_cuda_state *s, void *p) {
             h3_free(b);
         }
     }
+    int64_t used_now = (int64_t)s->used;
     pthread_mutex_unlock((pthread_mutex_t *)s->mu);
+    if (freed && g_observer) g_observer(g_observer_user, p, -freed, used_now);
 }
 
 static h3_cuda_state *g_state; /* the allocator hooks have no exec; one device per process */

@@ -40,3 +40,84 @@ void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capac
 void h3_cuda_reset_peak(h3_exec *ex) {
     (void)ex;
 }
+
+/* ---- streams and events: unavailable without CUDA (the streamer emulates them on the host) ---- */
+
+#define NO_CUDA H3_ERR(H3_ERR_UNSUPPORTED, "this h3run was built without CUDA (rebuild with nvcc on the PATH)")
+
+h3_cuda_stream_h h3_cuda_compute_stream(h3_exec *ex) {
+    (void)ex;
+    return NULL;
+}
+h3_cuda_stream_h h3_cuda_copy_stream(h3_exec *ex) {
+    (void)ex;
+    return NULL;
+}
+h3_status h3_cuda_stream_create(h3_cuda_stream_h *out) {
+    *out = NULL;
+    return NO_CUDA;
+}
+void h3_cuda_stream_destroy(h3_cuda_stream_h s) {
+    (void)s;
+}
+h3_status h3_cuda_stream_sync(h3_cuda_stream_h s) {
+    (void)s;
+    return NO_CUDA;
+}
+h3_status h3_cuda_event_create(h3_cuda_event_h *out, int timing) {
+    (void)timing;
+    *out = NULL;
+    return NO_CUDA;
+}
+void h3_cuda_event_destroy(h3_cuda_event_h e) {
+    (void)e;
+}
+h3_status h3_cuda_event_record(h3_cuda_event_h e, h3_cuda_stream_h s) {
+    (void)e;
+    (void)s;
+    return NO_CUDA;
+}
+h3_status h3_cuda_stream_wait(h3_cuda_stream_h s, h3_cuda_event_h e) {
+    (void)s;
+    (void)e;
+    return NO_CUDA;
+}
+h3_status h3_cuda_event_sync(h3_cuda_event_h e) {
+    (void)e;
+    return NO_CUDA;
+}
+int h3_cuda_event_done(h3_cuda_event_h e) {
+    (void)e;
+    return 1;
+}
+h3_status h3_cuda_event_elapsed_ms(h3_cuda_event_h a, h3_cuda_event_h b, double *ms) {
+    (void)a;
+    (void)b;
+    *ms = 0;
+    return NO_CUDA;
+}
+h3_status h3_cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, h3_cuda_stream_h s) {
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    (void)s;
+    return NO_CUDA;
+}
+h3_status h3_cuda_host_fn(h3_cuda_stream_h s, void (*fn)(void *), void *arg) {
+    (void)s;
+    (void)fn;
+    (void)arg;
+    return NO_CUDA;
+}
+void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user) {
+    (void)fn;
+    (void)user;
+}
+h3_status h3_cuda_debug_spin_sum(h3_cuda_stream_h s, const void *data, size_t words, uint64_t *sum, int us) {
+    (void)s;
+    (void)data;
+    (void)words;
+    (void)sum;
+    (void)us;
+    return NO_CUDA;
+}

@@ -269,5 +269,8 @@ void h3_dit_forward_mem_of(const h3_dit *dit, int64_t chunk_rows, int qkv_interl
                            int64_t Nv, int64_t Na, int n_timesteps, h3_dit_forward_mem *out);
 /* Frees the workspace (the next forward allocates it again). */
 void h3_dit_release_workspace(h3_dit *dit);
+/* Frees the kept modulation (the next forward computes what it needs). With the workspace, what a stage returns
+ * of its device memory before the next stage starts. */
+void h3_dit_release_modulation(h3_dit *dit);
 
 #endif

@@ -1,0 +1,291 @@
+/* h3run plan: where every weight block of a request would live and what each stage would take, without loading
+ * weights and without a GPU (given a device budget). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "cuda/cuda.h"
+#include "io/discover.h"
+#include "mem/budget.h"
+#include "mem/plan.h"
+#include "pipeline/request.h"
+
+typedef struct found {
+    h3_dit *dit;
+    h3_text_encoder *te;
+    h3_video_vae *vvae;
+    h3_audio_vae *avae;
+    char *dit_path, *te_path, *vvae_path, *avae_path;
+    h3_status err; /* a component was found but would not open */
+} found;
+
+static const h3_dit_open_opts *dit_opts(void) {
+    static h3_dit_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.act_place = H3_PLACE_DEVICE;
+    o.weight_place = H3_PLACE_HOST;
+    o.stream_weights = 1;
+    return &o;
+}
+
+static void keep_path(char **dst, const char *p) {
+    if (!*dst) *dst = h3_strdup(p);
+}
+
+/* Tries every component's opener on path (each accepts a model folder holding it); quiet about misses. */
+static void try_folder(found *f, const char *path) {
+    if (!f->dit && h3_dit_open(path, dit_opts(), &f->dit) == H3_OK) keep_path(&f->dit_path, path);
+    if (!f->te && h3_text_encoder_open(path, NULL, &f->te) == H3_OK) keep_path(&f->te_path, path);
+    if (!f->vvae && h3_video_vae_open(path, NULL, &f->vvae) == H3_OK) keep_path(&f->vvae_path, path);
+    if (!f->avae && h3_audio_vae_open(path, NULL, &f->avae) == H3_OK) keep_path(&f->avae_path, path);
+    h3_clear_error();
+}
+
+/* A weight set found under the path: what it holds decides which opener gets it; a failure there is reported. */
+static int on_set(const char *set_path, void *user) {
+    found *f = user;
+    h3_st_set s;
+    if (h3_st_open(set_path, &s) != H3_OK) {
+        h3_clear_error();
+        return 0;
+    }
+    h3_detect_info info;
+    h3_status st = h3_detect(&s, &info);
+    h3_st_close(&s);
+    if (st != H3_OK) {
+        h3_clear_error();
+        return 0;
+    }
+    switch (info.comp) {
+        case H3_COMP_DIT:
+            if (!f->dit) {
+                st = h3_dit_open(set_path, dit_opts(), &f->dit);
+                if (st == H3_OK) keep_path(&f->dit_path, set_path);
+            }
+            break;
+        case H3_COMP_TEXT_ENCODER:
+            if (!f->te) {
+                st = h3_text_encoder_open(set_path, NULL, &f->te);
+                if (st == H3_OK) keep_path(&f->te_path, set_path);
+            }
+            break;
+        case H3_COMP_VIDEO_VAE:
+            if (!f->vvae) {
+                st = h3_video_vae_open(set_path, NULL, &f->vvae);
+                if (st == H3_OK) keep_path(&f->vvae_path, set_path);
+            }
+            break;
+        case H3_COMP_AUDIO_VAE:
+            if (!f->avae) {
+                st = h3_audio_vae_open(set_path, NULL, &f->avae);
+                if (st == H3_OK) keep_path(&f->avae_path, set_path);
+            }
+            break;
+        default: break;
+    }
+    if (st != H3_OK) {
+        f->err = h3_error_wrap(st, "%s", set_path);
+        return 1;
+    }
+    return 0;
+}
+
+static void found_free(found *f) {
+    h3_dit_close(f->dit);
+    h3_text_encoder_close(f->te);
+    h3_video_vae_close(f->vvae);
+    h3_audio_vae_close(f->avae);
+    h3_free(f->dit_path);
+    h3_free(f->te_path);
+    h3_free(f->vvae_path);
+    h3_free(f->avae_path);
+}
+
+typedef struct {
+    const char *name;
+    int64_t w, h, frames;
+} workload;
+
+static const workload g_work[] = {
+    {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
+};
+
+/* Bytes of the set a component came from, for the host stages. */
+static int64_t set_bytes(const char *source) {
+    int64_t b = 0;
+    if (source && h3_plan_weight_bytes(source, &b) != H3_OK) {
+        h3_clear_error();
+        b = 0;
+    }
+    return b;
+}
+
+int h3_cmd_plan(int argc, char **argv) {
+    const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL;
+    int64_t frames = 0, tokens = 128, steps = 0;
+    int quiet = 0, verbose = 0;
+    const h3_cli_opt opts[] = {
+        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)"},
+        {"size", 's', H3_OPT_STR, &size, "WxH", "canvas, multiples of 32 (default 1344x768)"},
+        {"workload", 'w', H3_OPT_STR, &work, "NAME", "a benchmark workload: W73, W124, W362 (960x544) or W124L"},
+        {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)"},
+        {"steps", 0, H3_OPT_INT, &steps, "N", "sampling steps (default 49); the modulation of 2 timesteps a step is "
+                                               "kept on the device"},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "device memory the engine may take (default: the GPU's free memory less 512 MiB; required without a GPU "
+         "unless --device names one)"},
+        {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
+         "host memory for weights and activations, or unlimited (default: 80% of the available memory)"},
+        {"device", 'd', H3_OPT_STR, &device, "NAME",
+         "predict times with the stated figures of a GPU (h200); default: the GPU here, if known"},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+        {0},
+    };
+    const h3_cli_cmd cmd = {
+        "plan",
+        "plan MODEL... [--frames N] [--size WxH] [--vram-budget SIZE] [--ram-budget SIZE]",
+        "Plan a generate request without loading weights: for each component found under MODEL (a model folder,\n"
+        "component folders or files; header-only files plan like the real ones), where every DiT block lives\n"
+        "(resident on the GPU, streamed from pinned memory, or from disk), the FFN row chunk, the predicted peak\n"
+        "device and host memory by category, and the predicted time per step with where it goes. When nothing fits,\n"
+        "says which budget is short, by how much, and what would fit; the exit status is then 1.",
+        "examples:\n"
+        "  h3run plan MiniMax-H3/FL2VA --vram-budget 8GiB --workload W124 --device h200\n"
+        "  h3run plan ComfyUI/models --frames 362 --size 960x544 --vram-budget 24G --ram-budget 64G",
+        opts,
+        1,
+        8};
+    const char *pos[8];
+    int npos;
+    int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
+    if (r) return r < 0 ? H3_EXIT_OK : r;
+    h3_cli_setup_logging(quiet ? -1 : verbose);
+
+    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0};
+    if (work) {
+        const workload *w = NULL;
+        for (int i = 0; g_work[i].name; i++)
+            if (!strcmp(g_work[i].name, work)) w = &g_work[i];
+        if (!w) {
+            fprintf(stderr, "h3run plan: --workload must be W73, W124, W362 or W124L; got '%s'\n", work);
+            return H3_EXIT_USAGE;
+        }
+        req.width = w->w;
+        req.height = w->h;
+        req.frames = w->frames;
+    }
+    if (frames) req.frames = frames;
+    if (size && h3_request_parse_size(size, &req.width, &req.height) != H3_OK) return h3_cli_fail("plan", H3_ERR_INVALID);
+    h3_status st = h3_request_check_frames(req.frames, NULL);
+    if (st == H3_OK) st = h3_request_check_canvas(req.width, req.height, NULL);
+    if (st != H3_OK) return h3_cli_fail("plan", st);
+    if (tokens < 1 || tokens > 65536) {
+        fprintf(stderr, "h3run plan: --text-tokens must be 1 to 65536; got %lld\n", (long long)tokens);
+        return H3_EXIT_USAGE;
+    }
+    if (steps < 0 || steps > 10000) {
+        fprintf(stderr, "h3run plan: --steps must be 1 to 10000; got %lld\n", (long long)steps);
+        return H3_EXIT_USAGE;
+    }
+    req.n_timesteps = 2 * (int)(steps ? steps : H3_DEFAULT_STEPS_H3);
+
+    h3_device_figures fig;
+    int have_fig = 0;
+    char gpu[128] = "";
+    if (device) {
+        if (!h3_device_figures_find(device, &fig)) {
+            fprintf(stderr, "h3run plan: no figures for a device named '%s' (known: %s)\n", device,
+                    h3_device_figures_names());
+            return H3_EXIT_USAGE;
+        }
+        have_fig = 1;
+    } else if (h3_cuda_device_count() > 0 && h3_cuda_device_info(0, gpu, sizeof gpu, NULL, NULL) == H3_OK) {
+        have_fig = h3_device_figures_for(gpu, &fig);
+    }
+    h3_clear_error();
+    h3_plan_budgets b = {0, 0};
+    if (vram_s) {
+        st = h3_budget_parse(vram_s, "--vram-budget", &b.vram);
+        if (st != H3_OK) return h3_cli_fail("plan", st);
+    }
+    if (!b.vram) {
+        if (h3_cuda_device_count() > 0) {
+            st = h3_budget_default_vram(0, &b.vram);
+            if (st != H3_OK) return h3_cli_fail("plan", st);
+        } else if (device) {
+            b.vram = fig.memory - H3_VRAM_MARGIN;
+        } else {
+            fprintf(stderr, "h3run plan: there is no GPU here: give --vram-budget SIZE (e.g. 24GiB), or --device NAME "
+                            "to plan for all of a named GPU's memory\n");
+            return H3_EXIT_USAGE;
+        }
+    }
+    if (ram_s && !strcmp(ram_s, "unlimited")) {
+        b.ram = 0;
+    } else {
+        if (ram_s) {
+            st = h3_budget_parse(ram_s, "--ram-budget", &b.ram);
+            if (st != H3_OK) return h3_cli_fail("plan", st);
+        }
+        if (!b.ram) b.ram = h3_budget_default_ram();
+    }
+
+    found f = {0};
+    for (int i = 0; i < npos; i++) {
+        try_folder(&f, pos[i]);
+        if (!f.dit || !f.te || !f.vvae || !f.avae) {
+            st = h3_discover_sets(pos[i], on_set, &f);
+            if (st != H3_OK && st != H3_ERR_NOT_FOUND) break;
+            h3_clear_error();
+            st = H3_OK;
+            if (f.err) {
+                st = f.err;
+                break;
+            }
+        }
+    }
+    if (st == H3_OK && !f.dit && !f.te && !f.vvae && !f.avae)
+        st = H3_ERR(H3_ERR_NOT_FOUND, "no MiniMax-H3 component (DiT, text encoder, video or audio VAE) was found under %s%s",
+                    pos[0], npos > 1 ? " and the other paths" : "");
+    if (st != H3_OK) {
+        found_free(&f);
+        return h3_cli_fail("plan", st);
+    }
+    h3_plan_model m = {0};
+    m.dit = f.dit;
+    m.dit_weights_in_file = 1;
+    m.te = f.te;
+    m.vvae = f.vvae;
+    m.avae = f.avae;
+    m.te_weight_bytes = f.te ? set_bytes(f.te_path) : 0;
+    m.vvae_weight_bytes = f.vvae ? set_bytes(h3_video_vae_source(f.vvae)) : 0;
+    m.avae_weight_bytes = f.avae ? set_bytes(h3_audio_vae_source(f.avae)) : 0;
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    m.host_threads = nproc > 0 ? (int)nproc : 1;
+    h3_plan *plan = h3_malloc(sizeof *plan, H3_MEM_OTHER);
+    if (!plan) {
+        found_free(&f);
+        return h3_cli_fail("plan", H3_ERR_NOMEM);
+    }
+    st = h3_plan_make(&m, &req, &b, have_fig ? &fig : NULL, plan);
+    int rc = H3_EXIT_OK;
+    if (st == H3_OK) {
+        printf("model:");
+        if (f.dit) printf(" DiT %s;", f.dit_path);
+        if (f.te) printf(" text encoder %s;", f.te_path);
+        if (f.vvae) printf(" video VAE %s;", h3_video_vae_source(f.vvae));
+        if (f.avae) printf(" audio VAE %s;", h3_audio_vae_source(f.avae));
+        printf("\n");
+        char *text = h3_plan_format(plan);
+        if (text) fputs(text, stdout);
+        h3_free(text);
+        st = h3_plan_check(plan);
+    }
+    if (st != H3_OK) rc = h3_cli_fail("plan", st);
+    h3_free(plan);
+    found_free(&f);
+    return rc;
+}

@@ -1,0 +1,491 @@
+/* The DiT stage on a device budget (dit_stream.h): packing, the streamer's items, the weight source. */
+#include "mem/dit_stream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "cuda/cuda.h"
+#include "io/safetensors.h"
+
+static int64_t granule(int64_t b) {
+    const int64_t a = H3_CUDA_ARENA_ALIGN;
+    return b <= 0 ? 0 : (b + a - 1) / a * a;
+}
+
+/* The tensors of a unit in pack order; out (may be NULL) receives the matching fields of dst. */
+static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst, const h3_tensor **src, h3_tensor **out,
+                       int *interleaved) {
+    int n = 0;
+#define F(x)                                                                                                           \
+    do {                                                                                                               \
+        if (w->x.data) {                                                                                               \
+            src[n] = &w->x;                                                                                            \
+            if (out) out[n] = dst ? &dst->x : NULL;                                                                    \
+            interleaved[n] = 0;                                                                                        \
+            n++;                                                                                                       \
+        }                                                                                                              \
+    } while (0)
+    F(norm1);
+    F(norm2);
+    if (w->qkv.data) {
+        F(qkv);
+        interleaved[n - 1] = w->qkv_interleaved;
+    } else {
+        F(q);
+        F(k);
+        F(v);
+    }
+    F(q_norm);
+    F(k_norm);
+    F(out);
+    F(fc1);
+    F(fc2);
+#undef F
+    return n;
+}
+
+static void pack_add(h3_dit_pack *p, const h3_tensor *t, int interleaved) {
+    if (p->n == H3_DIT_PACK_MAX) return;
+    const int64_t b = (int64_t)h3_tensor_nbytes(t);
+    p->src[p->n] = t;
+    p->off[p->n] = p->bytes;
+    p->interleaved[p->n] = interleaved;
+    p->n++;
+    int64_t sb = 0; /* scales stored beside quantized values (sized for planning; the device does not run them yet) */
+    if (t->q.mode == H3_SCALE_ROW) sb = h3_tensor_rows(t) * 4;
+    if (t->q.mode == H3_SCALE_BLOCK && t->q.block > 0) sb = h3_tensor_rows(t) * (h3_tensor_cols(t) / t->q.block) * 4;
+    if (t->q.mode != H3_SCALE_NONE) p->quantized = 1;
+    p->bytes += granule(b) + granule(sb);
+    if (t->ndim == 2) p->bytes_8bit += granule(t->shape[0] * t->shape[1] + t->shape[0] * 4);
+    else p->bytes_8bit += granule(b);
+}
+
+void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out) {
+    memset(out, 0, sizeof *out);
+    const h3_dit_block_weights *w = h3_dit_unit_weights(dit, unit);
+    if (!w) return;
+    const h3_tensor *src[H3_DIT_PACK_MAX];
+    int il[H3_DIT_PACK_MAX];
+    int n = unit_fields(w, NULL, src, NULL, il);
+    for (int i = 0; i < n; i++) pack_add(out, src[i], il[i]);
+}
+
+void h3_dit_pack_adaln(const h3_dit *dit, int block, h3_dit_pack *out) {
+    memset(out, 0, sizeof *out);
+    const h3_tensor *w, *b;
+    if (h3_dit_adaln_weights(dit, block, &w, &b) != H3_OK) {
+        h3_clear_error();
+        return;
+    }
+    if (w->data) pack_add(out, w, 0);
+    if (b->data) pack_add(out, b, 0);
+}
+
+/* The weights outside the blocks that the device forward reads: every tensor whose name is not a block's, but the
+ * curve table and the RoPE frequencies, which the host reads. */
+static int is_global(const char *name) {
+    return !strstr(name, "blocks.") && strcmp(name, "adaln_t_table") != 0 && strcmp(name, "rope.inv_freq") != 0;
+}
+
+static int sum_global(const char *name, h3_tensor *t, void *user) {
+    if (is_global(name)) *(int64_t *)user += granule((int64_t)h3_tensor_nbytes(t));
+    return 0;
+}
+
+int64_t h3_dit_globals_device_bytes(const h3_dit *dit) {
+    int64_t b = 0;
+    h3_dit_visit_weights((h3_dit *)dit, sum_global, &b);
+    return b;
+}
+
+/* ---- the stage ---------------------------------------------------------------------------------------------------- */
+
+enum { MODE_NONE = 0, MODE_FORWARD, MODE_ADALN };
+#define MAX_GLOBALS 64
+
+struct h3_dit_stream {
+    h3_dit *dit;
+    h3_exec *ex;
+    h3_place place;
+    h3_streamer *s;
+    int n_units, n_blocks, n_items;
+    h3_dit_pack *packs;          /* [n_items]: units, then AdaLN of each block */
+    h3_dit_block_weights *unit_w; /* [n_units]: views handed to the forward */
+    h3_tensor *ad_w, *ad_b;       /* [n_blocks] */
+    int *fwd_order, n_fwd, *ad_order, n_ad, mode;
+    h3_stream_seg *segs;
+    h3_stream_item *items;
+    int spill_fd;
+    h3_dit_weight_source src;
+    /* non-block weights uploaded: where they live in the DiT, and what was there */
+    h3_tensor *saved_at[MAX_GLOBALS];
+    h3_tensor saved[MAX_GLOBALS];
+    int n_saved;
+};
+
+/* Where host memory p lies in the DiT's files: fd and offset, or fd -1. */
+static int file_of(const h3_st_set *set, const void *p, int64_t *off) {
+    if (!set) return -1;
+    for (int i = 0; i < set->n_files; i++) {
+        const h3_st_file *f = &set->files[i];
+        const uint8_t *b = f->map.data;
+        if (f->mapped && b && (const uint8_t *)p >= b && (const uint8_t *)p < b + f->map.size) {
+            *off = (const uint8_t *)p - b;
+            return f->fd;
+        }
+    }
+    return -1;
+}
+
+/* Segments of one packed item; returns how many were written at segs (NULL: only count). */
+static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack *p, h3_stream_seg *segs, int *pinned) {
+    const h3_dit_config *c = h3_dit_get_config(dit);
+    int n = 0;
+    *pinned = 1;
+    for (int i = 0; i < p->n; i++) {
+        const h3_tensor *t = p->src[i];
+        const uint8_t *base = t->data;
+        int64_t foff = 0;
+        int fd = file_of(set, base, &foff);
+        if (fd < 0 && t->place != H3_PLACE_PINNED) *pinned = 0;
+        if (fd >= 0) *pinned = 0;
+        if (p->interleaved[i]) {
+            /* rows [h: q k v] per head -> [Q; K; V]: new row j·inner + h·hd + e is old row h·3·hd + j·hd + e */
+            const int64_t hd = c->head_dim, inner = h3_dit_inner(c), rb = t->shape[1] * (int64_t)h3_dtype_size(t->dtype);
+            for (int64_t j = 0; j < 3; j++)
+                for (int64_t h = 0; h < c->heads; h++) {
+                    if (segs) {
+                        int64_t so = (h * 3 * hd + j * hd) * rb;
+                        segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base + so, fd, foff + so, hd * rb,
+                                                  p->off[i] + (j * inner + h * hd) * rb};
+                    }
+                    n++;
+                }
+        } else {
+            if (segs)
+                segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), p->off[i]};
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Writes the DISK items whose bytes are not in a file to an unlinked spill file and points them at it. */
+static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_seg) {
+    int need = 0;
+    for (int i = 0; i < ds->n_items; i++) {
+        const h3_stream_item *it = &ds->items[i];
+        int file = it->n_segs > 0;
+        for (int g = 0; g < it->n_segs; g++) file &= it->segs[g].fd >= 0;
+        if (it->tier == H3_TIER_DISK && !file) need = 1;
+    }
+    if (!need) return H3_OK;
+    if (!dir) dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/h3run-spill-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) return H3_ERR(H3_ERR_IO, "cannot create a spill file in %s for disk-tier weights: %s", dir, strerror(errno));
+    unlink(path);
+    ds->spill_fd = fd;
+    int64_t off = 0;
+    for (int i = 0; i < ds->n_items; i++) {
+        h3_stream_item *it = &ds->items[i];
+        int file = it->n_segs > 0;
+        for (int g = 0; g < it->n_segs; g++) file &= it->segs[g].fd >= 0;
+        if (it->tier != H3_TIER_DISK || file) continue;
+        uint8_t *buf = h3_malloc((size_t)it->bytes, H3_MEM_IO);
+        if (!buf) return H3_ERR_NOMEM;
+        memset(buf, 0, (size_t)it->bytes);
+        for (int g = 0; g < it->n_segs; g++) memcpy(buf + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes);
+        int64_t done = 0;
+        while (done < it->bytes) {
+            ssize_t w = pwrite(fd, buf + done, (size_t)(it->bytes - done), (off_t)(off + done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                h3_free(buf);
+                return H3_ERR(H3_ERR_IO, "writing %lld bytes of disk-tier weights to %s failed: %s", (long long)it->bytes,
+                              dir, w < 0 ? strerror(errno) : "no space");
+            }
+            done += w;
+        }
+        h3_free(buf);
+        one_seg[i] = (h3_stream_seg){NULL, fd, off, it->bytes, 0};
+        it->segs = &one_seg[i];
+        it->n_segs = 1;
+        it->src_pinned = 0;
+        off += it->bytes;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL) return H3_ERR(H3_ERR_IO, "syncing the spill file failed: %s", strerror(errno));
+#ifdef POSIX_FADV_DONTNEED
+    posix_fadvise(fd, 0, (off_t)off, POSIX_FADV_DONTNEED); /* reads come from the disk, as planned */
+#endif
+    return H3_OK;
+}
+
+static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
+    const h3_dit_block_weights *w = h3_dit_unit_weights(ds->dit, u);
+    h3_dit_block_weights *o = &ds->unit_w[u];
+    *o = *w;
+    const h3_tensor *src[H3_DIT_PACK_MAX];
+    h3_tensor *dst[H3_DIT_PACK_MAX];
+    int il[H3_DIT_PACK_MAX];
+    int n = unit_fields(w, o, src, dst, il);
+    for (int i = 0; i < n; i++) {
+        H3_TRY(h3_tensor_wrap(dst[i], (uint8_t *)base + ds->packs[u].off[i], ds->place, src[i]->dtype, src[i]->ndim,
+                              src[i]->shape));
+    }
+    if (o->qkv.data) { /* packed contiguous [Q; K; V] whatever the file's order */
+        const int64_t inner = h3_dit_inner(h3_dit_get_config(ds->dit));
+        o->qkv_interleaved = 0;
+        H3_TRY(h3_tensor_narrow(&o->qkv, 0, 0, inner, &o->q));
+        H3_TRY(h3_tensor_narrow(&o->qkv, 0, inner, inner, &o->k));
+        H3_TRY(h3_tensor_narrow(&o->qkv, 0, 2 * inner, inner, &o->v));
+    }
+    return H3_OK;
+}
+
+static h3_status src_acquire(void *user, h3_exec *ex, int unit, const h3_dit_block_weights **w) {
+    (void)ex;
+    h3_dit_stream *ds = user;
+    if (ds->mode != MODE_FORWARD && ds->n_fwd) {
+        H3_TRY(h3_streamer_set_order(ds->s, ds->fwd_order, ds->n_fwd, 1));
+        ds->mode = MODE_FORWARD;
+    }
+    void *base;
+    H3_TRY(h3_streamer_acquire(ds->s, unit, &base));
+    if (ds->items[unit].tier != H3_TIER_RESIDENT) H3_TRY(build_unit_views(ds, unit, base));
+    *w = &ds->unit_w[unit];
+    return H3_OK;
+}
+
+static void src_release(void *user, h3_exec *ex, int unit) {
+    (void)ex;
+    h3_dit_stream *ds = user;
+    h3_streamer_release(ds->s, unit);
+}
+
+static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_tensor **w, const h3_tensor **b) {
+    (void)ex;
+    h3_dit_stream *ds = user;
+    if (ds->mode != MODE_ADALN) {
+        H3_TRY(h3_streamer_set_order(ds->s, ds->ad_order, ds->n_ad, 0));
+        ds->mode = MODE_ADALN;
+    }
+    const int item = ds->n_units + block;
+    void *base;
+    H3_TRY(h3_streamer_acquire(ds->s, item, &base));
+    const h3_dit_pack *p = &ds->packs[item];
+    if (p->n < 2) return H3_ERR(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", block);
+    H3_TRY(h3_tensor_wrap(&ds->ad_w[block], (uint8_t *)base + p->off[0], ds->place, p->src[0]->dtype, p->src[0]->ndim,
+                          p->src[0]->shape));
+    H3_TRY(h3_tensor_wrap(&ds->ad_b[block], (uint8_t *)base + p->off[1], ds->place, p->src[1]->dtype, p->src[1]->ndim,
+                          p->src[1]->shape));
+    *w = &ds->ad_w[block];
+    *b = &ds->ad_b[block];
+    return H3_OK;
+}
+
+static void src_adaln_release(void *user, h3_exec *ex, int block) {
+    (void)ex;
+    h3_dit_stream *ds = user;
+    h3_streamer_release(ds->s, ds->n_units + block);
+}
+
+typedef struct {
+    h3_dit_stream *ds;
+    h3_status st;
+} up_ctx;
+
+/* Replaces a non-block weight by an owned copy at the activation place, keeping the original to put back at close
+ * (so the DiT can stream again into another arena). */
+static int upload_global(const char *name, h3_tensor *t, void *user) {
+    up_ctx *c = user;
+    h3_dit_stream *ds = c->ds;
+    if (!is_global(name) || t->place == ds->place) return 0;
+    if (ds->n_saved == MAX_GLOBALS) {
+        c->st = H3_ERR(H3_ERR_INTERNAL, "DiT stream: more than %d non-block weights", MAX_GLOBALS);
+        return 1;
+    }
+    h3_tensor dev;
+    c->st = h3_tensor_alloc(&dev, ds->place, t->dtype, t->ndim, t->shape, H3_MEM_WEIGHTS);
+    if (c->st == H3_OK) c->st = h3_copy(ds->ex, &dev, t);
+    if (c->st == H3_OK) c->st = h3_exec_sync(ds->ex);
+    if (c->st != H3_OK) {
+        h3_tensor_free(&dev);
+        c->st = h3_error_wrap(c->st, "uploading DiT weight '%s'", name);
+        return 1;
+    }
+    ds->saved_at[ds->n_saved] = t;
+    ds->saved[ds->n_saved++] = *t;
+    *t = dev;
+    return 0;
+}
+
+static void restore_globals(h3_dit_stream *ds) {
+    for (int i = ds->n_saved - 1; i >= 0; i--) {
+        h3_tensor_free(ds->saved_at[i]);
+        *ds->saved_at[i] = ds->saved[i];
+    }
+    ds->n_saved = 0;
+}
+
+void h3_dit_stream_close(h3_dit_stream *ds) {
+    if (!ds) return;
+    h3_dit_set_weight_source(ds->dit, NULL);
+    h3_clear_error();
+    h3_streamer_free(ds->s);
+    h3_exec_sync(ds->ex);
+    h3_clear_error();
+    restore_globals(ds);
+    if (ds->spill_fd >= 0) close(ds->spill_fd);
+    h3_free(ds->packs);
+    h3_free(ds->unit_w);
+    h3_free(ds->ad_w);
+    h3_free(ds->ad_b);
+    h3_free(ds->fwd_order);
+    h3_free(ds->ad_order);
+    h3_free(ds->segs);
+    h3_free(ds->items);
+    h3_free(ds);
+}
+
+h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, const h3_dit_stream_opts *opts,
+                             h3_memrep *rep, h3_dit_stream **out) {
+    *out = NULL;
+    const h3_dit_config *c = h3_dit_get_config(dit);
+    const int U = h3_dit_n_units(c), B = (int)c->n_layers;
+    if (!plan->present || plan->n_units != U)
+        return H3_ERR(H3_ERR_INVALID, "DiT stream: the plan is for %d blocks, the DiT has %d", plan->n_units, U);
+    const h3_place place = h3_dit_act_place(dit);
+    if (U > 0 && h3_dit_unit_weights(dit, 0)->fc1.place == H3_PLACE_DEVICE)
+        return H3_ERR(H3_ERR_INVALID, "DiT stream: the blocks are on the device already (open the DiT with "
+                      "stream_weights and host weights)");
+    h3_status st = H3_OK;
+    h3_dit_stream *ds = h3_calloc(1, sizeof *ds, H3_MEM_OTHER);
+    if (!ds) return H3_ERR_NOMEM;
+    ds->dit = dit;
+    ds->ex = ex;
+    ds->place = place;
+    ds->spill_fd = -1;
+    ds->n_units = U;
+    ds->n_blocks = B;
+    ds->n_items = U + B;
+    const int NI = ds->n_items ? ds->n_items : 1;
+    ds->packs = h3_calloc((size_t)NI, sizeof *ds->packs, H3_MEM_OTHER);
+    ds->unit_w = h3_calloc((size_t)(U ? U : 1), sizeof *ds->unit_w, H3_MEM_OTHER);
+    ds->ad_w = h3_calloc((size_t)(B ? B : 1), sizeof *ds->ad_w, H3_MEM_OTHER);
+    ds->ad_b = h3_calloc((size_t)(B ? B : 1), sizeof *ds->ad_b, H3_MEM_OTHER);
+    ds->fwd_order = h3_calloc((size_t)(U ? U : 1), sizeof(int), H3_MEM_OTHER);
+    ds->ad_order = h3_calloc((size_t)(B ? B : 1), sizeof(int), H3_MEM_OTHER);
+    ds->items = h3_calloc((size_t)NI, sizeof *ds->items, H3_MEM_OTHER);
+    h3_stream_seg *spill_segs = h3_calloc((size_t)NI, sizeof *spill_segs, H3_MEM_OTHER);
+    if (!ds->packs || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order || !ds->items ||
+        !spill_segs)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory");
+
+    /* 1. Row chunks as planned; the non-block weights at the activation place. */
+    H3_CHECK(h3_dit_set_chunk_rows(dit, plan->chunk_rows));
+    {
+        h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_WEIGHTS) : H3_DEVCAT_WEIGHTS;
+        up_ctx uc = {ds, H3_OK};
+        h3_dit_visit_weights(dit, upload_global, &uc);
+        if (rep) h3_memrep_set_category(rep, prev);
+        H3_CHECK(uc.st);
+    }
+    for (int i = 0; i < ds->n_items; i++) {
+        h3_dit_pack p;
+        if (i < U) h3_dit_pack_unit(dit, i, &p);
+        else h3_dit_pack_adaln(dit, i - U, &p);
+        if (p.quantized)
+            H3_FAIL(H3_ERR_UNSUPPORTED, "DiT stream: %s %d has quantized weights; quantized DiT weights run on the CPU "
+                    "only for now", i < U ? "block" : "the AdaLN projection of block", i < U ? i : i - U);
+    }
+    /* 2. The items: packed layouts, their sources, tiers. */
+    const h3_st_set *set = h3_dit_files(dit);
+    int64_t nsegs = 0, max_streamed = 0;
+    for (int i = 0; i < ds->n_items; i++) {
+        if (i < U) h3_dit_pack_unit(dit, i, &ds->packs[i]);
+        else h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
+        int pin;
+        nsegs += item_segs(set, dit, &ds->packs[i], NULL, &pin);
+    }
+    ds->segs = h3_calloc((size_t)(nsegs ? nsegs : 1), sizeof *ds->segs, H3_MEM_OTHER);
+    if (!ds->segs) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    int need_staging = 0;
+    {
+        int64_t o = 0;
+        for (int i = 0; i < ds->n_items; i++) {
+            h3_stream_item *it = &ds->items[i];
+            int pin;
+            it->segs = ds->segs + o;
+            it->n_segs = item_segs(set, dit, &ds->packs[i], ds->segs + o, &pin);
+            o += it->n_segs;
+            it->bytes = ds->packs[i].bytes;
+            it->src_pinned = pin && place == H3_PLACE_DEVICE;
+            if (i < U) it->tier = (h3_tier)plan->tier[i];
+            else it->tier = it->src_pinned ? H3_TIER_PINNED : H3_TIER_DISK; /* once per run: read, never pinned */
+            if (it->tier != H3_TIER_RESIDENT && it->bytes > max_streamed) max_streamed = it->bytes;
+            if (it->tier == H3_TIER_DISK || !it->src_pinned) need_staging = 1;
+        }
+    }
+    if (max_streamed > plan->slot_bytes || (max_streamed && plan->n_slots < 1))
+        H3_FAIL(H3_ERR_INVALID, "DiT stream: the plan's %d slots of %lld bytes cannot hold a %lld-byte block",
+                plan->n_slots, (long long)plan->slot_bytes, (long long)max_streamed);
+    H3_CHECK(spill(ds, opts ? opts->spill_dir : NULL, spill_segs));
+    /* 3. The streamer: pinned copies, resident units, the ring. */
+    {
+        h3_streamer_config sc = {place, plan->n_slots, plan->slot_bytes, need_staging ? H3_PLAN_STAGING : 0, rep,
+                                 opts ? opts->unsafe_skip_waits : 0};
+        H3_CHECK_CTX(h3_streamer_create(ex, &sc, ds->items, ds->n_items, &ds->s), "loading the DiT's weights");
+    }
+    /* spill segments were copied by the streamer */
+    h3_free(spill_segs);
+    spill_segs = NULL;
+    for (int u = 0; u < U; u++) {
+        if (ds->items[u].tier == H3_TIER_RESIDENT) {
+            void *base;
+            H3_CHECK(h3_streamer_acquire(ds->s, u, &base));
+            H3_CHECK(build_unit_views(ds, u, base));
+        } else {
+            ds->fwd_order[ds->n_fwd++] = u;
+        }
+    }
+    for (int b = 0; b < B; b++) ds->ad_order[ds->n_ad++] = U + b;
+    ds->src = (h3_dit_weight_source){src_acquire, src_release, src_adaln_acquire, src_adaln_release, 1, ds};
+    H3_CHECK(h3_dit_set_weight_source(dit, &ds->src));
+    *out = ds;
+    return H3_OK;
+done:
+    h3_free(spill_segs);
+    h3_dit_stream_close(ds);
+    return st;
+}
+
+h3_status h3_dit_stream_step_end(h3_dit_stream *ds) {
+    return h3_streamer_sync(ds->s);
+}
+
+void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out) {
+    h3_streamer_get_stats(ds->s, out);
+}
+
+void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak) {
+    pred[H3_DEVCAT_BACKEND] = p->dev_backend;
+    pred[H3_DEVCAT_WEIGHTS] = p->dev_globals + p->dev_resident;
+    pred[H3_DEVCAT_SLOTS] = p->dev_slots;
+    pred[H3_DEVCAT_MODULATION] = p->dev_modulation + p->dev_precompute_scratch;
+    pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch;
+    if (peak) *peak = p->dev_peak;
+}
+
+void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs) {
+    h3_stream_stats st;
+    h3_streamer_get_stats(ds->s, &st);
+    h3_memrep_set_copies(rep, st.bytes_copied, st.copy_ms, st.bytes_timed, ceiling_gbs);
+}

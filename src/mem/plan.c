@@ -1,0 +1,685 @@
+/* The memory planner (plan.h): the arithmetic of every stage's memory, the choice of chunking, ring depth and
+ * placement of each DiT unit, the step-time model, and the message when nothing fits. */
+#include "mem/plan.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "cuda/cuda.h"
+#include "io/safetensors.h"
+#include "mem/budget.h"
+#include "mem/dit_stream.h"
+#include "pipeline/layout.h"
+
+#define GIB H3_GIB
+
+const char *h3_tier_name(h3_tier t) {
+    switch (t) {
+        case H3_TIER_RESIDENT: return "resident";
+        case H3_TIER_PINNED: return "pinned";
+        case H3_TIER_DISK: return "disk";
+        default: return "?";
+    }
+}
+
+/* ---- device figures --------------------------------------------------------------------------------------------
+ * The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention rates
+ * are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention for 50 ×
+ * 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the model
+ * reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive) until measured. */
+static const h3_device_figures g_figures[] = {
+    {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 748 and attention 515 TFLOP/s",
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 748.0, 128.0, 515.0, 35.3},
+};
+
+int h3_device_figures_find(const char *name, h3_device_figures *out) {
+    for (size_t i = 0; i < sizeof g_figures / sizeof g_figures[0]; i++)
+        if (name && !strcmp(name, g_figures[i].name)) {
+            *out = g_figures[i];
+            return 1;
+        }
+    return 0;
+}
+
+const char *h3_device_figures_names(void) {
+    return "h200";
+}
+
+int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
+    if (cuda_name && strstr(cuda_name, "H200")) return h3_device_figures_find("h200", out);
+    return 0;
+}
+
+/* ---- helpers ----------------------------------------------------------------------------------------------------- */
+
+static int64_t granule(int64_t b) {
+    const int64_t a = H3_CUDA_ARENA_ALIGN;
+    return b <= 0 ? 0 : (b + a - 1) / a * a;
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+static double maxd(double a, double b) {
+    return a > b ? a : b;
+}
+
+static int fits_in(int64_t peak, int64_t budget) {
+    return peak + h3_plan_slack(budget) <= budget;
+}
+
+/* The smallest budget b with fits_in(peak, b), rounded up to 64 MiB. */
+static int64_t min_budget_for(int64_t peak) {
+    const int64_t q = (int64_t)64 << 20;
+    int64_t b = max64(peak + q, (int64_t)ceil((double)peak / 0.99));
+    b = (b + q - 1) / q * q;
+    while (!fits_in(peak, b)) b += q;
+    return b;
+}
+
+h3_status h3_plan_weight_bytes(const char *set_path, int64_t *bytes) {
+    h3_st_set s;
+    *bytes = 0;
+    H3_TRY(h3_st_open(set_path, &s));
+    for (int64_t i = 0; i < s.n_entries; i++) *bytes += (int64_t)(s.entries[i].end - s.entries[i].begin);
+    h3_st_close(&s);
+    return H3_OK;
+}
+
+/* ---- the step-time simulation ------------------------------------------------------------------------------------ */
+
+double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, double *copy_busy, double *read_busy) {
+    int streamed = 0, disk = 0;
+    for (int i = 0; i < n; i++) {
+        streamed += u[i].tier != H3_TIER_RESIDENT;
+        disk += u[i].tier == H3_TIER_DISK;
+    }
+    if (copy_busy) *copy_busy = 0;
+    if (read_busy) *read_busy = 0;
+    if ((streamed && (k < 1 || k > H3_PLAN_MAX_SLOTS)) || (disk && (n_staging < 1 || n_staging > 8))) return INFINITY;
+    double comp = 0, copy_free = 0, read_free = 0, slot_free[H3_PLAN_MAX_SLOTS] = {0}, stag_free[8] = {0};
+    int64_t p = 0, pd = 0;
+    double start = 0, cb = 0, rb = 0;
+    const int cycles = 4; /* the ring settles within a step; the last is the steady state */
+    for (int cy = 0; cy < cycles; cy++) {
+        start = comp;
+        double cb0 = cb, rb0 = rb;
+        for (int i = 0; i < n; i++) {
+            double ready = 0;
+            int s = 0;
+            if (u[i].tier != H3_TIER_RESIDENT) {
+                s = (int)(p % k);
+                double cs = maxd(copy_free, slot_free[s]); /* queued after the previous copy; waits free[s] */
+                if (u[i].tier == H3_TIER_DISK) {
+                    int j = (int)(pd % n_staging);
+                    double rs = maxd(read_free, stag_free[j]); /* waits for the copy out of staging j */
+                    read_free = rs + u[i].read;
+                    rb += u[i].read;
+                    cs = maxd(cs, read_free);
+                }
+                copy_free = cs + u[i].copy;
+                cb += u[i].copy;
+                if (u[i].tier == H3_TIER_DISK) stag_free[pd++ % n_staging] = copy_free;
+                ready = copy_free;
+            }
+            comp = maxd(comp, ready) + u[i].compute;
+            if (u[i].tier != H3_TIER_RESIDENT) {
+                slot_free[s] = comp;
+                p++;
+            }
+        }
+        if (cy == cycles - 1) {
+            if (copy_busy) *copy_busy = cb - cb0;
+            if (read_busy) *read_busy = rb - rb0;
+        }
+    }
+    return comp - start;
+}
+
+/* ---- DiT ---------------------------------------------------------------------------------------------------------- */
+
+/* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. */
+static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk) {
+    if (rows <= 0) return 0;
+    const double H = (double)c->hidden, in = (double)h3_dit_inner(c), F = (double)c->ffn, M = (double)rows;
+    const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
+    const double mc = (double)(rows < chunk ? rows : chunk);
+    const double eff_all = M / (M + f->gemm_half_rows) / ref, eff_ch = mc / (mc + f->gemm_half_rows) / ref;
+    const double proj = 2.0 * M * (3.0 * in * H + in * H), ffn = 2.0 * M * (2.0 * F * H + F * H);
+    const double attn = 4.0 * M * M * in;
+    return proj / (f->gemm_tflops * 1e12 * eff_all) + ffn / (f->gemm_tflops * 1e12 * eff_ch) +
+           attn / (f->attn_tflops * 1e12) + M * H * f->eltwise_ns_per_kelem * 1e-12;
+}
+
+/* Sizes of the DiT that do not depend on the plan. */
+typedef struct dit_static {
+    int n_units, n_ref;
+    int64_t unit_bytes[H3_PLAN_MAX_UNITS];
+    int64_t unit_max, adaln_bytes, adaln_total, globals;
+    int from_file, pinned;
+} dit_static;
+
+static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static *ds) {
+    const h3_dit_config *c = h3_dit_get_config(m->dit);
+    memset(ds, 0, sizeof *ds);
+    ds->n_units = h3_dit_n_units(c);
+    ds->n_ref = (int)c->n_refiner_layers;
+    if (ds->n_units > H3_PLAN_MAX_UNITS)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "the planner takes at most %d DiT blocks; this DiT has %d", H3_PLAN_MAX_UNITS,
+                      ds->n_units);
+    for (int u = 0; u < ds->n_units; u++) {
+        h3_dit_pack p;
+        h3_dit_pack_unit(m->dit, u, &p);
+        ds->unit_bytes[u] = eight_bit ? p.bytes_8bit : p.bytes;
+        ds->unit_max = max64(ds->unit_max, ds->unit_bytes[u]);
+    }
+    for (int b = 0; b < c->n_layers; b++) {
+        h3_dit_pack p;
+        h3_dit_pack_adaln(m->dit, b, &p);
+        ds->adaln_bytes = max64(ds->adaln_bytes, p.bytes);
+        ds->adaln_total += p.bytes;
+    }
+    ds->globals = h3_dit_globals_device_bytes(m->dit);
+    ds->pinned = m->dit_weights_pinned;
+    ds->from_file = m->dit_weights_in_file;
+    return H3_OK;
+}
+
+/* Marks r of the units resident: refiner units first (their copies cannot hide behind their tiny compute), then
+ * DiT blocks spread evenly so every stretch of streamed blocks has resident ones to hide behind. */
+static void pick_resident(const dit_static *ds, int r, uint8_t *tier) {
+    for (int u = 0; u < ds->n_units; u++) tier[u] = H3_TIER_PINNED;
+    int nr = r < ds->n_ref ? r : ds->n_ref;
+    for (int u = 0; u < nr; u++) tier[u] = H3_TIER_RESIDENT;
+    int rest = r - nr, nd = ds->n_units - ds->n_ref;
+    for (int j = 0; j < rest && j < nd; j++) tier[ds->n_ref + (int)(((double)j + 0.5) * nd / rest)] = H3_TIER_RESIDENT;
+}
+
+/* Of the streamed units, nd go to the disk tier, spread evenly. */
+static void pick_disk(const dit_static *ds, int nd, uint8_t *tier) {
+    int idx[H3_PLAN_MAX_UNITS], n = 0;
+    for (int u = 0; u < ds->n_units; u++)
+        if (tier[u] != H3_TIER_RESIDENT) idx[n++] = u;
+    for (int j = 0; j < nd && j < n; j++) tier[idx[(int)(((double)j + 0.5) * n / nd)]] = H3_TIER_DISK;
+}
+
+typedef struct dit_ctx {
+    const h3_plan_model *m;
+    const h3_dit_config *c;
+    const dit_static *ds;
+    const h3_device_figures *f;
+    int64_t S, L, Nv, Na;
+    int n_t;
+    int64_t vram, ram;
+} dit_ctx;
+
+/* Fills everything of p for one choice of chunk, ring depth k and resident count r; returns whether it fits. */
+static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *p) {
+    const dit_static *ds = x->ds;
+    memset(p, 0, sizeof *p);
+    p->present = 1;
+    p->S = x->S;
+    p->L = x->L;
+    p->Nv = x->Nv;
+    p->Na = x->Na;
+    p->chunk_rows = chunk;
+    p->n_units = ds->n_units;
+    p->unit_bytes = ds->unit_max;
+    p->adaln_bytes = ds->adaln_bytes;
+    pick_resident(ds, r, p->tier);
+    p->n_resident = r;
+    const int streamed = ds->n_units - r;
+    /* The AdaLN projections stream once through the ring; with every unit resident, two slots of their size. */
+    p->n_slots = streamed ? k : 2;
+    p->slot_bytes = streamed ? max64(ds->unit_max, ds->adaln_bytes) : ds->adaln_bytes;
+    if (!ds->adaln_bytes && !streamed) p->n_slots = 0;
+
+    h3_dit_forward_mem fm;
+    h3_dit_forward_mem_of(x->m->dit, chunk, 0, x->S, x->L, x->Nv, x->Na, x->n_t, &fm);
+    p->dev_backend = H3_CUDA_BACKEND_BYTES;
+    p->dev_globals = ds->globals;
+    for (int u = 0; u < ds->n_units; u++)
+        if (p->tier[u] == H3_TIER_RESIDENT) p->dev_resident += granule(ds->unit_bytes[u]);
+    p->dev_slots = (int64_t)p->n_slots * granule(p->slot_bytes);
+    const int64_t H = x->c->hidden, nt = x->n_t;
+    const size_t es = h3_dtype_size(h3_dit_act_dtype(x->m->dit));
+    /* per-allocation granules of the kept tables; the scratch is a handful of buffers */
+    p->dev_modulation = x->c->n_layers * granule(nt * 3 * 6 * H * (int64_t)es) + granule(nt * 2 * H * (int64_t)es);
+    if (nt < 1) p->dev_modulation = 0;
+    p->dev_precompute_scratch = granule(fm.mod_scratch) + 2 * H3_CUDA_ARENA_ALIGN;
+    p->dev_workspace = fm.workspace + 16 * H3_CUDA_ARENA_ALIGN; /* ~15 buffers, each rounded up */
+    p->dev_io = granule(fm.inputs) + granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
+    p->dev_scratch = granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;
+    const int64_t base = p->dev_backend + p->dev_globals + p->dev_resident + p->dev_slots + p->dev_modulation;
+    p->dev_peak_precompute = base + p->dev_precompute_scratch;
+    p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch;
+    p->dev_peak = max64(p->dev_peak_forward, p->dev_peak_precompute);
+
+    /* Host: pinned staging for reads from files (loading, the AdaLN pass, the disk tier), the pinned copies of the
+     * streamed units the budget holds, and the forward's host tables (RoPE angles, row indices: ~1 KB a row). */
+    p->host_other = x->S * 1024 + ((int64_t)64 << 20);
+    const int need_staging = !ds->pinned || ds->from_file;
+    p->host_staging = need_staging ? (int64_t)H3_PLAN_STAGING * granule(p->slot_bytes) : 0;
+    int n_pin = streamed;
+    if (x->ram > 0) {
+        int64_t avail = x->ram - p->host_staging - p->host_other;
+        int64_t can = avail > 0 ? avail / max64(ds->unit_max, 1) : 0;
+        if (can < n_pin) n_pin = (int)can;
+    }
+    int n_disk = streamed - n_pin;
+    if (n_disk > 0 && !p->host_staging) p->host_staging = (int64_t)H3_PLAN_STAGING * granule(p->slot_bytes);
+    if (n_disk > 0 && x->ram > 0) { /* staging appeared: recount what still fits pinned */
+        int64_t avail = x->ram - p->host_staging - p->host_other;
+        int64_t can = avail > 0 ? avail / max64(ds->unit_max, 1) : 0;
+        n_pin = (int)(can < streamed ? can : streamed);
+        n_disk = streamed - n_pin;
+    }
+    pick_disk(ds, n_disk, p->tier);
+    p->n_pinned = n_pin;
+    p->n_disk = n_disk;
+    for (int u = 0; u < ds->n_units; u++) {
+        if (p->tier[u] == H3_TIER_PINNED) p->host_pinned += ds->unit_bytes[u];
+        if (p->tier[u] != H3_TIER_RESIDENT) p->streamed_bytes += ds->unit_bytes[u];
+        if (p->tier[u] == H3_TIER_DISK) p->disk_bytes += ds->unit_bytes[u];
+    }
+    p->host_peak = p->host_pinned + p->host_staging + p->host_other;
+
+    /* Time. */
+    const h3_device_figures *f = x->f;
+    h3_sim_unit su[H3_PLAN_MAX_UNITS], sr[H3_PLAN_MAX_UNITS];
+    for (int u = 0; u < ds->n_units; u++) {
+        int64_t rows = u < ds->n_ref ? x->L : x->S;
+        su[u].compute = unit_seconds(x->c, f, rows, chunk);
+        su[u].copy = (double)ds->unit_bytes[u] / (f->pinned_gbs * 1e9);
+        su[u].read = (double)ds->unit_bytes[u] / (f->disk_gbs * 1e9);
+        su[u].tier = (h3_tier)p->tier[u];
+        sr[u] = su[u];
+        sr[u].tier = H3_TIER_RESIDENT;
+        p->t_compute += su[u].compute;
+    }
+    p->t_step = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_PLAN_STAGING, &p->t_copy, &p->t_read);
+    p->t_resident = h3_plan_simulate(sr, ds->n_units, 0, 0, NULL, NULL);
+    /* Once per run: the AdaLN projections through the ring, from their files or pinned memory. */
+    double src_gbs = ds->pinned && !ds->from_file ? f->pinned_gbs : f->disk_gbs;
+    p->t_modulation = (double)ds->adaln_total / (fmin(src_gbs, f->pinned_gbs) * 1e9);
+    p->t_load = ds->pinned && !ds->from_file ? (double)p->dev_resident / (f->pinned_gbs * 1e9)
+                                             : (double)(p->dev_resident + p->host_pinned) / (f->disk_gbs * 1e9);
+    p->fits = fits_in(p->dev_peak, x->vram) && (x->ram <= 0 || p->host_peak <= x->ram);
+    return p->fits;
+}
+
+static const int64_t g_chunks[] = {(int64_t)1 << 30, 16384, 8192, 4096, 2048, 1024, 512};
+#define N_CHUNKS ((int)(sizeof g_chunks / sizeof g_chunks[0]))
+
+/* The best plan at these budgets; 0 when none fits (p then holds the smallest-memory plan). */
+static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
+    const dit_static *ds = x->ds;
+    int found = 0;
+    h3_dit_plan cand;
+    for (int ci = 0; ci < N_CHUNKS; ci++) {
+        int64_t chunk = g_chunks[ci];
+        if (ci > 0 && chunk >= x->S) continue; /* the same as the whole sequence */
+        for (int k = 0; k <= H3_PLAN_MAX_SLOTS; k++) {
+            int r;
+            if (k == 0) {
+                r = ds->n_units;
+            } else {
+                /* the most resident units next to k slots */
+                dit_eval(x, chunk, k, 0, &cand);
+                int64_t room = x->vram - h3_plan_slack(x->vram) - cand.dev_peak;
+                r = 0;
+                for (int u = 0; u < ds->n_units; u++)
+                    if (room >= granule(ds->unit_max)) {
+                        room -= granule(ds->unit_max);
+                        r++;
+                    }
+                if (r >= ds->n_units) continue; /* all resident: k = 0 covers it */
+                if (ds->n_units - r < k && k > 1) continue; /* more slots than streamed units */
+            }
+            if (!dit_eval(x, chunk, k, r, &cand)) continue;
+            int better = 0;
+            if (!found) {
+                better = 1;
+            } else if (cand.t_step < best->t_step * 0.995) {
+                better = 1;
+            } else if (cand.t_step <= best->t_step * 1.005) {
+                if (cand.streamed_bytes < best->streamed_bytes) better = 1;
+                else if (cand.streamed_bytes == best->streamed_bytes && cand.chunk_rows > best->chunk_rows &&
+                         cand.t_step <= best->t_step)
+                    better = 1;
+            }
+            if (better) {
+                *best = cand;
+                found = 1;
+            }
+        }
+    }
+    if (!found) dit_eval(x, g_chunks[N_CHUNKS - 1] < x->S ? g_chunks[N_CHUNKS - 1] : x->S, 1, 0, best);
+    return found;
+}
+
+/* The least device memory any plan of this request takes, and the host memory with every streamed unit on disk. */
+static void dit_minimum(const dit_ctx *x, int64_t *dev, int64_t *host) {
+    dit_ctx y = *x;
+    y.vram = (int64_t)1 << 62;
+    y.ram = 1; /* nothing pinned: every streamed unit from disk */
+    h3_dit_plan p;
+    int64_t chunk = g_chunks[N_CHUNKS - 1] < x->S ? g_chunks[N_CHUNKS - 1] : x->S;
+    dit_eval(&y, chunk, 1, 0, &p);
+    *dev = p.dev_peak;
+    *host = p.host_staging + p.host_other;
+}
+
+/* ---- host stages -------------------------------------------------------------------------------------------------- */
+
+int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t chunk_rows) {
+    /* as text_encoder.c's ws_alloc (f32): h [n, C], q and o [n, heads·D], k and v [n, kv·D], gate|up [chunk, 2F],
+     * SwiGLU [chunk, F], cos and sin [n, D]; plus the caller's output [n, C] the layers update in place */
+    const int64_t ch = n < (chunk_rows > 0 ? chunk_rows : 512) ? n : (chunk_rows > 0 ? chunk_rows : 512);
+    const int64_t D = c->head_dim;
+    int64_t e = n * c->hidden + 2 * n * c->heads * D + 2 * n * c->kv_heads * D + ch * 3 * c->intermediate + 2 * n * D;
+    return (e + n * c->hidden) * 4;
+}
+
+static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    if (!m->te) return;
+    s->present = 1;
+    const h3_te_config *c = h3_text_encoder_config(m->te);
+    const int layers = (int)(c->n_layers < H3_TE_LAYER ? c->n_layers : H3_TE_LAYER);
+    const int64_t per_layer_params = c->hidden * (c->heads + 2 * c->kv_heads) * c->head_dim +
+                                     c->heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden;
+    /* the stored dtype of the matrices: the weights' bytes over their parameters */
+    const int64_t all_params = c->n_layers * per_layer_params + c->vocab * c->hidden;
+    const double bpp = all_params > 0 && m->te_weight_bytes > 0 ? (double)m->te_weight_bytes / (double)all_params : 2.0;
+    const int64_t layer_bytes = (int64_t)(bpp * (double)per_layer_params);
+    s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
+    s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
+    /* On a device (not built yet): two layer slots and the activations, copies per layer vs its compute. */
+    s->dev_bytes = 2 * granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
+    double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
+    s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
+    char a[32], b[32], d[32];
+    snprintf(s->detail, sizeof s->detail,
+             "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
+             "tokens; on a device it would stream layer by layer through 2 slots (%s)",
+             layers, (long long)c->n_layers, h3_budget_str(s->weight_bytes, a, sizeof a),
+             h3_budget_str(s->host_bytes, b, sizeof b), (long long)r->text_tokens,
+             h3_budget_str(s->dev_bytes, d, sizeof d));
+}
+
+static h3_status plan_vvae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    if (!m->vvae) return H3_OK;
+    s->present = 1;
+    const h3_video_vae_config *c = h3_video_vae_get_config(m->vvae);
+    h3_video_vae_mem mm;
+    int64_t T = h3_video_latent_frames(r->frames), H = r->height / 16, W = r->width / 16;
+    H3_TRY(h3_video_vae_decode_peak(c, T, H, W, m->host_threads > 0 ? m->host_threads : 1, 0, &mm));
+    s->weight_bytes = m->vvae_weight_bytes;
+    s->host_bytes = mm.total;
+    char a[32], b[32];
+    snprintf(s->detail, sizeof s->detail,
+             "runs on the host: %d temporal chunks of %d x %d tiles, decode memory %s (does not grow with frames); "
+             "weights %s mapped",
+             mm.chunks, mm.tiles_y, mm.tiles_x, h3_budget_str(mm.total, a, sizeof a),
+             h3_budget_str(s->weight_bytes, b, sizeof b));
+    return H3_OK;
+}
+
+static h3_status plan_avae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    if (!m->avae) return H3_OK;
+    s->present = 1;
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(m->avae);
+    h3_audio_vae_mem mm;
+    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), &mm));
+    s->weight_bytes = m->avae_weight_bytes;
+    /* weight norm is folded at open into owned f32 weights */
+    s->host_bytes = mm.total + m->avae_weight_bytes;
+    char a[32], b[32];
+    snprintf(s->detail, sizeof s->detail, "runs on the host: decode memory %s for %lld latents per channel, weights %s",
+             h3_budget_str(mm.total, a, sizeof a), (long long)h3_audio_latents(r->frames),
+             h3_budget_str(s->weight_bytes, b, sizeof b));
+    return H3_OK;
+}
+
+/* ---- the whole plan ----------------------------------------------------------------------------------------------- */
+
+typedef struct try_ctx {
+    const h3_plan_model *m;
+    h3_plan_budgets b;
+    const h3_device_figures *f;
+    int eight_bit;
+} try_ctx;
+
+/* Plans request r entirely; *fits receives the outcome. */
+static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p) {
+    memset(&p->dit, 0, sizeof p->dit);
+    p->fits = 1;
+    if (t->m->dit) {
+        h3_seq_layout L;
+        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, r->width, r->height, &L));
+        dit_static ds;
+        h3_status st = dit_static_of(t->m, t->eight_bit, &ds);
+        if (st != H3_OK) {
+            h3_seq_layout_free(&L);
+            return st;
+        }
+        dit_ctx x = {t->m, h3_dit_get_config(t->m->dit), &ds, t->f, L.seq_len, L.text_len, L.n_video_rows,
+                     L.n_audio_rows, r->n_timesteps, t->b.vram, t->b.ram};
+        h3_seq_layout_free(&L);
+        if (!dit_search(&x, &p->dit)) p->fits = 0;
+    }
+    H3_TRY(plan_vvae(t->m, r, &p->vvae));
+    H3_TRY(plan_avae(t->m, r, &p->avae));
+    plan_te(t->m, r, t->f, &p->te);
+    if (t->b.ram > 0) {
+        const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
+        for (int i = 0; i < 3; i++)
+            if (hs[i]->present && hs[i]->host_bytes > t->b.ram) p->fits = 0;
+    }
+    return H3_OK;
+}
+
+static void appendf(char *buf, size_t n, const char *fmt, ...) H3_PRINTF(3, 4);
+static void appendf(char *buf, size_t n, const char *fmt, ...) {
+    size_t l = strlen(buf);
+    if (l + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + l, n - l, fmt, ap);
+    va_end(ap);
+}
+
+h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h3_plan_budgets *b,
+                       const h3_device_figures *fig, h3_plan *out) {
+    memset(out, 0, sizeof *out);
+    if (h3_video_latent_frames(r->frames) < 0)
+        return H3_ERR(H3_ERR_INVALID, "plan: frames must be 17n+5 (e.g. 73, 124, 362); got %lld", (long long)r->frames);
+    if (r->width < 32 || r->height < 32 || r->width % 32 || r->height % 32)
+        return H3_ERR(H3_ERR_INVALID, "plan: width and height must be positive multiples of 32; got %lldx%lld",
+                      (long long)r->width, (long long)r->height);
+    if (r->text_tokens < 1 || r->text_tokens > 65536)
+        return H3_ERR(H3_ERR_INVALID, "plan: the prompt must have 1 to 65536 tokens; got %lld", (long long)r->text_tokens);
+    if (r->n_timesteps < 1 || r->n_timesteps > 100000)
+        return H3_ERR(H3_ERR_INVALID, "plan: the run keeps 1 to 100000 distinct timesteps; got %d", r->n_timesteps);
+    if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
+    out->req = *r;
+    out->budgets = *b;
+    h3_device_figures ref;
+    h3_device_figures_find("h200", &ref);
+    out->have_time = fig != NULL;
+    out->fig = fig ? *fig : ref;
+    try_ctx t = {m, *b, &out->fig, 0};
+    H3_TRY(plan_all(&t, r, out));
+    if (out->fits) return H3_OK;
+
+    /* Nothing fits: the smallest budgets for this request, and the changes that fit these budgets. */
+    char a[32], c2[32], c3[32];
+    int64_t dmin = 0, hmin = 0;
+    if (m->dit) {
+        h3_seq_layout L;
+        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, r->width, r->height, &L));
+        dit_static ds;
+        h3_status st = dit_static_of(m, 0, &ds);
+        dit_ctx x = {m, h3_dit_get_config(m->dit), &ds, &out->fig, L.seq_len, L.text_len, L.n_video_rows,
+                     L.n_audio_rows, r->n_timesteps, b->vram, b->ram};
+        h3_seq_layout_free(&L);
+        H3_TRY(st);
+        dit_minimum(&x, &dmin, &hmin);
+    }
+    out->min_vram = dmin ? min_budget_for(dmin) : 0;
+    const h3_stage_plan *hs[3] = {&out->te, &out->vvae, &out->avae};
+    for (int i = 0; i < 3; i++)
+        if (hs[i]->present) hmin = max64(hmin, hs[i]->host_bytes);
+    out->min_ram = hmin;
+    h3_plan scratch;
+    /* fewer frames */
+    for (int64_t f = r->frames - 17; f >= 5 && m->dit; f -= 17) {
+        h3_plan_request q = *r;
+        q.frames = f;
+        scratch.req = q;
+        H3_TRY(plan_all(&t, &q, &scratch));
+        if (scratch.fits) {
+            out->fit_frames = f;
+            break;
+        }
+    }
+    /* a smaller canvas of about the same aspect */
+    for (int s = 95; s >= 10 && m->dit; s -= 5) {
+        h3_plan_request q = *r;
+        q.width = r->width * s / 100 / 32 * 32;
+        q.height = r->height * s / 100 / 32 * 32;
+        if (q.width < 32 || q.height < 32) break;
+        if (q.width == r->width && q.height == r->height) continue;
+        H3_TRY(plan_all(&t, &q, &scratch));
+        if (scratch.fits) {
+            out->fit_width = q.width;
+            out->fit_height = q.height;
+            break;
+        }
+    }
+    /* 8-bit block weights */
+    if (m->dit) {
+        try_ctx t8 = t;
+        t8.eight_bit = 1;
+        H3_TRY(plan_all(&t8, r, &scratch));
+        out->fits_8bit = scratch.fits;
+    }
+    /* the message */
+    char *w = out->why;
+    size_t wn = sizeof out->why;
+    w[0] = 0;
+    appendf(w, wn, "%lld frames at %lldx%lld (%lld packed rows) do not fit", (long long)r->frames, (long long)r->width,
+            (long long)r->height, (long long)out->dit.S);
+    int dev_short = m->dit && out->min_vram > b->vram;
+    int host_short = b->ram > 0 && out->min_ram > b->ram;
+    if (dev_short)
+        appendf(w, wn, ": the device budget of %s is short by %s (this request needs at least %s: one weight slot of "
+                "%.2f GiB, activations %.2f GiB, the rest of the DiT stage %.2f GiB)",
+                h3_budget_str(b->vram, a, sizeof a), h3_budget_str(out->min_vram - b->vram, c2, sizeof c2),
+                h3_budget_str(out->min_vram, c3, sizeof c3), (double)out->dit.slot_bytes / GIB,
+                (double)(out->dit.dev_workspace + out->dit.dev_io + out->dit.dev_scratch) / GIB,
+                (double)(dmin - out->dit.slot_bytes - out->dit.dev_workspace - out->dit.dev_io - out->dit.dev_scratch) /
+                    GIB);
+    if (host_short)
+        appendf(w, wn, "%s the host budget of %s is short by %s (at least %s)", dev_short ? ";" : ":",
+                h3_budget_str(b->ram, a, sizeof a), h3_budget_str(out->min_ram - b->ram, c2, sizeof c2),
+                h3_budget_str(out->min_ram, c3, sizeof c3));
+    if (!dev_short && !host_short) appendf(w, wn, " within these budgets");
+    appendf(w, wn, ". Would fit:");
+    int any = 0;
+    if (dev_short || host_short) {
+        appendf(w, wn, " --vram-budget %.2fGiB", (double)max64(out->min_vram, b->vram) / GIB);
+        if (host_short) appendf(w, wn, " --ram-budget %.2fGiB", (double)out->min_ram / GIB);
+        any = 1;
+    }
+    if (out->fit_frames) {
+        appendf(w, wn, "%s %lld frames", any ? "; or" : "", (long long)out->fit_frames);
+        any = 1;
+    }
+    if (out->fit_width) {
+        appendf(w, wn, "%s a %lldx%lld canvas", any ? "; or" : "", (long long)out->fit_width,
+                (long long)out->fit_height);
+        any = 1;
+    }
+    if (out->fits_8bit) {
+        appendf(w, wn, "%s a DiT file with 8-bit block weights (int8 or fp8)", any ? "; or" : "");
+        any = 1;
+    }
+    if (!any) appendf(w, wn, " nothing smaller at these budgets");
+    return H3_OK;
+}
+
+h3_status h3_plan_check(const h3_plan *p) {
+    if (p->fits) return H3_OK;
+    return H3_ERR(H3_ERR_BUDGET, "%s", p->why);
+}
+
+/* ---- formatting ----------------------------------------------------------------------------------------------- */
+
+char *h3_plan_format(const h3_plan *p) {
+    const size_t n = 16384;
+    char *o = h3_malloc(n, H3_MEM_IO);
+    if (!o) return NULL;
+    o[0] = 0;
+    char a[32], b[32], c[32], d[32];
+    const h3_plan_request *r = &p->req;
+    appendf(o, n, "request: %lld frames at %lldx%lld, %lld prompt tokens, modulation kept for %d timesteps\n",
+            (long long)r->frames, (long long)r->width, (long long)r->height, (long long)r->text_tokens,
+            r->n_timesteps);
+    appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
+            p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
+    appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
+    const h3_dit_plan *t = &p->dit;
+    if (t->present) {
+        appendf(o, n, "\nDiT: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", (long long)t->S,
+                (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
+        appendf(o, n, "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
+                "slots of %s; FFN chunk %s rows\n",
+                t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots, h3_budget_str(t->slot_bytes, a, sizeof a),
+                t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
+        appendf(o, n, "  blocks: ");
+        for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
+        appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
+        appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
+                h3_budget_str(p->budgets.vram, b, sizeof b));
+        appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
+                h3_budget_str(t->dev_backend, a, sizeof a), h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
+                h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
+        char e[32];
+        appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
+                h3_budget_str(t->dev_modulation, a, sizeof a),
+                h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
+                h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
+                h3_budget_str(t->dev_scratch, e, sizeof e));
+        appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
+                h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
+                h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
+        appendf(o, n, "  per step: %s streamed (%s from disk)\n", h3_budget_str(t->streamed_bytes, a, sizeof a),
+                h3_budget_str(t->disk_bytes, b, sizeof b));
+        if (p->have_time) {
+            appendf(o, n, "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, copies "
+                    "%.3f s, disk reads %.3f s\n",
+                    t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
+                    t->t_copy, t->t_read);
+            appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load, t->t_modulation);
+        }
+    }
+    const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
+    const char *names[3] = {"text encoder", "video VAE", "audio VAE"};
+    for (int i = 0; i < 3; i++) {
+        if (!hs[i]->present) continue;
+        appendf(o, n, "\n%s: %s; host %s\n", names[i], hs[i]->detail, h3_budget_str(hs[i]->host_bytes, a, sizeof a));
+        if (i == 0 && p->have_time)
+            appendf(o, n, "  on the device: %.1f s per prompt (copies from disk at %.1f GB/s)\n", hs[i]->t_device,
+                    p->fig.disk_gbs);
+    }
+    if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);
+    return o;
+}
