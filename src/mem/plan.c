@@ -250,7 +250,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     /* per-allocation granules of the kept tables; the scratch is a handful of buffers */
     p->dev_modulation = x->c->n_layers * granule(nt * 3 * 6 * H * (int64_t)es) + granule(nt * 2 * H * (int64_t)es);
     if (nt < 1) p->dev_modulation = 0;
-    p->dev_precompute_scratch = granule(fm.mod_scratch) + 2 * H3_CUDA_ARENA_ALIGN;
+    /* the precompute's own buffers beside its tables: a handful, each rounded to a granule */
+    p->dev_precompute_scratch = fm.mod_peak - fm.mod_tables + 4 * H3_CUDA_ARENA_ALIGN;
     p->dev_workspace = fm.workspace + 16 * H3_CUDA_ARENA_ALIGN; /* ~15 buffers, each rounded up */
     p->dev_io = granule(fm.inputs) + granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
     p->dev_scratch = granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;

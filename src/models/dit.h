@@ -262,8 +262,8 @@ typedef struct h3_dit_forward_mem {
     int64_t scratch;    /* the most a forward holds at once on top (device: row chunks of the f32-island GEMMs) */
     int64_t inputs;     /* the caller's tensors: video [Nv, 96], audio [Na, 32], text [L, text_dim] f32 */
     int64_t outputs;    /* the caller's velocities [Nv, 96], [Na, 32] f32 */
-    int64_t mod_tables; /* modulation kept for n timesteps (h3_dit_modulation_mem_of) */
-    int64_t mod_scratch; /* the most h3_dit_precompute_modulation holds at once beside the tables it builds */
+    int64_t mod_tables; /* the modulation kept for n timesteps */
+    int64_t mod_peak;   /* the most h3_dit_precompute_modulation holds at once: the tables and its scratch */
 } h3_dit_forward_mem;
 void h3_dit_forward_mem_of(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
                            int64_t Nv, int64_t Na, int n_timesteps, h3_dit_forward_mem *out);

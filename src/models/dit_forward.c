@@ -304,15 +304,17 @@ void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     /* h3_dit_precompute_modulation: act_alloc per block table and the final table; adaln_input's f32 buffers; one
      * block's gemm_mixed scratch at a time. */
     const size_t es = h3_dtype_size(ad);
-    out->mod_tables = c->n_layers * rows_bytes((int64_t)n * 3, 6 * H, es) + rows_bytes(n, 2 * H, es);
+    const int64_t tb = rows_bytes((int64_t)n * 3, 6 * H, es), tf = rows_bytes(n, 2 * H, es);
+    out->mod_tables = c->n_layers * tb + tf;
     const int64_t a = rows_bytes(n, c->time_embed_dim, 4);
-    int64_t during_input = a;
-    if (!c->adaln_pruned)
-        during_input += rows_bytes(n, c->freq_dim, 4) + rows_bytes(n, c->time_hidden, 4);
-    int64_t during_blocks = 0;
-    if (c->n_layers > 0) during_blocks = gemm_mixed_scratch(d, ch, H3_F32, &d->adaln_w[0], ad, n);
-    during_blocks = max64(during_blocks, gemm_mixed_scratch(d, ch, H3_F32, &g->final_adaln_w, ad, n));
-    out->mod_scratch = max64(during_input, a + during_blocks);
+    int64_t during_input = a; /* adaln_input: a, and the full form's sinusoid and time-MLP buffers */
+    if (!c->adaln_pruned) during_input += rows_bytes(n, c->freq_dim, 4) + rows_bytes(n, c->time_hidden, 4);
+    /* the block loop: the tables so far, a, and one block's GEMM scratch; then the final table's */
+    int64_t last_block = 0;
+    if (c->n_layers > 0)
+        last_block = c->n_layers * tb + a + gemm_mixed_scratch(d, ch, H3_F32, &d->adaln_w[0], ad, n);
+    const int64_t final = out->mod_tables + a + gemm_mixed_scratch(d, ch, H3_F32, &g->final_adaln_w, ad, n);
+    out->mod_peak = max64(during_input, max64(last_block, final));
 }
 
 void h3_dit_release_workspace(h3_dit *d) {
