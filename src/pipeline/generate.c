@@ -469,7 +469,7 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
     h3_text_encoder_close(te);
     te = NULL;
     int64_t bad = 0;
-    for (int64_t i = 0; i < n * c->hidden; i++) bad += !isfinite(((const float *)hidden->data)[i]);
+    for (int64_t i = 0; i < h3_tensor_numel(hidden); i++) bad += !isfinite(((const float *)hidden->data)[i]);
     if (bad)
         H3_FAIL(H3_ERR_FORMAT, "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) "
                 "are broken", (long long)bad, H3_TE_LAYER, g->files.text_encoder);
@@ -878,6 +878,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(run_video(g, &video_lat));
 
     stage_begin(g, H3_GEN_MUX, 0);
+    H3_CHECK(check_stop(g));
     h3_mp4 *m = g->mp4;
     g->mp4 = NULL;
     H3_CHECK(h3_mp4_finish(m));
