@@ -13,8 +13,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "io/safetensors.h"
 #include "models/dit.h"
+#include "quant/qload.h"
+#include "quant/qwrite.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -742,6 +745,170 @@ static void test_alloc_failures(void) {
     }
 }
 
+/* ---- quantized weights ---------------------------------------------------------------------------------- */
+
+static h3_status run_open_path(run_t *r, const char *path, const h3_dit_open_opts *o) {
+    char q[512];
+    memset(r, 0, sizeof *r);
+    H3_TRY(h3_dit_open(path, o, &r->dit));
+    const h3_dit_config *c = h3_dit_get_config(r->dit);
+    H3_TRY(h3_dit_inputs_read(fix("inputs.safetensors", q, sizeof q), c, &r->in));
+    H3_TRY(h3_tensor_alloc2(&r->v, H3_PLACE_HOST, H3_F32, r->in.video.shape[0], h3_dit_video_dim(c),
+                            H3_MEM_ACTIVATIONS));
+    return h3_tensor_alloc2(&r->a, H3_PLACE_HOST, H3_F32, r->in.audio.shape[0], c->audio_dim,
+                            H3_MEM_ACTIVATIONS);
+}
+
+/* A plain f32 copy of a weight set: every weight decoded by the loader (h3_qweight_get + h3_tensor_rows_to_f32)
+ * under its set name, companions left out. A forward with it must give what the quantized file gives. */
+static void write_twin(const char *src, const char *dst) {
+    h3_st_set s;
+    h3_gguf *g = NULL;
+    CHECK_OK(h3_weights_open(src, &s, &g));
+    h3_st_writer *w = NULL;
+    CHECK_OK(h3_st_writer_new(&w));
+    float **bufs = calloc((size_t)s.n_entries + 1, sizeof *bufs);
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const h3_st_entry *e = &s.entries[i];
+        if (h3_qweight_is_companion(e->name)) continue;
+        h3_tensor t;
+        CHECK_OK(h3_qweight_get(&s, g, e, &t));
+        if (!t.data) continue;
+        bufs[i] = malloc((size_t)h3_tensor_numel(&t) * sizeof(float));
+        CHECK_OK(h3_tensor_rows_to_f32(&t, 0, h3_tensor_rows(&t), bufs[i]));
+        CHECK_OK(h3_st_writer_add(w, e->name, H3_F32, t.ndim, t.shape, bufs[i]));
+        h3_tensor_free(&t);
+    }
+    CHECK_OK(h3_st_writer_write(w, dst, 0));
+    h3_st_writer_free(w);
+    for (int64_t i = 0; i < s.n_entries; i++) free(bufs[i]);
+    free(bufs);
+    h3_st_close(&s);
+    h3_gguf_free(g);
+}
+
+/* max |a − b| / max |b| */
+static double max_rel_of(const h3_tensor *a, const h3_tensor *b) {
+    return max_rel(a->data, b->data, h3_tensor_numel(b));
+}
+
+/* A quantized DiT: it computes what its decoded twin computes (f32 rounding: 1e-5) and the fixture's outputs
+ * within its format's error (tol, max |Δ| / max |ref|); its weights take fewer bytes than the bf16 file's. */
+static void check_quantized(const char *path, const char *what, const char *expected_rel, double tol) {
+    char twin[512], p[512];
+    t_tmp_path("dit_twin.safetensors", twin, sizeof twin);
+    run_t r, t;
+    CHECK_OK(run_open_path(&r, path, NULL));
+    if (!r.dit) return;
+    write_twin(path, twin);
+    /* A twin of a full model has neither markers nor a curve table: say its fused QKV is ComfyUI's. */
+    h3_dit_open_opts to = {0};
+    to.qkv_order = H3_DIT_QKV_CONTIGUOUS;
+    CHECK_OK(run_open_path(&t, twin, &to));
+    CHECK(h3_dit_layout(r.dit) == H3_LAYOUT_COMFY && !h3_dit_qkv_interleaved(r.dit), "%s: ComfyUI layout", what);
+    CHECK_OK(run_forward(&r));
+    if (t.dit) CHECK_OK(run_forward(&t));
+    h3_st_set exp;
+    CHECK_OK(h3_st_open(fix(expected_rel, p, sizeof p), &exp));
+    h3_tensor ev, ea;
+    CHECK_OK(h3_st_load(&exp, "video_velocity", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ev));
+    CHECK_OK(h3_st_load(&exp, "audio_velocity", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ea));
+    if (t.dit && ev.data && ea.data) {
+        double tv = max_rel_of(&r.v, &t.v), ta = max_rel_of(&r.a, &t.a);
+        double qv = max_rel_of(&r.v, &ev), qa = max_rel_of(&r.a, &ea);
+        CHECK(tv <= 1e-5 && ta <= 1e-5, "%s vs its decoded twin: %.2e / %.2e > 1e-5", what, tv, ta);
+        CHECK(qv <= tol && qa <= tol, "%s vs the bf16 reference: %.3f / %.3f > %.2f", what, qv, qa, tol);
+        h3_dit_weight_bytes wb;
+        h3_dit_weight_bytes_of(r.dit, &wb);
+        printf("  %-26s video/audio velocity: vs decoded twin %.1e/%.1e, vs bf16 reference %.4f/%.4f (bound %.2f); "
+               "weights %lld bytes\n",
+               what, tv, ta, qv, qa, tol, (long long)wb.total);
+    }
+    h3_tensor_free(&ev);
+    h3_tensor_free(&ea);
+    h3_st_close(&exp);
+    run_close(&r);
+    run_close(&t);
+    unlink(twin);
+}
+
+/* h3run's quantized files of every layout in every format, and the reference's GGUF file (sd.cpp's prefix,
+ * Q8_0/Q4_K/Q5_0/Q4_1/Q5_1/Q6_K/Q4_0 linears, a flattened F16 and a flattened Q8_0 matrix). */
+static void test_quantized(void) {
+    char p[512], out[512];
+    t_tmp_path("dit_q.safetensors", out, sizeof out);
+    const struct {
+        h3_qtarget t;
+        const char *what;
+        double tol;
+    } f[] = {{H3_QT_INT8, "int8", 0.05}, {H3_QT_INT8_CONVROT, "int8_convrot", 0.05},
+             {H3_QT_FP8, "fp8", 0.15},  {H3_QT_NVFP4, "nvfp4", 0.6}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        h3_quantize_opts o = {f[i].t, 0, g_ex.pool};
+        h3_quantize_result res;
+        CHECK_OK(h3_quantize_checkpoint(fix("comfy_pruned.safetensors", p, sizeof p), out, &o, &res));
+        CHECK(res.comp == H3_COMP_DIT && res.n_quantized == 8, "%s: 8 block linears quantized, got %lld", f[i].what,
+              (long long)res.n_quantized);
+        char what[64];
+        snprintf(what, sizeof what, "comfy_pruned -> %s", f[i].what);
+        check_quantized(out, what, "expected_pruned.safetensors", f[i].tol);
+    }
+    /* The official (per-head interleaved QKV, full AdaLN quantized with group 16 here) and diffusers (split q/k/v,
+     * fc1 = [value; gate]) layouts come out in ComfyUI's order. */
+    const char *layouts[] = {"official", "diffusers"};
+    for (int i = 0; i < 2; i++) {
+        h3_quantize_opts o = {H3_QT_INT8_CONVROT, 0, g_ex.pool};
+        h3_quantize_result res;
+        CHECK_OK(h3_quantize_checkpoint(fix(layouts[i], p, sizeof p), out, &o, &res));
+        CHECK(res.n_quantized == 10, "%s: %lld layers quantized (8 linears, 2 AdaLN projections)", layouts[i],
+              (long long)res.n_quantized);
+        char what[64];
+        snprintf(what, sizeof what, "%s -> int8_convrot", layouts[i]);
+        check_quantized(out, what, "expected_full.safetensors", 0.05);
+    }
+    unlink(out);
+    check_quantized(t_src_path("tests/fixtures/quant/dit.gguf", p, sizeof p), "dit.gguf", "expected_pruned.safetensors",
+                    0.25);
+}
+
+static void test_quantized_alloc_failures(void) {
+    char paths[2][512], p[512];
+    t_tmp_path("dit_q_alloc.safetensors", paths[0], sizeof paths[0]);
+    t_src_path("tests/fixtures/quant/dit.gguf", paths[1], sizeof paths[1]);
+    h3_quantize_opts o = {H3_QT_NVFP4, 0, NULL};
+    h3_quantize_result res;
+    CHECK_OK(h3_quantize_checkpoint(fix("comfy_pruned.safetensors", p, sizeof p), paths[0], &o, &res));
+    for (int m = 0; m < 2; m++) {
+        h3_mem_stats base;
+        h3_mem_get_stats(&base);
+        int failures = 0;
+        for (int n = 1; n < 20000; n++) {
+            run_t r;
+            h3_clear_error();
+            h3_mem_fail_at(n, 0);
+            h3_status st = run_open_path(&r, paths[m], NULL);
+            if (st == H3_OK) st = run_forward(&r);
+            int64_t ticks = h3_mem_fail_at(0, 0);
+            run_close(&r);
+            h3_mem_stats now;
+            h3_mem_get_stats(&now);
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", paths[m], n,
+                  (long long)(now.total_current - base.total_current));
+            if (st == H3_OK) {
+                CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
+                break;
+            }
+            failures++;
+            CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %s: %s", paths[m], n,
+                  h3_code_name(st), h3_last_error());
+            if (st != H3_ERR_NOMEM) break;
+        }
+        CHECK(failures > 40, "%s: only %d allocation points were exercised", paths[m], failures);
+        printf("  %s: %d allocation points fail cleanly\n", h3_path_base(paths[m]), failures);
+    }
+    unlink(paths[0]);
+}
+
 static void test_no_leaks(void) {
     h3_mem_stats s;
     h3_mem_get_stats(&s);
@@ -861,6 +1028,8 @@ int main(int argc, char **argv) {
         {"config_json", test_config_json},
         {"workspace_bytes", test_workspace_bytes},
         {"alloc_failures", test_alloc_failures},
+        {"quantized", test_quantized},
+        {"quantized_alloc_failures", test_quantized_alloc_failures},
         {"no_leaks", test_no_leaks},
         {NULL, NULL},
     };

@@ -14,8 +14,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "io/safetensors.h"
 #include "models/text_encoder.h"
+#include "quant/qload.h"
+#include "quant/qwrite.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -506,6 +509,168 @@ static void test_alloc_failures(void) {
     }
 }
 
+/* ---- quantized weights ---------------------------------------------------------------------------------- */
+
+/* A plain f32 copy of a weight set: every weight decoded by the loader (h3_qweight_get + h3_tensor_rows_to_f32)
+ * under its set name, companions left out. Encoding with it must give what the quantized file gives. */
+static void write_twin(const char *src, const char *dst) {
+    h3_st_set s;
+    h3_gguf *g = NULL;
+    CHECK_OK(h3_weights_open(src, &s, &g));
+    h3_st_writer *w = NULL;
+    CHECK_OK(h3_st_writer_new(&w));
+    float **bufs = calloc((size_t)s.n_entries + 1, sizeof *bufs);
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const h3_st_entry *e = &s.entries[i];
+        if (h3_qweight_is_companion(e->name) || !strncmp(e->name, "visual.", 7)) continue;
+        h3_tensor t;
+        CHECK_OK(h3_qweight_get(&s, g, e, &t));
+        if (!t.data) continue;
+        bufs[i] = malloc((size_t)h3_tensor_numel(&t) * sizeof(float));
+        CHECK_OK(h3_tensor_rows_to_f32(&t, 0, h3_tensor_rows(&t), bufs[i]));
+        CHECK_OK(h3_st_writer_add(w, e->name, H3_F32, t.ndim, t.shape, bufs[i]));
+        h3_tensor_free(&t);
+    }
+    CHECK_OK(h3_st_writer_write(w, dst, 0));
+    h3_st_writer_free(w);
+    for (int64_t i = 0; i < s.n_entries; i++) free(bufs[i]);
+    free(bufs);
+    h3_st_close(&s);
+    h3_gguf_free(g);
+}
+
+/* hidden_states[4] of prompt "a" through te into a new tensor. */
+static h3_status encode_a(h3_text_encoder *te, h3_tensor *out) {
+    char p[512];
+    h3_st_set exp;
+    H3_TRY(h3_st_open(fix("expected.safetensors", p, sizeof p), &exp));
+    int64_t n;
+    int32_t *ids = load_ids(&exp, "a", &n);
+    h3_st_close(&exp);
+    if (!ids) return H3_ERR_NOT_FOUND;
+    h3_status st = h3_tensor_alloc2(out, H3_PLACE_HOST, H3_F32, n, h3_text_encoder_config(te)->hidden, H3_MEM_ACTIVATIONS);
+    if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, n, USED_LAYERS, out);
+    free(ids);
+    return st;
+}
+
+static double rel_to(const h3_tensor *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)((const float *)a->data)[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+/* A quantized text encoder: its describe names the format; it computes what its decoded twin computes (f32
+ * rounding: 1e-5) and hidden_states[4] within the format's error of the bf16 reference (rel_tol). */
+static void check_quantized(const char *path, const char *label, double rel_tol) {
+    char twin[512], p[512];
+    t_tmp_path("te_twin.safetensors", twin, sizeof twin);
+    h3_text_encoder *te = NULL, *tw = NULL;
+    CHECK_OK(h3_text_encoder_open(path, NULL, &te));
+    if (!te) return;
+    CHECK(strstr(h3_text_encoder_describe(te), label) != NULL, "describe names %s: %s", label,
+          h3_text_encoder_describe(te));
+    write_twin(path, twin);
+    CHECK_OK(h3_text_encoder_open(twin, NULL, &tw));
+    h3_tensor a = {0}, b = {0}, ref = {0};
+    CHECK_OK(encode_a(te, &a));
+    if (tw) CHECK_OK(encode_a(tw, &b));
+    h3_st_set exp;
+    CHECK_OK(h3_st_open(fix("expected.safetensors", p, sizeof p), &exp));
+    CHECK_OK(h3_st_load(&exp, "hidden.a.4", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref));
+    if (a.data && b.data && ref.data) {
+        int64_t n = h3_tensor_numel(&ref);
+        double et = rel_to(&a, b.data, n), er = rel_to(&a, ref.data, n);
+        CHECK(et <= 1e-5, "%s vs its decoded twin: rel L2 %.2e > 1e-5", label, et);
+        CHECK(er <= rel_tol, "%s vs the bf16 reference: rel L2 %.3f > %.2f", label, er, rel_tol);
+        printf("  %-34s hidden_states[4]: vs decoded twin %.1e, vs bf16 reference %.4f (bound %.2f)\n", label, et, er,
+               rel_tol);
+    }
+    h3_tensor_free(&a);
+    h3_tensor_free(&b);
+    h3_tensor_free(&ref);
+    h3_st_close(&exp);
+    h3_text_encoder_close(te);
+    h3_text_encoder_close(tw);
+    unlink(twin);
+}
+
+/* The reference's ComfyUI nvfp4 file (AWQ pre_quant_scale on o_proj and down_proj, the int8 embedding), the
+ * llama.cpp-named GGUF, and h3run's own quantized files of the official folder in every format. */
+static void test_quantized(void) {
+    char p[512], out[512];
+    check_quantized(t_src_path("tests/fixtures/quant/te_nvfp4_awq.safetensors", p, sizeof p), "nvfp4 awq", 0.3);
+    check_quantized(t_src_path("tests/fixtures/quant/te.gguf", p, sizeof p), "Q4_0", 0.2);
+    t_tmp_path("te_q.safetensors", out, sizeof out);
+    const struct {
+        h3_qtarget t;
+        const char *label;
+        double tol;
+    } f[] = {{H3_QT_INT8, "int8_tensorwise", 0.05},
+             {H3_QT_INT8_CONVROT, "int8_tensorwise convrot", 0.05},
+             {H3_QT_FP8, "float8_e4m3fn", 0.1},
+             {H3_QT_NVFP4, "nvfp4 (full-precision matmul)", 0.3}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        h3_quantize_opts o = {f[i].t, 0, g_ex.pool};
+        h3_quantize_result r;
+        CHECK_OK(h3_quantize_checkpoint(fix("official", p, sizeof p), out, &o, &r));
+        CHECK(r.comp == H3_COMP_TEXT_ENCODER && r.in_layout == H3_LAYOUT_OFFICIAL && r.n_quantized >= 7 * 5,
+              "%s: %lld layers quantized", f[i].label, (long long)r.n_quantized);
+        check_quantized(out, f[i].label, f[i].tol);
+        /* The file holds ComfyUI's names: no lm_head, no final norm, visual.* without "model.". */
+        h3_st_set s;
+        CHECK_OK(h3_st_open(out, &s));
+        CHECK(!h3_st_find(&s, "lm_head.weight") && !h3_st_find(&s, "model.norm.weight") &&
+                  !h3_st_find(&s, "model.language_model.embed_tokens.weight") && h3_st_find(&s, "model.embed_tokens.weight"),
+              "%s: ComfyUI names", f[i].label);
+        h3_st_close(&s);
+    }
+    unlink(out);
+}
+
+/* Opening and encoding with a quantized file under every failing allocation (nvfp4 with AWQ and the int8
+ * embedding; the GGUF file). */
+static void test_quantized_alloc_failures(void) {
+    char paths[2][512];
+    t_src_path("tests/fixtures/quant/te_nvfp4_awq.safetensors", paths[0], sizeof paths[0]);
+    t_src_path("tests/fixtures/quant/te.gguf", paths[1], sizeof paths[1]);
+    for (int k = 0; k < 2; k++) {
+        h3_mem_stats base;
+        h3_mem_get_stats(&base);
+        int failures = 0;
+        for (int n = 1; n < 20000; n++) {
+            h3_mem_fail_at(n, 0);
+            h3_text_encoder *te = NULL;
+            h3_tensor out = {0};
+            int32_t ids[4] = {3, 1, 4, 1};
+            h3_clear_error();
+            h3_status st = h3_text_encoder_open(paths[k], NULL, &te);
+            if (st == H3_OK) st = h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 4, 64, H3_MEM_ACTIVATIONS);
+            if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, 4, 2, &out);
+            int64_t ticks = h3_mem_fail_at(0, 0);
+            h3_tensor_free(&out);
+            h3_text_encoder_close(te);
+            h3_mem_stats now;
+            h3_mem_get_stats(&now);
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", paths[k], n,
+                  (long long)(now.total_current - base.total_current));
+            if (st == H3_OK) {
+                CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
+                break;
+            }
+            failures++;
+            CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %d: %s", paths[k], n, st,
+                  h3_last_error());
+        }
+        CHECK(failures > 10, "%s: only %d allocation points were exercised", paths[k], failures);
+        printf("  %s: %d allocation points fail cleanly\n", h3_path_base(paths[k]), failures);
+    }
+}
+
 static void test_setup(void) {
     CHECK_OK(h3_exec_init(&g_ex, 2));
 }
@@ -526,6 +691,8 @@ int main(int argc, char **argv) {
         {"bad_inputs", test_bad_inputs},
         {"threads_and_chunks", test_threads_and_chunks},
         {"alloc_failures", test_alloc_failures},
+        {"quantized", test_quantized},
+        {"quantized_alloc_failures", test_quantized_alloc_failures},
         {"teardown", test_teardown},
         {NULL, NULL},
     };

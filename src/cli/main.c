@@ -18,6 +18,7 @@ static const subcommand g_cmds[] = {
     {"decode", h3_cmd_decode, "decode latents with the video or audio VAE to PNG frames or a WAV file"},
     {"plan", h3_cmd_plan, "plan a request's memory: where each weight block lives, peaks and time, before loading"},
     {"generate", h3_cmd_generate, "a prompt to an MP4 with stereo sound: text encoder, DiT steps, VAEs, mux"},
+    {"quantize", h3_cmd_quantize, "write int8 / fp8 / nvfp4 weights in ComfyUI's format; the error of each format"},
     {NULL, NULL, NULL},
 };
 

@@ -140,21 +140,38 @@ static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t
     return H3_OK;
 }
 
+/* An entry with its logical shape (quantized formats store other shapes); *out NULL when absent. A format that
+ * cannot be read is an error naming it. */
+static h3_status find_logical(h3_text_encoder *te, const char *name, h3_st_entry *buf, const h3_st_entry **out) {
+    const h3_st_entry *e = find_p(te, name);
+    h3_qweight_info qi;
+    *out = NULL;
+    if (!e) return H3_OK;
+    H3_TRY(h3_qweight_info_of(&te->set, te->gguf, e, &qi));
+    *buf = *e;
+    buf->ndim = qi.ndim;
+    memcpy(buf->shape, qi.shape, sizeof buf->shape);
+    *out = buf;
+    return H3_OK;
+}
+
 /* Widths from the tensor shapes (files without config.json: the ComfyUI and Wan2GP repacks). */
 static h3_status infer_config(h3_text_encoder *te, h3_te_config *c) {
     h3_te_config_default(c);
-    const h3_st_entry *e = find_p(te, "embed_tokens.weight");
+    h3_st_entry b0, b1, b2, b3;
+    const h3_st_entry *e, *q, *k, *g;
+    H3_TRY(find_logical(te, "embed_tokens.weight", &b0, &e));
     if (!e || e->ndim != 2) return H3_ERR(H3_ERR_FORMAT, "%s: '%sembed_tokens.weight' is missing or not 2-D", te->source, te->prefix);
     c->vocab = e->shape[0];
     c->hidden = e->shape[1];
-    e = find_p(te, "layers.0.self_attn.q_norm.weight");
+    H3_TRY(find_logical(te, "layers.0.self_attn.q_norm.weight", &b0, &e));
     if (!e || e->ndim != 1)
         return H3_ERR(H3_ERR_FORMAT, "%s: '%slayers.0.self_attn.q_norm.weight' is missing or not 1-D", te->source,
                       te->prefix);
     c->head_dim = e->shape[0];
-    const h3_st_entry *q = find_p(te, "layers.0.self_attn.q_proj.weight");
-    const h3_st_entry *k = find_p(te, "layers.0.self_attn.k_proj.weight");
-    const h3_st_entry *g = find_p(te, "layers.0.mlp.gate_proj.weight");
+    H3_TRY(find_logical(te, "layers.0.self_attn.q_proj.weight", &b1, &q));
+    H3_TRY(find_logical(te, "layers.0.self_attn.k_proj.weight", &b2, &k));
+    H3_TRY(find_logical(te, "layers.0.mlp.gate_proj.weight", &b3, &g));
     if (!q || !k || !g || q->ndim != 2 || k->ndim != 2 || g->ndim != 2)
         return H3_ERR(H3_ERR_FORMAT, "%s: layer 0 lacks 2-D q_proj, k_proj or gate_proj weights", te->source);
     if (c->head_dim <= 0 || q->shape[0] % c->head_dim || k->shape[0] % c->head_dim)

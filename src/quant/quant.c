@@ -194,9 +194,15 @@ float h3_quantize_nvfp4_scale2(const float *w, size_t n) {
 
 h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed, uint8_t *scales) {
     if (K % 16) return H3_ERR(H3_ERR_INVALID, "nvfp4 needs K a multiple of 16, got %lld", (long long)K);
-    const int64_t C = K / 16;
     memset(scales, 0, (size_t)h3_nvfp4_scale_count(N, K));
-    for (int64_t r = 0; r < N; r++)
+    h3_quantize_nvfp4_rows(w, 0, N, K, scale2, packed, scales);
+    return H3_OK;
+}
+
+void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, float scale2, uint8_t *packed,
+                            uint8_t *scales) {
+    const int64_t C = K / 16;
+    for (int64_t r = r0; r < r1; r++)
         for (int64_t c = 0; c < C; c++) {
             const float *x = w + r * K + c * 16;
             float bs = amax_of(x, 16) / 6.0f / scale2;
@@ -212,7 +218,6 @@ h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, 
                 p[i] = (uint8_t)(h3_f32_to_e2m1(a) << 4 | h3_f32_to_e2m1(b));
             }
         }
-    return H3_OK;
 }
 
 /* ---- markers ------------------------------------------------------------------------------------------------ */

@@ -97,6 +97,10 @@ void h3_quantize_fp8(const float *w, size_t n, float scale, uint8_t *q);
  * product is 0); packed [N, K/2] high nibble first; scales [h3_nvfp4_scale_count(N, K)] swizzled, padding 0. */
 float h3_quantize_nvfp4_scale2(const float *w, size_t n);
 h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed, uint8_t *scales);
+/* Rows [r0, r1) only (w, packed and scales of the whole matrix; the caller zeroes the scales' padding first):
+ * for workers that split the rows. */
+void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, float scale2, uint8_t *packed,
+                            uint8_t *scales);
 
 /* ---- ComfyUI's per-layer markers ------------------------------------------------------------------------------ */
 
