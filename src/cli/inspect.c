@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "io/detect.h"
 #include "io/discover.h"
+#include "quant/qload.h"
 
 typedef struct {
     char key[96];
@@ -84,7 +85,8 @@ typedef struct {
 static int inspect_set(const char *path, void *user) {
     inspect_ctx *c = user;
     h3_st_set s;
-    h3_status st = h3_st_open(path, &s);
+    h3_gguf *g = NULL;
+    h3_status st = h3_weights_open(path, &s, &g);
     if (st != H3_OK) {
         c->st = st;
         return 1;
@@ -93,24 +95,57 @@ static int inspect_set(const char *path, void *user) {
     h3_detect(&s, &d);
     char a[32], b[32], e[32];
     int64_t elems = 0, bytes = 0, te_used_elems = 0, te_used_bytes = 0;
-    group_tab by_dtype = {0}, by_module = {0}, by_role = {0};
+    group_tab by_dtype = {0}, by_module = {0}, by_role = {0}, by_format = {0};
     for (int64_t i = 0; i < s.n_entries && st == H3_OK; i++) {
         const h3_st_entry *en = &s.entries[i];
         int64_t ne = h3_st_entry_numel(en), nb = (int64_t)(en->end - en->begin);
+        /* The stored format of a weight (ComfyUI's markers, GGUF types): its logical shape and its label. */
+        h3_qweight_info qi;
+        int quant = 0, is_comp = !g && h3_qweight_is_companion(en->name);
+        char label[96] = "";
+        if (!is_comp) {
+            if (h3_qweight_info_of(&s, g, en, &qi) == H3_OK) {
+                quant = qi.fmt != H3_QF_NONE;
+                if (quant || g) {
+                    ne = 1;
+                    for (int k = 0; k < qi.ndim; k++) ne *= qi.shape[k];
+                }
+                snprintf(label, sizeof label, "%s", qi.label);
+            } else {
+                snprintf(label, sizeof label, "unreadable: %.80s", h3_last_error_message());
+                quant = 1;
+                h3_clear_error();
+            }
+        }
         elems += ne;
         bytes += nb;
+        const char *dname = h3_dtype_st_name(en->dtype);
+        if (g) {
+            const h3_gguf_tensor *gt = h3_gguf_find(g, en->name);
+            if (gt && h3_ggml_type_name(gt->type)) dname = h3_ggml_type_name(gt->type);
+        }
         if (!c->summary) {
             char shape[128];
             size_t o = 0;
+            int nd = (g && !is_comp && label[0] && strncmp(label, "unreadable", 10)) ? qi.ndim : en->ndim;
+            const int64_t *sh = nd == qi.ndim && g ? qi.shape : en->shape;
             o += (size_t)snprintf(shape + o, sizeof shape - o, "[");
-            for (int k = 0; k < en->ndim && o < sizeof shape; k++)
-                o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%lld", k ? ", " : "", (long long)en->shape[k]);
+            for (int k = 0; k < nd && o < sizeof shape; k++)
+                o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%lld", k ? ", " : "", (long long)sh[k]);
             if (o < sizeof shape) snprintf(shape + o, sizeof shape - o, "]");
-            printf("%-64s %-8s %-22s %s\n", en->name, h3_dtype_st_name(en->dtype), shape, h3_fmt_int(nb, a, sizeof a));
+            const h3_gguf_tensor *gt = g ? h3_gguf_find(g, en->name) : NULL;
+            if (quant && !g)
+                printf("%-64s %-8s %-22s %s  %s\n", en->name, dname, shape, h3_fmt_int(nb, a, sizeof a), label);
+            else if (gt && strcmp(gt->name, en->name))
+                printf("%-64s %-8s %-22s %s  (stored as %s)\n", en->name, dname, shape, h3_fmt_int(nb, a, sizeof a),
+                       gt->name);
+            else
+                printf("%-64s %-8s %-22s %s\n", en->name, dname, shape, h3_fmt_int(nb, a, sizeof a));
             continue;
         }
         char key[96];
-        st = group_add(&by_dtype, h3_dtype_st_name(en->dtype), ne, nb);
+        if (quant && !g) st = group_add(&by_format, label, ne, qi.bytes); /* GGUF: the dtype table has the types */
+        if (st == H3_OK) st = group_add(&by_dtype, dname, ne, nb);
         if (st == H3_OK) {
             module_key(en->name, key, sizeof key);
             st = group_add(&by_module, key, ne, nb);
@@ -138,6 +173,7 @@ static int inspect_set(const char *path, void *user) {
                s.n_files);
         if (c->summary) {
             print_groups("by dtype", &by_dtype);
+            if (by_format.n) print_groups("by format (quantized weights with their scales)", &by_format);
             print_groups("by module", &by_module);
             if (by_role.n) print_groups("by role", &by_role);
             if (d.comp == H3_COMP_TEXT_ENCODER) {
@@ -156,7 +192,9 @@ static int inspect_set(const char *path, void *user) {
     h3_free(by_dtype.v);
     h3_free(by_module.v);
     h3_free(by_role.v);
+    h3_free(by_format.v);
     h3_st_close(&s);
+    h3_gguf_free(g);
     c->st = st;
     return st != H3_OK;
 }
@@ -170,8 +208,10 @@ int h3_cmd_inspect(int argc, char **argv) {
     };
     const h3_cli_cmd cmd = {
         "inspect", "inspect PATH [--summary]",
-        "List the tensors of a .safetensors file, a shard index (*.safetensors.index.json) or a model folder, and\n"
-        "name the H3 component and layout each weight set holds. Reads headers only, never the weight data.",
+        "List the tensors of a .safetensors file, a shard index (*.safetensors.index.json), a .gguf file or a model\n"
+        "folder; name the H3 component and layout each weight set holds and the stored format of every quantized\n"
+        "weight (ComfyUI's int8_tensorwise / convrot, float8_e4m3fn, nvfp4 markers; GGUF types). Reads headers and\n"
+        "markers only, never the weight data.",
         "examples:\n  h3run inspect FL2VA/transformer --summary\n  h3run inspect ComfyUI/models/diffusion_models/"
         "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
         opts, 1, 1};
