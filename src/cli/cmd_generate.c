@@ -50,6 +50,12 @@ static uint64_t random_seed(void) {
     return s >> 11; /* 53 bits: exact in JSON and in every language's doubles */
 }
 
+/* -q: warnings and errors, in the format of the other commands' log. */
+static void log_warnings(h3_log_level level, const char *msg, void *user) {
+    (void)user;
+    fprintf(stderr, "%s%s\n", level == H3_LOG_WARN ? "warning: " : level == H3_LOG_ERROR ? "error: " : "", msg);
+}
+
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "h3run generate: ");
     fprintf(stderr, fmt, arg);
@@ -153,7 +159,8 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.latents = latents;
     gr.threads = (int)threads;
     gr.x264_preset = preset;
-    h3_cli_setup_logging(quiet ? -1 : verbose);
+    if (quiet) h3_log_set_callback(log_warnings, NULL, H3_LOG_WARN);
+    else h3_cli_setup_logging(verbose);
     /* Names and sizes go through the library's checks, whose messages name the valid values. */
     h3_status st = H3_OK;
     if (size) st = h3_request_parse_size(size, &gr.req.width, &gr.req.height);
