@@ -18,8 +18,9 @@
  *   The plan tries every FFN row chunk in H3_PLAN_CHUNKS and ring depths 1..H3_PLAN_MAX_SLOTS, fills what is left
  *   with resident blocks (refiner blocks first: they compute almost nothing and cannot hide their copies; then DiT
  *   blocks spread evenly), and predicts the step time by simulating the copy stream, the read stream and the
- *   compute stream over three steps with the device figures (h3_device_figures). It keeps the fastest; among plans
- *   within 0.5% of it, the one that streams the fewest bytes, then the largest chunk.
+ *   compute stream over several steps with the device figures (h3_device_figures). It keeps the fastest, judged
+ *   with copies and reads 25% slower than the figures (a plan must hide its copies with slack, not on paper);
+ *   among plans within 0.5% of it, the one that streams the fewest bytes, then the largest chunk.
  *   A plan fits when its predicted peak plus H3_PLAN_SLACK is within the budget (the slack covers the arena's
  *   256-byte granules and the holes a first-fit arena can leave).
  */
@@ -114,6 +115,8 @@ typedef struct h3_dit_plan {
     int64_t streamed_bytes, disk_bytes;
     /* time (seconds; from the figures) */
     double t_step, t_resident, t_compute, t_copy, t_read;
+    double t_step_slow; /* the step if copies and reads ran 25% slower than the figures: plans are ranked by it, so
+                         * a plan that only hides its copies on paper loses to one with slack */
     double t_modulation, t_load; /* once per run */
 } h3_dit_plan;
 
@@ -140,6 +143,7 @@ typedef struct h3_plan {
     int64_t fit_frames;        /* the most frames (17n+5) that fit the budgets at this canvas; 0: none */
     int64_t fit_width, fit_height; /* the largest canvas (same aspect, multiples of 32) that fits; 0: none */
     int fits_8bit;             /* an 8-bit DiT file (int8/fp8 block weights) would fit */
+    int fit_steps;             /* the most sampling steps (2 kept timesteps each) that fit; 0: none, or not fewer */
     char why[1024];            /* the message: which budget is short, by how much, what would fit */
 } h3_plan;
 

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# h3run plan: the full-size release (header-only copies: real headers, data left as sparse holes) planned without
+# a GPU at BENCH.md's workloads and budgets; a request that cannot fit stops with the budget that is short and what
+# would fit; the fixtures' small components in separate folders; bad options exit 2 with one line.
+# Usage: cli_plan.sh PATH/TO/h3run (CTest passes it).
+set -u
+H3RUN=$1
+SRC=${H3_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD=${H3_BUILD_DIR:-$(dirname "$H3RUN")}
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+mkdir -p "$tmp/FL2VA/transformer" "$tmp/FL2VA/text_encoder"
+"$BUILD/h3-testdata" dit-official "$tmp/FL2VA/transformer/model.safetensors" || fail "h3-testdata dit-official"
+"$BUILD/h3-testdata" te-official "$tmp/FL2VA/text_encoder/model.safetensors" || fail "h3-testdata te-official"
+
+# W124 at 8 GiB on the H200's figures: fits, streams, and predicts the resident step time (copies hide).
+out=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --device h200 2>"$tmp/err")
+rc=$?
+[ $rc -eq 0 ] || fail "plan W124 8GiB exited $rc: $(cat "$tmp/err")"
+for want in "DiT: 19412 packed rows (128 text, 414 audio, 18870 video); fits" "placement:" "streamed from pinned memory" \
+            "device peak" "of 8.00 GiB" "resident weights" "stream slots" "modulation" "activations" \
+            "time per step:" "ratio 1.0" "text encoder: runs on the host: 50 of 64 layers"; do
+    grep -qF -- "$want" <<<"$out" || fail "plan W124 8GiB lacks '$want': $out"
+done
+peak=$(sed -n 's/.*device peak \([0-9.]*\) GiB of 8.00 GiB.*/\1/p' <<<"$out")
+awk -v p="$peak" 'BEGIN { exit !(p > 6 && p <= 8) }' || fail "W124 at 8 GiB: peak '$peak' GiB"
+echo "W124 8GiB: $(grep -E 'placement|time per step' <<<"$out" | tr -s ' ' | tr '\n' ';')"
+
+# Every BENCH.md budget of W73 and W124 fits and never plans above its budget.
+for w in W73 W124; do
+    for b in 24 16 12 8 6; do
+        out=$("$H3RUN" plan "$tmp/FL2VA/transformer" --workload $w --vram-budget ${b}GiB --device h200 -q 2>"$tmp/err")
+        [ $? -eq 0 ] || fail "plan $w ${b}GiB: $(cat "$tmp/err")"
+        peak=$(sed -n "s/.*device peak \([0-9.]*\) GiB of .*/\1/p" <<<"$out")
+        awk -v p="$peak" -v b="$b" 'BEGIN { exit !(p > 0 && p <= b) }' || fail "$w ${b}GiB: peak '$peak' GiB"
+    done
+done
+
+# W362 at 2 GiB cannot fit: exit 1 before loading, naming the device budget's shortfall and what would fit.
+"$H3RUN" plan "$tmp/FL2VA" --workload W362 --vram-budget 2GiB --ram-budget 100GiB --steps 20 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "W362 at 2 GiB exited $rc, expected 1"
+for want in "do not fit" "the device budget of 2.00 GiB is short by" "Would fit: --vram-budget" "frames" "canvas"; do
+    grep -qF -- "$want" "$tmp/err" || fail "W362 at 2 GiB: the message lacks '$want': $(cat "$tmp/err")"
+done
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "the message is not one line: $(cat "$tmp/err")"
+grep -q "DOES NOT FIT" "$tmp/out" || fail "the plan printed does not say it does not fit"
+echo "W362 2GiB: $(cat "$tmp/err")"
+# ... and the budget it names does fit.
+need=$(sed -n 's/.*Would fit: --vram-budget \([0-9.]*GiB\).*/\1/p' "$tmp/err")
+"$H3RUN" plan "$tmp/FL2VA" --workload W362 --vram-budget "$need" --ram-budget 100GiB --steps 20 -q >/dev/null \
+    2>"$tmp/err" || fail "W362 at the named $need: $(cat "$tmp/err")"
+# With the default 49 steps the modulation kept for 98 timesteps (0.89 GiB) is what 2 GiB cannot hold beside a slot:
+# fewer steps are named.
+"$H3RUN" plan "$tmp/FL2VA" --workload W73 --vram-budget 2GiB --ram-budget 100GiB -q >/dev/null 2>"$tmp/err"
+grep -qE "or [0-9]+ sampling steps" "$tmp/err" || fail "W73 at 2 GiB, 49 steps: no steps suggestion: $(cat "$tmp/err")"
+steps=$(sed -n 's/.*or \([0-9]*\) sampling steps.*/\1/p' "$tmp/err")
+"$H3RUN" plan "$tmp/FL2VA" --workload W73 --vram-budget 2GiB --ram-budget 100GiB --steps "$steps" -q >/dev/null 2>&1 ||
+    fail "W73 at 2 GiB with the suggested $steps steps does not fit"
+"$H3RUN" plan "$tmp/FL2VA" --workload W73 --vram-budget 2GiB --ram-budget 100GiB --steps $((steps + 1)) -q >/dev/null 2>&1 &&
+    fail "W73 at 2 GiB with $((steps + 1)) steps fits: the suggestion was not the most"
+
+# A host budget too small for the staging buffers and tables: the host budget is named.
+"$H3RUN" plan "$tmp/FL2VA/transformer" --workload W124 --vram-budget 8GiB --ram-budget 1GiB -q >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "host budget of 1.00 GiB is short" "$tmp/err" || fail "1 GiB host budget: $(cat "$tmp/err")"
+# A host budget that holds some blocks pinned: the rest are read from disk each step.
+out=$("$H3RUN" plan "$tmp/FL2VA/transformer" --workload W124 --vram-budget 8GiB --ram-budget 12GiB --device h200 2>&1)
+grep -qE "[1-9][0-9]* from disk" <<<"$out" || fail "12 GiB host budget streams nothing from disk: $out"
+
+# The fixtures' small components, one folder each: all found, everything resident.
+F=$SRC/tests/fixtures
+out=$("$H3RUN" plan "$F/dit/official" "$F/text_encoder/official" "$F/video_vae/official" --frames 22 --size 256x128 \
+      --vram-budget 1GiB 2>"$tmp/err")
+[ $? -eq 0 ] || fail "plan on the fixtures: $(cat "$tmp/err")"
+for want in "DiT: " "4 of 4 blocks resident" "text encoder: runs on the host" "video VAE: runs on the host"; do
+    grep -qF -- "$want" <<<"$out" || fail "fixtures plan lacks '$want': $out"
+done
+
+# Bad requests: one line, exit 2.
+check_usage() {
+    local want=$1
+    shift
+    "$H3RUN" plan "$@" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "plan $* exited $rc, expected 2: $(cat "$tmp/err")"
+    grep -qF -- "$want" "$tmp/err" || fail "plan $*: message lacks '$want': $(cat "$tmp/err")"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "plan $*: not one line: $(cat "$tmp/err")"
+}
+check_usage "--vram-budget takes a size like 8GiB" "$tmp/FL2VA" --vram-budget 8XB
+check_usage "--ram-budget must be positive" "$tmp/FL2VA" --vram-budget 8GiB --ram-budget 0
+check_usage "17n+5" "$tmp/FL2VA" --vram-budget 8GiB --frames 100
+check_usage "multiples of 32" "$tmp/FL2VA" --vram-budget 8GiB --size 1000x544
+check_usage "--workload must be" "$tmp/FL2VA" --vram-budget 8GiB --workload W999
+check_usage "no figures for a device named" "$tmp/FL2VA" --vram-budget 8GiB --device tpu
+"$H3RUN" plan >/dev/null 2>&1
+[ $? -eq 2 ] || fail "plan without a model did not exit 2"
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    check_usage "give --vram-budget" "$tmp/FL2VA"
+fi
+# Nothing to plan: exit 1, naming the path.
+mkdir -p "$tmp/empty"
+"$H3RUN" plan "$tmp/empty" --vram-budget 8GiB >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "no MiniMax-H3 component" "$tmp/err" || fail "empty folder: $(cat "$tmp/err")"
+
+if [ $fails -eq 0 ]; then echo "cli_plan: all checks passed"; else echo "cli_plan: $fails failures"; fi
+exit $((fails > 0))
