@@ -1,7 +1,8 @@
-/* The GGUF reader: every block type decoded against the project's reference (tools/reference/quant_reference.py,
- * tests/fixtures/quant/gguf_*), bit for bit; the weight-set view (reversed dims, ComfyUI-GGUF's flattened
- * matrices, llama.cpp names); strict validation of lying files (truncation at every byte of the header, bad
- * counts, dims, types, offsets, overlaps, alignment, keys); types h3run does not decode; allocation failures. */
+/* The GGUF reader: every block type decoded against the project's reference
+ * (tools/reference/quant_reference.py, tests/fixtures/quant/gguf_*), bit for bit; the weight-set view
+ * (reversed dims, ComfyUI-GGUF's flattened matrices, llama.cpp names); strict validation of lying files
+ * (truncation at every byte of the header, bad counts, dims, types, offsets, overlaps, alignment, keys);
+ * types h3run does not decode; allocation failures. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,18 +61,19 @@ static void test_types_bitexact(void) {
             h3_tensor_free(&ref);
             continue;
         }
-        CHECK(h3_tensor_numel(&ref) == n && nd == ref.ndim, "%s: %lld values in %d dims, expected %lld in %d", name,
-              (long long)n, nd, (long long)h3_tensor_numel(&ref), ref.ndim);
+        CHECK(h3_tensor_numel(&ref) == n && nd == ref.ndim, "%s: %lld values in %d dims, expected %lld in %d",
+              name, (long long)n, nd, (long long)h3_tensor_numel(&ref), ref.ndim);
         for (int d = 0; d < nd && d < ref.ndim; d++)
             CHECK(shape[d] == ref.shape[d], "%s: dim %d is %lld, expected %lld", name, d, (long long)shape[d],
                   (long long)ref.shape[d]);
         int64_t bad = 0;
         for (int64_t k = 0; k < n && k < h3_tensor_numel(&ref); k++)
             if (memcmp(&got[k], &((float *)ref.data)[k], 4) != 0) bad++;
-        CHECK(bad == 0, "%s: %lld of %lld values differ from the reference's bits", name, (long long)bad, (long long)n);
+        CHECK(bad == 0, "%s: %lld of %lld values differ from the reference's bits", name, (long long)bad,
+              (long long)n);
         const h3_gguf_tensor *t = h3_gguf_find(g, name);
-        printf("  %-8s %-5s %lld values bit-exact%s\n", name, t ? h3_ggml_type_name(t->type) : "?", (long long)n,
-               bad ? " NO" : "");
+        printf("  %-8s %-5s %lld values bit-exact%s\n", name, t ? h3_ggml_type_name(t->type) : "?",
+               (long long)n, bad ? " NO" : "");
         /* The encoders of the reference (used for the model fixtures) reproduce their input. */
         char on[128];
         snprintf(on, sizeof on, "%s.orig", name);
@@ -111,15 +113,18 @@ static void test_set_view(void) {
           "q4_k entry: U8 [2, 288]");
     h3_qweight_info qi;
     CHECK_OK(h3_qweight_info_of(&s, g, e, &qi));
-    CHECK(qi.fmt == H3_QF_Q4_K && qi.ndim == 2 && qi.shape[0] == 2 && qi.shape[1] == 512 && !strcmp(qi.label, "Q4_K"),
+    CHECK(qi.fmt == H3_QF_Q4_K && qi.ndim == 2 && qi.shape[0] == 2 && qi.shape[1] == 512 &&
+              !strcmp(qi.label, "Q4_K"),
           "q4_k info: %s [%lld, %lld]", qi.label, (long long)qi.shape[0], (long long)qi.shape[1]);
     e = h3_st_find(&s, "f16");
-    CHECK(e && e->dtype == H3_F16 && e->ndim == 2 && e->shape[0] == 5 && e->shape[1] == 7, "f16 entry [5, 7]");
+    CHECK(e && e->dtype == H3_F16 && e->ndim == 2 && e->shape[0] == 5 && e->shape[1] == 7,
+          "f16 entry [5, 7]");
     e = h3_st_find(&s, "bf16");
     CHECK(e && e->dtype == H3_BF16, "bf16 entry");
     /* The flattened matrix has its true shape; the 3-D one is rows of its last dim. */
     CHECK_OK(h3_qweight_info_of(&s, g, h3_st_find(&s, "flat"), &qi));
-    CHECK(qi.gguf_reshaped && qi.ndim == 2 && qi.shape[0] == 12 && qi.shape[1] == 40, "flat: [12, 40] from orig_shape");
+    CHECK(qi.gguf_reshaped && qi.ndim == 2 && qi.shape[0] == 12 && qi.shape[1] == 40,
+          "flat: [12, 40] from orig_shape");
     CHECK_OK(h3_qweight_info_of(&s, g, h3_st_find(&s, "cube"), &qi));
     CHECK(qi.ndim == 3 && qi.shape[0] == 2 && qi.shape[1] == 3 && qi.shape[2] == 64, "cube [2, 3, 64]");
     /* A packed weight is a row-wise tensor whose row views decode like its rows. */
@@ -144,20 +149,25 @@ static void test_llama_names(void) {
     CHECK_OK(h3_gguf_open(fix("te.gguf", p, sizeof p), &s, &g));
     if (!g) return;
     CHECK(g->llama_names, "llama.cpp names recognized");
-    const char *want[] = {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
-                          "model.layers.3.post_attention_layernorm.weight", "model.layers.1.self_attn.q_proj.weight",
-                          "model.layers.2.self_attn.o_proj.weight", "model.layers.0.self_attn.k_norm.weight",
+    const char *want[] = {"model.embed_tokens.weight",
+                          "model.layers.0.input_layernorm.weight",
+                          "model.layers.3.post_attention_layernorm.weight",
+                          "model.layers.1.self_attn.q_proj.weight",
+                          "model.layers.2.self_attn.o_proj.weight",
+                          "model.layers.0.self_attn.k_norm.weight",
                           "model.layers.3.mlp.down_proj.weight"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(h3_st_find(&s, want[i]) != NULL, "mapped name %s", want[i]);
     const h3_gguf_tensor *t = h3_gguf_find(g, "model.layers.1.self_attn.q_proj.weight");
-    CHECK(t && !strcmp(t->name, "blk.1.attn_q.weight") && t->type == H3_GGML_Q8_0, "stored name and type kept");
+    CHECK(t && !strcmp(t->name, "blk.1.attn_q.weight") && t->type == H3_GGML_Q8_0,
+          "stored name and type kept");
     CHECK(h3_st_find(&s, "blk.0.attn_q.weight") == NULL, "stored names are not in the set");
     h3_st_close(&s);
     h3_gguf_free(g);
 }
 
-/* ---- hand-written files ------------------------------------------------------------------------------------ */
+/* ---- hand-written files
+ * ------------------------------------------------------------------------------------ */
 
 typedef struct {
     uint8_t *b;
@@ -408,7 +418,8 @@ static void test_alloc_failures(void) {
             break;
         }
         failures++;
-        CHECK(st == H3_ERR_NOMEM, "failing allocation %d: expected out of memory, got %d: %s", n, st, h3_last_error());
+        CHECK(st == H3_ERR_NOMEM, "failing allocation %d: expected out of memory, got %d: %s", n, st,
+              h3_last_error());
         h3_mem_stats now;
         h3_mem_get_stats(&now);
         CHECK(now.total_current == base.total_current, "failing allocation %d leaked %lld bytes", n,
@@ -420,12 +431,9 @@ static void test_alloc_failures(void) {
 
 int main(int argc, char **argv) {
     const t_case cases[] = {
-        {"types_bitexact", test_types_bitexact},
-        {"set_view", test_set_view},
-        {"llama_names", test_llama_names},
-        {"strict", test_strict},
-        {"alloc_failures", test_alloc_failures},
-        {NULL, NULL},
+        {"types_bitexact", test_types_bitexact}, {"set_view", test_set_view},
+        {"llama_names", test_llama_names},       {"strict", test_strict},
+        {"alloc_failures", test_alloc_failures}, {NULL, NULL},
     };
     return t_main("test_gguf", cases, argc, argv);
 }

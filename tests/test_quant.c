@@ -1,12 +1,13 @@
-/* Quantized formats: ConvRot against the definition of the regular Hadamard matrix (float64), E2M1 and the nvfp4
- * scale swizzle against their definitions, every ComfyUI format of tests/fixtures/quant/formats.safetensors
- * (written by tools/reference/quant_reference.py) decoded and compared with the reference's dequantized weights,
- * h3run's quantizers against the reference's bytes, markers byte for byte, bad files, allocation failures.
+/* Quantized formats: ConvRot against the definition of the regular Hadamard matrix (float64), E2M1 and the
+ * nvfp4 scale swizzle against their definitions, every ComfyUI format of
+ * tests/fixtures/quant/formats.safetensors (written by tools/reference/quant_reference.py) decoded and
+ * compared with the reference's dequantized weights, h3run's quantizers against the reference's bytes,
+ * markers byte for byte, bad files, allocation failures.
  *
- * Tolerances: decodes that are one rounding per value (int8 without rotation, fp8, nvfp4, AWQ) are bit-exact; the
- * ConvRot un-rotation sums G terms in another order than the reference's matmul, so |Δ| <= 1e-6·max|row| (f32
- * rounding of G = 256 terms is < 3e-6 relative in the worst case, typically 1e-7); rotated quantization may round
- * a value that lies on a .5 boundary differently: at most 0.5% of the codes differ, by one. */
+ * Tolerances: decodes that are one rounding per value (int8 without rotation, fp8, nvfp4, AWQ) are bit-exact;
+ * the ConvRot un-rotation sums G terms in another order than the reference's matmul, so |Δ| <= 1e-6·max|row|
+ * (f32 rounding of G = 256 terms is < 3e-6 relative in the worst case, typically 1e-7); rotated quantization
+ * may round a value that lies on a .5 boundary differently: at most 0.5% of the codes differ, by one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static const char *fix(const char *rel, char *buf, size_t n) {
     return t_src_path(r, buf, n);
 }
 
-/* ---- ConvRot ---------------------------------------------------------------------------------------------- */
+/* ---- ConvRot ----------------------------------------------------------------------------------------------
+ */
 
 /* H_G[i][j] = G^-1/2 · Π over base-4 digits (a, b) of i, j of H4[a][b], H4[a][b] = -1 iff a + b == 3. */
 static double hadamard_entry(int64_t g, int64_t i, int64_t j) {
@@ -66,12 +68,13 @@ static void test_convrot(void) {
     /* Sylvester's H4 = [[1,1,1,1],[1,-1,1,-1],...] is not it: its first row differs. */
     CHECK(hadamard_entry(4, 0, 3) < 0 && hadamard_entry(4, 1, 1) > 0, "regular H4, not Sylvester");
     CHECK(h3_convrot_group_ok(4) && h3_convrot_group_ok(256) && h3_convrot_group_ok(1024), "powers of 4");
-    CHECK(!h3_convrot_group_ok(0) && !h3_convrot_group_ok(1) && !h3_convrot_group_ok(2) && !h3_convrot_group_ok(8) &&
-              !h3_convrot_group_ok(128) && !h3_convrot_group_ok(96),
+    CHECK(!h3_convrot_group_ok(0) && !h3_convrot_group_ok(1) && !h3_convrot_group_ok(2) &&
+              !h3_convrot_group_ok(8) && !h3_convrot_group_ok(128) && !h3_convrot_group_ok(96),
           "not powers of 4");
 }
 
-/* ---- element formats and the swizzle ------------------------------------------------------------------------ */
+/* ---- element formats and the swizzle
+ * ------------------------------------------------------------------------ */
 
 static void test_e2m1(void) {
     const float mags[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
@@ -84,21 +87,23 @@ static void test_e2m1(void) {
     const struct {
         float x;
         int code;
-    } t[] = {{0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4}, {2.5f, 4}, {3.5f, 6}, {5.0f, 6}, {5.01f, 7},
-             {100.0f, 7}, {-0.1f, 8}, {-2.9f, 13}, {0.26f, 1}, {-5.5f, 15}};
+    } t[] = {{0.25f, 0}, {0.75f, 2},  {1.25f, 2}, {1.75f, 4},  {2.5f, 4},  {3.5f, 6},  {5.0f, 6},
+             {5.01f, 7}, {100.0f, 7}, {-0.1f, 8}, {-2.9f, 13}, {0.26f, 1}, {-5.5f, 15}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        CHECK(h3_f32_to_e2m1(t[i].x) == t[i].code, "%g -> %d, got %d", t[i].x, t[i].code, h3_f32_to_e2m1(t[i].x));
+        CHECK(h3_f32_to_e2m1(t[i].x) == t[i].code, "%g -> %d, got %d", t[i].x, t[i].code,
+              h3_f32_to_e2m1(t[i].x));
 }
 
 static void test_swizzle(void) {
     /* cuBLAS's layout as comfy-kitchen's to_blocked builds it: the padded [Rp, Cp] matrix viewed as
-     * [Rp/128, 128, Cp/4, 4], permuted to [Rp/128, Cp/4, 128, 4], each 128 rows split [4, 32] and transposed to
-     * [32, 4], flattened. */
+     * [Rp/128, 128, Cp/4, 4], permuted to [Rp/128, Cp/4, 128, 4], each 128 rows split [4, 32] and transposed
+     * to [32, 4], flattened. */
     const int64_t shapes[][2] = {{128, 4}, {256, 8}, {200, 5}, {1, 1}, {130, 9}, {40, 3}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int64_t R = shapes[k][0], C = shapes[k][1], nrb = (R + 127) / 128, ncb = (C + 3) / 4;
         int64_t total = nrb * 128 * ncb * 4;
-        CHECK(total == h3_nvfp4_scale_count(R, 16 * C), "padded count for [%lld, %lld]", (long long)R, (long long)C);
+        CHECK(total == h3_nvfp4_scale_count(R, 16 * C), "padded count for [%lld, %lld]", (long long)R,
+              (long long)C);
         int64_t bad = 0;
         int64_t out = 0;
         for (int64_t rb = 0; rb < nrb; rb++)
@@ -114,7 +119,8 @@ static void test_swizzle(void) {
     }
 }
 
-/* ---- the reference's files ---------------------------------------------------------------------------------- */
+/* ---- the reference's files
+ * ---------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *layer;
@@ -161,7 +167,8 @@ static void test_formats_decode(void) {
         if (!e) continue;
         h3_qweight_info qi;
         CHECK_OK(h3_qweight_info_of(&s, NULL, e, &qi));
-        CHECK(qi.fmt == L->fmt && qi.ndim == 2 && qi.shape[0] == L->n && qi.shape[1] == L->k && !strcmp(qi.label, L->label),
+        CHECK(qi.fmt == L->fmt && qi.ndim == 2 && qi.shape[0] == L->n && qi.shape[1] == L->k &&
+                  !strcmp(qi.label, L->label),
               "%s: %s [%lld, %lld], expected %s [%lld, %lld]", L->layer, qi.label, (long long)qi.shape[0],
               (long long)qi.shape[1], L->label, (long long)L->n, (long long)L->k);
         h3_tensor w;
@@ -191,12 +198,14 @@ static void test_formats_decode(void) {
             }
             double rt = sqrt(num / den);
             if (L->exact_tol == 0)
-                CHECK(differ == 0, "%s: %lld values differ from the reference's bits", L->layer, (long long)differ);
+                CHECK(differ == 0, "%s: %lld values differ from the reference's bits", L->layer,
+                      (long long)differ);
             else
-                CHECK(worst <= L->exact_tol, "%s: max |Δ| / max|row| = %.2e > %.0e", L->layer, worst, L->exact_tol);
+                CHECK(worst <= L->exact_tol, "%s: max |Δ| / max|row| = %.2e > %.0e", L->layer, worst,
+                      L->exact_tol);
             CHECK(rt < L->rt_tol, "%s: round-trip error %.4f >= %.3f", L->layer, rt, L->rt_tol);
-            printf("  %-9s %-34s decode %s (max |Δ|/max|row| %.1e), round trip vs f32 %.4f\n", L->layer, L->label,
-                   differ ? "within f32 rounding" : "bit-exact", worst, rt);
+            printf("  %-9s %-34s decode %s (max |Δ|/max|row| %.1e), round trip vs f32 %.4f\n", L->layer,
+                   L->label, differ ? "within f32 rounding" : "bit-exact", worst, rt);
         }
         /* Row views: the nvfp4 swizzle and the row scales follow a view's first row. */
         h3_tensor v;
@@ -204,8 +213,8 @@ static void test_formats_decode(void) {
         CHECK_OK(h3_tensor_narrow(&w, 0, r0, nr, &v));
         float *part = malloc((size_t)(nr * L->k) * sizeof(float));
         CHECK_OK(h3_tensor_rows_to_f32(&v, 0, nr, part));
-        CHECK(memcmp(part, got + r0 * L->k, (size_t)(nr * L->k) * sizeof(float)) == 0, "%s: rows %lld.. of a view",
-              L->layer, (long long)r0);
+        CHECK(memcmp(part, got + r0 * L->k, (size_t)(nr * L->k) * sizeof(float)) == 0,
+              "%s: rows %lld.. of a view", L->layer, (long long)r0);
         free(part);
         free(got);
         free(exp);
@@ -255,14 +264,15 @@ static void test_quantizers(void) {
             qbig += d > 1 || d < -1;
         }
         if (i8[i].group) {
-            CHECK(sdiff == 0 && qbig == 0 && qdiff * 200 <= N * K, "%s: %lld scales, %lld codes differ (%lld by more than one)",
-                  i8[i].layer, (long long)sdiff, (long long)qdiff, (long long)qbig);
+            CHECK(sdiff == 0 && qbig == 0 && qdiff * 200 <= N * K,
+                  "%s: %lld scales, %lld codes differ (%lld by more than one)", i8[i].layer, (long long)sdiff,
+                  (long long)qdiff, (long long)qbig);
         } else {
-            CHECK(sdiff == 0 && qdiff == 0, "%s: %lld scales and %lld codes differ from the reference", i8[i].layer,
-                  (long long)sdiff, (long long)qdiff);
+            CHECK(sdiff == 0 && qdiff == 0, "%s: %lld scales and %lld codes differ from the reference",
+                  i8[i].layer, (long long)sdiff, (long long)qdiff);
         }
-        printf("  %-9s int8 quantizer: %lld of %lld codes differ from the reference\n", i8[i].layer, (long long)qdiff,
-               (long long)(N * K));
+        printf("  %-9s int8 quantizer: %lld of %lld codes differ from the reference\n", i8[i].layer,
+               (long long)qdiff, (long long)(N * K));
         free(w);
         free(q);
         free(sc);
@@ -329,8 +339,10 @@ static void test_markers(void) {
         h3_qformat fmt;
         int convrot, group, fpmm;
     } m[] = {
-        {"{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 256}", 72, H3_QF_INT8, 1, 256, 0},
-        {"{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 64}", 71, H3_QF_INT8, 1, 64, 0},
+        {"{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 256}", 72, H3_QF_INT8,
+         1, 256, 0},
+        {"{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 64}", 71, H3_QF_INT8, 1,
+         64, 0},
         {"{\"format\": \"float8_e4m3fn\"}", 27, H3_QF_FP8, 0, 0, 0},
         {"{\"format\": \"nvfp4\", \"full_precision_matrix_mult\": true}", 55, H3_QF_NVFP4, 0, 0, 1},
         {"{\"format\": \"int8_tensorwise\"}", 29, H3_QF_INT8, 0, 0, 0},
@@ -340,7 +352,8 @@ static void test_markers(void) {
         h3_qmarker q;
         CHECK((int)strlen(m[i].json) == m[i].len, "marker %zu is %d bytes", i, m[i].len);
         CHECK_OK(h3_qmarker_parse(m[i].json, strlen(m[i].json), "test", &q));
-        CHECK(q.fmt == m[i].fmt && q.convrot == m[i].convrot && q.group == m[i].group && q.full_precision_mm == m[i].fpmm,
+        CHECK(q.fmt == m[i].fmt && q.convrot == m[i].convrot && q.group == m[i].group &&
+                  q.full_precision_mm == m[i].fpmm,
               "marker %zu parsed", i);
         char buf[128];
         int n = h3_qmarker_json(&q, buf, sizeof buf);
@@ -350,18 +363,21 @@ static void test_markers(void) {
     CHECK_OK(h3_qmarker_parse("{\"format\":\"int8_tensorwise\",\"convrot\":true}", 43, "t", &q));
     CHECK(q.group == 256, "convrot_groupsize defaults to 256");
     CHECK_ERR(h3_qmarker_parse("{\"format\": \"mxfp8\"}", 19, "layer x", &q), H3_ERR_UNSUPPORTED, "'mxfp8'");
-    CHECK_ERR(h3_qmarker_parse("{\"format\": \"convrot_w4a4\"}", 26, "layer x", &q), H3_ERR_UNSUPPORTED, "convrot_w4a4");
+    CHECK_ERR(h3_qmarker_parse("{\"format\": \"convrot_w4a4\"}", 26, "layer x", &q), H3_ERR_UNSUPPORTED,
+              "convrot_w4a4");
     CHECK_ERR(h3_qmarker_parse("{\"format\": 3}", 13, "layer x", &q), H3_ERR_FORMAT, "\"format\"");
     CHECK_ERR(h3_qmarker_parse("[1]", 3, "layer x", &q), H3_ERR_FORMAT, "not a JSON object");
-    CHECK_ERR(h3_qmarker_parse("{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 128}", 72,
-                               "layer x", &q),
-              H3_ERR_FORMAT, "power of 4");
+    CHECK_ERR(
+        h3_qmarker_parse("{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": 128}",
+                         72, "layer x", &q),
+        H3_ERR_FORMAT, "power of 4");
     CHECK_ERR(h3_qmarker_parse("{\"format\": \"int8", 16, "layer x", &q), H3_ERR_FORMAT, "layer x");
     char small[8];
     CHECK(h3_qmarker_json(&q, small, sizeof small) == -1, "a short buffer is refused");
 }
 
-/* ---- bad files ---------------------------------------------------------------------------------------------- */
+/* ---- bad files
+ * ---------------------------------------------------------------------------------------------- */
 
 static void write_layer(const char *path, h3_dtype wdt, int nd, const int64_t *wshape, const char *marker,
                         h3_dtype sdt, int snd, const int64_t *sshape, const void *extra_name, h3_dtype edt,
@@ -376,8 +392,11 @@ static void write_layer(const char *path, h3_dtype wdt, int nd, const int64_t *w
         int64_t ml = (int64_t)strlen(marker);
         CHECK_OK(h3_st_writer_add(w, "l.comfy_quant", H3_U8, 1, &ml, marker));
     }
-    if (snd >= 0) CHECK_OK(h3_st_writer_add(w, "l.weight_scale", sdt, snd, sshape, sdt == H3_F32 ? (void *)ones : zeros));
-    if (extra_name) CHECK_OK(h3_st_writer_add(w, extra_name, edt, 1, &en, edt == H3_F32 ? (void *)ones : zeros));
+    if (snd >= 0)
+        CHECK_OK(
+            h3_st_writer_add(w, "l.weight_scale", sdt, snd, sshape, sdt == H3_F32 ? (void *)ones : zeros));
+    if (extra_name)
+        CHECK_OK(h3_st_writer_add(w, extra_name, edt, 1, &en, edt == H3_F32 ? (void *)ones : zeros));
     CHECK_OK(h3_st_writer_write(w, path, 0));
     h3_st_writer_free(w);
 }

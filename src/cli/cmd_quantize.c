@@ -1,5 +1,5 @@
-/* h3run quantize: int8 (with or without ConvRot), fp8 and 4-bit versions of a DiT or text encoder in ComfyUI's
- * format, and the error table of every format. */
+/* h3run quantize: int8 (with or without ConvRot), fp8 and 4-bit versions of a DiT or text encoder in
+ * ComfyUI's format, and the error table of every format. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -16,10 +16,12 @@ static double now_s(void) {
 static h3_status run_table(h3_exec *ex, const h3_qbench_source *src, int64_t rows, uint64_t seed) {
     h3_qbench_result r;
     double t0 = now_s();
-    H3_TRY(h3_qbench_run(ex, src->layers, src->n_layers, src->has_block ? &src->block : NULL, rows, seed, &r));
+    H3_TRY(
+        h3_qbench_run(ex, src->layers, src->n_layers, src->has_block ? &src->block : NULL, rows, seed, &r));
     printf("\n");
     h3_qbench_print(stdout, src, &r);
-    printf("(%lld activation rows, seed %llu, %.1f s)\n", (long long)rows, (unsigned long long)seed, now_s() - t0);
+    printf("(%lld activation rows, seed %llu, %.1f s)\n", (long long)rows, (unsigned long long)seed,
+           now_s() - t0);
     return H3_OK;
 }
 
@@ -48,18 +50,25 @@ int h3_cmd_quantize(int argc, char **argv) {
         {0},
     };
     const h3_cli_cmd cmd = {
-        "quantize", "quantize IN OUT [--format F] | quantize --table IN | quantize --random-dit",
-        "Write an int8 (optionally ConvRot-rotated), fp8 or nvfp4 version of a MiniMax-H3 DiT or Qwen3-VL text\n"
-        "encoder (official, diffusers or ComfyUI bf16 weights) as one .safetensors file in ComfyUI's format, which\n"
+        "quantize",
+        "quantize IN OUT [--format F] | quantize --table IN | quantize --random-dit",
+        "Write an int8 (optionally ConvRot-rotated), fp8 or nvfp4 version of a MiniMax-H3 DiT or Qwen3-VL "
+        "text\n"
+        "encoder (official, diffusers or ComfyUI bf16 weights) as one .safetensors file in ComfyUI's format, "
+        "which\n"
         "ComfyUI and h3run read, and print the relative error of every format on random activations: each\n"
         "quantized linear of block 0, and (DiT) block 0's output.",
-        "The table's columns: weights in a format with f32 activations (what h3run's CPU path and ComfyUI's text\n"
-        "encoders compute), and with the activation quantization ComfyUI's DiT path adds on GPUs: int8 per token\n"
+        "The table's columns: weights in a format with f32 activations (what h3run's CPU path and ComfyUI's "
+        "text\n"
+        "encoders compute), and with the activation quantization ComfyUI's DiT path adds on GPUs: int8 per "
+        "token\n"
         "after the ConvRot rotation (W8A8), fp8 activations, nvfp4 activations (W4A4).\n\n"
         "examples:\n  h3run quantize FL2VA/transformer minimax_h3_fl2va_int8_convrot.safetensors\n"
         "  h3run quantize FL2VA/text_encoder qwen3vl_32b_minimax_h3_nvfp4.safetensors\n"
         "  h3run quantize --random-dit --rows 64",
-        opts, 0, 2};
+        opts,
+        0,
+        2};
     const char *pos[2] = {NULL, NULL};
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
@@ -67,7 +76,8 @@ int h3_cmd_quantize(int argc, char **argv) {
     h3_cli_setup_logging(quiet ? -1 : 0);
     h3_qtarget target = H3_QT_DEFAULT;
     if (format && !h3_qtarget_parse(format, &target)) {
-        fprintf(stderr, "h3run quantize: --format must be int8, int8_convrot, fp8 or nvfp4; got '%s'\n", format);
+        fprintf(stderr, "h3run quantize: --format must be int8, int8_convrot, fp8 or nvfp4; got '%s'\n",
+                format);
         return H3_EXIT_USAGE;
     }
     if (random_dit + table_only > 1 || (random_dit && npos) || (table_only && npos != 1) ||
@@ -77,9 +87,10 @@ int h3_cmd_quantize(int argc, char **argv) {
     }
     if (rows < 1 || rows > (1 << 20) || te_layers < 0 || threads < 0 || seed < 0 || hidden < 1 || heads < 1 ||
         head_dim < 1 || ffn < 1 || hidden > (1 << 16) || ffn > (1 << 17) || heads * head_dim > (1 << 17)) {
-        fprintf(stderr, "h3run quantize: --rows must be 1..1048576; --te-layers, --threads and --seed must not be "
-                        "negative; --random-dit's widths must be positive (hidden <= 65536, ffn and heads x head-dim "
-                        "<= 131072)\n");
+        fprintf(stderr,
+                "h3run quantize: --rows must be 1..1048576; --te-layers, --threads and --seed must not be "
+                "negative; --random-dit's widths must be positive (hidden <= 65536, ffn and heads x head-dim "
+                "<= 131072)\n");
         return H3_EXIT_USAGE;
     }
     h3_exec ex;
@@ -91,7 +102,8 @@ int h3_cmd_quantize(int argc, char **argv) {
         st = h3_qbench_source_random(hidden, heads, head_dim, ffn, (uint64_t)seed, &src);
         if (st == H3_OK) {
             if (!quiet)
-                printf("random DiT block: hidden %lld, %lld heads x %lld, FFN %lld (weights N(0, 1/K) in bf16)\n",
+                printf("random DiT block: hidden %lld, %lld heads x %lld, FFN %lld (weights N(0, 1/K) in "
+                       "bf16)\n",
                        (long long)hidden, (long long)heads, (long long)head_dim, (long long)ffn);
             st = run_table(&ex, &src, rows, (uint64_t)seed);
         }
@@ -105,10 +117,11 @@ int h3_cmd_quantize(int argc, char **argv) {
         st = h3_quantize_checkpoint(pos[0], pos[1], &o, &res);
         if (st == H3_OK && !quiet) {
             char a[32], b[32], c[32], d[32];
-            printf("%s (%s layout) -> %s: %s, %lld tensors, %lld layers quantized%s, %s data bytes (%s; read %s) "
+            printf("%s (%s layout) -> %s: %s, %lld tensors, %lld layers quantized%s, %s data bytes (%s; read "
+                   "%s) "
                    "in %.1f s\n",
-                   h3_component_name(res.comp), h3_layout_name(res.in_layout), pos[1], h3_qtarget_name(res.target),
-                   (long long)res.n_tensors, (long long)res.n_quantized,
+                   h3_component_name(res.comp), h3_layout_name(res.in_layout), pos[1],
+                   h3_qtarget_name(res.target), (long long)res.n_tensors, (long long)res.n_quantized,
                    res.n_kept ? " (some linears kept: their widths suit no rule of the format)" : "",
                    h3_fmt_int(res.out_bytes, a, sizeof a), h3_fmt_bytes((double)res.out_bytes, b, sizeof b),
                    h3_fmt_bytes((double)res.in_bytes, c, sizeof c), now_s() - t0);

@@ -12,20 +12,24 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 
-/* ---- types -------------------------------------------------------------------------------------------------- */
+/* ---- types
+ * -------------------------------------------------------------------------------------------------- */
 
 static const struct {
     const char *name;
     int64_t blck, bytes;
 } g_types[H3_GGML_TYPE_LIMIT] = {
-    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},      [3] = {"Q4_1", 32, 20},
-    [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},      [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},
-    [10] = {"Q2_K", 256, 84},    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66}, [17] = {"IQ2_XS", 256, 74},
-    [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},   [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},
-    [22] = {"IQ2_S", 256, 82},   [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},        [29] = {"IQ1_M", 256, 56},
-    [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},   [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 
 const char *h3_ggml_type_name(uint32_t type) {
@@ -41,35 +45,64 @@ int h3_ggml_type_size(uint32_t type, int64_t *block_elems, int64_t *block_bytes)
 
 h3_qformat h3_ggml_qformat(uint32_t type) {
     switch (type) {
-        case H3_GGML_Q4_0: return H3_QF_Q4_0;
-        case H3_GGML_Q4_1: return H3_QF_Q4_1;
-        case H3_GGML_Q5_0: return H3_QF_Q5_0;
-        case H3_GGML_Q5_1: return H3_QF_Q5_1;
-        case H3_GGML_Q8_0: return H3_QF_Q8_0;
-        case H3_GGML_Q2_K: return H3_QF_Q2_K;
-        case H3_GGML_Q3_K: return H3_QF_Q3_K;
-        case H3_GGML_Q4_K: return H3_QF_Q4_K;
-        case H3_GGML_Q5_K: return H3_QF_Q5_K;
-        case H3_GGML_Q6_K: return H3_QF_Q6_K;
-        default: return H3_QF_NONE;
+        case H3_GGML_Q4_0:
+            return H3_QF_Q4_0;
+        case H3_GGML_Q4_1:
+            return H3_QF_Q4_1;
+        case H3_GGML_Q5_0:
+            return H3_QF_Q5_0;
+        case H3_GGML_Q5_1:
+            return H3_QF_Q5_1;
+        case H3_GGML_Q8_0:
+            return H3_QF_Q8_0;
+        case H3_GGML_Q2_K:
+            return H3_QF_Q2_K;
+        case H3_GGML_Q3_K:
+            return H3_QF_Q3_K;
+        case H3_GGML_Q4_K:
+            return H3_QF_Q4_K;
+        case H3_GGML_Q5_K:
+            return H3_QF_Q5_K;
+        case H3_GGML_Q6_K:
+            return H3_QF_Q6_K;
+        default:
+            return H3_QF_NONE;
     }
 }
 
 int h3_ggml_dtype(uint32_t type, h3_dtype *out) {
     switch (type) {
-        case H3_GGML_F32: *out = H3_F32; return 1;
-        case H3_GGML_F16: *out = H3_F16; return 1;
-        case H3_GGML_BF16: *out = H3_BF16; return 1;
-        case H3_GGML_F64: *out = H3_F64; return 1;
-        case H3_GGML_I8: *out = H3_I8; return 1;
-        case H3_GGML_I16: *out = H3_I16; return 1;
-        case H3_GGML_I32: *out = H3_I32; return 1;
-        case H3_GGML_I64: *out = H3_I64; return 1;
-        default: return 0;
+        case H3_GGML_F32:
+            *out = H3_F32;
+            return 1;
+        case H3_GGML_F16:
+            *out = H3_F16;
+            return 1;
+        case H3_GGML_BF16:
+            *out = H3_BF16;
+            return 1;
+        case H3_GGML_F64:
+            *out = H3_F64;
+            return 1;
+        case H3_GGML_I8:
+            *out = H3_I8;
+            return 1;
+        case H3_GGML_I16:
+            *out = H3_I16;
+            return 1;
+        case H3_GGML_I32:
+            *out = H3_I32;
+            return 1;
+        case H3_GGML_I64:
+            *out = H3_I64;
+            return 1;
+        default:
+            return 0;
     }
 }
 
-/* ---- block decoding: ggml's dequantize_row_* (ggml/src/ggml-quants.c), value for value ---------------------- */
+/* ---- block decoding: ggml's dequantize_row_* (ggml/src/ggml-quants.c), value for value
+ * ---------------------- */
 
 static inline float f16_at(const uint8_t *p) {
     return h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
@@ -264,27 +297,49 @@ void h3_gguf_dequant(h3_qformat f, const void *src, float *dst, int64_t n) {
     if (!h3_qformat_block(f, &be, &bb)) return;
     void (*fn)(const uint8_t *, float *) = NULL;
     switch (f) {
-        case H3_QF_Q4_0: fn = deq_q4_0; break;
-        case H3_QF_Q4_1: fn = deq_q4_1; break;
-        case H3_QF_Q5_0: fn = deq_q5_0; break;
-        case H3_QF_Q5_1: fn = deq_q5_1; break;
-        case H3_QF_Q8_0: fn = deq_q8_0; break;
-        case H3_QF_Q2_K: fn = deq_q2_k; break;
-        case H3_QF_Q3_K: fn = deq_q3_k; break;
-        case H3_QF_Q4_K: fn = deq_q4_k; break;
-        case H3_QF_Q5_K: fn = deq_q5_k; break;
-        case H3_QF_Q6_K: fn = deq_q6_k; break;
-        default: return;
+        case H3_QF_Q4_0:
+            fn = deq_q4_0;
+            break;
+        case H3_QF_Q4_1:
+            fn = deq_q4_1;
+            break;
+        case H3_QF_Q5_0:
+            fn = deq_q5_0;
+            break;
+        case H3_QF_Q5_1:
+            fn = deq_q5_1;
+            break;
+        case H3_QF_Q8_0:
+            fn = deq_q8_0;
+            break;
+        case H3_QF_Q2_K:
+            fn = deq_q2_k;
+            break;
+        case H3_QF_Q3_K:
+            fn = deq_q3_k;
+            break;
+        case H3_QF_Q4_K:
+            fn = deq_q4_k;
+            break;
+        case H3_QF_Q5_K:
+            fn = deq_q5_k;
+            break;
+        case H3_QF_Q6_K:
+            fn = deq_q6_k;
+            break;
+        default:
+            return;
     }
     const uint8_t *b = src;
     for (int64_t i = 0; i < n / be; i++) fn(b + i * bb, dst + i * be);
 }
 
-/* ---- parsing ------------------------------------------------------------------------------------------------ */
+/* ---- parsing
+ * ------------------------------------------------------------------------------------------------ */
 
 #define GGUF_MAX_TENSORS (1 << 20)
-#define GGUF_MAX_KV (1 << 20)
-#define GGUF_MAX_NAME 1024
+#define GGUF_MAX_KV      (1 << 20)
+#define GGUF_MAX_NAME    1024
 
 typedef struct {
     const uint8_t *p;
@@ -294,8 +349,9 @@ typedef struct {
 
 static h3_status need(reader *r, uint64_t n, const char *what) {
     if (n > r->size - r->off)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %s at byte %llu runs past the end of the %llu-byte file (truncated?)",
-                      r->path, what, (unsigned long long)r->off, (unsigned long long)r->size);
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: %s at byte %llu runs past the end of the %llu-byte file (truncated?)", r->path,
+                      what, (unsigned long long)r->off, (unsigned long long)r->size);
     return H3_OK;
 }
 
@@ -339,18 +395,19 @@ static h3_status skip_value(reader *r, uint32_t type, int depth, const char *key
         H3_TRY(rd_u32(r, &et, key));
         H3_TRY(rd_u64(r, &n, key));
         if (et >= H3_GGUF_VTYPE_COUNT)
-            return H3_ERR(H3_ERR_FORMAT, "%s: key '%s' is an array of value type %u (known: 0..12)", r->path, key, et);
+            return H3_ERR(H3_ERR_FORMAT, "%s: key '%s' is an array of value type %u (known: 0..12)", r->path,
+                          key, et);
         if (et != H3_GGUF_STRING && et != H3_GGUF_ARRAY) {
             if (n > (r->size - r->off) / (uint64_t)g_vsize[et])
-                return H3_ERR(H3_ERR_FORMAT, "%s: array '%s' of %llu values runs past the end of the file", r->path,
-                              key, (unsigned long long)n);
+                return H3_ERR(H3_ERR_FORMAT, "%s: array '%s' of %llu values runs past the end of the file",
+                              r->path, key, (unsigned long long)n);
             r->off += n * (uint64_t)g_vsize[et];
             return H3_OK;
         }
         /* Each element takes at least 8 bytes (a length or a nested header). */
         if (n > (r->size - r->off) / 8)
-            return H3_ERR(H3_ERR_FORMAT, "%s: array '%s' of %llu values runs past the end of the file", r->path, key,
-                          (unsigned long long)n);
+            return H3_ERR(H3_ERR_FORMAT, "%s: array '%s' of %llu values runs past the end of the file",
+                          r->path, key, (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++) H3_TRY(skip_value(r, et, depth + 1, key));
         return H3_OK;
     }
@@ -361,16 +418,25 @@ static h3_status skip_value(reader *r, uint32_t type, int depth, const char *key
 
 static int64_t int_at(const uint8_t *p, uint32_t type) {
     switch (type) {
-        case H3_GGUF_U8: return p[0];
-        case H3_GGUF_I8: return (int8_t)p[0];
-        case H3_GGUF_U16: return (uint16_t)(p[0] | p[1] << 8);
-        case H3_GGUF_I16: return (int16_t)(uint16_t)(p[0] | p[1] << 8);
-        case H3_GGUF_U32: return u32_at(p);
-        case H3_GGUF_I32: return (int32_t)u32_at(p);
-        case H3_GGUF_BOOL: return p[0] != 0;
+        case H3_GGUF_U8:
+            return p[0];
+        case H3_GGUF_I8:
+            return (int8_t)p[0];
+        case H3_GGUF_U16:
+            return (uint16_t)(p[0] | p[1] << 8);
+        case H3_GGUF_I16:
+            return (int16_t)(uint16_t)(p[0] | p[1] << 8);
+        case H3_GGUF_U32:
+            return u32_at(p);
+        case H3_GGUF_I32:
+            return (int32_t)u32_at(p);
+        case H3_GGUF_BOOL:
+            return p[0] != 0;
         case H3_GGUF_U64:
-        case H3_GGUF_I64: return (int64_t)((uint64_t)u32_at(p) | (uint64_t)u32_at(p + 4) << 32);
-        default: return 0;
+        case H3_GGUF_I64:
+            return (int64_t)((uint64_t)u32_at(p) | (uint64_t)u32_at(p + 4) << 32);
+        default:
+            return 0;
     }
 }
 
@@ -415,8 +481,11 @@ static h3_status read_kv(reader *r, h3_gguf_kv *kv) {
             kv->f = f;
             break;
         }
-        case H3_GGUF_ARRAY: break;
-        default: kv->i = int_at(v, kv->type); break;
+        case H3_GGUF_ARRAY:
+            break;
+        default:
+            kv->i = int_at(v, kv->type);
+            break;
     }
     return H3_OK;
 }
@@ -440,8 +509,10 @@ const h3_gguf_kv *h3_gguf_get_kv(const h3_gguf *g, const char *key) {
         int64_t mid = lo + (hi - lo) / 2;
         int c = strcmp(g->kv[mid].key, key);
         if (c == 0) return &g->kv[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -461,10 +532,12 @@ static int llama_map(const char *n, char *buf, size_t size) {
     static const struct {
         const char *from, *to;
     } per_layer[] = {
-        {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"}, {"attn_q_norm", "self_attn.q_norm"},
-        {"attn_k_norm", "self_attn.k_norm"}, {"attn_q", "self_attn.q_proj"},           {"attn_k", "self_attn.k_proj"},
-        {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},      {"ffn_gate", "mlp.gate_proj"},
-        {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"},
+        {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+        {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+        {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+        {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
+        {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+        {"ffn_down", "mlp.down_proj"},
     };
     if (!strncmp(n, "token_embd.", 11)) return snprintf(buf, size, "model.embed_tokens.%s", n + 11), 1;
     if (!strncmp(n, "output_norm.", 12)) return snprintf(buf, size, "model.norm.%s", n + 12), 1;
@@ -550,8 +623,8 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) H3_FAIL(H3_ERR_IO, "%s is not a regular file", path);
     f->file_size = g->file_size = (uint64_t)sb.st_size;
     if (f->file_size < 24)
-        H3_FAIL(H3_ERR_FORMAT, "%s: %llu bytes is too short for a GGUF file (its header alone is 24 bytes)", path,
-                (unsigned long long)f->file_size);
+        H3_FAIL(H3_ERR_FORMAT, "%s: %llu bytes is too short for a GGUF file (its header alone is 24 bytes)",
+                path, (unsigned long long)f->file_size);
     H3_CHECK(h3_mmap_open(path, &f->map));
     f->mapped = 1;
     if (f->map.size != f->file_size) H3_FAIL(H3_ERR_IO, "%s changed size while being opened", path);
@@ -567,11 +640,11 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
     H3_CHECK(rd_u64(&r, &n_kv, "the key count"));
     /* A key takes at least 12 bytes, a tensor info at least 28: counts beyond that cannot fit. */
     if (n_tensors > GGUF_MAX_TENSORS || n_tensors > f->file_size / 28)
-        H3_FAIL(H3_ERR_FORMAT, "%s: %llu tensors cannot fit in a %llu-byte file", path, (unsigned long long)n_tensors,
-                (unsigned long long)f->file_size);
+        H3_FAIL(H3_ERR_FORMAT, "%s: %llu tensors cannot fit in a %llu-byte file", path,
+                (unsigned long long)n_tensors, (unsigned long long)f->file_size);
     if (n_kv > GGUF_MAX_KV || n_kv > f->file_size / 12)
-        H3_FAIL(H3_ERR_FORMAT, "%s: %llu metadata keys cannot fit in a %llu-byte file", path, (unsigned long long)n_kv,
-                (unsigned long long)f->file_size);
+        H3_FAIL(H3_ERR_FORMAT, "%s: %llu metadata keys cannot fit in a %llu-byte file", path,
+                (unsigned long long)n_kv, (unsigned long long)f->file_size);
     g->kv = h3_calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kv, H3_MEM_IO);
     if (!g->kv) H3_FAIL(H3_ERR_NOMEM, "out of memory reading %s", path);
     g->alignment = 32;
@@ -587,7 +660,8 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
     }
     qsort(g->kv, (size_t)g->n_kv, sizeof *g->kv, cmp_kv);
     for (int64_t i = 1; i < g->n_kv; i++)
-        if (!strcmp(g->kv[i].key, g->kv[i - 1].key)) H3_FAIL(H3_ERR_FORMAT, "%s: key '%s' appears twice", path, g->kv[i].key);
+        if (!strcmp(g->kv[i].key, g->kv[i - 1].key))
+            H3_FAIL(H3_ERR_FORMAT, "%s: key '%s' appears twice", path, g->kv[i].key);
     g->tensors = h3_calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors, H3_MEM_IO);
     if (!g->tensors) H3_FAIL(H3_ERR_NOMEM, "out of memory reading %s", path);
     for (uint64_t i = 0; i < n_tensors; i++) {
@@ -603,15 +677,16 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
         if (!t->name) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         uint32_t nd;
         H3_CHECK(rd_u32(&r, &nd, t->name));
-        if (nd < 1 || nd > 4) H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has %u dims (GGUF allows 1..4)", path, t->name, nd);
+        if (nd < 1 || nd > 4)
+            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has %u dims (GGUF allows 1..4)", path, t->name, nd);
         t->stored_ndim = (int)nd;
         uint64_t numel = 1;
         for (uint32_t d = 0; d < nd; d++) {
             uint64_t ne;
             H3_CHECK(rd_u64(&r, &ne, t->name));
             if (ne > ((uint64_t)1 << 40) || (ne && numel > ((uint64_t)1 << 50) / ne))
-                H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has an impossible size (dim %u = %llu)", path, t->name, d,
-                        (unsigned long long)ne);
+                H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has an impossible size (dim %u = %llu)", path,
+                        t->name, d, (unsigned long long)ne);
             numel *= ne;
             t->stored_shape[nd - 1 - d] = (int64_t)ne; /* reversed: outermost first */
         }
@@ -619,15 +694,17 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
         H3_CHECK(rd_u64(&r, &t->offset, t->name));
         int64_t be, bb;
         if (!h3_ggml_type_size(t->type, &be, &bb))
-            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has ggml type %u, which is not a type ggml defines", path, t->name,
-                    t->type);
+            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' has ggml type %u, which is not a type ggml defines", path,
+                    t->name, t->type);
         int64_t row = t->stored_shape[nd - 1];
         if (row % be)
-            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' (%s) has rows of %lld values, not a multiple of its %lld-value blocks",
+            H3_FAIL(H3_ERR_FORMAT,
+                    "%s: tensor '%s' (%s) has rows of %lld values, not a multiple of its %lld-value blocks",
                     path, t->name, h3_ggml_type_name(t->type), (long long)row, (long long)be);
         t->nbytes = numel / (uint64_t)be * (uint64_t)bb;
         if (t->offset % g->alignment)
-            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' starts at offset %llu, not a multiple of the alignment %llu", path,
+            H3_FAIL(H3_ERR_FORMAT,
+                    "%s: tensor '%s' starts at offset %llu, not a multiple of the alignment %llu", path,
                     t->name, (unsigned long long)t->offset, (unsigned long long)g->alignment);
         t->ndim = t->stored_ndim;
         memcpy(t->shape, t->stored_shape, sizeof t->stored_shape);
@@ -641,19 +718,24 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
     for (int64_t i = 0; i < g->n_tensors; i++) {
         h3_gguf_tensor *t = &g->tensors[i];
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
-            H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' [%llu, +%llu) lies past the end of the %llu-byte data section "
-                    "(truncated?)", path, t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
+            H3_FAIL(H3_ERR_FORMAT,
+                    "%s: tensor '%s' [%llu, +%llu) lies past the end of the %llu-byte data section "
+                    "(truncated?)",
+                    path, t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
                     (unsigned long long)data_size);
         int64_t os[H3_MAX_DIMS];
         int on = orig_shape(g, &r, t->name, os);
-        if (on < 0) H3_FAIL(H3_ERR_FORMAT, "%s: comfy.gguf.orig_shape.%s must be 1..%d non-negative integers", path, t->name, H3_MAX_DIMS);
+        if (on < 0)
+            H3_FAIL(H3_ERR_FORMAT, "%s: comfy.gguf.orig_shape.%s must be 1..%d non-negative integers", path,
+                    t->name, H3_MAX_DIMS);
         if (on > 0) {
             int64_t n1 = 1, n2 = 1;
             for (int d = 0; d < on; d++)
                 if (!h3_mul_i64(n1, os[d], &n1)) n1 = -1;
             for (int d = 0; d < t->stored_ndim; d++) n2 *= t->stored_shape[d];
             if (n1 != n2)
-                H3_FAIL(H3_ERR_FORMAT, "%s: comfy.gguf.orig_shape.%s has %lld values but the tensor holds %lld", path,
+                H3_FAIL(H3_ERR_FORMAT,
+                        "%s: comfy.gguf.orig_shape.%s has %lld values but the tensor holds %lld", path,
                         t->name, (long long)n1, (long long)n2);
             t->ndim = on;
             memcpy(t->shape, os, (size_t)on * sizeof *os);
@@ -670,11 +752,13 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
         qsort(by_off, (size_t)m, sizeof *by_off, cmp_off);
         for (int64_t i = 1; i < m; i++)
             if (by_off[i]->offset < by_off[i - 1]->offset + by_off[i - 1]->nbytes)
-                H3_FAIL(H3_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, by_off[i - 1]->name, by_off[i]->name);
+                H3_FAIL(H3_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, by_off[i - 1]->name,
+                        by_off[i]->name);
     }
     /* The set: names (llama.cpp's mapped), dtypes and shapes. */
     for (int64_t i = 0; i < g->n_tensors && !g->llama_names; i++)
-        g->llama_names = !strcmp(g->tensors[i].name, "token_embd.weight") || !strncmp(g->tensors[i].name, "blk.0.", 6);
+        g->llama_names =
+            !strcmp(g->tensors[i].name, "token_embd.weight") || !strncmp(g->tensors[i].name, "blk.0.", 6);
     tmp = h3_calloc((size_t)(g->n_tensors ? g->n_tensors : 1), sizeof *tmp, H3_MEM_IO);
     if (!tmp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < g->n_tensors; i++) {
@@ -742,8 +826,10 @@ const h3_gguf_tensor *h3_gguf_find(const h3_gguf *g, const char *set_name) {
         int64_t mid = lo + (hi - lo) / 2;
         int c = strcmp(g->tensors[mid].set_name, set_name);
         if (c == 0) return &g->tensors[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }

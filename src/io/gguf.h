@@ -1,24 +1,26 @@
 /* GGUF: strict reader, ggml's block decoding, and the view of a GGUF file as a weight set.
  *
  * Layout (version 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64 key/value count; the
- * key/value pairs (string key, u32 value type, value; strings are u64 length + bytes; arrays are u32 element type,
- * u64 count, elements); the tensor infos (name, u32 n_dims, u64 ne[n_dims] fastest dim first, u32 ggml type, u64
- * offset); padding to general.alignment (32 unless given); the data, each tensor at its offset (a multiple of
- * the alignment). A row is ne[0] values, so a Linear weight stored as ne = [K, N] is [N, K] outermost first.
+ * key/value pairs (string key, u32 value type, value; strings are u64 length + bytes; arrays are u32 element
+ * type, u64 count, elements); the tensor infos (name, u32 n_dims, u64 ne[n_dims] fastest dim first, u32 ggml
+ * type, u64 offset); padding to general.alignment (32 unless given); the data, each tensor at its offset (a
+ * multiple of the alignment). A row is ne[0] values, so a Linear weight stored as ne = [K, N] is [N, K]
+ * outermost first.
  *
  * Nothing is trusted before it is checked: every count, length and offset is checked against the file size
  * with overflow-checked arithmetic, dims against 4, ne[0] against the type's block size, tensor bytes against
- * their neighbours (no overlaps) and the end of the file. A failure names the file, the tensor or key, and the
- * rule. Types h3run cannot decode (IQ*, TQ*, MXFP4, Q8_K) open and list; loading one names the type and tensor.
+ * their neighbours (no overlaps) and the end of the file. A failure names the file, the tensor or key, and
+ * the rule. Types h3run cannot decode (IQ*, TQ*, MXFP4, Q8_K) open and list; loading one names the type and
+ * tensor.
  *
  * As a weight set: h3_gguf_open also fills an h3_st_set over the same file, so component detection, name and
  * shape lookups work as for safetensors. Names are those of the file, except llama.cpp's text-model names
  * (token_embd, blk.N.attn_q, ffn_gate, output_norm, ...), which become the ComfyUI text-encoder names
- * (model.embed_tokens, model.layers.N.self_attn.q_proj, ...). Float tensors (F32, F16, BF16, F64, I8..I64) are
- * entries of their dtype and logical shape; block-quantized ones are U8 entries of their stored bytes
- * ([rows, row bytes]); h3_qweight_get (src/quant/qload.h) makes weight tensors of them. ComfyUI-GGUF's flattened
- * matrices (a tensor whose true shape is in the key "comfy.gguf.orig_shape.<name>", INT32 array, outermost first)
- * have that shape.
+ * (model.embed_tokens, model.layers.N.self_attn.q_proj, ...). Float tensors (F32, F16, BF16, F64, I8..I64)
+ * are entries of their dtype and logical shape; block-quantized ones are U8 entries of their stored bytes
+ * ([rows, row bytes]); h3_qweight_get (src/quant/qload.h) makes weight tensors of them. ComfyUI-GGUF's
+ * flattened matrices (a tensor whose true shape is in the key "comfy.gguf.orig_shape.<name>", INT32 array,
+ * outermost first) have that shape.
  */
 #ifndef H3_IO_GGUF_H
 #define H3_IO_GGUF_H
@@ -71,15 +73,27 @@ typedef struct h3_gguf_tensor {
     uint32_t type;        /* ggml type id */
     int ndim;             /* logical: GGUF's dims reversed, or comfy.gguf.orig_shape */
     int64_t shape[H3_MAX_DIMS];
-    int stored_ndim;              /* GGUF's dims reversed */
+    int stored_ndim; /* GGUF's dims reversed */
     int64_t stored_shape[4];
-    int reshaped;                 /* a comfy.gguf.orig_shape applies */
-    uint64_t offset, nbytes;      /* within the data section */
+    int reshaped;            /* a comfy.gguf.orig_shape applies */
+    uint64_t offset, nbytes; /* within the data section */
 } h3_gguf_tensor;
 
 typedef enum h3_gguf_vtype {
-    H3_GGUF_U8 = 0, H3_GGUF_I8, H3_GGUF_U16, H3_GGUF_I16, H3_GGUF_U32, H3_GGUF_I32, H3_GGUF_F32, H3_GGUF_BOOL,
-    H3_GGUF_STRING, H3_GGUF_ARRAY, H3_GGUF_U64, H3_GGUF_I64, H3_GGUF_F64, H3_GGUF_VTYPE_COUNT
+    H3_GGUF_U8 = 0,
+    H3_GGUF_I8,
+    H3_GGUF_U16,
+    H3_GGUF_I16,
+    H3_GGUF_U32,
+    H3_GGUF_I32,
+    H3_GGUF_F32,
+    H3_GGUF_BOOL,
+    H3_GGUF_STRING,
+    H3_GGUF_ARRAY,
+    H3_GGUF_U64,
+    H3_GGUF_I64,
+    H3_GGUF_F64,
+    H3_GGUF_VTYPE_COUNT
 } h3_gguf_vtype;
 
 typedef struct h3_gguf_kv {

@@ -5,8 +5,8 @@
 #include "base/alloc.h"
 #include "quant/qwrite.h"
 
-static const char *const g_variants[H3_QV_COUNT] = {"int8",          "int8_convrot", "int8_convrot W8A8", "fp8",
-                                                    "fp8 W8A8",      "nvfp4",        "nvfp4 W4A4"};
+static const char *const g_variants[H3_QV_COUNT] = {"int8",     "int8_convrot", "int8_convrot W8A8", "fp8",
+                                                    "fp8 W8A8", "nvfp4",        "nvfp4 W4A4"};
 
 const char *h3_qvariant_name(h3_qvariant v) {
     return (unsigned)v < H3_QV_COUNT ? g_variants[v] : "?";
@@ -14,19 +14,24 @@ const char *h3_qvariant_name(h3_qvariant v) {
 
 static h3_qtarget weight_format(h3_qvariant v) {
     switch (v) {
-        case H3_QV_INT8: return H3_QT_INT8;
+        case H3_QV_INT8:
+            return H3_QT_INT8;
         case H3_QV_INT8_CONVROT:
-        case H3_QV_INT8_CONVROT_W8A8: return H3_QT_INT8_CONVROT;
+        case H3_QV_INT8_CONVROT_W8A8:
+            return H3_QT_INT8_CONVROT;
         case H3_QV_FP8:
-        case H3_QV_FP8_W8A8: return H3_QT_FP8;
-        default: return H3_QT_NVFP4;
+        case H3_QV_FP8_W8A8:
+            return H3_QT_FP8;
+        default:
+            return H3_QT_NVFP4;
     }
 }
 
 /* N(0, 1) values from the seeded counter-based generator (Box-Muller on two uniforms). */
 static void randn(float *x, int64_t n, uint64_t seed, double scale) {
     for (int64_t i = 0; i < n; i++) {
-        double u1 = h3_random_unit(seed, (uint64_t)(2 * i)) + 0.5 / 16777216.0, u2 = h3_random_unit(seed, (uint64_t)(2 * i + 1));
+        double u1 = h3_random_unit(seed, (uint64_t)(2 * i)) + 0.5 / 16777216.0,
+               u2 = h3_random_unit(seed, (uint64_t)(2 * i + 1));
         x[i] = (float)(scale * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
 }
@@ -41,8 +46,8 @@ static double rel_err(const float *a, const float *ref, int64_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* What the GPU path does to a linear's input rows x [R, K] (contiguous), in place, in f32: the values the int8 /
- * fp8 / nvfp4 GEMM multiplies, brought back to the weights' basis. */
+/* What the GPU path does to a linear's input rows x [R, K] (contiguous), in place, in f32: the values the
+ * int8 / fp8 / nvfp4 GEMM multiplies, brought back to the weights' basis. */
 static h3_status fake_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group) {
     if (v == H3_QV_INT8_CONVROT_W8A8) { /* rotate per group, int8 per token, back */
         int8_t *q = h3_malloc((size_t)K, H3_MEM_WORKSPACE);
@@ -85,7 +90,8 @@ static h3_status linear(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_
     h3_tensor_is_rowwise(x, &ld);
     h3_tensor xs;
     H3_TRY(h3_tensor_alloc2(&xs, H3_PLACE_HOST, H3_F32, R, K, H3_MEM_WORKSPACE));
-    for (int64_t r = 0; r < R; r++) memcpy((float *)xs.data + r * K, (const float *)x->data + r * ld, (size_t)K * 4);
+    for (int64_t r = 0; r < R; r++)
+        memcpy((float *)xs.data + r * K, (const float *)x->data + r * ld, (size_t)K * 4);
     h3_status st = fake_quant(xs.data, R, K, (h3_qvariant)v, w->q.rot_group);
     if (st == H3_OK) st = h3_op_gemm(ex, y, &xs, w, NULL, 0);
     h3_tensor_free(&xs);
@@ -96,10 +102,10 @@ static h3_status wrap_vec(h3_tensor *t, const float *p, int64_t n) {
     return h3_tensor_wrap(t, (void *)p, H3_PLACE_HOST, H3_F32, 1, &n);
 }
 
-/* The plain pre-norm DiT block: x + out(attn(qk_norm(qkv(rms(x))))), then + fc2(swiglu(fc1(rms(·)))). w: qkv, out,
- * fc1, fc2 as tensors (f32 or quantized); v: the variant (activation quantization) or -1. */
-static h3_status block_forward(h3_exec *ex, const h3_qbench_block *b, const h3_tensor *w, int v, const float *x0,
-                               int64_t R, float *y) {
+/* The plain pre-norm DiT block: x + out(attn(qk_norm(qkv(rms(x))))), then + fc2(swiglu(fc1(rms(·)))). w: qkv,
+ * out, fc1, fc2 as tensors (f32 or quantized); v: the variant (activation quantization) or -1. */
+static h3_status block_forward(h3_exec *ex, const h3_qbench_block *b, const h3_tensor *w, int v,
+                               const float *x0, int64_t R, float *y) {
     const int64_t H = b->hidden, I = b->heads * b->head_dim, F = b->ffn, D = b->head_dim;
     h3_tensor x, h, qkv, qc, kc, vc, o, u, g, m, n1, n2, qn, kn;
     h3_tensor *all[] = {&x, &h, &qkv, &qc, &kc, &vc, &o, &u, &g, &m};
@@ -158,8 +164,8 @@ done:
     return st;
 }
 
-h3_status h3_qbench_run(h3_exec *ex, const h3_qbench_layer *layers, int n_layers, const h3_qbench_block *block,
-                        int64_t rows, uint64_t seed, h3_qbench_result *out) {
+h3_status h3_qbench_run(h3_exec *ex, const h3_qbench_layer *layers, int n_layers,
+                        const h3_qbench_block *block, int64_t rows, uint64_t seed, h3_qbench_result *out) {
     memset(out, 0, sizeof *out);
     if (n_layers > 64) return H3_ERR(H3_ERR_INVALID, "the table holds at most 64 layers");
     h3_status st = H3_OK;
@@ -221,9 +227,12 @@ h3_status h3_qbench_run(h3_exec *ex, const h3_qbench_layer *layers, int n_layers
         int ok = 1;
         for (int i = 0; i < 4 && st == H3_OK && ok; i++) {
             h3_clear_error();
-            h3_status qs = h3_quantize_tensor(src[i], ns[i], ks[i], weight_format((h3_qvariant)v), ex->pool, &wq[i]);
-            if (qs == H3_ERR_INVALID) ok = 0;
-            else st = qs;
+            h3_status qs =
+                h3_quantize_tensor(src[i], ns[i], ks[i], weight_format((h3_qvariant)v), ex->pool, &wq[i]);
+            if (qs == H3_ERR_INVALID)
+                ok = 0;
+            else
+                st = qs;
         }
         if (st == H3_OK && ok) st = block_forward(ex, block, wq, v, x, rows, yq);
         for (int i = 0; i < 4; i++) h3_tensor_free(&wq[i]);
@@ -321,8 +330,10 @@ void h3_qbench_print(FILE *f, const h3_qbench_source *src, const h3_qbench_resul
                  (long long)src->layers[l].k);
         fprintf(f, "%-52s", nm);
         for (int v = 0; v < H3_QV_COUNT; v++) {
-            if (isnan(r->layer[l][v])) fprintf(f, " %17s", "-");
-            else fprintf(f, " %17.4f", r->layer[l][v]);
+            if (isnan(r->layer[l][v]))
+                fprintf(f, " %17s", "-");
+            else
+                fprintf(f, " %17.4f", r->layer[l][v]);
         }
         fprintf(f, "\n");
     }
@@ -332,8 +343,10 @@ void h3_qbench_print(FILE *f, const h3_qbench_source *src, const h3_qbench_resul
         for (int k = 0; k < 2; k++) {
             fprintf(f, "%-52s", rows[k]);
             for (int v = 0; v < H3_QV_COUNT; v++) {
-                if (isnan(vals[k][v])) fprintf(f, " %17s", "-");
-                else fprintf(f, " %17.4f", vals[k][v]);
+                if (isnan(vals[k][v]))
+                    fprintf(f, " %17s", "-");
+                else
+                    fprintf(f, " %17.4f", vals[k][v]);
             }
             fprintf(f, "\n");
         }

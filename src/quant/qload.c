@@ -14,8 +14,9 @@ static int ends_with(const char *s, const char *suf) {
 }
 
 int h3_qweight_is_companion(const char *name) {
-    return ends_with(name, ".comfy_quant") || ends_with(name, ".weight_scale") || ends_with(name, ".weight_scale_2") ||
-           ends_with(name, ".pre_quant_scale") || ends_with(name, ".scale_weight") || ends_with(name, ".input_scale");
+    return ends_with(name, ".comfy_quant") || ends_with(name, ".weight_scale") ||
+           ends_with(name, ".weight_scale_2") || ends_with(name, ".pre_quant_scale") ||
+           ends_with(name, ".scale_weight") || ends_with(name, ".input_scale");
 }
 
 /* "<base><suffix>" where base is the weight's name without ".weight" (or the whole name). */
@@ -31,7 +32,8 @@ static const h3_st_entry *companion(const h3_st_set *s, const char *wname, const
 
 static const char *shp(int nd, const int64_t *s, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < nd && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+    for (int i = 0; i < nd && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
     return buf;
 }
@@ -39,37 +41,49 @@ static const char *shp(int nd, const int64_t *s, char *buf, size_t n) {
 /* One float value of a scalar tensor (any float dtype, exactly one element). */
 static h3_status scalar_of(h3_st_set *s, const h3_st_entry *e, const char *what, float *out) {
     if (!h3_dtype_is_float(e->dtype) || h3_st_entry_numel(e) != 1)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be one float value (the %s), is %s with %lld values", s->source,
-                      e->name, what, h3_dtype_name(e->dtype), (long long)h3_st_entry_numel(e));
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be one float value (the %s), is %s with %lld values",
+                      s->source, e->name, what, h3_dtype_name(e->dtype), (long long)h3_st_entry_numel(e));
     const void *p;
     H3_TRY(h3_st_bytes(s, e, &p));
     uint8_t tmp[8];
     memcpy(tmp, p, h3_dtype_size(e->dtype));
-    if (!h3_convert_to_f32(e->dtype, tmp, out, 1)) return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is not a float", s->source, e->name);
-    if (!isfinite(*out)) return H3_ERR(H3_ERR_FORMAT, "%s: '%s' (the %s) is not finite", s->source, e->name, what);
+    if (!h3_convert_to_f32(e->dtype, tmp, out, 1))
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is not a float", s->source, e->name);
+    if (!isfinite(*out))
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' (the %s) is not finite", s->source, e->name, what);
     return H3_OK;
 }
 
 static void set_label(h3_qweight_info *i) {
     switch (i->fmt) {
-        case H3_QF_NONE: snprintf(i->label, sizeof i->label, "%s", h3_dtype_name(i->dtype)); break;
+        case H3_QF_NONE:
+            snprintf(i->label, sizeof i->label, "%s", h3_dtype_name(i->dtype));
+            break;
         case H3_QF_INT8:
             if (i->rot_group)
-                snprintf(i->label, sizeof i->label, "int8_tensorwise convrot %d%s", i->rot_group, i->per_row ? "" : " (one scale)");
+                snprintf(i->label, sizeof i->label, "int8_tensorwise convrot %d%s", i->rot_group,
+                         i->per_row ? "" : " (one scale)");
             else
                 snprintf(i->label, sizeof i->label, "int8_tensorwise%s", i->per_row ? "" : " (one scale)");
             break;
-        case H3_QF_FP8: snprintf(i->label, sizeof i->label, "float8_e4m3fn%s", i->legacy ? " (legacy scale)" : ""); break;
-        case H3_QF_NVFP4:
-            snprintf(i->label, sizeof i->label, "nvfp4%s%s", i->awq ? " awq" : "", i->full_precision_mm ? " (full-precision matmul)" : "");
+        case H3_QF_FP8:
+            snprintf(i->label, sizeof i->label, "float8_e4m3fn%s", i->legacy ? " (legacy scale)" : "");
             break;
-        default: snprintf(i->label, sizeof i->label, "%s", h3_qformat_name(i->fmt)); break;
+        case H3_QF_NVFP4:
+            snprintf(i->label, sizeof i->label, "nvfp4%s%s", i->awq ? " awq" : "",
+                     i->full_precision_mm ? " (full-precision matmul)" : "");
+            break;
+        default:
+            snprintf(i->label, sizeof i->label, "%s", h3_qformat_name(i->fmt));
+            break;
     }
 }
 
 static h3_status info_gguf(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e, h3_qweight_info *out) {
     const h3_gguf_tensor *t = h3_gguf_find(g, e->name);
-    if (!t) return H3_ERR(H3_ERR_INTERNAL, "%s: tensor '%s' is in the set but not in the GGUF index", s->source, e->name);
+    if (!t)
+        return H3_ERR(H3_ERR_INTERNAL, "%s: tensor '%s' is in the set but not in the GGUF index", s->source,
+                      e->name);
     out->ggml_type = t->type;
     out->ndim = t->ndim;
     memcpy(out->shape, t->shape, sizeof out->shape);
@@ -85,10 +99,11 @@ static h3_status info_gguf(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e,
     out->fmt = h3_ggml_qformat(t->type);
     const char *tn = h3_ggml_type_name(t->type);
     if (out->fmt == H3_QF_NONE)
-        return H3_ERR(H3_ERR_UNSUPPORTED,
-                      "%s: tensor '%s' is GGUF type %s, which h3run does not decode (it reads F32, F16, BF16, Q4_0, "
-                      "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K)",
-                      s->source, t->name, tn ? tn : "?");
+        return H3_ERR(
+            H3_ERR_UNSUPPORTED,
+            "%s: tensor '%s' is GGUF type %s, which h3run does not decode (it reads F32, F16, BF16, Q4_0, "
+            "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K)",
+            s->source, t->name, tn ? tn : "?");
     snprintf(out->label, sizeof out->label, "%s", tn);
     return H3_OK;
 }
@@ -109,8 +124,8 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
         const void *p;
         char what[600];
         if (mk->dtype != H3_U8 || mk->ndim != 1 || mk->end - mk->begin > 4096)
-            return H3_ERR(H3_ERR_FORMAT, "%s: marker '%s' must be a U8 vector of JSON (at most 4096 bytes)", s->source,
-                          mk->name);
+            return H3_ERR(H3_ERR_FORMAT, "%s: marker '%s' must be a U8 vector of JSON (at most 4096 bytes)",
+                          s->source, mk->name);
         H3_TRY(h3_st_bytes(s, mk, &p));
         snprintf(what, sizeof what, "%s: the comfy_quant marker of '%s'", s->source, e->name);
         H3_TRY(h3_qmarker_parse(p, (size_t)(mk->end - mk->begin), what, &m));
@@ -121,11 +136,12 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
         m.fmt = H3_QF_FP8;
         out->legacy = 1;
     } else if (e->dtype == H3_I8) {
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is i8 without a comfy_quant marker or a weight_scale", s->source,
-                      e->name);
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is i8 without a comfy_quant marker or a weight_scale",
+                      s->source, e->name);
     } else {
         if (!h3_dtype_is_float(e->dtype))
-            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is %s, not a weight dtype (float, or a quantized format)",
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: tensor '%s' is %s, not a weight dtype (float, or a quantized format)",
                           s->source, e->name, h3_dtype_name(e->dtype));
         set_label(out);
         return H3_OK;
@@ -135,26 +151,32 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
     switch (m.fmt) {
         case H3_QF_INT8: {
             if (e->dtype != H3_I8 || e->ndim != 2)
-                return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is marked int8_tensorwise but is %s %s (expected I8 [N, K])",
-                              s->source, e->name, h3_dtype_name(e->dtype), shp(e->ndim, e->shape, a, sizeof a));
+                return H3_ERR(H3_ERR_FORMAT,
+                              "%s: tensor '%s' is marked int8_tensorwise but is %s %s (expected I8 [N, K])",
+                              s->source, e->name, h3_dtype_name(e->dtype),
+                              shp(e->ndim, e->shape, a, sizeof a));
             if (!ws)
                 return H3_ERR(H3_ERR_FORMAT, "%s: int8 tensor '%s' has no weight_scale", s->source, e->name);
             int64_t ns = h3_st_entry_numel(ws);
             if (ws->dtype != H3_F32 || (ns != 1 && ns != N))
-                return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be F32 with one value per row ([%lld, 1]) or one in all; it is %s %s",
-                              s->source, ws->name, (long long)N, h3_dtype_name(ws->dtype), shp(ws->ndim, ws->shape, b, sizeof b));
+                return H3_ERR(
+                    H3_ERR_FORMAT,
+                    "%s: '%s' must be F32 with one value per row ([%lld, 1]) or one in all; it is %s %s",
+                    s->source, ws->name, (long long)N, h3_dtype_name(ws->dtype),
+                    shp(ws->ndim, ws->shape, b, sizeof b));
             out->per_row = ns != 1; /* [1, 1] of a one-row weight is the same as one scale */
             out->rot_group = m.convrot ? m.group : 0;
             if (out->rot_group && Ks % out->rot_group)
-                return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has %lld columns, not a multiple of its ConvRot group %d",
+                return H3_ERR(H3_ERR_FORMAT,
+                              "%s: tensor '%s' has %lld columns, not a multiple of its ConvRot group %d",
                               s->source, e->name, (long long)Ks, out->rot_group);
             out->bytes += (int64_t)(ws->end - ws->begin);
             break;
         }
         case H3_QF_FP8: {
             if (e->dtype != H3_F8_E4M3)
-                return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is marked float8_e4m3fn but is %s", s->source, e->name,
-                              h3_dtype_name(e->dtype));
+                return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is marked float8_e4m3fn but is %s", s->source,
+                              e->name, h3_dtype_name(e->dtype));
             const h3_st_entry *sc = ws ? ws : companion(s, e->name, ".scale_weight");
             if (!mk && !ws) out->legacy = 1;
             if (sc) {
@@ -168,30 +190,34 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
         }
         case H3_QF_NVFP4: {
             if (e->dtype != H3_U8 || e->ndim != 2)
-                return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is marked nvfp4 but is %s %s (expected U8 [N, K/2])", s->source,
-                              e->name, h3_dtype_name(e->dtype), shp(e->ndim, e->shape, a, sizeof a));
+                return H3_ERR(
+                    H3_ERR_FORMAT, "%s: tensor '%s' is marked nvfp4 but is %s %s (expected U8 [N, K/2])",
+                    s->source, e->name, h3_dtype_name(e->dtype), shp(e->ndim, e->shape, a, sizeof a));
             const int64_t K = 2 * Ks;
             if (K % 16)
-                return H3_ERR(H3_ERR_FORMAT, "%s: nvfp4 tensor '%s' has %lld columns, not a multiple of 16", s->source,
-                              e->name, (long long)K);
+                return H3_ERR(H3_ERR_FORMAT, "%s: nvfp4 tensor '%s' has %lld columns, not a multiple of 16",
+                              s->source, e->name, (long long)K);
             const h3_st_entry *s2 = companion(s, e->name, ".weight_scale_2");
             if (!ws || !s2)
-                return H3_ERR(H3_ERR_FORMAT, "%s: nvfp4 tensor '%s' needs weight_scale and weight_scale_2", s->source,
-                              e->name);
+                return H3_ERR(H3_ERR_FORMAT, "%s: nvfp4 tensor '%s' needs weight_scale and weight_scale_2",
+                              s->source, e->name);
             if (ws->dtype != H3_F8_E4M3 || h3_st_entry_numel(ws) != h3_nvfp4_scale_count(N, K))
                 return H3_ERR(H3_ERR_FORMAT,
-                              "%s: '%s' must be F8_E4M3 with %lld values (the [%lld, %lld] block scales of a [%lld, %lld] "
+                              "%s: '%s' must be F8_E4M3 with %lld values (the [%lld, %lld] block scales of a "
+                              "[%lld, %lld] "
                               "weight, padded to 128 x 4); it is %s %s",
-                              s->source, ws->name, (long long)h3_nvfp4_scale_count(N, K), (long long)((N + 127) / 128 * 128),
-                              (long long)((K / 16 + 3) / 4 * 4), (long long)N, (long long)K, h3_dtype_name(ws->dtype),
+                              s->source, ws->name, (long long)h3_nvfp4_scale_count(N, K),
+                              (long long)((N + 127) / 128 * 128), (long long)((K / 16 + 3) / 4 * 4),
+                              (long long)N, (long long)K, h3_dtype_name(ws->dtype),
                               shp(ws->ndim, ws->shape, b, sizeof b));
             float v;
             H3_TRY(scalar_of(s, s2, "nvfp4 second-level scale", &v));
             const h3_st_entry *pq = companion(s, e->name, ".pre_quant_scale");
             if (pq) {
                 if (pq->dtype != H3_BF16 || h3_st_entry_numel(pq) != K)
-                    return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be BF16 [%lld], is %s %s", s->source, pq->name,
-                                  (long long)K, h3_dtype_name(pq->dtype), shp(pq->ndim, pq->shape, b, sizeof b));
+                    return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be BF16 [%lld], is %s %s", s->source,
+                                  pq->name, (long long)K, h3_dtype_name(pq->dtype),
+                                  shp(pq->ndim, pq->shape, b, sizeof b));
                 out->awq = 1;
                 out->bytes += (int64_t)(pq->end - pq->begin);
             }
@@ -200,14 +226,16 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
             out->bytes += (int64_t)(ws->end - ws->begin + s2->end - s2->begin);
             break;
         }
-        default: return H3_ERR(H3_ERR_INTERNAL, "unexpected format");
+        default:
+            return H3_ERR(H3_ERR_INTERNAL, "unexpected format");
     }
     set_label(out);
     return H3_OK;
 }
 
 /* Replaces a view's scales by an aligned owned copy when the mapped bytes are not 4-byte aligned. */
-static h3_status f32_vector(h3_st_set *s, const h3_st_entry *e, const float **out, void **owner, size_t *bytes) {
+static h3_status f32_vector(h3_st_set *s, const h3_st_entry *e, const float **out, void **owner,
+                            size_t *bytes) {
     const void *p;
     H3_TRY(h3_st_bytes(s, e, &p));
     size_t n = (size_t)(e->end - e->begin);
@@ -322,7 +350,8 @@ h3_status h3_qweight_get(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e, h
             out->q.col_scale = pp;
             return H3_OK;
         }
-        default: return H3_ERR(H3_ERR_INTERNAL, "unexpected format");
+        default:
+            return H3_ERR(H3_ERR_INTERNAL, "unexpected format");
     }
 }
 

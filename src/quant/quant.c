@@ -1,4 +1,5 @@
-/* Quantized formats: names, ConvRot, E2M1, row decoding, quantizers and ComfyUI's markers (contracts in quant.h). */
+/* Quantized formats: names, ConvRot, E2M1, row decoding, quantizers and ComfyUI's markers (contracts in
+ * quant.h). */
 #include "quant/quant.h"
 
 #include <math.h>
@@ -10,10 +11,12 @@
 #include "io/gguf.h"
 
 static const char *const g_names[H3_QF_COUNT] = {
-    [H3_QF_NONE] = "none",         [H3_QF_INT8] = "int8_tensorwise", [H3_QF_FP8] = "float8_e4m3fn",
-    [H3_QF_NVFP4] = "nvfp4",       [H3_QF_Q4_0] = "Q4_0",            [H3_QF_Q4_1] = "Q4_1",
-    [H3_QF_Q5_0] = "Q5_0",         [H3_QF_Q5_1] = "Q5_1",            [H3_QF_Q8_0] = "Q8_0",
-    [H3_QF_Q2_K] = "Q2_K",         [H3_QF_Q3_K] = "Q3_K",            [H3_QF_Q4_K] = "Q4_K",
+    [H3_QF_NONE] = "none",         [H3_QF_INT8] = "int8_tensorwise",
+    [H3_QF_FP8] = "float8_e4m3fn", [H3_QF_NVFP4] = "nvfp4",
+    [H3_QF_Q4_0] = "Q4_0",         [H3_QF_Q4_1] = "Q4_1",
+    [H3_QF_Q5_0] = "Q5_0",         [H3_QF_Q5_1] = "Q5_1",
+    [H3_QF_Q8_0] = "Q8_0",         [H3_QF_Q2_K] = "Q2_K",
+    [H3_QF_Q3_K] = "Q3_K",         [H3_QF_Q4_K] = "Q4_K",
     [H3_QF_Q5_K] = "Q5_K",         [H3_QF_Q6_K] = "Q6_K",
 };
 
@@ -25,9 +28,10 @@ int h3_qformat_block(h3_qformat f, int64_t *elems, int64_t *bytes) {
     static const struct {
         int64_t e, b;
     } t[H3_QF_COUNT] = {
-        [H3_QF_NVFP4] = {16, 8},   [H3_QF_Q4_0] = {32, 18},   [H3_QF_Q4_1] = {32, 20},   [H3_QF_Q5_0] = {32, 22},
-        [H3_QF_Q5_1] = {32, 24},   [H3_QF_Q8_0] = {32, 34},   [H3_QF_Q2_K] = {256, 84},  [H3_QF_Q3_K] = {256, 110},
-        [H3_QF_Q4_K] = {256, 144}, [H3_QF_Q5_K] = {256, 176}, [H3_QF_Q6_K] = {256, 210},
+        [H3_QF_NVFP4] = {16, 8},   [H3_QF_Q4_0] = {32, 18},   [H3_QF_Q4_1] = {32, 20},
+        [H3_QF_Q5_0] = {32, 22},   [H3_QF_Q5_1] = {32, 24},   [H3_QF_Q8_0] = {32, 34},
+        [H3_QF_Q2_K] = {256, 84},  [H3_QF_Q3_K] = {256, 110}, [H3_QF_Q4_K] = {256, 144},
+        [H3_QF_Q5_K] = {256, 176}, [H3_QF_Q6_K] = {256, 210},
     };
     if ((unsigned)f >= H3_QF_COUNT || !t[f].e) return 0;
     if (elems) *elems = t[f].e;
@@ -43,7 +47,8 @@ int64_t h3_qformat_row_bytes(h3_qformat f, int64_t cols) {
     return r;
 }
 
-/* ---- ConvRot ------------------------------------------------------------------------------------------------ */
+/* ---- ConvRot
+ * ------------------------------------------------------------------------------------------------ */
 
 int h3_convrot_group_ok(int64_t g) {
     if (g < 4) return 0;
@@ -72,7 +77,8 @@ void h3_convrot_apply(float *v, int64_t n, int64_t g) {
     }
 }
 
-/* ---- E2M1 ---------------------------------------------------------------------------------------------------- */
+/* ---- E2M1
+ * ---------------------------------------------------------------------------------------------------- */
 
 static const float g_e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
@@ -99,7 +105,8 @@ uint8_t h3_f32_to_e2m1(float x) {
     return sign | (uint8_t)best;
 }
 
-/* ---- decoding --------------------------------------------------------------------------------------------- */
+/* ---- decoding ---------------------------------------------------------------------------------------------
+ */
 
 static h3_status decode_nvfp4(const h3_tensor *t, int64_t r0, int64_t n, int64_t ld, float *dst) {
     const int64_t K = h3_tensor_cols(t), C = K / 16;
@@ -135,7 +142,8 @@ h3_status h3_quant_decode_rows(const h3_tensor *t, int64_t r0, int64_t n, float 
     const int64_t ld = t->ndim == 2 ? t->stride[0] : 0;
     const int64_t rb = h3_qformat_row_bytes(f, K);
     if (t->dtype != H3_U8 || t->ndim != 2 || t->stride[1] != 1 || rb < 0 || ld < rb)
-        return H3_ERR(H3_ERR_INVALID, "a %s tensor of %lld columns needs 2-D U8 rows of %lld bytes (row stride %lld)",
+        return H3_ERR(H3_ERR_INVALID,
+                      "a %s tensor of %lld columns needs 2-D U8 rows of %lld bytes (row stride %lld)",
                       h3_qformat_name(f), (long long)K, (long long)rb, (long long)ld);
     if (f == H3_QF_NVFP4) return decode_nvfp4(t, r0, n, ld, dst);
     for (int64_t r = 0; r < n; r++)
@@ -143,11 +151,13 @@ h3_status h3_quant_decode_rows(const h3_tensor *t, int64_t r0, int64_t n, float 
     return H3_OK;
 }
 
-/* ---- quantizers --------------------------------------------------------------------------------------------- */
+/* ---- quantizers
+ * --------------------------------------------------------------------------------------------- */
 
 h3_status h3_quantize_int8_rows(const float *w, int64_t N, int64_t K, int group, int8_t *q, float *scales) {
     if (group && (!h3_convrot_group_ok(group) || K % group))
-        return H3_ERR(H3_ERR_INVALID, "ConvRot group %d must be a power of 4 dividing K = %lld", group, (long long)K);
+        return H3_ERR(H3_ERR_INVALID, "ConvRot group %d must be a power of 4 dividing K = %lld", group,
+                      (long long)K);
     float *tmp = h3_malloc((size_t)(K > 0 ? K : 1) * sizeof(float), H3_MEM_WORKSPACE);
     if (!tmp) return H3_ERR_NOMEM;
     for (int64_t r = 0; r < N; r++) {
@@ -192,7 +202,8 @@ float h3_quantize_nvfp4_scale2(const float *w, size_t n) {
     return s > 0.0f ? s : 1.0f;
 }
 
-h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed, uint8_t *scales) {
+h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed,
+                            uint8_t *scales) {
     if (K % 16) return H3_ERR(H3_ERR_INVALID, "nvfp4 needs K a multiple of 16, got %lld", (long long)K);
     memset(scales, 0, (size_t)h3_nvfp4_scale_count(N, K));
     h3_quantize_nvfp4_rows(w, 0, N, K, scale2, packed, scales);
@@ -212,7 +223,8 @@ void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, f
             float total = scale2 * h3_fp8e4m3_to_f32(bq);
             uint8_t *p = packed + r * (K / 2) + c * 8;
             for (int i = 0; i < 8; i++) {
-                float a = total == 0.0f ? 0.0f : x[2 * i] / total, b = total == 0.0f ? 0.0f : x[2 * i + 1] / total;
+                float a = total == 0.0f ? 0.0f : x[2 * i] / total,
+                      b = total == 0.0f ? 0.0f : x[2 * i + 1] / total;
                 a = a > 6.0f ? 6.0f : a < -6.0f ? -6.0f : a;
                 b = b > 6.0f ? 6.0f : b < -6.0f ? -6.0f : b;
                 p[i] = (uint8_t)(h3_f32_to_e2m1(a) << 4 | h3_f32_to_e2m1(b));
@@ -220,7 +232,8 @@ void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, f
         }
 }
 
-/* ---- markers ------------------------------------------------------------------------------------------------ */
+/* ---- markers
+ * ------------------------------------------------------------------------------------------------ */
 
 h3_status h3_qmarker_parse(const void *bytes, size_t n, const char *what, h3_qmarker *out) {
     memset(out, 0, sizeof *out);
@@ -239,14 +252,15 @@ h3_status h3_qmarker_parse(const void *bytes, size_t n, const char *what, h3_qma
     if (!strcmp(f, "int8_tensorwise")) {
         out->fmt = H3_QF_INT8;
         json_t *cr = json_object_get(j, "convrot"), *gs = json_object_get(j, "convrot_groupsize");
-        if (cr && !json_is_boolean(cr)) st = H3_ERR(H3_ERR_FORMAT, "%s: \"convrot\" must be true or false", what);
+        if (cr && !json_is_boolean(cr))
+            st = H3_ERR(H3_ERR_FORMAT, "%s: \"convrot\" must be true or false", what);
         out->convrot = json_is_true(cr);
         out->group = 256; /* comfy-kitchen's default */
         if (st == H3_OK && gs) {
             if (!json_is_integer(gs) || !h3_convrot_group_ok(json_integer_value(gs)) ||
                 json_integer_value(gs) > (1 << 20))
-                st = H3_ERR(H3_ERR_FORMAT, "%s: \"convrot_groupsize\" must be a power of 4 (4, 16, 64, 256, ...)",
-                            what);
+                st = H3_ERR(H3_ERR_FORMAT,
+                            "%s: \"convrot_groupsize\" must be a power of 4 (4, 16, 64, 256, ...)", what);
             else
                 out->group = (int)json_integer_value(gs);
         }
@@ -257,10 +271,11 @@ h3_status h3_qmarker_parse(const void *bytes, size_t n, const char *what, h3_qma
         out->fmt = H3_QF_NVFP4;
         out->full_precision_mm = json_is_true(json_object_get(j, "full_precision_matrix_mult"));
     } else {
-        st = H3_ERR(H3_ERR_UNSUPPORTED,
-                    "%s: quantization format '%s' is not supported (h3run reads int8_tensorwise with or without "
-                    "convrot, float8_e4m3fn and nvfp4)",
-                    what, f);
+        st = H3_ERR(
+            H3_ERR_UNSUPPORTED,
+            "%s: quantization format '%s' is not supported (h3run reads int8_tensorwise with or without "
+            "convrot, float8_e4m3fn and nvfp4)",
+            what, f);
     }
     json_decref(j);
     return st;
@@ -271,19 +286,23 @@ int h3_qmarker_json(const h3_qmarker *m, char *buf, size_t n) {
     switch (m->fmt) {
         case H3_QF_INT8:
             if (m->convrot)
-                len = snprintf(buf, n, "{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": %d}",
-                               m->group);
+                len = snprintf(
+                    buf, n, "{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": %d}",
+                    m->group);
             else
                 len = snprintf(buf, n, "{\"format\": \"int8_tensorwise\"}");
             break;
-        case H3_QF_FP8: len = snprintf(buf, n, "{\"format\": \"float8_e4m3fn\"}"); break;
+        case H3_QF_FP8:
+            len = snprintf(buf, n, "{\"format\": \"float8_e4m3fn\"}");
+            break;
         case H3_QF_NVFP4:
             if (m->full_precision_mm)
                 len = snprintf(buf, n, "{\"format\": \"nvfp4\", \"full_precision_matrix_mult\": true}");
             else
                 len = snprintf(buf, n, "{\"format\": \"nvfp4\"}");
             break;
-        default: return -1;
+        default:
+            return -1;
     }
     return len >= 0 && (size_t)len < n ? len : -1;
 }

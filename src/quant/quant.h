@@ -7,17 +7,17 @@
  *          optionally rotated by ConvRot: W_rot[n, g] = W[n, g]·H_G per group g of G columns, so the exact
  *          dequantization is W[n, g] = (q[n, g]·s[n])·H_G (H is symmetric and its own inverse).
  *   FP8    float8_e4m3fn: F8_E4M3 [N, K], one f32 scale: W = f32(q)·s.
- *   NVFP4  nvfp4: U8 [N, K/2], two E2M1 codes per byte, the even element in the high nibble; one e4m3 scale per
- *          16 columns stored in cuBLAS's 128×4 swizzled order over [roundup(N,128), roundup(K/16,4)]; one f32
+ *   NVFP4  nvfp4: U8 [N, K/2], two E2M1 codes per byte, the even element in the high nibble; one e4m3 scale
+ * per 16 columns stored in cuBLAS's 128×4 swizzled order over [roundup(N,128), roundup(K/16,4)]; one f32
  *          second-level scale: W[r, 16b+i] = LUT[code]·(f32(e4m3 scale[r, b])·scale_2). AWQ's pre_quant_scale
  *          (bf16 [K], o_proj/down_proj of the text encoder) multiplies the input: y = (x ⊙ s)·Wᵀ.
  *   GGUF   ggml's blocks along each row (Q4_0 .. Q8_0 of 32 values, Q2_K .. Q6_K of 256), decoded as ggml's
  *          dequantize_row_* do (src/io/gguf.h).
  *
- * In memory, INT8 and FP8 are I8/F8_E4M3 tensors with H3_SCALE_ROW/TENSOR scales (and q.rot_group for ConvRot);
- * NVFP4 and GGUF are H3_SCALE_FORMAT tensors (tensor.h): logical shape [N, K], stride[0] = stored bytes of a row,
- * so views of row ranges (h3_tensor_narrow along dim 0) and the CPU GEMM's panel conversion work on them unchanged,
- * and no full-precision copy of a weight ever exists.
+ * In memory, INT8 and FP8 are I8/F8_E4M3 tensors with H3_SCALE_ROW/TENSOR scales (and q.rot_group for
+ * ConvRot); NVFP4 and GGUF are H3_SCALE_FORMAT tensors (tensor.h): logical shape [N, K], stride[0] = stored
+ * bytes of a row, so views of row ranges (h3_tensor_narrow along dim 0) and the CPU GEMM's panel conversion
+ * work on them unchanged, and no full-precision copy of a weight ever exists.
  */
 #ifndef H3_QUANT_QUANT_H
 #define H3_QUANT_QUANT_H
@@ -48,28 +48,32 @@ typedef enum h3_qformat {
 
 /* "int8_tensorwise", "float8_e4m3fn", "nvfp4", "Q4_K", ... ("?" when out of range). */
 const char *h3_qformat_name(h3_qformat f);
-/* Packed formats (NVFP4 and GGUF): values per block along a row and stored bytes per block (NVFP4: 16 values in
- * 8 bytes; its scales live outside the rows). Returns 0 for other formats. */
+/* Packed formats (NVFP4 and GGUF): values per block along a row and stored bytes per block (NVFP4: 16 values
+ * in 8 bytes; its scales live outside the rows). Returns 0 for other formats. */
 int h3_qformat_block(h3_qformat f, int64_t *elems, int64_t *bytes);
 /* Stored bytes of one row of cols values of a packed format; -1 when cols is not a whole number of blocks. */
 int64_t h3_qformat_row_bytes(h3_qformat f, int64_t cols);
 
-/* ---- ConvRot: the grouped regular Hadamard transform ------------------------------------------------------ */
+/* ---- ConvRot: the grouped regular Hadamard transform ------------------------------------------------------
+ */
 
 /* Group sizes ConvRot allows: powers of 4 from 4 up (H_G = H4 ⊗ ... ⊗ H4 / sqrt(G)). */
 int h3_convrot_group_ok(int64_t g);
-/* v[j·g .. (j+1)·g) ← v[j·g .. (j+1)·g)·H_g for every group of n values (n a multiple of g): radix-4 butterflies
- * with H4 = [[1,1,1,−1],[1,1,−1,1],[1,−1,1,1],[−1,1,1,1]], each stage scaled by 1/2. Its own inverse. */
+/* v[j·g .. (j+1)·g) ← v[j·g .. (j+1)·g)·H_g for every group of n values (n a multiple of g): radix-4
+ * butterflies with H4 = [[1,1,1,−1],[1,1,−1,1],[1,−1,1,1],[−1,1,1,1]], each stage scaled by 1/2. Its own
+ * inverse. */
 void h3_convrot_apply(float *v, int64_t n, int64_t g);
 
-/* ---- element formats ---------------------------------------------------------------------------------------- */
+/* ---- element formats
+ * ---------------------------------------------------------------------------------------- */
 
 /* E2M1 code (4 bits) to its value: [0, .5, 1, 1.5, 2, 3, 4, 6, −0, −.5, −1, −1.5, −2, −3, −4, −6][c]. */
 float h3_e2m1_to_f32(uint8_t code);
 /* Nearest E2M1 code, ties to the even code, saturating at ±6 (torchao's _f32_to_floatx_unpacked(x, 2, 1)). */
 uint8_t h3_f32_to_e2m1(float x);
-/* Flat index of block scale (r, c) of an [R, C] scale matrix stored in cuBLAS's 128×4 swizzled order (the matrix
- * padded to [roundup(R, 128), roundup(C, 4)]): ((r/128)·⌈C/4⌉ + c/4)·512 + (r%32)·16 + ((r%128)/32)·4 + c%4. */
+/* Flat index of block scale (r, c) of an [R, C] scale matrix stored in cuBLAS's 128×4 swizzled order (the
+ * matrix padded to [roundup(R, 128), roundup(C, 4)]): ((r/128)·⌈C/4⌉ + c/4)·512 + (r%32)·16 + ((r%128)/32)·4
+ * + c%4. */
 static inline int64_t h3_nvfp4_scale_index(int64_t r, int64_t c, int64_t C) {
     return ((r / 128) * ((C + 3) / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4);
 }
@@ -78,13 +82,15 @@ static inline int64_t h3_nvfp4_scale_count(int64_t R, int64_t K) {
     return (R + 127) / 128 * 128 * ((K / 16 + 3) / 4 * 4);
 }
 
-/* ---- decoding ----------------------------------------------------------------------------------------------- */
+/* ---- decoding
+ * ----------------------------------------------------------------------------------------------- */
 
-/* Rows [r0, r0+n) of an H3_SCALE_FORMAT tensor to f32 (no rotation or column scale: the caller applies those).
- * What h3_tensor_rows_to_f32 calls; validates the format and the row length. */
+/* Rows [r0, r0+n) of an H3_SCALE_FORMAT tensor to f32 (no rotation or column scale: the caller applies
+ * those). What h3_tensor_rows_to_f32 calls; validates the format and the row length. */
 h3_status h3_quant_decode_rows(const h3_tensor *t, int64_t r0, int64_t n, float *dst);
 
-/* ---- quantizers (what h3run quantize writes; ComfyUI's rules, so its loaders read the result) ---------------- */
+/* ---- quantizers (what h3run quantize writes; ComfyUI's rules, so its loaders read the result)
+ * ---------------- */
 
 /* int8_tensorwise with one scale per row: rows of w [N, K] are rotated first when group > 0 (K a multiple of
  * group). s[n] = max|row|/127 (at least 1e-30), q = clamp(round_half_even(x / s), −128, 127). */
@@ -94,20 +100,23 @@ float h3_quantize_fp8_scale(const float *w, size_t n);
 void h3_quantize_fp8(const float *w, size_t n, float scale, uint8_t *q);
 /* nvfp4: scale_2 = max|w|/(448·6) (1 when w is all zero); per 16-value block b of row r,
  * bs = e4m3(min(max|block|/6 / scale_2, 448)), codes = e2m1(clamp(x / (scale_2·f32(bs)), ±6)) (0 where the
- * product is 0); packed [N, K/2] high nibble first; scales [h3_nvfp4_scale_count(N, K)] swizzled, padding 0. */
+ * product is 0); packed [N, K/2] high nibble first; scales [h3_nvfp4_scale_count(N, K)] swizzled, padding 0.
+ */
 float h3_quantize_nvfp4_scale2(const float *w, size_t n);
-h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed, uint8_t *scales);
+h3_status h3_quantize_nvfp4(const float *w, int64_t N, int64_t K, float scale2, uint8_t *packed,
+                            uint8_t *scales);
 /* Rows [r0, r1) only (w, packed and scales of the whole matrix; the caller zeroes the scales' padding first):
  * for workers that split the rows. */
 void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, float scale2, uint8_t *packed,
                             uint8_t *scales);
 
-/* ---- ComfyUI's per-layer markers ------------------------------------------------------------------------------ */
+/* ---- ComfyUI's per-layer markers
+ * ------------------------------------------------------------------------------ */
 
 typedef struct h3_qmarker {
-    h3_qformat fmt;   /* INT8, FP8, NVFP4 */
-    int convrot;      /* INT8: rotated */
-    int group;        /* INT8 + convrot: convrot_groupsize (default 256) */
+    h3_qformat fmt;        /* INT8, FP8, NVFP4 */
+    int convrot;           /* INT8: rotated */
+    int group;             /* INT8 + convrot: convrot_groupsize (default 256) */
     int full_precision_mm; /* NVFP4: "full_precision_matrix_mult": true (the text encoder's form) */
 } h3_qmarker;
 

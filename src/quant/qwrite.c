@@ -34,7 +34,8 @@ int h3_qtarget_group(int64_t K) {
     return 0;
 }
 
-/* ---- one tensor ------------------------------------------------------------------------------------------------ */
+/* ---- one tensor
+ * ------------------------------------------------------------------------------------------------ */
 
 typedef struct {
     const float *w;
@@ -50,7 +51,8 @@ typedef struct {
 static void int8_rows(void *p, int64_t b, int64_t e, int tid) {
     (void)tid;
     qctx *c = p;
-    h3_status s = h3_quantize_int8_rows(c->w + b * c->K, e - b, c->K, c->group, c->q + b * c->K, c->scales + b);
+    h3_status s =
+        h3_quantize_int8_rows(c->w + b * c->K, e - b, c->K, c->group, c->q + b * c->K, c->scales + b);
     if (s != H3_OK) c->st = s;
 }
 
@@ -66,12 +68,15 @@ static void nvfp4_rows(void *p, int64_t b, int64_t e, int tid) {
     h3_quantize_nvfp4_rows(c->w, b, e, c->K, c->scale, c->bytes, c->bscales);
 }
 
-h3_status h3_quantize_tensor(const float *w, int64_t N, int64_t K, h3_qtarget t, h3_pool *pool, h3_tensor *out) {
+h3_status h3_quantize_tensor(const float *w, int64_t N, int64_t K, h3_qtarget t, h3_pool *pool,
+                             h3_tensor *out) {
     memset(out, 0, sizeof *out);
     int group = t == H3_QT_INT8_CONVROT ? h3_qtarget_group(K) : 0;
     if (t == H3_QT_INT8_CONVROT && !group)
-        return H3_ERR(H3_ERR_INVALID, "int8_convrot needs K divisible by 4 (a ConvRot group), got %lld", (long long)K);
-    if (t == H3_QT_NVFP4 && K % 16) return H3_ERR(H3_ERR_INVALID, "nvfp4 needs K a multiple of 16, got %lld", (long long)K);
+        return H3_ERR(H3_ERR_INVALID, "int8_convrot needs K divisible by 4 (a ConvRot group), got %lld",
+                      (long long)K);
+    if (t == H3_QT_NVFP4 && K % 16)
+        return H3_ERR(H3_ERR_INVALID, "nvfp4 needs K a multiple of 16, got %lld", (long long)K);
     if (t <= H3_QT_DEFAULT || t >= H3_QT_COUNT) return H3_ERR(H3_ERR_INVALID, "no quantization format given");
     size_t data = (size_t)(N * K), extra = 0;
     if (t == H3_QT_NVFP4) {
@@ -84,7 +89,11 @@ h3_status h3_quantize_tensor(const float *w, int64_t N, int64_t K, h3_qtarget t,
     uint8_t *blk = h3_malloc(off + extra + 1, H3_MEM_WEIGHTS);
     if (!blk) return H3_ERR_NOMEM;
     int64_t shape[2] = {N, K};
-    h3_tensor_wrap(out, blk, H3_PLACE_HOST, t == H3_QT_NVFP4 ? H3_U8 : t == H3_QT_FP8 ? H3_F8_E4M3 : H3_I8, 2, shape);
+    h3_tensor_wrap(out, blk, H3_PLACE_HOST,
+                   t == H3_QT_NVFP4 ? H3_U8
+                   : t == H3_QT_FP8 ? H3_F8_E4M3
+                                    : H3_I8,
+                   2, shape);
     out->owner = blk;
     out->owned_bytes = off + extra + 1;
     out->cat = H3_MEM_WEIGHTS;
@@ -114,7 +123,8 @@ h3_status h3_quantize_tensor(const float *w, int64_t N, int64_t K, h3_qtarget t,
             out->q.scale = c.scale;
             out->q.fmt_scales = c.bscales;
             break;
-        default: break;
+        default:
+            break;
     }
     if (c.st != H3_OK) {
         h3_tensor_free(out);
@@ -123,7 +133,8 @@ h3_status h3_quantize_tensor(const float *w, int64_t N, int64_t K, h3_qtarget t,
     return H3_OK;
 }
 
-/* ---- the plan ------------------------------------------------------------------------------------------------ */
+/* ---- the plan
+ * ------------------------------------------------------------------------------------------------ */
 
 typedef enum { P_COPY, P_QKV_INTERLEAVED, P_CONCAT3, P_SWAP_HALVES, P_INV_FREQ } prod_kind;
 
@@ -202,8 +213,8 @@ static h3_status add_ot(plan *p, const char *name, h3_dtype dt, int nd, const in
 }
 
 /* A linear to quantize in format f (or to keep as it is when K does not suit f). */
-static h3_status add_linear(plan *p, const char *wname, const producer *pr, h3_dtype src_dt, int64_t N, int64_t K,
-                            h3_qtarget f, int fpmm) {
+static h3_status add_linear(plan *p, const char *wname, const producer *pr, h3_dtype src_dt, int64_t N,
+                            int64_t K, h3_qtarget f, int fpmm) {
     int group = f == H3_QT_INT8_CONVROT ? h3_qtarget_group(K) : 0;
     if (f == H3_QT_INT8_CONVROT && !group) f = H3_QT_INT8;
     if (f == H3_QT_NVFP4 && K % 16) f = H3_QT_DEFAULT; /* keep */
@@ -273,7 +284,8 @@ static const h3_st_entry *find2(const h3_st_set *s, const char *prefix, const ch
     return h3_st_find(s, buf);
 }
 
-/* diffusers' DiT names to ComfyUI's (the inverse of src/models/dit.c's table); NULL for names handled apart. */
+/* diffusers' DiT names to ComfyUI's (the inverse of src/models/dit.c's table); NULL for names handled apart.
+ */
 static int diffusers_to_comfy(const char *n, char *out, size_t size) {
     static const struct {
         const char *from, *to;
@@ -307,12 +319,16 @@ static int diffusers_to_comfy(const char *n, char *out, size_t size) {
     static const struct {
         const char *from, *to;
     } blk[] = {
-        {"attn.norm_q.", "attn.q_norm."},       {"attn.norm_k.", "attn.k_norm."}, {"attn.to_out.0.", "attn.out_proj."},
-        {"ff.net.0.proj.", "mlp.fc1."},         {"ff.net.2.", "mlp.fc2."},
+        {"attn.norm_q.", "attn.q_norm."},
+        {"attn.norm_k.", "attn.k_norm."},
+        {"attn.to_out.0.", "attn.out_proj."},
+        {"ff.net.0.proj.", "mlp.fc1."},
+        {"ff.net.2.", "mlp.fc2."},
     };
     if (starts(rest, "attn.to_q.") || starts(rest, "attn.to_k.") || starts(rest, "attn.to_v.")) return 0;
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
-        if (starts(rest, blk[i].from)) return snprintf(out, size, "%s%s%s", stack, blk[i].to, rest + strlen(blk[i].from)), 1;
+        if (starts(rest, blk[i].from))
+            return snprintf(out, size, "%s%s%s", stack, blk[i].to, rest + strlen(blk[i].from)), 1;
     return snprintf(out, size, "%s%s", stack, rest), 1;
 }
 
@@ -327,7 +343,8 @@ static h3_status plan_dit(plan *p) {
     const char *pre = p->info.prefix;
     const int df = p->info.layout == H3_LAYOUT_DIFFUSERS, off = p->info.layout == H3_LAYOUT_OFFICIAL;
     int64_t head_dim = 0;
-    const h3_st_entry *qn = find2(s, pre, df ? "transformer_blocks.0.attn.norm_q.weight" : "blocks.0.attn.q_norm.weight");
+    const h3_st_entry *qn =
+        find2(s, pre, df ? "transformer_blocks.0.attn.norm_q.weight" : "blocks.0.attn.q_norm.weight");
     if (qn && qn->ndim == 1) head_dim = qn->shape[0];
     int has_inv = 0;
     for (int64_t i = 0; i < s->n_entries; i++) {
@@ -344,7 +361,8 @@ static h3_status plan_dit(plan *p) {
                 snprintf(kn, sizeof kn, "%.*sattn.to_k.%s", (int)(q - n), n, q + 10);
                 snprintf(vn, sizeof vn, "%.*sattn.to_v.%s", (int)(q - n), n, q + 10);
                 const h3_st_entry *k = find2(s, pre, kn), *v = find2(s, pre, vn);
-                if (!k || !v || k->dtype != e->dtype || v->dtype != e->dtype || k->ndim != e->ndim || v->ndim != e->ndim)
+                if (!k || !v || k->dtype != e->dtype || v->dtype != e->dtype || k->ndim != e->ndim ||
+                    v->ndim != e->ndim)
                     return H3_ERR(H3_ERR_FORMAT, "%s: %s needs matching to_k and to_v", s->source, e->name);
                 char tmp[512];
                 snprintf(tmp, sizeof tmp, "%.*sattn.qkv_proj.%s", (int)(q - n), n, q + 10);
@@ -365,8 +383,8 @@ static h3_status plan_dit(plan *p) {
         producer pr = {P_COPY, {e, NULL, NULL}, 0, 0, 0};
         if (off && ends(cn, ".attn.qkv_proj.weight") && e->ndim == 2) {
             if (head_dim <= 0 || e->shape[0] % (3 * head_dim))
-                return H3_ERR(H3_ERR_FORMAT, "%s: %s has %lld rows, not 3 x heads x head_dim %lld", s->source, e->name,
-                              (long long)e->shape[0], (long long)head_dim);
+                return H3_ERR(H3_ERR_FORMAT, "%s: %s has %lld rows, not 3 x heads x head_dim %lld", s->source,
+                              e->name, (long long)e->shape[0], (long long)head_dim);
             pr.kind = P_QKV_INTERLEAVED;
             pr.head_dim = head_dim;
             pr.heads = e->shape[0] / (3 * head_dim);
@@ -424,12 +442,14 @@ static h3_status plan_te(plan *p) {
     return H3_OK;
 }
 
-/* ---- producing -------------------------------------------------------------------------------------------- */
+/* ---- producing --------------------------------------------------------------------------------------------
+ */
 
 /* The source of a tensor as f32 [rows, cols] (rows · cols = its elements). */
 static h3_status produce_f32(h3_st_set *s, const producer *pr, int64_t n_out, float *dst) {
     if (pr->kind == P_INV_FREQ) {
-        for (int64_t j = 0; j < pr->n; j++) dst[j] = 1.0f / powf(10000.0f, (float)(2 * j) / (float)(2 * pr->n));
+        for (int64_t j = 0; j < pr->n; j++)
+            dst[j] = 1.0f / powf(10000.0f, (float)(2 * j) / (float)(2 * pr->n));
         return H3_OK;
     }
     int nsrc = pr->kind == P_CONCAT3 ? 3 : 1;
@@ -500,7 +520,8 @@ static h3_status write_plain(plan *p, const otensor *o, FILE *f, uint64_t base, 
     return st;
 }
 
-static h3_status write_layer(plan *p, const qlayer *q, FILE *f, uint64_t base, const char *path, h3_pool *pool) {
+static h3_status write_layer(plan *p, const qlayer *q, FILE *f, uint64_t base, const char *path,
+                             h3_pool *pool) {
     float *w = h3_malloc((size_t)(q->N * q->K) * sizeof(float), H3_MEM_WORKSPACE);
     if (!w) return H3_ERR_NOMEM;
     h3_tensor t = {0};
@@ -540,7 +561,8 @@ static h3_status header_json(plan *p, char **text) {
         const otensor *o = &p->ot[i];
         json_t *e = json_object(), *sh = json_array(), *of = json_array();
         int bad = !e || !sh || !of;
-        for (int d = 0; d < o->ndim && !bad; d++) bad = json_array_append_new(sh, json_integer(o->shape[d])) != 0;
+        for (int d = 0; d < o->ndim && !bad; d++)
+            bad = json_array_append_new(sh, json_integer(o->shape[d])) != 0;
         if (!bad) bad = json_array_append_new(of, json_integer((json_int_t)o->offset)) != 0;
         if (!bad) bad = json_array_append_new(of, json_integer((json_int_t)(o->offset + o->nbytes))) != 0;
         if (!bad) bad = json_object_set_new(e, "dtype", json_string(h3_dtype_st_name(o->dtype))) != 0;
@@ -596,10 +618,12 @@ static h3_status open_source(const char *in, plan *p) {
             h3_free(sub);
         }
     }
-    return H3_ERR(H3_ERR_FORMAT, "%s holds no MiniMax-H3 DiT or Qwen3-VL text encoder h3run can quantize", in);
+    return H3_ERR(H3_ERR_FORMAT, "%s holds no MiniMax-H3 DiT or Qwen3-VL text encoder h3run can quantize",
+                  in);
 }
 
-h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quantize_opts *o, h3_quantize_result *res) {
+h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quantize_opts *o,
+                                 h3_quantize_result *res) {
     plan p;
     memset(&p, 0, sizeof p);
     memset(res, 0, sizeof *res);
@@ -609,8 +633,10 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
     h3_outfile of = {0};
     H3_CHECK(open_source(in, &p));
     if (p.info.n_quantized)
-        H3_FAIL(H3_ERR_INVALID, "%s is already quantized (%s); quantize a bf16 checkpoint (official, diffusers or "
-                "ComfyUI bf16)", in, p.info.formats);
+        H3_FAIL(H3_ERR_INVALID,
+                "%s is already quantized (%s); quantize a bf16 checkpoint (official, diffusers or "
+                "ComfyUI bf16)",
+                in, p.info.formats);
     p.target = o ? o->target : H3_QT_DEFAULT;
     if (p.target == H3_QT_DEFAULT) p.target = p.info.comp == H3_COMP_DIT ? H3_QT_INT8_CONVROT : H3_QT_NVFP4;
     p.te_layers = o && o->te_layers > 0 ? o->te_layers : 50;
@@ -632,7 +658,8 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
         off += order[i]->nbytes;
     }
     for (int i = 1; i < p.n_ot; i++)
-        if (!strcmp(order[i]->name, order[i - 1]->name) && h3_dtype_size(order[i]->dtype) == h3_dtype_size(order[i - 1]->dtype))
+        if (!strcmp(order[i]->name, order[i - 1]->name) &&
+            h3_dtype_size(order[i]->dtype) == h3_dtype_size(order[i - 1]->dtype))
             H3_FAIL(H3_ERR_FORMAT, "%s: two tensors would both be named '%s'", in, order[i]->name);
     H3_CHECK(header_json(&p, &text));
     size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
@@ -651,8 +678,8 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
         res->in_bytes += (int64_t)p.ot[i].nbytes;
     }
     for (int i = 0; i < p.n_ql; i++) {
-        H3_CHECK_CTX(write_layer(&p, &p.ql[i], of.f, base, of.tmp_path, o ? o->pool : NULL), "quantizing '%s'",
-                     p.ot[p.ql[i].ot[0]].name);
+        H3_CHECK_CTX(write_layer(&p, &p.ql[i], of.f, base, of.tmp_path, o ? o->pool : NULL),
+                     "quantizing '%s'", p.ot[p.ql[i].ot[0]].name);
         res->in_bytes += (int64_t)(p.ql[i].N * p.ql[i].K * 2);
     }
     if (fseeko(of.f, 0, SEEK_END) != 0 || (uint64_t)ftello(of.f) != base + off)
@@ -671,16 +698,19 @@ done:
     return st;
 }
 
-/* ---- the error table's source: block 0 of a checkpoint ---------------------------------------------------- */
+/* ---- the error table's source: block 0 of a checkpoint ----------------------------------------------------
+ */
 
-static h3_status src_tensor(plan *p, h3_qbench_source *src, const char *name, int64_t *n, int64_t *k, float **out) {
+static h3_status src_tensor(plan *p, h3_qbench_source *src, const char *name, int64_t *n, int64_t *k,
+                            float **out) {
     for (int i = 0; i < p->n_ot; i++) {
         const otensor *o = &p->ot[i];
         if (strcmp(o->name, name)) continue;
         const producer *pr = o->layer >= 0 ? &p->ql[o->layer].prod : &o->prod;
         int64_t N = o->layer >= 0 ? p->ql[o->layer].N : o->shape[0];
         int64_t K = o->layer >= 0 ? p->ql[o->layer].K : (o->ndim > 1 ? o->shape[1] : 1);
-        if (src->n_bufs >= (int)(sizeof src->bufs / sizeof src->bufs[0])) return H3_ERR(H3_ERR_INTERNAL, "too many");
+        if (src->n_bufs >= (int)(sizeof src->bufs / sizeof src->bufs[0]))
+            return H3_ERR(H3_ERR_INTERNAL, "too many");
         float *v = h3_malloc((size_t)(N * K) * sizeof(float), H3_MEM_WEIGHTS);
         if (!v) return H3_ERR_NOMEM;
         src->bufs[src->n_bufs++] = v;
@@ -707,10 +737,11 @@ h3_status h3_qbench_source_load(const char *in, h3_qbench_source *src) {
     src->comp = p.info.comp;
     static const char *const dit[] = {"blocks.0.attn.qkv_proj.weight", "blocks.0.attn.out_proj.weight",
                                       "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"};
-    static const char *const te[] = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-                                     "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-                                     "model.layers.0.mlp.gate_proj.weight",     "model.layers.0.mlp.up_proj.weight",
-                                     "model.layers.0.mlp.down_proj.weight"};
+    static const char *const te[] = {
+        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",    "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.down_proj.weight"};
     const int is_dit = p.info.comp == H3_COMP_DIT;
     if (is_dit)
         H3_CHECK(plan_dit(&p));
