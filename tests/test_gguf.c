@@ -200,7 +200,7 @@ static void pad(buf *b, size_t a) {
 typedef struct {
     const char *name;
     uint32_t type, nd;
-    uint64_t ne[4];
+    uint64_t ne[5];
     uint64_t offset;
 } tinfo;
 
@@ -340,7 +340,7 @@ static void test_strict(void) {
         const char *needle;
     } bad[] = {
         {1, kv_none, {{"w", 0, 1, {4}, 0}}, 1, 32, "version 1"},
-        {3, kv_none, {{"w", 0, 5, {1, 1, 1, 1}, 0}}, 1, 32, "5 dims"},
+        {3, kv_none, {{"w", 0, 5, {1, 1, 1, 1, 1}, 0}}, 1, 32, "5 dims"},
         {3, kv_none, {{"w", H3_GGML_Q8_0, 2, {48, 2}, 0}}, 1, 256, "not a multiple of its 32-value blocks"},
         {3, kv_none, {{"w", H3_GGML_F32, 1, {4}, 16}}, 1, 64, "not a multiple of the alignment"},
         {3, kv_none, {{"w", H3_GGML_F32, 1, {64}, 0}}, 1, 128, "past the end"},
