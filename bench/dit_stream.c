@@ -1,17 +1,21 @@
-/* The full-size DiT on device budgets: random bf16 weights of the official shapes (fp32 islands kept f32) in pinned
- * host memory, planned and streamed at BENCH.md's workloads and budgets, one forward = one sampling step. Each run
- * reserves exactly its budget as the device arena (h3_cuda_init), so a budget of 8 GiB behaves as an 8 GiB card.
+/* The full-size DiT on device budgets: random bf16 weights of the official shapes (fp32 islands kept f32) in
+ * pinned host memory, planned and streamed at BENCH.md's workloads and budgets, one forward = one sampling
+ * step. Each run reserves exactly its budget as the device arena (h3_cuda_init), so a budget of 8 GiB behaves
+ * as an 8 GiB card.
  *
- *   bench_dit_stream                 W73, W124, W362 at unlimited, 24, 16, 12, 8, 6 GiB, then the disk-tier run
- *   bench_dit_stream W124 --budgets 8,6 [--no-disk] [--reps N]
+ *     bench_dit_stream                          W73, W124, W362 at unlimited, 24, 16, 12, 8, 6 GiB, then the
+ *                                               disk-tier run
+ *     bench_dit_stream W124 --budgets 8,6 [--no-disk] [--reps N]
  *
  * Per run: seconds per step (median of the timed steps, with min and max), the ratio to the unlimited (all
- * resident) run of the same workload, the plan's predicted step and peak, the arena's measured peak over the whole
- * stage (uploads, the AdaLN pass for 40 timesteps, the steps), whether it stayed within the budget and within 5% of
- * the prediction, and the copy bandwidth achieved against the pinned ceiling measured first. The disk-tier run
- * (W124 at 8 GiB) gives the host budget room for only some streamed blocks: the rest are written to a spill file
- * and read back every step through pinned staging. The table is printed last; $OUT/dit_stream.json gets the
- * numbers when OUT is set. Exit status 1 when a run failed or broke its budget or its prediction. */
+ * resident) run of the same workload, the plan's predicted step and peak, the arena's measured peak over the
+ * whole stage (uploads, the AdaLN pass for 40 timesteps, the steps), whether it stayed within the budget and
+ * within 5% of the prediction, and the copy bandwidth achieved against the pinned ceiling measured first. The
+ * disk-tier run (W124 at 8 GiB) gives the host budget room for only some streamed blocks: the rest are
+ * written to a spill file and read back every step through pinned staging. The table is printed last;
+ * $OUT/dit_stream.json gets the numbers when OUT is set. Exit status 1 when a run failed or broke its budget
+ * or its prediction.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +31,7 @@
 #include "models/dit.h"
 #include "pipeline/layout.h"
 
-#define GIB 1073741824.0
+#define GIB         1073741824.0
 #define N_TIMESTEPS 40 /* a 20-step run's modulation, kept on the device */
 
 static h3_exec ex;
@@ -38,12 +42,12 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if ((x) != H3_OK) {                                                                                            \
-            fprintf(stderr, "%s failed: %s\n", #x, h3_last_error());                                                   \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        if ((x) != H3_OK) {                                                                                  \
+            fprintf(stderr, "%s failed: %s\n", #x, h3_last_error());                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 typedef struct {
@@ -52,7 +56,8 @@ typedef struct {
 } workload;
 
 static const workload g_work[] = {
-    {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
+    {"W73", 960, 544, 73},     {"W124", 960, 544, 124}, {"W362", 960, 544, 362},
+    {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
 };
 
 typedef struct result {
@@ -230,11 +235,14 @@ static void run(h3_dit *dit, const workload *w, const char *bname, int64_t budge
         r->copy_gbs = ss.copy_ms > 0 ? ss.bytes_timed / (ss.copy_ms * 1e-3) / 1e9 : 0;
         r->read_gbs = ss.read_s > 0 ? ss.bytes_read / ss.read_s / 1e9 : 0;
         h3_dit_stream_to_report(ds, rep, ceiling);
-        if (ss.resyncs) snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note), " %lld resyncs",
-                                 (long long)ss.resyncs);
+        if (ss.resyncs)
+            snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note), " %lld resyncs",
+                     (long long)ss.resyncs);
     }
-    printf("%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; open %.1f s, AdaLN pass %.2f s\n",
-           w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk, t_open, t_mod);
+    printf(
+        "%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; open %.1f s, AdaLN pass %.2f s\n",
+        w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk, t_open,
+        t_mod);
     char *txt = h3_memrep_format(rep);
     if (txt) {
         fputs(txt, stdout);
@@ -243,7 +251,8 @@ static void run(h3_dit *dit, const workload *w, const char *bname, int64_t budge
     const char *out = getenv("OUT");
     if (out) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/dit_stream_trace_%s_%s%s.json", out, w->name, bname, r->disk ? "_disk" : "");
+        snprintf(path, sizeof path, "%s/dit_stream_trace_%s_%s%s.json", out, w->name, bname,
+                 r->disk ? "_disk" : "");
         if (h3_memrep_write_trace(rep, path) != H3_OK) h3_clear_error();
     }
     h3_tensor *ts[] = {&video, &audio, &text, &vout, &aout};
@@ -278,7 +287,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--budgets") && i + 1 < argc) {
             nb = 0;
             budgets_gib[nb++] = 0;
-            for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ",")) budgets_gib[nb++] = atof(t);
+            for (char *t = strtok(argv[++i], ","); t && nb < 16; t = strtok(NULL, ","))
+                budgets_gib[nb++] = atof(t);
         } else if (nn < 8) {
             names[nn++] = argv[i];
         }
@@ -295,11 +305,11 @@ int main(int argc, char **argv) {
     h3_device_figures fig;
     int have_fig = h3_device_figures_for(gpu, &fig);
     double ceiling = pinned_ceiling();
-    printf("%s: %.1f GiB, %.1f GiB free; pinned host->device ceiling %.1f GB/s (2 GiB copies, best of 3)\n", gpu,
-           total / GIB, free0 / GIB, ceiling);
+    printf("%s: %.1f GiB, %.1f GiB free; pinned host->device ceiling %.1f GB/s (2 GiB copies, best of 3)\n",
+           gpu, total / GIB, free0 / GIB, ceiling);
 
-    /* The DiT: every weight in pinned memory (the pinned allocator belongs to the backend: keep one up while the
-     * weights are made and until they are freed). */
+    /* The DiT: every weight in pinned memory (the pinned allocator belongs to the backend: keep one up while
+     * the weights are made and until they are freed). */
     TRY(h3_cuda_init(&ex, 0, (int64_t)1 << 30));
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
@@ -335,8 +345,10 @@ int main(int argc, char **argv) {
             TRY(h3_cuda_device_info(0, NULL, 0, NULL, &free_b));
             int64_t budget = budgets_gib[bi] > 0 ? (int64_t)(budgets_gib[bi] * GIB) : free_b - H3_VRAM_MARGIN;
             char bname[16];
-            if (budgets_gib[bi] > 0) snprintf(bname, sizeof bname, "%g GiB", budgets_gib[bi]);
-            else snprintf(bname, sizeof bname, "unlimited");
+            if (budgets_gib[bi] > 0)
+                snprintf(bname, sizeof bname, "%g GiB", budgets_gib[bi]);
+            else
+                snprintf(bname, sizeof bname, "unlimited");
             result *r = &g_res[g_nres++];
             run(dit, w, bname, budget, 0, r_reps, ceiling, have_fig ? &fig : NULL, r);
             if (bi == 0 && r->s_step > 0) resident = r->s_step;
@@ -358,10 +370,12 @@ int main(int argc, char **argv) {
         h3_dit_pack pk;
         h3_dit_pack_unit(dit, 0, &pk);
         int streamed = plan.dit.n_units - plan.dit.n_resident;
-        int64_t ram = (int64_t)2 * pk.bytes + plan.dit.host_other + (int64_t)(streamed - 8) * pk.bytes + pk.bytes / 2;
+        int64_t ram =
+            (int64_t)2 * pk.bytes + plan.dit.host_other + (int64_t)(streamed - 8) * pk.bytes + pk.bytes / 2;
         double resident = 0;
         for (int i = 0; i < g_nres; i++)
-            if (!strcmp(g_res[i].work, "W124") && !strcmp(g_res[i].budget, "unlimited")) resident = g_res[i].s_step;
+            if (!strcmp(g_res[i].work, "W124") && !strcmp(g_res[i].budget, "unlimited"))
+                resident = g_res[i].s_step;
         result *r = &g_res[g_nres++];
         run(dit, w, "8 GiB", (int64_t)8 << 30, ram, 2, ceiling, have_fig ? &fig : NULL, r);
         r->ratio = resident > 0 && r->s_step > 0 ? r->s_step / resident : 0;
@@ -370,8 +384,8 @@ int main(int argc, char **argv) {
     h3_dit_close(dit);
     h3_cuda_shutdown(&ex);
 
-    printf("\n%-5s %-10s %-6s %9s %15s %7s %9s %10s %10s %8s %7s %s\n", "work", "budget", "host", "s/step", "(min-max)",
-           "ratio", "predicted", "pred peak", "peak GiB", "peak err", "copy", "placement");
+    printf("\n%-5s %-10s %-6s %9s %15s %7s %9s %10s %10s %8s %7s %s\n", "work", "budget", "host", "s/step",
+           "(min-max)", "ratio", "predicted", "pred peak", "peak GiB", "peak err", "copy", "placement");
     FILE *js = NULL;
     const char *out = getenv("OUT");
     if (out) {
@@ -382,7 +396,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < g_nres; i++) {
         result *r = &g_res[i];
-        double err = r->pred_peak ? 100.0 * ((double)r->peak - (double)r->pred_peak) / (double)r->pred_peak : 0;
+        double err =
+            r->pred_peak ? 100.0 * ((double)r->peak - (double)r->pred_peak) / (double)r->pred_peak : 0;
         int bad_mem = r->fits && (r->peak > r->budget_bytes || fabs(err) > 5.0);
         if (!r->ok || bad_mem) failed = 1;
         char host[16];
@@ -390,24 +405,30 @@ int main(int argc, char **argv) {
         if (!r->fits) {
             printf("%-5s %-10s %-6s %s\n", r->work, r->budget, host, "does not fit: stopped before loading");
         } else {
-            printf("%-5s %-10s %-6s %9.3f   (%.3f-%.3f) %7.3f %9.3f %10.2f %10.2f %+7.2f%% %5.1f/%.0f  R%d P%d D%d k%d "
+            printf("%-5s %-10s %-6s %9.3f   (%.3f-%.3f) %7.3f %9.3f %10.2f %10.2f %+7.2f%% %5.1f/%.0f  R%d "
+                   "P%d D%d k%d "
                    "chunk %lld%s%s%s\n",
-                   r->work, r->budget, host, r->s_step, r->s_min, r->s_max, r->ratio, r->pred_step, r->pred_peak / GIB,
-                   r->peak / GIB, err, r->copy_gbs, ceiling, r->n_resident, r->n_pinned, r->n_disk, r->n_slots,
-                   (long long)r->chunk, bad_mem ? "  MEMORY OFF PLAN" : "", r->ok ? "" : "  FAILED ", r->note);
+                   r->work, r->budget, host, r->s_step, r->s_min, r->s_max, r->ratio, r->pred_step,
+                   r->pred_peak / GIB, r->peak / GIB, err, r->copy_gbs, ceiling, r->n_resident, r->n_pinned,
+                   r->n_disk, r->n_slots, (long long)r->chunk, bad_mem ? "  MEMORY OFF PLAN" : "",
+                   r->ok ? "" : "  FAILED ", r->note);
             if (r->disk) printf("      disk tier: %.2f GB/s read from the spill file\n", r->read_gbs);
         }
         if (js)
             fprintf(js,
-                    "%s {\"workload\": \"%s\", \"budget\": \"%s\", \"budget_bytes\": %lld, \"host_budget_bytes\": %lld, "
-                    "\"fits\": %d, \"ok\": %d, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, \"ratio\": %.4f, "
+                    "%s {\"workload\": \"%s\", \"budget\": \"%s\", \"budget_bytes\": %lld, "
+                    "\"host_budget_bytes\": %lld, "
+                    "\"fits\": %d, \"ok\": %d, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, "
+                    "\"ratio\": %.4f, "
                     "\"predicted_s_per_step\": %.4f, \"predicted_resident\": %.4f, \"predicted_peak\": %lld, "
-                    "\"measured_peak\": %lld, \"copy_gbs\": %.2f, \"read_gbs\": %.2f, \"resident\": %d, \"pinned\": %d, "
+                    "\"measured_peak\": %lld, \"copy_gbs\": %.2f, \"read_gbs\": %.2f, \"resident\": %d, "
+                    "\"pinned\": %d, "
                     "\"disk\": %d, \"slots\": %d, \"chunk\": %lld, \"note\": \"%s\"}",
-                    i ? ",\n" : "", r->work, r->budget, (long long)r->budget_bytes, (long long)r->ram_bytes, r->fits, r->ok,
-                    r->s_step, r->s_min, r->s_max, r->ratio, r->pred_step, r->pred_resident, (long long)r->pred_peak,
-                    (long long)r->peak, r->copy_gbs, r->read_gbs, r->n_resident, r->n_pinned, r->n_disk, r->n_slots,
-                    (long long)r->chunk, r->fits ? "" : "stopped before loading");
+                    i ? ",\n" : "", r->work, r->budget, (long long)r->budget_bytes, (long long)r->ram_bytes,
+                    r->fits, r->ok, r->s_step, r->s_min, r->s_max, r->ratio, r->pred_step, r->pred_resident,
+                    (long long)r->pred_peak, (long long)r->peak, r->copy_gbs, r->read_gbs, r->n_resident,
+                    r->n_pinned, r->n_disk, r->n_slots, (long long)r->chunk,
+                    r->fits ? "" : "stopped before loading");
     }
     if (js) {
         fprintf(js, "\n]}\n");

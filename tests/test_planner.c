@@ -1,18 +1,19 @@
 /* The memory planner, the streamer's logic and the DiT stage, on the CPU.
  *
- * - budgets: parsing and its errors;
- * - the step-time simulation against hand-computed pipelines;
- * - the arithmetic of the full-size official DiT (a header-only copy of the release) against figures computed by
- *   hand from the shapes (bytes of a block, of its AdaLN projection, of the non-block weights, of the forward's
- *   buffers and scratch at W124, of the modulation kept for 40 timesteps);
- * - the planner's choices at budget edges: the smallest device budget it names fits and 64 MiB less does not; one
- *   more resident block's worth of budget streams one block less; host budgets split pinned and disk exactly;
- *   a request that cannot fit says which budget is short and what would fit, and each suggestion fits;
- * - the runtime's measured activation peaks equal the planner's figures (DiT forward and modulation on the CPU,
- *   the text encoder's encode);
- * - the streamer's host emulation: every item's bytes arrive intact through every tier, in and out of sequence;
- * - the DiT streamed through the ring (resident, pinned and disk blocks, the official per-head QKV reordered on the
- *   way) computes what the resident DiT computes, and every allocation failure of its set-up is clean. */
+ *   budgets            parsing and its errors
+ *   simulate           the step-time simulation against hand-computed pipelines
+ *   full_arithmetic    the full-size official DiT (a header-only copy of the release) against figures
+ * computed by hand from the shapes: a block, its AdaLN projection, the non-block weights, the forward's
+ * buffers and scratch at W124, the modulation kept for 40 timesteps budget_edges       the planner's choices
+ * at budget edges: one more block's worth of budget streams one block less; host budgets split pinned and
+ * disk exactly no_fit             a request that cannot fit names the budget that is short and what would
+ * fit; the smallest budget it names fits and 64 MiB less does not; each suggestion fits measured_* the
+ * runtime's measured activation peaks equal the planner's figures (DiT forward and modulation on the CPU, the
+ * text encoder's encode) streamer_host      the streamer's host emulation: every item's bytes arrive intact
+ * through every tier, in and out of sequence; failures are clean dit_streamed       the DiT streamed through
+ * the ring (resident, pinned and disk blocks, the official per-head QKV reordered on the way) computes what
+ * the resident DiT computes, and every allocation failure of its set-up is clean
+ */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,14 +35,15 @@
 static h3_exec g_ex;
 static const int64_t GiB = (int64_t)1 << 30, MiB = (int64_t)1 << 20;
 
-/* ---- budgets ------------------------------------------------------------------------------------------------ */
+/* ---- budgets ------------------------------------------------------------------------------------------- */
 
 static void test_budget_parse(void) {
     struct {
         const char *s;
         int64_t want;
-    } ok[] = {{"8GiB", 8 * GiB}, {"8G", 8 * GiB}, {"8gb", 8 * GiB}, {"512MiB", 512 * MiB}, {"1.5G", 3 * GiB / 2},
-              {"123456", 123456}, {"auto", 0}, {"2T", 2048 * GiB}, {"64K", 65536}};
+    } ok[] = {{"8GiB", 8 * GiB},     {"8G", 8 * GiB},       {"8gb", 8 * GiB},
+              {"512MiB", 512 * MiB}, {"1.5G", 3 * GiB / 2}, {"123456", 123456},
+              {"auto", 0},           {"2T", 2048 * GiB},    {"64K", 65536}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         int64_t b = -1;
         CHECK_OK(h3_budget_parse(ok[i].s, "--vram-budget", &b));
@@ -63,7 +65,7 @@ static void test_budget_parse(void) {
     }
 }
 
-/* ---- the simulation ---------------------------------------------------------------------------------------- */
+/* ---- the simulation ------------------------------------------------------------------------------------ */
 
 static void test_simulate(void) {
     h3_sim_unit u[4];
@@ -76,7 +78,8 @@ static void test_simulate(void) {
     CHECK(fabs(h3_plan_simulate(u, 4, 1, 0, &cb, &rb) - 6.0) < 1e-12, "1 slot: 4 x (1 + 0.5)");
     CHECK(fabs(cb - 2.0) < 1e-12, "copy stream busy %.3f, expected 2", cb);
     /* two slots, copies shorter than compute: hidden */
-    CHECK(fabs(h3_plan_simulate(u, 4, 2, 0, NULL, NULL) - 4.0) < 1e-12, "2 slots hide 0.5 s copies behind 1 s");
+    CHECK(fabs(h3_plan_simulate(u, 4, 2, 0, NULL, NULL) - 4.0) < 1e-12,
+          "2 slots hide 0.5 s copies behind 1 s");
     /* two slots, copies longer than compute: the copy stream is the step */
     for (int i = 0; i < 4; i++) u[i] = (h3_sim_unit){0.25, 1.0, 0, H3_TIER_PINNED};
     CHECK(fabs(h3_plan_simulate(u, 4, 2, 0, NULL, NULL) - 4.0) < 1e-12, "copy-bound: 4 x 1 s");
@@ -91,7 +94,7 @@ static void test_simulate(void) {
     CHECK(isinf(h3_plan_simulate(u, 4, 0, 0, NULL, NULL)), "streaming needs a slot");
 }
 
-/* ---- the full-size DiT (header only) ------------------------------------------------------------------------ */
+/* ---- the full-size DiT (header only) ------------------------------------------------------------------- */
 
 static char g_full[1024];
 static h3_dit *g_dit; /* the release's DiT, weights left in a sparse file */
@@ -147,32 +150,46 @@ static void test_full_arithmetic(void) {
     for (int u = 0; u < 52; u++) {
         h3_dit_pack p;
         h3_dit_pack_unit(d, u, &p);
-        CHECK(p.bytes == 770725376, "unit %d packs to %lld bytes, expected 770,725,376", u, (long long)p.bytes);
-        CHECK(p.bytes_8bit == 385617408, "unit %d at 8 bits: %lld, expected 385,617,408", u, (long long)p.bytes_8bit);
-        CHECK(p.n == 8 && p.interleaved[2] == 1, "unit %d: %d tensors, qkv interleaved %d", u, p.n, p.interleaved[2]);
+        CHECK(p.bytes == 770725376, "unit %d packs to %lld bytes, expected 770,725,376", u,
+              (long long)p.bytes);
+        CHECK(p.bytes_8bit == 385617408, "unit %d at 8 bits: %lld, expected 385,617,408", u,
+              (long long)p.bytes_8bit);
+        CHECK(p.n == 8 && p.interleaved[2] == 1, "unit %d: %d tensors, qkv interleaved %d", u, p.n,
+              p.interleaved[2]);
     }
     h3_dit_pack a;
     h3_dit_pack_adaln(d, 17, &a);
     CHECK(a.bytes == 520418304, "AdaLN of a block: %lld, expected 96768 x 2688 x 2 + 96768 x 2 = 520,418,304",
           (long long)a.bytes);
-    /* patch projections, condition projection, time MLP, refiner and final norms, final AdaLN, output heads */
-    CHECK(h3_dit_globals_device_bytes(d) == 181795584, "non-block weights on the device: %lld, expected 181,795,584",
+    /* patch projections, condition projection, time MLP, refiner and final norms, final AdaLN, output heads
+     */
+    CHECK(h3_dit_globals_device_bytes(d) == 181795584,
+          "non-block weights on the device: %lld, expected 181,795,584",
           (long long)h3_dit_globals_device_bytes(d));
     /* W124: S 19412 = 128 text + 414 audio + 18870 video; bf16 activations */
     h3_dit_forward_mem fm;
     h3_dit_forward_mem_of(d, (int64_t)1 << 30, 0, 19412, 128, 18870, 414, 40, &fm);
-    CHECK(fm.workspace == 3216857584, "W124 buffers, whole FFN: %lld, expected 3,216,857,584", (long long)fm.workspace);
-    CHECK(fm.scratch == 405780480, "W124 scratch: the f32 projection of 18870 video rows, 18870 x 5376 x 4 = "
-          "405,780,480; got %lld", (long long)fm.scratch);
+    CHECK(fm.workspace == 3216857584, "W124 buffers, whole FFN: %lld, expected 3,216,857,584",
+          (long long)fm.workspace);
+    CHECK(fm.scratch == 405780480,
+          "W124 scratch: the f32 projection of 18870 video rows, 18870 x 5376 x 4 = "
+          "405,780,480; got %lld",
+          (long long)fm.scratch);
     CHECK(fm.inputs == 9920512 && fm.outputs == 7299072, "inputs %lld, outputs %lld", (long long)fm.inputs,
           (long long)fm.outputs);
-    CHECK(fm.mod_tables == 387932160, "40 timesteps of modulation: 50 x 120 x 32256 x 2 + 40 x 10752 x 2 = "
-          "387,932,160; got %lld", (long long)fm.mod_tables);
-    CHECK(fm.mod_peak == 388577280, "the modulation's peak: tables + a + one block's bf16 copy of a = 388,577,280; got "
-          "%lld", (long long)fm.mod_peak);
+    CHECK(fm.mod_tables == 387932160,
+          "40 timesteps of modulation: 50 x 120 x 32256 x 2 + 40 x 10752 x 2 = "
+          "387,932,160; got %lld",
+          (long long)fm.mod_tables);
+    CHECK(fm.mod_peak == 388577280,
+          "the modulation's peak: tables + a + one block's bf16 copy of a = 388,577,280; got "
+          "%lld",
+          (long long)fm.mod_peak);
     h3_dit_forward_mem_of(d, 4096, 0, 19412, 128, 18870, 414, 40, &fm);
-    CHECK(fm.workspace == 1899436528 && fm.scratch == 88080384, "W124 with 4096-row chunks: buffers %lld (expected "
-          "1,899,436,528), scratch %lld (expected 4096 x 5376 x 4)", (long long)fm.workspace, (long long)fm.scratch);
+    CHECK(fm.workspace == 1899436528 && fm.scratch == 88080384,
+          "W124 with 4096-row chunks: buffers %lld (expected "
+          "1,899,436,528), scratch %lld (expected 4096 x 5376 x 4)",
+          (long long)fm.workspace, (long long)fm.scratch);
     /* the official file's interleaved QKV would need its fused scratch; the streamer hands over [Q; K; V] */
     h3_dit_forward_mem fi;
     h3_dit_forward_mem_of(d, 4096, 1, 19412, 128, 18870, 414, 40, &fi);
@@ -183,28 +200,31 @@ static void test_full_arithmetic(void) {
     h3_plan *p = plan_at(&W124, 8 * GiB, 100 * GiB);
     const h3_dit_plan *t = &p->dit;
     CHECK(p->fits && t->fits, "W124 fits 8 GiB: %s", p->why);
-    CHECK(t->dev_peak_forward == t->dev_backend + t->dev_globals + t->dev_resident + t->dev_slots + t->dev_modulation +
-                                     t->dev_workspace + t->dev_io + t->dev_scratch,
+    CHECK(t->dev_peak_forward == t->dev_backend + t->dev_globals + t->dev_resident + t->dev_slots +
+                                     t->dev_modulation + t->dev_workspace + t->dev_io + t->dev_scratch,
           "the forward's peak is the sum of its parts");
-    CHECK(t->dev_resident == (int64_t)t->n_resident * 770725376, "%d resident blocks: %lld bytes", t->n_resident,
-          (long long)t->dev_resident);
-    CHECK(t->dev_slots == (int64_t)t->n_slots * 770725376, "%d slots: %lld bytes", t->n_slots, (long long)t->dev_slots);
-    CHECK(t->dev_backend == H3_CUDA_BACKEND_BYTES && t->dev_globals == 181795584, "backend %lld, globals %lld",
-          (long long)t->dev_backend, (long long)t->dev_globals);
-    CHECK(t->dev_peak + h3_plan_slack(8 * GiB) <= 8 * GiB, "peak %lld + slack within 8 GiB", (long long)t->dev_peak);
+    CHECK(t->dev_resident == (int64_t)t->n_resident * 770725376, "%d resident blocks: %lld bytes",
+          t->n_resident, (long long)t->dev_resident);
+    CHECK(t->dev_slots == (int64_t)t->n_slots * 770725376, "%d slots: %lld bytes", t->n_slots,
+          (long long)t->dev_slots);
+    CHECK(t->dev_backend == H3_CUDA_BACKEND_BYTES && t->dev_globals == 181795584,
+          "backend %lld, globals %lld", (long long)t->dev_backend, (long long)t->dev_globals);
+    CHECK(t->dev_peak + h3_plan_slack(8 * GiB) <= 8 * GiB, "peak %lld + slack within 8 GiB",
+          (long long)t->dev_peak);
     CHECK(t->streamed_bytes == (int64_t)(52 - t->n_resident) * 770725376, "streamed bytes");
     printf("  W124 at 8 GiB: %d resident, %d slots, chunk %lld, peak %.3f GiB, %.3f s/step (resident %.3f)\n",
-           t->n_resident, t->n_slots, (long long)t->chunk_rows, (double)t->dev_peak / GiB, t->t_step, t->t_resident);
+           t->n_resident, t->n_slots, (long long)t->chunk_rows, (double)t->dev_peak / GiB, t->t_step,
+           t->t_resident);
 }
 
-/* ---- choices at budget edges -------------------------------------------------------------------------------- */
+/* ---- choices at budget edges --------------------------------------------------------------------------- */
 
 static void test_budget_edges(void) {
     if (!full_dit()) return;
     /* Where copies hide (W124), the goals: W124 at 8 GiB within 1.05x, W73 at 6 GiB within 1.10x. */
     h3_plan *p = plan_at(&W124, 8 * GiB, 100 * GiB);
-    CHECK(p->fits && p->dit.t_step <= 1.05 * p->dit.t_resident, "W124 at 8 GiB: %.3f vs %.3f s", p->dit.t_step,
-          p->dit.t_resident);
+    CHECK(p->fits && p->dit.t_step <= 1.05 * p->dit.t_resident, "W124 at 8 GiB: %.3f vs %.3f s",
+          p->dit.t_step, p->dit.t_resident);
     CHECK(p->dit.tier[0] == H3_TIER_RESIDENT && p->dit.tier[1] == H3_TIER_RESIDENT,
           "the refiner blocks (no compute to hide their copies behind) are resident first");
     p = plan_at(&W73, 6 * GiB, 100 * GiB);
@@ -214,17 +234,18 @@ static void test_budget_edges(void) {
     p = plan_at(&W124, 130 * GiB, 0);
     CHECK(p->fits && p->dit.n_resident == 52 && p->dit.streamed_bytes == 0 && p->dit.n_slots == 2 &&
               p->dit.slot_bytes == 520418304,
-          "130 GiB: %d resident, %d slots of %lld", p->dit.n_resident, p->dit.n_slots, (long long)p->dit.slot_bytes);
+          "130 GiB: %d resident, %d slots of %lld", p->dit.n_resident, p->dit.n_slots,
+          (long long)p->dit.slot_bytes);
     CHECK(fabs(p->dit.t_step - p->dit.t_resident) < 1e-9, "all resident: the resident time");
     /* More budget never streams more (W124: copies hide, so ties go to fewer streamed bytes). */
     int64_t prev = INT64_MAX;
     for (int64_t g = 6; g <= 48; g += 2) {
         p = plan_at(&W124, g * GiB, 0);
         if (!p->fits) continue;
-        CHECK(p->dit.streamed_bytes <= prev, "%lld GiB streams %lld bytes, more than %lld at less budget", (long long)g,
-              (long long)p->dit.streamed_bytes, (long long)prev);
-        CHECK(p->dit.dev_peak + h3_plan_slack(g * GiB) <= g * GiB, "%lld GiB: peak %lld over the budget", (long long)g,
-              (long long)p->dit.dev_peak);
+        CHECK(p->dit.streamed_bytes <= prev, "%lld GiB streams %lld bytes, more than %lld at less budget",
+              (long long)g, (long long)p->dit.streamed_bytes, (long long)prev);
+        CHECK(p->dit.dev_peak + h3_plan_slack(g * GiB) <= g * GiB, "%lld GiB: peak %lld over the budget",
+              (long long)g, (long long)p->dit.dev_peak);
         prev = p->dit.streamed_bytes;
     }
     /* One more block's worth of budget: one block less streamed. */
@@ -234,8 +255,9 @@ static void test_budget_edges(void) {
     int64_t b2 = (int64_t)ceil((double)more / 0.99) + 1;
     if (b2 < more + 64 * MiB) b2 = more + 64 * MiB;
     p = plan_at(&W124, b2, 0);
-    CHECK(p->dit.streamed_bytes <= base.streamed_bytes - 770725376, "at %lld bytes: %lld streamed, expected at most %lld",
-          (long long)b2, (long long)p->dit.streamed_bytes, (long long)(base.streamed_bytes - 770725376));
+    CHECK(p->dit.streamed_bytes <= base.streamed_bytes - 770725376,
+          "at %lld bytes: %lld streamed, expected at most %lld", (long long)b2,
+          (long long)p->dit.streamed_bytes, (long long)(base.streamed_bytes - 770725376));
     /* Host budget: exactly n streamed blocks fit pinned; the rest go to disk. */
     p = plan_at(&W124, 8 * GiB, 100 * GiB);
     base = p->dit;
@@ -244,12 +266,13 @@ static void test_budget_edges(void) {
     p = plan_at(&W124, 8 * GiB, ram);
     /* (disk reads are slow: the planner may then trade FFN chunk size for more resident blocks) */
     streamed = 52 - p->dit.n_resident;
-    CHECK(p->fits && p->dit.n_pinned == 10 && p->dit.n_disk == streamed - 10 && p->dit.n_resident >= base.n_resident,
-          "host budget %lld: %d pinned, %d disk (expected 10, %d)", (long long)ram, p->dit.n_pinned, p->dit.n_disk,
-          streamed - 10);
+    CHECK(p->fits && p->dit.n_pinned == 10 && p->dit.n_disk == streamed - 10 &&
+              p->dit.n_resident >= base.n_resident,
+          "host budget %lld: %d pinned, %d disk (expected 10, %d)", (long long)ram, p->dit.n_pinned,
+          p->dit.n_disk, streamed - 10);
     CHECK(p->dit.host_peak <= ram, "host peak %lld over %lld", (long long)p->dit.host_peak, (long long)ram);
-    CHECK(p->dit.t_read > 0 && p->dit.t_step > base.t_step, "disk reads cost time: %.3f s vs %.3f s", p->dit.t_step,
-          base.t_step);
+    CHECK(p->dit.t_read > 0 && p->dit.t_step > base.t_step, "disk reads cost time: %.3f s vs %.3f s",
+          p->dit.t_step, base.t_step);
     /* Below the staging and tables, nothing fits: the host budget is named. */
     p = plan_at(&W124, 8 * GiB, base.host_staging + base.host_other - 1);
     CHECK(!p->fits && strstr(p->why, "host budget"), "host budget too small: %s", p->why);
@@ -307,13 +330,14 @@ static void test_format(void) {
     char *s = h3_plan_format(p);
     CHECK(s != NULL, "format");
     if (!s) return;
-    const char *want[] = {"DiT: 19412 packed rows", "placement:", "device peak", "resident weights", "stream slots",
-                          "activations", "time per step:", "pinned staging"};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECK(strstr(s, want[i]) != NULL, "lacks '%s'", want[i]);
+    const char *want[] = {"DiT: 19412 packed rows", "placement:",  "device peak",    "resident weights",
+                          "stream slots",           "activations", "time per step:", "pinned staging"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strstr(s, want[i]) != NULL, "lacks '%s'", want[i]);
     h3_free(s);
 }
 
-/* ---- measured peaks on the CPU equal the planner's ------------------------------------------------------------ */
+/* ---- measured peaks on the CPU equal the planner's ----------------------------------------------------- */
 
 static int64_t act_now(void) {
     h3_mem_stats s;
@@ -348,10 +372,10 @@ static void test_measured_dit(void) {
     int64_t a0 = act_now();
     h3_mem_reset_peaks();
     CHECK_OK(h3_dit_precompute_modulation(d, &g_ex, in->timesteps, in->n_timesteps));
-    CHECK(act_peak() - a0 == fm.mod_peak, "modulation peak measured %lld, planned %lld", (long long)(act_peak() - a0),
-          (long long)fm.mod_peak);
-    CHECK(act_now() - a0 == fm.mod_tables, "kept tables measured %lld, planned %lld", (long long)(act_now() - a0),
-          (long long)fm.mod_tables);
+    CHECK(act_peak() - a0 == fm.mod_peak, "modulation peak measured %lld, planned %lld",
+          (long long)(act_peak() - a0), (long long)fm.mod_peak);
+    CHECK(act_now() - a0 == fm.mod_tables, "kept tables measured %lld, planned %lld",
+          (long long)(act_now() - a0), (long long)fm.mod_tables);
     /* the forward: its buffers (the host forward allocates no scratch) */
     h3_tensor vo, ao;
     CHECK_OK(h3_tensor_alloc2(&vo, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_WORKSPACE));
@@ -397,7 +421,7 @@ static void test_measured_te(void) {
     h3_text_encoder_close(te);
 }
 
-/* ---- the streamer (host emulation) ------------------------------------------------------------------------------ */
+/* ---- the streamer (host emulation) --------------------------------------------------------------------- */
 
 enum { NI = 6, SLOT = 8192 };
 static uint8_t g_src[NI][SLOT];
@@ -549,7 +573,7 @@ static void test_streamer_host(void) {
     unlink(g_file);
 }
 
-/* ---- the DiT through the streamer (host emulation) ------------------------------------------------------------ */
+/* ---- the DiT through the streamer (host emulation) ----------------------------------------------------- */
 
 typedef struct {
     h3_dit *plain, *streamed;
@@ -635,12 +659,13 @@ static void test_dit_streamed(void) {
         CHECK_OK(h3_dit_stream_open(p.streamed, &g_ex, &pl, NULL, NULL, &ds));
         CHECK_OK(forward(p.plain, &p.in.in, &v0, &a0));
         if (ds) {
-            CHECK_OK(forward(p.streamed, &p.in.in, &v1, &a1)); /* computes the modulation through the ring first */
+            CHECK_OK(
+                forward(p.streamed, &p.in.in, &v1, &a1)); /* computes the modulation through the ring first */
             CHECK_OK(forward(p.streamed, &p.in.in, &v2, &a2));
             CHECK_OK(h3_dit_stream_step_end(ds));
             double e1 = max_rel(&v1, &v0), e2 = max_rel(&v2, &v0), e3 = max_rel(&a2, &a0);
-            CHECK(e1 <= 1e-6 && e2 <= 1e-6 && e3 <= 1e-6, "%s: streamed vs resident %.2e %.2e %.2e", models[m], e1, e2,
-                  e3);
+            CHECK(e1 <= 1e-6 && e2 <= 1e-6 && e3 <= 1e-6, "%s: streamed vs resident %.2e %.2e %.2e",
+                  models[m], e1, e2, e3);
             h3_stream_stats st;
             h3_dit_stream_stats(ds, &st);
             CHECK(st.reads > 0 && st.copies > 0 && st.resident_bytes > 0 && st.pinned_bytes > 0,
@@ -708,7 +733,7 @@ static void test_dit_stream_alloc_failures(void) {
     close_pair(&p);
 }
 
-/* ---- the report without a device ---------------------------------------------------------------------------- */
+/* ---- the report without a device ----------------------------------------------------------------------- */
 
 static void test_report(void) {
     h3_memrep *r = NULL;
@@ -719,7 +744,8 @@ static void test_report(void) {
     h3_memrep_mark(r, "a \"quoted\" mark");
     h3_memrep_set_copies(r, (int64_t)10e9, 200.0, (int64_t)10e9, 55.3);
     char *s = h3_memrep_format(r);
-    CHECK(s && strstr(s, "stream slots") && strstr(s, "50.0 GB/s achieved") && strstr(s, "90% of the 55.3 GB/s"),
+    CHECK(s && strstr(s, "stream slots") && strstr(s, "50.0 GB/s achieved") &&
+              strstr(s, "90% of the 55.3 GB/s"),
           "report: %s", s ? s : "(null)");
     h3_free(s);
     char path[1024];

@@ -1,15 +1,18 @@
 /* The block streamer on a GPU (skips without one).
  *
- * ordering: items of 32 MiB with distinct contents stream through a ring of 2 and of 3 slots, from pinned memory and
- *   from a file (read into pinned staging on the read stream), while each use is a kernel that first spins ~3 ms
- *   and then sums its slot. A slot refilled before that kernel finished, or read before its copy finished, gives a
- *   wrong sum. The same run with the event waits switched off must produce wrong sums: the test can see the fault
- *   it guards against.
- * dit: a full-width DiT (hidden 5376, 56 heads, FFN 14336; 2 blocks + 2 refiner blocks, random bf16 weights in
- *   pinned memory) planned for a device budget that forces streaming; the arena reserved is that budget. The
- *   streamed forward must equal the resident GPU forward bit for bit; the measured peak of the arena must be within
- *   5% of the plan's prediction and never above the budget; each report category within 5% of its prediction.
- *   Once with every streamed block in pinned memory, once with a host budget that sends blocks to the disk tier. */
+ * ordering: items of 32 MiB with distinct contents stream through a ring of 2 and of 3 slots, from pinned
+ * memory and from a file (read into pinned staging on the read stream), while each use is a kernel that first
+ * spins ~3 ms and then sums its slot. A slot refilled before that kernel finished, or read before its copy
+ * finished, gives a wrong sum. The same run with the event waits switched off must produce wrong sums: the
+ * test can see the fault it guards against.
+ *
+ * dit: a full-width DiT (hidden 5376, 56 heads, FFN 14336; 2 blocks + 2 refiner blocks, random bf16 weights
+ * in pinned memory) planned for a device budget that forces streaming; the arena reserved is that budget. The
+ * streamed forward must equal the resident GPU forward bit for bit; the measured peak of the arena must be
+ * within 5% of the plan's prediction and never above the budget; each report category within 5% of its
+ * prediction. Once with every streamed block in pinned memory, once with a host budget that sends blocks to
+ * the disk tier.
+ */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,7 +75,8 @@ static int ring_run(int k, int unsafe, const char *file) {
     int order[NI];
     for (int i = 0; i < NI; i++) order[i] = i;
     const int passes = 3;
-    if (h3_tensor_alloc2(&sums, H3_PLACE_DEVICE, H3_F32, passes * NI, 2, H3_MEM_ACTIVATIONS) != H3_OK) goto done;
+    if (h3_tensor_alloc2(&sums, H3_PLACE_DEVICE, H3_F32, passes * NI, 2, H3_MEM_ACTIVATIONS) != H3_OK)
+        goto done;
     if (h3_op_fill(&g_ex, &sums, 0.0f) != H3_OK) goto done;
     if (h3_exec_sync(&g_ex) != H3_OK) goto done;
     if (h3_streamer_set_order(s, order, NI, 1) != H3_OK) goto done;
@@ -86,7 +90,8 @@ static int ring_run(int k, int unsafe, const char *file) {
             h3_streamer_release(s, i);
         }
     if (h3_exec_sync(&g_ex) != H3_OK || h3_streamer_sync(s) != H3_OK) goto done;
-    if (h3_tensor_alloc2(&back, H3_PLACE_HOST, H3_F32, passes * NI, 2, H3_MEM_ACTIVATIONS) != H3_OK) goto done;
+    if (h3_tensor_alloc2(&back, H3_PLACE_HOST, H3_F32, passes * NI, 2, H3_MEM_ACTIVATIONS) != H3_OK)
+        goto done;
     if (h3_copy(&g_ex, &back, &sums) != H3_OK || h3_exec_sync(&g_ex) != H3_OK) goto done;
     wrong = 0;
     for (int p = 0; p < passes; p++)
@@ -94,8 +99,8 @@ static int ring_run(int k, int unsafe, const char *file) {
     h3_stream_stats st;
     h3_streamer_get_stats(s, &st);
     if (!unsafe)
-        printf("  %d slots: %d/%d sums right; %lld copies, %.1f GB/s timed, %lld disk reads at %.2f GB/s\n", k,
-               passes * NI - wrong, passes * NI, (long long)st.copies,
+        printf("  %d slots: %d/%d sums right; %lld copies, %.1f GB/s timed, %lld disk reads at %.2f GB/s\n",
+               k, passes * NI - wrong, passes * NI, (long long)st.copies,
                st.copy_ms > 0 ? st.bytes_timed / (st.copy_ms * 1e-3) / 1e9 : 0.0, (long long)st.reads,
                st.read_s > 0 ? st.bytes_read / st.read_s / 1e9 : 0.0);
 done:
@@ -115,7 +120,8 @@ static void test_ordering(void) {
     t_tmp_path("ring.bin", file, sizeof file);
     for (int k = 2; k <= 3; k++) {
         int w = ring_run(k, 0, file);
-        CHECK(w == 0, "%d slots: %d wrong sums (a slot reused before its reader finished, or read before its copy)",
+        CHECK(w == 0,
+              "%d slots: %d wrong sums (a slot reused before its reader finished, or read before its copy)",
               k, w);
     }
     int w = ring_run(2, 1, file);
@@ -123,7 +129,7 @@ static void test_ordering(void) {
     CHECK(w > 0, "with the waits switched off every sum was still right: the test cannot see a reused slot");
 }
 
-/* ---- the DiT ------------------------------------------------------------------------------------------------ */
+/* ---- the DiT ------------------------------------------------------------------------------------------- */
 
 typedef struct {
     h3_tensor *t[4096];
@@ -179,8 +185,8 @@ static void inputs_free(inputs *x) {
     h3_seq_layout_free(&x->L);
 }
 
-/* One forward on the device; velocities back on the host (f32 [Nv, 96], [Na, 32]). Device tensors of the caller
- * are counted as activations. */
+/* One forward on the device; velocities back on the host (f32 [Nv, 96], [Na, 32]). Device tensors of the
+ * caller are counted as activations. */
 static h3_status forward_dev(h3_dit *d, const inputs *x, h3_memrep *rep, h3_tensor *hv, h3_tensor *ha) {
     const int64_t S = x->L.seq_len, Nv = x->L.n_video_rows, Na = x->L.n_audio_rows;
     h3_tensor dv = {0}, da = {0}, dt = {0}, ov = {0}, oa = {0};
@@ -195,7 +201,8 @@ static h3_status forward_dev(h3_dit *d, const inputs *x, h3_memrep *rep, h3_tens
     H3_CHECK(h3_copy(&g_ex, &da, &x->audio));
     H3_CHECK(h3_copy(&g_ex, &dt, &x->text));
     {
-        h3_dit_inputs in = {&dv, &da, &dt, x->uniq, x->nt, S, x->tidx, x->tags, x->L.pos, x->vi, x->ai, x->ti};
+        h3_dit_inputs in = {&dv,     &da,     &dt,      x->uniq, x->nt, S,
+                            x->tidx, x->tags, x->L.pos, x->vi,   x->ai, x->ti};
         if (rep) h3_memrep_set_category(rep, H3_DEVCAT_MODULATION);
         H3_CHECK(h3_dit_precompute_modulation(d, &g_ex, x->uniq, x->nt));
         if (rep) h3_memrep_set_category(rep, H3_DEVCAT_ACTIVATIONS);
@@ -260,11 +267,14 @@ static void reference(h3_dit *str, const h3_dit_config *cfg, const inputs *x, in
 }
 
 /* The streamed DiT as planned, in an arena of exactly the plan's budget, against the reference. */
-static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, const h3_tensor *rv, const h3_tensor *ra) {
+static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, const h3_tensor *rv,
+                         const h3_tensor *ra) {
     const h3_dit_plan *p = &plan->dit;
     const int64_t vram = plan->budgets.vram, ram = plan->budgets.ram;
-    printf("  plan at %.2f GiB (host %s): %d resident, %d pinned, %d disk, %d slots, chunk %lld; predicted peak %.3f "
-           "GiB\n", vram / 1073741824.0, ram ? "limited" : "not limited", p->n_resident, p->n_pinned, p->n_disk,
+    printf("  plan at %.2f GiB (host %s): %d resident, %d pinned, %d disk, %d slots, chunk %lld; predicted "
+           "peak %.3f "
+           "GiB\n",
+           vram / 1073741824.0, ram ? "limited" : "not limited", p->n_resident, p->n_pinned, p->n_disk,
            p->n_slots, (long long)p->chunk_rows, p->dev_peak / 1073741824.0);
     CHECK(p->n_resident < p->n_units && p->n_slots >= 1, "the budget must force streaming");
     if (ram) CHECK(p->n_disk > 0, "the host budget must send blocks to disk");
@@ -289,20 +299,21 @@ static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, cons
         int64_t used, peak, cap;
         h3_cuda_mem_stats(&g_ex, &used, &peak, &cap);
         double dev = fabs((double)peak - (double)p->dev_peak) / (double)p->dev_peak;
-        printf("  measured peak %.4f GiB, predicted %.4f GiB (%+.2f%%), budget %.2f GiB\n", peak / 1073741824.0,
-               p->dev_peak / 1073741824.0, 100.0 * ((double)peak - (double)p->dev_peak) / (double)p->dev_peak,
-               cap / 1073741824.0);
-        CHECK(dev <= 0.05, "measured peak %lld vs predicted %lld: %.2f%% apart", (long long)peak, (long long)p->dev_peak,
-              100 * dev);
-        CHECK(peak <= vram && cap == vram, "peak %lld, arena %lld, budget %lld", (long long)peak, (long long)cap,
-              (long long)vram);
+        printf("  measured peak %.4f GiB, predicted %.4f GiB (%+.2f%%), budget %.2f GiB\n",
+               peak / 1073741824.0, p->dev_peak / 1073741824.0,
+               100.0 * ((double)peak - (double)p->dev_peak) / (double)p->dev_peak, cap / 1073741824.0);
+        CHECK(dev <= 0.05, "measured peak %lld vs predicted %lld: %.2f%% apart", (long long)peak,
+              (long long)p->dev_peak, 100 * dev);
+        CHECK(peak <= vram && cap == vram, "peak %lld, arena %lld, budget %lld", (long long)peak,
+              (long long)cap, (long long)vram);
         if (rep) {
             h3_dit_stream_to_report(ds, rep, 0);
             h3_memrep_figures mf;
             h3_memrep_get(rep, &mf);
             for (int c = 0; c < H3_DEVCAT_COUNT; c++) {
-                double e = mf.predicted[c] ? fabs((double)mf.peak[c] - (double)mf.predicted[c]) / (double)mf.predicted[c]
-                                           : (double)mf.peak[c];
+                double e = mf.predicted[c]
+                               ? fabs((double)mf.peak[c] - (double)mf.predicted[c]) / (double)mf.predicted[c]
+                               : (double)mf.peak[c];
                 CHECK(e <= 0.05, "%s: measured %lld, predicted %lld", h3_devcat_name((h3_devcat)c),
                       (long long)mf.peak[c], (long long)mf.predicted[c]);
             }
@@ -324,8 +335,9 @@ static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, cons
     h3_dit_release_modulation(dit);
     int64_t used;
     h3_cuda_mem_stats(&g_ex, &used, NULL, NULL);
-    CHECK(used == H3_CUDA_BACKEND_BYTES, "after the stage the arena holds %lld bytes, expected the backend's %lld",
-          (long long)used, (long long)H3_CUDA_BACKEND_BYTES);
+    CHECK(used == H3_CUDA_BACKEND_BYTES,
+          "after the stage the arena holds %lld bytes, expected the backend's %lld", (long long)used,
+          (long long)H3_CUDA_BACKEND_BYTES);
     h3_memrep_free(rep);
     h3_tensor_free(&hv);
     h3_tensor_free(&ha);
@@ -344,7 +356,8 @@ static void test_dit(void) {
     so.act_place = H3_PLACE_DEVICE;
     so.weight_place = H3_PLACE_PINNED;
     so.stream_weights = 1;
-    /* the pinned allocator belongs to the backend: one is up while the weights are made and when they are freed */
+    /* the pinned allocator belongs to the backend: one is up while the weights are made and when they are
+     * freed */
     if (h3_cuda_init(&g_ex, 0, (int64_t)1 << 30) != H3_OK) {
         CHECK(0, "init: %s", h3_last_error());
         inputs_free(&x);
@@ -355,7 +368,8 @@ static void test_dit(void) {
         static tlist a;
         a.n = 0;
         h3_dit_visit_weights(str, collect, &a);
-        for (int i = 0; i < a.n; i++) CHECK_OK(h3_op_random_uniform(&g_ex, a.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
+        for (int i = 0; i < a.n; i++)
+            CHECK_OK(h3_op_random_uniform(&g_ex, a.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
     }
     h3_cuda_shutdown(&g_ex);
     if (str) {

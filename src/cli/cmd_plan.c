@@ -1,5 +1,5 @@
-/* h3run plan: where every weight block of a request would live and what each stage would take, without loading
- * weights and without a GPU (given a device budget). */
+/* h3run plan: where every weight block of a request would live and what each stage would take, without
+ * loading weights and without a GPU (given a device budget). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +43,7 @@ static void try_folder(found *f, const char *path) {
     h3_clear_error();
 }
 
-/* A weight set found under the path: what it holds decides which opener gets it; a failure there is reported. */
+/* A weight set found under the path: what it holds decides which opener gets it; its failure is reported. */
 static int on_set(const char *set_path, void *user) {
     found *f = user;
     h3_st_set s;
@@ -83,7 +83,8 @@ static int on_set(const char *set_path, void *user) {
                 if (st == H3_OK) keep_path(&f->avae_path, set_path);
             }
             break;
-        default: break;
+        default:
+            break;
     }
     if (st != H3_OK) {
         f->err = h3_error_wrap(st, "%s", set_path);
@@ -109,7 +110,8 @@ typedef struct {
 } workload;
 
 static const workload g_work[] = {
-    {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
+    {"W73", 960, 544, 73},     {"W124", 960, 544, 124}, {"W362", 960, 544, 362},
+    {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
 };
 
 /* Bytes of the set a component came from, for the host stages. */
@@ -129,12 +131,15 @@ int h3_cmd_plan(int argc, char **argv) {
     const h3_cli_opt opts[] = {
         {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)"},
         {"size", 's', H3_OPT_STR, &size, "WxH", "canvas, multiples of 32 (default 1344x768)"},
-        {"workload", 'w', H3_OPT_STR, &work, "NAME", "a benchmark workload: W73, W124, W362 (960x544) or W124L"},
+        {"workload", 'w', H3_OPT_STR, &work, "NAME",
+         "a benchmark workload: W73, W124, W362 (960x544) or W124L"},
         {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)"},
-        {"steps", 0, H3_OPT_INT, &steps, "N", "sampling steps (default 49); the modulation of 2 timesteps a step is "
-                                               "kept on the device"},
+        {"steps", 0, H3_OPT_INT, &steps, "N",
+         "sampling steps (default 49); the modulation of 2 timesteps a step is "
+         "kept on the device"},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "device memory the engine may take (default: the GPU's free memory less 512 MiB; required without a GPU "
+         "device memory the engine may take (default: the GPU's free memory less 512 MiB; required without a "
+         "GPU "
          "unless --device names one)"},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for weights and activations, or unlimited (default: 80% of the available memory)"},
@@ -147,10 +152,14 @@ int h3_cmd_plan(int argc, char **argv) {
     const h3_cli_cmd cmd = {
         "plan",
         "plan MODEL... [--frames N] [--size WxH] [--vram-budget SIZE] [--ram-budget SIZE]",
-        "Plan a generate request without loading weights: for each component found under MODEL (a model folder,\n"
-        "component folders or files; header-only files plan like the real ones), where every DiT block lives\n"
-        "(resident on the GPU, streamed from pinned memory, or from disk), the FFN row chunk, the predicted peak\n"
-        "device and host memory by category, and the predicted time per step with where it goes. When nothing fits,\n"
+        "Plan a generate request without loading weights: for each component found under MODEL (a model "
+        "folder,\n"
+        "component folders or files; header-only files plan like the real ones), where every DiT block "
+        "lives\n"
+        "(resident on the GPU, streamed from pinned memory, or from disk), the FFN row chunk, the predicted "
+        "peak\n"
+        "device and host memory by category, and the predicted time per step with where it goes. When "
+        "nothing fits,\n"
         "says which budget is short, by how much, and what would fit; the exit status is then 1.",
         "examples:\n"
         "  h3run plan MiniMax-H3/FL2VA --vram-budget 8GiB --workload W124 --device h200\n"
@@ -178,7 +187,8 @@ int h3_cmd_plan(int argc, char **argv) {
         req.frames = w->frames;
     }
     if (frames) req.frames = frames;
-    if (size && h3_request_parse_size(size, &req.width, &req.height) != H3_OK) return h3_cli_fail("plan", H3_ERR_INVALID);
+    if (size && h3_request_parse_size(size, &req.width, &req.height) != H3_OK)
+        return h3_cli_fail("plan", H3_ERR_INVALID);
     h3_status st = h3_request_check_frames(req.frames, NULL);
     if (st == H3_OK) st = h3_request_check_canvas(req.width, req.height, NULL);
     if (st != H3_OK) return h3_cli_fail("plan", st);
@@ -218,8 +228,10 @@ int h3_cmd_plan(int argc, char **argv) {
         } else if (device) {
             b.vram = fig.memory - H3_VRAM_MARGIN;
         } else {
-            fprintf(stderr, "h3run plan: there is no GPU here: give --vram-budget SIZE (e.g. 24GiB), or --device NAME "
-                            "to plan for all of a named GPU's memory\n");
+            fprintf(
+                stderr,
+                "h3run plan: there is no GPU here: give --vram-budget SIZE (e.g. 24GiB), or --device NAME "
+                "to plan for all of a named GPU's memory\n");
             return H3_EXIT_USAGE;
         }
     }
@@ -248,7 +260,8 @@ int h3_cmd_plan(int argc, char **argv) {
         }
     }
     if (st == H3_OK && !f.dit && !f.te && !f.vvae && !f.avae)
-        st = H3_ERR(H3_ERR_NOT_FOUND, "no MiniMax-H3 component (DiT, text encoder, video or audio VAE) was found under %s%s",
+        st = H3_ERR(H3_ERR_NOT_FOUND,
+                    "no MiniMax-H3 component (DiT, text encoder, video or audio VAE) was found under %s%s",
                     pos[0], npos > 1 ? " and the other paths" : "");
     if (st != H3_OK) {
         found_free(&f);

@@ -77,8 +77,10 @@ extern "C" h3_status h3_cuda_host_fn(h3_cuda_stream_h s, void (*fn)(void *), voi
     return H3_OK;
 }
 
-/* One block: spin ~us microseconds (so a copy that should have waited for this reader overtakes it), then sum. */
-__global__ void debug_spin_sum(const uint32_t *data, size_t words, unsigned long long *sum, long long cycles) {
+/* One block: spin ~us microseconds (so a copy that should have waited for this reader overtakes it), then
+ * sum. */
+__global__ void debug_spin_sum(const uint32_t *data, size_t words, unsigned long long *sum,
+                               long long cycles) {
     __shared__ unsigned long long part[256];
     long long t0 = clock64();
     if (threadIdx.x == 0)
@@ -102,7 +104,8 @@ extern "C" h3_status h3_cuda_debug_spin_sum(h3_cuda_stream_h s, const void *data
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
     long long cycles = (long long)us * (khz > 0 ? khz : 1500000) / 1000;
-    debug_spin_sum<<<1, 256, 0, (cudaStream_t)s>>>((const uint32_t *)data, words, (unsigned long long *)sum, cycles);
+    debug_spin_sum<<<1, 256, 0, (cudaStream_t)s>>>((const uint32_t *)data, words, (unsigned long long *)sum,
+                                                   cycles);
     CU_LAUNCHED("debug_spin_sum");
     return H3_OK;
 }

@@ -20,19 +20,31 @@ h3_status h3_budget_parse(const char *text, const char *what, int64_t *bytes) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || errno || !(v >= 0) || !isfinite(v) || (!isdigit((unsigned char)text[0]) && text[0] != '.'))
+    if (end == text || errno || !(v >= 0) || !isfinite(v) ||
+        (!isdigit((unsigned char)text[0]) && text[0] != '.'))
         return H3_ERR(H3_ERR_INVALID, "%s takes %s; got '%s'", what, forms, text);
     while (*end == ' ') end++;
     double mul = 1;
     char u = (char)toupper((unsigned char)*end);
     if (u) {
         switch (u) {
-            case 'K': mul = 1024.0; break;
-            case 'M': mul = 1024.0 * 1024; break;
-            case 'G': mul = 1024.0 * 1024 * 1024; break;
-            case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
-            case 'B': mul = 1; break;
-            default: return H3_ERR(H3_ERR_INVALID, "%s takes %s; got '%s'", what, forms, text);
+            case 'K':
+                mul = 1024.0;
+                break;
+            case 'M':
+                mul = 1024.0 * 1024;
+                break;
+            case 'G':
+                mul = 1024.0 * 1024 * 1024;
+                break;
+            case 'T':
+                mul = 1024.0 * 1024 * 1024 * 1024;
+                break;
+            case 'B':
+                mul = 1;
+                break;
+            default:
+                return H3_ERR(H3_ERR_INVALID, "%s takes %s; got '%s'", what, forms, text);
         }
         end++;
         if (u != 'B') {
@@ -50,7 +62,8 @@ h3_status h3_budget_parse(const char *text, const char *what, int64_t *bytes) {
 
 h3_status h3_host_memory(int64_t *available, int64_t *total) {
     FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return H3_ERR(H3_ERR_IO, "cannot read /proc/meminfo to size the host budget: %s", strerror(errno));
+    if (!f)
+        return H3_ERR(H3_ERR_IO, "cannot read /proc/meminfo to size the host budget: %s", strerror(errno));
     char line[256];
     long long av = -1, tot = -1;
     while (fgets(line, sizeof line, f)) {
@@ -77,7 +90,8 @@ int64_t h3_budget_default_ram(void) {
 h3_status h3_budget_default_vram(int device, int64_t *bytes) {
     int64_t total = 0, free_b = 0;
     if (h3_cuda_device_count() == 0)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "there is no CUDA device here to take a default device budget from; give "
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "there is no CUDA device here to take a default device budget from; give "
                       "--vram-budget SIZE (e.g. 24GiB) to plan for a GPU of that size");
     H3_TRY(h3_cuda_device_info(device, NULL, 0, &total, &free_b));
     *bytes = free_b > 2 * H3_VRAM_MARGIN ? free_b - H3_VRAM_MARGIN : free_b / 2;

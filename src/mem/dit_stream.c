@@ -18,17 +18,17 @@ static int64_t granule(int64_t b) {
 }
 
 /* The tensors of a unit in pack order; out (may be NULL) receives the matching fields of dst. */
-static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst, const h3_tensor **src, h3_tensor **out,
-                       int *interleaved) {
+static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst, const h3_tensor **src,
+                       h3_tensor **out, int *interleaved) {
     int n = 0;
-#define F(x)                                                                                                           \
-    do {                                                                                                               \
-        if (w->x.data) {                                                                                               \
-            src[n] = &w->x;                                                                                            \
-            if (out) out[n] = dst ? &dst->x : NULL;                                                                    \
-            interleaved[n] = 0;                                                                                        \
-            n++;                                                                                                       \
-        }                                                                                                              \
+#define F(x)                                                                                                 \
+    do {                                                                                                     \
+        if (w->x.data) {                                                                                     \
+            src[n] = &w->x;                                                                                  \
+            if (out) out[n] = dst ? &dst->x : NULL;                                                          \
+            interleaved[n] = 0;                                                                              \
+            n++;                                                                                             \
+        }                                                                                                    \
     } while (0)
     F(norm1);
     F(norm2);
@@ -56,13 +56,17 @@ static void pack_add(h3_dit_pack *p, const h3_tensor *t, int interleaved) {
     p->off[p->n] = p->bytes;
     p->interleaved[p->n] = interleaved;
     p->n++;
-    int64_t sb = 0; /* scales stored beside quantized values (sized for planning; the device does not run them yet) */
+    /* scales stored beside quantized values (sized for planning; the device does not run them yet) */
+    int64_t sb = 0;
     if (t->q.mode == H3_SCALE_ROW) sb = h3_tensor_rows(t) * 4;
-    if (t->q.mode == H3_SCALE_BLOCK && t->q.block > 0) sb = h3_tensor_rows(t) * (h3_tensor_cols(t) / t->q.block) * 4;
+    if (t->q.mode == H3_SCALE_BLOCK && t->q.block > 0)
+        sb = h3_tensor_rows(t) * (h3_tensor_cols(t) / t->q.block) * 4;
     if (t->q.mode != H3_SCALE_NONE) p->quantized = 1;
     p->bytes += granule(b) + granule(sb);
-    if (t->ndim == 2) p->bytes_8bit += granule(t->shape[0] * t->shape[1] + t->shape[0] * 4);
-    else p->bytes_8bit += granule(b);
+    if (t->ndim == 2)
+        p->bytes_8bit += granule(t->shape[0] * t->shape[1] + t->shape[0] * 4);
+    else
+        p->bytes_8bit += granule(b);
 }
 
 void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out) {
@@ -86,10 +90,11 @@ void h3_dit_pack_adaln(const h3_dit *dit, int block, h3_dit_pack *out) {
     if (b->data) pack_add(out, b, 0);
 }
 
-/* The weights outside the blocks that the device forward reads: every tensor whose name is not a block's, but the
- * curve table and the RoPE frequencies, which the host reads. */
+/* The weights outside the blocks that the device forward reads: every tensor whose name is not a block's, but
+ * the curve table and the RoPE frequencies, which the host reads. */
 static int is_global(const char *name) {
-    return !strstr(name, "blocks.") && strcmp(name, "adaln_t_table") != 0 && strcmp(name, "rope.inv_freq") != 0;
+    return !strstr(name, "blocks.") && strcmp(name, "adaln_t_table") != 0 &&
+           strcmp(name, "rope.inv_freq") != 0;
 }
 
 static int sum_global(const char *name, h3_tensor *t, void *user) {
@@ -103,7 +108,7 @@ int64_t h3_dit_globals_device_bytes(const h3_dit *dit) {
     return b;
 }
 
-/* ---- the stage ---------------------------------------------------------------------------------------------------- */
+/* ---- the stage ----------------------------------------------------------------------------------------- */
 
 enum { MODE_NONE = 0, MODE_FORWARD, MODE_ADALN };
 #define MAX_GLOBALS 64
@@ -114,7 +119,7 @@ struct h3_dit_stream {
     h3_place place;
     h3_streamer *s;
     int n_units, n_blocks, n_items;
-    h3_dit_pack *packs;          /* [n_items]: units, then AdaLN of each block */
+    h3_dit_pack *packs;           /* [n_items]: units, then AdaLN of each block */
     h3_dit_block_weights *unit_w; /* [n_units]: views handed to the forward */
     h3_tensor *ad_w, *ad_b;       /* [n_blocks] */
     int *fwd_order, n_fwd, *ad_order, n_ad, mode;
@@ -143,7 +148,8 @@ static int file_of(const h3_st_set *set, const void *p, int64_t *off) {
 }
 
 /* Segments of one packed item; returns how many were written at segs (NULL: only count). */
-static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack *p, h3_stream_seg *segs, int *pinned) {
+static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack *p, h3_stream_seg *segs,
+                     int *pinned) {
     const h3_dit_config *c = h3_dit_get_config(dit);
     int n = 0;
     *pinned = 1;
@@ -155,8 +161,10 @@ static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack 
         if (fd < 0 && t->place != H3_PLACE_PINNED) *pinned = 0;
         if (fd >= 0) *pinned = 0;
         if (p->interleaved[i]) {
-            /* rows [h: q k v] per head -> [Q; K; V]: new row j·inner + h·hd + e is old row h·3·hd + j·hd + e */
-            const int64_t hd = c->head_dim, inner = h3_dit_inner(c), rb = t->shape[1] * (int64_t)h3_dtype_size(t->dtype);
+            /* rows [h: q k v] per head -> [Q; K; V]: new row j·inner + h·hd + e is old row h·3·hd + j·hd + e
+             */
+            const int64_t hd = c->head_dim, inner = h3_dit_inner(c),
+                          rb = t->shape[1] * (int64_t)h3_dtype_size(t->dtype);
             for (int64_t j = 0; j < 3; j++)
                 for (int64_t h = 0; h < c->heads; h++) {
                     if (segs) {
@@ -168,7 +176,8 @@ static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack 
                 }
         } else {
             if (segs)
-                segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), p->off[i]};
+                segs[n] =
+                    (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), p->off[i]};
             n++;
         }
     }
@@ -190,7 +199,9 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
     char path[1024];
     snprintf(path, sizeof path, "%s/h3run-spill-XXXXXX", dir);
     int fd = mkstemp(path);
-    if (fd < 0) return H3_ERR(H3_ERR_IO, "cannot create a spill file in %s for disk-tier weights: %s", dir, strerror(errno));
+    if (fd < 0)
+        return H3_ERR(H3_ERR_IO, "cannot create a spill file in %s for disk-tier weights: %s", dir,
+                      strerror(errno));
     unlink(path);
     ds->spill_fd = fd;
     int64_t off = 0;
@@ -202,15 +213,16 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
         uint8_t *buf = h3_malloc((size_t)it->bytes, H3_MEM_IO);
         if (!buf) return H3_ERR_NOMEM;
         memset(buf, 0, (size_t)it->bytes);
-        for (int g = 0; g < it->n_segs; g++) memcpy(buf + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes);
+        for (int g = 0; g < it->n_segs; g++)
+            memcpy(buf + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes);
         int64_t done = 0;
         while (done < it->bytes) {
             ssize_t w = pwrite(fd, buf + done, (size_t)(it->bytes - done), (off_t)(off + done));
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) {
                 h3_free(buf);
-                return H3_ERR(H3_ERR_IO, "writing %lld bytes of disk-tier weights to %s failed: %s", (long long)it->bytes,
-                              dir, w < 0 ? strerror(errno) : "no space");
+                return H3_ERR(H3_ERR_IO, "writing %lld bytes of disk-tier weights to %s failed: %s",
+                              (long long)it->bytes, dir, w < 0 ? strerror(errno) : "no space");
             }
             done += w;
         }
@@ -221,7 +233,8 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
         it->src_pinned = 0;
         off += it->bytes;
     }
-    if (fsync(fd) != 0 && errno != EINVAL) return H3_ERR(H3_ERR_IO, "syncing the spill file failed: %s", strerror(errno));
+    if (fsync(fd) != 0 && errno != EINVAL)
+        return H3_ERR(H3_ERR_IO, "syncing the spill file failed: %s", strerror(errno));
 #ifdef POSIX_FADV_DONTNEED
     posix_fadvise(fd, 0, (off_t)off, POSIX_FADV_DONTNEED); /* reads come from the disk, as planned */
 #endif
@@ -237,8 +250,8 @@ static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     int il[H3_DIT_PACK_MAX];
     int n = unit_fields(w, o, src, dst, il);
     for (int i = 0; i < n; i++) {
-        H3_TRY(h3_tensor_wrap(dst[i], (uint8_t *)base + ds->packs[u].off[i], ds->place, src[i]->dtype, src[i]->ndim,
-                              src[i]->shape));
+        H3_TRY(h3_tensor_wrap(dst[i], (uint8_t *)base + ds->packs[u].off[i], ds->place, src[i]->dtype,
+                              src[i]->ndim, src[i]->shape));
     }
     if (o->qkv.data) { /* packed contiguous [Q; K; V] whatever the file's order */
         const int64_t inner = h3_dit_inner(h3_dit_get_config(ds->dit));
@@ -270,7 +283,8 @@ static void src_release(void *user, h3_exec *ex, int unit) {
     h3_streamer_release(ds->s, unit);
 }
 
-static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_tensor **w, const h3_tensor **b) {
+static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_tensor **w,
+                                   const h3_tensor **b) {
     (void)ex;
     h3_dit_stream *ds = user;
     if (ds->mode != MODE_ADALN) {
@@ -282,10 +296,10 @@ static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_
     H3_TRY(h3_streamer_acquire(ds->s, item, &base));
     const h3_dit_pack *p = &ds->packs[item];
     if (p->n < 2) return H3_ERR(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", block);
-    H3_TRY(h3_tensor_wrap(&ds->ad_w[block], (uint8_t *)base + p->off[0], ds->place, p->src[0]->dtype, p->src[0]->ndim,
-                          p->src[0]->shape));
-    H3_TRY(h3_tensor_wrap(&ds->ad_b[block], (uint8_t *)base + p->off[1], ds->place, p->src[1]->dtype, p->src[1]->ndim,
-                          p->src[1]->shape));
+    H3_TRY(h3_tensor_wrap(&ds->ad_w[block], (uint8_t *)base + p->off[0], ds->place, p->src[0]->dtype,
+                          p->src[0]->ndim, p->src[0]->shape));
+    H3_TRY(h3_tensor_wrap(&ds->ad_b[block], (uint8_t *)base + p->off[1], ds->place, p->src[1]->dtype,
+                          p->src[1]->ndim, p->src[1]->shape));
     *w = &ds->ad_w[block];
     *b = &ds->ad_b[block];
     return H3_OK;
@@ -302,8 +316,8 @@ typedef struct {
     h3_status st;
 } up_ctx;
 
-/* Replaces a non-block weight by an owned copy at the activation place, keeping the original to put back at close
- * (so the DiT can stream again into another arena). */
+/* Replaces a non-block weight by an owned copy at the activation place, keeping the original to put back at
+ * close (so the DiT can stream again into another arena). */
 static int upload_global(const char *name, h3_tensor *t, void *user) {
     up_ctx *c = user;
     h3_dit_stream *ds = c->ds;
@@ -355,17 +369,18 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds);
 }
 
-h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, const h3_dit_stream_opts *opts,
-                             h3_memrep *rep, h3_dit_stream **out) {
+h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
+                             const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out) {
     *out = NULL;
     const h3_dit_config *c = h3_dit_get_config(dit);
     const int U = h3_dit_n_units(c), B = (int)c->n_layers;
     if (!plan->present || plan->n_units != U)
-        return H3_ERR(H3_ERR_INVALID, "DiT stream: the plan is for %d blocks, the DiT has %d", plan->n_units, U);
+        return H3_ERR(H3_ERR_INVALID, "DiT stream: the plan is for %d blocks, the DiT has %d", plan->n_units,
+                      U);
     const h3_place place = h3_dit_act_place(dit);
     if (U > 0 && h3_dit_unit_weights(dit, 0)->fc1.place == H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "DiT stream: the blocks are on the device already (open the DiT with "
-                      "stream_weights and host weights)");
+                                      "stream_weights and host weights)");
     h3_status st = H3_OK;
     h3_dit_stream *ds = h3_calloc(1, sizeof *ds, H3_MEM_OTHER);
     if (!ds) return H3_ERR_NOMEM;
@@ -385,8 +400,8 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, 
     ds->ad_order = h3_calloc((size_t)(B ? B : 1), sizeof(int), H3_MEM_OTHER);
     ds->items = h3_calloc((size_t)NI, sizeof *ds->items, H3_MEM_OTHER);
     h3_stream_seg *spill_segs = h3_calloc((size_t)NI, sizeof *spill_segs, H3_MEM_OTHER);
-    if (!ds->packs || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order || !ds->items ||
-        !spill_segs)
+    if (!ds->packs || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order ||
+        !ds->items || !spill_segs)
         H3_FAIL(H3_ERR_NOMEM, "out of memory");
 
     /* 1. Row chunks as planned; the non-block weights at the activation place. */
@@ -400,18 +415,24 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, 
     }
     for (int i = 0; i < ds->n_items; i++) {
         h3_dit_pack p;
-        if (i < U) h3_dit_pack_unit(dit, i, &p);
-        else h3_dit_pack_adaln(dit, i - U, &p);
+        if (i < U)
+            h3_dit_pack_unit(dit, i, &p);
+        else
+            h3_dit_pack_adaln(dit, i - U, &p);
         if (p.quantized)
-            H3_FAIL(H3_ERR_UNSUPPORTED, "DiT stream: %s %d has quantized weights; quantized DiT weights run on the CPU "
-                    "only for now", i < U ? "block" : "the AdaLN projection of block", i < U ? i : i - U);
+            H3_FAIL(H3_ERR_UNSUPPORTED,
+                    "DiT stream: %s %d has quantized weights; quantized DiT weights run on the CPU "
+                    "only for now",
+                    i < U ? "block" : "the AdaLN projection of block", i < U ? i : i - U);
     }
     /* 2. The items: packed layouts, their sources, tiers. */
     const h3_st_set *set = h3_dit_files(dit);
     int64_t nsegs = 0, max_streamed = 0;
     for (int i = 0; i < ds->n_items; i++) {
-        if (i < U) h3_dit_pack_unit(dit, i, &ds->packs[i]);
-        else h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
+        if (i < U)
+            h3_dit_pack_unit(dit, i, &ds->packs[i]);
+        else
+            h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
         int pin;
         nsegs += item_segs(set, dit, &ds->packs[i], NULL, &pin);
     }
@@ -428,8 +449,11 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, 
             o += it->n_segs;
             it->bytes = ds->packs[i].bytes;
             it->src_pinned = pin && place == H3_PLACE_DEVICE;
-            if (i < U) it->tier = (h3_tier)plan->tier[i];
-            else it->tier = it->src_pinned ? H3_TIER_PINNED : H3_TIER_DISK; /* once per run: read, never pinned */
+            if (i < U)
+                it->tier = (h3_tier)plan->tier[i];
+            else
+                it->tier =
+                    it->src_pinned ? H3_TIER_PINNED : H3_TIER_DISK; /* once per run: read, never pinned */
             if (it->tier != H3_TIER_RESIDENT && it->bytes > max_streamed) max_streamed = it->bytes;
             if (it->tier == H3_TIER_DISK || !it->src_pinned) need_staging = 1;
         }
@@ -440,9 +464,14 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, 
     H3_CHECK(spill(ds, opts ? opts->spill_dir : NULL, spill_segs));
     /* 3. The streamer: pinned copies, resident units, the ring. */
     {
-        h3_streamer_config sc = {place, plan->n_slots, plan->slot_bytes, need_staging ? H3_PLAN_STAGING : 0, rep,
+        h3_streamer_config sc = {place,
+                                 plan->n_slots,
+                                 plan->slot_bytes,
+                                 need_staging ? H3_PLAN_STAGING : 0,
+                                 rep,
                                  opts ? opts->unsafe_skip_waits : 0};
-        H3_CHECK_CTX(h3_streamer_create(ex, &sc, ds->items, ds->n_items, &ds->s), "loading the DiT's weights");
+        H3_CHECK_CTX(h3_streamer_create(ex, &sc, ds->items, ds->n_items, &ds->s),
+                     "loading the DiT's weights");
     }
     /* spill segments were copied by the streamer */
     h3_free(spill_segs);

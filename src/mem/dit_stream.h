@@ -1,19 +1,18 @@
-/* The DiT on a device budget: its non-block weights uploaded, its blocks resident or streamed through a ring of
- * device slots as a plan says (src/mem/plan.h), attached to the DiT as its weight source so the forward runs
- * unchanged.
+/* The DiT on a device budget: its non-block weights uploaded, its blocks resident or streamed through a ring
+ * of device slots as a plan says (src/mem/plan.h), attached to the DiT as its weight source so the forward
+ * runs unchanged. docs/MEMORY.md has the whole sequence; in short:
  *
- *   h3_dit_open_opts o = {.act_place = H3_PLACE_DEVICE, .weight_place = H3_PLACE_HOST, .stream_weights = 1};
- *   h3_dit_open(path, &o, &dit);                          // headers; weights stay mapped
- *   h3_plan_make(&model, &req, &budgets, fig, &plan);      // model.dit = dit
- *   h3_plan_check(&plan);                                  // stop here, before loading, when nothing fits
- *   h3_cuda_init(&ex, 0, plan.budgets.vram);               // the arena is the budget
- *   h3_dit_stream_open(dit, &ex, &plan.dit, NULL, rep, &ds); // uploads, pins, allocates slots: all of it, once
- *   h3_dit_precompute_modulation(dit, &ex, all_t, n);      // AdaLN streamed once, kept on the device
- *   for (step...) { h3_dit_forward(dit, &ex, ...); h3_dit_stream_step_end(ds); }
- *   h3_dit_stream_close(ds); h3_dit_close(dit);            // the stage's device memory is returned
+ *     open the DiT with act_place DEVICE, weight_place HOST, stream_weights 1   (headers; weights stay
+ * mapped) h3_plan_make, then h3_plan_check                     (stop here, before loading, when nothing fits)
+ *     h3_cuda_init(&ex, 0, plan.budgets.vram)              (the arena is the budget)
+ *     h3_dit_stream_open(dit, &ex, &plan.dit, NULL, rep, &ds)   (uploads, pins, slots: all of it, once)
+ *     h3_dit_precompute_modulation(dit, &ex, all_t, n)     (AdaLN streamed once, kept on the device)
+ *     per step: h3_dit_forward, then h3_dit_stream_step_end(ds)
+ *     h3_dit_stream_close(ds), h3_dit_release_workspace, h3_dit_release_modulation   (memory returned)
  *
- * Every unit reaches the device packed (h3_dit_pack_unit): the official per-head interleaved QKV is reordered into
- * [Q; K; V] on the way (file reads land each head's rows where they belong), so the forward sees contiguous QKV.
+ * Every unit reaches the device packed (h3_dit_pack_unit): the official per-head interleaved QKV is reordered
+ * into [Q; K; V] on the way (file reads land each head's rows where they belong), so the forward sees
+ * contiguous QKV.
  */
 #ifndef H3_MEM_DIT_STREAM_H
 #define H3_MEM_DIT_STREAM_H
@@ -23,7 +22,7 @@
 #include "mem/streamer.h"
 #include "models/dit.h"
 
-/* ---- packing ---------------------------------------------------------------------------------------------------- */
+/* ---- packing ------------------------------------------------------------------------------------------- */
 
 #define H3_DIT_PACK_MAX 12
 /* One streamed item laid out for a slot: tensors at H3_CUDA_ARENA_ALIGN-aligned offsets, in a fixed order. */
@@ -31,45 +30,47 @@ typedef struct h3_dit_pack {
     int n;
     const h3_tensor *src[H3_DIT_PACK_MAX]; /* the tensors as opened */
     int64_t off[H3_DIT_PACK_MAX];
-    int interleaved[H3_DIT_PACK_MAX];      /* the official per-head [q k v] order, reordered when copied */
-    int64_t bytes;                         /* total, a multiple of the alignment */
-    int64_t bytes_8bit;                    /* the same with 8-bit matrices (1 byte + an f32 scale per row) */
-    int quantized;                         /* some tensor has quantization scales (sized with them) */
+    int interleaved[H3_DIT_PACK_MAX]; /* the official per-head [q k v] order, reordered when copied */
+    int64_t bytes;                    /* total, a multiple of the alignment */
+    int64_t bytes_8bit;               /* the same with 8-bit matrices (1 byte + an f32 scale per row) */
+    int quantized;                    /* some tensor has quantization scales (sized with them) */
 } h3_dit_pack;
 /* Unit u (refiner blocks first): norm1, norm2, qkv (or q, k, v), q_norm, k_norm, out, fc1, fc2. */
 void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out);
 /* DiT block b's AdaLN projection: weight, bias. */
 void h3_dit_pack_adaln(const h3_dit *dit, int block, h3_dit_pack *out);
-/* The non-block weights that go to the device (patch projections, condition projection, time MLP, final layer),
- * each rounded to the arena's granule; the curve table and RoPE frequencies stay on the host. */
+/* The non-block weights that go to the device (patch projections, condition projection, time MLP, final
+ * layer), each rounded to the arena's granule; the curve table and RoPE frequencies stay on the host. */
 int64_t h3_dit_globals_device_bytes(const h3_dit *dit);
 
-/* ---- the stage -------------------------------------------------------------------------------------------------- */
+/* ---- the stage ----------------------------------------------------------------------------------------- */
 
 typedef struct h3_dit_stream_opts {
-    const char *spill_dir; /* DISK-tier units whose weights are not in a file (created in memory) are written to
-                            * an unlinked file here first; NULL: $TMPDIR or /tmp */
+    const char *spill_dir; /* DISK-tier units whose weights are not in a file (created in memory) are written
+                            * to an unlinked file here first; NULL: $TMPDIR or /tmp */
     int unsafe_skip_waits; /* tests only: see h3_streamer_config */
 } h3_dit_stream_opts;
 
 typedef struct h3_dit_stream h3_dit_stream;
 
-/* Makes the plan real: chunk rows, non-block weights on the device, resident units uploaded, pinned copies of the
- * PINNED units (read from the files), the ring of slots; attaches itself to the DiT. The DiT must have been opened
- * (or created) with stream_weights. rep may be NULL; with it, device allocations are counted by category.
- * Everything the stage needs is allocated here: the step loop allocates nothing. */
-h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan, const h3_dit_stream_opts *opts,
-                             h3_memrep *rep, h3_dit_stream **out);
+/* Makes the plan real: chunk rows, non-block weights on the device, resident units uploaded, pinned copies of
+ * the PINNED units (read from the files), the ring of slots; attaches itself to the DiT. The DiT must have
+ * been opened (or created) with stream_weights. rep may be NULL; with it, device allocations are counted by
+ * category. Everything the stage needs is allocated here: the step loop allocates nothing. */
+h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
+                             const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out);
 /* After each forward: waits for the streamer's queues and reports a failed read (H3_ERR_IO). */
 h3_status h3_dit_stream_step_end(h3_dit_stream *ds);
 void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out);
 /* The plan's device bytes by report category, and the peak (for h3_memrep_set_predicted). */
 void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak);
-/* Copies so far into the report: bytes, timed device milliseconds, against the pinned ceiling (GB/s, 0: none). */
+/* Copies so far into the report: bytes, timed device milliseconds, against the pinned ceiling (GB/s, 0:
+ * none). */
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs);
-/* Detaches from the DiT, frees the slots, resident units, pinned copies and staging, and puts the non-block weights
- * back where they were. With h3_dit_release_workspace and h3_dit_release_modulation, the DiT then holds nothing on
- * the device (the next stage gets the whole budget; the DiT may stream again later, into another arena). */
+/* Detaches from the DiT, frees the slots, resident units, pinned copies and staging, and puts the non-block
+ * weights back where they were. With h3_dit_release_workspace and h3_dit_release_modulation, the DiT then
+ * holds nothing on the device (the next stage gets the whole budget; the DiT may stream again later, into
+ * another arena). */
 void h3_dit_stream_close(h3_dit_stream *ds);
 
 #endif

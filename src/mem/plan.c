@@ -18,18 +18,24 @@
 
 const char *h3_tier_name(h3_tier t) {
     switch (t) {
-        case H3_TIER_RESIDENT: return "resident";
-        case H3_TIER_PINNED: return "pinned";
-        case H3_TIER_DISK: return "disk";
-        default: return "?";
+        case H3_TIER_RESIDENT:
+            return "resident";
+        case H3_TIER_PINNED:
+            return "pinned";
+        case H3_TIER_DISK:
+            return "disk";
+        default:
+            return "?";
     }
 }
 
-/* ---- device figures --------------------------------------------------------------------------------------------
- * The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention rates
- * are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention for 50 ×
- * 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the model
- * reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive) until measured. */
+/* ---- device figures ------------------------------------------------------------------------------------ */
+
+/* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
+ * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
+ * for 50 × 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the
+ * model reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive)
+ * until measured. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 748 and attention 515 TFLOP/s",
      (int64_t)139 << 30, 55.3, 6.75, 2.0, 748.0, 128.0, 515.0, 35.3},
@@ -53,7 +59,7 @@ int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
     return 0;
 }
 
-/* ---- helpers ----------------------------------------------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------------------------------------- */
 
 static int64_t granule(int64_t b) {
     const int64_t a = H3_CUDA_ARENA_ALIGN;
@@ -90,9 +96,10 @@ h3_status h3_plan_weight_bytes(const char *set_path, int64_t *bytes) {
     return H3_OK;
 }
 
-/* ---- the step-time simulation ------------------------------------------------------------------------------------ */
+/* ---- the step-time simulation -------------------------------------------------------------------------- */
 
-double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, double *copy_busy, double *read_busy) {
+double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, double *copy_busy,
+                        double *read_busy) {
     int streamed = 0, disk = 0;
     for (int i = 0; i < n; i++) {
         streamed += u[i].tier != H3_TIER_RESIDENT;
@@ -100,7 +107,8 @@ double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, doubl
     }
     if (copy_busy) *copy_busy = 0;
     if (read_busy) *read_busy = 0;
-    if ((streamed && (k < 1 || k > H3_PLAN_MAX_SLOTS)) || (disk && (n_staging < 1 || n_staging > 8))) return INFINITY;
+    if ((streamed && (k < 1 || k > H3_PLAN_MAX_SLOTS)) || (disk && (n_staging < 1 || n_staging > 8)))
+        return INFINITY;
     double comp = 0, copy_free = 0, read_free = 0, slot_free[H3_PLAN_MAX_SLOTS] = {0}, stag_free[8] = {0};
     int64_t p = 0, pd = 0;
     double start = 0, cb = 0, rb = 0;
@@ -140,7 +148,7 @@ double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, doubl
     return comp - start;
 }
 
-/* ---- DiT ---------------------------------------------------------------------------------------------------------- */
+/* ---- DiT ----------------------------------------------------------------------------------------------- */
 
 /* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. */
 static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk) {
@@ -169,8 +177,8 @@ static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static
     ds->n_units = h3_dit_n_units(c);
     ds->n_ref = (int)c->n_refiner_layers;
     if (ds->n_units > H3_PLAN_MAX_UNITS)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "the planner takes at most %d DiT blocks; this DiT has %d", H3_PLAN_MAX_UNITS,
-                      ds->n_units);
+        return H3_ERR(H3_ERR_UNSUPPORTED, "the planner takes at most %d DiT blocks; this DiT has %d",
+                      H3_PLAN_MAX_UNITS, ds->n_units);
     for (int u = 0; u < ds->n_units; u++) {
         h3_dit_pack p;
         h3_dit_pack_unit(m->dit, u, &p);
@@ -189,14 +197,15 @@ static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static
     return H3_OK;
 }
 
-/* Marks r of the units resident: refiner units first (their copies cannot hide behind their tiny compute), then
- * DiT blocks spread evenly so every stretch of streamed blocks has resident ones to hide behind. */
+/* Marks r of the units resident: refiner units first (their copies cannot hide behind their tiny compute),
+ * then DiT blocks spread evenly so every stretch of streamed blocks has resident ones to hide behind. */
 static void pick_resident(const dit_static *ds, int r, uint8_t *tier) {
     for (int u = 0; u < ds->n_units; u++) tier[u] = H3_TIER_PINNED;
     int nr = r < ds->n_ref ? r : ds->n_ref;
     for (int u = 0; u < nr; u++) tier[u] = H3_TIER_RESIDENT;
     int rest = r - nr, nd = ds->n_units - ds->n_ref;
-    for (int j = 0; j < rest && j < nd; j++) tier[ds->n_ref + (int)(((double)j + 0.5) * nd / rest)] = H3_TIER_RESIDENT;
+    for (int j = 0; j < rest && j < nd; j++)
+        tier[ds->n_ref + (int)(((double)j + 0.5) * nd / rest)] = H3_TIER_RESIDENT;
 }
 
 /* Of the streamed units, nd go to the disk tier, spread evenly. */
@@ -217,7 +226,7 @@ typedef struct dit_ctx {
     int64_t vram, ram;
 } dit_ctx;
 
-/* Fills everything of p for one choice of chunk, ring depth k and resident count r; returns whether it fits. */
+/* Fills all of p for one choice of chunk, ring depth k and resident count r; returns whether it fits. */
 static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *p) {
     const dit_static *ds = x->ds;
     memset(p, 0, sizeof *p);
@@ -233,7 +242,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     pick_resident(ds, r, p->tier);
     p->n_resident = r;
     const int streamed = ds->n_units - r;
-    /* The AdaLN projections stream once through the ring; with every unit resident, two slots of their size. */
+    /* The AdaLN projections stream once through the ring; with every unit resident, two slots of their size.
+     */
     p->n_slots = streamed ? k : 2;
     p->slot_bytes = streamed ? max64(ds->unit_max, ds->adaln_bytes) : ds->adaln_bytes;
     if (!ds->adaln_bytes && !streamed) p->n_slots = 0;
@@ -248,7 +258,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     const int64_t H = x->c->hidden, nt = x->n_t;
     const size_t es = h3_dtype_size(h3_dit_act_dtype(x->m->dit));
     /* per-allocation granules of the kept tables; the scratch is a handful of buffers */
-    p->dev_modulation = x->c->n_layers * granule(nt * 3 * 6 * H * (int64_t)es) + granule(nt * 2 * H * (int64_t)es);
+    p->dev_modulation =
+        x->c->n_layers * granule(nt * 3 * 6 * H * (int64_t)es) + granule(nt * 2 * H * (int64_t)es);
     if (nt < 1) p->dev_modulation = 0;
     /* the precompute's own buffers beside its tables: a handful, each rounded to a granule */
     p->dev_precompute_scratch = fm.mod_peak - fm.mod_tables + 4 * H3_CUDA_ARENA_ALIGN;
@@ -260,8 +271,9 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch;
     p->dev_peak = max64(p->dev_peak_forward, p->dev_peak_precompute);
 
-    /* Host: pinned staging for reads from files (loading, the AdaLN pass, the disk tier), the pinned copies of the
-     * streamed units the budget holds, and the forward's host tables (RoPE angles, row indices: ~1 KB a row). */
+    /* Host: pinned staging for reads from files (loading, the AdaLN pass, the disk tier), the pinned copies
+     * of the streamed units the budget holds, and the forward's host tables (RoPE angles, row indices: ~1 KB
+     * a row). */
     p->host_other = x->S * 1024 + ((int64_t)64 << 20);
     const int need_staging = !ds->pinned || ds->from_file;
     p->host_staging = need_staging ? (int64_t)H3_PLAN_STAGING * granule(p->slot_bytes) : 0;
@@ -312,8 +324,9 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     /* Once per run: the AdaLN projections through the ring, from their files or pinned memory. */
     double src_gbs = ds->pinned && !ds->from_file ? f->pinned_gbs : f->disk_gbs;
     p->t_modulation = (double)ds->adaln_total / (fmin(src_gbs, f->pinned_gbs) * 1e9);
-    p->t_load = ds->pinned && !ds->from_file ? (double)p->dev_resident / (f->pinned_gbs * 1e9)
-                                             : (double)(p->dev_resident + p->host_pinned) / (f->disk_gbs * 1e9);
+    p->t_load = ds->pinned && !ds->from_file
+                    ? (double)p->dev_resident / (f->pinned_gbs * 1e9)
+                    : (double)(p->dev_resident + p->host_pinned) / (f->disk_gbs * 1e9);
     p->fits = fits_in(p->dev_peak, x->vram) && (x->ram <= 0 || p->host_peak <= x->ram);
     return p->fits;
 }
@@ -343,7 +356,7 @@ static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
                         room -= granule(ds->unit_max);
                         r++;
                     }
-                if (r >= ds->n_units) continue; /* all resident: k = 0 covers it */
+                if (r >= ds->n_units) continue;             /* all resident: k = 0 covers it */
                 if (ds->n_units - r < k && k > 1) continue; /* more slots than streamed units */
             }
             if (!dit_eval(x, chunk, k, r, &cand)) continue;
@@ -353,7 +366,8 @@ static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
             } else if (cand.t_step_slow < best->t_step_slow * 0.995) {
                 better = 1;
             } else if (cand.t_step_slow <= best->t_step_slow * 1.005) {
-                if (cand.streamed_bytes < best->streamed_bytes) better = 1;
+                if (cand.streamed_bytes < best->streamed_bytes)
+                    better = 1;
                 else if (cand.streamed_bytes == best->streamed_bytes && cand.chunk_rows > best->chunk_rows &&
                          cand.t_step_slow <= best->t_step_slow)
                     better = 1;
@@ -368,7 +382,8 @@ static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
     return found;
 }
 
-/* The least device memory any plan of this request takes, and the host memory with every streamed unit on disk. */
+/* The least device memory any plan of this request takes, and the host memory with every streamed unit on
+ * disk. */
 static void dit_minimum(const dit_ctx *x, int64_t *dev, int64_t *host) {
     dit_ctx y = *x;
     y.vram = (int64_t)1 << 62;
@@ -380,18 +395,21 @@ static void dit_minimum(const dit_ctx *x, int64_t *dev, int64_t *host) {
     *host = p.host_staging + p.host_other;
 }
 
-/* ---- host stages -------------------------------------------------------------------------------------------------- */
+/* ---- host stages --------------------------------------------------------------------------------------- */
 
 int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t chunk_rows) {
-    /* as text_encoder.c's ws_alloc (f32): h [n, C], q and o [n, heads·D], k and v [n, kv·D], gate|up [chunk, 2F],
-     * SwiGLU [chunk, F], cos and sin [n, D]; plus the caller's output [n, C] the layers update in place */
+    /* as text_encoder.c's ws_alloc (f32): h [n, C], q and o [n, heads·D], k and v [n, kv·D], gate|up [chunk,
+     * 2F], SwiGLU [chunk, F], cos and sin [n, D]; plus the caller's output [n, C] the layers update in place
+     */
     const int64_t ch = n < (chunk_rows > 0 ? chunk_rows : 512) ? n : (chunk_rows > 0 ? chunk_rows : 512);
     const int64_t D = c->head_dim;
-    int64_t e = n * c->hidden + 2 * n * c->heads * D + 2 * n * c->kv_heads * D + ch * 3 * c->intermediate + 2 * n * D;
+    int64_t e =
+        n * c->hidden + 2 * n * c->heads * D + 2 * n * c->kv_heads * D + ch * 3 * c->intermediate + 2 * n * D;
     return (e + n * c->hidden) * 4;
 }
 
-static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f, h3_stage_plan *s) {
+static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f,
+                    h3_stage_plan *s) {
     memset(s, 0, sizeof *s);
     if (!m->te) return;
     s->present = 1;
@@ -401,7 +419,8 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
                                      c->heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden;
     /* the stored dtype of the matrices: the weights' bytes over their parameters */
     const int64_t all_params = c->n_layers * per_layer_params + c->vocab * c->hidden;
-    const double bpp = all_params > 0 && m->te_weight_bytes > 0 ? (double)m->te_weight_bytes / (double)all_params : 2.0;
+    const double bpp =
+        all_params > 0 && m->te_weight_bytes > 0 ? (double)m->te_weight_bytes / (double)all_params : 2.0;
     const int64_t layer_bytes = (int64_t)(bpp * (double)per_layer_params);
     s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
     s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
@@ -410,12 +429,13 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
     double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
     s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
     char a[32], b[32], d[32];
-    snprintf(s->detail, sizeof s->detail,
-             "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
-             "tokens; on a device it would stream layer by layer through 2 slots (%s)",
-             layers, (long long)c->n_layers, h3_budget_str(s->weight_bytes, a, sizeof a),
-             h3_budget_str(s->host_bytes, b, sizeof b), (long long)r->text_tokens,
-             h3_budget_str(s->dev_bytes, d, sizeof d));
+    snprintf(
+        s->detail, sizeof s->detail,
+        "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
+        "tokens; on a device it would stream layer by layer through 2 slots (%s)",
+        layers, (long long)c->n_layers, h3_budget_str(s->weight_bytes, a, sizeof a),
+        h3_budget_str(s->host_bytes, b, sizeof b), (long long)r->text_tokens,
+        h3_budget_str(s->dev_bytes, d, sizeof d));
 }
 
 static h3_status plan_vvae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
@@ -430,7 +450,8 @@ static h3_status plan_vvae(const h3_plan_model *m, const h3_plan_request *r, h3_
     s->host_bytes = mm.total;
     char a[32], b[32];
     snprintf(s->detail, sizeof s->detail,
-             "runs on the host: %d temporal chunks of %d x %d tiles, decode memory %s (does not grow with frames); "
+             "runs on the host: %d temporal chunks of %d x %d tiles, decode memory %s (does not grow with "
+             "frames); "
              "weights %s mapped",
              mm.chunks, mm.tiles_y, mm.tiles_x, h3_budget_str(mm.total, a, sizeof a),
              h3_budget_str(s->weight_bytes, b, sizeof b));
@@ -448,13 +469,14 @@ static h3_status plan_avae(const h3_plan_model *m, const h3_plan_request *r, h3_
     /* weight norm is folded at open into owned f32 weights */
     s->host_bytes = mm.total + m->avae_weight_bytes;
     char a[32], b[32];
-    snprintf(s->detail, sizeof s->detail, "runs on the host: decode memory %s for %lld latents per channel, weights %s",
+    snprintf(s->detail, sizeof s->detail,
+             "runs on the host: decode memory %s for %lld latents per channel, weights %s",
              h3_budget_str(mm.total, a, sizeof a), (long long)h3_audio_latents(r->frames),
              h3_budget_str(s->weight_bytes, b, sizeof b));
     return H3_OK;
 }
 
-/* ---- the whole plan ----------------------------------------------------------------------------------------------- */
+/* ---- the whole plan ------------------------------------------------------------------------------------ */
 
 typedef struct try_ctx {
     const h3_plan_model *m;
@@ -476,8 +498,17 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
             h3_seq_layout_free(&L);
             return st;
         }
-        dit_ctx x = {t->m, h3_dit_get_config(t->m->dit), &ds, t->f, L.seq_len, L.text_len, L.n_video_rows,
-                     L.n_audio_rows, r->n_timesteps, t->b.vram, t->b.ram};
+        dit_ctx x = {t->m,
+                     h3_dit_get_config(t->m->dit),
+                     &ds,
+                     t->f,
+                     L.seq_len,
+                     L.text_len,
+                     L.n_video_rows,
+                     L.n_audio_rows,
+                     r->n_timesteps,
+                     t->b.vram,
+                     t->b.ram};
         h3_seq_layout_free(&L);
         if (!dit_search(&x, &p->dit)) p->fits = 0;
     }
@@ -506,14 +537,18 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
                        const h3_device_figures *fig, h3_plan *out) {
     memset(out, 0, sizeof *out);
     if (h3_video_latent_frames(r->frames) < 0)
-        return H3_ERR(H3_ERR_INVALID, "plan: frames must be 17n+5 (e.g. 73, 124, 362); got %lld", (long long)r->frames);
+        return H3_ERR(H3_ERR_INVALID, "plan: frames must be 17n+5 (e.g. 73, 124, 362); got %lld",
+                      (long long)r->frames);
     if (r->width < 32 || r->height < 32 || r->width % 32 || r->height % 32)
-        return H3_ERR(H3_ERR_INVALID, "plan: width and height must be positive multiples of 32; got %lldx%lld",
+        return H3_ERR(H3_ERR_INVALID,
+                      "plan: width and height must be positive multiples of 32; got %lldx%lld",
                       (long long)r->width, (long long)r->height);
     if (r->text_tokens < 1 || r->text_tokens > 65536)
-        return H3_ERR(H3_ERR_INVALID, "plan: the prompt must have 1 to 65536 tokens; got %lld", (long long)r->text_tokens);
+        return H3_ERR(H3_ERR_INVALID, "plan: the prompt must have 1 to 65536 tokens; got %lld",
+                      (long long)r->text_tokens);
     if (r->n_timesteps < 1 || r->n_timesteps > 100000)
-        return H3_ERR(H3_ERR_INVALID, "plan: the run keeps 1 to 100000 distinct timesteps; got %d", r->n_timesteps);
+        return H3_ERR(H3_ERR_INVALID, "plan: the run keeps 1 to 100000 distinct timesteps; got %d",
+                      r->n_timesteps);
     if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
     out->req = *r;
     out->budgets = *b;
@@ -533,8 +568,17 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, r->width, r->height, &L));
         dit_static ds;
         h3_status st = dit_static_of(m, 0, &ds);
-        dit_ctx x = {m, h3_dit_get_config(m->dit), &ds, &out->fig, L.seq_len, L.text_len, L.n_video_rows,
-                     L.n_audio_rows, r->n_timesteps, b->vram, b->ram};
+        dit_ctx x = {m,
+                     h3_dit_get_config(m->dit),
+                     &ds,
+                     &out->fig,
+                     L.seq_len,
+                     L.text_len,
+                     L.n_video_rows,
+                     L.n_audio_rows,
+                     r->n_timesteps,
+                     b->vram,
+                     b->ram};
         h3_seq_layout_free(&L);
         H3_TRY(st);
         dit_minimum(&x, &dmin, &hmin);
@@ -578,8 +622,10 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
             h3_plan_request q = *r;
             q.n_timesteps = 2 * mid;
             H3_TRY(plan_all(&t, &q, &scratch));
-            if (scratch.fits) lo = mid;
-            else hi = mid;
+            if (scratch.fits)
+                lo = mid;
+            else
+                hi = mid;
         }
         out->fit_steps = lo;
     }
@@ -594,18 +640,21 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     char *w = out->why;
     size_t wn = sizeof out->why;
     w[0] = 0;
-    appendf(w, wn, "%lld frames at %lldx%lld (%lld packed rows) do not fit", (long long)r->frames, (long long)r->width,
-            (long long)r->height, (long long)out->dit.S);
+    appendf(w, wn, "%lld frames at %lldx%lld (%lld packed rows) do not fit", (long long)r->frames,
+            (long long)r->width, (long long)r->height, (long long)out->dit.S);
     int dev_short = m->dit && out->min_vram > b->vram;
     int host_short = b->ram > 0 && out->min_ram > b->ram;
     if (dev_short)
-        appendf(w, wn, ": the device budget of %s is short by %s (this request needs at least %s: one weight slot of "
-                "%.2f GiB, activations %.2f GiB, the rest of the DiT stage %.2f GiB)",
-                h3_budget_str(b->vram, a, sizeof a), h3_budget_str(out->min_vram - b->vram, c2, sizeof c2),
-                h3_budget_str(out->min_vram, c3, sizeof c3), (double)out->dit.slot_bytes / GIB,
-                (double)(out->dit.dev_workspace + out->dit.dev_io + out->dit.dev_scratch) / GIB,
-                (double)(dmin - out->dit.slot_bytes - out->dit.dev_workspace - out->dit.dev_io - out->dit.dev_scratch) /
-                    GIB);
+        appendf(
+            w, wn,
+            ": the device budget of %s is short by %s (this request needs at least %s: one weight slot of "
+            "%.2f GiB, activations %.2f GiB, the rest of the DiT stage %.2f GiB)",
+            h3_budget_str(b->vram, a, sizeof a), h3_budget_str(out->min_vram - b->vram, c2, sizeof c2),
+            h3_budget_str(out->min_vram, c3, sizeof c3), (double)out->dit.slot_bytes / GIB,
+            (double)(out->dit.dev_workspace + out->dit.dev_io + out->dit.dev_scratch) / GIB,
+            (double)(dmin - out->dit.slot_bytes - out->dit.dev_workspace - out->dit.dev_io -
+                     out->dit.dev_scratch) /
+                GIB);
     if (host_short)
         appendf(w, wn, "%s the host budget of %s is short by %s (at least %s)", dev_short ? ";" : ":",
                 h3_budget_str(b->ram, a, sizeof a), h3_budget_str(out->min_ram - b->ram, c2, sizeof c2),
@@ -628,8 +677,8 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         any = 1;
     }
     if (out->fit_steps) {
-        appendf(w, wn, "%s %d sampling steps (the modulation of each is kept on the device)", any ? "; or" : "",
-                out->fit_steps);
+        appendf(w, wn, "%s %d sampling steps (the modulation of each is kept on the device)",
+                any ? "; or" : "", out->fit_steps);
         any = 1;
     }
     if (out->fits_8bit) {
@@ -645,7 +694,7 @@ h3_status h3_plan_check(const h3_plan *p) {
     return H3_ERR(H3_ERR_BUDGET, "%s", p->why);
 }
 
-/* ---- formatting ----------------------------------------------------------------------------------------------- */
+/* ---- formatting ---------------------------------------------------------------------------------------- */
 
 char *h3_plan_format(const h3_plan *p) {
     const size_t n = 16384;
@@ -664,17 +713,21 @@ char *h3_plan_format(const h3_plan *p) {
     if (t->present) {
         appendf(o, n, "\nDiT: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", (long long)t->S,
                 (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
-        appendf(o, n, "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
-                "slots of %s; FFN chunk %s rows\n",
-                t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots, h3_budget_str(t->slot_bytes, a, sizeof a),
-                t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
+        appendf(
+            o, n,
+            "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
+            "slots of %s; FFN chunk %s rows\n",
+            t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots,
+            h3_budget_str(t->slot_bytes, a, sizeof a),
+            t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
         appendf(o, n, "  blocks: ");
         for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
         appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
         appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
                 h3_budget_str(p->budgets.vram, b, sizeof b));
         appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
-                h3_budget_str(t->dev_backend, a, sizeof a), h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
+                h3_budget_str(t->dev_backend, a, sizeof a),
+                h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
                 h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
         char e[32];
         appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
@@ -685,24 +738,28 @@ char *h3_plan_format(const h3_plan *p) {
         appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
                 h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
                 h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
-        appendf(o, n, "  per step: %s streamed (%s from disk)\n", h3_budget_str(t->streamed_bytes, a, sizeof a),
-                h3_budget_str(t->disk_bytes, b, sizeof b));
+        appendf(o, n, "  per step: %s streamed (%s from disk)\n",
+                h3_budget_str(t->streamed_bytes, a, sizeof a), h3_budget_str(t->disk_bytes, b, sizeof b));
         if (p->have_time) {
-            appendf(o, n, "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, copies "
+            appendf(o, n,
+                    "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, "
+                    "copies "
                     "%.3f s, disk reads %.3f s\n",
                     t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
                     t->t_copy, t->t_read);
-            appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load, t->t_modulation);
+            appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
+                    t->t_modulation);
         }
     }
     const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
     const char *names[3] = {"text encoder", "video VAE", "audio VAE"};
     for (int i = 0; i < 3; i++) {
         if (!hs[i]->present) continue;
-        appendf(o, n, "\n%s: %s; host %s\n", names[i], hs[i]->detail, h3_budget_str(hs[i]->host_bytes, a, sizeof a));
+        appendf(o, n, "\n%s: %s; host %s\n", names[i], hs[i]->detail,
+                h3_budget_str(hs[i]->host_bytes, a, sizeof a));
         if (i == 0 && p->have_time)
-            appendf(o, n, "  on the device: %.1f s per prompt (copies from disk at %.1f GB/s)\n", hs[i]->t_device,
-                    p->fig.disk_gbs);
+            appendf(o, n, "  on the device: %.1f s per prompt (copies from disk at %.1f GB/s)\n",
+                    hs[i]->t_device, p->fig.disk_gbs);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);
     return o;

@@ -1,28 +1,29 @@
-/* The memory planner: for a request (frames, canvas, prompt length) and the components a model folder holds, decide
- * before anything is loaded where every weight block lives and how the activations are chunked, so that each stage
- * stays inside the device and host budgets at the best predicted speed; or say, before loading, that nothing fits,
- * which budget is short and what would fit.
+/* The memory planner: for a request (frames, canvas, prompt length) and the components a model folder holds,
+ * decide before anything is loaded where every weight block lives and how the activations are chunked, so
+ * that each stage stays inside the device and host budgets at the best predicted speed; or say, before
+ * loading, that nothing fits, which budget is short and what would fit.
  *
- * Pure arithmetic on headers: weights need not be readable (header-only files plan like the real ones) and no GPU
- * is needed. Every activation figure comes from the runtime's own arithmetic (h3_dit_forward_mem_of,
- * h3_video_vae_decode_peak, h3_audio_vae_decode_peak; the text encoder's workspace is mirrored here and checked
- * against a measured encode in tests/test_planner.c), so the plan cannot drift from what runs.
+ * Pure arithmetic on headers: weights need not be readable (header-only files plan like the real ones) and no
+ * GPU is needed. Every activation figure comes from the runtime's own arithmetic (h3_dit_forward_mem_of,
+ * h3_video_vae_decode_peak, h3_audio_vae_decode_peak; the text encoder's workspace is mirrored here and
+ * checked against a measured encode in tests/test_planner.c), so the plan cannot drift from what runs.
  *
  * The DiT stage (per step: the token-refiner blocks then the DiT blocks, every step the same order):
- *   device = backend workspace + non-block weights + resident blocks + ring slots + kept modulation
- *            + max(forward: workspace + inputs/outputs + scratch, precompute: its scratch)
- *   Each block ("unit": a refiner or DiT block's core weights, packed) is RESIDENT on the device, or streamed
- *   through the ring from PINNED host memory, or from DISK (read into pinned staging per use) when the host budget
- *   cannot hold it. The AdaLN projections never stream per step: the modulation of every timestep of the run is
- *   computed once (streaming each block's projection through the ring once) and kept on the device.
- *   The plan tries every FFN row chunk in H3_PLAN_CHUNKS and ring depths 1..H3_PLAN_MAX_SLOTS, fills what is left
- *   with resident blocks (refiner blocks first: they compute almost nothing and cannot hide their copies; then DiT
- *   blocks spread evenly), and predicts the step time by simulating the copy stream, the read stream and the
- *   compute stream over several steps with the device figures (h3_device_figures). It keeps the fastest, judged
- *   with copies and reads 25% slower than the figures (a plan must hide its copies with slack, not on paper);
- *   among plans within 0.5% of it, the one that streams the fewest bytes, then the largest chunk.
- *   A plan fits when its predicted peak plus H3_PLAN_SLACK is within the budget (the slack covers the arena's
- *   256-byte granules and the holes a first-fit arena can leave).
+ *     device = backend workspace + non-block weights + resident blocks + ring slots + kept modulation
+ *              + max(forward: buffers + inputs/outputs + scratch, precompute: its scratch)
+ * Each block ("unit": a refiner or DiT block's core weights, packed) is RESIDENT on the device, or streamed
+ * through the ring from PINNED host memory, or from DISK (read into pinned staging per use) when the host
+ * budget cannot hold it. The AdaLN projections never stream per step: the modulation of every timestep of the
+ * run is computed once (streaming each block's projection through the ring once) and kept on the device.
+ *
+ * The plan tries every FFN row chunk and ring depths 1..H3_PLAN_MAX_SLOTS, fills what is left with resident
+ * blocks (refiner blocks first: they compute almost nothing and cannot hide their copies; then DiT blocks
+ * spread evenly), and predicts the step time by simulating the copy stream, the read stream and the compute
+ * stream over several steps with the device figures (h3_device_figures). It keeps the fastest, judged with
+ * copies and reads 25% slower than the figures (a plan must hide its copies with slack, not on paper); among
+ * plans within 0.5% of it, the one that streams the fewest bytes, then the largest chunk. A plan fits when
+ * its predicted peak plus h3_plan_slack(budget) is within the budget (the slack covers the arena's 256-byte
+ * granules and the holes a first-fit arena can leave).
  */
 #ifndef H3_MEM_PLAN_H
 #define H3_MEM_PLAN_H
@@ -36,7 +37,7 @@
 
 #define H3_PLAN_MAX_UNITS 256
 #define H3_PLAN_MAX_SLOTS 8
-#define H3_PLAN_STAGING 2 /* pinned staging buffers for reads from files */
+#define H3_PLAN_STAGING   2 /* pinned staging buffers for reads from files */
 static inline int64_t h3_plan_slack(int64_t budget) {
     int64_t s = budget / 100;
     return s > ((int64_t)64 << 20) ? s : ((int64_t)64 << 20);
@@ -50,15 +51,16 @@ typedef enum h3_tier {
 } h3_tier;
 const char *h3_tier_name(h3_tier t);
 
-/* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see docs/MEMORY.md). */
+/* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see
+ * docs/MEMORY.md). */
 typedef struct h3_device_figures {
-    char name[16];   /* "h200" */
-    char label[128]; /* where the figures come from */
-    int64_t memory;  /* device memory, bytes */
+    char name[16];                             /* "h200" */
+    char label[128];                           /* where the figures come from */
+    int64_t memory;                            /* device memory, bytes */
     double pinned_gbs, pageable_gbs, disk_gbs; /* host->device from pinned and pageable memory; file reads */
-    double gemm_tflops;     /* bf16 GEMM at M >= ~20k rows */
-    double gemm_half_rows;  /* GEMM efficiency M/(M+half), relative to its value at 19,412 rows */
-    double attn_tflops;     /* attention, 4·S²·inner FLOP per block */
+    double gemm_tflops;                        /* bf16 GEMM at M >= ~20k rows */
+    double gemm_half_rows;       /* GEMM efficiency M/(M+half), relative to its value at 19,412 rows */
+    double attn_tflops;          /* attention, 4·S²·inner FLOP per block */
     double eltwise_ns_per_kelem; /* norms, RoPE, SwiGLU, residuals of one block: ns per 1000 (row × hidden) */
 } h3_device_figures;
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
@@ -80,15 +82,15 @@ typedef struct h3_plan_budgets {
 
 /* What the planner reads from the opened components (headers only). Absent components are NULL. */
 typedef struct h3_plan_model {
-    const h3_dit *dit;          /* opened with act_place DEVICE (bf16 activations), any weight place */
-    int dit_weights_pinned;     /* the DiT's weights already sit in pinned host memory (benchmarks): no staging,
-                                 * and the host budget does not hold a second copy */
-    int dit_weights_in_file;    /* the block weights can be read back from their files (pread) */
+    const h3_dit *dit;       /* opened with act_place DEVICE (bf16 activations), any weight place */
+    int dit_weights_pinned;  /* the DiT's weights already sit in pinned host memory (benchmarks): no staging,
+                              * and the host budget does not hold a second copy */
+    int dit_weights_in_file; /* the block weights can be read back from their files (pread) */
     const h3_text_encoder *te;
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
     int64_t te_weight_bytes, vvae_weight_bytes, avae_weight_bytes; /* as stored (h3_plan_weight_bytes) */
-    int host_threads;           /* CPU threads the host stages use (the video VAE's scratch depends on it) */
+    int host_threads; /* CPU threads the host stages use (the video VAE's scratch depends on it) */
 } h3_plan_model;
 
 /* Bytes of every tensor of the safetensors set (file, index or folder) a component was opened from. */
@@ -106,7 +108,8 @@ typedef struct h3_dit_plan {
     int64_t slot_bytes;
     /* device, by category (each allocation rounded to the arena's granule) */
     int64_t dev_backend, dev_globals, dev_resident, dev_slots, dev_modulation;
-    int64_t dev_workspace, dev_io, dev_scratch; /* forward: kept buffers, caller's tensors, transient scratch */
+    int64_t dev_workspace, dev_io,
+        dev_scratch; /* forward: kept buffers, caller's tensors, transient scratch */
     int64_t dev_precompute_scratch;
     int64_t dev_peak_forward, dev_peak_precompute, dev_peak;
     /* host */
@@ -115,8 +118,8 @@ typedef struct h3_dit_plan {
     int64_t streamed_bytes, disk_bytes;
     /* time (seconds; from the figures) */
     double t_step, t_resident, t_compute, t_copy, t_read;
-    double t_step_slow; /* the step if copies and reads ran 25% slower than the figures: plans are ranked by it, so
-                         * a plan that only hides its copies on paper loses to one with slack */
+    double t_step_slow; /* the step if copies and reads ran 25% slower than the figures: plans are ranked by
+                         * it, so a plan that only hides its copies on paper loses to one with slack */
     double t_modulation, t_load; /* once per run */
 } h3_dit_plan;
 
@@ -126,7 +129,7 @@ typedef struct h3_stage_plan {
     int64_t weight_bytes; /* read from files (mapped: page cache) */
     int64_t host_bytes;   /* activations, scratch and owned weight copies */
     int64_t dev_bytes;    /* device memory it would take streaming layer by layer (text encoder), else 0 */
-    double t_device;      /* predicted seconds on the device streaming layer by layer (text encoder), 0 if none */
+    double t_device; /* predicted seconds on the device streaming layer by layer (text encoder), 0 if none */
     char detail[320];
 } h3_stage_plan;
 
@@ -139,26 +142,27 @@ typedef struct h3_plan {
     h3_stage_plan te, vvae, avae;
     int fits;
     /* when it does not fit */
-    int64_t min_vram, min_ram; /* the smallest budgets that fit this request */
-    int64_t fit_frames;        /* the most frames (17n+5) that fit the budgets at this canvas; 0: none */
+    int64_t min_vram, min_ram;     /* the smallest budgets that fit this request */
+    int64_t fit_frames;            /* the most frames (17n+5) that fit the budgets at this canvas; 0: none */
     int64_t fit_width, fit_height; /* the largest canvas (same aspect, multiples of 32) that fits; 0: none */
-    int fits_8bit;             /* an 8-bit DiT file (int8/fp8 block weights) would fit */
-    int fit_steps;             /* the most sampling steps (2 kept timesteps each) that fit; 0: none, or not fewer */
-    char why[1024];            /* the message: which budget is short, by how much, what would fit */
+    int fits_8bit;                 /* an 8-bit DiT file (int8/fp8 block weights) would fit */
+    int fit_steps;  /* the most sampling steps (2 kept timesteps each) that fit; 0: none, or not fewer */
+    char why[1024]; /* the message: which budget is short, by how much, what would fit */
 } h3_plan;
 
-/* Plans the stages the model holds. fig NULL: no time predictions (the choices use the h200 figures for ranking).
- * H3_ERR_INVALID for an impossible request (frames not 17n+5, canvas not multiples of 32); a plan that does not fit
- * is still H3_OK with fits = 0 and `why` filled. */
+/* Plans the stages the model holds. fig NULL: no time predictions (the choices use the h200 figures for
+ * ranking). H3_ERR_INVALID for an impossible request (frames not 17n+5, canvas not multiples of 32); a plan
+ * that does not fit is still H3_OK with fits = 0 and `why` filled. */
 h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h3_plan_budgets *b,
                        const h3_device_figures *fig, h3_plan *out);
-/* H3_ERR_BUDGET carrying the plan's message when it does not fit (the stop before loading); H3_OK otherwise. */
+/* H3_ERR_BUDGET carrying the plan's message when it does not fit (the stop before loading); H3_OK otherwise.
+ */
 h3_status h3_plan_check(const h3_plan *p);
 /* The plan for people, several lines (h3_malloc'd; h3_free it). NULL when out of memory. */
 char *h3_plan_format(const h3_plan *p);
 
-/* The text encoder's activation bytes for n tokens on the host (f32), as h3_text_encoder_encode allocates them:
- * the output [n, C] plus its layer workspace with MLP chunks of chunk_rows (0: 512). */
+/* The text encoder's activation bytes for n tokens on the host (f32), as h3_text_encoder_encode allocates
+ * them: the output [n, C] plus its layer workspace with MLP chunks of chunk_rows (0: 512). */
 int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t chunk_rows);
 
 /* The step-time simulation, exposed for tests: units in execution order with their compute seconds, tier and
@@ -167,6 +171,7 @@ typedef struct h3_sim_unit {
     double compute, copy, read;
     h3_tier tier;
 } h3_sim_unit;
-double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, double *copy_busy, double *read_busy);
+double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, double *copy_busy,
+                        double *read_busy);
 
 #endif

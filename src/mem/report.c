@@ -10,7 +10,7 @@
 #include "base/alloc.h"
 #include "cuda/cuda.h"
 
-#define MAP_CAP 65536 /* live device blocks tracked (a DiT stage holds a few hundred) */
+#define MAP_CAP   65536 /* live device blocks tracked (a DiT stage holds a few hundred) */
 #define MAX_MARKS 4096
 
 typedef struct live {
@@ -54,7 +54,8 @@ static double now_s(void) {
 }
 
 const char *h3_devcat_name(h3_devcat c) {
-    static const char *n[] = {"backend workspace", "resident weights", "stream slots", "modulation", "activations"};
+    static const char *n[] = {"backend workspace", "resident weights", "stream slots", "modulation",
+                              "activations"};
     return (unsigned)c < H3_DEVCAT_COUNT ? n[c] : "?";
 }
 
@@ -87,8 +88,10 @@ static void observe(void *user, const void *p, int64_t delta, int64_t used) {
             i = (i + 1) & (MAP_CAP - 1);
             n++;
         }
-        if (n < MAP_CAP) r->map[i] = (live){p, delta, cat};
-        else r->untracked += delta;
+        if (n < MAP_CAP)
+            r->map[i] = (live){p, delta, cat};
+        else
+            r->untracked += delta;
         r->current[cat] += delta;
         if (r->current[cat] > r->peak[cat]) r->peak[cat] = r->current[cat];
     } else {
@@ -160,7 +163,8 @@ void h3_memrep_mark(h3_memrep *r, const char *name) {
     snprintf(m->name, sizeof m->name, "%s", name ? name : "");
 }
 
-void h3_memrep_set_predicted(h3_memrep *r, const int64_t pred[H3_DEVCAT_COUNT], int64_t peak, int64_t budget) {
+void h3_memrep_set_predicted(h3_memrep *r, const int64_t pred[H3_DEVCAT_COUNT], int64_t peak,
+                             int64_t budget) {
     memcpy(r->predicted, pred, sizeof r->predicted);
     r->predicted_peak = peak;
     if (budget > 0) r->budget = budget;
@@ -194,8 +198,10 @@ static void appendf(char *buf, size_t n, const char *fmt, ...) {
 }
 
 static void diff_str(int64_t pred, int64_t meas, char *b, size_t n) {
-    if (pred <= 0) snprintf(b, n, "%s", meas ? "(not predicted)" : "");
-    else snprintf(b, n, "%+.1f%%", 100.0 * ((double)meas - (double)pred) / (double)pred);
+    if (pred <= 0)
+        snprintf(b, n, "%s", meas ? "(not predicted)" : "");
+    else
+        snprintf(b, n, "%+.1f%%", 100.0 * ((double)meas - (double)pred) / (double)pred);
 }
 
 char *h3_memrep_format(const h3_memrep *r) {
@@ -208,8 +214,8 @@ char *h3_memrep_format(const h3_memrep *r) {
     appendf(o, n, "device memory     %-22s predicted   measured peak   difference\n", "");
     for (int c = 0; c < H3_DEVCAT_COUNT; c++) {
         diff_str(r->predicted[c], r->peak[c], d, sizeof d);
-        appendf(o, n, "  %-38s %8.3f GiB   %8.3f GiB   %s\n", h3_devcat_name((h3_devcat)c), r->predicted[c] / G,
-                r->peak[c] / G, d);
+        appendf(o, n, "  %-38s %8.3f GiB   %8.3f GiB   %s\n", h3_devcat_name((h3_devcat)c),
+                r->predicted[c] / G, r->peak[c] / G, d);
     }
     diff_str(r->predicted_peak, r->total_peak, d, sizeof d);
     appendf(o, n, "  %-38s %8.3f GiB   %8.3f GiB   %s   (budget %.3f GiB%s)\n", "peak, all together",
@@ -221,7 +227,8 @@ char *h3_memrep_format(const h3_memrep *r) {
         appendf(o, n, "copies: %.2f GB to the device", r->copy_bytes / 1e9);
         if (gbs > 0) appendf(o, n, ", %.1f GB/s achieved", gbs);
         if (gbs > 0 && r->ceiling_gbs > 0)
-            appendf(o, n, " (%.0f%% of the %.1f GB/s pinned ceiling)", 100.0 * gbs / r->ceiling_gbs, r->ceiling_gbs);
+            appendf(o, n, " (%.0f%% of the %.1f GB/s pinned ceiling)", 100.0 * gbs / r->ceiling_gbs,
+                    r->ceiling_gbs);
         appendf(o, n, "\n");
     }
     return o;
@@ -243,8 +250,10 @@ h3_status h3_memrep_write_trace(const h3_memrep *r, const char *path) {
     for (int i = 0; i < r->n_marks; i++) {
         fprintf(f, "%s[%.6f, %lld, \"", i ? ",\n  " : "", r->marks[i].t, (long long)r->marks[i].used);
         for (const char *c = r->marks[i].name; *c; c++)
-            if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-            else if ((unsigned char)*c >= 0x20) fputc(*c, f);
+            if (*c == '"' || *c == '\\')
+                fprintf(f, "\\%c", *c);
+            else if ((unsigned char)*c >= 0x20)
+                fputc(*c, f);
         fprintf(f, "\"]");
     }
     fprintf(f, "]}\n");

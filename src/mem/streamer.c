@@ -1,4 +1,4 @@
-/* The block streamer (streamer.h): ring of slots, copy and read queues ordered by events, pinned host copies. */
+/* The block streamer (streamer.h): ring of slots, copy and read queues ordered by events, pinned copies. */
 #include "mem/streamer.h"
 
 #include <errno.h>
@@ -83,9 +83,9 @@ static h3_status check_failure(h3_streamer *s) {
     return f ? H3_ERR(c, "weight streamer: %s", m) : H3_OK;
 }
 
-/* Gathers an item's bytes into dst (its layout): memcpy from host sources, pread from files. drop: tell the kernel
- * the file range is not needed again (disk-tier reads must not grow the page cache the host budget excludes).
- * Runs on CUDA's callback thread for DISK reads: no CUDA and no h3 error state here. */
+/* Gathers an item's bytes into dst (its layout): memcpy from host sources, pread from files. drop: tell the
+ * kernel the file range is not needed again (disk-tier reads must not grow the page cache the host budget
+ * excludes). Runs on CUDA's callback thread for DISK reads: no CUDA and no h3 error state here. */
 static int fill_item(const h3_stream_item *it, void *dst, int drop, char *err, size_t errn) {
     uint8_t *d = dst;
     for (int i = 0; i < it->n_segs; i++) {
@@ -100,7 +100,8 @@ static int fill_item(const h3_stream_item *it, void *dst, int drop, char *err, s
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 snprintf(err, errn, "reading %lld bytes at offset %lld of a weight file failed: %s",
-                         (long long)g->bytes, (long long)g->off, r < 0 ? strerror(errno) : "the file is shorter");
+                         (long long)g->bytes, (long long)g->off,
+                         r < 0 ? strerror(errno) : "the file is shorter");
                 return -1;
             }
             done += r;
@@ -130,7 +131,7 @@ static void read_job_fn(void *arg) {
     if (r) set_failure(s, H3_ERR_IO, err);
 }
 
-/* ---- timing ------------------------------------------------------------------------------------------------- */
+/* ---- timing -------------------------------------------------------------------------------------------- */
 
 static void harvest(h3_streamer *s, int t, int wait) {
     if (!s->tm_pending[t]) return;
@@ -150,7 +151,7 @@ static void harvest(h3_streamer *s, int t, int wait) {
     s->tm_pending[t] = 0;
 }
 
-/* ---- queueing a copy ----------------------------------------------------------------------------------------- */
+/* ---- queueing a copy ----------------------------------------------------------------------------------- */
 
 static h3_status issue(h3_streamer *s, int item, int slot) {
     const h3_stream_item *it = &s->items[item];
@@ -194,7 +195,8 @@ static h3_status issue(h3_streamer *s, int item, int slot) {
         H3_TRY(h3_cuda_copy_h2d_async(dst, s->pinned[item], (size_t)it->bytes, s->copy));
     } else {
         for (int i = 0; i < it->n_segs; i++)
-            H3_TRY(h3_cuda_copy_h2d_async(dst + it->segs[i].dst, it->segs[i].src, (size_t)it->segs[i].bytes, s->copy));
+            H3_TRY(h3_cuda_copy_h2d_async(dst + it->segs[i].dst, it->segs[i].src, (size_t)it->segs[i].bytes,
+                                          s->copy));
     }
     H3_TRY(h3_cuda_event_record(s->tm1[t], s->copy));
     s->tm_bytes[t] = it->bytes;
@@ -241,9 +243,11 @@ static void drop_prefetched(h3_streamer *s) {
 
 h3_status h3_streamer_set_order(h3_streamer *s, const int *items, int n, int cyclic) {
     if (s->n_held)
-        return H3_ERR(H3_ERR_INVALID, "weight streamer: the sequence cannot change while %d items are held", s->n_held);
+        return H3_ERR(H3_ERR_INVALID, "weight streamer: the sequence cannot change while %d items are held",
+                      s->n_held);
     if (n < 0 || n > s->n_items)
-        return H3_ERR(H3_ERR_INVALID, "weight streamer: a sequence of %d items (the streamer has %d)", n, s->n_items);
+        return H3_ERR(H3_ERR_INVALID, "weight streamer: a sequence of %d items (the streamer has %d)", n,
+                      s->n_items);
     if (n > 0 && s->cfg.n_slots < 1)
         return H3_ERR(H3_ERR_INVALID, "weight streamer: nothing can stream through a ring of 0 slots");
     for (int i = 0; i < n; i++) {
@@ -276,11 +280,12 @@ h3_status h3_streamer_acquire(h3_streamer *s, int item, void **data) {
         int pos = -1;
         for (int i = 0; i < s->n_order && pos < 0; i++)
             if (s->order[i] == item) pos = i;
-        if (pos < 0) return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d is not in the streaming sequence", item);
+        if (pos < 0)
+            return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d is not in the streaming sequence", item);
         if (s->n_held)
             return H3_ERR(H3_ERR_INVALID,
-                          "weight streamer: item %d was acquired out of sequence while %d others are held", item,
-                          s->n_held);
+                          "weight streamer: item %d was acquired out of sequence while %d others are held",
+                          item, s->n_held);
         s->st.resyncs++;
         drop_prefetched(s);
         s->next_issue = pos;
@@ -343,7 +348,7 @@ int h3_streamer_slot_count(const h3_streamer *s) {
     return s->cfg.n_slots;
 }
 
-/* ---- creation ---------------------------------------------------------------------------------------------- */
+/* ---- creation ------------------------------------------------------------------------------------------ */
 
 static void *place_alloc(h3_streamer *s, h3_place pl, int64_t bytes, h3_mem_category cat) {
     (void)s;
@@ -368,17 +373,19 @@ void h3_streamer_free(h3_streamer *s) {
     for (int k = 0; s->slot && k < s->cfg.n_slots; k++)
         if (s->slot[k]) h3_place_free(pl, s->slot[k], (size_t)s->cfg.slot_bytes, H3_MEM_WEIGHTS);
     for (int j = 0; s->staging && j < s->cfg.n_staging; j++)
-        if (s->staging[j]) h3_place_free(H3_PLACE_PINNED, s->staging[j], (size_t)s->staging_bytes, H3_MEM_WORKSPACE);
+        if (s->staging[j])
+            h3_place_free(H3_PLACE_PINNED, s->staging[j], (size_t)s->staging_bytes, H3_MEM_WORKSPACE);
     h3_cuda_event_h *evs[] = {s->ev_ready, s->ev_free, s->ev_staged, s->ev_stfree, s->tm0, s->tm1};
-    int nev[] = {s->cfg.n_slots, s->cfg.n_slots, s->cfg.n_staging, s->cfg.n_staging, s->n_timing, s->n_timing};
+    int nev[] = {s->cfg.n_slots,   s->cfg.n_slots, s->cfg.n_staging,
+                 s->cfg.n_staging, s->n_timing,    s->n_timing};
     for (int a = 0; a < 6; a++) {
         for (int i = 0; evs[a] && i < nev[a]; i++) h3_cuda_event_destroy(evs[a][i]);
         h3_free(evs[a]);
     }
     if (s->read) h3_cuda_stream_destroy(s->read);
-    void *arrays[] = {s->items,    s->segs,     s->pinned,    s->resident,  s->slot,      s->staging,
-                      s->tm_bytes, s->tm_pending, s->order,   s->fifo_item, s->fifo_slot, s->free_slot,
-                      s->held_item, s->held_slot, s->jobs};
+    void *arrays[] = {s->items,     s->segs,      s->pinned,     s->resident,  s->slot,
+                      s->staging,   s->tm_bytes,  s->tm_pending, s->order,     s->fifo_item,
+                      s->fifo_slot, s->free_slot, s->held_item,  s->held_slot, s->jobs};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) h3_free(arrays[i]);
     pthread_mutex_destroy(&s->mu);
     h3_free(s);
@@ -402,38 +409,45 @@ static h3_status load_resident(h3_streamer *s, int i) {
     }
     if (it->src_pinned) {
         for (int g = 0; g < it->n_segs; g++)
-            H3_TRY(h3_cuda_copy_h2d_async(dst + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes, s->copy));
+            H3_TRY(h3_cuda_copy_h2d_async(dst + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes,
+                                          s->copy));
         return H3_OK;
     }
     if (s->cfg.n_staging < 1)
-        return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d is read from a file or pageable memory and there is "
-                      "no staging buffer", i);
+        return H3_ERR(H3_ERR_INVALID,
+                      "weight streamer: item %d is read from a file or pageable memory and there is "
+                      "no staging buffer",
+                      i);
     H3_TRY(h3_cuda_stream_sync(s->copy)); /* staging 0 is free again */
-    if (fill_item(it, s->staging[0], 0, err, sizeof err)) return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
+    if (fill_item(it, s->staging[0], 0, err, sizeof err))
+        return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
     H3_TRY(h3_cuda_copy_h2d_async(dst, s->staging[0], (size_t)it->bytes, s->copy));
     return H3_OK;
 }
 
-h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h3_stream_item *items, int n_items,
-                             h3_streamer **out) {
+h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h3_stream_item *items,
+                             int n_items, h3_streamer **out) {
     *out = NULL;
     if (n_items < 0 || cfg->n_slots < 0 || cfg->n_slots > 64 || cfg->n_staging < 0 || cfg->n_staging > 8)
-        return H3_ERR(H3_ERR_INVALID, "weight streamer: %d items, %d slots, %d staging buffers", n_items, cfg->n_slots,
-                      cfg->n_staging);
+        return H3_ERR(H3_ERR_INVALID, "weight streamer: %d items, %d slots, %d staging buffers", n_items,
+                      cfg->n_slots, cfg->n_staging);
     if (cfg->place != H3_PLACE_DEVICE && cfg->place != H3_PLACE_HOST)
         return H3_ERR(H3_ERR_INVALID, "weight streamer: slots live on the device (or the host, for tests)");
     int64_t nsegs = 0;
     for (int i = 0; i < n_items; i++) {
         const h3_stream_item *it = &items[i];
-        if (it->bytes < 0 || it->n_segs < 0 || (it->n_segs && !it->segs) || (unsigned)it->tier >= H3_TIER_COUNT)
+        if (it->bytes < 0 || it->n_segs < 0 || (it->n_segs && !it->segs) ||
+            (unsigned)it->tier >= H3_TIER_COUNT)
             return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d is malformed", i);
         if (it->tier != H3_TIER_RESIDENT && it->bytes > cfg->slot_bytes)
-            return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d has %lld bytes, more than a slot's %lld", i,
-                          (long long)it->bytes, (long long)cfg->slot_bytes);
+            return H3_ERR(H3_ERR_INVALID, "weight streamer: item %d has %lld bytes, more than a slot's %lld",
+                          i, (long long)it->bytes, (long long)cfg->slot_bytes);
         for (int g = 0; g < it->n_segs; g++) {
             const h3_stream_seg *sg = &it->segs[g];
-            if (sg->bytes < 0 || sg->dst < 0 || sg->dst + sg->bytes > it->bytes || (sg->fd < 0 && !sg->src && sg->bytes))
-                return H3_ERR(H3_ERR_INVALID, "weight streamer: segment %d of item %d lies outside the item", g, i);
+            if (sg->bytes < 0 || sg->dst < 0 || sg->dst + sg->bytes > it->bytes ||
+                (sg->fd < 0 && !sg->src && sg->bytes))
+                return H3_ERR(H3_ERR_INVALID, "weight streamer: segment %d of item %d lies outside the item",
+                              g, i);
         }
         nsegs += it->n_segs;
     }
@@ -470,7 +484,8 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
         int64_t o = 0;
         for (int i = 0; i < n_items; i++) {
             s->items[i] = items[i];
-            if (items[i].n_segs) memcpy(s->segs + o, items[i].segs, (size_t)items[i].n_segs * sizeof *s->segs);
+            if (items[i].n_segs)
+                memcpy(s->segs + o, items[i].segs, (size_t)items[i].n_segs * sizeof *s->segs);
             s->items[i].segs = s->segs + o;
             o += items[i].n_segs;
             for (int j = 0; j < ns; j++) s->jobs[i * ns + j] = (read_job){s, i, j};
@@ -489,11 +504,13 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
         H3_CHECK(make_events(&s->tm1, s->n_timing, 1));
         if (ns) H3_CHECK(h3_cuda_stream_create(&s->read));
     }
-    /* Pinned staging first (host), then the device: resident items, then the slots. Staging holds any item that
-     * passes through it: streamed ones (at most a slot) and resident ones loaded from non-pinned sources. */
+    /* Pinned staging first (host), then the device: resident items, then the slots. Staging holds any item
+     * that passes through it: streamed ones (at most a slot) and resident ones loaded from non-pinned
+     * sources. */
     s->staging_bytes = cfg->slot_bytes;
     for (int i = 0; i < n_items; i++)
-        if (!s->items[i].src_pinned && s->items[i].bytes > s->staging_bytes) s->staging_bytes = s->items[i].bytes;
+        if (!s->items[i].src_pinned && s->items[i].bytes > s->staging_bytes)
+            s->staging_bytes = s->items[i].bytes;
     for (int j = 0; j < ns; j++) {
         s->staging[j] = place_alloc(s, H3_PLACE_PINNED, s->staging_bytes, H3_MEM_WORKSPACE);
         if (!s->staging[j])
@@ -506,7 +523,8 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
         if (it->tier != H3_TIER_PINNED || (it->src_pinned && s->dev)) continue;
         /* the pinned host cache: a packed copy, filled once */
         s->pinned[i] = place_alloc(s, H3_PLACE_PINNED, it->bytes, H3_MEM_WEIGHTS);
-        if (!s->pinned[i]) H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for a %lld-byte weight block", (long long)it->bytes);
+        if (!s->pinned[i])
+            H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for a %lld-byte weight block", (long long)it->bytes);
         char err[256];
         if (fill_item(it, s->pinned[i], 0, err, sizeof err)) H3_FAIL(H3_ERR_IO, "weight streamer: %s", err);
         s->st.pinned_bytes += it->bytes;
@@ -518,7 +536,8 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
             s->resident[i] = place_alloc(s, cfg->place, s->items[i].bytes, H3_MEM_WEIGHTS);
             if (!s->resident[i]) {
                 st = h3_error_wrap(h3_last_error_code() ? h3_last_error_code() : H3_ERR_NOMEM,
-                                   "weight streamer: a resident block of %lld bytes", (long long)s->items[i].bytes);
+                                   "weight streamer: a resident block of %lld bytes",
+                                   (long long)s->items[i].bytes);
                 break;
             }
             st = load_resident(s, i);
@@ -529,8 +548,10 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
             s->slot[j] = place_alloc(s, cfg->place, cfg->slot_bytes, H3_MEM_WEIGHTS);
             if (!s->slot[j])
                 st = h3_error_wrap(h3_last_error_code() ? h3_last_error_code() : H3_ERR_NOMEM,
-                                   "weight streamer: stream slot %d of %lld bytes", j, (long long)cfg->slot_bytes);
-            else s->st.slot_bytes += cfg->slot_bytes;
+                                   "weight streamer: stream slot %d of %lld bytes", j,
+                                   (long long)cfg->slot_bytes);
+            else
+                s->st.slot_bytes += cfg->slot_bytes;
         }
         if (cfg->rep) h3_memrep_set_category(cfg->rep, prev);
         if (st != H3_OK) goto done;

@@ -1,27 +1,31 @@
-/* The block streamer: a ring of device slots filled ahead of use on the copy stream, so weight copies hide behind
- * compute.
+/* The block streamer: a ring of device slots filled ahead of use on the copy stream, so weight copies hide
+ * behind compute.
  *
- * Items are byte ranges laid out for a slot (a DiT unit's packed weights, one block's AdaLN projection, a text-
- * encoder layer). Each has a tier (plan.h): RESIDENT items are copied to their own device block once, at creation;
- * PINNED items are copied per use from pinned host memory (the item's sources when they are pinned already, else a
- * packed pinned copy made at creation: the pinned host cache); DISK items are read per use from their sources
- * (pread from a file, or memcpy from pageable memory) into a pinned staging buffer on a read stream, then copied.
+ * Items are byte ranges laid out for a slot (a DiT unit's packed weights, one block's AdaLN projection, a
+ * text-encoder layer). Each has a tier (plan.h): RESIDENT items are copied to their own device block once, at
+ * creation; PINNED items are copied per use from pinned host memory (the item's sources when they are pinned
+ * already, else a packed pinned copy made at creation: the pinned host cache); DISK items are read per use
+ * from their sources (pread from a file, or memcpy from pageable memory) into a pinned staging buffer on a
+ * read stream, then copied.
  *
- * Order: the caller names the sequence in which streamed items will be acquired (h3_streamer_set_order), cyclic
- * for a step loop. The streamer keeps up to n_slots items in flight: at start it fills every free slot; each
- * release frees a slot and immediately queues the next item of the sequence into it. Events order everything:
- *   copy into slot s:        copy stream waits free[s] (the last compute release of s), then copies, records ready[s]
- *   acquire of the item:     compute stream waits ready[s]
- *   release:                 compute stream records free[s]
- *   a DISK read into staging j: read stream waits staged_free[j] (the copy out of j), runs the read as a host
- *                            function, records staged[j]; the copy stream waits staged[j] before copying
- * so a slot is never overwritten before the compute that reads it is done, and never read before its copy is. The
- * host never waits (no allocation, no synchronization in acquire/release); an acquire out of sequence resynchronizes
- * (drops what was prefetched and refills from that item: correct, just slower), and is counted.
+ * Order: the caller names the sequence in which streamed items will be acquired (h3_streamer_set_order),
+ * cyclic for a step loop. The streamer keeps up to n_slots items in flight: at start it fills every free
+ * slot; each release frees a slot and at once queues the next item of the sequence into it. Events order
+ * everything:
+ *     copy into slot s:   the copy stream waits free[s] (the last compute release of s), copies, records
+ *                         ready[s]
+ *     acquire:            the compute stream waits ready[s]
+ *     release:            the compute stream records free[s]
+ *     DISK read into j:   the read stream waits staged_free[j] (the copy out of j), runs the read as a host
+ *                         function, records staged[j]; the copy stream waits staged[j] before copying
+ * so a slot is never overwritten before the compute that reads it is done, and never read before its copy
+ * is. The host never waits (no allocation, no synchronization in acquire/release); an acquire out of
+ * sequence resynchronizes (drops what was prefetched and refills from that item: correct, just slower), and
+ * is counted.
  *
- * Without a device (place HOST, or a build without CUDA) the same logic runs synchronously on the host: slots are
- * host memory and a copy happens when it is queued. The CPU tests exercise the ordering, the tiers and the reads
- * that way; tests/test_streamer.c checks the device version on a GPU.
+ * Without a device (place HOST, or a build without CUDA) the same logic runs synchronously on the host: slots
+ * are host memory and a copy happens when it is queued. The CPU tests exercise the ordering, the tiers and
+ * the reads that way; tests/test_streamer.c checks the device version on a GPU.
  */
 #ifndef H3_MEM_STREAMER_H
 #define H3_MEM_STREAMER_H
@@ -36,26 +40,26 @@
 typedef struct h3_stream_seg {
     const void *src;
     int fd;
-    int64_t off;   /* file offset when fd >= 0 */
+    int64_t off; /* file offset when fd >= 0 */
     int64_t bytes;
-    int64_t dst;   /* offset in the item's layout */
+    int64_t dst; /* offset in the item's layout */
 } h3_stream_seg;
 
 typedef struct h3_stream_item {
-    int64_t bytes;            /* the item's layout size (at most the slot size when streamed) */
+    int64_t bytes;             /* the item's layout size (at most the slot size when streamed) */
     const h3_stream_seg *segs; /* copied by h3_streamer_create */
     int n_segs;
     h3_tier tier;
-    int src_pinned;           /* every host source is pinned memory: PINNED copies go straight from it */
+    int src_pinned; /* every host source is pinned memory: PINNED copies go straight from it */
 } h3_stream_item;
 
 typedef struct h3_streamer_config {
-    h3_place place;       /* DEVICE, or HOST for the synchronous emulation */
-    int n_slots;          /* ring depth (0: nothing streams) */
+    h3_place place; /* DEVICE, or HOST for the synchronous emulation */
+    int n_slots;    /* ring depth (0: nothing streams) */
     int64_t slot_bytes;
-    int n_staging;        /* pinned staging buffers for DISK items (and for loading RESIDENT and PINNED copies from
-                           * non-pinned sources); 0 when no item needs one */
-    h3_memrep *rep;       /* device allocations counted as resident weights / stream slots; may be NULL */
+    int n_staging;  /* pinned staging buffers for DISK items (and for loading RESIDENT and PINNED copies from
+                     * non-pinned sources); 0 when no item needs one */
+    h3_memrep *rep; /* device allocations counted as resident weights / stream slots; may be NULL */
     int unsafe_skip_waits; /* tests only: queue copies and computes without the event waits (a test that must
                             * see corrupted reads proves it can detect them) */
 } h3_streamer_config;
@@ -66,19 +70,20 @@ typedef struct h3_stream_stats {
     int64_t resyncs;           /* acquires out of sequence */
     double copy_ms;            /* device time of the copies timed (bytes_timed of them) */
     int64_t bytes_timed;
-    double read_s;             /* wall time of the reads */
+    double read_s; /* wall time of the reads */
     int64_t resident_bytes, pinned_bytes, staging_bytes, slot_bytes;
 } h3_stream_stats;
 
 typedef struct h3_streamer h3_streamer;
 
-/* Allocates the slots, staging, events, the pinned copies of PINNED items with non-pinned sources, and the device
- * copies of RESIDENT items (filled before it returns). Items are copied; their sources must outlive the streamer. */
-h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h3_stream_item *items, int n_items,
-                             h3_streamer **out);
-/* The sequence of streamed items the next acquires follow (indices; RESIDENT items may not appear). cyclic: after
- * the last comes the first again (a step loop). Replaces the previous sequence; nothing may be held. Fills the free
- * slots with the first items. */
+/* Allocates the slots, staging, events, the pinned copies of PINNED items with non-pinned sources, and the
+ * device copies of RESIDENT items (filled before it returns). Items are copied; their sources must outlive
+ * the streamer. */
+h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h3_stream_item *items,
+                             int n_items, h3_streamer **out);
+/* The sequence of streamed items the next acquires follow (indices; RESIDENT items may not appear). cyclic:
+ * after the last comes the first again (a step loop). Replaces the previous sequence; nothing may be held.
+ * Fills the free slots with the first items. */
 h3_status h3_streamer_set_order(h3_streamer *s, const int *items, int n, int cyclic);
 /* The item's bytes at the streamer's place, usable by work queued on the compute stream from now on until
  * h3_streamer_release. */
