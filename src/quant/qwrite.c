@@ -217,7 +217,7 @@ static h3_status add_linear(plan *p, const char *wname, const producer *pr, h3_d
                             int64_t K, h3_qtarget f, int fpmm) {
     int group = f == H3_QT_INT8_CONVROT ? h3_qtarget_group(K) : 0;
     if (f == H3_QT_INT8_CONVROT && !group) f = H3_QT_INT8;
-    if (f == H3_QT_NVFP4 && K % 16) f = H3_QT_DEFAULT; /* keep */
+    if (f == H3_QT_NVFP4 && (K % 16 || N % 16)) f = H3_QT_DEFAULT; /* keep: ComfyUI pads nvfp4 rows to 16 */
     int64_t shape[2] = {N, K};
     if (f == H3_QT_DEFAULT) {
         p->kept++;

@@ -11,8 +11,8 @@
  * model.norm and lm_head are dropped and model.visual.* becomes visual.* (ComfyUI's names). Formats: int8
  * (per-row scales), int8_convrot (ConvRot group 256, or the largest power of 4 that divides K when 256 does
  * not), fp8 (one scale per tensor), nvfp4 (the text encoder's full-precision-matmul form, no AWQ: AWQ needs
- * calibration activations h3run does not have). A linear whose K suits no rule of the format stays
- * unquantized. Defaults follow the evidence: DiT int8_convrot, text encoder nvfp4.
+ * calibration activations h3run does not have; N and K multiples of 16). A linear whose shape suits no rule of
+ * the format stays unquantized. Defaults follow the evidence: DiT int8_convrot, text encoder nvfp4.
  *
  * The file is written tensor by tensor (one layer in memory at a time) under "<out>.partial", tensors ordered
  * by element size then name so every tensor is aligned to its element size, and renamed when complete.
