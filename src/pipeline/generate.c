@@ -775,7 +775,7 @@ static void remove_outputs(gen *g) {
     if (g->mp4_done) unlink(g->r->output);
     if (g->wav_done) unlink(g->r->wav);
     if (g->latents_done) unlink(g->r->latents);
-    if (g->png_open || g->png_written) {
+    if (g->png_dir_created || g->png_written) {
         for (int64_t i = 0; i < g->png_written; i++) {
             char name[32];
             snprintf(name, sizeof name, "frame_%05lld.png", (long long)i);
