@@ -1,18 +1,19 @@
 /* h3_generate with the reduced model of tools/h3-tinymodel:
- *  - the component finder on the official, diffusers-named, repository-root and ComfyUI folders, with the messages
- *    of folders that lack a part;
- *  - the pipeline's latents against the same request composed here from the components' own APIs (tokenizer, text
- *    encoder, layout, noise, schedule, sampler, a DiT forward that computes its modulation per call instead of the
- *    pipeline's precomputed table): relative L2 <= 1e-5 (the two differ only in how the AdaLN GEMMs are batched);
+ *  - the component finder on the official, diffusers-named, repository-root and ComfyUI folders, with the
+ * messages of folders that lack a part;
+ *  - the pipeline's latents against the same request composed here from the components' own APIs (tokenizer,
+ * text encoder, layout, noise, schedule, sampler, a DiT forward that computes its modulation per call instead
+ * of the pipeline's precomputed table): relative L2 <= 1e-5 (the two differ only in how the AdaLN GEMMs are
+ * batched);
  *  - the WAV and the PNG frames against the VAEs run here on the saved latents: exact (16-bit samples
  *    round(clamp(x)*32767) in double; 8-bit levels as numpy rounds float32 x*255), frame for frame;
  *  - a stop requested in each stage: H3_ERR_INTERRUPTED, no file left (not even a .partial), no memory held;
  *  - bad requests: H3_ERR_INVALID naming the fix before anything is written;
- *  - allocation failures across the whole run (every allocation of the first ones, then a spread): an error, no
- *    leak, no file;
- *  - on a GPU (skipped without one): the DiT on the device against the CPU, relative L2 of the latents <= 5e-2
- *    (bf16 activations through every step).
- * Needs ffmpeg for the PNG read-back (scripts/deps.sh installs it). */
+ *  - allocation failures across the whole run (every allocation of the first ones, then a spread): an error,
+ * no leak, no file;
+ *  - on a GPU (skipped without one): the DiT on the device against the CPU, relative L2 of the latents <=
+ * 5e-2 (bf16 activations through every step). Needs ffmpeg for the PNG read-back (scripts/deps.sh installs
+ * it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,8 @@ static int make_models(void) {
     mkdir(g_dir, 0755);
     snprintf(g_tiny, sizeof g_tiny, "%s/tiny", g_dir);
     snprintf(g_comfy, sizeof g_comfy, "%s/comfy", g_dir);
-    snprintf(cmd, sizeof cmd, "'%s' '%s' >/dev/null && '%s' --layout comfy '%s' >/dev/null", tool, g_tiny, tool, g_comfy);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' >/dev/null && '%s' --layout comfy '%s' >/dev/null", tool, g_tiny,
+             tool, g_comfy);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot write the reduced models with %s\n", tool);
         return 0;
@@ -70,9 +72,10 @@ static const char *path_in(const char *name, char *buf, size_t n) {
     return buf;
 }
 
-/* ---- the component finder ----------------------------------------------------------------------------------------- */
+/* ---- the component finder ------------------------------------------------------------------------------ */
 
-static void expect_found(const char *model, const char *layout, const char *dit_suffix, const char *vvae_suffix) {
+static void expect_found(const char *model, const char *layout, const char *dit_suffix,
+                         const char *vvae_suffix) {
     h3_model_files f;
     h3_status st = h3_model_files_find(model, NULL, &f);
     CHECK(st == H3_OK, "%s: %s", model, h3_last_error());
@@ -102,16 +105,21 @@ static void test_model_files(void) {
     mkdir(q, 0755);
     sh("ln -sfn '%s' '%s/FL2VA'", g_tiny, q);
     expect_found(q, "official", "/FL2VA/transformer", "/FL2VA/video_vae");
-    /* ComfyUI: recognized by tensor names; with a Ref2VA DiT and a quantized-looking name beside it, FL2VA wins */
+    /* ComfyUI: recognized by tensor names; with a Ref2VA DiT and a quantized-looking name beside it, FL2VA
+     * wins */
     snprintf(models, sizeof models, "%s/models", g_comfy);
-    expect_found(models, "ComfyUI", "minimax_h3_fl2va_tiny_bf16.safetensors", "minimax_h3_video_vae_tiny_fp16.safetensors");
+    expect_found(models, "ComfyUI", "minimax_h3_fl2va_tiny_bf16.safetensors",
+                 "minimax_h3_video_vae_tiny_fp16.safetensors");
     sh("cp '%s/models/diffusion_models/minimax_h3_fl2va_tiny_bf16.safetensors' "
-       "'%s/models/diffusion_models/a_minimax_h3_ref2va_tiny_bf16.safetensors'", g_comfy, g_comfy);
-    expect_found(models, "ComfyUI", "minimax_h3_fl2va_tiny_bf16.safetensors", "minimax_h3_video_vae_tiny_fp16.safetensors");
+       "'%s/models/diffusion_models/a_minimax_h3_ref2va_tiny_bf16.safetensors'",
+       g_comfy, g_comfy);
+    expect_found(models, "ComfyUI", "minimax_h3_fl2va_tiny_bf16.safetensors",
+                 "minimax_h3_video_vae_tiny_fp16.safetensors");
     snprintf(p, sizeof p, "%s/models/diffusion_models/a_minimax_h3_ref2va_tiny_bf16.safetensors", g_comfy);
     unlink(p);
 
-    /* Missing parts: H3_ERR_NOT_FOUND naming the part, where it was expected and the option that supplies it. */
+    /* Missing parts: H3_ERR_NOT_FOUND naming the part, where it was expected and the option that supplies it.
+     */
     h3_model_files f;
     path_in("noaudio", p, sizeof p);
     mkdir(p, 0755);
@@ -153,7 +161,7 @@ static void test_model_files(void) {
     }
 }
 
-/* ---- the pipeline against its parts ---------------------------------------------------------------------------------- */
+/* ---- the pipeline against its parts -------------------------------------------------------------------- */
 
 typedef struct {
     h3_dit *dit;
@@ -164,7 +172,8 @@ typedef struct {
 } ref_ctx;
 
 /* The DiT as the reference calls it: no modulation kept, each forward computes its own timesteps' rows. */
-static h3_status ref_model(void *user, const float *xv, const float *xa, float tv, float ta, float *vv, float *va) {
+static h3_status ref_model(void *user, const float *xv, const float *xa, float tv, float ta, float *vv,
+                           float *va) {
     ref_ctx *c = user;
     float u[2];
     int nt = h3_seq_layout_timestep_indices(c->L, tv, ta, u, c->tidx);
@@ -174,12 +183,14 @@ static h3_status ref_model(void *user, const float *xv, const float *xa, float t
     h3_tensor_wrap(&b, (void *)xa, H3_PLACE_HOST, H3_F32, 2, sa);
     h3_tensor_wrap(&o1, vv, H3_PLACE_HOST, H3_F32, 2, sv);
     h3_tensor_wrap(&o2, va, H3_PLACE_HOST, H3_F32, 2, sa);
-    h3_dit_inputs in = {&a, &b, c->text, u, nt, c->L->seq_len, c->tidx, c->tags, c->L->pos, c->vi, c->ai, c->ti};
+    h3_dit_inputs in = {&a,      &b,      c->text,   u,     nt,    c->L->seq_len,
+                        c->tidx, c->tags, c->L->pos, c->vi, c->ai, c->ti};
     return h3_dit_forward(c->dit, c->ex, &in, &o1, &o2);
 }
 
 /* The request composed from the parts: latents video [24, T, H, W], audio [2, 32, T_a] (malloc'd). */
-static void reference_latents(const h3_request *q, float **video, float **audio, int64_t *nv_out, int64_t *na_out) {
+static void reference_latents(const h3_request *q, float **video, float **audio, int64_t *nv_out,
+                              int64_t *na_out) {
     h3_exec ex;
     CHECK_OK(h3_exec_init(&ex, 2));
     h3_tokenizer *tok = NULL;
@@ -193,7 +204,8 @@ static void reference_latents(const h3_request *q, float **video, float **audio,
     snprintf(p, sizeof p, "%s/text_encoder", g_tiny);
     CHECK_OK(h3_text_encoder_open(p, NULL, &te));
     h3_tensor hidden = {0};
-    CHECK_OK(h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, h3_text_encoder_config(te)->hidden, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, h3_text_encoder_config(te)->hidden,
+                              H3_MEM_ACTIVATIONS));
     CHECK_OK(h3_text_encoder_encode(te, &ex, ids, n, 50, &hidden));
     h3_text_encoder_close(te);
     h3_seq_layout L;
@@ -204,8 +216,15 @@ static void reference_latents(const h3_request *q, float **video, float **audio,
     float *lat = malloc((size_t)nv * 4), *rows = malloc((size_t)nv * 4), *arows = malloc((size_t)na * 4);
     h3_rng_t2va_noise(q->seed, lat, (size_t)nv, arows, (size_t)na);
     h3_video_patchify(lat, L.latent_t, L.latent_h, L.latent_w, rows);
-    ref_ctx c = {NULL, &ex, &L, &hidden, malloc((size_t)L.seq_len * 4), malloc((size_t)L.seq_len * 4),
-                 malloc((size_t)L.n_video_rows * 4), malloc((size_t)L.n_audio_rows * 4), malloc((size_t)n * 4)};
+    ref_ctx c = {NULL,
+                 &ex,
+                 &L,
+                 &hidden,
+                 malloc((size_t)L.seq_len * 4),
+                 malloc((size_t)L.seq_len * 4),
+                 malloc((size_t)L.n_video_rows * 4),
+                 malloc((size_t)L.n_audio_rows * 4),
+                 malloc((size_t)n * 4)};
     for (int64_t i = 0; i < L.seq_len; i++) c.tags[i] = L.tags[i];
     for (int64_t i = 0; i < L.n_video_rows; i++) c.vi[i] = (int32_t)L.video_indices[i];
     for (int64_t i = 0; i < L.n_audio_rows; i++) c.ai[i] = (int32_t)L.audio_indices[i];
@@ -216,7 +235,8 @@ static void reference_latents(const h3_request *q, float **video, float **audio,
     CHECK_OK(h3_sample(&sa, rows, (size_t)nv, arows, (size_t)na));
     h3_dit_stats ds;
     h3_dit_get_stats(c.dit, &ds);
-    CHECK(ds.adaln_passes >= q->steps, "the reference computed modulation %lld times (once per forward expected)",
+    CHECK(ds.adaln_passes >= q->steps,
+          "the reference computed modulation %lld times (once per forward expected)",
           (long long)ds.adaln_passes);
     h3_dit_close(c.dit);
     *video = malloc((size_t)nv * 4);
@@ -247,9 +267,10 @@ static uint8_t numpy_u8(float x) { /* numpy: (x * 255).round() on float32, x in 
 }
 
 static void test_end_to_end(void) {
-    static const char *const prompts[] = {"a harbor at sunrise, gulls over the boats",
-                                          "A cat sits on a piano. <d>[English] Who is playing?</d>",
-                                          "integrated_multimodal_description: [Shot 1] rain on a neon street"};
+    static const char *const prompts[] = {
+        "a harbor at sunrise, gulls over the boats",
+        "A cat sits on a piano. <d>[English] Who is playing?</d>",
+        "integrated_multimodal_description: [Shot 1] rain on a neon street"};
     static const int64_t sizes[][2] = {{128, 128}, {192, 96}, {96, 160}};
     static const h3_sampler samplers[] = {H3_SAMPLER_EULER, H3_SAMPLER_RES_MULTISTEP, H3_SAMPLER_DPMPP_2M};
     static const h3_scheduler scheds[] = {H3_SCHEDULER_H3, H3_SCHEDULER_SIMPLE, H3_SCHEDULER_BETA};
@@ -274,8 +295,8 @@ static void test_end_to_end(void) {
     r.threads = 2;
     r.x264_preset = "ultrafast";
     t_note("  prompt %d, %lldx%lld, %d steps of %s on %s, seed %llu", k, (long long)r.req.width,
-           (long long)r.req.height, r.req.steps, h3_sampler_name(r.req.sampler), h3_scheduler_name(r.req.scheduler),
-           (unsigned long long)r.req.seed);
+           (long long)r.req.height, r.req.steps, h3_sampler_name(r.req.sampler),
+           h3_scheduler_name(r.req.scheduler), (unsigned long long)r.req.seed);
     h3_mem_stats m0, m1;
     h3_mem_get_stats(&m0);
     h3_generate_result res;
@@ -286,9 +307,10 @@ static void test_end_to_end(void) {
     CHECK(res.frames_written == 22 && res.audio_samples == 29333 && res.latent_t == 7 &&
               res.latent_h == r.req.height / 16 && res.audio_latents == 37,
           "result: %lld frames, %lld samples, latent T %lld H %lld, T_a %lld", (long long)res.frames_written,
-          (long long)res.audio_samples, (long long)res.latent_t, (long long)res.latent_h, (long long)res.audio_latents);
-    CHECK(res.seq_len == res.text_tokens + 74 + 7 * (r.req.height / 32) * (r.req.width / 32), "%lld packed rows",
-          (long long)res.seq_len);
+          (long long)res.audio_samples, (long long)res.latent_t, (long long)res.latent_h,
+          (long long)res.audio_latents);
+    CHECK(res.seq_len == res.text_tokens + 74 + 7 * (r.req.height / 32) * (r.req.width / 32),
+          "%lld packed rows", (long long)res.seq_len);
     /* The modulation table: one row set per distinct timestep of the schedule (both streams). */
     h3_schedule s;
     CHECK_OK(h3_schedule_make(r.req.scheduler, r.req.steps, 12.0, 3.0, &s));
@@ -374,7 +396,8 @@ static void test_end_to_end(void) {
     int badpx = 0, frames_read = 0;
     for (int t = 0; t < 22; t++) {
         char cmd[1200];
-        snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s/frame_%05d.png' -f rawvideo -pix_fmt rgb24 -", png, t);
+        snprintf(cmd, sizeof cmd,
+                 "ffmpeg -nostdin -v error -i '%s/frame_%05d.png' -f rawvideo -pix_fmt rgb24 -", png, t);
         FILE *pf = popen(cmd, "r");
         if (!pf) continue;
         size_t nb = (size_t)(W * H * 3);
@@ -398,7 +421,7 @@ static void test_end_to_end(void) {
     CHECK(system(p) == 0);
 }
 
-/* ---- interruption in every stage ---------------------------------------------------------------------------------- */
+/* ---- interruption in every stage ----------------------------------------------------------------------- */
 
 typedef struct {
     const char *stop_in; /* stop once this stage has begun */
@@ -451,14 +474,15 @@ static void test_interrupted(void) {
         h3_status st = h3_generate(&r, &cb, NULL);
         h3_mem_get_stats(&m1);
         CHECK(st == H3_ERR_INTERRUPTED, "stop in %s: status %d (%s)", sc.stop_in, st, h3_last_error());
-        CHECK(strstr(h3_last_error(), "interrupted during") != NULL, "stop in %s: %s", sc.stop_in, h3_last_error());
+        CHECK(strstr(h3_last_error(), "interrupted during") != NULL, "stop in %s: %s", sc.stop_in,
+              h3_last_error());
         CHECK(m1.total_current == m0.total_current, "stop in %s: %lld bytes held", sc.stop_in,
               (long long)(m1.total_current - m0.total_current));
         no_outputs(mp4, wav, lat, png, sc.stop_in);
     }
 }
 
-/* ---- bad requests ------------------------------------------------------------------------------------------------- */
+/* ---- bad requests -------------------------------------------------------------------------------------- */
 
 static void test_bad_requests(void) {
     char mp4[700], png[700], p[700];
@@ -512,7 +536,7 @@ static void test_bad_requests(void) {
     CHECK(!exists(mp4) && !exists(png), "a bad request wrote a file");
 }
 
-/* ---- allocation failures ------------------------------------------------------------------------------------------- */
+/* ---- allocation failures ------------------------------------------------------------------------------- */
 
 static h3_status small_run(const char *mp4, const char *wav, const char *lat) {
     h3_generate_request r;
@@ -558,7 +582,8 @@ static void test_alloc_failures(void) {
         tested++;
         if (st != H3_OK) {
             failed++;
-            CHECK(st == H3_ERR_NOMEM, "allocation %lld failing gave %d: %s", (long long)n, st, h3_last_error());
+            CHECK(st == H3_ERR_NOMEM, "allocation %lld failing gave %d: %s", (long long)n, st,
+                  h3_last_error());
             no_outputs(mp4, wav, lat, "/nonexistent-png-dir", "allocation failure");
         }
         unlink(mp4);
@@ -568,11 +593,12 @@ static void test_alloc_failures(void) {
               (long long)(m1.total_current - m0.total_current));
     }
     CHECK(failed > tested / 2, "only %d of %d injected failures surfaced", failed, tested);
-    t_note("  %d of %d injected allocation failures (of %lld allocations per run) returned H3_ERR_NOMEM cleanly",
-           failed, tested, (long long)total);
+    t_note(
+        "  %d of %d injected allocation failures (of %lld allocations per run) returned H3_ERR_NOMEM cleanly",
+        failed, tested, (long long)total);
 }
 
-/* ---- the DiT on the GPU ---------------------------------------------------------------------------------------------- */
+/* ---- the DiT on the GPU -------------------------------------------------------------------------------- */
 
 static void test_cuda(void) {
     if (h3_cuda_device_count() == 0) {

