@@ -8,7 +8,7 @@
 set -u
 H3RUN=$1
 BUILD=${H3_BUILD_DIR:-$(dirname "$H3RUN")}
-SRC=${H3_SOURCE_DIR:-$(dirname "$0")/..}
+SRC=$(cd "${H3_SOURCE_DIR:-$(dirname "$0")/..}" && pwd)
 TINY=$BUILD/h3-tinymodel
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -172,26 +172,30 @@ fi
 rm -rf "$tmp/xframes" "$tmp/x.mp4"
 
 # Model folders that lack a component or hold a broken file: exit 1, the message names the part and the fix.
-broken() { # name: a copy of the tiny model to break
+broken() { # name: the tiny model's five parts linked into a new folder, one of which the caller replaces
     rm -rf "$tmp/$1"
-    cp -r "$M" "$tmp/$1"
+    mkdir -p "$tmp/$1"
+    for c in transformer text_encoder tokenizer video_vae audio_vae; do ln -s "$M/$c" "$tmp/$1/$c"; done
     echo "$tmp/$1"
 }
-B=$(broken noaudio) && rm -rf "$B/audio_vae"
+B=$(broken noaudio) && rm "$B/audio_vae"
 expect_error 1 "has no audio VAE: expected audio_vae/; download it from the release or give --audio-vae PATH" \
     --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken notok) && rm -rf "$B/tokenizer"
+B=$(broken notok) && rm "$B/tokenizer"
 expect_error 1 "has no tokenizer: expected tokenizer/tokenizer.json" --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken badtok) && head -c 3000 "$M/tokenizer/tokenizer.json" >"$B/tokenizer/tokenizer.json"
+B=$(broken badtok) && rm "$B/tokenizer" && mkdir "$B/tokenizer" &&
+    head -c 3000 "$M/tokenizer/tokenizer.json" >"$B/tokenizer/tokenizer.json"
 expect_error 1 "cannot be read (replace it with the release's tokenizer/ folder or give --tokenizer PATH)" \
     --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken nottok) && echo '{"model": {"type": "WordPiece", "vocab": {}, "merges": []}}' >"$B/tokenizer/tokenizer.json"
+B=$(broken nottok) && rm "$B/tokenizer" && mkdir "$B/tokenizer" &&
+    echo '{"model": {"type": "WordPiece", "vocab": {}, "merges": []}}' >"$B/tokenizer/tokenizer.json"
 expect_error 1 "model type 'WordPiece' is not supported" --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken shortdit) && truncate -s 100000 "$B/transformer/model-00002-of-00002.safetensors"
+B=$(broken shortdit) && rm "$B/transformer" && cp -r "$M/transformer" "$B/transformer" &&
+    truncate -s 100000 "$B/transformer/model-00002-of-00002.safetensors"
 expect_error 1 "the DiT ($B/transformer)" --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken fewlayers) && rm -rf "$B/text_encoder" && cp -r "$SRC/tests/fixtures/text_encoder/official" "$B/text_encoder"
+B=$(broken fewlayers) && rm "$B/text_encoder" && ln -s "$SRC/tests/fixtures/text_encoder/official" "$B/text_encoder"
 expect_error 1 "has 5 decoder layers; H3 conditions on the output of layer 50" --model "$B" --prompt "$P" "${OUT[@]}"
-B=$(broken swapped) && rm -rf "$B/video_vae" && ln -s "$M/audio_vae" "$B/video_vae"
+B=$(broken swapped) && rm "$B/video_vae" && ln -s "$M/audio_vae" "$B/video_vae"
 expect_error 1 "the video VAE ($B/video_vae)" --model "$B" --prompt "$P" "${OUT[@]}"
 expect_error 1 "is not an H3 model folder: expected transformer/" --model "$tmp/frames" --prompt "$P" "${OUT[@]}"
 expect_error 2 "--audio-vae $tmp/none: no such file or folder" --model "$M" --audio-vae "$tmp/none" --prompt "$P" "${OUT[@]}"
