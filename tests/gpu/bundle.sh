@@ -10,7 +10,8 @@ ARCH=${H3_CUDA_ARCHS:-90}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA=ON -DH3_CUDA_ARCHS="$ARCH" >/dev/null
 cmake --build build-dev -j"$(nproc)" >/dev/null
 rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
-progs=(h3run test_cuda_ops test_dit_cuda bench_cuda_kernels bench_dit_cuda)
+# H3_BUNDLE_PROGS overrides the list (h3run pulls in libav and its codec libraries: ~150 MB of them).
+read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda bench_cuda_kernels bench_dit_cuda}"
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
 wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)
@@ -26,4 +27,8 @@ for b in .devbundle/bin/*; do
         [ -e ".devbundle/lib/$name" ] || cp -L "$path" ".devbundle/lib/$name"
     done
 done
-du -sh .devbundle/bin .devbundle/lib
+# H3_BUNDLE_XZ=1 packs the libraries (a call's working tree travels within 64 MiB); run.sh unpacks them.
+if [ "${H3_BUNDLE_XZ:-0}" = 1 ]; then
+    tar cJf .devbundle/lib.tar.xz -C .devbundle lib && rm -rf .devbundle/lib
+fi
+du -sh .devbundle/*

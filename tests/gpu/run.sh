@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
-#   steps: info ops attn bench sdpa (the default set), dit-test, dit-cuda, dit-diffusers, gpu-compare
+#   steps: info ops attn bench sdpa (the default set), dit-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
+#   stream-bench (STREAM_ARGS passes its arguments)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/h3out}
 mkdir -p "$OUT"
+[ -f .devbundle/lib.tar.xz ] && [ ! -d .devbundle/lib ] && tar xJf .devbundle/lib.tar.xz -C .devbundle
 export LD_LIBRARY_PATH="$PWD/.devbundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export H3_SOURCE_DIR="$PWD" H3_BUILD_DIR="$PWD/.devbundle/bin" H3RUN="$PWD/.devbundle/bin/h3run"
 B=.devbundle/bin
@@ -24,6 +26,8 @@ for s in "${steps[@]}"; do
         attn) $B/attention_forward 2>&1 | tee "$OUT/attention_forward.log"; rc=$((rc | PIPESTATUS[0])) ;;
         bench) $B/bench_cuda_kernels 2>&1 | tee "$OUT/bench_cuda_kernels.log"; rc=$((rc | PIPESTATUS[0])) ;;
         sdpa) python3 bench/attention_sdpa.py 2>&1 | tee "$OUT/attention_sdpa.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        streamer) $B/test_streamer 2>&1 | tee "$OUT/test_streamer.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        stream-bench) $B/bench_dit_stream ${STREAM_ARGS:-} 2>&1 | tee "$OUT/bench_dit_stream.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-test) $B/test_dit_cuda 2>&1 | tee "$OUT/test_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
