@@ -32,6 +32,18 @@ for s in "${steps[@]}"; do
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         gpu-compare) for f in tests/gpu/compare_*.py; do echo "--- $f"; PYTHONUNBUFFERED=1 python3 "$f" 2>&1 | tee "$OUT/$(basename "$f" .py).log"; rc=$((rc | PIPESTATUS[0])); done ;;
+        generate) # the CLI end to end with the DiT on the GPU (tiny random model): test_generate compares the
+                  # latents with the CPU's; h3run writes a clip on each device (ffprobe checks them in CI's test)
+            $B/test_generate cuda 2>&1 | tee "$OUT/test_generate.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/h3-tinymodel /tmp/h3-tiny >/dev/null || rc=1
+            for d in cpu cuda; do
+                t0=$(date +%s.%N)
+                $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device $d -q \
+                    -o "$OUT/tiny-$d.mp4" --prompt "a harbor at sunrise. <d>[English] Good morning!</d>" \
+                    2>&1 | tee -a "$OUT/generate.log"; rc=$((rc | PIPESTATUS[0]))
+                echo "$d: $(awk "BEGIN{print $(date +%s.%N) - $t0}") s, $(stat -c %s "$OUT/tiny-$d.mp4" 2>/dev/null) bytes" \
+                    | tee -a "$OUT/generate.log"
+            done ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
