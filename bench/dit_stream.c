@@ -250,8 +250,13 @@ static void run(h3_dit *dit, const workload *w, const char *bname, int64_t budge
     }
     const char *out = getenv("OUT");
     if (out) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/dit_stream_trace_%s_%s%s.json", out, w->name, bname,
+        char path[1024], tag[64];
+        snprintf(tag, sizeof tag, "%s", bname); /* "8 GiB" -> "8GiB": file names without spaces */
+        char *d = tag;
+        for (const char *c = tag; *c; c++)
+            if (*c != ' ') *d++ = *c;
+        *d = 0;
+        snprintf(path, sizeof path, "%s/dit_stream_trace_%s_%s%s.json", out, w->name, tag,
                  r->disk ? "_disk" : "");
         if (h3_memrep_write_trace(rep, path) != H3_OK) h3_clear_error();
     }
@@ -405,10 +410,12 @@ int main(int argc, char **argv) {
         if (!r->fits) {
             printf("%-5s %-10s %-6s %s\n", r->work, r->budget, host, "does not fit: stopped before loading");
         } else {
-            printf("%-5s %-10s %-6s %9.3f   (%.3f-%.3f) %7.3f %9.3f %10.2f %10.2f %+7.2f%% %5.1f/%.0f  R%d "
+            char ratio[16] = "-"; /* no resident run of this workload to compare with */
+            if (r->ratio > 0) snprintf(ratio, sizeof ratio, "%.3f", r->ratio);
+            printf("%-5s %-10s %-6s %9.3f   (%.3f-%.3f) %7s %9.3f %10.2f %10.2f %+7.2f%% %5.1f/%.0f  R%d "
                    "P%d D%d k%d "
                    "chunk %lld%s%s%s\n",
-                   r->work, r->budget, host, r->s_step, r->s_min, r->s_max, r->ratio, r->pred_step,
+                   r->work, r->budget, host, r->s_step, r->s_min, r->s_max, ratio, r->pred_step,
                    r->pred_peak / GIB, r->peak / GIB, err, r->copy_gbs, ceiling, r->n_resident, r->n_pinned,
                    r->n_disk, r->n_slots, (long long)r->chunk, bad_mem ? "  MEMORY OFF PLAN" : "",
                    r->ok ? "" : "  FAILED ", r->note);
