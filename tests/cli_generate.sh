@@ -118,10 +118,37 @@ grep -q "model (official layout): DiT $tmp/repo/FL2VA/transformer" "$tmp/err" ||
 "$H3RUN" generate --dit "$M/transformer" --text-encoder "$M/text_encoder" --tokenizer "$M/tokenizer/tokenizer.json" \
     --video-vae "$M/video_vae" --audio-vae "$M/audio_vae" --prompt "$P" --frames 5 --size 64x64 --steps 2 \
     -o "$tmp/h.mp4" -q 2>"$tmp/err" || fail "components by name exited $?: $(cat "$tmp/err")"
+# Budgets plan the GPU: on the CPU they are ignored, with a warning.
+"$H3RUN" generate --model "$M" --prompt "$P" --frames 5 --size 64x64 --steps 2 --device cpu --vram-budget 8GiB -q \
+    -o "$tmp/b.mp4" 2>"$tmp/err" || fail "--device cpu --vram-budget 8GiB exited $?: $(cat "$tmp/err")"
+grep -q "warning: --vram-budget, --ram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
+    fail "--vram-budget on the CPU: no warning: $(cat "$tmp/err")"
 # --device cuda where there is no GPU is a bad request; where there is one, the DiT runs there.
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     "$H3RUN" generate --model "$M" --prompt "$P" --frames 22 --size 128x128 --device cuda -q -o "$tmp/gpu.mp4" \
         2>"$tmp/err" || fail "--device cuda exited $?: $(cat "$tmp/err")"
+    [ -f "$tmp/gpu.mp4" ] && probe "$tmp/gpu.mp4" 22 128 128 "--device cuda"
+    # A budget: the plan's placement, the memory report (predicted vs measured peak) and the trace.
+    "$H3RUN" generate --model "$M" --prompt "$P" --frames 22 --size 128x128 --device cuda --vram-budget 0.25GiB \
+        --ram-budget 1GiB --memory-trace "$tmp/trace.json" --progress none -o "$tmp/gpu2.mp4" >"$tmp/out" \
+        2>"$tmp/err" || fail "--vram-budget 0.25GiB exited $?: $(cat "$tmp/err")"
+    grep -q "DiT on the GPU: budget 0.25 GiB (host 1.00 GiB), 6 blocks resident" "$tmp/out" ||
+        fail "no placement line: $(cat "$tmp/out")"
+    grep -q "peak, all together" "$tmp/out" || fail "no memory report: $(cat "$tmp/out")"
+    grep -q '"measured_peak"' "$tmp/trace.json" 2>/dev/null || fail "--memory-trace: no timeline written"
+    # A budget nothing fits: stopped before anything loads, with the budget that would fit.
+    expect_error_gpu() {
+        "$H3RUN" generate --progress json --model "$M" --prompt "$P" --frames 22 --size 128x128 --device cuda \
+            --vram-budget 16MiB -o "$tmp/y.mp4" >/dev/null 2>"$tmp/err"
+        local rc=$?
+        [ $rc -eq 1 ] || fail "--vram-budget 16MiB: exit status $rc, expected 1 ($(cat "$tmp/err"))"
+        grep -q "do not fit: the device budget of 0.02 GiB is short by .* Would fit: --vram-budget" "$tmp/err" ||
+            fail "--vram-budget 16MiB: $(cat "$tmp/err")"
+        grep -q '"tokenize"' "$tmp/err" || fail "--vram-budget 16MiB: no progress events: $(cat "$tmp/err")"
+        grep -q '"text_encoder"' "$tmp/err" && fail "--vram-budget 16MiB: the text encoder ran before the plan stopped it"
+        [ -e "$tmp/y.mp4" ] && fail "--vram-budget 16MiB left $tmp/y.mp4"
+    }
+    expect_error_gpu
 fi
 
 # ---- bad requests (2) and bad model folders (1): one line naming the fix, nothing written --------------------------
@@ -162,6 +189,8 @@ expect_error 2 "--model is required" --prompt "$P" "${OUT[@]}"
 expect_error 2 "no such folder (give the official FL2VA/ folder" --model "$tmp/nowhere" --prompt "$P" "${OUT[@]}"
 expect_error 2 "the folder $tmp/missing does not exist (create it first)" --model "$M" --prompt "$P" -o "$tmp/missing/x.mp4"
 expect_error 2 "unknown option '--fps'" "${R[@]}" --fps 30
+expect_error 2 "--vram-budget" "${R[@]}" --vram-budget lots
+expect_error 2 "--ram-budget" "${R[@]}" --ram-budget -5G
 if ! (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1); then
     expect_error 2 "--device cuda:" "${R[@]}" --frames 5 --size 64x64 --device cuda
     grep -qF "use --device cpu" "$tmp/err" || fail "--device cuda without a GPU does not name the fix"

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "cli/cli.h"
+#include "mem/budget.h"
 #include "pipeline/generate.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -72,7 +73,7 @@ int h3_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *size = NULL, *sampler = NULL, *scheduler = NULL,
                *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL, *progress = "auto",
                *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL, *avae = NULL,
-               *preset = NULL;
+               *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     double seconds = 0;
     int quiet = 0, verbose = 0;
@@ -99,6 +100,14 @@ int h3_cmd_generate(int argc, char **argv) {
          "also save the final latents (video_latents, audio_latents) as safetensors"},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU"},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB); the DiT's "
+         "blocks "
+         "that do not fit stream from host memory while the others compute"},
+        {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
+         "host memory for pinned copies of streamed blocks (default: 80% of available; 'unlimited'); blocks "
+         "beyond it are read from the file each step"},
+        {"memory-trace", 0, H3_OPT_STR, &trace, "FILE", "write the device memory timeline as JSON"},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
         {"progress", 0, H3_OPT_STR, &progress, "MODE",
          "auto (a bar on a terminal, lines otherwise), bar, lines, json (one object per event), none"},
@@ -197,6 +206,12 @@ int h3_cmd_generate(int argc, char **argv) {
     if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);
+    if (st == H3_OK && vram_s) st = h3_budget_parse(vram_s, "--vram-budget", &gr.vram_budget);
+    if (st == H3_OK && ram_s && !strcmp(ram_s, "unlimited"))
+        gr.ram_budget = -1;
+    else if (st == H3_OK && ram_s)
+        st = h3_budget_parse(ram_s, "--ram-budget", &gr.ram_budget);
+    gr.memory_trace = trace;
     if (st != H3_OK) return h3_cli_fail("generate", st);
     if (seconds != 0 && frames != 0)
         return usage_error("%s", "give the length as --frames or as --seconds, not both");
@@ -224,6 +239,20 @@ int h3_cmd_generate(int argc, char **argv) {
                (double)res.frames_written / 24.0, res.req.seed, res.req.steps,
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+        if (res.device == H3_DEVICE_CUDA) {
+            char a[32], b[32], c[32];
+            printf(
+                "DiT on the GPU: budget %s (host %s), %d blocks resident, %d streamed from pinned memory, %d "
+                "from the file; %.3f s per model call",
+                h3_budget_str(res.vram_budget, a, sizeof a),
+                res.ram_budget ? h3_budget_str(res.ram_budget, b, sizeof b) : "not limited", res.dit_resident,
+                res.dit_pinned, res.dit_disk, res.measured_step_s);
+            if (res.predicted_step_s > 0) printf(" (predicted %.3f)", res.predicted_step_s);
+            printf("; device peak %s (predicted %s)\n", h3_budget_str(res.dev_peak, c, sizeof c),
+                   h3_budget_str(res.dev_predicted_peak, a, sizeof a));
+            fputs(res.memory_report, stdout);
+            if (trace) printf("wrote %s (device memory timeline)\n", trace);
+        }
         if (png_dir) printf("wrote %lld PNG frames to %s\n", (long long)res.frames_written, png_dir);
         if (wav) printf("wrote %s (16-bit PCM, 2 channels, 32000 Hz)\n", wav);
         if (latents)

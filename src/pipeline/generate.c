@@ -17,6 +17,10 @@
 #include "io/discover.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "mem/budget.h"
+#include "mem/dit_stream.h"
+#include "mem/plan.h"
+#include "mem/report.h"
 #include "models/audio_vae.h"
 #include "models/dit.h"
 #include "models/text_encoder.h"
@@ -319,6 +323,13 @@ typedef struct gen {
     h3_progress prog;
     h3_exec ex;
     int have_ex, cuda_on;
+    /* the DiT on the device: opened (headers) and planned before the text encoder runs */
+    h3_dit *dit;
+    h3_plan *plan;
+    h3_device_figures fig;
+    int have_fig;
+    h3_memrep *rep;
+    h3_dit_stream *ds;
     int stage;
     int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the
                         request's */
@@ -455,11 +466,12 @@ done:
 
 /* ---- text ---------------------------------------------------------------------------------------------- */
 
-static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_tensor *hidden) {
+/* The prompt's token ids (*ids h3_malloc'd). */
+static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab, int32_t **ids_out,
+                              int64_t *n_out) {
     h3_status st = H3_OK;
     int32_t *ids = NULL;
     int64_t n = 0;
-    h3_text_encoder *te = NULL;
     stage_begin(g, H3_GEN_TOKENIZE, 0);
     st = h3_tokenizer_encode(tok, g->req.prompt, &ids, &n);
     if (st == H3_ERR_INVALID) g->model_phase = 0; /* the prompt is not UTF-8: the request's fault */
@@ -483,8 +495,17 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
                     g->files.tokenizer, ids[i], g->files.text_encoder, (long long)te_vocab);
     g->res.text_tokens = n;
     stage_end(g);
-    H3_CHECK(check_stop(g));
+    *ids_out = ids;
+    *n_out = n;
+    ids = NULL;
+done:
+    h3_free(ids);
+    return st;
+}
 
+static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
+    h3_status st = H3_OK;
+    h3_text_encoder *te = NULL;
     stage_begin(g, H3_GEN_TEXT_ENCODER, 0);
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     const h3_te_config *c = h3_text_encoder_config(te);
@@ -502,7 +523,6 @@ static h3_status run_text(gen *g, const h3_tokenizer *tok, int64_t te_vocab, h3_
     stage_end(g);
 done:
     h3_text_encoder_close(te);
-    h3_free(ids);
     return st;
 }
 
@@ -556,14 +576,19 @@ static h3_status dit_model(void *user, const float *x_video, const float *x_audi
         H3_TRY(h3_copy(&c->g->ex, &hvv, &c->dvv));
         H3_TRY(h3_copy(&c->g->ex, &hva, &c->dva));
         H3_TRY(h3_exec_sync(&c->g->ex));
+        if (c->g->ds) H3_TRY(h3_dit_stream_step_end(c->g->ds)); /* a failed weight read surfaces here */
     }
     return H3_OK;
 }
 
 static h3_status dit_step(void *user, int step, int steps) {
-    (void)step;
     (void)steps;
     gen *g = user;
+    if (g->rep) {
+        char mk[32];
+        snprintf(mk, sizeof mk, "dit: step %d", step + 1);
+        h3_memrep_mark(g->rep, mk);
+    }
     h3_progress_step(&g->prog);
     return check_stop(g);
 }
@@ -571,6 +596,92 @@ static h3_status dit_step(void *user, int step, int steps) {
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The distinct timesteps (video and audio) the schedule's model calls visit, sorted, into out[2 * steps]. */
+static int unique_timesteps(const h3_schedule *sch, float *out) {
+    const int steps = sch->n - 1;
+    int nu = 0;
+    for (int i = 0; i < steps; i++) out[nu++] = sch->t_v[i], out[nu++] = sch->t_a[i];
+    qsort(out, (size_t)nu, sizeof *out, cmp_float);
+    int k = 0;
+    for (int i = 0; i < nu; i++)
+        if (k == 0 || out[i] != out[k - 1]) out[k++] = out[i];
+    return k;
+}
+
+/* Plans the DiT on the device before anything loads (the text encoder included): the DiT's headers, the
+ * request's shapes and the budgets decide which blocks stay resident, which stream from pinned memory or
+ * from the file, the ring and the row chunk. A request that does not fit stops here with the plan's message:
+ * which budget is short, by how much, and what would fit. */
+static h3_status plan_dit(gen *g, int64_t n_tokens) {
+    h3_status st = H3_OK;
+    const h3_generate_request *r = g->r;
+    const h3_request *q = &g->req;
+    h3_schedule sch;
+    memset(&sch, 0, sizeof sch);
+    float *ut = NULL;
+    H3_CHECK(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch));
+    ut = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
+    if (!ut) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    const int k = unique_timesteps(&sch, ut);
+
+    h3_dit_open_opts oo;
+    memset(&oo, 0, sizeof oo);
+    oo.act_place = H3_PLACE_DEVICE;
+    oo.weight_place = H3_PLACE_HOST; /* the blocks stay in the file; the plan says which go where */
+    oo.stream_weights = 1;
+    H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
+
+    h3_plan_budgets b = {r->vram_budget, r->ram_budget};
+    if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
+    if (b.ram == 0) b.ram = h3_budget_default_ram(); /* 0 when unknown: not limited */
+    if (b.ram < 0) b.ram = 0;
+    char name[128] = "?";
+    int64_t total = 0, free_b = 0;
+    if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
+    g->have_fig = h3_device_figures_for(name, &g->fig);
+    if (b.vram > free_b && free_b > 0) {
+        char a[32], c[32];
+        H3_FAIL(H3_ERR_BUDGET,
+                "--vram-budget %s is more than the %s the GPU (%s) has free: give at most that, or leave the "
+                "budget out (the default is the free memory less %lld MiB)",
+                h3_budget_str(b.vram, a, sizeof a), h3_budget_str(free_b, c, sizeof c), name,
+                (long long)(H3_VRAM_MARGIN >> 20));
+    }
+
+    h3_plan_model m;
+    memset(&m, 0, sizeof m);
+    m.dit = g->dit;
+    m.dit_weights_in_file = 1;
+    m.host_threads = 1;
+    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, k};
+    g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
+    if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(h3_plan_make(&m, &pr, &b, g->have_fig ? &g->fig : NULL, g->plan));
+    const h3_dit_plan *p = &g->plan->dit;
+    g->res.vram_budget = b.vram;
+    g->res.ram_budget = b.ram;
+    g->res.dev_predicted_peak = p->dev_peak;
+    g->res.dit_resident = p->n_resident;
+    g->res.dit_pinned = p->n_pinned;
+    g->res.dit_disk = p->n_disk;
+    g->res.predicted_step_s = g->have_fig ? p->t_step : 0;
+    H3_CHECK(h3_plan_check(g->plan));
+    char a[32], c[32], d[32];
+    h3_log(H3_LOG_INFO,
+           "plan: the DiT on %s with a device budget of %s (host %s): %d of %d blocks resident, %d streamed "
+           "from pinned memory, %d from the file, %d ring slots; predicted device peak %s",
+           name, h3_budget_str(b.vram, a, sizeof a),
+           b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited", p->n_resident, p->n_units, p->n_pinned,
+           p->n_disk, p->n_slots, h3_budget_str(p->dev_peak, d, sizeof d));
+    if (g->have_fig)
+        h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
+               p->t_step, p->t_resident);
+done:
+    h3_free(ut);
+    h3_schedule_free(&sch);
+    return st;
 }
 
 /* Samples the latents: video_lat [24, T, H, W] and audio_lat [2, 32, T_a] (allocated here). */
@@ -622,24 +733,29 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     h3_rng_t2va_noise(q->seed, video_lat->data, (size_t)nv, arows, (size_t)na);
     h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
 
-    /* The DiT, on the device or the host. */
-    h3_dit_open_opts oo;
-    memset(&oo, 0, sizeof oo);
+    /* The DiT: on the host, resident; on the device, as planned (plan_dit opened it): the arena is the
+     * budget, the stream puts every block where the plan says, the report counts each allocation by category.
+     */
     c.place = g->res.device == H3_DEVICE_CUDA ? H3_PLACE_DEVICE : H3_PLACE_HOST;
-    oo.act_place = oo.weight_place = c.place;
     if (c.place == H3_PLACE_DEVICE) {
-        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, 0), "--device cuda");
+        if (!g->dit || !g->plan) H3_FAIL(H3_ERR_INTERNAL, "the DiT was not planned");
+        c.dit = g->dit;
+        g->dit = NULL;
+        const h3_dit_plan *p = &g->plan->dit;
+        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
         g->cuda_on = 1;
-        char name[128] = "?";
-        int64_t total = 0, free_b = 0;
-        if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
-        h3_log(H3_LOG_INFO,
-               "device cuda: the DiT runs on %s (%.1f GiB); the text encoder and the VAEs run on the CPU "
-               "for now",
-               name, (double)total / 1073741824.0);
+        H3_CHECK(h3_memrep_create(&g->ex, &g->rep));
+        int64_t pred[H3_DEVCAT_COUNT], ppeak;
+        h3_dit_plan_predicted(p, pred, &ppeak);
+        h3_memrep_set_predicted(g->rep, pred, ppeak, g->plan->budgets.vram);
+        H3_CHECK_CTX(h3_dit_stream_open(c.dit, &g->ex, p, NULL, g->rep, &g->ds), "loading the DiT");
+        h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
+    } else {
+        h3_dit_open_opts oo;
+        memset(&oo, 0, sizeof oo);
+        oo.act_place = oo.weight_place = H3_PLACE_HOST;
+        H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
     }
-    H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
-    H3_CHECK_CTX(h3_dit_upload_weights(c.dit, &g->ex), "uploading the DiT to the device");
     const h3_dit_config *dc = h3_dit_get_config(c.dit);
     H3_CHECK(h3_tensor_alloc2(&c.text, c.place, H3_F32, L.text_len, dc->text_dim, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_copy(&g->ex, &c.text, hidden));
@@ -656,18 +772,33 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
 
     /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight.
      */
-    int nu = 0;
-    for (int i = 0; i < steps; i++) uniq_t[nu++] = sch.t_v[i], uniq_t[nu++] = sch.t_a[i];
-    qsort(uniq_t, (size_t)nu, sizeof *uniq_t, cmp_float);
-    int k = 0;
-    for (int i = 0; i < nu; i++)
-        if (k == 0 || uniq_t[i] != uniq_t[k - 1]) uniq_t[k++] = uniq_t[i];
+    const int k = unique_timesteps(&sch, uniq_t);
     g->res.modulation_timesteps = k;
+    if (g->rep) {
+        h3_memrep_set_category(g->rep, H3_DEVCAT_MODULATION);
+        h3_memrep_mark(g->rep, "dit: modulation");
+    }
     H3_CHECK_CTX(h3_dit_precompute_modulation(c.dit, &g->ex, uniq_t, k), "precomputing the AdaLN modulation");
+    if (g->rep) h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
     H3_CHECK(check_stop(g));
 
     h3_sample_args sa = {q->sampler, &sch, dit_model, &c, dit_step, g};
+    const double ts0 = now_s();
     H3_CHECK(h3_sample(&sa, vrows, (size_t)nv, arows, (size_t)na));
+    if (steps > 0) g->res.measured_step_s = (now_s() - ts0) / steps;
+    if (g->rep) { /* the report: predicted vs measured by category, copies against the pinned ceiling */
+        h3_dit_stream_to_report(g->ds, g->rep, g->have_fig ? g->fig.pinned_gbs : 0);
+        h3_memrep_figures mf;
+        h3_memrep_get(g->rep, &mf);
+        g->res.dev_peak = mf.total_peak;
+        char *text = h3_memrep_format(g->rep);
+        if (text) {
+            snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", text);
+            h3_free(text);
+        }
+        if (g->r->memory_trace)
+            H3_CHECK_CTX(h3_memrep_write_trace(g->rep, g->r->memory_trace), "--memory-trace");
+    }
     int64_t bad = 0;
     for (int64_t i = 0; i < nv; i++) bad += !isfinite(vrows[i]);
     for (int64_t i = 0; i < na; i++) bad += !isfinite(arows[i]);
@@ -681,7 +812,15 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
 done:
     h3_tensor *ts[] = {&c.text, &c.dxv, &c.dxa, &c.dvv, &c.dva};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
+    if (g->ds) { /* the stage's device memory back: slots, resident blocks, workspace, modulation */
+        h3_dit_stream_close(g->ds);
+        g->ds = NULL;
+        h3_dit_release_workspace(c.dit);
+        h3_dit_release_modulation(c.dit);
+    }
     h3_dit_close(c.dit);
+    h3_memrep_free(g->rep);
+    g->rep = NULL;
     if (g->cuda_on) {
         h3_cuda_shutdown(&g->ex);
         g->cuda_on = 0;
@@ -844,6 +983,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = H3_OK;
     h3_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
     h3_tensor hidden = {0}, video_lat = {0}, audio_lat = {0}, wave = {0};
     g->r = r;
     g->cb = cb;
@@ -859,6 +1000,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(check_out_dir(r->output, "--output"));
     if (r->wav) H3_CHECK(check_out_dir(r->wav, "--wav"));
     if (r->latents) H3_CHECK(check_out_dir(r->latents, "--latents"));
+    if (r->memory_trace) H3_CHECK(check_out_dir(r->memory_trace, "--memory-trace"));
     if (r->png_dir) {
         if (h3_path_exists(r->png_dir) && !h3_path_is_dir(r->png_dir))
             H3_FAIL(H3_ERR_INVALID, "--png-dir %s is a file; give a folder", r->png_dir);
@@ -886,6 +1028,12 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
                                    : "this build of h3run has no CUDA backend");
     if ((unsigned)dev > H3_DEVICE_CUDA) H3_FAIL(H3_ERR_INVALID, "unknown device %d", (int)r->device);
     g->res.device = dev;
+    if (r->vram_budget < 0 || r->ram_budget < -1)
+        H3_FAIL(H3_ERR_INVALID, "a memory budget must be positive (or 0 for the default); got %lld",
+                (long long)(r->vram_budget < 0 ? r->vram_budget : r->ram_budget));
+    if (dev == H3_DEVICE_CPU && (r->vram_budget || r->ram_budget || r->memory_trace))
+        h3_log(H3_LOG_WARN, "--vram-budget, --ram-budget and --memory-trace plan the GPU's memory; the DiT "
+                            "runs on the CPU here, so they are ignored");
 
     /* The model: every component found, its headers readable, the parts fitting together. */
     H3_CHECK(h3_model_files_find(r->model, &r->given, &g->files));
@@ -918,9 +1066,14 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */
-    H3_CHECK(run_text(g, tok, te_vocab, &hidden));
+    H3_CHECK(run_tokenize(g, tok, te_vocab, &ids, &n_ids));
     h3_tokenizer_free(tok);
     tok = NULL;
+    if (dev == H3_DEVICE_CUDA) H3_CHECK(plan_dit(g, n_ids)); /* before the text encoder loads */
+    H3_CHECK(check_stop(g));
+    H3_CHECK(run_text(g, ids, n_ids, &hidden));
+    h3_free(ids);
+    ids = NULL;
     H3_CHECK(check_stop(g));
     H3_CHECK(run_dit(g, &hidden, &video_lat, &audio_lat));
     h3_tensor_free(&hidden);
@@ -965,6 +1118,9 @@ done:
     }
     if (g->png_open) h3_png_seq_close(&g->png);
     h3_tokenizer_free(tok);
+    h3_free(ids);
+    h3_dit_close(g->dit);
+    h3_free(g->plan);
     h3_tensor_free(&hidden);
     h3_tensor_free(&video_lat);
     h3_tensor_free(&audio_lat);

@@ -81,6 +81,11 @@ typedef struct h3_generate_request {
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */
+    /* The device stage's memory (src/mem/plan.h plans it before anything loads; ignored on the CPU): */
+    int64_t vram_budget; /* every device byte the run takes; 0: free device memory less H3_VRAM_MARGIN */
+    int64_t ram_budget;  /* host bytes for pinned weight copies and staging; 0: H3_RAM_SHARE of MemAvailable;
+                          * -1: not limited */
+    const char *memory_trace; /* the device memory timeline as JSON (h3_memrep_write_trace); NULL: none */
 } h3_generate_request;
 
 void h3_generate_request_init(h3_generate_request *r);
@@ -118,6 +123,12 @@ typedef struct h3_generate_result {
     double stage_s[H3_GEN_STAGES]; /* seconds per stage */
     double total_s;
     int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
+    /* the DiT on the device (zeros on the CPU) */
+    int64_t vram_budget, ram_budget;          /* the budgets planned for (ram 0: not limited) */
+    int64_t dev_predicted_peak, dev_peak;     /* the plan's device peak and the arena's measured peak */
+    int dit_resident, dit_pinned, dit_disk;   /* where the DiT's blocks lived */
+    double predicted_step_s, measured_step_s; /* per model call (predicted 0: no figures for this GPU) */
+    char memory_report[3072]; /* predicted vs measured per category, copy bandwidth ("" on CPU) */
 } h3_generate_result;
 
 /* Runs the request. cb and out may be NULL. The library never prints: warnings (an untrained length or

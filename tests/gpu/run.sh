@@ -43,7 +43,14 @@ for s in "${steps[@]}"; do
                     2>&1 | tee -a "$OUT/generate.log"; rc=$((rc | PIPESTATUS[0]))
                 echo "$d: $(awk "BEGIN{print $(date +%s.%N) - $t0}") s, $(stat -c %s "$OUT/tiny-$d.mp4" 2>/dev/null) bytes" \
                     | tee -a "$OUT/generate.log"
-            done ;;
+            done
+            # a budget (placement, memory report, trace), then one nothing fits (exit 1 before loading)
+            $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress none \
+                --vram-budget 0.25GiB --ram-budget 1GiB --memory-trace "$OUT/trace.json" -o "$OUT/tiny-budget.mp4" \
+                --prompt "a harbor at sunrise." 2>&1 | tee -a "$OUT/generate.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
+                --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
+            [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
