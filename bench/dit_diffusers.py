@@ -1,7 +1,12 @@
 """diffusers' MiniMaxH3Transformer3DModel, full size with random bf16 weights of the official shapes (fp32 islands
 kept fp32), one forward = one sampling step at BENCH.md's workloads; prints s/step and peak memory.
 
-    DIFFUSERS_SRC=/path/with/src/diffusers python3 bench/dit_diffusers.py [W73 W124 W362]
+    DIFFUSERS_SRC=/path/with/src/diffusers python3 bench/dit_diffusers.py [W73 W124 W362] [--group-offload]
+
+--group-offload: after the resident runs, the same model moved to the host and run through diffusers' block-level
+group offloading (one block per group, copies on a side stream from pinned memory: its fastest setting), at the
+same workloads; the ratio to resident is printed. This is the side-by-side figure for bench_dit_stream
+(tests/gpu/run.sh: DIT_WORKLOADS="W124 --group-offload" ... dit-diffusers). Not yet run.
 
 The weights are generated in GPU memory (the machine's disk cannot hold 66 GB twice); timing does not depend on
 their values. Writes $OUT/dit_diffusers.json when OUT is set."""
@@ -59,7 +64,9 @@ def main():
     sys.path.insert(0, os.path.join(src, "src"))
     from diffusers import MiniMaxH3Transformer3DModel
 
-    names = sys.argv[1:] or ["W73", "W124", "W362"]
+    args = sys.argv[1:]
+    offload = "--group-offload" in args
+    names = [a for a in args if a != "--group-offload"] or ["W73", "W124", "W362"]
     dev = torch.device("cuda")
     t0 = time.time()
     with torch.device("meta"):
@@ -81,6 +88,30 @@ def main():
     print(f"diffusers model: {n_params:,} parameters, built in {time.time() - t0:.1f} s, "
           f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB")
     results = {}
+    run_all(model, names, dev, results, "resident")
+    if offload:
+        t0 = time.time()
+        # From the device: each tensor is copied to a pinned host copy and its device memory freed (moving the model
+        # to the host first would hold a second, unpinned copy: 2 x 66 GB of RAM).
+        model.enable_group_offload(onload_device=dev, offload_device=torch.device("cpu"), offload_type="block_level",
+                                   num_blocks_per_group=1, use_stream=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        print(f"group offloading set up in {time.time() - t0:.1f} s; "
+              f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB left on the device")
+        run_all(model, names, dev, results, "group_offload")
+        for name in names:
+            r, o = results.get(f"{name} resident"), results.get(f"{name} group_offload")
+            if r and o:
+                print(f"{name:6s} group offloading {o['s_per_step']:.3f} s vs resident {r['s_per_step']:.3f} s: "
+                      f"{o['s_per_step'] / r['s_per_step']:.2f}x, peak {o['peak_gib']:.1f} GiB")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "dit_diffusers.json"), "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+def run_all(model, names, dev, results, mode):
     for name in names:
         w, h, f = WORKLOADS[name]
         inputs, S, nv, na = packed_inputs(w, h, f, dev)
@@ -100,15 +131,15 @@ def main():
         times.sort()
         med = times[len(times) // 2]
         peak = torch.cuda.max_memory_allocated() / 2**30
-        results[name] = dict(rows=S, video_rows=nv, audio_rows=na, s_per_step=med, spread=[times[0], times[-1]],
-                             peak_gib=peak)
-        print(f"{name:6s} rows {S:6d}  {med:8.3f} s/step  (min {times[0]:.3f}, max {times[-1]:.3f})  peak {peak:6.1f} GiB")
+        key = name if mode == "resident" else f"{name} {mode}"
+        results[key] = dict(rows=S, video_rows=nv, audio_rows=na, s_per_step=med, spread=[times[0], times[-1]],
+                            peak_gib=peak, mode=mode)
+        if mode == "resident":
+            results[f"{name} resident"] = results[key]
+        print(f"{name:6s} {mode:13s} rows {S:6d}  {med:8.3f} s/step  (min {times[0]:.3f}, max {times[-1]:.3f})  "
+              f"peak {peak:6.1f} GiB")
         del inputs
         torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "dit_diffusers.json"), "w") as fh:
-            json.dump(results, fh, indent=1)
-    return 0
 
 
 if __name__ == "__main__":
