@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "tensor/dtype.h"
@@ -253,6 +254,22 @@ static void test_fp8(void) {
     CHECK(!h3_dtype_from_st("F4", &t));
 }
 
+static void test_paths(void) {
+    static const char *const cases[][2] = {
+        {"a/b.json", "a"}, {"b.json", "."}, {"/b.json", "/"}, {"/x/y/z", "/x/y"}, {"a/", "a"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *d = h3_path_dir(cases[i][0]);
+        CHECK(d && !strcmp(d, cases[i][1]), "h3_path_dir(%s) = %s, expected %s", cases[i][0], d ? d : "NULL",
+              cases[i][1]);
+        h3_free(d);
+    }
+    CHECK(h3_str_ends_with("m.safetensors", ".safetensors") && !h3_str_ends_with("m.gguf", ".safetensors") &&
+              !h3_str_ends_with("x", "longer") && h3_str_ends_with("", ""),
+          "h3_str_ends_with");
+    CHECK(h3_str_starts_with("model.diffusion", "model.") && !h3_str_starts_with("mod", "model."),
+          "h3_str_starts_with");
+}
+
 static void test_tensor_views(void) {
     h3_tensor t, v, r;
     int64_t s[3] = {4, 5, 6};
@@ -296,7 +313,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"status", test_status}, {"logging", test_logging}, {"alloc", test_alloc},
         {"threads", test_threads}, {"f16", test_f16},       {"bf16", test_bf16},
-        {"fp8", test_fp8},       {"tensor_views", test_tensor_views}, {NULL, NULL},
+        {"fp8", test_fp8},       {"paths", test_paths}, {"tensor_views", test_tensor_views}, {NULL, NULL},
     };
     return t_main("test_base", cases, argc, argv);
 }

@@ -132,6 +132,22 @@ const char *h3_path_base(const char *path) {
     return s ? s + 1 : path;
 }
 
+char *h3_path_dir(const char *path) {
+    const char *sl = strrchr(path, '/');
+    if (!sl) return h3_strdup(".");
+    if (sl == path) return h3_strdup("/");
+    return h3_strndup(path, (size_t)(sl - path));
+}
+
+int h3_str_ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && memcmp(s + a - b, suffix, b) == 0;
+}
+
+int h3_str_starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
 h3_status h3_out_open(const char *path, h3_outfile *o) {
     memset(o, 0, sizeof *o);
     size_t n = strlen(path);

@@ -32,6 +32,12 @@ int h3_path_exists(const char *path);
 char *h3_path_join(const char *dir, const char *name);
 /* Final component of a path (no allocation). */
 const char *h3_path_base(const char *path);
+/* The folder a path is in, in a new buffer from h3_malloc: "a/b.json" -> "a", "b.json" -> ".", "/b.json" -> "/".
+ * NULL when out of memory. */
+char *h3_path_dir(const char *path);
+/* 1 when s ends with / starts with the given text. */
+int h3_str_ends_with(const char *s, const char *suffix);
+int h3_str_starts_with(const char *s, const char *prefix);
 
 /* A file written under "<path>.partial" and renamed to <path> by h3_out_commit, so an interrupted run never
  * leaves a file that looks complete. h3_out_abort removes the partial file. */
