@@ -10,6 +10,9 @@ H3RUN=$1
 BUILD=${H3_BUILD_DIR:-$(dirname "$H3RUN")}
 SRC=$(cd "${H3_SOURCE_DIR:-$(dirname "$0")/..}" && pwd)
 TINY=$BUILD/h3-tinymodel
+# A GPU run is expected where this h3run finds a CUDA device (its --version says), not merely where nvidia-smi works.
+gpu=0
+"$H3RUN" --version | grep -q '^cuda: [1-9]' && gpu=1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 tmp=$(mktemp -d)
@@ -30,6 +33,7 @@ P="a harbor at sunrise, gulls over the boats. <d>[English] Good morning!</d>"
 # ---- ffprobe: the checks of the clip -----------------------------------------------------------------------------
 probe() { # file frames width height what
     local f=$1 n=$2 w=$3 h=$4 what=$5 v a fmt fd
+    [ -f "$f" ] || { fail "$what: $f was not written"; return; }
     v=$(ffprobe -v error -select_streams v:0 -count_frames -show_entries \
         stream=codec_name,pix_fmt,width,height,r_frame_rate,avg_frame_rate,nb_read_frames,duration -of csv=p=0 "$f")
     a=$(ffprobe -v error -select_streams a:0 -show_entries stream=codec_name,sample_rate,channels,duration \
@@ -62,7 +66,7 @@ probe() { # file frames width height what
     --png-dir "$tmp/frames" --wav "$tmp/a.wav" --latents "$tmp/a.safetensors" --progress json \
     >"$tmp/stdout" 2>"$tmp/stderr" || fail "generate exited $?: $(tail -3 "$tmp/stderr")"
 sanitizer_clean "$tmp/stderr" "generate"
-[ -f "$tmp/a.mp4" ] && probe "$tmp/a.mp4" 22 128 128 "22 frames at 128x128"
+probe "$tmp/a.mp4" 22 128 128 "22 frames at 128x128"
 [ -e "$tmp/a.mp4.partial" ] && fail "a .partial file was left beside the MP4"
 grep -q "wrote $tmp/a.mp4: 22 frames at 128x128" "$tmp/stdout" || fail "no summary: $(cat "$tmp/stdout")"
 n=$(ls "$tmp/frames" 2>/dev/null | grep -c '^frame_[0-9]\{5\}\.png$')
@@ -95,15 +99,15 @@ cmp -s "$tmp/a.safetensors" "$tmp/c.safetensors" && fail "seeds 11 and 12 gave t
 "$H3RUN" generate --model "$M" --prompt "$P" --seconds 1 --size 96x192 --scheduler simple --sampler res_multistep \
     --steps 4 --seed 3 -o "$tmp/d.mp4" --x264-preset ultrafast --progress none >/dev/null 2>"$tmp/err" ||
     fail "--seconds 1, simple + res_multistep exited $?: $(cat "$tmp/err")"
-[ -f "$tmp/d.mp4" ] && probe "$tmp/d.mp4" 39 96 192 "--seconds 1 (39 frames) at 96x192"
+probe "$tmp/d.mp4" 39 96 192 "--seconds 1 (39 frames) at 96x192"
 "$H3RUN" generate --model "$M" --prompt "" --frames 5 --size 64x64 --scheduler beta --sampler dpmpp_2m --steps 3 \
     -o "$tmp/e.mp4" --progress lines >/dev/null 2>"$tmp/err" || fail "an empty prompt, 5 frames exited $?: $(cat "$tmp/err")"
-[ -f "$tmp/e.mp4" ] && probe "$tmp/e.mp4" 5 64 64 "5 frames at 64x64, empty prompt"
+probe "$tmp/e.mp4" 5 64 64 "5 frames at 64x64, empty prompt"
 grep -q "dit: step 3/3" "$tmp/err" || fail "--progress lines: no 'dit: step 3/3' line"
 grep -q "seed: [0-9]* (repeat this run with --seed" "$tmp/err" || fail "a random seed is not printed"
 "$H3RUN" generate --model "$tmp/comfy/models" --prompt "$P" --frames 22 --size 128x128 --steps 6 -q \
     -o "$tmp/f.mp4" 2>"$tmp/err" || fail "ComfyUI models/ folder exited $?: $(cat "$tmp/err")"
-[ -f "$tmp/f.mp4" ] && probe "$tmp/f.mp4" 22 128 128 "ComfyUI layout"
+probe "$tmp/f.mp4" 22 128 128 "ComfyUI layout"
 # The diffusers folder names (vae/ for the video VAE) and a repository root holding FL2VA/.
 mkdir -p "$tmp/diffusers" "$tmp/repo"
 for c in transformer text_encoder tokenizer audio_vae; do ln -s "$M/$c" "$tmp/diffusers/$c"; done
@@ -124,10 +128,10 @@ grep -q "model (official layout): DiT $tmp/repo/FL2VA/transformer" "$tmp/err" ||
 grep -q "warning: --vram-budget, --ram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
     fail "--vram-budget on the CPU: no warning: $(cat "$tmp/err")"
 # --device cuda where there is no GPU is a bad request; where there is one, the DiT runs there.
-if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+if [ "$gpu" = 1 ]; then
     "$H3RUN" generate --model "$M" --prompt "$P" --frames 22 --size 128x128 --device cuda -q -o "$tmp/gpu.mp4" \
         2>"$tmp/err" || fail "--device cuda exited $?: $(cat "$tmp/err")"
-    [ -f "$tmp/gpu.mp4" ] && probe "$tmp/gpu.mp4" 22 128 128 "--device cuda"
+    probe "$tmp/gpu.mp4" 22 128 128 "--device cuda"
     # A budget: the plan's placement, the memory report (predicted vs measured peak) and the trace.
     "$H3RUN" generate --model "$M" --prompt "$P" --frames 22 --size 128x128 --device cuda --vram-budget 0.25GiB \
         --ram-budget 1GiB --memory-trace "$tmp/trace.json" --progress none -o "$tmp/gpu2.mp4" >"$tmp/out" \
@@ -189,9 +193,10 @@ expect_error 2 "--model is required" --prompt "$P" "${OUT[@]}"
 expect_error 2 "no such folder (give the official FL2VA/ folder" --model "$tmp/nowhere" --prompt "$P" "${OUT[@]}"
 expect_error 2 "the folder $tmp/missing does not exist (create it first)" --model "$M" --prompt "$P" -o "$tmp/missing/x.mp4"
 expect_error 2 "unknown option '--fps'" "${R[@]}" --fps 30
-expect_error 2 "--vram-budget" "${R[@]}" --vram-budget lots
-expect_error 2 "--ram-budget" "${R[@]}" --ram-budget -5G
-if ! (command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1); then
+expect_error 2 "--vram-budget takes a size like 8GiB" "${R[@]}" --vram-budget lots
+expect_error 2 "--ram-budget takes a size like 8GiB, 24G, 512MiB or 123456 (bytes), or auto; got '-5G'" "${R[@]}" \
+    --ram-budget -5G
+if [ "$gpu" = 0 ]; then
     expect_error 2 "--device cuda:" "${R[@]}" --frames 5 --size 64x64 --device cuda
     grep -qF "use --device cpu" "$tmp/err" || fail "--device cuda without a GPU does not name the fix"
 fi

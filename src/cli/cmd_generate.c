@@ -240,16 +240,15 @@ int h3_cmd_generate(int argc, char **argv) {
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
         if (res.device == H3_DEVICE_CUDA) {
-            char a[32], b[32], c[32];
+            char a[32], b[32];
             printf(
                 "DiT on the GPU: budget %s (host %s), %d blocks resident, %d streamed from pinned memory, %d "
-                "from the file; %.3f s per model call",
+                "from the file; %.3f s per model call after the first",
                 h3_budget_str(res.vram_budget, a, sizeof a),
                 res.ram_budget ? h3_budget_str(res.ram_budget, b, sizeof b) : "not limited", res.dit_resident,
                 res.dit_pinned, res.dit_disk, res.measured_step_s);
             if (res.predicted_step_s > 0) printf(" (predicted %.3f)", res.predicted_step_s);
-            printf("; device peak %s (predicted %s)\n", h3_budget_str(res.dev_peak, c, sizeof c),
-                   h3_budget_str(res.dev_predicted_peak, a, sizeof a));
+            printf("\n");
             fputs(res.memory_report, stdout);
             if (trace) printf("wrote %s (device memory timeline)\n", trace);
         }

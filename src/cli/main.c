@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cuda/cuda.h"
 #include "h3run.h"
 
 typedef struct {
@@ -43,6 +44,20 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(name, "--version") || !strcmp(name, "version")) {
         printf("h3run %s\n", H3RUN_VERSION);
+        /* what --device cuda would find; tests read this line to decide whether a GPU run is expected */
+        if (!h3_cuda_compiled()) {
+            printf("cuda: not in this build\n");
+        } else {
+            const int n = h3_cuda_device_count();
+            printf("cuda: %d device%s", n, n == 1 ? "" : "s");
+            for (int i = 0; i < n; i++) {
+                char dn[128] = "?";
+                int64_t total = 0;
+                if (h3_cuda_device_info(i, dn, sizeof dn, &total, NULL) == H3_OK)
+                    printf("%s %d: %s (%.1f GiB)", i ? "," : ";", i, dn, (double)total / 1073741824.0);
+            }
+            printf("\n");
+        }
         return H3_EXIT_OK;
     }
     for (const subcommand *c = g_cmds; c->name; c++)

@@ -211,7 +211,8 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
         for (int g = 0; g < it->n_segs; g++) file &= it->segs[g].fd >= 0;
         if (it->tier != H3_TIER_DISK || file) continue;
         uint8_t *buf = h3_malloc((size_t)it->bytes, H3_MEM_IO);
-        if (!buf) return H3_ERR_NOMEM;
+        if (!buf)
+            return H3_ERR(H3_ERR_NOMEM, "out of memory for a %lld-byte spill buffer", (long long)it->bytes);
         memset(buf, 0, (size_t)it->bytes);
         for (int g = 0; g < it->n_segs; g++)
             memcpy(buf + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes);
@@ -369,6 +370,25 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds);
 }
 
+h3_status h3_dit_stream_check(const h3_dit *dit) {
+    const h3_dit_config *c = h3_dit_get_config(dit);
+    const int U = h3_dit_n_units(c), B = (int)c->n_layers;
+    for (int i = 0; i < U + B; i++) {
+        h3_dit_pack p;
+        if (i < U)
+            h3_dit_pack_unit(dit, i, &p);
+        else
+            h3_dit_pack_adaln(dit, i - U, &p);
+        if (p.quantized)
+            return H3_ERR(
+                H3_ERR_UNSUPPORTED,
+                "%s %d has quantized weights, which run on the CPU only for now: use --device cpu, or "
+                "the bf16 DiT on the GPU",
+                i < U ? "DiT block" : "the AdaLN projection of DiT block", i < U ? i : i - U);
+    }
+    return H3_OK;
+}
+
 h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
                              const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out) {
     *out = NULL;
@@ -383,7 +403,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
                                       "stream_weights and host weights)");
     h3_status st = H3_OK;
     h3_dit_stream *ds = h3_calloc(1, sizeof *ds, H3_MEM_OTHER);
-    if (!ds) return H3_ERR_NOMEM;
+    if (!ds) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     ds->dit = dit;
     ds->ex = ex;
     ds->place = place;
@@ -413,18 +433,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         if (rep) h3_memrep_set_category(rep, prev);
         H3_CHECK(uc.st);
     }
-    for (int i = 0; i < ds->n_items; i++) {
-        h3_dit_pack p;
-        if (i < U)
-            h3_dit_pack_unit(dit, i, &p);
-        else
-            h3_dit_pack_adaln(dit, i - U, &p);
-        if (p.quantized)
-            H3_FAIL(H3_ERR_UNSUPPORTED,
-                    "DiT stream: %s %d has quantized weights; quantized DiT weights run on the CPU "
-                    "only for now",
-                    i < U ? "block" : "the AdaLN projection of block", i < U ? i : i - U);
-    }
+    H3_CHECK(h3_dit_stream_check(dit));
     /* 2. The items: packed layouts, their sources, tiers. */
     const h3_st_set *set = h3_dit_files(dit);
     int64_t nsegs = 0, max_streamed = 0;

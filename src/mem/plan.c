@@ -16,19 +16,6 @@
 
 #define GIB H3_GIB
 
-const char *h3_tier_name(h3_tier t) {
-    switch (t) {
-        case H3_TIER_RESIDENT:
-            return "resident";
-        case H3_TIER_PINNED:
-            return "pinned";
-        case H3_TIER_DISK:
-            return "disk";
-        default:
-            return "?";
-    }
-}
-
 /* ---- device figures ------------------------------------------------------------------------------------ */
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention

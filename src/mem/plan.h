@@ -49,7 +49,6 @@ typedef enum h3_tier {
     H3_TIER_DISK,         /* streamed per use from its file (or page cache) through pinned staging */
     H3_TIER_COUNT
 } h3_tier;
-const char *h3_tier_name(h3_tier t);
 
 /* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see
  * docs/MEMORY.md). */

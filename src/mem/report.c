@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "mem/budget.h"
 #include "cuda/cuda.h"
 
 #define MAP_CAP   65536 /* live device blocks tracked (a DiT stage holds a few hundred) */
@@ -116,13 +117,13 @@ static void observe(void *user, const void *p, int64_t delta, int64_t used) {
 h3_status h3_memrep_create(h3_exec *ex, h3_memrep **out) {
     *out = NULL;
     h3_memrep *r = h3_calloc(1, sizeof *r, H3_MEM_OTHER);
-    if (!r) return H3_ERR_NOMEM;
+    if (!r) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     r->map = h3_calloc(MAP_CAP, sizeof *r->map, H3_MEM_OTHER);
     r->pts = h3_calloc(H3_MEMREP_MAX_POINTS, sizeof *r->pts, H3_MEM_OTHER);
     r->marks = h3_calloc(MAX_MARKS, sizeof *r->marks, H3_MEM_OTHER);
     if (!r->map || !r->pts || !r->marks) {
         h3_memrep_free(r);
-        return H3_ERR_NOMEM;
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
     }
     r->step = 1;
     r->t0 = now_s();
@@ -209,7 +210,7 @@ char *h3_memrep_format(const h3_memrep *r) {
     char *o = h3_malloc(n, H3_MEM_IO);
     if (!o) return NULL;
     o[0] = 0;
-    const double G = 1073741824.0;
+    const double G = H3_GIB;
     char d[32];
     appendf(o, n, "device memory     %-22s predicted   measured peak   difference\n", "");
     for (int c = 0; c < H3_DEVCAT_COUNT; c++) {

@@ -344,10 +344,6 @@ void h3_streamer_get_stats(const h3_streamer *s, h3_stream_stats *out) {
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
 }
 
-int h3_streamer_slot_count(const h3_streamer *s) {
-    return s->cfg.n_slots;
-}
-
 /* ---- creation ------------------------------------------------------------------------------------------ */
 
 static void *place_alloc(h3_streamer *s, h3_place pl, int64_t bytes, h3_mem_category cat) {
@@ -393,7 +389,7 @@ void h3_streamer_free(h3_streamer *s) {
 
 static h3_status make_events(h3_cuda_event_h **out, int n, int timing) {
     *out = h3_calloc((size_t)(n ? n : 1), sizeof **out, H3_MEM_OTHER);
-    if (!*out) return H3_ERR_NOMEM;
+    if (!*out) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) H3_TRY(h3_cuda_event_create(&(*out)[i], timing));
     return H3_OK;
 }
@@ -453,7 +449,7 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     }
     h3_status st = H3_OK;
     h3_streamer *s = h3_calloc(1, sizeof *s, H3_MEM_OTHER);
-    if (!s) return H3_ERR_NOMEM;
+    if (!s) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     s->ex = ex;
     s->cfg = *cfg;

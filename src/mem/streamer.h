@@ -93,7 +93,6 @@ void h3_streamer_release(h3_streamer *s, int item);
 /* Waits for the copy and read queues; H3_ERR_IO naming the file when a read failed. Harvests copy timings. */
 h3_status h3_streamer_sync(h3_streamer *s);
 void h3_streamer_get_stats(const h3_streamer *s, h3_stream_stats *out);
-int h3_streamer_slot_count(const h3_streamer *s);
 /* Waits for everything queued, then frees all it allocated. */
 void h3_streamer_free(h3_streamer *s);
 

@@ -326,10 +326,13 @@ typedef struct gen {
     /* the DiT on the device: opened (headers) and planned before the text encoder runs */
     h3_dit *dit;
     h3_plan *plan;
-    h3_device_figures fig;
-    int have_fig;
     h3_memrep *rep;
     h3_dit_stream *ds;
+    double t_first_step; /* when the first model call ended (the step time excludes that warm-up) */
+    /* the schedule, and the distinct timesteps it visits (the modulation kept; the plan counts them) */
+    h3_schedule sch;
+    float *uniq_t;
+    int n_uniq;
     int stage;
     int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the
                         request's */
@@ -584,6 +587,7 @@ static h3_status dit_model(void *user, const float *x_video, const float *x_audi
 static h3_status dit_step(void *user, int step, int steps) {
     (void)steps;
     gen *g = user;
+    if (step == 0) g->t_first_step = now_s();
     if (g->rep) {
         char mk[32];
         snprintf(mk, sizeof mk, "dit: step %d", step + 1);
@@ -610,6 +614,16 @@ static int unique_timesteps(const h3_schedule *sch, float *out) {
     return k;
 }
 
+/* The schedule of the request and its distinct timesteps, once for the plan and the run. */
+static h3_status make_schedule(gen *g) {
+    const h3_request *q = &g->req;
+    H3_TRY(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &g->sch));
+    g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
+    if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    g->n_uniq = unique_timesteps(&g->sch, g->uniq_t);
+    return H3_OK;
+}
+
 /* Plans the DiT on the device before anything loads (the text encoder included): the DiT's headers, the
  * request's shapes and the budgets decide which blocks stay resident, which stream from pinned memory or
  * from the file, the ring and the row chunk. A request that does not fit stops here with the plan's message:
@@ -618,20 +632,13 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     h3_status st = H3_OK;
     const h3_generate_request *r = g->r;
     const h3_request *q = &g->req;
-    h3_schedule sch;
-    memset(&sch, 0, sizeof sch);
-    float *ut = NULL;
-    H3_CHECK(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch));
-    ut = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
-    if (!ut) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    const int k = unique_timesteps(&sch, ut);
-
     h3_dit_open_opts oo;
     memset(&oo, 0, sizeof oo);
     oo.act_place = H3_PLACE_DEVICE;
     oo.weight_place = H3_PLACE_HOST; /* the blocks stay in the file; the plan says which go where */
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
+    H3_CHECK_CTX(h3_dit_stream_check(g->dit), "the DiT on --device cuda");
 
     h3_plan_budgets b = {r->vram_budget, r->ram_budget};
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
@@ -640,7 +647,8 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     char name[128] = "?";
     int64_t total = 0, free_b = 0;
     if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
-    g->have_fig = h3_device_figures_for(name, &g->fig);
+    h3_device_figures fig;
+    const int have_fig = h3_device_figures_for(name, &fig);
     if (b.vram > free_b && free_b > 0) {
         char a[32], c[32];
         H3_FAIL(H3_ERR_BUDGET,
@@ -655,10 +663,10 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     m.dit = g->dit;
     m.dit_weights_in_file = 1;
     m.host_threads = 1;
-    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, k};
+    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, g->n_uniq};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    H3_CHECK(h3_plan_make(&m, &pr, &b, g->have_fig ? &g->fig : NULL, g->plan));
+    H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
     const h3_dit_plan *p = &g->plan->dit;
     g->res.vram_budget = b.vram;
     g->res.ram_budget = b.ram;
@@ -666,7 +674,7 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     g->res.dit_resident = p->n_resident;
     g->res.dit_pinned = p->n_pinned;
     g->res.dit_disk = p->n_disk;
-    g->res.predicted_step_s = g->have_fig ? p->t_step : 0;
+    g->res.predicted_step_s = g->plan->have_time ? p->t_step : 0;
     H3_CHECK(h3_plan_check(g->plan));
     char a[32], c[32], d[32];
     h3_log(H3_LOG_INFO,
@@ -675,12 +683,10 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
            name, h3_budget_str(b.vram, a, sizeof a),
            b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited", p->n_resident, p->n_units, p->n_pinned,
            p->n_disk, p->n_slots, h3_budget_str(p->dev_peak, d, sizeof d));
-    if (g->have_fig)
+    if (g->plan->have_time)
         h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
                p->t_step, p->t_resident);
 done:
-    h3_free(ut);
-    h3_schedule_free(&sch);
     return st;
 }
 
@@ -689,22 +695,22 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     h3_status st = H3_OK;
     h3_seq_layout L;
     memset(&L, 0, sizeof L);
-    h3_schedule sch;
-    memset(&sch, 0, sizeof sch);
     dit_ctx c;
     memset(&c, 0, sizeof c);
     c.g = g;
-    float *vrows = NULL, *arows = NULL, *uniq_t = NULL;
+    float *vrows = NULL, *arows = NULL;
     const h3_request *q = &g->req;
+    const h3_schedule *sch = &g->sch;
     H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, q->width, q->height, &L));
     c.L = &L;
-    H3_CHECK(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch));
+    if (L.seq_len > INT32_MAX)
+        H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
     g->res.seq_len = L.seq_len;
     g->res.latent_t = L.latent_t;
     g->res.latent_h = L.latent_h;
     g->res.latent_w = L.latent_w;
     g->res.audio_latents = L.audio_t;
-    const int steps = sch.n - 1;
+    const int steps = sch->n - 1;
     stage_begin(g, H3_GEN_DIT, steps);
 
     /* Noise: the video latent in [24, T, H, W] order, patchified into rows; the audio directly in rows. */
@@ -721,11 +727,8 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     c.vi = h3_malloc((size_t)L.n_video_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     c.ai = h3_malloc((size_t)L.n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     c.ti = h3_malloc((size_t)L.text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    uniq_t = h3_malloc((size_t)2 * (size_t)steps * sizeof(float) + 8, H3_MEM_OTHER);
-    if (!vrows || !arows || !c.tidx || !c.tags || !c.vi || !c.ai || !c.ti || !uniq_t)
+    if (!vrows || !arows || !c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L.seq_len);
-    if (L.seq_len > INT32_MAX)
-        H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
     for (size_t i = 0; i < S; i++) c.tags[i] = L.tags[i];
     for (int64_t i = 0; i < L.n_video_rows; i++) c.vi[i] = (int32_t)L.video_indices[i];
     for (int64_t i = 0; i < L.n_audio_rows; i++) c.ai[i] = (int32_t)L.audio_indices[i];
@@ -756,6 +759,20 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         oo.act_place = oo.weight_place = H3_PLACE_HOST;
         H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
     }
+    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight.
+     */
+    g->res.modulation_timesteps = g->n_uniq;
+    if (g->rep) {
+        h3_memrep_set_category(g->rep, H3_DEVCAT_MODULATION);
+        h3_memrep_mark(g->rep, "dit: modulation");
+    }
+    H3_CHECK_CTX(h3_dit_precompute_modulation(c.dit, &g->ex, g->uniq_t, g->n_uniq),
+                 "precomputing the AdaLN modulation");
+    if (g->rep) h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
+    H3_CHECK(check_stop(g));
+
+    /* The text states (once) and, on the device, the per-call inputs and velocities: after the modulation
+     * pass, whose own peak the plan counts without them. */
     const h3_dit_config *dc = h3_dit_get_config(c.dit);
     H3_CHECK(h3_tensor_alloc2(&c.text, c.place, H3_F32, L.text_len, dc->text_dim, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_copy(&g->ex, &c.text, hidden));
@@ -770,24 +787,14 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
                                   H3_MEM_ACTIVATIONS));
     }
 
-    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight.
-     */
-    const int k = unique_timesteps(&sch, uniq_t);
-    g->res.modulation_timesteps = k;
-    if (g->rep) {
-        h3_memrep_set_category(g->rep, H3_DEVCAT_MODULATION);
-        h3_memrep_mark(g->rep, "dit: modulation");
-    }
-    H3_CHECK_CTX(h3_dit_precompute_modulation(c.dit, &g->ex, uniq_t, k), "precomputing the AdaLN modulation");
-    if (g->rep) h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
-    H3_CHECK(check_stop(g));
-
-    h3_sample_args sa = {q->sampler, &sch, dit_model, &c, dit_step, g};
+    h3_sample_args sa = {q->sampler, sch, dit_model, &c, dit_step, g};
     const double ts0 = now_s();
     H3_CHECK(h3_sample(&sa, vrows, (size_t)nv, arows, (size_t)na));
-    if (steps > 0) g->res.measured_step_s = (now_s() - ts0) / steps;
+    const double ts1 =
+        now_s(); /* seconds per model call, the first (warm-up) call left out when there are more */
+    g->res.measured_step_s = steps > 1 ? (ts1 - g->t_first_step) / (steps - 1) : ts1 - ts0;
     if (g->rep) { /* the report: predicted vs measured by category, copies against the pinned ceiling */
-        h3_dit_stream_to_report(g->ds, g->rep, g->have_fig ? g->fig.pinned_gbs : 0);
+        h3_dit_stream_to_report(g->ds, g->rep, g->plan->have_time ? g->plan->fig.pinned_gbs : 0);
         h3_memrep_figures mf;
         h3_memrep_get(g->rep, &mf);
         g->res.dev_peak = mf.total_peak;
@@ -796,8 +803,6 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
             snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", text);
             h3_free(text);
         }
-        if (g->r->memory_trace)
-            H3_CHECK_CTX(h3_memrep_write_trace(g->rep, g->r->memory_trace), "--memory-trace");
     }
     int64_t bad = 0;
     for (int64_t i = 0; i < nv; i++) bad += !isfinite(vrows[i]);
@@ -810,13 +815,16 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     h3_audio_unpack(arows, L.audio_t, audio_lat->data);
     stage_end(g);
 done:
+    /* The timeline is written whatever happened: a run that failed for memory is when it is wanted most. */
+    if (g->rep && g->r->memory_trace && h3_memrep_write_trace(g->rep, g->r->memory_trace) != H3_OK) {
+        h3_log(H3_LOG_WARN, "--memory-trace: %s", h3_last_error());
+        h3_clear_error();
+    }
     h3_tensor *ts[] = {&c.text, &c.dxv, &c.dxa, &c.dvv, &c.dva};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
-    if (g->ds) { /* the stage's device memory back: slots, resident blocks, workspace, modulation */
+    if (g->ds) { /* the stage's device memory back: slots, resident blocks (h3_dit_close frees the rest) */
         h3_dit_stream_close(g->ds);
         g->ds = NULL;
-        h3_dit_release_workspace(c.dit);
-        h3_dit_release_modulation(c.dit);
     }
     h3_dit_close(c.dit);
     h3_memrep_free(g->rep);
@@ -830,10 +838,8 @@ done:
     h3_free(c.vi);
     h3_free(c.ai);
     h3_free(c.ti);
-    h3_free(uniq_t);
     h3_free(vrows);
     h3_free(arows);
-    h3_schedule_free(&sch);
     h3_seq_layout_free(&L);
     return st;
 }
@@ -876,15 +882,9 @@ done:
     return st;
 }
 
-typedef struct {
-    gen *g;
-    int64_t W, H;
-} frames_ctx;
-
 /* Frames [3, n, H, W] in [0, 1], chunk by chunk: into the MP4 (and PNG files) as they come. */
 static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
-    frames_ctx *fc = user;
-    gen *g = fc->g;
+    gen *g = user;
     const int64_t n = f->shape[1], plane = f->shape[2] * f->shape[3];
     if (first != g->res.frames_written)
         return H3_ERR(H3_ERR_INTERNAL, "the video VAE handed frame %lld after %lld", (long long)first,
@@ -919,8 +919,7 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
     h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks,
            m.tiles_y, m.tiles_x, (double)m.total / 1048576.0);
-    frames_ctx fc = {g, W * c->patch_size, H * c->patch_size};
-    h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, &fc, NULL};
+    h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, g, NULL};
     H3_CHECK_CTX(h3_video_vae_decode(v, &g->ex, video_lat, &out), "the video VAE");
     if (g->res.frames_written != g->req.frames)
         H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
@@ -1069,6 +1068,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(run_tokenize(g, tok, te_vocab, &ids, &n_ids));
     h3_tokenizer_free(tok);
     tok = NULL;
+    H3_CHECK(make_schedule(g));
     if (dev == H3_DEVICE_CUDA) H3_CHECK(plan_dit(g, n_ids)); /* before the text encoder loads */
     H3_CHECK(check_stop(g));
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
@@ -1121,6 +1121,8 @@ done:
     h3_free(ids);
     h3_dit_close(g->dit);
     h3_free(g->plan);
+    h3_free(g->uniq_t);
+    h3_schedule_free(&g->sch);
     h3_tensor_free(&hidden);
     h3_tensor_free(&video_lat);
     h3_tensor_free(&audio_lat);

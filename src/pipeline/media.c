@@ -19,7 +19,8 @@
 #include "base/fs.h"
 #include "base/log.h"
 
-/* ---- libav's messages go to the log, never to stderr -------------------------------------------------------- */
+/* ---- libav's messages go to the log, never to stderr
+ * -------------------------------------------------------- */
 
 static void av_log_to_h3(void *avcl, int level, const char *fmt, va_list vl) {
     (void)avcl;
@@ -41,7 +42,8 @@ static const char *averr(int e, char *buf, size_t n) {
     return buf;
 }
 
-/* ---- pixels ----------------------------------------------------------------------------------------------------- */
+/* ---- pixels
+ * ----------------------------------------------------------------------------------------------------- */
 
 uint8_t h3_unit_to_u8(float x) {
     if (!(x > 0.0f)) return 0; /* also NaN */
@@ -51,7 +53,8 @@ uint8_t h3_unit_to_u8(float x) {
 }
 
 /* Planar float RGB -> packed RGB24 (width*3 bytes per row, rows contiguous). */
-static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_stride, int w, int h, uint8_t *out) {
+static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_stride, int w, int h,
+                            uint8_t *out) {
     for (int y = 0; y < h; y++) {
         const float *r = rgb + (int64_t)y * row_stride, *g = r + plane_stride, *b = g + plane_stride;
         uint8_t *o = out + (size_t)y * (size_t)w * 3;
@@ -68,7 +71,8 @@ int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_ra
     return (int64_t)llround((double)frames * (double)sample_rate / (double)fps);
 }
 
-/* ---- MP4 ------------------------------------------------------------------------------------------------------- */
+/* ---- MP4
+ * ------------------------------------------------------------------------------------------------------- */
 
 struct h3_mp4 {
     h3_mp4_opts o;
@@ -131,11 +135,14 @@ void h3_mp4_abort(h3_mp4 *m) {
 static h3_status encode(h3_mp4 *m, AVCodecContext *enc, AVStream *st, AVFrame *frame) {
     char eb[128];
     int r = avcodec_send_frame(enc, frame);
-    if (r < 0) return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
+    if (r < 0)
+        return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
     for (;;) {
         r = avcodec_receive_packet(enc, m->pkt);
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return H3_OK;
-        if (r < 0) return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
+        if (r < 0)
+            return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name,
+                          averr(r, eb, sizeof eb));
         av_packet_rescale_ts(m->pkt, enc->time_base, st->time_base);
         m->pkt->stream_index = st->index;
         r = av_interleaved_write_frame(m->oc, m->pkt);
@@ -169,8 +176,9 @@ static h3_status open_video(h3_mp4 *m) {
     av_opt_set(c->priv_data, "preset", m->o.preset ? m->o.preset : "medium", 0);
     av_opt_set(c->priv_data, "crf", crf, 0);
     int r = avcodec_open2(c, codec, NULL);
-    if (r < 0) return H3_ERR(H3_ERR_IO, "opening the H.264 encoder (%dx%d, preset %s): %s", c->width, c->height,
-                             m->o.preset ? m->o.preset : "medium", averr(r, eb, sizeof eb));
+    if (r < 0)
+        return H3_ERR(H3_ERR_IO, "opening the H.264 encoder (%dx%d, preset %s): %s", c->width, c->height,
+                      m->o.preset ? m->o.preset : "medium", averr(r, eb, sizeof eb));
     r = avcodec_parameters_from_context(m->vst->codecpar, c);
     if (r < 0) return H3_ERR(H3_ERR_NOMEM, "H.264 stream parameters: %s", averr(r, eb, sizeof eb));
     m->vst->time_base = c->time_base;
@@ -196,7 +204,8 @@ static h3_status open_video(h3_mp4 *m) {
     const int *coef709 = sws_getCoefficients(SWS_CS_ITU709);
     sws_setColorspaceDetails(m->sws, coef709, 1, coef709, 0, 0, 1 << 16, 1 << 16);
     size_t nrgb;
-    if (!h3_mul_size((size_t)c->width * 3, (size_t)c->height, &nrgb)) return H3_ERR(H3_ERR_INVALID, "frame too large");
+    if (!h3_mul_size((size_t)c->width * 3, (size_t)c->height, &nrgb))
+        return H3_ERR(H3_ERR_INVALID, "frame too large");
     m->rgb = h3_malloc(nrgb, H3_MEM_IO);
     if (!m->rgb) return H3_ERR(H3_ERR_NOMEM, "out of memory for an RGB frame (%zu bytes)", nrgb);
     return H3_OK;
@@ -218,8 +227,9 @@ static h3_status open_audio(h3_mp4 *m) {
     c->time_base = (AVRational){1, m->o.sample_rate};
     if (m->oc->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     int r = avcodec_open2(c, codec, NULL);
-    if (r < 0) return H3_ERR(H3_ERR_IO, "opening the AAC encoder (%d Hz, %d channels): %s", c->sample_rate,
-                             m->o.channels, averr(r, eb, sizeof eb));
+    if (r < 0)
+        return H3_ERR(H3_ERR_IO, "opening the AAC encoder (%d Hz, %d channels): %s", c->sample_rate,
+                      m->o.channels, averr(r, eb, sizeof eb));
     r = avcodec_parameters_from_context(m->ast->codecpar, c);
     if (r < 0) return H3_ERR(H3_ERR_NOMEM, "AAC stream parameters: %s", averr(r, eb, sizeof eb));
     m->ast->time_base = c->time_base;
@@ -241,22 +251,30 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     pthread_once(&g_av_once, av_setup);
     const h3_mp4_opts *o = opts;
     if (!path || !*path) return H3_ERR(H3_ERR_INVALID, "an output path is required");
-    if (o->width <= 0 || o->height <= 0 || o->width % 2 || o->height % 2 || o->width > 16384 || o->height > 16384)
-        return H3_ERR(H3_ERR_INVALID, "%s: H.264 4:2:0 needs an even frame size up to 16384; got %dx%d", path, o->width,
-                      o->height);
-    if (o->fps < 1 || o->fps > 240) return H3_ERR(H3_ERR_INVALID, "%s: fps must be 1..240; got %d", path, o->fps);
-    if (o->sample_rate && (o->sample_rate < 8000 || o->sample_rate > 192000 || o->channels < 1 || o->channels > 2))
-        return H3_ERR(H3_ERR_INVALID, "%s: audio must be 8..192 kHz with 1 or 2 channels; got %d Hz, %d channels", path,
+    if (o->width <= 0 || o->height <= 0 || o->width % 2 || o->height % 2 || o->width > 16384 ||
+        o->height > 16384)
+        return H3_ERR(H3_ERR_INVALID, "%s: H.264 4:2:0 needs an even frame size up to 16384; got %dx%d", path,
+                      o->width, o->height);
+    if (o->fps < 1 || o->fps > 240)
+        return H3_ERR(H3_ERR_INVALID, "%s: fps must be 1..240; got %d", path, o->fps);
+    if (o->sample_rate &&
+        (o->sample_rate < 8000 || o->sample_rate > 192000 || o->channels < 1 || o->channels > 2))
+        return H3_ERR(H3_ERR_INVALID,
+                      "%s: audio must be 8..192 kHz with 1 or 2 channels; got %d Hz, %d channels", path,
                       o->sample_rate, o->channels);
-    if (o->crf < 0 || o->crf > 51) return H3_ERR(H3_ERR_INVALID, "%s: crf must be 0..51; got %d", path, o->crf);
+    if (o->crf < 0 || o->crf > 51)
+        return H3_ERR(H3_ERR_INVALID, "%s: crf must be 0..51; got %d", path, o->crf);
     /* x264 prints an unknown preset to stderr itself: check the name first. */
-    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                           "medium",    "slow",      "slower",   "veryslow", "placebo"};
     int preset_ok = !o->preset;
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !preset_ok; i++) preset_ok = !strcmp(o->preset, presets[i]);
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !preset_ok; i++)
+        preset_ok = !strcmp(o->preset, presets[i]);
     if (!preset_ok)
-        return H3_ERR(H3_ERR_INVALID, "%s: unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
-                                      "medium, slow, slower, veryslow or placebo", path, o->preset);
+        return H3_ERR(H3_ERR_INVALID,
+                      "%s: unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
+                      "medium, slow, slower, veryslow or placebo",
+                      path, o->preset);
 
     h3_status st = H3_OK;
     char eb[128];
@@ -295,7 +313,8 @@ done:
 
 static h3_status check_usable(const h3_mp4 *m) {
     if (!m) return H3_ERR(H3_ERR_INVALID, "no MP4 writer");
-    if (m->failed) return H3_ERR(m->failed, "%s: an earlier write failed; the file was not finished", m->path);
+    if (m->failed)
+        return H3_ERR(m->failed, "%s: an earlier write failed; the file was not finished", m->path);
     return H3_OK;
 }
 
@@ -316,24 +335,12 @@ h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, 
     H3_TRY(check_usable(m));
     if (!rgb || row_stride < m->o.width || plane_stride < row_stride * (m->o.height - 1) + m->o.width) {
         m->failed = H3_ERR_INVALID;
-        return H3_ERR(H3_ERR_INVALID, "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
-                      m->path, (long long)m->nframes, m->o.width, m->o.height, (long long)plane_stride, (long long)row_stride);
+        return H3_ERR(H3_ERR_INVALID,
+                      "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
+                      m->path, (long long)m->nframes, m->o.width, m->o.height, (long long)plane_stride,
+                      (long long)row_stride);
     }
     planar_to_rgb24(rgb, plane_stride, row_stride, m->o.width, m->o.height, m->rgb);
-    h3_status st = put_rgb24(m);
-    if (st != H3_OK) m->failed = st;
-    return st;
-}
-
-h3_status h3_mp4_write_frame_rgb24(h3_mp4 *m, const uint8_t *rgb, int64_t row_stride) {
-    H3_TRY(check_usable(m));
-    if (!rgb || row_stride < (int64_t)m->o.width * 3) {
-        m->failed = H3_ERR_INVALID;
-        return H3_ERR(H3_ERR_INVALID, "%s: RGB rows of %d pixels need a stride of at least %d bytes", m->path,
-                      m->o.width, m->o.width * 3);
-    }
-    for (int y = 0; y < m->o.height; y++)
-        memcpy(m->rgb + (size_t)y * (size_t)m->o.width * 3, rgb + (int64_t)y * row_stride, (size_t)m->o.width * 3);
     h3_status st = put_rgb24(m);
     if (st != H3_OK) m->failed = st;
     return st;
@@ -402,7 +409,8 @@ h3_status h3_mp4_finish(h3_mp4 *m) {
             int nb = m->afill;
             if (!m->small_last) { /* pad the last frame with silence */
                 for (int c = 0; c < m->o.channels; c++)
-                    memset((float *)m->aframe->data[c] + m->afill, 0, (size_t)(m->frame_size - m->afill) * sizeof(float));
+                    memset((float *)m->aframe->data[c] + m->afill, 0,
+                           (size_t)(m->frame_size - m->afill) * sizeof(float));
                 nb = m->frame_size;
             }
             H3_CHECK(flush_audio_frame(m, nb));
@@ -414,13 +422,16 @@ h3_status h3_mp4_finish(h3_mp4 *m) {
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: finishing the MP4: %s", m->tmp, averr(r, eb, sizeof eb));
     r = avio_closep(&m->oc->pb);
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: closing: %s", m->tmp, averr(r, eb, sizeof eb));
-    if (rename(m->tmp, m->path) != 0) H3_FAIL(H3_ERR_IO, "renaming %s to %s: %s", m->tmp, m->path, strerror(errno));
+    if (rename(m->tmp, m->path) != 0)
+        H3_FAIL(H3_ERR_IO, "renaming %s to %s: %s", m->tmp, m->path, strerror(errno));
 done:
     mp4_free(m, st != H3_OK);
     return st;
 }
 
-/* ---- PNG --------------------------------------------------------------------------------------------------------- */
+/* ---- PNG
+ * ---------------------------------------------------------------------------------------------------------
+ */
 
 static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
     pthread_once(&g_av_once, av_setup);
@@ -472,12 +483,12 @@ done:
     return st;
 }
 
-h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride, int width,
-                       int height) {
+h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
+                       int width, int height) {
     if (width <= 0 || height <= 0 || width > 16384 || height > 16384 || !rgb || row_stride < width ||
         plane_stride < row_stride * (height - 1) + width)
-        return H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path, width,
-                      height, (long long)plane_stride, (long long)row_stride);
+        return H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path,
+                      width, height, (long long)plane_stride, (long long)row_stride);
     uint8_t *buf = h3_malloc((size_t)width * (size_t)height * 3, H3_MEM_IO);
     if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for a PNG frame");
     planar_to_rgb24(rgb, plane_stride, row_stride, width, height, buf);
@@ -488,7 +499,8 @@ h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride,
 
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out) {
     memset(out, 0, sizeof *out);
-    if (width <= 0 || height <= 0) return H3_ERR(H3_ERR_INVALID, "%s: bad PNG size %dx%d", dir, width, height);
+    if (width <= 0 || height <= 0)
+        return H3_ERR(H3_ERR_INVALID, "%s: bad PNG size %dx%d", dir, width, height);
     if (!h3_path_is_dir(dir) && mkdir(dir, 0777) != 0 && errno != EEXIST)
         return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
     if (!h3_path_is_dir(dir)) return H3_ERR(H3_ERR_IO, "%s exists and is not a folder", dir);
@@ -515,7 +527,9 @@ void h3_png_seq_close(h3_png_seq *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* ---- WAV --------------------------------------------------------------------------------------------------------- */
+/* ---- WAV
+ * ---------------------------------------------------------------------------------------------------------
+ */
 
 static void le16(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v;
@@ -536,8 +550,8 @@ static int16_t to_s16(float x) {
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
                        int sample_rate) {
     if (channels < 1 || channels > 2 || sample_rate < 1 || n < 0 || (n > 0 && !left))
-        return H3_ERR(H3_ERR_INVALID, "%s: bad WAV request (%d channels, %d Hz, %lld samples)", path, channels,
-                      sample_rate, (long long)n);
+        return H3_ERR(H3_ERR_INVALID, "%s: bad WAV request (%d channels, %d Hz, %lld samples)", path,
+                      channels, sample_rate, (long long)n);
     uint64_t data_bytes = (uint64_t)n * (uint64_t)channels * 2;
     if (data_bytes > 0xFFFFFFFFu - 36)
         return H3_ERR(H3_ERR_INVALID, "%s: %lld samples do not fit a WAV file (4 GB)", path, (long long)n);
@@ -563,7 +577,8 @@ h3_status h3_wav_write(const char *path, const float *left, const float *right, 
     le32(hdr + 40, (uint32_t)data_bytes);
     H3_CHECK(h3_out_open(path, &of));
     opened = 1;
-    if (fwrite(hdr, 1, sizeof hdr, of.f) != sizeof hdr) H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
+    if (fwrite(hdr, 1, sizeof hdr, of.f) != sizeof hdr)
+        H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
         for (int64_t k = 0; k < m; k++) {
@@ -578,7 +593,8 @@ h3_status h3_wav_write(const char *path, const float *left, const float *right, 
             }
         }
         size_t bytes = (size_t)m * (size_t)channels * 2;
-        if (fwrite(buf, 1, bytes, of.f) != bytes) H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
+        if (fwrite(buf, 1, bytes, of.f) != bytes)
+            H3_FAIL(H3_ERR_IO, "%s: writing: %s", of.tmp_path, strerror(errno));
     }
     opened = 0;
     H3_CHECK(h3_out_commit(&of));

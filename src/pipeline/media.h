@@ -1,16 +1,17 @@
-/* Media output of a generate run: MP4 (H.264 yuv420p at 24 fps + AAC stereo at 32 kHz) through libavformat and
- * libavcodec, fed frame by frame so the decoded video never has to be in memory whole; PNG frames; WAV.
+/* Media output of a generate run: MP4 (H.264 yuv420p at 24 fps + AAC stereo at 32 kHz) through libavformat
+ * and libavcodec, fed frame by frame so the decoded video never has to be in memory whole; PNG frames; WAV.
  *
- * Every file is written under "<path>.partial" and renamed to <path> only when complete, so an interrupted or failed
- * run never leaves a file that looks finished: a failure removes the partial file.
+ * Every file is written under "<path>.partial" and renamed to <path> only when complete, so an interrupted or
+ * failed run never leaves a file that looks finished: a failure removes the partial file.
  *
- * Pixels come as the video VAE produces them: planar float RGB in [0, 1] (values outside are clamped, NaN counts as
- * 0), plane k of a frame at rgb + k*plane_stride, row y at + y*row_stride; a frame of a [3, T, H, W] chunk is
- * (chunk + t*H*W, plane_stride = T*H*W, row_stride = W). They become 8-bit by h3_unit_to_u8 (round(255*x), as
- * numpy rounds float32 arrays), then BT.709 limited-range YUV 4:2:0 (the stream is tagged so). Audio comes as float
- * samples in [-1, 1] per channel.
+ * Pixels come as the video VAE produces them: planar float RGB in [0, 1] (values outside are clamped, NaN
+ * counts as 0), plane k of a frame at rgb + k*plane_stride, row y at + y*row_stride; a frame of a [3, T, H,
+ * W] chunk is (chunk + t*H*W, plane_stride = T*H*W, row_stride = W). They become 8-bit by h3_unit_to_u8
+ * (round(255*x), as numpy rounds float32 arrays), then BT.709 limited-range YUV 4:2:0 (the stream is tagged
+ * so). Audio comes as float samples in [-1, 1] per channel.
  *
- * This is the one writer of images and sound in h3run: `h3run decode` writes its PNG frames and WAV files here too.
+ * This is the one writer of images and sound in h3run: `h3run decode` writes its PNG frames and WAV files
+ * here too.
  */
 #ifndef H3_PIPELINE_MEDIA_H
 #define H3_PIPELINE_MEDIA_H
@@ -20,13 +21,13 @@
 #include "base/status.h"
 
 typedef struct h3_mp4_opts {
-    int width, height;     /* even (a request's canvas is a multiple of 32) */
-    int fps;               /* 24 */
-    int sample_rate;       /* 32000; 0 writes no audio track */
-    int channels;          /* 1 or 2 (2 for H3) */
-    int crf;               /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
-    const char *preset;    /* x264 preset (default "medium") */
-    int audio_bitrate;     /* AAC bits per second (default 128000) */
+    int width, height;  /* even (a request's canvas is a multiple of 32) */
+    int fps;            /* 24 */
+    int sample_rate;    /* 32000; 0 writes no audio track */
+    int channels;       /* 1 or 2 (2 for H3) */
+    int crf;            /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
+    const char *preset; /* x264 preset (default "medium") */
+    int audio_bitrate;  /* AAC bits per second (default 128000) */
 } h3_mp4_opts;
 
 /* Defaults for a width x height clip of H3: 24 fps, 32 kHz stereo, crf 18, preset medium, 128 kb/s. */
@@ -38,31 +39,30 @@ typedef struct h3_mp4 h3_mp4;
 h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out);
 /* Appends one frame (see the pixel convention above). */
 h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride);
-/* Appends one frame of packed 8-bit RGB (width*3 bytes per row, rows row_stride bytes apart). */
-h3_status h3_mp4_write_frame_rgb24(h3_mp4 *m, const uint8_t *rgb, int64_t row_stride);
-/* Appends n samples per channel: left[n] and right[n] (right is ignored for a mono track; for a stereo track a
- * NULL right repeats left). Audio and video may be written in any order and in any number of calls. */
+/* Appends n samples per channel: left[n] and right[n] (right is ignored for a mono track; for a stereo track
+ * a NULL right repeats left). Audio and video may be written in any order and in any number of calls. */
 h3_status h3_mp4_write_audio(h3_mp4 *m, const float *left, const float *right, int64_t n);
 /* Frames and audio samples written so far. */
 int64_t h3_mp4_frames(const h3_mp4 *m);
 int64_t h3_mp4_audio_samples(const h3_mp4 *m);
-/* Flushes the encoders, writes the index, renames "<path>.partial" to <path> and frees the writer. After any failed
- * call the writer only accepts h3_mp4_finish (which then removes the partial file and returns the failure) or
- * h3_mp4_abort. */
+/* Flushes the encoders, writes the index, renames "<path>.partial" to <path> and frees the writer. After any
+ * failed call the writer only accepts h3_mp4_finish (which then removes the partial file and returns the
+ * failure) or h3_mp4_abort. */
 h3_status h3_mp4_finish(h3_mp4 *m);
 /* Stops without a file: removes "<path>.partial" and frees the writer. NULL is a no-op. */
 void h3_mp4_abort(h3_mp4 *m);
 
-/* A float of the pixel convention as an 8-bit level: clamped to [0, 1] (NaN counts as 0), multiplied by 255 in float32
- * and rounded half to even: numpy's (x * 255).round() on a float32 array, what diffusers' image postprocessing does. */
+/* A float of the pixel convention as an 8-bit level: clamped to [0, 1] (NaN counts as 0), multiplied by 255
+ * in float32 and rounded half to even: numpy's (x * 255).round() on a float32 array, what diffusers' image
+ * postprocessing does. */
 uint8_t h3_unit_to_u8(float x);
 
 /* Audio samples per channel that cover `frames` video frames: round(frames * sample_rate / fps). */
 int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_rate);
 
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
-h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride, int width,
-                       int height);
+h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
+                       int width, int height);
 /* PNG frames DIR/frame_00000.png, DIR/frame_00001.png, ...; DIR is created when missing. */
 typedef struct h3_png_seq {
     char *dir;
@@ -73,9 +73,9 @@ h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *ou
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride);
 void h3_png_seq_close(h3_png_seq *s);
 
-/* A 16-bit PCM WAV of n samples per channel (channels 1 or 2; right ignored for mono; NULL right with 2 channels
- * repeats left), written atomically. Samples are clamped to [-1, 1] (NaN counts as 0) and become round(x * 32767),
- * computed in double, half to even. */
+/* A 16-bit PCM WAV of n samples per channel (channels 1 or 2; right ignored for mono; NULL right with 2
+ * channels repeats left), written atomically. Samples are clamped to [-1, 1] (NaN counts as 0) and become
+ * round(x * 32767), computed in double, half to even. */
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
                        int sample_rate);
 
