@@ -24,8 +24,8 @@
  * model reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive)
  * until measured. */
 static const h3_device_figures g_figures[] = {
-    {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 748 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 748.0, 128.0, 515.0, 35.3},
+    {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -635,13 +635,16 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         appendf(
             w, wn,
             ": the device budget of %s is short by %s (this request needs at least %s: one weight slot of "
-            "%.2f GiB, activations %.2f GiB, the rest of the DiT stage %.2f GiB)",
+            "%.2f GiB, activations %.2f GiB, the rest of the DiT stage %.2f GiB, and %.2f GiB of slack for "
+            "the "
+            "arena, in steps of 64 MiB)",
             h3_budget_str(b->vram, a, sizeof a), h3_budget_str(out->min_vram - b->vram, c2, sizeof c2),
             h3_budget_str(out->min_vram, c3, sizeof c3), (double)out->dit.slot_bytes / GIB,
             (double)(out->dit.dev_workspace + out->dit.dev_io + out->dit.dev_scratch) / GIB,
             (double)(dmin - out->dit.slot_bytes - out->dit.dev_workspace - out->dit.dev_io -
                      out->dit.dev_scratch) /
-                GIB);
+                GIB,
+            (double)(out->min_vram - dmin) / GIB);
     if (host_short)
         appendf(w, wn, "%s the host budget of %s is short by %s (at least %s)", dev_short ? ";" : ":",
                 h3_budget_str(b->ram, a, sizeof a), h3_budget_str(out->min_ram - b->ram, c2, sizeof c2),
