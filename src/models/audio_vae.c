@@ -10,6 +10,7 @@
 #include "base/fs.h"
 #include "base/json.h"
 #include "io/safetensors.h"
+#include "models/model_cfg.h"
 
 /* ---- the resampling filter ---------------------------------------------------------------------------------- */
 
@@ -58,8 +59,7 @@ struct h3_audio_vae {
 };
 
 /* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post. */
-static int av_up(const h3_audio_vae_config *c, int i) {
-    (void)c;
+static int av_up(int i) {
     return 1 + i;
 }
 static int av_res(const h3_audio_vae_config *c, int i, int r, int d, int which) {
@@ -204,16 +204,6 @@ static h3_status av_check_act(const h3_audio_vae *v, const char *base, int64_t C
 
 /* ---- configuration files ------------------------------------------------------------------------------------ */
 
-static h3_status jint(const json_t *o, const char *key, int lo, int hi, int *out, const char *what) {
-    json_t *j = o ? json_object_get(o, key) : NULL;
-    if (!j) return H3_OK;
-    double d = json_is_number(j) ? json_number_value(j) : NAN;
-    if (!(d >= lo && d <= hi) || d != floor(d))
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", what, key, lo, hi);
-    *out = (int)d;
-    return H3_OK;
-}
-
 /* An integer list (the JSON array j, or nothing when NULL) of at most max values, each in [lo, hi]; *n receives
  * the count. */
 static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int hi, int *out, int *n,
@@ -234,38 +224,6 @@ static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int
 
 static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi, int *out, int *n, const char *what) {
     return jints_of(o ? json_object_get(o, key) : NULL, key, max, lo, hi, out, n, what);
-}
-
-static h3_status jfloats(const json_t *o, const char *key, int n, int nonzero, float *out, const char *what) {
-    json_t *j = o ? json_object_get(o, key) : NULL;
-    if (!j) return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" is missing", what, key);
-    if (!json_is_array(j) || json_array_size(j) != (size_t)n)
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a list of %d numbers (one per latent channel)", what, key, n);
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_array_get(j, (size_t)i);
-        double d = json_is_number(e) ? json_number_value(e) : NAN;
-        if (!isfinite(d) || (nonzero && d == 0.0) || fabs(d) > 1e30)
-            return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\"[%d] must be a finite%s number", what, key, i,
-                          nonzero ? " nonzero" : "");
-        out[i] = (float)d;
-    }
-    return H3_OK;
-}
-
-static h3_status load_json_in(const char *dir, const char *name, json_t **out) {
-    char *p = h3_path_join(dir, name);
-    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = h3_json_load_file(p, 16u << 20, out);
-    h3_free(p);
-    return st;
-}
-
-static h3_status exists_in(const char *dir, const char *name, int *found) {
-    char *p = h3_path_join(dir, name);
-    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    *found = h3_path_exists(p);
-    h3_free(p);
-    return H3_OK;
 }
 
 /* Shapes first (they define the architecture), then what the configs add. */
@@ -354,7 +312,7 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
         if (m) {
             H3_CHECK_CTX(h3_json_parse(m, strlen(m), "metadata \"minimax_h3_audio_vae\"", &blob), "%s", path);
             snprintf(what, sizeof what, "%s metadata", path);
-            H3_CHECK(jint(blob, "sample_rate", 1, 1000000, &c->sample_rate, what));
+            H3_CHECK(h3_cfg_int(blob, "sample_rate", 1, 1000000, &c->sample_rate, what));
         }
         int64_t C = c->latent_channels;
         if (h3_st_find(&v->st, "latents_mean") || !blob) {
@@ -375,20 +333,20 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             h3_tensor_free(&s1);
             if (st != H3_OK) goto done;
         } else {
-            H3_CHECK(jfloats(blob, "latents_mean", c->latent_channels, 0, c->latents_mean, what));
-            H3_CHECK(jfloats(blob, "latents_std", c->latent_channels, 1, c->latents_std, what));
+            H3_CHECK(h3_cfg_floats(blob, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
+            H3_CHECK(h3_cfg_floats(blob, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
         }
         goto done;
     }
     int has_meta = 0, has_cfg = 0;
-    H3_CHECK(exists_in(path, "metadata.json", &has_meta));
-    H3_CHECK(exists_in(path, "config.json", &has_cfg));
+    H3_CHECK(h3_cfg_file_in(path, "metadata.json", &has_meta));
+    H3_CHECK(h3_cfg_file_in(path, "config.json", &has_cfg));
     if (has_cfg) {
-        H3_CHECK(load_json_in(path, "config.json", &cfg));
+        H3_CHECK(h3_cfg_load_json_in(path, "config.json", &cfg));
         snprintf(what, sizeof what, "%s/config.json", path);
         if (has_meta) { /* official */
             v->layout = H3_LAYOUT_OFFICIAL;
-            H3_CHECK(load_json_in(path, "metadata.json", &meta));
+            H3_CHECK(h3_cfg_load_json_in(path, "metadata.json", &meta));
             const char *sf = h3_json_get_str(cfg, "source_safetensors_path");
             wpath = h3_path_join(path, sf ? sf : "model.safetensors");
             if (!wpath) H3_FAIL(H3_ERR_NOMEM, "out of memory");
@@ -406,8 +364,8 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             if (nr && nr != c->n_up)
                 H3_FAIL(H3_ERR_FORMAT, "%s: %d decoder_rates for %d upsamplers", mwhat, nr, c->n_up);
             for (int i = 0; i < nr; i++) c->rates[i] = rates[i];
-            H3_CHECK(jint(kw, "sample_rate", 1, 1000000, &c->sample_rate, mwhat));
-            H3_CHECK(jint(cfg, "sample_rate", 1, 1000000, &c->sample_rate, what));
+            H3_CHECK(h3_cfg_int(kw, "sample_rate", 1, 1000000, &c->sample_rate, mwhat));
+            H3_CHECK(h3_cfg_int(cfg, "sample_rate", 1, 1000000, &c->sample_rate, what));
         } else if (json_object_get(cfg, "decoder_rates") || json_object_get(cfg, "resblock_kernel_sizes")) {
             v->layout = H3_LAYOUT_DIFFUSERS;
             H3_CHECK(h3_st_open(path, &v->st));
@@ -429,16 +387,16 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
                                 c->n_dil);
                 }
             }
-            H3_CHECK(jint(cfg, "sampling_rate", 1, 1000000, &c->sample_rate, what));
+            H3_CHECK(h3_cfg_int(cfg, "sampling_rate", 1, 1000000, &c->sample_rate, what));
         } else {
             H3_FAIL(H3_ERR_NOT_FOUND, "%s: neither an official (metadata.json) nor a diffusers audio VAE config", what);
         }
         int lc = c->latent_channels;
-        H3_CHECK(jint(cfg, "latent_channels", 1, H3_AVAE_MAX_CHANNELS, &lc, what));
+        H3_CHECK(h3_cfg_int(cfg, "latent_channels", 1, H3_AVAE_MAX_CHANNELS, &lc, what));
         if (lc != c->latent_channels)
             H3_FAIL(H3_ERR_FORMAT, "%s: latent_channels %d; the weights take %d", what, lc, c->latent_channels);
-        H3_CHECK(jfloats(cfg, "latents_mean", c->latent_channels, 0, c->latents_mean, what));
-        H3_CHECK(jfloats(cfg, "latents_std", c->latent_channels, 1, c->latents_std, what));
+        H3_CHECK(h3_cfg_floats(cfg, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
+        H3_CHECK(h3_cfg_floats(cfg, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
         goto done;
     }
     if (depth == 0) {
@@ -657,7 +615,7 @@ static h3_status av_acquire(h3_audio_vae *v, int part, av_part *p) {
         p->in.held_b = 1;
         H3_CHECK(av_get_conv(v, 0, &p->pre));
     } else if (part < c->n_up) {
-        H3_CHECK(av_get_conv(v, av_up(c, part), &p->up));
+        H3_CHECK(av_get_conv(v, av_up(part), &p->up));
         for (int r = 0; r < c->n_res; r++) {
             for (int d = 0; d < c->n_dil; d++) {
                 H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 0), &p->res[r][d][0]));
@@ -678,7 +636,8 @@ done:
 /* ---- the decode --------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    int64_t T, G, xp, u;                            /* widest stage (floats), padded copy, upsampled */
+    int64_t T; /* latents per channel */
+    /* float offsets into the one buffer: the widest stage's tensors, the padded copy, the upsampled signal */
     int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, o_xp, o_u, total;
 } av_plan;
 
@@ -697,9 +656,6 @@ static void av_make_plan(const h3_audio_vae_config *c, int64_t T, av_plan *p) {
         if (ch * (len + c->filter_taps - 2) > xp) xp = ch * (len + c->filter_taps - 2);
         if (2 * ch * len > u) u = 2 * ch * len;
     }
-    p->G = G;
-    p->xp = xp;
-    p->u = u;
     int64_t o = 0;
 #define TAKE(f, n) (p->f = o, o += al16(n))
     TAKE(o_z, (int64_t)c->latent_channels * T);

@@ -329,6 +329,13 @@ static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
     return h3_tensor_alloc(w->t, d->weight_place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
 }
 
+/* q, k, v: the row blocks of a contiguous fused QKV weight [3·inner, H]. */
+static h3_status qkv_views(h3_dit_block_weights *b, int64_t inner) {
+    H3_TRY(h3_tensor_narrow(&b->qkv, 0, 0, inner, &b->q));
+    H3_TRY(h3_tensor_narrow(&b->qkv, 0, inner, inner, &b->k));
+    return h3_tensor_narrow(&b->qkv, 0, 2 * inner, inner, &b->v);
+}
+
 /* After binding: q/k/v views of a contiguous fused QKV, flags, and the host RoPE frequencies. */
 static h3_status finish_weights(h3_dit *d) {
     const h3_dit_config *c = &d->cfg;
@@ -337,11 +344,7 @@ static h3_status finish_weights(h3_dit *d) {
         h3_dit_block_weights *b = &d->units[u];
         b->gate_first = d->gate_first;
         b->qkv_interleaved = b->qkv.data && d->qkv_interleaved;
-        if (b->qkv.data && !d->qkv_interleaved) {
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 0, inner, &b->q));
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, inner, inner, &b->k));
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 2 * inner, inner, &b->v));
-        }
+        if (b->qkv.data && !d->qkv_interleaved) H3_TRY(qkv_views(b, inner));
     }
     d->inv_freq = h3_malloc((size_t)c->rope_freq_dim * sizeof(float), H3_MEM_WEIGHTS);
     if (!d->inv_freq) return H3_ERR_NOMEM;
@@ -489,11 +492,7 @@ h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
     int64_t inner = h3_dit_inner(c);
     for (int u = 0; u < h3_dit_n_units(c); u++) {
         h3_dit_block_weights *b = &d->units[u];
-        if (b->qkv.data && !d->qkv_interleaved) {
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 0, inner, &b->q));
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, inner, inner, &b->k));
-            H3_TRY(h3_tensor_narrow(&b->qkv, 0, 2 * inner, inner, &b->v));
-        }
+        if (b->qkv.data && !d->qkv_interleaved) H3_TRY(qkv_views(b, inner));
     }
     return H3_OK;
 }
@@ -597,8 +596,7 @@ static h3_status read_config(const char *path, const h3_dit_open_opts *o, h3_dit
     if (h3_path_is_dir(path)) {
         cand = h3_path_join(path, "config.json");
     } else {
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? h3_strndup(path, (size_t)(slash - path)) : h3_strdup(".");
+        char *dir = h3_path_dir(path);
         if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         cand = h3_path_join(dir, "config.json");
         h3_free(dir);
@@ -656,10 +654,7 @@ static h3_status dir_has_weights(const char *dir, int *found) {
     int n = 0;
     *found = 0;
     H3_TRY(h3_list_dir(dir, &names, &n));
-    for (int i = 0; i < n && !*found; i++) {
-        size_t l = strlen(names[i]);
-        *found = l > 12 && !strcmp(names[i] + l - 12, ".safetensors");
-    }
+    for (int i = 0; i < n && !*found; i++) *found = h3_str_ends_with(names[i], ".safetensors");
     h3_strlist_free(names, n);
     return H3_OK;
 }
@@ -688,7 +683,6 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     path = d->source;
     H3_CHECK_CTX(h3_weights_open(path, &d->set, &d->gguf), "opening the DiT");
     d->have_set = 1;
-    d->n_file_tensors = d->set.n_entries;
     h3_detect_info info;
     H3_CHECK(h3_detect(&d->set, &info));
     if (info.comp != H3_COMP_DIT)
@@ -774,11 +768,7 @@ static h3_status free_one(h3_dit *d, const wdesc *w, void *user) {
 void h3_dit_close(h3_dit *d) {
     if (!d) return;
     h3_dit_release_workspace(d);
-    if (d->mod) {
-        for (int64_t i = 0; i <= d->cfg.n_layers; i++) h3_tensor_free(&d->mod[i]);
-        h3_free(d->mod);
-    }
-    h3_free(d->mod_t);
+    h3_dit_release_modulation(d);
     if (d->units && d->adaln_w && d->adaln_b) each_weight(d, free_one, NULL);
     h3_free(d->units);
     h3_free(d->adaln_w);
@@ -900,17 +890,6 @@ h3_status h3_dit_set_weight_source(h3_dit *d, const h3_dit_weight_source *src) {
         d->qkv_interleaved = want;
     }
     return H3_OK;
-}
-
-void h3_dit_release_modulation(h3_dit *d) {
-    if (d->mod) {
-        for (int64_t i = 0; i <= d->cfg.n_layers; i++) h3_tensor_free(&d->mod[i]);
-        h3_free(d->mod);
-    }
-    h3_free(d->mod_t);
-    d->mod = NULL;
-    d->mod_t = NULL;
-    d->mod_n = 0;
 }
 
 const h3_dit_block_weights *h3_dit_unit_weights(const h3_dit *d, int unit) {

@@ -157,7 +157,6 @@ void h3_dit_block_release(h3_dit *dit, h3_exec *ex, int unit);
 typedef struct h3_dit_stats {
     int64_t acquires, releases; /* block acquire/release calls since open */
     int64_t adaln_passes;       /* modulation computations, i.e. reads of every AdaLN projection */
-    int64_t forwards;
 } h3_dit_stats;
 void h3_dit_get_stats(const h3_dit *dit, h3_dit_stats *out);
 

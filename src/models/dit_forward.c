@@ -156,6 +156,15 @@ done:
     return st;
 }
 
+/* Frees modulation tables mod [L + 1] (NULL allowed) and their timesteps t. */
+static void free_mod_tables(h3_tensor *mod, float *t, int64_t L) {
+    if (mod) {
+        for (int64_t b = 0; b <= L; b++) h3_tensor_free(&mod[b]);
+        h3_free(mod);
+    }
+    h3_free(t);
+}
+
 h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, int n) {
     const h3_dit_config *c = &d->cfg;
     if (n < 1) return H3_ERR(H3_ERR_INVALID, "DiT modulation: at least one timestep is needed");
@@ -191,12 +200,7 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
     H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b), "final-layer AdaLN");
-    /* Replace what was kept. */
-    if (d->mod) {
-        for (int64_t b = 0; b <= L; b++) h3_tensor_free(&d->mod[b]);
-        h3_free(d->mod);
-    }
-    h3_free(d->mod_t);
+    h3_dit_release_modulation(d); /* replace what was kept */
     d->mod = mod;
     d->mod_t = uniq;
     d->mod_n = m;
@@ -205,12 +209,15 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
     uniq = NULL;
 done:
     h3_tensor_free(&a);
-    if (mod) {
-        for (int64_t b = 0; b <= L; b++) h3_tensor_free(&mod[b]);
-        h3_free(mod);
-    }
-    h3_free(uniq);
+    free_mod_tables(mod, uniq, L);
     return st;
+}
+
+void h3_dit_release_modulation(h3_dit *d) {
+    free_mod_tables(d->mod, d->mod_t, d->cfg.n_layers);
+    d->mod = NULL;
+    d->mod_t = NULL;
+    d->mod_n = 0;
 }
 
 /* map[i] = kept row of timesteps[i]; 0 when one is not kept. */
@@ -509,12 +516,6 @@ static h3_status copy_heads(h3_exec *ex, const h3_tensor *dst, const h3_tensor *
     return H3_OK;
 }
 
-/* [n, inner] -> [n·heads, head_dim] rows, for the per-head QK norm. */
-static h3_status head_rows(const h3_dit *d, const h3_tensor *t, h3_tensor *out) {
-    int64_t s[2] = {t->shape[0] * d->cfg.heads, d->cfg.head_dim};
-    return h3_tensor_reshape(t, 2, s, out);
-}
-
 /* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
  * q, k, v are column blocks of one [n, 3·inner] buffer: a fused contiguous weight fills it with one GEMM, split
  * weights with three, and the official per-head interleaved weight through a chunked fused scratch. */
@@ -524,7 +525,6 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     h3_dit_ws *ws = &d->ws;
     const float eps = (float)c->qk_norm_eps;
     const int64_t hd = c->head_dim;
-    (void)head_rows;
     h3_tensor q, k, v, o, t1, t2, t3;
     H3_TRY(rows_view(&ws->q, 0, n, &q));
     H3_TRY(rows_view(&ws->k, 0, n, &k));
@@ -752,7 +752,6 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->aidx));
         H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b));
     }
-    d->stats.forwards++;
 done:
     h3_free(tmap);
     return st;

@@ -48,7 +48,6 @@ struct h3_dit {
     h3_st_set set;
     int have_set;
     struct h3_gguf *gguf; /* the GGUF index when the weights are a .gguf file, else NULL */
-    int64_t n_file_tensors;
     h3_dit_globals g;
     h3_dit_block_weights *units;  /* n_refiner_layers + n_layers, execution order */
     h3_tensor *adaln_w, *adaln_b; /* [n_layers]: [18H, time_embed_dim], [18H] */

@@ -21,7 +21,6 @@ struct h3_text_encoder {
     int have_set;
     struct h3_gguf *gguf;     /* the GGUF index when the weights are a .gguf file, else NULL */
     const h3_st_entry *embed; /* [vocab, C] */
-    h3_dtype embed_dtype;
     h3_tensor embed_q;        /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
     char weight_label[64];    /* the stored format of the linears, for describe */
     h3_place act_place;
@@ -290,8 +289,7 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     if (h3_path_is_dir(path)) {
         dir = h3_strdup(path);
     } else {
-        const char *slash = strrchr(path, '/');
-        dir = slash ? h3_strndup(path, (size_t)(slash - path)) : h3_strdup(".");
+        dir = h3_path_dir(path);
     }
     if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     int found = 0;
@@ -303,7 +301,6 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
                 (long long)te->cfg.n_layers, layers_in_file);
     te->cfg.n_layers = layers_in_file; /* a truncated repack keeps fewer layers than its model had */
     H3_CHECK(need(te, "embed_tokens.weight", te->cfg.vocab, te->cfg.hidden, &te->embed));
-    te->embed_dtype = te->embed->dtype;
     {
         h3_qweight_info qi;
         H3_CHECK(h3_qweight_info_of(&te->set, te->gguf, te->embed, &qi));
@@ -443,7 +440,7 @@ static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int6
     const void *base;
     H3_TRY(h3_st_bytes(&te->set, te->embed, &base));
     const int64_t C = te->cfg.hidden;
-    const size_t es = h3_dtype_size(te->embed_dtype), row_bytes = (size_t)C * es;
+    const size_t es = h3_dtype_size(te->embed->dtype), row_bytes = (size_t)C * es;
     int64_t ld;
     h3_tensor_is_rowwise(out, &ld);
     void *tmp = NULL;
@@ -457,7 +454,7 @@ static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int6
             memcpy(tmp, row, row_bytes);
             row = tmp;
         }
-        h3_convert_to_f32(te->embed_dtype, row, (float *)out->data + i * ld, (size_t)C);
+        h3_convert_to_f32(te->embed->dtype, row, (float *)out->data + i * ld, (size_t)C);
     }
     h3_free(tmp);
     te->stats.embedding_rows += n;

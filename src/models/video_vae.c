@@ -10,6 +10,7 @@
 #include "base/fs.h"
 #include "base/json.h"
 #include "io/safetensors.h"
+#include "models/model_cfg.h"
 
 /* video_vae/config.json of the release, as ComfyUI builds it in for its single-file repack. */
 static const float k_latents_mean[24] = {
@@ -228,17 +229,6 @@ static h3_status vv_check_part(const h3_video_vae *v, int part) {
 
 /* ---- configuration files ------------------------------------------------------------------------------------ */
 
-/* An integer in [lo, hi] under key, if present. */
-static h3_status cfg_int(const json_t *o, const char *key, int lo, int hi, int *out, const char *what) {
-    json_t *j = o ? json_object_get(o, key) : NULL;
-    if (!j) return H3_OK;
-    double d = json_is_number(j) ? json_number_value(j) : NAN;
-    if (!(d >= lo && d <= hi) || d != floor(d))
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", what, key, lo, hi);
-    *out = (int)d;
-    return H3_OK;
-}
-
 static h3_status cfg_num(const json_t *o, const char *key, double lo, double hi, float *out, const char *what) {
     json_t *j = o ? json_object_get(o, key) : NULL;
     if (!j) return H3_OK;
@@ -267,48 +257,30 @@ static h3_status cfg_prod(const json_t *o, const char *key, int *out, const char
     return H3_OK;
 }
 
-/* latents_mean / latents_std: required where `need`, else optional; n values, finite (std nonzero). */
-static h3_status cfg_floats(const json_t *o, const char *key, int n, int need, int nonzero, float *out,
-                            const char *what) {
-    json_t *j = o ? json_object_get(o, key) : NULL;
-    if (!j) return need ? H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" is missing", what, key) : H3_OK;
-    if (!json_is_array(j) || json_array_size(j) != (size_t)n)
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a list of %d numbers (one per latent channel)", what, key, n);
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_array_get(j, (size_t)i);
-        double d = json_is_number(e) ? json_number_value(e) : NAN;
-        if (!isfinite(d) || (nonzero && d == 0.0) || fabs(d) > 1e30)
-            return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\"[%d] must be a finite%s number", what, key, i,
-                          nonzero ? " nonzero" : "");
-        out[i] = (float)d;
-    }
-    return H3_OK;
-}
-
 /* Keys of video_vae/config.json (also the ComfyUI metadata blob). */
 static h3_status cfg_wrapper(h3_video_vae_config *c, const json_t *j, int need_norm, const char *what) {
-    H3_TRY(cfg_int(j, "vae_clip_length", 1, 4096, &c->clip_length, what));
-    H3_TRY(cfg_int(j, "vae_token_drop", 0, 4096, &c->token_drop, what));
-    H3_TRY(cfg_int(j, "vae_tile_size", 0, 1 << 16, &c->tile_size, what));
-    H3_TRY(cfg_int(j, "vae_tile_overlap_min", 0, 1 << 16, &c->tile_overlap_min, what));
-    H3_TRY(cfg_floats(j, "latents_mean", c->latent_channels, need_norm, 0, c->latents_mean, what));
-    H3_TRY(cfg_floats(j, "latents_std", c->latent_channels, need_norm, 1, c->latents_std, what));
+    H3_TRY(h3_cfg_int(j, "vae_clip_length", 1, 4096, &c->clip_length, what));
+    H3_TRY(h3_cfg_int(j, "vae_token_drop", 0, 4096, &c->token_drop, what));
+    H3_TRY(h3_cfg_int(j, "vae_tile_size", 0, 1 << 16, &c->tile_size, what));
+    H3_TRY(h3_cfg_int(j, "vae_tile_overlap_min", 0, 1 << 16, &c->tile_overlap_min, what));
+    H3_TRY(h3_cfg_floats(j, "latents_mean", c->latent_channels, need_norm, 0, c->latents_mean, what));
+    H3_TRY(h3_cfg_floats(j, "latents_std", c->latent_channels, need_norm, 1, c->latents_std, what));
     return H3_OK;
 }
 
 /* Architecture keys of video_vae/source/config.json. */
 static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *ratio, const char *what) {
-    H3_TRY(cfg_int(j, "out_ch", 1, 16, &c->out_channels, what));
+    H3_TRY(h3_cfg_int(j, "out_ch", 1, 16, &c->out_channels, what));
     H3_TRY(cfg_prod(j, "space_down", &c->patch_size, what));
     H3_TRY(cfg_prod(j, "time_down", &c->patch_size_t, what));
-    H3_TRY(cfg_int(j, "vae_ratio", 1, 1024, &c->patch_size, what));
-    H3_TRY(cfg_int(j, "vae_ratio_t", 1, 1024, &c->patch_size_t, what));
+    H3_TRY(h3_cfg_int(j, "vae_ratio", 1, 1024, &c->patch_size, what));
+    H3_TRY(h3_cfg_int(j, "vae_ratio_t", 1, 1024, &c->patch_size_t, what));
     json_t *vit = json_object_get(j, "vit_decoder_kwargs");
     if (!vit || !json_is_object(vit))
         return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE", what);
-    H3_TRY(cfg_int(vit, "num_layers", 1, 4096, &c->num_layers, what));
-    H3_TRY(cfg_int(vit, "heads", 1, 4096, &c->heads, what));
-    H3_TRY(cfg_int(vit, "dim_head", 1, 4096, &c->head_dim, what));
+    H3_TRY(h3_cfg_int(vit, "num_layers", 1, 4096, &c->num_layers, what));
+    H3_TRY(h3_cfg_int(vit, "heads", 1, 4096, &c->heads, what));
+    H3_TRY(h3_cfg_int(vit, "dim_head", 1, 4096, &c->head_dim, what));
     H3_TRY(cfg_num(vit, "rope_theta", 1e-6, 1e12, &c->rope_theta, what));
     H3_TRY(cfg_num(vit, "rope_dim_ratio", 0.0, 1.0, ratio, what));
     return H3_OK;
@@ -316,40 +288,23 @@ static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *rati
 
 /* diffusers' vae/config.json. */
 static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *ratio, const char *what) {
-    H3_TRY(cfg_int(j, "out_channels", 1, 16, &c->out_channels, what));
+    H3_TRY(h3_cfg_int(j, "out_channels", 1, 16, &c->out_channels, what));
     H3_TRY(cfg_prod(j, "spatial_downsample_factors", &c->patch_size, what));
     H3_TRY(cfg_prod(j, "temporal_downsample_factors", &c->patch_size_t, what));
-    H3_TRY(cfg_int(j, "decoder_num_layers", 1, 4096, &c->num_layers, what));
-    H3_TRY(cfg_int(j, "decoder_num_attention_heads", 1, 4096, &c->heads, what));
-    H3_TRY(cfg_int(j, "decoder_attention_head_dim", 1, 4096, &c->head_dim, what));
+    H3_TRY(h3_cfg_int(j, "decoder_num_layers", 1, 4096, &c->num_layers, what));
+    H3_TRY(h3_cfg_int(j, "decoder_num_attention_heads", 1, 4096, &c->heads, what));
+    H3_TRY(h3_cfg_int(j, "decoder_attention_head_dim", 1, 4096, &c->head_dim, what));
     H3_TRY(cfg_num(j, "decoder_rope_theta", 1e-6, 1e12, &c->rope_theta, what));
     H3_TRY(cfg_num(j, "decoder_rope_dim_ratio", 0.0, 1.0, ratio, what));
     H3_TRY(cfg_num(j, "decoder_norm_eps", 0.0, 1.0, &c->norm_eps, what));
-    H3_TRY(cfg_int(j, "clip_length", 1, 4096, &c->clip_length, what));
-    H3_TRY(cfg_int(j, "token_drop", 0, 4096, &c->token_drop, what));
-    H3_TRY(cfg_floats(j, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
-    H3_TRY(cfg_floats(j, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
+    H3_TRY(h3_cfg_int(j, "clip_length", 1, 4096, &c->clip_length, what));
+    H3_TRY(h3_cfg_int(j, "token_drop", 0, 4096, &c->token_drop, what));
+    H3_TRY(h3_cfg_floats(j, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
+    H3_TRY(h3_cfg_floats(j, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
     return H3_OK;
 }
 
 /* ---- opening ------------------------------------------------------------------------------------------------ */
-
-static h3_status load_json_at(const char *dir, const char *name, json_t **out) {
-    char *p = h3_path_join(dir, name);
-    if (!p) return H3_ERR_NOMEM;
-    h3_status st = h3_json_load_file(p, 16u << 20, out);
-    h3_free(p);
-    return st;
-}
-
-/* *found = whether dir/name exists; fails only when the path cannot be built. */
-static h3_status file_in(const char *dir, const char *name, int *found) {
-    char *p = h3_path_join(dir, name);
-    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    *found = h3_path_exists(p);
-    h3_free(p);
-    return H3_OK;
-}
 
 /* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio receives
  * rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
@@ -369,19 +324,19 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
         goto done;
     }
     int has_cfg = 0, has_src = 0;
-    H3_CHECK(file_in(path, "config.json", &has_cfg));
+    H3_CHECK(h3_cfg_file_in(path, "config.json", &has_cfg));
     if (has_cfg) {
-        H3_CHECK(load_json_at(path, "config.json", &wrap));
+        H3_CHECK(h3_cfg_load_json_in(path, "config.json", &wrap));
         const char *sp = h3_json_get_str(wrap, "source_path");
         const char *sf = h3_json_get_str(wrap, "source_safetensors_path");
         dir = h3_path_join(path, sp ? sp : "source");
         if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        H3_CHECK(file_in(dir, "config.json", &has_src));
+        H3_CHECK(h3_cfg_file_in(dir, "config.json", &has_src));
         if (sp || has_src) {
             v->layout = H3_LAYOUT_OFFICIAL;
             char what[1024];
             snprintf(what, sizeof what, "%s/config.json", dir);
-            H3_CHECK(load_json_at(dir, "config.json", &src));
+            H3_CHECK(h3_cfg_load_json_in(dir, "config.json", &src));
             wpath = h3_path_join(dir, sf ? sf : "model.safetensors");
             if (!wpath) H3_FAIL(H3_ERR_NOMEM, "out of memory");
             H3_CHECK(h3_st_open(wpath, &v->st));
@@ -539,8 +494,7 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
     if (st == H3_OK) {
         for (int64_t i = 0; i < v->st.n_entries; i++) {
             const char *n = v->st.entries[i].name;
-            size_t len = strlen(n);
-            if (len > 12 && strcmp(n + len - 12, ".comfy_quant") == 0) {
+            if (h3_str_ends_with(n, ".comfy_quant")) {
                 st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: quantized video VAE weights ('%s') are not supported; use the "
                             "fp16 or fp32 file", v->source, n);
                 break;
@@ -855,7 +809,9 @@ static h3_tensor vw3(float *base, int64_t a, int64_t b, int64_t c) {
 }
 
 /* Rotary tables [S, R]: per axis the coordinate (i + 0.5)/n mapped to [-1, 1), angles 2π·coord·θ^(-6k/R) for
- * k < R/6, laid out [t | h | w] twice. Register and zero tokens sit at the origin (cos 1, sin 0). */
+ * k < R/6, laid out [t | h | w] twice. Register and zero tokens sit at the origin (cos 1, sin 0). They depend
+ * on the tile's token grid (clip_len, th, tw) alone, the same for every tile and chunk of a decode: built
+ * once per decode (nothing else writes o_cos / o_sin). */
 static void vv_rope_tables(const vv_run *r) {
     const h3_video_vae_config *c = r->c;
     const vv_plan *p = r->p;
@@ -963,7 +919,6 @@ static h3_status vv_tile(vv_run *r, int64_t t0, int64_t y0, int64_t x0) {
     }
     h3_tensor x0r = vw(ar + p->o_x + (S - 1) * dim, 1, dim, dim);
     H3_TRY(h3_op_fill(ex, &x0r, 0.0f));
-    vv_rope_tables(r);
     for (int i = 0; i < c->num_layers; i++) {
         vv_part w;
         H3_TRY(vv_acquire(r->v, i, &w));
@@ -1193,6 +1148,7 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
     r.ar = h3_malloc((size_t)p->total * sizeof(float), H3_MEM_ACTIVATIONS);
     if (!r.ar) H3_FAIL(H3_ERR_NOMEM, "out of memory for the video decode's %lld MB of buffers",
                        (long long)(p->total * 4 >> 20));
+    vv_rope_tables(&r);
     H3_CHECK(vv_acquire(v, VV_IO, &r.io));
     int64_t first = 0;
     for (int i = 0; i < p->chunks; i++) {
