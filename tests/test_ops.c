@@ -896,6 +896,38 @@ static void test_random(void) {
     h3_tensor_free(&b);
 }
 
+/* Narrowing dim 0 of ROW / BLOCK-scaled tensors moves the scales by whole rows, an empty dim 0 included (it
+ * used to divide by shape[0]); h3_shape_str formats shapes. */
+static void test_narrow_scaled(void) {
+    float scales[3 * 2 * 2];
+    for (int i = 0; i < 12; i++) scales[i] = (float)i;
+    for (int mode = 0; mode < 2; mode++) {
+        int64_t s3[3] = {3, 2, 8}, s0[3] = {0, 2, 8};
+        h3_tensor q, e, v;
+        CHECK_OK(h3_tensor_wrap(&q, scales, H3_PLACE_HOST, H3_I8, 3, s3));
+        q.q.mode = mode ? H3_SCALE_BLOCK : H3_SCALE_ROW;
+        q.q.block = 4;
+        q.q.scales = scales;
+        int64_t per = mode ? 2 : 1; /* scales per row of 8 */
+        CHECK_OK(h3_tensor_narrow(&q, 0, 1, 2, &v));
+        CHECK(v.q.scales == scales + 1 * 2 * per && v.shape[0] == 2, "mode %d: scales moved by %td", mode,
+              v.q.scales - scales);
+        e = q;
+        memcpy(e.shape, s0, sizeof s0);
+        CHECK_OK(h3_tensor_narrow(&e, 0, 0, 0, &v));
+        CHECK(v.q.scales == scales && v.shape[0] == 0, "mode %d: empty narrow moved the scales", mode);
+        CHECK_ERR(h3_tensor_narrow(&e, 0, 0, 1, &v), H3_ERR_INVALID, "outside");
+    }
+    char buf[64];
+    int64_t sh[3] = {2, 0, 17};
+    CHECK(strcmp(h3_shape_str(3, sh, buf, sizeof buf), "[2, 0, 17]") == 0, "got %s", buf);
+    CHECK(strcmp(h3_shape_str(0, sh, buf, sizeof buf), "[]") == 0, "got %s", buf);
+    h3_tensor t;
+    CHECK_OK(h3_tensor_wrap(&t, scales, H3_PLACE_HOST, H3_F32, 3, sh));
+    CHECK(strcmp(h3_tensor_shape_str(&t, buf, sizeof buf), "[2, 0, 17]") == 0, "got %s", buf);
+    CHECK(strcmp(h3_shape_str(3, sh, buf, 6), "[2, 0") == 0, "truncated: got %s", buf);
+}
+
 static void test_no_leaks(void) {
     h3_mem_stats s;
     h3_mem_get_stats(&s);
@@ -922,6 +954,7 @@ int main(int argc, char **argv) {
         {"dispatch_errors", test_dispatch_errors},
         {"random", test_random},
         {"fused", test_fused},
+        {"narrow_scaled", test_narrow_scaled},
         {"no_leaks", test_no_leaks},
         {NULL, NULL},
     };

@@ -10,6 +10,39 @@
 size_t h3_cpu_conv_col_bytes = 16u << 20;
 #define COL_BYTES h3_cpu_conv_col_bytes
 
+/* Time steps per im2col column chunk of `rows` rows over `len` steps. */
+static int64_t col_steps(int64_t rows, int64_t len) {
+    int64_t tc = (int64_t)(COL_BYTES / sizeof(float)) / rows;
+    if (tc < 64) tc = 64;
+    return tc > len ? len : tc;
+}
+
+int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t tout) {
+    if (cin_per_group == 1 && K <= 64) return 0; /* the direct depthwise loop */
+    return cin_per_group * K * col_steps(cin_per_group * K, tout) * (int64_t)sizeof(float);
+}
+
+int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_group, int64_t K, int64_t tin) {
+    if (cin_per_group == 1) return 0; /* the direct depthwise loop */
+    return cout_per_group * K * col_steps(cout_per_group * K, tin) * (int64_t)sizeof(float);
+}
+
+/* The weight (or bias) as f32: the tensor's own data when it already is contiguous f32 without scales, else a
+ * converted copy in *owned (free it with h3_free; NULL when nothing was allocated). NULL in -> NULL out. */
+static h3_status conv_f32(h3_op_id op, const char *what, const h3_tensor *t, const float **out,
+                          float **owned) {
+    *out = NULL;
+    *owned = NULL;
+    if (!t) return H3_OK;
+    if (t->dtype == H3_F32 && t->q.mode == H3_SCALE_NONE && h3_tensor_is_contiguous(t)) {
+        *out = t->data;
+        return H3_OK;
+    }
+    H3_TRY(cpu_vec_f32(op, what, t, owned));
+    *out = *owned;
+    return H3_OK;
+}
+
 /* ---- conv1d ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -65,9 +98,10 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
                      const h3_conv1d_params *p) {
     H3_TRY(cpu_need_f32(H3_OP_CONV1D, "x", x));
     H3_TRY(cpu_need_f32(H3_OP_CONV1D, "y", y));
-    float *wf = NULL, *bf = NULL;
-    h3_status st = cpu_vec_f32(H3_OP_CONV1D, "weight", w, &wf);
-    if (st == H3_OK) st = cpu_vec_f32(H3_OP_CONV1D, "bias", b, &bf);
+    const float *wf = NULL, *bf = NULL;
+    float *wown = NULL, *bown = NULL;
+    h3_status st = conv_f32(H3_OP_CONV1D, "weight", w, &wf, &wown);
+    if (st == H3_OK) st = conv_f32(H3_OP_CONV1D, "bias", b, &bf, &bown);
     if (st != H3_OK) goto done;
     {
         int g = p->groups > 0 ? p->groups : 1;
@@ -92,9 +126,7 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
             goto done;
         }
         int64_t rows = c.cig * c.K;
-        int64_t tc = (int64_t)(COL_BYTES / sizeof(float)) / rows;
-        if (tc < 64) tc = 64;
-        if (tc > c.tout) tc = c.tout;
+        int64_t tc = col_steps(rows, c.tout);
         c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
         if (!c.col) {
             st = H3_ERR_NOMEM;
@@ -116,8 +148,8 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
         if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
     }
 done:
-    h3_free(wf);
-    h3_free(bf);
+    h3_free(wown);
+    h3_free(bown);
     return st;
 }
 
@@ -189,9 +221,10 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
                                const h3_tensor *b, const h3_convt1d_params *p) {
     H3_TRY(cpu_need_f32(H3_OP_CONV_TRANSPOSE1D, "x", x));
     H3_TRY(cpu_need_f32(H3_OP_CONV_TRANSPOSE1D, "y", y));
-    float *wf = NULL, *bf = NULL;
-    h3_status st = cpu_vec_f32(H3_OP_CONV_TRANSPOSE1D, "weight", w, &wf);
-    if (st == H3_OK) st = cpu_vec_f32(H3_OP_CONV_TRANSPOSE1D, "bias", b, &bf);
+    const float *wf = NULL, *bf = NULL;
+    float *wown = NULL, *bown = NULL;
+    h3_status st = conv_f32(H3_OP_CONV_TRANSPOSE1D, "weight", w, &wf, &wown);
+    if (st == H3_OK) st = conv_f32(H3_OP_CONV_TRANSPOSE1D, "bias", b, &bf, &bown);
     if (st != H3_OK) goto done;
     {
         int g = p->groups > 0 ? p->groups : 1;
@@ -216,9 +249,7 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
         }
         memset(c.y, 0, (size_t)(c.cout * c.tout) * sizeof(float));
         int64_t rows = c.cog * c.K;
-        int64_t tc = (int64_t)(COL_BYTES / sizeof(float)) / rows;
-        if (tc < 64) tc = 64;
-        if (tc > c.tin) tc = c.tin;
+        int64_t tc = col_steps(rows, c.tin);
         c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
         if (!c.col) {
             st = H3_ERR_NOMEM;
@@ -240,8 +271,8 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
         if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
     }
 done:
-    h3_free(wf);
-    h3_free(bf);
+    h3_free(wown);
+    h3_free(bown);
     return st;
 }
 
@@ -279,9 +310,10 @@ h3_status cpu_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
                      const h3_conv3d_params *p) {
     H3_TRY(cpu_need_f32(H3_OP_CONV3D, "x", x));
     H3_TRY(cpu_need_f32(H3_OP_CONV3D, "y", y));
-    float *wf = NULL, *bf = NULL;
-    h3_status st = cpu_vec_f32(H3_OP_CONV3D, "weight", w, &wf);
-    if (st == H3_OK) st = cpu_vec_f32(H3_OP_CONV3D, "bias", b, &bf);
+    const float *wf = NULL, *bf = NULL;
+    float *wown = NULL, *bown = NULL;
+    h3_status st = conv_f32(H3_OP_CONV3D, "weight", w, &wf, &wown);
+    if (st == H3_OK) st = conv_f32(H3_OP_CONV3D, "bias", b, &bf, &bown);
     if (st != H3_OK) goto done;
     {
         c3_ctx c = {0};
@@ -317,7 +349,7 @@ h3_status cpu_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
         if (bf) add_channel_bias(ex, y->data, bf, cout, npos);
     }
 done:
-    h3_free(wf);
-    h3_free(bf);
+    h3_free(wown);
+    h3_free(bown);
     return st;
 }

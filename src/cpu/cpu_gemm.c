@@ -18,9 +18,6 @@ void h3_cpu_set_threads(int n) {
     g_blas_threads = n > 0 ? n : 1;
     openblas_set_num_threads(g_blas_threads);
 }
-int h3_cpu_blas_threads(void) {
-    return g_blas_threads;
-}
 void h3_cpu_blas_threads_push_single(void) {
     if (g_single_depth++ == 0 && g_blas_threads > 1) openblas_set_num_threads(1);
 }

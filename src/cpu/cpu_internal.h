@@ -31,7 +31,6 @@ h3_status cpu_check_indices(h3_op_id op, const h3_tensor *idx, int64_t n, int64_
 
 /* OpenBLAS threads: the count set by h3_exec_init; kernels that call sgemm from pool threads drop it to 1. */
 void h3_cpu_set_threads(int n);
-int h3_cpu_blas_threads(void);
 void h3_cpu_blas_threads_push_single(void);
 void h3_cpu_blas_threads_pop(void);
 

@@ -204,7 +204,6 @@ extern "C" h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {
     }
     pthread_mutex_init(mu, NULL);
     s->mu = mu;
-    s->device = device;
     cudaError_t e = cudaGetDeviceProperties(&s->prop, device);
     size_t fr = 0, tot = 0;
     if (e == cudaSuccess) e = cudaMemGetInfo(&fr, &tot);

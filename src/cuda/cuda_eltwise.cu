@@ -615,11 +615,7 @@ static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
 __global__ void k_random(rw_view y, uint64_t seed, float lo, float hi) {
     int64_t r = blockIdx.x;
     for (int64_t i = threadIdx.x; i < y.cols; i += blockDim.x) {
-        uint64_t z = seed + (uint64_t)(r * y.cols + i) * 0x9e3779b97f4a7c15ULL;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        z ^= z >> 31;
-        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        float u = h3_random_unit(seed, (uint64_t)(r * y.cols + i));
         st_f(y.p, y.dt, r * y.ld + i, __fadd_rn(lo, __fmul_rn(hi - lo, u)));
     }
 }

@@ -17,7 +17,7 @@
 
 typedef struct {
     int64_t M, N, K, ldx, ldw, ldy;
-    int dt, bias_dt, epilogue, accumulate, align;
+    int dt, bias_dt, epilogue, align;
     int valid;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -30,29 +30,33 @@ static gemm_plan g_plans[N_PLANS];
 static uint64_t g_clock;
 static pthread_mutex_t g_plan_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void plan_destroy(gemm_plan *p) {
-    if (!p->valid) return;
-    cublasLtMatmulDescDestroy(p->op);
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
+/* Destroys every handle of p that exists (a plan that failed half-way has only some). */
+static void plan_release(gemm_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    p->op = NULL;
+    p->a = p->b = p->c = NULL;
     p->valid = 0;
 }
 
 extern "C" h3_status cuda_gemm_init(h3_cuda_state *s) {
     LT_TRY(cublasLtCreate(&s->lt), "create");
-    s->workspace_size = (size_t)32 << 20;
+    /* The whole H3_CUDA_BACKEND_BYTES, so the planner's budget (src/mem/plan.c) and the backend agree. */
+    s->workspace_size = (size_t)H3_CUDA_BACKEND_BYTES;
     s->workspace = cuda_arena_alloc(s, s->workspace_size);
     if (!s->workspace) {
         cublasLtDestroy(s->lt);
-        return h3_error_wrap(H3_ERR_NOMEM, "reserving the 32 MiB cuBLASLt workspace");
+        return h3_error_wrap(H3_ERR_NOMEM, "reserving the %lld MiB cuBLASLt workspace",
+                             (long long)(H3_CUDA_BACKEND_BYTES >> 20));
     }
     return H3_OK;
 }
 
 extern "C" void cuda_gemm_shutdown(h3_cuda_state *s) {
     pthread_mutex_lock(&g_plan_mu);
-    for (int i = 0; i < N_PLANS; i++) plan_destroy(&g_plans[i]);
+    for (int i = 0; i < N_PLANS; i++) plan_release(&g_plans[i]);
     pthread_mutex_unlock(&g_plan_mu);
     cuda_arena_free(s, s->workspace);
     cublasLtDestroy(s->lt);
@@ -69,46 +73,72 @@ static int ptr_align(const void *p, int64_t ld, size_t es) {
     return al;
 }
 
+/* Sets st and jumps to fail when a cuBLASLt call inside plan_make fails. */
+#define LT_PLAN(call, what)                                                                                  \
+    do {                                                                                                     \
+        cublasStatus_t s__ = (call);                                                                         \
+        if (s__ != CUBLAS_STATUS_SUCCESS) {                                                                  \
+            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt %s failed: status %d", what, (int)s__);                     \
+            goto fail;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+/* Builds the descriptors and picks the algorithm of p (whose handles are NULL); on failure every handle
+ * created so far is destroyed and p stays invalid. */
 static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
+    h3_status st = H3_OK;
+    cublasLtMatmulPreference_t pref = NULL;
     cudaDataType_t t = lt_type(p->dt);
     cublasComputeType_t ct = p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-    LT_TRY(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "matmul descriptor");
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (p->epilogue) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-        cudaDataType_t bt = lt_type(p->bias_dt);
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
-    }
-    /* A = w as column-major [K, N] (ld = ldw), used transposed; B = x as column-major [K, M]; C = y as [N, M]. */
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)p->K, (uint64_t)p->N, p->ldw), "layout A");
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)p->K, (uint64_t)p->M, p->ldx), "layout B");
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->c, t, (uint64_t)p->N, (uint64_t)p->M, p->ldy), "layout C");
-    cublasLtMatmulPreference_t pref;
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "preference");
     uint64_t ws = s->workspace_size;
     uint32_t al = (uint32_t)p->align;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || n == 0) {
-        p->valid = 1;
-        plan_destroy(p);
-        return H3_ERR(H3_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for gemm M%lld N%lld K%lld (%s)", (long long)p->M,
-                      (long long)p->N, (long long)p->K, p->dt == 1 ? "bf16" : p->dt == 2 ? "f16" : "f32");
+    cublasStatus_t hs;
+    LT_PLAN(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "matmul descriptor");
+    LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
+    LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+    if (p->epilogue) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = lt_type(p->bias_dt);
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+                "set EPILOGUE");
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+                "set BIAS_DATA_TYPE");
     }
+    /* A = w as column-major [K, N] (ld = ldw), used transposed; B = x as column-major [K, M]; C = y as [N, M]. */
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)p->K, (uint64_t)p->N, p->ldw), "layout A");
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)p->K, (uint64_t)p->M, p->ldx), "layout B");
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->c, t, (uint64_t)p->N, (uint64_t)p->M, p->ldy), "layout C");
+    LT_PLAN(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    LT_PLAN(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+        "set workspace preference");
+    for (int i = 0; i < 4; i++)
+        LT_PLAN(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof al),
+                "set alignment preference");
+    hs = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+    if (hs != CUBLAS_STATUS_SUCCESS || n == 0) {
+        const char *dn = p->dt == 1 ? "bf16" : p->dt == 2 ? "f16" : "f32";
+        st = H3_ERR(H3_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for gemm M%lld N%lld K%lld (%s)",
+                    (long long)p->M, (long long)p->N, (long long)p->K, dn);
+        goto fail;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
     p->algo = res.algo;
     p->valid = 1;
     return H3_OK;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    plan_release(p);
+    return st;
 }
+
+#undef LT_PLAN
 
 extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                                const h3_tensor *bias, unsigned flags) {
@@ -136,7 +166,6 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     key.dt = dt;
     key.bias_dt = bias ? cuda_dt(bias->dtype) : -1;
     key.epilogue = bias != NULL;
-    key.accumulate = (flags & H3_GEMM_ACCUMULATE) != 0;
     key.align = al;
     pthread_mutex_lock(&g_plan_mu);
     gemm_plan *p = NULL, *victim = &g_plans[0];
@@ -152,20 +181,22 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     }
     h3_status st = H3_OK;
     if (!p) {
-        plan_destroy(victim);
+        plan_release(victim);
         *victim = key;
         st = plan_make(s, victim);
         if (st == H3_OK) p = victim;
     }
     if (p) p->last_use = ++g_clock;
     if (st == H3_OK) {
-        float alpha = 1.0f, beta = key.accumulate ? 1.0f : 0.0f;
+        float alpha = 1.0f, beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
+        cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
         if (bias) {
             const void *bp = bias->data;
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+            r = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
         }
-        cublasStatus_t r = cublasLtMatmul(s->lt, p->op, &alpha, w->data, p->a, x->data, p->b, &beta, y->data, p->c,
-                                          y->data, p->c, &p->algo, s->workspace, s->workspace_size, cuda_stream(ex));
+        if (r == CUBLAS_STATUS_SUCCESS)
+            r = cublasLtMatmul(s->lt, p->op, &alpha, w->data, p->a, x->data, p->b, &beta, y->data, p->c,
+                               y->data, p->c, &p->algo, s->workspace, s->workspace_size, cuda_stream(ex));
         if (r != CUBLAS_STATUS_SUCCESS)
             st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt matmul M%lld N%lld K%lld failed: status %d", (long long)key.M,
                         (long long)key.N, (long long)key.K, (int)r);

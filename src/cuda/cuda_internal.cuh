@@ -43,7 +43,6 @@ typedef struct h3_arena_block {
 } h3_arena_block;
 
 typedef struct h3_cuda_state {
-    int device;
     cudaDeviceProp prop;
     cudaStream_t compute, copy;
     cublasLtHandle_t lt;

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "io/gguf.h"
+
 const char *h3_component_name(h3_component c) {
     switch (c) {
         case H3_COMP_DIT: return "MiniMax-H3 DiT (omni transformer)";
@@ -72,9 +74,7 @@ static const char *const g_prefixes[] = {"", "model.diffusion_model.", "diffusio
 
 /* A set opened from a GGUF file (src/io/gguf.h): one file whose name ends in ".gguf". */
 static int set_is_gguf(const h3_st_set *s) {
-    if (s->n_files != 1 || !s->files[0].path) return 0;
-    size_t n = strlen(s->files[0].path);
-    return n >= 5 && !strcmp(s->files[0].path + n - 5, ".gguf");
+    return s->n_files == 1 && s->files[0].path && h3_path_is_gguf(s->files[0].path);
 }
 
 h3_status h3_detect(h3_st_set *s, h3_detect_info *d) {

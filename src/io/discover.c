@@ -5,14 +5,9 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
 static int looks_like_shard(const char *name) {
     const char *p = strstr(name, "-of-");
-    return p && p > name && ends_with(name, ".safetensors");
+    return p && p > name && h3_str_ends_with(name, ".safetensors");
 }
 
 /* Returns 1 when fn asked to stop, 0 otherwise; *found counts sets. */
@@ -23,8 +18,9 @@ static h3_status visit(const char *dir, int depth, h3_discover_fn fn, void *user
     h3_status st = H3_OK;
     int n_index = 0, n_st = 0, n_shard = 0;
     for (int i = 0; i < n; i++) {
-        if (ends_with(names[i], ".safetensors.index.json")) n_index++;
-        else if (ends_with(names[i], ".safetensors")) {
+        if (h3_str_ends_with(names[i], ".safetensors.index.json"))
+            n_index++;
+        else if (h3_str_ends_with(names[i], ".safetensors")) {
             n_st++;
             n_shard += looks_like_shard(names[i]);
         }
@@ -34,7 +30,7 @@ static h3_status visit(const char *dir, int depth, h3_discover_fn fn, void *user
         *stop = fn(dir, user);
     } else if (n_index > 1) {
         for (int i = 0; i < n && !*stop; i++) {
-            if (!ends_with(names[i], ".safetensors.index.json")) continue;
+            if (!h3_str_ends_with(names[i], ".safetensors.index.json")) continue;
             char *p = h3_path_join(dir, names[i]);
             if (!p) {
                 st = H3_ERR_NOMEM;
@@ -46,7 +42,7 @@ static h3_status visit(const char *dir, int depth, h3_discover_fn fn, void *user
         }
     } else if (n_st > 0) {
         for (int i = 0; i < n && !*stop; i++) {
-            if (!ends_with(names[i], ".safetensors")) continue;
+            if (!h3_str_ends_with(names[i], ".safetensors")) continue;
             char *p = h3_path_join(dir, names[i]);
             if (!p) {
                 st = H3_ERR_NOMEM;

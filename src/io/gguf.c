@@ -522,8 +522,7 @@ static int cmp_kv(const void *a, const void *b) {
 }
 
 int h3_path_is_gguf(const char *path) {
-    size_t n = strlen(path);
-    return n >= 5 && !strcmp(path + n - 5, ".gguf");
+    return h3_str_ends_with(path, ".gguf");
 }
 
 /* llama.cpp's text-model names to the ComfyUI text-encoder names ("blk.3.attn_q.weight" ->

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "base/log.h"
 
 /* ---- header parsing -------------------------------------------------------------------------------------- */
@@ -252,18 +253,6 @@ done:
     return st;
 }
 
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
-static char *dir_of(const char *path) {
-    const char *sl = strrchr(path, '/');
-    if (!sl) return h3_strdup(".");
-    if (sl == path) return h3_strdup("/");
-    return h3_strndup(path, (size_t)(sl - path));
-}
-
 /* Opens a shard index: {"weight_map": {tensor: shard file}}. Every shard listed is opened; every tensor the map
  * names must be in the shard it names. */
 static h3_status open_index(const char *path, h3_st_set *out) {
@@ -278,7 +267,7 @@ static h3_status open_index(const char *path, h3_st_set *out) {
         json_decref(root);
         return H3_ERR(H3_ERR_FORMAT, "%s: a shard index needs a 'weight_map' object", path);
     }
-    dir = dir_of(path);
+    dir = h3_path_dir(path);
     if (!dir) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     {
         size_t cap = json_object_size(wm);
@@ -333,10 +322,10 @@ h3_status h3_st_open(const char *path, h3_st_set *out) {
         H3_TRY(h3_list_dir(path, &names, &n));
         int n_index = 0, n_st = 0, idx_at = -1;
         for (int i = 0; i < n; i++) {
-            if (ends_with(names[i], ".safetensors.index.json")) {
+            if (h3_str_ends_with(names[i], ".safetensors.index.json")) {
                 n_index++;
                 idx_at = i;
-            } else if (ends_with(names[i], ".safetensors")) {
+            } else if (h3_str_ends_with(names[i], ".safetensors")) {
                 n_st++;
             }
         }
@@ -354,7 +343,7 @@ h3_status h3_st_open(const char *path, h3_st_set *out) {
             int k = 0;
             st = files ? H3_OK : H3_ERR_NOMEM;
             for (int i = 0; i < n && st == H3_OK; i++) {
-                if (!ends_with(names[i], ".safetensors")) continue;
+                if (!h3_str_ends_with(names[i], ".safetensors")) continue;
                 files[k] = h3_path_join(path, names[i]);
                 if (!files[k]) st = H3_ERR_NOMEM;
                 else k++;
@@ -365,7 +354,7 @@ h3_status h3_st_open(const char *path, h3_st_set *out) {
         h3_strlist_free(names, n);
         return st;
     }
-    if (ends_with(path, ".json")) return open_index(path, out);
+    if (h3_str_ends_with(path, ".json")) return open_index(path, out);
     const char *one[1] = {path};
     return h3_st_open_files(one, 1, path, out);
 }

@@ -824,32 +824,10 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
 
 /* ---- planned memory ----------------------------------------------------------------------------------------- */
 
-/* What the CPU convolutions allocate while they run: the weight and bias copied to f32 and, unless the conv has one
- * input channel per group (a direct loop), an im2col column chunk of at most h3_cpu_conv_col_bytes. */
-static int64_t conv_scratch(int64_t cout, int64_t cin_g, int64_t K, int64_t tout, int bias) {
-    extern size_t h3_cpu_conv_col_bytes;
-    int64_t s = (cout * cin_g * K + (bias ? cout : 0)) * 4;
-    if (!(cin_g == 1 && K <= 64)) {
-        int64_t rows = cin_g * K, tc = (int64_t)(h3_cpu_conv_col_bytes / sizeof(float)) / rows;
-        if (tc < 64) tc = 64;
-        if (tc > tout) tc = tout;
-        s += rows * tc * 4;
-    }
-    return s;
-}
-
-/* Transposed conv: weight [cin, cout, K]; the columns are cout·K rows by up to tin input steps. */
-static int64_t convt_scratch(int64_t cin_g, int64_t cout, int64_t K, int64_t tin, int bias, int groups) {
-    extern size_t h3_cpu_conv_col_bytes;
-    int64_t s = (cin_g * groups * (cout / groups) * K + (bias ? cout : 0)) * 4;
-    if (cin_g != 1) {
-        int64_t rows = cout / groups * K, tc = (int64_t)(h3_cpu_conv_col_bytes / sizeof(float)) / rows;
-        if (tc < 64) tc = 64;
-        if (tc > tin) tc = tin;
-        s += rows * tc * 4;
-    }
-    return s;
-}
+/* What the CPU convolutions allocate while they run (the weights are f32: no copies):
+ * h3_cpu_conv1d_scratch_bytes and h3_cpu_convt1d_scratch_bytes, the kernels' own arithmetic. */
+#define CONV(cin_g, K, tout)         h3_cpu_conv1d_scratch_bytes(cin_g, K, tout)
+#define CONVT(cout_g, cin_g, K, tin) h3_cpu_convt1d_scratch_bytes(cout_g, cin_g, K, tin)
 
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
@@ -863,8 +841,7 @@ h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, h3_a
     out->buffers = p.total * 4 + (int64_t)sizeof(av_part);
     /* Per part of the decode: the filters held while it runs plus the largest scratch one of its ops takes. */
     int64_t K = c->filter_taps, len = T, best = 0, best_stage = 0, best_op = 0;
-    int64_t op = MAXI(conv_scratch(c->latent_dim, c->latent_channels, 1, T, 1),
-                      conv_scratch(c->decoder_dim, c->latent_dim, 7, T, 1));
+    int64_t op = MAXI(CONV(c->latent_channels, 1, T), CONV(c->latent_dim, 7, T));
     best = best_op = op;
     for (int i = 0; i <= c->n_up; i++) {
         int last = i == c->n_up;
@@ -872,17 +849,17 @@ h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, h3_a
         if (!last) len *= c->rates[i];
         op = 0;
         if (!last) {
-            op = convt_scratch(2 * C, C, c->kernels[i], tin, 1, 1);
-            for (int r = 0; r < c->n_res; r++) op = MAXI(op, conv_scratch(C, C, c->res_kernels[r], len, 1));
+            op = CONVT(C, 2 * C, c->kernels[i], tin);
+            for (int r = 0; r < c->n_res; r++) op = MAXI(op, CONV(C, c->res_kernels[r], len));
             stage = (int64_t)c->n_res * 2 * c->n_dil * 2 * C * K * 4;
         } else {
-            op = conv_scratch(1, C, 7, len, 0);
+            op = CONV(C, 7, len);
             stage = 2 * C * K * 4;
         }
-        op = MAXI(op, conv_scratch(C, 1, 1, len + K - 2, 0)); /* replicate-pad copy */
-        op = MAXI(op, convt_scratch(1, C, K, len + K - 2, 0, (int)C));
+        op = MAXI(op, CONV(1, 1, len + K - 2)); /* replicate-pad copy */
+        op = MAXI(op, CONVT(1, 1, K, len + K - 2));
         op = MAXI(op, 2 * C * 4); /* snake's alpha and beta */
-        op = MAXI(op, conv_scratch(C, 1, K, 2 * len, 0));
+        op = MAXI(op, CONV(1, K, 2 * len));
         if (stage + op > best) best = stage + op, best_stage = stage, best_op = op;
     }
     out->stage_scratch = best_stage;

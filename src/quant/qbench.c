@@ -109,7 +109,6 @@ static h3_status block_forward(h3_exec *ex, const h3_qbench_block *b, const h3_t
     const int64_t H = b->hidden, I = b->heads * b->head_dim, F = b->ffn, D = b->head_dim;
     h3_tensor x, h, qkv, qc, kc, vc, o, u, g, m, n1, n2, qn, kn;
     h3_tensor *all[] = {&x, &h, &qkv, &qc, &kc, &vc, &o, &u, &g, &m};
-    memset(all[0], 0, sizeof x);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) memset(all[i], 0, sizeof(h3_tensor));
     h3_status st = H3_OK;
     H3_CHECK(h3_tensor_alloc2(&x, H3_PLACE_HOST, H3_F32, R, H, H3_MEM_WORKSPACE));

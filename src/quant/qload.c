@@ -8,34 +8,21 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 int h3_qweight_is_companion(const char *name) {
-    return ends_with(name, ".comfy_quant") || ends_with(name, ".weight_scale") ||
-           ends_with(name, ".weight_scale_2") || ends_with(name, ".pre_quant_scale") ||
-           ends_with(name, ".scale_weight") || ends_with(name, ".input_scale");
+    return h3_str_ends_with(name, ".comfy_quant") || h3_str_ends_with(name, ".weight_scale") ||
+           h3_str_ends_with(name, ".weight_scale_2") || h3_str_ends_with(name, ".pre_quant_scale") ||
+           h3_str_ends_with(name, ".scale_weight") || h3_str_ends_with(name, ".input_scale");
 }
 
 /* "<base><suffix>" where base is the weight's name without ".weight" (or the whole name). */
 static const h3_st_entry *companion(const h3_st_set *s, const char *wname, const char *suffix) {
     char buf[512];
     size_t n = strlen(wname);
-    if (ends_with(wname, ".weight")) n -= 7;
+    if (h3_str_ends_with(wname, ".weight")) n -= 7;
     if (n + strlen(suffix) + 1 > sizeof buf) return NULL;
     memcpy(buf, wname, n);
     strcpy(buf + n, suffix);
     return h3_st_find(s, buf);
-}
-
-static const char *shp(int nd, const int64_t *s, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < nd && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (o < n) snprintf(buf + o, n - o, "]");
-    return buf;
 }
 
 /* One float value of a scalar tensor (any float dtype, exactly one element). */
@@ -154,7 +141,7 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
                 return H3_ERR(H3_ERR_FORMAT,
                               "%s: tensor '%s' is marked int8_tensorwise but is %s %s (expected I8 [N, K])",
                               s->source, e->name, h3_dtype_name(e->dtype),
-                              shp(e->ndim, e->shape, a, sizeof a));
+                              h3_shape_str(e->ndim, e->shape, a, sizeof a));
             if (!ws)
                 return H3_ERR(H3_ERR_FORMAT, "%s: int8 tensor '%s' has no weight_scale", s->source, e->name);
             int64_t ns = h3_st_entry_numel(ws);
@@ -163,7 +150,7 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
                     H3_ERR_FORMAT,
                     "%s: '%s' must be F32 with one value per row ([%lld, 1]) or one in all; it is %s %s",
                     s->source, ws->name, (long long)N, h3_dtype_name(ws->dtype),
-                    shp(ws->ndim, ws->shape, b, sizeof b));
+                    h3_shape_str(ws->ndim, ws->shape, b, sizeof b));
             out->per_row = ns != 1; /* [1, 1] of a one-row weight is the same as one scale */
             out->rot_group = m.convrot ? m.group : 0;
             if (out->rot_group && Ks % out->rot_group)
@@ -190,9 +177,10 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
         }
         case H3_QF_NVFP4: {
             if (e->dtype != H3_U8 || e->ndim != 2)
-                return H3_ERR(
-                    H3_ERR_FORMAT, "%s: tensor '%s' is marked nvfp4 but is %s %s (expected U8 [N, K/2])",
-                    s->source, e->name, h3_dtype_name(e->dtype), shp(e->ndim, e->shape, a, sizeof a));
+                return H3_ERR(H3_ERR_FORMAT,
+                              "%s: tensor '%s' is marked nvfp4 but is %s %s (expected U8 [N, K/2])",
+                              s->source, e->name, h3_dtype_name(e->dtype),
+                              h3_shape_str(e->ndim, e->shape, a, sizeof a));
             const int64_t K = 2 * Ks;
             if (K % 16)
                 return H3_ERR(H3_ERR_FORMAT, "%s: nvfp4 tensor '%s' has %lld columns, not a multiple of 16",
@@ -209,7 +197,7 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
                               s->source, ws->name, (long long)h3_nvfp4_scale_count(N, K),
                               (long long)((N + 127) / 128 * 128), (long long)((K / 16 + 3) / 4 * 4),
                               (long long)N, (long long)K, h3_dtype_name(ws->dtype),
-                              shp(ws->ndim, ws->shape, b, sizeof b));
+                              h3_shape_str(ws->ndim, ws->shape, b, sizeof b));
             float v;
             H3_TRY(scalar_of(s, s2, "nvfp4 second-level scale", &v));
             const h3_st_entry *pq = companion(s, e->name, ".pre_quant_scale");
@@ -217,7 +205,7 @@ h3_status h3_qweight_info_of(h3_st_set *s, const h3_gguf *g, const h3_st_entry *
                 if (pq->dtype != H3_BF16 || h3_st_entry_numel(pq) != K)
                     return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must be BF16 [%lld], is %s %s", s->source,
                                   pq->name, (long long)K, h3_dtype_name(pq->dtype),
-                                  shp(pq->ndim, pq->shape, b, sizeof b));
+                                  h3_shape_str(pq->ndim, pq->shape, b, sizeof b));
                 out->awq = 1;
                 out->bytes += (int64_t)(pq->end - pq->begin);
             }
@@ -254,8 +242,7 @@ static h3_status f32_vector(h3_st_set *s, const h3_st_entry *e, const float **ou
     return H3_OK;
 }
 
-static h3_status get_gguf(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e, const h3_qweight_info *info,
-                          h3_tensor *out) {
+static h3_status get_gguf(h3_st_set *s, const h3_st_entry *e, const h3_qweight_info *info, h3_tensor *out) {
     if (info->fmt == H3_QF_NONE) { /* a plain dtype with its logical shape */
         H3_TRY(h3_st_tensor(s, e, out));
         if (info->gguf_reshaped) {
@@ -290,7 +277,6 @@ static h3_status get_gguf(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e, 
     if (st != H3_OK) return st;
     st = h3_tensor_rows_to_f32(&v, 0, rows, out->data);
     if (st != H3_OK) h3_tensor_free(out);
-    (void)g;
     return st;
 }
 
@@ -298,7 +284,7 @@ h3_status h3_qweight_get(h3_st_set *s, const h3_gguf *g, const h3_st_entry *e, h
     h3_qweight_info info;
     memset(out, 0, sizeof *out);
     H3_TRY(h3_qweight_info_of(s, g, e, &info));
-    if (g) return get_gguf(s, g, e, &info, out);
+    if (g) return get_gguf(s, e, &info, out);
     if (info.fmt == H3_QF_NONE) return h3_st_tensor(s, e, out);
     const h3_st_entry *ws = companion(s, e->name, ".weight_scale");
     switch (info.fmt) {

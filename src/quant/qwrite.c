@@ -270,14 +270,6 @@ static h3_status add_linear(plan *p, const char *wname, const producer *pr, h3_d
     return H3_OK;
 }
 
-static int starts(const char *s, const char *pre) {
-    return !strncmp(s, pre, strlen(pre));
-}
-static int ends(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 static const h3_st_entry *find2(const h3_st_set *s, const char *prefix, const char *name) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s%s", prefix, name);
@@ -301,14 +293,15 @@ static int diffusers_to_comfy(const char *n, char *out, size_t size) {
         {"audio_proj_out.", "final_layer.audio_out."},
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (starts(n, top[i].from)) return snprintf(out, size, "%s%s", top[i].to, n + strlen(top[i].from)), 1;
+        if (h3_str_starts_with(n, top[i].from))
+            return snprintf(out, size, "%s%s", top[i].to, n + strlen(top[i].from)), 1;
     const char *rest = NULL;
     char stack[64];
     long idx = -1;
-    if (starts(n, "transformer_blocks.")) {
+    if (h3_str_starts_with(n, "transformer_blocks.")) {
         idx = strtol(n + 19, (char **)&rest, 10);
         snprintf(stack, sizeof stack, "blocks.%ld.", idx);
-    } else if (starts(n, "token_refiner.refiner_blocks.")) {
+    } else if (h3_str_starts_with(n, "token_refiner.refiner_blocks.")) {
         idx = strtol(n + 29, (char **)&rest, 10);
         snprintf(stack, sizeof stack, "token_refiner.blocks.%ld.", idx);
     } else {
@@ -325,17 +318,20 @@ static int diffusers_to_comfy(const char *n, char *out, size_t size) {
         {"ff.net.0.proj.", "mlp.fc1."},
         {"ff.net.2.", "mlp.fc2."},
     };
-    if (starts(rest, "attn.to_q.") || starts(rest, "attn.to_k.") || starts(rest, "attn.to_v.")) return 0;
+    if (h3_str_starts_with(rest, "attn.to_q.") || h3_str_starts_with(rest, "attn.to_k.") ||
+        h3_str_starts_with(rest, "attn.to_v."))
+        return 0;
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
-        if (starts(rest, blk[i].from))
+        if (h3_str_starts_with(rest, blk[i].from))
             return snprintf(out, size, "%s%s%s", stack, blk[i].to, rest + strlen(blk[i].from)), 1;
     return snprintf(out, size, "%s%s", stack, rest), 1;
 }
 
 static int is_block_linear(const char *comfy) {
-    if (!starts(comfy, "blocks.")) return 0;
-    return ends(comfy, ".attn.qkv_proj.weight") || ends(comfy, ".attn.out_proj.weight") ||
-           ends(comfy, ".mlp.fc1.weight") || ends(comfy, ".mlp.fc2.weight");
+    if (!h3_str_starts_with(comfy, "blocks.")) return 0;
+    return h3_str_ends_with(comfy, ".attn.qkv_proj.weight") ||
+           h3_str_ends_with(comfy, ".attn.out_proj.weight") || h3_str_ends_with(comfy, ".mlp.fc1.weight") ||
+           h3_str_ends_with(comfy, ".mlp.fc2.weight");
 }
 
 static h3_status plan_dit(plan *p) {
@@ -349,7 +345,7 @@ static h3_status plan_dit(plan *p) {
     int has_inv = 0;
     for (int64_t i = 0; i < s->n_entries; i++) {
         const h3_st_entry *e = &s->entries[i];
-        if (!starts(e->name, pre)) continue;
+        if (!h3_str_starts_with(e->name, pre)) continue;
         const char *n = e->name + strlen(pre);
         char cn[512];
         if (df) {
@@ -381,7 +377,7 @@ static h3_status plan_dit(plan *p) {
         if (h3_qweight_is_companion(cn)) continue;
         if (!strcmp(cn, "rope.inv_freq")) has_inv = 1;
         producer pr = {P_COPY, {e, NULL, NULL}, 0, 0, 0};
-        if (off && ends(cn, ".attn.qkv_proj.weight") && e->ndim == 2) {
+        if (off && h3_str_ends_with(cn, ".attn.qkv_proj.weight") && e->ndim == 2) {
             if (head_dim <= 0 || e->shape[0] % (3 * head_dim))
                 return H3_ERR(H3_ERR_FORMAT, "%s: %s has %lld rows, not 3 x heads x head_dim %lld", s->source,
                               e->name, (long long)e->shape[0], (long long)head_dim);
@@ -389,10 +385,12 @@ static h3_status plan_dit(plan *p) {
             pr.head_dim = head_dim;
             pr.heads = e->shape[0] / (3 * head_dim);
         }
-        if (df && ends(cn, ".mlp.fc1.weight")) pr.kind = P_SWAP_HALVES; /* [value; gate] -> [gate; value] */
+        if (df && h3_str_ends_with(cn, ".mlp.fc1.weight"))
+            pr.kind = P_SWAP_HALVES; /* [value; gate] -> [gate; value] */
         int lin = e->ndim == 2 && is_block_linear(cn);
-        int adaln = e->ndim == 2 && starts(cn, "blocks.") && ends(cn, ".adaln_proj.linear.weight") &&
-                    p->target == H3_QT_INT8_CONVROT && e->shape[1] > 8;
+        int adaln = e->ndim == 2 && h3_str_starts_with(cn, "blocks.") &&
+                    h3_str_ends_with(cn, ".adaln_proj.linear.weight") && p->target == H3_QT_INT8_CONVROT &&
+                    e->shape[1] > 8;
         if (lin || adaln) {
             H3_TRY(add_linear(p, cn, &pr, e->dtype, e->shape[0], e->shape[1], p->target, 1));
         } else {
@@ -414,23 +412,24 @@ static h3_status plan_te(plan *p) {
         const h3_st_entry *e = &s->entries[i];
         char cn[512];
         if (official) {
-            if (starts(e->name, "model.language_model."))
+            if (h3_str_starts_with(e->name, "model.language_model."))
                 snprintf(cn, sizeof cn, "model.%s", e->name + 21);
-            else if (starts(e->name, "model.visual."))
+            else if (h3_str_starts_with(e->name, "model.visual."))
                 snprintf(cn, sizeof cn, "visual.%s", e->name + 13);
             else
                 continue; /* lm_head */
         } else {
             snprintf(cn, sizeof cn, "%s", e->name);
         }
-        if (starts(cn, "model.norm.") || starts(cn, "lm_head.")) continue;
+        if (h3_str_starts_with(cn, "model.norm.") || h3_str_starts_with(cn, "lm_head.")) continue;
         if (h3_qweight_is_companion(cn)) continue;
-        if (starts(cn, "model.layers.")) {
+        if (h3_str_starts_with(cn, "model.layers.")) {
             long layer = strtol(cn + 13, NULL, 10);
             if (layer >= p->te_layers) continue;
         }
         producer pr = {P_COPY, {e, NULL, NULL}, 0, 0, 0};
-        int lin = e->ndim == 2 && starts(cn, "model.layers.") && ends(cn, "_proj.weight");
+        int lin =
+            e->ndim == 2 && h3_str_starts_with(cn, "model.layers.") && h3_str_ends_with(cn, "_proj.weight");
         if (lin) {
             H3_TRY(add_linear(p, cn, &pr, e->dtype, e->shape[0], e->shape[1], p->target, 1));
         } else if (!strcmp(cn, "model.embed_tokens.weight") && p->target == H3_QT_NVFP4 && e->ndim == 2) {
@@ -553,12 +552,18 @@ static int cmp_ot(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static h3_status header_json(plan *p, char **text) {
+/* The safetensors header of the planned tensors; fails when two tensors would have one name (in: the source,
+ * for the message). */
+static h3_status header_json(plan *p, const char *in, char **text) {
     json_t *root = json_object();
     if (!root) return H3_ERR_NOMEM;
     h3_status st = H3_OK;
     for (int i = 0; i < p->n_ot && st == H3_OK; i++) {
         const otensor *o = &p->ot[i];
+        if (json_object_get(root, o->name)) {
+            st = H3_ERR(H3_ERR_FORMAT, "%s: two tensors would both be named '%s'", in, o->name);
+            break;
+        }
         json_t *e = json_object(), *sh = json_array(), *of = json_array();
         int bad = !e || !sh || !of;
         for (int d = 0; d < o->ndim && !bad; d++)
@@ -657,11 +662,7 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
         order[i]->offset = off;
         off += order[i]->nbytes;
     }
-    for (int i = 1; i < p.n_ot; i++)
-        if (!strcmp(order[i]->name, order[i - 1]->name) &&
-            h3_dtype_size(order[i]->dtype) == h3_dtype_size(order[i - 1]->dtype))
-            H3_FAIL(H3_ERR_FORMAT, "%s: two tensors would both be named '%s'", in, order[i]->name);
-    H3_CHECK(header_json(&p, &text));
+    H3_CHECK(header_json(&p, in, &text));
     size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
     H3_CHECK(h3_out_open(out, &of));
     {

@@ -119,11 +119,6 @@ float h3_fp8e4m3_to_f32(uint8_t v) {
     return g_fp8e4m3_lut[v];
 }
 
-float h3_fp8e5m2_to_f32(uint8_t v) {
-    pthread_once(&g_fp8_once, fp8_init);
-    return g_fp8e5m2_lut[v];
-}
-
 uint8_t h3_f32_to_fp8e4m3(float f) {
     if (isnan(f)) return 0x7f;
     uint8_t sign = signbit(f) ? 0x80 : 0;

@@ -57,7 +57,6 @@ float h3_f16_to_f32(uint16_t h);
 uint16_t h3_f32_to_f16(float f);
 float h3_fp8e4m3_to_f32(uint8_t v);
 uint8_t h3_f32_to_fp8e4m3(float f);
-float h3_fp8e5m2_to_f32(uint8_t v);
 
 /* Bulk conversions of n contiguous elements. */
 void h3_convert_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
@@ -66,7 +65,7 @@ void h3_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
 void h3_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 /* Any float dtype to f32 (f32, f16, bf16, f64, fp8 without scale). Returns 0 for non-float types. */
 int h3_convert_to_f32(h3_dtype t, const void *src, float *dst, size_t n);
-/* f32 to f32/f16/bf16. Returns 0 for other targets. */
+/* f32 to f32/f16/bf16/fp8 e4m3. Returns 0 for other targets. */
 int h3_convert_from_f32(h3_dtype t, const float *src, void *dst, size_t n);
 
 #endif

@@ -318,10 +318,6 @@ h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h
     RUN(H3_OP_ATTENTION, be->attention(ex, o, q, k, v, scale, flags));
 }
 
-static h3_status need_conv_vec(h3_op_id op, const h3_tensor *b, int64_t n) {
-    return need_vec(op, "bias", b, n);
-}
-
 h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                        const h3_conv1d_params *p) {
     PICK(H3_OP_CONV1D, y, x, w, b);
@@ -346,7 +342,7 @@ h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_t
                       (long long)y->shape[1]);
     if (p->pad_mode == H3_PAD_REFLECT && (p->pad_left >= x->shape[1] || p->pad_right >= x->shape[1]))
         return H3_ERR(H3_ERR_INVALID, "op 'conv1d': reflect padding must be shorter than the input");
-    H3_TRY(need_conv_vec(H3_OP_CONV1D, b, cout));
+    H3_TRY(need_vec(H3_OP_CONV1D, "bias", b, cout));
     RUN(H3_OP_CONV1D, be->conv1d(ex, y, x, w, b, p));
 }
 
@@ -369,7 +365,7 @@ h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
     if (tout <= 0 || y->shape[1] != tout)
         return H3_ERR(H3_ERR_INVALID, "op 'conv_transpose1d': y must have %lld steps, has %lld", (long long)tout,
                       (long long)y->shape[1]);
-    H3_TRY(need_conv_vec(H3_OP_CONV_TRANSPOSE1D, b, cout));
+    H3_TRY(need_vec(H3_OP_CONV_TRANSPOSE1D, "bias", b, cout));
     RUN(H3_OP_CONV_TRANSPOSE1D, be->conv_transpose1d(ex, y, x, w, b, p));
 }
 
@@ -395,7 +391,7 @@ h3_status h3_op_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_t
             return H3_ERR(H3_ERR_INVALID, "op 'conv3d': output axis %d must have %lld steps, has %lld", a, (long long)o,
                           (long long)y->shape[1 + a]);
     }
-    H3_TRY(need_conv_vec(H3_OP_CONV3D, b, w->shape[0]));
+    H3_TRY(need_vec(H3_OP_CONV3D, "bias", b, w->shape[0]));
     RUN(H3_OP_CONV3D, be->conv3d(ex, y, x, w, b, p));
 }
 

@@ -148,6 +148,11 @@ typedef struct h3_convt1d_params {
  * Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1. */
 h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                                  const h3_tensor *b, const h3_convt1d_params *p);
+/* Host scratch the CPU kernels of these two ops allocate per call with contiguous f32 weights and bias (other
+ * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths. Memory
+ * planners call these so that they cannot drift from the kernels. */
+int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t tout);
+int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_group, int64_t K, int64_t tin);
 
 typedef struct h3_conv3d_params {
     int stride[3];              /* t, h, w */
@@ -190,7 +195,14 @@ h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
  * the same values on every backend (up to the last bit of the final rounding), for synthetic weights in tests and
  * benchmarks that must not go through host memory. */
 h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi);
-static inline float h3_random_unit(uint64_t seed, uint64_t i) {
+/* Callable from host and device code (the CUDA kernel of random_uniform calls h3_random_unit too). */
+#ifdef __CUDACC__
+#define H3_HD __host__ __device__
+#else
+#define H3_HD
+#endif
+/* u_i of h3_op_random_uniform: a float in [0, 1). */
+static inline H3_HD float h3_random_unit(uint64_t seed, uint64_t i) {
     uint64_t z = seed + i * 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;

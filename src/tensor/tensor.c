@@ -167,7 +167,10 @@ h3_status h3_tensor_narrow(const h3_tensor *t, int dim, int64_t start, int64_t l
     } else if (t->q.scales && dim == 0 && (t->q.mode == H3_SCALE_ROW || t->q.mode == H3_SCALE_BLOCK)) {
         int64_t per_row = 1;
         if (t->q.mode == H3_SCALE_BLOCK) per_row = h3_tensor_cols(t) / t->q.block;
-        int64_t rows_per = t->ndim > 1 ? h3_tensor_rows(t) / t->shape[0] : 1;
+        /* Rows of scales per index of dim 0: the product of the dims between the first and the last (no
+         * division, so an empty dim 0 is fine). */
+        int64_t rows_per = 1;
+        for (int i = 1; i < t->ndim - 1; i++) rows_per *= t->shape[i];
         v.q.scales = t->q.scales + start * rows_per * per_row;
     } else if (t->q.scales && t->q.mode != H3_SCALE_TENSOR) {
         return H3_ERR(H3_ERR_UNSUPPORTED, "narrow of a quantized tensor along dim %d (only rows are supported)", dim);
@@ -208,13 +211,18 @@ h3_status h3_tensor_reshape(const h3_tensor *t, int ndim, const int64_t *shape, 
     return H3_OK;
 }
 
-const char *h3_tensor_shape_str(const h3_tensor *t, char *buf, size_t n) {
+const char *h3_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
+    if (n == 0) return buf;
     size_t o = 0;
     o += (size_t)snprintf(buf + o, n - o, "[");
-    for (int i = 0; i < t->ndim && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
     return buf;
+}
+
+const char *h3_tensor_shape_str(const h3_tensor *t, char *buf, size_t n) {
+    return h3_shape_str(t->ndim, t->shape, buf, n);
 }
 
 int h3_tensor_same_shape(const h3_tensor *a, const h3_tensor *b) {

@@ -92,7 +92,10 @@ void h3_tensor_free(h3_tensor *t);
 h3_status h3_tensor_narrow(const h3_tensor *t, int dim, int64_t start, int64_t len, h3_tensor *out);
 /* New shape over the same elements; requires a contiguous tensor. One dim may be -1. */
 h3_status h3_tensor_reshape(const h3_tensor *t, int ndim, const int64_t *shape, h3_tensor *out);
-/* Shape string "[2, 3, 4]" into buf. */
+/* Shape string "[2, 3, 4]" of ndim dims into buf (cut short, still NUL-terminated, when n is too small);
+ * returns buf. */
+const char *h3_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+/* h3_shape_str of a tensor's shape. */
 const char *h3_tensor_shape_str(const h3_tensor *t, char *buf, size_t n);
 int h3_tensor_same_shape(const h3_tensor *a, const h3_tensor *b);
 
