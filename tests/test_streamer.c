@@ -116,6 +116,10 @@ done:
 }
 
 static void test_ordering(void) {
+    if (h3_cuda_init(&g_ex, 0, (int64_t)4 << 30) != H3_OK) {
+        CHECK(0, "init: %s", h3_last_error());
+        return;
+    }
     char file[1024];
     t_tmp_path("ring.bin", file, sizeof file);
     for (int k = 2; k <= 3; k++) {
@@ -127,6 +131,7 @@ static void test_ordering(void) {
     int w = ring_run(2, 1, file);
     printf("  without the event waits: %d of 24 sums wrong\n", w);
     CHECK(w > 0, "with the waits switched off every sum was still right: the test cannot see a reused slot");
+    h3_cuda_shutdown(&g_ex);
 }
 
 /* ---- the DiT ------------------------------------------------------------------------------------------- */
@@ -411,16 +416,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    /* Each case reserves the arenas it needs. */
-    if (h3_cuda_init(&g_ex, 0, (int64_t)4 << 30) != H3_OK) {
-        fprintf(stderr, "init failed: %s\n", h3_last_error());
-        return 1;
-    }
-    static const t_case c1[] = {{"ordering", test_ordering}, {NULL, NULL}};
-    int r = t_main("test_streamer", c1, argc, argv);
-    h3_cuda_shutdown(&g_ex);
-    static const t_case c2[] = {{"dit", test_dit}, {NULL, NULL}};
-    r |= t_main("test_streamer", c2, argc, argv);
+    /* Each case reserves the arenas it needs and shuts the backend down again. */
+    static const t_case cases[] = {{"ordering", test_ordering}, {"dit", test_dit}, {NULL, NULL}};
+    int r = t_main("test_streamer", cases, argc, argv);
     h3_exec_free(&g_ex);
     return r;
 }
