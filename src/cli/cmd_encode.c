@@ -210,20 +210,15 @@ int h3_cmd_encode(int argc, char **argv) {
 
     /* ---- hidden states */
     if (n == 0) {
-        /* An empty prompt is conditioned on <|endoftext|> alone, as ComfyUI does (H3-FILE-FORMATS §3.3). */
-        int32_t eot = tok ? h3_tokenizer_token_id(tok, "<|endoftext|>") : -1;
-        if (eot < 0) {
-            st = H3_ERR(H3_ERR_INVALID, "the prompt has no tokens and the tokenizer has no <|endoftext|>");
+        if (!tok) {
+            st = H3_ERR(H3_ERR_INVALID,
+                        "the prompt has no tokens and there is no tokenizer to give <|endoftext|>");
             goto fail;
         }
-        ids = h3_malloc(sizeof *ids, H3_MEM_IO);
-        if (!ids) {
-            st = H3_ERR_NOMEM;
-            goto fail;
-        }
-        ids[0] = eot;
-        n = 1;
-        if (!quiet) printf("the empty prompt is encoded as <|endoftext|> (%d)\n", eot);
+        h3_free(ids);
+        st = h3_tokenizer_empty_prompt(tok, &ids, &n);
+        if (st != H3_OK) goto fail;
+        if (!quiet) printf("the empty prompt is encoded as <|endoftext|> (%d)\n", ids[0]);
     }
     h3_te_open_opts oo = {config, H3_PLACE_HOST, 0};
     st = h3_exec_init(&ex, (int)threads);

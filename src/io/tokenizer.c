@@ -1276,6 +1276,20 @@ int h3_tokenizer_nfc(const h3_tokenizer *t) {
     return t->nfc;
 }
 
+h3_status h3_tokenizer_empty_prompt(const h3_tokenizer *t, int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    int32_t eot = h3_tokenizer_token_id(t, "<|endoftext|>");
+    if (eot < 0)
+        return H3_ERR(H3_ERR_FORMAT,
+                      "the prompt is empty and the tokenizer has no <|endoftext|> to stand for it");
+    *ids = h3_malloc(sizeof **ids, H3_MEM_IO);
+    if (!*ids) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    (*ids)[0] = eot;
+    *n = 1;
+    return H3_OK;
+}
+
 int32_t h3_tokenizer_token_id(const h3_tokenizer *t, const char *text) {
     size_t n = strlen(text);
     for (int k = 0; k < t->n_added; k++)

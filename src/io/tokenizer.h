@@ -33,6 +33,9 @@ void h3_tokenizer_free(h3_tokenizer *tok);
 /* Encodes NUL-terminated UTF-8 text. *ids is a new array from h3_malloc (free it with h3_free; NULL when *n is 0).
  * Text that is not valid UTF-8 is an H3_ERR_INVALID naming the byte offset. */
 h3_status h3_tokenizer_encode(const h3_tokenizer *tok, const char *utf8, int32_t **ids, int64_t *n);
+/* The ids an empty prompt is conditioned on: <|endoftext|> alone, as ComfyUI does (H3-FILE-FORMATS §3.3).
+ * *ids from h3_malloc, *n = 1. H3_ERR_FORMAT when the tokenizer has no <|endoftext|>. */
+h3_status h3_tokenizer_empty_prompt(const h3_tokenizer *tok, int32_t **ids, int64_t *n);
 /* Same for len bytes (which must not contain NUL). */
 h3_status h3_tokenizer_encode_n(const h3_tokenizer *tok, const char *utf8, size_t len, int32_t **ids, int64_t *n);
 

@@ -479,17 +479,8 @@ static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab,
     st = h3_tokenizer_encode(tok, g->req.prompt, &ids, &n);
     if (st == H3_ERR_INVALID) g->model_phase = 0; /* the prompt is not UTF-8: the request's fault */
     if (st != H3_OK) goto done;
-    if (n == 0) { /* the empty prompt is conditioned on <|endoftext|> alone, as ComfyUI does */
-        int32_t eot = h3_tokenizer_token_id(tok, "<|endoftext|>");
-        if (eot < 0)
-            H3_FAIL(H3_ERR_FORMAT,
-                    "the prompt is empty and the tokenizer %s has no <|endoftext|> to stand for it",
-                    g->files.tokenizer);
-        ids = h3_malloc(sizeof *ids, H3_MEM_IO);
-        if (!ids) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        ids[0] = eot;
-        n = 1;
-    }
+    if (n == 0)
+        H3_CHECK_CTX(h3_tokenizer_empty_prompt(tok, &ids, &n), "the tokenizer %s", g->files.tokenizer);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= te_vocab)
             H3_FAIL(H3_ERR_FORMAT,
@@ -1007,18 +998,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     }
     if (r->threads < 0 || r->threads > 4096)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to 4096; got %d", r->threads);
-    if (r->x264_preset) { /* the writer checks the name too, but only after the DiT has run */
-        static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
-                                              "medium",    "slow",      "slower",   "veryslow", "placebo"};
-        int ok = 0;
-        for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-            ok |= !strcmp(r->x264_preset, presets[i]);
-        if (!ok)
-            H3_FAIL(H3_ERR_INVALID,
-                    "unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
-                    "medium, slow, slower, veryslow or placebo",
-                    r->x264_preset);
-    }
+    if (r->x264_preset) /* the writer checks the name too, but only after the DiT has run */
+        H3_CHECK(h3_mp4_check_preset(r->x264_preset, NULL));
     const int gpus = h3_cuda_device_count();
     h3_device dev = r->device == H3_DEVICE_AUTO ? (gpus > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU) : r->device;
     if (dev == H3_DEVICE_CUDA && gpus == 0)

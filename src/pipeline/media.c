@@ -89,6 +89,18 @@ struct h3_mp4 {
     h3_status failed;
 };
 
+h3_status h3_mp4_check_preset(const char *preset, const char *what) {
+    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
+                                          "medium",    "slow",      "slower",   "veryslow", "placebo"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(preset, presets[i])) return H3_OK;
+    return H3_ERR(
+        H3_ERR_INVALID,
+        "%s%sunknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, medium, slow, "
+        "slower, veryslow or placebo",
+        what ? what : "", what ? ": " : "", preset);
+}
+
 void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height) {
     memset(o, 0, sizeof *o);
     o->width = width;
@@ -265,16 +277,7 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     if (o->crf < 0 || o->crf > 51)
         return H3_ERR(H3_ERR_INVALID, "%s: crf must be 0..51; got %d", path, o->crf);
     /* x264 prints an unknown preset to stderr itself: check the name first. */
-    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
-                                          "medium",    "slow",      "slower",   "veryslow", "placebo"};
-    int preset_ok = !o->preset;
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !preset_ok; i++)
-        preset_ok = !strcmp(o->preset, presets[i]);
-    if (!preset_ok)
-        return H3_ERR(H3_ERR_INVALID,
-                      "%s: unknown x264 preset '%s': choose ultrafast, superfast, veryfast, faster, fast, "
-                      "medium, slow, slower, veryslow or placebo",
-                      path, o->preset);
+    if (o->preset) H3_TRY(h3_mp4_check_preset(o->preset, path));
 
     h3_status st = H3_OK;
     char eb[128];

@@ -30,6 +30,9 @@ typedef struct h3_mp4_opts {
     int audio_bitrate;  /* AAC bits per second (default 128000) */
 } h3_mp4_opts;
 
+/* H3_ERR_INVALID naming the valid x264 presets unless preset is one; what (may be NULL) prefixes the message.
+ */
+h3_status h3_mp4_check_preset(const char *preset, const char *what);
 /* Defaults for a width x height clip of H3: 24 fps, 32 kHz stereo, crf 18, preset medium, 128 kb/s. */
 void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height);
 
