@@ -3,7 +3,13 @@
  * t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak device memory;
  * writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [W73 W124 W362 W124L]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [W73 W124 W362 W124L]
+ *
+ * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
+ * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
+ * (h3_dit_randomize_blocks_quantized: int8 per-row scales, ConvRot marked; fp8 one scale) and every workload
+ * runs again: the quantized GEMMs (W8A8 int8 through cuBLASLt IMMA, fp8 through cuBLASLt fp8) against bf16 in
+ * the same process. Several --quant run in the order given.
  *
  * The step time excludes the AdaLN modulation, which h3run computes once per run for all the schedule's
  * timesteps (h3_dit_precompute_modulation); its one-off cost is printed separately. */
@@ -16,6 +22,7 @@
 #include "cuda/cuda.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "quant/qwrite.h"
 
 #define TRY(x)                                                                                                   \
     do {                                                                                                         \
@@ -58,15 +65,157 @@ static const workload g_work[] = {
     {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
 };
 
+typedef struct {
+    double s, peak_gib;
+} result;
+
+/* One workload: modulation once, a warm-up forward, then the median of a few timed forwards. */
+static result run_workload(h3_dit *dit, const workload *w, const char *label, FILE *js, int *first) {
+    result res = {0, 0};
+    int64_t used, peak, cap;
+    h3_seq_layout L;
+    TRY(h3_seq_layout_t2va(128, NULL, w->frames, w->w, w->h, &L));
+    const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
+    float uniq[2];
+    int32_t *tidx = malloc((size_t)S * sizeof *tidx), *tags = malloc((size_t)S * sizeof *tags);
+    int32_t *vi = malloc((size_t)Nv * 4), *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
+    int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);
+    for (int64_t r = 0; r < S; r++) tags[r] = L.tags[r];
+    for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];
+    for (int64_t i = 0; i < Na; i++) ai[i] = (int32_t)L.audio_indices[i];
+    for (int64_t i = 0; i < 128; i++) ti[i] = (int32_t)L.text_indices[i];
+    h3_tensor video, audio, text, vout, aout;
+    TRY(h3_tensor_alloc2(&video, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+    TRY(h3_tensor_alloc2(&audio, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+    TRY(h3_tensor_alloc2(&text, H3_PLACE_DEVICE, H3_F32, 128, 5120, H3_MEM_ACTIVATIONS));
+    TRY(h3_tensor_alloc2(&vout, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+    TRY(h3_tensor_alloc2(&aout, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+    TRY(h3_op_random_uniform(&ex, &video, 11, -2.0f, 2.0f));
+    TRY(h3_op_random_uniform(&ex, &audio, 12, -2.0f, 2.0f));
+    TRY(h3_op_random_uniform(&ex, &text, 13, -1.0f, 1.0f));
+    h3_dit_inputs in = {&video, &audio, &text, uniq, nt, S, tidx, tags, L.pos, vi, ai, ti};
+    double tm0 = now();
+    TRY(h3_dit_precompute_modulation(dit, &ex, uniq, nt));
+    TRY(h3_exec_sync(&ex));
+    double tmod = now() - tm0;
+    TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout)); /* warm-up: workspace, plans */
+    TRY(h3_exec_sync(&ex));
+    h3_cuda_reset_peak(&ex);
+    int reps = S > 40000 ? 2 : 4;
+    double t[8];
+    for (int r = 0; r < reps; r++) {
+        double a = now();
+        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
+        TRY(h3_exec_sync(&ex));
+        t[r] = now() - a;
+    }
+    for (int i = 0; i < reps; i++)
+        for (int j = i + 1; j < reps; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+    double med = t[reps / 2];
+    h3_cuda_mem_stats(&ex, &used, &peak, &cap);
+    if (getenv("H3_PROFILE")) { /* one more forward with every op timed on its own */
+        memset(ex.prof_s, 0, sizeof ex.prof_s);
+        memset(ex.prof_n, 0, sizeof ex.prof_n);
+        ex.profile = 1;
+        double a = now();
+        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
+        TRY(h3_exec_sync(&ex));
+        double total = now() - a, ops = 0;
+        ex.profile = 0;
+        printf("  profile of one %s %s forward (each op synchronized): %.3f s\n", label, w->name, total);
+        for (int op = 0; op < H3_OP_COUNT; op++) {
+            if (!ex.prof_n[op]) continue;
+            ops += ex.prof_s[op];
+            printf("    %-20s %6lld calls %9.3f s  %5.1f%%\n", h3_op_name((h3_op_id)op), (long long)ex.prof_n[op],
+                   ex.prof_s[op], 100.0 * ex.prof_s[op] / total);
+        }
+        printf("    %-20s %16s %9.3f s  %5.1f%%\n", "outside ops", "", total - ops, 100.0 * (total - ops) / total);
+    }
+    /* sanity: the velocities are finite */
+    h3_tensor hv;
+    TRY(h3_tensor_alloc2(&hv, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+    TRY(h3_copy(&ex, &hv, &vout));
+    TRY(h3_exec_sync(&ex));
+    int bad = 0;
+    for (int64_t i = 0; i < Nv * 96; i++) bad += !isfinite(((float *)hv.data)[i]);
+    printf("%-6s %-13s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f s%s\n",
+           w->name, label, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0, tmod,
+           bad ? "  NON-FINITE OUTPUT" : "");
+    if (js) {
+        fprintf(js,
+                "%s\"%s %s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, \"peak_gib\": %.2f}",
+                *first ? "" : ", ", w->name, label, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0);
+        *first = 0;
+    }
+    h3_tensor_free(&hv);
+    h3_tensor_free(&video);
+    h3_tensor_free(&audio);
+    h3_tensor_free(&text);
+    h3_tensor_free(&vout);
+    h3_tensor_free(&aout);
+    free(tidx);
+    free(tags);
+    free(vi);
+    free(ai);
+    free(ti);
+    h3_seq_layout_free(&L);
+    h3_dit_release_workspace(dit);
+    if (bad) exit(1);
+    res.s = med;
+    res.peak_gib = peak / 1073741824.0;
+    return res;
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("bench_dit_cuda: skipped: no CUDA device\n");
         return 0;
     }
+    const char *names[8];
+    int nn = 0, pruned = 0, nq = 0;
+    h3_qtarget quant[4];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--pruned")) {
+            pruned = 1;
+        } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
+            if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 || quant[nq] == H3_QT_DEFAULT) {
+                fprintf(stderr, "--quant takes int8_convrot, int8 or fp8, not '%s'\n", argv[i]);
+                return 2;
+            }
+            nq++;
+        } else if (nn < 8) {
+            names[nn++] = argv[i];
+        }
+    }
+    if (nn == 0) {
+        names[nn++] = "W73";
+        names[nn++] = "W124";
+        names[nn++] = "W362";
+    }
+    const workload *ws[8];
+    for (int k = 0; k < nn; k++) {
+        ws[k] = NULL;
+        for (int i = 0; g_work[i].name; i++)
+            if (!strcmp(g_work[i].name, names[k])) ws[k] = &g_work[i];
+        if (!ws[k]) {
+            fprintf(stderr, "unknown workload %s\n", names[k]);
+            return 2;
+        }
+    }
     TRY(h3_exec_init(&ex, 0));
     TRY(h3_cuda_init(&ex, 0, 0));
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
+    if (pruned) { /* ComfyUI's curve form: adaln_t_table [1025, 8], AdaLN matrices [18·hidden, 8] */
+        cfg.adaln_pruned = 1;
+        cfg.time_embed_dim = 8;
+        cfg.curve_grid = 1025;
+    }
     h3_dit_open_opts oo;
     memset(&oo, 0, sizeof oo);
     oo.act_place = H3_PLACE_DEVICE;
@@ -76,20 +225,6 @@ int main(int argc, char **argv) {
     TRY(h3_dit_create(&cfg, H3_BF16, &oo, &dit));
     h3_dit_visit_weights(dit, fill_weight, NULL);
     TRY(h3_exec_sync(&ex));
-    h3_dit_weight_bytes wb;
-    h3_dit_weight_bytes_of(dit, &wb);
-    int64_t used, peak, cap;
-    h3_cuda_mem_stats(&ex, &used, &peak, &cap);
-    printf("h3run DiT: %.2f GiB of weights on the device (%.2f GiB AdaLN), built in %.1f s; device budget %.1f GiB\n",
-           wb.total / 1073741824.0, wb.adaln / 1073741824.0, now() - t0, cap / 1073741824.0);
-    const char *names[8];
-    int nn = 0;
-    for (int i = 1; i < argc && nn < 8; i++) names[nn++] = argv[i];
-    if (nn == 0) {
-        names[nn++] = "W73";
-        names[nn++] = "W124";
-        names[nn++] = "W362";
-    }
     FILE *js = NULL;
     const char *out = getenv("OUT");
     if (out) {
@@ -98,103 +233,43 @@ int main(int argc, char **argv) {
         js = fopen(p, "w");
         if (js) fprintf(js, "{");
     }
-    for (int k = 0; k < nn; k++) {
-        const workload *w = NULL;
-        for (int i = 0; g_work[i].name; i++)
-            if (!strcmp(g_work[i].name, names[k])) w = &g_work[i];
-        if (!w) {
-            fprintf(stderr, "unknown workload %s\n", names[k]);
-            return 2;
+    result base[8], q[4][8];
+    int first = 1;
+    for (int f = -1; f < nq; f++) {
+        const char *label = f < 0 ? "bf16" : h3_qtarget_name(quant[f]);
+        if (f >= 0) {
+            double tq = now();
+            TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant[f]));
+            printf("blocks replaced by random %s in %.1f s\n", label, now() - tq);
         }
-        h3_seq_layout L;
-        TRY(h3_seq_layout_t2va(128, NULL, w->frames, w->w, w->h, &L));
-        const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
-        float uniq[2];
-        int32_t *tidx = malloc((size_t)S * sizeof *tidx), *tags = malloc((size_t)S * sizeof *tags);
-        int32_t *vi = malloc((size_t)Nv * 4), *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
-        int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);
-        for (int64_t r = 0; r < S; r++) tags[r] = L.tags[r];
-        for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];
-        for (int64_t i = 0; i < Na; i++) ai[i] = (int32_t)L.audio_indices[i];
-        for (int64_t i = 0; i < 128; i++) ti[i] = (int32_t)L.text_indices[i];
-        h3_tensor video, audio, text, vout, aout;
-        TRY(h3_tensor_alloc2(&video, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc2(&audio, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc2(&text, H3_PLACE_DEVICE, H3_F32, 128, 5120, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc2(&vout, H3_PLACE_DEVICE, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc2(&aout, H3_PLACE_DEVICE, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
-        TRY(h3_op_random_uniform(&ex, &video, 11, -2.0f, 2.0f));
-        TRY(h3_op_random_uniform(&ex, &audio, 12, -2.0f, 2.0f));
-        TRY(h3_op_random_uniform(&ex, &text, 13, -1.0f, 1.0f));
-        h3_dit_inputs in = {&video, &audio, &text, uniq, nt, S, tidx, tags, L.pos, vi, ai, ti};
-        double tm0 = now();
-        TRY(h3_dit_precompute_modulation(dit, &ex, uniq, nt));
-        TRY(h3_exec_sync(&ex));
-        double tmod = now() - tm0;
-        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout)); /* warm-up: workspace, plans */
-        TRY(h3_exec_sync(&ex));
-        h3_cuda_reset_peak(&ex);
-        int reps = S > 40000 ? 2 : 4;
-        double t[8];
-        for (int r = 0; r < reps; r++) {
-            double a = now();
-            TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
-            TRY(h3_exec_sync(&ex));
-            t[r] = now() - a;
-        }
-        for (int i = 0; i < reps; i++)
-            for (int j = i + 1; j < reps; j++)
-                if (t[j] < t[i]) {
-                    double x = t[i];
-                    t[i] = t[j];
-                    t[j] = x;
-                }
-        double med = t[reps / 2];
+        h3_dit_weight_bytes wb;
+        h3_dit_weight_bytes_of(dit, &wb);
+        int64_t used, peak, cap;
         h3_cuda_mem_stats(&ex, &used, &peak, &cap);
-        if (getenv("H3_PROFILE")) { /* one more forward with every op timed on its own */
-            memset(ex.prof_s, 0, sizeof ex.prof_s);
-            memset(ex.prof_n, 0, sizeof ex.prof_n);
-            ex.profile = 1;
-            double a = now();
-            TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
-            TRY(h3_exec_sync(&ex));
-            double total = now() - a, ops = 0;
-            ex.profile = 0;
-            printf("  profile of one %s forward (each op synchronized): %.3f s\n", w->name, total);
-            for (int op = 0; op < H3_OP_COUNT; op++) {
-                if (!ex.prof_n[op]) continue;
-                ops += ex.prof_s[op];
-                printf("    %-20s %6lld calls %9.3f s  %5.1f%%\n", h3_op_name((h3_op_id)op), (long long)ex.prof_n[op],
-                       ex.prof_s[op], 100.0 * ex.prof_s[op] / total);
-            }
-            printf("    %-20s %16s %9.3f s  %5.1f%%\n", "outside ops", "", total - ops, 100.0 * (total - ops) / total);
+        printf("h3run DiT (%s%s): %.2f GiB of weights (%.2f GiB AdaLN), %.2f GiB of the device in use%s; budget %.1f "
+               "GiB\n",
+               pruned ? "pruned, " : "", label, wb.total / 1073741824.0, wb.adaln / 1073741824.0,
+               used / 1073741824.0, f < 0 ? "" : " (values + scales + the quantized GEMMs' scratch)",
+               cap / 1073741824.0);
+        if (f < 0) printf("  built in %.1f s\n", now() - t0);
+        for (int k = 0; k < nn; k++) {
+            result r = run_workload(dit, ws[k], label, js, &first);
+            if (f < 0)
+                base[k] = r;
+            else
+                q[f][k] = r;
         }
-        /* sanity: the velocities are finite */
-        h3_tensor hv;
-        TRY(h3_tensor_alloc2(&hv, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
-        TRY(h3_copy(&ex, &hv, &vout));
-        TRY(h3_exec_sync(&ex));
-        int bad = 0;
-        for (int64_t i = 0; i < Nv * 96; i++) bad += !isfinite(((float *)hv.data)[i]);
-        printf("%-6s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f s%s\n",
-               w->name, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0, tmod,
-               bad ? "  NON-FINITE OUTPUT" : "");
-        if (js)
-            fprintf(js, "%s\"%s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, \"peak_gib\": %.2f}",
-                    k ? ", " : "", w->name, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0);
-        h3_tensor_free(&hv);
-        h3_tensor_free(&video);
-        h3_tensor_free(&audio);
-        h3_tensor_free(&text);
-        h3_tensor_free(&vout);
-        h3_tensor_free(&aout);
-        free(tidx);
-        free(tags);
-        free(vi);
-        free(ai);
-        free(ti);
-        h3_seq_layout_free(&L);
-        if (bad) return 1;
+    }
+    if (nq) {
+        printf("\nsame process, resident, one step (ratio: quantized s/step over bf16 s/step)\n");
+        printf("%-6s %10s", "", "bf16 s");
+        for (int f = 0; f < nq; f++) printf(" %14s s %7s", h3_qtarget_name(quant[f]), "ratio");
+        printf("\n");
+        for (int k = 0; k < nn; k++) {
+            printf("%-6s %10.3f", ws[k]->name, base[k].s);
+            for (int f = 0; f < nq; f++) printf(" %16.3f %6.3fx", q[f][k].s, q[f][k].s / base[k].s);
+            printf("\n");
+        }
     }
     if (js) {
         fprintf(js, "}\n");

@@ -5,7 +5,10 @@
  *
  *     bench_dit_stream                          W73, W124, W362 at unlimited, 24, 16, 12, 8, 6 GiB, then the
  *                                               disk-tier run
- *     bench_dit_stream W124 --budgets 8,6 [--no-disk] [--reps N]
+ *     bench_dit_stream W124 --budgets 8,6 [--no-disk] [--reps N] [--pruned] [--quant int8_convrot|int8|fp8]
+ *
+ * --pruned: ComfyUI's curve-form AdaLN (the 20B files' shapes); --quant F: the blocks' four linears as random
+ * stored values of format F (h3_dit_randomize_blocks_quantized), streamed at their stored size.
  *
  * Per run: seconds per step (median of the timed steps, with min and max), the ratio to the unlimited (all
  * resident) run of the same workload, the plan's predicted step and peak, the arena's measured peak over the
@@ -30,6 +33,7 @@
 #include "mem/report.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "quant/qwrite.h"
 
 #define GIB         1073741824.0
 #define N_TIMESTEPS 40 /* a 20-step run's modulation, kept on the device */
@@ -239,10 +243,10 @@ static void run(h3_dit *dit, const workload *w, const char *bname, int64_t budge
             snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note), " %lld resyncs",
                      (long long)ss.resyncs);
     }
-    printf(
-        "%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; open %.1f s, AdaLN pass %.2f s\n",
-        w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk, t_open,
-        t_mod);
+    printf("%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; streams %.2f GiB per step; open %.1f "
+           "s, AdaLN pass %.2f s\n",
+           w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk,
+           p->streamed_bytes / GIB, t_open, t_mod);
     char *txt = h3_memrep_format(rep);
     if (txt) {
         fputs(txt, stdout);
@@ -281,12 +285,21 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *names[8];
-    int nn = 0, disk = 1, reps = 0;
+    int nn = 0, disk = 1, reps = 0, pruned = 0, have_q = 0;
+    h3_qtarget quant = H3_QT_DEFAULT;
     double budgets_gib[16] = {0, 24, 16, 12, 8, 6}; /* 0: unlimited */
     int nb = 6;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-disk")) {
             disk = 0;
+        } else if (!strcmp(argv[i], "--pruned")) {
+            pruned = 1;
+        } else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
+            if (!h3_qtarget_parse(argv[++i], &quant) || quant == H3_QT_NVFP4 || quant == H3_QT_DEFAULT) {
+                fprintf(stderr, "--quant takes int8_convrot, int8 or fp8, not '%s'\n", argv[i]);
+                return 2;
+            }
+            have_q = 1;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--budgets") && i + 1 < argc) {
@@ -318,6 +331,11 @@ int main(int argc, char **argv) {
     TRY(h3_cuda_init(&ex, 0, (int64_t)1 << 30));
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
+    if (pruned) { /* ComfyUI's curve form: adaln_t_table [1025, 8], AdaLN matrices [18·hidden, 8] */
+        cfg.adaln_pruned = 1;
+        cfg.time_embed_dim = 8;
+        cfg.curve_grid = 1025;
+    }
     h3_dit_open_opts oo;
     memset(&oo, 0, sizeof oo);
     oo.act_place = H3_PLACE_DEVICE;
@@ -328,10 +346,17 @@ int main(int argc, char **argv) {
     TRY(h3_dit_create(&cfg, H3_BF16, &oo, &dit));
     uint64_t seed = 1;
     h3_dit_visit_weights(dit, fill_weight, &seed);
+    if (have_q) TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant));
     h3_dit_weight_bytes wb;
     h3_dit_weight_bytes_of(dit, &wb);
-    printf("DiT: %.2f GiB of weights in pinned memory (%.2f GiB AdaLN), made in %.1f s\n", wb.total / GIB,
-           wb.adaln / GIB, now() - t0);
+    {
+        h3_dit_pack pk;
+        h3_dit_pack_unit(dit, h3_dit_n_units(&cfg) - 1, &pk);
+        printf("DiT%s%s%s: %.2f GiB of weights in pinned memory (%.2f GiB AdaLN), a block packs %.3f GiB (values "
+               "and scales), made in %.1f s\n",
+               pruned ? ", pruned" : "", have_q ? ", blocks " : "", have_q ? h3_qtarget_name(quant) : "",
+               wb.total / GIB, wb.adaln / GIB, pk.bytes / GIB, now() - t0);
+    }
     h3_cuda_shutdown(&ex);
 
     int failed = 0;

@@ -10,6 +10,8 @@
 
 #include "base/alloc.h"
 #include "cuda/cuda.h"
+#include "quant/quant.h"
+#include "quant/qwrite.h"
 #include "tensor/ops.h"
 #include "testutil.h"
 
@@ -443,6 +445,157 @@ static void test_fused(void) {
     }
 }
 
+/* ---- quantized weights -------------------------------------------------------------------------------------
+ * The GPU's paths (W8A8 int8 with and without ConvRot, fp8 through fp8 GEMMs, dequantized tiles for everything)
+ * against the CPU GEMM on the same stored weights, the CPU's activations passed through the same activation
+ * quantization first (h3_qbench_act_quant, the definition the error table uses). What is left is the GPU's
+ * arithmetic and output rounding: the int8 products are exact in int32. */
+enum { QF_I8_ROW, QF_I8_TENSOR, QF_FP8, QF_NVFP4 };
+
+typedef struct {
+    h3_tensor h, d;        /* host and device weights, same stored bytes */
+    h3_tensor d_data, d_sc; /* device allocations behind d */
+    void *h_data, *h_sc;
+} qweight;
+
+static void qw_make(qweight *w, int fmt, int64_t N, int64_t K, int group) {
+    memset(w, 0, sizeof *w);
+    float *wf = malloc((size_t)(N * K) * sizeof(float));
+    t_fill_randn(wf, (size_t)(N * K), 0.1);
+    int64_t shape[2] = {N, K};
+    size_t data_b = (size_t)(N * K), sc_b = 0;
+    if (fmt == QF_I8_ROW || fmt == QF_I8_TENSOR) {
+        w->h_data = malloc(data_b);
+        w->h_sc = malloc((size_t)N * 4);
+        CHECK_OK(h3_quantize_int8_rows(wf, N, K, group, w->h_data, w->h_sc));
+        CHECK_OK(h3_tensor_wrap(&w->h, w->h_data, H3_PLACE_HOST, H3_I8, 2, shape));
+        if (fmt == QF_I8_ROW) {
+            w->h.q.mode = H3_SCALE_ROW;
+            w->h.q.scales = w->h_sc;
+            sc_b = (size_t)N * 4;
+        } else {
+            w->h.q.mode = H3_SCALE_TENSOR;
+            w->h.q.scale = ((float *)w->h_sc)[0];
+        }
+        w->h.q.rot_group = group;
+    } else if (fmt == QF_FP8) {
+        w->h_data = malloc(data_b);
+        float sc = h3_quantize_fp8_scale(wf, data_b);
+        h3_quantize_fp8(wf, data_b, sc, w->h_data);
+        CHECK_OK(h3_tensor_wrap(&w->h, w->h_data, H3_PLACE_HOST, H3_F8_E4M3, 2, shape));
+        w->h.q.mode = H3_SCALE_TENSOR;
+        w->h.q.scale = sc;
+    } else {
+        data_b = (size_t)(N * K / 2);
+        sc_b = (size_t)h3_nvfp4_scale_count(N, K);
+        w->h_data = malloc(data_b);
+        w->h_sc = calloc(1, sc_b);
+        float s2 = h3_quantize_nvfp4_scale2(wf, (size_t)(N * K));
+        CHECK_OK(h3_quantize_nvfp4(wf, N, K, s2, w->h_data, w->h_sc));
+        CHECK_OK(h3_tensor_wrap(&w->h, w->h_data, H3_PLACE_HOST, H3_U8, 2, shape));
+        w->h.stride[0] = K / 2;
+        w->h.q.mode = H3_SCALE_FORMAT;
+        w->h.q.format = H3_QF_NVFP4;
+        w->h.q.fmt_scales = w->h_sc;
+        w->h.q.scale = s2;
+    }
+    int64_t nb = (int64_t)data_b, ns = (int64_t)sc_b;
+    CHECK_OK(h3_tensor_alloc(&w->d_data, H3_PLACE_DEVICE, H3_U8, 1, &nb, H3_MEM_WEIGHTS));
+    CHECK_OK(h3_cuda_copy_h2d_async(w->d_data.data, w->h_data, data_b, h3_cuda_compute_stream(&g_ex)));
+    if (sc_b) {
+        CHECK_OK(h3_tensor_alloc(&w->d_sc, H3_PLACE_DEVICE, H3_U8, 1, &ns, H3_MEM_WEIGHTS));
+        CHECK_OK(h3_cuda_copy_h2d_async(w->d_sc.data, w->h_sc, sc_b, h3_cuda_compute_stream(&g_ex)));
+    }
+    CHECK_OK(h3_exec_sync(&g_ex));
+    w->d = w->h;
+    w->d.place = H3_PLACE_DEVICE;
+    w->d.data = w->d_data.data;
+    if (fmt == QF_I8_ROW) w->d.q.scales = w->d_sc.data;
+    if (fmt == QF_NVFP4) w->d.q.fmt_scales = w->d_sc.data;
+    free(wf);
+}
+
+static void qw_free(qweight *w) {
+    h3_tensor_free(&w->d_data);
+    h3_tensor_free(&w->d_sc);
+    free(w->h_data);
+    free(w->h_sc);
+}
+
+static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
+    static const char *const names[] = {"int8 per-row", "int8 tensor", "fp8", "nvfp4"};
+    int64_t M = ri(1, 300), N = 16 * ri(1, 24), K = group ? group * ri(1, 4) : 16 * ri(1, 40);
+    qweight w;
+    qw_make(&w, fmt, N, K, group);
+    pair x = mk2(dt, M, K, 1.0), b = mk2(dt, 1, N, 1.0), y = mk2(dt, M, N, 1.0);
+    h3_tensor bh, bd, wh = w.h, wd = w.d;
+    int64_t sb[1] = {N};
+    CHECK_OK(h3_tensor_reshape(&b.h, 1, sb, &bh));
+    CHECK_OK(h3_tensor_reshape(&b.d, 1, sb, &bd));
+    if (rep == 3 && N >= 32) { /* a row view (the DiT's q, k, v of a fused QKV): scales move with the rows */
+        CHECK_OK(h3_tensor_narrow(&w.h, 0, 16, N - 16, &wh));
+        CHECK_OK(h3_tensor_narrow(&w.d, 0, 16, N - 16, &wd));
+        pfree(&y);
+        pfree(&b);
+        b = mk2(dt, 1, N - 16, 1.0);
+        y = mk2(dt, M, N - 16, 1.0);
+        sb[0] = N - 16;
+        CHECK_OK(h3_tensor_reshape(&b.h, 1, sb, &bh));
+        CHECK_OK(h3_tensor_reshape(&b.d, 1, sb, &bd));
+    }
+    /* the CPU sees the activations the GPU's path quantizes */
+    h3_qvariant v = H3_QV_INT8;
+    if (!dequant && (fmt == QF_I8_ROW || fmt == QF_I8_TENSOR)) v = H3_QV_INT8_CONVROT_W8A8;
+    if (!dequant && fmt == QF_FP8) v = H3_QV_FP8_W8A8;
+    CHECK_OK(h3_qbench_act_quant(x.h.data, M, K, v, group));
+    unsigned fl = rep == 1 ? H3_GEMM_ACCUMULATE : 0;
+    h3_cuda_qgemm_set_mode(&g_ex, dequant);
+    CHECK_OK(h3_op_gemm(&g_ex, &y.h, &x.h, &wh, rep != 2 ? &bh : NULL, fl));
+    CHECK_OK(h3_op_gemm(&g_ex, &y.d, &x.d, &wd, rep != 2 ? &bd : NULL, fl));
+    h3_cuda_qgemm_set_mode(&g_ex, 0);
+    char what[128];
+    snprintf(what, sizeof what, "gemm %s%s%s%s%s M%lld N%lld K%lld", names[fmt], group ? " convrot" : "",
+             dequant ? " (dequantized tiles)" : fmt == QF_FP8 ? " (fp8 GEMM)" : fmt == QF_NVFP4 ? "" : " (W8A8)",
+             rep == 1 ? " accumulate" : rep == 2 ? " no bias" : "", rep == 3 ? " row view" : "", (long long)M,
+             (long long)wh.shape[0], (long long)K);
+    /* fp8 tensor cores accumulate with fewer bits than fp32 */
+    double tol = dt == H3_F32 ? (fmt == QF_FP8 && !dequant ? 1e-3 : 1e-5) : 8e-3;
+    compare(what, &y, tol);
+    pfree(&x);
+    pfree(&b);
+    pfree(&y);
+    qw_free(&w);
+}
+
+static void test_qgemm(void) {
+    for (int k = 0; k < 2; k++)
+        for (int dq = 0; dq < 2; dq++) {
+            for (int rep = 0; rep < 4; rep++) qgemm_case(QF_I8_ROW, 0, g_dts[k], dq, rep);
+            qgemm_case(QF_I8_ROW, 256, g_dts[k], dq, 0);
+            qgemm_case(QF_I8_ROW, 64, g_dts[k], dq, 3);
+            qgemm_case(QF_I8_TENSOR, 0, g_dts[k], dq, 1);
+            for (int rep = 0; rep < 3; rep++) qgemm_case(QF_FP8, 0, g_dts[k], dq, rep);
+        }
+    for (int k = 0; k < 2; k++)
+        for (int rep = 0; rep < 4; rep++) qgemm_case(QF_NVFP4, 0, g_dts[k], 0, rep);
+    /* GGUF blocks: a clear error, not a wrong answer */
+    {
+        int64_t shape[2] = {32, 32};
+        h3_tensor g, dd;
+        int64_t nb = 32 * 34;
+        CHECK_OK(h3_tensor_alloc(&dd, H3_PLACE_DEVICE, H3_U8, 1, &nb, H3_MEM_WEIGHTS));
+        CHECK_OK(h3_tensor_wrap(&g, dd.data, H3_PLACE_DEVICE, H3_U8, 2, shape));
+        g.stride[0] = 34;
+        g.q.mode = H3_SCALE_FORMAT;
+        g.q.format = H3_QF_Q8_0;
+        pair x = mk2(H3_BF16, 4, 32, 1.0), y = mk2(H3_BF16, 4, 32, 1.0);
+        CHECK_ERR(h3_op_gemm(&g_ex, &y.d, &x.d, &g, NULL, 0), H3_ERR_UNSUPPORTED, "CPU only");
+        pfree(&x);
+        pfree(&y);
+        h3_tensor_free(&dd);
+    }
+}
+
 static void test_random(void) {
     for (int k = 0; k < 2; k++) {
         int64_t R = ri(1, 200), C = ri(1, 900);
@@ -495,7 +648,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"arena", test_arena}, {"gemm", test_gemm},       {"rows_ops", test_rows_ops}, {"group_norm", test_group_norm},
         {"table_ops", test_table_ops}, {"rope", test_rope}, {"attention", test_attention}, {"conv", test_conv},
-        {"random", test_random},
+        {"random", test_random}, {"qgemm", test_qgemm},
         {"fused", test_fused},
         {NULL, NULL},
     };

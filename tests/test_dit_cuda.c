@@ -7,14 +7,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/cuda.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "quant/qwrite.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
-static const double TOL = 3e-2;
+static double TOL = 3e-2; /* per case: the quantized cases set their own */
 
 static h3_tensor to_dev(const h3_tensor *h) {
     h3_tensor d = {0};
@@ -32,6 +34,13 @@ static void compare_dev(const char *what, const h3_tensor *dev, const h3_tensor 
     size_t n = (size_t)h3_tensor_numel(host);
     double *ref = malloc(n * sizeof(double) + 8);
     for (size_t i = 0; i < n; i++) ref[i] = ((float *)host->data)[i];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double dd = ((float *)back.data)[i] - ref[i];
+        num += dd * dd;
+        den += ref[i] * ref[i];
+    }
+    printf("  %s: relative L2 error %.3e (tolerance %.0e)\n", what, den > 0 ? sqrt(num / den) : sqrt(num), TOL);
     EXPECT_CLOSE(what, back.data, ref, n, TOL);
     free(ref);
     h3_tensor_free(&back);
@@ -108,8 +117,9 @@ static int collect(const char *name, h3_tensor *t, void *user) {
     return 0;
 }
 
-/* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout. */
-static void test_full_width(void) {
+/* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout.
+ * quant: the blocks' linears int8 + ConvRot on both sides (quantized from the same values: the same bytes). */
+static void full_width(int quant) {
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
     cfg.n_layers = 2;
@@ -150,7 +160,17 @@ static void test_full_width(void) {
     t_fill_randn(audio.data, (size_t)(Na * 32), 1.0);
     t_fill_randn(text.data, (size_t)(128 * 5120), 1.0);
     h3_dit_inputs in = {&video, &audio, &text, uniq, nt, S, tidx, tags, L.pos, vi, ai, ti};
-    forward_both("full width, 2 blocks", cpu, gpu, &in);
+    if (quant) {
+        h3_pool *pool = NULL;
+        CHECK_OK(h3_pool_create(0, &pool));
+        CHECK_OK(h3_dit_quantize_blocks(cpu, &g_ex, H3_QT_INT8_CONVROT, pool));
+        CHECK_OK(h3_dit_quantize_blocks(gpu, &g_ex, H3_QT_INT8_CONVROT, pool));
+        h3_pool_free(pool);
+        TOL = 6e-2;
+    }
+    forward_both(quant ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)" : "full width, 2 blocks", cpu, gpu,
+                 &in);
+    TOL = 3e-2;
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
     h3_tensor_free(&text);
@@ -165,6 +185,62 @@ out:
     h3_dit_close(gpu);
 }
 
+static void test_full_width(void) {
+    full_width(0);
+}
+
+static void test_full_width_int8(void) {
+    full_width(1);
+}
+
+/* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
+ * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the rotation,
+ * fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the activation
+ * quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8 linear), plus
+ * bf16 activations. */
+static void quant_case(h3_qtarget t, double tol) {
+    char in[1024], out[1024], name[64];
+    t_src_path("tests/fixtures/dit/comfy_pruned.safetensors", in, sizeof in);
+    snprintf(name, sizeof name, "dit_%s.safetensors", h3_qtarget_name(t));
+    t_tmp_path(name, out, sizeof out);
+    h3_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.target = t;
+    h3_quantize_result r;
+    CHECK_OK(h3_quantize_checkpoint(in, out, &o, &r));
+    CHECK(r.n_quantized >= 8, "%s: %lld layers quantized", h3_qtarget_name(t), (long long)r.n_quantized);
+    TOL = tol;
+    char what[96];
+    snprintf(what, sizeof what, "comfy_pruned as %s", h3_qtarget_name(t));
+    char q[1024];
+    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
+    h3_dit *cpu = NULL, *gpu = NULL;
+    h3_dit_open_opts go;
+    memset(&go, 0, sizeof go);
+    go.act_place = H3_PLACE_DEVICE;
+    go.weight_place = H3_PLACE_DEVICE;
+    CHECK_OK(h3_dit_open(out, NULL, &cpu));
+    CHECK_OK(h3_dit_open(out, &go, &gpu));
+    if (cpu && gpu) {
+        CHECK_OK(h3_dit_upload_weights(gpu, &g_ex));
+        h3_dit_inputs_file f;
+        CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(cpu), &f));
+        forward_both(what, cpu, gpu, &f.in);
+        h3_dit_inputs_file_free(&f);
+    }
+    h3_dit_close(cpu);
+    h3_dit_close(gpu);
+    TOL = 3e-2;
+    unlink(out);
+}
+
+static void test_quantized(void) {
+    quant_case(H3_QT_INT8_CONVROT, 6e-2);
+    quant_case(H3_QT_INT8, 6e-2);
+    quant_case(H3_QT_FP8, 1e-1);
+    quant_case(H3_QT_NVFP4, 3e-2);
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("test_dit_cuda: skipped: no CUDA device on this machine\n");
@@ -174,7 +250,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    static const t_case cases[] = {{"fixtures", test_fixtures}, {"full_width", test_full_width}, {NULL, NULL}};
+    static const t_case cases[] = {{"fixtures", test_fixtures}, {"full_width", test_full_width},
+                                   {"quantized", test_quantized},   {"full_width_int8", test_full_width_int8},
+                                   {NULL, NULL}};
     int r = t_main("test_dit_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
     h3_exec_free(&g_ex);

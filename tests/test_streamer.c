@@ -11,7 +11,8 @@
  * streamed forward must equal the resident GPU forward bit for bit; the measured peak of the arena must be
  * within 5% of the plan's prediction and never above the budget; each report category within 5% of its
  * prediction. Once with every streamed block in pinned memory, once with a host budget that sends blocks to
- * the disk tier.
+ * the disk tier. dit_int8: the same with the blocks' linears int8 + ConvRot (the GPU's W8A8 GEMMs; the blocks stream
+ * at their stored size, values and scales).
  */
 #include <fcntl.h>
 #include <math.h>
@@ -28,6 +29,7 @@
 #include "mem/streamer.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "quant/qwrite.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -245,8 +247,8 @@ static int plan_for(h3_dit *dit, const inputs *x, int64_t vram, int64_t ram, h3_
 
 /* The same weights resident on the device with the same row chunk (cuBLAS may round differently for other M),
  * in an arena of their own: the reference velocities. The pinned weights stay valid across arenas. */
-static void reference(h3_dit *str, const h3_dit_config *cfg, const inputs *x, int64_t chunk, h3_tensor *rv,
-                      h3_tensor *ra) {
+static void reference(h3_dit *str, const h3_dit_config *cfg, const inputs *x, int64_t chunk, int quant,
+                      h3_tensor *rv, h3_tensor *ra) {
     h3_dit_open_opts go;
     memset(&go, 0, sizeof go);
     go.act_place = H3_PLACE_DEVICE;
@@ -264,7 +266,12 @@ static void reference(h3_dit *str, const h3_dit_config *cfg, const inputs *x, in
         h3_dit_visit_weights(str, collect, &a);
         h3_dit_visit_weights(res, collect, &b);
         CHECK(a.n == b.n && a.n > 0, "%d vs %d weights", a.n, b.n);
-        for (int i = 0; i < a.n && i < b.n; i++) CHECK_OK(h3_copy(&g_ex, b.t[i], a.t[i]));
+        if (quant) { /* the same values (the generator gives the same numbers on either place), quantized alike */
+            for (int i = 0; i < b.n; i++) CHECK_OK(h3_op_random_uniform(&g_ex, b.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
+            CHECK_OK(h3_dit_quantize_blocks(res, &g_ex, H3_QT_INT8_CONVROT, NULL));
+        } else {
+            for (int i = 0; i < a.n && i < b.n; i++) CHECK_OK(h3_copy(&g_ex, b.t[i], a.t[i]));
+        }
         CHECK_OK(forward_dev(res, x, NULL, rv, ra));
     }
     h3_dit_close(res);
@@ -340,16 +347,16 @@ static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, cons
     h3_dit_release_modulation(dit);
     int64_t used;
     h3_cuda_mem_stats(&g_ex, &used, NULL, NULL);
-    CHECK(used == H3_CUDA_BACKEND_BYTES,
-          "after the stage the arena holds %lld bytes, expected the backend's %lld", (long long)used,
-          (long long)H3_CUDA_BACKEND_BYTES);
+    const int64_t backend = H3_CUDA_BACKEND_BYTES + (p->dev_backend > H3_CUDA_BACKEND_BYTES ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
+    CHECK(used == backend, "after the stage the arena holds %lld bytes, expected the backend's %lld", (long long)used,
+          (long long)backend);
     h3_memrep_free(rep);
     h3_tensor_free(&hv);
     h3_tensor_free(&ha);
     h3_cuda_shutdown(&g_ex);
 }
 
-static void test_dit(void) {
+static void dit_case(int quant) {
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
     cfg.n_layers = 2;
@@ -375,13 +382,24 @@ static void test_dit(void) {
         h3_dit_visit_weights(str, collect, &a);
         for (int i = 0; i < a.n; i++)
             CHECK_OK(h3_op_random_uniform(&g_ex, a.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
+        if (quant) CHECK_OK(h3_dit_quantize_blocks(str, &g_ex, H3_QT_INT8_CONVROT, NULL)); /* into pinned memory */
     }
     h3_cuda_shutdown(&g_ex);
     if (str) {
         static h3_plan pin, disk;
         h3_dit_pack pk;
         h3_dit_pack_unit(str, 0, &pk);
-        const int64_t budget = (int64_t)5 << 29; /* 2.5 GiB: four blocks of 0.72 GiB cannot all be resident */
+        /* 2.5 GiB: four blocks of 0.72 GiB cannot all be resident; int8: 2.25 GiB, with two refiner blocks of
+         * 0.72 and two int8 blocks of 0.36 GiB and the quantized GEMMs' 128 MiB */
+        const int64_t budget = quant ? (int64_t)9 << 28 : (int64_t)5 << 29;
+        if (quant) {
+            h3_dit_pack p2;
+            h3_dit_pack_unit(str, (int)cfg.n_refiner_layers, &p2);
+            CHECK(p2.quantized && p2.bytes < pk.bytes * 0.55, "an int8 block packs %lld bytes, a bf16 one %lld",
+                  (long long)p2.bytes, (long long)pk.bytes);
+            printf("  int8 block: %.3f GiB packed (bf16 refiner block %.3f GiB)\n", p2.bytes / 1073741824.0,
+                   pk.bytes / 1073741824.0);
+        }
         /* The host budget holds the forward's host tables and two and a half blocks: fewer than the streamed
          * blocks, so some must come from the disk, which needs two blocks of pinned staging, and what is left
          * holds none of them pinned: every streamed block comes from the disk tier. */
@@ -389,12 +407,12 @@ static void test_dit(void) {
                  plan_for(str, &x, budget, 2 * pk.bytes + pin.dit.host_other + pk.bytes / 2, &disk);
         h3_tensor rv = {0}, ra = {0};
         if (ok) {
-            reference(str, &cfg, &x, pin.dit.chunk_rows, &rv, &ra);
+            reference(str, &cfg, &x, pin.dit.chunk_rows, quant, &rv, &ra);
             streamed_run(str, &x, &pin, &rv, &ra);
             if (disk.dit.chunk_rows != pin.dit.chunk_rows) {
                 h3_tensor_free(&rv);
                 h3_tensor_free(&ra);
-                reference(str, &cfg, &x, disk.dit.chunk_rows, &rv, &ra);
+                reference(str, &cfg, &x, disk.dit.chunk_rows, quant, &rv, &ra);
             }
             streamed_run(str, &x, &disk, &rv, &ra);
         }
@@ -407,6 +425,14 @@ static void test_dit(void) {
     inputs_free(&x);
 }
 
+static void test_dit(void) {
+    dit_case(0);
+}
+
+static void test_dit_int8(void) {
+    dit_case(1);
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("test_streamer: skipped: no CUDA device on this machine\n");
@@ -417,7 +443,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* Each case reserves the arenas it needs and shuts the backend down again. */
-    static const t_case cases[] = {{"ordering", test_ordering}, {"dit", test_dit}, {NULL, NULL}};
+    static const t_case cases[] = {{"ordering", test_ordering}, {"dit", test_dit}, {"dit_int8", test_dit_int8}, {NULL, NULL}};
     int r = t_main("test_streamer", cases, argc, argv);
     h3_exec_free(&g_ex);
     return r;

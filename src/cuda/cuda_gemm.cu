@@ -17,7 +17,7 @@
 
 typedef struct {
     int64_t M, N, K, ldx, ldw, ldy;
-    int dt, bias_dt, epilogue, align;
+    int kind, dt, bias_dt, epilogue, align;
     int valid;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -88,8 +88,13 @@ static int ptr_align(const void *p, int64_t ld, size_t es) {
 static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     h3_status st = H3_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cudaDataType_t t = lt_type(p->dt);
-    cublasComputeType_t ct = p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    /* float: A, B, C of one dtype; int8: int8 A and B, int32 C and scalars; fp8: e4m3 A and B, C of dt */
+    cudaDataType_t tc = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : lt_type(p->dt);
+    cudaDataType_t tab = p->kind == CUDA_LT_INT8 ? CUDA_R_8I : p->kind == CUDA_LT_FP8 ? CUDA_R_8F_E4M3 : tc;
+    cudaDataType_t tscale = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : CUDA_R_32F;
+    cublasComputeType_t ct = p->kind == CUDA_LT_INT8 ? CUBLAS_COMPUTE_32I
+                             : p->kind == CUDA_LT_FLOAT && p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
+                                                                       : CUBLAS_COMPUTE_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = s->workspace_size;
     uint32_t al = (uint32_t)p->align;
@@ -99,7 +104,7 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     cublasLtMatmulHeuristicResult_t res;
     int n = 0;
     cublasStatus_t hs;
-    LT_PLAN(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F), "matmul descriptor");
+    LT_PLAN(cublasLtMatmulDescCreate(&p->op, ct, tscale), "matmul descriptor");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
     if (p->epilogue) {
@@ -111,9 +116,9 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
                 "set BIAS_DATA_TYPE");
     }
     /* A = w as column-major [K, N] (ld = ldw), used transposed; B = x as column-major [K, M]; C = y as [N, M]. */
-    LT_PLAN(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)p->K, (uint64_t)p->N, p->ldw), "layout A");
-    LT_PLAN(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)p->K, (uint64_t)p->M, p->ldx), "layout B");
-    LT_PLAN(cublasLtMatrixLayoutCreate(&p->c, t, (uint64_t)p->N, (uint64_t)p->M, p->ldy), "layout C");
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->a, tab, (uint64_t)p->K, (uint64_t)p->N, p->ldw), "layout A");
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->b, tab, (uint64_t)p->K, (uint64_t)p->M, p->ldx), "layout B");
+    LT_PLAN(cublasLtMatrixLayoutCreate(&p->c, tc, (uint64_t)p->N, (uint64_t)p->M, p->ldy), "layout C");
     LT_PLAN(cublasLtMatmulPreferenceCreate(&pref), "preference");
     LT_PLAN(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
@@ -123,7 +128,11 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
                 "set alignment preference");
     hs = cublasLtMatmulAlgoGetHeuristic(s->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n);
     if (hs != CUBLAS_STATUS_SUCCESS || n == 0) {
-        const char *dn = p->dt == 1 ? "bf16" : p->dt == 2 ? "f16" : "f32";
+        const char *dn = p->kind == CUDA_LT_INT8  ? "int8"
+                         : p->kind == CUDA_LT_FP8 ? "fp8 e4m3"
+                         : p->dt == 1             ? "bf16"
+                         : p->dt == 2             ? "f16"
+                                                  : "f32";
         st = H3_ERR(H3_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for gemm M%lld N%lld K%lld (%s)",
                     (long long)p->M, (long long)p->N, (long long)p->K, dn);
         goto fail;
@@ -140,31 +149,27 @@ fail:
 
 #undef LT_PLAN
 
-extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
-                               const h3_tensor *bias, unsigned flags) {
+extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K,
+                                    const void *w, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
+                                    const void *bias, int bias_dt, const void *alpha, const void *beta) {
     h3_cuda_state *s = cuda_state(ex);
-    int dt = cuda_dt(x->dtype);
-    if (dt < 0 || y->dtype != x->dtype) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
-    if (w->dtype != x->dtype || w->q.mode != H3_SCALE_NONE)
-        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "weights (with activations of the same dtype)", w->dtype);
-    if (bias && cuda_dt(bias->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
-    rw_view X = rw_of(x), Y = rw_of(y), W = rw_of(w);
-    if (X.rows == 0 || W.rows == 0) return H3_OK;
-    size_t es = h3_dtype_size(x->dtype);
-    int al = ptr_align(x->data, X.ld, es);
-    int a2 = ptr_align(w->data, W.ld, es), a3 = ptr_align(y->data, Y.ld, es);
+    const size_t es_ab = kind == CUDA_LT_FLOAT ? (dt == 0 ? 4 : 2) : 1;
+    const size_t es_c = kind == CUDA_LT_INT8 ? 4 : dt == 0 ? 4 : 2;
+    int al = ptr_align(x, ldx, es_ab);
+    int a2 = ptr_align(w, ldw, es_ab), a3 = ptr_align(y, ldy, es_c);
     if (a2 < al) al = a2;
     if (a3 < al) al = a3;
     gemm_plan key;
     memset(&key, 0, sizeof key);
-    key.M = X.rows;
-    key.N = W.rows;
-    key.K = X.cols;
-    key.ldx = X.ld;
-    key.ldw = W.ld;
-    key.ldy = Y.ld;
+    key.M = M;
+    key.N = N;
+    key.K = K;
+    key.ldx = ldx;
+    key.ldw = ldw;
+    key.ldy = ldy;
+    key.kind = kind;
     key.dt = dt;
-    key.bias_dt = bias ? cuda_dt(bias->dtype) : -1;
+    key.bias_dt = bias ? bias_dt : -1;
     key.epilogue = bias != NULL;
     key.align = al;
     pthread_mutex_lock(&g_plan_mu);
@@ -172,8 +177,8 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     for (int i = 0; i < N_PLANS; i++) {
         gemm_plan *c = &g_plans[i];
         if (c->valid && c->M == key.M && c->N == key.N && c->K == key.K && c->ldx == key.ldx && c->ldw == key.ldw &&
-            c->ldy == key.ldy && c->dt == key.dt && c->bias_dt == key.bias_dt && c->epilogue == key.epilogue &&
-            c->align == key.align) {
+            c->ldy == key.ldy && c->kind == key.kind && c->dt == key.dt && c->bias_dt == key.bias_dt &&
+            c->epilogue == key.epilogue && c->align == key.align) {
             p = c;
             break;
         }
@@ -188,19 +193,30 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     }
     if (p) p->last_use = ++g_clock;
     if (st == H3_OK) {
-        float alpha = 1.0f, beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
         cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
-        if (bias) {
-            const void *bp = bias->data;
-            r = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
-        }
+        if (bias) r = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
         if (r == CUBLAS_STATUS_SUCCESS)
-            r = cublasLtMatmul(s->lt, p->op, &alpha, w->data, p->a, x->data, p->b, &beta, y->data, p->c,
-                               y->data, p->c, &p->algo, s->workspace, s->workspace_size, cuda_stream(ex));
+            r = cublasLtMatmul(s->lt, p->op, alpha, w, p->a, x, p->b, beta, y, p->c, y, p->c, &p->algo,
+                               s->workspace, s->workspace_size, cuda_stream(ex));
         if (r != CUBLAS_STATUS_SUCCESS)
-            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt matmul M%lld N%lld K%lld failed: status %d", (long long)key.M,
-                        (long long)key.N, (long long)key.K, (int)r);
+            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt matmul M%lld N%lld K%lld failed: status %d", (long long)M,
+                        (long long)N, (long long)K, (int)r);
     }
     pthread_mutex_unlock(&g_plan_mu);
     return st;
+}
+
+extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                               const h3_tensor *bias, unsigned flags) {
+    if (w->q.mode != H3_SCALE_NONE || cuda_dt(w->dtype) < 0) return cuda_qgemm(ex, y, x, w, bias, flags);
+    int dt = cuda_dt(x->dtype);
+    if (dt < 0 || y->dtype != x->dtype) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
+    if (w->dtype != x->dtype)
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "weights (with activations of the same dtype)", w->dtype);
+    if (bias && cuda_dt(bias->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
+    rw_view X = rw_of(x), Y = rw_of(y), W = rw_of(w);
+    if (X.rows == 0 || W.rows == 0) return H3_OK;
+    float alpha = 1.0f, beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
+    return cuda_lt_matmul(ex, CUDA_LT_FLOAT, dt, X.rows, W.rows, X.cols, w->data, W.ld, x->data, X.ld, y->data, Y.ld,
+                          bias ? bias->data : NULL, bias ? cuda_dt(bias->dtype) : -1, &alpha, &beta);
 }

@@ -121,3 +121,13 @@ h3_status h3_cuda_debug_spin_sum(h3_cuda_stream_h s, const void *data, size_t wo
     (void)us;
     return NO_CUDA;
 }
+
+h3_status h3_cuda_qgemm_reserve(h3_exec *ex) {
+    (void)ex;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "this build has no CUDA backend");
+}
+
+void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only) {
+    (void)ex;
+    (void)dequant_only;
+}

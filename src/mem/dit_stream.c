@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "quant/quant.h"
 
 static int64_t granule(int64_t b) {
     const int64_t a = H3_CUDA_ARENA_ALIGN;
@@ -52,19 +53,22 @@ static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst,
 static void pack_add(h3_dit_pack *p, const h3_tensor *t, int interleaved) {
     if (p->n == H3_DIT_PACK_MAX) return;
     const int64_t b = (int64_t)h3_tensor_nbytes(t);
-    p->src[p->n] = t;
-    p->off[p->n] = p->bytes;
-    p->interleaved[p->n] = interleaved;
-    p->n++;
-    /* scales stored beside quantized values (sized for planning; the device does not run them yet) */
-    int64_t sb = 0;
-    if (t->q.mode == H3_SCALE_ROW) sb = h3_tensor_rows(t) * 4;
-    if (t->q.mode == H3_SCALE_BLOCK && t->q.block > 0)
-        sb = h3_tensor_rows(t) * (h3_tensor_cols(t) / t->q.block) * 4;
+    const int i = p->n++;
+    p->src[i] = t;
+    p->off[i] = p->bytes;
+    p->interleaved[i] = interleaved;
+    p->bytes += granule(b);
+    /* scales travel with their values, each part on its own granule */
+    h3_qaux parts[2];
+    int na = h3_quant_aux(t, parts);
+    p->n_aux[i] = na > 0 ? na : 0;
+    for (int a = 0; a < p->n_aux[i]; a++) {
+        p->aux_off[i][a] = p->bytes;
+        p->bytes += granule(parts[a].bytes);
+    }
     if (t->q.mode != H3_SCALE_NONE) p->quantized = 1;
-    p->bytes += granule(b) + granule(sb);
     if (t->ndim == 2)
-        p->bytes_8bit += granule(t->shape[0] * t->shape[1] + t->shape[0] * 4);
+        p->bytes_8bit += granule(t->shape[0] * t->shape[1]) + granule(t->shape[0] * 4);
     else
         p->bytes_8bit += granule(b);
 }
@@ -180,6 +184,16 @@ static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack 
                     (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), p->off[i]};
             n++;
         }
+        h3_qaux parts[2];
+        const int na = p->n_aux[i] ? h3_quant_aux(t, parts) : 0;
+        for (int a = 0; a < na; a++) {
+            int64_t ao = 0;
+            int afd = file_of(set, parts[a].p, &ao);
+            if (afd >= 0) *pinned = 0;
+            if (segs)
+                segs[n] = (h3_stream_seg){afd >= 0 ? NULL : parts[a].p, afd, ao, parts[a].bytes, p->aux_off[i][a]};
+            n++;
+        }
     }
     return n;
 }
@@ -242,6 +256,27 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
     return H3_OK;
 }
 
+/* dst: tensor i of pack p as packed at base (its values, and its scales where the pack put them). */
+static void view_at(h3_tensor *dst, const h3_tensor *src, const h3_dit_pack *p, int i, void *base, h3_place place) {
+    *dst = *src;
+    dst->data = (uint8_t *)base + p->off[i];
+    dst->place = place;
+    dst->owner = NULL;
+    dst->owned_bytes = 0;
+    dst->q.scales_owner = NULL;
+    dst->q.scales_bytes = 0;
+    if (src->ndim >= 1 && src->q.mode != H3_SCALE_FORMAT) { /* packed contiguous */
+        int64_t st = 1;
+        for (int d = src->ndim - 1; d >= 0; d--) {
+            dst->stride[d] = st;
+            st *= src->shape[d];
+        }
+    }
+    void *copies[2] = {NULL, NULL};
+    for (int a = 0; a < p->n_aux[i]; a++) copies[a] = (uint8_t *)base + p->aux_off[i][a];
+    if (p->n_aux[i]) h3_quant_aux_rebind(dst, copies);
+}
+
 static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     const h3_dit_block_weights *w = h3_dit_unit_weights(ds->dit, u);
     h3_dit_block_weights *o = &ds->unit_w[u];
@@ -250,10 +285,7 @@ static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     h3_tensor *dst[H3_DIT_PACK_MAX];
     int il[H3_DIT_PACK_MAX];
     int n = unit_fields(w, o, src, dst, il);
-    for (int i = 0; i < n; i++) {
-        H3_TRY(h3_tensor_wrap(dst[i], (uint8_t *)base + ds->packs[u].off[i], ds->place, src[i]->dtype,
-                              src[i]->ndim, src[i]->shape));
-    }
+    for (int i = 0; i < n; i++) view_at(dst[i], src[i], &ds->packs[u], i, base, ds->place);
     if (o->qkv.data) { /* packed contiguous [Q; K; V] whatever the file's order */
         const int64_t inner = h3_dit_inner(h3_dit_get_config(ds->dit));
         o->qkv_interleaved = 0;
@@ -297,10 +329,8 @@ static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_
     H3_TRY(h3_streamer_acquire(ds->s, item, &base));
     const h3_dit_pack *p = &ds->packs[item];
     if (p->n < 2) return H3_ERR(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", block);
-    H3_TRY(h3_tensor_wrap(&ds->ad_w[block], (uint8_t *)base + p->off[0], ds->place, p->src[0]->dtype,
-                          p->src[0]->ndim, p->src[0]->shape));
-    H3_TRY(h3_tensor_wrap(&ds->ad_b[block], (uint8_t *)base + p->off[1], ds->place, p->src[1]->dtype,
-                          p->src[1]->ndim, p->src[1]->shape));
+    view_at(&ds->ad_w[block], p->src[0], p, 0, base, ds->place);
+    view_at(&ds->ad_b[block], p->src[1], p, 1, base, ds->place);
     *w = &ds->ad_w[block];
     *b = &ds->ad_b[block];
     return H3_OK;
@@ -370,21 +400,33 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds);
 }
 
+typedef struct {
+    h3_status st;
+} check_ctx;
+
+static int check_one(const char *name, h3_tensor *t, void *user) {
+    check_ctx *c = user;
+    const char *why;
+    if (!strcmp(name, "adaln_t_table") || !strcmp(name, "rope.inv_freq")) return 0; /* the host reads them */
+    if (h3_quant_gpu_supported(t, &why)) return 0;
+    c->st = H3_ERR(H3_ERR_UNSUPPORTED,
+                   "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu", name,
+                   h3_dtype_name(t->dtype), why);
+    return 1;
+}
+
 h3_status h3_dit_stream_check(const h3_dit *dit) {
-    const h3_dit_config *c = h3_dit_get_config(dit);
-    const int U = h3_dit_n_units(c), B = (int)c->n_layers;
-    for (int i = 0; i < U + B; i++) {
-        h3_dit_pack p;
-        if (i < U)
-            h3_dit_pack_unit(dit, i, &p);
-        else
-            h3_dit_pack_adaln(dit, i - U, &p);
-        if (p.quantized)
-            return H3_ERR(
-                H3_ERR_UNSUPPORTED,
-                "%s %d has quantized weights, which run on the CPU only for now: use --device cpu, or "
-                "the bf16 DiT on the GPU",
-                i < U ? "DiT block" : "the AdaLN projection of DiT block", i < U ? i : i - U);
+    check_ctx c = {H3_OK};
+    h3_dit_visit_weights((h3_dit *)dit, check_one, &c);
+    if (c.st != H3_OK) return c.st;
+    const int U = h3_dit_n_units(h3_dit_get_config(dit));
+    for (int u = 0; u < U; u++) {
+        const h3_dit_block_weights *w = h3_dit_unit_weights(dit, u);
+        if (w && w->qkv_interleaved && w->qkv.q.mode != H3_SCALE_NONE)
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "DiT block %d: quantized QKV rows in the official per-head order are not streamed (h3run "
+                          "quantize writes them in ComfyUI's [Q; K; V] order)",
+                          u);
     }
     return H3_OK;
 }
@@ -425,6 +467,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         H3_FAIL(H3_ERR_NOMEM, "out of memory");
 
     /* 1. Row chunks as planned; the non-block weights at the activation place. */
+    H3_CHECK(h3_dit_stream_check(dit));
     H3_CHECK(h3_dit_set_chunk_rows(dit, plan->chunk_rows));
     {
         h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_WEIGHTS) : H3_DEVCAT_WEIGHTS;
@@ -433,10 +476,10 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         if (rep) h3_memrep_set_category(rep, prev);
         H3_CHECK(uc.st);
     }
-    H3_CHECK(h3_dit_stream_check(dit));
-    /* 2. The items: packed layouts, their sources, tiers. */
+    /* 2. The items: packed layouts, their sources, tiers; the quantized GEMMs' scratch where they will run. */
     const h3_st_set *set = h3_dit_files(dit);
     int64_t nsegs = 0, max_streamed = 0;
+    int quantized = 0;
     for (int i = 0; i < ds->n_items; i++) {
         if (i < U)
             h3_dit_pack_unit(dit, i, &ds->packs[i]);
@@ -444,6 +487,13 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
             h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
         int pin;
         nsegs += item_segs(set, dit, &ds->packs[i], NULL, &pin);
+        quantized |= ds->packs[i].quantized;
+    }
+    if (quantized && place == H3_PLACE_DEVICE) {
+        h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_BACKEND) : H3_DEVCAT_BACKEND;
+        h3_status qs = h3_cuda_qgemm_reserve(ex);
+        if (rep) h3_memrep_set_category(rep, prev);
+        H3_CHECK(qs);
     }
     ds->segs = h3_calloc((size_t)(nsegs ? nsegs : 1), sizeof *ds->segs, H3_MEM_OTHER);
     if (!ds->segs) H3_FAIL(H3_ERR_NOMEM, "out of memory");

@@ -30,6 +30,8 @@ typedef struct h3_dit_pack {
     int n;
     const h3_tensor *src[H3_DIT_PACK_MAX]; /* the tensors as opened */
     int64_t off[H3_DIT_PACK_MAX];
+    int n_aux[H3_DIT_PACK_MAX];          /* side data of a quantized tensor (h3_quant_aux): scales */
+    int64_t aux_off[H3_DIT_PACK_MAX][2]; /* packed after its values */
     int interleaved[H3_DIT_PACK_MAX]; /* the official per-head [q k v] order, reordered when copied */
     int64_t bytes;                    /* total, a multiple of the alignment */
     int64_t bytes_8bit;               /* the same with 8-bit matrices (1 byte + an f32 scale per row) */

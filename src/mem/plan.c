@@ -156,6 +156,7 @@ typedef struct dit_static {
     int64_t unit_bytes[H3_PLAN_MAX_UNITS];
     int64_t unit_max, adaln_bytes, adaln_total, globals;
     int from_file, pinned;
+    int quantized; /* some weight is quantized (or would be, eight_bit): the quantized GEMMs' scratch */
 } dit_static;
 
 static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static *ds) {
@@ -171,12 +172,14 @@ static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static
         h3_dit_pack_unit(m->dit, u, &p);
         ds->unit_bytes[u] = eight_bit ? p.bytes_8bit : p.bytes;
         ds->unit_max = max64(ds->unit_max, ds->unit_bytes[u]);
+        ds->quantized |= eight_bit || p.quantized;
     }
     for (int b = 0; b < c->n_layers; b++) {
         h3_dit_pack p;
         h3_dit_pack_adaln(m->dit, b, &p);
         ds->adaln_bytes = max64(ds->adaln_bytes, p.bytes);
         ds->adaln_total += p.bytes;
+        ds->quantized |= p.quantized;
     }
     ds->globals = h3_dit_globals_device_bytes(m->dit);
     ds->pinned = m->dit_weights_pinned;
@@ -237,7 +240,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
 
     h3_dit_forward_mem fm;
     h3_dit_forward_mem_of(x->m->dit, chunk, 0, x->S, x->L, x->Nv, x->Na, x->n_t, &fm);
-    p->dev_backend = H3_CUDA_BACKEND_BYTES;
+    p->dev_backend = H3_CUDA_BACKEND_BYTES + (ds->quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
     p->dev_globals = ds->globals;
     for (int u = 0; u < ds->n_units; u++)
         if (p->tier[u] == H3_TIER_RESIDENT) p->dev_resident += granule(ds->unit_bytes[u]);

@@ -7,8 +7,10 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "cuda/cuda.h"
 #include "models/dit_internal.h"
 #include "quant/qload.h"
+#include "quant/qwrite.h"
 
 /* ---- config
  * ------------------------------------------------------------------------------------------------ */
@@ -326,7 +328,9 @@ static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
                  w->t == &g->video_out_b || w->t == &g->audio_out_w || w->t == &g->audio_out_b ||
                  w->t == &g->inv_freq || w->t == &g->curve;
     int64_t s[2] = {w->d0, w->d1};
-    return h3_tensor_alloc(w->t, d->weight_place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
+    /* the curve table is read by the host (as h3_dit_upload_weights leaves it) */
+    h3_place place = w->t == &g->curve && d->weight_place == H3_PLACE_DEVICE ? H3_PLACE_HOST : d->weight_place;
+    return h3_tensor_alloc(w->t, place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
 }
 
 /* q, k, v: the row blocks of a contiguous fused QKV weight [3·inner, H]. */
@@ -420,14 +424,30 @@ static h3_status check_places(const h3_dit *d) {
     return H3_OK;
 }
 
+/* A quantized weight to the weight place in its stored form (values and scales), where the GPU's quantized GEMM
+ * reads it. */
+static h3_status upload_quantized(h3_dit *d, const wdesc *w, h3_exec *ex) {
+    const char *why;
+    if (!h3_quant_gpu_supported(w->t, &why))
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu",
+                      w->name, h3_dtype_name(w->t->dtype), why);
+    h3_tensor dev;
+    H3_TRY_CTX(h3_quant_copy_to(ex, w->t, d->weight_place, H3_MEM_WEIGHTS, &dev), "uploading DiT weight '%s'",
+               w->name);
+    h3_tensor_free(w->t);
+    *w->t = dev;
+    return H3_OK;
+}
+
 /* Replaces a weight held on the host by an owned copy at the weight place (the device). */
 static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
     h3_exec *ex = user;
     if (!w->t->data || w->t->place == d->weight_place) return H3_OK;
     if (w->t == &d->g.curve || w->t == &d->g.inv_freq) return H3_OK; /* small tables the host reads */
-    if (w->t->q.mode != H3_SCALE_NONE)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "DiT weight '%s' is quantized; quantized weights run on the CPU only for now",
-                      w->name);
+    if (w->t->q.mode != H3_SCALE_NONE || w->t->dtype == H3_I8 || w->t->dtype == H3_F8_E4M3 ||
+        w->t->dtype == H3_F8_E5M2)
+        return upload_quantized(d, w, ex);
     h3_tensor dev;
     H3_TRY(h3_tensor_alloc(&dev, d->weight_place, w->t->dtype, w->t->ndim, w->t->shape, H3_MEM_WEIGHTS));
     h3_status st = h3_copy(ex, &dev, w->t);
@@ -463,6 +483,9 @@ static h3_status deinterleave_qkv(h3_dit *d, h3_exec *ex) {
     for (int u = 0; u < h3_dit_n_units(c); u++) {
         h3_dit_block_weights *b = &d->units[u];
         if (!b->qkv.data || !b->qkv_interleaved) continue;
+        if (b->qkv.q.mode != H3_SCALE_NONE)
+            H3_FAIL(H3_ERR_UNSUPPORTED, "DiT block %d: quantized QKV rows in the official per-head order are not read "
+                    "on the device (h3run quantize writes them in ComfyUI's [Q; K; V] order)", u);
         h3_tensor out;
         H3_CHECK(h3_tensor_alloc(&out, d->weight_place, b->qkv.dtype, 2, b->qkv.shape, H3_MEM_WEIGHTS));
         st = h3_op_gather_rows(ex, &out, &b->qkv, &idx);
@@ -486,6 +509,11 @@ h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
     if (d->weight_place != H3_PLACE_DEVICE) return H3_OK;
     H3_TRY(each_weight(d, upload_one, ex));
     H3_TRY(h3_exec_sync(ex));
+    for (int u = 0; u < h3_dit_n_units(&d->cfg); u++) /* the quantized GEMMs' scratch, up front */
+        if (d->units[u].fc1.q.mode != H3_SCALE_NONE || d->units[u].qkv.q.mode != H3_SCALE_NONE) {
+            H3_TRY(h3_cuda_qgemm_reserve(ex));
+            break;
+        }
     if (d->qkv_interleaved) H3_TRY(deinterleave_qkv(d, ex));
     /* q/k/v views of a contiguous fused QKV must follow the uploaded tensor */
     const h3_dit_config *c = &d->cfg;
@@ -495,6 +523,139 @@ h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
         if (b->qkv.data && !d->qkv_interleaved) H3_TRY(qkv_views(b, inner));
     }
     return H3_OK;
+}
+
+/* One weight replaced by its quantization in format target, at its place. */
+static h3_status quantize_one(h3_exec *ex, h3_tensor *t, int target, h3_pool *pool, const char *what) {
+    const int64_t N = t->shape[0], K = t->shape[1];
+    h3_status st = H3_OK;
+    h3_tensor hf = {0}, tmp = {0}, q = {0}, q2 = {0};
+    H3_CHECK(h3_tensor_alloc2(&hf, H3_PLACE_HOST, H3_F32, N, K, H3_MEM_WORKSPACE));
+    if (t->place == H3_PLACE_DEVICE) {
+        H3_CHECK(h3_tensor_alloc2(&tmp, H3_PLACE_HOST, t->dtype, N, K, H3_MEM_WORKSPACE));
+        H3_CHECK(h3_copy(ex, &tmp, t));
+        H3_CHECK(h3_exec_sync(ex));
+        H3_CHECK(h3_op_convert(ex, &hf, &tmp));
+    } else {
+        H3_CHECK(h3_op_convert(ex, &hf, t));
+    }
+    h3_tensor_free(&tmp);
+    H3_CHECK_CTX(h3_quantize_tensor(hf.data, N, K, (h3_qtarget)target, pool, &q), "quantizing %s", what);
+    h3_tensor_free(&hf);
+    if (t->place != H3_PLACE_HOST) {
+        H3_CHECK(h3_quant_copy_to(ex, &q, t->place, H3_MEM_WEIGHTS, &q2));
+        h3_tensor_free(&q);
+        q = q2;
+    }
+    h3_tensor_free(t);
+    *t = q;
+    return H3_OK;
+done:
+    h3_tensor_free(&hf);
+    h3_tensor_free(&tmp);
+    h3_tensor_free(&q);
+    return st;
+}
+
+/* One weight replaced by random stored values of format target at its place: 64 MiB of random bytes from a fixed
+ * generator repeated over the values, scales constant. */
+static h3_status random_one(h3_exec *ex, h3_tensor *t, int target) {
+    enum { POOL = 64 << 20 };
+    static uint8_t *pools[2]; /* int8, fp8: kept for the process (benchmarks) */
+    const int fp8 = target == H3_QT_FP8;
+    uint8_t *pool = pools[fp8];
+    if (!pool) {
+        pool = pools[fp8] = h3_malloc(POOL, H3_MEM_WORKSPACE);
+        if (!pool) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (size_t i = 0; i < POOL; i += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            uint64_t v = x;
+            if (fp8) /* e4m3 codes with the exponent field <= 7: |x| < 2, never NaN */
+                v &= 0xBFBFBFBFBFBFBFBFull;
+            memcpy(pool + i, &v, 8);
+        }
+    }
+    const int64_t N = t->shape[0], K = t->shape[1];
+    if (!fp8 && target != H3_QT_INT8 && target != H3_QT_INT8_CONVROT)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "random quantized blocks: int8, int8_convrot or fp8, not %s",
+                      h3_qtarget_name((h3_qtarget)target));
+    h3_tensor q = {0}, src;
+    h3_status st = H3_OK;
+    H3_CHECK(h3_tensor_alloc2(&q, t->place, fp8 ? H3_F8_E4M3 : H3_I8, N, K, H3_MEM_WEIGHTS));
+    for (int64_t off = 0, n = N * K; off < n; off += POOL) {
+        int64_t c = n - off < POOL ? n - off : POOL;
+        h3_tensor dst;
+        H3_CHECK(h3_tensor_wrap(&dst, (uint8_t *)q.data + off, q.place, H3_U8, 1, &c));
+        H3_CHECK(h3_tensor_wrap(&src, pool, H3_PLACE_HOST, H3_U8, 1, &c));
+        H3_CHECK(h3_copy(ex, &dst, &src));
+    }
+    if (fp8) {
+        q.q.mode = H3_SCALE_TENSOR;
+        q.q.scale = 0.03f;
+    } else {
+        float *sc = h3_malloc((size_t)N * 4, H3_MEM_WORKSPACE);
+        if (!sc) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; i < N; i++) sc[i] = 1e-3f * (1.0f + (float)(i % 7) / 7.0f);
+        q.q.scales_owner = h3_place_alloc(q.place, (size_t)N * 4, H3_MEM_WEIGHTS);
+        if (q.q.scales_owner) {
+            int64_t nb = N * 4;
+            h3_tensor d2;
+            q.q.scales_bytes = (size_t)N * 4;
+            st = h3_tensor_wrap(&d2, q.q.scales_owner, q.place, H3_U8, 1, &nb);
+            if (st == H3_OK) st = h3_tensor_wrap(&src, sc, H3_PLACE_HOST, H3_U8, 1, &nb);
+            if (st == H3_OK) st = h3_copy(ex, &d2, &src);
+            if (st == H3_OK) st = h3_exec_sync(ex);
+        } else {
+            st = H3_ERR(H3_ERR_NOMEM, "out of %s memory for scales", h3_place_name(q.place));
+        }
+        h3_free(sc);
+        H3_CHECK(st);
+        q.q.mode = H3_SCALE_ROW;
+        q.q.scales = q.q.scales_owner;
+        if (target == H3_QT_INT8_CONVROT) q.q.rot_group = h3_qtarget_group(K);
+    }
+    H3_CHECK(h3_exec_sync(ex));
+    h3_tensor_free(t);
+    *t = q;
+    return H3_OK;
+done:
+    h3_tensor_free(&q);
+    return st;
+}
+
+static h3_status requantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *pool, int random) {
+    const h3_dit_config *c = &d->cfg;
+    const int64_t inner = h3_dit_inner(c);
+    for (int u = (int)c->n_refiner_layers; u < h3_dit_n_units(c); u++) {
+        h3_dit_block_weights *b = &d->units[u];
+        char what[64];
+        snprintf(what, sizeof what, "DiT block %d", u - (int)c->n_refiner_layers);
+        if (b->qkv.data && b->qkv_interleaved)
+            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: QKV rows in the official per-head order are not quantized here",
+                          what);
+        h3_tensor *ts[6] = {&b->qkv, &b->out, &b->fc1, &b->fc2, NULL, NULL};
+        if (!b->qkv.data) {
+            ts[0] = &b->q;
+            ts[4] = &b->k;
+            ts[5] = &b->v;
+        }
+        for (int i = 0; i < 6; i++)
+            if (ts[i] && ts[i]->data)
+                H3_TRY(random ? random_one(ex, ts[i], target) : quantize_one(ex, ts[i], target, pool, what));
+        if (b->qkv.data) H3_TRY(qkv_views(b, inner));
+    }
+    return H3_OK;
+}
+
+h3_status h3_dit_quantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *pool) {
+    return requantize_blocks(d, ex, target, pool, 0);
+}
+
+h3_status h3_dit_randomize_blocks_quantized(h3_dit *d, h3_exec *ex, int target) {
+    return requantize_blocks(d, ex, target, NULL, 1);
 }
 
 /* ---- opening

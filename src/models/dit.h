@@ -103,6 +103,17 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
 /* With opts->weight_place DEVICE, h3_dit_open binds the file's weights on the host as usual; this then replaces each
  * one by an owned copy on the device (one pass over the file). A no-op for host weights. */
 h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
+/* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's, as
+ * in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed from
+ * their current values on the host in f32 and placed where they were (pool: quantizer workers, may be NULL).
+ * For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV order
+ * is refused. */
+struct h3_pool;
+h3_status h3_dit_quantize_blocks(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool);
+/* The same replacement with random stored values instead of the current ones (int8 codes with per-row scales
+ * around 1e-3, ConvRot marked for int8_convrot; fp8 codes of |x| < 2 with one scale): benchmarks of speed
+ * and memory at full size, where quantizing 33B values on the host would take minutes. */
+h3_status h3_dit_randomize_blocks_quantized(h3_dit *dit, h3_exec *ex, int target);
 /* A DiT with owned weights in the canonical form (fused contiguous QKV, fc1 = [gate; value]) and the
  * release's dtypes (core_dtype for the block stack, condition_proj and AdaLN: H3_BF16 as released; the fp32
  * islands stay f32). Contents are undefined: fill them through h3_dit_visit_weights (benchmarks, tests). */

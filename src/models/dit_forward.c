@@ -40,7 +40,10 @@ static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t 
 static h3_status gemm_mixed(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                             const h3_tensor *b) {
     const h3_dtype wd = w->dtype;
-    if (x->place != H3_PLACE_DEVICE || (x->dtype == wd && y->dtype == wd)) return h3_op_gemm(ex, y, x, w, b, 0);
+    /* quantized weights: the GEMM takes any float activations and output (the CPU's and the GPU's) */
+    if (x->place != H3_PLACE_DEVICE || (x->dtype == wd && y->dtype == wd) || w->q.mode != H3_SCALE_NONE ||
+        (wd != H3_F32 && wd != H3_BF16 && wd != H3_F16))
+        return h3_op_gemm(ex, y, x, w, b, 0);
     const int64_t M = h3_tensor_rows(x), K = h3_tensor_cols(x), N = w->shape[0];
     const int64_t ch = M < d->chunk_rows ? M : d->chunk_rows;
     h3_tensor tx = {0}, ty = {0};
@@ -276,7 +279,7 @@ static int64_t gemm_mixed_scratch(const h3_dit *d, int64_t chunk, h3_dtype xd, c
                                   int64_t M) {
     if (d->act_place != H3_PLACE_DEVICE || !w->data || M == 0) return 0;
     const h3_dtype wd = w->dtype;
-    if (xd == wd && yd == wd) return 0;
+    if ((xd == wd && yd == wd) || w->q.mode != H3_SCALE_NONE || (wd != H3_F32 && wd != H3_BF16 && wd != H3_F16)) return 0;
     const int64_t ch = M < chunk ? M : chunk, K = w->shape[1], N = w->shape[0];
     const size_t es = h3_dtype_size(wd);
     return (xd != wd ? rows_bytes(ch, K, es) : 0) + (yd != wd ? rows_bytes(ch, N, es) : 0);

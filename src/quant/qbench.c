@@ -48,7 +48,7 @@ static double rel_err(const float *a, const float *ref, int64_t n) {
 
 /* What the GPU path does to a linear's input rows x [R, K] (contiguous), in place, in f32: the values the
  * int8 / fp8 / nvfp4 GEMM multiplies, brought back to the weights' basis. */
-static h3_status fake_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group) {
+h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group) {
     if (v == H3_QV_INT8_CONVROT_W8A8) { /* rotate per group, int8 per token, back */
         int8_t *q = h3_malloc((size_t)K, H3_MEM_WORKSPACE);
         float s;
@@ -92,7 +92,7 @@ static h3_status linear(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_
     H3_TRY(h3_tensor_alloc2(&xs, H3_PLACE_HOST, H3_F32, R, K, H3_MEM_WORKSPACE));
     for (int64_t r = 0; r < R; r++)
         memcpy((float *)xs.data + r * K, (const float *)x->data + r * ld, (size_t)K * 4);
-    h3_status st = fake_quant(xs.data, R, K, (h3_qvariant)v, w->q.rot_group);
+    h3_status st = h3_qbench_act_quant(xs.data, R, K, (h3_qvariant)v, w->q.rot_group);
     if (st == H3_OK) st = h3_op_gemm(ex, y, &xs, w, NULL, 0);
     h3_tensor_free(&xs);
     return st;

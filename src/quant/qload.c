@@ -355,3 +355,57 @@ h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g) {
     if (h3_path_is_gguf(path) && !h3_path_is_dir(path)) return h3_gguf_open(path, set, g);
     return h3_st_open(path, set);
 }
+
+/* ---- copies of quantized weights ------------------------------------------------------------------------ */
+
+static h3_status copy_bytes(h3_exec *ex, h3_place place, void *dst, const void *src, h3_place src_place, int64_t n) {
+    h3_tensor dt, st;
+    H3_TRY(h3_tensor_wrap(&dt, dst, place, H3_U8, 1, &n));
+    H3_TRY(h3_tensor_wrap(&st, (void *)src, src_place, H3_U8, 1, &n));
+    return h3_copy(ex, &dt, &st);
+}
+
+h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat, h3_tensor *out) {
+    memset(out, 0, sizeof *out);
+    h3_qaux parts[2];
+    const int np = h3_quant_aux(src, parts);
+    if (np < 0 || !src->data || (src->q.mode != H3_SCALE_FORMAT && !h3_tensor_is_contiguous(src)))
+        return H3_ERR(H3_ERR_INVALID, "copying a quantized tensor: it must be a whole, contiguous tensor");
+    const int64_t vb = (int64_t)h3_tensor_nbytes(src);
+    int64_t off[2] = {0, 0}, total = 0;
+    for (int i = 0; i < np; i++) {
+        off[i] = total;
+        total += (parts[i].bytes + 255) / 256 * 256;
+    }
+    h3_tensor t = *src;
+    t.place = place;
+    t.cat = cat;
+    t.q.scales_owner = NULL;
+    t.q.scales_bytes = 0;
+    t.owned_bytes = (size_t)(vb > 0 ? vb : 1);
+    t.data = t.owner = h3_place_alloc(place, t.owned_bytes, cat);
+    if (!t.data)
+        return H3_ERR(H3_ERR_NOMEM, "out of %s memory for a %lld-byte tensor", h3_place_name(place), (long long)vb);
+    h3_status st = vb > 0 ? copy_bytes(ex, place, t.data, src->data, src->place, vb) : H3_OK;
+    void *copies[2] = {NULL, NULL};
+    if (st == H3_OK && total) {
+        t.q.scales_owner = h3_place_alloc(place, (size_t)total, cat);
+        if (!t.q.scales_owner)
+            st = H3_ERR(H3_ERR_NOMEM, "out of %s memory for %lld bytes of scales", h3_place_name(place),
+                        (long long)total);
+        else
+            t.q.scales_bytes = (size_t)total;
+        for (int i = 0; i < np && st == H3_OK; i++) {
+            copies[i] = (uint8_t *)t.q.scales_owner + off[i];
+            st = copy_bytes(ex, place, copies[i], parts[i].p, src->place, parts[i].bytes);
+        }
+        h3_quant_aux_rebind(&t, copies);
+    }
+    if (st == H3_OK) st = h3_exec_sync(ex);
+    if (st != H3_OK) {
+        h3_tensor_free(&t);
+        return st;
+    }
+    *out = t;
+    return H3_OK;
+}

@@ -15,6 +15,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "quant/quant.h"
+#include "tensor/ops.h"
 
 typedef struct h3_qweight_info {
     h3_qformat fmt; /* H3_QF_NONE for plain float tensors */
@@ -50,5 +51,10 @@ int h3_qweight_is_companion(const char *name);
 
 /* Opens weights: a .gguf file through h3_gguf_open (*g set), anything else through h3_st_open (*g NULL). */
 h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g);
+
+/* An owned copy of src (a whole, contiguous tensor, quantized or not) at place: its stored values in one
+ * allocation, its side data in another (out->q.scales_owner), both counted under cat. Copies on ex's
+ * streams and waits for them. */
+h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat, h3_tensor *out);
 
 #endif

@@ -306,3 +306,49 @@ int h3_qmarker_json(const h3_qmarker *m, char *buf, size_t n) {
     }
     return len >= 0 && (size_t)len < n ? len : -1;
 }
+
+/* ---- quantized weights on a device ---------------------------------------------------------------------- */
+
+int h3_quant_gpu_supported(const h3_tensor *w, const char **why) {
+    const char *dummy;
+    if (!why) why = &dummy;
+    *why = NULL;
+    const h3_scale_mode m = w->q.mode;
+    const int float_dt = w->dtype == H3_F32 || w->dtype == H3_BF16 || w->dtype == H3_F16;
+    if (m == H3_SCALE_NONE && float_dt) return 1;
+    if (m == H3_SCALE_FORMAT) {
+        if (w->q.format == H3_QF_NVFP4 && h3_tensor_cols(w) % 16 == 0) return 1;
+        *why = w->q.format == H3_QF_NVFP4 ? "nvfp4 with K not a multiple of 16" : "GGUF blocks";
+        return 0;
+    }
+    if (w->dtype == H3_I8 && (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR) && !w->q.col_scale) return 1;
+    if ((w->dtype == H3_F8_E4M3 || w->dtype == H3_F8_E5M2) &&
+        (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR || m == H3_SCALE_NONE) && !w->q.rot_group && !w->q.col_scale)
+        return 1;
+    *why = m == H3_SCALE_BLOCK ? "block scales" : "this dtype and scale form";
+    return 0;
+}
+
+int h3_quant_aux(const h3_tensor *t, h3_qaux parts[2]) {
+    int n = 0;
+    const int64_t rows = h3_tensor_rows(t), cols = h3_tensor_cols(t);
+    if ((t->q.mode == H3_SCALE_ROW || t->q.mode == H3_SCALE_BLOCK) && t->q.scales) {
+        int64_t per = t->q.mode == H3_SCALE_BLOCK && t->q.block > 0 ? cols / t->q.block : 1;
+        parts[n++] = (h3_qaux){t->q.scales, rows * per * 4};
+    }
+    if (t->q.mode == H3_SCALE_FORMAT && t->q.format == H3_QF_NVFP4) {
+        if (t->q.fmt_row0 != 0) return -1;
+        if (t->q.fmt_scales) parts[n++] = (h3_qaux){t->q.fmt_scales, h3_nvfp4_scale_count(rows, cols)};
+    }
+    if (t->q.col_scale) parts[n++] = (h3_qaux){t->q.col_scale, cols * 2};
+    return n;
+}
+
+void h3_quant_aux_rebind(h3_tensor *t, void *const copies[2]) {
+    int n = 0;
+    if ((t->q.mode == H3_SCALE_ROW || t->q.mode == H3_SCALE_BLOCK) && t->q.scales) t->q.scales = copies[n++];
+    if (t->q.mode == H3_SCALE_FORMAT && t->q.format == H3_QF_NVFP4 && t->q.fmt_scales)
+        t->q.fmt_scales = copies[n++];
+    if (t->q.col_scale) t->q.col_scale = copies[n++];
+}
+

@@ -2,7 +2,7 @@
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
 #   steps: info ops attn bench sdpa (the default set), dit-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
-#   stream-bench (STREAM_ARGS passes its arguments)
+#   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/h3out}
@@ -51,6 +51,14 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        quant) # quantized weights on the GPU: the GEMM paths' parity, the quantized DiT files, then resident
+               # s/step of the pruned DiT in bf16 vs int8 (W8A8) vs fp8 in one process, and int8 streamed at budgets
+            $B/test_cuda_ops qgemm 2>&1 | tee "$OUT/test_cuda_ops_qgemm.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/test_dit_cuda quantized 2>&1 | tee "$OUT/test_dit_cuda_quantized.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_dit_cuda --pruned ${QUANT_BENCH:---quant int8_convrot --quant fp8 W73 W124} 2>&1 \
+                | tee "$OUT/bench_dit_cuda_quant.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_dit_stream --pruned --quant int8_convrot ${QUANT_STREAM:-W124 --budgets 8,6 --no-disk} 2>&1 \
+                | tee "$OUT/bench_dit_stream_int8.log"; rc=$((rc | PIPESTATUS[0])) ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
