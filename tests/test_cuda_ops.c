@@ -109,6 +109,23 @@ static void test_gemm(void) {
         pfree(&w);
         pfree(&y);
     }
+    /* a bias in another dtype than the output (f32 bias, bf16 output: a GGUF file's F16 weight with an F32 bias) */
+    {
+        int64_t M = ri(1, 100), N = ri(1, 90), K = 8 * ri(1, 20);
+        pair x = mk2(H3_BF16, M, K, 1.0), w = mk2(H3_BF16, N, K, 0.3), b = mk2(H3_F32, 1, N, 1.0),
+             y = mk2(H3_BF16, M, N, 1.0);
+        h3_tensor bh, bd;
+        int64_t sb[1] = {N};
+        CHECK_OK(h3_tensor_reshape(&b.h, 1, sb, &bh));
+        CHECK_OK(h3_tensor_reshape(&b.d, 1, sb, &bd));
+        CHECK_OK(h3_op_gemm(&g_ex, &y.h, &x.h, &w.h, &bh, 0));
+        CHECK_OK(h3_op_gemm(&g_ex, &y.d, &x.d, &w.d, &bd, 0));
+        compare("gemm with an f32 bias", &y, tol_of(H3_BF16));
+        pfree(&x);
+        pfree(&w);
+        pfree(&b);
+        pfree(&y);
+    }
 }
 
 static void test_rows_ops(void) {
@@ -567,6 +584,51 @@ static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
     qw_free(&w);
 }
 
+/* GGUF blocks (dequantized tiles, the CPU's decoder compiled for the GPU): random codes, the blocks' f16 scales
+ * set to sane values. */
+static void gguf_case(h3_qformat f, h3_dtype dt) {
+    int64_t be, bb;
+    CHECK(h3_qformat_block(f, &be, &bb), "format %d", (int)f);
+    const int64_t M = ri(1, 120), N = ri(1, 40), K = be * ri(1, 3), rb = K / be * bb;
+    uint8_t *hw = malloc((size_t)(N * rb));
+    for (int64_t i = 0; i < N * rb; i++) hw[i] = (uint8_t)t_rand_u64();
+    /* byte offsets of the f16 fields (d, and m/dmin where the format has one) in each block */
+    int o1 = 0, o2 = -1;
+    if (f == H3_QF_Q4_1 || f == H3_QF_Q5_1 || f == H3_QF_Q4_K || f == H3_QF_Q5_K) o2 = 2;
+    if (f == H3_QF_Q2_K) o1 = 80, o2 = 82;
+    if (f == H3_QF_Q3_K) o1 = 108;
+    if (f == H3_QF_Q6_K) o1 = 208;
+    for (int64_t b = 0; b < N * (K / be); b++) {
+        uint8_t *p = hw + b * bb;
+        const uint16_t d = (uint16_t)(0x2000 + (t_rand_u64() % 0x400)), m = (uint16_t)(0x2000 + (t_rand_u64() % 0x400));
+        p[o1] = (uint8_t)d, p[o1 + 1] = (uint8_t)(d >> 8); /* ~0.008 .. 0.016 */
+        if (o2 >= 0) p[o2] = (uint8_t)m, p[o2 + 1] = (uint8_t)(m >> 8);
+    }
+    int64_t shape[2] = {N, K}, nb = N * rb;
+    h3_tensor wh, wd, dd;
+    CHECK_OK(h3_tensor_wrap(&wh, hw, H3_PLACE_HOST, H3_U8, 2, shape));
+    wh.stride[0] = rb;
+    wh.q.mode = H3_SCALE_FORMAT;
+    wh.q.format = f;
+    CHECK_OK(h3_tensor_alloc(&dd, H3_PLACE_DEVICE, H3_U8, 1, &nb, H3_MEM_WEIGHTS));
+    CHECK_OK(h3_cuda_copy_h2d_async(dd.data, hw, (size_t)nb, h3_cuda_compute_stream(&g_ex)));
+    CHECK_OK(h3_exec_sync(&g_ex));
+    wd = wh;
+    wd.place = H3_PLACE_DEVICE;
+    wd.data = dd.data;
+    pair x = mk2(dt, M, K, 1.0), y = mk2(dt, M, N, 1.0);
+    CHECK_OK(h3_op_gemm(&g_ex, &y.h, &x.h, &wh, NULL, 0));
+    CHECK_OK(h3_op_gemm(&g_ex, &y.d, &x.d, &wd, NULL, 0));
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s (dequantized tiles) M%lld N%lld K%lld", h3_qformat_name(f), (long long)M,
+             (long long)N, (long long)K);
+    compare(what, &y, tol_of(dt));
+    pfree(&x);
+    pfree(&y);
+    h3_tensor_free(&dd);
+    free(hw);
+}
+
 static void test_qgemm(void) {
     for (int k = 0; k < 2; k++)
         for (int dq = 0; dq < 2; dq++) {
@@ -578,21 +640,23 @@ static void test_qgemm(void) {
         }
     for (int k = 0; k < 2; k++)
         for (int rep = 0; rep < 4; rep++) qgemm_case(QF_NVFP4, 0, g_dts[k], 0, rep);
-    /* GGUF blocks: a clear error, not a wrong answer */
+    for (int f = H3_QF_Q4_0; f <= H3_QF_Q6_K; f++)
+        for (int k = 0; k < 2; k++) gguf_case((h3_qformat)f, g_dts[k]);
+    /* a scale form the GPU does not compute with: a clear error, not a wrong answer */
     {
-        int64_t shape[2] = {32, 32};
-        h3_tensor g, dd;
-        int64_t nb = 32 * 34;
-        CHECK_OK(h3_tensor_alloc(&dd, H3_PLACE_DEVICE, H3_U8, 1, &nb, H3_MEM_WEIGHTS));
-        CHECK_OK(h3_tensor_wrap(&g, dd.data, H3_PLACE_DEVICE, H3_U8, 2, shape));
-        g.stride[0] = 34;
-        g.q.mode = H3_SCALE_FORMAT;
-        g.q.format = H3_QF_Q8_0;
-        pair x = mk2(H3_BF16, 4, 32, 1.0), y = mk2(H3_BF16, 4, 32, 1.0);
-        CHECK_ERR(h3_op_gemm(&g_ex, &y.d, &x.d, &g, NULL, 0), H3_ERR_UNSUPPORTED, "CPU only");
+        pair x = mk2(H3_BF16, 4, 64, 1.0), y = mk2(H3_BF16, 4, 32, 1.0);
+        h3_tensor wd, sd;
+        CHECK_OK(h3_tensor_alloc2(&wd, H3_PLACE_DEVICE, H3_I8, 32, 64, H3_MEM_WEIGHTS));
+        CHECK_OK(h3_tensor_alloc2(&sd, H3_PLACE_DEVICE, H3_F32, 32, 2, H3_MEM_WEIGHTS));
+        wd.q.mode = H3_SCALE_BLOCK;
+        wd.q.block = 32;
+        wd.q.scales = sd.data;
+        CHECK_ERR(h3_op_gemm(&g_ex, &y.d, &x.d, &wd, NULL, 0), H3_ERR_UNSUPPORTED, "CPU only");
+        wd.q.mode = H3_SCALE_NONE;
+        h3_tensor_free(&wd);
+        h3_tensor_free(&sd);
         pfree(&x);
         pfree(&y);
-        h3_tensor_free(&dd);
     }
 }
 

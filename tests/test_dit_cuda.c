@@ -198,6 +198,30 @@ static void test_full_width_int8(void) {
  * fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the activation
  * quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8 linear), plus
  * bf16 activations. */
+/* The DiT file at path on the GPU and on the CPU, on the fixture inputs. */
+static void file_case(const char *path, const char *what, double tol) {
+    TOL = tol;
+    char q[1024];
+    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
+    h3_dit *cpu = NULL, *gpu = NULL;
+    h3_dit_open_opts go;
+    memset(&go, 0, sizeof go);
+    go.act_place = H3_PLACE_DEVICE;
+    go.weight_place = H3_PLACE_DEVICE;
+    CHECK_OK(h3_dit_open(path, NULL, &cpu));
+    CHECK_OK(h3_dit_open(path, &go, &gpu));
+    if (cpu && gpu) {
+        CHECK_OK(h3_dit_upload_weights(gpu, &g_ex));
+        h3_dit_inputs_file f;
+        CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(cpu), &f));
+        forward_both(what, cpu, gpu, &f.in);
+        h3_dit_inputs_file_free(&f);
+    }
+    h3_dit_close(cpu);
+    h3_dit_close(gpu);
+    TOL = 3e-2;
+}
+
 static void quant_case(h3_qtarget t, double tol) {
     char in[1024], out[1024], name[64];
     t_src_path("tests/fixtures/dit/comfy_pruned.safetensors", in, sizeof in);
@@ -209,28 +233,9 @@ static void quant_case(h3_qtarget t, double tol) {
     h3_quantize_result r;
     CHECK_OK(h3_quantize_checkpoint(in, out, &o, &r));
     CHECK(r.n_quantized >= 8, "%s: %lld layers quantized", h3_qtarget_name(t), (long long)r.n_quantized);
-    TOL = tol;
     char what[96];
     snprintf(what, sizeof what, "comfy_pruned as %s", h3_qtarget_name(t));
-    char q[1024];
-    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
-    h3_dit *cpu = NULL, *gpu = NULL;
-    h3_dit_open_opts go;
-    memset(&go, 0, sizeof go);
-    go.act_place = H3_PLACE_DEVICE;
-    go.weight_place = H3_PLACE_DEVICE;
-    CHECK_OK(h3_dit_open(out, NULL, &cpu));
-    CHECK_OK(h3_dit_open(out, &go, &gpu));
-    if (cpu && gpu) {
-        CHECK_OK(h3_dit_upload_weights(gpu, &g_ex));
-        h3_dit_inputs_file f;
-        CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(cpu), &f));
-        forward_both(what, cpu, gpu, &f.in);
-        h3_dit_inputs_file_free(&f);
-    }
-    h3_dit_close(cpu);
-    h3_dit_close(gpu);
-    TOL = 3e-2;
+    file_case(out, what, tol);
     unlink(out);
 }
 
@@ -239,6 +244,10 @@ static void test_quantized(void) {
     quant_case(H3_QT_INT8, 6e-2);
     quant_case(H3_QT_FP8, 1e-1);
     quant_case(H3_QT_NVFP4, 3e-2);
+    /* sd.cpp's GGUF of the pruned fixture: Q8_0, Q4_K, Q5_0, Q4_1, Q5_1, Q6_K, Q4_0 linears, decoded in tiles */
+    char p[1024];
+    t_src_path("tests/fixtures/quant/dit.gguf", p, sizeof p);
+    file_case(p, "dit.gguf", 3e-2);
 }
 
 int main(int argc, char **argv) {

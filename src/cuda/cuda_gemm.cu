@@ -217,6 +217,9 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     rw_view X = rw_of(x), Y = rw_of(y), W = rw_of(w);
     if (X.rows == 0 || W.rows == 0) return H3_OK;
     float alpha = 1.0f, beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
-    return cuda_lt_matmul(ex, CUDA_LT_FLOAT, dt, X.rows, W.rows, X.cols, w->data, W.ld, x->data, X.ld, y->data, Y.ld,
-                          bias ? bias->data : NULL, bias ? cuda_dt(bias->dtype) : -1, &alpha, &beta);
+    /* cuBLASLt's bias epilogue wants the bias in the output's dtype: another dtype is added in a pass of its own */
+    const int sep = bias && bias->dtype != y->dtype;
+    H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, dt, X.rows, W.rows, X.cols, w->data, W.ld, x->data, X.ld, y->data, Y.ld,
+                          bias && !sep ? bias->data : NULL, bias && !sep ? cuda_dt(bias->dtype) : -1, &alpha, &beta));
+    return sep ? cuda_add_bias(ex, y->data, dt, Y.ld, X.rows, W.rows, bias->data, cuda_dt(bias->dtype)) : H3_OK;
 }

@@ -123,6 +123,9 @@ h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, in
 h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
                      unsigned flags);
 void cuda_qgemm_shutdown(h3_cuda_state *s);
+/* y[m, n] += bias[n] over rows × N (dtype codes as cuda_dt). */
+h3_status cuda_add_bias(h3_exec *ex, void *y, int ydt, int64_t ldy, int64_t rows, int64_t N, const void *bias,
+                        int bdt);
 h3_status cuda_gemm_init(h3_cuda_state *s);
 void cuda_gemm_shutdown(h3_cuda_state *s);
 void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes);

@@ -8,7 +8,7 @@
  *          y = acc·s_x[m]·s_w[n] (+ bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ.
  *   fp8 e4m3 with a tensor scale, sm_89+ → cuBLASLt fp8: activations cast to e4m3 with scale 1, saturated at
  *          ±448 (ComfyUI's fp8 path without input_scale), the weight scale as alpha, fp32 accumulation.
- *   otherwise (fp8 elsewhere, per-row fp8, nvfp4) → dequantized tiles: a tile of weight rows decoded into the
+ *   otherwise (fp8 elsewhere, per-row fp8, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded into the
  *          activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy.
  * All scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are
  * processed in chunks that fit it. */
@@ -18,6 +18,7 @@
 #include "cuda/cuda_internal.cuh"
 
 extern "C" {
+#include "io/gguf_blocks.h"
 #include "quant/quant.h"
 }
 
@@ -140,7 +141,7 @@ __global__ void k_cast_fp8(const void *x, int xdt, int64_t ldx, int64_t rows, in
         o[r * ldo + c] = __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c), __NV_SATFINITE, __NV_E4M3);
 }
 
-enum { DQ_I8 = 0, DQ_E4M3, DQ_E5M2, DQ_NVFP4 };
+enum { DQ_I8 = 0, DQ_E4M3, DQ_E5M2, DQ_NVFP4, DQ_GGUF };
 
 __device__ __forceinline__ float e2m1(int c) {
     const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -180,9 +181,30 @@ __global__ void k_dequant_rows(const uint8_t *w, int64_t ldw_bytes, int kind, in
     }
 }
 
+/* GGUF weight rows [r0, r0 + rows) into out [rows, K]: one thread per block of be values (32 or 256), decoded by
+ * the same code as the CPU's (io/gguf_blocks.h). */
+__global__ void k_dequant_gguf(const uint8_t *w, int64_t ldw_bytes, int fmt, int be, int bb, int64_t r0, int64_t rows,
+                               int K, void *out, int odt) {
+    const int64_t nb = K / be, total = rows * nb;
+    float y[256];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / nb, b = i % nb;
+        h3_gguf_block_decode(fmt, w + (r0 + r) * ldw_bytes + b * bb, y);
+        for (int j = 0; j < be; j++) st_f(out, odt, r * K + b * be + j, y[j]);
+    }
+}
+
 static unsigned grid_for(int64_t n) {
     int64_t g = (n + 255) / 256;
     return (unsigned)(g < 1 ? 1 : g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+extern "C" h3_status cuda_add_bias(h3_exec *ex, void *y, int ydt, int64_t ldy, int64_t rows, int64_t N,
+                                   const void *bias, int bdt) {
+    if (rows <= 0 || N <= 0) return H3_OK;
+    k_add_bias<<<grid_for(rows * N), 256, 0, cuda_stream(ex)>>>(y, ydt, ldy, rows, N, bias, bdt);
+    CU_LAUNCHED("add_bias");
+    return H3_OK;
 }
 
 /* ---- scratch ----------------------------------------------------------------------------------------- */
@@ -283,10 +305,7 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
         h3_status st = cuda_lt_matmul(ex, CUDA_LT_FP8, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, yp, a->Y.ld, NULL,
                                       -1, &alpha, &beta);
         if (st != H3_OK) return m0 ? h3_error_wrap(H3_ERR_DEVICE, "fp8 GEMM, rows from %lld", (long long)m0) : st;
-        if (a->bias) {
-            k_add_bias<<<grid_for(m * a->N), 256, 0, cuda_stream(ex)>>>(yp, a->ydt, a->Y.ld, m, a->N, a->bias, a->bdt);
-            CU_LAUNCHED("add_bias");
-        }
+        if (a->bias) H3_TRY(cuda_add_bias(ex, yp, a->ydt, a->Y.ld, m, a->N, a->bias, a->bdt));
     }
     return H3_OK;
 }
@@ -311,8 +330,16 @@ static h3_status run_dequant(h3_exec *ex, const qg_args *a, const h3_tensor *w, 
         H3_TRY(rot_rows(ex, &a->X, m0, m, a->K, kind == DQ_I8 ? w->q.rot_group : 0, NULL, NULL, xs, cdt));
         for (int64_t n0 = 0; n0 < a->N; n0 += nc) {
             const int64_t n = a->N - n0 < nc ? a->N - n0 : nc;
-            k_dequant_rows<<<grid_for(n * a->K), 256, 0, cuda_stream(ex)>>>(
-                a->w, a->ldw, kind, n0, n, (int)a->K, rs, sc, w->q.fmt_scales, w->q.fmt_row0, w->q.col_scale, wd, cdt);
+            if (kind == DQ_GGUF) {
+                int64_t be = 0, bb = 0;
+                h3_qformat_block((h3_qformat)w->q.format, &be, &bb);
+                k_dequant_gguf<<<grid_for(n * (a->K / be)), 128, 0, cuda_stream(ex)>>>(
+                    a->w, a->ldw, w->q.format, (int)be, (int)bb, n0, n, (int)a->K, wd, cdt);
+            } else {
+                k_dequant_rows<<<grid_for(n * a->K), 256, 0, cuda_stream(ex)>>>(a->w, a->ldw, kind, n0, n, (int)a->K, rs,
+                                                                               sc, w->q.fmt_scales, w->q.fmt_row0,
+                                                                               w->q.col_scale, wd, cdt);
+            }
             CU_LAUNCHED("dequant_rows");
             const void *b = a->bias ? (const uint8_t *)a->bias + n0 * bes : NULL;
             H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, cdt, m, n, a->K, wd, a->K, xs, a->K,
@@ -335,7 +362,7 @@ extern "C" h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, c
                       "op 'gemm' on the cuda backend: %s weights (%s) run on the CPU only for now",
                       h3_dtype_name(w->dtype), why);
     const h3_scale_mode md = w->q.mode;
-    const int kind = md == H3_SCALE_FORMAT      ? DQ_NVFP4
+    const int kind = md == H3_SCALE_FORMAT      ? (w->q.format == H3_QF_NVFP4 ? DQ_NVFP4 : DQ_GGUF)
                      : w->dtype == H3_I8        ? DQ_I8
                      : w->dtype == H3_F8_E4M3   ? DQ_E4M3
                                                 : DQ_E5M2;

@@ -317,8 +317,15 @@ int h3_quant_gpu_supported(const h3_tensor *w, const char **why) {
     const int float_dt = w->dtype == H3_F32 || w->dtype == H3_BF16 || w->dtype == H3_F16;
     if (m == H3_SCALE_NONE && float_dt) return 1;
     if (m == H3_SCALE_FORMAT) {
-        if (w->q.format == H3_QF_NVFP4 && h3_tensor_cols(w) % 16 == 0) return 1;
-        *why = w->q.format == H3_QF_NVFP4 ? "nvfp4 with K not a multiple of 16" : "GGUF blocks";
+        int64_t be;
+        if (w->q.format == H3_QF_NVFP4) {
+            if (h3_tensor_cols(w) % 16 == 0) return 1;
+            *why = "nvfp4 with K not a multiple of 16";
+            return 0;
+        }
+        if (h3_qformat_block((h3_qformat)w->q.format, &be, NULL) && be <= 256 && h3_tensor_cols(w) % be == 0)
+            return 1;
+        *why = "this packed format";
         return 0;
     }
     if (w->dtype == H3_I8 && (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR) && !w->q.col_scale) return 1;

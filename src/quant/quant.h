@@ -92,8 +92,8 @@ h3_status h3_quant_decode_rows(const h3_tensor *t, int64_t r0, int64_t n, float 
 /* ---- quantized weights on a device ---------------------------------------------------------------------- */
 
 /* Whether the GPU's GEMM computes with weight w (src/cuda/cuda_qgemm.cu): int8 with per-row or tensor scales
- * (ConvRot or not), fp8 (e4m3/e5m2) with a tensor or per-row scale or none, nvfp4 with K a multiple of 16.
- * Otherwise (GGUF blocks, block scales) 0, and *why (may be NULL) names what is missing. Plain float
+ * (ConvRot or not), fp8 (e4m3/e5m2) with a tensor or per-row scale or none, nvfp4 with K a multiple of 16, the
+ * GGUF block formats h3run reads. Otherwise (block scales) 0, and *why (may be NULL) names what is missing. Plain float
  * weights: 1. */
 int h3_quant_gpu_supported(const h3_tensor *w, const char **why);
 

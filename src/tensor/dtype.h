@@ -10,6 +10,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Callable from host and device code: small pure functions both backends share, so they agree bit for bit. */
+#ifdef __CUDACC__
+#define H3_HD __host__ __device__
+#else
+#define H3_HD
+#endif
+
 typedef enum h3_dtype {
     H3_F32 = 0,
     H3_F16,

@@ -195,12 +195,7 @@ h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
  * the same values on every backend (up to the last bit of the final rounding), for synthetic weights in tests and
  * benchmarks that must not go through host memory. */
 h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi);
-/* Callable from host and device code (the CUDA kernel of random_uniform calls h3_random_unit too). */
-#ifdef __CUDACC__
-#define H3_HD __host__ __device__
-#else
-#define H3_HD
-#endif
+/* (H3_HD, tensor/dtype.h: the CUDA kernel of random_uniform calls h3_random_unit too.) */
 /* u_i of h3_op_random_uniform: a float in [0, 1). */
 static inline H3_HD float h3_random_unit(uint64_t seed, uint64_t i) {
     uint64_t z = seed + i * 0x9e3779b97f4a7c15ULL;
