@@ -22,7 +22,7 @@ rc=$?
 [ $rc -eq 0 ] || fail "plan W124 8GiB exited $rc: $(cat "$tmp/err")"
 for want in "DiT: 19412 packed rows (128 text, 414 audio, 18870 video); fits" "placement:" "streamed from pinned memory" \
             "device peak" "of 8.00 GiB" "resident weights" "stream slots" "modulation" "activations" \
-            "time per step:" "ratio 1.0" "text encoder: runs on the host: 50 of 64 layers"; do
+            "time per step:" "ratio 1.0" "text encoder: on the device: 50 of 64 layers streamed"; do
     grep -qF -- "$want" <<<"$out" || fail "plan W124 8GiB lacks '$want': $out"
 done
 peak=$(sed -n 's/.*device peak \([0-9.]*\) GiB of 8.00 GiB.*/\1/p' <<<"$out")
@@ -67,6 +67,10 @@ steps=$(sed -n 's/.*or \([0-9]*\) sampling steps.*/\1/p' "$tmp/err")
 "$H3RUN" plan "$tmp/FL2VA/transformer" --workload W124 --vram-budget 8GiB --ram-budget 1GiB -q >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "host budget of 1.00 GiB is short" "$tmp/err" || fail "1 GiB host budget: $(cat "$tmp/err")"
 # A host budget that holds some blocks pinned: the rest are read from disk each step.
+# The text encoder alone on a budget that cannot hold two of its 0.9 GiB layer slots: it runs on the host.
+out=$("$H3RUN" plan "$tmp/FL2VA/text_encoder" --workload W124 --vram-budget 1.5GiB 2>&1)
+grep -qF "text encoder: runs on the host: 50 of 64 layers" <<<"$out" && grep -qF "on the device it would need 1.88 GiB" <<<"$out" \
+    || fail "text encoder at 1.5 GiB: $out"
 out=$("$H3RUN" plan "$tmp/FL2VA/transformer" --workload W124 --vram-budget 8GiB --ram-budget 12GiB --device h200 2>&1)
 grep -qE "[1-9][0-9]* from disk" <<<"$out" || fail "12 GiB host budget streams nothing from disk: $out"
 
@@ -75,7 +79,7 @@ F=$SRC/tests/fixtures
 out=$("$H3RUN" plan "$F/dit/official" "$F/text_encoder/official" "$F/video_vae/official" --frames 22 --size 256x128 \
       --vram-budget 1GiB 2>"$tmp/err")
 [ $? -eq 0 ] || fail "plan on the fixtures: $(cat "$tmp/err")"
-for want in "DiT: " "4 of 4 blocks resident" "text encoder: runs on the host" "video VAE: runs on the host"; do
+for want in "DiT: " "4 of 4 blocks resident" "text encoder: on the device" "video VAE: runs on the host"; do
     grep -qF -- "$want" <<<"$out" || fail "fixtures plan lacks '$want': $out"
 done
 

@@ -50,29 +50,6 @@ static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst,
     return n;
 }
 
-static void pack_add(h3_dit_pack *p, const h3_tensor *t, int interleaved) {
-    if (p->n == H3_DIT_PACK_MAX) return;
-    const int64_t b = (int64_t)h3_tensor_nbytes(t);
-    const int i = p->n++;
-    p->src[i] = t;
-    p->off[i] = p->bytes;
-    p->interleaved[i] = interleaved;
-    p->bytes += granule(b);
-    /* scales travel with their values, each part on its own granule */
-    h3_qaux parts[2];
-    int na = h3_quant_aux(t, parts);
-    p->n_aux[i] = na > 0 ? na : 0;
-    for (int a = 0; a < p->n_aux[i]; a++) {
-        p->aux_off[i][a] = p->bytes;
-        p->bytes += granule(parts[a].bytes);
-    }
-    if (t->q.mode != H3_SCALE_NONE) p->quantized = 1;
-    if (t->ndim == 2)
-        p->bytes_8bit += granule(t->shape[0] * t->shape[1]) + granule(t->shape[0] * 4);
-    else
-        p->bytes_8bit += granule(b);
-}
-
 void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out) {
     memset(out, 0, sizeof *out);
     const h3_dit_block_weights *w = h3_dit_unit_weights(dit, unit);
@@ -80,7 +57,7 @@ void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out) {
     const h3_tensor *src[H3_DIT_PACK_MAX];
     int il[H3_DIT_PACK_MAX];
     int n = unit_fields(w, NULL, src, NULL, il);
-    for (int i = 0; i < n; i++) pack_add(out, src[i], il[i]);
+    for (int i = 0; i < n; i++) h3_pack_add(out, src[i], il[i]);
 }
 
 void h3_dit_pack_adaln(const h3_dit *dit, int block, h3_dit_pack *out) {
@@ -90,8 +67,8 @@ void h3_dit_pack_adaln(const h3_dit *dit, int block, h3_dit_pack *out) {
         h3_clear_error();
         return;
     }
-    if (w->data) pack_add(out, w, 0);
-    if (b->data) pack_add(out, b, 0);
+    if (w->data) h3_pack_add(out, w, 0);
+    if (b->data) h3_pack_add(out, b, 0);
 }
 
 /* The weights outside the blocks that the device forward reads: every tensor whose name is not a block's, but
@@ -136,67 +113,6 @@ struct h3_dit_stream {
     h3_tensor saved[MAX_GLOBALS];
     int n_saved;
 };
-
-/* Where host memory p lies in the DiT's files: fd and offset, or fd -1. */
-static int file_of(const h3_st_set *set, const void *p, int64_t *off) {
-    if (!set) return -1;
-    for (int i = 0; i < set->n_files; i++) {
-        const h3_st_file *f = &set->files[i];
-        const uint8_t *b = f->map.data;
-        if (f->mapped && b && (const uint8_t *)p >= b && (const uint8_t *)p < b + f->map.size) {
-            *off = (const uint8_t *)p - b;
-            return f->fd;
-        }
-    }
-    return -1;
-}
-
-/* Segments of one packed item; returns how many were written at segs (NULL: only count). */
-static int item_segs(const h3_st_set *set, const h3_dit *dit, const h3_dit_pack *p, h3_stream_seg *segs,
-                     int *pinned) {
-    const h3_dit_config *c = h3_dit_get_config(dit);
-    int n = 0;
-    *pinned = 1;
-    for (int i = 0; i < p->n; i++) {
-        const h3_tensor *t = p->src[i];
-        const uint8_t *base = t->data;
-        int64_t foff = 0;
-        int fd = file_of(set, base, &foff);
-        if (fd < 0 && t->place != H3_PLACE_PINNED) *pinned = 0;
-        if (fd >= 0) *pinned = 0;
-        if (p->interleaved[i]) {
-            /* rows [h: q k v] per head -> [Q; K; V]: new row j·inner + h·hd + e is old row h·3·hd + j·hd + e
-             */
-            const int64_t hd = c->head_dim, inner = h3_dit_inner(c),
-                          rb = t->shape[1] * (int64_t)h3_dtype_size(t->dtype);
-            for (int64_t j = 0; j < 3; j++)
-                for (int64_t h = 0; h < c->heads; h++) {
-                    if (segs) {
-                        int64_t so = (h * 3 * hd + j * hd) * rb;
-                        segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base + so, fd, foff + so, hd * rb,
-                                                  p->off[i] + (j * inner + h * hd) * rb};
-                    }
-                    n++;
-                }
-        } else {
-            if (segs)
-                segs[n] =
-                    (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), p->off[i]};
-            n++;
-        }
-        h3_qaux parts[2];
-        const int na = p->n_aux[i] ? h3_quant_aux(t, parts) : 0;
-        for (int a = 0; a < na; a++) {
-            int64_t ao = 0;
-            int afd = file_of(set, parts[a].p, &ao);
-            if (afd >= 0) *pinned = 0;
-            if (segs)
-                segs[n] = (h3_stream_seg){afd >= 0 ? NULL : parts[a].p, afd, ao, parts[a].bytes, p->aux_off[i][a]};
-            n++;
-        }
-    }
-    return n;
-}
 
 /* Writes the DISK items whose bytes are not in a file to an unlinked spill file and points them at it. */
 static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_seg) {
@@ -256,27 +172,6 @@ static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_se
     return H3_OK;
 }
 
-/* dst: tensor i of pack p as packed at base (its values, and its scales where the pack put them). */
-static void view_at(h3_tensor *dst, const h3_tensor *src, const h3_dit_pack *p, int i, void *base, h3_place place) {
-    *dst = *src;
-    dst->data = (uint8_t *)base + p->off[i];
-    dst->place = place;
-    dst->owner = NULL;
-    dst->owned_bytes = 0;
-    dst->q.scales_owner = NULL;
-    dst->q.scales_bytes = 0;
-    if (src->ndim >= 1 && src->q.mode != H3_SCALE_FORMAT) { /* packed contiguous */
-        int64_t st = 1;
-        for (int d = src->ndim - 1; d >= 0; d--) {
-            dst->stride[d] = st;
-            st *= src->shape[d];
-        }
-    }
-    void *copies[2] = {NULL, NULL};
-    for (int a = 0; a < p->n_aux[i]; a++) copies[a] = (uint8_t *)base + p->aux_off[i][a];
-    if (p->n_aux[i]) h3_quant_aux_rebind(dst, copies);
-}
-
 static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     const h3_dit_block_weights *w = h3_dit_unit_weights(ds->dit, u);
     h3_dit_block_weights *o = &ds->unit_w[u];
@@ -285,7 +180,7 @@ static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     h3_tensor *dst[H3_DIT_PACK_MAX];
     int il[H3_DIT_PACK_MAX];
     int n = unit_fields(w, o, src, dst, il);
-    for (int i = 0; i < n; i++) view_at(dst[i], src[i], &ds->packs[u], i, base, ds->place);
+    for (int i = 0; i < n; i++) h3_pack_view(&ds->packs[u], i, base, ds->place, dst[i]);
     if (o->qkv.data) { /* packed contiguous [Q; K; V] whatever the file's order */
         const int64_t inner = h3_dit_inner(h3_dit_get_config(ds->dit));
         o->qkv_interleaved = 0;
@@ -329,8 +224,8 @@ static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_
     H3_TRY(h3_streamer_acquire(ds->s, item, &base));
     const h3_dit_pack *p = &ds->packs[item];
     if (p->n < 2) return H3_ERR(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", block);
-    view_at(&ds->ad_w[block], p->src[0], p, 0, base, ds->place);
-    view_at(&ds->ad_b[block], p->src[1], p, 1, base, ds->place);
+    h3_pack_view(p, 0, base, ds->place, &ds->ad_w[block]);
+    h3_pack_view(p, 1, base, ds->place, &ds->ad_b[block]);
     *w = &ds->ad_w[block];
     *b = &ds->ad_b[block];
     return H3_OK;
@@ -486,7 +381,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         else
             h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
         int pin;
-        nsegs += item_segs(set, dit, &ds->packs[i], NULL, &pin);
+        nsegs += h3_pack_segs(set, &ds->packs[i], c->heads, c->head_dim, NULL, &pin);
         quantized |= ds->packs[i].quantized;
     }
     if (quantized && place == H3_PLACE_DEVICE) {
@@ -504,7 +399,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
             h3_stream_item *it = &ds->items[i];
             int pin;
             it->segs = ds->segs + o;
-            it->n_segs = item_segs(set, dit, &ds->packs[i], ds->segs + o, &pin);
+            it->n_segs = h3_pack_segs(set, &ds->packs[i], c->heads, c->head_dim, ds->segs + o, &pin);
             o += it->n_segs;
             it->bytes = ds->packs[i].bytes;
             it->src_pinned = pin && place == H3_PLACE_DEVICE;

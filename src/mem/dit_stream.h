@@ -17,6 +17,7 @@
 #ifndef H3_MEM_DIT_STREAM_H
 #define H3_MEM_DIT_STREAM_H
 
+#include "mem/pack.h"
 #include "mem/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
@@ -24,19 +25,9 @@
 
 /* ---- packing ------------------------------------------------------------------------------------------- */
 
-#define H3_DIT_PACK_MAX 12
-/* One streamed item laid out for a slot: tensors at H3_CUDA_ARENA_ALIGN-aligned offsets, in a fixed order. */
-typedef struct h3_dit_pack {
-    int n;
-    const h3_tensor *src[H3_DIT_PACK_MAX]; /* the tensors as opened */
-    int64_t off[H3_DIT_PACK_MAX];
-    int n_aux[H3_DIT_PACK_MAX];          /* side data of a quantized tensor (h3_quant_aux): scales */
-    int64_t aux_off[H3_DIT_PACK_MAX][2]; /* packed after its values */
-    int interleaved[H3_DIT_PACK_MAX]; /* the official per-head [q k v] order, reordered when copied */
-    int64_t bytes;                    /* total, a multiple of the alignment */
-    int64_t bytes_8bit;               /* the same with 8-bit matrices (1 byte + an f32 scale per row) */
-    int quantized;                    /* some tensor has quantization scales (sized with them) */
-} h3_dit_pack;
+#define H3_DIT_PACK_MAX H3_PACK_MAX
+/* One streamed item laid out for a slot (mem/pack.h). */
+typedef h3_pack h3_dit_pack;
 /* Unit u (refiner blocks first): norm1, norm2, qkv (or q, k, v), q_norm, k_norm, out, fc1, fc2. */
 void h3_dit_pack_unit(const h3_dit *dit, int unit, h3_dit_pack *out);
 /* DiT block b's AdaLN projection: weight, bias. */

@@ -398,7 +398,9 @@ int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t ch
     return (e + n * c->hidden) * 4;
 }
 
-static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f,
+/* The text encoder: on the device (layers streamed through two slots, h3_text_encoder_device_bytes) when a
+ * device budget is given and holds it, as h3run generate decides; else on the host. */
+static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f, int64_t vram,
                     h3_stage_plan *s) {
     memset(s, 0, sizeof *s);
     if (!m->te) return;
@@ -414,18 +416,28 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
     const int64_t layer_bytes = (int64_t)(bpp * (double)per_layer_params);
     s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
     s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
-    /* On a device (not built yet): two layer slots and the activations, copies per layer vs its compute. */
-    s->dev_bytes = 2 * granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
+    s->dev_bytes = h3_text_encoder_device_bytes((h3_text_encoder *)m->te, r->text_tokens, layers);
+    if (s->dev_bytes < 0) s->dev_bytes = 2 * granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
     double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
     s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
     char a[32], b[32], d[32];
-    snprintf(
-        s->detail, sizeof s->detail,
-        "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
-        "tokens; on a device it would stream layer by layer through 2 slots (%s)",
-        layers, (long long)c->n_layers, h3_budget_str(s->weight_bytes, a, sizeof a),
-        h3_budget_str(s->host_bytes, b, sizeof b), (long long)r->text_tokens,
-        h3_budget_str(s->dev_bytes, d, sizeof d));
+    h3_budget_str(s->weight_bytes, a, sizeof a);
+    h3_budget_str(s->host_bytes, b, sizeof b);
+    h3_budget_str(s->dev_bytes, d, sizeof d);
+    s->on_device = vram > 0 && s->dev_bytes <= vram;
+    if (s->on_device) {
+        s->host_bytes = (int64_t)r->text_tokens * c->hidden * 4; /* the embedding rows gathered on the host */
+        snprintf(s->detail, sizeof s->detail,
+                 "on the device: %d of %lld layers streamed from the mapped file through 2 slots (%s read per "
+                 "prompt), %s of the device for %lld tokens",
+                 layers, (long long)c->n_layers, a, d, (long long)r->text_tokens);
+    } else {
+        snprintf(s->detail, sizeof s->detail,
+                 "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
+                 "tokens%s%s%s",
+                 layers, (long long)c->n_layers, a, b, (long long)r->text_tokens,
+                 vram > 0 ? " (on the device it would need " : "", vram > 0 ? d : "", vram > 0 ? ")" : "");
+    }
 }
 
 static h3_status plan_vvae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
@@ -504,7 +516,7 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
     }
     H3_TRY(plan_vvae(t->m, r, &p->vvae));
     H3_TRY(plan_avae(t->m, r, &p->avae));
-    plan_te(t->m, r, t->f, &p->te);
+    plan_te(t->m, r, t->f, t->b.vram, &p->te);
     if (t->b.ram > 0) {
         const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
         for (int i = 0; i < 3; i++)
@@ -750,9 +762,9 @@ char *h3_plan_format(const h3_plan *p) {
         if (!hs[i]->present) continue;
         appendf(o, n, "\n%s: %s; host %s\n", names[i], hs[i]->detail,
                 h3_budget_str(hs[i]->host_bytes, a, sizeof a));
-        if (i == 0 && p->have_time)
-            appendf(o, n, "  on the device: %.1f s per prompt (copies from disk at %.1f GB/s)\n",
-                    hs[i]->t_device, p->fig.disk_gbs);
+        if (i == 0 && p->have_time && hs[i]->on_device)
+            appendf(o, n, "  predicted %.1f s per prompt (reads from disk at %.1f GB/s)\n", hs[i]->t_device,
+                    p->fig.disk_gbs);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);
     return o;

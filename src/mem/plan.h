@@ -127,8 +127,9 @@ typedef struct h3_stage_plan {
     int present;
     int64_t weight_bytes; /* read from files (mapped: page cache) */
     int64_t host_bytes;   /* activations, scratch and owned weight copies */
-    int64_t dev_bytes;    /* device memory it would take streaming layer by layer (text encoder), else 0 */
+    int64_t dev_bytes;    /* device memory it takes streaming layer by layer (text encoder), else 0 */
     double t_device; /* predicted seconds on the device streaming layer by layer (text encoder), 0 if none */
+    int on_device;   /* the text encoder runs on the device: a device budget holds dev_bytes */
     char detail[320];
 } h3_stage_plan;
 

@@ -6,10 +6,15 @@
 
 #include "base/alloc.h"
 #include "base/fs.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "mem/pack.h"
+#include "mem/streamer.h"
 #include "quant/qload.h"
+#include "quant/quant.h"
 
-#define TE_ACT_DTYPE H3_F32
+#define TE_ACT_DTYPE H3_F32   /* the output, and every activation on the host */
+#define TE_DEV_DTYPE H3_BF16  /* activations on the device (as transformers runs the model in bf16) */
 
 struct h3_text_encoder {
     h3_te_config cfg;
@@ -262,9 +267,8 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     te->stats.max_layer_acquired = -1;
     te->act_place = opts ? opts->act_place : H3_PLACE_HOST;
     te->chunk_rows = (opts && opts->chunk_rows > 0) ? opts->chunk_rows : 512;
-    if (te->act_place != H3_PLACE_HOST && te->act_place != H3_PLACE_PINNED)
-        H3_FAIL(H3_ERR_UNSUPPORTED, "text encoder: activations on the %s are not supported yet (host only)",
-                h3_place_name(te->act_place));
+    if (te->act_place == H3_PLACE_DEVICE && !h3_cuda_compiled())
+        H3_FAIL(H3_ERR_UNSUPPORTED, "text encoder: activations on the device need a build with CUDA");
     /* A model folder holding text_encoder/ stands for that folder. */
     if (h3_path_is_dir(path)) {
         sub = h3_path_join(path, "text_encoder");
@@ -360,6 +364,42 @@ void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out) {
 
 /* ---- layer weights --------------------------------------------------------------------------------------- */
 
+/* The tensors of a layer in a fixed order (the device packs them so). */
+static const struct {
+    const char *name;
+    size_t off;
+} g_layer_fields[] = {
+    {"input_layernorm.weight", offsetof(h3_te_layer_weights, input_norm)},
+    {"post_attention_layernorm.weight", offsetof(h3_te_layer_weights, post_norm)},
+    {"self_attn.q_proj.weight", offsetof(h3_te_layer_weights, q)},
+    {"self_attn.k_proj.weight", offsetof(h3_te_layer_weights, k)},
+    {"self_attn.v_proj.weight", offsetof(h3_te_layer_weights, v)},
+    {"self_attn.o_proj.weight", offsetof(h3_te_layer_weights, o)},
+    {"self_attn.q_norm.weight", offsetof(h3_te_layer_weights, q_norm)},
+    {"self_attn.k_norm.weight", offsetof(h3_te_layer_weights, k_norm)},
+    {"mlp.gate_proj.weight", offsetof(h3_te_layer_weights, gate)},
+    {"mlp.up_proj.weight", offsetof(h3_te_layer_weights, up)},
+    {"mlp.down_proj.weight", offsetof(h3_te_layer_weights, down)},
+};
+#define TE_N_FIELDS ((int)(sizeof g_layer_fields / sizeof g_layer_fields[0]))
+
+static h3_tensor *layer_field(h3_te_layer_weights *w, int i) {
+    return (h3_tensor *)((char *)w + g_layer_fields[i].off);
+}
+
+/* Views of layer i's weights over the mapped files (quantized ones in their stored form). */
+static h3_status fetch_layer(h3_text_encoder *te, int layer, h3_te_layer_weights *c) {
+    h3_status st = H3_OK;
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < TE_N_FIELDS && st == H3_OK; i++) {
+        char n[256];
+        snprintf(n, sizeof n, "%slayers.%d.%s", te->prefix, layer, g_layer_fields[i].name);
+        st = h3_qweight_get_name(&te->set, te->gguf, n, layer_field(c, i));
+    }
+    if (st != H3_OK) free_layer(c);
+    return st;
+}
+
 h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer, const h3_te_layer_weights **w) {
     (void)ex;
     *w = NULL;
@@ -370,32 +410,8 @@ h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int la
         return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held", layer,
                       te->acquired);
     h3_te_layer_weights *c = &te->cur;
-    static const struct {
-        const char *name;
-        size_t off;
-    } names[] = {
-        {"input_layernorm.weight", offsetof(h3_te_layer_weights, input_norm)},
-        {"post_attention_layernorm.weight", offsetof(h3_te_layer_weights, post_norm)},
-        {"self_attn.q_proj.weight", offsetof(h3_te_layer_weights, q)},
-        {"self_attn.k_proj.weight", offsetof(h3_te_layer_weights, k)},
-        {"self_attn.v_proj.weight", offsetof(h3_te_layer_weights, v)},
-        {"self_attn.o_proj.weight", offsetof(h3_te_layer_weights, o)},
-        {"self_attn.q_norm.weight", offsetof(h3_te_layer_weights, q_norm)},
-        {"self_attn.k_norm.weight", offsetof(h3_te_layer_weights, k_norm)},
-        {"mlp.gate_proj.weight", offsetof(h3_te_layer_weights, gate)},
-        {"mlp.up_proj.weight", offsetof(h3_te_layer_weights, up)},
-        {"mlp.down_proj.weight", offsetof(h3_te_layer_weights, down)},
-    };
-    h3_status st = H3_OK;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && st == H3_OK; i++) {
-        char n[256];
-        snprintf(n, sizeof n, "%slayers.%d.%s", te->prefix, layer, names[i].name);
-        st = h3_qweight_get_name(&te->set, te->gguf, n, (h3_tensor *)((char *)c + names[i].off));
-    }
-    if (st != H3_OK) {
-        free_layer(c);
-        return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
-    }
+    h3_status st = fetch_layer(te, layer, c);
+    if (st != H3_OK) return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
     te->acquired = layer;
     te->stats.acquires++;
     if (layer > te->stats.max_layer_acquired) te->stats.max_layer_acquired = layer;
@@ -475,20 +491,21 @@ static void ws_free(te_ws *w) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
 }
 
-static h3_status ws_alloc(h3_text_encoder *te, int64_t n, te_ws *w) {
+/* The forward's buffers: activations in dt at the activation place, rotary tables in f32. */
+static h3_status ws_alloc(h3_text_encoder *te, int64_t n, h3_dtype dt, te_ws *w) {
     const h3_te_config *c = &te->cfg;
     const int64_t D = c->head_dim, chunk = n < te->chunk_rows ? n : te->chunk_rows;
     const h3_place pl = te->act_place;
     memset(w, 0, sizeof *w);
-    H3_TRY(h3_tensor_alloc2(&w->h, pl, TE_ACT_DTYPE, n, c->hidden, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->q, pl, TE_ACT_DTYPE, n, c->heads * D, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->k, pl, TE_ACT_DTYPE, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->v, pl, TE_ACT_DTYPE, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->o, pl, TE_ACT_DTYPE, n, c->heads * D, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->gu, pl, TE_ACT_DTYPE, chunk, 2 * c->intermediate, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->g, pl, TE_ACT_DTYPE, chunk, c->intermediate, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->cos, pl, TE_ACT_DTYPE, n, D, H3_MEM_ACTIVATIONS));
-    H3_TRY(h3_tensor_alloc2(&w->sin, pl, TE_ACT_DTYPE, n, D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->h, pl, dt, n, c->hidden, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->q, pl, dt, n, c->heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->k, pl, dt, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->v, pl, dt, n, c->kv_heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->o, pl, dt, n, c->heads * D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->gu, pl, dt, chunk, 2 * c->intermediate, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->g, pl, dt, chunk, c->intermediate, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->cos, pl, H3_F32, n, D, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(&w->sin, pl, H3_F32, n, D, H3_MEM_ACTIVATIONS));
     return H3_OK;
 }
 
@@ -544,6 +561,172 @@ static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_w
     return H3_OK;
 }
 
+/* ---- on a device ----------------------------------------------------------------------------------------
+ * The layers stream through a ring of two device slots (h3_streamer): each layer's tensors packed in the order of
+ * g_layer_fields (quantized ones with their scales), read from the mapped files into pinned staging on a read
+ * stream and copied while the previous layer computes. Activations are bf16 (the residual stream too, as
+ * transformers runs the model), the rotary tables f32; the output is converted to f32 at the end. Everything the
+ * stage takes from the device is returned before encode returns. */
+
+typedef struct te_dev {
+    int n;
+    h3_te_layer_weights *host; /* [n] views over the files: the packs' sources */
+    h3_pack *packs;            /* [n] */
+    h3_stream_seg *segs;
+    h3_stream_item *items;
+    int *order;
+    int64_t slot_bytes;
+    int quantized, need_staging;
+} te_dev;
+
+static void te_dev_free(te_dev *d) {
+    if (d->host)
+        for (int l = 0; l < d->n; l++) free_layer(&d->host[l]);
+    h3_free(d->host);
+    h3_free(d->packs);
+    h3_free(d->segs);
+    h3_free(d->items);
+    h3_free(d->order);
+    memset(d, 0, sizeof *d);
+}
+
+/* Packs and stream items of layers 0..n-1. */
+static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    d->host = h3_calloc((size_t)n, sizeof *d->host, H3_MEM_OTHER);
+    d->packs = h3_calloc((size_t)n, sizeof *d->packs, H3_MEM_OTHER);
+    d->items = h3_calloc((size_t)n, sizeof *d->items, H3_MEM_OTHER);
+    d->order = h3_calloc((size_t)n, sizeof *d->order, H3_MEM_OTHER);
+    if (!d->host || !d->packs || !d->items || !d->order) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    const h3_st_set *set = te->have_set ? &te->set : NULL;
+    int64_t nsegs = 0;
+    for (int l = 0; l < n; l++) {
+        H3_TRY_CTX(fetch_layer(te, l, &d->host[l]), "fetching the weights of text-encoder layer %d", l);
+        for (int i = 0; i < TE_N_FIELDS; i++) {
+            const h3_tensor *t = layer_field(&d->host[l], i);
+            const char *why;
+            if (!h3_quant_gpu_supported(t, &why))
+                return H3_ERR(H3_ERR_UNSUPPORTED,
+                              "text-encoder layer %d: %s weights (%s) run on the CPU only for now: use --device cpu",
+                              l, h3_dtype_name(t->dtype), why);
+            h3_pack_add(&d->packs[l], t, 0);
+        }
+        int pin;
+        nsegs += h3_pack_segs(set, &d->packs[l], 0, 0, NULL, &pin);
+        d->quantized |= d->packs[l].quantized;
+        if (d->packs[l].bytes > d->slot_bytes) d->slot_bytes = d->packs[l].bytes;
+        d->order[l] = l;
+    }
+    d->segs = h3_calloc((size_t)(nsegs ? nsegs : 1), sizeof *d->segs, H3_MEM_OTHER);
+    if (!d->segs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0, o = 0; l < n; l++) {
+        h3_stream_item *it = &d->items[l];
+        int pin;
+        it->segs = d->segs + o;
+        it->n_segs = h3_pack_segs(set, &d->packs[l], 0, 0, d->segs + o, &pin);
+        o += it->n_segs;
+        it->bytes = d->packs[l].bytes;
+        it->src_pinned = pin;
+        it->tier = pin ? H3_TIER_PINNED : H3_TIER_DISK; /* read once per encode, never held in pinned memory */
+        d->need_staging |= !pin;
+    }
+    return H3_OK;
+}
+
+static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
+                               h3_tensor *out) {
+    const h3_te_config *c = &te->cfg;
+    const int64_t C = c->hidden, D = c->head_dim;
+    h3_status st = H3_OK;
+    h3_tensor he = {0}, hc = {0}, hs = {0}, x = {0};
+    te_ws s;
+    memset(&s, 0, sizeof s);
+    te_dev d;
+    memset(&d, 0, sizeof d);
+    h3_streamer *str = NULL;
+    /* the prompt's embedding rows, gathered on the host */
+    H3_CHECK(h3_tensor_alloc2(&he, H3_PLACE_HOST, H3_F32, n, C, H3_MEM_ACTIVATIONS));
+    H3_CHECK(gather_embeddings(te, ids, n, &he));
+    H3_CHECK(h3_copy(ex, out, &he));
+    if (layer == 0) goto sync;
+    H3_CHECK(te_dev_make(te, layer, &d));
+    H3_CHECK(ws_alloc(te, n, TE_DEV_DTYPE, &s));
+    H3_CHECK(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, TE_DEV_DTYPE, n, C, H3_MEM_ACTIVATIONS));
+    H3_CHECK(h3_op_convert(ex, &x, out));
+    H3_CHECK(h3_tensor_alloc2(&hc, H3_PLACE_HOST, H3_F32, n, D, H3_MEM_ACTIVATIONS));
+    H3_CHECK(h3_tensor_alloc2(&hs, H3_PLACE_HOST, H3_F32, n, D, H3_MEM_ACTIVATIONS));
+    h3_te_rope_tables(c, n, hc.data, hs.data);
+    H3_CHECK(h3_copy(ex, &s.cos, &hc));
+    H3_CHECK(h3_copy(ex, &s.sin, &hs));
+    if (d.quantized) H3_CHECK(h3_cuda_qgemm_reserve(ex));
+    {
+        h3_streamer_config sc = {H3_PLACE_DEVICE, layer > 1 ? 2 : 1, d.slot_bytes,
+                                 d.need_staging ? H3_PLAN_STAGING : 0, NULL, 0};
+        H3_CHECK_CTX(h3_streamer_create(ex, &sc, d.items, d.n, &str), "streaming the text encoder's layers");
+        H3_CHECK(h3_streamer_set_order(str, d.order, d.n, 0));
+    }
+    for (int l = 0; l < layer; l++) {
+        void *base;
+        h3_te_layer_weights w;
+        memset(&w, 0, sizeof w);
+        H3_CHECK_CTX(h3_streamer_acquire(str, l, &base), "text-encoder layer %d", l);
+        for (int i = 0; i < TE_N_FIELDS; i++) h3_pack_view(&d.packs[l], i, base, H3_PLACE_DEVICE, layer_field(&w, i));
+        st = run_layer(te, ex, &w, &x, &s);
+        h3_streamer_release(str, l);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st, "text-encoder layer %d", l);
+            goto done;
+        }
+        te->stats.layers_run++;
+        te->stats.acquires++;
+        te->stats.releases++;
+        if (l > te->stats.max_layer_acquired) te->stats.max_layer_acquired = l;
+    }
+    H3_CHECK(h3_streamer_sync(str));
+    H3_CHECK(h3_op_convert(ex, out, &x));
+sync:
+    H3_CHECK(h3_exec_sync(ex));
+done:
+    h3_streamer_free(str);
+    te_dev_free(&d);
+    ws_free(&s);
+    h3_tensor *ts[] = {&he, &hc, &hs, &x};
+    for (int i = 0; i < 4; i++) h3_tensor_free(ts[i]);
+    return st;
+}
+
+static int64_t granule64(int64_t b) {
+    const int64_t a = H3_CUDA_ARENA_ALIGN;
+    return b <= 0 ? 0 : (b + a - 1) / a * a;
+}
+
+int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) {
+    const h3_te_config *c = &te->cfg;
+    if (layer > c->n_layers) layer = (int)c->n_layers;
+    const int64_t C = c->hidden, D = c->head_dim, F = c->intermediate, ch = n < te->chunk_rows ? n : te->chunk_rows;
+    int64_t slot = 0;
+    int quantized = 0;
+    for (int l = 0; l < layer; l++) {
+        h3_te_layer_weights w;
+        if (fetch_layer(te, l, &w) != H3_OK) {
+            h3_clear_error();
+            return -1;
+        }
+        h3_pack p;
+        memset(&p, 0, sizeof p);
+        for (int i = 0; i < TE_N_FIELDS; i++) h3_pack_add(&p, layer_field(&w, i), 0);
+        free_layer(&w);
+        if (p.bytes > slot) slot = p.bytes;
+        quantized |= p.quantized;
+    }
+    const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
+    int64_t act = granule64(n * C * es) * 2 /* h, x */ + granule64(n * c->heads * D * es) * 2 /* q, o */ +
+                  granule64(n * c->kv_heads * D * es) * 2 + granule64(ch * 2 * F * es) + granule64(ch * F * es) +
+                  granule64(n * D * 4) * 2 + granule64(n * C * 4) /* the f32 output */;
+    return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) + (layer > 1 ? 2 : 1) * slot + act;
+}
+
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
                                  h3_tensor *out) {
     const h3_te_config *c = &te->cfg;
@@ -563,10 +746,13 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     if (out->place != te->act_place)
         return H3_ERR(H3_ERR_INVALID, "text encoder: the output is on the %s, activations on the %s",
                       h3_place_name(out->place), h3_place_name(te->act_place));
-    H3_TRY(gather_embeddings(te, ids, n, out));
-    if (layer == 0) return H3_OK;
+    if (te->act_place != H3_PLACE_DEVICE) {
+        H3_TRY(gather_embeddings(te, ids, n, out));
+        if (layer == 0) return H3_OK;
+    }
+    if (te->act_place == H3_PLACE_DEVICE) return encode_device(te, ex, ids, n, layer, out);
     te_ws s;
-    h3_status st = ws_alloc(te, n, &s);
+    h3_status st = ws_alloc(te, n, TE_ACT_DTYPE, &s);
     if (st == H3_OK) h3_te_rope_tables(c, n, s.cos.data, s.sin.data);
     for (int l = 0; l < layer && st == H3_OK; l++) {
         const h3_te_layer_weights *w;

@@ -67,7 +67,8 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
 
 typedef struct h3_te_open_opts {
     const char *config_path; /* config.json to use; NULL: config.json beside the weights if any, else the shapes */
-    h3_place act_place;      /* where activations live: HOST (or PINNED) for now */
+    h3_place act_place;      /* where activations live: HOST (or PINNED), or DEVICE: the layers then stream through
+                              * two device slots (bf16 activations), the CUDA backend must be up */
     int64_t chunk_rows;      /* rows per MLP chunk (bounds the [rows, 2F] scratch); 0: 512 */
 } h3_te_open_opts;
 
@@ -88,6 +89,11 @@ h3_layout h3_text_encoder_layout(const h3_text_encoder *te);
  * activation place. 0 <= layer <= n_layers; ids must lie in [0, vocab). n >= 1. */
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
                                  h3_tensor *out);
+
+/* Device bytes h3_text_encoder_encode takes with activations on the device for n tokens up to hidden state
+ * `layer` (the backend's workspace, the quantized GEMMs' scratch when a layer is quantized, two layer slots,
+ * the activations and the f32 output); -1 when a layer's weights cannot be read. Headers only. */
+int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer);
 
 /* ---- layer weights: one acquire/release pair per layer ---------------------------------------------------- */
 

@@ -501,10 +501,42 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     h3_status st = H3_OK;
     h3_text_encoder *te = NULL;
     stage_begin(g, H3_GEN_TEXT_ENCODER, 0);
-    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
+    h3_tensor dh = {0};
+    int on_device = 0;
+    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
+        /* On the GPU when its layer slots and activations fit the device budget; the stage gives its memory back
+         * (the backend shuts down) before the DiT's starts. */
+        H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
+        const int64_t need = h3_text_encoder_device_bytes(te, n, H3_TE_LAYER), budget = g->plan->budgets.vram;
+        h3_text_encoder_close(te);
+        te = NULL;
+        on_device = need > 0 && need <= budget;
+        if (!on_device)
+            h3_log(H3_LOG_INFO, "text encoder on the CPU: it needs %.2f GiB of the device, the budget is %.2f GiB",
+                   need / 1073741824.0, budget / 1073741824.0);
+        else
+            h3_log(H3_LOG_INFO, "text encoder on the GPU: layers streamed through 2 slots, %.2f GiB of the device",
+                   need / 1073741824.0);
+    }
+    h3_te_open_opts to;
+    memset(&to, 0, sizeof to);
+    to.act_place = on_device ? H3_PLACE_DEVICE : H3_PLACE_HOST;
+    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, &to, &te), "the text encoder");
     const h3_te_config *c = h3_text_encoder_config(te);
     H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
-    H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden), "the text encoder");
+    if (on_device) {
+        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
+        g->cuda_on = 1;
+        H3_CHECK(h3_tensor_alloc2(&dh, H3_PLACE_DEVICE, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
+        H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, &dh), "the text encoder");
+        H3_CHECK(h3_copy(&g->ex, hidden, &dh));
+        H3_CHECK(h3_exec_sync(&g->ex));
+        h3_tensor_free(&dh);
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    } else {
+        H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden), "the text encoder");
+    }
     h3_text_encoder_close(te);
     te = NULL;
     int64_t bad = 0;
@@ -517,6 +549,11 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     stage_end(g);
 done:
     h3_text_encoder_close(te);
+    if (dh.data) h3_tensor_free(&dh);
+    if (g->cuda_on) {
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    }
     return st;
 }
 

@@ -11,7 +11,7 @@ cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA=ON 
 cmake --build build-dev -j"$(nproc)" >/dev/null
 rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
 # H3_BUNDLE_PROGS overrides the list (h3run pulls in libav and its codec libraries: ~150 MB of them).
-read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda bench_cuda_kernels bench_dit_cuda}"
+read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda test_te_cuda test_streamer bench_cuda_kernels bench_dit_cuda}"
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "build-dev/$p" ] && cp "build-dev/$p" .devbundle/bin/; done
 wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
-#   steps: info ops attn bench sdpa (the default set), dit-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
+#   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,6 +28,7 @@ for s in "${steps[@]}"; do
         sdpa) python3 bench/attention_sdpa.py 2>&1 | tee "$OUT/attention_sdpa.log"; rc=$((rc | PIPESTATUS[0])) ;;
         streamer) $B/test_streamer 2>&1 | tee "$OUT/test_streamer.log"; rc=$((rc | PIPESTATUS[0])) ;;
         stream-bench) $B/bench_dit_stream ${STREAM_ARGS:-} 2>&1 | tee "$OUT/bench_dit_stream.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        te-test) $B/test_te_cuda 2>&1 | tee "$OUT/test_te_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-test) $B/test_dit_cuda 2>&1 | tee "$OUT/test_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
