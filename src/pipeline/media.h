@@ -82,4 +82,21 @@ void h3_png_seq_close(h3_png_seq *s);
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
                        int sample_rate);
 
+/* ---- reading a clip back (media_read.c) ------------------------------------------------------------------ */
+
+/* A decoded clip, whole in memory: frames as planar float RGB in [0, 1] (frame t, plane c at rgb + (t·3 + c)·H·W,
+ * BT.709 limited range undone as h3run writes it), sound as float per channel (right = left for mono). */
+typedef struct h3_clip {
+    int width, height;
+    int64_t frames;
+    double fps;
+    float *rgb;
+    int sample_rate, channels; /* 0 without an audio stream */
+    int64_t samples;
+    float *left, *right;
+} h3_clip;
+/* The first video stream (and audio stream, if any) of a file libavformat opens (MP4 among them). */
+h3_status h3_clip_read(const char *path, h3_clip *out);
+void h3_clip_free(h3_clip *c);
+
 #endif

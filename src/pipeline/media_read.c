@@ -1,0 +1,186 @@
+/* Reading a clip back (media.h, h3_clip_read): the first video and audio streams of any file libavformat opens,
+ * decoded whole into memory: frames to planar float RGB (BT.709 limited range, as h3run writes them), sound to
+ * float per channel. For checks of what was written (the adherence check, tests), not for long videos. */
+#include <string.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+
+#include "base/alloc.h"
+#include "pipeline/media.h"
+
+static h3_status av_fail(int err, const char *what, const char *path) {
+    char msg[128];
+    av_strerror(err, msg, sizeof msg);
+    return H3_ERR(H3_ERR_IO, "%s %s: %s", what, path, msg);
+}
+
+/* Appends to a growing float array. */
+static int grow(float **a, int64_t *cap, int64_t need) {
+    if (need <= *cap) return 1;
+    int64_t nc = *cap ? *cap : 1 << 16;
+    while (nc < need) nc *= 2;
+    float *n = h3_realloc(*a, (size_t)nc * sizeof(float), H3_MEM_IO);
+    if (!n) return 0;
+    *a = n;
+    *cap = nc;
+    return 1;
+}
+
+typedef struct {
+    h3_clip *c;
+    struct SwsContext *sws;
+    uint8_t *rgb24;
+    int64_t cap_rgb, cap_l, cap_r;
+} reader;
+
+static h3_status take_video(reader *r, const AVFrame *f) {
+    h3_clip *c = r->c;
+    if (!r->sws) {
+        c->width = f->width;
+        c->height = f->height;
+        r->sws = sws_getContext(f->width, f->height, (enum AVPixelFormat)f->format, f->width, f->height,
+                                AV_PIX_FMT_RGB24, SWS_BILINEAR, NULL, NULL, NULL);
+        r->rgb24 = h3_malloc((size_t)f->width * f->height * 3, H3_MEM_IO);
+        if (!r->sws || !r->rgb24) return H3_ERR(H3_ERR_NOMEM, "out of memory for the frame converter");
+        const int *coef709 = sws_getCoefficients(SWS_CS_ITU709);
+        sws_setColorspaceDetails(r->sws, coef709, 0, coef709, 1, 0, 1 << 16, 1 << 16);
+    }
+    if (f->width != c->width || f->height != c->height)
+        return H3_ERR(H3_ERR_FORMAT, "the video changes size mid-stream (%dx%d to %dx%d)", c->width, c->height,
+                      f->width, f->height);
+    uint8_t *dst[1] = {r->rgb24};
+    int dst_stride[1] = {3 * c->width};
+    sws_scale(r->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, dst_stride);
+    const int64_t P = (int64_t)c->width * c->height;
+    if (!grow(&c->rgb, &r->cap_rgb, (c->frames + 1) * 3 * P)) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    float *o = c->rgb + c->frames * 3 * P;
+    for (int64_t i = 0; i < P; i++)
+        for (int k = 0; k < 3; k++) o[k * P + i] = r->rgb24[3 * i + k] / 255.0f;
+    c->frames++;
+    return H3_OK;
+}
+
+static float sample_at(const AVFrame *f, int ch, int i) {
+    const int planar = av_sample_fmt_is_planar((enum AVSampleFormat)f->format);
+    const int nch = f->ch_layout.nb_channels;
+    const uint8_t *base = planar ? f->extended_data[ch] : f->extended_data[0];
+    const int idx = planar ? i : i * nch + ch;
+    switch (av_get_packed_sample_fmt((enum AVSampleFormat)f->format)) {
+        case AV_SAMPLE_FMT_FLT: return ((const float *)base)[idx];
+        case AV_SAMPLE_FMT_DBL: return (float)((const double *)base)[idx];
+        case AV_SAMPLE_FMT_S16: return ((const int16_t *)base)[idx] / 32768.0f;
+        case AV_SAMPLE_FMT_S32: return (float)(((const int32_t *)base)[idx] / 2147483648.0);
+        default: return 0.0f;
+    }
+}
+
+static h3_status take_audio(reader *r, const AVFrame *f) {
+    h3_clip *c = r->c;
+    const int nch = f->ch_layout.nb_channels;
+    c->channels = nch;
+    c->sample_rate = f->sample_rate;
+    if (!grow(&c->left, &r->cap_l, c->samples + f->nb_samples) ||
+        !grow(&c->right, &r->cap_r, c->samples + f->nb_samples))
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < f->nb_samples; i++) {
+        c->left[c->samples + i] = sample_at(f, 0, i);
+        c->right[c->samples + i] = sample_at(f, nch > 1 ? 1 : 0, i);
+    }
+    c->samples += f->nb_samples;
+    return H3_OK;
+}
+
+/* Sends pkt (NULL: flush) to dec and takes every frame it gives. */
+static h3_status decode(reader *r, AVCodecContext *dec, const AVPacket *pkt, AVFrame *fr, int video,
+                        const char *path) {
+    int e = avcodec_send_packet(dec, pkt);
+    if (e < 0 && e != AVERROR_EOF) return av_fail(e, "decoding", path);
+    for (;;) {
+        e = avcodec_receive_frame(dec, fr);
+        if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return H3_OK;
+        if (e < 0) return av_fail(e, "decoding", path);
+        h3_status st = video ? take_video(r, fr) : take_audio(r, fr);
+        av_frame_unref(fr);
+        if (st != H3_OK) return st;
+    }
+}
+
+static h3_status open_dec(AVFormatContext *fmt, int idx, AVCodecContext **out, const char *path) {
+    const AVCodecParameters *par = fmt->streams[idx]->codecpar;
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    if (!codec) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: no decoder for its %s stream", path, avcodec_get_name(par->codec_id));
+    AVCodecContext *d = avcodec_alloc_context3(codec);
+    if (!d) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    int e = avcodec_parameters_to_context(d, par);
+    if (e >= 0) e = avcodec_open2(d, codec, NULL);
+    if (e < 0) {
+        avcodec_free_context(&d);
+        return av_fail(e, "opening the decoder of", path);
+    }
+    *out = d;
+    return H3_OK;
+}
+
+h3_status h3_clip_read(const char *path, h3_clip *out) {
+    memset(out, 0, sizeof *out);
+    AVFormatContext *fmt = NULL;
+    AVCodecContext *vd = NULL, *ad = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *fr = av_frame_alloc();
+    reader r;
+    memset(&r, 0, sizeof r);
+    r.c = out;
+    h3_status st = H3_OK;
+    int e;
+    if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
+        st = av_fail(e, "opening", path);
+        goto done;
+    }
+    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
+        st = av_fail(e, "reading the streams of", path);
+        goto done;
+    }
+    const int vi = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    const int ai = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
+    if (vi < 0) H3_FAIL(H3_ERR_FORMAT, "%s has no video stream", path);
+    H3_CHECK(open_dec(fmt, vi, &vd, path));
+    if (ai >= 0) H3_CHECK(open_dec(fmt, ai, &ad, path));
+    {
+        AVRational fr_rate = fmt->streams[vi]->avg_frame_rate;
+        out->fps = fr_rate.den ? av_q2d(fr_rate) : 0;
+    }
+    while ((e = av_read_frame(fmt, pkt)) >= 0) {
+        if (pkt->stream_index == vi) st = decode(&r, vd, pkt, fr, 1, path);
+        else if (ad && pkt->stream_index == ai) st = decode(&r, ad, pkt, fr, 0, path);
+        av_packet_unref(pkt);
+        if (st != H3_OK) goto done;
+    }
+    if (e != AVERROR_EOF) {
+        st = av_fail(e, "reading", path);
+        goto done;
+    }
+    H3_CHECK(decode(&r, vd, NULL, fr, 1, path));
+    if (ad) H3_CHECK(decode(&r, ad, NULL, fr, 0, path));
+    if (out->frames == 0) H3_FAIL(H3_ERR_FORMAT, "%s: its video stream holds no frames", path);
+done:
+    sws_freeContext(r.sws);
+    h3_free(r.rgb24);
+    avcodec_free_context(&vd);
+    avcodec_free_context(&ad);
+    avformat_close_input(&fmt);
+    av_packet_free(&pkt);
+    av_frame_free(&fr);
+    if (st != H3_OK) h3_clip_free(out);
+    return st;
+}
+
+void h3_clip_free(h3_clip *c) {
+    if (!c) return;
+    h3_free(c->rgb);
+    h3_free(c->left);
+    h3_free(c->right);
+    memset(c, 0, sizeof *c);
+}

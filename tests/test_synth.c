@@ -1,0 +1,167 @@
+/* The synthetic world and the adherence check (src/synth/world.h).
+ *
+ * split: 324 combinations, 54 held out, every colour, shape, background and motion on both sides.
+ * ground_truth: every combination rendered (fixed and random free parameters) and measured: the check must find
+ * the scene's colour, motion, pitch and pan every time. captions: H3's fields and the scene's words.
+ * mp4: clips written through h3run's MP4 writer (H.264 + AAC) and read back: the check survives compression.
+ * noise: random frames and sound must score near chance: the check can fail. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "pipeline/media.h"
+#include "synth/world.h"
+#include "testutil.h"
+
+enum { W = 64, H = 64, T = 56 };
+
+static void test_split(void) {
+    int held = 0, seen[4][8][2];
+    memset(seen, 0, sizeof seen);
+    for (int k = 0; k < H3_SY_COMBOS; k++) {
+        int c, s, b, m, h = h3_synth_heldout(k);
+        h3_synth_combo(k, &c, &s, &b, &m);
+        held += h;
+        seen[0][c][h] = seen[1][s][h] = seen[2][b][h] = seen[3][m][h] = 1;
+    }
+    CHECK(held == 54, "%d held-out combinations", held);
+    const int counts[4] = {H3_SY_COLORS, H3_SY_SHAPES, H3_SY_BACKGROUNDS, H3_SY_MOTIONS};
+    for (int a = 0; a < 4; a++)
+        for (int v = 0; v < counts[a]; v++)
+            CHECK(seen[a][v][0] && seen[a][v][1], "attribute %d value %d is not on both sides of the split", a, v);
+    for (int k = 0; k < 54; k++) CHECK(h3_synth_heldout(h3_synth_heldout_combo(k)), "held-out index %d", k);
+    CHECK(h3_synth_heldout_combo(54) == -1, "a 55th held-out combination");
+}
+
+static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const char *what) {
+    const int64_t n = h3_synth_samples(t);
+    float *rgb = malloc((size_t)(t * 3 * w * h) * sizeof(float));
+    float *l = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
+    h3_synth_render(s, w, h, t, rgb, l, r);
+    h3_synth_measurement m;
+    CHECK_OK(h3_synth_measure(rgb, w, h, t, l, r, n, H3_SY_SAMPLE_RATE, &m));
+    h3_synth_score sc;
+    h3_synth_score_of(s, &m, &sc);
+    CHECK(sc.color && sc.motion && sc.pitch && sc.pan,
+          "%s: %s %s %s %s: measured colour %s, motion %s (dx %.2f dy %.2f swing %.2f), pitch %s, pan %s "
+          "(%.2f -> %.2f), expected pan %s",
+          what, h3_synth_color_name(s->color), h3_synth_shape_name(s->shape), h3_synth_background_name(s->background),
+          h3_synth_motion_name(s->motion), h3_synth_color_name(m.color), h3_synth_motion_name(m.motion), m.dx, m.dy,
+          m.y_swing, h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), m.pan_start, m.pan_end,
+          h3_synth_pan_name(h3_synth_expected_pan(s)));
+    free(rgb);
+    free(l);
+    free(r);
+}
+
+static void test_ground_truth(void) {
+    for (int k = 0; k < H3_SY_COMBOS; k++) {
+        h3_synth_scene s;
+        h3_synth_scene_make(k, 0, &s);
+        check_scene(&s, W, H, T, "fixed");
+        h3_synth_scene_make(k, 1000 + (uint64_t)k * 7919, &s);
+        check_scene(&s, W, H, T, "random");
+    }
+    /* other canvases and lengths: 17n+5 frames */
+    h3_synth_scene s;
+    h3_synth_scene_make(h3_synth_heldout_combo(7), 5, &s);
+    check_scene(&s, 128, 96, 22, "128x96, 22 frames");
+    check_scene(&s, 96, 128, 73, "96x128, 73 frames");
+}
+
+static void test_captions(void) {
+    char a[512], b[512];
+    for (int k = 0; k < H3_SY_COMBOS; k++) {
+        h3_synth_scene s;
+        h3_synth_scene_make(k, (uint64_t)k + 1, &s);
+        int len = h3_synth_caption(&s, a, sizeof a);
+        CHECK(len > 0 && len < (int)sizeof a, "caption length %d", len);
+        h3_synth_caption(&s, b, sizeof b);
+        CHECK(!strcmp(a, b), "captions differ between calls");
+        CHECK(!strncmp(a, "integrated_multimodal_description: [Shot 1] ", 44), "caption start: %s", a);
+        CHECK(strstr(a, " overall_soundscape: ") && strstr(a, "non_diegetic_music: none."), "fields: %s", a);
+        CHECK(strstr(a, h3_synth_color_name(s.color)) && strstr(a, h3_synth_shape_name(s.shape)) &&
+                  strstr(a, h3_synth_background_name(s.background)),
+              "caption lacks the scene's words: %s", a);
+        if (s.motion == H3_SY_BOUNCE) CHECK(strstr(a, "click"), "bounce without a click: %s", a);
+    }
+    h3_synth_scene s;
+    h3_synth_scene_make(h3_synth_heldout_combo(0), 0, &s);
+    h3_synth_caption(&s, a, sizeof a);
+    printf("  held-out prompt 0: %s\n", a);
+}
+
+static void test_mp4(void) {
+    for (int m = 0; m < H3_SY_MOTIONS; m++) {
+        const int k = m * (H3_SY_COLORS * H3_SY_SHAPES * H3_SY_BACKGROUNDS) + (m * 7) % 18;
+        h3_synth_scene s;
+        h3_synth_scene_make(k, 77 + (uint64_t)m, &s);
+        const int64_t n = h3_synth_samples(T);
+        float *rgb = malloc((size_t)(T * 3 * 128 * 128) * sizeof(float));
+        float *l = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
+        h3_synth_render(&s, 128, 128, T, rgb, l, r);
+        char path[1024];
+        t_tmp_path("synth.mp4", path, sizeof path);
+        h3_mp4_opts o;
+        h3_mp4_opts_default(&o, 128, 128);
+        h3_mp4 *mp = NULL;
+        CHECK_OK(h3_mp4_open(path, &o, &mp));
+        for (int64_t f = 0; f < T && mp; f++) CHECK_OK(h3_mp4_write_frame(mp, rgb + f * 3 * 128 * 128, 128 * 128, 128));
+        if (mp) CHECK_OK(h3_mp4_write_audio(mp, l, r, n));
+        if (mp) CHECK_OK(h3_mp4_finish(mp));
+        h3_clip c;
+        CHECK_OK(h3_clip_read(path, &c));
+        CHECK(c.frames == T && c.width == 128 && c.height == 128 && c.channels == 2 && c.sample_rate == 32000,
+              "read back %lld frames %dx%d, %d channels at %d Hz", (long long)c.frames, c.width, c.height, c.channels,
+              c.sample_rate);
+        CHECK(fabs(c.fps - 24.0) < 1e-6, "fps %.3f", c.fps);
+        h3_synth_measurement me;
+        CHECK_OK(h3_synth_measure(c.rgb, c.width, c.height, c.frames, c.left, c.right, c.samples, c.sample_rate, &me));
+        h3_synth_score sc;
+        h3_synth_score_of(&s, &me, &sc);
+        CHECK(sc.color && sc.motion && sc.pitch && sc.pan, "mp4 %s: colour %s motion %s pitch %s pan %s",
+              h3_synth_motion_name(s.motion), h3_synth_color_name(me.color), h3_synth_motion_name(me.motion),
+              h3_synth_color_name(me.pitch), h3_synth_pan_name(me.pan));
+        h3_clip_free(&c);
+        unlink(path);
+        free(rgb);
+        free(l);
+        free(r);
+    }
+    h3_clip c;
+    CHECK_ERR(h3_clip_read("/nonexistent/clip.mp4", &c), H3_ERR_IO, "/nonexistent/clip.mp4");
+}
+
+static void test_noise(void) {
+    int hits[4] = {0, 0, 0, 0};
+    const int64_t n = h3_synth_samples(T);
+    float *rgb = malloc((size_t)(T * 3 * W * H) * sizeof(float));
+    float *l = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
+    for (int k = 0; k < 54; k++) {
+        h3_synth_scene s;
+        h3_synth_scene_make(h3_synth_heldout_combo(k), 0, &s);
+        for (int64_t i = 0; i < T * 3 * W * H; i++) rgb[i] = (float)(t_rand_u64() % 1000) / 999.0f;
+        t_fill_randn(l, (size_t)n, 0.1);
+        t_fill_randn(r, (size_t)n, 0.1);
+        h3_synth_measurement m;
+        CHECK_OK(h3_synth_measure(rgb, W, H, T, l, r, n, H3_SY_SAMPLE_RATE, &m));
+        h3_synth_score sc;
+        h3_synth_score_of(&s, &m, &sc);
+        hits[0] += sc.color, hits[1] += sc.motion, hits[2] += sc.pitch, hits[3] += sc.pan;
+    }
+    printf("  noise over the 54 held-out prompts: colour %d, motion %d, pitch %d, pan %d right\n", hits[0], hits[1],
+           hits[2], hits[3]);
+    for (int a = 0; a < 3; a++) CHECK(hits[a] <= 20, "noise scores %d of 54 on attribute %d", hits[a], a);
+    free(rgb);
+    free(l);
+    free(r);
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {{"split", test_split},       {"ground_truth", test_ground_truth},
+                                   {"captions", test_captions}, {"mp4", test_mp4},
+                                   {"noise", test_noise},       {NULL, NULL}};
+    return t_main("test_synth", cases, argc, argv);
+}

@@ -1,0 +1,274 @@
+/* h3-synth: the synthetic world of h3run's small trained model (src/synth/world.h): training data, the held-out
+ * prompts, single clips, and the adherence check of a generated clip.
+ *
+ *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination, caption)
+ *   h3-synth prompt K                         held-out prompt K alone (for a shell loop)
+ *   h3-synth clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]
+ *                                             one scene as an MP4 (H.264 + AAC), to look at and listen to
+ *   h3-synth check CLIP.mp4 --heldout K [--json]
+ *                                             measures the clip (colour, motion, pitch, pan) and scores it against
+ *                                             held-out prompt K; exit 0 whatever the score (3: unreadable clip)
+ *   h3-synth dataset DIR [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M]
+ *                                             N training clips (held-out combinations never appear) as
+ *                                             DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32
+ *                                             [m, 2, samples], combo I32 [m]) and DIR/captions.jsonl
+ *
+ * Defaults: 56 frames (2.33 s at 24 fps), 128x128, seed 1, 256 clips per shard. Exit status 2 for a bad
+ * command line, 1 for a failed job (with one line naming the cause). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "pipeline/media.h"
+#include "synth/world.h"
+
+static int usage(const char *why) {
+    fprintf(stderr,
+            "h3-synth: %s\n"
+            "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
+            "       | check CLIP.mp4 --heldout K [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
+            "         [--seed S] [--shard M]\n",
+            why);
+    return 2;
+}
+
+static int fail(void) {
+    fprintf(stderr, "h3-synth: error: %s\n", h3_last_error());
+    return 1;
+}
+
+typedef struct {
+    int combo, heldout, frames, w, h, clips, shard, json;
+    uint64_t seed;
+} args;
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+    char *e;
+    errno = 0;
+    long v = strtol(s, &e, 10);
+    if (errno || *e || e == s || v < lo || v > hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_opts(int argc, char **argv, int i, args *a) {
+    for (; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        if (!v) return usage("an option lacks its value");
+        i++;
+        if (!strcmp(o, "--combo")) {
+            if (!parse_int(v, 0, H3_SY_COMBOS - 1, &a->combo)) return usage("--combo takes 0..323");
+        } else if (!strcmp(o, "--heldout")) {
+            if (!parse_int(v, 0, 53, &a->heldout)) return usage("--heldout takes 0..53");
+        } else if (!strcmp(o, "--frames")) {
+            if (!parse_int(v, 5, 10000, &a->frames) || (a->frames - 5) % 17)
+                return usage("--frames takes 17n+5 (22, 39, 56, 73, ...)");
+        } else if (!strcmp(o, "--size")) {
+            if (sscanf(v, "%dx%d", &a->w, &a->h) != 2 || a->w < 16 || a->h < 16 || a->w > 4096 || a->h > 4096 ||
+                a->w % 16 || a->h % 16)
+                return usage("--size takes WxH, multiples of 16 from 16 to 4096");
+        } else if (!strcmp(o, "--clips")) {
+            if (!parse_int(v, 1, 10000000, &a->clips)) return usage("--clips takes a positive count");
+        } else if (!strcmp(o, "--shard")) {
+            if (!parse_int(v, 1, 100000, &a->shard)) return usage("--shard takes a positive count");
+        } else if (!strcmp(o, "--seed")) {
+            char *e;
+            a->seed = strtoull(v, &e, 10);
+            if (*e || e == v) return usage("--seed takes a non-negative integer");
+        } else {
+            return usage("unknown option");
+        }
+    }
+    return 0;
+}
+
+static int cmd_prompts(void) {
+    char buf[512];
+    for (int k = 0; k < 54; k++) {
+        h3_synth_scene s;
+        const int c = h3_synth_heldout_combo(k);
+        h3_synth_scene_make(c, 0, &s);
+        h3_synth_caption(&s, buf, sizeof buf);
+        printf("%d\t%d\t%s\n", k, c, buf);
+    }
+    return 0;
+}
+
+static int render_alloc(const args *a, float **rgb, float **l, float **r, int64_t *n) {
+    *n = h3_synth_samples(a->frames);
+    *rgb = h3_malloc((size_t)a->frames * 3 * (size_t)a->w * a->h * sizeof(float), H3_MEM_IO);
+    *l = h3_malloc((size_t)*n * sizeof(float), H3_MEM_IO);
+    *r = h3_malloc((size_t)*n * sizeof(float), H3_MEM_IO);
+    if (!*rgb || !*l || !*r) {
+        h3_free(*rgb), h3_free(*l), h3_free(*r);
+        H3_ERR(H3_ERR_NOMEM, "out of memory for a %dx%d clip of %d frames", a->w, a->h, a->frames);
+        return 0;
+    }
+    return 1;
+}
+
+static int cmd_clip(const char *out, const args *a) {
+    h3_synth_scene s;
+    h3_synth_scene_make(a->combo, a->seed, &s);
+    float *rgb, *l, *r;
+    int64_t n;
+    if (!render_alloc(a, &rgb, &l, &r, &n)) return fail();
+    h3_synth_render(&s, a->w, a->h, a->frames, rgb, l, r);
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, a->w, a->h);
+    h3_mp4 *m = NULL;
+    h3_status st = h3_mp4_open(out, &o, &m);
+    const int64_t P = (int64_t)a->w * a->h;
+    for (int64_t f = 0; f < a->frames && st == H3_OK; f++) st = h3_mp4_write_frame(m, rgb + f * 3 * P, P, a->w);
+    if (st == H3_OK) st = h3_mp4_write_audio(m, l, r, n);
+    if (st == H3_OK) st = h3_mp4_finish(m);
+    else if (m) h3_mp4_abort(m);
+    h3_free(rgb), h3_free(l), h3_free(r);
+    if (st != H3_OK) return fail();
+    char cap[512];
+    h3_synth_caption(&s, cap, sizeof cap);
+    printf("wrote %s: combination %d, %s\n", out, a->combo, cap);
+    return 0;
+}
+
+static int cmd_check(const char *path, const args *a) {
+    if (a->heldout < 0) return usage("check needs --heldout K");
+    h3_clip c;
+    if (h3_clip_read(path, &c) != H3_OK) {
+        fprintf(stderr, "h3-synth: error: %s\n", h3_last_error());
+        return 3;
+    }
+    h3_synth_scene s;
+    h3_synth_scene_make(h3_synth_heldout_combo(a->heldout), 0, &s);
+    h3_synth_measurement m;
+    h3_status st = h3_synth_measure(c.rgb, c.width, c.height, c.frames, c.samples ? c.left : NULL,
+                                    c.samples ? c.right : NULL, c.samples, c.sample_rate, &m);
+    h3_clip_free(&c);
+    if (st != H3_OK) return fail();
+    h3_synth_score sc;
+    h3_synth_score_of(&s, &m, &sc);
+    if (a->json)
+        printf("{\"heldout\": %d, \"expected\": {\"color\": \"%s\", \"motion\": \"%s\", \"pan\": \"%s\"}, "
+               "\"measured\": {\"color\": \"%s\", \"motion\": \"%s\", \"pitch\": \"%s\", \"pan\": \"%s\"}, "
+               "\"right\": {\"color\": %d, \"motion\": %d, \"pitch\": %d, \"pan\": %d}}\n",
+               a->heldout, h3_synth_color_name(s.color), h3_synth_motion_name(s.motion),
+               h3_synth_pan_name(h3_synth_expected_pan(&s)), h3_synth_color_name(m.color),
+               h3_synth_motion_name(m.motion), h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), sc.color,
+               sc.motion, sc.pitch, sc.pan);
+    else
+        printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s)\n", a->heldout,
+               h3_synth_color_name(m.color), sc.color ? "right" : "wrong", h3_synth_motion_name(m.motion),
+               sc.motion ? "right" : "wrong", h3_synth_color_name(m.pitch), sc.pitch ? "right" : "wrong",
+               h3_synth_pan_name(m.pan), sc.pan ? "right" : "wrong");
+    return 0;
+}
+
+static int cmd_dataset(const char *dir, const args *a) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        H3_ERR(H3_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+        return fail();
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/captions.jsonl", dir);
+    FILE *cap = fopen(path, "w");
+    if (!cap) {
+        H3_ERR(H3_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        return fail();
+    }
+    const int64_t n = h3_synth_samples(a->frames), P = (int64_t)a->w * a->h, T = a->frames;
+    float *rgb, *l, *r;
+    int64_t nn;
+    if (!render_alloc(a, &rgb, &l, &r, &nn)) return fail();
+    const int M = a->shard;
+    uint8_t *video = h3_malloc((size_t)M * T * P * 3, H3_MEM_IO);
+    float *audio = h3_malloc((size_t)M * 2 * n * sizeof(float), H3_MEM_IO);
+    int32_t *combos = h3_malloc((size_t)M * sizeof(int32_t), H3_MEM_IO);
+    if (!video || !audio || !combos) {
+        H3_ERR(H3_ERR_NOMEM, "out of memory for a shard of %d clips", M);
+        return fail();
+    }
+    uint64_t st_seed = a->seed * 0x9E3779B97F4A7C15ull + 1;
+    int written = 0, shard = 0;
+    h3_status st = H3_OK;
+    while (written < a->clips && st == H3_OK) {
+        const int m = a->clips - written < M ? a->clips - written : M;
+        for (int i = 0; i < m; i++) {
+            int k;
+            do { /* a training combination */
+                st_seed = st_seed * 6364136223846793005ull + 1442695040888963407ull;
+                k = (int)((st_seed >> 33) % H3_SY_COMBOS);
+            } while (h3_synth_heldout(k));
+            h3_synth_scene s;
+            h3_synth_scene_make(k, st_seed | 1, &s);
+            h3_synth_render(&s, a->w, a->h, T, rgb, l, r);
+            uint8_t *v = video + (size_t)i * T * P * 3;
+            for (int64_t f = 0; f < T; f++)
+                for (int64_t p = 0; p < P; p++)
+                    for (int c = 0; c < 3; c++) {
+                        float x = rgb[(f * 3 + c) * P + p];
+                        v[(f * P + p) * 3 + c] = (uint8_t)(x <= 0 ? 0 : x >= 1 ? 255 : (int)(x * 255.0f + 0.5f));
+                    }
+            memcpy(audio + (size_t)i * 2 * n, l, (size_t)n * sizeof(float));
+            memcpy(audio + (size_t)i * 2 * n + n, r, (size_t)n * sizeof(float));
+            combos[i] = k;
+            char c[512];
+            h3_synth_caption(&s, c, sizeof c);
+            fprintf(cap,
+                    "{\"shard\": %d, \"index\": %d, \"combo\": %d, \"color\": \"%s\", \"shape\": \"%s\", "
+                    "\"background\": \"%s\", \"motion\": \"%s\", \"caption\": \"%s\"}\n",
+                    shard, i, k, h3_synth_color_name(s.color), h3_synth_shape_name(s.shape),
+                    h3_synth_background_name(s.background), h3_synth_motion_name(s.motion), c);
+        }
+        h3_st_writer *w = NULL;
+        st = h3_st_writer_new(&w);
+        const int64_t vs[5] = {m, T, a->h, a->w, 3}, as[3] = {m, 2, n}, cs[1] = {m};
+        if (st == H3_OK) st = h3_st_writer_add(w, "video", H3_U8, 5, vs, video);
+        if (st == H3_OK) st = h3_st_writer_add(w, "audio", H3_F32, 3, as, audio);
+        if (st == H3_OK) st = h3_st_writer_add(w, "combo", H3_I32, 1, cs, combos);
+        snprintf(path, sizeof path, "%s/shard-%04d.safetensors", dir, shard);
+        if (st == H3_OK) st = h3_st_writer_write(w, path, 0);
+        h3_st_writer_free(w);
+        written += m;
+        shard++;
+        fprintf(stderr, "\rh3-synth: %d of %d clips", written, a->clips);
+    }
+    fprintf(stderr, "\n");
+    fclose(cap);
+    h3_free(video), h3_free(audio), h3_free(combos), h3_free(rgb), h3_free(l), h3_free(r);
+    if (st != H3_OK) return fail();
+    printf("wrote %d clips of %d frames at %dx%d in %d shards to %s\n", written, a->frames, a->w, a->h, shard, dir);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage("no command");
+    args a = {0, -1, 56, 128, 128, 1024, 256, 0, 1};
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "prompts")) return argc == 2 ? cmd_prompts() : usage("prompts takes no arguments");
+    if (!strcmp(cmd, "prompt")) {
+        int k;
+        if (argc != 3 || !parse_int(argv[2], 0, 53, &k)) return usage("prompt takes K in 0..53");
+        h3_synth_scene s;
+        char buf[512];
+        h3_synth_scene_make(h3_synth_heldout_combo(k), 0, &s);
+        h3_synth_caption(&s, buf, sizeof buf);
+        puts(buf);
+        return 0;
+    }
+    if (argc < 3 || argv[2][0] == '-') return usage("the command needs a path");
+    int rc = parse_opts(argc, argv, 3, &a);
+    if (rc) return rc;
+    if (!strcmp(cmd, "clip")) return cmd_clip(argv[2], &a);
+    if (!strcmp(cmd, "check")) return cmd_check(argv[2], &a);
+    if (!strcmp(cmd, "dataset")) return cmd_dataset(argv[2], &a);
+    return usage("unknown command");
+}
