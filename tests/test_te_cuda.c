@@ -71,6 +71,11 @@ static double both(const char *path, const char *what, const int32_t *ids, int64
         CHECK(peak - used0 <= need, "%s: peak %lld bytes above the stage's %lld", what, (long long)(peak - used0),
               (long long)need);
         e = rel_l2(back.data, hc.data, n * C);
+        h3_te_stats ts;
+        h3_text_encoder_get_stats(gpu, &ts);
+        if (ts.read_s > 0)
+            printf("  %s: %.3f GB of layers read from the files at %.2f GB/s\n", what, ts.bytes_read / 1e9,
+                   ts.bytes_read / 1e9 / ts.read_s);
         printf("  %s, hidden_states[%d] of %lld tokens: relative L2 %.3e (tolerance %.0e); CPU %.3f s, GPU %.3f s; "
                "device peak %.3f GiB of the %.3f GiB the stage may take\n",
                what, layer, (long long)n, e, tol, t_cpu, t_gpu, (peak - used0) / 1073741824.0, need / 1073741824.0);

@@ -684,6 +684,12 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         if (l > te->stats.max_layer_acquired) te->stats.max_layer_acquired = l;
     }
     H3_CHECK(h3_streamer_sync(str));
+    {
+        h3_stream_stats ss;
+        h3_streamer_get_stats(str, &ss);
+        te->stats.bytes_read += ss.bytes_read;
+        te->stats.read_s += ss.read_s;
+    }
     H3_CHECK(h3_op_convert(ex, out, &x));
 sync:
     H3_CHECK(h3_exec_sync(ex));

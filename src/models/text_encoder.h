@@ -116,6 +116,8 @@ typedef struct h3_te_stats {
     int64_t layers_run;         /* decoder layers computed */
     int64_t embedding_rows;     /* embedding rows read (one per prompt token) */
     int64_t max_layer_acquired; /* highest layer index ever acquired, -1 if none */
+    int64_t bytes_read;         /* on the device: layer bytes read from the files into pinned staging */
+    double read_s;              /* and the wall time of those reads */
 } h3_te_stats;
 void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out);
 
