@@ -22,6 +22,7 @@
 #include "cuda/cuda.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "pipeline/request.h"
 #include "quant/qwrite.h"
 
 #define TRY(x)                                                                                                   \
@@ -57,20 +58,11 @@ static int fill_weight(const char *name, h3_tensor *t, void *user) {
 }
 
 typedef struct {
-    const char *name;
-    int64_t w, h, frames;
-} workload;
-
-static const workload g_work[] = {
-    {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
-};
-
-typedef struct {
     double s, peak_gib;
 } result;
 
 /* One workload: modulation once, a warm-up forward, then the median of a few timed forwards. */
-static result run_workload(h3_dit *dit, const workload *w, const char *label, FILE *js, int *first) {
+static result run_workload(h3_dit *dit, const h3_workload *w, const char *label, FILE *js, int *first) {
     result res = {0, 0};
     int64_t used, peak, cap;
     h3_seq_layout L;
@@ -197,11 +189,9 @@ int main(int argc, char **argv) {
         names[nn++] = "W124";
         names[nn++] = "W362";
     }
-    const workload *ws[8];
+    const h3_workload *ws[8];
     for (int k = 0; k < nn; k++) {
-        ws[k] = NULL;
-        for (int i = 0; g_work[i].name; i++)
-            if (!strcmp(g_work[i].name, names[k])) ws[k] = &g_work[i];
+        ws[k] = h3_workload_find(names[k]);
         if (!ws[k]) {
             fprintf(stderr, "unknown workload %s\n", names[k]);
             return 2;

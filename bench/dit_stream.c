@@ -33,6 +33,7 @@
 #include "mem/report.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
+#include "pipeline/request.h"
 #include "quant/qwrite.h"
 
 #define GIB         1073741824.0
@@ -53,16 +54,6 @@ static double now(void) {
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
-
-typedef struct {
-    const char *name;
-    int64_t w, h, frames;
-} workload;
-
-static const workload g_work[] = {
-    {"W73", 960, 544, 73},     {"W124", 960, 544, 124}, {"W362", 960, 544, 362},
-    {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
-};
 
 typedef struct result {
     char work[8], budget[16];
@@ -117,7 +108,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* One run: plan, reserve the budget, stream, time. */
-static void run(h3_dit *dit, const workload *w, const char *bname, int64_t budget, int64_t ram, int reps,
+static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t budget, int64_t ram, int reps,
                 double ceiling, const h3_device_figures *fig, result *r) {
     memset(r, 0, sizeof *r);
     snprintf(r->work, sizeof r->work, "%s", w->name);
@@ -361,9 +352,7 @@ int main(int argc, char **argv) {
 
     int failed = 0;
     for (int k = 0; k < nn; k++) {
-        const workload *w = NULL;
-        for (int i = 0; g_work[i].name; i++)
-            if (!strcmp(g_work[i].name, names[k])) w = &g_work[i];
+        const h3_workload *w = h3_workload_find(names[k]);
         if (!w) {
             fprintf(stderr, "unknown workload %s (W73, W124, W362, W124L)\n", names[k]);
             return 2;
@@ -388,7 +377,7 @@ int main(int argc, char **argv) {
     }
     if (disk) {
         /* W124 at 8 GiB with a host budget that holds 8 fewer streamed blocks than the plan streams */
-        const workload *w = &g_work[1];
+        const h3_workload *w = h3_workload_find("W124");
         h3_plan_model m;
         memset(&m, 0, sizeof m);
         m.dit = dit;

@@ -11,6 +11,7 @@
 #include "mem/budget.h"
 #include "mem/plan.h"
 #include "pipeline/request.h"
+#include "sample/schedule.h"
 
 typedef struct found {
     h3_dit *dit;
@@ -104,16 +105,6 @@ static void found_free(found *f) {
     h3_free(f->avae_path);
 }
 
-typedef struct {
-    const char *name;
-    int64_t w, h, frames;
-} workload;
-
-static const workload g_work[] = {
-    {"W73", 960, 544, 73},     {"W124", 960, 544, 124}, {"W362", 960, 544, 362},
-    {"W124L", 1344, 768, 124}, {NULL, 0, 0, 0},
-};
-
 /* Bytes of the set a component came from, for the host stages. */
 static int64_t set_bytes(const char *source) {
     int64_t b = 0;
@@ -135,8 +126,8 @@ int h3_cmd_plan(int argc, char **argv) {
          "a benchmark workload: W73, W124, W362 (960x544) or W124L"},
         {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)"},
         {"steps", 0, H3_OPT_INT, &steps, "N",
-         "sampling steps (default 49); the modulation of 2 timesteps a step is "
-         "kept on the device"},
+         "sampling steps of h3's schedule (default 49); the modulation of each distinct timestep they visit "
+         "(video and audio: about 2 a step) is kept on the device, as generate does"},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "device memory the engine may take (default: the GPU's free memory less 512 MiB; required without a "
          "GPU "
@@ -175,11 +166,9 @@ int h3_cmd_plan(int argc, char **argv) {
 
     h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0};
     if (work) {
-        const workload *w = NULL;
-        for (int i = 0; g_work[i].name; i++)
-            if (!strcmp(g_work[i].name, work)) w = &g_work[i];
+        const h3_workload *w = h3_workload_find(work);
         if (!w) {
-            fprintf(stderr, "h3run plan: --workload must be W73, W124, W362 or W124L; got '%s'\n", work);
+            fprintf(stderr, "h3run plan: --workload must be one of " H3_WORKLOAD_NAMES "; got '%s'\n", work);
             return H3_EXIT_USAGE;
         }
         req.width = w->w;
@@ -196,11 +185,24 @@ int h3_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "h3run plan: --text-tokens must be 1 to 65536; got %lld\n", (long long)tokens);
         return H3_EXIT_USAGE;
     }
-    if (steps < 0 || steps > 10000) {
-        fprintf(stderr, "h3run plan: --steps must be 1 to 10000; got %lld\n", (long long)steps);
+    if (steps < 0 || steps > H3_MAX_STEPS) {
+        fprintf(stderr, "h3run plan: --steps must be 1 to %d; got %lld\n", H3_MAX_STEPS, (long long)steps);
         return H3_EXIT_USAGE;
     }
-    req.n_timesteps = 2 * (int)(steps ? steps : H3_DEFAULT_STEPS_H3);
+    { /* the distinct timesteps of h3's schedule: what generate keeps the modulation for */
+        h3_schedule sch;
+        st = h3_schedule_make(H3_SCHEDULER_H3, (int)(steps ? steps : H3_DEFAULT_STEPS_H3), H3_SHIFT_VIDEO,
+                              H3_SHIFT_AUDIO, &sch);
+        if (st != H3_OK) return h3_cli_fail("plan", st);
+        float *t = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
+        if (!t) {
+            h3_schedule_free(&sch);
+            return h3_cli_fail("plan", H3_ERR(H3_ERR_NOMEM, "out of memory"));
+        }
+        req.n_timesteps = h3_schedule_distinct_timesteps(&sch, t);
+        h3_free(t);
+        h3_schedule_free(&sch);
+    }
 
     h3_device_figures fig;
     int have_fig = 0;

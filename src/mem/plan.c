@@ -13,6 +13,7 @@
 #include "mem/budget.h"
 #include "mem/dit_stream.h"
 #include "pipeline/layout.h"
+#include "sample/schedule.h"
 
 #define GIB H3_GIB
 
@@ -204,6 +205,21 @@ static void pick_disk(const dit_static *ds, int nd, uint8_t *tier) {
     for (int u = 0; u < ds->n_units; u++)
         if (tier[u] != H3_TIER_RESIDENT) idx[n++] = u;
     for (int j = 0; j < nd && j < n; j++) tier[idx[(int)(((double)j + 0.5) * n / nd)]] = H3_TIER_DISK;
+}
+
+/* The distinct timesteps of h3's schedule of `steps` model calls (generate keeps the modulation of each);
+ * 2·steps when the schedule cannot be made. */
+static int distinct_timesteps(int steps) {
+    h3_schedule sch;
+    if (h3_schedule_make(H3_SCHEDULER_H3, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch) != H3_OK) {
+        h3_clear_error();
+        return 2 * steps;
+    }
+    float *t = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
+    int n = t ? h3_schedule_distinct_timesteps(&sch, t) : 2 * steps;
+    h3_free(t);
+    h3_schedule_free(&sch);
+    return n;
 }
 
 typedef struct dit_ctx {
@@ -618,11 +634,11 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     }
     /* fewer sampling steps: less modulation kept on the device (memory grows with steps: bisect) */
     if (m->dit && r->n_timesteps >= 4) {
-        int lo = 0, hi = r->n_timesteps / 2; /* fits(lo) (0: none known), !fits(hi) */
+        int lo = 0, hi = (r->n_timesteps + 1) / 2; /* fits(lo) (0: none known), !fits(hi) */
         while (hi - lo > 1) {
             int mid = (lo + hi) / 2;
             h3_plan_request q = *r;
-            q.n_timesteps = 2 * mid;
+            q.n_timesteps = distinct_timesteps(mid);
             H3_TRY(plan_all(&t, &q, &scratch));
             if (scratch.fits)
                 lo = mid;

@@ -625,30 +625,13 @@ static h3_status dit_step(void *user, int step, int steps) {
     return check_stop(g);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The distinct timesteps (video and audio) the schedule's model calls visit, sorted, into out[2 * steps]. */
-static int unique_timesteps(const h3_schedule *sch, float *out) {
-    const int steps = sch->n - 1;
-    int nu = 0;
-    for (int i = 0; i < steps; i++) out[nu++] = sch->t_v[i], out[nu++] = sch->t_a[i];
-    qsort(out, (size_t)nu, sizeof *out, cmp_float);
-    int k = 0;
-    for (int i = 0; i < nu; i++)
-        if (k == 0 || out[i] != out[k - 1]) out[k++] = out[i];
-    return k;
-}
-
 /* The schedule of the request and its distinct timesteps, once for the plan and the run. */
 static h3_status make_schedule(gen *g) {
     const h3_request *q = &g->req;
     H3_TRY(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &g->sch));
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    g->n_uniq = unique_timesteps(&g->sch, g->uniq_t);
+    g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
     return H3_OK;
 }
 

@@ -231,3 +231,11 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
                       r->steps);
     return H3_OK;
 }
+
+const h3_workload *h3_workload_find(const char *name) {
+    static const h3_workload w[] = {
+        {"W73", 960, 544, 73}, {"W124", 960, 544, 124}, {"W362", 960, 544, 362}, {"W124L", 1344, 768, 124}};
+    for (size_t i = 0; name && i < sizeof w / sizeof w[0]; i++)
+        if (!strcmp(w[i].name, name)) return &w[i];
+    return NULL;
+}

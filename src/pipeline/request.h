@@ -65,4 +65,14 @@ void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi);
 /* Up to two valid canvases nearest to width x height, nearest first; returns how many. */
 int h3_request_nearest_canvases(int64_t width, int64_t height, int64_t out_w[2], int64_t out_h[2]);
 
+/* BENCH.md's workloads: W73, W124, W362 (960x544; 3, 5 and 15 s) and W124L (1344x768, 5 s). */
+typedef struct h3_workload {
+    const char *name;
+    int64_t w, h, frames;
+} h3_workload;
+/* The workload of that name, or NULL. */
+const h3_workload *h3_workload_find(const char *name);
+/* "W73, W124, W362, W124L": for messages. */
+#define H3_WORKLOAD_NAMES "W73, W124, W362, W124L"
+
 #endif

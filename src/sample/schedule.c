@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include "sample/schedule.h"
 
 #include <float.h>
@@ -201,4 +202,20 @@ done:
     h3_free(tab);
     if (st != H3_OK) h3_schedule_free(out);
     return st;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+int h3_schedule_distinct_timesteps(const h3_schedule *sch, float *out) {
+    const int steps = sch->n - 1;
+    int nu = 0;
+    for (int i = 0; i < steps; i++) out[nu++] = sch->t_v[i], out[nu++] = sch->t_a[i];
+    qsort(out, (size_t)nu, sizeof *out, cmp_float);
+    int k = 0;
+    for (int i = 0; i < nu; i++)
+        if (k == 0 || out[i] != out[k - 1]) out[k++] = out[i];
+    return k;
 }

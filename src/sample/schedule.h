@@ -52,6 +52,9 @@ typedef struct h3_schedule {
  * H3_SHIFT_AUDIO for the released model). Free with h3_schedule_free. */
 h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double shift_a, h3_schedule *out);
 void h3_schedule_free(h3_schedule *s);
+/* The distinct DiT timesteps (video and audio) the schedule's model calls visit, sorted ascending, into
+ * out[2·(n − 1)]; returns how many (what the AdaLN modulation is computed and kept for). */
+int h3_schedule_distinct_timesteps(const h3_schedule *s, float *out);
 
 /* sigma' = s*sigma / (1 + (s - 1)*sigma), in float32 operations as torch evaluates it on float32 tensors. */
 float h3_shift_sigma_f32(float sigma, float shift);
