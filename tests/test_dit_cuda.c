@@ -166,7 +166,7 @@ static void full_width(int quant) {
         CHECK_OK(h3_dit_quantize_blocks(cpu, &g_ex, H3_QT_INT8_CONVROT, pool));
         CHECK_OK(h3_dit_quantize_blocks(gpu, &g_ex, H3_QT_INT8_CONVROT, pool));
         h3_pool_free(pool);
-        TOL = 6e-2;
+        TOL = 2e-2;
     }
     forward_both(quant ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)" : "full width, 2 blocks", cpu, gpu,
                  &in);
@@ -197,7 +197,7 @@ static void test_full_width_int8(void) {
  * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the rotation,
  * fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the activation
  * quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8 linear), plus
- * bf16 activations. */
+ * bf16 activations: measured 6.6e-3..8.1e-3 (int8), 2.1e-2..3.7e-2 (fp8), ~5e-3 (nvfp4, GGUF). */
 /* The DiT file at path on the GPU and on the CPU, on the fixture inputs. */
 static void file_case(const char *path, const char *what, double tol) {
     TOL = tol;
@@ -240,9 +240,9 @@ static void quant_case(h3_qtarget t, double tol) {
 }
 
 static void test_quantized(void) {
-    quant_case(H3_QT_INT8_CONVROT, 6e-2);
-    quant_case(H3_QT_INT8, 6e-2);
-    quant_case(H3_QT_FP8, 1e-1);
+    quant_case(H3_QT_INT8_CONVROT, 3e-2);
+    quant_case(H3_QT_INT8, 3e-2);
+    quant_case(H3_QT_FP8, 8e-2);
     quant_case(H3_QT_NVFP4, 3e-2);
     /* sd.cpp's GGUF of the pruned fixture: Q8_0, Q4_K, Q5_0, Q4_1, Q5_1, Q6_K, Q4_0 linears, decoded in tiles */
     char p[1024];
