@@ -479,6 +479,8 @@ static void test_interrupted(void) {
         CHECK(m1.total_current == m0.total_current, "stop in %s: %lld bytes held", sc.stop_in,
               (long long)(m1.total_current - m0.total_current));
         no_outputs(mp4, wav, lat, png, sc.stop_in);
+        if (s == H3_GEN_TEXT_ENCODER) /* stopped within the stage: after its first layer, not its 50th */
+            CHECK(sc.steps_seen == 1, "stop in the text encoder: %d layer steps ran", sc.steps_seen);
     }
 }
 

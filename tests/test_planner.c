@@ -398,7 +398,7 @@ static void test_measured_te(void) {
     char p[1024];
     t_src_path("tests/fixtures/text_encoder/official", p, sizeof p);
     h3_text_encoder *te = NULL;
-    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 5};
+    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 5, NULL, NULL};
     CHECK_OK(h3_text_encoder_open(p, &o, &te));
     if (!te) return;
     const h3_te_config *c = h3_text_encoder_config(te);

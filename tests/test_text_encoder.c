@@ -439,7 +439,7 @@ static void test_bad_inputs(void) {
 static void test_threads_and_chunks(void) {
     char p[512];
     h3_text_encoder *te1 = NULL, *te2 = NULL;
-    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 5};
+    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 5, NULL, NULL};
     CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), NULL, &te1));
     CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), &o, &te2));
     if (!te1 || !te2) return;
@@ -467,6 +467,46 @@ static void test_threads_and_chunks(void) {
     h3_exec_free(&one);
     h3_text_encoder_close(te1);
     h3_text_encoder_close(te2);
+}
+
+typedef struct {
+    int calls, last_done, last_total, stop_after;
+} layer_ctx;
+
+static int on_layer(void *user, int done, int total) {
+    layer_ctx *c = user;
+    c->calls++;
+    c->last_done = done;
+    c->last_total = total;
+    return c->stop_after && done >= c->stop_after;
+}
+
+/* The per-layer callback: once per layer in order; nonzero stops the encode there (interruption). */
+static void test_layer_callback(void) {
+    char p[512];
+    layer_ctx lc = {0, 0, 0, 0};
+    h3_te_open_opts o = {NULL, H3_PLACE_HOST, 0, on_layer, &lc};
+    h3_text_encoder *te = NULL;
+    CHECK_OK(h3_text_encoder_open(fix("comfy.safetensors", p, sizeof p), &o, &te));
+    if (!te) return;
+    int32_t ids[5] = {1, 2, 3, 4, 5};
+    h3_tensor a;
+    CHECK_OK(h3_tensor_alloc2(&a, H3_PLACE_HOST, H3_F32, 5, 64, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 5, 4, &a));
+    CHECK(lc.calls == 4 && lc.last_done == 4 && lc.last_total == 4, "%d calls, last %d of %d", lc.calls,
+          lc.last_done, lc.last_total);
+    lc = (layer_ctx){0, 0, 0, 2};
+    h3_te_stats s0, s1;
+    h3_text_encoder_get_stats(te, &s0);
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 5, 4, &a), H3_ERR_INTERRUPTED, "stopped after layer 2 of 4");
+    h3_text_encoder_get_stats(te, &s1);
+    CHECK(lc.calls == 2 && s1.layers_run - s0.layers_run == 2 && s1.releases - s0.releases == 2,
+          "stopped after %d calls, %lld layers run", lc.calls, (long long)(s1.layers_run - s0.layers_run));
+    /* it encodes again afterwards */
+    lc = (layer_ctx){0, 0, 0, 0};
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 5, 4, &a));
+    h3_tensor_free(&a);
+    h3_text_encoder_close(te);
 }
 
 /* Every allocation of opening and encoding can fail; each failure is an error and leaks nothing.
@@ -689,7 +729,7 @@ int main(int argc, char **argv) {
         {"text_only_mrope", test_text_only_mrope},
         {"bad_files", test_bad_files},
         {"bad_inputs", test_bad_inputs},
-        {"threads_and_chunks", test_threads_and_chunks},
+        {"threads_and_chunks", test_threads_and_chunks}, {"layer_callback", test_layer_callback},
         {"alloc_failures", test_alloc_failures},
         {"quantized", test_quantized},
         {"quantized_alloc_failures", test_quantized_alloc_failures},

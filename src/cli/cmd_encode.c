@@ -220,7 +220,7 @@ int h3_cmd_encode(int argc, char **argv) {
         if (st != H3_OK) goto fail;
         if (!quiet) printf("the empty prompt is encoded as <|endoftext|> (%d)\n", ids[0]);
     }
-    h3_te_open_opts oo = {config, H3_PLACE_HOST, 0};
+    h3_te_open_opts oo = {config, H3_PLACE_HOST, 0, NULL, NULL};
     st = h3_exec_init(&ex, (int)threads);
     if (st != H3_OK) goto fail;
     have_ex = 1;

@@ -30,6 +30,8 @@ struct h3_text_encoder {
     char weight_label[64];    /* the stored format of the linears, for describe */
     h3_place act_place;
     int64_t chunk_rows;
+    int (*on_layer)(void *, int, int);
+    void *on_layer_user;
     h3_te_layer_weights cur; /* the acquired layer's views */
     int acquired;            /* index of the acquired layer, -1 if none */
     h3_te_stats stats;
@@ -267,6 +269,8 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     te->stats.max_layer_acquired = -1;
     te->act_place = opts ? opts->act_place : H3_PLACE_HOST;
     te->chunk_rows = (opts && opts->chunk_rows > 0) ? opts->chunk_rows : 512;
+    te->on_layer = opts ? opts->on_layer : NULL;
+    te->on_layer_user = opts ? opts->on_layer_user : NULL;
     if (te->act_place == H3_PLACE_DEVICE && !h3_cuda_compiled())
         H3_FAIL(H3_ERR_UNSUPPORTED, "text encoder: activations on the device need a build with CUDA");
     /* A model folder holding text_encoder/ stands for that folder. */
@@ -561,6 +565,13 @@ static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_w
     return H3_OK;
 }
 
+/* The caller's per-layer callback: H3_ERR_INTERRUPTED when it asks to stop. */
+static h3_status layer_done(h3_text_encoder *te, int done, int total) {
+    if (te->on_layer && te->on_layer(te->on_layer_user, done, total))
+        return H3_ERR(H3_ERR_INTERRUPTED, "text encoder: stopped after layer %d of %d", done, total);
+    return H3_OK;
+}
+
 /* ---- on a device ----------------------------------------------------------------------------------------
  * The layers stream through a ring of two device slots (h3_streamer): each layer's tensors packed in the order of
  * g_layer_fields (quantized ones with their scales), read from the mapped files into pinned staging on a read
@@ -682,6 +693,7 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         te->stats.acquires++;
         te->stats.releases++;
         if (l > te->stats.max_layer_acquired) te->stats.max_layer_acquired = l;
+        H3_CHECK(layer_done(te, l + 1, layer));
     }
     H3_CHECK(h3_streamer_sync(str));
     {
@@ -768,6 +780,7 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
         h3_text_encoder_layer_release(te, ex, l);
         if (st != H3_OK) st = h3_error_wrap(st, "text-encoder layer %d", l);
         else te->stats.layers_run++;
+        if (st == H3_OK) st = layer_done(te, l + 1, layer);
     }
     ws_free(&s);
     return st;

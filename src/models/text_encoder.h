@@ -70,6 +70,10 @@ typedef struct h3_te_open_opts {
     h3_place act_place;      /* where activations live: HOST (or PINNED), or DEVICE: the layers then stream through
                               * two device slots (bf16 activations), the CUDA backend must be up */
     int64_t chunk_rows;      /* rows per MLP chunk (bounds the [rows, 2F] scratch); 0: 512 */
+    /* Called after each decoder layer of an encode (done of total); nonzero stops the encode there with
+     * H3_ERR_INTERRUPTED. NULL: none. */
+    int (*on_layer)(void *user, int done, int total);
+    void *on_layer_user;
 } h3_te_open_opts;
 
 typedef struct h3_text_encoder h3_text_encoder;

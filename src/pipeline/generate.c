@@ -497,10 +497,19 @@ done:
     return st;
 }
 
+/* After each text-encoder layer: a progress step; nonzero (stop) when the caller asks to stop. */
+static int te_layer_done(void *user, int done, int total) {
+    gen *g = user;
+    (void)done;
+    (void)total;
+    h3_progress_step(&g->prog);
+    return g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user);
+}
+
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
     h3_status st = H3_OK;
     h3_text_encoder *te = NULL;
-    stage_begin(g, H3_GEN_TEXT_ENCODER, 0);
+    stage_begin(g, H3_GEN_TEXT_ENCODER, H3_TE_LAYER);
     h3_tensor dh = {0};
     int on_device = 0;
     if (g->res.device == H3_DEVICE_CUDA && g->plan) {
@@ -521,6 +530,8 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     h3_te_open_opts to;
     memset(&to, 0, sizeof to);
     to.act_place = on_device ? H3_PLACE_DEVICE : H3_PLACE_HOST;
+    to.on_layer = te_layer_done;
+    to.on_layer_user = g;
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, &to, &te), "the text encoder");
     const h3_te_config *c = h3_text_encoder_config(te);
     H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
@@ -528,14 +539,18 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
         H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
         g->cuda_on = 1;
         H3_CHECK(h3_tensor_alloc2(&dh, H3_PLACE_DEVICE, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
-        H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, &dh), "the text encoder");
+        st = h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, &dh);
+        if (st == H3_ERR_INTERRUPTED) H3_CHECK(check_stop(g));
+        H3_CHECK_CTX(st, "the text encoder");
         H3_CHECK(h3_copy(&g->ex, hidden, &dh));
         H3_CHECK(h3_exec_sync(&g->ex));
         h3_tensor_free(&dh);
         h3_cuda_shutdown(&g->ex);
         g->cuda_on = 0;
     } else {
-        H3_CHECK_CTX(h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden), "the text encoder");
+        st = h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden);
+        if (st == H3_ERR_INTERRUPTED) H3_CHECK(check_stop(g));
+        H3_CHECK_CTX(st, "the text encoder");
     }
     h3_text_encoder_close(te);
     te = NULL;
