@@ -82,6 +82,10 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
     }
 }
 
+int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D) {
+    return (int64_t)(threads > 0 ? threads : 1) * (BQ * BK + BQ * D + 2 * BQ) * (int64_t)sizeof(float);
+}
+
 h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
                         float scale, unsigned flags) {
     H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "q", q));
@@ -112,7 +116,7 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
     }
     int nt = h3_pool_threads(ex->pool);
     c.ws_per_thread = (size_t)(BQ * BK + BQ * c.D + 2 * BQ);
-    c.ws = h3_malloc((size_t)nt * c.ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
+    c.ws = h3_malloc((size_t)h3_cpu_attention_scratch_bytes(nt, c.D), H3_MEM_WORKSPACE);
     if (!c.ws) return H3_ERR_NOMEM;
     h3_cpu_blas_threads_push_single();
     h3_parallel_for(ex->pool, c.Hq * c.nqb, 1, attn_tasks, &c);

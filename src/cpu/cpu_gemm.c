@@ -83,6 +83,23 @@ static void add_bias_rows(void *p, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* Rows of a converted weight panel: about h3_cpu_gemm_panel_bytes of f32, at least 16 rows, a multiple of 16. */
+static int64_t panel_rows(int64_t N, int64_t K) {
+    int64_t NB = (int64_t)h3_cpu_gemm_panel_bytes / (4 * (K > 0 ? K : 1));
+    if (NB < 16) NB = 16;
+    NB = (NB + 15) / 16 * 16;
+    return NB > N ? N : NB;
+}
+
+int64_t h3_cpu_gemm_scratch_bytes(int64_t N, int64_t K, h3_dtype wdt, int quantized) {
+    int64_t s = N * 4; /* a bias in another dtype, as f32 (after the panel is freed) */
+    if (wdt != H3_F32 || quantized) {
+        const int64_t p = panel_rows(N, K) * K * 4;
+        if (p > s) s = p;
+    }
+    return s;
+}
+
 h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
                    unsigned flags) {
     H3_TRY(cpu_need_f32(H3_OP_GEMM, "activations", x));
@@ -108,11 +125,7 @@ h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tenso
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x->data, (int)ldx, w->data,
                     (int)ldw, beta, y->data, (int)ldy);
     } else {
-        /* Panels of about h3_cpu_gemm_panel_bytes of f32, at least 16 rows. */
-        int64_t NB = (int64_t)h3_cpu_gemm_panel_bytes / (4 * K);
-        if (NB < 16) NB = 16;
-        NB = (NB + 15) / 16 * 16;
-        if (NB > N) NB = N;
+        const int64_t NB = panel_rows(N, K);
         float *panel = h3_malloc((size_t)(NB * K) * sizeof(float), H3_MEM_WORKSPACE);
         if (!panel) return H3_ERR_NOMEM;
         for (int64_t n0 = 0; n0 < N; n0 += NB) {

@@ -700,26 +700,16 @@ static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H
     return H3_OK;
 }
 
-/* Scratch the CPU GEMM takes for a weight [N, K] of dtype dt: an f32 panel of rows for non-f32 weights (about
- * h3_cpu_gemm_panel_bytes, at least 16 rows, a multiple of 16), then the bias converted to f32. */
+/* The CPU GEMM's scratch for a weight [N, K] of this decoder's dtype (the kernel's own arithmetic). */
 static int64_t gemm_scratch(int64_t N, int64_t K, h3_dtype dt) {
-    extern size_t h3_cpu_gemm_panel_bytes;
-    int64_t s = N * 4;
-    if (dt != H3_F32) {
-        int64_t NB = (int64_t)h3_cpu_gemm_panel_bytes / (4 * K);
-        if (NB < 16) NB = 16;
-        NB = (NB + 15) / 16 * 16;
-        if (NB > N) NB = N;
-        if (NB * K * 4 > s) s = NB * K * 4;
-    }
-    return s;
+    return h3_cpu_gemm_scratch_bytes(N, K, dt, 0);
 }
 
 static int64_t vv_op_scratch(const h3_video_vae_config *c, int threads) {
     int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner, D = c->head_dim;
     int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
     h3_dtype dt = c->weight_dtype;
-    int64_t m = (int64_t)threads * (64 * 256 + 64 * D + 2 * 64) * 4; /* attention tiles per thread */
+    int64_t m = h3_cpu_attention_scratch_bytes(threads, D);
     int64_t g[7] = {gemm_scratch(C, C, dt), gemm_scratch(dim, C, dt),
                     c->fused_qkv ? gemm_scratch(3 * dim, dim, dt) : gemm_scratch(dim, dim, dt),
                     gemm_scratch(dim, dim, dt), gemm_scratch(2 * I, dim, dt), gemm_scratch(dim, I, dt),

@@ -152,6 +152,11 @@ h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
  * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths. Memory
  * planners call these so that they cannot drift from the kernels. */
 int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t tout);
+/* Host scratch of the CPU GEMM y = x·wᵀ with w [N, K] of dtype wdt (quantized: scales or packed blocks): the
+ * converted weight panel, or the f32 copy of a bias in another dtype, whichever is larger (one at a time). */
+int64_t h3_cpu_gemm_scratch_bytes(int64_t N, int64_t K, h3_dtype wdt, int quantized);
+/* Host scratch of the CPU attention kernel with `threads` workers and head size D (its score and output tiles). */
+int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D);
 int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_group, int64_t K, int64_t tin);
 
 typedef struct h3_conv3d_params {
