@@ -99,7 +99,8 @@ int h3_cmd_generate(int argc, char **argv) {
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
          "also save the final latents (video_latents, audio_latents) as safetensors"},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU"},
+         "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU, and the text "
+         "encoder too when its two layer slots fit the budget"},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB); the DiT's "
          "blocks "
