@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # h3run quantize: files in ComfyUI's format from every layout (markers byte for byte), the quantized files run
-# through h3run dit / inspect, the error table's ordering, and one-line errors with the right exit status.
+# through h3run dit / inspect and h3run generate (quantized DiT and text encoder of the reduced model, on the CPU and
+# on a GPU where there is one), the error table's ordering, and one-line errors with the right exit status.
 # Usage: cli_quantize.sh PATH/TO/h3run (CTest passes it).
 set -u
 H3RUN=$1
@@ -93,6 +94,25 @@ check_err 1 "$tmp/nodir/x.safetensors" "$FIX/dit/comfy_pruned.safetensors" "$tmp
 [ -e "$tmp/x.safetensors" ] && fail "a failed run left its output"
 ls "$tmp"/*.partial >/dev/null 2>&1 && fail "a failed run left a partial file"
 "$H3RUN" quantize --help | grep -q "usage: h3run quantize" || fail "--help"
+
+# generate with quantized components: the reduced model's DiT as int8 + ConvRot and its text encoder as nvfp4, on the
+# CPU (and on the GPU where this build has one): a complete 22-frame clip each.
+BUILD=${H3_BUILD_DIR:-$(dirname "$H3RUN")}
+"$BUILD/h3-tinymodel" "$tmp/tiny" >/dev/null || fail "h3-tinymodel"
+"$H3RUN" quantize "$tmp/tiny/transformer" "$tmp/tdit.safetensors" --no-table >/dev/null 2>&1 || fail "quantize the tiny DiT"
+"$H3RUN" quantize "$tmp/tiny/text_encoder" "$tmp/tte.safetensors" --no-table >/dev/null 2>&1 || fail "quantize the tiny TE"
+devices=cpu
+"$H3RUN" --version | grep -q '^cuda: [1-9]' && devices="cpu cuda"
+for d in $devices; do
+    "$H3RUN" generate --model "$tmp/tiny" --dit "$tmp/tdit.safetensors" --text-encoder "$tmp/tte.safetensors" \
+        --prompt "a red ball bounces" --frames 22 --size 128x128 --seed 3 --device "$d" -q -o "$tmp/q-$d.mp4" \
+        2>"$tmp/err" || fail "generate on $d with the quantized DiT and text encoder: $(cat "$tmp/err")"
+    if command -v ffprobe >/dev/null; then
+        n=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 \
+            "$tmp/q-$d.mp4" 2>/dev/null)
+        [ "$n" = 22 ] || fail "the quantized run on $d wrote $n frames, not 22"
+    fi
+done
 
 [ $fails -eq 0 ] && echo "cli_quantize: all checks passed" || echo "cli_quantize: $fails failures"
 exit $(( fails > 0 ))
