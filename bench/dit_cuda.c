@@ -1,7 +1,7 @@
-/* The full-size DiT on the GPU, all weights resident: random bf16 weights of the official shapes (fp32 islands
- * kept f32) generated in device memory, one forward = one sampling step at BENCH.md's workloads, with the packed
- * t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak device memory;
- * writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
+/* The full-size DiT on the GPU, all weights resident: random bf16 weights of the official shapes (fp32
+ * islands kept f32) generated in device memory, one forward = one sampling step at BENCH.md's workloads, with
+ * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
+ * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
  *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [W73 W124 W362 W124L]
  *
@@ -123,10 +123,11 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
         for (int op = 0; op < H3_OP_COUNT; op++) {
             if (!ex.prof_n[op]) continue;
             ops += ex.prof_s[op];
-            printf("    %-20s %6lld calls %9.3f s  %5.1f%%\n", h3_op_name((h3_op_id)op), (long long)ex.prof_n[op],
-                   ex.prof_s[op], 100.0 * ex.prof_s[op] / total);
+            printf("    %-20s %6lld calls %9.3f s  %5.1f%%\n", h3_op_name((h3_op_id)op),
+                   (long long)ex.prof_n[op], ex.prof_s[op], 100.0 * ex.prof_s[op] / total);
         }
-        printf("    %-20s %16s %9.3f s  %5.1f%%\n", "outside ops", "", total - ops, 100.0 * (total - ops) / total);
+        printf("    %-20s %16s %9.3f s  %5.1f%%\n", "outside ops", "", total - ops,
+               100.0 * (total - ops) / total);
     }
     /* sanity: the velocities are finite */
     h3_tensor hv;
@@ -135,13 +136,16 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
     TRY(h3_exec_sync(&ex));
     int bad = 0;
     for (int64_t i = 0; i < Nv * 96; i++) bad += !isfinite(((float *)hv.data)[i]);
-    printf("%-6s %-13s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f s%s\n",
+    printf("%-6s %-13s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f "
+           "s%s\n",
            w->name, label, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0, tmod,
            bad ? "  NON-FINITE OUTPUT" : "");
     if (js) {
         fprintf(js,
-                "%s\"%s %s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, \"peak_gib\": %.2f}",
-                *first ? "" : ", ", w->name, label, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0);
+                "%s\"%s %s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, "
+                "\"peak_gib\": %.2f}",
+                *first ? "" : ", ", w->name, label, (long long)S, med, t[0], t[reps - 1],
+                peak / 1073741824.0);
         *first = 0;
     }
     h3_tensor_free(&hv);
@@ -175,7 +179,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--pruned")) {
             pruned = 1;
         } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
-            if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 || quant[nq] == H3_QT_DEFAULT) {
+            if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 ||
+                quant[nq] == H3_QT_DEFAULT) {
                 fprintf(stderr, "--quant takes int8_convrot, int8 or fp8, not '%s'\n", argv[i]);
                 return 2;
             }
@@ -236,7 +241,8 @@ int main(int argc, char **argv) {
         h3_dit_weight_bytes_of(dit, &wb);
         int64_t used, peak, cap;
         h3_cuda_mem_stats(&ex, &used, &peak, &cap);
-        printf("h3run DiT (%s%s): %.2f GiB of weights (%.2f GiB AdaLN), %.2f GiB of the device in use%s; budget %.1f "
+        printf("h3run DiT (%s%s): %.2f GiB of weights (%.2f GiB AdaLN), %.2f GiB of the device in use%s; "
+               "budget %.1f "
                "GiB\n",
                pruned ? "pruned, " : "", label, wb.total / 1073741824.0, wb.adaln / 1073741824.0,
                used / 1073741824.0, f < 0 ? "" : " (values + scales + the quantized GEMMs' scratch)",

@@ -234,7 +234,8 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
             snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note), " %lld resyncs",
                      (long long)ss.resyncs);
     }
-    printf("%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; streams %.2f GiB per step; open %.1f "
+    printf("%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; streams %.2f GiB per step; open "
+           "%.1f "
            "s, AdaLN pass %.2f s\n",
            w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk,
            p->streamed_bytes / GIB, t_open, t_mod);
@@ -343,7 +344,8 @@ int main(int argc, char **argv) {
     {
         h3_dit_pack pk;
         h3_dit_pack_unit(dit, h3_dit_n_units(&cfg) - 1, &pk);
-        printf("DiT%s%s%s: %.2f GiB of weights in pinned memory (%.2f GiB AdaLN), a block packs %.3f GiB (values "
+        printf("DiT%s%s%s: %.2f GiB of weights in pinned memory (%.2f GiB AdaLN), a block packs %.3f GiB "
+               "(values "
                "and scales), made in %.1f s\n",
                pruned ? ", pruned" : "", have_q ? ", blocks " : "", have_q ? h3_qtarget_name(quant) : "",
                wb.total / GIB, wb.adaln / GIB, pk.bytes / GIB, now() - t0);

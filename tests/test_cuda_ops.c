@@ -109,7 +109,8 @@ static void test_gemm(void) {
         pfree(&w);
         pfree(&y);
     }
-    /* a bias in another dtype than the output (f32 bias, bf16 output: a GGUF file's F16 weight with an F32 bias) */
+    /* a bias in another dtype than the output (f32 bias, bf16 output: a GGUF file's F16 weight with an F32
+     * bias) */
     {
         int64_t M = ri(1, 100), N = ri(1, 90), K = 8 * ri(1, 20);
         pair x = mk2(H3_BF16, M, K, 1.0), w = mk2(H3_BF16, N, K, 0.3), b = mk2(H3_F32, 1, N, 1.0),
@@ -462,15 +463,16 @@ static void test_fused(void) {
     }
 }
 
-/* ---- quantized weights -------------------------------------------------------------------------------------
- * The GPU's paths (W8A8 int8 with and without ConvRot, fp8 through fp8 GEMMs, dequantized tiles for everything)
- * against the CPU GEMM on the same stored weights, the CPU's activations passed through the same activation
- * quantization first (h3_qbench_act_quant, the definition the error table uses). What is left is the GPU's
- * arithmetic and output rounding: the int8 products are exact in int32. */
+/* ---- quantized weights
+ * ------------------------------------------------------------------------------------- The GPU's paths (W8A8
+ * int8 with and without ConvRot, fp8 through fp8 GEMMs, dequantized tiles for everything) against the CPU
+ * GEMM on the same stored weights, the CPU's activations passed through the same activation quantization
+ * first (h3_qbench_act_quant, the definition the error table uses). What is left is the GPU's arithmetic and
+ * output rounding: the int8 products are exact in int32. */
 enum { QF_I8_ROW, QF_I8_TENSOR, QF_FP8, QF_NVFP4 };
 
 typedef struct {
-    h3_tensor h, d;        /* host and device weights, same stored bytes */
+    h3_tensor h, d;         /* host and device weights, same stored bytes */
     h3_tensor d_data, d_sc; /* device allocations behind d */
     void *h_data, *h_sc;
 } qweight;
@@ -572,9 +574,14 @@ static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
     h3_cuda_qgemm_set_mode(&g_ex, 0);
     char what[128];
     snprintf(what, sizeof what, "gemm %s%s%s%s%s M%lld N%lld K%lld", names[fmt], group ? " convrot" : "",
-             dequant ? " (dequantized tiles)" : fmt == QF_FP8 ? " (fp8 GEMM)" : fmt == QF_NVFP4 ? "" : " (W8A8)",
-             rep == 1 ? " accumulate" : rep == 2 ? " no bias" : "", rep == 3 ? " row view" : "", (long long)M,
-             (long long)wh.shape[0], (long long)K);
+             dequant           ? " (dequantized tiles)"
+             : fmt == QF_FP8   ? " (fp8 GEMM)"
+             : fmt == QF_NVFP4 ? ""
+                               : " (W8A8)",
+             rep == 1   ? " accumulate"
+             : rep == 2 ? " no bias"
+                        : "",
+             rep == 3 ? " row view" : "", (long long)M, (long long)wh.shape[0], (long long)K);
     /* fp8 tensor cores accumulate with fewer bits than fp32 */
     double tol = dt == H3_F32 ? (fmt == QF_FP8 && !dequant ? 1e-3 : 1e-5) : 8e-3;
     compare(what, &y, tol);
@@ -584,8 +591,8 @@ static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
     qw_free(&w);
 }
 
-/* GGUF blocks (dequantized tiles, the CPU's decoder compiled for the GPU): random codes, the blocks' f16 scales
- * set to sane values. */
+/* GGUF blocks (dequantized tiles, the CPU's decoder compiled for the GPU): random codes, the blocks' f16
+ * scales set to sane values. */
 static void gguf_case(h3_qformat f, h3_dtype dt) {
     int64_t be, bb;
     CHECK(h3_qformat_block(f, &be, &bb), "format %d", (int)f);
@@ -600,7 +607,8 @@ static void gguf_case(h3_qformat f, h3_dtype dt) {
     if (f == H3_QF_Q6_K) o1 = 208;
     for (int64_t b = 0; b < N * (K / be); b++) {
         uint8_t *p = hw + b * bb;
-        const uint16_t d = (uint16_t)(0x2000 + (t_rand_u64() % 0x400)), m = (uint16_t)(0x2000 + (t_rand_u64() % 0x400));
+        const uint16_t d = (uint16_t)(0x2000 + (t_rand_u64() % 0x400)),
+                       m = (uint16_t)(0x2000 + (t_rand_u64() % 0x400));
         p[o1] = (uint8_t)d, p[o1 + 1] = (uint8_t)(d >> 8); /* ~0.008 .. 0.016 */
         if (o2 >= 0) p[o2] = (uint8_t)m, p[o2 + 1] = (uint8_t)(m >> 8);
     }
@@ -620,8 +628,8 @@ static void gguf_case(h3_qformat f, h3_dtype dt) {
     CHECK_OK(h3_op_gemm(&g_ex, &y.h, &x.h, &wh, NULL, 0));
     CHECK_OK(h3_op_gemm(&g_ex, &y.d, &x.d, &wd, NULL, 0));
     char what[96];
-    snprintf(what, sizeof what, "gemm %s (dequantized tiles) M%lld N%lld K%lld", h3_qformat_name(f), (long long)M,
-             (long long)N, (long long)K);
+    snprintf(what, sizeof what, "gemm %s (dequantized tiles) M%lld N%lld K%lld", h3_qformat_name(f),
+             (long long)M, (long long)N, (long long)K);
     compare(what, &y, tol_of(dt));
     pfree(&x);
     pfree(&y);
@@ -710,11 +718,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const t_case cases[] = {
-        {"arena", test_arena}, {"gemm", test_gemm},       {"rows_ops", test_rows_ops}, {"group_norm", test_group_norm},
-        {"table_ops", test_table_ops}, {"rope", test_rope}, {"attention", test_attention}, {"conv", test_conv},
-        {"random", test_random}, {"qgemm", test_qgemm},
-        {"fused", test_fused},
-        {NULL, NULL},
+        {"arena", test_arena},           {"gemm", test_gemm},           {"rows_ops", test_rows_ops},
+        {"group_norm", test_group_norm}, {"table_ops", test_table_ops}, {"rope", test_rope},
+        {"attention", test_attention},   {"conv", test_conv},           {"random", test_random},
+        {"qgemm", test_qgemm},           {"fused", test_fused},         {NULL, NULL},
     };
     int r = t_main("test_cuda_ops", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

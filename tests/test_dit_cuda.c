@@ -40,7 +40,8 @@ static void compare_dev(const char *what, const h3_tensor *dev, const h3_tensor 
         num += dd * dd;
         den += ref[i] * ref[i];
     }
-    printf("  %s: relative L2 error %.3e (tolerance %.0e)\n", what, den > 0 ? sqrt(num / den) : sqrt(num), TOL);
+    printf("  %s: relative L2 error %.3e (tolerance %.0e)\n", what, den > 0 ? sqrt(num / den) : sqrt(num),
+           TOL);
     EXPECT_CLOSE(what, back.data, ref, n, TOL);
     free(ref);
     h3_tensor_free(&back);
@@ -118,7 +119,8 @@ static int collect(const char *name, h3_tensor *t, void *user) {
 }
 
 /* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout.
- * quant: the blocks' linears int8 + ConvRot on both sides (quantized from the same values: the same bytes). */
+ * quant: the blocks' linears int8 + ConvRot on both sides (quantized from the same values: the same bytes).
+ */
 static void full_width(int quant) {
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
@@ -168,8 +170,8 @@ static void full_width(int quant) {
         h3_pool_free(pool);
         TOL = 2e-2;
     }
-    forward_both(quant ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)" : "full width, 2 blocks", cpu, gpu,
-                 &in);
+    forward_both(quant ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)" : "full width, 2 blocks",
+                 cpu, gpu, &in);
     TOL = 3e-2;
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
@@ -194,10 +196,11 @@ static void test_full_width_int8(void) {
 }
 
 /* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
- * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the rotation,
- * fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the activation
- * quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8 linear), plus
- * bf16 activations: measured 6.6e-3..8.1e-3 (int8), 2.1e-2..3.7e-2 (fp8), ~5e-3 (nvfp4, GGUF). */
+ * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the
+ * rotation, fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the
+ * activation quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8
+ * linear), plus bf16 activations: measured 6.6e-3..8.1e-3 (int8), 2.1e-2..3.7e-2 (fp8), ~5e-3 (nvfp4, GGUF).
+ */
 /* The DiT file at path on the GPU and on the CPU, on the fixture inputs. */
 static void file_case(const char *path, const char *what, double tol) {
     TOL = tol;
@@ -244,7 +247,8 @@ static void test_quantized(void) {
     quant_case(H3_QT_INT8, 3e-2);
     quant_case(H3_QT_FP8, 8e-2);
     quant_case(H3_QT_NVFP4, 3e-2);
-    /* sd.cpp's GGUF of the pruned fixture: Q8_0, Q4_K, Q5_0, Q4_1, Q5_1, Q6_K, Q4_0 linears, decoded in tiles */
+    /* sd.cpp's GGUF of the pruned fixture: Q8_0, Q4_K, Q5_0, Q4_1, Q5_1, Q6_K, Q4_0 linears, decoded in tiles
+     */
     char p[1024];
     t_src_path("tests/fixtures/quant/dit.gguf", p, sizeof p);
     file_case(p, "dit.gguf", 3e-2);
@@ -259,8 +263,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    static const t_case cases[] = {{"fixtures", test_fixtures}, {"full_width", test_full_width},
-                                   {"quantized", test_quantized},   {"full_width_int8", test_full_width_int8},
+    static const t_case cases[] = {{"fixtures", test_fixtures},
+                                   {"full_width", test_full_width},
+                                   {"quantized", test_quantized},
+                                   {"full_width_int8", test_full_width_int8},
                                    {NULL, NULL}};
     int r = t_main("test_dit_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

@@ -11,8 +11,8 @@
  * streamed forward must equal the resident GPU forward bit for bit; the measured peak of the arena must be
  * within 5% of the plan's prediction and never above the budget; each report category within 5% of its
  * prediction. Once with every streamed block in pinned memory, once with a host budget that sends blocks to
- * the disk tier. dit_int8: the same with the blocks' linears int8 + ConvRot (the GPU's W8A8 GEMMs; the blocks stream
- * at their stored size, values and scales).
+ * the disk tier. dit_int8: the same with the blocks' linears int8 + ConvRot (the GPU's W8A8 GEMMs; the blocks
+ * stream at their stored size, values and scales).
  */
 #include <fcntl.h>
 #include <math.h>
@@ -266,8 +266,10 @@ static void reference(h3_dit *str, const h3_dit_config *cfg, const inputs *x, in
         h3_dit_visit_weights(str, collect, &a);
         h3_dit_visit_weights(res, collect, &b);
         CHECK(a.n == b.n && a.n > 0, "%d vs %d weights", a.n, b.n);
-        if (quant) { /* the same values (the generator gives the same numbers on either place), quantized alike */
-            for (int i = 0; i < b.n; i++) CHECK_OK(h3_op_random_uniform(&g_ex, b.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
+        if (quant) { /* the same values (the generator gives the same numbers on either place), quantized
+                        alike */
+            for (int i = 0; i < b.n; i++)
+                CHECK_OK(h3_op_random_uniform(&g_ex, b.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
             CHECK_OK(h3_dit_quantize_blocks(res, &g_ex, H3_QT_INT8_CONVROT, NULL));
         } else {
             for (int i = 0; i < a.n && i < b.n; i++) CHECK_OK(h3_copy(&g_ex, b.t[i], a.t[i]));
@@ -347,9 +349,10 @@ static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, cons
     h3_dit_release_modulation(dit);
     int64_t used;
     h3_cuda_mem_stats(&g_ex, &used, NULL, NULL);
-    const int64_t backend = H3_CUDA_BACKEND_BYTES + (p->dev_backend > H3_CUDA_BACKEND_BYTES ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
-    CHECK(used == backend, "after the stage the arena holds %lld bytes, expected the backend's %lld", (long long)used,
-          (long long)backend);
+    const int64_t backend =
+        H3_CUDA_BACKEND_BYTES + (p->dev_backend > H3_CUDA_BACKEND_BYTES ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
+    CHECK(used == backend, "after the stage the arena holds %lld bytes, expected the backend's %lld",
+          (long long)used, (long long)backend);
     h3_memrep_free(rep);
     h3_tensor_free(&hv);
     h3_tensor_free(&ha);
@@ -382,7 +385,8 @@ static void dit_case(int quant) {
         h3_dit_visit_weights(str, collect, &a);
         for (int i = 0; i < a.n; i++)
             CHECK_OK(h3_op_random_uniform(&g_ex, a.t[i], 1000 + (uint64_t)i, -0.03f, 0.03f));
-        if (quant) CHECK_OK(h3_dit_quantize_blocks(str, &g_ex, H3_QT_INT8_CONVROT, NULL)); /* into pinned memory */
+        if (quant)
+            CHECK_OK(h3_dit_quantize_blocks(str, &g_ex, H3_QT_INT8_CONVROT, NULL)); /* into pinned memory */
     }
     h3_cuda_shutdown(&g_ex);
     if (str) {
@@ -395,8 +399,9 @@ static void dit_case(int quant) {
         if (quant) {
             h3_dit_pack p2;
             h3_dit_pack_unit(str, (int)cfg.n_refiner_layers, &p2);
-            CHECK(p2.quantized && p2.bytes < pk.bytes * 0.55, "an int8 block packs %lld bytes, a bf16 one %lld",
-                  (long long)p2.bytes, (long long)pk.bytes);
+            CHECK(p2.quantized && p2.bytes < pk.bytes * 0.55,
+                  "an int8 block packs %lld bytes, a bf16 one %lld", (long long)p2.bytes,
+                  (long long)pk.bytes);
             printf("  int8 block: %.3f GiB packed (bf16 refiner block %.3f GiB)\n", p2.bytes / 1073741824.0,
                    pk.bytes / 1073741824.0);
         }
@@ -443,7 +448,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* Each case reserves the arenas it needs and shuts the backend down again. */
-    static const t_case cases[] = {{"ordering", test_ordering}, {"dit", test_dit}, {"dit_int8", test_dit_int8}, {NULL, NULL}};
+    static const t_case cases[] = {
+        {"ordering", test_ordering}, {"dit", test_dit}, {"dit_int8", test_dit_int8}, {NULL, NULL}};
     int r = t_main("test_streamer", cases, argc, argv);
     h3_exec_free(&g_ex);
     return r;

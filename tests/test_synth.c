@@ -1,8 +1,8 @@
 /* The synthetic world and the adherence check (src/synth/world.h).
  *
  * split: 324 combinations, 54 held out, every colour, shape, background and motion on both sides.
- * ground_truth: every combination rendered (fixed and random free parameters) and measured: the check must find
- * the scene's colour, motion, pitch and pan every time. captions: H3's fields and the scene's words.
+ * ground_truth: every combination rendered (fixed and random free parameters) and measured: the check must
+ * find the scene's colour, motion, pitch and pan every time. captions: H3's fields and the scene's words.
  * mp4: clips written through h3run's MP4 writer (H.264 + AAC) and read back: the check survives compression.
  * noise: random frames and sound must score near chance: the check can fail. */
 #include <math.h>
@@ -30,7 +30,8 @@ static void test_split(void) {
     const int counts[4] = {H3_SY_COLORS, H3_SY_SHAPES, H3_SY_BACKGROUNDS, H3_SY_MOTIONS};
     for (int a = 0; a < 4; a++)
         for (int v = 0; v < counts[a]; v++)
-            CHECK(seen[a][v][0] && seen[a][v][1], "attribute %d value %d is not on both sides of the split", a, v);
+            CHECK(seen[a][v][0] && seen[a][v][1], "attribute %d value %d is not on both sides of the split",
+                  a, v);
     for (int k = 0; k < 54; k++) CHECK(h3_synth_heldout(h3_synth_heldout_combo(k)), "held-out index %d", k);
     CHECK(h3_synth_heldout_combo(54) == -1, "a 55th held-out combination");
 }
@@ -47,9 +48,10 @@ static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const 
     CHECK(sc.color && sc.motion && sc.pitch && sc.pan,
           "%s: %s %s %s %s: measured colour %s, motion %s (dx %.2f dy %.2f swing %.2f), pitch %s, pan %s "
           "(%.2f -> %.2f), expected pan %s",
-          what, h3_synth_color_name(s->color), h3_synth_shape_name(s->shape), h3_synth_background_name(s->background),
-          h3_synth_motion_name(s->motion), h3_synth_color_name(m.color), h3_synth_motion_name(m.motion), m.dx, m.dy,
-          m.y_swing, h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), m.pan_start, m.pan_end,
+          what, h3_synth_color_name(s->color), h3_synth_shape_name(s->shape),
+          h3_synth_background_name(s->background), h3_synth_motion_name(s->motion),
+          h3_synth_color_name(m.color), h3_synth_motion_name(m.motion), m.dx, m.dy, m.y_swing,
+          h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), m.pan_start, m.pan_end,
           h3_synth_pan_name(h3_synth_expected_pan(s)));
     free(rgb);
     free(l);
@@ -108,17 +110,19 @@ static void test_mp4(void) {
         h3_mp4_opts_default(&o, 128, 128);
         h3_mp4 *mp = NULL;
         CHECK_OK(h3_mp4_open(path, &o, &mp));
-        for (int64_t f = 0; f < T && mp; f++) CHECK_OK(h3_mp4_write_frame(mp, rgb + f * 3 * 128 * 128, 128 * 128, 128));
+        for (int64_t f = 0; f < T && mp; f++)
+            CHECK_OK(h3_mp4_write_frame(mp, rgb + f * 3 * 128 * 128, 128 * 128, 128));
         if (mp) CHECK_OK(h3_mp4_write_audio(mp, l, r, n));
         if (mp) CHECK_OK(h3_mp4_finish(mp));
         h3_clip c;
         CHECK_OK(h3_clip_read(path, &c));
         CHECK(c.frames == T && c.width == 128 && c.height == 128 && c.channels == 2 && c.sample_rate == 32000,
-              "read back %lld frames %dx%d, %d channels at %d Hz", (long long)c.frames, c.width, c.height, c.channels,
-              c.sample_rate);
+              "read back %lld frames %dx%d, %d channels at %d Hz", (long long)c.frames, c.width, c.height,
+              c.channels, c.sample_rate);
         CHECK(fabs(c.fps - 24.0) < 1e-6, "fps %.3f", c.fps);
         h3_synth_measurement me;
-        CHECK_OK(h3_synth_measure(c.rgb, c.width, c.height, c.frames, c.left, c.right, c.samples, c.sample_rate, &me));
+        CHECK_OK(h3_synth_measure(c.rgb, c.width, c.height, c.frames, c.left, c.right, c.samples,
+                                  c.sample_rate, &me));
         h3_synth_score sc;
         h3_synth_score_of(&s, &me, &sc);
         CHECK(sc.color && sc.motion && sc.pitch && sc.pan, "mp4 %s: colour %s motion %s pitch %s pan %s",
@@ -151,8 +155,8 @@ static void test_noise(void) {
         h3_synth_score_of(&s, &m, &sc);
         hits[0] += sc.color, hits[1] += sc.motion, hits[2] += sc.pitch, hits[3] += sc.pan;
     }
-    printf("  noise over the 54 held-out prompts: colour %d, motion %d, pitch %d, pan %d right\n", hits[0], hits[1],
-           hits[2], hits[3]);
+    printf("  noise over the 54 held-out prompts: colour %d, motion %d, pitch %d, pan %d right\n", hits[0],
+           hits[1], hits[2], hits[3]);
     for (int a = 0; a < 3; a++) CHECK(hits[a] <= 20, "noise scores %d of 54 on attribute %d", hits[a], a);
     free(rgb);
     free(l);

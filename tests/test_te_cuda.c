@@ -1,11 +1,11 @@
-/* The text encoder on the GPU (layers streamed through two device slots, bf16 activations) against the same file
- * on the CPU (f32 activations), on the fixtures in every form h3run reads (official folder, ComfyUI repack, nvfp4
- * with AWQ, GGUF) and on a full-width file of two Qwen3-VL-32B layers written here.
+/* The text encoder on the GPU (layers streamed through two device slots, bf16 activations) against the same
+ * file on the CPU (f32 activations), on the fixtures in every form h3run reads (official folder, ComfyUI
+ * repack, nvfp4 with AWQ, GGUF) and on a full-width file of two Qwen3-VL-32B layers written here.
  *
- * Tolerance: relative L2 of hidden_states[L] <= 3e-2. The weights are the same stored values on both sides; what
- * is left is bf16 activations (the residual stream too, as transformers runs the model) through the layers.
- * The device's arena must hold nothing of the stage after encode returns (components take turns), and the
- * measured peak must stay within h3_text_encoder_device_bytes. Skips without a GPU. */
+ * Tolerance: relative L2 of hidden_states[L] <= 3e-2. The weights are the same stored values on both sides;
+ * what is left is bf16 activations (the residual stream too, as transformers runs the model) through the
+ * layers. The device's arena must hold nothing of the stage after encode returns (components take turns), and
+ * the measured peak must stay within h3_text_encoder_device_bytes. Skips without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,17 +68,19 @@ static double both(const char *path, const char *what, const int32_t *ids, int64
         CHECK(used1 == used0 || used1 == used0 + H3_CUDA_QGEMM_SCRATCH_BYTES,
               "%s: the stage left %lld bytes on the device", what, (long long)(used1 - used0));
         const int64_t need = h3_text_encoder_device_bytes(gpu, n, layer);
-        CHECK(peak - used0 <= need, "%s: peak %lld bytes above the stage's %lld", what, (long long)(peak - used0),
-              (long long)need);
+        CHECK(peak - used0 <= need, "%s: peak %lld bytes above the stage's %lld", what,
+              (long long)(peak - used0), (long long)need);
         e = rel_l2(back.data, hc.data, n * C);
         h3_te_stats ts;
         h3_text_encoder_get_stats(gpu, &ts);
         if (ts.read_s > 0)
             printf("  %s: %.3f GB of layers read from the files at %.2f GB/s\n", what, ts.bytes_read / 1e9,
                    ts.bytes_read / 1e9 / ts.read_s);
-        printf("  %s, hidden_states[%d] of %lld tokens: relative L2 %.3e (tolerance %.0e); CPU %.3f s, GPU %.3f s; "
+        printf("  %s, hidden_states[%d] of %lld tokens: relative L2 %.3e (tolerance %.0e); CPU %.3f s, GPU "
+               "%.3f s; "
                "device peak %.3f GiB of the %.3f GiB the stage may take\n",
-               what, layer, (long long)n, e, tol, t_cpu, t_gpu, (peak - used0) / 1073741824.0, need / 1073741824.0);
+               what, layer, (long long)n, e, tol, t_cpu, t_gpu, (peak - used0) / 1073741824.0,
+               need / 1073741824.0);
         CHECK(e <= tol, "%s: relative L2 %.3e > %.0e", what, e, tol);
         h3_tensor_free(&hc);
         h3_tensor_free(&back);
@@ -109,8 +111,9 @@ static void test_fixtures(void) {
     }
 }
 
-/* Two decoder layers of Qwen3-VL-32B's width (C 5120, 64 + 8 heads of 128, F 25600) with random bf16 weights and
- * a 1,000-row embedding, written to a file: the streamed device path on real sizes (0.9 GiB per layer). */
+/* Two decoder layers of Qwen3-VL-32B's width (C 5120, 64 + 8 heads of 128, F 25600) with random bf16 weights
+ * and a 1,000-row embedding, written to a file: the streamed device path on real sizes (0.9 GiB per layer).
+ */
 static void test_full_width(void) {
     const int64_t C = 5120, V = 1000;
     h3_st_writer *w = NULL;
@@ -129,16 +132,11 @@ static void test_full_width(void) {
         const char *n;
         int nd;
         int64_t a, b;
-    } f[] = {{"input_layernorm.weight", 1, 5120, 0},
-             {"post_attention_layernorm.weight", 1, 5120, 0},
-             {"self_attn.q_proj.weight", 2, 64 * 128, 5120},
-             {"self_attn.k_proj.weight", 2, 8 * 128, 5120},
-             {"self_attn.v_proj.weight", 2, 8 * 128, 5120},
-             {"self_attn.o_proj.weight", 2, 5120, 64 * 128},
-             {"self_attn.q_norm.weight", 1, 128, 0},
-             {"self_attn.k_norm.weight", 1, 128, 0},
-             {"mlp.gate_proj.weight", 2, 25600, 5120},
-             {"mlp.up_proj.weight", 2, 25600, 5120},
+    } f[] = {{"input_layernorm.weight", 1, 5120, 0},         {"post_attention_layernorm.weight", 1, 5120, 0},
+             {"self_attn.q_proj.weight", 2, 64 * 128, 5120}, {"self_attn.k_proj.weight", 2, 8 * 128, 5120},
+             {"self_attn.v_proj.weight", 2, 8 * 128, 5120},  {"self_attn.o_proj.weight", 2, 5120, 64 * 128},
+             {"self_attn.q_norm.weight", 1, 128, 0},         {"self_attn.k_norm.weight", 1, 128, 0},
+             {"mlp.gate_proj.weight", 2, 25600, 5120},       {"mlp.up_proj.weight", 2, 25600, 5120},
              {"mlp.down_proj.weight", 2, 5120, 25600}};
     for (int l = 0; l < 2; l++)
         for (int i = 0; i < 11; i++) {
@@ -181,7 +179,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    static const t_case cases[] = {{"fixtures", test_fixtures}, {"full_width", test_full_width}, {NULL, NULL}};
+    static const t_case cases[] = {
+        {"fixtures", test_fixtures}, {"full_width", test_full_width}, {NULL, NULL}};
     int r = t_main("test_te_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
     h3_exec_free(&g_ex);

@@ -498,7 +498,8 @@ static void test_layer_callback(void) {
     lc = (layer_ctx){0, 0, 0, 2};
     h3_te_stats s0, s1;
     h3_text_encoder_get_stats(te, &s0);
-    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 5, 4, &a), H3_ERR_INTERRUPTED, "stopped after layer 2 of 4");
+    CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 5, 4, &a), H3_ERR_INTERRUPTED,
+              "stopped after layer 2 of 4");
     h3_text_encoder_get_stats(te, &s1);
     CHECK(lc.calls == 2 && s1.layers_run - s0.layers_run == 2 && s1.releases - s0.releases == 2,
           "stopped after %d calls, %lld layers run", lc.calls, (long long)(s1.layers_run - s0.layers_run));
@@ -729,7 +730,8 @@ int main(int argc, char **argv) {
         {"text_only_mrope", test_text_only_mrope},
         {"bad_files", test_bad_files},
         {"bad_inputs", test_bad_inputs},
-        {"threads_and_chunks", test_threads_and_chunks}, {"layer_callback", test_layer_callback},
+        {"threads_and_chunks", test_threads_and_chunks},
+        {"layer_callback", test_layer_callback},
         {"alloc_failures", test_alloc_failures},
         {"quantized", test_quantized},
         {"quantized_alloc_failures", test_quantized_alloc_failures},

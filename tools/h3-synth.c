@@ -1,17 +1,14 @@
-/* h3-synth: the synthetic world of h3run's small trained model (src/synth/world.h): training data, the held-out
- * prompts, single clips, and the adherence check of a generated clip.
+/* h3-synth: the synthetic world of h3run's small trained model (src/synth/world.h): training data, the
+ * held-out prompts, single clips, and the adherence check of a generated clip.
  *
- *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination, caption)
- *   h3-synth prompt K                         held-out prompt K alone (for a shell loop)
- *   h3-synth clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]
- *                                             one scene as an MP4 (H.264 + AAC), to look at and listen to
- *   h3-synth check CLIP.mp4 --heldout K [--json]
- *                                             measures the clip (colour, motion, pitch, pan) and scores it against
- *                                             held-out prompt K; exit 0 whatever the score (3: unreadable clip)
- *   h3-synth dataset DIR [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M]
- *                                             N training clips (held-out combinations never appear) as
- *                                             DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32
- *                                             [m, 2, samples], combo I32 [m]) and DIR/captions.jsonl
+ *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination,
+ * caption) h3-synth prompt K                         held-out prompt K alone (for a shell loop) h3-synth clip
+ * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
+ * listen to h3-synth check CLIP.mp4 --heldout K [--json] measures the clip (colour, motion, pitch, pan) and
+ * scores it against held-out prompt K; exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
+ * [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M] N training clips (held-out combinations never
+ * appear) as DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32 [m, 2, samples], combo I32 [m])
+ * and DIR/captions.jsonl
  *
  * Defaults: 56 frames (2.33 s at 24 fps), 128x128, seed 1, 256 clips per shard. Exit status 2 for a bad
  * command line, 1 for a failed job (with one line naming the cause). */
@@ -28,12 +25,13 @@
 #include "synth/world.h"
 
 static int usage(const char *why) {
-    fprintf(stderr,
-            "h3-synth: %s\n"
-            "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
-            "       | check CLIP.mp4 --heldout K [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
-            "         [--seed S] [--shard M]\n",
-            why);
+    fprintf(
+        stderr,
+        "h3-synth: %s\n"
+        "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
+        "       | check CLIP.mp4 --heldout K [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
+        "         [--seed S] [--shard M]\n",
+        why);
     return 2;
 }
 
@@ -73,8 +71,8 @@ static int parse_opts(int argc, char **argv, int i, args *a) {
             if (!parse_int(v, 5, 10000, &a->frames) || (a->frames - 5) % 17)
                 return usage("--frames takes 17n+5 (22, 39, 56, 73, ...)");
         } else if (!strcmp(o, "--size")) {
-            if (sscanf(v, "%dx%d", &a->w, &a->h) != 2 || a->w < 16 || a->h < 16 || a->w > 4096 || a->h > 4096 ||
-                a->w % 16 || a->h % 16)
+            if (sscanf(v, "%dx%d", &a->w, &a->h) != 2 || a->w < 16 || a->h < 16 || a->w > 4096 ||
+                a->h > 4096 || a->w % 16 || a->h % 16)
                 return usage("--size takes WxH, multiples of 16 from 16 to 4096");
         } else if (!strcmp(o, "--clips")) {
             if (!parse_int(v, 1, 10000000, &a->clips)) return usage("--clips takes a positive count");
@@ -128,10 +126,13 @@ static int cmd_clip(const char *out, const args *a) {
     h3_mp4 *m = NULL;
     h3_status st = h3_mp4_open(out, &o, &m);
     const int64_t P = (int64_t)a->w * a->h;
-    for (int64_t f = 0; f < a->frames && st == H3_OK; f++) st = h3_mp4_write_frame(m, rgb + f * 3 * P, P, a->w);
+    for (int64_t f = 0; f < a->frames && st == H3_OK; f++)
+        st = h3_mp4_write_frame(m, rgb + f * 3 * P, P, a->w);
     if (st == H3_OK) st = h3_mp4_write_audio(m, l, r, n);
-    if (st == H3_OK) st = h3_mp4_finish(m);
-    else if (m) h3_mp4_abort(m);
+    if (st == H3_OK)
+        st = h3_mp4_finish(m);
+    else if (m)
+        h3_mp4_abort(m);
     h3_free(rgb), h3_free(l), h3_free(r);
     if (st != H3_OK) return fail();
     char cap[512];
@@ -162,8 +163,8 @@ static int cmd_check(const char *path, const args *a) {
                "\"right\": {\"color\": %d, \"motion\": %d, \"pitch\": %d, \"pan\": %d}}\n",
                a->heldout, h3_synth_color_name(s.color), h3_synth_motion_name(s.motion),
                h3_synth_pan_name(h3_synth_expected_pan(&s)), h3_synth_color_name(m.color),
-               h3_synth_motion_name(m.motion), h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), sc.color,
-               sc.motion, sc.pitch, sc.pan);
+               h3_synth_motion_name(m.motion), h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan),
+               sc.color, sc.motion, sc.pitch, sc.pan);
     else
         printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s)\n", a->heldout,
                h3_synth_color_name(m.color), sc.color ? "right" : "wrong", h3_synth_motion_name(m.motion),
@@ -215,7 +216,9 @@ static int cmd_dataset(const char *dir, const args *a) {
                 for (int64_t p = 0; p < P; p++)
                     for (int c = 0; c < 3; c++) {
                         float x = rgb[(f * 3 + c) * P + p];
-                        v[(f * P + p) * 3 + c] = (uint8_t)(x <= 0 ? 0 : x >= 1 ? 255 : (int)(x * 255.0f + 0.5f));
+                        v[(f * P + p) * 3 + c] = (uint8_t)(x <= 0   ? 0
+                                                           : x >= 1 ? 255
+                                                                    : (int)(x * 255.0f + 0.5f));
                     }
             memcpy(audio + (size_t)i * 2 * n, l, (size_t)n * sizeof(float));
             memcpy(audio + (size_t)i * 2 * n + n, r, (size_t)n * sizeof(float));
@@ -245,7 +248,8 @@ static int cmd_dataset(const char *dir, const args *a) {
     fclose(cap);
     h3_free(video), h3_free(audio), h3_free(combos), h3_free(rgb), h3_free(l), h3_free(r);
     if (st != H3_OK) return fail();
-    printf("wrote %d clips of %d frames at %dx%d in %d shards to %s\n", written, a->frames, a->w, a->h, shard, dir);
+    printf("wrote %d clips of %d frames at %dx%d in %d shards to %s\n", written, a->frames, a->w, a->h, shard,
+           dir);
     return 0;
 }
 

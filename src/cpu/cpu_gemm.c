@@ -83,7 +83,8 @@ static void add_bias_rows(void *p, int64_t b, int64_t e, int tid) {
     }
 }
 
-/* Rows of a converted weight panel: about h3_cpu_gemm_panel_bytes of f32, at least 16 rows, a multiple of 16. */
+/* Rows of a converted weight panel: about h3_cpu_gemm_panel_bytes of f32, at least 16 rows, a multiple of 16.
+ */
 static int64_t panel_rows(int64_t N, int64_t K) {
     int64_t NB = (int64_t)h3_cpu_gemm_panel_bytes / (4 * (K > 0 ? K : 1));
     if (NB < 16) NB = 16;

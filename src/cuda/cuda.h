@@ -63,11 +63,13 @@ void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user);
 /* Bytes the backend itself takes from the arena at h3_cuda_init (cuBLASLt workspace). */
 #define H3_CUDA_BACKEND_BYTES ((int64_t)32 << 20)
 /* Scratch of the GEMMs with quantized weights (int8 activations and int32 products, fp8 activations, or
- * dequantized weight tiles), taken from the arena once, at the first such GEMM or by h3_cuda_qgemm_reserve, and
- * held until h3_cuda_shutdown. The planner counts it with the backend's bytes when a stage has quantized weights. */
+ * dequantized weight tiles), taken from the arena once, at the first such GEMM or by h3_cuda_qgemm_reserve,
+ * and held until h3_cuda_shutdown. The planner counts it with the backend's bytes when a stage has quantized
+ * weights. */
 #define H3_CUDA_QGEMM_SCRATCH_BYTES ((int64_t)128 << 20)
 h3_status h3_cuda_qgemm_reserve(h3_exec *ex);
-/* Tests: 1 makes every quantized GEMM take the dequantized-tile path (0: the fastest the GPU and weight allow). */
+/* Tests: 1 makes every quantized GEMM take the dequantized-tile path (0: the fastest the GPU and weight
+ * allow). */
 void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only);
 /* The arena's allocation granule: every block is rounded up to it. */
 #define H3_CUDA_ARENA_ALIGN 256

@@ -92,9 +92,9 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     cudaDataType_t tc = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : lt_type(p->dt);
     cudaDataType_t tab = p->kind == CUDA_LT_INT8 ? CUDA_R_8I : p->kind == CUDA_LT_FP8 ? CUDA_R_8F_E4M3 : tc;
     cudaDataType_t tscale = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : CUDA_R_32F;
-    cublasComputeType_t ct = p->kind == CUDA_LT_INT8 ? CUBLAS_COMPUTE_32I
+    cublasComputeType_t ct = p->kind == CUDA_LT_INT8                  ? CUBLAS_COMPUTE_32I
                              : p->kind == CUDA_LT_FLOAT && p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
-                                                                       : CUBLAS_COMPUTE_32F;
+                                                                      : CUBLAS_COMPUTE_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = s->workspace_size;
     uint32_t al = (uint32_t)p->align;
@@ -150,8 +150,9 @@ fail:
 #undef LT_PLAN
 
 extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K,
-                                    const void *w, int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy,
-                                    const void *bias, int bias_dt, const void *alpha, const void *beta) {
+                                    const void *w, int64_t ldw, const void *x, int64_t ldx, void *y,
+                                    int64_t ldy, const void *bias, int bias_dt, const void *alpha,
+                                    const void *beta) {
     h3_cuda_state *s = cuda_state(ex);
     const size_t es_ab = kind == CUDA_LT_FLOAT ? (dt == 0 ? 4 : 2) : 1;
     const size_t es_c = kind == CUDA_LT_INT8 ? 4 : dt == 0 ? 4 : 2;
@@ -176,9 +177,9 @@ extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, in
     gemm_plan *p = NULL, *victim = &g_plans[0];
     for (int i = 0; i < N_PLANS; i++) {
         gemm_plan *c = &g_plans[i];
-        if (c->valid && c->M == key.M && c->N == key.N && c->K == key.K && c->ldx == key.ldx && c->ldw == key.ldw &&
-            c->ldy == key.ldy && c->kind == key.kind && c->dt == key.dt && c->bias_dt == key.bias_dt &&
-            c->epilogue == key.epilogue && c->align == key.align) {
+        if (c->valid && c->M == key.M && c->N == key.N && c->K == key.K && c->ldx == key.ldx &&
+            c->ldw == key.ldw && c->ldy == key.ldy && c->kind == key.kind && c->dt == key.dt &&
+            c->bias_dt == key.bias_dt && c->epilogue == key.epilogue && c->align == key.align) {
             p = c;
             break;
         }
@@ -194,7 +195,8 @@ extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, in
     if (p) p->last_use = ++g_clock;
     if (st == H3_OK) {
         cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
-        if (bias) r = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (bias)
+            r = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
         if (r == CUBLAS_STATUS_SUCCESS)
             r = cublasLtMatmul(s->lt, p->op, alpha, w, p->a, x, p->b, beta, y, p->c, y, p->c, &p->algo,
                                s->workspace, s->workspace_size, cuda_stream(ex));
@@ -210,16 +212,22 @@ extern "C" h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
                                const h3_tensor *bias, unsigned flags) {
     if (w->q.mode != H3_SCALE_NONE || cuda_dt(w->dtype) < 0) return cuda_qgemm(ex, y, x, w, bias, flags);
     int dt = cuda_dt(x->dtype);
-    if (dt < 0 || y->dtype != x->dtype) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
+    if (dt < 0 || y->dtype != x->dtype)
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
     if (w->dtype != x->dtype)
-        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "weights (with activations of the same dtype)", w->dtype);
-    if (bias && cuda_dt(bias->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "weights (with activations of the same dtype)",
+                                 w->dtype);
+    if (bias && cuda_dt(bias->dtype) < 0)
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
     rw_view X = rw_of(x), Y = rw_of(y), W = rw_of(w);
     if (X.rows == 0 || W.rows == 0) return H3_OK;
     float alpha = 1.0f, beta = (flags & H3_GEMM_ACCUMULATE) ? 1.0f : 0.0f;
-    /* cuBLASLt's bias epilogue wants the bias in the output's dtype: another dtype is added in a pass of its own */
+    /* cuBLASLt's bias epilogue wants the bias in the output's dtype: another dtype is added in a pass of its
+     * own */
     const int sep = bias && bias->dtype != y->dtype;
-    H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, dt, X.rows, W.rows, X.cols, w->data, W.ld, x->data, X.ld, y->data, Y.ld,
-                          bias && !sep ? bias->data : NULL, bias && !sep ? cuda_dt(bias->dtype) : -1, &alpha, &beta));
-    return sep ? cuda_add_bias(ex, y->data, dt, Y.ld, X.rows, W.rows, bias->data, cuda_dt(bias->dtype)) : H3_OK;
+    H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, dt, X.rows, W.rows, X.cols, w->data, W.ld, x->data, X.ld,
+                          y->data, Y.ld, bias && !sep ? bias->data : NULL,
+                          bias && !sep ? cuda_dt(bias->dtype) : -1, &alpha, &beta));
+    return sep ? cuda_add_bias(ex, y->data, dt, Y.ld, X.rows, W.rows, bias->data, cuda_dt(bias->dtype))
+               : H3_OK;
 }

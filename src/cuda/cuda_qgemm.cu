@@ -1,17 +1,16 @@
-/* GEMM with quantized weights on the GPU: y[M,N] = x[M,K] · W[N,K]ᵀ (+ bias) (+ y), W stored as int8 (per-row or
- * tensor scale, optionally ConvRot-rotated), fp8 (e4m3/e5m2, tensor or per-row scale) or nvfp4.
+/* GEMM with quantized weights on the GPU: y[M,N] = x[M,K] · W[N,K]ᵀ (+ bias) (+ y), W stored as int8 (per-row
+ * or tensor scale, optionally ConvRot-rotated), fp8 (e4m3/e5m2, tensor or per-row scale) or nvfp4.
  *
  * Three ways, the fastest the weight and the GPU allow (docs/QUANT.md "The GPU half"):
- *   int8 → W8A8: each activation row is rotated per group where the weights were (the same radix-4 butterflies
- *          as the CPU's h3_convrot_apply, in shared memory) and quantized per token (s = max|x|/127, round to
- *          nearest even), cuBLASLt multiplies int8 by int8 into int32, and one pass writes
- *          y = acc·s_x[m]·s_w[n] (+ bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ.
- *   fp8 e4m3 with a tensor scale, sm_89+ → cuBLASLt fp8: activations cast to e4m3 with scale 1, saturated at
- *          ±448 (ComfyUI's fp8 path without input_scale), the weight scale as alpha, fp32 accumulation.
- *   otherwise (fp8 elsewhere, per-row fp8, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded into the
- *          activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy.
- * All scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are
- * processed in chunks that fit it. */
+ *   int8 → W8A8: each activation row is rotated per group where the weights were (the same radix-4
+ * butterflies as the CPU's h3_convrot_apply, in shared memory) and quantized per token (s = max|x|/127, round
+ * to nearest even), cuBLASLt multiplies int8 by int8 into int32, and one pass writes y = acc·s_x[m]·s_w[n] (+
+ * bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ. fp8 e4m3 with a tensor scale,
+ * sm_89+ → cuBLASLt fp8: activations cast to e4m3 with scale 1, saturated at ±448 (ComfyUI's fp8 path without
+ * input_scale), the weight scale as alpha, fp32 accumulation. otherwise (fp8 elsewhere, per-row fp8, nvfp4,
+ * GGUF blocks) → dequantized tiles: a tile of weight rows decoded into the activations' dtype in scratch and
+ * multiplied by the ordinary GEMM; never a whole-matrix copy. All scratch comes from one region of the arena
+ * (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in chunks that fit it. */
 #include <cuda_fp8.h>
 #include <string.h>
 
@@ -28,10 +27,10 @@ static int64_t round_up(int64_t v, int64_t a) {
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
 
-/* One block per row: x row (any float dtype) → shared f32 → ConvRot per group g (0: none) → either int8 per token
- * (q, sx) or the rotated values in dtype odt (out). */
-__global__ void k_rot_rows(const void *x, int xdt, int64_t ldx, int K, int g, int8_t *q, float *sx, int64_t ldq,
-                           void *out, int odt, int64_t ldo) {
+/* One block per row: x row (any float dtype) → shared f32 → ConvRot per group g (0: none) → either int8 per
+ * token (q, sx) or the rotated values in dtype odt (out). */
+__global__ void k_rot_rows(const void *x, int xdt, int64_t ldx, int K, int g, int8_t *q, float *sx,
+                           int64_t ldq, void *out, int odt, int64_t ldo) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
@@ -76,11 +75,12 @@ __global__ void k_rot_rows(const void *x, int xdt, int64_t ldx, int K, int g, in
     if (threadIdx.x == 0) sx[r] = s;
 }
 
-/* y[m, n] = acc[m, n]·sx[m]·(sw ? sw[n] : sw1) (+ bias[n]) (+ y[m, n]). Memory-bound (6 bytes per output): a 2-D
- * grid (columns in x, rows striding in y, no divisions), four columns per thread, int4 loads of the products. */
+/* y[m, n] = acc[m, n]·sx[m]·(sw ? sw[n] : sw1) (+ bias[n]) (+ y[m, n]). Memory-bound (6 bytes per output): a
+ * 2-D grid (columns in x, rows striding in y, no divisions), four columns per thread, int4 loads of the
+ * products. */
 __global__ void k_i8_epilogue(const int32_t *acc, int64_t lda, const float *sx, const float *sw, float sw1,
-                              const void *bias, int bdt, void *y, int ydt, int64_t ldy, int64_t rows, int64_t N,
-                              int accumulate) {
+                              const void *bias, int bdt, void *y, int ydt, int64_t ldy, int64_t rows,
+                              int64_t N, int accumulate) {
     const int64_t n0 = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
     if (n0 >= N) return;
     float ws[4], bs[4] = {0, 0, 0, 0};
@@ -101,8 +101,10 @@ __global__ void k_i8_epilogue(const int32_t *acc, int64_t lda, const float *sx, 
         const float s = sx[m];
         __nv_bfloat16 *yb = (__nv_bfloat16 *)y + m * ldy + n0;
         if (ydt == 1 && nv == 4 && !accumulate && ((uintptr_t)yb & 7) == 0) { /* one 8-byte store */
-            __nv_bfloat162 lo = __floats2bfloat162_rn((float)v[0] * (s * ws[0]) + bs[0], (float)v[1] * (s * ws[1]) + bs[1]);
-            __nv_bfloat162 hi = __floats2bfloat162_rn((float)v[2] * (s * ws[2]) + bs[2], (float)v[3] * (s * ws[3]) + bs[3]);
+            __nv_bfloat162 lo =
+                __floats2bfloat162_rn((float)v[0] * (s * ws[0]) + bs[0], (float)v[1] * (s * ws[1]) + bs[1]);
+            __nv_bfloat162 hi =
+                __floats2bfloat162_rn((float)v[2] * (s * ws[2]) + bs[2], (float)v[3] * (s * ws[3]) + bs[3]);
             uint2 u;
             u.x = *(uint32_t *)&lo;
             u.y = *(uint32_t *)&hi;
@@ -124,9 +126,11 @@ static dim3 grid2(int64_t N, int64_t rows, int per_thread) {
 }
 
 /* y[m, n] += bias[n] (cuBLASLt's fp8 GEMMs take a bias epilogue only in some dtype pairs: added here). */
-__global__ void k_add_bias(void *y, int ydt, int64_t ldy, int64_t rows, int64_t N, const void *bias, int bdt) {
+__global__ void k_add_bias(void *y, int ydt, int64_t ldy, int64_t rows, int64_t N, const void *bias,
+                           int bdt) {
     const int64_t total = rows * N;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t m = i / N, n = i % N;
         st_f(y, ydt, m * ldy + n, ld_f(y, ydt, m * ldy + n) + ld_f(bias, bdt, n));
     }
@@ -152,19 +156,22 @@ __device__ __forceinline__ float fp8_to_f(uint8_t b, __nv_fp8_interpretation_t k
     return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, kind)));
 }
 
-/* Weight rows [r0, r0 + rows) decoded into out [rows, K] (dtype odt): int8/fp8 value × (per-row or tensor) scale;
- * nvfp4 as the CPU decodes it (E2M1 × (e4m3 block scale × scale_2), high nibble first), then × col_scale[k]. */
+/* Weight rows [r0, r0 + rows) decoded into out [rows, K] (dtype odt): int8/fp8 value × (per-row or tensor)
+ * scale; nvfp4 as the CPU decodes it (E2M1 × (e4m3 block scale × scale_2), high nibble first), then ×
+ * col_scale[k]. */
 __global__ void k_dequant_rows(const uint8_t *w, int64_t ldw_bytes, int kind, int64_t r0, int64_t rows, int K,
-                               const float *row_scale, float scale, const uint8_t *fmt_scales, int64_t fmt_row0,
-                               const uint8_t *col_scale, void *out, int odt) {
+                               const float *row_scale, float scale, const uint8_t *fmt_scales,
+                               int64_t fmt_row0, const uint8_t *col_scale, void *out, int odt) {
     const int64_t total = rows * K;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / K, c = i % K, gr = r0 + r;
         const uint8_t *row = w + gr * ldw_bytes;
         float v;
         if (kind == DQ_NVFP4) {
             const int64_t C = K / 16, R = fmt_row0 + gr, cb = c / 16;
-            const int64_t si = ((R / 128) * ((C + 3) / 4) + cb / 4) * 512 + (R % 32) * 16 + ((R % 128) / 32) * 4 + cb % 4;
+            const int64_t si =
+                ((R / 128) * ((C + 3) / 4) + cb / 4) * 512 + (R % 32) * 16 + ((R % 128) / 32) * 4 + cb % 4;
             const float ts = fp8_to_f(fmt_scales[si], __NV_E4M3) * scale;
             const uint8_t b = row[c / 2];
             v = e2m1((c & 1) ? (b & 15) : (b >> 4)) * ts;
@@ -181,13 +188,14 @@ __global__ void k_dequant_rows(const uint8_t *w, int64_t ldw_bytes, int kind, in
     }
 }
 
-/* GGUF weight rows [r0, r0 + rows) into out [rows, K]: one thread per block of be values (32 or 256), decoded by
- * the same code as the CPU's (io/gguf_blocks.h). */
-__global__ void k_dequant_gguf(const uint8_t *w, int64_t ldw_bytes, int fmt, int be, int bb, int64_t r0, int64_t rows,
-                               int K, void *out, int odt) {
+/* GGUF weight rows [r0, r0 + rows) into out [rows, K]: one thread per block of be values (32 or 256), decoded
+ * by the same code as the CPU's (io/gguf_blocks.h). */
+__global__ void k_dequant_gguf(const uint8_t *w, int64_t ldw_bytes, int fmt, int be, int bb, int64_t r0,
+                               int64_t rows, int K, void *out, int odt) {
     const int64_t nb = K / be, total = rows * nb;
     float y[256];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / nb, b = i % nb;
         h3_gguf_block_decode(fmt, w + (r0 + r) * ldw_bytes + b * bb, y);
         for (int j = 0; j < be; j++) st_f(out, odt, r * K + b * be + j, y[j]);
@@ -213,7 +221,8 @@ static h3_status reserve(h3_cuda_state *s) {
     if (s->qscratch) return H3_OK;
     s->qscratch = cuda_arena_alloc(s, (size_t)H3_CUDA_QGEMM_SCRATCH_BYTES);
     if (!s->qscratch)
-        return H3_ERR(H3_ERR_NOMEM, "the device budget has no room for the %lld MiB scratch of quantized GEMMs",
+        return H3_ERR(H3_ERR_NOMEM,
+                      "the device budget has no room for the %lld MiB scratch of quantized GEMMs",
                       (long long)(H3_CUDA_QGEMM_SCRATCH_BYTES >> 20));
     s->qscratch_size = (size_t)H3_CUDA_QGEMM_SCRATCH_BYTES;
     return H3_OK;
@@ -234,7 +243,8 @@ extern "C" void cuda_qgemm_shutdown(h3_cuda_state *s) {
     s->qscratch_size = 0;
 }
 
-/* ---- the three paths ------------------------------------------------------------------------------------ */
+/* ---- the three paths ------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     int64_t M, N, K;
@@ -245,16 +255,18 @@ typedef struct {
     const void *bias;
 } qg_args;
 
-static h3_status rot_rows(h3_exec *ex, const rw_view *X, int64_t r0, int64_t rows, int64_t K, int g, int8_t *q,
-                          float *sx, void *out, int odt) {
+static h3_status rot_rows(h3_exec *ex, const rw_view *X, int64_t r0, int64_t rows, int64_t K, int g,
+                          int8_t *q, float *sx, void *out, int odt) {
     const size_t smem = (size_t)K * sizeof(float);
     static const size_t kmax = 200 * 1024;
     if (smem > kmax)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "quantized GEMM: K = %lld is too wide for the activation kernel (at most %lld)",
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "quantized GEMM: K = %lld is too wide for the activation kernel (at most %lld)",
                       (long long)K, (long long)(kmax / 4));
     cudaFuncSetAttribute(k_rot_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kmax);
     k_rot_rows<<<(unsigned)rows, 256, smem, cuda_stream(ex)>>>(
-        (const uint8_t *)X->p + r0 * X->ld * (X->dt == 0 ? 4 : 2), X->dt, X->ld, (int)K, g, q, sx, K, out, odt, K);
+        (const uint8_t *)X->p + r0 * X->ld * (X->dt == 0 ? 4 : 2), X->dt, X->ld, (int)K, g, q, sx, K, out,
+        odt, K);
     CU_LAUNCHED("rot_rows");
     return H3_OK;
 }
@@ -265,7 +277,8 @@ static h3_status run_w8a8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
     const int64_t per_row = Kp + Np * 4 + 4;
     int64_t mc = ((int64_t)s->qscratch_size - 4096) / per_row;
     if (mc > a->M) mc = a->M;
-    if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "int8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
+    if (mc < 1)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "int8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
     int8_t *xq = (int8_t *)s->qscratch;
     int32_t *acc = (int32_t *)((uint8_t *)s->qscratch + round_up(mc * Kp, 256));
     float *sx = (float *)((uint8_t *)acc + round_up(mc * Np * 4, 256));
@@ -276,12 +289,13 @@ static h3_status run_w8a8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         const int64_t m = a->M - m0 < mc ? a->M - m0 : mc;
         H3_TRY(rot_rows(ex, &a->X, m0, m, a->K, w->q.rot_group, xq, sx, NULL, 0));
-        h3_status st = cuda_lt_matmul(ex, CUDA_LT_INT8, 0, m, a->N, a->K, a->w, a->ldw, xq, Kp, acc, Np, NULL, -1,
-                                      &one, &zero);
-        if (st != H3_OK) return m0 ? h3_error_wrap(H3_ERR_DEVICE, "int8 GEMM, rows from %lld", (long long)m0) : st;
+        h3_status st = cuda_lt_matmul(ex, CUDA_LT_INT8, 0, m, a->N, a->K, a->w, a->ldw, xq, Kp, acc, Np, NULL,
+                                      -1, &one, &zero);
+        if (st != H3_OK)
+            return m0 ? h3_error_wrap(H3_ERR_DEVICE, "int8 GEMM, rows from %lld", (long long)m0) : st;
         k_i8_epilogue<<<grid2(a->N, m, 4), 256, 0, cuda_stream(ex)>>>(
-            acc, Np, sx, sw, sw1, a->bias, a->bdt, (uint8_t *)a->Y.p + m0 * a->Y.ld * yes, a->ydt, a->Y.ld, m, a->N,
-            a->accumulate);
+            acc, Np, sx, sw, sw1, a->bias, a->bdt, (uint8_t *)a->Y.p + m0 * a->Y.ld * yes, a->ydt, a->Y.ld, m,
+            a->N, a->accumulate);
         CU_LAUNCHED("i8_epilogue");
     }
     return H3_OK;
@@ -298,13 +312,14 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
     const size_t xes = a->X.dt == 0 ? 4 : 2;
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         const int64_t m = a->M - m0 < mc ? a->M - m0 : mc;
-        k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>((const uint8_t *)a->X.p + m0 * a->X.ld * xes,
-                                                                   a->X.dt, a->X.ld, m, (int)a->K, xf, Kp);
+        k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>(
+            (const uint8_t *)a->X.p + m0 * a->X.ld * xes, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp);
         CU_LAUNCHED("cast_fp8");
         void *yp = (uint8_t *)a->Y.p + m0 * a->Y.ld * yes;
-        h3_status st = cuda_lt_matmul(ex, CUDA_LT_FP8, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, yp, a->Y.ld, NULL,
-                                      -1, &alpha, &beta);
-        if (st != H3_OK) return m0 ? h3_error_wrap(H3_ERR_DEVICE, "fp8 GEMM, rows from %lld", (long long)m0) : st;
+        h3_status st = cuda_lt_matmul(ex, CUDA_LT_FP8, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, yp,
+                                      a->Y.ld, NULL, -1, &alpha, &beta);
+        if (st != H3_OK)
+            return m0 ? h3_error_wrap(H3_ERR_DEVICE, "fp8 GEMM, rows from %lld", (long long)m0) : st;
         if (a->bias) H3_TRY(cuda_add_bias(ex, yp, a->ydt, a->Y.ld, m, a->N, a->bias, a->bdt));
     }
     return H3_OK;
@@ -312,14 +327,17 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
 
 static h3_status run_dequant(h3_exec *ex, const qg_args *a, const h3_tensor *w, int kind) {
     h3_cuda_state *s = cuda_state(ex);
-    const int cdt = a->ydt; /* compute in the output's dtype: x staged (and rotated) into it, weights decoded */
+    const int cdt =
+        a->ydt; /* compute in the output's dtype: x staged (and rotated) into it, weights decoded */
     const size_t es = cdt == 0 ? 4 : 2;
     const int64_t row_b = round_up(a->K * (int64_t)es, 256);
     const int64_t half = (int64_t)s->qscratch_size / 2;
     int64_t mc = half / row_b, nc = half / row_b;
     if (mc > a->M) mc = a->M;
     if (nc > a->N) nc = a->N;
-    if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "quantized GEMM: K = %lld is too wide for the scratch", (long long)a->K);
+    if (mc < 1)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "quantized GEMM: K = %lld is too wide for the scratch",
+                      (long long)a->K);
     uint8_t *xs = (uint8_t *)s->qscratch, *wd = xs + half;
     const float one = 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
     const float *rs = w->q.mode == H3_SCALE_ROW ? w->q.scales : NULL;
@@ -336,14 +354,15 @@ static h3_status run_dequant(h3_exec *ex, const qg_args *a, const h3_tensor *w, 
                 k_dequant_gguf<<<grid_for(n * (a->K / be)), 128, 0, cuda_stream(ex)>>>(
                     a->w, a->ldw, w->q.format, (int)be, (int)bb, n0, n, (int)a->K, wd, cdt);
             } else {
-                k_dequant_rows<<<grid_for(n * a->K), 256, 0, cuda_stream(ex)>>>(a->w, a->ldw, kind, n0, n, (int)a->K, rs,
-                                                                               sc, w->q.fmt_scales, w->q.fmt_row0,
-                                                                               w->q.col_scale, wd, cdt);
+                k_dequant_rows<<<grid_for(n * a->K), 256, 0, cuda_stream(ex)>>>(
+                    a->w, a->ldw, kind, n0, n, (int)a->K, rs, sc, w->q.fmt_scales, w->q.fmt_row0,
+                    w->q.col_scale, wd, cdt);
             }
             CU_LAUNCHED("dequant_rows");
             const void *b = a->bias ? (const uint8_t *)a->bias + n0 * bes : NULL;
             H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, cdt, m, n, a->K, wd, a->K, xs, a->K,
-                                  (uint8_t *)a->Y.p + (m0 * a->Y.ld + n0) * es, a->Y.ld, b, a->bdt, &one, &beta));
+                                  (uint8_t *)a->Y.p + (m0 * a->Y.ld + n0) * es, a->Y.ld, b, a->bdt, &one,
+                                  &beta));
         }
     }
     return H3_OK;
@@ -355,17 +374,18 @@ extern "C" h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, c
     if (cuda_dt(x->dtype) < 0 || x->q.mode != H3_SCALE_NONE)
         return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "activations", x->dtype);
     if (cuda_dt(y->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "output", y->dtype);
-    if (bias && cuda_dt(bias->dtype) < 0) return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
+    if (bias && cuda_dt(bias->dtype) < 0)
+        return h3_missing_kernel(H3_OP_GEMM, CUDA_NAME, "bias", bias->dtype);
     const char *why = NULL;
     if (!h3_quant_gpu_supported(w, &why))
         return H3_ERR(H3_ERR_UNSUPPORTED,
                       "op 'gemm' on the cuda backend: %s weights (%s) run on the CPU only for now",
                       h3_dtype_name(w->dtype), why);
     const h3_scale_mode md = w->q.mode;
-    const int kind = md == H3_SCALE_FORMAT      ? (w->q.format == H3_QF_NVFP4 ? DQ_NVFP4 : DQ_GGUF)
-                     : w->dtype == H3_I8        ? DQ_I8
-                     : w->dtype == H3_F8_E4M3   ? DQ_E4M3
-                                                : DQ_E5M2;
+    const int kind = md == H3_SCALE_FORMAT    ? (w->q.format == H3_QF_NVFP4 ? DQ_NVFP4 : DQ_GGUF)
+                     : w->dtype == H3_I8      ? DQ_I8
+                     : w->dtype == H3_F8_E4M3 ? DQ_E4M3
+                                              : DQ_E5M2;
     if (kind == DQ_NVFP4 && !w->q.fmt_scales)
         return H3_ERR(H3_ERR_INVALID, "op 'gemm': an nvfp4 weight without its block scales");
     qg_args a;
@@ -398,8 +418,8 @@ extern "C" h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, c
         if (st != H3_ERR_UNSUPPORTED) return st;
         h3_clear_error(); /* no int8 algorithm for this shape: the dequantized path below */
     }
-    if (s->qgemm_mode == 0 && kind == DQ_E4M3 && md != H3_SCALE_ROW && sm >= 89 && a.K % 16 == 0 && a.N % 16 == 0 &&
-        a.ldw % 16 == 0) {
+    if (s->qgemm_mode == 0 && kind == DQ_E4M3 && md != H3_SCALE_ROW && sm >= 89 && a.K % 16 == 0 &&
+        a.N % 16 == 0 && a.ldw % 16 == 0) {
         h3_status st = run_fp8(ex, &a, w);
         if (st != H3_ERR_UNSUPPORTED) return st;
         h3_clear_error();

@@ -305,8 +305,8 @@ static int check_one(const char *name, h3_tensor *t, void *user) {
     if (!strcmp(name, "adaln_t_table") || !strcmp(name, "rope.inv_freq")) return 0; /* the host reads them */
     if (h3_quant_gpu_supported(t, &why)) return 0;
     c->st = H3_ERR(H3_ERR_UNSUPPORTED,
-                   "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu", name,
-                   h3_dtype_name(t->dtype), why);
+                   "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu",
+                   name, h3_dtype_name(t->dtype), why);
     return 1;
 }
 
@@ -318,10 +318,11 @@ h3_status h3_dit_stream_check(const h3_dit *dit) {
     for (int u = 0; u < U; u++) {
         const h3_dit_block_weights *w = h3_dit_unit_weights(dit, u);
         if (w && w->qkv_interleaved && w->qkv.q.mode != H3_SCALE_NONE)
-            return H3_ERR(H3_ERR_UNSUPPORTED,
-                          "DiT block %d: quantized QKV rows in the official per-head order are not streamed (h3run "
-                          "quantize writes them in ComfyUI's [Q; K; V] order)",
-                          u);
+            return H3_ERR(
+                H3_ERR_UNSUPPORTED,
+                "DiT block %d: quantized QKV rows in the official per-head order are not streamed (h3run "
+                "quantize writes them in ComfyUI's [Q; K; V] order)",
+                u);
     }
     return H3_OK;
 }
@@ -371,7 +372,8 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         if (rep) h3_memrep_set_category(rep, prev);
         H3_CHECK(uc.st);
     }
-    /* 2. The items: packed layouts, their sources, tiers; the quantized GEMMs' scratch where they will run. */
+    /* 2. The items: packed layouts, their sources, tiers; the quantized GEMMs' scratch where they will run.
+     */
     const h3_st_set *set = h3_dit_files(dit);
     int64_t nsegs = 0, max_streamed = 0;
     int quantized = 0;

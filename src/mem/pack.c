@@ -83,7 +83,8 @@ int h3_pack_segs(const h3_st_set *set, const h3_pack *p, int64_t heads, int64_t 
             int afd = h3_pack_file_of(set, parts[a].p, &ao);
             if (afd >= 0) *pinned = 0;
             if (segs)
-                segs[n] = (h3_stream_seg){afd >= 0 ? NULL : parts[a].p, afd, ao, parts[a].bytes, p->aux_off[i][a]};
+                segs[n] =
+                    (h3_stream_seg){afd >= 0 ? NULL : parts[a].p, afd, ao, parts[a].bytes, p->aux_off[i][a]};
             n++;
         }
     }

@@ -1,6 +1,7 @@
-/* Packing streamed items: the tensors of one item (a DiT unit, an AdaLN projection, a text-encoder layer) laid out
- * for one slot at the arena's alignment, quantized tensors with their side data (scales) after their values; the
- * segments that fill the layout from memory or from the mapped files; views of the tensors at a slot. */
+/* Packing streamed items: the tensors of one item (a DiT unit, an AdaLN projection, a text-encoder layer)
+ * laid out for one slot at the arena's alignment, quantized tensors with their side data (scales) after their
+ * values; the segments that fill the layout from memory or from the mapped files; views of the tensors at a
+ * slot. */
 #ifndef H3_MEM_PACK_H
 #define H3_MEM_PACK_H
 
@@ -23,7 +24,8 @@ typedef struct h3_pack {
     int quantized;                   /* some tensor has quantization scales (sized with them) */
 } h3_pack;
 
-/* Appends t (its stored bytes at the next aligned offset, then its side data). Beyond H3_PACK_MAX: ignored. */
+/* Appends t (its stored bytes at the next aligned offset, then its side data). Beyond H3_PACK_MAX: ignored.
+ */
 void h3_pack_add(h3_pack *p, const h3_tensor *t, int interleaved);
 /* Where host memory ptr lies in set's mapped files: the file's fd and *off, or -1. set may be NULL. */
 int h3_pack_file_of(const h3_st_set *set, const void *ptr, int64_t *off);

@@ -416,8 +416,8 @@ int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t ch
 
 /* The text encoder: on the device (layers streamed through two slots, h3_text_encoder_device_bytes) when a
  * device budget is given and holds it, as h3run generate decides; else on the host. */
-static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f, int64_t vram,
-                    h3_stage_plan *s) {
+static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f,
+                    int64_t vram, h3_stage_plan *s) {
     memset(s, 0, sizeof *s);
     if (!m->te) return;
     s->present = 1;
@@ -443,13 +443,15 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
     s->on_device = vram > 0 && s->dev_bytes <= vram;
     if (s->on_device) {
         s->host_bytes = (int64_t)r->text_tokens * c->hidden * 4; /* the embedding rows gathered on the host */
-        snprintf(s->detail, sizeof s->detail,
-                 "on the device: %d of %lld layers streamed from the mapped file through 2 slots (%s read per "
-                 "prompt), %s of the device for %lld tokens",
-                 layers, (long long)c->n_layers, a, d, (long long)r->text_tokens);
+        snprintf(
+            s->detail, sizeof s->detail,
+            "on the device: %d of %lld layers streamed from the mapped file through 2 slots (%s read per "
+            "prompt), %s of the device for %lld tokens",
+            layers, (long long)c->n_layers, a, d, (long long)r->text_tokens);
     } else {
         snprintf(s->detail, sizeof s->detail,
-                 "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for %lld "
+                 "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s "
+                 "for %lld "
                  "tokens%s%s%s",
                  layers, (long long)c->n_layers, a, b, (long long)r->text_tokens,
                  vram > 0 ? " (on the device it would need " : "", vram > 0 ? d : "", vram > 0 ? ")" : "");

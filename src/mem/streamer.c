@@ -95,11 +95,13 @@ static int fill_piece(const h3_stream_seg *g, int64_t from, int64_t len, uint8_t
     }
     int64_t done = 0;
     while (done < len) {
-        ssize_t r = pread(g->fd, d + g->dst + from + done, (size_t)(len - done), (off_t)(g->off + from + done));
+        ssize_t r =
+            pread(g->fd, d + g->dst + from + done, (size_t)(len - done), (off_t)(g->off + from + done));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            snprintf(err, errn, "reading %lld bytes at offset %lld of a weight file failed: %s", (long long)len,
-                     (long long)(g->off + from), r < 0 ? strerror(errno) : "the file is shorter");
+            snprintf(err, errn, "reading %lld bytes at offset %lld of a weight file failed: %s",
+                     (long long)len, (long long)(g->off + from),
+                     r < 0 ? strerror(errno) : "the file is shorter");
             return -1;
         }
         done += r;
@@ -112,8 +114,9 @@ static int fill_piece(const h3_stream_seg *g, int64_t from, int64_t len, uint8_t
     return 0;
 }
 
-/* Pieces of at most FILL_PIECE bytes, spread over the read workers: a single thread copies from the page cache at
- * ~2 GB/s, several reach the memory's bandwidth, and a disk serves several requests at once faster than one. */
+/* Pieces of at most FILL_PIECE bytes, spread over the read workers: a single thread copies from the page
+ * cache at ~2 GB/s, several reach the memory's bandwidth, and a disk serves several requests at once faster
+ * than one. */
 #define FILL_PIECE ((int64_t)8 << 20)
 
 typedef struct {
@@ -134,7 +137,8 @@ static void fill_range(void *arg, int64_t begin, int64_t end, int tid) {
         const int64_t np = (g->bytes + FILL_PIECE - 1) / FILL_PIECE;
         for (int64_t p = 0; p < np; p++, k++) {
             if (k < begin || k >= end) continue;
-            const int64_t from = p * FILL_PIECE, len = g->bytes - from < FILL_PIECE ? g->bytes - from : FILL_PIECE;
+            const int64_t from = p * FILL_PIECE,
+                          len = g->bytes - from < FILL_PIECE ? g->bytes - from : FILL_PIECE;
             char e[256];
             if (fill_piece(g, from, len, c->dst, c->drop, e, sizeof e)) {
                 pthread_mutex_lock(&c->mu);
@@ -146,10 +150,10 @@ static void fill_range(void *arg, int64_t begin, int64_t end, int tid) {
     }
 }
 
-/* Gathers an item's bytes into dst (its layout): memcpy from host sources, pread from files, in pieces over pool's
- * workers (NULL: this thread). drop: tell the kernel the file range is not needed again (disk-tier reads must not
- * grow the page cache the host budget excludes). Runs on CUDA's callback thread for DISK reads: no CUDA and no h3
- * error state here. */
+/* Gathers an item's bytes into dst (its layout): memcpy from host sources, pread from files, in pieces over
+ * pool's workers (NULL: this thread). drop: tell the kernel the file range is not needed again (disk-tier
+ * reads must not grow the page cache the host budget excludes). Runs on CUDA's callback thread for DISK
+ * reads: no CUDA and no h3 error state here. */
 static int fill_item(h3_pool *pool, const h3_stream_item *it, void *dst, int drop, char *err, size_t errn) {
     int64_t pieces = 0;
     for (int i = 0; i < it->n_segs; i++) pieces += (it->segs[i].bytes + FILL_PIECE - 1) / FILL_PIECE;
@@ -451,7 +455,8 @@ static h3_status load_resident(h3_streamer *s, int i) {
     uint8_t *dst = s->resident[i];
     char err[256];
     if (!s->dev) {
-        if (fill_item(s->rpool, it, dst, 0, err, sizeof err)) return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
+        if (fill_item(s->rpool, it, dst, 0, err, sizeof err))
+            return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
         return H3_OK;
     }
     if (it->src_pinned) {
@@ -508,7 +513,7 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     s->n_items = n_items;
     const int k = cfg->n_slots, ns = cfg->n_staging, ni = n_items ? n_items : 1;
     s->n_timing = 2 * (k + n_items) + 2;
-    {   /* the gathering workers: H3_STREAM_READERS of them, else up to 8 */
+    { /* the gathering workers: H3_STREAM_READERS of them, else up to 8 */
         int nr = h3_cpu_count() < 8 ? h3_cpu_count() : 8;
         const char *e = getenv("H3_STREAM_READERS");
         if (e && atoi(e) > 0) nr = atoi(e) < 64 ? atoi(e) : 64;
@@ -582,7 +587,8 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
         if (!s->pinned[i])
             H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for a %lld-byte weight block", (long long)it->bytes);
         char err[256];
-        if (fill_item(s->rpool, it, s->pinned[i], 0, err, sizeof err)) H3_FAIL(H3_ERR_IO, "weight streamer: %s", err);
+        if (fill_item(s->rpool, it, s->pinned[i], 0, err, sizeof err))
+            H3_FAIL(H3_ERR_IO, "weight streamer: %s", err);
         s->st.pinned_bytes += it->bytes;
     }
     {

@@ -329,7 +329,8 @@ static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
                  w->t == &g->inv_freq || w->t == &g->curve;
     int64_t s[2] = {w->d0, w->d1};
     /* the curve table is read by the host (as h3_dit_upload_weights leaves it) */
-    h3_place place = w->t == &g->curve && d->weight_place == H3_PLACE_DEVICE ? H3_PLACE_HOST : d->weight_place;
+    h3_place place =
+        w->t == &g->curve && d->weight_place == H3_PLACE_DEVICE ? H3_PLACE_HOST : d->weight_place;
     return h3_tensor_alloc(w->t, place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
 }
 
@@ -424,8 +425,8 @@ static h3_status check_places(const h3_dit *d) {
     return H3_OK;
 }
 
-/* A quantized weight to the weight place in its stored form (values and scales), where the GPU's quantized GEMM
- * reads it. */
+/* A quantized weight to the weight place in its stored form (values and scales), where the GPU's quantized
+ * GEMM reads it. */
 static h3_status upload_quantized(h3_dit *d, const wdesc *w, h3_exec *ex) {
     const char *why;
     if (!h3_quant_gpu_supported(w->t, &why))
@@ -484,8 +485,10 @@ static h3_status deinterleave_qkv(h3_dit *d, h3_exec *ex) {
         h3_dit_block_weights *b = &d->units[u];
         if (!b->qkv.data || !b->qkv_interleaved) continue;
         if (b->qkv.q.mode != H3_SCALE_NONE)
-            H3_FAIL(H3_ERR_UNSUPPORTED, "DiT block %d: quantized QKV rows in the official per-head order are not read "
-                    "on the device (h3run quantize writes them in ComfyUI's [Q; K; V] order)", u);
+            H3_FAIL(H3_ERR_UNSUPPORTED,
+                    "DiT block %d: quantized QKV rows in the official per-head order are not read "
+                    "on the device (h3run quantize writes them in ComfyUI's [Q; K; V] order)",
+                    u);
         h3_tensor out;
         H3_CHECK(h3_tensor_alloc(&out, d->weight_place, b->qkv.dtype, 2, b->qkv.shape, H3_MEM_WEIGHTS));
         st = h3_op_gather_rows(ex, &out, &b->qkv, &idx);
@@ -557,8 +560,8 @@ done:
     return st;
 }
 
-/* One weight replaced by random stored values of format target at its place: 64 MiB of random bytes from a fixed
- * generator repeated over the values, scales constant. */
+/* One weight replaced by random stored values of format target at its place: 64 MiB of random bytes from a
+ * fixed generator repeated over the values, scales constant. */
 static h3_status random_one(h3_exec *ex, h3_tensor *t, int target) {
     enum { POOL = 64 << 20 };
     static uint8_t *pools[2]; /* int8, fp8: kept for the process (benchmarks) */
@@ -634,8 +637,8 @@ static h3_status requantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *
         char what[64];
         snprintf(what, sizeof what, "DiT block %d", u - (int)c->n_refiner_layers);
         if (b->qkv.data && b->qkv_interleaved)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: QKV rows in the official per-head order are not quantized here",
-                          what);
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "%s: QKV rows in the official per-head order are not quantized here", what);
         h3_tensor *ts[6] = {&b->qkv, &b->out, &b->fc1, &b->fc2, NULL, NULL};
         if (!b->qkv.data) {
             ts[0] = &b->q;

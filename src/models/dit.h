@@ -103,11 +103,11 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
 /* With opts->weight_place DEVICE, h3_dit_open binds the file's weights on the host as usual; this then replaces each
  * one by an owned copy on the device (one pass over the file). A no-op for host weights. */
 h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
-/* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's, as
- * in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed from
- * their current values on the host in f32 and placed where they were (pool: quantizer workers, may be NULL).
- * For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV order
- * is refused. */
+/* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's,
+ * as in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed
+ * from their current values on the host in f32 and placed where they were (pool: quantizer workers, may be
+ * NULL). For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV
+ * order is refused. */
 struct h3_pool;
 h3_status h3_dit_quantize_blocks(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool);
 /* The same replacement with random stored values instead of the current ones (int8 codes with per-row scales

@@ -279,7 +279,9 @@ static int64_t gemm_mixed_scratch(const h3_dit *d, int64_t chunk, h3_dtype xd, c
                                   int64_t M) {
     if (d->act_place != H3_PLACE_DEVICE || !w->data || M == 0) return 0;
     const h3_dtype wd = w->dtype;
-    if ((xd == wd && yd == wd) || w->q.mode != H3_SCALE_NONE || (wd != H3_F32 && wd != H3_BF16 && wd != H3_F16)) return 0;
+    if ((xd == wd && yd == wd) || w->q.mode != H3_SCALE_NONE ||
+        (wd != H3_F32 && wd != H3_BF16 && wd != H3_F16))
+        return 0;
     const int64_t ch = M < chunk ? M : chunk, K = w->shape[1], N = w->shape[0];
     const size_t es = h3_dtype_size(wd);
     return (xd != wd ? rows_bytes(ch, K, es) : 0) + (yd != wd ? rows_bytes(ch, N, es) : 0);

@@ -13,8 +13,8 @@
 #include "quant/qload.h"
 #include "quant/quant.h"
 
-#define TE_ACT_DTYPE H3_F32   /* the output, and every activation on the host */
-#define TE_DEV_DTYPE H3_BF16  /* activations on the device (as transformers runs the model in bf16) */
+#define TE_ACT_DTYPE H3_F32  /* the output, and every activation on the host */
+#define TE_DEV_DTYPE H3_BF16 /* activations on the device (as transformers runs the model in bf16) */
 
 struct h3_text_encoder {
     h3_te_config cfg;
@@ -573,11 +573,11 @@ static h3_status layer_done(h3_text_encoder *te, int done, int total) {
 }
 
 /* ---- on a device ----------------------------------------------------------------------------------------
- * The layers stream through a ring of two device slots (h3_streamer): each layer's tensors packed in the order of
- * g_layer_fields (quantized ones with their scales), read from the mapped files into pinned staging on a read
- * stream and copied while the previous layer computes. Activations are bf16 (the residual stream too, as
- * transformers runs the model), the rotary tables f32; the output is converted to f32 at the end. Everything the
- * stage takes from the device is returned before encode returns. */
+ * The layers stream through a ring of two device slots (h3_streamer): each layer's tensors packed in the
+ * order of g_layer_fields (quantized ones with their scales), read from the mapped files into pinned staging
+ * on a read stream and copied while the previous layer computes. Activations are bf16 (the residual stream
+ * too, as transformers runs the model), the rotary tables f32; the output is converted to f32 at the end.
+ * Everything the stage takes from the device is returned before encode returns. */
 
 typedef struct te_dev {
     int n;
@@ -618,9 +618,10 @@ static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
             const h3_tensor *t = layer_field(&d->host[l], i);
             const char *why;
             if (!h3_quant_gpu_supported(t, &why))
-                return H3_ERR(H3_ERR_UNSUPPORTED,
-                              "text-encoder layer %d: %s weights (%s) run on the CPU only for now: use --device cpu",
-                              l, h3_dtype_name(t->dtype), why);
+                return H3_ERR(
+                    H3_ERR_UNSUPPORTED,
+                    "text-encoder layer %d: %s weights (%s) run on the CPU only for now: use --device cpu", l,
+                    h3_dtype_name(t->dtype), why);
             h3_pack_add(&d->packs[l], t, 0);
         }
         int pin;
@@ -639,7 +640,8 @@ static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
         o += it->n_segs;
         it->bytes = d->packs[l].bytes;
         it->src_pinned = pin;
-        it->tier = pin ? H3_TIER_PINNED : H3_TIER_DISK; /* read once per encode, never held in pinned memory */
+        it->tier =
+            pin ? H3_TIER_PINNED : H3_TIER_DISK; /* read once per encode, never held in pinned memory */
         d->need_staging |= !pin;
     }
     return H3_OK;
@@ -672,8 +674,8 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
     H3_CHECK(h3_copy(ex, &s.sin, &hs));
     if (d.quantized) H3_CHECK(h3_cuda_qgemm_reserve(ex));
     {
-        h3_streamer_config sc = {H3_PLACE_DEVICE, layer > 1 ? 2 : 1, d.slot_bytes,
-                                 d.need_staging ? H3_PLAN_STAGING : 0, NULL, 0};
+        h3_streamer_config sc = {
+            H3_PLACE_DEVICE, layer > 1 ? 2 : 1, d.slot_bytes, d.need_staging ? H3_PLAN_STAGING : 0, NULL, 0};
         H3_CHECK_CTX(h3_streamer_create(ex, &sc, d.items, d.n, &str), "streaming the text encoder's layers");
         H3_CHECK(h3_streamer_set_order(str, d.order, d.n, 0));
     }
@@ -682,7 +684,8 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         h3_te_layer_weights w;
         memset(&w, 0, sizeof w);
         H3_CHECK_CTX(h3_streamer_acquire(str, l, &base), "text-encoder layer %d", l);
-        for (int i = 0; i < TE_N_FIELDS; i++) h3_pack_view(&d.packs[l], i, base, H3_PLACE_DEVICE, layer_field(&w, i));
+        for (int i = 0; i < TE_N_FIELDS; i++)
+            h3_pack_view(&d.packs[l], i, base, H3_PLACE_DEVICE, layer_field(&w, i));
         st = run_layer(te, ex, &w, &x, &s);
         h3_streamer_release(str, l);
         if (st != H3_OK) {
@@ -722,7 +725,8 @@ static int64_t granule64(int64_t b) {
 int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) {
     const h3_te_config *c = &te->cfg;
     if (layer > c->n_layers) layer = (int)c->n_layers;
-    const int64_t C = c->hidden, D = c->head_dim, F = c->intermediate, ch = n < te->chunk_rows ? n : te->chunk_rows;
+    const int64_t C = c->hidden, D = c->head_dim, F = c->intermediate,
+                  ch = n < te->chunk_rows ? n : te->chunk_rows;
     int64_t slot = 0;
     int quantized = 0;
     for (int l = 0; l < layer; l++) {
@@ -740,9 +744,11 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
     }
     const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
     int64_t act = granule64(n * C * es) * 2 /* h, x */ + granule64(n * c->heads * D * es) * 2 /* q, o */ +
-                  granule64(n * c->kv_heads * D * es) * 2 + granule64(ch * 2 * F * es) + granule64(ch * F * es) +
-                  granule64(n * D * 4) * 2 + granule64(n * C * 4) /* the f32 output */;
-    return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) + (layer > 1 ? 2 : 1) * slot + act;
+                  granule64(n * c->kv_heads * D * es) * 2 + granule64(ch * 2 * F * es) +
+                  granule64(ch * F * es) + granule64(n * D * 4) * 2 +
+                  granule64(n * C * 4) /* the f32 output */;
+    return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) +
+           (layer > 1 ? 2 : 1) * slot + act;
 }
 
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,

@@ -67,8 +67,8 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
 
 typedef struct h3_te_open_opts {
     const char *config_path; /* config.json to use; NULL: config.json beside the weights if any, else the shapes */
-    h3_place act_place;      /* where activations live: HOST (or PINNED), or DEVICE: the layers then stream through
-                              * two device slots (bf16 activations), the CUDA backend must be up */
+    h3_place act_place; /* where activations live: HOST (or PINNED), or DEVICE: the layers then stream through
+                         * two device slots (bf16 activations), the CUDA backend must be up */
     int64_t chunk_rows;      /* rows per MLP chunk (bounds the [rows, 2F] scratch); 0: 512 */
     /* Called after each decoder layer of an encode (done of total); nonzero stops the encode there with
      * H3_ERR_INTERRUPTED. NULL: none. */

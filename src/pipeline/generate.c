@@ -513,18 +513,20 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     h3_tensor dh = {0};
     int on_device = 0;
     if (g->res.device == H3_DEVICE_CUDA && g->plan) {
-        /* On the GPU when its layer slots and activations fit the device budget; the stage gives its memory back
-         * (the backend shuts down) before the DiT's starts. */
+        /* On the GPU when its layer slots and activations fit the device budget; the stage gives its memory
+         * back (the backend shuts down) before the DiT's starts. */
         H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
         const int64_t need = h3_text_encoder_device_bytes(te, n, H3_TE_LAYER), budget = g->plan->budgets.vram;
         h3_text_encoder_close(te);
         te = NULL;
         on_device = need > 0 && need <= budget;
         if (!on_device)
-            h3_log(H3_LOG_INFO, "text encoder on the CPU: it needs %.2f GiB of the device, the budget is %.2f GiB",
+            h3_log(H3_LOG_INFO,
+                   "text encoder on the CPU: it needs %.2f GiB of the device, the budget is %.2f GiB",
                    need / 1073741824.0, budget / 1073741824.0);
         else
-            h3_log(H3_LOG_INFO, "text encoder on the GPU: layers streamed through 2 slots, %.2f GiB of the device",
+            h3_log(H3_LOG_INFO,
+                   "text encoder on the GPU: layers streamed through 2 slots, %.2f GiB of the device",
                    need / 1073741824.0);
     }
     h3_te_open_opts to;

@@ -82,10 +82,12 @@ void h3_png_seq_close(h3_png_seq *s);
 h3_status h3_wav_write(const char *path, const float *left, const float *right, int64_t n, int channels,
                        int sample_rate);
 
-/* ---- reading a clip back (media_read.c) ------------------------------------------------------------------ */
+/* ---- reading a clip back (media_read.c) ------------------------------------------------------------------
+ */
 
-/* A decoded clip, whole in memory: frames as planar float RGB in [0, 1] (frame t, plane c at rgb + (t·3 + c)·H·W,
- * BT.709 limited range undone as h3run writes it), sound as float per channel (right = left for mono). */
+/* A decoded clip, whole in memory: frames as planar float RGB in [0, 1] (frame t, plane c at rgb + (t·3 +
+ * c)·H·W, BT.709 limited range undone as h3run writes it), sound as float per channel (right = left for
+ * mono). */
 typedef struct h3_clip {
     int width, height;
     int64_t frames;

@@ -1,6 +1,7 @@
-/* Reading a clip back (media.h, h3_clip_read): the first video and audio streams of any file libavformat opens,
- * decoded whole into memory: frames to planar float RGB (BT.709 limited range, as h3run writes them), sound to
- * float per channel. For checks of what was written (the adherence check, tests), not for long videos. */
+/* Reading a clip back (media.h, h3_clip_read): the first video and audio streams of any file libavformat
+ * opens, decoded whole into memory: frames to planar float RGB (BT.709 limited range, as h3run writes them),
+ * sound to float per channel. For checks of what was written (the adherence check, tests), not for long
+ * videos. */
 #include <string.h>
 
 #include <libavcodec/avcodec.h>
@@ -48,8 +49,8 @@ static h3_status take_video(reader *r, const AVFrame *f) {
         sws_setColorspaceDetails(r->sws, coef709, 0, coef709, 1, 0, 1 << 16, 1 << 16);
     }
     if (f->width != c->width || f->height != c->height)
-        return H3_ERR(H3_ERR_FORMAT, "the video changes size mid-stream (%dx%d to %dx%d)", c->width, c->height,
-                      f->width, f->height);
+        return H3_ERR(H3_ERR_FORMAT, "the video changes size mid-stream (%dx%d to %dx%d)", c->width,
+                      c->height, f->width, f->height);
     uint8_t *dst[1] = {r->rgb24};
     int dst_stride[1] = {3 * c->width};
     sws_scale(r->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, dst_stride);
@@ -68,11 +69,16 @@ static float sample_at(const AVFrame *f, int ch, int i) {
     const uint8_t *base = planar ? f->extended_data[ch] : f->extended_data[0];
     const int idx = planar ? i : i * nch + ch;
     switch (av_get_packed_sample_fmt((enum AVSampleFormat)f->format)) {
-        case AV_SAMPLE_FMT_FLT: return ((const float *)base)[idx];
-        case AV_SAMPLE_FMT_DBL: return (float)((const double *)base)[idx];
-        case AV_SAMPLE_FMT_S16: return ((const int16_t *)base)[idx] / 32768.0f;
-        case AV_SAMPLE_FMT_S32: return (float)(((const int32_t *)base)[idx] / 2147483648.0);
-        default: return 0.0f;
+        case AV_SAMPLE_FMT_FLT:
+            return ((const float *)base)[idx];
+        case AV_SAMPLE_FMT_DBL:
+            return (float)((const double *)base)[idx];
+        case AV_SAMPLE_FMT_S16:
+            return ((const int16_t *)base)[idx] / 32768.0f;
+        case AV_SAMPLE_FMT_S32:
+            return (float)(((const int32_t *)base)[idx] / 2147483648.0);
+        default:
+            return 0.0f;
     }
 }
 
@@ -110,7 +116,9 @@ static h3_status decode(reader *r, AVCodecContext *dec, const AVPacket *pkt, AVF
 static h3_status open_dec(AVFormatContext *fmt, int idx, AVCodecContext **out, const char *path) {
     const AVCodecParameters *par = fmt->streams[idx]->codecpar;
     const AVCodec *codec = avcodec_find_decoder(par->codec_id);
-    if (!codec) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: no decoder for its %s stream", path, avcodec_get_name(par->codec_id));
+    if (!codec)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: no decoder for its %s stream", path,
+                      avcodec_get_name(par->codec_id));
     AVCodecContext *d = avcodec_alloc_context3(codec);
     if (!d) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     int e = avcodec_parameters_to_context(d, par);
@@ -153,8 +161,10 @@ h3_status h3_clip_read(const char *path, h3_clip *out) {
         out->fps = fr_rate.den ? av_q2d(fr_rate) : 0;
     }
     while ((e = av_read_frame(fmt, pkt)) >= 0) {
-        if (pkt->stream_index == vi) st = decode(&r, vd, pkt, fr, 1, path);
-        else if (ad && pkt->stream_index == ai) st = decode(&r, ad, pkt, fr, 0, path);
+        if (pkt->stream_index == vi)
+            st = decode(&r, vd, pkt, fr, 1, path);
+        else if (ad && pkt->stream_index == ai)
+            st = decode(&r, ad, pkt, fr, 0, path);
         av_packet_unref(pkt);
         if (st != H3_OK) goto done;
     }

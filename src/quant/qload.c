@@ -356,16 +356,19 @@ h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g) {
     return h3_st_open(path, set);
 }
 
-/* ---- copies of quantized weights ------------------------------------------------------------------------ */
+/* ---- copies of quantized weights ------------------------------------------------------------------------
+ */
 
-static h3_status copy_bytes(h3_exec *ex, h3_place place, void *dst, const void *src, h3_place src_place, int64_t n) {
+static h3_status copy_bytes(h3_exec *ex, h3_place place, void *dst, const void *src, h3_place src_place,
+                            int64_t n) {
     h3_tensor dt, st;
     H3_TRY(h3_tensor_wrap(&dt, dst, place, H3_U8, 1, &n));
     H3_TRY(h3_tensor_wrap(&st, (void *)src, src_place, H3_U8, 1, &n));
     return h3_copy(ex, &dt, &st);
 }
 
-h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat, h3_tensor *out) {
+h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat,
+                           h3_tensor *out) {
     memset(out, 0, sizeof *out);
     h3_qaux parts[2];
     const int np = h3_quant_aux(src, parts);
@@ -385,7 +388,8 @@ h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3
     t.owned_bytes = (size_t)(vb > 0 ? vb : 1);
     t.data = t.owner = h3_place_alloc(place, t.owned_bytes, cat);
     if (!t.data)
-        return H3_ERR(H3_ERR_NOMEM, "out of %s memory for a %lld-byte tensor", h3_place_name(place), (long long)vb);
+        return H3_ERR(H3_ERR_NOMEM, "out of %s memory for a %lld-byte tensor", h3_place_name(place),
+                      (long long)vb);
     h3_status st = vb > 0 ? copy_bytes(ex, place, t.data, src->data, src->place, vb) : H3_OK;
     void *copies[2] = {NULL, NULL};
     if (st == H3_OK && total) {

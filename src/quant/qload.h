@@ -55,6 +55,7 @@ h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g);
 /* An owned copy of src (a whole, contiguous tensor, quantized or not) at place: its stored values in one
  * allocation, its side data in another (out->q.scales_owner), both counted under cat. Copies on ex's
  * streams and waits for them. */
-h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat, h3_tensor *out);
+h3_status h3_quant_copy_to(h3_exec *ex, const h3_tensor *src, h3_place place, h3_mem_category cat,
+                           h3_tensor *out);
 
 #endif

@@ -307,7 +307,8 @@ int h3_qmarker_json(const h3_qmarker *m, char *buf, size_t n) {
     return len >= 0 && (size_t)len < n ? len : -1;
 }
 
-/* ---- quantized weights on a device ---------------------------------------------------------------------- */
+/* ---- quantized weights on a device ----------------------------------------------------------------------
+ */
 
 int h3_quant_gpu_supported(const h3_tensor *w, const char **why) {
     const char *dummy;
@@ -330,7 +331,8 @@ int h3_quant_gpu_supported(const h3_tensor *w, const char **why) {
     }
     if (w->dtype == H3_I8 && (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR) && !w->q.col_scale) return 1;
     if ((w->dtype == H3_F8_E4M3 || w->dtype == H3_F8_E5M2) &&
-        (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR || m == H3_SCALE_NONE) && !w->q.rot_group && !w->q.col_scale)
+        (m == H3_SCALE_ROW || m == H3_SCALE_TENSOR || m == H3_SCALE_NONE) && !w->q.rot_group &&
+        !w->q.col_scale)
         return 1;
     *why = m == H3_SCALE_BLOCK ? "block scales" : "this dtype and scale form";
     return 0;
@@ -358,4 +360,3 @@ void h3_quant_aux_rebind(h3_tensor *t, void *const copies[2]) {
         t->q.fmt_scales = copies[n++];
     if (t->q.col_scale) t->q.col_scale = copies[n++];
 }
-

@@ -89,17 +89,18 @@ static inline int64_t h3_nvfp4_scale_count(int64_t R, int64_t K) {
  * those). What h3_tensor_rows_to_f32 calls; validates the format and the row length. */
 h3_status h3_quant_decode_rows(const h3_tensor *t, int64_t r0, int64_t n, float *dst);
 
-/* ---- quantized weights on a device ---------------------------------------------------------------------- */
+/* ---- quantized weights on a device ----------------------------------------------------------------------
+ */
 
 /* Whether the GPU's GEMM computes with weight w (src/cuda/cuda_qgemm.cu): int8 with per-row or tensor scales
- * (ConvRot or not), fp8 (e4m3/e5m2) with a tensor or per-row scale or none, nvfp4 with K a multiple of 16, the
- * GGUF block formats h3run reads. Otherwise (block scales) 0, and *why (may be NULL) names what is missing. Plain float
- * weights: 1. */
+ * (ConvRot or not), fp8 (e4m3/e5m2) with a tensor or per-row scale or none, nvfp4 with K a multiple of 16,
+ * the GGUF block formats h3run reads. Otherwise (block scales) 0, and *why (may be NULL) names what is
+ * missing. Plain float weights: 1. */
 int h3_quant_gpu_supported(const h3_tensor *w, const char **why);
 
-/* The side data a quantized tensor needs beside its stored values, to be copied with them: per-row or block f32
- * scales; nvfp4's swizzled block scales (the whole matrix: t must not be a row view) and AWQ's column scale.
- * Fills parts (at most 2) and returns how many; -1 for a row view of nvfp4. */
+/* The side data a quantized tensor needs beside its stored values, to be copied with them: per-row or block
+ * f32 scales; nvfp4's swizzled block scales (the whole matrix: t must not be a row view) and AWQ's column
+ * scale. Fills parts (at most 2) and returns how many; -1 for a row view of nvfp4. */
 typedef struct h3_qaux {
     const void *p;
     int64_t bytes;

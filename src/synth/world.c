@@ -9,12 +9,13 @@
 #include "pipeline/media.h"
 
 static const char *const g_colors[H3_SY_COLORS] = {"red", "orange", "yellow", "green", "blue", "purple"};
-static const float g_rgb[H3_SY_COLORS][3] = {{0.90f, 0.10f, 0.10f}, {0.95f, 0.55f, 0.05f}, {0.95f, 0.90f, 0.10f},
-                                             {0.10f, 0.75f, 0.20f}, {0.15f, 0.30f, 0.95f}, {0.60f, 0.15f, 0.80f}};
+static const float g_rgb[H3_SY_COLORS][3] = {{0.90f, 0.10f, 0.10f}, {0.95f, 0.55f, 0.05f},
+                                             {0.95f, 0.90f, 0.10f}, {0.10f, 0.75f, 0.20f},
+                                             {0.15f, 0.30f, 0.95f}, {0.60f, 0.15f, 0.80f}};
 /* A4-relative pitches a minor third or more apart: A3, C#4, E4, G4, B4, D5 */
 static const float g_pitch[H3_SY_COLORS] = {220.00f, 277.18f, 329.63f, 392.00f, 493.88f, 587.33f};
-static const char *const g_tone[H3_SY_COLORS] = {"a deep low tone", "a low tone",    "a middle tone",
-                                                 "a bright tone",   "a high tone",   "a very high tone"};
+static const char *const g_tone[H3_SY_COLORS] = {"a deep low tone", "a low tone",  "a middle tone",
+                                                 "a bright tone",   "a high tone", "a very high tone"};
 static const char *const g_shapes[H3_SY_SHAPES] = {"circle", "square", "triangle"};
 static const char *const g_bgs[H3_SY_BACKGROUNDS] = {"black", "gray", "white"};
 static const float g_bg_rgb[H3_SY_BACKGROUNDS] = {0.05f, 0.50f, 0.95f};
@@ -46,7 +47,8 @@ float h3_synth_pitch_hz(int c) {
     return g_pitch[c];
 }
 
-/* ---- combinations ------------------------------------------------------------------------------------------ */
+/* ---- combinations
+ * ------------------------------------------------------------------------------------------ */
 
 void h3_synth_combo(int k, int *color, int *shape, int *background, int *motion) {
     *color = k % H3_SY_COLORS;
@@ -55,8 +57,8 @@ void h3_synth_combo(int k, int *color, int *shape, int *background, int *motion)
     *motion = (k / (H3_SY_COLORS * H3_SY_SHAPES * H3_SY_BACKGROUNDS)) % H3_SY_MOTIONS;
 }
 
-/* One colour per (shape, background, motion): every colour, shape, background and motion still appears in training
- * with the others. */
+/* One colour per (shape, background, motion): every colour, shape, background and motion still appears in
+ * training with the others. */
 int h3_synth_heldout(int k) {
     int c, s, b, m;
     h3_synth_combo(k, &c, &s, &b, &m);
@@ -91,15 +93,25 @@ void h3_synth_scene_make(int k, uint64_t seed, h3_synth_scene *s) {
     const float a = draw(&st, fx, 0.19f, 0.25f), b = draw(&st, fx, 0.75f, 0.81f);
     const float across = draw(&st, fx, 0.36f, 0.64f), mid = draw(&st, fx, 0.43f, 0.57f);
     switch (s->motion) {
-        case H3_SY_MOVE_LEFT: s->x0 = b, s->x1 = a, s->y0 = s->y1 = across; break;
-        case H3_SY_MOVE_RIGHT: s->x0 = a, s->x1 = b, s->y0 = s->y1 = across; break;
-        case H3_SY_MOVE_UP: s->y0 = b, s->y1 = a, s->x0 = s->x1 = mid; break;
-        case H3_SY_MOVE_DOWN: s->y0 = a, s->y1 = b, s->x0 = s->x1 = mid; break;
+        case H3_SY_MOVE_LEFT:
+            s->x0 = b, s->x1 = a, s->y0 = s->y1 = across;
+            break;
+        case H3_SY_MOVE_RIGHT:
+            s->x0 = a, s->x1 = b, s->y0 = s->y1 = across;
+            break;
+        case H3_SY_MOVE_UP:
+            s->y0 = b, s->y1 = a, s->x0 = s->x1 = mid;
+            break;
+        case H3_SY_MOVE_DOWN:
+            s->y0 = a, s->y1 = b, s->x0 = s->x1 = mid;
+            break;
         case H3_SY_BOUNCE: /* floor at y0, top of the arc at y1 */
             s->x0 = s->x1 = mid, s->y0 = 0.78f, s->y1 = 0.28f;
             s->bounces = fx ? 2 : 2 + (int)(mix(&st) % 2);
             break;
-        default: s->x0 = s->x1 = mid, s->y0 = s->y1 = draw(&st, fx, 0.40f, 0.60f); break;
+        default:
+            s->x0 = s->x1 = mid, s->y0 = s->y1 = draw(&st, fx, 0.40f, 0.60f);
+            break;
     }
     s->template_ = fx ? 0 : (int)(mix(&st) % 3);
 }
@@ -147,7 +159,8 @@ int h3_synth_expected_pan(const h3_synth_scene *s) {
     return pan_class(xs, xe);
 }
 
-/* ---- rendering --------------------------------------------------------------------------------------------- */
+/* ---- rendering
+ * --------------------------------------------------------------------------------------------- */
 
 int64_t h3_synth_samples(int64_t T) {
     return h3_media_audio_samples_for_frames(T, H3_SY_FPS, H3_SY_SAMPLE_RATE);
@@ -161,7 +174,8 @@ static int inside(int shape, float dx, float dy, float r) {
     return fabsf(dx) <= 1.1f * r * (dy + r) / (1.7f * r);
 }
 
-void h3_synth_render(const h3_synth_scene *s, int W, int H, int64_t T, float *rgb, float *left, float *right) {
+void h3_synth_render(const h3_synth_scene *s, int W, int H, int64_t T, float *rgb, float *left,
+                     float *right) {
     float col[3], bg[3];
     h3_synth_color_rgb(s->color, col);
     h3_synth_background_rgb(s->background, bg);
@@ -201,13 +215,14 @@ void h3_synth_render(const h3_synth_scene *s, int W, int H, int64_t T, float *rg
     }
 }
 
-/* ---- captions ---------------------------------------------------------------------------------------------- */
+/* ---- captions
+ * ---------------------------------------------------------------------------------------------- */
 
 int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
     static const char *const move[3][H3_SY_MOTIONS] = {
         {"moves from the right side to the left side", "moves from the left side to the right side",
-         "rises from the bottom to the top", "sinks from the top to the bottom", "bounces up and down on the floor",
-         "stays still in the middle"},
+         "rises from the bottom to the top", "sinks from the top to the bottom",
+         "bounces up and down on the floor", "stays still in the middle"},
         {"slides to the left", "slides to the right", "floats upward", "drops downward", "keeps bouncing",
          "does not move"},
         {"travels leftward across the frame", "travels rightward across the frame", "climbs straight up",
@@ -215,19 +230,23 @@ int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
     };
     const int t = s->template_ >= 0 && s->template_ < 3 ? s->template_ : 0;
     const int pan = h3_synth_expected_pan(s);
-    const char *pan_txt = pan == H3_SY_PAN_LEFT_TO_RIGHT   ? " that travels from the left speaker to the right speaker"
-                          : pan == H3_SY_PAN_RIGHT_TO_LEFT ? " that travels from the right speaker to the left speaker"
-                                                           : " in the center";
+    const char *pan_txt =
+        pan == H3_SY_PAN_LEFT_TO_RIGHT   ? " that travels from the left speaker to the right speaker"
+        : pan == H3_SY_PAN_RIGHT_TO_LEFT ? " that travels from the right speaker to the left speaker"
+                                         : " in the center";
     char click[96] = "";
     if (s->motion == H3_SY_BOUNCE)
-        snprintf(click, sizeof click, ", with a sharp click each time the %s hits the floor", g_shapes[s->shape]);
+        snprintf(click, sizeof click, ", with a sharp click each time the %s hits the floor",
+                 g_shapes[s->shape]);
     const char *c = g_colors[s->color], *sh = g_shapes[s->shape], *bg = g_bgs[s->background];
     const char *an = c[0] == 'o' ? "an" : "a"; /* "an orange" */
     char scene[256];
     if (t == 1)
-        snprintf(scene, sizeof scene, "On a plain %s background, %s %s %s %s.", bg, an, c, sh, move[t][s->motion]);
+        snprintf(scene, sizeof scene, "On a plain %s background, %s %s %s %s.", bg, an, c, sh,
+                 move[t][s->motion]);
     else if (t == 2)
-        snprintf(scene, sizeof scene, "A single %s %s %s over a flat %s backdrop.", c, sh, move[t][s->motion], bg);
+        snprintf(scene, sizeof scene, "A single %s %s %s over a flat %s backdrop.", c, sh, move[t][s->motion],
+                 bg);
     else
         snprintf(scene, sizeof scene, "%s %s %s %s on a plain %s background.", an[1] ? "An" : "A", c, sh,
                  move[t][s->motion], bg);
@@ -240,7 +259,8 @@ int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
                     scene, tone, pan_txt, click);
 }
 
-/* ---- the check --------------------------------------------------------------------------------------------- */
+/* ---- the check
+ * --------------------------------------------------------------------------------------------- */
 
 /* Power of x[0..n) at frequency f (Goertzel), per sample. */
 static double goertzel(const float *x, int64_t n, double f, double sr) {
@@ -348,7 +368,8 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
             m->motion = m->dy < 0 ? H3_SY_MOVE_UP : H3_SY_MOVE_DOWN;
     }
     h3_free(cx);
-    /* sound: the loudest palette pitch in the mix, then the channel balance at it in the first and last quarter */
+    /* sound: the loudest palette pitch in the mix, then the channel balance at it in the first and last
+     * quarter */
     if (left && right && n >= 64 && sample_rate > 0) {
         float *mono = h3_malloc((size_t)n * sizeof(float), H3_MEM_WORKSPACE);
         if (!mono) return H3_ERR(H3_ERR_NOMEM, "out of memory");

@@ -1,18 +1,18 @@
 /* The synthetic world of h3run's small trained model, and the objective check of prompt adherence on it.
  *
- * A scene is one coloured shape on a plain background that moves (left, right, up, down, bounces, or stays), with
- * stereo sound tied to what is seen: a tone whose pitch follows the colour, panned with the shape's horizontal
- * position (equal-power), and a click each time a bouncing shape touches the floor. Clips run at 24 fps with
- * 17n+5 frames (H3's frame rule) and 32 kHz stereo sound; captions follow H3's prompt fields
+ * A scene is one coloured shape on a plain background that moves (left, right, up, down, bounces, or stays),
+ * with stereo sound tied to what is seen: a tone whose pitch follows the colour, panned with the shape's
+ * horizontal position (equal-power), and a click each time a bouncing shape touches the floor. Clips run at
+ * 24 fps with 17n+5 frames (H3's frame rule) and 32 kHz stereo sound; captions follow H3's prompt fields
  * (integrated_multimodal_description / overall_soundscape / non_diegetic_music).
  *
- * The 6 colours × 3 shapes × 3 backgrounds × 6 motions = 324 combinations are split once and for all: 54 of them
- * (h3_synth_heldout) never appear in training and are the prompts of the adherence check.
+ * The 6 colours × 3 shapes × 3 backgrounds × 6 motions = 324 combinations are split once and for all: 54 of
+ * them (h3_synth_heldout) never appear in training and are the prompts of the adherence check.
  *
- * The check (h3_synth_measure) reads only the clip: the background from the frame borders, the shape as the pixels
- * far from it, its mean colour (nearest palette colour), the track of its centroid (motion class), the audio's
- * energy at each palette pitch (Goertzel; the loudest is the pitch), and the balance of the two channels at that
- * pitch over time (pan class). h3_synth_score compares a measurement with a scene.
+ * The check (h3_synth_measure) reads only the clip: the background from the frame borders, the shape as the
+ * pixels far from it, its mean colour (nearest palette colour), the track of its centroid (motion class), the
+ * audio's energy at each palette pitch (Goertzel; the loudest is the pitch), and the balance of the two
+ * channels at that pitch over time (pan class). h3_synth_score compares a measurement with a scene.
  */
 #ifndef H3_SYNTH_WORLD_H
 #define H3_SYNTH_WORLD_H
@@ -25,7 +25,13 @@
 enum { H3_SY_COLORS = 6, H3_SY_SHAPES = 3, H3_SY_BACKGROUNDS = 3, H3_SY_MOTIONS = 6 };
 enum { H3_SY_COMBOS = H3_SY_COLORS * H3_SY_SHAPES * H3_SY_BACKGROUNDS * H3_SY_MOTIONS };
 enum { H3_SY_MOVE_LEFT = 0, H3_SY_MOVE_RIGHT, H3_SY_MOVE_UP, H3_SY_MOVE_DOWN, H3_SY_BOUNCE, H3_SY_STAY };
-enum { H3_SY_PAN_CENTER = 0, H3_SY_PAN_LEFT_TO_RIGHT, H3_SY_PAN_RIGHT_TO_LEFT, H3_SY_PAN_LEFT, H3_SY_PAN_RIGHT };
+enum {
+    H3_SY_PAN_CENTER = 0,
+    H3_SY_PAN_LEFT_TO_RIGHT,
+    H3_SY_PAN_RIGHT_TO_LEFT,
+    H3_SY_PAN_LEFT,
+    H3_SY_PAN_RIGHT
+};
 
 #define H3_SY_FPS         24
 #define H3_SY_SAMPLE_RATE 32000

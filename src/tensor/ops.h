@@ -155,7 +155,8 @@ int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t to
 /* Host scratch of the CPU GEMM y = x·wᵀ with w [N, K] of dtype wdt (quantized: scales or packed blocks): the
  * converted weight panel, or the f32 copy of a bias in another dtype, whichever is larger (one at a time). */
 int64_t h3_cpu_gemm_scratch_bytes(int64_t N, int64_t K, h3_dtype wdt, int quantized);
-/* Host scratch of the CPU attention kernel with `threads` workers and head size D (its score and output tiles). */
+/* Host scratch of the CPU attention kernel with `threads` workers and head size D (its score and output
+ * tiles). */
 int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D);
 int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_group, int64_t K, int64_t tin);
 
