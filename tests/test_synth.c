@@ -136,6 +136,70 @@ static void test_mp4(void) {
     }
     h3_clip c;
     CHECK_ERR(h3_clip_read("/nonexistent/clip.mp4", &c), H3_ERR_IO, "/nonexistent/clip.mp4");
+    /* garbage and truncated files: an error or a shorter clip, never a crash, nothing leaked */
+    char path[1024];
+    t_tmp_path("bad.mp4", path, sizeof path);
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; f && i < 4096; i++) fputc((int)(t_rand_u64() & 255), f);
+    if (f) fclose(f);
+    h3_mem_stats m0, m1;
+    h3_mem_get_stats(&m0);
+    CHECK(h3_clip_read(path, &c) != H3_OK, "random bytes read as a clip");
+    h3_clear_error();
+    h3_mem_get_stats(&m1);
+    CHECK(m1.total_current == m0.total_current, "a failed read holds %lld bytes", (long long)(m1.total_current - m0.total_current));
+    {
+        h3_synth_scene s;
+        h3_synth_scene_make(3, 0, &s);
+        float *rgb = malloc((size_t)(T * 3 * 64 * 64) * sizeof(float));
+        h3_synth_render(&s, 64, 64, T, rgb, NULL, NULL);
+        char good[1024];
+        t_tmp_path("good.mp4", good, sizeof good);
+        h3_mp4_opts o;
+        h3_mp4_opts_default(&o, 64, 64);
+        o.sample_rate = 0; /* video only */
+        h3_mp4 *mp = NULL;
+        CHECK_OK(h3_mp4_open(good, &o, &mp));
+        for (int64_t fr = 0; fr < T && mp; fr++) CHECK_OK(h3_mp4_write_frame(mp, rgb + fr * 3 * 64 * 64, 64 * 64, 64));
+        if (mp) CHECK_OK(h3_mp4_finish(mp));
+        free(rgb);
+        CHECK_OK(h3_clip_read(good, &c));
+        CHECK(c.frames == T && c.samples == 0 && c.channels == 0, "video only: %lld frames, %lld samples",
+              (long long)c.frames, (long long)c.samples);
+        h3_clip_free(&c);
+        FILE *g = fopen(good, "rb");
+        long n = 0;
+        unsigned char *bytes = NULL;
+        if (g) {
+            fseek(g, 0, SEEK_END);
+            n = ftell(g);
+            fseek(g, 0, SEEK_SET);
+            bytes = malloc((size_t)n + 1);
+            if (bytes && fread(bytes, 1, (size_t)n, g) != (size_t)n) n = 0;
+            fclose(g);
+        }
+        int cuts = 0;
+        for (long cut = 16; bytes && cut < n; cut = cut * 2 + 7, cuts++) { /* prefixes of growing length */
+            g = fopen(good, "wb");
+            if (!g) break;
+            fwrite(bytes, 1, (size_t)cut, g);
+            fclose(g);
+            h3_mem_get_stats(&m0);
+            h3_status st = h3_clip_read(good, &c);
+            if (st == H3_OK) {
+                CHECK(c.frames >= 1 && c.frames <= T, "cut at %ld: %lld frames", cut, (long long)c.frames);
+                h3_clip_free(&c);
+            }
+            h3_clear_error();
+            h3_mem_get_stats(&m1);
+            CHECK(m1.total_current == m0.total_current, "cut at %ld: %lld bytes held", cut,
+                  (long long)(m1.total_current - m0.total_current));
+        }
+        CHECK(cuts >= 8, "only %d cuts of a %ld-byte file", cuts, n);
+        free(bytes);
+        unlink(good);
+    }
+    unlink(path);
 }
 
 static void test_noise(void) {
