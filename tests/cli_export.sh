@@ -34,4 +34,17 @@ print(("ok  " if ok else "FAIL") + f" train_video_vae.py: h3run decodes the trai
       f"(max |diff| {worst:.1e} over {len(r['held_out'])} held-out clips)")
 sys.exit(0 if ok else 1)
 PYEOF
+# The same for the audio VAE's training script.
+H3RUN="$H3RUN" "$PY" "$SRC/tools/train/train_audio_vae.py" --data "$tmp/vv" --template "$tmp/tiny" --out "$tmp/av-out" \
+    --steps 2 --batch 1 --holdout 2 --threads 2 >"$tmp/train-a.log" 2>&1 || {
+    echo "FAIL: train_audio_vae.py"; cat "$tmp/train-a.log"; exit 1; }
+"$PY" - "$tmp/av-out/audio_vae_train.json" <<'PYEOF' || { cat "$tmp/train-a.log"; exit 1; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+worst = max(h["h3run_vs_reference_max_abs"] for h in r["held_out"])
+ok = len(r["held_out"]) == 2 and worst < 1e-5
+print(("ok  " if ok else "FAIL") + f" train_audio_vae.py: h3run decodes the trained decoder as the reference does "
+      f"(max |diff| {worst:.1e} over {len(r['held_out'])} held-out clips)")
+sys.exit(0 if ok else 1)
+PYEOF
 echo "cli_export: all passed"

@@ -1,0 +1,164 @@
+"""Training the small model's audio VAE on the synthetic world's sound (docs/SYNTH.md), and proving h3run decodes what
+it learned.
+
+    build/h3-synth dataset data/av --clips 256 --frames 22 --size 32x32
+    /usr/bin/python3 tools/train/train_audio_vae.py --data data/av --template out/h3-tiny --out out/av --steps 300
+
+The decoder is the release's BigVGAN decoder at the template's width (h3-tinymodel: 128 initial channels, the
+release's rates 5·5·2·2·2·2·2 = 800 samples per latent frame, anti-aliased SnakeBeta), trained through the project's
+reference decode (tools/reference/audio_vae.py, what h3run computes); each stereo channel is decoded on its own, as
+the release does. The encoder is a stand-in (800-sample frames, an MLP to 32 channels per frame); the release's
+DAC-style encoder is for later. Loss: waveform MSE plus a log-magnitude spectrum L1 (the pitch lives there); latents
+are kept near unit scale by a penalty on their mean square.
+
+At the end: the decoder in the official layout over a copy of the template's audio_vae/ (export.py), the encoder
+beside it, and a check on clips the training did not see: h3run's decode (`h3run decode --tensors-out`) against the
+reference decode (float32 rounding), the log-spectrum distance and level against the original sound, and whether the
+loudest palette pitch (the adherence check's pitch) survives.
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import export  # noqa: E402
+from audio_vae import decode, load_audio_vae  # noqa: E402
+from dit import read_safetensors, write_safetensors  # noqa: E402
+
+HOP = 800
+
+
+def load_sound(folder):
+    """All clips' sound of an h3-synth dataset: float [n, 2, samples]."""
+    a = [read_safetensors(p)["audio"].float() for p in sorted(glob.glob(os.path.join(folder, "shard-*.safetensors")))]
+    if not a:
+        raise SystemExit(f"no shard-*.safetensors in {folder} (make them with h3-synth dataset)")
+    return torch.cat(a, 0)
+
+
+class Encoder(torch.nn.Module):
+    """waveform [samples] -> normalized latents [32, ceil(samples/800)]."""
+
+    def __init__(self, channels=32, width=256):
+        super().__init__()
+        self.inp = torch.nn.Linear(HOP, width)
+        self.mid = torch.nn.Linear(width, width)
+        self.out = torch.nn.Linear(width, channels)
+
+    def forward(self, x):
+        T = math.ceil(x.shape[-1] / HOP)
+        x = torch.nn.functional.pad(x, (0, T * HOP - x.shape[-1]))
+        t = torch.nn.functional.gelu(self.inp(x.reshape(T, HOP)))
+        t = torch.nn.functional.gelu(self.mid(t))
+        return self.out(t).T  # [32, T]
+
+
+def spec_l1(y, x, n=1024):
+    w = torch.hann_window(n, dtype=x.dtype)
+    Y = torch.stft(y, n, n // 4, window=w, return_complex=True).abs()
+    X = torch.stft(x, n, n // 4, window=w, return_complex=True).abs()
+    return (torch.log(Y + 1e-5) - torch.log(X + 1e-5)).abs().mean()
+
+
+PALETTE_HZ = (220.00, 277.18, 329.63, 392.00, 493.88, 587.33)  # src/synth/world.c
+
+
+def loudest_pitch(x, sr=32000):
+    """Index of the palette pitch with the most energy in x (what the adherence check measures)."""
+    t = torch.arange(x.shape[-1], dtype=torch.float64) / sr
+    e = [((x.double() * torch.cos(2 * math.pi * f * t)).sum() ** 2 + (x.double() * torch.sin(2 * math.pi * f * t)).sum()
+          ** 2).item() for f in PALETTE_HZ]
+    return max(range(len(e)), key=lambda i: e[i])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=2, help="clips per step (each decodes both channels)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--holdout", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    sound = load_sound(a.data)
+    n, C, S = sound.shape
+    train, held = sound[: n - a.holdout], sound[n - a.holdout:]
+    w64, cfg = load_audio_vae(os.path.join(a.template, "audio_vae"))
+    w = {k: v.float().clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
+    enc = Encoder(cfg["latent_channels"])
+    params = [v for v in w.values() if v.requires_grad] + list(enc.parameters())
+    opt = torch.optim.Adam(params, lr=a.lr)
+    print(f"audio VAE: {sum(v.numel() for v in w.values()):,} decoder and {sum(p.numel() for p in enc.parameters()):,} "
+          f"encoder parameters; {len(train)} training clips of {S} samples x {C} channels", flush=True)
+    t0 = time.time()
+    for step in range(1, a.steps + 1):
+        idx = torch.randint(0, len(train), (a.batch,))
+        lw, ls, lz = 0.0, 0.0, 0.0
+        for i in idx:
+            x = train[i]
+            z = torch.stack([enc(x[c]) for c in range(C)])  # [C, 32, T]
+            y = decode(w, cfg, z)[:, :S]
+            lw = lw + ((y - x) ** 2).mean() / a.batch
+            ls = ls + sum(spec_l1(y[c], x[c]) for c in range(C)) / (C * a.batch)
+            lz = lz + (z ** 2).mean() / a.batch
+        loss = lw * 100 + ls + 1e-3 * lz
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 10 == 0 or step == 1:
+            print(f"step {step}: waveform MSE {lw.item():.5f}, log-spectrum L1 {ls.item():.3f}, latent mean square "
+                  f"{lz.item():.3f}, {time.time() - t0:.0f} s", flush=True)
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
+                            os.path.join(out, "audio_vae"))
+    write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
+                      {k: v.detach().contiguous() for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
+    h3run = os.environ.get("H3RUN", os.path.join(HERE, "..", "..", "build", "h3run"))
+    res = {"steps": a.steps, "clips": len(train), "samples": S, "held_out": []}
+    with torch.no_grad():
+        wd = {k: v.detach() for k, v in w.items()}
+        for k, x in enumerate(held):
+            z = torch.stack([enc(x[c]) for c in range(C)])
+            y_ref = decode(wd, cfg, z)
+            lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
+            write_safetensors(lat, {"latents": z.contiguous()})
+            dec = os.path.join(out, f"heldout-{k}-decoded.safetensors")
+            r = subprocess.run([h3run, "decode", "--model", os.path.join(out, "audio_vae"), "--latents", lat,
+                                "--tensors-out", dec, "-q"], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"h3run decode failed: {r.stderr.strip()}")
+            y_h3 = read_safetensors(dec)["waveform"][:, 0].float()
+            agree = (y_h3[:, : y_ref.shape[1]] - y_ref[:, : y_h3.shape[1]]).abs().max().item()
+            y = y_h3[:, :S]
+            row = {"h3run_vs_reference_max_abs": agree, "log_spectrum_l1": float(sum(spec_l1(y[c], x[c]) for c in
+                                                                                     range(C)) / C),
+                   "rms": y.pow(2).mean().sqrt().item(), "rms_original": x.pow(2).mean().sqrt().item(),
+                   "pitch_right": loudest_pitch(y.mean(0)) == loudest_pitch(x.mean(0))}
+            res["held_out"].append(row)
+            print(f"held-out clip {k}: h3run vs reference decode max |diff| {agree:.2e}; log-spectrum L1 "
+                  f"{row['log_spectrum_l1']:.3f}; rms {row['rms']:.3f} (original {row['rms_original']:.3f}); loudest "
+                  f"palette pitch {'right' if row['pitch_right'] else 'wrong'}", flush=True)
+    with open(os.path.join(out, "audio_vae_train.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
