@@ -47,4 +47,10 @@ print(("ok  " if ok else "FAIL") + f" train_audio_vae.py: h3run decodes the trai
       f"(max |diff| {worst:.1e} over {len(r['held_out'])} held-out clips)")
 sys.exit(0 if ok else 1)
 PYEOF
+# The DiT's training script on those encoders' latents, h3run's text conditioning and layout: h3run dit with the
+# exported DiT must give the reference forward's velocities (it exits non-zero otherwise).
+H3RUN="$H3RUN" H3SYNTH="$BUILD/h3-synth" "$PY" "$SRC/tools/train/train_dit.py" --data "$tmp/vv" --template "$tmp/tiny" \
+    --vae "$tmp/vv-out" --audio-vae "$tmp/av-out" --out "$tmp/dit-out" --steps 2 --batch 1 --threads 2 \
+    >"$tmp/train-d.log" 2>&1 || { echo "FAIL: train_dit.py"; cat "$tmp/train-d.log"; exit 1; }
+grep "h3run dit with the exported DiT" "$tmp/train-d.log"
 echo "cli_export: all passed"

@@ -21,6 +21,7 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "io/safetensors.h"
+#include "pipeline/layout.h"
 #include "pipeline/media.h"
 #include "synth/world.h"
 
@@ -41,7 +42,7 @@ static int fail(void) {
 }
 
 typedef struct {
-    int combo, heldout, frames, w, h, clips, shard, json;
+    int combo, heldout, frames, w, h, clips, shard, json, text_tokens;
     uint64_t seed;
 } args;
 
@@ -76,6 +77,8 @@ static int parse_opts(int argc, char **argv, int i, args *a) {
                 return usage("--size takes WxH, multiples of 16 from 16 to 4096");
         } else if (!strcmp(o, "--clips")) {
             if (!parse_int(v, 1, 10000000, &a->clips)) return usage("--clips takes a positive count");
+        } else if (!strcmp(o, "--text-tokens")) {
+            if (!parse_int(v, 1, 65536, &a->text_tokens)) return usage("--text-tokens takes 1..65536");
         } else if (!strcmp(o, "--shard")) {
             if (!parse_int(v, 1, 100000, &a->shard)) return usage("--shard takes a positive count");
         } else if (!strcmp(o, "--seed")) {
@@ -173,6 +176,36 @@ static int cmd_check(const char *path, const args *a) {
     return 0;
 }
 
+static int cmd_layout(const char *path, const args *a) {
+    if (a->text_tokens < 1) return usage("layout needs --text-tokens L");
+    if (a->w % 32 || a->h % 32) return usage("layout needs --size WxH in multiples of 32 (h3run's canvases)");
+    h3_seq_layout L;
+    if (h3_seq_layout_t2va(a->text_tokens, NULL, a->frames, a->w, a->h, &L) != H3_OK) return fail();
+    const int64_t S = L.seq_len;
+    int32_t *tags = h3_malloc((size_t)S * sizeof(int32_t), H3_MEM_IO);
+    int64_t shape4[4] = {L.latent_t, L.latent_h, L.latent_w, L.audio_t};
+    h3_status st = tags ? H3_OK : H3_ERR(H3_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; tags && i < S; i++) tags[i] = L.tags[i];
+    h3_st_writer *w = NULL;
+    if (st == H3_OK) st = h3_st_writer_new(&w);
+    const int64_t s1[1] = {S}, s2[2] = {S, 3}, sv[1] = {L.n_video_rows}, sa[1] = {L.n_audio_rows},
+                  stx[1] = {L.text_len}, s4[1] = {4};
+    if (st == H3_OK) st = h3_st_writer_add(w, "token_tags", H3_I32, 1, s1, tags);
+    if (st == H3_OK) st = h3_st_writer_add(w, "position_ids", H3_F64, 2, s2, L.pos);
+    if (st == H3_OK) st = h3_st_writer_add(w, "video_indices", H3_I64, 1, sv, L.video_indices);
+    if (st == H3_OK) st = h3_st_writer_add(w, "audio_indices", H3_I64, 1, sa, L.audio_indices);
+    if (st == H3_OK) st = h3_st_writer_add(w, "text_indices", H3_I64, 1, stx, L.text_indices);
+    if (st == H3_OK) st = h3_st_writer_add(w, "latent_shape", H3_I64, 1, s4, shape4);
+    if (st == H3_OK) st = h3_st_writer_write(w, path, 0);
+    h3_st_writer_free(w);
+    h3_free(tags);
+    h3_seq_layout_free(&L);
+    if (st != H3_OK) return fail();
+    printf("wrote %s: %lld rows (%d text, %lld audio, %lld video)\n", path, (long long)S, a->text_tokens,
+           (long long)shape4[3] * 2, (long long)(S - a->text_tokens - shape4[3] * 2));
+    return 0;
+}
+
 static int cmd_dataset(const char *dir, const args *a) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         H3_ERR(H3_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
@@ -255,7 +288,7 @@ static int cmd_dataset(const char *dir, const args *a) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage("no command");
-    args a = {0, -1, 56, 128, 128, 1024, 256, 0, 1};
+    args a = {0, -1, 56, 128, 128, 1024, 256, 0, 0, 1};
     const char *cmd = argv[1];
     if (!strcmp(cmd, "prompts")) return argc == 2 ? cmd_prompts() : usage("prompts takes no arguments");
     if (!strcmp(cmd, "prompt")) {
@@ -274,5 +307,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "clip")) return cmd_clip(argv[2], &a);
     if (!strcmp(cmd, "check")) return cmd_check(argv[2], &a);
     if (!strcmp(cmd, "dataset")) return cmd_dataset(argv[2], &a);
+    if (!strcmp(cmd, "layout")) return cmd_layout(argv[2], &a);
     return usage("unknown command");
 }
