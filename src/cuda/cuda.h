@@ -73,6 +73,10 @@ h3_status h3_cuda_qgemm_reserve(h3_exec *ex);
 void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only);
 /* The arena's allocation granule: every block is rounded up to it. */
 #define H3_CUDA_ARENA_ALIGN 256
+/* Bytes an allocation of b bytes takes from the arena (0 for none): what every planner adds up. */
+static inline int64_t h3_cuda_granule(int64_t b) {
+    return b <= 0 ? 0 : (b + H3_CUDA_ARENA_ALIGN - 1) / H3_CUDA_ARENA_ALIGN * H3_CUDA_ARENA_ALIGN;
+}
 
 /* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
  * data[0..words) into *sum (device memory, one uint64); each call one thread block. */

@@ -9,38 +9,8 @@
 #include "quant/quant.h"
 #include "tensor/dtype.h"
 
-/* IEEE half to float, exact (subnormals renormalized). */
-static inline H3_HD float h3_gguf_f16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t u;
-    if (exp == 0) {
-        if (man == 0) {
-            u = sign;
-        } else {
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while ((man & 0x400u) == 0);
-            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else {
-        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    union {
-        uint32_t u;
-        float f;
-    } c;
-    c.u = u;
-    return c.f;
-}
-
 static inline H3_HD float f16_at(const uint8_t *p) {
-    return h3_gguf_f16((uint16_t)(p[0] | p[1] << 8));
+    return h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
 }
 
 static inline H3_HD uint32_t u32_at(const uint8_t *p) {

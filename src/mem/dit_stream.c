@@ -13,11 +13,6 @@
 #include "io/safetensors.h"
 #include "quant/quant.h"
 
-static int64_t granule(int64_t b) {
-    const int64_t a = H3_CUDA_ARENA_ALIGN;
-    return b <= 0 ? 0 : (b + a - 1) / a * a;
-}
-
 /* The tensors of a unit in pack order; out (may be NULL) receives the matching fields of dst. */
 static int unit_fields(const h3_dit_block_weights *w, h3_dit_block_weights *dst, const h3_tensor **src,
                        h3_tensor **out, int *interleaved) {
@@ -79,7 +74,7 @@ static int is_global(const char *name) {
 }
 
 static int sum_global(const char *name, h3_tensor *t, void *user) {
-    if (is_global(name)) *(int64_t *)user += granule((int64_t)h3_tensor_nbytes(t));
+    if (is_global(name)) *(int64_t *)user += h3_cuda_granule((int64_t)h3_tensor_nbytes(t));
     return 0;
 }
 

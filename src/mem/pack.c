@@ -4,11 +4,6 @@
 #include "cuda/cuda.h"
 #include "quant/quant.h"
 
-static int64_t granule(int64_t b) {
-    const int64_t a = H3_CUDA_ARENA_ALIGN;
-    return b <= 0 ? 0 : (b + a - 1) / a * a;
-}
-
 void h3_pack_add(h3_pack *p, const h3_tensor *t, int interleaved) {
     if (p->n == H3_PACK_MAX) return;
     const int64_t b = (int64_t)h3_tensor_nbytes(t);
@@ -16,20 +11,20 @@ void h3_pack_add(h3_pack *p, const h3_tensor *t, int interleaved) {
     p->src[i] = t;
     p->off[i] = p->bytes;
     p->interleaved[i] = interleaved;
-    p->bytes += granule(b);
+    p->bytes += h3_cuda_granule(b);
     /* scales travel with their values, each part on its own granule */
     h3_qaux parts[2];
     int na = h3_quant_aux(t, parts);
     p->n_aux[i] = na > 0 ? na : 0;
     for (int a = 0; a < p->n_aux[i]; a++) {
         p->aux_off[i][a] = p->bytes;
-        p->bytes += granule(parts[a].bytes);
+        p->bytes += h3_cuda_granule(parts[a].bytes);
     }
     if (t->q.mode != H3_SCALE_NONE) p->quantized = 1;
     if (t->ndim == 2)
-        p->bytes_8bit += granule(t->shape[0] * t->shape[1]) + granule(t->shape[0] * 4);
+        p->bytes_8bit += h3_cuda_granule(t->shape[0] * t->shape[1]) + h3_cuda_granule(t->shape[0] * 4);
     else
-        p->bytes_8bit += granule(b);
+        p->bytes_8bit += h3_cuda_granule(b);
 }
 
 int h3_pack_file_of(const h3_st_set *set, const void *p, int64_t *off) {

@@ -49,11 +49,6 @@ int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
 
 /* ---- helpers ------------------------------------------------------------------------------------------- */
 
-static int64_t granule(int64_t b) {
-    const int64_t a = H3_CUDA_ARENA_ALIGN;
-    return b <= 0 ? 0 : (b + a - 1) / a * a;
-}
-
 static int64_t max64(int64_t a, int64_t b) {
     return a > b ? a : b;
 }
@@ -259,19 +254,19 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     p->dev_backend = H3_CUDA_BACKEND_BYTES + (ds->quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
     p->dev_globals = ds->globals;
     for (int u = 0; u < ds->n_units; u++)
-        if (p->tier[u] == H3_TIER_RESIDENT) p->dev_resident += granule(ds->unit_bytes[u]);
-    p->dev_slots = (int64_t)p->n_slots * granule(p->slot_bytes);
+        if (p->tier[u] == H3_TIER_RESIDENT) p->dev_resident += h3_cuda_granule(ds->unit_bytes[u]);
+    p->dev_slots = (int64_t)p->n_slots * h3_cuda_granule(p->slot_bytes);
     const int64_t H = x->c->hidden, nt = x->n_t;
     const size_t es = h3_dtype_size(h3_dit_act_dtype(x->m->dit));
     /* per-allocation granules of the kept tables; the scratch is a handful of buffers */
     p->dev_modulation =
-        x->c->n_layers * granule(nt * 3 * 6 * H * (int64_t)es) + granule(nt * 2 * H * (int64_t)es);
+        x->c->n_layers * h3_cuda_granule(nt * 3 * 6 * H * (int64_t)es) + h3_cuda_granule(nt * 2 * H * (int64_t)es);
     if (nt < 1) p->dev_modulation = 0;
     /* the precompute's own buffers beside its tables: a handful, each rounded to a granule */
     p->dev_precompute_scratch = fm.mod_peak - fm.mod_tables + 4 * H3_CUDA_ARENA_ALIGN;
     p->dev_workspace = fm.workspace + 16 * H3_CUDA_ARENA_ALIGN; /* ~15 buffers, each rounded up */
-    p->dev_io = granule(fm.inputs) + granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
-    p->dev_scratch = granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;
+    p->dev_io = h3_cuda_granule(fm.inputs) + h3_cuda_granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
+    p->dev_scratch = h3_cuda_granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;
     const int64_t base = p->dev_backend + p->dev_globals + p->dev_resident + p->dev_slots + p->dev_modulation;
     p->dev_peak_precompute = base + p->dev_precompute_scratch;
     p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch;
@@ -282,7 +277,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
      * a row). */
     p->host_other = x->S * 1024 + ((int64_t)64 << 20);
     const int need_staging = !ds->pinned || ds->from_file;
-    p->host_staging = need_staging ? (int64_t)H3_PLAN_STAGING * granule(p->slot_bytes) : 0;
+    p->host_staging = need_staging ? (int64_t)H3_PLAN_STAGING * h3_cuda_granule(p->slot_bytes) : 0;
     int n_pin = streamed;
     if (x->ram > 0) {
         int64_t avail = x->ram - p->host_staging - p->host_other;
@@ -290,7 +285,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
         if (can < n_pin) n_pin = (int)can;
     }
     int n_disk = streamed - n_pin;
-    if (n_disk > 0 && !p->host_staging) p->host_staging = (int64_t)H3_PLAN_STAGING * granule(p->slot_bytes);
+    if (n_disk > 0 && !p->host_staging) p->host_staging = (int64_t)H3_PLAN_STAGING * h3_cuda_granule(p->slot_bytes);
     if (n_disk > 0 && x->ram > 0) { /* staging appeared: recount what still fits pinned */
         int64_t avail = x->ram - p->host_staging - p->host_other;
         int64_t can = avail > 0 ? avail / max64(ds->unit_max, 1) : 0;
@@ -358,8 +353,8 @@ static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
                 int64_t room = x->vram - h3_plan_slack(x->vram) - cand.dev_peak;
                 r = 0;
                 for (int u = 0; u < ds->n_units; u++)
-                    if (room >= granule(ds->unit_max)) {
-                        room -= granule(ds->unit_max);
+                    if (room >= h3_cuda_granule(ds->unit_max)) {
+                        room -= h3_cuda_granule(ds->unit_max);
                         r++;
                     }
                 if (r >= ds->n_units) continue;             /* all resident: k = 0 covers it */
@@ -433,7 +428,7 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
     s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
     s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
     s->dev_bytes = h3_text_encoder_device_bytes((h3_text_encoder *)m->te, r->text_tokens, layers);
-    if (s->dev_bytes < 0) s->dev_bytes = 2 * granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
+    if (s->dev_bytes < 0) s->dev_bytes = 2 * h3_cuda_granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
     double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
     s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
     char a[32], b[32], d[32];

@@ -717,11 +717,6 @@ done:
     return st;
 }
 
-static int64_t granule64(int64_t b) {
-    const int64_t a = H3_CUDA_ARENA_ALIGN;
-    return b <= 0 ? 0 : (b + a - 1) / a * a;
-}
-
 int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) {
     const h3_te_config *c = &te->cfg;
     if (layer > c->n_layers) layer = (int)c->n_layers;
@@ -743,10 +738,10 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
         quantized |= p.quantized;
     }
     const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
-    int64_t act = granule64(n * C * es) * 2 /* h, x */ + granule64(n * c->heads * D * es) * 2 /* q, o */ +
-                  granule64(n * c->kv_heads * D * es) * 2 + granule64(ch * 2 * F * es) +
-                  granule64(ch * F * es) + granule64(n * D * 4) * 2 +
-                  granule64(n * C * 4) /* the f32 output */;
+    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ + h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
+                  h3_cuda_granule(n * c->kv_heads * D * es) * 2 + h3_cuda_granule(ch * 2 * F * es) +
+                  h3_cuda_granule(ch * F * es) + h3_cuda_granule(n * D * 4) * 2 +
+                  h3_cuda_granule(n * C * 4) /* the f32 output */;
     return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) +
            (layer > 1 ? 2 : 1) * slot + act;
 }

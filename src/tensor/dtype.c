@@ -45,32 +45,6 @@ int h3_dtype_from_st(const char *s, h3_dtype *out) {
     return 0;
 }
 
-float h3_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t u;
-    if (exp == 0) {
-        if (man == 0) {
-            u = sign;
-        } else { /* subnormal: renormalize */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while ((man & 0x400u) == 0);
-            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else {
-        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 uint16_t h3_f32_to_f16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

@@ -60,7 +60,35 @@ static inline uint16_t h3_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-float h3_f16_to_f32(uint16_t h);
+/* IEEE half to float, exact (subnormals renormalized); host and device (GGUF blocks decode on both). */
+static inline H3_HD float h3_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: renormalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while ((man & 0x400u) == 0);
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    union {
+        uint32_t u;
+        float f;
+    } c;
+    c.u = u;
+    return c.f;
+}
 uint16_t h3_f32_to_f16(float f);
 float h3_fp8e4m3_to_f32(uint8_t v);
 uint8_t h3_f32_to_fp8e4m3(float f);
