@@ -189,20 +189,9 @@ int h3_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "h3run plan: --steps must be 1 to %d; got %lld\n", H3_MAX_STEPS, (long long)steps);
         return H3_EXIT_USAGE;
     }
-    { /* the distinct timesteps of h3's schedule: what generate keeps the modulation for */
-        h3_schedule sch;
-        st = h3_schedule_make(H3_SCHEDULER_H3, (int)(steps ? steps : H3_DEFAULT_STEPS_H3), H3_SHIFT_VIDEO,
-                              H3_SHIFT_AUDIO, &sch);
-        if (st != H3_OK) return h3_cli_fail("plan", st);
-        float *t = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
-        if (!t) {
-            h3_schedule_free(&sch);
-            return h3_cli_fail("plan", H3_ERR(H3_ERR_NOMEM, "out of memory"));
-        }
-        req.n_timesteps = h3_schedule_distinct_timesteps(&sch, t);
-        h3_free(t);
-        h3_schedule_free(&sch);
-    }
+    /* the distinct timesteps of h3's schedule: what generate keeps the modulation for */
+    req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, (int)(steps ? steps : H3_DEFAULT_STEPS_H3));
+    if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());
 
     h3_device_figures fig;
     int have_fig = 0;

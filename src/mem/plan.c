@@ -202,21 +202,6 @@ static void pick_disk(const dit_static *ds, int nd, uint8_t *tier) {
     for (int j = 0; j < nd && j < n; j++) tier[idx[(int)(((double)j + 0.5) * n / nd)]] = H3_TIER_DISK;
 }
 
-/* The distinct timesteps of h3's schedule of `steps` model calls (generate keeps the modulation of each);
- * 2·steps when the schedule cannot be made. */
-static int distinct_timesteps(int steps) {
-    h3_schedule sch;
-    if (h3_schedule_make(H3_SCHEDULER_H3, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch) != H3_OK) {
-        h3_clear_error();
-        return 2 * steps;
-    }
-    float *t = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
-    int n = t ? h3_schedule_distinct_timesteps(&sch, t) : 2 * steps;
-    h3_free(t);
-    h3_schedule_free(&sch);
-    return n;
-}
-
 typedef struct dit_ctx {
     const h3_plan_model *m;
     const h3_dit_config *c;
@@ -635,7 +620,11 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         while (hi - lo > 1) {
             int mid = (lo + hi) / 2;
             h3_plan_request q = *r;
-            q.n_timesteps = distinct_timesteps(mid);
+            q.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, mid);
+            if (q.n_timesteps < 0) {
+                h3_clear_error();
+                q.n_timesteps = 2 * mid;
+            }
             H3_TRY(plan_all(&t, &q, &scratch));
             if (scratch.fits)
                 lo = mid;

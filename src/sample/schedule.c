@@ -1,8 +1,8 @@
-#include <stdlib.h>
 #include "sample/schedule.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -218,4 +218,15 @@ int h3_schedule_distinct_timesteps(const h3_schedule *sch, float *out) {
     for (int i = 0; i < nu; i++)
         if (k == 0 || out[i] != out[k - 1]) out[k++] = out[i];
     return k;
+}
+
+int h3_schedule_distinct_count(h3_scheduler kind, int steps) {
+    h3_schedule sch;
+    if (h3_schedule_make(kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch) != H3_OK) return -1;
+    float *t = h3_malloc((size_t)2 * (size_t)sch.n * sizeof(float) + 8, H3_MEM_OTHER);
+    int n = t ? h3_schedule_distinct_timesteps(&sch, t) : -1;
+    if (!t) H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_free(t);
+    h3_schedule_free(&sch);
+    return n;
 }

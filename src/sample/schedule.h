@@ -55,6 +55,9 @@ void h3_schedule_free(h3_schedule *s);
 /* The distinct DiT timesteps (video and audio) the schedule's model calls visit, sorted ascending, into
  * out[2·(n − 1)]; returns how many (what the AdaLN modulation is computed and kept for). */
 int h3_schedule_distinct_timesteps(const h3_schedule *s, float *out);
+/* How many distinct timesteps the released model's schedule of this kind and step count visits (what planning
+ * the kept modulation needs); -1 with the error set when the schedule cannot be made. */
+int h3_schedule_distinct_count(h3_scheduler kind, int steps);
 
 /* sigma' = s*sigma / (1 + (s - 1)*sigma), in float32 operations as torch evaluates it on float32 tensors. */
 float h3_shift_sigma_f32(float sigma, float shift);
