@@ -290,38 +290,6 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds);
 }
 
-typedef struct {
-    h3_status st;
-} check_ctx;
-
-static int check_one(const char *name, h3_tensor *t, void *user) {
-    check_ctx *c = user;
-    const char *why;
-    if (!strcmp(name, "adaln_t_table") || !strcmp(name, "rope.inv_freq")) return 0; /* the host reads them */
-    if (h3_quant_gpu_supported(t, &why)) return 0;
-    c->st = H3_ERR(H3_ERR_UNSUPPORTED,
-                   "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu",
-                   name, h3_dtype_name(t->dtype), why);
-    return 1;
-}
-
-h3_status h3_dit_stream_check(const h3_dit *dit) {
-    check_ctx c = {H3_OK};
-    h3_dit_visit_weights((h3_dit *)dit, check_one, &c);
-    if (c.st != H3_OK) return c.st;
-    const int U = h3_dit_n_units(h3_dit_get_config(dit));
-    for (int u = 0; u < U; u++) {
-        const h3_dit_block_weights *w = h3_dit_unit_weights(dit, u);
-        if (w && w->qkv_interleaved && w->qkv.q.mode != H3_SCALE_NONE)
-            return H3_ERR(
-                H3_ERR_UNSUPPORTED,
-                "DiT block %d: quantized QKV rows in the official per-head order are not streamed (h3run "
-                "quantize writes them in ComfyUI's [Q; K; V] order)",
-                u);
-    }
-    return H3_OK;
-}
-
 h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
                              const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out) {
     *out = NULL;
@@ -358,7 +326,7 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         H3_FAIL(H3_ERR_NOMEM, "out of memory");
 
     /* 1. Row chunks as planned; the non-block weights at the activation place. */
-    H3_CHECK(h3_dit_stream_check(dit));
+    H3_CHECK(h3_dit_device_check(dit));
     H3_CHECK(h3_dit_set_chunk_rows(dit, plan->chunk_rows));
     {
         h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_WEIGHTS) : H3_DEVCAT_WEIGHTS;

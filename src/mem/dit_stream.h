@@ -46,10 +46,6 @@ typedef struct h3_dit_stream_opts {
 
 typedef struct h3_dit_stream h3_dit_stream;
 
-/* H3_ERR_UNSUPPORTED when some block the stream would move has quantized weights (the device GEMMs take bf16
- * only for now); headers only, so a run can refuse before loading anything. h3_dit_stream_open checks it too.
- */
-h3_status h3_dit_stream_check(const h3_dit *dit);
 /* Makes the plan real: chunk rows, non-block weights on the device, resident units uploaded, pinned copies of
  * the PINNED units (read from the files), the ring of slots; attaches itself to the DiT. The DiT must have
  * been opened (or created) with stream_weights. rep may be NULL; with it, device allocations are counted by

@@ -425,14 +425,37 @@ static h3_status check_places(const h3_dit *d) {
     return H3_OK;
 }
 
+typedef struct {
+    h3_status st;
+} check_ctx;
+
+static int check_one(const char *name, h3_tensor *t, void *user) {
+    check_ctx *c = user;
+    const char *why;
+    if (!strcmp(name, "adaln_t_table") || !strcmp(name, "rope.inv_freq")) return 0; /* the host reads them */
+    if (h3_quant_gpu_supported(t, &why)) return 0;
+    c->st = H3_ERR(H3_ERR_UNSUPPORTED,
+                   "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu", name,
+                   h3_dtype_name(t->dtype), why);
+    return 1;
+}
+
+h3_status h3_dit_device_check(const h3_dit *d) {
+    check_ctx c = {H3_OK};
+    h3_dit_visit_weights((h3_dit *)d, check_one, &c);
+    if (c.st != H3_OK) return c.st;
+    for (int u = 0; u < h3_dit_n_units(&d->cfg); u++)
+        if (d->units[u].qkv_interleaved && d->units[u].qkv.q.mode != H3_SCALE_NONE)
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "DiT block %d: quantized QKV rows in the official per-head order are not read on the device "
+                          "(h3run quantize writes them in ComfyUI's [Q; K; V] order)",
+                          u);
+    return H3_OK;
+}
+
 /* A quantized weight to the weight place in its stored form (values and scales), where the GPU's quantized
  * GEMM reads it. */
 static h3_status upload_quantized(h3_dit *d, const wdesc *w, h3_exec *ex) {
-    const char *why;
-    if (!h3_quant_gpu_supported(w->t, &why))
-        return H3_ERR(H3_ERR_UNSUPPORTED,
-                      "DiT weight '%s' is %s with %s, which runs on the CPU only for now: use --device cpu",
-                      w->name, h3_dtype_name(w->t->dtype), why);
     h3_tensor dev;
     H3_TRY_CTX(h3_quant_copy_to(ex, w->t, d->weight_place, H3_MEM_WEIGHTS, &dev), "uploading DiT weight '%s'",
                w->name);
@@ -484,11 +507,6 @@ static h3_status deinterleave_qkv(h3_dit *d, h3_exec *ex) {
     for (int u = 0; u < h3_dit_n_units(c); u++) {
         h3_dit_block_weights *b = &d->units[u];
         if (!b->qkv.data || !b->qkv_interleaved) continue;
-        if (b->qkv.q.mode != H3_SCALE_NONE)
-            H3_FAIL(H3_ERR_UNSUPPORTED,
-                    "DiT block %d: quantized QKV rows in the official per-head order are not read "
-                    "on the device (h3run quantize writes them in ComfyUI's [Q; K; V] order)",
-                    u);
         h3_tensor out;
         H3_CHECK(h3_tensor_alloc(&out, d->weight_place, b->qkv.dtype, 2, b->qkv.shape, H3_MEM_WEIGHTS));
         st = h3_op_gather_rows(ex, &out, &b->qkv, &idx);
@@ -510,6 +528,7 @@ done:
 
 h3_status h3_dit_upload_weights(h3_dit *d, h3_exec *ex) {
     if (d->weight_place != H3_PLACE_DEVICE) return H3_OK;
+    H3_TRY(h3_dit_device_check(d));
     H3_TRY(each_weight(d, upload_one, ex));
     H3_TRY(h3_exec_sync(ex));
     for (int u = 0; u < h3_dit_n_units(&d->cfg); u++) /* the quantized GEMMs' scratch, up front */

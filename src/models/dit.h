@@ -102,6 +102,10 @@ typedef struct h3_dit h3_dit;
 h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **out);
 /* With opts->weight_place DEVICE, h3_dit_open binds the file's weights on the host as usual; this then replaces each
  * one by an owned copy on the device (one pass over the file). A no-op for host weights. */
+/* H3_ERR_UNSUPPORTED naming the weight when some weight the device would compute with is in a form the GPU's GEMMs
+ * do not take (h3_quant_gpu_supported), or quantized QKV rows are in the official per-head order; headers only, so a
+ * run can refuse before loading anything. h3_dit_upload_weights and h3_dit_stream_open check it too. */
+h3_status h3_dit_device_check(const h3_dit *dit);
 h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
 /* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's,
  * as in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed

@@ -666,7 +666,7 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     oo.weight_place = H3_PLACE_HOST; /* the blocks stay in the file; the plan says which go where */
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
-    H3_CHECK_CTX(h3_dit_stream_check(g->dit), "the DiT on --device cuda");
+    H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
 
     h3_plan_budgets b = {r->vram_budget, r->ram_budget};
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
