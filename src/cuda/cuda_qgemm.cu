@@ -21,6 +21,8 @@ extern "C" {
 #include "quant/quant.h"
 }
 
+enum { QG_ROW_SMEM = 200 * 1024 }; /* shared memory of k_rot_rows at most: a row of K f32 */
+
 static int64_t round_up(int64_t v, int64_t a) {
     return (v + a - 1) / a * a;
 }
@@ -225,6 +227,8 @@ static h3_status reserve(h3_cuda_state *s) {
                       "the device budget has no room for the %lld MiB scratch of quantized GEMMs",
                       (long long)(H3_CUDA_QGEMM_SCRATCH_BYTES >> 20));
     s->qscratch_size = (size_t)H3_CUDA_QGEMM_SCRATCH_BYTES;
+    /* once: the activation kernel keeps a whole row in shared memory */
+    cudaFuncSetAttribute(k_rot_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, QG_ROW_SMEM);
     return H3_OK;
 }
 
@@ -258,12 +262,10 @@ typedef struct {
 static h3_status rot_rows(h3_exec *ex, const rw_view *X, int64_t r0, int64_t rows, int64_t K, int g,
                           int8_t *q, float *sx, void *out, int odt) {
     const size_t smem = (size_t)K * sizeof(float);
-    static const size_t kmax = 200 * 1024;
-    if (smem > kmax)
+    if (smem > QG_ROW_SMEM)
         return H3_ERR(H3_ERR_UNSUPPORTED,
                       "quantized GEMM: K = %lld is too wide for the activation kernel (at most %lld)",
-                      (long long)K, (long long)(kmax / 4));
-    cudaFuncSetAttribute(k_rot_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kmax);
+                      (long long)K, (long long)(QG_ROW_SMEM / 4));
     k_rot_rows<<<(unsigned)rows, 256, smem, cuda_stream(ex)>>>(
         (const uint8_t *)X->p + r0 * X->ld * (X->dt == 0 ? 4 : 2), X->dt, X->ld, (int)K, g, q, sx, K, out,
         odt, K);

@@ -513,7 +513,9 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     s->n_items = n_items;
     const int k = cfg->n_slots, ns = cfg->n_staging, ni = n_items ? n_items : 1;
     s->n_timing = 2 * (k + n_items) + 2;
-    { /* the gathering workers: H3_STREAM_READERS of them, else up to 8 */
+    int gathers = 0; /* some item is gathered by the host (memcpy or read) rather than copied from pinned memory */
+    for (int i = 0; i < n_items; i++) gathers |= !items[i].src_pinned;
+    if (gathers) { /* the gathering workers: H3_STREAM_READERS of them, else up to 8 */
         int nr = h3_cpu_count() < 8 ? h3_cpu_count() : 8;
         const char *e = getenv("H3_STREAM_READERS");
         if (e && atoi(e) > 0) nr = atoi(e) < 64 ? atoi(e) : 64;
