@@ -17,12 +17,10 @@ reference decode (float32 rounding), the log-spectrum distance and level against
 loudest palette pitch (the adherence check's pitch) survives.
 """
 
-import argparse
 import glob
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -31,6 +29,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import common  # noqa: E402
 import export  # noqa: E402
 from audio_vae import decode, load_audio_vae  # noqa: E402
 from dit import read_safetensors, write_safetensors  # noqa: E402
@@ -82,20 +81,10 @@ def loudest_pitch(x, sr=32000):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=2, help="clips per step (each decodes both channels)")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap = common.parser(__doc__, steps=300, batch=2, lr=1e-3)
     ap.add_argument("--holdout", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    out = common.setup(a)
     sound = load_sound(a.data)
     n, C, S = sound.shape
     train, held = sound[: n - a.holdout], sound[n - a.holdout:]
@@ -124,13 +113,11 @@ def main():
         if step % 10 == 0 or step == 1:
             print(f"step {step}: waveform MSE {lw.item():.5f}, log-spectrum L1 {ls.item():.3f}, latent mean square "
                   f"{lz.item():.3f}, {time.time() - t0:.0f} s", flush=True)
-    out = os.path.abspath(a.out)
-    os.makedirs(out, exist_ok=True)
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
                             os.path.join(out, "audio_vae"))
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
                       {k: v.detach().contiguous() for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
-    h3run = os.environ.get("H3RUN", os.path.join(HERE, "..", "..", "build", "h3run"))
+    h3run = common.program("h3run")
     res = {"steps": a.steps, "clips": len(train), "samples": S, "held_out": []}
     with torch.no_grad():
         wd = {k: v.detach() for k, v in w.items()}
@@ -140,10 +127,8 @@ def main():
             lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
             write_safetensors(lat, {"latents": z.contiguous()})
             dec = os.path.join(out, f"heldout-{k}-decoded.safetensors")
-            r = subprocess.run([h3run, "decode", "--model", os.path.join(out, "audio_vae"), "--latents", lat,
-                                "--tensors-out", dec, "-q"], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise SystemExit(f"h3run decode failed: {r.stderr.strip()}")
+            common.run([h3run, "decode", "--model", os.path.join(out, "audio_vae"), "--latents", lat, "--tensors-out",
+                        dec, "-q"])
             y_h3 = read_safetensors(dec)["waveform"][:, 0].float()
             agree = (y_h3[:, : y_ref.shape[1]] - y_ref[:, : y_h3.shape[1]]).abs().max().item()
             y = y_h3[:, :S]
@@ -157,7 +142,8 @@ def main():
                   f"palette pitch {'right' if row['pitch_right'] else 'wrong'}", flush=True)
     with open(os.path.join(out, "audio_vae_train.json"), "w") as f:
         json.dump(res, f, indent=1)
-    return 0
+    return common.verdict("decoding the exported audio VAE", max(h["h3run_vs_reference_max_abs"] for h in
+                                                              res["held_out"]), 1e-5)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ At the end the DiT is written in the official layout (export.py) and checked: on
 with the exported weights must give the reference forward's velocities (`--expect`, 1e-4).
 """
 
-import argparse
 import glob
 import json
 import os
@@ -29,6 +28,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import common  # noqa: E402
 import export  # noqa: E402
 from dit import forward, load_dit, read_safetensors, write_safetensors  # noqa: E402
 from train_audio_vae import Encoder as AudioEncoder  # noqa: E402
@@ -52,33 +52,13 @@ def audio_rows(lat):
     return lat.permute(0, 2, 1).reshape(-1, lat.shape[1])
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:2])} failed: {r.stderr.strip()[-400:]}")
-    return r.stdout
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True, help="an h3-synth dataset (shards + captions.jsonl)")
-    ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
+    ap = common.parser(__doc__, steps=300, batch=4, lr=3e-4)
     ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors)")
     ap.add_argument("--audio-vae", required=True, help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    root = os.path.join(HERE, "..", "..", "build")
-    h3run = os.environ.get("H3RUN", os.path.join(root, "h3run"))
-    h3synth = os.environ.get("H3SYNTH", os.path.join(root, "h3-synth"))
-    out = os.path.abspath(a.out)
+    out = common.setup(a)
+    h3run, h3synth = common.program("h3run"), common.program("h3-synth")
     cache = os.path.join(out, "cache")
     os.makedirs(cache, exist_ok=True)
 
@@ -111,12 +91,12 @@ def main():
         cap = e["caption"]
         if cap not in texts:
             path = os.path.join(cache, f"text-{len(texts)}.safetensors")
-            run([h3run, "encode", "--model", a.template, "--prompt", cap, "--out", path])
+            common.run([h3run, "encode", "--model", a.template, "--prompt", cap, "--out", path])
             texts[cap] = read_safetensors(path)["hidden"].double()
         L = texts[cap].shape[0]
         if L not in layouts:
             path = os.path.join(cache, f"layout-{L}.safetensors")
-            run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
+            common.run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
             layouts[L] = read_safetensors(path)
     held = examples[-1]
     train = examples[:-1]
@@ -172,11 +152,13 @@ def main():
                                                   "check_h3run.safetensors"))
     write_safetensors(ip, {k: v.contiguous() for k, v in inp.items()})
     write_safetensors(ep, {"video_velocity": vv.float().contiguous(), "audio_velocity": va.float().contiguous()})
+    # h3run's own comparison (--expect): max |diff| relative to the largest velocity, at most 1e-4
     r = subprocess.run([h3run, "dit", "--model", os.path.join(out, "transformer"), "--inputs", ip, "-o", op,
                         "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
     ok = r.returncode == 0
+    last = (r.stdout + r.stderr).strip().splitlines()
     print(f"{'ok  ' if ok else 'FAIL'} h3run dit with the exported DiT against the reference forward: "
-          f"{(r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else ''}", flush=True)
+          f"{last[-1] if last else ''}", flush=True)
     with open(os.path.join(out, "dit_train.json"), "w") as f:
         json.dump({"steps": a.steps, "examples": len(train), "final_loss": float(loss), "h3run_matches": ok}, f)
     return 0 if ok else 1

@@ -17,12 +17,10 @@ encoder's weights beside it, and a check on clips the training did not see: the 
 original frames (PSNR, against the PSNR of predicting every frame as the clip's mean frame).
 """
 
-import argparse
 import glob
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -31,6 +29,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import common  # noqa: E402
 import export  # noqa: E402
 from dit import read_safetensors, write_safetensors  # noqa: E402
 from video_vae import IMAGENET_MEAN, IMAGENET_STD, decode, load_video_vae  # noqa: E402
@@ -86,20 +85,10 @@ def psnr(a, b):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap = common.parser(__doc__, steps=300, batch=4, lr=2e-3)
     ap.add_argument("--holdout", type=int, default=8, help="clips kept out of training for the check")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    out = common.setup(a)
     clips = load_clips(a.data)
     n, _, F, H, W = clips.shape
     if (F - 5) % 17 or H % 16 or W % 16:
@@ -132,15 +121,13 @@ def main():
             print(f"step {step}: reconstruction {loss_r.item():.4f}, latent mean square {loss_z.item():.3f}, "
                   f"{time.time() - t0:.0f} s", flush=True)
     # write: the decoder in the official layout, the encoder beside it
-    out = os.path.abspath(a.out)
-    os.makedirs(out, exist_ok=True)
     export.export_video_vae({k: v.detach() for k, v in w.items()}, cfg, os.path.join(a.template, "video_vae"),
                             os.path.join(out, "video_vae"))
     write_safetensors(os.path.join(out, "video_encoder.safetensors"),
                       {k: v.detach().contiguous() for k, v in enc.state_dict().items()},
                       {"frames": str(F), "latent_frames": str(L)})
     # the check on held-out clips
-    h3run = os.environ.get("H3RUN", os.path.join(HERE, "..", "..", "build", "h3run"))
+    h3run = common.program("h3run")
     res = {"steps": a.steps, "clips": len(train), "frames": F, "size": [W, H], "held_out": []}
     with torch.no_grad():
         for k, x in enumerate(held):
@@ -149,10 +136,8 @@ def main():
             lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
             write_safetensors(lat, {"latents": z[None].contiguous()})
             dec = os.path.join(out, f"heldout-{k}-decoded.safetensors")
-            r = subprocess.run([h3run, "decode", "--model", os.path.join(out, "video_vae"), "--latents", lat,
-                                "--tensors-out", dec, "-q"], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise SystemExit(f"h3run decode failed: {r.stderr.strip()}")
+            common.run([h3run, "decode", "--model", os.path.join(out, "video_vae"), "--latents", lat, "--tensors-out",
+                        dec, "-q"])
             y_h3 = unit(read_safetensors(dec)["frames"][0].float())
             agree = (y_h3 - y_ref).abs().max().item()
             base = x.mean(1, keepdim=True).expand_as(x)
@@ -162,7 +147,8 @@ def main():
                   f"(mean frame {row['psnr_mean_frame']:.2f} dB)", flush=True)
     with open(os.path.join(out, "video_vae_train.json"), "w") as f:
         json.dump(res, f, indent=1)
-    return 0
+    return common.verdict("decoding the exported video VAE", max(h["h3run_vs_reference_max_abs"] for h in
+                                                              res["held_out"]), 1e-5)
 
 
 if __name__ == "__main__":
