@@ -69,11 +69,7 @@
 /* ---- sizes of the reduced model ------------------------------------------------------------------------ */
 
 enum {
-    DIT_HIDDEN = 64,
-    DIT_HEADS = 2,
     DIT_HEAD_DIM = 128,
-    DIT_FFN = 128,
-    DIT_LAYERS = 4,
     DIT_REFINER = 2,
     DIT_FREQ = 256,
     DIT_TIME_HIDDEN = 64,
@@ -100,6 +96,10 @@ enum {
 static const int k_av_rates[7] = {5, 5, 2, 2, 2, 2, 2}, k_av_kernels[7] = {9, 9, 4, 4, 4, 4, 4};
 static const int k_av_res_kernels[3] = {3, 7, 11};
 static int g_comfy; /* --layout comfy */
+/* The DiT's width, heads, FFN and blocks (--dit-hidden, --dit-heads, --dit-ffn, --dit-blocks): the defaults are the
+ * reduced model the tests use; the trained small model (tools/train) is wider. */
+static int g_tied; /* --tied-embeddings: no lm_head.weight (tie_word_embeddings, as Qwen3-VL's 2B and 4B) */
+static int DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_FFN = 128, DIT_LAYERS = 4;
 
 /* ---- random values ------------------------------------------------------------------------------------- */
 
@@ -462,7 +462,7 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         goto done;
     }
     put1(&f, H3_BF16, "model.language_model.norm.weight", C, AROUND(1.0, 0.05));
-    put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
+    if (!g_tied) put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
     H3_CHECK(wf_write(&f, dir, "model.safetensors"));
     *params = f.params;
     cfg = json_pack(
@@ -473,12 +473,12 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         (json_int_t)TE_LAYERS, "num_attention_heads", (json_int_t)TE_HEADS, "num_key_value_heads",
         (json_int_t)TE_KV_HEADS, "head_dim", (json_int_t)D, "intermediate_size", (json_int_t)F, "vocab_size",
         (json_int_t)vocab, "rms_norm_eps", 1e-6, "hidden_act", "silu", "attention_bias", 0,
-        "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", 0, "rope_theta", 5e6,
+        "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", g_tied, "rope_theta", 5e6,
         "rope_scaling", "rope_type", "default", "mrope_section", 6, 5, 5, "mrope_interleaved", 1,
         "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", 8, "intermediate_size", 16,
         "num_heads", 2, "in_channels", 3, "patch_size", 16, "temporal_patch_size", 2, "spatial_merge_size", 2,
         "out_hidden_size", (int)C, "num_position_embeddings", 16, "deepstack_visual_indexes", 0,
-        "tie_word_embeddings", 0);
+        "tie_word_embeddings", g_tied);
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
 done:
@@ -1101,6 +1101,9 @@ static void usage(FILE *f) {
         "  --tokenizer FILE  use this Qwen2/Qwen3 tokenizer.json (H3's added tokens are added when "
         "missing);\n"
         "                    default: a small byte-level BPE with Qwen's pre-tokenizer, learned here\n"
+        "  --dit-hidden N, --dit-heads N, --dit-ffn N, --dit-blocks N\n"
+        "                    the DiT's width, heads (of 128), FFN and blocks (default 64, 2, 128, 4)\n"
+        "  --tied-embeddings the text encoder's lm_head tied to its embedding (no lm_head.weight; as Qwen3-VL 2B/4B)\n"
         "  --force           replace DIR if it exists\n");
 }
 
@@ -1129,8 +1132,25 @@ int main(int argc, char **argv) {
                 return 2;
             }
             g_comfy = !strcmp(l, "comfy");
+        } else if ((!strcmp(argv[i], "--dit-hidden") || !strcmp(argv[i], "--dit-heads") ||
+                    !strcmp(argv[i], "--dit-ffn") || !strcmp(argv[i], "--dit-blocks")) &&
+                   i + 1 < argc) {
+            const char *opt = argv[i];
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || v < 1 || v > 4096) {
+                fprintf(stderr, "h3-tinymodel: %s takes a whole number from 1 to 4096; got '%s'\n", opt, argv[i]);
+                return 2;
+            }
+            *(!strcmp(opt, "--dit-hidden") ? &DIT_HIDDEN
+              : !strcmp(opt, "--dit-heads") ? &DIT_HEADS
+              : !strcmp(opt, "--dit-ffn")   ? &DIT_FFN
+                                            : &DIT_LAYERS) = (int)v;
         } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
             tok_from = argv[++i];
+        } else if (!strcmp(argv[i], "--tied-embeddings")) {
+            g_tied = 1;
         } else if (!strcmp(argv[i], "--force")) {
             force = 1;
         } else if (argv[i][0] == '-' || out) {

@@ -2,7 +2,9 @@
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
-#   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM)
+#   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
+#   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
+#   earlier run's vv/ and av/; the other settings pass through the environment; results to $OUT/train)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/h3out}
@@ -33,6 +35,26 @@ for s in "${steps[@]}"; do
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         gpu-compare) for f in tests/gpu/compare_*.py; do echo "--- $f"; PYTHONUNBUFFERED=1 python3 "$f" 2>&1 | tee "$OUT/$(basename "$f" .py).log"; rc=$((rc | PIPESTATUS[0])); done ;;
+        train) # the small model's training: a 2-step smoke of every stage first, then the stages asked for
+            W=${TRAIN_WORK:-/tmp/h3train}; mkdir -p "$W" "$OUT/train"
+            # the Qwen3 tokenizer travels xz-packed (bundle it: xz -c tests/js/node_modules/.../tokenizer.json)
+            [ -f .devbundle/tokenizer.json.xz ] && xz -dc .devbundle/tokenizer.json.xz >/tmp/tokenizer.json
+            export DEVICE=cuda H3TINY=$B/h3-tinymodel H3SYNTH=$B/h3-synth TOKENIZER=${TOKENIZER:-/tmp/tokenizer.json}
+            [ -n "${TRAIN_FROM:-}" ] && cp -r "$TRAIN_FROM"/vv "$TRAIN_FROM"/av "$W"/
+            for st in ${TRAIN_STAGES:-smoke vae}; do
+                if [ "$st" = smoke ]; then
+                    CLIPS=6 JOBS=2 FRAMES=22 SIZE=64x64 VAE_STEPS=2 DIT_STEPS=2 DIT_BATCH=2 VAE_MINUTES= DIT_MINUTES= \
+                        tools/train/train_small.sh all /tmp/h3smoke 2>&1 | tail -n 3 | tee "$OUT/train/smoke.log"
+                    rc=$((rc | PIPESTATUS[0]))
+                else
+                    tools/train/train_small.sh "$st" "$W" 2>&1 | tee "$OUT/train/$st.log"; rc=$((rc | PIPESTATUS[0]))
+                fi
+            done
+            cp "$W"/*.log "$OUT/train/" 2>/dev/null
+            for d in vv av dit model; do
+                [ -d "$W/$d" ] && (cd "$W" && find "$d" -path '*/cache' -prune -o -type f ! -name 'heldout-*' ! -name 'check_*' \
+                    -print | while read -r f; do mkdir -p "$OUT/train/$(dirname "$f")"; cp "$f" "$OUT/train/$f"; done)
+            done ;;
         generate) # the CLI end to end with the DiT on the GPU (tiny random model): test_generate compares the
                   # latents with the CPU's; h3run writes a clip on each device (ffprobe checks them in CI's test)
             $B/test_generate cuda 2>&1 | tee "$OUT/test_generate.log"; rc=$((rc | PIPESTATUS[0]))

@@ -47,7 +47,7 @@ def write_safetensors(path, tensors, metadata=None):
           torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.int8: "I8"}
     header, blobs, off = {}, [], 0
     for k in names:
-        t = tensors[k].contiguous()
+        t = tensors[k].detach().cpu().contiguous()
         raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
         header[k] = {"dtype": st[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
@@ -265,11 +265,14 @@ def forward(sd, cfg, inp, dtype=torch.float64, trace=None):
     rope = rope_tables(inp["position_ids"].to(dtype), inv_freq(cfg, dtype))
     mods, final_mod = modulation(sd, cfg, inp["timesteps"].to(dtype))
 
-    x = torch.zeros(s, h, dtype=dtype)
     text = refine_text(sd, cfg, inp["text"].to(dtype))
-    x[ti] = text
-    x[vi] = linear(inp["video"].to(dtype), sd, "video_patch_proj")
-    x[ai] = linear(inp["audio"].to(dtype), sd, "audio_patch_proj")
+    # the rows in sequence order, gathered (not assigned in place, so the forward also runs under vmap)
+    src = torch.empty(s, dtype=torch.long)
+    src[ti] = torch.arange(ti.shape[0])
+    src[vi] = ti.shape[0] + torch.arange(vi.shape[0])
+    src[ai] = ti.shape[0] + vi.shape[0] + torch.arange(ai.shape[0])
+    x = torch.cat([text, linear(inp["video"].to(dtype), sd, "video_patch_proj"),
+                   linear(inp["audio"].to(dtype), sd, "audio_patch_proj")], 0)[src]
 
     rows = tidx * 3 + tags  # each row's (timestep, modality) modulation row
     for i in range(cfg["num_layers"]):

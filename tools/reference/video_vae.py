@@ -67,7 +67,7 @@ def write_safetensors(path, tensors, metadata=None):
     names = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
     header, blobs, off = {}, [], 0
     for k in names:
-        t = tensors[k].contiguous()
+        t = tensors[k].detach().cpu().contiguous()
         raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
         header[k] = {"dtype": _ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)

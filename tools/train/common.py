@@ -2,8 +2,10 @@
 h3run computes what the reference computed with the exported weights."""
 
 import argparse
+import glob
 import os
 import subprocess
+import time
 
 import torch
 
@@ -12,26 +14,87 @@ BUILD = os.path.join(HERE, "..", "..", "build")
 
 
 def parser(doc, steps, batch, lr):
-    """The options every script takes: --data, --template, --out, --steps, --batch, --lr, --seed, --threads."""
+    """The options every script takes: --data, --template, --out, --steps, --minutes, --batch, --lr, --seed,
+    --threads, --device."""
     ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
-    ap.add_argument("--data", required=True, help="an h3-synth dataset (shards + captions.jsonl)")
+    ap.add_argument("--data", required=True, nargs="+", help="h3-synth datasets (shards + captions.jsonl)")
     ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--minutes", type=float, default=0, help="stop training after this long (0: no limit)")
     ap.add_argument("--batch", type=int, default=batch)
     ap.add_argument("--lr", type=float, default=lr)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (needs PyTorch 2)")
     return ap
 
 
 def setup(a):
-    """Seed, threads, and the output folder (absolute)."""
+    """Seed, threads, device (new tensors are made there: the reference code creates its constants without
+    naming a device), and the output folder (absolute)."""
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.device != "cpu":
+        if not hasattr(torch, "set_default_device"):
+            raise SystemExit(f"--device {a.device} needs PyTorch 2 (this is {torch.__version__})")
+        torch.set_default_device(a.device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
+    return out
+
+
+try:  # the batch dimension of the training steps: the reference forwards run per example under vmap
+    from torch.func import vmap  # noqa: F401  (PyTorch 2)
+except ImportError:
+    from functorch import vmap  # noqa: F401  (PyTorch 1.13)
+
+
+class Clock:
+    """Training steps until --steps or --minutes runs out; step() says whether to go on."""
+
+    def __init__(self, a):
+        self.steps, self.limit, self.t0, self.n = a.steps, a.minutes * 60, time.time(), 0
+
+    def step(self):
+        if self.n >= self.steps or (self.limit and time.time() - self.t0 > self.limit):
+            return False
+        self.n += 1
+        return True
+
+    def elapsed(self):
+        return time.time() - self.t0
+
+
+class Ema:
+    """An exponential moving average of a dict of tensors (what is exported: steadier than the last step)."""
+
+    def __init__(self, w, decay):
+        self.decay, self.w = decay, {k: v.detach().clone() for k, v in w.items()}
+
+    @torch.no_grad()
+    def update(self, w, step):
+        d = min(self.decay, (1 + step) / (10 + step))
+        for k, v in w.items():
+            self.w[k].mul_(d).add_(v.detach(), alpha=1 - d)
+
+
+def cpu(t):
+    """A tensor ready for write_safetensors: on the host, contiguous."""
+    return t.detach().cpu().contiguous()
+
+
+def shards(folders):
+    """The shard files of h3-synth datasets, folder by folder."""
+    out = []
+    for folder in folders:
+        found = sorted(glob.glob(os.path.join(folder, "shard-*.safetensors")))
+        if not found:
+            raise SystemExit(f"no shard-*.safetensors in {folder} (make them with h3-synth dataset)")
+        out += found
     return out
 
 

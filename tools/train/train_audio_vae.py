@@ -17,12 +17,10 @@ reference decode (float32 rounding), the log-spectrum distance and level against
 loudest palette pitch (the adherence check's pitch) survives.
 """
 
-import glob
 import json
 import math
 import os
 import sys
-import time
 
 import torch
 
@@ -31,22 +29,19 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import common  # noqa: E402
 import export  # noqa: E402
-from audio_vae import decode, load_audio_vae  # noqa: E402
+from audio_vae import decode, decode_one, load_audio_vae  # noqa: E402
 from dit import read_safetensors, write_safetensors  # noqa: E402
 
 HOP = 800
 
 
-def load_sound(folder):
-    """All clips' sound of an h3-synth dataset: float [n, 2, samples]."""
-    a = [read_safetensors(p)["audio"].float() for p in sorted(glob.glob(os.path.join(folder, "shard-*.safetensors")))]
-    if not a:
-        raise SystemExit(f"no shard-*.safetensors in {folder} (make them with h3-synth dataset)")
-    return torch.cat(a, 0)
+def load_sound(folders):
+    """All clips' sound of h3-synth datasets: float [n, 2, samples]."""
+    return torch.cat([read_safetensors(p)["audio"].float() for p in common.shards(folders)], 0)
 
 
 class Encoder(torch.nn.Module):
-    """waveform [samples] -> normalized latents [32, ceil(samples/800)]."""
+    """waveform [..., samples] -> normalized latents [..., 32, ceil(samples/800)]."""
 
     def __init__(self, channels=32, width=256):
         super().__init__()
@@ -57,16 +52,30 @@ class Encoder(torch.nn.Module):
     def forward(self, x):
         T = math.ceil(x.shape[-1] / HOP)
         x = torch.nn.functional.pad(x, (0, T * HOP - x.shape[-1]))
-        t = torch.nn.functional.gelu(self.inp(x.reshape(T, HOP)))
+        t = torch.nn.functional.gelu(self.inp(x.reshape(*x.shape[:-1], T, HOP)))
         t = torch.nn.functional.gelu(self.mid(t))
-        return self.out(t).T  # [32, T]
+        return self.out(t).transpose(-1, -2)  # [..., 32, T]
+
+
+def stft_mag(x, n):
+    w = torch.hann_window(n, dtype=x.dtype, device=x.device)
+    return torch.stft(x, n, n // 4, window=w, return_complex=True).abs()
 
 
 def spec_l1(y, x, n=1024):
-    w = torch.hann_window(n, dtype=x.dtype)
-    Y = torch.stft(y, n, n // 4, window=w, return_complex=True).abs()
-    X = torch.stft(x, n, n // 4, window=w, return_complex=True).abs()
-    return (torch.log(Y + 1e-5) - torch.log(X + 1e-5)).abs().mean()
+    """Log-magnitude L1 of one resolution (the held-out report)."""
+    return (torch.log(stft_mag(y, n) + 1e-5) - torch.log(stft_mag(x, n) + 1e-5)).abs().mean()
+
+
+def spec_loss(y, x):
+    """Multi-resolution STFT loss: spectral convergence plus log-magnitude L1 at 512, 1024 and 2048 points (the
+    floor 1e-3 keeps near-silent bins from dominating). y, x [..., samples]."""
+    total = 0.0
+    for n in (512, 1024, 2048):
+        Y, X = stft_mag(y.reshape(-1, y.shape[-1]), n), stft_mag(x.reshape(-1, x.shape[-1]), n)
+        total = total + (Y - X).norm() / X.norm().clamp_min(1e-6)
+        total = total + (torch.log(Y + 1e-3) - torch.log(X + 1e-3)).abs().mean()
+    return total / 3
 
 
 PALETTE_HZ = (220.00, 277.18, 329.63, 392.00, 493.88, 587.33)  # src/synth/world.c
@@ -74,64 +83,76 @@ PALETTE_HZ = (220.00, 277.18, 329.63, 392.00, 493.88, 587.33)  # src/synth/world
 
 def loudest_pitch(x, sr=32000):
     """Index of the palette pitch with the most energy in x (what the adherence check measures)."""
-    t = torch.arange(x.shape[-1], dtype=torch.float64) / sr
-    e = [((x.double() * torch.cos(2 * math.pi * f * t)).sum() ** 2 + (x.double() * torch.sin(2 * math.pi * f * t)).sum()
+    x = x.double().cpu()
+    t = torch.arange(x.shape[-1], dtype=torch.float64, device="cpu") / sr
+    e = [((x * torch.cos(2 * math.pi * f * t)).sum() ** 2 + (x * torch.sin(2 * math.pi * f * t)).sum()
           ** 2).item() for f in PALETTE_HZ]
     return max(range(len(e)), key=lambda i: e[i])
 
 
 def main():
-    ap = common.parser(__doc__, steps=300, batch=2, lr=1e-3)
+    ap = common.parser(__doc__, steps=300, batch=16, lr=1e-3)
     ap.add_argument("--holdout", type=int, default=4)
+    ap.add_argument("--crop", type=int, default=24, help="latent frames (x 800 samples) per training crop")
+    ap.add_argument("--noise", type=float, default=0.05, help="noise added to the latents before decoding")
     a = ap.parse_args()
     out = common.setup(a)
-    sound = load_sound(a.data)
+    sound = load_sound(a.data).to(a.device)
     n, C, S = sound.shape
-    train, held = sound[: n - a.holdout], sound[n - a.holdout:]
+    ntrain = n - a.holdout
     w64, cfg = load_audio_vae(os.path.join(a.template, "audio_vae"))
-    w = {k: v.float().clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
-    enc = Encoder(cfg["latent_channels"])
+    w = {k: v.float().to(a.device).clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
+    enc = Encoder(cfg["latent_channels"]).to(a.device)
     params = [v for v in w.values() if v.requires_grad] + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    mean = torch.tensor(cfg["latents_mean"], dtype=torch.float32, device=a.device).reshape(-1, 1)
+    std = torch.tensor(cfg["latents_std"], dtype=torch.float32, device=a.device).reshape(-1, 1)
+    dec = common.vmap(lambda z: decode_one(w, cfg, z * std + mean))  # one stereo channel per row, as decode does
+    crop = min(a.crop * HOP, S // HOP * HOP)
     print(f"audio VAE: {sum(v.numel() for v in w.values()):,} decoder and {sum(p.numel() for p in enc.parameters()):,} "
-          f"encoder parameters; {len(train)} training clips of {S} samples x {C} channels", flush=True)
-    t0 = time.time()
-    for step in range(1, a.steps + 1):
-        idx = torch.randint(0, len(train), (a.batch,))
-        lw, ls, lz = 0.0, 0.0, 0.0
-        for i in idx:
-            x = train[i]
-            z = torch.stack([enc(x[c]) for c in range(C)])  # [C, 32, T]
-            y = decode(w, cfg, z)[:, :S]
-            lw = lw + ((y - x) ** 2).mean() / a.batch
-            ls = ls + sum(spec_l1(y[c], x[c]) for c in range(C)) / (C * a.batch)
-            lz = lz + (z ** 2).mean() / a.batch
-        loss = lw * 100 + ls + 1e-3 * lz
+          f"encoder parameters; {ntrain} training clips of {S} samples x {C} channels; batch {a.batch} crops of "
+          f"{crop} samples on {a.device}", flush=True)
+    clock = common.Clock(a)
+    while clock.step():
+        step = clock.n
+        clip = torch.randint(0, ntrain, (a.batch,))
+        ch = torch.randint(0, C, (a.batch,))
+        start = torch.randint(0, (S - crop) // HOP + 1, (a.batch,)) * HOP
+        x = torch.stack([sound[i, c, s0: s0 + crop] for i, c, s0 in zip(clip.tolist(), ch.tolist(), start.tolist())])
+        z = enc(x)
+        y = dec(z + a.noise * torch.randn_like(z))[:, :crop]
+        lw = ((y - x) ** 2).mean()
+        ls = spec_loss(y, x)
+        lz = torch.relu((z ** 2).mean() - 1.0)
+        loss = lw * 100 + ls + lz
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 10 == 0 or step == 1:
-            print(f"step {step}: waveform MSE {lw.item():.5f}, log-spectrum L1 {ls.item():.3f}, latent mean square "
-                  f"{lz.item():.3f}, {time.time() - t0:.0f} s", flush=True)
+        sched.step()
+        if step % 50 == 0 or step == 1:
+            print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, latent mean square "
+                  f"{(z ** 2).mean().item():.3f}, {clock.elapsed():.0f} s", flush=True)
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
                             os.path.join(out, "audio_vae"))
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
-                      {k: v.detach().contiguous() for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
+                      {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
     h3run = common.program("h3run")
-    res = {"steps": a.steps, "clips": len(train), "samples": S, "held_out": []}
+    res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "samples": S, "held_out": []}
     with torch.no_grad():
         wd = {k: v.detach() for k, v in w.items()}
-        for k, x in enumerate(held):
-            z = torch.stack([enc(x[c]) for c in range(C)])
-            y_ref = decode(wd, cfg, z)
+        for k in range(a.holdout):
+            x = sound[ntrain + k]
+            z = enc(x)
+            y_ref = decode(wd, cfg, z).cpu()
             lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
-            write_safetensors(lat, {"latents": z.contiguous()})
-            dec = os.path.join(out, f"heldout-{k}-decoded.safetensors")
+            write_safetensors(lat, {"latents": common.cpu(z)})
+            decp = os.path.join(out, f"heldout-{k}-decoded.safetensors")
             common.run([h3run, "decode", "--model", os.path.join(out, "audio_vae"), "--latents", lat, "--tensors-out",
-                        dec, "-q"])
-            y_h3 = read_safetensors(dec)["waveform"][:, 0].float()
+                        decp, "-q"])
+            y_h3 = read_safetensors(decp)["waveform"][:, 0].float()
             agree = (y_h3[:, : y_ref.shape[1]] - y_ref[:, : y_h3.shape[1]]).abs().max().item()
-            y = y_h3[:, :S]
+            y, x = y_h3[:, :S], x.cpu()
             row = {"h3run_vs_reference_max_abs": agree, "log_spectrum_l1": float(sum(spec_l1(y[c], x[c]) for c in
                                                                                      range(C)) / C),
                    "rms": y.pow(2).mean().sqrt().item(), "rms_original": x.pow(2).mean().sqrt().item(),

@@ -16,12 +16,12 @@ At the end the DiT is written in the official layout (export.py) and checked: on
 with the exported weights must give the reference forward's velocities (`--expect`, 1e-4).
 """
 
-import glob
+import concurrent.futures
 import json
+import math
 import os
 import subprocess
 import sys
-import time
 
 import torch
 
@@ -33,6 +33,7 @@ import export  # noqa: E402
 from dit import forward, load_dit, read_safetensors, write_safetensors  # noqa: E402
 from train_audio_vae import Encoder as AudioEncoder  # noqa: E402
 from train_video_vae import Encoder as VideoEncoder  # noqa: E402
+from train_video_vae import frames  # noqa: E402
 
 SHIFT_VIDEO, SHIFT_AUDIO = 12.0, 3.0  # src/sample/schedule.h
 
@@ -42,125 +43,189 @@ def shift(sigma, s):
 
 
 def video_rows(lat):
-    """[24, T, H, W] -> [T·(H/2)·(W/2), 96]: row (t, i, j), column c·4 + dy·2 + dx (h3_video_patchify)."""
-    C, T, H, W = lat.shape
-    return lat.reshape(C, T, H // 2, 2, W // 2, 2).permute(1, 2, 4, 0, 3, 5).reshape(T * (H // 2) * (W // 2), C * 4)
+    """[..., 24, T, H, W] -> [..., T·(H/2)·(W/2), 96]: row (t, i, j), column c·4 + dy·2 + dx (h3_video_patchify)."""
+    *b, C, T, H, W = lat.shape
+    nb = len(b)
+    x = lat.reshape(*b, C, T, H // 2, 2, W // 2, 2)
+    x = x.permute(*range(nb), nb + 1, nb + 2, nb + 4, nb, nb + 3, nb + 5)
+    return x.reshape(*b, T * (H // 2) * (W // 2), C * 4)
 
 
 def audio_rows(lat):
-    """[2, 32, T_a] -> [2·T_a, 32]: row ch·T_a + k holds lat[ch, :, k] (h3_audio_pack)."""
-    return lat.permute(0, 2, 1).reshape(-1, lat.shape[1])
+    """[..., 2, 32, T_a] -> [..., 2·T_a, 32]: row ch·T_a + k holds lat[ch, :, k] (h3_audio_pack)."""
+    x = lat.transpose(-1, -2)
+    return x.reshape(*x.shape[:-3], -1, x.shape[-1])
+
+
+def load_examples(a, dev):
+    """Every clip of the datasets in --data as the DiT sees it: video and audio rows from the frozen encoders, and
+    its caption."""
+    venc = aenc = None
+    V, A, caps = [], [], []
+    for folder in a.data:
+        shards = common.shards([folder])
+        with open(os.path.join(folder, "captions.jsonl")) as f:
+            by = {(c["shard"], c["index"]): c["caption"] for c in map(json.loads, f)}
+        for si, p in enumerate(shards):
+            t = read_safetensors(p)
+            vid, snd = t["video"], t["audio"].float()
+            if venc is None:
+                F, H, W = vid.shape[1], vid.shape[2], vid.shape[3]
+                venc = VideoEncoder(F, (F - 5) // 17 * 5 + 2).to(dev)
+                venc.load_state_dict({k: v.float() for k, v in read_safetensors(
+                    os.path.join(a.vae, "video_encoder.safetensors")).items()})
+                aenc = AudioEncoder().to(dev)
+                aenc.load_state_dict({k: v.float() for k, v in read_safetensors(
+                    os.path.join(a.audio_vae, "audio_encoder.safetensors")).items()})
+            elif vid.shape[1:4] != (F, H, W):
+                raise SystemExit(f"{p}: clips of another length or size than the first shard's")
+            with torch.no_grad():
+                for i0 in range(0, vid.shape[0], 32):
+                    V.append(video_rows(venc(frames(vid[i0: i0 + 32].to(dev)))))
+                    A.append(audio_rows(aenc(snd[i0: i0 + 32].to(dev))))
+            caps += [by[(si, i)] for i in range(vid.shape[0])]
+    return torch.cat(V), torch.cat(A), caps, (F, H, W)
+
+
+def encode_captions(a, caps, cache):
+    """hidden_states[50] of every distinct caption from `h3run encode` (the template's tokenizer and frozen text
+    encoder), run in parallel."""
+    h3run = common.program("h3run")
+    uniq = sorted(set(caps))
+
+    def one(k):
+        path = os.path.join(cache, f"text-{k}.safetensors")
+        common.run([h3run, "encode", "--model", a.template, "--prompt", uniq[k], "--out", path])
+        return read_safetensors(path)["hidden"].float()
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
+        hidden = list(ex.map(one, range(len(uniq))))
+    return dict(zip(uniq, hidden))
 
 
 def main():
     ap = common.parser(__doc__, steps=300, batch=4, lr=3e-4)
     ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors)")
     ap.add_argument("--audio-vae", required=True, help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
+    ap.add_argument("--ema", type=float, default=0.999, help="decay of the exported moving average of the weights")
     a = ap.parse_args()
     out = common.setup(a)
-    h3run, h3synth = common.program("h3run"), common.program("h3-synth")
+    dev = a.device
     cache = os.path.join(out, "cache")
     os.makedirs(cache, exist_ok=True)
+    h3synth = common.program("h3-synth")
 
-    # data: clips, captions, and the latents of the frozen encoders
-    shards = sorted(glob.glob(os.path.join(a.data, "shard-*.safetensors")))
-    with open(os.path.join(a.data, "captions.jsonl")) as f:
-        caps = [json.loads(line) for line in f]
-    venc_sd = read_safetensors(os.path.join(a.vae, "video_encoder.safetensors"))
-    F = read_safetensors(shards[0])["video"].shape[1]
-    Lv = (F - 5) // 17 * 5 + 2
-    venc = VideoEncoder(F, Lv)
-    venc.load_state_dict({k: v.float() for k, v in venc_sd.items()})
-    aenc = AudioEncoder()
-    aenc.load_state_dict({k: v.float() for k, v in read_safetensors(os.path.join(a.audio_vae,
-                                                                                  "audio_encoder.safetensors")).items()})
-    examples = []
-    with torch.no_grad():
-        for si, p in enumerate(shards):
-            t = read_safetensors(p)
-            vid = t["video"].permute(0, 4, 1, 2, 3).float() / 255.0
-            for i in range(vid.shape[0]):
-                c = next(x for x in caps if x["shard"] == si and x["index"] == i)
-                v = video_rows(venc(vid[i])).double()
-                au = audio_rows(torch.stack([aenc(t["audio"][i, ch].float()) for ch in range(2)])).double()
-                examples.append({"caption": c["caption"], "video": v, "audio": au})
-    H, W = vid.shape[3], vid.shape[4]
-    # text conditioning from h3run encode, and the layout of each prompt length from h3-synth layout
-    texts, layouts = {}, {}
-    for e in examples:
-        cap = e["caption"]
-        if cap not in texts:
-            path = os.path.join(cache, f"text-{len(texts)}.safetensors")
-            common.run([h3run, "encode", "--model", a.template, "--prompt", cap, "--out", path])
-            texts[cap] = read_safetensors(path)["hidden"].double()
-        L = texts[cap].shape[0]
-        if L not in layouts:
-            path = os.path.join(cache, f"layout-{L}.safetensors")
-            common.run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
-            layouts[L] = read_safetensors(path)
-    held = examples[-1]
-    train = examples[:-1]
+    V, A, caps, (F, H, W) = load_examples(a, dev)
+    texts = {c: t.to(dev) for c, t in encode_captions(a, caps, cache).items()}
+    # the examples by prompt length: one batch shares one layout (h3-synth layout, src/pipeline/layout.c)
+    buckets, layouts = {}, {}
+    for i, c in enumerate(caps):
+        buckets.setdefault(texts[c].shape[0], []).append(i)
+    for L in buckets:
+        path = os.path.join(cache, f"layout-{L}.safetensors")
+        common.run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
+        layouts[L] = {k: v.to(dev) for k, v in read_safetensors(path).items()}
+    held = len(caps) - 1  # the last example is kept for the check of the export
+    example_len = torch.tensor([texts[c].shape[0] for c in caps])
+    cap_index = {c: k for k, c in enumerate(texts)}
+    T = torch.nn.utils.rnn.pad_sequence([texts[c] for c in texts], batch_first=True)  # [captions, Lmax, 64]
+    ex_cap = torch.tensor([cap_index[c] for c in caps], device=dev)
 
-    w64, cfg = load_dit(os.path.join(a.template, "transformer"))
-    # float64: the reference computes its timestep embedding in float64; the model is small
-    w = {k: v.double().clone().requires_grad_(k not in ("rope.inv_freq",)) for k, v in w64.items()}
-    opt = torch.optim.Adam([v for v in w.values() if v.requires_grad], lr=a.lr)
-    print(f"DiT: {sum(v.numel() for v in w.values()):,} parameters; {len(train)} training examples, {len(texts)} "
-          f"distinct captions, {len(layouts)} prompt lengths", flush=True)
+    w32, cfg = load_dit(os.path.join(a.template, "transformer"), dtype=torch.float32)
+    w = {k: v.to(dev).clone().requires_grad_(k != "rope.inv_freq") for k, v in w32.items()}
+    trained = [v for v in w.values() if v.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=a.lr, weight_decay=0.0)
+    ema = common.Ema(w, a.ema)
+    print(f"DiT: {sum(v.numel() for v in w.values()):,} parameters; {held} training examples ({F} frames at {W}x{H}: "
+          f"{V.shape[1]} video and {A.shape[1]} audio rows), {len(texts)} distinct captions, {len(buckets)} prompt "
+          f"lengths; batch {a.batch} on {dev}", flush=True)
 
-    def inputs(e, u, eps_v, eps_a):
-        sv, sa = shift(u, SHIFT_VIDEO), shift(u, SHIFT_AUDIO)
-        tv, ta = 1.0 - sv, 1.0 - sa
-        lay = layouts[texts[e["caption"]].shape[0]]
+    def inputs(lay, L, video, audio, text, tv, ta):
         tags = lay["token_tags"].long()
-        uniq = sorted({tv, ta})
-        tid = torch.where(tags == 2, uniq.index(ta), uniq.index(tv)).to(torch.int32)
-        inp = {"video": (1 - sv) * e["video"] + sv * eps_v, "audio": (1 - sa) * e["audio"] + sa * eps_a,
-               "text": texts[e["caption"]], "timesteps": torch.tensor(uniq, dtype=torch.float32),
-               "timestep_indices": tid, "token_tags": lay["token_tags"], "position_ids": lay["position_ids"],
-               "video_indices": lay["video_indices"], "audio_indices": lay["audio_indices"],
-               "text_indices": lay["text_indices"]}
-        return inp
+        return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack([tv, ta]),
+                "timestep_indices": torch.where(tags == 2, 1, 0).to(torch.int32), "token_tags": lay["token_tags"],
+                "position_ids": lay["position_ids"], "video_indices": lay["video_indices"],
+                "audio_indices": lay["audio_indices"], "text_indices": lay["text_indices"]}
 
-    t0 = time.time()
-    for step in range(1, a.steps + 1):
-        loss = 0.0
-        for _ in range(a.batch):
-            e = train[torch.randint(0, len(train), (1,)).item()]
-            u = torch.rand(()).item() * 0.98 + 0.01
-            ev, ea = torch.randn_like(e["video"]), torch.randn_like(e["audio"])
-            vv, va = forward(w, cfg, inputs(e, u, ev, ea), dtype=torch.float64)
-            loss = loss + (((vv - (e["video"] - ev)) ** 2).mean() + ((va - (e["audio"] - ea)) ** 2).mean()) / a.batch
-        opt.zero_grad()
+    def model(lay, L):
+        return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, inputs(lay, L, v, au, t, tv, ta),
+                                                             dtype=torch.float32))
+
+    # the batched forward is the reference forward: one batch against the same examples one at a time
+    with torch.no_grad():
+        L = int(example_len[0])
+        idx = [i for i in buckets[L]][:2]
+        tv, ta = torch.tensor([0.3, 0.8]), torch.tensor([0.6, 0.9])
+        bv, ba = model(layouts[L], L)(V[idx], A[idx], T[ex_cap[idx]], tv, ta)
+        for j, i in enumerate(idx):
+            ov, oa = forward(w, cfg, inputs(layouts[L], L, V[i], A[i], texts[caps[i]], tv[j], ta[j]),
+                             dtype=torch.float32)
+            d = max((bv[j] - ov).abs().max().item(), (ba[j] - oa).abs().max().item())
+            if d > 1e-3 * max(ov.abs().max().item(), 1.0):
+                raise SystemExit(f"the batched forward differs from the reference forward by {d:.2e}")
+
+    clock = common.Clock(a)
+    warm = 200
+    while clock.step():
+        step = clock.n
+        frac = clock.elapsed() / (a.minutes * 60) if a.minutes else step / a.steps
+        lr = a.lr * min(1.0, step / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        L = int(example_len[torch.randint(0, held, ()).item()])
+        pool = torch.tensor(buckets[L], device=dev)
+        pool = pool[pool != held]
+        idx = pool[torch.randint(0, len(pool), (a.batch,), device=dev)]
+        x0v, x0a, text = V[idx], A[idx], T[ex_cap[idx]]
+        u = torch.rand(a.batch) * 0.998 + 0.001
+        sv, sa = shift(u, SHIFT_VIDEO), shift(u, SHIFT_AUDIO)
+        ev, ea = torch.randn_like(x0v), torch.randn_like(x0a)
+        xv = (1 - sv[:, None, None]) * x0v + sv[:, None, None] * ev
+        xa = (1 - sa[:, None, None]) * x0a + sa[:, None, None] * ea
+        vv, va = model(layouts[L], L)(xv, xa, text, 1 - sv, 1 - sa)
+        lv, la = ((vv - (x0v - ev)) ** 2).mean(), ((va - (x0a - ea)) ** 2).mean()
+        loss = lv + la
+        opt.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
-        if step % 10 == 0 or step == 1:
-            print(f"step {step}: velocity MSE {loss.item():.4f}, {time.time() - t0:.0f} s", flush=True)
+        ema.update(w, step)
+        if step % 100 == 0 or step == 1:
+            print(f"step {step}: velocity MSE video {lv.item():.4f} audio {la.item():.4f}, lr {lr:.1e}, "
+                  f"{clock.elapsed():.0f} s", flush=True)
 
-    export.export_dit({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "transformer"),
+    final = {k: v.detach() for k, v in ema.w.items()}
+    export.export_dit({k: v.double() for k, v in final.items()}, os.path.join(a.template, "transformer"),
                       os.path.join(out, "transformer"))
     # the check: h3run dit with the exported weights against the reference forward on the same stored weights (the
-    # export rounds to the template's dtypes: bf16 with the release's f32 islands), on a held-out example
+    # export rounds to the template's dtypes: bf16 with the release's f32 islands), on the held-out example
+    if dev != "cpu":
+        torch.set_default_device("cpu")
     with torch.no_grad():
         g = torch.Generator().manual_seed(7)
-        inp = inputs(held, 0.5, torch.randn(held["video"].shape, generator=g, dtype=torch.float64),
-                     torch.randn(held["audio"].shape, generator=g, dtype=torch.float64))
+        L = int(example_len[held])
+        lay = {k: v.cpu() for k, v in layouts[L].items()}
+        inp = inputs(lay, L, V[held].cpu().double() * 0.5 + 0.5 * torch.randn(V.shape[1:], generator=g,
+                                                                               dtype=torch.float64),
+                     A[held].cpu().double() * 0.5 + 0.5 * torch.randn(A.shape[1:], generator=g, dtype=torch.float64),
+                     texts[caps[held]].cpu().double(), torch.tensor(0.5), torch.tensor(0.7))
         inp = {k: (v.float() if v.dtype == torch.float64 and k != "position_ids" else v) for k, v in inp.items()}
         stored, _ = load_dit(os.path.join(out, "transformer"))
         vv, va = forward(stored, cfg, inp, dtype=torch.float64)
     ip, ep, op = (os.path.join(out, n) for n in ("check_inputs.safetensors", "check_expected.safetensors",
                                                   "check_h3run.safetensors"))
-    write_safetensors(ip, {k: v.contiguous() for k, v in inp.items()})
-    write_safetensors(ep, {"video_velocity": vv.float().contiguous(), "audio_velocity": va.float().contiguous()})
+    write_safetensors(ip, {k: common.cpu(v) for k, v in inp.items()})
+    write_safetensors(ep, {"video_velocity": common.cpu(vv.float()), "audio_velocity": common.cpu(va.float())})
     # h3run's own comparison (--expect): max |diff| relative to the largest velocity, at most 1e-4
-    r = subprocess.run([h3run, "dit", "--model", os.path.join(out, "transformer"), "--inputs", ip, "-o", op,
-                        "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
+    r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(out, "transformer"), "--inputs", ip,
+                        "-o", op, "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
     ok = r.returncode == 0
     last = (r.stdout + r.stderr).strip().splitlines()
     print(f"{'ok  ' if ok else 'FAIL'} h3run dit with the exported DiT against the reference forward: "
           f"{last[-1] if last else ''}", flush=True)
     with open(os.path.join(out, "dit_train.json"), "w") as f:
-        json.dump({"steps": a.steps, "examples": len(train), "final_loss": float(loss), "h3run_matches": ok}, f)
+        json.dump({"steps": clock.n, "seconds": round(clock.elapsed()), "examples": held, "batch": a.batch,
+                   "final_loss_video": lv.item(), "final_loss_audio": la.item(), "h3run_matches": ok}, f)
     return 0 if ok else 1
 
 

@@ -17,12 +17,10 @@ encoder's weights beside it, and a check on clips the training did not see: the 
 original frames (PSNR, against the PSNR of predicting every frame as the clip's mean frame).
 """
 
-import glob
 import json
 import math
 import os
 import sys
-import time
 
 import torch
 
@@ -35,19 +33,19 @@ from dit import read_safetensors, write_safetensors  # noqa: E402
 from video_vae import IMAGENET_MEAN, IMAGENET_STD, decode, load_video_vae  # noqa: E402
 
 
-def load_clips(folder):
-    """All clips of an h3-synth dataset: float [n, 3, T, H, W] in [0, 1]."""
-    vids = []
-    for p in sorted(glob.glob(os.path.join(folder, "shard-*.safetensors"))):
-        v = read_safetensors(p)["video"]  # U8 [m, T, H, W, 3]
-        vids.append(v.permute(0, 4, 1, 2, 3).float() / 255.0)
-    if not vids:
-        raise SystemExit(f"no shard-*.safetensors in {folder} (make them with h3-synth dataset)")
-    return torch.cat(vids, 0)
+def load_clips(folders):
+    """All clips of h3-synth datasets: uint8 [n, T, H, W, 3] (frames are made float a batch at a time)."""
+    return torch.cat([read_safetensors(p)["video"] for p in common.shards(folders)], 0)
+
+
+def frames(u8):
+    """uint8 [..., T, H, W, 3] -> float [..., 3, T, H, W] in [0, 1]."""
+    nd = u8.ndim
+    return u8.permute(*range(nd - 4), nd - 1, nd - 4, nd - 3, nd - 2).float() / 255.0
 
 
 class Encoder(torch.nn.Module):
-    """frames [3, F, H, W] (F = 17n+5) -> normalized latents [24, 5n+2, H/16, W/16]."""
+    """frames [..., 3, F, H, W] (F = 17n+5) -> normalized latents [..., 24, 5n+2, H/16, W/16]."""
 
     def __init__(self, frames, latents, channels=24, patch=16, width=256):
         super().__init__()
@@ -58,25 +56,26 @@ class Encoder(torch.nn.Module):
         self.out = torch.nn.Linear(width, channels)
 
     def forward(self, x):
-        C, F, H, W = x.shape
-        p = self.patch
-        t = x.reshape(C, F, H // p, p, W // p, p).permute(1, 2, 4, 0, 3, 5).reshape(F, H // p, W // p, C * p * p)
-        t = torch.nn.functional.gelu(self.inp(t))               # [F, h, w, width]
-        t = self.time(t.permute(1, 2, 3, 0)).permute(3, 0, 1, 2)  # [L, h, w, width]
+        *b, C, F, H, W = x.shape
+        p, nb = self.patch, len(b)
+        t = x.reshape(*b, C, F, H // p, p, W // p, p)
+        t = t.permute(*range(nb), nb + 1, nb + 2, nb + 4, nb, nb + 3, nb + 5).reshape(*b, F, H // p, W // p, C * p * p)
+        t = torch.nn.functional.gelu(self.inp(t))                 # [..., F, h, w, width]
+        t = self.time(t.movedim(nb, -1)).movedim(-1, nb)          # [..., L, h, w, width]
         t = torch.nn.functional.gelu(self.mid(t))
-        return self.out(t).permute(3, 0, 1, 2)                  # [24, L, h, w]
+        return self.out(t).movedim(-1, nb)                        # [..., 24, L, h, w]
+
+
+def _stat(x, values):
+    return torch.tensor(values, dtype=x.dtype, device=x.device).reshape(3, 1, 1, 1)
 
 
 def imagenet(x):
-    m = torch.tensor(IMAGENET_MEAN, dtype=x.dtype).reshape(3, 1, 1, 1)
-    s = torch.tensor(IMAGENET_STD, dtype=x.dtype).reshape(3, 1, 1, 1)
-    return (x - m) / s
+    return (x - _stat(x, IMAGENET_MEAN)) / _stat(x, IMAGENET_STD)
 
 
 def unit(y):
-    m = torch.tensor(IMAGENET_MEAN, dtype=y.dtype).reshape(3, 1, 1, 1)
-    s = torch.tensor(IMAGENET_STD, dtype=y.dtype).reshape(3, 1, 1, 1)
-    return (y * s + m).clamp(0, 1)
+    return (y * _stat(y, IMAGENET_STD) + _stat(y, IMAGENET_MEAN)).clamp(0, 1)
 
 
 def psnr(a, b):
@@ -84,61 +83,77 @@ def psnr(a, b):
     return 10 * math.log10(1.0 / max(mse, 1e-12))
 
 
+def shape_weight(x, extra):
+    """Per-pixel loss weight: 1 + extra where a pixel differs from its frame's border (the shape; the background is
+    most of every frame, the shape's colour is what the adherence check reads). x [..., 3, F, H, W]."""
+    border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], -1).mean(-1)  # [..., 3, F]
+    far = (x - border[..., None, None]).abs().sum(-4, keepdim=True) > 0.15
+    return 1 + extra * far.to(x.dtype)
+
+
 def main():
     ap = common.parser(__doc__, steps=300, batch=4, lr=2e-3)
     ap.add_argument("--holdout", type=int, default=8, help="clips kept out of training for the check")
+    ap.add_argument("--noise", type=float, default=0.05, help="noise added to the latents before decoding (the "
+                    "decoder learns to tolerate the DiT's errors)")
+    ap.add_argument("--shape-weight", type=float, default=4.0, help="extra loss weight on the shape's pixels")
     a = ap.parse_args()
     out = common.setup(a)
-    clips = load_clips(a.data)
-    n, _, F, H, W = clips.shape
+    clips = load_clips(a.data).to(a.device)
+    n, F, H, W, _ = clips.shape
     if (F - 5) % 17 or H % 16 or W % 16:
         raise SystemExit(f"clips of {F} frames at {W}x{H}: need 17n+5 frames and multiples of 16")
     L = (F - 5) // 17 * 5 + 2
-    train, held = clips[: n - a.holdout], clips[n - a.holdout:]
+    ntrain = n - a.holdout
     w64, cfg = load_video_vae(os.path.join(a.template, "video_vae"))
-    w = {k: v.float().clone().requires_grad_(True) for k, v in w64.items()}
-    enc = Encoder(F, L)
+    w = {k: v.float().to(a.device).clone().requires_grad_(True) for k, v in w64.items()}
+    enc = Encoder(F, L).to(a.device)
     params = list(w.values()) + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    dec = common.vmap(lambda z: decode(w, cfg, z))
     print(f"video VAE: {sum(v.numel() for v in w.values()):,} decoder and {sum(p.numel() for p in enc.parameters()):,} "
-          f"encoder parameters; {len(train)} training clips of {F} frames at {W}x{H} -> latents [24, {L}, {H // 16}, "
-          f"{W // 16}]", flush=True)
-    t0 = time.time()
-    for step in range(1, a.steps + 1):
-        idx = torch.randint(0, len(train), (a.batch,))
-        loss_r, loss_z = 0.0, 0.0
-        for i in idx:
-            x = train[i]
-            z = enc(x)
-            y = decode(w, cfg, z)
-            loss_r = loss_r + ((y - imagenet(x)) ** 2).mean() / a.batch
-            loss_z = loss_z + (z ** 2).mean() / a.batch
-        loss = loss_r + 1e-3 * loss_z
+          f"encoder parameters; {ntrain} training clips of {F} frames at {W}x{H} -> latents [24, {L}, {H // 16}, "
+          f"{W // 16}]; batch {a.batch} on {a.device}", flush=True)
+    clock = common.Clock(a)
+    while clock.step():
+        step = clock.n
+        x = frames(clips[torch.randint(0, ntrain, (a.batch,))])
+        z = enc(x)
+        y = dec(z + a.noise * torch.randn_like(z))
+        loss_r = (((y - imagenet(x)) ** 2) * shape_weight(x, a.shape_weight)).mean()
+        loss_z = torch.relu((z ** 2).mean() - 1.0)  # latents at most unit scale: the DiT's working range
+        loss = loss_r + loss_z
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 25 == 0 or step == 1:
-            print(f"step {step}: reconstruction {loss_r.item():.4f}, latent mean square {loss_z.item():.3f}, "
-                  f"{time.time() - t0:.0f} s", flush=True)
+        sched.step()
+        if step % 50 == 0 or step == 1:
+            print(f"step {step}: reconstruction {loss_r.item():.4f}, latent mean square {(z ** 2).mean().item():.3f}, "
+                  f"{clock.elapsed():.0f} s", flush=True)
     # write: the decoder in the official layout, the encoder beside it
     export.export_video_vae({k: v.detach() for k, v in w.items()}, cfg, os.path.join(a.template, "video_vae"),
                             os.path.join(out, "video_vae"))
     write_safetensors(os.path.join(out, "video_encoder.safetensors"),
-                      {k: v.detach().contiguous() for k, v in enc.state_dict().items()},
+                      {k: common.cpu(v) for k, v in enc.state_dict().items()},
                       {"frames": str(F), "latent_frames": str(L)})
     # the check on held-out clips
     h3run = common.program("h3run")
-    res = {"steps": a.steps, "clips": len(train), "frames": F, "size": [W, H], "held_out": []}
+    res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "frames": F, "size": [W, H],
+           "held_out": []}
     with torch.no_grad():
-        for k, x in enumerate(held):
+        wd = {kk: v.detach() for kk, v in w.items()}
+        for k in range(a.holdout):
+            x = frames(clips[ntrain + k])
             z = enc(x)
-            y_ref = unit(decode({kk: v.detach() for kk, v in w.items()}, cfg, z))
+            y_ref = unit(decode(wd, cfg, z)).cpu()
             lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
-            write_safetensors(lat, {"latents": z[None].contiguous()})
-            dec = os.path.join(out, f"heldout-{k}-decoded.safetensors")
+            write_safetensors(lat, {"latents": common.cpu(z[None])})
+            decp = os.path.join(out, f"heldout-{k}-decoded.safetensors")
             common.run([h3run, "decode", "--model", os.path.join(out, "video_vae"), "--latents", lat, "--tensors-out",
-                        dec, "-q"])
-            y_h3 = unit(read_safetensors(dec)["frames"][0].float())
+                        decp, "-q"])
+            y_h3 = unit(read_safetensors(decp)["frames"][0].float())
+            x = x.cpu()
             agree = (y_h3 - y_ref).abs().max().item()
             base = x.mean(1, keepdim=True).expand_as(x)
             row = {"h3run_vs_reference_max_abs": agree, "psnr": psnr(y_h3, x), "psnr_mean_frame": psnr(base, x)}
