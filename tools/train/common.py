@@ -27,6 +27,8 @@ def parser(doc, steps, batch, lr):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (needs PyTorch 2)")
+    ap.add_argument("--init", help="start from an earlier run's --out folder instead of the template's random weights "
+                    "(with --steps 0: export and check it again)")
     return ap
 
 
@@ -45,6 +47,12 @@ def setup(a):
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     return out
+
+
+def exact():
+    """Full float32 from here on (the checks against h3run: TF32 training is not what h3run computes)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 try:  # the batch dimension of the training steps: the reference forwards run per example under vmap

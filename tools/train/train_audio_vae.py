@@ -100,9 +100,11 @@ def main():
     sound = load_sound(a.data).to(a.device)
     n, C, S = sound.shape
     ntrain = n - a.holdout
-    w64, cfg = load_audio_vae(os.path.join(a.template, "audio_vae"))
+    w64, cfg = load_audio_vae(os.path.join(a.init or a.template, "audio_vae"))
     w = {k: v.float().to(a.device).clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
     enc = Encoder(cfg["latent_channels"]).to(a.device)
+    if a.init:
+        enc.load_state_dict(read_safetensors(os.path.join(a.init, "audio_encoder.safetensors")))
     params = [v for v in w.values() if v.requires_grad] + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
@@ -139,6 +141,7 @@ def main():
                       {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
     h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "samples": S, "held_out": []}
+    common.exact()
     with torch.no_grad():
         wd = {k: v.detach() for k, v in w.items()}
         for k in range(a.holdout):

@@ -125,13 +125,16 @@ def main():
         path = os.path.join(cache, f"layout-{L}.safetensors")
         common.run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
         layouts[L] = {k: v.to(dev) for k, v in read_safetensors(path).items()}
+    # h3run's audio latents: floor(seconds x 40) frames per channel (the encoder covers the last partial frame too)
+    ta = layouts[next(iter(layouts))]["audio_indices"].shape[0] // 2
+    A = A.reshape(A.shape[0], 2, -1, A.shape[-1])[:, :, :ta].reshape(A.shape[0], 2 * ta, A.shape[-1])
     held = len(caps) - 1  # the last example is kept for the check of the export
     example_len = torch.tensor([texts[c].shape[0] for c in caps])
     cap_index = {c: k for k, c in enumerate(texts)}
     T = torch.nn.utils.rnn.pad_sequence([texts[c] for c in texts], batch_first=True)  # [captions, Lmax, 64]
     ex_cap = torch.tensor([cap_index[c] for c in caps], device=dev)
 
-    w32, cfg = load_dit(os.path.join(a.template, "transformer"), dtype=torch.float32)
+    w32, cfg = load_dit(os.path.join(a.init or a.template, "transformer"), dtype=torch.float32)
     w = {k: v.to(dev).clone().requires_grad_(k != "rope.inv_freq") for k, v in w32.items()}
     trained = [v for v in w.values() if v.requires_grad]
     opt = torch.optim.AdamW(trained, lr=a.lr, weight_decay=0.0)

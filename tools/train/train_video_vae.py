@@ -105,9 +105,11 @@ def main():
         raise SystemExit(f"clips of {F} frames at {W}x{H}: need 17n+5 frames and multiples of 16")
     L = (F - 5) // 17 * 5 + 2
     ntrain = n - a.holdout
-    w64, cfg = load_video_vae(os.path.join(a.template, "video_vae"))
+    w64, cfg = load_video_vae(os.path.join(a.init or a.template, "video_vae"))
     w = {k: v.float().to(a.device).clone().requires_grad_(True) for k, v in w64.items()}
     enc = Encoder(F, L).to(a.device)
+    if a.init:
+        enc.load_state_dict(read_safetensors(os.path.join(a.init, "video_encoder.safetensors")))
     params = list(w.values()) + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
@@ -141,6 +143,7 @@ def main():
     h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "frames": F, "size": [W, H],
            "held_out": []}
+    common.exact()
     with torch.no_grad():
         wd = {kk: v.detach() for kk, v in w.items()}
         for k in range(a.holdout):
