@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+#include "base/fs.h"
 #include "base/log.h"
 
 static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
@@ -204,4 +206,21 @@ int h3_cli_fail(const char *cmd, h3_status st) {
     if (!msg[0]) msg = h3_code_name(st);
     fprintf(stderr, "h3run %s: error: %s\n", cmd, msg);
     return st == H3_ERR_INVALID ? H3_EXIT_USAGE : H3_EXIT_FAIL;
+}
+
+char *h3_cli_default_model(void) {
+    static const char *const rel[] = {"../models/h3-small", "../share/h3run/models/h3-small"};
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+            char *p = h3_path_join(exe, rel[i]);
+            if (p && h3_path_is_dir(p)) return p;
+            h3_free(p);
+        }
+    }
+    return h3_path_is_dir("models/h3-small") ? h3_strdup("models/h3-small") : NULL;
 }

@@ -8,9 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/log.h"
 #include "cli/cli.h"
 #include "mem/budget.h"
+#include "pipeline/media.h"
 #include "pipeline/generate.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -179,6 +181,34 @@ int h3_cmd_generate(int argc, char **argv) {
     if (threads < 0 || threads > 4096) return usage_error("%s", "--threads takes 1 to 4096 (0: one per CPU)");
     if (!*output) return usage_error("%s", "--output needs a file name");
 
+    /* No --model (and not every component named): the small trained model, at what it was trained on unless the
+     * request says otherwise. */
+    char *default_model = NULL;
+    if (!model && !(dit && te && tok && vvae && avae)) {
+        default_model = h3_cli_default_model();
+        if (!default_model) {
+            fprintf(stderr,
+                    "h3run generate: error: --model is required: give the official FL2VA/ folder, a diffusers "
+                    "folder or a ComfyUI models/ folder (the small model h3run uses without --model, "
+                    "models/h3-small, is neither beside this program nor in the working folder)\n");
+            return H3_EXIT_USAGE;
+        }
+        model = default_model;
+        if (!frames && seconds == 0) frames = H3_SMALL_MODEL_FRAMES;
+        if (!size) size = "128x128";
+        if (!quiet)
+            fprintf(stderr,
+                    "model: %s (the small model trained on h3run's synthetic world: coloured shapes that move, "
+                    "with a tone; no --model given)\n",
+                    model);
+    }
+    if (!h3_media_available()) {
+        h3_free(default_model);
+        fprintf(stderr, "h3run generate: error: this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): "
+                        "rebuild it with libav (the default)\n");
+        return H3_EXIT_FAIL;
+    }
+
     h3_generate_request gr;
     h3_generate_request_init(&gr);
     gr.req.prompt = prompt;
@@ -213,9 +243,11 @@ int h3_cmd_generate(int argc, char **argv) {
     else if (st == H3_OK && ram_s)
         st = h3_budget_parse(ram_s, "--ram-budget", &gr.ram_budget);
     gr.memory_trace = trace;
-    if (st != H3_OK) return h3_cli_fail("generate", st);
-    if (seconds != 0 && frames != 0)
-        return usage_error("%s", "give the length as --frames or as --seconds, not both");
+    if (st != H3_OK || (seconds != 0 && frames != 0)) {
+        h3_free(default_model);
+        return st != H3_OK ? h3_cli_fail("generate", st)
+                           : usage_error("%s", "give the length as --frames or as --seconds, not both");
+    }
     int chose_seed = seed != INT64_MIN;
     gr.req.seed = chose_seed ? (uint64_t)seed : random_seed();
     if (!chose_seed && !quiet)
@@ -231,7 +263,10 @@ int h3_cmd_generate(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     if (pp.bar_open) fputc('\n', stderr);
-    if (st != H3_OK) return h3_cli_fail("generate", st);
+    if (st != H3_OK) {
+        h3_free(default_model);
+        return h3_cli_fail("generate", st);
+    }
     if (!quiet) {
         printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64
                "; %d steps "
@@ -260,5 +295,6 @@ int h3_cmd_generate(int argc, char **argv) {
                    latents, (long long)res.latent_t, (long long)res.latent_h, (long long)res.latent_w,
                    (long long)res.audio_latents);
     }
+    h3_free(default_model);
     return H3_EXIT_OK;
 }

@@ -9,16 +9,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if H3_HAVE_MEDIA
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/channel_layout.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
+#endif
 
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/log.h"
 
+#if H3_HAVE_MEDIA
 /* ---- libav's messages go to the log, never to stderr
  * -------------------------------------------------------- */
 
@@ -42,8 +45,18 @@ static const char *averr(int e, char *buf, size_t n) {
     return buf;
 }
 
+#endif
+
 /* ---- pixels
  * ----------------------------------------------------------------------------------------------------- */
+
+int h3_media_available(void) {
+#if H3_HAVE_MEDIA
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 uint8_t h3_unit_to_u8(float x) {
     if (!(x > 0.0f)) return 0; /* also NaN */
@@ -74,21 +87,6 @@ int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_ra
 /* ---- MP4
  * ------------------------------------------------------------------------------------------------------- */
 
-struct h3_mp4 {
-    h3_mp4_opts o;
-    char *path, *tmp;
-    AVFormatContext *oc;
-    AVCodecContext *venc, *aenc;
-    AVStream *vst, *ast;
-    struct SwsContext *sws;
-    AVFrame *vframe, *aframe;
-    AVPacket *pkt;
-    uint8_t *rgb; /* [height, width, 3] */
-    int64_t nframes, nsamples, apts;
-    int afill, frame_size, small_last;
-    h3_status failed;
-};
-
 h3_status h3_mp4_check_preset(const char *preset, const char *what) {
     static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                           "medium",    "slow",      "slower",   "veryslow", "placebo"};
@@ -112,6 +110,22 @@ void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height) {
     o->preset = "medium";
     o->audio_bitrate = 128000;
 }
+
+#if H3_HAVE_MEDIA
+struct h3_mp4 {
+    h3_mp4_opts o;
+    char *path, *tmp;
+    AVFormatContext *oc;
+    AVCodecContext *venc, *aenc;
+    AVStream *vst, *ast;
+    struct SwsContext *sws;
+    AVFrame *vframe, *aframe;
+    AVPacket *pkt;
+    uint8_t *rgb; /* [height, width, 3] */
+    int64_t nframes, nsamples, apts;
+    int afill, frame_size, small_last;
+    h3_status failed;
+};
 
 int64_t h3_mp4_frames(const h3_mp4 *m) {
     return m ? m->nframes : 0;
@@ -431,11 +445,47 @@ done:
     mp4_free(m, st != H3_OK);
     return st;
 }
+#else /* built without libav (-DH3_MEDIA=OFF): every MP4 call says so */
+
+#define H3_NO_MEDIA_MSG "this h3run was built without MP4 and PNG support (cmake -DH3_MEDIA=OFF): rebuild with libav"
+struct h3_mp4 {
+    int unused;
+};
+h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
+    (void)opts;
+    *out = NULL;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: " H3_NO_MEDIA_MSG, path);
+}
+int64_t h3_mp4_frames(const h3_mp4 *m) {
+    (void)m;
+    return 0;
+}
+int64_t h3_mp4_audio_samples(const h3_mp4 *m) {
+    (void)m;
+    return 0;
+}
+h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride) {
+    (void)m, (void)rgb, (void)plane_stride, (void)row_stride;
+    return H3_ERR(H3_ERR_UNSUPPORTED, H3_NO_MEDIA_MSG);
+}
+h3_status h3_mp4_write_audio(h3_mp4 *m, const float *left, const float *right, int64_t n) {
+    (void)m, (void)left, (void)right, (void)n;
+    return H3_ERR(H3_ERR_UNSUPPORTED, H3_NO_MEDIA_MSG);
+}
+h3_status h3_mp4_finish(h3_mp4 *m) {
+    (void)m;
+    return H3_ERR(H3_ERR_UNSUPPORTED, H3_NO_MEDIA_MSG);
+}
+void h3_mp4_abort(h3_mp4 *m) {
+    (void)m;
+}
+#endif
 
 /* ---- PNG
  * ---------------------------------------------------------------------------------------------------------
  */
 
+#if H3_HAVE_MEDIA
 static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
     pthread_once(&g_av_once, av_setup);
     char eb[128];
@@ -485,6 +535,13 @@ done:
     av_packet_free(&pkt);
     return st;
 }
+
+#else
+static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
+    (void)rgb24, (void)w, (void)h;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: " H3_NO_MEDIA_MSG, path);
+}
+#endif
 
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
                        int width, int height) {

@@ -30,6 +30,9 @@ typedef struct h3_mp4_opts {
     int audio_bitrate;  /* AAC bits per second (default 128000) */
 } h3_mp4_opts;
 
+/* 1 when this build writes MP4 and PNG (libav), 0 when it was built with -DH3_MEDIA=OFF (WAV only). */
+int h3_media_available(void);
+
 /* H3_ERR_INVALID naming the valid x264 presets unless preset is one; what (may be NULL) prefixes the message.
  */
 h3_status h3_mp4_check_preset(const char *preset, const char *what);

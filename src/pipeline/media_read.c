@@ -4,12 +4,13 @@
  * videos. */
 #include <string.h>
 
+#include "base/alloc.h"
+#include "pipeline/media.h"
+
+#if H3_HAVE_MEDIA
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libswscale/swscale.h>
-
-#include "base/alloc.h"
-#include "pipeline/media.h"
 
 static h3_status av_fail(int err, const char *what, const char *path) {
     char msg[128];
@@ -186,6 +187,13 @@ done:
     if (st != H3_OK) h3_clip_free(out);
     return st;
 }
+
+#else /* built without libav (-DH3_MEDIA=OFF) */
+h3_status h3_clip_read(const char *path, h3_clip *out) {
+    memset(out, 0, sizeof *out);
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading MP4s (cmake -DH3_MEDIA=OFF)", path);
+}
+#endif
 
 void h3_clip_free(h3_clip *c) {
     if (!c) return;

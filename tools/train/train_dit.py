@@ -107,6 +107,8 @@ def main():
     ap = common.parser(__doc__, steps=300, batch=4, lr=3e-4)
     ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors)")
     ap.add_argument("--audio-vae", required=True, help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
+    ap.add_argument("--pan-weight", type=float, default=0.0, help="extra loss on the difference of the two audio "
+                    "channels' velocities (the stereo pan, a small part of the audio latents)")
     ap.add_argument("--ema", type=float, default=0.999, help="decay of the exported moving average of the weights")
     a = ap.parse_args()
     out = common.setup(a)
@@ -126,8 +128,8 @@ def main():
         common.run([h3synth, "layout", path, "--text-tokens", str(L), "--frames", str(F), "--size", f"{W}x{H}"])
         layouts[L] = {k: v.to(dev) for k, v in read_safetensors(path).items()}
     # h3run's audio latents: floor(seconds x 40) frames per channel (the encoder covers the last partial frame too)
-    ta = layouts[next(iter(layouts))]["audio_indices"].shape[0] // 2
-    A = A.reshape(A.shape[0], 2, -1, A.shape[-1])[:, :, :ta].reshape(A.shape[0], 2 * ta, A.shape[-1])
+    n_ta = layouts[next(iter(layouts))]["audio_indices"].shape[0] // 2
+    A = A.reshape(A.shape[0], 2, -1, A.shape[-1])[:, :, :n_ta].reshape(A.shape[0], 2 * n_ta, A.shape[-1])
     held = len(caps) - 1  # the last example is kept for the check of the export
     example_len = torch.tensor([texts[c].shape[0] for c in caps])
     cap_index = {c: k for k, c in enumerate(texts)}
@@ -188,13 +190,18 @@ def main():
         vv, va = model(layouts[L], L)(xv, xa, text, 1 - sv, 1 - sa)
         lv, la = ((vv - (x0v - ev)) ** 2).mean(), ((va - (x0a - ea)) ** 2).mean()
         loss = lv + la
+        if a.pan_weight:
+            da, dt = va.reshape(a.batch, 2, n_ta, -1), (x0a - ea).reshape(a.batch, 2, n_ta, -1)
+            lp = (((da[:, 0] - da[:, 1]) - (dt[:, 0] - dt[:, 1])) ** 2).mean()
+            loss = loss + a.pan_weight * lp
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         ema.update(w, step)
         if step % 100 == 0 or step == 1:
-            print(f"step {step}: velocity MSE video {lv.item():.4f} audio {la.item():.4f}, lr {lr:.1e}, "
+            print(f"step {step}: velocity MSE video {lv.item():.4f} audio {la.item():.4f}"
+                  f"{f' (channel difference {lp.item():.4f})' if a.pan_weight else ''}, lr {lr:.1e}, "
                   f"{clock.elapsed():.0f} s", flush=True)
 
     final = {k: v.detach() for k, v in ema.w.items()}

