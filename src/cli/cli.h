@@ -48,11 +48,13 @@ void h3_cli_setup_logging(int verbosity);
 /* Prints "h3run CMD: error: <last error>" to stderr and returns the exit status for the code. */
 int h3_cli_fail(const char *cmd, h3_status st);
 
-/* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md): looked for beside
- * the program (PROGRAM_DIR/../models/h3-small in a checkout or build tree, PROGRAM_DIR/../share/h3run/models/h3-small
- * installed), then in the working folder (models/h3-small). Returns the folder (caller frees) or NULL. */
+/* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md): looked for
+ * beside the program (PROGRAM_DIR/../models/h3-small in a checkout or build tree,
+ * PROGRAM_DIR/../share/h3run/models/h3-small installed), then in the working folder (models/h3-small).
+ * Returns the folder (caller frees) or NULL. */
 char *h3_cli_default_model(void);
-/* Its canvas and length when the request names none: 56 frames (2.33 s) at 128x128, what it was trained on. */
+/* Its canvas and length when the request names none: 56 frames (2.33 s) at 128x128, what it was trained on.
+ */
 enum { H3_SMALL_MODEL_FRAMES = 56, H3_SMALL_MODEL_SIZE = 128 };
 
 int h3_cmd_inspect(int argc, char **argv);

@@ -181,31 +181,34 @@ int h3_cmd_generate(int argc, char **argv) {
     if (threads < 0 || threads > 4096) return usage_error("%s", "--threads takes 1 to 4096 (0: one per CPU)");
     if (!*output) return usage_error("%s", "--output needs a file name");
 
-    /* No --model (and not every component named): the small trained model, at what it was trained on unless the
-     * request says otherwise. */
+    /* No --model (and not every component named): the small trained model, at what it was trained on unless
+     * the request says otherwise. */
     char *default_model = NULL;
     if (!model && !(dit && te && tok && vvae && avae)) {
         default_model = h3_cli_default_model();
         if (!default_model) {
-            fprintf(stderr,
-                    "h3run generate: error: --model is required: give the official FL2VA/ folder, a diffusers "
-                    "folder or a ComfyUI models/ folder (the small model h3run uses without --model, "
-                    "models/h3-small, is neither beside this program nor in the working folder)\n");
+            fprintf(
+                stderr,
+                "h3run generate: error: --model is required: give the official FL2VA/ folder, a diffusers "
+                "folder or a ComfyUI models/ folder (the small model h3run uses without --model, "
+                "models/h3-small, is neither beside this program nor in the working folder)\n");
             return H3_EXIT_USAGE;
         }
         model = default_model;
         if (!frames && seconds == 0) frames = H3_SMALL_MODEL_FRAMES;
         if (!size) size = "128x128";
         if (!quiet)
-            fprintf(stderr,
-                    "model: %s (the small model trained on h3run's synthetic world: coloured shapes that move, "
-                    "with a tone; no --model given)\n",
-                    model);
+            fprintf(
+                stderr,
+                "model: %s (the small model trained on h3run's synthetic world: coloured shapes that move, "
+                "with a tone; no --model given)\n",
+                model);
     }
     if (!h3_media_available()) {
         h3_free(default_model);
-        fprintf(stderr, "h3run generate: error: this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): "
-                        "rebuild it with libav (the default)\n");
+        fprintf(stderr,
+                "h3run generate: error: this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): "
+                "rebuild it with libav (the default)\n");
         return H3_EXIT_FAIL;
     }
 

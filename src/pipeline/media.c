@@ -447,7 +447,8 @@ done:
 }
 #else /* built without libav (-DH3_MEDIA=OFF): every MP4 call says so */
 
-#define H3_NO_MEDIA_MSG "this h3run was built without MP4 and PNG support (cmake -DH3_MEDIA=OFF): rebuild with libav"
+#define H3_NO_MEDIA_MSG                                                                                      \
+    "this h3run was built without MP4 and PNG support (cmake -DH3_MEDIA=OFF): rebuild with libav"
 struct h3_mp4 {
     int unused;
 };

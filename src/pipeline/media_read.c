@@ -191,7 +191,8 @@ done:
 #else /* built without libav (-DH3_MEDIA=OFF) */
 h3_status h3_clip_read(const char *path, h3_clip *out) {
     memset(out, 0, sizeof *out);
-    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading MP4s (cmake -DH3_MEDIA=OFF)", path);
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading MP4s (cmake -DH3_MEDIA=OFF)",
+                  path);
 }
 #endif
 
