@@ -4,6 +4,7 @@
 # and pan), accuracy per attribute. The 54 held-out combinations never appear in the training data.
 #
 #   bench/adherence.sh MODEL [N] [generate options...]      N: the first N held-out prompts (default 54)
+#   PROMPTS="0 9 18" bench/adherence.sh MODEL               these held-out prompts instead (N is then ignored)
 #
 # Clips: 56 frames (2.33 s) at 128x128, seed k+1 for prompt k. H3RUN and H3SYNTH name the programs (default
 # build/h3run, build/h3-synth); OUT keeps the clips and writes adherence.json. Prints one line per prompt, then
@@ -19,7 +20,10 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 c=0 m=0 p=0 q=0
 json="["
-for ((k = 0; k < n; k++)); do
+read -r -a ks <<<"${PROMPTS:-$(seq -s ' ' 0 $((n - 1)))}"
+n=${#ks[@]}
+first=1
+for k in "${ks[@]}"; do
     prompt=$("$H3SYNTH" prompt "$k")
     clip="$out/heldout-$k.mp4"
     "$H3RUN" generate --model "$model" --prompt "$prompt" --frames 56 --size 128x128 --seed $((k + 1)) \
@@ -32,7 +36,8 @@ for ((k = 0; k < n; k++)); do
     m=$((m + $(sed 's/.*"motion": \([01]\).*/\1/' <<<"$right")))
     p=$((p + $(sed 's/.*"pitch": \([01]\).*/\1/' <<<"$right")))
     q=$((q + $(sed 's/.*"pan": \([01]\).*/\1/' <<<"$right")))
-    if [ "$k" -gt 0 ]; then json+=", "; fi
+    if [ $first = 0 ]; then json+=", "; fi
+    first=0
     json+="$r"
 done
 echo "accuracy: colour $c/$n motion $m/$n pitch $p/$n pan $q/$n"

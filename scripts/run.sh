@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian machine: install what is missing, build, write the reduced H3 model if it is absent
-# (random weights in the release's FL2VA/ layout, made by build/h3-tinymodel: no download, no Python), and generate a
-# clip with sound from a prompt: out/h3-tiny.mp4 (22 frames at 128x128, H.264 + AAC 32 kHz stereo).
+# The main job on a fresh Debian machine: install what is missing, build, and generate a clip with sound from a
+# prompt with h3run's small trained model (models/h3-small, in this repository: what `h3run generate` uses without
+# --model): out/h3-small.mp4, 56 frames (2.33 s) at 128x128, H.264 + AAC 32 kHz stereo. The prompt is one the model
+# never saw in training; `h3-synth check` then measures the clip (colour, motion, pitch, pan) against it.
 #
-#   scripts/run.sh                              the reduced model: out/h3-tiny.mp4
+#   scripts/run.sh                              the small model: out/h3-small.mp4
+#   H3_PROMPT=7 scripts/run.sh                  another of the 54 held-out prompts (0-53; build/h3-synth prompts)
 #   H3_MODEL=~/MiniMax-H3/FL2VA scripts/run.sh  the release at its defaults (124 frames, 1344x768): out/h3.mp4
-# Extra arguments go to h3run generate (e.g. --steps 8 --seed 7).
+# Extra arguments go to h3run generate (e.g. --steps 20 --seed 7).
 #
 # The build is for this machine: CPU only where no NVIDIA GPU is visible, else CUDA for that GPU's architecture.
 set -euo pipefail
@@ -21,12 +23,14 @@ fi
 scripts/build.sh "${cuda_args[@]}"
 
 mkdir -p out
-prompt="integrated_multimodal_description: [Shot 1] A quiet harbor at sunrise; fishing boats rock on the water and \
-gulls circle the masts. overall_soundscape: soft waves, distant gulls, a light wind."
 if [ -n "${H3_MODEL:-}" ]; then
+    prompt="integrated_multimodal_description: [Shot 1] A quiet harbor at sunrise; fishing boats rock on the water \
+and gulls circle the masts. overall_soundscape: soft waves, distant gulls, a light wind."
     build/h3run generate --model "$H3_MODEL" --prompt "$prompt" -o out/h3.mp4 "$@"
 else
-    [ -d out/h3-tiny ] || build/h3-tinymodel out/h3-tiny
-    build/h3run generate --model out/h3-tiny --prompt "$prompt" --frames 22 --size 128x128 --seed 1 \
-        -o out/h3-tiny.mp4 "$@"
+    k=${H3_PROMPT:-0}
+    prompt=$(build/h3-synth prompt "$k")
+    echo "prompt: $prompt"
+    build/h3run generate --prompt "$prompt" --seed 1 -o out/h3-small.mp4 "$@"
+    build/h3-synth check out/h3-small.mp4 --heldout "$k"
 fi

@@ -2,7 +2,10 @@
 # The adherence check end to end, shortened: bench/adherence.sh on the first 8 held-out prompts with a reduced H3 of
 # random weights (tools/h3-tinymodel). Generation, reading the clips back and measuring them must work, and random
 # weights must score near chance (the check can fail; tests/test_synth.c shows it succeeds on the world's own clips).
-# Then h3-synth's command line: bad arguments exit 2, an unreadable clip exits 3.
+# Then the small trained model (models/h3-small, what generate uses without --model) on six held-out prompts, one
+# per motion: it must follow them (the full 54-prompt numbers are in docs/SYNTH.md), and generate must find it
+# without --model from another working folder. Then h3-synth's command line: bad arguments exit 2, an unreadable
+# clip exits 3.
 # Usage: cli_adherence.sh PATH/TO/h3run (CTest passes it).
 set -u
 H3RUN=$1
@@ -26,6 +29,23 @@ for v in "$c" "$m" "$p" "$q"; do
 done
 [ "$(grep -c '^[0-7]: held-out' <<<"$out")" -eq 8 ] || fail "not 8 measured prompts: $out"
 grep -q '"heldout": 7' "$tmp/adh/adherence.json" || fail "adherence.json lacks prompt 7"
+# the small trained model: six held-out prompts, one per motion (left, right, up, down, bounce, stay)
+out=$(PROMPTS="0 9 18 27 36 45" H3RUN="$H3RUN" H3SYNTH="$SYNTH" OUT="$tmp/small" "$SRC/bench/adherence.sh" \
+    "$SRC/models/h3-small" --device cpu 2>&1)
+rc=$?
+[ $rc -eq 0 ] || fail "adherence.sh on models/h3-small exited $rc: $out"
+line=$(grep '^accuracy:' <<<"$out")
+echo "small model: $line"
+read -r c m p q < <(sed 's/accuracy: colour \([0-9]*\)\/6 motion \([0-9]*\)\/6 pitch \([0-9]*\)\/6 pan \([0-9]*\)\/6/\1 \2 \3 \4/' <<<"$line")
+for v in "$c" "$m" "$p"; do
+    [[ "$v" =~ ^[0-9]+$ ]] || { fail "no accuracy line: $out"; break; }
+    [ "$v" -ge 5 ] || fail "the small model scores $v of 6 on colour, motion or pitch: $line"
+done
+# without --model, from another folder: the model beside the program, at 56 frames and 128x128
+(cd "$tmp" && "$H3RUN" generate --prompt "$("$SYNTH" prompt 20)" --seed 21 --steps 12 --device cpu --progress none \
+    -o "$tmp/default.mp4" >"$tmp/default.log" 2>&1) || fail "generate without --model: $(tail -2 "$tmp/default.log")"
+grep -q "models/h3-small" "$tmp/default.log" || fail "generate without --model does not name the model it took"
+grep -q "56 frames at 128x128" "$tmp/default.log" || fail "generate without --model: not 56 frames at 128x128"
 # h3-synth's errors
 "$SYNTH" check "$tmp/none.mp4" --heldout 1 >/dev/null 2>"$tmp/err"; [ $? -eq 3 ] || fail "unreadable clip: not exit 3"
 grep -q "none.mp4" "$tmp/err" || fail "unreadable clip: the message does not name it: $(cat "$tmp/err")"

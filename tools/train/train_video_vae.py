@@ -57,13 +57,17 @@ class Encoder(torch.nn.Module):
 
     def forward(self, x):
         *b, C, F, H, W = x.shape
-        p, nb = self.patch, len(b)
-        t = x.reshape(*b, C, F, H // p, p, W // p, p)
-        t = t.permute(*range(nb), nb + 1, nb + 2, nb + 4, nb, nb + 3, nb + 5).reshape(*b, F, H // p, W // p, C * p * p)
-        t = torch.nn.functional.gelu(self.inp(t))                 # [..., F, h, w, width]
-        t = self.time(t.movedim(nb, -1)).movedim(-1, nb)          # [..., L, h, w, width]
-        t = torch.nn.functional.gelu(self.mid(t))
-        return self.out(t).movedim(-1, nb)                        # [..., 24, L, h, w]
+        p, nb, h, w = self.patch, len(b), H // self.patch, W // self.patch
+        t = x.reshape(*b, C, F, h, p, w, p)
+        t = t.permute(*range(nb), nb + 1, nb + 2, nb + 4, nb, nb + 3, nb + 5).reshape(-1, C * p * p)
+        # every Linear on a contiguous 2-D input (PyTorch 1.13's CPU backward of Linear on some strided inputs of
+        # more dimensions returns garbage gradients)
+        t = torch.nn.functional.gelu(self.inp(t)).reshape(*b, F, h, w, -1)   # [..., F, h, w, width]
+        width = t.shape[-1]
+        t = self.time(t.movedim(nb, -1).reshape(-1, F))                       # [(... h w width), L]
+        t = t.reshape(*b, h, w, width, -1).movedim(-1, nb).reshape(-1, width)  # [(... L h w), width]
+        t = self.out(torch.nn.functional.gelu(self.mid(t)))
+        return t.reshape(*b, -1, h, w, t.shape[-1]).movedim(-1, nb)           # [..., 24, L, h, w]
 
 
 def _stat(x, values):
