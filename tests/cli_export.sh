@@ -3,7 +3,7 @@
 # model (tools/h3-tinymodel): every tensor's bytes (the audio VAE's weight-norm pairs to float32 rounding), h3run
 # inspect naming every component of the result, and h3run generate giving the same latents from it. Then the small
 # model's training, shortened (tools/train/train_small.sh all: two datasets of 6 clips at 64x64, the VAEs and the DiT
-# for a few steps on the CPU): every stage's check that h3run computes what the reference computed with the exported
+# (with the text encoder trained jointly) for a few steps on the CPU): every stage's check that h3run computes what the reference computed with the exported
 # weights must pass, and the assembled model must generate a clip.
 # Needs /usr/bin/python3 with torch and numpy (Debian's python3-torch, which scripts/test.sh installs): without them
 # the test is skipped, except under CI, where a missing tool is a failure.
@@ -26,12 +26,12 @@ H3RUN="$H3RUN" "$PY" "$SRC/tools/train/test_export.py" "$tmp/tiny" "$tmp/out" ||
 # exported, computes what the reference computed (the VAEs' decodes; the DiT's velocities with h3run's own text
 # conditioning and layout).
 export H3RUN H3SYNTH="$BUILD/h3-synth" H3TINY="$BUILD/h3-tinymodel" PYTHON="$PY"
-CLIPS=6 JOBS=2 FRAMES=22 SIZE=64x64 VAE_STEPS=3 VV_BATCH=2 AV_BATCH=2 DIT_STEPS=2 DIT_BATCH=2 DIT_PAN=1 \
+CLIPS=6 JOBS=2 FRAMES=22 SIZE=64x64 VAE_STEPS=3 VV_BATCH=2 AV_BATCH=2 DIT_STEPS=2 DIT_BATCH=2 DIT_PAN=1 DIT_TEXT=1 \
     "$SRC/tools/train/train_small.sh" all "$tmp/train" >"$tmp/train.log" 2>&1 || {
     echo "FAIL: train_small.sh all"; cat "$tmp/train.log" "$tmp"/train/*.log; exit 1; }
 n=$(cat "$tmp"/train/*.log | grep -cE "^ok ")
 grep -hE "^(ok|FAIL) " "$tmp"/train/*.log
-[ "$n" -eq 3 ] || { echo "FAIL: $n of 3 training stages agree with h3run"; exit 1; }
+[ "$n" -eq 4 ] || { echo "FAIL: $n of 4 exports (video VAE, audio VAE, text encoder, DiT) agree with h3run"; exit 1; }
 "$H3RUN" generate --model "$tmp/train/model" --prompt "$("$BUILD/h3-synth" prompt 0)" --frames 22 --size 64x64 \
     --steps 2 --seed 1 --device cpu --progress none -o "$tmp/trained.mp4" >"$tmp/gen.log" 2>&1 || {
     echo "FAIL: generate with the trained model: $(tail -2 "$tmp/gen.log")"; exit 1; }

