@@ -3,8 +3,8 @@
 # model (tools/h3-tinymodel): every tensor's bytes (the audio VAE's weight-norm pairs to float32 rounding), h3run
 # inspect naming every component of the result, and h3run generate giving the same latents from it. Then the small
 # model's training, shortened (tools/train/train_small.sh all: two datasets of 6 clips at 64x64, the VAEs and the DiT
-# (with the text encoder trained jointly) for a few steps on the CPU): every stage's check that h3run computes what the reference computed with the exported
-# weights must pass, and the assembled model must generate a clip.
+# with the text encoder trained jointly, a few steps on the CPU): every export's check that h3run computes what the
+# reference computes must pass, and the assembled model must generate a clip.
 # Needs /usr/bin/python3 with torch and numpy (Debian's python3-torch, which scripts/test.sh installs): without them
 # the test is skipped, except under CI, where a missing tool is a failure.
 # Usage: cli_export.sh PATH/TO/h3run (CTest passes it).
