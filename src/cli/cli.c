@@ -217,9 +217,13 @@ char *h3_cli_default_model(void) {
         char *slash = strrchr(exe, '/');
         if (slash) *slash = 0;
         for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-            char *p = h3_path_join(exe, rel[i]);
-            if (p && h3_path_is_dir(p)) return p;
+            char *p = h3_path_join(exe, rel[i]), *real = p && h3_path_is_dir(p) ? realpath(p, NULL) : NULL;
             h3_free(p);
+            if (real) { /* the folder without "build/.." in it */
+                char *out = h3_strdup(real);
+                free(real);
+                return out;
+            }
         }
     }
     return h3_path_is_dir("models/h3-small") ? h3_strdup("models/h3-small") : NULL;

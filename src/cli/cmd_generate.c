@@ -203,6 +203,12 @@ int h3_cmd_generate(int argc, char **argv) {
                 "model: %s (the small model trained on h3run's synthetic world: coloured shapes that move, "
                 "with a tone; no --model given)\n",
                 model);
+        if (frames != H3_SMALL_MODEL_FRAMES || seconds != 0 || strcmp(size, "128x128"))
+            fprintf(
+                stderr,
+                "warning: the small model was trained on %d frames at 128x128; other lengths and canvases "
+                "follow the prompt less well\n",
+                H3_SMALL_MODEL_FRAMES);
     }
     if (!h3_media_available()) {
         h3_free(default_model);
@@ -219,6 +225,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.req.seconds = seconds;
     gr.req.steps = (int)steps;
     gr.model = model;
+    gr.small_model = default_model != NULL;
     gr.given.dit = (char *)dit;
     gr.given.text_encoder = (char *)te;
     gr.given.tokenizer = (char *)tok;

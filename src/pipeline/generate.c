@@ -1023,7 +1023,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     g->req = r->req;
     h3_request_warnings warn;
     H3_CHECK(h3_request_resolve(&g->req, &warn));
-    for (int i = 0; i < warn.n; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
+    for (int i = 0; i < warn.n && !r->small_model; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
     H3_CHECK(check_out_dir(r->output, "--output"));
     if (r->wav) H3_CHECK(check_out_dir(r->wav, "--wav"));
     if (r->latents) H3_CHECK(check_out_dir(r->latents, "--latents"));

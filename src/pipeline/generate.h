@@ -86,6 +86,8 @@ typedef struct h3_generate_request {
     int64_t ram_budget;  /* host bytes for pinned weight copies and staging; 0: H3_RAM_SHARE of MemAvailable;
                           * -1: not limited */
     const char *memory_trace; /* the device memory timeline as JSON (h3_memrep_write_trace); NULL: none */
+    int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
+                      * and canvases outside the release's training range, which it does not share */
 } h3_generate_request;
 
 void h3_generate_request_init(h3_generate_request *r);

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import common  # noqa: E402
+import encoders  # noqa: E402
 import export  # noqa: E402
 from audio_vae import decode, decode_one, load_audio_vae  # noqa: E402
 from dit import read_safetensors, write_safetensors  # noqa: E402
@@ -38,23 +39,6 @@ HOP = 800
 def load_sound(folders):
     """All clips' sound of h3-synth datasets: float [n, 2, samples]."""
     return torch.cat([read_safetensors(p)["audio"].float() for p in common.shards(folders)], 0)
-
-
-class Encoder(torch.nn.Module):
-    """waveform [..., samples] -> normalized latents [..., 32, ceil(samples/800)]."""
-
-    def __init__(self, channels=32, width=256):
-        super().__init__()
-        self.inp = torch.nn.Linear(HOP, width)
-        self.mid = torch.nn.Linear(width, width)
-        self.out = torch.nn.Linear(width, channels)
-
-    def forward(self, x):
-        T = math.ceil(x.shape[-1] / HOP)
-        x = torch.nn.functional.pad(x, (0, T * HOP - x.shape[-1]))
-        t = torch.nn.functional.gelu(self.inp(x.reshape(*x.shape[:-1], T, HOP)))
-        t = torch.nn.functional.gelu(self.mid(t))
-        return self.out(t).transpose(-1, -2)  # [..., 32, T]
 
 
 def stft_mag(x, n):
@@ -95,6 +79,9 @@ def main():
     ap.add_argument("--holdout", type=int, default=4)
     ap.add_argument("--crop", type=int, default=24, help="latent frames (x 800 samples) per training crop")
     ap.add_argument("--noise", type=float, default=0.05, help="noise added to the latents before decoding")
+    ap.add_argument("--encoder", choices=("release", "standin"), default="release",
+                    help="the release's DAC-style encoder with its attention projection at a small width, or the "
+                    "first stand-in (an MLP)")
     a = ap.parse_args()
     out = common.setup(a)
     sound = load_sound(a.data).to(a.device)
@@ -102,9 +89,10 @@ def main():
     ntrain = n - a.holdout
     w64, cfg = load_audio_vae(os.path.join(a.init or a.template, "audio_vae"))
     w = {k: v.float().to(a.device).clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
-    enc = Encoder(cfg["latent_channels"]).to(a.device)
     if a.init:
-        enc.load_state_dict(read_safetensors(os.path.join(a.init, "audio_encoder.safetensors")))
+        enc = encoders.load_audio_encoder(os.path.join(a.init, "audio_encoder.safetensors")).to(a.device)
+    else:
+        enc = encoders.audio_encoder(a.encoder, cfg["latents_mean"], cfg["latents_std"]).to(a.device)
     params = [v for v in w.values() if v.requires_grad] + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
@@ -138,7 +126,7 @@ def main():
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
                             os.path.join(out, "audio_vae"))
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
-                      {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"hop": str(HOP)})
+                      {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"encoder": enc.kind, "hop": str(HOP)})
     h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "samples": S, "held_out": []}
     common.exact()

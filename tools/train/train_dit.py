@@ -32,8 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import common  # noqa: E402
 import export  # noqa: E402
 from dit import forward, load_dit, read_safetensors, write_safetensors  # noqa: E402
-from train_audio_vae import Encoder as AudioEncoder  # noqa: E402
-from train_video_vae import Encoder as VideoEncoder  # noqa: E402
+import encoders  # noqa: E402
 from train_video_vae import frames  # noqa: E402
 import qwen3  # noqa: E402
 
@@ -88,12 +87,8 @@ def load_examples(a, dev):
             vid, snd = t["video"], t["audio"].float()
             if venc is None:
                 F, H, W = vid.shape[1], vid.shape[2], vid.shape[3]
-                venc = VideoEncoder(F, (F - 5) // 17 * 5 + 2).to(dev)
-                venc.load_state_dict({k: v.float() for k, v in read_safetensors(
-                    os.path.join(a.vae, "video_encoder.safetensors")).items()})
-                aenc = AudioEncoder().to(dev)
-                aenc.load_state_dict({k: v.float() for k, v in read_safetensors(
-                    os.path.join(a.audio_vae, "audio_encoder.safetensors")).items()})
+                venc = encoders.load_video_encoder(os.path.join(a.vae, "video_encoder.safetensors")).to(dev)
+                aenc = encoders.load_audio_encoder(os.path.join(a.audio_vae, "audio_encoder.safetensors")).to(dev)
             elif vid.shape[1:4] != (F, H, W):
                 raise SystemExit(f"{p}: clips of another length or size than the first shard's")
             with torch.no_grad():

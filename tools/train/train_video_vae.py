@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import common  # noqa: E402
+import encoders  # noqa: E402
 import export  # noqa: E402
 from dit import read_safetensors, write_safetensors  # noqa: E402
 from video_vae import IMAGENET_MEAN, IMAGENET_STD, decode, load_video_vae  # noqa: E402
@@ -42,32 +43,6 @@ def frames(u8):
     """uint8 [..., T, H, W, 3] -> float [..., 3, T, H, W] in [0, 1]."""
     nd = u8.ndim
     return u8.permute(*range(nd - 4), nd - 1, nd - 4, nd - 3, nd - 2).float() / 255.0
-
-
-class Encoder(torch.nn.Module):
-    """frames [..., 3, F, H, W] (F = 17n+5) -> normalized latents [..., 24, 5n+2, H/16, W/16]."""
-
-    def __init__(self, frames, latents, channels=24, patch=16, width=256):
-        super().__init__()
-        self.patch = patch
-        self.inp = torch.nn.Linear(3 * patch * patch, width)
-        self.time = torch.nn.Linear(frames, latents)
-        self.mid = torch.nn.Linear(width, width)
-        self.out = torch.nn.Linear(width, channels)
-
-    def forward(self, x):
-        *b, C, F, H, W = x.shape
-        p, nb, h, w = self.patch, len(b), H // self.patch, W // self.patch
-        t = x.reshape(*b, C, F, h, p, w, p)
-        t = t.permute(*range(nb), nb + 1, nb + 2, nb + 4, nb, nb + 3, nb + 5).reshape(-1, C * p * p)
-        # every Linear on a contiguous 2-D input (PyTorch 1.13's CPU backward of Linear on some strided inputs of
-        # more dimensions returns garbage gradients)
-        t = torch.nn.functional.gelu(self.inp(t)).reshape(*b, F, h, w, -1)   # [..., F, h, w, width]
-        width = t.shape[-1]
-        t = self.time(t.movedim(nb, -1).reshape(-1, F))                       # [(... h w width), L]
-        t = t.reshape(*b, h, w, width, -1).movedim(-1, nb).reshape(-1, width)  # [(... L h w), width]
-        t = self.out(torch.nn.functional.gelu(self.mid(t)))
-        return t.reshape(*b, -1, h, w, t.shape[-1]).movedim(-1, nb)           # [..., 24, L, h, w]
 
 
 def _stat(x, values):
@@ -100,6 +75,8 @@ def main():
     ap.add_argument("--holdout", type=int, default=8, help="clips kept out of training for the check")
     ap.add_argument("--noise", type=float, default=0.05, help="noise added to the latents before decoding (the "
                     "decoder learns to tolerate the DiT's errors)")
+    ap.add_argument("--encoder", choices=("release", "standin"), default="release",
+                    help="the release's causal 3-D CNN encoder at a small width, or the first stand-in (an MLP)")
     ap.add_argument("--shape-weight", type=float, default=4.0, help="extra loss weight on the shape's pixels")
     a = ap.parse_args()
     out = common.setup(a)
@@ -111,16 +88,17 @@ def main():
     ntrain = n - a.holdout
     w64, cfg = load_video_vae(os.path.join(a.init or a.template, "video_vae"))
     w = {k: v.float().to(a.device).clone().requires_grad_(True) for k, v in w64.items()}
-    enc = Encoder(F, L).to(a.device)
     if a.init:
-        enc.load_state_dict(read_safetensors(os.path.join(a.init, "video_encoder.safetensors")))
+        enc = encoders.load_video_encoder(os.path.join(a.init, "video_encoder.safetensors")).to(a.device)
+    else:
+        enc = encoders.video_encoder(a.encoder, F, L, cfg["latents_mean"], cfg["latents_std"]).to(a.device)
     params = list(w.values()) + list(enc.parameters())
     opt = torch.optim.Adam(params, lr=a.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
     dec = common.vmap(lambda z: decode(w, cfg, z))
     print(f"video VAE: {sum(v.numel() for v in w.values()):,} decoder and {sum(p.numel() for p in enc.parameters()):,} "
           f"encoder parameters; {ntrain} training clips of {F} frames at {W}x{H} -> latents [24, {L}, {H // 16}, "
-          f"{W // 16}]; batch {a.batch} on {a.device}", flush=True)
+          f"{W // 16}] ({enc.kind} encoder); batch {a.batch} on {a.device}", flush=True)
     clock = common.Clock(a)
     while clock.step():
         step = clock.n
@@ -142,7 +120,7 @@ def main():
                             os.path.join(out, "video_vae"))
     write_safetensors(os.path.join(out, "video_encoder.safetensors"),
                       {k: common.cpu(v) for k, v in enc.state_dict().items()},
-                      {"frames": str(F), "latent_frames": str(L)})
+                      {"encoder": enc.kind, "frames": str(F), "latent_frames": str(L)})
     # the check on held-out clips
     h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "frames": F, "size": [W, H],
