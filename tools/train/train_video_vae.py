@@ -62,12 +62,26 @@ def psnr(a, b):
     return 10 * math.log10(1.0 / max(mse, 1e-12))
 
 
-def shape_weight(x, extra):
-    """Per-pixel loss weight: 1 + extra where a pixel differs from its frame's border (the shape; the background is
-    most of every frame, the shape's colour is what the adherence check reads). x [..., 3, F, H, W]."""
+def shape_mask(x):
+    """1 where a pixel differs from its frame's border colour (the shape), else 0: [..., 1, F, H, W] for x [..., 3,
+    F, H, W]."""
     border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], -1).mean(-1)  # [..., 3, F]
-    far = (x - border[..., None, None]).abs().sum(-4, keepdim=True) > 0.15
-    return 1 + extra * far.to(x.dtype)
+    return ((x - border[..., None, None]).abs().sum(-4, keepdim=True) > 0.15).to(x.dtype)
+
+
+def shape_weight(x, extra):
+    """Per-pixel loss weight: 1 + extra on the shape (the background is most of every frame, the shape's colour is
+    what the adherence check reads)."""
+    return 1 + extra * shape_mask(x)
+
+
+def color_loss(y, x):
+    """Squared error of the shape's mean colour per frame (decoded y in the decoder's normalized space, original x
+    in [0, 1]): the quantity the adherence check reads."""
+    m = shape_mask(x)
+    n = m.sum((-1, -2)).clamp_min(1.0)
+    yu = y * _stat(y, IMAGENET_STD) + _stat(y, IMAGENET_MEAN)
+    return ((((yu - x) * m).sum((-1, -2)) / n) ** 2).mean()
 
 
 def main():
@@ -78,6 +92,9 @@ def main():
     ap.add_argument("--encoder", choices=("release", "standin"), default="release",
                     help="the release's causal 3-D CNN encoder at a small width, or the first stand-in (an MLP)")
     ap.add_argument("--shape-weight", type=float, default=4.0, help="extra loss weight on the shape's pixels")
+    ap.add_argument("--color-weight", type=float, default=0.0, help="weight of the shape's mean colour error")
+    ap.add_argument("--freeze-encoder", action="store_true", help="train the decoder only (with --init: the latents "
+                    "a DiT was trained on stay as they are)")
     a = ap.parse_args()
     out = common.setup(a)
     clips = load_clips(a.data).to(a.device)
@@ -92,7 +109,8 @@ def main():
         enc = encoders.load_video_encoder(os.path.join(a.init, "video_encoder.safetensors")).to(a.device)
     else:
         enc = encoders.video_encoder(a.encoder, F, L, cfg["latents_mean"], cfg["latents_std"]).to(a.device)
-    params = list(w.values()) + list(enc.parameters())
+    enc.requires_grad_(not a.freeze_encoder)
+    params = list(w.values()) + ([] if a.freeze_encoder else list(enc.parameters()))
     opt = torch.optim.Adam(params, lr=a.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
     dec = common.vmap(lambda z: decode(w, cfg, z))
@@ -107,14 +125,15 @@ def main():
         y = dec(z + a.noise * torch.randn_like(z))
         loss_r = (((y - imagenet(x)) ** 2) * shape_weight(x, a.shape_weight)).mean()
         loss_z = torch.relu((z ** 2).mean() - 1.0)  # latents at most unit scale: the DiT's working range
-        loss = loss_r + loss_z
+        loss_c = color_loss(y, x) if a.color_weight else torch.zeros(())
+        loss = loss_r + (0 if a.freeze_encoder else loss_z) + a.color_weight * loss_c
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
         if step % 50 == 0 or step == 1:
-            print(f"step {step}: reconstruction {loss_r.item():.4f}, latent mean square {(z ** 2).mean().item():.3f}, "
-                  f"{clock.elapsed():.0f} s", flush=True)
+            print(f"step {step}: reconstruction {loss_r.item():.4f}, shape colour {loss_c.item():.5f}, latent mean "
+                  f"square {(z ** 2).mean().item():.3f}, {clock.elapsed():.0f} s", flush=True)
     # write: the decoder in the official layout, the encoder beside it
     export.export_video_vae({k: v.detach() for k, v in w.items()}, cfg, os.path.join(a.template, "video_vae"),
                             os.path.join(out, "video_vae"))
