@@ -33,6 +33,12 @@ CLIPS=6 JOBS=2 FRAMES=22 SIZE=64x64 VAE_STEPS=2 VV_BATCH=2 AV_BATCH=2 DIT_STEPS=
 n=$(cat "$tmp"/train/*.log | grep -cE "^ok ")
 grep -hE "^(ok|FAIL) " "$tmp"/train/*.log
 [ "$n" -eq 4 ] || { echo "FAIL: $n of 4 exports (video VAE, audio VAE, text encoder, DiT) agree with h3run"; exit 1; }
+# the release-structure encoders travel in the exported VAE files, under the release's names
+"$H3RUN" inspect "$tmp/train/model/audio_vae" 2>&1 | grep -q "DAC encoder" || {
+    echo "FAIL: the exported audio VAE holds no encoder"; exit 1; }
+vv=$tmp/train/model/video_vae/source/model.safetensors
+"$H3RUN" inspect "$vv" 2>&1 | grep -q "encoder.down.1.block.0.nin_shortcut" || {
+    echo "FAIL: the exported video VAE holds no encoder under the release's names"; exit 1; }
 "$H3RUN" generate --model "$tmp/train/model" --prompt "$("$BUILD/h3-synth" prompt 0)" --frames 22 --size 64x64 \
     --steps 2 --seed 1 --device cpu --progress none -o "$tmp/trained.mp4" >"$tmp/gen.log" 2>&1 || {
     echo "FAIL: generate with the trained model: $(tail -2 "$tmp/gen.log")"; exit 1; }

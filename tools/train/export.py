@@ -52,10 +52,14 @@ def _copy_tree_without_weights(src, dst):
                 shutil.copy2(os.path.join(root, f), os.path.join(dst, rel, f))
 
 
-def _write_like(template_dir, out_dir, stored):
-    """Writes {name: tensor} into out_dir with the template's shard files and each tensor's stored dtype."""
+def _write_like(template_dir, out_dir, stored, extra=None):
+    """Writes {name: tensor} into out_dir with the template's shard files and each tensor's stored dtype; extra
+    {name: tensor} (tensors the template lacks, float32) go into its only file."""
     _copy_tree_without_weights(template_dir, out_dir)
-    for shard, names in _shards(template_dir).items():
+    shards = _shards(template_dir)
+    if extra and len(shards) != 1:
+        raise ValueError(f"{template_dir}: extra tensors need a component stored in one file")
+    for shard, names in shards.items():
         tmpl = read_safetensors(os.path.join(template_dir, shard))
         missing = [n for n in names if n not in stored]
         if missing:
@@ -66,6 +70,10 @@ def _write_like(template_dir, out_dir, stored):
             if tuple(t.shape) != tuple(tmpl[n].shape):
                 raise ValueError(f"{n}: shape {tuple(t.shape)}, the template has {tuple(tmpl[n].shape)}")
             tensors[n] = t.to(tmpl[n].dtype).contiguous()
+        for n, t in (extra or {}).items():
+            if n in tensors:
+                raise ValueError(f"{n}: already in the template")
+            tensors[n] = t.detach().cpu().float().contiguous()
         write_safetensors(os.path.join(out_dir, shard), tensors)
 
 
@@ -84,7 +92,29 @@ def export_dit(weights, template_dir, out_dir):
     _write_like(template_dir, out_dir, stored)
 
 
-def export_video_vae(weights, cfg, template_dir, out_dir):
+def video_encoder_names(state_dict):
+    """A release-structure video encoder's tensors (tools/train/encoders.py, diffusers' names) under the release's
+    source names: encoder.down.I.block.J (nin_shortcut), encoder.down.I.downsample.conv; conv_in, norm_out, conv_out
+    and quant_conv as they are. Buffers (statistics) are left out."""
+    out = {}
+    for k, v in state_dict.items():
+        if not (k.startswith("encoder.") or k.startswith("quant_conv.")):
+            continue
+        p = k.split(".")
+        if p[1] == "down_blocks":
+            rest = p[3:]
+            if rest[0] == "resnets":
+                tail = ["nin_shortcut" if x == "conv_shortcut" else x for x in rest[2:]]
+                k = ".".join(["encoder", "down", p[2], "block", rest[1]] + tail)
+            else:  # downsamplers.0.conv.*
+                k = ".".join(["encoder", "down", p[2], "downsample"] + rest[2:])
+        out[k] = v
+    return out
+
+
+def export_video_vae(weights, cfg, template_dir, out_dir, encoder=None):
+    """encoder: a release-structure encoder's state dict (encoders.VideoEncoder), written beside the decoder under the
+    release's names; None: the decoder only."""
     with open(os.path.join(template_dir, "config.json")) as f:
         wrap = json.load(f)
     src_dir = os.path.join(template_dir, wrap["source_path"])
@@ -108,12 +138,14 @@ def export_video_vae(weights, cfg, template_dir, out_dir):
             s[p + "ff.w1." + x] = weights[b + "w1." + x]
             s[p + "ff.w2." + x] = weights[b + "w2." + x]
     _copy_tree_without_weights(template_dir, out_dir)
-    _write_like(src_dir, os.path.join(out_dir, wrap["source_path"]), s)
+    _write_like(src_dir, os.path.join(out_dir, wrap["source_path"]), s,
+                video_encoder_names(encoder) if encoder is not None else None)
 
 
-def export_audio_vae(weights, template_dir, out_dir):
+def export_audio_vae(weights, template_dir, out_dir, encoder=None):
     """Weight-normalized convolutions are stored as weight_g = |w| over all dims but the first, weight_v = w: the
-    loader's fold v·(g/|v|) gives w back (to float32 rounding)."""
+    loader's fold v·(g/|v|) gives w back (to float32 rounding). encoder: a release-structure encoder's state dict
+    (encoders.AudioEncoder: the release's names already, weight_g/weight_v included), written beside the decoder."""
     tmpl = {}
     for shard in _shards(template_dir):
         tmpl.update(read_safetensors(os.path.join(template_dir, shard)))
@@ -125,7 +157,8 @@ def export_audio_vae(weights, template_dir, out_dir):
             s[name[: -len("_v")] + "_g"] = w.reshape(w.shape[0], -1).norm(dim=1).reshape(-1, *([1] * (w.ndim - 1)))
         elif not name.endswith(".weight_g"):
             s[name] = weights[name]
-    _write_like(template_dir, out_dir, s)
+    extra = {k: v for k, v in encoder.items() if not k.startswith("latents_")} if encoder is not None else None
+    _write_like(template_dir, out_dir, s, extra)
 
 
 def export_text_encoder(weights, template_dir, out_dir, prefix="model.language_model."):

@@ -12,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import encoders  # noqa: E402
+import export  # noqa: E402
 from dit import write_safetensors  # noqa: E402
 
 fails = []
@@ -43,6 +44,14 @@ check(len(params) == 52 and sum(p.numel() for p in params.values()) == 1980544,
       f"52 and 1,980,544 at these sizes)")
 check("encoder.down_blocks.3.resnets.0.conv_shortcut.weight" in params and
       tuple(params["encoder.conv_out.weight"].shape) == (48, 128, 3, 3, 3), "video: the release's names and shapes")
+
+names = export.video_encoder_names(v.state_dict())
+want = {"encoder.conv_in.weight", "encoder.down.0.block.0.conv1.weight", "encoder.down.1.block.0.nin_shortcut.weight",
+        "encoder.down.0.downsample.conv.weight", "encoder.norm_out.bias", "encoder.conv_out.weight",
+        "quant_conv.weight"}
+check(want <= set(names) and len(names) == 52 and not any("down_blocks" in k or k.startswith(("latents", "pixel"))
+                                                          for k in names),
+      "video: exported under the release's source names (encoder.down.I.block.J, nin_shortcut, downsample)")
 
 a = encoders.AudioEncoder([0.0] * 32, [1.0] * 32)
 with torch.no_grad():

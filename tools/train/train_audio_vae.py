@@ -124,7 +124,7 @@ def main():
             print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, latent mean square "
                   f"{(z ** 2).mean().item():.3f}, {clock.elapsed():.0f} s", flush=True)
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
-                            os.path.join(out, "audio_vae"))
+                            os.path.join(out, "audio_vae"), enc.state_dict() if enc.kind == "release" else None)
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
                       {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"encoder": enc.kind, "hop": str(HOP)})
     h3run = common.program("h3run")

@@ -136,7 +136,7 @@ def main():
                   f"square {(z ** 2).mean().item():.3f}, {clock.elapsed():.0f} s", flush=True)
     # write: the decoder in the official layout, the encoder beside it
     export.export_video_vae({k: v.detach() for k, v in w.items()}, cfg, os.path.join(a.template, "video_vae"),
-                            os.path.join(out, "video_vae"))
+                            os.path.join(out, "video_vae"), enc.state_dict() if enc.kind == "release" else None)
     write_safetensors(os.path.join(out, "video_encoder.safetensors"),
                       {k: common.cpu(v) for k, v in enc.state_dict().items()},
                       {"encoder": enc.kind, "frames": str(F), "latent_frames": str(L)})
