@@ -12,7 +12,6 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "mem/budget.h"
-#include "pipeline/media.h"
 #include "pipeline/generate.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -210,14 +209,6 @@ int h3_cmd_generate(int argc, char **argv) {
                 "follow the prompt less well\n",
                 H3_SMALL_MODEL_FRAMES);
     }
-    if (!h3_media_available()) {
-        h3_free(default_model);
-        fprintf(stderr,
-                "h3run generate: error: this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): "
-                "rebuild it with libav (the default)\n");
-        return H3_EXIT_FAIL;
-    }
-
     h3_generate_request gr;
     h3_generate_request_init(&gr);
     gr.req.prompt = prompt;

@@ -1024,6 +1024,9 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     h3_request_warnings warn;
     H3_CHECK(h3_request_resolve(&g->req, &warn));
     for (int i = 0; i < warn.n && !r->small_model; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
+    if (!h3_media_available())
+        H3_FAIL(H3_ERR_UNSUPPORTED, "this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): rebuild "
+                                    "it with libav (the default)");
     H3_CHECK(check_out_dir(r->output, "--output"));
     if (r->wav) H3_CHECK(check_out_dir(r->wav, "--wav"));
     if (r->latents) H3_CHECK(check_out_dir(r->latents, "--latents"));

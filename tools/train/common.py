@@ -3,8 +3,10 @@ h3run computes what the reference computed with the exported weights."""
 
 import argparse
 import glob
+import json
 import os
 import subprocess
+import sys
 import time
 
 import torch
@@ -20,7 +22,9 @@ def parser(doc, steps, batch, lr):
     ap.add_argument("--data", required=True, nargs="+", help="h3-synth datasets (shards + captions.jsonl)")
     ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--steps", type=int, help=f"training steps (default {steps}; no limit when --minutes is given; 0 "
+                    "with --init: export and check again)")
+    ap.set_defaults(default_steps=steps)
     ap.add_argument("--minutes", type=float, default=0, help="stop training after this long (0: no limit)")
     ap.add_argument("--batch", type=int, default=batch)
     ap.add_argument("--lr", type=float, default=lr)
@@ -35,6 +39,8 @@ def parser(doc, steps, batch, lr):
 def setup(a):
     """Seed, threads, device (new tensors are made there: the reference code creates its constants without
     naming a device), and the output folder (absolute)."""
+    if a.steps is None and not a.minutes:
+        a.steps = a.default_steps
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -68,7 +74,7 @@ class Clock:
         self.steps, self.limit, self.t0, self.n = a.steps, a.minutes * 60, time.time(), 0
 
     def step(self):
-        if self.n >= self.steps or (self.limit and time.time() - self.t0 > self.limit):
+        if (self.steps is not None and self.n >= self.steps) or (self.limit and time.time() - self.t0 > self.limit):
             return False
         self.n += 1
         return True
@@ -118,6 +124,24 @@ def run(cmd):
     if r.returncode != 0:
         raise SystemExit(f"{os.path.basename(cmd[0])} {cmd[1]} failed: {r.stderr.strip()[-400:]}")
     return r.stdout
+
+
+def h3run_decode(vae_dir, latents, stem):
+    """h3run decode of latents with the exported VAE in vae_dir (`--tensors-out`): its tensors, read back. The
+    latents and the result are kept as STEM-latents.safetensors and STEM-decoded.safetensors."""
+    sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+    from dit import read_safetensors, write_safetensors
+    lat, dec = stem + "-latents.safetensors", stem + "-decoded.safetensors"
+    write_safetensors(lat, {"latents": cpu(latents)})
+    run([program("h3run"), "decode", "--model", vae_dir, "--latents", lat, "--tensors-out", dec, "-q"])
+    return read_safetensors(dec)
+
+
+def finish(out, name, res, what):
+    """Writes OUT/NAME_train.json and returns the verdict on the held-out rows' h3run-vs-reference differences."""
+    with open(os.path.join(out, f"{name}_train.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return verdict(what, max(h["h3run_vs_reference_max_abs"] for h in res["held_out"]), 1e-5)
 
 
 def verdict(what, worst, tol):

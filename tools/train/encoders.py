@@ -24,10 +24,15 @@ encoder's file (metadata "encoder"), from which `load_video_encoder` / `load_aud
 """
 
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import weight_norm
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from video_vae import read_safetensors  # noqa: E402
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -331,10 +336,6 @@ def audio_encoder(kind, mean, std):
 
 
 def _read(path):
-    import sys
-    import os
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-    from video_vae import read_safetensors
     sd, meta = read_safetensors(path, with_metadata=True)
     return {k: v.float() for k, v in sd.items()}, meta or {}
 

@@ -17,7 +17,6 @@ reference decode (float32 rounding), the log-spectrum distance and level against
 loudest palette pitch (the adherence check's pitch) survives.
 """
 
-import json
 import math
 import os
 import sys
@@ -127,7 +126,6 @@ def main():
                             os.path.join(out, "audio_vae"), enc.state_dict() if enc.kind == "release" else None)
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
                       {k: common.cpu(v) for k, v in enc.state_dict().items()}, {"encoder": enc.kind, "hop": str(HOP)})
-    h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "samples": S, "held_out": []}
     common.exact()
     with torch.no_grad():
@@ -136,12 +134,8 @@ def main():
             x = sound[ntrain + k]
             z = enc(x)
             y_ref = decode(wd, cfg, z).cpu()
-            lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
-            write_safetensors(lat, {"latents": common.cpu(z)})
-            decp = os.path.join(out, f"heldout-{k}-decoded.safetensors")
-            common.run([h3run, "decode", "--model", os.path.join(out, "audio_vae"), "--latents", lat, "--tensors-out",
-                        decp, "-q"])
-            y_h3 = read_safetensors(decp)["waveform"][:, 0].float()
+            got = common.h3run_decode(os.path.join(out, "audio_vae"), z, os.path.join(out, f"heldout-{k}"))
+            y_h3 = got["waveform"][:, 0].float()
             agree = (y_h3[:, : y_ref.shape[1]] - y_ref[:, : y_h3.shape[1]]).abs().max().item()
             y, x = y_h3[:, :S], x.cpu()
             row = {"h3run_vs_reference_max_abs": agree, "log_spectrum_l1": float(sum(spec_l1(y[c], x[c]) for c in
@@ -152,11 +146,7 @@ def main():
             print(f"held-out clip {k}: h3run vs reference decode max |diff| {agree:.2e}; log-spectrum L1 "
                   f"{row['log_spectrum_l1']:.3f}; rms {row['rms']:.3f} (original {row['rms_original']:.3f}); loudest "
                   f"palette pitch {'right' if row['pitch_right'] else 'wrong'}", flush=True)
-    with open(os.path.join(out, "audio_vae_train.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    return common.verdict("decoding the exported audio VAE", max(h["h3run_vs_reference_max_abs"] for h in
-                                                              res["held_out"]), 1e-5)
-
+    return common.finish(out, "audio_vae", res, "decoding the exported audio VAE")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,8 +41,8 @@ TEXT_LAYER = 50  # H3 conditions on hidden_states[50]
 
 
 def load_text_encoder(folder, dev):
-    """The template's text stack for joint training: canonical weights of the embedding and the layers below
-    TEXT_LAYER (float32, trainable), the rest as stored, and the reference's config."""
+    """A text stack for joint training: canonical weights of the embedding and the layers below TEXT_LAYER
+    (float32, trainable; the export keeps the folder's other tensors) and the reference's config."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = qwen3.config_from_json(json.load(f))
     sd = {}
@@ -51,7 +51,7 @@ def load_text_encoder(folder, dev):
             sd.update(qwen3.canonical(qwen3.load_safetensors(os.path.join(folder, name))))
     used = {k: v.float().to(dev).clone().requires_grad_(True) for k, v in sd.items()
             if k == "embed_tokens.weight" or int(k.split(".")[1]) < TEXT_LAYER}
-    return used, sd, cfg
+    return used, cfg
 
 
 def shift(sigma, s):
@@ -164,7 +164,7 @@ def main():
     ex_cap = torch.tensor([cap_index[c] for c in caps], device=dev)
     IDS = torch.nn.utils.rnn.pad_sequence([enc[c][1] for c in texts], batch_first=True).to(dev)  # [captions, Lmax]
     if a.train_text:
-        tw, te_stored, tcfg = load_text_encoder(os.path.join(text_root(a), "text_encoder"), dev)
+        tw, tcfg = load_text_encoder(os.path.join(text_root(a), "text_encoder"), dev)
         text_of = common.vmap(lambda ids: qwen3.hidden_states(tw, tcfg, ids, TEXT_LAYER, torch.float32)[-1])
         # the reference text stack is what h3run encode computes
         with torch.no_grad():
@@ -265,7 +265,7 @@ def main():
         path = os.path.join(out, "check_text.safetensors")
         common.run([common.program("h3run"), "encode", "--model", out, "--prompt", caps[held], "--out", path])
         got = read_safetensors(path)
-        stored, _, _ = load_text_encoder(os.path.join(out, "text_encoder"), "cpu")
+        stored, _ = load_text_encoder(os.path.join(out, "text_encoder"), "cpu")
         with torch.no_grad():
             ref = qwen3.hidden_states({k: v.detach() for k, v in stored.items()}, tcfg, got["input_ids"].long(),
                                       TEXT_LAYER)[-1]

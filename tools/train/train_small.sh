@@ -29,7 +29,7 @@ DEVICE=${DEVICE:-cpu} CLIPS=${CLIPS:-250} JOBS=${JOBS:-8} FRAMES=${FRAMES:-56} S
 DIT_SIZES=(--dit-hidden 256 --dit-heads 2 --dit-ffn 768 --dit-blocks 6)
 
 budget() { # --minutes M when a time budget is set, else --steps N
-    if [ -n "${1:-}" ]; then echo "--minutes $1 --steps 100000000"; else echo "--steps $2"; fi
+    if [ -n "${1:-}" ]; then echo "--minutes $1"; else echo "--steps $2"; fi
 }
 
 template() {

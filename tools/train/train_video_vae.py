@@ -17,7 +17,6 @@ encoder's weights beside it, and a check on clips the training did not see: the 
 original frames (PSNR, against the PSNR of predicting every frame as the clip's mean frame).
 """
 
-import json
 import math
 import os
 import sys
@@ -141,7 +140,6 @@ def main():
                       {k: common.cpu(v) for k, v in enc.state_dict().items()},
                       {"encoder": enc.kind, "frames": str(F), "latent_frames": str(L)})
     # the check on held-out clips
-    h3run = common.program("h3run")
     res = {"steps": clock.n, "seconds": round(clock.elapsed()), "clips": ntrain, "frames": F, "size": [W, H],
            "held_out": []}
     common.exact()
@@ -151,12 +149,8 @@ def main():
             x = frames(clips[ntrain + k])
             z = enc(x)
             y_ref = unit(decode(wd, cfg, z)).cpu()
-            lat = os.path.join(out, f"heldout-{k}-latents.safetensors")
-            write_safetensors(lat, {"latents": common.cpu(z[None])})
-            decp = os.path.join(out, f"heldout-{k}-decoded.safetensors")
-            common.run([h3run, "decode", "--model", os.path.join(out, "video_vae"), "--latents", lat, "--tensors-out",
-                        decp, "-q"])
-            y_h3 = unit(read_safetensors(decp)["frames"][0].float())
+            got = common.h3run_decode(os.path.join(out, "video_vae"), z[None], os.path.join(out, f"heldout-{k}"))
+            y_h3 = unit(got["frames"][0].float())
             x = x.cpu()
             agree = (y_h3 - y_ref).abs().max().item()
             base = x.mean(1, keepdim=True).expand_as(x)
@@ -164,11 +158,7 @@ def main():
             res["held_out"].append(row)
             print(f"held-out clip {k}: h3run vs reference decode max |diff| {agree:.2e}; PSNR {row['psnr']:.2f} dB "
                   f"(mean frame {row['psnr_mean_frame']:.2f} dB)", flush=True)
-    with open(os.path.join(out, "video_vae_train.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    return common.verdict("decoding the exported video VAE", max(h["h3run_vs_reference_max_abs"] for h in
-                                                              res["held_out"]), 1e-5)
-
+    return common.finish(out, "video_vae", res, "decoding the exported video VAE")
 
 if __name__ == "__main__":
     sys.exit(main())
