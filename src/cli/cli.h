@@ -55,7 +55,7 @@ int h3_cli_fail(const char *cmd, h3_status st);
 char *h3_cli_default_model(void);
 /* Its canvas and length when the request names none: 56 frames (2.33 s) at 128x128, what it was trained on.
  */
-enum { H3_SMALL_MODEL_FRAMES = 56, H3_SMALL_MODEL_SIZE = 128 };
+enum { H3_SMALL_MODEL_FRAMES = 56 };
 
 int h3_cmd_inspect(int argc, char **argv);
 int h3_cmd_dit(int argc, char **argv);
