@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/fs.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/text_encoder.h"
 #include "quant/qload.h"
@@ -430,6 +431,15 @@ static void test_bad_inputs(void) {
     CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 3, -1, &out), H3_ERR_INVALID, "does not exist");
     CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 3, 2, &wrong), H3_ERR_INVALID, "[3, 64]");
     CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 2, 2, &out), H3_ERR_INVALID, "[2, 64]");
+    /* the placement moves after opening: to the device only in a CUDA build, and the output must follow it */
+    if (h3_cuda_compiled()) {
+        CHECK_OK(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE));
+        CHECK_ERR(h3_text_encoder_encode(te, &g_ex, ids, 3, 2, &out), H3_ERR_INVALID, "device");
+    } else {
+        CHECK_ERR(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE), H3_ERR_UNSUPPORTED, "CUDA");
+    }
+    CHECK_OK(h3_text_encoder_set_placement(te, H3_PLACE_HOST));
+    CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, 3, 2, &out));
     h3_tensor_free(&out);
     h3_tensor_free(&wrong);
     h3_text_encoder_close(te);

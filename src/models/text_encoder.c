@@ -258,6 +258,13 @@ static h3_status check_layers(h3_text_encoder *te) {
     return H3_OK;
 }
 
+h3_status h3_text_encoder_set_placement(h3_text_encoder *te, h3_place act_place) {
+    if (act_place == H3_PLACE_DEVICE && !h3_cuda_compiled())
+        return H3_ERR(H3_ERR_UNSUPPORTED, "text encoder: activations on the device need a build with CUDA");
+    te->act_place = act_place;
+    return H3_OK;
+}
+
 h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3_text_encoder **out) {
     *out = NULL;
     if (!path) return H3_ERR(H3_ERR_INVALID, "text encoder: no path");

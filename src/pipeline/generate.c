@@ -512,13 +512,16 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     stage_begin(g, H3_GEN_TEXT_ENCODER, H3_TE_LAYER);
     h3_tensor dh = {0};
     int on_device = 0;
+    h3_te_open_opts to;
+    memset(&to, 0, sizeof to);
+    to.act_place = H3_PLACE_HOST;
+    to.on_layer = te_layer_done;
+    to.on_layer_user = g;
+    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, &to, &te), "the text encoder");
     if (g->res.device == H3_DEVICE_CUDA && g->plan) {
         /* On the GPU when its layer slots and activations fit the device budget; the stage gives its memory
          * back (the backend shuts down) before the DiT's starts. */
-        H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
         const int64_t need = h3_text_encoder_device_bytes(te, n, H3_TE_LAYER), budget = g->plan->budgets.vram;
-        h3_text_encoder_close(te);
-        te = NULL;
         on_device = need > 0 && need <= budget;
         if (!on_device)
             h3_log(H3_LOG_INFO,
@@ -529,12 +532,7 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
                    "text encoder on the GPU: layers streamed through 2 slots, %.2f GiB of the device",
                    need / 1073741824.0);
     }
-    h3_te_open_opts to;
-    memset(&to, 0, sizeof to);
-    to.act_place = on_device ? H3_PLACE_DEVICE : H3_PLACE_HOST;
-    to.on_layer = te_layer_done;
-    to.on_layer_user = g;
-    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, &to, &te), "the text encoder");
+    if (on_device) H3_CHECK_CTX(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE), "the text encoder");
     const h3_te_config *c = h3_text_encoder_config(te);
     H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
     if (on_device) {
