@@ -4,7 +4,7 @@
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
-#   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz)
+#   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/h3out}
@@ -50,9 +50,11 @@ for s in "${steps[@]}"; do
                     tools/train/train_small.sh "$st" "$W" 2>&1 | tee "$OUT/train/$st.log"; rc=$((rc | PIPESTATUS[0]))
                 fi
             done
-            # everything in one archive: a call brings back at most 8 files, 2 folders down
-            (cd "$W" && tar czf "$OUT/train/train.tgz" --exclude='*/cache' --exclude='*/heldout-*' \
-                --exclude='*/check_*' $(ls -d vv av dit model *.log 2>/dev/null)) ;;
+            # everything in one archive cut in 15 MiB parts: a call brings back at most 8 files of 16 MiB, 2 folders
+            # down (here: cat train.tgz.* | tar xz); vv/ and av/ brought by TRAIN_FROM stay out
+            keep=(dit model); [ -z "${TRAIN_FROM:-}" ] && keep+=(vv av)
+            (cd "$W" && tar czf - --exclude='*/cache' --exclude='*/heldout-*' --exclude='*/check_*' \
+                $(ls -d "${keep[@]}" ./*.log 2>/dev/null) | split -b 15M - "$OUT/train/train.tgz.") ;;
         generate) # the CLI end to end with the DiT on the GPU (tiny random model): test_generate compares the
                   # latents with the CPU's; h3run writes a clip on each device (ffprobe checks them in CI's test)
             $B/test_generate cuda 2>&1 | tee "$OUT/test_generate.log"; rc=$((rc | PIPESTATUS[0]))
