@@ -33,6 +33,12 @@ CLIPS=6 JOBS=2 FRAMES=22 SIZE=64x64 VAE_STEPS=2 VV_BATCH=2 AV_BATCH=2 DIT_STEPS=
 n=$(cat "$tmp"/train/*.log | grep -cE "^ok ")
 grep -hE "^(ok|FAIL) " "$tmp"/train/*.log
 [ "$n" -eq 4 ] || { echo "FAIL: $n of 4 exports (video VAE, audio VAE, text encoder, DiT) agree with h3run"; exit 1; }
+# a fresh encoder taught by an earlier one's latents (--teacher; the decoder from --init) exports and checks too
+"$PY" "$SRC/tools/train/train_audio_vae.py" --data "$tmp"/train/data-100-*/ --template "$tmp/train/template" \
+    --init "$tmp/train/av" --teacher "$tmp/train/av/audio_encoder.safetensors" --out "$tmp/av-taught" --steps 2 \
+    --batch 2 --crop 4 --holdout 1 >"$tmp/taught.log" 2>&1 || { echo "FAIL: train_audio_vae.py --teacher"; cat "$tmp/taught.log"; exit 1; }
+grep -q "teacher MSE" "$tmp/taught.log" && grep -hE "^ok " "$tmp/taught.log" || {
+    echo "FAIL: train_audio_vae.py --teacher: no teacher loss or no passing check"; cat "$tmp/taught.log"; exit 1; }
 # the release-structure encoders travel in the exported VAE files, under the release's names
 "$H3RUN" inspect "$tmp/train/model/audio_vae" 2>&1 | grep -q "DAC encoder" || {
     echo "FAIL: the exported audio VAE holds no encoder"; exit 1; }

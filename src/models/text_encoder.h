@@ -83,8 +83,8 @@ typedef struct h3_text_encoder h3_text_encoder;
  * encodes. opts may be NULL. */
 h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3_text_encoder **out);
 void h3_text_encoder_close(h3_text_encoder *te);
-/* Moves where the next encodes keep their activations (opts' act_place), e.g. after h3_text_encoder_device_bytes
- * has said whether the device fits. DEVICE needs a build with CUDA. */
+/* Moves where the next encodes keep their activations (opts' act_place), e.g. after
+ * h3_text_encoder_device_bytes has said whether the device fits. DEVICE needs a build with CUDA. */
 h3_status h3_text_encoder_set_placement(h3_text_encoder *te, h3_place act_place);
 
 const h3_te_config *h3_text_encoder_config(const h3_text_encoder *te);

@@ -78,6 +78,11 @@ def main():
     ap.add_argument("--holdout", type=int, default=4)
     ap.add_argument("--crop", type=int, default=24, help="latent frames (x 800 samples) per training crop")
     ap.add_argument("--noise", type=float, default=0.05, help="noise added to the latents before decoding")
+    ap.add_argument("--teacher", help="an earlier encoder (audio_encoder.safetensors) whose latents a fresh --encoder "
+                    "learns to reproduce (its decoder comes from --init): the trained decoder, and a DiT trained on "
+                    "those latents, stay valid")
+    ap.add_argument("--teacher-weight", type=float, default=10.0, help="weight of the latent MSE against --teacher")
+    ap.add_argument("--wave-weight", type=float, default=100.0, help="weight of the waveform MSE beside the spectral loss")
     ap.add_argument("--encoder", choices=("release", "standin"), default="release",
                     help="the release's DAC-style encoder with its attention projection at a small width, or the "
                     "first stand-in (an MLP)")
@@ -88,7 +93,10 @@ def main():
     ntrain = n - a.holdout
     w64, cfg = load_audio_vae(os.path.join(a.init or a.template, "audio_vae"))
     w = {k: v.float().to(a.device).clone().requires_grad_(not k.endswith(".filter")) for k, v in w64.items()}
-    if a.init:
+    teacher = None
+    if a.teacher:
+        teacher = encoders.load_audio_encoder(a.teacher).to(a.device).requires_grad_(False)
+    if a.init and not a.teacher:
         enc = encoders.load_audio_encoder(os.path.join(a.init, "audio_encoder.safetensors")).to(a.device)
     else:
         enc = encoders.audio_encoder(a.encoder, cfg["latents_mean"], cfg["latents_std"]).to(a.device)
@@ -114,14 +122,16 @@ def main():
         lw = ((y - x) ** 2).mean()
         ls = spec_loss(y, x)
         lz = torch.relu((z ** 2).mean() - 1.0)
-        loss = lw * 100 + ls + lz
+        lt = ((z - teacher(x)) ** 2).mean() if teacher is not None else torch.zeros(())
+        loss = lw * a.wave_weight + ls + lz + a.teacher_weight * lt
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
         if step % 50 == 0 or step == 1:
-            print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, latent mean square "
-                  f"{(z ** 2).mean().item():.3f}, {clock.elapsed():.0f} s", flush=True)
+            print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, rms {y.pow(2).mean().sqrt().item():.3f} "
+                  f"(original {x.pow(2).mean().sqrt().item():.3f}), teacher MSE {lt.item():.4f}, latent mean square {(z ** 2).mean().item():.3f}, "
+                  f"{clock.elapsed():.0f} s", flush=True)
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
                             os.path.join(out, "audio_vae"), enc.state_dict() if enc.kind == "release" else None)
     write_safetensors(os.path.join(out, "audio_encoder.safetensors"),
