@@ -12,52 +12,10 @@ file) and converts to that form. Needs numpy and torch only (safetensors is read
 import json
 import math
 import os
-import struct
 
-import numpy as np
 import torch
 
-# ---- safetensors, with numpy ---------------------------------------------------------------------------------
-
-_NP = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
-       "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8}
-
-
-def read_safetensors(path):
-    """All tensors of one file as torch tensors (BF16 stays torch.bfloat16)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        a = np.frombuffer(data[b:end], dtype=_NP[e["dtype"]]).reshape(e["shape"]).copy()
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if e["dtype"] == "BF16" else torch.from_numpy(a)
-        out[name] = t
-    return out
-
-
-def write_safetensors(path, tensors, metadata=None):
-    """Tensors sorted by element size (largest first) then name, so every offset is aligned to its dtype."""
-    names = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
-    st = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-          torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.int8: "I8"}
-    header, blobs, off = {}, [], 0
-    for k in names:
-        t = tensors[k].detach().cpu().contiguous()
-        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
-        header[k] = {"dtype": st[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+from safetensors_io import read_safetensors, write_safetensors  # noqa: F401  (re-exported: one reader for all)
 
 
 def read_weights(path):
@@ -132,6 +90,14 @@ def _diffusers_to_official(sd):
         out[p + "qkv_proj.weight"] = torch.cat([out.pop(p + "to_q.weight"), out.pop(p + "to_k.weight"),
                                                  out.pop(p + "to_v.weight")])
     return out
+
+
+def interleave_qkv(w, head_dim):
+    """[Q; K; V] rows -> the official shards' per-head [h0: q k v, h1: q k v, ...] (also the video VAE's to_qkv);
+    w is [3·H·D, ...] (a weight or a bias)."""
+    heads = w.shape[0] // (3 * head_dim)
+    rest = w.shape[1:]
+    return w.reshape(3, heads, head_dim, *rest).transpose(0, 1).reshape(3 * heads * head_dim, *rest).contiguous()
 
 
 def deinterleave_qkv(w, head_dim):

@@ -95,12 +95,6 @@ def stored(w, f32):
     return {k: v.to(torch.float32 if f32[k] else torch.bfloat16) for k, v in w.items()}
 
 
-def interleave_qkv(wqkv, heads, hd):
-    """[Q; K; V] -> per-head [h0: q k v, h1: q k v, ...] (the official shards' order)."""
-    q, k, v = wqkv.reshape(3, heads, hd, -1).unbind(0)
-    return torch.stack([q, k, v], dim=1).reshape(3 * heads * hd, -1)
-
-
 def official_files(w, f32, out):
     c = CFG
     d = os.path.join(out, "official")
@@ -108,7 +102,7 @@ def official_files(w, f32, out):
     t = stored(w, f32)
     for k in t:
         if k.endswith(".attn.qkv_proj.weight"):
-            t[k] = interleave_qkv(t[k], c["heads"], c["head_dim"])
+            t[k] = dit.interleave_qkv(t[k], c["head_dim"])
     shard1 = {k: v for k, v in t.items() if not k.startswith("blocks.")}
     shard2 = {k: v for k, v in t.items() if k.startswith("blocks.")}
     names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]

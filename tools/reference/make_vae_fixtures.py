@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import audio_vae  # noqa: E402
 import video_vae  # noqa: E402
+from dit import interleave_qkv  # noqa: E402
 from video_vae import read_safetensors, write_safetensors  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -71,11 +72,6 @@ def video_weights(g):
     return w
 
 
-def interleave(t, H, D):
-    """[Q; K; V] rows -> the checkpoint's per-head [h0: q k v, h1: q k v, ...]."""
-    return t.reshape(3, H, D, *t.shape[1:]).transpose(0, 1).reshape(3 * H * D, *t.shape[1:]).contiguous()
-
-
 def official_state(w, dtype=torch.float32):
     H, D = VCFG["heads"], VCFG["head_dim"]
     dim = H * D
@@ -93,7 +89,7 @@ def official_state(w, dtype=torch.float32):
         for k in ("norm1.weight", "norm2.weight", "scale1", "scale2"):
             sd[p + k] = w[b + k]
         for s in ("weight", "bias"):
-            sd[p + "attn.to_qkv." + s] = interleave(w[b + "qkv." + s], H, D)
+            sd[p + "attn.to_qkv." + s] = interleave_qkv(w[b + "qkv." + s], D)
             sd[p + "attn.to_out." + s] = w[b + "out." + s]
             sd[p + "ff.w1." + s] = w[b + "w1." + s]
             sd[p + "ff.w2." + s] = w[b + "w2." + s]

@@ -24,53 +24,13 @@ A text-only prompt has pos[t] = pos[h] = pos[w] = 0..L-1, so the axis choice doe
 Needs numpy and torch only.
 """
 
-import json
-import struct
 
-import numpy as np
 import torch
 
 # ---- safetensors ----------------------------------------------------------------------------------------------
 
-_DT = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
-       "I32": np.int32, "I8": np.int8, "U8": np.uint8}
-_ST = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-       torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8"}
-
-
-def load_safetensors(path):
-    """{name: tensor} of one file; BF16 comes back as torch.bfloat16."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        blob = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        a = np.frombuffer(blob[b:end], dtype=_DT[e["dtype"]]).reshape(e["shape"]).copy()
-        out[name] = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if e["dtype"] == "BF16" \
-            else torch.from_numpy(a)
-    return out
-
-
-def save_safetensors(path, tensors, metadata=None):
-    """Larger elements first, so that every tensor's offset is a multiple of its element size."""
-    names = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
-    header, blobs, off = {}, [], 0
-    for k in names:
-        t = tensors[k].contiguous()
-        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
-        header[k] = {"dtype": _ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+from safetensors_io import read_safetensors as load_safetensors  # noqa: E402,F401  (one reader and writer for all)
+from safetensors_io import write_safetensors as save_safetensors  # noqa: E402,F401
 
 
 # ---- weights --------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-from dit import read_safetensors, write_safetensors  # noqa: E402
+from dit import interleave_qkv, read_safetensors, write_safetensors  # noqa: E402
 
 _DT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -75,13 +75,6 @@ def _write_like(template_dir, out_dir, stored, extra=None):
                 raise ValueError(f"{n}: already in the template")
             tensors[n] = t.detach().cpu().float().contiguous()
         write_safetensors(os.path.join(out_dir, shard), tensors)
-
-
-def interleave_qkv(w, head_dim):
-    """[Q; K; V] rows -> per head [h0: q k v, h1: q k v, ...] (the official order); w is [3·H·D, ...]."""
-    heads = w.shape[0] // (3 * head_dim)
-    rest = w.shape[1:]
-    return w.reshape(3, heads, head_dim, *rest).transpose(0, 1).reshape(3 * heads * head_dim, *rest)
 
 
 def export_dit(weights, template_dir, out_dir):
