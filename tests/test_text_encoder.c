@@ -520,44 +520,48 @@ static void test_layer_callback(void) {
     h3_text_encoder_close(te);
 }
 
+/* Opens `path` and encodes 4 tokens with allocation n failing, for every n until none fails: each failure is an
+ * out-of-memory error that leaks nothing. */
+static void alloc_failures_of(const char *path) {
+    h3_mem_stats base;
+    h3_mem_get_stats(&base);
+    int failures = 0;
+    for (int n = 1; n < 20000; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_text_encoder *te = NULL;
+        h3_tensor out = {0};
+        int32_t ids[4] = {3, 1, 4, 1};
+        h3_clear_error();
+        h3_status st = h3_text_encoder_open(path, NULL, &te);
+        if (st == H3_OK) st = h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 4, 64, H3_MEM_ACTIVATIONS);
+        if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, 4, 2, &out);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        h3_tensor_free(&out);
+        h3_text_encoder_close(te);
+        h3_mem_stats now;
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", path, n,
+              (long long)(now.total_current - base.total_current));
+        if (st == H3_OK) {
+            CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
+            break;
+        }
+        failures++;
+        CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %d: %s", path, n, st,
+              h3_last_error());
+    }
+    CHECK(failures > 10, "%s: only %d allocation points were exercised", path, failures);
+    printf("  %s: %d allocation points fail cleanly\n", h3_path_base(path), failures);
+}
+
 /* Every allocation of opening and encoding can fail; each failure is an error and leaks nothing.
  * Only the single-file repack is looped over: official/ has JSON files (shard index, config) with strings longer
  * than jansson's initial 16-byte buffer, and jansson's lexer ignores a failed growth of that buffer (lex_save), so
  * an injected failure at a string's closing quote makes jansson read past its buffer. That is a jansson defect
  * under injected failures, outside this module; the config and index paths are covered by the cases above. */
 static void test_alloc_failures(void) {
-    char p[1][512];
-    fix("comfy.safetensors", p[0], sizeof p[0]);
-    for (int k = 0; k < 1; k++) {
-        h3_mem_stats base;
-        h3_mem_get_stats(&base);
-        int failures = 0;
-        for (int n = 1; n < 20000; n++) {
-            h3_mem_fail_at(n, 0);
-            h3_text_encoder *te = NULL;
-            h3_tensor out = {0};
-            int32_t ids[4] = {3, 1, 4, 1};
-            h3_clear_error();
-            h3_status st = h3_text_encoder_open(p[k], NULL, &te);
-            if (st == H3_OK) st = h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 4, 64, H3_MEM_ACTIVATIONS);
-            if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, 4, 2, &out);
-            int64_t ticks = h3_mem_fail_at(0, 0);
-            h3_tensor_free(&out);
-            h3_text_encoder_close(te);
-            h3_mem_stats now;
-            h3_mem_get_stats(&now);
-            CHECK(now.total_current == base.total_current, "target %d, failing allocation %d leaked %lld bytes", k, n,
-                  (long long)(now.total_current - base.total_current));
-            if (st == H3_OK) {
-                CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
-                break;
-            }
-            failures++;
-            CHECK(st == H3_ERR_NOMEM, "target %d, failing allocation %d: expected out of memory, got %d: %s", k, n, st,
-                  h3_last_error());
-        }
-        CHECK(failures > 10, "target %d: only %d allocation points were exercised", k, failures);
-    }
+    char p[512];
+    alloc_failures_of(fix("comfy.safetensors", p, sizeof p));
 }
 
 /* ---- quantized weights ---------------------------------------------------------------------------------- */
@@ -686,40 +690,9 @@ static void test_quantized(void) {
 /* Opening and encoding with a quantized file under every failing allocation (nvfp4 with AWQ and the int8
  * embedding; the GGUF file). */
 static void test_quantized_alloc_failures(void) {
-    char paths[2][512];
-    t_src_path("tests/fixtures/quant/te_nvfp4_awq.safetensors", paths[0], sizeof paths[0]);
-    t_src_path("tests/fixtures/quant/te.gguf", paths[1], sizeof paths[1]);
-    for (int k = 0; k < 2; k++) {
-        h3_mem_stats base;
-        h3_mem_get_stats(&base);
-        int failures = 0;
-        for (int n = 1; n < 20000; n++) {
-            h3_mem_fail_at(n, 0);
-            h3_text_encoder *te = NULL;
-            h3_tensor out = {0};
-            int32_t ids[4] = {3, 1, 4, 1};
-            h3_clear_error();
-            h3_status st = h3_text_encoder_open(paths[k], NULL, &te);
-            if (st == H3_OK) st = h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, 4, 64, H3_MEM_ACTIVATIONS);
-            if (st == H3_OK) st = h3_text_encoder_encode(te, &g_ex, ids, 4, 2, &out);
-            int64_t ticks = h3_mem_fail_at(0, 0);
-            h3_tensor_free(&out);
-            h3_text_encoder_close(te);
-            h3_mem_stats now;
-            h3_mem_get_stats(&now);
-            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", paths[k], n,
-                  (long long)(now.total_current - base.total_current));
-            if (st == H3_OK) {
-                CHECK(ticks < n, "succeeded although allocation %d should have failed", n);
-                break;
-            }
-            failures++;
-            CHECK(st == H3_ERR_NOMEM, "%s, failing allocation %d: expected out of memory, got %d: %s", paths[k], n, st,
-                  h3_last_error());
-        }
-        CHECK(failures > 10, "%s: only %d allocation points were exercised", paths[k], failures);
-        printf("  %s: %d allocation points fail cleanly\n", h3_path_base(paths[k]), failures);
-    }
+    char p[512];
+    alloc_failures_of(t_src_path("tests/fixtures/quant/te_nvfp4_awq.safetensors", p, sizeof p));
+    alloc_failures_of(t_src_path("tests/fixtures/quant/te.gguf", p, sizeof p));
 }
 
 static void test_setup(void) {
