@@ -39,6 +39,25 @@ grep -hE "^(ok|FAIL) " "$tmp"/train/*.log
     --batch 2 --crop 4 --holdout 1 >"$tmp/taught.log" 2>&1 || { echo "FAIL: train_audio_vae.py --teacher"; cat "$tmp/taught.log"; exit 1; }
 grep -q "teacher MSE" "$tmp/taught.log" && grep -hE "^ok " "$tmp/taught.log" || {
     echo "FAIL: train_audio_vae.py --teacher: no teacher loss or no passing check"; cat "$tmp/taught.log"; exit 1; }
+# the decoder alone, on latents of the frozen encoder computed once, with the edge and colour terms: exports and checks
+"$PY" "$SRC/tools/train/train_video_vae.py" --data "$tmp"/train/data-100-*/ --template "$tmp/train/template" \
+    --init "$tmp/train/vv" --freeze-encoder --edge-weight 4 --color-weight 20 --out "$tmp/vv-decoder" --steps 2 \
+    --batch 2 --holdout 1 >"$tmp/decoder.log" 2>&1 || { echo "FAIL: train_video_vae.py --freeze-encoder"; cat "$tmp/decoder.log"; exit 1; }
+grep -q "encoding the training clips" "$tmp/decoder.log" && grep -hE "^ok " "$tmp/decoder.log" || {
+    echo "FAIL: train_video_vae.py --freeze-encoder: no latent cache or no passing check"; cat "$tmp/decoder.log"; exit 1; }
+cmp -s "$tmp/train/vv/video_encoder.safetensors" "$tmp/vv-decoder/video_encoder.safetensors" || {
+    echo "FAIL: train_video_vae.py --freeze-encoder changed the encoder"; exit 1; }
+# the jointly trained text encoder as a delta against its template (tools/train/delta.py) comes back byte for byte
+te=$tmp/train/model/text_encoder/model.safetensors
+"$PY" "$SRC/tools/train/delta.py" pack "$tmp/train/template/text_encoder/model.safetensors" "$te" "$tmp/te.delta.xz" \
+    >"$tmp/delta.log" || { echo "FAIL: delta.py pack"; exit 1; }
+"$PY" "$SRC/tools/train/delta.py" unpack "$tmp/train/template/text_encoder/model.safetensors" "$tmp/te.delta.xz" \
+    "$tmp/te.back" "$(sha256sum "$te" | cut -c1-64)" && cmp -s "$te" "$tmp/te.back" || {
+    echo "FAIL: delta.py unpack did not give the trained file back"; exit 1; }
+"$PY" "$SRC/tools/train/delta.py" unpack "$tmp/train/template/text_encoder/model.safetensors" "$tmp/te.delta.xz" \
+    "$tmp/te.wrong" "$(printf '0%.0s' $(seq 64))" 2>/dev/null && { echo "FAIL: delta.py accepted a wrong sha256"; exit 1; }
+[ ! -e "$tmp/te.wrong" ] || { echo "FAIL: delta.py wrote a file that fails its check"; exit 1; }
+echo "ok   delta.py: $(cat "$tmp/delta.log")"
 # the release-structure encoders travel in the exported VAE files, under the release's names
 "$H3RUN" inspect "$tmp/train/model/audio_vae" 2>&1 | grep -q "DAC encoder" || {
     echo "FAIL: the exported audio VAE holds no encoder"; exit 1; }

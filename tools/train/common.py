@@ -2,6 +2,7 @@
 h3run computes what the reference computed with the exported weights."""
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -53,6 +54,17 @@ def setup(a):
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     return out
+
+
+@contextlib.contextmanager
+def full_float32():
+    """Full float32 inside (a structural check compared at float32 rounding), TF32 as it was after."""
+    was = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    exact()
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = was
 
 
 def exact():

@@ -201,8 +201,9 @@ def main():
         return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, inputs(lay, L, v, au, t, tv, ta),
                                                              dtype=torch.float32))
 
-    # the batched forward is the reference forward: one batch against the same examples one at a time
-    with torch.no_grad():
+    # the batched forward is the reference forward: one batch against the same examples one at a time (in full
+    # float32: TF32's rounding of a trained DiT's products alone reaches the tolerance)
+    with torch.no_grad(), common.full_float32():
         L = int(example_len[0])
         idx = [i for i in buckets[L]][:2]
         tv, ta = torch.tensor([0.3, 0.8]), torch.tensor([0.6, 0.9])
@@ -252,14 +253,17 @@ def main():
                   f"{f' (channel difference {lp.item():.4f})' if a.pan_weight else ''}, lr {lr:.1e}, "
                   f"{clock.elapsed():.0f} s", flush=True)
 
+    # the exports and their checks on the CPU (the checks in full precision: what h3run computes)
+    if dev != "cpu":
+        torch.set_default_device("cpu")
     final = {k: v.detach() for k, v in ema.w.items()}
-    export.export_dit({k: v.double() for k, v in final.items()}, os.path.join(a.template, "transformer"),
+    export.export_dit({k: v.cpu().double() for k, v in final.items()}, os.path.join(a.template, "transformer"),
                       os.path.join(out, "transformer"))
     text_check = None
     if a.train_text:
         # the text encoder in the official layout (the template's other tensors kept), the tokenizer beside it, and
         # the check: h3run encode with the export against the reference on the stored (bf16) weights
-        export.export_text_encoder({k: v.detach().double() for k, v in ema_text.w.items()},
+        export.export_text_encoder({k: v.detach().cpu().double() for k, v in ema_text.w.items()},
                                    os.path.join(text_root(a), "text_encoder"), os.path.join(out, "text_encoder"))
         shutil.copytree(os.path.join(text_root(a), "tokenizer"), os.path.join(out, "tokenizer"), dirs_exist_ok=True)
         path = os.path.join(out, "check_text.safetensors")
@@ -276,8 +280,6 @@ def main():
         texts[caps[held]] = got["hidden"].float()
     # the check: h3run dit with the exported weights against the reference forward on the same stored weights (the
     # export rounds to the template's dtypes: bf16 with the release's f32 islands), on the held-out example
-    if dev != "cpu":
-        torch.set_default_device("cpu")
     with torch.no_grad():
         g = torch.Generator().manual_seed(7)
         L = int(example_len[held])
@@ -302,7 +304,8 @@ def main():
           f"{last[-1] if last else ''}", flush=True)
     with open(os.path.join(out, "dit_train.json"), "w") as f:
         json.dump({"steps": clock.n, "seconds": round(clock.elapsed()), "examples": held, "batch": a.batch,
-                   "final_loss_video": lv.item(), "final_loss_audio": la.item(), "text_trained": a.train_text,
+                   "final_loss_video": lv.item() if clock.n else None, "final_loss_audio": la.item() if clock.n else None,
+                   "text_trained": a.train_text,
                    "text_check": text_check, "h3run_matches": ok}, f)
     return 0 if ok else 1
 

@@ -68,10 +68,17 @@ def shape_mask(x):
     return ((x - border[..., None, None]).abs().sum(-4, keepdim=True) > 0.15).to(x.dtype)
 
 
-def shape_weight(x, extra):
+def shape_weight(x, extra, edge=0.0):
     """Per-pixel loss weight: 1 + extra on the shape (the background is most of every frame, the shape's colour is
-    what the adherence check reads)."""
-    return 1 + extra * shape_mask(x)
+    what the adherence check reads), + edge on the 2 pixels around it (a soft edge mixes the background into the
+    colour the check reads)."""
+    m = shape_mask(x)
+    wt = 1 + extra * m
+    if edge:
+        lead = m.shape[:-3]
+        grown = torch.nn.functional.max_pool3d(m.reshape(-1, 1, *m.shape[-3:]), (1, 5, 5), 1, (0, 2, 2))
+        wt = wt + edge * (grown.reshape(*lead, *m.shape[-3:]) - m)
+    return wt
 
 
 def color_loss(y, x):
@@ -92,8 +99,9 @@ def main():
                     help="the release's causal 3-D CNN encoder at a small width, or the first stand-in (an MLP)")
     ap.add_argument("--shape-weight", type=float, default=4.0, help="extra loss weight on the shape's pixels")
     ap.add_argument("--color-weight", type=float, default=0.0, help="weight of the shape's mean colour error")
+    ap.add_argument("--edge-weight", type=float, default=0.0, help="extra loss weight on the 2 pixels around the shape")
     ap.add_argument("--freeze-encoder", action="store_true", help="train the decoder only (with --init: the latents "
-                    "a DiT was trained on stay as they are)")
+                    "a DiT was trained on stay as they are); every training clip is encoded once, up front")
     a = ap.parse_args()
     out = common.setup(a)
     clips = load_clips(a.data).to(a.device)
@@ -116,13 +124,23 @@ def main():
     print(f"video VAE: {sum(v.numel() for v in w.values()):,} decoder and {sum(p.numel() for p in enc.parameters()):,} "
           f"encoder parameters; {ntrain} training clips of {F} frames at {W}x{H} -> latents [24, {L}, {H // 16}, "
           f"{W // 16}] ({enc.kind} encoder); batch {a.batch} on {a.device}", flush=True)
+    zcache = None
+    if a.freeze_encoder:  # the encoder is fixed: each training clip's latents once (on a CPU the encoder costs more
+        with torch.no_grad():  # than the decoder's step)
+            zs = []
+            for s0 in range(0, ntrain, 4):
+                zs.append(enc(frames(clips[s0:min(s0 + 4, ntrain)])))
+                if (s0 // 4) % 10 == 0:
+                    print(f"encoding the training clips: {min(s0 + 4, ntrain)} of {ntrain}", flush=True)
+            zcache = torch.cat(zs)
     clock = common.Clock(a)
     while clock.step():
         step = clock.n
-        x = frames(clips[torch.randint(0, ntrain, (a.batch,))])
-        z = enc(x)
+        pick = torch.randint(0, ntrain, (a.batch,))
+        x = frames(clips[pick])
+        z = zcache[pick] if zcache is not None else enc(x)
         y = dec(z + a.noise * torch.randn_like(z))
-        loss_r = (((y - imagenet(x)) ** 2) * shape_weight(x, a.shape_weight)).mean()
+        loss_r = (((y - imagenet(x)) ** 2) * shape_weight(x, a.shape_weight, a.edge_weight)).mean()
         loss_z = torch.relu((z ** 2).mean() - 1.0)  # latents at most unit scale: the DiT's working range
         loss_c = color_loss(y, x) if a.color_weight else torch.zeros(())
         loss = loss_r + (0 if a.freeze_encoder else loss_z) + a.color_weight * loss_c
