@@ -166,8 +166,8 @@ def main():
     if a.train_text:
         tw, tcfg = load_text_encoder(os.path.join(text_root(a), "text_encoder"), dev)
         text_of = common.vmap(lambda ids: qwen3.hidden_states(tw, tcfg, ids, TEXT_LAYER, torch.float32)[-1])
-        # the reference text stack is what h3run encode computes
-        with torch.no_grad():
+        # the reference text stack is what h3run encode computes (in full float32, as h3run computes it)
+        with torch.no_grad(), common.full_float32():
             c0 = next(iter(texts))
             ref = text_of(IDS[:1, : texts[c0].shape[0]])[0]
             d = (ref - texts[c0]).abs().max().item() / texts[c0].abs().max().item()
