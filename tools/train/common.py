@@ -14,6 +14,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "..", "build")
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 
 def parser(doc, steps, batch, lr):
@@ -141,8 +143,6 @@ def run(cmd):
 def h3run_decode(vae_dir, latents, stem):
     """h3run decode of latents with the exported VAE in vae_dir (`--tensors-out`): its tensors, read back. The
     latents and the result are kept as STEM-latents.safetensors and STEM-decoded.safetensors."""
-    sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-    from dit import read_safetensors, write_safetensors
     lat, dec = stem + "-latents.safetensors", stem + "-decoded.safetensors"
     write_safetensors(lat, {"latents": cpu(latents)})
     run([program("h3run"), "decode", "--model", vae_dir, "--latents", lat, "--tensors-out", dec, "-q"])

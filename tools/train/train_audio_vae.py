@@ -7,12 +7,14 @@ it learned.
 The decoder is the release's BigVGAN decoder at the template's width (h3-tinymodel: 128 initial channels, the
 release's rates 5·5·2·2·2·2·2 = 800 samples per latent frame, anti-aliased SnakeBeta), trained through the project's
 reference decode (tools/reference/audio_vae.py, what h3run computes); each stereo channel is decoded on its own, as
-the release does. The encoder is a stand-in (800-sample frames, an MLP to 32 channels per frame); the release's
-DAC-style encoder is for later. Loss: waveform MSE plus a log-magnitude spectrum L1 (the pitch lives there); latents
-are kept near unit scale by a penalty on their mean square.
+the release does. The encoder is the release's DAC-style one at a small width (encoders.py; `--encoder standin`: the
+first model's MLP over 800-sample frames). Loss: waveform MSE (`--wave-weight`) plus a multi-resolution spectral loss
+(the pitch lives there); latents are kept near unit scale by a penalty on their mean square. Trained from scratch the
+DAC-style encoder settles on a silent output, so `--teacher ENC` has a fresh encoder learn an earlier encoder's
+latents (their MSE, `--teacher-weight`) while the earlier decoder (`--init`) fine-tunes.
 
-At the end: the decoder in the official layout over a copy of the template's audio_vae/ (export.py), the encoder
-beside it, and a check on clips the training did not see: h3run's decode (`h3run decode --tensors-out`) against the
+At the end: the decoder in the official layout over a copy of the template's audio_vae/ (export.py), a release
+encoder in the same file under the release's names, the encoder's own file beside it, and a check on clips the training did not see: h3run's decode (`h3run decode --tensors-out`) against the
 reference decode (float32 rounding), the log-spectrum distance and level against the original sound, and whether the
 loudest palette pitch (the adherence check's pitch) survives.
 """
@@ -129,8 +131,9 @@ def main():
         opt.step()
         sched.step()
         if step % 50 == 0 or step == 1:
-            print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, rms {y.pow(2).mean().sqrt().item():.3f} "
-                  f"(original {x.pow(2).mean().sqrt().item():.3f}), teacher MSE {lt.item():.4f}, latent mean square {(z ** 2).mean().item():.3f}, "
+            rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
+            print(f"step {step}: waveform MSE {lw.item():.5f}, spectral {ls.item():.3f}, rms {rms(y):.3f} (original "
+                  f"{rms(x):.3f}), teacher MSE {lt.item():.4f}, latent mean square {(z ** 2).mean().item():.3f}, "
                   f"{clock.elapsed():.0f} s", flush=True)
     export.export_audio_vae({k: v.detach() for k, v in w.items()}, os.path.join(a.template, "audio_vae"),
                             os.path.join(out, "audio_vae"), enc.state_dict() if enc.kind == "release" else None)

@@ -5,7 +5,8 @@ VAEs' encoders, and proving h3run computes what it learned.
         --out out/dit --steps 300
 
 Everything the DiT sees is what h3run's generate gives it: the text conditioning comes from `h3run encode` on the
-template's tokenizer and text encoder (hidden_states[50]; the text model is frozen here), the packed layout from
+template's (or `--init`'s) tokenizer and text encoder (hidden_states[50]; frozen unless `--train-text`, which trains its
+embedding and 50 layers with the DiT), the packed layout from
 `h3-synth layout` (src/pipeline/layout.c), the video rows in h3_video_patchify's order, the audio rows in
 h3_audio_pack's. The DiT is the template's (the release's structure, official layout) run through the project's
 reference forward (tools/reference/dit.py). Training pairs: x_t = (1 - sigma)·x0 + sigma·eps with one base time per

@@ -6,13 +6,15 @@ learned.
 
 The decoder is the release's ViT decoder at the template's width (h3-tinymodel: hidden 128, 2 heads of 64, 2 blocks),
 trained through the project's reference decode (tools/reference/video_vae.py `decode`: temporal chunks, token drop,
-tiles; what h3run computes), so the pixels it is trained on are the pixels h3run will produce. The encoder here is a
-stand-in (patchify 16x16, per-frame MLP, a learned map from 17n+5 frames to 5n+2 latent frames): h3run never runs an
-encoder; the release's causal CNN encoder is for later. Latents are kept near unit scale (the DiT's working range) by
-a penalty on their mean square.
+tiles; what h3run computes), so the pixels it is trained on are the pixels h3run will produce. The encoder is the
+release's causal 3-D CNN at a small width (encoders.py; `--encoder standin`: the first model's patchify-and-MLP):
+h3run never runs an encoder, the training needs it for the DiT's latents. Latents are kept near unit scale (the DiT's
+working range) by a penalty on their mean square. `--freeze-encoder` trains the decoder alone on latents computed
+once, so a DiT trained on them stays valid; `--color-weight` and `--edge-weight` weight the shape's colour and the
+pixels around it (what the adherence check reads).
 
-At the end: the decoder written in the official layout over a copy of the template's video_vae/ (export.py), the
-encoder's weights beside it, and a check on clips the training did not see: the clip encoded here, decoded by h3run
+At the end: the decoder written in the official layout over a copy of the template's video_vae/ (export.py), a release
+encoder in the same file under the release's names, the encoder's own file beside it, and a check on clips the training did not see: the clip encoded here, decoded by h3run
 (`h3run decode --tensors-out`), compared with the reference decode (must agree to float32 rounding) and with the
 original frames (PSNR, against the PSNR of predicting every frame as the clip's mean frame).
 """

@@ -20,7 +20,6 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-import common  # noqa: E402
 import encoders  # noqa: E402
 from train_video_vae import frames, load_clips, unit  # noqa: E402
 from video_vae import decode, load_video_vae  # noqa: E402
@@ -69,5 +68,4 @@ def main():
 
 
 if __name__ == "__main__":
-    common.exact()
     sys.exit(main())
