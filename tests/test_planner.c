@@ -1,18 +1,31 @@
-/* The memory planner, the streamer's logic and the DiT stage, on the CPU.
+/* The memory planner, the streamer's logic and the DiT stage, on the CPU. Cases:
  *
- *   budgets            parsing and its errors
- *   simulate           the step-time simulation against hand-computed pipelines
- *   full_arithmetic    the full-size official DiT (a header-only copy of the release) against figures
- * computed by hand from the shapes: a block, its AdaLN projection, the non-block weights, the forward's
- * buffers and scratch at W124, the modulation kept for 40 timesteps budget_edges       the planner's choices
- * at budget edges: one more block's worth of budget streams one block less; host budgets split pinned and
- * disk exactly no_fit             a request that cannot fit names the budget that is short and what would
- * fit; the smallest budget it names fits and 64 MiB less does not; each suggestion fits measured_* the
- * runtime's measured activation peaks equal the planner's figures (DiT forward and modulation on the CPU, the
- * text encoder's encode) streamer_host      the streamer's host emulation: every item's bytes arrive intact
- * through every tier, in and out of sequence; failures are clean dit_streamed       the DiT streamed through
- * the ring (resident, pinned and disk blocks, the official per-head QKV reordered on the way) computes what
- * the resident DiT computes, and every allocation failure of its set-up is clean
+ * budgets: parsing and its errors.
+ *
+ * simulate: the step-time simulation against hand-computed pipelines.
+ *
+ * full_arithmetic: the full-size official DiT (a header-only copy of the release) against figures computed by
+ * hand from the shapes: a block, its AdaLN projection, the non-block weights, the forward's buffers and
+ * scratch at W124, the modulation kept for 40 timesteps.
+ *
+ * budget_edges: the planner's choices at budget edges: one more block's worth of budget streams one block
+ * less; host budgets split pinned and disk exactly.
+ *
+ * no_fit: a request that cannot fit names the budget that is short and what would fit; the smallest budget it
+ * names fits and 64 MiB less does not; each suggestion fits.
+ *
+ * measured_*: the runtime's measured activation peaks equal the planner's figures (DiT forward and modulation
+ * on the CPU, the text encoder's encode).
+ *
+ * streamer_host: the streamer's host emulation: every item's bytes arrive intact through every tier, in and
+ * out of sequence; failures are clean.
+ *
+ * units: a model's units: the tensors as opened on the host, every tier's bytes intact, in-memory disk units
+ * spilled, interleaved QKV reordered.
+ *
+ * dit_streamed: the DiT streamed through the ring (resident, pinned and disk blocks, the official per-head
+ * QKV reordered on the way) computes what the resident DiT computes, and every allocation failure of its
+ * set-up is clean.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -28,6 +41,7 @@
 #include "mem/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
+#include "mem/units.h"
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "testutil.h"
@@ -309,8 +323,8 @@ static void test_no_fit(void) {
     r.height = q.fit_height;
     p = plan_at(&r, 2 * GiB, 100 * GiB);
     CHECK(p->fits, "the suggested %lldx%lld canvas fits", (long long)r.width, (long long)r.height);
-    /* a request the 8-bit suggestion decides: W124 (40 timesteps) needs 2.88 GiB with bf16 blocks; at 2.75 GiB a
-     * slot of 8-bit blocks (half the bytes) would fit */
+    /* a request the 8-bit suggestion decides: W124 (40 timesteps) needs 2.88 GiB with bf16 blocks; at 2.75
+     * GiB a slot of 8-bit blocks (half the bytes) would fit */
     p = plan_at(&W124, 11 * GiB / 4, 100 * GiB);
     CHECK(!p->fits && p->fits_8bit && strstr(p->why, "8-bit"), "W124 at 2.75 GiB: fits %d, 8-bit %d: %s",
           p->fits, p->fits_8bit, p->why);
@@ -638,6 +652,88 @@ static double max_rel(const h3_tensor *a, const h3_tensor *b) {
     return den > 0 ? num / den : num;
 }
 
+/* The units every model reaches its weights through: on the host with no tiers, the tensors as opened; with
+ * tiers (the streamer's host emulation), every unit's bytes arrive intact whatever its tier: RESIDENT,
+ * PINNED, and DISK for weights made in memory (spilled to an unlinked file first, then read back per use); an
+ * interleaved fused QKV arrives as [Q; K; V]. */
+static void test_units(void) {
+    enum { NU = 3, HEADS = 2, HD = 3, K = 5 };
+    /* unit u: a vector [7] and a matrix [3·HEADS·HD, K] whose rows are per head [q k v] in unit 2 */
+    float vec[NU][7], mat[NU][3 * HEADS * HD * K];
+    h3_tensor tv[NU], tm[NU];
+    h3_pack packs[NU];
+    memset(packs, 0, sizeof packs);
+    for (int u = 0; u < NU; u++) {
+        for (int i = 0; i < 7; i++) vec[u][i] = (float)(100 * u + i);
+        for (int i = 0; i < 3 * HEADS * HD * K; i++) mat[u][i] = (float)(1000 * u + i);
+        int64_t n = 7, s2[2] = {3 * HEADS * HD, K};
+        h3_tensor_wrap(&tv[u], vec[u], H3_PLACE_HOST, H3_F32, 1, &n);
+        h3_tensor_wrap(&tm[u], mat[u], H3_PLACE_HOST, H3_F32, 2, s2);
+        h3_pack_add(&packs[u], &tv[u], 0);
+        h3_pack_add(&packs[u], &tm[u], u == 2);
+    }
+    /* as opened */
+    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units *us = NULL;
+    CHECK_OK(h3_units_open(&g_ex, &pc, packs, NU, &us));
+    if (us) {
+        for (int u = 0; u < NU; u++) {
+            const h3_tensor *t;
+            CHECK_OK(h3_units_acquire(us, u, &t));
+            CHECK(t && t[0].data == vec[u] && t[1].data == mat[u], "unit %d: the tensors as opened", u);
+            h3_units_release(us, u);
+        }
+        const h3_tensor *t;
+        CHECK_ERR(h3_units_acquire(us, NU, &t), H3_ERR_INVALID, "unit 3 does not exist");
+        h3_units_close(us);
+        us = NULL;
+    }
+    /* tiers: resident, pinned, disk (spilled) */
+    const uint8_t tier[NU] = {H3_TIER_RESIDENT, H3_TIER_PINNED, H3_TIER_DISK};
+    h3_units_config tc = {H3_PLACE_HOST, tier, 2, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    CHECK_OK(h3_units_open(&g_ex, &tc, packs, NU, &us));
+    if (!us) return;
+    const int order[] = {0, 1, 2};
+    CHECK_OK(h3_units_set_order(us, order, 3, 1));
+    int bad = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int u = 0; u < NU; u++) {
+            const h3_tensor *t;
+            CHECK_OK(h3_units_acquire(us, u, &t));
+            if (!t) {
+                bad++;
+                continue;
+            }
+            const float *v = t[0].data, *m = t[1].data;
+            bad += t[0].data == vec[u] || memcmp(v, vec[u], sizeof vec[u]) != 0;
+            for (int r = 0; r < 3 * HEADS * HD; r++) {
+                int src = r; /* [Q; K; V] row r = j·inner + h·HD + e comes from row h·3·HD + j·HD + e */
+                if (u == 2) {
+                    int j = r / (HEADS * HD), h = (r / HD) % HEADS, e = r % HD;
+                    src = h * 3 * HD + j * HD + e;
+                }
+                bad += memcmp(m + r * K, mat[u] + src * K, K * sizeof(float)) != 0;
+            }
+            h3_units_release(us, u);
+        }
+    CHECK(bad == 0, "%d wrong tensors or rows", bad);
+    CHECK_OK(h3_units_sync(us));
+    h3_stream_stats st;
+    h3_units_stats(us, &st);
+    CHECK(st.reads >= 3, "the disk unit is read back at each use: %lld reads", (long long)st.reads);
+    CHECK(h3_units_tier(us, 2) == H3_TIER_DISK && h3_units_count(us) == NU, "tiers and count kept");
+    h3_units_close(us);
+    /* a streamed unit larger than the slot asked for */
+    h3_units_config small = tc;
+    small.slot_bytes = 64;
+    us = NULL;
+    CHECK_ERR(h3_units_open(&g_ex, &small, packs, NU, &us), H3_ERR_INVALID, "more than a slot");
+    CHECK(us == NULL, "nothing handed out on failure");
+    small.slot_bytes = 0;
+    small.n_slots = 0;
+    CHECK_ERR(h3_units_open(&g_ex, &small, packs, NU, &us), H3_ERR_INVALID, "no slot");
+}
+
 static void test_dit_streamed(void) {
     const char *models[] = {"tests/fixtures/dit/official", "tests/fixtures/dit/diffusers",
                             "tests/fixtures/dit/comfy_pruned.safetensors"};
@@ -782,6 +878,7 @@ int main(int argc, char **argv) {
         {"measured_dit", test_measured_dit},
         {"measured_te", test_measured_te},
         {"streamer_host", test_streamer_host},
+        {"units", test_units},
         {"dit_streamed", test_dit_streamed},
         {"dit_stream_alloc_failures", test_dit_stream_alloc_failures},
         {"report", test_report},

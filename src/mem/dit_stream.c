@@ -1,16 +1,12 @@
 /* The DiT stage on a device budget (dit_stream.h): packing, the streamer's items, the weight source. */
 #include "mem/dit_stream.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "mem/units.h"
 #include "quant/quant.h"
 
 /* The tensors of a unit in pack order; out (may be NULL) receives the matching fields of dst. */
@@ -93,15 +89,11 @@ struct h3_dit_stream {
     h3_dit *dit;
     h3_exec *ex;
     h3_place place;
-    h3_streamer *s;
+    h3_units *u; /* items: the units, then the AdaLN projection of each block */
     int n_units, n_blocks, n_items;
-    h3_dit_pack *packs;           /* [n_items]: units, then AdaLN of each block */
     h3_dit_block_weights *unit_w; /* [n_units]: views handed to the forward */
     h3_tensor *ad_w, *ad_b;       /* [n_blocks] */
     int *fwd_order, n_fwd, *ad_order, n_ad, mode;
-    h3_stream_seg *segs;
-    h3_stream_item *items;
-    int spill_fd;
     h3_dit_weight_source src;
     /* non-block weights uploaded: where they live in the DiT, and what was there */
     h3_tensor *saved_at[MAX_GLOBALS];
@@ -109,65 +101,8 @@ struct h3_dit_stream {
     int n_saved;
 };
 
-/* Writes the DISK items whose bytes are not in a file to an unlinked spill file and points them at it. */
-static h3_status spill(h3_dit_stream *ds, const char *dir, h3_stream_seg *one_seg) {
-    int need = 0;
-    for (int i = 0; i < ds->n_items; i++) {
-        const h3_stream_item *it = &ds->items[i];
-        int file = it->n_segs > 0;
-        for (int g = 0; g < it->n_segs; g++) file &= it->segs[g].fd >= 0;
-        if (it->tier == H3_TIER_DISK && !file) need = 1;
-    }
-    if (!need) return H3_OK;
-    if (!dir) dir = getenv("TMPDIR");
-    if (!dir || !*dir) dir = "/tmp";
-    char path[1024];
-    snprintf(path, sizeof path, "%s/h3run-spill-XXXXXX", dir);
-    int fd = mkstemp(path);
-    if (fd < 0)
-        return H3_ERR(H3_ERR_IO, "cannot create a spill file in %s for disk-tier weights: %s", dir,
-                      strerror(errno));
-    unlink(path);
-    ds->spill_fd = fd;
-    int64_t off = 0;
-    for (int i = 0; i < ds->n_items; i++) {
-        h3_stream_item *it = &ds->items[i];
-        int file = it->n_segs > 0;
-        for (int g = 0; g < it->n_segs; g++) file &= it->segs[g].fd >= 0;
-        if (it->tier != H3_TIER_DISK || file) continue;
-        uint8_t *buf = h3_malloc((size_t)it->bytes, H3_MEM_IO);
-        if (!buf)
-            return H3_ERR(H3_ERR_NOMEM, "out of memory for a %lld-byte spill buffer", (long long)it->bytes);
-        memset(buf, 0, (size_t)it->bytes);
-        for (int g = 0; g < it->n_segs; g++)
-            memcpy(buf + it->segs[g].dst, it->segs[g].src, (size_t)it->segs[g].bytes);
-        int64_t done = 0;
-        while (done < it->bytes) {
-            ssize_t w = pwrite(fd, buf + done, (size_t)(it->bytes - done), (off_t)(off + done));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                h3_free(buf);
-                return H3_ERR(H3_ERR_IO, "writing %lld bytes of disk-tier weights to %s failed: %s",
-                              (long long)it->bytes, dir, w < 0 ? strerror(errno) : "no space");
-            }
-            done += w;
-        }
-        h3_free(buf);
-        one_seg[i] = (h3_stream_seg){NULL, fd, off, it->bytes, 0};
-        it->segs = &one_seg[i];
-        it->n_segs = 1;
-        it->src_pinned = 0;
-        off += it->bytes;
-    }
-    if (fsync(fd) != 0 && errno != EINVAL)
-        return H3_ERR(H3_ERR_IO, "syncing the spill file failed: %s", strerror(errno));
-#ifdef POSIX_FADV_DONTNEED
-    posix_fadvise(fd, 0, (off_t)off, POSIX_FADV_DONTNEED); /* reads come from the disk, as planned */
-#endif
-    return H3_OK;
-}
-
-static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
+/* The forward's view of unit u from the tensors the units hand out (pack order of unit_fields). */
+static h3_status build_unit_views(h3_dit_stream *ds, int u, const h3_tensor *t) {
     const h3_dit_block_weights *w = h3_dit_unit_weights(ds->dit, u);
     h3_dit_block_weights *o = &ds->unit_w[u];
     *o = *w;
@@ -175,7 +110,7 @@ static h3_status build_unit_views(h3_dit_stream *ds, int u, void *base) {
     h3_tensor *dst[H3_DIT_PACK_MAX];
     int il[H3_DIT_PACK_MAX];
     int n = unit_fields(w, o, src, dst, il);
-    for (int i = 0; i < n; i++) h3_pack_view(&ds->packs[u], i, base, ds->place, dst[i]);
+    for (int i = 0; i < n; i++) *dst[i] = t[i];
     if (o->qkv.data) { /* packed contiguous [Q; K; V] whatever the file's order */
         const int64_t inner = h3_dit_inner(h3_dit_get_config(ds->dit));
         o->qkv_interleaved = 0;
@@ -190,12 +125,12 @@ static h3_status src_acquire(void *user, h3_exec *ex, int unit, const h3_dit_blo
     (void)ex;
     h3_dit_stream *ds = user;
     if (ds->mode != MODE_FORWARD && ds->n_fwd) {
-        H3_TRY(h3_streamer_set_order(ds->s, ds->fwd_order, ds->n_fwd, 1));
+        H3_TRY(h3_units_set_order(ds->u, ds->fwd_order, ds->n_fwd, 1));
         ds->mode = MODE_FORWARD;
     }
-    void *base;
-    H3_TRY(h3_streamer_acquire(ds->s, unit, &base));
-    if (ds->items[unit].tier != H3_TIER_RESIDENT) H3_TRY(build_unit_views(ds, unit, base));
+    const h3_tensor *t;
+    H3_TRY(h3_units_acquire(ds->u, unit, &t));
+    if (h3_units_tier(ds->u, unit) != H3_TIER_RESIDENT) H3_TRY(build_unit_views(ds, unit, t));
     *w = &ds->unit_w[unit];
     return H3_OK;
 }
@@ -203,7 +138,7 @@ static h3_status src_acquire(void *user, h3_exec *ex, int unit, const h3_dit_blo
 static void src_release(void *user, h3_exec *ex, int unit) {
     (void)ex;
     h3_dit_stream *ds = user;
-    h3_streamer_release(ds->s, unit);
+    h3_units_release(ds->u, unit);
 }
 
 static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_tensor **w,
@@ -211,16 +146,13 @@ static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_
     (void)ex;
     h3_dit_stream *ds = user;
     if (ds->mode != MODE_ADALN) {
-        H3_TRY(h3_streamer_set_order(ds->s, ds->ad_order, ds->n_ad, 0));
+        H3_TRY(h3_units_set_order(ds->u, ds->ad_order, ds->n_ad, 0));
         ds->mode = MODE_ADALN;
     }
-    const int item = ds->n_units + block;
-    void *base;
-    H3_TRY(h3_streamer_acquire(ds->s, item, &base));
-    const h3_dit_pack *p = &ds->packs[item];
-    if (p->n < 2) return H3_ERR(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", block);
-    h3_pack_view(p, 0, base, ds->place, &ds->ad_w[block]);
-    h3_pack_view(p, 1, base, ds->place, &ds->ad_b[block]);
+    const h3_tensor *t;
+    H3_TRY(h3_units_acquire(ds->u, ds->n_units + block, &t));
+    ds->ad_w[block] = t[0];
+    ds->ad_b[block] = t[1];
     *w = &ds->ad_w[block];
     *b = &ds->ad_b[block];
     return H3_OK;
@@ -229,7 +161,7 @@ static h3_status src_adaln_acquire(void *user, h3_exec *ex, int block, const h3_
 static void src_adaln_release(void *user, h3_exec *ex, int block) {
     (void)ex;
     h3_dit_stream *ds = user;
-    h3_streamer_release(ds->s, ds->n_units + block);
+    h3_units_release(ds->u, ds->n_units + block);
 }
 
 typedef struct {
@@ -274,19 +206,15 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     if (!ds) return;
     h3_dit_set_weight_source(ds->dit, NULL);
     h3_clear_error();
-    h3_streamer_free(ds->s);
+    h3_units_close(ds->u);
     h3_exec_sync(ds->ex);
     h3_clear_error();
     restore_globals(ds);
-    if (ds->spill_fd >= 0) close(ds->spill_fd);
-    h3_free(ds->packs);
     h3_free(ds->unit_w);
     h3_free(ds->ad_w);
     h3_free(ds->ad_b);
     h3_free(ds->fwd_order);
     h3_free(ds->ad_order);
-    h3_free(ds->segs);
-    h3_free(ds->items);
     h3_free(ds);
 }
 
@@ -308,21 +236,18 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
     ds->dit = dit;
     ds->ex = ex;
     ds->place = place;
-    ds->spill_fd = -1;
     ds->n_units = U;
     ds->n_blocks = B;
     ds->n_items = U + B;
     const int NI = ds->n_items ? ds->n_items : 1;
-    ds->packs = h3_calloc((size_t)NI, sizeof *ds->packs, H3_MEM_OTHER);
+    h3_dit_pack *packs = h3_calloc((size_t)NI, sizeof *packs, H3_MEM_OTHER);
+    uint8_t *tier = h3_calloc((size_t)NI, 1, H3_MEM_OTHER);
     ds->unit_w = h3_calloc((size_t)(U ? U : 1), sizeof *ds->unit_w, H3_MEM_OTHER);
     ds->ad_w = h3_calloc((size_t)(B ? B : 1), sizeof *ds->ad_w, H3_MEM_OTHER);
     ds->ad_b = h3_calloc((size_t)(B ? B : 1), sizeof *ds->ad_b, H3_MEM_OTHER);
     ds->fwd_order = h3_calloc((size_t)(U ? U : 1), sizeof(int), H3_MEM_OTHER);
     ds->ad_order = h3_calloc((size_t)(B ? B : 1), sizeof(int), H3_MEM_OTHER);
-    ds->items = h3_calloc((size_t)NI, sizeof *ds->items, H3_MEM_OTHER);
-    h3_stream_seg *spill_segs = h3_calloc((size_t)NI, sizeof *spill_segs, H3_MEM_OTHER);
-    if (!ds->packs || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order ||
-        !ds->items || !spill_segs)
+    if (!packs || !tier || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order)
         H3_FAIL(H3_ERR_NOMEM, "out of memory");
 
     /* 1. Row chunks as planned; the non-block weights at the activation place. */
@@ -335,71 +260,47 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
         if (rep) h3_memrep_set_category(rep, prev);
         H3_CHECK(uc.st);
     }
-    /* 2. The items: packed layouts, their sources, tiers; the quantized GEMMs' scratch where they will run.
-     */
+    /* 2. The units (packed blocks as planned, then each block's AdaLN projection: read once per run, never
+     * pinned) and their residency. */
     const h3_st_set *set = h3_dit_files(dit);
-    int64_t nsegs = 0, max_streamed = 0;
-    int quantized = 0;
+    int64_t max_streamed = 0;
     for (int i = 0; i < ds->n_items; i++) {
-        if (i < U)
-            h3_dit_pack_unit(dit, i, &ds->packs[i]);
-        else
-            h3_dit_pack_adaln(dit, i - U, &ds->packs[i]);
-        int pin;
-        nsegs += h3_pack_segs(set, &ds->packs[i], c->heads, c->head_dim, NULL, &pin);
-        quantized |= ds->packs[i].quantized;
-    }
-    if (quantized && place == H3_PLACE_DEVICE) {
-        h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_BACKEND) : H3_DEVCAT_BACKEND;
-        h3_status qs = h3_cuda_qgemm_reserve(ex);
-        if (rep) h3_memrep_set_category(rep, prev);
-        H3_CHECK(qs);
-    }
-    ds->segs = h3_calloc((size_t)(nsegs ? nsegs : 1), sizeof *ds->segs, H3_MEM_OTHER);
-    if (!ds->segs) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    int need_staging = 0;
-    {
-        int64_t o = 0;
-        for (int i = 0; i < ds->n_items; i++) {
-            h3_stream_item *it = &ds->items[i];
+        if (i < U) {
+            h3_dit_pack_unit(dit, i, &packs[i]);
+            tier[i] = plan->tier[i];
+        } else {
             int pin;
-            it->segs = ds->segs + o;
-            it->n_segs = h3_pack_segs(set, &ds->packs[i], c->heads, c->head_dim, ds->segs + o, &pin);
-            o += it->n_segs;
-            it->bytes = ds->packs[i].bytes;
-            it->src_pinned = pin && place == H3_PLACE_DEVICE;
-            if (i < U)
-                it->tier = (h3_tier)plan->tier[i];
-            else
-                it->tier =
-                    it->src_pinned ? H3_TIER_PINNED : H3_TIER_DISK; /* once per run: read, never pinned */
-            if (it->tier != H3_TIER_RESIDENT && it->bytes > max_streamed) max_streamed = it->bytes;
-            if (it->tier == H3_TIER_DISK || !it->src_pinned) need_staging = 1;
+            h3_dit_pack_adaln(dit, i - U, &packs[i]);
+            h3_pack_segs(set, &packs[i], c->heads, c->head_dim, NULL, &pin);
+            tier[i] = pin && place == H3_PLACE_DEVICE ? H3_TIER_PINNED : H3_TIER_DISK;
+            if (packs[i].n < 2)
+                H3_FAIL(H3_ERR_INTERNAL, "DiT stream: block %d has no AdaLN projection", i - U);
         }
+        if (tier[i] != H3_TIER_RESIDENT && packs[i].bytes > max_streamed) max_streamed = packs[i].bytes;
     }
     if (max_streamed > plan->slot_bytes || (max_streamed && plan->n_slots < 1))
         H3_FAIL(H3_ERR_INVALID, "DiT stream: the plan's %d slots of %lld bytes cannot hold a %lld-byte block",
                 plan->n_slots, (long long)plan->slot_bytes, (long long)max_streamed);
-    H3_CHECK(spill(ds, opts ? opts->spill_dir : NULL, spill_segs));
-    /* 3. The streamer: pinned copies, resident units, the ring. */
     {
-        h3_streamer_config sc = {place,
-                                 plan->n_slots,
-                                 plan->slot_bytes,
-                                 need_staging ? H3_PLAN_STAGING : 0,
-                                 rep,
-                                 opts ? opts->unsafe_skip_waits : 0};
-        H3_CHECK_CTX(h3_streamer_create(ex, &sc, ds->items, ds->n_items, &ds->s),
-                     "loading the DiT's weights");
+        h3_units_config uc = {place,
+                              tier,
+                              plan->n_slots,
+                              plan->slot_bytes,
+                              set,
+                              c->heads,
+                              c->head_dim,
+                              opts ? opts->spill_dir : NULL,
+                              rep,
+                              "the DiT's weights",
+                              opts ? opts->unsafe_skip_waits : 0};
+        H3_CHECK(h3_units_open(ex, &uc, packs, ds->n_items, &ds->u));
     }
-    /* spill segments were copied by the streamer */
-    h3_free(spill_segs);
-    spill_segs = NULL;
+    /* 3. The resident units' views, once; the streaming sequences. */
     for (int u = 0; u < U; u++) {
-        if (ds->items[u].tier == H3_TIER_RESIDENT) {
-            void *base;
-            H3_CHECK(h3_streamer_acquire(ds->s, u, &base));
-            H3_CHECK(build_unit_views(ds, u, base));
+        if (tier[u] == H3_TIER_RESIDENT) {
+            const h3_tensor *t;
+            H3_CHECK(h3_units_acquire(ds->u, u, &t));
+            H3_CHECK(build_unit_views(ds, u, t));
         } else {
             ds->fwd_order[ds->n_fwd++] = u;
         }
@@ -407,20 +308,23 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
     for (int b = 0; b < B; b++) ds->ad_order[ds->n_ad++] = U + b;
     ds->src = (h3_dit_weight_source){src_acquire, src_release, src_adaln_acquire, src_adaln_release, 1, ds};
     H3_CHECK(h3_dit_set_weight_source(dit, &ds->src));
+    h3_free(packs);
+    h3_free(tier);
     *out = ds;
     return H3_OK;
 done:
-    h3_free(spill_segs);
+    h3_free(packs);
+    h3_free(tier);
     h3_dit_stream_close(ds);
     return st;
 }
 
 h3_status h3_dit_stream_step_end(h3_dit_stream *ds) {
-    return h3_streamer_sync(ds->s);
+    return h3_units_sync(ds->u);
 }
 
 void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out) {
-    h3_streamer_get_stats(ds->s, out);
+    h3_units_stats(ds->u, out);
 }
 
 void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak) {
@@ -434,6 +338,6 @@ void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], 
 
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs) {
     h3_stream_stats st;
-    h3_streamer_get_stats(ds->s, &st);
+    h3_units_stats(ds->u, &st);
     h3_memrep_set_copies(rep, st.bytes_copied, st.copy_ms, st.bytes_timed, ceiling_gbs);
 }

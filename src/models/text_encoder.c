@@ -1,4 +1,5 @@
-/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in text_encoder.h. */
+/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in
+ * text_encoder.h. */
 #include "models/text_encoder.h"
 
 #include <math.h>
@@ -9,7 +10,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/pack.h"
-#include "mem/streamer.h"
+#include "mem/units.h"
 #include "quant/qload.h"
 #include "quant/quant.h"
 
@@ -26,8 +27,8 @@ struct h3_text_encoder {
     int have_set;
     struct h3_gguf *gguf;     /* the GGUF index when the weights are a .gguf file, else NULL */
     const h3_st_entry *embed; /* [vocab, C] */
-    h3_tensor embed_q;        /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
-    char weight_label[64];    /* the stored format of the linears, for describe */
+    h3_tensor embed_q; /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
+    char weight_label[64]; /* the stored format of the linears, for describe */
     h3_place act_place;
     int64_t chunk_rows;
     int (*on_layer)(void *, int, int);
@@ -37,7 +38,8 @@ struct h3_text_encoder {
     h3_te_stats stats;
 };
 
-/* ---- config ---------------------------------------------------------------------------------------------- */
+/* ---- config ----------------------------------------------------------------------------------------------
+ */
 
 void h3_te_config_default(h3_te_config *c) {
     memset(c, 0, sizeof *c);
@@ -84,28 +86,32 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
     H3_TRY(get_pos_int(t, "vocab_size", what, &c->vocab));
     H3_TRY(get_pos_num(t, "rms_norm_eps", what, &c->rms_eps));
     H3_TRY(get_pos_num(t, "rope_theta", what, &c->rope_theta));
-    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part. */
+    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part.
+     */
     const json_t *rp = json_object_get(t, "rope_parameters");
     if (json_is_object(rp)) {
         H3_TRY(get_pos_num(rp, "rope_theta", what, &c->rope_theta));
         const char *type = h3_json_get_str(rp, "rope_type");
         if (type && strcmp(type, "default") != 0)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')", what,
-                          type);
+            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')",
+                          what, type);
     }
     const char *act = h3_json_get_str(t, "hidden_act");
     if (act && strcmp(act, "silu") != 0)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what, act);
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what,
+                      act);
     if (json_is_true(json_object_get(t, "attention_bias")))
         return H3_ERR(H3_ERR_UNSUPPORTED, "%s: attention biases are not supported (Qwen3 has none)", what);
     if (c->heads % c->kv_heads)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads", what,
-                      (long long)c->heads, (long long)c->kv_heads);
-    if (c->head_dim % 2) return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads",
+                      what, (long long)c->heads, (long long)c->kv_heads);
+    if (c->head_dim % 2)
+        return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
     return H3_OK;
 }
 
-/* ---- opening --------------------------------------------------------------------------------------------- */
+/* ---- opening ---------------------------------------------------------------------------------------------
+ */
 
 static const h3_st_entry *find_p(const h3_text_encoder *te, const char *name) {
     char buf[256];
@@ -119,7 +125,8 @@ static int dtype_ok(h3_dtype t) {
 
 /* Checks that prefix+name exists with the given shape (d1 = 0 for 1-D) and a float dtype, or (matrices) a
  * quantized format h3run reads; the shape is the logical one (quantized formats store other shapes). */
-static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t d1, const h3_st_entry **out) {
+static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t d1,
+                      const h3_st_entry **out) {
     const h3_st_entry *e = find_p(te, name);
     if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' is missing", te->source, te->prefix, name);
     h3_qweight_info qi;
@@ -132,23 +139,26 @@ static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t
             o += (size_t)snprintf(have + o, sizeof have - o, "%s%lld", k ? ", " : "", (long long)qi.shape[k]);
         if (o < sizeof have) snprintf(have + o, sizeof have - o, "]");
         if (d1)
-            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld, %lld]", te->source, te->prefix,
-                          name, have, (long long)d0, (long long)d1);
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld]", te->source, te->prefix, name,
-                      have, (long long)d0);
+            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld, %lld]", te->source,
+                          te->prefix, name, have, (long long)d0, (long long)d1);
+        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld]", te->source,
+                      te->prefix, name, have, (long long)d0);
     }
     if (qi.fmt == H3_QF_NONE ? !dtype_ok(qi.dtype) : (nd != 2 && !te->gguf))
-        return H3_ERR(H3_ERR_UNSUPPORTED,
-                      "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32, or (matrices) quantized",
-                      te->source, te->prefix, name, qi.label);
-    if (d1 && !strstr(name, "embed_tokens")) snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
+        return H3_ERR(
+            H3_ERR_UNSUPPORTED,
+            "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32, or (matrices) quantized",
+            te->source, te->prefix, name, qi.label);
+    if (d1 && !strstr(name, "embed_tokens"))
+        snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
     if (out) *out = e;
     return H3_OK;
 }
 
-/* An entry with its logical shape (quantized formats store other shapes); *out NULL when absent. A format that
- * cannot be read is an error naming it. */
-static h3_status find_logical(h3_text_encoder *te, const char *name, h3_st_entry *buf, const h3_st_entry **out) {
+/* An entry with its logical shape (quantized formats store other shapes); *out NULL when absent. A format
+ * that cannot be read is an error naming it. */
+static h3_status find_logical(h3_text_encoder *te, const char *name, h3_st_entry *buf,
+                              const h3_st_entry **out) {
     const h3_st_entry *e = find_p(te, name);
     h3_qweight_info qi;
     *out = NULL;
@@ -167,13 +177,15 @@ static h3_status infer_config(h3_text_encoder *te, h3_te_config *c) {
     h3_st_entry b0, b1, b2, b3;
     const h3_st_entry *e, *q, *k, *g;
     H3_TRY(find_logical(te, "embed_tokens.weight", &b0, &e));
-    if (!e || e->ndim != 2) return H3_ERR(H3_ERR_FORMAT, "%s: '%sembed_tokens.weight' is missing or not 2-D", te->source, te->prefix);
+    if (!e || e->ndim != 2)
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%sembed_tokens.weight' is missing or not 2-D", te->source,
+                      te->prefix);
     c->vocab = e->shape[0];
     c->hidden = e->shape[1];
     H3_TRY(find_logical(te, "layers.0.self_attn.q_norm.weight", &b0, &e));
     if (!e || e->ndim != 1)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%slayers.0.self_attn.q_norm.weight' is missing or not 1-D", te->source,
-                      te->prefix);
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%slayers.0.self_attn.q_norm.weight' is missing or not 1-D",
+                      te->source, te->prefix);
     c->head_dim = e->shape[0];
     H3_TRY(find_logical(te, "layers.0.self_attn.q_proj.weight", &b1, &q));
     H3_TRY(find_logical(te, "layers.0.self_attn.k_proj.weight", &b2, &k));
@@ -181,14 +193,15 @@ static h3_status infer_config(h3_text_encoder *te, h3_te_config *c) {
     if (!q || !k || !g || q->ndim != 2 || k->ndim != 2 || g->ndim != 2)
         return H3_ERR(H3_ERR_FORMAT, "%s: layer 0 lacks 2-D q_proj, k_proj or gate_proj weights", te->source);
     if (c->head_dim <= 0 || q->shape[0] % c->head_dim || k->shape[0] % c->head_dim)
-        return H3_ERR(H3_ERR_FORMAT, "%s: q_proj (%lld rows) and k_proj (%lld rows) are not whole heads of %lld",
-                      te->source, (long long)q->shape[0], (long long)k->shape[0], (long long)c->head_dim);
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: q_proj (%lld rows) and k_proj (%lld rows) are not whole heads of %lld", te->source,
+                      (long long)q->shape[0], (long long)k->shape[0], (long long)c->head_dim);
     c->heads = q->shape[0] / c->head_dim;
     c->kv_heads = k->shape[0] / c->head_dim;
     c->intermediate = g->shape[0];
     if (c->kv_heads <= 0 || c->heads % c->kv_heads)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld query heads are not a multiple of %lld key/value heads", te->source,
-                      (long long)c->heads, (long long)c->kv_heads);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld query heads are not a multiple of %lld key/value heads",
+                      te->source, (long long)c->heads, (long long)c->kv_heads);
     return H3_OK;
 }
 
@@ -251,8 +264,8 @@ static h3_status check_layers(h3_text_encoder *te) {
         for (int k = 0; k < 4; k++) {
             snprintf(n, sizeof n, "layers.%lld.%s.bias", (long long)l, lin[k]);
             if (find_p(te, n))
-                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases", te->source,
-                              te->prefix, n);
+                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases",
+                              te->source, te->prefix, n);
         }
     }
     return H3_OK;
@@ -293,9 +306,12 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     h3_detect_info info;
     H3_CHECK(h3_detect(&te->set, &info));
     if (info.comp != H3_COMP_TEXT_ENCODER)
-        H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
-                "model.layers.0 weights)", path,
-                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+        H3_FAIL(H3_ERR_FORMAT,
+                "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
+                "model.layers.0 weights)",
+                path,
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
+                                             : h3_component_name(info.comp));
     te->layout = info.layout;
     te->prefix = info.prefix;
     int layers_in_file = info.n_layers;
@@ -319,16 +335,18 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     {
         h3_qweight_info qi;
         H3_CHECK(h3_qweight_info_of(&te->set, te->gguf, te->embed, &qi));
-        if (qi.fmt != H3_QF_NONE || te->gguf) H3_CHECK(h3_qweight_get(&te->set, te->gguf, te->embed, &te->embed_q));
+        if (qi.fmt != H3_QF_NONE || te->gguf)
+            H3_CHECK(h3_qweight_get(&te->set, te->gguf, te->embed, &te->embed_q));
     }
     H3_CHECK(check_layers(te));
     snprintf(te->describe, sizeof te->describe,
-             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN %lld, "
+             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN "
+             "%lld, "
              "vocab %lld, %s weights, config from %s",
-             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI", (long long)te->cfg.n_layers,
-             (long long)te->cfg.hidden, (long long)te->cfg.heads, (long long)te->cfg.kv_heads,
-             (long long)te->cfg.head_dim, (long long)te->cfg.intermediate, (long long)te->cfg.vocab,
-             te->weight_label, src);
+             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI",
+             (long long)te->cfg.n_layers, (long long)te->cfg.hidden, (long long)te->cfg.heads,
+             (long long)te->cfg.kv_heads, (long long)te->cfg.head_dim, (long long)te->cfg.intermediate,
+             (long long)te->cfg.vocab, te->weight_label, src);
 done:
     h3_free(sub);
     h3_free(dir);
@@ -341,7 +359,7 @@ done:
 }
 
 static void free_layer(h3_te_layer_weights *w) {
-    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q, &w->k, &w->v, &w->q_norm,
+    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q,    &w->k,  &w->v,   &w->q_norm,
                         &w->k_norm,     &w->o,         &w->gate, &w->up, &w->down};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
     memset(w, 0, sizeof *w);
@@ -373,7 +391,8 @@ void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out) {
     *out = te->stats;
 }
 
-/* ---- layer weights --------------------------------------------------------------------------------------- */
+/* ---- layer weights ---------------------------------------------------------------------------------------
+ */
 
 /* The tensors of a layer in a fixed order (the device packs them so). */
 static const struct {
@@ -411,15 +430,16 @@ static h3_status fetch_layer(h3_text_encoder *te, int layer, h3_te_layer_weights
     return st;
 }
 
-h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer, const h3_te_layer_weights **w) {
+h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer,
+                                        const h3_te_layer_weights **w) {
     (void)ex;
     *w = NULL;
     if (layer < 0 || layer >= te->cfg.n_layers)
         return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d does not exist (0..%lld)", layer,
                       (long long)te->cfg.n_layers - 1);
     if (te->acquired >= 0)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held", layer,
-                      te->acquired);
+        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held",
+                      layer, te->acquired);
     h3_te_layer_weights *c = &te->cur;
     h3_status st = fetch_layer(te, layer, c);
     if (st != H3_OK) return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
@@ -438,7 +458,8 @@ void h3_text_encoder_layer_release(h3_text_encoder *te, h3_exec *ex, int layer) 
     te->stats.releases++;
 }
 
-/* ---- forward --------------------------------------------------------------------------------------------- */
+/* ---- forward ---------------------------------------------------------------------------------------------
+ */
 
 void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *sin_out) {
     const int64_t D = c->head_dim, half = D / 2;
@@ -453,8 +474,8 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
     }
 }
 
-/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of the
- * table are read. */
+/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of
+ * the table are read. */
 static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int64_t n, h3_tensor *out) {
     if (te->embed_q.data) { /* quantized: decode the rows the prompt uses */
         int64_t ld;
@@ -531,7 +552,8 @@ static h3_status heads_view(const h3_tensor *t, int64_t H, int64_t D, int three,
     return h3_tensor_reshape(t, 2, s, out);
 }
 
-static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x, te_ws *s) {
+static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x,
+                           te_ws *s) {
     const h3_te_config *c = &te->cfg;
     const int64_t n = x->shape[0], D = c->head_dim, F = c->intermediate;
     const float eps = (float)c->rms_eps;
@@ -590,11 +612,8 @@ typedef struct te_dev {
     int n;
     h3_te_layer_weights *host; /* [n] views over the files: the packs' sources */
     h3_pack *packs;            /* [n] */
-    h3_stream_seg *segs;
-    h3_stream_item *items;
-    int *order;
+    uint8_t *tier;             /* [n] */
     int64_t slot_bytes;
-    int quantized, need_staging;
 } te_dev;
 
 static void te_dev_free(te_dev *d) {
@@ -602,23 +621,20 @@ static void te_dev_free(te_dev *d) {
         for (int l = 0; l < d->n; l++) free_layer(&d->host[l]);
     h3_free(d->host);
     h3_free(d->packs);
-    h3_free(d->segs);
-    h3_free(d->items);
-    h3_free(d->order);
+    h3_free(d->tier);
     memset(d, 0, sizeof *d);
 }
 
-/* Packs and stream items of layers 0..n-1. */
+/* The units of layers 0..n-1: each layer's tensors packed in g_layer_fields order, streamed from pinned
+ * memory when the files are pinned, else read per encode from the files (never held in pinned memory). */
 static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
     memset(d, 0, sizeof *d);
     d->n = n;
     d->host = h3_calloc((size_t)n, sizeof *d->host, H3_MEM_OTHER);
     d->packs = h3_calloc((size_t)n, sizeof *d->packs, H3_MEM_OTHER);
-    d->items = h3_calloc((size_t)n, sizeof *d->items, H3_MEM_OTHER);
-    d->order = h3_calloc((size_t)n, sizeof *d->order, H3_MEM_OTHER);
-    if (!d->host || !d->packs || !d->items || !d->order) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    d->tier = h3_calloc((size_t)n, 1, H3_MEM_OTHER);
+    if (!d->host || !d->packs || !d->tier) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     const h3_st_set *set = te->have_set ? &te->set : NULL;
-    int64_t nsegs = 0;
     for (int l = 0; l < n; l++) {
         H3_TRY_CTX(fetch_layer(te, l, &d->host[l]), "fetching the weights of text-encoder layer %d", l);
         for (int i = 0; i < TE_N_FIELDS; i++) {
@@ -632,24 +648,9 @@ static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
             h3_pack_add(&d->packs[l], t, 0);
         }
         int pin;
-        nsegs += h3_pack_segs(set, &d->packs[l], 0, 0, NULL, &pin);
-        d->quantized |= d->packs[l].quantized;
+        h3_pack_segs(set, &d->packs[l], 0, 0, NULL, &pin);
+        d->tier[l] = pin ? H3_TIER_PINNED : H3_TIER_DISK;
         if (d->packs[l].bytes > d->slot_bytes) d->slot_bytes = d->packs[l].bytes;
-        d->order[l] = l;
-    }
-    d->segs = h3_calloc((size_t)(nsegs ? nsegs : 1), sizeof *d->segs, H3_MEM_OTHER);
-    if (!d->segs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    for (int64_t l = 0, o = 0; l < n; l++) {
-        h3_stream_item *it = &d->items[l];
-        int pin;
-        it->segs = d->segs + o;
-        it->n_segs = h3_pack_segs(set, &d->packs[l], 0, 0, d->segs + o, &pin);
-        o += it->n_segs;
-        it->bytes = d->packs[l].bytes;
-        it->src_pinned = pin;
-        it->tier =
-            pin ? H3_TIER_PINNED : H3_TIER_DISK; /* read once per encode, never held in pinned memory */
-        d->need_staging |= !pin;
     }
     return H3_OK;
 }
@@ -664,7 +665,8 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
     memset(&s, 0, sizeof s);
     te_dev d;
     memset(&d, 0, sizeof d);
-    h3_streamer *str = NULL;
+    h3_units *units = NULL;
+    int *order = NULL;
     /* the prompt's embedding rows, gathered on the host */
     H3_CHECK(h3_tensor_alloc2(&he, H3_PLACE_HOST, H3_F32, n, C, H3_MEM_ACTIVATIONS));
     H3_CHECK(gather_embeddings(te, ids, n, &he));
@@ -679,22 +681,32 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
     h3_te_rope_tables(c, n, hc.data, hs.data);
     H3_CHECK(h3_copy(ex, &s.cos, &hc));
     H3_CHECK(h3_copy(ex, &s.sin, &hs));
-    if (d.quantized) H3_CHECK(h3_cuda_qgemm_reserve(ex));
     {
-        h3_streamer_config sc = {
-            H3_PLACE_DEVICE, layer > 1 ? 2 : 1, d.slot_bytes, d.need_staging ? H3_PLAN_STAGING : 0, NULL, 0};
-        H3_CHECK_CTX(h3_streamer_create(ex, &sc, d.items, d.n, &str), "streaming the text encoder's layers");
-        H3_CHECK(h3_streamer_set_order(str, d.order, d.n, 0));
+        h3_units_config uc = {H3_PLACE_DEVICE,
+                              d.tier,
+                              layer > 1 ? 2 : 1,
+                              d.slot_bytes,
+                              te->have_set ? &te->set : NULL,
+                              0,
+                              0,
+                              NULL,
+                              NULL,
+                              "the text encoder's layers",
+                              0};
+        H3_CHECK(h3_units_open(ex, &uc, d.packs, d.n, &units));
+        order = h3_calloc((size_t)d.n, sizeof *order, H3_MEM_OTHER);
+        if (!order) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (int l = 0; l < d.n; l++) order[l] = l;
+        H3_CHECK(h3_units_set_order(units, order, d.n, 0));
     }
     for (int l = 0; l < layer; l++) {
-        void *base;
+        const h3_tensor *t;
         h3_te_layer_weights w;
         memset(&w, 0, sizeof w);
-        H3_CHECK_CTX(h3_streamer_acquire(str, l, &base), "text-encoder layer %d", l);
-        for (int i = 0; i < TE_N_FIELDS; i++)
-            h3_pack_view(&d.packs[l], i, base, H3_PLACE_DEVICE, layer_field(&w, i));
+        H3_CHECK_CTX(h3_units_acquire(units, l, &t), "text-encoder layer %d", l);
+        for (int i = 0; i < TE_N_FIELDS; i++) *layer_field(&w, i) = t[i];
         st = run_layer(te, ex, &w, &x, &s);
-        h3_streamer_release(str, l);
+        h3_units_release(units, l);
         if (st != H3_OK) {
             st = h3_error_wrap(st, "text-encoder layer %d", l);
             goto done;
@@ -705,10 +717,10 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         if (l > te->stats.max_layer_acquired) te->stats.max_layer_acquired = l;
         H3_CHECK(layer_done(te, l + 1, layer));
     }
-    H3_CHECK(h3_streamer_sync(str));
+    H3_CHECK(h3_units_sync(units));
     {
         h3_stream_stats ss;
-        h3_streamer_get_stats(str, &ss);
+        h3_units_stats(units, &ss);
         te->stats.bytes_read += ss.bytes_read;
         te->stats.read_s += ss.read_s;
     }
@@ -716,7 +728,8 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
 sync:
     H3_CHECK(h3_exec_sync(ex));
 done:
-    h3_streamer_free(str);
+    h3_units_close(units);
+    h3_free(order);
     te_dev_free(&d);
     ws_free(&s);
     h3_tensor *ts[] = {&he, &hc, &hs, &x};
@@ -745,7 +758,8 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
         quantized |= p.quantized;
     }
     const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
-    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ + h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
+    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ +
+                  h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
                   h3_cuda_granule(n * c->kv_heads * D * es) * 2 + h3_cuda_granule(ch * 2 * F * es) +
                   h3_cuda_granule(ch * F * es) + h3_cuda_granule(n * D * 4) * 2 +
                   h3_cuda_granule(n * C * 4) /* the f32 output */;
@@ -759,14 +773,17 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
     if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");
     if (layer < 0 || layer > c->n_layers)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
-                      "0..%lld are available", layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
+        return H3_ERR(H3_ERR_INVALID,
+                      "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
+                      "0..%lld are available",
+                      layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab)
-            return H3_ERR(H3_ERR_INVALID, "text encoder: token %lld has id %d, outside the embedding's %lld rows",
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: token %lld has id %d, outside the embedding's %lld rows",
                           (long long)i, ids[i], (long long)c->vocab);
-    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n || out->shape[1] != c->hidden ||
-        !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
+    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n ||
+        out->shape[1] != c->hidden || !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
         return H3_ERR(H3_ERR_INVALID, "text encoder: the output must be an allocated f32 tensor [%lld, %lld]",
                       (long long)n, (long long)c->hidden);
     if (out->place != te->act_place)
@@ -786,8 +803,10 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
         if (st != H3_OK) break;
         st = run_layer(te, ex, w, out, &s);
         h3_text_encoder_layer_release(te, ex, l);
-        if (st != H3_OK) st = h3_error_wrap(st, "text-encoder layer %d", l);
-        else te->stats.layers_run++;
+        if (st != H3_OK)
+            st = h3_error_wrap(st, "text-encoder layer %d", l);
+        else
+            te->stats.layers_run++;
         if (st == H3_OK) st = layer_done(te, l + 1, layer);
     }
     ws_free(&s);
