@@ -28,8 +28,8 @@
 #include "base/alloc.h"
 #include "cuda/cuda.h"
 #include "mem/budget.h"
-#include "mem/dit_stream.h"
-#include "mem/plan.h"
+#include "models/dit_stream.h"
+#include "pipeline/plan.h"
 #include "mem/report.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
@@ -166,7 +166,9 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     h3_dit_stream *ds = NULL;
     h3_tensor video = {0}, audio = {0}, text = {0}, vout = {0}, aout = {0};
     double t0 = now();
-    h3_status st = h3_dit_stream_open(dit, &ex, p, NULL, rep, &ds);
+    h3_dit_placement pl;
+    h3_dit_plan_placement(p, &pl);
+    h3_status st = h3_dit_stream_open(dit, &ex, &pl, NULL, rep, &ds);
     double t_open = now() - t0, t_mod = 0;
     double times[16];
     int nrep = 0;

@@ -37,8 +37,8 @@
 #include "base/alloc.h"
 #include "cuda/cuda.h"
 #include "mem/budget.h"
-#include "mem/dit_stream.h"
-#include "mem/plan.h"
+#include "models/dit_stream.h"
+#include "pipeline/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
 #include "mem/units.h"
@@ -614,16 +614,18 @@ static void close_pair(dit_pair *p) {
 }
 
 /* A hand-made plan: every tier, two slots. */
-static void hand_plan(h3_dit *d, h3_dit_plan *pl) {
+/* A placement by hand: the tiers cycle pinned, resident, disk, pinned; 2 slots; FFN chunks of 5 rows. */
+static uint8_t g_hand_tier[H3_PLAN_MAX_UNITS];
+static void hand_plan(h3_dit *d, h3_dit_placement *pl) {
     memset(pl, 0, sizeof *pl);
     const h3_dit_config *c = h3_dit_get_config(d);
-    pl->present = 1;
     pl->n_units = h3_dit_n_units(c);
     pl->chunk_rows = 5;
     pl->n_slots = 2;
+    pl->tier = g_hand_tier;
     static const h3_tier tiers[] = {H3_TIER_PINNED, H3_TIER_RESIDENT, H3_TIER_DISK, H3_TIER_PINNED};
     for (int u = 0; u < pl->n_units; u++) {
-        pl->tier[u] = (uint8_t)tiers[u % 4];
+        g_hand_tier[u] = (uint8_t)tiers[u % 4];
         h3_dit_pack p;
         h3_dit_pack_unit(d, u, &p);
         if (p.bytes > pl->slot_bytes) pl->slot_bytes = p.bytes;
@@ -744,7 +746,7 @@ static void test_dit_streamed(void) {
             close_pair(&p);
             continue;
         }
-        h3_dit_plan pl;
+        h3_dit_placement pl;
         hand_plan(p.streamed, &pl);
         h3_tensor v0 = {0}, a0 = {0}, v1 = {0}, a1 = {0}, v2 = {0}, a2 = {0};
         CHECK_ERR(forward(p.streamed, &p.in.in, &v1, &a1), H3_ERR_INVALID, "no streamer is attached");
@@ -789,7 +791,7 @@ static void test_dit_stream_alloc_failures(void) {
         close_pair(&p);
         return;
     }
-    h3_dit_plan pl;
+    h3_dit_placement pl;
     hand_plan(p.streamed, &pl);
     h3_tensor v = {0}, a = {0};
     CHECK_OK(forward(p.streamed, &p.in.in, &v, &a) == H3_ERR_INVALID ? H3_OK : H3_ERR_INTERNAL);

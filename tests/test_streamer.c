@@ -23,8 +23,8 @@
 
 #include "base/alloc.h"
 #include "cuda/cuda.h"
-#include "mem/dit_stream.h"
-#include "mem/plan.h"
+#include "models/dit_stream.h"
+#include "pipeline/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
 #include "models/dit.h"
@@ -304,7 +304,9 @@ static void streamed_run(h3_dit *dit, const inputs *x, const h3_plan *plan, cons
     h3_dit_plan_predicted(p, pred, &ppeak);
     if (rep) h3_memrep_set_predicted(rep, pred, ppeak, vram);
     h3_cuda_reset_peak(&g_ex);
-    CHECK_OK(h3_dit_stream_open(dit, &g_ex, p, NULL, rep, &ds));
+    h3_dit_placement pl;
+    h3_dit_plan_placement(p, &pl);
+    CHECK_OK(h3_dit_stream_open(dit, &g_ex, &pl, NULL, rep, &ds));
     if (ds) {
         CHECK_OK(forward_dev(dit, x, rep, &hv, &ha));
         CHECK_OK(h3_dit_stream_step_end(ds));

@@ -9,7 +9,7 @@
 #include "cuda/cuda.h"
 #include "io/discover.h"
 #include "mem/budget.h"
-#include "mem/plan.h"
+#include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "sample/schedule.h"
 

@@ -43,7 +43,7 @@ static void plan_release(gemm_plan *p) {
 
 extern "C" h3_status cuda_gemm_init(h3_cuda_state *s) {
     LT_TRY(cublasLtCreate(&s->lt), "create");
-    /* The whole H3_CUDA_BACKEND_BYTES, so the planner's budget (src/mem/plan.c) and the backend agree. */
+    /* The whole H3_CUDA_BACKEND_BYTES, so the planner's budget (src/pipeline/plan.c) and the backend agree. */
     s->workspace_size = (size_t)H3_CUDA_BACKEND_BYTES;
     s->workspace = cuda_arena_alloc(s, s->workspace_size);
     if (!s->workspace) {

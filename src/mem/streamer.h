@@ -2,7 +2,7 @@
  * behind compute.
  *
  * Items are byte ranges laid out for a slot (a DiT unit's packed weights, one block's AdaLN projection, a
- * text-encoder layer). Each has a tier (plan.h): RESIDENT items are copied to their own device block once, at
+ * text-encoder layer). Each has a tier (below): RESIDENT items are copied to their own device block once, at
  * creation; PINNED items are copied per use from pinned host memory (the item's sources when they are pinned
  * already, else a packed pinned copy made at creation: the pinned host cache); DISK items are read per use
  * from their sources (pread from a file, or memcpy from pageable memory) into a pinned staging buffer on a
@@ -32,9 +32,17 @@
 
 #include <stdint.h>
 
-#include "mem/plan.h"
 #include "mem/report.h"
 #include "tensor/ops.h"
+
+/* Where a weight unit lives during a stage. */
+typedef enum h3_tier {
+    H3_TIER_RESIDENT = 0, /* on the device for the whole stage */
+    H3_TIER_PINNED,       /* streamed per use from pinned host memory */
+    H3_TIER_DISK,         /* streamed per use from its file (or page cache) through pinned staging */
+    H3_TIER_COUNT
+} h3_tier;
+#define H3_STREAM_STAGING 2 /* pinned staging buffers for reads from files */
 
 /* Where an item's bytes come from: host memory (src), or a file (fd >= 0: pread at off). */
 typedef struct h3_stream_seg {

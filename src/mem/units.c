@@ -187,9 +187,12 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
     }
     H3_CHECK(spill(u));
     {
-        h3_streamer_config sc = {
-            cfg->place, streamed ? cfg->n_slots : 0, streamed ? slot : 0, need_staging ? H3_PLAN_STAGING : 0,
-            cfg->rep,   cfg->unsafe_skip_waits};
+        h3_streamer_config sc = {cfg->place,
+                                 streamed ? cfg->n_slots : 0,
+                                 streamed ? slot : 0,
+                                 need_staging ? H3_STREAM_STAGING : 0,
+                                 cfg->rep,
+                                 cfg->unsafe_skip_waits};
         H3_CHECK_CTX(h3_streamer_create(ex, &sc, u->items, n, &u->s), "loading %s", what);
     }
     for (int i = 0; i < n; i++)

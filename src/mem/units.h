@@ -7,7 +7,7 @@
  * is queued:
  *
  *     on the host (place HOST, no tiers): acquire returns the tensors as opened; nothing is copied.
- *     on the device: every unit has a tier (mem/plan.h). RESIDENT units are copied to the device once, at
+ *     on the device: every unit has a tier (mem/streamer.h). RESIDENT units are copied to the device once, at
  * open; PINNED units are copied per use from pinned host memory; DISK units are read per use from their files
  *     (or, for weights made in memory, from an unlinked spill file written at open) into pinned staging, then
  *     copied. Streamed units go through a ring of slots filled ahead of use (mem/streamer.h) in the order the
@@ -23,7 +23,6 @@
 
 #include "io/safetensors.h"
 #include "mem/pack.h"
-#include "mem/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
 

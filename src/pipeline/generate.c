@@ -18,8 +18,8 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "mem/budget.h"
-#include "mem/dit_stream.h"
-#include "mem/plan.h"
+#include "models/dit_stream.h"
+#include "pipeline/plan.h"
 #include "mem/report.h"
 #include "models/audio_vae.h"
 #include "models/dit.h"
@@ -777,7 +777,9 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         int64_t pred[H3_DEVCAT_COUNT], ppeak;
         h3_dit_plan_predicted(p, pred, &ppeak);
         h3_memrep_set_predicted(g->rep, pred, ppeak, g->plan->budgets.vram);
-        H3_CHECK_CTX(h3_dit_stream_open(c.dit, &g->ex, p, NULL, g->rep, &g->ds), "loading the DiT");
+        h3_dit_placement pl;
+        h3_dit_plan_placement(p, &pl);
+        H3_CHECK_CTX(h3_dit_stream_open(c.dit, &g->ex, &pl, NULL, g->rep, &g->ds), "loading the DiT");
         h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
     } else {
         h3_dit_open_opts oo;

@@ -81,7 +81,7 @@ typedef struct h3_generate_request {
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */
-    /* The device stage's memory (src/mem/plan.h plans it before anything loads; ignored on the CPU): */
+    /* The device stage's memory (src/pipeline/plan.h plans it before anything loads; ignored on the CPU): */
     int64_t vram_budget; /* every device byte the run takes; 0: free device memory less H3_VRAM_MARGIN */
     int64_t ram_budget;  /* host bytes for pinned weight copies and staging; 0: H3_RAM_SHARE of MemAvailable;
                           * -1: not limited */

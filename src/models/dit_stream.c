@@ -1,5 +1,5 @@
 /* The DiT stage on a device budget (dit_stream.h): packing, the streamer's items, the weight source. */
-#include "mem/dit_stream.h"
+#include "models/dit_stream.h"
 
 #include <string.h>
 
@@ -218,12 +218,12 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds);
 }
 
-h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
+h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *plan,
                              const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out) {
     *out = NULL;
     const h3_dit_config *c = h3_dit_get_config(dit);
     const int U = h3_dit_n_units(c), B = (int)c->n_layers;
-    if (!plan->present || plan->n_units != U)
+    if (plan->n_units != U || !plan->tier)
         return H3_ERR(H3_ERR_INVALID, "DiT stream: the plan is for %d blocks, the DiT has %d", plan->n_units,
                       U);
     const h3_place place = h3_dit_act_place(dit);
@@ -325,15 +325,6 @@ h3_status h3_dit_stream_step_end(h3_dit_stream *ds) {
 
 void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out) {
     h3_units_stats(ds->u, out);
-}
-
-void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak) {
-    pred[H3_DEVCAT_BACKEND] = p->dev_backend;
-    pred[H3_DEVCAT_WEIGHTS] = p->dev_globals + p->dev_resident;
-    pred[H3_DEVCAT_SLOTS] = p->dev_slots;
-    pred[H3_DEVCAT_MODULATION] = p->dev_modulation + p->dev_precompute_scratch;
-    pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch;
-    if (peak) *peak = p->dev_peak;
 }
 
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs) {

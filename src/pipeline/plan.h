@@ -30,25 +30,19 @@
 
 #include <stdint.h>
 
+#include "mem/streamer.h"
 #include "models/audio_vae.h"
 #include "models/dit.h"
+#include "models/dit_stream.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
 
 #define H3_PLAN_MAX_UNITS 256
 #define H3_PLAN_MAX_SLOTS 8
-#define H3_PLAN_STAGING   2 /* pinned staging buffers for reads from files */
 static inline int64_t h3_plan_slack(int64_t budget) {
     int64_t s = budget / 100;
     return s > ((int64_t)64 << 20) ? s : ((int64_t)64 << 20);
 }
-
-typedef enum h3_tier {
-    H3_TIER_RESIDENT = 0, /* on the device for the whole stage */
-    H3_TIER_PINNED,       /* streamed per use from pinned host memory */
-    H3_TIER_DISK,         /* streamed per use from its file (or page cache) through pinned staging */
-    H3_TIER_COUNT
-} h3_tier;
 
 /* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see
  * docs/MEMORY.md). */
@@ -155,6 +149,11 @@ typedef struct h3_plan {
  * that does not fit is still H3_OK with fits = 0 and `why` filled. */
 h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h3_plan_budgets *b,
                        const h3_device_figures *fig, h3_plan *out);
+/* The DiT plan's placement, for h3_dit_stream_open (points into p). */
+void h3_dit_plan_placement(const h3_dit_plan *p, h3_dit_placement *out);
+/* The plan's device bytes by report category, and the peak (for h3_memrep_set_predicted). */
+void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak);
+
 /* H3_ERR_BUDGET carrying the plan's message when it does not fit (the stop before loading); H3_OK otherwise.
  */
 h3_status h3_plan_check(const h3_plan *p);

@@ -1,6 +1,6 @@
 /* The memory planner (plan.h): the arithmetic of every stage's memory, the choice of chunking, ring depth and
  * placement of each DiT unit, the step-time model, and the message when nothing fits. */
-#include "mem/plan.h"
+#include "pipeline/plan.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/budget.h"
-#include "mem/dit_stream.h"
+#include "models/dit_stream.h"
 #include "pipeline/layout.h"
 #include "sample/schedule.h"
 
@@ -244,8 +244,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     const int64_t H = x->c->hidden, nt = x->n_t;
     const size_t es = h3_dtype_size(h3_dit_act_dtype(x->m->dit));
     /* per-allocation granules of the kept tables; the scratch is a handful of buffers */
-    p->dev_modulation =
-        x->c->n_layers * h3_cuda_granule(nt * 3 * 6 * H * (int64_t)es) + h3_cuda_granule(nt * 2 * H * (int64_t)es);
+    p->dev_modulation = x->c->n_layers * h3_cuda_granule(nt * 3 * 6 * H * (int64_t)es) +
+                        h3_cuda_granule(nt * 2 * H * (int64_t)es);
     if (nt < 1) p->dev_modulation = 0;
     /* the precompute's own buffers beside its tables: a handful, each rounded to a granule */
     p->dev_precompute_scratch = fm.mod_peak - fm.mod_tables + 4 * H3_CUDA_ARENA_ALIGN;
@@ -262,7 +262,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
      * a row). */
     p->host_other = x->S * 1024 + ((int64_t)64 << 20);
     const int need_staging = !ds->pinned || ds->from_file;
-    p->host_staging = need_staging ? (int64_t)H3_PLAN_STAGING * h3_cuda_granule(p->slot_bytes) : 0;
+    p->host_staging = need_staging ? (int64_t)H3_STREAM_STAGING * h3_cuda_granule(p->slot_bytes) : 0;
     int n_pin = streamed;
     if (x->ram > 0) {
         int64_t avail = x->ram - p->host_staging - p->host_other;
@@ -270,7 +270,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
         if (can < n_pin) n_pin = (int)can;
     }
     int n_disk = streamed - n_pin;
-    if (n_disk > 0 && !p->host_staging) p->host_staging = (int64_t)H3_PLAN_STAGING * h3_cuda_granule(p->slot_bytes);
+    if (n_disk > 0 && !p->host_staging)
+        p->host_staging = (int64_t)H3_STREAM_STAGING * h3_cuda_granule(p->slot_bytes);
     if (n_disk > 0 && x->ram > 0) { /* staging appeared: recount what still fits pinned */
         int64_t avail = x->ram - p->host_staging - p->host_other;
         int64_t can = avail > 0 ? avail / max64(ds->unit_max, 1) : 0;
@@ -300,12 +301,12 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
         sr[u].tier = H3_TIER_RESIDENT;
         p->t_compute += su[u].compute;
     }
-    p->t_step = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_PLAN_STAGING, &p->t_copy, &p->t_read);
+    p->t_step = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, &p->t_copy, &p->t_read);
     for (int u = 0; u < ds->n_units; u++) {
         su[u].copy *= 1.25;
         su[u].read *= 1.25;
     }
-    p->t_step_slow = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_PLAN_STAGING, NULL, NULL);
+    p->t_step_slow = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, NULL, NULL);
     p->t_resident = h3_plan_simulate(sr, ds->n_units, 0, 0, NULL, NULL);
     /* Once per run: the AdaLN projections through the ring, from their files or pinned memory. */
     double src_gbs = ds->pinned && !ds->from_file ? f->pinned_gbs : f->disk_gbs;
@@ -413,7 +414,8 @@ static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_d
     s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
     s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
     s->dev_bytes = h3_text_encoder_device_bytes((h3_text_encoder *)m->te, r->text_tokens, layers);
-    if (s->dev_bytes < 0) s->dev_bytes = 2 * h3_cuda_granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
+    if (s->dev_bytes < 0)
+        s->dev_bytes = 2 * h3_cuda_granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
     double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
     s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
     char a[32], b[32], d[32];
@@ -694,6 +696,23 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     }
     if (!any) appendf(w, wn, " nothing smaller at these budgets");
     return H3_OK;
+}
+
+void h3_dit_plan_placement(const h3_dit_plan *p, h3_dit_placement *out) {
+    out->n_units = p->present ? p->n_units : 0;
+    out->tier = p->tier;
+    out->n_slots = p->n_slots;
+    out->slot_bytes = p->slot_bytes;
+    out->chunk_rows = p->chunk_rows;
+}
+
+void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak) {
+    pred[H3_DEVCAT_BACKEND] = p->dev_backend;
+    pred[H3_DEVCAT_WEIGHTS] = p->dev_globals + p->dev_resident;
+    pred[H3_DEVCAT_SLOTS] = p->dev_slots;
+    pred[H3_DEVCAT_MODULATION] = p->dev_modulation + p->dev_precompute_scratch;
+    pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch;
+    if (peak) *peak = p->dev_peak;
 }
 
 h3_status h3_plan_check(const h3_plan *p) {

@@ -1,11 +1,13 @@
 /* The DiT on a device budget: its non-block weights uploaded, its blocks resident or streamed through a ring
- * of device slots as a plan says (src/mem/plan.h), attached to the DiT as its weight source so the forward
- * runs unchanged. docs/MEMORY.md has the whole sequence; in short:
+ * of device slots (mem/units.h) as a placement says, attached to the DiT as its weight source so the forward
+ * runs unchanged. The placement is the planner's choice (src/pipeline/plan.h); docs/MEMORY.md has the whole
+ * sequence; in short:
  *
- *     open the DiT with act_place DEVICE, weight_place HOST, stream_weights 1   (headers; weights stay
- * mapped) h3_plan_make, then h3_plan_check                     (stop here, before loading, when nothing fits)
- *     h3_cuda_init(&ex, 0, plan.budgets.vram)              (the arena is the budget)
- *     h3_dit_stream_open(dit, &ex, &plan.dit, NULL, rep, &ds)   (uploads, pins, slots: all of it, once)
+ *     open the DiT with act_place DEVICE, weight_place HOST, stream_weights 1    (headers; weights mapped)
+ *     h3_plan_make, then h3_plan_check               (stop here, before loading, when nothing fits)
+ *     h3_cuda_init(&ex, 0, plan.budgets.vram)        (the arena is the budget)
+ *     h3_dit_plan_placement(&plan.dit, &pl); h3_dit_stream_open(dit, &ex, &pl, NULL, rep, &ds)
+ *                                                    (uploads, pins, slots: all of it, once)
  *     h3_dit_precompute_modulation(dit, &ex, all_t, n)     (AdaLN streamed once, kept on the device)
  *     per step: h3_dit_forward, then h3_dit_stream_step_end(ds)
  *     h3_dit_stream_close(ds), h3_dit_release_workspace, h3_dit_release_modulation   (memory returned)
@@ -14,11 +16,10 @@
  * into [Q; K; V] on the way (file reads land each head's rows where they belong), so the forward sees
  * contiguous QKV.
  */
-#ifndef H3_MEM_DIT_STREAM_H
-#define H3_MEM_DIT_STREAM_H
+#ifndef H3_MODELS_DIT_STREAM_H
+#define H3_MODELS_DIT_STREAM_H
 
 #include "mem/pack.h"
-#include "mem/plan.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
 #include "models/dit.h"
@@ -50,13 +51,19 @@ typedef struct h3_dit_stream h3_dit_stream;
  * the PINNED units (read from the files), the ring of slots; attaches itself to the DiT. The DiT must have
  * been opened (or created) with stream_weights. rep may be NULL; with it, device allocations are counted by
  * category. Everything the stage needs is allocated here: the step loop allocates nothing. */
-h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_plan *plan,
+/* Where the DiT's units live during its stage. */
+typedef struct h3_dit_placement {
+    int n_units;         /* refiner blocks, then DiT blocks (h3_dit_n_units) */
+    const uint8_t *tier; /* [n_units] h3_tier of each */
+    int n_slots;         /* ring depth */
+    int64_t slot_bytes;  /* at least every streamed unit's and AdaLN projection's packed bytes */
+    int64_t chunk_rows;  /* rows per FFN / fused-QKV chunk (h3_dit_set_chunk_rows) */
+} h3_dit_placement;
+h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *plan,
                              const h3_dit_stream_opts *opts, h3_memrep *rep, h3_dit_stream **out);
 /* After each forward: waits for the streamer's queues and reports a failed read (H3_ERR_IO). */
 h3_status h3_dit_stream_step_end(h3_dit_stream *ds);
 void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out);
-/* The plan's device bytes by report category, and the peak (for h3_memrep_set_predicted). */
-void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], int64_t *peak);
 /* Copies so far into the report: bytes, timed device milliseconds, against the pinned ceiling (GB/s, 0:
  * none). */
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs);
