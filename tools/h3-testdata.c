@@ -1411,7 +1411,9 @@ static int cmd_model(int argc, char **argv) {
             o.pruned = 1;
         } else if (!strcmp(a, "--force")) {
             o.force = 1;
-        } else if (a[0] == '-' && !v) {
+        } else if (!v && (!strcmp(a, "--dit") || !strcmp(a, "--te") || !strcmp(a, "--adaln") ||
+                          !strcmp(a, "--video-vae") || !strcmp(a, "--te-layers") || !strcmp(a, "--scale") ||
+                          !strcmp(a, "--seed") || !strcmp(a, "--threads") || !strcmp(a, "--tokenizer"))) {
             fprintf(stderr, "h3-testdata model: %s needs a value (see --help)\n", a);
             return 2;
         } else if (!strcmp(a, "--dit") || !strcmp(a, "--te")) {
