@@ -185,7 +185,7 @@ static void test_filters(void) {
     CHECK(fabs(sum - 1.0) < 1e-6 && f[0] == f[11] && f[5] == f[6], "sums to 1 (%.9f), symmetric", sum);
     t_note("  computed Kaiser filter vs stored: max diff %.2e", worst);
     json_decref(m);
-    h3_audio_vae_opts o = {1};
+    h3_audio_vae_opts o = {.compute_filters = 1};
     run_case("official", &o, "stereo", 1e-4);
 }
 
@@ -210,10 +210,9 @@ static void test_memory(void) {
         h3_mem_get_stats(&b);
         int64_t peak = b.total_peak - a.total_current;
         h3_audio_vae_mem m;
-        CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], &m));
-        t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, stage %lld, op %lld)",
-               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.stage_scratch,
-               (long long)m.op_scratch);
+        CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], 2, &m));
+        t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, op %lld)",
+               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.op_scratch);
         CHECK(llabs(peak - m.total) <= m.total / 50, "predicted %lld vs measured %lld", (long long)m.total,
               (long long)peak);
         CHECK(b.total_current == a.total_current, "leaked %lld bytes", (long long)(b.total_current - a.total_current));
@@ -244,10 +243,15 @@ static void test_memory(void) {
     r.filter_taps = 12;
     r.hop = 800;
     h3_audio_vae_mem a, b;
-    CHECK_OK(h3_audio_vae_decode_peak(&r, 207, &a));
-    CHECK_OK(h3_audio_vae_decode_peak(&r, 600, &b));
-    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB", a.total / 1048576.0,
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 207, 2, &a));
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 600, 2, &b));
+    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB on the host", a.total / 1048576.0,
            b.total / 1048576.0);
+    t_note("  on the device, stereo: 207 latents %.1f MiB (weights %.1f, buffers %.1f, op scratch %.1f), 600 latents "
+           "%.1f MiB", a.dev_total / 1048576.0, a.dev_weights / 1048576.0, a.dev_buffers / 1048576.0,
+           a.dev_op_scratch / 1048576.0, b.dev_total / 1048576.0);
+    /* the released decoder's weights: 65.1M floats (H3-FACTS §4: about 0.25 GB of f32 for the decoder) */
+    CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes", (long long)a.dev_weights);
 }
 
 static void test_malformed_latents(void) {

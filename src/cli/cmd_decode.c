@@ -170,7 +170,7 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         H3_FAIL(H3_ERR_INVALID, "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
                 (long long)ch);
     h3_audio_vae_mem m;
-    H3_CHECK(h3_audio_vae_decode_peak(c, T, &m));
+    H3_CHECK(h3_audio_vae_decode_peak(c, T, ch, &m));
     char b1[32];
     if (!a->quiet || a->plan)
         printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples per channel "

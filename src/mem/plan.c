@@ -464,7 +464,7 @@ static h3_status plan_avae(const h3_plan_model *m, const h3_plan_request *r, h3_
     s->present = 1;
     const h3_audio_vae_config *c = h3_audio_vae_get_config(m->avae);
     h3_audio_vae_mem mm;
-    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), &mm));
+    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), 2 /* stereo */, &mm));
     s->weight_bytes = m->avae_weight_bytes;
     /* weight norm is folded at open into owned f32 weights */
     s->host_bytes = mm.total + m->avae_weight_bytes;
