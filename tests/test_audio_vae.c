@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
 #include "pipeline/media.h"
@@ -252,6 +253,128 @@ static void test_memory(void) {
            a.dev_op_scratch / 1048576.0, b.dev_total / 1048576.0);
     /* the released decoder's weights: 65.1M floats (H3-FACTS §4: about 0.25 GB of f32 for the decoder) */
     CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes", (long long)a.dev_weights);
+}
+
+/* The placement option without a GPU: a build without CUDA refuses DEVICE when opening; with CUDA, a device decode
+ * without the backend up is a clear error (and the host decode still works after a placement back). */
+static void test_placement(void) {
+    char mp[700];
+    h3_audio_vae *v = NULL;
+    h3_audio_vae_opts o = {.act_place = H3_PLACE_DEVICE};
+    if (!h3_cuda_compiled()) {
+        CHECK_ERR(h3_audio_vae_open(model_path("official", mp, sizeof mp), &o, &v), H3_ERR_UNSUPPORTED,
+                  "needs a build with CUDA");
+        CHECK(v == NULL, "no handle on failure");
+        return;
+    }
+    CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), &o, &v));
+    if (!v) return;
+    int64_t s[3] = {2, 32, 2}, ws[3] = {2, 1, 1600};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    if (!g_ex.cuda)
+        CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &y), H3_ERR_INVALID, "CUDA backend is not initialized");
+    CHECK_ERR(h3_audio_vae_set_placement(v, (h3_place)42), H3_ERR_INVALID, "unknown placement");
+    CHECK_OK(h3_audio_vae_set_placement(v, H3_PLACE_HOST));
+    CHECK_OK(h3_audio_vae_decode(v, &g_ex, &z, &y));
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+    h3_audio_vae_close(v);
+}
+
+/* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one batch)
+ * and on the CPU: GPU vs CPU within 1e-5 relative L2 (f32 both; cuBLAS and OpenBLAS sum in other orders), GPU vs the
+ * float64 reference within 1e-4 (the CPU's tolerance). The device memory equals the plan: a fresh decoder's first
+ * decode peaks at weights + buffers + the largest op scratch and keeps the weights; a second one peaks at buffers +
+ * scratch over them; a placement back to the host gives the weights back. */
+static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
+    char mp[700], cp[700], file[128];
+    snprintf(file, sizeof file, "case_%s.safetensors", name);
+    h3_audio_vae *vh = NULL, *vd = NULL;
+    h3_audio_vae_opts od = {.act_place = H3_PLACE_DEVICE};
+    h3_tensor lat = {0}, ref = {0}, oh = {0}, od1 = {0}, od2 = {0};
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), NULL, &vh));
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), &od, &vd));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "waveform", &ref));
+    if (!vh || !vd || !lat.data || !ref.data) goto done;
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(vd);
+    h3_tensor *outs[3] = {&oh, &od1, &od2};
+    for (int i = 0; i < 3; i++) CHECK_OK(h3_tensor_alloc(outs[i], H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+    int64_t ch = lat.ndim == 3 ? lat.shape[0] : 1, T = lat.shape[lat.ndim - 1];
+    h3_audio_vae_mem m;
+    CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
+    CHECK_OK(h3_audio_vae_decode(vh, ex, &lat, &oh));
+    int64_t used0, used1, used2, peak1, peak2;
+    h3_cuda_mem_stats(ex, &used0, NULL, NULL);
+    h3_cuda_reset_peak(ex);
+    CHECK_OK(h3_audio_vae_decode(vd, ex, &lat, &od1));
+    h3_cuda_mem_stats(ex, &used1, &peak1, NULL);
+    h3_cuda_reset_peak(ex);
+    CHECK_OK(h3_audio_vae_decode(vd, ex, &lat, &od2));
+    h3_cuda_mem_stats(ex, &used2, &peak2, NULL);
+    t_note("  %-13s %-9s [%lld, 32, %lld] device bytes: first decode peak %lld (plan %lld: weights %lld + buffers "
+           "%lld + op scratch %lld), resident after %lld, second decode peak %lld over them", name, kind,
+           (long long)ch, (long long)T, (long long)(peak1 - used0), (long long)m.dev_total, (long long)m.dev_weights,
+           (long long)m.dev_buffers, (long long)m.dev_op_scratch, (long long)(used1 - used0), (long long)(peak2 - used1));
+    CHECK(peak1 - used0 == m.dev_total, "%s/%s: first device decode peaked at %lld bytes, the plan says %lld", kind,
+          name, (long long)(peak1 - used0), (long long)m.dev_total);
+    CHECK(used1 - used0 == m.dev_weights, "%s/%s: %lld bytes stay after the decode, the weights are %lld", kind, name,
+          (long long)(used1 - used0), (long long)m.dev_weights);
+    CHECK(used2 == used1 && peak2 - used1 == m.dev_buffers + m.dev_op_scratch,
+          "%s/%s: second decode peaked at %lld over the weights (plan %lld), left %lld", kind, name,
+          (long long)(peak2 - used1), (long long)(m.dev_buffers + m.dev_op_scratch), (long long)(used2 - used1));
+    size_t n = (size_t)h3_tensor_numel(&ref);
+    double *rh = malloc(n * sizeof *rh), *rr = malloc(n * sizeof *rr);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i], rr[i] = ((float *)ref.data)[i];
+    char what[160];
+    snprintf(what, sizeof what, "%s/%s: GPU vs CPU decode", kind, name);
+    double e1 = EXPECT_CLOSE(what, od1.data, rh, n, 1e-5);
+    snprintf(what, sizeof what, "%s/%s: GPU vs the float64 reference", kind, name);
+    double e2 = EXPECT_CLOSE(what, od1.data, rr, n, 1e-4);
+    snprintf(what, sizeof what, "%s/%s: second GPU decode vs the first", kind, name);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)od1.data)[i];
+    EXPECT_CLOSE(what, od2.data, rh, n, 0);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i];
+    t_note("  %-13s %-9s GPU vs CPU: rel err %.2e, max abs %.2e; GPU vs reference: rel err %.2e, max abs %.2e", name,
+           kind, e1, t_max_abs_err(od1.data, rh, n), e2, t_max_abs_err(od1.data, rr, n));
+    free(rh);
+    free(rr);
+    CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
+    h3_cuda_mem_stats(ex, &used2, NULL, NULL);
+    CHECK(used2 == used0, "%s/%s: %lld device bytes left after the placement back to the host", kind, name,
+          (long long)(used2 - used0));
+done:
+    h3_tensor_free(&lat);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&oh);
+    h3_tensor_free(&od1);
+    h3_tensor_free(&od2);
+    h3_audio_vae_close(vh);
+    h3_audio_vae_close(vd);
+}
+
+/* Every fixture case on the GPU (cuda_case). Skips without a GPU. */
+static void test_cuda(void) {
+    if (h3_cuda_device_count() == 0) {
+        t_note("  skipped: no CUDA device on this machine (%s)",
+               h3_cuda_compiled() ? "CUDA backend compiled" : "built without CUDA");
+        return;
+    }
+    h3_exec ex;
+    CHECK_OK(h3_exec_init(&ex, 2));
+    h3_status st = h3_cuda_init(&ex, 0, (int64_t)2 << 30);
+    CHECK_OK(st);
+    if (st == H3_OK) {
+        cuda_case(&ex, "official", "stereo");
+        cuda_case(&ex, "official", "mono");
+        cuda_case(&ex, "diffusers", "stereo");
+        cuda_case(&ex, "comfy", "comfy_stereo");
+        h3_cuda_shutdown(&ex);
+    }
+    h3_exec_free(&ex);
 }
 
 static void test_malformed_latents(void) {
@@ -512,6 +635,8 @@ int main(int argc, char **argv) {
         {"fixtures", test_fixtures},
         {"filters", test_filters},
         {"memory", test_memory},
+        {"placement", test_placement},
+        {"cuda", test_cuda},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
         {"alloc_failures", test_alloc_failures},

@@ -195,7 +195,10 @@ static h3_status cg_matmul_batched(h3_exec *ex, int dt, int transb, int64_t m, i
         cublasStatus_t r = cublasLtMatmul(s->lt, p->op, &one, A, p->a, B, p->b, &zero, D, p->d, D, p->d, &p->algo,
                                           s->workspace, s->workspace_size, cuda_stream(ex));
         if (r != CUBLAS_STATUS_SUCCESS)
-            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt matmul of a convolution (m%lld n%lld k%lld batch %d) failed: status %d",
+            st = H3_ERR((r == CUBLAS_STATUS_NOT_SUPPORTED || r == CUBLAS_STATUS_INVALID_VALUE) && key.batch > 1
+                            ? H3_ERR_UNSUPPORTED /* cg_matmul then runs the items one by one */
+                            : H3_ERR_DEVICE,
+                        "cuBLASLt matmul of a convolution (m%lld n%lld k%lld batch %d) failed: status %d",
                         (long long)m, (long long)n, (long long)k, batch, (int)r);
     }
     pthread_mutex_unlock(&g_cg_mu);
@@ -382,10 +385,8 @@ __global__ void k_snake_aa(void *y, const void *x, int dt, int64_t rows, int64_t
 
 /* ---- the ops ------------------------------------------------------------------------------------------------ */
 
-static inline const void *cv_at(const void *p, int64_t i, size_t es) {
-    return (const char *)p + (size_t)i * es;
-}
-static inline void *cv_at(void *p, int64_t i, size_t es) {
+/* Element i of dtype size es at p (operands of the GEMMs; A and B are only read). */
+static inline void *cv_at(const void *p, int64_t i, size_t es) {
     return (char *)p + (size_t)i * es;
 }
 
