@@ -255,18 +255,12 @@ static void test_memory(void) {
     CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes", (long long)a.dev_weights);
 }
 
-/* The placement option without a GPU: a build without CUDA refuses DEVICE when opening; with CUDA, a device decode
- * without the backend up is a clear error (and the host decode still works after a placement back). */
+/* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or the
+ * build's lack of CUDA), the host decode works after a placement back; an unknown placement is refused. */
 static void test_placement(void) {
     char mp[700];
     h3_audio_vae *v = NULL;
     h3_audio_vae_opts o = {.act_place = H3_PLACE_DEVICE};
-    if (!h3_cuda_compiled()) {
-        CHECK_ERR(h3_audio_vae_open(model_path("official", mp, sizeof mp), &o, &v), H3_ERR_UNSUPPORTED,
-                  "needs a build with CUDA");
-        CHECK(v == NULL, "no handle on failure");
-        return;
-    }
     CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), &o, &v));
     if (!v) return;
     int64_t s[3] = {2, 32, 2}, ws[3] = {2, 1, 1600};
@@ -274,14 +268,118 @@ static void test_placement(void) {
     CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
     CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_OTHER));
     t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
-    if (!g_ex.cuda)
-        CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &y), H3_ERR_INVALID, "CUDA backend is not initialized");
+    CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &y), H3_ERR_INVALID,
+              h3_cuda_compiled() ? "CUDA backend is not initialized" : "this build has no CUDA backend");
     CHECK_ERR(h3_audio_vae_set_placement(v, (h3_place)42), H3_ERR_INVALID, "unknown placement");
     CHECK_OK(h3_audio_vae_set_placement(v, H3_PLACE_HOST));
     CHECK_OK(h3_audio_vae_decode(v, &g_ex, &z, &y));
     h3_tensor_free(&z);
     h3_tensor_free(&y);
     h3_audio_vae_close(v);
+}
+
+/* ---- the device path on a stand-in device: host memory and the CPU kernels behind the device place ----------------
+ * Runs the decode's device code (the weights' upload into one block and the views into it, every channel in one batch,
+ * the latents copied in and the waveform out) on any machine. Its allocations are counted in the arena's granules; its
+ * ops take their scratch from the host, so the peak is the plan's weights + buffers. */
+
+static int64_t g_sd_used, g_sd_peak;
+
+static void *sd_alloc(size_t bytes, void *user) {
+    (void)user;
+    size_t need = (size_t)h3_cuda_granule((int64_t)(bytes ? bytes : 1));
+    int64_t *p = malloc(need + 16);
+    if (!p) return NULL;
+    p[0] = (int64_t)need;
+    g_sd_used += (int64_t)need;
+    g_sd_peak = g_sd_used > g_sd_peak ? g_sd_used : g_sd_peak;
+    return (char *)p + 16;
+}
+
+static void sd_free(void *ptr, void *user) {
+    (void)user;
+    int64_t *p = (int64_t *)((char *)ptr - 16);
+    g_sd_used -= p[0];
+    free(p);
+}
+
+extern const h3_backend h3_cpu_backend;
+
+static h3_status sd_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    return h3_cpu_backend.convert(ex, dst, src);
+}
+static h3_status sd_sync(h3_exec *ex) {
+    (void)ex;
+    return H3_OK;
+}
+
+/* Every fixture case through the device path on the stand-in: the waveform equals the host decode's exactly (the
+ * same kernels; batching items changes no sum), the stand-in's peak is the plan's weights + buffers, the weights stay
+ * until a placement back to the host gives them back. */
+static void test_standin_device(void) {
+    if (h3_backend_for_place(H3_PLACE_DEVICE)) {
+        t_note("  skipped: a device backend is active");
+        return;
+    }
+    h3_backend sd = h3_cpu_backend;
+    sd.name = "stand-in device";
+    sd.copy = sd_copy;
+    sd.sync = sd_sync;
+    h3_place_allocator da = {sd_alloc, sd_free, NULL};
+    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
+    h3_backend_set_device(&sd);
+    static int token;
+    g_ex.cuda = &token; /* "a device is up" */
+    static const char *const cases[4][2] = {
+        {"official", "stereo"}, {"official", "mono"}, {"diffusers", "stereo"}, {"comfy", "comfy_stereo"}};
+    for (int i = 0; i < 4; i++) {
+        char mp[700], cp[700], file[128];
+        snprintf(file, sizeof file, "case_%s.safetensors", cases[i][1]);
+        h3_audio_vae *vh = NULL, *vd = NULL;
+        h3_audio_vae_opts od = {.act_place = H3_PLACE_DEVICE};
+        h3_tensor lat = {0}, oh = {0}, odv = {0};
+        CHECK_OK(h3_audio_vae_open(model_path(cases[i][0], mp, sizeof mp), NULL, &vh));
+        CHECK_OK(h3_audio_vae_open(model_path(cases[i][0], mp, sizeof mp), &od, &vd));
+        CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
+        if (vh && vd && lat.data) {
+            int64_t ch = lat.ndim == 3 ? lat.shape[0] : 1, T = lat.shape[lat.ndim - 1];
+            const h3_audio_vae_config *c = h3_audio_vae_get_config(vd);
+            int64_t sw[3] = {ch, 1, T * c->hop};
+            CHECK_OK(h3_tensor_alloc(&oh, H3_PLACE_HOST, H3_F32, 3, sw, H3_MEM_OTHER));
+            CHECK_OK(h3_tensor_alloc(&odv, H3_PLACE_HOST, H3_F32, 3, sw, H3_MEM_OTHER));
+            h3_audio_vae_mem m;
+            CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
+            CHECK_OK(h3_audio_vae_decode(vh, &g_ex, &lat, &oh));
+            g_sd_used = g_sd_peak = 0;
+            CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv));
+            size_t n = (size_t)h3_tensor_numel(&oh);
+            double *ref = malloc(n * sizeof *ref);
+            for (size_t k = 0; k < n; k++) ref[k] = ((float *)oh.data)[k];
+            char what[160];
+            snprintf(what, sizeof what, "%s/%s: the device path (stand-in) vs the host decode", cases[i][0],
+                     cases[i][1]);
+            EXPECT_CLOSE(what, odv.data, ref, n, 0);
+            free(ref);
+            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept", cases[i][1],
+                   cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
+                   (long long)g_sd_used);
+            CHECK(g_sd_peak == m.dev_weights + m.dev_buffers && g_sd_used == m.dev_weights,
+                  "%s/%s: peak %lld, kept %lld; plan weights %lld + buffers %lld", cases[i][0], cases[i][1],
+                  (long long)g_sd_peak, (long long)g_sd_used, (long long)m.dev_weights, (long long)m.dev_buffers);
+            CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv)); /* the weights stay: nothing is uploaded again */
+            CHECK(g_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)g_sd_used);
+            CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
+            CHECK(g_sd_used == 0, "%lld bytes left after the placement back to the host", (long long)g_sd_used);
+        }
+        h3_tensor_free(&lat);
+        h3_tensor_free(&oh);
+        h3_tensor_free(&odv);
+        h3_audio_vae_close(vh);
+        h3_audio_vae_close(vd);
+    }
+    g_ex.cuda = NULL;
+    h3_backend_set_device(NULL);
+    h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
 }
 
 /* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one batch)
@@ -636,6 +734,7 @@ int main(int argc, char **argv) {
         {"filters", test_filters},
         {"memory", test_memory},
         {"placement", test_placement},
+        {"standin_device", test_standin_device},
         {"cuda", test_cuda},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},

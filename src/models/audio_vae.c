@@ -744,8 +744,6 @@ static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
 h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place) {
     if (act_place != H3_PLACE_HOST && act_place != H3_PLACE_PINNED && act_place != H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "audio VAE: unknown placement %d", (int)act_place);
-    if (act_place == H3_PLACE_DEVICE && !h3_cuda_compiled())
-        return H3_ERR(H3_ERR_UNSUPPORTED, "audio VAE: decoding on the device needs a build with CUDA");
     if (act_place != H3_PLACE_DEVICE) av_dev_release(v);
     v->act_place = act_place == H3_PLACE_DEVICE ? H3_PLACE_DEVICE : H3_PLACE_HOST;
     return H3_OK;
@@ -1012,8 +1010,10 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
                       "got %s", (long long)ch, (long long)S, (long long)ch, (long long)S,
                       wave ? h3_tensor_shape_str(wave, s, sizeof s) : "none");
     const int dev = v->act_place == H3_PLACE_DEVICE;
-    if (dev && !ex->cuda)
-        return H3_ERR(H3_ERR_INVALID, "audio decode on the device: the CUDA backend is not initialized (h3_cuda_init)");
+    if (dev && (!ex->cuda || !h3_backend_for_place(H3_PLACE_DEVICE)))
+        return H3_ERR(H3_ERR_INVALID, "audio decode on the device: %s",
+                      h3_cuda_compiled() ? "the CUDA backend is not initialized (h3_cuda_init)"
+                                         : "this build has no CUDA backend (decode on the host)");
     av_plan p;
     av_make_plan(c, T, dev ? ch : 1, &p); /* the device decodes every channel in one batch, the host one by one */
     av_run r = {v, ex, &p, NULL, dev ? H3_PLACE_DEVICE : H3_PLACE_HOST};

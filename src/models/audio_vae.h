@@ -12,7 +12,10 @@
  * The resampling filters are the ones the checkpoint stores (every layout stores them, as diffusers and ComfyUI
  * do); when a file lacks them they are computed (h3_audio_kaiser_filter, the same formula). Weight-normalized
  * convolutions (weight_g / weight_v, or parametrizations.weight.original0/1) are folded at open into f32 weights;
- * ComfyUI's file stores them folded. Weights stay f32 (bf16 audio is audibly worse); activations are f32.
+ * ComfyUI's file stores them folded. Weights stay f32 (bf16 audio is audibly worse); activations are f32. The three
+ * steps of each anti-aliased activation run as one op (h3_op_snake_aa). The decode runs on the host (channels one
+ * after the other) or, with act_place DEVICE, on the GPU (the weights uploaded once as f32, the channels in one batch;
+ * docs/VAE.md).
  *
  * Files: the official audio_vae/ folder (config.json with latents_mean/std, metadata.json with the constructor
  * arguments, model.safetensors), the diffusers audio_vae/ folder (config.json, diffusion_pytorch_model.safetensors),
@@ -49,8 +52,8 @@ typedef struct h3_audio_vae_opts {
     int compute_filters; /* use computed Kaiser filters even where the file stores them */
     /* Where a decode keeps its activations: HOST (the default; channels one after the other), or DEVICE: the
      * activations on the GPU with every channel in one batch, and the weights too (uploaded as f32 by the first
-     * decode, kept until h3_audio_vae_close or a placement back to HOST). DEVICE needs a build with CUDA, and the
-     * CUDA backend up (h3_cuda_init) when decoding; close the decoder before h3_cuda_shutdown. */
+     * decode, kept until h3_audio_vae_close or a placement back to HOST). Decoding there needs the CUDA backend up
+     * (h3_cuda_init); close the decoder before h3_cuda_shutdown. */
     h3_place act_place;
 } h3_audio_vae_opts;
 
