@@ -246,13 +246,14 @@ static void test_memory(void) {
     h3_audio_vae_mem a, b;
     CHECK_OK(h3_audio_vae_decode_peak(&r, 207, 2, &a));
     CHECK_OK(h3_audio_vae_decode_peak(&r, 600, 2, &b));
-    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB on the host", a.total / 1048576.0,
-           b.total / 1048576.0);
+    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB on the host",
+           a.total / 1048576.0, b.total / 1048576.0);
     t_note("  on the device, stereo: 207 latents %.1f MiB (weights %.1f, buffers %.1f, op scratch %.1f), 600 latents "
            "%.1f MiB", a.dev_total / 1048576.0, a.dev_weights / 1048576.0, a.dev_buffers / 1048576.0,
            a.dev_op_scratch / 1048576.0, b.dev_total / 1048576.0);
     /* the released decoder's weights: 65.1M floats (H3-FACTS §4: about 0.25 GB of f32 for the decoder) */
-    CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes", (long long)a.dev_weights);
+    CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes",
+          (long long)a.dev_weights);
 }
 
 /* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or the
@@ -360,8 +361,8 @@ static void test_standin_device(void) {
                      cases[i][1]);
             EXPECT_CLOSE(what, odv.data, ref, n, 0);
             free(ref);
-            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept", cases[i][1],
-                   cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
+            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept",
+                   cases[i][1], cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
                    (long long)g_sd_used);
             CHECK(g_sd_peak == m.dev_weights + m.dev_buffers && g_sd_used == m.dev_weights,
                   "%s/%s: peak %lld, kept %lld; plan weights %lld + buffers %lld", cases[i][0], cases[i][1],
@@ -400,7 +401,8 @@ static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
     if (!vh || !vd || !lat.data || !ref.data) goto done;
     const h3_audio_vae_config *c = h3_audio_vae_get_config(vd);
     h3_tensor *outs[3] = {&oh, &od1, &od2};
-    for (int i = 0; i < 3; i++) CHECK_OK(h3_tensor_alloc(outs[i], H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(h3_tensor_alloc(outs[i], H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
     int64_t ch = lat.ndim == 3 ? lat.shape[0] : 1, T = lat.shape[lat.ndim - 1];
     h3_audio_vae_mem m;
     CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
@@ -416,7 +418,8 @@ static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
     t_note("  %-13s %-9s [%lld, 32, %lld] device bytes: first decode peak %lld (plan %lld: weights %lld + buffers "
            "%lld + op scratch %lld), resident after %lld, second decode peak %lld over them", name, kind,
            (long long)ch, (long long)T, (long long)(peak1 - used0), (long long)m.dev_total, (long long)m.dev_weights,
-           (long long)m.dev_buffers, (long long)m.dev_op_scratch, (long long)(used1 - used0), (long long)(peak2 - used1));
+           (long long)m.dev_buffers, (long long)m.dev_op_scratch, (long long)(used1 - used0),
+           (long long)(peak2 - used1));
     CHECK(peak1 - used0 == m.dev_total, "%s/%s: first device decode peaked at %lld bytes, the plan says %lld", kind,
           name, (long long)(peak1 - used0), (long long)m.dev_total);
     CHECK(used1 - used0 == m.dev_weights, "%s/%s: %lld bytes stay after the decode, the weights are %lld", kind, name,

@@ -470,7 +470,8 @@ static void test_conv_batched(void) {
         for (int k = 0; k < 1 + c1[i].bf16; k++) {
             h3_dtype dt = g_dts[k];
             h3_conv1d_params p = {c1[i].stride, c1[i].dil, c1[i].groups, c1[i].pl, c1[i].pr, c1[i].mode};
-            int64_t T = c1[i].T, K = c1[i].K, tout = (T + p.pad_left + p.pad_right - p.dilation * (K - 1) - 1) / p.stride + 1;
+            int64_t T = c1[i].T, K = c1[i].K;
+            int64_t tout = (T + p.pad_left + p.pad_right - p.dilation * (K - 1) - 1) / p.stride + 1;
             int64_t sw[3] = {c1[i].cout, c1[i].cin / c1[i].groups, K}, sb[1] = {c1[i].cout};
             pair x = mk_bct(dt, c1[i].B, c1[i].cin, T, 1.0), y = mk_bct(dt, c1[i].B, c1[i].cout, tout, 1.0);
             pair w = mk(dt, 3, sw, 1.0 / sqrt((double)(sw[1] * K))), b = mk(dt, 1, sb, 0.5);

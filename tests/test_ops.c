@@ -527,8 +527,9 @@ static void conv1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int str
                         int pr, h3_pad_mode mode, int64_t T) {
     h3_conv1d_params p = {stride, dil, groups, pl, pr, mode};
     int64_t tout = (T + pl + pr - dil * (K - 1) - 1) / stride + 1, nb = B ? B : 1;
-    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cout, cin / groups, K, 0, 0.5);
-    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
+    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0);
+    h3_tensor w = trandn(3, cout, cin / groups, K, 0, 0.5), b = trandn(1, cout, 0, 0, 0, 1.0);
+    h3_tensor y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
     double *ref = dalloc((size_t)(nb * cout * tout));
     int64_t cig = cin / groups, cog = cout / groups;
     for (int64_t bi = 0; bi < nb; bi++)
@@ -562,8 +563,9 @@ static void convt1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int st
     h3_convt1d_params p = {stride, pad, outpad, groups, 1};
     int64_t tout = (T - 1) * stride - 2 * pad + (K - 1) + outpad + 1, nb = B ? B : 1;
     int64_t cig = cin / groups, cog = cout / groups;
-    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cin, cog, K, 0, 0.5);
-    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
+    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0);
+    h3_tensor w = trandn(3, cin, cog, K, 0, 0.5), b = trandn(1, cout, 0, 0, 0, 1.0);
+    h3_tensor y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
     double *ref = dalloc((size_t)(nb * cout * tout));
     for (int64_t bi = 0; bi < nb; bi++) {
         double *r = ref + bi * cout * tout;
@@ -780,7 +782,8 @@ static void test_snake_aa(void) {
         int64_t B = cs[i].B, C = cs[i].C, L = ri(cs[i].tlo, cs[i].thi), nb = B ? B : 1;
         int K = cs[i].K;
         for (int logscale = 0; logscale < 2; logscale++) {
-            h3_tensor x = B ? trandn(3, B, C, L, 0, 1.5) : trandn(2, C, L, 0, 0, 1.5), y = tnew(H3_F32, x.ndim, x.shape[0], x.shape[1], x.shape[2], 0);
+            h3_tensor x = B ? trandn(3, B, C, L, 0, 1.5) : trandn(2, C, L, 0, 0, 1.5);
+            h3_tensor y = tnew(H3_F32, x.ndim, x.shape[0], x.shape[1], x.shape[2], 0);
             h3_tensor a = trandn(1, C, 0, 0, 0, 0.5), b = trandn(1, C, 0, 0, 0, 0.5), fu = trandn(1, K, 0, 0, 0, 0.3),
                       fd = trandn(1, K, 0, 0, 0, 0.3);
             if (!logscale)
@@ -793,8 +796,8 @@ static void test_snake_aa(void) {
             }
             CHECK_OK(h3_op_snake_aa(&g_ex, &y, &x, &a, &b, &fu, &fd, logscale ? H3_SNAKE_LOGSCALE : 0));
             char what[128];
-            snprintf(what, sizeof what, "snake_aa B%lld C%lld T%lld K%d log%d", (long long)B, (long long)C, (long long)L,
-                     K, logscale);
+            snprintf(what, sizeof what, "snake_aa B%lld C%lld T%lld K%d log%d", (long long)B, (long long)C,
+                     (long long)L, K, logscale);
             EXPECT_CLOSE(what, F(&y), ref, (size_t)(nb * C * L), 1e-5);
             if (logscale) { /* the sequence the decoder ran before, with Kaiser filters */
                 h3_tensor z = tnew(H3_F32, x.ndim, x.shape[0], x.shape[1], x.shape[2], 0);

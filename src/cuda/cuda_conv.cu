@@ -455,7 +455,8 @@ static h3_status cuda_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
         k_chan_bias<<<cv_grid(tout, CV_PER, B * cout), CV_NT, 0, cuda_stream(ex)>>>(y->data, dt, B * cout, cout, tout,
                                                                                   b->data, bdt, 0);
         cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) st = H3_ERR(H3_ERR_DEVICE, "kernel conv1d bias failed to launch: %s", cudaGetErrorString(e));
+        if (e != cudaSuccess)
+            st = H3_ERR(H3_ERR_DEVICE, "kernel conv1d bias failed to launch: %s", cudaGetErrorString(e));
     }
     cuda_arena_free(s, col);
     return st;
@@ -494,7 +495,8 @@ static h3_status cuda_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tenso
     k_chan_bias<<<cv_grid(tout, CV_PER, B * cout), CV_NT, 0, cuda_stream(ex)>>>(y->data, dt, B * cout, cout, tout,
                                                                               b ? b->data : NULL, bdt, 1);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) st = H3_ERR(H3_ERR_DEVICE, "kernel conv_transpose1d bias failed to launch: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        st = H3_ERR(H3_ERR_DEVICE, "kernel conv_transpose1d bias failed to launch: %s", cudaGetErrorString(e));
     const int64_t tc_max = h3_cuda_conv_col_steps(B * cout * K * (int64_t)es, tin);
     for (int64_t t0 = 0; t0 < tin && st == H3_OK; t0 += tc_max) {
         const int64_t tc = tin - t0 < tc_max ? tin - t0 : tc_max;
@@ -528,7 +530,8 @@ static h3_status cuda_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     H3_TRY(cuda_need_float(H3_OP_SNAKE_AA, "filter", down));
     if (up->dtype != down->dtype)
         return H3_ERR(H3_ERR_INVALID, "op 'snake_aa' on the device: the two filters need one dtype");
-    if (x->dtype != y->dtype) return h3_missing_kernel(H3_OP_SNAKE_AA, CUDA_NAME, "an output unlike its input", y->dtype);
+    if (x->dtype != y->dtype)
+        return h3_missing_kernel(H3_OP_SNAKE_AA, CUDA_NAME, "an output unlike its input", y->dtype);
     const int64_t L = x->shape[x->ndim - 1], C = x->shape[x->ndim - 2], rows = h3_tensor_rows(x);
     if (rows == 0 || L == 0) return H3_OK;
     k_snake_aa<<<cv_grid(L, AA_TN / CV_NT, rows), CV_NT, 0, cuda_stream(ex)>>>(

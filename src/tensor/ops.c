@@ -264,8 +264,9 @@ h3_status h3_op_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3
     char s1[96], s2[96];
     if ((x->ndim != 2 && x->ndim != 3) || !h3_tensor_same_shape(x, y) || !h3_tensor_is_contiguous(x) ||
         !h3_tensor_is_contiguous(y))
-        return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': x and y must be contiguous [C, T] or [B, C, T] of one shape; got %s "
-                      "and %s", shp(x, s1), shp(y, s2));
+        return H3_ERR(H3_ERR_INVALID,
+                      "op 'snake_aa': x and y must be contiguous [C, T] or [B, C, T] of one shape; got %s and %s",
+                      shp(x, s1), shp(y, s2));
     if (y->data == x->data && h3_tensor_numel(x) > 0)
         return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': the output must not alias the input");
     if (!alpha || !up || !down) return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': alpha and both filters are required");
