@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
 #include "pipeline/media.h"
@@ -185,7 +186,7 @@ static void test_filters(void) {
     CHECK(fabs(sum - 1.0) < 1e-6 && f[0] == f[11] && f[5] == f[6], "sums to 1 (%.9f), symmetric", sum);
     t_note("  computed Kaiser filter vs stored: max diff %.2e", worst);
     json_decref(m);
-    h3_audio_vae_opts o = {1};
+    h3_audio_vae_opts o = {.compute_filters = 1};
     run_case("official", &o, "stereo", 1e-4);
 }
 
@@ -210,10 +211,9 @@ static void test_memory(void) {
         h3_mem_get_stats(&b);
         int64_t peak = b.total_peak - a.total_current;
         h3_audio_vae_mem m;
-        CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], &m));
-        t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, stage %lld, op %lld)",
-               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.stage_scratch,
-               (long long)m.op_scratch);
+        CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], 2, &m));
+        t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, op %lld)",
+               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.op_scratch);
         CHECK(llabs(peak - m.total) <= m.total / 50, "predicted %lld vs measured %lld", (long long)m.total,
               (long long)peak);
         CHECK(b.total_current == a.total_current, "leaked %lld bytes", (long long)(b.total_current - a.total_current));
@@ -244,10 +244,238 @@ static void test_memory(void) {
     r.filter_taps = 12;
     r.hop = 800;
     h3_audio_vae_mem a, b;
-    CHECK_OK(h3_audio_vae_decode_peak(&r, 207, &a));
-    CHECK_OK(h3_audio_vae_decode_peak(&r, 600, &b));
-    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB", a.total / 1048576.0,
-           b.total / 1048576.0);
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 207, 2, &a));
+    CHECK_OK(h3_audio_vae_decode_peak(&r, 600, 2, &b));
+    t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB on the host",
+           a.total / 1048576.0, b.total / 1048576.0);
+    t_note("  on the device, stereo: 207 latents %.1f MiB (weights %.1f, buffers %.1f, op scratch %.1f), 600 latents "
+           "%.1f MiB", a.dev_total / 1048576.0, a.dev_weights / 1048576.0, a.dev_buffers / 1048576.0,
+           a.dev_op_scratch / 1048576.0, b.dev_total / 1048576.0);
+    /* the released decoder's weights: 65.1M floats (H3-FACTS §4: about 0.25 GB of f32 for the decoder) */
+    CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes",
+          (long long)a.dev_weights);
+}
+
+/* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or the
+ * build's lack of CUDA), the host decode works after a placement back; an unknown placement is refused. */
+static void test_placement(void) {
+    char mp[700];
+    h3_audio_vae *v = NULL;
+    h3_audio_vae_opts o = {.act_place = H3_PLACE_DEVICE};
+    CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), &o, &v));
+    if (!v) return;
+    int64_t s[3] = {2, 32, 2}, ws[3] = {2, 1, 1600};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    CHECK_ERR(h3_audio_vae_decode(v, &g_ex, &z, &y), H3_ERR_INVALID,
+              h3_cuda_compiled() ? "CUDA backend is not initialized" : "this build has no CUDA backend");
+    CHECK_ERR(h3_audio_vae_set_placement(v, (h3_place)42), H3_ERR_INVALID, "unknown placement");
+    CHECK_OK(h3_audio_vae_set_placement(v, H3_PLACE_HOST));
+    CHECK_OK(h3_audio_vae_decode(v, &g_ex, &z, &y));
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+    h3_audio_vae_close(v);
+}
+
+/* ---- the device path on a stand-in device: host memory and the CPU kernels behind the device place ----------------
+ * Runs the decode's device code (the weights' upload into one block and the views into it, every channel in one batch,
+ * the latents copied in and the waveform out) on any machine. Its allocations are counted in the arena's granules; its
+ * ops take their scratch from the host, so the peak is the plan's weights + buffers. */
+
+static int64_t g_sd_used, g_sd_peak;
+
+static void *sd_alloc(size_t bytes, void *user) {
+    (void)user;
+    size_t need = (size_t)h3_cuda_granule((int64_t)(bytes ? bytes : 1));
+    int64_t *p = malloc(need + 16);
+    if (!p) return NULL;
+    p[0] = (int64_t)need;
+    g_sd_used += (int64_t)need;
+    g_sd_peak = g_sd_used > g_sd_peak ? g_sd_used : g_sd_peak;
+    return (char *)p + 16;
+}
+
+static void sd_free(void *ptr, void *user) {
+    (void)user;
+    int64_t *p = (int64_t *)((char *)ptr - 16);
+    g_sd_used -= p[0];
+    free(p);
+}
+
+extern const h3_backend h3_cpu_backend;
+
+static h3_status sd_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    return h3_cpu_backend.convert(ex, dst, src);
+}
+static h3_status sd_sync(h3_exec *ex) {
+    (void)ex;
+    return H3_OK;
+}
+
+/* Every fixture case through the device path on the stand-in: the waveform equals the host decode's exactly (the
+ * same kernels; batching items changes no sum), the stand-in's peak is the plan's weights + buffers, the weights stay
+ * until a placement back to the host gives them back. */
+static void test_standin_device(void) {
+    if (h3_backend_for_place(H3_PLACE_DEVICE)) {
+        t_note("  skipped: a device backend is active");
+        return;
+    }
+    h3_backend sd = h3_cpu_backend;
+    sd.name = "stand-in device";
+    sd.copy = sd_copy;
+    sd.sync = sd_sync;
+    h3_place_allocator da = {sd_alloc, sd_free, NULL};
+    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
+    h3_backend_set_device(&sd);
+    static int token;
+    g_ex.cuda = &token; /* "a device is up" */
+    static const char *const cases[4][2] = {
+        {"official", "stereo"}, {"official", "mono"}, {"diffusers", "stereo"}, {"comfy", "comfy_stereo"}};
+    for (int i = 0; i < 4; i++) {
+        char mp[700], cp[700], file[128];
+        snprintf(file, sizeof file, "case_%s.safetensors", cases[i][1]);
+        h3_audio_vae *vh = NULL, *vd = NULL;
+        h3_audio_vae_opts od = {.act_place = H3_PLACE_DEVICE};
+        h3_tensor lat = {0}, oh = {0}, odv = {0};
+        CHECK_OK(h3_audio_vae_open(model_path(cases[i][0], mp, sizeof mp), NULL, &vh));
+        CHECK_OK(h3_audio_vae_open(model_path(cases[i][0], mp, sizeof mp), &od, &vd));
+        CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
+        if (vh && vd && lat.data) {
+            int64_t ch = lat.ndim == 3 ? lat.shape[0] : 1, T = lat.shape[lat.ndim - 1];
+            const h3_audio_vae_config *c = h3_audio_vae_get_config(vd);
+            int64_t sw[3] = {ch, 1, T * c->hop};
+            CHECK_OK(h3_tensor_alloc(&oh, H3_PLACE_HOST, H3_F32, 3, sw, H3_MEM_OTHER));
+            CHECK_OK(h3_tensor_alloc(&odv, H3_PLACE_HOST, H3_F32, 3, sw, H3_MEM_OTHER));
+            h3_audio_vae_mem m;
+            CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
+            CHECK_OK(h3_audio_vae_decode(vh, &g_ex, &lat, &oh));
+            g_sd_used = g_sd_peak = 0;
+            CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv));
+            size_t n = (size_t)h3_tensor_numel(&oh);
+            double *ref = malloc(n * sizeof *ref);
+            for (size_t k = 0; k < n; k++) ref[k] = ((float *)oh.data)[k];
+            char what[160];
+            snprintf(what, sizeof what, "%s/%s: the device path (stand-in) vs the host decode", cases[i][0],
+                     cases[i][1]);
+            EXPECT_CLOSE(what, odv.data, ref, n, 0);
+            free(ref);
+            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept",
+                   cases[i][1], cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
+                   (long long)g_sd_used);
+            CHECK(g_sd_peak == m.dev_weights + m.dev_buffers && g_sd_used == m.dev_weights,
+                  "%s/%s: peak %lld, kept %lld; plan weights %lld + buffers %lld", cases[i][0], cases[i][1],
+                  (long long)g_sd_peak, (long long)g_sd_used, (long long)m.dev_weights, (long long)m.dev_buffers);
+            CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv)); /* the weights stay: nothing is uploaded again */
+            CHECK(g_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)g_sd_used);
+            CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
+            CHECK(g_sd_used == 0, "%lld bytes left after the placement back to the host", (long long)g_sd_used);
+        }
+        h3_tensor_free(&lat);
+        h3_tensor_free(&oh);
+        h3_tensor_free(&odv);
+        h3_audio_vae_close(vh);
+        h3_audio_vae_close(vd);
+    }
+    g_ex.cuda = NULL;
+    h3_backend_set_device(NULL);
+    h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
+}
+
+/* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one batch)
+ * and on the CPU: GPU vs CPU within 1e-5 relative L2 (f32 both; cuBLAS and OpenBLAS sum in other orders), GPU vs the
+ * float64 reference within 1e-4 (the CPU's tolerance). The device memory equals the plan: a fresh decoder's first
+ * decode peaks at weights + buffers + the largest op scratch and keeps the weights; a second one peaks at buffers +
+ * scratch over them; a placement back to the host gives the weights back. */
+static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
+    char mp[700], cp[700], file[128];
+    snprintf(file, sizeof file, "case_%s.safetensors", name);
+    h3_audio_vae *vh = NULL, *vd = NULL;
+    h3_audio_vae_opts od = {.act_place = H3_PLACE_DEVICE};
+    h3_tensor lat = {0}, ref = {0}, oh = {0}, od1 = {0}, od2 = {0};
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), NULL, &vh));
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), &od, &vd));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "waveform", &ref));
+    if (!vh || !vd || !lat.data || !ref.data) goto done;
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(vd);
+    h3_tensor *outs[3] = {&oh, &od1, &od2};
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(h3_tensor_alloc(outs[i], H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+    int64_t ch = lat.ndim == 3 ? lat.shape[0] : 1, T = lat.shape[lat.ndim - 1];
+    h3_audio_vae_mem m;
+    CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
+    CHECK_OK(h3_audio_vae_decode(vh, ex, &lat, &oh));
+    int64_t used0, used1, used2, peak1, peak2;
+    h3_cuda_mem_stats(ex, &used0, NULL, NULL);
+    h3_cuda_reset_peak(ex);
+    CHECK_OK(h3_audio_vae_decode(vd, ex, &lat, &od1));
+    h3_cuda_mem_stats(ex, &used1, &peak1, NULL);
+    h3_cuda_reset_peak(ex);
+    CHECK_OK(h3_audio_vae_decode(vd, ex, &lat, &od2));
+    h3_cuda_mem_stats(ex, &used2, &peak2, NULL);
+    t_note("  %-13s %-9s [%lld, 32, %lld] device bytes: first decode peak %lld (plan %lld: weights %lld + buffers "
+           "%lld + op scratch %lld), resident after %lld, second decode peak %lld over them", name, kind,
+           (long long)ch, (long long)T, (long long)(peak1 - used0), (long long)m.dev_total, (long long)m.dev_weights,
+           (long long)m.dev_buffers, (long long)m.dev_op_scratch, (long long)(used1 - used0),
+           (long long)(peak2 - used1));
+    CHECK(peak1 - used0 == m.dev_total, "%s/%s: first device decode peaked at %lld bytes, the plan says %lld", kind,
+          name, (long long)(peak1 - used0), (long long)m.dev_total);
+    CHECK(used1 - used0 == m.dev_weights, "%s/%s: %lld bytes stay after the decode, the weights are %lld", kind, name,
+          (long long)(used1 - used0), (long long)m.dev_weights);
+    CHECK(used2 == used1 && peak2 - used1 == m.dev_buffers + m.dev_op_scratch,
+          "%s/%s: second decode peaked at %lld over the weights (plan %lld), left %lld", kind, name,
+          (long long)(peak2 - used1), (long long)(m.dev_buffers + m.dev_op_scratch), (long long)(used2 - used1));
+    size_t n = (size_t)h3_tensor_numel(&ref);
+    double *rh = malloc(n * sizeof *rh), *rr = malloc(n * sizeof *rr);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i], rr[i] = ((float *)ref.data)[i];
+    char what[160];
+    snprintf(what, sizeof what, "%s/%s: GPU vs CPU decode", kind, name);
+    double e1 = EXPECT_CLOSE(what, od1.data, rh, n, 1e-5);
+    snprintf(what, sizeof what, "%s/%s: GPU vs the float64 reference", kind, name);
+    double e2 = EXPECT_CLOSE(what, od1.data, rr, n, 1e-4);
+    snprintf(what, sizeof what, "%s/%s: second GPU decode vs the first", kind, name);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)od1.data)[i];
+    EXPECT_CLOSE(what, od2.data, rh, n, 0);
+    for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i];
+    t_note("  %-13s %-9s GPU vs CPU: rel err %.2e, max abs %.2e; GPU vs reference: rel err %.2e, max abs %.2e", name,
+           kind, e1, t_max_abs_err(od1.data, rh, n), e2, t_max_abs_err(od1.data, rr, n));
+    free(rh);
+    free(rr);
+    CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
+    h3_cuda_mem_stats(ex, &used2, NULL, NULL);
+    CHECK(used2 == used0, "%s/%s: %lld device bytes left after the placement back to the host", kind, name,
+          (long long)(used2 - used0));
+done:
+    h3_tensor_free(&lat);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&oh);
+    h3_tensor_free(&od1);
+    h3_tensor_free(&od2);
+    h3_audio_vae_close(vh);
+    h3_audio_vae_close(vd);
+}
+
+/* Every fixture case on the GPU (cuda_case). Skips without a GPU. */
+static void test_cuda(void) {
+    if (h3_cuda_device_count() == 0) {
+        t_note("  skipped: no CUDA device on this machine (%s)",
+               h3_cuda_compiled() ? "CUDA backend compiled" : "built without CUDA");
+        return;
+    }
+    h3_exec ex;
+    CHECK_OK(h3_exec_init(&ex, 2));
+    h3_status st = h3_cuda_init(&ex, 0, (int64_t)2 << 30);
+    CHECK_OK(st);
+    if (st == H3_OK) {
+        cuda_case(&ex, "official", "stereo");
+        cuda_case(&ex, "official", "mono");
+        cuda_case(&ex, "diffusers", "stereo");
+        cuda_case(&ex, "comfy", "comfy_stereo");
+        h3_cuda_shutdown(&ex);
+    }
+    h3_exec_free(&ex);
 }
 
 static void test_malformed_latents(void) {
@@ -508,6 +736,9 @@ int main(int argc, char **argv) {
         {"fixtures", test_fixtures},
         {"filters", test_filters},
         {"memory", test_memory},
+        {"placement", test_placement},
+        {"standin_device", test_standin_device},
+        {"cuda", test_cuda},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
         {"alloc_failures", test_alloc_failures},

@@ -416,6 +416,227 @@ static void test_conv(void) {
     pfree(&yy3);
 }
 
+/* ---- the audio decoder's ops: batched conv1d / conv_transpose1d (im2col + cuBLASLt GEMMs, direct depthwise
+ * kernels) and the fused anti-aliased snake. Every case prints its error, so a failure names the shape. */
+
+/* compare(), and a line with the case's relative L2 and largest absolute difference whatever the outcome. */
+static void compare_noted(const char *what, const pair *p, double tol) {
+    h3_tensor back, f;
+    CHECK_OK(h3_tensor_alloc(&back, H3_PLACE_HOST, p->d.dtype, p->d.ndim, p->d.shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc(&f, H3_PLACE_HOST, H3_F32, p->d.ndim, p->d.shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_copy(&g_ex, &back, &p->d));
+    CHECK_OK(h3_exec_sync(&g_ex));
+    CHECK_OK(h3_op_convert(&g_ex, &f, &back));
+    size_t n = (size_t)h3_tensor_numel(&f);
+    double *ref = malloc(n * sizeof(double) + 8);
+    for (size_t i = 0; i < n; i++) ref[i] = ((float *)p->h.data)[i];
+    char name[200];
+    snprintf(name, sizeof name, "%s (%s)", what, h3_dtype_name(p->d.dtype));
+    double e = EXPECT_CLOSE(name, f.data, ref, n, tol);
+    t_note("  %-74s rel %.2e  max abs %.2e  (tol %.0e)%s", name, e, t_max_abs_err(f.data, ref, n), tol,
+           e <= tol ? "" : "  FAILED");
+    free(ref);
+    h3_tensor_free(&back);
+    h3_tensor_free(&f);
+}
+
+/* x [B, C, T] (B 0: [C, T]) */
+static pair mk_bct(h3_dtype dt, int64_t B, int64_t C, int64_t T, double scale) {
+    int64_t s3[3] = {B, C, T}, s2[2] = {C, T};
+    return B ? mk(dt, 3, s3, scale) : mk(dt, 2, s2, scale);
+}
+
+static void test_conv_batched(void) {
+    static const struct {
+        int64_t B, cin, cout, K;
+        int stride, dil, groups, pl, pr;
+        h3_pad_mode mode;
+        int64_t T;
+        int bf16; /* also with bf16 activations and weights */
+    } c1[] = {
+        {0, 6, 8, 7, 2, 3, 2, 9, 9, H3_PAD_REFLECT, 150, 0},   /* groups, stride, dilation, reflect */
+        {2, 6, 8, 7, 2, 3, 2, 9, 9, H3_PAD_REFLECT, 150, 0},   /* the same, batched */
+        {2, 64, 64, 11, 1, 5, 1, 25, 25, H3_PAD_ZEROS, 2000, 1}, /* an AMP block's dilated conv */
+        {2, 64, 64, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 2000, 1},   /* its second conv */
+        {3, 32, 128, 7, 1, 1, 1, 3, 3, H3_PAD_ZEROS, 207, 1},  /* conv_pre-like: K 7, few steps */
+        {2, 32, 96, 1, 1, 1, 1, 0, 0, H3_PAD_ZEROS, 207, 1},   /* pointwise (dec_in_proj): x is its own columns */
+        {2, 12, 6, 1, 1, 1, 3, 0, 0, H3_PAD_ZEROS, 100, 0},    /* pointwise in groups */
+        {2, 8, 1, 7, 1, 1, 1, 3, 3, H3_PAD_ZEROS, 5000, 0},    /* conv_post: one output channel */
+        {2, 5, 10, 12, 2, 1, 5, 5, 6, H3_PAD_REPLICATE, 300, 1}, /* depthwise: the direct kernel */
+        {1, 4, 4, 5, 1, 2, 1, 4, 4, H3_PAD_REPLICATE, 90, 0},
+        {2, 48, 16, 11, 1, 1, 1, 5, 5, H3_PAD_ZEROS, 40000, 0}, /* 3 column chunks of at most 64 MiB */
+    };
+    for (size_t i = 0; i < sizeof c1 / sizeof c1[0]; i++)
+        for (int k = 0; k < 1 + c1[i].bf16; k++) {
+            h3_dtype dt = g_dts[k];
+            h3_conv1d_params p = {c1[i].stride, c1[i].dil, c1[i].groups, c1[i].pl, c1[i].pr, c1[i].mode};
+            int64_t T = c1[i].T, K = c1[i].K;
+            int64_t tout = (T + p.pad_left + p.pad_right - p.dilation * (K - 1) - 1) / p.stride + 1;
+            int64_t sw[3] = {c1[i].cout, c1[i].cin / c1[i].groups, K}, sb[1] = {c1[i].cout};
+            pair x = mk_bct(dt, c1[i].B, c1[i].cin, T, 1.0), y = mk_bct(dt, c1[i].B, c1[i].cout, tout, 1.0);
+            pair w = mk(dt, 3, sw, 1.0 / sqrt((double)(sw[1] * K))), b = mk(dt, 1, sb, 0.5);
+            CHECK_OK(h3_op_conv1d(&g_ex, &y.h, &x.h, &w.h, &b.h, &p));
+            CHECK_OK(h3_op_conv1d(&g_ex, &y.d, &x.d, &w.d, &b.d, &p));
+            char what[160];
+            snprintf(what, sizeof what, "conv1d B%lld cin%lld cout%lld K%lld s%d d%d g%d pad%d/%d mode%d T%lld",
+                     (long long)c1[i].B, (long long)c1[i].cin, (long long)c1[i].cout, (long long)K, p.stride,
+                     p.dilation, p.groups, p.pad_left, p.pad_right, (int)p.pad_mode, (long long)T);
+            compare_noted(what, &y, tol_of(dt));
+            pfree(&x);
+            pfree(&y);
+            pfree(&w);
+            pfree(&b);
+        }
+    static const struct {
+        int64_t B, cin, cout, K;
+        int stride, pad, outpad, groups, dil;
+        int64_t T;
+        int bf16;
+    } ct[] = {
+        {0, 6, 8, 7, 3, 2, 1, 2, 1, 120, 0},
+        {2, 6, 8, 7, 3, 2, 1, 2, 2, 120, 0},      /* groups, dilation, output padding */
+        {2, 1024, 512, 9, 5, 2, 0, 1, 1, 207, 1}, /* the first upsampler */
+        {2, 64, 32, 4, 2, 1, 0, 1, 1, 5000, 1},   /* a later one */
+        {2, 5, 5, 12, 2, 15, 0, 5, 1, 200, 0},    /* depthwise (the resampler's form): the direct kernel */
+        {2, 16, 32, 16, 2, 7, 0, 1, 1, 40000, 0}, /* 3 column chunks of at most 64 MiB */
+    };
+    for (size_t i = 0; i < sizeof ct / sizeof ct[0]; i++)
+        for (int k = 0; k < 1 + ct[i].bf16; k++) {
+            h3_dtype dt = g_dts[k];
+            h3_convt1d_params p = {ct[i].stride, ct[i].pad, ct[i].outpad, ct[i].groups, ct[i].dil};
+            int64_t T = ct[i].T, K = ct[i].K;
+            int64_t tout = (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
+            int64_t sw[3] = {ct[i].cin, ct[i].cout / ct[i].groups, K}, sb[1] = {ct[i].cout};
+            pair x = mk_bct(dt, ct[i].B, ct[i].cin, T, 1.0), y = mk_bct(dt, ct[i].B, ct[i].cout, tout, 1.0);
+            pair w = mk(dt, 3, sw, 1.0 / sqrt((double)(ct[i].cin / ct[i].groups * K))), b = mk(dt, 1, sb, 0.5);
+            CHECK_OK(h3_op_conv_transpose1d(&g_ex, &y.h, &x.h, &w.h, &b.h, &p));
+            CHECK_OK(h3_op_conv_transpose1d(&g_ex, &y.d, &x.d, &w.d, &b.d, &p));
+            char what[160];
+            snprintf(what, sizeof what, "conv_transpose1d B%lld cin%lld cout%lld K%lld s%d p%d op%d g%d d%d T%lld",
+                     (long long)ct[i].B, (long long)ct[i].cin, (long long)ct[i].cout, (long long)K, p.stride,
+                     p.padding, p.output_padding, p.groups, p.dilation, (long long)T);
+            compare_noted(what, &y, tol_of(dt));
+            pfree(&x);
+            pfree(&y);
+            pfree(&w);
+            pfree(&b);
+        }
+    /* the scratch comes from the arena and goes back: nothing stays after the ops */
+    int64_t used0, used1;
+    h3_cuda_mem_stats(&g_ex, &used0, NULL, NULL);
+    {
+        h3_conv1d_params p = {1, 1, 1, 5, 5, H3_PAD_ZEROS};
+        int64_t sw[3] = {16, 16, 11};
+        pair x = mk_bct(H3_F32, 2, 16, 500, 1.0), y = mk_bct(H3_F32, 2, 16, 500, 1.0), w = mk(H3_F32, 3, sw, 0.1);
+        h3_cuda_mem_stats(&g_ex, &used0, NULL, NULL);
+        h3_cuda_reset_peak(&g_ex);
+        CHECK_OK(h3_op_conv1d(&g_ex, &y.d, &x.d, &w.d, NULL, &p));
+        CHECK_OK(h3_exec_sync(&g_ex));
+        int64_t peak;
+        h3_cuda_mem_stats(&g_ex, &used1, &peak, NULL);
+        int64_t want = h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(2, 16, 11, 500, &p, 4));
+        t_note("  conv1d scratch: %lld bytes taken during the op (h3_cuda_conv1d_scratch_bytes: %lld), %lld left",
+               (long long)(peak - used0), (long long)want, (long long)(used1 - used0));
+        CHECK(peak - used0 == want && used1 == used0, "scratch %lld (want %lld), left %lld", (long long)(peak - used0),
+              (long long)want, (long long)(used1 - used0));
+        pfree(&x);
+        pfree(&y);
+        pfree(&w);
+    }
+}
+
+/* The unfused sequence the audio decoder ran before h3_op_snake_aa, on one place: a 1-tap replicate-padding conv, the
+ * depthwise transposed conv by 2·up, snake, the depthwise strided conv by down (filters laid out per channel). */
+static void snake_aa_unfused(const pair *x, const pair *al, const pair *be, const pair *fu2, const pair *fd,
+                             const pair *ones, int on_device, h3_tensor *y) {
+    const h3_tensor *X = on_device ? &x->d : &x->h;
+    int64_t B = X->shape[0], C = X->shape[1], L = X->shape[2], K = fd->h.shape[2];
+    h3_place pl = on_device ? H3_PLACE_DEVICE : H3_PLACE_HOST;
+    h3_tensor xp, u;
+    int64_t sxp[3] = {B, C, L + K - 2}, su[3] = {B, C, 2 * L};
+    CHECK_OK(h3_tensor_alloc(&xp, pl, H3_F32, 3, sxp, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc(&u, pl, H3_F32, 3, su, H3_MEM_ACTIVATIONS));
+    h3_conv1d_params pad = {1, 1, (int)C, (int)K / 2 - 1, (int)K / 2 - 1, H3_PAD_REPLICATE};
+    h3_convt1d_params up = {2, ((int)K / 2 - 1) * 2 + ((int)K - 2) / 2, 0, (int)C, 1};
+    h3_conv1d_params down = {2, 1, (int)C, (int)K / 2 - 1, (int)K / 2, H3_PAD_REPLICATE};
+    CHECK_OK(h3_op_conv1d(&g_ex, &xp, X, on_device ? &ones->d : &ones->h, NULL, &pad));
+    CHECK_OK(h3_op_conv_transpose1d(&g_ex, &u, &xp, on_device ? &fu2->d : &fu2->h, NULL, &up));
+    for (int64_t b = 0; b < B; b++) {
+        h3_tensor ub;
+        int64_t s2[2] = {C, 2 * L};
+        CHECK_OK(h3_tensor_wrap(&ub, (float *)u.data + b * C * 2 * L, pl, H3_F32, 2, s2));
+        CHECK_OK(h3_op_snake(&g_ex, &ub, &ub, on_device ? &al->d : &al->h, on_device ? &be->d : &be->h,
+                             H3_SNAKE_LOGSCALE));
+    }
+    CHECK_OK(h3_op_conv1d(&g_ex, y, &u, on_device ? &fd->d : &fd->h, NULL, &down));
+    h3_tensor_free(&xp);
+    h3_tensor_free(&u);
+}
+
+/* h3_op_snake_aa on the GPU against the CPU kernel (random filters and parameters, f32 and bf16 activations,
+ * lengths below, at and across the 256-output tiles), and against the unfused sequence on the GPU. */
+static void test_snake_aa(void) {
+    static const struct {
+        int64_t B, C, T;
+        int K;
+    } cs[] = {
+        {0, 3, 1, 12},   {2, 5, 7, 12},   {2, 4, 256, 12}, {2, 3, 257, 12}, {1, 8, 1000, 12},
+        {2, 512, 1035, 12}, {2, 8, 20000, 12}, {2, 3, 90, 2}, {2, 3, 300, 64},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (int k = 0; k < 2; k++) {
+            h3_dtype dt = g_dts[k];
+            int64_t C = cs[i].C, sc[1] = {C}, sk[1] = {cs[i].K};
+            pair x = mk_bct(dt, cs[i].B, C, cs[i].T, 1.5), y = mk_bct(dt, cs[i].B, C, cs[i].T, 1.0);
+            pair a = mk(H3_F32, 1, sc, 0.5), b = mk(H3_F32, 1, sc, 0.5), fu = mk(H3_F32, 1, sk, 0.3),
+                 fd = mk(H3_F32, 1, sk, 0.3);
+            CHECK_OK(h3_op_snake_aa(&g_ex, &y.h, &x.h, &a.h, &b.h, &fu.h, &fd.h, H3_SNAKE_LOGSCALE));
+            CHECK_OK(h3_op_snake_aa(&g_ex, &y.d, &x.d, &a.d, &b.d, &fu.d, &fd.d, H3_SNAKE_LOGSCALE));
+            char what[128];
+            snprintf(what, sizeof what, "snake_aa B%lld C%lld T%lld K%d", (long long)cs[i].B, (long long)C,
+                     (long long)cs[i].T, cs[i].K);
+            compare_noted(what, &y, tol_of(dt));
+            pfree(&x);
+            pfree(&y);
+            pfree(&a);
+            pfree(&b);
+            pfree(&fu);
+            pfree(&fd);
+        }
+    /* against the unfused sequence, both on the GPU, Kaiser-like filters (the fused op applies the ×2 itself) */
+    static const int64_t un[][3] = {{2, 16, 5175}, {1, 4, 300}};
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
+        const int64_t B = un[i][0], C = un[i][1], T = un[i][2], K = 12;
+        int64_t sc[1] = {C}, sk[1] = {K}, sck[3] = {C, 1, K}, s1[3] = {C, 1, 1};
+        pair x = mk_bct(H3_F32, B, C, T, 1.0), y = mk_bct(H3_F32, B, C, T, 1.0), a = mk(H3_F32, 1, sc, 0.5),
+             b = mk(H3_F32, 1, sc, 0.5), fu = mk(H3_F32, 1, sk, 0.3), fd = mk(H3_F32, 1, sk, 0.3);
+        pair fu2 = mk(H3_F32, 3, sck, 1.0), fdc = mk(H3_F32, 3, sck, 1.0), ones = mk(H3_F32, 3, s1, 1.0);
+        for (int64_t c = 0; c < C; c++) {
+            ((float *)ones.h.data)[c] = 1.0f;
+            for (int64_t j = 0; j < K; j++) {
+                ((float *)fu2.h.data)[c * K + j] = 2.0f * ((float *)fu.h.data)[j];
+                ((float *)fdc.h.data)[c * K + j] = ((float *)fd.h.data)[j];
+            }
+        }
+        CHECK_OK(h3_copy(&g_ex, &ones.d, &ones.h));
+        CHECK_OK(h3_copy(&g_ex, &fu2.d, &fu2.h));
+        CHECK_OK(h3_copy(&g_ex, &fdc.d, &fdc.h));
+        CHECK_OK(h3_op_snake_aa(&g_ex, &y.d, &x.d, &a.d, &b.d, &fu.d, &fd.d, H3_SNAKE_LOGSCALE));
+        h3_tensor seq;
+        CHECK_OK(h3_tensor_alloc(&seq, H3_PLACE_DEVICE, H3_F32, 3, y.d.shape, H3_MEM_ACTIVATIONS));
+        snake_aa_unfused(&x, &a, &b, &fu2, &fdc, &ones, 1, &seq);
+        CHECK_OK(h3_copy(&g_ex, &y.h, &seq)); /* the reference: the unfused ops' result */
+        CHECK_OK(h3_exec_sync(&g_ex));
+        char what[128];
+        snprintf(what, sizeof what, "snake_aa vs the unfused ops on the GPU B%lld C%lld T%lld", (long long)B,
+                 (long long)C, (long long)T);
+        compare_noted(what, &y, 1e-5);
+        h3_tensor_free(&seq);
+        pair *ps[] = {&x, &y, &a, &b, &fu, &fd, &fu2, &fdc, &ones};
+        for (size_t j = 0; j < sizeof ps / sizeof *ps; j++) pfree(ps[j]);
+    }
+}
+
 static void test_fused(void) {
     for (int k = 0; k < 2; k++) {
         h3_dtype dt = g_dts[k];
@@ -721,7 +942,8 @@ int main(int argc, char **argv) {
         {"arena", test_arena},           {"gemm", test_gemm},           {"rows_ops", test_rows_ops},
         {"group_norm", test_group_norm}, {"table_ops", test_table_ops}, {"rope", test_rope},
         {"attention", test_attention},   {"conv", test_conv},           {"random", test_random},
-        {"qgemm", test_qgemm},           {"fused", test_fused},         {NULL, NULL},
+        {"qgemm", test_qgemm},           {"fused", test_fused},         {"conv_batched", test_conv_batched},
+        {"snake_aa", test_snake_aa},     {NULL, NULL},
     };
     int r = t_main("test_cuda_ops", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

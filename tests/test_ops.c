@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "cpu/cpu_internal.h"
+#include "models/audio_vae.h"
 #include "quant/quant.h"
 #include "tensor/ops.h"
 #include "testutil.h"
@@ -521,31 +522,35 @@ static int64_t ref_pad(int64_t i, int64_t n, h3_pad_mode m) { /* independent for
     return i < 0 ? -i : 2 * n - 2 - i; /* single reflection suffices: pad < n */
 }
 
-static void conv1d_case(int64_t cin, int64_t cout, int64_t K, int stride, int dil, int groups, int pl, int pr,
-                        h3_pad_mode mode, int64_t T) {
+/* x [B, Cin, T] (B 0: the unbatched [Cin, T] form), each item against the reference on its own. */
+static void conv1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int stride, int dil, int groups, int pl,
+                        int pr, h3_pad_mode mode, int64_t T) {
     h3_conv1d_params p = {stride, dil, groups, pl, pr, mode};
-    int64_t tout = (T + pl + pr - dil * (K - 1) - 1) / stride + 1;
-    h3_tensor x = trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cout, cin / groups, K, 0, 0.5);
-    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = tnew(H3_F32, 2, cout, tout, 0, 0);
-    double *ref = dalloc((size_t)(cout * tout));
+    int64_t tout = (T + pl + pr - dil * (K - 1) - 1) / stride + 1, nb = B ? B : 1;
+    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0);
+    h3_tensor w = trandn(3, cout, cin / groups, K, 0, 0.5), b = trandn(1, cout, 0, 0, 0, 1.0);
+    h3_tensor y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
+    double *ref = dalloc((size_t)(nb * cout * tout));
     int64_t cig = cin / groups, cog = cout / groups;
-    for (int64_t co = 0; co < cout; co++) {
-        int64_t g = co / cog;
-        for (int64_t t = 0; t < tout; t++) {
-            double acc = F(&b)[co];
-            for (int64_t ci = 0; ci < cig; ci++)
-                for (int64_t k = 0; k < K; k++) {
-                    int64_t src = ref_pad(t * stride + k * dil - pl, T, mode);
-                    if (src >= 0) acc += (double)F(&w)[(co * cig + ci) * K + k] * F(&x)[(g * cig + ci) * T + src];
-                }
-            ref[co * tout + t] = acc;
+    for (int64_t bi = 0; bi < nb; bi++)
+        for (int64_t co = 0; co < cout; co++) {
+            int64_t g = co / cog;
+            for (int64_t t = 0; t < tout; t++) {
+                double acc = F(&b)[co];
+                for (int64_t ci = 0; ci < cig; ci++)
+                    for (int64_t k = 0; k < K; k++) {
+                        int64_t src = ref_pad(t * stride + k * dil - pl, T, mode);
+                        if (src >= 0)
+                            acc += (double)F(&w)[(co * cig + ci) * K + k] * F(&x)[(bi * cin + g * cig + ci) * T + src];
+                    }
+                ref[(bi * cout + co) * tout + t] = acc;
+            }
         }
-    }
     CHECK_OK(h3_op_conv1d(&g_ex, &y, &x, &w, &b, &p));
-    char what[128];
-    snprintf(what, sizeof what, "conv1d cin%lld cout%lld K%lld s%d d%d g%d pad%d/%d mode%d T%lld", (long long)cin,
-             (long long)cout, (long long)K, stride, dil, groups, pl, pr, (int)mode, (long long)T);
-    EXPECT_CLOSE(what, F(&y), ref, (size_t)(cout * tout), 1e-5);
+    char what[160];
+    snprintf(what, sizeof what, "conv1d B%lld cin%lld cout%lld K%lld s%d d%d g%d pad%d/%d mode%d T%lld", (long long)B,
+             (long long)cin, (long long)cout, (long long)K, stride, dil, groups, pl, pr, (int)mode, (long long)T);
+    EXPECT_CLOSE(what, F(&y), ref, (size_t)(nb * cout * tout), 1e-5);
     free(ref);
     h3_tensor_free(&x);
     h3_tensor_free(&w);
@@ -553,30 +558,36 @@ static void conv1d_case(int64_t cin, int64_t cout, int64_t K, int stride, int di
     h3_tensor_free(&y);
 }
 
-static void convt1d_case(int64_t cin, int64_t cout, int64_t K, int stride, int pad, int outpad, int groups, int64_t T) {
+static void convt1d_case(int64_t B, int64_t cin, int64_t cout, int64_t K, int stride, int pad, int outpad, int groups,
+                         int64_t T) {
     h3_convt1d_params p = {stride, pad, outpad, groups, 1};
-    int64_t tout = (T - 1) * stride - 2 * pad + (K - 1) + outpad + 1;
+    int64_t tout = (T - 1) * stride - 2 * pad + (K - 1) + outpad + 1, nb = B ? B : 1;
     int64_t cig = cin / groups, cog = cout / groups;
-    h3_tensor x = trandn(2, cin, T, 0, 0, 1.0), w = trandn(3, cin, cog, K, 0, 0.5);
-    h3_tensor b = trandn(1, cout, 0, 0, 0, 1.0), y = tnew(H3_F32, 2, cout, tout, 0, 0);
-    double *ref = dalloc((size_t)(cout * tout));
-    for (int64_t co = 0; co < cout; co++)
-        for (int64_t t = 0; t < tout; t++) ref[co * tout + t] = F(&b)[co];
-    for (int64_t ci = 0; ci < cin; ci++) {
-        int64_t g = ci / cig;
-        for (int64_t j = 0; j < cog; j++)
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t k = 0; k < K; k++) {
-                    int64_t o = t * stride - pad + k;
-                    if (o >= 0 && o < tout)
-                        ref[(g * cog + j) * tout + o] += (double)F(&x)[ci * T + t] * F(&w)[(ci * cog + j) * K + k];
-                }
+    h3_tensor x = B ? trandn(3, B, cin, T, 0, 1.0) : trandn(2, cin, T, 0, 0, 1.0);
+    h3_tensor w = trandn(3, cin, cog, K, 0, 0.5), b = trandn(1, cout, 0, 0, 0, 1.0);
+    h3_tensor y = B ? tnew(H3_F32, 3, B, cout, tout, 0) : tnew(H3_F32, 2, cout, tout, 0, 0);
+    double *ref = dalloc((size_t)(nb * cout * tout));
+    for (int64_t bi = 0; bi < nb; bi++) {
+        double *r = ref + bi * cout * tout;
+        const float *xb = F(&x) + bi * cin * T;
+        for (int64_t co = 0; co < cout; co++)
+            for (int64_t t = 0; t < tout; t++) r[co * tout + t] = F(&b)[co];
+        for (int64_t ci = 0; ci < cin; ci++) {
+            int64_t g = ci / cig;
+            for (int64_t j = 0; j < cog; j++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t k = 0; k < K; k++) {
+                        int64_t o = t * stride - pad + k;
+                        if (o >= 0 && o < tout)
+                            r[(g * cog + j) * tout + o] += (double)xb[ci * T + t] * F(&w)[(ci * cog + j) * K + k];
+                    }
+        }
     }
     CHECK_OK(h3_op_conv_transpose1d(&g_ex, &y, &x, &w, &b, &p));
-    char what[128];
-    snprintf(what, sizeof what, "conv_transpose1d cin%lld cout%lld K%lld s%d p%d op%d g%d T%lld", (long long)cin,
-             (long long)cout, (long long)K, stride, pad, outpad, groups, (long long)T);
-    EXPECT_CLOSE(what, F(&y), ref, (size_t)(cout * tout), 1e-5);
+    char what[160];
+    snprintf(what, sizeof what, "conv_transpose1d B%lld cin%lld cout%lld K%lld s%d p%d op%d g%d T%lld", (long long)B,
+             (long long)cin, (long long)cout, (long long)K, stride, pad, outpad, groups, (long long)T);
+    EXPECT_CLOSE(what, F(&y), ref, (size_t)(nb * cout * tout), 1e-5);
     free(ref);
     h3_tensor_free(&x);
     h3_tensor_free(&w);
@@ -623,25 +634,54 @@ static void conv3d_case(int64_t cin, int64_t cout, int kt, int kh, int kw, const
 }
 
 static void test_conv(void) {
-    conv1d_case(5, 6, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, ri(3, 80));
-    conv1d_case(4, 8, 5, 2, 3, 1, 6, 6, H3_PAD_REFLECT, ri(20, 90));
-    conv1d_case(6, 4, 3, 1, 2, 2, 2, 2, H3_PAD_REPLICATE, ri(5, 70));
-    conv1d_case(6, 12, 12, 2, 1, 6, 5, 6, H3_PAD_REPLICATE, ri(20, 90)); /* depthwise, 2 outputs per channel */
-    conv1d_case(3, 3, 7, 1, 1, 3, 3, 3, H3_PAD_ZEROS, ri(10, 40));
+    /* B 0: [C, T]; B > 0: a batch [B, C, T] through the same weights */
+    static const struct {
+        int64_t B, cin, cout, K;
+        int stride, dil, groups, pl, pr;
+        h3_pad_mode mode;
+        int64_t tlo, thi;
+    } c1[] = {
+        {0, 5, 6, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 3, 80},
+        {0, 4, 8, 5, 2, 3, 1, 6, 6, H3_PAD_REFLECT, 20, 90},
+        {0, 6, 4, 3, 1, 2, 2, 2, 2, H3_PAD_REPLICATE, 5, 70},
+        {0, 6, 12, 12, 2, 1, 6, 5, 6, H3_PAD_REPLICATE, 20, 90}, /* depthwise, 2 outputs per channel */
+        {0, 3, 3, 7, 1, 1, 3, 3, 3, H3_PAD_ZEROS, 10, 40},
+        {2, 5, 6, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 3, 80},
+        {3, 4, 8, 5, 2, 3, 1, 6, 6, H3_PAD_REFLECT, 20, 90},
+        {2, 6, 4, 3, 1, 2, 2, 2, 2, H3_PAD_REPLICATE, 5, 70},
+        {2, 6, 12, 12, 2, 1, 6, 5, 6, H3_PAD_REPLICATE, 20, 90},
+        {2, 7, 9, 1, 1, 1, 1, 0, 0, H3_PAD_ZEROS, 1, 60}, /* pointwise (dec_in_proj) */
+        {2, 8, 8, 11, 1, 5, 1, 25, 25, H3_PAD_ZEROS, 30, 90}, /* an AMP block's dilated conv */
+        {1, 3, 5, 7, 1, 1, 1, 3, 3, H3_PAD_ZEROS, 7, 30},
+    };
+    for (size_t i = 0; i < sizeof c1 / sizeof c1[0]; i++)
+        conv1d_case(c1[i].B, c1[i].cin, c1[i].cout, c1[i].K, c1[i].stride, c1[i].dil, c1[i].groups, c1[i].pl,
+                    c1[i].pr, c1[i].mode, ri(c1[i].tlo, c1[i].thi));
+    static const struct {
+        int64_t B, cin, cout, K;
+        int stride, pad, outpad, groups;
+        int64_t tlo, thi;
+    } ct[] = {
+        {0, 4, 6, 5, 3, 1, 1, 1, 2, 40},  {0, 4, 6, 4, 2, 1, 0, 2, 2, 40},
+        {0, 5, 5, 12, 2, 5, 0, 5, 2, 40}, /* depthwise upsampling filter */
+        {0, 8, 4, 9, 5, 2, 0, 1, 2, 30},  {2, 8, 4, 9, 5, 2, 0, 1, 2, 30}, /* an upsampler, batched */
+        {3, 4, 6, 4, 2, 1, 0, 2, 2, 40},  {2, 5, 5, 12, 2, 5, 0, 5, 2, 40},
+    };
+    for (size_t i = 0; i < sizeof ct / sizeof ct[0]; i++)
+        convt1d_case(ct[i].B, ct[i].cin, ct[i].cout, ct[i].K, ct[i].stride, ct[i].pad, ct[i].outpad, ct[i].groups,
+                     ri(ct[i].tlo, ct[i].thi));
     /* im2col in several column chunks */
     size_t saved = h3_cpu_conv_col_bytes;
     h3_cpu_conv_col_bytes = 64;
-    conv1d_case(7, 5, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 300);
-    convt1d_case(6, 4, 4, 2, 1, 0, 2, 200);
+    conv1d_case(0, 7, 5, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 300);
+    conv1d_case(2, 7, 5, 3, 1, 1, 1, 1, 1, H3_PAD_ZEROS, 300);
+    convt1d_case(0, 6, 4, 4, 2, 1, 0, 2, 200);
+    convt1d_case(2, 6, 4, 4, 2, 1, 0, 2, 200);
     int64_t T0 = ri(3, 6);
     h3_conv3d_params pc = {{1, 1, 1}, {{2, 0}, {1, 1}, {1, 1}}, {H3_PAD_REPLICATE, H3_PAD_REFLECT, H3_PAD_REFLECT}};
     conv3d_case(2, 3, 3, 3, 3, &pc, T0, 9, 8);
     h3_cpu_conv_col_bytes = saved;
 
-    convt1d_case(4, 6, 5, 3, 1, 1, 1, ri(2, 40));
-    convt1d_case(4, 6, 4, 2, 1, 0, 2, ri(2, 40));
-    convt1d_case(5, 5, 12, 2, 5, 0, 5, ri(2, 40)); /* depthwise upsampling filter */
-    convt1d_case(8, 4, 9, 5, 2, 0, 1, ri(2, 30));
     h3_conv3d_params p1 = {{1, 2, 2}, {{2, 0}, {1, 1}, {1, 1}}, {H3_PAD_ZEROS, H3_PAD_REFLECT, H3_PAD_REFLECT}};
     conv3d_case(3, 4, 3, 3, 3, &p1, ri(1, 5), ri(3, 9), ri(3, 9));
     h3_conv3d_params p2 = {{2, 1, 1}, {{0, 0}, {0, 0}, {0, 0}}, {H3_PAD_ZEROS, H3_PAD_ZEROS, H3_PAD_ZEROS}};
@@ -652,9 +692,140 @@ static void test_conv(void) {
     h3_tensor x = trandn(2, 4, 5, 0, 0, 1), w = trandn(3, 4, 4, 9, 0, 1), y = tnew(H3_F32, 2, 4, 1, 0, 0);
     h3_conv1d_params bad = {1, 1, 1, 0, 0, H3_PAD_ZEROS};
     CHECK_ERR(h3_op_conv1d(&g_ex, &y, &x, &w, NULL, &bad), H3_ERR_INVALID, "shorter than the kernel");
+    /* a batch: y needs x's rank and batch; the output must not alias the input */
+    h3_tensor xb = trandn(3, 2, 4, 12, 0, 1), y1 = tnew(H3_F32, 2, 4, 4, 0, 0), y3 = tnew(H3_F32, 3, 3, 4, 4, 0);
+    h3_conv1d_params ok = {1, 1, 1, 0, 0, H3_PAD_ZEROS};
+    CHECK_ERR(h3_op_conv1d(&g_ex, &y1, &xb, &w, NULL, &ok), H3_ERR_INVALID, "y of x's rank and batch");
+    CHECK_ERR(h3_op_conv1d(&g_ex, &y3, &xb, &w, NULL, &ok), H3_ERR_INVALID, "y of x's rank and batch");
+    h3_tensor wt = trandn(3, 4, 4, 1, 0, 1);
+    CHECK_ERR(h3_op_conv1d(&g_ex, &xb, &xb, &wt, NULL, &ok), H3_ERR_INVALID, "must not alias");
+    h3_tensor_free(&xb);
+    h3_tensor_free(&y1);
+    h3_tensor_free(&y3);
+    h3_tensor_free(&wt);
     h3_tensor_free(&x);
     h3_tensor_free(&w);
     h3_tensor_free(&y);
+}
+
+/* ---- the anti-aliased snake -------------------------------------------------------------------------------- */
+
+/* One row of alias-free-torch's Activation1d (ratio 2) in float64, step by step as the reference writes it:
+ * replicate-pad K/2 − 1, transposed conv at stride 2, ×2, cut K − 2 + (K − 2)/2 from each end, snake, replicate-pad
+ * K/2 − 1 left and K/2 right, conv at stride 2. */
+static void ref_snake_aa_row(const float *x, int64_t L, const float *fu, const float *fd, int K, double a, double b,
+                             double *y) {
+    int64_t pad = K / 2 - 1, Lp = L + 2 * pad, nct = (Lp - 1) * 2 + K, P = 2 * pad + (K - 2) / 2;
+    double *ct = dalloc((size_t)nct), *v = dalloc((size_t)(2 * L));
+    for (int64_t i = 0; i < Lp; i++) {
+        double xv = x[ref_pad(i - pad, L, H3_PAD_REPLICATE)];
+        for (int k = 0; k < K; k++) ct[2 * i + k] += xv * fu[k];
+    }
+    for (int64_t j = 0; j < 2 * L; j++) {
+        double u = 2.0 * ct[j + P], s = sin(a * u);
+        v[j] = u + 1.0 / (b + 1e-9) * s * s;
+    }
+    for (int64_t n = 0; n < L; n++) {
+        double acc = 0;
+        for (int k = 0; k < K; k++) acc += fd[k] * v[ref_pad(2 * n + k - pad, 2 * L, H3_PAD_REPLICATE)];
+        y[n] = acc;
+    }
+    free(ct);
+    free(v);
+}
+
+/* The unfused sequence the audio decoder ran before the fused op: a 1-tap replicate-padding conv, the depthwise
+ * transposed conv by 2·up, snake, the depthwise strided conv by down (filters laid out per channel). */
+static void unfused_snake_aa(const h3_tensor *x, const h3_tensor *al, const h3_tensor *be, const float *fu,
+                             const float *fd, int K, h3_tensor *y) {
+    const int o = x->ndim - 2;
+    int64_t B = o ? x->shape[0] : 1, C = x->shape[o], L = x->shape[o + 1];
+    h3_tensor ones = tnew(H3_F32, 3, C, 1, 1, 0), wu = tnew(H3_F32, 3, C, 1, K, 0), wd = tnew(H3_F32, 3, C, 1, K, 0);
+    h3_tensor xp = tnew(H3_F32, 3, B, C, L + K - 2, 0), u = tnew(H3_F32, 3, B, C, 2 * L, 0);
+    for (int64_t c = 0; c < C; c++) {
+        F(&ones)[c] = 1.0f;
+        for (int k = 0; k < K; k++) F(&wu)[c * K + k] = 2.0f * fu[k], F(&wd)[c * K + k] = fd[k];
+    }
+    h3_tensor x3, y3;
+    int64_t s3[3] = {B, C, L};
+    CHECK_OK(h3_tensor_reshape(x, 3, s3, &x3));
+    CHECK_OK(h3_tensor_reshape(y, 3, s3, &y3));
+    h3_conv1d_params pad = {1, 1, (int)C, K / 2 - 1, K / 2 - 1, H3_PAD_REPLICATE};
+    h3_convt1d_params up = {2, (K / 2 - 1) * 2 + (K - 2) / 2, 0, (int)C, 1};
+    h3_conv1d_params down = {2, 1, (int)C, K / 2 - 1, K / 2, H3_PAD_REPLICATE};
+    CHECK_OK(h3_op_conv1d(&g_ex, &xp, &x3, &ones, NULL, &pad));
+    CHECK_OK(h3_op_conv_transpose1d(&g_ex, &u, &xp, &wu, NULL, &up));
+    int64_t s2[2] = {B * C, 2 * L};
+    h3_tensor u2;
+    CHECK_OK(h3_tensor_reshape(&u, 2, s2, &u2));
+    for (int64_t bi = 0; bi < B; bi++) { /* snake takes [C, T] */
+        h3_tensor ub;
+        CHECK_OK(h3_tensor_narrow(&u2, 0, bi * C, C, &ub));
+        CHECK_OK(h3_op_snake(&g_ex, &ub, &ub, al, be, H3_SNAKE_LOGSCALE));
+    }
+    CHECK_OK(h3_op_conv1d(&g_ex, &y3, &u, &wd, NULL, &down));
+    h3_tensor *ts[] = {&ones, &wu, &wd, &xp, &u};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
+}
+
+/* h3_op_snake_aa against the float64 reference (random filters, random and log-scale parameters, every length up
+ * to several tiles and below the filter's length) and against the unfused op sequence with Kaiser filters. */
+static void test_snake_aa(void) {
+    static const struct {
+        int64_t B, C, tlo, thi;
+        int K;
+    } cs[] = {
+        {0, 3, 1, 1, 12},   {0, 4, 2, 11, 12}, {2, 5, 1, 700, 12}, {1, 2, 256, 256, 12}, {3, 2, 257, 600, 12},
+        {2, 3, 1, 90, 2},   {2, 3, 1, 90, 4},  {1, 4, 1, 300, 6},  {2, 2, 20, 200, 64},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        int64_t B = cs[i].B, C = cs[i].C, L = ri(cs[i].tlo, cs[i].thi), nb = B ? B : 1;
+        int K = cs[i].K;
+        for (int logscale = 0; logscale < 2; logscale++) {
+            h3_tensor x = B ? trandn(3, B, C, L, 0, 1.5) : trandn(2, C, L, 0, 0, 1.5);
+            h3_tensor y = tnew(H3_F32, x.ndim, x.shape[0], x.shape[1], x.shape[2], 0);
+            h3_tensor a = trandn(1, C, 0, 0, 0, 0.5), b = trandn(1, C, 0, 0, 0, 0.5), fu = trandn(1, K, 0, 0, 0, 0.3),
+                      fd = trandn(1, K, 0, 0, 0, 0.3);
+            if (!logscale)
+                for (int64_t c = 0; c < C; c++) F(&a)[c] = fabsf(F(&a)[c]) + 0.1f, F(&b)[c] = fabsf(F(&b)[c]) + 0.1f;
+            double *ref = dalloc((size_t)(nb * C * L));
+            for (int64_t r = 0; r < nb * C; r++) {
+                double al = F(&a)[r % C], be = F(&b)[r % C];
+                if (logscale) al = exp(al), be = exp(be);
+                ref_snake_aa_row(F(&x) + r * L, L, F(&fu), F(&fd), K, al, be, ref + r * L);
+            }
+            CHECK_OK(h3_op_snake_aa(&g_ex, &y, &x, &a, &b, &fu, &fd, logscale ? H3_SNAKE_LOGSCALE : 0));
+            char what[128];
+            snprintf(what, sizeof what, "snake_aa B%lld C%lld T%lld K%d log%d", (long long)B, (long long)C,
+                     (long long)L, K, logscale);
+            EXPECT_CLOSE(what, F(&y), ref, (size_t)(nb * C * L), 1e-5);
+            if (logscale) { /* the sequence the decoder ran before, with Kaiser filters */
+                h3_tensor z = tnew(H3_F32, x.ndim, x.shape[0], x.shape[1], x.shape[2], 0);
+                float kf[64];
+                h3_audio_kaiser_filter(kf, K, 0.25, 0.3);
+                for (int k = 0; k < K; k++) F(&fu)[k] = F(&fd)[k] = kf[k];
+                CHECK_OK(h3_op_snake_aa(&g_ex, &y, &x, &a, &b, &fu, &fd, H3_SNAKE_LOGSCALE));
+                unfused_snake_aa(&x, &a, &b, kf, kf, K, &z);
+                for (int64_t k = 0; k < nb * C * L; k++) ref[k] = F(&z)[k];
+                snprintf(what, sizeof what, "snake_aa vs unfused ops B%lld C%lld T%lld K%d", (long long)B, (long long)C,
+                         (long long)L, K);
+                EXPECT_CLOSE(what, F(&y), ref, (size_t)(nb * C * L), 1e-5);
+                h3_tensor_free(&z);
+            }
+            free(ref);
+            h3_tensor *ts[] = {&x, &y, &a, &b, &fu, &fd};
+            for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) h3_tensor_free(ts[k]);
+        }
+    }
+    /* bad arguments: odd or too many taps, aliasing, mismatched shapes */
+    h3_tensor x = trandn(2, 3, 20, 0, 0, 1), y = tnew(H3_F32, 2, 3, 20, 0, 0), y2 = tnew(H3_F32, 2, 3, 21, 0, 0);
+    h3_tensor a = trandn(1, 3, 0, 0, 0, 1), f = trandn(1, 12, 0, 0, 0, 1), f7 = trandn(1, 7, 0, 0, 0, 1);
+    CHECK_ERR(h3_op_snake_aa(&g_ex, &y, &x, &a, &a, &f7, &f7, 0), H3_ERR_INVALID, "even count of taps");
+    CHECK_ERR(h3_op_snake_aa(&g_ex, &y, &x, &a, &a, &f, &f7, 0), H3_ERR_INVALID, "downsampling filter");
+    CHECK_ERR(h3_op_snake_aa(&g_ex, &x, &x, &a, &a, &f, &f, 0), H3_ERR_INVALID, "must not alias");
+    CHECK_ERR(h3_op_snake_aa(&g_ex, &y2, &x, &a, &a, &f, &f, 0), H3_ERR_INVALID, "of one shape");
+    h3_tensor *ts[] = {&x, &y, &y2, &a, &f, &f7};
+    for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) h3_tensor_free(ts[k]);
 }
 
 /* ---- rows and elementwise --------------------------------------------------------------------------------- */
@@ -949,6 +1120,7 @@ int main(int argc, char **argv) {
         {"rope", test_rope},
         {"attention", test_attention},
         {"conv", test_conv},
+        {"snake_aa", test_snake_aa},
         {"rows", test_rows},
         {"elementwise", test_elementwise},
         {"dispatch_errors", test_dispatch_errors},

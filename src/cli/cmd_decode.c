@@ -9,9 +9,11 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "cli/cli.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
 #include "models/video_vae.h"
+#include "pipeline/generate.h"
 #include "pipeline/media.h"
 
 static double now_s(void) {
@@ -52,9 +54,9 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
 }
 
 typedef struct {
-    const char *model, *out, *tensors_out;
+    const char *model, *out, *tensors_out, *device;
     int64_t threads, tile, overlap, heads;
-    int no_tiling, plan, quiet;
+    int no_tiling, plan, quiet, cuda;
 } decode_args;
 
 /* Starts measuring the decode's own memory: returns what is allocated now (weights, latents, outputs). */
@@ -156,7 +158,9 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_status st = H3_OK;
     h3_tensor wave = {0};
     h3_st_writer *w = NULL;
-    st = h3_audio_vae_open(a->model, NULL, &v);
+    int cuda_on = 0;
+    h3_audio_vae_opts o = {.act_place = a->cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST};
+    st = h3_audio_vae_open(a->model, &o, &v);
     if (st != H3_OK) {
         char b[96];
         st = h3_error_wrap(st, "audio latents %s need an audio VAE", h3_tensor_shape_str(lat, b, sizeof b));
@@ -170,24 +174,43 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         H3_FAIL(H3_ERR_INVALID, "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
                 (long long)ch);
     h3_audio_vae_mem m;
-    H3_CHECK(h3_audio_vae_decode_peak(c, T, &m));
-    char b1[32];
-    if (!a->quiet || a->plan)
+    H3_CHECK(h3_audio_vae_decode_peak(c, T, ch, &m));
+    char b1[32], b2[32], b3[32];
+    if (!a->quiet || a->plan) {
         printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples per channel "
-               "at %d Hz; planned decode memory %s\n",
+               "at %d Hz; ",
                h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_up, c->hop, (long long)ch,
-               c->latent_channels, (long long)T, (long long)S, c->sample_rate,
-               h3_fmt_bytes((double)m.total, b1, sizeof b1));
+               c->latent_channels, (long long)T, (long long)S, c->sample_rate);
+        if (a->cuda)
+            printf("on the GPU, planned device memory %s (f32 weights %s, buffers and scratch %s)\n",
+                   h3_fmt_bytes((double)m.dev_total, b1, sizeof b1), h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
+                   h3_fmt_bytes((double)(m.dev_buffers + m.dev_op_scratch), b3, sizeof b3));
+        else
+            printf("planned decode memory %s\n", h3_fmt_bytes((double)m.total, b1, sizeof b1));
+    }
     if (a->plan && !a->out && !a->tensors_out) goto done;
     int64_t s[3] = {ch, 1, S};
     H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_IO));
+    int64_t dev0 = 0, dev_peak = 0;
+    if (a->cuda) {
+        H3_CHECK_CTX(h3_cuda_init(ex, 0, 0), "--device cuda");
+        cuda_on = 1;
+        h3_cuda_mem_stats(ex, &dev0, NULL, NULL);
+    }
     int64_t base = mem_mark();
     double t0 = now_s();
     H3_CHECK(h3_audio_vae_decode(v, ex, lat, &wave));
     double t1 = now_s();
+    if (cuda_on) h3_cuda_mem_stats(ex, NULL, &dev_peak, NULL);
     if (!a->quiet) {
-        printf("decoded %lld × %lld samples in %.2f s\n", (long long)ch, (long long)S, t1 - t0);
-        report_mem(base, m.total);
+        printf("decoded %lld × %lld samples in %.2f s%s\n", (long long)ch, (long long)S, t1 - t0,
+               a->cuda ? " (on the GPU, the weights' upload included)" : "");
+        if (cuda_on)
+            printf("device memory: peak %s measured, %s planned (weights, buffers and op scratch)\n",
+                   h3_fmt_bytes((double)(dev_peak - dev0), b1, sizeof b1),
+                   h3_fmt_bytes((double)m.dev_total, b2, sizeof b2));
+        else
+            report_mem(base, m.total);
     }
     if (a->out) {
         const float *left = wave.data;
@@ -203,7 +226,8 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
 done:
     h3_st_writer_free(w);
     h3_tensor_free(&wave);
-    h3_audio_vae_close(v);
+    h3_audio_vae_close(v); /* its device weights go back before the backend does */
+    if (cuda_on) h3_cuda_shutdown(ex);
     return st;
 }
 
@@ -219,6 +243,9 @@ int h3_cmd_decode(int argc, char **argv) {
         {"tensors-out", 0, H3_OPT_STR, &a.tensors_out, "FILE",
          "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode range)"},
         {"threads", 't', H3_OPT_INT, &a.threads, "N", "CPU threads (default: all)"},
+        {"device", 0, H3_OPT_STR, &a.device, "NAME",
+         "cpu (default) or cuda: audio latents decode on the GPU (f32 weights, the channels in one batch); "
+         "video latents decode on the CPU"},
         {"tile-size", 0, H3_OPT_INT, &a.tile, "PX", "video tile size in pixels (default: the checkpoint's, 256)"},
         {"tile-overlap", 0, H3_OPT_INT, &a.overlap, "PX", "least video tile overlap in pixels (default 64)"},
         {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL, "decode video chunks whole (not what the release does)"},
@@ -235,6 +262,7 @@ int h3_cmd_decode(int argc, char **argv) {
         "reference decodes it, with memory that does not depend on the number of frames.",
         "examples:\n  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav\n"
+        "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav --device cuda\n"
         "  h3run decode --model vae/ --latents l.safetensors --tensors-out decoded.safetensors",
         opts, 0, 0};
     const char *pos[1];
@@ -250,6 +278,15 @@ int h3_cmd_decode(int argc, char **argv) {
         fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
         return H3_EXIT_USAGE;
     }
+    h3_device dev = H3_DEVICE_CPU;
+    if (a.device && h3_device_parse(a.device, &dev) != H3_OK) return h3_cli_fail("decode", H3_ERR_INVALID);
+    if (dev == H3_DEVICE_AUTO) dev = h3_cuda_device_count() > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
+    if (dev == H3_DEVICE_CUDA && h3_cuda_device_count() == 0) {
+        fprintf(stderr, "h3run decode: --device cuda: %s; use --device cpu\n",
+                h3_cuda_compiled() ? "no CUDA device is available" : "this h3run was built without CUDA");
+        return H3_EXIT_USAGE;
+    }
+    a.cuda = dev == H3_DEVICE_CUDA;
     if (a.threads < 0 || a.threads > 4096 || a.tile < 0 || a.tile > 65536 || a.overlap < 0 || a.overlap > 65536 ||
         a.heads < 0 || a.heads > 4096) {
         fprintf(stderr, "h3run decode: --threads, --tile-size, --tile-overlap and --heads take small positive numbers\n");
@@ -271,7 +308,10 @@ int h3_cmd_decode(int argc, char **argv) {
         have_ex = st == H3_OK;
     }
     if (st == H3_OK) {
-        if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
+        if ((lat.ndim == 5 || lat.ndim == 4) && a.cuda)
+            st = H3_ERR(H3_ERR_INVALID, "--device cuda decodes audio latents; the video VAE decodes on the CPU "
+                        "(--device cpu)");
+        else if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
         else if (lat.ndim == 3 || lat.ndim == 2) st = decode_audio(&a, &ex, &lat);
         else {
             char b[96];

@@ -101,7 +101,7 @@ int h3_cmd_generate(int argc, char **argv) {
          "also save the final latents (video_latents, audio_latents) as safetensors"},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU, and the text "
-         "encoder too when its two layer slots fit the budget"},
+         "encoder and the audio VAE too when they fit the budget"},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB); the DiT's "
          "blocks "

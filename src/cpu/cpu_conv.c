@@ -104,16 +104,16 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
     if (st == H3_OK) st = conv_f32(H3_OP_CONV1D, "bias", b, &bf, &bown);
     if (st != H3_OK) goto done;
     {
+        const int o = x->ndim - 2; /* [B, C, T]: batch items one after the other, through the same weights */
+        const int64_t batch = o ? x->shape[0] : 1;
         int g = p->groups > 0 ? p->groups : 1;
         c1_ctx c = {0};
-        c.x = x->data;
         c.w = wf;
         c.b = bf;
-        c.y = y->data;
-        c.cin = x->shape[0];
-        c.tin = x->shape[1];
+        c.cin = x->shape[o];
+        c.tin = x->shape[o + 1];
         c.cout = w->shape[0];
-        c.tout = y->shape[1];
+        c.tout = y->shape[o + 1];
         c.K = w->shape[2];
         c.cig = c.cin / g;
         c.cog = c.cout / g;
@@ -121,31 +121,38 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
         c.dil = p->dilation;
         c.pad_left = p->pad_left;
         c.mode = p->pad_mode;
-        if (c.cig == 1 && c.K <= 64) {
-            h3_parallel_for(ex->pool, c.cout, 1, c1_depthwise, &c);
-            goto done;
-        }
+        const int depthwise = c.cig == 1 && c.K <= 64;
         int64_t rows = c.cig * c.K;
         int64_t tc = col_steps(rows, c.tout);
-        c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
-        if (!c.col) {
-            st = H3_ERR_NOMEM;
-            goto done;
-        }
-        for (int gi = 0; gi < g; gi++) {
-            c.g = gi;
-            for (int64_t t0 = 0; t0 < c.tout; t0 += tc) {
-                c.t0 = t0;
-                c.tc = c.tout - t0 < tc ? c.tout - t0 : tc;
-                h3_parallel_for(ex->pool, rows, 1, c1_im2col, &c);
-                /* y[g*cog.., t0..] = W_g [cog, rows] · col [rows, tc] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.cog, (int)c.tc, (int)rows, 1.0f,
-                            wf + (int64_t)gi * c.cog * rows, (int)rows, c.col, (int)c.tc, 0.0f,
-                            c.y + (int64_t)gi * c.cog * c.tout + t0, (int)c.tout);
+        if (!depthwise) {
+            c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
+            if (!c.col) {
+                st = H3_ERR_NOMEM;
+                goto done;
             }
         }
+        for (int64_t bi = 0; bi < batch; bi++) {
+            c.x = (const float *)x->data + bi * c.cin * c.tin;
+            c.y = (float *)y->data + bi * c.cout * c.tout;
+            if (depthwise) {
+                h3_parallel_for(ex->pool, c.cout, 1, c1_depthwise, &c);
+                continue;
+            }
+            for (int gi = 0; gi < g; gi++) {
+                c.g = gi;
+                for (int64_t t0 = 0; t0 < c.tout; t0 += tc) {
+                    c.t0 = t0;
+                    c.tc = c.tout - t0 < tc ? c.tout - t0 : tc;
+                    h3_parallel_for(ex->pool, rows, 1, c1_im2col, &c);
+                    /* y[g*cog.., t0..] = W_g [cog, rows] · col [rows, tc] */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.cog, (int)c.tc, (int)rows, 1.0f,
+                                wf + (int64_t)gi * c.cog * rows, (int)rows, c.col, (int)c.tc, 0.0f,
+                                c.y + (int64_t)gi * c.cog * c.tout + t0, (int)c.tout);
+                }
+            }
+            if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
+        }
         h3_free(c.col);
-        if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
     }
 done:
     h3_free(wown);
@@ -227,48 +234,55 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
     if (st == H3_OK) st = conv_f32(H3_OP_CONV_TRANSPOSE1D, "bias", b, &bf, &bown);
     if (st != H3_OK) goto done;
     {
+        const int o = x->ndim - 2; /* [B, C, T]: batch items one after the other, through the same weights */
+        const int64_t batch = o ? x->shape[0] : 1;
         int g = p->groups > 0 ? p->groups : 1;
         ct_ctx c = {0};
-        c.x = x->data;
         c.w = wf;
         c.b = bf;
-        c.y = y->data;
-        c.cin = x->shape[0];
-        c.tin = x->shape[1];
+        c.cin = x->shape[o];
+        c.tin = x->shape[o + 1];
         c.cog = w->shape[1];
         c.cout = c.cog * g;
-        c.tout = y->shape[1];
+        c.tout = y->shape[o + 1];
         c.K = w->shape[2];
         c.cig = c.cin / g;
         c.stride = p->stride;
         c.pad = p->padding;
         c.dil = p->dilation > 0 ? p->dilation : 1;
-        if (c.cig == 1) {
-            h3_parallel_for(ex->pool, c.cout, 1, ct_depthwise, &c);
-            goto done;
-        }
-        memset(c.y, 0, (size_t)(c.cout * c.tout) * sizeof(float));
         int64_t rows = c.cog * c.K;
         int64_t tc = col_steps(rows, c.tin);
-        c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
-        if (!c.col) {
-            st = H3_ERR_NOMEM;
-            goto done;
-        }
-        for (int gi = 0; gi < g; gi++) {
-            c.g = gi;
-            /* W_g viewed as [cig, cog*K]; cols [cog*K, tc] = W_gᵀ · x_g[:, t0..] */
-            const float *wg = wf + (int64_t)gi * c.cig * rows;
-            for (int64_t t0 = 0; t0 < c.tin; t0 += tc) {
-                c.t0 = t0;
-                c.tc = c.tin - t0 < tc ? c.tin - t0 : tc;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c.tc, (int)c.cig, 1.0f, wg,
-                            (int)rows, c.x + (int64_t)gi * c.cig * c.tin + t0, (int)c.tin, 0.0f, c.col, (int)c.tc);
-                h3_parallel_for(ex->pool, c.cog, 1, ct_col2im, &c);
+        if (c.cig != 1) {
+            c.col = h3_malloc((size_t)(rows * tc) * sizeof(float), H3_MEM_WORKSPACE);
+            if (!c.col) {
+                st = H3_ERR_NOMEM;
+                goto done;
             }
         }
+        for (int64_t bi = 0; bi < batch; bi++) {
+            c.x = (const float *)x->data + bi * c.cin * c.tin;
+            c.y = (float *)y->data + bi * c.cout * c.tout;
+            if (c.cig == 1) {
+                h3_parallel_for(ex->pool, c.cout, 1, ct_depthwise, &c);
+                continue;
+            }
+            memset(c.y, 0, (size_t)(c.cout * c.tout) * sizeof(float));
+            for (int gi = 0; gi < g; gi++) {
+                c.g = gi;
+                /* W_g viewed as [cig, cog*K]; cols [cog*K, tc] = W_gᵀ · x_g[:, t0..] */
+                const float *wg = wf + (int64_t)gi * c.cig * rows;
+                for (int64_t t0 = 0; t0 < c.tin; t0 += tc) {
+                    c.t0 = t0;
+                    c.tc = c.tin - t0 < tc ? c.tin - t0 : tc;
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c.tc, (int)c.cig, 1.0f, wg,
+                                (int)rows, c.x + (int64_t)gi * c.cig * c.tin + t0, (int)c.tin, 0.0f, c.col,
+                                (int)c.tc);
+                    h3_parallel_for(ex->pool, c.cog, 1, ct_col2im, &c);
+                }
+            }
+            if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
+        }
         h3_free(c.col);
-        if (bf) add_channel_bias(ex, c.y, bf, c.cout, c.tout);
     }
 done:
     h3_free(wown);

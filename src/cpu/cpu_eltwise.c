@@ -204,6 +204,97 @@ static h3_status cpu_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const 
     return st;
 }
 
+/* ---- anti-aliased snake (h3_op_snake_aa) ------------------------------------------------------------------ */
+
+#define AA_TILE 256 /* outputs per work item */
+#define AA_XM   (H3_SNAKE_AA_MAX_TAPS / 2 + 1) /* input halo each side of a tile: K/2 + 1 for every K allowed */
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t C, L, ntiles;
+    const float *al, *be;
+    float fu[H3_SNAKE_AA_MAX_TAPS], fd[H3_SNAKE_AA_MAX_TAPS];
+    int K, logscale;
+} aa_ctx;
+
+/* One tile of AA_TILE outputs of one row per item: the inputs it reads (replicate-clamped), the 2·tile + K − 2
+ * upsampled and activated values its outputs read (at clamped positions: the replicate padding of the
+ * downsampler), then the outputs. The CUDA kernel (cuda_conv.cu) does the same per thread block. */
+static void aa_tiles(void *p, int64_t ib, int64_t ie, int tid) {
+    (void)tid;
+    const aa_ctx *c = p;
+    const int K = c->K, H = K / 2 - 1;
+    const int64_t L = c->L;
+    float xs[AA_TILE + 2 * AA_XM], vs[2 * AA_TILE + H3_SNAKE_AA_MAX_TAPS];
+    for (int64_t it = ib; it < ie; it++) {
+        const int64_t row = it / c->ntiles, n0 = (it % c->ntiles) * AA_TILE;
+        const int64_t tn = L - n0 < AA_TILE ? L - n0 : AA_TILE, x0 = n0 - AA_XM; /* xs[i] = x[clamp(x0 + i)] */
+        const float *x = c->x + row * L;
+        float *y = c->y + row * L;
+        const int64_t ch = row % c->C;
+        float a = c->al[ch], b = c->be ? c->be[ch] : c->al[ch];
+        if (c->logscale) {
+            a = expf(a);
+            b = expf(b);
+        }
+        const float inv = 1.0f / (b + 1e-9f);
+        for (int64_t i = 0; i < tn + 2 * AA_XM; i++) {
+            int64_t s = x0 + i;
+            xs[i] = x[s < 0 ? 0 : s >= L ? L - 1 : s];
+        }
+        const int64_t nv = 2 * tn + K - 2;
+        for (int64_t jj = 0; jj < nv; jj++) {
+            int64_t j = 2 * n0 - H + jj;
+            j = j < 0 ? 0 : j > 2 * L - 1 ? 2 * L - 1 : j;
+            float u = 0.0f;
+            for (int m = (int)((j + H) & 1); m < K; m += 2) u += c->fu[m] * xs[(j + H - m) / 2 - x0];
+            u *= 2.0f;
+            const float sn = sinf(a * u);
+            vs[jj] = u + inv * sn * sn;
+        }
+        for (int64_t n = 0; n < tn; n++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += c->fd[k] * vs[2 * n + k];
+            y[n0 + n] = acc;
+        }
+    }
+}
+
+int64_t h3_cpu_snake_aa_scratch_bytes(int64_t C) {
+    return 2 * C * (int64_t)sizeof(float); /* alpha and beta as f32 (the filters are copied onto the stack) */
+}
+
+static h3_status cpu_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha,
+                              const h3_tensor *beta, const h3_tensor *up, const h3_tensor *down, unsigned flags) {
+    H3_TRY(cpu_need_f32(H3_OP_SNAKE_AA, "x", x));
+    H3_TRY(cpu_need_f32(H3_OP_SNAKE_AA, "y", y));
+    aa_ctx c;
+    memset(&c, 0, sizeof c);
+    c.K = (int)h3_tensor_numel(up);
+    if (up->q.mode != H3_SCALE_NONE || down->q.mode != H3_SCALE_NONE ||
+        !h3_convert_to_f32(up->dtype, up->data, c.fu, (size_t)c.K) ||
+        !h3_convert_to_f32(down->dtype, down->data, c.fd, (size_t)c.K))
+        return h3_missing_kernel(H3_OP_SNAKE_AA, CPU_NAME, "filters", up->dtype);
+    float *af = NULL, *bf = NULL;
+    h3_status st = cpu_vec_f32(H3_OP_SNAKE_AA, "alpha", alpha, &af);
+    if (st == H3_OK) st = cpu_vec_f32(H3_OP_SNAKE_AA, "beta", beta, &bf);
+    if (st == H3_OK) {
+        c.x = x->data;
+        c.y = y->data;
+        c.C = x->shape[x->ndim - 2];
+        c.L = x->shape[x->ndim - 1];
+        c.ntiles = (c.L + AA_TILE - 1) / AA_TILE;
+        c.al = af;
+        c.be = bf;
+        c.logscale = (flags & H3_SNAKE_LOGSCALE) ? 1 : 0;
+        h3_parallel_for(ex->pool, h3_tensor_rows(x) * c.ntiles, 4, aa_tiles, &c);
+    }
+    h3_free(af);
+    h3_free(bf);
+    return st;
+}
+
 static void softmax_rows(void *p, int64_t rb, int64_t re, int tid) {
     (void)tid;
     row_ctx *c = p;
@@ -622,4 +713,5 @@ const h3_backend h3_cpu_backend = {
     .random_uniform = cpu_random_uniform,
     .rms_norm_modulate = cpu_rms_norm_modulate,
     .qk_norm_rope = cpu_qk_norm_rope,
+    .snake_aa = cpu_snake_aa,
 };

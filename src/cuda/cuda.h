@@ -78,6 +78,42 @@ static inline int64_t h3_cuda_granule(int64_t b) {
     return b <= 0 ? 0 : (b + H3_CUDA_ARENA_ALIGN - 1) / H3_CUDA_ARENA_ALIGN * H3_CUDA_ARENA_ALIGN;
 }
 
+/* ---- convolutions (cuda_conv.cu) ----------------------------------------------------------------------------
+ * conv1d and conv_transpose1d take their im2col columns from the arena for the length of one call (and give them
+ * back before it returns; work queued later on the compute stream reuses the bytes in order). These functions are
+ * that arithmetic, for the memory planners (bytes before h3_cuda_granule). */
+/* Bytes of one column chunk at most (all batch items and rows of a chunk of time steps together). */
+#define H3_CUDA_CONV_COL_BYTES ((int64_t)64 << 20)
+/* Time steps per column chunk when one step takes step_bytes: as many as fit H3_CUDA_CONV_COL_BYTES, at least 64,
+ * at most len. */
+static inline int64_t h3_cuda_conv_col_steps(int64_t step_bytes, int64_t len) {
+    int64_t tc = step_bytes > 0 ? H3_CUDA_CONV_COL_BYTES / step_bytes : len;
+    if (tc < 64) tc = 64;
+    return tc > len ? len : tc;
+}
+/* h3_op_conv1d on the device, x [batch, cin, ·] of elem_size-byte values, w [·, cin/groups, K], tout output
+ * steps: the im2col chunk [batch][cin·K][steps]; 0 for depthwise filters (cin/groups 1: a direct kernel) and
+ * pointwise convs (K 1, stride 1, no padding: x is its own column matrix). */
+static inline int64_t h3_cuda_conv1d_scratch_bytes(int64_t batch, int64_t cin, int64_t K, int64_t tout,
+                                                   const h3_conv1d_params *p, int64_t elem_size) {
+    const int64_t g = p->groups > 0 ? p->groups : 1;
+    if (cin / g == 1 || (K == 1 && p->stride == 1 && p->pad_left == 0 && p->pad_right == 0)) return 0;
+    const int64_t step = batch * cin * K * elem_size;
+    return step * h3_cuda_conv_col_steps(step, tout);
+}
+/* h3_op_conv_transpose1d on the device, x [batch, cin, tin], y [batch, cout, ·], kernel K: the GEMM's output
+ * chunk [batch][cout·K][steps]; 0 for depthwise filters (cin/groups 1: a direct kernel). */
+static inline int64_t h3_cuda_convt1d_scratch_bytes(int64_t batch, int64_t cin, int64_t cout, int64_t K, int64_t tin,
+                                                    int groups, int64_t elem_size) {
+    const int64_t g = groups > 0 ? groups : 1;
+    if (cin / g == 1) return 0;
+    const int64_t step = batch * cout * K * elem_size;
+    return step * h3_cuda_conv_col_steps(step, tin);
+}
+/* The arithmetic of the convolutions' f32 GEMMs: 0 exact f32 (the default: no TF32, pedantic), 1 cuBLAS's plain
+ * f32 compute type, 2 TF32 tensor cores (10-bit mantissas: for measuring what exact f32 costs). Process-wide. */
+void h3_cuda_conv_set_math(int mode);
+
 /* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
  * data[0..words) into *sum (device memory, one uint64); each call one thread block. */
 h3_status h3_cuda_debug_spin_sum(h3_cuda_stream_h s, const void *data, size_t words, uint64_t *sum, int us);

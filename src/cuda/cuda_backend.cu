@@ -276,6 +276,7 @@ extern "C" void h3_cuda_shutdown(h3_exec *ex) {
     cudaStreamSynchronize(s->compute);
     cudaStreamSynchronize(s->copy);
     cuda_qgemm_shutdown(s);
+    cuda_conv_shutdown();
     cuda_gemm_shutdown(s);
     cudaStreamDestroy(s->compute);
     cudaStreamDestroy(s->copy);

@@ -1,5 +1,6 @@
-/* Row-wise and elementwise CUDA kernels, the convolutions (direct, for the small audio decoder), and the backend
- * table. Activations may be f32, bf16 or f16; math is f32; statistics reduce in f32 within a row.
+/* Row-wise and elementwise CUDA kernels, the direct conv3d, and the backend table (the 1-D convolutions and the
+ * anti-aliased Snake are in cuda_conv.cu). Activations may be f32, bf16 or f16; math is f32; statistics reduce in
+ * f32 within a row.
  *
  * Indices on the device are not validated element by element (that would need a copy back): the layer that
  * builds them (the packed layout) validates them on the host; kernels skip out-of-range rows rather than
@@ -472,7 +473,7 @@ static h3_status cuda_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x
     return cuda_move_rows(ex, y, x, idx, 1);
 }
 
-/* ---- convolutions (direct; the audio decoder is small) ------------------------------------------------------ */
+/* ---- conv3d (direct) ------------------------------------------------------------------------------------------ */
 
 __device__ __forceinline__ int64_t pad_idx(int64_t i, int64_t n, int mode) {
     if (i >= 0 && i < n) return i;
@@ -483,80 +484,6 @@ __device__ __forceinline__ int64_t pad_idx(int64_t i, int64_t n, int mode) {
     }
     if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
     return -1;
-}
-
-__global__ void k_conv1d(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, const void *b, int bdt,
-                         int64_t cin, int64_t tin, int64_t cout, int64_t tout, int64_t K, int stride, int dil, int pl,
-                         int groups, int mode) {
-    int64_t co = blockIdx.y;
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= tout) return;
-    int64_t cig = cin / groups, cog = cout / groups, g = co / cog;
-    float acc = b ? ld_f(b, bdt, co) : 0.0f;
-    for (int64_t ci = 0; ci < cig; ci++) {
-        for (int64_t k = 0; k < K; k++) {
-            int64_t src = pad_idx(t * stride + k * dil - pl, tin, mode);
-            if (src >= 0) acc += ld_f(w, wdt, (co * cig + ci) * K + k) * ld_f(x, xdt, (g * cig + ci) * tin + src);
-        }
-    }
-    st_f(y, ydt, co * tout + t, acc);
-}
-
-static h3_status cuda_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
-                             const h3_conv1d_params *p) {
-    H3_TRY(cuda_need_float(H3_OP_CONV1D, "x", x));
-    H3_TRY(cuda_need_float(H3_OP_CONV1D, "y", y));
-    H3_TRY(cuda_need_float(H3_OP_CONV1D, "weight", w));
-    H3_TRY(cuda_need_float(H3_OP_CONV1D, "bias", b));
-    int64_t tout = y->shape[1], cout = y->shape[0];
-    if (tout == 0 || cout == 0) return H3_OK;
-    dim3 grid((unsigned)((tout + 127) / 128), (unsigned)cout);
-    k_conv1d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
-                                                cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,
-                                                x->shape[0], x->shape[1], cout, tout, w->shape[2], p->stride,
-                                                p->dilation, p->pad_left, p->groups > 0 ? p->groups : 1, (int)p->pad_mode);
-    CU_LAUNCHED("conv1d");
-    return H3_OK;
-}
-
-/* Transposed: gather form, each output sums the inputs that land on it. */
-__global__ void k_convt1d(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, const void *b, int bdt,
-                          int64_t cin, int64_t tin, int64_t cout, int64_t tout, int64_t K, int stride, int pad, int dil,
-                          int groups) {
-    int64_t co = blockIdx.y;
-    int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= tout) return;
-    int64_t cig = cin / groups, cog = cout / groups, g = co / cog, j = co % cog;
-    float acc = b ? ld_f(b, bdt, co) : 0.0f;
-    for (int64_t k = 0; k < K; k++) {
-        int64_t num = o + pad - k * dil;
-        if (num < 0 || num % stride) continue;
-        int64_t t = num / stride;
-        if (t >= tin) continue;
-        for (int64_t ci = 0; ci < cig; ci++) {
-            int64_t cin_i = g * cig + ci;
-            acc += ld_f(x, xdt, cin_i * tin + t) * ld_f(w, wdt, (cin_i * cog + j) * K + k);
-        }
-    }
-    st_f(y, ydt, co * tout + o, acc);
-}
-
-static h3_status cuda_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
-                                       const h3_tensor *b, const h3_convt1d_params *p) {
-    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "x", x));
-    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "y", y));
-    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "weight", w));
-    H3_TRY(cuda_need_float(H3_OP_CONV_TRANSPOSE1D, "bias", b));
-    int64_t tout = y->shape[1], cout = y->shape[0];
-    if (tout == 0 || cout == 0) return H3_OK;
-    dim3 grid((unsigned)((tout + 127) / 128), (unsigned)cout);
-    k_convt1d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
-                                                 cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,
-                                                 x->shape[0], x->shape[1], cout, tout, w->shape[2], p->stride,
-                                                 p->padding, p->dilation > 0 ? p->dilation : 1,
-                                                 p->groups > 0 ? p->groups : 1);
-    CU_LAUNCHED("conv_transpose1d");
-    return H3_OK;
 }
 
 typedef struct {
@@ -742,8 +669,6 @@ extern "C" const h3_backend *h3_cuda_backend_table(void) {
     t->clamp = cuda_clamp;
     t->rope = cuda_rope;
     t->attention = cuda_attention;
-    t->conv1d = cuda_conv1d;
-    t->conv_transpose1d = cuda_conv_transpose1d;
     t->conv3d = cuda_conv3d;
     t->gather_rows = cuda_gather_rows;
     t->scatter_rows = cuda_scatter_rows;
@@ -757,6 +682,7 @@ extern "C" const h3_backend *h3_cuda_backend_table(void) {
     t->random_uniform = cuda_random_uniform;
     t->rms_norm_modulate = cuda_rms_norm_modulate;
     t->qk_norm_rope = cuda_qk_norm_rope;
+    cuda_conv_table(t); /* conv1d, conv_transpose1d, snake_aa: cuda_conv.cu */
     t->copy = cuda_copy_entry;
     t->sync = cuda_sync_entry;
     return t;

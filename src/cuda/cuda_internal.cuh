@@ -130,6 +130,9 @@ h3_status cuda_gemm_init(h3_cuda_state *s);
 void cuda_gemm_shutdown(h3_cuda_state *s);
 void *cuda_arena_alloc(h3_cuda_state *s, size_t bytes);
 void cuda_arena_free(h3_cuda_state *s, void *p);
+/* cuda_conv.cu: its entries of the backend table, and the release of its GEMM plans at shutdown. */
+void cuda_conv_table(h3_backend *t);
+void cuda_conv_shutdown(void);
 }
 
 #endif

@@ -9,6 +9,7 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/model_cfg.h"
 
@@ -54,9 +55,13 @@ struct h3_audio_vae {
     int compute_filters;
     int n_conv;
     h3_tensor *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
-    h3_tensor ones;    /* [max channels, 1, 1] of 1: the replicate-padding copy is a 1-tap depthwise conv */
     float filter[64];  /* computed resampling filter (filter_taps values) */
+    h3_place act_place; /* where a decode keeps its activations (and its weights): HOST or DEVICE */
+    h3_tensor dev_w;    /* on the device: every weight as f32 in one block (av_dev_items), from the first decode */
+    int64_t *dev_off;   /* the offsets of the tensors in it (av_dev_items' order) */
 };
+
+static void av_dev_release(h3_audio_vae *v);
 
 /* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post. */
 static int av_up(int i) {
@@ -446,9 +451,6 @@ static h3_status av_finish(h3_audio_vae *v) {
         for (int r = 0; r < c->n_res; r++)
             for (int a = 0; a < 2 * c->n_dil; a++) H3_TRY(av_check_act(v, av_act_name(c, i, r, a, name, sizeof name), av_ch(c, i)));
     H3_TRY(av_check_act(v, av_act_name(c, -1, 0, 0, name, sizeof name), av_ch(c, c->n_up - 1)));
-    int64_t maxc = (int64_t)c->decoder_dim / 2, os[3] = {maxc, 1, 1};
-    H3_TRY(h3_tensor_alloc(&v->ones, H3_PLACE_HOST, H3_F32, 3, os, H3_MEM_WEIGHTS));
-    for (int64_t i = 0; i < maxc; i++) ((float *)v->ones.data)[i] = 1.0f;
     h3_audio_kaiser_filter(v->filter, c->filter_taps, 0.5 / 2, 0.6 / 2);
     return H3_OK;
 }
@@ -461,7 +463,8 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
     c->sample_rate = 32000;
     c->filter_taps = 12;
     v->compute_filters = opts && opts->compute_filters;
-    h3_status st = av_resolve(v, path, 0);
+    h3_status st = h3_audio_vae_set_placement(v, opts ? opts->act_place : H3_PLACE_HOST);
+    if (st == H3_OK) st = av_resolve(v, path, 0);
     if (st == H3_OK) {
         v->source = h3_strdup(v->st.source ? v->st.source : path);
         if (!v->source) st = H3_ERR_NOMEM;
@@ -481,7 +484,7 @@ void h3_audio_vae_close(h3_audio_vae *v) {
     if (v->folded)
         for (int i = 0; i < v->n_conv; i++) h3_tensor_free(&v->folded[i]);
     h3_free(v->folded);
-    h3_tensor_free(&v->ones);
+    av_dev_release(v);
     if (v->st.files || v->st.entries) h3_st_close(&v->st);
     h3_free(v->source);
     h3_free(v);
@@ -505,7 +508,9 @@ typedef struct {
 } av_conv;
 
 typedef struct {
-    h3_tensor alpha, beta, up, down; /* up: 2·filter per channel [C, 1, taps]; down: filter per channel */
+    h3_tensor alpha, beta; /* [C] */
+    h3_tensor up, down;    /* the resampling filters [taps]; h3_op_snake_aa applies the upsampler's ×2 */
+    float fup[H3_SNAKE_AA_MAX_TAPS], fdown[H3_SNAKE_AA_MAX_TAPS]; /* their values when on the host */
     int held;
 } av_act;
 
@@ -518,6 +523,37 @@ typedef struct {
     av_act post_act;
 } av_part;
 
+/* Activation ids: per stage and AMP block 2·n_dil of them, then activation_post. */
+static int av_n_act(const h3_audio_vae_config *c) {
+    return c->n_up * c->n_res * 2 * c->n_dil + 1;
+}
+static int av_act_id(const h3_audio_vae_config *c, int stage, int r, int a) {
+    return stage < 0 ? av_n_act(c) - 1 : (stage * c->n_res + r) * 2 * c->n_dil + a;
+}
+static int64_t av_act_ch(const h3_audio_vae_config *c, int id) {
+    int stage = id / (c->n_res * 2 * c->n_dil);
+    return av_ch(c, stage < c->n_up ? stage : c->n_up - 1);
+}
+static const char *av_act_name_of(const h3_audio_vae_config *c, int id, char *buf, size_t n) {
+    int per = c->n_res * 2 * c->n_dil, stage = id / per, rem = id % per;
+    return av_act_name(c, stage < c->n_up ? stage : -1, rem / (2 * c->n_dil), rem % (2 * c->n_dil), buf, n);
+}
+
+/* The conv parameters of the decode, for the ops and the memory plan alike. */
+static h3_conv1d_params av_k(int K) { /* stride 1, "same" zero padding of an odd kernel */
+    h3_conv1d_params p = {1, 1, 1, (K - 1) / 2, (K - 1) / 2, H3_PAD_ZEROS};
+    return p;
+}
+static h3_conv1d_params av_res_params(const h3_audio_vae_config *c, int r, int d, int which) {
+    int k = c->res_kernels[r], dl = which ? 1 : c->dilations[r][d];
+    h3_conv1d_params p = {1, dl, 1, (k * dl - dl) / 2, (k * dl - dl) / 2, H3_PAD_ZEROS};
+    return p;
+}
+static h3_convt1d_params av_up_params(const h3_audio_vae_config *c, int i) {
+    h3_convt1d_params p = {c->rates[i], (c->kernels[i] - c->rates[i]) / 2, 0, 1, 1};
+    return p;
+}
+
 static void av_release_conv(av_conv *c) {
     if (c->held_w) h3_tensor_free(&c->w);
     if (c->held_b) h3_tensor_free(&c->b);
@@ -528,8 +564,6 @@ static void av_release_act(av_act *a) {
     if (a->held) {
         h3_tensor_free(&a->alpha);
         h3_tensor_free(&a->beta);
-        h3_tensor_free(&a->up);
-        h3_tensor_free(&a->down);
     }
     memset(a, 0, sizeof *a);
 }
@@ -549,11 +583,194 @@ static void av_release(av_part *p) {
     av_release_act(&p->post_act);
 }
 
+/* The values of a resampling filter (filter_taps of them): the stored ones, else the computed ones. */
+static h3_status av_filter_values(h3_audio_vae *v, const char *name, float *f) {
+    int K = v->cfg.filter_taps;
+    memcpy(f, v->filter, (size_t)K * sizeof(float));
+    if (!v->compute_filters && h3_st_find(&v->st, name)) {
+        h3_tensor t;
+        H3_TRY(h3_st_get(&v->st, name, &t));
+        int ok = h3_convert_to_f32(t.dtype, t.data, f, (size_t)K);
+        h3_tensor_free(&t);
+        if (!ok) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: cannot read %s", v->source, name);
+    }
+    return H3_OK;
+}
+
+/* ---- the weights on the device ------------------------------------------------------------------------------
+ * One block of f32 holds every tensor the decode reads: dec_in_proj's weight and bias, each conv's weight and bias
+ * (conv_post has none), each activation's alpha, beta, up and down filter. av_dev_items walks them in that order,
+ * each at a multiple of 64 floats (256 bytes, the arena's granule: aligned as the GEMMs like it); the upload and
+ * the memory plan both walk it, so they agree by construction. */
+
+enum { AV_IN, AV_CONV, AV_ACT };
+
+typedef h3_status (*av_item_fn)(void *user, int kind, int id, int which, int64_t off, int64_t n);
+
+static int64_t al64(int64_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+/* Where the offset of (kind, id, which) is kept in v->dev_off, and how many there are. */
+static int64_t av_off_index(const h3_audio_vae_config *c, int kind, int id, int which) {
+    const int64_t n_conv = av_post(c) + 1;
+    return kind == AV_IN ? which : kind == AV_CONV ? 2 + which * n_conv + id : 2 + 2 * n_conv + 4 * (int64_t)id + which;
+}
+static int64_t av_off_count(const h3_audio_vae_config *c) {
+    return 2 + 2 * (int64_t)(av_post(c) + 1) + 4 * (int64_t)av_n_act(c);
+}
+
+/* Calls fn (unless NULL) for every tensor of the block with its offset and size in floats; *floats: the block. */
+static h3_status av_dev_items(const h3_audio_vae_config *c, av_item_fn fn, void *user, int64_t *floats) {
+    int64_t off = 0;
+#define AV_ITEM(kind, id, which, count)                                                                            \
+    do {                                                                                                           \
+        const int64_t n__ = (count);                                                                               \
+        if (fn) H3_TRY(fn(user, kind, id, which, off, n__));                                                       \
+        off += al64(n__);                                                                                          \
+    } while (0)
+    AV_ITEM(AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels);
+    AV_ITEM(AV_IN, 0, 1, (int64_t)c->latent_dim);
+    for (int id = 0; id <= av_post(c); id++) {
+        char name[128];
+        int64_t s[3];
+        int bias;
+        av_conv_desc(c, id, name, sizeof name, s, &bias);
+        AV_ITEM(AV_CONV, id, 0, s[0] * s[1] * s[2]);
+        if (bias) AV_ITEM(AV_CONV, id, 1, id >= 1 && id <= c->n_up ? s[1] : s[0]);
+    }
+    for (int a = 0; a < av_n_act(c); a++) {
+        const int64_t C = av_act_ch(c, a);
+        AV_ITEM(AV_ACT, a, 0, C);
+        AV_ITEM(AV_ACT, a, 1, C);
+        AV_ITEM(AV_ACT, a, 2, (int64_t)c->filter_taps);
+        AV_ITEM(AV_ACT, a, 3, (int64_t)c->filter_taps);
+    }
+#undef AV_ITEM
+    *floats = off;
+    return H3_OK;
+}
+
+static void av_dev_release(h3_audio_vae *v) {
+    h3_tensor_free(&v->dev_w);
+    h3_free(v->dev_off);
+    v->dev_off = NULL;
+}
+
+/* n values of src (host, any float dtype) as f32 to the device at dst. */
+static h3_status av_put_f32(h3_exec *ex, const h3_tensor *src, float *dst, int64_t n) {
+    h3_tensor d, h;
+    H3_TRY(h3_tensor_wrap(&d, dst, H3_PLACE_DEVICE, H3_F32, 1, &n));
+    if (src->dtype == H3_F32 && src->q.mode == H3_SCALE_NONE && h3_tensor_is_contiguous(src)) {
+        H3_TRY(h3_tensor_wrap(&h, src->data, H3_PLACE_HOST, H3_F32, 1, &n));
+        return h3_copy(ex, &d, &h);
+    }
+    float *tmp = h3_malloc((size_t)n * sizeof(float), H3_MEM_WORKSPACE);
+    if (!tmp) return H3_ERR(H3_ERR_NOMEM, "out of memory converting a weight for the device");
+    h3_status st = H3_OK;
+    if (src->q.mode != H3_SCALE_NONE || !h3_tensor_is_contiguous(src) ||
+        !h3_convert_to_f32(src->dtype, src->data, tmp, (size_t)n))
+        st = H3_ERR(H3_ERR_UNSUPPORTED, "a weight of dtype %s cannot be read as f32", h3_dtype_name(src->dtype));
+    if (st == H3_OK) st = h3_tensor_wrap(&h, tmp, H3_PLACE_HOST, H3_F32, 1, &n);
+    if (st == H3_OK) st = h3_copy(ex, &d, &h);
+    h3_free(tmp);
+    return st;
+}
+
+typedef struct {
+    h3_audio_vae *v;
+    h3_exec *ex;
+} av_up_ctx;
+
+/* av_dev_items' callback of the upload: the tensor's host values (folded weight, file view or filter) to the block. */
+static h3_status av_put(void *user, int kind, int id, int which, int64_t off, int64_t n) {
+    av_up_ctx *u = user;
+    h3_audio_vae *v = u->v;
+    const h3_audio_vae_config *c = &v->cfg;
+    v->dev_off[av_off_index(c, kind, id, which)] = off;
+    h3_tensor src;
+    memset(&src, 0, sizeof src);
+    int held = 0;
+    float f[H3_SNAKE_AA_MAX_TAPS];
+    char base[128], name[192];
+    h3_status st = H3_OK;
+    if (kind == AV_IN) {
+        st = h3_st_get(&v->st, which ? "dec_in_proj.bias" : "dec_in_proj.weight", &src);
+        held = st == H3_OK;
+    } else if (kind == AV_CONV && which == 0 && v->folded[id].data) {
+        src = v->folded[id]; /* a view: the folded weight stays the decoder's */
+    } else if (kind == AV_CONV) {
+        int64_t s[3];
+        int bias;
+        av_conv_desc(c, id, base, sizeof base, s, &bias);
+        snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
+        st = h3_st_get(&v->st, name, &src);
+        held = st == H3_OK;
+    } else if (which < 2) {
+        snprintf(name, sizeof name, "%s.act.%s", av_act_name_of(c, id, base, sizeof base), which ? "beta" : "alpha");
+        st = h3_st_get(&v->st, name, &src);
+        held = st == H3_OK;
+    } else {
+        snprintf(name, sizeof name, "%s%s", av_act_name_of(c, id, base, sizeof base),
+                 which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
+        st = av_filter_values(v, name, f);
+        if (st == H3_OK) st = h3_tensor_wrap(&src, f, H3_PLACE_HOST, H3_F32, 1, &n);
+    }
+    if (st == H3_OK && h3_tensor_numel(&src) != n)
+        st = H3_ERR(H3_ERR_INTERNAL, "%s: a weight of %lld values where the device block plans %lld", v->source,
+                    (long long)h3_tensor_numel(&src), (long long)n);
+    if (st == H3_OK) st = av_put_f32(u->ex, &src, (float *)v->dev_w.data + off, n);
+    if (held) h3_tensor_free(&src);
+    return st;
+}
+
+/* Every weight to the device, once (the first device decode after open or a placement change). */
+static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
+    int64_t floats;
+    H3_TRY(av_dev_items(&v->cfg, NULL, NULL, &floats));
+    v->dev_off = h3_calloc((size_t)av_off_count(&v->cfg), sizeof *v->dev_off, H3_MEM_WEIGHTS);
+    if (!v->dev_off) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = h3_tensor_alloc(&v->dev_w, H3_PLACE_DEVICE, H3_F32, 1, &floats, H3_MEM_WEIGHTS);
+    av_up_ctx u = {v, ex};
+    if (st == H3_OK) st = av_dev_items(&v->cfg, av_put, &u, &floats);
+    if (st == H3_OK) st = h3_exec_sync(ex);
+    if (st != H3_OK) {
+        av_dev_release(v);
+        return h3_error_wrap(st, "uploading the audio VAE's %.1f MiB of weights to the device", floats / 262144.0);
+    }
+    return H3_OK;
+}
+
+h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place) {
+    if (act_place != H3_PLACE_HOST && act_place != H3_PLACE_PINNED && act_place != H3_PLACE_DEVICE)
+        return H3_ERR(H3_ERR_INVALID, "audio VAE: unknown placement %d", (int)act_place);
+    if (act_place != H3_PLACE_DEVICE) av_dev_release(v);
+    v->act_place = act_place == H3_PLACE_DEVICE ? H3_PLACE_DEVICE : H3_PLACE_HOST;
+    return H3_OK;
+}
+
+/* ---- the one way the decode reaches weights -------------------------------------------------------------------
+ * On the host: folded weights and views of the file, filters as values; on the device: views into the resident
+ * block (uploaded by the first acquire). A shared residency interface will replace the inside of these. */
+
+static h3_tensor av_dev_view(h3_audio_vae *v, int kind, int id, int which, int nd, const int64_t *shape) {
+    h3_tensor t;
+    h3_tensor_wrap(&t, (float *)v->dev_w.data + v->dev_off[av_off_index(&v->cfg, kind, id, which)], H3_PLACE_DEVICE,
+                   H3_F32, nd, shape);
+    return t;
+}
+
 static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
     char base[128], name[192];
     int64_t s[3];
     int bias;
     av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias);
+    if (v->act_place == H3_PLACE_DEVICE) {
+        int64_t blen = id >= 1 && id <= v->cfg.n_up ? s[1] : s[0];
+        out->w = av_dev_view(v, AV_CONV, id, 0, 3, s);
+        if (bias) out->b = av_dev_view(v, AV_CONV, id, 1, 1, &blen);
+        return H3_OK;
+    }
     if (v->folded[id].data) {
         h3_tensor_wrap(&out->w, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
     } else {
@@ -569,50 +786,47 @@ static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
     return H3_OK;
 }
 
-/* A resampling filter laid out per channel ([C, 1, taps], scaled by `gain`): the stored one, else the computed one. */
-static h3_status av_filter(h3_audio_vae *v, const char *name, int64_t C, float gain, h3_tensor *out) {
-    int K = v->cfg.filter_taps;
-    int64_t s[3] = {C, 1, K};
-    float f[64];
-    memcpy(f, v->filter, (size_t)K * sizeof(float));
-    if (!v->compute_filters && h3_st_find(&v->st, name)) {
-        h3_tensor t;
-        H3_TRY(h3_st_get(&v->st, name, &t));
-        int ok = h3_convert_to_f32(t.dtype, t.data, f, (size_t)K);
-        h3_tensor_free(&t);
-        if (!ok) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: cannot read %s", v->source, name);
+static h3_status av_get_act(h3_audio_vae *v, int id, av_act *a) {
+    const h3_audio_vae_config *c = &v->cfg;
+    int64_t C = av_act_ch(c, id), K = c->filter_taps;
+    if (v->act_place == H3_PLACE_DEVICE) {
+        a->alpha = av_dev_view(v, AV_ACT, id, 0, 1, &C);
+        a->beta = av_dev_view(v, AV_ACT, id, 1, 1, &C);
+        a->up = av_dev_view(v, AV_ACT, id, 2, 1, &K);
+        a->down = av_dev_view(v, AV_ACT, id, 3, 1, &K);
+        return H3_OK;
     }
-    H3_TRY(h3_tensor_alloc(out, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_WEIGHTS));
-    float *d = out->data;
-    for (int64_t c = 0; c < C; c++)
-        for (int k = 0; k < K; k++) d[c * K + k] = gain * f[k]; /* gain 2 is exact in binary floating point */
-    return H3_OK;
-}
-
-static h3_status av_get_act(h3_audio_vae *v, const char *base, int64_t C, av_act *a) {
-    char name[192];
+    char base[128], name[192];
+    av_act_name_of(c, id, base, sizeof base);
     a->held = 1;
     snprintf(name, sizeof name, "%s.act.alpha", base);
     H3_TRY(h3_st_get(&v->st, name, &a->alpha));
     snprintf(name, sizeof name, "%s.act.beta", base);
     H3_TRY(h3_st_get(&v->st, name, &a->beta));
     snprintf(name, sizeof name, "%s.upsample.filter", base);
-    H3_TRY(av_filter(v, name, C, 2.0f, &a->up));
+    H3_TRY(av_filter_values(v, name, a->fup));
     snprintf(name, sizeof name, "%s.downsample.lowpass.filter", base);
-    return av_filter(v, name, C, 1.0f, &a->down);
+    H3_TRY(av_filter_values(v, name, a->fdown));
+    H3_TRY(h3_tensor_wrap(&a->up, a->fup, H3_PLACE_HOST, H3_F32, 1, &K));
+    return h3_tensor_wrap(&a->down, a->fdown, H3_PLACE_HOST, H3_F32, 1, &K);
 }
 
-/* The one way the decode reaches weights (folded views, file views, filters laid out per channel). */
-static h3_status av_acquire(h3_audio_vae *v, int part, av_part *p) {
+static h3_status av_acquire(h3_audio_vae *v, h3_exec *ex, int part, av_part *p) {
     memset(p, 0, sizeof *p);
     const h3_audio_vae_config *c = &v->cfg;
     h3_status st = H3_OK;
-    char name[128];
+    if (v->act_place == H3_PLACE_DEVICE && !v->dev_w.data) H3_TRY(av_upload(v, ex));
     if (part < 0) {
-        H3_CHECK(h3_st_get(&v->st, "dec_in_proj.weight", &p->in.w));
-        p->in.held_w = 1;
-        H3_CHECK(h3_st_get(&v->st, "dec_in_proj.bias", &p->in.b));
-        p->in.held_b = 1;
+        if (v->act_place == H3_PLACE_DEVICE) {
+            int64_t sw[3] = {c->latent_dim, c->latent_channels, 1}, sb[1] = {c->latent_dim};
+            p->in.w = av_dev_view(v, AV_IN, 0, 0, 3, sw);
+            p->in.b = av_dev_view(v, AV_IN, 0, 1, 1, sb);
+        } else {
+            H3_CHECK(h3_st_get(&v->st, "dec_in_proj.weight", &p->in.w));
+            p->in.held_w = 1;
+            H3_CHECK(h3_st_get(&v->st, "dec_in_proj.bias", &p->in.b));
+            p->in.held_b = 1;
+        }
         H3_CHECK(av_get_conv(v, 0, &p->pre));
     } else if (part < c->n_up) {
         H3_CHECK(av_get_conv(v, av_up(part), &p->up));
@@ -621,11 +835,10 @@ static h3_status av_acquire(h3_audio_vae *v, int part, av_part *p) {
                 H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 0), &p->res[r][d][0]));
                 H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 1), &p->res[r][d][1]));
             }
-            for (int a = 0; a < 2 * c->n_dil; a++)
-                H3_CHECK(av_get_act(v, av_act_name(c, part, r, a, name, sizeof name), av_ch(c, part), &p->act[r][a]));
+            for (int a = 0; a < 2 * c->n_dil; a++) H3_CHECK(av_get_act(v, av_act_id(c, part, r, a), &p->act[r][a]));
         }
     } else {
-        H3_CHECK(av_get_act(v, av_act_name(c, -1, 0, 0, name, sizeof name), av_ch(c, c->n_up - 1), &p->post_act));
+        H3_CHECK(av_get_act(v, av_act_id(c, -1, 0, 0), &p->post_act));
         H3_CHECK(av_get_conv(v, av_post(c), &p->post));
     }
 done:
@@ -636,28 +849,24 @@ done:
 /* ---- the decode --------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    int64_t T; /* latents per channel */
-    /* float offsets into the one buffer: the widest stage's tensors, the padded copy, the upsampled signal */
-    int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, o_xp, o_u, total;
+    int64_t T, nb; /* latents per channel; channels decoded together (a batch) */
+    /* float offsets into the one buffer of a pass, each region [nb, ·]: the latents, dec_in_proj's output and the
+     * widest stage's tensors */
+    int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, total;
 } av_plan;
 
-static int64_t al16(int64_t n) {
-    return (n + 15) / 16 * 16;
-}
-
-static void av_make_plan(const h3_audio_vae_config *c, int64_t T, av_plan *p) {
+static void av_make_plan(const h3_audio_vae_config *c, int64_t T, int64_t nb, av_plan *p) {
     memset(p, 0, sizeof *p);
     p->T = T;
-    int64_t G = (int64_t)c->decoder_dim * T, len = T, xp = 0, u = 0;
+    p->nb = nb;
+    int64_t G = (int64_t)c->decoder_dim * T, len = T;
     for (int i = 0; i < c->n_up; i++) {
         len *= c->rates[i];
         int64_t ch = av_ch(c, i);
         if (ch * len > G) G = ch * len;
-        if (ch * (len + c->filter_taps - 2) > xp) xp = ch * (len + c->filter_taps - 2);
-        if (2 * ch * len > u) u = 2 * ch * len;
     }
     int64_t o = 0;
-#define TAKE(f, n) (p->f = o, o += al16(n))
+#define TAKE(f, n) (p->f = o, o += al64(nb * (n)))
     TAKE(o_z, (int64_t)c->latent_channels * T);
     TAKE(o_a0, (int64_t)c->latent_dim * T);
     TAKE(o_x, G);
@@ -666,92 +875,81 @@ static void av_make_plan(const h3_audio_vae_config *c, int64_t T, av_plan *p) {
     TAKE(o_h, G);
     TAKE(o_t1, G);
     TAKE(o_t2, G);
-    TAKE(o_xp, xp);
-    TAKE(o_u, u);
 #undef TAKE
     p->total = o;
-}
-
-static h3_tensor aw(float *base, int64_t rows, int64_t cols) {
-    h3_tensor t;
-    int64_t s[2] = {rows, cols};
-    h3_tensor_wrap(&t, base, H3_PLACE_HOST, H3_F32, 2, s);
-    return t;
 }
 
 typedef struct {
     h3_audio_vae *v;
     h3_exec *ex;
     const av_plan *p;
-    float *ar;
+    float *ar;      /* the pass's buffer (p->total floats) at `place` */
+    h3_place place; /* HOST or DEVICE */
 } av_run;
 
-/* Anti-aliased SnakeBeta: in [C, len] -> out [C, len] (out may not alias in). */
-static h3_status av_activation(av_run *r, const av_act *a, const h3_tensor *in, h3_tensor *out) {
-    int64_t C = in->shape[0], len = in->shape[1];
-    int K = r->v->cfg.filter_taps;
-    h3_tensor xp = aw(r->ar + r->p->o_xp, C, len + K - 2), u = aw(r->ar + r->p->o_u, C, 2 * len), ones;
-    int64_t os[3] = {C, 1, 1};
-    h3_tensor_wrap(&ones, r->v->ones.data, H3_PLACE_HOST, H3_F32, 3, os);
-    h3_conv1d_params pad = {1, 1, (int)C, K / 2 - 1, K / 2 - 1, H3_PAD_REPLICATE};
-    H3_TRY(h3_op_conv1d(r->ex, &xp, in, &ones, NULL, &pad));
-    h3_convt1d_params up = {2, (K / 2 - 1) * 2 + (K - 2) / 2, 0, (int)C, 1};
-    H3_TRY(h3_op_conv_transpose1d(r->ex, &u, &xp, &a->up, NULL, &up));
-    H3_TRY(h3_op_snake(r->ex, &u, &u, &a->alpha, &a->beta, H3_SNAKE_LOGSCALE));
-    h3_conv1d_params down = {2, 1, (int)C, K / 2 - 1, K / 2, H3_PAD_REPLICATE};
-    return h3_op_conv1d(r->ex, out, &u, &a->down, NULL, &down);
+/* [nb, C, L] at float offset `off` of the pass's buffer. */
+static h3_tensor av_t(const av_run *r, int64_t off, int64_t C, int64_t L) {
+    h3_tensor t;
+    int64_t s[3] = {r->p->nb, C, L};
+    h3_tensor_wrap(&t, r->ar + off, r->place, H3_F32, 3, s);
+    return t;
 }
 
-/* Upsampling stage i: x [2C, len/u] -> x [C, len]. */
+/* Upsampling stage i: x [nb, 2C, len/u] -> x [nb, C, len]. */
 static h3_status av_stage(av_run *r, int i, const av_part *w, int64_t len) {
     const h3_audio_vae_config *c = &r->v->cfg;
-    float *ar = r->ar;
     const av_plan *p = r->p;
-    int64_t C = av_ch(c, i), u = c->rates[i], k = c->kernels[i];
-    h3_tensor x = aw(ar + p->o_x, 2 * C, len / u), y = aw(ar + p->o_y, C, len), acc = aw(ar + p->o_acc, C, len);
-    h3_tensor h = aw(ar + p->o_h, C, len), t1 = aw(ar + p->o_t1, C, len), t2 = aw(ar + p->o_t2, C, len);
-    h3_convt1d_params up = {(int)u, (int)((k - u) / 2), 0, 1, 1};
+    int64_t C = av_ch(c, i), u = c->rates[i];
+    h3_tensor x = av_t(r, p->o_x, 2 * C, len / u), y = av_t(r, p->o_y, C, len), acc = av_t(r, p->o_acc, C, len);
+    h3_tensor h = av_t(r, p->o_h, C, len), t1 = av_t(r, p->o_t1, C, len), t2 = av_t(r, p->o_t2, C, len);
+    h3_convt1d_params up = av_up_params(c, i);
     H3_TRY(h3_op_conv_transpose1d(r->ex, &y, &x, &w->up.w, &w->up.b, &up));
     for (int rb = 0; rb < c->n_res; rb++) {
         h3_tensor *hb = rb == 0 ? &acc : &h;
-        int rk = c->res_kernels[rb];
         H3_TRY(h3_op_convert(r->ex, hb, &y));
         for (int d = 0; d < c->n_dil; d++) {
-            int dl = c->dilations[rb][d];
-            h3_conv1d_params p1 = {1, dl, 1, (rk * dl - dl) / 2, (rk * dl - dl) / 2, H3_PAD_ZEROS};
-            h3_conv1d_params p2 = {1, 1, 1, (rk - 1) / 2, (rk - 1) / 2, H3_PAD_ZEROS};
-            H3_TRY(av_activation(r, &w->act[rb][2 * d], hb, &t1));
+            const av_act *a1 = &w->act[rb][2 * d], *a2 = &w->act[rb][2 * d + 1];
+            h3_conv1d_params p1 = av_res_params(c, rb, d, 0), p2 = av_res_params(c, rb, d, 1);
+            H3_TRY(h3_op_snake_aa(r->ex, &t1, hb, &a1->alpha, &a1->beta, &a1->up, &a1->down, H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][0].w, &w->res[rb][d][0].b, &p1));
-            H3_TRY(av_activation(r, &w->act[rb][2 * d + 1], &t2, &t1));
+            H3_TRY(h3_op_snake_aa(r->ex, &t1, &t2, &a2->alpha, &a2->beta, &a2->up, &a2->down, H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][1].w, &w->res[rb][d][1].b, &p2));
             H3_TRY(h3_op_binary(r->ex, hb, &t2, hb, H3_BINARY_ADD));
         }
         if (rb > 0) H3_TRY(h3_op_binary(r->ex, &acc, &acc, &h, H3_BINARY_ADD));
     }
-    h3_tensor xo = aw(ar + p->o_x, C, len);
+    h3_tensor xo = av_t(r, p->o_x, C, len);
     return h3_op_scale(r->ex, &xo, &acc, 1.0f / (float)c->n_res, 0.0f);
 }
 
-static h3_status av_decode_one(av_run *r, const float *z_in, float *wave) {
+/* One pass: the nb channels of z_in (host, [nb, C, T]) to wave (host, [nb, T·hop]). */
+static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
     h3_audio_vae *v = r->v;
     const h3_audio_vae_config *c = &v->cfg;
     const av_plan *p = r->p;
-    float *ar = r->ar;
-    int64_t T = p->T, C = c->latent_channels;
+    const int64_t T = p->T, C = c->latent_channels, nb = p->nb, S = T * c->hop;
     h3_exec *ex = r->ex;
     h3_status st = H3_OK;
     av_part *w = h3_malloc(sizeof *w, H3_MEM_OTHER);
     if (!w) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     memset(w, 0, sizeof *w);
-    /* de-normalize: z[ch] = latents[ch] · std[ch] + mean[ch] */
-    for (int64_t ch = 0; ch < C; ch++) {
-        h3_tensor src = aw((float *)z_in + ch * T, 1, T), dst = aw(ar + p->o_z + ch * T, 1, T);
+    h3_tensor z = av_t(r, p->o_z, C, T), zin;
+    int64_t sz[3] = {nb, C, T}, sw[3] = {nb, 1, S};
+    H3_CHECK(h3_tensor_wrap(&zin, (void *)z_in, H3_PLACE_HOST, H3_F32, 3, sz));
+    if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &z, &zin));
+    /* de-normalize: z[i, ch] = latents[i, ch] · std[ch] + mean[ch] (on the device in place, after the copy) */
+    const h3_tensor *zsrc = r->place == H3_PLACE_DEVICE ? &z : &zin;
+    for (int64_t row = 0; row < nb * C; row++) {
+        const int64_t ch = row % C, s1[2] = {1, T};
+        h3_tensor src, dst;
+        H3_CHECK(h3_tensor_wrap(&src, (float *)zsrc->data + row * T, zsrc->place, H3_F32, 2, s1));
+        H3_CHECK(h3_tensor_wrap(&dst, (float *)z.data + row * T, z.place, H3_F32, 2, s1));
         H3_CHECK(h3_op_scale(ex, &dst, &src, c->latents_std[ch], c->latents_mean[ch]));
     }
-    H3_CHECK(av_acquire(v, -1, w));
+    H3_CHECK(av_acquire(v, ex, -1, w));
     {
-        h3_tensor z = aw(ar + p->o_z, C, T), a0 = aw(ar + p->o_a0, c->latent_dim, T), x = aw(ar + p->o_x, c->decoder_dim, T);
-        h3_conv1d_params k1 = {1, 1, 1, 0, 0, H3_PAD_ZEROS}, k7 = {1, 1, 1, 3, 3, H3_PAD_ZEROS};
+        h3_tensor a0 = av_t(r, p->o_a0, c->latent_dim, T), x = av_t(r, p->o_x, c->decoder_dim, T);
+        h3_conv1d_params k1 = av_k(1), k7 = av_k(7);
         H3_CHECK(h3_op_conv1d(ex, &a0, &z, &w->in.w, &w->in.b, &k1));
         H3_CHECK(h3_op_conv1d(ex, &x, &a0, &w->pre.w, &w->pre.b, &k7));
     }
@@ -759,18 +957,22 @@ static h3_status av_decode_one(av_run *r, const float *z_in, float *wave) {
     int64_t len = T;
     for (int i = 0; i < c->n_up; i++) {
         len *= c->rates[i];
-        H3_CHECK(av_acquire(v, i, w));
+        H3_CHECK(av_acquire(v, ex, i, w));
         H3_CHECK_CTX(av_stage(r, i, w, len), "upsampling stage %d", i);
         av_release(w);
     }
-    H3_CHECK(av_acquire(v, c->n_up, w));
+    H3_CHECK(av_acquire(v, ex, c->n_up, w));
     {
         int64_t Cl = av_ch(c, c->n_up - 1);
-        h3_tensor x = aw(ar + p->o_x, Cl, len), t1 = aw(ar + p->o_t1, Cl, len), out = aw(wave, 1, len);
-        h3_conv1d_params k7 = {1, 1, 1, 3, 3, H3_PAD_ZEROS};
-        H3_CHECK(av_activation(r, &w->post_act, &x, &t1));
+        h3_tensor x = av_t(r, p->o_x, Cl, len), t1 = av_t(r, p->o_t1, Cl, len), host_out, out;
+        H3_CHECK(h3_tensor_wrap(&host_out, wave, H3_PLACE_HOST, H3_F32, 3, sw));
+        out = r->place == H3_PLACE_DEVICE ? av_t(r, p->o_t2, 1, S) : host_out;
+        h3_conv1d_params k7 = av_k(7);
+        const av_act *a = &w->post_act;
+        H3_CHECK(h3_op_snake_aa(ex, &t1, &x, &a->alpha, &a->beta, &a->up, &a->down, H3_SNAKE_LOGSCALE));
         H3_CHECK(h3_op_conv1d(ex, &out, &t1, &w->post.w, NULL, &k7));
         H3_CHECK(h3_op_clamp(ex, &out, &out, -1.0f, 1.0f));
+        if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &host_out, &out)); /* waits for the device */
     }
 done:
     av_release(w);
@@ -807,63 +1009,83 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
         return H3_ERR(H3_ERR_INVALID, "audio decode: the waveform must be contiguous f32 [%lld, %lld] or [%lld, 1, %lld], "
                       "got %s", (long long)ch, (long long)S, (long long)ch, (long long)S,
                       wave ? h3_tensor_shape_str(wave, s, sizeof s) : "none");
+    const int dev = v->act_place == H3_PLACE_DEVICE;
+    if (dev && (!ex->cuda || !h3_backend_for_place(H3_PLACE_DEVICE)))
+        return H3_ERR(H3_ERR_INVALID, "audio decode on the device: %s",
+                      h3_cuda_compiled() ? "the CUDA backend is not initialized (h3_cuda_init)"
+                                         : "this build has no CUDA backend (decode on the host)");
     av_plan p;
-    av_make_plan(c, T, &p);
-    av_run r = {v, ex, &p, NULL};
-    r.ar = h3_malloc((size_t)p.total * sizeof(float), H3_MEM_ACTIVATIONS);
-    if (!r.ar) return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
-                             (long long)(p.total * 4 >> 20));
-    h3_status st = H3_OK;
-    for (int64_t i = 0; i < ch && st == H3_OK; i++) {
-        st = av_decode_one(&r, (const float *)latents->data + i * c->latent_channels * T, (float *)wave->data + i * S);
-        if (st != H3_OK && ch > 1) st = h3_error_wrap(st, "audio channel %lld", (long long)i);
+    av_make_plan(c, T, dev ? ch : 1, &p); /* the device decodes every channel in one batch, the host one by one */
+    av_run r = {v, ex, &p, NULL, dev ? H3_PLACE_DEVICE : H3_PLACE_HOST};
+    h3_tensor dbuf = {0};
+    if (dev) {
+        h3_status st = h3_tensor_alloc(&dbuf, H3_PLACE_DEVICE, H3_F32, 1, &p.total, H3_MEM_ACTIVATIONS);
+        if (st != H3_OK)
+            return h3_error_wrap(st, "the audio decode's %.1f MiB of device buffers", p.total / 262144.0);
+        r.ar = dbuf.data;
+    } else {
+        r.ar = h3_malloc((size_t)p.total * sizeof(float), H3_MEM_ACTIVATIONS);
+        if (!r.ar) return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
+                                 (long long)(p.total * 4 >> 20));
     }
-    h3_free(r.ar);
+    h3_status st = H3_OK;
+    for (int64_t i = 0; i < ch && st == H3_OK; i += p.nb) {
+        st = av_decode_pass(&r, (const float *)latents->data + i * c->latent_channels * T, (float *)wave->data + i * S);
+        if (st != H3_OK && ch > 1 && p.nb == 1) st = h3_error_wrap(st, "audio channel %lld", (long long)i);
+    }
+    if (dev) h3_tensor_free(&dbuf);
+    else h3_free(r.ar);
     return st;
 }
 
 /* ---- planned memory ----------------------------------------------------------------------------------------- */
 
-/* What the CPU convolutions allocate while they run (the weights are f32: no copies):
- * h3_cpu_conv1d_scratch_bytes and h3_cpu_convt1d_scratch_bytes, the kernels' own arithmetic. */
+/* What the convolutions take while they run (f32 weights: no copies), from the kernels' own arithmetic. */
 #define CONV(cin_g, K, tout)         h3_cpu_conv1d_scratch_bytes(cin_g, K, tout)
 #define CONVT(cout_g, cin_g, K, tin) h3_cpu_convt1d_scratch_bytes(cout_g, cin_g, K, tin)
+#define DCONV(nb, cin, K, tout, p)   h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(nb, cin, K, tout, p, 4))
+#define DCONVT(nb, cin, cout, K, tin) h3_cuda_granule(h3_cuda_convt1d_scratch_bytes(nb, cin, cout, K, tin, 1, 4))
 
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
-h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, h3_audio_vae_mem *out) {
+h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels, h3_audio_vae_mem *out) {
     memset(out, 0, sizeof *out);
-    if (T < 1 || c->n_up < 1 || c->n_up > H3_AVAE_MAX_UPS || c->n_res < 1 || c->n_res > H3_AVAE_MAX_RES ||
-        c->n_dil < 1 || c->n_dil > H3_AVAE_MAX_RES)
+    if (T < 1 || channels < 1 || channels > 16 || c->n_up < 1 || c->n_up > H3_AVAE_MAX_UPS || c->n_res < 1 ||
+        c->n_res > H3_AVAE_MAX_RES || c->n_dil < 1 || c->n_dil > H3_AVAE_MAX_RES)
         return H3_ERR(H3_ERR_INVALID, "audio VAE plan: bad sizes");
+    const int64_t nb = channels;
     av_plan p;
-    av_make_plan(c, T, &p);
+    av_make_plan(c, T, 1, &p);
     out->buffers = p.total * 4 + (int64_t)sizeof(av_part);
-    /* Per part of the decode: the filters held while it runs plus the largest scratch one of its ops takes. */
-    int64_t K = c->filter_taps, len = T, best = 0, best_stage = 0, best_op = 0;
-    int64_t op = MAXI(CONV(c->latent_channels, 1, T), CONV(c->latent_dim, 7, T));
-    best = best_op = op;
-    for (int i = 0; i <= c->n_up; i++) {
-        int last = i == c->n_up;
-        int64_t C = av_ch(c, last ? c->n_up - 1 : i), tin = len, stage;
-        if (!last) len *= c->rates[i];
-        op = 0;
-        if (!last) {
-            op = CONVT(C, 2 * C, c->kernels[i], tin);
-            for (int r = 0; r < c->n_res; r++) op = MAXI(op, CONV(C, c->res_kernels[r], len));
-            stage = (int64_t)c->n_res * 2 * c->n_dil * 2 * C * K * 4;
-        } else {
-            op = CONV(C, 7, len);
-            stage = 2 * C * K * 4;
+    h3_conv1d_params k1 = av_k(1), k7 = av_k(7);
+    int64_t len = T, op = MAXI(CONV(c->latent_channels, 1, T), CONV(c->latent_dim, 7, T));
+    int64_t dop = MAXI(DCONV(nb, c->latent_channels, 1, T, &k1), DCONV(nb, c->latent_dim, 7, T, &k7));
+    for (int i = 0; i < c->n_up; i++) {
+        const int64_t C = av_ch(c, i), tin = len;
+        len *= c->rates[i];
+        op = MAXI(op, CONVT(C, 2 * C, c->kernels[i], tin));
+        op = MAXI(op, h3_cpu_snake_aa_scratch_bytes(C));
+        dop = MAXI(dop, DCONVT(nb, 2 * C, C, c->kernels[i], tin));
+        for (int r = 0; r < c->n_res; r++) {
+            op = MAXI(op, CONV(C, c->res_kernels[r], len));
+            for (int d = 0; d < c->n_dil; d++)
+                for (int which = 0; which < 2; which++) {
+                    h3_conv1d_params pr = av_res_params(c, r, d, which);
+                    dop = MAXI(dop, DCONV(nb, C, c->res_kernels[r], len, &pr));
+                }
         }
-        op = MAXI(op, CONV(1, 1, len + K - 2)); /* replicate-pad copy */
-        op = MAXI(op, CONVT(1, 1, K, len + K - 2));
-        op = MAXI(op, 2 * C * 4); /* snake's alpha and beta */
-        op = MAXI(op, CONV(1, K, 2 * len));
-        if (stage + op > best) best = stage + op, best_stage = stage, best_op = op;
     }
-    out->stage_scratch = best_stage;
-    out->op_scratch = best_op;
-    out->total = out->buffers + out->stage_scratch + out->op_scratch;
+    const int64_t Cl = av_ch(c, c->n_up - 1);
+    op = MAXI(op, CONV(Cl, 7, len));
+    dop = MAXI(dop, DCONV(nb, Cl, 7, len, &k7));
+    out->op_scratch = op;
+    out->total = out->buffers + out->op_scratch;
+    int64_t wf;
+    H3_TRY(av_dev_items(c, NULL, NULL, &wf));
+    av_make_plan(c, T, nb, &p);
+    out->dev_weights = h3_cuda_granule(wf * 4);
+    out->dev_buffers = h3_cuda_granule(p.total * 4);
+    out->dev_op_scratch = dop;
+    out->dev_total = out->dev_weights + out->dev_buffers + out->dev_op_scratch;
     return H3_OK;
 }

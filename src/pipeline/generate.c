@@ -891,9 +891,27 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     const int64_t T = audio_lat->shape[2], S = T * c->hop;
     const int64_t n = h3_media_audio_samples_for_frames(g->req.frames, H3_FPS, H3_AUDIO_RATE);
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
+    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
+        /* On the GPU (both channels in one batch, the weights as f32) when that fits the device budget beside the
+         * backend's workspace; the stage gives the device back before the video VAE's. */
+        h3_audio_vae_mem m;
+        H3_CHECK(h3_audio_vae_decode_peak(c, T, 2, &m));
+        const int64_t need = m.dev_total + H3_CUDA_BACKEND_BYTES, budget = g->plan->budgets.vram;
+        h3_log(H3_LOG_INFO, "audio VAE on the %s: it needs %.2f GiB of the device, the budget is %.2f GiB",
+               need <= budget ? "GPU" : "CPU", need / 1073741824.0, budget / 1073741824.0);
+        if (need <= budget) {
+            H3_CHECK_CTX(h3_audio_vae_set_placement(v, H3_PLACE_DEVICE), "the audio VAE");
+            H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, budget), "--device cuda");
+            g->cuda_on = 1;
+        }
+    }
     H3_CHECK_CTX(h3_audio_vae_decode(v, &g->ex, audio_lat, &w), "the audio VAE");
-    h3_audio_vae_close(v);
+    h3_audio_vae_close(v); /* its device weights go back before the backend does */
     v = NULL;
+    if (g->cuda_on) {
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    }
     H3_CHECK(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
     for (int ch = 0; ch < 2; ch++) {
         const float *src = (const float *)w.data + ch * S;
@@ -907,6 +925,10 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
 done:
     h3_tensor_free(&w);
     h3_audio_vae_close(v);
+    if (g->cuda_on) {
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    }
     return st;
 }
 

@@ -466,15 +466,16 @@ static h3_status plan_avae(const h3_plan_model *m, const h3_plan_request *r, h3_
     s->present = 1;
     const h3_audio_vae_config *c = h3_audio_vae_get_config(m->avae);
     h3_audio_vae_mem mm;
-    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), &mm));
+    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), 2 /* stereo */, &mm));
     s->weight_bytes = m->avae_weight_bytes;
     /* weight norm is folded at open into owned f32 weights */
     s->host_bytes = mm.total + m->avae_weight_bytes;
-    char a[32], b[32];
+    char a[32], b[32], d[32];
     snprintf(s->detail, sizeof s->detail,
-             "runs on the host: decode memory %s for %lld latents per channel, weights %s",
+             "runs on the host: decode memory %s for %lld latents per channel, weights %s; on the device "
+             "(generate --device cuda, when it fits) it takes %s",
              h3_budget_str(mm.total, a, sizeof a), (long long)h3_audio_latents(r->frames),
-             h3_budget_str(s->weight_bytes, b, sizeof b));
+             h3_budget_str(s->weight_bytes, b, sizeof b), h3_budget_str(mm.dev_total, d, sizeof d));
     return H3_OK;
 }
 

@@ -37,6 +37,7 @@ static const char *const g_op_names[H3_OP_COUNT] = {
     [H3_OP_RANDOM] = "random_uniform",
     [H3_OP_RMS_NORM_MODULATE] = "rms_norm_modulate",
     [H3_OP_QK_NORM_ROPE] = "qk_norm_rope",
+    [H3_OP_SNAKE_AA] = "snake_aa",
 };
 
 const char *h3_op_name(h3_op_id op) {
@@ -256,6 +257,30 @@ h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_te
     RUN(H3_OP_SNAKE, be->snake(ex, y, x, alpha, beta, flags));
 }
 
+h3_status h3_op_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
+                         const h3_tensor *up, const h3_tensor *down, unsigned flags) {
+    PICK(H3_OP_SNAKE_AA, y, x, alpha, beta, up, down);
+    NEED_FN(H3_OP_SNAKE_AA, snake_aa);
+    char s1[96], s2[96];
+    if ((x->ndim != 2 && x->ndim != 3) || !h3_tensor_same_shape(x, y) || !h3_tensor_is_contiguous(x) ||
+        !h3_tensor_is_contiguous(y))
+        return H3_ERR(H3_ERR_INVALID,
+                      "op 'snake_aa': x and y must be contiguous [C, T] or [B, C, T] of one shape; got %s and %s",
+                      shp(x, s1), shp(y, s2));
+    if (y->data == x->data && h3_tensor_numel(x) > 0)
+        return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': the output must not alias the input");
+    if (!alpha || !up || !down) return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': alpha and both filters are required");
+    const int64_t C = x->shape[x->ndim - 2], K = h3_tensor_numel(up);
+    H3_TRY(need_vec(H3_OP_SNAKE_AA, "alpha", alpha, C));
+    H3_TRY(need_vec(H3_OP_SNAKE_AA, "beta", beta, C));
+    if (K < 2 || K > H3_SNAKE_AA_MAX_TAPS || K % 2)
+        return H3_ERR(H3_ERR_INVALID, "op 'snake_aa': the filters need an even count of taps from 2 to %d, got %lld",
+                      H3_SNAKE_AA_MAX_TAPS, (long long)K);
+    H3_TRY(need_vec(H3_OP_SNAKE_AA, "the upsampling filter", up, K));
+    H3_TRY(need_vec(H3_OP_SNAKE_AA, "the downsampling filter", down, K));
+    RUN(H3_OP_SNAKE_AA, be->snake_aa(ex, y, x, alpha, beta, up, down, flags));
+}
+
 h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x) {
     PICK(H3_OP_SOFTMAX, y, x);
     NEED_FN(H3_OP_SOFTMAX, softmax);
@@ -318,29 +343,42 @@ h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h
     RUN(H3_OP_ATTENTION, be->attention(ex, o, q, k, v, scale, flags));
 }
 
+/* A conv's x and y: [C, T] or [B, C, T], same rank and batch, contiguous and apart; w [·, ·, K] contiguous. */
+static h3_status need_conv_io(h3_op_id op, const h3_tensor *x, const h3_tensor *w, const h3_tensor *y) {
+    char s1[96], s2[96], s3[96];
+    if ((x->ndim != 2 && x->ndim != 3) || y->ndim != x->ndim || w->ndim != 3 || !h3_tensor_is_contiguous(x) ||
+        !h3_tensor_is_contiguous(w) || !h3_tensor_is_contiguous(y) || (x->ndim == 3 && y->shape[0] != x->shape[0]))
+        return H3_ERR(H3_ERR_INVALID,
+                      "op '%s': x [Cin, T] or [B, Cin, T], w [%s, K], y of x's rank and batch, all contiguous; got "
+                      "x %s, w %s, y %s",
+                      h3_op_name(op), op == H3_OP_CONV1D ? "Cout, Cin/groups" : "Cin, Cout/groups", shp(x, s1),
+                      shp(w, s2), shp(y, s3));
+    if (y->data == x->data && h3_tensor_numel(x) > 0)
+        return H3_ERR(H3_ERR_INVALID, "op '%s': the output must not alias the input", h3_op_name(op));
+    return H3_OK;
+}
+
 h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                        const h3_conv1d_params *p) {
     PICK(H3_OP_CONV1D, y, x, w, b);
     NEED_FN(H3_OP_CONV1D, conv1d);
-    char s1[96], s2[96], s3[96];
-    if (x->ndim != 2 || w->ndim != 3 || y->ndim != 2 || !h3_tensor_is_contiguous(x) || !h3_tensor_is_contiguous(w) ||
-        !h3_tensor_is_contiguous(y))
-        return H3_ERR(H3_ERR_INVALID, "op 'conv1d': x [Cin, T], w [Cout, Cin/g, K], y [Cout, T'] contiguous; got %s %s %s",
-                      shp(x, s1), shp(w, s2), shp(y, s3));
+    char s1[96], s2[96];
+    H3_TRY(need_conv_io(H3_OP_CONV1D, x, w, y));
+    const int o = x->ndim - 2; /* dims of channels and time: o, o + 1 */
     int g = p->groups > 0 ? p->groups : 1;
-    int64_t cin = x->shape[0], cout = w->shape[0], K = w->shape[2];
+    int64_t cin = x->shape[o], cout = w->shape[0], K = w->shape[2];
     if (p->stride < 1 || p->dilation < 1 || p->pad_left < 0 || p->pad_right < 0 || cin % g || cout % g ||
-        w->shape[1] != cin / g || y->shape[0] != cout)
+        w->shape[1] != cin / g || y->shape[o] != cout)
         return H3_ERR(H3_ERR_INVALID, "op 'conv1d': channels or parameters do not fit: x %s, w %s, groups %d",
                       shp(x, s1), shp(w, s2), g);
-    int64_t span = (int64_t)p->dilation * (K - 1) + 1, tin = x->shape[1] + p->pad_left + p->pad_right;
+    int64_t span = (int64_t)p->dilation * (K - 1) + 1, tin = x->shape[o + 1] + p->pad_left + p->pad_right;
     if (tin < span) return H3_ERR(H3_ERR_INVALID, "op 'conv1d': input of %lld steps is shorter than the kernel span %lld",
                                   (long long)tin, (long long)span);
     int64_t tout = (tin - span) / p->stride + 1;
-    if (y->shape[1] != tout)
+    if (y->shape[o + 1] != tout)
         return H3_ERR(H3_ERR_INVALID, "op 'conv1d': y must have %lld steps, has %lld", (long long)tout,
-                      (long long)y->shape[1]);
-    if (p->pad_mode == H3_PAD_REFLECT && (p->pad_left >= x->shape[1] || p->pad_right >= x->shape[1]))
+                      (long long)y->shape[o + 1]);
+    if (p->pad_mode == H3_PAD_REFLECT && (p->pad_left >= x->shape[o + 1] || p->pad_right >= x->shape[o + 1]))
         return H3_ERR(H3_ERR_INVALID, "op 'conv1d': reflect padding must be shorter than the input");
     H3_TRY(need_vec(H3_OP_CONV1D, "bias", b, cout));
     RUN(H3_OP_CONV1D, be->conv1d(ex, y, x, w, b, p));
@@ -351,20 +389,19 @@ h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
     PICK(H3_OP_CONV_TRANSPOSE1D, y, x, w, b);
     NEED_FN(H3_OP_CONV_TRANSPOSE1D, conv_transpose1d);
     char s1[96], s2[96];
-    if (x->ndim != 2 || w->ndim != 3 || y->ndim != 2 || !h3_tensor_is_contiguous(x) || !h3_tensor_is_contiguous(w) ||
-        !h3_tensor_is_contiguous(y))
-        return H3_ERR(H3_ERR_INVALID, "op 'conv_transpose1d': x [Cin, T], w [Cin, Cout/g, K], y [Cout, T'] contiguous");
+    H3_TRY(need_conv_io(H3_OP_CONV_TRANSPOSE1D, x, w, y));
+    const int o = x->ndim - 2;
     int g = p->groups > 0 ? p->groups : 1, dil = p->dilation > 0 ? p->dilation : 1;
-    int64_t cin = x->shape[0], K = w->shape[2], cout = w->shape[1] * g;
+    int64_t cin = x->shape[o], K = w->shape[2], cout = w->shape[1] * g;
     if (p->stride < 1 || p->padding < 0 || p->output_padding < 0 || w->shape[0] != cin || cin % g ||
-        y->shape[0] != cout)
+        y->shape[o] != cout)
         return H3_ERR(H3_ERR_INVALID, "op 'conv_transpose1d': channels or parameters do not fit: x %s, w %s",
                       shp(x, s1), shp(w, s2));
-    int64_t tout = (x->shape[1] - 1) * p->stride - 2 * (int64_t)p->padding + (int64_t)dil * (K - 1) +
+    int64_t tout = (x->shape[o + 1] - 1) * p->stride - 2 * (int64_t)p->padding + (int64_t)dil * (K - 1) +
                    p->output_padding + 1;
-    if (tout <= 0 || y->shape[1] != tout)
+    if (tout <= 0 || y->shape[o + 1] != tout)
         return H3_ERR(H3_ERR_INVALID, "op 'conv_transpose1d': y must have %lld steps, has %lld", (long long)tout,
-                      (long long)y->shape[1]);
+                      (long long)y->shape[o + 1]);
     H3_TRY(need_vec(H3_OP_CONV_TRANSPOSE1D, "bias", b, cout));
     RUN(H3_OP_CONV_TRANSPOSE1D, be->conv_transpose1d(ex, y, x, w, b, p));
 }

@@ -56,6 +56,7 @@ typedef enum h3_op_id {
     H3_OP_RANDOM,
     H3_OP_RMS_NORM_MODULATE,
     H3_OP_QK_NORM_ROPE,
+    H3_OP_SNAKE_AA,
     H3_OP_COUNT
 } h3_op_id;
 
@@ -107,6 +108,17 @@ h3_status h3_op_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary ki
 /* x, y [C, T]: y = x + 1/(β + 1e-9) · sin²(α·x) per channel. beta NULL: β = α (Snake); else SnakeBeta. */
 h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
                       unsigned flags);
+/* The anti-aliased Snake(Beta) of BigVGAN (alias-free-torch's Activation1d at ratio 2) in one pass: x, y [C, T] or
+ * [B, C, T], contiguous, y not aliasing x; alpha, beta [C] as in h3_op_snake; up, down: the two resampling filters,
+ * K values each (K even, 2..64; any float dtype, contiguous, e.g. the stored [1, 1, K]). With H = K/2 − 1:
+ *   u[j] = 2 · Σ_m up[m] · x[clamp((j + H − m)/2)]  over m ≡ j + H (mod 2), j < 2T  (replicate-pad H, transposed
+ *          conv at stride 2, ×2, 3H cut from each end: the ×2 upsampler)
+ *   v[j] = snake(u[j])
+ *   y[n] = Σ_k down[k] · v[clamp(2n + k − H)]  (replicate-pad H left and H + 1 right, conv at stride 2)
+ * with clamp into the signal (replicate padding). Equal to pad, conv_transpose1d, snake and conv1d in sequence. */
+h3_status h3_op_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
+                         const h3_tensor *up, const h3_tensor *down, unsigned flags);
+#define H3_SNAKE_AA_MAX_TAPS 64
 /* Softmax over the last dim. */
 h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
 /* y = clamp(x, lo, hi). */
@@ -136,21 +148,24 @@ typedef struct h3_conv1d_params {
     int pad_left, pad_right;
     h3_pad_mode pad_mode;
 } h3_conv1d_params;
-/* x [Cin, Tin], w [Cout, Cin/groups, K], b [Cout] or NULL, y [Cout, Tout] with
- * Tout = (Tin + pad_left + pad_right − dilation·(K−1) − 1)/stride + 1. */
+/* x [Cin, Tin] or [B, Cin, Tin] (a batch: every item through the same weights), w [Cout, Cin/groups, K], b [Cout]
+ * or NULL, y [Cout, Tout] or [B, Cout, Tout] (x's rank) with
+ * Tout = (Tin + pad_left + pad_right − dilation·(K−1) − 1)/stride + 1. All contiguous; y must not alias x. */
 h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                        const h3_conv1d_params *p);
 
 typedef struct h3_convt1d_params {
     int stride, padding, output_padding, groups, dilation;
 } h3_convt1d_params;
-/* PyTorch ConvTranspose1d: x [Cin, Tin], w [Cin, Cout/groups, K], y [Cout, Tout] with
- * Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1. */
+/* PyTorch ConvTranspose1d: x [Cin, Tin] or [B, Cin, Tin], w [Cin, Cout/groups, K], y [Cout, Tout] or
+ * [B, Cout, Tout] (x's rank) with Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1. All
+ * contiguous; y must not alias x. */
 h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                                  const h3_tensor *b, const h3_convt1d_params *p);
 /* Host scratch the CPU kernels of these two ops allocate per call with contiguous f32 weights and bias (other
- * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths. Memory
- * planners call these so that they cannot drift from the kernels. */
+ * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths; the same for a
+ * batch (its items reuse the chunk). Memory planners call these so that they cannot drift from the kernels (the
+ * device's: h3_cuda_conv1d_scratch_bytes in cuda/cuda.h). */
 int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t tout);
 /* Host scratch of the CPU GEMM y = x·wᵀ with w [N, K] of dtype wdt (quantized: scales or packed blocks): the
  * converted weight panel, or the f32 copy of a bias in another dtype, whichever is larger (one at a time). */
@@ -159,6 +174,8 @@ int64_t h3_cpu_gemm_scratch_bytes(int64_t N, int64_t K, h3_dtype wdt, int quanti
  * tiles). */
 int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D);
 int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_group, int64_t K, int64_t tin);
+/* Host scratch of the CPU h3_op_snake_aa over C channels with alpha and beta (their f32 copies). */
+int64_t h3_cpu_snake_aa_scratch_bytes(int64_t C);
 
 typedef struct h3_conv3d_params {
     int stride[3];              /* t, h, w */
@@ -255,6 +272,8 @@ typedef struct h3_backend {
     h3_status (*rms_norm_modulate)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, float,
                                    const h3_tensor *, const h3_tensor *, const h3_tensor *);
     h3_status (*qk_norm_rope)(h3_exec *, h3_tensor *, const h3_tensor *, float, const h3_tensor *, const h3_tensor *);
+    h3_status (*snake_aa)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                          const h3_tensor *, const h3_tensor *, unsigned);
     /* Device backends only: copies where either side is on the device, and waiting for queued work. */
     h3_status (*copy)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*sync)(h3_exec *);

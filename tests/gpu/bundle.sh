@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU-side test and benchmark programs here (portable x86-64 code, sm_90 CUDA) and gathers them with the
 # shared libraries they need that a bare CUDA machine may lack, into .devbundle/ (ignored by git):
-#   .devbundle/bin/*   test_cuda_ops, bench_cuda_kernels, h3run, attention_forward, ...
+#   .devbundle/bin/*   test_cuda_ops, test_audio_vae, bench_cuda_kernels, bench_audio_vae_cuda, attention_forward, ...
 #   .devbundle/lib/*   libopenblas, libjansson, libgfortran, ... (not libc, not the CUDA libraries)
 # On the GPU machine: tests/gpu/run.sh runs them (LD_LIBRARY_PATH points at .devbundle/lib).
 #
@@ -23,7 +23,9 @@ cmake -S . -B $BD -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA="$CUDA" -
 cmake --build $BD -j"$(nproc)" ${H3_BUNDLE_PROGS:+--target $H3_BUNDLE_PROGS} >/dev/null
 rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
 # H3_BUNDLE_PROGS overrides the list (h3run pulls in libav and its codec libraries: ~150 MB of them).
-read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda test_te_cuda test_streamer bench_cuda_kernels bench_dit_cuda}"
+default_progs="test_cuda_ops test_dit_cuda test_te_cuda test_streamer test_audio_vae bench_cuda_kernels bench_dit_cuda"
+default_progs+=" bench_audio_vae_cuda"
+read -r -a progs <<< "${H3_BUNDLE_PROGS:-$default_progs}"
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "$BD/$p" ] && cp "$BD/$p" .devbundle/bin/; done
 strip .devbundle/bin/*

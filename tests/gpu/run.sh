@@ -2,6 +2,8 @@
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
+#   audio-vae (the audio decoder's ops and decode vs the CPU, then its release-size stereo decode against diffusers';
+#   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
@@ -35,6 +37,17 @@ for s in "${steps[@]}"; do
         dit-test) $B/test_dit_cuda 2>&1 | tee "$OUT/test_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        audio-vae) # the audio VAE on the GPU: the batched convs and the fused activation vs the CPU, the decode vs the
+                   # CPU and the fixtures with its device memory vs the plan, then the 5.2 s stereo decode timed against
+                   # diffusers' in the same run
+            for c in conv_batched snake_aa; do
+                H3_TEST_VERBOSE=1 $B/test_cuda_ops $c 2>&1 | tee "$OUT/test_cuda_ops_$c.log"; rc=$((rc | PIPESTATUS[0]))
+            done
+            $B/test_audio_vae cuda 2>&1 | tee "$OUT/test_audio_vae_cuda.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_audio_vae_cuda ${AUDIO_BENCH:---math all} 2>&1 | tee "$OUT/bench_audio_vae_cuda.log"
+            rc=$((rc | PIPESTATUS[0]))
+            PYTHONUNBUFFERED=1 python3 bench/audio_vae_diffusers.py 2>&1 | tee "$OUT/audio_vae_diffusers.log"
+            rc=$((rc | PIPESTATUS[0])) ;;
         gpu-compare) for f in tests/gpu/compare_*.py; do echo "--- $f"; PYTHONUNBUFFERED=1 python3 "$f" 2>&1 | tee "$OUT/$(basename "$f" .py).log"; rc=$((rc | PIPESTATUS[0])); done ;;
         train) # the small model's training: a 2-step smoke of every stage first, then the stages asked for
             W=${TRAIN_WORK:-/tmp/h3train}; mkdir -p "$W" "$OUT/train"
