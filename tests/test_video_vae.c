@@ -112,6 +112,149 @@ static void test_fixtures(void) {
     json_decref(cases);
 }
 
+/* How a run places the decoder on the CPU: from the file (the default) or packed as a device gets it (its
+ * blocks resident, or streamed through a slot and converted as acquired), in tiles per pass and FFN row
+ * steps. */
+typedef struct {
+    const char *name;
+    int packed, tile_batch, rows_per_step, stream_blocks;
+} vrun;
+
+static const vrun k_runs[] = {
+    {"file, 1 tile per pass", 0, 1, 0, 0},
+    {"file, 2 tiles per pass, 7-row steps", 0, 2, 7, 0},
+    {"file, 3 tiles per pass", 0, 3, 0, 0},
+    {"file, all tiles per pass", 0, 1000, 0, 0},
+    {"packed, resident", 1, 0, 0, 0},
+    {"packed, all streamed, 2 tiles per pass", 1, 2, 0, 1000},
+    {"packed, 1 streamed, 5-row steps", 1, 0, 5, 1},
+};
+
+/* Every fixture case under every run of the table: the batched tiles, the row steps across tile boundaries,
+ * the packed layouts (the QKV rows reordered per head, diffusers' three projections stacked, f16 converted)
+ * and the streamed blocks' conversions give the reference's frames (1e-4), as the plain decode does. */
+static void test_runs(void) {
+    char path[700], mpath[700];
+    fx("cases.json", path, sizeof path);
+    json_t *cases = NULL;
+    CHECK_OK(h3_json_load_file(path, 1 << 20, &cases));
+    if (!cases) return;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *cj = json_array_get(cases, i);
+        const char *name = h3_json_get_str(cj, "name"), *model = h3_json_get_str(cj, "model");
+        int64_t heads = 0;
+        h3_json_get_int(cj, "heads", &heads);
+        char file[256];
+        snprintf(file, sizeof file, "case_%s.safetensors", name);
+        fx(file, path, sizeof path);
+        fx(model, mpath, sizeof mpath);
+        h3_video_vae_opts o = {0};
+        o.heads = (int)heads;
+        h3_video_vae *v = NULL;
+        h3_tensor lat = {0}, ref = {0}, out = {0};
+        CHECK_OK(h3_video_vae_open(mpath, &o, &v));
+        CHECK_OK(load_f32(path, "latents", &lat));
+        CHECK_OK(load_f32(path, "frames", &ref));
+        if (!v || !lat.data || !ref.data) goto next;
+        const int L = h3_video_vae_get_config(v)->num_layers;
+        double *rd = to_double(&ref);
+        CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+        for (size_t k = 0; k < sizeof k_runs / sizeof k_runs[0]; k++) {
+            const vrun *vr = &k_runs[k];
+            h3_video_vae_run run;
+            memset(&run, 0, sizeof run);
+            run.place = H3_PLACE_HOST;
+            run.packed = vr->packed;
+            run.threads = 2;
+            run.tile_batch = vr->tile_batch;
+            run.rows_per_step = vr->rows_per_step;
+            run.stream_blocks = vr->stream_blocks;
+            h3_video_vae_mem m;
+            CHECK_OK(h3_video_vae_plan(v, lat.shape[2], lat.shape[3], lat.shape[4], &run, &m));
+            const int want_res = !vr->packed ? L : vr->stream_blocks >= L ? 0 : L - vr->stream_blocks;
+            CHECK(m.n_resident == want_res && m.packed == vr->packed, "%s, %s: %d resident (want %d)", name,
+                  vr->name, m.n_resident, want_res);
+            CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+            memset(out.data, 0, h3_tensor_nbytes(&out));
+            h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &out};
+            CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
+            char what[200];
+            snprintf(what, sizeof what, "%s, %s (%d tiles per pass of %d, %lld-row steps)", name, vr->name,
+                     m.tile_batch, m.tiles_x * m.tiles_y, (long long)m.rows_per_step);
+            double e = EXPECT_CLOSE(what, out.data, rd, (size_t)h3_tensor_numel(&ref), 1e-4);
+            t_note("  %-60s rel err %.2e", what, e);
+        }
+        free(rd);
+    next:
+        h3_tensor_free(&lat);
+        h3_tensor_free(&ref);
+        h3_tensor_free(&out);
+        h3_video_vae_close(v);
+    }
+    json_decref(cases);
+}
+
+/* Placement errors: a plan for other latents, a device plan without a device, a decoder made without weights
+ * decoding unplaced; and that decoder placed with random weights on the host decodes finite frames the same
+ * way twice. */
+static void test_place_errors(void) {
+    char p[700];
+    fx("official", p, sizeof p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(p, NULL, &v));
+    if (!v) return;
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_HOST;
+    run.packed = 1;
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_plan(v, 7, 4, 6, &run, &m));
+    CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+    int64_t s[4] = {24, 7, 4, 8}, os[4] = {3, 22, 8, 16};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &y};
+    CHECK_ERR(h3_video_vae_decode(v, &g_ex, &z, &dst), H3_ERR_INVALID,
+              "placed for 4 × 6 latents, these are 4 × 8");
+    h3_video_vae_unplace(v);
+    CHECK(h3_video_vae_placement(v) == NULL, "unplaced");
+    CHECK_OK(h3_video_vae_decode(v, &g_ex, &z, &dst)); /* the host, from the file, again */
+    run.place = H3_PLACE_DEVICE;
+    CHECK_OK(h3_video_vae_plan(v, 7, 4, 8, &run, &m)); /* planning needs no device */
+    CHECK(m.dev_backend > 0 && m.dev_peak > m.dev_arena, "a device plan counts the backend and the weights");
+    CHECK_ERR(h3_video_vae_place(v, &g_ex, &m, NULL), H3_ERR_INVALID, "needs an exec with a device");
+    h3_video_vae_config c = *h3_video_vae_get_config(v);
+    h3_video_vae_close(v);
+    h3_video_vae *g = NULL;
+    CHECK_OK(h3_video_vae_create(&c, &g));
+    if (g) {
+        CHECK_ERR(h3_video_vae_decode(g, &g_ex, &z, &dst), H3_ERR_INVALID, "created without weights");
+        run.place = H3_PLACE_HOST;
+        CHECK_ERR(h3_video_vae_plan(g, 7, 4, 8, &run, &m), H3_ERR_INVALID, "random seed");
+        run.random_seed = 7;
+        run.stream_blocks = 1;
+        CHECK_OK(h3_video_vae_plan(g, 7, 4, 8, &run, &m));
+        CHECK(m.n_resident == c.num_layers - 1, "one block streamed: %d resident", m.n_resident);
+        CHECK_OK(h3_video_vae_place(g, &g_ex, &m, NULL));
+        h3_tensor y2;
+        CHECK_OK(h3_tensor_alloc(&y2, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+        h3_video_decode_out d2 = {H3_PIXELS_RAW, NULL, NULL, &y2};
+        CHECK_OK(h3_video_vae_decode(g, &g_ex, &z, &dst));
+        CHECK_OK(h3_video_vae_decode(g, &g_ex, &z, &d2));
+        int64_t bad = 0, n = h3_tensor_numel(&y);
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(((float *)y.data)[i]);
+        CHECK(bad == 0, "%lld of %lld random-weight frame values are not finite", (long long)bad,
+              (long long)n);
+        CHECK(memcmp(y.data, y2.data, h3_tensor_nbytes(&y)) == 0, "two decodes with random weights differ");
+        h3_tensor_free(&y2);
+        h3_video_vae_close(g);
+    }
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+}
+
 typedef struct {
     int64_t next, calls, channels, H, W;
     float *all; /* optional copy of everything received, [oc, F, H, W] */
@@ -196,6 +339,21 @@ static void test_layouts_agree(void) {
     CHECK_OK(h3_video_vae_decode(b, &g_ex, &z, &db));
     double *r = to_double(&ya);
     EXPECT_CLOSE("diffusers layout vs official layout", yb.data, r, (size_t)h3_tensor_numel(&ya), 1e-5);
+    for (size_t k = 0; k < sizeof k_runs / sizeof k_runs[0]; k++) { /* diffusers' three projections, placed */
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.packed = k_runs[k].packed;
+        run.tile_batch = k_runs[k].tile_batch;
+        run.rows_per_step = k_runs[k].rows_per_step;
+        run.stream_blocks = k_runs[k].stream_blocks;
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_plan(b, 7, 6, 10, &run, &m));
+        CHECK_OK(h3_video_vae_place(b, &g_ex, &m, NULL));
+        CHECK_OK(h3_video_vae_decode(b, &g_ex, &z, &db));
+        char what[160];
+        snprintf(what, sizeof what, "diffusers layout, %s, vs official layout", k_runs[k].name);
+        EXPECT_CLOSE(what, yb.data, r, (size_t)h3_tensor_numel(&ya), 1e-5);
+    }
     free(r);
     h3_tensor_free(&z);
     h3_tensor_free(&ya);
@@ -722,6 +880,8 @@ int main(int argc, char **argv) {
         {"callback_and_unit_range", test_callback_and_unit_range},
         {"layouts_agree", test_layouts_agree},
         {"frame_counts", test_frame_counts},
+        {"runs", test_runs},
+        {"place_errors", test_place_errors},
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
