@@ -106,7 +106,18 @@ expect_error 1 "No such file or directory" $D "$tmp/absent.safetensors"
 expect_error 2 "--model and --latents are required" "$H3RUN" decode --latents "$tmp/c16.safetensors" --out "$tmp/o"
 expect_error 2 "nothing to write" "$H3RUN" decode --model "$V/official" --latents "$V/case_comfy_image.safetensors"
 expect_error 2 "unknown option" "$H3RUN" decode --frobnicate
+expect_error 2 "unknown device 'warp'" $D "$V/case_comfy_image.safetensors" --device warp
+expect_error 2 "--vram-budget" $D "$V/case_comfy_image.safetensors" --device cuda --vram-budget 8X
+if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+    expect_error 2 "use --device cpu" $D "$V/case_official_tiles.safetensors" --device cuda
+fi
 [ -e "$tmp/x.safetensors" ] && fail "a failed decode left an output file"
+
+# ---- the GPU's plan (arithmetic: no GPU needed) -------------------------------------------------------------------
+"$H3RUN" decode --model "$V/official" --latents "$V/case_official_tiles.safetensors" --plan --device cuda \
+    --vram-budget 1GiB >"$tmp/out" 2>"$tmp/err" || fail "decode --plan --device cuda exited $?: $(cat "$tmp/err")"
+grep -q "on the GPU: 2 of 2 blocks resident, 0 streamed; 6 tiles per pass" "$tmp/out" ||
+    fail "no device plan in: $(cat "$tmp/out")"
 "$H3RUN" decode --help | grep -q "usage: h3run decode" || fail "--help"
 
 [ $fails -eq 0 ] && echo "cli_decode: all checks passed" || echo "cli_decode: $fails failures"

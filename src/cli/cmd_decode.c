@@ -9,9 +9,12 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "cli/cli.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "mem/budget.h"
 #include "models/audio_vae.h"
 #include "models/video_vae.h"
+#include "pipeline/generate.h"
 #include "pipeline/media.h"
 
 static double now_s(void) {
@@ -55,7 +58,33 @@ typedef struct {
     const char *model, *out, *tensors_out;
     int64_t threads, tile, overlap, heads;
     int no_tiling, plan, quiet;
+    h3_device device;    /* the video VAE's: CPU, or CUDA (AUTO resolved before decoding) */
+    int64_t vram_budget; /* with CUDA: the device budget (0: the free memory less the margin) */
 } decode_args;
+
+/* With --device cuda: the GPU's arena (the budget), the plan for these latents and the placement of the weights
+ * (resident or streamed as the budget allows); prints the plan. Without: nothing (the CPU decodes from the file). */
+static h3_status place_video(const decode_args *a, h3_exec *ex, h3_video_vae *v, int64_t T, int64_t H, int64_t W,
+                             h3_video_vae_mem *m) {
+    if (a->device != H3_DEVICE_CUDA) return H3_OK;
+    int64_t budget = a->vram_budget;
+    if (!budget) H3_TRY(h3_budget_default_vram(0, &budget));
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_DEVICE;
+    run.vram_budget = budget;
+    run.threads = ex->threads;
+    H3_TRY(h3_video_vae_plan(v, T, H, W, &run, m));
+    char b1[32], b2[32];
+    if (!a->quiet || a->plan)
+        printf("  on the GPU: %d of %d blocks resident, %d streamed; %d tiles per pass, %lld-row steps; predicted "
+               "device peak %s of the %s budget\n",
+               m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->tile_batch, (long long)m->rows_per_step,
+               h3_budget_str(m->dev_peak, b1, sizeof b1), h3_budget_str(budget, b2, sizeof b2));
+    if (a->plan && !a->out && !a->tensors_out) return H3_OK;
+    H3_TRY_CTX(h3_cuda_init(ex, 0, budget), "--device cuda");
+    return h3_video_vae_place(v, ex, m, NULL);
+}
 
 /* Starts measuring the decode's own memory: returns what is allocated now (weights, latents, outputs). */
 static int64_t mem_mark(void) {
@@ -108,6 +137,9 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
                (long long)m.frames, (long long)Wp, (long long)Hp, m.chunks, m.tiles_y, m.tiles_x,
                (long long)m.tokens_per_tile, h3_fmt_bytes((double)m.total, b1, sizeof b1),
                h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
+    h3_video_vae_mem dm;
+    memset(&dm, 0, sizeof dm);
+    H3_CHECK(place_video(a, ex, v, T, H, W, &dm));
     if (a->plan && !a->out && !a->tensors_out) goto done;
     if (a->out) {
         if (Hp > 16384 || Wp > 16384) H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output",
@@ -133,7 +165,15 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         printf("decoded %lld frames in %.2f s", (long long)m.frames, t1 - t0);
         if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
         printf("\n");
-        report_mem(base, m.total); /* PNG writing adds its own small buffers */
+        if (a->device == H3_DEVICE_CUDA) {
+            int64_t used, peak, cap;
+            char p1[32], p2[32];
+            h3_cuda_mem_stats(ex, &used, &peak, &cap);
+            printf("device memory: peak %s measured, %s predicted\n", h3_budget_str(peak, p1, sizeof p1),
+                   h3_budget_str(dm.dev_peak, p2, sizeof p2));
+        } else {
+            report_mem(base, m.total); /* PNG writing adds its own small buffers */
+        }
     }
     if (a->tensors_out) {
         H3_CHECK(h3_st_writer_new(&w));
@@ -147,7 +187,8 @@ done:
     h3_tensor_free(&all);
     h3_png_seq_close(&png);
     h3_free(sink.unit);
-    h3_video_vae_close(v);
+    h3_video_vae_close(v); /* its device memory back before the backend goes */
+    if (ex->cuda) h3_cuda_shutdown(ex);
     return st;
 }
 
@@ -209,7 +250,7 @@ done:
 
 int h3_cmd_decode(int argc, char **argv) {
     decode_args a = {0};
-    const char *latents = NULL;
+    const char *latents = NULL, *device = "cpu", *vram_s = NULL;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &a.model, "PATH", "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
                                                      "vae/ or audio_vae/, a model folder holding them, or a ComfyUI file"},
@@ -224,6 +265,12 @@ int h3_cmd_decode(int argc, char **argv) {
         {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL, "decode video chunks whole (not what the release does)"},
         {"heads", 0, H3_OPT_INT, &a.heads, "N", "ViT heads for a video VAE file without a config (default hidden/64)"},
         {"plan", 0, H3_OPT_FLAG, &a.plan, NULL, "print the decode plan and its memory; decode only if an output is given"},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the video VAE decodes (the audio VAE "
+         "decodes on the CPU)"},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "with --device cuda: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
+         "512 MiB); blocks that do not fit stream from host memory"},
         {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors"},
         {0},
     };
@@ -232,8 +279,10 @@ int h3_cmd_decode(int argc, char **argv) {
         "Decode latents with the video VAE (to PNG frames) or the audio VAE (to a WAV file), for debugging. The latents'\n"
         "shape picks the VAE: 5 or 4 dims are video, 3 or 2 audio. The checkpoint's latents_mean/latents_std are\n"
         "applied first, as the pipeline does. Video is decoded in temporal chunks and spatial tiles exactly as the\n"
-        "reference decodes it, with memory that does not depend on the number of frames.",
+        "reference decodes it, with memory that does not depend on the number of frames; --device cuda decodes it\n"
+        "on the GPU (bf16), its blocks resident or streamed as --vram-budget allows.",
         "examples:\n  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
+        "  h3run decode --model FL2VA --latents video_latents.safetensors --out frames/ --device cuda\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav\n"
         "  h3run decode --model vae/ --latents l.safetensors --tensors-out decoded.safetensors",
         opts, 0, 0};
@@ -253,6 +302,15 @@ int h3_cmd_decode(int argc, char **argv) {
     if (a.threads < 0 || a.threads > 4096 || a.tile < 0 || a.tile > 65536 || a.overlap < 0 || a.overlap > 65536 ||
         a.heads < 0 || a.heads > 4096) {
         fprintf(stderr, "h3run decode: --threads, --tile-size, --tile-overlap and --heads take small positive numbers\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_status ds = h3_device_parse(device, &a.device);
+    if (ds == H3_OK && vram_s) ds = h3_budget_parse(vram_s, "--vram-budget", &a.vram_budget);
+    if (ds != H3_OK) return h3_cli_fail("decode", ds);
+    if (a.device == H3_DEVICE_AUTO) a.device = h3_cuda_device_count() > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
+    if (a.device == H3_DEVICE_CUDA && h3_cuda_device_count() == 0 && !a.plan) {
+        fprintf(stderr, "h3run decode: --device cuda: %s; use --device cpu\n",
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this h3run was built without CUDA");
         return H3_EXIT_USAGE;
     }
     h3_st_set s;

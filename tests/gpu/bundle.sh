@@ -20,7 +20,7 @@ cmake -S . -B $BD -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA="$CUDA" -
 cmake --build $BD -j"$(nproc)" ${H3_BUNDLE_PROGS:+--target $H3_BUNDLE_PROGS} >/dev/null
 rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
 # H3_BUNDLE_PROGS overrides the list (h3run pulls in libav and its codec libraries: ~150 MB of them).
-read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda test_te_cuda test_streamer bench_cuda_kernels bench_dit_cuda}"
+read -r -a progs <<< "${H3_BUNDLE_PROGS:-test_cuda_ops test_dit_cuda test_te_cuda test_streamer bench_cuda_kernels bench_dit_cuda test_video_vae_cuda bench_video_vae_cuda}"
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "$BD/$p" ] && cp "$BD/$p" .devbundle/bin/; done
 strip .devbundle/bin/*

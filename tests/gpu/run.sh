@@ -3,6 +3,7 @@
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
+#   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
@@ -82,6 +83,14 @@ for s in "${steps[@]}"; do
                 | tee "$OUT/bench_dit_cuda_quant.log"; rc=$((rc | PIPESTATUS[0]))
             $B/bench_dit_stream --pruned --quant int8_convrot ${QUANT_STREAM:-W124 --budgets 8,6 --no-disk} 2>&1 \
                 | tee "$OUT/bench_dit_stream_int8.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        video-vae) # the video VAE decoder on the GPU: every fixture case, frame count and placement against the CPU
+                   # (and the predicted device peak against the measured one), then the release-size decode of the
+                   # W124 latents, h3run at the default budget and at 8 GiB, and diffusers' in the same run
+            $B/test_video_vae_cuda 2>&1 | tee "$OUT/test_video_vae_cuda.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_video_vae_cuda ${VVAE_ARGS:-W124 --budgets default,8} 2>&1 | tee "$OUT/bench_video_vae_cuda.log"
+            rc=$((rc | PIPESTATUS[0]))
+            PYTHONUNBUFFERED=1 python3 bench/video_vae_diffusers.py ${VVAE_DIFFUSERS_ARGS:-W124} 2>&1 \
+                | tee "$OUT/video_vae_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
