@@ -790,6 +790,39 @@ static void test_released_shapes(void) {
         CHECK_OK(h3_video_vae_decode_peak(c, 37, 48, 84, 16, 0, &m));
         t_note("  %-9s released decoder opened from headers: 124 frames at 1344×768 plan %d chunks × %d×%d tiles, "
                "%.1f MiB", h3_layout_name(lays[k]), m.chunks, m.tiles_y, m.tiles_x, m.total / 1048576.0);
+        /* on the GPU at W124 (latents 37 × 34 × 60): unlimited and 8 GiB keep every block resident and run a
+         * chunk's 15 tiles per pass in the same steps (the same decode); smaller budgets stream blocks, then
+         * shrink the pass; too small a budget says what it needs */
+        const double budgets[] = {0, 8, 6, 4, 3, 2, 1, 0.25};
+        h3_video_vae_mem d0;
+        memset(&d0, 0, sizeof d0);
+        for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+            h3_video_vae_run run;
+            memset(&run, 0, sizeof run);
+            run.place = H3_PLACE_DEVICE;
+            run.vram_budget = (int64_t)(budgets[b] * 1073741824.0);
+            h3_video_vae_mem d;
+            h3_status st = h3_video_vae_plan(v, 37, 34, 60, &run, &d);
+            if (budgets[b] == 0.25) {
+                CHECK(st == H3_ERR_BUDGET, "0.25 GiB cannot hold a block and a tile");
+                if (st != H3_OK) t_note("  %-9s W124 at 0.25 GiB: %s", h3_layout_name(lays[k]), h3_last_error());
+                continue;
+            }
+            CHECK_OK(st);
+            if (st != H3_OK) continue;
+            if (b == 0) d0 = d;
+            CHECK(d.budget == 0 || d.dev_peak + d.budget_slack <= d.budget, "%g GiB: the plan's peak %lld is over",
+                  budgets[b], (long long)d.dev_peak);
+            if (budgets[b] == 0 || budgets[b] == 8)
+                CHECK(d.n_resident == 36 && d.tile_batch == 15 && d.rows_per_step == d0.rows_per_step,
+                      "%s W124 at %g GiB: %d resident, %d tiles per pass, %lld-row steps", h3_layout_name(lays[k]),
+                      budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step);
+            t_note("  %-9s W124 on the GPU at %5.2f GiB: %2d of 36 blocks resident, %2d of 15 tiles per pass, "
+                   "%5lld-row steps; peak %.3f GiB (weights %.3f, slot %.3f, arena %.3f, loading %.3f)",
+                   h3_layout_name(lays[k]), budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step,
+                   d.dev_peak / 1073741824.0, d.dev_weights / 1073741824.0, d.dev_slots / 1073741824.0,
+                   d.dev_arena / 1073741824.0, d.dev_load / 1073741824.0);
+        }
         h3_video_vae_close(v);
     }
     snprintf(p, sizeof p, "rm -rf '%s'", dir);
