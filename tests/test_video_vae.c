@@ -663,6 +663,36 @@ static void test_alloc_failures(void) {
     }
     CHECK(ok, "decode never succeeded");
     t_note("  decode: %d allocation failures handled", n - 2);
+    /* placing the weights packed (one block streamed: the streamer, its pinned copy, the slot) and decoding */
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_HOST;
+    run.packed = 1;
+    run.stream_blocks = 1;
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_plan(v, 7, 10, 10, &run, &m));
+    h3_mem_get_stats(&base);
+    ok = 0;
+    for (n = 1; n < 100000 && !ok; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_clear_error();
+        h3_status st = h3_video_vae_place(v, &g_ex, &m, NULL);
+        if (st == H3_OK) st = h3_video_vae_decode(v, &g_ex, &z, &dst);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            ok = 1;
+            CHECK(ticks < n, "place and decode succeeded although allocation %d failed", n);
+        } else {
+            CHECK(st == H3_ERR_NOMEM, "place and decode, failing allocation %d: %s", n, h3_last_error());
+        }
+        h3_video_vae_unplace(v);
+        h3_mem_stats now;
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "place and decode, failing allocation %d leaked %lld bytes",
+              n, (long long)(now.total_current - base.total_current));
+    }
+    CHECK(ok, "place and decode never succeeded");
+    t_note("  packed placement and decode: %d allocation failures handled", n - 2);
     h3_tensor_free(&z);
     h3_tensor_free(&y);
     h3_video_vae_close(v);
