@@ -548,8 +548,7 @@ const char *h3_video_vae_source(const h3_video_vae *v) {
     return v->source;
 }
 
-/* ---- the chunk and tile plan
- * -------------------------------------------------------------------------------- */
+/* ---- the chunk and tile plan --------------------------------------------------------------------------- */
 
 #define VV_MAX_EXTENTS                                                                                       \
     8 /* distinct blend extents per axis (the round-robin overlaps take at most two values) */
@@ -869,8 +868,7 @@ static void vv_tables(const h3_video_vae_config *c, const vv_plan *p, uint8_t *b
     }
 }
 
-/* ---- checks
- * --------------------------------------------------------------------------------------------------- */
+/* ---- checks -------------------------------------------------------------------------------------------- */
 
 h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tensor *z) {
     char s[96];
@@ -899,14 +897,15 @@ h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tens
     return H3_OK;
 }
 
-/* ---- placement: where the weights live and how each part reaches a decode
- * ------------------------------------ A placed part is one packed block at the place: matrices and biases in
- * the placement's dtype (bf16 on a device, f32 for packed host runs), the norm weights, residual scales,
- * register tokens and the input projections in f32, the QKV rows ordered [Q; K; V]. Resident parts are
- * converted once; streamed blocks travel as stored (their "stored pack": the file's tensors laid out for a
- * slot, official QKV rows reordered on the way by the copy's segments) through one slot and are converted
- * into a work block as they are acquired, so the slot is free for the next block's copy while this one
- * computes. */
+/* ---- placement ----------------------------------------------------------------------------------------- */
+
+/* Where the weights live and how each part reaches a decode. A placed part is one packed block at the place:
+ * matrices and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm
+ * weights, residual scales, register tokens and the input projections in f32, the QKV rows ordered [Q; K; V].
+ * Resident parts are converted once; streamed blocks travel as stored (their "stored pack": the file's
+ * tensors laid out for a slot, official QKV rows reordered on the way by the copy's segments) through one
+ * slot and are converted into a work block as they are acquired, so the slot is free for the next block's
+ * copy while this one computes. */
 
 typedef struct {
     int64_t off[W_COUNT]; /* byte offset in the packed part; -1: the part has no such weight */
@@ -1026,7 +1025,7 @@ static h3_status vv_src_make(h3_video_vae *v, int part, int random, int with_dat
         } else if (with_data) {
             t = s->host.t[map[e].src];
         } else {
-            char name[160];
+            char name[160] = "";
             const h3_st_entry *fe =
                 vv_name(v->layout, part, map[e].src, name, sizeof name) ? h3_st_find(&v->st, name) : NULL;
             if (!fe) H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
@@ -1379,8 +1378,7 @@ static h3_status vv_acquire(h3_video_vae *v, h3_exec *ex, int part, vv_part *w) 
     return H3_OK;
 }
 
-/* ---- the memory function
- * ------------------------------------------------------------------------------------- */
+/* ---- the memory function ------------------------------------------------------------------------------- */
 
 /* The CPU GEMM's scratch for a weight [N, K] of dtype dt (the kernel's own arithmetic). */
 static int64_t gemm_scratch(int64_t N, int64_t K, h3_dtype dt) {
@@ -1612,8 +1610,7 @@ void h3_video_vae_plan_predicted(const h3_video_vae_mem *m, int64_t pred[5], int
     if (peak) *peak = m->dev_peak;
 }
 
-/* ---- decoding
- * ----------------------------------------------------------------------------------------------- */
+/* ---- decoding ------------------------------------------------------------------------------------------ */
 
 typedef struct {
     h3_video_vae *v;
