@@ -683,6 +683,17 @@ static int64_t vv_al(int64_t bytes) {
     return (bytes + VV_ALIGN - 1) / VV_ALIGN * VV_ALIGN;
 }
 
+/* Pinned host bytes a device decode hands its frames out through: a chunk's delivered frames [oc, n, Hp, Wp]
+ * (the most a chunk delivers for any length: a 1-frame video delivers one). Held by the placement. */
+static int64_t vv_frames_stage_bytes(const h3_video_vae_config *c, int64_t H, int64_t W) {
+    vv_plan *t = h3_calloc(1, sizeof *t, H3_MEM_OTHER);
+    if (!t) return 0;
+    vv_temporal(c, 7, t);
+    int64_t nf = t->main_frames > t->ovl_frames ? t->main_frames : t->ovl_frames;
+    h3_free(t);
+    return (int64_t)c->out_channels * (nf > 1 ? nf : 1) * H * c->patch_size * W * c->patch_size * 4;
+}
+
 /* The whole plan of a decode of latents [C, T, H, W]: chunks, tiles, nb tiles per pass, rc rows per FFN step,
  * GEMM operands of dtype ad, and the arena every buffer is carved from (the decoder allocates exactly `total`
  * bytes; nothing else during the decode but the host staging it names in the memory function). */
@@ -1163,6 +1174,8 @@ struct vv_placed {
     h3_streamer *s;
     void *rsrc; /* random placement: pinned bytes every streamed block is copied from */
     int64_t rsrc_bytes;
+    float *fh; /* a device decode's frames on their way to the callback (pinned) */
+    int64_t fh_bytes;
     struct h3_memrep *rep;
 };
 
@@ -1186,6 +1199,7 @@ void h3_video_vae_unplace(h3_video_vae *v) {
     if (pl->io) h3_place_free(pl->place, pl->io, (size_t)pl->lio.bytes, H3_MEM_WEIGHTS);
     if (pl->work) h3_place_free(pl->place, pl->work, (size_t)pl->lblk.bytes, H3_MEM_WEIGHTS);
     if (pl->rsrc) h3_place_free(H3_PLACE_PINNED, pl->rsrc, (size_t)pl->rsrc_bytes, H3_MEM_WEIGHTS);
+    if (pl->fh) h3_place_free(H3_PLACE_PINNED, pl->fh, (size_t)pl->fh_bytes, H3_MEM_IO);
     for (int j = 0; pl->src && j < pl->n_items; j++) vv_src_free(&pl->src[j]);
     h3_free(pl->src);
     h3_free(pl->segs);
@@ -1259,6 +1273,11 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
     pl->blk = h3_calloc((size_t)(L ? L : 1), sizeof *pl->blk, H3_MEM_OTHER);
     pl->item = h3_calloc((size_t)(L ? L : 1), sizeof *pl->item, H3_MEM_OTHER);
     if (!pl->blk || !pl->item) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (pl->place == H3_PLACE_DEVICE) {
+        pl->fh_bytes = vv_frames_stage_bytes(c, plan->H, plan->W);
+        pl->fh = h3_place_alloc(H3_PLACE_PINNED, (size_t)pl->fh_bytes, H3_MEM_IO);
+        if (!pl->fh) H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for the frames handed out");
+    }
     /* 1. the input and output layers and the resident blocks, through one staging block */
     pl->io = vv_alloc_at(pl, pl->lio.bytes, H3_DEVCAT_WEIGHTS);
     if (!pl->io)
@@ -1576,9 +1595,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
         const int64_t load = backend + out->dev_weights + out->dev_load;
         out->dev_peak = dec > load ? dec : load;
     }
-    const int64_t oc = c->out_channels, plane = p->Hp * p->Wp;
-    const int64_t frames_stage =
-        oc * (p->main_frames > p->ovl_frames ? p->main_frames : p->ovl_frames) * plane * 4;
+    const int64_t frames_stage = vv_frames_stage_bytes(c, H, W);
     const int n_str = L - best_R;
     out->host_pinned = (random ? (n_str ? stored : 0) : (int64_t)best_np * stored) +
                        (out->n_disk ? H3_PLAN_STAGING * stored : 0) +
@@ -1994,12 +2011,7 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
         mirror = NULL;
         r.zh = h3_calloc((size_t)(p->rows * c->latent_channels), sizeof(float), H3_MEM_IO);
         if (!r.zh) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        if (out->on_frames) {
-            int64_t nf = p->main_frames > p->ovl_frames ? p->main_frames : p->ovl_frames;
-            r.fh = h3_place_alloc(H3_PLACE_PINNED, (size_t)(c->out_channels * nf * p->Hp * p->Wp * 4),
-                                  H3_MEM_IO);
-            if (!r.fh) H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for the frames handed out");
-        }
+        r.fh = v->pl->fh;
     } else {
         vv_tables(c, p, r.ar);
         r.zh = (float *)(r.ar + p->o_z);
@@ -2047,11 +2059,6 @@ done:
         if (st == H3_OK) st = s2;
         if (r.ar) h3_place_free(H3_PLACE_DEVICE, r.ar, (size_t)p->total, H3_MEM_ACTIVATIONS);
         h3_free(r.zh);
-        if (r.fh) {
-            int64_t nf = p->main_frames > p->ovl_frames ? p->main_frames : p->ovl_frames;
-            h3_place_free(H3_PLACE_PINNED, r.fh, (size_t)(c->out_channels * nf * p->Hp * p->Wp * 4),
-                          H3_MEM_IO);
-        }
     } else {
         h3_free(r.ar);
     }
