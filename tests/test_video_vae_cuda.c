@@ -10,6 +10,7 @@
  *   wide       a decoder made in memory with heads of 64 channels (the release's attention kernel path) and
  *              random weights, placed by budget (all resident, then budgets that stream blocks and shrink the
  *              tile batch), against the CPU with the same random weights placed alike
+ *   release_width  the release's widths on one tile-chunk, 6 blocks (H3_VVAE_BLOCKS=36: the release's depth)
  *
  * Tolerance: relative L2 of the frames <= 1e-2 (the done-when of the video stage; bf16 rounding of the GEMM
  * operands through the blocks lands near 2e-3). Peaks: measured within 5% of the plan (they are equal unless
@@ -279,6 +280,51 @@ static void test_wide(void) {
     h3_video_vae_close(v);
 }
 
+/* The release's widths (hidden 2048, 32 heads × 64, FFN 8192, 4 registers) with random weights on one 256 ×
+ * 256 tile and one chunk (latents 7 × 16 × 16: 1,797 tokens), GPU against the CPU with the same random
+ * weights: the done-when's 1e-2 at the release's depth when H3_VVAE_BLOCKS=36 (one tile-chunk takes the CPU
+ * about a minute on 16 cores; the default, 6 blocks, a few seconds). */
+static void test_release_width(void) {
+    h3_video_vae_config c;
+    h3_video_vae_default_config(&c);
+    const char *nb = getenv("H3_VVAE_BLOCKS");
+    c.num_layers = nb && atoi(nb) > 0 ? atoi(nb) : 6;
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_create(&c, &v));
+    if (!v) return;
+    int64_t s[4] = {24, 7, 16, 16};
+    h3_tensor z, cpu, gpu;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    int64_t os[4] = {3, h3_video_vae_num_frames(&c, 7), 256, 256};
+    CHECK_OK(h3_tensor_alloc(&cpu, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&gpu, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_DEVICE;
+    run.random_seed = 5;
+    h3_video_vae_mem m;
+    const int64_t peak = decode_device(v, &z, &run, &gpu, &m);
+    run.place = H3_PLACE_HOST;
+    run.packed = 1;
+    run.threads = g_cpu.threads;
+    h3_video_vae_mem hm;
+    CHECK_OK(h3_video_vae_plan(v, 7, 16, 16, &run, &hm));
+    CHECK_OK(h3_video_vae_place(v, &g_cpu, &hm, NULL));
+    decode_host(v, &z, &cpu);
+    h3_video_vae_unplace(v);
+    char what[160];
+    snprintf(what, sizeof what, "release widths, %d blocks, one 256×256 tile-chunk: GPU vs CPU",
+             c.num_layers);
+    compare(what, &gpu, &cpu, 1e-2);
+    snprintf(what, sizeof what, "release widths, %d blocks", c.num_layers);
+    check_peak(what, peak, &m);
+    h3_tensor_free(&z);
+    h3_tensor_free(&cpu);
+    h3_tensor_free(&gpu);
+    h3_video_vae_close(v);
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("test_video_vae_cuda: skipped: no CUDA device on this machine\n");
@@ -293,6 +339,7 @@ int main(int argc, char **argv) {
         {"fixtures", test_fixtures},
         {"lengths", test_lengths},
         {"wide", test_wide},
+        {"release_width", test_release_width},
         {NULL, NULL},
     };
     int r = t_main("test_video_vae_cuda", cases, argc, argv);

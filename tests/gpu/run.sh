@@ -87,6 +87,8 @@ for s in "${steps[@]}"; do
                    # (and the predicted device peak against the measured one), then the release-size decode of the
                    # W124 latents, h3run at the default budget and at 8 GiB, and diffusers' in the same run
             $B/test_video_vae_cuda 2>&1 | tee "$OUT/test_video_vae_cuda.log"; rc=$((rc | PIPESTATUS[0]))
+            H3_VVAE_BLOCKS=36 $B/test_video_vae_cuda release_width 2>&1 | tee "$OUT/test_video_vae_cuda_36.log"
+            rc=$((rc | PIPESTATUS[0]))
             $B/bench_video_vae_cuda ${VVAE_ARGS:-W124 --budgets default,8} 2>&1 | tee "$OUT/bench_video_vae_cuda.log"
             rc=$((rc | PIPESTATUS[0]))
             PYTHONUNBUFFERED=1 python3 bench/video_vae_diffusers.py ${VVAE_DIFFUSERS_ARGS:-W124} 2>&1 \
