@@ -106,22 +106,29 @@ expect_error 1 "No such file or directory" $D "$tmp/absent.safetensors"
 expect_error 2 "--model and --latents are required" "$H3RUN" decode --latents "$tmp/c16.safetensors" --out "$tmp/o"
 expect_error 2 "nothing to write" "$H3RUN" decode --model "$V/official" --latents "$V/case_comfy_image.safetensors"
 expect_error 2 "unknown option" "$H3RUN" decode --frobnicate
-# --device: a bad name is a usage error; cuda decodes audio on the GPU where there is one (the waveform as the
-# reference's, the device memory reported) and says what to do where there is none
+# --device: a bad name or budget is a usage error; cuda decodes audio on the GPU where there is one (the waveform as
+# the reference's, the device memory reported) and says what to do where there is none
 expect_error 2 "unknown device 'tpu'" "$H3RUN" decode --device tpu --model "$tmp/audio_official" \
     --latents "$A/case_stereo.safetensors" --out "$tmp/x.wav"
+expect_error 2 "unknown device 'warp'" $D "$V/case_comfy_image.safetensors" --device warp
+expect_error 2 "--vram-budget" $D "$V/case_comfy_image.safetensors" --device cuda --vram-budget 8X
 if "$H3RUN" decode --device cuda --model "$tmp/audio_official" --latents "$A/case_stereo.safetensors" \
     --tensors-out "$tmp/g.safetensors" >"$tmp/out" 2>"$tmp/err"; then
     "$TV" --compare "$tmp/g.safetensors" "$A/case_stereo.safetensors" waveform 1e-4 || fail "GPU audio decode differs"
     grep -q "device memory: peak" "$tmp/out" || fail "no device memory report: $(cat "$tmp/out")"
-    expect_error 2 "the video VAE decodes on the CPU" "$H3RUN" decode --device cuda --model "$V/official" \
-        --latents "$V/case_official_tiles.safetensors" --tensors-out "$tmp/x.safetensors"
 else
     expect_error 2 "use --device cpu" "$H3RUN" decode --device cuda --model "$tmp/audio_official" \
         --latents "$A/case_stereo.safetensors" --out "$tmp/x.wav"
+    expect_error 2 "use --device cpu" $D "$V/case_official_tiles.safetensors" --device cuda
 fi
 [ -e "$tmp/x.wav" ] && fail "a failed decode left a WAV file"
 [ -e "$tmp/x.safetensors" ] && fail "a failed decode left an output file"
+
+# ---- the GPU's plan (arithmetic: no GPU needed) -------------------------------------------------------------------
+"$H3RUN" decode --model "$V/official" --latents "$V/case_official_tiles.safetensors" --plan --device cuda \
+    --vram-budget 1GiB >"$tmp/out" 2>"$tmp/err" || fail "decode --plan --device cuda exited $?: $(cat "$tmp/err")"
+grep -q "on the GPU: 2 of 2 blocks resident, 0 streamed; 6 tiles per pass" "$tmp/out" ||
+    fail "no device plan in: $(cat "$tmp/out")"
 "$H3RUN" decode --help | grep -q "usage: h3run decode" || fail "--help"
 
 [ $fails -eq 0 ] && echo "cli_decode: all checks passed" || echo "cli_decode: $fails failures"

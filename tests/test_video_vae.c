@@ -112,6 +112,149 @@ static void test_fixtures(void) {
     json_decref(cases);
 }
 
+/* How a run places the decoder on the CPU: from the file (the default) or packed as a device gets it (its
+ * blocks resident, or streamed through a slot and converted as acquired), in tiles per pass and FFN row
+ * steps. */
+typedef struct {
+    const char *name;
+    int packed, tile_batch, rows_per_step, stream_blocks;
+} vrun;
+
+static const vrun k_runs[] = {
+    {"file, 1 tile per pass", 0, 1, 0, 0},
+    {"file, 2 tiles per pass, 7-row steps", 0, 2, 7, 0},
+    {"file, 3 tiles per pass", 0, 3, 0, 0},
+    {"file, all tiles per pass", 0, 1000, 0, 0},
+    {"packed, resident", 1, 0, 0, 0},
+    {"packed, all streamed, 2 tiles per pass", 1, 2, 0, 1000},
+    {"packed, 1 streamed, 5-row steps", 1, 0, 5, 1},
+};
+
+/* Every fixture case under every run of the table: the batched tiles, the row steps across tile boundaries,
+ * the packed layouts (the QKV rows reordered per head, diffusers' three projections stacked, f16 converted)
+ * and the streamed blocks' conversions give the reference's frames (1e-4), as the plain decode does. */
+static void test_runs(void) {
+    char path[700], mpath[700];
+    fx("cases.json", path, sizeof path);
+    json_t *cases = NULL;
+    CHECK_OK(h3_json_load_file(path, 1 << 20, &cases));
+    if (!cases) return;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *cj = json_array_get(cases, i);
+        const char *name = h3_json_get_str(cj, "name"), *model = h3_json_get_str(cj, "model");
+        int64_t heads = 0;
+        h3_json_get_int(cj, "heads", &heads);
+        char file[256];
+        snprintf(file, sizeof file, "case_%s.safetensors", name);
+        fx(file, path, sizeof path);
+        fx(model, mpath, sizeof mpath);
+        h3_video_vae_opts o = {0};
+        o.heads = (int)heads;
+        h3_video_vae *v = NULL;
+        h3_tensor lat = {0}, ref = {0}, out = {0};
+        CHECK_OK(h3_video_vae_open(mpath, &o, &v));
+        CHECK_OK(load_f32(path, "latents", &lat));
+        CHECK_OK(load_f32(path, "frames", &ref));
+        if (!v || !lat.data || !ref.data) goto next;
+        const int L = h3_video_vae_get_config(v)->num_layers;
+        double *rd = to_double(&ref);
+        CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
+        for (size_t k = 0; k < sizeof k_runs / sizeof k_runs[0]; k++) {
+            const vrun *vr = &k_runs[k];
+            h3_video_vae_run run;
+            memset(&run, 0, sizeof run);
+            run.place = H3_PLACE_HOST;
+            run.packed = vr->packed;
+            run.threads = 2;
+            run.tile_batch = vr->tile_batch;
+            run.rows_per_step = vr->rows_per_step;
+            run.stream_blocks = vr->stream_blocks;
+            h3_video_vae_mem m;
+            CHECK_OK(h3_video_vae_plan(v, lat.shape[2], lat.shape[3], lat.shape[4], &run, &m));
+            const int want_res = !vr->packed ? L : vr->stream_blocks >= L ? 0 : L - vr->stream_blocks;
+            CHECK(m.n_resident == want_res && m.packed == vr->packed, "%s, %s: %d resident (want %d)", name,
+                  vr->name, m.n_resident, want_res);
+            CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+            memset(out.data, 0, h3_tensor_nbytes(&out));
+            h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &out};
+            CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
+            char what[200];
+            snprintf(what, sizeof what, "%s, %s (%d tiles per pass of %d, %lld-row steps)", name, vr->name,
+                     m.tile_batch, m.tiles_x * m.tiles_y, (long long)m.rows_per_step);
+            double e = EXPECT_CLOSE(what, out.data, rd, (size_t)h3_tensor_numel(&ref), 1e-4);
+            t_note("  %-60s rel err %.2e", what, e);
+        }
+        free(rd);
+    next:
+        h3_tensor_free(&lat);
+        h3_tensor_free(&ref);
+        h3_tensor_free(&out);
+        h3_video_vae_close(v);
+    }
+    json_decref(cases);
+}
+
+/* Placement errors: a plan for other latents, a device plan without a device, a decoder made without weights
+ * decoding unplaced; and that decoder placed with random weights on the host decodes finite frames the same
+ * way twice. */
+static void test_place_errors(void) {
+    char p[700];
+    fx("official", p, sizeof p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(p, NULL, &v));
+    if (!v) return;
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_HOST;
+    run.packed = 1;
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_plan(v, 7, 4, 6, &run, &m));
+    CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+    int64_t s[4] = {24, 7, 4, 8}, os[4] = {3, 22, 8, 16};
+    h3_tensor z, y;
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &y};
+    CHECK_ERR(h3_video_vae_decode(v, &g_ex, &z, &dst), H3_ERR_INVALID,
+              "placed for 4 × 6 latents, these are 4 × 8");
+    h3_video_vae_unplace(v);
+    CHECK(h3_video_vae_placement(v) == NULL, "unplaced");
+    CHECK_OK(h3_video_vae_decode(v, &g_ex, &z, &dst)); /* the host, from the file, again */
+    run.place = H3_PLACE_DEVICE;
+    CHECK_OK(h3_video_vae_plan(v, 7, 4, 8, &run, &m)); /* planning needs no device */
+    CHECK(m.dev_backend > 0 && m.dev_peak > m.dev_arena, "a device plan counts the backend and the weights");
+    CHECK_ERR(h3_video_vae_place(v, &g_ex, &m, NULL), H3_ERR_INVALID, "needs an exec with a device");
+    h3_video_vae_config c = *h3_video_vae_get_config(v);
+    h3_video_vae_close(v);
+    h3_video_vae *g = NULL;
+    CHECK_OK(h3_video_vae_create(&c, &g));
+    if (g) {
+        CHECK_ERR(h3_video_vae_decode(g, &g_ex, &z, &dst), H3_ERR_INVALID, "created without weights");
+        run.place = H3_PLACE_HOST;
+        CHECK_ERR(h3_video_vae_plan(g, 7, 4, 8, &run, &m), H3_ERR_INVALID, "random seed");
+        run.random_seed = 7;
+        run.stream_blocks = 1;
+        CHECK_OK(h3_video_vae_plan(g, 7, 4, 8, &run, &m));
+        CHECK(m.n_resident == c.num_layers - 1, "one block streamed: %d resident", m.n_resident);
+        CHECK_OK(h3_video_vae_place(g, &g_ex, &m, NULL));
+        h3_tensor y2;
+        CHECK_OK(h3_tensor_alloc(&y2, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+        h3_video_decode_out d2 = {H3_PIXELS_RAW, NULL, NULL, &y2};
+        CHECK_OK(h3_video_vae_decode(g, &g_ex, &z, &dst));
+        CHECK_OK(h3_video_vae_decode(g, &g_ex, &z, &d2));
+        int64_t bad = 0, n = h3_tensor_numel(&y);
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(((float *)y.data)[i]);
+        CHECK(bad == 0, "%lld of %lld random-weight frame values are not finite", (long long)bad,
+              (long long)n);
+        CHECK(memcmp(y.data, y2.data, h3_tensor_nbytes(&y)) == 0, "two decodes with random weights differ");
+        h3_tensor_free(&y2);
+        h3_video_vae_close(g);
+    }
+    h3_tensor_free(&z);
+    h3_tensor_free(&y);
+}
+
 typedef struct {
     int64_t next, calls, channels, H, W;
     float *all; /* optional copy of everything received, [oc, F, H, W] */
@@ -196,6 +339,21 @@ static void test_layouts_agree(void) {
     CHECK_OK(h3_video_vae_decode(b, &g_ex, &z, &db));
     double *r = to_double(&ya);
     EXPECT_CLOSE("diffusers layout vs official layout", yb.data, r, (size_t)h3_tensor_numel(&ya), 1e-5);
+    for (size_t k = 0; k < sizeof k_runs / sizeof k_runs[0]; k++) { /* diffusers' three projections, placed */
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.packed = k_runs[k].packed;
+        run.tile_batch = k_runs[k].tile_batch;
+        run.rows_per_step = k_runs[k].rows_per_step;
+        run.stream_blocks = k_runs[k].stream_blocks;
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_plan(b, 7, 6, 10, &run, &m));
+        CHECK_OK(h3_video_vae_place(b, &g_ex, &m, NULL));
+        CHECK_OK(h3_video_vae_decode(b, &g_ex, &z, &db));
+        char what[160];
+        snprintf(what, sizeof what, "diffusers layout, %s, vs official layout", k_runs[k].name);
+        EXPECT_CLOSE(what, yb.data, r, (size_t)h3_tensor_numel(&ya), 1e-5);
+    }
     free(r);
     h3_tensor_free(&z);
     h3_tensor_free(&ya);
@@ -505,6 +663,36 @@ static void test_alloc_failures(void) {
     }
     CHECK(ok, "decode never succeeded");
     t_note("  decode: %d allocation failures handled", n - 2);
+    /* placing the weights packed (one block streamed: the streamer, its pinned copy, the slot) and decoding */
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_HOST;
+    run.packed = 1;
+    run.stream_blocks = 1;
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_plan(v, 7, 10, 10, &run, &m));
+    h3_mem_get_stats(&base);
+    ok = 0;
+    for (n = 1; n < 100000 && !ok; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_clear_error();
+        h3_status st = h3_video_vae_place(v, &g_ex, &m, NULL);
+        if (st == H3_OK) st = h3_video_vae_decode(v, &g_ex, &z, &dst);
+        int64_t ticks = h3_mem_fail_at(0, 0);
+        if (st == H3_OK) {
+            ok = 1;
+            CHECK(ticks < n, "place and decode succeeded although allocation %d failed", n);
+        } else {
+            CHECK(st == H3_ERR_NOMEM, "place and decode, failing allocation %d: %s", n, h3_last_error());
+        }
+        h3_video_vae_unplace(v);
+        h3_mem_stats now;
+        h3_mem_get_stats(&now);
+        CHECK(now.total_current == base.total_current, "place and decode, failing allocation %d leaked %lld bytes",
+              n, (long long)(now.total_current - base.total_current));
+    }
+    CHECK(ok, "place and decode never succeeded");
+    t_note("  packed placement and decode: %d allocation failures handled", n - 2);
     h3_tensor_free(&z);
     h3_tensor_free(&y);
     h3_video_vae_close(v);
@@ -632,6 +820,39 @@ static void test_released_shapes(void) {
         CHECK_OK(h3_video_vae_decode_peak(c, 37, 48, 84, 16, 0, &m));
         t_note("  %-9s released decoder opened from headers: 124 frames at 1344×768 plan %d chunks × %d×%d tiles, "
                "%.1f MiB", h3_layout_name(lays[k]), m.chunks, m.tiles_y, m.tiles_x, m.total / 1048576.0);
+        /* on the GPU at W124 (latents 37 × 34 × 60): unlimited and 8 GiB keep every block resident and run a
+         * chunk's 15 tiles per pass in the same steps (the same decode); smaller budgets stream blocks, then
+         * shrink the pass; too small a budget says what it needs */
+        const double budgets[] = {0, 8, 6, 4, 3, 2, 1, 0.25};
+        h3_video_vae_mem d0;
+        memset(&d0, 0, sizeof d0);
+        for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+            h3_video_vae_run run;
+            memset(&run, 0, sizeof run);
+            run.place = H3_PLACE_DEVICE;
+            run.vram_budget = (int64_t)(budgets[b] * 1073741824.0);
+            h3_video_vae_mem d;
+            h3_status st = h3_video_vae_plan(v, 37, 34, 60, &run, &d);
+            if (budgets[b] == 0.25) {
+                CHECK(st == H3_ERR_BUDGET, "0.25 GiB cannot hold a block and a tile");
+                if (st != H3_OK) t_note("  %-9s W124 at 0.25 GiB: %s", h3_layout_name(lays[k]), h3_last_error());
+                continue;
+            }
+            CHECK_OK(st);
+            if (st != H3_OK) continue;
+            if (b == 0) d0 = d;
+            CHECK(d.budget == 0 || d.dev_peak + d.budget_slack <= d.budget, "%g GiB: the plan's peak %lld is over",
+                  budgets[b], (long long)d.dev_peak);
+            if (budgets[b] == 0 || budgets[b] == 8)
+                CHECK(d.n_resident == 36 && d.tile_batch == 15 && d.rows_per_step == d0.rows_per_step,
+                      "%s W124 at %g GiB: %d resident, %d tiles per pass, %lld-row steps", h3_layout_name(lays[k]),
+                      budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step);
+            t_note("  %-9s W124 on the GPU at %5.2f GiB: %2d of 36 blocks resident, %2d of 15 tiles per pass, "
+                   "%5lld-row steps; peak %.3f GiB (weights %.3f, slot %.3f, arena %.3f, loading %.3f)",
+                   h3_layout_name(lays[k]), budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step,
+                   d.dev_peak / 1073741824.0, d.dev_weights / 1073741824.0, d.dev_slots / 1073741824.0,
+                   d.dev_arena / 1073741824.0, d.dev_load / 1073741824.0);
+        }
         h3_video_vae_close(v);
     }
     snprintf(p, sizeof p, "rm -rf '%s'", dir);
@@ -722,6 +943,8 @@ int main(int argc, char **argv) {
         {"callback_and_unit_range", test_callback_and_unit_range},
         {"layouts_agree", test_layouts_agree},
         {"frame_counts", test_frame_counts},
+        {"runs", test_runs},
+        {"place_errors", test_place_errors},
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "mem/budget.h"
 #include "models/audio_vae.h"
 #include "models/video_vae.h"
 #include "pipeline/generate.h"
@@ -54,10 +55,36 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
 }
 
 typedef struct {
-    const char *model, *out, *tensors_out, *device;
+    const char *model, *out, *tensors_out;
     int64_t threads, tile, overlap, heads;
-    int no_tiling, plan, quiet, cuda;
+    int no_tiling, plan, quiet;
+    h3_device device;    /* CPU, or CUDA (AUTO resolved before decoding) */
+    int64_t vram_budget; /* with CUDA: the device budget (0: the free memory less the margin) */
 } decode_args;
+
+/* With --device cuda: the GPU's arena (the budget), the plan for these latents and the placement of the weights
+ * (resident or streamed as the budget allows); prints the plan. Without: nothing (the CPU decodes from the file). */
+static h3_status place_video(const decode_args *a, h3_exec *ex, h3_video_vae *v, int64_t T, int64_t H, int64_t W,
+                             h3_video_vae_mem *m) {
+    if (a->device != H3_DEVICE_CUDA) return H3_OK;
+    int64_t budget = a->vram_budget;
+    if (!budget) H3_TRY(h3_budget_default_vram(0, &budget));
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_DEVICE;
+    run.vram_budget = budget;
+    run.threads = ex->threads;
+    H3_TRY(h3_video_vae_plan(v, T, H, W, &run, m));
+    char b1[32], b2[32];
+    if (!a->quiet || a->plan)
+        printf("  on the GPU: %d of %d blocks resident, %d streamed; %d tiles per pass, %lld-row steps; predicted "
+               "device peak %s of the %s budget\n",
+               m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->tile_batch, (long long)m->rows_per_step,
+               h3_budget_str(m->dev_peak, b1, sizeof b1), h3_budget_str(budget, b2, sizeof b2));
+    if (a->plan && !a->out && !a->tensors_out) return H3_OK;
+    H3_TRY_CTX(h3_cuda_init(ex, 0, budget), "--device cuda");
+    return h3_video_vae_place(v, ex, m, NULL);
+}
 
 /* Starts measuring the decode's own memory: returns what is allocated now (weights, latents, outputs). */
 static int64_t mem_mark(void) {
@@ -110,6 +137,9 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
                (long long)m.frames, (long long)Wp, (long long)Hp, m.chunks, m.tiles_y, m.tiles_x,
                (long long)m.tokens_per_tile, h3_fmt_bytes((double)m.total, b1, sizeof b1),
                h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
+    h3_video_vae_mem dm;
+    memset(&dm, 0, sizeof dm);
+    H3_CHECK(place_video(a, ex, v, T, H, W, &dm));
     if (a->plan && !a->out && !a->tensors_out) goto done;
     if (a->out) {
         if (Hp > 16384 || Wp > 16384) H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output",
@@ -135,7 +165,15 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         printf("decoded %lld frames in %.2f s", (long long)m.frames, t1 - t0);
         if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
         printf("\n");
-        report_mem(base, m.total); /* PNG writing adds its own small buffers */
+        if (a->device == H3_DEVICE_CUDA) {
+            int64_t used, peak, cap;
+            char p1[32], p2[32];
+            h3_cuda_mem_stats(ex, &used, &peak, &cap);
+            printf("device memory: peak %s measured, %s predicted\n", h3_budget_str(peak, p1, sizeof p1),
+                   h3_budget_str(dm.dev_peak, p2, sizeof p2));
+        } else {
+            report_mem(base, m.total); /* PNG writing adds its own small buffers */
+        }
     }
     if (a->tensors_out) {
         H3_CHECK(h3_st_writer_new(&w));
@@ -149,7 +187,8 @@ done:
     h3_tensor_free(&all);
     h3_png_seq_close(&png);
     h3_free(sink.unit);
-    h3_video_vae_close(v);
+    h3_video_vae_close(v); /* its device memory back before the backend goes */
+    if (ex->cuda) h3_cuda_shutdown(ex);
     return st;
 }
 
@@ -159,7 +198,8 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_tensor wave = {0};
     h3_st_writer *w = NULL;
     int cuda_on = 0;
-    h3_audio_vae_opts o = {.act_place = a->cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST};
+    const int cuda = a->device == H3_DEVICE_CUDA;
+    h3_audio_vae_opts o = {.act_place = cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST};
     st = h3_audio_vae_open(a->model, &o, &v);
     if (st != H3_OK) {
         char b[96];
@@ -181,7 +221,7 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
                "at %d Hz; ",
                h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_up, c->hop, (long long)ch,
                c->latent_channels, (long long)T, (long long)S, c->sample_rate);
-        if (a->cuda)
+        if (cuda)
             printf("on the GPU, planned device memory %s (f32 weights %s, buffers and scratch %s)\n",
                    h3_fmt_bytes((double)m.dev_total, b1, sizeof b1), h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
                    h3_fmt_bytes((double)(m.dev_buffers + m.dev_op_scratch), b3, sizeof b3));
@@ -192,8 +232,16 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     int64_t s[3] = {ch, 1, S};
     H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_IO));
     int64_t dev0 = 0, dev_peak = 0;
-    if (a->cuda) {
-        H3_CHECK_CTX(h3_cuda_init(ex, 0, 0), "--device cuda");
+    if (cuda) {
+        int64_t budget = a->vram_budget;
+        if (!budget) H3_CHECK(h3_budget_default_vram(0, &budget));
+        if (m.dev_total + H3_CUDA_BACKEND_BYTES > budget) {
+            char b4[32], b5[32];
+            H3_FAIL(H3_ERR_BUDGET, "the audio decode needs %s of the device (with the backend's workspace); the budget "
+                    "is %s: raise --vram-budget or decode with --device cpu",
+                    h3_budget_str(m.dev_total + H3_CUDA_BACKEND_BYTES, b4, sizeof b4), h3_budget_str(budget, b5, sizeof b5));
+        }
+        H3_CHECK_CTX(h3_cuda_init(ex, 0, budget), "--device cuda");
         cuda_on = 1;
         h3_cuda_mem_stats(ex, &dev0, NULL, NULL);
     }
@@ -204,7 +252,7 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     if (cuda_on) h3_cuda_mem_stats(ex, NULL, &dev_peak, NULL);
     if (!a->quiet) {
         printf("decoded %lld × %lld samples in %.2f s%s\n", (long long)ch, (long long)S, t1 - t0,
-               a->cuda ? " (on the GPU, the weights' upload included)" : "");
+               cuda ? " (on the GPU, the weights' upload included)" : "");
         if (cuda_on)
             printf("device memory: peak %s measured, %s planned (weights, buffers and op scratch)\n",
                    h3_fmt_bytes((double)(dev_peak - dev0), b1, sizeof b1),
@@ -233,7 +281,7 @@ done:
 
 int h3_cmd_decode(int argc, char **argv) {
     decode_args a = {0};
-    const char *latents = NULL;
+    const char *latents = NULL, *device = "cpu", *vram_s = NULL;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &a.model, "PATH", "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
                                                      "vae/ or audio_vae/, a model folder holding them, or a ComfyUI file"},
@@ -243,14 +291,17 @@ int h3_cmd_decode(int argc, char **argv) {
         {"tensors-out", 0, H3_OPT_STR, &a.tensors_out, "FILE",
          "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode range)"},
         {"threads", 't', H3_OPT_INT, &a.threads, "N", "CPU threads (default: all)"},
-        {"device", 0, H3_OPT_STR, &a.device, "NAME",
-         "cpu (default) or cuda: audio latents decode on the GPU (f32 weights, the channels in one batch); "
-         "video latents decode on the CPU"},
         {"tile-size", 0, H3_OPT_INT, &a.tile, "PX", "video tile size in pixels (default: the checkpoint's, 256)"},
         {"tile-overlap", 0, H3_OPT_INT, &a.overlap, "PX", "least video tile overlap in pixels (default 64)"},
         {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL, "decode video chunks whole (not what the release does)"},
         {"heads", 0, H3_OPT_INT, &a.heads, "N", "ViT heads for a video VAE file without a config (default hidden/64)"},
         {"plan", 0, H3_OPT_FLAG, &a.plan, NULL, "print the decode plan and its memory; decode only if an output is given"},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 weights, "
+         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch)"},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "with --device cuda: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
+         "512 MiB); blocks that do not fit stream from host memory"},
         {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors"},
         {0},
     };
@@ -259,8 +310,10 @@ int h3_cmd_decode(int argc, char **argv) {
         "Decode latents with the video VAE (to PNG frames) or the audio VAE (to a WAV file), for debugging. The latents'\n"
         "shape picks the VAE: 5 or 4 dims are video, 3 or 2 audio. The checkpoint's latents_mean/latents_std are\n"
         "applied first, as the pipeline does. Video is decoded in temporal chunks and spatial tiles exactly as the\n"
-        "reference decodes it, with memory that does not depend on the number of frames.",
+        "reference decodes it, with memory that does not depend on the number of frames; --device cuda decodes it\n"
+        "on the GPU (bf16), its blocks resident or streamed as --vram-budget allows.",
         "examples:\n  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
+        "  h3run decode --model FL2VA --latents video_latents.safetensors --out frames/ --device cuda\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav --device cuda\n"
         "  h3run decode --model vae/ --latents l.safetensors --tensors-out decoded.safetensors",
@@ -278,18 +331,18 @@ int h3_cmd_decode(int argc, char **argv) {
         fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
         return H3_EXIT_USAGE;
     }
-    h3_device dev = H3_DEVICE_CPU;
-    if (a.device && h3_device_parse(a.device, &dev) != H3_OK) return h3_cli_fail("decode", H3_ERR_INVALID);
-    if (dev == H3_DEVICE_AUTO) dev = h3_cuda_device_count() > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
-    if (dev == H3_DEVICE_CUDA && h3_cuda_device_count() == 0) {
-        fprintf(stderr, "h3run decode: --device cuda: %s; use --device cpu\n",
-                h3_cuda_compiled() ? "no CUDA device is available" : "this h3run was built without CUDA");
-        return H3_EXIT_USAGE;
-    }
-    a.cuda = dev == H3_DEVICE_CUDA;
     if (a.threads < 0 || a.threads > 4096 || a.tile < 0 || a.tile > 65536 || a.overlap < 0 || a.overlap > 65536 ||
         a.heads < 0 || a.heads > 4096) {
         fprintf(stderr, "h3run decode: --threads, --tile-size, --tile-overlap and --heads take small positive numbers\n");
+        return H3_EXIT_USAGE;
+    }
+    h3_status ds = h3_device_parse(device, &a.device);
+    if (ds == H3_OK && vram_s) ds = h3_budget_parse(vram_s, "--vram-budget", &a.vram_budget);
+    if (ds != H3_OK) return h3_cli_fail("decode", ds);
+    if (a.device == H3_DEVICE_AUTO) a.device = h3_cuda_device_count() > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
+    if (a.device == H3_DEVICE_CUDA && h3_cuda_device_count() == 0 && !a.plan) {
+        fprintf(stderr, "h3run decode: --device cuda: %s; use --device cpu\n",
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this h3run was built without CUDA");
         return H3_EXIT_USAGE;
     }
     h3_st_set s;
@@ -308,10 +361,7 @@ int h3_cmd_decode(int argc, char **argv) {
         have_ex = st == H3_OK;
     }
     if (st == H3_OK) {
-        if ((lat.ndim == 5 || lat.ndim == 4) && a.cuda)
-            st = H3_ERR(H3_ERR_INVALID, "--device cuda decodes audio latents; the video VAE decodes on the CPU "
-                        "(--device cpu)");
-        else if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
+        if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
         else if (lat.ndim == 3 || lat.ndim == 2) st = decode_audio(&a, &ex, &lat);
         else {
             char b[96];

@@ -1,15 +1,23 @@
-/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan, the
- * ViT decoder on one tile, and the stitching that turns tiles into frames. See video_vae.h. */
+/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan, where
+ * the weights are placed (the host's file, or packed at a place: resident or streamed), the ViT decoder over a pass
+ * of tiles, and the stitching that turns tiles into frames. See video_vae.h. */
 #include "models/video_vae.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "mem/budget.h"
+#include "mem/pack.h"
+#include "mem/report.h"
+#include "mem/streamer.h"
 #include "models/model_cfg.h"
 
 /* video_vae/config.json of the release, as ComfyUI builds it in for its single-file repack. */
@@ -128,17 +136,26 @@ static int vv_shape(const h3_video_vae_config *c, int id, int64_t *s) {
     }
 }
 
+typedef struct vv_placed vv_placed;
+
 struct h3_video_vae {
     h3_video_vae_config cfg;
     h3_layout layout;
     h3_st_set st;
     char *source;
     int rows_per_step;
+    int created;    /* h3_video_vae_create: no files; weights only through a random placement */
+    vv_placed *pl;  /* h3_video_vae_place: where decodes run and how; NULL: the host, from the file */
 };
+
+/* How a part's QKV projection comes: one matrix with per-head [q k v] rows (official and ComfyUI files), one
+ * matrix [Q; K; V] (placed weights), or three matrices (diffusers files). */
+enum { VV_QKV_INTERLEAVED = 0, VV_QKV_ORDERED, VV_QKV_SPLIT };
 
 typedef struct {
     h3_tensor t[W_COUNT];
     unsigned char held[W_COUNT];
+    int qkv_form;
 } vv_part;
 
 static int vv_part_first(int part) {
@@ -154,13 +171,15 @@ static void vv_release(vv_part *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* The one way decode code reaches weights: views of the mapped file (or aligned copies), shaped for the ops; the
- * residual scales converted to f32 when stored otherwise (the gated-add op takes f32 gates). Release with
- * vv_release. A weight streamer plugs in here. */
-static h3_status vv_acquire(h3_video_vae *v, int part, vv_part *w) {
+/* A part's weights from the file: views of the mapped file (or aligned copies), shaped for the ops; the residual
+ * scales converted to f32 when stored otherwise (the gated-add op takes f32 gates). Release with vv_release. */
+static h3_status vv_acquire_file(h3_video_vae *v, int part, vv_part *w) {
     memset(w, 0, sizeof *w);
     h3_status st = H3_OK;
     char name[160];
+    if (v->created)
+        return H3_ERR(H3_ERR_INVALID, "this video VAE was created without weights: place it with a random seed");
+    w->qkv_form = v->cfg.fused_qkv ? VV_QKV_INTERLEAVED : VV_QKV_SPLIT;
     for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
         if (!vv_name(v->layout, part, id, name, sizeof name)) continue;
         h3_tensor t;
@@ -513,6 +532,7 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
 
 void h3_video_vae_close(h3_video_vae *v) {
     if (!v) return;
+    h3_video_vae_unplace(v);
     if (v->st.files || v->st.entries) h3_st_close(&v->st);
     h3_free(v->source);
     h3_free(v);
@@ -528,29 +548,43 @@ const char *h3_video_vae_source(const h3_video_vae *v) {
     return v->source;
 }
 
-/* ---- the chunk and tile plan -------------------------------------------------------------------------------- */
+/* ---- the chunk and tile plan --------------------------------------------------------------------------- */
+
+#define VV_MAX_EXTENTS                                                                                       \
+    8 /* distinct blend extents per axis (the round-robin overlaps take at most two values) */
 
 typedef struct {
     int64_t T, H, W, Hp, Wp;
-    int single;                   /* one latent frame: decode it alone, keep its last pixel frame */
+    int single; /* one latent frame: decode it alone, keep its last pixel frame */
     int cs, pre, tov, fov, pad, chunks, clip_len;
-    int main_frames, ovl_frames;  /* canvas frames kept from each chunk: delivered, and cross-faded into the next */
-    int64_t frames;               /* output frames */
+    int main_frames,
+        ovl_frames; /* canvas frames kept from each chunk: delivered, and cross-faded into the next */
+    int64_t frames; /* output frames */
     int ny, nx;
     int64_t ys[H3_VVAE_MAX_TILES], yo[H3_VVAE_MAX_TILES], xs[H3_VVAE_MAX_TILES], xo[H3_VVAE_MAX_TILES];
-    int64_t th, tw, thp, twp;     /* tile size in latents and pixels */
-    int64_t max_sv, max_sh;       /* rows / columns of the raw strips kept for blending */
-    int64_t N, S, rc;             /* tokens, with registers and the zero token, rows per FFN step */
-    /* arena layout, in floats from the arena start */
-    int64_t o_canvas, o_prev, o_tile, o_bstrip, o_rstrip, o_vb, o_t1, o_t2, o_wav, o_wbv, o_wah, o_wbh;
-    int64_t o_ztok, o_pq, o_gidx, o_x, o_xn, o_a, o_q, o_k, o_v, o_cos, o_sin, o_ffh, o_ffg, total;
-    int64_t chunk_floats, vit_floats;
+    int64_t th, tw, thp, twp; /* tile size in latents and pixels */
+    int64_t max_sv, max_sh;   /* rows / columns of the raw strips kept for blending */
+    int64_t N, S;             /* tokens of a tile; with the registers and the zero token */
+    int nt, nb;               /* tiles of a chunk; tiles per pass */
+    int64_t rows, rc;         /* rows of a full pass (nb·S); rows per FFN and output-projection step */
+    int64_t Pl;               /* pixel planes of a chunk's canvas: out_channels × canvas frames */
+    int64_t PR;               /* rows of patch_size pixels the output projection makes per token */
+    int64_t trash;            /* those rows that fall on dropped clip frames (each gets a row of its own) */
+    int n_ev, n_eh;
+    int64_t ev[VV_MAX_EXTENTS], eh[VV_MAX_EXTENTS]; /* distinct vertical and horizontal blend extents */
+    h3_dtype ad; /* GEMM operands: f32 on the host, bf16 at a device placement */
+    int il;      /* per-head interleaved QKV weights: a scratch for that GEMM's output */
+    /* arena layout: byte offsets from its start. The tables come first (one upload from the host). */
+    int64_t o_mean, o_std, o_ones, o_cos, o_sin, o_xidx, o_pidx, o_cidx, o_vidx, o_vw, o_hw, tables_end;
+    int64_t o_extra, o_z, o_pq, o_x, o_a, o_b, o_qkv, o_il, o_u, o_g;
+    int64_t o_tile, o_ustrip, o_rstrip, o_vb, o_canvas, o_prev, total;
+    int64_t chunk_bytes, vit_bytes;
 } vv_plan;
 
-/* Tiles of `tile` px over `len` px: the fewest whose overlaps are all >= min_ov, the slack then spread over the
- * overlaps round-robin in whole latents (diffusers' _split_tiles). */
-static h3_status vv_split(int64_t len, int64_t tile, int64_t min_ov, int64_t ratio, int *n_out, int64_t *starts,
-                          int64_t *ov, int64_t *tlen) {
+/* Tiles of `tile` px over `len` px: the fewest whose overlaps are all >= min_ov, the slack then spread over
+ * the overlaps round-robin in whole latents (diffusers' _split_tiles). */
+static h3_status vv_split(int64_t len, int64_t tile, int64_t min_ov, int64_t ratio, int *n_out,
+                          int64_t *starts, int64_t *ov, int64_t *tlen) {
     if (tile <= 0 || tile >= len) {
         *n_out = 1;
         starts[0] = 0;
@@ -560,8 +594,8 @@ static h3_status vv_split(int64_t len, int64_t tile, int64_t min_ov, int64_t rat
     int64_t n = (len + tile - 1) / tile;
     while (tile * n - min_ov * (n - 1) < len) n++;
     if (n > H3_VVAE_MAX_TILES)
-        return H3_ERR(H3_ERR_INVALID, "%lld px need %lld tiles of %lld px; h3run allows %d per axis", (long long)len,
-                      (long long)n, (long long)tile, H3_VVAE_MAX_TILES);
+        return H3_ERR(H3_ERR_INVALID, "%lld px need %lld tiles of %lld px; h3run allows %d per axis",
+                      (long long)len, (long long)n, (long long)tile, H3_VVAE_MAX_TILES);
     int64_t slack = tile * n - min_ov * (n - 1) - len;
     for (int64_t i = 0; i < n - 1; i++) ov[i] = min_ov;
     for (int64_t i = 0; i < slack / ratio; i++) ov[i % (n - 1)] += ratio;
@@ -619,12 +653,52 @@ int64_t h3_video_vae_num_frames(const h3_video_vae_config *c, int64_t T) {
     return p.frames;
 }
 
-static int64_t al16(int64_t n) {
-    return (n + 15) / 16 * 16;
+/* Clip pixel frame of canvas frame f. */
+static int64_t vv_clip_frame(const vv_plan *p, int64_t pt, int64_t f) {
+    if (p->single) return pt - 1;
+    if (f < p->main_frames) return p->pre + f;
+    return (int64_t)p->cs * pt + p->pre + (f - p->main_frames);
 }
 
-static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int64_t rows_step,
-                              vv_plan *p) {
+/* Adds e to the distinct extents ext[0..*n) (at most VV_MAX_EXTENTS). */
+static h3_status vv_extent(int64_t *ext, int *n, int64_t e) {
+    for (int i = 0; i < *n; i++)
+        if (ext[i] == e) return H3_OK;
+    if (*n == VV_MAX_EXTENTS)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "more than %d distinct tile overlaps along an axis",
+                      VV_MAX_EXTENTS);
+    ext[(*n)++] = e;
+    return H3_OK;
+}
+
+static int vv_extent_index(const int64_t *ext, int n, int64_t e) {
+    for (int i = 0; i < n; i++)
+        if (ext[i] == e) return i;
+    return 0;
+}
+
+#define VV_MAX_CLIP_FRAMES 4096 /* pixel frames a chunk's clip decodes */
+#define VV_ALIGN           256  /* arena offsets: the device's 16-byte loads and cuBLASLt's best alignment */
+static int64_t vv_al(int64_t bytes) {
+    return (bytes + VV_ALIGN - 1) / VV_ALIGN * VV_ALIGN;
+}
+
+/* Pinned host bytes a device decode hands its frames out through: a chunk's delivered frames [oc, n, Hp, Wp]
+ * (the most a chunk delivers for any length: a 1-frame video delivers one). Held by the placement. */
+static int64_t vv_frames_stage_bytes(const h3_video_vae_config *c, int64_t H, int64_t W) {
+    vv_plan *t = h3_calloc(1, sizeof *t, H3_MEM_OTHER);
+    if (!t) return 0;
+    vv_temporal(c, 7, t);
+    int64_t nf = t->main_frames > t->ovl_frames ? t->main_frames : t->ovl_frames;
+    h3_free(t);
+    return (int64_t)c->out_channels * (nf > 1 ? nf : 1) * H * c->patch_size * W * c->patch_size * 4;
+}
+
+/* The whole plan of a decode of latents [C, T, H, W]: chunks, tiles, nb tiles per pass, rc rows per FFN step,
+ * GEMM operands of dtype ad, and the arena every buffer is carved from (the decoder allocates exactly `total`
+ * bytes; nothing else during the decode but the host staging it names in the memory function). */
+static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int nb,
+                              int64_t rc, h3_dtype ad, int il, vv_plan *p) {
     memset(p, 0, sizeof *p);
     int64_t ps = c->patch_size, pt = c->patch_size_t;
     p->T = T;
@@ -632,12 +706,13 @@ static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H
     p->W = W;
     p->Hp = H * ps;
     p->Wp = W * ps;
-    if (c->tile_size && (c->tile_size % ps || c->tile_overlap_min % ps || c->tile_overlap_min >= c->tile_size ||
-                         c->tile_overlap_min < 0))
-        return H3_ERR(H3_ERR_INVALID, "tiles of %d px with %d px of overlap do not fit %lld px latents", c->tile_size,
-                      c->tile_overlap_min, (long long)ps);
+    if (c->tile_size && (c->tile_size % ps || c->tile_overlap_min % ps ||
+                         c->tile_overlap_min >= c->tile_size || c->tile_overlap_min < 0))
+        return H3_ERR(H3_ERR_INVALID, "tiles of %d px with %d px of overlap do not fit %lld px latents",
+                      c->tile_size, c->tile_overlap_min, (long long)ps);
     if (ps < 1 || pt < 1 || c->clip_length < 1 || c->token_drop < 0 || c->latent_channels < 1 ||
-        c->latent_channels > H3_VVAE_MAX_CHANNELS || c->rope_dim % 6 || c->heads < 1 || c->head_dim < 1)
+        c->latent_channels > H3_VVAE_MAX_CHANNELS || c->rope_dim % 6 || c->heads < 1 || c->head_dim < 1 ||
+        c->out_channels < 1)
         return H3_ERR(H3_ERR_INVALID, "video VAE config is inconsistent");
     vv_temporal(c, T, p);
     if (p->frames < 1) return H3_ERR(H3_ERR_INVALID, "%lld latent frames decode to no frames", (long long)T);
@@ -651,163 +726,90 @@ static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H
     for (int i = 0; i + 1 < p->ny; i++) {
         int64_t e = p->yo[i] < p->thp ? p->yo[i] : p->thp;
         if (e > p->max_sv) p->max_sv = e;
+        H3_TRY(vv_extent(p->ev, &p->n_ev, e));
     }
     for (int i = 0; i + 1 < p->nx; i++) {
         int64_t e = p->xo[i] < p->twp ? p->xo[i] : p->twp;
         if (e > p->max_sh) p->max_sh = e;
+        H3_TRY(vv_extent(p->eh, &p->n_eh, e));
     }
-    int64_t oc = c->out_channels, Fc = p->main_frames + p->ovl_frames, Tc = p->clip_len;
-    int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner;
-    int64_t P = oc * pt * ps * ps;
-    p->N = Tc * p->th * p->tw;
-    p->S = p->N + c->num_register_tokens + 1;
-    p->rc = rows_step < p->S ? rows_step : p->S;
-    int64_t band = p->max_sv * p->twp > p->thp * p->max_sh ? p->max_sv * p->twp : p->thp * p->max_sh;
-    int64_t o = 0;
-#define TAKE(field, n) (p->field = o, o += al16(n))
-    TAKE(o_canvas, oc * Fc * p->Hp * p->Wp);
-    TAKE(o_prev, oc * p->ovl_frames * p->Hp * p->Wp);
-    TAKE(o_tile, oc * Tc * pt * p->thp * p->twp);
-    TAKE(o_bstrip, (int64_t)p->nx * oc * Fc * p->max_sv * p->twp);
-    TAKE(o_rstrip, oc * Fc * p->thp * p->max_sh);
-    TAKE(o_vb, p->max_sv * p->twp);
-    TAKE(o_t1, band);
-    TAKE(o_t2, band);
-    TAKE(o_wav, p->max_sv * p->twp);
-    TAKE(o_wbv, p->max_sv * p->twp);
-    TAKE(o_wah, p->max_sh);
-    TAKE(o_wbh, p->max_sh);
-    p->chunk_floats = o;
-    TAKE(o_ztok, p->N * C);
-    TAKE(o_pq, p->N * C);
-    TAKE(o_gidx, p->N * C); /* i32 */
-    TAKE(o_x, p->S * dim);
-    TAKE(o_xn, p->S * dim);
-    TAKE(o_a, p->S * dim * (c->fused_qkv ? 3 : 1));
-    TAKE(o_q, p->S * dim);
-    TAKE(o_k, p->S * dim);
-    TAKE(o_v, p->S * dim);
-    TAKE(o_cos, p->S * c->rope_dim);
-    TAKE(o_sin, p->S * c->rope_dim);
-    TAKE(o_ffh, p->rc * (2 * I > P ? 2 * I : P));
-    TAKE(o_ffg, p->rc * (I > P / ps ? I : P / ps)); /* also the output scatter's i32 indices */
-#undef TAKE
-    p->vit_floats = o - p->chunk_floats;
-    p->total = o;
-    if (T * H * W * C > INT32_MAX || oc * Tc * pt * p->thp * p->tw > INT32_MAX)
-        return H3_ERR(H3_ERR_INVALID, "latents [%lld, %lld, %lld, %lld] are too large for one decode", (long long)C,
-                      (long long)T, (long long)H, (long long)W);
-    return H3_OK;
-}
-
-/* The CPU GEMM's scratch for a weight [N, K] of this decoder's dtype (the kernel's own arithmetic). */
-static int64_t gemm_scratch(int64_t N, int64_t K, h3_dtype dt) {
-    return h3_cpu_gemm_scratch_bytes(N, K, dt, 0);
-}
-
-static int64_t vv_op_scratch(const h3_video_vae_config *c, int threads) {
+    int64_t oc = c->out_channels, Fc = p->main_frames + p->ovl_frames, Tc = p->clip_len, Tcp = Tc * pt;
     int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner, D = c->head_dim;
-    int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
-    h3_dtype dt = c->weight_dtype;
-    int64_t m = h3_cpu_attention_scratch_bytes(threads, D);
-    int64_t g[7] = {gemm_scratch(C, C, dt), gemm_scratch(dim, C, dt),
-                    c->fused_qkv ? gemm_scratch(3 * dim, dim, dt) : gemm_scratch(dim, dim, dt),
-                    gemm_scratch(dim, dim, dt), gemm_scratch(2 * I, dim, dt), gemm_scratch(dim, I, dt),
-                    gemm_scratch(P, dim, dt)};
-    for (int i = 0; i < 7; i++) m = g[i] > m ? g[i] : m;
-    if (2 * dim * 4 > m) m = 2 * dim * 4; /* layer norm weight and bias */
-    return m;
-}
-
-h3_status h3_video_vae_decode_peak(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int threads,
-                                   int rows_per_step, h3_video_vae_mem *out) {
-    memset(out, 0, sizeof *out);
-    if (T < 1 || H < 1 || W < 1) return H3_ERR(H3_ERR_INVALID, "latent sizes must be positive");
-    vv_plan p;
-    H3_TRY(vv_make_plan(c, T, H, W, rows_per_step > 0 ? rows_per_step : 512, &p));
-    out->chunk_buffers = p.chunk_floats * 4 + (int64_t)sizeof(vv_plan); /* the plan itself is heap memory too */
-    out->vit = p.vit_floats * 4;
-    out->op_scratch = vv_op_scratch(c, threads > 0 ? threads : 1);
-    out->block_scratch = c->weight_dtype != H3_F32 ? 2 * (int64_t)c->heads * c->head_dim * 4 : 0;
-    out->total = out->chunk_buffers + out->vit + out->op_scratch + out->block_scratch;
-    out->chunks = p.chunks;
-    out->tiles_y = p.ny;
-    out->tiles_x = p.nx;
-    out->frames = p.frames;
-    out->tokens_per_tile = p.S;
+    int64_t R = c->rope_dim, Rg = c->num_register_tokens, P = oc * pt * ps * ps;
+    p->N = Tc * p->th * p->tw;
+    p->S = p->N + Rg + 1;
+    p->nt = p->ny * p->nx;
+    p->nb = nb < 1 ? 1 : nb > p->nt ? p->nt : nb;
+    p->rows = p->nb * p->S;
+    p->rc = rc < 1 ? 1 : rc > p->rows ? p->rows : rc;
+    p->Pl = oc * Fc;
+    p->PR = P / ps;
+    p->trash = p->th * p->tw * ps * oc * (Tcp - Fc);
+    if (Tcp > VV_MAX_CLIP_FRAMES)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "a clip of %lld pixel frames; h3run decodes at most %d per chunk",
+                      (long long)Tcp, VV_MAX_CLIP_FRAMES);
+    p->ad = ad;
+    p->il = il;
+    if (T * H * W * C > INT32_MAX || (p->thp * p->Pl * p->tw + p->trash) > INT32_MAX ||
+        p->Pl * p->Hp > INT32_MAX || p->rows > INT32_MAX || p->N * p->PR > INT32_MAX)
+        return H3_ERR(H3_ERR_INVALID, "latents [%lld, %lld, %lld, %lld] are too large for one decode",
+                      (long long)C, (long long)T, (long long)H, (long long)W);
+    const int64_t es = (int64_t)h3_dtype_size(ad), f4 = 4, rows = p->rows, rcs = p->rc;
+    int64_t o = 0, vit = 0, chunk = 0;
+#define TAKE(field, bytes, group) (p->field = o, o += vv_al(bytes), group += vv_al(bytes))
+    TAKE(o_mean, C * f4, vit);
+    TAKE(o_std, C * f4, vit);
+    TAKE(o_ones, D * f4, vit);
+    TAKE(o_cos, rows * R * f4, vit);
+    TAKE(o_sin, rows * R * f4, vit);
+    TAKE(o_xidx, (int64_t)p->nb * (Rg + 1) * 4, vit);
+    TAKE(o_pidx, p->N * p->PR * 4, vit);
+    TAKE(o_cidx, (int64_t)p->ny * p->thp * p->Pl * 4, chunk);
+    TAKE(o_vidx, p->max_sv * p->Pl * 4, chunk);
+    TAKE(o_vw, (int64_t)p->n_ev * 2 * p->max_sv * p->twp * f4, chunk);
+    TAKE(o_hw, (int64_t)p->n_eh * 2 * p->max_sh * f4, chunk);
+    p->tables_end = o;
+    TAKE(o_extra, (int64_t)p->nb * (Rg + 1) * dim * f4, vit);
+    TAKE(o_z, rows * C * f4, vit);
+    TAKE(o_pq, rows * C * f4, vit);
+    TAKE(o_x, rows * dim * f4, vit);
+    TAKE(o_a, rows * dim * es, vit);
+    TAKE(o_b, rows * dim * es, vit);
+    TAKE(o_qkv, rows * 3 * dim * es, vit);
+    TAKE(o_il, il ? rows * 3 * dim * es : 0, vit);
+    TAKE(o_u, rcs * (2 * I > P ? 2 * I : P) * es, vit);
+    {
+        int64_t g = rcs * I * es, pj32 = ad != H3_F32 ? rcs * P * f4 : 0; /* also the f32 output projection */
+        TAKE(o_g, g > pj32 ? g : pj32, vit);
+    }
+    TAKE(o_tile, (p->thp * p->Pl * p->tw + p->trash) * ps * f4, chunk);
+    TAKE(o_ustrip, (int64_t)p->nx * p->max_sv * p->Pl * p->twp * f4, chunk);
+    TAKE(o_rstrip, 2 * p->thp * p->Pl * p->max_sh * f4, chunk);
+    TAKE(o_vb, p->max_sv * p->Pl * p->twp * f4, chunk);
+    TAKE(o_canvas, oc * Fc * p->Hp * p->Wp * f4, chunk);
+    TAKE(o_prev, oc * p->ovl_frames * p->Hp * p->Wp * f4, chunk);
+#undef TAKE
+    p->total = o;
+    p->vit_bytes = vit;
+    p->chunk_bytes = chunk;
     return H3_OK;
 }
 
-/* ---- checks --------------------------------------------------------------------------------------------------- */
-
-h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tensor *z) {
-    char s[96];
-    int off = z->ndim == 5 ? 1 : 0;
-    if ((z->ndim != 4 && z->ndim != 5) || (off && z->shape[0] != 1))
-        return H3_ERR(H3_ERR_INVALID, "video latents must be [C, T, H, W] or [1, C, T, H, W] (one video); got %s",
-                      h3_tensor_shape_str(z, s, sizeof s));
-    if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
-        return H3_ERR(H3_ERR_INVALID, "video latents must be contiguous f32 host memory, got %s",
-                      h3_dtype_name(z->dtype));
-    int64_t C = z->shape[off], T = z->shape[off + 1], H = z->shape[off + 2], W = z->shape[off + 3];
-    if (C != c->latent_channels)
-        return H3_ERR(H3_ERR_INVALID, "video latents %s have %lld channels; this video VAE takes %d",
-                      h3_tensor_shape_str(z, s, sizeof s), (long long)C, c->latent_channels);
-    if (T < 1 || H < 1 || W < 1)
-        return H3_ERR(H3_ERR_INVALID, "video latents %s are empty", h3_tensor_shape_str(z, s, sizeof s));
-    if (H % 2 || W % 2)
-        return H3_ERR(H3_ERR_INVALID, "video latents %s are %lld × %lld: height and width must be even (H3 canvases "
-                      "are multiples of 32 px, e.g. 48 × 84 latents for 768 × 1344)", h3_tensor_shape_str(z, s, sizeof s),
-                      (long long)H, (long long)W);
-    if (T > 100000 || H > 100000 || W > 100000)
-        return H3_ERR(H3_ERR_INVALID, "video latents %s are implausibly large", h3_tensor_shape_str(z, s, sizeof s));
-    return H3_OK;
-}
-
-/* ---- decoding ----------------------------------------------------------------------------------------------- */
-
-typedef struct {
-    h3_video_vae *v;
-    h3_exec *ex;
-    const h3_video_vae_config *c;
-    vv_plan *p;
-    float *ar; /* the arena */
-    h3_tensor lat_rows; /* the latents as [numel, 1] */
-    vv_part io;
-    float cur_ev, cur_eh; /* blend extents the weight tables hold */
-    int64_t delivered;
-    const h3_video_decode_out *out;
-} vv_run;
-
-static h3_tensor vw(float *base, int64_t rows, int64_t cols, int64_t ld) {
-    h3_tensor t;
-    int64_t s[2] = {rows, cols};
-    h3_tensor_wrap(&t, base, H3_PLACE_HOST, H3_F32, 2, s);
-    t.stride[0] = ld;
-    return t;
-}
-static h3_tensor vw_i32(void *base, int64_t n) {
-    h3_tensor t;
-    h3_tensor_wrap(&t, base, H3_PLACE_HOST, H3_I32, 1, &n);
-    return t;
-}
-static h3_tensor vw3(float *base, int64_t a, int64_t b, int64_t c) {
-    h3_tensor t;
-    int64_t s[3] = {a, b, c};
-    h3_tensor_wrap(&t, base, H3_PLACE_HOST, H3_F32, 3, s);
-    return t;
-}
-
-/* Rotary tables [S, R]: per axis the coordinate (i + 0.5)/n mapped to [-1, 1), angles 2π·coord·θ^(-6k/R) for
- * k < R/6, laid out [t | h | w] twice. Register and zero tokens sit at the origin (cos 1, sin 0). They depend
- * on the tile's token grid (clip_len, th, tw) alone, the same for every tile and chunk of a decode: built
- * once per decode (nothing else writes o_cos / o_sin). */
-static void vv_rope_tables(const vv_run *r) {
-    const h3_video_vae_config *c = r->c;
-    const vv_plan *p = r->p;
-    int64_t R = c->rope_dim, nf = R / 6;
-    float *cs = r->ar + p->o_cos, *sn = r->ar + p->o_sin;
-    int64_t dims[3] = {p->clip_len, p->th, p->tw};
+/* The index and weight tables of a plan, written at base (the arena on the host; a host mirror of the tables
+ * region uploaded once on a device): the latents statistics, the rotary tables of a pass (each tile's
+ * replicated), where the register and zero tokens go, where each output-projection row lands in the tile
+ * (y-major: rows of a tile are (y, plane), plane = channel·Fc + canvas frame), where each tile row lands in
+ * the canvas, and the blend weights. */
+static void vv_tables(const h3_video_vae_config *c, const vv_plan *p, uint8_t *base) {
+    float *mean = (float *)(base + p->o_mean), *sd = (float *)(base + p->o_std),
+          *ones = (float *)(base + p->o_ones);
+    for (int i = 0; i < c->latent_channels; i++) mean[i] = c->latents_mean[i], sd[i] = c->latents_std[i];
+    for (int i = 0; i < c->head_dim; i++) ones[i] = 1.0f;
+    /* rotary: per axis the coordinate (i + 0.5)/n mapped to [-1, 1), angles 2π·coord·θ^(-6k/R) for k < R/6,
+     * laid out [t | h | w] twice; register and zero tokens at the origin (cos 1, sin 0) */
+    const int64_t R = c->rope_dim, nf = R / 6;
+    float *cs = (float *)(base + p->o_cos), *sn = (float *)(base + p->o_sin);
+    const int64_t dims[3] = {p->clip_len, p->th, p->tw};
     for (int64_t n = 0; n < p->S; n++) {
         float *cr = cs + n * R, *sr = sn + n * R;
         if (n >= p->N) {
@@ -825,265 +827,1096 @@ static void vv_rope_tables(const vv_run *r) {
             }
         }
     }
+    for (int b = 1; b < p->nb; b++) {
+        memcpy(cs + b * p->S * R, cs, (size_t)(p->S * R) * sizeof(float));
+        memcpy(sn + b * p->S * R, sn, (size_t)(p->S * R) * sizeof(float));
+    }
+    const int64_t Rg1 = c->num_register_tokens + 1;
+    int32_t *xi = (int32_t *)(base + p->o_xidx);
+    for (int b = 0; b < p->nb; b++)
+        for (int64_t j = 0; j < Rg1; j++) xi[b * Rg1 + j] = (int32_t)(b * p->S + p->N + j);
+    /* output projection: token n's row j is (channel, frame in the patch, pixel row in the patch) */
+    const int64_t ps = c->patch_size, pt = c->patch_size_t, Tcp = (int64_t)p->clip_len * pt;
+    const int64_t Fc = p->main_frames + p->ovl_frames;
+    int64_t canvas_of[VV_MAX_CLIP_FRAMES];
+    for (int64_t f = 0; f < Tcp; f++) canvas_of[f] = -1;
+    for (int64_t f = 0; f < Fc; f++) canvas_of[vv_clip_frame(p, pt, f)] = f;
+    int32_t *pi = (int32_t *)(base + p->o_pidx);
+    int64_t trash = p->thp * p->Pl * p->tw;
+    for (int64_t n = 0; n < p->N; n++) {
+        int64_t t = n / (p->th * p->tw), y = (n / p->tw) % p->th, x = n % p->tw;
+        for (int64_t j = 0; j < p->PR; j++) {
+            int64_t ch = j / (pt * ps), dt = (j / ps) % pt, dy = j % ps, f = canvas_of[t * pt + dt];
+            pi[n * p->PR + j] =
+                (int32_t)(f < 0 ? trash++ : ((y * ps + dy) * p->Pl + ch * Fc + f) * p->tw + x);
+        }
+    }
+    /* tile row (y, plane) of tile row a -> canvas row plane·Hp + ys[a] + y */
+    int32_t *ci = (int32_t *)(base + p->o_cidx);
+    for (int a = 0; a < p->ny; a++)
+        for (int64_t y = 0; y < p->thp; y++)
+            for (int64_t pl = 0; pl < p->Pl; pl++)
+                ci[((int64_t)a * p->thp + y) * p->Pl + pl] = (int32_t)(pl * p->Hp + p->ys[a] + y);
+    int32_t *vi = (int32_t *)(base + p->o_vidx);
+    for (int64_t r = 0; r < p->max_sv * p->Pl; r++) vi[r] = (int32_t)(r / p->Pl);
+    /* blend weights for an extent e: the next tile's k/e, the previous one's 1 − k/e, in f32 as the reference
+     * computes them; vertical ones per row (gates of rows y), horizontal ones per column */
+    for (int k = 0; k < p->n_ev; k++) {
+        float *wa = (float *)(base + p->o_vw) + (int64_t)(2 * k) * p->max_sv * p->twp;
+        float *wb = wa + p->max_sv * p->twp;
+        for (int64_t y = 0; y < p->ev[k]; y++) {
+            float b = (float)y / (float)p->ev[k], a = 1.0f - b;
+            for (int64_t i = 0; i < p->twp; i++) wa[y * p->twp + i] = a, wb[y * p->twp + i] = b;
+        }
+    }
+    for (int k = 0; k < p->n_eh; k++) {
+        float *wa = (float *)(base + p->o_hw) + (int64_t)(2 * k) * p->max_sh, *wb = wa + p->max_sh;
+        for (int64_t x = 0; x < p->eh[k]; x++) {
+            float b = (float)x / (float)p->eh[k], a = 1.0f - b;
+            wa[x] = a;
+            wb[x] = b;
+        }
+    }
 }
 
-/* One transformer block over x [S, hidden]. */
-static h3_status vv_block(vv_run *r, const vv_part *w) {
-    const h3_video_vae_config *c = r->c;
-    const vv_plan *p = r->p;
-    h3_exec *ex = r->ex;
-    int64_t S = p->S, dim = (int64_t)c->heads * c->head_dim, H = c->heads, D = c->head_dim, I = c->ffn_inner;
-    float *ar = r->ar;
-    h3_tensor x = vw(ar + p->o_x, S, dim, dim), xn = vw(ar + p->o_xn, S, dim, dim);
-    h3_tensor q2 = vw(ar + p->o_q, S * H, D, D), k2 = vw(ar + p->o_k, S * H, D, D), v2 = vw(ar + p->o_v, S * H, D, D);
-    h3_tensor q3 = vw3(ar + p->o_q, S, H, D), k3 = vw3(ar + p->o_k, S, H, D), v3 = vw3(ar + p->o_v, S, H, D);
-    h3_tensor o3 = vw3(ar + p->o_a, S, H, D), o2 = vw(ar + p->o_a, S, dim, dim);
-    h3_tensor cs = vw(ar + p->o_cos, S, c->rope_dim, c->rope_dim), sn = vw(ar + p->o_sin, S, c->rope_dim, c->rope_dim);
-    H3_TRY(h3_op_rms_norm(ex, &xn, &x, &w->t[W_N1], c->norm_eps));
-    if (c->fused_qkv) {
-        /* rows are per head [q | k | v] (the checkpoint's interleave): pick them out with strided views */
-        h3_tensor qkv = vw(ar + p->o_a, S, 3 * dim, 3 * dim), per_head = vw(ar + p->o_a, S * H, 3 * D, 3 * D), sub;
-        H3_TRY(h3_op_gemm(ex, &qkv, &xn, &w->t[W_QKV_W], &w->t[W_QKV_B], 0));
-        H3_TRY(h3_tensor_narrow(&per_head, 1, 0, D, &sub));
-        H3_TRY(h3_op_rms_norm(ex, &q2, &sub, NULL, c->norm_eps));
-        H3_TRY(h3_tensor_narrow(&per_head, 1, D, D, &sub));
-        H3_TRY(h3_op_rms_norm(ex, &k2, &sub, NULL, c->norm_eps));
-        H3_TRY(h3_tensor_narrow(&per_head, 1, 2 * D, D, &sub));
-        H3_TRY(h3_op_convert(ex, &v2, &sub));
-    } else {
-        h3_tensor qf = vw(ar + p->o_q, S, dim, dim), kf = vw(ar + p->o_k, S, dim, dim), vf = vw(ar + p->o_v, S, dim, dim);
-        H3_TRY(h3_op_gemm(ex, &qf, &xn, &w->t[W_Q_W], &w->t[W_Q_B], 0));
-        H3_TRY(h3_op_gemm(ex, &kf, &xn, &w->t[W_K_W], &w->t[W_K_B], 0));
-        H3_TRY(h3_op_gemm(ex, &vf, &xn, &w->t[W_V_W], &w->t[W_V_B], 0));
-        H3_TRY(h3_op_rms_norm(ex, &q2, &q2, NULL, c->norm_eps));
-        H3_TRY(h3_op_rms_norm(ex, &k2, &k2, NULL, c->norm_eps));
-    }
-    H3_TRY(h3_op_rope(ex, &q3, &q3, &cs, &sn));
-    H3_TRY(h3_op_rope(ex, &k3, &k3, &cs, &sn));
-    H3_TRY(h3_op_attention(ex, &o3, &q3, &k3, &v3, 1.0f / sqrtf((float)D), 0));
-    H3_TRY(h3_op_gemm(ex, &xn, &o2, &w->t[W_O_W], &w->t[W_O_B], 0));
-    H3_TRY(h3_op_gated_add(ex, &x, &xn, &w->t[W_S1], NULL));
-    H3_TRY(h3_op_rms_norm(ex, &xn, &x, &w->t[W_N2], c->norm_eps));
-    for (int64_t r0 = 0; r0 < S; r0 += p->rc) {
-        int64_t n = S - r0 < p->rc ? S - r0 : p->rc;
-        h3_tensor xr = vw(ar + p->o_xn + r0 * dim, n, dim, dim);
-        h3_tensor h1 = vw(ar + p->o_ffh, n, 2 * I, 2 * I), g = vw(ar + p->o_ffg, n, I, I);
-        H3_TRY(h3_op_gemm(ex, &h1, &xr, &w->t[W_W1], &w->t[W_B1], 0));
-        H3_TRY(h3_op_swiglu(ex, &g, &h1, r->v->layout != H3_LAYOUT_DIFFUSERS));
-        H3_TRY(h3_op_gemm(ex, &xr, &g, &w->t[W_W2], &w->t[W_B2], 0));
-    }
-    H3_TRY(h3_op_gated_add(ex, &x, &xn, &w->t[W_S2], NULL));
+/* ---- checks -------------------------------------------------------------------------------------------- */
+
+h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tensor *z) {
+    char s[96];
+    int off = z->ndim == 5 ? 1 : 0;
+    if ((z->ndim != 4 && z->ndim != 5) || (off && z->shape[0] != 1))
+        return H3_ERR(H3_ERR_INVALID,
+                      "video latents must be [C, T, H, W] or [1, C, T, H, W] (one video); got %s",
+                      h3_tensor_shape_str(z, s, sizeof s));
+    if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
+        return H3_ERR(H3_ERR_INVALID, "video latents must be contiguous f32 host memory, got %s",
+                      h3_dtype_name(z->dtype));
+    int64_t C = z->shape[off], T = z->shape[off + 1], H = z->shape[off + 2], W = z->shape[off + 3];
+    if (C != c->latent_channels)
+        return H3_ERR(H3_ERR_INVALID, "video latents %s have %lld channels; this video VAE takes %d",
+                      h3_tensor_shape_str(z, s, sizeof s), (long long)C, c->latent_channels);
+    if (T < 1 || H < 1 || W < 1)
+        return H3_ERR(H3_ERR_INVALID, "video latents %s are empty", h3_tensor_shape_str(z, s, sizeof s));
+    if (H % 2 || W % 2)
+        return H3_ERR(H3_ERR_INVALID,
+                      "video latents %s are %lld × %lld: height and width must be even (H3 canvases "
+                      "are multiples of 32 px, e.g. 48 × 84 latents for 768 × 1344)",
+                      h3_tensor_shape_str(z, s, sizeof s), (long long)H, (long long)W);
+    if (T > 100000 || H > 100000 || W > 100000)
+        return H3_ERR(H3_ERR_INVALID, "video latents %s are implausibly large",
+                      h3_tensor_shape_str(z, s, sizeof s));
     return H3_OK;
 }
 
-/* The ViT on one tile: latent frames t0.. (clip_len of them, the last repeated past T), rows y0.., columns x0..
- * (latents) -> the tile's pixels [oc, clip_len·pt, thp, twp] at o_tile. */
-static h3_status vv_tile(vv_run *r, int64_t t0, int64_t y0, int64_t x0) {
-    const h3_video_vae_config *c = r->c;
-    const vv_plan *p = r->p;
-    h3_exec *ex = r->ex;
-    float *ar = r->ar;
-    int64_t C = c->latent_channels, N = p->N, S = p->S, dim = (int64_t)c->heads * c->head_dim;
-    int64_t th = p->th, tw = p->tw, HW = p->H * p->W, THW = p->T * HW;
-    /* gather the tile's latents as tokens [N, C] */
-    int32_t *gi = (int32_t *)(ar + p->o_gidx);
-    for (int64_t n = 0; n < N; n++) {
-        int64_t t = t0 + n / (th * tw), y = y0 + (n / tw) % th, x = x0 + n % tw;
-        if (t > p->T - 1) t = p->T - 1;
-        for (int64_t ch = 0; ch < C; ch++) gi[n * C + ch] = (int32_t)(ch * THW + t * HW + y * p->W + x);
+/* ---- placement ----------------------------------------------------------------------------------------- */
+
+/* Where the weights live and how each part reaches a decode. A placed part is one packed block at the place:
+ * matrices and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm
+ * weights, residual scales, register tokens and the input projections in f32, the QKV rows ordered [Q; K; V].
+ * Resident parts are converted once; streamed blocks travel as stored (their "stored pack": the file's
+ * tensors laid out for a slot, official QKV rows reordered on the way by the copy's segments) through one
+ * slot and are converted into a work block as they are acquired, so the slot is free for the next block's
+ * copy while this one computes. */
+
+typedef struct {
+    int64_t off[W_COUNT]; /* byte offset in the packed part; -1: the part has no such weight */
+    h3_dtype dt[W_COUNT];
+    int nd[W_COUNT];
+    int64_t shape[W_COUNT][2];
+    int64_t bytes;
+} vv_layout;
+
+static void vv_layout_add(vv_layout *l, int id, h3_dtype dt, int64_t rows, int64_t cols) {
+    if (rows * (cols ? cols : 1) <= 0) return;
+    l->off[id] = l->bytes;
+    l->dt[id] = dt;
+    l->nd[id] = cols ? 2 : 1;
+    l->shape[id][0] = rows;
+    l->shape[id][1] = cols;
+    l->bytes += h3_cuda_granule(rows * (cols ? cols : 1) * (int64_t)h3_dtype_size(dt));
+}
+
+/* The layout of a placed part (cols 0: a vector). */
+static void vv_layout_make(const h3_video_vae_config *c, int part, h3_dtype wdt, vv_layout *l) {
+    memset(l, 0, sizeof *l);
+    for (int i = 0; i < W_COUNT; i++) l->off[i] = -1;
+    const int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner;
+    const int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
+    if (part == VV_IO) {
+        vv_layout_add(l, W_PQ_W, H3_F32, C, C);
+        vv_layout_add(l, W_PQ_B, H3_F32, C, 0);
+        vv_layout_add(l, W_IN_W, H3_F32, dim, C);
+        vv_layout_add(l, W_IN_B, H3_F32, dim, 0);
+        vv_layout_add(l, W_REG, H3_F32, c->num_register_tokens, dim);
+        vv_layout_add(l, W_LN_W, H3_F32, dim, 0);
+        vv_layout_add(l, W_LN_B, H3_F32, dim, 0);
+        vv_layout_add(l, W_OUT_W, wdt, P, dim);
+        vv_layout_add(l, W_OUT_B, wdt, P, 0);
+        return;
     }
-    h3_tensor zr = vw(ar + p->o_ztok, N * C, 1, 1), gidx = vw_i32(gi, N * C);
-    H3_TRY(h3_op_gather_rows(ex, &zr, &r->lat_rows, &gidx));
-    h3_tensor z = vw(ar + p->o_ztok, N, C, C), pq = vw(ar + p->o_pq, N, C, C), mean, std;
-    int64_t cc = C;
-    h3_tensor_wrap(&mean, (void *)c->latents_mean, H3_PLACE_HOST, H3_F32, 1, &cc);
-    h3_tensor_wrap(&std, (void *)c->latents_std, H3_PLACE_HOST, H3_F32, 1, &cc);
-    H3_TRY(h3_op_binary(ex, &z, &z, &std, H3_BINARY_MUL));
-    H3_TRY(h3_op_binary(ex, &z, &z, &mean, H3_BINARY_ADD));
-    H3_TRY(h3_op_gemm(ex, &pq, &z, &r->io.t[W_PQ_W], &r->io.t[W_PQ_B], 0));
-    h3_tensor xt = vw(ar + p->o_x, N, dim, dim);
-    H3_TRY(h3_op_gemm(ex, &xt, &pq, &r->io.t[W_IN_W], &r->io.t[W_IN_B], 0));
-    if (c->num_register_tokens > 0) {
-        h3_tensor xr = vw(ar + p->o_x + N * dim, c->num_register_tokens, dim, dim);
-        H3_TRY(h3_op_convert(ex, &xr, &r->io.t[W_REG]));
+    vv_layout_add(l, W_N1, H3_F32, dim, 0);
+    vv_layout_add(l, W_N2, H3_F32, dim, 0);
+    vv_layout_add(l, W_S1, H3_F32, dim, 0);
+    vv_layout_add(l, W_S2, H3_F32, dim, 0);
+    vv_layout_add(l, W_QKV_W, wdt, 3 * dim, dim);
+    vv_layout_add(l, W_QKV_B, wdt, 3 * dim, 0);
+    vv_layout_add(l, W_O_W, wdt, dim, dim);
+    vv_layout_add(l, W_O_B, wdt, dim, 0);
+    vv_layout_add(l, W_W1, wdt, 2 * I, dim);
+    vv_layout_add(l, W_B1, wdt, 2 * I, 0);
+    vv_layout_add(l, W_W2, wdt, dim, I);
+    vv_layout_add(l, W_B2, wdt, dim, 0);
+}
+
+/* The views of a placed part at base. */
+static void vv_layout_views(const vv_layout *l, uint8_t *base, h3_place place, vv_part *w) {
+    memset(w, 0, sizeof *w);
+    w->qkv_form = VV_QKV_ORDERED;
+    for (int id = 0; id < W_COUNT; id++)
+        if (l->off[id] >= 0)
+            h3_tensor_wrap(&w->t[id], base + l->off[id], place, l->dt[id], l->nd[id], l->shape[id]);
+}
+
+/* A part as stored: its tensors in the order of the placed layout, each landing at an element offset of a
+ * placed weight, packed at the arena's granule. Random placements store the placed layout itself. */
+#define VV_MAX_ENTRIES 16
+typedef struct {
+    int n;
+    h3_tensor t[VV_MAX_ENTRIES]; /* as stored: views of the file (or descriptors without data), 2-D */
+    int id[VV_MAX_ENTRIES];      /* the placed weight it lands in */
+    int64_t at[VV_MAX_ENTRIES];  /* at this element */
+    int il[VV_MAX_ENTRIES];     /* per-head [q k v] rows (official QKV), reordered to [Q; K; V] when packed */
+    int64_t rb[VV_MAX_ENTRIES]; /* bytes of one such row */
+    int64_t off[VV_MAX_ENTRIES]; /* byte offset in the stored pack */
+    int64_t bytes;
+    vv_part host; /* the file's tensors (held while the entries view them) */
+} vv_src;
+
+static void vv_src_free(vv_src *s) {
+    vv_release(&s->host);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct {
+    int src, id; /* the stored weight, the placed one */
+    int64_t at;
+} vv_map;
+
+/* The stored entries of a part. random: the placed layout (wdt); else the file's tensors, with their data
+ * when with_data (views kept in s->host), as descriptors otherwise (headers only: for planning). */
+static h3_status vv_src_make(h3_video_vae *v, int part, int random, int with_data, h3_dtype wdt, vv_src *s) {
+    memset(s, 0, sizeof *s);
+    const h3_video_vae_config *c = &v->cfg;
+    vv_layout l;
+    vv_layout_make(c, part, wdt, &l);
+    const int64_t dim = (int64_t)c->heads * c->head_dim;
+    vv_map map[VV_MAX_ENTRIES];
+    int n = 0;
+    for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
+        if (l.off[id] < 0) continue;
+        if (!random && !c->fused_qkv && (id == W_QKV_W || id == W_QKV_B)) {
+            const int w = id == W_QKV_W;
+            const int64_t blk = w ? dim * dim : dim;
+            map[n++] = (vv_map){w ? W_Q_W : W_Q_B, id, 0};
+            map[n++] = (vv_map){w ? W_K_W : W_K_B, id, blk};
+            map[n++] = (vv_map){w ? W_V_W : W_V_B, id, 2 * blk};
+        } else {
+            map[n++] = (vv_map){id, id, 0};
+        }
     }
-    h3_tensor x0r = vw(ar + p->o_x + (S - 1) * dim, 1, dim, dim);
-    H3_TRY(h3_op_fill(ex, &x0r, 0.0f));
-    for (int i = 0; i < c->num_layers; i++) {
-        vv_part w;
-        H3_TRY(vv_acquire(r->v, i, &w));
-        h3_status st = vv_block(r, &w);
-        vv_release(&w);
-        if (st != H3_OK) return st;
+    h3_status st = H3_OK;
+    if (!random && with_data) H3_TRY(vv_acquire_file(v, part, &s->host));
+    for (int e = 0; e < n; e++) {
+        const int id = map[e].id;
+        h3_tensor t = {0};
+        if (random) {
+            t.dtype = l.dt[id];
+            t.ndim = 1;
+            t.shape[0] = l.shape[id][0] * (l.nd[id] == 2 ? l.shape[id][1] : 1);
+        } else if (with_data) {
+            t = s->host.t[map[e].src];
+        } else {
+            char name[160] = "";
+            const h3_st_entry *fe =
+                vv_name(v->layout, part, map[e].src, name, sizeof name) ? h3_st_find(&v->st, name) : NULL;
+            if (!fe) H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
+            t.dtype =
+                (map[e].src == W_S1 || map[e].src == W_S2) ? H3_F32 : fe->dtype; /* scales read as f32 */
+            t.ndim = 1;
+            t.shape[0] = 1;
+            for (int d = 0; d < fe->ndim; d++) t.shape[0] *= fe->shape[d];
+        }
+        const int64_t numel = h3_tensor_numel(&t), tcols = l.nd[id] == 2 ? l.shape[id][1] : numel;
+        int64_t sh[2] = {tcols ? numel / tcols : 0, tcols};
+        h3_tensor t2;
+        h3_tensor_wrap(&t2, t.data, H3_PLACE_HOST, t.dtype, 2, sh);
+        s->t[e] = t2;
+        s->id[e] = id;
+        s->at[e] = map[e].at;
+        s->il[e] = !random && c->fused_qkv && (id == W_QKV_W || id == W_QKV_B);
+        s->rb[e] = (l.nd[id] == 2 ? l.shape[id][1] : 1) * (int64_t)h3_dtype_size(t.dtype);
+        s->off[e] = s->bytes;
+        s->bytes += h3_cuda_granule(numel * (int64_t)h3_dtype_size(t.dtype));
     }
-    h3_tensor xa = vw(ar + p->o_x, N, dim, dim), xn = vw(ar + p->o_xn, N, dim, dim);
-    H3_TRY(h3_op_layer_norm(ex, &xn, &xa, &r->io.t[W_LN_W], &r->io.t[W_LN_B], c->norm_eps));
-    /* the output projection in row steps, each token's [oc, pt, p, p] values scattered as rows of p pixels */
-    int64_t ps = c->patch_size, pt = c->patch_size_t, oc = c->out_channels, P = oc * pt * ps * ps, PR = P / ps;
-    int64_t Tc = p->clip_len, thp = p->thp;
-    h3_tensor tile_rows = vw(ar + p->o_tile, oc * Tc * pt * thp * tw, ps, ps);
-    int32_t *si = (int32_t *)(ar + p->o_ffg);
-    for (int64_t r0 = 0; r0 < N; r0 += p->rc) {
-        int64_t n = N - r0 < p->rc ? N - r0 : p->rc;
-        h3_tensor xr = vw(ar + p->o_xn + r0 * dim, n, dim, dim), pj = vw(ar + p->o_ffh, n, P, P);
-        H3_TRY(h3_op_gemm(ex, &pj, &xr, &r->io.t[W_OUT_W], &r->io.t[W_OUT_B], 0));
-        for (int64_t i = 0; i < n; i++) {
-            int64_t tok = r0 + i, t = tok / (th * tw), y = (tok / tw) % th, x = tok % tw;
-            for (int64_t j = 0; j < PR; j++) {
-                int64_t ch = j / (pt * ps), dt = (j / ps) % pt, dy = j % ps;
-                si[i * PR + j] = (int32_t)(((ch * (Tc * pt) + t * pt + dt) * thp + y * ps + dy) * tw + x);
+    s->n = n;
+    return H3_OK;
+done:
+    vv_src_free(s);
+    return st;
+}
+
+/* The copy segments that fill the stored pack from the file (pread) or host memory, written at segs when not
+ * NULL; returns their count. Official QKV rows go per head where [Q; K; V] wants them. */
+static int vv_src_segs(const h3_video_vae *v, const vv_src *s, h3_stream_seg *segs) {
+    int n = 0;
+    const int64_t H = v->cfg.heads, D = v->cfg.head_dim;
+    for (int e = 0; e < s->n; e++) {
+        const h3_tensor *t = &s->t[e];
+        const uint8_t *base = t->data;
+        int64_t foff = 0;
+        const int fd = h3_pack_file_of(v->st.files ? &v->st : NULL, base, &foff);
+        if (s->il[e]) { /* new row j·H·D + h·D + i is old row (h·3 + j)·D + i */
+            for (int64_t j = 0; j < 3; j++)
+                for (int64_t h = 0; h < H; h++, n++) {
+                    if (!segs) continue;
+                    const int64_t so = (h * 3 + j) * D * s->rb[e];
+                    segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base + so, fd, foff + so, D * s->rb[e],
+                                              s->off[e] + (j * H + h) * D * s->rb[e]};
+                }
+        } else {
+            if (segs)
+                segs[n] =
+                    (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), s->off[e]};
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Gathers a stored pack on the host (reads and copies of its segments). */
+static h3_status vv_fill(const h3_video_vae *v, const vv_src *s, uint8_t *dst) {
+    const int n = vv_src_segs(v, s, NULL);
+    h3_stream_seg *g = h3_malloc((size_t)n * sizeof *g, H3_MEM_OTHER);
+    if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    vv_src_segs(v, s, g);
+    h3_status st = H3_OK;
+    for (int i = 0; i < n && st == H3_OK; i++) {
+        if (g[i].fd < 0) {
+            memcpy(dst + g[i].dst, g[i].src, (size_t)g[i].bytes);
+            continue;
+        }
+        int64_t done = 0;
+        while (done < g[i].bytes) {
+            ssize_t r =
+                pread(g[i].fd, dst + g[i].dst + done, (size_t)(g[i].bytes - done), (off_t)(g[i].off + done));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                st = H3_ERR(H3_ERR_IO, "%s: reading %lld bytes at offset %lld failed: %s", v->source,
+                            (long long)g[i].bytes, (long long)g[i].off,
+                            r < 0 ? strerror(errno) : "the file is short");
+                break;
+            }
+            done += r;
+        }
+    }
+    h3_free(g);
+    return st;
+}
+
+/* Converts a stored pack at src (the place) into the placed part at dst. */
+static h3_status vv_convert(h3_exec *ex, h3_place place, const vv_src *s, const vv_layout *l, uint8_t *src,
+                            uint8_t *dst) {
+    for (int e = 0; e < s->n; e++) {
+        const int id = s->id[e];
+        h3_tensor a, b;
+        if (h3_tensor_numel(&s->t[e]) == 0) continue;
+        h3_tensor_wrap(&a, src + s->off[e], place, s->t[e].dtype, 2, s->t[e].shape);
+        h3_tensor_wrap(&b, dst + l->off[id] + s->at[e] * (int64_t)h3_dtype_size(l->dt[id]), place, l->dt[id],
+                       2, s->t[e].shape);
+        H3_TRY(h3_op_convert(ex, &b, &a));
+    }
+    return H3_OK;
+}
+
+/* Random values for a placed part (benchmarks): matrices uniform with the variance of 1/fan-in, biases and
+ * shifts near 0, norm weights near 1, residual scales small. */
+static h3_status vv_random(h3_exec *ex, h3_place place, const vv_layout *l, uint8_t *base, uint64_t seed) {
+    vv_part w;
+    vv_layout_views(l, base, place, &w);
+    for (int id = 0; id < W_COUNT; id++) {
+        if (l->off[id] < 0) continue;
+        float a = 0.01f, lo, hi;
+        if (l->nd[id] == 2 && id != W_REG) a = sqrtf(3.0f / (float)l->shape[id][1]);
+        if (id == W_REG) a = 1.0f;
+        if (id == W_S1 || id == W_S2) a = 0.1f;
+        lo = -a, hi = a;
+        if (id == W_N1 || id == W_N2 || id == W_LN_W) lo = 0.9f, hi = 1.1f;
+        H3_TRY(h3_op_random_uniform(ex, &w.t[id], seed * 131u + (uint64_t)id, lo, hi));
+    }
+    return H3_OK;
+}
+
+struct vv_placed {
+    h3_video_vae_mem plan;
+    h3_exec *ex;
+    h3_place place;
+    h3_dtype wdt; /* matrices and biases as placed */
+    vv_layout lio, lblk;
+    uint8_t *io;   /* the input and output layers */
+    uint8_t **blk; /* [L] resident blocks; NULL where streamed */
+    int *item;     /* [L] streamer item of a streamed block; -1 where resident */
+    uint8_t *work; /* the streamed block in use, converted */
+    int n_items;
+    vv_src *src; /* [n_items] */
+    h3_stream_seg *segs;
+    h3_stream_item *items;
+    int *order;
+    h3_streamer *s;
+    void *rsrc; /* random placement: pinned bytes every streamed block is copied from */
+    int64_t rsrc_bytes;
+    float *fh; /* a device decode's frames on their way to the callback (pinned) */
+    int64_t fh_bytes;
+    struct h3_memrep *rep;
+};
+
+/* Whether block l of L is resident when R are: spread evenly, so a resident block gives the copy of the next
+ * streamed one its compute time too. */
+static int vv_is_resident(int l, int L, int R) {
+    if (R >= L) return 1;
+    return (int)(((int64_t)(l + 1) * R) / L) > (int)(((int64_t)l * R) / L);
+}
+
+void h3_video_vae_unplace(h3_video_vae *v) {
+    vv_placed *pl = v ? v->pl : NULL;
+    if (!pl) return;
+    v->pl = NULL;
+    h3_streamer_free(pl->s);
+    if (pl->ex) h3_exec_sync(pl->ex);
+    h3_clear_error();
+    const int L = v->cfg.num_layers;
+    for (int l = 0; pl->blk && l < L; l++)
+        if (pl->blk[l]) h3_place_free(pl->place, pl->blk[l], (size_t)pl->lblk.bytes, H3_MEM_WEIGHTS);
+    if (pl->io) h3_place_free(pl->place, pl->io, (size_t)pl->lio.bytes, H3_MEM_WEIGHTS);
+    if (pl->work) h3_place_free(pl->place, pl->work, (size_t)pl->lblk.bytes, H3_MEM_WEIGHTS);
+    if (pl->rsrc) h3_place_free(H3_PLACE_PINNED, pl->rsrc, (size_t)pl->rsrc_bytes, H3_MEM_WEIGHTS);
+    if (pl->fh) h3_place_free(H3_PLACE_PINNED, pl->fh, (size_t)pl->fh_bytes, H3_MEM_IO);
+    for (int j = 0; pl->src && j < pl->n_items; j++) vv_src_free(&pl->src[j]);
+    h3_free(pl->src);
+    h3_free(pl->segs);
+    h3_free(pl->items);
+    h3_free(pl->order);
+    h3_free(pl->blk);
+    h3_free(pl->item);
+    h3_free(pl);
+}
+
+const h3_video_vae_mem *h3_video_vae_placement(const h3_video_vae *v) {
+    return v && v->pl ? &v->pl->plan : NULL;
+}
+
+static void *vv_alloc_at(vv_placed *pl, int64_t bytes, h3_devcat cat) {
+    h3_devcat prev = pl->rep ? h3_memrep_set_category(pl->rep, cat) : cat;
+    void *p = h3_place_alloc(pl->place, (size_t)bytes, H3_MEM_WEIGHTS);
+    if (pl->rep) h3_memrep_set_category(pl->rep, prev);
+    return p;
+}
+
+/* Loads a part from the file into dst (placed): the stored pack gathered on the host, copied to the place's
+ * staging, converted. */
+static h3_status vv_load(h3_video_vae *v, vv_placed *pl, int part, uint8_t *host_stage, uint8_t *stage,
+                         uint8_t *dst) {
+    vv_src s;
+    H3_TRY(vv_src_make(v, part, 0, 1, pl->wdt, &s));
+    h3_status st = vv_fill(v, &s, host_stage);
+    if (st == H3_OK && stage != host_stage) {
+        h3_tensor a, b;
+        int64_t n = s.bytes;
+        h3_tensor_wrap(&a, host_stage, H3_PLACE_HOST, H3_U8, 1, &n);
+        h3_tensor_wrap(&b, stage, pl->place, H3_U8, 1, &n);
+        st = h3_copy(pl->ex, &b, &a);
+    }
+    if (st == H3_OK) st = vv_convert(pl->ex, pl->place, &s, part == VV_IO ? &pl->lio : &pl->lblk, stage, dst);
+    if (st == H3_OK) st = h3_exec_sync(pl->ex); /* the staging is reused by the next part */
+    vv_src_free(&s);
+    return st;
+}
+
+h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_mem *plan,
+                             struct h3_memrep *rep) {
+    const h3_video_vae_config *c = &v->cfg;
+    const int L = c->num_layers;
+    if (plan->n_blocks != L || (plan->place != H3_PLACE_HOST && plan->place != H3_PLACE_DEVICE) ||
+        plan->tile_batch < 1 || plan->rows_per_step < 1 || plan->n_resident < 0 || plan->n_resident > L)
+        return H3_ERR(H3_ERR_INVALID,
+                      "video VAE: this plan is not one of h3_video_vae_plan's for this decoder");
+    if (plan->place == H3_PLACE_DEVICE && !ex->cuda)
+        return H3_ERR(H3_ERR_INVALID,
+                      "video VAE: a device placement needs an exec with a device (h3_cuda_init)");
+    const int random = plan->random_seed != 0;
+    if (v->created && !random)
+        return H3_ERR(H3_ERR_INVALID,
+                      "this video VAE was created without weights: place it with a random seed");
+    h3_video_vae_unplace(v);
+    h3_status st = H3_OK;
+    uint8_t *host_stage = NULL, *stage = NULL;
+    int64_t stage_bytes = 0;
+    vv_placed *pl = h3_calloc(1, sizeof *pl, H3_MEM_OTHER);
+    if (!pl) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    pl->plan = *plan;
+    pl->ex = ex;
+    pl->place = plan->place;
+    pl->rep = rep;
+    pl->wdt = plan->place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32;
+    if (!plan->packed) goto out; /* the host, from the file: only the run's choices */
+    vv_layout_make(c, VV_IO, pl->wdt, &pl->lio);
+    vv_layout_make(c, 0, pl->wdt, &pl->lblk);
+    pl->blk = h3_calloc((size_t)(L ? L : 1), sizeof *pl->blk, H3_MEM_OTHER);
+    pl->item = h3_calloc((size_t)(L ? L : 1), sizeof *pl->item, H3_MEM_OTHER);
+    if (!pl->blk || !pl->item) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (pl->place == H3_PLACE_DEVICE) {
+        pl->fh_bytes = vv_frames_stage_bytes(c, plan->H, plan->W);
+        pl->fh = h3_place_alloc(H3_PLACE_PINNED, (size_t)pl->fh_bytes, H3_MEM_IO);
+        if (!pl->fh) H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for the frames handed out");
+    }
+    /* 1. the input and output layers and the resident blocks, through one staging block */
+    pl->io = vv_alloc_at(pl, pl->lio.bytes, H3_DEVCAT_WEIGHTS);
+    if (!pl->io)
+        H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for the input and output layers",
+                (long long)pl->lio.bytes);
+    if (!random) {
+        stage_bytes = plan->dev_load;
+        host_stage = h3_malloc((size_t)stage_bytes, H3_MEM_IO);
+        stage = pl->place == H3_PLACE_HOST ? host_stage : vv_alloc_at(pl, stage_bytes, H3_DEVCAT_WEIGHTS);
+        if (!host_stage || !stage)
+            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes to stage weights", (long long)stage_bytes);
+        H3_CHECK_CTX(vv_load(v, pl, VV_IO, host_stage, stage, pl->io),
+                     "loading the video VAE's input and output layers");
+    } else {
+        H3_CHECK(vv_random(ex, pl->place, &pl->lio, pl->io, plan->random_seed));
+    }
+    int n_str = 0;
+    for (int l = 0; l < L; l++) {
+        pl->item[l] = -1;
+        if (!vv_is_resident(l, L, plan->n_resident)) {
+            pl->item[l] = n_str++;
+            continue;
+        }
+        pl->blk[l] = vv_alloc_at(pl, pl->lblk.bytes, H3_DEVCAT_WEIGHTS);
+        if (!pl->blk[l])
+            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for block %d", (long long)pl->lblk.bytes, l);
+        if (random)
+            H3_CHECK(vv_random(ex, pl->place, &pl->lblk, pl->blk[l],
+                               plan->random_seed + 1000u * (uint64_t)(l + 1)));
+        else
+            H3_CHECK_CTX(vv_load(v, pl, l, host_stage, stage, pl->blk[l]), "loading video VAE block %d", l);
+    }
+    if (stage && stage != host_stage) h3_place_free(pl->place, stage, (size_t)stage_bytes, H3_MEM_WEIGHTS);
+    h3_free(host_stage);
+    stage = host_stage = NULL;
+    /* 2. the streamed blocks: their stored packs, a slot, the work block */
+    pl->n_items = n_str;
+    if (n_str) {
+        pl->work = vv_alloc_at(pl, pl->lblk.bytes, H3_DEVCAT_SLOTS);
+        if (!pl->work)
+            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for a streamed block", (long long)pl->lblk.bytes);
+        pl->src = h3_calloc((size_t)n_str, sizeof *pl->src, H3_MEM_OTHER);
+        pl->items = h3_calloc((size_t)n_str, sizeof *pl->items, H3_MEM_OTHER);
+        pl->order = h3_calloc((size_t)n_str, sizeof *pl->order, H3_MEM_OTHER);
+        if (!pl->src || !pl->items || !pl->order) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        int64_t nsegs = 0, slot = 0;
+        for (int l = 0, j = 0; l < L; l++) {
+            if (pl->item[l] < 0) continue;
+            H3_CHECK(vv_src_make(v, l, random, !random, pl->wdt, &pl->src[j]));
+            nsegs += random ? 1 : vv_src_segs(v, &pl->src[j], NULL);
+            if (pl->src[j].bytes > slot) slot = pl->src[j].bytes;
+            j++;
+        }
+        pl->segs = h3_calloc((size_t)nsegs, sizeof *pl->segs, H3_MEM_OTHER);
+        if (!pl->segs) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        if (random) { /* one random block, stored as placed, the source of every streamed one */
+            pl->rsrc_bytes = slot;
+            pl->rsrc = h3_place_alloc(H3_PLACE_PINNED, (size_t)slot, H3_MEM_WEIGHTS);
+            if (!pl->rsrc) H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes of pinned memory", (long long)slot);
+            H3_CHECK(vv_random(ex, pl->place, &pl->lblk, pl->work, plan->random_seed + 999u));
+            h3_tensor a, b;
+            h3_tensor_wrap(&a, pl->work, pl->place, H3_U8, 1, &slot);
+            h3_tensor_wrap(&b, pl->rsrc, H3_PLACE_PINNED, H3_U8, 1, &slot);
+            H3_CHECK(h3_copy(ex, &b, &a));
+            H3_CHECK(h3_exec_sync(ex));
+        }
+        int need_staging = 0;
+        for (int j = 0, o = 0; j < n_str; j++) {
+            h3_stream_item *it = &pl->items[j];
+            it->segs = pl->segs + o;
+            if (random) {
+                pl->segs[o] = (h3_stream_seg){pl->rsrc, -1, 0, slot, 0};
+                it->n_segs = 1;
+            } else {
+                it->n_segs = vv_src_segs(v, &pl->src[j], pl->segs + o);
+            }
+            o += it->n_segs;
+            it->bytes = pl->src[j].bytes;
+            it->src_pinned = random;
+            it->tier = random || j < plan->n_pinned ? H3_TIER_PINNED : H3_TIER_DISK;
+            need_staging |= it->tier == H3_TIER_DISK;
+            pl->order[j] = j;
+        }
+        h3_streamer_config sc = {pl->place, plan->n_slots, slot, need_staging ? H3_PLAN_STAGING : 0, rep, 0};
+        H3_CHECK_CTX(h3_streamer_create(ex, &sc, pl->items, n_str, &pl->s),
+                     "streaming the video VAE's blocks");
+        H3_CHECK(h3_streamer_set_order(pl->s, pl->order, n_str, 1));
+    }
+out:
+    v->pl = pl;
+    return H3_OK;
+done:
+    if (stage && stage != host_stage) h3_place_free(pl->place, stage, (size_t)stage_bytes, H3_MEM_WEIGHTS);
+    h3_free(host_stage);
+    v->pl = pl;
+    h3_video_vae_unplace(v);
+    return st;
+}
+
+/* The one way decode code reaches weights: a part as placed (resident, or streamed and converted into the
+ * work block), or from the file on the host. Release with vv_release. */
+static h3_status vv_acquire(h3_video_vae *v, h3_exec *ex, int part, vv_part *w) {
+    vv_placed *pl = v->pl;
+    if (!pl || !pl->plan.packed) return vv_acquire_file(v, part, w);
+    uint8_t *base = part == VV_IO ? pl->io : pl->blk[part];
+    if (!base) {
+        const int j = pl->item[part];
+        void *slot;
+        H3_TRY_CTX(h3_streamer_acquire(pl->s, j, &slot), "video VAE block %d", part);
+        h3_status st = vv_convert(ex, pl->place, &pl->src[j], &pl->lblk, slot, pl->work);
+        h3_streamer_release(pl->s,
+                            j); /* converted: the slot takes the next block's copy while this one runs */
+        H3_TRY_CTX(st, "video VAE block %d", part);
+        base = pl->work;
+    }
+    vv_layout_views(part == VV_IO ? &pl->lio : &pl->lblk, base, pl->place, w);
+    return H3_OK;
+}
+
+/* ---- the memory function ------------------------------------------------------------------------------- */
+
+/* The CPU GEMM's scratch for a weight [N, K] of dtype dt (the kernel's own arithmetic). */
+static int64_t gemm_scratch(int64_t N, int64_t K, h3_dtype dt) {
+    return h3_cpu_gemm_scratch_bytes(N, K, dt, 0);
+}
+
+/* The largest scratch a host op of the decode takes (one op at a time), with matrices of dtype dt. */
+static int64_t vv_op_scratch(const h3_video_vae_config *c, int threads, h3_dtype dt) {
+    int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner, D = c->head_dim;
+    int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
+    int64_t m = h3_cpu_attention_scratch_bytes(threads, D);
+    int64_t g[7] = {gemm_scratch(C, C, dt),
+                    gemm_scratch(dim, C, dt),
+                    c->fused_qkv ? gemm_scratch(3 * dim, dim, dt) : gemm_scratch(dim, dim, dt),
+                    gemm_scratch(dim, dim, dt),
+                    gemm_scratch(2 * I, dim, dt),
+                    gemm_scratch(dim, I, dt),
+                    gemm_scratch(P, dim, dt)};
+    for (int i = 0; i < 7; i++) m = g[i] > m ? g[i] : m;
+    if (2 * dim * 4 > m) m = 2 * dim * 4; /* layer norm weight and bias as f32 */
+    return m;
+}
+
+static void vv_mem_geometry(const vv_plan *p, h3_video_vae_mem *out) {
+    out->chunks = p->chunks;
+    out->tiles_y = p->ny;
+    out->tiles_x = p->nx;
+    out->frames = p->frames;
+    out->tokens_per_tile = p->S;
+    out->H = p->H;
+    out->W = p->W;
+    out->tile_batch = p->nb;
+    out->passes = (p->nt + p->nb - 1) / p->nb;
+    out->rows_per_step = p->rc;
+}
+
+/* A host decode from the file: f32 activations, weights as stored. */
+static h3_status vv_plan_host(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int threads,
+                              int nb, int64_t rc, h3_video_vae_mem *out) {
+    vv_plan p;
+    H3_TRY(vv_make_plan(c, T, H, W, nb, rc, H3_F32, c->fused_qkv, &p));
+    vv_mem_geometry(&p, out);
+    out->place = H3_PLACE_HOST;
+    out->n_blocks = out->n_resident = c->num_layers;
+    out->chunk_buffers = p.chunk_bytes + (int64_t)sizeof(vv_plan); /* the plan itself is heap memory too */
+    out->vit = p.vit_bytes;
+    out->op_scratch = vv_op_scratch(c, threads > 0 ? threads : 1, c->weight_dtype);
+    out->block_scratch = c->weight_dtype != H3_F32 ? 2 * (int64_t)c->heads * c->head_dim * 4 : 0;
+    out->total = out->chunk_buffers + out->vit + out->op_scratch + out->block_scratch;
+    return H3_OK;
+}
+
+h3_status h3_video_vae_decode_peak(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int threads,
+                                   int rows_per_step, h3_video_vae_mem *out) {
+    memset(out, 0, sizeof *out);
+    if (T < 1 || H < 1 || W < 1) return H3_ERR(H3_ERR_INVALID, "latent sizes must be positive");
+    return vv_plan_host(c, T, H, W, threads, 1, rows_per_step > 0 ? rows_per_step : 512, out);
+}
+
+/* Seconds of a packed plan on an H200-like device, for ranking the choices only: the GEMMs at ~700 TFLOP/s
+ * (less for small row steps), attention at ~400, each streamed block's copy hidden behind its block's compute
+ * when shorter (one slot: the next copy starts when a block is converted). */
+static double vv_rank_time(const h3_video_vae_config *c, const vv_plan *p, int L, int R, int64_t stored,
+                           int n_pinned) {
+    const double dim = (double)c->heads * c->head_dim, I = c->ffn_inner, S = (double)p->S;
+    const double gemm = 2.0 * S * dim * (3 * dim + dim + 2 * I) + 2.0 * S * I * dim, attn = 4.0 * S * S * dim;
+    const double m = (double)(p->rc < p->rows ? p->rc : p->rows), eff = m / (m + 512.0);
+    double t = 0;
+    for (int t0 = 0; t0 < p->nt; t0 += p->nb) {
+        const int n = p->nt - t0 < p->nb ? p->nt - t0 : p->nb;
+        const double comp = n * (gemm / (700e12 * eff) + attn / 400e12);
+        for (int l = 0, j = 0; l < L; l++) {
+            if (vv_is_resident(l, L, R)) {
+                t += comp;
+                continue;
+            }
+            const double copy = (double)stored / (j++ < n_pinned ? 50e9 : 2e9);
+            t += comp > copy ? comp : copy;
+        }
+    }
+    return t * p->chunks;
+}
+
+h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t W,
+                            const h3_video_vae_run *run_in, h3_video_vae_mem *out) {
+    memset(out, 0, sizeof *out);
+    h3_video_vae_run run0;
+    memset(&run0, 0, sizeof run0);
+    const h3_video_vae_run *run = run_in ? run_in : &run0;
+    const h3_video_vae_config *c = &v->cfg;
+    if (T < 1 || H < 1 || W < 1) return H3_ERR(H3_ERR_INVALID, "latent sizes must be positive");
+    if ((run->place != H3_PLACE_HOST && run->place != H3_PLACE_DEVICE) || run->tile_batch < 0 ||
+        run->rows_per_step < 0 || run->vram_budget < 0 || run->ram_budget < 0 || run->stream_blocks < 0)
+        return H3_ERR(H3_ERR_INVALID, "video VAE run: place host or device, no negative sizes");
+    const int packed = run->place == H3_PLACE_DEVICE || run->packed, random = run->random_seed != 0;
+    if (v->created && !random)
+        return H3_ERR(H3_ERR_INVALID,
+                      "this video VAE was created without weights: plan it with a random seed");
+    if (!packed) {
+        H3_TRY(vv_plan_host(c, T, H, W, run->threads, run->tile_batch > 0 ? run->tile_batch : 1,
+                            run->rows_per_step > 0 ? run->rows_per_step : v->rows_per_step, out));
+        return H3_OK;
+    }
+    const h3_dtype wdt = run->place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32;
+    const int L = c->num_layers;
+    vv_layout lio, lblk;
+    vv_layout_make(c, VV_IO, wdt, &lio);
+    vv_layout_make(c, 0, wdt, &lblk);
+    vv_src sio, sblk;
+    H3_TRY(vv_src_make((h3_video_vae *)v, VV_IO, random, 0, wdt, &sio));
+    H3_TRY(vv_src_make((h3_video_vae *)v, 0, random, 0, wdt, &sblk));
+    const int64_t stored = sblk.bytes, stage = random ? 0 : (sio.bytes > sblk.bytes ? sio.bytes : sblk.bytes);
+    const int64_t backend = run->place == H3_PLACE_DEVICE ? H3_CUDA_BACKEND_BYTES : 0;
+    const int64_t budget = run->vram_budget, slack = budget ? h3_plan_slack(budget) : 0;
+    vv_plan *p = h3_malloc(sizeof *p, H3_MEM_OTHER);
+    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    H3_CHECK(vv_make_plan(c, T, H, W, 1, 1, wdt, 0, p));
+    const int nt = p->nt;
+    const int64_t S = p->S;
+    static const int64_t steps[] = {16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1};
+    double best_t = 0;
+    int have = 0, best_nb = 0, best_R = 0, best_np = 0;
+    int64_t best_rc = 0, least = -1;
+    for (int q = 1; q <= nt; q++) {
+        const int nb = (nt + q - 1) / q;
+        if (q > 1 && nb == (nt + q - 2) / (q - 1)) continue; /* the same batch as q − 1 */
+        if (run->tile_batch && nb != (run->tile_batch < nt ? run->tile_batch : nt)) continue;
+        const int64_t rows = nb * S;
+        for (int k = -1; k < (int)(sizeof steps / sizeof steps[0]); k++) {
+            int64_t rc = k < 0 ? rows : steps[k];
+            if (run->rows_per_step) { /* the one asked for */
+                if (k >= 0) break;
+                rc = run->rows_per_step < rows ? run->rows_per_step : rows;
+            } else if (rc > rows || (k >= 0 && rc == rows)) {
+                continue;
+            }
+            H3_CHECK(vv_make_plan(c, T, H, W, nb, rc, wdt, 0, p));
+            const int64_t arena = h3_cuda_granule(p->total), Rmax = L - run->stream_blocks;
+            for (int64_t R = Rmax < 0 ? 0 : Rmax; R >= 0; R--) {
+                const int64_t w = backend + lio.bytes + R * lblk.bytes;
+                const int64_t dec =
+                    w + (R < L ? (int64_t)1 * h3_cuda_granule(stored) + lblk.bytes : 0) + arena;
+                const int64_t load = w + h3_cuda_granule(stage), peak = dec > load ? dec : load;
+                if (least < 0 || peak < least) least = peak;
+                if (budget && peak + slack > budget) continue;
+                const int n_str = L - (int)R;
+                int n_pinned = n_str;
+                if (!random && run->ram_budget && n_str) {
+                    int64_t fit = run->ram_budget / (stored > 0 ? stored : 1);
+                    n_pinned = fit < n_str ? (int)fit : n_str;
+                }
+                const double t = vv_rank_time(c, p, L, (int)R, stored, n_pinned);
+                if (!have || t < best_t * 0.999) {
+                    have = 1;
+                    best_t = t;
+                    best_nb = nb;
+                    best_rc = rc;
+                    best_R = (int)R;
+                    best_np = n_pinned;
+                }
+                break; /* fewer resident blocks only cost more */
             }
         }
-        h3_tensor src = vw(ar + p->o_ffh, n * PR, ps, ps), idx = vw_i32(si, n * PR);
-        H3_TRY(h3_op_scatter_rows(ex, &tile_rows, &src, &idx));
+    }
+    if (!have) {
+        char a[32], b[32];
+        H3_FAIL(
+            H3_ERR_BUDGET,
+            "the video VAE decode of %lld×%lld latents needs at least %s of the device (one tile per pass, "
+            "every block streamed); the budget is %s",
+            (long long)H, (long long)W, h3_budget_str(least + h3_plan_slack(least), a, sizeof a),
+            h3_budget_str(budget, b, sizeof b));
+    }
+    H3_CHECK(vv_make_plan(c, T, H, W, best_nb, best_rc, wdt, 0, p));
+    vv_mem_geometry(p, out);
+    out->place = run->place;
+    out->packed = 1;
+    out->n_blocks = L;
+    out->n_resident = best_R;
+    out->n_slots = best_R < L ? 1 : 0;
+    out->n_pinned = best_np;
+    out->n_disk = L - best_R - best_np;
+    out->block_bytes = lblk.bytes;
+    out->stored_bytes = stored;
+    out->chunk_buffers = p->chunk_bytes;
+    out->vit = p->vit_bytes;
+    out->dev_backend = backend;
+    out->dev_weights = lio.bytes + (int64_t)best_R * lblk.bytes;
+    out->dev_load = stage ? h3_cuda_granule(stage) : 0;
+    out->dev_slots = best_R < L ? h3_cuda_granule(stored) + lblk.bytes : 0;
+    out->dev_arena = h3_cuda_granule(p->total);
+    {
+        const int64_t dec = backend + out->dev_weights + out->dev_slots + out->dev_arena;
+        const int64_t load = backend + out->dev_weights + out->dev_load;
+        out->dev_peak = dec > load ? dec : load;
+    }
+    const int64_t frames_stage = vv_frames_stage_bytes(c, H, W);
+    const int n_str = L - best_R;
+    out->host_pinned = (random ? (n_str ? stored : 0) : (int64_t)best_np * stored) +
+                       (out->n_disk ? H3_PLAN_STAGING * stored : 0) +
+                       (run->place == H3_PLACE_DEVICE ? frames_stage : 0);
+    {
+        int64_t during =
+            p->rows * c->latent_channels * 4 + (run->place == H3_PLACE_DEVICE ? frames_stage : 0);
+        out->total = (int64_t)sizeof(vv_plan) + (p->tables_end > during ? p->tables_end : during);
+        if (run->place == H3_PLACE_HOST)
+            out->total = (int64_t)sizeof(vv_plan) + p->total; /* the arena is host */
+    }
+    out->op_scratch =
+        run->place == H3_PLACE_HOST ? vv_op_scratch(c, run->threads > 0 ? run->threads : 1, H3_F32) : 0;
+    out->budget = budget;
+    out->budget_slack = slack;
+    out->random_seed = run->random_seed;
+    out->ram_budget = run->ram_budget;
+done:
+    h3_free(p);
+    return st;
+}
+
+void h3_video_vae_plan_predicted(const h3_video_vae_mem *m, int64_t pred[5], int64_t *peak) {
+    pred[H3_DEVCAT_BACKEND] = m->dev_backend;
+    pred[H3_DEVCAT_WEIGHTS] = m->dev_weights + m->dev_load; /* the staging is counted with what it loads */
+    pred[H3_DEVCAT_SLOTS] = m->dev_slots;
+    pred[H3_DEVCAT_MODULATION] = 0;
+    pred[H3_DEVCAT_ACTIVATIONS] = m->dev_arena;
+    if (peak) *peak = m->dev_peak;
+}
+
+/* ---- decoding ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    h3_video_vae *v;
+    h3_exec *ex;
+    const h3_video_vae_config *c;
+    const vv_plan *p;
+    h3_place place;
+    uint8_t *ar;      /* the arena, at the place */
+    float *zh;        /* a pass's tokens [rows, C] on the host (the arena's own on the host) */
+    const float *lat; /* the latents [C, T, H, W] */
+    float *fh;        /* a device decode's frames on their way to the callback [oc, n, Hp, Wp] (pinned) */
+    vv_part io;
+    int gate_first;
+    int64_t delivered;
+    const h3_video_decode_out *out;
+} vv_run;
+
+/* A row-wise view [rows, cols] with row stride ld at byte offset off of the arena. */
+static h3_tensor vv_v(const vv_run *r, int64_t off, h3_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+    h3_tensor t;
+    int64_t s[2] = {rows, cols};
+    h3_tensor_wrap(&t, r->ar + off, r->place, dt, 2, s);
+    t.stride[0] = ld;
+    return t;
+}
+static h3_tensor vv_vec(const vv_run *r, int64_t off, h3_dtype dt, int64_t n) {
+    h3_tensor t;
+    h3_tensor_wrap(&t, r->ar + off, r->place, dt, 1, &n);
+    return t;
+}
+/* Heads [rows, H, D] of a row-wise buffer (row stride ld) at byte offset off. */
+static h3_tensor vv_heads(const vv_run *r, int64_t off, int64_t rows, int64_t ld) {
+    h3_tensor t;
+    int64_t s[3] = {rows, r->c->heads, r->c->head_dim};
+    h3_tensor_wrap(&t, r->ar + off, r->place, r->p->ad, 3, s);
+    t.stride[0] = ld;
+    return t;
+}
+
+/* One transformer block over the rows of nbp tiles: x [rows, hidden] f32 (the residual stream), a and b
+ * [rows, hidden] and qkv [rows, 3·hidden] in the GEMM dtype, attention per tile. */
+static h3_status vv_block(vv_run *r, const vv_part *w, int nbp) {
+    const h3_video_vae_config *c = r->c;
+    const vv_plan *p = r->p;
+    h3_exec *ex = r->ex;
+    const h3_dtype ad = p->ad;
+    const int64_t es = (int64_t)h3_dtype_size(ad), S = p->S, rows = nbp * S, D = c->head_dim,
+                  I = c->ffn_inner;
+    const int64_t dim = (int64_t)c->heads * D, R = c->rope_dim;
+    h3_tensor x = vv_v(r, p->o_x, H3_F32, rows, dim, dim);
+    h3_tensor a = vv_v(r, p->o_a, ad, rows, dim, dim), b = vv_v(r, p->o_b, ad, rows, dim, dim);
+    H3_TRY(h3_op_rms_norm(ex, &a, &x, &w->t[W_N1], c->norm_eps));
+    if (w->qkv_form == VV_QKV_ORDERED) {
+        h3_tensor qkv = vv_v(r, p->o_qkv, ad, rows, 3 * dim, 3 * dim);
+        H3_TRY(h3_op_gemm(ex, &qkv, &a, &w->t[W_QKV_W], &w->t[W_QKV_B], 0));
+    } else if (w->qkv_form == VV_QKV_SPLIT) {
+        for (int j = 0; j < 3; j++) {
+            h3_tensor y = vv_v(r, p->o_qkv + j * dim * es, ad, rows, dim, 3 * dim);
+            H3_TRY(h3_op_gemm(ex, &y, &a, &w->t[W_Q_W + 2 * j], &w->t[W_Q_B + 2 * j], 0));
+        }
+    } else { /* rows per head [q k v]: into the scratch, then each head's q, k and v where [Q | K | V] wants
+                them */
+        h3_tensor il = vv_v(r, p->o_il, ad, rows, 3 * dim, 3 * dim);
+        H3_TRY(h3_op_gemm(ex, &il, &a, &w->t[W_QKV_W], &w->t[W_QKV_B], 0));
+        for (int64_t h = 0; h < c->heads; h++)
+            for (int64_t j = 0; j < 3; j++) {
+                h3_tensor s = vv_v(r, p->o_il + (h * 3 + j) * D * es, ad, rows, D, 3 * dim);
+                h3_tensor d = vv_v(r, p->o_qkv + (j * dim + h * D) * es, ad, rows, D, 3 * dim);
+                H3_TRY(h3_op_convert(ex, &d, &s));
+            }
+    }
+    /* per-head RMSNorm of q and k (non-affine: a weight of ones) and the rotary embedding, in place */
+    h3_tensor cs = vv_v(r, p->o_cos, H3_F32, rows, R, R), sn = vv_v(r, p->o_sin, H3_F32, rows, R, R);
+    h3_tensor ones = vv_vec(r, p->o_ones, H3_F32, D);
+    for (int j = 0; j < 2; j++) {
+        h3_tensor hq = vv_heads(r, p->o_qkv + j * dim * es, rows, 3 * dim);
+        H3_TRY(h3_op_qk_norm_rope(ex, &hq, &ones, c->norm_eps, &cs, &sn));
+    }
+    for (int t = 0; t < nbp; t++) {
+        const int64_t q0 = p->o_qkv + t * S * 3 * dim * es;
+        h3_tensor q = vv_heads(r, q0, S, 3 * dim), k = vv_heads(r, q0 + dim * es, S, 3 * dim);
+        h3_tensor v = vv_heads(r, q0 + 2 * dim * es, S, 3 * dim),
+                  o = vv_heads(r, p->o_b + t * S * dim * es, S, dim);
+        H3_TRY(h3_op_attention(ex, &o, &q, &k, &v, 1.0f / sqrtf((float)D), 0));
+    }
+    H3_TRY(h3_op_gemm(ex, &a, &b, &w->t[W_O_W], &w->t[W_O_B], 0));
+    H3_TRY(h3_op_gated_add(ex, &x, &a, &w->t[W_S1], NULL));
+    H3_TRY(h3_op_rms_norm(ex, &a, &x, &w->t[W_N2], c->norm_eps));
+    for (int64_t r0 = 0; r0 < rows; r0 += p->rc) {
+        const int64_t n = rows - r0 < p->rc ? rows - r0 : p->rc;
+        h3_tensor ar = vv_v(r, p->o_a + r0 * dim * es, ad, n, dim, dim);
+        h3_tensor br = vv_v(r, p->o_b + r0 * dim * es, ad, n, dim, dim);
+        h3_tensor u = vv_v(r, p->o_u, ad, n, 2 * I, 2 * I), g = vv_v(r, p->o_g, ad, n, I, I);
+        H3_TRY(h3_op_gemm(ex, &u, &ar, &w->t[W_W1], &w->t[W_B1], 0));
+        H3_TRY(h3_op_swiglu(ex, &g, &u, r->gate_first));
+        H3_TRY(h3_op_gemm(ex, &br, &g, &w->t[W_W2], &w->t[W_B2], 0));
+    }
+    return h3_op_gated_add(ex, &x, &b, &w->t[W_S2], NULL);
+}
+
+/* Tile b of the pass through the output projection (in row steps), each token's [oc, pt, p, p] values
+ * scattered as rows of p pixels into the tile buffer: y-major rows (y, plane) of tile-width pixels, dropped
+ * clip frames into rows of their own past the tile. */
+static h3_status vv_tile_out(vv_run *r, int b) {
+    const h3_video_vae_config *c = r->c;
+    const vv_plan *p = r->p;
+    const int64_t ps = c->patch_size, P = p->PR * ps, dim = (int64_t)c->heads * c->head_dim;
+    const int64_t es = (int64_t)h3_dtype_size(p->ad);
+    h3_tensor tile = vv_v(r, p->o_tile, H3_F32, p->thp * p->Pl * p->tw + p->trash, ps, ps);
+    for (int64_t r0 = 0; r0 < p->N; r0 += p->rc) {
+        const int64_t n = p->N - r0 < p->rc ? p->N - r0 : p->rc;
+        h3_tensor xa = vv_v(r, p->o_a + ((int64_t)b * p->S + r0) * dim * es, p->ad, n, dim, dim);
+        h3_tensor pj = vv_v(r, p->o_u, p->ad, n, P, P);
+        H3_TRY(h3_op_gemm(r->ex, &pj, &xa, &r->io.t[W_OUT_W], &r->io.t[W_OUT_B], 0));
+        int64_t src = p->o_u;
+        if (p->ad != H3_F32) { /* the pixels are blended in f32 */
+            h3_tensor pf = vv_v(r, p->o_g, H3_F32, n, P, P);
+            H3_TRY(h3_op_convert(r->ex, &pf, &pj));
+            src = p->o_g;
+        }
+        h3_tensor rows = vv_v(r, src, H3_F32, n * p->PR, ps, ps),
+                  idx = vv_vec(r, p->o_pidx + r0 * p->PR * 4, H3_I32, n * p->PR);
+        H3_TRY(h3_op_scatter_rows(r->ex, &tile, &rows, &idx));
     }
     return H3_OK;
 }
 
-/* Clip pixel frame of canvas frame f. */
-static int64_t vv_clip_frame(const vv_run *r, int64_t f) {
-    const vv_plan *p = r->p;
-    int64_t pt = r->c->patch_size_t;
-    if (p->single) return pt - 1;
-    if (f < p->main_frames) return p->pre + f;
-    return (int64_t)p->cs * pt + p->pre + (f - p->main_frames);
-}
-
-/* y = a·wa + b·wb through two temporaries (a, b, y [rows, cols] views; wa, wb full-shape or one-row tables). */
-static h3_status vv_mix(vv_run *r, h3_tensor *y, const h3_tensor *a, const h3_tensor *wa, const h3_tensor *b,
-                        const h3_tensor *wb) {
-    const vv_plan *p = r->p;
-    int64_t rows = a->shape[0], cols = a->shape[1];
-    h3_tensor t1 = vw(r->ar + p->o_t1, rows, cols, cols), t2 = vw(r->ar + p->o_t2, rows, cols, cols);
-    H3_TRY(h3_op_binary(r->ex, &t1, a, wa, H3_BINARY_MUL));
-    H3_TRY(h3_op_binary(r->ex, &t2, b, wb, H3_BINARY_MUL));
-    return h3_op_binary(r->ex, y, &t1, &t2, H3_BINARY_ADD);
-}
-
-/* Blend weights for an extent e: b's weight k/e, a's 1 − k/e (k along the blended axis), in f32 as the reference
- * computes them. The tables are small host arrays built here. */
-static void vv_weights(float *wa, float *wb, int64_t e, int64_t rows_of, int64_t width) {
-    for (int64_t k = 0; k < e; k++) {
-        float b = (float)k / (float)e, a = 1.0f - b;
-        if (rows_of) {
-            for (int64_t i = 0; i < width; i++) wa[k * width + i] = a, wb[k * width + i] = b;
-        } else {
-            wa[k] = a;
-            wb[k] = b;
-        }
-    }
-}
-
-/* Places tile (a, b) of the current chunk into the canvas: the top rows blended with the raw bottom of the tile
- * above, then the left columns with the raw right edge of the tile to the left, the bottom and right overlaps cut
- * (they belong to the next tiles). Then keeps this tile's raw bottom and right edges for those. */
+/* Places tile (a, b) of the current chunk into the canvas, as diffusers' _stitch_tiles does: the top rows
+ * blended with the raw bottom of the tile above, then the left columns with the raw right edge of the tile to
+ * the left (weights k/e), the bottom and right overlaps cut (they belong to the next tiles); this tile's raw
+ * bottom and right edges are kept for those first. Every op covers all channels and frames at once: the tile,
+ * the strips and the blended band are y-major (rows (y, plane)), so any band of rows or columns is one
+ * row-wise view. */
 static h3_status vv_stitch(vv_run *r, int a, int b) {
     const vv_plan *p = r->p;
+    h3_exec *ex = r->ex;
+    const int64_t Pl = p->Pl, thp = p->thp, twp = p->twp, Hp = p->Hp, Wp = p->Wp, f4 = 4;
+    const int64_t kh = thp - (a + 1 < p->ny ? p->yo[a] : 0), kw = twp - (b + 1 < p->nx ? p->xo[b] : 0);
+    const int64_t ev = a > 0 ? (p->yo[a - 1] < thp ? p->yo[a - 1] : thp) : 0;
+    const int64_t eh = b > 0 ? (p->xo[b - 1] < twp ? p->xo[b - 1] : twp) : 0;
+    const int64_t sv = a + 1 < p->ny ? (p->yo[a] < thp ? p->yo[a] : thp) : 0;
+    const int64_t sh = b + 1 < p->nx ? (p->xo[b] < twp ? p->xo[b] : twp) : 0;
+    const int64_t e2 = eh < kw ? eh : kw; /* blended columns that are kept */
+    const int64_t up = p->o_ustrip + (int64_t)b * p->max_sv * Pl * twp * f4,
+                  rstride = thp * Pl * p->max_sh * f4;
+    const int64_t rnew = p->o_rstrip + (int64_t)(b & 1) * rstride,
+                  rold = p->o_rstrip + (int64_t)((b + 1) & 1) * rstride;
+    if (ev) { /* vb = above·(1 − y/ev) + tile·(y/ev), rows y < ev */
+        const int k = vv_extent_index(p->ev, p->n_ev, ev);
+        const int64_t wo = p->o_vw + (int64_t)(2 * k) * p->max_sv * twp * f4;
+        h3_tensor vb = vv_v(r, p->o_vb, H3_F32, ev * Pl, twp, twp),
+                  u = vv_v(r, up, H3_F32, ev * Pl, twp, twp);
+        h3_tensor t = vv_v(r, p->o_tile, H3_F32, ev * Pl, twp, twp),
+                  idx = vv_vec(r, p->o_vidx, H3_I32, ev * Pl);
+        h3_tensor wa = vv_v(r, wo, H3_F32, ev, twp, twp),
+                  wb = vv_v(r, wo + p->max_sv * twp * f4, H3_F32, ev, twp, twp);
+        H3_TRY(h3_op_fill(ex, &vb, 0.0f));
+        H3_TRY(h3_op_gated_add(ex, &vb, &u, &wa, &idx));
+        H3_TRY(h3_op_gated_add(ex, &vb, &t, &wb, &idx));
+    }
+    if (sv) { /* the raw bottom rows, for the tile below */
+        h3_tensor s = vv_v(r, p->o_tile + (thp - sv) * Pl * twp * f4, H3_F32, sv * Pl, twp, twp);
+        h3_tensor d = vv_v(r, up, H3_F32, sv * Pl, twp, twp);
+        H3_TRY(h3_op_convert(ex, &d, &s));
+    }
+    if (sh) { /* the raw right columns, for the tile to the right */
+        h3_tensor s = vv_v(r, p->o_tile + (twp - sh) * f4, H3_F32, thp * Pl, sh, twp);
+        h3_tensor d = vv_v(r, rnew, H3_F32, thp * Pl, sh, p->max_sh);
+        H3_TRY(h3_op_convert(ex, &d, &s));
+    }
+    if (ev) {
+        h3_tensor s = vv_v(r, p->o_vb, H3_F32, ev * Pl, twp, twp),
+                  d = vv_v(r, p->o_tile, H3_F32, ev * Pl, twp, twp);
+        H3_TRY(h3_op_convert(ex, &d, &s));
+    }
+    if (e2 > 0) { /* tile·(x/eh) + left·(1 − x/eh), columns x < e2, the kept rows */
+        const int k = vv_extent_index(p->eh, p->n_eh, eh);
+        const int64_t wo = p->o_hw + (int64_t)(2 * k) * p->max_sh * f4;
+        h3_tensor t = vv_v(r, p->o_tile, H3_F32, kh * Pl, e2, twp),
+                  l = vv_v(r, rold, H3_F32, kh * Pl, e2, p->max_sh);
+        h3_tensor wa = vv_vec(r, wo, H3_F32, e2), wb = vv_vec(r, wo + p->max_sh * f4, H3_F32, e2);
+        H3_TRY(h3_op_binary(ex, &t, &t, &wb, H3_BINARY_MUL));
+        H3_TRY(h3_op_gated_add(ex, &t, &l, &wa, NULL));
+    }
+    /* the kept rows and columns into the canvas [oc, Fc, Hp, Wp]: tile row (y, plane) is canvas row plane·Hp
+     * + y0 + y */
+    h3_tensor d = vv_v(r, p->o_canvas + p->xs[b] * f4, H3_F32, Pl * Hp, kw, Wp);
+    h3_tensor s = vv_v(r, p->o_tile, H3_F32, kh * Pl, kw, twp);
+    h3_tensor idx = vv_vec(r, p->o_cidx + (int64_t)a * thp * Pl * 4, H3_I32, kh * Pl);
+    return h3_op_scatter_rows(ex, &d, &s, &idx);
+}
+
+/* One pass: tiles t0 .. t0+nbp-1 of chunk i (raster order) through the ViT, then each into the canvas. */
+static h3_status vv_pass(vv_run *r, int i, int t0, int nbp) {
     const h3_video_vae_config *c = r->c;
-    float *ar = r->ar;
-    int64_t thp = p->thp, twp = p->twp, Fc = p->main_frames + p->ovl_frames, Tcp = (int64_t)p->clip_len * c->patch_size_t;
-    int64_t kh = thp - (a + 1 < p->ny ? p->yo[a] : 0), kw = twp - (b + 1 < p->nx ? p->xo[b] : 0);
-    int64_t ev = a > 0 ? (p->yo[a - 1] < thp ? p->yo[a - 1] : thp) : 0;
-    int64_t eh = b > 0 ? (p->xo[b - 1] < twp ? p->xo[b - 1] : twp) : 0;
-    int64_t evk = ev < kh ? ev : kh;
-    int64_t sv = a + 1 < p->ny ? (p->yo[a] < thp ? p->yo[a] : thp) : 0;
-    int64_t sh = b + 1 < p->nx ? (p->xo[b] < twp ? p->xo[b] : twp) : 0;
-    int64_t y0 = p->ys[a], x0 = p->xs[b], Hp = p->Hp, Wp = p->Wp;
-    if (ev && r->cur_ev != (float)ev) {
-        vv_weights(ar + p->o_wav, ar + p->o_wbv, ev, 1, twp);
-        r->cur_ev = (float)ev;
-    }
-    if (eh && r->cur_eh != (float)eh) {
-        vv_weights(ar + p->o_wah, ar + p->o_wbh, eh, 0, 0);
-        r->cur_eh = (float)eh;
-    }
-    h3_tensor wav = vw(ar + p->o_wav, ev, twp, twp), wbv = vw(ar + p->o_wbv, ev, twp, twp);
-    int64_t e2 = eh < kw ? eh : kw; /* blended columns that are kept */
-    h3_tensor wah, wbh;
-    h3_tensor_wrap(&wah, ar + p->o_wah, H3_PLACE_HOST, H3_F32, 1, &e2);
-    h3_tensor_wrap(&wbh, ar + p->o_wbh, H3_PLACE_HOST, H3_F32, 1, &e2);
-    for (int64_t ch = 0; ch < c->out_channels; ch++) {
-        for (int64_t f = 0; f < Fc; f++) {
-            float *P = ar + p->o_tile + (ch * Tcp + vv_clip_frame(r, f)) * thp * twp;
-            float *dst = ar + p->o_canvas + ((ch * Fc + f) * Hp + y0) * Wp + x0;
-            float *U = ar + p->o_bstrip + (((int64_t)b * c->out_channels + ch) * Fc + f) * p->max_sv * twp;
-            float *L = ar + p->o_rstrip + (ch * Fc + f) * thp * p->max_sh;
-            float *vb = ar + p->o_vb;
-            if (ev) {
-                h3_tensor u = vw(U, ev, twp, twp), pt = vw(P, ev, twp, twp), y = vw(vb, ev, twp, twp);
-                H3_TRY(vv_mix(r, &y, &u, &wav, &pt, &wbv));
-            }
-            if (kw > eh) {
-                if (evk) {
-                    h3_tensor s = vw(vb + eh, evk, kw - eh, twp), d = vw(dst + eh, evk, kw - eh, Wp);
-                    H3_TRY(h3_op_convert(r->ex, &d, &s));
-                }
-                if (kh > evk) {
-                    h3_tensor s = vw(P + evk * twp + eh, kh - evk, kw - eh, twp);
-                    h3_tensor d = vw(dst + evk * Wp + eh, kh - evk, kw - eh, Wp);
-                    H3_TRY(h3_op_convert(r->ex, &d, &s));
-                }
-            }
-            if (e2 > 0) {
-                if (evk) {
-                    h3_tensor l = vw(L, evk, e2, p->max_sh), s = vw(vb, evk, e2, twp), d = vw(dst, evk, e2, Wp);
-                    H3_TRY(vv_mix(r, &d, &l, &wah, &s, &wbh));
-                }
-                if (kh > evk) {
-                    h3_tensor l = vw(L + evk * p->max_sh, kh - evk, e2, p->max_sh);
-                    h3_tensor s = vw(P + evk * twp, kh - evk, e2, twp), d = vw(dst + evk * Wp, kh - evk, e2, Wp);
-                    H3_TRY(vv_mix(r, &d, &l, &wah, &s, &wbh));
-                }
-            }
-            if (sv) {
-                h3_tensor s = vw(P + (thp - sv) * twp, sv, twp, twp), d = vw(U, sv, twp, twp);
-                H3_TRY(h3_op_convert(r->ex, &d, &s));
-            }
-            if (sh) {
-                h3_tensor s = vw(P + twp - sh, thp, sh, twp), d = vw(L, thp, sh, p->max_sh);
-                H3_TRY(h3_op_convert(r->ex, &d, &s));
-            }
+    const vv_plan *p = r->p;
+    h3_exec *ex = r->ex;
+    const int64_t C = c->latent_channels, S = p->S, rows = nbp * S, dim = (int64_t)c->heads * c->head_dim;
+    const int64_t ps = c->patch_size, HW = p->H * p->W, THW = p->T * HW, Rg1 = c->num_register_tokens + 1;
+    /* the tiles' latents as tokens [rows, C]: tile b's tokens at rows b·S.., its register and zero rows
+     * unused */
+    for (int b = 0; b < nbp; b++) {
+        const int k = t0 + b;
+        const int64_t y0 = p->ys[k / p->nx] / ps, x0 = p->xs[k % p->nx] / ps, ts = (int64_t)i * p->cs;
+        for (int64_t n = 0; n < p->N; n++) {
+            int64_t t = ts + n / (p->th * p->tw);
+            if (t > p->T - 1) t = p->T - 1;
+            const float *src = r->lat + t * HW + (y0 + (n / p->tw) % p->th) * p->W + x0 + n % p->tw;
+            float *z = r->zh + ((int64_t)b * S + n) * C;
+            for (int64_t ch = 0; ch < C; ch++) z[ch] = src[ch * THW];
         }
+    }
+    h3_tensor z = vv_v(r, p->o_z, H3_F32, rows, C, C);
+    if (r->place == H3_PLACE_DEVICE) {
+        h3_tensor zh;
+        int64_t s2[2] = {rows, C};
+        h3_tensor_wrap(&zh, r->zh, H3_PLACE_HOST, H3_F32, 2, s2);
+        H3_TRY(h3_copy(ex, &z, &zh));
+    }
+    h3_tensor mean = vv_vec(r, p->o_mean, H3_F32, C), sd = vv_vec(r, p->o_std, H3_F32, C);
+    H3_TRY(h3_op_binary(ex, &z, &z, &sd, H3_BINARY_MUL));
+    H3_TRY(h3_op_binary(ex, &z, &z, &mean, H3_BINARY_ADD));
+    h3_tensor pq = vv_v(r, p->o_pq, H3_F32, rows, C, C), x = vv_v(r, p->o_x, H3_F32, rows, dim, dim);
+    H3_TRY(h3_op_gemm(ex, &pq, &z, &r->io.t[W_PQ_W], &r->io.t[W_PQ_B], 0));
+    H3_TRY(h3_op_gemm(ex, &x, &pq, &r->io.t[W_IN_W], &r->io.t[W_IN_B], 0));
+    h3_tensor extra = vv_v(r, p->o_extra, H3_F32, nbp * Rg1, dim, dim),
+              xi = vv_vec(r, p->o_xidx, H3_I32, nbp * Rg1);
+    H3_TRY(h3_op_scatter_rows(ex, &x, &extra, &xi)); /* the register tokens and the zero token of each tile */
+    for (int l = 0; l < c->num_layers; l++) {
+        vv_part w;
+        H3_TRY(vv_acquire(r->v, ex, l, &w));
+        h3_status st = vv_block(r, &w, nbp);
+        vv_release(&w);
+        H3_TRY_CTX(st, "block %d", l);
+    }
+    h3_tensor an = vv_v(r, p->o_a, p->ad, rows, dim, dim);
+    H3_TRY(h3_op_layer_norm(ex, &an, &x, &r->io.t[W_LN_W], &r->io.t[W_LN_B], c->norm_eps));
+    for (int b = 0; b < nbp; b++) {
+        H3_TRY(vv_tile_out(r, b));
+        H3_TRY(vv_stitch(r, (t0 + b) / p->nx, (t0 + b) % p->nx));
     }
     return H3_OK;
 }
 
-/* Hands frames [0, n) of a buffer laid out [oc, nf, Hp, Wp] to the caller as output frames first.. (cut at the
- * video's length), in the range asked for. */
-static h3_status vv_deliver(vv_run *r, float *buf, int64_t nf, int64_t n, int64_t first) {
+/* Hands frames [0, n) of a canvas-layout buffer [oc, nf, Hp, Wp] at byte offset off to the caller as output
+ * frames first.. (cut at the video's length), in the range asked for. */
+static h3_status vv_deliver(vv_run *r, int64_t off, int64_t nf, int64_t n, int64_t first) {
     const vv_plan *p = r->p;
     const h3_video_vae_config *c = r->c;
     if (first + n > p->frames) n = p->frames - first;
     if (n <= 0) return H3_OK;
-    int64_t plane = p->Hp * p->Wp, oc = c->out_channels;
+    const int64_t plane = p->Hp * p->Wp, oc = c->out_channels;
+    const int dev = r->place == H3_PLACE_DEVICE;
     for (int64_t ch = 0; ch < oc; ch++) {
-        h3_tensor s = vw(buf + ch * nf * plane, n * p->Hp, p->Wp, p->Wp);
+        h3_tensor s = vv_v(r, off + ch * nf * plane * 4, H3_F32, n * p->Hp, p->Wp, p->Wp);
         if (r->out->range == H3_PIXELS_UNIT) {
             float m = ch < 3 ? h3_imagenet_mean[ch] : 0.0f, sd = ch < 3 ? h3_imagenet_std[ch] : 1.0f;
             H3_TRY(h3_op_scale(r->ex, &s, &s, sd, m));
             H3_TRY(h3_op_clamp(r->ex, &s, &s, 0.0f, 1.0f));
         }
         if (r->out->frames) {
-            h3_tensor *o = r->out->frames;
-            float *od = (float *)o->data + (ch * p->frames + first) * plane;
-            h3_tensor d = vw(od, n * p->Hp, p->Wp, p->Wp);
-            H3_TRY(h3_op_convert(r->ex, &d, &s));
+            h3_tensor d;
+            int64_t s2[2] = {n * p->Hp, p->Wp};
+            h3_tensor_wrap(&d, (float *)r->out->frames->data + (ch * p->frames + first) * plane,
+                           H3_PLACE_HOST, H3_F32, 2, s2);
+            H3_TRY(h3_copy(r->ex, &d, &s));
+        }
+        if (dev && r->out->on_frames) {
+            h3_tensor d;
+            int64_t s2[2] = {n * p->Hp, p->Wp};
+            h3_tensor_wrap(&d, r->fh + ch * n * plane, H3_PLACE_PINNED, H3_F32, 2, s2);
+            H3_TRY(h3_copy(r->ex, &d, &s));
         }
     }
     if (r->out->on_frames) {
         h3_tensor f;
         int64_t shape[4] = {oc, n, p->Hp, p->Wp};
-        h3_tensor_wrap(&f, buf, H3_PLACE_HOST, H3_F32, 4, shape);
-        f.stride[0] = nf * plane;
-        H3_TRY_CTX(r->out->on_frames(r->out->user, &f, first), "handing out frames %lld..%lld", (long long)first,
-                   (long long)(first + n - 1));
+        if (dev) H3_TRY(h3_exec_sync(r->ex));
+        h3_tensor_wrap(&f, dev ? (void *)r->fh : (void *)(r->ar + off), H3_PLACE_HOST, H3_F32, 4, shape);
+        f.stride[0] = (dev ? n : nf) * plane;
+        H3_TRY_CTX(r->out->on_frames(r->out->user, &f, first), "handing out frames %lld..%lld",
+                   (long long)first, (long long)(first + n - 1));
     }
     r->delivered = first + n;
     return H3_OK;
 }
 
-/* Cross-fade: canvas frames [0, e) become prev·(1 − k/e) + canvas·(k/e), prev the last e frames of the previous
- * chunk's look-ahead. */
+/* Cross-fade: canvas frames [0, e) become prev·(1 − k/e) + canvas·(k/e), prev the last e frames of the
+ * previous chunk's look-ahead. */
 static h3_status vv_crossfade(vv_run *r) {
     const vv_plan *p = r->p;
     int64_t Fc = p->main_frames + p->ovl_frames, plane = p->Hp * p->Wp;
@@ -1092,9 +1925,10 @@ static h3_status vv_crossfade(vv_run *r) {
     for (int64_t ch = 0; ch < r->c->out_channels; ch++)
         for (int64_t k = 0; k < e; k++) {
             float wb = (float)k / (float)e, wa = 1.0f - wb;
-            float *cur = r->ar + p->o_canvas + (ch * Fc + k) * plane;
-            float *prv = r->ar + p->o_prev + (ch * p->ovl_frames + p->ovl_frames - e + k) * plane;
-            h3_tensor a = vw(prv, p->Hp, p->Wp, p->Wp), b = vw(cur, p->Hp, p->Wp, p->Wp);
+            int64_t cur = p->o_canvas + (ch * Fc + k) * plane * 4;
+            int64_t prv = p->o_prev + (ch * p->ovl_frames + p->ovl_frames - e + k) * plane * 4;
+            h3_tensor a = vv_v(r, prv, H3_F32, p->Hp, p->Wp, p->Wp),
+                      b = vv_v(r, cur, H3_F32, p->Hp, p->Wp, p->Wp);
             H3_TRY(h3_op_scale(r->ex, &a, &a, wa, 0.0f));
             H3_TRY(h3_op_scale(r->ex, &b, &b, wb, 0.0f));
             H3_TRY(h3_op_binary(r->ex, &b, &b, &a, H3_BINARY_ADD));
@@ -1102,27 +1936,45 @@ static h3_status vv_crossfade(vv_run *r) {
     return H3_OK;
 }
 
-h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents, const h3_video_decode_out *out) {
+h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
+                              const h3_video_decode_out *out) {
     const h3_video_vae_config *c = &v->cfg;
     H3_TRY(h3_video_vae_check_latents(c, latents));
     if (!out || (!out->on_frames && !out->frames))
         return H3_ERR(H3_ERR_INVALID, "video decode: give a frame callback or an output tensor");
     int off = latents->ndim == 5;
     int64_t T = latents->shape[off + 1], H = latents->shape[off + 2], W = latents->shape[off + 3];
+    const h3_video_vae_mem *m = v->pl ? &v->pl->plan : NULL;
+    const h3_place place = m ? m->place : H3_PLACE_HOST;
+    if (m && (m->H != H || m->W != W))
+        return H3_ERR(H3_ERR_INVALID,
+                      "video decode: the decoder was placed for %lld × %lld latents, these are %lld × "
+                      "%lld (place it again for them)",
+                      (long long)m->H, (long long)m->W, (long long)H, (long long)W);
+    if (place == H3_PLACE_DEVICE && !ex->cuda)
+        return H3_ERR(H3_ERR_INVALID, "video decode: the decoder is placed on the device; the exec has none");
+    if (v->created && !(m && m->packed))
+        return H3_ERR(H3_ERR_INVALID,
+                      "this video VAE was created without weights: place it with a random seed");
     vv_plan *p = h3_malloc(sizeof *p, H3_MEM_OTHER);
     if (!p) return H3_ERR_NOMEM;
     h3_status st = H3_OK;
     vv_run r;
     memset(&r, 0, sizeof r);
-    H3_CHECK(vv_make_plan(c, T, H, W, v->rows_per_step, p));
+    uint8_t *mirror = NULL;
+    const int packed = m && m->packed;
+    H3_CHECK(vv_make_plan(c, T, H, W, m ? m->tile_batch : 1, m ? m->rows_per_step : v->rows_per_step,
+                          place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32, !packed && c->fused_qkv, p));
     if (out->frames) {
         h3_tensor *o = out->frames;
         int oo = o->ndim == 5;
         char s[96];
-        if (!((o->ndim == 4 || (oo && o->shape[0] == 1)) && o->dtype == H3_F32 && h3_tensor_is_contiguous(o) &&
-              o->shape[oo] == c->out_channels && o->shape[oo + 1] == p->frames && o->shape[oo + 2] == p->Hp &&
-              o->shape[oo + 3] == p->Wp && o->place != H3_PLACE_DEVICE))
-            H3_FAIL(H3_ERR_INVALID, "video decode: the output must be contiguous f32 [%d, %lld, %lld, %lld], got %s",
+        if (!((o->ndim == 4 || (oo && o->shape[0] == 1)) && o->dtype == H3_F32 &&
+              h3_tensor_is_contiguous(o) && o->shape[oo] == c->out_channels &&
+              o->shape[oo + 1] == p->frames && o->shape[oo + 2] == p->Hp && o->shape[oo + 3] == p->Wp &&
+              o->place != H3_PLACE_DEVICE))
+            H3_FAIL(H3_ERR_INVALID,
+                    "video decode: the output must be contiguous f32 [%d, %lld, %lld, %lld], got %s",
                     c->out_channels, (long long)p->frames, (long long)p->Hp, (long long)p->Wp,
                     h3_tensor_shape_str(o, s, sizeof s));
     }
@@ -1130,44 +1982,111 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
     r.ex = ex;
     r.c = c;
     r.p = p;
+    r.place = place;
     r.out = out;
-    r.cur_ev = r.cur_eh = -1.0f;
-    int64_t numel = h3_tensor_numel(latents);
-    int64_t ls[2] = {numel, 1};
-    h3_tensor_wrap(&r.lat_rows, latents->data, H3_PLACE_HOST, H3_F32, 2, ls);
-    r.ar = h3_malloc((size_t)p->total * sizeof(float), H3_MEM_ACTIVATIONS);
-    if (!r.ar) H3_FAIL(H3_ERR_NOMEM, "out of memory for the video decode's %lld MB of buffers",
-                       (long long)(p->total * 4 >> 20));
-    vv_rope_tables(&r);
-    H3_CHECK(vv_acquire(v, VV_IO, &r.io));
+    r.lat = latents->data;
+    r.gate_first = v->layout != H3_LAYOUT_DIFFUSERS;
+    /* the arena (one allocation), its tables, the host's staging */
+    if (place == H3_PLACE_DEVICE) {
+        struct h3_memrep *rep = v->pl->rep;
+        h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_ACTIVATIONS) : H3_DEVCAT_ACTIVATIONS;
+        r.ar = h3_place_alloc(H3_PLACE_DEVICE, (size_t)p->total, H3_MEM_ACTIVATIONS);
+        if (rep) h3_memrep_set_category(rep, prev);
+    } else {
+        r.ar = h3_malloc((size_t)p->total, H3_MEM_ACTIVATIONS);
+    }
+    if (!r.ar)
+        H3_FAIL(H3_ERR_NOMEM, "out of %s memory for the video decode's %lld MiB of buffers",
+                place == H3_PLACE_DEVICE ? "device" : "host", (long long)(p->total >> 20));
+    if (place == H3_PLACE_DEVICE) {
+        mirror = h3_malloc((size_t)p->tables_end, H3_MEM_IO);
+        if (!mirror) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        vv_tables(c, p, mirror);
+        h3_tensor a = vv_vec(&r, 0, H3_U8, p->tables_end), hm;
+        int64_t n = p->tables_end;
+        h3_tensor_wrap(&hm, mirror, H3_PLACE_HOST, H3_U8, 1, &n);
+        H3_CHECK(h3_copy(ex, &a, &hm));
+        H3_CHECK(h3_exec_sync(ex));
+        h3_free(mirror);
+        mirror = NULL;
+        r.zh = h3_calloc((size_t)(p->rows * c->latent_channels), sizeof(float), H3_MEM_IO);
+        if (!r.zh) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        r.fh = v->pl->fh;
+    } else {
+        vv_tables(c, p, r.ar);
+        r.zh = (float *)(r.ar + p->o_z);
+        memset(r.zh, 0, (size_t)(p->rows * c->latent_channels) * sizeof(float));
+    }
+    H3_CHECK(vv_acquire(v, ex, VV_IO, &r.io));
+    {
+        const int64_t Rg = c->num_register_tokens, dim = (int64_t)c->heads * c->head_dim;
+        h3_tensor e = vv_v(&r, p->o_extra, H3_F32, p->nb * (Rg + 1), dim, dim);
+        H3_CHECK(h3_op_fill(ex, &e, 0.0f));
+        for (int b = 0; b < p->nb && Rg > 0; b++) {
+            h3_tensor d = vv_v(&r, p->o_extra + (int64_t)b * (Rg + 1) * dim * 4, H3_F32, Rg, dim, dim);
+            H3_CHECK(h3_op_convert(ex, &d, &r.io.t[W_REG]));
+        }
+    }
     int64_t first = 0;
     for (int i = 0; i < p->chunks; i++) {
-        for (int a = 0; a < p->ny; a++)
-            for (int b = 0; b < p->nx; b++) {
-                H3_CHECK_CTX(vv_tile(&r, (int64_t)i * p->cs, p->ys[a] / c->patch_size, p->xs[b] / c->patch_size),
-                             "decoding chunk %d of %d, tile %d of %d", i + 1, p->chunks, a * p->nx + b + 1,
-                             p->ny * p->nx);
-                H3_CHECK(vv_stitch(&r, a, b));
-            }
+        for (int t0 = 0; t0 < p->nt; t0 += p->nb) {
+            const int nbp = p->nt - t0 < p->nb ? p->nt - t0 : p->nb;
+            H3_CHECK_CTX(vv_pass(&r, i, t0, nbp), "decoding chunk %d of %d, tiles %d to %d of %d", i + 1,
+                         p->chunks, t0 + 1, t0 + nbp, p->nt);
+        }
         if (i > 0 && p->ovl_frames) H3_CHECK(vv_crossfade(&r));
         int64_t Fc = p->main_frames + p->ovl_frames, plane = p->Hp * p->Wp;
         if (p->ovl_frames) /* keep the raw look-ahead before the delivered frames are converted */
             for (int64_t ch = 0; ch < c->out_channels; ch++) {
-                h3_tensor s = vw(r.ar + p->o_canvas + (ch * Fc + p->main_frames) * plane, p->ovl_frames * p->Hp, p->Wp,
-                                 p->Wp);
-                h3_tensor d = vw(r.ar + p->o_prev + ch * p->ovl_frames * plane, p->ovl_frames * p->Hp, p->Wp, p->Wp);
+                h3_tensor s = vv_v(&r, p->o_canvas + (ch * Fc + p->main_frames) * plane * 4, H3_F32,
+                                   p->ovl_frames * p->Hp, p->Wp, p->Wp);
+                h3_tensor d = vv_v(&r, p->o_prev + ch * p->ovl_frames * plane * 4, H3_F32,
+                                   p->ovl_frames * p->Hp, p->Wp, p->Wp);
                 H3_CHECK(h3_op_convert(ex, &d, &s));
             }
-        H3_CHECK(vv_deliver(&r, r.ar + p->o_canvas, Fc, p->main_frames, first));
+        H3_CHECK(vv_deliver(&r, p->o_canvas, Fc, p->main_frames, first));
         first += p->main_frames;
     }
-    if (p->ovl_frames) H3_CHECK(vv_deliver(&r, r.ar + p->o_prev, p->ovl_frames, p->ovl_frames, first));
+    if (p->ovl_frames) H3_CHECK(vv_deliver(&r, p->o_prev, p->ovl_frames, p->ovl_frames, first));
+    if (v->pl && v->pl->s) H3_CHECK(h3_streamer_sync(v->pl->s));
     if (r.delivered != p->frames)
         H3_FAIL(H3_ERR_INTERNAL, "video decode delivered %lld frames of %lld", (long long)r.delivered,
                 (long long)p->frames);
 done:
     vv_release(&r.io);
-    h3_free(r.ar);
+    if (place == H3_PLACE_DEVICE) {
+        h3_status s2 = h3_exec_sync(ex); /* nothing queued may still use the arena */
+        if (st == H3_OK) st = s2;
+        if (r.ar) h3_place_free(H3_PLACE_DEVICE, r.ar, (size_t)p->total, H3_MEM_ACTIVATIONS);
+        h3_free(r.zh);
+    } else {
+        h3_free(r.ar);
+    }
+    h3_free(mirror);
     h3_free(p);
     return st;
+}
+
+h3_status h3_video_vae_create(const h3_video_vae_config *c, h3_video_vae **out) {
+    *out = NULL;
+    if (c->num_layers < 1 || c->heads < 1 || c->head_dim < 1 || c->rope_dim % 6 ||
+        c->rope_dim > c->head_dim || c->patch_size < 1 || c->patch_size_t < 1 || c->latent_channels < 1 ||
+        c->latent_channels > H3_VVAE_MAX_CHANNELS || c->out_channels < 1 || c->ffn_inner < 1 ||
+        c->num_register_tokens < 0 || c->clip_length < 1 || c->token_drop < 0)
+        return H3_ERR(H3_ERR_INVALID, "video VAE config is inconsistent");
+    h3_video_vae *v = h3_calloc(1, sizeof *v, H3_MEM_OTHER);
+    if (!v) return H3_ERR_NOMEM;
+    v->cfg = *c;
+    v->cfg.weight_dtype = H3_BF16;
+    v->cfg.fused_qkv = 1;
+    v->layout = H3_LAYOUT_OFFICIAL;
+    v->created = 1;
+    v->rows_per_step = 512;
+    v->source = h3_strdup("(created in memory)");
+    if (!v->source) {
+        h3_free(v);
+        return H3_ERR_NOMEM;
+    }
+    *out = v;
+    return H3_OK;
 }

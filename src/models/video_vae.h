@@ -10,11 +10,15 @@
  * channels, SwiGLU with biases, per-block residual scales), LayerNorm, and a linear to 4 frames × 16 × 16 pixels.
  *
  * Memory does not grow with the number of frames: the decoder holds one chunk's canvas, the 5 frames it cross-fades
- * into the next chunk, one tile's pixels and activations, and hands finished frames to the caller chunk by chunk.
- * h3_video_vae_decode_peak computes that peak from the same chunk and tile arithmetic the decoder runs.
+ * into the next chunk, the pixels of one tile and the activations of a pass (a batch of a chunk's tiles that run
+ * through the blocks together, so the GEMMs see tiles × tokens rows), and hands finished frames to the caller chunk
+ * by chunk. h3_video_vae_plan computes that memory from the same arithmetic the decoder allocates with.
  *
- * Weights stay in their stored dtype (f32 official and diffusers, f16 ComfyUI) and are reached per block through
- * one acquire/release function; activations are f32. Files:
+ * Where it runs (h3_video_vae_place): on the CPU from the file, weights in their stored dtype and f32 activations
+ * (the default); or on a device, weights converted to bf16 there (norm weights, residual scales, register tokens and
+ * the input projections in f32), bf16 GEMM operands around an f32 residual stream, the blocks resident or streamed
+ * through a slot as the device budget allows. Weights are reached per part through one acquire/release function.
+ * Files:
  *   official   FL2VA/video_vae/ (config.json + source/config.json + source/model.safetensors), or FL2VA/ itself
  *   diffusers  vae/ (config.json + diffusion_pytorch_model*.safetensors), or the model root holding vae/
  *   ComfyUI    minimax_h3_video_vae_fp16.safetensors: official tensor names, no config. Latents mean/std, tiling and
@@ -103,18 +107,85 @@ typedef struct h3_video_decode_out {
 
 h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents, const h3_video_decode_out *out);
 
-/* Host memory a decode of latents [C, T, H, W] takes beyond the weights and the caller's tensors, from the chunk and
- * tile plan the decoder itself uses. */
+/* How decodes run (h3_video_vae_plan chooses the rest, h3_video_vae_place makes it so). */
+typedef struct h3_video_vae_run {
+    h3_place place;       /* H3_PLACE_HOST: the CPU (an unplaced decoder's); H3_PLACE_DEVICE: the GPU */
+    int packed;           /* host only: weights packed, converted and streamed as on the device (tests) */
+    int threads;          /* CPU threads (the host ops' scratch) */
+    int tile_batch;       /* tiles per pass; 0: 1 on the host, on a device the most that fit the budget */
+    int rows_per_step;    /* FFN and output-projection rows per step; 0: the open option (512) on the host,
+                           * on a device the largest that fits */
+    int64_t vram_budget;  /* device (and packed host): every byte the stage takes, the backend's 32 MiB
+                           * included; 0: not limited */
+    int64_t ram_budget;   /* pinned host bytes for copies of streamed blocks (the rest are read from the
+                           * file per use); 0: not limited */
+    int stream_blocks;    /* tests: at least this many blocks stream even when more would fit */
+    uint64_t random_seed; /* nonzero: the weights are random values made at the place, not read (benchmarks;
+                           * the only way a decoder from h3_video_vae_create gets weights) */
+} h3_video_vae_run;
+
+/* The memory a decode of latents [C, T, H, W] takes, from the chunk and tile plan the decoder itself uses,
+ * and the run's choices. Host: bytes beyond the weights and the caller's tensors. Device: every device byte
+ * the stage holds (each allocation rounded to the arena's granule), by category, as h3_cuda_mem_stats
+ * measures them. */
 typedef struct h3_video_vae_mem {
-    int64_t chunk_buffers; /* chunk canvas, cross-fade frames, one tile's pixels, blend strips and tables, the plan */
-    int64_t vit;           /* one tile's ViT activations, tables and indices */
-    int64_t op_scratch;    /* the largest scratch an op takes while those are held (GEMM panels, attention tiles) */
-    int64_t block_scratch; /* per-block weight conversions held during a block */
-    int64_t total;
+    int64_t chunk_buffers; /* canvas, cross-fade frames, a tile's pixels, blend strips and tables, the plan */
+    int64_t vit;           /* a pass's ViT activations, tables and indices */
+    int64_t op_scratch;    /* host: the largest scratch an op takes meanwhile (GEMM panels, attention) */
+    int64_t block_scratch; /* host: per-block weight conversions held during a block */
+    int64_t total;         /* host decodes: all of the above; device decodes: the host memory they take */
     int chunks, tiles_y, tiles_x;
     int64_t frames, tokens_per_tile;
+    /* the run */
+    h3_place place;
+    int packed;
+    int64_t H, W;                      /* latent height and width the plan (and a placement) is for */
+    int tile_batch, passes;            /* tiles per pass, passes per chunk */
+    int64_t rows_per_step;             /* FFN and output-projection rows per step */
+    int n_blocks, n_resident, n_slots; /* blocks resident at the place; the rest stream through n_slots */
+    int n_pinned, n_disk; /* streamed blocks copied from pinned host memory / read from the file per use */
+    int64_t block_bytes;  /* one block as placed (bf16 matrices and biases, f32 vectors), packed */
+    int64_t stored_bytes; /* one block as stored (the slot's size) */
+    /* device bytes (packed host runs: the same at the host place) */
+    int64_t dev_backend;  /* the backend's workspace, reserved at h3_cuda_init */
+    int64_t dev_weights;  /* the input and output layers and the resident blocks */
+    int64_t dev_load;     /* the staging a part passes through while it loads (during h3_video_vae_place) */
+    int64_t dev_slots;    /* the slot and the block it is converted into */
+    int64_t dev_arena;    /* a decode's buffers: activations, tables, canvas (one allocation) */
+    int64_t dev_peak;     /* the most held at once: max(while loading, while decoding) */
+    int64_t host_pinned;  /* pinned copies of streamed blocks, their staging, the frames handed out */
+    int64_t budget;       /* the vram budget it was planned for (0: not limited) */
+    int64_t budget_slack; /* kept free of the budget (the arena's granules and holes) */
+    int64_t ram_budget;
+    uint64_t random_seed;
 } h3_video_vae_mem;
+
+/* Plans a decode of latents [C, T, H, W] for run (NULL: on the host as opened). On a device (or packed host)
+ * it picks the tile batch, the FFN row step and how many blocks stay resident: the fastest choice whose peak
+ * fits the budget by the decoder's own allocation arithmetic. H3_ERR_BUDGET when nothing fits, saying by how
+ * much. */
+h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t W,
+                            const h3_video_vae_run *run, h3_video_vae_mem *out);
+/* Host memory of a CPU decode (h3_video_vae_plan with run->place HOST from a config alone): tile batch 1. */
 h3_status h3_video_vae_decode_peak(const h3_video_vae_config *c, int64_t T, int64_t H, int64_t W, int threads,
                                    int rows_per_step, h3_video_vae_mem *out);
+
+struct h3_memrep;
+/* Puts the weights where plan says (a plan from h3_video_vae_plan for this decoder): uploads and converts the
+ * resident blocks, makes the pinned copies and the slot of the streamed ones. Later decodes run there, on
+ * latents of the plan's height and width, in its tile batch and row step, with the arena the plan counted.
+ * rep (may be NULL) counts the device allocations by category. A second call replaces the placement. */
+h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_mem *plan,
+                             struct h3_memrep *rep);
+/* Returns everything h3_video_vae_place took; decodes run on the host from the file again. */
+void h3_video_vae_unplace(h3_video_vae *v);
+/* The placement's plan, or NULL when the decoder is not placed. */
+const h3_video_vae_mem *h3_video_vae_placement(const h3_video_vae *v);
+/* The predicted device bytes of a plan by memory-report category (h3_devcat order: backend, weights, slots,
+ * modulation, activations) and its peak. */
+void h3_video_vae_plan_predicted(const h3_video_vae_mem *m, int64_t pred[5], int64_t *peak);
+
+/* A decoder of config c without weight files (benchmarks): it decodes once placed with a random seed. */
+h3_status h3_video_vae_create(const h3_video_vae_config *c, h3_video_vae **out);
 
 #endif

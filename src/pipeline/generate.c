@@ -967,16 +967,53 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     h3_video_vae_mem m;
     H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
+    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
+        /* On the GPU within the run's device budget: the blocks that fit stay resident, the rest stream; the
+         * stage returns its memory (the backend shuts down) when it ends. */
+        h3_video_vae_run vr;
+        memset(&vr, 0, sizeof vr);
+        vr.place = H3_PLACE_DEVICE;
+        vr.vram_budget = g->plan->budgets.vram;
+        vr.ram_budget = g->plan->budgets.ram > 0 ? g->plan->budgets.ram : 0;
+        vr.threads = g->ex.threads;
+        h3_video_vae_mem dm;
+        st = h3_video_vae_plan(v, T, H, W, &vr, &dm);
+        if (st == H3_ERR_BUDGET) { /* the CPU still can (slowly): better than losing the run's latents */
+            h3_log(H3_LOG_WARN, "video VAE on the CPU: %s", h3_last_error_message());
+            st = H3_OK;
+        } else {
+            H3_CHECK_CTX(st, "the video VAE on --device cuda");
+            m = dm;
+            h3_log(H3_LOG_INFO,
+                   "video VAE on the GPU: %d of %d blocks resident, %d tiles per pass, predicted device peak "
+                   "%.2f "
+                   "GiB",
+                   m.n_resident, m.n_blocks, m.tile_batch, m.dev_peak / 1073741824.0);
+            H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
+            g->cuda_on = 1;
+            H3_CHECK_CTX(h3_video_vae_place(v, &g->ex, &m, NULL), "loading the video VAE");
+        }
+    }
     h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks,
            m.tiles_y, m.tiles_x, (double)m.total / 1048576.0);
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, g, NULL};
     H3_CHECK_CTX(h3_video_vae_decode(v, &g->ex, video_lat, &out), "the video VAE");
+    if (g->cuda_on) {
+        int64_t used, peak, cap;
+        h3_cuda_mem_stats(&g->ex, &used, &peak, &cap);
+        h3_log(H3_LOG_INFO, "video VAE: device peak %.3f GiB measured, %.3f GiB predicted",
+               peak / 1073741824.0, m.dev_peak / 1073741824.0);
+    }
     if (g->res.frames_written != g->req.frames)
         H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
                 (long long)g->req.frames);
     stage_end(g);
 done:
-    h3_video_vae_close(v);
+    h3_video_vae_close(v); /* its device memory back before the backend goes */
+    if (g->cuda_on) {
+        h3_cuda_shutdown(&g->ex);
+        g->cuda_on = 0;
+    }
     return st;
 }
 

@@ -6,6 +6,7 @@
 #   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
+#   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
@@ -97,6 +98,16 @@ for s in "${steps[@]}"; do
                 | tee "$OUT/bench_dit_cuda_quant.log"; rc=$((rc | PIPESTATUS[0]))
             $B/bench_dit_stream --pruned --quant int8_convrot ${QUANT_STREAM:-W124 --budgets 8,6 --no-disk} 2>&1 \
                 | tee "$OUT/bench_dit_stream_int8.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        video-vae) # the video VAE decoder on the GPU: every fixture case, frame count and placement against the CPU
+                   # (and the predicted device peak against the measured one), then the release-size decode of the
+                   # W124 latents, h3run at the default budget and at 8 GiB, and diffusers' in the same run
+            $B/test_video_vae_cuda 2>&1 | tee "$OUT/test_video_vae_cuda.log"; rc=$((rc | PIPESTATUS[0]))
+            H3_VVAE_BLOCKS=36 $B/test_video_vae_cuda release_width 2>&1 | tee "$OUT/test_video_vae_cuda_36.log"
+            rc=$((rc | PIPESTATUS[0]))
+            $B/bench_video_vae_cuda ${VVAE_ARGS:-W124 --budgets default,8} 2>&1 | tee "$OUT/bench_video_vae_cuda.log"
+            rc=$((rc | PIPESTATUS[0]))
+            PYTHONUNBUFFERED=1 python3 bench/video_vae_diffusers.py ${VVAE_DIFFUSERS_ARGS:-W124} 2>&1 \
+                | tee "$OUT/video_vae_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
