@@ -223,7 +223,7 @@ static void test_full_arithmetic(void) {
           (long long)t->dev_slots);
     CHECK(t->dev_backend == H3_CUDA_BACKEND_BYTES && t->dev_globals == 181795584,
           "backend %lld, globals %lld", (long long)t->dev_backend, (long long)t->dev_globals);
-    CHECK(t->dev_peak + h3_plan_slack(8 * GiB) <= 8 * GiB, "peak %lld + slack within 8 GiB",
+    CHECK(t->dev_peak + h3_budget_slack(8 * GiB) <= 8 * GiB, "peak %lld + slack within 8 GiB",
           (long long)t->dev_peak);
     CHECK(t->streamed_bytes == (int64_t)(52 - t->n_resident) * 770725376, "streamed bytes");
     printf("  W124 at 8 GiB: %d resident, %d slots, chunk %lld, peak %.3f GiB, %.3f s/step (resident %.3f)\n",
@@ -258,7 +258,7 @@ static void test_budget_edges(void) {
         if (!p->fits) continue;
         CHECK(p->dit.streamed_bytes <= prev, "%lld GiB streams %lld bytes, more than %lld at less budget",
               (long long)g, (long long)p->dit.streamed_bytes, (long long)prev);
-        CHECK(p->dit.dev_peak + h3_plan_slack(g * GiB) <= g * GiB, "%lld GiB: peak %lld over the budget",
+        CHECK(p->dit.dev_peak + h3_budget_slack(g * GiB) <= g * GiB, "%lld GiB: peak %lld over the budget",
               (long long)g, (long long)p->dit.dev_peak);
         prev = p->dit.streamed_bytes;
     }

@@ -20,6 +20,14 @@
 #define H3_RAM_SHARE   0.80
 #define H3_GIB         1073741824.0
 
+/* What a plan leaves free in a device budget: 1% or 64 MiB, whichever is larger. It covers the arena's 256-byte
+ * granules and the holes a first-fit arena can leave: a plan fits when its predicted peak plus this is within the
+ * budget. */
+static inline int64_t h3_budget_slack(int64_t budget) {
+    int64_t s = budget / 100;
+    return s > ((int64_t)64 << 20) ? s : ((int64_t)64 << 20);
+}
+
 /* "8GiB", "8G", "8gb", "512MiB", "1.5G", "123456" (bytes), "auto" (0: the default). Binary units: K, M, G, T
  * are powers of 1024 with or without "iB"/"B". A bad text is H3_ERR_INVALID naming `what` ("--vram-budget")
  * and the forms that are accepted. */

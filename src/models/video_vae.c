@@ -1361,7 +1361,7 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
             need_staging |= it->tier == H3_TIER_DISK;
             pl->order[j] = j;
         }
-        h3_streamer_config sc = {pl->place, plan->n_slots, slot, need_staging ? H3_PLAN_STAGING : 0, rep, 0};
+        h3_streamer_config sc = {pl->place, plan->n_slots, slot, need_staging ? H3_STREAM_STAGING : 0, rep, 0};
         H3_CHECK_CTX(h3_streamer_create(ex, &sc, pl->items, n_str, &pl->s),
                      "streaming the video VAE's blocks");
         H3_CHECK(h3_streamer_set_order(pl->s, pl->order, n_str, 1));
@@ -1511,7 +1511,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     H3_TRY(vv_src_make((h3_video_vae *)v, 0, random, 0, wdt, &sblk));
     const int64_t stored = sblk.bytes, stage = random ? 0 : (sio.bytes > sblk.bytes ? sio.bytes : sblk.bytes);
     const int64_t backend = run->place == H3_PLACE_DEVICE ? H3_CUDA_BACKEND_BYTES : 0;
-    const int64_t budget = run->vram_budget, slack = budget ? h3_plan_slack(budget) : 0;
+    const int64_t budget = run->vram_budget, slack = budget ? h3_budget_slack(budget) : 0;
     vv_plan *p = h3_malloc(sizeof *p, H3_MEM_OTHER);
     if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = H3_OK;
@@ -1569,7 +1569,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
             H3_ERR_BUDGET,
             "the video VAE decode of %lld×%lld latents needs at least %s of the device (one tile per pass, "
             "every block streamed); the budget is %s",
-            (long long)H, (long long)W, h3_budget_str(least + h3_plan_slack(least), a, sizeof a),
+            (long long)H, (long long)W, h3_budget_str(least + h3_budget_slack(least), a, sizeof a),
             h3_budget_str(budget, b, sizeof b));
     }
     H3_CHECK(vv_make_plan(c, T, H, W, best_nb, best_rc, wdt, 0, p));
@@ -1598,7 +1598,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     const int64_t frames_stage = vv_frames_stage_bytes(c, H, W);
     const int n_str = L - best_R;
     out->host_pinned = (random ? (n_str ? stored : 0) : (int64_t)best_np * stored) +
-                       (out->n_disk ? H3_PLAN_STAGING * stored : 0) +
+                       (out->n_disk ? H3_STREAM_STAGING * stored : 0) +
                        (run->place == H3_PLACE_DEVICE ? frames_stage : 0);
     {
         int64_t during =

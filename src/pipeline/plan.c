@@ -58,7 +58,7 @@ static double maxd(double a, double b) {
 }
 
 static int fits_in(int64_t peak, int64_t budget) {
-    return peak + h3_plan_slack(budget) <= budget;
+    return peak + h3_budget_slack(budget) <= budget;
 }
 
 /* The smallest budget b with fits_in(peak, b), rounded up to 64 MiB. */
@@ -336,7 +336,7 @@ static int dit_search(const dit_ctx *x, h3_dit_plan *best) {
             } else {
                 /* the most resident units next to k slots */
                 dit_eval(x, chunk, k, 0, &cand);
-                int64_t room = x->vram - h3_plan_slack(x->vram) - cand.dev_peak;
+                int64_t room = x->vram - h3_budget_slack(x->vram) - cand.dev_peak;
                 r = 0;
                 for (int u = 0; u < ds->n_units; u++)
                     if (room >= h3_cuda_granule(ds->unit_max)) {

@@ -22,7 +22,7 @@
  * stream over several steps with the device figures (h3_device_figures). It keeps the fastest, judged with
  * copies and reads 25% slower than the figures (a plan must hide its copies with slack, not on paper); among
  * plans within 0.5% of it, the one that streams the fewest bytes, then the largest chunk. A plan fits when
- * its predicted peak plus h3_plan_slack(budget) is within the budget (the slack covers the arena's 256-byte
+ * its predicted peak plus h3_budget_slack(budget) is within the budget (the slack covers the arena's 256-byte
  * granules and the holes a first-fit arena can leave).
  */
 #ifndef H3_MEM_PLAN_H
@@ -30,6 +30,7 @@
 
 #include <stdint.h>
 
+#include "mem/budget.h"
 #include "mem/streamer.h"
 #include "models/audio_vae.h"
 #include "models/dit.h"
@@ -39,10 +40,6 @@
 
 #define H3_PLAN_MAX_UNITS 256
 #define H3_PLAN_MAX_SLOTS 8
-static inline int64_t h3_plan_slack(int64_t budget) {
-    int64_t s = budget / 100;
-    return s > ((int64_t)64 << 20) ? s : ((int64_t)64 << 20);
-}
 
 /* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see
  * docs/MEMORY.md). */
