@@ -578,13 +578,15 @@ static void test_bad_files(void) {
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
 
     rewrite("comfy_pruned.safetensors", f, "blocks.1.mlp.fc2.weight", NULL, NULL, NULL);
-    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.1.mlp.fc2.weight");
+    CHECK_ERR(
+        h3_dit_open(f, NULL, &d), H3_ERR_FORMAT,
+        "tensor 'blocks.1.mlp.fc2.weight' is missing; DiT block 1 needs it as [hidden, FFN] = [32, 64]");
     rewrite("comfy_pruned.safetensors", f, NULL, "blocks.0.attn.out_proj.weight", NULL, NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "blocks.0.attn.out_proj.weight");
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, "{\"format\": \"int8_tensorwise\"}", NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "marked int8_tensorwise but is bf16");
     rewrite("comfy_pruned.safetensors", f, "blocks.0.attn.qkv_proj.weight", NULL, NULL, NULL);
-    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.0.attn.qkv_proj.weight");
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "tensor 'blocks.0.attn.qkv_proj.weight' is missing");
     /* Metadata config that disagrees with the shapes. */
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 64, \"num_layers\": 2}");
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "video_patch_proj.weight");

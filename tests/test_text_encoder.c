@@ -314,12 +314,17 @@ static void test_bad_files(void) {
         int code;
         const char *phrase;
     } cases[] = {
-        {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "layers.2.mlp.up_proj.weight' is missing"},
-        {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT, "expected [64, 64]"},
-        {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT, "expected [64]"},
+        {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT,
+         "layers.2.mlp.up_proj.weight' is missing"},
+        {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT,
+         "has shape [32, 64]; text-encoder layer 1 needs [kv_heads·head_dim, hidden] = [64, 64]"},
+        {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT,
+         "has shape [48]; text-encoder layer 3 needs [hidden] = [64]"},
         {EDIT_DTYPE, "model.layers.0.mlp.down_proj.weight", H3_I8, 2, 64, 96, H3_ERR_FORMAT, "is i8 without"},
-        {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED, "no biases"},
-        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_FORMAT, "comfy_quant marker"},
+        {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED,
+         "no biases"},
+        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_FORMAT,
+         "comfy_quant marker"},
         {EDIT_DROP, "model.embed_tokens.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "embed_tokens.weight"},
         {EDIT_DROP, "model.layers.0.self_attn.q_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, NULL},
     };
@@ -374,7 +379,8 @@ static void test_bad_files(void) {
           "\"head_dim\": 32, \"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 4}}",
           f);
     fclose(f);
-    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT, "expected [256, 48]");
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT,
+              "the text encoder needs [vocab, hidden] = [256, 48]");
     f = fopen(cfg, "w");
     fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
           "\"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 3}",
