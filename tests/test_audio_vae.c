@@ -337,7 +337,10 @@ static void test_bad_files(void) {
         h3_mem_stats m0, m1;
         h3_mem_get_stats(&m0);
         if (round == 0) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.resblocks.4.activations.3.act.beta' is missing");
-        if (round == 1) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; this decoder's config needs [32, 16, 4]");
+        if (round == 1)
+            CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT,
+                      "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; BigVGAN stage 2 needs [channels in, "
+                      "channels in / 2, kernel] = [32, 16, 4]");
         if (round == 2) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 32 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&m1);

@@ -396,7 +396,9 @@ static void test_bad_files(void) {
         h3_mem_stats a, b;
         h3_mem_get_stats(&a);
         if (round == 0) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "'decoder.transformer_blocks.1.ff.w2.bias' is missing");
-        if (round == 1) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "has shape [16, 64]; this decoder's config needs [32, 32]");
+        if (round == 1)
+            CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
+                      "has shape [16, 64]; ViT block 0 needs [hidden, heads·head_dim] = [32, 32]");
         if (round == 2) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 24 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&b);
