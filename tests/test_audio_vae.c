@@ -265,7 +265,9 @@ static void test_malformed_latents(void) {
         {3, {2, 24, 5}, H3_F32, "have 24 channels; this audio VAE takes 32"},
         {4, {1, 2, 32, 5}, H3_F32, "[channels, C, T] or [C, T]"},
         {3, {2, 32, 5}, H3_F16, "f32"},
-        {3, {0, 32, 5}, H3_F32, "1 to 16 channels"},
+        {3, {0, 32, 5}, H3_F32, "[0, 32, 5] hold no values"},
+        {3, {2, 32, 0}, H3_F32, "[2, 32, 0] hold no values"},
+        {3, {17, 32, 5}, H3_F32, "1 to 16 channels"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         h3_tensor z;

@@ -844,6 +844,11 @@ h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tens
     if (z->ndim != 2 && z->ndim != 3)
         return H3_ERR(H3_ERR_INVALID, "audio latents must be [channels, C, T] or [C, T]; got %s",
                       h3_tensor_shape_str(z, s, sizeof s));
+    if (h3_tensor_numel(z) == 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio latents %s hold no values: every dimension must be at least 1 (e.g. [2, "
+                      "%d, 200] for 5 s of stereo)",
+                      h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s", h3_dtype_name(z->dtype));
     int off = z->ndim == 3;

@@ -826,6 +826,11 @@ h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tens
     if ((z->ndim != 4 && z->ndim != 5) || (off && z->shape[0] != 1))
         return H3_ERR(H3_ERR_INVALID, "video latents must be [C, T, H, W] or [1, C, T, H, W] (one video); got %s",
                       h3_tensor_shape_str(z, s, sizeof s));
+    if (h3_tensor_numel(z) == 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "video latents %s hold no values: every dimension must be at least 1 (e.g. [1, "
+                      "%d, 31, 48, 84] for 124 frames at 1344 × 768)",
+                      h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "video latents must be contiguous f32 host memory, got %s",
                       h3_dtype_name(z->dtype));
