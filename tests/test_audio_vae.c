@@ -502,6 +502,49 @@ static int cmd_compare_pcm(char **argv) {
     return r;
 }
 
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status av_load(const char *path, void *user) {
+    (void)user;
+    h3_audio_vae *v = NULL;
+    h3_status st = h3_audio_vae_open(path, NULL, &v);
+    h3_audio_vae_close(v);
+    return st;
+}
+
+/* The sweep's selection (each open reads and folds every weight, and the models hold about 1,000 tensors):
+ * every tensor of the decoder as a whole (dec_in_proj, conv_pre, conv_post, activation_post, the latents
+ * statistics) and of BigVGAN stage 0's upsampler and first AMP block (weight_g/weight_v or folded weights,
+ * biases, SnakeBeta's alpha and beta, the resampling filters), which covers every kind of tensor the decoder
+ * reads. */
+static int av_select(const char *name, t_mutation m, void *user) {
+    (void)m;
+    (void)user;
+    static const char *const pre[] = {"dec_in_proj.",
+                                      "decoder.conv_pre.",
+                                      "decoder.conv_post.",
+                                      "decoder.activation_post.",
+                                      "latents_",
+                                      "decoder.ups.0.",
+                                      "decoder.resblocks.0.convs1.0.",
+                                      "decoder.resblocks.0.convs2.0.",
+                                      "decoder.resblocks.0.activations.0."};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (h3_str_starts_with(name, pre[i])) return 0;
+    return -1;
+}
+
+/* Those tensors emptied, truncated, reshaped and retyped (official; one mutation per tensor in turn for the
+ * other two layouts): refused in the binder's one message form, never a crash. */
+static void test_weight_sweep(void) {
+    const char *kinds[3] = {"official", "diffusers", "comfy"};
+    for (int i = 0; i < 3; i++) {
+        char p[700];
+        t_sweep(kinds[i], model_path(kinds[i], p, sizeof p), av_load, av_select, NULL, i > 0);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--compare-pcm")) return cmd_compare_pcm(argv);
     if (argc == 4 && !strcmp(argv[1], "--write-model")) {
@@ -515,6 +558,7 @@ int main(int argc, char **argv) {
         {"memory", test_memory},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
+        {"weight_sweep", test_weight_sweep},
         {"alloc_failures", test_alloc_failures},
         {"wav", test_wav},
         {NULL, NULL},

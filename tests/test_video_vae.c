@@ -433,7 +433,8 @@ static void test_bad_files(void) {
     fx("comfy.safetensors", p, sizeof p);
     o = (h3_video_vae_opts){0};
     o.heads = 3;
-    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID, "not a multiple of 3 heads");
+    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID,
+              "needs a hidden size that is a multiple of the 3 heads (--heads)");
     char cmd[1700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "cleanup");
@@ -697,6 +698,34 @@ static int cmd_compare_rgb(char **argv) {
     return r;
 }
 
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status vv_load(const char *path, void *user) {
+    h3_video_vae *v = NULL;
+    h3_status st = h3_video_vae_open(path, user, &v);
+    h3_video_vae_close(v);
+    return st;
+}
+
+/* Never read: the official file's mask token (the encoder's). */
+static int vv_accepts(const char *name, t_mutation m, void *user) {
+    (void)m;
+    (void)user;
+    return !strcmp(name, "decoder.mask_token");
+}
+
+/* Every tensor of the three layouts' fixtures emptied, truncated, reshaped and retyped: refused in the
+ * binder's one message form, never a crash. */
+static void test_weight_sweep(void) {
+    char p[512];
+    h3_video_vae_opts none = {0}, comfy = {0};
+    comfy.heads = 2;
+    t_sweep("official", fx("official", p, sizeof p), vv_load, vv_accepts, &none, 0);
+    t_sweep("diffusers", fx("diffusers", p, sizeof p), vv_load, vv_accepts, &none, 0);
+    t_sweep("comfy.safetensors", fx("comfy.safetensors", p, sizeof p), vv_load, vv_accepts, &comfy, 0);
+}
+
 /* --write-latents PATH NAME d0 [d1 ...]: random f32 latents of that shape under that name. */
 static int cmd_write_latents(int argc, char **argv) {
     int nd = argc - 4;
@@ -727,6 +756,7 @@ int main(int argc, char **argv) {
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
+        {"weight_sweep", test_weight_sweep},
         {"alloc_failures", test_alloc_failures},
         {"released_shapes", test_released_shapes},
         {NULL, NULL},

@@ -340,8 +340,8 @@ int t_sweep(const char *what, const char *root, t_load_fn load, t_accept_fn acce
             const char *name = s.entries[i].name;
             for (int m = 0; m < T_MUT_COUNT; m++) {
                 if (one_each && m != (int)(turn % T_MUT_COUNT)) continue;
-                if (!t_st_mutate(orig, files[f], name, (t_mutation)m)) continue;
                 int must_accept = accept ? accept(name, (t_mutation)m, user) : 0;
+                if (must_accept < 0 || !t_st_mutate(orig, files[f], name, (t_mutation)m)) continue;
                 h3_clear_error();
                 h3_status st = load(copy, user);
                 loads++;

@@ -720,13 +720,13 @@ static h3_status infer_config(h3_dit *d, const h3_wbind *b, h3_dit_config *c) {
                       "[time embedding width, time MLP width]", &model, s));
         c->time_embed_dim = s[0];
     }
-    /* RoPE's frequencies: as many as the stored buffer holds (its row checks the rest). */
+    /* RoPE's frequencies: as many as the stored buffer holds, when it has one. */
     const h3_st_entry *e;
     h3_wb_info in;
-    char full[384];
-    snprintf(full, sizeof full, "%srope.inv_freq", b->prefix);
-    H3_TRY(h3_wb_lookup(b, full, &e, &in));
-    if (e && in.ndim == 1) {
+    h3_wb_row rf = h3_wb_row_make("rope.inv_freq", NULL, 1, H3_WB_ANY, 0, 0, 0, H3_WB_FLOATS, H3_WB_OPTIONAL,
+                                  "[RoPE frequencies]", model);
+    H3_TRY(h3_wb_check(b, &rf, &e, &in));
+    if (e) {
         if (in.shape[0] < 1)
             return h3_wb_shape_error(b, "rope.inv_freq", 1, in.shape, &model,
                                      "[RoPE frequencies] with at least one");

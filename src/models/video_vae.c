@@ -362,6 +362,15 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
 
 /* ---- opening ------------------------------------------------------------------------------------------------ */
 
+/* The latent channels of a well-formed post_quant_conv ([C, C, 1, 1, 1]); a malformed one leaves the default,
+ * and vv_finish_config names it. */
+static void vv_channels_of(h3_video_vae *v) {
+    const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
+    if (e && e->ndim == 5 && e->shape[0] == e->shape[1] && e->shape[2] == 1 && e->shape[3] == 1 &&
+        e->shape[4] == 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
+        v->cfg.latent_channels = (int)e->shape[0];
+}
+
 /* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio receives
  * rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
 static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int depth) {
@@ -427,16 +436,12 @@ done:
         char what[1024];
         snprintf(what, sizeof what, "%s/config.json", path);
         /* latent channels come from the weights; read them first so the mean/std lengths can be checked */
-        const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
-        if (e && e->ndim >= 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
-            v->cfg.latent_channels = (int)e->shape[0];
+        vv_channels_of(v);
         st = cfg_diffusers(&v->cfg, wrap, ratio, what);
     } else if (st == H3_OK && wrap) {
         char what[1024];
         snprintf(what, sizeof what, "%s%s", path, v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
-        const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
-        if (e && e->ndim >= 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
-            v->cfg.latent_channels = (int)e->shape[0];
+        vv_channels_of(v);
         st = cfg_wrapper(&v->cfg, wrap, v->layout == H3_LAYOUT_OFFICIAL, what);
     }
 out:
@@ -466,9 +471,9 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     int64_t pq[5], in[2], reg[3], out[2], w1[2];
     H3_TRY(vv_anchor(v, "post_quant_conv.weight", 5, vv_words(W_PQ_W), pq));
     const int64_t C = pq[0];
-    if (C < 1 || C > H3_VVAE_MAX_CHANNELS)
+    if (C < 1 || C > H3_VVAE_MAX_CHANNELS || pq[1] != C || pq[2] != 1 || pq[3] != 1 || pq[4] != 1)
         return h3_wb_shape_error(&v->wb, "post_quant_conv.weight", 5, pq, &model,
-                                 "1 to %d latent channels (h3run's limit)", H3_VVAE_MAX_CHANNELS);
+                                 "%s with 1 to %d latent channels", vv_words(W_PQ_W), H3_VVAE_MAX_CHANNELS);
     if (C != c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
         return h3_wb_shape_error(
             &v->wb, "post_quant_conv.weight", 5, pq, &model,
@@ -504,9 +509,14 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     c->ffn_inner = (int)(I2 / 2);
     if (v->layout == H3_LAYOUT_COMFY) {
         c->heads = o->heads > 0 ? o->heads : (int)(dim / 64 > 0 ? dim / 64 : 1);
-        if (dim % c->heads)
-            return H3_ERR(H3_ERR_INVALID, "%s: hidden size %lld is not a multiple of %d heads", v->source,
-                          (long long)dim, c->heads);
+        if (dim % c->heads) { /* the file's or the request's fault: the message names both */
+            char a[96];
+            return H3_ERR(H3_ERR_INVALID,
+                          "%s: tensor '%s' has shape %s; the video VAE needs a hidden size that is a "
+                          "multiple of the %d heads (%s)",
+                          v->source, in_name, h3_shape_str(2, in, a, sizeof a), c->heads,
+                          o->heads > 0 ? "--heads" : "hidden / 64: give --heads");
+        }
         c->head_dim = (int)(dim / c->heads);
         /* The file has no config: the patch size follows from the output projection. */
         int64_t pp = P / ((int64_t)c->out_channels * c->patch_size_t);
@@ -525,6 +535,13 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
                                  "a hidden size of %d heads × %d channels = %lld", c->heads, c->head_dim,
                                  (long long)c->heads * c->head_dim);
     c->rope_dim = (int)floor((double)c->head_dim * (double)ratio + 1e-9);
+    if ((c->rope_dim % 6 || c->rope_dim > c->head_dim) &&
+        v->layout == H3_LAYOUT_COMFY) /* head_dim from the shape */
+        return h3_wb_shape_error(
+            &v->wb, in_name, 2, in, &model,
+            "a head_dim (hidden / %d heads) whose %.0f%% are a multiple of 6 rotary channels (3 "
+            "axes × cos/sin halves)",
+            c->heads, 100.0 * ratio);
     if (c->rope_dim % 6 || c->rope_dim > c->head_dim)
         return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
                       "cos/sin halves)", v->source, c->rope_dim, c->head_dim);
