@@ -352,6 +352,44 @@ static void test_bad_files(void) {
     h3_st_close(&s);
 }
 
+/* A diffusers folder saved with diffusers' defaults has "latents_mean": null and "latents_std": null.
+ * diffusers reads them as None; its decode step then builds a tensor from them (torch.tensor(None) raises),
+ * so no diffusers pipeline decodes with such a folder either. h3run refuses it with a message that says null
+ * and what to give (it said "must be a list of 32 numbers"). Absent keys are the same None to diffusers. */
+static void test_null_statistics(void) {
+    char src[700], dir[800], p[900], wsrc[900];
+    model_path("diffusers", src, sizeof src);
+    snprintf(dir, sizeof dir, "%s/nullstats", g_dir);
+    mkdir(dir, 0755);
+    snprintf(wsrc, sizeof wsrc, "%s/diffusion_pytorch_model.safetensors", src);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    CHECK(symlink(wsrc, p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
+    json_t *cfg = NULL;
+    snprintf(p, sizeof p, "%s/config.json", src);
+    CHECK_OK(h3_json_load_file(p, 1 << 20, &cfg));
+    if (!cfg) return;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    static const struct {
+        int drop; /* 0: null, 1: absent */
+        const char *needle;
+    } cases[] = {{0, "\"latents_mean\" is null: the config records no latent normalization"},
+                 {1, "\"latents_mean\" is missing"}};
+    for (int k = 0; k < 2; k++) {
+        if (cases[k].drop) {
+            json_object_del(cfg, "latents_mean");
+            json_object_del(cfg, "latents_std");
+        } else {
+            json_object_set_new(cfg, "latents_mean", json_null());
+            json_object_set_new(cfg, "latents_std", json_null());
+        }
+        CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+        h3_audio_vae *v = NULL;
+        CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, cases[k].needle);
+        CHECK(v == NULL, "no handle");
+    }
+    json_decref(cfg);
+}
+
 /* Allocation n of open (and of decode) fails, for every n up to 60 and then every 53rd (the decode: up to 100, then
  * every 47th): the per-tensor loops repeat the same allocation sites, and trying every point takes too long under
  * the sanitizers. Every failure returns an error and leaks nothing; past the last allocation the call succeeds. */
@@ -558,6 +596,7 @@ int main(int argc, char **argv) {
         {"memory", test_memory},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
+        {"null_statistics", test_null_statistics},
         {"weight_sweep", test_weight_sweep},
         {"alloc_failures", test_alloc_failures},
         {"wav", test_wav},

@@ -698,6 +698,43 @@ static int cmd_compare_rgb(char **argv) {
     return r;
 }
 
+/* diffusers' AutoencoderKLMiniMaxH3 defaults latents_mean to 0 and latents_std to 1 for 24 channels: a config
+ * without the keys is read with those (as from_pretrained does; a warning says so); a null is None to
+ * diffusers, which its decode step cannot use (torch.tensor(None) raises): refused with a message that says
+ * null. */
+static void test_config_statistics(void) {
+    char src[512], dir[512], p[700];
+    t_tmp_path("vvae-stats", dir, sizeof dir);
+    mkdir(dir, 0755);
+    fx("diffusers/diffusion_pytorch_model.safetensors", src, sizeof src);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    CHECK(symlink(src, p) == 0, "symlink %s", p);
+    json_t *cfg = NULL;
+    CHECK_OK(h3_json_load_file(fx("diffusers/config.json", src, sizeof src), 1 << 20, &cfg));
+    if (!cfg) return;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_object_del(cfg, "latents_mean");
+    json_object_del(cfg, "latents_std");
+    CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(dir, NULL, &v));
+    if (v) {
+        const h3_video_vae_config *c = h3_video_vae_get_config(v);
+        int ok = c->latent_channels == 24;
+        for (int i = 0; i < 24; i++) ok &= c->latents_mean[i] == 0.0f && c->latents_std[i] == 1.0f;
+        CHECK(ok, "absent keys are diffusers' defaults: mean 0 and std 1 for 24 channels");
+        h3_video_vae_close(v);
+    }
+    json_object_set_new(cfg, "latents_mean", json_null());
+    CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+    CHECK_ERR(h3_video_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" is null");
+    json_decref(cfg);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 /* ---- the weight table's contract: every tensor, one at a time
  * ------------------------------------------------ */
 
@@ -757,6 +794,7 @@ int main(int argc, char **argv) {
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
         {"weight_sweep", test_weight_sweep},
+        {"config_statistics", test_config_statistics},
         {"alloc_failures", test_alloc_failures},
         {"released_shapes", test_released_shapes},
         {NULL, NULL},
