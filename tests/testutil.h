@@ -74,8 +74,9 @@ int t_st_mutate(const char *src, const char *dst, const char *name, t_mutation m
 /* Opens what `path` names with the loader under test and closes it again. */
 typedef h3_status (*t_load_fn)(const char *path, void *user);
 /* 1 when the loader must accept tensor `name` mutated by m (a tensor it does not read, or a size it takes
- * from that tensor itself), 0 when it must refuse, -1 to leave the case out (large models sweep a selection).
- * NULL: every mutation must be refused. */
+ * from that tensor itself), 0 when it must refuse in the binder's form, -1 to leave the case out (large
+ * models sweep a selection), 2 when only a crash is wrong (the companions of quantized weights: markers and
+ * scales have checks of their own). NULL: every mutation must be refused. */
 typedef int (*t_accept_fn)(const char *name, t_mutation m, void *user);
 /* For every tensor of every .safetensors file under root (a file, or a folder tree with its configs), and
  * each mutation (all four; with one_each, one per tensor in turn, for large files): mutates a copy of root

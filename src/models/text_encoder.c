@@ -802,8 +802,12 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
                   h3_cuda_granule(n * c->kv_heads * D * es) * 2 + h3_cuda_granule(ch * 2 * F * es) +
                   h3_cuda_granule(ch * F * es) + h3_cuda_granule(n * D * 4) * 2 +
                   h3_cuda_granule(n * C * 4) /* the f32 output */;
+    /* hidden_states[n_layers]: the final norm's weights, copied to the device for the last step */
+    const int64_t norm = layer == c->n_layers && te->final_norm.data
+                             ? h3_cuda_granule((int64_t)h3_tensor_nbytes(&te->final_norm))
+                             : 0;
     return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) +
-           (layer > 1 ? 2 : 1) * slot + act;
+           (layer > 1 ? 2 : 1) * slot + act + norm;
 }
 
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
