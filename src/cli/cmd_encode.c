@@ -103,24 +103,19 @@ int h3_cmd_encode(int argc, char **argv) {
     double tol = 1e-4;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "DIR",
-         "model folder: tokenizer/tokenizer.json (or tokenizer.json) and text_encoder/ (official or ComfyUI "
-         "names)"},
+         "model folder: tokenizer/tokenizer.json (or tokenizer.json) and text_encoder/ (official or ComfyUI names)"},
         {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt (UTF-8)"},
         {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE", "read the prompt from FILE (all of it, as is)"},
-        {"token-ids", 0, H3_OPT_STR, &token_ids, "1,2,3",
-         "encode these ids instead of a prompt (no tokenizer)"},
-        {"ids", 0, H3_OPT_FLAG, &show_ids, NULL,
-         "print the token ids; without --out only the tokenizer is needed"},
+        {"token-ids", 0, H3_OPT_STR, &token_ids, "1,2,3", "encode these ids instead of a prompt (no tokenizer)"},
+        {"ids", 0, H3_OPT_FLAG, &show_ids, NULL, "print the token ids; without --out only the tokenizer is needed"},
         {"out", 'o', H3_OPT_STR, &out_path, "FILE",
          "write the conditioning to FILE (.safetensors): hidden [L, hidden] f32 and input_ids [L] i32"},
         {"layer", 'l', H3_OPT_INT, &layer, "N",
-         "which hidden state: 0 = embeddings, N = after N layers (default 50; the model's last: after its "
-         "final norm)"},
+         "which hidden state: 0 = embeddings, N = after N layers (default 50; the model's last: after its final norm)"},
         {"tokenizer", 0, H3_OPT_STR, &tok_path, "PATH", "tokenizer.json or its folder (default: --model)"},
         {"text-encoder", 0, H3_OPT_STR, &te_path, "PATH",
          "text-encoder weights: a file, shard index or folder (default: --model)"},
-        {"config", 0, H3_OPT_STR, &config, "FILE",
-         "config.json to use instead of the one beside the weights"},
+        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
         {"expect", 0, H3_OPT_STR, &expect, "FILE[:TENSOR]",
          "compare the hidden state with TENSOR (default 'hidden') of FILE; fail above --tol"},
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)"},
@@ -130,29 +125,20 @@ int h3_cmd_encode(int argc, char **argv) {
         {0},
     };
     const h3_cli_cmd cmd = {
-        "encode",
-        "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
-        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no "
-        "chat\n"
-        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of "
-        "that many\n"
-        "decoder layers (H3 uses 50), as transformers' hidden_states[N]; for the model's last layer that is "
-        "after the\n"
-        "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N "
-        "layers\n"
-        "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the "
-        "last)\n"
+        "encode", "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
+        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no chat\n"
+        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of that many\n"
+        "decoder layers (H3 uses 50), as transformers' hidden_states[N]; for the model's last layer that is after the\n"
+        "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N layers\n"
+        "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the last)\n"
         "the final norm are read.\n"
         "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
-        "  h3run encode --tokenizer tokenizer.json --text-encoder "
-        "ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
+        "  h3run encode --tokenizer tokenizer.json --text-encoder ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
         "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
         "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4",
-        opts,
-        0,
-        0};
+        opts, 0, 0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
