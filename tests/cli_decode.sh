@@ -94,6 +94,8 @@ expect_error() { # status needle command...
 "$TV" --write-latents "$tmp/name.safetensors" video_latents 1 24 7 4 4
 "$TV" --write-latents "$tmp/1d.safetensors" latents 24
 "$TV" --write-latents "$tmp/a24.safetensors" latents 2 24 5
+"$TV" --write-latents "$tmp/v0.safetensors" latents 1 24 2 4 0
+"$TV" --write-latents "$tmp/a0.safetensors" latents 1 32 0
 D="$H3RUN decode --model $V/official --tensors-out $tmp/x.safetensors --latents"
 expect_error 2 "have 16 channels; this video VAE takes 24" $D "$tmp/c16.safetensors"
 expect_error 2 "45 × 84: height and width must be even" $D "$tmp/odd.safetensors"
@@ -102,6 +104,10 @@ expect_error 2 "neither video [1, C, T, H, W] nor audio" $D "$tmp/1d.safetensors
 expect_error 1 "need an audio VAE" $D "$tmp/a24.safetensors"
 expect_error 2 "have 24 channels; this audio VAE takes 32" "$H3RUN" decode --model "$tmp/audio_official" \
     --latents "$tmp/a24.safetensors" --out "$tmp/x.wav"
+# Latents with a zero dimension: said so (they were called "not contiguous", after a memcpy from NULL).
+expect_error 2 "video latents [1, 24, 2, 4, 0] hold no values" $D "$tmp/v0.safetensors"
+expect_error 2 "audio latents [1, 32, 0] hold no values" "$H3RUN" decode --model "$tmp/audio_official" \
+    --latents "$tmp/a0.safetensors" --out "$tmp/x.wav"
 expect_error 1 "No such file or directory" $D "$tmp/absent.safetensors"
 expect_error 2 "--model and --latents are required" "$H3RUN" decode --latents "$tmp/c16.safetensors" --out "$tmp/o"
 expect_error 2 "nothing to write" "$H3RUN" decode --model "$V/official" --latents "$V/case_comfy_image.safetensors"

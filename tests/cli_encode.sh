@@ -88,6 +88,12 @@ check_err 2 "comma-separated" --text-encoder "$FIX/official" --token-ids 1,x
 check_err 2 "comma-separated" --text-encoder "$FIX/official" --token-ids -3
 check_err 2 "--model (or --tokenizer)" --prompt hello --ids
 check_err 2 "--layer 9" --text-encoder "$FIX/official" --token-ids 1 --layer 9
+# hidden_states[N] of a file that says it holds all N layers is after the final norm, which this one lacks.
+mkdir -p "$tmp/nonorm" && ln -s "$FIX/comfy.safetensors" "$tmp/nonorm/model.safetensors"
+echo '{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+  "intermediate_size": 96, "vocab_size": 256, "num_hidden_layers": 4}' >"$tmp/nonorm/config.json"
+check_err 2 "is taken after the final norm ('model.norm.weight')" --text-encoder "$tmp/nonorm" --token-ids 1 --layer 4
+"$H3RUN" encode --text-encoder "$tmp/nonorm" --token-ids 1 --layer 3 >/dev/null 2>&1 || fail "--layer 3 of that file"
 check_err 2 "outside the embedding's 256 rows" --text-encoder "$FIX/official" --token-ids 1,256 --layer 2
 check_err 2 "whole number" --text-encoder "$FIX/official" --token-ids 1 --layer two
 check_err 1 "not a Qwen3-VL text encoder" --text-encoder "$SRC/tests/fixtures/dit/comfy_pruned.safetensors" --token-ids 1

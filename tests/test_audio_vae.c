@@ -493,7 +493,9 @@ static void test_malformed_latents(void) {
         {3, {2, 24, 5}, H3_F32, "have 24 channels; this audio VAE takes 32"},
         {4, {1, 2, 32, 5}, H3_F32, "[channels, C, T] or [C, T]"},
         {3, {2, 32, 5}, H3_F16, "f32"},
-        {3, {0, 32, 5}, H3_F32, "1 to 16 channels"},
+        {3, {0, 32, 5}, H3_F32, "[0, 32, 5] hold no values"},
+        {3, {2, 32, 0}, H3_F32, "[2, 32, 0] hold no values"},
+        {3, {17, 32, 5}, H3_F32, "1 to 16 channels"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         h3_tensor z;
@@ -565,7 +567,10 @@ static void test_bad_files(void) {
         h3_mem_stats m0, m1;
         h3_mem_get_stats(&m0);
         if (round == 0) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.resblocks.4.activations.3.act.beta' is missing");
-        if (round == 1) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; this decoder's config needs [32, 16, 4]");
+        if (round == 1)
+            CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT,
+                      "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; BigVGAN stage 2 needs [channels in, "
+                      "channels in / 2, kernel] = [32, 16, 4]");
         if (round == 2) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 32 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&m1);
@@ -573,6 +578,44 @@ static void test_bad_files(void) {
               (long long)(m1.total_current - m0.total_current));
     }
     h3_st_close(&s);
+}
+
+/* A diffusers folder saved with diffusers' defaults has "latents_mean": null and "latents_std": null.
+ * diffusers reads them as None; its decode step then builds a tensor from them (torch.tensor(None) raises),
+ * so no diffusers pipeline decodes with such a folder either. h3run refuses it with a message that says null
+ * and what to give (it said "must be a list of 32 numbers"). Absent keys are the same None to diffusers. */
+static void test_null_statistics(void) {
+    char src[700], dir[800], p[900], wsrc[900];
+    model_path("diffusers", src, sizeof src);
+    snprintf(dir, sizeof dir, "%s/nullstats", g_dir);
+    mkdir(dir, 0755);
+    snprintf(wsrc, sizeof wsrc, "%s/diffusion_pytorch_model.safetensors", src);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    CHECK(symlink(wsrc, p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
+    json_t *cfg = NULL;
+    snprintf(p, sizeof p, "%s/config.json", src);
+    CHECK_OK(h3_json_load_file(p, 1 << 20, &cfg));
+    if (!cfg) return;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    static const struct {
+        int drop; /* 0: null, 1: absent */
+        const char *needle;
+    } cases[] = {{0, "\"latents_mean\" is null: the config records no latent normalization"},
+                 {1, "\"latents_mean\" is missing"}};
+    for (int k = 0; k < 2; k++) {
+        if (cases[k].drop) {
+            json_object_del(cfg, "latents_mean");
+            json_object_del(cfg, "latents_std");
+        } else {
+            json_object_set_new(cfg, "latents_mean", json_null());
+            json_object_set_new(cfg, "latents_std", json_null());
+        }
+        CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+        h3_audio_vae *v = NULL;
+        CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, cases[k].needle);
+        CHECK(v == NULL, "no handle");
+    }
+    json_decref(cfg);
 }
 
 /* Allocation n of open (and of decode) fails, for every n up to 60 and then every 53rd (the decode: up to 100, then
@@ -725,6 +768,49 @@ static int cmd_compare_pcm(char **argv) {
     return r;
 }
 
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status av_load(const char *path, void *user) {
+    (void)user;
+    h3_audio_vae *v = NULL;
+    h3_status st = h3_audio_vae_open(path, NULL, &v);
+    h3_audio_vae_close(v);
+    return st;
+}
+
+/* The sweep's selection (each open reads and folds every weight, and the models hold about 1,000 tensors):
+ * every tensor of the decoder as a whole (dec_in_proj, conv_pre, conv_post, activation_post, the latents
+ * statistics) and of BigVGAN stage 0's upsampler and first AMP block (weight_g/weight_v or folded weights,
+ * biases, SnakeBeta's alpha and beta, the resampling filters), which covers every kind of tensor the decoder
+ * reads. */
+static int av_select(const char *name, t_mutation m, void *user) {
+    (void)m;
+    (void)user;
+    static const char *const pre[] = {"dec_in_proj.",
+                                      "decoder.conv_pre.",
+                                      "decoder.conv_post.",
+                                      "decoder.activation_post.",
+                                      "latents_",
+                                      "decoder.ups.0.",
+                                      "decoder.resblocks.0.convs1.0.",
+                                      "decoder.resblocks.0.convs2.0.",
+                                      "decoder.resblocks.0.activations.0."};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (h3_str_starts_with(name, pre[i])) return 0;
+    return -1;
+}
+
+/* Those tensors emptied, truncated, reshaped and retyped (official; one mutation per tensor in turn for the
+ * other two layouts): refused in the binder's one message form, never a crash. */
+static void test_weight_sweep(void) {
+    const char *kinds[3] = {"official", "diffusers", "comfy"};
+    for (int i = 0; i < 3; i++) {
+        char p[700];
+        t_sweep(kinds[i], model_path(kinds[i], p, sizeof p), av_load, av_select, NULL, i > 0);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--compare-pcm")) return cmd_compare_pcm(argv);
     if (argc == 4 && !strcmp(argv[1], "--write-model")) {
@@ -741,6 +827,8 @@ int main(int argc, char **argv) {
         {"cuda", test_cuda},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
+        {"null_statistics", test_null_statistics},
+        {"weight_sweep", test_weight_sweep},
         {"alloc_failures", test_alloc_failures},
         {"wav", test_wav},
         {NULL, NULL},

@@ -578,13 +578,15 @@ static void test_bad_files(void) {
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
 
     rewrite("comfy_pruned.safetensors", f, "blocks.1.mlp.fc2.weight", NULL, NULL, NULL);
-    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.1.mlp.fc2.weight");
+    CHECK_ERR(
+        h3_dit_open(f, NULL, &d), H3_ERR_FORMAT,
+        "tensor 'blocks.1.mlp.fc2.weight' is missing; DiT block 1 needs it as [hidden, FFN] = [32, 64]");
     rewrite("comfy_pruned.safetensors", f, NULL, "blocks.0.attn.out_proj.weight", NULL, NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "blocks.0.attn.out_proj.weight");
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, "{\"format\": \"int8_tensorwise\"}", NULL);
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "marked int8_tensorwise but is bf16");
     rewrite("comfy_pruned.safetensors", f, "blocks.0.attn.qkv_proj.weight", NULL, NULL, NULL);
-    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_NOT_FOUND, "blocks.0.attn.qkv_proj.weight");
+    CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "tensor 'blocks.0.attn.qkv_proj.weight' is missing");
     /* Metadata config that disagrees with the shapes. */
     rewrite("comfy_pruned.safetensors", f, NULL, NULL, NULL, "{\"hidden_size\": 64, \"num_layers\": 2}");
     CHECK_ERR(h3_dit_open(f, NULL, &d), H3_ERR_FORMAT, "video_patch_proj.weight");
@@ -1005,6 +1007,39 @@ static int write_bad_inputs(const char *dir) {
     return rc;
 }
 
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status dit_load(const char *path, void *user) {
+    (void)user;
+    h3_dit *d = NULL;
+    h3_status st = h3_dit_open(path, NULL, &d);
+    h3_dit_close(d);
+    return st;
+}
+
+/* Sizes a file without a config takes from its own tensors: the curve table's grid (its rows), and RoPE's
+ * frequencies (as many as rope.inv_freq holds, 6 of them per axis fitting in head_dim). */
+static int dit_accepts(const char *name, t_mutation m, void *user) {
+    const int inferred = *(const int *)user;
+    return inferred && m == T_MUT_TRUNCATE &&
+           (!strcmp(name, "adaln_t_table") || !strcmp(name, "rope.inv_freq"));
+}
+
+/* Every tensor of the DiT fixtures in the three layouts emptied, truncated, reshaped and retyped: refused in
+ * the binder's one message form, never a crash. */
+static void test_weight_sweep(void) {
+    char p[512];
+    static const struct {
+        const char *rel;
+        int inferred; /* no config: widths from the shapes */
+    } f[] = {{"official", 0}, {"diffusers", 0}, {"comfy_pruned.safetensors", 1}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        int inferred = f[i].inferred;
+        t_sweep(f[i].rel, fix(f[i].rel, p, sizeof p), dit_load, dit_accepts, &inferred, 0);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--write-bad-inputs")) return write_bad_inputs(argv[2]);
     if (h3_exec_init(&g_ex, 2) != H3_OK) {
@@ -1025,6 +1060,7 @@ int main(int argc, char **argv) {
         {"missing_modalities", test_missing_modalities},
         {"bad_inputs", test_bad_inputs},
         {"bad_files", test_bad_files},
+        {"weight_sweep", test_weight_sweep},
         {"config_json", test_config_json},
         {"workspace_bytes", test_workspace_bytes},
         {"alloc_failures", test_alloc_failures},

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "quant/qload.h"
+#include "quant/qwrite.h"
 #include "testutil.h"
 
 static const char *fix(const char *rel, char *buf, size_t n) {
@@ -512,8 +514,128 @@ static void test_alloc_failures(void) {
     CHECK(failures > 5, "only %d allocation points were exercised", failures);
 }
 
+/* ---- the checkpoint source's contract
+ * ------------------------------------------------------------------------ */
+
+static const char *dit_fix(const char *rel, char *buf, size_t n) {
+    char r[256];
+    snprintf(r, sizeof r, "tests/fixtures/dit/%s", rel);
+    return t_src_path(r, buf, n);
+}
+
+/* Regressions of the error table's loader (quantize --table, and quantize IN OUT after writing): it checked
+ * only qkv's rows and K and fc1's rows, and trusted the rest. A q_norm with no elements divided by zero
+ * (SIGFPE); a short norm2 or k_norm was read past its end; a short out_proj or fc2 was read past its end and
+ * after it was freed, and the release build printed a table of garbage. Now every such file is refused, by
+ * the table and by the writer, in the binder's message form naming the tensor, and the writer leaves no
+ * output. */
+static void test_source_shapes(void) {
+    static const struct {
+        const char *name;
+        t_mutation m;
+        const char *named; /* the tensor the message names, when not the mutated one */
+    } cases[] = {
+        {"blocks.0.attn.q_norm.weight", T_MUT_EMPTY, NULL}, /* SIGFPE */
+        {"blocks.0.attn.q_norm.weight", T_MUT_TRUNCATE,
+         "blocks.0.attn.qkv_proj.weight"},               /* 127 does not divide */
+        {"blocks.0.norm2.weight", T_MUT_TRUNCATE, NULL}, /* heap overflow in the block's rms_norm */
+        {"blocks.0.norm2.weight", T_MUT_EMPTY, NULL},
+        {"blocks.0.attn.k_norm.weight", T_MUT_TRUNCATE, NULL}, /* heap overflow in the per-head norm */
+        {"blocks.0.attn.k_norm.weight", T_MUT_EMPTY, NULL},
+        {"blocks.0.attn.out_proj.weight", T_MUT_TRUNCATE, NULL}, /* heap overflow and use after free */
+        {"blocks.0.attn.out_proj.weight", T_MUT_EMPTY, NULL},
+        {"blocks.0.mlp.fc2.weight", T_MUT_TRUNCATE, NULL},
+        {"blocks.0.mlp.fc2.weight", T_MUT_EMPTY, NULL},
+        {"blocks.0.norm1.weight", T_MUT_RESHAPE, NULL},
+        {"blocks.0.mlp.fc1.weight", T_MUT_RETYPE, NULL},
+    };
+    char src[512], in[512], out[512];
+    dit_fix("comfy_pruned.safetensors", src, sizeof src);
+    t_tmp_path("qsrc.safetensors", in, sizeof in);
+    t_tmp_path("qout.safetensors", out, sizeof out);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(t_st_mutate(src, in, cases[i].name, cases[i].m), "mutating %s", cases[i].name);
+        h3_qbench_source q;
+        char needle[160];
+        snprintf(needle, sizeof needle, "tensor '%s'", cases[i].named ? cases[i].named : cases[i].name);
+        h3_clear_error();
+        h3_status st = h3_qbench_source_load(in, &q);
+        CHECK(st == H3_ERR_FORMAT || st == H3_ERR_UNSUPPORTED, "%s %s: the table's source loaded (%d)",
+              cases[i].name, t_mutation_name(cases[i].m), st);
+        CHECK(strstr(h3_last_error(), needle) && t_wbind_form(h3_last_error()), "%s %s: message: %s",
+              cases[i].name, t_mutation_name(cases[i].m), h3_last_error());
+        if (st == H3_OK) h3_qbench_source_free(&q);
+        h3_quantize_opts o = {H3_QT_INT8, 0, NULL};
+        h3_quantize_result res;
+        h3_clear_error();
+        st = h3_quantize_checkpoint(in, out, &o, &res);
+        CHECK(st != H3_OK && strstr(h3_last_error(), needle) && t_wbind_form(h3_last_error()),
+              "%s %s: quantize: %s", cases[i].name, t_mutation_name(cases[i].m), h3_last_error());
+        CHECK(access(out, F_OK) != 0, "%s %s: a refused source left %s", cases[i].name,
+              t_mutation_name(cases[i].m), out);
+        unlink(out);
+    }
+    unlink(in);
+}
+
+/* What quantize copies through without a width of its own (the time embedder, RoPE's frequencies, the curve
+ * table, the vision tower) takes any shape, only a float dtype; the embedding's rows are the vocabulary,
+ * whatever their count; the text encoder's final norm and head are dropped from the output, never read. */
+static int quant_accepts(const char *name, t_mutation m, void *user) {
+    (void)user;
+    if (strstr(name, "time_embedder.") || !strcmp(name, "rope.inv_freq") || !strcmp(name, "adaln_t_table") ||
+        h3_str_starts_with(name, "visual.") || h3_str_starts_with(name, "model.visual."))
+        return m != T_MUT_RETYPE; /* a copy needs a float */
+    if (!strcmp(name, "model.embed_tokens.weight"))
+        return m == T_MUT_TRUNCATE; /* the vocabulary is its rows */
+    return h3_str_starts_with(name, "lm_head.") || strstr(name, "language_model.norm.") != NULL;
+}
+
+typedef struct {
+    char out[512];
+} qsweep;
+
+/* The error table and the writer over one source; the writer's output must not exist after a refusal. */
+static h3_status quant_load(const char *path, void *user) {
+    qsweep *q = user;
+    h3_qbench_source src;
+    h3_status st = h3_qbench_source_load(path, &src);
+    if (st == H3_OK) h3_qbench_source_free(&src);
+    h3_quantize_opts o = {H3_QT_INT8, 0, NULL};
+    h3_quantize_result res;
+    const char *msg = NULL;
+    char first[2048];
+    if (st != H3_OK) {
+        snprintf(first, sizeof first, "%s", h3_last_error());
+        msg = first;
+    }
+    h3_status st2 = h3_quantize_checkpoint(path, q->out, &o, &res);
+    CHECK((st == H3_OK) == (st2 == H3_OK) || st == H3_OK, "%s: the table refused what the writer took: %s",
+          path, msg ? msg : "");
+    if (st2 != H3_OK) CHECK(access(q->out, F_OK) != 0, "a refused source left %s", q->out);
+    unlink(q->out);
+    if (st != H3_OK && st2 == H3_OK) h3_error_set(st, __FILE__, __LINE__, "%s", first);
+    return st2 != H3_OK ? st2 : st;
+}
+
+/* Every tensor of the DiT in each layout and of the text encoder, emptied, truncated, reshaped and retyped.
+ */
+static void test_source_sweep(void) {
+    qsweep q;
+    char p[512];
+    t_tmp_path("qsweep_out.safetensors", q.out, sizeof q.out);
+    static const char *const dits[] = {"comfy_pruned.safetensors", "official", "diffusers"};
+    for (int i = 0; i < 3; i++)
+        t_sweep(dits[i], dit_fix(dits[i], p, sizeof p), quant_load, quant_accepts, &q, 0);
+    t_sweep("text encoder comfy.safetensors",
+            t_src_path("tests/fixtures/text_encoder/comfy.safetensors", p, sizeof p), quant_load,
+            quant_accepts, &q, 0);
+}
+
 int main(int argc, char **argv) {
     const t_case cases[] = {
+        {"source_shapes", test_source_shapes},
+        {"source_sweep", test_source_sweep},
         {"convrot", test_convrot},
         {"e2m1", test_e2m1},
         {"swizzle", test_swizzle},

@@ -103,6 +103,35 @@ static void test_fixtures(void) {
     }
 }
 
+/* hidden_states[n_layers] of a file with the final norm (the repack with a model.norm.weight added): the
+ * device applies the norm after the last streamed layer as the CPU does. */
+static void test_final_norm(void) {
+    char src[1024], path[1024];
+    t_src_path("tests/fixtures/text_encoder/comfy.safetensors", src, sizeof src);
+    t_tmp_path("te_norm.safetensors", path, sizeof path);
+    h3_st_set s;
+    h3_st_writer *w = NULL;
+    CHECK_OK(h3_st_open(src, &s));
+    CHECK_OK(h3_st_writer_new(&w));
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const void *d;
+        CHECK_OK(h3_st_bytes(&s, &s.entries[i], &d));
+        CHECK_OK(h3_st_writer_add(w, s.entries[i].name, s.entries[i].dtype, s.entries[i].ndim,
+                                  s.entries[i].shape, d));
+    }
+    const int64_t C = 64;
+    uint16_t norm[64];
+    for (int i = 0; i < C; i++) norm[i] = h3_f32_to_bf16((float)t_uniform(0.5, 1.5));
+    CHECK_OK(h3_st_writer_add(w, "model.norm.weight", H3_BF16, 1, &C, norm));
+    CHECK_OK(h3_st_writer_write(w, path, 0));
+    h3_st_writer_free(w);
+    h3_st_close(&s);
+    int32_t ids[37];
+    for (int i = 0; i < 37; i++) ids[i] = (i * 37 + 11) % 256;
+    both(path, "final norm (hidden_states[4] of 4 layers)", ids, 37, 4, 3e-2);
+    unlink(path);
+}
+
 /* Two decoder layers of Qwen3-VL-32B's width (C 5120, 64 + 8 heads of 128, F 25600) with random bf16 weights
  * and a 1,000-row embedding, written to a file: the streamed device path on real sizes (0.9 GiB per layer).
  */
@@ -171,8 +200,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    static const t_case cases[] = {
-        {"fixtures", test_fixtures}, {"full_width", test_full_width}, {NULL, NULL}};
+    static const t_case cases[] = {{"fixtures", test_fixtures},
+                                   {"final_norm", test_final_norm},
+                                   {"full_width", test_full_width},
+                                   {NULL, NULL}};
     int r = t_main("test_te_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
     h3_exec_free(&g_ex);

@@ -314,12 +314,17 @@ static void test_bad_files(void) {
         int code;
         const char *phrase;
     } cases[] = {
-        {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "layers.2.mlp.up_proj.weight' is missing"},
-        {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT, "expected [64, 64]"},
-        {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT, "expected [64]"},
+        {EDIT_DROP, "model.layers.2.mlp.up_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT,
+         "layers.2.mlp.up_proj.weight' is missing"},
+        {EDIT_RESHAPE, "model.layers.1.self_attn.v_proj.weight", H3_BF16, 2, 32, 64, H3_ERR_FORMAT,
+         "has shape [32, 64]; text-encoder layer 1 needs [kv_heads·head_dim, hidden] = [64, 64]"},
+        {EDIT_RESHAPE, "model.layers.3.input_layernorm.weight", H3_BF16, 1, 48, 0, H3_ERR_FORMAT,
+         "has shape [48]; text-encoder layer 3 needs [hidden] = [64]"},
         {EDIT_DTYPE, "model.layers.0.mlp.down_proj.weight", H3_I8, 2, 64, 96, H3_ERR_FORMAT, "is i8 without"},
-        {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED, "no biases"},
-        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_FORMAT, "comfy_quant marker"},
+        {EDIT_ADD, "model.layers.0.self_attn.q_proj.bias", H3_BF16, 1, 128, 0, H3_ERR_UNSUPPORTED,
+         "no biases"},
+        {EDIT_ADD, "model.layers.0.mlp.gate_proj.comfy_quant", H3_U8, 1, 27, 0, H3_ERR_FORMAT,
+         "comfy_quant marker"},
         {EDIT_DROP, "model.embed_tokens.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, "embed_tokens.weight"},
         {EDIT_DROP, "model.layers.0.self_attn.q_proj.weight", H3_BF16, 0, 0, 0, H3_ERR_FORMAT, NULL},
     };
@@ -374,7 +379,8 @@ static void test_bad_files(void) {
           "\"head_dim\": 32, \"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 4}}",
           f);
     fclose(f);
-    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT, "expected [256, 48]");
+    CHECK_ERR(h3_text_encoder_open(dir, NULL, &te), H3_ERR_FORMAT,
+              "the text encoder needs [vocab, hidden] = [256, 48]");
     f = fopen(cfg, "w");
     fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
           "\"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 3}",
@@ -703,6 +709,135 @@ static void test_teardown(void) {
     h3_exec_free(&g_ex);
 }
 
+/* ---- hidden_states[n_layers]: after the final norm
+ * --------------------------------------------------------- */
+
+/* transformers' hidden_states[N] of an N-layer model is the last layer's output after model.norm (its other
+ * entries are un-normalized). A file with the final norm holds the last layer, so encode N gives norm(raw):
+ * checked against the reference's un-normalized hidden_states[4] normalized here in float64 (x / sqrt(mean x²
+ * + eps) · w, eps 1e-6). hidden_states[3] stays raw. A file whose config says it holds every layer but that
+ * lacks the norm cannot give hidden_states[N]: refused. The repack (no config, no norm) is a truncation of a
+ * deeper model, where hidden_states[N] is un-normalized (the other tests). */
+static void test_final_norm(void) {
+    char p[512], dir[512], model[600], cfg[600];
+    h3_st_set src, exp;
+    CHECK_OK(h3_st_open(fix("comfy.safetensors", p, sizeof p), &src));
+    CHECK_OK(h3_st_open(fix("expected.safetensors", p, sizeof p), &exp));
+    t_tmp_path("te_norm", dir, sizeof dir);
+    mkdir(dir, 0755);
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const int64_t C = 64;
+    uint16_t w16[64];
+    double w[64];
+    for (int i = 0; i < C; i++) {
+        w16[i] = h3_f32_to_bf16((float)t_uniform(0.5, 1.5));
+        w[i] = h3_bf16_to_f32(w16[i]);
+    }
+    for (int with_norm = 1; with_norm >= 0; with_norm--) {
+        h3_st_writer *wr = NULL;
+        CHECK_OK(h3_st_writer_new(&wr));
+        for (int64_t i = 0; i < src.n_entries; i++) {
+            const void *d;
+            CHECK_OK(h3_st_bytes(&src, &src.entries[i], &d));
+            CHECK_OK(h3_st_writer_add(wr, src.entries[i].name, src.entries[i].dtype, src.entries[i].ndim,
+                                      src.entries[i].shape, d));
+        }
+        if (with_norm) CHECK_OK(h3_st_writer_add(wr, "model.norm.weight", H3_BF16, 1, &C, w16));
+        CHECK_OK(h3_st_writer_write(wr, model, 0));
+        h3_st_writer_free(wr);
+        if (!with_norm) { /* a config that says the file holds all 4 layers */
+            FILE *f = fopen(cfg, "w");
+            fputs("{\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                  "\"head_dim\": 32, "
+                  "\"intermediate_size\": 96, \"vocab_size\": 256, \"num_hidden_layers\": 4}",
+                  f);
+            fclose(f);
+        }
+        h3_text_encoder *te = NULL;
+        CHECK_OK(h3_text_encoder_open(dir, NULL, &te));
+        if (!te) continue;
+        int64_t n;
+        int32_t *ids = load_ids(&exp, "a", &n);
+        h3_tensor out;
+        CHECK_OK(h3_tensor_alloc2(&out, H3_PLACE_HOST, H3_F32, n, C, H3_MEM_ACTIVATIONS));
+        if (with_norm) {
+            CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, n, 3, &out));
+            compare_hidden("with a final norm, raw", &out, &exp, "a", 3);
+            CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, n, 4, &out));
+            h3_tensor ref;
+            CHECK_OK(h3_st_load(&exp, "hidden.a.4", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &ref));
+            double *want = malloc((size_t)(n * C) * sizeof *want);
+            const float *r = ref.data;
+            for (int64_t t = 0; t < n; t++) {
+                double ss = 0;
+                for (int64_t c = 0; c < C; c++) ss += (double)r[t * C + c] * r[t * C + c];
+                double k = 1.0 / sqrt(ss / (double)C + 1e-6);
+                for (int64_t c = 0; c < C; c++) want[t * C + c] = r[t * C + c] * k * w[c];
+            }
+            EXPECT_CLOSE("hidden_states[4] = model.norm(layer 3's output)", out.data, want, (size_t)(n * C),
+                         1e-4);
+            free(want);
+            h3_tensor_free(&ref);
+        } else {
+            CHECK_OK(h3_text_encoder_encode(te, &g_ex, ids, n, 3, &out));
+            CHECK_ERR(
+                h3_text_encoder_encode(te, &g_ex, ids, n, 4, &out), H3_ERR_INVALID,
+                "hidden_states[4] of a 4-layer model is taken after the final norm ('model.norm.weight')");
+        }
+        h3_tensor_free(&out);
+        free(ids);
+        h3_text_encoder_close(te);
+    }
+    unlink(cfg);
+    unlink(model);
+    rmdir(dir);
+    h3_st_close(&src);
+    h3_st_close(&exp);
+}
+
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status te_load(const char *path, void *user) {
+    (void)user;
+    h3_text_encoder *te = NULL;
+    h3_status st = h3_text_encoder_open(path, NULL, &te);
+    h3_text_encoder_close(te);
+    return st;
+}
+
+/* Never read: the vision tower and the LM head. A file without a config takes its vocabulary from the
+ * embedding's rows, whatever their count. */
+static int te_accepts(const char *name, t_mutation m, void *user) {
+    const int inferred = *(const int *)user;
+    if (inferred && m == T_MUT_TRUNCATE && !strcmp(name, "model.embed_tokens.weight")) return 1;
+    return h3_str_starts_with(name, "visual.") || h3_str_starts_with(name, "model.visual.") ||
+           h3_str_starts_with(name, "lm_head.");
+}
+
+/* A quantized file: its weights' storage (markers, block scales, AWQ's pre_quant_scale) has checks of its own
+ * in quant/qload; here only a crash is wrong. */
+static int te_any(const char *name, t_mutation m, void *user) {
+    (void)name;
+    (void)m;
+    (void)user;
+    return 2;
+}
+
+/* Every tensor of both fixtures emptied, truncated, reshaped and retyped: refused in the binder's one message
+ * form (the final norm too: it is read for hidden_states[n_layers]), never a crash; and the nvfp4 + AWQ file
+ * never crashes. */
+static void test_weight_sweep(void) {
+    char p[512];
+    int inferred = 0;
+    t_sweep("nvfp4 + AWQ", t_src_path("tests/fixtures/quant/te_nvfp4_awq.safetensors", p, sizeof p), te_load,
+            te_any, NULL, 0);
+    t_sweep("official", fix("official", p, sizeof p), te_load, te_accepts, &inferred, 0);
+    inferred = 1;
+    t_sweep("comfy.safetensors", fix("comfy.safetensors", p, sizeof p), te_load, te_accepts, &inferred, 0);
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"setup", test_setup},
@@ -712,6 +847,8 @@ int main(int argc, char **argv) {
         {"zero_copy", test_zero_copy},
         {"text_only_mrope", test_text_only_mrope},
         {"bad_files", test_bad_files},
+        {"weight_sweep", test_weight_sweep},
+        {"final_norm", test_final_norm},
         {"bad_inputs", test_bad_inputs},
         {"threads_and_chunks", test_threads_and_chunks},
         {"layer_callback", test_layer_callback},

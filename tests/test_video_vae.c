@@ -554,7 +554,9 @@ static void test_bad_files(void) {
         h3_mem_stats a, b;
         h3_mem_get_stats(&a);
         if (round == 0) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "'decoder.transformer_blocks.1.ff.w2.bias' is missing");
-        if (round == 1) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "has shape [16, 64]; this decoder's config needs [32, 32]");
+        if (round == 1)
+            CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
+                      "has shape [16, 64]; ViT block 0 needs [hidden, heads·head_dim] = [32, 32]");
         if (round == 2) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 24 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&b);
@@ -589,7 +591,8 @@ static void test_bad_files(void) {
     fx("comfy.safetensors", p, sizeof p);
     o = (h3_video_vae_opts){0};
     o.heads = 3;
-    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID, "not a multiple of 3 heads");
+    CHECK_ERR(h3_video_vae_open(p, &o, &v), H3_ERR_INVALID,
+              "needs a hidden size that is a multiple of the 3 heads (--heads)");
     char cmd[1700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "cleanup");
@@ -916,6 +919,71 @@ static int cmd_compare_rgb(char **argv) {
     return r;
 }
 
+/* diffusers' AutoencoderKLMiniMaxH3 defaults latents_mean to 0 and latents_std to 1 for 24 channels: a config
+ * without the keys is read with those (as from_pretrained does; a warning says so); a null is None to
+ * diffusers, which its decode step cannot use (torch.tensor(None) raises): refused with a message that says
+ * null. */
+static void test_config_statistics(void) {
+    char src[512], dir[512], p[700];
+    t_tmp_path("vvae-stats", dir, sizeof dir);
+    mkdir(dir, 0755);
+    fx("diffusers/diffusion_pytorch_model.safetensors", src, sizeof src);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    CHECK(symlink(src, p) == 0, "symlink %s", p);
+    json_t *cfg = NULL;
+    CHECK_OK(h3_json_load_file(fx("diffusers/config.json", src, sizeof src), 1 << 20, &cfg));
+    if (!cfg) return;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_object_del(cfg, "latents_mean");
+    json_object_del(cfg, "latents_std");
+    CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(dir, NULL, &v));
+    if (v) {
+        const h3_video_vae_config *c = h3_video_vae_get_config(v);
+        int ok = c->latent_channels == 24;
+        for (int i = 0; i < 24; i++) ok &= c->latents_mean[i] == 0.0f && c->latents_std[i] == 1.0f;
+        CHECK(ok, "absent keys are diffusers' defaults: mean 0 and std 1 for 24 channels");
+        h3_video_vae_close(v);
+    }
+    json_object_set_new(cfg, "latents_mean", json_null());
+    CHECK(json_dump_file(cfg, p, 0) == 0, "writing %s", p);
+    CHECK_ERR(h3_video_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" is null");
+    json_decref(cfg);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
+/* ---- the weight table's contract: every tensor, one at a time
+ * ------------------------------------------------ */
+
+static h3_status vv_load(const char *path, void *user) {
+    h3_video_vae *v = NULL;
+    h3_status st = h3_video_vae_open(path, user, &v);
+    h3_video_vae_close(v);
+    return st;
+}
+
+/* Never read: the official file's mask token (the encoder's). */
+static int vv_accepts(const char *name, t_mutation m, void *user) {
+    (void)m;
+    (void)user;
+    return !strcmp(name, "decoder.mask_token");
+}
+
+/* Every tensor of the three layouts' fixtures emptied, truncated, reshaped and retyped: refused in the
+ * binder's one message form, never a crash. */
+static void test_weight_sweep(void) {
+    char p[512];
+    h3_video_vae_opts none = {0}, comfy = {0};
+    comfy.heads = 2;
+    t_sweep("official", fx("official", p, sizeof p), vv_load, vv_accepts, &none, 0);
+    t_sweep("diffusers", fx("diffusers", p, sizeof p), vv_load, vv_accepts, &none, 0);
+    t_sweep("comfy.safetensors", fx("comfy.safetensors", p, sizeof p), vv_load, vv_accepts, &comfy, 0);
+}
+
 /* --write-latents PATH NAME d0 [d1 ...]: random f32 latents of that shape under that name. */
 static int cmd_write_latents(int argc, char **argv) {
     int nd = argc - 4;
@@ -948,6 +1016,8 @@ int main(int argc, char **argv) {
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
+        {"weight_sweep", test_weight_sweep},
+        {"config_statistics", test_config_statistics},
         {"alloc_failures", test_alloc_failures},
         {"released_shapes", test_released_shapes},
         {NULL, NULL},

@@ -60,6 +60,33 @@ double t_expect_close(const char *file, int line, const char *what, const float 
                       double tol);
 #define EXPECT_CLOSE(what, a, ref, n, tol) t_expect_close(__FILE__, __LINE__, what, a, ref, n, tol)
 
+/* ---- one tensor at a time: the loaders' shape contract ---------------------------------------------------
+ * A mutation of one tensor of a safetensors file: emptied (first dim 0), truncated (first dim - 1), reshaped
+ * (same elements, another shape: dims reversed, or [n] -> [1, n]) or retyped (an integer dtype no weight role
+ * takes, of the same element size where there is one). Data is kept byte for byte where the size allows, else
+ * zeros. */
+typedef enum { T_MUT_EMPTY, T_MUT_TRUNCATE, T_MUT_RESHAPE, T_MUT_RETYPE, T_MUT_COUNT } t_mutation;
+const char *t_mutation_name(t_mutation m);
+/* Writes dst: src (one .safetensors file) with tensor `name` mutated. Returns 0 when the mutation does not
+ * apply (truncating or emptying a tensor whose first dim is already 0, reshaping a scalar). */
+int t_st_mutate(const char *src, const char *dst, const char *name, t_mutation m);
+
+/* Opens what `path` names with the loader under test and closes it again. */
+typedef h3_status (*t_load_fn)(const char *path, void *user);
+/* 1 when the loader must accept tensor `name` mutated by m (a tensor it does not read, or a size it takes
+ * from that tensor itself), 0 when it must refuse in the binder's form, -1 to leave the case out (large
+ * models sweep a selection), 2 when only a crash is wrong (the companions of quantized weights: markers and
+ * scales have checks of their own). NULL: every mutation must be refused. */
+typedef int (*t_accept_fn)(const char *name, t_mutation m, void *user);
+/* For every tensor of every .safetensors file under root (a file, or a folder tree with its configs), and
+ * each mutation (all four; with one_each, one per tensor in turn, for large files): mutates a copy of root
+ * and loads it. A refusal must be the binder's one message form (io/wbind.h: "tensor '...' is missing; / has
+ * shape [...]; / has dtype ...") and no load may crash (the ASan build runs this too). Returns the number of
+ * loads. */
+int t_sweep(const char *what, const char *root, t_load_fn load, t_accept_fn accept, void *user, int one_each);
+/* Whether msg is the binder's message form. */
+int t_wbind_form(const char *msg);
+
 /* Path under the source tree / build tree (from the H3_SOURCE_DIR / H3_BUILD_DIR environment set by CTest). */
 const char *t_src_path(const char *rel, char *buf, size_t n);
 const char *t_tmp_path(const char *name, char *buf, size_t n);

@@ -110,7 +110,8 @@ int h3_cmd_encode(int argc, char **argv) {
         {"ids", 0, H3_OPT_FLAG, &show_ids, NULL, "print the token ids; without --out only the tokenizer is needed"},
         {"out", 'o', H3_OPT_STR, &out_path, "FILE",
          "write the conditioning to FILE (.safetensors): hidden [L, hidden] f32 and input_ids [L] i32"},
-        {"layer", 'l', H3_OPT_INT, &layer, "N", "which hidden state: 0 = embeddings, N = after N layers (default 50)"},
+        {"layer", 'l', H3_OPT_INT, &layer, "N",
+         "which hidden state: 0 = embeddings, N = after N layers (default 50; the model's last: after its final norm)"},
         {"tokenizer", 0, H3_OPT_STR, &tok_path, "PATH", "tokenizer.json or its folder (default: --model)"},
         {"text-encoder", 0, H3_OPT_STR, &te_path, "PATH",
          "text-encoder weights: a file, shard index or folder (default: --model)"},
@@ -127,7 +128,10 @@ int h3_cmd_encode(int argc, char **argv) {
         "encode", "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
         "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no chat\n"
         "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of that many\n"
-        "decoder layers (H3 uses 50). Only the embedding rows of the prompt and layers below --layer are read.\n"
+        "decoder layers (H3 uses 50), as transformers' hidden_states[N]; for the model's last layer that is after the\n"
+        "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N layers\n"
+        "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the last)\n"
+        "the final norm are read.\n"
         "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"

@@ -436,10 +436,14 @@ h3_status h3_st_load(h3_st_set *s, const char *name, h3_place place, h3_dtype dt
     h3_status st = h3_tensor_alloc(out, place, dtype, src.ndim, src.shape, cat);
     if (st == H3_OK) {
         size_t n = (size_t)h3_tensor_numel(&src);
+        /* A tensor with no elements has no data pointer (its view is NULL): copy 0 bytes from a real address.
+         */
+        static const uint64_t none = 0;
+        const void *from = n ? src.data : (const void *)&none;
         if (src.dtype == dtype) {
-            memcpy(out->data, src.data, n * h3_dtype_size(dtype));
-        } else if (dtype == H3_F32 && h3_convert_to_f32(src.dtype, src.data, out->data, n)) {
-        } else if (src.dtype == H3_F32 && h3_convert_from_f32(dtype, src.data, out->data, n)) {
+            memcpy(out->data, from, n * h3_dtype_size(dtype));
+        } else if (dtype == H3_F32 && h3_convert_to_f32(src.dtype, from, out->data, n)) {
+        } else if (src.dtype == H3_F32 && h3_convert_from_f32(dtype, from, out->data, n)) {
         } else {
             h3_tensor_free(out);
             st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; cannot convert it to %s", s->source, name,

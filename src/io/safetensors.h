@@ -70,7 +70,8 @@ int64_t h3_st_entry_numel(const h3_st_entry *e);
 h3_status h3_st_tensor(h3_st_set *s, const h3_st_entry *e, h3_tensor *out);
 /* Same by name; H3_ERR_NOT_FOUND with a message naming the set when absent. */
 h3_status h3_st_get(h3_st_set *s, const char *name, h3_tensor *out);
-/* Copies and converts a tensor into a new owned tensor of dtype at place (HOST or PINNED). */
+/* Copies and converts a tensor into a new owned tensor of dtype at place (HOST or PINNED). A tensor with no
+ * elements gives one of the same shape (nothing is read). */
 h3_status h3_st_load(h3_st_set *s, const char *name, h3_place place, h3_dtype dtype, h3_mem_category cat,
                      h3_tensor *out);
 /* Raw bytes of an entry (maps the file if needed). */

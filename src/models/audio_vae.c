@@ -11,6 +11,7 @@
 #include "base/json.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "io/wbind.h"
 #include "models/model_cfg.h"
 
 /* ---- the resampling filter ---------------------------------------------------------------------------------- */
@@ -52,6 +53,7 @@ struct h3_audio_vae {
     h3_layout layout;
     h3_st_set st;
     char *source;
+    h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int compute_filters;
     int n_conv;
     h3_tensor *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
@@ -78,51 +80,58 @@ static int64_t av_ch(const h3_audio_vae_config *c, int stage) { /* channels afte
     return (int64_t)c->decoder_dim >> (stage + 1);
 }
 
-/* Name (without ".weight") and expected weight shape of conv id; *bias whether it has one. */
-static void av_conv_desc(const h3_audio_vae_config *c, int id, char *name, size_t n, int64_t *s, int *bias) {
+/* Name (without ".weight") and expected weight shape of conv id; *bias whether it has one; the unit it
+ * belongs to (BigVGAN stage i for upsampler i and its AMP blocks; the input and output convs belong to the
+ * decoder) and its shape in words. */
+static void av_conv_desc(const h3_audio_vae_config *c, int id, char *name, size_t n, int64_t *s, int *bias,
+                         h3_wb_unit *unit, const char **words) {
     *bias = 1;
     if (id == 0) {
         snprintf(name, n, "decoder.conv_pre");
         s[0] = c->decoder_dim, s[1] = c->latent_dim, s[2] = 7;
+        *unit = (h3_wb_unit){NULL, 0, -1};
+        *words = "[decoder_dim, latent_dim, 7]";
     } else if (id <= c->n_up) {
         int i = id - 1;
         snprintf(name, n, "decoder.ups.%d.0", i);
         s[0] = (int64_t)c->decoder_dim >> i, s[1] = av_ch(c, i), s[2] = c->kernels[i];
+        *unit = (h3_wb_unit){"BigVGAN stage", i, i};
+        *words = "[channels in, channels in / 2, kernel]";
     } else if (id == av_post(c)) {
         snprintf(name, n, "decoder.conv_post");
         s[0] = 1, s[1] = av_ch(c, c->n_up - 1), s[2] = 7;
         *bias = 0;
+        *unit = (h3_wb_unit){NULL, 0, c->n_up};
+        *words = "[1, last stage's channels, 7]";
     } else {
         int k = id - 1 - c->n_up, which = k % 2, d = (k / 2) % c->n_dil, r = (k / 2 / c->n_dil) % c->n_res;
         int i = k / 2 / c->n_dil / c->n_res;
         snprintf(name, n, "decoder.resblocks.%d.convs%d.%d", i * c->n_res + r, which + 1, d);
         s[0] = s[1] = av_ch(c, i), s[2] = c->res_kernels[r];
+        *unit = (h3_wb_unit){"BigVGAN stage", i, i};
+        *words = "[channels, channels, AMP kernel]";
     }
 }
 
-static h3_status av_shape_is(const h3_audio_vae *v, const char *name, const h3_st_entry *e, int nd, const int64_t *s) {
-    int ok = e->ndim == nd;
-    for (int i = 0; ok && i < nd; i++) ok = e->shape[i] == s[i];
-    if (!ok) {
-        char a[96], b[96];
-        h3_tensor x = {0}, y = {0};
-        x.ndim = e->ndim;
-        memcpy(x.shape, e->shape, sizeof e->shape);
-        y.ndim = nd;
-        memcpy(y.shape, s, (size_t)nd * sizeof *s);
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; this decoder's config needs %s", v->source, name,
-                      h3_tensor_shape_str(&x, a, sizeof a), h3_tensor_shape_str(&y, b, sizeof b));
-    }
-    if (e->dtype != H3_F32 && e->dtype != H3_F16 && e->dtype != H3_BF16)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; the audio VAE reads f32, f16 and bf16",
-                      v->source, name, h3_dtype_name(e->dtype));
-    return H3_OK;
+/* A row of the audio VAE: f32, f16 or bf16 of exactly shape s (nd dims), bound into dst (NULL: checked only).
+ */
+static h3_wb_row av_row(const char *name, int nd, const int64_t *s, const char *words, h3_wb_unit unit,
+                        h3_tensor *dst) {
+    h3_wb_row r = h3_wb_row_make(name, dst, nd, 0, 0, 0, 0, H3_WB_FLOATS, 0, words, unit);
+    memcpy(r.shape, s, (size_t)nd * sizeof *s);
+    return r;
 }
 
-static h3_status av_need(const h3_audio_vae *v, const char *name, int nd, const int64_t *s) {
-    const h3_st_entry *e = h3_st_find(&v->st, name);
-    if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
-    return av_shape_is(v, name, e, nd, s);
+static h3_status av_need(const h3_audio_vae *v, const char *name, int nd, const int64_t *s, const char *words,
+                         h3_wb_unit unit) {
+    h3_wb_row r = av_row(name, nd, s, words, unit, NULL);
+    return h3_wb_check(&v->wb, &r, NULL, NULL);
+}
+
+static h3_status av_bind(const h3_audio_vae *v, const char *name, int nd, const int64_t *s, const char *words,
+                         h3_wb_unit unit, h3_tensor *dst) {
+    h3_wb_row r = av_row(name, nd, s, words, unit, dst);
+    return h3_wb_bind(&v->wb, &r);
 }
 
 /* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim but the
@@ -131,13 +140,17 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     char base[128], name[192];
     int64_t s[3];
     int bias;
-    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias);
+    h3_wb_unit unit;
+    const char *words;
+    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias, &unit, &words);
+    const int64_t *bs = &s[id >= 1 && id <= v->cfg.n_up ? 1 : 0];
     if (bias) {
         snprintf(name, sizeof name, "%s.bias", base);
-        H3_TRY(av_need(v, name, 1, &s[id >= 1 && id <= v->cfg.n_up ? 1 : 0]));
+        H3_TRY(av_need(v, name, 1, bs, id >= 1 && id <= v->cfg.n_up ? "[channels in / 2]" : "[channels out]",
+                       unit));
     }
     snprintf(name, sizeof name, "%s.weight", base);
-    if (h3_st_find(&v->st, name)) return av_need(v, name, 3, s);
+    if (h3_st_find(&v->st, name)) return av_need(v, name, 3, s, words, unit);
     static const char *const forms[2][2] = {{".weight_g", ".weight_v"},
                                             {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
     int f = -1;
@@ -145,21 +158,20 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
         snprintf(name, sizeof name, "%s%s", base, forms[k][1]);
         if (h3_st_find(&v->st, name)) f = k;
     }
-    if (f < 0)
-        return H3_ERR(H3_ERR_FORMAT, "%s: no weight for %s (neither .weight nor weight_g/weight_v)", v->source, base);
+    if (f < 0) {
+        snprintf(name, sizeof name, "%s.weight", base);
+        return h3_wb_missing_error(&v->wb, name, &unit, "a weight (or weight_g and weight_v)");
+    }
     char gname[192], vname[192];
     snprintf(gname, sizeof gname, "%s%s", base, forms[f][0]);
     snprintf(vname, sizeof vname, "%s%s", base, forms[f][1]);
-    H3_TRY(av_need(v, vname, 3, s));
-    const h3_st_entry *ge = h3_st_find(&v->st, gname);
-    if (!ge || h3_st_entry_numel(ge) != s[0] || (ge->dtype != H3_F32 && ge->dtype != H3_F16 && ge->dtype != H3_BF16))
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' must hold %lld float values (one per output row of %s)", v->source, gname,
-                      (long long)s[0], vname);
+    H3_TRY(av_need(v, vname, 3, s, words, unit));
+    const int64_t gs[3] = {s[0], 1, 1};
     h3_tensor g = {0}, vt = {0}, w = {0};
     float *gf = NULL;
     h3_status st = H3_OK;
-    H3_CHECK(h3_st_get(&v->st, gname, &g));
-    H3_CHECK(h3_st_get(&v->st, vname, &vt));
+    H3_CHECK(av_bind(v, gname, 3, gs, "[output rows, 1, 1] (weight norm's magnitudes)", unit, &g));
+    H3_CHECK(av_bind(v, vname, 3, s, words, unit, &vt));
     H3_CHECK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_WEIGHTS));
     gf = h3_malloc((size_t)s[0] * sizeof(float), H3_MEM_WORKSPACE);
     if (!gf) H3_FAIL(H3_ERR_NOMEM, "out of memory");
@@ -191,18 +203,23 @@ static const char *av_act_name(const h3_audio_vae_config *c, int stage, int r, i
     return buf;
 }
 
+/* The unit of an activation: BigVGAN stage `stage`, or (stage < 0) activation_post, with the output conv. */
+static h3_wb_unit av_act_unit(const h3_audio_vae_config *c, int stage) {
+    return stage < 0 ? (h3_wb_unit){NULL, 0, c->n_up} : (h3_wb_unit){"BigVGAN stage", stage, stage};
+}
+
 /* alpha, beta [C] and, unless computed, the two stored filters [1, 1, taps]. */
-static h3_status av_check_act(const h3_audio_vae *v, const char *base, int64_t C) {
+static h3_status av_check_act(const h3_audio_vae *v, const char *base, int64_t C, h3_wb_unit unit) {
     char name[192];
     int64_t fs[3] = {1, 1, v->cfg.filter_taps};
     snprintf(name, sizeof name, "%s.act.alpha", base);
-    H3_TRY(av_need(v, name, 1, &C));
+    H3_TRY(av_need(v, name, 1, &C, "[channels]", unit));
     snprintf(name, sizeof name, "%s.act.beta", base);
-    H3_TRY(av_need(v, name, 1, &C));
+    H3_TRY(av_need(v, name, 1, &C, "[channels]", unit));
     static const char *const f[2] = {".upsample.filter", ".downsample.lowpass.filter"};
     for (int k = 0; k < 2; k++) {
         snprintf(name, sizeof name, "%s%s", base, f[k]);
-        if (h3_st_find(&v->st, name)) H3_TRY(av_need(v, name, 3, fs));
+        if (h3_st_find(&v->st, name)) H3_TRY(av_need(v, name, 3, fs, "[1, 1, filter taps]", unit));
     }
     return H3_OK;
 }
@@ -231,45 +248,69 @@ static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi
     return jints_of(o ? json_object_get(o, key) : NULL, key, max, lo, hi, out, n, what);
 }
 
-/* Shapes first (they define the architecture), then what the configs add. */
+/* An anchor of the architecture the shapes define: a float tensor of rank 3 (free sizes) under the first of
+ * the names that exists; its name into *found and its shape into out. */
+static h3_status av_anchor(const h3_audio_vae *v, const char *const *names, int n_names, const char *words,
+                           h3_wb_unit unit, const char **found, int64_t *out) {
+    int k = 0;
+    while (k < n_names - 1 && !h3_st_find(&v->st, names[k])) k++;
+    h3_wb_row r =
+        h3_wb_row_make(names[k], NULL, 3, H3_WB_ANY, H3_WB_ANY, H3_WB_ANY, 0, H3_WB_FLOATS, 0, words, unit);
+    h3_wb_info in;
+    if (!h3_st_find(&v->st, names[k])) k = 0, r.name = names[0]; /* none: name the plain form as missing */
+    H3_TRY(h3_wb_check(&v->wb, &r, NULL, &in));
+    *found = names[k];
+    memcpy(out, in.shape, 3 * sizeof *out);
+    return H3_OK;
+}
+
+/* Shapes first (they define the architecture), then what the configs add. Every size read from a shape is
+ * checked here in the binder's message form; av_finish then checks every tensor against the architecture. */
 static h3_status av_shapes(h3_audio_vae *v) {
     h3_audio_vae_config *c = &v->cfg;
-    const h3_st_entry *e = h3_st_find(&v->st, "dec_in_proj.weight");
-    if (!e || e->ndim != 3 || e->shape[2] != 1)
-        return H3_ERR(H3_ERR_FORMAT, "%s: no dec_in_proj.weight [latent_dim, C, 1]: not an H3 audio VAE decoder",
-                      v->source);
-    if (e->shape[1] < 1 || e->shape[1] > H3_AVAE_MAX_CHANNELS || e->shape[0] < 1 || e->shape[0] > (1 << 16))
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: dec_in_proj maps %lld latent channels to %lld", v->source,
-                      (long long)e->shape[1], (long long)e->shape[0]);
-    c->latent_channels = (int)e->shape[1];
-    c->latent_dim = (int)e->shape[0];
-    const char *pre_names[3] = {"decoder.conv_pre.weight", "decoder.conv_pre.weight_v",
-                                "decoder.conv_pre.parametrizations.weight.original1"};
-    e = NULL;
-    for (int i = 0; i < 3 && !e; i++) e = h3_st_find(&v->st, pre_names[i]);
-    if (!e || e->ndim != 3 || e->shape[0] < 2 || e->shape[0] > (1 << 16))
-        return H3_ERR(H3_ERR_FORMAT, "%s: no usable decoder.conv_pre weight", v->source);
-    c->decoder_dim = (int)e->shape[0];
+    const h3_wb_unit model = {NULL, 0, -1};
+    const char *nm;
+    int64_t s[3];
+    static const char *const in_names[1] = {"dec_in_proj.weight"};
+    H3_TRY(av_anchor(v, in_names, 1, "[latent_dim, latent channels, 1]", model, &nm, s));
+    if (s[2] != 1 || s[1] < 1 || s[1] > H3_AVAE_MAX_CHANNELS || s[0] < 1 || s[0] > (1 << 16))
+        return h3_wb_shape_error(
+            &v->wb, nm, 3, s, &model,
+            "[latent_dim, latent channels, 1] with 1 to %d latent channels and a latent_dim of 1 "
+            "to 65536",
+            H3_AVAE_MAX_CHANNELS);
+    c->latent_channels = (int)s[1];
+    c->latent_dim = (int)s[0];
+    static const char *const pre_names[3] = {"decoder.conv_pre.weight", "decoder.conv_pre.weight_v",
+                                             "decoder.conv_pre.parametrizations.weight.original1"};
+    H3_TRY(av_anchor(v, pre_names, 3, "[decoder_dim, latent_dim, 7]", model, &nm, s));
     int n_up = h3_count_layers(&v->st, "decoder.ups.");
     int n_rb = h3_count_layers(&v->st, "decoder.resblocks.");
     if (n_up < 1 || n_up > H3_AVAE_MAX_UPS || n_rb % n_up || n_rb / n_up < 1 || n_rb / n_up > H3_AVAE_MAX_RES)
         return H3_ERR(H3_ERR_FORMAT, "%s: %d upsamplers and %d AMP blocks do not make a BigVGAN decoder", v->source,
                       n_up, n_rb);
-    if ((c->decoder_dim >> n_up) < 1 || (c->decoder_dim >> n_up) << n_up != c->decoder_dim)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %d channels cannot be halved %d times", v->source, c->decoder_dim, n_up);
+    if (s[0] < 2 || s[0] > (1 << 16) || ((s[0] >> n_up) << n_up) != s[0])
+        return h3_wb_shape_error(
+            &v->wb, nm, 3, s, &model,
+            "[decoder_dim, latent_dim, 7] with decoder_dim a multiple of 2^%d (halved by each of "
+            "the %d upsamplers)",
+            n_up, n_up);
+    c->decoder_dim = (int)s[0];
     c->n_up = n_up;
     c->n_res = n_rb / n_up;
-    char name[192];
+    char n0[192], n1[192], n2[192];
+    const char *names[3] = {n0, n1, n2};
     for (int i = 0; i < n_up; i++) {
-        const h3_st_entry *u = NULL;
-        const char *suf[3] = {"weight", "weight_v", "parametrizations.weight.original1"};
-        for (int k = 0; k < 3 && !u; k++) {
-            snprintf(name, sizeof name, "decoder.ups.%d.0.%s", i, suf[k]);
-            u = h3_st_find(&v->st, name);
-        }
-        if (!u || u->ndim != 3 || u->shape[2] < 1 || u->shape[2] > 64)
-            return H3_ERR(H3_ERR_FORMAT, "%s: no usable weight for decoder.ups.%d.0", v->source, i);
-        c->kernels[i] = (int)u->shape[2];
+        const h3_wb_unit st = {"BigVGAN stage", i, i};
+        snprintf(n0, sizeof n0, "decoder.ups.%d.0.weight", i);
+        snprintf(n1, sizeof n1, "decoder.ups.%d.0.weight_v", i);
+        snprintf(n2, sizeof n2, "decoder.ups.%d.0.parametrizations.weight.original1", i);
+        H3_TRY(av_anchor(v, names, 3, "[channels in, channels in / 2, kernel]", st, &nm, s));
+        if (s[2] < 1 || s[2] > 64)
+            return h3_wb_shape_error(&v->wb, nm, 3, s, &st,
+                                     "[channels in, channels in / 2, kernel] with a kernel of 1 "
+                                     "to 64");
+        c->kernels[i] = (int)s[2];
         c->rates[i] = c->kernels[i] % 2 ? (c->kernels[i] + 1) / 2 : c->kernels[i] / 2; /* k = 2u − (u mod 2) */
     }
     int n_dil = 0;
@@ -280,24 +321,31 @@ static h3_status av_shapes(h3_audio_vae *v) {
         if (r == 0) n_dil = nd;
         if (nd != n_dil || nd < 1 || nd > H3_AVAE_MAX_RES)
             return H3_ERR(H3_ERR_FORMAT, "%s: AMP block %d has %d dilated convs", v->source, r, nd);
-        const h3_st_entry *w = NULL;
-        const char *suf[3] = {"weight", "weight_v", "parametrizations.weight.original1"};
-        for (int k = 0; k < 3 && !w; k++) {
-            snprintf(name, sizeof name, "decoder.resblocks.%d.convs1.0.%s", r, suf[k]);
-            w = h3_st_find(&v->st, name);
-        }
-        if (!w || w->ndim != 3 || w->shape[2] < 1 || w->shape[2] > 63 || w->shape[2] % 2 == 0)
-            return H3_ERR(H3_ERR_FORMAT, "%s: no usable weight for AMP block %d (odd kernel expected)", v->source, r);
-        c->res_kernels[r] = (int)w->shape[2];
+        const h3_wb_unit st = {"BigVGAN stage", 0, 0};
+        snprintf(n0, sizeof n0, "decoder.resblocks.%d.convs1.0.weight", r);
+        snprintf(n1, sizeof n1, "decoder.resblocks.%d.convs1.0.weight_v", r);
+        snprintf(n2, sizeof n2, "decoder.resblocks.%d.convs1.0.parametrizations.weight.original1", r);
+        H3_TRY(av_anchor(v, names, 3, "[channels, channels, AMP kernel]", st, &nm, s));
+        if (s[2] < 1 || s[2] > 63 || s[2] % 2 == 0)
+            return h3_wb_shape_error(&v->wb, nm, 3, s, &st,
+                                     "[channels, channels, AMP kernel] with an odd kernel of 1 "
+                                     "to 63");
+        c->res_kernels[r] = (int)s[2];
         for (int d = 0; d < nd; d++) c->dilations[r][d] = 2 * d + 1; /* 1, 3, 5: BigVGAN's, not in any config */
     }
     c->n_dil = n_dil;
-    snprintf(name, sizeof name, "decoder.activation_post.upsample.filter");
-    const h3_st_entry *f = h3_st_find(&v->st, name);
+    static const char *const f_name = "decoder.activation_post.upsample.filter";
+    const h3_st_entry *f = h3_st_find(&v->st, f_name);
     c->filter_taps = f && f->ndim == 3 ? (int)f->shape[2] : 12;
     if (c->filter_taps < 2 || c->filter_taps > 64 || c->filter_taps % 2)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %d-tap resampling filters (h3run takes an even count up to 64)",
-                      v->source, c->filter_taps);
+        return h3_wb_shape_error(&v->wb, f_name, f->ndim, f->shape, &(h3_wb_unit){NULL, 0, c->n_up},
+                                 "[1, 1, taps] with an even count of 2 to 64 taps");
+    return H3_OK;
+}
+
+static h3_status av_open_weights(h3_audio_vae *v, const char *path) {
+    H3_TRY(h3_st_open(path, &v->st));
+    v->wb = (h3_wbind){&v->st, "", NULL, "audio VAE", NULL, NULL};
     return H3_OK;
 }
 
@@ -311,7 +359,7 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
     if (!h3_path_exists(path)) return H3_ERR(H3_ERR_NOT_FOUND, "%s: no such file or folder", path);
     if (!h3_path_is_dir(path)) {
         v->layout = H3_LAYOUT_COMFY;
-        H3_CHECK(h3_st_open(path, &v->st));
+        H3_CHECK(av_open_weights(v, path));
         H3_CHECK(av_shapes(v));
         const char *m = h3_st_metadata(&v->st, "minimax_h3_audio_vae");
         if (m) {
@@ -322,8 +370,9 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
         int64_t C = c->latent_channels;
         if (h3_st_find(&v->st, "latents_mean") || !blob) {
             h3_tensor m1 = {0}, s1 = {0};
-            st = av_need(v, "latents_mean", 1, &C);
-            if (st == H3_OK) st = av_need(v, "latents_std", 1, &C);
+            const h3_wb_unit model = {NULL, 0, -1};
+            st = av_need(v, "latents_mean", 1, &C, "[latent channels]", model);
+            if (st == H3_OK) st = av_need(v, "latents_std", 1, &C, "[latent channels]", model);
             if (st == H3_OK) st = h3_st_load(&v->st, "latents_mean", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &m1);
             if (st == H3_OK) st = h3_st_load(&v->st, "latents_std", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &s1);
             if (st == H3_OK) {
@@ -355,7 +404,7 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             const char *sf = h3_json_get_str(cfg, "source_safetensors_path");
             wpath = h3_path_join(path, sf ? sf : "model.safetensors");
             if (!wpath) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-            H3_CHECK(h3_st_open(wpath, &v->st));
+            H3_CHECK(av_open_weights(v, wpath));
             H3_CHECK(av_shapes(v));
             json_t *kw = json_object_get(json_object_get(meta, "metadata"), "kwargs");
             char mwhat[1100];
@@ -373,7 +422,7 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             H3_CHECK(h3_cfg_int(cfg, "sample_rate", 1, 1000000, &c->sample_rate, what));
         } else if (json_object_get(cfg, "decoder_rates") || json_object_get(cfg, "resblock_kernel_sizes")) {
             v->layout = H3_LAYOUT_DIFFUSERS;
-            H3_CHECK(h3_st_open(path, &v->st));
+            H3_CHECK(av_open_weights(v, path));
             H3_CHECK(av_shapes(v));
             int a[H3_AVAE_MAX_UPS], n = 0;
             H3_CHECK(jints(cfg, "decoder_rates", H3_AVAE_MAX_UPS, 1, 64, a, &n, what));
@@ -440,8 +489,9 @@ static h3_status av_finish(h3_audio_vae *v) {
         for (int d = 0; d < c->n_dil; d++)
             if (c->dilations[r][d] < 1) return H3_ERR(H3_ERR_FORMAT, "%s: dilation < 1", v->source);
     int64_t L = c->latent_dim, C = c->latent_channels, s3[3] = {L, C, 1};
-    H3_TRY(av_need(v, "dec_in_proj.weight", 3, s3));
-    H3_TRY(av_need(v, "dec_in_proj.bias", 1, &L));
+    const h3_wb_unit model = {NULL, 0, -1};
+    H3_TRY(av_need(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model));
+    H3_TRY(av_need(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model));
     v->n_conv = av_post(c) + 1;
     v->folded = h3_calloc((size_t)v->n_conv, sizeof *v->folded, H3_MEM_WEIGHTS);
     if (!v->folded) return H3_ERR(H3_ERR_NOMEM, "out of memory");
@@ -449,8 +499,11 @@ static h3_status av_finish(h3_audio_vae *v) {
     char name[128];
     for (int i = 0; i < c->n_up; i++)
         for (int r = 0; r < c->n_res; r++)
-            for (int a = 0; a < 2 * c->n_dil; a++) H3_TRY(av_check_act(v, av_act_name(c, i, r, a, name, sizeof name), av_ch(c, i)));
-    H3_TRY(av_check_act(v, av_act_name(c, -1, 0, 0, name, sizeof name), av_ch(c, c->n_up - 1)));
+            for (int a = 0; a < 2 * c->n_dil; a++)
+                H3_TRY(av_check_act(v, av_act_name(c, i, r, a, name, sizeof name), av_ch(c, i),
+                                    av_act_unit(c, i)));
+    H3_TRY(av_check_act(v, av_act_name(c, -1, 0, 0, name, sizeof name), av_ch(c, c->n_up - 1),
+                        av_act_unit(c, -1)));
     h3_audio_kaiser_filter(v->filter, c->filter_taps, 0.5 / 2, 0.6 / 2);
     return H3_OK;
 }
@@ -583,13 +636,20 @@ static void av_release(av_part *p) {
     av_release_act(&p->post_act);
 }
 
+/* The unit of activation id (av_act_id). */
+static h3_wb_unit av_act_unit_of(const h3_audio_vae_config *c, int id) {
+    const int stage = id / (c->n_res * 2 * c->n_dil);
+    return av_act_unit(c, stage < c->n_up ? stage : -1);
+}
+
 /* The values of a resampling filter (filter_taps of them): the stored ones, else the computed ones. */
-static h3_status av_filter_values(h3_audio_vae *v, const char *name, float *f) {
+static h3_status av_filter_values(h3_audio_vae *v, const char *name, h3_wb_unit unit, float *f) {
     int K = v->cfg.filter_taps;
+    int64_t fs[3] = {1, 1, K};
     memcpy(f, v->filter, (size_t)K * sizeof(float));
     if (!v->compute_filters && h3_st_find(&v->st, name)) {
         h3_tensor t;
-        H3_TRY(h3_st_get(&v->st, name, &t));
+        H3_TRY(av_bind(v, name, 3, fs, "[1, 1, filter taps]", unit, &t));
         int ok = h3_convert_to_f32(t.dtype, t.data, f, (size_t)K);
         h3_tensor_free(&t);
         if (!ok) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: cannot read %s", v->source, name);
@@ -635,7 +695,9 @@ static h3_status av_dev_items(const h3_audio_vae_config *c, av_item_fn fn, void 
         char name[128];
         int64_t s[3];
         int bias;
-        av_conv_desc(c, id, name, sizeof name, s, &bias);
+        h3_wb_unit unit;
+        const char *words;
+        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);
         AV_ITEM(AV_CONV, id, 0, s[0] * s[1] * s[2]);
         if (bias) AV_ITEM(AV_CONV, id, 1, id >= 1 && id <= c->n_up ? s[1] : s[0]);
     }
@@ -694,26 +756,33 @@ static h3_status av_put(void *user, int kind, int id, int which, int64_t off, in
     float f[H3_SNAKE_AA_MAX_TAPS];
     char base[128], name[192];
     h3_status st = H3_OK;
+    const h3_wb_unit model = {NULL, 0, -1};
     if (kind == AV_IN) {
-        st = h3_st_get(&v->st, which ? "dec_in_proj.bias" : "dec_in_proj.weight", &src);
+        const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
+        st = which ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &src)
+                   : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, &src);
         held = st == H3_OK;
     } else if (kind == AV_CONV && which == 0 && v->folded[id].data) {
         src = v->folded[id]; /* a view: the folded weight stays the decoder's */
     } else if (kind == AV_CONV) {
         int64_t s[3];
         int bias;
-        av_conv_desc(c, id, base, sizeof base, s, &bias);
+        h3_wb_unit unit;
+        const char *words;
+        av_conv_desc(c, id, base, sizeof base, s, &bias, &unit, &words);
         snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
-        st = h3_st_get(&v->st, name, &src);
+        st = which ? av_bind(v, name, 1, &s[id >= 1 && id <= c->n_up ? 1 : 0], "[channels]", unit, &src)
+                   : av_bind(v, name, 3, s, words, unit, &src);
         held = st == H3_OK;
     } else if (which < 2) {
+        const int64_t C = av_act_ch(c, id);
         snprintf(name, sizeof name, "%s.act.%s", av_act_name_of(c, id, base, sizeof base), which ? "beta" : "alpha");
-        st = h3_st_get(&v->st, name, &src);
+        st = av_bind(v, name, 1, &C, "[channels]", av_act_unit_of(c, id), &src);
         held = st == H3_OK;
     } else {
         snprintf(name, sizeof name, "%s%s", av_act_name_of(c, id, base, sizeof base),
                  which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
-        st = av_filter_values(v, name, f);
+        st = av_filter_values(v, name, av_act_unit_of(c, id), f);
         if (st == H3_OK) st = h3_tensor_wrap(&src, f, H3_PLACE_HOST, H3_F32, 1, &n);
     }
     if (st == H3_OK && h3_tensor_numel(&src) != n)
@@ -764,7 +833,9 @@ static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
     char base[128], name[192];
     int64_t s[3];
     int bias;
-    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias);
+    h3_wb_unit unit;
+    const char *words;
+    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias, &unit, &words);
     if (v->act_place == H3_PLACE_DEVICE) {
         int64_t blen = id >= 1 && id <= v->cfg.n_up ? s[1] : s[0];
         out->w = av_dev_view(v, AV_CONV, id, 0, 3, s);
@@ -775,12 +846,12 @@ static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
         h3_tensor_wrap(&out->w, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
     } else {
         snprintf(name, sizeof name, "%s.weight", base);
-        H3_TRY(h3_st_get(&v->st, name, &out->w));
+        H3_TRY(av_bind(v, name, 3, s, words, unit, &out->w));
         out->held_w = 1;
     }
     if (bias) {
         snprintf(name, sizeof name, "%s.bias", base);
-        H3_TRY(h3_st_get(&v->st, name, &out->b));
+        H3_TRY(av_bind(v, name, 1, &s[id >= 1 && id <= v->cfg.n_up ? 1 : 0], "[channels]", unit, &out->b));
         out->held_b = 1;
     }
     return H3_OK;
@@ -796,17 +867,18 @@ static h3_status av_get_act(h3_audio_vae *v, int id, av_act *a) {
         a->down = av_dev_view(v, AV_ACT, id, 3, 1, &K);
         return H3_OK;
     }
+    const h3_wb_unit unit = av_act_unit_of(c, id);
     char base[128], name[192];
     av_act_name_of(c, id, base, sizeof base);
     a->held = 1;
     snprintf(name, sizeof name, "%s.act.alpha", base);
-    H3_TRY(h3_st_get(&v->st, name, &a->alpha));
+    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->alpha));
     snprintf(name, sizeof name, "%s.act.beta", base);
-    H3_TRY(h3_st_get(&v->st, name, &a->beta));
+    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->beta));
     snprintf(name, sizeof name, "%s.upsample.filter", base);
-    H3_TRY(av_filter_values(v, name, a->fup));
+    H3_TRY(av_filter_values(v, name, unit, a->fup));
     snprintf(name, sizeof name, "%s.downsample.lowpass.filter", base);
-    H3_TRY(av_filter_values(v, name, a->fdown));
+    H3_TRY(av_filter_values(v, name, unit, a->fdown));
     H3_TRY(h3_tensor_wrap(&a->up, a->fup, H3_PLACE_HOST, H3_F32, 1, &K));
     return h3_tensor_wrap(&a->down, a->fdown, H3_PLACE_HOST, H3_F32, 1, &K);
 }
@@ -822,9 +894,12 @@ static h3_status av_acquire(h3_audio_vae *v, h3_exec *ex, int part, av_part *p) 
             p->in.w = av_dev_view(v, AV_IN, 0, 0, 3, sw);
             p->in.b = av_dev_view(v, AV_IN, 0, 1, 1, sb);
         } else {
-            H3_CHECK(h3_st_get(&v->st, "dec_in_proj.weight", &p->in.w));
+            const h3_wb_unit model = {NULL, 0, -1};
+            const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
+            H3_CHECK(av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model,
+                             &p->in.w));
             p->in.held_w = 1;
-            H3_CHECK(h3_st_get(&v->st, "dec_in_proj.bias", &p->in.b));
+            H3_CHECK(av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &p->in.b));
             p->in.held_b = 1;
         }
         H3_CHECK(av_get_conv(v, 0, &p->pre));
@@ -985,6 +1060,11 @@ h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tens
     if (z->ndim != 2 && z->ndim != 3)
         return H3_ERR(H3_ERR_INVALID, "audio latents must be [channels, C, T] or [C, T]; got %s",
                       h3_tensor_shape_str(z, s, sizeof s));
+    if (h3_tensor_numel(z) == 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio latents %s hold no values: every dimension must be at least 1 (e.g. [2, "
+                      "%d, 200] for 5 s of stereo)",
+                      h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s", h3_dtype_name(z->dtype));
     int off = z->ndim == 3;

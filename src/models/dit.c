@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "models/dit_internal.h"
+#include "io/wbind.h"
 #include "quant/qload.h"
 #include "quant/qwrite.h"
 
@@ -167,34 +168,34 @@ h3_status h3_dit_config_check(const h3_dit_config *c) {
     return H3_OK;
 }
 
-/* ---- the weight list: every tensor of the layout, with its name and expected shape
+/* ---- the weight table: every tensor of the layout, as binder rows (io/wbind.h)
  * ---------------------------- */
 
-typedef struct wdesc {
-    const char *name; /* stored name, without the file's prefix */
-    h3_tensor *t;
-    int64_t d0, d1;    /* expected shape; d1 < 0: 1-D */
-    const char *shape; /* the expected shape in words, for messages */
-    int optional;      /* may be absent (rope.inv_freq) */
-    int adaln;         /* part of the AdaLN branch (time embedder, curve table, adaln_proj) */
-} wdesc;
+/* A row's tag: part of the AdaLN branch (time embedder, curve table, adaln_proj). */
+#define DIT_ADALN 1
 
-typedef h3_status (*wdesc_fn)(h3_dit *d, const wdesc *w, void *user);
+typedef h3_status (*wdesc_fn)(h3_dit *d, const h3_wb_row *w, void *user);
 
 static int is_diffusers(const h3_dit *d) {
     return d->layout == H3_LAYOUT_DIFFUSERS;
 }
 
-/* Calls fn for every weight of the layout in a fixed order; stops at the first failure. */
+/* Calls fn for every weight of the layout in a fixed order; stops at the first failure. Matrices may be
+ * stored quantized (the file's format decides; the binder checks their logical shape); vectors are plain
+ * floats. */
 static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
     const h3_dit_config *c = &d->cfg;
     const int df = is_diffusers(d);
     const int64_t H = c->hidden, inner = h3_dit_inner(c), vd = h3_dit_video_dim(c), ted = c->time_embed_dim;
     h3_dit_globals *g = &d->g;
+    h3_wb_unit unit = {NULL, 0, -1};
     char nm[256];
 #define W(name_, t_, d0_, d1_, shape_, opt_, adaln_)                                                         \
     do {                                                                                                     \
-        wdesc w_ = {(name_), (t_), (d0_), (d1_), (shape_), (opt_), (adaln_)};                                \
+        h3_wb_row w_ =                                                                                       \
+            h3_wb_row_make((name_), (t_), (d1_) < 0 ? 1 : 2, (d0_), (d1_), 0, 0, H3_WB_FLOATS,               \
+                           ((opt_) ? H3_WB_OPTIONAL : 0u) | ((d1_) < 0 ? 0u : H3_WB_QUANT), (shape_), unit); \
+        w_.tag = (adaln_);                                                                                   \
         H3_TRY(fn(d, &w_, user));                                                                            \
     } while (0)
     W(df ? "proj_in.weight" : "video_patch_proj.weight", &g->video_in_w, H, vd, "[hidden, video row width]",
@@ -223,6 +224,7 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
         int ref = u < c->n_refiner_layers;
         int i = ref ? u : u - (int)c->n_refiner_layers;
         h3_dit_block_weights *b = &d->units[u];
+        unit = (h3_wb_unit){ref ? "token-refiner block" : "DiT block", i, u};
         char p[96];
         if (df)
             snprintf(p, sizeof p, ref ? "token_refiner.refiner_blocks.%d." : "transformer_blocks.%d.", i);
@@ -259,6 +261,7 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
         }
 #undef BW
     }
+    unit = (h3_wb_unit){NULL, 0, -1};
     W("token_refiner.final_norm.weight", &g->refiner_norm, H, -1, "[hidden]", 0, 0);
     W(df ? "norm_out.norm.weight" : "final_layer.norm.weight", &g->final_norm, H, -1, "[hidden]", 0, 0);
     W(df ? "norm_out.linear.weight" : "final_layer.adaln_proj.linear.weight", &g->final_adaln_w, 2 * H, ted,
@@ -277,61 +280,25 @@ static h3_status each_weight(h3_dit *d, wdesc_fn fn, void *user) {
     return H3_OK;
 }
 
-static const char *shape_str(int ndim, const int64_t *s, char *buf, size_t n) {
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (o < n) snprintf(buf + o, n - o, "]");
-    return buf;
+static h3_status bind_one(h3_dit *d, const h3_wb_row *w, void *user) {
+    h3_wb_row r = *w;
+    if (d->gguf) r.flags |= H3_WB_QUANT; /* GGUF stores vectors in block formats too */
+    return h3_wb_bind(user, &r);
 }
 
-typedef struct {
-    const char *prefix;
-} bind_ctx;
-
-static h3_status bind_one(h3_dit *d, const wdesc *w, void *user) {
-    bind_ctx *bc = user;
-    char full[384], a[96], b[96];
-    snprintf(full, sizeof full, "%s%s", bc->prefix, w->name);
-    const h3_st_entry *e = h3_st_find(&d->set, full);
-    if (!e) {
-        if (w->optional) return H3_OK;
-        return H3_ERR(H3_ERR_NOT_FOUND, "%s: tensor '%s' is missing (a %s-layout DiT has it)", d->source,
-                      full, h3_layout_name(d->layout));
-    }
-    /* The stored format (plain float, a ComfyUI marker's, GGUF blocks) decides the logical shape. */
-    h3_qweight_info qi;
-    H3_TRY(h3_qweight_info_of(&d->set, d->gguf, e, &qi));
-    int64_t want[2] = {w->d0, w->d1};
-    int wnd = w->d1 < 0 ? 1 : 2;
-    if (qi.ndim != wnd || qi.shape[0] != want[0] || (wnd == 2 && qi.shape[1] != want[1]))
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; the config (%s) needs %s = %s", d->source,
-                      full, shape_str(qi.ndim, qi.shape, a, sizeof a), d->describe, w->shape,
-                      shape_str(wnd, want, b, sizeof b));
-    if (qi.fmt == H3_QF_NONE && qi.dtype != H3_F32 && qi.dtype != H3_BF16 && qi.dtype != H3_F16)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; DiT weights must be f32, bf16, f16 or quantized",
-                      d->source, full, h3_dtype_name(qi.dtype));
-    if (qi.fmt != H3_QF_NONE && wnd != 2 && !d->gguf)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; a DiT vector must be f32, bf16 or f16", d->source,
-                      full, qi.label);
-    return h3_qweight_get(&d->set, d->gguf, e, w->t);
-}
-
-static h3_status alloc_one(h3_dit *d, const wdesc *w, void *user) {
+static h3_status alloc_one(h3_dit *d, const h3_wb_row *w, void *user) {
     h3_dtype core = *(const h3_dtype *)user;
-    if (w->optional) return H3_OK; /* rope.inv_freq: computed from the config */
+    if (w->flags & H3_WB_OPTIONAL) return H3_OK; /* rope.inv_freq: computed from the config */
     /* The release's fp32 islands: patch projections, time embedder, output heads; the rest is bf16. */
     const h3_dit_globals *g = &d->g;
-    int island = w->t == &g->video_in_w || w->t == &g->video_in_b || w->t == &g->audio_in_w ||
-                 w->t == &g->audio_in_b || w->t == &g->time_in_w || w->t == &g->time_in_b ||
-                 w->t == &g->time_out_w || w->t == &g->time_out_b || w->t == &g->video_out_w ||
-                 w->t == &g->video_out_b || w->t == &g->audio_out_w || w->t == &g->audio_out_b ||
-                 w->t == &g->inv_freq || w->t == &g->curve;
-    int64_t s[2] = {w->d0, w->d1};
+    const h3_tensor *t = w->dst;
+    int island = t == &g->video_in_w || t == &g->video_in_b || t == &g->audio_in_w || t == &g->audio_in_b ||
+                 t == &g->time_in_w || t == &g->time_in_b || t == &g->time_out_w || t == &g->time_out_b ||
+                 t == &g->video_out_w || t == &g->video_out_b || t == &g->audio_out_w ||
+                 t == &g->audio_out_b || t == &g->inv_freq || t == &g->curve;
     /* the curve table is read by the host (as h3_dit_upload_weights leaves it) */
-    h3_place place =
-        w->t == &g->curve && d->weight_place == H3_PLACE_DEVICE ? H3_PLACE_HOST : d->weight_place;
-    return h3_tensor_alloc(w->t, place, island ? H3_F32 : core, w->d1 < 0 ? 1 : 2, s, H3_MEM_WEIGHTS);
+    h3_place place = t == &g->curve && d->weight_place == H3_PLACE_DEVICE ? H3_PLACE_HOST : d->weight_place;
+    return h3_tensor_alloc(w->dst, place, island ? H3_F32 : core, w->ndim, w->shape, H3_MEM_WEIGHTS);
 }
 
 /* q, k, v: the row blocks of a contiguous fused QKV weight [3·inner, H]. */
@@ -455,32 +422,32 @@ h3_status h3_dit_device_check(const h3_dit *d) {
 
 /* A quantized weight to the weight place in its stored form (values and scales), where the GPU's quantized
  * GEMM reads it. */
-static h3_status upload_quantized(h3_dit *d, const wdesc *w, h3_exec *ex) {
+static h3_status upload_quantized(h3_dit *d, const h3_wb_row *w, h3_exec *ex) {
     h3_tensor dev;
-    H3_TRY_CTX(h3_quant_copy_to(ex, w->t, d->weight_place, H3_MEM_WEIGHTS, &dev), "uploading DiT weight '%s'",
-               w->name);
-    h3_tensor_free(w->t);
-    *w->t = dev;
+    H3_TRY_CTX(h3_quant_copy_to(ex, w->dst, d->weight_place, H3_MEM_WEIGHTS, &dev),
+               "uploading DiT weight '%s'", w->name);
+    h3_tensor_free(w->dst);
+    *w->dst = dev;
     return H3_OK;
 }
 
 /* Replaces a weight held on the host by an owned copy at the weight place (the device). */
-static h3_status upload_one(h3_dit *d, const wdesc *w, void *user) {
+static h3_status upload_one(h3_dit *d, const h3_wb_row *w, void *user) {
     h3_exec *ex = user;
-    if (!w->t->data || w->t->place == d->weight_place) return H3_OK;
-    if (w->t == &d->g.curve || w->t == &d->g.inv_freq) return H3_OK; /* small tables the host reads */
-    if (w->t->q.mode != H3_SCALE_NONE || w->t->dtype == H3_I8 || w->t->dtype == H3_F8_E4M3 ||
-        w->t->dtype == H3_F8_E5M2)
+    h3_tensor *t = w->dst;
+    if (!t->data || t->place == d->weight_place) return H3_OK;
+    if (t == &d->g.curve || t == &d->g.inv_freq) return H3_OK; /* small tables the host reads */
+    if (t->q.mode != H3_SCALE_NONE || t->dtype == H3_I8 || t->dtype == H3_F8_E4M3 || t->dtype == H3_F8_E5M2)
         return upload_quantized(d, w, ex);
     h3_tensor dev;
-    H3_TRY(h3_tensor_alloc(&dev, d->weight_place, w->t->dtype, w->t->ndim, w->t->shape, H3_MEM_WEIGHTS));
-    h3_status st = h3_copy(ex, &dev, w->t);
+    H3_TRY(h3_tensor_alloc(&dev, d->weight_place, t->dtype, t->ndim, t->shape, H3_MEM_WEIGHTS));
+    h3_status st = h3_copy(ex, &dev, t);
     if (st != H3_OK) {
         h3_tensor_free(&dev);
         return h3_error_wrap(st, "uploading DiT weight '%s'", w->name);
     }
-    h3_tensor_free(w->t);
-    *w->t = dev;
+    h3_tensor_free(t);
+    *t = dev;
     return H3_OK;
 }
 
@@ -683,82 +650,91 @@ h3_status h3_dit_randomize_blocks_quantized(h3_dit *d, h3_exec *ex, int target) 
 /* ---- opening
  * ------------------------------------------------------------------------------------------------ */
 
-static const h3_st_entry *find_p(const h3_dit *d, const char *prefix, const char *name) {
-    char full[384];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    return h3_st_find(&d->set, full);
-}
-
-/* The entry with its logical shape (quantized formats store other shapes: nvfp4 [N, K/2], GGUF blocks). */
-static h3_status need_entry(h3_dit *d, const char *prefix, const char *name, int ndim, h3_st_entry *out) {
-    const h3_st_entry *e = find_p(d, prefix, name);
-    if (!e)
-        return H3_ERR(H3_ERR_NOT_FOUND,
-                      "%s: tensor '%s%s' is missing; it is needed to infer the DiT's widths", d->source,
-                      prefix, name);
-    h3_qweight_info qi;
-    H3_TRY(h3_qweight_info_of(&d->set, d->gguf, e, &qi));
-    *out = *e;
-    out->ndim = qi.ndim;
-    memcpy(out->shape, qi.shape, sizeof out->shape);
-    if (out->ndim != ndim)
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has %d dims, expected %d", d->source, prefix, name,
-                      out->ndim, ndim);
+/* An anchor of a config inferred from the shapes: a weight of rank nd whose dims are at least `least` each;
+ * its logical shape (quantized formats store other shapes: nvfp4 [N, K/2], GGUF blocks) into out. */
+static h3_status anchor(const h3_wbind *b, const char *name, int nd, int64_t least, const char *words,
+                        const h3_wb_unit *u, int64_t *out) {
+    h3_wb_row r =
+        h3_wb_row_make(name, NULL, nd, H3_WB_ANY, H3_WB_ANY, 0, 0, H3_WB_FLOATS, H3_WB_QUANT, words, *u);
+    h3_wb_info in;
+    H3_TRY(h3_wb_check(b, &r, NULL, &in));
+    for (int i = 0; i < nd; i++)
+        if (in.shape[i] < least)
+            return h3_wb_shape_error(b, name, in.ndim, in.shape, u, "%s with every size at least %lld", words,
+                                     (long long)least);
+    memcpy(out, in.shape, (size_t)nd * sizeof *out);
     return H3_OK;
 }
 
-/* Widths from tensor shapes, for files without a config (ComfyUI single files). Eps, theta: the release's. */
-static h3_status infer_config(h3_dit *d, const char *prefix, h3_dit_config *c) {
+/* Widths from tensor shapes, for files without a config (ComfyUI single files). Eps, theta: the release's.
+ * Every width is checked here (at least 1, whole heads, 4·channels video rows) in the binder's message form;
+ * the rows then check every tensor against the widths. */
+static h3_status infer_config(h3_dit *d, const h3_wbind *b, h3_dit_config *c) {
     const int df = is_diffusers(d);
-    h3_st_entry ent;
-    const h3_st_entry *e = &ent;
+    char lp[256];
+    snprintf(lp, sizeof lp, "%s%s", b->prefix,
+             df ? "token_refiner.refiner_blocks." : "token_refiner.blocks.");
+    const int n_refiner = h3_count_layers(&d->set, lp);
+    const h3_wb_unit model = {NULL, 0, -1}, blk0 = {"DiT block", 0, n_refiner};
+    int64_t s[2];
     int pruned = c->adaln_pruned;
     h3_dit_config_default(c);
     c->adaln_pruned = pruned;
-    H3_TRY(need_entry(d, prefix, df ? "proj_in.weight" : "video_patch_proj.weight", 2, &ent));
-    c->hidden = e->shape[0];
-    int64_t vd = e->shape[1];
-    if (vd % 4)
-        return H3_ERR(H3_ERR_FORMAT,
-                      "%s: video rows are %lld wide, not 4·channels for the (1, 2, 2) patch; give a "
-                      "config.json",
-                      d->source, (long long)vd);
-    c->in_channels = vd / 4;
-    H3_TRY(need_entry(d, prefix, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, &ent));
-    c->audio_dim = e->shape[1];
-    H3_TRY(need_entry(d, prefix, df ? "context_embedder.weight" : "condition_proj.weight", 2, &ent));
-    c->text_dim = e->shape[1];
+    const char *vp = df ? "proj_in.weight" : "video_patch_proj.weight";
+    H3_TRY(anchor(b, vp, 2, 1, "[hidden, video row width]", &model, s));
+    c->hidden = s[0];
+    if (s[1] % 4)
+        return h3_wb_shape_error(
+            b, vp, 2, s, &model,
+            "[hidden, 4·channels] for the (1, 2, 2) patch (give a config.json for another)");
+    c->in_channels = s[1] / 4;
+    H3_TRY(anchor(b, df ? "audio_proj_in.weight" : "audio_patch_proj.weight", 2, 1,
+                  "[hidden, audio channels]", &model, s));
+    c->audio_dim = s[1];
+    H3_TRY(anchor(b, df ? "context_embedder.weight" : "condition_proj.weight", 2, 1, "[hidden, text dim]",
+                  &model, s));
+    c->text_dim = s[1];
     const char *blk = df ? "transformer_blocks.0." : "blocks.0.";
     char nm[128];
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.norm_q.weight" : "attn.q_norm.weight");
-    H3_TRY(need_entry(d, prefix, nm, 1, &ent));
-    c->head_dim = e->shape[0];
+    H3_TRY(anchor(b, nm, 1, 1, "[head_dim]", &blk0, s));
+    c->head_dim = s[0];
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "attn.to_q.weight" : "attn.qkv_proj.weight");
-    H3_TRY(need_entry(d, prefix, nm, 2, &ent));
-    int64_t inner = df ? e->shape[0] : e->shape[0] / 3;
-    if (c->head_dim <= 0 || inner % c->head_dim || (!df && e->shape[0] % 3))
-        return H3_ERR(H3_ERR_FORMAT, "%s: %s%s has %lld rows, not a multiple of %s head_dim %lld", d->source,
-                      prefix, nm, (long long)e->shape[0], df ? "" : "3 x", (long long)c->head_dim);
-    c->heads = inner / c->head_dim;
+    H3_TRY(anchor(b, nm, 2, 1, df ? "[heads·head_dim, hidden]" : "[3·heads·head_dim, hidden]", &blk0, s));
+    const int64_t per = (df ? 1 : 3) * c->head_dim;
+    if (s[0] % per)
+        return h3_wb_shape_error(b, nm, 2, s, &blk0,
+                                 "%s rows in whole heads of head_dim %lld (from its q_norm)",
+                                 df ? "heads·head_dim" : "3·heads·head_dim", (long long)c->head_dim);
+    c->heads = s[0] / per;
     snprintf(nm, sizeof nm, "%s%s", blk, df ? "ff.net.2.weight" : "mlp.fc2.weight");
-    H3_TRY(need_entry(d, prefix, nm, 2, &ent));
-    c->ffn = e->shape[1];
+    H3_TRY(anchor(b, nm, 2, 1, "[hidden, FFN]", &blk0, s));
+    c->ffn = s[1];
     if (!c->adaln_pruned) {
-        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight", 2,
-                          &ent));
-        c->time_hidden = e->shape[0];
-        c->freq_dim = e->shape[1];
-        H3_TRY(need_entry(d, prefix, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight",
-                          2, &ent));
-        c->time_embed_dim = e->shape[0];
+        const char *ti = df ? "time_embedder.linear_1.weight" : "time_embedder.proj_in.weight";
+        H3_TRY(anchor(b, ti, 2, 1, "[time MLP width, sinusoid width]", &model, s));
+        if (s[1] % 2) return h3_wb_shape_error(b, ti, 2, s, &model, "[time MLP width, even sinusoid width]");
+        c->time_hidden = s[0];
+        c->freq_dim = s[1];
+        H3_TRY(anchor(b, df ? "time_embedder.linear_2.weight" : "time_embedder.proj_out.weight", 2, 1,
+                      "[time embedding width, time MLP width]", &model, s));
+        c->time_embed_dim = s[0];
     }
-    e = find_p(d, prefix, "rope.inv_freq");
-    if (e && e->ndim == 1) c->rope_freq_dim = e->shape[0];
-    char lp[256];
-    snprintf(lp, sizeof lp, "%s%s", prefix, df ? "transformer_blocks." : "blocks.");
+    /* RoPE's frequencies: as many as the stored buffer holds, when it has one. */
+    const h3_st_entry *e;
+    h3_wb_info in;
+    h3_wb_row rf = h3_wb_row_make("rope.inv_freq", NULL, 1, H3_WB_ANY, 0, 0, 0, H3_WB_FLOATS, H3_WB_OPTIONAL,
+                                  "[RoPE frequencies]", model);
+    H3_TRY(h3_wb_check(b, &rf, &e, &in));
+    if (e) {
+        if (in.shape[0] < 1)
+            return h3_wb_shape_error(b, "rope.inv_freq", 1, in.shape, &model,
+                                     "[RoPE frequencies] with at least one");
+        c->rope_freq_dim = in.shape[0];
+    }
+    snprintf(lp, sizeof lp, "%s%s", b->prefix, df ? "transformer_blocks." : "blocks.");
     c->n_layers = h3_count_layers(&d->set, lp);
-    snprintf(lp, sizeof lp, "%s%s", prefix, df ? "token_refiner.refiner_blocks." : "token_refiner.blocks.");
-    c->n_refiner_layers = h3_count_layers(&d->set, lp);
+    c->n_refiner_layers = n_refiner;
     return H3_OK;
 }
 
@@ -885,13 +861,27 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
     char src[300] = "the tensor shapes";
     H3_CHECK(read_config(path, opts, d, c, &found, src, sizeof src));
     c->adaln_pruned = info.adaln_pruned;
-    if (!found) H3_CHECK_CTX(infer_config(d, info.prefix, c), "inferring the DiT config of %s", path);
-    if (c->adaln_pruned) {
-        /* The curve table sets the grid and the rank the projections take, whatever a config says. */
-        const h3_st_entry *e = find_p(d, info.prefix, "adaln_t_table");
-        if (!e || e->ndim != 2) H3_FAIL(H3_ERR_FORMAT, "%s: adaln_t_table must be 2-D [grid, rank]", path);
-        c->curve_grid = e->shape[0];
-        c->time_embed_dim = e->shape[1];
+    {
+        h3_qweight_reader rd;
+        h3_qweight_reader_init(&rd, &d->set, d->gguf);
+        const h3_wbind b = {&d->set,
+                            info.prefix,
+                            path,
+                            "DiT",
+                            found ? NULL : "(widths inferred from the shapes: the file has no config)",
+                            &rd.base};
+        if (!found) H3_CHECK(infer_config(d, &b, c));
+        if (c->adaln_pruned) {
+            /* The curve table sets the grid and the rank the projections take, whatever a config says. */
+            const h3_wb_unit model = {NULL, 0, -1};
+            int64_t gs[2];
+            H3_CHECK(anchor(&b, "adaln_t_table", 2, 1, "[grid, rank]", &model, gs));
+            if (gs[0] < 2)
+                H3_CHECK(h3_wb_shape_error(&b, "adaln_t_table", 2, gs, &model,
+                                           "[grid, rank] with a grid of at least 2"));
+            c->curve_grid = gs[0];
+            c->time_embed_dim = gs[1];
+        }
     }
     H3_CHECK_CTX(h3_dit_config_check(c), "%s", path);
     set_describe(d, src);
@@ -901,8 +891,14 @@ h3_status h3_dit_open(const char *path, const h3_dit_open_opts *opts, h3_dit **o
                          is_diffusers(d) ? "token_refiner.refiner_blocks." : "token_refiner.blocks.",
                          c->n_refiner_layers, "refiner blocks"));
     H3_CHECK(alloc_units(d));
-    bind_ctx bc = {info.prefix};
-    H3_CHECK(each_weight(d, bind_one, &bc));
+    {
+        char ctx[600];
+        snprintf(ctx, sizeof ctx, "(%s)", d->describe);
+        h3_qweight_reader rd;
+        h3_qweight_reader_init(&rd, &d->set, d->gguf);
+        h3_wbind b = {&d->set, info.prefix, path, "DiT", ctx, &rd.base};
+        H3_CHECK(each_weight(d, bind_one, &b));
+    }
     H3_CHECK(finish_weights(d));
     h3_log(H3_LOG_DEBUG, "DiT %s: %s", path, d->describe);
     *out = d;
@@ -941,10 +937,10 @@ done:
     return st;
 }
 
-static h3_status free_one(h3_dit *d, const wdesc *w, void *user) {
+static h3_status free_one(h3_dit *d, const h3_wb_row *w, void *user) {
     (void)d;
     (void)user;
-    h3_tensor_free(w->t);
+    h3_tensor_free(w->dst);
     return H3_OK;
 }
 
@@ -982,11 +978,11 @@ typedef struct {
     int stopped;
 } visit_ctx;
 
-static h3_status visit_one(h3_dit *d, const wdesc *w, void *user) {
+static h3_status visit_one(h3_dit *d, const h3_wb_row *w, void *user) {
     (void)d;
     visit_ctx *v = user;
-    if (!w->t->data) return H3_OK; /* absent (an optional tensor) or empty */
-    if (v->fn(w->name, w->t, v->user)) {
+    if (!w->dst->data) return H3_OK; /* absent (an optional tensor) or empty */
+    if (v->fn(w->name, w->dst, v->user)) {
         v->stopped = 1;
         return H3_ERR_INTERRUPTED; /* ends the walk; not an error for the caller */
     }
@@ -999,14 +995,14 @@ int h3_dit_visit_weights(h3_dit *d, h3_dit_weight_fn fn, void *user) {
     return v.stopped;
 }
 
-static h3_status bytes_one(h3_dit *d, const wdesc *w, void *user) {
+static h3_status bytes_one(h3_dit *d, const h3_wb_row *w, void *user) {
     (void)d;
     h3_dit_weight_bytes *b = user;
-    if (!w->t->data) return H3_OK;
-    int64_t n = (int64_t)h3_tensor_nbytes(w->t);
+    if (!w->dst->data) return H3_OK;
+    int64_t n = (int64_t)h3_tensor_nbytes(w->dst);
     b->total += n;
-    if (w->adaln) b->adaln += n;
-    if (w->t->owner)
+    if (w->tag == DIT_ADALN) b->adaln += n;
+    if (w->dst->owner)
         b->owned += n;
     else
         b->mapped += n;

@@ -20,6 +20,13 @@ h3_status h3_cfg_floats(const json_t *o, const char *key, int n, int need, int n
                         const char *what) {
     json_t *j = o ? json_object_get(o, key) : NULL;
     if (!j) return need ? H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" is missing", what, key) : H3_OK;
+    if (json_is_null(j))
+        return H3_ERR(
+            H3_ERR_FORMAT,
+            "%s: \"%s\" is null: the config records no latent normalization, but decoding needs the %d "
+            "per-channel values the latents were normalized with (diffusers' decode step cannot use a null "
+            "either: it builds a tensor from the list); give them, e.g. from the release's config.json",
+            what, key, n);
     if (!json_is_array(j) || json_array_size(j) != (size_t)n)
         return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a list of %d numbers (one per latent channel)", what,
                       key, n);

@@ -11,7 +11,8 @@
 h3_status h3_cfg_int(const json_t *o, const char *key, int lo, int hi, int *out, const char *what);
 
 /* n finite numbers under key (latents_mean / latents_std), nonzero where `nonzero`; required where `need`,
- * else optional. */
+ * else optional. A JSON null (what diffusers writes for an audio VAE saved with its defaults) is refused with
+ * a message saying so: diffusers reads it as None, which its decode step cannot use. */
 h3_status h3_cfg_floats(const json_t *o, const char *key, int n, int need, int nonzero, float *out,
                         const char *what);
 

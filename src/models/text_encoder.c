@@ -1,5 +1,4 @@
-/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in
- * text_encoder.h. */
+/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in text_encoder.h. */
 #include "models/text_encoder.h"
 
 #include <math.h>
@@ -9,6 +8,7 @@
 #include "base/fs.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "io/wbind.h"
 #include "mem/pack.h"
 #include "mem/units.h"
 #include "quant/qload.h"
@@ -26,9 +26,13 @@ struct h3_text_encoder {
     h3_st_set set;
     int have_set;
     struct h3_gguf *gguf;     /* the GGUF index when the weights are a .gguf file, else NULL */
+    h3_qweight_reader rd;     /* how the binder reads the stored formats */
+    h3_wbind wb;              /* the binder over the set (io/wbind.h): every weight is reached through it */
     const h3_st_entry *embed; /* [vocab, C] */
-    h3_tensor embed_q; /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
-    char weight_label[64]; /* the stored format of the linears, for describe */
+    h3_tensor final_norm;     /* the final RMSNorm [C] (a view), when the file has one */
+    int complete; /* the file holds the model's last layer: hidden_states[n_layers] is after the norm */
+    h3_tensor embed_q;        /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
+    char weight_label[64];    /* the stored format of the linears, for describe */
     h3_place act_place;
     int64_t chunk_rows;
     int (*on_layer)(void *, int, int);
@@ -38,8 +42,7 @@ struct h3_text_encoder {
     h3_te_stats stats;
 };
 
-/* ---- config ----------------------------------------------------------------------------------------------
- */
+/* ---- config ---------------------------------------------------------------------------------------------- */
 
 void h3_te_config_default(h3_te_config *c) {
     memset(c, 0, sizeof *c);
@@ -86,32 +89,28 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
     H3_TRY(get_pos_int(t, "vocab_size", what, &c->vocab));
     H3_TRY(get_pos_num(t, "rms_norm_eps", what, &c->rms_eps));
     H3_TRY(get_pos_num(t, "rope_theta", what, &c->rope_theta));
-    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part.
-     */
+    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part. */
     const json_t *rp = json_object_get(t, "rope_parameters");
     if (json_is_object(rp)) {
         H3_TRY(get_pos_num(rp, "rope_theta", what, &c->rope_theta));
         const char *type = h3_json_get_str(rp, "rope_type");
         if (type && strcmp(type, "default") != 0)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')",
-                          what, type);
+            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')", what,
+                          type);
     }
     const char *act = h3_json_get_str(t, "hidden_act");
     if (act && strcmp(act, "silu") != 0)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what,
-                      act);
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what, act);
     if (json_is_true(json_object_get(t, "attention_bias")))
         return H3_ERR(H3_ERR_UNSUPPORTED, "%s: attention biases are not supported (Qwen3 has none)", what);
     if (c->heads % c->kv_heads)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads",
-                      what, (long long)c->heads, (long long)c->kv_heads);
-    if (c->head_dim % 2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads", what,
+                      (long long)c->heads, (long long)c->kv_heads);
+    if (c->head_dim % 2) return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
     return H3_OK;
 }
 
-/* ---- opening ---------------------------------------------------------------------------------------------
- */
+/* ---- opening --------------------------------------------------------------------------------------------- */
 
 static const h3_st_entry *find_p(const h3_text_encoder *te, const char *name) {
     char buf[256];
@@ -119,89 +118,130 @@ static const h3_st_entry *find_p(const h3_text_encoder *te, const char *name) {
     return h3_st_find(&te->set, buf);
 }
 
-static int dtype_ok(h3_dtype t) {
-    return t == H3_BF16 || t == H3_F32 || t == H3_F16;
+/* ---- the weight table ------------------------------------------------------------------------------------
+ */
+
+enum { TD_NONE, TD_C, TD_Q, TD_KV, TD_D, TD_F }; /* the widths a layer's shapes are made of */
+
+/* The tensors of a layer in a fixed order (the device packs them so), with the shape each role needs. */
+static const struct {
+    const char *name;
+    size_t off;
+    int d0, d1; /* TD_*: d1 TD_NONE for vectors */
+    const char *words;
+} g_layer_fields[] = {
+    {"input_layernorm.weight", offsetof(h3_te_layer_weights, input_norm), TD_C, TD_NONE, "[hidden]"},
+    {"post_attention_layernorm.weight", offsetof(h3_te_layer_weights, post_norm), TD_C, TD_NONE, "[hidden]"},
+    {"self_attn.q_proj.weight", offsetof(h3_te_layer_weights, q), TD_Q, TD_C, "[heads·head_dim, hidden]"},
+    {"self_attn.k_proj.weight", offsetof(h3_te_layer_weights, k), TD_KV, TD_C, "[kv_heads·head_dim, hidden]"},
+    {"self_attn.v_proj.weight", offsetof(h3_te_layer_weights, v), TD_KV, TD_C, "[kv_heads·head_dim, hidden]"},
+    {"self_attn.o_proj.weight", offsetof(h3_te_layer_weights, o), TD_C, TD_Q, "[hidden, heads·head_dim]"},
+    {"self_attn.q_norm.weight", offsetof(h3_te_layer_weights, q_norm), TD_D, TD_NONE, "[head_dim]"},
+    {"self_attn.k_norm.weight", offsetof(h3_te_layer_weights, k_norm), TD_D, TD_NONE, "[head_dim]"},
+    {"mlp.gate_proj.weight", offsetof(h3_te_layer_weights, gate), TD_F, TD_C, "[intermediate, hidden]"},
+    {"mlp.up_proj.weight", offsetof(h3_te_layer_weights, up), TD_F, TD_C, "[intermediate, hidden]"},
+    {"mlp.down_proj.weight", offsetof(h3_te_layer_weights, down), TD_C, TD_F, "[hidden, intermediate]"},
+};
+#define TE_N_FIELDS ((int)(sizeof g_layer_fields / sizeof g_layer_fields[0]))
+
+static h3_tensor *layer_field(h3_te_layer_weights *w, int i) {
+    return (h3_tensor *)((char *)w + g_layer_fields[i].off);
 }
 
-/* Checks that prefix+name exists with the given shape (d1 = 0 for 1-D) and a float dtype, or (matrices) a
- * quantized format h3run reads; the shape is the logical one (quantized formats store other shapes). */
-static h3_status need(h3_text_encoder *te, const char *name, int64_t d0, int64_t d1,
-                      const h3_st_entry **out) {
-    const h3_st_entry *e = find_p(te, name);
-    if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' is missing", te->source, te->prefix, name);
-    h3_qweight_info qi;
-    H3_TRY(h3_qweight_info_of(&te->set, te->gguf, e, &qi));
-    int nd = d1 ? 2 : 1;
-    if (qi.ndim != nd || qi.shape[0] != d0 || (d1 && qi.shape[1] != d1)) {
-        char have[96];
-        size_t o = (size_t)snprintf(have, sizeof have, "[");
-        for (int k = 0; k < qi.ndim && o < sizeof have; k++)
-            o += (size_t)snprintf(have + o, sizeof have - o, "%s%lld", k ? ", " : "", (long long)qi.shape[k]);
-        if (o < sizeof have) snprintf(have + o, sizeof have - o, "]");
-        if (d1)
-            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld, %lld]", te->source,
-                          te->prefix, name, have, (long long)d0, (long long)d1);
-        return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s%s' has shape %s, expected [%lld]", te->source,
-                      te->prefix, name, have, (long long)d0);
+static int64_t width(const h3_te_config *c, int d) {
+    switch (d) {
+        case TD_C:
+            return c->hidden;
+        case TD_Q:
+            return c->heads * c->head_dim;
+        case TD_KV:
+            return c->kv_heads * c->head_dim;
+        case TD_D:
+            return c->head_dim;
+        case TD_F:
+            return c->intermediate;
+        default:
+            return 0;
     }
-    if (qi.fmt == H3_QF_NONE ? !dtype_ok(qi.dtype) : (nd != 2 && !te->gguf))
-        return H3_ERR(
-            H3_ERR_UNSUPPORTED,
-            "%s: tensor '%s%s' is %s; text-encoder weights must be bf16, f16 or f32, or (matrices) quantized",
-            te->source, te->prefix, name, qi.label);
-    if (d1 && !strstr(name, "embed_tokens"))
-        snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
-    if (out) *out = e;
+}
+
+/* Layer l's rows into rows[TE_N_FIELDS] (names into names[]), bound into w (may be NULL: checks only).
+ * Matrices may be stored quantized; vectors are plain floats (in GGUF files they may be blocks too). */
+static void layer_rows(const h3_text_encoder *te, int l, h3_te_layer_weights *w, h3_wb_row *rows,
+                       char (*names)[96]) {
+    const h3_te_config *c = &te->cfg;
+    for (int i = 0; i < TE_N_FIELDS; i++) {
+        const int mat = g_layer_fields[i].d1 != TD_NONE;
+        snprintf(names[i], 96, "layers.%d.%s", l, g_layer_fields[i].name);
+        rows[i] = h3_wb_row_make(names[i], w ? layer_field(w, i) : NULL, mat ? 2 : 1,
+                                 width(c, g_layer_fields[i].d0), width(c, g_layer_fields[i].d1), 0, 0,
+                                 H3_WB_FLOATS, mat || te->gguf ? H3_WB_QUANT : 0u, g_layer_fields[i].words,
+                                 (h3_wb_unit){"text-encoder layer", l, l});
+    }
+}
+
+static h3_wb_row embed_row(const h3_text_encoder *te) {
+    return h3_wb_row_make("embed_tokens.weight", NULL, 2, te->cfg.vocab, te->cfg.hidden, 0, 0, H3_WB_FLOATS,
+                          H3_WB_QUANT, "[vocab, hidden]", (h3_wb_unit){NULL, 0, -1});
+}
+
+static h3_wb_row norm_row(const h3_text_encoder *te, h3_tensor *dst) {
+    return h3_wb_row_make("norm.weight", dst, 1, te->cfg.hidden, 0, 0, 0, H3_WB_FLOATS,
+                          H3_WB_OPTIONAL | (te->gguf ? H3_WB_QUANT : 0u), "[hidden]",
+                          (h3_wb_unit){NULL, 0, -1});
+}
+
+/* An anchor of a config inferred from the shapes: a weight of rank nd with every size at least 1; its logical
+ * shape into out (NULL entry: missing is an error). */
+static h3_status anchor(const h3_text_encoder *te, const char *name, int nd, const char *words,
+                        int64_t *out) {
+    const h3_wb_unit model = {NULL, 0, -1};
+    h3_wb_row r = h3_wb_row_make(name, NULL, nd, H3_WB_ANY, H3_WB_ANY, 0, 0, H3_WB_FLOATS,
+                                 nd == 2 || te->gguf ? H3_WB_QUANT : 0u, words, model);
+    h3_wb_info in;
+    H3_TRY(h3_wb_check(&te->wb, &r, NULL, &in));
+    for (int i = 0; i < nd; i++)
+        if (in.shape[i] < 1)
+            return h3_wb_shape_error(&te->wb, name, in.ndim, in.shape, &model,
+                                     "%s with every size at least 1", words);
+    memcpy(out, in.shape, (size_t)nd * sizeof *out);
     return H3_OK;
 }
 
-/* An entry with its logical shape (quantized formats store other shapes); *out NULL when absent. A format
- * that cannot be read is an error naming it. */
-static h3_status find_logical(h3_text_encoder *te, const char *name, h3_st_entry *buf,
-                              const h3_st_entry **out) {
-    const h3_st_entry *e = find_p(te, name);
-    h3_qweight_info qi;
-    *out = NULL;
-    if (!e) return H3_OK;
-    H3_TRY(h3_qweight_info_of(&te->set, te->gguf, e, &qi));
-    *buf = *e;
-    buf->ndim = qi.ndim;
-    memcpy(buf->shape, qi.shape, sizeof buf->shape);
-    *out = buf;
-    return H3_OK;
-}
-
-/* Widths from the tensor shapes (files without config.json: the ComfyUI and Wan2GP repacks). */
+/* Widths from the tensor shapes (files without config.json: the ComfyUI and Wan2GP repacks), each checked in
+ * the binder's message form; the rows then check every tensor against them. */
 static h3_status infer_config(h3_text_encoder *te, h3_te_config *c) {
+    const h3_wb_unit model = {NULL, 0, -1};
+    int64_t s[2];
     h3_te_config_default(c);
-    h3_st_entry b0, b1, b2, b3;
-    const h3_st_entry *e, *q, *k, *g;
-    H3_TRY(find_logical(te, "embed_tokens.weight", &b0, &e));
-    if (!e || e->ndim != 2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%sembed_tokens.weight' is missing or not 2-D", te->source,
-                      te->prefix);
-    c->vocab = e->shape[0];
-    c->hidden = e->shape[1];
-    H3_TRY(find_logical(te, "layers.0.self_attn.q_norm.weight", &b0, &e));
-    if (!e || e->ndim != 1)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%slayers.0.self_attn.q_norm.weight' is missing or not 1-D",
-                      te->source, te->prefix);
-    c->head_dim = e->shape[0];
-    H3_TRY(find_logical(te, "layers.0.self_attn.q_proj.weight", &b1, &q));
-    H3_TRY(find_logical(te, "layers.0.self_attn.k_proj.weight", &b2, &k));
-    H3_TRY(find_logical(te, "layers.0.mlp.gate_proj.weight", &b3, &g));
-    if (!q || !k || !g || q->ndim != 2 || k->ndim != 2 || g->ndim != 2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: layer 0 lacks 2-D q_proj, k_proj or gate_proj weights", te->source);
-    if (c->head_dim <= 0 || q->shape[0] % c->head_dim || k->shape[0] % c->head_dim)
-        return H3_ERR(H3_ERR_FORMAT,
-                      "%s: q_proj (%lld rows) and k_proj (%lld rows) are not whole heads of %lld", te->source,
-                      (long long)q->shape[0], (long long)k->shape[0], (long long)c->head_dim);
-    c->heads = q->shape[0] / c->head_dim;
-    c->kv_heads = k->shape[0] / c->head_dim;
-    c->intermediate = g->shape[0];
-    if (c->kv_heads <= 0 || c->heads % c->kv_heads)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld query heads are not a multiple of %lld key/value heads",
-                      te->source, (long long)c->heads, (long long)c->kv_heads);
+    H3_TRY(anchor(te, "embed_tokens.weight", 2, "[vocab, hidden]", s));
+    c->vocab = s[0];
+    c->hidden = s[1];
+    H3_TRY(anchor(te, "layers.0.self_attn.q_norm.weight", 1, "[head_dim]", s));
+    if (s[0] % 2)
+        return h3_wb_shape_error(&te->wb, "layers.0.self_attn.q_norm.weight", 1, s, &model,
+                                 "[head_dim] with an even head_dim (rotary pairs)");
+    c->head_dim = s[0];
+    static const char *const qk[2] = {"layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight"};
+    int64_t heads[2];
+    for (int i = 0; i < 2; i++) {
+        H3_TRY(anchor(te, qk[i], 2, i ? "[kv_heads·head_dim, hidden]" : "[heads·head_dim, hidden]", s));
+        if (s[0] % c->head_dim)
+            return h3_wb_shape_error(&te->wb, qk[i], 2, s, &model,
+                                     "rows in whole heads of head_dim %lld (from q_norm)",
+                                     (long long)c->head_dim);
+        heads[i] = s[0] / c->head_dim;
+    }
+    if (heads[0] % heads[1]) {
+        int64_t q[2] = {heads[0] * c->head_dim, c->hidden};
+        return h3_wb_shape_error(&te->wb, qk[0], 2, q, &model,
+                                 "a multiple of k_proj's %lld key/value heads (grouped-query attention)",
+                                 (long long)heads[1]);
+    }
+    c->heads = heads[0];
+    c->kv_heads = heads[1];
+    H3_TRY(anchor(te, "layers.0.mlp.gate_proj.weight", 2, "[intermediate, hidden]", s));
+    c->intermediate = s[0];
     return H3_OK;
 }
 
@@ -240,32 +280,22 @@ done:
     return st;
 }
 
+/* Every layer's rows, and no attention biases (Qwen3 has none; a file with them is some other model). Headers
+ * only. */
 static h3_status check_layers(h3_text_encoder *te) {
     const h3_te_config *c = &te->cfg;
-    const int64_t C = c->hidden, D = c->head_dim, F = c->intermediate;
-    char n[160];
+    h3_wb_row rows[TE_N_FIELDS];
+    char names[TE_N_FIELDS][96], n[160];
     for (int64_t l = 0; l < c->n_layers; l++) {
-#define L(s) (snprintf(n, sizeof n, "layers.%lld.%s", (long long)l, s), n)
-        H3_TRY(need(te, L("input_layernorm.weight"), C, 0, NULL));
-        H3_TRY(need(te, L("post_attention_layernorm.weight"), C, 0, NULL));
-        H3_TRY(need(te, L("self_attn.q_proj.weight"), c->heads * D, C, NULL));
-        H3_TRY(need(te, L("self_attn.k_proj.weight"), c->kv_heads * D, C, NULL));
-        H3_TRY(need(te, L("self_attn.v_proj.weight"), c->kv_heads * D, C, NULL));
-        H3_TRY(need(te, L("self_attn.o_proj.weight"), C, c->heads * D, NULL));
-        H3_TRY(need(te, L("self_attn.q_norm.weight"), D, 0, NULL));
-        H3_TRY(need(te, L("self_attn.k_norm.weight"), D, 0, NULL));
-        H3_TRY(need(te, L("mlp.gate_proj.weight"), F, C, NULL));
-        H3_TRY(need(te, L("mlp.up_proj.weight"), F, C, NULL));
-        H3_TRY(need(te, L("mlp.down_proj.weight"), C, F, NULL));
-#undef L
-        /* Biases are not part of Qwen3; a file that has them is some other model. */
+        layer_rows(te, (int)l, NULL, rows, names);
+        H3_TRY(h3_wb_check_rows(&te->wb, rows, TE_N_FIELDS));
         static const char *const lin[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                           "self_attn.o_proj"};
         for (int k = 0; k < 4; k++) {
             snprintf(n, sizeof n, "layers.%lld.%s.bias", (long long)l, lin[k]);
             if (find_p(te, n))
-                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases",
-                              te->source, te->prefix, n);
+                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases", te->source,
+                              te->prefix, n);
         }
     }
     return H3_OK;
@@ -306,14 +336,13 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     h3_detect_info info;
     H3_CHECK(h3_detect(&te->set, &info));
     if (info.comp != H3_COMP_TEXT_ENCODER)
-        H3_FAIL(H3_ERR_FORMAT,
-                "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
-                "model.layers.0 weights)",
-                path,
-                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
-                                             : h3_component_name(info.comp));
+        H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
+                "model.layers.0 weights)", path,
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
     te->layout = info.layout;
     te->prefix = info.prefix;
+    h3_qweight_reader_init(&te->rd, &te->set, te->gguf);
+    te->wb = (h3_wbind){&te->set, te->prefix, te->source, "text encoder", NULL, &te->rd.base};
     int layers_in_file = info.n_layers;
     if (layers_in_file <= 0) H3_FAIL(H3_ERR_FORMAT, "%s: no decoder layers", path);
 
@@ -330,23 +359,39 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     if (found && te->cfg.n_layers < layers_in_file)
         H3_FAIL(H3_ERR_FORMAT, "%s: the config has %lld decoder layers but the weights have %d", path,
                 (long long)te->cfg.n_layers, layers_in_file);
+    /* The file holds the model's last layer when it has the final norm (which follows only the last layer),
+     * or when its config says it has no more layers than the file; the repacks (no config, no norm) are
+     * truncations of a deeper model. */
+    const int config_layers = found ? (int)te->cfg.n_layers : 0;
     te->cfg.n_layers = layers_in_file; /* a truncated repack keeps fewer layers than its model had */
-    H3_CHECK(need(te, "embed_tokens.weight", te->cfg.vocab, te->cfg.hidden, &te->embed));
     {
-        h3_qweight_info qi;
-        H3_CHECK(h3_qweight_info_of(&te->set, te->gguf, te->embed, &qi));
-        if (qi.fmt != H3_QF_NONE || te->gguf)
-            H3_CHECK(h3_qweight_get(&te->set, te->gguf, te->embed, &te->embed_q));
+        h3_wb_row er = embed_row(te);
+        h3_wb_info ei;
+        H3_CHECK(h3_wb_check(&te->wb, &er, &te->embed, &ei));
+        if (ei.quantized || te->gguf) {
+            er.dst = &te->embed_q;
+            H3_CHECK(h3_wb_bind(&te->wb, &er));
+        }
     }
     H3_CHECK(check_layers(te));
+    {
+        h3_wb_row nr = norm_row(te, &te->final_norm);
+        H3_CHECK(h3_wb_bind(&te->wb, &nr));
+        te->complete = te->final_norm.data != NULL || config_layers == layers_in_file;
+        h3_wb_row q0[TE_N_FIELDS];
+        char names[TE_N_FIELDS][96];
+        h3_wb_info qi;
+        layer_rows(te, layers_in_file - 1, NULL, q0, names); /* the label of the last matrix, for describe */
+        H3_CHECK(h3_wb_check(&te->wb, &q0[TE_N_FIELDS - 1], NULL, &qi));
+        snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
+    }
     snprintf(te->describe, sizeof te->describe,
-             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN "
-             "%lld, "
+             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN %lld, "
              "vocab %lld, %s weights, config from %s",
-             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI",
-             (long long)te->cfg.n_layers, (long long)te->cfg.hidden, (long long)te->cfg.heads,
-             (long long)te->cfg.kv_heads, (long long)te->cfg.head_dim, (long long)te->cfg.intermediate,
-             (long long)te->cfg.vocab, te->weight_label, src);
+             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI", (long long)te->cfg.n_layers,
+             (long long)te->cfg.hidden, (long long)te->cfg.heads, (long long)te->cfg.kv_heads,
+             (long long)te->cfg.head_dim, (long long)te->cfg.intermediate, (long long)te->cfg.vocab,
+             te->weight_label, src);
 done:
     h3_free(sub);
     h3_free(dir);
@@ -359,7 +404,7 @@ done:
 }
 
 static void free_layer(h3_te_layer_weights *w) {
-    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q,    &w->k,  &w->v,   &w->q_norm,
+    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q, &w->k, &w->v, &w->q_norm,
                         &w->k_norm,     &w->o,         &w->gate, &w->up, &w->down};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
     memset(w, 0, sizeof *w);
@@ -369,6 +414,7 @@ void h3_text_encoder_close(h3_text_encoder *te) {
     if (!te) return;
     free_layer(&te->cur);
     h3_tensor_free(&te->embed_q);
+    h3_tensor_free(&te->final_norm);
     if (te->have_set) h3_st_close(&te->set);
     h3_gguf_free(te->gguf);
     h3_free(te->source);
@@ -391,55 +437,27 @@ void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out) {
     *out = te->stats;
 }
 
-/* ---- layer weights ---------------------------------------------------------------------------------------
+/* ---- layer weights --------------------------------------------------------------------------------------- */
+
+/* Views of layer i's weights over the mapped files (quantized ones in their stored form), through the binder.
  */
-
-/* The tensors of a layer in a fixed order (the device packs them so). */
-static const struct {
-    const char *name;
-    size_t off;
-} g_layer_fields[] = {
-    {"input_layernorm.weight", offsetof(h3_te_layer_weights, input_norm)},
-    {"post_attention_layernorm.weight", offsetof(h3_te_layer_weights, post_norm)},
-    {"self_attn.q_proj.weight", offsetof(h3_te_layer_weights, q)},
-    {"self_attn.k_proj.weight", offsetof(h3_te_layer_weights, k)},
-    {"self_attn.v_proj.weight", offsetof(h3_te_layer_weights, v)},
-    {"self_attn.o_proj.weight", offsetof(h3_te_layer_weights, o)},
-    {"self_attn.q_norm.weight", offsetof(h3_te_layer_weights, q_norm)},
-    {"self_attn.k_norm.weight", offsetof(h3_te_layer_weights, k_norm)},
-    {"mlp.gate_proj.weight", offsetof(h3_te_layer_weights, gate)},
-    {"mlp.up_proj.weight", offsetof(h3_te_layer_weights, up)},
-    {"mlp.down_proj.weight", offsetof(h3_te_layer_weights, down)},
-};
-#define TE_N_FIELDS ((int)(sizeof g_layer_fields / sizeof g_layer_fields[0]))
-
-static h3_tensor *layer_field(h3_te_layer_weights *w, int i) {
-    return (h3_tensor *)((char *)w + g_layer_fields[i].off);
-}
-
-/* Views of layer i's weights over the mapped files (quantized ones in their stored form). */
 static h3_status fetch_layer(h3_text_encoder *te, int layer, h3_te_layer_weights *c) {
-    h3_status st = H3_OK;
+    h3_wb_row rows[TE_N_FIELDS];
+    char names[TE_N_FIELDS][96];
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < TE_N_FIELDS && st == H3_OK; i++) {
-        char n[256];
-        snprintf(n, sizeof n, "%slayers.%d.%s", te->prefix, layer, g_layer_fields[i].name);
-        st = h3_qweight_get_name(&te->set, te->gguf, n, layer_field(c, i));
-    }
-    if (st != H3_OK) free_layer(c);
-    return st;
+    layer_rows(te, layer, c, rows, names);
+    return h3_wb_bind_rows(&te->wb, rows, TE_N_FIELDS);
 }
 
-h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer,
-                                        const h3_te_layer_weights **w) {
+h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer, const h3_te_layer_weights **w) {
     (void)ex;
     *w = NULL;
     if (layer < 0 || layer >= te->cfg.n_layers)
         return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d does not exist (0..%lld)", layer,
                       (long long)te->cfg.n_layers - 1);
     if (te->acquired >= 0)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held",
-                      layer, te->acquired);
+        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held", layer,
+                      te->acquired);
     h3_te_layer_weights *c = &te->cur;
     h3_status st = fetch_layer(te, layer, c);
     if (st != H3_OK) return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
@@ -458,8 +476,7 @@ void h3_text_encoder_layer_release(h3_text_encoder *te, h3_exec *ex, int layer) 
     te->stats.releases++;
 }
 
-/* ---- forward ---------------------------------------------------------------------------------------------
- */
+/* ---- forward --------------------------------------------------------------------------------------------- */
 
 void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *sin_out) {
     const int64_t D = c->head_dim, half = D / 2;
@@ -474,8 +491,8 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
     }
 }
 
-/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of
- * the table are read. */
+/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of the
+ * table are read. */
 static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int64_t n, h3_tensor *out) {
     if (te->embed_q.data) { /* quantized: decode the rows the prompt uses */
         int64_t ld;
@@ -552,8 +569,7 @@ static h3_status heads_view(const h3_tensor *t, int64_t H, int64_t D, int three,
     return h3_tensor_reshape(t, 2, s, out);
 }
 
-static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x,
-                           te_ws *s) {
+static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x, te_ws *s) {
     const h3_te_config *c = &te->cfg;
     const int64_t n = x->shape[0], D = c->head_dim, F = c->intermediate;
     const float eps = (float)c->rms_eps;
@@ -592,6 +608,20 @@ static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_w
         H3_TRY(h3_op_gemm(ex, &xr, &g, &w->down, NULL, H3_GEMM_ACCUMULATE));
     }
     return H3_OK;
+}
+
+/* transformers' hidden_states[n_layers]: the last layer's output after the final RMSNorm, in place on x (at
+ * the activation place; on the device the norm's [C] weights are copied there first). */
+static h3_status final_norm(h3_text_encoder *te, h3_exec *ex, h3_tensor *x) {
+    if (x->place != H3_PLACE_DEVICE) return h3_op_rms_norm(ex, x, x, &te->final_norm, (float)te->cfg.rms_eps);
+    h3_tensor w;
+    H3_TRY(
+        h3_tensor_alloc(&w, H3_PLACE_DEVICE, te->final_norm.dtype, 1, te->final_norm.shape, H3_MEM_WEIGHTS));
+    h3_status st = h3_copy(ex, &w, &te->final_norm);
+    if (st == H3_OK) st = h3_op_rms_norm(ex, x, x, &w, (float)te->cfg.rms_eps);
+    if (st == H3_OK) st = h3_exec_sync(ex);
+    h3_tensor_free(&w);
+    return st;
 }
 
 /* The caller's per-layer callback: H3_ERR_INTERRUPTED when it asks to stop. */
@@ -717,6 +747,7 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         if (l > te->stats.max_layer_acquired) te->stats.max_layer_acquired = l;
         H3_CHECK(layer_done(te, l + 1, layer));
     }
+    if (layer == c->n_layers && te->final_norm.data) H3_CHECK(final_norm(te, ex, &x));
     H3_CHECK(h3_units_sync(units));
     {
         h3_stream_stats ss;
@@ -758,13 +789,16 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
         quantized |= p.quantized;
     }
     const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
-    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ +
-                  h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
+    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ + h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
                   h3_cuda_granule(n * c->kv_heads * D * es) * 2 + h3_cuda_granule(ch * 2 * F * es) +
                   h3_cuda_granule(ch * F * es) + h3_cuda_granule(n * D * 4) * 2 +
                   h3_cuda_granule(n * C * 4) /* the f32 output */;
+    /* hidden_states[n_layers]: the final norm's weights, copied to the device for the last step */
+    const int64_t norm = layer == c->n_layers && te->final_norm.data
+                             ? h3_cuda_granule((int64_t)h3_tensor_nbytes(&te->final_norm))
+                             : 0;
     return H3_CUDA_BACKEND_BYTES + (quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0) +
-           (layer > 1 ? 2 : 1) * slot + act;
+           (layer > 1 ? 2 : 1) * slot + act + norm;
 }
 
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
@@ -773,22 +807,24 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
     if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");
     if (layer < 0 || layer > c->n_layers)
-        return H3_ERR(H3_ERR_INVALID,
-                      "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
-                      "0..%lld are available",
-                      layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
+        return H3_ERR(H3_ERR_INVALID, "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
+                      "0..%lld are available", layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab)
-            return H3_ERR(H3_ERR_INVALID,
-                          "text encoder: token %lld has id %d, outside the embedding's %lld rows",
+            return H3_ERR(H3_ERR_INVALID, "text encoder: token %lld has id %d, outside the embedding's %lld rows",
                           (long long)i, ids[i], (long long)c->vocab);
-    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n ||
-        out->shape[1] != c->hidden || !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
+    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n || out->shape[1] != c->hidden ||
+        !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
         return H3_ERR(H3_ERR_INVALID, "text encoder: the output must be an allocated f32 tensor [%lld, %lld]",
                       (long long)n, (long long)c->hidden);
     if (out->place != te->act_place)
         return H3_ERR(H3_ERR_INVALID, "text encoder: the output is on the %s, activations on the %s",
                       h3_place_name(out->place), h3_place_name(te->act_place));
+    if (layer == c->n_layers && te->complete && !te->final_norm.data)
+        return H3_ERR(H3_ERR_INVALID,
+                      "text encoder: hidden_states[%d] of a %lld-layer model is taken after the final norm "
+                      "('%snorm.weight'), which %s lacks; hidden states 0..%lld are available",
+                      layer, (long long)c->n_layers, te->prefix, te->source, (long long)c->n_layers - 1);
     if (te->act_place != H3_PLACE_DEVICE) {
         H3_TRY(gather_embeddings(te, ids, n, out));
         if (layer == 0) return H3_OK;
@@ -803,12 +839,11 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
         if (st != H3_OK) break;
         st = run_layer(te, ex, w, out, &s);
         h3_text_encoder_layer_release(te, ex, l);
-        if (st != H3_OK)
-            st = h3_error_wrap(st, "text-encoder layer %d", l);
-        else
-            te->stats.layers_run++;
+        if (st != H3_OK) st = h3_error_wrap(st, "text-encoder layer %d", l);
+        else te->stats.layers_run++;
         if (st == H3_OK) st = layer_done(te, l + 1, layer);
     }
+    if (st == H3_OK && layer == c->n_layers && te->final_norm.data) st = final_norm(te, ex, out);
     ws_free(&s);
     return st;
 }

@@ -12,8 +12,10 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "io/wbind.h"
 #include "mem/budget.h"
 #include "mem/pack.h"
 #include "mem/report.h"
@@ -138,11 +140,52 @@ static int vv_shape(const h3_video_vae_config *c, int id, int64_t *s) {
 
 typedef struct vv_placed vv_placed;
 
+/* The shape of weight `id` in words, for messages. */
+static const char *vv_words(int id) {
+    switch (id) {
+        case W_PQ_W:
+            return "[latent channels, latent channels, 1, 1, 1]";
+        case W_PQ_B:
+            return "[latent channels]";
+        case W_IN_W:
+            return "[hidden, latent channels]";
+        case W_REG:
+            return "[1, registers, hidden]";
+        case W_OUT_W:
+            return "[channels·frames·patch², hidden]";
+        case W_OUT_B:
+            return "[channels·frames·patch²]";
+        case W_QKV_W:
+            return "[3·heads·head_dim, hidden]";
+        case W_QKV_B:
+            return "[3·heads·head_dim]";
+        case W_Q_W:
+        case W_K_W:
+        case W_V_W:
+            return "[heads·head_dim, hidden]";
+        case W_Q_B:
+        case W_K_B:
+        case W_V_B:
+            return "[heads·head_dim]";
+        case W_O_W:
+            return "[hidden, heads·head_dim]";
+        case W_W1:
+            return "[2·FFN, hidden]";
+        case W_B1:
+            return "[2·FFN]";
+        case W_W2:
+            return "[hidden, FFN]";
+        default:
+            return "[hidden]";
+    }
+}
+
 struct h3_video_vae {
     h3_video_vae_config cfg;
     h3_layout layout;
     h3_st_set st;
     char *source;
+    h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int rows_per_step;
     int created;    /* h3_video_vae_create: no files; weights only through a random placement */
     vv_placed *pl;  /* h3_video_vae_place: where decodes run and how; NULL: the host, from the file */
@@ -151,6 +194,21 @@ struct h3_video_vae {
 /* How a part's QKV projection comes: one matrix with per-head [q k v] rows (official and ComfyUI files), one
  * matrix [Q; K; V] (placed weights), or three matrices (diffusers files). */
 enum { VV_QKV_INTERLEAVED = 0, VV_QKV_ORDERED, VV_QKV_SPLIT };
+
+/* The table row of weight `id` of part `part` (name into buf), bound into dst; 0 when the layout has no such
+ * tensor. Part VV_IO belongs to the decoder as a whole, part i to ViT block i. */
+static int vv_row(const h3_video_vae *v, int part, int id, char *buf, size_t n, h3_tensor *dst,
+                  h3_wb_row *r) {
+    if (!vv_name(v->layout, part, id, buf, n)) return 0;
+    memset(r, 0, sizeof *r);
+    r->name = buf;
+    r->dst = dst;
+    r->ndim = vv_shape(&v->cfg, id, r->shape);
+    r->dtypes = H3_WB_FLOATS;
+    r->words = vv_words(id);
+    r->unit = part == VV_IO ? (h3_wb_unit){NULL, 0, -1} : (h3_wb_unit){"ViT block", part, part};
+    return 1;
+}
 
 typedef struct {
     h3_tensor t[W_COUNT];
@@ -181,9 +239,10 @@ static h3_status vv_acquire_file(h3_video_vae *v, int part, vv_part *w) {
         return H3_ERR(H3_ERR_INVALID, "this video VAE was created without weights: place it with a random seed");
     w->qkv_form = v->cfg.fused_qkv ? VV_QKV_INTERLEAVED : VV_QKV_SPLIT;
     for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
-        if (!vv_name(v->layout, part, id, name, sizeof name)) continue;
+        h3_wb_row row;
         h3_tensor t;
-        H3_CHECK(h3_st_get(&v->st, name, &t));
+        if (!vv_row(v, part, id, name, sizeof name, &t, &row)) continue;
+        H3_CHECK(h3_wb_bind(&v->wb, &row));
         w->t[id] = t;
         w->held[id] = 1;
         if ((id == W_S1 || id == W_S2) && t.dtype != H3_F32) {
@@ -219,29 +278,10 @@ done:
 
 /* Every tensor of a part exists with the shape the config implies and a float dtype. Headers only. */
 static h3_status vv_check_part(const h3_video_vae *v, int part) {
-    char name[160], a[96], b[96];
+    char name[160];
     for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
-        if (!vv_name(v->layout, part, id, name, sizeof name)) continue;
-        const h3_st_entry *e = h3_st_find(&v->st, name);
-        if (!e)
-            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is missing (a %s video VAE has it)", v->source, name,
-                          h3_layout_name(v->layout));
-        int64_t s[H3_MAX_DIMS];
-        int nd = vv_shape(&v->cfg, id, s);
-        int ok = e->ndim == nd;
-        for (int i = 0; ok && i < nd; i++) ok = e->shape[i] == s[i];
-        if (!ok) {
-            h3_tensor x = {0}, y = {0};
-            x.ndim = e->ndim;
-            memcpy(x.shape, e->shape, sizeof e->shape);
-            y.ndim = nd;
-            memcpy(y.shape, s, sizeof s);
-            return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has shape %s; this decoder's config needs %s", v->source,
-                          name, h3_tensor_shape_str(&x, a, sizeof a), h3_tensor_shape_str(&y, b, sizeof b));
-        }
-        if (e->dtype != H3_F32 && e->dtype != H3_F16 && e->dtype != H3_BF16)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; the video VAE reads f32, f16 and bf16",
-                          v->source, name, h3_dtype_name(e->dtype));
+        h3_wb_row row;
+        if (vv_row(v, part, id, name, sizeof name, NULL, &row)) H3_TRY(h3_wb_check(&v->wb, &row, NULL, NULL));
     }
     return H3_OK;
 }
@@ -318,12 +358,37 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
     H3_TRY(cfg_num(j, "decoder_norm_eps", 0.0, 1.0, &c->norm_eps, what));
     H3_TRY(h3_cfg_int(j, "clip_length", 1, 4096, &c->clip_length, what));
     H3_TRY(h3_cfg_int(j, "token_drop", 0, 4096, &c->token_drop, what));
-    H3_TRY(h3_cfg_floats(j, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
-    H3_TRY(h3_cfg_floats(j, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
+    /* An absent key takes diffusers' default, as from_pretrained reads the file (AutoencoderKLMiniMaxH3: mean
+     * 0 and std 1 for 24 channels, i.e. no normalization); a null, or a list of another length, is refused.
+     */
+    static const char *const keys[2] = {"latents_mean", "latents_std"};
+    float *dst[2] = {c->latents_mean, c->latents_std};
+    for (int k = 0; k < 2; k++) {
+        if (json_object_get(j, keys[k])) continue;
+        if (c->latent_channels != 24)
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: \"%s\" is missing; diffusers' default holds 24 values, this VAE has %d "
+                          "latent channels: give them",
+                          what, keys[k], c->latent_channels);
+        H3_WARN("%s has no \"%s\": using diffusers' default (%s for every channel), as diffusers does", what,
+                keys[k], k ? "1" : "0");
+        for (int i = 0; i < 24; i++) dst[k][i] = (float)k;
+    }
+    H3_TRY(h3_cfg_floats(j, "latents_mean", c->latent_channels, 0, 0, c->latents_mean, what));
+    H3_TRY(h3_cfg_floats(j, "latents_std", c->latent_channels, 0, 1, c->latents_std, what));
     return H3_OK;
 }
 
 /* ---- opening ------------------------------------------------------------------------------------------------ */
+
+/* The latent channels of a well-formed post_quant_conv ([C, C, 1, 1, 1]); a malformed one leaves the default,
+ * and vv_finish_config names it. */
+static void vv_channels_of(h3_video_vae *v) {
+    const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
+    if (e && e->ndim == 5 && e->shape[0] == e->shape[1] && e->shape[2] == 1 && e->shape[3] == 1 &&
+        e->shape[4] == 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
+        v->cfg.latent_channels = (int)e->shape[0];
+}
 
 /* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio receives
  * rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
@@ -390,16 +455,12 @@ done:
         char what[1024];
         snprintf(what, sizeof what, "%s/config.json", path);
         /* latent channels come from the weights; read them first so the mean/std lengths can be checked */
-        const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
-        if (e && e->ndim >= 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
-            v->cfg.latent_channels = (int)e->shape[0];
+        vv_channels_of(v);
         st = cfg_diffusers(&v->cfg, wrap, ratio, what);
     } else if (st == H3_OK && wrap) {
         char what[1024];
         snprintf(what, sizeof what, "%s%s", path, v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
-        const h3_st_entry *e = h3_st_find(&v->st, "post_quant_conv.weight");
-        if (e && e->ndim >= 1 && e->shape[0] >= 1 && e->shape[0] <= H3_VVAE_MAX_CHANNELS)
-            v->cfg.latent_channels = (int)e->shape[0];
+        vv_channels_of(v);
         st = cfg_wrapper(&v->cfg, wrap, v->layout == H3_LAYOUT_OFFICIAL, what);
     }
 out:
@@ -410,38 +471,55 @@ out:
     return st;
 }
 
-static h3_status vv_entry2(const h3_video_vae *v, const char *name, int nd, int64_t *d0, int64_t *d1) {
-    const h3_st_entry *e = h3_st_find(&v->st, name);
-    if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is missing: not an H3 video VAE decoder", v->source, name);
-    if (e->ndim < nd) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' has %d dims, expected %d", v->source, name, e->ndim, nd);
-    *d0 = e->shape[0];
-    if (d1) *d1 = e->shape[nd - 1];
+/* An anchor of the sizes the weights imply: a float tensor of rank nd (free sizes); its shape into out. */
+static h3_status vv_anchor(const h3_video_vae *v, const char *name, int nd, const char *words, int64_t *out) {
+    h3_wb_row r = h3_wb_row_make(name, NULL, nd, H3_WB_ANY, H3_WB_ANY, H3_WB_ANY, H3_WB_ANY, H3_WB_FLOATS, 0,
+                                 words, (h3_wb_unit){NULL, 0, -1});
+    for (int i = 4; i < nd; i++) r.shape[i] = H3_WB_ANY;
+    h3_wb_info in;
+    H3_TRY(h3_wb_check(&v->wb, &r, NULL, &in));
+    memcpy(out, in.shape, (size_t)nd * sizeof *out);
     return H3_OK;
 }
 
 /* Sizes the weights imply, cross-checked with the config; then every tensor's shape. */
 static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, float ratio) {
     h3_video_vae_config *c = &v->cfg;
-    int64_t C = 0, dim = 0, x = 0, R = 0, P = 0, I2 = 0;
-    H3_TRY(vv_entry2(v, "post_quant_conv.weight", 1, &C, NULL));
-    if (C < 1 || C > H3_VVAE_MAX_CHANNELS)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %lld latent channels; h3run takes 1 to %d", v->source, (long long)C,
-                      H3_VVAE_MAX_CHANNELS);
-    if (C != c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld latent channels and no latents_mean/latents_std for them (the built-in "
-                      "values are the release's 24)", v->source, (long long)C);
+    const h3_wb_unit model = {NULL, 0, -1};
     char name[160];
-    H3_TRY(vv_entry2(v, vv_name(v->layout, VV_IO, W_IN_W, name, sizeof name), 2, &dim, &x));
-    H3_TRY(vv_entry2(v, "decoder.register_tokens", 2, &x, &R));
-    const h3_st_entry *re = h3_st_find(&v->st, "decoder.register_tokens");
-    R = re->ndim == 3 ? re->shape[1] : re->shape[0];
-    H3_TRY(vv_entry2(v, "decoder.proj_out.weight", 2, &P, &x));
-    H3_TRY(vv_entry2(v, vv_name(v->layout, 0, W_W1, name, sizeof name), 2, &I2, &x));
+    int64_t pq[5], in[2], reg[3], out[2], w1[2];
+    H3_TRY(vv_anchor(v, "post_quant_conv.weight", 5, vv_words(W_PQ_W), pq));
+    const int64_t C = pq[0];
+    if (C < 1 || C > H3_VVAE_MAX_CHANNELS || pq[1] != C || pq[2] != 1 || pq[3] != 1 || pq[4] != 1)
+        return h3_wb_shape_error(&v->wb, "post_quant_conv.weight", 5, pq, &model,
+                                 "%s with 1 to %d latent channels", vv_words(W_PQ_W), H3_VVAE_MAX_CHANNELS);
+    if (C != c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
+        return h3_wb_shape_error(
+            &v->wb, "post_quant_conv.weight", 5, pq, &model,
+            "%d latent channels: the built-in latents_mean/latents_std are the release's %d "
+            "(a file with other channels needs them in its config)",
+            c->latent_channels, c->latent_channels);
+    const char *in_name = vv_name(v->layout, VV_IO, W_IN_W, name, sizeof name);
+    H3_TRY(vv_anchor(v, in_name, 2, vv_words(W_IN_W), in));
+    const int64_t dim = in[0];
+    if (dim < 1 || dim > (1 << 16))
+        return h3_wb_shape_error(&v->wb, in_name, 2, in, &model, "a hidden size of 1 to 65536");
+    H3_TRY(vv_anchor(v, "decoder.register_tokens", 3, vv_words(W_REG), reg));
+    const int64_t R = reg[1];
+    if (R > 4096)
+        return h3_wb_shape_error(&v->wb, "decoder.register_tokens", 3, reg, &model, "at most 4096 registers");
+    H3_TRY(vv_anchor(v, "decoder.proj_out.weight", 2, vv_words(W_OUT_W), out));
+    const int64_t P = out[0];
+    const char *w1_name = vv_name(v->layout, 0, W_W1, name, sizeof name);
+    H3_TRY(vv_anchor(v, w1_name, 2, vv_words(W_W1), w1));
+    const int64_t I2 = w1[0];
+    if (I2 < 2 || I2 % 2 || I2 > (1 << 20))
+        return h3_wb_shape_error(&v->wb, w1_name, 2, w1, &(h3_wb_unit){"ViT block", 0, 0},
+                                 "an even 2·FFN of 2 to 2^20 rows");
     int L = h3_count_layers(&v->st, "decoder.transformer_blocks.");
-    if (L < 1) return H3_ERR(H3_ERR_FORMAT, "%s: no decoder.transformer_blocks.N tensors", v->source);
-    if (dim < 1 || dim > (1 << 16) || R < 0 || R > 4096 || I2 < 2 || I2 % 2 || I2 > (1 << 20))
-        return H3_ERR(H3_ERR_FORMAT, "%s: implausible decoder sizes (hidden %lld, %lld registers, FFN %lld)", v->source,
-                      (long long)dim, (long long)R, (long long)I2);
+    if (L < 1)
+        return h3_wb_missing_error(&v->wb, "decoder.transformer_blocks.0.norm1.weight", &model,
+                                   "ViT block 0");
     if (c->num_layers && c->num_layers != L) /* 0: no config said */
         return H3_ERR(H3_ERR_FORMAT, "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
                       v->source, c->num_layers, L);
@@ -450,25 +528,39 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     c->ffn_inner = (int)(I2 / 2);
     if (v->layout == H3_LAYOUT_COMFY) {
         c->heads = o->heads > 0 ? o->heads : (int)(dim / 64 > 0 ? dim / 64 : 1);
-        if (dim % c->heads)
-            return H3_ERR(H3_ERR_INVALID, "%s: hidden size %lld is not a multiple of %d heads", v->source,
-                          (long long)dim, c->heads);
+        if (dim % c->heads) { /* the file's or the request's fault: the message names both */
+            char a[96];
+            return H3_ERR(H3_ERR_INVALID,
+                          "%s: tensor '%s' has shape %s; the video VAE needs a hidden size that is a "
+                          "multiple of the %d heads (%s)",
+                          v->source, in_name, h3_shape_str(2, in, a, sizeof a), c->heads,
+                          o->heads > 0 ? "--heads" : "hidden / 64: give --heads");
+        }
         c->head_dim = (int)(dim / c->heads);
         /* The file has no config: the patch size follows from the output projection. */
         int64_t pp = P / ((int64_t)c->out_channels * c->patch_size_t);
         int p = (int)llround(sqrt((double)pp));
-        if (pp * c->out_channels * c->patch_size_t != P || (int64_t)p * p != pp)
-            return H3_ERR(H3_ERR_FORMAT, "%s: decoder.proj_out has %lld outputs, not %d channels × %d frames × p²",
-                          v->source, (long long)P, c->out_channels, c->patch_size_t);
+        if (P < 1 || pp * c->out_channels * c->patch_size_t != P || (int64_t)p * p != pp)
+            return h3_wb_shape_error(&v->wb, "decoder.proj_out.weight", 2, out, &model,
+                                     "%d channels × %d frames × patch² outputs", c->out_channels,
+                                     c->patch_size_t);
         c->patch_size = p;
     } else if (o->heads > 0 && o->heads != c->heads) {
         return H3_ERR(H3_ERR_INVALID, "the config of %s sets %d heads; --heads %d contradicts it", v->source, c->heads,
                       o->heads);
     }
     if ((int64_t)c->heads * c->head_dim != dim)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %d heads × %d channels do not make the hidden size %lld", v->source,
-                      c->heads, c->head_dim, (long long)dim);
+        return h3_wb_shape_error(&v->wb, in_name, 2, in, &model,
+                                 "a hidden size of %d heads × %d channels = %lld", c->heads, c->head_dim,
+                                 (long long)c->heads * c->head_dim);
     c->rope_dim = (int)floor((double)c->head_dim * (double)ratio + 1e-9);
+    if ((c->rope_dim % 6 || c->rope_dim > c->head_dim) &&
+        v->layout == H3_LAYOUT_COMFY) /* head_dim from the shape */
+        return h3_wb_shape_error(
+            &v->wb, in_name, 2, in, &model,
+            "a head_dim (hidden / %d heads) whose %.0f%% are a multiple of 6 rotary channels (3 "
+            "axes × cos/sin halves)",
+            c->heads, 100.0 * ratio);
     if (c->rope_dim % 6 || c->rope_dim > c->head_dim)
         return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
                       "cos/sin halves)", v->source, c->rope_dim, c->head_dim);
@@ -485,11 +577,15 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     }
     /* The block matrices' dtype and QKV form, then every tensor. */
     c->fused_qkv = v->layout != H3_LAYOUT_DIFFUSERS;
-    const h3_st_entry *qe = h3_st_find(&v->st, vv_name(v->layout, 0, c->fused_qkv ? W_QKV_W : W_Q_W, name, sizeof name));
-    if (!qe) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
-    c->weight_dtype = qe->dtype;
+    {
+        h3_wb_row qr;
+        const h3_st_entry *qe;
+        vv_row(v, 0, c->fused_qkv ? W_QKV_W : W_Q_W, name, sizeof name, NULL, &qr);
+        H3_TRY(h3_wb_check(&v->wb, &qr, &qe, NULL));
+        c->weight_dtype = qe->dtype;
+    }
     H3_TRY(vv_check_part(v, VV_IO));
-    for (int i = 0; i < L; i++) H3_TRY_CTX(vv_check_part(v, i), "block %d", i);
+    for (int i = 0; i < L; i++) H3_TRY(vv_check_part(v, i));
     return H3_OK;
 }
 
@@ -509,6 +605,7 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
     if (st == H3_OK) {
         v->source = h3_strdup(v->st.source ? v->st.source : path);
         if (!v->source) st = H3_ERR_NOMEM;
+        v->wb = (h3_wbind){&v->st, "", v->source, "video VAE", NULL, NULL};
     }
     if (st == H3_OK) {
         for (int64_t i = 0; i < v->st.n_entries; i++) {
@@ -888,6 +985,11 @@ h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tens
         return H3_ERR(H3_ERR_INVALID,
                       "video latents must be [C, T, H, W] or [1, C, T, H, W] (one video); got %s",
                       h3_tensor_shape_str(z, s, sizeof s));
+    if (h3_tensor_numel(z) == 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "video latents %s hold no values: every dimension must be at least 1 (e.g. [1, "
+                      "%d, 31, 48, 84] for 124 frames at 1344 × 768)",
+                      h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "video latents must be contiguous f32 host memory, got %s",
                       h3_dtype_name(z->dtype));

@@ -350,6 +350,32 @@ h3_status h3_qweight_get_name(h3_st_set *s, const h3_gguf *g, const char *name, 
     return h3_qweight_get(s, g, e, out);
 }
 
+static h3_status reader_info(void *user, const h3_st_entry *e, h3_wb_info *out) {
+    h3_qweight_reader *r = user;
+    h3_qweight_info qi;
+    memset(out, 0, sizeof *out);
+    H3_TRY(h3_qweight_info_of(r->set, r->g, e, &qi));
+    out->dtype = qi.dtype;
+    out->quantized = qi.fmt != H3_QF_NONE;
+    out->ndim = qi.ndim;
+    memcpy(out->shape, qi.shape, sizeof out->shape);
+    snprintf(out->label, sizeof out->label, "%s", qi.label);
+    return H3_OK;
+}
+
+static h3_status reader_get(void *user, const h3_st_entry *e, h3_tensor *out) {
+    h3_qweight_reader *r = user;
+    return h3_qweight_get(r->set, r->g, e, out);
+}
+
+void h3_qweight_reader_init(h3_qweight_reader *r, h3_st_set *s, const h3_gguf *g) {
+    r->set = s;
+    r->g = g;
+    r->base.info = reader_info;
+    r->base.get = reader_get;
+    r->base.user = r;
+}
+
 h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g) {
     *g = NULL;
     if (h3_path_is_gguf(path) && !h3_path_is_dir(path)) return h3_gguf_open(path, set, g);

@@ -14,6 +14,7 @@
 
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "io/wbind.h"
 #include "quant/quant.h"
 #include "tensor/ops.h"
 
@@ -48,6 +49,16 @@ h3_status h3_qweight_get_name(h3_st_set *s, const h3_gguf *g, const char *name, 
 /* A companion of a weight set that is not itself a weight (markers, scales): models skip these when they walk
  * every tensor. */
 int h3_qweight_is_companion(const char *name);
+
+/* The binder's reader (io/wbind.h) for weights in any stored format above: info is h3_qweight_info_of's view
+ * (quantized = a format other than a plain dtype), get is h3_qweight_get. g: the handle of a GGUF set, else
+ * NULL. The struct must outlive the binding (base.user points at it). */
+typedef struct h3_qweight_reader {
+    h3_wb_reader base;
+    h3_st_set *set;
+    const h3_gguf *g;
+} h3_qweight_reader;
+void h3_qweight_reader_init(h3_qweight_reader *r, h3_st_set *s, const h3_gguf *g);
 
 /* Opens weights: a .gguf file through h3_gguf_open (*g set), anything else through h3_st_open (*g NULL). */
 h3_status h3_weights_open(const char *path, h3_st_set *set, h3_gguf **g);

@@ -66,6 +66,7 @@ int64_t h3_tensor_rows(const h3_tensor *t) {
 }
 
 int h3_tensor_is_contiguous(const h3_tensor *t) {
+    if (h3_tensor_numel(t) == 0) return 1; /* no elements: nothing lies out of order */
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s) return 0;
