@@ -385,7 +385,7 @@ static h3_status check_out_dir(const char *path, const char *opt) {
 
 /* Headers only: each component opens, and they fit together (text width, latent channels, VAE geometry). The
  * weights themselves are read by their stage. */
-static h3_status preflight(gen *g, int64_t *te_vocab) {
+static h3_status preflight(gen *g, int64_t *te_vocab, int64_t *te_positions) {
     h3_status st = H3_OK;
     h3_dit *d = NULL;
     h3_text_encoder *te = NULL;
@@ -414,6 +414,7 @@ static h3_status preflight(gen *g, int64_t *te_vocab) {
                 "parts of the same model",
                 g->files.text_encoder, (long long)tc->hidden, g->files.dit, (long long)dc->text_dim);
     *te_vocab = tc->vocab;
+    *te_positions = tc->max_positions;
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE (%s)", g->files.video_vae);
     const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
     if (vc->latent_channels != H3_LATENT_CHANNELS || vc->patch_size != H3_VAE_SPATIAL ||
@@ -470,8 +471,8 @@ done:
 /* ---- text ---------------------------------------------------------------------------------------------- */
 
 /* The prompt's token ids (*ids h3_malloc'd). */
-static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab, int32_t **ids_out,
-                              int64_t *n_out) {
+static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab, int64_t te_positions,
+                              int32_t **ids_out, int64_t *n_out) {
     h3_status st = H3_OK;
     int32_t *ids = NULL;
     int64_t n = 0;
@@ -481,6 +482,11 @@ static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab,
     if (st != H3_OK) goto done;
     if (n == 0)
         H3_CHECK_CTX(h3_tokenizer_empty_prompt(tok, &ids, &n), "the tokenizer %s", g->files.tokenizer);
+    st = h3_request_check_prompt_tokens(n, te_positions); /* before the text encoder and the DiT are sized */
+    if (st != H3_OK) {
+        g->model_phase = 0; /* a prompt too long: the request's fault */
+        goto done;
+    }
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= te_vocab)
             H3_FAIL(H3_ERR_FORMAT,
@@ -1034,8 +1040,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
             H3_FAIL(H3_ERR_INVALID, "--png-dir %s is a file; give a folder", r->png_dir);
         if (!h3_path_is_dir(r->png_dir)) H3_CHECK(check_out_dir(r->png_dir, "--png-dir"));
     }
-    if (r->threads < 0 || r->threads > 4096)
-        H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to 4096; got %d", r->threads);
+    if (r->threads < 0 || r->threads > H3_MAX_THREADS)
+        H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
     if (r->x264_preset) /* the writer checks the name too, but only after the DiT has run */
         H3_CHECK(h3_mp4_check_preset(r->x264_preset, NULL));
     const int gpus = h3_cuda_device_count();
@@ -1058,8 +1064,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     g->model_phase = 1;
     H3_CHECK(h3_exec_init(&g->ex, r->threads));
     g->have_ex = 1;
-    int64_t te_vocab = 0;
-    H3_CHECK(preflight(g, &te_vocab));
+    int64_t te_vocab = 0, te_positions = 0;
+    H3_CHECK(preflight(g, &te_vocab, &te_positions));
     st = h3_tokenizer_load(g->files.tokenizer, &tok);
     if (st != H3_OK) {
         st = h3_error_wrap(
@@ -1084,7 +1090,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */
-    H3_CHECK(run_tokenize(g, tok, te_vocab, &ids, &n_ids));
+    H3_CHECK(run_tokenize(g, tok, te_vocab, te_positions, &ids, &n_ids));
     h3_tokenizer_free(tok);
     tok = NULL;
     H3_CHECK(make_schedule(g));
