@@ -106,6 +106,14 @@ expect_error 1 "No such file or directory" $D "$tmp/absent.safetensors"
 expect_error 2 "--model and --latents are required" "$H3RUN" decode --latents "$tmp/c16.safetensors" --out "$tmp/o"
 expect_error 2 "nothing to write" "$H3RUN" decode --model "$V/official" --latents "$V/case_comfy_image.safetensors"
 expect_error 2 "unknown option" "$H3RUN" decode --frobnicate
+# 0 read as "the default" (tile size, overlap, heads); thread counts past the limit; empty paths.
+expect_error 2 "--tile-size takes a whole number from 1 to 65536; got '0'" $D "$tmp/c16.safetensors" --tile-size 0
+expect_error 2 "--tile-overlap takes a whole number from 1 to 65536; got '0'" $D "$tmp/c16.safetensors" \
+    --tile-overlap 0
+expect_error 2 "--heads takes a whole number from 1 to 4096; got '0'" $D "$tmp/c16.safetensors" --heads 0
+expect_error 2 "--threads takes a whole number from 0 to 1024; got '2147483647'" $D "$tmp/c16.safetensors" \
+    --threads 2147483647
+expect_error 2 "--latents needs a value (FILE); got an empty string" $D ""
 [ -e "$tmp/x.safetensors" ] && fail "a failed decode left an output file"
 "$H3RUN" decode --help | grep -q "usage: h3run decode" || fail "--help"
 

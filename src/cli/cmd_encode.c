@@ -134,17 +134,27 @@ int h3_cmd_encode(int argc, char **argv) {
         {0},
     };
     const h3_cli_cmd cmd = {
-        "encode", "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
-        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no chat\n"
-        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of that many\n"
-        "decoder layers (H3 uses 50). Only the embedding rows of the prompt and layers below --layer are read.\n"
-        "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.",
+        "encode",
+        "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
+        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no "
+        "chat\n"
+        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of "
+        "that many\n"
+        "decoder layers (H3 uses 50). Only the embedding rows of the prompt and layers below --layer are "
+        "read.\n"
+        "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.\n"
+        "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has "
+        "fewer\n"
+        "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
-        "  h3run encode --tokenizer tokenizer.json --text-encoder ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
+        "  h3run encode --tokenizer tokenizer.json --text-encoder "
+        "ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
         "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
         "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4",
-        opts, 0, 0};
+        opts,
+        0,
+        0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);

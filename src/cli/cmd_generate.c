@@ -125,7 +125,9 @@ int h3_cmd_generate(int argc, char **argv) {
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
         {"progress", 0, H3_OPT_STR, &progress, "MODE",
-         "auto (a bar on a terminal, lines otherwise), bar, lines, json (one object per event), none", 0, 0},
+         "auto (a bar on a terminal, lines otherwise), bar, lines (each stage's start and end, steps at most "
+         "once a second), json (one object per event), none",
+         0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "no progress and no summary: warnings and errors only", 0,
          0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
@@ -140,7 +142,8 @@ int h3_cmd_generate(int argc, char **argv) {
     };
     const h3_cli_cmd cmd = {
         "generate",
-        "generate --model PATH --prompt TEXT [--frames N | --seconds S] [--size WxH] [--steps N] "
+        "generate --model PATH (--prompt TEXT | --prompt-file FILE) [--frames N | --seconds S] [--size WxH] "
+        "[--steps N] "
         "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
         "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the "
         "DiT\n"
@@ -152,10 +155,14 @@ int h3_cmd_generate(int argc, char **argv) {
         "when\n"
         "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of "
         "them.\n"
-        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths); 1 the "
-        "model\n"
-        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of "
-        "memory).",
+        "A prompt has at most 8192 tokens (the attention of the text encoder and the DiT grows with the "
+        "square\n"
+        "of its length); a longer one is refused once tokenized, before the text encoder runs.\n"
+        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths, a prompt "
+        "too\n"
+        "long); 1 the model files or the run failed (a missing component, an unreadable tokenizer, broken "
+        "weights,\n"
+        "out of memory).",
         "examples:\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
