@@ -126,10 +126,10 @@ grep -q "model (official layout): DiT $tmp/repo/FL2VA/transformer" "$tmp/err" ||
 "$H3RUN" generate --dit "$M/transformer" --text-encoder "$M/text_encoder" --tokenizer "$M/tokenizer/tokenizer.json" \
     --video-vae "$M/video_vae" --audio-vae "$M/audio_vae" --prompt "$P" --frames 5 --size 64x64 --steps 2 \
     -o "$tmp/h.mp4" -q 2>"$tmp/err" || fail "components by name exited $?: $(cat "$tmp/err")"
-# Budgets plan the GPU: on the CPU they are ignored, with a warning.
+# The device budget plans the GPU: on the CPU it is ignored, with a warning (the host budget bounds the CPU's DiT).
 "$H3RUN" generate --model "$M" --prompt "$P" --frames 5 --size 64x64 --steps 2 --device cpu --vram-budget 8GiB -q \
     -o "$tmp/b.mp4" 2>"$tmp/err" || fail "--device cpu --vram-budget 8GiB exited $?: $(cat "$tmp/err")"
-grep -q "warning: --vram-budget, --ram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
+grep -q "warning: --vram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
     fail "--vram-budget on the CPU: no warning: $(cat "$tmp/err")"
 # --device cuda where there is no GPU is a bad request; where there is one, the DiT runs there.
 if [ "$gpu" = 1 ]; then
@@ -220,6 +220,12 @@ expect_error 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" --model "$
     "${OUT[@]}"
 expect_error 2 "--prompt-file $tmp/nowhere.txt: No such file" --model "$M" --prompt-file "$tmp/nowhere.txt" "${OUT[@]}"
 expect_error 2 "not both" "${R[@]}" --prompt-file "$tmp/long.txt"
+# On the CPU the DiT stage's host memory is checked against the host budget before the text encoder runs (the
+# largest request the limits allow needs hundreds of GB).
+expect_error 1 "of host memory for the DiT on the CPU (latents, rows and the sampler" "${R[@]}" --device cpu \
+    --frames 22 --size 128x128 --ram-budget 1MiB
+grep -qF "the host budget is 0.00 GiB (--ram-budget): ask for fewer frames or a smaller canvas" "$tmp/err" ||
+    fail "--ram-budget 1MiB on the CPU: the message does not name the budget: $(cat "$tmp/err")"
 expect_error 2 "--progress takes auto, bar, lines, json or none" "${R[@]}" --progress loud
 expect_error 2 "unknown x264 preset 'quick'" "${R[@]}" --frames 5 --size 64x64 --x264-preset quick
 expect_error 2 "--prompt TEXT is required" --model "$M" "${OUT[@]}"

@@ -119,7 +119,7 @@ int h3_cmd_generate(int argc, char **argv) {
          0, 0},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for pinned copies of streamed blocks (default: 80% of available; 'unlimited'); blocks "
-         "beyond it are read from the file each step",
+         "beyond it are read from the file each step; on the CPU, all the DiT stage may hold",
          0, 0},
         {"memory-trace", 0, H3_OPT_STR, &trace, "FILE", "write the device memory timeline as JSON", 0, 0},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
