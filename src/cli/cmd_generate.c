@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "base/fs.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "cli/cli.h"
