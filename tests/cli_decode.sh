@@ -128,6 +128,14 @@ else
     expect_error 2 "use --device cpu" $D "$V/case_official_tiles.safetensors" --device cuda
 fi
 [ -e "$tmp/x.wav" ] && fail "a failed decode left a WAV file"
+# 0 read as "the default" (tile size, overlap, heads); thread counts past the limit; empty paths.
+expect_error 2 "--tile-size takes a whole number from 1 to 65536; got '0'" $D "$tmp/c16.safetensors" --tile-size 0
+expect_error 2 "--tile-overlap takes a whole number from 1 to 65536; got '0'" $D "$tmp/c16.safetensors" \
+    --tile-overlap 0
+expect_error 2 "--heads takes a whole number from 1 to 4096; got '0'" $D "$tmp/c16.safetensors" --heads 0
+expect_error 2 "--threads takes a whole number from 0 to 1024; got '2147483647'" $D "$tmp/c16.safetensors" \
+    --threads 2147483647
+expect_error 2 "--latents needs a value (FILE); got an empty string" $D ""
 [ -e "$tmp/x.safetensors" ] && fail "a failed decode left an output file"
 
 # ---- the GPU's plan (arithmetic: no GPU needed) -------------------------------------------------------------------

@@ -93,11 +93,26 @@ echo "malformed inputs rejected cleanly: $count"
 "$H3RUN" dit -m "$FIX/inputs.safetensors" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors" 2>"$tmp/err" >/dev/null
 [ $? -eq 1 ] && grep -q "not a MiniMax-H3 DiT" "$tmp/err" || fail "a non-DiT model must exit 1: $(cat "$tmp/err")"
 
-# Usage errors exit 2.
-"$H3RUN" dit -m "$FIX/official" -o "$tmp/x.safetensors" >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing --inputs must exit 2"
-"$H3RUN" dit -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors" --qkv-order sideways \
-    >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --qkv-order must exit 2"
-"$H3RUN" dit --bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option must exit 2"
+# Usage errors exit 2 with one line naming the problem (2^31 - 1 threads once asked for a 16 GiB table; 0 chunk
+# rows read as the default).
+usage_error() { # needle args...
+    local needle=$1
+    shift
+    "$H3RUN" dit "$@" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "dit $*: exit status $rc, expected 2 ($(cat "$tmp/err"))"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "dit $*: not one line on stderr: $(head -c 600 "$tmp/err")"
+    grep -qF -- "$needle" "$tmp/err" || fail "dit $*: message lacks '$needle': $(cat "$tmp/err")"
+}
+RUN=(-m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/x.safetensors")
+usage_error "--model, --inputs and -o are required" -m "$FIX/official" -o "$tmp/x.safetensors"
+usage_error "--qkv-order must be auto, interleaved or contiguous" "${RUN[@]}" --qkv-order sideways
+usage_error "unknown option '--bogus'" --bogus
+usage_error "--threads takes a whole number from 0 to 1024; got '2147483647'" "${RUN[@]}" --threads 2147483647
+usage_error "--chunk-rows takes a whole number from 1 to 1073741824; got '0'" "${RUN[@]}" --chunk-rows 0
+usage_error "--tol takes a number from 0 to 1e+06; got '-1'" "${RUN[@]}" --tol -1
+usage_error "--inputs needs a value (FILE); got an empty string" -m "$FIX/official" -i "" -o "$tmp/x.safetensors"
+[ -e "$tmp/x.safetensors" ] && fail "a refused dit run wrote its output"
 "$H3RUN" dit --help | grep -q "usage: h3run dit" || fail "--help"
 
 [ $fails -eq 0 ] && echo "cli_dit: all checks passed" || echo "cli_dit: $fails failures"

@@ -99,6 +99,25 @@ check_err 2 "whole number" --text-encoder "$FIX/official" --token-ids 1 --layer 
 check_err 1 "not a Qwen3-VL text encoder" --text-encoder "$SRC/tests/fixtures/dit/comfy_pruned.safetensors" --token-ids 1
 check_err 1 "absent.safetensors" --text-encoder "$tmp/absent.safetensors" --token-ids 1
 check_err 1 "tokenizer/tokenizer.json" -m "$tmp" --prompt hello --ids
+check_err 2 "--threads takes a whole number from 0 to 1024; got '2147483647'" --text-encoder "$FIX/official" \
+    --token-ids 1 --threads 2147483647
+check_err 2 "--layer takes a whole number from 0 to 1048576; got '-1'" --text-encoder "$FIX/official" --token-ids 1 \
+    --layer -1
+check_err 2 "--tol takes a number from 0 to 1e+06; got 'nan'" --text-encoder "$FIX/official" --token-ids 1 --tol nan
+check_err 2 "--text-encoder needs a value (PATH); got an empty string" --text-encoder "" --token-ids 1
+check_err 2 "--out needs a value (FILE); got an empty string" --text-encoder "$FIX/official" --token-ids 1 -o ""
+# The prompt's length: the fixture's config has 4096 positions; the small model's text encoder 262,144, where the
+# limit is 8192 tokens. A 220,000-character prompt is refused in well under a minute.
+ids=$(printf '1,%.0s' $(seq 4097)) && ids=${ids%,}
+check_err 2 "the prompt is 4097 tokens; this text encoder has 4096 positions" --text-encoder "$FIX/official" \
+    --token-ids "$ids" --layer 1
+yes 'a red ball' | head -n 20000 | tr '\n' ' ' >"$tmp/long.txt"
+t0=$(date +%s)
+check_err 2 "the prompt is 60001 tokens; at most 8192 are taken" -m "$SRC/models/h3-small" --prompt-file "$tmp/long.txt"
+[ $(($(date +%s) - t0)) -lt 30 ] || fail "refusing a 220,000-character prompt took $(($(date +%s) - t0)) s"
+head -c 1048577 /dev/zero | tr '\0' a >"$tmp/huge.txt"
+check_err 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" -m "$SRC/models/h3-small" --prompt-file "$tmp/huge.txt"
+check_err 2 "is not a regular file" -m "$SRC/models/h3-small" --prompt-file "$tmp" --ids
 "$H3RUN" encode --help | grep -q "usage: h3run encode" || fail "--help"
 
 # ---- the tokenizer through a model folder (needs node and tests/js/node_modules)

@@ -103,7 +103,11 @@ probe "$tmp/d.mp4" 39 96 192 "--seconds 1 (39 frames) at 96x192"
 "$H3RUN" generate --model "$M" --prompt "" --frames 5 --size 64x64 --scheduler beta --sampler dpmpp_2m --steps 3 \
     -o "$tmp/e.mp4" --progress lines >/dev/null 2>"$tmp/err" || fail "an empty prompt, 5 frames exited $?: $(cat "$tmp/err")"
 probe "$tmp/e.mp4" 5 64 64 "5 frames at 64x64, empty prompt"
-grep -q "dit: step 3/3" "$tmp/err" || fail "--progress lines: no 'dit: step 3/3' line"
+grep -q "dit: started (3 steps)" "$tmp/err" && grep -q "dit: done in" "$tmp/err" ||
+    fail "--progress lines: no start and end lines of the DiT: $(cat "$tmp/err")"
+# Lines come at most once a second per stage: the text encoder's 50 layers printed 50 lines of "0.00 s/step".
+n=$(grep -c "^text_encoder: step" "$tmp/err")
+[ "$n" -lt 10 ] || fail "--progress lines: $n text_encoder step lines for a stage of a second or two"
 grep -q "seed: [0-9]* (repeat this run with --seed" "$tmp/err" || fail "a random seed is not printed"
 "$H3RUN" generate --model "$tmp/comfy/models" --prompt "$P" --frames 22 --size 128x128 --steps 6 -q \
     -o "$tmp/f.mp4" 2>"$tmp/err" || fail "ComfyUI models/ folder exited $?: $(cat "$tmp/err")"
@@ -122,10 +126,10 @@ grep -q "model (official layout): DiT $tmp/repo/FL2VA/transformer" "$tmp/err" ||
 "$H3RUN" generate --dit "$M/transformer" --text-encoder "$M/text_encoder" --tokenizer "$M/tokenizer/tokenizer.json" \
     --video-vae "$M/video_vae" --audio-vae "$M/audio_vae" --prompt "$P" --frames 5 --size 64x64 --steps 2 \
     -o "$tmp/h.mp4" -q 2>"$tmp/err" || fail "components by name exited $?: $(cat "$tmp/err")"
-# Budgets plan the GPU: on the CPU they are ignored, with a warning.
+# The device budget plans the GPU: on the CPU it is ignored, with a warning (the host budget bounds the CPU's DiT).
 "$H3RUN" generate --model "$M" --prompt "$P" --frames 5 --size 64x64 --steps 2 --device cpu --vram-budget 8GiB -q \
     -o "$tmp/b.mp4" 2>"$tmp/err" || fail "--device cpu --vram-budget 8GiB exited $?: $(cat "$tmp/err")"
-grep -q "warning: --vram-budget, --ram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
+grep -q "warning: --vram-budget and --memory-trace plan the GPU's memory" "$tmp/err" ||
     fail "--vram-budget on the CPU: no warning: $(cat "$tmp/err")"
 # --device cuda where there is no GPU is a bad request; where there is one, the DiT runs there.
 if [ "$gpu" = 1 ]; then
@@ -174,18 +178,54 @@ expect_error() { # status needle args...
 OUT=(-o "$tmp/x.mp4" --wav "$tmp/x.wav" --latents "$tmp/x.safetensors" --png-dir "$tmp/xframes")
 R=(--model "$M" --prompt "$P" "${OUT[@]}")
 expect_error 2 "frames must be 17n+5 (the video VAE works in 17-frame chunks); got 100: use 90 or 107" "${R[@]}" --frames 100
-expect_error 2 "frames must be a positive count" "${R[@]}" --frames -5
+expect_error 2 "--frames takes a whole number from 1 to 14400; got '-5'" "${R[@]}" --frames -5
 expect_error 2 "1280x720: use 1280x704 or 1280x736" "${R[@]}" --size 1280x720
 expect_error 2 "the aspect ratio must lie between 1:4 and 4:1; got 4096x512" "${R[@]}" --size 4096x512
 expect_error 2 "size must be WIDTHxHEIGHT in pixels (e.g. 1344x768); got 'big'" "${R[@]}" --size big
-expect_error 2 "seconds must be a positive duration" "${R[@]}" --seconds -1
+expect_error 2 "--seconds takes a number from 0.2 to 600; got '-1'" "${R[@]}" --seconds -1
 expect_error 2 "give the length as --frames or as --seconds, not both" "${R[@]}" --frames 22 --seconds 1
-expect_error 2 "steps counts model calls and must be between 1 and 1000; got 5000" "${R[@]}" --steps 5000
+expect_error 2 "--steps takes a whole number from 1 to 1000; got '5000'" "${R[@]}" --steps 5000
 expect_error 2 "unknown sampler 'heun': choose euler, res_multistep or dpmpp_2m" "${R[@]}" --sampler heun
 expect_error 2 "unknown scheduler 'karras'" "${R[@]}" --scheduler karras
 expect_error 2 "unknown device 'tpu': choose cpu, cuda or auto" "${R[@]}" --device tpu
 expect_error 2 "--seed takes a whole number >= 0" "${R[@]}" --seed -3
-expect_error 2 "--frames takes a whole number; got 'many'" "${R[@]}" --frames many
+expect_error 2 "--frames takes a whole number from 1 to 14400; got 'many'" "${R[@]}" --frames many
+# Values that once read as "not given" and ran the defaults (0x0 ran 1344x768, 0 frames 124, 0 steps 49), values
+# past every limit (2^31 - 1 threads asked for a 16 GiB table), and empty strings: each a bad request.
+expect_error 2 "width and height must be positive multiples of 32 (e.g. 1344x768); got 0x0" "${R[@]}" --size 0x0
+expect_error 2 "got 0x768" "${R[@]}" --size 0x768
+expect_error 2 "--frames takes a whole number from 1 to 14400; got '0'" "${R[@]}" --frames 0
+expect_error 2 "--frames takes a whole number from 1 to 14400; got '99999999999999999999'" "${R[@]}" \
+    --frames 99999999999999999999
+expect_error 2 "--seconds takes a number from 0.2 to 600; got '0'" "${R[@]}" --seconds 0
+expect_error 2 "--seconds takes a number from 0.2 to 600; got 'nan'" "${R[@]}" --seconds nan
+expect_error 2 "--seconds takes a number from 0.2 to 600; got 'inf'" "${R[@]}" --seconds inf
+expect_error 2 "--seconds takes a number from 0.2 to 600; got '1e308'" "${R[@]}" --seconds 1e308
+expect_error 2 "--steps takes a whole number from 1 to 1000; got '0'" "${R[@]}" --steps 0
+expect_error 2 "--threads takes a whole number from 0 to 1024; got '2147483647'" "${R[@]}" --threads 2147483647
+expect_error 2 "--threads takes a whole number from 0 to 1024; got '-1'" "${R[@]}" --threads -1
+expect_error 2 "--size needs a value (WxH); got an empty string" "${R[@]}" --size ""
+expect_error 2 "--model needs a value (PATH); got an empty string" --model "" --prompt "$P" "${OUT[@]}"
+expect_error 2 "--png-dir needs a value (DIR); got an empty string" "${R[@]}" --png-dir ""
+expect_error 2 "--sampler needs a value (NAME); got an empty string" "${R[@]}" --sampler ""
+expect_error 2 "--vram-budget needs a value (SIZE); got an empty string" "${R[@]}" --vram-budget ""
+# A prompt too long for the model is refused once tokenized, before the text encoder runs: 220,000 characters
+# (too long for a command line: --prompt-file) are tens of thousands of tokens, past the 8192 a prompt may have.
+yes 'a red ball' | head -n 20000 | tr '\n' ' ' >"$tmp/long.txt"
+t0=$(date +%s)
+expect_error 2 "tokens; at most 8192 are taken" --model "$M" --prompt-file "$tmp/long.txt" "${OUT[@]}"
+[ $(($(date +%s) - t0)) -lt 30 ] || fail "refusing a 220,000-character prompt took $(($(date +%s) - t0)) s"
+head -c 1048577 /dev/zero | tr '\0' a >"$tmp/huge.txt"
+expect_error 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" --model "$M" --prompt-file "$tmp/huge.txt" \
+    "${OUT[@]}"
+expect_error 2 "--prompt-file $tmp/nowhere.txt: No such file" --model "$M" --prompt-file "$tmp/nowhere.txt" "${OUT[@]}"
+expect_error 2 "not both" "${R[@]}" --prompt-file "$tmp/long.txt"
+# On the CPU the DiT stage's host memory is checked against the host budget before the text encoder runs (the
+# largest request the limits allow needs hundreds of GB).
+expect_error 1 "of host memory for the DiT on the CPU (latents, rows and the sampler" "${R[@]}" --device cpu \
+    --frames 22 --size 128x128 --ram-budget 1MiB
+grep -qF "the host budget is 0.00 GiB (--ram-budget): ask for fewer frames or a smaller canvas" "$tmp/err" ||
+    fail "--ram-budget 1MiB on the CPU: the message does not name the budget: $(cat "$tmp/err")"
 expect_error 2 "--progress takes auto, bar, lines, json or none" "${R[@]}" --progress loud
 expect_error 2 "unknown x264 preset 'quick'" "${R[@]}" --frames 5 --size 64x64 --x264-preset quick
 expect_error 2 "--prompt TEXT is required" --model "$M" "${OUT[@]}"

@@ -47,6 +47,8 @@ echo "malformed files rejected cleanly: $count"
 # Usage errors exit 2; a missing path exits 1 and names it.
 "$H3RUN" inspect --nope x >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown option must exit 2"
 "$H3RUN" inspect >/dev/null 2>&1; [ $? -eq 2 ] || fail "missing argument must exit 2"
+"$H3RUN" inspect "" 2>"$tmp/err" >/dev/null; rc=$?
+[ $rc -eq 2 ] && grep -q "an empty argument" "$tmp/err" || fail "an empty path must exit 2 (rc $rc): $(cat "$tmp/err")"
 "$H3RUN" frobnicate >/dev/null 2>&1; [ $? -eq 2 ] || fail "unknown command must exit 2"
 "$H3RUN" inspect "$tmp/absent.safetensors" 2>"$tmp/err" >/dev/null; rc=$?
 [ $rc -eq 1 ] && grep -q "absent.safetensors" "$tmp/err" || fail "a missing file must exit 1 and be named (rc $rc)"

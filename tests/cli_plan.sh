@@ -99,6 +99,13 @@ check_usage "17n+5" "$tmp/FL2VA" --vram-budget 8GiB --frames 100
 check_usage "multiples of 32" "$tmp/FL2VA" --vram-budget 8GiB --size 1000x544
 check_usage "--workload must be" "$tmp/FL2VA" --vram-budget 8GiB --workload W999
 check_usage "no figures for a device named" "$tmp/FL2VA" --vram-budget 8GiB --device tpu
+# 0 frames and 0 steps planned the defaults; prompts past the 8192 tokens a request may have; empty arguments.
+check_usage "--frames takes a whole number from 1 to 14400; got '0'" "$tmp/FL2VA" --vram-budget 8GiB --frames 0
+check_usage "--steps takes a whole number from 1 to 1000; got '0'" "$tmp/FL2VA" --vram-budget 8GiB --steps 0
+check_usage "--text-tokens takes a whole number from 1 to 8192; got '8193'" "$tmp/FL2VA" --vram-budget 8GiB \
+    --text-tokens 8193
+check_usage "got 0x0" "$tmp/FL2VA" --vram-budget 8GiB --size 0x0
+check_usage "an empty argument" "" --vram-budget 8GiB
 "$H3RUN" plan >/dev/null 2>&1
 [ $? -eq 2 ] || fail "plan without a model did not exit 2"
 if ! "$H3RUN" --version | grep -q '^cuda: [1-9]'; then # no device for this h3run: the budget must be given

@@ -86,7 +86,13 @@ check_err() { # expected status, needle, args...
 check_err 2 "--format must be int8, int8_convrot, fp8 or nvfp4; got 'int4'" "$FIX/dit/comfy_pruned.safetensors" "$tmp/x.safetensors" --format int4
 check_err 2 "give IN and OUT" "$FIX/dit/comfy_pruned.safetensors"
 check_err 2 "give IN and OUT" --random-dit "$tmp/x"
-check_err 2 "--rows must be" --random-dit --rows 0
+check_err 2 "--rows takes a whole number from 1 to 1048576; got '0'" --random-dit --rows 0
+check_err 2 "--threads takes a whole number from 0 to 1024; got '2147483647'" --random-dit --threads 2147483647
+check_err 2 "--te-layers takes a whole number from 1 to 1048576; got '0'" "$FIX/text_encoder/official" \
+    "$tmp/x.safetensors" --te-layers 0
+check_err 2 "an empty argument" "" "$tmp/x.safetensors"
+# Memory the table would take is checked against the host's before anything is allocated (7 TB here).
+check_err 2 "the error table needs about" --random-dit --rows 1048576 --hidden 65536 --ffn 131072 --heads 1024
 check_err 2 "already quantized" "$tmp/dit.safetensors" "$tmp/x.safetensors"
 check_err 1 "absent.safetensors" "$FIX/absent.safetensors" "$tmp/x.safetensors"
 check_err 1 "holds no MiniMax-H3 DiT or Qwen3-VL text encoder" "$FIX/dit/inputs.safetensors" "$tmp/x.safetensors"

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/threads.h"
 #include "tensor/dtype.h"
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 #include "testutil.h"
 
@@ -133,6 +134,28 @@ static void test_threads(void) {
         h3_mem_get_stats(&b);
         CHECK(b.total_current == a.total_current, "pool creation failing at %d leaked", n);
     }
+    /* Thread counts beyond H3_MAX_THREADS are refused before anything is allocated or started (a pool of
+     * 2^31 - 1 threads once asked for a 16 GiB table); the default is one per CPU, within the limit. */
+    const int too_many[] = {H3_MAX_THREADS + 1, 1 << 20, 2147483647};
+    for (size_t i = 0; i < sizeof too_many / sizeof too_many[0]; i++) {
+        h3_mem_stats a, b;
+        h3_mem_get_stats(&a);
+        h3_pool *p = (h3_pool *)&a;
+        CHECK_ERR(h3_pool_create(too_many[i], &p), H3_ERR_INVALID, "threads must be 1 to 1024");
+        CHECK(p == NULL, "a refused pool is NULL");
+        h3_exec ex;
+        CHECK_ERR(h3_exec_init(&ex, too_many[i]), H3_ERR_INVALID, "(0: one per CPU");
+        h3_mem_get_stats(&b);
+        CHECK(b.total_peak == a.total_peak && b.total_current == a.total_current,
+              "refusing %d threads allocated %lld bytes", too_many[i],
+              (long long)(b.total_peak - a.total_current));
+    }
+    int n = 0;
+    CHECK_OK(h3_threads_resolve(0, &n));
+    CHECK(n >= 1 && n <= H3_MAX_THREADS && (n == h3_cpu_count() || n == H3_MAX_THREADS), "default %d threads",
+          n);
+    CHECK_OK(h3_threads_resolve(H3_MAX_THREADS, &n));
+    CHECK(n == H3_MAX_THREADS);
 }
 
 /* ---- dtypes ----------------------------------------------------------------------------------------------- */

@@ -44,8 +44,24 @@ static void test_sizes(void) {
               (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2], (long long)l.n_video_rows,
               (long long)l.n_audio_rows);
         CHECK(l.seq_len == 11 + ex[i][3] + ex_audio[i]);
+        /* The counts alone (what sizing a request reads before anything is allocated) are the same, with no
+         * tables; the largest request the limits allow is counted without allocating its 69 million rows. */
+        h3_seq_layout s;
+        CHECK_OK(h3_seq_layout_sizes(11, ex[i][2], ex[i][0], ex[i][1], &s));
+        CHECK(s.seq_len == l.seq_len && s.n_video_rows == l.n_video_rows && s.n_audio_rows == l.n_audio_rows &&
+                  s.video_start == l.video_start && s.audio_start == l.audio_start && s.latent_t == l.latent_t &&
+                  s.tags == NULL && s.pos == NULL && s.video_indices == NULL,
+              "sizes of %lldx%lld, %lld frames", (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2]);
         h3_seq_layout_free(&l);
     }
+    h3_mem_stats a, b;
+    h3_mem_get_stats(&a);
+    h3_seq_layout s;
+    CHECK_OK(h3_seq_layout_sizes(8192, 14387, 8192, 2048, &s));
+    h3_mem_get_stats(&b);
+    CHECK(s.seq_len == 8192 + 2 * 23978 + 4232LL * 256 * 64 && b.total_peak == a.total_peak,
+          "%lld rows counted", (long long)s.seq_len);
+    CHECK_ERR(h3_seq_layout_sizes(4, 120, 256, 256, &s), H3_ERR_INVALID, "17n+5");
 }
 
 /* Closed form of the video time of latent frame f: L + 5/3 * (4f - 3*ceil(f/5)). */

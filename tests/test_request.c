@@ -136,6 +136,45 @@ static void test_parse_size(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_ERR(h3_request_parse_size(bad[i], &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
     CHECK_ERR(h3_request_parse_size(NULL, &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
+    /* A zero side is a bad canvas, not "no size given" (which the request reads from 0x0, and then takes
+     * 1344x768). */
+    const char *zero[] = {"0x0", "0x768", "1344x0", "00x00"};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        w = h = 7;
+        CHECK_ERR(h3_request_parse_size(zero[i], &w, &h), H3_ERR_INVALID, "must be positive multiples of 32");
+        CHECK(w == 7 && h == 7, "%s: a refused size is not stored", zero[i]);
+    }
+}
+
+/* ---- the prompt's length
+ * --------------------------------------------------------------------------------------- */
+
+static void test_prompt_length(void) {
+    CHECK_OK(h3_request_check_prompt_bytes(0));
+    CHECK_OK(h3_request_check_prompt_bytes(H3_MAX_PROMPT_BYTES));
+    CHECK_ERR(h3_request_check_prompt_bytes(H3_MAX_PROMPT_BYTES + 1), H3_ERR_INVALID,
+              "the prompt is 1048577 bytes; at most 1048576 (1 MiB)");
+    CHECK_OK(h3_request_check_prompt_tokens(1, 262144));
+    CHECK_OK(h3_request_check_prompt_tokens(H3_MAX_PROMPT_TOKENS, 262144));
+    CHECK_OK(h3_request_check_prompt_tokens(H3_MAX_PROMPT_TOKENS, 0)); /* positions not known */
+    CHECK_ERR(h3_request_check_prompt_tokens(H3_MAX_PROMPT_TOKENS + 1, 262144), H3_ERR_INVALID,
+              "the prompt is 8193 tokens; at most 8192 are taken");
+    CHECK_ERR(h3_request_check_prompt_tokens(60001, 0), H3_ERR_INVALID, "60001 tokens");
+    /* A text encoder with fewer positions than the limit sets the limit. */
+    CHECK_OK(h3_request_check_prompt_tokens(4096, 4096));
+    CHECK_ERR(h3_request_check_prompt_tokens(4097, 4096), H3_ERR_INVALID, "has 4096 positions");
+    /* The request refuses a prompt longer than a prompt may be before anything else. */
+    size_t n = H3_MAX_PROMPT_BYTES + 1;
+    char *text = malloc(n + 1);
+    memset(text, 'a', n);
+    text[n] = 0;
+    h3_request r;
+    h3_request_init(&r);
+    r.prompt = text;
+    CHECK_ERR(h3_request_resolve(&r, NULL), H3_ERR_INVALID, "1048577 bytes");
+    text[H3_MAX_PROMPT_BYTES] = 0;
+    CHECK_OK(h3_request_resolve(&r, NULL));
+    free(text);
 }
 
 static void test_resolve(void) {
@@ -334,6 +373,49 @@ static void test_progress_printer(void) {
     CHECK(!strcmp(h3_progress_fmt_time(NAN, b, sizeof b), "?"));
 }
 
+/* --progress lines: each stage's start and end, and its steps at most about once a second: the text encoder's
+ * 50 layers in half a second are two lines, not fifty; a slow stage still prints every step. */
+static void test_progress_lines(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    h3_progress_printer pp;
+    h3_progress_printer_init(&pp, f, H3_PROGRESS_LINES);
+    fake_clock clk = {0};
+    h3_progress p;
+    h3_progress_init(&p, h3_progress_print, &pp);
+    h3_progress_set_clock(&p, fake_now, &clk);
+    h3_progress_stage(&p, "text_encoder", 50);
+    for (int i = 0; i < 50; i++) { /* 0.01 s a layer */
+        clk.t += 0.01;
+        h3_progress_step(&p);
+    }
+    h3_progress_stage(&p, "dit", 60);
+    for (int i = 0; i < 60; i++) { /* 0.1 s a step: one line in ten */
+        clk.t += 0.1;
+        h3_progress_step(&p);
+    }
+    h3_progress_stage(&p, "video_vae", 3);
+    for (int i = 0; i < 3; i++) { /* 2 s a step: every step */
+        clk.t += 2;
+        h3_progress_step(&p);
+    }
+    h3_progress_done(&p);
+    fclose(f);
+    int te = 0, dit = 0, vae = 0, lines = 0;
+    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+        lines++;
+        te += !strncmp(l, "text_encoder: step", 18);
+        dit += !strncmp(l, "dit: step", 9);
+        vae += !strncmp(l, "video_vae: step", 15);
+    }
+    CHECK(te == 0, "%d text_encoder step lines for 50 steps in 0.5 s", te);
+    CHECK(dit >= 5 && dit <= 6, "%d dit step lines for 60 steps in 6 s", dit);
+    CHECK(vae == 3, "%d video_vae step lines for 3 steps of 2 s", vae);
+    CHECK(lines == te + dit + vae + 7, "%d lines: the steps, 3 starts, 3 ends and the finish", lines);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"frames", test_frames},
@@ -341,6 +423,8 @@ int main(int argc, char **argv) {
         {"canvas", test_canvas},
         {"parse_size", test_parse_size},
         {"resolve", test_resolve},
+        {"prompt_length", test_prompt_length},
+        {"progress_lines", test_progress_lines},
         {"progress_events", test_progress_events},
         {"progress_printer", test_progress_printer},
         {NULL, NULL},

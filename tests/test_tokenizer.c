@@ -119,6 +119,30 @@ static void test_nfc(void) {
     char *out;
     size_t n;
     CHECK_ERR(h3_utf8_nfc("a\xff", 2, &out, &n), H3_ERR_INVALID, "UTF-8");
+    /* A long run of marks is ordered stably by combining class, like a short one: q followed by K repeats of
+     * dot above (230), dot below (220), nukta (7), grave below (220) is q, then the K nuktas, then the dots
+     * below and graves below in their order, then the K dots above (q composes with none of them). */
+    enum { K = 20000 };
+    static const char *const rep4[4] = {"\xcc\x87", "\xcc\xa3", "\xe0\xa4\xbc", "\xcc\x96"};
+    char *in = malloc(1 + (size_t)K * 9 + 1), *want = malloc(1 + (size_t)K * 9 + 1);
+    size_t o = 0, w = 0;
+    in[o++] = want[w++] = 'q';
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < 4; r++) o += (size_t)sprintf(in + o, "%s", rep4[r]);
+    for (int k = 0; k < K; k++) w += (size_t)sprintf(want + w, "%s", rep4[2]);
+    for (int k = 0; k < K; k++) w += (size_t)sprintf(want + w, "%s%s", rep4[1], rep4[3]);
+    for (int k = 0; k < K; k++) w += (size_t)sprintf(want + w, "%s", rep4[0]);
+    double t0 = now_s();
+    CHECK_OK(h3_utf8_nfc(in, o, &out, &n));
+    double dt = now_s() - t0;
+    CHECK(out && n == w && memcmp(out, want, w) == 0, "a run of %d marks is not ordered by combining class",
+          4 * K);
+    /* The ordering was an insertion sort: quadratic in the run, seconds here and minutes for a 1 MB prompt.
+     */
+    CHECK(dt < 1.0, "NFC of a run of %d marks took %.2f s", 4 * K, dt);
+    h3_free(out);
+    free(in);
+    free(want);
 }
 
 /* ---- pre-tokenizer ----------------------------------------------------------------------------------------- */
@@ -351,12 +375,19 @@ static void test_malformed(void) {
         {"\"!\":33,", "", H3_ERR_FORMAT, "byte 0x21"},
         {"\"merges\":[", "\"merges\":{", H3_ERR_FORMAT, "merges"},
         {"\"content\":\"<d>\"", "\"content\":\"\"", H3_ERR_FORMAT, "content"},
-        {"\"content\":\"<d>\"", "\"content\":\"<d>\",\"single_word\":true", H3_ERR_UNSUPPORTED, "single_word"},
+        {"\"content\":\"<d>\"", "\"content\":\"<d>\",\"single_word\":true", H3_ERR_UNSUPPORTED,
+         "single_word"},
         {"\"model\":{", "\"modelx\":{", H3_ERR_FORMAT, "no \"model\""},
         {"\"vocab\":{", "\"vocab\":{\"x\":1,\"x\":1,", H3_ERR_FORMAT, NULL},
         {"]}}", "]}", H3_ERR_FORMAT, "line 1"},
         {"]}}", "]}} x", H3_ERR_FORMAT, "after the JSON"},
         {"\"he\":256", "\"he\":256\x01", H3_ERR_FORMAT, NULL},
+        /* Ids size per-id tables: beyond max(2^18, twice the entries) they are refused, not allocated (id
+         * 2^28 in a 13 KB file took 2 GB). */
+        {"\"he\":256", "\"he\":268435456", H3_ERR_FORMAT, "id 268435456 is out of reach"},
+        {"\"he\":256", "\"he\":2147483646", H3_ERR_FORMAT, "may use ids below 262144"},
+        {"\"id\":300", "\"id\":1073741824", H3_ERR_FORMAT, "of 268 entries"},
+        {"\"id\":300", "\"id\":262144", H3_ERR_FORMAT, "ids below 262144"},
     };
     char path[512];
     t_tmp_path("bad_tokenizer.json", path, sizeof path);
@@ -388,6 +419,22 @@ static void test_malformed(void) {
         CHECK(strstr(h3_last_error(), "bad_tokenizer.json") != NULL, "case %zu: message names the file: %s", i,
               h3_last_error());
         CHECK(t == NULL, "case %zu: no tokenizer on failure", i);
+    }
+    /* Just below the limit: a small vocab with added tokens at Qwen's own ids (ComfyUI's 151669...) loads. */
+    {
+        const char *at = strstr(good, "\"id\":300");
+        char *edge = malloc(strlen(good) + 16);
+        size_t pre = at ? (size_t)(at - good) : 0;
+        memcpy(edge, good, pre);
+        strcpy(edge + pre, "\"id\":262143");
+        strcat(edge, at ? at + strlen("\"id\":300") : "");
+        write_text(path, edge);
+        free(edge);
+        h3_tokenizer *t = NULL;
+        CHECK_OK(h3_tokenizer_load(path, &t));
+        CHECK(t && h3_tokenizer_n_ids(t) == 262144 && h3_tokenizer_token_id(t, "<d>") == 262143,
+              "an added token at id 262143 loads");
+        h3_tokenizer_free(t);
     }
     free(good);
     write_text(path, "");
@@ -699,6 +746,57 @@ static void test_speed(void) {
     h3_tokenizer_free(t);
 }
 
+/* Long prompts of every shape the pre-tokenizer, NFC, the added-token split and BPE handle differently encode
+ * in time linear in their length (bounds generous for sanitizer builds; quadratic code takes tens of
+ * seconds). */
+static void test_long_inputs(void) {
+    char path[512];
+    t_tmp_path("long_tokenizer.json", path, sizeof path);
+    char *json = small_tokenizer_json(1, 0);
+    write_text(path, json);
+    free(json);
+    h3_tokenizer *t = NULL;
+    CHECK_OK(h3_tokenizer_load(path, &t));
+    if (!t) return;
+    static const struct {
+        const char *unit, *what;
+    } cases[] = {
+        {"\xcc\x87\xcc\xa3", "marks of two classes (NFC's ordering)"},
+        {"a", "one letter (one BPE piece)"},
+        {" ", "spaces (one white-space piece)"},
+        {" \n", "spaces and line breaks"},
+        {"1", "digits"},
+        {"<", "the first byte of added tokens"},
+        {"<d>", "added tokens"},
+        {" <L>", "added tokens with lstrip"},
+        {"'s", "contractions"},
+        {"\xe4\xb8\xad", "CJK letters"},
+        {"a red ball ", "words"},
+        {"e\xcc\x81", "letters to compose"},
+    };
+    enum { BYTES = 512 << 10 };
+    char *text = malloc(BYTES + 16);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t ul = strlen(cases[i].unit), o = 0;
+        while (o + ul <= BYTES) {
+            memcpy(text + o, cases[i].unit, ul);
+            o += ul;
+        }
+        text[o] = 0;
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        double t0 = now_s();
+        CHECK_OK(h3_tokenizer_encode_n(t, text, o, &ids, &n));
+        double dt = now_s() - t0;
+        CHECK(n > 0 && dt < 2.0, "%zu bytes of %s: %lld tokens in %.2f s", o, cases[i].what, (long long)n,
+              dt);
+        h3_free(ids);
+    }
+    free(text);
+    h3_tokenizer_free(t);
+    unlink(path);
+}
+
 static void test_cleanup(void) {
     if (g_js_state == 1) unlink(g_h3_tok);
 }
@@ -715,6 +813,7 @@ int main(int argc, char **argv) {
         {"h3_example", test_h3_example},
         {"js_corpus", test_js_corpus},
         {"speed", test_speed},
+        {"long_inputs", test_long_inputs},
         {"cleanup", test_cleanup},
         {NULL, NULL},
     };

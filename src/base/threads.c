@@ -59,9 +59,18 @@ int h3_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
+h3_status h3_threads_resolve(int n, int *out) {
+    if (n > H3_MAX_THREADS)
+        return H3_ERR(H3_ERR_INVALID, "threads must be 1 to %d (0: one per CPU, %d here); got %d",
+                      H3_MAX_THREADS, h3_cpu_count(), n);
+    if (n <= 0) n = h3_cpu_count() < H3_MAX_THREADS ? h3_cpu_count() : H3_MAX_THREADS;
+    *out = n;
+    return H3_OK;
+}
+
 h3_status h3_pool_create(int nthreads, h3_pool **out) {
     *out = NULL;
-    if (nthreads <= 0) nthreads = h3_cpu_count();
+    H3_TRY(h3_threads_resolve(nthreads, &nthreads));
     h3_pool *p = h3_calloc(1, sizeof *p, H3_MEM_OTHER);
     if (!p) return H3_ERR_NOMEM;
     p->nthreads = nthreads;

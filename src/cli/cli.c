@@ -5,11 +5,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "pipeline/request.h"
 
 static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
     for (; o && o->name; o++)
@@ -97,14 +99,35 @@ void h3_cli_print_help(const h3_cli_cmd *cmd, FILE *out) {
     if (cmd->details) fprintf(out, "\n%s\n", cmd->details);
 }
 
+/* "a whole number from 1 to 14400" */
+static void range_text(const h3_cli_opt *o, char *buf, size_t n) {
+    const char *what = o->type == H3_OPT_INT ? "a whole number" : "a number";
+    if (o->min < o->max)
+        snprintf(buf, n, o->type == H3_OPT_INT ? "%s from %.0f to %.0f" : "%s from %g to %g", what, o->min,
+                 o->max);
+    else
+        snprintf(buf, n, "%s", what);
+}
+
 static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) {
     char *end;
     switch (o->type) {
-        case H3_OPT_STR: *(const char **)o->target = v; return 0;
+        case H3_OPT_STR:
+            if (!*v) {
+                fprintf(stderr, "h3run %s: --%s needs a value (%s); got an empty string\n", cmd->name,
+                        o->name, o->metavar ? o->metavar : "");
+                return H3_EXIT_USAGE;
+            }
+            *(const char **)o->target = v;
+            return 0;
+        case H3_OPT_TEXT:
+            *(const char **)o->target = v;
+            return 0;
         case H3_OPT_INT: {
             errno = 0;
             long long x = strtoll(v, &end, 10);
             if (end == v || *end || errno) break;
+            if (o->min < o->max && ((double)x < o->min || (double)x > o->max)) break;
             *(int64_t *)o->target = x;
             return 0;
         }
@@ -112,6 +135,7 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
             errno = 0;
             double x = strtod(v, &end);
             if (end == v || *end || errno || !isfinite(x)) break;
+            if (o->min < o->max && (x < o->min || x > o->max)) break;
             *(double *)o->target = x;
             return 0;
         }
@@ -121,8 +145,9 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
             return H3_EXIT_USAGE;
         default: break;
     }
-    fprintf(stderr, "h3run %s: --%s takes %s; got '%s'\n", cmd->name, o->name,
-            o->type == H3_OPT_INT ? "a whole number" : "a number", v);
+    char range[96];
+    range_text(o, range, sizeof range);
+    fprintf(stderr, "h3run %s: --%s takes %s; got '%s'\n", cmd->name, o->name, range, v);
     return H3_EXIT_USAGE;
 }
 
@@ -158,6 +183,10 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
                 return H3_EXIT_USAGE;
             }
         } else {
+            if (!*a) {
+                fprintf(stderr, "h3run %s: an empty argument (usage: h3run %s)\n", cmd->name, cmd->usage);
+                return H3_EXIT_USAGE;
+            }
             if (*npos >= cmd->max_pos) {
                 fprintf(stderr, "h3run %s: unexpected argument '%s' (usage: h3run %s)\n", cmd->name, a, cmd->usage);
                 return H3_EXIT_USAGE;
@@ -188,6 +217,23 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
         return H3_EXIT_USAGE;
     }
     return 0;
+}
+
+h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return H3_ERR(H3_ERR_INVALID, "--prompt-file %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return H3_ERR(H3_ERR_INVALID, "--prompt-file %s is not a regular file; give a text file", path);
+    H3_TRY_CTX(h3_request_check_prompt_bytes((size_t)sb.st_size), "--prompt-file %s", path);
+    H3_TRY(h3_read_file(path, H3_MAX_PROMPT_BYTES, text, len));
+    if (memchr(*text, 0, *len)) {
+        h3_free(*text);
+        *text = NULL;
+        return H3_ERR(H3_ERR_INVALID, "--prompt-file %s contains a NUL byte; a prompt is UTF-8 text", path);
+    }
+    return H3_OK;
 }
 
 static void log_stderr(h3_log_level level, const char *msg, void *user) {

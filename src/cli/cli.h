@@ -11,15 +11,28 @@
  * (unknown option, invalid value, impossible frame count...). */
 enum { H3_EXIT_OK = 0, H3_EXIT_FAIL = 1, H3_EXIT_USAGE = 2 };
 
-typedef enum h3_opt_type { H3_OPT_FLAG, H3_OPT_STR, H3_OPT_INT, H3_OPT_FLOAT, H3_OPT_SIZE } h3_opt_type;
+/* STR is a non-empty string (a path, a name); TEXT any string, the empty one included (a prompt). */
+typedef enum h3_opt_type {
+    H3_OPT_FLAG,
+    H3_OPT_STR,
+    H3_OPT_TEXT,
+    H3_OPT_INT,
+    H3_OPT_FLOAT,
+    H3_OPT_SIZE
+} h3_opt_type;
 
 typedef struct h3_cli_opt {
     const char *name; /* long name without dashes */
     char short_name;  /* or 0 */
     h3_opt_type type;
-    void *target; /* int* (FLAG), const char** (STR), int64_t* (INT, SIZE), double* (FLOAT) */
+    void *target; /* int* (FLAG), const char** (STR, TEXT), int64_t* (INT, SIZE), double* (FLOAT) */
     const char *metavar;
     const char *help;
+    /* INT and FLOAT: the values a user may give, inclusive; the parser refuses others with a message naming
+     * the range. An option whose default is a "not given" value (0 frames: the default length) takes a range
+     * without that value, so that giving it is an error rather than the default. Both 0: the type's whole
+     * range. */
+    double min, max;
 } h3_cli_opt;
 
 typedef struct h3_cli_cmd {
@@ -42,6 +55,11 @@ int h3_parse_size(const char *s, int64_t *out);
 const char *h3_fmt_bytes(double bytes, char *buf, size_t n);
 /* 33122992912 -> "33,122,992,912". */
 const char *h3_fmt_int(int64_t v, char *buf, size_t n);
+
+/* Reads a prompt from a file (--prompt-file): all of it, as is. Refused as a bad request (H3_ERR_INVALID): a
+ * file that is not a regular file, one longer than a prompt may be (h3_request_check_prompt_bytes), one
+ * holding a NUL byte. *text is NUL-terminated, from h3_malloc. */
+h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len);
 
 /* Installs the stderr log callback. verbosity: -1 quiet (errors only), 0 normal, 1 verbose. */
 void h3_cli_setup_logging(int verbosity);

@@ -283,26 +283,41 @@ int h3_cmd_decode(int argc, char **argv) {
     decode_args a = {0};
     const char *latents = NULL, *device = "cpu", *vram_s = NULL;
     const h3_cli_opt opts[] = {
-        {"model", 'm', H3_OPT_STR, &a.model, "PATH", "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
-                                                     "vae/ or audio_vae/, a model folder holding them, or a ComfyUI file"},
-        {"latents", 'l', H3_OPT_STR, &latents, "FILE", "safetensors with a tensor 'latents': video [1, C, T, H, W], "
-                                                        "audio [channels, C, T], normalized as the DiT produces them"},
-        {"out", 'o', H3_OPT_STR, &a.out, "PATH", "video: a folder for frame_NNNNN.png; audio: a .wav file"},
+        {"model", 'm', H3_OPT_STR, &a.model, "PATH",
+         "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
+         "vae/ or audio_vae/, a model folder holding them, or a ComfyUI file",
+         0, 0},
+        {"latents", 'l', H3_OPT_STR, &latents, "FILE",
+         "safetensors with a tensor 'latents': video [1, C, T, H, W], "
+         "audio [channels, C, T], normalized as the DiT produces them",
+         0, 0},
+        {"out", 'o', H3_OPT_STR, &a.out, "PATH", "video: a folder for frame_NNNNN.png; audio: a .wav file", 0,
+         0},
         {"tensors-out", 0, H3_OPT_STR, &a.tensors_out, "FILE",
-         "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode range)"},
-        {"threads", 't', H3_OPT_INT, &a.threads, "N", "CPU threads (default: all)"},
-        {"tile-size", 0, H3_OPT_INT, &a.tile, "PX", "video tile size in pixels (default: the checkpoint's, 256)"},
-        {"tile-overlap", 0, H3_OPT_INT, &a.overlap, "PX", "least video tile overlap in pixels (default 64)"},
-        {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL, "decode video chunks whole (not what the release does)"},
-        {"heads", 0, H3_OPT_INT, &a.heads, "N", "ViT heads for a video VAE file without a config (default hidden/64)"},
-        {"plan", 0, H3_OPT_FLAG, &a.plan, NULL, "print the decode plan and its memory; decode only if an output is given"},
+         "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode "
+         "range)",
+         0, 0},
+        {"threads", 't', H3_OPT_INT, &a.threads, "N", "CPU threads (default 0: one per CPU)", 0,
+         H3_MAX_THREADS},
+        {"tile-size", 0, H3_OPT_INT, &a.tile, "PX",
+         "video tile size in pixels (default: the checkpoint's, 256)", 1, 65536},
+        {"tile-overlap", 0, H3_OPT_INT, &a.overlap, "PX", "least video tile overlap in pixels (default 64)",
+         1, 65536},
+        {"no-tiling", 0, H3_OPT_FLAG, &a.no_tiling, NULL,
+         "decode video chunks whole (not what the release does)", 0, 0},
+        {"heads", 0, H3_OPT_INT, &a.heads, "N",
+         "ViT heads for a video VAE file without a config (default hidden/64)", 1, 4096},
+        {"plan", 0, H3_OPT_FLAG, &a.plan, NULL,
+         "print the decode plan and its memory; decode only if an output is given", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 weights, "
-         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch)"},
+         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch)",
+         0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "with --device cuda: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
-         "512 MiB); blocks that do not fit stream from host memory"},
-        {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors"},
+         "512 MiB); blocks that do not fit stream from host memory",
+         0, 0},
+        {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
@@ -329,11 +344,6 @@ int h3_cmd_decode(int argc, char **argv) {
     }
     if (!a.out && !a.tensors_out && !a.plan) {
         fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
-        return H3_EXIT_USAGE;
-    }
-    if (a.threads < 0 || a.threads > 4096 || a.tile < 0 || a.tile > 65536 || a.overlap < 0 || a.overlap > 65536 ||
-        a.heads < 0 || a.heads > 4096) {
-        fprintf(stderr, "h3run decode: --threads, --tile-size, --tile-overlap and --heads take small positive numbers\n");
         return H3_EXIT_USAGE;
     }
     h3_status ds = h3_device_parse(device, &a.device);

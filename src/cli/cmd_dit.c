@@ -68,25 +68,29 @@ int h3_cmd_dit(int argc, char **argv) {
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
          "DiT weights: a .safetensors file, a shard index or a folder "
-         "(official, diffusers or ComfyUI pruned layout)"},
+         "(official, diffusers or ComfyUI pruned layout)",
+         0, 0},
         {"inputs", 'i', H3_OPT_STR, &inputs, "FILE",
-         "the packed sequence: a .safetensors file of named tensors"},
-        {"output", 'o', H3_OPT_STR, &output, "FILE",
-         "where to write video_velocity and audio_velocity (f32)"},
-        {"config", 0, H3_OPT_STR, &config, "FILE",
-         "config.json to use instead of the one beside the weights"},
+         "the packed sequence: a .safetensors file of named tensors", 0, 0},
+        {"output", 'o', H3_OPT_STR, &output, "FILE", "where to write video_velocity and audio_velocity (f32)",
+         0, 0},
+        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights",
+         0, 0},
         {"qkv-order", 0, H3_OPT_STR, &qkv, "ORDER",
          "rows of a fused qkv_proj: auto (official: per-head interleaved; ComfyUI: contiguous), interleaved, "
-         "contiguous"},
+         "contiguous",
+         0, 0},
         {"expect", 0, H3_OPT_STR, &expect, "FILE",
-         "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol"},
-        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)"},
+         "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol", 0,
+         0},
+        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)", 0, 1e6},
         {"describe", 0, H3_OPT_FLAG, &describe, NULL,
-         "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)"},
-        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
-        {"chunk-rows", 0, H3_OPT_INT, &chunk, "N", "rows per FFN chunk (default 2048)"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
-        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+         "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)", 0, 0},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
+         H3_MAX_THREADS},
+        {"chunk-rows", 0, H3_OPT_INT, &chunk, "N", "rows per FFN chunk (default 2048)", 1, 1 << 30},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
@@ -129,10 +133,6 @@ int h3_cmd_dit(int argc, char **argv) {
         oo.qkv_order = H3_DIT_QKV_CONTIGUOUS;
     else {
         fprintf(stderr, "h3run dit: --qkv-order must be auto, interleaved or contiguous; got '%s'\n", qkv);
-        return H3_EXIT_USAGE;
-    }
-    if (threads < 0 || chunk < 0 || !(tol >= 0)) {
-        fprintf(stderr, "h3run dit: --threads, --chunk-rows and --tol must not be negative\n");
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);

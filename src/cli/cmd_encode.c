@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "models/text_encoder.h"
+#include "pipeline/request.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -103,25 +104,35 @@ int h3_cmd_encode(int argc, char **argv) {
     double tol = 1e-4;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "DIR",
-         "model folder: tokenizer/tokenizer.json (or tokenizer.json) and text_encoder/ (official or ComfyUI names)"},
-        {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt (UTF-8)"},
-        {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE", "read the prompt from FILE (all of it, as is)"},
-        {"token-ids", 0, H3_OPT_STR, &token_ids, "1,2,3", "encode these ids instead of a prompt (no tokenizer)"},
-        {"ids", 0, H3_OPT_FLAG, &show_ids, NULL, "print the token ids; without --out only the tokenizer is needed"},
+         "model folder: tokenizer/tokenizer.json (or tokenizer.json) and text_encoder/ (official or ComfyUI "
+         "names)",
+         0, 0},
+        {"prompt", 'p', H3_OPT_TEXT, &prompt, "TEXT", "the prompt (UTF-8)", 0, 0},
+        {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE", "read the prompt from FILE (all of it, as is)",
+         0, 0},
+        {"token-ids", 0, H3_OPT_STR, &token_ids, "1,2,3",
+         "encode these ids instead of a prompt (no tokenizer)", 0, 0},
+        {"ids", 0, H3_OPT_FLAG, &show_ids, NULL,
+         "print the token ids; without --out only the tokenizer is needed", 0, 0},
         {"out", 'o', H3_OPT_STR, &out_path, "FILE",
-         "write the conditioning to FILE (.safetensors): hidden [L, hidden] f32 and input_ids [L] i32"},
+         "write the conditioning to FILE (.safetensors): hidden [L, hidden] f32 and input_ids [L] i32", 0, 0},
         {"layer", 'l', H3_OPT_INT, &layer, "N",
-         "which hidden state: 0 = embeddings, N = after N layers (default 50; the model's last: after its final norm)"},
-        {"tokenizer", 0, H3_OPT_STR, &tok_path, "PATH", "tokenizer.json or its folder (default: --model)"},
+         "which hidden state: 0 = embeddings, N = after N layers (default 50; the model's last: after its "
+         "final norm)",
+         0, 1 << 20},
+        {"tokenizer", 0, H3_OPT_STR, &tok_path, "PATH", "tokenizer.json or its folder (default: --model)", 0,
+         0},
         {"text-encoder", 0, H3_OPT_STR, &te_path, "PATH",
-         "text-encoder weights: a file, shard index or folder (default: --model)"},
-        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights"},
+         "text-encoder weights: a file, shard index or folder (default: --model)", 0, 0},
+        {"config", 0, H3_OPT_STR, &config, "FILE", "config.json to use instead of the one beside the weights",
+         0, 0},
         {"expect", 0, H3_OPT_STR, &expect, "FILE[:TENSOR]",
-         "compare the hidden state with TENSOR (default 'hidden') of FILE; fail above --tol"},
-        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)"},
-        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
-        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+         "compare the hidden state with TENSOR (default 'hidden') of FILE; fail above --tol", 0, 0},
+        {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)", 0, 1e6},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
+         H3_MAX_THREADS},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
@@ -132,13 +143,18 @@ int h3_cmd_encode(int argc, char **argv) {
         "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N layers\n"
         "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the last)\n"
         "the final norm are read.\n"
-        "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.",
+        "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.\n"
+        "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has fewer\n"
+        "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
-        "  h3run encode --tokenizer tokenizer.json --text-encoder ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
+        "  h3run encode --tokenizer tokenizer.json --text-encoder "
+        "ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
         "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
         "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4",
-        opts, 0, 0};
+        opts,
+        0,
+        0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
@@ -157,10 +173,6 @@ int h3_cmd_encode(int argc, char **argv) {
     }
     if (need_te && !te_path) {
         fprintf(stderr, "h3run encode: --model (or --text-encoder) is needed to encode; --ids alone only tokenizes\n");
-        return H3_EXIT_USAGE;
-    }
-    if (layer < 0 || layer > 100000 || threads < 0 || !(tol >= 0)) {
-        fprintf(stderr, "h3run encode: --layer, --threads and --tol must not be negative\n");
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
@@ -189,14 +201,12 @@ int h3_cmd_encode(int argc, char **argv) {
         if (st != H3_OK) goto fail;
         double t1 = now_s();
         if (prompt_file) {
-            st = h3_read_file(prompt_file, 64u << 20, &text, &text_len);
+            st = h3_cli_read_prompt(prompt_file, &text, &text_len);
             if (st != H3_OK) goto fail;
-            if (memchr(text, 0, text_len)) {
-                st = H3_ERR(H3_ERR_INVALID, "%s contains a NUL byte; a prompt is UTF-8 text", prompt_file);
-                goto fail;
-            }
             st = h3_tokenizer_encode_n(tok, text, text_len, &ids, &n);
         } else {
+            st = h3_request_check_prompt_bytes(strlen(prompt));
+            if (st != H3_OK) goto fail;
             st = h3_tokenizer_encode(tok, prompt, &ids, &n);
         }
         if (st != H3_OK) goto fail;
@@ -238,6 +248,8 @@ int h3_cmd_encode(int argc, char **argv) {
                     (long long)layer, te_path, (long long)c->n_layers, (long long)c->n_layers);
         goto fail;
     }
+    st = h3_request_check_prompt_tokens(n, c->max_positions); /* before the activations are allocated */
+    if (st != H3_OK) goto fail;
     st = h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS);
     if (st != H3_OK) goto fail;
     double t1 = now_s();

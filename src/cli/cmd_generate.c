@@ -10,6 +10,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/threads.h"
 #include "cli/cli.h"
 #include "mem/budget.h"
 #include "pipeline/generate.h"
@@ -71,62 +72,77 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 int h3_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *size = NULL, *sampler = NULL, *scheduler = NULL,
-               *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL, *progress = "auto",
-               *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL, *avae = NULL,
-               *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *size = NULL, *sampler = NULL,
+               *scheduler = NULL, *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL,
+               *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
+               *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     double seconds = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
-         "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder"},
-        {"prompt", 'p', H3_OPT_STR, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)"},
-        {"frames", 'f', H3_OPT_INT, &frames, "N",
-         "frames at 24 fps, 17n+5 (default 124; trained on 107-345)"},
-        {"seconds", 0, H3_OPT_FLOAT, &seconds, "S", "length in seconds instead of frames (5 -> 124 frames)"},
-        {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)"},
+         "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder", 0, 0},
+        {"prompt", 'p', H3_OPT_TEXT, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)", 0,
+         0},
+        {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE",
+         "read the prompt from FILE (all of it, as is; for prompts too long for a command line)", 0, 0},
+        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames at 24 fps, 17n+5 (default 124; trained on 107-345)",
+         1, H3_MAX_FRAMES},
+        {"seconds", 0, H3_OPT_FLOAT, &seconds, "S", "length in seconds instead of frames (5 -> 124 frames)",
+         0.2, H3_MAX_FRAMES / 24},
+        {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)",
+         0, 0},
         {"steps", 0, H3_OPT_INT, &steps, "N",
-         "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)"},
-        {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m"},
+         "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)",
+         1, H3_MAX_STEPS},
+        {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m", 0, 0},
         {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
-         "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)"},
+         "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)", 0, 0},
         {"seed", 0, H3_OPT_INT, &seed, "N",
-         "noise seed (default: random, printed); same seed, same video here"},
+         "noise seed (default: random, printed); same seed, same video here", 0, 0},
         {"output", 'o', H3_OPT_STR, &output, "FILE",
-         "the MP4 (default out.mp4; written as FILE.partial, then renamed)"},
-        {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR", "also write every frame as DIR/frame_00000.png ..."},
-        {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV"},
+         "the MP4 (default out.mp4; written as FILE.partial, then renamed)", 0, 0},
+        {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR", "also write every frame as DIR/frame_00000.png ...", 0,
+         0},
+        {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV", 0, 0},
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
-         "also save the final latents (video_latents, audio_latents) as safetensors"},
+         "also save the final latents (video_latents, audio_latents) as safetensors", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU, and the text "
-         "encoder and the audio VAE too when they fit the budget"},
+         "encoder and the VAEs too when they fit the budget",
+         0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB); the DiT's "
          "blocks "
-         "that do not fit stream from host memory while the others compute"},
+         "that do not fit stream from host memory while the others compute",
+         0, 0},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for pinned copies of streamed blocks (default: 80% of available; 'unlimited'); blocks "
-         "beyond it are read from the file each step"},
-        {"memory-trace", 0, H3_OPT_STR, &trace, "FILE", "write the device memory timeline as JSON"},
-        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
+         "beyond it are read from the file each step; on the CPU, all the DiT stage may hold",
+         0, 0},
+        {"memory-trace", 0, H3_OPT_STR, &trace, "FILE", "write the device memory timeline as JSON", 0, 0},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
+         H3_MAX_THREADS},
         {"progress", 0, H3_OPT_STR, &progress, "MODE",
-         "auto (a bar on a terminal, lines otherwise), bar, lines, json (one object per event), none"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "no progress and no summary: warnings and errors only"},
-        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
-        {"dit", 0, H3_OPT_STR, &dit, "PATH", "the DiT, instead of the one in --model"},
-        {"text-encoder", 0, H3_OPT_STR, &te, "PATH", "the text encoder, instead of the one in --model"},
+         "auto (a bar on a terminal, lines otherwise), bar, lines (each stage's start and end, steps at most "
+         "once a second), json (one object per event), none",
+         0, 0},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "no progress and no summary: warnings and errors only", 0,
+         0},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
+        {"dit", 0, H3_OPT_STR, &dit, "PATH", "the DiT, instead of the one in --model", 0, 0},
+        {"text-encoder", 0, H3_OPT_STR, &te, "PATH", "the text encoder, instead of the one in --model", 0, 0},
         {"tokenizer", 0, H3_OPT_STR, &tok, "PATH",
-         "tokenizer.json or its folder, instead of the one in --model"},
-        {"video-vae", 0, H3_OPT_STR, &vvae, "PATH", "the video VAE, instead of the one in --model"},
-        {"audio-vae", 0, H3_OPT_STR, &avae, "PATH", "the audio VAE, instead of the one in --model"},
-        {"x264-preset", 0, H3_OPT_STR, &preset, "NAME", "x264 speed/size preset (default medium)"},
+         "tokenizer.json or its folder, instead of the one in --model", 0, 0},
+        {"video-vae", 0, H3_OPT_STR, &vvae, "PATH", "the video VAE, instead of the one in --model", 0, 0},
+        {"audio-vae", 0, H3_OPT_STR, &avae, "PATH", "the audio VAE, instead of the one in --model", 0, 0},
+        {"x264-preset", 0, H3_OPT_STR, &preset, "NAME", "x264 speed/size preset (default medium)", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
         "generate",
-        "generate --model PATH --prompt TEXT [--frames N | --seconds S] [--size WxH] [--steps N] "
+        "generate --model PATH (--prompt TEXT | --prompt-file FILE) [--frames N | --seconds S] [--size WxH] "
+        "[--steps N] "
         "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
         "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the "
         "DiT\n"
@@ -138,10 +154,14 @@ int h3_cmd_generate(int argc, char **argv) {
         "when\n"
         "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of "
         "them.\n"
-        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths); 1 the "
-        "model\n"
-        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of "
-        "memory).",
+        "A prompt has at most 8192 tokens (the attention of the text encoder and the DiT grows with the "
+        "square\n"
+        "of its length); a longer one is refused once tokenized, before the text encoder runs.\n"
+        "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths, a prompt "
+        "too\n"
+        "long); 1 the model files or the run failed (a missing component, an unreadable tokenizer, broken "
+        "weights,\n"
+        "out of memory).",
         "examples:\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
@@ -171,14 +191,19 @@ int h3_cmd_generate(int argc, char **argv) {
     else
         return usage_error("--progress takes auto, bar, lines, json or none; got '%s'", progress);
     if (quiet) style = H3_PROGRESS_QUIET;
-    if (!prompt) return usage_error("%s", "--prompt TEXT is required");
-    if (frames < 0 || frames > INT32_MAX)
-        return usage_error("%s", "--frames must be a positive count of the form 17n+5");
-    if (steps < 0 || steps > INT32_MAX)
-        return usage_error("%s", "--steps must be a positive number of model calls");
+    if (!prompt && !prompt_file)
+        return usage_error("%s", "--prompt TEXT is required (or --prompt-file FILE)");
+    if (prompt && prompt_file)
+        return usage_error("%s", "give the prompt as --prompt or as --prompt-file, not both");
     if (seed != INT64_MIN && seed < 0) return usage_error("%s", "--seed takes a whole number >= 0");
-    if (threads < 0 || threads > 4096) return usage_error("%s", "--threads takes 1 to 4096 (0: one per CPU)");
-    if (!*output) return usage_error("%s", "--output needs a file name");
+    /* Read before anything else happens: a prompt too long is a bad request, refused at once. */
+    char *prompt_text = NULL;
+    if (prompt_file) {
+        size_t len = 0;
+        h3_status pst = h3_cli_read_prompt(prompt_file, &prompt_text, &len);
+        if (pst != H3_OK) return h3_cli_fail("generate", pst);
+        prompt = prompt_text;
+    }
 
     /* No --model (and not every component named): the small trained model, at what it was trained on unless
      * the request says otherwise. */
@@ -191,6 +216,7 @@ int h3_cmd_generate(int argc, char **argv) {
                 "h3run generate: error: --model is required: give the official FL2VA/ folder, a diffusers "
                 "folder or a ComfyUI models/ folder (the small model h3run uses without --model, "
                 "models/h3-small, is neither beside this program nor in the working folder)\n");
+            h3_free(prompt_text);
             return H3_EXIT_USAGE;
         }
         model = default_model;
@@ -246,6 +272,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.memory_trace = trace;
     if (st != H3_OK || (seconds != 0 && frames != 0)) {
         h3_free(default_model);
+        h3_free(prompt_text);
         return st != H3_OK ? h3_cli_fail("generate", st)
                            : usage_error("%s", "give the length as --frames or as --seconds, not both");
     }
@@ -266,6 +293,7 @@ int h3_cmd_generate(int argc, char **argv) {
     if (pp.bar_open) fputc('\n', stderr);
     if (st != H3_OK) {
         h3_free(default_model);
+        h3_free(prompt_text);
         return h3_cli_fail("generate", st);
     }
     if (!quiet) {
@@ -297,5 +325,6 @@ int h3_cmd_generate(int argc, char **argv) {
                    (long long)res.audio_latents);
     }
     h3_free(default_model);
+    h3_free(prompt_text);
     return H3_EXIT_OK;
 }

@@ -120,24 +120,29 @@ int h3_cmd_plan(int argc, char **argv) {
     int64_t frames = 0, tokens = 128, steps = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
-        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)"},
-        {"size", 's', H3_OPT_STR, &size, "WxH", "canvas, multiples of 32 (default 1344x768)"},
+        {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)", 1,
+         H3_MAX_FRAMES},
+        {"size", 's', H3_OPT_STR, &size, "WxH", "canvas, multiples of 32 (default 1344x768)", 0, 0},
         {"workload", 'w', H3_OPT_STR, &work, "NAME",
-         "a benchmark workload: W73, W124, W362 (960x544) or W124L"},
-        {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)"},
+         "a benchmark workload: W73, W124, W362 (960x544) or W124L", 0, 0},
+        {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)", 1,
+         H3_MAX_PROMPT_TOKENS},
         {"steps", 0, H3_OPT_INT, &steps, "N",
          "sampling steps of h3's schedule (default 49); the modulation of each distinct timestep they visit "
-         "(video and audio: about 2 a step) is kept on the device, as generate does"},
+         "(video and audio: about 2 a step) is kept on the device, as generate does",
+         1, H3_MAX_STEPS},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
          "device memory the engine may take (default: the GPU's free memory less 512 MiB; required without a "
          "GPU "
-         "unless --device names one)"},
+         "unless --device names one)",
+         0, 0},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
-         "host memory for weights and activations, or unlimited (default: 80% of the available memory)"},
+         "host memory for weights and activations, or unlimited (default: 80% of the available memory)", 0,
+         0},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
-         "predict times with the stated figures of a GPU (h200); default: the GPU here, if known"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
-        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more"},
+         "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
+        {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
@@ -181,14 +186,6 @@ int h3_cmd_plan(int argc, char **argv) {
     h3_status st = h3_request_check_frames(req.frames, NULL);
     if (st == H3_OK) st = h3_request_check_canvas(req.width, req.height, NULL);
     if (st != H3_OK) return h3_cli_fail("plan", st);
-    if (tokens < 1 || tokens > 65536) {
-        fprintf(stderr, "h3run plan: --text-tokens must be 1 to 65536; got %lld\n", (long long)tokens);
-        return H3_EXIT_USAGE;
-    }
-    if (steps < 0 || steps > H3_MAX_STEPS) {
-        fprintf(stderr, "h3run plan: --steps must be 1 to %d; got %lld\n", H3_MAX_STEPS, (long long)steps);
-        return H3_EXIT_USAGE;
-    }
     /* the distinct timesteps of h3's schedule: what generate keeps the modulation for */
     req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, (int)(steps ? steps : H3_DEFAULT_STEPS_H3));
     if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "mem/budget.h"
 #include "quant/qwrite.h"
 
 static double now_s(void) {
@@ -13,7 +14,43 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Host bytes the error table takes beyond the f32 weights it reads, for `rows` activation rows: for each
+ * layer its input, two outputs and a quantized copy (at most 2 bytes an element); for the block, its
+ * activations (qbench.c's block_forward and the five [rows, H] buffers around it) and the quantized copies of
+ * its four linears. An upper bound: the table is refused when it exceeds the host memory available. */
+static double table_bytes(const h3_qbench_layer *layers, int n_layers, const h3_qbench_block *b,
+                          int64_t rows) {
+    double need = 0, R = (double)rows;
+    for (int i = 0; i < n_layers; i++) {
+        double n = (double)layers[i].n, k = (double)layers[i].k, one = R * (k + 2 * n) * 4 + n * k * 2;
+        if (one > need) need = one;
+    }
+    if (b) {
+        double H = (double)b->hidden, I = (double)b->heads * (double)b->head_dim, F = (double)b->ffn;
+        double one = R * (8 * H + 7 * I + 3 * F) * 4 + (4 * I * H + 3 * F * H) * 2;
+        if (one > need) need = one;
+    }
+    return need;
+}
+
+/* The table of `weights` bytes of f32 weights and `table` bytes more must fit the host memory available
+ * (h3_budget_default_ram: what can be taken without swapping); unknown memory is not checked. */
+static h3_status check_host_memory(double weights, double table, int64_t rows) {
+    const int64_t avail = h3_budget_default_ram();
+    if (avail <= 0 || weights + table <= (double)avail) return H3_OK;
+    char a[32], b[32], c[32], d[32];
+    return H3_ERR(
+        H3_ERR_INVALID,
+        "the error table needs about %s (%s of f32 weights and %s for %lld activation rows); this machine "
+        "can spare %s (80%% of its available memory): lower --rows%s",
+        h3_fmt_bytes(weights + table, a, sizeof a), h3_fmt_bytes(weights, b, sizeof b),
+        h3_fmt_bytes(table, c, sizeof c), (long long)rows, h3_fmt_bytes((double)avail, d, sizeof d),
+        weights > 0 ? " or the --random-dit widths" : "");
+}
+
 static h3_status run_table(h3_exec *ex, const h3_qbench_source *src, int64_t rows, uint64_t seed) {
+    H3_TRY(check_host_memory(
+        0, table_bytes(src->layers, src->n_layers, src->has_block ? &src->block : NULL, rows), rows));
     h3_qbench_result r;
     double t0 = now_s();
     H3_TRY(
@@ -32,21 +69,24 @@ int h3_cmd_quantize(int argc, char **argv) {
     int64_t hidden = 5376, heads = 56, head_dim = 128, ffn = 14336;
     const h3_cli_opt opts[] = {
         {"format", 'f', H3_OPT_STR, &format, "FORMAT",
-         "int8, int8_convrot, fp8 or nvfp4; default: int8_convrot for a DiT, nvfp4 for a text encoder"},
+         "int8, int8_convrot, fp8 or nvfp4; default: int8_convrot for a DiT, nvfp4 for a text encoder", 0, 0},
         {"te-layers", 0, H3_OPT_INT, &te_layers, "N",
-         "text encoder: decoder layers to keep (default 50, the hidden state H3 reads)"},
-        {"no-table", 0, H3_OPT_FLAG, &no_table, NULL, "write the file without the error table"},
-        {"table", 0, H3_OPT_FLAG, &table_only, NULL, "print the error table of IN only (no OUT)"},
+         "text encoder: decoder layers to keep (default 50, the hidden state H3 reads)", 1, 1 << 20},
+        {"no-table", 0, H3_OPT_FLAG, &no_table, NULL, "write the file without the error table", 0, 0},
+        {"table", 0, H3_OPT_FLAG, &table_only, NULL, "print the error table of IN only (no OUT)", 0, 0},
         {"random-dit", 0, H3_OPT_FLAG, &random_dit, NULL,
-         "print the error table of a DiT block with random weights of the release's shapes (no IN, no OUT)"},
-        {"hidden", 0, H3_OPT_INT, &hidden, "H", "--random-dit: hidden size (default 5376)"},
-        {"heads", 0, H3_OPT_INT, &heads, "A", "--random-dit: attention heads (default 56)"},
-        {"head-dim", 0, H3_OPT_INT, &head_dim, "D", "--random-dit: head dim (default 128)"},
-        {"ffn", 0, H3_OPT_INT, &ffn, "F", "--random-dit: FFN width (default 14336)"},
-        {"rows", 0, H3_OPT_INT, &rows, "M", "activation rows of the error table (default 64)"},
-        {"seed", 0, H3_OPT_INT, &seed, "S", "seed of the table's random activations and weights (default 1)"},
-        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default: all)"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
+         "print the error table of a DiT block with random weights of the release's shapes (no IN, no OUT)",
+         0, 0},
+        {"hidden", 0, H3_OPT_INT, &hidden, "H", "--random-dit: hidden size (default 5376)", 1, 1 << 16},
+        {"heads", 0, H3_OPT_INT, &heads, "A", "--random-dit: attention heads (default 56)", 1, 1 << 17},
+        {"head-dim", 0, H3_OPT_INT, &head_dim, "D", "--random-dit: head dim (default 128)", 1, 1 << 17},
+        {"ffn", 0, H3_OPT_INT, &ffn, "F", "--random-dit: FFN width (default 14336)", 1, 1 << 17},
+        {"rows", 0, H3_OPT_INT, &rows, "M", "activation rows of the error table (default 64)", 1, 1 << 20},
+        {"seed", 0, H3_OPT_INT, &seed, "S", "seed of the table's random activations and weights (default 1)",
+         0, 0},
+        {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
+         H3_MAX_THREADS},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
@@ -85,16 +125,24 @@ int h3_cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "h3run quantize: give IN and OUT, or --table IN, or --random-dit (see --help)\n");
         return H3_EXIT_USAGE;
     }
-    if (rows < 1 || rows > (1 << 20) || te_layers < 0 || threads < 0 || seed < 0 || hidden < 1 || heads < 1 ||
-        head_dim < 1 || ffn < 1 || hidden > (1 << 16) || ffn > (1 << 17) || heads * head_dim > (1 << 17)) {
+    if (seed < 0 || heads * head_dim > (1 << 17)) {
         fprintf(stderr,
-                "h3run quantize: --rows must be 1..1048576; --te-layers, --threads and --seed must not be "
-                "negative; --random-dit's widths must be positive (hidden <= 65536, ffn and heads x head-dim "
-                "<= 131072)\n");
+                "h3run quantize: --seed must not be negative; --heads x --head-dim must be at most 131072\n");
         return H3_EXIT_USAGE;
     }
+    h3_status st = H3_OK;
+    if (random_dit) { /* the block's f32 weights and the table must fit before anything is allocated */
+        const double H = (double)hidden, I = (double)(heads * head_dim), F = (double)ffn;
+        const h3_qbench_layer L[4] = {{"", NULL, 3 * heads * head_dim, hidden},
+                                      {"", NULL, hidden, heads * head_dim},
+                                      {"", NULL, 2 * ffn, hidden},
+                                      {"", NULL, hidden, ffn}};
+        const h3_qbench_block b = {.hidden = hidden, .heads = heads, .head_dim = head_dim, .ffn = ffn};
+        st = check_host_memory((4 * I * H + 3 * F * H) * 4, table_bytes(L, 4, &b, rows), rows);
+        if (st != H3_OK) return h3_cli_fail("quantize", st);
+    }
     h3_exec ex;
-    h3_status st = h3_exec_init(&ex, (int)threads);
+    st = h3_exec_init(&ex, (int)threads);
     if (st != H3_OK) return h3_cli_fail("quantize", st);
     h3_qbench_source src;
     memset(&src, 0, sizeof src);

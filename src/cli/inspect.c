@@ -202,8 +202,9 @@ static int inspect_set(const char *path, void *user) {
 int h3_cmd_inspect(int argc, char **argv) {
     int summary = 0, quiet = 0;
     const h3_cli_opt opts[] = {
-        {"summary", 's', H3_OPT_FLAG, &summary, NULL, "counts and bytes per dtype, per module and per role, not every tensor"},
-        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr"},
+        {"summary", 's', H3_OPT_FLAG, &summary, NULL,
+         "counts and bytes per dtype, per module and per role, not every tensor", 0, 0},
+        {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {

@@ -14,6 +14,11 @@ static const char k_qwen_pattern[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L
 
 #define TOK_MAX_FILE (512u << 20)
 #define NO_TOKEN UINT32_MAX
+/* Ids index per-id tables (8 bytes an id), so the largest id sizes them: it must lie below the larger of
+ * TOK_ID_FLOOR and twice the entries the file holds (vocab and added tokens). Qwen's ids (151,936 embedding
+ * rows) lie below the floor whatever the file; a file of a few entries naming id 2^30 is refused instead of
+ * taking gigabytes. */
+#define TOK_ID_FLOOR (1 << 18)
 
 typedef struct added_tok {
     char *text;
@@ -192,7 +197,35 @@ static uint32_t compose_pair(uint32_t a, uint32_t b) {
 typedef struct nfc_buf {
     uint32_t *d;
     size_t cap;
+    uint32_t *tmp; /* the canonical ordering's scratch for long runs of marks */
+    size_t tmp_cap;
 } nfc_buf;
+
+/* Canonical ordering of one run of non-starters d[0..n) (all of combining class > 0): a stable sort by class.
+ * Short runs (what text holds) by insertion; long ones by counting, so that a run of a million marks costs a
+ * million steps, not a million squared. */
+static h3_status order_marks(uint32_t *d, size_t n, nfc_buf *b) {
+    if (n < 32) {
+        for (size_t i = 1; i < n; i++) {
+            uint32_t c = d[i];
+            int cc = h3_uc_ccc(c);
+            size_t j = i;
+            while (j > 0 && h3_uc_ccc(d[j - 1]) > cc) {
+                d[j] = d[j - 1];
+                j--;
+            }
+            d[j] = c;
+        }
+        return H3_OK;
+    }
+    H3_TRY(grow((void **)&b->tmp, &b->tmp_cap, n, sizeof *b->tmp, H3_MEM_WORKSPACE));
+    size_t start[257] = {0};
+    for (size_t i = 0; i < n; i++) start[h3_uc_ccc(d[i]) + 1]++;
+    for (int c = 0; c < 256; c++) start[c + 1] += start[c];
+    for (size_t i = 0; i < n; i++) b->tmp[start[h3_uc_ccc(d[i])]++] = d[i];
+    memcpy(d, b->tmp, n * sizeof *d);
+    return H3_OK;
+}
 
 /* NFC of the code points cp[0..n): canonical decomposition, canonical ordering, canonical composition
  * (Unicode Standard Annex #15). The result goes to b->d, its length to *out_n. */
@@ -215,19 +248,16 @@ static h3_status nfc_cps(const uint32_t *cp, size_t n, nfc_buf *b, size_t *out_n
         }
     }
     uint32_t *d = b->d;
-    /* Canonical ordering: a stable insertion sort of every run of non-starters by combining class. */
-    for (size_t i = 1; i < m; i++) {
-        int cc = h3_uc_ccc(d[i]);
-        if (cc == 0) continue;
-        size_t j = i;
-        uint32_t c = d[i];
-        while (j > 0) {
-            int pc = h3_uc_ccc(d[j - 1]);
-            if (pc == 0 || pc <= cc) break;
-            d[j] = d[j - 1];
-            j--;
+    /* Canonical ordering: every run of non-starters sorted by combining class, stably. */
+    for (size_t i = 0; i < m;) {
+        if (h3_uc_ccc(d[i]) == 0) {
+            i++;
+            continue;
         }
-        d[j] = c;
+        size_t e = i + 1;
+        while (e < m && h3_uc_ccc(d[e]) != 0) e++;
+        H3_TRY(order_marks(d + i, e - i, b));
+        i = e;
     }
     /* Canonical composition: a character joins the last starter unless something between them blocks it
      * (a starter, or a mark of the same or higher class). */
@@ -285,6 +315,7 @@ typedef struct enc_ws {
 static void ws_free(enc_ws *w) {
     h3_free(w->cp);
     h3_free(w->nfc.d);
+    h3_free(w->nfc.tmp);
     h3_free(w->u8);
     h3_free(w->boff);
     h3_free(w->cls);
@@ -629,6 +660,7 @@ h3_status h3_utf8_nfc(const char *utf8, size_t len, char **out, size_t *out_len)
     }
     h3_free(cp);
     h3_free(b.d);
+    h3_free(b.tmp);
     return st;
 }
 
@@ -1198,9 +1230,17 @@ static h3_status tokenizer_from_text(const char *text, size_t len, const char *p
     int32_t max_id;
     j.i = d.vocab_at;
     H3_CHECK(vocab_scan(&j, &count, &max_id));
+    const int64_t entries = (int64_t)count + t->n_added,
+                  id_limit = 2 * entries > TOK_ID_FLOOR ? 2 * entries : TOK_ID_FLOOR;
     t->n_ids = max_id + 1;
     for (int k = 0; k < t->n_added; k++)
         if (t->added[k].id >= t->n_ids) t->n_ids = t->added[k].id + 1;
+    if (t->n_ids > id_limit)
+        H3_FAIL(H3_ERR_FORMAT,
+                "%s: id %d is out of reach: a tokenizer of %lld entries (vocab and added tokens) may use ids "
+                "below "
+                "%lld (the larger of %d and twice its entries)",
+                path, t->n_ids - 1, (long long)entries, (long long)id_limit, TOK_ID_FLOOR);
     t->off = h3_malloc((size_t)t->n_ids * sizeof *t->off + 1, H3_MEM_IO);
     t->len = h3_malloc((size_t)t->n_ids * sizeof *t->len + 1, H3_MEM_IO);
     if (!t->off || !t->len) H3_FAIL(H3_ERR_NOMEM, "tokenizer: no memory for %d ids", t->n_ids);

@@ -53,6 +53,7 @@ void h3_te_config_default(h3_te_config *c) {
     c->head_dim = 128;
     c->intermediate = 25600;
     c->vocab = 151936;
+    c->max_positions = 262144;
     c->rope_theta = 5e6;
     c->rms_eps = 1e-6;
 }
@@ -87,6 +88,7 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
     H3_TRY(get_pos_int(t, "head_dim", what, &c->head_dim));
     H3_TRY(get_pos_int(t, "intermediate_size", what, &c->intermediate));
     H3_TRY(get_pos_int(t, "vocab_size", what, &c->vocab));
+    H3_TRY(get_pos_int(t, "max_position_embeddings", what, &c->max_positions));
     H3_TRY(get_pos_num(t, "rms_norm_eps", what, &c->rms_eps));
     H3_TRY(get_pos_num(t, "rope_theta", what, &c->rope_theta));
     /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part. */

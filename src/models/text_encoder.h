@@ -54,6 +54,7 @@ typedef struct h3_te_config {
     int64_t head_dim;     /* D: 128 */
     int64_t intermediate; /* F: 25600 */
     int64_t vocab;        /* rows of the embedding: 151936 */
+    int64_t max_positions; /* max_position_embeddings: 262144 (the longest prompt it was made for) */
     double rope_theta;    /* 5e6 */
     double rms_eps;       /* 1e-6 */
 } h3_te_config;

@@ -385,7 +385,7 @@ static h3_status check_out_dir(const char *path, const char *opt) {
 
 /* Headers only: each component opens, and they fit together (text width, latent channels, VAE geometry). The
  * weights themselves are read by their stage. */
-static h3_status preflight(gen *g, int64_t *te_vocab) {
+static h3_status preflight(gen *g, int64_t *te_vocab, int64_t *te_positions) {
     h3_status st = H3_OK;
     h3_dit *d = NULL;
     h3_text_encoder *te = NULL;
@@ -414,6 +414,7 @@ static h3_status preflight(gen *g, int64_t *te_vocab) {
                 "parts of the same model",
                 g->files.text_encoder, (long long)tc->hidden, g->files.dit, (long long)dc->text_dim);
     *te_vocab = tc->vocab;
+    *te_positions = tc->max_positions;
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE (%s)", g->files.video_vae);
     const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
     if (vc->latent_channels != H3_LATENT_CHANNELS || vc->patch_size != H3_VAE_SPATIAL ||
@@ -470,8 +471,8 @@ done:
 /* ---- text ---------------------------------------------------------------------------------------------- */
 
 /* The prompt's token ids (*ids h3_malloc'd). */
-static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab, int32_t **ids_out,
-                              int64_t *n_out) {
+static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab, int64_t te_positions,
+                              int32_t **ids_out, int64_t *n_out) {
     h3_status st = H3_OK;
     int32_t *ids = NULL;
     int64_t n = 0;
@@ -481,6 +482,11 @@ static h3_status run_tokenize(gen *g, const h3_tokenizer *tok, int64_t te_vocab,
     if (st != H3_OK) goto done;
     if (n == 0)
         H3_CHECK_CTX(h3_tokenizer_empty_prompt(tok, &ids, &n), "the tokenizer %s", g->files.tokenizer);
+    st = h3_request_check_prompt_tokens(n, te_positions); /* before the text encoder and the DiT are sized */
+    if (st != H3_OK) {
+        g->model_phase = 0; /* a prompt too long: the request's fault */
+        goto done;
+    }
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= te_vocab)
             H3_FAIL(H3_ERR_FORMAT,
@@ -713,6 +719,58 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
         h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
                p->t_step, p->t_resident);
 done:
+    return st;
+}
+
+/* On the CPU the DiT stage holds everything it uses in host memory: the packed layout and its index tables,
+ * the latents and their rows, the sampler's state, the text states, the forward's buffers and kept modulation
+ * (the DiT's own arithmetic: h3_dit_forward_mem_of) and the weights the DiT copies rather than maps. A
+ * request whose stage needs more than the host budget (--ram-budget, default H3_RAM_SHARE of MemAvailable)
+ * stops here, before the text encoder runs, instead of exhausting the machine's memory steps later. Headers
+ * only. */
+static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
+    const h3_request *q = &g->req;
+    int64_t budget = g->r->ram_budget;
+    if (budget == 0) budget = h3_budget_default_ram(); /* 0 when unknown: not checked */
+    if (budget <= 0) return H3_OK;
+    h3_status st = H3_OK;
+    h3_dit *d = NULL;
+    h3_seq_layout L;
+    H3_CHECK(h3_seq_layout_sizes(n_tokens, q->frames, q->width, q->height, &L));
+    H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
+    const h3_dit_config *dc = h3_dit_get_config(d);
+    h3_dit_forward_mem fm;
+    h3_dit_forward_mem_of(d, 0, -1, L.seq_len, L.text_len, L.n_video_rows, L.n_audio_rows, g->n_uniq, &fm);
+    h3_dit_weight_bytes wb;
+    h3_dit_weight_bytes_of(d, &wb);
+    const double S = (double)L.seq_len, rows = (double)(L.n_video_rows + L.n_audio_rows + L.text_len);
+    const double nv = (double)L.n_video_rows * H3_VIDEO_ROW_DIM,
+                 na = (double)L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
+    const double sampler = q->sampler == H3_SAMPLER_EULER ? nv + na : 2 * (nv + na) + na;
+    /* the layout (tags, positions, indices), run_dit's tables, the latents twice (latent order and rows), the
+     * sampler, the text states (the encoder's output and the DiT's copy) */
+    const double tables = S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4;
+    const double latents = 4 * (2 * (nv + na) + sampler) + 8.0 * (double)L.text_len * (double)dc->text_dim;
+    const double forward = (double)(fm.workspace + fm.scratch + fm.mod_tables);
+    const double dit = (forward > (double)fm.mod_peak ? forward : (double)fm.mod_peak) + (double)wb.owned;
+    const double need = tables + latents + dit;
+    if (need > (double)budget) {
+        char a[32], b[32], c[32], e[32];
+        H3_FAIL(
+            H3_ERR_BUDGET,
+            "%lld frames at %lldx%lld (%lld packed rows) need %s of host memory for the DiT on the CPU "
+            "(latents, rows and the sampler %s, the DiT's buffers %s); the host budget is %s (%s): ask for "
+            "fewer frames or a smaller canvas",
+            (long long)q->frames, (long long)q->width, (long long)q->height, (long long)L.seq_len,
+            h3_budget_str((int64_t)need, a, sizeof a),
+            h3_budget_str((int64_t)(tables + latents), b, sizeof b), h3_budget_str((int64_t)dit, c, sizeof c),
+            h3_budget_str(budget, e, sizeof e),
+            g->r->ram_budget > 0 ? "--ram-budget" : "80% of the memory available");
+    }
+    h3_log(H3_LOG_DEBUG, "the DiT on the CPU: %.2f GiB of host memory planned, budget %.2f GiB",
+           need / H3_GIB, (double)budget / H3_GIB);
+done:
+    h3_dit_close(d);
     return st;
 }
 
@@ -1095,8 +1153,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
             H3_FAIL(H3_ERR_INVALID, "--png-dir %s is a file; give a folder", r->png_dir);
         if (!h3_path_is_dir(r->png_dir)) H3_CHECK(check_out_dir(r->png_dir, "--png-dir"));
     }
-    if (r->threads < 0 || r->threads > 4096)
-        H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to 4096; got %d", r->threads);
+    if (r->threads < 0 || r->threads > H3_MAX_THREADS)
+        H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
     if (r->x264_preset) /* the writer checks the name too, but only after the DiT has run */
         H3_CHECK(h3_mp4_check_preset(r->x264_preset, NULL));
     const int gpus = h3_cuda_device_count();
@@ -1110,17 +1168,17 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     if (r->vram_budget < 0 || r->ram_budget < -1)
         H3_FAIL(H3_ERR_INVALID, "a memory budget must be positive (or 0 for the default); got %lld",
                 (long long)(r->vram_budget < 0 ? r->vram_budget : r->ram_budget));
-    if (dev == H3_DEVICE_CPU && (r->vram_budget || r->ram_budget || r->memory_trace))
-        h3_log(H3_LOG_WARN, "--vram-budget, --ram-budget and --memory-trace plan the GPU's memory; the DiT "
-                            "runs on the CPU here, so they are ignored");
+    if (dev == H3_DEVICE_CPU && (r->vram_budget || r->memory_trace))
+        h3_log(H3_LOG_WARN, "--vram-budget and --memory-trace plan the GPU's memory; the DiT runs on the CPU "
+                            "here, so they are ignored");
 
     /* The model: every component found, its headers readable, the parts fitting together. */
     H3_CHECK(h3_model_files_find(r->model, &r->given, &g->files));
     g->model_phase = 1;
     H3_CHECK(h3_exec_init(&g->ex, r->threads));
     g->have_ex = 1;
-    int64_t te_vocab = 0;
-    H3_CHECK(preflight(g, &te_vocab));
+    int64_t te_vocab = 0, te_positions = 0;
+    H3_CHECK(preflight(g, &te_vocab, &te_positions));
     st = h3_tokenizer_load(g->files.tokenizer, &tok);
     if (st != H3_OK) {
         st = h3_error_wrap(
@@ -1145,11 +1203,13 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */
-    H3_CHECK(run_tokenize(g, tok, te_vocab, &ids, &n_ids));
+    H3_CHECK(run_tokenize(g, tok, te_vocab, te_positions, &ids, &n_ids));
     h3_tokenizer_free(tok);
     tok = NULL;
     H3_CHECK(make_schedule(g));
     if (dev == H3_DEVICE_CUDA) H3_CHECK(plan_dit(g, n_ids)); /* before the text encoder loads */
+    else
+        H3_CHECK(check_cpu_dit(g, n_ids));
     H3_CHECK(check_stop(g));
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
     h3_free(ids);

@@ -81,10 +81,12 @@ typedef struct h3_generate_request {
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */
-    /* The device stage's memory (src/pipeline/plan.h plans it before anything loads; ignored on the CPU): */
-    int64_t vram_budget; /* every device byte the run takes; 0: free device memory less H3_VRAM_MARGIN */
-    int64_t ram_budget;  /* host bytes for pinned weight copies and staging; 0: H3_RAM_SHARE of MemAvailable;
-                          * -1: not limited */
+    /* The DiT stage's memory (src/pipeline/plan.h plans it on the device before anything loads): */
+    int64_t vram_budget; /* every device byte the run takes; 0: free device memory less H3_VRAM_MARGIN;
+                          * ignored on the CPU */
+    int64_t ram_budget;  /* host bytes for pinned weight copies and staging (on the CPU: everything the DiT
+                          * stage  holds, checked before the text encoder runs); 0: H3_RAM_SHARE of
+                          * MemAvailable;  -1: not limited */
     const char *memory_trace; /* the device memory timeline as JSON (h3_memrep_write_trace); NULL: none */
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */

@@ -39,8 +39,8 @@ void h3_seq_layout_free(h3_seq_layout *l) {
     memset(l, 0, sizeof *l);
 }
 
-h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
-                         h3_seq_layout *out) {
+h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, int64_t height,
+                              h3_seq_layout *out) {
     memset(out, 0, sizeof *out);
     if (text_len < 0 || text_len > ((int64_t)1 << 30))
         return H3_ERR(H3_ERR_INVALID, "layout: text length %lld is out of range", (long long)text_len);
@@ -48,10 +48,9 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
     if (lt < 0 || frames > ((int64_t)1 << 24))
         return H3_ERR(H3_ERR_INVALID, "layout: frames must be 17n+5; got %lld", (long long)frames);
     if (width < 32 || height < 32 || width % 32 || height % 32 || width > 65536 || height > 65536)
-        return H3_ERR(H3_ERR_INVALID, "layout: width and height must be positive multiples of 32; got %lldx%lld",
+        return H3_ERR(H3_ERR_INVALID,
+                      "layout: width and height must be positive multiples of 32; got %lldx%lld",
                       (long long)width, (long long)height);
-    h3_status st = H3_OK;
-    double *hgrid = NULL, *wgrid = NULL;
     out->text_len = text_len;
     out->frames = frames;
     out->width = width;
@@ -60,13 +59,21 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
     out->latent_h = height / H3_VAE_SPATIAL;
     out->latent_w = width / H3_VAE_SPATIAL;
     out->audio_t = h3_audio_latents(frames);
-    const int64_t ph = out->latent_h / 2, pw = out->latent_w / 2, per_frame = ph * pw;
-    out->n_video_rows = lt * per_frame;
+    out->n_video_rows = lt * (out->latent_h / 2) * (out->latent_w / 2);
     out->n_audio_rows = 2 * out->audio_t;
     out->audio_start = text_len;
     out->video_start = text_len + out->n_audio_rows;
     out->seq_len = out->video_start + out->n_video_rows;
+    return H3_OK;
+}
+
+h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                             int64_t height, h3_seq_layout *out) {
+    H3_TRY(h3_seq_layout_sizes(text_len, frames, width, height, out));
+    const int64_t lt = out->latent_t, ph = out->latent_h / 2, pw = out->latent_w / 2, per_frame = ph * pw;
     const size_t S = (size_t)out->seq_len;
+    h3_status st = H3_OK;
+    double *hgrid = NULL, *wgrid = NULL;
 
     out->tags = h3_malloc(S + 1, H3_MEM_OTHER);
     out->pos = h3_malloc(S * 3 * sizeof(double) + 8, H3_MEM_OTHER);

@@ -56,6 +56,10 @@ typedef struct h3_seq_layout {
 h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
                          h3_seq_layout *out);
 void h3_seq_layout_free(h3_seq_layout *l);
+/* The counts of that layout (text_len .. seq_len, audio_start, video_start) without its tables (left NULL):
+ * what sizing a request needs before anything is allocated. The same checks as h3_seq_layout_t2va. */
+h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, int64_t height,
+                              h3_seq_layout *out);
 
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
  * return_inverse=True) over the row timesteps; text rows carry t_video). Writes 1 or 2 values to unique_t

@@ -107,6 +107,7 @@ void h3_progress_printer_init(h3_progress_printer *pp, FILE *out, h3_progress_st
     pp->out = out;
     pp->style = style;
     pp->bar_open = 0;
+    pp->last_line_s = 0;
 }
 
 static const char *kind_name(h3_progress_kind k) {
@@ -147,8 +148,17 @@ static void print_json(FILE *f, const h3_progress_event *ev) {
     fprintf(f, ",\"elapsed_s\":%.3f}\n", ev->elapsed_s);
 }
 
-static void print_line(FILE *f, const h3_progress_event *ev) {
+/* One line per stage start and end; a step only when H3_PROGRESS_LINE_INTERVAL_S has passed since the stage's
+ * last line (a log of a fast stage, the text encoder's 50 layers in a second, is two lines, not fifty). */
+static void print_line(h3_progress_printer *pp, const h3_progress_event *ev) {
+    FILE *f = pp->out;
     char a[32], b[32], c[32];
+    if (ev->kind == H3_PROGRESS_STEP) {
+        if (ev->elapsed_s - pp->last_line_s < H3_PROGRESS_LINE_INTERVAL_S) return;
+        pp->last_line_s = ev->elapsed_s;
+    } else if (ev->kind == H3_PROGRESS_STAGE_BEGIN) {
+        pp->last_line_s = ev->elapsed_s;
+    }
     h3_progress_fmt_time(ev->elapsed_s, a, sizeof a);
     switch (ev->kind) {
         case H3_PROGRESS_STAGE_BEGIN:
@@ -201,7 +211,9 @@ void h3_progress_print(const h3_progress_event *ev, void *printer) {
     if (!pp || !pp->out) return;
     switch (pp->style) {
         case H3_PROGRESS_QUIET: return;
-        case H3_PROGRESS_LINES: print_line(pp->out, ev); break;
+        case H3_PROGRESS_LINES:
+            print_line(pp, ev);
+            break;
         case H3_PROGRESS_BAR: print_bar(pp, ev); break;
         case H3_PROGRESS_JSON: print_json(pp->out, ev); break;
     }

@@ -55,7 +55,7 @@ void h3_progress_done(h3_progress *p);
 
 typedef enum h3_progress_style {
     H3_PROGRESS_QUIET = 0, /* nothing */
-    H3_PROGRESS_LINES,     /* one plain line per event */
+    H3_PROGRESS_LINES,     /* plain lines: each stage's start and end, its steps at most one a second */
     H3_PROGRESS_BAR,       /* a bar redrawn in place on a terminal */
     H3_PROGRESS_JSON       /* one JSON object per line */
 } h3_progress_style;
@@ -63,8 +63,14 @@ typedef enum h3_progress_style {
 typedef struct h3_progress_printer {
     FILE *out;
     h3_progress_style style;
-    int bar_open; /* a bar line is on screen without its newline */
+    int bar_open;       /* a bar line is on screen without its newline */
+    double last_line_s; /* LINES: elapsed_s of the stage's last line, so that steps print at most once a
+                           second */
 } h3_progress_printer;
+
+/* LINES prints a step when this many seconds have passed since the stage's last line (its start or a step).
+ */
+#define H3_PROGRESS_LINE_INTERVAL_S 1.0
 
 /* style "auto" picks BAR when out is a terminal and LINES otherwise. */
 void h3_progress_printer_init(h3_progress_printer *pp, FILE *out, h3_progress_style style);

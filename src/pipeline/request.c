@@ -200,6 +200,7 @@ h3_status h3_request_parse_size(const char *text, int64_t *width, int64_t *heigh
     long long h = strtoll(end + 1, &end, 10);
     if (errno || *end) goto bad;
     if (w > 1000000 || h > 1000000) goto bad;
+    if (w == 0 || h == 0) return h3_request_check_canvas(w, h, NULL); /* 0 would read as "not given" */
     *width = w;
     *height = h;
     return H3_OK;
@@ -207,11 +208,41 @@ bad:
     return H3_ERR(H3_ERR_INVALID, "size must be WIDTHxHEIGHT in pixels (e.g. 1344x768); got '%s'", s);
 }
 
+/* ---- the prompt's length
+ * ------------------------------------------------------------------------------------ */
+
+h3_status h3_request_check_prompt_bytes(size_t bytes) {
+    if (bytes > H3_MAX_PROMPT_BYTES)
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "the prompt is %zu bytes; at most %d (1 MiB) are taken, and no prompt within the limit of %d "
+            "tokens is longer: shorten it",
+            bytes, H3_MAX_PROMPT_BYTES, H3_MAX_PROMPT_TOKENS);
+    return H3_OK;
+}
+
+h3_status h3_request_check_prompt_tokens(int64_t tokens, int64_t te_positions) {
+    if (te_positions > 0 && te_positions < H3_MAX_PROMPT_TOKENS && tokens > te_positions)
+        return H3_ERR(H3_ERR_INVALID,
+                      "the prompt is %" PRId64 " tokens; this text encoder has %" PRId64
+                      " positions (its config's max_position_embeddings): shorten the prompt",
+                      tokens, te_positions);
+    if (tokens > H3_MAX_PROMPT_TOKENS)
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "the prompt is %" PRId64 " tokens; at most %d are taken (the text encoder's and the DiT's "
+            "attention grow with the square of its length; H3's prompts run to a few hundred tokens): "
+            "shorten it",
+            tokens, H3_MAX_PROMPT_TOKENS);
+    return H3_OK;
+}
+
 /* ---- the whole request -------------------------------------------------------------------------------------- */
 
 h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     if (warnings) warnings->n = 0;
     if (!r->prompt) return H3_ERR(H3_ERR_INVALID, "a prompt is required (--prompt TEXT)");
+    H3_TRY(h3_request_check_prompt_bytes(strlen(r->prompt)));
     if (r->frames != 0 && r->seconds != 0.0)
         return H3_ERR(H3_ERR_INVALID, "give the length as frames or as seconds, not both");
     if (r->seconds != 0.0) H3_TRY(h3_request_frames_from_seconds(r->seconds, &r->frames));

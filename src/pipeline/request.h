@@ -1,16 +1,24 @@
 /* What a generate request asks for, checked before anything is loaded, with messages that name the fix.
  *
  * Rules (H3-FACTS 5 "Canvas and frame limits"):
- *  - frames must be 17n+5 (the video VAE encodes 17-frame chunks into 5 latent frames, and keeps 2 of the first);
- *    a bad count is an error that names the two nearest valid counts. Outside the trained 4-15 s (96-360 frames)
- *    is allowed with a warning.
- *  - seconds may be given instead of frames: round(seconds*24) rounded up to the next 17n+5 (ComfyUI's template
- *    rule; 5 s -> 124 frames).
- *  - width and height must be multiples of 32 (16x VAE compression, then the DiT's 2x2 patch: every multiple of 32
- *    gives an even latent size, and nothing else does) and at least 32; the aspect ratio must lie within 1:4..4:1.
- *    A bad canvas is an error naming the nearest valid canvases (1280x720 -> 1280x704 or 1280x736). A canvas larger
- *    in area than the released 1344x768 is allowed with a warning.
- * Every failure is H3_ERR_INVALID (the CLI exits with status 2).
+ *  - frames must be 17n+5 (the video VAE encodes 17-frame chunks into 5 latent frames, and keeps 2 of the
+ *    first); a bad count is an error that names the two nearest valid counts. Outside the trained 4-15 s
+ *    (96-360 frames) is allowed with a warning.
+ *  - seconds may be given instead of frames: round(seconds*24) rounded up to the next 17n+5 (ComfyUI's
+ *    template rule; 5 s -> 124 frames).
+ *  - width and height must be multiples of 32 (16x VAE compression, then the DiT's 2x2 patch: every multiple
+ *    of 32 gives an even latent size, and nothing else does) and at least 32; the aspect ratio must lie
+ * within 1:4..4:1. A bad canvas is an error naming the nearest valid canvases (1280x720 -> 1280x704 or
+ * 1280x736). A canvas larger in area than the released 1344x768 is allowed with a warning.
+ *  - the prompt is at most H3_MAX_PROMPT_TOKENS tokens, fewer when the text encoder has fewer positions. The
+ *    model sets no useful limit itself (Qwen3-VL has 262,144 positions; the reference truncates nothing), but
+ *    the text encoder's attention and the DiT's joint attention grow with the square of the prompt's length:
+ *    6,000 tokens take the small model's text encoder most of a minute on two cores, 60,000 would take over
+ *    an hour, and the release's activations grow by 115 KB a token. H3's prompts (structured descriptions of
+ *    shots, sound and music) run to a few hundred tokens; 8192 leaves them ample room. Before it is
+ * tokenized, the prompt is at most H3_MAX_PROMPT_BYTES: no Qwen2/Qwen3 token is longer than 128 bytes, so a
+ * longer text could not fit the token limit, and the tokenizer's working memory stays bounded. Every failure
+ * is H3_ERR_INVALID (the CLI exits with status 2).
  */
 #ifndef H3_PIPELINE_REQUEST_H
 #define H3_PIPELINE_REQUEST_H
@@ -31,6 +39,8 @@
 #define H3_MAX_SIDE 8192
 #define H3_TRAINED_MIN_FRAMES 96  /* 4 s */
 #define H3_TRAINED_MAX_FRAMES 360 /* 15 s */
+#define H3_MAX_PROMPT_TOKENS   8192
+#define H3_MAX_PROMPT_BYTES    (128 * H3_MAX_PROMPT_TOKENS) /* 1 MiB */
 
 typedef struct h3_request {
     const char *prompt;
@@ -51,12 +61,19 @@ typedef struct h3_request_warnings {
 
 void h3_request_init(h3_request *r);
 
-/* Fills defaults (frames from seconds, canvas, steps) and checks every rule. Warnings (may be NULL) receive the
- * allowed-but-untrained cases. */
+/* Fills defaults (frames from seconds, canvas, steps) and checks every rule that needs no model (the prompt's
+ * length in bytes; its length in tokens needs the tokenizer: h3_request_check_prompt_tokens). Warnings (may
+ * be NULL) receive the allowed-but-untrained cases. */
 h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings);
 
 /* The pieces, for the CLI and tests. */
+/* "1344x768" -> 1344, 768; a zero side is refused as check_canvas refuses it (0x0 is not "no size given"). */
 h3_status h3_request_parse_size(const char *text, int64_t *width, int64_t *height);
+/* The prompt's text, before it is tokenized: at most H3_MAX_PROMPT_BYTES. */
+h3_status h3_request_check_prompt_bytes(size_t bytes);
+/* The prompt's token count against H3_MAX_PROMPT_TOKENS and the text encoder's positions (its config's
+ * max_position_embeddings; <= 0: not known). */
+h3_status h3_request_check_prompt_tokens(int64_t tokens, int64_t te_positions);
 h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames);
 h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings);
 h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings);

@@ -46,7 +46,7 @@ const char *h3_op_name(h3_op_id op) {
 
 h3_status h3_exec_init(h3_exec *ex, int threads) {
     memset(ex, 0, sizeof *ex);
-    if (threads <= 0) threads = h3_cpu_count();
+    H3_TRY(h3_threads_resolve(threads, &threads));
     ex->threads = threads;
     H3_TRY(h3_pool_create(threads, &ex->pool));
     h3_cpu_set_threads(threads);

@@ -26,7 +26,7 @@ typedef struct h3_exec {
     int64_t prof_n[32];
 } h3_exec;
 
-/* threads <= 0: one per CPU. */
+/* threads <= 0: one per CPU; more than H3_MAX_THREADS (base/threads.h) is H3_ERR_INVALID. */
 h3_status h3_exec_init(h3_exec *ex, int threads);
 void h3_exec_free(h3_exec *ex);
 
