@@ -93,9 +93,16 @@ int h3_cmd_quantize(int argc, char **argv) {
                 "<= 131072)\n");
         return H3_EXIT_USAGE;
     }
+    const h3_cli_path paths[] = {
+        {"IN", random_dit ? NULL : pos[0], H3_CLI_IN},
+        {"OUT", random_dit || table_only ? NULL : pos[1], H3_CLI_OUT_FILE},
+    };
+    r = h3_cli_check_paths("quantize", paths, 2);
+    if (r) return r;
     h3_exec ex;
     h3_status st = h3_exec_init(&ex, (int)threads);
     if (st != H3_OK) return h3_cli_fail("quantize", st);
+    h3_cli_run_begin();
     h3_qbench_source src;
     memset(&src, 0, sizeof src);
     if (random_dit) {
@@ -134,6 +141,8 @@ int h3_cmd_quantize(int argc, char **argv) {
     }
     h3_qbench_source_free(&src);
     h3_exec_free(&ex);
+    st =
+        h3_cli_run_end(st); /* OUT appears only when the whole command, its error table included, succeeded */
     if (st != H3_OK) return h3_cli_fail("quantize", st);
     return H3_EXIT_OK;
 }
