@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/fs.h"
 #include "cli/cli.h"
 #include "io/safetensors.h"
@@ -33,6 +34,7 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
     int64_t n = f->shape[1], H = f->shape[2], W = f->shape[3], plane = H * W;
     const float *d = f->data;
     for (int64_t k = 0; k < n; k++) {
+        H3_TRY(h3_cancel_check()); /* a stop request is seen between frames too, not only inside the VAE */
         if (s->all) {
             int64_t F = s->all->shape[2];
             for (int64_t c = 0; c < 3; c++)

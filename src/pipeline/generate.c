@@ -906,6 +906,7 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
         return H3_ERR(H3_ERR_INTERNAL, "the video VAE handed frame %lld after %lld", (long long)first,
                       (long long)g->res.frames_written);
     for (int64_t k = 0; k < n; k++) {
+        if (h3_cancel_requested()) return interrupted(g); /* encoding a chunk's frames takes a while too */
         const float *rgb = (const float *)f->data + k * plane;
         H3_TRY(h3_mp4_write_frame(g->mp4, rgb, f->stride[0], f->shape[3]));
         if (g->png_open) H3_TRY(h3_png_seq_write(&g->png, rgb, f->stride[0], f->shape[3]));
