@@ -490,6 +490,30 @@ static void test_outgroup(void) {
     /* without a group, a commit places the file at once */
     CHECK_OK(write_text("e", "e"));
     CHECK(!strcmp(text_of("e"), "e"));
+    /* every allocation of two writes and a commit failing in turn: H3_ERR_NOMEM, no file, no leak */
+    h3_mem_stats m0, m1;
+    h3_mem_get_stats(&m0);
+    int n;
+    for (n = 1; n < 100; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_outgroup_begin(&g);
+        h3_status st = write_text("f", "f");
+        if (st == H3_OK) st = write_text("h", "h");
+        if (st == H3_OK)
+            st = h3_outgroup_commit(&g);
+        else
+            h3_outgroup_abort(&g);
+        h3_mem_fail_at(0, 0);
+        h3_mem_get_stats(&m1);
+        CHECK(m1.total_current == m0.total_current, "allocation %d failing leaked %lld bytes", n,
+              (long long)(m1.total_current - m0.total_current));
+        if (st == H3_OK) break;
+        CHECK(st == H3_ERR_NOMEM, "allocation %d: %d %s", n, st, h3_last_error());
+        CHECK(!*text_of("f") && !*text_of("h") && !*text_of("f.partial") && !*text_of("h.partial"),
+              "allocation %d failing left a file", n);
+    }
+    CHECK(n > 4 && n < 100, "the loop ended at %d", n);
+    CHECK(!strcmp(text_of("f"), "f") && !strcmp(text_of("h"), "h"), "the run without failures wrote both");
     fs_teardown();
 }
 
