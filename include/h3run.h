@@ -83,6 +83,18 @@ const char *h3_mem_category_name(int category);
  * n = 0 disables injection. Returns the number of allocations counted since the last call. */
 int64_t h3_mem_fail_at(int64_t n, int sticky);
 
+/* ---- stopping a run ---------------------------------------------------------------------------------- */
+
+/* Asks every h3run computation in the process to stop: each op checks the flag before it starts, the long CPU
+ * kernels between their pieces (GEMM row blocks and weight panels, attention query tiles, convolution
+ * chunks), and they return H3_ERR_INTERRUPTED, which every caller propagates; a run therefore ends within a
+ * fraction of a second of the request. Async-signal-safe: a SIGINT/SIGTERM handler may call it. The flag
+ * stays set until h3_cancel_reset. */
+void h3_cancel_request(void);
+void h3_cancel_reset(void);
+/* Nonzero once h3_cancel_request was called (and not reset). */
+int h3_cancel_requested(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -117,7 +117,7 @@ check_err 2 "the prompt is 60001 tokens; at most 8192 are taken" -m "$SRC/models
 [ $(($(date +%s) - t0)) -lt 30 ] || fail "refusing a 220,000-character prompt took $(($(date +%s) - t0)) s"
 head -c 1048577 /dev/zero | tr '\0' a >"$tmp/huge.txt"
 check_err 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" -m "$SRC/models/h3-small" --prompt-file "$tmp/huge.txt"
-check_err 2 "is not a regular file" -m "$SRC/models/h3-small" --prompt-file "$tmp" --ids
+check_err 2 "is a folder; give a file" -m "$SRC/models/h3-small" --prompt-file "$tmp" --ids
 "$H3RUN" encode --help | grep -q "usage: h3run encode" || fail "--help"
 
 # ---- the tokenizer through a model folder (needs node and tests/js/node_modules)

@@ -96,7 +96,9 @@ check_err 2 "the error table needs about" --random-dit --rows 1048576 --hidden 6
 check_err 2 "already quantized" "$tmp/dit.safetensors" "$tmp/x.safetensors"
 check_err 1 "absent.safetensors" "$FIX/absent.safetensors" "$tmp/x.safetensors"
 check_err 1 "holds no MiniMax-H3 DiT or Qwen3-VL text encoder" "$FIX/dit/inputs.safetensors" "$tmp/x.safetensors"
-check_err 1 "$tmp/nodir/x.safetensors" "$FIX/dit/comfy_pruned.safetensors" "$tmp/nodir/x.safetensors" --no-table
+# an output folder that does not exist is a bad request (2), found before any work, as in generate
+check_err 2 "the folder $tmp/nodir does not exist" "$FIX/dit/comfy_pruned.safetensors" "$tmp/nodir/x.safetensors" \
+    --no-table
 [ -e "$tmp/x.safetensors" ] && fail "a failed run left its output"
 ls "$tmp"/*.partial >/dev/null 2>&1 && fail "a failed run left a partial file"
 "$H3RUN" quantize --help | grep -q "usage: h3run quantize" || fail "--help"

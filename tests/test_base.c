@@ -1,11 +1,15 @@
 /* The base layer: errors, logging, counted allocation with failure injection, the thread pool, dtype
  * conversions (against the compiler's own conversions and exhaustive enumeration), and tensor views. */
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/threads.h"
@@ -158,7 +162,7 @@ static void test_threads(void) {
     CHECK(n == H3_MAX_THREADS);
 }
 
-/* ---- dtypes ----------------------------------------------------------------------------------------------- */
+/* ---- dtypes -------------------------------------------------------------------------------------------- */
 
 static float bits_f(uint32_t u) {
     float f;
@@ -293,6 +297,337 @@ static void test_paths(void) {
           "h3_str_starts_with");
 }
 
+/* ---- files: inputs that are not regular files, outputs, output groups, a command's paths --------------- */
+
+static char g_dir[1024];
+
+static const char *at(const char *name, char *buf) { /* g_dir/name in buf[1024] */
+    snprintf(buf, 1024, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static void put(const char *name, const char *text) {
+    char p[1024];
+    FILE *f = fopen(at(name, p), "w");
+    CHECK(f != NULL, "cannot create %s", p);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* The content of a file ("" when absent, "?" when it is not a regular file). */
+static const char *text_of(const char *name) {
+    static char buf[256];
+    char p[1024];
+    struct stat st;
+    if (stat(at(name, p), &st) != 0) return "";
+    if (!S_ISREG(st.st_mode)) return "?";
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+static int is_fifo(const char *name) {
+    char p[1024];
+    struct stat st;
+    return lstat(at(name, p), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+static void fs_setup(void) {
+    char cmd[1200];
+    t_tmp_path("fs", g_dir, sizeof g_dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/dir' '%s/empty'", g_dir, g_dir, g_dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    char p[1024];
+    CHECK(mkfifo(at("fifo", p), 0600) == 0, "mkfifo %s", p);
+    put("file", "input");
+    put("dir/x", "in a folder");
+}
+
+static void fs_teardown(void) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* Inputs: a FIFO (whose open() would wait for a writer forever), a folder, a device: refused at once with a
+ * message that says what the path is; a regular file opens. */
+static void test_inputs(void) {
+    fs_setup();
+    char p[1024];
+    static const struct {
+        const char *path; /* under g_dir, or absolute */
+        const char *needle;
+    } cases[] = {
+        {"fifo", "is a FIFO (named pipe), not a regular file"},
+        {"dir", "is a folder; a file is expected here"},
+        {"/dev/null", "is a character device, not a regular file"},
+        {"missing", "No such file"},
+        {"file", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *path = cases[i].path[0] == '/' ? cases[i].path : at(cases[i].path, p);
+        int fd = -1;
+        uint64_t size = 0;
+        h3_clear_error();
+        h3_status st = h3_open_input(path, &fd, &size);
+        if (!cases[i].needle) {
+            CHECK(st == H3_OK && fd >= 0 && size == 5, "%s: %s", path, h3_last_error());
+        } else {
+            CHECK(st == H3_ERR_IO && fd < 0 && strstr(h3_last_error(), cases[i].needle), "%s: %d %s", path,
+                  st, h3_last_error());
+        }
+        if (fd >= 0) close(fd);
+        /* the whole-file readers refuse the same way */
+        char *buf = NULL;
+        st = h3_read_file(path, 1 << 20, &buf, NULL);
+        CHECK((st == H3_OK) == !cases[i].needle, "h3_read_file(%s): %s", path, h3_last_error());
+        h3_free(buf);
+        h3_mmap m;
+        st = h3_mmap_open(path, &m);
+        CHECK((st == H3_OK) == !cases[i].needle, "h3_mmap_open(%s): %s", path, h3_last_error());
+        if (st == H3_OK) h3_mmap_close(&m);
+    }
+    CHECK(is_fifo("fifo"), "the FIFO is still there");
+    fs_teardown();
+}
+
+/* Outputs: what h3_check_output refuses up front, and what the writer (h3_out_open) refuses itself: nothing
+ * but a regular file is ever replaced, nothing but a stale regular "<path>.partial" is removed. */
+static void test_outputs(void) {
+    fs_setup();
+    char p[1024], q[1024];
+    CHECK(mkfifo(at("busy.partial", p), 0600) == 0);
+    put("victim", "keep");
+    CHECK(symlink("victim", at("lnk.partial", q)) == 0);
+    mkdir(at("full", p), 0777);
+    put("full/frame_00000.png", "old frame");
+    static const struct {
+        const char *path;
+        h3_out_kind kind;
+        const char *needle; /* NULL: accepted */
+    } cases[] = {
+        {"fifo", H3_OUT_FILE, "is a FIFO (named pipe): h3run writes its outputs only to regular files"},
+        {"/dev/null", H3_OUT_FILE, "is a character device: h3run writes its outputs only to regular files"},
+        {"dir", H3_OUT_FILE, "is a folder; give a file name"},
+        {"file", H3_OUT_DIR, "is a file; give a folder"},
+        {"full", H3_OUT_DIR, "is a folder that is not empty"},
+        {"full", H3_OUT_FILE_OR_DIR, "is a folder that is not empty"},
+        {"nodir/x.wav", H3_OUT_FILE, "does not exist (create it first)"},
+        {"busy", H3_OUT_FILE, "busy.partial exists and is a FIFO"},
+        {"lnk", H3_OUT_FILE, "lnk.partial exists and is a symbolic link"},
+        {"file", H3_OUT_FILE, NULL},
+        {"new.wav", H3_OUT_FILE, NULL},
+        {"empty", H3_OUT_DIR, NULL},
+        {"empty/", H3_OUT_FILE_OR_DIR, NULL},
+        {"frames", H3_OUT_DIR, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *path = cases[i].path[0] == '/' ? cases[i].path : at(cases[i].path, p);
+        h3_clear_error();
+        h3_status st = h3_check_output(path, "--out", cases[i].kind);
+        if (!cases[i].needle)
+            CHECK(st == H3_OK, "%s: %s", path, h3_last_error());
+        else
+            CHECK(st == H3_ERR_INVALID && strstr(h3_last_error(), cases[i].needle) &&
+                      strstr(h3_last_error(), "--out"),
+                  "%s: %d %s", path, st, h3_last_error());
+    }
+    /* The writer itself: a FIFO or device target, a FIFO or symlink where the temporary file goes. */
+    const char *refused[] = {"fifo", "/dev/null", "busy", "lnk"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const char *path = refused[i][0] == '/' ? refused[i] : at(refused[i], p);
+        h3_outfile o;
+        h3_clear_error();
+        CHECK(h3_out_open(path, &o) == H3_ERR_IO && o.f == NULL, "h3_out_open(%s): %s", path,
+              h3_last_error());
+    }
+    CHECK(is_fifo("fifo") && is_fifo("busy.partial") && !strcmp(text_of("victim"), "keep"),
+          "a refused output changed what was there");
+    struct stat st;
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is still a device");
+    /* A stale regular .partial (a killed run's) is replaced; the result appears at the path. */
+    put("out.wav.partial", "stale");
+    h3_outfile o;
+    CHECK_OK(h3_out_open(at("out.wav", p), &o));
+    if (o.f) {
+        fputs("new", o.f);
+        CHECK_OK(h3_out_commit(&o));
+    }
+    CHECK(!strcmp(text_of("out.wav"), "new") && !strcmp(text_of("out.wav.partial"), ""), "out.wav: '%s'",
+          text_of("out.wav"));
+    fs_teardown();
+}
+
+static h3_status write_text(const char *name, const char *text) {
+    char p[1024];
+    h3_outfile o;
+    H3_TRY(h3_out_open(at(name, p), &o));
+    fputs(text, o.f);
+    return h3_out_commit(&o);
+}
+
+/* Output groups: finished files wait under their temporary names and appear together at the commit; an abort
+ * (a failure, an interrupt) removes them and leaves what was at their paths as it was; inner groups hand
+ * their files to the outer one; a commit that cannot place one output places none. */
+static void test_outgroup(void) {
+    fs_setup();
+    char p[1024];
+    put("a", "old a");
+    h3_outgroup g;
+    h3_outgroup_begin(&g);
+    CHECK_OK(write_text("a", "new a"));
+    CHECK_OK(write_text("b", "new b"));
+    CHECK(!strcmp(text_of("a"), "old a") && !strcmp(text_of("b"), "") &&
+              !strcmp(text_of("a.partial"), "new a"),
+          "inside a group, outputs wait under their temporary names");
+    h3_outgroup_abort(&g);
+    CHECK(!strcmp(text_of("a"), "old a") && !strcmp(text_of("b"), "") && !strcmp(text_of("a.partial"), "") &&
+              !strcmp(text_of("b.partial"), ""),
+          "an aborted group leaves the old a, no b, no temporaries");
+    /* nested, committed: the inner group's files wait for the outer commit */
+    h3_outgroup outer, inner;
+    h3_outgroup_begin(&outer);
+    h3_outgroup_begin(&inner);
+    CHECK_OK(write_text("a", "new a"));
+    CHECK_OK(h3_outgroup_commit(&inner));
+    CHECK(!strcmp(text_of("a"), "old a"), "an inner commit does not place the file");
+    CHECK_OK(write_text("b", "new b"));
+    CHECK_OK(h3_outgroup_commit(&outer));
+    CHECK(!strcmp(text_of("a"), "new a") && !strcmp(text_of("b"), "new b") &&
+              !strcmp(text_of("a.partial"), ""),
+          "the outer commit places both");
+    /* a commit that fails on its second output: neither appears */
+    put("a", "old a");
+    h3_outgroup_begin(&g);
+    CHECK_OK(write_text("c", "new c"));
+    CHECK_OK(write_text("d", "new d"));
+    CHECK(mkfifo(at("d", p), 0600) == 0); /* d became a FIFO meanwhile */
+    CHECK_ERR(h3_outgroup_commit(&g), H3_ERR_IO, "FIFO");
+    CHECK(!strcmp(text_of("c"), "") && !strcmp(text_of("c.partial"), "") &&
+              !strcmp(text_of("d.partial"), "") && is_fifo("d"),
+          "a failed commit places none and removes the temporaries");
+    /* without a group, a commit places the file at once */
+    CHECK_OK(write_text("e", "e"));
+    CHECK(!strcmp(text_of("e"), "e"));
+    /* every allocation of two writes and a commit failing in turn: H3_ERR_NOMEM, no file, no leak */
+    h3_mem_stats m0, m1;
+    h3_mem_get_stats(&m0);
+    int n;
+    for (n = 1; n < 100; n++) {
+        h3_mem_fail_at(n, 0);
+        h3_outgroup_begin(&g);
+        h3_status st = write_text("f", "f");
+        if (st == H3_OK) st = write_text("h", "h");
+        if (st == H3_OK)
+            st = h3_outgroup_commit(&g);
+        else
+            h3_outgroup_abort(&g);
+        h3_mem_fail_at(0, 0);
+        h3_mem_get_stats(&m1);
+        CHECK(m1.total_current == m0.total_current, "allocation %d failing leaked %lld bytes", n,
+              (long long)(m1.total_current - m0.total_current));
+        if (st == H3_OK) break;
+        CHECK(st == H3_ERR_NOMEM, "allocation %d: %d %s", n, st, h3_last_error());
+        CHECK(!*text_of("f") && !*text_of("h") && !*text_of("f.partial") && !*text_of("h.partial"),
+              "allocation %d failing left a file", n);
+    }
+    CHECK(n > 4 && n < 100, "the loop ended at %d", n);
+    CHECK(!strcmp(text_of("f"), "f") && !strcmp(text_of("h"), "h"), "the run without failures wrote both");
+    fs_teardown();
+}
+
+/* A command's paths: every pair that would overwrite an input or another output is refused, naming both. */
+static void test_pathset(void) {
+    fs_setup();
+    char p[1024], q[1024];
+    CHECK(link(at("file", p), at("hard", q)) == 0);
+    CHECK(symlink("file", at("soft", q)) == 0);
+    CHECK(link(at("dir/x", p), at("hard_x", q)) == 0);
+    static const struct {
+        const char *in, *out1, *out2; /* under g_dir; NULL: none */
+        h3_out_kind kind2;
+        const char *needle; /* NULL: accepted */
+    } cases[] = {
+        {"file", "file", NULL, H3_OUT_FILE, "is the input --in"},
+        {"file", "hard", NULL, H3_OUT_FILE, "is the input --in"},
+        {"file", "soft", NULL, H3_OUT_FILE, "is the input --in"},
+        {"soft", "file", NULL, H3_OUT_FILE, "is the input --in"},
+        {"dir", "dir/x", NULL, H3_OUT_FILE, "is a file of the input --in"},
+        {"dir", "hard_x", NULL, H3_OUT_FILE, "is a file of the input --in"},
+        {"file", "file.partial", NULL, H3_OUT_FILE, NULL}, /* absent: a new name */
+        {"dir/x", "dir/x.partial", "dir/x.partial", H3_OUT_FILE, "name the same file"},
+        {NULL, "a.wav", "./empty/../a.wav", H3_OUT_FILE, "name the same file"},
+        {NULL, "a.mp4", "a.mp4.partial", H3_OUT_FILE, "is the temporary file of --o1"},
+        {NULL, "empty/a.mp4", "empty", H3_OUT_DIR, "lies inside the folder of --o2"},
+        {NULL, "frames", "frames/", H3_OUT_DIR, "name the same file"},
+        {"file", "a.mp4", "frames", H3_OUT_DIR, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        h3_pathset ps;
+        h3_pathset_init(&ps);
+        h3_clear_error();
+        h3_status st = H3_OK;
+        /* outputs first, then the input: the order must not matter */
+        if (st == H3_OK && cases[i].out1)
+            st = h3_pathset_output(&ps, "--o1", at(cases[i].out1, p), H3_OUT_FILE);
+        if (st == H3_OK && cases[i].out2)
+            st = h3_pathset_output(&ps, "--o2", at(cases[i].out2, p), cases[i].kind2);
+        if (st == H3_OK && cases[i].in) st = h3_pathset_input(&ps, "--in", at(cases[i].in, p), 0);
+        h3_pathset_free(&ps);
+        const char *needle = cases[i].needle;
+        if (!needle)
+            CHECK(st == H3_OK, "case %zu: %s", i, h3_last_error());
+        else
+            CHECK(st == H3_ERR_INVALID && strstr(h3_last_error(), needle), "case %zu: %d %s", i, st,
+                  h3_last_error());
+        /* and with the input first */
+        h3_pathset_init(&ps);
+        h3_clear_error();
+        st = cases[i].in ? h3_pathset_input(&ps, "--in", at(cases[i].in, p), 0) : H3_OK;
+        if (st == H3_OK && cases[i].out1)
+            st = h3_pathset_output(&ps, "--o1", at(cases[i].out1, p), H3_OUT_FILE);
+        if (st == H3_OK && cases[i].out2)
+            st = h3_pathset_output(&ps, "--o2", at(cases[i].out2, p), cases[i].kind2);
+        h3_pathset_free(&ps);
+        CHECK((st == H3_OK) == !needle, "case %zu, input first: %s", i, h3_last_error());
+    }
+    /* Inputs: a FIFO, or a folder where a file is wanted, is refused (H3_ERR_INVALID); a missing one is left
+     * to its reader. */
+    h3_pathset ps;
+    h3_pathset_init(&ps);
+    CHECK_ERR(h3_pathset_input(&ps, "--tokenizer", at("fifo", p), 0), H3_ERR_INVALID,
+              "is a FIFO (named pipe)");
+    CHECK_ERR(h3_pathset_input(&ps, "--config", at("dir", p), 1), H3_ERR_INVALID, "is a folder; give a file");
+    CHECK_OK(h3_pathset_input(&ps, "--config", at("missing", p), 1));
+    h3_pathset_free(&ps);
+    fs_teardown();
+}
+
+static volatile sig_atomic_t g_handled;
+static void on_sigusr1(int sig) {
+    (void)sig;
+    h3_cancel_request(); /* what the command's SIGINT/SIGTERM handler does */
+    g_handled = 1;
+}
+
+/* The stop flag: off, then set from a signal handler, seen by h3_cancel_check as H3_ERR_INTERRUPTED, reset.
+ */
+static void test_cancel(void) {
+    h3_cancel_reset();
+    CHECK(!h3_cancel_requested() && h3_cancel_check() == H3_OK, "the flag starts clear");
+    signal(SIGUSR1, on_sigusr1);
+    raise(SIGUSR1);
+    signal(SIGUSR1, SIG_DFL);
+    CHECK(g_handled && h3_cancel_requested(), "set from a signal handler");
+    CHECK_ERR(h3_cancel_check(), H3_ERR_INTERRUPTED, "stopped on request");
+    h3_cancel_reset();
+    CHECK(h3_cancel_check() == H3_OK, "reset");
+}
+
 static void test_tensor_views(void) {
     h3_tensor t, v, r;
     int64_t s[3] = {4, 5, 6};
@@ -334,9 +669,11 @@ static void test_tensor_views(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"status", test_status}, {"logging", test_logging}, {"alloc", test_alloc},
-        {"threads", test_threads}, {"f16", test_f16},       {"bf16", test_bf16},
-        {"fp8", test_fp8},       {"paths", test_paths}, {"tensor_views", test_tensor_views}, {NULL, NULL},
+        {"status", test_status},   {"logging", test_logging}, {"alloc", test_alloc},
+        {"threads", test_threads}, {"f16", test_f16},         {"bf16", test_bf16},
+        {"fp8", test_fp8},         {"paths", test_paths},     {"tensor_views", test_tensor_views},
+        {"inputs", test_inputs},   {"outputs", test_outputs}, {"outgroup", test_outgroup},
+        {"pathset", test_pathset}, {"cancel", test_cancel},   {NULL, NULL},
     };
     return t_main("test_base", cases, argc, argv);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -282,7 +283,7 @@ static void test_png_wav(void) {
     h3_png_seq seq;
     CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
     for (int t = 0; t < 3; t++) CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
-    h3_png_seq_close(&seq);
+    CHECK_OK(h3_png_seq_finish(&seq));
     /* The level conversion at ties, ends and NaN. */
     CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 && h3_unit_to_u8(-1.0f) == 0 &&
               h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 && h3_unit_to_u8(0.2f) == 51,
@@ -454,6 +455,75 @@ static void test_failures(void) {
     free(video);
 }
 
+static int count_frames(const char *dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls '%s' 2>/dev/null | grep -c '^frame_[0-9]*\\.png$'", dir);
+    size_t n = 0;
+    char *out = (char *)run_read(cmd, &n);
+    int c = out ? atoi(out) : -1;
+    free(out);
+    return c;
+}
+
+/* PNG frames go into DIR.partial and appear in DIR whole: an unfinished sequence leaves neither folder; a
+ * folder that holds anything is refused and kept as it was; a DIR.partial an interrupted run left (frames
+ * only) is emptied and reused, anything else there is refused; an MP4, WAV or PNG path that is a FIFO is
+ * refused and left a FIFO (it used to be replaced by the renamed .partial file). */
+static void test_png_folder(void) {
+    float *video = make_video();
+    char dir[1024], tmp[1100], path[1200], cmd[2600];
+    t_tmp_path("pngs", dir, sizeof dir);
+    snprintf(tmp, sizeof tmp, "%s.partial", dir);
+    h3_png_seq seq;
+    /* unfinished: nothing left */
+    CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
+    CHECK(exists(tmp) && !exists(dir), "the frames are written into %s", tmp);
+    CHECK_OK(h3_png_seq_write(&seq, video, (int64_t)F * H * W, W));
+    h3_png_seq_close(&seq);
+    CHECK(!exists(tmp) && !exists(dir), "an unfinished sequence left a folder");
+    /* a stale DIR.partial of frames is reused: only this run's frames appear */
+    CHECK(mkdir(tmp, 0777) == 0);
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/frame_%05d.png", tmp, i);
+        FILE *f = fopen(path, "w");
+        if (f) fclose(f);
+    }
+    CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
+    for (int t = 0; t < 2; t++)
+        CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
+    CHECK_OK(h3_png_seq_finish(&seq));
+    CHECK(count_frames(dir) == 2 && !exists(tmp), "%d frames in %s, expected this run's 2", count_frames(dir),
+          dir);
+    /* the folder now holds frames: refused, kept */
+    CHECK_ERR(h3_png_seq_open(dir, W, H, &seq), H3_ERR_IO, "not empty");
+    CHECK(count_frames(dir) == 2 && !exists(tmp), "a refused sequence changed %s", dir);
+    /* a DIR.partial holding something else: refused, kept */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && echo keep > '%s/notes.txt'", dir, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    CHECK_ERR(h3_png_seq_open(dir, W, H, &seq), H3_ERR_IO, "remove it");
+    snprintf(path, sizeof path, "%s/notes.txt", tmp);
+    CHECK(exists(path), "a refused sequence removed %s", path);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+    /* FIFOs as outputs: refused, still FIFOs */
+    float tone[100] = {0};
+    t_tmp_path("fifo.out", path, sizeof path);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, W, H);
+    h3_mp4 *m = NULL;
+    CHECK_ERR(h3_mp4_open(path, &o, &m), H3_ERR_IO, "FIFO");
+    CHECK_ERR(h3_wav_write(path, tone, tone, 100, 2, RATE), H3_ERR_IO, "FIFO");
+    CHECK_ERR(h3_png_write(path, video, (int64_t)F * H * W, W, W, H), H3_ERR_IO, "FIFO");
+    struct stat st;
+    CHECK(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    CHECK(!exists(tmp), "a .partial was left beside the FIFO");
+    unlink(path);
+    free(video);
+}
+
 static void test_alloc_failures(void) {
     /* Every counted allocation of open, write and finish failing in turn: an error, no leak, no file. */
     float *video = make_video();
@@ -513,11 +583,8 @@ static void test_alloc_failures(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"mp4_roundtrip", test_mp4_roundtrip},
-        {"png_wav", test_png_wav},
-        {"failures", test_failures},
-        {"alloc_failures", test_alloc_failures},
-        {NULL, NULL},
+        {"mp4_roundtrip", test_mp4_roundtrip},   {"png_wav", test_png_wav},       {"failures", test_failures},
+        {"alloc_failures", test_alloc_failures}, {"png_folder", test_png_folder}, {NULL, NULL},
     };
     return t_main("test_media", cases, argc, argv);
 }

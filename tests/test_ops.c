@@ -1,7 +1,9 @@
 /* Every CPU kernel against a naive float64 reference on fresh random inputs (shapes drawn at random too). */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "cpu/cpu_internal.h"
@@ -38,7 +40,7 @@ static float *F(const h3_tensor *t) {
     return (float *)t->data;
 }
 
-/* ---- GEMM ------------------------------------------------------------------------------------------------- */
+/* ---- GEMM ---------------------------------------------------------------------------------------------- */
 
 /* Reference with the weight given as exact doubles (already dequantized by the test). */
 static void ref_gemm(double *y, const float *x, int64_t ldx, const double *w, const float *bias, const float *y0,
@@ -256,9 +258,15 @@ static void test_gemm(void) {
     gemm_case(WNVFP4, 4, 150, 192, 0, 1, 1e-5); /* panels start inside a 128-row swizzle tile */
     gemm_case(WQ8_0, 3, 70, 224, 1, 1, 1e-5);
     h3_cpu_gemm_panel_bytes = saved;
+    /* Blocks of rows of x (the pieces a stop request waits for): shrink the block so M spans several. */
+    double saved_flops = h3_cpu_gemm_block_flops;
+    h3_cpu_gemm_block_flops = 1000;
+    gemm_case(WF32, ri(513, 900), ri(1, 40), ri(1, 60), 1, 1, 1e-5);
+    gemm_case(WBF16, ri(513, 900), ri(1, 40), ri(1, 60), 0, 1, 1e-5);
+    h3_cpu_gemm_block_flops = saved_flops;
 }
 
-/* ---- norms ------------------------------------------------------------------------------------------------ */
+/* ---- norms --------------------------------------------------------------------------------------------- */
 
 static void test_norms(void) {
     int64_t R = ri(1, 40), C = ri(1, 300);
@@ -331,7 +339,7 @@ static void test_norms(void) {
     h3_tensor_free(&gb);
 }
 
-/* ---- activations ------------------------------------------------------------------------------------------ */
+/* ---- activations --------------------------------------------------------------------------------------- */
 
 static void test_activations(void) {
     int64_t R = ri(1, 20), C = ri(1, 200), n = R * C;
@@ -398,7 +406,7 @@ static void test_activations(void) {
     h3_tensor_free(&b);
 }
 
-/* ---- rotary ----------------------------------------------------------------------------------------------- */
+/* ---- rotary -------------------------------------------------------------------------------------------- */
 
 static void test_rope(void) {
     int64_t S = ri(1, 30), H = ri(1, 5), D = 2 * ri(2, 40), R = 2 * ri(1, D / 2);
@@ -432,7 +440,7 @@ static void test_rope(void) {
     h3_tensor_free(&s);
 }
 
-/* ---- attention -------------------------------------------------------------------------------------------- */
+/* ---- attention ----------------------------------------------------------------------------------------- */
 
 static void ref_attention(double *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v, double scale,
                           int causal) {
@@ -509,7 +517,7 @@ static void test_attention(void) {
     attn_case(1000, 1000, 2, 2, 128, 0, 1);
 }
 
-/* ---- convolutions ----------------------------------------------------------------------------------------- */
+/* ---- convolutions -------------------------------------------------------------------------------------- */
 
 static int64_t pad_src(int64_t i, int64_t n, h3_pad_mode m) {
     return cpu_pad_index(i, n, m);
@@ -830,6 +838,135 @@ static void test_snake_aa(void) {
 
 /* ---- rows and elementwise --------------------------------------------------------------------------------- */
 
+/* ---- stopping ------------------------------------------------------------------------------------------ */
+
+static int64_t count_written(const h3_tensor *t) { /* values no longer NaN */
+    int64_t n = 0;
+    for (int64_t i = 0; i < h3_tensor_numel(t); i++) n += !isnan(F(t)[i]);
+    return n;
+}
+
+static void fill_nan(h3_tensor *t) {
+    for (int64_t i = 0; i < h3_tensor_numel(t); i++) F(t)[i] = NAN;
+}
+
+static void *stop_later(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    h3_cancel_request();
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A stop request (h3_cancel_request): every op refuses to start (H3_ERR_INTERRUPTED, its output untouched);
+ * the long kernels, entered with the flag set, stop between their pieces (the GEMM's row blocks and weight
+ * panels, attention's query tiles, conv3d's column chunks), so they leave part of their output unwritten; and
+ * a stop that comes while a long GEMM runs ends it well before its full time, reported by the op (checked
+ * after the kernel). */
+static void test_cancel(void) {
+    const double saved_flops = h3_cpu_gemm_block_flops;
+    const size_t saved_panel = h3_cpu_gemm_panel_bytes, saved_col = h3_cpu_conv_col_bytes;
+    h3_cpu_gemm_block_flops = 1000; /* M = 600: three blocks of 200 rows */
+    h3_cpu_gemm_panel_bytes = 16 * 4 * 64;
+    h3_cpu_conv_col_bytes = 64;
+    h3_tensor x = trandn(2, 600, 64, 0, 0, 1), w = trandn(2, 48, 64, 0, 0, 1),
+              wb = tnew(H3_BF16, 2, 48, 64, 0, 0);
+    h3_tensor y = tnew(H3_F32, 2, 600, 48, 0, 0);
+    h3_op_convert(&g_ex, &wb, &w);
+    h3_tensor q = trandn(3, 300, 2, 32, 0, 1), k = trandn(3, 300, 2, 32, 0, 1),
+              v = trandn(3, 300, 2, 32, 0, 1);
+    h3_tensor o = tnew(H3_F32, 3, 300, 2, 32, 0);
+    h3_tensor cx = trandn(4, 3, 4, 10, 10, 1), cw;
+    CHECK_OK(h3_tensor_alloc(&cw, H3_PLACE_HOST, H3_F32, 5, (int64_t[]){4, 3, 3, 3, 3}, H3_MEM_ACTIVATIONS));
+    t_fill_randn(cw.data, (size_t)h3_tensor_numel(&cw), 1.0);
+    h3_tensor cy = tnew(H3_F32, 4, 4, 4, 10, 10);
+    h3_conv3d_params cp = {{1, 1, 1}, {{2, 0}, {1, 1}, {1, 1}}, {H3_PAD_ZEROS, H3_PAD_ZEROS, H3_PAD_ZEROS}};
+    h3_cancel_request();
+    struct {
+        const char *name;
+        h3_tensor *out;
+        h3_status op, kernel; /* through ops.c; the CPU kernel called directly */
+    } cases[4];
+    fill_nan(&y);
+    cases[0].name = "gemm, f32 weights";
+    cases[0].out = &y;
+    cases[0].op = h3_op_gemm(&g_ex, &y, &x, &w, NULL, 0);
+    CHECK(count_written(&y) == 0, "%s: the op wrote its output", cases[0].name);
+    cases[0].kernel = cpu_gemm(&g_ex, &y, &x, &w, NULL, 0);
+    int64_t f32_written = count_written(&y);
+    fill_nan(&y);
+    cases[1].name = "gemm, bf16 weights in panels";
+    cases[1].out = &y;
+    cases[1].op = h3_op_gemm(&g_ex, &y, &x, &wb, NULL, 0);
+    CHECK(count_written(&y) == 0, "%s: the op wrote its output", cases[1].name);
+    cases[1].kernel = cpu_gemm(&g_ex, &y, &x, &wb, NULL, 0);
+    int64_t bf16_written = count_written(&y);
+    fill_nan(&o);
+    cases[2].name = "attention";
+    cases[2].out = &o;
+    cases[2].op = h3_op_attention(&g_ex, &o, &q, &k, &v, 0.17f, 0);
+    CHECK(count_written(&o) == 0, "%s: the op wrote its output", cases[2].name);
+    cases[2].kernel = cpu_attention(&g_ex, &o, &q, &k, &v, 0.17f, 0);
+    fill_nan(&cy);
+    cases[3].name = "conv3d";
+    cases[3].out = &cy;
+    cases[3].op = h3_op_conv3d(&g_ex, &cy, &cx, &cw, NULL, &cp);
+    CHECK(count_written(&cy) == 0, "%s: the op wrote its output", cases[3].name);
+    cases[3].kernel = cpu_conv3d(&g_ex, &cy, &cx, &cw, NULL, &cp);
+    h3_cancel_reset();
+    for (int i = 0; i < 4; i++) {
+        CHECK(cases[i].op == H3_ERR_INTERRUPTED, "%s: the op returned %d", cases[i].name, cases[i].op);
+        CHECK(cases[i].kernel == H3_OK, "%s: the kernel returned %d", cases[i].name, cases[i].kernel);
+    }
+    /* what the kernels wrote before they stopped: the GEMM its first row block, the others nothing */
+    CHECK(f32_written == 200 * 48, "gemm, f32 weights: %lld values written, expected the first block's %d",
+          (long long)f32_written, 200 * 48);
+    CHECK(bf16_written < 600 * 48, "gemm, bf16 weights: %lld of %d values written", (long long)bf16_written,
+          600 * 48);
+    CHECK(count_written(&o) == 0 && count_written(&cy) == 0,
+          "attention and conv3d stopped before their first piece");
+    CHECK_OK(h3_op_gemm(&g_ex, &y, &x, &w, NULL, 0));
+    CHECK(count_written(&y) == 600 * 48, "after the reset the op runs whole");
+    h3_cpu_gemm_block_flops = saved_flops;
+    h3_cpu_gemm_panel_bytes = saved_panel;
+    h3_cpu_conv_col_bytes = saved_col;
+    h3_tensor *ts[] = {&x, &w, &wb, &y, &q, &k, &v, &o, &cx, &cw, &cy};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
+
+    /* A stop 20 ms into a long GEMM (blocks of 2^28 flops): the op reports it and returns early. */
+    h3_cpu_gemm_block_flops = 268435456.0;
+    h3_tensor bx = trandn(2, 4096, 1024, 0, 0, 1), bw = trandn(2, 1024, 1024, 0, 0, 1);
+    h3_tensor by = tnew(H3_F32, 2, 4096, 1024, 0, 0);
+    double t0 = now_s();
+    CHECK_OK(h3_op_gemm(&g_ex, &by, &bx, &bw, NULL, 0));
+    const double full = now_s() - t0;
+    pthread_t th;
+    pthread_create(&th, NULL, stop_later, NULL);
+    t0 = now_s();
+    h3_status st = h3_op_gemm(&g_ex, &by, &bx, &bw, NULL, 0);
+    const double stopped = now_s() - t0;
+    pthread_join(th, NULL);
+    h3_cancel_reset();
+    printf("a 8.6 GFLOP GEMM: %.3f s whole, %.3f s when stopped after 20 ms\n", full, stopped);
+    CHECK(st == H3_ERR_INTERRUPTED, "the stopped GEMM returned %d", st);
+    if (full > 0.2)
+        CHECK(stopped < 0.5 * full, "stopped after %.3f s of %.3f", stopped, full);
+    else
+        printf("(the whole GEMM is too quick here to time the stop)\n");
+    h3_cpu_gemm_block_flops = saved_flops;
+    h3_tensor_free(&bx);
+    h3_tensor_free(&bw);
+    h3_tensor_free(&by);
+}
+
+/* ---- rows and elementwise ------------------------------------------------------------------------------ */
+
 static void test_rows(void) {
     int64_t R = ri(2, 50), C = ri(1, 40), n = ri(1, R);
     h3_tensor x = trandn(2, R, C, 0, 0, 1.0), y = tnew(H3_F32, 2, n, C, 0, 0), back = trandn(2, R, C, 0, 0, 1.0);
@@ -955,7 +1092,7 @@ static void test_elementwise(void) {
     h3_tensor_free(&hf);
 }
 
-/* ---- dispatch errors -------------------------------------------------------------------------------------- */
+/* ---- dispatch errors ----------------------------------------------------------------------------------- */
 
 static void test_dispatch_errors(void) {
     h3_tensor x = trandn(2, 3, 4, 0, 0, 1), y = tnew(H3_F32, 2, 3, 5, 0, 0);
@@ -1127,6 +1264,7 @@ int main(int argc, char **argv) {
         {"random", test_random},
         {"fused", test_fused},
         {"narrow_scaled", test_narrow_scaled},
+        {"cancel", test_cancel},
         {"no_leaks", test_no_leaks},
         {NULL, NULL},
     };

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -252,6 +253,79 @@ int h3_cli_fail(const char *cmd, h3_status st) {
     if (!msg[0]) msg = h3_code_name(st);
     fprintf(stderr, "h3run %s: error: %s\n", cmd, msg);
     return st == H3_ERR_INVALID ? H3_EXIT_USAGE : H3_EXIT_FAIL;
+}
+
+int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n) {
+    h3_pathset ps;
+    h3_pathset_init(&ps);
+    h3_status st = H3_OK;
+    for (int i = 0; i < n && st == H3_OK; i++) {
+        const h3_cli_path *p = &paths[i];
+        if (!p->path) continue;
+        switch (p->role) {
+            case H3_CLI_IN:
+                st = h3_pathset_input(&ps, p->opt, p->path, 0);
+                break;
+            case H3_CLI_IN_FILE:
+                st = h3_pathset_input(&ps, p->opt, p->path, 1);
+                break;
+            case H3_CLI_OUT_FILE:
+                st = h3_pathset_output(&ps, p->opt, p->path, H3_OUT_FILE);
+                break;
+            case H3_CLI_OUT_DIR:
+                st = h3_pathset_output(&ps, p->opt, p->path, H3_OUT_DIR);
+                break;
+            case H3_CLI_OUT_ANY:
+                st = h3_pathset_output(&ps, p->opt, p->path, H3_OUT_FILE_OR_DIR);
+                break;
+        }
+    }
+    h3_pathset_free(&ps);
+    return st == H3_OK ? 0 : h3_cli_fail(cmd, st);
+}
+
+static volatile sig_atomic_t g_signal;
+static h3_outgroup g_run_outs;
+static int g_run_open;
+
+static void on_stop_signal(int sig) {
+    g_signal = sig;
+    h3_cancel_request(); /* async-signal-safe: one lock-free atomic store */
+}
+
+void h3_cli_run_begin(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND; /* a second signal takes the default action: the process ends at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    h3_outgroup_begin(&g_run_outs);
+    g_run_open = 1;
+}
+
+h3_status h3_cli_run_end(h3_status st) {
+    const int sig = g_signal;
+    if (sig || h3_cancel_requested()) {
+        /* generate says which stage it stopped in; other commands' stops are told here */
+        if (st != H3_ERR_INTERRUPTED || !strstr(h3_last_error_message(), "removed what it had written"))
+            st = H3_ERR(H3_ERR_INTERRUPTED,
+                        "interrupted by %s: the command stopped and removed what it had written",
+                        sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                        : sig == SIGTERM ? "SIGTERM"
+                                         : "a stop request");
+    }
+    if (g_run_open) {
+        g_run_open = 0;
+        if (st == H3_OK)
+            st = h3_outgroup_commit(&g_run_outs);
+        else
+            h3_outgroup_abort(&g_run_outs);
+    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    return st;
 }
 
 char *h3_cli_default_model(void) {

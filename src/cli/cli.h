@@ -66,6 +66,39 @@ void h3_cli_setup_logging(int verbosity);
 /* Prints "h3run CMD: error: <last error>" to stderr and returns the exit status for the code. */
 int h3_cli_fail(const char *cmd, h3_status st);
 
+/* ---- paths, interrupts and outputs: one mechanism for every command ---------------------------------- */
+
+typedef enum h3_cli_path_role {
+    H3_CLI_IN = 0,   /* read: a file or a folder */
+    H3_CLI_IN_FILE,  /* read: a file only */
+    H3_CLI_OUT_FILE, /* written: a file */
+    H3_CLI_OUT_DIR,  /* written: a folder of frames */
+    H3_CLI_OUT_ANY,  /* written: a file or a folder, decided later (decode --out) */
+} h3_cli_path_role;
+
+typedef struct h3_cli_path {
+    const char *opt;  /* "--wav" */
+    const char *path; /* NULL: not given (skipped) */
+    h3_cli_path_role role;
+} h3_cli_path;
+
+/* A command's paths, checked against each other before any work (base/fs.h, h3_pathset): inputs that are
+ * FIFOs, devices or sockets (or folders where a file is wanted), outputs that name a device, a FIFO, a
+ * non-empty folder of frames or a missing folder, two outputs on one path, and an output on an input (the
+ * same file, or a file inside an input folder). Prints the problem and returns H3_EXIT_USAGE (H3_EXIT_FAIL
+ * when out of memory); 0 when all is well. */
+int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n);
+
+/* Interrupts and outputs. h3_cli_run_begin installs SIGINT and SIGTERM handlers that ask the library to stop
+ * (h3_cancel_request: the next op, or the running kernel between its pieces, returns H3_ERR_INTERRUPTED, so
+ * any stage ends within about a second) and opens an output group (base/fs.h): every file the command writes
+ * waits under its temporary name. h3_cli_run_end(st) commits them all when st is H3_OK and no stop came, else
+ * removes them, restores the default signal actions and returns the status to report (a stop as
+ * H3_ERR_INTERRUPTED, "interrupted by SIGTERM: ..."). A second signal ends the process at once; what it
+ * leaves is named *.partial. Exactly one end per begin, on every path. */
+void h3_cli_run_begin(void);
+h3_status h3_cli_run_end(h3_status st);
+
 /* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md): looked for
  * beside the program (PROGRAM_DIR/../models/h3-small in a checkout or build tree,
  * PROGRAM_DIR/../share/h3run/models/h3-small installed), then in the working folder (models/h3-small).

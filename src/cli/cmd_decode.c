@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/fs.h"
 #include "cli/cli.h"
 #include "cuda/cuda.h"
@@ -36,6 +37,7 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
     int64_t n = f->shape[1], H = f->shape[2], W = f->shape[3], plane = H * W;
     const float *d = f->data;
     for (int64_t k = 0; k < n; k++) {
+        H3_TRY(h3_cancel_check()); /* a stop request is seen between frames too, not only inside the VAE */
         if (s->all) {
             int64_t F = s->all->shape[2];
             for (int64_t c = 0; c < 3; c++)
@@ -161,6 +163,7 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_video_decode_out dst = {H3_PIXELS_RAW, on_frames, &sink, NULL};
     H3_CHECK(h3_video_vae_decode(v, ex, lat, &dst));
     double t1 = now_s();
+    if (a->out) H3_CHECK(h3_png_seq_finish(&png)); /* into place with the other outputs (cli.c) */
     if (!a->quiet) {
         printf("decoded %lld frames in %.2f s", (long long)m.frames, t1 - t0);
         if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
@@ -321,18 +324,29 @@ int h3_cmd_decode(int argc, char **argv) {
         {0},
     };
     const h3_cli_cmd cmd = {
-        "decode", "decode --model PATH --latents FILE [--out PATH] [--tensors-out FILE]",
-        "Decode latents with the video VAE (to PNG frames) or the audio VAE (to a WAV file), for debugging. The latents'\n"
-        "shape picks the VAE: 5 or 4 dims are video, 3 or 2 audio. The checkpoint's latents_mean/latents_std are\n"
-        "applied first, as the pipeline does. Video is decoded in temporal chunks and spatial tiles exactly as the\n"
-        "reference decodes it, with memory that does not depend on the number of frames; --device cuda decodes it\n"
-        "on the GPU (bf16), its blocks resident or streamed as --vram-budget allows.",
-        "examples:\n  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
+        "decode",
+        "decode --model PATH --latents FILE [--out PATH] [--tensors-out FILE]",
+        "Decode latents with the video VAE (to PNG frames) or the audio VAE (to a WAV file), for debugging.\n"
+        "The latents' shape picks the VAE: 5 or 4 dims are video, 3 or 2 audio. The checkpoint's\n"
+        "latents_mean/latents_std are applied first, as the pipeline does. Video is decoded in temporal "
+        "chunks\n"
+        "and spatial tiles exactly as the reference decodes it, with memory that does not depend on the "
+        "number\n"
+        "of frames. Frames go into a new or empty folder (written as FOLDER.partial, then renamed); all "
+        "outputs\n"
+        "appear together when the decode is complete, and a failed or interrupted run (Ctrl-C, SIGTERM) "
+        "leaves\n"
+        "none of them. --device cuda decodes on the GPU (video in bf16, its blocks resident or streamed as\n"
+        "--vram-budget allows; audio in f32, both channels in one batch).",
+        "examples:\n"
+        "  h3run decode --model FL2VA/video_vae --latents video_latents.safetensors --out frames/\n"
         "  h3run decode --model FL2VA --latents video_latents.safetensors --out frames/ --device cuda\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav\n"
         "  h3run decode --model FL2VA --latents audio_latents.safetensors --out sound.wav --device cuda\n"
         "  h3run decode --model vae/ --latents l.safetensors --tensors-out decoded.safetensors",
-        opts, 0, 0};
+        opts,
+        0,
+        0};
     const char *pos[1];
     int npos;
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
@@ -355,10 +369,19 @@ int h3_cmd_decode(int argc, char **argv) {
                 h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this h3run was built without CUDA");
         return H3_EXIT_USAGE;
     }
+    const h3_cli_path paths[] = {
+        {"--model", a.model, H3_CLI_IN},
+        {"--latents", latents, H3_CLI_IN},
+        {"--out", a.out, H3_CLI_OUT_ANY},
+        {"--tensors-out", a.tensors_out, H3_CLI_OUT_FILE},
+    };
+    r = h3_cli_check_paths("decode", paths, 4);
+    if (r) return r;
     h3_st_set s;
     h3_tensor lat = {0};
     h3_exec ex = {0};
     int have_set = 0, have_ex = 0;
+    h3_cli_run_begin();
     h3_status st = h3_st_open(latents, &s);
     if (st == H3_OK) {
         have_set = 1;
@@ -366,6 +389,9 @@ int h3_cmd_decode(int argc, char **argv) {
             st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents'", latents);
     }
     if (st == H3_OK) st = h3_st_load(&s, "latents", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &lat);
+    /* The latents say what --out is: a folder of frames (video) or a WAV file (audio). */
+    if (st == H3_OK && a.out && lat.ndim >= 2 && lat.ndim <= 5)
+        st = h3_check_output(a.out, "--out", lat.ndim >= 4 ? H3_OUT_DIR : H3_OUT_FILE);
     if (st == H3_OK) {
         st = h3_exec_init(&ex, (int)a.threads);
         have_ex = st == H3_OK;
@@ -382,5 +408,6 @@ int h3_cmd_decode(int argc, char **argv) {
     h3_tensor_free(&lat);
     if (have_set) h3_st_close(&s);
     if (have_ex) h3_exec_free(&ex);
+    st = h3_cli_run_end(st); /* the outputs appear together, or none when anything failed */
     return st == H3_OK ? H3_EXIT_OK : h3_cli_fail("decode", st);
 }

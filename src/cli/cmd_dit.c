@@ -81,8 +81,9 @@ int h3_cmd_dit(int argc, char **argv) {
          "contiguous",
          0, 0},
         {"expect", 0, H3_OPT_STR, &expect, "FILE",
-         "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol", 0,
-         0},
+         "compare with video_velocity / audio_velocity of FILE; fail when max |diff| / max |ref| > --tol "
+         "(exit 1, and -o is not written)",
+         0, 0},
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)", 0, 1e6},
         {"describe", 0, H3_OPT_FLAG, &describe, NULL,
          "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)", 0, 0},
@@ -136,6 +137,15 @@ int h3_cmd_dit(int argc, char **argv) {
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
+    const h3_cli_path paths[] = {
+        {"--model", model, H3_CLI_IN},
+        {"--inputs", inputs, H3_CLI_IN},
+        {"--config", config, H3_CLI_IN_FILE},
+        {"--expect", expect, H3_CLI_IN},
+        {"-o", describe ? NULL : output, H3_CLI_OUT_FILE},
+    };
+    r = h3_cli_check_paths("dit", paths, 5);
+    if (r) return r;
 
     h3_exec ex = {0};
     h3_dit *dit = NULL;
@@ -143,12 +153,14 @@ int h3_cmd_dit(int argc, char **argv) {
     h3_tensor vout = {0}, aout = {0};
     h3_st_writer *w = NULL;
     int rc = H3_EXIT_OK;
+    h3_cli_run_begin();
     h3_status st = h3_exec_init(&ex, (int)threads);
     if (st == H3_OK) st = h3_dit_open(model, &oo, &dit);
     if (describe) {
         if (st == H3_OK) print_model(model, dit);
         h3_dit_close(dit);
         h3_exec_free(&ex);
+        st = h3_cli_run_end(st);
         return st == H3_OK ? H3_EXIT_OK : (h3_cli_fail("dit", st), H3_EXIT_FAIL);
     }
     if (st == H3_OK) st = h3_dit_inputs_read(inputs, h3_dit_get_config(dit), &in);
@@ -177,7 +189,7 @@ int h3_cmd_dit(int argc, char **argv) {
         printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n",
                (long long)in.in.seq_len, (long long)Nv, (long long)Na, (long long)in.text.shape[0],
                in.in.n_timesteps);
-        printf("forward: %.3f s on %d threads; wrote %s\n", t1 - t0, ex.threads, output);
+        printf("forward: %.3f s on %d threads\n", t1 - t0, ex.threads);
     }
     int bad = 0;
     if (st == H3_OK && expect) {
@@ -189,10 +201,13 @@ int h3_cmd_dit(int argc, char **argv) {
             h3_st_close(&ref);
         }
     }
-    if (st == H3_OK && bad) {
-        fprintf(stderr, "h3run dit: error: the velocities differ from %s by more than %g\n", expect, tol);
-        rc = H3_EXIT_FAIL;
-    } else if (st != H3_OK) {
+    /* A failed check is a failed command: -o is removed with the rest (outputs appear only on success). */
+    if (st == H3_OK && bad)
+        st = H3_ERR(H3_ERR_FORMAT, "the velocities differ from %s by more than %g (%s not written)", expect,
+                    tol, output);
+    st = h3_cli_run_end(st);
+    if (st == H3_OK && !quiet) printf("wrote %s\n", output);
+    if (st != H3_OK) {
         h3_cli_fail("dit", st);
         rc = H3_EXIT_FAIL; /* bad weights or inputs: the work failed (usage errors were caught above) */
     }

@@ -176,6 +176,32 @@ int h3_cmd_encode(int argc, char **argv) {
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
+    /* --expect FILE[:TENSOR]: a colon splits off the tensor name unless the whole argument names a file. */
+    char *exp_file = NULL;
+    const char *exp_name = "hidden";
+    if (expect) {
+        exp_file = h3_strdup(expect);
+        if (!exp_file) return h3_cli_fail("encode", H3_ERR_NOMEM);
+        char *colon = strrchr(exp_file, ':');
+        if (colon && !h3_path_exists(exp_file)) {
+            *colon = 0;
+            exp_name = colon + 1;
+        }
+    }
+    const h3_cli_path paths[] = {
+        {"--model", model, H3_CLI_IN},
+        {"--tokenizer", token_ids ? NULL : tok_path, H3_CLI_IN},
+        {"--text-encoder", need_te ? te_path : NULL, H3_CLI_IN},
+        {"--config", config, H3_CLI_IN_FILE},
+        {"--prompt-file", prompt_file, H3_CLI_IN_FILE},
+        {"--expect", exp_file, H3_CLI_IN},
+        {"--out", out_path, H3_CLI_OUT_FILE},
+    };
+    r = h3_cli_check_paths("encode", paths, 7);
+    if (r) {
+        h3_free(exp_file);
+        return r;
+    }
 
     int rc = H3_EXIT_OK;
     h3_status st = H3_OK;
@@ -189,7 +215,7 @@ int h3_cmd_encode(int argc, char **argv) {
     int64_t n = 0;
     char *text = NULL;
     size_t text_len = 0;
-    char *exp_file = NULL;
+    h3_cli_run_begin();
 
     /* ---- tokens */
     if (token_ids) {
@@ -278,21 +304,15 @@ int h3_cmd_encode(int argc, char **argv) {
         goto fail;
     }
     if (expect) {
-        exp_file = h3_strdup(expect);
-        if (!exp_file) {
-            st = H3_ERR_NOMEM;
+        int bad = 0;
+        st = compare(exp_file, exp_name, &hidden, tol, &bad);
+        if (st != H3_OK) goto fail;
+        /* A failed check is a failed command: --out is not written (outputs appear only on success). */
+        if (bad) {
+            st = H3_ERR(H3_ERR_FORMAT, "hidden_states[%lld] differs from %s by more than %g%s",
+                        (long long)layer, expect, tol, out_path ? "; --out not written" : "");
             goto fail;
         }
-        const char *name = "hidden";
-        char *colon = strrchr(exp_file, ':');
-        if (colon && !h3_path_exists(exp_file)) {
-            *colon = 0;
-            name = colon + 1;
-        }
-        int bad = 0;
-        st = compare(exp_file, name, &hidden, tol, &bad);
-        if (st != H3_OK) goto fail;
-        if (bad) rc = H3_EXIT_FAIL;
     }
     if (out_path) {
         char lay[32];
@@ -306,12 +326,18 @@ int h3_cmd_encode(int argc, char **argv) {
         if (st == H3_OK) st = h3_st_writer_meta(w, "layer", lay);
         if (st == H3_OK) st = h3_st_writer_write(w, out_path, 0);
         if (st != H3_OK) goto fail;
-        if (!quiet) printf("wrote %s\n", out_path);
     }
-    goto done;
 fail:
-    rc = h3_cli_fail("encode", st);
 done:
+    if (rc == H3_EXIT_OK) {      /* else a usage error was printed already */
+        st = h3_cli_run_end(st); /* --out appears now, or not at all */
+        if (st != H3_OK)
+            rc = h3_cli_fail("encode", st);
+        else if (out_path && !quiet)
+            printf("wrote %s\n", out_path);
+    } else {
+        h3_cli_run_end(H3_ERR_INVALID);
+    }
     h3_st_writer_free(w);
     h3_tensor_free(&hidden);
     h3_text_encoder_close(te);

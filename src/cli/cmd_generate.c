@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -14,28 +13,6 @@
 #include "cli/cli.h"
 #include "mem/budget.h"
 #include "pipeline/generate.h"
-
-static volatile sig_atomic_t g_stop = 0;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1; /* the handler was installed with SA_RESETHAND: a second signal stops the process at once */
-}
-
-static int should_stop(void *user) {
-    (void)user;
-    return g_stop != 0;
-}
-
-static void install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
 
 /* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated.
  */
@@ -102,8 +79,10 @@ int h3_cmd_generate(int argc, char **argv) {
          "noise seed (default: random, printed); same seed, same video here", 0, 0},
         {"output", 'o', H3_OPT_STR, &output, "FILE",
          "the MP4 (default out.mp4; written as FILE.partial, then renamed)", 0, 0},
-        {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR", "also write every frame as DIR/frame_00000.png ...", 0,
-         0},
+        {"png-dir", 0, H3_OPT_STR, &png_dir, "DIR",
+         "also write every frame as DIR/frame_00000.png ... (DIR new or empty; filled as DIR.partial, then "
+         "renamed)",
+         0, 0},
         {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV", 0, 0},
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
          "also save the final latents (video_latents, audio_latents) as safetensors", 0, 0},
@@ -150,18 +129,22 @@ int h3_cmd_generate(int argc, char **argv) {
         "fps, AAC\n"
         "at 32 kHz stereo). The stages take turns: each loads its weights only while it runs. --steps counts "
         "model\n"
-        "calls: diffusers' \"50 inference steps\" are 50 sigma points, i.e. --steps 49. Outputs appear only "
-        "when\n"
-        "complete; a failed or interrupted run (Ctrl-C once stops cleanly, twice at once) leaves none of "
-        "them.\n"
+        "calls: diffusers' \"50 inference steps\" are 50 sigma points, i.e. --steps 49.\n"
+        "Outputs appear only when complete, and all together. A failed or interrupted run (Ctrl-C or "
+        "SIGTERM\n"
+        "once stops it within a second or two and cleans up; twice ends it at once) leaves none of them, "
+        "and\n"
+        "the files already at those paths as they were. Outputs are regular files (a FIFO or a device is\n"
+        "refused), each on its own path and none on a file the model reads; --png-dir takes a new or empty\n"
+        "folder.\n"
         "A prompt has at most 8192 tokens (the attention of the text encoder and the DiT grows with the "
         "square\n"
         "of its length); a longer one is refused once tokenized, before the text encoder runs.\n"
         "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths, a prompt "
         "too\n"
-        "long); 1 the model files or the run failed (a missing component, an unreadable tokenizer, broken "
-        "weights,\n"
-        "out of memory).",
+        "long); 1 the model\n"
+        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of "
+        "memory).",
         "examples:\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
@@ -284,12 +267,12 @@ int h3_cmd_generate(int argc, char **argv) {
 
     h3_progress_printer pp;
     h3_progress_printer_init(&pp, stderr, style);
-    h3_generate_callbacks cb = {h3_progress_print, &pp, should_stop, NULL};
-    install_signals();
+    /* A stop (Ctrl-C, SIGTERM) reaches the library through h3_cancel_request (cli.c); it is seen inside the
+     * running op or kernel, not only between steps. */
+    h3_generate_callbacks cb = {h3_progress_print, &pp, NULL, NULL};
+    h3_cli_run_begin();
     h3_generate_result res;
-    st = h3_generate(&gr, &cb, &res);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    st = h3_cli_run_end(h3_generate(&gr, &cb, &res));
     if (pp.bar_open) fputc('\n', stderr);
     if (st != H3_OK) {
         h3_free(default_model);

@@ -168,6 +168,11 @@ int h3_cmd_plan(int argc, char **argv) {
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
     if (r) return r < 0 ? H3_EXIT_OK : r;
     h3_cli_setup_logging(quiet ? -1 : verbose);
+    for (int i = 0; i < npos; i++) { /* a FIFO or device is refused, not waited on */
+        const h3_cli_path in = {"MODEL", pos[i], H3_CLI_IN};
+        r = h3_cli_check_paths("plan", &in, 1);
+        if (r) return r;
+    }
 
     h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0};
     if (work) {

@@ -130,6 +130,12 @@ int h3_cmd_quantize(int argc, char **argv) {
                 "h3run quantize: --seed must not be negative; --heads x --head-dim must be at most 131072\n");
         return H3_EXIT_USAGE;
     }
+    const h3_cli_path paths[] = {
+        {"IN", random_dit ? NULL : pos[0], H3_CLI_IN},
+        {"OUT", random_dit || table_only ? NULL : pos[1], H3_CLI_OUT_FILE},
+    };
+    r = h3_cli_check_paths("quantize", paths, 2);
+    if (r) return r;
     h3_status st = H3_OK;
     if (random_dit) { /* the block's f32 weights and the table must fit before anything is allocated */
         const double H = (double)hidden, I = (double)(heads * head_dim), F = (double)ffn;
@@ -144,6 +150,7 @@ int h3_cmd_quantize(int argc, char **argv) {
     h3_exec ex;
     st = h3_exec_init(&ex, (int)threads);
     if (st != H3_OK) return h3_cli_fail("quantize", st);
+    h3_cli_run_begin();
     h3_qbench_source src;
     memset(&src, 0, sizeof src);
     if (random_dit) {
@@ -182,6 +189,8 @@ int h3_cmd_quantize(int argc, char **argv) {
     }
     h3_qbench_source_free(&src);
     h3_exec_free(&ex);
+    st =
+        h3_cli_run_end(st); /* OUT appears only when the whole command, its error table included, succeeded */
     if (st != H3_OK) return h3_cli_fail("quantize", st);
     return H3_EXIT_OK;
 }

@@ -221,6 +221,9 @@ int h3_cmd_inspect(int argc, char **argv) {
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
     if (r) return r < 0 ? H3_EXIT_OK : r;
     h3_cli_setup_logging(quiet ? -1 : 0);
+    const h3_cli_path in = {"PATH", pos[0], H3_CLI_IN}; /* a FIFO or device is refused, not waited on */
+    r = h3_cli_check_paths("inspect", &in, 1);
+    if (r) return r;
     inspect_ctx c = {summary, 0, 0, 0, 0, H3_OK};
     h3_status st = h3_discover_sets(pos[0], inspect_set, &c);
     if (st == H3_OK) st = c.st;

@@ -27,6 +27,7 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
     int64_t D = c->D, group = c->Hq / c->Hk;
     int64_t shift = c->Sk - c->Sq; /* causal alignment when keys outnumber queries */
     for (int64_t t = tb; t < te; t++) {
+        if (h3_cancel_requested()) return; /* the op reports the stop (ops.c) */
         int64_t h = t / c->nqb, qb = t % c->nqb;
         int64_t q0 = qb * BQ, nq = c->Sq - q0 < BQ ? c->Sq - q0 : BQ;
         int64_t hk = h / group;

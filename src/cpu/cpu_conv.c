@@ -1,7 +1,9 @@
 /* Convolutions on the CPU: im2col in bounded column chunks + OpenBLAS, with a direct loop for depthwise
  * (one input channel per group) filters such as the anti-aliasing filters of BigVGAN.
  *
- * Column chunks hold at most ~16 MB, so memory does not grow with the length of the signal or video. */
+ * Column chunks hold at most ~16 MB, so memory does not grow with the length of the signal or video. A stop
+ * request (h3_cancel_requested) is seen between chunks: the kernel returns early and the op reports it (ops.c).
+ */
 #include <cblas.h>
 #include <string.h>
 
@@ -140,7 +142,7 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
             }
             for (int gi = 0; gi < g; gi++) {
                 c.g = gi;
-                for (int64_t t0 = 0; t0 < c.tout; t0 += tc) {
+                for (int64_t t0 = 0; t0 < c.tout && !h3_cancel_requested(); t0 += tc) {
                     c.t0 = t0;
                     c.tc = c.tout - t0 < tc ? c.tout - t0 : tc;
                     h3_parallel_for(ex->pool, rows, 1, c1_im2col, &c);
@@ -271,7 +273,7 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
                 c.g = gi;
                 /* W_g viewed as [cig, cog*K]; cols [cog*K, tc] = W_gᵀ · x_g[:, t0..] */
                 const float *wg = wf + (int64_t)gi * c.cig * rows;
-                for (int64_t t0 = 0; t0 < c.tin; t0 += tc) {
+                for (int64_t t0 = 0; t0 < c.tin && !h3_cancel_requested(); t0 += tc) {
                     c.t0 = t0;
                     c.tc = c.tin - t0 < tc ? c.tin - t0 : tc;
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c.tc, (int)c.cig, 1.0f, wg,
@@ -352,7 +354,7 @@ h3_status cpu_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
             st = H3_ERR_NOMEM;
             goto done;
         }
-        for (int64_t p0 = 0; p0 < npos; p0 += chunk) {
+        for (int64_t p0 = 0; p0 < npos && !h3_cancel_requested(); p0 += chunk) {
             c.p0 = p0;
             c.np = npos - p0 < chunk ? npos - p0 : chunk;
             h3_parallel_for(ex->pool, rows, 1, c3_im2col, &c);

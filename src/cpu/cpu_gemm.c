@@ -2,6 +2,8 @@
  *
  * f32 weights go straight to OpenBLAS. Other formats are converted panel by panel (NB rows of w at a time, a
  * few MB) to f32 by the thread pool and multiplied by OpenBLAS, so no full f32 copy of a weight ever exists.
+ * Large products are issued in blocks of rows of x (about h3_cpu_gemm_block_flops each), and a stop request
+ * (h3_cancel_request) is seen between blocks and panels: the kernel returns early and the op reports it.
  */
 #include <cblas.h>
 #include <string.h>
@@ -92,6 +94,25 @@ static int64_t panel_rows(int64_t N, int64_t K) {
     return NB > N ? N : NB;
 }
 
+double h3_cpu_gemm_block_flops = 8e9;
+
+/* y[:, n0:n0+nb] (+)= x · panelᵀ for panel [nb, K], in blocks of rows of x of about h3_cpu_gemm_block_flops
+ * each (never below 256 rows, where OpenBLAS is at full speed; equal blocks, so no small remainder changes
+ * the kernel). */
+static void sgemm_rows(int64_t M, int64_t nb, int64_t K, const float *x, int64_t ldx, const float *panel,
+                       int64_t ldp, float beta, float *y, int64_t ldy) {
+    int64_t mb = (int64_t)(h3_cpu_gemm_block_flops / (2.0 * (double)nb * (double)K));
+    if (mb < 256) mb = 256;
+    const int64_t nblk = (M + mb - 1) / mb;
+    mb = (M + nblk - 1) / nblk;
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        if (m0 > 0 && h3_cancel_requested()) return;
+        const int64_t m = M - m0 < mb ? M - m0 : mb;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nb, (int)K, 1.0f, x + m0 * ldx,
+                    (int)ldx, panel, (int)ldp, beta, y + m0 * ldy, (int)ldy);
+    }
+}
+
 int64_t h3_cpu_gemm_scratch_bytes(int64_t N, int64_t K, h3_dtype wdt, int quantized) {
     int64_t s = N * 4; /* a bias in another dtype, as f32 (after the panel is freed) */
     if (wdt != H3_F32 || quantized) {
@@ -123,13 +144,12 @@ h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tenso
         if (beta == 0.0f)
             for (int64_t r = 0; r < M; r++) memset(cpu_row(y, ldy, r), 0, (size_t)N * sizeof(float));
     } else if (w->dtype == H3_F32 && w->q.mode == H3_SCALE_NONE) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x->data, (int)ldx, w->data,
-                    (int)ldw, beta, y->data, (int)ldy);
+        sgemm_rows(M, N, K, x->data, ldx, w->data, ldw, beta, y->data, ldy);
     } else {
         const int64_t NB = panel_rows(N, K);
         float *panel = h3_malloc((size_t)(NB * K) * sizeof(float), H3_MEM_WORKSPACE);
         if (!panel) return H3_ERR_NOMEM;
-        for (int64_t n0 = 0; n0 < N; n0 += NB) {
+        for (int64_t n0 = 0; n0 < N && !h3_cancel_requested(); n0 += NB) {
             int64_t nb = N - n0 < NB ? N - n0 : NB;
             conv_panel_ctx c = {w, n0, K, panel, H3_OK};
             h3_parallel_for(ex->pool, nb, 1, conv_panel_rows, &c);
@@ -137,8 +157,7 @@ h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tenso
                 h3_free(panel);
                 return c.st;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nb, (int)K, 1.0f, x->data, (int)ldx,
-                        panel, (int)K, beta, (float *)y->data + n0, (int)ldy);
+            sgemm_rows(M, nb, K, x->data, ldx, panel, K, beta, (float *)y->data + n0, ldy);
         }
         h3_free(panel);
     }

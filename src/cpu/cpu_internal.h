@@ -49,6 +49,9 @@ h3_status cpu_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
 extern size_t h3_cpu_conv_col_bytes;
 /* Bytes of one f32 weight panel in the GEMM for non-f32 weights (tests shrink it). */
 extern size_t h3_cpu_gemm_panel_bytes;
+/* Floating-point operations of one sgemm call of the GEMM (8e9: a stop request waits for at most that much
+ * work, well under a second on one core); larger products go in blocks of rows of x (tests shrink it). */
+extern double h3_cpu_gemm_block_flops;
 
 /* Source index of position i (may be outside [0, n)) under a padding mode; -1 means "zero". */
 static inline int64_t cpu_pad_index(int64_t i, int64_t n, h3_pad_mode mode) {

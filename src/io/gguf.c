@@ -391,11 +391,9 @@ h3_status h3_gguf_open(const char *path, h3_st_set *set, h3_gguf **out) {
     f->map.fd = -1;
     f->path = h3_strdup(path);
     if (!f->path) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) H3_FAIL(H3_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) H3_FAIL(H3_ERR_IO, "%s is not a regular file", path);
-    f->file_size = g->file_size = (uint64_t)sb.st_size;
+    /* a regular file: a FIFO or device is refused, not waited on */
+    H3_CHECK(h3_open_input(path, &f->fd, &f->file_size));
+    g->file_size = f->file_size;
     if (f->file_size < 24)
         H3_FAIL(H3_ERR_FORMAT, "%s: %llu bytes is too short for a GGUF file (its header alone is 24 bytes)",
                 path, (unsigned long long)f->file_size);

@@ -118,11 +118,8 @@ static h3_status open_one(const char *path, int file_idx, h3_st_file *f, entry_v
     int64_t first = v->n;
     f->path = h3_strdup(path);
     if (!f->path) return H3_ERR_NOMEM;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) H3_FAIL(H3_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) H3_FAIL(H3_ERR_IO, "%s is not a regular file", path);
-    f->file_size = (uint64_t)sb.st_size;
+    /* a regular file: a FIFO or device is refused, not waited on */
+    H3_CHECK(h3_open_input(path, &f->fd, &f->file_size));
     if (f->file_size < 8)
         H3_FAIL(H3_ERR_FORMAT, "%s: %llu bytes is too short for a safetensors file (needs an 8-byte header length)",
                 path, (unsigned long long)f->file_size);

@@ -1,13 +1,13 @@
 /* The memory report and trace (report.h). */
 #include "mem/report.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "mem/budget.h"
 #include "cuda/cuda.h"
 
@@ -236,8 +236,11 @@ char *h3_memrep_format(const h3_memrep *r) {
 }
 
 h3_status h3_memrep_write_trace(const h3_memrep *r, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return H3_ERR(H3_ERR_IO, "cannot write the memory trace %s: %s", path, strerror(errno));
+    /* Written whatever happened (a failed run is when it is wanted most), so in place now, not with the run's
+     * other outputs (base/fs.h). */
+    h3_outfile of;
+    H3_TRY_CTX(h3_out_open(path, &of), "the memory trace");
+    FILE *f = of.f;
     fprintf(f, "{\"budget\": %lld, \"predicted_peak\": %lld, \"measured_peak\": %lld,\n \"categories\": [",
             (long long)r->budget, (long long)r->predicted_peak, (long long)r->total_peak);
     for (int c = 0; c < H3_DEVCAT_COUNT; c++)
@@ -258,7 +261,6 @@ h3_status h3_memrep_write_trace(const h3_memrep *r, const char *path) {
         fprintf(f, "\"]");
     }
     fprintf(f, "]}\n");
-    int bad = ferror(f);
-    if (fclose(f) || bad) return H3_ERR(H3_ERR_IO, "writing the memory trace %s failed", path);
+    H3_TRY_CTX(h3_out_commit_now(&of), "the memory trace");
     return H3_OK;
 }

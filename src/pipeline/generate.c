@@ -337,20 +337,27 @@ typedef struct gen {
     int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the
                         request's */
     double stage_t0;
-    /* outputs, for removal when the run fails */
+    /* outputs: each finished one waits in the group under its temporary name until all are done */
+    h3_outgroup outs;
+    int outs_open;
     h3_mp4 *mp4;
     h3_png_seq png;
-    int png_open, png_dir_created;
-    int64_t png_written;
-    int mp4_done, wav_done, latents_done;
+    int png_open;
 } gen;
 
+static h3_status interrupted(const gen *g) {
+    return H3_ERR(H3_ERR_INTERRUPTED,
+                  "interrupted during %s: the run stopped and removed what it had written",
+                  h3_generate_stage_name(g->stage));
+}
+
+/* The caller's should_stop, or a stop requested of the whole library (h3_cancel_request). */
+static int stop_asked(const gen *g) {
+    return h3_cancel_requested() || (g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user));
+}
+
 static h3_status check_stop(gen *g) {
-    if (g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user))
-        return H3_ERR(H3_ERR_INTERRUPTED,
-                      "interrupted during %s: the run stopped and removed what it had written",
-                      h3_generate_stage_name(g->stage));
-    return H3_OK;
+    return stop_asked(g) ? interrupted(g) : H3_OK;
 }
 
 static void stage_begin(gen *g, int stage, int steps) {
@@ -365,23 +372,6 @@ static void stage_end(gen *g) {
 }
 
 /* ---- checks before anything loads ---------------------------------------------------------------------- */
-
-/* The folder an output goes into must exist and be writable. */
-static h3_status check_out_dir(const char *path, const char *opt) {
-    if (!path || !*path) return H3_ERR(H3_ERR_INVALID, "%s needs a path", opt);
-    if (h3_path_is_dir(path)) return H3_ERR(H3_ERR_INVALID, "%s %s is a folder; give a file name", opt, path);
-    const char *slash = strrchr(path, '/');
-    char *dir =
-        slash ? (slash == path ? h3_strdup("/") : h3_strndup(path, (size_t)(slash - path))) : h3_strdup(".");
-    if (!dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = H3_OK;
-    if (!h3_path_is_dir(dir))
-        st = H3_ERR(H3_ERR_INVALID, "%s %s: the folder %s does not exist (create it first)", opt, path, dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        st = H3_ERR(H3_ERR_INVALID, "%s %s: the folder %s is not writable", opt, path, dir);
-    h3_free(dir);
-    return st;
-}
 
 /* Headers only: each component opens, and they fit together (text width, latent channels, VAE geometry). The
  * weights themselves are read by their stage. */
@@ -509,7 +499,7 @@ static int te_layer_done(void *user, int done, int total) {
     (void)done;
     (void)total;
     h3_progress_step(&g->prog);
-    return g->cb && g->cb->should_stop && g->cb->should_stop(g->cb->stop_user);
+    return stop_asked(g);
 }
 
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
@@ -998,12 +988,10 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
         return H3_ERR(H3_ERR_INTERNAL, "the video VAE handed frame %lld after %lld", (long long)first,
                       (long long)g->res.frames_written);
     for (int64_t k = 0; k < n; k++) {
+        if (h3_cancel_requested()) return interrupted(g); /* encoding a chunk's frames takes a while too */
         const float *rgb = (const float *)f->data + k * plane;
         H3_TRY(h3_mp4_write_frame(g->mp4, rgb, f->stride[0], f->shape[3]));
-        if (g->png_open) {
-            H3_TRY(h3_png_seq_write(&g->png, rgb, f->stride[0], f->shape[3]));
-            g->png_written++;
-        }
+        if (g->png_open) H3_TRY(h3_png_seq_write(&g->png, rgb, f->stride[0], f->shape[3]));
         g->res.frames_written++;
     }
     /* One step per chunk; the decoder hands the last chunk's look-ahead frames over in one more call. */
@@ -1100,24 +1088,20 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     return st;
 }
 
-/* Removes everything this run wrote (a failed or interrupted run leaves nothing that looks finished). */
+/* Removes everything this run wrote (a failed or interrupted run leaves nothing that looks finished): the MP4
+ * and the PNG folder being written, and every finished output waiting in the group. */
 static void remove_outputs(gen *g) {
     if (g->mp4) {
         h3_mp4_abort(g->mp4);
         g->mp4 = NULL;
     }
-    if (g->mp4_done) unlink(g->r->output);
-    if (g->wav_done) unlink(g->r->wav);
-    if (g->latents_done) unlink(g->r->latents);
-    if (g->png_dir_created || g->png_written) {
-        for (int64_t i = 0; i < g->png_written; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "frame_%05lld.png", (long long)i);
-            char *p = h3_path_join(g->r->png_dir, name);
-            if (p) unlink(p);
-            h3_free(p);
-        }
-        if (g->png_dir_created) rmdir(g->r->png_dir);
+    if (g->png_open) {
+        h3_png_seq_close(&g->png);
+        g->png_open = 0;
+    }
+    if (g->outs_open) {
+        h3_outgroup_abort(&g->outs);
+        g->outs_open = 0;
     }
 }
 
@@ -1130,6 +1114,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     h3_tensor hidden = {0}, video_lat = {0}, audio_lat = {0}, wave = {0};
+    h3_pathset paths;
+    h3_pathset_init(&paths);
     g->r = r;
     g->cb = cb;
     h3_mem_reset_peaks();
@@ -1144,15 +1130,13 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     if (!h3_media_available())
         H3_FAIL(H3_ERR_UNSUPPORTED, "this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): rebuild "
                                     "it with libav (the default)");
-    H3_CHECK(check_out_dir(r->output, "--output"));
-    if (r->wav) H3_CHECK(check_out_dir(r->wav, "--wav"));
-    if (r->latents) H3_CHECK(check_out_dir(r->latents, "--latents"));
-    if (r->memory_trace) H3_CHECK(check_out_dir(r->memory_trace, "--memory-trace"));
-    if (r->png_dir) {
-        if (h3_path_exists(r->png_dir) && !h3_path_is_dir(r->png_dir))
-            H3_FAIL(H3_ERR_INVALID, "--png-dir %s is a file; give a folder", r->png_dir);
-        if (!h3_path_is_dir(r->png_dir)) H3_CHECK(check_out_dir(r->png_dir, "--png-dir"));
-    }
+    /* Outputs: regular files in writable folders, an empty or new folder for the frames, no two on one path
+     * (the inputs are checked against them once the model's files are found). */
+    H3_CHECK(h3_pathset_output(&paths, "--output", r->output, H3_OUT_FILE));
+    if (r->wav) H3_CHECK(h3_pathset_output(&paths, "--wav", r->wav, H3_OUT_FILE));
+    if (r->latents) H3_CHECK(h3_pathset_output(&paths, "--latents", r->latents, H3_OUT_FILE));
+    if (r->memory_trace) H3_CHECK(h3_pathset_output(&paths, "--memory-trace", r->memory_trace, H3_OUT_FILE));
+    if (r->png_dir) H3_CHECK(h3_pathset_output(&paths, "--png-dir", r->png_dir, H3_OUT_DIR));
     if (r->threads < 0 || r->threads > H3_MAX_THREADS)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
     if (r->x264_preset) /* the writer checks the name too, but only after the DiT has run */
@@ -1174,6 +1158,14 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
 
     /* The model: every component found, its headers readable, the parts fitting together. */
     H3_CHECK(h3_model_files_find(r->model, &r->given, &g->files));
+    /* No output may replace a file the run reads (a weight shard, the tokenizer, a config). */
+    {
+        const char *opt[6] = {"--model",     "--dit",       "--text-encoder",
+                              "--tokenizer", "--video-vae", "--audio-vae"};
+        const char *in[6] = {r->model,           g->files.dit,       g->files.text_encoder,
+                             g->files.tokenizer, g->files.video_vae, g->files.audio_vae};
+        for (int i = 0; i < 6; i++) H3_CHECK(h3_pathset_input(&paths, opt[i], in[i], 0));
+    }
     g->model_phase = 1;
     H3_CHECK(h3_exec_init(&g->ex, r->threads));
     g->have_ex = 1;
@@ -1224,11 +1216,13 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     h3_mp4_opts mo;
     h3_mp4_opts_default(&mo, (int)g->req.width, (int)g->req.height);
     if (r->x264_preset) mo.preset = r->x264_preset;
+    /* Every output waits under its temporary name until all are written; then they appear together. */
+    h3_outgroup_begin(&g->outs);
+    g->outs_open = 1;
     H3_CHECK(h3_mp4_open(r->output, &mo, &g->mp4));
     const float *wl = wave.data;
     H3_CHECK(h3_mp4_write_audio(g->mp4, wl, wl + g->res.audio_samples, g->res.audio_samples));
     if (r->png_dir) {
-        g->png_dir_created = !h3_path_is_dir(r->png_dir);
         H3_CHECK(h3_png_seq_open(r->png_dir, (int)g->req.width, (int)g->req.height, &g->png));
         g->png_open = 1;
     }
@@ -1239,24 +1233,27 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     h3_mp4 *m = g->mp4;
     g->mp4 = NULL;
     H3_CHECK(h3_mp4_finish(m));
-    g->mp4_done = 1;
-    if (r->wav) {
+    if (r->png_dir) {
+        g->png_open = 0;
+        H3_CHECK(h3_png_seq_finish(&g->png));
+    }
+    if (r->wav)
         H3_CHECK(h3_wav_write(r->wav, wl, wl + g->res.audio_samples, g->res.audio_samples, 2, H3_AUDIO_RATE));
-        g->wav_done = 1;
-    }
-    if (r->latents) {
-        H3_CHECK(write_latents(g, &video_lat, &audio_lat));
-        g->latents_done = 1;
-    }
+    if (r->latents) H3_CHECK(write_latents(g, &video_lat, &audio_lat));
+    H3_CHECK(check_stop(g));
+    g->outs_open = 0;
+    H3_CHECK(h3_outgroup_commit(&g->outs));
     stage_end(g);
     h3_progress_done(&g->prog);
 done:
     if (st != H3_OK) {
         /* Errors in a stage that are the model's, not the request's, must not read as a bad request. */
         if (st == H3_ERR_INVALID && g->model_phase) st = h3_error_wrap(H3_ERR_FORMAT, "%s", "the model");
+        /* A stop seen deep inside a stage (an op, a kernel) reads as one seen between steps. */
+        if (st == H3_ERR_INTERRUPTED) st = interrupted(g);
         remove_outputs(g);
     }
-    if (g->png_open) h3_png_seq_close(&g->png);
+    h3_pathset_free(&paths);
     h3_tokenizer_free(tok);
     h3_free(ids);
     h3_dit_close(g->dit);

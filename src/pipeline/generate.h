@@ -20,12 +20,16 @@
  * the device, h3_cuda_init with the default budget: the free memory less a margin) and the text encoder and
  * the VAEs on the CPU.
  *
+ * Outputs wait under their temporary names in an output group (base/fs.h) and appear together at the end.
  * Failure or interruption (the should_stop callback, polled between stages, after every DiT step and every
- * decoded chunk) removes everything the run wrote: the partial MP4, PNG frames, the WAV and the latents. A
- * run therefore leaves either all its outputs, complete, or none of them.
+ * decoded chunk; or h3_cancel_request, seen inside every op and long kernel) removes everything the run wrote:
+ * the partial MP4, the PNG folder, the WAV and the latents; the files that were at those paths stay. A run
+ * therefore leaves either all its outputs, complete, or none of them.
  *
  * Status codes: H3_ERR_INVALID for the request (the CLI exits 2): a bad frame count, canvas, step count,
- * sampler or scheduler name, a --model path that does not exist, an output folder that does not exist,
+ * sampler or scheduler name, a --model path that does not exist, an output folder that does not exist, an
+ * output that is not a regular file (a FIFO, a device), a --png-dir that is not empty, two outputs on one path
+ * or an output on a file the model reads (h3_pathset),
  * --device cuda without a GPU. H3_ERR_NOT_FOUND / H3_ERR_FORMAT / H3_ERR_UNSUPPORTED for the model files
  * (the CLI exits 1): a folder that lacks a component, an unreadable tokenizer, malformed or mismatched
  * weights. H3_ERR_INTERRUPTED when stopped.

@@ -300,10 +300,10 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     m->o = *o;
     if (m->o.audio_bitrate <= 0) m->o.audio_bitrate = 128000;
     m->path = h3_strdup(path);
-    size_t n = strlen(path) + 16;
-    m->tmp = h3_malloc(n, H3_MEM_IO);
-    if (!m->path || !m->tmp) H3_FAIL(H3_ERR_NOMEM, "out of memory for an MP4 writer");
-    snprintf(m->tmp, n, "%s.partial", path);
+    if (!m->path) H3_FAIL(H3_ERR_NOMEM, "out of memory for an MP4 writer");
+    /* The temporary file is created here (a fresh regular file; see base/fs.h), then opened by libavformat.
+     */
+    H3_CHECK(h3_out_reserve(path, &m->tmp));
 
     int r = avformat_alloc_output_context2(&m->oc, NULL, "mp4", m->tmp);
     if (r < 0 || !m->oc) H3_FAIL(H3_ERR_NOMEM, "creating the MP4 muxer: %s", averr(r, eb, sizeof eb));
@@ -439,8 +439,7 @@ h3_status h3_mp4_finish(h3_mp4 *m) {
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: finishing the MP4: %s", m->tmp, averr(r, eb, sizeof eb));
     r = avio_closep(&m->oc->pb);
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: closing: %s", m->tmp, averr(r, eb, sizeof eb));
-    if (rename(m->tmp, m->path) != 0)
-        H3_FAIL(H3_ERR_IO, "renaming %s to %s: %s", m->tmp, m->path, strerror(errno));
+    st = h3_out_place(m->tmp, m->path, 0); /* or to the open output group; on failure the file is removed */
 done:
     mp4_free(m, st != H3_OK);
     return st;
@@ -487,7 +486,7 @@ void h3_mp4_abort(h3_mp4 *m) {
  */
 
 #if H3_HAVE_MEDIA
-static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
+static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h, int now) {
     pthread_once(&g_av_once, av_setup);
     char eb[128];
     h3_status st = H3_OK;
@@ -528,7 +527,7 @@ static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w,
         av_packet_unref(pkt);
     }
     opened = 0;
-    H3_CHECK(h3_out_commit(&of));
+    H3_CHECK(now ? h3_out_commit_now(&of) : h3_out_commit(&of));
 done:
     if (opened) h3_out_abort(&of);
     avcodec_free_context(&c);
@@ -538,14 +537,15 @@ done:
 }
 
 #else
-static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h) {
-    (void)rgb24, (void)w, (void)h;
+static h3_status png_encode_write(const char *path, const uint8_t *rgb24, int w, int h, int now) {
+    (void)rgb24, (void)w, (void)h, (void)now;
     return H3_ERR(H3_ERR_UNSUPPORTED, "%s: " H3_NO_MEDIA_MSG, path);
 }
 #endif
 
-h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
-                       int width, int height) {
+/* One frame, converted and encoded; now: renamed into place at once (a file inside a temporary folder). */
+static h3_status png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
+                           int width, int height, int now) {
     if (width <= 0 || height <= 0 || width > 16384 || height > 16384 || !rgb || row_stride < width ||
         plane_stride < row_stride * (height - 1) + width)
         return H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path,
@@ -553,38 +553,112 @@ h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride,
     uint8_t *buf = h3_malloc((size_t)width * (size_t)height * 3, H3_MEM_IO);
     if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for a PNG frame");
     planar_to_rgb24(rgb, plane_stride, row_stride, width, height, buf);
-    h3_status st = png_encode_write(path, buf, width, height);
+    h3_status st = png_encode_write(path, buf, width, height, now);
     h3_free(buf);
     return st;
+}
+
+h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
+                       int width, int height) {
+    return png_write(path, rgb, plane_stride, row_stride, width, height, 0);
+}
+
+/* 1 when every entry of dir is a name this writer uses (frame_NNNNN.png, and its .partial), i.e. the folder
+ * is a temporary folder an interrupted run left. */
+static int only_frames(const char *dir) {
+    char **names = NULL;
+    int n = 0;
+    if (h3_list_dir(dir, &names, &n) != H3_OK) {
+        h3_clear_error();
+        return 0;
+    }
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        const char *e = names[i];
+        ok = h3_str_starts_with(e, "frame_") &&
+             (h3_str_ends_with(e, ".png") || h3_str_ends_with(e, ".png.partial"));
+    }
+    h3_strlist_free(names, n);
+    return ok;
 }
 
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out) {
     memset(out, 0, sizeof *out);
     if (width <= 0 || height <= 0)
         return H3_ERR(H3_ERR_INVALID, "%s: bad PNG size %dx%d", dir, width, height);
-    if (!h3_path_is_dir(dir) && mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", dir, strerror(errno));
-    if (!h3_path_is_dir(dir)) return H3_ERR(H3_ERR_IO, "%s exists and is not a folder", dir);
-    out->dir = h3_strdup(dir);
-    if (!out->dir) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    if (h3_path_exists(dir) && !h3_path_is_dir(dir))
+        return H3_ERR(H3_ERR_IO, "%s exists and is not a folder", dir);
+    if (h3_path_is_dir(dir)) {
+        char **names = NULL;
+        int n = 0;
+        H3_TRY(h3_list_dir(dir, &names, &n));
+        h3_strlist_free(names, n);
+        if (n > 0)
+            return H3_ERR(H3_ERR_IO,
+                          "%s is a folder that is not empty: frames go into a new or empty folder (nothing "
+                          "already there is mixed with them or deleted)",
+                          dir);
+    }
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    char *tmp = h3_malloc(len + 9, H3_MEM_IO);
+    out->dir = h3_strndup(dir, len);
+    if (!out->dir || !tmp) {
+        h3_free(tmp);
+        h3_png_seq_close(out);
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    snprintf(tmp, len + 9, "%s.partial", out->dir);
+    h3_status s = H3_OK;
+    struct stat st;
+    if (lstat(tmp, &st) == 0) { /* an interrupted run's: reused when it holds only frames */
+        if (!S_ISDIR(st.st_mode) || !only_frames(tmp))
+            s = H3_ERR(
+                H3_ERR_IO,
+                "%s exists and is not a temporary folder of frames h3run left; frames are written there "
+                "first: remove it",
+                tmp);
+        else
+            h3_out_remove_dir(tmp);
+    }
+    if (s == H3_OK && mkdir(tmp, 0777) != 0)
+        s = H3_ERR(H3_ERR_IO, "cannot create the folder %s: %s", tmp, strerror(errno));
+    if (s != H3_OK) { /* nothing of ours to remove: what is at tmp stays */
+        h3_free(tmp);
+        h3_png_seq_close(out);
+        return s;
+    }
+    out->tmp = tmp; /* from here on the folder is this sequence's: h3_png_seq_close removes it */
     out->width = width;
     out->height = height;
     return H3_OK;
 }
 
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride) {
+    if (!s->tmp) return H3_ERR(H3_ERR_INVALID, "the PNG sequence is not open");
     char name[32];
     snprintf(name, sizeof name, "frame_%05lld.png", (long long)s->next);
-    char *path = h3_path_join(s->dir, name);
+    char *path = h3_path_join(s->tmp, name);
     if (!path) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = h3_png_write(path, rgb, plane_stride, row_stride, s->width, s->height);
+    h3_status st = png_write(path, rgb, plane_stride, row_stride, s->width, s->height, 1);
     h3_free(path);
     if (st == H3_OK) s->next++;
     return st;
 }
 
+h3_status h3_png_seq_finish(h3_png_seq *s) {
+    if (!s->tmp) return H3_ERR(H3_ERR_INVALID, "the PNG sequence is not open");
+    h3_status st = h3_out_place(s->tmp, s->dir, 1); /* removes the temporary folder when it fails */
+    h3_free(s->tmp);
+    s->tmp = NULL;
+    h3_png_seq_close(s);
+    return st;
+}
+
 void h3_png_seq_close(h3_png_seq *s) {
+    if (s->tmp) h3_out_remove_dir(s->tmp);
     h3_free(s->dir);
+    h3_free(s->tmp);
     memset(s, 0, sizeof *s);
 }
 

@@ -1,8 +1,10 @@
 /* Media output of a generate run: MP4 (H.264 yuv420p at 24 fps + AAC stereo at 32 kHz) through libavformat
  * and libavcodec, fed frame by frame so the decoded video never has to be in memory whole; PNG frames; WAV.
  *
- * Every file is written under "<path>.partial" and renamed to <path> only when complete, so an interrupted or
- * failed run never leaves a file that looks finished: a failure removes the partial file.
+ * Every file is written under "<path>.partial" and renamed to <path> only when complete (PNG frames: into a
+ * temporary folder moved into place whole), so an interrupted or failed run never leaves a file that looks
+ * finished: a failure removes the partial file. Outputs go only to regular files (base/fs.h); while an output
+ * group is open (h3_outgroup_begin) finished files wait under their temporary names until the group commits.
  *
  * Pixels come as the video VAE produces them: planar float RGB in [0, 1] (values outside are clamped, NaN
  * counts as 0), plane k of a frame at rgb + k*plane_stride, row y at + y*row_stride; a frame of a [3, T, H,
@@ -69,14 +71,21 @@ int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_ra
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
                        int width, int height);
-/* PNG frames DIR/frame_00000.png, DIR/frame_00001.png, ...; DIR is created when missing. */
+/* PNG frames DIR/frame_00000.png, DIR/frame_00001.png, ..., written into the temporary folder "DIR.partial"
+ * beside DIR, which h3_png_seq_finish moves into place whole (or hands to the open output group, base/fs.h):
+ * an interrupted run never leaves frames that look finished, and never touches files already in DIR. DIR
+ * must not exist or be an empty folder (a folder that holds anything is refused); a "DIR.partial" that an
+ * interrupted run left (frame files only) is emptied and reused, anything else of that name is refused. */
 typedef struct h3_png_seq {
-    char *dir;
+    char *dir, *tmp; /* tmp: NULL once finished or closed */
     int width, height;
     int64_t next;
 } h3_png_seq;
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out);
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride);
+/* Moves the frames into place (see above) and closes the sequence. */
+h3_status h3_png_seq_finish(h3_png_seq *s);
+/* Closes the sequence; unfinished, its temporary folder and the frames in it are removed. */
 void h3_png_seq_close(h3_png_seq *s);
 
 /* A 16-bit PCM WAV of n samples per channel (channels 1 or 2; right ignored for mono; NULL right with 2

@@ -3,8 +3,10 @@
  * sound to float per channel. For checks of what was written (the adherence check, tests), not for long
  * videos. */
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "pipeline/media.h"
 
 #if H3_HAVE_MEDIA
@@ -144,6 +146,11 @@ h3_status h3_clip_read(const char *path, h3_clip *out) {
     h3_status st = H3_OK;
     int e;
     if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    { /* a regular file: libavformat would wait on a FIFO forever */
+        int fd;
+        H3_CHECK(h3_open_input(path, &fd, NULL));
+        close(fd);
+    }
     if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
         st = av_fail(e, "opening", path);
         goto done;

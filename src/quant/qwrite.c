@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/fs.h"
 #include "base/json.h"
 #include "io/safetensors.h"
@@ -916,6 +917,7 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
         res->in_bytes += (int64_t)p.ot[i].nbytes;
     }
     for (int i = 0; i < p.n_ql; i++) {
+        H3_CHECK(h3_cancel_check()); /* a stop request (Ctrl-C) is seen between layers */
         H3_CHECK_CTX(write_layer(&p, &p.ql[i], of.f, base, of.tmp_path, o ? o->pool : NULL),
                      "quantizing '%s'", p.ot[p.ql[i].ot[0]].name);
         res->in_bytes += (int64_t)(p.ql[i].N * p.ql[i].K * 2);

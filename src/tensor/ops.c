@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 
 extern const h3_backend h3_cpu_backend;
 extern void h3_cpu_set_threads(int n);
@@ -157,17 +158,24 @@ static double prof_now(void) {
 
 _Static_assert(H3_OP_COUNT <= 32, "h3_exec's profile arrays hold 32 ops");
 
-/* Runs one backend call, timing it when the exec profiles. */
-#define RUN(op, call)                                                                                          \
-    do {                                                                                                       \
-        if (!ex->profile) return (call);                                                                       \
-        h3_exec_sync(ex);                                                                                      \
-        double t0__ = prof_now();                                                                              \
-        h3_status s__ = (call);                                                                                \
-        h3_exec_sync(ex);                                                                                      \
-        ex->prof_s[op] += prof_now() - t0__;                                                                   \
-        ex->prof_n[op]++;                                                                                      \
-        return s__;                                                                                            \
+/* Runs one backend call, timing it when the exec profiles. A requested stop (h3_cancel_request) is seen
+ * before the op starts and after it ends: long CPU kernels stop between their pieces, leaving their output
+ * unfinished, and the op reports H3_ERR_INTERRUPTED so nothing uses it. */
+#define RUN(op, call)                                                                                        \
+    do {                                                                                                     \
+        H3_TRY(h3_cancel_check());                                                                           \
+        h3_status s__;                                                                                       \
+        if (!ex->profile) {                                                                                  \
+            s__ = (call);                                                                                    \
+        } else {                                                                                             \
+            h3_exec_sync(ex);                                                                                \
+            double t0__ = prof_now();                                                                        \
+            s__ = (call);                                                                                    \
+            h3_exec_sync(ex);                                                                                \
+            ex->prof_s[op] += prof_now() - t0__;                                                             \
+            ex->prof_n[op]++;                                                                                \
+        }                                                                                                    \
+        return s__ == H3_OK ? h3_cancel_check() : s__;                                                       \
     } while (0)
 
 /* ---- ops ----------------------------------------------------------------------------------------------- */
