@@ -323,6 +323,11 @@ static void test_end_to_end(void) {
     }
     CHECK(res.modulation_timesteps == distinct, "%d timesteps precomputed, the schedule has %d distinct",
           res.modulation_timesteps, distinct);
+    /* The step time excludes the first call and fits inside the DiT stage (it once counted from the clock's zero). */
+    if (r.req.steps > 1)
+        CHECK(res.measured_step_s > 0 && res.measured_step_s * (r.req.steps - 1) <= res.stage_s[H3_GEN_DIT] + 1e-3,
+              "%.3f s per model call after the first, %d calls, a DiT stage of %.3f s", res.measured_step_s,
+              r.req.steps, res.stage_s[H3_GEN_DIT]);
     h3_schedule_free(&s);
     CHECK(exists(mp4) && exists(wav) && exists(lat), "outputs");
     snprintf(p, sizeof p, "%s.partial", mp4);

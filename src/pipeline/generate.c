@@ -623,13 +623,14 @@ static h3_status dit_model(void *user, const float *x_video, const float *x_audi
     return H3_OK;
 }
 
+/* After model call `step` of `steps` (1-based, as the sampler counts them). */
 static h3_status dit_step(void *user, int step, int steps) {
     (void)steps;
     gen *g = user;
-    if (step == 0) g->t_first_step = now_s();
+    if (step == 1) g->t_first_step = now_s();
     if (g->rep) {
         char mk[32];
-        snprintf(mk, sizeof mk, "dit: step %d", step + 1);
+        snprintf(mk, sizeof mk, "dit: step %d", step);
         h3_memrep_mark(g->rep, mk);
     }
     h3_progress_step(&g->prog);
