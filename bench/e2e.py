@@ -576,14 +576,23 @@ def cmd_table(args):
             ("audio VAE decode", "audio_vae", diff_time("audio_vae")),
             ("video VAE decode", "video_vae", (diff_time("video_vae") or 0) + (diff_time("video_postprocess") or 0)
              if ds.get("video_vae") else None)]
+    def h3_step(r):
+        """Median seconds between the DiT's step events after the first (this script's own clock), else the
+        report's figure."""
+        t = (r or {}).get("dit_steps") or []
+        d = sorted(b - a for a, b in zip(t[1:], t[2:])) if len(t) > 2 else []
+        if d:
+            return d[len(d) // 2] if len(d) % 2 else 0.5 * (d[len(d) // 2 - 1] + d[len(d) // 2])
+        return (r.get("step_s") or r.get("dit_step_s")) if r else None
+
     h3_cols = []
     for label, key, dval in spec:
         cells = []
         for _, r in runs:
             if key is None:
-                v, note = (r.get("step_s") or r.get("dit_step_s") if r else None), "-"
+                v, note = h3_step(r), "-"
             elif key == "dit49":
-                s = r.get("step_s") or r.get("dit_step_s") if r else None
+                s = h3_step(r)
                 first = (r.get("dit_steps") or [None])[0] if r else None
                 v = first + 48 * s if s is not None and first is not None else None
                 note = None if v is not None else "-"
