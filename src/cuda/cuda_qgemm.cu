@@ -17,8 +17,8 @@
 #include "cuda/cuda_internal.cuh"
 
 extern "C" {
-#include "io/gguf_blocks.h"
-#include "quant/quant.h"
+#include "tensor/gguf_blocks.h"
+#include "tensor/qformat.h"
 }
 
 enum { QG_ROW_SMEM = 200 * 1024 }; /* shared memory of k_rot_rows at most: a row of K f32 */
@@ -191,7 +191,7 @@ __global__ void k_dequant_rows(const uint8_t *w, int64_t ldw_bytes, int kind, in
 }
 
 /* GGUF weight rows [r0, r0 + rows) into out [rows, K]: one thread per block of be values (32 or 256), decoded
- * by the same code as the CPU's (io/gguf_blocks.h). */
+ * by the same code as the CPU's (tensor/gguf_blocks.h). */
 __global__ void k_dequant_gguf(const uint8_t *w, int64_t ldw_bytes, int fmt, int be, int bb, int64_t r0,
                                int64_t rows, int K, void *out, int odt) {
     const int64_t nb = K / be, total = rows * nb;

@@ -1,4 +1,4 @@
-/* GGUF reader and ggml block decoding (contracts in gguf.h). */
+/* GGUF reader (contracts in gguf.h). */
 #define _GNU_SOURCE
 #include "io/gguf.h"
 
@@ -11,7 +11,6 @@
 
 #include "base/alloc.h"
 #include "base/fs.h"
-#include "io/gguf_blocks.h"
 
 /* ---- types
  * -------------------------------------------------------------------------------------------------- */
@@ -102,15 +101,12 @@ int h3_ggml_dtype(uint32_t type, h3_dtype *out) {
     }
 }
 
-void h3_gguf_dequant(h3_qformat f, const void *src, float *dst, int64_t n) {
-    int64_t be, bb;
-    if (!h3_qformat_block(f, &be, &bb) || f == H3_QF_NVFP4) return;
-    const uint8_t *b = src;
-    for (int64_t i = 0; i < n / be; i++) h3_gguf_block_decode(f, b + i * bb, dst + i * be);
-}
-
 /* ---- parsing
  * ------------------------------------------------------------------------------------------------ */
+
+static uint32_t u32_at(const uint8_t *p) { /* little-endian, any alignment */
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 #define GGUF_MAX_TENSORS (1 << 20)
 #define GGUF_MAX_KV      (1 << 20)

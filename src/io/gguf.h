@@ -1,4 +1,5 @@
-/* GGUF: strict reader, ggml's block decoding, and the view of a GGUF file as a weight set.
+/* GGUF: strict reader and the view of a GGUF file as a weight set (the block formats' traits and decoders are
+ * tensor/qformat.h: this reader only says which format a tensor has).
  *
  * Layout (version 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64 key/value count; the
  * key/value pairs (string key, u32 value type, value; strings are u64 length + bytes; arrays are u32 element
@@ -28,7 +29,7 @@
 #include <stdint.h>
 
 #include "io/safetensors.h"
-#include "quant/quant.h"
+#include "tensor/qformat.h"
 
 /* ggml's type ids (ggml.h). */
 enum {
@@ -63,9 +64,6 @@ int h3_ggml_type_size(uint32_t type, int64_t *block_elems, int64_t *block_bytes)
 h3_qformat h3_ggml_qformat(uint32_t type);
 /* The dtype of a plain type (F32, F16, BF16, F64, I8 .. I64); 0 when it has none. */
 int h3_ggml_dtype(uint32_t type, h3_dtype *out);
-
-/* Decodes n values (a whole number of blocks) of a GGUF block format, exactly as ggml's dequantize_row_*. */
-void h3_gguf_dequant(h3_qformat f, const void *src, float *dst, int64_t n);
 
 typedef struct h3_gguf_tensor {
     char *name;           /* as stored */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "quant/quant.h"
+#include "tensor/qformat.h"
 
 static const char *const g_place_names[H3_PLACE_COUNT] = {"host", "pinned host", "device"};
 
@@ -233,6 +233,7 @@ int h3_tensor_same_shape(const h3_tensor *a, const h3_tensor *b) {
     return 1;
 }
 
+static h3_status packed_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float *dst);
 static h3_status plain_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, int64_t ld, float *dst);
 
 h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float *dst) {
@@ -245,7 +246,7 @@ h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float
         return H3_ERR(H3_ERR_INVALID, "ConvRot group %d must be a power of 4 dividing the %lld columns",
                       t->q.rot_group, (long long)cols);
     if (t->q.mode == H3_SCALE_FORMAT) {
-        H3_TRY(h3_quant_decode_rows(t, r0, n, dst));
+        H3_TRY(packed_rows_to_f32(t, r0, n, dst));
     } else {
         H3_TRY(plain_rows_to_f32(t, r0, n, ld, dst));
     }
@@ -261,17 +262,42 @@ h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float
     return H3_OK;
 }
 
+/* Rows of an H3_SCALE_FORMAT tensor (NVFP4, GGUF blocks) through their format's row decoder. */
+static h3_status packed_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float *dst) {
+    const h3_qformat f = (h3_qformat)t->q.format;
+    const int64_t K = h3_tensor_cols(t);
+    const int64_t ld = t->ndim == 2 ? t->stride[0] : 0;
+    const int64_t rb = h3_qformat_row_bytes(f, K); /* -1 unless f is a packed format */
+    if (t->dtype != H3_U8 || t->ndim != 2 || t->stride[1] != 1 || rb < 0 || ld < rb)
+        return H3_ERR(H3_ERR_INVALID,
+                      "a %s tensor of %lld columns needs 2-D U8 rows of %lld bytes (row stride %lld)",
+                      h3_qformat_name(f), (long long)K, (long long)rb, (long long)ld);
+    if (f == H3_QF_NVFP4 && !t->q.fmt_scales)
+        return H3_ERR(H3_ERR_INVALID, "an nvfp4 tensor needs its block scales");
+    const h3_qrow_decoder to_f32 = h3_qformat_get_traits(f)->to_f32;
+    h3_qrow_side side = {t->q.fmt_scales, 0, t->q.scale};
+    for (int64_t r = 0; r < n; r++) {
+        side.row = t->q.fmt_row0 + r0 + r;
+        to_f32((const uint8_t *)t->data + (r0 + r) * ld, dst + r * K, K, &side);
+    }
+    return H3_OK;
+}
+
 static h3_status plain_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, int64_t ld, float *dst) {
     int64_t cols = h3_tensor_cols(t);
     size_t es = h3_dtype_size(t->dtype);
+    /* int8 and fp8 e4m3 values through their formats' decoders; the other dtypes (fp8 e5m2 with a legacy
+     * scale included) by their conversion. */
+    const h3_qrow_decoder fmt_to_f32 = t->dtype == H3_I8        ? h3_qformat_get_traits(H3_QF_INT8)->to_f32
+                                       : t->dtype == H3_F8_E4M3 ? h3_qformat_get_traits(H3_QF_FP8)->to_f32
+                                                                : NULL;
     for (int64_t r = 0; r < n; r++) {
         const uint8_t *src = (const uint8_t *)t->data + (size_t)((r0 + r) * ld) * es;
         float *d = dst + r * cols;
-        if (t->dtype == H3_I8) {
-            const int8_t *s8 = (const int8_t *)src;
-            if (t->q.mode == H3_SCALE_NONE)
-                return H3_ERR(H3_ERR_INVALID, "an i8 tensor used as weights needs scales");
-            for (int64_t c = 0; c < cols; c++) d[c] = (float)s8[c];
+        if (t->dtype == H3_I8 && t->q.mode == H3_SCALE_NONE)
+            return H3_ERR(H3_ERR_INVALID, "an i8 tensor used as weights needs scales");
+        if (fmt_to_f32) {
+            fmt_to_f32(src, d, cols, NULL);
         } else if (!h3_convert_to_f32(t->dtype, src, d, (size_t)cols)) {
             return H3_ERR(H3_ERR_UNSUPPORTED, "cannot convert %s values to f32", h3_dtype_name(t->dtype));
         }

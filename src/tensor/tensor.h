@@ -30,7 +30,7 @@ typedef enum h3_scale_mode {
     H3_SCALE_TENSOR,   /* one scale for the whole tensor: q.scale */
     H3_SCALE_ROW,      /* one scale per outermost row: q.scales[rows] */
     H3_SCALE_BLOCK,    /* one scale per q.block elements along the last dim: q.scales[rows][cols/block] */
-    H3_SCALE_FORMAT,   /* packed blocks of q.format (src/quant/quant.h) that carry their own scales: dtype U8, the
+    H3_SCALE_FORMAT,   /* packed blocks of q.format (tensor/qformat.h) that carry their own scales: dtype U8, the
                         * shape is the logical [rows, cols] of real values and stride[0] counts the stored bytes of
                         * one row (the last dim has stride 1); only h3_tensor_rows_to_f32 reads the values */
 } h3_scale_mode;
@@ -39,12 +39,12 @@ typedef struct h3_quant {
     h3_scale_mode mode;
     int32_t block;        /* BLOCK: elements per scale along the last dim (divides it) */
     int32_t rot_group;    /* nonzero: weights were rotated by the grouped Hadamard of this size (ConvRot): each group
-                           * of rot_group values of a row is multiplied by H once scaled (src/quant/quant.h) */
+                           * of rot_group values of a row is multiplied by H once scaled (tensor/qformat.h) */
     float scale;          /* TENSOR; FORMAT nvfp4: the second-level scale (weight_scale_2) */
     const float *scales;  /* ROW / BLOCK: f32, same place as the data */
     void *scales_owner;   /* allocation holding scales when the tensor owns them */
     size_t scales_bytes;
-    int32_t format;              /* FORMAT: an h3_qformat */
+    int32_t format;              /* FORMAT: an h3_qformat (tensor/qformat.h) */
     const uint8_t *fmt_scales;   /* FORMAT nvfp4: e4m3 block scales of the whole matrix in cuBLAS's swizzled order */
     int64_t fmt_row0;            /* FORMAT nvfp4: index of this view's first row within the whole matrix */
     const uint8_t *col_scale;    /* NULL, or bf16 [cols] (any alignment): each decoded column is multiplied by it
@@ -101,7 +101,8 @@ int h3_tensor_same_shape(const h3_tensor *a, const h3_tensor *b);
 
 /* Dequantize/convert rows [r0, r0+n) of a host 2-D (or row-wise) tensor to f32 rows of cols floats.
  * Handles f32, f16, bf16, f64, fp8 (with or without scales), i8 with tensor/row/block scales, the ConvRot
- * un-rotation (q.rot_group), packed formats (H3_SCALE_FORMAT: nvfp4, GGUF blocks) and q.col_scale. */
+ * un-rotation (q.rot_group), packed formats (H3_SCALE_FORMAT: nvfp4, GGUF blocks) and q.col_scale; the
+ * stored formats' values through their row decoders (tensor/qformat.h). */
 h3_status h3_tensor_rows_to_f32(const h3_tensor *t, int64_t r0, int64_t n, float *dst);
 
 /* Host-side allocation hooks for places other than HOST; backends register them (the CUDA backend registers

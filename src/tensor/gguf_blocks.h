@@ -1,13 +1,13 @@
-/* GGUF block decoding shared by the CPU (io/gguf.c) and the GPU (cuda/cuda_qgemm.cu): ggml's dequantize_row_*
- * (ggml/src/ggml-quants.c), one block of 32 or 256 values at a time, value for value. Header-only so both
- * backends compile the same arithmetic. */
-#ifndef H3_IO_GGUF_BLOCKS_H
-#define H3_IO_GGUF_BLOCKS_H
+/* GGUF block decoding shared by the CPU (the row decoders of tensor/qformat.c) and the GPU
+ * (cuda/cuda_qgemm.cu): ggml's dequantize_row_* (ggml/src/ggml-quants.c), one block of 32 or 256 values at a
+ * time, value for value. Header-only so both backends compile the same arithmetic. */
+#ifndef H3_TENSOR_GGUF_BLOCKS_H
+#define H3_TENSOR_GGUF_BLOCKS_H
 
 #include <stdint.h>
 
-#include "quant/quant.h"
 #include "tensor/dtype.h"
+#include "tensor/qformat.h"
 
 static inline H3_HD float f16_at(const uint8_t *p) {
     return h3_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
@@ -197,40 +197,31 @@ static inline H3_HD void deq_q6_k(const uint8_t *b, float *y) {
     }
 }
 
-/* One block of format f (a GGUF block format of quant.h) at b into y (its h3_qformat_block element count);
- * returns 0 for another format. */
+/* Every GGUF block format h3run decodes: X(format, block decoder, values per block, bytes per block). The one
+ * list the host's traits table (tensor/qformat.c) and the device's dispatch below are made from. */
+#define H3_GGUF_FORMATS(X)                                                                                   \
+    X(Q4_0, deq_q4_0, 32, 18)                                                                                \
+    X(Q4_1, deq_q4_1, 32, 20)                                                                                \
+    X(Q5_0, deq_q5_0, 32, 22)                                                                                \
+    X(Q5_1, deq_q5_1, 32, 24)                                                                                \
+    X(Q8_0, deq_q8_0, 32, 34)                                                                                \
+    X(Q2_K, deq_q2_k, 256, 84)                                                                               \
+    X(Q3_K, deq_q3_k, 256, 110)                                                                              \
+    X(Q4_K, deq_q4_k, 256, 144)                                                                              \
+    X(Q5_K, deq_q5_k, 256, 176)                                                                              \
+    X(Q6_K, deq_q6_k, 256, 210)
+
+#define H3_GGUF_CASE(F, deq, be, bb)                                                                         \
+    case H3_QF_##F:                                                                                          \
+        deq(b, y);                                                                                           \
+        return 1;
+
+/* One block of format f (a GGUF block format of qformat.h) at b into y (its h3_qformat_block element count);
+ * returns 0 for another format. The device decodes through this switch (the host through qformat.c's table,
+ * made from the same list). */
 static inline H3_HD int h3_gguf_block_decode(int f, const uint8_t *b, float *y) {
     switch (f) {
-        case H3_QF_Q4_0:
-            deq_q4_0(b, y);
-            return 1;
-        case H3_QF_Q4_1:
-            deq_q4_1(b, y);
-            return 1;
-        case H3_QF_Q5_0:
-            deq_q5_0(b, y);
-            return 1;
-        case H3_QF_Q5_1:
-            deq_q5_1(b, y);
-            return 1;
-        case H3_QF_Q8_0:
-            deq_q8_0(b, y);
-            return 1;
-        case H3_QF_Q2_K:
-            deq_q2_k(b, y);
-            return 1;
-        case H3_QF_Q3_K:
-            deq_q3_k(b, y);
-            return 1;
-        case H3_QF_Q4_K:
-            deq_q4_k(b, y);
-            return 1;
-        case H3_QF_Q5_K:
-            deq_q5_k(b, y);
-            return 1;
-        case H3_QF_Q6_K:
-            deq_q6_k(b, y);
-            return 1;
+        H3_GGUF_FORMATS(H3_GGUF_CASE)
         default:
             return 0;
     }
