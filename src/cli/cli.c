@@ -12,6 +12,9 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "cuda/cuda.h"
+#include "mem/budget.h"
+#include "pipeline/generate.h"
 #include "pipeline/request.h"
 
 static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
@@ -253,6 +256,41 @@ int h3_cli_fail(const char *cmd, h3_status st) {
     if (!msg[0]) msg = h3_code_name(st);
     fprintf(stderr, "h3run %s: error: %s\n", cmd, msg);
     return st == H3_ERR_INVALID ? H3_EXIT_USAGE : H3_EXIT_FAIL;
+}
+
+int h3_cli_device_resolve(const char *cmd, const char *device, const char *vram_s, int plan_only,
+                          h3_cli_device *out) {
+    memset(out, 0, sizeof *out);
+    h3_device d;
+    h3_status st = h3_device_parse(device ? device : "cpu", &d);
+    if (st == H3_OK && vram_s) st = h3_budget_parse(vram_s, "--vram-budget", &out->vram);
+    if (st != H3_OK) return h3_cli_fail(cmd, st);
+    const int gpus = h3_cuda_device_count();
+    if (d == H3_DEVICE_AUTO) d = gpus > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
+    if (d == H3_DEVICE_CPU) return 0;
+    if (gpus == 0 && !(plan_only && out->vram)) {
+        fprintf(stderr, "h3run %s: error: --device cuda: %s; use --device cpu\n", cmd,
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this h3run was built without CUDA");
+        return H3_EXIT_USAGE;
+    }
+    out->cuda = 1;
+    out->required = device && !strcmp(device, "cuda");
+    char name[128] = "";
+    int64_t free_b = 0;
+    if (gpus > 0 && h3_cuda_device_info(0, name, sizeof name, NULL, &free_b) == H3_OK)
+        out->have_fig = h3_device_figures_for(name, &out->fig);
+    h3_clear_error();
+    if (!out->vram) {
+        st = h3_budget_default_vram(0, &out->vram);
+        if (st != H3_OK) return h3_cli_fail(cmd, st);
+    }
+    return 0;
+}
+
+h3_status h3_cli_device_refused(const char *stage, const char *reason) {
+    return H3_ERR(H3_ERR_BUDGET, "the %s cannot run on the GPU within the device budget: %s; raise --vram-budget, "
+                  "or use --device auto (the host when the GPU cannot hold it) or --device cpu",
+                  stage, reason);
 }
 
 int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n) {

@@ -12,8 +12,11 @@
 #include "cli/cli.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "mem/budget.h"
+#include "cuda/cuda.h"
 #include "models/text_encoder.h"
 #include "pipeline/request.h"
+#include "pipeline/stages.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -98,7 +101,7 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
 
 int h3_cmd_encode(int argc, char **argv) {
     const char *model = NULL, *tok_path = NULL, *te_path = NULL, *config = NULL, *prompt = NULL, *prompt_file = NULL,
-               *token_ids = NULL, *out_path = NULL, *expect = NULL;
+               *token_ids = NULL, *out_path = NULL, *expect = NULL, *device = "cpu", *vram_s = NULL;
     int show_ids = 0, quiet = 0, verbose = 0;
     int64_t layer = H3_TE_LAYER, threads = 0;
     double tol = 1e-4;
@@ -131,6 +134,14 @@ int h3_cmd_encode(int argc, char **argv) {
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)", 0, 1e6},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the text encoder runs; on the GPU its "
+         "layers stream from the file through two slots (bf16 activations), as generate runs it",
+         0, 0},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "with --device cuda or auto: every byte the encode may take on the GPU, e.g. 8GiB (default: the free "
+         "memory less 512 MiB); auto runs on the CPU when that cannot hold it",
+         0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
@@ -176,6 +187,9 @@ int h3_cmd_encode(int argc, char **argv) {
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
+    h3_cli_device dev;
+    r = h3_cli_device_resolve("encode", device, vram_s, 0, &dev);
+    if (r) return r;
     /* --expect FILE[:TENSOR]: a colon splits off the tensor name unless the whole argument names a file. */
     char *exp_file = NULL;
     const char *exp_name = "hidden";
@@ -276,12 +290,47 @@ int h3_cmd_encode(int argc, char **argv) {
     }
     st = h3_request_check_prompt_tokens(n, c->max_positions); /* before the activations are allocated */
     if (st != H3_OK) goto fail;
-    st = h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS);
-    if (st != H3_OK) goto fail;
+    /* The stage generate runs: on the GPU when the plan puts it there (its layers streamed through two
+     * slots), else on the CPU. */
+    h3_stage_plan sp;
+    memset(&sp, 0, sizeof sp);
+    if (dev.cuda) {
+        const h3_plan_budgets b = {dev.vram, 0};
+        st = h3_plan_text_encoder(te, n, (int)layer, &b, dev.have_fig ? &dev.fig : NULL, &sp);
+        if (st == H3_OK && !sp.on_device && dev.required) st = h3_cli_device_refused("text encoder", sp.reason);
+        if (st != H3_OK) goto fail;
+        if (!quiet) {
+            char a[32], b2[32];
+            if (sp.on_device)
+                printf("on the GPU: %s; predicted device peak %s of the %s budget\n", sp.detail,
+                       h3_budget_str(sp.dev_peak, a, sizeof a), h3_budget_str(dev.vram, b2, sizeof b2));
+            else
+                printf("on the CPU: %s\n", sp.reason);
+        }
+        if (sp.on_device) {
+            st = h3_cuda_init(&ex, 0, dev.vram);
+            if (st != H3_OK) goto fail;
+        }
+    }
     double t1 = now_s();
-    st = h3_text_encoder_encode(te, &ex, ids, n, (int)layer, &hidden);
+    h3_te_stage ts;
+    memset(&ts, 0, sizeof ts);
+    ts.path = te_path;
+    ts.te = te;
+    ts.plan = dev.cuda ? &sp : NULL;
+    ts.ids = ids;
+    ts.n = n;
+    ts.layer = (int)layer;
+    h3_stage_report rep;
+    st = h3_stage_text_encoder(&ex, &ts, &hidden, &rep);
     if (st != H3_OK) goto fail;
     double t2 = now_s();
+    if (!quiet && rep.on_device) {
+        char a[32], b2[32];
+        printf("device memory: peak %s measured, %s predicted (the backend's workspace included)%s\n",
+               h3_budget_str(rep.dev_peak, a, sizeof a), h3_budget_str(rep.dev_predicted, b2, sizeof b2),
+               rep.dev_held ? "; NOT all given back" : "");
+    }
     double sum = 0, sq = 0;
     const float *hv = hidden.data;
     int64_t nv = n * c->hidden, nonfinite = 0;
@@ -341,6 +390,7 @@ done:
     h3_st_writer_free(w);
     h3_tensor_free(&hidden);
     h3_text_encoder_close(te);
+    if (ex.cuda) h3_cuda_shutdown(&ex);
     if (have_ex) h3_exec_free(&ex);
     h3_tokenizer_free(tok);
     h3_free(ids);

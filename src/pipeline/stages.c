@@ -184,10 +184,11 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
     }
     if (s->dev) {
         /* after the modulation pass, whose own peak the plan counts without them */
-        const h3_dit_config *dc = h3_dit_get_config(s->dit);
-        H3_CHECK(h3_tensor_alloc2(&s->text, H3_PLACE_DEVICE, H3_F32, a->text->shape[0], dc->text_dim,
-                                  H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_copy(ex, &s->text, a->text));
+        if (a->text && a->text->shape[0] > 0) {
+            H3_CHECK(h3_tensor_alloc2(&s->text, H3_PLACE_DEVICE, H3_F32, a->text->shape[0], a->text->shape[1],
+                                      H3_MEM_ACTIVATIONS));
+            H3_CHECK(h3_copy(ex, &s->text, a->text));
+        }
         H3_CHECK(dev_rows(&s->dxv, a->n_video_rows, H3_VIDEO_ROW_DIM));
         H3_CHECK(dev_rows(&s->dxa, a->n_audio_rows, H3_AUDIO_LATENT_CHANNELS));
         H3_CHECK(dev_rows(&s->dvv, a->n_video_rows, H3_VIDEO_ROW_DIM));
@@ -207,7 +208,7 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
     if (s->dev) {
         if (!!in->video != !!s->dxv.data || !!in->audio != !!s->dxa.data)
             return H3_ERR(H3_ERR_INVALID, "DiT stage: a call's rows differ from the stage's");
-        x.text = &s->text;
+        x.text = s->text.data ? &s->text : NULL;
         if (in->video) {
             H3_TRY(h3_copy(s->ex, &s->dxv, in->video));
             x.video = &s->dxv;
