@@ -988,11 +988,12 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
                g->files.tokenizer);
     h3_log(H3_LOG_INFO,
            "request: %lld frames (%.2f s) at %lldx%lld, %d steps (model calls) of %s on the %s "
-           "schedule, seed %llu; the DiT runs on the %s",
+           "schedule, seed %llu; %s",
            (long long)g->req.frames, (double)g->req.frames / H3_FPS, (long long)g->req.width,
            (long long)g->req.height, g->req.steps, h3_sampler_name(g->req.sampler),
            h3_scheduler_name(g->req.scheduler), (unsigned long long)g->req.seed,
-           dev == H3_DEVICE_CUDA ? "GPU, with the other stages where the plan puts them" : "CPU, as every stage");
+           dev == H3_DEVICE_CUDA ? "the DiT on the GPU, the other stages where the plan puts them"
+                                 : "every stage on the CPU");
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */
