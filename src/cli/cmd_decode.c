@@ -319,10 +319,11 @@ int h3_cmd_decode(int argc, char **argv) {
          "print the decode plan and its memory; decode only if an output is given", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 weights, "
-         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch)",
+         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch), planned as generate plans "
+         "it; cuda refuses a decode the budget cannot hold on the GPU, auto then decodes on the CPU",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "with --device cuda: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
+         "with --device cuda or auto: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
          "512 MiB); blocks that do not fit stream from host memory",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors", 0, 0},
