@@ -324,9 +324,11 @@ static void test_end_to_end(void) {
     }
     CHECK(res.modulation_timesteps == distinct, "%d timesteps precomputed, the schedule has %d distinct",
           res.modulation_timesteps, distinct);
-    /* The step time excludes the first call and fits inside the DiT stage (it once counted from the clock's zero). */
+    /* The step time excludes the first call and fits inside the DiT stage (it once counted from the clock's
+     * zero). */
     if (r.req.steps > 1)
-        CHECK(res.measured_step_s > 0 && res.measured_step_s * (r.req.steps - 1) <= res.stage_s[H3_GEN_DIT] + 1e-3,
+        CHECK(res.measured_step_s > 0 &&
+                  res.measured_step_s * (r.req.steps - 1) <= res.stage_s[H3_GEN_DIT] + 1e-3,
               "%.3f s per model call after the first, %d calls, a DiT stage of %.3f s", res.measured_step_s,
               r.req.steps, res.stage_s[H3_GEN_DIT]);
     h3_schedule_free(&s);
@@ -651,15 +653,17 @@ static void test_cuda(void) {
         if (k) {
             CHECK(g_cuda_inits == 1, "the device backend came up %d times in one run (once expected)",
                   g_cuda_inits);
-            CHECK(g_warnings == 0, "%d warnings (a stage on the host, or device memory still held)", g_warnings);
+            CHECK(g_warnings == 0, "%d warnings (a stage on the host, or device memory still held)",
+                  g_warnings);
             static const int st[4] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
             for (int i = 0; i < 4; i++) {
                 const h3_stage_report *sr = &res.stages[st[i]];
                 const char *nm = h3_generate_stage_name(st[i]);
                 CHECK(sr->on_device, "%s ran on the host", nm);
                 CHECK(sr->dev_held == 0, "%s left %lld device bytes held", nm, (long long)sr->dev_held);
-                CHECK(sr->dev_peak > 0 && sr->dev_peak <= res.vram_budget, "%s peaked at %lld of a %lld budget", nm,
-                      (long long)sr->dev_peak, (long long)res.vram_budget);
+                CHECK(sr->dev_peak > 0 && sr->dev_peak <= res.vram_budget,
+                      "%s peaked at %lld of a %lld budget", nm, (long long)sr->dev_peak,
+                      (long long)res.vram_budget);
                 CHECK(llabs(sr->dev_peak - sr->dev_predicted) <= sr->dev_predicted / 20,
                       "%s: device peak %lld measured, %lld predicted (more than 5%% apart)", nm,
                       (long long)sr->dev_peak, (long long)sr->dev_predicted);

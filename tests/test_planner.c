@@ -355,7 +355,8 @@ static void test_format(void) {
     h3_free(s);
 }
 
-/* ---- the other stages: the models' own figures ---------------------------------------------------------- */
+/* ---- the other stages: the models' own figures ----------------------------------------------------------
+ */
 
 /* The release-shaped folder at half width, header-only (h3-testdata model --scale 2: the nvfp4 text encoder
  * with its int8 embedding and vision tower, the f16 video VAE, the f32 audio VAE). */
@@ -366,8 +367,8 @@ static int rel_folder(void) {
     char cmd[2400];
     const char *bd = getenv("H3_BUILD_DIR");
     t_tmp_path("release_s2", g_rel, sizeof g_rel);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/h3-testdata' model '%s' --header-only --scale 2 >/dev/null", g_rel,
-             bd ? bd : ".", g_rel);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/h3-testdata' model '%s' --header-only --scale 2 >/dev/null",
+             g_rel, bd ? bd : ".", g_rel);
     if (system(cmd) != 0) {
         CHECK(0, "h3-testdata model --header-only --scale 2 failed (%s)", cmd);
         g_rel[0] = 0;
@@ -397,9 +398,9 @@ static int64_t te_file_layer_bytes(const char *set_path, int layers) {
 
 /* Each stage plan other than the DiT's holds the figures of the model's own memory function (the text
  * encoder's h3_text_encoder_device_bytes, the video VAE's h3_video_vae_plan and decode_peak, the audio VAE's
- * h3_audio_vae_decode_peak) at the budget that puts it on the device and at one that sends it to the host; the
- * text encoder's bytes read per prompt are its 50 layers' bytes in the file (they were an average bytes per
- * parameter over the whole file, its vision tower and int8 embedding included: 3.5 times too many). */
+ * h3_audio_vae_decode_peak) at the budget that puts it on the device and at one that sends it to the host;
+ * the text encoder's bytes read per prompt are its 50 layers' bytes in the file (they were an average bytes
+ * per parameter over the whole file, its vision tower and int8 embedding included: 3.5 times too many). */
 static void test_stage_plans(void) {
     if (!rel_folder()) return;
     char p[1100];
@@ -423,13 +424,13 @@ static void test_stage_plans(void) {
     CHECK_OK(h3_plan_text_encoder(te, 128, 50, &b8, &f, sp));
     int64_t want = h3_text_encoder_device_bytes(te, 128, 50);
     CHECK(sp->on_device && sp->fits && sp->dev_peak == want && sp->dev_need == want,
-          "text encoder at 8 GiB: on the device %d, peak %lld, h3_text_encoder_device_bytes %lld", sp->on_device,
-          (long long)sp->dev_peak, (long long)want);
+          "text encoder at 8 GiB: on the device %d, peak %lld, h3_text_encoder_device_bytes %lld",
+          sp->on_device, (long long)sp->dev_peak, (long long)want);
     rel_sub("text_encoder/qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", p, sizeof p);
     int64_t file = te_file_layer_bytes(p, 50);
     CHECK(file > 0 && llabs(sp->weight_bytes - file) <= file / 100,
-          "text encoder: %lld bytes read per prompt planned, its 50 layers hold %lld in the file", (long long)sp->weight_bytes,
-          (long long)file);
+          "text encoder: %lld bytes read per prompt planned, its 50 layers hold %lld in the file",
+          (long long)sp->weight_bytes, (long long)file);
     t_note("  text encoder: %.3f GiB read per prompt (the file's 50 layers: %.3f GiB), device peak %.3f GiB",
            (double)sp->weight_bytes / GiB, (double)file / GiB, (double)sp->dev_peak / GiB);
     const h3_plan_budgets small = {want - 1, 100 * GiB};
@@ -451,24 +452,25 @@ static void test_stage_plans(void) {
     h3_video_vae_mem m;
     CHECK_OK(h3_video_vae_plan(vv, 37, 34, 60, &run, &m));
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &b8, &f, sp));
-    CHECK(sp->on_device && sp->fits && sp->dev_peak == m.dev_peak && sp->host_peak == m.total + m.host_pinned &&
-              sp->vvae.n_resident == m.n_resident && sp->vvae.tile_batch == m.tile_batch &&
-              sp->vvae.rows_per_step == m.rows_per_step && sp->n_resident == m.n_resident &&
-              sp->weight_bytes == 12345 && sp->t_run > 0,
+    CHECK(sp->on_device && sp->fits && sp->dev_peak == m.dev_peak &&
+              sp->host_peak == m.total + m.host_pinned && sp->vvae.n_resident == m.n_resident &&
+              sp->vvae.tile_batch == m.tile_batch && sp->vvae.rows_per_step == m.rows_per_step &&
+              sp->n_resident == m.n_resident && sp->weight_bytes == 12345 && sp->t_run > 0,
           "video VAE at 8 GiB: peak %lld (its plan %lld), %d resident (%d), %d tiles a pass (%d)",
-          (long long)sp->dev_peak, (long long)m.dev_peak, sp->vvae.n_resident, m.n_resident, sp->vvae.tile_batch,
-          m.tile_batch);
+          (long long)sp->dev_peak, (long long)m.dev_peak, sp->vvae.n_resident, m.n_resident,
+          sp->vvae.tile_batch, m.tile_batch);
     const h3_plan_budgets tiny = {64 * MiB, 100 * GiB};
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &tiny, &f, sp));
     CHECK_OK(h3_video_vae_decode_peak(vc, 37, 34, 60, 2, 0, &m));
     CHECK(!sp->on_device && sp->fits && sp->host_peak == m.total && sp->dev_need > 64 * MiB &&
               strstr(sp->reason, "needs at least"),
-          "video VAE at 64 MiB: on the device %d, host %lld (decode_peak %lld), need %lld, reason '%s'", sp->on_device,
-          (long long)sp->host_peak, (long long)m.total, (long long)sp->dev_need, sp->reason);
+          "video VAE at 64 MiB: on the device %d, host %lld (decode_peak %lld), need %lld, reason '%s'",
+          sp->on_device, (long long)sp->host_peak, (long long)m.total, (long long)sp->dev_need, sp->reason);
     /* the least it needs there is a plan that fits that budget (with its slack) */
     const h3_plan_budgets need = {sp->dev_need + h3_budget_slack(sp->dev_need) + 64 * MiB, 100 * GiB};
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &need, &f, sp));
-    CHECK(sp->on_device, "video VAE at its named need plus slack: on the device %d (%s)", sp->on_device, sp->reason);
+    CHECK(sp->on_device, "video VAE at its named need plus slack: on the device %d (%s)", sp->on_device,
+          sp->reason);
 
     /* audio VAE, 207 latents a channel, stereo */
     h3_audio_vae_mem am;
@@ -480,7 +482,8 @@ static void test_stage_plans(void) {
           (long long)am.dev_total, (long long)H3_CUDA_BACKEND_BYTES);
     const h3_plan_budgets abud = {am.dev_total, 100 * GiB};
     CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &abud, &f, sp));
-    CHECK(!sp->on_device && sp->host_peak == am.total + 777 && sp->dev_need == am.dev_total + H3_CUDA_BACKEND_BYTES,
+    CHECK(!sp->on_device && sp->host_peak == am.total + 777 &&
+              sp->dev_need == am.dev_total + H3_CUDA_BACKEND_BYTES,
           "audio VAE below its need: on the device %d, host %lld", sp->on_device, (long long)sp->host_peak);
 
     /* The whole request: the same stage plans, each on the device within the budget. */
@@ -511,7 +514,8 @@ static void test_stage_plans(void) {
     pm.avae = NULL;
     const h3_plan_budgets none = {tiny.vram, 1 * MiB};
     CHECK_OK(h3_plan_make(&pm, &W124, &none, &f, &pl));
-    CHECK(!pl.fits && strstr(pl.why, "the video VAE fits neither budget") && strstr(pl.why, "Would fit: --vram-budget"),
+    CHECK(!pl.fits && strstr(pl.why, "the video VAE fits neither budget") &&
+              strstr(pl.why, "Would fit: --vram-budget"),
           "the video VAE at 64 MiB and 1 MiB of host: %s", pl.why);
     CHECK_ERR(h3_plan_check(&pl), H3_ERR_BUDGET, "video VAE");
     t_note("  %s", pl.why);
@@ -519,8 +523,8 @@ static void test_stage_plans(void) {
     if (vb) {
         const h3_plan_budgets named = {(int64_t)(atof(vb + 14) * (double)GiB), 1 * MiB};
         CHECK_OK(h3_plan_make(&pm, &W124, &named, &f, &pl));
-        CHECK(pl.fits && pl.vvae.on_device, "at the named --vram-budget %.2f GiB: %s", (double)named.vram / GiB,
-              pl.why);
+        CHECK(pl.fits && pl.vvae.on_device, "at the named --vram-budget %.2f GiB: %s",
+              (double)named.vram / GiB, pl.why);
     }
     free(sp);
 done:

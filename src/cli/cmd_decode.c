@@ -1,5 +1,5 @@
-/* h3run decode: latents from a safetensors file through the video or audio VAE, to PNG frames or a WAV file, and
- * optionally to f32 tensors in diffusers' value range for comparisons. */
+/* h3run decode: latents from a safetensors file through the video or audio VAE, to PNG frames or a WAV file,
+ * and optionally to f32 tensors in diffusers' value range for comparisons. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,7 +87,8 @@ static void report_mem(int64_t base, int64_t planned) {
     h3_mem_get_stats(&m);
     char a[32], b[32];
     printf("decode memory: peak %s measured, %s planned (beyond weights, latents and outputs)\n",
-           h3_fmt_bytes((double)(m.total_peak - base), a, sizeof a), h3_fmt_bytes((double)planned, b, sizeof b));
+           h3_fmt_bytes((double)(m.total_peak - base), a, sizeof a),
+           h3_fmt_bytes((double)planned, b, sizeof b));
 }
 
 static void report_device(const h3_stage_report *rep) {
@@ -126,14 +127,17 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, ex->threads, 0, &m));
     char b1[32], b2[32], b3[32];
     if (!a->quiet || a->plan)
-        printf("video VAE %s (%s layout, %d blocks, %s weights): latents [%d, %lld, %lld, %lld] -> %lld frames of "
-               "%lld×%lld px\n  %d chunks of %d×%d tiles (%lld tokens each); planned decode memory %s (chunk %s, ViT "
+        printf("video VAE %s (%s layout, %d blocks, %s weights): latents [%d, %lld, %lld, %lld] -> %lld "
+               "frames of "
+               "%lld×%lld px\n  %d chunks of %d×%d tiles (%lld tokens each); planned decode memory %s (chunk "
+               "%s, ViT "
                "%s)\n",
                h3_video_vae_source(v), h3_layout_name(h3_video_vae_layout(v)), c->num_layers,
                h3_dtype_name(c->weight_dtype), c->latent_channels, (long long)T, (long long)H, (long long)W,
                (long long)m.frames, (long long)Wp, (long long)Hp, m.chunks, m.tiles_y, m.tiles_x,
                (long long)m.tokens_per_tile, h3_fmt_bytes((double)m.total, b1, sizeof b1),
-               h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
+               h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2),
+               h3_fmt_bytes((double)m.vit, b3, sizeof b3));
     if (a->dev.cuda) {
         /* the stage's plan: the blocks resident or streamed as the budget allows, the tiles per pass */
         sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
@@ -154,12 +158,14 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     }
     if (a->plan && !a->out && !a->tensors_out) goto done;
     if (a->out) {
-        if (Hp > 16384 || Wp > 16384) H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output",
-                                              (long long)Wp, (long long)Hp);
+        if (Hp > 16384 || Wp > 16384)
+            H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output", (long long)Wp,
+                    (long long)Hp);
         H3_CHECK(h3_png_seq_open(a->out, (int)Wp, (int)Hp, &png));
         sink.png = &png;
         size_t n;
-        if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n)) H3_FAIL(H3_ERR_INVALID, "frames too large");
+        if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n))
+            H3_FAIL(H3_ERR_INVALID, "frames too large");
         sink.unit = h3_malloc(n, H3_MEM_IO);
         if (!sink.unit) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     }
@@ -190,8 +196,9 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         H3_CHECK(h3_st_writer_new(&w));
         H3_CHECK(h3_st_writer_add_tensor(w, "frames", &all));
         H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
-        if (!a->quiet) printf("wrote frames [1, %d, %lld, %lld, %lld] (f32, diffusers' decode range) to %s\n",
-                              c->out_channels, (long long)m.frames, (long long)Hp, (long long)Wp, a->tensors_out);
+        if (!a->quiet)
+            printf("wrote frames [1, %d, %lld, %lld, %lld] (f32, diffusers' decode range) to %s\n",
+                   c->out_channels, (long long)m.frames, (long long)Hp, (long long)Wp, a->tensors_out);
     }
 done:
     h3_st_writer_free(w);
@@ -222,7 +229,8 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     int off = lat->ndim == 3;
     int64_t ch = off ? lat->shape[0] : 1, T = lat->shape[off + 1], S = T * c->hop;
     if (a->out && ch > 2)
-        H3_FAIL(H3_ERR_INVALID, "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
+        H3_FAIL(H3_ERR_INVALID,
+                "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
                 (long long)ch);
     if (a->dev.cuda) {
         sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
@@ -237,13 +245,15 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     const int on_dev = sp && sp->on_device;
     char b1[32], b2[32], b3[32];
     if (!a->quiet || a->plan) {
-        printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples per channel "
+        printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples "
+               "per channel "
                "at %d Hz; ",
                h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_up, c->hop, (long long)ch,
                c->latent_channels, (long long)T, (long long)S, c->sample_rate);
         if (on_dev)
             printf("on the GPU, planned device memory %s (f32 weights %s, buffers and scratch %s)\n",
-                   h3_fmt_bytes((double)m.dev_total, b1, sizeof b1), h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
+                   h3_fmt_bytes((double)m.dev_total, b1, sizeof b1),
+                   h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
                    h3_fmt_bytes((double)(m.dev_buffers + m.dev_op_scratch), b3, sizeof b3));
         else
             printf("planned decode memory %s%s%s\n", h3_fmt_bytes((double)m.total, b1, sizeof b1),
@@ -270,13 +280,16 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     if (a->out) {
         const float *left = wave.data;
         H3_CHECK(h3_wav_write(a->out, left, ch == 2 ? left + S : NULL, S, (int)ch, c->sample_rate));
-        if (!a->quiet) printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
+        if (!a->quiet)
+            printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
     }
     if (a->tensors_out) {
         H3_CHECK(h3_st_writer_new(&w));
         H3_CHECK(h3_st_writer_add_tensor(w, "waveform", &wave));
         H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
-        if (!a->quiet) printf("wrote waveform [%lld, 1, %lld] (f32) to %s\n", (long long)ch, (long long)S, a->tensors_out);
+        if (!a->quiet)
+            printf("wrote waveform [%lld, 1, %lld] (f32) to %s\n", (long long)ch, (long long)S,
+                   a->tensors_out);
     }
 done:
     h3_st_writer_free(w);
@@ -318,12 +331,15 @@ int h3_cmd_decode(int argc, char **argv) {
         {"plan", 0, H3_OPT_FLAG, &a.plan, NULL,
          "print the decode plan and its memory; decode only if an output is given", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 weights, "
-         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch), planned as generate plans "
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 "
+         "weights, "
+         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch), planned as generate "
+         "plans "
          "it; cuda refuses a decode the budget cannot hold on the GPU, auto then decodes on the CPU",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "with --device cuda or auto: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
+         "with --device cuda or auto: every byte the decode may take on the GPU, e.g. 8GiB (default: the "
+         "free memory less "
          "512 MiB); blocks that do not fit stream from host memory",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors", 0, 0},
@@ -396,11 +412,14 @@ int h3_cmd_decode(int argc, char **argv) {
         have_ex = st == H3_OK;
     }
     if (st == H3_OK) {
-        if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
-        else if (lat.ndim == 3 || lat.ndim == 2) st = decode_audio(&a, &ex, &lat);
+        if (lat.ndim == 5 || lat.ndim == 4)
+            st = decode_video(&a, &ex, &lat);
+        else if (lat.ndim == 3 || lat.ndim == 2)
+            st = decode_audio(&a, &ex, &lat);
         else {
             char b[96];
-            st = H3_ERR(H3_ERR_INVALID, "%s: 'latents' %s is neither video [1, C, T, H, W] nor audio [channels, C, T]",
+            st = H3_ERR(H3_ERR_INVALID,
+                        "%s: 'latents' %s is neither video [1, C, T, H, W] nor audio [channels, C, T]",
                         latents, h3_tensor_shape_str(&lat, b, sizeof b));
         }
     }

@@ -51,8 +51,10 @@ static void print_model(const char *path, const h3_dit *dit) {
     printf("model: %s\n  %s\n", path, h3_dit_describe(dit));
     printf("  weights: %s bytes (%s), AdaLN %s bytes, mapped from the file %s bytes, owned copies %s bytes\n",
            h3_fmt_int(wb.total, a, sizeof a), h3_fmt_bytes((double)wb.total, b, sizeof b),
-           h3_fmt_int(wb.adaln, e, sizeof e), h3_fmt_int(wb.mapped, f, sizeof f), h3_fmt_int(wb.owned, g, sizeof g));
-    printf("  per step with precomputed modulation: the AdaLN bytes stay unread; 4 timesteps of kept rows are %s "
+           h3_fmt_int(wb.adaln, e, sizeof e), h3_fmt_int(wb.mapped, f, sizeof f),
+           h3_fmt_int(wb.owned, g, sizeof g));
+    printf("  per step with precomputed modulation: the AdaLN bytes stay unread; 4 timesteps of kept rows "
+           "are %s "
            "bytes\n",
            h3_fmt_int(h3_dit_modulation_bytes(c, 4), a, sizeof a));
 }
@@ -96,12 +98,15 @@ int h3_cmd_dit(int argc, char **argv) {
         {"chunk-rows", 0, H3_OPT_INT, &chunk, "N",
          "rows per FFN chunk on the CPU (default 2048; on the GPU the plan chooses it)", 1, 1 << 30},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu (default), cuda, or auto (cuda when a GPU is present): where the DiT runs; on the GPU its blocks are "
-         "resident or streamed as planned for --vram-budget and the modulation of the inputs' timesteps is computed "
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the DiT runs; on the GPU its "
+         "blocks are "
+         "resident or streamed as planned for --vram-budget and the modulation of the inputs' timesteps is "
+         "computed "
          "once, as generate runs it",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "with --device cuda or auto: every byte the DiT may take on the GPU, e.g. 8GiB (default: the free memory "
+         "with --device cuda or auto: every byte the DiT may take on the GPU, e.g. 8GiB (default: the free "
+         "memory "
          "less 512 MiB)",
          0, 0},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
@@ -157,7 +162,8 @@ int h3_cmd_dit(int argc, char **argv) {
     oo.config_path = config;
     oo.act_place = H3_PLACE_HOST;
     oo.chunk_rows = chunk;
-    if (dev.cuda) { /* as the plan wants it: headers, the blocks left in the file until the stage places them */
+    if (dev.cuda) { /* as the plan wants it: headers, the blocks left in the file until the stage places them
+                     */
         oo.act_place = H3_PLACE_DEVICE;
         oo.weight_place = H3_PLACE_HOST;
         oo.stream_weights = 1;
@@ -233,17 +239,19 @@ int h3_cmd_dit(int argc, char **argv) {
         }
         if (st == H3_OK && !plan->dit.fits) {
             char a[32], b[32], c[32];
-            st = H3_ERR(H3_ERR_BUDGET,
-                        "the DiT does not fit the device budget of %s for %lld rows: its smallest plan takes %s and "
-                        "%s of slack; raise --vram-budget (or --ram-budget), or use --device cpu",
-                        h3_budget_str(dev.vram, a, sizeof a), (long long)in.in.seq_len,
-                        h3_budget_str(plan->dit.dev_peak, b, sizeof b),
-                        h3_budget_str(h3_budget_slack(dev.vram), c, sizeof c));
+            st = H3_ERR(
+                H3_ERR_BUDGET,
+                "the DiT does not fit the device budget of %s for %lld rows: its smallest plan takes %s and "
+                "%s of slack; raise --vram-budget (or --ram-budget), or use --device cpu",
+                h3_budget_str(dev.vram, a, sizeof a), (long long)in.in.seq_len,
+                h3_budget_str(plan->dit.dev_peak, b, sizeof b),
+                h3_budget_str(h3_budget_slack(dev.vram), c, sizeof c));
         }
         if (st == H3_OK && !quiet) {
             char a[32], b[32];
             const h3_dit_plan *p = &plan->dit;
-            printf("on the GPU: %d of %d blocks resident, %d streamed from pinned memory, %d from the file; ring of "
+            printf("on the GPU: %d of %d blocks resident, %d streamed from pinned memory, %d from the file; "
+                   "ring of "
                    "%d slots; predicted device peak %s of the %s budget\n",
                    p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots,
                    h3_budget_str(p->dev_peak, a, sizeof a), h3_budget_str(dev.vram, b, sizeof b));
@@ -287,7 +295,8 @@ int h3_cmd_dit(int argc, char **argv) {
         if (dres.rep.on_device) {
             char a[32], b[32];
             printf("forward: %.3f s on the GPU; device peak %s measured, %s predicted%s\n", t1 - t0,
-                   h3_budget_str(dres.rep.dev_peak, a, sizeof a), h3_budget_str(dres.rep.dev_predicted, b, sizeof b),
+                   h3_budget_str(dres.rep.dev_peak, a, sizeof a),
+                   h3_budget_str(dres.rep.dev_predicted, b, sizeof b),
                    dres.rep.dev_held ? "; NOT all given back" : "");
         } else {
             printf("forward: %.3f s on %d threads\n", t1 - t0, ex.threads);

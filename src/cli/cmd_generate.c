@@ -87,8 +87,10 @@ int h3_cmd_generate(int argc, char **argv) {
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
          "also save the final latents (video_latents, audio_latents) as safetensors", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu or cuda (default: cuda when a GPU is present); on cuda every stage is planned on the GPU before "
-         "anything loads: the DiT runs there, the text encoder and the VAEs too unless the budget cannot hold "
+         "cpu or cuda (default: cuda when a GPU is present); on cuda every stage is planned on the GPU "
+         "before "
+         "anything loads: the DiT runs there, the text encoder and the VAEs too unless the budget cannot "
+         "hold "
          "them (then on the CPU, the log says why)",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
@@ -308,9 +310,9 @@ int h3_cmd_generate(int argc, char **argv) {
                 snprintf(label, sizeof label, "stage %s on the %s", h3_generate_stage_name(order[i]),
                          sr->on_device ? "GPU" : "CPU");
                 if (sr->on_device)
-                    printf("  %-38s %8.3f GiB   %8.3f GiB   %7.2f s%s\n", label, sr->dev_predicted / 1073741824.0,
-                           sr->dev_peak / 1073741824.0, res.stage_s[order[i]],
-                           sr->dev_held ? "  (device memory left held)" : "");
+                    printf("  %-38s %8.3f GiB   %8.3f GiB   %7.2f s%s\n", label,
+                           sr->dev_predicted / 1073741824.0, sr->dev_peak / 1073741824.0,
+                           res.stage_s[order[i]], sr->dev_held ? "  (device memory left held)" : "");
                 else
                     printf("  %-38s %12s   %12s   %7.2f s\n", label, "-", "-", res.stage_s[order[i]]);
             }

@@ -540,7 +540,8 @@ static h3_status make_schedule(gen *g) {
     return H3_OK;
 }
 
-/* Bytes of the set a component was opened from; 0 when they cannot be counted (the plan then counts no reads). */
+/* Bytes of the set a component was opened from; 0 when they cannot be counted (the plan then counts no
+ * reads). */
 static int64_t set_bytes(const char *source) {
     int64_t b = 0;
     if (source && h3_plan_weight_bytes(source, &b) != H3_OK) {
@@ -550,12 +551,13 @@ static int64_t set_bytes(const char *source) {
     return b;
 }
 
-/* Plans every stage on the device before anything loads (the text encoder included), from the headers and each
- * model's own memory function: the text encoder's layers streamed or on the host, the DiT's blocks resident,
- * streamed from pinned memory or from the file with its ring and row chunk, the audio VAE's f32 weights and
- * batch, the video VAE's resident blocks and tiles per pass. A stage the budget cannot hold on the device goes
- * to the host, saying why; a request some stage cannot fit at all stops here with the plan's message: which
- * stage and budget are short, by how much, and what would fit. The DiT stays open (headers) for its stage. */
+/* Plans every stage on the device before anything loads (the text encoder included), from the headers and
+ * each model's own memory function: the text encoder's layers streamed or on the host, the DiT's blocks
+ * resident, streamed from pinned memory or from the file with its ring and row chunk, the audio VAE's f32
+ * weights and batch, the video VAE's resident blocks and tiles per pass. A stage the budget cannot hold on
+ * the device goes to the host, saying why; a request some stage cannot fit at all stops here with the plan's
+ * message: which stage and budget are short, by how much, and what would fit. The DiT stays open (headers)
+ * for its stage. */
 static h3_status plan_run(gen *g, int64_t n_tokens) {
     h3_status st = H3_OK;
     const h3_generate_request *r = g->r;
@@ -627,13 +629,15 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         else
             h3_log(H3_LOG_WARN, "plan: %s %s: %s", hs_name[i], hs[i]->detail, hs[i]->reason);
     }
-    h3_log(H3_LOG_INFO,
-           "plan: the DiT: %d of %d blocks resident, %d streamed from pinned memory, %d from the file, %d ring "
-           "slots; predicted device peak %s",
-           p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots, h3_budget_str(p->dev_peak, d, sizeof d));
+    h3_log(
+        H3_LOG_INFO,
+        "plan: the DiT: %d of %d blocks resident, %d streamed from pinned memory, %d from the file, %d ring "
+        "slots; predicted device peak %s",
+        p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots,
+        h3_budget_str(p->dev_peak, d, sizeof d));
     if (g->plan->have_time)
-        h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)", p->t_step,
-               p->t_resident);
+        h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
+               p->t_step, p->t_resident);
 done:
     h3_text_encoder_close(te);
     h3_video_vae_close(vv);

@@ -404,8 +404,9 @@ static const h3_device_figures *figures_or_h200(const h3_device_figures *fig, h3
 }
 
 /* The bytes text-encoder layer l streams (its tensors packed as the device's slots hold them: values and
- * scales at the arena's alignment), or -1 when its weights cannot be read; *gpu_why is set when a tensor is in a
- * form the GPU's GEMMs do not take. Acquiring a layer makes views of the mapped files and reads nothing. */
+ * scales at the arena's alignment), or -1 when its weights cannot be read; *gpu_why is set when a tensor is
+ * in a form the GPU's GEMMs do not take. Acquiring a layer makes views of the mapped files and reads nothing.
+ */
 static int64_t te_layer_bytes(h3_text_encoder *te, int l, const char **gpu_why) {
     const h3_te_layer_weights *w;
     if (h3_text_encoder_layer_acquire(te, NULL, l, &w) != H3_OK) {
@@ -443,8 +444,9 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
     /* per layer: the GEMMs' FLOPs (2 per parameter and token) against its read from the file */
     const double params = (double)(c->hidden * (c->heads + 2 * c->kv_heads) * c->head_dim +
                                    c->heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden);
-    const double comp = 2.0 * (double)n * params / (f->gemm_tflops * 1e12) +
-                        4.0 * (double)n * (double)n * (double)(c->heads * c->head_dim) / (f->attn_tflops * 1e12);
+    const double comp =
+        2.0 * (double)n * params / (f->gemm_tflops * 1e12) +
+        4.0 * (double)n * (double)n * (double)(c->heads * c->head_dim) / (f->attn_tflops * 1e12);
     for (int l = 0; l < layer; l++) {
         int64_t lb = te_layer_bytes(te, l, &gpu_why);
         if (lb < 0) {
@@ -463,7 +465,8 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
     s->on_device = b->vram > 0 && s->dev_need > 0 && fits_in(s->dev_need, b->vram);
     if (s->on_device) {
         s->dev_peak = s->dev_need;
-        /* encode_device's host tensors: the prompt's embedding rows, the rotary tables, the caller's output */
+        /* encode_device's host tensors: the prompt's embedding rows, the rotary tables, the caller's output
+         */
         s->host_peak = 2 * n * c->hidden * 4 + 2 * n * c->head_dim * 4;
         snprintf(s->detail, sizeof s->detail,
                  "on the device: %d of %lld layers streamed from the mapped file through %d slot%s (%s read "
@@ -477,16 +480,17 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
         else if (unreadable)
             snprintf(s->reason, sizeof s->reason, "a layer's weights cannot be read for the device");
         else if (gpu_why)
-            snprintf(s->reason, sizeof s->reason, "its weights are in a form the GPU's GEMMs do not take (%s)",
-                     gpu_why);
+            snprintf(s->reason, sizeof s->reason,
+                     "its weights are in a form the GPU's GEMMs do not take (%s)", gpu_why);
         else
             snprintf(s->reason, sizeof s->reason,
                      "on the device it would need %s, more than the device budget of %s holds", d,
                      h3_budget_str(b->vram, e, sizeof e));
-        snprintf(s->detail, sizeof s->detail,
-                 "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for "
-                 "%lld tokens",
-                 layer, (long long)c->n_layers, a, h3_budget_str(host_act, e, sizeof e), (long long)n);
+        snprintf(
+            s->detail, sizeof s->detail,
+            "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for "
+            "%lld tokens",
+            layer, (long long)c->n_layers, a, h3_budget_str(host_act, e, sizeof e), (long long)n);
     }
     s->fits = s->on_device || b->ram <= 0 || s->host_peak <= b->ram;
     return H3_OK;
@@ -546,11 +550,12 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
             s->n_resident = m->n_resident;
             s->t_load = (double)(weight_bytes - m->stored_bytes * m->n_disk) / (f->disk_gbs * 1e9);
             s->t_run = vvae_run_seconds(c, m, f);
-            snprintf(s->detail, sizeof s->detail,
-                     "on the device: %d of %d blocks resident, %d streamed (%d from pinned memory); %d temporal "
-                     "chunks of %d x %d tiles, %d tiles per pass, FFN rows in steps of %lld",
-                     m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->n_pinned, m->chunks,
-                     m->tiles_y, m->tiles_x, m->tile_batch, (long long)m->rows_per_step);
+            snprintf(
+                s->detail, sizeof s->detail,
+                "on the device: %d of %d blocks resident, %d streamed (%d from pinned memory); %d temporal "
+                "chunks of %d x %d tiles, %d tiles per pass, FFN rows in steps of %lld",
+                m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->n_pinned, m->chunks, m->tiles_y,
+                m->tiles_x, m->tile_batch, (long long)m->rows_per_step);
             s->fits = 1;
             return H3_OK;
         }
@@ -583,18 +588,21 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
 }
 
 /* Predicted seconds of an audio VAE decode on the device: BigVGAN's convolutions (2 FLOPs a weight and output
- * step) at the f32 GEMM rate, and its anti-aliased activations (one pass a value) at the element-wise rate. */
+ * step) at the f32 GEMM rate, and its anti-aliased activations (one pass a value) at the element-wise rate.
+ */
 static double avae_run_seconds(const h3_audio_vae_config *c, int64_t T, int64_t channels,
                                const h3_device_figures *f) {
     const double k_pre = 7, k_post = 7; /* conv_pre and conv_post (audio_vae.h) */
-    double len = (double)T, flops = 2.0 * c->latent_channels * c->latent_dim * len +
-                                    2.0 * c->latent_dim * c->decoder_dim * k_pre * len,
+    double len = (double)T,
+           flops = 2.0 * c->latent_channels * c->latent_dim * len +
+                   2.0 * c->latent_dim * c->decoder_dim * k_pre * len,
            acts = 0, cin = c->decoder_dim;
     for (int i = 0; i < c->n_up; i++) {
         const double cout = cin / 2;
         flops += 2.0 * cin * cout * c->kernels[i] * len;
         len *= c->rates[i];
-        for (int r = 0; r < c->n_res; r++) flops += 2.0 * c->n_dil * 2.0 * cout * cout * c->res_kernels[r] * len;
+        for (int r = 0; r < c->n_res; r++)
+            flops += 2.0 * c->n_dil * 2.0 * cout * cout * c->res_kernels[r] * len;
         acts += (double)c->n_res * 2 * c->n_dil * cout * len;
         cin = cout;
     }
@@ -622,7 +630,8 @@ h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, 
         s->dev_peak = s->dev_need;
         s->n_resident = s->n_units;
         s->host_peak = weight_bytes; /* the weights folded at open stay on the host too */
-        s->t_load = (double)weight_bytes / (f->disk_gbs * 1e9) + (double)m->dev_weights / (f->pageable_gbs * 1e9);
+        s->t_load =
+            (double)weight_bytes / (f->disk_gbs * 1e9) + (double)m->dev_weights / (f->pageable_gbs * 1e9);
         s->t_run = avae_run_seconds(c, T, channels, f);
         snprintf(s->detail, sizeof s->detail,
                  "on the device: f32 weights %s resident, %lld channels in one batch of %lld latents each, "
@@ -697,8 +706,8 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
                                  &t->b, t->f, &p->avae));
     if (m->vvae)
         H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), r->height / H3_VAE_SPATIAL,
-                                 r->width / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b, t->f,
-                                 &p->vvae));
+                                 r->width / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b,
+                                 t->f, &p->vvae));
     const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
     for (int i = 0; i < 3; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -710,7 +719,8 @@ h3_status h3_plan_dit(const h3_plan_model *m, int64_t S, int64_t L, int64_t Nv, 
     memset(out, 0, sizeof *out);
     if (!m->dit) return H3_ERR(H3_ERR_INVALID, "plan: no DiT");
     if (S < 1 || L < 0 || Nv < 0 || Na < 0 || L + Nv + Na != S || n_timesteps < 0)
-        return H3_ERR(H3_ERR_INVALID, "plan: a packed sequence of %lld rows is not %lld text + %lld video + %lld audio",
+        return H3_ERR(H3_ERR_INVALID,
+                      "plan: a packed sequence of %lld rows is not %lld text + %lld video + %lld audio",
                       (long long)S, (long long)L, (long long)Nv, (long long)Na);
     if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
     h3_device_figures ref;
@@ -878,9 +888,11 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     int stage_short = 0;
     for (int i = 0; i < 3; i++) {
         if (!hs[i]->present || hs[i]->fits) continue;
-        appendf(w, wn, "%s the %s fits neither budget: %s, and on the host it needs %s, more than the host budget of %s",
-                dev_short || host_short || stage_short ? ";" : ":", hs_name[i], hs[i]->reason,
-                h3_budget_str(hs[i]->host_peak, a, sizeof a), h3_budget_str(b->ram, c2, sizeof c2));
+        appendf(
+            w, wn,
+            "%s the %s fits neither budget: %s, and on the host it needs %s, more than the host budget of %s",
+            dev_short || host_short || stage_short ? ";" : ":", hs_name[i], hs[i]->reason,
+            h3_budget_str(hs[i]->host_peak, a, sizeof a), h3_budget_str(b->ram, c2, sizeof c2));
         stage_short = 1;
     }
     if (!dev_short && !host_short && !stage_short) appendf(w, wn, " within these budgets");
@@ -949,8 +961,8 @@ static void stage_format(char *o, size_t n, const h3_plan *p, const char *name, 
     else
         appendf(o, n, "  host %s (%s)\n", h3_budget_str(s->host_peak, a, sizeof a), s->reason);
     if (s->on_device && p->have_time)
-        appendf(o, n, "  predicted %.1f s: loading %.1f s, running %.1f s\n",
-                s->t_load + s->t_run, s->t_load, s->t_run);
+        appendf(o, n, "  predicted %.1f s: loading %.1f s, running %.1f s\n", s->t_load + s->t_run, s->t_load,
+                s->t_run);
 }
 
 char *h3_plan_format(const h3_plan *p) {
@@ -1011,8 +1023,8 @@ char *h3_plan_format(const h3_plan *p) {
             appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
                     t->t_modulation);
             if (r->steps > 0)
-                appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n", h3_dit_plan_seconds(t, r->steps),
-                        r->steps);
+                appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n",
+                        h3_dit_plan_seconds(t, r->steps), r->steps);
         }
     }
     for (int i = 1; i < 3; i++)
@@ -1039,8 +1051,8 @@ char *h3_plan_format(const h3_plan *p) {
             snprintf(tm, sizeof tm, "%.1f s (%d calls)", h3_dit_plan_seconds(t, r->steps), r->steps);
         else
             snprintf(tm, sizeof tm, "%.3f s a call", t->t_step);
-        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", sp ? names[i - (i > 1)] : "DiT", on_dev ? "device" : "host",
-                pk, h3_budget_str(hpk, c, sizeof c), tm);
+        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", sp ? names[i - (i > 1)] : "DiT",
+                on_dev ? "device" : "host", pk, h3_budget_str(hpk, c, sizeof c), tm);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);
     return o;

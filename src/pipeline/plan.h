@@ -127,20 +127,22 @@ typedef struct h3_dit_plan {
 /* A stage other than the DiT (text encoder, audio VAE, video VAE): where it runs and what it takes. */
 typedef struct h3_stage_plan {
     int present;
-    int on_device;        /* runs on the device; else on the host, and `reason` says why */
-    int fits;             /* the place it got holds it: the device budget (peak + slack), or the host budget */
+    int on_device; /* runs on the device; else on the host, and `reason` says why */
+    int fits;      /* the place it got holds it: the device budget (peak + slack), or the host budget */
     int64_t weight_bytes; /* weight bytes it reads from its files per run, as stored (the layers it runs) */
     int64_t dev_peak;     /* device bytes at its peak, the backend's workspace included; 0 on the host */
-    int64_t dev_need;     /* the device bytes it takes there (also when it runs on the host); 0: no device plan */
-    int64_t host_peak;    /* host bytes it holds at its peak: activations, scratch, owned and pinned weight copies
-                           * (mapped files are the page cache's) */
-    int n_units, n_resident; /* weight units (layers, blocks) and how many stay on the device; the rest stream */
-    double t_load, t_run;    /* predicted seconds on the device figures: reading and placing weights before it
-                              * computes, and computing (streamed copies hidden where they can be); 0 on the host */
-    char detail[320];        /* the placement in words */
-    char reason[400];        /* on the host: why not on the device */
-    h3_video_vae_mem vvae;   /* video VAE: the decoder's own plan at its place (h3_video_vae_plan) */
-    h3_audio_vae_mem avae;   /* audio VAE: its decode memory (h3_audio_vae_decode_peak) */
+    int64_t dev_need; /* the device bytes it takes there (also when it runs on the host); 0: no device plan */
+    int64_t host_peak; /* host bytes it holds at its peak: activations, scratch, owned and pinned weight
+                        * copies (mapped files are the page cache's) */
+    int n_units,
+        n_resident; /* weight units (layers, blocks) and how many stay on the device; the rest stream */
+    double t_load,
+        t_run;             /* predicted seconds on the device figures: reading and placing weights before it
+                            * computes, and computing (streamed copies hidden where they can be); 0 on the host */
+    char detail[320];      /* the placement in words */
+    char reason[400];      /* on the host: why not on the device */
+    h3_video_vae_mem vvae; /* video VAE: the decoder's own plan at its place (h3_video_vae_plan) */
+    h3_audio_vae_mem avae; /* audio VAE: its decode memory (h3_audio_vae_decode_peak) */
 } h3_stage_plan;
 
 typedef struct h3_plan {
@@ -171,16 +173,16 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
 /* The text encoder up to hidden_states[layer] of n_tokens: on the device, its layers streamed from the files
  * through two slots (h3_text_encoder_device_bytes), when that fits; the bytes read per prompt are its layers'
  * packed sizes. */
-h3_status h3_plan_text_encoder(const h3_text_encoder *te, int64_t n_tokens, int layer, const h3_plan_budgets *b,
-                               const h3_device_figures *fig, h3_stage_plan *out);
+h3_status h3_plan_text_encoder(const h3_text_encoder *te, int64_t n_tokens, int layer,
+                               const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *out);
 /* The video VAE decoding latents [C, T, H, W]: on the device (h3_video_vae_plan: tiles per pass, resident and
  * streamed blocks) when some plan fits the budget, else on the host (h3_video_vae_decode_peak with
  * host_threads). weight_bytes: its file's bytes (h3_plan_weight_bytes). */
 h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t W, int64_t weight_bytes,
                             int host_threads, const h3_plan_budgets *b, const h3_device_figures *fig,
                             h3_stage_plan *out);
-/* The audio VAE decoding `channels` × T latents: on the device (h3_audio_vae_decode_peak's dev_* bytes and the
- * backend's workspace) when that fits, else on the host. */
+/* The audio VAE decoding `channels` × T latents: on the device (h3_audio_vae_decode_peak's dev_* bytes and
+ * the backend's workspace) when that fits, else on the host. */
 h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, int64_t weight_bytes,
                             const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *out);
 /* The DiT for a packed sequence of S rows (L text, Nv video, Na audio) with n_timesteps of kept modulation:

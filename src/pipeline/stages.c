@@ -42,7 +42,8 @@ static h3_status mark_begin(h3_exec *ex, const char *name, int on_device, int64_
     m->t0 = now_s();
     if (on_device && !ex->cuda)
         return H3_ERR(H3_ERR_INVALID,
-                      "the %s is planned on the device but the device backend is not up (h3_cuda_init)", name);
+                      "the %s is planned on the device but the device backend is not up (h3_cuda_init)",
+                      name);
     if (ex->cuda) {
         h3_cuda_qgemm_release(ex);
         h3_cuda_mem_stats(ex, &m->used0, NULL, NULL);
@@ -67,8 +68,9 @@ static void mark_end(const stage_mark *m, h3_stage_report *rep) {
     h3_log(H3_LOG_INFO, "%s: device peak %.3f GiB measured, %.3f GiB predicted; %s", m->name, peak / H3_GIB,
            m->predicted / H3_GIB, rep->dev_held ? "" : "all of it given back");
     if (rep->dev_held)
-        h3_log(H3_LOG_WARN, "%s: %.3f MiB of the device still held when the stage ended (the next stage's plan "
-                            "does not count them)",
+        h3_log(H3_LOG_WARN,
+               "%s: %.3f MiB of the device still held when the stage ended (the next stage's plan "
+               "does not count them)",
                m->name, rep->dev_held / 1048576.0);
 }
 
@@ -109,9 +111,10 @@ h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hi
     const float *hv = hidden->data;
     for (int64_t i = 0; i < h3_tensor_numel(hidden); i++) bad += !isfinite(hv[i]);
     if (bad)
-        H3_FAIL(H3_ERR_FORMAT,
-                "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) are broken",
-                (long long)bad, a->layer, what);
+        H3_FAIL(
+            H3_ERR_FORMAT,
+            "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) are broken",
+            (long long)bad, a->layer, what);
 done:
     h3_tensor_free(&dh);
     if (dev && te && h3_text_encoder_set_placement(te, H3_PLACE_HOST) != H3_OK) h3_clear_error();
@@ -180,7 +183,8 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
                      "precomputing the AdaLN modulation");
         if (s->rep) h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
     } else if (s->dev) {
-        H3_FAIL(H3_ERR_INVALID, "the DiT on the device keeps the modulation of the timesteps it is called with");
+        H3_FAIL(H3_ERR_INVALID,
+                "the DiT on the device keeps the modulation of the timesteps it is called with");
     }
     if (s->dev) {
         /* after the modulation pass, whose own peak the plan counts without them */
@@ -201,7 +205,8 @@ done:
     return st;
 }
 
-h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v, h3_tensor *audio_v) {
+h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v,
+                            h3_tensor *audio_v) {
     const double t0 = now_s();
     if (!s->calls) s->t_call0 = t0;
     h3_dit_inputs x = *in;
@@ -290,11 +295,12 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
                           (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2, (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    h3_dit_inputs in = {&hxv,   &hxa,   NULL,   uniq,   nt,    L->seq_len, c->tidx,
-                        c->tags, L->pos, c->vi, c->ai, c->ti};
+    h3_dit_inputs in = {&hxv,    &hxa,    NULL,   uniq,  nt,    L->seq_len,
+                        c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
     return h3_dit_stage_call(c->s, &in, &hvv, &hva);
 }
 
@@ -307,7 +313,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     c.L = L;
     if (res) memset(res, 0, sizeof *res);
     if (L->seq_len > INT32_MAX)
-        return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L->seq_len);
+        return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers",
+                      (long long)L->seq_len);
     const size_t S = (size_t)L->seq_len;
     c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
     c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
@@ -339,8 +346,8 @@ done:
 
 /* ---- the VAEs ------------------------------------------------------------------------------------------ */
 
-h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan, const h3_tensor *latents,
-                             h3_tensor *waveform, h3_stage_report *rep) {
+h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, h3_tensor *waveform, h3_stage_report *rep) {
     h3_status st = H3_OK;
     const int dev = plan && plan->on_device;
     stage_mark mk;
@@ -355,17 +362,18 @@ done:
     return st;
 }
 
-h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan, const h3_tensor *latents,
-                             const h3_video_decode_out *out, h3_stage_report *rep) {
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep) {
     h3_status st = H3_OK;
     const int dev = plan && plan->on_device;
     stage_mark mk;
     H3_CHECK(mark_begin(ex, "video VAE", dev, dev ? plan->dev_peak : 0, &mk));
     if (dev) {
         const int off = latents->ndim == 5;
-        if (latents->ndim < 4 || latents->shape[off + 2] != plan->vvae.H || latents->shape[off + 3] != plan->vvae.W)
-            H3_FAIL(H3_ERR_INVALID, "the video VAE was planned for %lldx%lld latents", (long long)plan->vvae.H,
-                    (long long)plan->vvae.W);
+        if (latents->ndim < 4 || latents->shape[off + 2] != plan->vvae.H ||
+            latents->shape[off + 3] != plan->vvae.W)
+            H3_FAIL(H3_ERR_INVALID, "the video VAE was planned for %lldx%lld latents",
+                    (long long)plan->vvae.H, (long long)plan->vvae.W);
         /* the blocks that fit stay resident, the rest stream; a chunk's tiles decode in passes */
         H3_CHECK_CTX(h3_video_vae_place(v, ex, &plan->vvae, NULL), "loading the video VAE");
     }

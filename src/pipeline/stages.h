@@ -39,9 +39,9 @@ typedef struct h3_stage_report {
 /* ---- text encoder -------------------------------------------------------------------------------------- */
 
 typedef struct h3_te_stage {
-    const char *path;          /* the text encoder: opened here (with config_path and on_layer) and closed; or */
-    h3_text_encoder *te;       /* one the caller opened (path then only names it in messages); left open and
-                                * placed back on the host */
+    const char *path;    /* the text encoder: opened here (with config_path and on_layer) and closed; or */
+    h3_text_encoder *te; /* one the caller opened (path then only names it in messages); left open and
+                          * placed back on the host */
     const char *config_path;   /* with path: config.json to use (NULL: beside the weights) */
     const h3_stage_plan *plan; /* h3_plan_text_encoder's; NULL: the host */
     const int32_t *ids;
@@ -52,18 +52,18 @@ typedef struct h3_te_stage {
     void *on_layer_user;
 } h3_te_stage;
 
-/* hidden_states[layer] of the ids into *hidden, allocated here: f32 [n, hidden] on the host (freed on failure).
- * A value that is not finite is H3_ERR_FORMAT naming the weights. */
+/* hidden_states[layer] of the ids into *hidden, allocated here: f32 [n, hidden] on the host (freed on
+ * failure). A value that is not finite is H3_ERR_FORMAT naming the weights. */
 h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hidden, h3_stage_report *rep);
 
 /* ---- DiT ----------------------------------------------------------------------------------------------- */
 
 typedef struct h3_dit_stage_args {
-    h3_dit *dit; /* opened by the caller as the plan planned it: on the device with act_place DEVICE, weight_place
-                  * HOST and stream_weights; on the host as it computes. Not closed: the stage gives back
-                  * everything it placed (blocks, slots, workspace, modulation) */
-    const h3_plan *plan;    /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
-    const h3_tensor *text;  /* f32 [L, text_dim] on the host: the text states of every call */
+    h3_dit *dit;         /* opened by the caller as the plan planned it: on the device with act_place DEVICE,
+                          * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the stage
+                          * gives back         everything it placed (blocks, slots, workspace, modulation) */
+    const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
+    const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
     int64_t n_video_rows, n_audio_rows; /* rows of every call */
     const float *timesteps; /* the modulation of these is computed once and kept (NULL, 0: each call computes
                              * its own; the host only) */
@@ -80,9 +80,9 @@ typedef struct h3_dit_stage_result {
 
 typedef struct h3_dit_stage h3_dit_stage;
 
-/* Starts the stage: on the device the blocks placed as planned (resident, pinned, read from the files) and the
- * arena's allocations counted by category; the modulation of the timesteps computed and kept; the text states
- * copied to the activation place; the device's input and output rows. */
+/* Starts the stage: on the device the blocks placed as planned (resident, pinned, read from the files) and
+ * the arena's allocations counted by category; the modulation of the timesteps computed and kept; the text
+ * states copied to the activation place; the device's input and output rows. */
 h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stage **out);
 /* One model call: in's video [Nv, 96] and audio [Na, 32] rows are f32 host tensors (its text is the stage's);
  * the velocities go to video_v and audio_v, f32 host tensors of the same shapes (NULL when a count is 0). */
@@ -108,16 +108,16 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
 
 /* ---- the VAEs ------------------------------------------------------------------------------------------ */
 
-/* The audio decode of latents [channels, C, T] (host f32) into waveform (caller-allocated, host f32 [channels,
- * T·hop] or [channels, 1, T·hop]). v is the caller's, left open and back on the host. plan:
+/* The audio decode of latents [channels, C, T] (host f32) into waveform (caller-allocated, host f32
+ * [channels, T·hop] or [channels, 1, T·hop]). v is the caller's, left open and back on the host. plan:
  * h3_plan_audio_vae's (NULL: the host). */
-h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan, const h3_tensor *latents,
-                             h3_tensor *waveform, h3_stage_report *rep);
+h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, h3_tensor *waveform, h3_stage_report *rep);
 
-/* The video decode of latents [C, T, H, W] or [1, C, T, H, W] (host f32) to out (frames chunk by chunk, or the
- * whole video). v is the caller's, left open and unplaced. plan: h3_plan_video_vae's for these latents (NULL:
- * the host, as v was opened). */
-h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan, const h3_tensor *latents,
-                             const h3_video_decode_out *out, h3_stage_report *rep);
+/* The video decode of latents [C, T, H, W] or [1, C, T, H, W] (host f32) to out (frames chunk by chunk, or
+ * the whole video). v is the caller's, left open and unplaced. plan: h3_plan_video_vae's for these latents
+ * (NULL: the host, as v was opened). */
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep);
 
 #endif
