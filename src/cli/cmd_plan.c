@@ -273,7 +273,6 @@ int h3_cmd_plan(int argc, char **argv) {
     m.te = f.te;
     m.vvae = f.vvae;
     m.avae = f.avae;
-    m.te_weight_bytes = f.te ? set_bytes(f.te_path) : 0;
     m.vvae_weight_bytes = f.vvae ? set_bytes(h3_video_vae_source(f.vvae)) : 0;
     m.avae_weight_bytes = f.avae ? set_bytes(h3_audio_vae_source(f.avae)) : 0;
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);

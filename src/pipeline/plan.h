@@ -90,8 +90,10 @@ typedef struct h3_plan_model {
     const h3_text_encoder *te;
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
-    int64_t te_weight_bytes, vvae_weight_bytes, avae_weight_bytes; /* as stored (h3_plan_weight_bytes) */
-    int host_threads; /* CPU threads the host stages use (the video VAE's scratch depends on it) */
+    int64_t vvae_weight_bytes,
+        avae_weight_bytes; /* the VAEs' files, as stored (h3_plan_weight_bytes); the text
+                            * encoder's layers are asked for their own packed sizes */
+    int host_threads;      /* CPU threads the host stages use (the video VAE's scratch depends on it) */
 } h3_plan_model;
 
 /* Bytes of every tensor of the safetensors set (file, index or folder) a component was opened from. */
