@@ -40,6 +40,31 @@ grep -q "^audio_velocity  *F32  *\[6, 32\]" <<<"$listing" || fail "output lacks 
     --expect "$FIX/expected_full.safetensors" >/dev/null 2>&1
 [ $? -eq 1 ] || fail "--qkv-order contiguous on official shards must not match"
 
+# --device: a bad name or budget is a usage error (exit 2, one line); auto where there is no GPU computes on the CPU
+# (the same velocities); cuda where there is none says what to do; where there is one, the stage runs there as
+# planned and reports its device peak (bf16 activations: compared with a looser tolerance).
+for bad in "--device tpu:unknown device 'tpu'" "--vram-budget 8X:--vram-budget takes a size like 8GiB" \
+           "--ram-budget 0:--ram-budget must be positive"; do
+    opt=${bad%%:*}
+    "$H3RUN" dit -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" --device auto $opt \
+        >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "${bad#*:}" "$tmp/err" && [ "$(wc -l <"$tmp/err")" -eq 1 ] ||
+        fail "dit $opt: exit $rc, $(cat "$tmp/err")"
+done
+if "$H3RUN" --version | grep -q '^cuda: [1-9]'; then
+    out=$("$H3RUN" dit -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" --device cuda \
+          --expect "$FIX/expected_full.safetensors" --tol 5e-2 2>"$tmp/err")
+    [ $? -eq 0 ] && grep -q "on the GPU; device peak" <<<"$out" || fail "dit --device cuda: $out $(cat "$tmp/err")"
+else
+    "$H3RUN" dit -q -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" --device auto \
+        --expect "$FIX/expected_full.safetensors" || fail "dit --device auto without a GPU"
+    "$H3RUN" dit -m "$FIX/official" -i "$FIX/inputs.safetensors" -o "$tmp/v.safetensors" --device cuda \
+        >/dev/null 2>"$tmp/err"
+    [ $? -eq 2 ] && grep -q "use --device cpu" "$tmp/err" || fail "dit --device cuda without a GPU: $(cat "$tmp/err")"
+fi
+rm -f "$tmp/v.safetensors"
+
 # The full-size official DiT (real header, data left as a sparse hole): every tensor binds zero-copy, the config
 # inferred from the shapes is the release's, and the AdaLN bytes a step no longer reads are stated.
 "$BUILD/h3-testdata" dit-official "$tmp/full.safetensors" || fail "h3-testdata dit-official"

@@ -118,6 +118,20 @@ check_err 2 "the prompt is 60001 tokens; at most 8192 are taken" -m "$SRC/models
 head -c 1048577 /dev/zero | tr '\0' a >"$tmp/huge.txt"
 check_err 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" -m "$SRC/models/h3-small" --prompt-file "$tmp/huge.txt"
 check_err 2 "is a folder; give a file" -m "$SRC/models/h3-small" --prompt-file "$tmp" --ids
+# --device: a bad name or budget is a usage error; auto where there is no GPU is the CPU (the same states); cuda
+# where there is none says what to do; where there is one, the stage runs there and reports its device peak.
+check_err 2 "unknown device 'tpu'" --text-encoder "$FIX/official" --token-ids 255 --device tpu
+check_err 2 "--vram-budget takes a size like 8GiB" --text-encoder "$FIX/official" --token-ids 255 --device auto \
+    --vram-budget 8X
+"$H3RUN" encode --text-encoder "$FIX/official" --token-ids 255 --layer 4 --device auto \
+    --expect "$FIX/expected.safetensors:hidden.b.4" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if "$H3RUN" --version | grep -q '^cuda: [1-9]'; then
+    [ $rc -eq 0 ] && grep -q "device memory: peak" "$tmp/out" || fail "encode --device auto on the GPU: $(cat "$tmp/out" "$tmp/err")"
+else
+    [ $rc -eq 0 ] && ! grep -q "on the GPU" "$tmp/out" || fail "encode --device auto without a GPU: $(cat "$tmp/out" "$tmp/err")"
+    check_err 2 "use --device cpu" --text-encoder "$FIX/official" --token-ids 255 --device cuda
+fi
 "$H3RUN" encode --help | grep -q "usage: h3run encode" || fail "--help"
 
 # ---- the tokenizer through a model folder (needs node and tests/js/node_modules)

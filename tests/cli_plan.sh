@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # h3run plan: the full-size release (header-only copies: real headers, data left as sparse holes) planned without
-# a GPU at BENCH.md's workloads and budgets; a request that cannot fit stops with the budget that is short and what
-# would fit; the fixtures' small components in separate folders; bad options exit 2 with one line.
+# a GPU at BENCH.md's workloads and budgets; the release-shaped model's four stages on an 8 GiB H200; a request that
+# cannot fit stops with the budget that is short and what would fit; the fixtures' small components in separate
+# folders; bad options exit 2 with one line.
 # Usage: cli_plan.sh PATH/TO/h3run (CTest passes it).
 set -u
 H3RUN=$1
@@ -25,16 +26,44 @@ for want in "DiT: 19412 packed rows (128 text, 414 audio, 18870 video); fits" "p
             "time per step:" "ratio 1.0" "text encoder: on the device: 50 of 64 layers streamed"; do
     grep -qF -- "$want" <<<"$out" || fail "plan W124 8GiB lacks '$want': $out"
 done
-peak=$(sed -n 's/.*device peak \([0-9.]*\) GiB of 8.00 GiB.*/\1/p' <<<"$out")
+peak=$(sed -n 's/^  device peak \([0-9.]*\) GiB of 8.00 GiB:$/\1/p' <<<"$out")
 awk -v p="$peak" 'BEGIN { exit !(p > 6 && p <= 8) }' || fail "W124 at 8 GiB: peak '$peak' GiB"
 echo "W124 8GiB: $(grep -E 'placement|time per step' <<<"$out" | tr -s ' ' | tr '\n' ';')"
+
+# The release-shaped model (h3-testdata model --header-only: the pruned int8 ConvRot DiT, the nvfp4 text encoder,
+# the f16 video VAE, the f32 audio VAE), W124 at 8 GiB, 20 steps on the H200's figures: every stage planned on the
+# device in the order it runs, each with its device peak under the budget, its host peak and its predicted time.
+"$BUILD/h3-testdata" model "$tmp/rel" --header-only >/dev/null || fail "h3-testdata model --header-only"
+out=$("$H3RUN" plan "$tmp/rel" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --device h200 --steps 20 \
+      2>"$tmp/err")
+rc=$?
+[ $rc -eq 0 ] || fail "plan of the release-shaped model exited $rc: $(cat "$tmp/err")"
+table=$(sed -n '/^stages, in turn/,$p' <<<"$out")
+n=0
+for stage in "text encoder" "DiT" "audio VAE" "video VAE"; do
+    line=$(grep -E "^  $stage +(device|host) " <<<"$table")
+    [ -n "$line" ] || { fail "the release-shaped plan has no line for the $stage: $out"; continue; }
+    n=$((n + 1))
+    # "  NAME  device  P GiB of 8.00 GiB  H GiB  T s"
+    read -r place peak of bud host pred <<<"$(sed -E "s/^  $stage +//; s/ GiB//g; s/ s( .*)?$//" <<<"$line")"
+    [ "$place" = device ] || fail "the $stage is not on the device at 8 GiB: $line"
+    awk -v p="$peak" -v h="$host" -v t="$pred" 'BEGIN { exit !(p > 0 && p + 0.08 <= 8 && h >= 0 && t > 0) }' ||
+        fail "the $stage at 8 GiB: peak '$peak', host '$host', time '$pred' ($line)"
+done
+[ $n -eq 4 ] && [ "$(grep -cE '^  (text encoder|DiT|audio VAE|video VAE) ' <<<"$table")" -eq 4 ] ||
+    fail "the stage table does not hold exactly the four stages: $table"
+# the text encoder reads its 50 nvfp4 layers (12.78 GiB), not the whole file's average bytes per parameter
+grep -qF "text encoder: on the device: 50 of 64 layers streamed from the mapped file through 2 slots (12.78 GiB read per prompt)" \
+    <<<"$out" || fail "the nvfp4 text encoder's bytes read per prompt: $(grep '^text encoder' <<<"$out")"
+echo "release-shaped model, W124 at 8 GiB:"
+echo "$table"
 
 # Every BENCH.md budget of W73 and W124 fits and never plans above its budget.
 for w in W73 W124; do
     for b in 24 16 12 8 6; do
         out=$("$H3RUN" plan "$tmp/FL2VA/transformer" --workload $w --vram-budget ${b}GiB --device h200 -q 2>"$tmp/err")
         [ $? -eq 0 ] || fail "plan $w ${b}GiB: $(cat "$tmp/err")"
-        peak=$(sed -n "s/.*device peak \([0-9.]*\) GiB of .*/\1/p" <<<"$out")
+        peak=$(sed -n "s/^  device peak \([0-9.]*\) GiB of .*:$/\1/p" <<<"$out")
         awk -v p="$peak" -v b="$b" 'BEGIN { exit !(p > 0 && p <= b) }' || fail "$w ${b}GiB: peak '$peak' GiB"
     done
 done
@@ -79,7 +108,7 @@ F=$SRC/tests/fixtures
 out=$("$H3RUN" plan "$F/dit/official" "$F/text_encoder/official" "$F/video_vae/official" --frames 22 --size 256x128 \
       --vram-budget 1GiB 2>"$tmp/err")
 [ $? -eq 0 ] || fail "plan on the fixtures: $(cat "$tmp/err")"
-for want in "DiT: " "4 of 4 blocks resident" "text encoder: on the device" "video VAE: runs on the host"; do
+for want in "DiT: " "4 of 4 blocks resident" "text encoder: on the device" "video VAE: on the device: 2 of 2 blocks resident"; do
     grep -qF -- "$want" <<<"$out" || fail "fixtures plan lacks '$want': $out"
 done
 

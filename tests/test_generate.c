@@ -11,9 +11,10 @@
  *  - bad requests: H3_ERR_INVALID naming the fix before anything is written;
  *  - allocation failures across the whole run (every allocation of the first ones, then a spread): an error,
  * no leak, no file;
- *  - on a GPU (skipped without one): the DiT on the device against the CPU, relative L2 of the latents <=
- * 5e-2 (bf16 activations through every step). Needs ffmpeg for the PNG read-back (scripts/deps.sh installs
- * it). */
+ *  - on a GPU (skipped without one; tests/gpu/run.sh generate runs it): every stage planned on the device
+ * and run there inside one backend brought up once, each giving back all it took, its measured device peak
+ * within 5% of its plan's and within the budget; the latents against the CPU's, relative L2 <= 5e-2 (bf16
+ * activations through every step). Needs ffmpeg for the PNG read-back (scripts/deps.sh installs it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,9 +324,11 @@ static void test_end_to_end(void) {
     }
     CHECK(res.modulation_timesteps == distinct, "%d timesteps precomputed, the schedule has %d distinct",
           res.modulation_timesteps, distinct);
-    /* The step time excludes the first call and fits inside the DiT stage (it once counted from the clock's zero). */
+    /* The step time excludes the first call and fits inside the DiT stage (it once counted from the clock's
+     * zero). */
     if (r.req.steps > 1)
-        CHECK(res.measured_step_s > 0 && res.measured_step_s * (r.req.steps - 1) <= res.stage_s[H3_GEN_DIT] + 1e-3,
+        CHECK(res.measured_step_s > 0 &&
+                  res.measured_step_s * (r.req.steps - 1) <= res.stage_s[H3_GEN_DIT] + 1e-3,
               "%.3f s per model call after the first, %d calls, a DiT stage of %.3f s", res.measured_step_s,
               r.req.steps, res.stage_s[H3_GEN_DIT]);
     h3_schedule_free(&s);
@@ -605,8 +608,23 @@ static void test_alloc_failures(void) {
         failed, tested, (long long)total);
 }
 
-/* ---- the DiT on the GPU -------------------------------------------------------------------------------- */
+/* ---- the stages on the GPU ----------------------------------------------------------------------------- */
 
+/* Counts the device backend's start-ups (its "cuda: <name> ..." line) and the stages' warnings: a stage the
+ * plan put on the host, device memory a stage still held when it ended. */
+static int g_cuda_inits, g_warnings;
+static void count_log(h3_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (!strncmp(msg, "cuda: ", 6)) g_cuda_inits++;
+    if (level >= H3_LOG_WARN && (!strncmp(msg, "plan: ", 6) || strstr(msg, "still held"))) {
+        g_warnings++;
+        t_note("  warning: %s", msg);
+    }
+}
+
+/* The run on the GPU: every stage planned on the device runs there inside one backend (brought up once),
+ * gives back everything it took (nothing held when it ends) and peaks where its plan said, within the budget;
+ * the latents agree with the CPU's. */
 static void test_cuda(void) {
     if (h3_cuda_device_count() == 0) {
         t_note("  skipped: no CUDA device on this machine");
@@ -627,8 +645,32 @@ static void test_cuda(void) {
         r.device = k ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
         r.latents = path_in(k ? "gpu.safetensors" : "cpu.safetensors", lat[k], sizeof lat[k]);
         h3_generate_result res;
+        g_cuda_inits = g_warnings = 0;
+        h3_log_set_callback(count_log, NULL, H3_LOG_INFO);
         CHECK_OK(h3_generate(&r, NULL, &res));
+        h3_log_set_callback(NULL, NULL, H3_LOG_WARN);
         CHECK(res.device == r.device, "ran on %s", h3_device_name(res.device));
+        if (k) {
+            CHECK(g_cuda_inits == 1, "the device backend came up %d times in one run (once expected)",
+                  g_cuda_inits);
+            CHECK(g_warnings == 0, "%d warnings (a stage on the host, or device memory still held)",
+                  g_warnings);
+            static const int st[4] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
+            for (int i = 0; i < 4; i++) {
+                const h3_stage_report *sr = &res.stages[st[i]];
+                const char *nm = h3_generate_stage_name(st[i]);
+                CHECK(sr->on_device, "%s ran on the host", nm);
+                CHECK(sr->dev_held == 0, "%s left %lld device bytes held", nm, (long long)sr->dev_held);
+                CHECK(sr->dev_peak > 0 && sr->dev_peak <= res.vram_budget,
+                      "%s peaked at %lld of a %lld budget", nm, (long long)sr->dev_peak,
+                      (long long)res.vram_budget);
+                CHECK(llabs(sr->dev_peak - sr->dev_predicted) <= sr->dev_predicted / 20,
+                      "%s: device peak %lld measured, %lld predicted (more than 5%% apart)", nm,
+                      (long long)sr->dev_peak, (long long)sr->dev_predicted);
+                t_note("  %s on the GPU: %.3f s, device peak %.1f MiB measured, %.1f MiB predicted", nm,
+                       sr->seconds, sr->dev_peak / 1048576.0, sr->dev_predicted / 1048576.0);
+            }
+        }
         h3_st_set s;
         CHECK_OK(h3_st_open(lat[k], &s));
         CHECK_OK(h3_st_load(&s, "video_latents", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &v[k]));

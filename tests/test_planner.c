@@ -43,7 +43,9 @@
 #include "mem/streamer.h"
 #include "mem/units.h"
 #include "models/dit.h"
+#include "models/audio_vae.h"
 #include "models/text_encoder.h"
+#include "models/video_vae.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -141,9 +143,9 @@ static h3_plan_model full_model(void) {
     return m;
 }
 
-static const h3_plan_request W124 = {124, 960, 544, 128, 40};
-static const h3_plan_request W73 = {73, 960, 544, 128, 40};
-static const h3_plan_request W362 = {362, 960, 544, 128, 40};
+static const h3_plan_request W124 = {124, 960, 544, 128, 40, 20};
+static const h3_plan_request W73 = {73, 960, 544, 128, 40, 20};
+static const h3_plan_request W362 = {362, 960, 544, 128, 40, 20};
 
 static h3_plan *plan_at(const h3_plan_request *r, int64_t vram, int64_t ram) {
     static h3_plan p;
@@ -351,6 +353,184 @@ static void test_format(void) {
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(strstr(s, want[i]) != NULL, "lacks '%s'", want[i]);
     h3_free(s);
+}
+
+/* ---- the other stages: the models' own figures ----------------------------------------------------------
+ */
+
+/* The release-shaped folder at half width, header-only (h3-testdata model --scale 2: the nvfp4 text encoder
+ * with its int8 embedding and vision tower, the f16 video VAE, the f32 audio VAE). */
+static char g_rel[1024];
+
+static int rel_folder(void) {
+    if (g_rel[0]) return 1;
+    char cmd[2400];
+    const char *bd = getenv("H3_BUILD_DIR");
+    t_tmp_path("release_s2", g_rel, sizeof g_rel);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/h3-testdata' model '%s' --header-only --scale 2 >/dev/null",
+             g_rel, bd ? bd : ".", g_rel);
+    if (system(cmd) != 0) {
+        CHECK(0, "h3-testdata model --header-only --scale 2 failed (%s)", cmd);
+        g_rel[0] = 0;
+        return 0;
+    }
+    return 1;
+}
+
+static void rel_sub(const char *sub, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", g_rel, sub);
+}
+
+/* Bytes of the file's tensors named "<...>layers.<l>.<...>" for l < layers, outside the vision tower: what
+ * running the first `layers` layers reads, as stored. */
+static int64_t te_file_layer_bytes(const char *set_path, int layers) {
+    h3_st_set s;
+    if (h3_st_open(set_path, &s) != H3_OK) return -1;
+    int64_t total = 0;
+    for (int64_t i = 0; i < s.n_entries; i++) {
+        const char *nm = s.entries[i].name, *p = strstr(nm, "layers.");
+        if (!p || strstr(nm, "visual")) continue;
+        if (atoi(p + 7) < layers) total += (int64_t)(s.entries[i].end - s.entries[i].begin);
+    }
+    h3_st_close(&s);
+    return total;
+}
+
+/* Each stage plan other than the DiT's holds the figures of the model's own memory function (the text
+ * encoder's h3_text_encoder_device_bytes, the video VAE's h3_video_vae_plan and decode_peak, the audio VAE's
+ * h3_audio_vae_decode_peak) at the budget that puts it on the device and at one that sends it to the host;
+ * the text encoder's bytes read per prompt are its 50 layers' bytes in the file (they were an average bytes
+ * per parameter over the whole file, its vision tower and int8 embedding included: 3.5 times too many). */
+static void test_stage_plans(void) {
+    if (!rel_folder()) return;
+    char p[1100];
+    h3_text_encoder *te = NULL;
+    h3_video_vae *vv = NULL;
+    h3_audio_vae *av = NULL;
+    rel_sub("text_encoder", p, sizeof p);
+    CHECK_OK(h3_text_encoder_open(p, NULL, &te));
+    rel_sub("video_vae", p, sizeof p);
+    CHECK_OK(h3_video_vae_open(p, NULL, &vv));
+    rel_sub("audio_vae", p, sizeof p);
+    CHECK_OK(h3_audio_vae_open(p, NULL, &av));
+    if (!te || !vv || !av) goto done;
+    h3_device_figures f;
+    h3_device_figures_find("h200", &f);
+    const h3_plan_budgets b8 = {8 * GiB, 100 * GiB};
+    h3_stage_plan *sp = calloc(1, sizeof *sp);
+    if (!sp) goto done;
+
+    /* text encoder, W124's 128 tokens to hidden_states[50] */
+    CHECK_OK(h3_plan_text_encoder(te, 128, 50, &b8, &f, sp));
+    int64_t want = h3_text_encoder_device_bytes(te, 128, 50);
+    CHECK(sp->on_device && sp->fits && sp->dev_peak == want && sp->dev_need == want,
+          "text encoder at 8 GiB: on the device %d, peak %lld, h3_text_encoder_device_bytes %lld",
+          sp->on_device, (long long)sp->dev_peak, (long long)want);
+    rel_sub("text_encoder/qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", p, sizeof p);
+    int64_t file = te_file_layer_bytes(p, 50);
+    CHECK(file > 0 && llabs(sp->weight_bytes - file) <= file / 100,
+          "text encoder: %lld bytes read per prompt planned, its 50 layers hold %lld in the file",
+          (long long)sp->weight_bytes, (long long)file);
+    t_note("  text encoder: %.3f GiB read per prompt (the file's 50 layers: %.3f GiB), device peak %.3f GiB",
+           (double)sp->weight_bytes / GiB, (double)file / GiB, (double)sp->dev_peak / GiB);
+    const h3_plan_budgets small = {want - 1, 100 * GiB};
+    CHECK_OK(h3_plan_text_encoder(te, 128, 50, &small, &f, sp));
+    CHECK(!sp->on_device && sp->fits && sp->dev_need == want && sp->dev_peak == 0 &&
+              sp->host_peak == h3_plan_te_activation_bytes(h3_text_encoder_config(te), 128, 0) &&
+              strstr(sp->reason, "more than the device budget"),
+          "text encoder below its need: on the device %d, host %lld, reason '%s'", sp->on_device,
+          (long long)sp->host_peak, sp->reason);
+
+    /* video VAE, W124's latents [24, 37, 34, 60] */
+    const h3_video_vae_config *vc = h3_video_vae_get_config(vv);
+    h3_video_vae_run run;
+    memset(&run, 0, sizeof run);
+    run.place = H3_PLACE_DEVICE;
+    run.vram_budget = b8.vram;
+    run.ram_budget = b8.ram;
+    run.threads = 2;
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_plan(vv, 37, 34, 60, &run, &m));
+    CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &b8, &f, sp));
+    CHECK(sp->on_device && sp->fits && sp->dev_peak == m.dev_peak &&
+              sp->host_peak == m.total + m.host_pinned && sp->vvae.n_resident == m.n_resident &&
+              sp->vvae.tile_batch == m.tile_batch && sp->vvae.rows_per_step == m.rows_per_step &&
+              sp->n_resident == m.n_resident && sp->weight_bytes == 12345 && sp->t_run > 0,
+          "video VAE at 8 GiB: peak %lld (its plan %lld), %d resident (%d), %d tiles a pass (%d)",
+          (long long)sp->dev_peak, (long long)m.dev_peak, sp->vvae.n_resident, m.n_resident,
+          sp->vvae.tile_batch, m.tile_batch);
+    const h3_plan_budgets tiny = {64 * MiB, 100 * GiB};
+    CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &tiny, &f, sp));
+    CHECK_OK(h3_video_vae_decode_peak(vc, 37, 34, 60, 2, 0, &m));
+    CHECK(!sp->on_device && sp->fits && sp->host_peak == m.total && sp->dev_need > 64 * MiB &&
+              strstr(sp->reason, "needs at least"),
+          "video VAE at 64 MiB: on the device %d, host %lld (decode_peak %lld), need %lld, reason '%s'",
+          sp->on_device, (long long)sp->host_peak, (long long)m.total, (long long)sp->dev_need, sp->reason);
+    /* the least it needs there is a plan that fits that budget (with its slack) */
+    const h3_plan_budgets need = {sp->dev_need + h3_budget_slack(sp->dev_need) + 64 * MiB, 100 * GiB};
+    CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &need, &f, sp));
+    CHECK(sp->on_device, "video VAE at its named need plus slack: on the device %d (%s)", sp->on_device,
+          sp->reason);
+
+    /* audio VAE, 207 latents a channel, stereo */
+    h3_audio_vae_mem am;
+    CHECK_OK(h3_audio_vae_decode_peak(h3_audio_vae_get_config(av), 207, 2, &am));
+    CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &b8, &f, sp));
+    CHECK(sp->on_device && sp->fits && sp->dev_peak == am.dev_total + H3_CUDA_BACKEND_BYTES &&
+              sp->avae.dev_weights == am.dev_weights && sp->host_peak == 777,
+          "audio VAE at 8 GiB: peak %lld, dev_total %lld + the backend's %lld", (long long)sp->dev_peak,
+          (long long)am.dev_total, (long long)H3_CUDA_BACKEND_BYTES);
+    const h3_plan_budgets abud = {am.dev_total, 100 * GiB};
+    CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &abud, &f, sp));
+    CHECK(!sp->on_device && sp->host_peak == am.total + 777 &&
+              sp->dev_need == am.dev_total + H3_CUDA_BACKEND_BYTES,
+          "audio VAE below its need: on the device %d, host %lld", sp->on_device, (long long)sp->host_peak);
+
+    /* The whole request: the same stage plans, each on the device within the budget. */
+    h3_plan_model pm;
+    memset(&pm, 0, sizeof pm);
+    pm.te = te;
+    pm.vvae = vv;
+    pm.avae = av;
+    pm.vvae_weight_bytes = 12345;
+    pm.avae_weight_bytes = 777;
+    pm.host_threads = 2;
+    static h3_plan pl;
+    CHECK_OK(h3_plan_make(&pm, &W124, &b8, &f, &pl));
+    CHECK_OK(h3_plan_text_encoder(te, 128, 50, &b8, &f, sp));
+    CHECK(pl.fits && pl.te.dev_peak == sp->dev_peak && pl.te.weight_bytes == sp->weight_bytes,
+          "the plan's text encoder is h3_plan_text_encoder's");
+    CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &b8, &f, sp));
+    CHECK(pl.vvae.dev_peak == sp->dev_peak && pl.vvae.host_peak == sp->host_peak, "the plan's video VAE");
+    CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &b8, &f, sp));
+    CHECK(pl.avae.dev_peak == sp->dev_peak && pl.avae.host_peak == sp->host_peak, "the plan's audio VAE");
+    const h3_stage_plan *all[3] = {&pl.te, &pl.avae, &pl.vvae};
+    for (int i = 0; i < 3; i++)
+        CHECK(all[i]->on_device && all[i]->dev_peak + h3_budget_slack(b8.vram) <= b8.vram,
+              "stage %d: on the device %d, peak %lld", i, all[i]->on_device, (long long)all[i]->dev_peak);
+
+    /* A stage that fits neither budget stops the plan, named, with the device budget that would hold it. */
+    pm.te = NULL;
+    pm.avae = NULL;
+    const h3_plan_budgets none = {tiny.vram, 1 * MiB};
+    CHECK_OK(h3_plan_make(&pm, &W124, &none, &f, &pl));
+    CHECK(!pl.fits && strstr(pl.why, "the video VAE fits neither budget") &&
+              strstr(pl.why, "Would fit: --vram-budget"),
+          "the video VAE at 64 MiB and 1 MiB of host: %s", pl.why);
+    CHECK_ERR(h3_plan_check(&pl), H3_ERR_BUDGET, "video VAE");
+    t_note("  %s", pl.why);
+    const char *vb = strstr(pl.why, "--vram-budget ");
+    if (vb) {
+        const h3_plan_budgets named = {(int64_t)(atof(vb + 14) * (double)GiB), 1 * MiB};
+        CHECK_OK(h3_plan_make(&pm, &W124, &named, &f, &pl));
+        CHECK(pl.fits && pl.vvae.on_device, "at the named --vram-budget %.2f GiB: %s",
+              (double)named.vram / GiB, pl.why);
+    }
+    free(sp);
+done:
+    h3_text_encoder_close(te);
+    h3_video_vae_close(vv);
+    h3_audio_vae_close(av);
 }
 
 /* ---- measured peaks on the CPU equal the planner's ----------------------------------------------------- */
@@ -863,6 +1043,11 @@ static void test_cleanup(void) {
     h3_dit_close(g_dit);
     g_dit = NULL;
     if (g_full[0]) unlink(g_full);
+    if (g_rel[0]) {
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_rel);
+        CHECK(system(cmd) == 0, "removing %s", g_rel);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -877,6 +1062,7 @@ int main(int argc, char **argv) {
         {"budget_edges", test_budget_edges},
         {"no_fit", test_no_fit},
         {"format", test_format},
+        {"stage_plans", test_stage_plans},
         {"measured_dit", test_measured_dit},
         {"measured_te", test_measured_te},
         {"streamer_host", test_streamer_host},

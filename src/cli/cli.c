@@ -12,6 +12,9 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "cuda/cuda.h"
+#include "mem/budget.h"
+#include "pipeline/generate.h"
 #include "pipeline/request.h"
 
 static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
@@ -36,12 +39,23 @@ int h3_parse_size(const char *s, int64_t *out) {
     char u = (char)toupper((unsigned char)*end);
     if (u) {
         switch (u) {
-            case 'K': mul = 1024.0; break;
-            case 'M': mul = 1024.0 * 1024; break;
-            case 'G': mul = 1024.0 * 1024 * 1024; break;
-            case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
-            case 'B': mul = 1; break;
-            default: return 1;
+            case 'K':
+                mul = 1024.0;
+                break;
+            case 'M':
+                mul = 1024.0 * 1024;
+                break;
+            case 'G':
+                mul = 1024.0 * 1024 * 1024;
+                break;
+            case 'T':
+                mul = 1024.0 * 1024 * 1024 * 1024;
+                break;
+            case 'B':
+                mul = 1;
+                break;
+            default:
+                return 1;
         }
         end++;
         if (u != 'B') {
@@ -92,7 +106,8 @@ void h3_cli_print_help(const h3_cli_cmd *cmd, FILE *out) {
                 snprintf(left, sizeof left, "-%c, --%s%s%s", o->short_name, o->name, o->metavar ? " " : "",
                          o->metavar ? o->metavar : "");
             else
-                snprintf(left, sizeof left, "    --%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+                snprintf(left, sizeof left, "    --%s%s%s", o->name, o->metavar ? " " : "",
+                         o->metavar ? o->metavar : "");
             fprintf(out, "  %-28s %s\n", left, o->help);
         }
         fprintf(out, "  %-28s %s\n", "-h, --help", "show this help");
@@ -142,9 +157,11 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
         }
         case H3_OPT_SIZE:
             if (h3_parse_size(v, (int64_t *)o->target) == 0) return 0;
-            fprintf(stderr, "h3run %s: --%s takes a size like 8GiB, 512M or 123456; got '%s'\n", cmd->name, o->name, v);
+            fprintf(stderr, "h3run %s: --%s takes a size like 8GiB, 512M or 123456; got '%s'\n", cmd->name,
+                    o->name, v);
             return H3_EXIT_USAGE;
-        default: break;
+        default:
+            break;
     }
     char range[96];
     range_text(o, range, sizeof range);
@@ -172,15 +189,16 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
             size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
             o = find_long(cmd->opts, a + 2, len);
             if (!o) {
-                fprintf(stderr, "h3run %s: unknown option '%.*s' (see 'h3run %s --help')\n", cmd->name, (int)(len + 2),
-                        a, cmd->name);
+                fprintf(stderr, "h3run %s: unknown option '%.*s' (see 'h3run %s --help')\n", cmd->name,
+                        (int)(len + 2), a, cmd->name);
                 return H3_EXIT_USAGE;
             }
             if (eq) val = eq + 1;
         } else if (!only_pos && a[0] == '-' && a[1] && !isdigit((unsigned char)a[1])) {
             o = find_short(cmd->opts, a[1]);
             if (!o || a[2]) {
-                fprintf(stderr, "h3run %s: unknown option '%s' (see 'h3run %s --help')\n", cmd->name, a, cmd->name);
+                fprintf(stderr, "h3run %s: unknown option '%s' (see 'h3run %s --help')\n", cmd->name, a,
+                        cmd->name);
                 return H3_EXIT_USAGE;
             }
         } else {
@@ -189,7 +207,8 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
                 return H3_EXIT_USAGE;
             }
             if (*npos >= cmd->max_pos) {
-                fprintf(stderr, "h3run %s: unexpected argument '%s' (usage: h3run %s)\n", cmd->name, a, cmd->usage);
+                fprintf(stderr, "h3run %s: unexpected argument '%s' (usage: h3run %s)\n", cmd->name, a,
+                        cmd->usage);
                 return H3_EXIT_USAGE;
             }
             pos[(*npos)++] = a;
@@ -205,7 +224,8 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
         }
         if (!val) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "h3run %s: --%s needs a value (%s)\n", cmd->name, o->name, o->metavar ? o->metavar : "");
+                fprintf(stderr, "h3run %s: --%s needs a value (%s)\n", cmd->name, o->name,
+                        o->metavar ? o->metavar : "");
                 return H3_EXIT_USAGE;
             }
             val = argv[++i];
@@ -253,6 +273,43 @@ int h3_cli_fail(const char *cmd, h3_status st) {
     if (!msg[0]) msg = h3_code_name(st);
     fprintf(stderr, "h3run %s: error: %s\n", cmd, msg);
     return st == H3_ERR_INVALID ? H3_EXIT_USAGE : H3_EXIT_FAIL;
+}
+
+int h3_cli_device_resolve(const char *cmd, const char *device, const char *vram_s, int plan_only,
+                          h3_cli_device *out) {
+    memset(out, 0, sizeof *out);
+    h3_device d;
+    h3_status st = h3_device_parse(device ? device : "cpu", &d);
+    if (st == H3_OK && vram_s) st = h3_budget_parse(vram_s, "--vram-budget", &out->vram);
+    if (st != H3_OK) return h3_cli_fail(cmd, st);
+    const int gpus = h3_cuda_device_count();
+    if (d == H3_DEVICE_AUTO) d = gpus > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
+    if (d == H3_DEVICE_CPU) return 0;
+    if (gpus == 0 && !(plan_only && out->vram)) {
+        fprintf(stderr, "h3run %s: error: --device cuda: %s; use --device cpu\n", cmd,
+                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine"
+                                   : "this h3run was built without CUDA");
+        return H3_EXIT_USAGE;
+    }
+    out->cuda = 1;
+    out->required = device && !strcmp(device, "cuda");
+    char name[128] = "";
+    int64_t free_b = 0;
+    if (gpus > 0 && h3_cuda_device_info(0, name, sizeof name, NULL, &free_b) == H3_OK)
+        out->have_fig = h3_device_figures_for(name, &out->fig);
+    h3_clear_error();
+    if (!out->vram) {
+        st = h3_budget_default_vram(0, &out->vram);
+        if (st != H3_OK) return h3_cli_fail(cmd, st);
+    }
+    return 0;
+}
+
+h3_status h3_cli_device_refused(const char *stage, const char *reason) {
+    return H3_ERR(H3_ERR_BUDGET,
+                  "the %s cannot run on the GPU within the device budget: %s; raise --vram-budget, "
+                  "or use --device auto (the host when the GPU cannot hold it) or --device cpu",
+                  stage, reason);
 }
 
 int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
+#include "pipeline/plan.h"
 
 /* Exit statuses: 0 success; 1 the work failed (bad file, out of memory, device error); 2 the request was bad
  * (unknown option, invalid value, impossible frame count...). */
@@ -44,8 +45,8 @@ typedef struct h3_cli_cmd {
     int min_pos, max_pos; /* positional arguments */
 } h3_cli_cmd;
 
-/* Parses argv (after the subcommand name). Prints problems to stderr and returns H3_EXIT_USAGE; returns -1 after
- * printing --help; 0 on success. */
+/* Parses argv (after the subcommand name). Prints problems to stderr and returns H3_EXIT_USAGE; returns -1
+ * after printing --help; 0 on success. */
 int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos, int *npos);
 void h3_cli_print_help(const h3_cli_cmd *cmd, FILE *out);
 
@@ -98,6 +99,26 @@ int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n);
  * leaves is named *.partial. Exactly one end per begin, on every path. */
 void h3_cli_run_begin(void);
 h3_status h3_cli_run_end(h3_status st);
+
+/* ---- where a command's stages run: --device and --vram-budget ------------------------------------------ */
+
+typedef struct h3_cli_device {
+    int cuda;     /* the stages are planned for the GPU (and run there where their plan puts them) */
+    int required; /* --device cuda: a stage the budget cannot hold on the GPU is an error, not the host */
+    int64_t vram; /* the device budget (cuda): every byte the command takes on the GPU */
+    int have_fig; /* figures of this GPU for time predictions */
+    h3_device_figures fig;
+} h3_cli_device;
+
+/* Resolves --device NAME (cpu, cuda, or auto: cuda when a GPU is present) and --vram-budget SIZE (NULL: the
+ * free memory less 512 MiB) for a command that runs stages (pipeline/stages.h). plan_only: the command only
+ * prints its plan, so --device cuda needs no GPU when a budget is given (arithmetic only). Prints the problem
+ * and returns H3_EXIT_USAGE (a bad name or size, --device cuda without a GPU); 0 otherwise. */
+int h3_cli_device_resolve(const char *cmd, const char *device, const char *vram_s, int plan_only,
+                          h3_cli_device *out);
+/* The message when --device cuda was asked for and the plan puts the stage on the host: H3_ERR_BUDGET with
+ * the plan's reason and the fixes. */
+h3_status h3_cli_device_refused(const char *stage, const char *reason);
 
 /* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md): looked for
  * beside the program (PROGRAM_DIR/../models/h3-small in a checkout or build tree,

@@ -1,10 +1,9 @@
-/* h3run decode: latents from a safetensors file through the video or audio VAE, to PNG frames or a WAV file, and
- * optionally to f32 tensors in diffusers' value range for comparisons. */
+/* h3run decode: latents from a safetensors file through the video or audio VAE, to PNG frames or a WAV file,
+ * and optionally to f32 tensors in diffusers' value range for comparisons. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "base/alloc.h"
 #include "base/cancel.h"
@@ -17,12 +16,7 @@
 #include "models/video_vae.h"
 #include "pipeline/generate.h"
 #include "pipeline/media.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "pipeline/stages.h"
 
 typedef struct {
     h3_png_seq *png; /* PNG frames, or NULL */
@@ -60,32 +54,24 @@ typedef struct {
     const char *model, *out, *tensors_out;
     int64_t threads, tile, overlap, heads;
     int no_tiling, plan, quiet;
-    h3_device device;    /* CPU, or CUDA (AUTO resolved before decoding) */
-    int64_t vram_budget; /* with CUDA: the device budget (0: the free memory less the margin) */
+    h3_cli_device dev; /* where the VAE decodes: planned for the GPU when dev.cuda */
 } decode_args;
 
-/* With --device cuda: the GPU's arena (the budget), the plan for these latents and the placement of the weights
- * (resident or streamed as the budget allows); prints the plan. Without: nothing (the CPU decodes from the file). */
-static h3_status place_video(const decode_args *a, h3_exec *ex, h3_video_vae *v, int64_t T, int64_t H, int64_t W,
-                             h3_video_vae_mem *m) {
-    if (a->device != H3_DEVICE_CUDA) return H3_OK;
-    int64_t budget = a->vram_budget;
-    if (!budget) H3_TRY(h3_budget_default_vram(0, &budget));
-    h3_video_vae_run run;
-    memset(&run, 0, sizeof run);
-    run.place = H3_PLACE_DEVICE;
-    run.vram_budget = budget;
-    run.threads = ex->threads;
-    H3_TRY(h3_video_vae_plan(v, T, H, W, &run, m));
-    char b1[32], b2[32];
-    if (!a->quiet || a->plan)
-        printf("  on the GPU: %d of %d blocks resident, %d streamed; %d tiles per pass, %lld-row steps; predicted "
-               "device peak %s of the %s budget\n",
-               m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->tile_batch, (long long)m->rows_per_step,
-               h3_budget_str(m->dev_peak, b1, sizeof b1), h3_budget_str(budget, b2, sizeof b2));
-    if (a->plan && !a->out && !a->tensors_out) return H3_OK;
-    H3_TRY_CTX(h3_cuda_init(ex, 0, budget), "--device cuda");
-    return h3_video_vae_place(v, ex, m, NULL);
+/* Bytes of the weight set a VAE was opened from (the plan's load time); 0 when they cannot be counted. */
+static int64_t set_bytes(const char *source) {
+    int64_t b = 0;
+    if (source && h3_plan_weight_bytes(source, &b) != H3_OK) {
+        h3_clear_error();
+        b = 0;
+    }
+    return b;
+}
+
+/* The plan of a stage for --device cuda or auto: on the GPU when the budget holds it; else the host (auto) or
+ * an error naming what it needs (cuda). */
+static h3_status device_or_host(const decode_args *a, const char *stage, const h3_stage_plan *sp) {
+    if (sp->on_device || !a->dev.required) return H3_OK;
+    return h3_cli_device_refused(stage, sp->reason);
 }
 
 /* Starts measuring the decode's own memory: returns what is allocated now (weights, latents, outputs). */
@@ -101,7 +87,15 @@ static void report_mem(int64_t base, int64_t planned) {
     h3_mem_get_stats(&m);
     char a[32], b[32];
     printf("decode memory: peak %s measured, %s planned (beyond weights, latents and outputs)\n",
-           h3_fmt_bytes((double)(m.total_peak - base), a, sizeof a), h3_fmt_bytes((double)planned, b, sizeof b));
+           h3_fmt_bytes((double)(m.total_peak - base), a, sizeof a),
+           h3_fmt_bytes((double)planned, b, sizeof b));
+}
+
+static void report_device(const h3_stage_report *rep) {
+    char p1[32], p2[32];
+    printf("device memory: peak %s measured, %s predicted (the backend's workspace included)%s\n",
+           h3_budget_str(rep->dev_peak, p1, sizeof p1), h3_budget_str(rep->dev_predicted, p2, sizeof p2),
+           rep->dev_held ? "; NOT all given back" : "");
 }
 
 static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat) {
@@ -116,6 +110,8 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_png_seq png = {0};
     h3_tensor all = {0};
     h3_st_writer *w = NULL;
+    h3_stage_plan *sp = NULL;
+    int cuda_on = 0;
     st = h3_video_vae_open(a->model, &o, &v);
     if (st != H3_OK) {
         char b[96];
@@ -131,25 +127,45 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, ex->threads, 0, &m));
     char b1[32], b2[32], b3[32];
     if (!a->quiet || a->plan)
-        printf("video VAE %s (%s layout, %d blocks, %s weights): latents [%d, %lld, %lld, %lld] -> %lld frames of "
-               "%lld×%lld px\n  %d chunks of %d×%d tiles (%lld tokens each); planned decode memory %s (chunk %s, ViT "
+        printf("video VAE %s (%s layout, %d blocks, %s weights): latents [%d, %lld, %lld, %lld] -> %lld "
+               "frames of "
+               "%lld×%lld px\n  %d chunks of %d×%d tiles (%lld tokens each); planned decode memory %s (chunk "
+               "%s, ViT "
                "%s)\n",
                h3_video_vae_source(v), h3_layout_name(h3_video_vae_layout(v)), c->num_layers,
                h3_dtype_name(c->weight_dtype), c->latent_channels, (long long)T, (long long)H, (long long)W,
                (long long)m.frames, (long long)Wp, (long long)Hp, m.chunks, m.tiles_y, m.tiles_x,
                (long long)m.tokens_per_tile, h3_fmt_bytes((double)m.total, b1, sizeof b1),
-               h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2), h3_fmt_bytes((double)m.vit, b3, sizeof b3));
-    h3_video_vae_mem dm;
-    memset(&dm, 0, sizeof dm);
-    H3_CHECK(place_video(a, ex, v, T, H, W, &dm));
+               h3_fmt_bytes((double)m.chunk_buffers, b2, sizeof b2),
+               h3_fmt_bytes((double)m.vit, b3, sizeof b3));
+    if (a->dev.cuda) {
+        /* the stage's plan: the blocks resident or streamed as the budget allows, the tiles per pass */
+        sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
+        if (!sp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        const h3_plan_budgets b = {a->dev.vram, 0};
+        H3_CHECK(h3_plan_video_vae(v, T, H, W, set_bytes(h3_video_vae_source(v)), ex->threads, &b,
+                                   a->dev.have_fig ? &a->dev.fig : NULL, sp));
+        H3_CHECK(device_or_host(a, "video VAE", sp));
+        const h3_video_vae_mem *dm = &sp->vvae;
+        if (!sp->on_device)
+            printf("  on the host: %s\n", sp->reason);
+        else if (!a->quiet || a->plan)
+            printf("  on the GPU: %d of %d blocks resident, %d streamed; %d tiles per pass, %lld-row steps; "
+                   "predicted device peak %s of the %s budget\n",
+                   dm->n_resident, dm->n_blocks, dm->n_blocks - dm->n_resident, dm->tile_batch,
+                   (long long)dm->rows_per_step, h3_budget_str(dm->dev_peak, b1, sizeof b1),
+                   h3_budget_str(a->dev.vram, b2, sizeof b2));
+    }
     if (a->plan && !a->out && !a->tensors_out) goto done;
     if (a->out) {
-        if (Hp > 16384 || Wp > 16384) H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output",
-                                              (long long)Wp, (long long)Hp);
+        if (Hp > 16384 || Wp > 16384)
+            H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output", (long long)Wp,
+                    (long long)Hp);
         H3_CHECK(h3_png_seq_open(a->out, (int)Wp, (int)Hp, &png));
         sink.png = &png;
         size_t n;
-        if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n)) H3_FAIL(H3_ERR_INVALID, "frames too large");
+        if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n))
+            H3_FAIL(H3_ERR_INVALID, "frames too large");
         sink.unit = h3_malloc(n, H3_MEM_IO);
         if (!sink.unit) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     }
@@ -158,40 +174,40 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         H3_CHECK(h3_tensor_alloc(&all, H3_PLACE_HOST, H3_F32, 5, s, H3_MEM_IO));
         sink.all = &all;
     }
+    if (sp && sp->on_device) {
+        H3_CHECK_CTX(h3_cuda_init(ex, 0, a->dev.vram), "--device cuda");
+        cuda_on = 1;
+    }
     int64_t base = mem_mark();
-    double t0 = now_s();
     h3_video_decode_out dst = {H3_PIXELS_RAW, on_frames, &sink, NULL};
-    H3_CHECK(h3_video_vae_decode(v, ex, lat, &dst));
-    double t1 = now_s();
+    h3_stage_report rep;
+    H3_CHECK(h3_stage_video_vae(ex, v, sp, lat, &dst, &rep));
     if (a->out) H3_CHECK(h3_png_seq_finish(&png)); /* into place with the other outputs (cli.c) */
     if (!a->quiet) {
-        printf("decoded %lld frames in %.2f s", (long long)m.frames, t1 - t0);
+        printf("decoded %lld frames in %.2f s", (long long)m.frames, rep.seconds);
         if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
         printf("\n");
-        if (a->device == H3_DEVICE_CUDA) {
-            int64_t used, peak, cap;
-            char p1[32], p2[32];
-            h3_cuda_mem_stats(ex, &used, &peak, &cap);
-            printf("device memory: peak %s measured, %s predicted\n", h3_budget_str(peak, p1, sizeof p1),
-                   h3_budget_str(dm.dev_peak, p2, sizeof p2));
-        } else {
+        if (rep.on_device)
+            report_device(&rep);
+        else
             report_mem(base, m.total); /* PNG writing adds its own small buffers */
-        }
     }
     if (a->tensors_out) {
         H3_CHECK(h3_st_writer_new(&w));
         H3_CHECK(h3_st_writer_add_tensor(w, "frames", &all));
         H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
-        if (!a->quiet) printf("wrote frames [1, %d, %lld, %lld, %lld] (f32, diffusers' decode range) to %s\n",
-                              c->out_channels, (long long)m.frames, (long long)Hp, (long long)Wp, a->tensors_out);
+        if (!a->quiet)
+            printf("wrote frames [1, %d, %lld, %lld, %lld] (f32, diffusers' decode range) to %s\n",
+                   c->out_channels, (long long)m.frames, (long long)Hp, (long long)Wp, a->tensors_out);
     }
 done:
     h3_st_writer_free(w);
     h3_tensor_free(&all);
     h3_png_seq_close(&png);
     h3_free(sink.unit);
-    h3_video_vae_close(v); /* its device memory back before the backend goes */
-    if (ex->cuda) h3_cuda_shutdown(ex);
+    h3_free(sp);
+    h3_video_vae_close(v);
+    if (cuda_on) h3_cuda_shutdown(ex);
     return st;
 }
 
@@ -200,10 +216,9 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     h3_status st = H3_OK;
     h3_tensor wave = {0};
     h3_st_writer *w = NULL;
+    h3_stage_plan *sp = NULL;
     int cuda_on = 0;
-    const int cuda = a->device == H3_DEVICE_CUDA;
-    h3_audio_vae_opts o = {.act_place = cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST};
-    st = h3_audio_vae_open(a->model, &o, &v);
+    st = h3_audio_vae_open(a->model, NULL, &v);
     if (st != H3_OK) {
         char b[96];
         st = h3_error_wrap(st, "audio latents %s need an audio VAE", h3_tensor_shape_str(lat, b, sizeof b));
@@ -214,69 +229,72 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     int off = lat->ndim == 3;
     int64_t ch = off ? lat->shape[0] : 1, T = lat->shape[off + 1], S = T * c->hop;
     if (a->out && ch > 2)
-        H3_FAIL(H3_ERR_INVALID, "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
+        H3_FAIL(H3_ERR_INVALID,
+                "a WAV file holds 1 or 2 channels; these latents have %lld (write --tensors-out instead)",
                 (long long)ch);
+    if (a->dev.cuda) {
+        sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
+        if (!sp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        const h3_plan_budgets b = {a->dev.vram, 0};
+        H3_CHECK(h3_plan_audio_vae(v, T, ch, set_bytes(h3_audio_vae_source(v)), &b,
+                                   a->dev.have_fig ? &a->dev.fig : NULL, sp));
+        H3_CHECK(device_or_host(a, "audio VAE", sp));
+    }
     h3_audio_vae_mem m;
     H3_CHECK(h3_audio_vae_decode_peak(c, T, ch, &m));
+    const int on_dev = sp && sp->on_device;
     char b1[32], b2[32], b3[32];
     if (!a->quiet || a->plan) {
-        printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples per channel "
+        printf("audio VAE %s (%s layout, %d upsamplers, hop %d): latents [%lld, %d, %lld] -> %lld samples "
+               "per channel "
                "at %d Hz; ",
                h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_up, c->hop, (long long)ch,
                c->latent_channels, (long long)T, (long long)S, c->sample_rate);
-        if (cuda)
+        if (on_dev)
             printf("on the GPU, planned device memory %s (f32 weights %s, buffers and scratch %s)\n",
-                   h3_fmt_bytes((double)m.dev_total, b1, sizeof b1), h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
+                   h3_fmt_bytes((double)m.dev_total, b1, sizeof b1),
+                   h3_fmt_bytes((double)m.dev_weights, b2, sizeof b2),
                    h3_fmt_bytes((double)(m.dev_buffers + m.dev_op_scratch), b3, sizeof b3));
         else
-            printf("planned decode memory %s\n", h3_fmt_bytes((double)m.total, b1, sizeof b1));
+            printf("planned decode memory %s%s%s\n", h3_fmt_bytes((double)m.total, b1, sizeof b1),
+                   sp ? "; on the host: " : "", sp ? sp->reason : "");
     }
     if (a->plan && !a->out && !a->tensors_out) goto done;
     int64_t s[3] = {ch, 1, S};
     H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_IO));
-    int64_t dev0 = 0, dev_peak = 0;
-    if (cuda) {
-        int64_t budget = a->vram_budget;
-        if (!budget) H3_CHECK(h3_budget_default_vram(0, &budget));
-        if (m.dev_total + H3_CUDA_BACKEND_BYTES > budget) {
-            char b4[32], b5[32];
-            H3_FAIL(H3_ERR_BUDGET, "the audio decode needs %s of the device (with the backend's workspace); the budget "
-                    "is %s: raise --vram-budget or decode with --device cpu",
-                    h3_budget_str(m.dev_total + H3_CUDA_BACKEND_BYTES, b4, sizeof b4), h3_budget_str(budget, b5, sizeof b5));
-        }
-        H3_CHECK_CTX(h3_cuda_init(ex, 0, budget), "--device cuda");
+    if (on_dev) {
+        H3_CHECK_CTX(h3_cuda_init(ex, 0, a->dev.vram), "--device cuda");
         cuda_on = 1;
-        h3_cuda_mem_stats(ex, &dev0, NULL, NULL);
     }
     int64_t base = mem_mark();
-    double t0 = now_s();
-    H3_CHECK(h3_audio_vae_decode(v, ex, lat, &wave));
-    double t1 = now_s();
-    if (cuda_on) h3_cuda_mem_stats(ex, NULL, &dev_peak, NULL);
+    h3_stage_report rep;
+    H3_CHECK(h3_stage_audio_vae(ex, v, sp, lat, &wave, &rep));
     if (!a->quiet) {
-        printf("decoded %lld × %lld samples in %.2f s%s\n", (long long)ch, (long long)S, t1 - t0,
-               cuda ? " (on the GPU, the weights' upload included)" : "");
-        if (cuda_on)
-            printf("device memory: peak %s measured, %s planned (weights, buffers and op scratch)\n",
-                   h3_fmt_bytes((double)(dev_peak - dev0), b1, sizeof b1),
-                   h3_fmt_bytes((double)m.dev_total, b2, sizeof b2));
+        printf("decoded %lld × %lld samples in %.2f s%s\n", (long long)ch, (long long)S, rep.seconds,
+               on_dev ? " (on the GPU, the weights' upload included)" : "");
+        if (rep.on_device)
+            report_device(&rep);
         else
             report_mem(base, m.total);
     }
     if (a->out) {
         const float *left = wave.data;
         H3_CHECK(h3_wav_write(a->out, left, ch == 2 ? left + S : NULL, S, (int)ch, c->sample_rate));
-        if (!a->quiet) printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
+        if (!a->quiet)
+            printf("wrote %s (16-bit PCM, %lld channels, %d Hz)\n", a->out, (long long)ch, c->sample_rate);
     }
     if (a->tensors_out) {
         H3_CHECK(h3_st_writer_new(&w));
         H3_CHECK(h3_st_writer_add_tensor(w, "waveform", &wave));
         H3_CHECK(h3_st_writer_write(w, a->tensors_out, 0));
-        if (!a->quiet) printf("wrote waveform [%lld, 1, %lld] (f32) to %s\n", (long long)ch, (long long)S, a->tensors_out);
+        if (!a->quiet)
+            printf("wrote waveform [%lld, 1, %lld] (f32) to %s\n", (long long)ch, (long long)S,
+                   a->tensors_out);
     }
 done:
     h3_st_writer_free(w);
     h3_tensor_free(&wave);
+    h3_free(sp);
     h3_audio_vae_close(v); /* its device weights go back before the backend does */
     if (cuda_on) h3_cuda_shutdown(ex);
     return st;
@@ -313,11 +331,15 @@ int h3_cmd_decode(int argc, char **argv) {
         {"plan", 0, H3_OPT_FLAG, &a.plan, NULL,
          "print the decode plan and its memory; decode only if an output is given", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 weights, "
-         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch)",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the VAE decodes (video: bf16 "
+         "weights, "
+         "a chunk's tiles in one batch; audio: f32 weights, the channels in one batch), planned as generate "
+         "plans "
+         "it; cuda refuses a decode the budget cannot hold on the GPU, auto then decodes on the CPU",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "with --device cuda: every byte the decode may take on the GPU, e.g. 8GiB (default: the free memory less "
+         "with --device cuda or auto: every byte the decode may take on the GPU, e.g. 8GiB (default: the "
+         "free memory less "
          "512 MiB); blocks that do not fit stream from host memory",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &a.quiet, NULL, "print only errors", 0, 0},
@@ -360,15 +382,8 @@ int h3_cmd_decode(int argc, char **argv) {
         fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
         return H3_EXIT_USAGE;
     }
-    h3_status ds = h3_device_parse(device, &a.device);
-    if (ds == H3_OK && vram_s) ds = h3_budget_parse(vram_s, "--vram-budget", &a.vram_budget);
-    if (ds != H3_OK) return h3_cli_fail("decode", ds);
-    if (a.device == H3_DEVICE_AUTO) a.device = h3_cuda_device_count() > 0 ? H3_DEVICE_CUDA : H3_DEVICE_CPU;
-    if (a.device == H3_DEVICE_CUDA && h3_cuda_device_count() == 0 && !a.plan) {
-        fprintf(stderr, "h3run decode: --device cuda: %s; use --device cpu\n",
-                h3_cuda_compiled() ? "no CUDA GPU is visible on this machine" : "this h3run was built without CUDA");
-        return H3_EXIT_USAGE;
-    }
+    r = h3_cli_device_resolve("decode", device, vram_s, a.plan && !a.out && !a.tensors_out, &a.dev);
+    if (r) return r;
     const h3_cli_path paths[] = {
         {"--model", a.model, H3_CLI_IN},
         {"--latents", latents, H3_CLI_IN},
@@ -397,11 +412,14 @@ int h3_cmd_decode(int argc, char **argv) {
         have_ex = st == H3_OK;
     }
     if (st == H3_OK) {
-        if (lat.ndim == 5 || lat.ndim == 4) st = decode_video(&a, &ex, &lat);
-        else if (lat.ndim == 3 || lat.ndim == 2) st = decode_audio(&a, &ex, &lat);
+        if (lat.ndim == 5 || lat.ndim == 4)
+            st = decode_video(&a, &ex, &lat);
+        else if (lat.ndim == 3 || lat.ndim == 2)
+            st = decode_audio(&a, &ex, &lat);
         else {
             char b[96];
-            st = H3_ERR(H3_ERR_INVALID, "%s: 'latents' %s is neither video [1, C, T, H, W] nor audio [channels, C, T]",
+            st = H3_ERR(H3_ERR_INVALID,
+                        "%s: 'latents' %s is neither video [1, C, T, H, W] nor audio [channels, C, T]",
                         latents, h3_tensor_shape_str(&lat, b, sizeof b));
         }
     }

@@ -8,7 +8,10 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "io/safetensors.h"
+#include "cuda/cuda.h"
+#include "mem/budget.h"
 #include "models/dit.h"
+#include "pipeline/stages.h"
 
 /* max |got − ref| / max |ref| of the named tensor of `ref_path` against got; prints one line. 1 when above
  * tol. */
@@ -48,8 +51,10 @@ static void print_model(const char *path, const h3_dit *dit) {
     printf("model: %s\n  %s\n", path, h3_dit_describe(dit));
     printf("  weights: %s bytes (%s), AdaLN %s bytes, mapped from the file %s bytes, owned copies %s bytes\n",
            h3_fmt_int(wb.total, a, sizeof a), h3_fmt_bytes((double)wb.total, b, sizeof b),
-           h3_fmt_int(wb.adaln, e, sizeof e), h3_fmt_int(wb.mapped, f, sizeof f), h3_fmt_int(wb.owned, g, sizeof g));
-    printf("  per step with precomputed modulation: the AdaLN bytes stay unread; 4 timesteps of kept rows are %s "
+           h3_fmt_int(wb.adaln, e, sizeof e), h3_fmt_int(wb.mapped, f, sizeof f),
+           h3_fmt_int(wb.owned, g, sizeof g));
+    printf("  per step with precomputed modulation: the AdaLN bytes stay unread; 4 timesteps of kept rows "
+           "are %s "
            "bytes\n",
            h3_fmt_int(h3_dit_modulation_bytes(c, 4), a, sizeof a));
 }
@@ -61,7 +66,8 @@ static double now_s(void) {
 }
 
 int h3_cmd_dit(int argc, char **argv) {
-    const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto", *expect = NULL;
+    const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto", *expect = NULL,
+               *device = "cpu", *vram_s = NULL, *ram_s = NULL;
     int quiet = 0, verbose = 0, describe = 0;
     double tol = 1e-4;
     int64_t threads = 0, chunk = 0;
@@ -89,7 +95,24 @@ int h3_cmd_dit(int argc, char **argv) {
          "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)", 0, 0},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
-        {"chunk-rows", 0, H3_OPT_INT, &chunk, "N", "rows per FFN chunk (default 2048)", 1, 1 << 30},
+        {"chunk-rows", 0, H3_OPT_INT, &chunk, "N",
+         "rows per FFN chunk on the CPU (default 2048; on the GPU the plan chooses it)", 1, 1 << 30},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the DiT runs; on the GPU its "
+         "blocks are "
+         "resident or streamed as planned for --vram-budget and the modulation of the inputs' timesteps is "
+         "computed "
+         "once, as generate runs it",
+         0, 0},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "with --device cuda or auto: every byte the DiT may take on the GPU, e.g. 8GiB (default: the free "
+         "memory "
+         "less 512 MiB)",
+         0, 0},
+        {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
+         "with the GPU: host memory for pinned copies of streamed blocks (default: 80% of available; "
+         "'unlimited'); blocks beyond it are read from the file",
+         0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
@@ -122,10 +145,30 @@ int h3_cmd_dit(int argc, char **argv) {
         fprintf(stderr, "h3run dit: --model, --inputs and -o are required (see h3run dit --help)\n");
         return H3_EXIT_USAGE;
     }
+    h3_cli_device dev;
+    memset(&dev, 0, sizeof dev);
+    if (!describe) {
+        r = h3_cli_device_resolve("dit", device, vram_s, 0, &dev);
+        if (r) return r;
+    }
+    int64_t ram = 0; /* the host budget of the GPU's plan (0: not limited) */
+    if (ram_s && strcmp(ram_s, "unlimited")) {
+        h3_status bs = h3_budget_parse(ram_s, "--ram-budget", &ram);
+        if (bs != H3_OK) return h3_cli_fail("dit", bs);
+    } else if (!ram_s) {
+        ram = h3_budget_default_ram();
+    }
     h3_dit_open_opts oo = {0};
     oo.config_path = config;
     oo.act_place = H3_PLACE_HOST;
     oo.chunk_rows = chunk;
+    if (dev.cuda) { /* as the plan wants it: headers, the blocks left in the file until the stage places them
+                     */
+        oo.act_place = H3_PLACE_DEVICE;
+        oo.weight_place = H3_PLACE_HOST;
+        oo.stream_weights = 1;
+        oo.chunk_rows = 0;
+    }
     if (!strcmp(qkv, "auto"))
         oo.qkv_order = H3_DIT_QKV_AUTO;
     else if (!strcmp(qkv, "interleaved"))
@@ -172,12 +215,72 @@ int h3_cmd_dit(int argc, char **argv) {
     if (st == H3_OK)
         st = h3_tensor_alloc2(&aout, H3_PLACE_HOST, H3_F32, Na > 0 ? Na : 1, cfg->audio_dim,
                               H3_MEM_ACTIVATIONS);
+    /* The stage generate runs: on the GPU as planned for this sequence (its modulation computed once), or on
+     * the CPU as opened (each call computes its own modulation). */
+    h3_plan *plan = NULL;
+    if (st == H3_OK && dev.cuda) {
+        plan = h3_calloc(1, sizeof *plan, H3_MEM_OTHER);
+        st = plan ? h3_dit_device_check(dit) : H3_ERR(H3_ERR_NOMEM, "out of memory");
+        if (st == H3_OK) {
+            h3_plan_model m;
+            memset(&m, 0, sizeof m);
+            m.dit = dit;
+            m.dit_weights_in_file = 1;
+            m.host_threads = ex.threads;
+            plan->budgets = (h3_plan_budgets){dev.vram, ram};
+            plan->have_time = dev.have_fig;
+            if (dev.have_fig)
+                plan->fig = dev.fig;
+            else
+                h3_device_figures_find("h200", &plan->fig); /* for ranking the choices only */
+            int64_t L = in.text.data ? in.text.shape[0] : 0;
+            st = h3_plan_dit(&m, in.in.seq_len, L, Nv, Na, in.in.n_timesteps, &plan->budgets, &plan->fig,
+                             &plan->dit);
+        }
+        if (st == H3_OK && !plan->dit.fits) {
+            char a[32], b[32], c[32];
+            st = H3_ERR(
+                H3_ERR_BUDGET,
+                "the DiT does not fit the device budget of %s for %lld rows: its smallest plan takes %s and "
+                "%s of slack; raise --vram-budget (or --ram-budget), or use --device cpu",
+                h3_budget_str(dev.vram, a, sizeof a), (long long)in.in.seq_len,
+                h3_budget_str(plan->dit.dev_peak, b, sizeof b),
+                h3_budget_str(h3_budget_slack(dev.vram), c, sizeof c));
+        }
+        if (st == H3_OK && !quiet) {
+            char a[32], b[32];
+            const h3_dit_plan *p = &plan->dit;
+            printf("on the GPU: %d of %d blocks resident, %d streamed from pinned memory, %d from the file; "
+                   "ring of "
+                   "%d slots; predicted device peak %s of the %s budget\n",
+                   p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots,
+                   h3_budget_str(p->dev_peak, a, sizeof a), h3_budget_str(dev.vram, b, sizeof b));
+        }
+        if (st == H3_OK) st = h3_cuda_init(&ex, 0, dev.vram);
+    }
     double t0 = now_s(), t1 = t0;
+    h3_dit_stage_result dres;
+    memset(&dres, 0, sizeof dres);
     if (st == H3_OK) {
         vout.shape[0] = Nv;
         aout.shape[0] = Na;
-        st = h3_dit_forward(dit, &ex, &in.in, Nv ? &vout : NULL, Na ? &aout : NULL);
+        h3_dit_stage_args da;
+        memset(&da, 0, sizeof da);
+        da.dit = dit;
+        da.plan = plan;
+        da.text = in.text.data ? &in.text : NULL;
+        da.n_video_rows = Nv;
+        da.n_audio_rows = Na;
+        if (plan) {
+            da.timesteps = in.in.timesteps;
+            da.n_timesteps = in.in.n_timesteps;
+        }
+        h3_dit_stage *ds = NULL;
+        st = h3_dit_stage_open(&ex, &da, &ds);
+        t0 = now_s();
+        if (st == H3_OK) st = h3_dit_stage_call(ds, &in.in, Nv ? &vout : NULL, Na ? &aout : NULL);
         t1 = now_s();
+        h3_dit_stage_close(ds, &dres);
     }
     if (st == H3_OK) st = h3_st_writer_new(&w);
     if (st == H3_OK) st = h3_st_writer_add_tensor(w, "video_velocity", &vout);
@@ -189,7 +292,15 @@ int h3_cmd_dit(int argc, char **argv) {
         printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n",
                (long long)in.in.seq_len, (long long)Nv, (long long)Na, (long long)in.text.shape[0],
                in.in.n_timesteps);
-        printf("forward: %.3f s on %d threads\n", t1 - t0, ex.threads);
+        if (dres.rep.on_device) {
+            char a[32], b[32];
+            printf("forward: %.3f s on the GPU; device peak %s measured, %s predicted%s\n", t1 - t0,
+                   h3_budget_str(dres.rep.dev_peak, a, sizeof a),
+                   h3_budget_str(dres.rep.dev_predicted, b, sizeof b),
+                   dres.rep.dev_held ? "; NOT all given back" : "");
+        } else {
+            printf("forward: %.3f s on %d threads\n", t1 - t0, ex.threads);
+        }
     }
     int bad = 0;
     if (st == H3_OK && expect) {
@@ -216,6 +327,8 @@ int h3_cmd_dit(int argc, char **argv) {
     h3_tensor_free(&aout);
     h3_dit_inputs_file_free(&in);
     h3_dit_close(dit);
+    h3_free(plan);
+    if (ex.cuda) h3_cuda_shutdown(&ex);
     h3_exec_free(&ex);
     return rc;
 }

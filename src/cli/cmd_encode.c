@@ -1,5 +1,5 @@
-/* h3run encode: a prompt through the tokenizer and the text encoder, to H3's conditioning (hidden_states[50]), for
- * debugging, for comparing with other implementations, and for the pipeline. */
+/* h3run encode: a prompt through the tokenizer and the text encoder, to H3's conditioning
+ * (hidden_states[50]), for debugging, for comparing with other implementations, and for the pipeline. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,8 +12,11 @@
 #include "cli/cli.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "mem/budget.h"
+#include "cuda/cuda.h"
 #include "models/text_encoder.h"
 #include "pipeline/request.h"
+#include "pipeline/stages.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -21,7 +24,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* "1,2, 3" -> ids (h3_malloc). Returns 0 on success; prints the problem and returns H3_EXIT_USAGE otherwise. */
+/* "1,2, 3" -> ids (h3_malloc). Returns 0 on success; prints the problem and returns H3_EXIT_USAGE otherwise.
+ */
 static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;
@@ -33,8 +37,10 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
         errno = 0;
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX) {
-            fprintf(stderr, "h3run encode: --token-ids takes comma-separated ids in [0, 2^31), e.g. 64,8251,220; "
-                            "got '%s'\n", s);
+            fprintf(stderr,
+                    "h3run encode: --token-ids takes comma-separated ids in [0, 2^31), e.g. 64,8251,220; "
+                    "got '%s'\n",
+                    s);
             h3_free(*ids);
             *ids = NULL;
             return H3_EXIT_USAGE;
@@ -55,7 +61,8 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
         while (*p == ' ') p++;
         if (*p == 0) return 0;
         if (*p != ',') {
-            fprintf(stderr, "h3run encode: --token-ids takes comma-separated ids, e.g. 64,8251,220; got '%s'\n", s);
+            fprintf(stderr,
+                    "h3run encode: --token-ids takes comma-separated ids, e.g. 64,8251,220; got '%s'\n", s);
             h3_free(*ids);
             *ids = NULL;
             return H3_EXIT_USAGE;
@@ -64,7 +71,8 @@ static int parse_ids(const char *s, int32_t **ids, int64_t *n) {
     }
 }
 
-/* Relative L2 and max |diff| / max |ref| of out against tensor `name` of file; prints one line; *bad when above. */
+/* Relative L2 and max |diff| / max |ref| of out against tensor `name` of file; prints one line; *bad when
+ * above. */
 static h3_status compare(const char *file, const char *name, const h3_tensor *out, double tol, int *bad) {
     h3_st_set s;
     H3_TRY(h3_st_open(file, &s));
@@ -72,8 +80,8 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
     h3_status st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &r);
     if (st == H3_OK && h3_tensor_numel(&r) != h3_tensor_numel(out)) {
         char a[64], b[64];
-        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", file, name, h3_tensor_shape_str(&r, a, sizeof a),
-                    h3_tensor_shape_str(out, b, sizeof b));
+        st = H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %s, the output %s", file, name,
+                    h3_tensor_shape_str(&r, a, sizeof a), h3_tensor_shape_str(out, b, sizeof b));
     }
     if (st == H3_OK) {
         double num = 0, den = 0, mx = 0, mref = 0;
@@ -88,8 +96,8 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
         double rel = den > 0 ? sqrt(num / den) : sqrt(num), rmax = mref > 0 ? mx / mref : mx;
         int ok = rel <= tol && rmax <= tol;
         if (!ok) *bad = 1;
-        printf("compare %s: relative L2 %.3e, max |diff| / max |ref| %.3e (tolerance %.1e)%s\n", name, rel, rmax, tol,
-               ok ? "" : "  FAIL");
+        printf("compare %s: relative L2 %.3e, max |diff| / max |ref| %.3e (tolerance %.1e)%s\n", name, rel,
+               rmax, tol, ok ? "" : "  FAIL");
     }
     h3_tensor_free(&r);
     h3_st_close(&s);
@@ -97,8 +105,9 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
 }
 
 int h3_cmd_encode(int argc, char **argv) {
-    const char *model = NULL, *tok_path = NULL, *te_path = NULL, *config = NULL, *prompt = NULL, *prompt_file = NULL,
-               *token_ids = NULL, *out_path = NULL, *expect = NULL;
+    const char *model = NULL, *tok_path = NULL, *te_path = NULL, *config = NULL, *prompt = NULL,
+               *prompt_file = NULL, *token_ids = NULL, *out_path = NULL, *expect = NULL, *device = "cpu",
+               *vram_s = NULL;
     int show_ids = 0, quiet = 0, verbose = 0;
     int64_t layer = H3_TE_LAYER, threads = 0;
     double tol = 1e-4;
@@ -131,20 +140,37 @@ int h3_cmd_encode(int argc, char **argv) {
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect, relative (default 1e-4)", 0, 1e6},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
+        {"device", 0, H3_OPT_STR, &device, "NAME",
+         "cpu (default), cuda, or auto (cuda when a GPU is present): where the text encoder runs; on the GPU "
+         "its "
+         "layers stream from the file through two slots (bf16 activations), as generate runs it",
+         0, 0},
+        {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
+         "with --device cuda or auto: every byte the encode may take on the GPU, e.g. 8GiB (default: the "
+         "free "
+         "memory less 512 MiB); auto runs on the CPU when that cannot hold it",
+         0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
     };
     const h3_cli_cmd cmd = {
-        "encode", "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
-        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no chat\n"
-        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of that many\n"
-        "decoder layers (H3 uses 50), as transformers' hidden_states[N]; for the model's last layer that is after the\n"
-        "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N layers\n"
-        "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the last)\n"
+        "encode",
+        "encode --model DIR (--prompt TEXT | --prompt-file FILE | --token-ids 1,2,3) [--ids] [--out FILE]",
+        "Tokenize a prompt as H3 does (Qwen2 byte-level BPE with H3's added tokens, no special tokens, no "
+        "chat\n"
+        "template) and run the Qwen3-VL text encoder to hidden_states[--layer]: the un-normalized output of "
+        "that many\n"
+        "decoder layers (H3 uses 50), as transformers' hidden_states[N]; for the model's last layer that is "
+        "after the\n"
+        "final norm (a file holding every layer but not the norm is refused there; a repack truncated to N "
+        "layers\n"
+        "gives them un-normalized). Only the prompt's embedding rows, the layers below --layer and (for the "
+        "last)\n"
         "the final norm are read.\n"
         "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.\n"
-        "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has fewer\n"
+        "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has "
+        "fewer\n"
         "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
@@ -161,7 +187,8 @@ int h3_cmd_encode(int argc, char **argv) {
     if (r) return r < 0 ? H3_EXIT_OK : r;
     int n_sources = (prompt != NULL) + (prompt_file != NULL) + (token_ids != NULL);
     if (n_sources != 1) {
-        fprintf(stderr, "h3run encode: give exactly one of --prompt, --prompt-file and --token-ids (see --help)\n");
+        fprintf(stderr,
+                "h3run encode: give exactly one of --prompt, --prompt-file and --token-ids (see --help)\n");
         return H3_EXIT_USAGE;
     }
     if (!tok_path) tok_path = model;
@@ -172,10 +199,15 @@ int h3_cmd_encode(int argc, char **argv) {
         return H3_EXIT_USAGE;
     }
     if (need_te && !te_path) {
-        fprintf(stderr, "h3run encode: --model (or --text-encoder) is needed to encode; --ids alone only tokenizes\n");
+        fprintf(
+            stderr,
+            "h3run encode: --model (or --text-encoder) is needed to encode; --ids alone only tokenizes\n");
         return H3_EXIT_USAGE;
     }
     h3_cli_setup_logging(quiet ? -1 : verbose);
+    h3_cli_device dev;
+    r = h3_cli_device_resolve("encode", device, vram_s, 0, &dev);
+    if (r) return r;
     /* --expect FILE[:TENSOR]: a colon splits off the tensor name unless the whole argument names a file. */
     char *exp_file = NULL;
     const char *exp_name = "hidden";
@@ -238,7 +270,8 @@ int h3_cmd_encode(int argc, char **argv) {
         if (st != H3_OK) goto fail;
         double t2 = now_s();
         if (verbose)
-            fprintf(stderr, "tokenizer: loaded in %.0f ms, encoded in %.2f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+            fprintf(stderr, "tokenizer: loaded in %.0f ms, encoded in %.2f ms\n", (t1 - t0) * 1e3,
+                    (t2 - t1) * 1e3);
     }
     if (!quiet) printf("tokens: %lld\n", (long long)n);
     if (show_ids) {
@@ -276,12 +309,48 @@ int h3_cmd_encode(int argc, char **argv) {
     }
     st = h3_request_check_prompt_tokens(n, c->max_positions); /* before the activations are allocated */
     if (st != H3_OK) goto fail;
-    st = h3_tensor_alloc2(&hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS);
-    if (st != H3_OK) goto fail;
+    /* The stage generate runs: on the GPU when the plan puts it there (its layers streamed through two
+     * slots), else on the CPU. */
+    h3_stage_plan sp;
+    memset(&sp, 0, sizeof sp);
+    if (dev.cuda) {
+        const h3_plan_budgets b = {dev.vram, 0};
+        st = h3_plan_text_encoder(te, n, (int)layer, &b, dev.have_fig ? &dev.fig : NULL, &sp);
+        if (st == H3_OK && !sp.on_device && dev.required)
+            st = h3_cli_device_refused("text encoder", sp.reason);
+        if (st != H3_OK) goto fail;
+        if (!quiet) {
+            char a[32], b2[32];
+            if (sp.on_device)
+                printf("on the GPU: %s; predicted device peak %s of the %s budget\n", sp.detail,
+                       h3_budget_str(sp.dev_peak, a, sizeof a), h3_budget_str(dev.vram, b2, sizeof b2));
+            else
+                printf("on the CPU: %s\n", sp.reason);
+        }
+        if (sp.on_device) {
+            st = h3_cuda_init(&ex, 0, dev.vram);
+            if (st != H3_OK) goto fail;
+        }
+    }
     double t1 = now_s();
-    st = h3_text_encoder_encode(te, &ex, ids, n, (int)layer, &hidden);
+    h3_te_stage ts;
+    memset(&ts, 0, sizeof ts);
+    ts.path = te_path;
+    ts.te = te;
+    ts.plan = dev.cuda ? &sp : NULL;
+    ts.ids = ids;
+    ts.n = n;
+    ts.layer = (int)layer;
+    h3_stage_report rep;
+    st = h3_stage_text_encoder(&ex, &ts, &hidden, &rep);
     if (st != H3_OK) goto fail;
     double t2 = now_s();
+    if (!quiet && rep.on_device) {
+        char a[32], b2[32];
+        printf("device memory: peak %s measured, %s predicted (the backend's workspace included)%s\n",
+               h3_budget_str(rep.dev_peak, a, sizeof a), h3_budget_str(rep.dev_predicted, b2, sizeof b2),
+               rep.dev_held ? "; NOT all given back" : "");
+    }
     double sum = 0, sq = 0;
     const float *hv = hidden.data;
     int64_t nv = n * c->hidden, nonfinite = 0;
@@ -295,12 +364,14 @@ int h3_cmd_encode(int argc, char **argv) {
     }
     double mean = sum / (double)nv, sd = sqrt(fmax(sq / (double)nv - mean * mean, 0));
     if (!quiet)
-        printf("hidden_states[%lld]: [%lld, %lld] f32, mean %.6g, std %.6g%s (open %.0f ms, encode %.0f ms)\n",
-               (long long)layer, (long long)n, (long long)c->hidden, mean, sd, nonfinite ? ", NOT FINITE" : "",
-               (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+        printf(
+            "hidden_states[%lld]: [%lld, %lld] f32, mean %.6g, std %.6g%s (open %.0f ms, encode %.0f ms)\n",
+            (long long)layer, (long long)n, (long long)c->hidden, mean, sd, nonfinite ? ", NOT FINITE" : "",
+            (t1 - t0) * 1e3, (t2 - t1) * 1e3);
     if (nonfinite) {
-        st = H3_ERR(H3_ERR_FORMAT, "%lld values of hidden_states[%lld] are not finite: the weights are broken",
-                    (long long)nonfinite, (long long)layer);
+        st =
+            H3_ERR(H3_ERR_FORMAT, "%lld values of hidden_states[%lld] are not finite: the weights are broken",
+                   (long long)nonfinite, (long long)layer);
         goto fail;
     }
     if (expect) {
@@ -341,6 +412,7 @@ done:
     h3_st_writer_free(w);
     h3_tensor_free(&hidden);
     h3_text_encoder_close(te);
+    if (ex.cuda) h3_cuda_shutdown(&ex);
     if (have_ex) h3_exec_free(&ex);
     h3_tokenizer_free(tok);
     h3_free(ids);

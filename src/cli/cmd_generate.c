@@ -87,13 +87,16 @@ int h3_cmd_generate(int argc, char **argv) {
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
          "also save the final latents (video_latents, audio_latents) as safetensors", 0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
-         "cpu or cuda (default: cuda when a GPU is present); on cuda the DiT runs on the GPU, and the text "
-         "encoder and the VAEs too when they fit the budget",
+         "cpu or cuda (default: cuda when a GPU is present); on cuda every stage is planned on the GPU "
+         "before "
+         "anything loads: the DiT runs there, the text encoder and the VAEs too unless the budget cannot "
+         "hold "
+         "them (then on the CPU, the log says why)",
          0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE",
-         "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB); the DiT's "
-         "blocks "
-         "that do not fit stream from host memory while the others compute",
+         "device memory the run may take, e.g. 8GiB (default: the free memory less 512 MiB): one arena the "
+         "stages take turns in; the DiT's and the video VAE's blocks that do not fit stream from host memory "
+         "while the others compute",
          0, 0},
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for pinned copies of streamed blocks (default: 80% of available; 'unlimited'); blocks "
@@ -297,6 +300,22 @@ int h3_cmd_generate(int argc, char **argv) {
                 res.dit_pinned, res.dit_disk, res.measured_step_s);
             if (res.predicted_step_s > 0) printf(" (predicted %.3f)", res.predicted_step_s);
             printf("\n");
+            /* each stage in turn within the one budget: where it ran, its device peak, its time */
+            printf("stages (one device backend; each gave the device back)  predicted peak  measured peak   "
+                   "time\n");
+            static const int order[4] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
+            for (int i = 0; i < 4; i++) {
+                const h3_stage_report *sr = &res.stages[order[i]];
+                char label[64];
+                snprintf(label, sizeof label, "stage %s on the %s", h3_generate_stage_name(order[i]),
+                         sr->on_device ? "GPU" : "CPU");
+                if (sr->on_device)
+                    printf("  %-38s %8.3f GiB   %8.3f GiB   %7.2f s%s\n", label,
+                           sr->dev_predicted / 1073741824.0, sr->dev_peak / 1073741824.0,
+                           res.stage_s[order[i]], sr->dev_held ? "  (device memory left held)" : "");
+                else
+                    printf("  %-38s %12s   %12s   %7.2f s\n", label, "-", "-", res.stage_s[order[i]]);
+            }
             fputs(res.memory_report, stdout);
             if (trace) printf("wrote %s (device memory timeline)\n", trace);
         }

@@ -150,13 +150,19 @@ int h3_cmd_plan(int argc, char **argv) {
         "plan MODEL... [--frames N] [--size WxH] [--vram-budget SIZE] [--ram-budget SIZE]",
         "Plan a generate request without loading weights: for each component found under MODEL (a model "
         "folder,\n"
-        "component folders or files; header-only files plan like the real ones), where every DiT block "
-        "lives\n"
-        "(resident on the GPU, streamed from pinned memory, or from disk), the FFN row chunk, the predicted "
-        "peak\n"
-        "device and host memory by category, and the predicted time per step with where it goes. When "
-        "nothing fits,\n"
-        "says which budget is short, by how much, and what would fit; the exit status is then 1.",
+        "component folders or files; header-only files plan like the real ones), each stage in the order it "
+        "runs\n"
+        "(text encoder, DiT, audio VAE, video VAE), each against the whole device budget since they take "
+        "turns:\n"
+        "where it runs (on the GPU, or on the host and why), where its weights live (the DiT's blocks "
+        "resident,\n"
+        "streamed from pinned memory or from disk; the text encoder's layers streamed; the video VAE's "
+        "blocks and\n"
+        "tiles per pass), its predicted device and host peak, and its predicted time on the named GPU's "
+        "figures;\n"
+        "then one line per stage. When a stage does not fit, says which stage and budget are short, by how "
+        "much,\n"
+        "and what would fit; the exit status is then 1.",
         "examples:\n"
         "  h3run plan MiniMax-H3/FL2VA --vram-budget 8GiB --workload W124 --device h200\n"
         "  h3run plan ComfyUI/models --frames 362 --size 960x544 --vram-budget 24G --ram-budget 64G",
@@ -174,7 +180,7 @@ int h3_cmd_plan(int argc, char **argv) {
         if (r) return r;
     }
 
-    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0};
+    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0};
     if (work) {
         const h3_workload *w = h3_workload_find(work);
         if (!w) {
@@ -192,7 +198,8 @@ int h3_cmd_plan(int argc, char **argv) {
     if (st == H3_OK) st = h3_request_check_canvas(req.width, req.height, NULL);
     if (st != H3_OK) return h3_cli_fail("plan", st);
     /* the distinct timesteps of h3's schedule: what generate keeps the modulation for */
-    req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, (int)(steps ? steps : H3_DEFAULT_STEPS_H3));
+    req.steps = (int)(steps ? steps : H3_DEFAULT_STEPS_H3);
+    req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, req.steps);
     if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());
 
     h3_device_figures fig;
@@ -266,7 +273,6 @@ int h3_cmd_plan(int argc, char **argv) {
     m.te = f.te;
     m.vvae = f.vvae;
     m.avae = f.avae;
-    m.te_weight_bytes = f.te ? set_bytes(f.te_path) : 0;
     m.vvae_weight_bytes = f.vvae ? set_bytes(h3_video_vae_source(f.vvae)) : 0;
     m.avae_weight_bytes = f.avae ? set_bytes(h3_audio_vae_source(f.avae)) : 0;
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);

@@ -68,6 +68,10 @@ void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user);
  * weights. */
 #define H3_CUDA_QGEMM_SCRATCH_BYTES ((int64_t)128 << 20)
 h3_status h3_cuda_qgemm_reserve(h3_exec *ex);
+/* Gives the quantized GEMMs' scratch back to the arena (after the work queued on the compute stream is done):
+ * a stage whose weights are quantized returns it when it ends, so the next stage of the run finds only the
+ * backend's own H3_CUDA_BACKEND_BYTES in use. A later quantized GEMM reserves it again. */
+void h3_cuda_qgemm_release(h3_exec *ex);
 /* Tests: 1 makes every quantized GEMM take the dequantized-tile path (0: the fastest the GPU and weight
  * allow). */
 void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only);

@@ -237,6 +237,16 @@ extern "C" h3_status h3_cuda_qgemm_reserve(h3_exec *ex) {
     return reserve(cuda_state(ex));
 }
 
+extern "C" void h3_cuda_qgemm_release(h3_exec *ex) {
+    if (!ex || !ex->cuda) return;
+    h3_cuda_state *s = cuda_state(ex);
+    if (!s->qscratch) return;
+    cudaStreamSynchronize(s->compute); /* queued GEMMs may still read it */
+    cuda_arena_free(s, s->qscratch);
+    s->qscratch = NULL;
+    s->qscratch_size = 0;
+}
+
 extern "C" void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only) {
     if (ex && ex->cuda) cuda_state(ex)->qgemm_mode = dequant_only ? 1 : 0;
 }

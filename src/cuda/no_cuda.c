@@ -131,6 +131,10 @@ h3_status h3_cuda_qgemm_reserve(h3_exec *ex) {
     return H3_ERR(H3_ERR_UNSUPPORTED, "this build has no CUDA backend");
 }
 
+void h3_cuda_qgemm_release(h3_exec *ex) {
+    (void)ex;
+}
+
 void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only) {
     (void)ex;
     (void)dequant_only;

@@ -27,6 +27,7 @@
 #include "models/video_vae.h"
 #include "pipeline/layout.h"
 #include "pipeline/media.h"
+#include "pipeline/stages.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "sample/schedule.h"
@@ -322,13 +323,11 @@ typedef struct gen {
     h3_model_files files;
     h3_progress prog;
     h3_exec ex;
-    int have_ex, cuda_on;
-    /* the DiT on the device: opened (headers) and planned before the text encoder runs */
+    int have_ex;
+    int cuda_on; /* the run's one device backend is up (h3_cuda_init once, the arena the budget) */
+    /* on the device: every stage planned before the text encoder runs; the DiT opened (headers) for it */
     h3_dit *dit;
     h3_plan *plan;
-    h3_memrep *rep;
-    h3_dit_stream *ds;
-    double t_first_step; /* when the first model call ended (the step time excludes that warm-up) */
     /* the schedule, and the distinct timesteps it visits (the modulation kept; the plan counts them) */
     h3_schedule sch;
     float *uniq_t;
@@ -503,136 +502,30 @@ static int te_layer_done(void *user, int done, int total) {
 }
 
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
-    h3_status st = H3_OK;
-    h3_text_encoder *te = NULL;
     stage_begin(g, H3_GEN_TEXT_ENCODER, H3_TE_LAYER);
-    h3_tensor dh = {0};
-    int on_device = 0;
-    h3_te_open_opts to;
-    memset(&to, 0, sizeof to);
-    to.act_place = H3_PLACE_HOST;
-    to.on_layer = te_layer_done;
-    to.on_layer_user = g;
-    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, &to, &te), "the text encoder");
-    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
-        /* On the GPU when its layer slots and activations fit the device budget; the stage gives its memory
-         * back (the backend shuts down) before the DiT's starts. */
-        const int64_t need = h3_text_encoder_device_bytes(te, n, H3_TE_LAYER), budget = g->plan->budgets.vram;
-        on_device = need > 0 && need <= budget;
-        if (!on_device)
-            h3_log(H3_LOG_INFO,
-                   "text encoder on the CPU: it needs %.2f GiB of the device, the budget is %.2f GiB",
-                   need / 1073741824.0, budget / 1073741824.0);
-        else
-            h3_log(H3_LOG_INFO,
-                   "text encoder on the GPU: layers streamed through 2 slots, %.2f GiB of the device",
-                   need / 1073741824.0);
-    }
-    if (on_device) H3_CHECK_CTX(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE), "the text encoder");
-    const h3_te_config *c = h3_text_encoder_config(te);
-    H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
-    if (on_device) {
-        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
-        g->cuda_on = 1;
-        H3_CHECK(h3_tensor_alloc2(&dh, H3_PLACE_DEVICE, H3_F32, n, c->hidden, H3_MEM_ACTIVATIONS));
-        st = h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, &dh);
-        if (st == H3_ERR_INTERRUPTED) H3_CHECK(check_stop(g));
-        H3_CHECK_CTX(st, "the text encoder");
-        H3_CHECK(h3_copy(&g->ex, hidden, &dh));
-        H3_CHECK(h3_exec_sync(&g->ex));
-        h3_tensor_free(&dh);
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    } else {
-        st = h3_text_encoder_encode(te, &g->ex, ids, n, H3_TE_LAYER, hidden);
-        if (st == H3_ERR_INTERRUPTED) H3_CHECK(check_stop(g));
-        H3_CHECK_CTX(st, "the text encoder");
-    }
-    h3_text_encoder_close(te);
-    te = NULL;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < h3_tensor_numel(hidden); i++) bad += !isfinite(((const float *)hidden->data)[i]);
-    if (bad)
-        H3_FAIL(H3_ERR_FORMAT,
-                "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) "
-                "are broken",
-                (long long)bad, H3_TE_LAYER, g->files.text_encoder);
+    h3_te_stage a;
+    memset(&a, 0, sizeof a);
+    a.path = g->files.text_encoder;
+    a.plan = g->plan ? &g->plan->te : NULL;
+    a.ids = ids;
+    a.n = n;
+    a.layer = H3_TE_LAYER;
+    a.on_layer = te_layer_done;
+    a.on_layer_user = g;
+    h3_status st = h3_stage_text_encoder(&g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
+    if (st == H3_ERR_INTERRUPTED) H3_TRY(check_stop(g));
+    H3_TRY(st);
     stage_end(g);
-done:
-    h3_text_encoder_close(te);
-    if (dh.data) h3_tensor_free(&dh);
-    if (g->cuda_on) {
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    }
-    return st;
-}
-
-/* ---- the DiT steps ------------------------------------------------------------------------------------- */
-
-typedef struct {
-    gen *g;
-    h3_dit *dit;
-    const h3_seq_layout *L;
-    h3_place place;
-    h3_tensor text;     /* [L, text_dim] f32 at the activation place */
-    h3_tensor dxv, dxa; /* device: inputs [Nv, 96], [Na, 32] */
-    h3_tensor dvv, dva; /* device: velocities */
-    int32_t *tidx, *tags, *vi, *ai, *ti;
-} dit_ctx;
-
-static h3_status dit_model(void *user, const float *x_video, const float *x_audio, float t_video,
-                           float t_audio, float *v_video, float *v_audio) {
-    dit_ctx *c = user;
-    const h3_seq_layout *L = c->L;
-    float uniq[2];
-    int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
-    h3_tensor hxv, hxa, hvv, hva;
-    H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
-    H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
-    H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    const int dev = c->place == H3_PLACE_DEVICE;
-    if (dev) {
-        H3_TRY(h3_copy(&c->g->ex, &c->dxv, &hxv));
-        H3_TRY(h3_copy(&c->g->ex, &c->dxa, &hxa));
-    }
-    h3_dit_inputs in = {dev ? &c->dxv : &hxv,
-                        dev ? &c->dxa : &hxa,
-                        &c->text,
-                        uniq,
-                        nt,
-                        L->seq_len,
-                        c->tidx,
-                        c->tags,
-                        L->pos,
-                        c->vi,
-                        c->ai,
-                        c->ti};
-    H3_TRY(h3_dit_forward(c->dit, &c->g->ex, &in, dev ? &c->dvv : &hvv, dev ? &c->dva : &hva));
-    if (dev) {
-        H3_TRY(h3_copy(&c->g->ex, &hvv, &c->dvv));
-        H3_TRY(h3_copy(&c->g->ex, &hva, &c->dva));
-        H3_TRY(h3_exec_sync(&c->g->ex));
-        if (c->g->ds) H3_TRY(h3_dit_stream_step_end(c->g->ds)); /* a failed weight read surfaces here */
-    }
     return H3_OK;
 }
 
+/* ---- the plan ------------------------------------------------------------------------------------------ */
+
 /* After model call `step` of `steps` (1-based, as the sampler counts them). */
 static h3_status dit_step(void *user, int step, int steps) {
+    (void)step;
     (void)steps;
     gen *g = user;
-    if (step == 1) g->t_first_step = now_s();
-    if (g->rep) {
-        char mk[32];
-        snprintf(mk, sizeof mk, "dit: step %d", step);
-        h3_memrep_mark(g->rep, mk);
-    }
     h3_progress_step(&g->prog);
     return check_stop(g);
 }
@@ -647,14 +540,31 @@ static h3_status make_schedule(gen *g) {
     return H3_OK;
 }
 
-/* Plans the DiT on the device before anything loads (the text encoder included): the DiT's headers, the
- * request's shapes and the budgets decide which blocks stay resident, which stream from pinned memory or
- * from the file, the ring and the row chunk. A request that does not fit stops here with the plan's message:
- * which budget is short, by how much, and what would fit. */
-static h3_status plan_dit(gen *g, int64_t n_tokens) {
+/* Bytes of the set a component was opened from; 0 when they cannot be counted (the plan then counts no
+ * reads). */
+static int64_t set_bytes(const char *source) {
+    int64_t b = 0;
+    if (source && h3_plan_weight_bytes(source, &b) != H3_OK) {
+        h3_clear_error();
+        b = 0;
+    }
+    return b;
+}
+
+/* Plans every stage on the device before anything loads (the text encoder included), from the headers and
+ * each model's own memory function: the text encoder's layers streamed or on the host, the DiT's blocks
+ * resident, streamed from pinned memory or from the file with its ring and row chunk, the audio VAE's f32
+ * weights and batch, the video VAE's resident blocks and tiles per pass. A stage the budget cannot hold on
+ * the device goes to the host, saying why; a request some stage cannot fit at all stops here with the plan's
+ * message: which stage and budget are short, by how much, and what would fit. The DiT stays open (headers)
+ * for its stage. */
+static h3_status plan_run(gen *g, int64_t n_tokens) {
     h3_status st = H3_OK;
     const h3_generate_request *r = g->r;
     const h3_request *q = &g->req;
+    h3_text_encoder *te = NULL;
+    h3_video_vae *vv = NULL;
+    h3_audio_vae *av = NULL;
     h3_dit_open_opts oo;
     memset(&oo, 0, sizeof oo);
     oo.act_place = H3_PLACE_DEVICE;
@@ -662,6 +572,9 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
     H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
+    H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
+    H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
+    H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &av), "the audio VAE");
 
     h3_plan_budgets b = {r->vram_budget, r->ram_budget};
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
@@ -685,8 +598,13 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     memset(&m, 0, sizeof m);
     m.dit = g->dit;
     m.dit_weights_in_file = 1;
-    m.host_threads = 1;
-    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, g->n_uniq};
+    m.te = te;
+    m.vvae = vv;
+    m.avae = av;
+    m.vvae_weight_bytes = set_bytes(h3_video_vae_source(vv));
+    m.avae_weight_bytes = set_bytes(h3_audio_vae_source(av));
+    m.host_threads = g->ex.threads;
+    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, g->n_uniq, g->sch.n - 1};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -700,16 +618,30 @@ static h3_status plan_dit(gen *g, int64_t n_tokens) {
     g->res.predicted_step_s = g->plan->have_time ? p->t_step : 0;
     H3_CHECK(h3_plan_check(g->plan));
     char a[32], c[32], d[32];
-    h3_log(H3_LOG_INFO,
-           "plan: the DiT on %s with a device budget of %s (host %s): %d of %d blocks resident, %d streamed "
-           "from pinned memory, %d from the file, %d ring slots; predicted device peak %s",
-           name, h3_budget_str(b.vram, a, sizeof a),
-           b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited", p->n_resident, p->n_units, p->n_pinned,
-           p->n_disk, p->n_slots, h3_budget_str(p->dev_peak, d, sizeof d));
+    h3_log(H3_LOG_INFO, "plan: every stage on %s within a device budget of %s (host %s)", name,
+           h3_budget_str(b.vram, a, sizeof a), b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited");
+    const h3_stage_plan *hs[3] = {&g->plan->te, &g->plan->avae, &g->plan->vvae};
+    static const char *const hs_name[3] = {"the text encoder", "the audio VAE", "the video VAE"};
+    for (int i = 0; i < 3; i++) {
+        if (hs[i]->on_device)
+            h3_log(H3_LOG_INFO, "plan: %s %s; predicted device peak %s", hs_name[i], hs[i]->detail,
+                   h3_budget_str(hs[i]->dev_peak, d, sizeof d));
+        else
+            h3_log(H3_LOG_WARN, "plan: %s %s: %s", hs_name[i], hs[i]->detail, hs[i]->reason);
+    }
+    h3_log(
+        H3_LOG_INFO,
+        "plan: the DiT: %d of %d blocks resident, %d streamed from pinned memory, %d from the file, %d ring "
+        "slots; predicted device peak %s",
+        p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots,
+        h3_budget_str(p->dev_peak, d, sizeof d));
     if (g->plan->have_time)
         h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
                p->t_step, p->t_resident);
 done:
+    h3_text_encoder_close(te);
+    h3_video_vae_close(vv);
+    h3_audio_vae_close(av);
     return st;
 }
 
@@ -770,22 +702,16 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     h3_status st = H3_OK;
     h3_seq_layout L;
     memset(&L, 0, sizeof L);
-    dit_ctx c;
-    memset(&c, 0, sizeof c);
-    c.g = g;
     float *vrows = NULL, *arows = NULL;
+    h3_dit *own = NULL;
     const h3_request *q = &g->req;
-    const h3_schedule *sch = &g->sch;
     H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, q->width, q->height, &L));
-    c.L = &L;
-    if (L.seq_len > INT32_MAX)
-        H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L.seq_len);
     g->res.seq_len = L.seq_len;
     g->res.latent_t = L.latent_t;
     g->res.latent_h = L.latent_h;
     g->res.latent_w = L.latent_w;
     g->res.audio_latents = L.audio_t;
-    const int steps = sch->n - 1;
+    const int steps = g->sch.n - 1;
     stage_begin(g, H3_GEN_DIT, steps);
 
     /* Noise: the video latent in [24, T, H, W] order, patchified into rows; the audio directly in rows. */
@@ -796,91 +722,44 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     H3_CHECK(h3_tensor_alloc(audio_lat, H3_PLACE_HOST, H3_F32, 3, ashape, H3_MEM_ACTIVATIONS));
     vrows = h3_malloc((size_t)nv * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
     arows = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
-    const size_t S = (size_t)L.seq_len;
-    c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
-    c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
-    c.vi = h3_malloc((size_t)L.n_video_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    c.ai = h3_malloc((size_t)L.n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    c.ti = h3_malloc((size_t)L.text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    if (!vrows || !arows || !c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
+    if (!vrows || !arows)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L.seq_len);
-    for (size_t i = 0; i < S; i++) c.tags[i] = L.tags[i];
-    for (int64_t i = 0; i < L.n_video_rows; i++) c.vi[i] = (int32_t)L.video_indices[i];
-    for (int64_t i = 0; i < L.n_audio_rows; i++) c.ai[i] = (int32_t)L.audio_indices[i];
-    for (int64_t i = 0; i < L.text_len; i++) c.ti[i] = (int32_t)L.text_indices[i];
     h3_rng_t2va_noise(q->seed, video_lat->data, (size_t)nv, arows, (size_t)na);
     h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
 
-    /* The DiT: on the host, resident; on the device, as planned (plan_dit opened it): the arena is the
-     * budget, the stream puts every block where the plan says, the report counts each allocation by category.
-     */
-    c.place = g->res.device == H3_DEVICE_CUDA ? H3_PLACE_DEVICE : H3_PLACE_HOST;
-    if (c.place == H3_PLACE_DEVICE) {
+    /* The DiT: on the device as planned (plan_run opened it), or on the host, resident. */
+    h3_dit_sample_args sa;
+    memset(&sa, 0, sizeof sa);
+    if (g->res.device == H3_DEVICE_CUDA) {
         if (!g->dit || !g->plan) H3_FAIL(H3_ERR_INTERNAL, "the DiT was not planned");
-        c.dit = g->dit;
-        g->dit = NULL;
-        const h3_dit_plan *p = &g->plan->dit;
-        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
-        g->cuda_on = 1;
-        H3_CHECK(h3_memrep_create(&g->ex, &g->rep));
-        int64_t pred[H3_DEVCAT_COUNT], ppeak;
-        h3_dit_plan_predicted(p, pred, &ppeak);
-        h3_memrep_set_predicted(g->rep, pred, ppeak, g->plan->budgets.vram);
-        h3_dit_placement pl;
-        h3_dit_plan_placement(p, &pl);
-        H3_CHECK_CTX(h3_dit_stream_open(c.dit, &g->ex, &pl, NULL, g->rep, &g->ds), "loading the DiT");
-        h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
+        sa.dit.dit = g->dit;
+        sa.dit.plan = g->plan;
+        sa.dit.memory_trace = g->r->memory_trace;
     } else {
         h3_dit_open_opts oo;
         memset(&oo, 0, sizeof oo);
         oo.act_place = oo.weight_place = H3_PLACE_HOST;
-        H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &c.dit), "the DiT");
+        H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &own), "the DiT");
+        sa.dit.dit = own;
     }
-    /* The AdaLN modulation of every timestep the schedule visits, once: the steps then read no AdaLN weight.
-     */
+    sa.dit.text = hidden;
+    sa.dit.timesteps = g->uniq_t;
+    sa.dit.n_timesteps = g->n_uniq;
+    sa.layout = &L;
+    sa.sampler = q->sampler;
+    sa.schedule = &g->sch;
+    sa.on_step = dit_step;
+    sa.step_ctx = g;
     g->res.modulation_timesteps = g->n_uniq;
-    if (g->rep) {
-        h3_memrep_set_category(g->rep, H3_DEVCAT_MODULATION);
-        h3_memrep_mark(g->rep, "dit: modulation");
+    h3_dit_stage_result dr;
+    st = h3_stage_dit_sample(&g->ex, &sa, vrows, arows, &dr);
+    g->res.stages[H3_GEN_DIT] = dr.rep;
+    g->res.measured_step_s = dr.call_s;
+    if (dr.rep.on_device) {
+        g->res.dev_peak = dr.rep.dev_peak;
+        snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", dr.memory_report);
     }
-    H3_CHECK_CTX(h3_dit_precompute_modulation(c.dit, &g->ex, g->uniq_t, g->n_uniq),
-                 "precomputing the AdaLN modulation");
-    if (g->rep) h3_memrep_set_category(g->rep, H3_DEVCAT_ACTIVATIONS);
-    H3_CHECK(check_stop(g));
-
-    /* The text states (once) and, on the device, the per-call inputs and velocities: after the modulation
-     * pass, whose own peak the plan counts without them. */
-    const h3_dit_config *dc = h3_dit_get_config(c.dit);
-    H3_CHECK(h3_tensor_alloc2(&c.text, c.place, H3_F32, L.text_len, dc->text_dim, H3_MEM_ACTIVATIONS));
-    H3_CHECK(h3_copy(&g->ex, &c.text, hidden));
-    if (c.place == H3_PLACE_DEVICE) {
-        H3_CHECK(
-            h3_tensor_alloc2(&c.dxv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_tensor_alloc2(&c.dxa, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS,
-                                  H3_MEM_ACTIVATIONS));
-        H3_CHECK(
-            h3_tensor_alloc2(&c.dvv, c.place, H3_F32, L.n_video_rows, H3_VIDEO_ROW_DIM, H3_MEM_ACTIVATIONS));
-        H3_CHECK(h3_tensor_alloc2(&c.dva, c.place, H3_F32, L.n_audio_rows, H3_AUDIO_LATENT_CHANNELS,
-                                  H3_MEM_ACTIVATIONS));
-    }
-
-    h3_sample_args sa = {q->sampler, sch, dit_model, &c, dit_step, g};
-    const double ts0 = now_s();
-    H3_CHECK(h3_sample(&sa, vrows, (size_t)nv, arows, (size_t)na));
-    const double ts1 =
-        now_s(); /* seconds per model call, the first (warm-up) call left out when there are more */
-    g->res.measured_step_s = steps > 1 ? (ts1 - g->t_first_step) / (steps - 1) : ts1 - ts0;
-    if (g->rep) { /* the report: predicted vs measured by category, copies against the pinned ceiling */
-        h3_dit_stream_to_report(g->ds, g->rep, g->plan->have_time ? g->plan->fig.pinned_gbs : 0);
-        h3_memrep_figures mf;
-        h3_memrep_get(g->rep, &mf);
-        g->res.dev_peak = mf.total_peak;
-        char *text = h3_memrep_format(g->rep);
-        if (text) {
-            snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", text);
-            h3_free(text);
-        }
-    }
+    H3_CHECK(st);
     int64_t bad = 0;
     for (int64_t i = 0; i < nv; i++) bad += !isfinite(vrows[i]);
     for (int64_t i = 0; i < na; i++) bad += !isfinite(arows[i]);
@@ -892,29 +771,9 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     h3_audio_unpack(arows, L.audio_t, audio_lat->data);
     stage_end(g);
 done:
-    /* The timeline is written whatever happened: a run that failed for memory is when it is wanted most. */
-    if (g->rep && g->r->memory_trace && h3_memrep_write_trace(g->rep, g->r->memory_trace) != H3_OK) {
-        h3_log(H3_LOG_WARN, "--memory-trace: %s", h3_last_error());
-        h3_clear_error();
-    }
-    h3_tensor *ts[] = {&c.text, &c.dxv, &c.dxa, &c.dvv, &c.dva};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
-    if (g->ds) { /* the stage's device memory back: slots, resident blocks (h3_dit_close frees the rest) */
-        h3_dit_stream_close(g->ds);
-        g->ds = NULL;
-    }
-    h3_dit_close(c.dit);
-    h3_memrep_free(g->rep);
-    g->rep = NULL;
-    if (g->cuda_on) {
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    }
-    h3_free(c.tidx);
-    h3_free(c.tags);
-    h3_free(c.vi);
-    h3_free(c.ai);
-    h3_free(c.ti);
+    h3_dit_close(own);
+    h3_dit_close(g->dit); /* the DiT's stage is over: its headers and mapped files go too */
+    g->dit = NULL;
     h3_free(vrows);
     h3_free(arows);
     h3_seq_layout_free(&L);
@@ -940,27 +799,10 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     const int64_t T = audio_lat->shape[2], S = T * c->hop;
     const int64_t n = h3_media_audio_samples_for_frames(g->req.frames, H3_FPS, H3_AUDIO_RATE);
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
-    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
-        /* On the GPU (both channels in one batch, the weights as f32) when that fits the device budget beside the
-         * backend's workspace; the stage gives the device back before the video VAE's. */
-        h3_audio_vae_mem m;
-        H3_CHECK(h3_audio_vae_decode_peak(c, T, 2, &m));
-        const int64_t need = m.dev_total + H3_CUDA_BACKEND_BYTES, budget = g->plan->budgets.vram;
-        h3_log(H3_LOG_INFO, "audio VAE on the %s: it needs %.2f GiB of the device, the budget is %.2f GiB",
-               need <= budget ? "GPU" : "CPU", need / 1073741824.0, budget / 1073741824.0);
-        if (need <= budget) {
-            H3_CHECK_CTX(h3_audio_vae_set_placement(v, H3_PLACE_DEVICE), "the audio VAE");
-            H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, budget), "--device cuda");
-            g->cuda_on = 1;
-        }
-    }
-    H3_CHECK_CTX(h3_audio_vae_decode(v, &g->ex, audio_lat, &w), "the audio VAE");
-    h3_audio_vae_close(v); /* its device weights go back before the backend does */
+    H3_CHECK(h3_stage_audio_vae(&g->ex, v, g->plan ? &g->plan->avae : NULL, audio_lat, &w,
+                                &g->res.stages[H3_GEN_AUDIO_VAE]));
+    h3_audio_vae_close(v);
     v = NULL;
-    if (g->cuda_on) {
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    }
     H3_CHECK(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
     for (int ch = 0; ch < 2; ch++) {
         const float *src = (const float *)w.data + ch * S;
@@ -974,10 +816,6 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
 done:
     h3_tensor_free(&w);
     h3_audio_vae_close(v);
-    if (g->cuda_on) {
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    }
     return st;
 }
 
@@ -1011,56 +849,22 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
                 "the video VAE %s decodes %lld latent frames to %lld frames, not the %lld requested",
                 g->files.video_vae, (long long)T, (long long)h3_video_vae_num_frames(c, T),
                 (long long)g->req.frames);
+    /* the chunks the decode hands over, one progress step each: the plan's, or the host decode's own */
     h3_video_vae_mem m;
-    H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
+    if (g->plan)
+        m = g->plan->vvae.vvae;
+    else
+        H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
-    if (g->res.device == H3_DEVICE_CUDA && g->plan) {
-        /* On the GPU within the run's device budget: the blocks that fit stay resident, the rest stream; the
-         * stage returns its memory (the backend shuts down) when it ends. */
-        h3_video_vae_run vr;
-        memset(&vr, 0, sizeof vr);
-        vr.place = H3_PLACE_DEVICE;
-        vr.vram_budget = g->plan->budgets.vram;
-        vr.ram_budget = g->plan->budgets.ram > 0 ? g->plan->budgets.ram : 0;
-        vr.threads = g->ex.threads;
-        h3_video_vae_mem dm;
-        st = h3_video_vae_plan(v, T, H, W, &vr, &dm);
-        if (st == H3_ERR_BUDGET) { /* the CPU still can (slowly): better than losing the run's latents */
-            h3_log(H3_LOG_WARN, "video VAE on the CPU: %s", h3_last_error_message());
-            st = H3_OK;
-        } else {
-            H3_CHECK_CTX(st, "the video VAE on --device cuda");
-            m = dm;
-            h3_log(H3_LOG_INFO,
-                   "video VAE on the GPU: %d of %d blocks resident, %d tiles per pass, predicted device peak "
-                   "%.2f "
-                   "GiB",
-                   m.n_resident, m.n_blocks, m.tile_batch, m.dev_peak / 1073741824.0);
-            H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
-            g->cuda_on = 1;
-            H3_CHECK_CTX(h3_video_vae_place(v, &g->ex, &m, NULL), "loading the video VAE");
-        }
-    }
-    h3_log(H3_LOG_DEBUG, "video VAE: %d chunks of %dx%d tiles, planned decode memory %.1f MiB", m.chunks,
-           m.tiles_y, m.tiles_x, (double)m.total / 1048576.0);
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, g, NULL};
-    H3_CHECK_CTX(h3_video_vae_decode(v, &g->ex, video_lat, &out), "the video VAE");
-    if (g->cuda_on) {
-        int64_t used, peak, cap;
-        h3_cuda_mem_stats(&g->ex, &used, &peak, &cap);
-        h3_log(H3_LOG_INFO, "video VAE: device peak %.3f GiB measured, %.3f GiB predicted",
-               peak / 1073741824.0, m.dev_peak / 1073741824.0);
-    }
+    H3_CHECK(h3_stage_video_vae(&g->ex, v, g->plan ? &g->plan->vvae : NULL, video_lat, &out,
+                                &g->res.stages[H3_GEN_VIDEO_VAE]));
     if (g->res.frames_written != g->req.frames)
         H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
                 (long long)g->req.frames);
     stage_end(g);
 done:
-    h3_video_vae_close(v); /* its device memory back before the backend goes */
-    if (g->cuda_on) {
-        h3_cuda_shutdown(&g->ex);
-        g->cuda_on = 0;
-    }
+    h3_video_vae_close(v);
     return st;
 }
 
@@ -1188,11 +992,12 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
                g->files.tokenizer);
     h3_log(H3_LOG_INFO,
            "request: %lld frames (%.2f s) at %lldx%lld, %d steps (model calls) of %s on the %s "
-           "schedule, seed %llu; the DiT runs on the %s",
+           "schedule, seed %llu; %s",
            (long long)g->req.frames, (double)g->req.frames / H3_FPS, (long long)g->req.width,
            (long long)g->req.height, g->req.steps, h3_sampler_name(g->req.sampler),
            h3_scheduler_name(g->req.scheduler), (unsigned long long)g->req.seed,
-           dev == H3_DEVICE_CUDA ? "GPU" : "CPU");
+           dev == H3_DEVICE_CUDA ? "the DiT on the GPU, the other stages where the plan puts them"
+                                 : "every stage on the CPU");
     H3_CHECK(check_stop(g));
 
     /* The stages, one after the other, each with its own weights. */
@@ -1200,10 +1005,16 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     h3_tokenizer_free(tok);
     tok = NULL;
     H3_CHECK(make_schedule(g));
-    if (dev == H3_DEVICE_CUDA) H3_CHECK(plan_dit(g, n_ids)); /* before the text encoder loads */
+    if (dev == H3_DEVICE_CUDA)
+        H3_CHECK(plan_run(g, n_ids)); /* every stage, before the text encoder loads */
     else
         H3_CHECK(check_cpu_dit(g, n_ids));
     H3_CHECK(check_stop(g));
+    if (dev == H3_DEVICE_CUDA) {
+        /* One backend for the whole run: its arena is the device budget every stage takes its turn in. */
+        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
+        g->cuda_on = 1;
+    }
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
     h3_free(ids);
     ids = NULL;
@@ -1265,6 +1076,7 @@ done:
     h3_tensor_free(&video_lat);
     h3_tensor_free(&audio_lat);
     h3_tensor_free(&wave);
+    if (g->cuda_on) h3_cuda_shutdown(&g->ex); /* once, after every stage gave its memory back */
     if (g->have_ex) h3_exec_free(&g->ex);
     h3_mem_stats ms;
     h3_mem_get_stats(&ms);

@@ -15,21 +15,24 @@
  *   mux           the MP4 finished under "<output>.partial" and renamed to <output>; then the WAV and the
  *                 latents
  *
- * Each stage opens its component's weights when it begins and closes them when it ends; a stage's weights are
- * never open while another stage runs. With device CUDA the DiT runs on the GPU (activations and weights on
- * the device, h3_cuda_init with the default budget: the free memory less a margin) and the text encoder and
- * the VAEs on the CPU.
+ * Each stage is a library function (pipeline/stages.h) that opens its component's weights when it begins and
+ * gives them back when it ends; a stage's weights are never open while another stage runs. With device CUDA
+ * every stage is planned before anything loads (pipeline/plan.h: the text encoder, the DiT, the audio VAE and
+ * the video VAE, each against the whole device budget, since they take turns); a request some stage cannot
+ * fit stops there. One CUDA backend serves the run (h3_cuda_init once with the budget as its arena, shut down
+ * once at the end); the DiT runs on the GPU and each other stage where the plan put it: on the GPU, or on the
+ * CPU when the budget cannot hold it there, with the plan's reason in the log.
  *
  * Outputs wait under their temporary names in an output group (base/fs.h) and appear together at the end.
  * Failure or interruption (the should_stop callback, polled between stages, after every DiT step and every
- * decoded chunk; or h3_cancel_request, seen inside every op and long kernel) removes everything the run wrote:
- * the partial MP4, the PNG folder, the WAV and the latents; the files that were at those paths stay. A run
- * therefore leaves either all its outputs, complete, or none of them.
+ * decoded chunk; or h3_cancel_request, seen inside every op and long kernel) removes everything the run
+ * wrote: the partial MP4, the PNG folder, the WAV and the latents; the files that were at those paths stay. A
+ * run therefore leaves either all its outputs, complete, or none of them.
  *
  * Status codes: H3_ERR_INVALID for the request (the CLI exits 2): a bad frame count, canvas, step count,
  * sampler or scheduler name, a --model path that does not exist, an output folder that does not exist, an
- * output that is not a regular file (a FIFO, a device), a --png-dir that is not empty, two outputs on one path
- * or an output on a file the model reads (h3_pathset),
+ * output that is not a regular file (a FIFO, a device), a --png-dir that is not empty, two outputs on one
+ * path or an output on a file the model reads (h3_pathset),
  * --device cuda without a GPU. H3_ERR_NOT_FOUND / H3_ERR_FORMAT / H3_ERR_UNSUPPORTED for the model files
  * (the CLI exits 1): a folder that lacks a component, an unreadable tokenizer, malformed or mismatched
  * weights. H3_ERR_INTERRUPTED when stopped.
@@ -42,6 +45,7 @@
 #include "base/status.h"
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
+#include "pipeline/stages.h"
 
 typedef enum h3_device { H3_DEVICE_AUTO = 0, H3_DEVICE_CPU, H3_DEVICE_CUDA } h3_device;
 
@@ -85,9 +89,9 @@ typedef struct h3_generate_request {
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */
-    /* The DiT stage's memory (src/pipeline/plan.h plans it on the device before anything loads): */
-    int64_t vram_budget; /* every device byte the run takes; 0: free device memory less H3_VRAM_MARGIN;
-                          * ignored on the CPU */
+    /* The stages' memory (src/pipeline/plan.h plans every stage on the device before anything loads): */
+    int64_t vram_budget; /* every device byte the run takes (the one backend's arena, each stage in turn);
+                          * 0: free device memory less H3_VRAM_MARGIN; ignored on the CPU */
     int64_t ram_budget;  /* host bytes for pinned weight copies and staging (on the CPU: everything the DiT
                           * stage  holds, checked before the text encoder runs); 0: H3_RAM_SHARE of
                           * MemAvailable;  -1: not limited */
@@ -127,8 +131,10 @@ typedef struct h3_generate_result {
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a] */
     int64_t frames_written, audio_samples;               /* into the MP4 (per channel for the audio) */
-    int modulation_timesteps;      /* distinct timesteps whose AdaLN modulation was precomputed */
-    double stage_s[H3_GEN_STAGES]; /* seconds per stage */
+    int modulation_timesteps;              /* distinct timesteps whose AdaLN modulation was precomputed */
+    double stage_s[H3_GEN_STAGES];         /* seconds per stage */
+    h3_stage_report stages[H3_GEN_STAGES]; /* text encoder, DiT, audio VAE, video VAE: where each ran, its
+                                            * predicted and measured device peak, what it left held */
     double total_s;
     int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
     /* the DiT on the device (zeros on the CPU) */

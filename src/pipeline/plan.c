@@ -11,8 +11,10 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/budget.h"
+#include "mem/pack.h"
 #include "models/dit_stream.h"
 #include "pipeline/layout.h"
+#include "quant/quant.h"
 #include "sample/schedule.h"
 
 #define GIB H3_GIB
@@ -23,10 +25,10 @@
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
  * for 50 × 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the
  * model reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive)
- * until measured. */
+ * until measured; the f32 rate (the audio VAE's convolutions, no TF32) is the data sheet's. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3},
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -382,7 +384,7 @@ static void dit_minimum(const dit_ctx *x, int64_t *dev, int64_t *host) {
     *host = p.host_staging + p.host_other;
 }
 
-/* ---- host stages --------------------------------------------------------------------------------------- */
+/* ---- the other stages ---------------------------------------------------------------------------------- */
 
 int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t chunk_rows) {
     /* as text_encoder.c's ws_alloc (f32): h [n, C], q and o [n, heads·D], k and v [n, kv·D], gate|up [chunk,
@@ -395,87 +397,262 @@ int64_t h3_plan_te_activation_bytes(const h3_te_config *c, int64_t n, int64_t ch
     return (e + n * c->hidden) * 4;
 }
 
-/* The text encoder: on the device (layers streamed through two slots, h3_text_encoder_device_bytes) when a
- * device budget is given and holds it, as h3run generate decides; else on the host. */
-static void plan_te(const h3_plan_model *m, const h3_plan_request *r, const h3_device_figures *f,
-                    int64_t vram, h3_stage_plan *s) {
-    memset(s, 0, sizeof *s);
-    if (!m->te) return;
-    s->present = 1;
-    const h3_te_config *c = h3_text_encoder_config(m->te);
-    const int layers = (int)(c->n_layers < H3_TE_LAYER ? c->n_layers : H3_TE_LAYER);
-    const int64_t per_layer_params = c->hidden * (c->heads + 2 * c->kv_heads) * c->head_dim +
-                                     c->heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden;
-    /* the stored dtype of the matrices: the weights' bytes over their parameters */
-    const int64_t all_params = c->n_layers * per_layer_params + c->vocab * c->hidden;
-    const double bpp =
-        all_params > 0 && m->te_weight_bytes > 0 ? (double)m->te_weight_bytes / (double)all_params : 2.0;
-    const int64_t layer_bytes = (int64_t)(bpp * (double)per_layer_params);
-    s->weight_bytes = layer_bytes * layers + (int64_t)(bpp * (double)(r->text_tokens * c->hidden));
-    s->host_bytes = h3_plan_te_activation_bytes(c, r->text_tokens, 0);
-    s->dev_bytes = h3_text_encoder_device_bytes((h3_text_encoder *)m->te, r->text_tokens, layers);
-    if (s->dev_bytes < 0)
-        s->dev_bytes = 2 * h3_cuda_granule(layer_bytes) + s->host_bytes + H3_CUDA_BACKEND_BYTES;
-    double comp = 2.0 * (double)r->text_tokens * (double)per_layer_params / (f->gemm_tflops * 1e12);
-    s->t_device = layers * maxd(comp, (double)layer_bytes / (f->disk_gbs * 1e9));
-    char a[32], b[32], d[32];
-    h3_budget_str(s->weight_bytes, a, sizeof a);
-    h3_budget_str(s->host_bytes, b, sizeof b);
-    h3_budget_str(s->dev_bytes, d, sizeof d);
-    s->on_device = vram > 0 && s->dev_bytes <= vram;
-    if (s->on_device) {
-        s->host_bytes = (int64_t)r->text_tokens * c->hidden * 4; /* the embedding rows gathered on the host */
-        snprintf(
-            s->detail, sizeof s->detail,
-            "on the device: %d of %lld layers streamed from the mapped file through 2 slots (%s read per "
-            "prompt), %s of the device for %lld tokens",
-            layers, (long long)c->n_layers, a, d, (long long)r->text_tokens);
-    } else {
-        snprintf(s->detail, sizeof s->detail,
-                 "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s "
-                 "for %lld "
-                 "tokens%s%s%s",
-                 layers, (long long)c->n_layers, a, b, (long long)r->text_tokens,
-                 vram > 0 ? " (on the device it would need " : "", vram > 0 ? d : "", vram > 0 ? ")" : "");
-    }
+static const h3_device_figures *figures_or_h200(const h3_device_figures *fig, h3_device_figures *ref) {
+    if (fig) return fig;
+    h3_device_figures_find("h200", ref);
+    return ref;
 }
 
-static h3_status plan_vvae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
+/* The bytes text-encoder layer l streams (its tensors packed as the device's slots hold them: values and
+ * scales at the arena's alignment), or -1 when its weights cannot be read; *gpu_why is set when a tensor is
+ * in a form the GPU's GEMMs do not take. Acquiring a layer makes views of the mapped files and reads nothing.
+ */
+static int64_t te_layer_bytes(h3_text_encoder *te, int l, const char **gpu_why) {
+    const h3_te_layer_weights *w;
+    if (h3_text_encoder_layer_acquire(te, NULL, l, &w) != H3_OK) {
+        h3_clear_error();
+        return -1;
+    }
+    const h3_tensor *t[] = {&w->input_norm, &w->post_norm, &w->q,    &w->k,  &w->v,   &w->o,
+                            &w->q_norm,     &w->k_norm,    &w->gate, &w->up, &w->down};
+    h3_pack p;
+    memset(&p, 0, sizeof p);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const char *why = NULL;
+        if (!*gpu_why && !h3_quant_gpu_supported(t[i], &why)) *gpu_why = why ? why : "not on the GPU";
+        h3_pack_add(&p, t[i], 0);
+    }
+    h3_text_encoder_layer_release(te, NULL, l);
+    return p.bytes;
+}
+
+h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer, const h3_plan_budgets *b,
+                               const h3_device_figures *fig, h3_stage_plan *s) {
     memset(s, 0, sizeof *s);
-    if (!m->vvae) return H3_OK;
+    /* the plan only makes views of the layers' tensors: nothing an encode depends on changes */
+    h3_text_encoder *te = (h3_text_encoder *)te_c;
+    const h3_te_config *c = h3_text_encoder_config(te);
+    if (n < 1 || layer < 0 || layer > c->n_layers)
+        return H3_ERR(H3_ERR_INVALID, "plan: the text encoder runs 1 or more tokens to a layer in 0..%lld",
+                      (long long)c->n_layers);
+    h3_device_figures ref;
+    const h3_device_figures *f = figures_or_h200(fig, &ref);
     s->present = 1;
-    const h3_video_vae_config *c = h3_video_vae_get_config(m->vvae);
-    h3_video_vae_mem mm;
-    int64_t T = h3_video_latent_frames(r->frames), H = r->height / 16, W = r->width / 16;
-    H3_TRY(h3_video_vae_decode_peak(c, T, H, W, m->host_threads > 0 ? m->host_threads : 1, 0, &mm));
-    s->weight_bytes = m->vvae_weight_bytes;
-    s->host_bytes = mm.total;
-    char a[32], b[32];
-    snprintf(s->detail, sizeof s->detail,
-             "runs on the host: %d temporal chunks of %d x %d tiles, decode memory %s (does not grow with "
-             "frames); "
-             "weights %s mapped",
-             mm.chunks, mm.tiles_y, mm.tiles_x, h3_budget_str(mm.total, a, sizeof a),
-             h3_budget_str(s->weight_bytes, b, sizeof b));
+    s->n_units = layer;
+    const char *gpu_why = NULL;
+    int unreadable = 0;
+    /* per layer: the GEMMs' FLOPs (2 per parameter and token) against its read from the file */
+    const double params = (double)(c->hidden * (c->heads + 2 * c->kv_heads) * c->head_dim +
+                                   c->heads * c->head_dim * c->hidden + 3 * c->intermediate * c->hidden);
+    const double comp =
+        2.0 * (double)n * params / (f->gemm_tflops * 1e12) +
+        4.0 * (double)n * (double)n * (double)(c->heads * c->head_dim) / (f->attn_tflops * 1e12);
+    for (int l = 0; l < layer; l++) {
+        int64_t lb = te_layer_bytes(te, l, &gpu_why);
+        if (lb < 0) {
+            unreadable = 1;
+            break;
+        }
+        s->weight_bytes += lb;
+        s->t_run += maxd(comp, (double)lb / (f->disk_gbs * 1e9));
+    }
+    const int64_t host_act = h3_plan_te_activation_bytes(c, n, 0);
+    s->dev_need = unreadable || gpu_why ? 0 : h3_text_encoder_device_bytes(te, n, layer);
+    if (s->dev_need < 0) s->dev_need = 0;
+    char a[32], d[32], e[32];
+    h3_budget_str(s->weight_bytes, a, sizeof a);
+    h3_budget_str(s->dev_need, d, sizeof d);
+    s->on_device = b->vram > 0 && s->dev_need > 0 && fits_in(s->dev_need, b->vram);
+    if (s->on_device) {
+        s->dev_peak = s->dev_need;
+        /* encode_device's host tensors: the prompt's embedding rows, the rotary tables, the caller's output
+         */
+        s->host_peak = 2 * n * c->hidden * 4 + 2 * n * c->head_dim * 4;
+        snprintf(s->detail, sizeof s->detail,
+                 "on the device: %d of %lld layers streamed from the mapped file through %d slot%s (%s read "
+                 "per prompt), %s of the device for %lld tokens",
+                 layer, (long long)c->n_layers, layer > 1 ? 2 : 1, layer > 1 ? "s" : "", a, d, (long long)n);
+    } else {
+        s->host_peak = host_act;
+        s->t_run = 0;
+        if (b->vram <= 0)
+            snprintf(s->reason, sizeof s->reason, "no device");
+        else if (unreadable)
+            snprintf(s->reason, sizeof s->reason, "a layer's weights cannot be read for the device");
+        else if (gpu_why)
+            snprintf(s->reason, sizeof s->reason,
+                     "its weights are in a form the GPU's GEMMs do not take (%s)", gpu_why);
+        else
+            snprintf(s->reason, sizeof s->reason,
+                     "on the device it would need %s, more than the device budget of %s holds", d,
+                     h3_budget_str(b->vram, e, sizeof e));
+        snprintf(
+            s->detail, sizeof s->detail,
+            "runs on the host: %d of %lld layers read once from the mapped file (%s), activations %s for "
+            "%lld tokens",
+            layer, (long long)c->n_layers, a, h3_budget_str(host_act, e, sizeof e), (long long)n);
+    }
+    s->fits = s->on_device || b->ram <= 0 || s->host_peak <= b->ram;
     return H3_OK;
 }
 
-static h3_status plan_avae(const h3_plan_model *m, const h3_plan_request *r, h3_stage_plan *s) {
+/* Predicted seconds of a video VAE decode placed on the device by plan m: per pass of a chunk, each block's
+ * GEMMs (QKV, output, SwiGLU FFN: 2 FLOPs a weight and token) and attention over the tile's tokens, at the
+ * device's rates; a streamed block's copy hides behind its compute when shorter. */
+static double vvae_run_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m,
+                               const h3_device_figures *f) {
+    const double dim = (double)c->heads * c->head_dim, I = c->ffn_inner, S = (double)m->tokens_per_tile;
+    const double gemm = 2.0 * S * dim * (4.0 * dim + 3.0 * I), attn = 4.0 * S * S * dim;
+    const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
+    const int tiles = m->tiles_y * m->tiles_x, nb = m->tile_batch > 0 ? m->tile_batch : 1;
+    double t = 0;
+    for (int t0 = 0; t0 < tiles; t0 += nb) {
+        const int k = tiles - t0 < nb ? tiles - t0 : nb;
+        const double rows = k * S, eff = rows / (rows + f->gemm_half_rows) / ref;
+        const double comp = k * (gemm / (f->gemm_tflops * 1e12 * eff) + attn / (f->attn_tflops * 1e12));
+        for (int l = 0; l < m->n_blocks; l++) {
+            if (l < m->n_resident) {
+                t += comp;
+                continue;
+            }
+            const double gbs = l - m->n_resident < m->n_pinned ? f->pinned_gbs : f->disk_gbs;
+            t += maxd(comp, (double)m->stored_bytes / (gbs * 1e9));
+        }
+    }
+    return t * m->chunks;
+}
+
+h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t W, int64_t weight_bytes,
+                            int host_threads, const h3_plan_budgets *b, const h3_device_figures *fig,
+                            h3_stage_plan *s) {
     memset(s, 0, sizeof *s);
-    if (!m->avae) return H3_OK;
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    h3_device_figures ref;
+    const h3_device_figures *f = figures_or_h200(fig, &ref);
     s->present = 1;
-    const h3_audio_vae_config *c = h3_audio_vae_get_config(m->avae);
-    h3_audio_vae_mem mm;
-    H3_TRY(h3_audio_vae_decode_peak(c, h3_audio_latents(r->frames), 2 /* stereo */, &mm));
-    s->weight_bytes = m->avae_weight_bytes;
-    /* weight norm is folded at open into owned f32 weights */
-    s->host_bytes = mm.total + m->avae_weight_bytes;
-    char a[32], b[32], d[32];
+    s->weight_bytes = weight_bytes;
+    s->n_units = c->num_layers;
+    const int threads = host_threads > 0 ? host_threads : 1;
+    char a[32], d[32], e[32];
+    if (b->vram > 0) {
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.place = H3_PLACE_DEVICE;
+        run.vram_budget = b->vram;
+        run.ram_budget = b->ram > 0 ? b->ram : 0;
+        run.threads = threads;
+        h3_status st = h3_video_vae_plan(v, T, H, W, &run, &s->vvae);
+        if (st == H3_OK) {
+            const h3_video_vae_mem *m = &s->vvae;
+            s->on_device = 1;
+            s->dev_peak = s->dev_need = m->dev_peak;
+            s->host_peak = m->total + m->host_pinned;
+            s->n_resident = m->n_resident;
+            s->t_load = (double)(weight_bytes - m->stored_bytes * m->n_disk) / (f->disk_gbs * 1e9);
+            s->t_run = vvae_run_seconds(c, m, f);
+            snprintf(
+                s->detail, sizeof s->detail,
+                "on the device: %d of %d blocks resident, %d streamed (%d from pinned memory); %d temporal "
+                "chunks of %d x %d tiles, %d tiles per pass, FFN rows in steps of %lld",
+                m->n_resident, m->n_blocks, m->n_blocks - m->n_resident, m->n_pinned, m->chunks, m->tiles_y,
+                m->tiles_x, m->tile_batch, (long long)m->rows_per_step);
+            s->fits = 1;
+            return H3_OK;
+        }
+        if (st != H3_ERR_BUDGET) return st;
+        snprintf(s->reason, sizeof s->reason, "%s", h3_last_error_message());
+        h3_clear_error();
+        /* the least it takes there: one tile per pass, the smallest row step, every block streamed */
+        run.vram_budget = 0;
+        run.tile_batch = 1;
+        run.rows_per_step = 1;
+        run.stream_blocks = c->num_layers;
+        h3_video_vae_mem least;
+        if (h3_video_vae_plan(v, T, H, W, &run, &least) == H3_OK)
+            s->dev_need = least.dev_peak;
+        else
+            h3_clear_error();
+    } else {
+        snprintf(s->reason, sizeof s->reason, "no device");
+    }
+    H3_TRY(h3_video_vae_decode_peak(c, T, H, W, threads, 0, &s->vvae));
+    s->host_peak = s->vvae.total;
     snprintf(s->detail, sizeof s->detail,
-             "runs on the host: decode memory %s for %lld latents per channel, weights %s; on the device "
-             "(generate --device cuda, when it fits) it takes %s",
-             h3_budget_str(mm.total, a, sizeof a), (long long)h3_audio_latents(r->frames),
-             h3_budget_str(s->weight_bytes, b, sizeof b), h3_budget_str(mm.dev_total, d, sizeof d));
+             "runs on the host: %d temporal chunks of %d x %d tiles, decode memory %s (does not grow with "
+             "frames); weights %s mapped%s%s",
+             s->vvae.chunks, s->vvae.tiles_y, s->vvae.tiles_x, h3_budget_str(s->vvae.total, a, sizeof a),
+             h3_budget_str(weight_bytes, d, sizeof d), s->dev_need ? "; on the device it would need " : "",
+             s->dev_need ? h3_budget_str(s->dev_need, e, sizeof e) : "");
+    s->fits = b->ram <= 0 || s->host_peak <= b->ram;
+    return H3_OK;
+}
+
+/* Predicted seconds of an audio VAE decode on the device: BigVGAN's convolutions (2 FLOPs a weight and output
+ * step) at the f32 GEMM rate, and its anti-aliased activations (one pass a value) at the element-wise rate.
+ */
+static double avae_run_seconds(const h3_audio_vae_config *c, int64_t T, int64_t channels,
+                               const h3_device_figures *f) {
+    const double k_pre = 7, k_post = 7; /* conv_pre and conv_post (audio_vae.h) */
+    double len = (double)T,
+           flops = 2.0 * c->latent_channels * c->latent_dim * len +
+                   2.0 * c->latent_dim * c->decoder_dim * k_pre * len,
+           acts = 0, cin = c->decoder_dim;
+    for (int i = 0; i < c->n_up; i++) {
+        const double cout = cin / 2;
+        flops += 2.0 * cin * cout * c->kernels[i] * len;
+        len *= c->rates[i];
+        for (int r = 0; r < c->n_res; r++)
+            flops += 2.0 * c->n_dil * 2.0 * cout * cout * c->res_kernels[r] * len;
+        acts += (double)c->n_res * 2 * c->n_dil * cout * len;
+        cin = cout;
+    }
+    flops += 2.0 * cin * k_post * len;
+    acts += cin * len;
+    return (double)channels * (flops / (f->f32_tflops * 1e12) + acts * f->eltwise_ns_per_kelem * 1e-12);
+}
+
+h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, int64_t weight_bytes,
+                            const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+    h3_device_figures ref;
+    const h3_device_figures *f = figures_or_h200(fig, &ref);
+    H3_TRY(h3_audio_vae_decode_peak(c, T, channels, &s->avae));
+    const h3_audio_vae_mem *m = &s->avae;
+    s->present = 1;
+    s->weight_bytes = weight_bytes;
+    s->n_units = c->n_up;
+    s->dev_need = m->dev_total + H3_CUDA_BACKEND_BYTES;
+    s->on_device = b->vram > 0 && fits_in(s->dev_need, b->vram);
+    char a[32], d[32], e[32];
+    h3_budget_str(weight_bytes, a, sizeof a);
+    if (s->on_device) {
+        s->dev_peak = s->dev_need;
+        s->n_resident = s->n_units;
+        s->host_peak = weight_bytes; /* the weights folded at open stay on the host too */
+        s->t_load =
+            (double)weight_bytes / (f->disk_gbs * 1e9) + (double)m->dev_weights / (f->pageable_gbs * 1e9);
+        s->t_run = avae_run_seconds(c, T, channels, f);
+        snprintf(s->detail, sizeof s->detail,
+                 "on the device: f32 weights %s resident, %lld channels in one batch of %lld latents each, "
+                 "buffers and scratch %s",
+                 h3_budget_str(m->dev_weights, d, sizeof d), (long long)channels, (long long)T,
+                 h3_budget_str(m->dev_buffers + m->dev_op_scratch, e, sizeof e));
+        s->fits = 1;
+        return H3_OK;
+    }
+    if (b->vram <= 0)
+        snprintf(s->reason, sizeof s->reason, "no device");
+    else
+        snprintf(s->reason, sizeof s->reason,
+                 "on the device it would need %s (f32 weights, both channels' buffers, the backend's "
+                 "workspace), more than the device budget of %s holds",
+                 h3_budget_str(s->dev_need, d, sizeof d), h3_budget_str(b->vram, e, sizeof e));
+    s->host_peak = m->total + weight_bytes;
+    snprintf(s->detail, sizeof s->detail,
+             "runs on the host: decode memory %s for %lld latents per channel, weights %s",
+             h3_budget_str(m->total, d, sizeof d), (long long)T, a);
+    s->fits = b->ram <= 0 || s->host_peak <= b->ram;
     return H3_OK;
 }
 
@@ -515,15 +692,48 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
         h3_seq_layout_free(&L);
         if (!dit_search(&x, &p->dit)) p->fits = 0;
     }
-    H3_TRY(plan_vvae(t->m, r, &p->vvae));
-    H3_TRY(plan_avae(t->m, r, &p->avae));
-    plan_te(t->m, r, t->f, t->b.vram, &p->te);
-    if (t->b.ram > 0) {
-        const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
-        for (int i = 0; i < 3; i++)
-            if (hs[i]->present && hs[i]->host_bytes > t->b.ram) p->fits = 0;
+    const h3_plan_model *m = t->m;
+    memset(&p->te, 0, sizeof p->te);
+    memset(&p->avae, 0, sizeof p->avae);
+    memset(&p->vvae, 0, sizeof p->vvae);
+    if (m->te) {
+        const int64_t nl = h3_text_encoder_config(m->te)->n_layers;
+        H3_TRY(h3_plan_text_encoder(m->te, r->text_tokens, (int)(nl < H3_TE_LAYER ? nl : H3_TE_LAYER), &t->b,
+                                    t->f, &p->te));
     }
+    if (m->avae)
+        H3_TRY(h3_plan_audio_vae(m->avae, h3_audio_latents(r->frames), 2 /* stereo */, m->avae_weight_bytes,
+                                 &t->b, t->f, &p->avae));
+    if (m->vvae)
+        H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), r->height / H3_VAE_SPATIAL,
+                                 r->width / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b,
+                                 t->f, &p->vvae));
+    const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
+    for (int i = 0; i < 3; i++)
+        if (hs[i]->present && !hs[i]->fits) p->fits = 0;
     return H3_OK;
+}
+
+h3_status h3_plan_dit(const h3_plan_model *m, int64_t S, int64_t L, int64_t Nv, int64_t Na, int n_timesteps,
+                      const h3_plan_budgets *b, const h3_device_figures *fig, h3_dit_plan *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->dit) return H3_ERR(H3_ERR_INVALID, "plan: no DiT");
+    if (S < 1 || L < 0 || Nv < 0 || Na < 0 || L + Nv + Na != S || n_timesteps < 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "plan: a packed sequence of %lld rows is not %lld text + %lld video + %lld audio",
+                      (long long)S, (long long)L, (long long)Nv, (long long)Na);
+    if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
+    h3_device_figures ref;
+    const h3_device_figures *f = figures_or_h200(fig, &ref);
+    dit_static ds;
+    H3_TRY(dit_static_of(m, 0, &ds));
+    dit_ctx x = {m, h3_dit_get_config(m->dit), &ds, f, S, L, Nv, Na, n_timesteps, b->vram, b->ram};
+    dit_search(&x, out);
+    return H3_OK;
+}
+
+double h3_dit_plan_seconds(const h3_dit_plan *p, int steps) {
+    return p->present ? p->t_load + p->t_modulation + (steps > 0 ? steps : 0) * p->t_step : 0;
 }
 
 static void appendf(char *buf, size_t n, const char *fmt, ...) H3_PRINTF(3, 4);
@@ -587,13 +797,17 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         dit_minimum(&x, &dmin, &hmin);
     }
     out->min_vram = dmin ? min_budget_for(dmin) : 0;
-    const h3_stage_plan *hs[3] = {&out->te, &out->vvae, &out->avae};
-    for (int i = 0; i < 3; i++)
-        if (hs[i]->present) hmin = max64(hmin, hs[i]->host_bytes);
     out->min_ram = hmin;
+    /* A stage that fits neither budget: the device budget that would put it on the device. */
+    const h3_stage_plan *hs[3] = {&out->te, &out->avae, &out->vvae};
+    static const char *const hs_name[3] = {"text encoder", "audio VAE", "video VAE"};
+    int64_t stage_vram = 0;
+    for (int i = 0; i < 3; i++)
+        if (hs[i]->present && !hs[i]->fits && hs[i]->dev_need > 0)
+            stage_vram = max64(stage_vram, min_budget_for(hs[i]->dev_need));
     h3_plan scratch;
     /* fewer frames */
-    for (int64_t f = r->frames - 17; f >= 5 && m->dit; f -= 17) {
+    for (int64_t f = r->frames - 17; f >= 5; f -= 17) {
         h3_plan_request q = *r;
         q.frames = f;
         scratch.req = q;
@@ -604,7 +818,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         }
     }
     /* a smaller canvas of about the same aspect */
-    for (int s = 95; s >= 10 && m->dit; s -= 5) {
+    for (int s = 95; s >= 10; s -= 5) {
         h3_plan_request q = *r;
         q.width = r->width * s / 100 / 32 * 32;
         q.height = r->height * s / 100 / 32 * 32;
@@ -647,8 +861,10 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     char *w = out->why;
     size_t wn = sizeof out->why;
     w[0] = 0;
-    appendf(w, wn, "%lld frames at %lldx%lld (%lld packed rows) do not fit", (long long)r->frames,
-            (long long)r->width, (long long)r->height, (long long)out->dit.S);
+    appendf(w, wn, "%lld frames at %lldx%lld", (long long)r->frames, (long long)r->width,
+            (long long)r->height);
+    if (m->dit) appendf(w, wn, " (%lld packed rows)", (long long)out->dit.S);
+    appendf(w, wn, " do not fit");
     int dev_short = m->dit && out->min_vram > b->vram;
     int host_short = b->ram > 0 && out->min_ram > b->ram;
     if (dev_short)
@@ -669,11 +885,22 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         appendf(w, wn, "%s the host budget of %s is short by %s (at least %s)", dev_short ? ";" : ":",
                 h3_budget_str(b->ram, a, sizeof a), h3_budget_str(out->min_ram - b->ram, c2, sizeof c2),
                 h3_budget_str(out->min_ram, c3, sizeof c3));
-    if (!dev_short && !host_short) appendf(w, wn, " within these budgets");
+    int stage_short = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!hs[i]->present || hs[i]->fits) continue;
+        appendf(
+            w, wn,
+            "%s the %s fits neither budget: %s, and on the host it needs %s, more than the host budget of %s",
+            dev_short || host_short || stage_short ? ";" : ":", hs_name[i], hs[i]->reason,
+            h3_budget_str(hs[i]->host_peak, a, sizeof a), h3_budget_str(b->ram, c2, sizeof c2));
+        stage_short = 1;
+    }
+    if (!dev_short && !host_short && !stage_short) appendf(w, wn, " within these budgets");
     appendf(w, wn, ". Would fit:");
     int any = 0;
-    if (dev_short || host_short) {
-        appendf(w, wn, " --vram-budget %.2fGiB", (double)max64(out->min_vram, b->vram) / GIB);
+    if (dev_short || host_short || stage_vram > b->vram) {
+        appendf(w, wn, " --vram-budget %.2fGiB",
+                (double)max64(max64(out->min_vram, stage_vram), b->vram) / GIB);
         if (host_short) appendf(w, wn, " --ram-budget %.2fGiB", (double)out->min_ram / GIB);
         any = 1;
     }
@@ -723,6 +950,21 @@ h3_status h3_plan_check(const h3_plan *p) {
 
 /* ---- formatting ---------------------------------------------------------------------------------------- */
 
+/* One stage's lines: its placement, its peaks against the budgets, its predicted time or why it is on the
+ * host. */
+static void stage_format(char *o, size_t n, const h3_plan *p, const char *name, const h3_stage_plan *s) {
+    char a[32], b[32], c[32];
+    appendf(o, n, "\n%s: %s%s\n", name, s->detail, s->fits ? "" : "; DOES NOT FIT");
+    if (s->on_device)
+        appendf(o, n, "  device peak %s of %s, host %s\n", h3_budget_str(s->dev_peak, a, sizeof a),
+                h3_budget_str(p->budgets.vram, b, sizeof b), h3_budget_str(s->host_peak, c, sizeof c));
+    else
+        appendf(o, n, "  host %s (%s)\n", h3_budget_str(s->host_peak, a, sizeof a), s->reason);
+    if (s->on_device && p->have_time)
+        appendf(o, n, "  predicted %.1f s: loading %.1f s, running %.1f s\n", s->t_load + s->t_run, s->t_load,
+                s->t_run);
+}
+
 char *h3_plan_format(const h3_plan *p) {
     const size_t n = 16384;
     char *o = h3_malloc(n, H3_MEM_IO);
@@ -736,6 +978,10 @@ char *h3_plan_format(const h3_plan *p) {
     appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
             p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
+    const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
+    static const char *const names[3] = {"text encoder", "audio VAE", "video VAE"};
+    const h3_stage_plan *te = hs[0];
+    if (te->present) stage_format(o, n, p, names[0], te);
     const h3_dit_plan *t = &p->dit;
     if (t->present) {
         appendf(o, n, "\nDiT: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", (long long)t->S,
@@ -776,17 +1022,37 @@ char *h3_plan_format(const h3_plan *p) {
                     t->t_copy, t->t_read);
             appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
                     t->t_modulation);
+            if (r->steps > 0)
+                appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n",
+                        h3_dit_plan_seconds(t, r->steps), r->steps);
         }
     }
-    const h3_stage_plan *hs[3] = {&p->te, &p->vvae, &p->avae};
-    const char *names[3] = {"text encoder", "video VAE", "audio VAE"};
-    for (int i = 0; i < 3; i++) {
-        if (!hs[i]->present) continue;
-        appendf(o, n, "\n%s: %s; host %s\n", names[i], hs[i]->detail,
-                h3_budget_str(hs[i]->host_bytes, a, sizeof a));
-        if (i == 0 && p->have_time && hs[i]->on_device)
-            appendf(o, n, "  predicted %.1f s per prompt (reads from disk at %.1f GB/s)\n", hs[i]->t_device,
-                    p->fig.disk_gbs);
+    for (int i = 1; i < 3; i++)
+        if (hs[i]->present) stage_format(o, n, p, names[i], hs[i]);
+    /* the stages in the order they run, each on its own within the same budgets */
+    appendf(o, n, "\nstages, in turn (each gives the device back before the next):\n");
+    appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", "stage", "place", "device peak", "host peak", "predicted");
+    for (int i = 0; i < 4; i++) {
+        const h3_stage_plan *sp = i == 0 ? hs[0] : i == 1 ? NULL : hs[i - 1];
+        if (sp ? !sp->present : !t->present) continue;
+        const int on_dev = sp ? sp->on_device : 1;
+        const int64_t dpk = sp ? sp->dev_peak : t->dev_peak, hpk = sp ? sp->host_peak : t->host_peak;
+        char pk[48], tm[48];
+        if (on_dev)
+            snprintf(pk, sizeof pk, "%s of %s", h3_budget_str(dpk, a, sizeof a),
+                     h3_budget_str(p->budgets.vram, b, sizeof b));
+        else
+            snprintf(pk, sizeof pk, "-");
+        if (!p->have_time || !on_dev)
+            snprintf(tm, sizeof tm, "-");
+        else if (sp)
+            snprintf(tm, sizeof tm, "%.1f s", sp->t_load + sp->t_run);
+        else if (r->steps > 0)
+            snprintf(tm, sizeof tm, "%.1f s (%d calls)", h3_dit_plan_seconds(t, r->steps), r->steps);
+        else
+            snprintf(tm, sizeof tm, "%.3f s a call", t->t_step);
+        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", sp ? names[i - (i > 1)] : "DiT",
+                on_dev ? "device" : "host", pk, h3_budget_str(hpk, c, sizeof c), tm);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);
     return o;

@@ -1,12 +1,17 @@
 /* The memory planner: for a request (frames, canvas, prompt length) and the components a model folder holds,
- * decide before anything is loaded where every weight block lives and how the activations are chunked, so
- * that each stage stays inside the device and host budgets at the best predicted speed; or say, before
- * loading, that nothing fits, which budget is short and what would fit.
+ * decide before anything is loaded where each stage runs, where every weight block lives and how the
+ * activations are chunked, so that each stage stays inside the device and host budgets at the best predicted
+ * speed; or say, before loading, that nothing fits, which stage and which budget is short and what would fit.
+ *
+ * The stages take turns inside one device budget (text encoder, DiT, audio VAE, video VAE: each gives all its
+ * device memory back before the next starts), so each is planned against the whole budget. Every stage's
+ * memory comes from the model's own arithmetic, the one its allocations use: the DiT's h3_dit_forward_mem_of
+ * and packed units, the text encoder's h3_text_encoder_device_bytes and its layers' packed sizes, the video
+ * VAE's h3_video_vae_plan, the audio VAE's h3_audio_vae_decode_peak; so the plan cannot drift from what runs.
+ * The time predictions are the planner's own model of each stage on a named device's figures.
  *
  * Pure arithmetic on headers: weights need not be readable (header-only files plan like the real ones) and no
- * GPU is needed. Every activation figure comes from the runtime's own arithmetic (h3_dit_forward_mem_of,
- * h3_video_vae_decode_peak, h3_audio_vae_decode_peak; the text encoder's workspace is mirrored here and
- * checked against a measured encode in tests/test_planner.c), so the plan cannot drift from what runs.
+ * GPU is needed.
  *
  * The DiT stage (per step: the token-refiner blocks then the DiT blocks, every step the same order):
  *     device = backend workspace + non-block weights + resident blocks + ring slots + kept modulation
@@ -24,6 +29,10 @@
  * plans within 0.5% of it, the one that streams the fewest bytes, then the largest chunk. A plan fits when
  * its predicted peak plus h3_budget_slack(budget) is within the budget (the slack covers the arena's 256-byte
  * granules and the holes a first-fit arena can leave).
+ *
+ * The other stages (h3_stage_plan) run on the device when their device peak plus the slack fits the device
+ * budget, else on the host, with the reason; a stage fits when the place it gets holds it (the host budget,
+ * when it runs there). The DiT runs on the device only.
  */
 #ifndef H3_MEM_PLAN_H
 #define H3_MEM_PLAN_H
@@ -52,6 +61,7 @@ typedef struct h3_device_figures {
     double gemm_half_rows;       /* GEMM efficiency M/(M+half), relative to its value at 19,412 rows */
     double attn_tflops;          /* attention, 4·S²·inner FLOP per block */
     double eltwise_ns_per_kelem; /* norms, RoPE, SwiGLU, residuals of one block: ns per 1000 (row × hidden) */
+    double f32_tflops;           /* f32 GEMMs without TF32 (the audio VAE's convolutions) */
 } h3_device_figures;
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
 int h3_device_figures_find(const char *name, h3_device_figures *out);
@@ -64,6 +74,7 @@ typedef struct h3_plan_request {
     int64_t frames, width, height; /* 17n+5 frames; multiples of 32 */
     int64_t text_tokens;           /* prompt length after tokenizing (128 in BENCH.md) */
     int n_timesteps;               /* distinct timesteps the run keeps modulation for (t2va: 2 per step) */
+    int steps;                     /* model calls, for the DiT stage's predicted time (0: per step only) */
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {
@@ -79,8 +90,10 @@ typedef struct h3_plan_model {
     const h3_text_encoder *te;
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
-    int64_t te_weight_bytes, vvae_weight_bytes, avae_weight_bytes; /* as stored (h3_plan_weight_bytes) */
-    int host_threads; /* CPU threads the host stages use (the video VAE's scratch depends on it) */
+    int64_t vvae_weight_bytes,
+        avae_weight_bytes; /* the VAEs' files, as stored (h3_plan_weight_bytes); the text
+                            * encoder's layers are asked for their own packed sizes */
+    int host_threads;      /* CPU threads the host stages use (the video VAE's scratch depends on it) */
 } h3_plan_model;
 
 /* Bytes of every tensor of the safetensors set (file, index or folder) a component was opened from. */
@@ -113,15 +126,25 @@ typedef struct h3_dit_plan {
     double t_modulation, t_load; /* once per run */
 } h3_dit_plan;
 
-/* A stage that runs on the host today (text encoder, VAEs): its host peak and weights. */
+/* A stage other than the DiT (text encoder, audio VAE, video VAE): where it runs and what it takes. */
 typedef struct h3_stage_plan {
     int present;
-    int64_t weight_bytes; /* read from files (mapped: page cache) */
-    int64_t host_bytes;   /* activations, scratch and owned weight copies */
-    int64_t dev_bytes;    /* device memory it takes streaming layer by layer (text encoder), else 0 */
-    double t_device; /* predicted seconds on the device streaming layer by layer (text encoder), 0 if none */
-    int on_device;   /* the text encoder runs on the device: a device budget holds dev_bytes */
-    char detail[320];
+    int on_device; /* runs on the device; else on the host, and `reason` says why */
+    int fits;      /* the place it got holds it: the device budget (peak + slack), or the host budget */
+    int64_t weight_bytes; /* weight bytes it reads from its files per run, as stored (the layers it runs) */
+    int64_t dev_peak;     /* device bytes at its peak, the backend's workspace included; 0 on the host */
+    int64_t dev_need; /* the device bytes it takes there (also when it runs on the host); 0: no device plan */
+    int64_t host_peak; /* host bytes it holds at its peak: activations, scratch, owned and pinned weight
+                        * copies (mapped files are the page cache's) */
+    int n_units,
+        n_resident; /* weight units (layers, blocks) and how many stay on the device; the rest stream */
+    double t_load,
+        t_run;             /* predicted seconds on the device figures: reading and placing weights before it
+                            * computes, and computing (streamed copies hidden where they can be); 0 on the host */
+    char detail[320];      /* the placement in words */
+    char reason[400];      /* on the host: why not on the device */
+    h3_video_vae_mem vvae; /* video VAE: the decoder's own plan at its place (h3_video_vae_plan) */
+    h3_audio_vae_mem avae; /* audio VAE: its decode memory (h3_audio_vae_decode_peak) */
 } h3_stage_plan;
 
 typedef struct h3_plan {
@@ -131,14 +154,14 @@ typedef struct h3_plan {
     int have_time; /* figures named or detected: times are predictions for that device */
     h3_dit_plan dit;
     h3_stage_plan te, vvae, avae;
-    int fits;
+    int fits; /* every stage fits the same budgets */
     /* when it does not fit */
     int64_t min_vram, min_ram;     /* the smallest budgets that fit this request */
     int64_t fit_frames;            /* the most frames (17n+5) that fit the budgets at this canvas; 0: none */
     int64_t fit_width, fit_height; /* the largest canvas (same aspect, multiples of 32) that fits; 0: none */
     int fits_8bit;                 /* an 8-bit DiT file (int8/fp8 block weights) would fit */
     int fit_steps;  /* the most sampling steps (2 kept timesteps each) that fit; 0: none, or not fewer */
-    char why[1024]; /* the message: which budget is short, by how much, what would fit */
+    char why[1536]; /* the message: which stage and budget is short, by how much, what would fit */
 } h3_plan;
 
 /* Plans the stages the model holds. fig NULL: no time predictions (the choices use the h200 figures for
@@ -146,6 +169,32 @@ typedef struct h3_plan {
  * that does not fit is still H3_OK with fits = 0 and `why` filled. */
 h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h3_plan_budgets *b,
                        const h3_device_figures *fig, h3_plan *out);
+/* Each stage on its own, from the model's own memory function: what h3_plan_make does for every stage of a
+ * request, and what `h3run encode`, `dit` and `decode` plan their one stage with. b->vram 0: no device (the
+ * host). fig NULL: no time predictions (t_load and t_run are the h200's, for ranking only). */
+/* The text encoder up to hidden_states[layer] of n_tokens: on the device, its layers streamed from the files
+ * through two slots (h3_text_encoder_device_bytes), when that fits; the bytes read per prompt are its layers'
+ * packed sizes. */
+h3_status h3_plan_text_encoder(const h3_text_encoder *te, int64_t n_tokens, int layer,
+                               const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *out);
+/* The video VAE decoding latents [C, T, H, W]: on the device (h3_video_vae_plan: tiles per pass, resident and
+ * streamed blocks) when some plan fits the budget, else on the host (h3_video_vae_decode_peak with
+ * host_threads). weight_bytes: its file's bytes (h3_plan_weight_bytes). */
+h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t W, int64_t weight_bytes,
+                            int host_threads, const h3_plan_budgets *b, const h3_device_figures *fig,
+                            h3_stage_plan *out);
+/* The audio VAE decoding `channels` × T latents: on the device (h3_audio_vae_decode_peak's dev_* bytes and
+ * the backend's workspace) when that fits, else on the host. */
+h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, int64_t weight_bytes,
+                            const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *out);
+/* The DiT for a packed sequence of S rows (L text, Nv video, Na audio) with n_timesteps of kept modulation:
+ * the best placement at these budgets. H3_OK with out->fits 0 when none fits (out then holds the plan that
+ * takes the least device memory). */
+h3_status h3_plan_dit(const h3_plan_model *m, int64_t S, int64_t L, int64_t Nv, int64_t Na, int n_timesteps,
+                      const h3_plan_budgets *b, const h3_device_figures *fig, h3_dit_plan *out);
+/* The DiT stage's predicted seconds: loading, the modulation pass and `steps` model calls. */
+double h3_dit_plan_seconds(const h3_dit_plan *p, int steps);
+
 /* The DiT plan's placement, for h3_dit_stream_open (points into p). */
 void h3_dit_plan_placement(const h3_dit_plan *p, h3_dit_placement *out);
 /* The plan's device bytes by report category, and the peak (for h3_memrep_set_predicted). */

@@ -1,0 +1,385 @@
+/* The stages of a run (stages.h): text encoder, DiT, audio VAE, video VAE, each at the place its plan gives
+ * it, each giving its device memory back before it returns. */
+#include "pipeline/stages.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "cuda/cuda.h"
+#include "mem/budget.h"
+#include "mem/report.h"
+#include "models/dit_stream.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- every stage's start and end on the device --------------------------------------------------------- */
+
+typedef struct stage_mark {
+    h3_exec *ex;
+    const char *name;
+    int on_device;
+    int64_t predicted, used0;
+    double t0;
+} stage_mark;
+
+/* A stage planned on the device needs the run's backend up. Whatever a stage before it left of the quantized
+ * GEMMs' scratch goes back first (a stage that needs it counts it in its own plan), and the arena's peak is
+ * measured from here. */
+static h3_status mark_begin(h3_exec *ex, const char *name, int on_device, int64_t predicted, stage_mark *m) {
+    memset(m, 0, sizeof *m);
+    m->ex = ex;
+    m->name = name;
+    m->on_device = on_device;
+    m->predicted = on_device ? predicted : 0;
+    m->t0 = now_s();
+    if (on_device && !ex->cuda)
+        return H3_ERR(H3_ERR_INVALID,
+                      "the %s is planned on the device but the device backend is not up (h3_cuda_init)",
+                      name);
+    if (ex->cuda) {
+        h3_cuda_qgemm_release(ex);
+        h3_cuda_mem_stats(ex, &m->used0, NULL, NULL);
+        h3_cuda_reset_peak(ex);
+    }
+    return H3_OK;
+}
+
+/* The stage's report, after it gave its memory back: its measured device peak and what it still holds. */
+static void mark_end(const stage_mark *m, h3_stage_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->on_device = m->on_device;
+    rep->seconds = now_s() - m->t0;
+    rep->dev_predicted = m->predicted;
+    if (!m->ex->cuda) return;
+    h3_cuda_qgemm_release(m->ex);
+    int64_t used = 0, peak = 0;
+    h3_cuda_mem_stats(m->ex, &used, &peak, NULL);
+    rep->dev_held = used - m->used0;
+    if (!m->on_device) return;
+    rep->dev_peak = peak;
+    h3_log(H3_LOG_INFO, "%s: device peak %.3f GiB measured, %.3f GiB predicted; %s", m->name, peak / H3_GIB,
+           m->predicted / H3_GIB, rep->dev_held ? "" : "all of it given back");
+    if (rep->dev_held)
+        h3_log(H3_LOG_WARN,
+               "%s: %.3f MiB of the device still held when the stage ended (the next stage's plan "
+               "does not count them)",
+               m->name, rep->dev_held / 1048576.0);
+}
+
+/* ---- text encoder -------------------------------------------------------------------------------------- */
+
+h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hidden, h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    h3_text_encoder *own = NULL, *te = a->te;
+    h3_tensor dh = {0};
+    memset(hidden, 0, sizeof *hidden);
+    const int dev = a->plan && a->plan->on_device;
+    const char *what = a->path ? a->path : "the text encoder";
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "text encoder", dev, dev ? a->plan->dev_peak : 0, &mk));
+    if (!te) {
+        h3_te_open_opts o;
+        memset(&o, 0, sizeof o);
+        o.config_path = a->config_path;
+        o.act_place = H3_PLACE_HOST;
+        o.on_layer = a->on_layer;
+        o.on_layer_user = a->on_layer_user;
+        H3_CHECK_CTX(h3_text_encoder_open(a->path, &o, &own), "the text encoder");
+        te = own;
+    }
+    const h3_te_config *c = h3_text_encoder_config(te);
+    H3_CHECK(h3_tensor_alloc2(hidden, H3_PLACE_HOST, H3_F32, a->n, c->hidden, H3_MEM_ACTIVATIONS));
+    if (dev) {
+        /* the layers stream from the files through two device slots; the states come back to the host */
+        H3_CHECK_CTX(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE), "the text encoder");
+        H3_CHECK(h3_tensor_alloc2(&dh, H3_PLACE_DEVICE, H3_F32, a->n, c->hidden, H3_MEM_ACTIVATIONS));
+        H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, &dh), "the text encoder");
+        H3_CHECK(h3_copy(ex, hidden, &dh));
+        H3_CHECK(h3_exec_sync(ex));
+    } else {
+        H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, hidden), "the text encoder");
+    }
+    int64_t bad = 0;
+    const float *hv = hidden->data;
+    for (int64_t i = 0; i < h3_tensor_numel(hidden); i++) bad += !isfinite(hv[i]);
+    if (bad)
+        H3_FAIL(
+            H3_ERR_FORMAT,
+            "%lld values of the text encoder's hidden_states[%d] are not finite: its weights (%s) are broken",
+            (long long)bad, a->layer, what);
+done:
+    h3_tensor_free(&dh);
+    if (dev && te && h3_text_encoder_set_placement(te, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    h3_text_encoder_close(own);
+    if (st != H3_OK) h3_tensor_free(hidden);
+    mark_end(&mk, rep);
+    return st;
+}
+
+/* ---- DiT ----------------------------------------------------------------------------------------------- */
+
+struct h3_dit_stage {
+    h3_exec *ex;
+    h3_dit *dit;
+    const h3_plan *plan;
+    int dev;
+    const h3_tensor *text_in; /* the caller's */
+    h3_tensor text;           /* on the device: its copy */
+    h3_tensor dxv, dxa;       /* device: a call's input rows [Nv, 96], [Na, 32] */
+    h3_tensor dvv, dva;       /* device: its velocities */
+    h3_memrep *rep;
+    h3_dit_stream *ds;
+    const char *trace;
+    stage_mark mk;
+    int calls;
+    double t_call0, t_first, t_last; /* when the first call began and ended, when the last ended */
+};
+
+static h3_status dev_rows(h3_tensor *t, int64_t rows, int64_t cols) {
+    return rows > 0 ? h3_tensor_alloc2(t, H3_PLACE_DEVICE, H3_F32, rows, cols, H3_MEM_ACTIVATIONS) : H3_OK;
+}
+
+h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stage **out) {
+    *out = NULL;
+    h3_dit_stage *s = h3_calloc(1, sizeof *s, H3_MEM_OTHER);
+    if (!s) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    s->ex = ex;
+    s->dit = a->dit;
+    s->plan = a->plan;
+    s->dev = a->plan != NULL;
+    s->text_in = a->text;
+    s->trace = a->memory_trace;
+    const h3_dit_plan *p = s->dev ? &a->plan->dit : NULL;
+    H3_CHECK(mark_begin(ex, "DiT", s->dev, p ? p->dev_peak : 0, &s->mk));
+    if (s->dev) {
+        if (!p->present) H3_FAIL(H3_ERR_INVALID, "the DiT was not planned");
+        /* the arena is the budget; the stream puts every block where the plan says; the report counts each
+         * allocation by category */
+        H3_CHECK(h3_memrep_create(ex, &s->rep));
+        int64_t pred[H3_DEVCAT_COUNT], ppeak;
+        h3_dit_plan_predicted(p, pred, &ppeak);
+        h3_memrep_set_predicted(s->rep, pred, ppeak, a->plan->budgets.vram);
+        h3_dit_placement pl;
+        h3_dit_plan_placement(p, &pl);
+        H3_CHECK_CTX(h3_dit_stream_open(s->dit, ex, &pl, NULL, s->rep, &s->ds), "loading the DiT");
+        h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
+    }
+    if (a->n_timesteps > 0) {
+        /* the AdaLN modulation of every timestep, once: the calls then read no AdaLN weight */
+        if (s->rep) {
+            h3_memrep_set_category(s->rep, H3_DEVCAT_MODULATION);
+            h3_memrep_mark(s->rep, "dit: modulation");
+        }
+        H3_CHECK_CTX(h3_dit_precompute_modulation(s->dit, ex, a->timesteps, a->n_timesteps),
+                     "precomputing the AdaLN modulation");
+        if (s->rep) h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
+    } else if (s->dev) {
+        H3_FAIL(H3_ERR_INVALID,
+                "the DiT on the device keeps the modulation of the timesteps it is called with");
+    }
+    if (s->dev) {
+        /* after the modulation pass, whose own peak the plan counts without them */
+        if (a->text && a->text->shape[0] > 0) {
+            H3_CHECK(h3_tensor_alloc2(&s->text, H3_PLACE_DEVICE, H3_F32, a->text->shape[0], a->text->shape[1],
+                                      H3_MEM_ACTIVATIONS));
+            H3_CHECK(h3_copy(ex, &s->text, a->text));
+        }
+        H3_CHECK(dev_rows(&s->dxv, a->n_video_rows, H3_VIDEO_ROW_DIM));
+        H3_CHECK(dev_rows(&s->dxa, a->n_audio_rows, H3_AUDIO_LATENT_CHANNELS));
+        H3_CHECK(dev_rows(&s->dvv, a->n_video_rows, H3_VIDEO_ROW_DIM));
+        H3_CHECK(dev_rows(&s->dva, a->n_audio_rows, H3_AUDIO_LATENT_CHANNELS));
+    }
+    *out = s;
+    return H3_OK;
+done:
+    h3_dit_stage_close(s, NULL);
+    return st;
+}
+
+h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v,
+                            h3_tensor *audio_v) {
+    const double t0 = now_s();
+    if (!s->calls) s->t_call0 = t0;
+    h3_dit_inputs x = *in;
+    if (s->dev) {
+        if (!!in->video != !!s->dxv.data || !!in->audio != !!s->dxa.data)
+            return H3_ERR(H3_ERR_INVALID, "DiT stage: a call's rows differ from the stage's");
+        x.text = s->text.data ? &s->text : NULL;
+        if (in->video) {
+            H3_TRY(h3_copy(s->ex, &s->dxv, in->video));
+            x.video = &s->dxv;
+        }
+        if (in->audio) {
+            H3_TRY(h3_copy(s->ex, &s->dxa, in->audio));
+            x.audio = &s->dxa;
+        }
+        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v ? &s->dvv : NULL, audio_v ? &s->dva : NULL));
+        if (video_v) H3_TRY(h3_copy(s->ex, video_v, &s->dvv));
+        if (audio_v) H3_TRY(h3_copy(s->ex, audio_v, &s->dva));
+        H3_TRY(h3_exec_sync(s->ex));
+        H3_TRY(h3_dit_stream_step_end(s->ds)); /* a failed weight read surfaces here */
+    } else {
+        x.text = s->text_in;
+        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v, audio_v));
+    }
+    s->calls++;
+    s->t_last = now_s();
+    if (s->calls == 1) s->t_first = s->t_last;
+    if (s->rep) {
+        char mk[32];
+        snprintf(mk, sizeof mk, "dit: step %d", s->calls);
+        h3_memrep_mark(s->rep, mk);
+    }
+    return H3_OK;
+}
+
+void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
+    if (!s) return;
+    if (res) memset(res, 0, sizeof *res);
+    if (s->rep) { /* the report: predicted vs measured by category, copies against the pinned ceiling */
+        if (s->ds) h3_dit_stream_to_report(s->ds, s->rep, s->plan->have_time ? s->plan->fig.pinned_gbs : 0);
+        char *text = res ? h3_memrep_format(s->rep) : NULL;
+        if (text) {
+            snprintf(res->memory_report, sizeof res->memory_report, "%s", text);
+            h3_free(text);
+        }
+        /* the timeline whatever happened: a run that failed for memory is when it is wanted most */
+        if (s->trace && h3_memrep_write_trace(s->rep, s->trace) != H3_OK) {
+            h3_log(H3_LOG_WARN, "--memory-trace: %s", h3_last_error());
+            h3_clear_error();
+        }
+    }
+    h3_tensor *ts[] = {&s->text, &s->dxv, &s->dxa, &s->dvv, &s->dva};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
+    if (s->ds) h3_dit_stream_close(s->ds); /* slots, resident blocks, pinned copies, staging */
+    if (s->dit) {
+        h3_dit_release_workspace(s->dit);
+        h3_dit_release_modulation(s->dit);
+    }
+    h3_memrep_free(s->rep);
+    h3_stage_report rep;
+    mark_end(&s->mk, &rep);
+    if (res) {
+        res->rep = rep;
+        res->calls = s->calls;
+        res->call_s = s->calls > 1 ? (s->t_last - s->t_first) / (s->calls - 1)
+                      : s->calls   ? s->t_first - s->t_call0
+                                   : 0;
+    }
+    h3_free(s);
+}
+
+typedef struct sample_ctx {
+    h3_dit_stage *s;
+    const h3_seq_layout *L;
+    int32_t *tidx, *tags, *vi, *ai, *ti;
+} sample_ctx;
+
+static h3_status sample_model(void *user, const float *x_video, const float *x_audio, float t_video,
+                              float t_audio, float *v_video, float *v_audio) {
+    sample_ctx *c = user;
+    const h3_seq_layout *L = c->L;
+    float uniq[2];
+    int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
+    h3_tensor hxv, hxa, hvv, hva;
+    H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+    H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+    H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
+                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+    h3_dit_inputs in = {&hxv,    &hxa,    NULL,   uniq,  nt,    L->seq_len,
+                        c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
+    return h3_dit_stage_call(c->s, &in, &hvv, &hva);
+}
+
+h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *video_rows, float *audio_rows,
+                              h3_dit_stage_result *res) {
+    h3_status st = H3_OK;
+    const h3_seq_layout *L = a->layout;
+    sample_ctx c;
+    memset(&c, 0, sizeof c);
+    c.L = L;
+    if (res) memset(res, 0, sizeof *res);
+    if (L->seq_len > INT32_MAX)
+        return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers",
+                      (long long)L->seq_len);
+    const size_t S = (size_t)L->seq_len;
+    c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c.vi = h3_malloc((size_t)L->n_video_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c.ai = h3_malloc((size_t)L->n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c.ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    if (!c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
+    for (size_t i = 0; i < S; i++) c.tags[i] = L->tags[i];
+    for (int64_t i = 0; i < L->n_video_rows; i++) c.vi[i] = (int32_t)L->video_indices[i];
+    for (int64_t i = 0; i < L->n_audio_rows; i++) c.ai[i] = (int32_t)L->audio_indices[i];
+    for (int64_t i = 0; i < L->text_len; i++) c.ti[i] = (int32_t)L->text_indices[i];
+    h3_dit_stage_args da = a->dit;
+    da.n_video_rows = L->n_video_rows;
+    da.n_audio_rows = L->n_audio_rows;
+    H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
+    h3_sample_args sa = {a->sampler, a->schedule, sample_model, &c, a->on_step, a->step_ctx};
+    st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows,
+                   (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS));
+done:
+    h3_dit_stage_close(c.s, res);
+    h3_free(c.tidx);
+    h3_free(c.tags);
+    h3_free(c.vi);
+    h3_free(c.ai);
+    h3_free(c.ti);
+    return st;
+}
+
+/* ---- the VAEs ------------------------------------------------------------------------------------------ */
+
+h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, h3_tensor *waveform, h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    const int dev = plan && plan->on_device;
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "audio VAE", dev, dev ? plan->dev_peak : 0, &mk));
+    /* on the device: the weights uploaded as f32 by the decode, both channels in one batch */
+    if (dev) H3_CHECK_CTX(h3_audio_vae_set_placement(v, H3_PLACE_DEVICE), "the audio VAE");
+    H3_CHECK_CTX(h3_audio_vae_decode(v, ex, latents, waveform), "the audio VAE");
+done:
+    if (dev && h3_audio_vae_set_placement(v, H3_PLACE_HOST) != H3_OK) /* the device weights back */
+        h3_clear_error();
+    mark_end(&mk, rep);
+    return st;
+}
+
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    const int dev = plan && plan->on_device;
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "video VAE", dev, dev ? plan->dev_peak : 0, &mk));
+    if (dev) {
+        const int off = latents->ndim == 5;
+        if (latents->ndim < 4 || latents->shape[off + 2] != plan->vvae.H ||
+            latents->shape[off + 3] != plan->vvae.W)
+            H3_FAIL(H3_ERR_INVALID, "the video VAE was planned for %lldx%lld latents",
+                    (long long)plan->vvae.H, (long long)plan->vvae.W);
+        /* the blocks that fit stay resident, the rest stream; a chunk's tiles decode in passes */
+        H3_CHECK_CTX(h3_video_vae_place(v, ex, &plan->vvae, NULL), "loading the video VAE");
+    }
+    H3_CHECK_CTX(h3_video_vae_decode(v, ex, latents, out), "the video VAE");
+done:
+    if (dev) h3_video_vae_unplace(v);
+    mark_end(&mk, rep);
+    return st;
+}

@@ -1,0 +1,123 @@
+/* The stages of a run as library functions: the text encoder, the DiT (its sampling loop, or single calls),
+ * the audio decode and the video decode. h3_generate composes them; `h3run encode`, `dit` and `decode` call
+ * the same functions, so a stage runs alone exactly as it runs inside a run.
+ *
+ * Each stage takes its component (a path it opens, or a model the caller opened), its placement as the plan
+ * decided (src/pipeline/plan.h: an h3_stage_plan for the text encoder and the VAEs, the h3_plan for the DiT;
+ * NULL, or a plan that puts it on the host: the host), its inputs on the host and where its outputs go.
+ *
+ * On the device a stage runs inside the run's one CUDA backend: the caller brings it up once before the
+ * first stage (h3_cuda_init with the run's device budget: the arena every stage takes its turn in) and shuts
+ * it down once after the last. A stage gives back everything it took on the device before it returns (its
+ * weights, its activations, the quantized GEMMs' scratch), so the next finds only the backend's workspace in
+ * use, as the planner assumes. Its report says where it ran, for how long, its predicted and measured device
+ * peak, and what it still held when it ended (0: everything given back); the stage logs it too.
+ */
+#ifndef H3_PIPELINE_STAGES_H
+#define H3_PIPELINE_STAGES_H
+
+#include <stdint.h>
+
+#include "models/audio_vae.h"
+#include "models/dit.h"
+#include "models/text_encoder.h"
+#include "models/video_vae.h"
+#include "pipeline/layout.h"
+#include "pipeline/plan.h"
+#include "sample/sampler.h"
+#include "sample/schedule.h"
+
+typedef struct h3_stage_report {
+    int on_device;
+    double seconds;
+    int64_t dev_predicted; /* the plan's device peak; 0 on the host */
+    int64_t dev_peak;      /* the arena's peak during the stage, the backend's workspace included (device) */
+    int64_t dev_held;      /* device bytes held when it ended beyond those held when it began: 0 when it gave
+                            * everything back */
+} h3_stage_report;
+
+/* ---- text encoder -------------------------------------------------------------------------------------- */
+
+typedef struct h3_te_stage {
+    const char *path;    /* the text encoder: opened here (with config_path and on_layer) and closed; or */
+    h3_text_encoder *te; /* one the caller opened (path then only names it in messages); left open and
+                          * placed back on the host */
+    const char *config_path;   /* with path: config.json to use (NULL: beside the weights) */
+    const h3_stage_plan *plan; /* h3_plan_text_encoder's; NULL: the host */
+    const int32_t *ids;
+    int64_t n;
+    int layer; /* hidden_states[layer] */
+    /* with path: after each layer (done of total); nonzero stops the stage with H3_ERR_INTERRUPTED */
+    int (*on_layer)(void *user, int done, int total);
+    void *on_layer_user;
+} h3_te_stage;
+
+/* hidden_states[layer] of the ids into *hidden, allocated here: f32 [n, hidden] on the host (freed on
+ * failure). A value that is not finite is H3_ERR_FORMAT naming the weights. */
+h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hidden, h3_stage_report *rep);
+
+/* ---- DiT ----------------------------------------------------------------------------------------------- */
+
+typedef struct h3_dit_stage_args {
+    h3_dit *dit;         /* opened by the caller as the plan planned it: on the device with act_place DEVICE,
+                          * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the stage
+                          * gives back         everything it placed (blocks, slots, workspace, modulation) */
+    const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
+    const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
+    int64_t n_video_rows, n_audio_rows; /* rows of every call */
+    const float *timesteps; /* the modulation of these is computed once and kept (NULL, 0: each call computes
+                             * its own; the host only) */
+    int n_timesteps;
+    const char *memory_trace; /* device: the memory timeline as JSON (h3_memrep_write_trace); NULL: none */
+} h3_dit_stage_args;
+
+typedef struct h3_dit_stage_result {
+    h3_stage_report rep;
+    int calls;
+    double call_s; /* seconds per model call after the first (the first's own time when there is one call) */
+    char memory_report[3072]; /* device: predicted vs measured per category, copy bandwidth; "" on the host */
+} h3_dit_stage_result;
+
+typedef struct h3_dit_stage h3_dit_stage;
+
+/* Starts the stage: on the device the blocks placed as planned (resident, pinned, read from the files) and
+ * the arena's allocations counted by category; the modulation of the timesteps computed and kept; the text
+ * states copied to the activation place; the device's input and output rows. */
+h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stage **out);
+/* One model call: in's video [Nv, 96] and audio [Na, 32] rows are f32 host tensors (its text is the stage's);
+ * the velocities go to video_v and audio_v, f32 host tensors of the same shapes (NULL when a count is 0). */
+h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v, h3_tensor *audio_v);
+/* Ends the stage: the memory report and the timeline (written whatever happened), and every byte the stage
+ * placed given back. res may be NULL; s may be NULL. */
+void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res);
+
+typedef struct h3_dit_sample_args {
+    h3_dit_stage_args dit;
+    const h3_seq_layout *layout; /* the packed sequence (its rows are the calls' rows) */
+    h3_sampler sampler;
+    const h3_schedule *schedule;
+    h3_step_fn on_step; /* after each model call (may be NULL); an error stops the loop with it */
+    void *step_ctx;
+} h3_dit_sample_args;
+
+/* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes
+ * the stage (res filled whatever happened; may be NULL). video_rows [Nv·96] and audio_rows [Na·32] hold unit
+ * noise in the layout's row order on entry and the sampled latents on return. */
+h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *video_rows, float *audio_rows,
+                              h3_dit_stage_result *res);
+
+/* ---- the VAEs ------------------------------------------------------------------------------------------ */
+
+/* The audio decode of latents [channels, C, T] (host f32) into waveform (caller-allocated, host f32
+ * [channels, T·hop] or [channels, 1, T·hop]). v is the caller's, left open and back on the host. plan:
+ * h3_plan_audio_vae's (NULL: the host). */
+h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, h3_tensor *waveform, h3_stage_report *rep);
+
+/* The video decode of latents [C, T, H, W] or [1, C, T, H, W] (host f32) to out (frames chunk by chunk, or
+ * the whole video). v is the caller's, left open and unplaced. plan: h3_plan_video_vae's for these latents
+ * (NULL: the host, as v was opened). */
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep);
+
+#endif
