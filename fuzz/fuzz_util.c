@@ -28,6 +28,13 @@ extern char **environ;
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static const int g_stderr = 2;
 
+/* The harness compares its own text with loops of its own, and this file is built without coverage: libFuzzer
+ * learns from the comparisons of the code under test, not from these. */
+static int same(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 static void die(const char *fmt, ...) {
     char msg[2048];
     va_list ap;
@@ -38,8 +45,7 @@ static void die(const char *fmt, ...) {
     abort();
 }
 
-/* ---- the private folder
- * ------------------------------------------------------------------------------------- */
+/* ---- the private folder ------------------------------------------------------------------------- */
 
 static char g_dir[PATH_MAX];
 
@@ -93,7 +99,7 @@ static int g_n_made;
 
 static void remember(const char *rel) {
     for (int i = 0; i < g_n_made; i++)
-        if (!strcmp(g_made[i], rel)) return;
+        if (same(g_made[i], rel)) return;
     if (g_n_made == (int)(sizeof g_made / sizeof g_made[0])) die("more than 256 files for one input");
     g_made[g_n_made++] = strdup(rel);
 }
@@ -142,24 +148,42 @@ const char *fz_mkdir(const char *rel) {
     return path;
 }
 
-/* ---- the folder's state
- * --------------------------------------------------------------------------------------- */
+/* ---- the folder's state ------------------------------------------------------------------------- */
 
-/* One line per entry under fz_dir (links not followed): "path type size mtime". */
+/* One line per entry under fz_dir (links not followed): "path type size mtime", the path escaped (a space is
+ * \s, a backslash \\, a control character \xHH) so that any name is one word. Folders have size and mtime 0.
+ */
 typedef struct {
     char *text;
     size_t len, cap;
 } strbuf;
 static strbuf g_walk;
 
+static void escape(const char *in, char *out, size_t n) {
+    size_t k = 0;
+    for (; *in && k + 5 < n; in++) {
+        const unsigned char c = (unsigned char)*in;
+        if (c == ' ')
+            k += (size_t)snprintf(out + k, n - k, "\\s");
+        else if (c == '\\')
+            k += (size_t)snprintf(out + k, n - k, "\\\\");
+        else if (c < 32 || c == 127)
+            k += (size_t)snprintf(out + k, n - k, "\\x%02x", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k] = 0;
+}
+
 static int walk_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)flag;
     if (ftw->level == 0) return 0;
-    char line[PATH_MAX + 96];
-    int n = snprintf(line, sizeof line, "%s %o %lld %lld.%09ld\n", path + strlen(g_dir) + 1,
-                     (unsigned)(st->st_mode & S_IFMT), S_ISDIR(st->st_mode) ? 0LL : (long long)st->st_size,
-                     S_ISDIR(st->st_mode) ? 0LL : (long long)st->st_mtim.tv_sec,
-                     S_ISDIR(st->st_mode) ? 0L : st->st_mtim.tv_nsec);
+    char name[4 * PATH_MAX], line[4 * PATH_MAX + 96];
+    escape(path + strlen(g_dir) + 1, name, sizeof name);
+    const int dir = S_ISDIR(st->st_mode);
+    int n = snprintf(line, sizeof line, "%s %o %lld %lld.%09ld\n", name, (unsigned)(st->st_mode & S_IFMT),
+                     dir ? 0LL : (long long)st->st_size, dir ? 0LL : (long long)st->st_mtim.tv_sec,
+                     dir ? 0L : st->st_mtim.tv_nsec);
     if (n < 0) return 0;
     if (g_walk.len + (size_t)n + 1 > g_walk.cap) {
         g_walk.cap = (g_walk.len + (size_t)n + 1) * 2;
@@ -172,7 +196,9 @@ static int walk_entry(const char *path, const struct stat *st, int flag, struct 
 }
 
 static int cmp_lines(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const unsigned char *x = *(const unsigned char *const *)a, *y = *(const unsigned char *const *)b;
+    while (*x && *x == *y) x++, y++;
+    return (int)*x - (int)*y;
 }
 
 /* The state as sorted lines, joined (caller frees). */
@@ -211,39 +237,41 @@ void fz_keep(void) {
     g_kept = state();
 }
 
-/* The first line of a that b lacks, into out. */
-static int first_missing(const char *a, const char *b, char *out, size_t n) {
-    for (const char *s = a; *s;) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) : strlen(s);
-        int found = 0;
-        for (const char *t = b; *t;) {
-            const char *tl = strchr(t, '\n');
-            size_t tlen = tl ? (size_t)(tl - t) : strlen(t);
-            if (tlen == len && !memcmp(s, t, len)) {
-                found = 1;
-                break;
-            }
-            t = tl ? tl + 1 : t + tlen;
-        }
-        if (!found) {
-            snprintf(out, n, "%.*s", (int)len, s);
-            return 1;
-        }
-        s = nl ? nl + 1 : s + len;
+/* Whether the state has a line that starts with `word` followed by `end` (' ' for a path, '\n' for a line).
+ */
+static int has_word(const char *st, const char *word, size_t n, char end) {
+    for (const char *s = st; *s;) {
+        size_t i = 0;
+        while (i < n && s[i] == word[i]) i++;
+        if (i == n && s[n] == end) return 1;
+        while (*s && *s != '\n') s++;
+        if (*s) s++;
     }
     return 0;
 }
 
-/* Whether the state lists path (a line that starts with "path "). */
-static int has_path(const char *st, const char *path) {
-    const size_t n = strlen(path);
-    for (const char *s = st; *s;) {
-        if (!strncmp(s, path, n) && s[n] == ' ') return 1;
-        const char *nl = strchr(s, '\n');
-        if (!nl) break;
-        s = nl + 1;
+/* The first line of a that b lacks, into out. */
+static int first_missing(const char *a, const char *b, char *out, size_t n) {
+    for (const char *s = a; *s;) {
+        size_t len = 0;
+        while (s[len] && s[len] != '\n') len++;
+        if (!has_word(b, s, len, '\n')) {
+            snprintf(out, n, "%.*s", (int)len, s);
+            return 1;
+        }
+        s += len + (s[len] == '\n');
     }
+    return 0;
+}
+
+/* Removes the entries the kept state does not name (children before their folders). */
+static int remove_new(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    if (ftw->level == 0) return 0;
+    char name[4 * PATH_MAX];
+    escape(path + strlen(g_dir) + 1, name, sizeof name);
+    if (!has_word(g_kept, name, strlen(name), ' ')) remove(path);
     return 0;
 }
 
@@ -255,19 +283,12 @@ void fz_end(const char *what, int outputs_ok) {
     g_n_made = 0;
     if (!g_kept) fz_keep();
     char *now = state();
-    if (strcmp(now, g_kept) != 0) {
-        char extra[PATH_MAX + 96] = "", gone[PATH_MAX + 96] = "";
+    if (!same(now, g_kept)) {
+        char extra[4 * PATH_MAX + 96] = "", gone[4 * PATH_MAX + 96] = "";
         const int has_extra = first_missing(now, g_kept, extra, sizeof extra);
         const int has_gone = first_missing(g_kept, now, gone, sizeof gone);
         if (outputs_ok && !has_gone) { /* new files only: the outputs of a command that succeeded */
-            for (char *s = now; *s;) {
-                char *nl = strchr(s, '\n');
-                if (nl) *nl = 0;
-                char *sp = strchr(s, ' ');
-                if (sp) *sp = 0;
-                if (!has_path(g_kept, s)) rm_tree(fz_path(s));
-                s = nl ? nl + 1 : s + strlen(s);
-            }
+            nftw(fz_dir(), remove_new, 16, FTW_DEPTH | FTW_PHYS);
             free(now);
             return;
         }
@@ -279,8 +300,7 @@ void fz_end(const char *what, int outputs_ok) {
     free(now);
 }
 
-/* ---- output
- * --------------------------------------------------------------------------------------------------- */
+/* ---- output ------------------------------------------------------------------------------------- */
 
 /* The stdio streams are swapped, not the file descriptors: what the code under test prints through stdout and
  * stderr (all of h3run's output) goes nowhere, while sanitizer and libFuzzer reports, written to descriptor
@@ -292,7 +312,7 @@ void fz_quiet(int on) {
     static int verbose = -1;
     if (verbose < 0) {
         const char *v = getenv("H3_FUZZ_VERBOSE");
-        verbose = v && *v && strcmp(v, "0");
+        verbose = v && *v && !same(v, "0");
         if (!verbose) h3_log_set_callback(NULL, NULL, H3_LOG_ERROR);
     }
     if (verbose) return;
@@ -317,14 +337,13 @@ int fz_note(const char *what, int st) {
     static int verbose = -1;
     if (verbose < 0) {
         const char *v = getenv("H3_FUZZ_VERBOSE");
-        verbose = v && *v && strcmp(v, "0");
+        verbose = v && *v && !same(v, "0");
     }
     if (verbose) dprintf(g_stderr, "fuzz: %s: %s\n", what, st ? h3_last_error() : "ok");
     return st;
 }
 
-/* ---- the reduced model
- * ---------------------------------------------------------------------------------------- */
+/* ---- the reduced model -------------------------------------------------------------------------- */
 
 const char *fz_tiny_model(void) {
     static char path[PATH_MAX];
@@ -363,7 +382,7 @@ const char *fz_model_with(const char *rel, const char *replace) {
         DIR *d = opendir(src);
         if (!d) die("cannot read %s", src);
         for (struct dirent *e; (e = readdir(d));) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, part)) continue;
+            if (same(e->d_name, ".") || same(e->d_name, "..") || same(e->d_name, part)) continue;
             char from[PATH_MAX + 256], to[PATH_MAX + 256];
             snprintf(from, sizeof from, "%s/%s", src, e->d_name);
             snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
@@ -383,8 +402,7 @@ const char *fz_model_with(const char *rel, const char *replace) {
     }
 }
 
-/* ---- known findings
- * ------------------------------------------------------------------------------------------- */
+/* ---- known findings ----------------------------------------------------------------------------- */
 
 int fz_open_finding(const char *id) {
     static char ids[4096];
@@ -392,7 +410,7 @@ int fz_open_finding(const char *id) {
     if (!loaded) {
         loaded = 1;
         const char *all = getenv("H3_FUZZ_ALL");
-        if (all && *all && strcmp(all, "0")) return 0;
+        if (all && *all && !same(all, "0")) return 0;
 #ifndef H3_FUZZ_DIR
 #error "H3_FUZZ_DIR (the fuzz/ folder of the source tree) must be defined"
 #endif
@@ -409,11 +427,16 @@ int fz_open_finding(const char *id) {
     }
     char key[40];
     snprintf(key, sizeof key, " %s ", id);
-    return strstr(ids, key) != NULL;
+    const size_t n = strlen(key);
+    for (const char *s = ids; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] == key[i]) i++;
+        if (i == n) return 1;
+    }
+    return 0;
 }
 
-/* ---- weight sets
- * ----------------------------------------------------------------------------------------------- */
+/* ---- weight sets -------------------------------------------------------------------------------- */
 
 int fz_walk_weights(const char *path) {
     h3_st_set s;
@@ -447,13 +470,16 @@ int fz_walk_weights(const char *path) {
     return 1;
 }
 
-/* ---- input readers
- * -------------------------------------------------------------------------------------------- */
+/* ---- input readers ------------------------------------------------------------------------------ */
 
 int fz_contains(const uint8_t *data, size_t n, const char *text) {
     const size_t k = strlen(text);
     for (size_t i = 0; k && i + k <= n; i++)
-        if (data[i] == (uint8_t)text[0] && !memcmp(data + i, text, k)) return 1;
+        if (data[i] == (uint8_t)text[0]) {
+            size_t j = 1;
+            while (j < k && data[i + j] == (uint8_t)text[j]) j++;
+            if (j == k) return 1;
+        }
     return 0;
 }
 

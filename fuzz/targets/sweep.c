@@ -154,8 +154,7 @@ static h3_status write_changed(component *c, const h3_st_entry *which, int op, i
     return st;
 }
 
-/* ---- runs of each component on a few tokens, rows or latents
- * ------------------------------------------------- */
+/* ---- runs of each component on a few tokens, rows or latents ------------------------------------ */
 
 static h3_status frames_sink(void *user, const h3_tensor *frames, int64_t first) {
     (void)user;
