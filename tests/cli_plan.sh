@@ -17,6 +17,15 @@ mkdir -p "$tmp/FL2VA/transformer" "$tmp/FL2VA/text_encoder"
 "$BUILD/h3-testdata" dit-official "$tmp/FL2VA/transformer/model.safetensors" || fail "h3-testdata dit-official"
 "$BUILD/h3-testdata" te-official "$tmp/FL2VA/text_encoder/model.safetensors" || fail "h3-testdata te-official"
 
+# A component that does not open (a DiT whose config.json says 5 blocks, the file holds 4): exit 1 with the opener's
+# message naming the file and the rule, not only an error code.
+"$BUILD/h3-tinymodel" "$tmp/tiny" >/dev/null || fail "h3-tinymodel"
+sed -i 's/"num_layers": 4/"num_layers": 5/' "$tmp/tiny/transformer/config.json"
+"$H3RUN" plan "$tmp/tiny" --frames 22 --size 64x64 --vram-budget 1GiB >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "plan of a broken DiT exited $rc: $(cat "$tmp/err")"
+grep -q "transformer.*block" "$tmp/err" || fail "plan of a broken DiT does not say what is wrong: $(cat "$tmp/err")"
+
 # W124 at 8 GiB on the H200's figures: fits, streams, and predicts the resident step time (copies hide).
 out=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --device h200 2>"$tmp/err")
 rc=$?

@@ -17,6 +17,14 @@
 #include "pipeline/generate.h"
 #include "pipeline/request.h"
 
+/* Where the build was configured (CMakeLists.txt passes both): the default model's last two places. */
+#ifndef H3_INSTALL_PREFIX
+#define H3_INSTALL_PREFIX NULL
+#endif
+#ifndef H3_SOURCE_TREE
+#define H3_SOURCE_TREE NULL
+#endif
+
 static const h3_cli_opt *find_long(const h3_cli_opt *o, const char *name, size_t len) {
     for (; o && o->name; o++)
         if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
@@ -385,23 +393,82 @@ h3_status h3_cli_run_end(h3_status st) {
     return st;
 }
 
-char *h3_cli_default_model(void) {
-    static const char *const rel[] = {"../models/h3-small", "../share/h3run/models/h3-small"};
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
-        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-            char *p = h3_path_join(exe, rel[i]), *real = p && h3_path_is_dir(p) ? realpath(p, NULL) : NULL;
+/* Appends dir/rel to the places unless it is there already (an install prefix that is also the checkout). */
+static int add_place(char **places, int n, int max, const char *dir, const char *rel) {
+    if (n >= max || !dir || !*dir) return n;
+    char *p = h3_path_join(dir, rel);
+    if (!p) return n;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(places[i], p)) {
             h3_free(p);
-            if (real) { /* the folder without "build/.." in it */
-                char *out = h3_strdup(real);
-                free(real);
-                return out;
+            return n;
+        }
+    places[n] = p;
+    return n + 1;
+}
+
+int h3_cli_model_places(const h3_cli_model_where *w, char **places, int max) {
+    int n = 0;
+    /* 1. H3RUN_MODELS: folders of models, separated by ':' as in PATH */
+    if (w->models_env) {
+        const char *s = w->models_env;
+        while (*s) {
+            size_t len = strcspn(s, ":");
+            if (len) {
+                char *dir = h3_malloc(len + 1, H3_MEM_OTHER);
+                if (dir) {
+                    memcpy(dir, s, len);
+                    dir[len] = 0;
+                    n = add_place(places, n, max, dir, H3_SMALL_MODEL);
+                    h3_free(dir);
+                }
             }
+            s += len;
+            if (*s == ':') s++;
         }
     }
-    return h3_path_is_dir("models/h3-small") ? h3_strdup("models/h3-small") : NULL;
+    /* 2. beside the program (a checkout's build folder), 3. the prefix the program was installed under: both
+     * relative to the folder above the program's (PREFIX for PREFIX/bin/h3run) */
+    char *pdir = w->program ? h3_path_dir(w->program) : NULL, *real = pdir ? realpath(pdir, NULL) : NULL;
+    char *up = real ? h3_path_dir(real) : NULL;
+    n = add_place(places, n, max, up, "models/" H3_SMALL_MODEL);
+    n = add_place(places, n, max, up, "share/h3run/models/" H3_SMALL_MODEL);
+    h3_free(up);
+    free(real);
+    h3_free(pdir);
+    n = add_place(places, n, max, w->install_prefix, "share/h3run/models/" H3_SMALL_MODEL);
+    /* 4. the source tree the build was configured from (an out-of-tree build: cmake -S . -B /elsewhere) */
+    n = add_place(places, n, max, w->source_tree, "models/" H3_SMALL_MODEL);
+    return n;
+}
+
+char *h3_cli_find_model(const h3_cli_model_where *w, char *looked, size_t looked_size) {
+    char *places[H3_CLI_MAX_MODEL_PLACES];
+    const int n = h3_cli_model_places(w, places, H3_CLI_MAX_MODEL_PLACES);
+    char *found = NULL;
+    size_t used = 0;
+    if (looked && looked_size) looked[0] = 0;
+    for (int i = 0; i < n; i++) {
+        char *real = !found && h3_path_is_dir(places[i]) ? realpath(places[i], NULL) : NULL;
+        if (real) { /* links resolved, as the path printed and used */
+            found = h3_strdup(real);
+            free(real);
+        }
+        if (looked && used < looked_size) {
+            int k = snprintf(looked + used, looked_size - used, "%s%s", i ? ", " : "", places[i]);
+            if (k > 0) used += (size_t)k;
+        }
+        h3_free(places[i]);
+    }
+    if (found && looked && looked_size) looked[0] = 0;
+    return found;
+}
+
+char *h3_cli_default_model(char *looked, size_t looked_size) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = 0;
+    const h3_cli_model_where w = {getenv("H3RUN_MODELS"), n > 0 ? exe : NULL, H3_INSTALL_PREFIX,
+                                  H3_SOURCE_TREE};
+    return h3_cli_find_model(&w, looked, looked_size);
 }

@@ -120,11 +120,32 @@ int h3_cli_device_resolve(const char *cmd, const char *device, const char *vram_
  * the plan's reason and the fixes. */
 h3_status h3_cli_device_refused(const char *stage, const char *reason);
 
-/* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md): looked for
- * beside the program (PROGRAM_DIR/../models/h3-small in a checkout or build tree,
- * PROGRAM_DIR/../share/h3run/models/h3-small installed), then in the working folder (models/h3-small).
- * Returns the folder (caller frees) or NULL. */
-char *h3_cli_default_model(void);
+/* The small trained model h3run uses when no --model is given (models/h3-small: docs/SYNTH.md), looked for in
+ * this order (docs/PIPELINE.md):
+ *   1. DIR/h3-small for each DIR of the H3RUN_MODELS variable (folders of models, separated by ':'),
+ *   2. beside the program: PROGRAM_DIR/../models/h3-small (the program in a checkout's build folder),
+ *   3. the install prefix's share folder: PROGRAM_DIR/../share/h3run/models/h3-small (where `cmake --install`
+ *      puts it beside PREFIX/bin/h3run), then the configured prefix's (H3_INSTALL_PREFIX, a compile
+ * definition),
+ *   4. the source tree the build was configured from: H3_SOURCE_TREE/models/h3-small (a compile definition),
+ * so an out-of-tree build (cmake -S . -B /elsewhere) finds it. Each input may be NULL (not set / not known).
+ */
+#define H3_SMALL_MODEL "h3-small"
+typedef struct h3_cli_model_where {
+    const char *models_env;     /* H3RUN_MODELS */
+    const char *program;        /* the program's path */
+    const char *install_prefix; /* the configured install prefix */
+    const char *source_tree;    /* the source tree the build was configured from */
+} h3_cli_model_where;
+enum { H3_CLI_MAX_MODEL_PLACES = 16 };
+/* The places, in order, from h3_malloc (caller frees each); returns how many (at most max). */
+int h3_cli_model_places(const h3_cli_model_where *w, char **places, int max);
+/* The first of those places that is a folder, as an absolute path (caller frees with h3_free), or NULL; then
+ * `looked` (when given) receives the places, comma-separated, for the message. */
+char *h3_cli_find_model(const h3_cli_model_where *w, char *looked, size_t looked_size);
+/* The same for this process: H3RUN_MODELS from the environment, the program from /proc/self/exe, the prefix
+ * and source tree compiled in. */
+char *h3_cli_default_model(char *looked, size_t looked_size);
 /* Its canvas and length when the request names none: 56 frames (2.33 s) at 128x128, what it was trained on.
  */
 enum { H3_SMALL_MODEL_FRAMES = 56 };

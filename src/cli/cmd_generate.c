@@ -58,7 +58,9 @@ int h3_cmd_generate(int argc, char **argv) {
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
-         "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder", 0, 0},
+         "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder (default: the small "
+         "model h3-small, from H3RUN_MODELS, beside the program, the install prefix or the source tree)",
+         0, 0},
         {"prompt", 'p', H3_OPT_TEXT, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)", 0,
          0},
         {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE",
@@ -195,13 +197,16 @@ int h3_cmd_generate(int argc, char **argv) {
      * the request says otherwise. */
     char *default_model = NULL;
     if (!model && !(dit && te && tok && vvae && avae)) {
-        default_model = h3_cli_default_model();
+        char looked[2048];
+        default_model = h3_cli_default_model(looked, sizeof looked);
         if (!default_model) {
             fprintf(
                 stderr,
                 "h3run generate: error: --model is required: give the official FL2VA/ folder, a diffusers "
                 "folder or a ComfyUI models/ folder (the small model h3run uses without --model, "
-                "models/h3-small, is neither beside this program nor in the working folder)\n");
+                "models/" H3_SMALL_MODEL
+                ", is in none of: %s; set H3RUN_MODELS to the folder holding " H3_SMALL_MODEL ")\n",
+                looked);
             h3_free(prompt_text);
             return H3_EXIT_USAGE;
         }

@@ -251,12 +251,12 @@ int h3_cmd_plan(int argc, char **argv) {
         if (!f.dit || !f.te || !f.vvae || !f.avae) {
             st = h3_discover_sets(pos[i], on_set, &f);
             if (st != H3_OK && st != H3_ERR_NOT_FOUND) break;
-            h3_clear_error();
-            st = H3_OK;
-            if (f.err) {
+            if (f.err) { /* a component that did not open: its message stands */
                 st = f.err;
                 break;
             }
+            h3_clear_error();
+            st = H3_OK;
         }
     }
     if (st == H3_OK && !f.dit && !f.te && !f.vvae && !f.avae)
