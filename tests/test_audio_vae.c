@@ -280,57 +280,19 @@ static void test_placement(void) {
 }
 
 /* ---- the device path on a stand-in device: host memory and the CPU kernels behind the device place ----------------
- * Runs the decode's device code (the weights' upload into one block and the views into it, every channel in one batch,
- * the latents copied in and the waveform out) on any machine. Its allocations are counted in the arena's granules; its
- * ops take their scratch from the host, so the peak is the plan's weights + buffers. */
-
-static int64_t g_sd_used, g_sd_peak;
-
-static void *sd_alloc(size_t bytes, void *user) {
-    (void)user;
-    size_t need = (size_t)h3_cuda_granule((int64_t)(bytes ? bytes : 1));
-    int64_t *p = malloc(need + 16);
-    if (!p) return NULL;
-    p[0] = (int64_t)need;
-    g_sd_used += (int64_t)need;
-    g_sd_peak = g_sd_used > g_sd_peak ? g_sd_used : g_sd_peak;
-    return (char *)p + 16;
-}
-
-static void sd_free(void *ptr, void *user) {
-    (void)user;
-    int64_t *p = (int64_t *)((char *)ptr - 16);
-    g_sd_used -= p[0];
-    free(p);
-}
-
-extern const h3_backend h3_cpu_backend;
-
-static h3_status sd_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
-    return h3_cpu_backend.convert(ex, dst, src);
-}
-static h3_status sd_sync(h3_exec *ex) {
-    (void)ex;
-    return H3_OK;
-}
+ * Runs the decode's device code (the units made resident as f32 by the first decode and the views they hand out, every
+ * channel in one batch, the latents copied in and the waveform out) on any machine (t_standin_begin). Its allocations
+ * are counted in the arena's granules; its ops take their scratch from the host, so the peak is the plan's weights +
+ * buffers. */
 
 /* Every fixture case through the device path on the stand-in: the waveform equals the host decode's exactly (the
  * same kernels; batching items changes no sum), the stand-in's peak is the plan's weights + buffers, the weights stay
  * until a placement back to the host gives them back. */
 static void test_standin_device(void) {
-    if (h3_backend_for_place(H3_PLACE_DEVICE)) {
+    if (!t_standin_begin(&g_ex)) {
         t_note("  skipped: a device backend is active");
         return;
     }
-    h3_backend sd = h3_cpu_backend;
-    sd.name = "stand-in device";
-    sd.copy = sd_copy;
-    sd.sync = sd_sync;
-    h3_place_allocator da = {sd_alloc, sd_free, NULL};
-    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
-    h3_backend_set_device(&sd);
-    static int token;
-    g_ex.cuda = &token; /* "a device is up" */
     static const char *const cases[4][2] = {
         {"official", "stereo"}, {"official", "mono"}, {"diffusers", "stereo"}, {"comfy", "comfy_stereo"}};
     for (int i = 0; i < 4; i++) {
@@ -351,7 +313,7 @@ static void test_standin_device(void) {
             h3_audio_vae_mem m;
             CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
             CHECK_OK(h3_audio_vae_decode(vh, &g_ex, &lat, &oh));
-            g_sd_used = g_sd_peak = 0;
+            t_sd_used = t_sd_peak = 0;
             CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv));
             size_t n = (size_t)h3_tensor_numel(&oh);
             double *ref = malloc(n * sizeof *ref);
@@ -362,15 +324,15 @@ static void test_standin_device(void) {
             EXPECT_CLOSE(what, odv.data, ref, n, 0);
             free(ref);
             t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept",
-                   cases[i][1], cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
-                   (long long)g_sd_used);
-            CHECK(g_sd_peak == m.dev_weights + m.dev_buffers && g_sd_used == m.dev_weights,
+                   cases[i][1], cases[i][0], (long long)t_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
+                   (long long)t_sd_used);
+            CHECK(t_sd_peak == m.dev_weights + m.dev_buffers && t_sd_used == m.dev_weights,
                   "%s/%s: peak %lld, kept %lld; plan weights %lld + buffers %lld", cases[i][0], cases[i][1],
-                  (long long)g_sd_peak, (long long)g_sd_used, (long long)m.dev_weights, (long long)m.dev_buffers);
+                  (long long)t_sd_peak, (long long)t_sd_used, (long long)m.dev_weights, (long long)m.dev_buffers);
             CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv)); /* the weights stay: nothing is uploaded again */
-            CHECK(g_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)g_sd_used);
+            CHECK(t_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)t_sd_used);
             CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
-            CHECK(g_sd_used == 0, "%lld bytes left after the placement back to the host", (long long)g_sd_used);
+            CHECK(t_sd_used == 0, "%lld bytes left after the placement back to the host", (long long)t_sd_used);
         }
         h3_tensor_free(&lat);
         h3_tensor_free(&oh);
@@ -378,9 +340,7 @@ static void test_standin_device(void) {
         h3_audio_vae_close(vh);
         h3_audio_vae_close(vd);
     }
-    g_ex.cuda = NULL;
-    h3_backend_set_device(NULL);
-    h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
+    t_standin_end(&g_ex);
 }
 
 /* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one batch)

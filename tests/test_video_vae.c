@@ -255,6 +255,56 @@ static void test_place_errors(void) {
     h3_tensor_free(&y);
 }
 
+/* A device placement with every block resident on a stand-in device (t_standin_begin: no CUDA queues needed):
+ * the device bytes it takes while loading (the blocks as placed and the load buffer their tensors convert
+ * through) and after (the blocks) equal the plan's, for every layout (official f32 with per-head QKV rows,
+ * diffusers' three projections joined, ComfyUI f16) and for random weights; unplacing gives them back. */
+static void test_standin_place(void) {
+    if (!t_standin_begin(&g_ex)) {
+        t_note("  skipped: a device backend is active");
+        return;
+    }
+    static const char *const models[] = {"official", "diffusers", "comfy.safetensors", NULL};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        char p[700];
+        h3_video_vae *v = NULL;
+        h3_video_vae_opts o = {0};
+        o.heads = 2;
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.place = H3_PLACE_DEVICE;
+        if (models[k]) {
+            CHECK_OK(h3_video_vae_open(fx(models[k], p, sizeof p), k == 2 ? &o : NULL, &v));
+        } else {
+            h3_video_vae_config c;
+            h3_video_vae_default_config(&c);
+            c.num_layers = 2, c.heads = 2, c.head_dim = 64, c.ffn_inner = 256;
+            CHECK_OK(h3_video_vae_create(&c, &v));
+            run.random_seed = 3;
+        }
+        if (!v) continue;
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_plan(v, 7, 4, 6, &run, &m));
+        CHECK(m.n_resident == m.n_blocks && m.dev_slots == 0, "%s: every block resident",
+              models[k] ? models[k] : "random");
+        t_sd_used = t_sd_peak = 0;
+        CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+        const int64_t want_peak = m.dev_weights + m.dev_load;
+        t_note("  %-18s stand-in device: placing peaked at %lld bytes, holds %lld; plan: weights %lld + load "
+               "buffer %lld", models[k] ? models[k] : "random weights", (long long)t_sd_peak, (long long)t_sd_used,
+               (long long)m.dev_weights, (long long)m.dev_load);
+        CHECK(t_sd_peak == want_peak && t_sd_used == m.dev_weights,
+              "%s: placing peaked at %lld and holds %lld; the plan says %lld and %lld",
+              models[k] ? models[k] : "random", (long long)t_sd_peak, (long long)t_sd_used, (long long)want_peak,
+              (long long)m.dev_weights);
+        CHECK(models[k] ? m.dev_load > 0 : m.dev_load == 0, "a load buffer exactly when the weights convert");
+        h3_video_vae_unplace(v);
+        CHECK(t_sd_used == 0, "%lld device bytes left after unplacing", (long long)t_sd_used);
+        h3_video_vae_close(v);
+    }
+    t_standin_end(&g_ex);
+}
+
 typedef struct {
     int64_t next, calls, channels, H, W;
     float *all; /* optional copy of everything received, [oc, F, H, W] */
@@ -1013,6 +1063,7 @@ int main(int argc, char **argv) {
         {"frame_counts", test_frame_counts},
         {"runs", test_runs},
         {"place_errors", test_place_errors},
+        {"standin_place", test_standin_place},
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},

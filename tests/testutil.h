@@ -60,6 +60,16 @@ double t_expect_close(const char *file, int line, const char *what, const float 
                       double tol);
 #define EXPECT_CLOSE(what, a, ref, n, tol) t_expect_close(__FILE__, __LINE__, what, a, ref, n, tol)
 
+/* ---- a stand-in device -----------------------------------------------------------------------------------
+ * Host memory behind the DEVICE place (each allocation counted in the arena's granules, as the arena counts
+ * them) and the CPU kernels behind the device backend, with ex->cuda marked: device code that needs no CUDA
+ * queues (resident weights, conversions, copies, the ops) runs on any machine and its device bytes are
+ * measured. t_standin_begin returns 0 and changes nothing when a real device backend is active. */
+struct h3_exec;
+extern int64_t t_sd_used, t_sd_peak; /* device bytes held now, and the most since the last reset */
+int t_standin_begin(struct h3_exec *ex);
+void t_standin_end(struct h3_exec *ex);
+
 /* ---- one tensor at a time: the loaders' shape contract ---------------------------------------------------
  * A mutation of one tensor of a safetensors file: emptied (first dim 0), truncated (first dim - 1), reshaped
  * (same elements, another shape: dims reversed, or [n] -> [1, n]) or retyped (an integer dtype no weight role

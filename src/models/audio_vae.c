@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "io/wbind.h"
+#include "mem/units.h"
 #include "models/model_cfg.h"
 
 /* ---- the resampling filter ---------------------------------------------------------------------------------- */
@@ -59,11 +60,13 @@ struct h3_audio_vae {
     h3_tensor *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
     float filter[64];  /* computed resampling filter (filter_taps values) */
     h3_place act_place; /* where a decode keeps its activations (and its weights): HOST or DEVICE */
-    h3_tensor dev_w;    /* on the device: every weight as f32 in one block (av_dev_items), from the first decode */
-    int64_t *dev_off;   /* the offsets of the tensors in it (av_dev_items' order) */
+    h3_tensor *bound;   /* every tensor the decode reads, bound at open (av_index): views of the file, the folded
+                         * weights, the computed filters */
+    h3_units *host;     /* the weights as opened, for decodes on the host */
+    h3_units *dev;      /* on the device: every unit resident as f32, from the first decode */
 };
 
-static void av_dev_release(h3_audio_vae *v);
+static h3_status av_bind_all(h3_audio_vae *v);
 
 /* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post. */
 static int av_up(int i) {
@@ -523,6 +526,7 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
         if (!v->source) st = H3_ERR_NOMEM;
     }
     if (st == H3_OK) st = av_finish(v);
+    if (st == H3_OK) st = av_bind_all(v);
     if (st != H3_OK) {
         st = h3_error_wrap(st, "opening the audio VAE %s", path);
         h3_audio_vae_close(v);
@@ -532,12 +536,18 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
     return H3_OK;
 }
 
+static int64_t av_index_count(const h3_audio_vae_config *c);
+
 void h3_audio_vae_close(h3_audio_vae *v) {
     if (!v) return;
+    h3_units_close(v->dev);
+    h3_units_close(v->host);
+    if (v->bound)
+        for (int64_t i = 0; i < av_index_count(&v->cfg); i++) h3_tensor_free(&v->bound[i]);
+    h3_free(v->bound);
     if (v->folded)
         for (int i = 0; i < v->n_conv; i++) h3_tensor_free(&v->folded[i]);
     h3_free(v->folded);
-    av_dev_release(v);
     if (v->st.files || v->st.entries) h3_st_close(&v->st);
     h3_free(v->source);
     h3_free(v);
@@ -553,18 +563,21 @@ const char *h3_audio_vae_source(const h3_audio_vae *v) {
     return v->source;
 }
 
-/* ---- weights for one part of the decode --------------------------------------------------------------------- */
+/* ---- weights: bound at open, reached through units ----------------------------------------------------------
+ * The decode's weights are units (mem/units.h): unit 0 holds dec_in_proj and conv_pre, unit 1 + i BigVGAN stage
+ * i (its transposed conv, its AMP blocks' convs and activations), the last one activation_post and conv_post.
+ * av_walk names every tensor of every unit in order; binding, the units' packs and the memory plan all follow it,
+ * so they agree by construction. On the host the units hand out the tensors as opened (the resampling filters
+ * as f32); on the device every unit is resident as f32 (files that store another dtype are converted on the host
+ * first: the device holds exactly the f32 weights the plan counts from the config). */
 
 typedef struct {
     h3_tensor w, b;
-    int held_w, held_b;
 } av_conv;
 
 typedef struct {
     h3_tensor alpha, beta; /* [C] */
     h3_tensor up, down;    /* the resampling filters [taps]; h3_op_snake_aa applies the upsampler's ×2 */
-    float fup[H3_SNAKE_AA_MAX_TAPS], fdown[H3_SNAKE_AA_MAX_TAPS]; /* their values when on the host */
-    int held;
 } av_act;
 
 /* Part -1: dec_in_proj and conv_pre; part i: upsampler i with its AMP blocks; part n_up: activation_post and
@@ -607,205 +620,180 @@ static h3_convt1d_params av_up_params(const h3_audio_vae_config *c, int i) {
     return p;
 }
 
-static void av_release_conv(av_conv *c) {
-    if (c->held_w) h3_tensor_free(&c->w);
-    if (c->held_b) h3_tensor_free(&c->b);
-    memset(c, 0, sizeof *c);
-}
-
-static void av_release_act(av_act *a) {
-    if (a->held) {
-        h3_tensor_free(&a->alpha);
-        h3_tensor_free(&a->beta);
-    }
-    memset(a, 0, sizeof *a);
-}
-
-static void av_release(av_part *p) {
-    av_release_conv(&p->in);
-    av_release_conv(&p->pre);
-    av_release_conv(&p->up);
-    av_release_conv(&p->post);
-    for (int r = 0; r < H3_AVAE_MAX_RES; r++) {
-        for (int d = 0; d < H3_AVAE_MAX_RES; d++) {
-            av_release_conv(&p->res[r][d][0]);
-            av_release_conv(&p->res[r][d][1]);
-        }
-        for (int a = 0; a < 2 * H3_AVAE_MAX_RES; a++) av_release_act(&p->act[r][a]);
-    }
-    av_release_act(&p->post_act);
-}
-
 /* The unit of activation id (av_act_id). */
 static h3_wb_unit av_act_unit_of(const h3_audio_vae_config *c, int id) {
     const int stage = id / (c->n_res * 2 * c->n_dil);
     return av_act_unit(c, stage < c->n_up ? stage : -1);
 }
 
-/* The values of a resampling filter (filter_taps of them): the stored ones, else the computed ones. */
-static h3_status av_filter_values(h3_audio_vae *v, const char *name, h3_wb_unit unit, float *f) {
-    int K = v->cfg.filter_taps;
-    int64_t fs[3] = {1, 1, K};
-    memcpy(f, v->filter, (size_t)K * sizeof(float));
-    if (!v->compute_filters && h3_st_find(&v->st, name)) {
-        h3_tensor t;
-        H3_TRY(av_bind(v, name, 3, fs, "[1, 1, filter taps]", unit, &t));
-        int ok = h3_convert_to_f32(t.dtype, t.data, f, (size_t)K);
-        h3_tensor_free(&t);
-        if (!ok) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: cannot read %s", v->source, name);
-    }
-    return H3_OK;
-}
-
-/* ---- the weights on the device ------------------------------------------------------------------------------
- * One block of f32 holds every tensor the decode reads: dec_in_proj's weight and bias, each conv's weight and bias
- * (conv_post has none), each activation's alpha, beta, up and down filter. av_dev_items walks them in that order,
- * each at a multiple of 64 floats (256 bytes, the arena's granule: aligned as the GEMMs like it); the upload and
- * the memory plan both walk it, so they agree by construction. */
-
 enum { AV_IN, AV_CONV, AV_ACT };
 
-typedef h3_status (*av_item_fn)(void *user, int kind, int id, int which, int64_t off, int64_t n);
-
-static int64_t al64(int64_t n) {
-    return (n + 63) / 64 * 64;
-}
-
-/* Where the offset of (kind, id, which) is kept in v->dev_off, and how many there are. */
-static int64_t av_off_index(const h3_audio_vae_config *c, int kind, int id, int which) {
+/* Where tensor (kind, id, which) is kept in v->bound: dec_in_proj's weight and bias; each conv's weight and bias;
+ * each activation's alpha, beta, up and down filter. */
+static int64_t av_index(const h3_audio_vae_config *c, int kind, int id, int which) {
     const int64_t n_conv = av_post(c) + 1;
     return kind == AV_IN ? which : kind == AV_CONV ? 2 + which * n_conv + id : 2 + 2 * n_conv + 4 * (int64_t)id + which;
 }
-static int64_t av_off_count(const h3_audio_vae_config *c) {
+static int64_t av_index_count(const h3_audio_vae_config *c) {
     return 2 + 2 * (int64_t)(av_post(c) + 1) + 4 * (int64_t)av_n_act(c);
 }
 
-/* Calls fn (unless NULL) for every tensor of the block with its offset and size in floats; *floats: the block. */
-static h3_status av_dev_items(const h3_audio_vae_config *c, av_item_fn fn, void *user, int64_t *floats) {
-    int64_t off = 0;
-#define AV_ITEM(kind, id, which, count)                                                                            \
+static int av_n_units(const h3_audio_vae_config *c) {
+    return c->n_up + 2;
+}
+
+/* Calls fn for every tensor of the decode, unit by unit in pack order, with its element count. */
+typedef h3_status (*av_item_fn)(void *user, int unit, int kind, int id, int which, int64_t n);
+
+static h3_status av_walk(const h3_audio_vae_config *c, av_item_fn fn, void *user) {
+    char name[128];
+    int64_t s[3];
+    int bias;
+    h3_wb_unit unit;
+    const char *words;
+#define AV_CONV_ITEMS(u, id)                                                                                       \
     do {                                                                                                           \
-        const int64_t n__ = (count);                                                                               \
-        if (fn) H3_TRY(fn(user, kind, id, which, off, n__));                                                       \
-        off += al64(n__);                                                                                          \
+        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);                                           \
+        H3_TRY(fn(user, u, AV_CONV, id, 0, s[0] * s[1] * s[2]));                                                   \
+        if (bias) H3_TRY(fn(user, u, AV_CONV, id, 1, (id) >= 1 && (id) <= c->n_up ? s[1] : s[0]));                 \
     } while (0)
-    AV_ITEM(AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels);
-    AV_ITEM(AV_IN, 0, 1, (int64_t)c->latent_dim);
-    for (int id = 0; id <= av_post(c); id++) {
-        char name[128];
-        int64_t s[3];
-        int bias;
-        h3_wb_unit unit;
-        const char *words;
-        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);
-        AV_ITEM(AV_CONV, id, 0, s[0] * s[1] * s[2]);
-        if (bias) AV_ITEM(AV_CONV, id, 1, id >= 1 && id <= c->n_up ? s[1] : s[0]);
+#define AV_ACT_ITEMS(u, a)                                                                                         \
+    do {                                                                                                           \
+        for (int w__ = 0; w__ < 4; w__++)                                                                          \
+            H3_TRY(fn(user, u, AV_ACT, a, w__, w__ < 2 ? av_act_ch(c, a) : (int64_t)c->filter_taps));            \
+    } while (0)
+    H3_TRY(fn(user, 0, AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels));
+    H3_TRY(fn(user, 0, AV_IN, 0, 1, (int64_t)c->latent_dim));
+    AV_CONV_ITEMS(0, 0);
+    for (int i = 0; i < c->n_up; i++) {
+        AV_CONV_ITEMS(1 + i, av_up(i));
+        for (int r = 0; r < c->n_res; r++)
+            for (int d = 0; d < c->n_dil; d++) {
+                AV_CONV_ITEMS(1 + i, av_res(c, i, r, d, 0));
+                AV_CONV_ITEMS(1 + i, av_res(c, i, r, d, 1));
+            }
+        for (int r = 0; r < c->n_res; r++)
+            for (int a = 0; a < 2 * c->n_dil; a++) AV_ACT_ITEMS(1 + i, av_act_id(c, i, r, a));
     }
-    for (int a = 0; a < av_n_act(c); a++) {
-        const int64_t C = av_act_ch(c, a);
-        AV_ITEM(AV_ACT, a, 0, C);
-        AV_ITEM(AV_ACT, a, 1, C);
-        AV_ITEM(AV_ACT, a, 2, (int64_t)c->filter_taps);
-        AV_ITEM(AV_ACT, a, 3, (int64_t)c->filter_taps);
-    }
-#undef AV_ITEM
-    *floats = off;
+    AV_ACT_ITEMS(c->n_up + 1, av_act_id(c, -1, 0, 0));
+    AV_CONV_ITEMS(c->n_up + 1, av_post(c));
+#undef AV_CONV_ITEMS
+#undef AV_ACT_ITEMS
     return H3_OK;
 }
 
-static void av_dev_release(h3_audio_vae *v) {
-    h3_tensor_free(&v->dev_w);
-    h3_free(v->dev_off);
-    v->dev_off = NULL;
-}
+/* The most tensors a unit has: a stage's transposed conv, 2·n_res·n_dil convs and 2·n_res·n_dil activations. */
+_Static_assert(2 + 4 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES + 8 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES <= H3_PACK_MAX,
+               "a BigVGAN stage must fit one pack");
 
-/* n values of src (host, any float dtype) as f32 to the device at dst. */
-static h3_status av_put_f32(h3_exec *ex, const h3_tensor *src, float *dst, int64_t n) {
-    h3_tensor d, h;
-    H3_TRY(h3_tensor_wrap(&d, dst, H3_PLACE_DEVICE, H3_F32, 1, &n));
-    if (src->dtype == H3_F32 && src->q.mode == H3_SCALE_NONE && h3_tensor_is_contiguous(src)) {
-        H3_TRY(h3_tensor_wrap(&h, src->data, H3_PLACE_HOST, H3_F32, 1, &n));
-        return h3_copy(ex, &d, &h);
+/* av_walk's callback of binding: the tensor into v->bound, shaped as the ops take it (filters as [taps]). */
+static h3_status av_bind_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)unit;
+    (void)n;
+    h3_audio_vae *v = user;
+    const h3_audio_vae_config *c = &v->cfg;
+    h3_tensor *dst = &v->bound[av_index(c, kind, id, which)];
+    char base[128], name[192];
+    const h3_wb_unit model = {NULL, 0, -1};
+    if (kind == AV_IN) {
+        const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
+        return which ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, dst)
+                     : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, dst);
     }
-    float *tmp = h3_malloc((size_t)n * sizeof(float), H3_MEM_WORKSPACE);
-    if (!tmp) return H3_ERR(H3_ERR_NOMEM, "out of memory converting a weight for the device");
-    h3_status st = H3_OK;
-    if (src->q.mode != H3_SCALE_NONE || !h3_tensor_is_contiguous(src) ||
-        !h3_convert_to_f32(src->dtype, src->data, tmp, (size_t)n))
-        st = H3_ERR(H3_ERR_UNSUPPORTED, "a weight of dtype %s cannot be read as f32", h3_dtype_name(src->dtype));
-    if (st == H3_OK) st = h3_tensor_wrap(&h, tmp, H3_PLACE_HOST, H3_F32, 1, &n);
-    if (st == H3_OK) st = h3_copy(ex, &d, &h);
-    h3_free(tmp);
+    if (kind == AV_CONV) {
+        int64_t s[3];
+        int bias;
+        h3_wb_unit u;
+        const char *words;
+        av_conv_desc(c, id, base, sizeof base, s, &bias, &u, &words);
+        if (which == 0 && v->folded[id].data) /* a view: the folded weight stays the decoder's */
+            return h3_tensor_wrap(dst, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
+        snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
+        return which ? av_bind(v, name, 1, &s[id >= 1 && id <= c->n_up ? 1 : 0], "[channels]", u, dst)
+                     : av_bind(v, name, 3, s, words, u, dst);
+    }
+    const int64_t C = av_act_ch(c, id), K = c->filter_taps, fs[3] = {1, 1, K};
+    const h3_wb_unit u = av_act_unit_of(c, id);
+    av_act_name_of(c, id, base, sizeof base);
+    if (which < 2) {
+        snprintf(name, sizeof name, "%s.act.%s", base, which ? "beta" : "alpha");
+        return av_bind(v, name, 1, &C, "[channels]", u, dst);
+    }
+    snprintf(name, sizeof name, "%s%s", base, which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
+    if (v->compute_filters || !h3_st_find(&v->st, name)) /* the computed one */
+        return h3_tensor_wrap(dst, v->filter, H3_PLACE_HOST, H3_F32, 1, &K);
+    h3_tensor t;
+    H3_TRY(av_bind(v, name, 3, fs, "[1, 1, filter taps]", u, &t));
+    h3_status st = h3_tensor_reshape(&t, 1, &K, dst);
+    dst->owner = t.owner; /* an aligned copy stays owned */
+    dst->owned_bytes = t.owned_bytes;
+    dst->cat = t.cat;
     return st;
 }
 
 typedef struct {
     h3_audio_vae *v;
-    h3_exec *ex;
-} av_up_ctx;
+    h3_pack *packs;
+    const h3_tensor *src; /* the tensors to pack (v->bound, or their f32 copies) */
+    int f32;              /* placed: every tensor as f32 (else as opened, the filters as f32) */
+} av_pack_ctx;
 
-/* av_dev_items' callback of the upload: the tensor's host values (folded weight, file view or filter) to the block. */
-static h3_status av_put(void *user, int kind, int id, int which, int64_t off, int64_t n) {
-    av_up_ctx *u = user;
-    h3_audio_vae *v = u->v;
-    const h3_audio_vae_config *c = &v->cfg;
-    v->dev_off[av_off_index(c, kind, id, which)] = off;
-    h3_tensor src;
-    memset(&src, 0, sizeof src);
-    int held = 0;
-    float f[H3_SNAKE_AA_MAX_TAPS];
-    char base[128], name[192];
-    h3_status st = H3_OK;
-    const h3_wb_unit model = {NULL, 0, -1};
-    if (kind == AV_IN) {
-        const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
-        st = which ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &src)
-                   : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, &src);
-        held = st == H3_OK;
-    } else if (kind == AV_CONV && which == 0 && v->folded[id].data) {
-        src = v->folded[id]; /* a view: the folded weight stays the decoder's */
-    } else if (kind == AV_CONV) {
-        int64_t s[3];
-        int bias;
-        h3_wb_unit unit;
-        const char *words;
-        av_conv_desc(c, id, base, sizeof base, s, &bias, &unit, &words);
-        snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
-        st = which ? av_bind(v, name, 1, &s[id >= 1 && id <= c->n_up ? 1 : 0], "[channels]", unit, &src)
-                   : av_bind(v, name, 3, s, words, unit, &src);
-        held = st == H3_OK;
-    } else if (which < 2) {
-        const int64_t C = av_act_ch(c, id);
-        snprintf(name, sizeof name, "%s.act.%s", av_act_name_of(c, id, base, sizeof base), which ? "beta" : "alpha");
-        st = av_bind(v, name, 1, &C, "[channels]", av_act_unit_of(c, id), &src);
-        held = st == H3_OK;
-    } else {
-        snprintf(name, sizeof name, "%s%s", av_act_name_of(c, id, base, sizeof base),
-                 which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
-        st = av_filter_values(v, name, av_act_unit_of(c, id), f);
-        if (st == H3_OK) st = h3_tensor_wrap(&src, f, H3_PLACE_HOST, H3_F32, 1, &n);
-    }
-    if (st == H3_OK && h3_tensor_numel(&src) != n)
-        st = H3_ERR(H3_ERR_INTERNAL, "%s: a weight of %lld values where the device block plans %lld", v->source,
-                    (long long)h3_tensor_numel(&src), (long long)n);
-    if (st == H3_OK) st = av_put_f32(u->ex, &src, (float *)v->dev_w.data + off, n);
-    if (held) h3_tensor_free(&src);
+static h3_status av_pack_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)n;
+    av_pack_ctx *x = user;
+    const h3_tensor *t = &x->src[av_index(&x->v->cfg, kind, id, which)];
+    h3_pack_add_as(&x->packs[unit], t, 0, x->f32 || (kind == AV_ACT && which >= 2) ? H3_F32 : t->dtype);
+    return H3_OK;
+}
+
+/* The units over src: as opened on the host, or resident as f32 on the device. */
+static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *src, h3_place place, h3_units **out) {
+    const int n = av_n_units(&v->cfg);
+    h3_pack *packs = h3_calloc((size_t)n, sizeof *packs, H3_MEM_OTHER);
+    if (!packs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    av_pack_ctx x = {v, packs, src, place == H3_PLACE_DEVICE};
+    h3_status st = av_walk(&v->cfg, av_pack_one, &x);
+    const h3_units_config uc = {place, NULL, 0, 0, &v->st, 0, 0, NULL, NULL, "the audio VAE's weights", 0};
+    if (st == H3_OK) st = h3_units_open(ex, &uc, packs, n, out);
+    h3_free(packs);
     return st;
 }
 
-/* Every weight to the device, once (the first device decode after open or a placement change). */
-static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
-    int64_t floats;
-    H3_TRY(av_dev_items(&v->cfg, NULL, NULL, &floats));
-    v->dev_off = h3_calloc((size_t)av_off_count(&v->cfg), sizeof *v->dev_off, H3_MEM_WEIGHTS);
-    if (!v->dev_off) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = h3_tensor_alloc(&v->dev_w, H3_PLACE_DEVICE, H3_F32, 1, &floats, H3_MEM_WEIGHTS);
-    av_up_ctx u = {v, ex};
-    if (st == H3_OK) st = av_dev_items(&v->cfg, av_put, &u, &floats);
-    if (st == H3_OK) st = h3_exec_sync(ex);
+/* Binds every tensor the decode reads (views: nothing is read but stored filters of another dtype, converted to
+ * f32) and opens the units a host decode reaches them through. */
+static h3_status av_bind_all(h3_audio_vae *v) {
+    v->bound = h3_calloc((size_t)av_index_count(&v->cfg), sizeof *v->bound, H3_MEM_OTHER);
+    if (!v->bound) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    H3_TRY(av_walk(&v->cfg, av_bind_one, v));
+    return av_open_units(v, NULL, v->bound, H3_PLACE_HOST, &v->host);
+}
+
+/* The device's units: every tensor resident as f32. Tensors stored in another dtype are converted on the host
+ * first (copies freed once the units hold them). */
+static h3_status av_open_device(h3_audio_vae *v, h3_exec *ex) {
+    const int64_t n = av_index_count(&v->cfg);
+    h3_tensor *f32 = h3_calloc((size_t)n, sizeof *f32, H3_MEM_OTHER);
+    if (!f32) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    for (int64_t i = 0; i < n && st == H3_OK; i++) {
+        const h3_tensor *t = &v->bound[i];
+        f32[i] = *t;
+        f32[i].owner = NULL;
+        if (!t->data || t->dtype == H3_F32) continue;
+        st = h3_tensor_alloc(&f32[i], H3_PLACE_HOST, H3_F32, t->ndim, t->shape, H3_MEM_WEIGHTS);
+        if (st == H3_OK && (!h3_tensor_is_contiguous(t) ||
+                            !h3_convert_to_f32(t->dtype, t->data, f32[i].data, (size_t)h3_tensor_numel(t))))
+            st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: a weight of dtype %s cannot be read as f32", v->source,
+                        h3_dtype_name(t->dtype));
+    }
+    if (st == H3_OK) st = av_open_units(v, ex, f32, H3_PLACE_DEVICE, &v->dev);
+    for (int64_t i = 0; i < n; i++) h3_tensor_free(&f32[i]);
+    h3_free(f32);
     if (st != H3_OK) {
-        av_dev_release(v);
-        return h3_error_wrap(st, "uploading the audio VAE's %.1f MiB of weights to the device", floats / 262144.0);
+        int64_t floats = 0;
+        for (int64_t i = 0; i < n; i++) floats += h3_tensor_numel(&v->bound[i]);
+        return h3_error_wrap(st, "uploading the audio VAE's %.1f MiB of weights to the device",
+                             (double)floats / 262144.0);
     }
     return H3_OK;
 }
@@ -813,112 +801,64 @@ static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
 h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place) {
     if (act_place != H3_PLACE_HOST && act_place != H3_PLACE_PINNED && act_place != H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "audio VAE: unknown placement %d", (int)act_place);
-    if (act_place != H3_PLACE_DEVICE) av_dev_release(v);
+    if (act_place != H3_PLACE_DEVICE) {
+        h3_units_close(v->dev);
+        v->dev = NULL;
+    }
     v->act_place = act_place == H3_PLACE_DEVICE ? H3_PLACE_DEVICE : H3_PLACE_HOST;
     return H3_OK;
 }
 
-/* ---- the one way the decode reaches weights -------------------------------------------------------------------
- * On the host: folded weights and views of the file, filters as values; on the device: views into the resident
- * block (uploaded by the first acquire). A shared residency interface will replace the inside of these. */
+/* The one way the decode reaches weights: part `part`'s unit, at the decode's place (the device's units are made
+ * by the first device decode). Release with av_release. */
+typedef struct {
+    const h3_audio_vae_config *c;
+    av_part *p;
+    const h3_tensor *t;
+    int want, k;
+} av_fill_ctx;
 
-static h3_tensor av_dev_view(h3_audio_vae *v, int kind, int id, int which, int nd, const int64_t *shape) {
-    h3_tensor t;
-    h3_tensor_wrap(&t, (float *)v->dev_w.data + v->dev_off[av_off_index(&v->cfg, kind, id, which)], H3_PLACE_DEVICE,
-                   H3_F32, nd, shape);
-    return t;
-}
-
-static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
-    char base[128], name[192];
-    int64_t s[3];
-    int bias;
-    h3_wb_unit unit;
-    const char *words;
-    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias, &unit, &words);
-    if (v->act_place == H3_PLACE_DEVICE) {
-        int64_t blen = id >= 1 && id <= v->cfg.n_up ? s[1] : s[0];
-        out->w = av_dev_view(v, AV_CONV, id, 0, 3, s);
-        if (bias) out->b = av_dev_view(v, AV_CONV, id, 1, 1, &blen);
-        return H3_OK;
-    }
-    if (v->folded[id].data) {
-        h3_tensor_wrap(&out->w, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
+static h3_status av_fill_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)n;
+    av_fill_ctx *x = user;
+    if (unit != x->want) return H3_OK;
+    const h3_audio_vae_config *c = x->c;
+    const h3_tensor t = x->t[x->k++];
+    av_part *p = x->p;
+    if (kind == AV_IN) {
+        *(which ? &p->in.b : &p->in.w) = t;
+    } else if (kind == AV_CONV) {
+        av_conv *cv = id == 0 ? &p->pre : id == av_post(c) ? &p->post : id <= c->n_up ? &p->up : NULL;
+        if (!cv) {
+            const int k = id - 1 - c->n_up, w = k % 2, d = (k / 2) % c->n_dil, r = (k / 2 / c->n_dil) % c->n_res;
+            cv = &p->res[r][d][w];
+        }
+        *(which ? &cv->b : &cv->w) = t;
     } else {
-        snprintf(name, sizeof name, "%s.weight", base);
-        H3_TRY(av_bind(v, name, 3, s, words, unit, &out->w));
-        out->held_w = 1;
-    }
-    if (bias) {
-        snprintf(name, sizeof name, "%s.bias", base);
-        H3_TRY(av_bind(v, name, 1, &s[id >= 1 && id <= v->cfg.n_up ? 1 : 0], "[channels]", unit, &out->b));
-        out->held_b = 1;
+        const int per = c->n_res * 2 * c->n_dil;
+        av_act *a = id == av_n_act(c) - 1 ? &p->post_act : &p->act[(id % per) / (2 * c->n_dil)][id % (2 * c->n_dil)];
+        h3_tensor *f[4] = {&a->alpha, &a->beta, &a->up, &a->down};
+        *f[which] = t;
     }
     return H3_OK;
 }
 
-static h3_status av_get_act(h3_audio_vae *v, int id, av_act *a) {
-    const h3_audio_vae_config *c = &v->cfg;
-    int64_t C = av_act_ch(c, id), K = c->filter_taps;
-    if (v->act_place == H3_PLACE_DEVICE) {
-        a->alpha = av_dev_view(v, AV_ACT, id, 0, 1, &C);
-        a->beta = av_dev_view(v, AV_ACT, id, 1, 1, &C);
-        a->up = av_dev_view(v, AV_ACT, id, 2, 1, &K);
-        a->down = av_dev_view(v, AV_ACT, id, 3, 1, &K);
-        return H3_OK;
-    }
-    const h3_wb_unit unit = av_act_unit_of(c, id);
-    char base[128], name[192];
-    av_act_name_of(c, id, base, sizeof base);
-    a->held = 1;
-    snprintf(name, sizeof name, "%s.act.alpha", base);
-    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->alpha));
-    snprintf(name, sizeof name, "%s.act.beta", base);
-    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->beta));
-    snprintf(name, sizeof name, "%s.upsample.filter", base);
-    H3_TRY(av_filter_values(v, name, unit, a->fup));
-    snprintf(name, sizeof name, "%s.downsample.lowpass.filter", base);
-    H3_TRY(av_filter_values(v, name, unit, a->fdown));
-    H3_TRY(h3_tensor_wrap(&a->up, a->fup, H3_PLACE_HOST, H3_F32, 1, &K));
-    return h3_tensor_wrap(&a->down, a->fdown, H3_PLACE_HOST, H3_F32, 1, &K);
+static h3_units *av_units(const h3_audio_vae *v) {
+    return v->act_place == H3_PLACE_DEVICE ? v->dev : v->host;
 }
 
 static h3_status av_acquire(h3_audio_vae *v, h3_exec *ex, int part, av_part *p) {
     memset(p, 0, sizeof *p);
-    const h3_audio_vae_config *c = &v->cfg;
-    h3_status st = H3_OK;
-    if (v->act_place == H3_PLACE_DEVICE && !v->dev_w.data) H3_TRY(av_upload(v, ex));
-    if (part < 0) {
-        if (v->act_place == H3_PLACE_DEVICE) {
-            int64_t sw[3] = {c->latent_dim, c->latent_channels, 1}, sb[1] = {c->latent_dim};
-            p->in.w = av_dev_view(v, AV_IN, 0, 0, 3, sw);
-            p->in.b = av_dev_view(v, AV_IN, 0, 1, 1, sb);
-        } else {
-            const h3_wb_unit model = {NULL, 0, -1};
-            const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
-            H3_CHECK(av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model,
-                             &p->in.w));
-            p->in.held_w = 1;
-            H3_CHECK(av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &p->in.b));
-            p->in.held_b = 1;
-        }
-        H3_CHECK(av_get_conv(v, 0, &p->pre));
-    } else if (part < c->n_up) {
-        H3_CHECK(av_get_conv(v, av_up(part), &p->up));
-        for (int r = 0; r < c->n_res; r++) {
-            for (int d = 0; d < c->n_dil; d++) {
-                H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 0), &p->res[r][d][0]));
-                H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 1), &p->res[r][d][1]));
-            }
-            for (int a = 0; a < 2 * c->n_dil; a++) H3_CHECK(av_get_act(v, av_act_id(c, part, r, a), &p->act[r][a]));
-        }
-    } else {
-        H3_CHECK(av_get_act(v, av_act_id(c, -1, 0, 0), &p->post_act));
-        H3_CHECK(av_get_conv(v, av_post(c), &p->post));
-    }
-done:
-    if (st != H3_OK) av_release(p);
-    return st;
+    if (v->act_place == H3_PLACE_DEVICE && !v->dev) H3_TRY(av_open_device(v, ex));
+    const int unit = part + 1;
+    const h3_tensor *t;
+    H3_TRY(h3_units_acquire(av_units(v), unit, &t));
+    av_fill_ctx x = {&v->cfg, p, t, unit, 0};
+    return av_walk(&v->cfg, av_fill_one, &x);
+}
+
+static void av_release(h3_audio_vae *v, int part) {
+    h3_units_release(av_units(v), part + 1);
 }
 
 /* ---- the decode --------------------------------------------------------------------------------------------- */
@@ -929,6 +869,10 @@ typedef struct {
      * widest stage's tensors */
     int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, total;
 } av_plan;
+
+static int64_t al64(int64_t n) { /* floats, rounded to the arena's granule */
+    return (n + 63) / 64 * 64;
+}
 
 static void av_make_plan(const h3_audio_vae_config *c, int64_t T, int64_t nb, av_plan *p) {
     memset(p, 0, sizeof *p);
@@ -1005,6 +949,7 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
     const int64_t T = p->T, C = c->latent_channels, nb = p->nb, S = T * c->hop;
     h3_exec *ex = r->ex;
     h3_status st = H3_OK;
+    int held = -2; /* the part held; -2: none */
     av_part *w = h3_malloc(sizeof *w, H3_MEM_OTHER);
     if (!w) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     memset(w, 0, sizeof *w);
@@ -1022,21 +967,26 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
         H3_CHECK(h3_op_scale(ex, &dst, &src, c->latents_std[ch], c->latents_mean[ch]));
     }
     H3_CHECK(av_acquire(v, ex, -1, w));
+    held = -1;
     {
         h3_tensor a0 = av_t(r, p->o_a0, c->latent_dim, T), x = av_t(r, p->o_x, c->decoder_dim, T);
         h3_conv1d_params k1 = av_k(1), k7 = av_k(7);
         H3_CHECK(h3_op_conv1d(ex, &a0, &z, &w->in.w, &w->in.b, &k1));
         H3_CHECK(h3_op_conv1d(ex, &x, &a0, &w->pre.w, &w->pre.b, &k7));
     }
-    av_release(w);
+    av_release(v, held);
+    held = -2;
     int64_t len = T;
     for (int i = 0; i < c->n_up; i++) {
         len *= c->rates[i];
         H3_CHECK(av_acquire(v, ex, i, w));
+        held = i;
         H3_CHECK_CTX(av_stage(r, i, w, len), "upsampling stage %d", i);
-        av_release(w);
+        av_release(v, held);
+        held = -2;
     }
     H3_CHECK(av_acquire(v, ex, c->n_up, w));
+    held = c->n_up;
     {
         int64_t Cl = av_ch(c, c->n_up - 1);
         h3_tensor x = av_t(r, p->o_x, Cl, len), t1 = av_t(r, p->o_t1, Cl, len), host_out, out;
@@ -1050,7 +1000,7 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
         if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &host_out, &out)); /* waits for the device */
     }
 done:
-    av_release(w);
+    if (held > -2) av_release(v, held);
     h3_free(w);
     return st;
 }
@@ -1128,6 +1078,12 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
 
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
+static h3_status av_sum_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)unit, (void)kind, (void)id, (void)which;
+    *(int64_t *)user += h3_cuda_granule(n * 4);
+    return H3_OK;
+}
+
 h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels, h3_audio_vae_mem *out) {
     memset(out, 0, sizeof *out);
     if (T < 1 || channels < 1 || channels > 16 || c->n_up < 1 || c->n_up > H3_AVAE_MAX_UPS || c->n_res < 1 ||
@@ -1160,10 +1116,8 @@ h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int6
     dop = MAXI(dop, DCONV(nb, Cl, 7, len, &k7));
     out->op_scratch = op;
     out->total = out->buffers + out->op_scratch;
-    int64_t wf;
-    H3_TRY(av_dev_items(c, NULL, NULL, &wf));
     av_make_plan(c, T, nb, &p);
-    out->dev_weights = h3_cuda_granule(wf * 4);
+    H3_TRY(av_walk(c, av_sum_one, &out->dev_weights)); /* the units, as f32: each tensor on its granules */
     out->dev_buffers = h3_cuda_granule(p.total * 4);
     out->dev_op_scratch = dop;
     out->dev_total = out->dev_weights + out->dev_buffers + out->dev_op_scratch;

@@ -132,7 +132,6 @@ typedef struct h3_video_vae_mem {
     int64_t chunk_buffers; /* canvas, cross-fade frames, a tile's pixels, blend strips and tables, the plan */
     int64_t vit;           /* a pass's ViT activations, tables and indices */
     int64_t op_scratch;    /* host: the largest scratch an op takes meanwhile (GEMM panels, attention) */
-    int64_t block_scratch; /* host: per-block weight conversions held during a block */
     int64_t total;         /* host decodes: all of the above; device decodes: the host memory they take */
     int chunks, tiles_y, tiles_x;
     int64_t frames, tokens_per_tile;
@@ -145,15 +144,16 @@ typedef struct h3_video_vae_mem {
     int n_blocks, n_resident, n_slots; /* blocks resident at the place; the rest stream through n_slots */
     int n_pinned, n_disk; /* streamed blocks copied from pinned host memory / read from the file per use */
     int64_t block_bytes;  /* one block as placed (bf16 matrices and biases, f32 vectors), packed */
-    int64_t stored_bytes; /* one block as stored (the slot's size) */
-    /* device bytes (packed host runs: the same at the host place) */
+    int64_t stored_bytes; /* one block as stored (a slot's size) */
+    /* device bytes (packed host runs: the same at the host place), h3_units_mem_of's arithmetic */
     int64_t dev_backend;  /* the backend's workspace, reserved at h3_cuda_init */
-    int64_t dev_weights;  /* the input and output layers and the resident blocks */
-    int64_t dev_load;     /* the staging a part passes through while it loads (during h3_video_vae_place) */
-    int64_t dev_slots;    /* the slot and the block it is converted into */
+    int64_t dev_weights;  /* the input and output layers and the resident blocks, as placed */
+    int64_t dev_load;     /* the load buffer a converting tensor passes through (during h3_video_vae_place) */
+    int64_t dev_slots;    /* the slots and the work block streamed blocks are converted into */
     int64_t dev_arena;    /* a decode's buffers: activations, tables, canvas (one allocation) */
     int64_t dev_peak;     /* the most held at once: max(while loading, while decoding) */
-    int64_t host_pinned;  /* pinned copies of streamed blocks, their staging, the frames handed out */
+    int64_t host_pinned;  /* pinned copies of streamed blocks, their staging, the random weights' sources,
+                           * the frames handed out */
     int64_t budget;       /* the vram budget it was planned for (0: not limited) */
     int64_t budget_slack; /* kept free of the budget (the arena's granules and holes) */
     int64_t ram_budget;
