@@ -789,12 +789,14 @@ static int cunit_bad(const cunit *x, int u, const h3_tensor *t, int packed) {
     if (bad) return bad;
     for (int r = 0; r < 6; r++) { /* [Q; K; V] row r of unit 2 comes from row h·3 + j (1 row per head) */
         const int src = u == 2 && packed ? (r % 2) * 3 + r / 2 : r;
-        for (int i = 0; i < 5; i++) bad += h3_bf16_to_f32(((const uint16_t *)t[0].data)[r * 5 + i]) != x->m[src * 5 + i];
+        for (int i = 0; i < 5; i++)
+            bad += h3_bf16_to_f32(((const uint16_t *)t[0].data)[r * 5 + i]) != x->m[src * 5 + i];
     }
     for (int i = 0; i < 7; i++) bad += ((const float *)t[1].data)[i] != cval(u, 1, i);
     for (int i = 0; i < 4; i++) bad += ((const float *)t[2].data)[i] != x->f[i];
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < 10; i++) bad += h3_bf16_to_f32(((const uint16_t *)t[3 + k].data)[i]) != x->j[k][i];
+        for (int i = 0; i < 10; i++)
+            bad += h3_bf16_to_f32(((const uint16_t *)t[3 + k].data)[i]) != x->j[k][i];
     if (packed) bad += (const uint8_t *)t[4].data != (const uint8_t *)t[3].data + 2 * 5 * 2; /* joined */
     return bad;
 }
@@ -825,8 +827,8 @@ static void test_units_convert(void) {
     }
     h3_units_close(us);
     us = NULL;
-    /* placed (the streamer's host emulation): resident converted at open, pinned and disk units converted into
-     * the work block as acquired */
+    /* placed (the streamer's host emulation): resident converted at open, pinned and disk units converted
+     * into the work block as acquired */
     const uint8_t tier[CU] = {H3_TIER_RESIDENT, H3_TIER_PINNED, H3_TIER_DISK};
     h3_units_config tc = {H3_PLACE_HOST, tier, 1, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
     CHECK_OK(h3_units_open(&g_ex, &tc, packs, CU, &us));

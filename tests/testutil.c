@@ -47,8 +47,8 @@ void t_note(const char *fmt, ...) {
 
 void t_check_err(const char *file, int line, const char *expr, h3_status got, int code, const char *needle) {
     if (got != code) {
-        t_fail_at(file, line, "%s returned %d (%s), expected %d (%s); message: %s", expr, got, h3_code_name(got), code,
-                  h3_code_name(code), h3_last_error());
+        t_fail_at(file, line, "%s returned %d (%s), expected %d (%s); message: %s", expr, got,
+                  h3_code_name(got), code, h3_code_name(code), h3_last_error());
         return;
     }
     if (needle && !strstr(h3_last_error(), needle))
@@ -102,12 +102,12 @@ double t_max_abs_err(const float *a, const double *ref, size_t n) {
     return m;
 }
 
-double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref, size_t n,
-                      double tol) {
+double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref,
+                      size_t n, double tol) {
     double e = t_rel_err(a, ref, n);
     if (!(e <= tol))
-        t_fail_at(file, line, "%s: relative error %.3e > tolerance %.1e (max abs %.3e over %zu values)", what, e, tol,
-                  t_max_abs_err(a, ref, n), n);
+        t_fail_at(file, line, "%s: relative error %.3e > tolerance %.1e (max abs %.3e over %zu values)", what,
+                  e, tol, t_max_abs_err(a, ref, n), n);
     else if (getenv("H3_TEST_VERBOSE"))
         fprintf(stderr, "  ok %-48s rel err %.3e (tol %.0e)\n", what, e, tol);
     return e;

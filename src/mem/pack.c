@@ -36,8 +36,10 @@ void h3_pack_add_as(h3_pack *p, const h3_tensor *t, int interleaved, h3_dtype as
     /* placed: a quantized tensor keeps its storage and side data (h3_units_open refuses to convert it); a
      * plain one takes its values in `as` */
     p->as[i] = as;
-    if (t->q.mode != H3_SCALE_NONE) p->psize[i] = pack_span(p, i);
-    else p->psize[i] = h3_tensor_numel(t) * (int64_t)h3_dtype_size(as);
+    if (t->q.mode != H3_SCALE_NONE)
+        p->psize[i] = pack_span(p, i);
+    else
+        p->psize[i] = h3_tensor_numel(t) * (int64_t)h3_dtype_size(as);
     p->poff[i] = h3_cuda_granule(p->pend);
     p->pend = p->poff[i] + p->psize[i];
     p->pbytes = h3_cuda_granule(p->pend);

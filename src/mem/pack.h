@@ -1,7 +1,7 @@
-/* Packing units: the tensors of one unit (a DiT block, an AdaLN projection, a text-encoder layer, a ViT block,
- * a BigVGAN stage) laid out for one slot at the arena's alignment, quantized tensors with their side data
- * (scales) after their values; the segments that fill the layout from memory or from the mapped files; views
- * of the tensors at a slot.
+/* Packing units: the tensors of one unit (a DiT block, an AdaLN projection, a text-encoder layer, a ViT
+ * block, a BigVGAN stage) laid out for one slot at the arena's alignment, quantized tensors with their side
+ * data (scales) after their values; the segments that fill the layout from memory or from the mapped files;
+ * views of the tensors at a slot.
  *
  * A pack has two layouts. The stored layout holds each tensor as opened (its stored dtype): it is what is
  * read, copied and streamed. The placed layout holds each tensor in the dtype the forward takes it in
@@ -35,7 +35,7 @@ typedef struct h3_pack {
     h3_dtype as[H3_PACK_MAX]; /* the dtype the forward takes tensor i in */
     int64_t poff[H3_PACK_MAX];
     int64_t psize[H3_PACK_MAX]; /* bytes of tensor i as placed (values; a quantized one with its side data) */
-    int64_t pend;    /* where the last tensor ends */
+    int64_t pend;               /* where the last tensor ends */
     int64_t pbytes;  /* total, a multiple of the alignment (== bytes when nothing converts or joins) */
     int converts;    /* the placed layout is not the stored one: a tensor changes dtype, or tensors join */
     int64_t max_cvt; /* the stored bytes of the largest tensor that converts */

@@ -25,7 +25,7 @@ struct h3_units {
     uint8_t **block;  /* [n] resident units as placed, at the place */
     int *sidx;        /* [n] the streamer's item of a streamed unit; -1 for a resident one */
     h3_stream_seg *segs;
-    h3_stream_item *items; /* [n] every unit's stored layout and its sources */
+    h3_stream_item *items;     /* [n] every unit's stored layout and its sources */
     h3_stream_seg *spill_segs; /* [n] */
     int spill_fd;
     h3_streamer *s; /* the streamed units; NULL when none streams */
@@ -108,18 +108,21 @@ static void *place_alloc(h3_units *u, int64_t bytes, h3_devcat c) {
     return p;
 }
 
-/* n bytes from src (at place sp) to dst (at place dp). */
+/* n bytes from src (at place sp) to dst (at place dp), in copies of at most 1 GiB (a row's pitch limit). */
 static h3_status copy_bytes(h3_exec *ex, void *dst, h3_place dp, const void *src, h3_place sp, int64_t n) {
-    if (n <= 0) return H3_OK;
-    h3_tensor a, b;
-    h3_tensor_wrap(&a, (void *)src, sp, H3_U8, 1, &n);
-    h3_tensor_wrap(&b, dst, dp, H3_U8, 1, &n);
-    return h3_copy(ex, &b, &a);
+    for (int64_t o = 0; o < n; o += (int64_t)1 << 30) {
+        int64_t m = n - o < ((int64_t)1 << 30) ? n - o : (int64_t)1 << 30;
+        h3_tensor a, b;
+        h3_tensor_wrap(&a, (uint8_t *)src + o, sp, H3_U8, 1, &m);
+        h3_tensor_wrap(&b, (uint8_t *)dst + o, dp, H3_U8, 1, &m);
+        H3_TRY(h3_copy(ex, &b, &a));
+    }
+    return H3_OK;
 }
 
-/* Converts unit i from its stored layout at src (at place sp) into its placed layout at dst (the set's place):
- * tensors placed as stored are copied with their side data; the others are copied to `stage` (at the place;
- * NULL when src is there already) and converted from there. */
+/* Converts unit i from its stored layout at src (at place sp) into its placed layout at dst (the set's
+ * place): tensors placed as stored are copied with their side data; the others are copied to `stage` (at the
+ * place; NULL when src is there already) and converted from there. */
 static h3_status convert_unit(h3_units *u, int i, const uint8_t *src, h3_place sp, uint8_t *stage,
                               uint8_t *dst) {
     const h3_pack *p = &u->packs[i];
@@ -186,8 +189,7 @@ static h3_status load_resident(h3_units *u) {
         lo = h3_calloc((size_t)ng, sizeof *lo, H3_MEM_OTHER);
         if (!li || !lo) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         for (int i = 0, j = 0; i < u->n; i++) {
-            if (u->tier[i] != H3_TIER_RESIDENT ||
-                (dev && u->items[i].src_pinned && !u->packs[i].converts))
+            if (u->tier[i] != H3_TIER_RESIDENT || (dev && u->items[i].src_pinned && !u->packs[i].converts))
                 continue;
             li[j] = u->items[i];
             li[j].tier = H3_TIER_DISK; /* read through, once */
@@ -213,8 +215,10 @@ static h3_status load_resident(h3_units *u) {
         void *hb;
         H3_CHECK_CTX(h3_streamer_acquire(ld, j, &hb), "loading %s", u->cfg.what ? u->cfg.what : "weights");
         /* copies from pageable host memory return when done: the slot is free for the next unit after */
-        if (p->converts) st = convert_unit(u, i, hb, H3_PLACE_HOST, stage, u->block[i]);
-        else st = copy_bytes(u->ex, u->block[i], pl, hb, H3_PLACE_HOST, p->bytes);
+        if (p->converts)
+            st = convert_unit(u, i, hb, H3_PLACE_HOST, stage, u->block[i]);
+        else
+            st = copy_bytes(u->ex, u->block[i], pl, hb, H3_PLACE_HOST, p->bytes);
         h3_streamer_release(ld, j++);
         if (st != H3_OK) goto done;
     }
@@ -234,8 +238,10 @@ static void build_views(h3_units *u, int i, void *base, int placed) {
     const h3_pack *p = &u->packs[i];
     h3_tensor *v = u->views + u->vstart[i];
     for (int k = 0; k < p->n; k++) {
-        if (placed) h3_pack_view_placed(p, k, base, u->cfg.place, &v[k]);
-        else h3_pack_view(p, k, base, u->cfg.place, &v[k]);
+        if (placed)
+            h3_pack_view_placed(p, k, base, u->cfg.place, &v[k]);
+        else
+            h3_pack_view(p, k, base, u->cfg.place, &v[k]);
     }
 }
 
@@ -318,6 +324,8 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
     if (n < 0 || (n > 0 && !packs)) return H3_ERR(H3_ERR_INVALID, "%s: %d units", what, n);
     if (cfg->place != H3_PLACE_HOST && cfg->place != H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "%s: units live on the host or the device", what);
+    if (!ex && (cfg->place != H3_PLACE_HOST || cfg->tier))
+        return H3_ERR(H3_ERR_INVALID, "%s: placed units need an exec to copy and convert with", what);
     for (int i = 0; i < n; i++) {
         if (cfg->tier && cfg->tier[i] >= H3_TIER_COUNT)
             return H3_ERR(H3_ERR_INVALID, "%s: unit %d has no tier", what, i);
@@ -326,8 +334,8 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
                           H3_PACK_MAX);
         for (int k = 0; k < packs[i].n; k++)
             if (packs[i].as[k] != packs[i].src[k]->dtype && packs[i].src[k]->q.mode != H3_SCALE_NONE)
-                return H3_ERR(H3_ERR_INVALID, "%s: unit %d: a quantized tensor cannot be converted to %s", what,
-                              i, h3_dtype_name(packs[i].as[k]));
+                return H3_ERR(H3_ERR_INVALID, "%s: unit %d: a quantized tensor cannot be converted to %s",
+                              what, i, h3_dtype_name(packs[i].as[k]));
     }
     h3_status st = H3_OK;
     h3_units *u = h3_calloc(1, sizeof *u, H3_MEM_OTHER);
@@ -374,7 +382,8 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
     u->spill_segs = h3_calloc((size_t)N, sizeof *u->spill_segs, H3_MEM_OTHER);
     u->block = h3_calloc((size_t)N, sizeof *u->block, H3_MEM_OTHER);
     u->sidx = h3_calloc((size_t)N, sizeof *u->sidx, H3_MEM_OTHER);
-    if (!u->segs || !u->items || !u->spill_segs || !u->block || !u->sidx) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (!u->segs || !u->items || !u->spill_segs || !u->block || !u->sidx)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory");
     int need_staging = 0;
     for (int64_t i = 0, o = 0, j = 0; i < n; i++) {
         h3_stream_item *it = &u->items[i];
@@ -406,7 +415,8 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
         if (!si) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         for (int i = 0; i < n; i++)
             if (u->sidx[i] >= 0) si[u->sidx[i]] = u->items[i];
-        h3_streamer_config sc = {cfg->place, cfg->n_slots, slot, need_staging ? H3_STREAM_STAGING : 0,
+        h3_streamer_config sc = {cfg->place, cfg->n_slots,
+                                 slot,       need_staging ? H3_STREAM_STAGING : 0,
                                  cfg->rep,   cfg->unsafe_skip_waits};
         st = h3_streamer_create(ex, &sc, si, n_str, &u->s);
         h3_free(si);
@@ -453,7 +463,8 @@ h3_status h3_units_set_order(h3_units *u, const int *order, int n, int cyclic) {
 h3_status h3_units_acquire(h3_units *u, int i, const h3_tensor **tensors) {
     *tensors = NULL;
     const char *what = u->cfg.what ? u->cfg.what : "weights";
-    if (i < 0 || i >= u->n) return H3_ERR(H3_ERR_INVALID, "%s: unit %d does not exist (%d units)", what, i, u->n);
+    if (i < 0 || i >= u->n)
+        return H3_ERR(H3_ERR_INVALID, "%s: unit %d does not exist (%d units)", what, i, u->n);
     if (!u->passthrough && u->sidx[i] >= 0) {
         const int j = u->sidx[i];
         const h3_pack *p = &u->packs[i];
@@ -522,8 +533,10 @@ void h3_units_mem_of(const h3_units_config *cfg, const h3_pack *packs, int n, h3
         if (p->converts && p->pbytes > work) work = p->pbytes;
         int pin;
         h3_pack_segs(cfg->files, p, cfg->heads, cfg->head_dim, NULL, &pin);
-        if (t == H3_TIER_DISK) disk = 1;
-        else if (!(pin && dev)) out->pinned += p->bytes; /* the pinned host cache */
+        if (t == H3_TIER_DISK)
+            disk = 1;
+        else if (!(pin && dev))
+            out->pinned += p->bytes; /* the pinned host cache */
     }
     out->load = h3_cuda_granule(load);
     out->ring = n_str ? (int64_t)cfg->n_slots * h3_cuda_granule(slot) : 0;

@@ -14,13 +14,13 @@
  *     copied. Streamed units go through a ring of slots filled ahead of use (mem/streamer.h) in the order the
  *     caller names (h3_units_set_order), so copies hide behind compute.
  *
- * Conversion on arrival: a unit whose pack places some tensor in another dtype than stored (bf16 matrices from
- * an f32 file) travels as stored and is converted at the place. A resident unit is converted once, at open:
- * its tensors are read into host memory and copied, each converting tensor through a load buffer at the place
- * (the largest such tensor; freed before open returns) into the unit's own block, so the forward pays nothing
- * per acquire. A streamed unit is converted as it is acquired, from its slot into the set's one work block
- * (the largest placed unit that converts); its slot is released at once, so the next unit's copy runs while
- * this one computes. One converted streamed unit is held at a time.
+ * Conversion on arrival: a unit whose pack places some tensor in another dtype than stored (bf16 matrices
+ * from an f32 file) travels as stored and is converted at the place. A resident unit is converted once, at
+ * open: its tensors are read into host memory and copied, each converting tensor through a load buffer at the
+ * place (the largest such tensor; freed before open returns) into the unit's own block, so the forward pays
+ * nothing per acquire. A streamed unit is converted as it is acquired, from its slot into the set's one work
+ * block (the largest placed unit that converts); its slot is released at once, so the next unit's copy runs
+ * while this one computes. One converted streamed unit is held at a time.
  *
  * Everything is allocated at open; acquire and release never allocate and never wait on the host. The model
  * keeps its own knowledge (which tensors make a unit, how its forward uses them); this module knows no model.
@@ -66,7 +66,7 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
 h3_status h3_units_set_order(h3_units *u, const int *order, int n, int cyclic);
 /* Unit i's tensors at the set's place, in pack order, each in its placed dtype (a pack's interleaved QKV
  * arrives as [Q; K; V]): views valid until h3_units_release(i). One unit may be held at a time per slot, one
- * converted streamed unit at a time. A resident unit's memory is the caller's to write (synthetic weights). */
+ * converted streamed unit at a time. A resident unit's memory may be written (synthetic weights). */
 h3_status h3_units_acquire(h3_units *u, int i, const h3_tensor **tensors);
 /* Work queued so far is the last that reads unit i. */
 void h3_units_release(h3_units *u, int i);

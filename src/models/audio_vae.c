@@ -1,5 +1,5 @@
-/* The MiniMax-H3 audio VAE decoder (BigVGAN): configuration and weights of the three layouts, weight norm folded at
- * open, and the decode. See audio_vae.h. */
+/* The MiniMax-H3 audio VAE decoder (BigVGAN): configuration and weights of the three layouts, weight norm
+ * folded at open, and the decode. See audio_vae.h. */
 #include "models/audio_vae.h"
 
 #include <math.h>
@@ -15,7 +15,8 @@
 #include "mem/units.h"
 #include "models/model_cfg.h"
 
-/* ---- the resampling filter ---------------------------------------------------------------------------------- */
+/* ---- the resampling filter
+ * ---------------------------------------------------------------------------------- */
 
 /* Modified Bessel function of the first kind, order 0, by its power series (converges for every argument; the
  * Kaiser β here is below 10). */
@@ -32,9 +33,12 @@ static double bessel_i0(double x) {
 void h3_audio_kaiser_filter(float *out, int taps, double cutoff, double half_width) {
     int half = taps / 2;
     double att = 2.285 * (half - 1) * M_PI * (4.0 * half_width) + 7.95, beta;
-    if (att > 50.0) beta = 0.1102 * (att - 8.7);
-    else if (att >= 21.0) beta = 0.5842 * pow(att - 21.0, 0.4) + 0.07886 * (att - 21.0);
-    else beta = 0.0;
+    if (att > 50.0)
+        beta = 0.1102 * (att - 8.7);
+    else if (att >= 21.0)
+        beta = 0.5842 * pow(att - 21.0, 0.4) + 0.07886 * (att - 21.0);
+    else
+        beta = 0.0;
     double f[256], sum = 0.0;
     for (int n = 0; n < taps && n < 256; n++) {
         double r = taps > 1 ? 2.0 * n / (taps - 1) - 1.0 : 0.0;
@@ -47,7 +51,8 @@ void h3_audio_kaiser_filter(float *out, int taps, double cutoff, double half_wid
     for (int n = 0; n < taps && n < 256; n++) out[n] = (float)(f[n] / sum);
 }
 
-/* ---- the model ---------------------------------------------------------------------------------------------- */
+/* ---- the model
+ * ---------------------------------------------------------------------------------------------- */
 
 struct h3_audio_vae {
     h3_audio_vae_config cfg;
@@ -57,18 +62,20 @@ struct h3_audio_vae {
     h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int compute_filters;
     int n_conv;
-    h3_tensor *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
-    float filter[64];  /* computed resampling filter (filter_taps values) */
+    h3_tensor
+        *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
+    float filter[64];   /* computed resampling filter (filter_taps values) */
     h3_place act_place; /* where a decode keeps its activations (and its weights): HOST or DEVICE */
-    h3_tensor *bound;   /* every tensor the decode reads, bound at open (av_index): views of the file, the folded
-                         * weights, the computed filters */
+    h3_tensor *bound;   /* every tensor the decode reads, bound at open (av_index): views of the file, the
+                         * folded   weights, the computed filters */
     h3_units *host;     /* the weights as opened, for decodes on the host */
     h3_units *dev;      /* on the device: every unit resident as f32, from the first decode */
 };
 
 static h3_status av_bind_all(h3_audio_vae *v);
 
-/* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post. */
+/* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post.
+ */
 static int av_up(int i) {
     return 1 + i;
 }
@@ -137,8 +144,9 @@ static h3_status av_bind(const h3_audio_vae *v, const char *name, int nd, const 
     return h3_wb_bind(&v->wb, &r);
 }
 
-/* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim but the
- * first (what torch's weight_norm(dim=0) computes, also for transposed convs). Checks the shapes either way. */
+/* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim
+ * but the first (what torch's weight_norm(dim=0) computes, also for transposed convs). Checks the shapes
+ * either way. */
 static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     char base[128], name[192];
     int64_t s[3];
@@ -154,8 +162,9 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     }
     snprintf(name, sizeof name, "%s.weight", base);
     if (h3_st_find(&v->st, name)) return av_need(v, name, 3, s, words, unit);
-    static const char *const forms[2][2] = {{".weight_g", ".weight_v"},
-                                            {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
+    static const char *const forms[2][2] = {
+        {".weight_g", ".weight_v"},
+        {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
     int f = -1;
     for (int k = 0; k < 2 && f < 0; k++) {
         snprintf(name, sizeof name, "%s%s", base, forms[k][1]);
@@ -187,7 +196,8 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
         double ss = 0.0;
         for (int64_t i = 0; i < row; i++) ss += (double)r[i] * r[i];
         float nrm = (float)sqrt(ss), k = gf[o] / nrm;
-        if (!(nrm > 0.0f)) H3_FAIL(H3_ERR_FORMAT, "%s: '%s' has an all-zero row %lld", v->source, vname, (long long)o);
+        if (!(nrm > 0.0f))
+            H3_FAIL(H3_ERR_FORMAT, "%s: '%s' has an all-zero row %lld", v->source, vname, (long long)o);
         for (int64_t i = 0; i < row; i++) r[i] *= k;
     }
     v->folded[id] = w;
@@ -201,8 +211,10 @@ done:
 }
 
 static const char *av_act_name(const h3_audio_vae_config *c, int stage, int r, int a, char *buf, size_t n) {
-    if (stage < 0) snprintf(buf, n, "decoder.activation_post");
-    else snprintf(buf, n, "decoder.resblocks.%d.activations.%d", stage * c->n_res + r, a);
+    if (stage < 0)
+        snprintf(buf, n, "decoder.activation_post");
+    else
+        snprintf(buf, n, "decoder.resblocks.%d.activations.%d", stage * c->n_res + r, a);
     return buf;
 }
 
@@ -227,10 +239,11 @@ static h3_status av_check_act(const h3_audio_vae *v, const char *base, int64_t C
     return H3_OK;
 }
 
-/* ---- configuration files ------------------------------------------------------------------------------------ */
+/* ---- configuration files
+ * ------------------------------------------------------------------------------------ */
 
-/* An integer list (the JSON array j, or nothing when NULL) of at most max values, each in [lo, hi]; *n receives
- * the count. */
+/* An integer list (the JSON array j, or nothing when NULL) of at most max values, each in [lo, hi]; *n
+ * receives the count. */
 static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int hi, int *out, int *n,
                           const char *what) {
     if (!j) return H3_OK;
@@ -247,7 +260,8 @@ static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int
     return H3_OK;
 }
 
-static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi, int *out, int *n, const char *what) {
+static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi, int *out, int *n,
+                       const char *what) {
     return jints_of(o ? json_object_get(o, key) : NULL, key, max, lo, hi, out, n, what);
 }
 
@@ -290,8 +304,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
     int n_up = h3_count_layers(&v->st, "decoder.ups.");
     int n_rb = h3_count_layers(&v->st, "decoder.resblocks.");
     if (n_up < 1 || n_up > H3_AVAE_MAX_UPS || n_rb % n_up || n_rb / n_up < 1 || n_rb / n_up > H3_AVAE_MAX_RES)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %d upsamplers and %d AMP blocks do not make a BigVGAN decoder", v->source,
-                      n_up, n_rb);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %d upsamplers and %d AMP blocks do not make a BigVGAN decoder",
+                      v->source, n_up, n_rb);
     if (s[0] < 2 || s[0] > (1 << 16) || ((s[0] >> n_up) << n_up) != s[0])
         return h3_wb_shape_error(
             &v->wb, nm, 3, s, &model,
@@ -314,7 +328,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
                                      "[channels in, channels in / 2, kernel] with a kernel of 1 "
                                      "to 64");
         c->kernels[i] = (int)s[2];
-        c->rates[i] = c->kernels[i] % 2 ? (c->kernels[i] + 1) / 2 : c->kernels[i] / 2; /* k = 2u − (u mod 2) */
+        c->rates[i] =
+            c->kernels[i] % 2 ? (c->kernels[i] + 1) / 2 : c->kernels[i] / 2; /* k = 2u − (u mod 2) */
     }
     int n_dil = 0;
     for (int r = 0; r < c->n_res; r++) {
@@ -334,7 +349,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
                                      "[channels, channels, AMP kernel] with an odd kernel of 1 "
                                      "to 63");
         c->res_kernels[r] = (int)s[2];
-        for (int d = 0; d < nd; d++) c->dilations[r][d] = 2 * d + 1; /* 1, 3, 5: BigVGAN's, not in any config */
+        for (int d = 0; d < nd; d++)
+            c->dilations[r][d] = 2 * d + 1; /* 1, 3, 5: BigVGAN's, not in any config */
     }
     c->n_dil = n_dil;
     static const char *const f_name = "decoder.activation_post.upsample.filter";
@@ -376,15 +392,17 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             const h3_wb_unit model = {NULL, 0, -1};
             st = av_need(v, "latents_mean", 1, &C, "[latent channels]", model);
             if (st == H3_OK) st = av_need(v, "latents_std", 1, &C, "[latent channels]", model);
-            if (st == H3_OK) st = h3_st_load(&v->st, "latents_mean", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &m1);
+            if (st == H3_OK)
+                st = h3_st_load(&v->st, "latents_mean", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &m1);
             if (st == H3_OK) st = h3_st_load(&v->st, "latents_std", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &s1);
             if (st == H3_OK) {
                 memcpy(c->latents_mean, m1.data, (size_t)C * 4);
                 memcpy(c->latents_std, s1.data, (size_t)C * 4);
                 for (int i = 0; i < C && st == H3_OK; i++)
-                    if (!isfinite(c->latents_mean[i]) || !isfinite(c->latents_std[i]) || c->latents_std[i] == 0.0f)
-                        st = H3_ERR(H3_ERR_FORMAT, "%s: latents_mean/latents_std[%d] are not finite (std nonzero)",
-                                    path, i);
+                    if (!isfinite(c->latents_mean[i]) || !isfinite(c->latents_std[i]) ||
+                        c->latents_std[i] == 0.0f)
+                        st = H3_ERR(H3_ERR_FORMAT,
+                                    "%s: latents_mean/latents_std[%d] are not finite (std nonzero)", path, i);
             }
             h3_tensor_free(&m1);
             h3_tensor_free(&s1);
@@ -412,7 +430,8 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             json_t *kw = json_object_get(json_object_get(meta, "metadata"), "kwargs");
             char mwhat[1100];
             snprintf(mwhat, sizeof mwhat, "%s/metadata.json", path);
-            if (!kw || !json_is_object(kw)) H3_FAIL(H3_ERR_FORMAT, "%s: no \"metadata\".\"kwargs\" object", mwhat);
+            if (!kw || !json_is_object(kw))
+                H3_FAIL(H3_ERR_FORMAT, "%s: no \"metadata\".\"kwargs\" object", mwhat);
             const char *dt = h3_json_get_str(kw, "decoder_type");
             if (dt && strcmp(dt, "bigvgan") != 0)
                 H3_FAIL(H3_ERR_UNSUPPORTED, "%s: decoder_type \"%s\"; h3run decodes \"bigvgan\"", mwhat, dt);
@@ -429,29 +448,33 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             H3_CHECK(av_shapes(v));
             int a[H3_AVAE_MAX_UPS], n = 0;
             H3_CHECK(jints(cfg, "decoder_rates", H3_AVAE_MAX_UPS, 1, 64, a, &n, what));
-            if (n && n != c->n_up) H3_FAIL(H3_ERR_FORMAT, "%s: %d decoder_rates for %d upsamplers", what, n, c->n_up);
+            if (n && n != c->n_up)
+                H3_FAIL(H3_ERR_FORMAT, "%s: %d decoder_rates for %d upsamplers", what, n, c->n_up);
             for (int i = 0; i < n; i++) c->rates[i] = a[i];
             json_t *dl = json_object_get(cfg, "resblock_dilation_sizes");
             if (dl) {
                 if (!json_is_array(dl) || json_array_size(dl) != (size_t)c->n_res)
-                    H3_FAIL(H3_ERR_FORMAT, "%s: \"resblock_dilation_sizes\" must list %d blocks", what, c->n_res);
+                    H3_FAIL(H3_ERR_FORMAT, "%s: \"resblock_dilation_sizes\" must list %d blocks", what,
+                            c->n_res);
                 for (int r = 0; r < c->n_res; r++) {
                     int nd = 0;
-                    H3_CHECK(jints_of(json_array_get(dl, (size_t)r), "resblock_dilation_sizes", H3_AVAE_MAX_RES, 1, 64,
-                                      c->dilations[r], &nd, what));
+                    H3_CHECK(jints_of(json_array_get(dl, (size_t)r), "resblock_dilation_sizes",
+                                      H3_AVAE_MAX_RES, 1, 64, c->dilations[r], &nd, what));
                     if (nd != c->n_dil)
-                        H3_FAIL(H3_ERR_FORMAT, "%s: block %d lists %d dilations; the weights have %d", what, r, nd,
-                                c->n_dil);
+                        H3_FAIL(H3_ERR_FORMAT, "%s: block %d lists %d dilations; the weights have %d", what,
+                                r, nd, c->n_dil);
                 }
             }
             H3_CHECK(h3_cfg_int(cfg, "sampling_rate", 1, 1000000, &c->sample_rate, what));
         } else {
-            H3_FAIL(H3_ERR_NOT_FOUND, "%s: neither an official (metadata.json) nor a diffusers audio VAE config", what);
+            H3_FAIL(H3_ERR_NOT_FOUND,
+                    "%s: neither an official (metadata.json) nor a diffusers audio VAE config", what);
         }
         int lc = c->latent_channels;
         H3_CHECK(h3_cfg_int(cfg, "latent_channels", 1, H3_AVAE_MAX_CHANNELS, &lc, what));
         if (lc != c->latent_channels)
-            H3_FAIL(H3_ERR_FORMAT, "%s: latent_channels %d; the weights take %d", what, lc, c->latent_channels);
+            H3_FAIL(H3_ERR_FORMAT, "%s: latent_channels %d; the weights take %d", what, lc,
+                    c->latent_channels);
         H3_CHECK(h3_cfg_floats(cfg, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
         H3_CHECK(h3_cfg_floats(cfg, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
         goto done;
@@ -465,7 +488,8 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
         if (isdir) goto done;
     }
     H3_FAIL(H3_ERR_NOT_FOUND,
-            "%s: no audio VAE here (expected the official audio_vae/ folder, a diffusers audio_vae/ folder, a model "
+            "%s: no audio VAE here (expected the official audio_vae/ folder, a diffusers audio_vae/ folder, "
+            "a model "
             "folder holding one, or ComfyUI's audio VAE file)",
             path);
 done:
@@ -482,8 +506,10 @@ static h3_status av_finish(h3_audio_vae *v) {
     for (int i = 0; i < c->n_up; i++) {
         int u = c->rates[i], k = c->kernels[i];
         if (u < 1 || k < u || (k - u) % 2)
-            return H3_ERR(H3_ERR_FORMAT, "%s: upsampler %d has kernel %d for rate %d; it must be at least the rate and "
-                          "differ from it by an even number", v->source, i, k, u);
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: upsampler %d has kernel %d for rate %d; it must be at least the rate and "
+                          "differ from it by an even number",
+                          v->source, i, k, u);
         hop *= u;
         if (hop > 1 << 20) return H3_ERR(H3_ERR_FORMAT, "%s: the rates multiply past 2^20", v->source);
     }
@@ -563,13 +589,14 @@ const char *h3_audio_vae_source(const h3_audio_vae *v) {
     return v->source;
 }
 
-/* ---- weights: bound at open, reached through units ----------------------------------------------------------
- * The decode's weights are units (mem/units.h): unit 0 holds dec_in_proj and conv_pre, unit 1 + i BigVGAN stage
- * i (its transposed conv, its AMP blocks' convs and activations), the last one activation_post and conv_post.
- * av_walk names every tensor of every unit in order; binding, the units' packs and the memory plan all follow it,
- * so they agree by construction. On the host the units hand out the tensors as opened (the resampling filters
- * as f32); on the device every unit is resident as f32 (files that store another dtype are converted on the host
- * first: the device holds exactly the f32 weights the plan counts from the config). */
+/* ---- weights: bound at open, reached through units
+ * ---------------------------------------------------------- The decode's weights are units (mem/units.h):
+ * unit 0 holds dec_in_proj and conv_pre, unit 1 + i BigVGAN stage i (its transposed conv, its AMP blocks'
+ * convs and activations), the last one activation_post and conv_post. av_walk names every tensor of every
+ * unit in order; binding, the units' packs and the memory plan all follow it, so they agree by construction.
+ * On the host the units hand out the tensors as opened (the resampling filters as f32); on the device every
+ * unit is resident as f32 (files that store another dtype are converted on the host first: the device holds
+ * exactly the f32 weights the plan counts from the config). */
 
 typedef struct {
     h3_tensor w, b;
@@ -628,11 +655,13 @@ static h3_wb_unit av_act_unit_of(const h3_audio_vae_config *c, int id) {
 
 enum { AV_IN, AV_CONV, AV_ACT };
 
-/* Where tensor (kind, id, which) is kept in v->bound: dec_in_proj's weight and bias; each conv's weight and bias;
- * each activation's alpha, beta, up and down filter. */
+/* Where tensor (kind, id, which) is kept in v->bound: dec_in_proj's weight and bias; each conv's weight and
+ * bias; each activation's alpha, beta, up and down filter. */
 static int64_t av_index(const h3_audio_vae_config *c, int kind, int id, int which) {
     const int64_t n_conv = av_post(c) + 1;
-    return kind == AV_IN ? which : kind == AV_CONV ? 2 + which * n_conv + id : 2 + 2 * n_conv + 4 * (int64_t)id + which;
+    return kind == AV_IN     ? which
+           : kind == AV_CONV ? 2 + which * n_conv + id
+                             : 2 + 2 * n_conv + 4 * (int64_t)id + which;
 }
 static int64_t av_index_count(const h3_audio_vae_config *c) {
     return 2 + 2 * (int64_t)(av_post(c) + 1) + 4 * (int64_t)av_n_act(c);
@@ -651,16 +680,16 @@ static h3_status av_walk(const h3_audio_vae_config *c, av_item_fn fn, void *user
     int bias;
     h3_wb_unit unit;
     const char *words;
-#define AV_CONV_ITEMS(u, id)                                                                                       \
-    do {                                                                                                           \
-        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);                                           \
-        H3_TRY(fn(user, u, AV_CONV, id, 0, s[0] * s[1] * s[2]));                                                   \
-        if (bias) H3_TRY(fn(user, u, AV_CONV, id, 1, (id) >= 1 && (id) <= c->n_up ? s[1] : s[0]));                 \
+#define AV_CONV_ITEMS(u, id)                                                                                 \
+    do {                                                                                                     \
+        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);                                     \
+        H3_TRY(fn(user, u, AV_CONV, id, 0, s[0] * s[1] * s[2]));                                             \
+        if (bias) H3_TRY(fn(user, u, AV_CONV, id, 1, (id) >= 1 && (id) <= c->n_up ? s[1] : s[0]));           \
     } while (0)
-#define AV_ACT_ITEMS(u, a)                                                                                         \
-    do {                                                                                                           \
-        for (int w__ = 0; w__ < 4; w__++)                                                                          \
-            H3_TRY(fn(user, u, AV_ACT, a, w__, w__ < 2 ? av_act_ch(c, a) : (int64_t)c->filter_taps));            \
+#define AV_ACT_ITEMS(u, a)                                                                                   \
+    do {                                                                                                     \
+        for (int w__ = 0; w__ < 4; w__++)                                                                    \
+            H3_TRY(fn(user, u, AV_ACT, a, w__, w__ < 2 ? av_act_ch(c, a) : (int64_t)c->filter_taps));        \
     } while (0)
     H3_TRY(fn(user, 0, AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels));
     H3_TRY(fn(user, 0, AV_IN, 0, 1, (int64_t)c->latent_dim));
@@ -682,8 +711,10 @@ static h3_status av_walk(const h3_audio_vae_config *c, av_item_fn fn, void *user
     return H3_OK;
 }
 
-/* The most tensors a unit has: a stage's transposed conv, 2·n_res·n_dil convs and 2·n_res·n_dil activations. */
-_Static_assert(2 + 4 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES + 8 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES <= H3_PACK_MAX,
+/* The most tensors a unit has: a stage's transposed conv, 2·n_res·n_dil convs and 2·n_res·n_dil activations.
+ */
+_Static_assert(2 + 4 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES + 8 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES <=
+                   H3_PACK_MAX,
                "a BigVGAN stage must fit one pack");
 
 /* av_walk's callback of binding: the tensor into v->bound, shaped as the ops take it (filters as [taps]). */
@@ -697,8 +728,9 @@ static h3_status av_bind_one(void *user, int unit, int kind, int id, int which, 
     const h3_wb_unit model = {NULL, 0, -1};
     if (kind == AV_IN) {
         const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
-        return which ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, dst)
-                     : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, dst);
+        return which
+                   ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, dst)
+                   : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, dst);
     }
     if (kind == AV_CONV) {
         int64_t s[3];
@@ -747,7 +779,8 @@ static h3_status av_pack_one(void *user, int unit, int kind, int id, int which, 
 }
 
 /* The units over src: as opened on the host, or resident as f32 on the device. */
-static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *src, h3_place place, h3_units **out) {
+static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *src, h3_place place,
+                               h3_units **out) {
     const int n = av_n_units(&v->cfg);
     h3_pack *packs = h3_calloc((size_t)n, sizeof *packs, H3_MEM_OTHER);
     if (!packs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
@@ -759,8 +792,8 @@ static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *sr
     return st;
 }
 
-/* Binds every tensor the decode reads (views: nothing is read but stored filters of another dtype, converted to
- * f32) and opens the units a host decode reaches them through. */
+/* Binds every tensor the decode reads (views: nothing is read but stored filters of another dtype, converted
+ * to f32) and opens the units a host decode reaches them through. */
 static h3_status av_bind_all(h3_audio_vae *v) {
     v->bound = h3_calloc((size_t)av_index_count(&v->cfg), sizeof *v->bound, H3_MEM_OTHER);
     if (!v->bound) return H3_ERR(H3_ERR_NOMEM, "out of memory");
@@ -809,8 +842,8 @@ h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place) {
     return H3_OK;
 }
 
-/* The one way the decode reaches weights: part `part`'s unit, at the decode's place (the device's units are made
- * by the first device decode). Release with av_release. */
+/* The one way the decode reaches weights: part `part`'s unit, at the decode's place (the device's units are
+ * made by the first device decode). Release with av_release. */
 typedef struct {
     const h3_audio_vae_config *c;
     av_part *p;
@@ -830,13 +863,15 @@ static h3_status av_fill_one(void *user, int unit, int kind, int id, int which, 
     } else if (kind == AV_CONV) {
         av_conv *cv = id == 0 ? &p->pre : id == av_post(c) ? &p->post : id <= c->n_up ? &p->up : NULL;
         if (!cv) {
-            const int k = id - 1 - c->n_up, w = k % 2, d = (k / 2) % c->n_dil, r = (k / 2 / c->n_dil) % c->n_res;
+            const int k = id - 1 - c->n_up, w = k % 2, d = (k / 2) % c->n_dil,
+                      r = (k / 2 / c->n_dil) % c->n_res;
             cv = &p->res[r][d][w];
         }
         *(which ? &cv->b : &cv->w) = t;
     } else {
         const int per = c->n_res * 2 * c->n_dil;
-        av_act *a = id == av_n_act(c) - 1 ? &p->post_act : &p->act[(id % per) / (2 * c->n_dil)][id % (2 * c->n_dil)];
+        av_act *a =
+            id == av_n_act(c) - 1 ? &p->post_act : &p->act[(id % per) / (2 * c->n_dil)][id % (2 * c->n_dil)];
         h3_tensor *f[4] = {&a->alpha, &a->beta, &a->up, &a->down};
         *f[which] = t;
     }
@@ -861,12 +896,13 @@ static void av_release(h3_audio_vae *v, int part) {
     h3_units_release(av_units(v), part + 1);
 }
 
-/* ---- the decode --------------------------------------------------------------------------------------------- */
+/* ---- the decode
+ * --------------------------------------------------------------------------------------------- */
 
 typedef struct {
     int64_t T, nb; /* latents per channel; channels decoded together (a batch) */
-    /* float offsets into the one buffer of a pass, each region [nb, ·]: the latents, dec_in_proj's output and the
-     * widest stage's tensors */
+    /* float offsets into the one buffer of a pass, each region [nb, ·]: the latents, dec_in_proj's output and
+     * the widest stage's tensors */
     int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, total;
 } av_plan;
 
@@ -919,7 +955,8 @@ static h3_status av_stage(av_run *r, int i, const av_part *w, int64_t len) {
     const h3_audio_vae_config *c = &r->v->cfg;
     const av_plan *p = r->p;
     int64_t C = av_ch(c, i), u = c->rates[i];
-    h3_tensor x = av_t(r, p->o_x, 2 * C, len / u), y = av_t(r, p->o_y, C, len), acc = av_t(r, p->o_acc, C, len);
+    h3_tensor x = av_t(r, p->o_x, 2 * C, len / u), y = av_t(r, p->o_y, C, len),
+              acc = av_t(r, p->o_acc, C, len);
     h3_tensor h = av_t(r, p->o_h, C, len), t1 = av_t(r, p->o_t1, C, len), t2 = av_t(r, p->o_t2, C, len);
     h3_convt1d_params up = av_up_params(c, i);
     H3_TRY(h3_op_conv_transpose1d(r->ex, &y, &x, &w->up.w, &w->up.b, &up));
@@ -929,9 +966,11 @@ static h3_status av_stage(av_run *r, int i, const av_part *w, int64_t len) {
         for (int d = 0; d < c->n_dil; d++) {
             const av_act *a1 = &w->act[rb][2 * d], *a2 = &w->act[rb][2 * d + 1];
             h3_conv1d_params p1 = av_res_params(c, rb, d, 0), p2 = av_res_params(c, rb, d, 1);
-            H3_TRY(h3_op_snake_aa(r->ex, &t1, hb, &a1->alpha, &a1->beta, &a1->up, &a1->down, H3_SNAKE_LOGSCALE));
+            H3_TRY(
+                h3_op_snake_aa(r->ex, &t1, hb, &a1->alpha, &a1->beta, &a1->up, &a1->down, H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][0].w, &w->res[rb][d][0].b, &p1));
-            H3_TRY(h3_op_snake_aa(r->ex, &t1, &t2, &a2->alpha, &a2->beta, &a2->up, &a2->down, H3_SNAKE_LOGSCALE));
+            H3_TRY(h3_op_snake_aa(r->ex, &t1, &t2, &a2->alpha, &a2->beta, &a2->up, &a2->down,
+                                  H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][1].w, &w->res[rb][d][1].b, &p2));
             H3_TRY(h3_op_binary(r->ex, hb, &t2, hb, H3_BINARY_ADD));
         }
@@ -957,7 +996,8 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
     int64_t sz[3] = {nb, C, T}, sw[3] = {nb, 1, S};
     H3_CHECK(h3_tensor_wrap(&zin, (void *)z_in, H3_PLACE_HOST, H3_F32, 3, sz));
     if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &z, &zin));
-    /* de-normalize: z[i, ch] = latents[i, ch] · std[ch] + mean[ch] (on the device in place, after the copy) */
+    /* de-normalize: z[i, ch] = latents[i, ch] · std[ch] + mean[ch] (on the device in place, after the copy)
+     */
     const h3_tensor *zsrc = r->place == H3_PLACE_DEVICE ? &z : &zin;
     for (int64_t row = 0; row < nb * C; row++) {
         const int64_t ch = row % C, s1[2] = {1, T};
@@ -1016,15 +1056,18 @@ h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tens
                       "%d, 200] for 5 s of stereo)",
                       h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
-        return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s", h3_dtype_name(z->dtype));
+        return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s",
+                      h3_dtype_name(z->dtype));
     int off = z->ndim == 3;
     int64_t ch = off ? z->shape[0] : 1, C = z->shape[off], T = z->shape[off + 1];
     if (C != c->latent_channels)
         return H3_ERR(H3_ERR_INVALID, "audio latents %s have %lld channels; this audio VAE takes %d",
                       h3_tensor_shape_str(z, s, sizeof s), (long long)C, c->latent_channels);
     if (ch < 1 || ch > 16 || T < 1 || T > 1000000)
-        return H3_ERR(H3_ERR_INVALID, "audio latents %s: 1 to 16 channels (2 for stereo) and 1 to 10^6 latents per "
-                      "channel", h3_tensor_shape_str(z, s, sizeof s));
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio latents %s: 1 to 16 channels (2 for stereo) and 1 to 10^6 latents per "
+                      "channel",
+                      h3_tensor_shape_str(z, s, sizeof s));
     return H3_OK;
 }
 
@@ -1036,8 +1079,10 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
     char s[96];
     if (!wave || wave->dtype != H3_F32 || !h3_tensor_is_contiguous(wave) || wave->place == H3_PLACE_DEVICE ||
         h3_tensor_numel(wave) != ch * S || h3_tensor_cols(wave) != S || wave->shape[0] != ch)
-        return H3_ERR(H3_ERR_INVALID, "audio decode: the waveform must be contiguous f32 [%lld, %lld] or [%lld, 1, %lld], "
-                      "got %s", (long long)ch, (long long)S, (long long)ch, (long long)S,
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio decode: the waveform must be contiguous f32 [%lld, %lld] or [%lld, 1, %lld], "
+                      "got %s",
+                      (long long)ch, (long long)S, (long long)ch, (long long)S,
                       wave ? h3_tensor_shape_str(wave, s, sizeof s) : "none");
     const int dev = v->act_place == H3_PLACE_DEVICE;
     if (dev && (!ex->cuda || !h3_backend_for_place(H3_PLACE_DEVICE)))
@@ -1045,7 +1090,8 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
                       h3_cuda_compiled() ? "the CUDA backend is not initialized (h3_cuda_init)"
                                          : "this build has no CUDA backend (decode on the host)");
     av_plan p;
-    av_make_plan(c, T, dev ? ch : 1, &p); /* the device decodes every channel in one batch, the host one by one */
+    av_make_plan(c, T, dev ? ch : 1,
+                 &p); /* the device decodes every channel in one batch, the host one by one */
     av_run r = {v, ex, &p, NULL, dev ? H3_PLACE_DEVICE : H3_PLACE_HOST};
     h3_tensor dbuf = {0};
     if (dev) {
@@ -1055,26 +1101,32 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
         r.ar = dbuf.data;
     } else {
         r.ar = h3_malloc((size_t)p.total * sizeof(float), H3_MEM_ACTIVATIONS);
-        if (!r.ar) return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
-                                 (long long)(p.total * 4 >> 20));
+        if (!r.ar)
+            return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
+                          (long long)(p.total * 4 >> 20));
     }
     h3_status st = H3_OK;
     for (int64_t i = 0; i < ch && st == H3_OK; i += p.nb) {
-        st = av_decode_pass(&r, (const float *)latents->data + i * c->latent_channels * T, (float *)wave->data + i * S);
+        st = av_decode_pass(&r, (const float *)latents->data + i * c->latent_channels * T,
+                            (float *)wave->data + i * S);
         if (st != H3_OK && ch > 1 && p.nb == 1) st = h3_error_wrap(st, "audio channel %lld", (long long)i);
     }
-    if (dev) h3_tensor_free(&dbuf);
-    else h3_free(r.ar);
+    if (dev)
+        h3_tensor_free(&dbuf);
+    else
+        h3_free(r.ar);
     return st;
 }
 
-/* ---- planned memory ----------------------------------------------------------------------------------------- */
+/* ---- planned memory
+ * ----------------------------------------------------------------------------------------- */
 
 /* What the convolutions take while they run (f32 weights: no copies), from the kernels' own arithmetic. */
 #define CONV(cin_g, K, tout)         h3_cpu_conv1d_scratch_bytes(cin_g, K, tout)
 #define CONVT(cout_g, cin_g, K, tin) h3_cpu_convt1d_scratch_bytes(cout_g, cin_g, K, tin)
 #define DCONV(nb, cin, K, tout, p)   h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(nb, cin, K, tout, p, 4))
-#define DCONVT(nb, cin, cout, K, tin) h3_cuda_granule(h3_cuda_convt1d_scratch_bytes(nb, cin, cout, K, tin, 1, 4))
+#define DCONVT(nb, cin, cout, K, tin)                                                                        \
+    h3_cuda_granule(h3_cuda_convt1d_scratch_bytes(nb, cin, cout, K, tin, 1, 4))
 
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
@@ -1084,7 +1136,8 @@ static h3_status av_sum_one(void *user, int unit, int kind, int id, int which, i
     return H3_OK;
 }
 
-h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels, h3_audio_vae_mem *out) {
+h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels,
+                                   h3_audio_vae_mem *out) {
     memset(out, 0, sizeof *out);
     if (T < 1 || channels < 1 || channels > 16 || c->n_up < 1 || c->n_up > H3_AVAE_MAX_UPS || c->n_res < 1 ||
         c->n_res > H3_AVAE_MAX_RES || c->n_dil < 1 || c->n_dil > H3_AVAE_MAX_RES)

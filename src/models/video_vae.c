@@ -1,6 +1,6 @@
-/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan, where
- * the weights are placed (the host's file, or packed at a place: resident or streamed), the ViT decoder over a pass
- * of tiles, and the stitching that turns tiles into frames. See video_vae.h. */
+/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan,
+ * where the weights are placed (the host's file, or packed at a place: resident or streamed), the ViT decoder
+ * over a pass of tiles, and the stitching that turns tiles into frames. See video_vae.h. */
 #include "models/video_vae.h"
 
 #include <errno.h>
@@ -25,18 +25,20 @@
 
 /* video_vae/config.json of the release, as ComfyUI builds it in for its single-file repack. */
 static const float k_latents_mean[24] = {
-    0.858090341091156f,    -0.9606591463088989f, 1.0661640167236328f,  -0.5090325474739075f, -0.2727581858634949f,
-    -1.3675414323806763f,  -0.2553254961967468f, -0.26907554268836975f, -0.5376840829849243f, -0.0464097298681736f,
-    0.6657370328903198f,   0.19690127670764923f, -0.5460608005523682f, -0.4035342037677765f, -0.23683024942874908f,
-    0.25928452610969543f,  -0.30133944749832153f, 0.211341992020607f,   -1.1206848621368408f, 0.3581933379173279f,
+    0.858090341091156f,    -0.9606591463088989f, 1.0661640167236328f,   -0.5090325474739075f,
+    -0.2727581858634949f,  -1.3675414323806763f, -0.2553254961967468f,  -0.26907554268836975f,
+    -0.5376840829849243f,  -0.0464097298681736f, 0.6657370328903198f,   0.19690127670764923f,
+    -0.5460608005523682f,  -0.4035342037677765f, -0.23683024942874908f, 0.25928452610969543f,
+    -0.30133944749832153f, 0.211341992020607f,   -1.1206848621368408f,  0.3581933379173279f,
     -0.04225143790245056f, 0.2604829967021942f,  0.22864092886447906f,  0.7056031823158264f,
 };
 static const float k_latents_std[24] = {
-    1.2223774194717407f,  1.2767263650894165f, 1.68317747116088865f, 1.7549455165863037f,  1.5636216402053833f,
-    2.194143533706665f,   0.96531379222869875f, 1.05698859691619875f, 0.841948926448822f,  0.7729952931404114f,
-    1.8955937623977661f,  0.946841835975647f,  0.7996809482574463f,  0.44988900423049925f, 0.7197399735450745f,
-    0.69362932443618775f, 2.961095094680786f,  2.7694199085235595f,  3.0496184825897215f,  2.1088054180145265f,
-    3.276226282119751f,   3.1627357006073f,    2.28168129920959475f, 2.6127843856811525f,
+    1.2223774194717407f, 1.2767263650894165f,  1.68317747116088865f, 1.7549455165863037f,
+    1.5636216402053833f, 2.194143533706665f,   0.96531379222869875f, 1.05698859691619875f,
+    0.841948926448822f,  0.7729952931404114f,  1.8955937623977661f,  0.946841835975647f,
+    0.7996809482574463f, 0.44988900423049925f, 0.7197399735450745f,  0.69362932443618775f,
+    2.961095094680786f,  2.7694199085235595f,  3.0496184825897215f,  2.1088054180145265f,
+    3.276226282119751f,  3.1627357006073f,     2.28168129920959475f, 2.6127843856811525f,
 };
 const float h3_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 const float h3_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
@@ -65,14 +67,39 @@ void h3_video_vae_default_config(h3_video_vae_config *c) {
     c->fused_qkv = 1;
 }
 
-/* ---- weights: names per layout, one acquire/release path ----------------------------------------------------- */
+/* ---- weights: names per layout, one acquire/release path
+ * ----------------------------------------------------- */
 
 enum {
     /* the input and output layers (part VV_IO) */
-    W_PQ_W, W_PQ_B, W_IN_W, W_IN_B, W_REG, W_LN_W, W_LN_B, W_OUT_W, W_OUT_B,
+    W_PQ_W,
+    W_PQ_B,
+    W_IN_W,
+    W_IN_B,
+    W_REG,
+    W_LN_W,
+    W_LN_B,
+    W_OUT_W,
+    W_OUT_B,
     /* one transformer block (parts 0 .. num_layers-1) */
-    W_N1, W_N2, W_S1, W_S2, W_QKV_W, W_QKV_B, W_Q_W, W_K_W, W_V_W, W_Q_B, W_K_B, W_V_B, W_O_W, W_O_B,
-    W_W1, W_B1, W_W2, W_B2,
+    W_N1,
+    W_N2,
+    W_S1,
+    W_S2,
+    W_QKV_W,
+    W_QKV_B,
+    W_Q_W,
+    W_K_W,
+    W_V_W,
+    W_Q_B,
+    W_K_B,
+    W_V_B,
+    W_O_W,
+    W_O_B,
+    W_W1,
+    W_B1,
+    W_W2,
+    W_B2,
     W_COUNT
 };
 #define VV_IO (-1)
@@ -82,38 +109,95 @@ static const char *vv_name(h3_layout lay, int part, int id, char *buf, size_t n)
     int dif = lay == H3_LAYOUT_DIFFUSERS;
     const char *s = NULL;
     switch (id) {
-        case W_PQ_W: s = "post_quant_conv.weight"; break;
-        case W_PQ_B: s = "post_quant_conv.bias"; break;
-        case W_IN_W: s = dif ? "decoder.proj_in.weight" : "decoder.x_embedder.weight"; break;
-        case W_IN_B: s = dif ? "decoder.proj_in.bias" : "decoder.x_embedder.bias"; break;
-        case W_REG: s = "decoder.register_tokens"; break;
-        case W_LN_W: s = "decoder.norm_out.weight"; break;
-        case W_LN_B: s = "decoder.norm_out.bias"; break;
-        case W_OUT_W: s = "decoder.proj_out.weight"; break;
-        case W_OUT_B: s = "decoder.proj_out.bias"; break;
-        case W_N1: s = "norm1.weight"; break;
-        case W_N2: s = "norm2.weight"; break;
-        case W_S1: s = "scale1"; break;
-        case W_S2: s = "scale2"; break;
-        case W_QKV_W: s = dif ? NULL : "attn.to_qkv.weight"; break;
-        case W_QKV_B: s = dif ? NULL : "attn.to_qkv.bias"; break;
-        case W_Q_W: s = dif ? "attn.to_q.weight" : NULL; break;
-        case W_Q_B: s = dif ? "attn.to_q.bias" : NULL; break;
-        case W_K_W: s = dif ? "attn.to_k.weight" : NULL; break;
-        case W_K_B: s = dif ? "attn.to_k.bias" : NULL; break;
-        case W_V_W: s = dif ? "attn.to_v.weight" : NULL; break;
-        case W_V_B: s = dif ? "attn.to_v.bias" : NULL; break;
-        case W_O_W: s = dif ? "attn.to_out.0.weight" : "attn.to_out.weight"; break;
-        case W_O_B: s = dif ? "attn.to_out.0.bias" : "attn.to_out.bias"; break;
-        case W_W1: s = dif ? "ff.net.0.proj.weight" : "ff.w1.weight"; break;
-        case W_B1: s = dif ? "ff.net.0.proj.bias" : "ff.w1.bias"; break;
-        case W_W2: s = dif ? "ff.net.2.weight" : "ff.w2.weight"; break;
-        case W_B2: s = dif ? "ff.net.2.bias" : "ff.w2.bias"; break;
-        default: break;
+        case W_PQ_W:
+            s = "post_quant_conv.weight";
+            break;
+        case W_PQ_B:
+            s = "post_quant_conv.bias";
+            break;
+        case W_IN_W:
+            s = dif ? "decoder.proj_in.weight" : "decoder.x_embedder.weight";
+            break;
+        case W_IN_B:
+            s = dif ? "decoder.proj_in.bias" : "decoder.x_embedder.bias";
+            break;
+        case W_REG:
+            s = "decoder.register_tokens";
+            break;
+        case W_LN_W:
+            s = "decoder.norm_out.weight";
+            break;
+        case W_LN_B:
+            s = "decoder.norm_out.bias";
+            break;
+        case W_OUT_W:
+            s = "decoder.proj_out.weight";
+            break;
+        case W_OUT_B:
+            s = "decoder.proj_out.bias";
+            break;
+        case W_N1:
+            s = "norm1.weight";
+            break;
+        case W_N2:
+            s = "norm2.weight";
+            break;
+        case W_S1:
+            s = "scale1";
+            break;
+        case W_S2:
+            s = "scale2";
+            break;
+        case W_QKV_W:
+            s = dif ? NULL : "attn.to_qkv.weight";
+            break;
+        case W_QKV_B:
+            s = dif ? NULL : "attn.to_qkv.bias";
+            break;
+        case W_Q_W:
+            s = dif ? "attn.to_q.weight" : NULL;
+            break;
+        case W_Q_B:
+            s = dif ? "attn.to_q.bias" : NULL;
+            break;
+        case W_K_W:
+            s = dif ? "attn.to_k.weight" : NULL;
+            break;
+        case W_K_B:
+            s = dif ? "attn.to_k.bias" : NULL;
+            break;
+        case W_V_W:
+            s = dif ? "attn.to_v.weight" : NULL;
+            break;
+        case W_V_B:
+            s = dif ? "attn.to_v.bias" : NULL;
+            break;
+        case W_O_W:
+            s = dif ? "attn.to_out.0.weight" : "attn.to_out.weight";
+            break;
+        case W_O_B:
+            s = dif ? "attn.to_out.0.bias" : "attn.to_out.bias";
+            break;
+        case W_W1:
+            s = dif ? "ff.net.0.proj.weight" : "ff.w1.weight";
+            break;
+        case W_B1:
+            s = dif ? "ff.net.0.proj.bias" : "ff.w1.bias";
+            break;
+        case W_W2:
+            s = dif ? "ff.net.2.weight" : "ff.w2.weight";
+            break;
+        case W_B2:
+            s = dif ? "ff.net.2.bias" : "ff.w2.bias";
+            break;
+        default:
+            break;
     }
     if (!s) return NULL;
-    if (part == VV_IO) snprintf(buf, n, "%s", s);
-    else snprintf(buf, n, "decoder.transformer_blocks.%d.%s", part, s);
+    if (part == VV_IO)
+        snprintf(buf, n, "%s", s);
+    else
+        snprintf(buf, n, "decoder.transformer_blocks.%d.%s", part, s);
     return buf;
 }
 
@@ -122,20 +206,50 @@ static int vv_shape(const h3_video_vae_config *c, int id, int64_t *s) {
     int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, HD = dim, I = c->ffn_inner;
     int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
     switch (id) {
-        case W_PQ_W: s[0] = C, s[1] = C, s[2] = s[3] = s[4] = 1; return 5;
-        case W_PQ_B: s[0] = C; return 1;
-        case W_IN_W: s[0] = dim, s[1] = C; return 2;
-        case W_REG: s[0] = 1, s[1] = c->num_register_tokens, s[2] = dim; return 3;
-        case W_OUT_W: s[0] = P, s[1] = dim; return 2;
-        case W_OUT_B: s[0] = P; return 1;
-        case W_QKV_W: s[0] = 3 * HD, s[1] = dim; return 2;
-        case W_QKV_B: s[0] = 3 * HD; return 1;
-        case W_Q_W: case W_K_W: case W_V_W: s[0] = HD, s[1] = dim; return 2;
-        case W_O_W: s[0] = dim, s[1] = HD; return 2;
-        case W_W1: s[0] = 2 * I, s[1] = dim; return 2;
-        case W_B1: s[0] = 2 * I; return 1;
-        case W_W2: s[0] = dim, s[1] = I; return 2;
-        default: s[0] = dim; return 1; /* biases and vectors of width hidden */
+        case W_PQ_W:
+            s[0] = C, s[1] = C, s[2] = s[3] = s[4] = 1;
+            return 5;
+        case W_PQ_B:
+            s[0] = C;
+            return 1;
+        case W_IN_W:
+            s[0] = dim, s[1] = C;
+            return 2;
+        case W_REG:
+            s[0] = 1, s[1] = c->num_register_tokens, s[2] = dim;
+            return 3;
+        case W_OUT_W:
+            s[0] = P, s[1] = dim;
+            return 2;
+        case W_OUT_B:
+            s[0] = P;
+            return 1;
+        case W_QKV_W:
+            s[0] = 3 * HD, s[1] = dim;
+            return 2;
+        case W_QKV_B:
+            s[0] = 3 * HD;
+            return 1;
+        case W_Q_W:
+        case W_K_W:
+        case W_V_W:
+            s[0] = HD, s[1] = dim;
+            return 2;
+        case W_O_W:
+            s[0] = dim, s[1] = HD;
+            return 2;
+        case W_W1:
+            s[0] = 2 * I, s[1] = dim;
+            return 2;
+        case W_B1:
+            s[0] = 2 * I;
+            return 1;
+        case W_W2:
+            s[0] = dim, s[1] = I;
+            return 2;
+        default:
+            s[0] = dim;
+            return 1; /* biases and vectors of width hidden */
     }
 }
 
@@ -193,7 +307,8 @@ struct h3_video_vae {
                        * shaped for the ops; part l at l × W_COUNT, the input and output layers last */
     h3_units *host;   /* the weights as opened, for decodes on the host from the file */
     vv_placed *pl;    /* h3_video_vae_place: where decodes run and how; NULL: the host, from the file */
-    int ids[2][W_COUNT], n_ids[2]; /* the weights of the input and output layers, and of a block (pack order) */
+    int ids[2][W_COUNT],
+        n_ids[2]; /* the weights of the input and output layers, and of a block (pack order) */
 };
 
 /* How a part's QKV projection comes: one matrix with per-head [q k v] rows (official and ComfyUI files), one
@@ -267,8 +382,21 @@ static int vv_op_shape(const h3_video_vae_config *c, int id, int64_t *s) {
 static h3_dtype vv_placed_dtype(int id, h3_dtype stored, int packed, h3_dtype wdt) {
     if (!packed) return id == W_S1 || id == W_S2 ? H3_F32 : stored;
     switch (id) {
-        case W_OUT_W: case W_OUT_B: case W_QKV_W: case W_QKV_B: case W_Q_W: case W_Q_B: case W_K_W:
-        case W_K_B: case W_V_W: case W_V_B: case W_O_W: case W_O_B: case W_W1: case W_B1: case W_W2:
+        case W_OUT_W:
+        case W_OUT_B:
+        case W_QKV_W:
+        case W_QKV_B:
+        case W_Q_W:
+        case W_Q_B:
+        case W_K_W:
+        case W_K_B:
+        case W_V_W:
+        case W_V_B:
+        case W_O_W:
+        case W_O_B:
+        case W_W1:
+        case W_B1:
+        case W_W2:
         case W_B2:
             return wdt;
         default:
@@ -325,8 +453,17 @@ static h3_status vv_bind(h3_video_vae *v) {
         vv_pack_part(v, part, t, 0, H3_F32, 0, &packs[vv_unit(v, part)]);
     }
     {
-        const h3_units_config uc = {H3_PLACE_HOST, NULL, 0,    0,    &v->st, v->cfg.heads, v->cfg.head_dim,
-                                    NULL,          NULL, "the video VAE's weights", 0};
+        const h3_units_config uc = {H3_PLACE_HOST,
+                                    NULL,
+                                    0,
+                                    0,
+                                    &v->st,
+                                    v->cfg.heads,
+                                    v->cfg.head_dim,
+                                    NULL,
+                                    NULL,
+                                    "the video VAE's weights",
+                                    0};
         H3_CHECK(h3_units_open(NULL, &uc, packs, L + 1, &v->host));
     }
 done:
@@ -344,13 +481,16 @@ static h3_status vv_check_part(const h3_video_vae *v, int part) {
     return H3_OK;
 }
 
-/* ---- configuration files ------------------------------------------------------------------------------------ */
+/* ---- configuration files
+ * ------------------------------------------------------------------------------------ */
 
-static h3_status cfg_num(const json_t *o, const char *key, double lo, double hi, float *out, const char *what) {
+static h3_status cfg_num(const json_t *o, const char *key, double lo, double hi, float *out,
+                         const char *what) {
     json_t *j = o ? json_object_get(o, key) : NULL;
     if (!j) return H3_OK;
     double d = json_is_number(j) ? json_number_value(j) : NAN;
-    if (!(d >= lo && d <= hi)) return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", what, key, lo, hi);
+    if (!(d >= lo && d <= hi))
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", what, key, lo, hi);
     *out = (float)d;
     return H3_OK;
 }
@@ -394,7 +534,8 @@ static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *rati
     H3_TRY(h3_cfg_int(j, "vae_ratio_t", 1, 1024, &c->patch_size_t, what));
     json_t *vit = json_object_get(j, "vit_decoder_kwargs");
     if (!vit || !json_is_object(vit))
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE", what);
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE",
+                      what);
     H3_TRY(h3_cfg_int(vit, "num_layers", 1, 4096, &c->num_layers, what));
     H3_TRY(h3_cfg_int(vit, "heads", 1, 4096, &c->heads, what));
     H3_TRY(h3_cfg_int(vit, "dim_head", 1, 4096, &c->head_dim, what));
@@ -437,7 +578,8 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
     return H3_OK;
 }
 
-/* ---- opening ------------------------------------------------------------------------------------------------ */
+/* ---- opening
+ * ------------------------------------------------------------------------------------------------ */
 
 /* The latent channels of a well-formed post_quant_conv ([C, C, 1, 1, 1]); a malformed one leaves the default,
  * and vv_finish_config names it. */
@@ -448,8 +590,8 @@ static void vv_channels_of(h3_video_vae *v) {
         v->cfg.latent_channels = (int)e->shape[0];
 }
 
-/* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio receives
- * rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
+/* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio
+ * receives rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
 static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int depth) {
     h3_status st = H3_OK;
     json_t *wrap = NULL, *src = NULL;
@@ -461,7 +603,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
         v->layout = h3_st_find(&v->st, "decoder.proj_in.weight") ? H3_LAYOUT_DIFFUSERS : H3_LAYOUT_COMFY;
         const char *meta = h3_st_metadata(&v->st, "minimax_h3_video_vae");
         if (meta) {
-            H3_CHECK_CTX(h3_json_parse(meta, strlen(meta), "metadata \"minimax_h3_video_vae\"", &wrap), "%s", path);
+            H3_CHECK_CTX(h3_json_parse(meta, strlen(meta), "metadata \"minimax_h3_video_vae\"", &wrap), "%s",
+                         path);
         }
         goto done;
     }
@@ -485,7 +628,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
             H3_CHECK(cfg_source(&v->cfg, src, ratio, what));
             goto done;
         }
-        if (json_object_get(wrap, "decoder_num_layers") || json_object_get(wrap, "decoder_attention_head_dim")) {
+        if (json_object_get(wrap, "decoder_num_layers") ||
+            json_object_get(wrap, "decoder_attention_head_dim")) {
             v->layout = H3_LAYOUT_DIFFUSERS;
             H3_CHECK(h3_st_open(path, &v->st));
             goto done;
@@ -505,7 +649,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
         }
     }
     H3_FAIL(H3_ERR_NOT_FOUND,
-            "%s: no video VAE here (expected the official video_vae/ folder, a diffusers vae/ folder, a model folder "
+            "%s: no video VAE here (expected the official video_vae/ folder, a diffusers vae/ folder, a "
+            "model folder "
             "holding one, or ComfyUI's video VAE file)",
             path);
 done:
@@ -517,7 +662,8 @@ done:
         st = cfg_diffusers(&v->cfg, wrap, ratio, what);
     } else if (st == H3_OK && wrap) {
         char what[1024];
-        snprintf(what, sizeof what, "%s%s", path, v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
+        snprintf(what, sizeof what, "%s%s", path,
+                 v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
         vv_channels_of(v);
         st = cfg_wrapper(&v->cfg, wrap, v->layout == H3_LAYOUT_OFFICIAL, what);
     }
@@ -551,7 +697,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     if (C < 1 || C > H3_VVAE_MAX_CHANNELS || pq[1] != C || pq[2] != 1 || pq[3] != 1 || pq[4] != 1)
         return h3_wb_shape_error(&v->wb, "post_quant_conv.weight", 5, pq, &model,
                                  "%s with 1 to %d latent channels", vv_words(W_PQ_W), H3_VVAE_MAX_CHANNELS);
-    if (C != c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
+    if (C !=
+        c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
         return h3_wb_shape_error(
             &v->wb, "post_quant_conv.weight", 5, pq, &model,
             "%d latent channels: the built-in latents_mean/latents_std are the release's %d "
@@ -579,7 +726,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
         return h3_wb_missing_error(&v->wb, "decoder.transformer_blocks.0.norm1.weight", &model,
                                    "ViT block 0");
     if (c->num_layers && c->num_layers != L) /* 0: no config said */
-        return H3_ERR(H3_ERR_FORMAT, "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
                       v->source, c->num_layers, L);
     c->num_layers = L;
     c->num_register_tokens = (int)R;
@@ -604,8 +752,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
                                      c->patch_size_t);
         c->patch_size = p;
     } else if (o->heads > 0 && o->heads != c->heads) {
-        return H3_ERR(H3_ERR_INVALID, "the config of %s sets %d heads; --heads %d contradicts it", v->source, c->heads,
-                      o->heads);
+        return H3_ERR(H3_ERR_INVALID, "the config of %s sets %d heads; --heads %d contradicts it", v->source,
+                      c->heads, o->heads);
     }
     if ((int64_t)c->heads * c->head_dim != dim)
         return h3_wb_shape_error(&v->wb, in_name, 2, in, &model,
@@ -620,18 +768,22 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
             "axes × cos/sin halves)",
             c->heads, 100.0 * ratio);
     if (c->rope_dim % 6 || c->rope_dim > c->head_dim)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
-                      "cos/sin halves)", v->source, c->rope_dim, c->head_dim);
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
+                      "cos/sin halves)",
+                      v->source, c->rope_dim, c->head_dim);
     if (c->patch_size < 1 || c->patch_size_t < 1 || c->clip_length < 1)
         return H3_ERR(H3_ERR_FORMAT, "%s: patch sizes and the clip length must be positive", v->source);
     if (o->tile_size > 0) c->tile_size = o->tile_size;
     if (o->tile_overlap_min > 0) c->tile_overlap_min = o->tile_overlap_min;
     if (o->no_tiling) c->tile_size = 0;
     if (c->tile_size) {
-        if (c->tile_size % c->patch_size || c->tile_overlap_min % c->patch_size || c->tile_overlap_min >= c->tile_size)
-            return H3_ERR(H3_ERR_INVALID, "tiles of %d px with at least %d px of overlap: both must be multiples of the "
-                          "%d px latent size, the overlap smaller than the tile", c->tile_size, c->tile_overlap_min,
-                          c->patch_size);
+        if (c->tile_size % c->patch_size || c->tile_overlap_min % c->patch_size ||
+            c->tile_overlap_min >= c->tile_size)
+            return H3_ERR(H3_ERR_INVALID,
+                          "tiles of %d px with at least %d px of overlap: both must be multiples of the "
+                          "%d px latent size, the overlap smaller than the tile",
+                          c->tile_size, c->tile_overlap_min, c->patch_size);
     }
     /* The block matrices' dtype and QKV form, then every tensor. */
     c->fused_qkv = v->layout != H3_LAYOUT_DIFFUSERS;
@@ -669,8 +821,10 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
         for (int64_t i = 0; i < v->st.n_entries; i++) {
             const char *n = v->st.entries[i].name;
             if (h3_str_ends_with(n, ".comfy_quant")) {
-                st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: quantized video VAE weights ('%s') are not supported; use the "
-                            "fp16 or fp32 file", v->source, n);
+                st = H3_ERR(H3_ERR_UNSUPPORTED,
+                            "%s: quantized video VAE weights ('%s') are not supported; use the "
+                            "fp16 or fp32 file",
+                            v->source, n);
                 break;
             }
         }
@@ -1078,12 +1232,13 @@ h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tens
 /* Where the weights live and how each part reaches a decode: through units (mem/units.h), one per ViT block
  * and one for the input and output layers. Unplaced (and placed on the host without packing), the units hand
  * out the file's tensors as opened. Packed at a place, each part is laid out as the device takes it: matrices
- * and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm weights, residual
- * scales, register tokens and input projections in f32, the official QKV rows ordered [Q; K; V] on the way.
- * The file stores another dtype, so the units convert on arrival: resident parts once, when placed (through a
- * load buffer the size of the largest tensor); streamed blocks travel as stored through one slot and are
- * converted into the units' work block as they are acquired, which frees the slot for the next block's copy
- * while this one computes. Blocks stored as placed (random weights) stream through two slots, unconverted. */
+ * and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm weights,
+ * residual scales, register tokens and input projections in f32, the official QKV rows ordered [Q; K; V] on
+ * the way. The file stores another dtype, so the units convert on arrival: resident parts once, when placed
+ * (through a load buffer the size of the largest tensor); streamed blocks travel as stored through one slot
+ * and are converted into the units' work block as they are acquired, which frees the slot for the next
+ * block's copy while this one computes. Blocks stored as placed (random weights) stream through two slots,
+ * unconverted. */
 
 struct vv_placed {
     h3_video_vae_mem plan;
@@ -1165,7 +1320,8 @@ void h3_video_vae_unplace(h3_video_vae *v) {
     v->pl = NULL;
     h3_units_close(pl->u);
     for (int k = 0; k < 2; k++)
-        if (pl->rsrc[k]) h3_place_free(H3_PLACE_PINNED, pl->rsrc[k], (size_t)pl->rsrc_bytes[k], H3_MEM_WEIGHTS);
+        if (pl->rsrc[k])
+            h3_place_free(H3_PLACE_PINNED, pl->rsrc[k], (size_t)pl->rsrc_bytes[k], H3_MEM_WEIGHTS);
     if (pl->fh) h3_place_free(H3_PLACE_PINNED, pl->fh, (size_t)pl->fh_bytes, H3_MEM_IO);
     h3_free(pl->rnd);
     h3_free(pl);
@@ -1249,16 +1405,8 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
     }
     vv_tiers(L, plan->n_resident, random ? L : plan->n_pinned, tier);
     {
-        const h3_units_config uc = {pl->place,
-                                    tier,
-                                    plan->n_slots,
-                                    0,
-                                    v->created ? NULL : &v->st,
-                                    c->heads,
-                                    c->head_dim,
-                                    NULL,
-                                    rep,
-                                    "the video VAE's weights",
+        const h3_units_config uc = {pl->place, tier,        plan->n_slots, 0,   v->created ? NULL : &v->st,
+                                    c->heads,  c->head_dim, NULL,          rep, "the video VAE's weights",
                                     0};
         H3_CHECK(h3_units_open(ex, &uc, packs, L + 1, &pl->u));
     }
@@ -1556,7 +1704,7 @@ done:
 
 void h3_video_vae_plan_predicted(const h3_video_vae_mem *m, int64_t pred[5], int64_t *peak) {
     pred[H3_DEVCAT_BACKEND] = m->dev_backend;
-    pred[H3_DEVCAT_WEIGHTS] = m->dev_weights + m->dev_load; /* the staging is counted with what it loads */
+    pred[H3_DEVCAT_WEIGHTS] = m->dev_weights + m->dev_load; /* the load buffer counts with what it loads */
     pred[H3_DEVCAT_SLOTS] = m->dev_slots;
     pred[H3_DEVCAT_MODULATION] = 0;
     pred[H3_DEVCAT_ACTIVATIONS] = m->dev_arena;
