@@ -198,8 +198,7 @@ static h3_status load_resident(h3_units *u) {
             j++;
         }
         h3_streamer_config lc = {H3_PLACE_HOST, 1, gather, 0, NULL, 0};
-        H3_CHECK_CTX(h3_streamer_create(u->ex, &lc, li, ng, &ld), "loading %s",
-                     u->cfg.what ? u->cfg.what : "weights");
+        H3_CHECK(h3_streamer_create(u->ex, &lc, li, ng, &ld));
         H3_CHECK(h3_streamer_set_order(ld, lo, ng, 0));
     }
     for (int i = 0, j = 0; i < u->n; i++) {
@@ -213,7 +212,7 @@ static h3_status load_resident(h3_units *u) {
             continue;
         }
         void *hb;
-        H3_CHECK_CTX(h3_streamer_acquire(ld, j, &hb), "loading %s", u->cfg.what ? u->cfg.what : "weights");
+        H3_CHECK(h3_streamer_acquire(ld, j, &hb));
         /* copies from pageable host memory return when done: the slot is free for the next unit after */
         if (p->converts)
             st = convert_unit(u, i, hb, H3_PLACE_HOST, stage, u->block[i]);
