@@ -1,10 +1,11 @@
-/* The audio VAE decoder (BigVGAN) against the fixtures of the PyTorch reference (tools/reference/audio_vae.py,
- * float64), in the official, diffusers and ComfyUI layouts; the resampling filter; planned vs measured memory;
- * malformed latents and files; allocation failures; the WAV writer.
+/* The audio VAE decoder (BigVGAN) against the fixtures of the PyTorch reference
+ * (tools/reference/audio_vae.py, float64), in the official, diffusers and ComfyUI layouts; the resampling
+ * filter; planned vs measured memory; malformed latents and files; allocation failures; the WAV writer.
  *
- * The fixture weights are not stored: tests/fixtures/audio_vae/manifest_*.json lists every tensor with the seed of
- * the splitmix64 generator that makes its values (the same generator as tools/reference/make_vae_fixtures.py), and
- * this program writes the model files from it:  test_audio_vae --write-model official|diffusers|comfy PATH */
+ * The fixture weights are not stored: tests/fixtures/audio_vae/manifest_*.json lists every tensor with the
+ * seed of the splitmix64 generator that makes its values (the same generator as
+ * tools/reference/make_vae_fixtures.py), and this program writes the model files from it:  test_audio_vae
+ * --write-model official|diffusers|comfy PATH */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,8 @@ static h3_status write_manifest(const char *manifest, const char *file) {
     h3_st_writer *w = NULL;
     h3_status st = h3_st_writer_new(&w);
     for (size_t i = 0; i < n && st == H3_OK; i++) {
-        json_t *e = json_array_get(tensors, i), *sh = json_object_get(e, "shape"), *vals = json_object_get(e, "values");
+        json_t *e = json_array_get(tensors, i), *sh = json_object_get(e, "shape"),
+               *vals = json_object_get(e, "values");
         int nd = (int)json_array_size(sh);
         int64_t shape[H3_MAX_DIMS], numel = 1;
         for (int k = 0; k < nd && k < H3_MAX_DIMS; k++) {
@@ -70,14 +72,16 @@ static h3_status write_manifest(const char *manifest, const char *file) {
         bufs[i] = malloc((size_t)(numel ? numel : 1) * sizeof(float));
         if (vals && json_is_string(vals)) vals = json_object_get(values, json_string_value(vals));
         if (vals) {
-            for (int64_t k = 0; k < numel; k++) bufs[i][k] = (float)json_number_value(json_array_get(vals, (size_t)k));
+            for (int64_t k = 0; k < numel; k++)
+                bufs[i][k] = (float)json_number_value(json_array_get(vals, (size_t)k));
         } else {
             int64_t seed = 0;
             double scale = 0, offset = 0;
             h3_json_get_int(e, "seed", &seed);
             h3_json_get_num(e, "scale", &scale);
             h3_json_get_num(e, "offset", &offset);
-            for (int64_t k = 0; k < numel; k++) bufs[i][k] = gen_value((uint64_t)seed, (uint64_t)k, scale, offset);
+            for (int64_t k = 0; k < numel; k++)
+                bufs[i][k] = gen_value((uint64_t)seed, (uint64_t)k, scale, offset);
         }
         st = h3_st_writer_add(w, h3_json_get_str(e, "name"), H3_F32, nd, shape, bufs[i]);
     }
@@ -95,7 +99,8 @@ static h3_status write_model(const char *kind, const char *path) {
     char man[700], a[700], b[1200];
     if (!strcmp(kind, "comfy")) return write_manifest(fx("manifest_comfy.json", man, sizeof man), path);
     int off = !strcmp(kind, "official");
-    if (!off && strcmp(kind, "diffusers")) return H3_ERR(H3_ERR_INVALID, "kind must be official, diffusers or comfy");
+    if (!off && strcmp(kind, "diffusers"))
+        return H3_ERR(H3_ERR_INVALID, "kind must be official, diffusers or comfy");
     mkdir(path, 0755);
     snprintf(b, sizeof b, "%s/%s", path, off ? "model.safetensors" : "diffusion_pytorch_model.safetensors");
     H3_TRY(write_manifest(fx("manifest_official.json", man, sizeof man), b));
@@ -135,20 +140,23 @@ static double run_case(const char *kind, const h3_audio_vae_opts *o, const char 
     CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &lat));
     CHECK_OK(load_f32(fx(file, cp, sizeof cp), "waveform", &ref));
     if (v && lat.data && ref.data) {
-        CHECK(h3_audio_vae_layout(v) == (!strcmp(kind, "official") ? H3_LAYOUT_OFFICIAL : !strcmp(kind, "diffusers")
-                                                                                            ? H3_LAYOUT_DIFFUSERS
-                                                                                            : H3_LAYOUT_COMFY),
+        CHECK(h3_audio_vae_layout(v) == (!strcmp(kind, "official")    ? H3_LAYOUT_OFFICIAL
+                                         : !strcmp(kind, "diffusers") ? H3_LAYOUT_DIFFUSERS
+                                                                      : H3_LAYOUT_COMFY),
               "layout of %s", kind);
         CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
         CHECK_OK(h3_audio_vae_decode(v, &g_ex, &lat, &out));
         size_t n = (size_t)h3_tensor_numel(&ref);
         double *rd = malloc(n * sizeof *rd);
         for (size_t i = 0; i < n; i++) rd[i] = ((float *)ref.data)[i];
-        snprintf(what, sizeof what, "%s with the %s file%s", name, kind, o && o->compute_filters ? ", computed filters" : "");
+        snprintf(what, sizeof what, "%s with the %s file%s", name, kind,
+                 o && o->compute_filters ? ", computed filters" : "");
         e = EXPECT_CLOSE(what, out.data, rd, n, tol);
-        t_note("  %-14s %-9s latents [%lld, %lld, %lld] -> waveform [%lld, 1, %lld]: rel err %.2e, max abs %.2e%s", name,
-               kind, (long long)lat.shape[0], (long long)lat.shape[1], (long long)lat.shape[2], (long long)ref.shape[0],
-               (long long)ref.shape[2], e, t_max_abs_err(out.data, rd, n), o && o->compute_filters ? " (computed filters)" : "");
+        t_note("  %-14s %-9s latents [%lld, %lld, %lld] -> waveform [%lld, 1, %lld]: rel err %.2e, max abs "
+               "%.2e%s",
+               name, kind, (long long)lat.shape[0], (long long)lat.shape[1], (long long)lat.shape[2],
+               (long long)ref.shape[0], (long long)ref.shape[2], e, t_max_abs_err(out.data, rd, n),
+               o && o->compute_filters ? " (computed filters)" : "");
         free(rd);
     }
     h3_tensor_free(&lat);
@@ -158,7 +166,8 @@ static double run_case(const char *kind, const h3_audio_vae_opts *o, const char 
     return e;
 }
 
-/* Every case with the file it was made for; the stereo case also through the diffusers folder (same weights). */
+/* Every case with the file it was made for; the stereo case also through the diffusers folder (same weights).
+ */
 static void test_fixtures(void) {
     run_case("official", NULL, "stereo", 1e-4);
     run_case("official", NULL, "mono", 1e-4);
@@ -213,10 +222,12 @@ static void test_memory(void) {
         h3_audio_vae_mem m;
         CHECK_OK(h3_audio_vae_decode_peak(c, Ts[i], 2, &m));
         t_note("  %lld latents per channel: peak %lld bytes measured, %lld predicted (buffers %lld, op %lld)",
-               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers, (long long)m.op_scratch);
+               (long long)Ts[i], (long long)peak, (long long)m.total, (long long)m.buffers,
+               (long long)m.op_scratch);
         CHECK(llabs(peak - m.total) <= m.total / 50, "predicted %lld vs measured %lld", (long long)m.total,
               (long long)peak);
-        CHECK(b.total_current == a.total_current, "leaked %lld bytes", (long long)(b.total_current - a.total_current));
+        CHECK(b.total_current == a.total_current, "leaked %lld bytes",
+              (long long)(b.total_current - a.total_current));
         float lo = 0, hi = 0;
         for (int64_t k = 0; k < h3_tensor_numel(&y); k++) {
             float x = ((float *)y.data)[k];
@@ -248,16 +259,19 @@ static void test_memory(void) {
     CHECK_OK(h3_audio_vae_decode_peak(&r, 600, 2, &b));
     t_note("  released decoder: 124 frames (207 latents) %.1f MiB, 15 s (600 latents) %.1f MiB on the host",
            a.total / 1048576.0, b.total / 1048576.0);
-    t_note("  on the device, stereo: 207 latents %.1f MiB (weights %.1f, buffers %.1f, op scratch %.1f), 600 latents "
-           "%.1f MiB", a.dev_total / 1048576.0, a.dev_weights / 1048576.0, a.dev_buffers / 1048576.0,
+    t_note("  on the device, stereo: 207 latents %.1f MiB (weights %.1f, buffers %.1f, op scratch %.1f), 600 "
+           "latents "
+           "%.1f MiB",
+           a.dev_total / 1048576.0, a.dev_weights / 1048576.0, a.dev_buffers / 1048576.0,
            a.dev_op_scratch / 1048576.0, b.dev_total / 1048576.0);
     /* the released decoder's weights: 65.1M floats (H3-FACTS §4: about 0.25 GB of f32 for the decoder) */
     CHECK(a.dev_weights > 240 << 20 && a.dev_weights < 270 << 20, "device weights %lld bytes",
           (long long)a.dev_weights);
 }
 
-/* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or the
- * build's lack of CUDA), the host decode works after a placement back; an unknown placement is refused. */
+/* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or
+ * the build's lack of CUDA), the host decode works after a placement back; an unknown placement is refused.
+ */
 static void test_placement(void) {
     char mp[700];
     h3_audio_vae *v = NULL;
@@ -279,58 +293,20 @@ static void test_placement(void) {
     h3_audio_vae_close(v);
 }
 
-/* ---- the device path on a stand-in device: host memory and the CPU kernels behind the device place ----------------
- * Runs the decode's device code (the weights' upload into one block and the views into it, every channel in one batch,
- * the latents copied in and the waveform out) on any machine. Its allocations are counted in the arena's granules; its
- * ops take their scratch from the host, so the peak is the plan's weights + buffers. */
+/* ---- the device path on a stand-in device: host memory and the CPU kernels behind the device place
+ * ---------------- Runs the decode's device code (the units made resident as f32 by the first decode and the
+ * views they hand out, every channel in one batch, the latents copied in and the waveform out) on any machine
+ * (t_standin_begin). Its allocations are counted in the arena's granules; its ops take their scratch from the
+ * host, so the peak is the plan's weights + buffers. */
 
-static int64_t g_sd_used, g_sd_peak;
-
-static void *sd_alloc(size_t bytes, void *user) {
-    (void)user;
-    size_t need = (size_t)h3_cuda_granule((int64_t)(bytes ? bytes : 1));
-    int64_t *p = malloc(need + 16);
-    if (!p) return NULL;
-    p[0] = (int64_t)need;
-    g_sd_used += (int64_t)need;
-    g_sd_peak = g_sd_used > g_sd_peak ? g_sd_used : g_sd_peak;
-    return (char *)p + 16;
-}
-
-static void sd_free(void *ptr, void *user) {
-    (void)user;
-    int64_t *p = (int64_t *)((char *)ptr - 16);
-    g_sd_used -= p[0];
-    free(p);
-}
-
-extern const h3_backend h3_cpu_backend;
-
-static h3_status sd_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
-    return h3_cpu_backend.convert(ex, dst, src);
-}
-static h3_status sd_sync(h3_exec *ex) {
-    (void)ex;
-    return H3_OK;
-}
-
-/* Every fixture case through the device path on the stand-in: the waveform equals the host decode's exactly (the
- * same kernels; batching items changes no sum), the stand-in's peak is the plan's weights + buffers, the weights stay
- * until a placement back to the host gives them back. */
+/* Every fixture case through the device path on the stand-in: the waveform equals the host decode's exactly
+ * (the same kernels; batching items changes no sum), the stand-in's peak is the plan's weights + buffers, the
+ * weights stay until a placement back to the host gives them back. */
 static void test_standin_device(void) {
-    if (h3_backend_for_place(H3_PLACE_DEVICE)) {
+    if (!t_standin_begin(&g_ex)) {
         t_note("  skipped: a device backend is active");
         return;
     }
-    h3_backend sd = h3_cpu_backend;
-    sd.name = "stand-in device";
-    sd.copy = sd_copy;
-    sd.sync = sd_sync;
-    h3_place_allocator da = {sd_alloc, sd_free, NULL};
-    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
-    h3_backend_set_device(&sd);
-    static int token;
-    g_ex.cuda = &token; /* "a device is up" */
     static const char *const cases[4][2] = {
         {"official", "stereo"}, {"official", "mono"}, {"diffusers", "stereo"}, {"comfy", "comfy_stereo"}};
     for (int i = 0; i < 4; i++) {
@@ -351,7 +327,7 @@ static void test_standin_device(void) {
             h3_audio_vae_mem m;
             CHECK_OK(h3_audio_vae_decode_peak(c, T, ch, &m));
             CHECK_OK(h3_audio_vae_decode(vh, &g_ex, &lat, &oh));
-            g_sd_used = g_sd_peak = 0;
+            t_sd_used = t_sd_peak = 0;
             CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv));
             size_t n = (size_t)h3_tensor_numel(&oh);
             double *ref = malloc(n * sizeof *ref);
@@ -361,16 +337,20 @@ static void test_standin_device(void) {
                      cases[i][1]);
             EXPECT_CLOSE(what, odv.data, ref, n, 0);
             free(ref);
-            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld kept",
-                   cases[i][1], cases[i][0], (long long)g_sd_peak, (long long)m.dev_weights, (long long)m.dev_buffers,
-                   (long long)g_sd_used);
-            CHECK(g_sd_peak == m.dev_weights + m.dev_buffers && g_sd_used == m.dev_weights,
+            t_note("  %-13s %-9s stand-in device: peak %lld bytes (plan: weights %lld + buffers %lld), %lld "
+                   "kept",
+                   cases[i][1], cases[i][0], (long long)t_sd_peak, (long long)m.dev_weights,
+                   (long long)m.dev_buffers, (long long)t_sd_used);
+            CHECK(t_sd_peak == m.dev_weights + m.dev_buffers && t_sd_used == m.dev_weights,
                   "%s/%s: peak %lld, kept %lld; plan weights %lld + buffers %lld", cases[i][0], cases[i][1],
-                  (long long)g_sd_peak, (long long)g_sd_used, (long long)m.dev_weights, (long long)m.dev_buffers);
-            CHECK_OK(h3_audio_vae_decode(vd, &g_ex, &lat, &odv)); /* the weights stay: nothing is uploaded again */
-            CHECK(g_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)g_sd_used);
+                  (long long)t_sd_peak, (long long)t_sd_used, (long long)m.dev_weights,
+                  (long long)m.dev_buffers);
+            CHECK_OK(
+                h3_audio_vae_decode(vd, &g_ex, &lat, &odv)); /* the weights stay: nothing is uploaded again */
+            CHECK(t_sd_used == m.dev_weights, "a second decode left %lld bytes", (long long)t_sd_used);
             CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
-            CHECK(g_sd_used == 0, "%lld bytes left after the placement back to the host", (long long)g_sd_used);
+            CHECK(t_sd_used == 0, "%lld bytes left after the placement back to the host",
+                  (long long)t_sd_used);
         }
         h3_tensor_free(&lat);
         h3_tensor_free(&oh);
@@ -378,16 +358,14 @@ static void test_standin_device(void) {
         h3_audio_vae_close(vh);
         h3_audio_vae_close(vd);
     }
-    g_ex.cuda = NULL;
-    h3_backend_set_device(NULL);
-    h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
+    t_standin_end(&g_ex);
 }
 
-/* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one batch)
- * and on the CPU: GPU vs CPU within 1e-5 relative L2 (f32 both; cuBLAS and OpenBLAS sum in other orders), GPU vs the
- * float64 reference within 1e-4 (the CPU's tolerance). The device memory equals the plan: a fresh decoder's first
- * decode peaks at weights + buffers + the largest op scratch and keeps the weights; a second one peaks at buffers +
- * scratch over them; a placement back to the host gives the weights back. */
+/* Decodes fixture `name` with the `kind` file on the GPU (activations and weights there, every channel in one
+ * batch) and on the CPU: GPU vs CPU within 1e-5 relative L2 (f32 both; cuBLAS and OpenBLAS sum in other
+ * orders), GPU vs the float64 reference within 1e-4 (the CPU's tolerance). The device memory equals the plan:
+ * a fresh decoder's first decode peaks at weights + buffers + the largest op scratch and keeps the weights; a
+ * second one peaks at buffers + scratch over them; a placement back to the host gives the weights back. */
 static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
     char mp[700], cp[700], file[128];
     snprintf(file, sizeof file, "case_%s.safetensors", name);
@@ -415,18 +393,20 @@ static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
     h3_cuda_reset_peak(ex);
     CHECK_OK(h3_audio_vae_decode(vd, ex, &lat, &od2));
     h3_cuda_mem_stats(ex, &used2, &peak2, NULL);
-    t_note("  %-13s %-9s [%lld, 32, %lld] device bytes: first decode peak %lld (plan %lld: weights %lld + buffers "
-           "%lld + op scratch %lld), resident after %lld, second decode peak %lld over them", name, kind,
-           (long long)ch, (long long)T, (long long)(peak1 - used0), (long long)m.dev_total, (long long)m.dev_weights,
-           (long long)m.dev_buffers, (long long)m.dev_op_scratch, (long long)(used1 - used0),
-           (long long)(peak2 - used1));
-    CHECK(peak1 - used0 == m.dev_total, "%s/%s: first device decode peaked at %lld bytes, the plan says %lld", kind,
-          name, (long long)(peak1 - used0), (long long)m.dev_total);
-    CHECK(used1 - used0 == m.dev_weights, "%s/%s: %lld bytes stay after the decode, the weights are %lld", kind, name,
-          (long long)(used1 - used0), (long long)m.dev_weights);
+    t_note("  %-13s %-9s [%lld, 32, %lld] device bytes: first decode peak %lld (plan %lld: weights %lld + "
+           "buffers "
+           "%lld + op scratch %lld), resident after %lld, second decode peak %lld over them",
+           name, kind, (long long)ch, (long long)T, (long long)(peak1 - used0), (long long)m.dev_total,
+           (long long)m.dev_weights, (long long)m.dev_buffers, (long long)m.dev_op_scratch,
+           (long long)(used1 - used0), (long long)(peak2 - used1));
+    CHECK(peak1 - used0 == m.dev_total, "%s/%s: first device decode peaked at %lld bytes, the plan says %lld",
+          kind, name, (long long)(peak1 - used0), (long long)m.dev_total);
+    CHECK(used1 - used0 == m.dev_weights, "%s/%s: %lld bytes stay after the decode, the weights are %lld",
+          kind, name, (long long)(used1 - used0), (long long)m.dev_weights);
     CHECK(used2 == used1 && peak2 - used1 == m.dev_buffers + m.dev_op_scratch,
           "%s/%s: second decode peaked at %lld over the weights (plan %lld), left %lld", kind, name,
-          (long long)(peak2 - used1), (long long)(m.dev_buffers + m.dev_op_scratch), (long long)(used2 - used1));
+          (long long)(peak2 - used1), (long long)(m.dev_buffers + m.dev_op_scratch),
+          (long long)(used2 - used1));
     size_t n = (size_t)h3_tensor_numel(&ref);
     double *rh = malloc(n * sizeof *rh), *rr = malloc(n * sizeof *rr);
     for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i], rr[i] = ((float *)ref.data)[i];
@@ -439,8 +419,9 @@ static void cuda_case(h3_exec *ex, const char *kind, const char *name) {
     for (size_t i = 0; i < n; i++) rh[i] = ((float *)od1.data)[i];
     EXPECT_CLOSE(what, od2.data, rh, n, 0);
     for (size_t i = 0; i < n; i++) rh[i] = ((float *)oh.data)[i];
-    t_note("  %-13s %-9s GPU vs CPU: rel err %.2e, max abs %.2e; GPU vs reference: rel err %.2e, max abs %.2e", name,
-           kind, e1, t_max_abs_err(od1.data, rh, n), e2, t_max_abs_err(od1.data, rr, n));
+    t_note(
+        "  %-13s %-9s GPU vs CPU: rel err %.2e, max abs %.2e; GPU vs reference: rel err %.2e, max abs %.2e",
+        name, kind, e1, t_max_abs_err(od1.data, rh, n), e2, t_max_abs_err(od1.data, rr, n));
     free(rh);
     free(rr);
     CHECK_OK(h3_audio_vae_set_placement(vd, H3_PLACE_HOST));
@@ -515,7 +496,8 @@ static void test_malformed_latents(void) {
     h3_audio_vae_close(v);
 }
 
-/* A copy of the official model with one tensor dropped or reshaped, or a broken config: clear errors, no leaks. */
+/* A copy of the official model with one tensor dropped or reshaped, or a broken config: clear errors, no
+ * leaks. */
 static void test_bad_files(void) {
     char src[700], dir[800], p[900];
     model_path("official", src, sizeof src);
@@ -566,12 +548,16 @@ static void test_bad_files(void) {
         }
         h3_mem_stats m0, m1;
         h3_mem_get_stats(&m0);
-        if (round == 0) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "'decoder.resblocks.4.activations.3.act.beta' is missing");
+        if (round == 0)
+            CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT,
+                      "'decoder.resblocks.4.activations.3.act.beta' is missing");
         if (round == 1)
             CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT,
                       "'decoder.ups.2.0.weight_v' has shape [16, 32, 4]; BigVGAN stage 2 needs [channels in, "
                       "channels in / 2, kernel] = [32, 16, 4]");
-        if (round == 2) CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 32 numbers");
+        if (round == 2)
+            CHECK_ERR(h3_audio_vae_open(dir, NULL, &v), H3_ERR_FORMAT,
+                      "\"latents_mean\" must be a list of 32 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&m1);
         CHECK(m0.total_current == m1.total_current, "round %d leaked %lld bytes", round,
@@ -618,9 +604,10 @@ static void test_null_statistics(void) {
     json_decref(cfg);
 }
 
-/* Allocation n of open (and of decode) fails, for every n up to 60 and then every 53rd (the decode: up to 100, then
- * every 47th): the per-tensor loops repeat the same allocation sites, and trying every point takes too long under
- * the sanitizers. Every failure returns an error and leaks nothing; past the last allocation the call succeeds. */
+/* Allocation n of open (and of decode) fails, for every n up to 60 and then every 53rd (the decode: up to
+ * 100, then every 47th): the per-tensor loops repeat the same allocation sites, and trying every point takes
+ * too long under the sanitizers. Every failure returns an error and leaks nothing; past the last allocation
+ * the call succeeds. */
 static void test_alloc_failures(void) {
     const char *kinds[3] = {"official", "diffusers", "comfy"};
     for (int k = 0; k < 3; k++) {
@@ -642,13 +629,13 @@ static void test_alloc_failures(void) {
                 h3_audio_vae_close(v);
             } else {
                 CHECK(v == NULL, "no handle on failure");
-                CHECK(st == H3_ERR_NOMEM || h3_mem_failed_count() > failed0, "%s, failing allocation %d: %s", kinds[k],
-                      n, h3_last_error());
+                CHECK(st == H3_ERR_NOMEM || h3_mem_failed_count() > failed0, "%s, failing allocation %d: %s",
+                      kinds[k], n, h3_last_error());
             }
             h3_mem_stats now;
             h3_mem_get_stats(&now);
-            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", kinds[k], n,
-                  (long long)(now.total_current - base.total_current));
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes",
+                  kinds[k], n, (long long)(now.total_current - base.total_current));
         }
         CHECK(ok, "%s never opened", kinds[k]);
         t_note("  open %-9s: %d failing allocations tried, up to the %dth", kinds[k], tried - 1, n);
@@ -688,7 +675,8 @@ static void test_alloc_failures(void) {
     h3_audio_vae_close(v);
 }
 
-/* ---- WAV ---------------------------------------------------------------------------------------------------- */
+/* ---- WAV
+ * ---------------------------------------------------------------------------------------------------- */
 
 static uint32_t rd32le(const uint8_t *p) {
     return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -713,7 +701,8 @@ static void test_wav(void) {
     const uint8_t *b = (const uint8_t *)f;
     CHECK(f && len == 44 + (size_t)frames * 4, "%zu bytes", len);
     if (f && len >= 44) {
-        CHECK(!memcmp(b, "RIFF", 4) && rd32le(b + 4) == len - 8 && !memcmp(b + 8, "WAVEfmt ", 8), "RIFF/WAVE");
+        CHECK(!memcmp(b, "RIFF", 4) && rd32le(b + 4) == len - 8 && !memcmp(b + 8, "WAVEfmt ", 8),
+              "RIFF/WAVE");
         CHECK(rd32le(b + 16) == 16 && rd16le(b + 20) == 1 && rd16le(b + 22) == 2 && rd32le(b + 24) == 32000 &&
                   rd32le(b + 28) == 128000 && rd16le(b + 32) == 4 && rd16le(b + 34) == 16,
               "fmt: PCM, 2 channels, 32 kHz, 16 bits");
@@ -727,7 +716,8 @@ static void test_wav(void) {
             bad += got != want;
         }
         CHECK(bad == 0, "%d samples differ from round(clamp(x)·32767)", bad);
-        CHECK((int16_t)rd16le(b + 44) == 32767 && (int16_t)rd16le(b + 46) == -32767 && rd16le(b + 50) == 0, "ends, NaN");
+        CHECK((int16_t)rd16le(b + 44) == 32767 && (int16_t)rd16le(b + 46) == -32767 && rd16le(b + 50) == 0,
+              "ends, NaN");
     }
     CHECK_ERR(h3_wav_write(path, x, x + frames, frames, 0, 32000), H3_ERR_INVALID, "bad WAV request");
     unlink(path);
@@ -735,8 +725,8 @@ static void test_wav(void) {
     free(x);
 }
 
-/* --compare-pcm RAW REF: an s16le dump of a WAV (ffmpeg) against the fixture waveform [ch, 1, S] interleaved as
- * round(clamp(x)·32767): at most 1 off (float rounding), 99% exact. */
+/* --compare-pcm RAW REF: an s16le dump of a WAV (ffmpeg) against the fixture waveform [ch, 1, S] interleaved
+ * as round(clamp(x)·32767): at most 1 off (float rounding), 99% exact. */
 static int cmd_compare_pcm(char **argv) {
     h3_tensor w = {0};
     char *raw = NULL;
@@ -755,12 +745,14 @@ static int cmd_compare_pcm(char **argv) {
             for (int64_t c = 0; c < ch; c++) {
                 double x = ((float *)w.data)[c * S + i];
                 x = x > 1 ? 1 : x < -1 ? -1 : x;
-                long want = lrint(x * 32767.0), got = (int16_t)(b[2 * (i * ch + c)] | b[2 * (i * ch + c) + 1] << 8);
+                long want = lrint(x * 32767.0),
+                     got = (int16_t)(b[2 * (i * ch + c)] | b[2 * (i * ch + c) + 1] << 8);
                 long d = labs(want - got);
                 exact += d == 0;
                 worst = d > worst ? d : worst;
             }
-        printf("%lld of %lld samples exact, worst off by %lld\n", (long long)exact, (long long)(ch * S), (long long)worst);
+        printf("%lld of %lld samples exact, worst off by %lld\n", (long long)exact, (long long)(ch * S),
+               (long long)worst);
         r = (worst <= 1 && exact * 100 >= ch * S * 99) ? 0 : 1;
     }
     h3_free(raw);

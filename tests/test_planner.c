@@ -23,6 +23,11 @@
  * units: a model's units: the tensors as opened on the host, every tier's bytes intact, in-memory disk units
  * spilled, interleaved QKV reordered.
  *
+ * units_convert: units placed in another dtype than stored (conversion on arrival): resident ones converted
+ * once, streamed ones into the work block as acquired (one held at a time), joined tensors contiguous, the
+ * tensors as opened converted once on the host; on a stand-in device the bytes a resident set takes equal
+ * h3_units_mem_of; malformed packs refused.
+ *
  * dit_streamed: the DiT streamed through the ring (resident, pinned and disk blocks, the official per-head
  * QKV reordered on the way) computes what the resident DiT computes, and every allocation failure of its
  * set-up is clean.
@@ -916,6 +921,178 @@ static void test_units(void) {
     CHECK_ERR(h3_units_open(&g_ex, &small, packs, NU, &us), H3_ERR_INVALID, "no slot");
 }
 
+/* Unit u of test_units_convert: m, a matrix [6, 5] stored f32, placed bf16 (rows per head [q k v] in unit 2:
+ * 2 heads of 1 row); h, a vector [7] stored f16, placed f32; f, a vector [4] f32 as stored; j0 and j1, two
+ * matrices [2, 5] stored f32, placed bf16 and joined. Every value is exact in bf16 and f16. */
+enum { CU = 3 };
+typedef struct {
+    float m[6 * 5], f[4], j[2][10];
+    uint16_t h[7];
+    h3_tensor tm, th, tf, tj[2];
+} cunit;
+
+static float cval(int u, int t, int i) {
+    return (float)(u + 1) + 0.25f * (float)(t * 10 + i) - 8.0f;
+}
+
+static void cunits_make(cunit *cu, h3_pack *packs) {
+    memset(packs, 0, CU * sizeof *packs);
+    for (int u = 0; u < CU; u++) {
+        cunit *x = &cu[u];
+        for (int i = 0; i < 30; i++) x->m[i] = cval(u, 0, i);
+        for (int i = 0; i < 7; i++) x->h[i] = h3_f32_to_f16(cval(u, 1, i));
+        for (int i = 0; i < 4; i++) x->f[i] = cval(u, 2, i);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 10; i++) x->j[k][i] = cval(u, 3 + k, i);
+        int64_t sm[2] = {6, 5}, sh = 7, sf = 4, sj[2] = {2, 5};
+        h3_tensor_wrap(&x->tm, x->m, H3_PLACE_HOST, H3_F32, 2, sm);
+        h3_tensor_wrap(&x->th, x->h, H3_PLACE_HOST, H3_F16, 1, &sh);
+        h3_tensor_wrap(&x->tf, x->f, H3_PLACE_HOST, H3_F32, 1, &sf);
+        h3_pack_add_as(&packs[u], &x->tm, u == 2, H3_BF16);
+        h3_pack_add_as(&packs[u], &x->th, 0, H3_F32);
+        h3_pack_add(&packs[u], &x->tf, 0);
+        for (int k = 0; k < 2; k++) {
+            h3_tensor_wrap(&x->tj[k], x->j[k], H3_PLACE_HOST, H3_F32, 2, sj);
+            h3_pack_add_as(&packs[u], &x->tj[k], 0, H3_BF16);
+        }
+        h3_pack_join(&packs[u]);
+    }
+}
+
+/* Wrong values or layout in unit u's tensors t as handed out, each in its placed dtype: packed (the
+ * per-head rows reordered, the pair joined) or as opened on the host (converted copies, nothing reordered or
+ * joined). Counts the bad values. */
+static int cunit_bad(const cunit *x, int u, const h3_tensor *t, int packed) {
+    int bad = 0;
+    const h3_dtype want[5] = {H3_BF16, H3_F32, H3_F32, H3_BF16, H3_BF16};
+    for (int k = 0; k < 5; k++) bad += t[k].dtype != want[k];
+    if (bad) return bad;
+    for (int r = 0; r < 6; r++) { /* [Q; K; V] row r of unit 2 comes from row h·3 + j (1 row per head) */
+        const int src = u == 2 && packed ? (r % 2) * 3 + r / 2 : r;
+        for (int i = 0; i < 5; i++)
+            bad += h3_bf16_to_f32(((const uint16_t *)t[0].data)[r * 5 + i]) != x->m[src * 5 + i];
+    }
+    for (int i = 0; i < 7; i++) bad += ((const float *)t[1].data)[i] != cval(u, 1, i);
+    for (int i = 0; i < 4; i++) bad += ((const float *)t[2].data)[i] != x->f[i];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 10; i++)
+            bad += h3_bf16_to_f32(((const uint16_t *)t[3 + k].data)[i]) != x->j[k][i];
+    if (packed) bad += (const uint8_t *)t[4].data != (const uint8_t *)t[3].data + 2 * 5 * 2; /* joined */
+    return bad;
+}
+
+static void test_units_convert(void) {
+    enum { HEADS = 2, HD = 1 };
+    static cunit cu[CU];
+    h3_pack packs[CU];
+    cunits_make(cu, packs);
+    /* the placed layout: the bf16 matrix, the f32 vectors, the joined pair, each run on a granule */
+    const int64_t G = H3_CUDA_ARENA_ALIGN;
+    CHECK(packs[0].converts && packs[0].pbytes == 4 * G && packs[0].poff[4] == 3 * G + 20 &&
+              packs[0].max_cvt == 6 * 5 * 4 && packs[0].bytes == 5 * G,
+          "placed layout: %lld bytes, joined at %lld; stored %lld", (long long)packs[0].pbytes,
+          (long long)packs[0].poff[4], (long long)packs[0].bytes);
+    /* as opened on the host: the tensors placed in another dtype converted once, the rest the sources */
+    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units *us = NULL;
+    CHECK_OK(h3_units_open(NULL, &pc, packs, CU, &us));
+    for (int u = 0; us && u < CU; u++) {
+        const h3_tensor *t;
+        CHECK_OK(h3_units_acquire(us, u, &t));
+        if (!t) continue;
+        CHECK(t[0].data != cu[u].m && t[1].data != cu[u].h && t[2].data == cu[u].f,
+              "unit %d: the f32 vector as opened, the others converted copies", u);
+        CHECK(cunit_bad(&cu[u], u, t, 0) == 0, "unit %d: converted values", u);
+        h3_units_release(us, u);
+    }
+    h3_units_close(us);
+    us = NULL;
+    /* placed (the streamer's host emulation): resident converted at open, pinned and disk units converted
+     * into the work block as acquired */
+    const uint8_t tier[CU] = {H3_TIER_RESIDENT, H3_TIER_PINNED, H3_TIER_DISK};
+    h3_units_config tc = {H3_PLACE_HOST, tier, 1, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    CHECK_OK(h3_units_open(&g_ex, &tc, packs, CU, &us));
+    if (!us) return;
+    const int order[] = {1, 2};
+    CHECK_OK(h3_units_set_order(us, order, 2, 1));
+    int bad = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int u = 0; u < CU; u++) {
+            const h3_tensor *t;
+            CHECK_OK(h3_units_acquire(us, u, &t));
+            bad += !t ? 1 : cunit_bad(&cu[u], u, t, 1);
+            h3_units_release(us, u);
+        }
+    CHECK(bad == 0, "%d wrong values, dtypes or joins as placed", bad);
+    {
+        const h3_tensor *a, *b;
+        CHECK_OK(h3_units_acquire(us, 1, &a));
+        CHECK_ERR(h3_units_acquire(us, 2, &b), H3_ERR_INVALID, "holds the conversion block");
+        h3_units_release(us, 1);
+        CHECK_OK(h3_units_acquire(us, 2, &b)); /* released: the block is free again */
+        if (b) CHECK(cunit_bad(&cu[2], 2, b, 1) == 0, "unit 2 after the refused acquire");
+        h3_units_release(us, 2);
+    }
+    CHECK_OK(h3_units_sync(us));
+    h3_stream_stats st;
+    h3_units_stats(us, &st);
+    CHECK(st.resident_bytes == packs[0].pbytes && st.reads >= 3, "stats: %lld resident bytes, %lld reads",
+          (long long)st.resident_bytes, (long long)st.reads);
+    h3_units_close(us);
+    us = NULL;
+    /* the arithmetic of such a set, by hand: unit 0 resident as placed (4 granules) with a load buffer of the
+     * matrix's 120 stored bytes, one slot of the largest stored unit (5 granules), the work block of the
+     * largest placed one, the disk unit's staging */
+    h3_units_mem m;
+    h3_units_mem_of(&tc, packs, CU, &m);
+    CHECK(m.resident == 4 * G && m.load == G && m.ring == 5 * G && m.work == 4 * G &&
+              m.peak == 4 * G + 5 * G + 4 * G && m.pinned == 5 * G + H3_STREAM_STAGING * 5 * G && !m.backend,
+          "mem_of: resident %lld load %lld ring %lld work %lld peak %lld pinned %lld", (long long)m.resident,
+          (long long)m.load, (long long)m.ring, (long long)m.work, (long long)m.peak, (long long)m.pinned);
+    /* on a stand-in device: every unit resident, converted through the load buffer; its bytes are the
+     * arithmetic's */
+    if (t_standin_begin(&g_ex)) {
+        h3_units_config dc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+        h3_units_mem_of(&dc, packs, CU, &m);
+        CHECK(m.resident == 3 * 4 * G && m.load == G && m.peak == 13 * G, "mem_of on the device: %lld, %lld",
+              (long long)m.resident, (long long)m.peak);
+        CHECK_OK(h3_units_open(&g_ex, &dc, packs, CU, &us));
+        CHECK(t_sd_peak == m.peak && t_sd_used == m.resident,
+              "device bytes: peak %lld (mem_of %lld), held %lld (mem_of %lld)", (long long)t_sd_peak,
+              (long long)m.peak, (long long)t_sd_used, (long long)m.resident);
+        bad = 0;
+        for (int u = 0; us && u < CU; u++) {
+            const h3_tensor *t;
+            CHECK_OK(h3_units_acquire(us, u, &t));
+            bad += !t ? 1 : t[0].place != H3_PLACE_DEVICE || cunit_bad(&cu[u], u, t, 1);
+            h3_units_release(us, u);
+        }
+        CHECK(bad == 0, "%d wrong values on the stand-in device", bad);
+        h3_units_close(us);
+        us = NULL;
+        CHECK(t_sd_used == 0, "%lld device bytes left after close", (long long)t_sd_used);
+        t_standin_end(&g_ex);
+    }
+    /* malformed packs: too many tensors, a join across dtypes, a quantized tensor converted */
+    h3_pack bad_packs[3];
+    memset(bad_packs, 0, sizeof bad_packs);
+    for (int i = 0; i <= H3_PACK_MAX; i++) h3_pack_add(&bad_packs[0], &cu[0].tf, 0);
+    h3_pack_add_as(&bad_packs[1], &cu[0].tf, 0, H3_F32);
+    h3_pack_add_as(&bad_packs[1], &cu[0].tj[0], 0, H3_BF16);
+    h3_pack_join(&bad_packs[1]);
+    h3_tensor q = cu[0].tm;
+    float qs[6] = {1, 1, 1, 1, 1, 1};
+    q.dtype = H3_I8;
+    q.q.mode = H3_SCALE_ROW;
+    q.q.scales = qs;
+    h3_pack_add_as(&bad_packs[2], &q, 0, H3_BF16);
+    static const char *const why[3] = {"more than", "bad join", "quantized tensor"};
+    for (int k = 0; k < 3; k++) {
+        CHECK_ERR(h3_units_open(&g_ex, &tc, &bad_packs[k], 1, &us), H3_ERR_INVALID, why[k]);
+        CHECK(us == NULL, "nothing handed out");
+    }
+}
+
 static void test_dit_streamed(void) {
     const char *models[] = {"tests/fixtures/dit/official", "tests/fixtures/dit/diffusers",
                             "tests/fixtures/dit/comfy_pruned.safetensors"};
@@ -1067,6 +1244,7 @@ int main(int argc, char **argv) {
         {"measured_te", test_measured_te},
         {"streamer_host", test_streamer_host},
         {"units", test_units},
+        {"units_convert", test_units_convert},
         {"dit_streamed", test_dit_streamed},
         {"dit_stream_alloc_failures", test_dit_stream_alloc_failures},
         {"report", test_report},

@@ -1,7 +1,7 @@
-/* The video VAE decoder against the fixtures of the PyTorch reference (tools/reference/video_vae.py, float64),
- * in the official, diffusers and ComfyUI layouts; decode memory that does not grow with the number of frames, and
- * the planner's prediction of it; malformed latents and files; allocation failures. (PNG output is tested with the
- * media writer, tests/test_media.c.) */
+/* The video VAE decoder against the fixtures of the PyTorch reference (tools/reference/video_vae.py,
+ * float64), in the official, diffusers and ComfyUI layouts; decode memory that does not grow with the number
+ * of frames, and the planner's prediction of it; malformed latents and files; allocation failures. (PNG
+ * output is tested with the media writer, tests/test_media.c.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +45,8 @@ static double psnr_unit(const float *a, const double *ref, int64_t per_channel, 
     double se = 0;
     for (int c = 0; c < channels; c++)
         for (int64_t i = 0; i < per_channel; i++) {
-            double x = a[c * per_channel + i] * k_std[c] + k_mean[c], y = ref[c * per_channel + i] * k_std[c] + k_mean[c];
+            double x = a[c * per_channel + i] * k_std[c] + k_mean[c],
+                   y = ref[c * per_channel + i] * k_std[c] + k_mean[c];
             x = x < 0 ? 0 : x > 1 ? 1 : x;
             y = y < 0 ? 0 : y > 1 ? 1 : y;
             se += (x - y) * (x - y);
@@ -86,8 +87,10 @@ static void test_fixtures(void) {
         CHECK_OK(load_f32(path, "frames", &ref));
         if (!v || !lat.data || !ref.data) goto next;
         const h3_video_vae_config *cfg = h3_video_vae_get_config(v);
-        CHECK(h3_video_vae_num_frames(cfg, lat.shape[2]) == ref.shape[2], "%s: %lld frames predicted, %lld in the "
-              "fixture", name, (long long)h3_video_vae_num_frames(cfg, lat.shape[2]), (long long)ref.shape[2]);
+        CHECK(h3_video_vae_num_frames(cfg, lat.shape[2]) == ref.shape[2],
+              "%s: %lld frames predicted, %lld in the "
+              "fixture",
+              name, (long long)h3_video_vae_num_frames(cfg, lat.shape[2]), (long long)ref.shape[2]);
         CHECK_OK(h3_tensor_alloc(&out, H3_PLACE_HOST, H3_F32, ref.ndim, ref.shape, H3_MEM_OTHER));
         h3_video_decode_out dst = {H3_PIXELS_RAW, NULL, NULL, &out};
         CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
@@ -97,10 +100,11 @@ static void test_fixtures(void) {
         double e = EXPECT_CLOSE(what, out.data, rd, (size_t)h3_tensor_numel(&ref), 1e-4);
         int64_t pc = h3_tensor_numel(&ref) / ref.shape[1];
         double ps = psnr_unit(out.data, rd, pc, (int)ref.shape[1]);
-        t_note("  %-18s %-9s latents [%lld, %lld, %lld, %lld] -> %lld frames %lld×%lld: rel err %.2e, PSNR %.1f dB",
+        t_note("  %-18s %-9s latents [%lld, %lld, %lld, %lld] -> %lld frames %lld×%lld: rel err %.2e, PSNR "
+               "%.1f dB",
                name, h3_layout_name(h3_video_vae_layout(v)), (long long)lat.shape[1], (long long)lat.shape[2],
-               (long long)lat.shape[3], (long long)lat.shape[4], (long long)ref.shape[2], (long long)ref.shape[3],
-               (long long)ref.shape[4], e, ps);
+               (long long)lat.shape[3], (long long)lat.shape[4], (long long)ref.shape[2],
+               (long long)ref.shape[3], (long long)ref.shape[4], e, ps);
         CHECK(ps > 80.0, "%s: PSNR %.1f dB", name, ps);
         free(rd);
     next:
@@ -255,6 +259,57 @@ static void test_place_errors(void) {
     h3_tensor_free(&y);
 }
 
+/* A device placement with every block resident on a stand-in device (t_standin_begin: no CUDA queues needed):
+ * the device bytes it takes while loading (the blocks as placed and the load buffer their tensors convert
+ * through) and after (the blocks) equal the plan's, for every layout (official f32 with per-head QKV rows,
+ * diffusers' three projections joined, ComfyUI f16) and for random weights; unplacing gives them back. */
+static void test_standin_place(void) {
+    if (!t_standin_begin(&g_ex)) {
+        t_note("  skipped: a device backend is active");
+        return;
+    }
+    static const char *const models[] = {"official", "diffusers", "comfy.safetensors", NULL};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        char p[700];
+        h3_video_vae *v = NULL;
+        h3_video_vae_opts o = {0};
+        o.heads = 2;
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.place = H3_PLACE_DEVICE;
+        if (models[k]) {
+            CHECK_OK(h3_video_vae_open(fx(models[k], p, sizeof p), k == 2 ? &o : NULL, &v));
+        } else {
+            h3_video_vae_config c;
+            h3_video_vae_default_config(&c);
+            c.num_layers = 2, c.heads = 2, c.head_dim = 64, c.ffn_inner = 256;
+            CHECK_OK(h3_video_vae_create(&c, &v));
+            run.random_seed = 3;
+        }
+        if (!v) continue;
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_plan(v, 7, 4, 6, &run, &m));
+        CHECK(m.n_resident == m.n_blocks && m.dev_slots == 0, "%s: every block resident",
+              models[k] ? models[k] : "random");
+        t_sd_used = t_sd_peak = 0;
+        CHECK_OK(h3_video_vae_place(v, &g_ex, &m, NULL));
+        const int64_t want_peak = m.dev_weights + m.dev_load;
+        t_note("  %-18s stand-in device: placing peaked at %lld bytes, holds %lld; plan: weights %lld + load "
+               "buffer %lld",
+               models[k] ? models[k] : "random weights", (long long)t_sd_peak, (long long)t_sd_used,
+               (long long)m.dev_weights, (long long)m.dev_load);
+        CHECK(t_sd_peak == want_peak && t_sd_used == m.dev_weights,
+              "%s: placing peaked at %lld and holds %lld; the plan says %lld and %lld",
+              models[k] ? models[k] : "random", (long long)t_sd_peak, (long long)t_sd_used,
+              (long long)want_peak, (long long)m.dev_weights);
+        CHECK(models[k] ? m.dev_load > 0 : m.dev_load == 0, "a load buffer exactly when the weights convert");
+        h3_video_vae_unplace(v);
+        CHECK(t_sd_used == 0, "%lld device bytes left after unplacing", (long long)t_sd_used);
+        h3_video_vae_close(v);
+    }
+    t_standin_end(&g_ex);
+}
+
 typedef struct {
     int64_t next, calls, channels, H, W;
     float *all; /* optional copy of everything received, [oc, F, H, W] */
@@ -263,13 +318,16 @@ typedef struct {
 
 static h3_status receive(void *user, const h3_tensor *f, int64_t first) {
     recv_ctx *r = user;
-    CHECK(first == r->next, "frames arrive in order: got %lld, expected %lld", (long long)first, (long long)r->next);
-    CHECK(f->ndim == 4 && f->shape[0] == r->channels && f->shape[2] == r->H && f->shape[3] == r->W, "frame shape");
+    CHECK(first == r->next, "frames arrive in order: got %lld, expected %lld", (long long)first,
+          (long long)r->next);
+    CHECK(f->ndim == 4 && f->shape[0] == r->channels && f->shape[2] == r->H && f->shape[3] == r->W,
+          "frame shape");
     if (r->all)
         for (int64_t c = 0; c < f->shape[0]; c++)
             for (int64_t k = 0; k < f->shape[1]; k++)
                 memcpy(r->all + ((c * r->F + first + k) * r->H) * r->W,
-                       (const float *)f->data + c * f->stride[0] + k * f->stride[1], (size_t)(r->H * r->W) * 4);
+                       (const float *)f->data + c * f->stride[0] + k * f->stride[1],
+                       (size_t)(r->H * r->W) * 4);
     r->next = first + f->shape[1];
     r->calls++;
     return H3_OK;
@@ -292,7 +350,8 @@ static void test_callback_and_unit_range(void) {
     h3_video_decode_out dst = {H3_PIXELS_UNIT, receive, &rc, NULL};
     CHECK_OK(h3_video_vae_decode(v, &g_ex, &lat, &dst));
     CHECK(rc.next == F, "%lld frames received, %lld expected", (long long)rc.next, (long long)F);
-    CHECK(rc.calls == 3, "2 chunks and the final look-ahead arrive in %lld calls, expected 3", (long long)rc.calls);
+    CHECK(rc.calls == 3, "2 chunks and the final look-ahead arrive in %lld calls, expected 3",
+          (long long)rc.calls);
     double *u = malloc((size_t)n * sizeof *u);
     for (int64_t c = 0; c < 3; c++)
         for (int64_t i = 0; i < n / 3; i++) {
@@ -301,9 +360,10 @@ static void test_callback_and_unit_range(void) {
         }
     EXPECT_CLOSE("frames in [0, 1] through the callback", rc.all, u, (size_t)n, 1e-4);
     float lo = 1, hi = 0;
-    for (int64_t i = 0; i < n; i++) lo = rc.all[i] < lo ? rc.all[i] : lo, hi = rc.all[i] > hi ? rc.all[i] : hi;
-    CHECK(lo >= 0.0f && hi <= 1.0f && lo == 0.0f && hi == 1.0f, "unit range [%g, %g] (the fixture saturates both ends)",
-          lo, hi);
+    for (int64_t i = 0; i < n; i++)
+        lo = rc.all[i] < lo ? rc.all[i] : lo, hi = rc.all[i] > hi ? rc.all[i] : hi;
+    CHECK(lo >= 0.0f && hi <= 1.0f && lo == 0.0f && hi == 1.0f,
+          "unit range [%g, %g] (the fixture saturates both ends)", lo, hi);
     free(u);
     free(rc.all);
 done:
@@ -312,8 +372,9 @@ done:
     h3_video_vae_close(v);
 }
 
-/* The same weights in the official (fused, interleaved QKV) and diffusers (split QKV, swapped FFN halves) layouts
- * decode the same latents alike, and forcing the official file's tiles onto the diffusers one as well. */
+/* The same weights in the official (fused, interleaved QKV) and diffusers (split QKV, swapped FFN halves)
+ * layouts decode the same latents alike, and forcing the official file's tiles onto the diffusers one as
+ * well. */
 static void test_layouts_agree(void) {
     char p1[700], p2[700];
     fx("official", p1, sizeof p1);
@@ -325,7 +386,8 @@ static void test_layouts_agree(void) {
     CHECK_OK(h3_video_vae_open(p1, NULL, &a));
     CHECK_OK(h3_video_vae_open(p2, &o2, &b));
     if (!a || !b) goto done;
-    CHECK(h3_video_vae_layout(a) == H3_LAYOUT_OFFICIAL && h3_video_vae_layout(b) == H3_LAYOUT_DIFFUSERS, "layouts");
+    CHECK(h3_video_vae_layout(a) == H3_LAYOUT_OFFICIAL && h3_video_vae_layout(b) == H3_LAYOUT_DIFFUSERS,
+          "layouts");
     CHECK(h3_video_vae_get_config(a)->fused_qkv && !h3_video_vae_get_config(b)->fused_qkv, "QKV forms");
     int64_t s[5] = {1, 24, 7, 6, 10};
     h3_tensor z, ya, yb;
@@ -369,7 +431,8 @@ static void test_frame_counts(void) {
     h3_video_vae_default_config(&c);
     for (int n = 0; n < 30; n++)
         CHECK(h3_video_vae_num_frames(&c, 5 * n + 2) == 17 * n + 5, "T = %d", 5 * n + 2);
-    CHECK(h3_video_vae_num_frames(&c, 37) == 124 && h3_video_vae_num_frames(&c, 102) == 345, "124 and 345 frames");
+    CHECK(h3_video_vae_num_frames(&c, 37) == 124 && h3_video_vae_num_frames(&c, 102) == 345,
+          "124 and 345 frames");
     CHECK(h3_video_vae_num_frames(&c, 1) == 1, "an image");
     CHECK(h3_video_vae_num_frames(&c, 0) == 0, "nothing");
     /* padded: T = 9 decodes 12 latent frames (3 repeated) and cuts 4 + 1 + 4 frames */
@@ -386,14 +449,16 @@ static void test_frame_counts(void) {
 static int64_t measure(h3_video_vae *v, const h3_tensor *z, int64_t *frames) {
     const h3_video_vae_config *c = h3_video_vae_get_config(v);
     int off = z->ndim == 5;
-    recv_ctx rc = {0, 0, c->out_channels, z->shape[off + 2] * c->patch_size, z->shape[off + 3] * c->patch_size, NULL, 0};
+    recv_ctx rc = {
+        0, 0, c->out_channels, z->shape[off + 2] * c->patch_size, z->shape[off + 3] * c->patch_size, NULL, 0};
     h3_video_decode_out dst = {H3_PIXELS_UNIT, receive, &rc, NULL};
     h3_mem_stats a, b;
     h3_mem_get_stats(&a);
     h3_mem_reset_peaks();
     CHECK_OK(h3_video_vae_decode(v, &g_ex, z, &dst));
     h3_mem_get_stats(&b);
-    CHECK(b.total_current == a.total_current, "the decode leaked %lld bytes", (long long)(b.total_current - a.total_current));
+    CHECK(b.total_current == a.total_current, "the decode leaked %lld bytes",
+          (long long)(b.total_current - a.total_current));
     *frames = rc.next;
     return b.total_peak - a.total_current;
 }
@@ -419,16 +484,18 @@ static void test_memory_bounded(void) {
         pred[i] = m.total;
         CHECK(frames == m.frames && frames == 17 * ((Ts[i] - 2) / 5) + 5, "%lld frames decoded, %lld planned",
               (long long)frames, (long long)m.frames);
-        t_note("  %3lld latent frames -> %3lld frames in %d chunks of %d × %d tiles: peak %lld bytes measured, %lld "
+        t_note("  %3lld latent frames -> %3lld frames in %d chunks of %d × %d tiles: peak %lld bytes "
+               "measured, %lld "
                "predicted (chunk buffers %lld, ViT %lld, op scratch %lld)",
                (long long)Ts[i], (long long)frames, m.chunks, m.tiles_y, m.tiles_x, (long long)peak[i],
                (long long)pred[i], (long long)m.chunk_buffers, (long long)m.vit, (long long)m.op_scratch);
-        CHECK(llabs(peak[i] - pred[i]) <= pred[i] / 50, "predicted %lld vs measured %lld differ by more than 2%%",
-              (long long)pred[i], (long long)peak[i]);
+        CHECK(llabs(peak[i] - pred[i]) <= pred[i] / 50,
+              "predicted %lld vs measured %lld differ by more than 2%%", (long long)pred[i],
+              (long long)peak[i]);
         h3_tensor_free(&z);
     }
-    CHECK(llabs(peak[1] - peak[0]) <= peak[0] / 50, "peak grew with frames: %lld -> %lld bytes", (long long)peak[0],
-          (long long)peak[1]);
+    CHECK(llabs(peak[1] - peak[0]) <= peak[0] / 50, "peak grew with frames: %lld -> %lld bytes",
+          (long long)peak[0], (long long)peak[1]);
     CHECK(pred[0] == pred[1], "the plan's peak depends on frame count: %lld vs %lld", (long long)pred[0],
           (long long)pred[1]);
     h3_video_vae_close(v);
@@ -440,13 +507,14 @@ static void test_memory_bounded(void) {
     CHECK_OK(h3_video_vae_decode_peak(&r, 37, 48, 84, 16, 0, &a));
     CHECK_OK(h3_video_vae_decode_peak(&r, 102, 48, 84, 16, 0, &b));
     CHECK_OK(h3_video_vae_decode_peak(&r, 37, 34, 60, 16, 0, &d));
-    CHECK(a.total == b.total, "released decoder: 124 and 345 frames plan %lld and %lld bytes", (long long)a.total,
-          (long long)b.total);
-    CHECK(a.tiles_y == 4 && a.tiles_x == 7 && a.chunks == 7 && b.chunks == 20, "1344×768: %d×%d tiles, %d chunks",
-          a.tiles_y, a.tiles_x, a.chunks);
-    t_note("  released decoder, 16 threads, f32 weights: 1344×768 %.1f MiB (%d×%d tiles of %lld tokens), 960×544 %.1f "
-           "MiB, for any frame count", a.total / 1048576.0, a.tiles_y, a.tiles_x, (long long)a.tokens_per_tile,
-           d.total / 1048576.0);
+    CHECK(a.total == b.total, "released decoder: 124 and 345 frames plan %lld and %lld bytes",
+          (long long)a.total, (long long)b.total);
+    CHECK(a.tiles_y == 4 && a.tiles_x == 7 && a.chunks == 7 && b.chunks == 20,
+          "1344×768: %d×%d tiles, %d chunks", a.tiles_y, a.tiles_x, a.chunks);
+    t_note("  released decoder, 16 threads, f32 weights: 1344×768 %.1f MiB (%d×%d tiles of %lld tokens), "
+           "960×544 %.1f "
+           "MiB, for any frame count",
+           a.total / 1048576.0, a.tiles_y, a.tiles_x, (long long)a.tokens_per_tile, d.total / 1048576.0);
 }
 
 static void expect_latents_error(const h3_video_vae_config *c, int nd, const int64_t *s, h3_dtype dt,
@@ -533,7 +601,8 @@ static void test_bad_files(void) {
             const char *n = s.entries[i].name;
             if (round == 0 && strcmp(n, "decoder.transformer_blocks.1.ff.w2.bias") == 0) continue;
             CHECK_OK(h3_st_tensor(&s, &s.entries[i], &keep[nk]));
-            if (round == 1 && strcmp(n, "decoder.transformer_blocks.0.attn.to_out.weight") == 0) { /* [32, 32] stored as [16, 64] */
+            if (round == 1 && strcmp(n, "decoder.transformer_blocks.0.attn.to_out.weight") ==
+                                  0) { /* [32, 32] stored as [16, 64] */
                 int64_t sh[2] = {16, 64};
                 CHECK_OK(h3_st_writer_add(w, n, H3_F32, 2, sh, keep[nk].data));
             } else {
@@ -553,11 +622,15 @@ static void test_bad_files(void) {
         snprintf(p, sizeof p, "%s/official", dir);
         h3_mem_stats a, b;
         h3_mem_get_stats(&a);
-        if (round == 0) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "'decoder.transformer_blocks.1.ff.w2.bias' is missing");
+        if (round == 0)
+            CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
+                      "'decoder.transformer_blocks.1.ff.w2.bias' is missing");
         if (round == 1)
             CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
                       "has shape [16, 64]; ViT block 0 needs [hidden, heads·head_dim] = [32, 32]");
-        if (round == 2) CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "\"latents_mean\" must be a list of 24 numbers");
+        if (round == 2)
+            CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
+                      "\"latents_mean\" must be a list of 24 numbers");
         CHECK(v == NULL, "no handle on failure");
         h3_mem_get_stats(&b);
         CHECK(a.total_current == b.total_current, "round %d leaked %lld bytes", round,
@@ -578,7 +651,8 @@ static void test_bad_files(void) {
         h3_free(text);
     }
     snprintf(p, sizeof p, "%s/official", dir);
-    CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT, "the config says 3 ViT blocks, the weights hold 2");
+    CHECK_ERR(h3_video_vae_open(p, NULL, &v), H3_ERR_FORMAT,
+              "the config says 3 ViT blocks, the weights hold 2");
     /* bad tiling options */
     fx("official", p, sizeof p);
     h3_video_vae_opts o = {0};
@@ -598,7 +672,8 @@ static void test_bad_files(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
-/* Every allocation of open and decode may fail: an error comes back, nothing leaks; eventually it succeeds. */
+/* Every allocation of open and decode may fail: an error comes back, nothing leaks; eventually it succeeds.
+ */
 static void test_alloc_failures(void) {
     const char *models[3] = {"official", "diffusers", "comfy.safetensors"};
     for (int k = 0; k < 3; k++) {
@@ -627,8 +702,8 @@ static void test_alloc_failures(void) {
             }
             h3_mem_stats now;
             h3_mem_get_stats(&now);
-            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes", models[k], n,
-                  (long long)(now.total_current - base.total_current));
+            CHECK(now.total_current == base.total_current, "%s, failing allocation %d leaked %lld bytes",
+                  models[k], n, (long long)(now.total_current - base.total_current));
         }
         CHECK(ok, "%s never opened", models[k]);
         t_note("  open %-18s: %d allocation failures handled", models[k], n - 2);
@@ -666,7 +741,8 @@ static void test_alloc_failures(void) {
     }
     CHECK(ok, "decode never succeeded");
     t_note("  decode: %d allocation failures handled", n - 2);
-    /* placing the weights packed (one block streamed: the streamer, its pinned copy, the slot) and decoding */
+    /* placing the weights packed (one block streamed: the streamer, its pinned copy, the slot) and decoding
+     */
     h3_video_vae_run run;
     memset(&run, 0, sizeof run);
     run.place = H3_PLACE_HOST;
@@ -691,8 +767,9 @@ static void test_alloc_failures(void) {
         h3_video_vae_unplace(v);
         h3_mem_stats now;
         h3_mem_get_stats(&now);
-        CHECK(now.total_current == base.total_current, "place and decode, failing allocation %d leaked %lld bytes",
-              n, (long long)(now.total_current - base.total_current));
+        CHECK(now.total_current == base.total_current,
+              "place and decode, failing allocation %d leaked %lld bytes", n,
+              (long long)(now.total_current - base.total_current));
     }
     CHECK(ok, "place and decode never succeeded");
     t_note("  packed placement and decode: %d allocation failures handled", n - 2);
@@ -701,18 +778,18 @@ static void test_alloc_failures(void) {
     h3_video_vae_close(v);
 }
 
-/* The released decoder's tensors as header-only files (the data area a sparse hole): each layout opens with the
- * released configuration, a ComfyUI file through the built-in defaults. */
+/* The released decoder's tensors as header-only files (the data area a sparse hole): each layout opens with
+ * the released configuration, a ComfyUI file through the built-in defaults. */
 static h3_status released_file(const char *path, h3_layout lay, h3_dtype dt) {
     h3_st_writer *w = NULL;
     H3_TRY(h3_st_writer_new(&w));
     h3_status st = H3_OK;
     int dif = lay == H3_LAYOUT_DIFFUSERS;
     char n[160];
-#define ADD(name, nd, a, b, c)                                                                                     \
-    do {                                                                                                           \
-        int64_t s_[5] = {a, b, c, 1, 1};                                                                           \
-        if (st == H3_OK) st = h3_st_writer_add(w, name, dt, nd, s_, NULL);                                        \
+#define ADD(name, nd, a, b, c)                                                                               \
+    do {                                                                                                     \
+        int64_t s_[5] = {a, b, c, 1, 1};                                                                     \
+        if (st == H3_OK) st = h3_st_writer_add(w, name, dt, nd, s_, NULL);                                   \
     } while (0)
     ADD("post_quant_conv.weight", 5, 24, 24, 1);
     ADD("post_quant_conv.bias", 1, 24, 0, 0);
@@ -772,23 +849,31 @@ static void test_released_shapes(void) {
     }
     char text[4000];
     snprintf(p, sizeof p, "%s/video_vae/config.json", dir);
-    snprintf(text, sizeof text, "{\"source_path\": \"source\", \"source_safetensors_path\": \"model.safetensors\", "
-             "\"latent_channels\": 24, \"latents_mean\": [%s], \"latents_std\": [%s], \"vae_clip_length\": 17, "
-             "\"vae_token_drop\": 3, \"vae_tile_size\": 256, \"vae_tile_overlap_min\": 64}", mean, std);
+    snprintf(
+        text, sizeof text,
+        "{\"source_path\": \"source\", \"source_safetensors_path\": \"model.safetensors\", "
+        "\"latent_channels\": 24, \"latents_mean\": [%s], \"latents_std\": [%s], \"vae_clip_length\": 17, "
+        "\"vae_token_drop\": 3, \"vae_tile_size\": 256, \"vae_tile_overlap_min\": 64}",
+        mean, std);
     write_text(p, text);
     snprintf(p, sizeof p, "%s/video_vae/source/config.json", dir);
-    write_text(p, "{\"_class_name\": \"AutoencoderKLLegacy\", \"ch\": 128, \"ch_mult\": [1, 2, 2, 4, 4, 8], "
-                  "\"embed_dim\": 24, \"in_channels\": 3, \"num_res_blocks\": 2, \"out_ch\": 3, "
-                  "\"space_down\": [2, 2, 2, 2, 1, 1], \"time_down\": [1, 2, 2, 1, 1, 1], \"vae_ratio\": 16, "
-                  "\"vae_ratio_t\": 4, \"use_vit_decoder\": true, \"z_channels\": 24, \"vit_decoder_kwargs\": "
-                  "{\"dim_head\": 64, \"heads\": 32, \"num_layers\": 36, \"rope_dim_ratio\": 0.75, "
-                  "\"rope_theta\": 100.0, \"qk_norm_type\": \"rms_norm\"}}");
+    write_text(p,
+               "{\"_class_name\": \"AutoencoderKLLegacy\", \"ch\": 128, \"ch_mult\": [1, 2, 2, 4, 4, 8], "
+               "\"embed_dim\": 24, \"in_channels\": 3, \"num_res_blocks\": 2, \"out_ch\": 3, "
+               "\"space_down\": [2, 2, 2, 2, 1, 1], \"time_down\": [1, 2, 2, 1, 1, 1], \"vae_ratio\": 16, "
+               "\"vae_ratio_t\": 4, \"use_vit_decoder\": true, \"z_channels\": 24, \"vit_decoder_kwargs\": "
+               "{\"dim_head\": 64, \"heads\": 32, \"num_layers\": 36, \"rope_dim_ratio\": 0.75, "
+               "\"rope_theta\": 100.0, \"qk_norm_type\": \"rms_norm\"}}");
     snprintf(p, sizeof p, "%s/vae/config.json", dir);
-    snprintf(text, sizeof text, "{\"_class_name\": \"AutoencoderKLMiniMaxH3\", \"latent_channels\": 24, "
-             "\"spatial_downsample_factors\": [2, 2, 2, 2, 1, 1], \"temporal_downsample_factors\": [1, 2, 2, 1, 1, 1], "
-             "\"decoder_num_layers\": 36, \"decoder_num_attention_heads\": 32, \"decoder_attention_head_dim\": 64, "
+    snprintf(text, sizeof text,
+             "{\"_class_name\": \"AutoencoderKLMiniMaxH3\", \"latent_channels\": 24, "
+             "\"spatial_downsample_factors\": [2, 2, 2, 2, 1, 1], \"temporal_downsample_factors\": [1, 2, 2, "
+             "1, 1, 1], "
+             "\"decoder_num_layers\": 36, \"decoder_num_attention_heads\": 32, "
+             "\"decoder_attention_head_dim\": 64, "
              "\"decoder_rope_theta\": 100.0, \"decoder_rope_dim_ratio\": 0.75, \"decoder_norm_eps\": 1e-05, "
-             "\"clip_length\": 17, \"token_drop\": 3, \"latents_mean\": [%s], \"latents_std\": [%s]}", mean, std);
+             "\"clip_length\": 17, \"token_drop\": 3, \"latents_mean\": [%s], \"latents_std\": [%s]}",
+             mean, std);
     write_text(p, text);
     char f1[800], f2[800], f3[800];
     snprintf(f1, sizeof f1, "%s/video_vae/source/model.safetensors", dir);
@@ -808,21 +893,24 @@ static void test_released_shapes(void) {
         if (!v) continue;
         const h3_video_vae_config *c = h3_video_vae_get_config(v);
         CHECK(h3_video_vae_layout(v) == lays[k], "layout %d", k);
-        CHECK(c->num_layers == 36 && c->heads == 32 && c->head_dim == 64 && c->rope_dim == 48 && c->ffn_inner == 8192 &&
-                  c->patch_size == 16 && c->patch_size_t == 4 && c->num_register_tokens == 4 && c->clip_length == 17 &&
-                  c->token_drop == 3 && c->tile_size == 256 && c->tile_overlap_min == 64 && c->latent_channels == 24,
+        CHECK(c->num_layers == 36 && c->heads == 32 && c->head_dim == 64 && c->rope_dim == 48 &&
+                  c->ffn_inner == 8192 && c->patch_size == 16 && c->patch_size_t == 4 &&
+                  c->num_register_tokens == 4 && c->clip_length == 17 && c->token_drop == 3 &&
+                  c->tile_size == 256 && c->tile_overlap_min == 64 && c->latent_channels == 24,
               "%s: the released configuration", h3_layout_name(lays[k]));
         CHECK(c->weight_dtype == (k == 2 ? H3_F16 : H3_F32) && c->fused_qkv == (k != 1), "storage");
         if (k < 2)
-            CHECK(c->latents_mean[5] == -1.75f && c->latents_std[23] == 3.875f, "statistics from the config: %g %g",
-                  c->latents_mean[5], c->latents_std[23]);
+            CHECK(c->latents_mean[5] == -1.75f && c->latents_std[23] == 3.875f,
+                  "statistics from the config: %g %g", c->latents_mean[5], c->latents_std[23]);
         else
             CHECK(c->latents_mean[0] == 0.858090341091156f && c->latents_std[23] == 2.6127843856811525f,
                   "built-in statistics for the ComfyUI file");
         h3_video_vae_mem m;
         CHECK_OK(h3_video_vae_decode_peak(c, 37, 48, 84, 16, 0, &m));
-        t_note("  %-9s released decoder opened from headers: 124 frames at 1344×768 plan %d chunks × %d×%d tiles, "
-               "%.1f MiB", h3_layout_name(lays[k]), m.chunks, m.tiles_y, m.tiles_x, m.total / 1048576.0);
+        t_note("  %-9s released decoder opened from headers: 124 frames at 1344×768 plan %d chunks × %d×%d "
+               "tiles, "
+               "%.1f MiB",
+               h3_layout_name(lays[k]), m.chunks, m.tiles_y, m.tiles_x, m.total / 1048576.0);
         /* on the GPU at W124 (latents 37 × 34 × 60): unlimited and 8 GiB keep every block resident and run a
          * chunk's 15 tiles per pass in the same steps (the same decode); smaller budgets stream blocks, then
          * shrink the pass; too small a budget says what it needs */
@@ -838,23 +926,26 @@ static void test_released_shapes(void) {
             h3_status st = h3_video_vae_plan(v, 37, 34, 60, &run, &d);
             if (budgets[b] == 0.25) {
                 CHECK(st == H3_ERR_BUDGET, "0.25 GiB cannot hold a block and a tile");
-                if (st != H3_OK) t_note("  %-9s W124 at 0.25 GiB: %s", h3_layout_name(lays[k]), h3_last_error());
+                if (st != H3_OK)
+                    t_note("  %-9s W124 at 0.25 GiB: %s", h3_layout_name(lays[k]), h3_last_error());
                 continue;
             }
             CHECK_OK(st);
             if (st != H3_OK) continue;
             if (b == 0) d0 = d;
-            CHECK(d.budget == 0 || d.dev_peak + d.budget_slack <= d.budget, "%g GiB: the plan's peak %lld is over",
-                  budgets[b], (long long)d.dev_peak);
+            CHECK(d.budget == 0 || d.dev_peak + d.budget_slack <= d.budget,
+                  "%g GiB: the plan's peak %lld is over", budgets[b], (long long)d.dev_peak);
             if (budgets[b] == 0 || budgets[b] == 8)
                 CHECK(d.n_resident == 36 && d.tile_batch == 15 && d.rows_per_step == d0.rows_per_step,
-                      "%s W124 at %g GiB: %d resident, %d tiles per pass, %lld-row steps", h3_layout_name(lays[k]),
-                      budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step);
-            t_note("  %-9s W124 on the GPU at %5.2f GiB: %2d of 36 blocks resident, %2d of 15 tiles per pass, "
-                   "%5lld-row steps; peak %.3f GiB (weights %.3f, slot %.3f, arena %.3f, loading %.3f)",
-                   h3_layout_name(lays[k]), budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step,
-                   d.dev_peak / 1073741824.0, d.dev_weights / 1073741824.0, d.dev_slots / 1073741824.0,
-                   d.dev_arena / 1073741824.0, d.dev_load / 1073741824.0);
+                      "%s W124 at %g GiB: %d resident, %d tiles per pass, %lld-row steps",
+                      h3_layout_name(lays[k]), budgets[b], d.n_resident, d.tile_batch,
+                      (long long)d.rows_per_step);
+            t_note(
+                "  %-9s W124 on the GPU at %5.2f GiB: %2d of 36 blocks resident, %2d of 15 tiles per pass, "
+                "%5lld-row steps; peak %.3f GiB (weights %.3f, slot %.3f, arena %.3f, loading %.3f)",
+                h3_layout_name(lays[k]), budgets[b], d.n_resident, d.tile_batch, (long long)d.rows_per_step,
+                d.dev_peak / 1073741824.0, d.dev_weights / 1073741824.0, d.dev_slots / 1073741824.0,
+                d.dev_arena / 1073741824.0, d.dev_load / 1073741824.0);
         }
         h3_video_vae_close(v);
     }
@@ -862,7 +953,8 @@ static void test_released_shapes(void) {
     CHECK(system(p) == 0, "cleanup");
 }
 
-/* ---- helpers for tests/cli_decode.sh ------------------------------------------------------------------------ */
+/* ---- helpers for tests/cli_decode.sh
+ * ------------------------------------------------------------------------ */
 
 /* --compare A B NAME TOL: tensor NAME of two files, relative L2 error <= TOL. */
 static int cmd_compare(char **argv) {
@@ -874,7 +966,8 @@ static int cmd_compare(char **argv) {
     int r = 1;
     if (!h3_tensor_same_shape(&a, &b)) {
         char x[96], y[96];
-        fprintf(stderr, "compare: shapes %s vs %s\n", h3_tensor_shape_str(&a, x, sizeof x), h3_tensor_shape_str(&b, y, sizeof y));
+        fprintf(stderr, "compare: shapes %s vs %s\n", h3_tensor_shape_str(&a, x, sizeof x),
+                h3_tensor_shape_str(&b, y, sizeof y));
     } else {
         double *ref = to_double(&b), tol = atof(argv[5]);
         double e = t_rel_err(a.data, ref, (size_t)h3_tensor_numel(&b));
@@ -1013,6 +1106,7 @@ int main(int argc, char **argv) {
         {"frame_counts", test_frame_counts},
         {"runs", test_runs},
         {"place_errors", test_place_errors},
+        {"standin_place", test_standin_place},
         {"memory_bounded", test_memory_bounded},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},

@@ -11,7 +11,9 @@
 #include "h3run.h"
 #include "base/alloc.h"
 #include "base/fs.h"
+#include "cuda/cuda.h"
 #include "io/safetensors.h"
+#include "tensor/ops.h"
 
 int t_failures;
 uint64_t t_seed;
@@ -45,8 +47,8 @@ void t_note(const char *fmt, ...) {
 
 void t_check_err(const char *file, int line, const char *expr, h3_status got, int code, const char *needle) {
     if (got != code) {
-        t_fail_at(file, line, "%s returned %d (%s), expected %d (%s); message: %s", expr, got, h3_code_name(got), code,
-                  h3_code_name(code), h3_last_error());
+        t_fail_at(file, line, "%s returned %d (%s), expected %d (%s); message: %s", expr, got,
+                  h3_code_name(got), code, h3_code_name(code), h3_last_error());
         return;
     }
     if (needle && !strstr(h3_last_error(), needle))
@@ -100,12 +102,12 @@ double t_max_abs_err(const float *a, const double *ref, size_t n) {
     return m;
 }
 
-double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref, size_t n,
-                      double tol) {
+double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref,
+                      size_t n, double tol) {
     double e = t_rel_err(a, ref, n);
     if (!(e <= tol))
-        t_fail_at(file, line, "%s: relative error %.3e > tolerance %.1e (max abs %.3e over %zu values)", what, e, tol,
-                  t_max_abs_err(a, ref, n), n);
+        t_fail_at(file, line, "%s: relative error %.3e > tolerance %.1e (max abs %.3e over %zu values)", what,
+                  e, tol, t_max_abs_err(a, ref, n), n);
     else if (getenv("H3_TEST_VERBOSE"))
         fprintf(stderr, "  ok %-48s rel err %.3e (tol %.0e)\n", what, e, tol);
     return e;
@@ -374,4 +376,59 @@ int t_sweep(const char *what, const char *root, t_load_fn load, t_accept_fn acce
            refused, accepted);
     CHECK(loads > 0, "%s: nothing was mutated", what);
     return loads;
+}
+
+/* ---- a stand-in device --------------------------------------------------------------------------------- */
+
+int64_t t_sd_used, t_sd_peak;
+
+static void *sd_alloc(size_t bytes, void *user) {
+    (void)user;
+    size_t need = (size_t)h3_cuda_granule((int64_t)(bytes ? bytes : 1));
+    int64_t *p = malloc(need + 16);
+    if (!p) return NULL;
+    p[0] = (int64_t)need;
+    t_sd_used += (int64_t)need;
+    t_sd_peak = t_sd_used > t_sd_peak ? t_sd_used : t_sd_peak;
+    return (char *)p + 16;
+}
+
+static void sd_free(void *ptr, void *user) {
+    (void)user;
+    int64_t *p = (int64_t *)((char *)ptr - 16);
+    t_sd_used -= p[0];
+    free(p);
+}
+
+extern const h3_backend h3_cpu_backend;
+
+static h3_status sd_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src) {
+    return h3_cpu_backend.convert(ex, dst, src);
+}
+static h3_status sd_sync(h3_exec *ex) {
+    (void)ex;
+    return H3_OK;
+}
+
+static h3_backend g_sd_backend;
+static int g_sd_token;
+
+int t_standin_begin(h3_exec *ex) {
+    if (h3_backend_for_place(H3_PLACE_DEVICE)) return 0;
+    g_sd_backend = h3_cpu_backend;
+    g_sd_backend.name = "stand-in device";
+    g_sd_backend.copy = sd_copy;
+    g_sd_backend.sync = sd_sync;
+    static const h3_place_allocator da = {sd_alloc, sd_free, NULL};
+    h3_place_set_allocator(H3_PLACE_DEVICE, &da);
+    h3_backend_set_device(&g_sd_backend);
+    ex->cuda = &g_sd_token; /* "a device is up" */
+    t_sd_used = t_sd_peak = 0;
+    return 1;
+}
+
+void t_standin_end(h3_exec *ex) {
+    ex->cuda = NULL;
+    h3_backend_set_device(NULL);
+    h3_place_set_allocator(H3_PLACE_DEVICE, NULL);
 }

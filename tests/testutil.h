@@ -21,25 +21,25 @@ void t_fail_at(const char *file, int line, const char *fmt, ...) H3_PRINTF(3, 4)
 void t_fail_cond(const char *file, int line, const char *cond);
 void t_note(const char *fmt, ...) H3_PRINTF(1, 2);
 /* CHECK(cond) or CHECK(cond, "format", args...): reports the condition and the optional explanation. */
-#define CHECK(cond, ...)                                                                                       \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            t_fail_cond(__FILE__, __LINE__, #cond);                                                            \
-            t_note(" " __VA_ARGS__);                                                                           \
-        }                                                                                                      \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            t_fail_cond(__FILE__, __LINE__, #cond);                                                          \
+            t_note(" " __VA_ARGS__);                                                                         \
+        }                                                                                                    \
     } while (0)
 /* A call that must succeed; prints the library's error otherwise. */
-#define CHECK_OK(expr)                                                                                         \
-    do {                                                                                                       \
-        h3_status t__s = (expr);                                                                               \
-        if (t__s != H3_OK) t_fail_at(__FILE__, __LINE__, "%s failed: %s", #expr, h3_last_error());             \
+#define CHECK_OK(expr)                                                                                       \
+    do {                                                                                                     \
+        h3_status t__s = (expr);                                                                             \
+        if (t__s != H3_OK) t_fail_at(__FILE__, __LINE__, "%s failed: %s", #expr, h3_last_error());           \
     } while (0)
 /* A call that must fail with the given code and a message containing `needle` (may be NULL). */
-#define CHECK_ERR(expr, code, needle)                                                                          \
-    do {                                                                                                       \
-        h3_clear_error();                                                                                      \
-        h3_status t__s = (expr);                                                                               \
-        t_check_err(__FILE__, __LINE__, #expr, t__s, (code), (needle));                                        \
+#define CHECK_ERR(expr, code, needle)                                                                        \
+    do {                                                                                                     \
+        h3_clear_error();                                                                                    \
+        h3_status t__s = (expr);                                                                             \
+        t_check_err(__FILE__, __LINE__, #expr, t__s, (code), (needle));                                      \
     } while (0)
 void t_check_err(const char *file, int line, const char *expr, h3_status got, int code, const char *needle);
 
@@ -56,9 +56,19 @@ void t_fill_randn(float *x, size_t n, double scale);
 double t_rel_err(const float *a, const double *ref, size_t n);
 double t_max_abs_err(const float *a, const double *ref, size_t n);
 /* Reports and checks rel_err <= tol; returns the error. */
-double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref, size_t n,
-                      double tol);
+double t_expect_close(const char *file, int line, const char *what, const float *a, const double *ref,
+                      size_t n, double tol);
 #define EXPECT_CLOSE(what, a, ref, n, tol) t_expect_close(__FILE__, __LINE__, what, a, ref, n, tol)
+
+/* ---- a stand-in device -----------------------------------------------------------------------------------
+ * Host memory behind the DEVICE place (each allocation counted in the arena's granules, as the arena counts
+ * them) and the CPU kernels behind the device backend, with ex->cuda marked: device code that needs no CUDA
+ * queues (resident weights, conversions, copies, the ops) runs on any machine and its device bytes are
+ * measured. t_standin_begin returns 0 and changes nothing when a real device backend is active. */
+struct h3_exec;
+extern int64_t t_sd_used, t_sd_peak; /* device bytes held now, and the most since the last reset */
+int t_standin_begin(struct h3_exec *ex);
+void t_standin_end(struct h3_exec *ex);
 
 /* ---- one tensor at a time: the loaders' shape contract ---------------------------------------------------
  * A mutation of one tensor of a safetensors file: emptied (first dim 0), truncated (first dim - 1), reshaped
@@ -87,7 +97,8 @@ int t_sweep(const char *what, const char *root, t_load_fn load, t_accept_fn acce
 /* Whether msg is the binder's message form. */
 int t_wbind_form(const char *msg);
 
-/* Path under the source tree / build tree (from the H3_SOURCE_DIR / H3_BUILD_DIR environment set by CTest). */
+/* Path under the source tree / build tree (from the H3_SOURCE_DIR / H3_BUILD_DIR environment set by CTest).
+ */
 const char *t_src_path(const char *rel, char *buf, size_t n);
 const char *t_tmp_path(const char *name, char *buf, size_t n);
 

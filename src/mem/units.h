@@ -2,19 +2,30 @@
  *
  * A unit is the set of tensors one piece of a forward needs at once (a DiT block, one block's AdaLN
  * projection, a text-encoder layer, a ViT decoder block, a BigVGAN stage), described by a pack (mem/pack.h):
- * the tensors as the model opened them (views of the mapped files, or owned memory) laid out for one slot.
- * The forward acquires a unit, runs its ops on the returned tensors, and releases it after the unit's last op
- * is queued:
+ * the tensors as the model opened them (views of the mapped files, or owned memory) laid out for one slot,
+ * each with the dtype the forward takes it in. The forward acquires a unit, runs its ops on the returned
+ * tensors, and releases it after the unit's last op is queued:
  *
- *     on the host (place HOST, no tiers): acquire returns the tensors as opened; nothing is copied.
+ *     on the host (place HOST, no tiers): acquire returns the tensors as opened; nothing is copied, but for
+ * tensors placed in another dtype than stored, converted once at open.
  *     on the device: every unit has a tier (mem/streamer.h). RESIDENT units are copied to the device once, at
  * open; PINNED units are copied per use from pinned host memory; DISK units are read per use from their files
  *     (or, for weights made in memory, from an unlinked spill file written at open) into pinned staging, then
  *     copied. Streamed units go through a ring of slots filled ahead of use (mem/streamer.h) in the order the
  *     caller names (h3_units_set_order), so copies hide behind compute.
  *
+ * Conversion on arrival: a unit whose pack places some tensor in another dtype than stored (bf16 matrices
+ * from an f32 file) travels as stored and is converted at the place. A resident unit is converted once, at
+ * open: its tensors are read into host memory and copied, each converting tensor through a load buffer at the
+ * place (the largest such tensor; freed before open returns) into the unit's own block, so the forward pays
+ * nothing per acquire. A streamed unit is converted as it is acquired, from its slot into the set's one work
+ * block (the largest placed unit that converts); its slot is released at once, so the next unit's copy runs
+ * while this one computes. One converted streamed unit is held at a time.
+ *
  * Everything is allocated at open; acquire and release never allocate and never wait on the host. The model
  * keeps its own knowledge (which tensors make a unit, how its forward uses them); this module knows no model.
+ * Device memory by category (mem/report.h): resident units and the load buffer count as WEIGHTS, the ring and
+ * the work block as SLOTS; h3_units_mem_of is that arithmetic, for planners.
  */
 #ifndef H3_MEM_UNITS_H
 #define H3_MEM_UNITS_H
@@ -45,15 +56,17 @@ typedef struct h3_units_config {
 
 typedef struct h3_units h3_units;
 
-/* Makes the residency real: packs are copied (their source tensors must outlive the set). On the device: the
- * quantized GEMMs' scratch when a pack is quantized, the spill file, the pinned copies, the resident units
- * and the ring. */
+/* Makes the residency real: packs are copied (their source tensors must outlive the set). ex may be NULL for
+ * a set on the host without tiers (its conversions run on this thread). On the device: the
+ * quantized GEMMs' scratch when a pack is quantized, the resident units (loaded and converted through host
+ * memory and the load buffer), then the spill file, the pinned copies, the ring and the work block. */
 h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *packs, int n, h3_units **out);
 /* The sequence in which streamed units will be acquired (see h3_streamer_set_order); resident units may be
  * named and are skipped. Nothing may be held. */
 h3_status h3_units_set_order(h3_units *u, const int *order, int n, int cyclic);
-/* Unit i's tensors at the set's place, in pack order (a pack's interleaved QKV arrives as [Q; K; V]): views
- * valid until h3_units_release(i). One unit may be held at a time per slot. */
+/* Unit i's tensors at the set's place, in pack order, each in its placed dtype (a pack's interleaved QKV
+ * arrives as [Q; K; V]): views valid until h3_units_release(i). One unit may be held at a time per slot, one
+ * converted streamed unit at a time. A resident unit's memory may be written (synthetic weights). */
 h3_status h3_units_acquire(h3_units *u, int i, const h3_tensor **tensors);
 /* Work queued so far is the last that reads unit i. */
 void h3_units_release(h3_units *u, int i);
@@ -67,5 +80,21 @@ void h3_units_close(h3_units *u);
 
 /* The slot a set of packs needs: the largest pack whose tier streams (tier NULL: all stream). */
 int64_t h3_units_slot_bytes(const h3_pack *packs, int n, const uint8_t *tier);
+
+/* What h3_units_open takes at a placed set's place (cfg's place, tiers, slots; each allocation rounded to
+ * the arena's granule) and in pinned host memory, for planners: the same arithmetic it allocates with. The
+ * packs may describe tensors without data (headers only); a source counts as pinned when its tensor's place
+ * is PINNED. */
+typedef struct h3_units_mem {
+    int64_t resident; /* the resident units as placed */
+    int64_t load;     /* the load buffer converting resident units pass through at open (freed after) */
+    int64_t ring;     /* the slots of the streamed units */
+    int64_t work;     /* the block streamed units that convert are converted into */
+    int64_t backend;  /* the quantized GEMMs' scratch (device, some pack quantized) */
+    int64_t peak;     /* backend + max(resident + load, resident + ring + work) */
+    int64_t pinned;   /* pinned host bytes held until close: copies of PINNED units whose sources are not
+                       * pinned, staging for DISK units */
+} h3_units_mem;
+void h3_units_mem_of(const h3_units_config *cfg, const h3_pack *packs, int n, h3_units_mem *out);
 
 #endif

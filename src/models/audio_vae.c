@@ -1,5 +1,5 @@
-/* The MiniMax-H3 audio VAE decoder (BigVGAN): configuration and weights of the three layouts, weight norm folded at
- * open, and the decode. See audio_vae.h. */
+/* The MiniMax-H3 audio VAE decoder (BigVGAN): configuration and weights of the three layouts, weight norm
+ * folded at open, and the decode. See audio_vae.h. */
 #include "models/audio_vae.h"
 
 #include <math.h>
@@ -12,9 +12,11 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "io/wbind.h"
+#include "mem/units.h"
 #include "models/model_cfg.h"
 
-/* ---- the resampling filter ---------------------------------------------------------------------------------- */
+/* ---- the resampling filter
+ * ---------------------------------------------------------------------------------- */
 
 /* Modified Bessel function of the first kind, order 0, by its power series (converges for every argument; the
  * Kaiser β here is below 10). */
@@ -31,9 +33,12 @@ static double bessel_i0(double x) {
 void h3_audio_kaiser_filter(float *out, int taps, double cutoff, double half_width) {
     int half = taps / 2;
     double att = 2.285 * (half - 1) * M_PI * (4.0 * half_width) + 7.95, beta;
-    if (att > 50.0) beta = 0.1102 * (att - 8.7);
-    else if (att >= 21.0) beta = 0.5842 * pow(att - 21.0, 0.4) + 0.07886 * (att - 21.0);
-    else beta = 0.0;
+    if (att > 50.0)
+        beta = 0.1102 * (att - 8.7);
+    else if (att >= 21.0)
+        beta = 0.5842 * pow(att - 21.0, 0.4) + 0.07886 * (att - 21.0);
+    else
+        beta = 0.0;
     double f[256], sum = 0.0;
     for (int n = 0; n < taps && n < 256; n++) {
         double r = taps > 1 ? 2.0 * n / (taps - 1) - 1.0 : 0.0;
@@ -46,7 +51,8 @@ void h3_audio_kaiser_filter(float *out, int taps, double cutoff, double half_wid
     for (int n = 0; n < taps && n < 256; n++) out[n] = (float)(f[n] / sum);
 }
 
-/* ---- the model ---------------------------------------------------------------------------------------------- */
+/* ---- the model
+ * ---------------------------------------------------------------------------------------------- */
 
 struct h3_audio_vae {
     h3_audio_vae_config cfg;
@@ -56,16 +62,20 @@ struct h3_audio_vae {
     h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int compute_filters;
     int n_conv;
-    h3_tensor *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
-    float filter[64];  /* computed resampling filter (filter_taps values) */
+    h3_tensor
+        *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
+    float filter[64];   /* computed resampling filter (filter_taps values) */
     h3_place act_place; /* where a decode keeps its activations (and its weights): HOST or DEVICE */
-    h3_tensor dev_w;    /* on the device: every weight as f32 in one block (av_dev_items), from the first decode */
-    int64_t *dev_off;   /* the offsets of the tensors in it (av_dev_items' order) */
+    h3_tensor *bound;   /* every tensor the decode reads, bound at open (av_index): views of the file, the
+                         * folded   weights, the computed filters */
+    h3_units *host;     /* the weights as opened, for decodes on the host */
+    h3_units *dev;      /* on the device: every unit resident as f32, from the first decode */
 };
 
-static void av_dev_release(h3_audio_vae *v);
+static h3_status av_bind_all(h3_audio_vae *v);
 
-/* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post. */
+/* Convolution ids: conv_pre, the upsamplers, the AMP convs (stage, block, dilation, first/second), conv_post.
+ */
 static int av_up(int i) {
     return 1 + i;
 }
@@ -134,8 +144,9 @@ static h3_status av_bind(const h3_audio_vae *v, const char *name, int nd, const 
     return h3_wb_bind(&v->wb, &r);
 }
 
-/* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim but the
- * first (what torch's weight_norm(dim=0) computes, also for transposed convs). Checks the shapes either way. */
+/* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim
+ * but the first (what torch's weight_norm(dim=0) computes, also for transposed convs). Checks the shapes
+ * either way. */
 static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     char base[128], name[192];
     int64_t s[3];
@@ -151,8 +162,9 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     }
     snprintf(name, sizeof name, "%s.weight", base);
     if (h3_st_find(&v->st, name)) return av_need(v, name, 3, s, words, unit);
-    static const char *const forms[2][2] = {{".weight_g", ".weight_v"},
-                                            {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
+    static const char *const forms[2][2] = {
+        {".weight_g", ".weight_v"},
+        {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
     int f = -1;
     for (int k = 0; k < 2 && f < 0; k++) {
         snprintf(name, sizeof name, "%s%s", base, forms[k][1]);
@@ -184,7 +196,8 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
         double ss = 0.0;
         for (int64_t i = 0; i < row; i++) ss += (double)r[i] * r[i];
         float nrm = (float)sqrt(ss), k = gf[o] / nrm;
-        if (!(nrm > 0.0f)) H3_FAIL(H3_ERR_FORMAT, "%s: '%s' has an all-zero row %lld", v->source, vname, (long long)o);
+        if (!(nrm > 0.0f))
+            H3_FAIL(H3_ERR_FORMAT, "%s: '%s' has an all-zero row %lld", v->source, vname, (long long)o);
         for (int64_t i = 0; i < row; i++) r[i] *= k;
     }
     v->folded[id] = w;
@@ -198,8 +211,10 @@ done:
 }
 
 static const char *av_act_name(const h3_audio_vae_config *c, int stage, int r, int a, char *buf, size_t n) {
-    if (stage < 0) snprintf(buf, n, "decoder.activation_post");
-    else snprintf(buf, n, "decoder.resblocks.%d.activations.%d", stage * c->n_res + r, a);
+    if (stage < 0)
+        snprintf(buf, n, "decoder.activation_post");
+    else
+        snprintf(buf, n, "decoder.resblocks.%d.activations.%d", stage * c->n_res + r, a);
     return buf;
 }
 
@@ -224,10 +239,11 @@ static h3_status av_check_act(const h3_audio_vae *v, const char *base, int64_t C
     return H3_OK;
 }
 
-/* ---- configuration files ------------------------------------------------------------------------------------ */
+/* ---- configuration files
+ * ------------------------------------------------------------------------------------ */
 
-/* An integer list (the JSON array j, or nothing when NULL) of at most max values, each in [lo, hi]; *n receives
- * the count. */
+/* An integer list (the JSON array j, or nothing when NULL) of at most max values, each in [lo, hi]; *n
+ * receives the count. */
 static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int hi, int *out, int *n,
                           const char *what) {
     if (!j) return H3_OK;
@@ -244,7 +260,8 @@ static h3_status jints_of(const json_t *j, const char *key, int max, int lo, int
     return H3_OK;
 }
 
-static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi, int *out, int *n, const char *what) {
+static h3_status jints(const json_t *o, const char *key, int max, int lo, int hi, int *out, int *n,
+                       const char *what) {
     return jints_of(o ? json_object_get(o, key) : NULL, key, max, lo, hi, out, n, what);
 }
 
@@ -287,8 +304,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
     int n_up = h3_count_layers(&v->st, "decoder.ups.");
     int n_rb = h3_count_layers(&v->st, "decoder.resblocks.");
     if (n_up < 1 || n_up > H3_AVAE_MAX_UPS || n_rb % n_up || n_rb / n_up < 1 || n_rb / n_up > H3_AVAE_MAX_RES)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %d upsamplers and %d AMP blocks do not make a BigVGAN decoder", v->source,
-                      n_up, n_rb);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %d upsamplers and %d AMP blocks do not make a BigVGAN decoder",
+                      v->source, n_up, n_rb);
     if (s[0] < 2 || s[0] > (1 << 16) || ((s[0] >> n_up) << n_up) != s[0])
         return h3_wb_shape_error(
             &v->wb, nm, 3, s, &model,
@@ -311,7 +328,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
                                      "[channels in, channels in / 2, kernel] with a kernel of 1 "
                                      "to 64");
         c->kernels[i] = (int)s[2];
-        c->rates[i] = c->kernels[i] % 2 ? (c->kernels[i] + 1) / 2 : c->kernels[i] / 2; /* k = 2u − (u mod 2) */
+        c->rates[i] =
+            c->kernels[i] % 2 ? (c->kernels[i] + 1) / 2 : c->kernels[i] / 2; /* k = 2u − (u mod 2) */
     }
     int n_dil = 0;
     for (int r = 0; r < c->n_res; r++) {
@@ -331,7 +349,8 @@ static h3_status av_shapes(h3_audio_vae *v) {
                                      "[channels, channels, AMP kernel] with an odd kernel of 1 "
                                      "to 63");
         c->res_kernels[r] = (int)s[2];
-        for (int d = 0; d < nd; d++) c->dilations[r][d] = 2 * d + 1; /* 1, 3, 5: BigVGAN's, not in any config */
+        for (int d = 0; d < nd; d++)
+            c->dilations[r][d] = 2 * d + 1; /* 1, 3, 5: BigVGAN's, not in any config */
     }
     c->n_dil = n_dil;
     static const char *const f_name = "decoder.activation_post.upsample.filter";
@@ -373,15 +392,17 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             const h3_wb_unit model = {NULL, 0, -1};
             st = av_need(v, "latents_mean", 1, &C, "[latent channels]", model);
             if (st == H3_OK) st = av_need(v, "latents_std", 1, &C, "[latent channels]", model);
-            if (st == H3_OK) st = h3_st_load(&v->st, "latents_mean", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &m1);
+            if (st == H3_OK)
+                st = h3_st_load(&v->st, "latents_mean", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &m1);
             if (st == H3_OK) st = h3_st_load(&v->st, "latents_std", H3_PLACE_HOST, H3_F32, H3_MEM_OTHER, &s1);
             if (st == H3_OK) {
                 memcpy(c->latents_mean, m1.data, (size_t)C * 4);
                 memcpy(c->latents_std, s1.data, (size_t)C * 4);
                 for (int i = 0; i < C && st == H3_OK; i++)
-                    if (!isfinite(c->latents_mean[i]) || !isfinite(c->latents_std[i]) || c->latents_std[i] == 0.0f)
-                        st = H3_ERR(H3_ERR_FORMAT, "%s: latents_mean/latents_std[%d] are not finite (std nonzero)",
-                                    path, i);
+                    if (!isfinite(c->latents_mean[i]) || !isfinite(c->latents_std[i]) ||
+                        c->latents_std[i] == 0.0f)
+                        st = H3_ERR(H3_ERR_FORMAT,
+                                    "%s: latents_mean/latents_std[%d] are not finite (std nonzero)", path, i);
             }
             h3_tensor_free(&m1);
             h3_tensor_free(&s1);
@@ -409,7 +430,8 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             json_t *kw = json_object_get(json_object_get(meta, "metadata"), "kwargs");
             char mwhat[1100];
             snprintf(mwhat, sizeof mwhat, "%s/metadata.json", path);
-            if (!kw || !json_is_object(kw)) H3_FAIL(H3_ERR_FORMAT, "%s: no \"metadata\".\"kwargs\" object", mwhat);
+            if (!kw || !json_is_object(kw))
+                H3_FAIL(H3_ERR_FORMAT, "%s: no \"metadata\".\"kwargs\" object", mwhat);
             const char *dt = h3_json_get_str(kw, "decoder_type");
             if (dt && strcmp(dt, "bigvgan") != 0)
                 H3_FAIL(H3_ERR_UNSUPPORTED, "%s: decoder_type \"%s\"; h3run decodes \"bigvgan\"", mwhat, dt);
@@ -426,29 +448,33 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
             H3_CHECK(av_shapes(v));
             int a[H3_AVAE_MAX_UPS], n = 0;
             H3_CHECK(jints(cfg, "decoder_rates", H3_AVAE_MAX_UPS, 1, 64, a, &n, what));
-            if (n && n != c->n_up) H3_FAIL(H3_ERR_FORMAT, "%s: %d decoder_rates for %d upsamplers", what, n, c->n_up);
+            if (n && n != c->n_up)
+                H3_FAIL(H3_ERR_FORMAT, "%s: %d decoder_rates for %d upsamplers", what, n, c->n_up);
             for (int i = 0; i < n; i++) c->rates[i] = a[i];
             json_t *dl = json_object_get(cfg, "resblock_dilation_sizes");
             if (dl) {
                 if (!json_is_array(dl) || json_array_size(dl) != (size_t)c->n_res)
-                    H3_FAIL(H3_ERR_FORMAT, "%s: \"resblock_dilation_sizes\" must list %d blocks", what, c->n_res);
+                    H3_FAIL(H3_ERR_FORMAT, "%s: \"resblock_dilation_sizes\" must list %d blocks", what,
+                            c->n_res);
                 for (int r = 0; r < c->n_res; r++) {
                     int nd = 0;
-                    H3_CHECK(jints_of(json_array_get(dl, (size_t)r), "resblock_dilation_sizes", H3_AVAE_MAX_RES, 1, 64,
-                                      c->dilations[r], &nd, what));
+                    H3_CHECK(jints_of(json_array_get(dl, (size_t)r), "resblock_dilation_sizes",
+                                      H3_AVAE_MAX_RES, 1, 64, c->dilations[r], &nd, what));
                     if (nd != c->n_dil)
-                        H3_FAIL(H3_ERR_FORMAT, "%s: block %d lists %d dilations; the weights have %d", what, r, nd,
-                                c->n_dil);
+                        H3_FAIL(H3_ERR_FORMAT, "%s: block %d lists %d dilations; the weights have %d", what,
+                                r, nd, c->n_dil);
                 }
             }
             H3_CHECK(h3_cfg_int(cfg, "sampling_rate", 1, 1000000, &c->sample_rate, what));
         } else {
-            H3_FAIL(H3_ERR_NOT_FOUND, "%s: neither an official (metadata.json) nor a diffusers audio VAE config", what);
+            H3_FAIL(H3_ERR_NOT_FOUND,
+                    "%s: neither an official (metadata.json) nor a diffusers audio VAE config", what);
         }
         int lc = c->latent_channels;
         H3_CHECK(h3_cfg_int(cfg, "latent_channels", 1, H3_AVAE_MAX_CHANNELS, &lc, what));
         if (lc != c->latent_channels)
-            H3_FAIL(H3_ERR_FORMAT, "%s: latent_channels %d; the weights take %d", what, lc, c->latent_channels);
+            H3_FAIL(H3_ERR_FORMAT, "%s: latent_channels %d; the weights take %d", what, lc,
+                    c->latent_channels);
         H3_CHECK(h3_cfg_floats(cfg, "latents_mean", c->latent_channels, 1, 0, c->latents_mean, what));
         H3_CHECK(h3_cfg_floats(cfg, "latents_std", c->latent_channels, 1, 1, c->latents_std, what));
         goto done;
@@ -462,7 +488,8 @@ static h3_status av_resolve(h3_audio_vae *v, const char *path, int depth) {
         if (isdir) goto done;
     }
     H3_FAIL(H3_ERR_NOT_FOUND,
-            "%s: no audio VAE here (expected the official audio_vae/ folder, a diffusers audio_vae/ folder, a model "
+            "%s: no audio VAE here (expected the official audio_vae/ folder, a diffusers audio_vae/ folder, "
+            "a model "
             "folder holding one, or ComfyUI's audio VAE file)",
             path);
 done:
@@ -479,8 +506,10 @@ static h3_status av_finish(h3_audio_vae *v) {
     for (int i = 0; i < c->n_up; i++) {
         int u = c->rates[i], k = c->kernels[i];
         if (u < 1 || k < u || (k - u) % 2)
-            return H3_ERR(H3_ERR_FORMAT, "%s: upsampler %d has kernel %d for rate %d; it must be at least the rate and "
-                          "differ from it by an even number", v->source, i, k, u);
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: upsampler %d has kernel %d for rate %d; it must be at least the rate and "
+                          "differ from it by an even number",
+                          v->source, i, k, u);
         hop *= u;
         if (hop > 1 << 20) return H3_ERR(H3_ERR_FORMAT, "%s: the rates multiply past 2^20", v->source);
     }
@@ -523,6 +552,7 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
         if (!v->source) st = H3_ERR_NOMEM;
     }
     if (st == H3_OK) st = av_finish(v);
+    if (st == H3_OK) st = av_bind_all(v);
     if (st != H3_OK) {
         st = h3_error_wrap(st, "opening the audio VAE %s", path);
         h3_audio_vae_close(v);
@@ -532,12 +562,18 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
     return H3_OK;
 }
 
+static int64_t av_index_count(const h3_audio_vae_config *c);
+
 void h3_audio_vae_close(h3_audio_vae *v) {
     if (!v) return;
+    h3_units_close(v->dev);
+    h3_units_close(v->host);
+    if (v->bound)
+        for (int64_t i = 0; i < av_index_count(&v->cfg); i++) h3_tensor_free(&v->bound[i]);
+    h3_free(v->bound);
     if (v->folded)
         for (int i = 0; i < v->n_conv; i++) h3_tensor_free(&v->folded[i]);
     h3_free(v->folded);
-    av_dev_release(v);
     if (v->st.files || v->st.entries) h3_st_close(&v->st);
     h3_free(v->source);
     h3_free(v);
@@ -553,18 +589,22 @@ const char *h3_audio_vae_source(const h3_audio_vae *v) {
     return v->source;
 }
 
-/* ---- weights for one part of the decode --------------------------------------------------------------------- */
+/* ---- weights: bound at open, reached through units
+ * ---------------------------------------------------------- The decode's weights are units (mem/units.h):
+ * unit 0 holds dec_in_proj and conv_pre, unit 1 + i BigVGAN stage i (its transposed conv, its AMP blocks'
+ * convs and activations), the last one activation_post and conv_post. av_walk names every tensor of every
+ * unit in order; binding, the units' packs and the memory plan all follow it, so they agree by construction.
+ * On the host the units hand out the tensors as opened (the resampling filters as f32); on the device every
+ * unit is resident as f32 (files that store another dtype are converted on the host first: the device holds
+ * exactly the f32 weights the plan counts from the config). */
 
 typedef struct {
     h3_tensor w, b;
-    int held_w, held_b;
 } av_conv;
 
 typedef struct {
     h3_tensor alpha, beta; /* [C] */
     h3_tensor up, down;    /* the resampling filters [taps]; h3_op_snake_aa applies the upsampler's ×2 */
-    float fup[H3_SNAKE_AA_MAX_TAPS], fdown[H3_SNAKE_AA_MAX_TAPS]; /* their values when on the host */
-    int held;
 } av_act;
 
 /* Part -1: dec_in_proj and conv_pre; part i: upsampler i with its AMP blocks; part n_up: activation_post and
@@ -607,205 +647,186 @@ static h3_convt1d_params av_up_params(const h3_audio_vae_config *c, int i) {
     return p;
 }
 
-static void av_release_conv(av_conv *c) {
-    if (c->held_w) h3_tensor_free(&c->w);
-    if (c->held_b) h3_tensor_free(&c->b);
-    memset(c, 0, sizeof *c);
-}
-
-static void av_release_act(av_act *a) {
-    if (a->held) {
-        h3_tensor_free(&a->alpha);
-        h3_tensor_free(&a->beta);
-    }
-    memset(a, 0, sizeof *a);
-}
-
-static void av_release(av_part *p) {
-    av_release_conv(&p->in);
-    av_release_conv(&p->pre);
-    av_release_conv(&p->up);
-    av_release_conv(&p->post);
-    for (int r = 0; r < H3_AVAE_MAX_RES; r++) {
-        for (int d = 0; d < H3_AVAE_MAX_RES; d++) {
-            av_release_conv(&p->res[r][d][0]);
-            av_release_conv(&p->res[r][d][1]);
-        }
-        for (int a = 0; a < 2 * H3_AVAE_MAX_RES; a++) av_release_act(&p->act[r][a]);
-    }
-    av_release_act(&p->post_act);
-}
-
 /* The unit of activation id (av_act_id). */
 static h3_wb_unit av_act_unit_of(const h3_audio_vae_config *c, int id) {
     const int stage = id / (c->n_res * 2 * c->n_dil);
     return av_act_unit(c, stage < c->n_up ? stage : -1);
 }
 
-/* The values of a resampling filter (filter_taps of them): the stored ones, else the computed ones. */
-static h3_status av_filter_values(h3_audio_vae *v, const char *name, h3_wb_unit unit, float *f) {
-    int K = v->cfg.filter_taps;
-    int64_t fs[3] = {1, 1, K};
-    memcpy(f, v->filter, (size_t)K * sizeof(float));
-    if (!v->compute_filters && h3_st_find(&v->st, name)) {
-        h3_tensor t;
-        H3_TRY(av_bind(v, name, 3, fs, "[1, 1, filter taps]", unit, &t));
-        int ok = h3_convert_to_f32(t.dtype, t.data, f, (size_t)K);
-        h3_tensor_free(&t);
-        if (!ok) return H3_ERR(H3_ERR_UNSUPPORTED, "%s: cannot read %s", v->source, name);
-    }
-    return H3_OK;
-}
-
-/* ---- the weights on the device ------------------------------------------------------------------------------
- * One block of f32 holds every tensor the decode reads: dec_in_proj's weight and bias, each conv's weight and bias
- * (conv_post has none), each activation's alpha, beta, up and down filter. av_dev_items walks them in that order,
- * each at a multiple of 64 floats (256 bytes, the arena's granule: aligned as the GEMMs like it); the upload and
- * the memory plan both walk it, so they agree by construction. */
-
 enum { AV_IN, AV_CONV, AV_ACT };
 
-typedef h3_status (*av_item_fn)(void *user, int kind, int id, int which, int64_t off, int64_t n);
-
-static int64_t al64(int64_t n) {
-    return (n + 63) / 64 * 64;
-}
-
-/* Where the offset of (kind, id, which) is kept in v->dev_off, and how many there are. */
-static int64_t av_off_index(const h3_audio_vae_config *c, int kind, int id, int which) {
+/* Where tensor (kind, id, which) is kept in v->bound: dec_in_proj's weight and bias; each conv's weight and
+ * bias; each activation's alpha, beta, up and down filter. */
+static int64_t av_index(const h3_audio_vae_config *c, int kind, int id, int which) {
     const int64_t n_conv = av_post(c) + 1;
-    return kind == AV_IN ? which : kind == AV_CONV ? 2 + which * n_conv + id : 2 + 2 * n_conv + 4 * (int64_t)id + which;
+    return kind == AV_IN     ? which
+           : kind == AV_CONV ? 2 + which * n_conv + id
+                             : 2 + 2 * n_conv + 4 * (int64_t)id + which;
 }
-static int64_t av_off_count(const h3_audio_vae_config *c) {
+static int64_t av_index_count(const h3_audio_vae_config *c) {
     return 2 + 2 * (int64_t)(av_post(c) + 1) + 4 * (int64_t)av_n_act(c);
 }
 
-/* Calls fn (unless NULL) for every tensor of the block with its offset and size in floats; *floats: the block. */
-static h3_status av_dev_items(const h3_audio_vae_config *c, av_item_fn fn, void *user, int64_t *floats) {
-    int64_t off = 0;
-#define AV_ITEM(kind, id, which, count)                                                                            \
-    do {                                                                                                           \
-        const int64_t n__ = (count);                                                                               \
-        if (fn) H3_TRY(fn(user, kind, id, which, off, n__));                                                       \
-        off += al64(n__);                                                                                          \
+static int av_n_units(const h3_audio_vae_config *c) {
+    return c->n_up + 2;
+}
+
+/* Calls fn for every tensor of the decode, unit by unit in pack order, with its element count. */
+typedef h3_status (*av_item_fn)(void *user, int unit, int kind, int id, int which, int64_t n);
+
+static h3_status av_walk(const h3_audio_vae_config *c, av_item_fn fn, void *user) {
+    char name[128];
+    int64_t s[3];
+    int bias;
+    h3_wb_unit unit;
+    const char *words;
+#define AV_CONV_ITEMS(u, id)                                                                                 \
+    do {                                                                                                     \
+        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);                                     \
+        H3_TRY(fn(user, u, AV_CONV, id, 0, s[0] * s[1] * s[2]));                                             \
+        if (bias) H3_TRY(fn(user, u, AV_CONV, id, 1, (id) >= 1 && (id) <= c->n_up ? s[1] : s[0]));           \
     } while (0)
-    AV_ITEM(AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels);
-    AV_ITEM(AV_IN, 0, 1, (int64_t)c->latent_dim);
-    for (int id = 0; id <= av_post(c); id++) {
-        char name[128];
-        int64_t s[3];
-        int bias;
-        h3_wb_unit unit;
-        const char *words;
-        av_conv_desc(c, id, name, sizeof name, s, &bias, &unit, &words);
-        AV_ITEM(AV_CONV, id, 0, s[0] * s[1] * s[2]);
-        if (bias) AV_ITEM(AV_CONV, id, 1, id >= 1 && id <= c->n_up ? s[1] : s[0]);
+#define AV_ACT_ITEMS(u, a)                                                                                   \
+    do {                                                                                                     \
+        for (int w__ = 0; w__ < 4; w__++)                                                                    \
+            H3_TRY(fn(user, u, AV_ACT, a, w__, w__ < 2 ? av_act_ch(c, a) : (int64_t)c->filter_taps));        \
+    } while (0)
+    H3_TRY(fn(user, 0, AV_IN, 0, 0, (int64_t)c->latent_dim * c->latent_channels));
+    H3_TRY(fn(user, 0, AV_IN, 0, 1, (int64_t)c->latent_dim));
+    AV_CONV_ITEMS(0, 0);
+    for (int i = 0; i < c->n_up; i++) {
+        AV_CONV_ITEMS(1 + i, av_up(i));
+        for (int r = 0; r < c->n_res; r++)
+            for (int d = 0; d < c->n_dil; d++) {
+                AV_CONV_ITEMS(1 + i, av_res(c, i, r, d, 0));
+                AV_CONV_ITEMS(1 + i, av_res(c, i, r, d, 1));
+            }
+        for (int r = 0; r < c->n_res; r++)
+            for (int a = 0; a < 2 * c->n_dil; a++) AV_ACT_ITEMS(1 + i, av_act_id(c, i, r, a));
     }
-    for (int a = 0; a < av_n_act(c); a++) {
-        const int64_t C = av_act_ch(c, a);
-        AV_ITEM(AV_ACT, a, 0, C);
-        AV_ITEM(AV_ACT, a, 1, C);
-        AV_ITEM(AV_ACT, a, 2, (int64_t)c->filter_taps);
-        AV_ITEM(AV_ACT, a, 3, (int64_t)c->filter_taps);
-    }
-#undef AV_ITEM
-    *floats = off;
+    AV_ACT_ITEMS(c->n_up + 1, av_act_id(c, -1, 0, 0));
+    AV_CONV_ITEMS(c->n_up + 1, av_post(c));
+#undef AV_CONV_ITEMS
+#undef AV_ACT_ITEMS
     return H3_OK;
 }
 
-static void av_dev_release(h3_audio_vae *v) {
-    h3_tensor_free(&v->dev_w);
-    h3_free(v->dev_off);
-    v->dev_off = NULL;
-}
+/* The most tensors a unit has: a stage's transposed conv, 2·n_res·n_dil convs and 2·n_res·n_dil activations.
+ */
+_Static_assert(2 + 4 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES + 8 * H3_AVAE_MAX_RES * H3_AVAE_MAX_RES <=
+                   H3_PACK_MAX,
+               "a BigVGAN stage must fit one pack");
 
-/* n values of src (host, any float dtype) as f32 to the device at dst. */
-static h3_status av_put_f32(h3_exec *ex, const h3_tensor *src, float *dst, int64_t n) {
-    h3_tensor d, h;
-    H3_TRY(h3_tensor_wrap(&d, dst, H3_PLACE_DEVICE, H3_F32, 1, &n));
-    if (src->dtype == H3_F32 && src->q.mode == H3_SCALE_NONE && h3_tensor_is_contiguous(src)) {
-        H3_TRY(h3_tensor_wrap(&h, src->data, H3_PLACE_HOST, H3_F32, 1, &n));
-        return h3_copy(ex, &d, &h);
+/* av_walk's callback of binding: the tensor into v->bound, shaped as the ops take it (filters as [taps]). */
+static h3_status av_bind_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)unit;
+    (void)n;
+    h3_audio_vae *v = user;
+    const h3_audio_vae_config *c = &v->cfg;
+    h3_tensor *dst = &v->bound[av_index(c, kind, id, which)];
+    char base[128], name[192];
+    const h3_wb_unit model = {NULL, 0, -1};
+    if (kind == AV_IN) {
+        const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
+        return which
+                   ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, dst)
+                   : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, dst);
     }
-    float *tmp = h3_malloc((size_t)n * sizeof(float), H3_MEM_WORKSPACE);
-    if (!tmp) return H3_ERR(H3_ERR_NOMEM, "out of memory converting a weight for the device");
-    h3_status st = H3_OK;
-    if (src->q.mode != H3_SCALE_NONE || !h3_tensor_is_contiguous(src) ||
-        !h3_convert_to_f32(src->dtype, src->data, tmp, (size_t)n))
-        st = H3_ERR(H3_ERR_UNSUPPORTED, "a weight of dtype %s cannot be read as f32", h3_dtype_name(src->dtype));
-    if (st == H3_OK) st = h3_tensor_wrap(&h, tmp, H3_PLACE_HOST, H3_F32, 1, &n);
-    if (st == H3_OK) st = h3_copy(ex, &d, &h);
-    h3_free(tmp);
+    if (kind == AV_CONV) {
+        int64_t s[3];
+        int bias;
+        h3_wb_unit u;
+        const char *words;
+        av_conv_desc(c, id, base, sizeof base, s, &bias, &u, &words);
+        if (which == 0 && v->folded[id].data) /* a view: the folded weight stays the decoder's */
+            return h3_tensor_wrap(dst, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
+        snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
+        return which ? av_bind(v, name, 1, &s[id >= 1 && id <= c->n_up ? 1 : 0], "[channels]", u, dst)
+                     : av_bind(v, name, 3, s, words, u, dst);
+    }
+    const int64_t C = av_act_ch(c, id), K = c->filter_taps, fs[3] = {1, 1, K};
+    const h3_wb_unit u = av_act_unit_of(c, id);
+    av_act_name_of(c, id, base, sizeof base);
+    if (which < 2) {
+        snprintf(name, sizeof name, "%s.act.%s", base, which ? "beta" : "alpha");
+        return av_bind(v, name, 1, &C, "[channels]", u, dst);
+    }
+    snprintf(name, sizeof name, "%s%s", base, which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
+    if (v->compute_filters || !h3_st_find(&v->st, name)) /* the computed one */
+        return h3_tensor_wrap(dst, v->filter, H3_PLACE_HOST, H3_F32, 1, &K);
+    h3_tensor t;
+    H3_TRY(av_bind(v, name, 3, fs, "[1, 1, filter taps]", u, &t));
+    h3_status st = h3_tensor_reshape(&t, 1, &K, dst);
+    dst->owner = t.owner; /* an aligned copy stays owned */
+    dst->owned_bytes = t.owned_bytes;
+    dst->cat = t.cat;
     return st;
 }
 
 typedef struct {
     h3_audio_vae *v;
-    h3_exec *ex;
-} av_up_ctx;
+    h3_pack *packs;
+    const h3_tensor *src; /* the tensors to pack (v->bound, or their f32 copies) */
+    int f32;              /* placed: every tensor as f32 (else as opened, the filters as f32) */
+} av_pack_ctx;
 
-/* av_dev_items' callback of the upload: the tensor's host values (folded weight, file view or filter) to the block. */
-static h3_status av_put(void *user, int kind, int id, int which, int64_t off, int64_t n) {
-    av_up_ctx *u = user;
-    h3_audio_vae *v = u->v;
-    const h3_audio_vae_config *c = &v->cfg;
-    v->dev_off[av_off_index(c, kind, id, which)] = off;
-    h3_tensor src;
-    memset(&src, 0, sizeof src);
-    int held = 0;
-    float f[H3_SNAKE_AA_MAX_TAPS];
-    char base[128], name[192];
-    h3_status st = H3_OK;
-    const h3_wb_unit model = {NULL, 0, -1};
-    if (kind == AV_IN) {
-        const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
-        st = which ? av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &src)
-                   : av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model, &src);
-        held = st == H3_OK;
-    } else if (kind == AV_CONV && which == 0 && v->folded[id].data) {
-        src = v->folded[id]; /* a view: the folded weight stays the decoder's */
-    } else if (kind == AV_CONV) {
-        int64_t s[3];
-        int bias;
-        h3_wb_unit unit;
-        const char *words;
-        av_conv_desc(c, id, base, sizeof base, s, &bias, &unit, &words);
-        snprintf(name, sizeof name, "%s.%s", base, which ? "bias" : "weight");
-        st = which ? av_bind(v, name, 1, &s[id >= 1 && id <= c->n_up ? 1 : 0], "[channels]", unit, &src)
-                   : av_bind(v, name, 3, s, words, unit, &src);
-        held = st == H3_OK;
-    } else if (which < 2) {
-        const int64_t C = av_act_ch(c, id);
-        snprintf(name, sizeof name, "%s.act.%s", av_act_name_of(c, id, base, sizeof base), which ? "beta" : "alpha");
-        st = av_bind(v, name, 1, &C, "[channels]", av_act_unit_of(c, id), &src);
-        held = st == H3_OK;
-    } else {
-        snprintf(name, sizeof name, "%s%s", av_act_name_of(c, id, base, sizeof base),
-                 which == 2 ? ".upsample.filter" : ".downsample.lowpass.filter");
-        st = av_filter_values(v, name, av_act_unit_of(c, id), f);
-        if (st == H3_OK) st = h3_tensor_wrap(&src, f, H3_PLACE_HOST, H3_F32, 1, &n);
-    }
-    if (st == H3_OK && h3_tensor_numel(&src) != n)
-        st = H3_ERR(H3_ERR_INTERNAL, "%s: a weight of %lld values where the device block plans %lld", v->source,
-                    (long long)h3_tensor_numel(&src), (long long)n);
-    if (st == H3_OK) st = av_put_f32(u->ex, &src, (float *)v->dev_w.data + off, n);
-    if (held) h3_tensor_free(&src);
+static h3_status av_pack_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)n;
+    av_pack_ctx *x = user;
+    const h3_tensor *t = &x->src[av_index(&x->v->cfg, kind, id, which)];
+    h3_pack_add_as(&x->packs[unit], t, 0, x->f32 || (kind == AV_ACT && which >= 2) ? H3_F32 : t->dtype);
+    return H3_OK;
+}
+
+/* The units over src: as opened on the host, or resident as f32 on the device. */
+static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *src, h3_place place,
+                               h3_units **out) {
+    const int n = av_n_units(&v->cfg);
+    h3_pack *packs = h3_calloc((size_t)n, sizeof *packs, H3_MEM_OTHER);
+    if (!packs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    av_pack_ctx x = {v, packs, src, place == H3_PLACE_DEVICE};
+    h3_status st = av_walk(&v->cfg, av_pack_one, &x);
+    const h3_units_config uc = {place, NULL, 0, 0, &v->st, 0, 0, NULL, NULL, "the audio VAE's weights", 0};
+    if (st == H3_OK) st = h3_units_open(ex, &uc, packs, n, out);
+    h3_free(packs);
     return st;
 }
 
-/* Every weight to the device, once (the first device decode after open or a placement change). */
-static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
-    int64_t floats;
-    H3_TRY(av_dev_items(&v->cfg, NULL, NULL, &floats));
-    v->dev_off = h3_calloc((size_t)av_off_count(&v->cfg), sizeof *v->dev_off, H3_MEM_WEIGHTS);
-    if (!v->dev_off) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = h3_tensor_alloc(&v->dev_w, H3_PLACE_DEVICE, H3_F32, 1, &floats, H3_MEM_WEIGHTS);
-    av_up_ctx u = {v, ex};
-    if (st == H3_OK) st = av_dev_items(&v->cfg, av_put, &u, &floats);
-    if (st == H3_OK) st = h3_exec_sync(ex);
+/* Binds every tensor the decode reads (views: nothing is read but stored filters of another dtype, converted
+ * to f32) and opens the units a host decode reaches them through. */
+static h3_status av_bind_all(h3_audio_vae *v) {
+    v->bound = h3_calloc((size_t)av_index_count(&v->cfg), sizeof *v->bound, H3_MEM_OTHER);
+    if (!v->bound) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    H3_TRY(av_walk(&v->cfg, av_bind_one, v));
+    return av_open_units(v, NULL, v->bound, H3_PLACE_HOST, &v->host);
+}
+
+/* The device's units: every tensor resident as f32. Tensors stored in another dtype are converted on the host
+ * first (copies freed once the units hold them). */
+static h3_status av_open_device(h3_audio_vae *v, h3_exec *ex) {
+    const int64_t n = av_index_count(&v->cfg);
+    h3_tensor *f32 = h3_calloc((size_t)n, sizeof *f32, H3_MEM_OTHER);
+    if (!f32) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    h3_status st = H3_OK;
+    for (int64_t i = 0; i < n && st == H3_OK; i++) {
+        const h3_tensor *t = &v->bound[i];
+        f32[i] = *t;
+        f32[i].owner = NULL;
+        if (!t->data || t->dtype == H3_F32) continue;
+        st = h3_tensor_alloc(&f32[i], H3_PLACE_HOST, H3_F32, t->ndim, t->shape, H3_MEM_WEIGHTS);
+        if (st == H3_OK && (!h3_tensor_is_contiguous(t) ||
+                            !h3_convert_to_f32(t->dtype, t->data, f32[i].data, (size_t)h3_tensor_numel(t))))
+            st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: a weight of dtype %s cannot be read as f32", v->source,
+                        h3_dtype_name(t->dtype));
+    }
+    if (st == H3_OK) st = av_open_units(v, ex, f32, H3_PLACE_DEVICE, &v->dev);
+    for (int64_t i = 0; i < n; i++) h3_tensor_free(&f32[i]);
+    h3_free(f32);
     if (st != H3_OK) {
-        av_dev_release(v);
-        return h3_error_wrap(st, "uploading the audio VAE's %.1f MiB of weights to the device", floats / 262144.0);
+        int64_t floats = 0;
+        for (int64_t i = 0; i < n; i++) floats += h3_tensor_numel(&v->bound[i]);
+        return h3_error_wrap(st, "uploading the audio VAE's %.1f MiB of weights to the device",
+                             (double)floats / 262144.0);
     }
     return H3_OK;
 }
@@ -813,122 +834,81 @@ static h3_status av_upload(h3_audio_vae *v, h3_exec *ex) {
 h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place) {
     if (act_place != H3_PLACE_HOST && act_place != H3_PLACE_PINNED && act_place != H3_PLACE_DEVICE)
         return H3_ERR(H3_ERR_INVALID, "audio VAE: unknown placement %d", (int)act_place);
-    if (act_place != H3_PLACE_DEVICE) av_dev_release(v);
+    if (act_place != H3_PLACE_DEVICE) {
+        h3_units_close(v->dev);
+        v->dev = NULL;
+    }
     v->act_place = act_place == H3_PLACE_DEVICE ? H3_PLACE_DEVICE : H3_PLACE_HOST;
     return H3_OK;
 }
 
-/* ---- the one way the decode reaches weights -------------------------------------------------------------------
- * On the host: folded weights and views of the file, filters as values; on the device: views into the resident
- * block (uploaded by the first acquire). A shared residency interface will replace the inside of these. */
+/* The one way the decode reaches weights: part `part`'s unit, at the decode's place (the device's units are
+ * made by the first device decode). Release with av_release. */
+typedef struct {
+    const h3_audio_vae_config *c;
+    av_part *p;
+    const h3_tensor *t;
+    int want, k;
+} av_fill_ctx;
 
-static h3_tensor av_dev_view(h3_audio_vae *v, int kind, int id, int which, int nd, const int64_t *shape) {
-    h3_tensor t;
-    h3_tensor_wrap(&t, (float *)v->dev_w.data + v->dev_off[av_off_index(&v->cfg, kind, id, which)], H3_PLACE_DEVICE,
-                   H3_F32, nd, shape);
-    return t;
-}
-
-static h3_status av_get_conv(h3_audio_vae *v, int id, av_conv *out) {
-    char base[128], name[192];
-    int64_t s[3];
-    int bias;
-    h3_wb_unit unit;
-    const char *words;
-    av_conv_desc(&v->cfg, id, base, sizeof base, s, &bias, &unit, &words);
-    if (v->act_place == H3_PLACE_DEVICE) {
-        int64_t blen = id >= 1 && id <= v->cfg.n_up ? s[1] : s[0];
-        out->w = av_dev_view(v, AV_CONV, id, 0, 3, s);
-        if (bias) out->b = av_dev_view(v, AV_CONV, id, 1, 1, &blen);
-        return H3_OK;
-    }
-    if (v->folded[id].data) {
-        h3_tensor_wrap(&out->w, v->folded[id].data, H3_PLACE_HOST, H3_F32, 3, s);
+static h3_status av_fill_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)n;
+    av_fill_ctx *x = user;
+    if (unit != x->want) return H3_OK;
+    const h3_audio_vae_config *c = x->c;
+    const h3_tensor t = x->t[x->k++];
+    av_part *p = x->p;
+    if (kind == AV_IN) {
+        *(which ? &p->in.b : &p->in.w) = t;
+    } else if (kind == AV_CONV) {
+        av_conv *cv = id == 0 ? &p->pre : id == av_post(c) ? &p->post : id <= c->n_up ? &p->up : NULL;
+        if (!cv) {
+            const int k = id - 1 - c->n_up, w = k % 2, d = (k / 2) % c->n_dil,
+                      r = (k / 2 / c->n_dil) % c->n_res;
+            cv = &p->res[r][d][w];
+        }
+        *(which ? &cv->b : &cv->w) = t;
     } else {
-        snprintf(name, sizeof name, "%s.weight", base);
-        H3_TRY(av_bind(v, name, 3, s, words, unit, &out->w));
-        out->held_w = 1;
-    }
-    if (bias) {
-        snprintf(name, sizeof name, "%s.bias", base);
-        H3_TRY(av_bind(v, name, 1, &s[id >= 1 && id <= v->cfg.n_up ? 1 : 0], "[channels]", unit, &out->b));
-        out->held_b = 1;
+        const int per = c->n_res * 2 * c->n_dil;
+        av_act *a =
+            id == av_n_act(c) - 1 ? &p->post_act : &p->act[(id % per) / (2 * c->n_dil)][id % (2 * c->n_dil)];
+        h3_tensor *f[4] = {&a->alpha, &a->beta, &a->up, &a->down};
+        *f[which] = t;
     }
     return H3_OK;
 }
 
-static h3_status av_get_act(h3_audio_vae *v, int id, av_act *a) {
-    const h3_audio_vae_config *c = &v->cfg;
-    int64_t C = av_act_ch(c, id), K = c->filter_taps;
-    if (v->act_place == H3_PLACE_DEVICE) {
-        a->alpha = av_dev_view(v, AV_ACT, id, 0, 1, &C);
-        a->beta = av_dev_view(v, AV_ACT, id, 1, 1, &C);
-        a->up = av_dev_view(v, AV_ACT, id, 2, 1, &K);
-        a->down = av_dev_view(v, AV_ACT, id, 3, 1, &K);
-        return H3_OK;
-    }
-    const h3_wb_unit unit = av_act_unit_of(c, id);
-    char base[128], name[192];
-    av_act_name_of(c, id, base, sizeof base);
-    a->held = 1;
-    snprintf(name, sizeof name, "%s.act.alpha", base);
-    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->alpha));
-    snprintf(name, sizeof name, "%s.act.beta", base);
-    H3_TRY(av_bind(v, name, 1, &C, "[channels]", unit, &a->beta));
-    snprintf(name, sizeof name, "%s.upsample.filter", base);
-    H3_TRY(av_filter_values(v, name, unit, a->fup));
-    snprintf(name, sizeof name, "%s.downsample.lowpass.filter", base);
-    H3_TRY(av_filter_values(v, name, unit, a->fdown));
-    H3_TRY(h3_tensor_wrap(&a->up, a->fup, H3_PLACE_HOST, H3_F32, 1, &K));
-    return h3_tensor_wrap(&a->down, a->fdown, H3_PLACE_HOST, H3_F32, 1, &K);
+static h3_units *av_units(const h3_audio_vae *v) {
+    return v->act_place == H3_PLACE_DEVICE ? v->dev : v->host;
 }
 
 static h3_status av_acquire(h3_audio_vae *v, h3_exec *ex, int part, av_part *p) {
     memset(p, 0, sizeof *p);
-    const h3_audio_vae_config *c = &v->cfg;
-    h3_status st = H3_OK;
-    if (v->act_place == H3_PLACE_DEVICE && !v->dev_w.data) H3_TRY(av_upload(v, ex));
-    if (part < 0) {
-        if (v->act_place == H3_PLACE_DEVICE) {
-            int64_t sw[3] = {c->latent_dim, c->latent_channels, 1}, sb[1] = {c->latent_dim};
-            p->in.w = av_dev_view(v, AV_IN, 0, 0, 3, sw);
-            p->in.b = av_dev_view(v, AV_IN, 0, 1, 1, sb);
-        } else {
-            const h3_wb_unit model = {NULL, 0, -1};
-            const int64_t L = c->latent_dim, s3[3] = {L, c->latent_channels, 1};
-            H3_CHECK(av_bind(v, "dec_in_proj.weight", 3, s3, "[latent_dim, latent channels, 1]", model,
-                             &p->in.w));
-            p->in.held_w = 1;
-            H3_CHECK(av_bind(v, "dec_in_proj.bias", 1, &L, "[latent_dim]", model, &p->in.b));
-            p->in.held_b = 1;
-        }
-        H3_CHECK(av_get_conv(v, 0, &p->pre));
-    } else if (part < c->n_up) {
-        H3_CHECK(av_get_conv(v, av_up(part), &p->up));
-        for (int r = 0; r < c->n_res; r++) {
-            for (int d = 0; d < c->n_dil; d++) {
-                H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 0), &p->res[r][d][0]));
-                H3_CHECK(av_get_conv(v, av_res(c, part, r, d, 1), &p->res[r][d][1]));
-            }
-            for (int a = 0; a < 2 * c->n_dil; a++) H3_CHECK(av_get_act(v, av_act_id(c, part, r, a), &p->act[r][a]));
-        }
-    } else {
-        H3_CHECK(av_get_act(v, av_act_id(c, -1, 0, 0), &p->post_act));
-        H3_CHECK(av_get_conv(v, av_post(c), &p->post));
-    }
-done:
-    if (st != H3_OK) av_release(p);
-    return st;
+    if (v->act_place == H3_PLACE_DEVICE && !v->dev) H3_TRY(av_open_device(v, ex));
+    const int unit = part + 1;
+    const h3_tensor *t;
+    H3_TRY(h3_units_acquire(av_units(v), unit, &t));
+    av_fill_ctx x = {&v->cfg, p, t, unit, 0};
+    return av_walk(&v->cfg, av_fill_one, &x);
 }
 
-/* ---- the decode --------------------------------------------------------------------------------------------- */
+static void av_release(h3_audio_vae *v, int part) {
+    h3_units_release(av_units(v), part + 1);
+}
+
+/* ---- the decode
+ * --------------------------------------------------------------------------------------------- */
 
 typedef struct {
     int64_t T, nb; /* latents per channel; channels decoded together (a batch) */
-    /* float offsets into the one buffer of a pass, each region [nb, ·]: the latents, dec_in_proj's output and the
-     * widest stage's tensors */
+    /* float offsets into the one buffer of a pass, each region [nb, ·]: the latents, dec_in_proj's output and
+     * the widest stage's tensors */
     int64_t o_z, o_a0, o_x, o_y, o_acc, o_h, o_t1, o_t2, total;
 } av_plan;
+
+static int64_t al64(int64_t n) { /* floats, rounded to the arena's granule */
+    return (n + 63) / 64 * 64;
+}
 
 static void av_make_plan(const h3_audio_vae_config *c, int64_t T, int64_t nb, av_plan *p) {
     memset(p, 0, sizeof *p);
@@ -975,7 +955,8 @@ static h3_status av_stage(av_run *r, int i, const av_part *w, int64_t len) {
     const h3_audio_vae_config *c = &r->v->cfg;
     const av_plan *p = r->p;
     int64_t C = av_ch(c, i), u = c->rates[i];
-    h3_tensor x = av_t(r, p->o_x, 2 * C, len / u), y = av_t(r, p->o_y, C, len), acc = av_t(r, p->o_acc, C, len);
+    h3_tensor x = av_t(r, p->o_x, 2 * C, len / u), y = av_t(r, p->o_y, C, len),
+              acc = av_t(r, p->o_acc, C, len);
     h3_tensor h = av_t(r, p->o_h, C, len), t1 = av_t(r, p->o_t1, C, len), t2 = av_t(r, p->o_t2, C, len);
     h3_convt1d_params up = av_up_params(c, i);
     H3_TRY(h3_op_conv_transpose1d(r->ex, &y, &x, &w->up.w, &w->up.b, &up));
@@ -985,9 +966,11 @@ static h3_status av_stage(av_run *r, int i, const av_part *w, int64_t len) {
         for (int d = 0; d < c->n_dil; d++) {
             const av_act *a1 = &w->act[rb][2 * d], *a2 = &w->act[rb][2 * d + 1];
             h3_conv1d_params p1 = av_res_params(c, rb, d, 0), p2 = av_res_params(c, rb, d, 1);
-            H3_TRY(h3_op_snake_aa(r->ex, &t1, hb, &a1->alpha, &a1->beta, &a1->up, &a1->down, H3_SNAKE_LOGSCALE));
+            H3_TRY(
+                h3_op_snake_aa(r->ex, &t1, hb, &a1->alpha, &a1->beta, &a1->up, &a1->down, H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][0].w, &w->res[rb][d][0].b, &p1));
-            H3_TRY(h3_op_snake_aa(r->ex, &t1, &t2, &a2->alpha, &a2->beta, &a2->up, &a2->down, H3_SNAKE_LOGSCALE));
+            H3_TRY(h3_op_snake_aa(r->ex, &t1, &t2, &a2->alpha, &a2->beta, &a2->up, &a2->down,
+                                  H3_SNAKE_LOGSCALE));
             H3_TRY(h3_op_conv1d(r->ex, &t2, &t1, &w->res[rb][d][1].w, &w->res[rb][d][1].b, &p2));
             H3_TRY(h3_op_binary(r->ex, hb, &t2, hb, H3_BINARY_ADD));
         }
@@ -1005,6 +988,7 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
     const int64_t T = p->T, C = c->latent_channels, nb = p->nb, S = T * c->hop;
     h3_exec *ex = r->ex;
     h3_status st = H3_OK;
+    int held = -2; /* the part held; -2: none */
     av_part *w = h3_malloc(sizeof *w, H3_MEM_OTHER);
     if (!w) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     memset(w, 0, sizeof *w);
@@ -1012,7 +996,8 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
     int64_t sz[3] = {nb, C, T}, sw[3] = {nb, 1, S};
     H3_CHECK(h3_tensor_wrap(&zin, (void *)z_in, H3_PLACE_HOST, H3_F32, 3, sz));
     if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &z, &zin));
-    /* de-normalize: z[i, ch] = latents[i, ch] · std[ch] + mean[ch] (on the device in place, after the copy) */
+    /* de-normalize: z[i, ch] = latents[i, ch] · std[ch] + mean[ch] (on the device in place, after the copy)
+     */
     const h3_tensor *zsrc = r->place == H3_PLACE_DEVICE ? &z : &zin;
     for (int64_t row = 0; row < nb * C; row++) {
         const int64_t ch = row % C, s1[2] = {1, T};
@@ -1022,21 +1007,26 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
         H3_CHECK(h3_op_scale(ex, &dst, &src, c->latents_std[ch], c->latents_mean[ch]));
     }
     H3_CHECK(av_acquire(v, ex, -1, w));
+    held = -1;
     {
         h3_tensor a0 = av_t(r, p->o_a0, c->latent_dim, T), x = av_t(r, p->o_x, c->decoder_dim, T);
         h3_conv1d_params k1 = av_k(1), k7 = av_k(7);
         H3_CHECK(h3_op_conv1d(ex, &a0, &z, &w->in.w, &w->in.b, &k1));
         H3_CHECK(h3_op_conv1d(ex, &x, &a0, &w->pre.w, &w->pre.b, &k7));
     }
-    av_release(w);
+    av_release(v, held);
+    held = -2;
     int64_t len = T;
     for (int i = 0; i < c->n_up; i++) {
         len *= c->rates[i];
         H3_CHECK(av_acquire(v, ex, i, w));
+        held = i;
         H3_CHECK_CTX(av_stage(r, i, w, len), "upsampling stage %d", i);
-        av_release(w);
+        av_release(v, held);
+        held = -2;
     }
     H3_CHECK(av_acquire(v, ex, c->n_up, w));
+    held = c->n_up;
     {
         int64_t Cl = av_ch(c, c->n_up - 1);
         h3_tensor x = av_t(r, p->o_x, Cl, len), t1 = av_t(r, p->o_t1, Cl, len), host_out, out;
@@ -1050,7 +1040,7 @@ static h3_status av_decode_pass(av_run *r, const float *z_in, float *wave) {
         if (r->place == H3_PLACE_DEVICE) H3_CHECK(h3_copy(ex, &host_out, &out)); /* waits for the device */
     }
 done:
-    av_release(w);
+    if (held > -2) av_release(v, held);
     h3_free(w);
     return st;
 }
@@ -1066,15 +1056,18 @@ h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tens
                       "%d, 200] for 5 s of stereo)",
                       h3_tensor_shape_str(z, s, sizeof s), c->latent_channels);
     if (z->dtype != H3_F32 || !h3_tensor_is_contiguous(z) || z->place == H3_PLACE_DEVICE)
-        return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s", h3_dtype_name(z->dtype));
+        return H3_ERR(H3_ERR_INVALID, "audio latents must be contiguous f32 host memory, got %s",
+                      h3_dtype_name(z->dtype));
     int off = z->ndim == 3;
     int64_t ch = off ? z->shape[0] : 1, C = z->shape[off], T = z->shape[off + 1];
     if (C != c->latent_channels)
         return H3_ERR(H3_ERR_INVALID, "audio latents %s have %lld channels; this audio VAE takes %d",
                       h3_tensor_shape_str(z, s, sizeof s), (long long)C, c->latent_channels);
     if (ch < 1 || ch > 16 || T < 1 || T > 1000000)
-        return H3_ERR(H3_ERR_INVALID, "audio latents %s: 1 to 16 channels (2 for stereo) and 1 to 10^6 latents per "
-                      "channel", h3_tensor_shape_str(z, s, sizeof s));
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio latents %s: 1 to 16 channels (2 for stereo) and 1 to 10^6 latents per "
+                      "channel",
+                      h3_tensor_shape_str(z, s, sizeof s));
     return H3_OK;
 }
 
@@ -1086,8 +1079,10 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
     char s[96];
     if (!wave || wave->dtype != H3_F32 || !h3_tensor_is_contiguous(wave) || wave->place == H3_PLACE_DEVICE ||
         h3_tensor_numel(wave) != ch * S || h3_tensor_cols(wave) != S || wave->shape[0] != ch)
-        return H3_ERR(H3_ERR_INVALID, "audio decode: the waveform must be contiguous f32 [%lld, %lld] or [%lld, 1, %lld], "
-                      "got %s", (long long)ch, (long long)S, (long long)ch, (long long)S,
+        return H3_ERR(H3_ERR_INVALID,
+                      "audio decode: the waveform must be contiguous f32 [%lld, %lld] or [%lld, 1, %lld], "
+                      "got %s",
+                      (long long)ch, (long long)S, (long long)ch, (long long)S,
                       wave ? h3_tensor_shape_str(wave, s, sizeof s) : "none");
     const int dev = v->act_place == H3_PLACE_DEVICE;
     if (dev && (!ex->cuda || !h3_backend_for_place(H3_PLACE_DEVICE)))
@@ -1095,7 +1090,8 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
                       h3_cuda_compiled() ? "the CUDA backend is not initialized (h3_cuda_init)"
                                          : "this build has no CUDA backend (decode on the host)");
     av_plan p;
-    av_make_plan(c, T, dev ? ch : 1, &p); /* the device decodes every channel in one batch, the host one by one */
+    av_make_plan(c, T, dev ? ch : 1,
+                 &p); /* the device decodes every channel in one batch, the host one by one */
     av_run r = {v, ex, &p, NULL, dev ? H3_PLACE_DEVICE : H3_PLACE_HOST};
     h3_tensor dbuf = {0};
     if (dev) {
@@ -1105,30 +1101,43 @@ h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *lat
         r.ar = dbuf.data;
     } else {
         r.ar = h3_malloc((size_t)p.total * sizeof(float), H3_MEM_ACTIVATIONS);
-        if (!r.ar) return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
-                                 (long long)(p.total * 4 >> 20));
+        if (!r.ar)
+            return H3_ERR(H3_ERR_NOMEM, "out of memory for the audio decode's %lld MB of buffers",
+                          (long long)(p.total * 4 >> 20));
     }
     h3_status st = H3_OK;
     for (int64_t i = 0; i < ch && st == H3_OK; i += p.nb) {
-        st = av_decode_pass(&r, (const float *)latents->data + i * c->latent_channels * T, (float *)wave->data + i * S);
+        st = av_decode_pass(&r, (const float *)latents->data + i * c->latent_channels * T,
+                            (float *)wave->data + i * S);
         if (st != H3_OK && ch > 1 && p.nb == 1) st = h3_error_wrap(st, "audio channel %lld", (long long)i);
     }
-    if (dev) h3_tensor_free(&dbuf);
-    else h3_free(r.ar);
+    if (dev)
+        h3_tensor_free(&dbuf);
+    else
+        h3_free(r.ar);
     return st;
 }
 
-/* ---- planned memory ----------------------------------------------------------------------------------------- */
+/* ---- planned memory
+ * ----------------------------------------------------------------------------------------- */
 
 /* What the convolutions take while they run (f32 weights: no copies), from the kernels' own arithmetic. */
 #define CONV(cin_g, K, tout)         h3_cpu_conv1d_scratch_bytes(cin_g, K, tout)
 #define CONVT(cout_g, cin_g, K, tin) h3_cpu_convt1d_scratch_bytes(cout_g, cin_g, K, tin)
 #define DCONV(nb, cin, K, tout, p)   h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(nb, cin, K, tout, p, 4))
-#define DCONVT(nb, cin, cout, K, tin) h3_cuda_granule(h3_cuda_convt1d_scratch_bytes(nb, cin, cout, K, tin, 1, 4))
+#define DCONVT(nb, cin, cout, K, tin)                                                                        \
+    h3_cuda_granule(h3_cuda_convt1d_scratch_bytes(nb, cin, cout, K, tin, 1, 4))
 
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 
-h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels, h3_audio_vae_mem *out) {
+static h3_status av_sum_one(void *user, int unit, int kind, int id, int which, int64_t n) {
+    (void)unit, (void)kind, (void)id, (void)which;
+    *(int64_t *)user += h3_cuda_granule(n * 4);
+    return H3_OK;
+}
+
+h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int64_t channels,
+                                   h3_audio_vae_mem *out) {
     memset(out, 0, sizeof *out);
     if (T < 1 || channels < 1 || channels > 16 || c->n_up < 1 || c->n_up > H3_AVAE_MAX_UPS || c->n_res < 1 ||
         c->n_res > H3_AVAE_MAX_RES || c->n_dil < 1 || c->n_dil > H3_AVAE_MAX_RES)
@@ -1160,10 +1169,8 @@ h3_status h3_audio_vae_decode_peak(const h3_audio_vae_config *c, int64_t T, int6
     dop = MAXI(dop, DCONV(nb, Cl, 7, len, &k7));
     out->op_scratch = op;
     out->total = out->buffers + out->op_scratch;
-    int64_t wf;
-    H3_TRY(av_dev_items(c, NULL, NULL, &wf));
     av_make_plan(c, T, nb, &p);
-    out->dev_weights = h3_cuda_granule(wf * 4);
+    H3_TRY(av_walk(c, av_sum_one, &out->dev_weights)); /* the units, as f32: each tensor on its granules */
     out->dev_buffers = h3_cuda_granule(p.total * 4);
     out->dev_op_scratch = dop;
     out->dev_total = out->dev_weights + out->dev_buffers + out->dev_op_scratch;

@@ -1,6 +1,6 @@
-/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan, where
- * the weights are placed (the host's file, or packed at a place: resident or streamed), the ViT decoder over a pass
- * of tiles, and the stitching that turns tiles into frames. See video_vae.h. */
+/* The MiniMax-H3 video VAE decoder: configuration and weights of the three layouts, the chunk and tile plan,
+ * where the weights are placed (the host's file, or packed at a place: resident or streamed), the ViT decoder
+ * over a pass of tiles, and the stitching that turns tiles into frames. See video_vae.h. */
 #include "models/video_vae.h"
 
 #include <errno.h>
@@ -20,22 +20,25 @@
 #include "mem/pack.h"
 #include "mem/report.h"
 #include "mem/streamer.h"
+#include "mem/units.h"
 #include "models/model_cfg.h"
 
 /* video_vae/config.json of the release, as ComfyUI builds it in for its single-file repack. */
 static const float k_latents_mean[24] = {
-    0.858090341091156f,    -0.9606591463088989f, 1.0661640167236328f,  -0.5090325474739075f, -0.2727581858634949f,
-    -1.3675414323806763f,  -0.2553254961967468f, -0.26907554268836975f, -0.5376840829849243f, -0.0464097298681736f,
-    0.6657370328903198f,   0.19690127670764923f, -0.5460608005523682f, -0.4035342037677765f, -0.23683024942874908f,
-    0.25928452610969543f,  -0.30133944749832153f, 0.211341992020607f,   -1.1206848621368408f, 0.3581933379173279f,
+    0.858090341091156f,    -0.9606591463088989f, 1.0661640167236328f,   -0.5090325474739075f,
+    -0.2727581858634949f,  -1.3675414323806763f, -0.2553254961967468f,  -0.26907554268836975f,
+    -0.5376840829849243f,  -0.0464097298681736f, 0.6657370328903198f,   0.19690127670764923f,
+    -0.5460608005523682f,  -0.4035342037677765f, -0.23683024942874908f, 0.25928452610969543f,
+    -0.30133944749832153f, 0.211341992020607f,   -1.1206848621368408f,  0.3581933379173279f,
     -0.04225143790245056f, 0.2604829967021942f,  0.22864092886447906f,  0.7056031823158264f,
 };
 static const float k_latents_std[24] = {
-    1.2223774194717407f,  1.2767263650894165f, 1.68317747116088865f, 1.7549455165863037f,  1.5636216402053833f,
-    2.194143533706665f,   0.96531379222869875f, 1.05698859691619875f, 0.841948926448822f,  0.7729952931404114f,
-    1.8955937623977661f,  0.946841835975647f,  0.7996809482574463f,  0.44988900423049925f, 0.7197399735450745f,
-    0.69362932443618775f, 2.961095094680786f,  2.7694199085235595f,  3.0496184825897215f,  2.1088054180145265f,
-    3.276226282119751f,   3.1627357006073f,    2.28168129920959475f, 2.6127843856811525f,
+    1.2223774194717407f, 1.2767263650894165f,  1.68317747116088865f, 1.7549455165863037f,
+    1.5636216402053833f, 2.194143533706665f,   0.96531379222869875f, 1.05698859691619875f,
+    0.841948926448822f,  0.7729952931404114f,  1.8955937623977661f,  0.946841835975647f,
+    0.7996809482574463f, 0.44988900423049925f, 0.7197399735450745f,  0.69362932443618775f,
+    2.961095094680786f,  2.7694199085235595f,  3.0496184825897215f,  2.1088054180145265f,
+    3.276226282119751f,  3.1627357006073f,     2.28168129920959475f, 2.6127843856811525f,
 };
 const float h3_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 const float h3_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
@@ -64,14 +67,39 @@ void h3_video_vae_default_config(h3_video_vae_config *c) {
     c->fused_qkv = 1;
 }
 
-/* ---- weights: names per layout, one acquire/release path ----------------------------------------------------- */
+/* ---- weights: names per layout, one acquire/release path
+ * ----------------------------------------------------- */
 
 enum {
     /* the input and output layers (part VV_IO) */
-    W_PQ_W, W_PQ_B, W_IN_W, W_IN_B, W_REG, W_LN_W, W_LN_B, W_OUT_W, W_OUT_B,
+    W_PQ_W,
+    W_PQ_B,
+    W_IN_W,
+    W_IN_B,
+    W_REG,
+    W_LN_W,
+    W_LN_B,
+    W_OUT_W,
+    W_OUT_B,
     /* one transformer block (parts 0 .. num_layers-1) */
-    W_N1, W_N2, W_S1, W_S2, W_QKV_W, W_QKV_B, W_Q_W, W_Q_B, W_K_W, W_K_B, W_V_W, W_V_B, W_O_W, W_O_B,
-    W_W1, W_B1, W_W2, W_B2,
+    W_N1,
+    W_N2,
+    W_S1,
+    W_S2,
+    W_QKV_W,
+    W_QKV_B,
+    W_Q_W,
+    W_K_W,
+    W_V_W,
+    W_Q_B,
+    W_K_B,
+    W_V_B,
+    W_O_W,
+    W_O_B,
+    W_W1,
+    W_B1,
+    W_W2,
+    W_B2,
     W_COUNT
 };
 #define VV_IO (-1)
@@ -81,38 +109,95 @@ static const char *vv_name(h3_layout lay, int part, int id, char *buf, size_t n)
     int dif = lay == H3_LAYOUT_DIFFUSERS;
     const char *s = NULL;
     switch (id) {
-        case W_PQ_W: s = "post_quant_conv.weight"; break;
-        case W_PQ_B: s = "post_quant_conv.bias"; break;
-        case W_IN_W: s = dif ? "decoder.proj_in.weight" : "decoder.x_embedder.weight"; break;
-        case W_IN_B: s = dif ? "decoder.proj_in.bias" : "decoder.x_embedder.bias"; break;
-        case W_REG: s = "decoder.register_tokens"; break;
-        case W_LN_W: s = "decoder.norm_out.weight"; break;
-        case W_LN_B: s = "decoder.norm_out.bias"; break;
-        case W_OUT_W: s = "decoder.proj_out.weight"; break;
-        case W_OUT_B: s = "decoder.proj_out.bias"; break;
-        case W_N1: s = "norm1.weight"; break;
-        case W_N2: s = "norm2.weight"; break;
-        case W_S1: s = "scale1"; break;
-        case W_S2: s = "scale2"; break;
-        case W_QKV_W: s = dif ? NULL : "attn.to_qkv.weight"; break;
-        case W_QKV_B: s = dif ? NULL : "attn.to_qkv.bias"; break;
-        case W_Q_W: s = dif ? "attn.to_q.weight" : NULL; break;
-        case W_Q_B: s = dif ? "attn.to_q.bias" : NULL; break;
-        case W_K_W: s = dif ? "attn.to_k.weight" : NULL; break;
-        case W_K_B: s = dif ? "attn.to_k.bias" : NULL; break;
-        case W_V_W: s = dif ? "attn.to_v.weight" : NULL; break;
-        case W_V_B: s = dif ? "attn.to_v.bias" : NULL; break;
-        case W_O_W: s = dif ? "attn.to_out.0.weight" : "attn.to_out.weight"; break;
-        case W_O_B: s = dif ? "attn.to_out.0.bias" : "attn.to_out.bias"; break;
-        case W_W1: s = dif ? "ff.net.0.proj.weight" : "ff.w1.weight"; break;
-        case W_B1: s = dif ? "ff.net.0.proj.bias" : "ff.w1.bias"; break;
-        case W_W2: s = dif ? "ff.net.2.weight" : "ff.w2.weight"; break;
-        case W_B2: s = dif ? "ff.net.2.bias" : "ff.w2.bias"; break;
-        default: break;
+        case W_PQ_W:
+            s = "post_quant_conv.weight";
+            break;
+        case W_PQ_B:
+            s = "post_quant_conv.bias";
+            break;
+        case W_IN_W:
+            s = dif ? "decoder.proj_in.weight" : "decoder.x_embedder.weight";
+            break;
+        case W_IN_B:
+            s = dif ? "decoder.proj_in.bias" : "decoder.x_embedder.bias";
+            break;
+        case W_REG:
+            s = "decoder.register_tokens";
+            break;
+        case W_LN_W:
+            s = "decoder.norm_out.weight";
+            break;
+        case W_LN_B:
+            s = "decoder.norm_out.bias";
+            break;
+        case W_OUT_W:
+            s = "decoder.proj_out.weight";
+            break;
+        case W_OUT_B:
+            s = "decoder.proj_out.bias";
+            break;
+        case W_N1:
+            s = "norm1.weight";
+            break;
+        case W_N2:
+            s = "norm2.weight";
+            break;
+        case W_S1:
+            s = "scale1";
+            break;
+        case W_S2:
+            s = "scale2";
+            break;
+        case W_QKV_W:
+            s = dif ? NULL : "attn.to_qkv.weight";
+            break;
+        case W_QKV_B:
+            s = dif ? NULL : "attn.to_qkv.bias";
+            break;
+        case W_Q_W:
+            s = dif ? "attn.to_q.weight" : NULL;
+            break;
+        case W_Q_B:
+            s = dif ? "attn.to_q.bias" : NULL;
+            break;
+        case W_K_W:
+            s = dif ? "attn.to_k.weight" : NULL;
+            break;
+        case W_K_B:
+            s = dif ? "attn.to_k.bias" : NULL;
+            break;
+        case W_V_W:
+            s = dif ? "attn.to_v.weight" : NULL;
+            break;
+        case W_V_B:
+            s = dif ? "attn.to_v.bias" : NULL;
+            break;
+        case W_O_W:
+            s = dif ? "attn.to_out.0.weight" : "attn.to_out.weight";
+            break;
+        case W_O_B:
+            s = dif ? "attn.to_out.0.bias" : "attn.to_out.bias";
+            break;
+        case W_W1:
+            s = dif ? "ff.net.0.proj.weight" : "ff.w1.weight";
+            break;
+        case W_B1:
+            s = dif ? "ff.net.0.proj.bias" : "ff.w1.bias";
+            break;
+        case W_W2:
+            s = dif ? "ff.net.2.weight" : "ff.w2.weight";
+            break;
+        case W_B2:
+            s = dif ? "ff.net.2.bias" : "ff.w2.bias";
+            break;
+        default:
+            break;
     }
     if (!s) return NULL;
-    if (part == VV_IO) snprintf(buf, n, "%s", s);
-    else snprintf(buf, n, "decoder.transformer_blocks.%d.%s", part, s);
+    if (part == VV_IO)
+        snprintf(buf, n, "%s", s);
+    else
+        snprintf(buf, n, "decoder.transformer_blocks.%d.%s", part, s);
     return buf;
 }
 
@@ -121,20 +206,50 @@ static int vv_shape(const h3_video_vae_config *c, int id, int64_t *s) {
     int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, HD = dim, I = c->ffn_inner;
     int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
     switch (id) {
-        case W_PQ_W: s[0] = C, s[1] = C, s[2] = s[3] = s[4] = 1; return 5;
-        case W_PQ_B: s[0] = C; return 1;
-        case W_IN_W: s[0] = dim, s[1] = C; return 2;
-        case W_REG: s[0] = 1, s[1] = c->num_register_tokens, s[2] = dim; return 3;
-        case W_OUT_W: s[0] = P, s[1] = dim; return 2;
-        case W_OUT_B: s[0] = P; return 1;
-        case W_QKV_W: s[0] = 3 * HD, s[1] = dim; return 2;
-        case W_QKV_B: s[0] = 3 * HD; return 1;
-        case W_Q_W: case W_K_W: case W_V_W: s[0] = HD, s[1] = dim; return 2;
-        case W_O_W: s[0] = dim, s[1] = HD; return 2;
-        case W_W1: s[0] = 2 * I, s[1] = dim; return 2;
-        case W_B1: s[0] = 2 * I; return 1;
-        case W_W2: s[0] = dim, s[1] = I; return 2;
-        default: s[0] = dim; return 1; /* biases and vectors of width hidden */
+        case W_PQ_W:
+            s[0] = C, s[1] = C, s[2] = s[3] = s[4] = 1;
+            return 5;
+        case W_PQ_B:
+            s[0] = C;
+            return 1;
+        case W_IN_W:
+            s[0] = dim, s[1] = C;
+            return 2;
+        case W_REG:
+            s[0] = 1, s[1] = c->num_register_tokens, s[2] = dim;
+            return 3;
+        case W_OUT_W:
+            s[0] = P, s[1] = dim;
+            return 2;
+        case W_OUT_B:
+            s[0] = P;
+            return 1;
+        case W_QKV_W:
+            s[0] = 3 * HD, s[1] = dim;
+            return 2;
+        case W_QKV_B:
+            s[0] = 3 * HD;
+            return 1;
+        case W_Q_W:
+        case W_K_W:
+        case W_V_W:
+            s[0] = HD, s[1] = dim;
+            return 2;
+        case W_O_W:
+            s[0] = dim, s[1] = HD;
+            return 2;
+        case W_W1:
+            s[0] = 2 * I, s[1] = dim;
+            return 2;
+        case W_B1:
+            s[0] = 2 * I;
+            return 1;
+        case W_W2:
+            s[0] = dim, s[1] = I;
+            return 2;
+        default:
+            s[0] = dim;
+            return 1; /* biases and vectors of width hidden */
     }
 }
 
@@ -187,12 +302,17 @@ struct h3_video_vae {
     char *source;
     h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int rows_per_step;
-    int created;    /* h3_video_vae_create: no files; weights only through a random placement */
-    vv_placed *pl;  /* h3_video_vae_place: where decodes run and how; NULL: the host, from the file */
+    int created;      /* h3_video_vae_create: no files; weights only through a random placement */
+    h3_tensor *bound; /* [(num_layers + 1) × W_COUNT]: the weights bound at open (views of the mapped file),
+                       * shaped for the ops; part l at l × W_COUNT, the input and output layers last */
+    h3_units *host;   /* the weights as opened, for decodes on the host from the file */
+    vv_placed *pl;    /* h3_video_vae_place: where decodes run and how; NULL: the host, from the file */
+    int ids[2][W_COUNT],
+        n_ids[2]; /* the weights of the input and output layers, and of a block (pack order) */
 };
 
 /* How a part's QKV projection comes: one matrix with per-head [q k v] rows (official and ComfyUI files), one
- * matrix [Q; K; V] (placed weights), or three matrices (diffusers files). */
+ * matrix [Q; K; V] (placed weights), or three matrices (diffusers files, placed or not). */
 enum { VV_QKV_INTERLEAVED = 0, VV_QKV_ORDERED, VV_QKV_SPLIT };
 
 /* The table row of weight `id` of part `part` (name into buf), bound into dst; 0 when the layout has no such
@@ -210,9 +330,9 @@ static int vv_row(const h3_video_vae *v, int part, int id, char *buf, size_t n, 
     return 1;
 }
 
+/* A part's weights as the decode uses them (views handed out by the units). */
 typedef struct {
     h3_tensor t[W_COUNT];
-    unsigned char held[W_COUNT];
     int qkv_form;
 } vv_part;
 
@@ -223,56 +343,131 @@ static int vv_part_end(int part) {
     return part == VV_IO ? W_N1 : W_COUNT;
 }
 
-static void vv_release(vv_part *w) {
-    for (int i = 0; i < W_COUNT; i++)
-        if (w->held[i]) h3_tensor_free(&w->t[i]);
-    memset(w, 0, sizeof *w);
+/* The unit of a part: ViT block l is unit l, the input and output layers unit num_layers. */
+static int vv_unit(const h3_video_vae *v, int part) {
+    return part == VV_IO ? v->cfg.num_layers : part;
 }
 
-/* A part's weights from the file: views of the mapped file (or aligned copies), shaped for the ops; the residual
- * scales converted to f32 when stored otherwise (the gated-add op takes f32 gates). Release with vv_release. */
-static h3_status vv_acquire_file(h3_video_vae *v, int part, vv_part *w) {
-    memset(w, 0, sizeof *w);
-    h3_status st = H3_OK;
-    char name[160];
-    if (v->created)
-        return H3_ERR(H3_ERR_INVALID, "this video VAE was created without weights: place it with a random seed");
-    w->qkv_form = v->cfg.fused_qkv ? VV_QKV_INTERLEAVED : VV_QKV_SPLIT;
-    for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
-        h3_wb_row row;
-        h3_tensor t;
-        if (!vv_row(v, part, id, name, sizeof name, &t, &row)) continue;
-        H3_CHECK(h3_wb_bind(&v->wb, &row));
-        w->t[id] = t;
-        w->held[id] = 1;
-        if ((id == W_S1 || id == W_S2) && t.dtype != H3_F32) {
-            h3_tensor f;
-            int64_t n = h3_tensor_numel(&t);
-            H3_CHECK(h3_tensor_alloc(&f, H3_PLACE_HOST, H3_F32, 1, &n, H3_MEM_WEIGHTS));
-            if (!h3_convert_to_f32(t.dtype, t.data, f.data, (size_t)n)) {
-                h3_tensor_free(&f);
-                H3_FAIL(H3_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which h3run cannot read as f32", v->source,
-                        name, h3_dtype_name(t.dtype));
-            }
-            h3_tensor_free(&w->t[id]);
-            w->t[id] = f;
-        }
+/* The weights a part has in this decoder's layout, in pack order (the units hand them out in this order). */
+static int vv_part_ids(const h3_video_vae *v, int part, int *ids) {
+    const int k = part == VV_IO ? 0 : 1;
+    memcpy(ids, v->ids[k], (size_t)v->n_ids[k] * sizeof *ids);
+    return v->n_ids[k];
+}
+
+/* Fills the cache vv_part_ids reads, once the layout is known. */
+static void vv_find_ids(h3_video_vae *v) {
+    char buf[160];
+    for (int k = 0; k < 2; k++) {
+        const int part = k == 0 ? VV_IO : 0;
+        v->n_ids[k] = 0;
+        for (int id = vv_part_first(part); id < vv_part_end(part); id++)
+            if (vv_name(v->layout, part, id, buf, sizeof buf)) v->ids[k][v->n_ids[k]++] = id;
     }
-    if (part == VV_IO) {
-        int64_t s2[2] = {v->cfg.latent_channels, v->cfg.latent_channels};
-        int64_t r2[2] = {v->cfg.num_register_tokens, (int64_t)v->cfg.heads * v->cfg.head_dim};
-        h3_tensor a = w->t[W_PQ_W], b = w->t[W_REG];
-        H3_CHECK(h3_tensor_reshape(&a, 2, s2, &w->t[W_PQ_W]));
-        w->t[W_PQ_W].owner = a.owner; /* keep ownership of an aligned copy */
-        w->t[W_PQ_W].owned_bytes = a.owned_bytes;
-        w->t[W_PQ_W].cat = a.cat;
-        H3_CHECK(h3_tensor_reshape(&b, 2, r2, &w->t[W_REG]));
-        w->t[W_REG].owner = b.owner;
-        w->t[W_REG].owned_bytes = b.owned_bytes;
-        w->t[W_REG].cat = b.cat;
+}
+
+/* The shape a weight takes in the decode: the table's, with the post-quant conv as a matrix [C, C] and the
+ * register tokens as rows [registers, hidden]. */
+static int vv_op_shape(const h3_video_vae_config *c, int id, int64_t *s) {
+    const int nd = vv_shape(c, id, s);
+    if (id == W_PQ_W) return s[1] = c->latent_channels, 2;
+    if (id == W_REG) return s[0] = c->num_register_tokens, s[1] = (int64_t)c->heads * c->head_dim, 2;
+    return nd;
+}
+
+/* The dtype a weight is placed in when the weights are packed (a device takes GEMM matrices and their biases
+ * as wdt; the norm weights, residual scales, register tokens and the input projections stay f32, as the
+ * reference's decode recipe keeps them), or (packed 0) on the host from the file: as stored, but the residual
+ * scales in f32 (the gated-add op takes f32 gates). */
+static h3_dtype vv_placed_dtype(int id, h3_dtype stored, int packed, h3_dtype wdt) {
+    if (!packed) return id == W_S1 || id == W_S2 ? H3_F32 : stored;
+    switch (id) {
+        case W_OUT_W:
+        case W_OUT_B:
+        case W_QKV_W:
+        case W_QKV_B:
+        case W_Q_W:
+        case W_Q_B:
+        case W_K_W:
+        case W_K_B:
+        case W_V_W:
+        case W_V_B:
+        case W_O_W:
+        case W_O_B:
+        case W_W1:
+        case W_B1:
+        case W_W2:
+        case W_B2:
+            return wdt;
+        default:
+            return H3_F32;
+    }
+}
+
+/* Part `part`'s pack over its tensors t[W_COUNT] (the file's, or descriptors), as the decode takes them:
+ * packed (the official per-head QKV rows reordered to [Q; K; V] on the way when interleave) or as opened. */
+static void vv_pack_part(const h3_video_vae *v, int part, const h3_tensor *t, int packed, h3_dtype wdt,
+                         int interleave, h3_pack *p) {
+    memset(p, 0, sizeof *p);
+    int ids[W_COUNT];
+    const int n = vv_part_ids(v, part, ids);
+    for (int k = 0; k < n; k++) {
+        const int id = ids[k];
+        h3_pack_add_as(p, &t[id], interleave && (id == W_QKV_W || id == W_QKV_B),
+                       vv_placed_dtype(id, t[id].dtype, packed, wdt));
+        if (packed && (id == W_K_W || id == W_V_W || id == W_K_B || id == W_V_B))
+            h3_pack_join(p); /* diffusers' projections placed as one [Q; K; V] */
+    }
+}
+
+static h3_tensor *vv_bound(const h3_video_vae *v, int part) {
+    return v->bound + (int64_t)vv_unit(v, part) * W_COUNT;
+}
+
+/* Binds every weight (views of the mapped file; nothing is read) and opens the units a host decode reaches
+ * them through. */
+static h3_status vv_bind(h3_video_vae *v) {
+    const int L = v->cfg.num_layers;
+    vv_find_ids(v);
+    v->bound = h3_calloc((size_t)(L + 1) * W_COUNT, sizeof *v->bound, H3_MEM_OTHER);
+    h3_pack *packs = h3_calloc((size_t)(L + 1), sizeof *packs, H3_MEM_OTHER);
+    h3_status st = H3_OK;
+    if (!v->bound || !packs) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int part = VV_IO; part < L; part++) {
+        h3_tensor *t = vv_bound(v, part);
+        char name[160];
+        for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
+            h3_wb_row row;
+            if (!vv_row(v, part, id, name, sizeof name, &t[id], &row)) continue;
+            H3_CHECK(h3_wb_bind(&v->wb, &row));
+            int64_t s[H3_MAX_DIMS];
+            const int nd = vv_op_shape(&v->cfg, id, s);
+            if (nd != t[id].ndim) { /* a view reshaped: the owner (an aligned copy) stays with it */
+                h3_tensor a = t[id];
+                H3_CHECK(h3_tensor_reshape(&a, nd, s, &t[id]));
+                t[id].owner = a.owner;
+                t[id].owned_bytes = a.owned_bytes;
+                t[id].cat = a.cat;
+            }
+        }
+        vv_pack_part(v, part, t, 0, H3_F32, 0, &packs[vv_unit(v, part)]);
+    }
+    {
+        const h3_units_config uc = {H3_PLACE_HOST,
+                                    NULL,
+                                    0,
+                                    0,
+                                    &v->st,
+                                    v->cfg.heads,
+                                    v->cfg.head_dim,
+                                    NULL,
+                                    NULL,
+                                    "the video VAE's weights",
+                                    0};
+        H3_CHECK(h3_units_open(NULL, &uc, packs, L + 1, &v->host));
     }
 done:
-    if (st != H3_OK) vv_release(w);
+    h3_free(packs);
     return st;
 }
 
@@ -286,13 +481,16 @@ static h3_status vv_check_part(const h3_video_vae *v, int part) {
     return H3_OK;
 }
 
-/* ---- configuration files ------------------------------------------------------------------------------------ */
+/* ---- configuration files
+ * ------------------------------------------------------------------------------------ */
 
-static h3_status cfg_num(const json_t *o, const char *key, double lo, double hi, float *out, const char *what) {
+static h3_status cfg_num(const json_t *o, const char *key, double lo, double hi, float *out,
+                         const char *what) {
     json_t *j = o ? json_object_get(o, key) : NULL;
     if (!j) return H3_OK;
     double d = json_is_number(j) ? json_number_value(j) : NAN;
-    if (!(d >= lo && d <= hi)) return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", what, key, lo, hi);
+    if (!(d >= lo && d <= hi))
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", what, key, lo, hi);
     *out = (float)d;
     return H3_OK;
 }
@@ -336,7 +534,8 @@ static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *rati
     H3_TRY(h3_cfg_int(j, "vae_ratio_t", 1, 1024, &c->patch_size_t, what));
     json_t *vit = json_object_get(j, "vit_decoder_kwargs");
     if (!vit || !json_is_object(vit))
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE", what);
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"vit_decoder_kwargs\" is missing: not a ViT-decoder video VAE",
+                      what);
     H3_TRY(h3_cfg_int(vit, "num_layers", 1, 4096, &c->num_layers, what));
     H3_TRY(h3_cfg_int(vit, "heads", 1, 4096, &c->heads, what));
     H3_TRY(h3_cfg_int(vit, "dim_head", 1, 4096, &c->head_dim, what));
@@ -379,7 +578,8 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
     return H3_OK;
 }
 
-/* ---- opening ------------------------------------------------------------------------------------------------ */
+/* ---- opening
+ * ------------------------------------------------------------------------------------------------ */
 
 /* The latent channels of a well-formed post_quant_conv ([C, C, 1, 1, 1]); a malformed one leaves the default,
  * and vv_finish_config names it. */
@@ -390,8 +590,8 @@ static void vv_channels_of(h3_video_vae *v) {
         v->cfg.latent_channels = (int)e->shape[0];
 }
 
-/* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio receives
- * rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
+/* Reads the configs of `path` and opens its weights; fills v->layout, v->cfg (config part), v->st. ratio
+ * receives rope_dim_ratio. Recurses once into video_vae/ or vae/ of a model root. */
 static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int depth) {
     h3_status st = H3_OK;
     json_t *wrap = NULL, *src = NULL;
@@ -403,7 +603,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
         v->layout = h3_st_find(&v->st, "decoder.proj_in.weight") ? H3_LAYOUT_DIFFUSERS : H3_LAYOUT_COMFY;
         const char *meta = h3_st_metadata(&v->st, "minimax_h3_video_vae");
         if (meta) {
-            H3_CHECK_CTX(h3_json_parse(meta, strlen(meta), "metadata \"minimax_h3_video_vae\"", &wrap), "%s", path);
+            H3_CHECK_CTX(h3_json_parse(meta, strlen(meta), "metadata \"minimax_h3_video_vae\"", &wrap), "%s",
+                         path);
         }
         goto done;
     }
@@ -427,7 +628,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
             H3_CHECK(cfg_source(&v->cfg, src, ratio, what));
             goto done;
         }
-        if (json_object_get(wrap, "decoder_num_layers") || json_object_get(wrap, "decoder_attention_head_dim")) {
+        if (json_object_get(wrap, "decoder_num_layers") ||
+            json_object_get(wrap, "decoder_attention_head_dim")) {
             v->layout = H3_LAYOUT_DIFFUSERS;
             H3_CHECK(h3_st_open(path, &v->st));
             goto done;
@@ -447,7 +649,8 @@ static h3_status vv_resolve(h3_video_vae *v, const char *path, float *ratio, int
         }
     }
     H3_FAIL(H3_ERR_NOT_FOUND,
-            "%s: no video VAE here (expected the official video_vae/ folder, a diffusers vae/ folder, a model folder "
+            "%s: no video VAE here (expected the official video_vae/ folder, a diffusers vae/ folder, a "
+            "model folder "
             "holding one, or ComfyUI's video VAE file)",
             path);
 done:
@@ -459,7 +662,8 @@ done:
         st = cfg_diffusers(&v->cfg, wrap, ratio, what);
     } else if (st == H3_OK && wrap) {
         char what[1024];
-        snprintf(what, sizeof what, "%s%s", path, v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
+        snprintf(what, sizeof what, "%s%s", path,
+                 v->layout == H3_LAYOUT_OFFICIAL ? "/config.json" : " metadata");
         vv_channels_of(v);
         st = cfg_wrapper(&v->cfg, wrap, v->layout == H3_LAYOUT_OFFICIAL, what);
     }
@@ -493,7 +697,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
     if (C < 1 || C > H3_VVAE_MAX_CHANNELS || pq[1] != C || pq[2] != 1 || pq[3] != 1 || pq[4] != 1)
         return h3_wb_shape_error(&v->wb, "post_quant_conv.weight", 5, pq, &model,
                                  "%s with 1 to %d latent channels", vv_words(W_PQ_W), H3_VVAE_MAX_CHANNELS);
-    if (C != c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
+    if (C !=
+        c->latent_channels) /* only a file without a config gets here: the built-in mean/std are for 24 */
         return h3_wb_shape_error(
             &v->wb, "post_quant_conv.weight", 5, pq, &model,
             "%d latent channels: the built-in latents_mean/latents_std are the release's %d "
@@ -521,7 +726,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
         return h3_wb_missing_error(&v->wb, "decoder.transformer_blocks.0.norm1.weight", &model,
                                    "ViT block 0");
     if (c->num_layers && c->num_layers != L) /* 0: no config said */
-        return H3_ERR(H3_ERR_FORMAT, "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: the config says %d ViT blocks, the weights hold %d (an incomplete file?)",
                       v->source, c->num_layers, L);
     c->num_layers = L;
     c->num_register_tokens = (int)R;
@@ -546,8 +752,8 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
                                      c->patch_size_t);
         c->patch_size = p;
     } else if (o->heads > 0 && o->heads != c->heads) {
-        return H3_ERR(H3_ERR_INVALID, "the config of %s sets %d heads; --heads %d contradicts it", v->source, c->heads,
-                      o->heads);
+        return H3_ERR(H3_ERR_INVALID, "the config of %s sets %d heads; --heads %d contradicts it", v->source,
+                      c->heads, o->heads);
     }
     if ((int64_t)c->heads * c->head_dim != dim)
         return h3_wb_shape_error(&v->wb, in_name, 2, in, &model,
@@ -562,18 +768,22 @@ static h3_status vv_finish_config(h3_video_vae *v, const h3_video_vae_opts *o, f
             "axes × cos/sin halves)",
             c->heads, 100.0 * ratio);
     if (c->rope_dim % 6 || c->rope_dim > c->head_dim)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
-                      "cos/sin halves)", v->source, c->rope_dim, c->head_dim);
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "%s: %d rotary channels per head (of %d) are not a multiple of 6 (3 axes × "
+                      "cos/sin halves)",
+                      v->source, c->rope_dim, c->head_dim);
     if (c->patch_size < 1 || c->patch_size_t < 1 || c->clip_length < 1)
         return H3_ERR(H3_ERR_FORMAT, "%s: patch sizes and the clip length must be positive", v->source);
     if (o->tile_size > 0) c->tile_size = o->tile_size;
     if (o->tile_overlap_min > 0) c->tile_overlap_min = o->tile_overlap_min;
     if (o->no_tiling) c->tile_size = 0;
     if (c->tile_size) {
-        if (c->tile_size % c->patch_size || c->tile_overlap_min % c->patch_size || c->tile_overlap_min >= c->tile_size)
-            return H3_ERR(H3_ERR_INVALID, "tiles of %d px with at least %d px of overlap: both must be multiples of the "
-                          "%d px latent size, the overlap smaller than the tile", c->tile_size, c->tile_overlap_min,
-                          c->patch_size);
+        if (c->tile_size % c->patch_size || c->tile_overlap_min % c->patch_size ||
+            c->tile_overlap_min >= c->tile_size)
+            return H3_ERR(H3_ERR_INVALID,
+                          "tiles of %d px with at least %d px of overlap: both must be multiples of the "
+                          "%d px latent size, the overlap smaller than the tile",
+                          c->tile_size, c->tile_overlap_min, c->patch_size);
     }
     /* The block matrices' dtype and QKV form, then every tensor. */
     c->fused_qkv = v->layout != H3_LAYOUT_DIFFUSERS;
@@ -611,13 +821,16 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
         for (int64_t i = 0; i < v->st.n_entries; i++) {
             const char *n = v->st.entries[i].name;
             if (h3_str_ends_with(n, ".comfy_quant")) {
-                st = H3_ERR(H3_ERR_UNSUPPORTED, "%s: quantized video VAE weights ('%s') are not supported; use the "
-                            "fp16 or fp32 file", v->source, n);
+                st = H3_ERR(H3_ERR_UNSUPPORTED,
+                            "%s: quantized video VAE weights ('%s') are not supported; use the "
+                            "fp16 or fp32 file",
+                            v->source, n);
                 break;
             }
         }
     }
     if (st == H3_OK) st = vv_finish_config(v, o, ratio);
+    if (st == H3_OK) st = vv_bind(v);
     if (st != H3_OK) {
         st = h3_error_wrap(st, "opening the video VAE %s", path);
         h3_video_vae_close(v);
@@ -630,6 +843,10 @@ h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_
 void h3_video_vae_close(h3_video_vae *v) {
     if (!v) return;
     h3_video_vae_unplace(v);
+    h3_units_close(v->host);
+    for (int64_t i = 0; v->bound && i < (int64_t)(v->cfg.num_layers + 1) * W_COUNT; i++)
+        h3_tensor_free(&v->bound[i]);
+    h3_free(v->bound);
     if (v->st.files || v->st.entries) h3_st_close(&v->st);
     h3_free(v->source);
     h3_free(v);
@@ -1012,270 +1229,26 @@ h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tens
 
 /* ---- placement ----------------------------------------------------------------------------------------- */
 
-/* Where the weights live and how each part reaches a decode. A placed part is one packed block at the place:
- * matrices and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm
- * weights, residual scales, register tokens and the input projections in f32, the QKV rows ordered [Q; K; V].
- * Resident parts are converted once; streamed blocks travel as stored (their "stored pack": the file's
- * tensors laid out for a slot, official QKV rows reordered on the way by the copy's segments) through one
- * slot and are converted into a work block as they are acquired, so the slot is free for the next block's
- * copy while this one computes. */
-
-typedef struct {
-    int64_t off[W_COUNT]; /* byte offset in the packed part; -1: the part has no such weight */
-    h3_dtype dt[W_COUNT];
-    int nd[W_COUNT];
-    int64_t shape[W_COUNT][2];
-    int64_t bytes;
-} vv_layout;
-
-static void vv_layout_add(vv_layout *l, int id, h3_dtype dt, int64_t rows, int64_t cols) {
-    if (rows * (cols ? cols : 1) <= 0) return;
-    l->off[id] = l->bytes;
-    l->dt[id] = dt;
-    l->nd[id] = cols ? 2 : 1;
-    l->shape[id][0] = rows;
-    l->shape[id][1] = cols;
-    l->bytes += h3_cuda_granule(rows * (cols ? cols : 1) * (int64_t)h3_dtype_size(dt));
-}
-
-/* The layout of a placed part (cols 0: a vector). */
-static void vv_layout_make(const h3_video_vae_config *c, int part, h3_dtype wdt, vv_layout *l) {
-    memset(l, 0, sizeof *l);
-    for (int i = 0; i < W_COUNT; i++) l->off[i] = -1;
-    const int64_t C = c->latent_channels, dim = (int64_t)c->heads * c->head_dim, I = c->ffn_inner;
-    const int64_t P = (int64_t)c->out_channels * c->patch_size_t * c->patch_size * c->patch_size;
-    if (part == VV_IO) {
-        vv_layout_add(l, W_PQ_W, H3_F32, C, C);
-        vv_layout_add(l, W_PQ_B, H3_F32, C, 0);
-        vv_layout_add(l, W_IN_W, H3_F32, dim, C);
-        vv_layout_add(l, W_IN_B, H3_F32, dim, 0);
-        vv_layout_add(l, W_REG, H3_F32, c->num_register_tokens, dim);
-        vv_layout_add(l, W_LN_W, H3_F32, dim, 0);
-        vv_layout_add(l, W_LN_B, H3_F32, dim, 0);
-        vv_layout_add(l, W_OUT_W, wdt, P, dim);
-        vv_layout_add(l, W_OUT_B, wdt, P, 0);
-        return;
-    }
-    vv_layout_add(l, W_N1, H3_F32, dim, 0);
-    vv_layout_add(l, W_N2, H3_F32, dim, 0);
-    vv_layout_add(l, W_S1, H3_F32, dim, 0);
-    vv_layout_add(l, W_S2, H3_F32, dim, 0);
-    vv_layout_add(l, W_QKV_W, wdt, 3 * dim, dim);
-    vv_layout_add(l, W_QKV_B, wdt, 3 * dim, 0);
-    vv_layout_add(l, W_O_W, wdt, dim, dim);
-    vv_layout_add(l, W_O_B, wdt, dim, 0);
-    vv_layout_add(l, W_W1, wdt, 2 * I, dim);
-    vv_layout_add(l, W_B1, wdt, 2 * I, 0);
-    vv_layout_add(l, W_W2, wdt, dim, I);
-    vv_layout_add(l, W_B2, wdt, dim, 0);
-}
-
-/* The views of a placed part at base. */
-static void vv_layout_views(const vv_layout *l, uint8_t *base, h3_place place, vv_part *w) {
-    memset(w, 0, sizeof *w);
-    w->qkv_form = VV_QKV_ORDERED;
-    for (int id = 0; id < W_COUNT; id++)
-        if (l->off[id] >= 0)
-            h3_tensor_wrap(&w->t[id], base + l->off[id], place, l->dt[id], l->nd[id], l->shape[id]);
-}
-
-/* A part as stored: its tensors in the order of the placed layout, each landing at an element offset of a
- * placed weight, packed at the arena's granule. Random placements store the placed layout itself. */
-#define VV_MAX_ENTRIES 16
-typedef struct {
-    int n;
-    h3_tensor t[VV_MAX_ENTRIES]; /* as stored: views of the file (or descriptors without data), 2-D */
-    int id[VV_MAX_ENTRIES];      /* the placed weight it lands in */
-    int64_t at[VV_MAX_ENTRIES];  /* at this element */
-    int il[VV_MAX_ENTRIES];     /* per-head [q k v] rows (official QKV), reordered to [Q; K; V] when packed */
-    int64_t rb[VV_MAX_ENTRIES]; /* bytes of one such row */
-    int64_t off[VV_MAX_ENTRIES]; /* byte offset in the stored pack */
-    int64_t bytes;
-    vv_part host; /* the file's tensors (held while the entries view them) */
-} vv_src;
-
-static void vv_src_free(vv_src *s) {
-    vv_release(&s->host);
-    memset(s, 0, sizeof *s);
-}
-
-typedef struct {
-    int src, id; /* the stored weight, the placed one */
-    int64_t at;
-} vv_map;
-
-/* The stored entries of a part. random: the placed layout (wdt); else the file's tensors, with their data
- * when with_data (views kept in s->host), as descriptors otherwise (headers only: for planning). */
-static h3_status vv_src_make(h3_video_vae *v, int part, int random, int with_data, h3_dtype wdt, vv_src *s) {
-    memset(s, 0, sizeof *s);
-    const h3_video_vae_config *c = &v->cfg;
-    vv_layout l;
-    vv_layout_make(c, part, wdt, &l);
-    const int64_t dim = (int64_t)c->heads * c->head_dim;
-    vv_map map[VV_MAX_ENTRIES];
-    int n = 0;
-    for (int id = vv_part_first(part); id < vv_part_end(part); id++) {
-        if (l.off[id] < 0) continue;
-        if (!random && !c->fused_qkv && (id == W_QKV_W || id == W_QKV_B)) {
-            const int w = id == W_QKV_W;
-            const int64_t blk = w ? dim * dim : dim;
-            map[n++] = (vv_map){w ? W_Q_W : W_Q_B, id, 0};
-            map[n++] = (vv_map){w ? W_K_W : W_K_B, id, blk};
-            map[n++] = (vv_map){w ? W_V_W : W_V_B, id, 2 * blk};
-        } else {
-            map[n++] = (vv_map){id, id, 0};
-        }
-    }
-    h3_status st = H3_OK;
-    if (!random && with_data) H3_TRY(vv_acquire_file(v, part, &s->host));
-    for (int e = 0; e < n; e++) {
-        const int id = map[e].id;
-        h3_tensor t = {0};
-        if (random) {
-            t.dtype = l.dt[id];
-            t.ndim = 1;
-            t.shape[0] = l.shape[id][0] * (l.nd[id] == 2 ? l.shape[id][1] : 1);
-        } else if (with_data) {
-            t = s->host.t[map[e].src];
-        } else {
-            char name[160] = "";
-            const h3_st_entry *fe =
-                vv_name(v->layout, part, map[e].src, name, sizeof name) ? h3_st_find(&v->st, name) : NULL;
-            if (!fe) H3_FAIL(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
-            t.dtype =
-                (map[e].src == W_S1 || map[e].src == W_S2) ? H3_F32 : fe->dtype; /* scales read as f32 */
-            t.ndim = 1;
-            t.shape[0] = 1;
-            for (int d = 0; d < fe->ndim; d++) t.shape[0] *= fe->shape[d];
-        }
-        const int64_t numel = h3_tensor_numel(&t), tcols = l.nd[id] == 2 ? l.shape[id][1] : numel;
-        int64_t sh[2] = {tcols ? numel / tcols : 0, tcols};
-        h3_tensor t2;
-        h3_tensor_wrap(&t2, t.data, H3_PLACE_HOST, t.dtype, 2, sh);
-        s->t[e] = t2;
-        s->id[e] = id;
-        s->at[e] = map[e].at;
-        s->il[e] = !random && c->fused_qkv && (id == W_QKV_W || id == W_QKV_B);
-        s->rb[e] = (l.nd[id] == 2 ? l.shape[id][1] : 1) * (int64_t)h3_dtype_size(t.dtype);
-        s->off[e] = s->bytes;
-        s->bytes += h3_cuda_granule(numel * (int64_t)h3_dtype_size(t.dtype));
-    }
-    s->n = n;
-    return H3_OK;
-done:
-    vv_src_free(s);
-    return st;
-}
-
-/* The copy segments that fill the stored pack from the file (pread) or host memory, written at segs when not
- * NULL; returns their count. Official QKV rows go per head where [Q; K; V] wants them. */
-static int vv_src_segs(const h3_video_vae *v, const vv_src *s, h3_stream_seg *segs) {
-    int n = 0;
-    const int64_t H = v->cfg.heads, D = v->cfg.head_dim;
-    for (int e = 0; e < s->n; e++) {
-        const h3_tensor *t = &s->t[e];
-        const uint8_t *base = t->data;
-        int64_t foff = 0;
-        const int fd = h3_pack_file_of(v->st.files ? &v->st : NULL, base, &foff);
-        if (s->il[e]) { /* new row j·H·D + h·D + i is old row (h·3 + j)·D + i */
-            for (int64_t j = 0; j < 3; j++)
-                for (int64_t h = 0; h < H; h++, n++) {
-                    if (!segs) continue;
-                    const int64_t so = (h * 3 + j) * D * s->rb[e];
-                    segs[n] = (h3_stream_seg){fd >= 0 ? NULL : base + so, fd, foff + so, D * s->rb[e],
-                                              s->off[e] + (j * H + h) * D * s->rb[e]};
-                }
-        } else {
-            if (segs)
-                segs[n] =
-                    (h3_stream_seg){fd >= 0 ? NULL : base, fd, foff, (int64_t)h3_tensor_nbytes(t), s->off[e]};
-            n++;
-        }
-    }
-    return n;
-}
-
-/* Gathers a stored pack on the host (reads and copies of its segments). */
-static h3_status vv_fill(const h3_video_vae *v, const vv_src *s, uint8_t *dst) {
-    const int n = vv_src_segs(v, s, NULL);
-    h3_stream_seg *g = h3_malloc((size_t)n * sizeof *g, H3_MEM_OTHER);
-    if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    vv_src_segs(v, s, g);
-    h3_status st = H3_OK;
-    for (int i = 0; i < n && st == H3_OK; i++) {
-        if (g[i].fd < 0) {
-            memcpy(dst + g[i].dst, g[i].src, (size_t)g[i].bytes);
-            continue;
-        }
-        int64_t done = 0;
-        while (done < g[i].bytes) {
-            ssize_t r =
-                pread(g[i].fd, dst + g[i].dst + done, (size_t)(g[i].bytes - done), (off_t)(g[i].off + done));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                st = H3_ERR(H3_ERR_IO, "%s: reading %lld bytes at offset %lld failed: %s", v->source,
-                            (long long)g[i].bytes, (long long)g[i].off,
-                            r < 0 ? strerror(errno) : "the file is short");
-                break;
-            }
-            done += r;
-        }
-    }
-    h3_free(g);
-    return st;
-}
-
-/* Converts a stored pack at src (the place) into the placed part at dst. */
-static h3_status vv_convert(h3_exec *ex, h3_place place, const vv_src *s, const vv_layout *l, uint8_t *src,
-                            uint8_t *dst) {
-    for (int e = 0; e < s->n; e++) {
-        const int id = s->id[e];
-        h3_tensor a, b;
-        if (h3_tensor_numel(&s->t[e]) == 0) continue;
-        h3_tensor_wrap(&a, src + s->off[e], place, s->t[e].dtype, 2, s->t[e].shape);
-        h3_tensor_wrap(&b, dst + l->off[id] + s->at[e] * (int64_t)h3_dtype_size(l->dt[id]), place, l->dt[id],
-                       2, s->t[e].shape);
-        H3_TRY(h3_op_convert(ex, &b, &a));
-    }
-    return H3_OK;
-}
-
-/* Random values for a placed part (benchmarks): matrices uniform with the variance of 1/fan-in, biases and
- * shifts near 0, norm weights near 1, residual scales small. */
-static h3_status vv_random(h3_exec *ex, h3_place place, const vv_layout *l, uint8_t *base, uint64_t seed) {
-    vv_part w;
-    vv_layout_views(l, base, place, &w);
-    for (int id = 0; id < W_COUNT; id++) {
-        if (l->off[id] < 0) continue;
-        float a = 0.01f, lo, hi;
-        if (l->nd[id] == 2 && id != W_REG) a = sqrtf(3.0f / (float)l->shape[id][1]);
-        if (id == W_REG) a = 1.0f;
-        if (id == W_S1 || id == W_S2) a = 0.1f;
-        lo = -a, hi = a;
-        if (id == W_N1 || id == W_N2 || id == W_LN_W) lo = 0.9f, hi = 1.1f;
-        H3_TRY(h3_op_random_uniform(ex, &w.t[id], seed * 131u + (uint64_t)id, lo, hi));
-    }
-    return H3_OK;
-}
+/* Where the weights live and how each part reaches a decode: through units (mem/units.h), one per ViT block
+ * and one for the input and output layers. Unplaced (and placed on the host without packing), the units hand
+ * out the file's tensors as opened. Packed at a place, each part is laid out as the device takes it: matrices
+ * and biases in the placement's dtype (bf16 on a device, f32 for packed host runs), the norm weights,
+ * residual scales, register tokens and input projections in f32, the official QKV rows ordered [Q; K; V] on
+ * the way. The file stores another dtype, so the units convert on arrival: resident parts once, when placed
+ * (through a load buffer the size of the largest tensor); streamed blocks travel as stored through one slot
+ * and are converted into the units' work block as they are acquired, which frees the slot for the next
+ * block's copy while this one computes. Blocks stored as placed (random weights) stream through two slots,
+ * unconverted. */
 
 struct vv_placed {
     h3_video_vae_mem plan;
     h3_exec *ex;
     h3_place place;
-    h3_dtype wdt; /* matrices and biases as placed */
-    vv_layout lio, lblk;
-    uint8_t *io;   /* the input and output layers */
-    uint8_t **blk; /* [L] resident blocks; NULL where streamed */
-    int *item;     /* [L] streamer item of a streamed block; -1 where resident */
-    uint8_t *work; /* the streamed block in use, converted */
-    int n_items;
-    vv_src *src; /* [n_items] */
-    h3_stream_seg *segs;
-    h3_stream_item *items;
-    int *order;
-    h3_streamer *s;
-    void *rsrc; /* random placement: pinned bytes every streamed block is copied from */
-    int64_t rsrc_bytes;
+    h3_units *u;    /* packed: the parts' units */
+    h3_tensor *rnd; /* random placement: [2 × W_COUNT] the input and output layers' and a block's tensors in
+                     * their pinned source (a block stored as placed) */
+    void *rsrc[2];  /* their bytes: the input and output layers, a block */
+    int64_t rsrc_bytes[2];
     float *fh; /* a device decode's frames on their way to the callback (pinned) */
     int64_t fh_bytes;
     struct h3_memrep *rep;
@@ -1288,27 +1261,69 @@ static int vv_is_resident(int l, int L, int R) {
     return (int)(((int64_t)(l + 1) * R) / L) > (int)(((int64_t)l * R) / L);
 }
 
+/* The tiers of a packed plan's units: the input and output layers resident, blocks resident as spread by
+ * vv_is_resident, the first n_pinned streamed ones copied from pinned memory, the rest read from the file. */
+static void vv_tiers(int L, int R, int n_pinned, uint8_t *tier) {
+    for (int l = 0, j = 0; l < L; l++)
+        tier[l] = vv_is_resident(l, L, R) ? H3_TIER_RESIDENT : j++ < n_pinned ? H3_TIER_PINNED : H3_TIER_DISK;
+    tier[L] = H3_TIER_RESIDENT;
+}
+
+/* Descriptors (no data) of part `part`'s tensors: stored (dtypes from the file's headers) or, random, as
+ * placed in dtype wdt. */
+static h3_status vv_describe(const h3_video_vae *v, int part, int random, h3_dtype wdt, h3_tensor *t) {
+    int ids[W_COUNT];
+    const int n = vv_part_ids(v, part, ids);
+    memset(t, 0, W_COUNT * sizeof *t);
+    for (int k = 0; k < n; k++) {
+        const int id = ids[k];
+        char name[160] = "";
+        int64_t s[H3_MAX_DIMS];
+        const int nd = vv_op_shape(&v->cfg, id, s);
+        h3_dtype dt = vv_placed_dtype(id, H3_F32, 1, wdt);
+        if (!random) {
+            const h3_st_entry *e =
+                vv_name(v->layout, part, id, name, sizeof name) ? h3_st_find(&v->st, name) : NULL;
+            if (!e) return H3_ERR(H3_ERR_FORMAT, "%s: tensor '%s' is missing", v->source, name);
+            dt = e->dtype;
+        }
+        t[id].dtype = dt;
+        t[id].ndim = nd;
+        memcpy(t[id].shape, s, (size_t)nd * sizeof *s);
+        t[id].place = random ? H3_PLACE_PINNED : H3_PLACE_HOST;
+    }
+    return H3_OK;
+}
+
+/* Random values for a part's tensors (benchmarks): matrices uniform with the variance of 1/fan-in, biases and
+ * shifts near 0, norm weights near 1, residual scales small. */
+static h3_status vv_random(h3_exec *ex, const h3_video_vae *v, int part, const h3_tensor *t, uint64_t seed) {
+    int ids[W_COUNT];
+    const int n = vv_part_ids(v, part, ids);
+    for (int k = 0; k < n; k++) {
+        const int id = ids[k];
+        h3_tensor w = t[k];
+        float a = 0.01f, lo, hi;
+        if (w.ndim == 2 && id != W_REG) a = sqrtf(3.0f / (float)w.shape[1]);
+        if (id == W_REG) a = 1.0f;
+        if (id == W_S1 || id == W_S2) a = 0.1f;
+        lo = -a, hi = a;
+        if (id == W_N1 || id == W_N2 || id == W_LN_W) lo = 0.9f, hi = 1.1f;
+        H3_TRY(h3_op_random_uniform(ex, &w, seed * 131u + (uint64_t)id, lo, hi));
+    }
+    return H3_OK;
+}
+
 void h3_video_vae_unplace(h3_video_vae *v) {
     vv_placed *pl = v ? v->pl : NULL;
     if (!pl) return;
     v->pl = NULL;
-    h3_streamer_free(pl->s);
-    if (pl->ex) h3_exec_sync(pl->ex);
-    h3_clear_error();
-    const int L = v->cfg.num_layers;
-    for (int l = 0; pl->blk && l < L; l++)
-        if (pl->blk[l]) h3_place_free(pl->place, pl->blk[l], (size_t)pl->lblk.bytes, H3_MEM_WEIGHTS);
-    if (pl->io) h3_place_free(pl->place, pl->io, (size_t)pl->lio.bytes, H3_MEM_WEIGHTS);
-    if (pl->work) h3_place_free(pl->place, pl->work, (size_t)pl->lblk.bytes, H3_MEM_WEIGHTS);
-    if (pl->rsrc) h3_place_free(H3_PLACE_PINNED, pl->rsrc, (size_t)pl->rsrc_bytes, H3_MEM_WEIGHTS);
+    h3_units_close(pl->u);
+    for (int k = 0; k < 2; k++)
+        if (pl->rsrc[k])
+            h3_place_free(H3_PLACE_PINNED, pl->rsrc[k], (size_t)pl->rsrc_bytes[k], H3_MEM_WEIGHTS);
     if (pl->fh) h3_place_free(H3_PLACE_PINNED, pl->fh, (size_t)pl->fh_bytes, H3_MEM_IO);
-    for (int j = 0; pl->src && j < pl->n_items; j++) vv_src_free(&pl->src[j]);
-    h3_free(pl->src);
-    h3_free(pl->segs);
-    h3_free(pl->items);
-    h3_free(pl->order);
-    h3_free(pl->blk);
-    h3_free(pl->item);
+    h3_free(pl->rnd);
     h3_free(pl);
 }
 
@@ -1316,31 +1331,30 @@ const h3_video_vae_mem *h3_video_vae_placement(const h3_video_vae *v) {
     return v && v->pl ? &v->pl->plan : NULL;
 }
 
-static void *vv_alloc_at(vv_placed *pl, int64_t bytes, h3_devcat cat) {
-    h3_devcat prev = pl->rep ? h3_memrep_set_category(pl->rep, cat) : cat;
-    void *p = h3_place_alloc(pl->place, (size_t)bytes, H3_MEM_WEIGHTS);
-    if (pl->rep) h3_memrep_set_category(pl->rep, prev);
-    return p;
-}
-
-/* Loads a part from the file into dst (placed): the stored pack gathered on the host, copied to the place's
- * staging, converted. */
-static h3_status vv_load(h3_video_vae *v, vv_placed *pl, int part, uint8_t *host_stage, uint8_t *stage,
-                         uint8_t *dst) {
-    vv_src s;
-    H3_TRY(vv_src_make(v, part, 0, 1, pl->wdt, &s));
-    h3_status st = vv_fill(v, &s, host_stage);
-    if (st == H3_OK && stage != host_stage) {
-        h3_tensor a, b;
-        int64_t n = s.bytes;
-        h3_tensor_wrap(&a, host_stage, H3_PLACE_HOST, H3_U8, 1, &n);
-        h3_tensor_wrap(&b, stage, pl->place, H3_U8, 1, &n);
-        st = h3_copy(pl->ex, &b, &a);
+/* The pinned sources of a random placement: the input and output layers (seed) and one block (seed + 999),
+ * laid out as placed, values made on the host. */
+static h3_status vv_random_sources(h3_video_vae *v, vv_placed *pl, h3_exec *ex, h3_dtype wdt, uint64_t seed) {
+    pl->rnd = h3_calloc(2 * W_COUNT, sizeof *pl->rnd, H3_MEM_OTHER);
+    if (!pl->rnd) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < 2; k++) {
+        const int part = k == 0 ? VV_IO : 0;
+        h3_tensor *t = pl->rnd + k * W_COUNT;
+        H3_TRY(vv_describe(v, part, 1, wdt, t));
+        h3_pack p;
+        vv_pack_part(v, part, t, 1, wdt, 0, &p);
+        pl->rsrc_bytes[k] = p.bytes;
+        pl->rsrc[k] = h3_place_alloc(H3_PLACE_PINNED, (size_t)p.bytes, H3_MEM_WEIGHTS);
+        if (!pl->rsrc[k])
+            return H3_ERR(H3_ERR_NOMEM, "video VAE: %lld bytes of pinned memory for random weights",
+                          (long long)p.bytes);
+        h3_tensor views[W_COUNT];
+        for (int i = 0; i < p.n; i++) {
+            h3_pack_view(&p, i, pl->rsrc[k], H3_PLACE_PINNED, &views[i]);
+            ((h3_tensor *)p.src[i])->data = views[i].data;
+        }
+        H3_TRY(vv_random(ex, v, part, views, k == 0 ? seed : seed + 999u));
     }
-    if (st == H3_OK) st = vv_convert(pl->ex, pl->place, &s, part == VV_IO ? &pl->lio : &pl->lblk, stage, dst);
-    if (st == H3_OK) st = h3_exec_sync(pl->ex); /* the staging is reused by the next part */
-    vv_src_free(&s);
-    return st;
+    return H3_OK;
 }
 
 h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_mem *plan,
@@ -1348,7 +1362,8 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
     const h3_video_vae_config *c = &v->cfg;
     const int L = c->num_layers;
     if (plan->n_blocks != L || (plan->place != H3_PLACE_HOST && plan->place != H3_PLACE_DEVICE) ||
-        plan->tile_batch < 1 || plan->rows_per_step < 1 || plan->n_resident < 0 || plan->n_resident > L)
+        plan->tile_batch < 1 || plan->rows_per_step < 1 || plan->n_resident < 0 || plan->n_resident > L ||
+        (plan->packed && plan->n_resident < L && plan->n_slots < 1))
         return H3_ERR(H3_ERR_INVALID,
                       "video VAE: this plan is not one of h3_video_vae_plan's for this decoder");
     if (plan->place == H3_PLACE_DEVICE && !ex->cuda)
@@ -1360,143 +1375,100 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
                       "this video VAE was created without weights: place it with a random seed");
     h3_video_vae_unplace(v);
     h3_status st = H3_OK;
-    uint8_t *host_stage = NULL, *stage = NULL;
-    int64_t stage_bytes = 0;
+    h3_pack *packs = NULL;
+    uint8_t *tier = NULL;
+    int *order = NULL;
     vv_placed *pl = h3_calloc(1, sizeof *pl, H3_MEM_OTHER);
     if (!pl) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     pl->plan = *plan;
     pl->ex = ex;
     pl->place = plan->place;
     pl->rep = rep;
-    pl->wdt = plan->place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32;
     if (!plan->packed) goto out; /* the host, from the file: only the run's choices */
-    vv_layout_make(c, VV_IO, pl->wdt, &pl->lio);
-    vv_layout_make(c, 0, pl->wdt, &pl->lblk);
-    pl->blk = h3_calloc((size_t)(L ? L : 1), sizeof *pl->blk, H3_MEM_OTHER);
-    pl->item = h3_calloc((size_t)(L ? L : 1), sizeof *pl->item, H3_MEM_OTHER);
-    if (!pl->blk || !pl->item) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    const h3_dtype wdt = plan->place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32;
     if (pl->place == H3_PLACE_DEVICE) {
         pl->fh_bytes = vv_frames_stage_bytes(c, plan->H, plan->W);
         pl->fh = h3_place_alloc(H3_PLACE_PINNED, (size_t)pl->fh_bytes, H3_MEM_IO);
         if (!pl->fh) H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for the frames handed out");
     }
-    /* 1. the input and output layers and the resident blocks, through one staging block */
-    pl->io = vv_alloc_at(pl, pl->lio.bytes, H3_DEVCAT_WEIGHTS);
-    if (!pl->io)
-        H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for the input and output layers",
-                (long long)pl->lio.bytes);
-    if (!random) {
-        stage_bytes = plan->dev_load;
-        host_stage = h3_malloc((size_t)stage_bytes, H3_MEM_IO);
-        stage = pl->place == H3_PLACE_HOST ? host_stage : vv_alloc_at(pl, stage_bytes, H3_DEVCAT_WEIGHTS);
-        if (!host_stage || !stage)
-            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes to stage weights", (long long)stage_bytes);
-        H3_CHECK_CTX(vv_load(v, pl, VV_IO, host_stage, stage, pl->io),
-                     "loading the video VAE's input and output layers");
+    packs = h3_calloc((size_t)L + 1, sizeof *packs, H3_MEM_OTHER);
+    tier = h3_calloc((size_t)L + 1, 1, H3_MEM_OTHER);
+    order = h3_calloc((size_t)(L ? L : 1), sizeof *order, H3_MEM_OTHER);
+    if (!packs || !tier || !order) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (random) {
+        H3_CHECK(vv_random_sources(v, pl, ex, wdt, plan->random_seed));
+        for (int l = 0; l < L; l++) vv_pack_part(v, l, pl->rnd + W_COUNT, 1, wdt, 0, &packs[l]);
+        vv_pack_part(v, VV_IO, pl->rnd, 1, wdt, 0, &packs[L]);
     } else {
-        H3_CHECK(vv_random(ex, pl->place, &pl->lio, pl->io, plan->random_seed));
+        for (int l = 0; l < L; l++) vv_pack_part(v, l, vv_bound(v, l), 1, wdt, c->fused_qkv, &packs[l]);
+        vv_pack_part(v, VV_IO, vv_bound(v, VV_IO), 1, wdt, c->fused_qkv, &packs[L]);
     }
-    int n_str = 0;
-    for (int l = 0; l < L; l++) {
-        pl->item[l] = -1;
-        if (!vv_is_resident(l, L, plan->n_resident)) {
-            pl->item[l] = n_str++;
-            continue;
-        }
-        pl->blk[l] = vv_alloc_at(pl, pl->lblk.bytes, H3_DEVCAT_WEIGHTS);
-        if (!pl->blk[l])
-            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for block %d", (long long)pl->lblk.bytes, l);
-        if (random)
-            H3_CHECK(vv_random(ex, pl->place, &pl->lblk, pl->blk[l],
-                               plan->random_seed + 1000u * (uint64_t)(l + 1)));
-        else
-            H3_CHECK_CTX(vv_load(v, pl, l, host_stage, stage, pl->blk[l]), "loading video VAE block %d", l);
+    vv_tiers(L, plan->n_resident, random ? L : plan->n_pinned, tier);
+    {
+        const h3_units_config uc = {pl->place, tier,        plan->n_slots, 0,   v->created ? NULL : &v->st,
+                                    c->heads,  c->head_dim, NULL,          rep, "the video VAE's weights",
+                                    0};
+        H3_CHECK(h3_units_open(ex, &uc, packs, L + 1, &pl->u));
     }
-    if (stage && stage != host_stage) h3_place_free(pl->place, stage, (size_t)stage_bytes, H3_MEM_WEIGHTS);
-    h3_free(host_stage);
-    stage = host_stage = NULL;
-    /* 2. the streamed blocks: their stored packs, a slot, the work block */
-    pl->n_items = n_str;
-    if (n_str) {
-        pl->work = vv_alloc_at(pl, pl->lblk.bytes, H3_DEVCAT_SLOTS);
-        if (!pl->work)
-            H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes for a streamed block", (long long)pl->lblk.bytes);
-        pl->src = h3_calloc((size_t)n_str, sizeof *pl->src, H3_MEM_OTHER);
-        pl->items = h3_calloc((size_t)n_str, sizeof *pl->items, H3_MEM_OTHER);
-        pl->order = h3_calloc((size_t)n_str, sizeof *pl->order, H3_MEM_OTHER);
-        if (!pl->src || !pl->items || !pl->order) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        int64_t nsegs = 0, slot = 0;
-        for (int l = 0, j = 0; l < L; l++) {
-            if (pl->item[l] < 0) continue;
-            H3_CHECK(vv_src_make(v, l, random, !random, pl->wdt, &pl->src[j]));
-            nsegs += random ? 1 : vv_src_segs(v, &pl->src[j], NULL);
-            if (pl->src[j].bytes > slot) slot = pl->src[j].bytes;
-            j++;
+    if (random) /* each resident block its own values, as the input and output layers have */
+        for (int l = 0; l < L; l++) {
+            if (tier[l] != H3_TIER_RESIDENT) continue;
+            const h3_tensor *t;
+            H3_CHECK(h3_units_acquire(pl->u, l, &t));
+            st = vv_random(ex, v, l, t, plan->random_seed + 1000u * (uint64_t)(l + 1));
+            h3_units_release(pl->u, l);
+            H3_CHECK(st);
         }
-        pl->segs = h3_calloc((size_t)nsegs, sizeof *pl->segs, H3_MEM_OTHER);
-        if (!pl->segs) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        if (random) { /* one random block, stored as placed, the source of every streamed one */
-            pl->rsrc_bytes = slot;
-            pl->rsrc = h3_place_alloc(H3_PLACE_PINNED, (size_t)slot, H3_MEM_WEIGHTS);
-            if (!pl->rsrc) H3_FAIL(H3_ERR_NOMEM, "video VAE: %lld bytes of pinned memory", (long long)slot);
-            H3_CHECK(vv_random(ex, pl->place, &pl->lblk, pl->work, plan->random_seed + 999u));
-            h3_tensor a, b;
-            h3_tensor_wrap(&a, pl->work, pl->place, H3_U8, 1, &slot);
-            h3_tensor_wrap(&b, pl->rsrc, H3_PLACE_PINNED, H3_U8, 1, &slot);
-            H3_CHECK(h3_copy(ex, &b, &a));
-            H3_CHECK(h3_exec_sync(ex));
-        }
-        int need_staging = 0;
-        for (int j = 0, o = 0; j < n_str; j++) {
-            h3_stream_item *it = &pl->items[j];
-            it->segs = pl->segs + o;
-            if (random) {
-                pl->segs[o] = (h3_stream_seg){pl->rsrc, -1, 0, slot, 0};
-                it->n_segs = 1;
-            } else {
-                it->n_segs = vv_src_segs(v, &pl->src[j], pl->segs + o);
-            }
-            o += it->n_segs;
-            it->bytes = pl->src[j].bytes;
-            it->src_pinned = random;
-            it->tier = random || j < plan->n_pinned ? H3_TIER_PINNED : H3_TIER_DISK;
-            need_staging |= it->tier == H3_TIER_DISK;
-            pl->order[j] = j;
-        }
-        h3_streamer_config sc = {pl->place, plan->n_slots, slot, need_staging ? H3_STREAM_STAGING : 0, rep, 0};
-        H3_CHECK_CTX(h3_streamer_create(ex, &sc, pl->items, n_str, &pl->s),
-                     "streaming the video VAE's blocks");
-        H3_CHECK(h3_streamer_set_order(pl->s, pl->order, n_str, 1));
-    }
+    for (int l = 0; l < L; l++) order[l] = l;
+    H3_CHECK(h3_units_set_order(pl->u, order, L, 1));
+    H3_CHECK(h3_exec_sync(ex));
 out:
+    h3_free(packs);
+    h3_free(tier);
+    h3_free(order);
     v->pl = pl;
     return H3_OK;
 done:
-    if (stage && stage != host_stage) h3_place_free(pl->place, stage, (size_t)stage_bytes, H3_MEM_WEIGHTS);
-    h3_free(host_stage);
+    h3_free(packs);
+    h3_free(tier);
+    h3_free(order);
     v->pl = pl;
     h3_video_vae_unplace(v);
     return st;
 }
 
-/* The one way decode code reaches weights: a part as placed (resident, or streamed and converted into the
- * work block), or from the file on the host. Release with vv_release. */
-static h3_status vv_acquire(h3_video_vae *v, h3_exec *ex, int part, vv_part *w) {
-    vv_placed *pl = v->pl;
-    if (!pl || !pl->plan.packed) return vv_acquire_file(v, part, w);
-    uint8_t *base = part == VV_IO ? pl->io : pl->blk[part];
-    if (!base) {
-        const int j = pl->item[part];
-        void *slot;
-        H3_TRY_CTX(h3_streamer_acquire(pl->s, j, &slot), "video VAE block %d", part);
-        h3_status st = vv_convert(ex, pl->place, &pl->src[j], &pl->lblk, slot, pl->work);
-        h3_streamer_release(pl->s,
-                            j); /* converted: the slot takes the next block's copy while this one runs */
-        H3_TRY_CTX(st, "video VAE block %d", part);
-        base = pl->work;
+/* The one way decode code reaches weights: part `part` from the units of the placement (packed) or the
+ * file's (as opened). Release with vv_release. */
+static h3_units *vv_units(const h3_video_vae *v) {
+    return v->pl && v->pl->u ? v->pl->u : v->host;
+}
+
+static h3_status vv_acquire(h3_video_vae *v, int part, vv_part *w) {
+    memset(w, 0, sizeof *w);
+    h3_units *u = vv_units(v);
+    if (!u)
+        return H3_ERR(H3_ERR_INVALID,
+                      "this video VAE was created without weights: place it with a random seed");
+    const h3_tensor *t;
+    H3_TRY_CTX(h3_units_acquire(u, vv_unit(v, part), &t), "video VAE %s%d",
+               part == VV_IO ? "input and output layers" : "block ", part == VV_IO ? 0 : part);
+    int ids[W_COUNT];
+    const int n = vv_part_ids(v, part, ids);
+    for (int k = 0; k < n; k++) w->t[ids[k]] = t[k];
+    const int packed = u != v->host;
+    w->qkv_form = packed ? VV_QKV_ORDERED : v->cfg.fused_qkv ? VV_QKV_INTERLEAVED : VV_QKV_SPLIT;
+    if (packed && part != VV_IO && !v->cfg.fused_qkv) { /* joined as placed: one [Q; K; V] */
+        const int64_t dim = (int64_t)v->cfg.heads * v->cfg.head_dim, sw[2] = {3 * dim, dim}, sb = 3 * dim;
+        const h3_tensor *q = &w->t[W_Q_W], *b = &w->t[W_Q_B];
+        H3_TRY(h3_tensor_wrap(&w->t[W_QKV_W], q->data, q->place, q->dtype, 2, sw));
+        H3_TRY(h3_tensor_wrap(&w->t[W_QKV_B], b->data, b->place, b->dtype, 1, &sb));
     }
-    vv_layout_views(part == VV_IO ? &pl->lio : &pl->lblk, base, pl->place, w);
     return H3_OK;
+}
+
+static void vv_release(h3_video_vae *v, int part) {
+    h3_units *u = vv_units(v);
+    if (u) h3_units_release(u, vv_unit(v, part));
 }
 
 /* ---- the memory function ------------------------------------------------------------------------------- */
@@ -1547,8 +1519,7 @@ static h3_status vv_plan_host(const h3_video_vae_config *c, int64_t T, int64_t H
     out->chunk_buffers = p.chunk_bytes + (int64_t)sizeof(vv_plan); /* the plan itself is heap memory too */
     out->vit = p.vit_bytes;
     out->op_scratch = vv_op_scratch(c, threads > 0 ? threads : 1, c->weight_dtype);
-    out->block_scratch = c->weight_dtype != H3_F32 ? 2 * (int64_t)c->heads * c->head_dim * 4 : 0;
-    out->total = out->chunk_buffers + out->vit + out->op_scratch + out->block_scratch;
+    out->total = out->chunk_buffers + out->vit + out->op_scratch;
     return H3_OK;
 }
 
@@ -1605,18 +1576,25 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     }
     const h3_dtype wdt = run->place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32;
     const int L = c->num_layers;
-    vv_layout lio, lblk;
-    vv_layout_make(c, VV_IO, wdt, &lio);
-    vv_layout_make(c, 0, wdt, &lblk);
-    vv_src sio, sblk;
-    H3_TRY(vv_src_make((h3_video_vae *)v, VV_IO, random, 0, wdt, &sio));
-    H3_TRY(vv_src_make((h3_video_vae *)v, 0, random, 0, wdt, &sblk));
-    const int64_t stored = sblk.bytes, stage = random ? 0 : (sio.bytes > sblk.bytes ? sio.bytes : sblk.bytes);
+    /* the units as placed, from the headers (every block has the same shapes and dtypes) */
+    h3_tensor desc[2][W_COUNT];
+    H3_TRY(vv_describe(v, VV_IO, random, wdt, desc[0]));
+    H3_TRY(vv_describe(v, 0, random, wdt, desc[1]));
+    h3_status st = H3_OK;
+    vv_plan *p = h3_malloc(sizeof *p, H3_MEM_OTHER);
+    h3_pack *packs = h3_calloc((size_t)L + 1, sizeof *packs, H3_MEM_OTHER);
+    uint8_t *tier = h3_calloc((size_t)L + 1, 1, H3_MEM_OTHER);
+    if (!p || !packs || !tier) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < L; l++) vv_pack_part(v, l, desc[1], 1, wdt, !random && c->fused_qkv, &packs[l]);
+    vv_pack_part(v, VV_IO, desc[0], 1, wdt, !random && c->fused_qkv, &packs[L]);
+    /* a block that converts frees its slot once converted: one slot overlaps the next copy with this
+     * block's compute; one stored as placed is used in its slot, so two */
+    const int slots = packs[0].converts ? 1 : 2;
+    const int64_t stored = packs[0].bytes;
     const int64_t backend = run->place == H3_PLACE_DEVICE ? H3_CUDA_BACKEND_BYTES : 0;
     const int64_t budget = run->vram_budget, slack = budget ? h3_budget_slack(budget) : 0;
-    vv_plan *p = h3_malloc(sizeof *p, H3_MEM_OTHER);
-    if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = H3_OK;
+    h3_units_config uc = {run->place, tier, 0, 0, NULL, c->heads, c->head_dim, NULL, NULL, NULL, 0};
+    h3_units_mem um;
     H3_CHECK(vv_make_plan(c, T, H, W, 1, 1, wdt, 0, p));
     const int nt = p->nt;
     const int64_t S = p->S;
@@ -1640,18 +1618,19 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
             H3_CHECK(vv_make_plan(c, T, H, W, nb, rc, wdt, 0, p));
             const int64_t arena = h3_cuda_granule(p->total), Rmax = L - run->stream_blocks;
             for (int64_t R = Rmax < 0 ? 0 : Rmax; R >= 0; R--) {
-                const int64_t w = backend + lio.bytes + R * lblk.bytes;
-                const int64_t dec =
-                    w + (R < L ? (int64_t)1 * h3_cuda_granule(stored) + lblk.bytes : 0) + arena;
-                const int64_t load = w + h3_cuda_granule(stage), peak = dec > load ? dec : load;
-                if (least < 0 || peak < least) least = peak;
-                if (budget && peak + slack > budget) continue;
                 const int n_str = L - (int)R;
                 int n_pinned = n_str;
                 if (!random && run->ram_budget && n_str) {
                     int64_t fit = run->ram_budget / (stored > 0 ? stored : 1);
                     n_pinned = fit < n_str ? (int)fit : n_str;
                 }
+                vv_tiers(L, (int)R, n_pinned, tier);
+                uc.n_slots = n_str ? slots : 0;
+                h3_units_mem_of(&uc, packs, L + 1, &um);
+                const int64_t dec = backend + um.resident + um.ring + um.work + arena;
+                const int64_t load = backend + um.resident + um.load, peak = dec > load ? dec : load;
+                if (least < 0 || peak < least) least = peak;
+                if (budget && peak + slack > budget) continue;
                 const double t = vv_rank_time(c, p, L, (int)R, stored, n_pinned);
                 if (!have || t < best_t * 0.999) {
                     have = 1;
@@ -1675,22 +1654,25 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
             h3_budget_str(budget, b, sizeof b));
     }
     H3_CHECK(vv_make_plan(c, T, H, W, best_nb, best_rc, wdt, 0, p));
+    vv_tiers(L, best_R, best_np, tier);
+    uc.n_slots = best_R < L ? slots : 0;
+    h3_units_mem_of(&uc, packs, L + 1, &um);
     vv_mem_geometry(p, out);
     out->place = run->place;
     out->packed = 1;
     out->n_blocks = L;
     out->n_resident = best_R;
-    out->n_slots = best_R < L ? 1 : 0;
+    out->n_slots = uc.n_slots;
     out->n_pinned = best_np;
     out->n_disk = L - best_R - best_np;
-    out->block_bytes = lblk.bytes;
+    out->block_bytes = packs[0].pbytes;
     out->stored_bytes = stored;
     out->chunk_buffers = p->chunk_bytes;
     out->vit = p->vit_bytes;
     out->dev_backend = backend;
-    out->dev_weights = lio.bytes + (int64_t)best_R * lblk.bytes;
-    out->dev_load = stage ? h3_cuda_granule(stage) : 0;
-    out->dev_slots = best_R < L ? h3_cuda_granule(stored) + lblk.bytes : 0;
+    out->dev_weights = um.resident;
+    out->dev_load = um.load;
+    out->dev_slots = um.ring + um.work;
     out->dev_arena = h3_cuda_granule(p->total);
     {
         const int64_t dec = backend + out->dev_weights + out->dev_slots + out->dev_arena;
@@ -1698,9 +1680,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
         out->dev_peak = dec > load ? dec : load;
     }
     const int64_t frames_stage = vv_frames_stage_bytes(c, H, W);
-    const int n_str = L - best_R;
-    out->host_pinned = (random ? (n_str ? stored : 0) : (int64_t)best_np * stored) +
-                       (out->n_disk ? H3_STREAM_STAGING * stored : 0) +
+    out->host_pinned = um.pinned + (random ? packs[0].bytes + packs[L].bytes : 0) +
                        (run->place == H3_PLACE_DEVICE ? frames_stage : 0);
     {
         int64_t during =
@@ -1717,12 +1697,14 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     out->ram_budget = run->ram_budget;
 done:
     h3_free(p);
+    h3_free(packs);
+    h3_free(tier);
     return st;
 }
 
 void h3_video_vae_plan_predicted(const h3_video_vae_mem *m, int64_t pred[5], int64_t *peak) {
     pred[H3_DEVCAT_BACKEND] = m->dev_backend;
-    pred[H3_DEVCAT_WEIGHTS] = m->dev_weights + m->dev_load; /* the staging is counted with what it loads */
+    pred[H3_DEVCAT_WEIGHTS] = m->dev_weights + m->dev_load; /* the load buffer counts with what it loads */
     pred[H3_DEVCAT_SLOTS] = m->dev_slots;
     pred[H3_DEVCAT_MODULATION] = 0;
     pred[H3_DEVCAT_ACTIVATIONS] = m->dev_arena;
@@ -1788,7 +1770,7 @@ static h3_status vv_block(vv_run *r, const vv_part *w, int nbp) {
     } else if (w->qkv_form == VV_QKV_SPLIT) {
         for (int j = 0; j < 3; j++) {
             h3_tensor y = vv_v(r, p->o_qkv + j * dim * es, ad, rows, dim, 3 * dim);
-            H3_TRY(h3_op_gemm(ex, &y, &a, &w->t[W_Q_W + 2 * j], &w->t[W_Q_B + 2 * j], 0));
+            H3_TRY(h3_op_gemm(ex, &y, &a, &w->t[W_Q_W + j], &w->t[W_Q_B + j], 0));
         }
     } else { /* rows per head [q k v]: into the scratch, then each head's q, k and v where [Q | K | V] wants
                 them */
@@ -1960,9 +1942,9 @@ static h3_status vv_pass(vv_run *r, int i, int t0, int nbp) {
     H3_TRY(h3_op_scatter_rows(ex, &x, &extra, &xi)); /* the register tokens and the zero token of each tile */
     for (int l = 0; l < c->num_layers; l++) {
         vv_part w;
-        H3_TRY(vv_acquire(r->v, ex, l, &w));
+        H3_TRY(vv_acquire(r->v, l, &w));
         h3_status st = vv_block(r, &w, nbp);
-        vv_release(&w);
+        vv_release(r->v, l);
         H3_TRY_CTX(st, "block %d", l);
     }
     h3_tensor an = vv_v(r, p->o_a, p->ad, rows, dim, dim);
@@ -2064,6 +2046,7 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
     vv_run r;
     memset(&r, 0, sizeof r);
     uint8_t *mirror = NULL;
+    int io_held = 0;
     const int packed = m && m->packed;
     H3_CHECK(vv_make_plan(c, T, H, W, m ? m->tile_batch : 1, m ? m->rows_per_step : v->rows_per_step,
                           place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32, !packed && c->fused_qkv, p));
@@ -2119,7 +2102,8 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
         r.zh = (float *)(r.ar + p->o_z);
         memset(r.zh, 0, (size_t)(p->rows * c->latent_channels) * sizeof(float));
     }
-    H3_CHECK(vv_acquire(v, ex, VV_IO, &r.io));
+    H3_CHECK(vv_acquire(v, VV_IO, &r.io));
+    io_held = 1;
     {
         const int64_t Rg = c->num_register_tokens, dim = (int64_t)c->heads * c->head_dim;
         h3_tensor e = vv_v(&r, p->o_extra, H3_F32, p->nb * (Rg + 1), dim, dim);
@@ -2150,12 +2134,12 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
         first += p->main_frames;
     }
     if (p->ovl_frames) H3_CHECK(vv_deliver(&r, p->o_prev, p->ovl_frames, p->ovl_frames, first));
-    if (v->pl && v->pl->s) H3_CHECK(h3_streamer_sync(v->pl->s));
+    if (v->pl && v->pl->u) H3_CHECK(h3_units_sync(v->pl->u));
     if (r.delivered != p->frames)
         H3_FAIL(H3_ERR_INTERNAL, "video decode delivered %lld frames of %lld", (long long)r.delivered,
                 (long long)p->frames);
 done:
-    vv_release(&r.io);
+    if (io_held) vv_release(v, VV_IO);
     if (place == H3_PLACE_DEVICE) {
         h3_status s2 = h3_exec_sync(ex); /* nothing queued may still use the arena */
         if (st == H3_OK) st = s2;
@@ -2183,6 +2167,7 @@ h3_status h3_video_vae_create(const h3_video_vae_config *c, h3_video_vae **out) 
     v->cfg.fused_qkv = 1;
     v->layout = H3_LAYOUT_OFFICIAL;
     v->created = 1;
+    vv_find_ids(v);
     v->rows_per_step = 512;
     v->source = h3_strdup("(created in memory)");
     if (!v->source) {

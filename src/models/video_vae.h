@@ -1,30 +1,33 @@
 /* The MiniMax-H3 video VAE decoder ("f16t4d24", H3-FACTS §3): latents from the DiT -> RGB frames.
  *
- * Latents [C=24, T, H, W], normalized as the DiT produces them, are de-normalized per channel (latents_mean/std),
- * then decoded in temporal chunks that mirror the encoder's 17-frame clips (5 latent frames per chunk plus 2 of
- * look-ahead, 3 pre-padding frames dropped, a 5-frame linear cross-fade between chunks) and, inside a chunk, in
- * spatial tiles of 256 px with at least 64 px of overlap, linearly blended: exactly what diffusers'
- * AutoencoderKLMiniMaxH3 does with tiling on (its default, and what the released frames were made with). Each tile
- * runs the ViT decoder: post-quant 1×1×1 conv, a linear to 2048 per latent voxel, 4 register tokens and one zero
- * token, 36 pre-RMSNorm blocks (QKV with bias, per-head RMSNorm of q and k, 3-axis RoPE θ = 100 on 48 of 64
- * channels, SwiGLU with biases, per-block residual scales), LayerNorm, and a linear to 4 frames × 16 × 16 pixels.
+ * Latents [C=24, T, H, W], normalized as the DiT produces them, are de-normalized per channel
+ * (latents_mean/std), then decoded in temporal chunks that mirror the encoder's 17-frame clips (5 latent
+ * frames per chunk plus 2 of look-ahead, 3 pre-padding frames dropped, a 5-frame linear cross-fade between
+ * chunks) and, inside a chunk, in spatial tiles of 256 px with at least 64 px of overlap, linearly blended:
+ * exactly what diffusers' AutoencoderKLMiniMaxH3 does with tiling on (its default, and what the released
+ * frames were made with). Each tile runs the ViT decoder: post-quant 1×1×1 conv, a linear to 2048 per latent
+ * voxel, 4 register tokens and one zero token, 36 pre-RMSNorm blocks (QKV with bias, per-head RMSNorm of q
+ * and k, 3-axis RoPE θ = 100 on 48 of 64 channels, SwiGLU with biases, per-block residual scales), LayerNorm,
+ * and a linear to 4 frames × 16 × 16 pixels.
  *
- * Memory does not grow with the number of frames: the decoder holds one chunk's canvas, the 5 frames it cross-fades
- * into the next chunk, the pixels of one tile and the activations of a pass (a batch of a chunk's tiles that run
- * through the blocks together, so the GEMMs see tiles × tokens rows), and hands finished frames to the caller chunk
- * by chunk. h3_video_vae_plan computes that memory from the same arithmetic the decoder allocates with.
+ * Memory does not grow with the number of frames: the decoder holds one chunk's canvas, the 5 frames it
+ * cross-fades into the next chunk, the pixels of one tile and the activations of a pass (a batch of a chunk's
+ * tiles that run through the blocks together, so the GEMMs see tiles × tokens rows), and hands finished
+ * frames to the caller chunk by chunk. h3_video_vae_plan computes that memory from the same arithmetic the
+ * decoder allocates with.
  *
- * Where it runs (h3_video_vae_place): on the CPU from the file, weights in their stored dtype and f32 activations
- * (the default); or on a device, weights converted to bf16 there (norm weights, residual scales, register tokens and
- * the input projections in f32), bf16 GEMM operands around an f32 residual stream, the blocks resident or streamed
- * through a slot as the device budget allows. Weights are reached per part through one acquire/release function.
- * Files:
- *   official   FL2VA/video_vae/ (config.json + source/config.json + source/model.safetensors), or FL2VA/ itself
- *   diffusers  vae/ (config.json + diffusion_pytorch_model*.safetensors), or the model root holding vae/
- *   ComfyUI    minimax_h3_video_vae_fp16.safetensors: official tensor names, no config. Latents mean/std, tiling and
- *              clip geometry come from the file's "minimax_h3_video_vae" metadata when present, else from built-in
- *              defaults equal to the released video_vae/config.json (ComfyUI builds in the same values); heads
- *              default to hidden/64.
+ * Where it runs (h3_video_vae_place): on the CPU from the file, weights in their stored dtype and f32
+ * activations (the default); or on a device, weights converted to bf16 there (norm weights, residual scales,
+ * register tokens and the input projections in f32), bf16 GEMM operands around an f32 residual stream, the
+ * blocks resident or streamed through a slot as the device budget allows. The weights are units
+ * (mem/units.h): one per ViT block and one for the input and output layers, acquired and released by the
+ * decode, converted on arrival where placed. Files: official   FL2VA/video_vae/ (config.json +
+ * source/config.json + source/model.safetensors), or FL2VA/ itself diffusers  vae/ (config.json +
+ * diffusion_pytorch_model*.safetensors), or the model root holding vae/ ComfyUI
+ * minimax_h3_video_vae_fp16.safetensors: official tensor names, no config. Latents mean/std, tiling and clip
+ * geometry come from the file's "minimax_h3_video_vae" metadata when present, else from built-in defaults
+ * equal to the released video_vae/config.json (ComfyUI builds in the same values); heads default to
+ * hidden/64.
  */
 #ifndef H3_MODELS_VIDEO_VAE_H
 #define H3_MODELS_VIDEO_VAE_H
@@ -33,7 +36,7 @@
 #include "tensor/ops.h"
 
 #define H3_VVAE_MAX_CHANNELS 64
-#define H3_VVAE_MAX_TILES 256 /* per axis */
+#define H3_VVAE_MAX_TILES    256 /* per axis */
 
 typedef struct h3_video_vae_config {
     int latent_channels;     /* 24 */
@@ -54,7 +57,7 @@ typedef struct h3_video_vae_config {
     float latents_mean[H3_VVAE_MAX_CHANNELS], latents_std[H3_VVAE_MAX_CHANNELS];
     /* storage, which sets the decode's scratch needs */
     h3_dtype weight_dtype; /* dtype of the block matrices */
-    int fused_qkv;         /* 1: one [3·H·D, hidden] QKV per block (official, ComfyUI); 0: three (diffusers) */
+    int fused_qkv; /* 1: one [3·H·D, hidden] QKV per block (official, ComfyUI); 0: three (diffusers) */
 } h3_video_vae_config;
 
 /* The released decoder, f32 official layout. */
@@ -63,13 +66,15 @@ void h3_video_vae_default_config(h3_video_vae_config *c);
 typedef struct h3_video_vae_opts {
     int tile_size, tile_overlap_min; /* pixels; 0 keeps the file's (or the released 256 / 64) */
     int no_tiling;                   /* decode every chunk whole: not what the release does */
-    int heads;                       /* attention heads for files without a config (ComfyUI); 0: hidden / 64 */
-    int rows_per_step;               /* rows per FFN / output-projection step; 0: 512 */
+    int heads;         /* attention heads for files without a config (ComfyUI); 0: hidden / 64 */
+    int rows_per_step; /* rows per FFN / output-projection step; 0: 512 */
 } h3_video_vae_opts;
 
 typedef struct h3_video_vae h3_video_vae;
 
-/* Opens a video VAE (see the layouts above); reads headers and configs only. */
+/* Opens a video VAE (see the layouts above): reads headers and configs and binds every weight (views of the
+ * mapped file; nothing else is read but the residual scales of files that store them in f16, converted to
+ * f32). */
 h3_status h3_video_vae_open(const char *path, const h3_video_vae_opts *opts, h3_video_vae **out);
 void h3_video_vae_close(h3_video_vae *v);
 const h3_video_vae_config *h3_video_vae_get_config(const h3_video_vae *v);
@@ -81,8 +86,8 @@ const char *h3_video_vae_source(const h3_video_vae *v);
  * T = 1 -> 1 as ComfyUI decodes them). 0 when T < 1. */
 int64_t h3_video_vae_num_frames(const h3_video_vae_config *c, int64_t latent_frames);
 
-/* Checks latents [C, T, H, W] or [1, C, T, H, W] (f32, contiguous) against the config: channel count, even height
- * and width (H3 canvases are multiples of 32 px), sizes. The message says what would be right. */
+/* Checks latents [C, T, H, W] or [1, C, T, H, W] (f32, contiguous) against the config: channel count, even
+ * height and width (H3 canvases are multiples of 32 px), sizes. The message says what would be right. */
 h3_status h3_video_vae_check_latents(const h3_video_vae_config *c, const h3_tensor *latents);
 
 /* The ImageNet statistics of the VAE's pixel space: unit-range RGB = raw · std + mean, clamped to [0, 1]. */
@@ -93,19 +98,21 @@ typedef enum h3_pixel_range {
     H3_PIXELS_UNIT,    /* RGB in [0, 1]: × ImageNet std + mean, clamped (what the pipeline shows) */
 } h3_pixel_range;
 
-/* Receives frames [out_channels, n, H·16, W·16] f32 on the host, frames first_frame .. first_frame+n-1, in order.
- * The tensor is a view valid during the call only; its channel stride may exceed n·H·W (use frames->stride[0]).
- * Returning an error stops the decode with it. */
+/* Receives frames [out_channels, n, H·16, W·16] f32 on the host, frames first_frame .. first_frame+n-1, in
+ * order. The tensor is a view valid during the call only; its channel stride may exceed n·H·W (use
+ * frames->stride[0]). Returning an error stops the decode with it. */
 typedef h3_status (*h3_video_frames_fn)(void *user, const h3_tensor *frames, int64_t first_frame);
 
 typedef struct h3_video_decode_out {
     h3_pixel_range range;
     h3_video_frames_fn on_frames; /* frames chunk by chunk; or */
     void *user;
-    h3_tensor *frames; /* the whole video: f32 [oc, F, H·16, W·16] or [1, oc, F, ...], allocated by the caller */
+    h3_tensor
+        *frames; /* the whole video: f32 [oc, F, H·16, W·16] or [1, oc, F, ...], allocated by the caller */
 } h3_video_decode_out;
 
-h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents, const h3_video_decode_out *out);
+h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
+                              const h3_video_decode_out *out);
 
 /* How decodes run (h3_video_vae_plan chooses the rest, h3_video_vae_place makes it so). */
 typedef struct h3_video_vae_run {
@@ -132,7 +139,6 @@ typedef struct h3_video_vae_mem {
     int64_t chunk_buffers; /* canvas, cross-fade frames, a tile's pixels, blend strips and tables, the plan */
     int64_t vit;           /* a pass's ViT activations, tables and indices */
     int64_t op_scratch;    /* host: the largest scratch an op takes meanwhile (GEMM panels, attention) */
-    int64_t block_scratch; /* host: per-block weight conversions held during a block */
     int64_t total;         /* host decodes: all of the above; device decodes: the host memory they take */
     int chunks, tiles_y, tiles_x;
     int64_t frames, tokens_per_tile;
@@ -145,15 +151,16 @@ typedef struct h3_video_vae_mem {
     int n_blocks, n_resident, n_slots; /* blocks resident at the place; the rest stream through n_slots */
     int n_pinned, n_disk; /* streamed blocks copied from pinned host memory / read from the file per use */
     int64_t block_bytes;  /* one block as placed (bf16 matrices and biases, f32 vectors), packed */
-    int64_t stored_bytes; /* one block as stored (the slot's size) */
-    /* device bytes (packed host runs: the same at the host place) */
+    int64_t stored_bytes; /* one block as stored (a slot's size) */
+    /* device bytes (packed host runs: the same at the host place), h3_units_mem_of's arithmetic */
     int64_t dev_backend;  /* the backend's workspace, reserved at h3_cuda_init */
-    int64_t dev_weights;  /* the input and output layers and the resident blocks */
-    int64_t dev_load;     /* the staging a part passes through while it loads (during h3_video_vae_place) */
-    int64_t dev_slots;    /* the slot and the block it is converted into */
+    int64_t dev_weights;  /* the input and output layers and the resident blocks, as placed */
+    int64_t dev_load;     /* the load buffer a converting tensor passes through (during h3_video_vae_place) */
+    int64_t dev_slots;    /* the slots and the work block streamed blocks are converted into */
     int64_t dev_arena;    /* a decode's buffers: activations, tables, canvas (one allocation) */
     int64_t dev_peak;     /* the most held at once: max(while loading, while decoding) */
-    int64_t host_pinned;  /* pinned copies of streamed blocks, their staging, the frames handed out */
+    int64_t host_pinned;  /* pinned copies of streamed blocks, their staging, the random weights' sources,
+                           * the frames handed out */
     int64_t budget;       /* the vram budget it was planned for (0: not limited) */
     int64_t budget_slack; /* kept free of the budget (the arena's granules and holes) */
     int64_t ram_budget;
@@ -171,10 +178,11 @@ h3_status h3_video_vae_decode_peak(const h3_video_vae_config *c, int64_t T, int6
                                    int rows_per_step, h3_video_vae_mem *out);
 
 struct h3_memrep;
-/* Puts the weights where plan says (a plan from h3_video_vae_plan for this decoder): uploads and converts the
- * resident blocks, makes the pinned copies and the slot of the streamed ones. Later decodes run there, on
- * latents of the plan's height and width, in its tile batch and row step, with the arena the plan counted.
- * rep (may be NULL) counts the device allocations by category. A second call replaces the placement. */
+/* Puts the weights where plan says (a plan from h3_video_vae_plan for this decoder): opens the units, which
+ * upload and convert the resident blocks and make the pinned copies, slot and work block of the streamed
+ * ones. Later decodes run there, on latents of the plan's height and width, in its tile batch and row step,
+ * with the arena the plan counted. rep (may be NULL) counts the device allocations by category. A second call
+ * replaces the placement. */
 h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_mem *plan,
                              struct h3_memrep *rep);
 /* Returns everything h3_video_vae_place took; decodes run on the host from the file again. */
