@@ -46,6 +46,7 @@ h3_status h3_quantize_int8_rows(const float *w, int64_t N, int64_t K, int group,
         scales[r] = s;
         for (int64_t c = 0; c < K; c++) {
             float v = rintf(tmp[c] / s);
+            if (v != v) v = 0.0f; /* NaN in (the writer refuses such weights first): a defined code, not UB */
             q[r * K + c] = (int8_t)(v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v);
         }
     }
