@@ -49,8 +49,8 @@ typedef struct h3_mp4 h3_mp4;
  * H3_MP4_QUEUE_FRAMES frames and at most H3_MP4_QUEUE_BYTES of them (never fewer than 2), as planar float RGB
  * (12 bytes a pixel: 6.3 MB a frame at 960x544), allocated as it first fills, counted as H3_MEM_IO; a caller
  * that gets ahead of the encoder by that much waits in h3_mp4_write_frame. 32 frames are more than one of the
- * video VAE's temporal chunks (about 18 frames), so a decode that is faster than the encoder on average is not held
- * up by it. */
+ * video VAE's temporal chunks (about 18 frames), so a decode that is faster than the encoder on average is
+ * not held up by it. */
 #define H3_MP4_QUEUE_FRAMES 32
 #define H3_MP4_QUEUE_BYTES  ((int64_t)256 << 20)
 
