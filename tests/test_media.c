@@ -1,7 +1,10 @@
-/* Media output (src/pipeline/media): a synthetic clip (moving gradient + a stereo tone) written frame by frame is
- * checked with ffprobe (H.264, yuv420p, 24 fps, frame count, size, AAC 32 kHz stereo, durations) and decoded back
- * with ffmpeg (pixels and tones survive); PNG and WAV round trips; and every way of failing midway leaves neither the
- * file nor its ".partial". Needs ffmpeg's ffprobe and ffmpeg on the PATH (scripts/deps.sh installs them). */
+/* Media output (src/pipeline/media): a synthetic clip (moving gradient + a stereo tone) written frame by
+ * frame is checked with ffprobe (H.264, yuv420p, 24 fps, frame count, size, AAC 32 kHz stereo, durations) and
+ * decoded back with ffmpeg (pixels and tones survive, written from a buffer overwritten after each call); PNG
+ * and WAV round trips; every way of failing midway, on the caller's thread or the encoder's, leaves neither
+ * the file nor its
+ * ".partial"; the frame queue stays within its bound. Needs ffmpeg's ffprobe and ffmpeg on the PATH
+ * (scripts/deps.sh installs them). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -50,23 +53,23 @@ static unsigned char *run_read(const char *cmd, size_t *len) {
     return buf;
 }
 
-/* The synthetic clip: frame t of a [3, F, H, W] float chunk, a gradient that moves right 4 px per frame, and a
- * left/right tone pair of 440 and 660 Hz at amplitude 0.5. */
+/* The synthetic clip: frame t of a [3, F, H, W] float chunk, a gradient that moves right 4 px per frame, and
+ * a left/right tone pair of 440 and 660 Hz at amplitude 0.5. */
 static float *make_video(void) {
     float *v = malloc((size_t)3 * F * H * W * sizeof(float));
     for (int t = 0; t < F; t++)
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 size_t o = ((size_t)t * H + y) * W + x;
-                v[o] = (float)fmod((x + 4.0 * t) / W, 1.0);                    /* R */
-                v[(size_t)F * H * W + o] = (float)y / (H - 1);                  /* G */
+                v[o] = (float)fmod((x + 4.0 * t) / W, 1.0);                       /* R */
+                v[(size_t)F * H * W + o] = (float)y / (H - 1);                    /* G */
                 v[(size_t)2 * F * H * W + o] = 0.25f + 0.5f * (float)t / (F - 1); /* B */
             }
     return v;
 }
 
-/* The documented conversion, written independently: numpy's (x * 255).round() on float32 values clamped to [0, 1]
- * (the product rounded to float32, then to the nearest integer, half to even). */
+/* The documented conversion, written independently: numpy's (x * 255).round() on float32 values clamped to
+ * [0, 1] (the product rounded to float32, then to the nearest integer, half to even). */
 static uint8_t u8_of(float x) {
     float v = x < 0 ? 0.0f : x > 1 ? 1.0f : x;
     volatile float p = v * 255.0f;
@@ -95,8 +98,8 @@ static double tone_power(const float *x, size_t n, size_t stride, double f) {
     return (s1 * s1 + s2 * s2 - c * s1 * s2) / ((double)n * n);
 }
 
-static h3_status write_clip(const char *path, int audio_first, const float *video, const float *l, const float *r,
-                            int64_t ns) {
+static h3_status write_clip(const char *path, int audio_first, const float *video, const float *l,
+                            const float *r, int64_t ns) {
     h3_mp4_opts o;
     h3_mp4_opts_default(&o, W, H);
     o.preset = "veryfast";
@@ -106,6 +109,8 @@ static h3_status write_clip(const char *path, int audio_first, const float *vide
     snprintf(partial, sizeof partial, "%s.partial", path);
     CHECK(exists(partial) && !exists(path), "while writing, only the partial file exists");
     h3_status st = H3_OK;
+    float *scratch = malloc((size_t)3 * F * H * W * sizeof(float));
+    CHECK(scratch != NULL, "out of memory");
     for (int pass = 0; pass < 2 && st == H3_OK; pass++) {
         if ((pass == 0) == (audio_first != 0)) {
             /* audio in uneven chunks */
@@ -115,11 +120,18 @@ static h3_status write_clip(const char *path, int audio_first, const float *vide
                 st = h3_mp4_write_audio(m, l + i, r + i, k);
                 i += k;
             }
-        } else {
-            for (int t = 0; t < F && st == H3_OK; t++)
-                st = h3_mp4_write_frame(m, video + (size_t)t * H * W, (int64_t)F * H * W, W);
+        } else if (scratch) {
+            /* from a copy that is overwritten as soon as each call returns: the writer must have copied it */
+            memcpy(scratch, video, (size_t)3 * F * H * W * sizeof(float));
+            for (int t = 0; t < F && st == H3_OK; t++) {
+                st = h3_mp4_write_frame(m, scratch + (size_t)t * H * W, (int64_t)F * H * W, W);
+                for (int c = 0; c < 3; c++)
+                    for (size_t i = 0; i < (size_t)H * W; i++)
+                        scratch[((size_t)c * F + t) * H * W + i] = (float)((i + (size_t)t) % 2);
+            }
         }
     }
+    free(scratch);
     if (st != H3_OK) {
         h3_mp4_abort(m);
         return st;
@@ -133,7 +145,8 @@ static h3_status write_clip(const char *path, int audio_first, const float *vide
 
 static json_t *ffprobe(const char *path) {
     char cmd[1400];
-    snprintf(cmd, sizeof cmd, "ffprobe -v error -count_frames -show_streams -show_format -of json '%s'", path);
+    snprintf(cmd, sizeof cmd, "ffprobe -v error -count_frames -show_streams -show_format -of json '%s'",
+             path);
     size_t n = 0;
     unsigned char *out = run_read(cmd, &n);
     if (!out) return NULL;
@@ -173,8 +186,8 @@ static void check_probe(const char *path, int64_t ns) {
         CHECK(vc && !strcmp(vc, "h264"), "video codec %s", vc ? vc : "?");
         CHECK(pf && !strcmp(pf, "yuv420p"), "pixel format %s", pf ? pf : "?");
         CHECK(w == W && h == H, "size %lldx%lld", (long long)w, (long long)h);
-        CHECK(rfr && !strcmp(rfr, "24/1") && afr && !strcmp(afr, "24/1"), "frame rate %s / %s", rfr ? rfr : "?",
-              afr ? afr : "?");
+        CHECK(rfr && !strcmp(rfr, "24/1") && afr && !strcmp(afr, "24/1"), "frame rate %s / %s",
+              rfr ? rfr : "?", afr ? afr : "?");
         double nread = jstrnum(v, "nb_read_frames"), nframes = jstrnum(v, "nb_frames");
         CHECK(nread == F && nframes == F, "frames: %g decoded, %g in the index", nread, nframes);
         CHECK(ac && !strcmp(ac, "aac"), "audio codec %s", ac ? ac : "?");
@@ -185,9 +198,11 @@ static void check_probe(const char *path, int64_t ns) {
         double vd = jstrnum(v, "duration"), ad = jstrnum(a, "duration");
         double fd = jstrnum(json_object_get(j, "format"), "duration");
         double want = (double)F / 24.0, frame = 1.0 / 24.0;
-        printf("ffprobe %s: h264 %lldx%lld yuv420p %s, %g frames, aac %s Hz %lld ch; durations video %.4f audio %.4f "
+        printf("ffprobe %s: h264 %lldx%lld yuv420p %s, %g frames, aac %s Hz %lld ch; durations video %.4f "
+               "audio %.4f "
                "file %.4f (frames/24 = %.4f, audio written %.4f)\n",
-               path, (long long)w, (long long)h, rfr, nread, sr, (long long)ch, vd, ad, fd, want, (double)ns / RATE);
+               path, (long long)w, (long long)h, rfr, nread, sr, (long long)ch, vd, ad, fd, want,
+               (double)ns / RATE);
         CHECK(fabs(vd - want) < 1e-6, "video duration %.6f", vd);
         CHECK(fabs(ad - want) <= frame, "audio duration %.4f vs %.4f", ad, want);
         CHECK(fabs(fd - want) <= frame, "file duration %.4f vs %.4f", fd, want);
@@ -202,7 +217,8 @@ static void check_decoded(const char *path, const float *video, int64_t ns) {
     unsigned char *rgb = run_read(cmd, &n);
     CHECK(rgb && n == (size_t)F * H * W * 3, "decoded %zu bytes of video, expected %d", n, F * H * W * 3);
     if (rgb && n == (size_t)F * H * W * 3) {
-        /* Lossy H.264 at crf 18 plus 4:2:0 chroma: small mean error, bounded worst case at the gradient's wrap. */
+        /* Lossy H.264 at crf 18 plus 4:2:0 chroma: small mean error, bounded worst case at the gradient's
+         * wrap. */
         double sum = 0;
         int worst = 0;
         size_t big = 0;
@@ -229,8 +245,8 @@ static void check_decoded(const char *path, const float *video, int64_t ns) {
     snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s' -f f32le -ac 2 -ar 32000 -", path);
     float *pcm = (float *)run_read(cmd, &n);
     size_t frames = n / 8;
-    CHECK(pcm && llabs((long long)frames - (long long)ns) <= 1024, "decoded %zu audio samples, wrote %lld", frames,
-          (long long)ns);
+    CHECK(pcm && llabs((long long)frames - (long long)ns) <= 1024, "decoded %zu audio samples, wrote %lld",
+          frames, (long long)ns);
     if (pcm && frames > 4096) {
         /* Skip the first and last 1024 samples (encoder priming and the final frame). */
         const float *mid = pcm + 2 * 1024;
@@ -240,10 +256,11 @@ static void check_decoded(const char *path, const float *video, int64_t ns) {
         double rms_l = 0;
         for (size_t i = 0; i < m; i++) rms_l += (double)mid[2 * i] * mid[2 * i];
         rms_l = sqrt(rms_l / (double)m);
-        printf("decoded audio: left 440/660 Hz power ratio %.0f, right 660/440 %.0f, left RMS %.3f (written 0.354)\n",
+        printf("decoded audio: left 440/660 Hz power ratio %.0f, right 660/440 %.0f, left RMS %.3f (written "
+               "0.354)\n",
                l440 / l660, r660 / r440, rms_l);
-        CHECK(l440 > 100 * l660 && r660 > 100 * r440, "channels: left 440 %.3g 660 %.3g, right 440 %.3g 660 %.3g", l440,
-              l660, r440, r660);
+        CHECK(l440 > 100 * l660 && r660 > 100 * r440,
+              "channels: left 440 %.3g 660 %.3g, right 440 %.3g 660 %.3g", l440, l660, r440, r660);
         CHECK(fabs(rms_l - 0.5 / sqrt(2.0)) < 0.03, "left RMS %.3f", rms_l);
     }
     free(pcm);
@@ -282,11 +299,13 @@ static void test_png_wav(void) {
     t_tmp_path("png", dir, sizeof dir);
     h3_png_seq seq;
     CHECK_OK(h3_png_seq_open(dir, W, H, &seq));
-    for (int t = 0; t < 3; t++) CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
+    for (int t = 0; t < 3; t++)
+        CHECK_OK(h3_png_seq_write(&seq, video + (size_t)t * H * W, (int64_t)F * H * W, W));
     CHECK_OK(h3_png_seq_finish(&seq));
     /* The level conversion at ties, ends and NaN. */
-    CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 && h3_unit_to_u8(-1.0f) == 0 &&
-              h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 && h3_unit_to_u8(0.2f) == 51,
+    CHECK(h3_unit_to_u8(0.5f / 255.0f) == 0 && h3_unit_to_u8(1.5f / 255.0f) == 2 &&
+              h3_unit_to_u8(-1.0f) == 0 && h3_unit_to_u8(2.0f) == 255 && h3_unit_to_u8(NAN) == 0 &&
+              h3_unit_to_u8(0.2f) == 51,
           "levels round half to even and clamp");
     int bad_levels = 0;
     for (int i = 0; i < 100000; i++) {
@@ -294,8 +313,22 @@ static void test_png_wav(void) {
         bad_levels += h3_unit_to_u8(x) != u8_of(x);
     }
     CHECK(bad_levels == 0, "%d of 100000 random values convert differently", bad_levels);
+    /* every level's ties: the 64 floats on either side of (k + 0.5) / 255, where the product's own rounding
+     * decides; and the ends */
+    for (int k = 0; k < 255; k++) {
+        float x = (float)((k + 0.5) / 255.0);
+        for (int i = 0; i < 64; i++) x = nextafterf(x, 0.0f);
+        for (int i = 0; i < 129; i++, x = nextafterf(x, 2.0f)) bad_levels += h3_unit_to_u8(x) != u8_of(x);
+    }
+    static const float ends[] = {0.0f, -0.0f,       1e-45f,     1e-38f,   -1e-45f,
+                                 1.0f, 0.99999994f, 1.0000001f, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
+        bad_levels += h3_unit_to_u8(ends[i]) != u8_of(ends[i]);
+    bad_levels += h3_unit_to_u8(-NAN) != 0;
+    CHECK(bad_levels == 0, "%d ties or ends convert differently", bad_levels);
     /* PNG is lossless: decoded bytes equal round(255 x) exactly. */
-    snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s/frame_00002.png' -f rawvideo -pix_fmt rgb24 -", dir);
+    snprintf(cmd, sizeof cmd, "ffmpeg -nostdin -v error -i '%s/frame_00002.png' -f rawvideo -pix_fmt rgb24 -",
+             dir);
     size_t n = 0;
     unsigned char *rgb = run_read(cmd, &n);
     CHECK(rgb && n == (size_t)W * H * 3, "PNG decoded to %zu bytes", n);
@@ -303,7 +336,8 @@ static void test_png_wav(void) {
     for (int y = 0; rgb && n == (size_t)W * H * 3 && y < H; y++)
         for (int x = 0; x < W; x++)
             for (int c = 0; c < 3; c++)
-                bad += rgb[((size_t)y * W + x) * 3 + c] != u8_of(video[(size_t)c * F * H * W + (size_t)2 * H * W + (size_t)y * W + x]);
+                bad += rgb[((size_t)y * W + x) * 3 + c] !=
+                       u8_of(video[(size_t)c * F * H * W + (size_t)2 * H * W + (size_t)y * W + x]);
     CHECK(bad == 0, "%d PNG values differ from round(255 x)", bad);
     free(rgb);
     snprintf(cmd, sizeof cmd, "%s/frame_00003.png", dir);
@@ -338,14 +372,16 @@ static void test_png_wav(void) {
         int badw = 0;
         for (int i = 0; i < 1000; i++) {
             double wl = l[i] > 1 ? 1 : l[i] < -1 ? -1 : l[i], wr = r[i] > 1 ? 1 : r[i] < -1 ? -1 : r[i];
-            badw += abs(s[2 * i] - (int)lrint(wl * 32767)) > 0 || abs(s[2 * i + 1] - (int)lrint(wr * 32767)) > 0;
+            badw +=
+                abs(s[2 * i] - (int)lrint(wl * 32767)) > 0 || abs(s[2 * i + 1] - (int)lrint(wr * 32767)) > 0;
         }
         CHECK(badw == 0, "%d WAV samples differ", badw);
         fclose(f);
     }
     json_t *j = ffprobe(path);
     json_t *s0 = j ? json_array_get(json_object_get(j, "streams"), 0) : NULL;
-    CHECK(s0 && !strcmp(h3_json_get_str(s0, "codec_name"), "pcm_s16le") && !strcmp(h3_json_get_str(s0, "sample_rate"), "32000"));
+    CHECK(s0 && !strcmp(h3_json_get_str(s0, "codec_name"), "pcm_s16le") &&
+          !strcmp(h3_json_get_str(s0, "sample_rate"), "32000"));
     if (j) json_decref(j);
     unlink(path);
     free(l);
@@ -378,7 +414,8 @@ static void test_failures(void) {
     /* Stopped midway: the partial file goes away. */
     t_tmp_path("stopped.mp4", path, sizeof path);
     CHECK_OK(h3_mp4_open(path, &o, &m));
-    for (int t = 0; t < 10; t++) CHECK_OK(h3_mp4_write_frame(m, video + (size_t)t * H * W, (int64_t)F * H * W, W));
+    for (int t = 0; t < 10; t++)
+        CHECK_OK(h3_mp4_write_frame(m, video + (size_t)t * H * W, (int64_t)F * H * W, W));
     h3_mp4_abort(m);
     no_files(path, "abort");
 
@@ -415,8 +452,8 @@ static void test_failures(void) {
     CHECK_ERR(h3_mp4_open(path, &odd, &m), H3_ERR_INVALID, "unknown x264 preset");
     no_files(path, "bad options");
 
-    /* The disk fills midway (a 48 KB file size limit): the write or the finish fails, and nothing is left. Noise
-     * frames do not compress, so the limit is reached within a few frames. */
+    /* The disk fills midway (a 48 KB file size limit): the write or the finish fails, and nothing is left.
+     * Noise frames do not compress, so the limit is reached within a few frames. */
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
@@ -444,6 +481,32 @@ static void test_failures(void) {
     no_files(path, "disk full");
     free(noise);
 
+    /* The same on a writer without sound, whose packets go to the file as they come: the encoder thread fails
+     * while the caller is still writing frames, and the caller's next call says so (a full queue makes the
+     * caller wait for the thread, so it cannot run 100 frames ahead of it); finish then fails the same way.
+     */
+    noise = malloc((size_t)3 * H * W * sizeof(float));
+    t_fill_uniform(noise, (size_t)3 * H * W, 0, 1);
+    h3_mp4_opts silent = o;
+    silent.sample_rate = 0;
+    t_tmp_path("full_silent.mp4", path, sizeof path);
+    CHECK_OK(h3_mp4_open(path, &silent, &m));
+    prev = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    st = H3_OK;
+    for (t = 0; t < 100 && st == H3_OK; t++) { /* fresh noise: every frame costs the file ~30 KB */
+        t_fill_uniform(noise, (size_t)3 * H * W, 0, 1);
+        st = h3_mp4_write_frame(m, noise, (int64_t)H * W, W);
+    }
+    const h3_status at_finish = h3_mp4_finish(m);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CHECK(st == H3_ERR_IO,
+          "the encoder thread's write error was not returned by a later frame (%d after %d frames)", st, t);
+    CHECK(at_finish == H3_ERR_IO, "finish after the error gave %d", at_finish);
+    no_files(path, "disk full, no sound");
+    free(noise);
+
     /* PNG and WAV into a missing folder: an error, nothing written. */
     t_tmp_path("no/such/dir/x.png", path, sizeof path);
     CHECK_ERR(h3_png_write(path, video, (int64_t)F * H * W, W, W, H), H3_ERR_IO, "cannot create");
@@ -452,6 +515,44 @@ static void test_failures(void) {
     CHECK_ERR(h3_wav_write(path, tone, tone, 100, 2, RATE), H3_ERR_IO, "cannot create");
     no_files(path, "wav");
     CHECK_ERR(h3_wav_write(path, tone, tone, 100, 3, RATE), H3_ERR_INVALID, "bad WAV");
+    free(video);
+}
+
+/* The queue: a caller that runs ahead of the encoder (the slowest preset) waits instead of queueing more than
+ * H3_MP4_QUEUE_FRAMES frames; the queue's memory (counted as H3_MEM_IO) stays within that many frames; every
+ * frame arrives. */
+static void test_queue(void) {
+    enum { QW = 64, QH = 32, N = 3 * H3_MP4_QUEUE_FRAMES };
+    float *video = malloc((size_t)3 * N * QH * QW * sizeof(float));
+    t_fill_uniform(video, (size_t)3 * N * QH * QW, 0, 1);
+    h3_mp4_opts o;
+    h3_mp4_opts_default(&o, QW, QH);
+    o.preset = "placebo";
+    o.sample_rate = 0;
+    char path[1024];
+    t_tmp_path("queue.mp4", path, sizeof path);
+    h3_mem_stats base, now;
+    h3_mem_reset_peaks();
+    h3_mem_get_stats(&base);
+    h3_mp4 *m = NULL;
+    CHECK_OK(h3_mp4_open(path, &o, &m));
+    for (int t = 0; t < N && m; t++)
+        CHECK_OK(h3_mp4_write_frame(m, video + (size_t)t * QH * QW, (int64_t)N * QH * QW, QW));
+    CHECK(h3_mp4_frames(m) == N, "%lld frames accepted of %d", (long long)h3_mp4_frames(m), N);
+    h3_mem_get_stats(&now);
+    const int64_t frame = (int64_t)3 * QW * QH * (int64_t)sizeof(float),
+                  io = now.peak[H3_MEM_IO] - base.current[H3_MEM_IO];
+    CHECK(io >= frame && io <= H3_MP4_QUEUE_FRAMES * frame + 3 * QW * QH + 65536,
+          "the writer held %lld bytes (a frame is %lld; the queue may hold %d)", (long long)io,
+          (long long)frame, H3_MP4_QUEUE_FRAMES);
+    printf("the queue held at most %.1f frames' bytes\n", (double)io / (double)frame);
+    CHECK_OK(h3_mp4_finish(m));
+    json_t *j = ffprobe(path);
+    json_t *v = j ? json_array_get(json_object_get(j, "streams"), 0) : NULL;
+    const char *nb = v ? json_string_value(json_object_get(v, "nb_read_frames")) : NULL;
+    CHECK(nb && atoi(nb) == N, "ffprobe counts %s frames, %d were written", nb ? nb : "no", N);
+    json_decref(j);
+    unlink(path);
     free(video);
 }
 
@@ -583,8 +684,13 @@ static void test_alloc_failures(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"mp4_roundtrip", test_mp4_roundtrip},   {"png_wav", test_png_wav},       {"failures", test_failures},
-        {"alloc_failures", test_alloc_failures}, {"png_folder", test_png_folder}, {NULL, NULL},
+        {"mp4_roundtrip", test_mp4_roundtrip},
+        {"png_wav", test_png_wav},
+        {"failures", test_failures},
+        {"alloc_failures", test_alloc_failures},
+        {"png_folder", test_png_folder},
+        {"queue", test_queue},
+        {NULL, NULL},
     };
     return t_main("test_media", cases, argc, argv);
 }

@@ -20,6 +20,11 @@
  * streamer_host: the streamer's host emulation: every item's bytes arrive intact through every tier, in and
  * out of sequence; failures are clean.
  *
+ * streamer_cache: a disk item (three segments at odd offsets, out of order, several pieces over several
+ * reading threads) read from a file whose pages are all, none or half in the page cache: the bytes arrive
+ * intact either way; ranges the cache held are copied from it and stay there, the others are read and dropped
+ * again.
+ *
  * units: a model's units: the tensors as opened on the host, every tier's bytes intact, in-memory disk units
  * spilled, interleaved QKV reordered.
  *
@@ -37,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -771,6 +777,153 @@ static void test_streamer_host(void) {
     unlink(g_file);
 }
 
+/* ---- the streamer's reads and the page cache ----------------------------------------------------------- */
+
+/* Pages lying wholly inside [off, off + len) of fd, and how many of them are in the page cache. */
+static int64_t pages_cached(int fd, int64_t off, int64_t len, int64_t *total) {
+    const int64_t pg = sysconf(_SC_PAGESIZE), a = (off + pg - 1) / pg * pg, b = (off + len) / pg * pg;
+    *total = b > a ? (b - a) / pg : 0;
+    if (b <= a) return 0;
+    void *m = mmap(NULL, (size_t)(b - a), PROT_READ, MAP_SHARED, fd, a);
+    unsigned char *v = malloc((size_t)*total);
+    int64_t n = -1;
+    if (m != MAP_FAILED && v && mincore(m, (size_t)(b - a), v) == 0) {
+        n = 0;
+        for (int64_t i = 0; i < *total; i++) n += v[i] & 1;
+    }
+    free(v);
+    if (m != MAP_FAILED) munmap(m, (size_t)(b - a));
+    return n;
+}
+
+/* The page state of a range: 0 none of its pages cached, 1 some, 2 all. */
+static int state_is(int fd, int64_t off, int64_t len, int want) {
+    int64_t t, n = pages_cached(fd, off, len, &t);
+    if (n < 0) return 0;
+    return want == 0 ? n == 0 : want == 2 ? n == t : n > 0 && n < t;
+}
+
+static void test_streamer_cache(void) {
+    /* the item: segment 2 (12 MiB) first in the layout, then segment 1 (7 bytes), then segment 0 (9 MiB + 5);
+     * in the file they follow each other from an odd offset */
+    const int64_t O = 4096 + 123, n0 = 9 * MiB + 5, n1 = 7, n2 = 12 * MiB, bytes = n0 + n1 + n2;
+    const int64_t foff[3] = {O, O + n0, O + n0 + n1}, len[3] = {n0, n1, n2}, dst[3] = {n2 + n1, n2, 0};
+    char path[1024];
+    t_tmp_path("stream_cache.bin", path, sizeof path);
+    uint8_t *data = malloc((size_t)(O + bytes + 4096)), *want = malloc((size_t)bytes);
+    if (!data || !want) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < O + bytes + 4096; i += 8) {
+        uint64_t r = t_rand_u64();
+        memcpy(data + i, &r, (size_t)(O + bytes + 4096 - i < 8 ? O + bytes + 4096 - i : 8));
+    }
+    for (int g = 0; g < 3; g++) memcpy(want + dst[g], data + foff[g], (size_t)len[g]);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, (size_t)(O + bytes + 4096), f) != (size_t)(O + bytes + 4096) || fflush(f) ||
+        fsync(fileno(f))) { /* clean pages: only those can be dropped */
+        CHECK(0, "cannot write %s", path);
+        if (f) fclose(f);
+        goto out;
+    }
+    fclose(f);
+    const int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0, "cannot open %s", path);
+    if (fd < 0) goto out;
+    const char *readers = getenv("H3_STREAM_READERS");
+    char saved[32] = "";
+    if (readers) snprintf(saved, sizeof saved, "%s", readers);
+    /* page states of segments 0 and 2 */
+    enum { NONE, SOME, ALL };
+    static const struct {
+        const char *name;
+        int cached; /* the first `cached` of 16 parts of the item's file range are made resident first */
+        int before[2], after[2];
+        int64_t want_cached; /* bytes the read copies from the cache (-1: all) */
+    } cases[] = {
+        {"all cached", 16, {ALL, ALL}, {ALL, ALL}, -1},
+        {"none cached", 0, {NONE, NONE}, {NONE, NONE}, 0},
+        /* segments 0 and 1 cached, the start of segment 2: its first piece is read and dropped */
+        {"half cached", 8, {ALL, SOME}, {ALL, NONE}, 9 * MiB + 12},
+    };
+    /* one reader, and three (the pieces spread over threads): with several, the kernel's readahead for one
+     * reader's piece may land in a piece another reader has already read and dropped (as it always could), so
+     * the page states after the read are checked with one */
+    for (int nr = 1; nr <= 3; nr += 2)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            setenv("H3_STREAM_READERS", nr == 1 ? "1" : "3", 1);
+            const int64_t cl = bytes / 16 * cases[c].cached + (cases[c].cached == 16 ? bytes % 16 : 0);
+            const int64_t wc = cases[c].want_cached < 0 ? bytes : cases[c].want_cached;
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            int64_t tot, before = pages_cached(fd, O, bytes, &tot);
+            if (cl) { /* without readahead, which would bring in more than the part asked for */
+                uint8_t *tmp = malloc((size_t)cl);
+                const int rfd = open(path, O_RDONLY);
+                posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
+                CHECK(tmp && pread(rfd, tmp, (size_t)cl, O) == cl, "%s: warming the file", cases[c].name);
+                close(rfd);
+                free(tmp);
+            }
+            /* a file system that keeps every page (tmpfs) or hides which are cached: the bytes are still
+             * checked
+             */
+            int meaningful = before == 0;
+            for (int k = 0; k < 2 && meaningful; k++)
+                meaningful = state_is(fd, foff[2 * k], len[2 * k], cases[c].before[k]);
+            if (!meaningful)
+                printf(
+                    "  %s: this file system does not let the test set which pages are cached (%lld of %lld "
+                    "resident after dropping); checking the bytes only\n",
+                    cases[c].name, (long long)before, (long long)tot);
+            h3_stream_seg segs[3];
+            for (int g = 0; g < 3; g++) segs[g] = (h3_stream_seg){NULL, fd, foff[g], len[g], dst[g]};
+            h3_stream_item it = {bytes, segs, 3, H3_TIER_DISK, 0};
+            h3_streamer_config cfg = {H3_PLACE_HOST, 1, bytes, 1, NULL, 0};
+            h3_streamer *s = NULL;
+            CHECK_OK(h3_streamer_create(&g_ex, &cfg, &it, 1, &s));
+            if (!s) continue;
+            CHECK_OK(h3_streamer_set_order(s, (const int[]){0}, 1, 0));
+            void *d = NULL;
+            CHECK_OK(h3_streamer_acquire(s, 0, &d));
+            CHECK(d && memcmp(d, want, (size_t)bytes) == 0,
+                  "%s, %d readers: the item's bytes differ from the file's", cases[c].name, nr);
+            h3_streamer_release(s, 0);
+            h3_stream_stats st;
+            h3_streamer_get_stats(s, &st);
+            h3_streamer_free(s);
+            CHECK(st.reads == 1 && st.bytes_read == bytes, "%s: %lld reads of %lld bytes", cases[c].name,
+                  (long long)st.reads, (long long)st.bytes_read);
+            if (!meaningful) continue;
+            CHECK(st.bytes_cached == wc,
+                  "%s, %d readers: %lld bytes copied from the page cache, expected %lld", cases[c].name, nr,
+                  (long long)st.bytes_cached, (long long)wc);
+            if (nr > 1) continue;
+            /* after the read: what was cached is still there, what was read from the disk is gone again (but
+             * for the large folio, up to 2 MiB, that may hold both the cached end of segment 1 and the start
+             * of segment 2: the kernel drops whole folios) */
+            for (int k = 0; k < 2; k++) {
+                const int64_t skip = k == 1 && cases[c].cached && cases[c].cached < 16 ? 2 * MiB : 0;
+                int64_t t, n = pages_cached(fd, foff[2 * k] + skip, len[2 * k] - skip, &t);
+                CHECK(state_is(fd, foff[2 * k] + skip, len[2 * k] - skip, cases[c].after[k]),
+                      "%s: %lld of segment %d's %lld pages cached after the read, expected %s", cases[c].name,
+                      (long long)n, 2 * k, (long long)t,
+                      cases[c].after[k] == ALL    ? "all"
+                      : cases[c].after[k] == NONE ? "none"
+                                                  : "some");
+            }
+        }
+    if (*saved)
+        setenv("H3_STREAM_READERS", saved, 1);
+    else
+        unsetenv("H3_STREAM_READERS");
+    close(fd);
+out:
+    unlink(path);
+    free(data);
+    free(want);
+}
+
 /* ---- the DiT through the streamer (host emulation) ----------------------------------------------------- */
 
 typedef struct {
@@ -1243,6 +1396,7 @@ int main(int argc, char **argv) {
         {"measured_dit", test_measured_dit},
         {"measured_te", test_measured_te},
         {"streamer_host", test_streamer_host},
+        {"streamer_cache", test_streamer_cache},
         {"units", test_units},
         {"units_convert", test_units_convert},
         {"dit_streamed", test_dit_streamed},

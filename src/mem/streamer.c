@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +20,16 @@ typedef struct read_job {
     struct h3_streamer *s;
     int item, buf;
 } read_job;
+
+/* A file the items read from (segments with fd >= 0), mapped once at creation where the kernel tells this
+ * process which of the file's pages are cached (map; else NULL): a piece whose pages were all cached when its
+ * item's read began is copied from the mapping and left in the cache; any other piece is read with pread and,
+ * for the disk tier, dropped again (fill_piece). */
+typedef struct stream_file {
+    int fd;
+    void *map;
+    int64_t size;
+} stream_file;
 
 struct h3_streamer {
     h3_exec *ex;
@@ -50,8 +62,12 @@ struct h3_streamer {
     int *held_item, *held_slot;
     int n_held;
     int next_staging;
-    read_job *jobs; /* [n_items × n_staging]: immutable arguments of the read host functions */
-    h3_pool *rpool; /* workers that gather items from host memory and files (H3_STREAM_READERS) */
+    read_job *jobs;     /* [n_items × n_staging]: immutable arguments of the read host functions */
+    stream_file *files; /* [n_files]: the distinct fds of the segments */
+    int n_files;
+    uint8_t *cached_at; /* [the most pieces of an item]: fill_item's table (NULL when no file is mapped); the
+                         * fills of one streamer never overlap (creation, then one read at a time) */
+    h3_pool *rpool;     /* workers that gather items from host memory and files (H3_STREAM_READERS) */
     /* failures seen where no status can be returned (release, host functions) */
     pthread_mutex_t mu;
     int failed;
@@ -86,85 +102,199 @@ static h3_status check_failure(h3_streamer *s) {
     return f ? H3_ERR(c, "weight streamer: %s", m) : H3_OK;
 }
 
-/* One piece of an item's bytes: a memcpy from a host source or a pread from a file. */
-static int fill_piece(const h3_stream_seg *g, int64_t from, int64_t len, uint8_t *d, int drop, char *err,
+/* Pieces of at most FILL_PIECE bytes, spread over the read workers: several threads reach more of the
+ * memory's bandwidth than one, and a disk serves several requests at once faster than one. */
+#define FILL_PIECE ((int64_t)8 << 20)
+
+static int64_t page_size(void) {
+    const long p = sysconf(_SC_PAGESIZE);
+    return p >= 4096 ? p : 4096;
+}
+
+/* 1 when every page of [off, off + len) of the mapped file is in the page cache. */
+static int range_cached(const stream_file *f, int64_t off, int64_t len) {
+    const int64_t page = page_size();
+    if (!f->map || off < 0 || len <= 0 || off + len > f->size) return 0;
+    const int64_t a = off / page * page, n = (off + len - a + page - 1) / page;
+    unsigned char vec[(FILL_PIECE >> 12) + 2];
+    if (n > (int64_t)sizeof vec || mincore((uint8_t *)f->map + a, (size_t)(n * page), vec) != 0) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(vec[i] & 1)) return 0;
+    return 1;
+}
+
+/* One piece of an item: a range of one segment, at most FILL_PIECE bytes. */
+typedef struct piece {
+    const h3_stream_seg *g;
+    const stream_file *f; /* the segment's file (NULL for a host source) */
+    int64_t from, len;    /* within the segment */
+} piece;
+
+typedef struct {
+    const h3_stream_item *it;
+    const stream_file *files;
+    int n_files;
+    uint8_t *dst;
+    int drop;
+    uint8_t
+        *cached_at; /* [pieces]: 1 where the piece was all in the page cache before any read of the item */
+    pthread_mutex_t mu;
+    int failed;
+    int64_t cached;
+    char err[256];
+} fill_ctx;
+
+/* Piece k of the item (pieces numbered segment after segment); 0 past the last. */
+static int piece_at(const fill_ctx *c, int64_t k, piece *p) {
+    for (int i = 0; i < c->it->n_segs; i++) {
+        const h3_stream_seg *g = &c->it->segs[i];
+        const int64_t np = (g->bytes + FILL_PIECE - 1) / FILL_PIECE;
+        if (k >= np) {
+            k -= np;
+            continue;
+        }
+        p->g = g;
+        p->f = NULL;
+        for (int j = 0; g->fd >= 0 && j < c->n_files && !p->f; j++)
+            if (c->files[j].fd == g->fd) p->f = &c->files[j];
+        p->from = k * FILL_PIECE;
+        p->len = g->bytes - p->from < FILL_PIECE ? g->bytes - p->from : FILL_PIECE;
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether a file piece is in the page cache (0 without a mapping: read it). */
+static int piece_cached(const piece *p) {
+    return p->f && range_cached(p->f, p->g->off + p->from, p->len);
+}
+
+/* Fills one piece: a memcpy from a host source, or from a file: copied from the file's mapping when every
+ * page of the piece is in the page cache (cached = 1: nothing read, nothing dropped, the cache held it
+ * already; the copy runs at memory speed where pread's per-page path out of the cache costs ~3x that), else
+ * read with pread and, when drop is set, dropped from the page cache again. *ncached counts the bytes copied
+ * from the cache. */
+static int fill_piece(const piece *p, int cached, uint8_t *d, int drop, int64_t *ncached, char *err,
                       size_t errn) {
+    const h3_stream_seg *g = p->g;
+    uint8_t *to = d + g->dst + p->from;
     if (g->fd < 0) {
-        memcpy(d + g->dst + from, (const uint8_t *)g->src + from, (size_t)len);
+        memcpy(to, (const uint8_t *)g->src + p->from, (size_t)p->len);
         return 0;
     }
+    if (cached) {
+        memcpy(to, (const uint8_t *)p->f->map + g->off + p->from, (size_t)p->len);
+        *ncached += p->len;
+        return 0;
+    }
+    const int fd = g->fd;
+    const int64_t off = g->off + p->from;
     int64_t done = 0;
-    while (done < len) {
-        ssize_t r =
-            pread(g->fd, d + g->dst + from + done, (size_t)(len - done), (off_t)(g->off + from + done));
+    while (done < p->len) {
+        ssize_t r = pread(fd, to + done, (size_t)(p->len - done), (off_t)(off + done));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             snprintf(err, errn, "reading %lld bytes at offset %lld of a weight file failed: %s",
-                     (long long)len, (long long)(g->off + from),
-                     r < 0 ? strerror(errno) : "the file is shorter");
+                     (long long)p->len, (long long)off, r < 0 ? strerror(errno) : "the file is shorter");
             return -1;
         }
         done += r;
     }
 #ifdef POSIX_FADV_DONTNEED
-    if (drop) posix_fadvise(g->fd, (off_t)(g->off + from), (off_t)len, POSIX_FADV_DONTNEED);
+    if (drop) { /* the kernel drops whole pages only: round out, or the pages a piece boundary splits stay */
+        const int64_t pg = page_size(), a = off / pg * pg, b = (off + p->len + pg - 1) / pg * pg;
+        posix_fadvise(fd, (off_t)a, (off_t)(b - a), POSIX_FADV_DONTNEED);
+    }
 #else
     (void)drop;
 #endif
     return 0;
 }
 
-/* Pieces of at most FILL_PIECE bytes, spread over the read workers: a single thread copies from the page
- * cache at ~2 GB/s, several reach the memory's bandwidth, and a disk serves several requests at once faster
- * than one. */
-#define FILL_PIECE ((int64_t)8 << 20)
-
-typedef struct {
-    const h3_stream_item *it;
-    uint8_t *dst;
-    int drop;
-    pthread_mutex_t mu;
-    int failed;
-    char err[256];
-} fill_ctx;
+/* Which pieces [begin, end) are in the page cache: taken for the whole item before any of it is read, since
+ * the kernel's readahead for one piece brings in pages of the next ones, which would then look cached. */
+static void probe_range(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    fill_ctx *c = arg;
+    piece p;
+    for (int64_t k = begin; k < end && piece_at(c, k, &p); k++) c->cached_at[k] = (uint8_t)piece_cached(&p);
+}
 
 static void fill_range(void *arg, int64_t begin, int64_t end, int tid) {
     (void)tid;
     fill_ctx *c = arg;
-    int64_t k = 0; /* global piece index */
-    for (int i = 0; i < c->it->n_segs; i++) {
-        const h3_stream_seg *g = &c->it->segs[i];
-        const int64_t np = (g->bytes + FILL_PIECE - 1) / FILL_PIECE;
-        for (int64_t p = 0; p < np; p++, k++) {
-            if (k < begin || k >= end) continue;
-            const int64_t from = p * FILL_PIECE,
-                          len = g->bytes - from < FILL_PIECE ? g->bytes - from : FILL_PIECE;
-            char e[256];
-            if (fill_piece(g, from, len, c->dst, c->drop, e, sizeof e)) {
-                pthread_mutex_lock(&c->mu);
-                if (!c->failed) snprintf(c->err, sizeof c->err, "%s", e);
-                c->failed = 1;
-                pthread_mutex_unlock(&c->mu);
-            }
+    int64_t ncached = 0;
+    piece p;
+    for (int64_t k = begin; k < end && piece_at(c, k, &p); k++) {
+        char e[256];
+        if (fill_piece(&p, c->cached_at ? c->cached_at[k] : 0, c->dst, c->drop, &ncached, e, sizeof e)) {
+            pthread_mutex_lock(&c->mu);
+            if (!c->failed) snprintf(c->err, sizeof c->err, "%s", e);
+            c->failed = 1;
+            pthread_mutex_unlock(&c->mu);
         }
+    }
+    if (ncached) {
+        pthread_mutex_lock(&c->mu);
+        c->cached += ncached;
+        pthread_mutex_unlock(&c->mu);
     }
 }
 
-/* Gathers an item's bytes into dst (its layout): memcpy from host sources, pread from files, in pieces over
- * pool's workers (NULL: this thread). drop: tell the kernel the file range is not needed again (disk-tier
- * reads must not grow the page cache the host budget excludes). Runs on CUDA's callback thread for DISK
- * reads: no CUDA and no h3 error state here. */
-static int fill_item(h3_pool *pool, const h3_stream_item *it, void *dst, int drop, char *err, size_t errn) {
+/* Drops the item's file ranges read with pread once more, as runs of consecutive pieces: the kernel drops
+ * only the folios that lie wholly inside a range, and a large folio across two pieces' boundary lies in
+ * neither. */
+static void drop_runs(const fill_ctx *c, int64_t pieces) {
+#ifdef POSIX_FADV_DONTNEED
+    const int64_t pg = page_size();
+    int fd = -1;
+    int64_t a = 0, b = 0; /* the run [a, b) of file fd */
+    for (int64_t k = 0; k <= pieces; k++) {
+        piece p;
+        const int more = k < pieces && piece_at(c, k, &p);
+        const int read = more && p.g->fd >= 0 && !(c->cached_at && c->cached_at[k]);
+        const int64_t off = read ? p.g->off + p.from : 0;
+        if (read && p.g->fd == fd && off == b) {
+            b = off + p.len;
+            continue;
+        }
+        if (fd >= 0)
+            posix_fadvise(fd, (off_t)(a / pg * pg), (off_t)((b + pg - 1) / pg * pg - a / pg * pg),
+                          POSIX_FADV_DONTNEED);
+        fd = read ? p.g->fd : -1;
+        a = off;
+        b = read ? off + p.len : 0;
+    }
+#else
+    (void)c, (void)pieces;
+#endif
+}
+
+/* Gathers an item's bytes into dst (its layout): memcpy from host sources, from files' mappings where the
+ * page cache holds the range, pread from files elsewhere, in pieces over the streamer's workers (none: this
+ * thread). drop: tell the kernel a file range read with pread is not needed again (disk-tier reads must not
+ * grow the page cache the host budget excludes; ranges the cache held before are left there). *cached (may be
+ * NULL) gets the bytes copied from the cache. Runs on CUDA's callback thread for DISK reads: no CUDA and no
+ * h3 error state here. */
+static int fill_item(h3_streamer *s, const h3_stream_item *it, void *dst, int drop, int64_t *cached,
+                     char *err, size_t errn) {
     int64_t pieces = 0;
     for (int i = 0; i < it->n_segs; i++) pieces += (it->segs[i].bytes + FILL_PIECE - 1) / FILL_PIECE;
     fill_ctx c;
     memset(&c, 0, sizeof c);
     c.it = it;
+    c.files = s->files;
+    c.n_files = s->n_files;
     c.dst = dst;
     c.drop = drop;
+    c.cached_at = s->cached_at;
     pthread_mutex_init(&c.mu, NULL);
-    h3_parallel_for(pieces > 1 ? pool : NULL, pieces, 1, fill_range, &c);
+    h3_pool *pool = pieces > 1 ? s->rpool : NULL;
+    if (c.cached_at) h3_parallel_for(pool, pieces, 1, probe_range, &c);
+    h3_parallel_for(pool, pieces, 1, fill_range, &c);
+    if (drop) drop_runs(&c, pieces);
     pthread_mutex_destroy(&c.mu);
+    if (cached) *cached = c.cached;
     if (c.failed) snprintf(err, errn, "%s", c.err);
     return c.failed ? -1 : 0;
 }
@@ -174,12 +304,14 @@ static void read_job_fn(void *arg) {
     h3_streamer *s = j->s;
     const h3_stream_item *it = &s->items[j->item];
     char err[256];
+    int64_t cached = 0;
     double t0 = now_s();
-    int r = fill_item(s->rpool, it, s->staging[j->buf], it->tier == H3_TIER_DISK, err, sizeof err);
+    int r = fill_item(s, it, s->staging[j->buf], it->tier == H3_TIER_DISK, &cached, err, sizeof err);
     double t1 = now_s();
     pthread_mutex_lock(&s->mu);
     s->st.reads++;
     s->st.bytes_read += it->bytes;
+    s->st.bytes_cached += cached;
     s->st.read_s += t1 - t0;
     pthread_mutex_unlock(&s->mu);
     if (r) set_failure(s, H3_ERR_IO, err);
@@ -215,12 +347,14 @@ static h3_status issue(h3_streamer *s, int item, int slot) {
             memcpy(dst, s->pinned[item], (size_t)it->bytes);
         } else {
             char err[256];
+            int64_t cached = 0;
             double t0 = now_s();
-            if (fill_item(s->rpool, it, dst, it->tier == H3_TIER_DISK, err, sizeof err))
+            if (fill_item(s, it, dst, it->tier == H3_TIER_DISK, &cached, err, sizeof err))
                 return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
             if (it->tier == H3_TIER_DISK) {
                 s->st.reads++;
                 s->st.bytes_read += it->bytes;
+                s->st.bytes_cached += cached;
                 s->st.read_s += now_s() - t0;
             }
         }
@@ -434,12 +568,63 @@ void h3_streamer_free(h3_streamer *s) {
     }
     if (s->read) h3_cuda_stream_destroy(s->read);
     h3_pool_free(s->rpool);
-    void *arrays[] = {s->items,     s->segs,      s->pinned,     s->resident,  s->slot,
-                      s->staging,   s->tm_bytes,  s->tm_pending, s->order,     s->fifo_item,
-                      s->fifo_slot, s->free_slot, s->held_item,  s->held_slot, s->jobs};
+    for (int i = 0; s->files && i < s->n_files; i++)
+        if (s->files[i].map) munmap(s->files[i].map, (size_t)s->files[i].size);
+    void *arrays[] = {s->items,     s->segs,       s->pinned, s->resident,  s->slot,      s->staging,
+                      s->tm_bytes,  s->tm_pending, s->order,  s->fifo_item, s->fifo_slot, s->free_slot,
+                      s->held_item, s->held_slot,  s->jobs,   s->files,     s->cached_at};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) h3_free(arrays[i]);
     pthread_mutex_destroy(&s->mu);
     h3_free(s);
+}
+
+/* Maps every file the segments read from, once each (stream_file), and sizes the table of which pieces of an
+ * item are cached. Only where mincore tells the truth about the file's pages: Linux reports every page of a
+ * file that this process neither owns nor may write as cached, which would turn disk reads into page faults
+ * whose pages stay in the cache. Where it does not, or the file cannot be mapped, the file is read with pread
+ * as before. */
+static void map_file(stream_file *f) {
+    struct stat sb;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", f->fd);
+    if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0) return;
+    if (sb.st_uid != geteuid() && geteuid() != 0 && faccessat(AT_FDCWD, proc, W_OK, AT_EACCESS) != 0) return;
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (p == MAP_FAILED) return;
+    f->map = p;
+    f->size = (int64_t)sb.st_size;
+}
+
+static h3_status map_files(h3_streamer *s) {
+    int n = 0, mapped = 0;
+    int64_t most = 0;
+    for (int i = 0; i < s->n_items; i++) {
+        int64_t pieces = 0;
+        for (int g = 0; g < s->items[i].n_segs; g++) {
+            n += s->items[i].segs[g].fd >= 0;
+            pieces += (s->items[i].segs[g].bytes + FILL_PIECE - 1) / FILL_PIECE;
+        }
+        if (pieces > most) most = pieces;
+    }
+    if (!n) return H3_OK;
+    s->files = h3_calloc((size_t)n, sizeof *s->files, H3_MEM_OTHER);
+    if (!s->files) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < s->n_items; i++)
+        for (int g = 0; g < s->items[i].n_segs; g++) {
+            const int fd = s->items[i].segs[g].fd;
+            int seen = fd < 0;
+            for (int j = 0; j < s->n_files && !seen; j++) seen = s->files[j].fd == fd;
+            if (seen) continue;
+            stream_file *f = &s->files[s->n_files++];
+            *f = (stream_file){fd, NULL, 0};
+            map_file(f);
+            mapped |= f->map != NULL;
+        }
+    if (mapped) {
+        s->cached_at = h3_calloc((size_t)most, 1, H3_MEM_OTHER);
+        if (!s->cached_at) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    return H3_OK;
 }
 
 static h3_status make_events(h3_cuda_event_h **out, int n, int timing) {
@@ -455,7 +640,7 @@ static h3_status load_resident(h3_streamer *s, int i) {
     uint8_t *dst = s->resident[i];
     char err[256];
     if (!s->dev) {
-        if (fill_item(s->rpool, it, dst, 0, err, sizeof err))
+        if (fill_item(s, it, dst, 0, NULL, err, sizeof err))
             return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
         return H3_OK;
     }
@@ -471,7 +656,7 @@ static h3_status load_resident(h3_streamer *s, int i) {
                       "no staging buffer",
                       i);
     H3_TRY(h3_cuda_stream_sync(s->copy)); /* staging 0 is free again */
-    if (fill_item(s->rpool, it, s->staging[0], 0, err, sizeof err))
+    if (fill_item(s, it, s->staging[0], 0, NULL, err, sizeof err))
         return H3_ERR(H3_ERR_IO, "weight streamer: %s", err);
     H3_TRY(h3_cuda_copy_h2d_async(dst, s->staging[0], (size_t)it->bytes, s->copy));
     return H3_OK;
@@ -513,7 +698,8 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     s->n_items = n_items;
     const int k = cfg->n_slots, ns = cfg->n_staging, ni = n_items ? n_items : 1;
     s->n_timing = 2 * (k + n_items) + 2;
-    int gathers = 0; /* some item is gathered by the host (memcpy or read) rather than copied from pinned memory */
+    int gathers =
+        0; /* some item is gathered by the host (memcpy or read) rather than copied from pinned memory */
     for (int i = 0; i < n_items; i++) gathers |= !items[i].src_pinned;
     if (gathers) { /* the gathering workers: H3_STREAM_READERS of them, else up to 8 */
         int nr = h3_cpu_count() < 8 ? h3_cpu_count() : 8;
@@ -554,6 +740,7 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
             for (int j = 0; j < ns; j++) s->jobs[i * ns + j] = (read_job){s, i, j};
         }
     }
+    H3_CHECK(map_files(s));
     if (s->dev) {
         s->compute = h3_cuda_compute_stream(ex);
         s->copy = h3_cuda_copy_stream(ex);
@@ -589,7 +776,7 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
         if (!s->pinned[i])
             H3_FAIL(H3_ERR_NOMEM, "out of pinned memory for a %lld-byte weight block", (long long)it->bytes);
         char err[256];
-        if (fill_item(s->rpool, it, s->pinned[i], 0, err, sizeof err))
+        if (fill_item(s, it, s->pinned[i], 0, NULL, err, sizeof err))
             H3_FAIL(H3_ERR_IO, "weight streamer: %s", err);
         s->st.pinned_bytes += it->bytes;
     }

@@ -5,8 +5,16 @@
  * text-encoder layer). Each has a tier (below): RESIDENT items are copied to their own device block once, at
  * creation; PINNED items are copied per use from pinned host memory (the item's sources when they are pinned
  * already, else a packed pinned copy made at creation: the pinned host cache); DISK items are read per use
- * from their sources (pread from a file, or memcpy from pageable memory) into a pinned staging buffer on a
- * read stream, then copied.
+ * from their sources (from a file, or memcpy from pageable memory) into a pinned staging buffer on a read
+ * stream, then copied.
+ *
+ * Reads from files go in pieces of 8 MiB over the reading threads. A piece whose pages were all in the page
+ * cache when its item's read began is copied from a mapping of the file the streamer makes at creation, and
+ * left in the cache; any other piece is read with pread and, for DISK items, dropped from the page cache
+ * again (the host budget does not count the page cache: a disk-tier read must not grow it, and must not empty
+ * it of what it held before). bytes_cached in the stats counts what came from the cache. A file must not
+ * shrink while a streamer reads it (as for any mapped weight file: a copy from a page the file no longer has
+ * faults).
  *
  * Order: the caller names the sequence in which streamed items will be acquired (h3_streamer_set_order),
  * cyclic for a step loop. The streamer keeps up to n_slots items in flight: at start it fills every free
@@ -75,6 +83,7 @@ typedef struct h3_streamer_config {
 typedef struct h3_stream_stats {
     int64_t acquires, copies, bytes_copied;
     int64_t reads, bytes_read; /* DISK items read into staging */
+    int64_t bytes_cached;      /* of bytes_read: copied from the page cache (the file's pages were there) */
     int64_t resyncs;           /* acquires out of sequence */
     double copy_ms;            /* device time of the copies timed (bytes_timed of them) */
     int64_t bytes_timed;

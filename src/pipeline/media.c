@@ -58,23 +58,50 @@ int h3_media_available(void) {
 #endif
 }
 
-uint8_t h3_unit_to_u8(float x) {
-    if (!(x > 0.0f)) return 0; /* also NaN */
-    if (x >= 1.0f) return 255;
-    const float p = x * 255.0f;    /* float32 product, as numpy computes it */
-    return (uint8_t)nearbyintf(p); /* the default rounding mode: half to even */
+/* h3_unit_to_u8, written so that compilers vectorize it without special flags (no branches, no float
+ * compares): the clamp on the float's bits (above 1, +inf and +NaN to 1; negatives, -0, -inf and -NaN to +0;
+ * then any NaN to 0), the product rounded to float32, then rounding half to even by adding 2^23 (the sum is
+ * exact to the unit for 0..255, its low 8 bits are the level). The product and the sum must round separately
+ * (no fused multiply-add: ISO C mode, as the build uses, does not contract); the tests compare every level's
+ * ties with an independent reference. */
+static inline uint8_t unit_to_u8(float x) {
+    int32_t i, c;
+    memcpy(&i, &x, sizeof i);
+    c = i < 0x3f800000 ? i : 0x3f800000;
+    c = c > 0 ? c : 0;
+    c = (i & 0x7fffffff) > 0x7f800000 ? 0 : c;
+    float v;
+    memcpy(&v, &c, sizeof v);
+    const float p = v * 255.0f;
+    const float q = p + 8388608.0f;
+    uint32_t u;
+    memcpy(&u, &q, sizeof u);
+    return (uint8_t)u;
 }
 
-/* Planar float RGB -> packed RGB24 (width*3 bytes per row, rows contiguous). */
+uint8_t h3_unit_to_u8(float x) {
+    return unit_to_u8(x);
+}
+
+/* Planar float RGB -> packed RGB24 (width*3 bytes per row, rows contiguous): each plane's run of a row to
+ * levels (the loop that vectorizes), then interleaved. */
 static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_stride, int w, int h,
                             uint8_t *out) {
+    enum { RUN = 512 };
+    uint8_t lv[3][RUN];
     for (int y = 0; y < h; y++) {
-        const float *r = rgb + (int64_t)y * row_stride, *g = r + plane_stride, *b = g + plane_stride;
         uint8_t *o = out + (size_t)y * (size_t)w * 3;
-        for (int x = 0; x < w; x++) {
-            o[3 * x] = h3_unit_to_u8(r[x]);
-            o[3 * x + 1] = h3_unit_to_u8(g[x]);
-            o[3 * x + 2] = h3_unit_to_u8(b[x]);
+        for (int x0 = 0; x0 < w; x0 += RUN) {
+            const int n = w - x0 < RUN ? w - x0 : RUN;
+            for (int c = 0; c < 3; c++) {
+                const float *src = rgb + c * plane_stride + (int64_t)y * row_stride + x0;
+                for (int x = 0; x < n; x++) lv[c][x] = unit_to_u8(src[x]);
+            }
+            for (int x = 0; x < n; x++) {
+                o[3 * (x0 + x)] = lv[0][x];
+                o[3 * (x0 + x) + 1] = lv[1][x];
+                o[3 * (x0 + x) + 2] = lv[2][x];
+            }
         }
     }
 }
@@ -112,6 +139,12 @@ void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height) {
 }
 
 #if H3_HAVE_MEDIA
+/* The writer and its encoder thread. Frames wait in a ring of `depth` slots, each a copy of one frame as
+ * planar float RGB ([3, height, width], rows contiguous), allocated the first time the ring reaches it. The
+ * caller fills the slot after the last queued one and queues it; the thread takes the oldest, converts it to
+ * 8 bits and YUV and hands it to x264, and writes the packets that come back. The caller writes the audio
+ * itself; mux_mu keeps the two threads' packets apart in the muxer. After the thread has stopped (finish,
+ * abort) the caller owns everything again. */
 struct h3_mp4 {
     h3_mp4_opts o;
     char *path, *tmp;
@@ -120,11 +153,21 @@ struct h3_mp4 {
     AVStream *vst, *ast;
     struct SwsContext *sws;
     AVFrame *vframe, *aframe;
-    AVPacket *pkt;
-    uint8_t *rgb; /* [height, width, 3] */
-    int64_t nframes, nsamples, apts;
+    AVPacket *pkt, *vpkt;            /* the caller's (audio, the flush) and the encoder thread's */
+    uint8_t *rgb;                    /* [height, width, 3], the encoder thread's */
+    int64_t nframes, nsamples, apts; /* frames queued, audio samples written */
     int afill, frame_size, small_last;
-    h3_status failed;
+    h3_status failed; /* a failure the caller has seen: only finish and abort are accepted after it */
+    /* the queue (mu guards head, count, closing, stop and the thread's failure) */
+    pthread_mutex_t mu, mux_mu;
+    pthread_cond_t cv_work, cv_space;
+    int sync_made, thread_on;
+    pthread_t thread;
+    float **slot; /* [depth] */
+    int depth, head, count, closing, stop;
+    int64_t encoded;   /* frames the thread has handed to x264 (the next one's pts) */
+    h3_status wfailed; /* the encoder thread's failure and its message */
+    char wmsg[512];
 };
 
 int64_t h3_mp4_frames(const h3_mp4 *m) {
@@ -134,8 +177,22 @@ int64_t h3_mp4_audio_samples(const h3_mp4 *m) {
     return m ? m->nsamples : 0;
 }
 
+/* Tells the encoder thread to stop (stop: at once, dropping what is queued; else once the queue is empty) and
+ * waits for it. */
+static void stop_encoder(h3_mp4 *m, int stop) {
+    if (!m->thread_on) return;
+    pthread_mutex_lock(&m->mu);
+    if (stop) m->stop = 1;
+    m->closing = 1;
+    pthread_cond_broadcast(&m->cv_work);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    m->thread_on = 0;
+}
+
 static void mp4_free(h3_mp4 *m, int remove_partial) {
     if (!m) return;
+    stop_encoder(m, 1);
     avcodec_free_context(&m->venc);
     avcodec_free_context(&m->aenc);
     if (m->oc) {
@@ -146,7 +203,16 @@ static void mp4_free(h3_mp4 *m, int remove_partial) {
     av_frame_free(&m->vframe);
     av_frame_free(&m->aframe);
     av_packet_free(&m->pkt);
+    av_packet_free(&m->vpkt);
     if (remove_partial && m->tmp) unlink(m->tmp);
+    for (int i = 0; m->slot && i < m->depth; i++) h3_free(m->slot[i]);
+    h3_free(m->slot);
+    if (m->sync_made) {
+        pthread_mutex_destroy(&m->mu);
+        pthread_mutex_destroy(&m->mux_mu);
+        pthread_cond_destroy(&m->cv_work);
+        pthread_cond_destroy(&m->cv_space);
+    }
     h3_free(m->rgb);
     h3_free(m->path);
     h3_free(m->tmp);
@@ -157,21 +223,24 @@ void h3_mp4_abort(h3_mp4 *m) {
     mp4_free(m, 1);
 }
 
-/* Sends a frame (NULL flushes) and writes every packet the encoder returns. */
-static h3_status encode(h3_mp4 *m, AVCodecContext *enc, AVStream *st, AVFrame *frame) {
+/* Sends a frame (NULL flushes) and writes every packet the encoder returns through pkt. Called by the encoder
+ * thread (video) and the caller (audio; the flush once the thread has stopped). */
+static h3_status encode(h3_mp4 *m, AVCodecContext *enc, AVStream *st, AVFrame *frame, AVPacket *pkt) {
     char eb[128];
     int r = avcodec_send_frame(enc, frame);
     if (r < 0)
         return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name, averr(r, eb, sizeof eb));
     for (;;) {
-        r = avcodec_receive_packet(enc, m->pkt);
+        r = avcodec_receive_packet(enc, pkt);
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return H3_OK;
         if (r < 0)
             return H3_ERR(H3_ERR_IO, "%s: encoding %s: %s", m->path, enc->codec->name,
                           averr(r, eb, sizeof eb));
-        av_packet_rescale_ts(m->pkt, enc->time_base, st->time_base);
-        m->pkt->stream_index = st->index;
-        r = av_interleaved_write_frame(m->oc, m->pkt);
+        av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+        pkt->stream_index = st->index;
+        pthread_mutex_lock(&m->mux_mu);
+        r = av_interleaved_write_frame(m->oc, pkt);
+        pthread_mutex_unlock(&m->mux_mu);
         if (r < 0) return H3_ERR(H3_ERR_IO, "%s: writing: %s", m->tmp, averr(r, eb, sizeof eb));
     }
 }
@@ -272,6 +341,67 @@ static h3_status open_audio(h3_mp4 *m) {
     return H3_OK;
 }
 
+/* One frame from m->rgb through swscale into x264 (the encoder thread). */
+static h3_status put_rgb24(h3_mp4 *m) {
+    char eb[128];
+    int r = av_frame_make_writable(m->vframe);
+    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "video frame: %s", averr(r, eb, sizeof eb));
+    const uint8_t *src[1] = {m->rgb};
+    const int src_stride[1] = {m->o.width * 3};
+    sws_scale(m->sws, src, src_stride, 0, m->o.height, m->vframe->data, m->vframe->linesize);
+    m->vframe->pts = m->encoded;
+    H3_TRY(encode(m, m->venc, m->vst, m->vframe, m->vpkt));
+    m->encoded++;
+    return H3_OK;
+}
+
+/* The encoder thread: the oldest queued frame, converted and encoded, until the queue is closed and empty or
+ * the writer stops; a failure is kept for the caller's next call. */
+static void *encoder_main(void *arg) {
+    h3_mp4 *m = arg;
+    const int64_t w = m->o.width, h = m->o.height;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->count && !m->closing) pthread_cond_wait(&m->cv_work, &m->mu);
+        if (m->stop || !m->count) break;
+        const float *f = m->slot[m->head];
+        pthread_mutex_unlock(&m->mu);
+        planar_to_rgb24(f, w * h, w, (int)w, (int)h, m->rgb);
+        const h3_status st = put_rgb24(m);
+        pthread_mutex_lock(&m->mu);
+        if (st != H3_OK) {
+            m->wfailed = st;
+            snprintf(m->wmsg, sizeof m->wmsg, "%s", h3_last_error_message());
+            pthread_cond_broadcast(&m->cv_space);
+            break;
+        }
+        m->head = (m->head + 1) % m->depth;
+        m->count--;
+        pthread_cond_broadcast(&m->cv_space);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* The queue's depth for this frame size (H3_MP4_QUEUE_FRAMES, fewer for frames so large that the queue would
+ * pass H3_MP4_QUEUE_BYTES, never below 2), and the thread. */
+static h3_status start_encoder(h3_mp4 *m) {
+    const int64_t frame = (int64_t)3 * m->o.width * m->o.height * (int64_t)sizeof(float);
+    int64_t d = H3_MP4_QUEUE_BYTES / frame;
+    m->depth = (int)(d > H3_MP4_QUEUE_FRAMES ? H3_MP4_QUEUE_FRAMES : d < 2 ? 2 : d);
+    m->slot = h3_calloc((size_t)m->depth, sizeof *m->slot, H3_MEM_IO);
+    if (!m->slot) return H3_ERR(H3_ERR_NOMEM, "out of memory for the frame queue");
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->mux_mu, NULL);
+    pthread_cond_init(&m->cv_work, NULL);
+    pthread_cond_init(&m->cv_space, NULL);
+    m->sync_made = 1;
+    const int r = pthread_create(&m->thread, NULL, encoder_main, m);
+    if (r != 0) return H3_ERR(H3_ERR_NOMEM, "cannot start the video encoder's thread: %s", strerror(r));
+    m->thread_on = 1;
+    return H3_OK;
+}
+
 h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     *out = NULL;
     pthread_once(&g_av_once, av_setup);
@@ -310,7 +440,8 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     H3_CHECK_CTX(open_video(m), "%s", path);
     if (m->o.sample_rate) H3_CHECK_CTX(open_audio(m), "%s", path);
     m->pkt = av_packet_alloc();
-    if (!m->pkt) H3_FAIL(H3_ERR_NOMEM, "out of memory for a packet");
+    m->vpkt = av_packet_alloc();
+    if (!m->pkt || !m->vpkt) H3_FAIL(H3_ERR_NOMEM, "out of memory for a packet");
 
     r = avio_open(&m->oc->pb, m->tmp, AVIO_FLAG_WRITE);
     if (r < 0) H3_FAIL(H3_ERR_IO, "cannot create %s: %s", m->tmp, averr(r, eb, sizeof eb));
@@ -319,6 +450,7 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     r = avformat_write_header(m->oc, &mux_opts);
     av_dict_free(&mux_opts);
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: writing the MP4 header: %s", m->tmp, averr(r, eb, sizeof eb));
+    H3_CHECK(start_encoder(m));
 done:
     if (st != H3_OK) {
         mp4_free(m, 1);
@@ -328,46 +460,66 @@ done:
     return H3_OK;
 }
 
-static h3_status check_usable(const h3_mp4 *m) {
+/* The encoder thread's failure, reported once with its own message; from then on the writer is failed. */
+static h3_status encoder_failure(h3_mp4 *m) {
+    pthread_mutex_lock(&m->mu);
+    const h3_status wf = m->wfailed;
+    char msg[sizeof m->wmsg];
+    snprintf(msg, sizeof msg, "%s", m->wmsg);
+    pthread_mutex_unlock(&m->mu);
+    if (wf == H3_OK) return H3_OK;
+    m->failed = wf;
+    return H3_ERR(wf, "%s", msg);
+}
+
+static h3_status check_usable(h3_mp4 *m) {
     if (!m) return H3_ERR(H3_ERR_INVALID, "no MP4 writer");
     if (m->failed)
         return H3_ERR(m->failed, "%s: an earlier write failed; the file was not finished", m->path);
-    return H3_OK;
-}
-
-static h3_status put_rgb24(h3_mp4 *m) {
-    char eb[128];
-    int r = av_frame_make_writable(m->vframe);
-    if (r < 0) return H3_ERR(H3_ERR_NOMEM, "video frame: %s", averr(r, eb, sizeof eb));
-    const uint8_t *src[1] = {m->rgb};
-    const int src_stride[1] = {m->o.width * 3};
-    sws_scale(m->sws, src, src_stride, 0, m->o.height, m->vframe->data, m->vframe->linesize);
-    m->vframe->pts = m->nframes;
-    H3_TRY(encode(m, m->venc, m->vst, m->vframe));
-    m->nframes++;
-    return H3_OK;
+    return encoder_failure(m);
 }
 
 h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride) {
     H3_TRY(check_usable(m));
-    if (!rgb || row_stride < m->o.width || plane_stride < row_stride * (m->o.height - 1) + m->o.width) {
+    const int64_t w = m->o.width, h = m->o.height;
+    if (!rgb || row_stride < w || plane_stride < row_stride * (h - 1) + w) {
         m->failed = H3_ERR_INVALID;
         return H3_ERR(H3_ERR_INVALID,
                       "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
                       m->path, (long long)m->nframes, m->o.width, m->o.height, (long long)plane_stride,
                       (long long)row_stride);
     }
-    planar_to_rgb24(rgb, plane_stride, row_stride, m->o.width, m->o.height, m->rgb);
-    h3_status st = put_rgb24(m);
-    if (st != H3_OK) m->failed = st;
-    return st;
+    /* a free slot: the one after the queued frames (the thread reads only those) */
+    pthread_mutex_lock(&m->mu);
+    while (m->count == m->depth && m->wfailed == H3_OK) pthread_cond_wait(&m->cv_space, &m->mu);
+    const int k = (m->head + m->count) % m->depth;
+    pthread_mutex_unlock(&m->mu);
+    H3_TRY(encoder_failure(m));
+    if (!m->slot[k]) {
+        m->slot[k] = h3_malloc((size_t)(3 * w * h) * sizeof(float), H3_MEM_IO);
+        if (!m->slot[k]) {
+            m->failed = H3_ERR_NOMEM;
+            return H3_ERR(H3_ERR_NOMEM, "%s: out of memory for the frame queue (%lld bytes a frame)", m->path,
+                          (long long)(3 * w * h * (int64_t)sizeof(float)));
+        }
+    }
+    for (int64_t c = 0; c < 3; c++)
+        for (int64_t y = 0; y < h; y++)
+            memcpy(m->slot[k] + (c * h + y) * w, rgb + c * plane_stride + y * row_stride,
+                   (size_t)w * sizeof(float));
+    pthread_mutex_lock(&m->mu);
+    m->count++;
+    pthread_cond_signal(&m->cv_work);
+    pthread_mutex_unlock(&m->mu);
+    m->nframes++;
+    return H3_OK;
 }
 
 static h3_status flush_audio_frame(h3_mp4 *m, int nb) {
     m->aframe->nb_samples = nb;
     m->aframe->pts = m->apts;
     m->apts += nb;
-    h3_status st = encode(m, m->aenc, m->ast, m->aframe);
+    h3_status st = encode(m, m->aenc, m->ast, m->aframe, m->pkt);
     m->afill = 0;
     return st;
 }
@@ -417,6 +569,8 @@ h3_status h3_mp4_write_audio(h3_mp4 *m, const float *left, const float *right, i
 }
 
 h3_status h3_mp4_finish(h3_mp4 *m) {
+    if (!m) return H3_ERR(H3_ERR_INVALID, "no MP4 writer");
+    stop_encoder(m, m->failed != H3_OK); /* the queued frames are encoded first */
     h3_status st = check_usable(m);
     char eb[128];
     if (st != H3_OK) goto done;
@@ -432,9 +586,9 @@ h3_status h3_mp4_finish(h3_mp4 *m) {
             }
             H3_CHECK(flush_audio_frame(m, nb));
         }
-        H3_CHECK(encode(m, m->aenc, m->ast, NULL));
+        H3_CHECK(encode(m, m->aenc, m->ast, NULL, m->pkt));
     }
-    H3_CHECK(encode(m, m->venc, m->vst, NULL));
+    H3_CHECK(encode(m, m->venc, m->vst, NULL, m->pkt));
     int r = av_write_trailer(m->oc);
     if (r < 0) H3_FAIL(H3_ERR_IO, "%s: finishing the MP4: %s", m->tmp, averr(r, eb, sizeof eb));
     r = avio_closep(&m->oc->pb);

@@ -43,21 +43,36 @@ void h3_mp4_opts_default(h3_mp4_opts *o, int width, int height);
 
 typedef struct h3_mp4 h3_mp4;
 
-/* Creates "<path>.partial" and the encoders. */
+/* The video is encoded on the writer's own thread, so that a caller producing frames (the video VAE) goes on
+ * with the next ones while x264 encodes the last: h3_mp4_write_frame copies the frame into a queue and
+ * returns; the thread converts and encodes the queued frames in order. The queue holds at most
+ * H3_MP4_QUEUE_FRAMES frames and at most H3_MP4_QUEUE_BYTES of them (never fewer than 2), as planar float RGB
+ * (12 bytes a pixel: 6.3 MB a frame at 960x544), allocated as it first fills, counted as H3_MEM_IO; a caller
+ * that gets ahead of the encoder by that much waits in h3_mp4_write_frame. 32 frames are more than one of the
+ * video VAE's temporal chunks (about 18 frames), so a decode that is faster than the encoder on average is
+ * not held up by it. */
+#define H3_MP4_QUEUE_FRAMES 32
+#define H3_MP4_QUEUE_BYTES  ((int64_t)256 << 20)
+
+/* Creates "<path>.partial", the encoders and the encoder thread. */
 h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out);
-/* Appends one frame (see the pixel convention above). */
+/* Appends one frame (see the pixel convention above): checks it, copies it into the queue and returns
+ * (waiting first only while the queue is full). A failure of the encoder thread (a write error, a full disk)
+ * is returned by the next call of any function below. */
 h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride);
 /* Appends n samples per channel: left[n] and right[n] (right is ignored for a mono track; for a stereo track
- * a NULL right repeats left). Audio and video may be written in any order and in any number of calls. */
+ * a NULL right repeats left), encoded on the calling thread. Audio and video may be written in any order and
+ * in any number of calls. */
 h3_status h3_mp4_write_audio(h3_mp4 *m, const float *left, const float *right, int64_t n);
-/* Frames and audio samples written so far. */
+/* Frames accepted (queued or encoded) and audio samples written so far. */
 int64_t h3_mp4_frames(const h3_mp4 *m);
 int64_t h3_mp4_audio_samples(const h3_mp4 *m);
-/* Flushes the encoders, writes the index, renames "<path>.partial" to <path> and frees the writer. After any
- * failed call the writer only accepts h3_mp4_finish (which then removes the partial file and returns the
- * failure) or h3_mp4_abort. */
+/* Waits for the queued frames to be encoded, flushes the encoders, writes the index, renames "<path>.partial"
+ * to <path> and frees the writer. After any failed call the writer only accepts h3_mp4_finish (which then
+ * removes the partial file and returns the failure) or h3_mp4_abort. */
 h3_status h3_mp4_finish(h3_mp4 *m);
-/* Stops without a file: removes "<path>.partial" and frees the writer. NULL is a no-op. */
+/* Stops without a file: drops the queued frames, stops the thread (after the frame it is encoding), removes
+ * "<path>.partial" and frees the writer. NULL is a no-op. */
 void h3_mp4_abort(h3_mp4 *m);
 
 /* A float of the pixel convention as an 8-bit level: clamped to [0, 1] (NaN counts as 0), multiplied by 255

@@ -5,6 +5,8 @@
 #   audio-vae (the audio decoder's ops and decode vs the CPU, then its release-size stereo decode against diffusers';
 #   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
+#   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
+#   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
@@ -34,6 +36,12 @@ for s in "${steps[@]}"; do
         sdpa) python3 bench/attention_sdpa.py 2>&1 | tee "$OUT/attention_sdpa.log"; rc=$((rc | PIPESTATUS[0])) ;;
         streamer) $B/test_streamer 2>&1 | tee "$OUT/test_streamer.log"; rc=$((rc | PIPESTATUS[0])) ;;
         stream-bench) $B/bench_dit_stream ${STREAM_ARGS:-} 2>&1 | tee "$OUT/bench_dit_stream.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        overheads) for a in "" "--device cuda" "--cold" "--device cuda --cold"; do
+                # shellcheck disable=SC2086
+                $B/bench_stream_read --layers "${OVH_LAYERS:-24}" $a 2>&1 | tee -a "$OUT/bench_stream_read.log"
+                rc=$((rc | PIPESTATUS[0]))
+            done
+            $B/bench_media_encode 2>&1 | tee "$OUT/bench_media_encode.log"; rc=$((rc | PIPESTATUS[0])) ;;
         te-test) $B/test_te_cuda 2>&1 | tee "$OUT/test_te_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-test) $B/test_dit_cuda 2>&1 | tee "$OUT/test_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
