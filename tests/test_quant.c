@@ -632,6 +632,43 @@ static void test_source_sweep(void) {
             quant_accepts, &q, 0);
 }
 
+/* Weights that are not finite (a damaged file, or the fixtures' never-read NaN layers): every format quantizes them
+ * without undefined behaviour (the int8 cast of NaN was, finding N1) and keeps them not finite: an int8 row and an
+ * nvfp4 block holding NaN or an infinity decode as NaN (their scale holds it), the other rows and blocks as
+ * before; fp8 keeps each such value as its NaN code, and the one tensor scale comes from the finite values. */
+static void test_not_finite(void) {
+    enum { N = 4, K = 64 };
+    float w[N * K];
+    t_fill_uniform(w, N * K, -1.0, 1.0);
+    w[1 * K + 5] = NAN;
+    w[2 * K + 40] = INFINITY;
+    static const struct {
+        h3_qtarget t;
+        const char *name;
+    } fs[] = {{H3_QT_INT8, "int8"}, {H3_QT_INT8_CONVROT, "int8 convrot"}, {H3_QT_NVFP4, "nvfp4"}, {H3_QT_FP8, "fp8"}};
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        h3_tensor q;
+        CHECK_OK(h3_quantize_tensor(w, N, K, fs[f].t, NULL, &q));
+        if (!q.data) continue;
+        float d[N * K];
+        CHECK_OK(h3_tensor_rows_to_f32(&q, 0, N, d));
+        int bad = 0;
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t c = 0; c < K; c++) {
+                const float v = d[r * K + c];
+                const int damaged = fs[f].t == H3_QT_NVFP4 ? (r == 1 && c / 16 == 0) || (r == 2 && c / 16 == 2)
+                                    : fs[f].t == H3_QT_FP8 ? !isfinite(w[r * K + c])
+                                                           : r == 1 || r == 2;
+                if (damaged)
+                    bad += !isnan(v);
+                else
+                    bad += !(fabsf(v - w[r * K + c]) <= (fs[f].t == H3_QT_NVFP4 ? 0.5f : 0.08f));
+            }
+        CHECK(bad == 0, "%s: %d values decode wrongly", fs[f].name, bad);
+        h3_tensor_free(&q);
+    }
+}
+
 int main(int argc, char **argv) {
     const t_case cases[] = {
         {"source_shapes", test_source_shapes},
@@ -644,6 +681,7 @@ int main(int argc, char **argv) {
         {"markers", test_markers},
         {"bad_layers", test_bad_layers},
         {"alloc_failures", test_alloc_failures},
+        {"not_finite", test_not_finite},
         {NULL, NULL},
     };
     return t_main("test_quant", cases, argc, argv);

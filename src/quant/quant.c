@@ -40,13 +40,21 @@ h3_status h3_quantize_int8_rows(const float *w, int64_t N, int64_t K, int group,
         memcpy(tmp, w + r * K, (size_t)K * sizeof(float));
         if (group) h3_convrot_apply(tmp, K, group);
         float amax = 0.0f;
-        for (int64_t c = 0; c < K; c++) amax = fmaxf(amax, fabsf(tmp[c]));
+        int finite = 1;
+        for (int64_t c = 0; c < K; c++) {
+            amax = fmaxf(amax, fabsf(tmp[c]));
+            finite &= isfinite(tmp[c]) != 0;
+        }
+        if (!finite) { /* NaN or an infinity: no code holds it; the row's scale keeps it, so the row decodes NaN */
+            scales[r] = NAN;
+            memset(q + r * K, 0, (size_t)K);
+            continue;
+        }
         float s = amax / 127.0f;
         if (!(s >= 1e-30f)) s = 1e-30f;
         scales[r] = s;
         for (int64_t c = 0; c < K; c++) {
             float v = rintf(tmp[c] / s);
-            if (v != v) v = 0.0f; /* NaN in (the writer refuses such weights first): a defined code, not UB */
             q[r * K + c] = (int8_t)(v > 127.0f ? 127.0f : v < -128.0f ? -128.0f : v);
         }
     }
@@ -54,9 +62,12 @@ h3_status h3_quantize_int8_rows(const float *w, int64_t N, int64_t K, int group,
     return H3_OK;
 }
 
+/* The largest finite magnitude: a value that is not finite takes no part in a scale (its own code or block keeps
+ * it not finite instead). */
 static float amax_of(const float *w, size_t n) {
     float a = 0.0f;
-    for (size_t i = 0; i < n; i++) a = fmaxf(a, fabsf(w[i]));
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(w[i])) a = fmaxf(a, fabsf(w[i]));
     return a;
 }
 
@@ -69,6 +80,10 @@ void h3_quantize_fp8(const float *w, size_t n, float scale, uint8_t *q) {
     const float inv = 1.0f / scale;
     for (size_t i = 0; i < n; i++) {
         float v = w[i] * inv;
+        if (!isfinite(w[i])) { /* e4m3 has no infinity: NaN's code keeps the value not finite */
+            q[i] = 0x7f;
+            continue;
+        }
         v = v > 448.0f ? 448.0f : v < -448.0f ? -448.0f : v;
         q[i] = h3_f32_to_fp8e4m3(v);
     }
@@ -93,12 +108,19 @@ void h3_quantize_nvfp4_rows(const float *w, int64_t r0, int64_t r1, int64_t K, f
     for (int64_t r = r0; r < r1; r++)
         for (int64_t c = 0; c < C; c++) {
             const float *x = w + r * K + c * 16;
+            uint8_t *p = packed + r * (K / 2) + c * 8;
+            int finite = 1;
+            for (int i = 0; i < 16; i++) finite &= isfinite(x[i]) != 0;
+            if (!finite) { /* no code holds NaN or an infinity: the block's scale (e4m3's NaN) keeps it */
+                scales[h3_nvfp4_scale_index(r, c, C)] = 0x7f;
+                memset(p, 0, 8);
+                continue;
+            }
             float bs = amax_of(x, 16) / 6.0f / scale2;
             if (bs > 448.0f) bs = 448.0f;
             uint8_t bq = h3_f32_to_fp8e4m3(bs);
             scales[h3_nvfp4_scale_index(r, c, C)] = bq;
             float total = scale2 * h3_fp8e4m3_to_f32(bq);
-            uint8_t *p = packed + r * (K / 2) + c * 8;
             for (int i = 0; i < 8; i++) {
                 float a = total == 0.0f ? 0.0f : x[2 * i] / total,
                       b = total == 0.0f ? 0.0f : x[2 * i + 1] / total;
