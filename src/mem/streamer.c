@@ -668,7 +668,7 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     if (n_items < 0 || cfg->n_slots < 0 || cfg->n_slots > 64 || cfg->n_staging < 0 || cfg->n_staging > 8)
         return H3_ERR(H3_ERR_INVALID, "weight streamer: %d items, %d slots, %d staging buffers", n_items,
                       cfg->n_slots, cfg->n_staging);
-    if (cfg->place != H3_PLACE_DEVICE && cfg->place != H3_PLACE_HOST)
+    if (cfg->place != H3_PLACE_DEVICE && cfg->place != H3_PLACE_HOST && cfg->place != H3_PLACE_PINNED)
         return H3_ERR(H3_ERR_INVALID, "weight streamer: slots live on the device (or the host, for tests)");
     int64_t nsegs = 0;
     for (int i = 0; i < n_items; i++) {

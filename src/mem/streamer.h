@@ -70,7 +70,8 @@ typedef struct h3_stream_item {
 } h3_stream_item;
 
 typedef struct h3_streamer_config {
-    h3_place place; /* DEVICE, or HOST for the synchronous emulation */
+    h3_place place; /* DEVICE, or HOST for the synchronous emulation (PINNED: the same, its slots in pinned
+                     * memory, for gathering what is then copied to a device) */
     int n_slots;    /* ring depth (0: nothing streams) */
     int64_t slot_bytes;
     int n_staging;  /* pinned staging buffers for DISK items (and for loading RESIDENT and PINNED copies from

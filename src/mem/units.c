@@ -197,7 +197,8 @@ static h3_status load_resident(h3_units *u) {
             lo[j] = j;
             j++;
         }
-        h3_streamer_config lc = {H3_PLACE_HOST, 1, gather, 0, NULL, 0};
+        /* on a device the gathering slot is pinned: the copy out of it runs at the bus's rate, not pageable memory's */
+        h3_streamer_config lc = {dev ? H3_PLACE_PINNED : H3_PLACE_HOST, 1, gather, 0, NULL, 0};
         H3_CHECK(h3_streamer_create(u->ex, &lc, li, ng, &ld));
         H3_CHECK(h3_streamer_set_order(ld, lo, ng, 0));
     }
@@ -213,11 +214,13 @@ static h3_status load_resident(h3_units *u) {
         }
         void *hb;
         H3_CHECK(h3_streamer_acquire(ld, j, &hb));
-        /* copies from pageable host memory return when done: the slot is free for the next unit after */
+        const h3_place hp = dev ? H3_PLACE_PINNED : H3_PLACE_HOST;
         if (p->converts)
-            st = convert_unit(u, i, hb, H3_PLACE_HOST, stage, u->block[i]);
+            st = convert_unit(u, i, hb, hp, stage, u->block[i]);
         else
-            st = copy_bytes(u->ex, u->block[i], pl, hb, H3_PLACE_HOST, p->bytes);
+            st = copy_bytes(u->ex, u->block[i], pl, hb, hp, p->bytes);
+        /* the release refills the slot at once (the loader gathers on the host): the copies out of it first */
+        if (st == H3_OK && dev) st = h3_exec_sync(u->ex);
         h3_streamer_release(ld, j++);
         if (st != H3_OK) goto done;
     }
