@@ -615,6 +615,11 @@ def cmd_table(args):
     rows.append(["time to clip, %d steps (sum of stages)" % steps] + [fmt(x) if x is not None else "incomplete"
                                                                       for x in tot] +
                 [fmt(dsum), "%.2fx" % (tot[0] / dsum) if tot[0] and dsum else "-"])
+    # the whole process, as a user waits for it: start of h3run to the MP4 closed (loading and exit included)
+    rows.append(["time to clip, %d steps (h3run process wall)" % steps] +
+                [fmt(r.get("wall_s")) if r and r.get("wall_s") is not None else "-" for _, r in runs] +
+                ["-", "%.2fx" % (runs[0][1]["wall_s"] / dsum) if runs and runs[0][1] and
+                 runs[0][1].get("wall_s") and dsum else "-"])
     # peaks
     prow = []
     for name, r in runs:

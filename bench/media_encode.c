@@ -25,6 +25,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "pipeline/geometry.h"
 #include "pipeline/media.h"
 
 static double now(void) {
@@ -122,7 +123,7 @@ int main(int argc, char **argv) {
     h3_mp4_opts_default(&o, w, h);
     o.preset = preset;
     o.crf = crf;
-    const int64_t ns = h3_media_audio_samples_for_frames(frames, o.fps, o.sample_rate);
+    const int64_t ns = h3_audio_samples(frames); /* o.fps and o.sample_rate are H3's 24 and 32000 */
     float *left = malloc((size_t)ns * sizeof(float)), *right = malloc((size_t)ns * sizeof(float));
     const int per = (frames + chunks - 1) / chunks;
     float *chunk = malloc((size_t)3 * per * h * w * sizeof(float)), *scene = make_scene(frames, w, h);

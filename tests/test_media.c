@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/json.h"
+#include "pipeline/geometry.h"
 #include "pipeline/media.h"
 #include "testutil.h"
 
@@ -272,7 +273,7 @@ static void test_mp4_roundtrip(void) {
         return;
     }
     float *video = make_video(), *l, *r;
-    int64_t ns = h3_media_audio_samples_for_frames(F, 24, RATE);
+    int64_t ns = h3_audio_samples(F);
     CHECK(ns == 29333, "%lld samples for 22 frames", (long long)ns);
     make_audio(ns, &l, &r);
     char path[1024];

@@ -797,7 +797,7 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
                 "channels to 800 samples at 32000 Hz",
                 g->files.audio_vae, c->latent_channels, c->hop, c->sample_rate);
     const int64_t T = audio_lat->shape[2], S = T * c->hop;
-    const int64_t n = h3_media_audio_samples_for_frames(g->req.frames, H3_FPS, H3_AUDIO_RATE);
+    const int64_t n = h3_audio_samples(g->req.frames);
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_stage_audio_vae(&g->ex, v, g->plan ? &g->plan->avae : NULL, audio_lat, &w,
                                 &g->res.stages[H3_GEN_AUDIO_VAE]));

@@ -5,16 +5,6 @@
 
 #include "base/alloc.h"
 
-int64_t h3_video_latent_frames(int64_t frames) {
-    if (frames < 5 || (frames - 5) % 17 != 0) return -1;
-    return (frames - 5) / 17 * 5 + 2;
-}
-
-int64_t h3_audio_latents(int64_t frames) {
-    if (frames <= 0) return 0;
-    return (int64_t)nearbyint((double)frames / 24.0 * 40.0);
-}
-
 /* One aspect-normalised rotary axis: dim/2 coordinates (numpy linspace, endpoint excluded) scaled by 32. */
 static void axis_grid(int64_t dim, double sqrt_area, double *out) {
     const double ratio = (double)dim / sqrt_area;
@@ -44,23 +34,24 @@ h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, i
     memset(out, 0, sizeof *out);
     if (text_len < 0 || text_len > ((int64_t)1 << 30))
         return H3_ERR(H3_ERR_INVALID, "layout: text length %lld is out of range", (long long)text_len);
-    const int64_t lt = h3_video_latent_frames(frames);
-    if (lt < 0 || frames > ((int64_t)1 << 24))
+    if (!h3_frames_valid(frames) || frames > ((int64_t)1 << 24))
         return H3_ERR(H3_ERR_INVALID, "layout: frames must be 17n+5; got %lld", (long long)frames);
-    if (width < 32 || height < 32 || width % 32 || height % 32 || width > 65536 || height > 65536)
+    if (!h3_canvas_valid(width, height))
         return H3_ERR(H3_ERR_INVALID,
                       "layout: width and height must be positive multiples of 32; got %lldx%lld",
                       (long long)width, (long long)height);
+    h3_geometry g;
+    h3_geometry_of(text_len, frames, width, height, &g);
     out->text_len = text_len;
     out->frames = frames;
     out->width = width;
     out->height = height;
-    out->latent_t = lt;
-    out->latent_h = height / H3_VAE_SPATIAL;
-    out->latent_w = width / H3_VAE_SPATIAL;
-    out->audio_t = h3_audio_latents(frames);
-    out->n_video_rows = lt * (out->latent_h / 2) * (out->latent_w / 2);
-    out->n_audio_rows = 2 * out->audio_t;
+    out->latent_t = g.latent_t;
+    out->latent_h = g.latent_h;
+    out->latent_w = g.latent_w;
+    out->audio_t = g.audio_t;
+    out->n_video_rows = g.n_video_rows;
+    out->n_audio_rows = g.n_audio_rows;
     out->audio_start = text_len;
     out->video_start = text_len + out->n_audio_rows;
     out->seq_len = out->video_start + out->n_video_rows;
@@ -82,7 +73,8 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
     out->text_indices = h3_malloc((size_t)text_len * sizeof(int64_t) + 8, H3_MEM_OTHER);
     hgrid = h3_malloc((size_t)ph * sizeof(double), H3_MEM_OTHER);
     wgrid = h3_malloc((size_t)pw * sizeof(double), H3_MEM_OTHER);
-    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices || !hgrid || !wgrid)
+    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices ||
+        !hgrid || !wgrid)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
 
     const double sqrt_area = sqrt((double)(out->latent_h * out->latent_w));
@@ -109,7 +101,8 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
             p[3 * r + 1] = 0.0;
             p[3 * r + 2] = c == 0 ? wgrid[0] : wgrid[pw - 1];
         }
-    /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans. */
+    /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans.
+     */
     static const int frames_per_latent[5] = {1, 4, 4, 4, 4};
     double cum = 0.0;
     for (int64_t f = 0; f < lt; f++) {
@@ -133,7 +126,8 @@ done:
     return st;
 }
 
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index) {
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+                                   int32_t *index) {
     int n;
     int32_t iv, ia;
     if (t_video == t_audio) {
@@ -161,7 +155,8 @@ void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, flo
                 for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
                     for (int64_t dy = 0; dy < 2; dy++)
                         for (int64_t dx = 0; dx < 2; dx++)
-                            row[c * 4 + dy * 2 + dx] = latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx];
+                            row[c * 4 + dy * 2 + dx] =
+                                latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx];
             }
 }
 
@@ -174,7 +169,8 @@ void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, flo
                 for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
                     for (int64_t dy = 0; dy < 2; dy++)
                         for (int64_t dx = 0; dx < 2; dx++)
-                            latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx] = row[c * 4 + dy * 2 + dx];
+                            latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx] =
+                                row[c * 4 + dy * 2 + dx];
             }
 }
 
@@ -182,12 +178,14 @@ void h3_audio_pack(const float *latent, int64_t T_a, float *rows) {
     for (int64_t ch = 0; ch < 2; ch++)
         for (int64_t k = 0; k < T_a; k++)
             for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
-                rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c] = latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k];
+                rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c] =
+                    latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k];
 }
 
 void h3_audio_unpack(const float *rows, int64_t T_a, float *latent) {
     for (int64_t ch = 0; ch < 2; ch++)
         for (int64_t k = 0; k < T_a; k++)
             for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
-                latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] = rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
+                latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] =
+                    rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
 }

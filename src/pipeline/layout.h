@@ -12,8 +12,7 @@
  *   axis grid of a latent dimension D (H or W) of the H x W latent: ratio = D / sqrt(H*W),
  *       grid[i] = (left + i * ((left + ratio) - left) / (D/2)) * 32, left = (1 - ratio)/2   (numpy linspace,
  *       endpoint excluded), i = 0 .. D/2 - 1.
- * Sizes: 17n+5 frames give 5n+2 latent frames; the latent canvas is (H/16, W/16); T_a = round(frames/24*40)
- * audio latents per channel.
+ * Sizes (frames, latent frames, canvas, audio latents, row counts) come from pipeline/geometry.h.
  */
 #ifndef H3_PIPELINE_LAYOUT_H
 #define H3_PIPELINE_LAYOUT_H
@@ -21,20 +20,9 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "pipeline/geometry.h"
 
 enum { H3_TAG_VIDEO = 0, H3_TAG_TEXT = 1, H3_TAG_AUDIO = 2 };
-#define H3_LATENT_CHANNELS 24       /* video latent channels */
-#define H3_AUDIO_LATENT_CHANNELS 32 /* audio latent channels per row */
-#define H3_VIDEO_ROW_DIM 96         /* 24 channels x (1 x 2 x 2) patch */
-#define H3_VAE_SPATIAL 16
-#define H3_FPS 24
-#define H3_AUDIO_RATE 32000
-#define H3_AUDIO_HOP 800 /* samples per audio latent: 40 latents per second */
-
-/* 5n+2 latent frames for 17n+5 frames; -1 when frames is not of that form. */
-int64_t h3_video_latent_frames(int64_t frames);
-/* Audio latents per channel for a clip of `frames` frames at 24 fps: round(frames/24*40), half to even. */
-int64_t h3_audio_latents(int64_t frames);
 
 typedef struct h3_seq_layout {
     int64_t text_len, frames, width, height;

@@ -106,11 +106,6 @@ static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_
     }
 }
 
-int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_rate) {
-    if (frames <= 0 || fps <= 0 || sample_rate <= 0) return 0;
-    return (int64_t)llround((double)frames * (double)sample_rate / (double)fps);
-}
-
 /* ---- MP4
  * ------------------------------------------------------------------------------------------------------- */
 

@@ -80,8 +80,6 @@ void h3_mp4_abort(h3_mp4 *m);
  * postprocessing does. */
 uint8_t h3_unit_to_u8(float x);
 
-/* Audio samples per channel that cover `frames` video frames: round(frames * sample_rate / fps). */
-int64_t h3_media_audio_samples_for_frames(int64_t frames, int fps, int sample_rate);
 
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,

@@ -807,7 +807,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
             stage_vram = max64(stage_vram, min_budget_for(hs[i]->dev_need));
     h3_plan scratch;
     /* fewer frames */
-    for (int64_t f = r->frames - 17; f >= 5; f -= 17) {
+    for (int64_t f = r->frames - H3_FRAMES_CHUNK; f >= H3_FRAMES_FIRST; f -= H3_FRAMES_CHUNK) {
         h3_plan_request q = *r;
         q.frames = f;
         scratch.req = q;

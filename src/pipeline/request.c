@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/geometry.h"
 
 static void warn(h3_request_warnings *w, const char *fmt, ...) H3_PRINTF(2, 3);
 static void warn(h3_request_warnings *w, const char *fmt, ...) {
@@ -25,41 +26,33 @@ void h3_request_init(h3_request *r) {
     r->scheduler = H3_SCHEDULER_H3;
 }
 
-/* ---- frames ------------------------------------------------------------------------------------------------- */
-
-static int frames_valid(int64_t f) {
-    return f >= 5 && (f - 5) % 17 == 0;
-}
+/* ---- frames
+ * ------------------------------------------------------------------------------------------------- */
 
 void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi) {
-    if (frames <= 5) {
-        *lo = 5;
-        *hi = 22;
-        return;
-    }
-    int64_t below = 5 + (frames - 5) / 17 * 17;
-    *lo = below;
-    *hi = below + 17;
+    h3_frames_nearest(frames, lo, hi);
 }
 
 h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings) {
     if (frames <= 0)
-        return H3_ERR(H3_ERR_INVALID, "frames must be a positive count of the form 17n+5 (e.g. 124 for 5 s); got %" PRId64,
+        return H3_ERR(H3_ERR_INVALID,
+                      "frames must be a positive count of the form 17n+5 (e.g. 124 for 5 s); got %" PRId64,
                       frames);
     if (frames > H3_MAX_FRAMES)
-        return H3_ERR(H3_ERR_INVALID, "frames must be at most %d (10 minutes at 24 fps); got %" PRId64, H3_MAX_FRAMES,
-                      frames);
-    if (!frames_valid(frames)) {
+        return H3_ERR(H3_ERR_INVALID, "frames must be at most %d (10 minutes at 24 fps); got %" PRId64,
+                      H3_MAX_FRAMES, frames);
+    if (!h3_frames_valid(frames)) {
         int64_t lo, hi;
         h3_request_nearest_frames(frames, &lo, &hi);
         return H3_ERR(H3_ERR_INVALID,
-                      "frames must be 17n+5 (the video VAE works in 17-frame chunks); got %" PRId64 ": use %" PRId64
-                      " or %" PRId64,
+                      "frames must be 17n+5 (the video VAE works in 17-frame chunks); got %" PRId64
+                      ": use %" PRId64 " or %" PRId64,
                       frames, lo, hi);
     }
     if (frames < H3_TRAINED_MIN_FRAMES || frames > H3_TRAINED_MAX_FRAMES)
         warn(warnings,
-             "%" PRId64 " frames is %.2f s at 24 fps, outside the 4-15 s the model was trained on (107 to 345 frames): "
+             "%" PRId64
+             " frames is %.2f s at 24 fps, outside the 4-15 s the model was trained on (107 to 345 frames): "
              "expect lower quality",
              frames, (double)frames / 24.0);
     return H3_OK;
@@ -69,29 +62,28 @@ h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames) {
     if (!isfinite(seconds) || !(seconds > 0.0))
         return H3_ERR(H3_ERR_INVALID, "seconds must be a positive duration (e.g. 5); got %g", seconds);
     if (seconds > (double)H3_MAX_FRAMES / 24.0)
-        return H3_ERR(H3_ERR_INVALID, "seconds must be at most %d (10 minutes); got %g", H3_MAX_FRAMES / 24, seconds);
-    int64_t f = (int64_t)nearbyint(seconds * 24.0);
-    if (f < 5) f = 5;
-    f += (5 - f % 17 + 17) % 17;
-    if (f > H3_MAX_FRAMES) f -= 17;
+        return H3_ERR(H3_ERR_INVALID, "seconds must be at most %d (10 minutes); got %g", H3_MAX_FRAMES / 24,
+                      seconds);
+    int64_t f = h3_frames_round_up((int64_t)nearbyint(seconds * H3_FPS));
+    if (f > H3_MAX_FRAMES) f -= H3_FRAMES_CHUNK;
     *frames = f;
     return H3_OK;
 }
 
-/* ---- canvas ------------------------------------------------------------------------------------------------- */
+/* ---- canvas
+ * ------------------------------------------------------------------------------------------------- */
 
 static int canvas_valid(int64_t w, int64_t h) {
-    return w >= 32 && h >= 32 && w <= H3_MAX_SIDE && h <= H3_MAX_SIDE && w % 32 == 0 && h % 32 == 0 && w <= 4 * h &&
-           h <= 4 * w;
+    return h3_canvas_valid(w, h) && w <= H3_MAX_SIDE && h <= H3_MAX_SIDE && w <= 4 * h && h <= 4 * w;
 }
 
 static int64_t floor32(int64_t v) {
-    int64_t r = v / 32 * 32;
-    return r < 32 ? 32 : r;
+    int64_t r = v / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+    return r < H3_CANVAS_MULTIPLE ? H3_CANVAS_MULTIPLE : r;
 }
 static int64_t ceil32(int64_t v) {
-    int64_t r = (v + 31) / 32 * 32;
-    return r < 32 ? 32 : r;
+    int64_t r = (v + H3_CANVAS_MULTIPLE - 1) / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+    return r < H3_CANVAS_MULTIPLE ? H3_CANVAS_MULTIPLE : r;
 }
 
 typedef struct {
@@ -135,7 +127,8 @@ int h3_request_nearest_canvases(int64_t width, int64_t height, int64_t out_w[2],
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
             cand *p = &c[j - 1], *q = &c[j];
-            int swap = q->cost < p->cost || (q->cost == p->cost && (q->w < p->w || (q->w == p->w && q->h < p->h)));
+            int swap =
+                q->cost < p->cost || (q->cost == p->cost && (q->w < p->w || (q->w == p->w && q->h < p->h)));
             if (!swap) break;
             cand t = *p;
             *p = *q;
@@ -163,28 +156,33 @@ static void suggestion(int64_t w, int64_t h, char *buf, size_t n) {
 h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings) {
     char sug[96];
     if (width <= 0 || height <= 0)
-        return H3_ERR(H3_ERR_INVALID, "width and height must be positive multiples of 32 (e.g. 1344x768); got %" PRId64
-                                      "x%" PRId64, width, height);
+        return H3_ERR(H3_ERR_INVALID,
+                      "width and height must be positive multiples of 32 (e.g. 1344x768); got %" PRId64
+                      "x%" PRId64,
+                      width, height);
     if (width > H3_MAX_SIDE || height > H3_MAX_SIDE) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID, "width and height must be at most %d; got %" PRId64 "x%" PRId64 "%s", H3_MAX_SIDE,
-                      width, height, sug);
+        return H3_ERR(H3_ERR_INVALID, "width and height must be at most %d; got %" PRId64 "x%" PRId64 "%s",
+                      H3_MAX_SIDE, width, height, sug);
     }
-    if (width % 32 || height % 32) {
+    if (width % H3_CANVAS_MULTIPLE || height % H3_CANVAS_MULTIPLE) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID,
-                      "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got %" PRId64
-                      "x%" PRId64 "%s",
-                      width, height, sug);
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got %" PRId64
+            "x%" PRId64 "%s",
+            width, height, sug);
     }
     if (width > 4 * height || height > 4 * width) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID, "the aspect ratio must lie between 1:4 and 4:1; got %" PRId64 "x%" PRId64 " (%.3g:1)%s",
+        return H3_ERR(H3_ERR_INVALID,
+                      "the aspect ratio must lie between 1:4 and 4:1; got %" PRId64 "x%" PRId64 " (%.3g:1)%s",
                       width, height, (double)width / (double)height, sug);
     }
     if (width * height > (int64_t)H3_DEFAULT_WIDTH * H3_DEFAULT_HEIGHT)
         warn(warnings,
-             "%" PRId64 "x%" PRId64 " is larger in area than the released model's 1344x768 canvas: quality there is "
+             "%" PRId64 "x%" PRId64
+             " is larger in area than the released model's 1344x768 canvas: quality there is "
              "untested",
              width, height);
     return H3_OK;
@@ -237,7 +235,8 @@ h3_status h3_request_check_prompt_tokens(int64_t tokens, int64_t te_positions) {
     return H3_OK;
 }
 
-/* ---- the whole request -------------------------------------------------------------------------------------- */
+/* ---- the whole request
+ * -------------------------------------------------------------------------------------- */
 
 h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     if (warnings) warnings->n = 0;
@@ -253,13 +252,15 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
         r->height = H3_DEFAULT_HEIGHT;
     }
     H3_TRY(h3_request_check_canvas(r->width, r->height, warnings));
-    if ((unsigned)r->sampler >= H3_SAMPLER_COUNT) return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)r->sampler);
+    if ((unsigned)r->sampler >= H3_SAMPLER_COUNT)
+        return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)r->sampler);
     if ((unsigned)r->scheduler >= H3_SCHEDULER_COUNT)
         return H3_ERR(H3_ERR_INVALID, "unknown scheduler %d", (int)r->scheduler);
-    if (r->steps == 0) r->steps = r->scheduler == H3_SCHEDULER_H3 ? H3_DEFAULT_STEPS_H3 : H3_DEFAULT_STEPS_COMFY;
+    if (r->steps == 0)
+        r->steps = r->scheduler == H3_SCHEDULER_H3 ? H3_DEFAULT_STEPS_H3 : H3_DEFAULT_STEPS_COMFY;
     if (r->steps < 1 || r->steps > H3_MAX_STEPS)
-        return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d", H3_MAX_STEPS,
-                      r->steps);
+        return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d",
+                      H3_MAX_STEPS, r->steps);
     return H3_OK;
 }
 

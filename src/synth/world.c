@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "pipeline/geometry.h"
 #include "pipeline/media.h"
 
 static const char *const g_colors[H3_SY_COLORS] = {"red", "orange", "yellow", "green", "blue", "purple"};
@@ -163,7 +164,8 @@ int h3_synth_expected_pan(const h3_synth_scene *s) {
  * --------------------------------------------------------------------------------------------- */
 
 int64_t h3_synth_samples(int64_t T) {
-    return h3_media_audio_samples_for_frames(T, H3_SY_FPS, H3_SY_SAMPLE_RATE);
+    _Static_assert(H3_SY_FPS == H3_FPS && H3_SY_SAMPLE_RATE == H3_AUDIO_RATE, "the synth renders H3's rates");
+    return h3_audio_samples(T);
 }
 
 static int inside(int shape, float dx, float dy, float r) {
