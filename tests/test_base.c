@@ -1,7 +1,9 @@
 /* The base layer: errors, logging, counted allocation with failure injection, the thread pool, dtype
  * conversions (against the compiler's own conversions and exhaustive enumeration), and tensor views. */
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,12 +232,17 @@ static void test_bf16(void) {
         /* Reference: nearest of the two bf16 neighbours in double, ties to an even mantissa. */
         uint32_t lo = u & 0xffff0000u;
         double dlo = bits_f(lo), dhi = bits_f(lo + 0x10000u), df = f;
-        if (isinf(dhi)) dhi = copysign(ldexp(1.0, 128), df); /* the step past the largest finite value: IEEE overflow */
+        if (isinf(dhi))
+            dhi = copysign(ldexp(1.0, 128), df); /* the step past the largest finite value: IEEE overflow */
         uint16_t ref;
-        if ((lo & 0x7f800000u) == 0x7f800000u) ref = (uint16_t)(lo >> 16); /* inf stays inf */
-        else if (fabs(df - dlo) < fabs(dhi - df)) ref = (uint16_t)(lo >> 16);
-        else if (fabs(df - dlo) > fabs(dhi - df)) ref = (uint16_t)((lo + 0x10000u) >> 16);
-        else ref = ((lo >> 16) & 1) ? (uint16_t)((lo + 0x10000u) >> 16) : (uint16_t)(lo >> 16);
+        if ((lo & 0x7f800000u) == 0x7f800000u)
+            ref = (uint16_t)(lo >> 16); /* inf stays inf */
+        else if (fabs(df - dlo) < fabs(dhi - df))
+            ref = (uint16_t)(lo >> 16);
+        else if (fabs(df - dlo) > fabs(dhi - df))
+            ref = (uint16_t)((lo + 0x10000u) >> 16);
+        else
+            ref = ((lo >> 16) & 1) ? (uint16_t)((lo + 0x10000u) >> 16) : (uint16_t)(lo >> 16);
         if (b != ref && bad < 5) t_note("bf16 of %a (0x%08x): got 0x%04x, expected 0x%04x", f, u, b, ref);
         bad += b != ref;
     }
@@ -249,8 +256,10 @@ static void test_fp8(void) {
         double ref = e == 0 ? m / 8.0 * pow(2, -6) : (1 + m / 8.0) * pow(2, e - 7);
         if (s) ref = -ref;
         float f = h3_fp8e4m3_to_f32((uint8_t)v);
-        if (e == 15 && m == 7) CHECK(isnan(f), "code %d should be NaN", v);
-        else CHECK(f == (float)ref, "code %d decodes to %g, expected %g", v, f, ref);
+        if (e == 15 && m == 7)
+            CHECK(isnan(f), "code %d should be NaN", v);
+        else
+            CHECK(f == (float)ref, "code %d decodes to %g, expected %g", v, f, ref);
     }
     CHECK(h3_fp8e4m3_to_f32(0x7e) == 448.0f);
     /* Encoding: nearest finite code by brute force, ties to the even code, saturating at ±448. */
@@ -616,6 +625,39 @@ static void on_sigusr1(int sig) {
 
 /* The stop flag: off, then set from a signal handler, seen by h3_cancel_check as H3_ERR_INTERRUPTED, reset.
  */
+/* h3_fd_cached_bytes: a file just read is in the page cache whole (0 <= cached <= size always; equal once
+ * read, which holds on every file system: a read brings the pages in, tmpfs holds them anyway); an empty file
+ * has 0; a directory, a FIFO and a closed descriptor cannot be told (-1). */
+static void test_cached_bytes(void) {
+    fs_setup();
+    char p[1024];
+    const size_t n = (3u << 20) + 123; /* not a whole number of pages */
+    char *buf = malloc(n);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    memset(buf, 7, n);
+    FILE *f = fopen(at("big", p), "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n && fclose(f) == 0, "writing %s", p);
+    int fd = open(p, O_RDONLY);
+    CHECK(fd >= 0 && read(fd, buf, n) == (ssize_t)n, "reading %s", p);
+    const int64_t c = h3_fd_cached_bytes(fd);
+    CHECK(c == (int64_t)n, "%lld of %zu bytes cached after reading the file", (long long)c, n);
+    close(fd);
+    free(buf);
+    put("empty_file", "");
+    fd = open(at("empty_file", p), O_RDONLY);
+    CHECK(fd >= 0 && h3_fd_cached_bytes(fd) == 0);
+    close(fd);
+    fd = open(at("dir", p), O_RDONLY);
+    CHECK(fd >= 0 && h3_fd_cached_bytes(fd) == -1, "a directory");
+    close(fd);
+    fd = open(at("fifo", p), O_RDONLY | O_NONBLOCK);
+    CHECK(fd >= 0 && h3_fd_cached_bytes(fd) == -1, "a FIFO");
+    close(fd);
+    CHECK(h3_fd_cached_bytes(-1) == -1 && h3_fd_cached_bytes(fd) == -1, "no descriptor");
+    fs_teardown();
+}
+
 static void test_cancel(void) {
     h3_cancel_reset();
     CHECK(!h3_cancel_requested() && h3_cancel_check() == H3_OK, "the flag starts clear");
@@ -638,7 +680,8 @@ static void test_tensor_views(void) {
     CHECK(((float *)v.data)[0] == 30.0f && v.owner == NULL && h3_tensor_is_contiguous(&v));
     CHECK_OK(h3_tensor_narrow(&t, 2, 2, 3, &v));
     int64_t ld;
-    CHECK(!h3_tensor_is_contiguous(&v) && h3_tensor_is_rowwise(&v, &ld) && ld == 6, "a column slice is row-wise");
+    CHECK(!h3_tensor_is_contiguous(&v) && h3_tensor_is_rowwise(&v, &ld) && ld == 6,
+          "a column slice is row-wise");
     CHECK_OK(h3_tensor_narrow(&t, 1, 1, 3, &v));
     CHECK(!h3_tensor_is_rowwise(&v, &ld), "a slice of a middle dim leaves gaps between rows");
     h3_tensor m;
@@ -669,11 +712,22 @@ static void test_tensor_views(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"status", test_status},   {"logging", test_logging}, {"alloc", test_alloc},
-        {"threads", test_threads}, {"f16", test_f16},         {"bf16", test_bf16},
-        {"fp8", test_fp8},         {"paths", test_paths},     {"tensor_views", test_tensor_views},
-        {"inputs", test_inputs},   {"outputs", test_outputs}, {"outgroup", test_outgroup},
-        {"pathset", test_pathset}, {"cancel", test_cancel},   {NULL, NULL},
+        {"status", test_status},
+        {"logging", test_logging},
+        {"alloc", test_alloc},
+        {"threads", test_threads},
+        {"f16", test_f16},
+        {"bf16", test_bf16},
+        {"fp8", test_fp8},
+        {"paths", test_paths},
+        {"tensor_views", test_tensor_views},
+        {"inputs", test_inputs},
+        {"outputs", test_outputs},
+        {"outgroup", test_outgroup},
+        {"pathset", test_pathset},
+        {"cancel", test_cancel},
+        {"cached_bytes", test_cached_bytes},
+        {NULL, NULL},
     };
     return t_main("test_base", cases, argc, argv);
 }

@@ -520,6 +520,35 @@ static void test_stage_plans(void) {
         CHECK(all[i]->on_device && all[i]->dev_peak + h3_budget_slack(b8.vram) <= b8.vram,
               "stage %d: on the device %d, peak %lld", i, all[i]->on_device, (long long)all[i]->dev_peak);
 
+    /* Files in the page cache read at the cache's rate: with the text encoder's files all cached, its
+     * streamed layers' read time (the larger of compute and read per layer, reads dominating here) falls by
+     * the ratio of the two rates; half cached, it lies between (harmonic mix); the video VAE's load likewise.
+     */
+    {
+        static h3_plan cold, warm, half;
+        CHECK(f.cache_gbs > f.disk_gbs && f.disk_gbs > 0, "figures: cache %.1f, disk %.1f GB/s", f.cache_gbs,
+              f.disk_gbs);
+        CHECK_OK(h3_plan_make(&pm, &W124, &b8, &f, &cold));
+        pm.te_cached = pm.vvae_cached = 1.0;
+        CHECK_OK(h3_plan_make(&pm, &W124, &b8, &f, &warm));
+        pm.te_cached = pm.vvae_cached = 0.5;
+        CHECK_OK(h3_plan_make(&pm, &W124, &b8, &f, &half));
+        pm.te_cached = pm.vvae_cached = 0;
+        const double te_read_cold = (double)cold.te.weight_bytes / (f.disk_gbs * 1e9);
+        CHECK(cold.te.t_run >= te_read_cold * 0.999 && warm.te.t_run < cold.te.t_run &&
+                  half.te.t_run < cold.te.t_run && half.te.t_run > warm.te.t_run,
+              "text encoder run: cold %.3f s (reads alone %.3f), half %.3f, warm %.3f", cold.te.t_run,
+              te_read_cold, half.te.t_run, warm.te.t_run);
+        CHECK(fabs(warm.vvae.t_load * f.cache_gbs - cold.vvae.t_load * f.disk_gbs) <=
+                  1e-9 * cold.vvae.t_load * f.disk_gbs + 1e-12,
+              "video VAE load: cold %.6f s, warm %.6f s", cold.vvae.t_load, warm.vvae.t_load);
+        CHECK(warm.cached[1] == 1.0 && cold.cached[1] == 0.0, "the plan keeps the shares it was made with");
+        char *text = h3_plan_format(&warm);
+        CHECK(text && strstr(text, "file reads:") && strstr(text, "100% of the text encoder's"), "%s",
+              text ? text : "(null)");
+        h3_free(text);
+    }
+
     /* A stage that fits neither budget stops the plan, named, with the device budget that would hold it. */
     pm.te = NULL;
     pm.avae = NULL;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -810,4 +811,38 @@ void h3_strlist_free(char **names, int count) {
     if (!names) return;
     for (int i = 0; i < count; i++) h3_free(names[i]);
     h3_free(names);
+}
+
+int64_t h3_fd_cached_bytes(int fd) {
+    struct stat sb;
+    char proc[64];
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) return -1;
+    if (sb.st_size == 0) return 0;
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (sb.st_uid != geteuid() && geteuid() != 0 && faccessat(AT_FDCWD, proc, W_OK, AT_EACCESS) != 0)
+        return -1;
+    const long ps = sysconf(_SC_PAGESIZE);
+    const int64_t page = ps >= 4096 ? ps : 4096, window = (int64_t)1 << 30;
+    unsigned char *vec = malloc((size_t)(window / page));
+    if (!vec) return -1;
+    int64_t cached = 0;
+    for (int64_t off = 0; off < (int64_t)sb.st_size; off += window) {
+        const int64_t len = (int64_t)sb.st_size - off < window ? (int64_t)sb.st_size - off : window;
+        void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+        if (p == MAP_FAILED) {
+            free(vec);
+            return -1;
+        }
+        const int64_t n = (len + page - 1) / page;
+        const int ok = mincore(p, (size_t)len, vec) == 0;
+        munmap(p, (size_t)len);
+        if (!ok) {
+            free(vec);
+            return -1;
+        }
+        for (int64_t i = 0; i < n; i++)
+            if (vec[i] & 1) cached += i == n - 1 ? len - i * page : page;
+    }
+    free(vec);
+    return cached;
 }

@@ -137,6 +137,12 @@ h3_status h3_pathset_input(h3_pathset *s, const char *what, const char *path, in
 /* An output: h3_check_output, then the checks above against every path added before or after. */
 h3_status h3_pathset_output(h3_pathset *s, const char *what, const char *path, h3_out_kind kind);
 
+/* Bytes of the open regular file fd that sit in the page cache (mincore over a read-only mapping, a window at a
+ * time), or -1 when that cannot be known: not a regular file, not mappable, or a file this process neither owns
+ * nor may write (Linux then reports every page as cached). What a read of it will cost: the cached part at
+ * memory speed, the rest at the disk's. */
+int64_t h3_fd_cached_bytes(int fd);
+
 /* Sorted list of entry names in a directory (excluding . and ..). Free with h3_strlist_free. */
 h3_status h3_list_dir(const char *dir, char ***names, int *count);
 void h3_strlist_free(char **names, int count);

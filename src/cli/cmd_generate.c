@@ -307,19 +307,23 @@ int h3_cmd_generate(int argc, char **argv) {
             printf("\n");
             /* each stage in turn within the one budget: where it ran, its device peak, its time */
             printf("stages (one device backend; each gave the device back)  predicted peak  measured peak   "
-                   "time\n");
+                   "predicted time  time\n");
             static const int order[4] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
             for (int i = 0; i < 4; i++) {
                 const h3_stage_report *sr = &res.stages[order[i]];
                 char label[64];
                 snprintf(label, sizeof label, "stage %s on the %s", h3_generate_stage_name(order[i]),
                          sr->on_device ? "GPU" : "CPU");
+                char pt[32] = "-";
+                if (res.stage_predicted_s[order[i]] > 0)
+                    snprintf(pt, sizeof pt, "%.2f s", res.stage_predicted_s[order[i]]);
                 if (sr->on_device)
-                    printf("  %-38s %8.3f GiB   %8.3f GiB   %7.2f s%s\n", label,
-                           sr->dev_predicted / 1073741824.0, sr->dev_peak / 1073741824.0,
+                    printf("  %-38s %8.3f GiB   %8.3f GiB   %14s  %7.2f s%s\n", label,
+                           sr->dev_predicted / 1073741824.0, sr->dev_peak / 1073741824.0, pt,
                            res.stage_s[order[i]], sr->dev_held ? "  (device memory left held)" : "");
                 else
-                    printf("  %-38s %12s   %12s   %7.2f s\n", label, "-", "-", res.stage_s[order[i]]);
+                    printf("  %-38s %12s   %12s   %14s  %7.2f s\n", label, "-", "-", pt,
+                           res.stage_s[order[i]]);
             }
             fputs(res.memory_report, stdout);
             if (trace) printf("wrote %s (device memory timeline)\n", trace);

@@ -277,6 +277,11 @@ int h3_cmd_plan(int argc, char **argv) {
     m.avae_weight_bytes = f.avae ? set_bytes(h3_audio_vae_source(f.avae)) : 0;
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     m.host_threads = nproc > 0 ? (int)nproc : 1;
+    /* the share of each component's files in the page cache: their reads are timed by it */
+    m.dit_cached = f.dit ? h3_plan_set_cached_fraction(h3_dit_files(f.dit)) : 0;
+    m.te_cached = f.te ? h3_plan_set_cached_fraction(h3_text_encoder_files(f.te)) : 0;
+    m.avae_cached = f.avae ? h3_plan_cached_fraction(h3_audio_vae_source(f.avae)) : 0;
+    m.vvae_cached = f.vvae ? h3_plan_cached_fraction(h3_video_vae_source(f.vvae)) : 0;
     h3_plan *plan = h3_malloc(sizeof *plan, H3_MEM_OTHER);
     if (!plan) {
         found_free(&f);

@@ -1,4 +1,5 @@
-/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in text_encoder.h. */
+/* The Qwen3-VL text path up to hidden_states[layer]. The contract and the layer's formulas are in
+ * text_encoder.h. */
 #include "models/text_encoder.h"
 
 #include <math.h>
@@ -30,9 +31,9 @@ struct h3_text_encoder {
     h3_wbind wb;              /* the binder over the set (io/wbind.h): every weight is reached through it */
     const h3_st_entry *embed; /* [vocab, C] */
     h3_tensor final_norm;     /* the final RMSNorm [C] (a view), when the file has one */
-    int complete; /* the file holds the model's last layer: hidden_states[n_layers] is after the norm */
-    h3_tensor embed_q;        /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
-    char weight_label[64];    /* the stored format of the linears, for describe */
+    int complete;      /* the file holds the model's last layer: hidden_states[n_layers] is after the norm */
+    h3_tensor embed_q; /* a quantized table (ComfyUI's int8 embedding, GGUF blocks): rows decoded on use */
+    char weight_label[64]; /* the stored format of the linears, for describe */
     h3_place act_place;
     int64_t chunk_rows;
     int (*on_layer)(void *, int, int);
@@ -42,7 +43,8 @@ struct h3_text_encoder {
     h3_te_stats stats;
 };
 
-/* ---- config ---------------------------------------------------------------------------------------------- */
+/* ---- config ----------------------------------------------------------------------------------------------
+ */
 
 void h3_te_config_default(h3_te_config *c) {
     memset(c, 0, sizeof *c);
@@ -91,28 +93,32 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
     H3_TRY(get_pos_int(t, "max_position_embeddings", what, &c->max_positions));
     H3_TRY(get_pos_num(t, "rms_norm_eps", what, &c->rms_eps));
     H3_TRY(get_pos_num(t, "rope_theta", what, &c->rope_theta));
-    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part. */
+    /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part.
+     */
     const json_t *rp = json_object_get(t, "rope_parameters");
     if (json_is_object(rp)) {
         H3_TRY(get_pos_num(rp, "rope_theta", what, &c->rope_theta));
         const char *type = h3_json_get_str(rp, "rope_type");
         if (type && strcmp(type, "default") != 0)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')", what,
-                          type);
+            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (Qwen3-VL uses 'default')",
+                          what, type);
     }
     const char *act = h3_json_get_str(t, "hidden_act");
     if (act && strcmp(act, "silu") != 0)
-        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what, act);
+        return H3_ERR(H3_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (Qwen3 uses silu)", what,
+                      act);
     if (json_is_true(json_object_get(t, "attention_bias")))
         return H3_ERR(H3_ERR_UNSUPPORTED, "%s: attention biases are not supported (Qwen3 has none)", what);
     if (c->heads % c->kv_heads)
-        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads", what,
-                      (long long)c->heads, (long long)c->kv_heads);
-    if (c->head_dim % 2) return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
+        return H3_ERR(H3_ERR_FORMAT, "%s: %lld attention heads are not a multiple of %lld key/value heads",
+                      what, (long long)c->heads, (long long)c->kv_heads);
+    if (c->head_dim % 2)
+        return H3_ERR(H3_ERR_FORMAT, "%s: head_dim %lld is odd", what, (long long)c->head_dim);
     return H3_OK;
 }
 
-/* ---- opening --------------------------------------------------------------------------------------------- */
+/* ---- opening ---------------------------------------------------------------------------------------------
+ */
 
 static const h3_st_entry *find_p(const h3_text_encoder *te, const char *name) {
     char buf[256];
@@ -296,8 +302,8 @@ static h3_status check_layers(h3_text_encoder *te) {
         for (int k = 0; k < 4; k++) {
             snprintf(n, sizeof n, "layers.%lld.%s.bias", (long long)l, lin[k]);
             if (find_p(te, n))
-                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases", te->source,
-                              te->prefix, n);
+                return H3_ERR(H3_ERR_UNSUPPORTED, "%s: '%s%s' exists; Qwen3 attention has no biases",
+                              te->source, te->prefix, n);
         }
     }
     return H3_OK;
@@ -338,9 +344,12 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     h3_detect_info info;
     H3_CHECK(h3_detect(&te->set, &info));
     if (info.comp != H3_COMP_TEXT_ENCODER)
-        H3_FAIL(H3_ERR_FORMAT, "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
-                "model.layers.0 weights)", path,
-                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes" : h3_component_name(info.comp));
+        H3_FAIL(H3_ERR_FORMAT,
+                "%s holds %s, not a Qwen3-VL text encoder (no model.language_model.layers.0 or "
+                "model.layers.0 weights)",
+                path,
+                info.comp == H3_COMP_UNKNOWN ? "no H3 component h3run recognizes"
+                                             : h3_component_name(info.comp));
     te->layout = info.layout;
     te->prefix = info.prefix;
     h3_qweight_reader_init(&te->rd, &te->set, te->gguf);
@@ -388,12 +397,13 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
         snprintf(te->weight_label, sizeof te->weight_label, "%s", qi.label);
     }
     snprintf(te->describe, sizeof te->describe,
-             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN %lld, "
+             "Qwen3-VL text encoder, %s names, %lld decoder layers, hidden %lld, %lld/%lld heads x %lld, FFN "
+             "%lld, "
              "vocab %lld, %s weights, config from %s",
-             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI", (long long)te->cfg.n_layers,
-             (long long)te->cfg.hidden, (long long)te->cfg.heads, (long long)te->cfg.kv_heads,
-             (long long)te->cfg.head_dim, (long long)te->cfg.intermediate, (long long)te->cfg.vocab,
-             te->weight_label, src);
+             te->layout == H3_LAYOUT_OFFICIAL ? "official (transformers)" : "ComfyUI",
+             (long long)te->cfg.n_layers, (long long)te->cfg.hidden, (long long)te->cfg.heads,
+             (long long)te->cfg.kv_heads, (long long)te->cfg.head_dim, (long long)te->cfg.intermediate,
+             (long long)te->cfg.vocab, te->weight_label, src);
 done:
     h3_free(sub);
     h3_free(dir);
@@ -406,7 +416,7 @@ done:
 }
 
 static void free_layer(h3_te_layer_weights *w) {
-    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q, &w->k, &w->v, &w->q_norm,
+    h3_tensor *all[] = {&w->input_norm, &w->post_norm, &w->q,    &w->k,  &w->v,   &w->q_norm,
                         &w->k_norm,     &w->o,         &w->gate, &w->up, &w->down};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) h3_tensor_free(all[i]);
     memset(w, 0, sizeof *w);
@@ -421,6 +431,10 @@ void h3_text_encoder_close(h3_text_encoder *te) {
     h3_gguf_free(te->gguf);
     h3_free(te->source);
     h3_free(te);
+}
+
+const h3_st_set *h3_text_encoder_files(const h3_text_encoder *te) {
+    return te->have_set ? &te->set : NULL;
 }
 
 const h3_te_config *h3_text_encoder_config(const h3_text_encoder *te) {
@@ -439,7 +453,8 @@ void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out) {
     *out = te->stats;
 }
 
-/* ---- layer weights --------------------------------------------------------------------------------------- */
+/* ---- layer weights ---------------------------------------------------------------------------------------
+ */
 
 /* Views of layer i's weights over the mapped files (quantized ones in their stored form), through the binder.
  */
@@ -451,15 +466,16 @@ static h3_status fetch_layer(h3_text_encoder *te, int layer, h3_te_layer_weights
     return h3_wb_bind_rows(&te->wb, rows, TE_N_FIELDS);
 }
 
-h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer, const h3_te_layer_weights **w) {
+h3_status h3_text_encoder_layer_acquire(h3_text_encoder *te, h3_exec *ex, int layer,
+                                        const h3_te_layer_weights **w) {
     (void)ex;
     *w = NULL;
     if (layer < 0 || layer >= te->cfg.n_layers)
         return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d does not exist (0..%lld)", layer,
                       (long long)te->cfg.n_layers - 1);
     if (te->acquired >= 0)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held", layer,
-                      te->acquired);
+        return H3_ERR(H3_ERR_INVALID, "text encoder: layer %d is acquired while layer %d is still held",
+                      layer, te->acquired);
     h3_te_layer_weights *c = &te->cur;
     h3_status st = fetch_layer(te, layer, c);
     if (st != H3_OK) return h3_error_wrap(st, "fetching the weights of text-encoder layer %d", layer);
@@ -478,7 +494,8 @@ void h3_text_encoder_layer_release(h3_text_encoder *te, h3_exec *ex, int layer) 
     te->stats.releases++;
 }
 
-/* ---- forward --------------------------------------------------------------------------------------------- */
+/* ---- forward ---------------------------------------------------------------------------------------------
+ */
 
 void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *sin_out) {
     const int64_t D = c->head_dim, half = D / 2;
@@ -493,8 +510,8 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
     }
 }
 
-/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of the
- * table are read. */
+/* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of
+ * the table are read. */
 static h3_status gather_embeddings(h3_text_encoder *te, const int32_t *ids, int64_t n, h3_tensor *out) {
     if (te->embed_q.data) { /* quantized: decode the rows the prompt uses */
         int64_t ld;
@@ -571,7 +588,8 @@ static h3_status heads_view(const h3_tensor *t, int64_t H, int64_t D, int three,
     return h3_tensor_reshape(t, 2, s, out);
 }
 
-static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x, te_ws *s) {
+static h3_status run_layer(h3_text_encoder *te, h3_exec *ex, const h3_te_layer_weights *w, h3_tensor *x,
+                           te_ws *s) {
     const h3_te_config *c = &te->cfg;
     const int64_t n = x->shape[0], D = c->head_dim, F = c->intermediate;
     const float eps = (float)c->rms_eps;
@@ -791,7 +809,8 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
         quantized |= p.quantized;
     }
     const int64_t es = (int64_t)h3_dtype_size(TE_DEV_DTYPE);
-    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ + h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
+    int64_t act = h3_cuda_granule(n * C * es) * 2 /* h, x */ +
+                  h3_cuda_granule(n * c->heads * D * es) * 2 /* q, o */ +
                   h3_cuda_granule(n * c->kv_heads * D * es) * 2 + h3_cuda_granule(ch * 2 * F * es) +
                   h3_cuda_granule(ch * F * es) + h3_cuda_granule(n * D * 4) * 2 +
                   h3_cuda_granule(n * C * 4) /* the f32 output */;
@@ -809,14 +828,17 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
     if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");
     if (layer < 0 || layer > c->n_layers)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
-                      "0..%lld are available", layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
+        return H3_ERR(H3_ERR_INVALID,
+                      "text encoder: hidden state %d does not exist; %s has %lld decoder layers, so "
+                      "0..%lld are available",
+                      layer, te->source, (long long)c->n_layers, (long long)c->n_layers);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab)
-            return H3_ERR(H3_ERR_INVALID, "text encoder: token %lld has id %d, outside the embedding's %lld rows",
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: token %lld has id %d, outside the embedding's %lld rows",
                           (long long)i, ids[i], (long long)c->vocab);
-    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n || out->shape[1] != c->hidden ||
-        !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
+    if (!out || out->dtype != TE_ACT_DTYPE || out->ndim != 2 || out->shape[0] != n ||
+        out->shape[1] != c->hidden || !h3_tensor_is_rowwise(out, &(int64_t){0}) || !out->data)
         return H3_ERR(H3_ERR_INVALID, "text encoder: the output must be an allocated f32 tensor [%lld, %lld]",
                       (long long)n, (long long)c->hidden);
     if (out->place != te->act_place)
@@ -841,8 +863,10 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
         if (st != H3_OK) break;
         st = run_layer(te, ex, w, out, &s);
         h3_text_encoder_layer_release(te, ex, l);
-        if (st != H3_OK) st = h3_error_wrap(st, "text-encoder layer %d", l);
-        else te->stats.layers_run++;
+        if (st != H3_OK)
+            st = h3_error_wrap(st, "text-encoder layer %d", l);
+        else
+            te->stats.layers_run++;
         if (st == H3_OK) st = layer_done(te, l + 1, layer);
     }
     if (st == H3_OK && layer == c->n_layers && te->final_norm.data) st = final_norm(te, ex, out);

@@ -604,6 +604,10 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.vvae_weight_bytes = set_bytes(h3_video_vae_source(vv));
     m.avae_weight_bytes = set_bytes(h3_audio_vae_source(av));
     m.host_threads = g->ex.threads;
+    m.dit_cached = h3_plan_set_cached_fraction(h3_dit_files(g->dit));
+    m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
+    m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
+    m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
     h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, g->n_uniq, g->sch.n - 1};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
@@ -616,6 +620,12 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     g->res.dit_pinned = p->n_pinned;
     g->res.dit_disk = p->n_disk;
     g->res.predicted_step_s = g->plan->have_time ? p->t_step : 0;
+    if (g->plan->have_time) {
+        g->res.stage_predicted_s[H3_GEN_TEXT_ENCODER] = g->plan->te.t_load + g->plan->te.t_run;
+        g->res.stage_predicted_s[H3_GEN_DIT] = h3_dit_plan_seconds(p, pr.steps);
+        g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
+        g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
+    }
     H3_CHECK(h3_plan_check(g->plan));
     char a[32], c[32], d[32];
     h3_log(H3_LOG_INFO, "plan: every stage on %s within a device budget of %s (host %s)", name,

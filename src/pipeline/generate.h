@@ -131,10 +131,12 @@ typedef struct h3_generate_result {
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a] */
     int64_t frames_written, audio_samples;               /* into the MP4 (per channel for the audio) */
-    int modulation_timesteps;              /* distinct timesteps whose AdaLN modulation was precomputed */
-    double stage_s[H3_GEN_STAGES];         /* seconds per stage */
-    h3_stage_report stages[H3_GEN_STAGES]; /* text encoder, DiT, audio VAE, video VAE: where each ran, its
-                                            * predicted and measured device peak, what it left held */
+    int modulation_timesteps;                /* distinct timesteps whose AdaLN modulation was precomputed */
+    double stage_s[H3_GEN_STAGES];           /* seconds per stage */
+    double stage_predicted_s[H3_GEN_STAGES]; /* the plan's seconds for the four model stages (0: not planned:
+                                              * the CPU, or no figures for this GPU) */
+    h3_stage_report stages[H3_GEN_STAGES];   /* text encoder, DiT, audio VAE, video VAE: where each ran, its
+                                              * predicted and measured device peak, what it left held */
     double total_s;
     int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
     /* the DiT on the device (zeros on the CPU) */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/fs.h"
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/budget.h"
@@ -25,10 +26,13 @@
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
  * for 50 × 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the
  * model reproduces the measured 2.227 s step. The disk figure is an assumption (a data-centre NVMe drive)
- * until measured; the f32 rate (the audio VAE's convolutions, no TF32) is the data sheet's. */
+ * until measured (the GPU machine's cold reads ran at 1.0-1.5 GB/s, bench/NOTES.md); the page-cache figure is
+ * the streamer's measured rate out of cached files (6.7-10.2 GB/s; the text encoder's 12.8 GiB per prompt
+ * took 1.02 s in the end-to-end run); the f32 rate (the audio VAE's convolutions, no TF32) is the data
+ * sheet's. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0},
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -403,6 +407,40 @@ static const h3_device_figures *figures_or_h200(const h3_device_figures *fig, h3
     return ref;
 }
 
+/* The figures with file reads at the rate a component's files give now: the share of them in the page cache
+ * at cache_gbs, the rest at disk_gbs (cached 0: all from the disk). */
+static h3_device_figures with_cache(const h3_device_figures *fig, double cached) {
+    h3_device_figures ref;
+    h3_device_figures g = *figures_or_h200(fig, &ref);
+    if (cached > 0 && g.cache_gbs > 0 && g.disk_gbs > 0) {
+        if (cached > 1) cached = 1;
+        g.disk_gbs = 1.0 / (cached / g.cache_gbs + (1.0 - cached) / g.disk_gbs);
+    }
+    return g;
+}
+
+double h3_plan_set_cached_fraction(const h3_st_set *s) {
+    double cached = 0, total = 0;
+    for (int i = 0; s && i < s->n_files; i++) {
+        const int64_t c = h3_fd_cached_bytes(s->files[i].fd);
+        if (c < 0) return 0;
+        cached += (double)c;
+        total += (double)s->files[i].file_size;
+    }
+    return total > 0 ? cached / total : 0;
+}
+
+double h3_plan_cached_fraction(const char *set_path) {
+    h3_st_set s;
+    if (!set_path || h3_st_open(set_path, &s) != H3_OK) {
+        h3_clear_error();
+        return 0;
+    }
+    const double r = h3_plan_set_cached_fraction(&s);
+    h3_st_close(&s);
+    return r;
+}
+
 /* The bytes text-encoder layer l streams (its tensors packed as the device's slots hold them: values and
  * scales at the arena's alignment), or -1 when its weights cannot be read; *gpu_why is set when a tensor is
  * in a form the GPU's GEMMs do not take. Acquiring a layer makes views of the mapped files and reads nothing.
@@ -678,10 +716,11 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
             h3_seq_layout_free(&L);
             return st;
         }
+        const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
         dit_ctx x = {t->m,
                      h3_dit_get_config(t->m->dit),
                      &ds,
-                     t->f,
+                     &fd,
                      L.seq_len,
                      L.text_len,
                      L.n_video_rows,
@@ -696,18 +735,20 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
     memset(&p->te, 0, sizeof p->te);
     memset(&p->avae, 0, sizeof p->avae);
     memset(&p->vvae, 0, sizeof p->vvae);
+    const h3_device_figures fte = with_cache(t->f, m->te_cached), fav = with_cache(t->f, m->avae_cached),
+                            fvv = with_cache(t->f, m->vvae_cached);
     if (m->te) {
         const int64_t nl = h3_text_encoder_config(m->te)->n_layers;
         H3_TRY(h3_plan_text_encoder(m->te, r->text_tokens, (int)(nl < H3_TE_LAYER ? nl : H3_TE_LAYER), &t->b,
-                                    t->f, &p->te));
+                                    &fte, &p->te));
     }
     if (m->avae)
         H3_TRY(h3_plan_audio_vae(m->avae, h3_audio_latents(r->frames), 2 /* stereo */, m->avae_weight_bytes,
-                                 &t->b, t->f, &p->avae));
+                                 &t->b, &fav, &p->avae));
     if (m->vvae)
         H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), r->height / H3_VAE_SPATIAL,
                                  r->width / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b,
-                                 t->f, &p->vvae));
+                                 &fvv, &p->vvae));
     const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
     for (int i = 0; i < 3; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -749,6 +790,10 @@ static void appendf(char *buf, size_t n, const char *fmt, ...) {
 h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h3_plan_budgets *b,
                        const h3_device_figures *fig, h3_plan *out) {
     memset(out, 0, sizeof *out);
+    out->cached[0] = m->dit_cached;
+    out->cached[1] = m->te_cached;
+    out->cached[2] = m->avae_cached;
+    out->cached[3] = m->vvae_cached;
     if (h3_video_latent_frames(r->frames) < 0)
         return H3_ERR(H3_ERR_INVALID, "plan: frames must be 17n+5 (e.g. 73, 124, 362); got %lld",
                       (long long)r->frames);
@@ -978,6 +1023,14 @@ char *h3_plan_format(const h3_plan *p) {
     appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
             p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
+    if (p->have_time)
+        appendf(
+            o, n,
+            "  file reads: %.1f GB/s from the disk, %.1f GB/s from the page cache, which holds %.0f%% of the "
+            "DiT's files, %.0f%% of the text encoder's, %.0f%% of the audio VAE's, %.0f%% of the video "
+            "VAE's\n",
+            p->fig.disk_gbs, p->fig.cache_gbs, 100 * p->cached[0], 100 * p->cached[1], 100 * p->cached[2],
+            100 * p->cached[3]);
     const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
     static const char *const names[3] = {"text encoder", "audio VAE", "video VAE"};
     const h3_stage_plan *te = hs[0];

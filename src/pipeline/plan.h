@@ -42,6 +42,7 @@
 #include "mem/budget.h"
 #include "mem/streamer.h"
 #include "models/audio_vae.h"
+#include "io/safetensors.h"
 #include "models/dit.h"
 #include "models/dit_stream.h"
 #include "models/text_encoder.h"
@@ -62,6 +63,7 @@ typedef struct h3_device_figures {
     double attn_tflops;          /* attention, 4·S²·inner FLOP per block */
     double eltwise_ns_per_kelem; /* norms, RoPE, SwiGLU, residuals of one block: ns per 1000 (row × hidden) */
     double f32_tflops;           /* f32 GEMMs without TF32 (the audio VAE's convolutions) */
+    double cache_gbs;            /* file reads out of the page cache, through the streamer, GB/s */
 } h3_device_figures;
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
 int h3_device_figures_find(const char *name, h3_device_figures *out);
@@ -94,10 +96,18 @@ typedef struct h3_plan_model {
         avae_weight_bytes; /* the VAEs' files, as stored (h3_plan_weight_bytes); the text
                             * encoder's layers are asked for their own packed sizes */
     int host_threads;      /* CPU threads the host stages use (the video VAE's scratch depends on it) */
+    /* the share of each component's files in the page cache now (h3_plan_cached_fraction): their reads are
+     * timed at the figures' cache rate for that share, the disk's for the rest; 0: all from the disk */
+    double dit_cached, te_cached, avae_cached, vvae_cached;
 } h3_plan_model;
 
 /* Bytes of every tensor of the safetensors set (file, index or folder) a component was opened from. */
 h3_status h3_plan_weight_bytes(const char *set_path, int64_t *bytes);
+/* The share (0..1) of the bytes of the files of that set that sit in the page cache; 0 when it cannot be told
+ * (h3_fd_cached_bytes) or the set cannot be opened. */
+double h3_plan_cached_fraction(const char *set_path);
+/* The same for a set already open (h3_dit_files, h3_text_encoder_files). */
+double h3_plan_set_cached_fraction(const h3_st_set *set);
 
 /* The DiT stage. */
 typedef struct h3_dit_plan {
@@ -152,6 +162,8 @@ typedef struct h3_plan {
     h3_plan_budgets budgets;
     h3_device_figures fig;
     int have_time; /* figures named or detected: times are predictions for that device */
+    double
+        cached[4]; /* the model's dit_cached, te_cached, avae_cached, vvae_cached the times were made with */
     h3_dit_plan dit;
     h3_stage_plan te, vvae, avae;
     int fits; /* every stage fits the same budgets */
