@@ -246,6 +246,55 @@ static void test_full_arithmetic(void) {
 
 /* ---- choices at budget edges --------------------------------------------------------------------------- */
 
+/* The step time of an fp8 DiT comes from the fp8 GEMM rate: the release-shaped pruned DiT written header-only
+ * as bf16 and as fp8 (h3-testdata model --header-only), planned resident at W124: the fp8 step is the bf16
+ * step less the GEMMs' share of it times (1 - bf16 rate / fp8 rate), the attention and element-wise parts
+ * unchanged. */
+static void test_fp8_time(void) {
+    const char *bd = getenv("H3_BUILD_DIR");
+    static const char *const fmt[2] = {"bf16", "fp8"};
+    double step[2] = {0, 0};
+    h3_device_figures f;
+    CHECK(h3_device_figures_find("h200", &f) && f.gemm_fp8_tflops > f.gemm_tflops,
+          "fp8 %.0f, bf16 %.0f TFLOP/s", f.gemm_fp8_tflops, f.gemm_tflops);
+    for (int i = 0; i < 2; i++) {
+        char dir[1024], cmd[2300], tf[1100];
+        t_tmp_path(i ? "model_fp8" : "model_bf16", dir, sizeof dir);
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf '%s' && '%s/h3-testdata' model '%s' --header-only --dit %s >/dev/null", dir,
+                 bd ? bd : ".", dir, fmt[i]);
+        if (system(cmd) != 0) {
+            CHECK(0, "%s", cmd);
+            return;
+        }
+        snprintf(tf, sizeof tf, "%s/transformer", dir);
+        h3_dit_open_opts o;
+        memset(&o, 0, sizeof o);
+        o.act_place = H3_PLACE_DEVICE;
+        o.weight_place = H3_PLACE_HOST;
+        o.stream_weights = 1;
+        h3_dit *d = NULL;
+        CHECK_OK(h3_dit_open(tf, &o, &d));
+        if (!d) return;
+        h3_plan_model m;
+        memset(&m, 0, sizeof m);
+        m.dit = d;
+        m.dit_weights_in_file = 1;
+        static h3_plan p;
+        const h3_plan_budgets b = {(int64_t)139 * GiB, 0};
+        CHECK_OK(h3_plan_make(&m, &W124, &b, &f, &p));
+        CHECK(p.dit.n_resident == p.dit.n_units, "%s resident", fmt[i]);
+        step[i] = p.dit.t_step;
+        h3_dit_close(d);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+    CHECK(step[1] < step[0] * 0.9 && step[1] > step[0] * 0.7, "W124 step: bf16 %.3f s, fp8 %.3f s (%.3fx)",
+          step[0], step[1], step[1] / step[0]);
+    t_note("  W124 resident step: bf16 %.3f s, fp8 %.3f s (%.3fx; measured 0.828x)", step[0], step[1],
+           step[1] / step[0]);
+}
+
 static void test_budget_edges(void) {
     if (!full_dit()) return;
     /* Where copies hide (W124), the goals: W124 at 8 GiB within 1.05x, W73 at 6 GiB within 1.10x. */
@@ -1418,6 +1467,7 @@ int main(int argc, char **argv) {
         {"budget_parse", test_budget_parse},
         {"simulate", test_simulate},
         {"full_arithmetic", test_full_arithmetic},
+        {"fp8_time", test_fp8_time},
         {"budget_edges", test_budget_edges},
         {"no_fit", test_no_fit},
         {"format", test_format},

@@ -32,7 +32,7 @@
  * sheet's. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0},
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, 1197.0},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -140,7 +140,8 @@ double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, doubl
 /* ---- DiT ----------------------------------------------------------------------------------------------- */
 
 /* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. */
-static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk) {
+static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk,
+                           int fp8) {
     if (rows <= 0) return 0;
     const double H = (double)c->hidden, in = (double)h3_dit_inner(c), F = (double)c->ffn, M = (double)rows;
     const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
@@ -148,8 +149,10 @@ static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, i
     const double eff_all = M / (M + f->gemm_half_rows) / ref, eff_ch = mc / (mc + f->gemm_half_rows) / ref;
     const double proj = 2.0 * M * (3.0 * in * H + in * H), ffn = 2.0 * M * (2.0 * F * H + F * H);
     const double attn = 4.0 * M * M * in;
-    return proj / (f->gemm_tflops * 1e12 * eff_all) + ffn / (f->gemm_tflops * 1e12 * eff_ch) +
-           attn / (f->attn_tflops * 1e12) + M * H * f->eltwise_ns_per_kelem * 1e-12;
+    /* fp8 block weights run fp8 GEMMs (W8A8) where the device has a rate for them */
+    const double g = fp8 && f->gemm_fp8_tflops > 0 ? f->gemm_fp8_tflops : f->gemm_tflops;
+    return proj / (g * 1e12 * eff_all) + ffn / (g * 1e12 * eff_ch) + attn / (f->attn_tflops * 1e12) +
+           M * H * f->eltwise_ns_per_kelem * 1e-12;
 }
 
 /* Sizes of the DiT that do not depend on the plan. */
@@ -159,6 +162,7 @@ typedef struct dit_static {
     int64_t unit_max, adaln_bytes, adaln_total, globals;
     int from_file, pinned;
     int quantized; /* some weight is quantized (or would be, eight_bit): the quantized GEMMs' scratch */
+    int fp8;       /* the blocks' GEMM weights are fp8 (e4m3): their GEMMs run at the fp8 rate */
 } dit_static;
 
 static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static *ds) {
@@ -183,6 +187,8 @@ static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static
         ds->adaln_total += p.bytes;
         ds->quantized |= p.quantized;
     }
+    const h3_dit_block_weights *w = ds->n_units > ds->n_ref ? h3_dit_unit_weights(m->dit, ds->n_ref) : NULL;
+    ds->fp8 = w && w->fc1.dtype == H3_F8_E4M3 && w->fc2.dtype == H3_F8_E4M3;
     ds->globals = h3_dit_globals_device_bytes(m->dit);
     ds->pinned = m->dit_weights_pinned;
     ds->from_file = m->dit_weights_in_file;
@@ -299,7 +305,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     h3_sim_unit su[H3_PLAN_MAX_UNITS] = {{0}}, sr[H3_PLAN_MAX_UNITS] = {{0}};
     for (int u = 0; u < ds->n_units; u++) {
         int64_t rows = u < ds->n_ref ? x->L : x->S;
-        su[u].compute = unit_seconds(x->c, f, rows, chunk);
+        su[u].compute = unit_seconds(x->c, f, rows, chunk, ds->fp8);
         su[u].copy = (double)ds->unit_bytes[u] / (f->pinned_gbs * 1e9);
         su[u].read = (double)ds->unit_bytes[u] / (f->disk_gbs * 1e9);
         su[u].tier = (h3_tier)p->tier[u];

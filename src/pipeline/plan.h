@@ -64,6 +64,7 @@ typedef struct h3_device_figures {
     double eltwise_ns_per_kelem; /* norms, RoPE, SwiGLU, residuals of one block: ns per 1000 (row × hidden) */
     double f32_tflops;           /* f32 GEMMs without TF32 (the audio VAE's convolutions) */
     double cache_gbs;            /* file reads out of the page cache, through the streamer, GB/s */
+    double gemm_fp8_tflops;      /* fp8 (e4m3) W8A8 GEMM inside a DiT block; 0: the bf16 rate */
 } h3_device_figures;
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
 int h3_device_figures_find(const char *name, h3_device_figures *out);
