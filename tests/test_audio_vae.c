@@ -272,6 +272,48 @@ static void test_memory(void) {
 /* The placement option without a device backend: a device decode is a clear error (naming h3_cuda_init, or
  * the build's lack of CUDA), the host decode works after a placement back; an unknown placement is refused.
  */
+/* Opened for its headers (the planner's way): the same config, every layout's weight-normed convs checked by
+ * shape, nothing read (the host memory it holds is a small fraction of the folded decoder's), and a decode
+ * refused with a message. */
+static void test_headers_only(void) {
+    static const char *const layouts[] = {"official", "diffusers", "comfy"};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char mp[700];
+        h3_audio_vae *full = NULL, *hv = NULL;
+        h3_mem_stats a, b, c;
+        const h3_audio_vae_opts ho = {.headers_only = 1};
+        h3_mem_get_stats(&a);
+        CHECK_OK(h3_audio_vae_open(model_path(layouts[i], mp, sizeof mp), &ho, &hv));
+        h3_mem_get_stats(&b);
+        CHECK_OK(h3_audio_vae_open(mp, NULL, &full));
+        h3_mem_get_stats(&c);
+        if (!hv || !full) {
+            h3_audio_vae_close(hv);
+            h3_audio_vae_close(full);
+            continue;
+        }
+        const h3_audio_vae_config *hc = h3_audio_vae_get_config(hv), *fc = h3_audio_vae_get_config(full);
+        CHECK(hc->hop == fc->hop && hc->n_up == fc->n_up && hc->decoder_dim == fc->decoder_dim &&
+                  hc->latent_channels == fc->latent_channels &&
+                  !strcmp(h3_audio_vae_source(hv), h3_audio_vae_source(full)),
+              "%s: the same config", layouts[i]);
+        const int64_t held_h = b.total_current - a.total_current, held_f = c.total_current - b.total_current;
+        CHECK(held_h * 4 < held_f, "%s: headers only hold %lld bytes, a full open %lld", layouts[i],
+              (long long)held_h, (long long)held_f);
+        int64_t s[3] = {2, 32, 2}, ws[3] = {2, 1, 2 * hc->hop};
+        h3_tensor z, y;
+        CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+        CHECK_OK(h3_tensor_alloc(&y, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_OTHER));
+        t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+        CHECK_ERR(h3_audio_vae_decode(hv, &g_ex, &z, &y), H3_ERR_INVALID, "headers only");
+        CHECK_OK(h3_audio_vae_decode(full, &g_ex, &z, &y));
+        h3_tensor_free(&z);
+        h3_tensor_free(&y);
+        h3_audio_vae_close(hv);
+        h3_audio_vae_close(full);
+    }
+}
+
 static void test_placement(void) {
     char mp[700];
     h3_audio_vae *v = NULL;
@@ -815,6 +857,7 @@ int main(int argc, char **argv) {
         {"filters", test_filters},
         {"memory", test_memory},
         {"placement", test_placement},
+        {"headers_only", test_headers_only},
         {"standin_device", test_standin_device},
         {"cuda", test_cuda},
         {"malformed_latents", test_malformed_latents},

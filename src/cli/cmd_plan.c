@@ -13,6 +13,9 @@
 #include "pipeline/request.h"
 #include "sample/schedule.h"
 
+/* the plan reads the audio VAE's shapes only: no weight is read (no weight-norm fold) */
+static const h3_audio_vae_opts k_avae_headers = {.headers_only = 1};
+
 typedef struct found {
     h3_dit *dit;
     h3_text_encoder *te;
@@ -40,7 +43,8 @@ static void try_folder(found *f, const char *path) {
     if (!f->dit && h3_dit_open(path, dit_opts(), &f->dit) == H3_OK) keep_path(&f->dit_path, path);
     if (!f->te && h3_text_encoder_open(path, NULL, &f->te) == H3_OK) keep_path(&f->te_path, path);
     if (!f->vvae && h3_video_vae_open(path, NULL, &f->vvae) == H3_OK) keep_path(&f->vvae_path, path);
-    if (!f->avae && h3_audio_vae_open(path, NULL, &f->avae) == H3_OK) keep_path(&f->avae_path, path);
+    if (!f->avae && h3_audio_vae_open(path, &k_avae_headers, &f->avae) == H3_OK)
+        keep_path(&f->avae_path, path);
     h3_clear_error();
 }
 
@@ -80,7 +84,7 @@ static int on_set(const char *set_path, void *user) {
             break;
         case H3_COMP_AUDIO_VAE:
             if (!f->avae) {
-                st = h3_audio_vae_open(set_path, NULL, &f->avae);
+                st = h3_audio_vae_open(set_path, &k_avae_headers, &f->avae);
                 if (st == H3_OK) keep_path(&f->avae_path, set_path);
             }
             break;

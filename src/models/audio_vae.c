@@ -61,6 +61,7 @@ struct h3_audio_vae {
     char *source;
     h3_wbind wb; /* the binder over st (io/wbind.h): every weight is reached through it */
     int compute_filters;
+    int headers_only; /* opened for planning: nothing read, no decode */
     int n_conv;
     h3_tensor
         *folded; /* per conv: the weight-norm-folded f32 weight, or empty when the file stores it plain */
@@ -147,7 +148,7 @@ static h3_status av_bind(const h3_audio_vae *v, const char *name, int nd, const 
 /* Folds weight norm for conv id when the file stores it that way: w = v · g / ‖v‖, the norm over every dim
  * but the first (what torch's weight_norm(dim=0) computes, also for transposed convs). Checks the shapes
  * either way. */
-static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
+static h3_status av_prepare_conv(h3_audio_vae *v, int id, int fold) {
     char base[128], name[192];
     int64_t s[3];
     int bias;
@@ -179,6 +180,7 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id) {
     snprintf(vname, sizeof vname, "%s%s", base, forms[f][1]);
     H3_TRY(av_need(v, vname, 3, s, words, unit));
     const int64_t gs[3] = {s[0], 1, 1};
+    if (!fold) return av_need(v, gname, 3, gs, "[output rows, 1, 1] (weight norm's magnitudes)", unit);
     h3_tensor g = {0}, vt = {0}, w = {0};
     float *gf = NULL;
     h3_status st = H3_OK;
@@ -524,7 +526,7 @@ static h3_status av_finish(h3_audio_vae *v) {
     v->n_conv = av_post(c) + 1;
     v->folded = h3_calloc((size_t)v->n_conv, sizeof *v->folded, H3_MEM_WEIGHTS);
     if (!v->folded) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    for (int id = 0; id < v->n_conv; id++) H3_TRY(av_prepare_conv(v, id));
+    for (int id = 0; id < v->n_conv; id++) H3_TRY(av_prepare_conv(v, id, !v->headers_only));
     char name[128];
     for (int i = 0; i < c->n_up; i++)
         for (int r = 0; r < c->n_res; r++)
@@ -545,6 +547,7 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
     c->sample_rate = 32000;
     c->filter_taps = 12;
     v->compute_filters = opts && opts->compute_filters;
+    v->headers_only = opts && opts->headers_only;
     h3_status st = h3_audio_vae_set_placement(v, opts ? opts->act_place : H3_PLACE_HOST);
     if (st == H3_OK) st = av_resolve(v, path, 0);
     if (st == H3_OK) {
@@ -552,7 +555,7 @@ h3_status h3_audio_vae_open(const char *path, const h3_audio_vae_opts *opts, h3_
         if (!v->source) st = H3_ERR_NOMEM;
     }
     if (st == H3_OK) st = av_finish(v);
-    if (st == H3_OK) st = av_bind_all(v);
+    if (st == H3_OK && !v->headers_only) st = av_bind_all(v);
     if (st != H3_OK) {
         st = h3_error_wrap(st, "opening the audio VAE %s", path);
         h3_audio_vae_close(v);
@@ -1073,6 +1076,8 @@ h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tens
 
 h3_status h3_audio_vae_decode(h3_audio_vae *v, h3_exec *ex, const h3_tensor *latents, h3_tensor *wave) {
     const h3_audio_vae_config *c = &v->cfg;
+    if (v->headers_only)
+        return H3_ERR(H3_ERR_INVALID, "audio decode: %s was opened for its headers only", v->source);
     H3_TRY(h3_audio_vae_check_latents(c, latents));
     int off = latents->ndim == 3;
     int64_t ch = off ? latents->shape[0] : 1, T = latents->shape[off + 1], S = T * c->hop;

@@ -58,6 +58,9 @@ typedef struct h3_audio_vae_opts {
      * the first decode, kept until h3_audio_vae_close or a placement back to HOST). Decoding there needs the
      * CUDA backend up (h3_cuda_init); close the decoder before h3_cuda_shutdown. */
     h3_place act_place;
+    /* Headers only: the config and every tensor's name, shape and dtype are checked, nothing is read (no
+     * weight-norm fold): for planning. Such a decoder cannot decode (H3_ERR_INVALID). */
+    int headers_only;
 } h3_audio_vae_opts;
 
 typedef struct h3_audio_vae h3_audio_vae;

@@ -574,7 +574,9 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
-    H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &av), "the audio VAE");
+    const h3_audio_vae_opts ao = {.headers_only =
+                                      1}; /* the plan reads shapes; the stage opens it to decode */
+    H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, &ao, &av), "the audio VAE");
 
     h3_plan_budgets b = {r->vram_budget, r->ram_budget};
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
