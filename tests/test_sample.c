@@ -321,7 +321,7 @@ static void test_samplers_reference(void) {
         h3_schedule s;
         CHECK_OK(h3_schedule_make(kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s));
         gauss_model g = {mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
-        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL};
+        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
         float xv[NV], xa[NA];
         for (int i = 0; i < NV; i++) xv[i] = (float)nv[i];
         for (int i = 0; i < NA; i++) xa[i] = (float)na[i];
@@ -355,7 +355,7 @@ static double gauss_error(h3_sampler smp, h3_scheduler kind, int steps, const do
     h3_schedule s;
     if (h3_schedule_make(kind, steps, 12, 3, &s) != H3_OK) return INFINITY;
     gauss_model g = {mu, sd, mu, sd, n, n, 0, 0, {0}, {0}};
-    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL};
+    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
     float *xv = malloc(n * sizeof(float)), *xa = malloc(n * sizeof(float));
     memcpy(xv, eps, n * sizeof(float));
     memcpy(xa, eps, n * sizeof(float));
@@ -424,7 +424,7 @@ static void test_samplers_analytic(void) {
         memcpy(b_v, eps, sizeof b_v);
         memcpy(b_a, eps, sizeof b_a);
         gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
-        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL};
+        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL, 0};
         CHECK_OK(h3_sample(&a, a_v, N, a_a, N));
         s.kind = H3_SCHEDULER_SIMPLE; /* any non-h3 kind takes the ComfyUI path on the same sigmas */
         CHECK_OK(h3_sample(&a, b_v, N, b_a, N));
@@ -456,7 +456,7 @@ static void test_sampler_api(void) {
             CHECK_OK(h3_schedule_make((h3_scheduler)kind, 7, 12, 3, &s));
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             int cnt[3] = {0, s.n - 1, 0};
-            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt};
+            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt, 0};
             for (int i = 0; i < N; i++) xv[i] = xa[i] = (float)t_randn();
             CHECK_OK(h3_sample(&a, xv, N, xa, N));
             CHECK(cnt[0] == s.n - 1 && g.calls == s.n - 1, "%s/%s: %d steps reported, %d calls", h3_sampler_name(smp),
@@ -490,7 +490,7 @@ static void test_sampler_api(void) {
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             h3_status st = h3_schedule_make(smp == 1 ? H3_SCHEDULER_BETA : H3_SCHEDULER_H3, 5, 12, 3, &s);
             if (st == H3_OK) {
-                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL};
+                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
                 st = h3_sample(&a, xv, N, xa, N);
                 h3_schedule_free(&s);
             }
@@ -509,7 +509,7 @@ static void test_sampler_api(void) {
     /* Bad arguments. */
     h3_schedule s;
     CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 3, 12, 3, &s));
-    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL};
+    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL, 0};
     CHECK_ERR(h3_sample(&a, xv, N, xa, N), H3_ERR_INVALID, "unknown sampler");
     a.sampler = H3_SAMPLER_EULER;
     a.model = NULL;

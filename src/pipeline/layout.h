@@ -70,6 +70,14 @@ int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float 
  * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)). */
 void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, float *rows);
 void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, float *latent);
+/* The refine pass's latent upscale: video latent [C, T, H, W] -> [C, T, H2, W2], each frame on its own
+ * (the frame count unchanged), bilinear with half-pixel centres: source position (j + 0.5)*H/H2 - 0.5,
+ * clamped at 0 and at the last row and column. This is torch.nn.functional.interpolate(mode="bilinear",
+ * align_corners=False), what ComfyUI's LatentUpscale / LatentUpscaleBy "bilinear" do to a video latent
+ * (comfy.utils.common_upscale moves the frames into the batch and scales each in 2-D). Any H2 >= 1, W2 >= 1;
+ * H3_ERR_NOMEM when its index tables cannot be allocated. */
+h3_status h3_video_latent_upscale(const float *src, int64_t C, int64_t T, int64_t H, int64_t W, int64_t H2,
+                             int64_t W2, float *dst);
 /* Audio latent [2, 32, T_a] <-> rows [2*T_a, 32]: row ch*T_a + k holds latent[ch, :, k]. */
 void h3_audio_pack(const float *latent, int64_t T_a, float *rows);
 void h3_audio_unpack(const float *rows, int64_t T_a, float *latent);

@@ -77,9 +77,13 @@ static h3_status sample_k(const h3_sample_args *a, float *video, size_t nv, floa
     float *xa = buf + (multistep ? 2 * n : n); /* [na]: the audio latent the model sees */
     int have_old = 0;
 
-    /* Noise scaling at the first sigma (the latent image is zero). */
+    /* Noise scaling at the first sigma (the latent image is zero); or latents noised already, whose audio
+     * the sampler carries as (sigma_v/sigma_a)*x_audio. */
     const float s0 = s->sigma_v[0];
-    if (s0 != 1.0f) {
+    if (a->from_latent) {
+        const float carry0 = (float)((double)s->sigma_v[0] / (double)s->sigma_a[0]);
+        for (size_t i = 0; i < na; i++) audio[i] *= carry0;
+    } else if (s0 != 1.0f) {
         for (size_t i = 0; i < nv; i++) video[i] *= s0;
         for (size_t i = 0; i < na; i++) audio[i] *= s0;
     }

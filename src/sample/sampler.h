@@ -45,10 +45,15 @@ typedef struct h3_sample_args {
     void *model_ctx;
     h3_step_fn on_step; /* may be NULL */
     void *step_ctx;
+    /* 0: video and audio hold unit Gaussian noise on entry (scaled by the first sigma, 1 for every built-in
+     * schedule). 1: they hold latents already noised to the schedule's first sigmas, each stream on its own,
+     * x = (1 - sigma_0)*x0 + sigma_0*noise (a partial schedule's start: h3_schedule_tail, --refine); the
+     * ComfyUI samplers carry the audio from there as (sigma_v/sigma_a)*x_audio. */
+    int from_latent;
 } h3_sample_args;
 
-/* video [n_video] and audio [n_audio] hold unit Gaussian noise on entry (the sampler scales it by the first sigma,
- * which is 1 for every built-in schedule) and the sampled clean latents on return. Allocates working buffers of
+/* video [n_video] and audio [n_audio] hold the starting state (see from_latent) on entry and the sampled clean
+ * latents on return. Allocates working buffers of
  * about 3x (n_video + n_audio) floats (H3_MEM_ACTIVATIONS); the model's outputs go to buffers of its own. */
 h3_status h3_sample(const h3_sample_args *a, float *video, size_t n_video, float *audio, size_t n_audio);
 

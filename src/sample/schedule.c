@@ -204,6 +204,19 @@ done:
     return st;
 }
 
+void h3_schedule_tail(const h3_schedule *s, int calls, h3_schedule *view) {
+    const int total = s->n - 1;
+    if (calls < 1) calls = 1;
+    if (calls > total) calls = total;
+    const int k = total - calls;
+    *view = *s;
+    view->n = calls + 1;
+    view->sigma_v = s->sigma_v + k;
+    view->sigma_a = s->sigma_a + k;
+    view->t_v = s->t_v + k;
+    view->t_a = s->t_a + k;
+}
+
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;

@@ -52,6 +52,10 @@ typedef struct h3_schedule {
  * H3_SHIFT_AUDIO for the released model). Free with h3_schedule_free. */
 h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double shift_a, h3_schedule *out);
 void h3_schedule_free(h3_schedule *s);
+/* A view of the last `calls` model calls of s (1..s->n - 1): its last calls + 1 sigmas and calls timesteps,
+ * pointing into s (not owned: never h3_schedule_free it). A partial-denoise pass (--refine) samples on it,
+ * starting from latents noised to its first sigma. */
+void h3_schedule_tail(const h3_schedule *s, int calls, h3_schedule *view);
 /* The distinct DiT timesteps (video and audio) the schedule's model calls visit, sorted ascending, into
  * out[2·(n − 1)]; returns how many (what the AdaLN modulation is computed and kept for). */
 int h3_schedule_distinct_timesteps(const h3_schedule *s, float *out);
