@@ -146,6 +146,78 @@ static void test_parse_size(void) {
     }
 }
 
+
+/* --refine and --output-size: the syntax, the rules (one table of accepted and refused values, each refusal
+ * naming the fix), the defaults through h3_request_resolve, and the split of the steps between the passes. */
+static void test_refine_and_output_size(void) {
+    static const struct {
+        const char *text;
+        int ok;              /* parses */
+        int64_t w, h;        /* when it does */
+        double d;            /* 0: not given */
+        const char *needle;  /* the refusal's words */
+    } refine[] = {
+        {"256x256", 1, 256, 256, 0, NULL},          {"2688x1536:0.4", 1, 2688, 1536, 0.4, NULL},
+        {"256x256:1", 1, 256, 256, 1, NULL},        {"256x256:0", 0, 0, 0, 0, "in (0, 1]"},
+        {"256x256:1.5", 0, 0, 0, 0, "in (0, 1]"},   {"256x256:-0.2", 0, 0, 0, 0, "in (0, 1]"},
+        {"256x256:nan", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+        {"256x256:", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"}, {"256", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+        {"0x0", 0, 0, 0, 0, "positive"},            {"256x256:0.5x", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+    };
+    for (size_t i = 0; i < sizeof refine / sizeof *refine; i++) {
+        int64_t w = 0, h = 0;
+        double d = 0;
+        if (refine[i].ok) {
+            CHECK_OK(h3_request_parse_refine(refine[i].text, &w, &h, &d));
+            CHECK(w == refine[i].w && h == refine[i].h && d == refine[i].d, "%s: %lldx%lld:%g", refine[i].text,
+                  (long long)w, (long long)h, d);
+        } else {
+            CHECK_ERR(h3_request_parse_refine(refine[i].text, &w, &h, &d), H3_ERR_INVALID, refine[i].needle);
+        }
+    }
+    /* the rules against the first pass's canvas */
+    CHECK_OK(h3_request_check_refine(128, 128, 256, 256, 0.5, NULL));
+    CHECK_OK(h3_request_check_refine(896, 512, 1344, 768, 1.0, NULL));
+    CHECK_OK(h3_request_check_refine(128, 128, 128, 128, 0.3, NULL));
+    CHECK_ERR(h3_request_check_refine(128, 128, 250, 256, 0.5, NULL), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_request_check_refine(128, 128, 96, 96, 0.5, NULL), H3_ERR_INVALID,
+              "smaller than the first pass's 128x128");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 96, 0.5, NULL), H3_ERR_INVALID, "e.g. 256x256");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 256, 0.0, NULL), H3_ERR_INVALID, "in (0, 1]");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 256, 1.01, NULL), H3_ERR_INVALID, "in (0, 1]");
+    /* the steps of the refine pass: round(calls x denoise), at least 1, at most calls */
+    static const struct {
+        int calls;
+        double d;
+        int want;
+    } split[] = {{49, 0.5, 25}, {49, 1.0, 49}, {49, 0.02, 1}, {49, 0.05, 2}, {20, 0.4, 8}, {3, 0.01, 1}, {1, 0.5, 1}};
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++)
+        CHECK(h3_request_refine_calls(split[i].calls, split[i].d) == split[i].want, "%d calls at %g: %d", split[i].calls,
+              split[i].d, h3_request_refine_calls(split[i].calls, split[i].d));
+    /* --output-size */
+    int64_t w, h;
+    CHECK_OK(h3_request_parse_output_size("1920x1080", &w, &h));
+    CHECK(w == 1920 && h == 1080);
+    CHECK_ERR(h3_request_parse_output_size("1919x1080", &w, &h), H3_ERR_INVALID, "use 1918x1080 or 1920x1080");
+    CHECK_ERR(h3_request_parse_output_size("0x0", &w, &h), H3_ERR_INVALID, "even number from 2");
+    CHECK_ERR(h3_request_parse_output_size("1920", &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
+    /* resolve: the default denoise, and the checks */
+    h3_request r;
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.width = r.height = 128;
+    r.refine_width = r.refine_height = 256;
+    CHECK_OK(h3_request_resolve(&r, NULL));
+    CHECK(r.refine_denoise == H3_REFINE_DEFAULT_DENOISE, "default denoise %g", r.refine_denoise);
+    r.refine_width = 64;
+    CHECK_ERR(h3_request_resolve(&r, NULL), H3_ERR_INVALID, "smaller than");
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.out_width = 101;
+    r.out_height = 100;
+    CHECK_ERR(h3_request_resolve(&r, NULL), H3_ERR_INVALID, "use 100x100 or 102x100");
+}
+
 /* ---- the prompt's length
  * --------------------------------------------------------------------------------------- */
 
@@ -422,6 +494,7 @@ int main(int argc, char **argv) {
         {"seconds", test_seconds},
         {"canvas", test_canvas},
         {"parse_size", test_parse_size},
+        {"refine_and_output_size", test_refine_and_output_size},
         {"resolve", test_resolve},
         {"prompt_length", test_prompt_length},
         {"progress_lines", test_progress_lines},

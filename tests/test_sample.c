@@ -524,6 +524,46 @@ static void test_cleanup(void) {
     g_fx = NULL;
 }
 
+/* The refine pass's sampling: a tail of a schedule (h3_schedule_tail) run from latents already noised to its
+ * first sigmas (from_latent). Over every call of the schedule (denoise 1: sigma_0 = 1, the state is the
+ * noise) it is bit for bit the plain run from the same noise, for every sampler and scheduler (the analytic
+ * Gaussian model stands for the DiT). A shorter tail makes exactly its own number of model calls, the first at
+ * the tail's first timesteps. */
+static void test_tail_from_latent(void) {
+    for (int sc = 0; sc < H3_SCHEDULER_COUNT; sc++)
+        for (int smp = 0; smp < H3_SAMPLER_COUNT; smp++) {
+            h3_schedule s, tail;
+            CHECK_OK(h3_schedule_make((h3_scheduler)sc, 12, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s));
+            h3_schedule_tail(&s, s.n - 1, &tail);
+            CHECK(tail.n == s.n && tail.sigma_v == s.sigma_v, "the whole tail is not the schedule");
+            enum { NV = 64, NA = 32 };
+            float v1[NV], a1[NA], v2[NV], a2[NA];
+            t_fill_randn(v1, NV, 1.0);
+            t_fill_randn(a1, NA, 1.0);
+            memcpy(v2, v1, sizeof v1);
+            memcpy(a2, a1, sizeof a1);
+            double mu_v[NV], s_v[NV], mu_a[NA], s_a[NA];
+            for (int i = 0; i < NV; i++) mu_v[i] = t_uniform(-1, 1), s_v[i] = t_uniform(0.2, 1.5);
+            for (int i = 0; i < NA; i++) mu_a[i] = t_uniform(-1, 1), s_a[i] = t_uniform(0.2, 1.5);
+            static gauss_model g;
+            g = (gauss_model){mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
+            h3_sample_args p = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
+            h3_sample_args q = {(h3_sampler)smp, &tail, gauss_fn, &g, NULL, NULL, 1};
+            CHECK_OK(h3_sample(&p, v1, NV, a1, NA));
+            CHECK_OK(h3_sample(&q, v2, NV, a2, NA));
+            CHECK(!memcmp(v1, v2, sizeof v1) && !memcmp(a1, a2, sizeof a1),
+                  "%s/%s: denoise 1 from the latent differs from the plain run", h3_scheduler_name((h3_scheduler)sc),
+                  h3_sampler_name((h3_sampler)smp));
+            const int calls = (s.n - 1) / 3 > 0 ? (s.n - 1) / 3 : 1;
+            h3_schedule_tail(&s, calls, &tail);
+            g.calls = 0;
+            CHECK_OK(h3_sample(&q, v2, NV, a2, NA));
+            CHECK(g.calls == calls && tail.sigma_v[tail.n - 1] == 0.0f && g.last_tv[0] == s.t_v[s.n - 1 - calls],
+                  "a tail of %d calls made %d, first at t %g", calls, g.calls, g.last_tv[0]);
+            h3_schedule_free(&s);
+        }
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"philox_vectors", test_philox_vectors},
@@ -535,6 +575,7 @@ int main(int argc, char **argv) {
         {"samplers_reference", test_samplers_reference},
         {"samplers_analytic", test_samplers_analytic},
         {"sampler_api", test_sampler_api},
+        {"tail_from_latent", test_tail_from_latent},
         {"cleanup", test_cleanup},
         {NULL, NULL},
     };

@@ -225,10 +225,12 @@ h3_status h3_video_latent_upscale(const float *src, int64_t C, int64_t T, int64_
         float *d = dst + f * H2 * W2;
         for (int64_t i = 0; i < H2; i++) {
             const float *r0 = s + y0[i] * W, *r1 = s + y1[i] * W;
-            const float b = wy[i], a = 1.0f - b;
-            for (int64_t j = 0; j < W2; j++) {
-                const float u = wx[j], v = 1.0f - u;
-                d[i * W2 + j] = a * (v * r0[x0[j]] + u * r0[x1[j]]) + b * (v * r1[x0[j]] + u * r1[x1[j]]);
+            const float b = wy[i];
+            for (int64_t j = 0; j < W2; j++) { /* as lerps: a constant plane stays exactly that constant */
+                const float u = wx[j];
+                const float top = r0[x0[j]] + u * (r0[x1[j]] - r0[x0[j]]);
+                const float bot = r1[x0[j]] + u * (r1[x1[j]] - r1[x0[j]]);
+                d[i * W2 + j] = top + b * (bot - top);
             }
         }
     }
