@@ -1,6 +1,7 @@
 /* The packed t2va layout (src/pipeline/layout): sizes and positions in closed form and against the positions
- * tools/reference/sampling_reference.py computes (two canvases x two lengths, tests/fixtures/sample/layout_*.f64),
- * timestep indices, and the video/audio patchify against the reference's reshape/permute. */
+ * tools/reference/sampling_reference.py computes (two canvases x two lengths,
+ * tests/fixtures/sample/layout_*.f64), timestep indices, and the video/audio patchify against the reference's
+ * reshape/permute. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,29 +30,32 @@ static void test_sizes(void) {
     for (size_t i = 0; i < sizeof f2l / sizeof f2l[0]; i++)
         CHECK(h3_video_latent_frames(f2l[i][0]) == f2l[i][1], "%lld frames -> %lld latent frames",
               (long long)f2l[i][0], (long long)h3_video_latent_frames(f2l[i][0]));
-    CHECK(h3_video_latent_frames(120) == -1 && h3_video_latent_frames(4) == -1 && h3_video_latent_frames(0) == -1);
+    CHECK(h3_video_latent_frames(120) == -1 && h3_video_latent_frames(4) == -1 &&
+          h3_video_latent_frames(0) == -1);
     CHECK(h3_audio_latents(124) == 207 && h3_audio_latents(345) == 575 && h3_audio_latents(22) == 37);
     for (int64_t f = 5; f < 2000; f += 17) /* round(f*5/3): never a tie for 17n+5 */
         CHECK(h3_audio_latents(f) == (f * 5 + 1) / 3, "%lld frames: %lld audio latents", (long long)f,
               (long long)h3_audio_latents(f));
     /* The example sequence sizes of H3-FACTS 1.4 (video + audio rows, text excluded). */
-    static const int64_t ex[][4] = {{1344, 768, 124, 37296}, {1344, 768, 345, 102816}, {960, 544, 124, 18870}};
+    static const int64_t ex[][4] = {
+        {1344, 768, 124, 37296}, {1344, 768, 345, 102816}, {960, 544, 124, 18870}};
     static const int64_t ex_audio[] = {414, 1150, 414};
     for (int i = 0; i < 3; i++) {
         h3_seq_layout l;
         CHECK_OK(h3_seq_layout_t2va(11, NULL, ex[i][2], ex[i][0], ex[i][1], &l));
-        CHECK(l.n_video_rows == ex[i][3] && l.n_audio_rows == ex_audio[i], "%lldx%lld, %lld frames: %lld + %lld rows",
-              (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2], (long long)l.n_video_rows,
-              (long long)l.n_audio_rows);
+        CHECK(l.n_video_rows == ex[i][3] && l.n_audio_rows == ex_audio[i],
+              "%lldx%lld, %lld frames: %lld + %lld rows", (long long)ex[i][0], (long long)ex[i][1],
+              (long long)ex[i][2], (long long)l.n_video_rows, (long long)l.n_audio_rows);
         CHECK(l.seq_len == 11 + ex[i][3] + ex_audio[i]);
         /* The counts alone (what sizing a request reads before anything is allocated) are the same, with no
          * tables; the largest request the limits allow is counted without allocating its 69 million rows. */
         h3_seq_layout s;
         CHECK_OK(h3_seq_layout_sizes(11, ex[i][2], ex[i][0], ex[i][1], &s));
-        CHECK(s.seq_len == l.seq_len && s.n_video_rows == l.n_video_rows && s.n_audio_rows == l.n_audio_rows &&
-                  s.video_start == l.video_start && s.audio_start == l.audio_start && s.latent_t == l.latent_t &&
-                  s.tags == NULL && s.pos == NULL && s.video_indices == NULL,
-              "sizes of %lldx%lld, %lld frames", (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2]);
+        CHECK(
+            s.seq_len == l.seq_len && s.n_video_rows == l.n_video_rows && s.n_audio_rows == l.n_audio_rows &&
+                s.video_start == l.video_start && s.audio_start == l.audio_start &&
+                s.latent_t == l.latent_t && s.tags == NULL && s.pos == NULL && s.video_indices == NULL,
+            "sizes of %lldx%lld, %lld frames", (long long)ex[i][0], (long long)ex[i][1], (long long)ex[i][2]);
         h3_seq_layout_free(&l);
     }
     h3_mem_stats a, b;
@@ -87,7 +91,8 @@ static void check_layout_closed_form(int64_t L, int64_t frames, int64_t W, int64
         } else if (r < L + 2 * l.audio_t) {
             int64_t k = r - L, c = k / l.audio_t;
             tag = H3_TAG_AUDIO;
-            want[0] = (double)(L + k % l.audio_t), want[1] = 0, want[2] = c == 0 ? w0 : w0 + (double)(pw - 1) * step;
+            want[0] = (double)(L + k % l.audio_t), want[1] = 0,
+            want[2] = c == 0 ? w0 : w0 + (double)(pw - 1) * step;
         } else {
             int64_t v = r - L - 2 * l.audio_t, f = v / (ph * pw), i = (v / pw) % ph, j = v % pw;
             tag = H3_TAG_VIDEO;
@@ -98,8 +103,8 @@ static void check_layout_closed_form(int64_t L, int64_t frames, int64_t W, int64
     }
     CHECK(bad == 0, "%d rows with the wrong tag", bad);
     /* Float64 rounding of sums of a few terms of size <= L + 1000. */
-    CHECK(worst < 1e-9, "%lldx%lld, L=%lld, %lld frames: positions differ from the closed form by %g", (long long)W,
-          (long long)H, (long long)L, (long long)frames, worst);
+    CHECK(worst < 1e-9, "%lldx%lld, L=%lld, %lld frames: positions differ from the closed form by %g",
+          (long long)W, (long long)H, (long long)L, (long long)frames, worst);
     /* The index arrays name the rows of each modality in order. */
     int ok = 1;
     for (int64_t k = 0; k < l.text_len; k++) ok &= l.text_indices[k] == k;
@@ -138,10 +143,12 @@ static void test_positions_reference(void) {
         json_t *e = json_array_get(cases, c);
         int64_t L = json_integer_value(json_object_get(e, "text_len"));
         int64_t frames = json_integer_value(json_object_get(e, "frames"));
-        int64_t W = json_integer_value(json_object_get(e, "width")), H = json_integer_value(json_object_get(e, "height"));
+        int64_t W = json_integer_value(json_object_get(e, "width")),
+                H = json_integer_value(json_object_get(e, "height"));
         json_t *lat = json_object_get(e, "latent"), *tags = json_object_get(e, "tags");
         char rel[256], path[1024];
-        snprintf(rel, sizeof rel, "tests/fixtures/sample/%s", json_string_value(json_object_get(e, "positions")));
+        snprintf(rel, sizeof rel, "tests/fixtures/sample/%s",
+                 json_string_value(json_object_get(e, "positions")));
         t_src_path(rel, path, sizeof path);
         char *data = NULL;
         size_t len = 0;
@@ -152,8 +159,10 @@ static void test_positions_reference(void) {
               l.latent_h == json_integer_value(json_array_get(lat, 1)) &&
               l.latent_w == json_integer_value(json_array_get(lat, 2)));
         CHECK(l.audio_t == json_integer_value(json_object_get(e, "audio_t")));
-        CHECK(l.seq_len == json_integer_value(json_object_get(e, "seq_len")) && (size_t)l.seq_len == json_array_size(tags));
-        CHECK(data && len == (size_t)l.seq_len * 24, "%s: %zu bytes for %lld rows", path, len, (long long)l.seq_len);
+        CHECK(l.seq_len == json_integer_value(json_object_get(e, "seq_len")) &&
+              (size_t)l.seq_len == json_array_size(tags));
+        CHECK(data && len == (size_t)l.seq_len * 24, "%s: %zu bytes for %lld rows", path, len,
+              (long long)l.seq_len);
         if (data && len == (size_t)l.seq_len * 24) {
             double worst = 0;
             int tag_bad = 0;
@@ -164,8 +173,8 @@ static void test_positions_reference(void) {
                 tag_bad += l.tags[r] != json_integer_value(json_array_get(tags, (size_t)r));
             }
             /* Same operations in the same order on both sides (numpy linspace, sequential cumsum): exact. */
-            CHECK(worst == 0.0, "%s: positions differ from the reference by %g", json_string_value(json_object_get(e, "name")),
-                  worst);
+            CHECK(worst == 0.0, "%s: positions differ from the reference by %g",
+                  json_string_value(json_object_get(e, "name")), worst);
             CHECK(tag_bad == 0, "%d tags differ", tag_bad);
             printf("layout %-10s (%lldx%lld, L=%lld, %lld frames, %lld rows): max |diff| vs reference %.3g\n",
                    json_string_value(json_object_get(e, "name")), (long long)W, (long long)H, (long long)L,
@@ -203,9 +212,12 @@ static void test_timestep_indices(void) {
 }
 
 static void test_patchify(void) {
-    json_t *p = json_object_get(fixture(), "patchify"), *shape = json_object_get(p, "shape"), *rows = json_object_get(p, "rows");
-    int64_t C = json_integer_value(json_array_get(shape, 0)), T = json_integer_value(json_array_get(shape, 1));
-    int64_t H = json_integer_value(json_array_get(shape, 2)), W = json_integer_value(json_array_get(shape, 3));
+    json_t *p = json_object_get(fixture(), "patchify"), *shape = json_object_get(p, "shape"),
+           *rows = json_object_get(p, "rows");
+    int64_t C = json_integer_value(json_array_get(shape, 0)),
+            T = json_integer_value(json_array_get(shape, 1));
+    int64_t H = json_integer_value(json_array_get(shape, 2)),
+            W = json_integer_value(json_array_get(shape, 3));
     CHECK(C == H3_LATENT_CHANNELS);
     size_t n = (size_t)(C * T * H * W);
     CHECK(json_array_size(rows) == n);
@@ -213,7 +225,8 @@ static void test_patchify(void) {
     for (size_t i = 0; i < n; i++) lat[i] = (float)i; /* each element holds its flat [C,T,H,W] index */
     h3_video_patchify(lat, T, H, W, r);
     int bad = 0;
-    for (size_t i = 0; i < n && i < json_array_size(rows); i++) bad += r[i] != (float)json_number_value(json_array_get(rows, i));
+    for (size_t i = 0; i < n && i < json_array_size(rows); i++)
+        bad += r[i] != (float)json_number_value(json_array_get(rows, i));
     CHECK(bad == 0, "%d patchified values differ from the reference", bad);
     /* Random latents survive the round trip. */
     t_fill_randn(lat, n, 1.0);
@@ -229,11 +242,13 @@ static void test_patchify(void) {
     json_t *arows = json_object_get(a, "rows");
     size_t na = (size_t)(2 * 32 * Ta);
     CHECK(json_array_size(arows) == na);
-    float *al = malloc(na * sizeof(float)), *ar = malloc(na * sizeof(float)), *ab = malloc(na * sizeof(float));
+    float *al = malloc(na * sizeof(float)), *ar = malloc(na * sizeof(float)),
+          *ab = malloc(na * sizeof(float));
     for (size_t i = 0; i < na; i++) al[i] = (float)i;
     h3_audio_pack(al, Ta, ar);
     bad = 0;
-    for (size_t i = 0; i < na && i < json_array_size(arows); i++) bad += ar[i] != (float)json_number_value(json_array_get(arows, i));
+    for (size_t i = 0; i < na && i < json_array_size(arows); i++)
+        bad += ar[i] != (float)json_number_value(json_array_get(arows, i));
     CHECK(bad == 0, "%d packed audio values differ from the reference", bad);
     h3_audio_unpack(ar, Ta, ab);
     CHECK(memcmp(al, ab, na * sizeof(float)) == 0);
@@ -284,7 +299,8 @@ static void test_upscale(void) {
                                    1.5f, 1.75f, 2.25f, 2.5f, 2.0f, 2.25f, 2.75f, 3.0f};
     float out[16];
     CHECK_OK(h3_video_latent_upscale(src, 1, 1, 2, 2, 4, 4, out));
-    for (int i = 0; i < 16; i++) CHECK(fabsf(out[i] - want[i]) < 1e-6f, "2x2 -> 4x4 [%d]: %g, torch %g", i, out[i], want[i]);
+    for (int i = 0; i < 16; i++)
+        CHECK(fabsf(out[i] - want[i]) < 1e-6f, "2x2 -> 4x4 [%d]: %g, torch %g", i, out[i], want[i]);
     /* [C=3, T=2, 5, 7] -> [3, 2, 13, 16]: constant planes, then a linear plane per (c, t) */
     enum { C = 3, T = 2, H = 5, Wd = 7, H2 = 13, W2 = 16 };
     float *a = malloc(sizeof(float) * C * T * H * Wd), *b = malloc(sizeof(float) * C * T * H2 * W2);
@@ -317,8 +333,8 @@ static void test_upscale(void) {
                 const double e = fabs(b[(f * H2 + i) * W2 + j] - (k[f] + ca[f] * py + cb[f] * px));
                 if (e > worst) worst = e;
             }
-    CHECK(inside > C * T * H2 * W2 / 2 && worst < 1e-5, "a linear plane: %d inside values, worst error %g", inside,
-          worst);
+    CHECK(inside > C * T * H2 * W2 / 2 && worst < 1e-5, "a linear plane: %d inside values, worst error %g",
+          inside, worst);
     CHECK_OK(h3_video_latent_upscale(a, C, T, H, Wd, H, Wd, b));
     CHECK(!memcmp(a, b, sizeof(float) * C * T * H * Wd), "the same size is not the identity");
     CHECK_ERR(h3_video_latent_upscale(a, C, T, H, Wd, 0, W2, b), H3_ERR_INVALID, "empty");

@@ -682,7 +682,8 @@ static void test_alloc_failures(void) {
     free(video);
 }
 
-/* ---- the delivery scaler ----------------------------------------------------------------------------------- */
+/* ---- the delivery scaler
+ * ----------------------------------------------------------------------------------- */
 
 /* The Lanczos-3 kernel, and one axis of a float64 reference resampler: output j centred at source position
  * (j + 0.5)*n/m - 0.5, the kernel widened by the ratio when shrinking, edges clamped, weights normalized. */
@@ -717,17 +718,18 @@ static void test_scaler(void) {
     static const struct {
         int sw, sh, dw, dh, pattern; /* 0 smooth, 1 checkerboard of 8-pixel squares, 2 constant, 3 ramp */
     } cases[] = {
-        {128, 128, 1920, 1080, 0}, {128, 128, 1920, 1080, 1}, {256, 128, 100, 60, 0}, {256, 128, 100, 60, 1},
-        {96, 64, 96, 64, 0},       {128, 128, 1920, 1080, 2}, {64, 48, 30, 50, 2},    {128, 96, 1000, 40, 3},
-        {200, 20, 64, 64, 3},
+        {128, 128, 1920, 1080, 0}, {128, 128, 1920, 1080, 1}, {256, 128, 100, 60, 0},
+        {256, 128, 100, 60, 1},    {96, 64, 96, 64, 0},       {128, 128, 1920, 1080, 2},
+        {64, 48, 30, 50, 2},       {128, 96, 1000, 40, 3},    {200, 20, 64, 64, 3},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
-        const int sw = cases[ci].sw, sh = cases[ci].sh, dw = cases[ci].dw, dh = cases[ci].dh, pat = cases[ci].pattern;
+        const int sw = cases[ci].sw, sh = cases[ci].sh, dw = cases[ci].dw, dh = cases[ci].dh,
+                  pat = cases[ci].pattern;
         uint8_t *src = malloc((size_t)sw * sh * 3), *dst = malloc((size_t)dw * dh * 3);
         double *f = malloc(sizeof(double) * sw * sh), *t = malloc(sizeof(double) * dw * sh),
                *o = malloc(sizeof(double) * dw * dh);
         const double ph = t_uniform(0, 6.28), level[3] = {floor(t_uniform(0, 256)), floor(t_uniform(0, 256)),
-                                                           floor(t_uniform(0, 256))};
+                                                          floor(t_uniform(0, 256))};
         for (int y = 0; y < sh; y++)
             for (int x = 0; x < sw; x++)
                 for (int k = 0; k < 3; k++) {
@@ -759,11 +761,13 @@ static void test_scaler(void) {
             }
         }
         const double mean = sum / (3.0 * dw * dh);
-        t_note("scaler %dx%d -> %dx%d pattern %d: max |err| %.2f levels, mean %.3f", sw, sh, dw, dh, pat, max_err,
-               mean);
-        CHECK(max_err <= 2.0 && mean <= 0.5, "%dx%d -> %dx%d pattern %d: max %.2f, mean %.3f levels from Lanczos-3",
-              sw, sh, dw, dh, pat, max_err, mean);
-        CHECK(const_bad == 0, "%dx%d -> %dx%d: %d values of a constant image changed", sw, sh, dw, dh, const_bad);
+        t_note("scaler %dx%d -> %dx%d pattern %d: max |err| %.2f levels, mean %.3f", sw, sh, dw, dh, pat,
+               max_err, mean);
+        CHECK(max_err <= 2.0 && mean <= 0.5,
+              "%dx%d -> %dx%d pattern %d: max %.2f, mean %.3f levels from Lanczos-3", sw, sh, dw, dh, pat,
+              max_err, mean);
+        CHECK(const_bad == 0, "%dx%d -> %dx%d: %d values of a constant image changed", sw, sh, dw, dh,
+              const_bad);
         CHECK(mono_bad == 0, "%dx%d -> %dx%d: a ramp is not monotone at %d places", sw, sh, dw, dh, mono_bad);
     next:
         free(src);
@@ -772,7 +776,8 @@ static void test_scaler(void) {
         free(t);
         free(o);
     }
-    /* the delivery size: even sides within the encoder's limits, odd ones refused naming the even neighbours */
+    /* the delivery size: even sides within the encoder's limits, odd ones refused naming the even neighbours
+     */
     CHECK_OK(h3_media_check_output_size(1920, 1080));
     CHECK_OK(h3_media_check_output_size(2, 16384));
     CHECK_ERR(h3_media_check_output_size(1919, 1080), H3_ERR_INVALID, "use 1918x1080 or 1920x1080");
@@ -791,7 +796,8 @@ static void test_mp4_scaled(void) {
         return;
     }
     char path[512];
-    snprintf(path, sizeof path, "%s/h3_scaled_%d.mp4", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    snprintf(path, sizeof path, "%s/h3_scaled_%d.mp4", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
     h3_mp4_opts o;
     h3_mp4_opts_default(&o, 96, 54);
     o.src_width = 64;
@@ -807,10 +813,11 @@ static void test_mp4_scaled(void) {
     free(rgb);
     CHECK_OK(h3_mp4_finish(m));
     char cmd[700];
-    snprintf(cmd, sizeof cmd,
-             "ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=width,height,nb_read_frames "
-             "-of csv=p=0 %s",
-             path);
+    snprintf(
+        cmd, sizeof cmd,
+        "ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=width,height,nb_read_frames "
+        "-of csv=p=0 %s",
+        path);
     size_t n = 0;
     unsigned char *out = run_read(cmd, &n);
     CHECK(out && !strncmp((char *)out, "96,54,5", 7), "ffprobe reads %s", out ? (char *)out : "nothing");

@@ -73,13 +73,14 @@ int h3_cmd_generate(int argc, char **argv) {
         {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)",
          0, 0},
         {"refine", 0, H3_OPT_STR, &refine, "WxH[:D]",
-         "two passes: sample at --size, upscale the video latents (bilinear) to WxH (multiples of 32, at least "
-         "--size), re-noise them to denoise D (0 < D <= 1, default 0.5: the last round(D x steps) model calls "
-         "of the schedule) and sample there; the first pass's audio is kept",
+         "two passes: sample at --size, upscale the video latents (bilinear) to WxH (multiples of 32, "
+         "at least --size), re-noise them to denoise D (0 < D <= 1, default 0.5: the last round(D x "
+         "steps) model calls of the schedule) and sample there; the first pass's audio is kept",
          0, 0},
         {"output-size", 0, H3_OPT_STR, &out_size, "WxH",
-         "delivery size of the MP4 and PNG frames: the decoded frames scaled to it (libswscale Lanczos), one at "
-         "a time; even sides, 2..16384; another aspect ratio stretches (default: the render size)",
+         "delivery size of the MP4 and PNG frames: the decoded frames scaled to it (libswscale "
+         "Lanczos), one at a time; even sides, 2..16384; another aspect ratio stretches (default: the "
+         "render size)",
          0, 0},
         {"steps", 0, H3_OPT_INT, &steps, "N",
          "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)",
@@ -265,8 +266,10 @@ int h3_cmd_generate(int argc, char **argv) {
     h3_status st = H3_OK;
     if (size) st = h3_request_parse_size(size, &gr.req.width, &gr.req.height);
     if (st == H3_OK && refine)
-        st = h3_request_parse_refine(refine, &gr.req.refine_width, &gr.req.refine_height, &gr.req.refine_denoise);
-    if (st == H3_OK && out_size) st = h3_request_parse_output_size(out_size, &gr.req.out_width, &gr.req.out_height);
+        st = h3_request_parse_refine(refine, &gr.req.refine_width, &gr.req.refine_height,
+                                     &gr.req.refine_denoise);
+    if (st == H3_OK && out_size)
+        st = h3_request_parse_output_size(out_size, &gr.req.out_width, &gr.req.out_height);
     if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);
@@ -311,14 +314,15 @@ int h3_cmd_generate(int argc, char **argv) {
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
         if (res.req.refine_width)
-            printf("refine: sampled at %lldx%lld, then %d model calls at %lldx%lld from sigma %.4f (denoise %g); "
-                   "the first pass's audio kept\n",
+            printf("refine: sampled at %lldx%lld, then %d model calls at %lldx%lld from sigma %.4f "
+                   "(denoise %g); the first pass's audio kept\n",
                    (long long)res.req.width, (long long)res.req.height, res.refine_calls,
-                   (long long)res.req.refine_width, (long long)res.req.refine_height, (double)res.refine_sigma_v,
-                   res.req.refine_denoise);
+                   (long long)res.req.refine_width, (long long)res.req.refine_height,
+                   (double)res.refine_sigma_v, res.req.refine_denoise);
         if (res.out_width != res.render_width || res.out_height != res.render_height)
-            printf("delivery: rendered at %lldx%lld, scaled to %lldx%lld (Lanczos)\n", (long long)res.render_width,
-                   (long long)res.render_height, (long long)res.out_width, (long long)res.out_height);
+            printf("delivery: rendered at %lldx%lld, scaled to %lldx%lld (Lanczos)\n",
+                   (long long)res.render_width, (long long)res.render_height, (long long)res.out_width,
+                   (long long)res.out_height);
         if (res.device == H3_DEVICE_CUDA) {
             char a[32], b[32];
             printf(

@@ -126,8 +126,8 @@ int h3_cmd_plan(int argc, char **argv) {
         {"workload", 'w', H3_OPT_STR, &work, "NAME",
          "a benchmark workload: W73, W124, W362 (960x544) or W124L", 0, 0},
         {"refine", 0, H3_OPT_STR, &refine, "WxH[:D]",
-         "plan generate's --refine too: a second DiT stage at the refine canvas (its longer sequence, the last "
-         "round(D x steps) calls; D default 0.5), the VAEs at that canvas",
+         "plan generate's --refine too: a second DiT stage at the refine canvas (its longer sequence, the "
+         "last round(D x steps) calls; D default 0.5), the VAEs at that canvas",
          0, 0},
         {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)", 1,
          H3_MAX_PROMPT_TOKENS},
@@ -210,7 +210,8 @@ int h3_cmd_plan(int argc, char **argv) {
         st = h3_request_parse_refine(refine, &req.refine_width, &req.refine_height, &denoise);
         if (st == H3_OK && denoise == 0) denoise = H3_REFINE_DEFAULT_DENOISE;
         if (st == H3_OK)
-            st = h3_request_check_refine(req.width, req.height, req.refine_width, req.refine_height, denoise, NULL);
+            st = h3_request_check_refine(req.width, req.height, req.refine_width, req.refine_height, denoise,
+                                         NULL);
         if (st != H3_OK) return h3_cli_fail("plan", st);
         h3_schedule sch, tail;
         st = h3_schedule_make(H3_SCHEDULER_H3, req.steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch);

@@ -51,7 +51,7 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
                   name ? name : "");
 }
 
-static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit",    "refine",
+static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit", "refine",
                                                          "audio_vae", "video_vae",    "mux"};
 
 const char *h3_generate_stage_name(int stage) {
@@ -549,11 +549,11 @@ static h3_status make_schedule(gen *g) {
         if (!g->uniq_r) return H3_ERR(H3_ERR_NOMEM, "out of memory");
         g->n_uniq_r = h3_schedule_distinct_timesteps(&g->sch_refine, g->uniq_r);
         h3_log(H3_LOG_INFO,
-               "refine: %lldx%lld -> %lldx%lld, the last %d of %d model calls (denoise %g: re-noised to sigma %.4f "
-               "video, %.4f audio held), the latents upscaled bilinearly per frame",
-               (long long)q->width, (long long)q->height, (long long)q->refine_width, (long long)q->refine_height,
-               g->refine_calls, g->sch.n - 1, q->refine_denoise, g->sch_refine.sigma_v[0],
-               g->sch_refine.sigma_a[0]);
+               "refine: %lldx%lld -> %lldx%lld, the last %d of %d model calls (denoise %g: re-noised to "
+               "sigma %.4f video, %.4f audio held), the latents upscaled bilinearly per frame",
+               (long long)q->width, (long long)q->height, (long long)q->refine_width,
+               (long long)q->refine_height, g->refine_calls, g->sch.n - 1, q->refine_denoise,
+               g->sch_refine.sigma_v[0], g->sch_refine.sigma_a[0]);
     }
     return H3_OK;
 }
@@ -622,8 +622,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.vvae_weight_bytes = set_bytes(h3_video_vae_source(vv));
     m.avae_weight_bytes = set_bytes(h3_audio_vae_source(av));
     m.host_threads = g->ex.threads;
-    h3_plan_request pr = {q->frames,         q->width,          q->height,     n_tokens,        g->n_uniq,
-                          g->sch.n - 1,      q->refine_width,   q->refine_height, g->n_uniq_r, g->refine_calls};
+    h3_plan_request pr = {q->frames,    q->width,        q->height,        n_tokens,    g->n_uniq,
+                          g->sch.n - 1, q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -687,7 +687,8 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     h3_dit *d = NULL;
     h3_seq_layout L;
     /* the longer sequence: the refine pass's when there is one (the passes run one after the other) */
-    const int64_t cw = q->refine_width ? q->refine_width : q->width, ch = q->refine_width ? q->refine_height : q->height;
+    const int64_t cw = q->refine_width ? q->refine_width : q->width,
+                  ch = q->refine_width ? q->refine_height : q->height;
     H3_CHECK(h3_seq_layout_sizes(n_tokens, q->frames, cw, ch, &L));
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
@@ -742,12 +743,12 @@ typedef struct pass_spec {
 
 /* Samples the latents of a pass: video_lat [24, T, H, W] and audio_lat [2, 32, T_a] (allocated here).
  *
- * The noise is the seed's at this pass's canvas (h3_rng_t2va_noise: the video latent's values, the audio rows'
- * own stream), so a refine pass at denoise 1 starts from exactly the noise a plain generation at the refine
- * canvas starts from. The refine pass starts at the first sigma of its schedule (sigma_v, sigma_a) from
- *     video = (1 - sigma_v)*upscale(first pass's video) + sigma_v*noise     (then patchified)
- * and holds the first pass's audio: every call sees it noised to that call's sigma_a with the seed's audio
- * noise, and it comes back unchanged (h3_dit_sample_args.held_audio). */
+ * The noise is the seed's at this pass's canvas (h3_rng_t2va_noise: the video latent's values, the audio
+ * rows' own stream), so a refine pass at denoise 1 starts from exactly the noise a plain generation at the
+ * refine canvas starts from. The refine pass starts at the first sigma of its schedule (sigma_v, sigma_a)
+ * from video = (1 - sigma_v)*upscale(first pass's video) + sigma_v*noise     (then patchified) and holds the
+ * first pass's audio: every call sees it noised to that call's sigma_a with the seed's audio noise, and it
+ * comes back unchanged (h3_dit_sample_args.held_audio). */
 static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, h3_tensor *video_lat,
                           h3_tensor *audio_lat) {
     h3_status st = H3_OK;
@@ -872,7 +873,8 @@ done:
 static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, h3_tensor *audio_lat) {
     const h3_request *q = &g->req;
     const int refine = q->refine_width > 0;
-    pass_spec first = {H3_GEN_DIT, q->width, q->height, &g->sch, g->uniq_t, g->n_uniq, g->plan, NULL, NULL, !refine};
+    pass_spec first = {H3_GEN_DIT, q->width, q->height, &g->sch, g->uniq_t,
+                       g->n_uniq,  g->plan,  NULL,      NULL,    !refine};
     H3_TRY(run_pass(g, hidden, &first, video_lat, audio_lat));
     if (!refine) return H3_OK;
     H3_TRY(check_stop(g));
@@ -885,8 +887,16 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         *rp = *g->plan;
         rp->dit = g->plan->dit_refine;
     }
-    pass_spec second = {H3_GEN_REFINE, q->refine_width, q->refine_height, &g->sch_refine, g->uniq_r, g->n_uniq_r,
-                        rp, video_lat, audio_lat, 1};
+    pass_spec second = {H3_GEN_REFINE,
+                        q->refine_width,
+                        q->refine_height,
+                        &g->sch_refine,
+                        g->uniq_r,
+                        g->n_uniq_r,
+                        rp,
+                        video_lat,
+                        audio_lat,
+                        1};
     H3_CHECK(run_pass(g, hidden, &second, &v2, &a2));
     h3_tensor_free(video_lat);
     h3_tensor_free(audio_lat);
@@ -1151,22 +1161,24 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(run_audio(g, &audio_lat, &wave));
     H3_CHECK(check_stop(g));
 
-    /* The render size (the last pass's canvas) and the delivery size the frames are scaled to on their way out */
+    /* The render size (the last pass's canvas) and the delivery size the frames are scaled to on their way
+     * out */
     const int rw = (int)(g->req.refine_width ? g->req.refine_width : g->req.width),
               rh = (int)(g->req.refine_width ? g->req.refine_height : g->req.height);
-    const int ow = g->req.out_width ? (int)g->req.out_width : rw, oh = g->req.out_width ? (int)g->req.out_height : rh;
+    const int ow = g->req.out_width ? (int)g->req.out_width : rw,
+              oh = g->req.out_width ? (int)g->req.out_height : rh;
     g->res.render_width = rw;
     g->res.render_height = rh;
     g->res.out_width = ow;
     g->res.out_height = oh;
     if (ow != rw || oh != rh) {
-        h3_log(H3_LOG_INFO, "delivery: the %dx%d render scaled to %dx%d (Lanczos) on its way to the %s", rw, rh,
-               ow, oh, r->png_dir ? "MP4 and the PNG frames" : "MP4");
+        h3_log(H3_LOG_INFO, "delivery: the %dx%d render scaled to %dx%d (Lanczos) on its way to the %s", rw,
+               rh, ow, oh, r->png_dir ? "MP4 and the PNG frames" : "MP4");
         const double ar = (double)rw / rh, ao = (double)ow / oh;
         if (fabs(ao / ar - 1.0) > 0.01)
             h3_log(H3_LOG_WARN,
-                   "--output-size %dx%d has another aspect ratio than the %dx%d render (%.3f vs %.3f): the frames "
-                   "are stretched to it, not cropped",
+                   "--output-size %dx%d has another aspect ratio than the %dx%d render (%.3f vs %.3f): the "
+                   "frames are stretched to it, not cropped",
                    ow, oh, rw, rh, ao, ar);
     }
     h3_mp4_opts mo;

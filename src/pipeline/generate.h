@@ -134,20 +134,22 @@ typedef struct h3_generate_result {
     h3_device device;    /* where the DiT ran */
     int64_t text_tokens; /* L */
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
-    int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a] (the
-                                                          * last pass's) */
-    int64_t render_width, render_height; /* the frames the video VAE decodes: the canvas, or the refine canvas */
-    int64_t out_width, out_height;       /* the MP4's (and PNG frames') size: the delivery size, or the render's */
+    int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]
+                                                          * (the last pass's) */
+    int64_t render_width,
+        render_height;             /* the frames the video VAE decodes: the canvas, or the refine canvas */
+    int64_t out_width, out_height; /* the MP4's (and PNG frames') size: the delivery size, or the render's */
     /* --refine: the second pass (zeros without it) */
     int64_t refine_seq_len;
-    int refine_calls;              /* model calls of the refine pass */
-    float refine_sigma_v;          /* the video sigma it starts from (re-noised to it) */
-    double refine_measured_step_s; /* per model call of the refine pass */
-    int64_t frames_written, audio_samples;               /* into the MP4 (per channel for the audio) */
+    int refine_calls;                      /* model calls of the refine pass */
+    float refine_sigma_v;                  /* the video sigma it starts from (re-noised to it) */
+    double refine_measured_step_s;         /* per model call of the refine pass */
+    int64_t frames_written, audio_samples; /* into the MP4 (per channel for the audio) */
     int modulation_timesteps;              /* distinct timesteps whose AdaLN modulation was precomputed */
     double stage_s[H3_GEN_STAGES];         /* seconds per stage */
-    h3_stage_report stages[H3_GEN_STAGES]; /* text encoder, DiT (and refine), audio VAE, video VAE: where each ran, its
-                                            * predicted and measured device peak, what it left held */
+    h3_stage_report
+        stages[H3_GEN_STAGES]; /* text encoder, DiT (and refine), audio VAE, video VAE: where each ran, its
+                                * predicted and measured device peak, what it left held */
     double total_s;
     int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
     /* the DiT on the device (zeros on the CPU) */

@@ -82,7 +82,8 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
     out->text_indices = h3_malloc((size_t)text_len * sizeof(int64_t) + 8, H3_MEM_OTHER);
     hgrid = h3_malloc((size_t)ph * sizeof(double), H3_MEM_OTHER);
     wgrid = h3_malloc((size_t)pw * sizeof(double), H3_MEM_OTHER);
-    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices || !hgrid || !wgrid)
+    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices ||
+        !hgrid || !wgrid)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
 
     const double sqrt_area = sqrt((double)(out->latent_h * out->latent_w));
@@ -109,7 +110,8 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
             p[3 * r + 1] = 0.0;
             p[3 * r + 2] = c == 0 ? wgrid[0] : wgrid[pw - 1];
         }
-    /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans. */
+    /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans.
+     */
     static const int frames_per_latent[5] = {1, 4, 4, 4, 4};
     double cum = 0.0;
     for (int64_t f = 0; f < lt; f++) {
@@ -133,7 +135,8 @@ done:
     return st;
 }
 
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index) {
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+                                   int32_t *index) {
     int n;
     int32_t iv, ia;
     if (t_video == t_audio) {
@@ -161,7 +164,8 @@ void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, flo
                 for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
                     for (int64_t dy = 0; dy < 2; dy++)
                         for (int64_t dx = 0; dx < 2; dx++)
-                            row[c * 4 + dy * 2 + dx] = latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx];
+                            row[c * 4 + dy * 2 + dx] =
+                                latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx];
             }
 }
 
@@ -174,7 +178,8 @@ void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, flo
                 for (int64_t c = 0; c < H3_LATENT_CHANNELS; c++)
                     for (int64_t dy = 0; dy < 2; dy++)
                         for (int64_t dx = 0; dx < 2; dx++)
-                            latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx] = row[c * 4 + dy * 2 + dx];
+                            latent[((c * T + t) * H + 2 * i + dy) * W + 2 * j + dx] =
+                                row[c * 4 + dy * 2 + dx];
             }
 }
 
@@ -182,14 +187,16 @@ void h3_audio_pack(const float *latent, int64_t T_a, float *rows) {
     for (int64_t ch = 0; ch < 2; ch++)
         for (int64_t k = 0; k < T_a; k++)
             for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
-                rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c] = latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k];
+                rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c] =
+                    latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k];
 }
 
 void h3_audio_unpack(const float *rows, int64_t T_a, float *latent) {
     for (int64_t ch = 0; ch < 2; ch++)
         for (int64_t k = 0; k < T_a; k++)
             for (int64_t c = 0; c < H3_AUDIO_LATENT_CHANNELS; c++)
-                latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] = rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
+                latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] =
+                    rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
 }
 
 /* One axis of the half-pixel bilinear map: for each output index its two source indices and their weights. */

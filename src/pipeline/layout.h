@@ -1,17 +1,15 @@
-/* The packed sequence of a t2va request: one row per text token, per audio latent of each stereo channel and per
- * 2x2 patch of each video latent frame, in the order
+/* The packed sequence of a t2va request: one row per text token, per audio latent of each stereo channel and
+ * per 2x2 patch of each video latent frame, in the order
  *
  *     [ text (L) | audio left (T_a) | audio right (T_a) | video (T * H/2 * W/2) ]
  *
- * with, for every row, its modality tag (0 video, 1 text, 2 audio; they index the DiT's AdaLN table), its (t, h, w)
- * rotary position in float64, and per step the index of its timestep among the step's distinct timesteps.
- * Positions (H3-FACTS 1.3; diffusers MiniMaxH3PrepareLayoutStep.build_packed_sequence):
- *   text k:            (k, 0, 0)
- *   audio channel c, latent k:  (L + k, 0, c == 0 ? w_grid[0] : w_grid[W/2 - 1])
- *   video frame f, patch (i, j): (L + sum_{g<f} span(g), h_grid[i], w_grid[j]), span(g) = 5/3 * (1,4,4,4,4)[g % 5]
- *   axis grid of a latent dimension D (H or W) of the H x W latent: ratio = D / sqrt(H*W),
- *       grid[i] = (left + i * ((left + ratio) - left) / (D/2)) * 32, left = (1 - ratio)/2   (numpy linspace,
- *       endpoint excluded), i = 0 .. D/2 - 1.
+ * with, for every row, its modality tag (0 video, 1 text, 2 audio; they index the DiT's AdaLN table), its (t,
+ * h, w) rotary position in float64, and per step the index of its timestep among the step's distinct
+ * timesteps. Positions (H3-FACTS 1.3; diffusers MiniMaxH3PrepareLayoutStep.build_packed_sequence): text k:
+ * (k, 0, 0) audio channel c, latent k:  (L + k, 0, c == 0 ? w_grid[0] : w_grid[W/2 - 1]) video frame f, patch
+ * (i, j): (L + sum_{g<f} span(g), h_grid[i], w_grid[j]), span(g) = 5/3 * (1,4,4,4,4)[g % 5] axis grid of a
+ * latent dimension D (H or W) of the H x W latent: ratio = D / sqrt(H*W), grid[i] = (left + i * ((left +
+ * ratio) - left) / (D/2)) * 32, left = (1 - ratio)/2   (numpy linspace, endpoint excluded), i = 0 .. D/2 - 1.
  * Sizes: 17n+5 frames give 5n+2 latent frames; the latent canvas is (H/16, W/16); T_a = round(frames/24*40)
  * audio latents per channel.
  */
@@ -23,13 +21,13 @@
 #include "base/status.h"
 
 enum { H3_TAG_VIDEO = 0, H3_TAG_TEXT = 1, H3_TAG_AUDIO = 2 };
-#define H3_LATENT_CHANNELS 24       /* video latent channels */
+#define H3_LATENT_CHANNELS       24 /* video latent channels */
 #define H3_AUDIO_LATENT_CHANNELS 32 /* audio latent channels per row */
-#define H3_VIDEO_ROW_DIM 96         /* 24 channels x (1 x 2 x 2) patch */
-#define H3_VAE_SPATIAL 16
-#define H3_FPS 24
-#define H3_AUDIO_RATE 32000
-#define H3_AUDIO_HOP 800 /* samples per audio latent: 40 latents per second */
+#define H3_VIDEO_ROW_DIM         96 /* 24 channels x (1 x 2 x 2) patch */
+#define H3_VAE_SPATIAL           16
+#define H3_FPS                   24
+#define H3_AUDIO_RATE            32000
+#define H3_AUDIO_HOP             800 /* samples per audio latent: 40 latents per second */
 
 /* 5n+2 latent frames for 17n+5 frames; -1 when frames is not of that form. */
 int64_t h3_video_latent_frames(int64_t frames);
@@ -46,15 +44,15 @@ typedef struct h3_seq_layout {
     uint8_t *tags;                        /* [seq_len] modality tag of every row */
     double *pos;                          /* [seq_len, 3] (t, h, w) rotary position of every row */
     int64_t *video_indices;               /* [n_video_rows] sequence rows of the video rows, in order */
-    int64_t *audio_indices;               /* [n_audio_rows] sequence rows of the audio rows (left then right) */
-    int64_t *text_indices;                /* [text_len] */
+    int64_t *audio_indices; /* [n_audio_rows] sequence rows of the audio rows (left then right) */
+    int64_t *text_indices;  /* [text_len] */
 } h3_seq_layout;
 
-/* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of each
- * of the text_len rows. frames must be 17n+5 and width, height positive multiples of 32 (h3_request checks the
- * request with friendlier messages first). Free with h3_seq_layout_free. */
-h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
-                         h3_seq_layout *out);
+/* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of
+ * each of the text_len rows. frames must be 17n+5 and width, height positive multiples of 32 (h3_request
+ * checks the request with friendlier messages first). Free with h3_seq_layout_free. */
+h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                             int64_t height, h3_seq_layout *out);
 void h3_seq_layout_free(h3_seq_layout *l);
 /* The counts of that layout (text_len .. seq_len, audio_start, video_start) without its tables (left NULL):
  * what sizing a request needs before anything is allocated. The same checks as h3_seq_layout_t2va. */
@@ -64,10 +62,12 @@ h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, i
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
  * return_inverse=True) over the row timesteps; text rows carry t_video). Writes 1 or 2 values to unique_t
  * (ascending) and returns how many; index has seq_len entries. */
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index);
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+                                   int32_t *index);
 
 /* Video latent [24, T, H, W] <-> rows [T*(H/2)*(W/2), 96]: row (t, i, j) frame-major then row-major, column
- * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)). */
+ * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)).
+ */
 void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, float *rows);
 void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, float *latent);
 /* The refine pass's latent upscale: video latent [C, T, H, W] -> [C, T, H2, W2], each frame on its own
@@ -77,7 +77,7 @@ void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, flo
  * (comfy.utils.common_upscale moves the frames into the batch and scales each in 2-D). Any H2 >= 1, W2 >= 1;
  * H3_ERR_NOMEM when its index tables cannot be allocated. */
 h3_status h3_video_latent_upscale(const float *src, int64_t C, int64_t T, int64_t H, int64_t W, int64_t H2,
-                             int64_t W2, float *dst);
+                                  int64_t W2, float *dst);
 /* Audio latent [2, 32, T_a] <-> rows [2*T_a, 32]: row ch*T_a + k holds latent[ch, :, k]. */
 void h3_audio_pack(const float *latent, int64_t T_a, float *rows);
 void h3_audio_unpack(const float *rows, int64_t T_a, float *latent);

@@ -127,8 +127,9 @@ h3_status h3_media_check_output_size(int64_t width, int64_t height) {
     const int64_t wu = width + (width % 2), hu = height + (height % 2);
     return H3_ERR(H3_ERR_INVALID,
                   "output size %lldx%lld: H.264 4:2:0 (yuv420p) needs even sides; use %lldx%lld or %lldx%lld",
-                  (long long)width, (long long)height, (long long)(wl < 2 ? 2 : wl), (long long)(hl < 2 ? 2 : hl),
-                  (long long)(wu > H3_MEDIA_MAX_SIDE ? wl : wu), (long long)(hu > H3_MEDIA_MAX_SIDE ? hl : hu));
+                  (long long)width, (long long)height, (long long)(wl < 2 ? 2 : wl),
+                  (long long)(hl < 2 ? 2 : hl), (long long)(wu > H3_MEDIA_MAX_SIDE ? wl : wu),
+                  (long long)(hu > H3_MEDIA_MAX_SIDE ? hl : hu));
 }
 
 #if H3_HAVE_MEDIA
@@ -149,8 +150,8 @@ h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_fra
     /* full-resolution chroma in and out: swscale works on RGB through its own YUV, which it would otherwise
      * subsample horizontally, blurring colour edges */
     s->sws = sws_getContext(src_w, src_h, AV_PIX_FMT_RGB24, dst_w, dst_h, AV_PIX_FMT_RGB24,
-                            SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_FULL_CHR_H_INP, NULL, NULL,
-                            NULL);
+                            SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_FULL_CHR_H_INP, NULL,
+                            NULL, NULL);
     if (!s->sws) {
         h3_free(s);
         return H3_ERR(H3_ERR_NOMEM, "creating a %dx%d to %dx%d Lanczos scaler", src_w, src_h, dst_w, dst_h);
@@ -589,8 +590,8 @@ h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, 
         m->failed = H3_ERR_INVALID;
         return H3_ERR(H3_ERR_INVALID,
                       "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
-                      m->path, (long long)m->nframes, m->o.src_width, m->o.src_height, (long long)plane_stride,
-                      (long long)row_stride);
+                      m->path, (long long)m->nframes, m->o.src_width, m->o.src_height,
+                      (long long)plane_stride, (long long)row_stride);
     }
     /* a free slot: the one after the queued frames (the thread reads only those) */
     pthread_mutex_lock(&m->mu);
@@ -926,8 +927,8 @@ h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride
     if (s->scaler) { /* as the MP4 writer scales: 8 bits at the given size, then Lanczos */
         const int w = s->src_width, h = s->src_height;
         if (!rgb || row_stride < w || plane_stride < row_stride * (h - 1) + w)
-            st = H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path, w,
-                        h, (long long)plane_stride, (long long)row_stride);
+            st = H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path,
+                        w, h, (long long)plane_stride, (long long)row_stride);
         else {
             planar_to_rgb24(rgb, plane_stride, row_stride, w, h, s->src_rgb);
             h3_frame_scaler_run(s->scaler, s->src_rgb, s->dst_rgb);

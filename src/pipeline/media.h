@@ -23,16 +23,17 @@
 #include "base/status.h"
 
 typedef struct h3_mp4_opts {
-    int width, height;  /* the encoded (delivery) size: even, 2..16384 (a request's canvas is a multiple of 32) */
+    int width,
+        height; /* the encoded (delivery) size: even, 2..16384 (a request's canvas is a multiple of 32) */
     int src_width, src_height; /* the size of the frames h3_mp4_write_frame takes; 0: width x height. When it
                                 * differs, each frame is scaled to width x height on the writer's thread
                                 * (h3_frame_scaler: Lanczos), one frame at a time */
-    int fps;            /* 24 */
-    int sample_rate;    /* 32000; 0 writes no audio track */
-    int channels;       /* 1 or 2 (2 for H3) */
-    int crf;            /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
-    const char *preset; /* x264 preset (default "medium") */
-    int audio_bitrate;  /* AAC bits per second (default 128000) */
+    int fps;                   /* 24 */
+    int sample_rate;           /* 32000; 0 writes no audio track */
+    int channels;              /* 1 or 2 (2 for H3) */
+    int crf;                   /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
+    const char *preset;        /* x264 preset (default "medium") */
+    int audio_bitrate;         /* AAC bits per second (default 128000) */
 } h3_mp4_opts;
 
 /* 1 when this build writes MP4 and PNG (libav), 0 when it was built with -DH3_MEDIA=OFF (WAV only). */
@@ -114,7 +115,7 @@ h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride,
  * must not exist or be an empty folder (a folder that holds anything is refused); a "DIR.partial" that an
  * interrupted run left (frame files only) is emptied and reused, anything else of that name is refused. */
 typedef struct h3_png_seq {
-    char *dir, *tmp; /* tmp: NULL once finished or closed */
+    char *dir, *tmp;           /* tmp: NULL once finished or closed */
     int width, height;         /* the frames written */
     int src_width, src_height; /* the frames given (scaled to width x height when they differ) */
     h3_frame_scaler *scaler;
@@ -123,7 +124,8 @@ typedef struct h3_png_seq {
 } h3_png_seq;
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out);
 /* The same, for frames of src_w x src_h written as width x height PNGs (scaled as the MP4's frames are). */
-h3_status h3_png_seq_open_scaled(const char *dir, int src_w, int src_h, int width, int height, h3_png_seq *out);
+h3_status h3_png_seq_open_scaled(const char *dir, int src_w, int src_h, int width, int height,
+                                 h3_png_seq *out);
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride);
 /* Moves the frames into place (see above) and closes the sequence. */
 h3_status h3_png_seq_finish(h3_png_seq *s);

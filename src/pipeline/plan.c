@@ -673,8 +673,17 @@ static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64
     H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->frames, width, height, &L));
     dit_static ds;
     H3_TRY(dit_static_of(t->m, t->eight_bit, &ds));
-    dit_ctx x = {t->m,          h3_dit_get_config(t->m->dit), &ds,         t->f,     L.seq_len, L.text_len,
-                 L.n_video_rows, L.n_audio_rows,               n_timesteps, t->b.vram, t->b.ram};
+    dit_ctx x = {t->m,
+                 h3_dit_get_config(t->m->dit),
+                 &ds,
+                 t->f,
+                 L.seq_len,
+                 L.text_len,
+                 L.n_video_rows,
+                 L.n_audio_rows,
+                 n_timesteps,
+                 t->b.vram,
+                 t->b.ram};
     *fits = dit_search(&x, out);
     return H3_OK;
 }
@@ -691,8 +700,8 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
         if (!ok) p->fits = 0;
         if (refine) {
             H3_TRY(plan_dit_pass(t, r, r->refine_width, r->refine_height,
-                                 r->refine_timesteps > 0 ? r->refine_timesteps : r->n_timesteps, &p->dit_refine,
-                                 &ok));
+                                 r->refine_timesteps > 0 ? r->refine_timesteps : r->n_timesteps,
+                                 &p->dit_refine, &ok));
             if (!ok) p->fits = 0;
         }
     }
@@ -712,8 +721,8 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
                                  &t->b, t->f, &p->avae));
     if (m->vvae)
         H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), vh / H3_VAE_SPATIAL,
-                                 vw / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b,
-                                 t->f, &p->vvae));
+                                 vw / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b, t->f,
+                                 &p->vvae));
     const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
     for (int i = 0; i < 3; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -768,12 +777,11 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     if (r->n_timesteps < 1 || r->n_timesteps > 100000)
         return H3_ERR(H3_ERR_INVALID, "plan: the run keeps 1 to 100000 distinct timesteps; got %d",
                       r->n_timesteps);
-    if (r->refine_width &&
-        (r->refine_width < r->width || r->refine_height < r->height || r->refine_width % 32 ||
-         r->refine_height % 32 || r->refine_steps < 1))
+    if (r->refine_width && (r->refine_width < r->width || r->refine_height < r->height ||
+                            r->refine_width % 32 || r->refine_height % 32 || r->refine_steps < 1))
         return H3_ERR(H3_ERR_INVALID,
-                      "plan: a refine canvas must be multiples of 32 at least %lldx%lld, with its steps; got "
-                      "%lldx%lld",
+                      "plan: a refine canvas must be multiples of 32 at least %lldx%lld, with its steps; "
+                      "got %lldx%lld",
                       (long long)r->width, (long long)r->height, (long long)r->refine_width,
                       (long long)r->refine_height);
     if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
@@ -995,51 +1003,51 @@ static void stage_format(char *o, size_t n, const h3_plan *p, const char *name, 
 }
 
 /* A DiT stage's lines (the first pass, or the refine pass). */
-static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, const h3_dit_plan *t, int steps) {
+static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, const h3_dit_plan *t,
+                       int steps) {
     char a[32], b[32], c[32], d[32];
-        appendf(o, n, "\n%s: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", title, (long long)t->S,
-                (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
-        appendf(
-            o, n,
+    appendf(o, n, "\n%s: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", title, (long long)t->S,
+            (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
+    appendf(o, n,
             "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
             "slots of %s; FFN chunk %s rows\n",
             t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots,
             h3_budget_str(t->slot_bytes, a, sizeof a),
             t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
-        appendf(o, n, "  blocks: ");
-        for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
-        appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
-        appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
-                h3_budget_str(p->budgets.vram, b, sizeof b));
-        appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
-                h3_budget_str(t->dev_backend, a, sizeof a),
-                h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
-                h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
-        char e[32];
-        appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
-                h3_budget_str(t->dev_modulation, a, sizeof a),
-                h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
-                h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
-                h3_budget_str(t->dev_scratch, e, sizeof e));
-        appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
-                h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
-                h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
-        appendf(o, n, "  per step: %s streamed (%s from disk)\n",
-                h3_budget_str(t->streamed_bytes, a, sizeof a), h3_budget_str(t->disk_bytes, b, sizeof b));
-        if (p->have_time) {
-            appendf(o, n,
-                    "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, "
-                    "copies "
-                    "%.3f s, disk reads %.3f s\n",
-                    t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
-                    t->t_copy, t->t_read);
-            appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
-                    t->t_modulation);
-            if (steps > 0)
-                appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n",
-                        h3_dit_plan_seconds(t, steps), steps);
-        }
+    appendf(o, n, "  blocks: ");
+    for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
+    appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
+    appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
+            h3_budget_str(p->budgets.vram, b, sizeof b));
+    appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
+            h3_budget_str(t->dev_backend, a, sizeof a),
+            h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
+            h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
+    char e[32];
+    appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
+            h3_budget_str(t->dev_modulation, a, sizeof a),
+            h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
+            h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
+            h3_budget_str(t->dev_scratch, e, sizeof e));
+    appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
+            h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
+            h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
+    appendf(o, n, "  per step: %s streamed (%s from disk)\n", h3_budget_str(t->streamed_bytes, a, sizeof a),
+            h3_budget_str(t->disk_bytes, b, sizeof b));
+    if (p->have_time) {
+        appendf(o, n,
+                "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, "
+                "copies "
+                "%.3f s, disk reads %.3f s\n",
+                t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
+                t->t_copy, t->t_read);
+        appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
+                t->t_modulation);
+        if (steps > 0)
+            appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n", h3_dit_plan_seconds(t, steps),
+                    steps);
     }
+}
 
 char *h3_plan_format(const h3_plan *p) {
     const size_t n = 16384;
@@ -1052,8 +1060,9 @@ char *h3_plan_format(const h3_plan *p) {
             (long long)r->frames, (long long)r->width, (long long)r->height, (long long)r->text_tokens,
             r->n_timesteps);
     if (r->refine_width)
-        appendf(o, n, "refine: a second pass at %lldx%lld, %d model calls (modulation kept for %d timesteps)\n",
-                (long long)r->refine_width, (long long)r->refine_height, r->refine_steps, r->refine_timesteps);
+        appendf(
+            o, n, "refine: a second pass at %lldx%lld, %d model calls (modulation kept for %d timesteps)\n",
+            (long long)r->refine_width, (long long)r->refine_height, r->refine_steps, r->refine_timesteps);
     appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
             p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
@@ -1094,7 +1103,10 @@ char *h3_plan_format(const h3_plan *p) {
             snprintf(tm, sizeof tm, "%.1f s (%d calls)", h3_dit_plan_seconds(dp, calls), calls);
         else
             snprintf(tm, sizeof tm, "%.3f s a call", dp->t_step);
-        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", sp ? names[i == 0 ? 0 : i - 2] : i == 1 ? "DiT" : "DiT refine",
+        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n",
+                sp       ? names[i == 0 ? 0 : i - 2]
+                : i == 1 ? "DiT"
+                         : "DiT refine",
                 on_dev ? "device" : "host", pk, h3_budget_str(hpk, c, sizeof c), tm);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);

@@ -11,7 +11,6 @@
 
 #include "pipeline/media.h"
 
-
 static void warn(h3_request_warnings *w, const char *fmt, ...) H3_PRINTF(2, 3);
 static void warn(h3_request_warnings *w, const char *fmt, ...) {
     if (!w || w->n >= H3_REQUEST_MAX_WARNINGS) return;
@@ -27,7 +26,8 @@ void h3_request_init(h3_request *r) {
     r->scheduler = H3_SCHEDULER_H3;
 }
 
-/* ---- frames ------------------------------------------------------------------------------------------------- */
+/* ---- frames
+ * ------------------------------------------------------------------------------------------------- */
 
 static int frames_valid(int64_t f) {
     return f >= 5 && (f - 5) % 17 == 0;
@@ -46,22 +46,24 @@ void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi) {
 
 h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings) {
     if (frames <= 0)
-        return H3_ERR(H3_ERR_INVALID, "frames must be a positive count of the form 17n+5 (e.g. 124 for 5 s); got %" PRId64,
+        return H3_ERR(H3_ERR_INVALID,
+                      "frames must be a positive count of the form 17n+5 (e.g. 124 for 5 s); got %" PRId64,
                       frames);
     if (frames > H3_MAX_FRAMES)
-        return H3_ERR(H3_ERR_INVALID, "frames must be at most %d (10 minutes at 24 fps); got %" PRId64, H3_MAX_FRAMES,
-                      frames);
+        return H3_ERR(H3_ERR_INVALID, "frames must be at most %d (10 minutes at 24 fps); got %" PRId64,
+                      H3_MAX_FRAMES, frames);
     if (!frames_valid(frames)) {
         int64_t lo, hi;
         h3_request_nearest_frames(frames, &lo, &hi);
         return H3_ERR(H3_ERR_INVALID,
-                      "frames must be 17n+5 (the video VAE works in 17-frame chunks); got %" PRId64 ": use %" PRId64
-                      " or %" PRId64,
+                      "frames must be 17n+5 (the video VAE works in 17-frame chunks); got %" PRId64
+                      ": use %" PRId64 " or %" PRId64,
                       frames, lo, hi);
     }
     if (frames < H3_TRAINED_MIN_FRAMES || frames > H3_TRAINED_MAX_FRAMES)
         warn(warnings,
-             "%" PRId64 " frames is %.2f s at 24 fps, outside the 4-15 s the model was trained on (107 to 345 frames): "
+             "%" PRId64
+             " frames is %.2f s at 24 fps, outside the 4-15 s the model was trained on (107 to 345 frames): "
              "expect lower quality",
              frames, (double)frames / 24.0);
     return H3_OK;
@@ -71,7 +73,8 @@ h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames) {
     if (!isfinite(seconds) || !(seconds > 0.0))
         return H3_ERR(H3_ERR_INVALID, "seconds must be a positive duration (e.g. 5); got %g", seconds);
     if (seconds > (double)H3_MAX_FRAMES / 24.0)
-        return H3_ERR(H3_ERR_INVALID, "seconds must be at most %d (10 minutes); got %g", H3_MAX_FRAMES / 24, seconds);
+        return H3_ERR(H3_ERR_INVALID, "seconds must be at most %d (10 minutes); got %g", H3_MAX_FRAMES / 24,
+                      seconds);
     int64_t f = (int64_t)nearbyint(seconds * 24.0);
     if (f < 5) f = 5;
     f += (5 - f % 17 + 17) % 17;
@@ -80,11 +83,12 @@ h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames) {
     return H3_OK;
 }
 
-/* ---- canvas ------------------------------------------------------------------------------------------------- */
+/* ---- canvas
+ * ------------------------------------------------------------------------------------------------- */
 
 static int canvas_valid(int64_t w, int64_t h) {
-    return w >= 32 && h >= 32 && w <= H3_MAX_SIDE && h <= H3_MAX_SIDE && w % 32 == 0 && h % 32 == 0 && w <= 4 * h &&
-           h <= 4 * w;
+    return w >= 32 && h >= 32 && w <= H3_MAX_SIDE && h <= H3_MAX_SIDE && w % 32 == 0 && h % 32 == 0 &&
+           w <= 4 * h && h <= 4 * w;
 }
 
 static int64_t floor32(int64_t v) {
@@ -137,7 +141,8 @@ int h3_request_nearest_canvases(int64_t width, int64_t height, int64_t out_w[2],
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
             cand *p = &c[j - 1], *q = &c[j];
-            int swap = q->cost < p->cost || (q->cost == p->cost && (q->w < p->w || (q->w == p->w && q->h < p->h)));
+            int swap =
+                q->cost < p->cost || (q->cost == p->cost && (q->w < p->w || (q->w == p->w && q->h < p->h)));
             if (!swap) break;
             cand t = *p;
             *p = *q;
@@ -165,28 +170,33 @@ static void suggestion(int64_t w, int64_t h, char *buf, size_t n) {
 h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings) {
     char sug[96];
     if (width <= 0 || height <= 0)
-        return H3_ERR(H3_ERR_INVALID, "width and height must be positive multiples of 32 (e.g. 1344x768); got %" PRId64
-                                      "x%" PRId64, width, height);
+        return H3_ERR(H3_ERR_INVALID,
+                      "width and height must be positive multiples of 32 (e.g. 1344x768); got %" PRId64
+                      "x%" PRId64,
+                      width, height);
     if (width > H3_MAX_SIDE || height > H3_MAX_SIDE) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID, "width and height must be at most %d; got %" PRId64 "x%" PRId64 "%s", H3_MAX_SIDE,
-                      width, height, sug);
+        return H3_ERR(H3_ERR_INVALID, "width and height must be at most %d; got %" PRId64 "x%" PRId64 "%s",
+                      H3_MAX_SIDE, width, height, sug);
     }
     if (width % 32 || height % 32) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID,
-                      "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got %" PRId64
-                      "x%" PRId64 "%s",
-                      width, height, sug);
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got %" PRId64
+            "x%" PRId64 "%s",
+            width, height, sug);
     }
     if (width > 4 * height || height > 4 * width) {
         suggestion(width, height, sug, sizeof sug);
-        return H3_ERR(H3_ERR_INVALID, "the aspect ratio must lie between 1:4 and 4:1; got %" PRId64 "x%" PRId64 " (%.3g:1)%s",
+        return H3_ERR(H3_ERR_INVALID,
+                      "the aspect ratio must lie between 1:4 and 4:1; got %" PRId64 "x%" PRId64 " (%.3g:1)%s",
                       width, height, (double)width / (double)height, sug);
     }
     if (width * height > (int64_t)H3_DEFAULT_WIDTH * H3_DEFAULT_HEIGHT)
         warn(warnings,
-             "%" PRId64 "x%" PRId64 " is larger in area than the released model's 1344x768 canvas: quality there is "
+             "%" PRId64 "x%" PRId64
+             " is larger in area than the released model's 1344x768 canvas: quality there is "
              "untested",
              width, height);
     return H3_OK;
@@ -219,8 +229,8 @@ h3_status h3_request_parse_output_size(const char *text, int64_t *width, int64_t
     char *end;
     long long w, h;
     if (!parse_wxh(s, &w, &h, &end) || *end)
-        return H3_ERR(H3_ERR_INVALID, "--output-size must be WIDTHxHEIGHT in pixels (e.g. 1920x1080); got '%s'",
-                      s);
+        return H3_ERR(H3_ERR_INVALID,
+                      "--output-size must be WIDTHxHEIGHT in pixels (e.g. 1920x1080); got '%s'", s);
     H3_TRY(h3_media_check_output_size(w, h)); /* 0 is refused, not "not given" */
     *width = w;
     *height = h;
@@ -255,9 +265,9 @@ h3_status h3_request_parse_refine(const char *text, int64_t *width, int64_t *hei
     *denoise = d;
     return H3_OK;
 bad:
-    return H3_ERR(H3_ERR_INVALID,
-                  "--refine must be WIDTHxHEIGHT or WIDTHxHEIGHT:DENOISE (e.g. 256x256 or 2688x1536:0.4); got '%s'",
-                  s);
+    return H3_ERR(
+        H3_ERR_INVALID,
+        "--refine must be WIDTHxHEIGHT or WIDTHxHEIGHT:DENOISE (e.g. 256x256 or 2688x1536:0.4); got '%s'", s);
 }
 
 h3_status h3_request_check_refine(int64_t width, int64_t height, int64_t refine_width, int64_t refine_height,
@@ -312,7 +322,8 @@ h3_status h3_request_check_prompt_tokens(int64_t tokens, int64_t te_positions) {
     return H3_OK;
 }
 
-/* ---- the whole request -------------------------------------------------------------------------------------- */
+/* ---- the whole request
+ * -------------------------------------------------------------------------------------- */
 
 h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     if (warnings) warnings->n = 0;
@@ -328,17 +339,19 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
         r->height = H3_DEFAULT_HEIGHT;
     }
     H3_TRY(h3_request_check_canvas(r->width, r->height, warnings));
-    if ((unsigned)r->sampler >= H3_SAMPLER_COUNT) return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)r->sampler);
+    if ((unsigned)r->sampler >= H3_SAMPLER_COUNT)
+        return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)r->sampler);
     if ((unsigned)r->scheduler >= H3_SCHEDULER_COUNT)
         return H3_ERR(H3_ERR_INVALID, "unknown scheduler %d", (int)r->scheduler);
-    if (r->steps == 0) r->steps = r->scheduler == H3_SCHEDULER_H3 ? H3_DEFAULT_STEPS_H3 : H3_DEFAULT_STEPS_COMFY;
+    if (r->steps == 0)
+        r->steps = r->scheduler == H3_SCHEDULER_H3 ? H3_DEFAULT_STEPS_H3 : H3_DEFAULT_STEPS_COMFY;
     if (r->steps < 1 || r->steps > H3_MAX_STEPS)
-        return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d", H3_MAX_STEPS,
-                      r->steps);
+        return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d",
+                      H3_MAX_STEPS, r->steps);
     if (r->refine_width || r->refine_height) {
         if (r->refine_denoise == 0.0) r->refine_denoise = H3_REFINE_DEFAULT_DENOISE;
-        H3_TRY(h3_request_check_refine(r->width, r->height, r->refine_width, r->refine_height, r->refine_denoise,
-                                       warnings));
+        H3_TRY(h3_request_check_refine(r->width, r->height, r->refine_width, r->refine_height,
+                                       r->refine_denoise, warnings));
     } else if (r->refine_denoise != 0.0) {
         return H3_ERR(H3_ERR_INVALID, "a refine denoise without a refine canvas");
     }

@@ -30,15 +30,15 @@
 #include "sample/sampler.h"
 #include "sample/schedule.h"
 
-#define H3_DEFAULT_WIDTH 1344
-#define H3_DEFAULT_HEIGHT 768
-#define H3_DEFAULT_FRAMES 124
-#define H3_DEFAULT_STEPS_H3 49    /* diffusers' 50 sigma points */
-#define H3_DEFAULT_STEPS_COMFY 20 /* ComfyUI's H3 template */
-#define H3_MAX_FRAMES 14400       /* 10 minutes: a bound for arithmetic, far above what fits anywhere */
-#define H3_MAX_SIDE 8192
-#define H3_TRAINED_MIN_FRAMES 96  /* 4 s */
-#define H3_TRAINED_MAX_FRAMES 360 /* 15 s */
+#define H3_DEFAULT_WIDTH       1344
+#define H3_DEFAULT_HEIGHT      768
+#define H3_DEFAULT_FRAMES      124
+#define H3_DEFAULT_STEPS_H3    49    /* diffusers' 50 sigma points */
+#define H3_DEFAULT_STEPS_COMFY 20    /* ComfyUI's H3 template */
+#define H3_MAX_FRAMES          14400 /* 10 minutes: a bound for arithmetic, far above what fits anywhere */
+#define H3_MAX_SIDE            8192
+#define H3_TRAINED_MIN_FRAMES  96  /* 4 s */
+#define H3_TRAINED_MAX_FRAMES  360 /* 15 s */
 #define H3_MAX_PROMPT_TOKENS   8192
 #define H3_MAX_PROMPT_BYTES    (128 * H3_MAX_PROMPT_TOKENS) /* 1 MiB */
 
