@@ -36,6 +36,19 @@ grep -q "decode memory: peak" "$tmp/out" || fail "no memory report: $(cat "$tmp/
 mkdir -p "$tmp/FL2VA" && ln -s "$V/official" "$tmp/FL2VA/video_vae"
 run_video official_tiles "$tmp/FL2VA"
 
+# ---- --output-size: the PNG frames scaled (Lanczos) to it; an odd size refused with exit 2 -----------------------
+"$H3RUN" decode --model "$V/official" --latents "$V/case_official_chunks.safetensors" --out "$tmp/scaled" \
+    --output-size 64x20 -q 2>"$tmp/err" || fail "decode --output-size 64x20 exited $?: $(cat "$tmp/err")"
+[ "$(ls "$tmp/scaled" 2>/dev/null | wc -l)" = 39 ] || fail "decode --output-size: not 39 frames"
+if command -v ffprobe >/dev/null; then
+    info=$(ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$tmp/scaled/frame_00038.png")
+    [ "$info" = "64,20" ] || fail "decode --output-size 64x20 wrote $info frames"
+fi
+"$H3RUN" decode --model "$V/official" --latents "$V/case_official_chunks.safetensors" --out "$tmp/odd" \
+    --output-size 63x20 -q 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "use 62x20 or 64x20" "$tmp/err" && [ ! -e "$tmp/odd" ] \
+    || fail "decode --output-size 63x20: exit $rc, $(cat "$tmp/err")"
+
 # ---- PNG frames, read back by ffmpeg ----------------------------------------------------------------------------
 "$H3RUN" decode --model "$V/official" --latents "$V/case_official_chunks.safetensors" --out "$tmp/frames" -q \
     2>"$tmp/err" || fail "decode to PNG exited $?: $(cat "$tmp/err")"

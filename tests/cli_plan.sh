@@ -38,6 +38,21 @@ done
 peak=$(sed -n 's/^  device peak \([0-9.]*\) GiB of 8.00 GiB:$/\1/p' <<<"$out")
 awk -v p="$peak" 'BEGIN { exit !(p > 6 && p <= 8) }' || fail "W124 at 8 GiB: peak '$peak' GiB"
 echo "W124 8GiB: $(grep -E 'placement|time per step' <<<"$out" | tr -s ' ' | tr '\n' ';')"
+# --refine: the second DiT stage at the refine canvas (its longer sequence) planned and shown beside the first, the
+# VAEs at the refine canvas; a refine canvas smaller than the first is refused (exit 2).
+out=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --refine 1344x768:0.5 --vram-budget 8GiB --ram-budget 100GiB \
+      --device h200 2>"$tmp/err")
+rc=$?
+[ $rc -eq 0 ] || fail "plan --refine exited $rc: $(cat "$tmp/err")"
+for want in "refine: a second pass at 1344x768, 25 model calls" "DiT: 19412 packed rows" \
+            "DiT, refine pass at 1344x768: 37838 packed rows (128 text, 414 audio, 37296 video); fits"; do
+    grep -qF -- "$want" <<<"$out" || fail "plan --refine lacks '$want': $out"
+done
+grep -qE "^  DiT refine +device " <<<"$out" || fail "plan --refine: no 'DiT refine' line in the stages: $out"
+"$H3RUN" plan "$tmp/FL2VA" --workload W124 --refine 640x544 --vram-budget 8GiB >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] || fail "plan --refine 640x544 (smaller than 960x544) exited $rc, not 2"
+grep -q "smaller than the first pass's 960x544" "$tmp/err" || fail "plan --refine 640x544: $(cat "$tmp/err")"
 
 # The release-shaped model (h3-testdata model --header-only: the pruned int8 ConvRot DiT, the nvfp4 text encoder,
 # the f16 video VAE, the f32 audio VAE), W124 at 8 GiB, 20 steps on the H200's figures: every stage planned on the

@@ -232,7 +232,7 @@ static void reference_latents(const h3_request *q, float **video, float **audio,
     for (int64_t i = 0; i < n; i++) c.ti[i] = (int32_t)L.text_indices[i];
     snprintf(p, sizeof p, "%s/transformer", g_tiny);
     CHECK_OK(h3_dit_open(p, NULL, &c.dit));
-    h3_sample_args sa = {q->sampler, &s, ref_model, &c, NULL, NULL};
+    h3_sample_args sa = {q->sampler, &s, ref_model, &c, NULL, NULL, 0};
     CHECK_OK(h3_sample(&sa, rows, (size_t)nv, arows, (size_t)na));
     h3_dit_stats ds;
     h3_dit_get_stats(c.dit, &ds);
@@ -474,6 +474,7 @@ static void test_interrupted(void) {
         r.device = H3_DEVICE_CPU;
         r.threads = 2;
         r.x264_preset = "ultrafast";
+        if (s == H3_GEN_REFINE) r.req.refine_width = r.req.refine_height = 160; /* the stage runs only then */
         stop_ctx sc = {h3_generate_stage_name(s), NULL, 0};
         h3_generate_callbacks cb = {track, &sc, stop_now, &sc};
         h3_mem_stats m0, m1;

@@ -327,6 +327,61 @@ static void test_cleanup(void) {
     g_fx = NULL;
 }
 
+/* The refine pass's latent upscale against values computed independently: torch's
+ * interpolate(arange(4).view(1, 1, 2, 2), size=(4, 4), mode="bilinear", align_corners=False) (half-pixel
+ * centres, clamped edges), written out here; a constant frame stays constant; a linear function of the source
+ * position comes out as that function at each output's source position wherever that lies inside the frame
+ * (bilinear interpolation reproduces linear functions); the same size is the identity; frames and channels
+ * are scaled on their own. */
+static void test_upscale(void) {
+    static const float src[4] = {0, 1, 2, 3};
+    static const float want[16] = {0.0f, 0.25f, 0.75f, 1.0f, 0.5f, 0.75f, 1.25f, 1.5f,
+                                   1.5f, 1.75f, 2.25f, 2.5f, 2.0f, 2.25f, 2.75f, 3.0f};
+    float out[16];
+    CHECK_OK(h3_video_latent_upscale(src, 1, 1, 2, 2, 4, 4, out));
+    for (int i = 0; i < 16; i++)
+        CHECK(fabsf(out[i] - want[i]) < 1e-6f, "2x2 -> 4x4 [%d]: %g, torch %g", i, out[i], want[i]);
+    /* [C=3, T=2, 5, 7] -> [3, 2, 13, 16]: constant planes, then a linear plane per (c, t) */
+    enum { C = 3, T = 2, H = 5, Wd = 7, H2 = 13, W2 = 16 };
+    float *a = malloc(sizeof(float) * C * T * H * Wd), *b = malloc(sizeof(float) * C * T * H2 * W2);
+    double k[C * T];
+    for (int f = 0; f < C * T; f++) {
+        k[f] = t_uniform(-3, 3);
+        for (int i = 0; i < H * Wd; i++) a[f * H * Wd + i] = (float)k[f];
+    }
+    CHECK_OK(h3_video_latent_upscale(a, C, T, H, Wd, H2, W2, b));
+    int bad = 0;
+    for (int f = 0; f < C * T; f++)
+        for (int i = 0; i < H2 * W2; i++) bad += b[f * H2 * W2 + i] != (float)k[f];
+    CHECK(bad == 0, "%d values of constant planes changed", bad);
+    double ca[C * T], cb[C * T];
+    for (int f = 0; f < C * T; f++) {
+        ca[f] = t_uniform(-1, 1);
+        cb[f] = t_uniform(-1, 1);
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < Wd; x++) a[(f * H + y) * Wd + x] = (float)(k[f] + ca[f] * y + cb[f] * x);
+    }
+    CHECK_OK(h3_video_latent_upscale(a, C, T, H, Wd, H2, W2, b));
+    double worst = 0;
+    int inside = 0;
+    for (int f = 0; f < C * T; f++)
+        for (int i = 0; i < H2; i++)
+            for (int j = 0; j < W2; j++) {
+                const double py = (i + 0.5) * H / H2 - 0.5, px = (j + 0.5) * Wd / W2 - 0.5;
+                if (py < 0 || px < 0 || py > H - 1 || px > Wd - 1) continue;
+                inside++;
+                const double e = fabs(b[(f * H2 + i) * W2 + j] - (k[f] + ca[f] * py + cb[f] * px));
+                if (e > worst) worst = e;
+            }
+    CHECK(inside > C * T * H2 * W2 / 2 && worst < 1e-5, "a linear plane: %d inside values, worst error %g",
+          inside, worst);
+    CHECK_OK(h3_video_latent_upscale(a, C, T, H, Wd, H, Wd, b));
+    CHECK(!memcmp(a, b, sizeof(float) * C * T * H * Wd), "the same size is not the identity");
+    CHECK_ERR(h3_video_latent_upscale(a, C, T, H, Wd, 0, W2, b), H3_ERR_INVALID, "empty");
+    free(a);
+    free(b);
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"sizes", test_sizes},
@@ -335,6 +390,7 @@ int main(int argc, char **argv) {
         {"positions_reference", test_positions_reference},
         {"timestep_indices", test_timestep_indices},
         {"patchify", test_patchify},
+        {"upscale", test_upscale},
         {"errors_and_alloc", test_errors_and_alloc},
         {"cleanup", test_cleanup},
         {NULL, NULL},

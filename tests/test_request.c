@@ -1,5 +1,6 @@
-/* Request validation (src/pipeline/request): every rule, its exact suggestion and its warning; and progress reporting
- * (src/pipeline/progress): events, seconds per step and ETA on a scripted clock, and the printer's three styles. */
+/* Request validation (src/pipeline/request): every rule, its exact suggestion and its warning; and progress
+ * reporting (src/pipeline/progress): events, seconds per step and ETA on a scripted clock, and the printer's
+ * three styles. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,8 @@
 #include "pipeline/request.h"
 #include "testutil.h"
 
-/* ---- frames ------------------------------------------------------------------------------------------------------ */
+/* ---- frames
+ * ------------------------------------------------------------------------------------------------------ */
 
 static int valid_frames(int64_t f) {
     return f >= 5 && (f - 5) % 17 == 0;
@@ -40,14 +42,16 @@ static void test_frames(void) {
         while (!valid_frames(hi)) hi++;
         char want[96];
         if (lo >= 5)
-            snprintf(want, sizeof want, "got %lld: use %lld or %lld", (long long)f, (long long)lo, (long long)hi);
+            snprintf(want, sizeof want, "got %lld: use %lld or %lld", (long long)f, (long long)lo,
+                     (long long)hi);
         else
             snprintf(want, sizeof want, "got %lld: use 5 or 22", (long long)f);
         CHECK(strstr(h3_last_error_message(), want) != NULL, "%lld frames: '%s' lacks '%s'", (long long)f,
               h3_last_error_message(), want);
         CHECK(strstr(h3_last_error_message(), "17n+5") != NULL);
     }
-    CHECK_ERR(h3_request_check_frames(120, NULL), H3_ERR_INVALID, "frames must be 17n+5 (the video VAE works in 17-frame chunks); got 120: use 107 or 124");
+    CHECK_ERR(h3_request_check_frames(120, NULL), H3_ERR_INVALID,
+              "frames must be 17n+5 (the video VAE works in 17-frame chunks); got 120: use 107 or 124");
     CHECK_ERR(h3_request_check_frames(H3_MAX_FRAMES + 1, NULL), H3_ERR_INVALID, "at most");
     /* Trained range: 107..345 quiet, 90 and 362 warn. */
     w.n = 0;
@@ -62,14 +66,16 @@ static void test_seconds(void) {
     static const struct {
         double s;
         int64_t f;
-    } cases[] = {{5, 124}, {4, 107}, {4.5, 124}, {10, 243}, {15, 362}, {14.4, 362}, {14.375, 345}, {0.9375, 22}, {0.01, 5}, {1, 39}, {0.2, 5}};
+    } cases[] = {{5, 124},      {4, 107},     {4.5, 124}, {10, 243}, {15, 362}, {14.4, 362},
+                 {14.375, 345}, {0.9375, 22}, {0.01, 5},  {1, 39},   {0.2, 5}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t f = 0;
         CHECK_OK(h3_request_frames_from_seconds(cases[i].s, &f));
-        CHECK(f == cases[i].f, "%g s -> %lld frames, expected %lld", cases[i].s, (long long)f, (long long)cases[i].f);
+        CHECK(f == cases[i].f, "%g s -> %lld frames, expected %lld", cases[i].s, (long long)f,
+              (long long)cases[i].f);
     }
-    /* In general: the smallest 17n+5 >= max(5, round(24 s)), rounding half to even as Python's round() in ComfyUI's
-     * formula does (0.9375 s = 22.5 frames -> 22 -> 22). */
+    /* In general: the smallest 17n+5 >= max(5, round(24 s)), rounding half to even as Python's round() in
+     * ComfyUI's formula does (0.9375 s = 22.5 frames -> 22 -> 22). */
     for (int k = 1; k <= 2000; k++) {
         double s = k * 0.0125;
         int64_t f = 0, want = (int64_t)rint(s * 24.0);
@@ -86,7 +92,8 @@ static void test_seconds(void) {
     CHECK_ERR(h3_request_frames_from_seconds(1e9, &f), H3_ERR_INVALID, "at most");
 }
 
-/* ---- canvas ------------------------------------------------------------------------------------------------------ */
+/* ---- canvas
+ * ------------------------------------------------------------------------------------------------------ */
 
 static void test_canvas(void) {
     CHECK_OK(h3_request_check_canvas(1344, 768, NULL));
@@ -95,8 +102,10 @@ static void test_canvas(void) {
     CHECK_OK(h3_request_check_canvas(128, 32, NULL));   /* exactly 4:1 */
     CHECK_OK(h3_request_check_canvas(32, 128, NULL));
     CHECK_ERR(h3_request_check_canvas(1280, 720, NULL), H3_ERR_INVALID,
-              "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got 1280x720: use 1280x704 or 1280x736");
-    CHECK_ERR(h3_request_check_canvas(1920, 1080, NULL), H3_ERR_INVALID, "got 1920x1080: use 1920x1088 or 1920x1056");
+              "width and height must be multiples of 32 (16x video VAE, then 2x2 patches); got 1280x720: use "
+              "1280x704 or 1280x736");
+    CHECK_ERR(h3_request_check_canvas(1920, 1080, NULL), H3_ERR_INVALID,
+              "got 1920x1080: use 1920x1088 or 1920x1056");
     CHECK_ERR(h3_request_check_canvas(1000, 1000, NULL), H3_ERR_INVALID, "use 992x992 or 992x1024");
     CHECK_ERR(h3_request_check_canvas(4096, 512, NULL), H3_ERR_INVALID,
               "the aspect ratio must lie between 1:4 and 4:1; got 4096x512 (8:1): use 4096x1024 or 2048x512");
@@ -112,8 +121,9 @@ static void test_canvas(void) {
             int k = h3_request_nearest_canvases(w, h, sw, sh);
             CHECK(k >= 1, "no suggestion for %lldx%lld", (long long)w, (long long)h);
             for (int i = 0; i < k; i++)
-                CHECK(h3_request_check_canvas(sw[i], sh[i], NULL) == H3_OK, "suggested %lldx%lld for %lldx%lld is invalid",
-                      (long long)sw[i], (long long)sh[i], (long long)w, (long long)h);
+                CHECK(h3_request_check_canvas(sw[i], sh[i], NULL) == H3_OK,
+                      "suggested %lldx%lld for %lldx%lld is invalid", (long long)sw[i], (long long)sh[i],
+                      (long long)w, (long long)h);
             if (k == 2) CHECK(sw[0] != sw[1] || sh[0] != sh[1]);
         }
     /* Above the released canvas area: allowed, with a warning. */
@@ -131,7 +141,16 @@ static void test_parse_size(void) {
     CHECK(w == 1344 && h == 768);
     CHECK_OK(h3_request_parse_size("64X32", &w, &h));
     CHECK(w == 64 && h == 32);
-    const char *bad[] = {"", "1344", "1344x", "x768", "1344x768x2", "-32x32", "32x-32", "13 44x768", "axb", "1344*768",
+    const char *bad[] = {"",
+                         "1344",
+                         "1344x",
+                         "x768",
+                         "1344x768x2",
+                         "-32x32",
+                         "32x-32",
+                         "13 44x768",
+                         "axb",
+                         "1344*768",
                          "99999999999999999999x2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_ERR(h3_request_parse_size(bad[i], &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
@@ -144,6 +163,84 @@ static void test_parse_size(void) {
         CHECK_ERR(h3_request_parse_size(zero[i], &w, &h), H3_ERR_INVALID, "must be positive multiples of 32");
         CHECK(w == 7 && h == 7, "%s: a refused size is not stored", zero[i]);
     }
+}
+
+/* --refine and --output-size: the syntax, the rules (one table of accepted and refused values, each refusal
+ * naming the fix), the defaults through h3_request_resolve, and the split of the steps between the passes. */
+static void test_refine_and_output_size(void) {
+    static const struct {
+        const char *text;
+        int ok;             /* parses */
+        int64_t w, h;       /* when it does */
+        double d;           /* 0: not given */
+        const char *needle; /* the refusal's words */
+    } refine[] = {
+        {"256x256", 1, 256, 256, 0, NULL},
+        {"2688x1536:0.4", 1, 2688, 1536, 0.4, NULL},
+        {"256x256:1", 1, 256, 256, 1, NULL},
+        {"256x256:0", 0, 0, 0, 0, "in (0, 1]"},
+        {"256x256:1.5", 0, 0, 0, 0, "in (0, 1]"},
+        {"256x256:-0.2", 0, 0, 0, 0, "in (0, 1]"},
+        {"256x256:nan", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+        {"256x256:", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+        {"256", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+        {"0x0", 0, 0, 0, 0, "positive"},
+        {"256x256:0.5x", 0, 0, 0, 0, "WIDTHxHEIGHT:DENOISE"},
+    };
+    for (size_t i = 0; i < sizeof refine / sizeof *refine; i++) {
+        int64_t w = 0, h = 0;
+        double d = 0;
+        if (refine[i].ok) {
+            CHECK_OK(h3_request_parse_refine(refine[i].text, &w, &h, &d));
+            CHECK(w == refine[i].w && h == refine[i].h && d == refine[i].d, "%s: %lldx%lld:%g",
+                  refine[i].text, (long long)w, (long long)h, d);
+        } else {
+            CHECK_ERR(h3_request_parse_refine(refine[i].text, &w, &h, &d), H3_ERR_INVALID, refine[i].needle);
+        }
+    }
+    /* the rules against the first pass's canvas */
+    CHECK_OK(h3_request_check_refine(128, 128, 256, 256, 0.5, NULL));
+    CHECK_OK(h3_request_check_refine(896, 512, 1344, 768, 1.0, NULL));
+    CHECK_OK(h3_request_check_refine(128, 128, 128, 128, 0.3, NULL));
+    CHECK_ERR(h3_request_check_refine(128, 128, 250, 256, 0.5, NULL), H3_ERR_INVALID, "multiples of 32");
+    CHECK_ERR(h3_request_check_refine(128, 128, 96, 96, 0.5, NULL), H3_ERR_INVALID,
+              "smaller than the first pass's 128x128");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 96, 0.5, NULL), H3_ERR_INVALID, "e.g. 256x256");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 256, 0.0, NULL), H3_ERR_INVALID, "in (0, 1]");
+    CHECK_ERR(h3_request_check_refine(128, 128, 256, 256, 1.01, NULL), H3_ERR_INVALID, "in (0, 1]");
+    /* the steps of the refine pass: round(calls x denoise), at least 1, at most calls */
+    static const struct {
+        int calls;
+        double d;
+        int want;
+    } split[] = {{49, 0.5, 25}, {49, 1.0, 49}, {49, 0.02, 1}, {49, 0.05, 2},
+                 {20, 0.4, 8},  {3, 0.01, 1},  {1, 0.5, 1}};
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++)
+        CHECK(h3_request_refine_calls(split[i].calls, split[i].d) == split[i].want, "%d calls at %g: %d",
+              split[i].calls, split[i].d, h3_request_refine_calls(split[i].calls, split[i].d));
+    /* --output-size */
+    int64_t w, h;
+    CHECK_OK(h3_request_parse_output_size("1920x1080", &w, &h));
+    CHECK(w == 1920 && h == 1080);
+    CHECK_ERR(h3_request_parse_output_size("1919x1080", &w, &h), H3_ERR_INVALID,
+              "use 1918x1080 or 1920x1080");
+    CHECK_ERR(h3_request_parse_output_size("0x0", &w, &h), H3_ERR_INVALID, "even number from 2");
+    CHECK_ERR(h3_request_parse_output_size("1920", &w, &h), H3_ERR_INVALID, "WIDTHxHEIGHT");
+    /* resolve: the default denoise, and the checks */
+    h3_request r;
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.width = r.height = 128;
+    r.refine_width = r.refine_height = 256;
+    CHECK_OK(h3_request_resolve(&r, NULL));
+    CHECK(r.refine_denoise == H3_REFINE_DEFAULT_DENOISE, "default denoise %g", r.refine_denoise);
+    r.refine_width = 64;
+    CHECK_ERR(h3_request_resolve(&r, NULL), H3_ERR_INVALID, "smaller than");
+    h3_request_init(&r);
+    r.prompt = "x";
+    r.out_width = 101;
+    r.out_height = 100;
+    CHECK_ERR(h3_request_resolve(&r, NULL), H3_ERR_INVALID, "use 100x100 or 102x100");
 }
 
 /* ---- the prompt's length
@@ -216,7 +313,8 @@ static void test_resolve(void) {
     CHECK_ERR(h3_request_resolve(&r, &w), H3_ERR_INVALID, "positive");
 }
 
-/* ---- progress ---------------------------------------------------------------------------------------------------- */
+/* ---- progress
+ * ---------------------------------------------------------------------------------------------------- */
 
 typedef struct {
     double t;
@@ -261,12 +359,15 @@ static void test_progress_events(void) {
     /* stage_begin te, stage_end te, stage_begin dit, 4 steps, stage_end dit, done */
     CHECK(rec.n == 9, "%d events", rec.n);
     if (rec.n != 9) return;
-    CHECK(rec.ev[0].kind == H3_PROGRESS_STAGE_BEGIN && !strcmp(rec.stage[0], "text_encoder") && rec.ev[0].elapsed_s == 1.0);
-    CHECK(rec.ev[1].kind == H3_PROGRESS_STAGE_END && !strcmp(rec.stage[1], "text_encoder") && rec.ev[1].stage_s == 2.5);
+    CHECK(rec.ev[0].kind == H3_PROGRESS_STAGE_BEGIN && !strcmp(rec.stage[0], "text_encoder") &&
+          rec.ev[0].elapsed_s == 1.0);
+    CHECK(rec.ev[1].kind == H3_PROGRESS_STAGE_END && !strcmp(rec.stage[1], "text_encoder") &&
+          rec.ev[1].stage_s == 2.5);
     CHECK(rec.ev[2].kind == H3_PROGRESS_STAGE_BEGIN && !strcmp(rec.stage[2], "dit") && rec.ev[2].steps == 4 &&
           rec.ev[2].eta_s == -1.0);
     /* Step 1: 10 s per step, ETA 30 s. Steps 2..4: mean of the steps after the first, 4 s; ETA 8, 4, 0. */
-    const double want_sps[4] = {10, 4, 4, 4}, want_eta[4] = {30, 8, 4, 0}, want_el[4] = {13.5, 17.5, 21.5, 25.5};
+    const double want_sps[4] = {10, 4, 4, 4}, want_eta[4] = {30, 8, 4, 0},
+                 want_el[4] = {13.5, 17.5, 21.5, 25.5};
     for (int i = 0; i < 4; i++) {
         h3_progress_event *e = &rec.ev[3 + i];
         CHECK(e->kind == H3_PROGRESS_STEP && e->step == i + 1 && e->steps == 4);
@@ -274,8 +375,10 @@ static void test_progress_events(void) {
                   fabs(e->elapsed_s - want_el[i]) < 1e-9,
               "step %d: %.3f s/step, ETA %.3f, elapsed %.3f", i + 1, e->step_s, e->eta_s, e->elapsed_s);
     }
-    CHECK(rec.ev[7].kind == H3_PROGRESS_STAGE_END && fabs(rec.ev[7].stage_s - 22.5) < 1e-9 && rec.ev[7].eta_s == 0.0);
-    CHECK(rec.ev[8].kind == H3_PROGRESS_DONE && rec.ev[8].stage == NULL && fabs(rec.ev[8].elapsed_s - 26.0) < 1e-9);
+    CHECK(rec.ev[7].kind == H3_PROGRESS_STAGE_END && fabs(rec.ev[7].stage_s - 22.5) < 1e-9 &&
+          rec.ev[7].eta_s == 0.0);
+    CHECK(rec.ev[8].kind == H3_PROGRESS_DONE && rec.ev[8].stage == NULL &&
+          fabs(rec.ev[8].elapsed_s - 26.0) < 1e-9);
     /* No callback: nothing happens, nothing crashes. */
     h3_progress q;
     h3_progress_init(&q, NULL, NULL);
@@ -357,8 +460,10 @@ static void test_progress_printer(void) {
     free(s);
 
     s = printed(H3_PROGRESS_BAR);
-    /* Redrawn in place: carriage returns, the bar, and a newline only when a stage ends or the run finishes. */
-    CHECK(s && strstr(s, "\r\033[Kdit          [##########....................] 1/3  61.00 s/step  ETA 2:02  elapsed 1:02") != NULL,
+    /* Redrawn in place: carriage returns, the bar, and a newline only when a stage ends or the run finishes.
+     */
+    CHECK(s && strstr(s, "\r\033[Kdit          [##########....................] 1/3  61.00 s/step  ETA 2:02  "
+                         "elapsed 1:02") != NULL,
           "bar output: %s", s ? s : "(null)");
     CHECK(s && strstr(s, "[##############################] 3/3") != NULL);
     int nl = 0;
@@ -422,6 +527,7 @@ int main(int argc, char **argv) {
         {"seconds", test_seconds},
         {"canvas", test_canvas},
         {"parse_size", test_parse_size},
+        {"refine_and_output_size", test_refine_and_output_size},
         {"resolve", test_resolve},
         {"prompt_length", test_prompt_length},
         {"progress_lines", test_progress_lines},

@@ -1,6 +1,6 @@
-/* Noise, schedules and samplers (src/sample) against published test vectors, closed forms, an analytic model with a
- * known exact solution, and the numbers tools/reference/sampling_reference.py computes from the formulas of
- * docs/SAMPLING.md (tests/fixtures/sample/sampling.json; regenerate with
+/* Noise, schedules and samplers (src/sample) against published test vectors, closed forms, an analytic model
+ * with a known exact solution, and the numbers tools/reference/sampling_reference.py computes from the
+ * formulas of docs/SAMPLING.md (tests/fixtures/sample/sampling.json; regenerate with
  * `/usr/bin/python3 tools/reference/sampling_reference.py --write tests/fixtures/sample`). */
 #include <math.h>
 #include <stdlib.h>
@@ -34,22 +34,25 @@ static double rdiff(double a, double b) {
     return m > 1.0 ? fabs(a - b) / m : fabs(a - b);
 }
 
-/* ---- RNG --------------------------------------------------------------------------------------------------------- */
+/* ---- RNG
+ * ---------------------------------------------------------------------------------------------------------
+ */
 
 static void test_philox_vectors(void) {
     /* The Random123 known-answer vectors for Philox4x32-10. */
     static const uint32_t kat[3][10] = {
         {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
-         0x6d5451fd},
-        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
-         0x24126ea1},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e,
+         0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb,
+         0x5001e420, 0x24126ea1},
     };
     for (int k = 0; k < 3; k++) {
         uint32_t out[4];
         h3_philox4x32_10(kat[k], kat[k] + 4, out);
         for (int i = 0; i < 4; i++)
-            CHECK(out[i] == kat[k][6 + i], "vector %d word %d: %08x, expected %08x", k, i, out[i], kat[k][6 + i]);
+            CHECK(out[i] == kat[k][6 + i], "vector %d word %d: %08x, expected %08x", k, i, out[i],
+                  kat[k][6 + i]);
     }
     /* The reference's Philox agrees on the same vectors (so its normals below test the same generator). */
     json_t *ph = json_object_get(fixture(), "philox");
@@ -61,7 +64,8 @@ static void test_philox_vectors(void) {
         for (int i = 0; i < 4; i++) ctr[i] = (uint32_t)jnum(c, (size_t)i);
         for (int i = 0; i < 2; i++) kk[i] = (uint32_t)jnum(key, (size_t)i);
         h3_philox4x32_10(ctr, kk, out);
-        for (int i = 0; i < 4; i++) CHECK(out[i] == (uint32_t)jnum(o, (size_t)i), "fixture vector %zu word %d", k, i);
+        for (int i = 0; i < 4; i++)
+            CHECK(out[i] == (uint32_t)jnum(o, (size_t)i), "fixture vector %zu word %d", k, i);
     }
 }
 
@@ -71,7 +75,8 @@ static void test_normals_reference(void) {
     double worst = 0;
     for (size_t k = 0; k < json_array_size(ns); k++) {
         json_t *e = json_array_get(ns, k), *v = json_object_get(e, "values");
-        uint64_t seed = strtoull(json_string_value(json_object_get(e, "seed")), NULL, 16); /* 64-bit: a string */
+        uint64_t seed =
+            strtoull(json_string_value(json_object_get(e, "seed")), NULL, 16); /* 64-bit: a string */
         uint32_t stream = (uint32_t)json_integer_value(json_object_get(e, "stream"));
         uint64_t pos = (uint64_t)json_integer_value(json_object_get(e, "pos"));
         size_t n = json_array_size(v);
@@ -80,10 +85,10 @@ static void test_normals_reference(void) {
         for (size_t i = 0; i < n; i++) {
             double d = fabs(out[i] - jnum(v, i));
             if (d > worst) worst = d;
-            /* Both sides compute in double and round to float; libm's log/cos/sin may differ in the last bit of a
-             * double, which moves the float by at most one ulp (< 1e-6 for |z| < 8). */
-            CHECK(d <= 1e-6, "seed %llu stream %u value %llu: %.9g vs reference %.9g", (unsigned long long)seed,
-                  stream, (unsigned long long)(pos + i), out[i], jnum(v, i));
+            /* Both sides compute in double and round to float; libm's log/cos/sin may differ in the last bit
+             * of a double, which moves the float by at most one ulp (< 1e-6 for |z| < 8). */
+            CHECK(d <= 1e-6, "seed %llu stream %u value %llu: %.9g vs reference %.9g",
+                  (unsigned long long)seed, stream, (unsigned long long)(pos + i), out[i], jnum(v, i));
         }
     }
     printf("normals vs reference: max |diff| %.3g\n", worst);
@@ -148,11 +153,12 @@ static void test_normals_properties(void) {
     free(z);
 }
 
-/* ---- schedules --------------------------------------------------------------------------------------------------- */
+/* ---- schedules
+ * --------------------------------------------------------------------------------------------------- */
 
 static void test_beta_ppf(void) {
-    /* Closed forms: Beta(1,1) is uniform; Beta(1/2,1/2) is the arcsine law, ppf = sin^2(pi p/2); Beta(2,1) has
-     * cdf x^2. */
+    /* Closed forms: Beta(1,1) is uniform; Beta(1/2,1/2) is the arcsine law, ppf = sin^2(pi p/2); Beta(2,1)
+     * has cdf x^2. */
     double worst = 0;
     for (int i = 0; i <= 100; i++) {
         double p = i / 100.0;
@@ -170,7 +176,8 @@ static void test_schedules_reference(void) {
     CHECK(json_array_size(ss) > 40);
     double worst[H3_SCHEDULER_COUNT] = {0};
     for (size_t k = 0; k < json_array_size(ss); k++) {
-        json_t *e = json_array_get(ss, k), *jv = json_object_get(e, "sigma_v"), *ja = json_object_get(e, "sigma_a");
+        json_t *e = json_array_get(ss, k), *jv = json_object_get(e, "sigma_v"),
+               *ja = json_object_get(e, "sigma_a");
         h3_scheduler kind;
         CHECK_OK(h3_scheduler_parse(json_string_value(json_object_get(e, "kind")), &kind));
         int steps = (int)json_integer_value(json_object_get(e, "steps"));
@@ -178,31 +185,38 @@ static void test_schedules_reference(void) {
         h3_status st = h3_schedule_make(kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s);
         CHECK_OK(st);
         if (st != H3_OK) continue;
-        CHECK(s.n == (int)json_array_size(jv), "%s %d steps: %d sigmas, reference %zu", h3_scheduler_name(kind), steps,
-              s.n, json_array_size(jv));
-        if (kind != H3_SCHEDULER_BETA) CHECK(s.n == steps + 1, "%s: %d steps give %d sigmas", h3_scheduler_name(kind), steps, s.n);
+        CHECK(s.n == (int)json_array_size(jv), "%s %d steps: %d sigmas, reference %zu",
+              h3_scheduler_name(kind), steps, s.n, json_array_size(jv));
+        if (kind != H3_SCHEDULER_BETA)
+            CHECK(s.n == steps + 1, "%s: %d steps give %d sigmas", h3_scheduler_name(kind), steps, s.n);
         for (int i = 0; i < s.n && i < (int)json_array_size(jv); i++) {
-            double dv = fabs(s.sigma_v[i] - jnum(jv, (size_t)i)), da = fabs(s.sigma_a[i] - jnum(ja, (size_t)i));
-            if (jnum(jv, (size_t)i) > 0) worst[kind] = fmax(worst[kind], fmax(dv / jnum(jv, (size_t)i), da / jnum(ja, (size_t)i)));
-            /* simple and beta pick entries of a table both sides build with the same float32 operations: exact.
-             * h3, sgm_uniform and normal start from torch.linspace, whose vectorized CPU loop rounds some points
-             * differently from its elementwise definition (which the C follows) by an ulp of the grid value; the
-             * shift and the video-to-audio map amplify that to a few ulp of sigma: 1e-6 relative (8 ulp). */
+            double dv = fabs(s.sigma_v[i] - jnum(jv, (size_t)i)),
+                   da = fabs(s.sigma_a[i] - jnum(ja, (size_t)i));
+            if (jnum(jv, (size_t)i) > 0)
+                worst[kind] = fmax(worst[kind], fmax(dv / jnum(jv, (size_t)i), da / jnum(ja, (size_t)i)));
+            /* simple and beta pick entries of a table both sides build with the same float32 operations:
+             * exact. h3, sgm_uniform and normal start from torch.linspace, whose vectorized CPU loop rounds
+             * some points differently from its elementwise definition (which the C follows) by an ulp of the
+             * grid value; the shift and the video-to-audio map amplify that to a few ulp of sigma: 1e-6
+             * relative (8 ulp). */
             const int exact = kind == H3_SCHEDULER_SIMPLE || kind == H3_SCHEDULER_BETA;
             double tol = exact ? 0.0 : 1e-6 * jnum(jv, (size_t)i);
             double tola = exact ? 0.0 : 1e-6 * jnum(ja, (size_t)i);
             CHECK(dv <= tol && da <= tola, "%s %d steps, sigma %d: video %.9g vs %.9g, audio %.9g vs %.9g",
-                  h3_scheduler_name(kind), steps, i, s.sigma_v[i], jnum(jv, (size_t)i), s.sigma_a[i], jnum(ja, (size_t)i));
+                  h3_scheduler_name(kind), steps, i, s.sigma_v[i], jnum(jv, (size_t)i), s.sigma_a[i],
+                  jnum(ja, (size_t)i));
         }
         h3_schedule_free(&s);
     }
     for (int k = 0; k < H3_SCHEDULER_COUNT; k++)
-        printf("schedule %-12s vs reference: max relative diff %.3g\n", h3_scheduler_name((h3_scheduler)k), worst[k]);
+        printf("schedule %-12s vs reference: max relative diff %.3g\n", h3_scheduler_name((h3_scheduler)k),
+               worst[k]);
 }
 
 static void test_schedule_properties(void) {
-    /* Every scheduler at every step count: ends at 0, strictly decreasing, starts at 1, t = 1 - sigma, and the audio
-     * sigma is the video sigma moved from shift 12 to shift 3 (closed form in double, float32 rounding allowed). */
+    /* Every scheduler at every step count: ends at 0, strictly decreasing, starts at 1, t = 1 - sigma, and
+     * the audio sigma is the video sigma moved from shift 12 to shift 3 (closed form in double, float32
+     * rounding allowed). */
     double worst_map = 0;
     for (int kind = 0; kind < H3_SCHEDULER_COUNT; kind++)
         for (int steps = 1; steps <= H3_MAX_STEPS; steps += (steps < 60 ? 1 : 47)) {
@@ -210,10 +224,11 @@ static void test_schedule_properties(void) {
             h3_status st = h3_schedule_make((h3_scheduler)kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s);
             CHECK_OK(st);
             if (st != H3_OK) continue;
-            CHECK(s.sigma_v[0] == 1.0f && s.sigma_a[0] == 1.0f, "%s %d: starts at %g/%g", h3_scheduler_name(kind), steps,
-                  s.sigma_v[0], s.sigma_a[0]);
+            CHECK(s.sigma_v[0] == 1.0f && s.sigma_a[0] == 1.0f, "%s %d: starts at %g/%g",
+                  h3_scheduler_name(kind), steps, s.sigma_v[0], s.sigma_a[0]);
             CHECK(s.sigma_v[s.n - 1] == 0.0f && s.sigma_a[s.n - 1] == 0.0f);
-            if (kind != H3_SCHEDULER_BETA) CHECK(s.n == steps + 1, "%s %d steps: %d sigmas", h3_scheduler_name(kind), steps, s.n);
+            if (kind != H3_SCHEDULER_BETA)
+                CHECK(s.n == steps + 1, "%s %d steps: %d sigmas", h3_scheduler_name(kind), steps, s.n);
             CHECK(s.n >= 2 && s.n <= steps + 1);
             for (int i = 0; i + 1 < s.n; i++) {
                 CHECK(s.sigma_v[i + 1] < s.sigma_v[i] && s.sigma_a[i + 1] < s.sigma_a[i]);
@@ -223,8 +238,8 @@ static void test_schedule_properties(void) {
                 double sa = 3.0 * base / (1.0 + 2.0 * base);
                 double e = fabs(sa - s.sigma_a[i]) / sa;
                 worst_map = fmax(worst_map, e);
-                CHECK(e < 1e-6, "%s %d steps, step %d: audio sigma %.9g, closed form %.9g", h3_scheduler_name(kind), steps,
-                      i, s.sigma_a[i], sa);
+                CHECK(e < 1e-6, "%s %d steps, step %d: audio sigma %.9g, closed form %.9g",
+                      h3_scheduler_name(kind), steps, i, s.sigma_a[i], sa);
             }
             h3_schedule_free(&s);
         }
@@ -234,11 +249,13 @@ static void test_schedule_properties(void) {
     CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 49, 12, 3, &s));
     for (int i = 0; i < s.n; i++) {
         double b = 1.0 - i / 49.0;
-        CHECK(fabs(s.sigma_v[i] - 12 * b / (1 + 11 * b)) < 3e-7 && fabs(s.sigma_a[i] - 3 * b / (1 + 2 * b)) < 3e-7,
+        CHECK(fabs(s.sigma_v[i] - 12 * b / (1 + 11 * b)) < 3e-7 &&
+                  fabs(s.sigma_a[i] - 3 * b / (1 + 2 * b)) < 3e-7,
               "h3 grid point %d: %.9g %.9g", i, s.sigma_v[i], s.sigma_a[i]);
     }
     h3_schedule_free(&s);
-    /* ComfyUI's simple scheduler at 20 steps is every 50th table entry from the top: shift12((1000 - 50 i)/1000). */
+    /* ComfyUI's simple scheduler at 20 steps is every 50th table entry from the top: shift12((1000 - 50
+     * i)/1000). */
     CHECK_OK(h3_schedule_make(H3_SCHEDULER_SIMPLE, 20, 12, 3, &s));
     for (int i = 0; i < 20; i++) {
         double t = (1000 - 50 * i) / 1000.0;
@@ -247,7 +264,8 @@ static void test_schedule_properties(void) {
     h3_schedule_free(&s);
     /* Bad arguments. */
     CHECK_ERR(h3_schedule_make(H3_SCHEDULER_H3, 0, 12, 3, &s), H3_ERR_INVALID, "steps");
-    CHECK_ERR(h3_schedule_make(H3_SCHEDULER_H3, H3_MAX_STEPS + 1, 12, 3, &s), H3_ERR_INVALID, "between 1 and");
+    CHECK_ERR(h3_schedule_make(H3_SCHEDULER_H3, H3_MAX_STEPS + 1, 12, 3, &s), H3_ERR_INVALID,
+              "between 1 and");
     CHECK_ERR(h3_schedule_make(H3_SCHEDULER_SIMPLE, 10, -1, 3, &s), H3_ERR_INVALID, "shift");
     CHECK_ERR(h3_schedule_make(H3_SCHEDULER_SIMPLE, 10, 12, NAN, &s), H3_ERR_INVALID, "shift");
     h3_scheduler k;
@@ -260,10 +278,11 @@ static void test_schedule_properties(void) {
     CHECK(m == H3_SAMPLER_RES_MULTISTEP);
 }
 
-/* ---- samplers ---------------------------------------------------------------------------------------------------- */
+/* ---- samplers
+ * ---------------------------------------------------------------------------------------------------- */
 
-/* The analytic model: x0 ~ N(mu, s^2) per element. On the path x = (1-sigma)x0 + sigma*eps the posterior mean is
- * linear in x, and the probability-flow ODE from eps at sigma = 1 ends exactly at mu + s*eps. */
+/* The analytic model: x0 ~ N(mu, s^2) per element. On the path x = (1-sigma)x0 + sigma*eps the posterior mean
+ * is linear in x, and the probability-flow ODE from eps at sigma = 1 ends exactly at mu + s*eps. */
 typedef struct {
     const double *mu_v, *s_v, *mu_a, *s_a;
     size_t nv, na;
@@ -279,7 +298,8 @@ static void gauss_v(const float *x, float t, const double *mu, const double *s, 
     }
 }
 
-static h3_status gauss_fn(void *ctx, const float *xv, const float *xa, float tv, float ta, float *vv, float *va) {
+static h3_status gauss_fn(void *ctx, const float *xv, const float *xa, float tv, float ta, float *vv,
+                          float *va) {
     gauss_model *g = ctx;
     if (g->fail_at && g->calls + 1 == g->fail_at) return H3_ERR(H3_ERR_DEVICE, "simulated model failure");
     if (g->calls <= H3_MAX_STEPS) {
@@ -321,7 +341,7 @@ static void test_samplers_reference(void) {
         h3_schedule s;
         CHECK_OK(h3_schedule_make(kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s));
         gauss_model g = {mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
-        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL};
+        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
         float xv[NV], xa[NA];
         for (int i = 0; i < NV; i++) xv[i] = (float)nv[i];
         for (int i = 0; i < NA; i++) xa[i] = (float)na[i];
@@ -329,9 +349,9 @@ static void test_samplers_reference(void) {
         CHECK(g.calls == s.n - 1, "%d model calls for %d sigmas", g.calls, s.n);
         json_t *ov = json_object_get(e, "video"), *oa = json_object_get(e, "audio");
         const int exact_h3 = kind == H3_SCHEDULER_H3 && smp == H3_SAMPLER_EULER;
-        /* The h3/euler path is float32 like the reference; the rest keeps float32 state with double coefficients
-         * where the reference is all double: 1e-5 covers the float32 rounding of a few steps (and of sigma grids
-         * that differ from torch's by an ulp). */
+        /* The h3/euler path is float32 like the reference; the rest keeps float32 state with double
+         * coefficients where the reference is all double: 1e-5 covers the float32 rounding of a few steps
+         * (and of sigma grids that differ from torch's by an ulp). */
         const double tol = 1e-5;
         for (int i = 0; i < NV + NA; i++) {
             double got = i < NV ? xv[i] : xa[i - NV];
@@ -341,12 +361,13 @@ static void test_samplers_reference(void) {
                 worst_h3 = fmax(worst_h3, d);
             else
                 worst_k = fmax(worst_k, d);
-            CHECK(d <= tol, "%s/%s %d steps, %s %d: %.9g vs reference %.9g", h3_scheduler_name(kind), h3_sampler_name(smp),
-                  steps, i < NV ? "video" : "audio", i < NV ? i : i - NV, got, want);
+            CHECK(d <= tol, "%s/%s %d steps, %s %d: %.9g vs reference %.9g", h3_scheduler_name(kind),
+                  h3_sampler_name(smp), steps, i < NV ? "video" : "audio", i < NV ? i : i - NV, got, want);
         }
         h3_schedule_free(&s);
     }
-    printf("samplers vs reference: h3/euler (float32) max diff %.3g, ComfyUI samplers max diff %.3g\n", worst_h3, worst_k);
+    printf("samplers vs reference: h3/euler (float32) max diff %.3g, ComfyUI samplers max diff %.3g\n",
+           worst_h3, worst_k);
 }
 
 /* Distance to the exact ODE solution mu + s*eps for one sampler/scheduler/step count. */
@@ -355,7 +376,7 @@ static double gauss_error(h3_sampler smp, h3_scheduler kind, int steps, const do
     h3_schedule s;
     if (h3_schedule_make(kind, steps, 12, 3, &s) != H3_OK) return INFINITY;
     gauss_model g = {mu, sd, mu, sd, n, n, 0, 0, {0}, {0}};
-    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL};
+    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
     float *xv = malloc(n * sizeof(float)), *xa = malloc(n * sizeof(float));
     memcpy(xv, eps, n * sizeof(float));
     memcpy(xa, eps, n * sizeof(float));
@@ -383,17 +404,19 @@ static void test_samplers_analytic(void) {
         sd[i] = t_uniform(0.3, 1.5);
         eps[i] = (float)t_randn();
     }
-    /* Convergence to the exact solution as steps grow (RMS error). Euler is first order: 32 -> 64 model calls on the
-     * simple schedule halve its error. The two-step methods do clearly better: at 64 calls their error is under
-     * half of Euler's and falls faster than first order (their first step and the final step to sigma = 0 are
-     * Euler steps, which keeps the ratio below a clean 4 at these step counts; the reference shows 2.8 to 3.2). */
+    /* Convergence to the exact solution as steps grow (RMS error). Euler is first order: 32 -> 64 model calls
+     * on the simple schedule halve its error. The two-step methods do clearly better: at 64 calls their error
+     * is under half of Euler's and falls faster than first order (their first step and the final step to
+     * sigma = 0 are Euler steps, which keeps the ratio below a clean 4 at these step counts; the reference
+     * shows 2.8 to 3.2). */
     double euler64 = 0;
     for (int m = 0; m < H3_SAMPLER_COUNT; m++) {
         double e16 = gauss_error((h3_sampler)m, H3_SCHEDULER_SIMPLE, 16, mu, sd, eps, N);
         double e32 = gauss_error((h3_sampler)m, H3_SCHEDULER_SIMPLE, 32, mu, sd, eps, N);
         double e64 = gauss_error((h3_sampler)m, H3_SCHEDULER_SIMPLE, 64, mu, sd, eps, N);
         double e256 = gauss_error((h3_sampler)m, H3_SCHEDULER_SIMPLE, 256, mu, sd, eps, N);
-        printf("%-14s simple: RMS error to the exact solution at 16/32/64/256 steps %.3g %.3g %.3g %.3g (32->64 ratio "
+        printf("%-14s simple: RMS error to the exact solution at 16/32/64/256 steps %.3g %.3g %.3g %.3g "
+               "(32->64 ratio "
                "%.2f)\n",
                h3_sampler_name((h3_sampler)m), e16, e32, e64, e256, e32 / e64);
         CHECK(e32 < e16 && e64 < e32 && e256 < e64, "%s does not converge", h3_sampler_name((h3_sampler)m));
@@ -401,20 +424,21 @@ static void test_samplers_analytic(void) {
             euler64 = e64;
             CHECK(e32 / e64 > 1.7 && e32 / e64 < 2.3, "euler: error ratio %.2f, expected about 2", e32 / e64);
         } else {
-            CHECK(e32 / e64 > 2.3, "%s: error ratio %.2f, expected better than first order", h3_sampler_name((h3_sampler)m),
-                  e32 / e64);
-            CHECK(e64 < 0.5 * euler64, "%s: error %.3g at 64 steps, Euler's %.3g", h3_sampler_name((h3_sampler)m), e64,
-                  euler64);
+            CHECK(e32 / e64 > 2.3, "%s: error ratio %.2f, expected better than first order",
+                  h3_sampler_name((h3_sampler)m), e32 / e64);
+            CHECK(e64 < 0.5 * euler64, "%s: error %.3g at 64 steps, Euler's %.3g",
+                  h3_sampler_name((h3_sampler)m), e64, euler64);
         }
     }
     /* H3's own schedule and loop at the diffusers default, and many steps. */
     double e49 = gauss_error(H3_SAMPLER_EULER, H3_SCHEDULER_H3, 49, mu, sd, eps, N);
     double e999 = gauss_error(H3_SAMPLER_EULER, H3_SCHEDULER_H3, 999, mu, sd, eps, N);
     printf("h3/euler: error at 49 steps %.3g, at 999 steps %.3g\n", e49, e999);
-    /* First order on a grid whose steps near sigma = 0 are 12x the base spacing: about 12/999 at 999 steps. */
+    /* First order on a grid whose steps near sigma = 0 are 12x the base spacing: about 12/999 at 999 steps.
+     */
     CHECK(e999 < e49 / 10 && e999 < 0.02, "h3/euler error %g at 999 steps", e999);
-    /* Euler on the carried audio is Euler on each stream's own grid: h3/euler and the ComfyUI Euler on the same
-     * h3 grid agree to float32 rounding. */
+    /* Euler on the carried audio is Euler on each stream's own grid: h3/euler and the ComfyUI Euler on the
+     * same h3 grid agree to float32 rounding. */
     {
         h3_schedule s;
         CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 20, 12, 3, &s));
@@ -424,7 +448,7 @@ static void test_samplers_analytic(void) {
         memcpy(b_v, eps, sizeof b_v);
         memcpy(b_a, eps, sizeof b_a);
         gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
-        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL};
+        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL, 0};
         CHECK_OK(h3_sample(&a, a_v, N, a_a, N));
         s.kind = H3_SCHEDULER_SIMPLE; /* any non-h3 kind takes the ComfyUI path on the same sigmas */
         CHECK_OK(h3_sample(&a, b_v, N, b_a, N));
@@ -439,7 +463,8 @@ static void test_samplers_analytic(void) {
 
 static h3_status count_steps(void *ctx, int step, int steps) {
     int *c = ctx;
-    if (step != c[0] + 1 || steps != c[1]) return H3_ERR(H3_ERR_INTERNAL, "step %d of %d out of order", step, steps);
+    if (step != c[0] + 1 || steps != c[1])
+        return H3_ERR(H3_ERR_INTERNAL, "step %d of %d out of order", step, steps);
     c[0]++;
     if (c[2] && step == c[2]) return H3_ERR(H3_ERR_INTERRUPTED, "stopped");
     return H3_OK;
@@ -456,14 +481,15 @@ static void test_sampler_api(void) {
             CHECK_OK(h3_schedule_make((h3_scheduler)kind, 7, 12, 3, &s));
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             int cnt[3] = {0, s.n - 1, 0};
-            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt};
+            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt, 0};
             for (int i = 0; i < N; i++) xv[i] = xa[i] = (float)t_randn();
             CHECK_OK(h3_sample(&a, xv, N, xa, N));
-            CHECK(cnt[0] == s.n - 1 && g.calls == s.n - 1, "%s/%s: %d steps reported, %d calls", h3_sampler_name(smp),
-                  h3_scheduler_name(kind), cnt[0], g.calls);
+            CHECK(cnt[0] == s.n - 1 && g.calls == s.n - 1, "%s/%s: %d steps reported, %d calls",
+                  h3_sampler_name(smp), h3_scheduler_name(kind), cnt[0], g.calls);
             /* The model sees the schedule's timesteps of each stream. */
             for (int i = 0; i + 1 < s.n; i++)
-                CHECK(g.last_tv[i] == s.t_v[i] && g.last_ta[i] == s.t_a[i], "call %d: t %g/%g", i, g.last_tv[i], g.last_ta[i]);
+                CHECK(g.last_tv[i] == s.t_v[i] && g.last_ta[i] == s.t_a[i], "call %d: t %g/%g", i,
+                      g.last_tv[i], g.last_ta[i]);
             /* A failing model stops sampling with its error, with context. */
             g.calls = 0;
             g.fail_at = 3;
@@ -490,7 +516,7 @@ static void test_sampler_api(void) {
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             h3_status st = h3_schedule_make(smp == 1 ? H3_SCHEDULER_BETA : H3_SCHEDULER_H3, 5, 12, 3, &s);
             if (st == H3_OK) {
-                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL};
+                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
                 st = h3_sample(&a, xv, N, xa, N);
                 h3_schedule_free(&s);
             }
@@ -509,7 +535,7 @@ static void test_sampler_api(void) {
     /* Bad arguments. */
     h3_schedule s;
     CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 3, 12, 3, &s));
-    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL};
+    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL, 0};
     CHECK_ERR(h3_sample(&a, xv, N, xa, N), H3_ERR_INVALID, "unknown sampler");
     a.sampler = H3_SAMPLER_EULER;
     a.model = NULL;
@@ -524,6 +550,47 @@ static void test_cleanup(void) {
     g_fx = NULL;
 }
 
+/* The refine pass's sampling: a tail of a schedule (h3_schedule_tail) run from latents already noised to its
+ * first sigmas (from_latent). Over every call of the schedule (denoise 1: sigma_0 = 1, the state is the
+ * noise) it is bit for bit the plain run from the same noise, for every sampler and scheduler (the analytic
+ * Gaussian model stands for the DiT). A shorter tail makes exactly its own number of model calls, the first
+ * at the tail's first timesteps. */
+static void test_tail_from_latent(void) {
+    for (int sc = 0; sc < H3_SCHEDULER_COUNT; sc++)
+        for (int smp = 0; smp < H3_SAMPLER_COUNT; smp++) {
+            h3_schedule s, tail;
+            CHECK_OK(h3_schedule_make((h3_scheduler)sc, 12, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s));
+            h3_schedule_tail(&s, s.n - 1, &tail);
+            CHECK(tail.n == s.n && tail.sigma_v == s.sigma_v, "the whole tail is not the schedule");
+            enum { NV = 64, NA = 32 };
+            float v1[NV], a1[NA], v2[NV], a2[NA];
+            t_fill_randn(v1, NV, 1.0);
+            t_fill_randn(a1, NA, 1.0);
+            memcpy(v2, v1, sizeof v1);
+            memcpy(a2, a1, sizeof a1);
+            double mu_v[NV], s_v[NV], mu_a[NA], s_a[NA];
+            for (int i = 0; i < NV; i++) mu_v[i] = t_uniform(-1, 1), s_v[i] = t_uniform(0.2, 1.5);
+            for (int i = 0; i < NA; i++) mu_a[i] = t_uniform(-1, 1), s_a[i] = t_uniform(0.2, 1.5);
+            static gauss_model g;
+            g = (gauss_model){mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
+            h3_sample_args p = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
+            h3_sample_args q = {(h3_sampler)smp, &tail, gauss_fn, &g, NULL, NULL, 1};
+            CHECK_OK(h3_sample(&p, v1, NV, a1, NA));
+            CHECK_OK(h3_sample(&q, v2, NV, a2, NA));
+            CHECK(!memcmp(v1, v2, sizeof v1) && !memcmp(a1, a2, sizeof a1),
+                  "%s/%s: denoise 1 from the latent differs from the plain run",
+                  h3_scheduler_name((h3_scheduler)sc), h3_sampler_name((h3_sampler)smp));
+            const int calls = (s.n - 1) / 3 > 0 ? (s.n - 1) / 3 : 1;
+            h3_schedule_tail(&s, calls, &tail);
+            g.calls = 0;
+            CHECK_OK(h3_sample(&q, v2, NV, a2, NA));
+            CHECK(g.calls == calls && tail.sigma_v[tail.n - 1] == 0.0f &&
+                      g.last_tv[0] == s.t_v[s.n - 1 - calls],
+                  "a tail of %d calls made %d, first at t %g", calls, g.calls, g.last_tv[0]);
+            h3_schedule_free(&s);
+        }
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"philox_vectors", test_philox_vectors},
@@ -535,6 +602,7 @@ int main(int argc, char **argv) {
         {"samplers_reference", test_samplers_reference},
         {"samplers_analytic", test_samplers_analytic},
         {"sampler_api", test_sampler_api},
+        {"tail_from_latent", test_tail_from_latent},
         {"cleanup", test_cleanup},
         {NULL, NULL},
     };

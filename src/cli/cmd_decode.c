@@ -52,6 +52,7 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
 
 typedef struct {
     const char *model, *out, *tensors_out;
+    int64_t out_w, out_h; /* --output-size: the PNG frames' size (0: the decoded size) */
     int64_t threads, tile, overlap, heads;
     int no_tiling, plan, quiet;
     h3_cli_device dev; /* where the VAE decodes: planned for the GPU when dev.cuda */
@@ -161,7 +162,9 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         if (Hp > 16384 || Wp > 16384)
             H3_FAIL(H3_ERR_INVALID, "frames of %lld×%lld px are too large for PNG output", (long long)Wp,
                     (long long)Hp);
-        H3_CHECK(h3_png_seq_open(a->out, (int)Wp, (int)Hp, &png));
+        /* --output-size: each frame scaled (Lanczos) as generate scales it for the MP4 */
+        H3_CHECK(h3_png_seq_open_scaled(a->out, (int)Wp, (int)Hp, a->out_w ? (int)a->out_w : (int)Wp,
+                                        a->out_h ? (int)a->out_h : (int)Hp, &png));
         sink.png = &png;
         size_t n;
         if (!h3_mul_size((size_t)Hp * 3 * sizeof(float), (size_t)Wp, &n))
@@ -185,7 +188,9 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     if (a->out) H3_CHECK(h3_png_seq_finish(&png)); /* into place with the other outputs (cli.c) */
     if (!a->quiet) {
         printf("decoded %lld frames in %.2f s", (long long)m.frames, rep.seconds);
-        if (a->out) printf("; %lld PNG frames in %s", (long long)sink.written, a->out);
+        if (a->out)
+            printf("; %lld PNG frames (%lldx%lld) in %s", (long long)sink.written,
+                   (long long)(a->out_w ? a->out_w : Wp), (long long)(a->out_h ? a->out_h : Hp), a->out);
         printf("\n");
         if (rep.on_device)
             report_device(&rep);
@@ -302,7 +307,7 @@ done:
 
 int h3_cmd_decode(int argc, char **argv) {
     decode_args a = {0};
-    const char *latents = NULL, *device = "cpu", *vram_s = NULL;
+    const char *latents = NULL, *device = "cpu", *vram_s = NULL, *out_size = NULL;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &a.model, "PATH",
          "video or audio VAE: official video_vae/ or audio_vae/, diffusers "
@@ -314,6 +319,10 @@ int h3_cmd_decode(int argc, char **argv) {
          0, 0},
         {"out", 'o', H3_OPT_STR, &a.out, "PATH", "video: a folder for frame_NNNNN.png; audio: a .wav file", 0,
          0},
+        {"output-size", 0, H3_OPT_STR, &out_size, "WxH",
+         "video: the PNG frames scaled to WxH (libswscale Lanczos, as generate's --output-size; even sides, "
+         "2..16384)",
+         0, 0},
         {"tensors-out", 0, H3_OPT_STR, &a.tensors_out, "FILE",
          "also write 'frames' [1, 3, F, H, W] or 'waveform' [channels, 1, samples] (f32, diffusers' decode "
          "range)",
@@ -381,6 +390,10 @@ int h3_cmd_decode(int argc, char **argv) {
     if (!a.out && !a.tensors_out && !a.plan) {
         fprintf(stderr, "h3run decode: nothing to write: give --out, --tensors-out or --plan\n");
         return H3_EXIT_USAGE;
+    }
+    if (out_size) {
+        h3_status os = h3_request_parse_output_size(out_size, &a.out_w, &a.out_h);
+        if (os != H3_OK) return h3_cli_fail("decode", os);
     }
     r = h3_cli_device_resolve("decode", device, vram_s, a.plan && !a.out && !a.tensors_out, &a.dev);
     if (r) return r;

@@ -54,6 +54,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
+    const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
@@ -70,6 +71,16 @@ int h3_cmd_generate(int argc, char **argv) {
         {"seconds", 0, H3_OPT_FLOAT, &seconds, "S", "length in seconds instead of frames (5 -> 124 frames)",
          0.2, H3_MAX_FRAMES / 24},
         {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)",
+         0, 0},
+        {"refine", 0, H3_OPT_STR, &refine, "WxH[:D]",
+         "two passes: sample at --size, upscale the video latents (bilinear) to WxH (multiples of 32, "
+         "at least --size), re-noise them to denoise D (0 < D <= 1, default 0.5: the last round(D x "
+         "steps) model calls of the schedule) and sample there; the first pass's audio is kept",
+         0, 0},
+        {"output-size", 0, H3_OPT_STR, &out_size, "WxH",
+         "delivery size of the MP4 and PNG frames: the decoded frames scaled to it (libswscale "
+         "Lanczos), one at a time; even sides, 2..16384; another aspect ratio stretches (default: the "
+         "render size)",
          0, 0},
         {"steps", 0, H3_OPT_INT, &steps, "N",
          "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)",
@@ -154,6 +165,8 @@ int h3_cmd_generate(int argc, char **argv) {
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
         "--steps 20\n"
+        "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"...\" --size 896x512 --refine 1344x768:0.5 "
+        "--output-size 1920x1080\n"
         "  h3run generate --model models/h3-tiny --prompt \"a harbor at sunrise\" --frames 22 --size 128x128 "
         "--seed 7 \\\n      --png-dir frames/ --wav sound.wav --latents latents.safetensors -o harbor.mp4",
         opts,
@@ -252,6 +265,11 @@ int h3_cmd_generate(int argc, char **argv) {
     /* Names and sizes go through the library's checks, whose messages name the valid values. */
     h3_status st = H3_OK;
     if (size) st = h3_request_parse_size(size, &gr.req.width, &gr.req.height);
+    if (st == H3_OK && refine)
+        st = h3_request_parse_refine(refine, &gr.req.refine_width, &gr.req.refine_height,
+                                     &gr.req.refine_denoise);
+    if (st == H3_OK && out_size)
+        st = h3_request_parse_output_size(out_size, &gr.req.out_width, &gr.req.out_height);
     if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);
@@ -291,10 +309,20 @@ int h3_cmd_generate(int argc, char **argv) {
         printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64
                "; %d steps "
                "of %s on the %s schedule, DiT on the %s; %.2f s in all\n",
-               output, (long long)res.frames_written, (long long)res.req.width, (long long)res.req.height,
+               output, (long long)res.frames_written, (long long)res.out_width, (long long)res.out_height,
                (double)res.frames_written / 24.0, res.req.seed, res.req.steps,
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+        if (res.req.refine_width)
+            printf("refine: sampled at %lldx%lld, then %d model calls at %lldx%lld from sigma %.4f "
+                   "(denoise %g); the first pass's audio kept\n",
+                   (long long)res.req.width, (long long)res.req.height, res.refine_calls,
+                   (long long)res.req.refine_width, (long long)res.req.refine_height,
+                   (double)res.refine_sigma_v, res.req.refine_denoise);
+        if (res.out_width != res.render_width || res.out_height != res.render_height)
+            printf("delivery: rendered at %lldx%lld, scaled to %lldx%lld (Lanczos)\n",
+                   (long long)res.render_width, (long long)res.render_height, (long long)res.out_width,
+                   (long long)res.out_height);
         if (res.device == H3_DEVICE_CUDA) {
             char a[32], b[32];
             printf(
@@ -308,8 +336,10 @@ int h3_cmd_generate(int argc, char **argv) {
             /* each stage in turn within the one budget: where it ran, its device peak, its time */
             printf("stages (one device backend; each gave the device back)  predicted peak  measured peak   "
                    "predicted time  time\n");
-            static const int order[4] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
-            for (int i = 0; i < 4; i++) {
+            static const int order[5] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_REFINE, H3_GEN_AUDIO_VAE,
+                                         H3_GEN_VIDEO_VAE};
+            for (int i = 0; i < 5; i++) {
+                if (order[i] == H3_GEN_REFINE && !res.req.refine_width) continue;
                 const h3_stage_report *sr = &res.stages[order[i]];
                 char label[64];
                 snprintf(label, sizeof label, "stage %s on the %s", h3_generate_stage_name(order[i]),
@@ -328,7 +358,9 @@ int h3_cmd_generate(int argc, char **argv) {
             fputs(res.memory_report, stdout);
             if (trace) printf("wrote %s (device memory timeline)\n", trace);
         }
-        if (png_dir) printf("wrote %lld PNG frames to %s\n", (long long)res.frames_written, png_dir);
+        if (png_dir)
+            printf("wrote %lld PNG frames (%lldx%lld) to %s\n", (long long)res.frames_written,
+                   (long long)res.out_width, (long long)res.out_height, png_dir);
         if (wav) printf("wrote %s (16-bit PCM, 2 channels, 32000 Hz)\n", wav);
         if (latents)
             printf("wrote %s (video_latents [1, 24, %lld, %lld, %lld], audio_latents [2, 32, %lld])\n",

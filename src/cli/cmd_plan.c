@@ -120,7 +120,7 @@ static int64_t set_bytes(const char *source) {
 }
 
 int h3_cmd_plan(int argc, char **argv) {
-    const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL;
+    const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
     int64_t frames = 0, tokens = 128, steps = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
@@ -129,6 +129,10 @@ int h3_cmd_plan(int argc, char **argv) {
         {"size", 's', H3_OPT_STR, &size, "WxH", "canvas, multiples of 32 (default 1344x768)", 0, 0},
         {"workload", 'w', H3_OPT_STR, &work, "NAME",
          "a benchmark workload: W73, W124, W362 (960x544) or W124L", 0, 0},
+        {"refine", 0, H3_OPT_STR, &refine, "WxH[:D]",
+         "plan generate's --refine too: a second DiT stage at the refine canvas (its longer sequence, the "
+         "last round(D x steps) calls; D default 0.5), the VAEs at that canvas",
+         0, 0},
         {"text-tokens", 0, H3_OPT_INT, &tokens, "N", "prompt length in tokens (default 128)", 1,
          H3_MAX_PROMPT_TOKENS},
         {"steps", 0, H3_OPT_INT, &steps, "N",
@@ -151,7 +155,7 @@ int h3_cmd_plan(int argc, char **argv) {
     };
     const h3_cli_cmd cmd = {
         "plan",
-        "plan MODEL... [--frames N] [--size WxH] [--vram-budget SIZE] [--ram-budget SIZE]",
+        "plan MODEL... [--frames N] [--size WxH] [--refine WxH[:D]] [--vram-budget SIZE] [--ram-budget SIZE]",
         "Plan a generate request without loading weights: for each component found under MODEL (a model "
         "folder,\n"
         "component folders or files; header-only files plan like the real ones), each stage in the order it "
@@ -184,7 +188,8 @@ int h3_cmd_plan(int argc, char **argv) {
         if (r) return r;
     }
 
-    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0};
+    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0};
+    double denoise = 0;
     if (work) {
         const h3_workload *w = h3_workload_find(work);
         if (!w) {
@@ -205,6 +210,24 @@ int h3_cmd_plan(int argc, char **argv) {
     req.steps = (int)(steps ? steps : H3_DEFAULT_STEPS_H3);
     req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, req.steps);
     if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());
+    if (refine) { /* the refine pass as generate runs it: the last calls of the same schedule */
+        st = h3_request_parse_refine(refine, &req.refine_width, &req.refine_height, &denoise);
+        if (st == H3_OK && denoise == 0) denoise = H3_REFINE_DEFAULT_DENOISE;
+        if (st == H3_OK)
+            st = h3_request_check_refine(req.width, req.height, req.refine_width, req.refine_height, denoise,
+                                         NULL);
+        if (st != H3_OK) return h3_cli_fail("plan", st);
+        h3_schedule sch, tail;
+        st = h3_schedule_make(H3_SCHEDULER_H3, req.steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &sch);
+        if (st != H3_OK) return h3_cli_fail("plan", st);
+        req.refine_steps = h3_request_refine_calls(sch.n - 1, denoise);
+        h3_schedule_tail(&sch, req.refine_steps, &tail);
+        float *u = h3_malloc((size_t)2 * (size_t)tail.n * sizeof(float) + 8, H3_MEM_OTHER);
+        if (u) req.refine_timesteps = h3_schedule_distinct_timesteps(&tail, u);
+        h3_free(u);
+        h3_schedule_free(&sch);
+        if (!u) return h3_cli_fail("plan", H3_ERR(H3_ERR_NOMEM, "out of memory"));
+    }
 
     h3_device_figures fig;
     int have_fig = 0;

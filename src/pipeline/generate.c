@@ -51,7 +51,7 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
                   name ? name : "");
 }
 
-static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit",
+static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit", "refine",
                                                          "audio_vae", "video_vae",    "mux"};
 
 const char *h3_generate_stage_name(int stage) {
@@ -332,6 +332,11 @@ typedef struct gen {
     h3_schedule sch;
     float *uniq_t;
     int n_uniq;
+    /* --refine: the last refine_calls calls of sch (a view into it) and their distinct timesteps */
+    h3_schedule sch_refine;
+    int refine_calls;
+    float *uniq_r;
+    int n_uniq_r;
     int stage;
     int model_phase; /* the request is checked: a failure now is the model's (or the machine's), not the
                         request's */
@@ -537,6 +542,19 @@ static h3_status make_schedule(gen *g) {
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
+    if (q->refine_width) {
+        g->refine_calls = h3_request_refine_calls(g->sch.n - 1, q->refine_denoise);
+        h3_schedule_tail(&g->sch, g->refine_calls, &g->sch_refine);
+        g->uniq_r = h3_malloc((size_t)2 * (size_t)g->sch_refine.n * sizeof(float) + 8, H3_MEM_OTHER);
+        if (!g->uniq_r) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        g->n_uniq_r = h3_schedule_distinct_timesteps(&g->sch_refine, g->uniq_r);
+        h3_log(H3_LOG_INFO,
+               "refine: %lldx%lld -> %lldx%lld, the last %d of %d model calls (denoise %g: re-noised to "
+               "sigma %.4f video, %.4f audio held), the latents upscaled bilinearly per frame",
+               (long long)q->width, (long long)q->height, (long long)q->refine_width,
+               (long long)q->refine_height, g->refine_calls, g->sch.n - 1, q->refine_denoise,
+               g->sch_refine.sigma_v[0], g->sch_refine.sigma_a[0]);
+    }
     return H3_OK;
 }
 
@@ -610,7 +628,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
     m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
-    h3_plan_request pr = {q->frames, q->width, q->height, n_tokens, g->n_uniq, g->sch.n - 1};
+    h3_plan_request pr = {q->frames,    q->width,        q->height,        n_tokens,    g->n_uniq,
+                          g->sch.n - 1, q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -625,6 +644,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     if (g->plan->have_time) {
         g->res.stage_predicted_s[H3_GEN_TEXT_ENCODER] = g->plan->te.t_load + g->plan->te.t_run;
         g->res.stage_predicted_s[H3_GEN_DIT] = h3_dit_plan_seconds(p, pr.steps);
+        if (g->plan->dit_refine.present)
+            g->res.stage_predicted_s[H3_GEN_REFINE] = h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
         g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
     }
@@ -650,6 +671,14 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     if (g->plan->have_time)
         h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
                p->t_step, p->t_resident);
+    if (q->refine_width) {
+        const h3_dit_plan *pr2 = &g->plan->dit_refine;
+        h3_log(H3_LOG_INFO,
+               "plan: the DiT's refine pass at %lldx%lld (%lld packed rows): %d of %d blocks resident, %d "
+               "streamed from pinned memory, %d from the file; predicted device peak %s",
+               (long long)q->refine_width, (long long)q->refine_height, (long long)pr2->S, pr2->n_resident,
+               pr2->n_units, pr2->n_pinned, pr2->n_disk, h3_budget_str(pr2->dev_peak, d, sizeof d));
+    }
 done:
     h3_text_encoder_close(te);
     h3_video_vae_close(vv);
@@ -671,7 +700,10 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     h3_status st = H3_OK;
     h3_dit *d = NULL;
     h3_seq_layout L;
-    H3_CHECK(h3_seq_layout_sizes(n_tokens, q->frames, q->width, q->height, &L));
+    /* the longer sequence: the refine pass's when there is one (the passes run one after the other) */
+    const int64_t cw = q->refine_width ? q->refine_width : q->width,
+                  ch = q->refine_width ? q->refine_height : q->height;
+    H3_CHECK(h3_seq_layout_sizes(n_tokens, q->frames, cw, ch, &L));
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
     h3_dit_forward_mem fm;
@@ -696,7 +728,7 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
             "%lld frames at %lldx%lld (%lld packed rows) need %s of host memory for the DiT on the CPU "
             "(latents, rows and the sampler %s, the DiT's buffers %s); the host budget is %s (%s): ask for "
             "fewer frames or a smaller canvas",
-            (long long)q->frames, (long long)q->width, (long long)q->height, (long long)L.seq_len,
+            (long long)q->frames, (long long)cw, (long long)ch, (long long)L.seq_len,
             h3_budget_str((int64_t)need, a, sizeof a),
             h3_budget_str((int64_t)(tables + latents), b, sizeof b), h3_budget_str((int64_t)dit, c, sizeof c),
             h3_budget_str(budget, e, sizeof e),
@@ -709,22 +741,49 @@ done:
     return st;
 }
 
-/* Samples the latents: video_lat [24, T, H, W] and audio_lat [2, 32, T_a] (allocated here). */
-static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, h3_tensor *audio_lat) {
+/* One sampling pass: the first (from the seed's noise at the canvas) or the refine pass (from the first
+ * pass's latents: see run_refine). */
+typedef struct pass_spec {
+    int stage; /* H3_GEN_DIT or H3_GEN_REFINE */
+    int64_t width, height;
+    const h3_schedule *sch;
+    const float *uniq;
+    int n_uniq;
+    const h3_plan *plan; /* on the device: the plan whose .dit places this pass */
+    /* the refine pass: the first pass's latents (NULL: the first pass) */
+    const h3_tensor *first_video, *first_audio;
+    int last; /* the DiT's last pass: its headers close at the end */
+} pass_spec;
+
+/* Samples the latents of a pass: video_lat [24, T, H, W] and audio_lat [2, 32, T_a] (allocated here).
+ *
+ * The noise is the seed's at this pass's canvas (h3_rng_t2va_noise: the video latent's values, the audio
+ * rows' own stream), so a refine pass at denoise 1 starts from exactly the noise a plain generation at the
+ * refine canvas starts from. The refine pass starts at the first sigma of its schedule (sigma_v, sigma_a)
+ * from video = (1 - sigma_v)*upscale(first pass's video) + sigma_v*noise     (then patchified) and holds the
+ * first pass's audio: every call sees it noised to that call's sigma_a with the seed's audio noise, and it
+ * comes back unchanged (h3_dit_sample_args.held_audio). */
+static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, h3_tensor *video_lat,
+                          h3_tensor *audio_lat) {
     h3_status st = H3_OK;
     h3_seq_layout L;
     memset(&L, 0, sizeof L);
-    float *vrows = NULL, *arows = NULL;
+    float *vrows = NULL, *arows = NULL, *held = NULL, *anoise = NULL, *up = NULL;
     h3_dit *own = NULL;
     const h3_request *q = &g->req;
-    H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, q->width, q->height, &L));
-    g->res.seq_len = L.seq_len;
+    const int refine = ps->first_video != NULL;
+    H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, ps->width, ps->height, &L));
+    if (refine) {
+        g->res.refine_seq_len = L.seq_len;
+    } else {
+        g->res.seq_len = L.seq_len;
+    }
     g->res.latent_t = L.latent_t;
     g->res.latent_h = L.latent_h;
     g->res.latent_w = L.latent_w;
     g->res.audio_latents = L.audio_t;
-    const int steps = g->sch.n - 1;
-    stage_begin(g, H3_GEN_DIT, steps);
+    const int steps = ps->sch->n - 1;
+    stage_begin(g, ps->stage, steps);
 
     /* Noise: the video latent in [24, T, H, W] order, patchified into rows; the audio directly in rows. */
     const int64_t nv = L.n_video_rows * H3_VIDEO_ROW_DIM, na = L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
@@ -737,16 +796,37 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     if (!vrows || !arows)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L.seq_len);
     h3_rng_t2va_noise(q->seed, video_lat->data, (size_t)nv, arows, (size_t)na);
+    if (refine) {
+        const h3_tensor *fv = ps->first_video, *fa = ps->first_audio;
+        if (fv->shape[1] != L.latent_t || fa->shape[2] != L.audio_t)
+            H3_FAIL(H3_ERR_INTERNAL, "the refine pass's latents do not follow the first pass's");
+        const float sv = ps->sch->sigma_v[0], sa = ps->sch->sigma_a[0], kv = 1.0f - sv, ka = 1.0f - sa;
+        up = h3_malloc((size_t)nv * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+        held = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+        anoise = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+        if (!up || !held || !anoise) H3_FAIL(H3_ERR_NOMEM, "out of memory for the refine pass's latents");
+        H3_CHECK(h3_video_latent_upscale(fv->data, H3_LATENT_CHANNELS, L.latent_t, fv->shape[2], fv->shape[3],
+                                         L.latent_h, L.latent_w, up));
+        float *x = video_lat->data; /* the noise, in latent order */
+        for (int64_t i = 0; i < nv; i++) x[i] = kv * up[i] + sv * x[i];
+        h3_free(up);
+        up = NULL;
+        h3_audio_pack(fa->data, L.audio_t, held);
+        memcpy(anoise, arows, (size_t)na * sizeof(float));
+        for (int64_t i = 0; i < na; i++) arows[i] = ka * held[i] + sa * anoise[i];
+        g->res.refine_calls = steps;
+        g->res.refine_sigma_v = sv;
+    }
     h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
 
     /* The DiT: on the device as planned (plan_run opened it), or on the host, resident. */
     h3_dit_sample_args sa;
     memset(&sa, 0, sizeof sa);
     if (g->res.device == H3_DEVICE_CUDA) {
-        if (!g->dit || !g->plan) H3_FAIL(H3_ERR_INTERNAL, "the DiT was not planned");
+        if (!g->dit || !ps->plan) H3_FAIL(H3_ERR_INTERNAL, "the DiT was not planned");
         sa.dit.dit = g->dit;
-        sa.dit.plan = g->plan;
-        sa.dit.memory_trace = g->r->memory_trace;
+        sa.dit.plan = ps->plan;
+        sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
     } else {
         h3_dit_open_opts oo;
         memset(&oo, 0, sizeof oo);
@@ -755,21 +835,27 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         sa.dit.dit = own;
     }
     sa.dit.text = hidden;
-    sa.dit.timesteps = g->uniq_t;
-    sa.dit.n_timesteps = g->n_uniq;
+    sa.dit.timesteps = ps->uniq;
+    sa.dit.n_timesteps = ps->n_uniq;
     sa.layout = &L;
     sa.sampler = q->sampler;
-    sa.schedule = &g->sch;
+    sa.schedule = ps->sch;
     sa.on_step = dit_step;
     sa.step_ctx = g;
-    g->res.modulation_timesteps = g->n_uniq;
+    sa.from_latent = refine;
+    sa.held_audio = held;
+    sa.held_noise = anoise;
+    if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
     st = h3_stage_dit_sample(&g->ex, &sa, vrows, arows, &dr);
-    g->res.stages[H3_GEN_DIT] = dr.rep;
-    g->res.measured_step_s = dr.call_s;
+    g->res.stages[ps->stage] = dr.rep;
+    if (refine)
+        g->res.refine_measured_step_s = dr.call_s;
+    else
+        g->res.measured_step_s = dr.call_s;
     if (dr.rep.on_device) {
-        g->res.dev_peak = dr.rep.dev_peak;
-        snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", dr.memory_report);
+        if (dr.rep.dev_peak > g->res.dev_peak) g->res.dev_peak = dr.rep.dev_peak;
+        if (!refine) snprintf(g->res.memory_report, sizeof g->res.memory_report, "%s", dr.memory_report);
     }
     H3_CHECK(st);
     int64_t bad = 0;
@@ -784,11 +870,58 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
     stage_end(g);
 done:
     h3_dit_close(own);
-    h3_dit_close(g->dit); /* the DiT's stage is over: its headers and mapped files go too */
-    g->dit = NULL;
+    if (ps->last || st != H3_OK) { /* the DiT's stages are over: its headers and mapped files go too */
+        h3_dit_close(g->dit);
+        g->dit = NULL;
+    }
     h3_free(vrows);
     h3_free(arows);
+    h3_free(held);
+    h3_free(anoise);
+    h3_free(up);
     h3_seq_layout_free(&L);
+    return st;
+}
+
+/* The first pass (and with --refine the second): the final latents in video_lat and audio_lat. */
+static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, h3_tensor *audio_lat) {
+    const h3_request *q = &g->req;
+    const int refine = q->refine_width > 0;
+    pass_spec first = {H3_GEN_DIT, q->width, q->height, &g->sch, g->uniq_t,
+                       g->n_uniq,  g->plan,  NULL,      NULL,    !refine};
+    H3_TRY(run_pass(g, hidden, &first, video_lat, audio_lat));
+    if (!refine) return H3_OK;
+    H3_TRY(check_stop(g));
+    h3_status st = H3_OK;
+    h3_tensor v2 = {0}, a2 = {0};
+    h3_plan *rp = NULL;
+    if (g->plan) { /* the same plan with the refine pass's DiT placement */
+        rp = h3_malloc(sizeof *rp, H3_MEM_OTHER);
+        if (!rp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        *rp = *g->plan;
+        rp->dit = g->plan->dit_refine;
+    }
+    pass_spec second = {H3_GEN_REFINE,
+                        q->refine_width,
+                        q->refine_height,
+                        &g->sch_refine,
+                        g->uniq_r,
+                        g->n_uniq_r,
+                        rp,
+                        video_lat,
+                        audio_lat,
+                        1};
+    H3_CHECK(run_pass(g, hidden, &second, &v2, &a2));
+    h3_tensor_free(video_lat);
+    h3_tensor_free(audio_lat);
+    *video_lat = v2;
+    *audio_lat = a2;
+    memset(&v2, 0, sizeof v2);
+    memset(&a2, 0, sizeof a2);
+done:
+    h3_tensor_free(&v2);
+    h3_tensor_free(&a2);
+    h3_free(rp);
     return st;
 }
 
@@ -900,6 +1033,11 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     if (st == H3_OK) st = h3_st_writer_meta(w, "frames", buf);
     snprintf(buf, sizeof buf, "%lldx%lld", (long long)q->width, (long long)q->height);
     if (st == H3_OK) st = h3_st_writer_meta(w, "size", buf);
+    if (q->refine_width) { /* the latents are the refine pass's */
+        snprintf(buf, sizeof buf, "%lldx%lld:%g", (long long)q->refine_width, (long long)q->refine_height,
+                 q->refine_denoise);
+        if (st == H3_OK) st = h3_st_writer_meta(w, "refine", buf);
+    }
     if (st == H3_OK) st = h3_st_writer_write(w, g->r->latents, 0);
     h3_st_writer_free(w);
     return st;
@@ -1037,8 +1175,30 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(run_audio(g, &audio_lat, &wave));
     H3_CHECK(check_stop(g));
 
+    /* The render size (the last pass's canvas) and the delivery size the frames are scaled to on their way
+     * out */
+    const int rw = (int)(g->req.refine_width ? g->req.refine_width : g->req.width),
+              rh = (int)(g->req.refine_width ? g->req.refine_height : g->req.height);
+    const int ow = g->req.out_width ? (int)g->req.out_width : rw,
+              oh = g->req.out_width ? (int)g->req.out_height : rh;
+    g->res.render_width = rw;
+    g->res.render_height = rh;
+    g->res.out_width = ow;
+    g->res.out_height = oh;
+    if (ow != rw || oh != rh) {
+        h3_log(H3_LOG_INFO, "delivery: the %dx%d render scaled to %dx%d (Lanczos) on its way to the %s", rw,
+               rh, ow, oh, r->png_dir ? "MP4 and the PNG frames" : "MP4");
+        const double ar = (double)rw / rh, ao = (double)ow / oh;
+        if (fabs(ao / ar - 1.0) > 0.01)
+            h3_log(H3_LOG_WARN,
+                   "--output-size %dx%d has another aspect ratio than the %dx%d render (%.3f vs %.3f): the "
+                   "frames are stretched to it, not cropped",
+                   ow, oh, rw, rh, ao, ar);
+    }
     h3_mp4_opts mo;
-    h3_mp4_opts_default(&mo, (int)g->req.width, (int)g->req.height);
+    h3_mp4_opts_default(&mo, ow, oh);
+    mo.src_width = rw;
+    mo.src_height = rh;
     if (r->x264_preset) mo.preset = r->x264_preset;
     /* Every output waits under its temporary name until all are written; then they appear together. */
     h3_outgroup_begin(&g->outs);
@@ -1047,7 +1207,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     const float *wl = wave.data;
     H3_CHECK(h3_mp4_write_audio(g->mp4, wl, wl + g->res.audio_samples, g->res.audio_samples));
     if (r->png_dir) {
-        H3_CHECK(h3_png_seq_open(r->png_dir, (int)g->req.width, (int)g->req.height, &g->png));
+        H3_CHECK(h3_png_seq_open_scaled(r->png_dir, rw, rh, ow, oh, &g->png));
         g->png_open = 1;
     }
     H3_CHECK(run_video(g, &video_lat));
@@ -1083,6 +1243,7 @@ done:
     h3_dit_close(g->dit);
     h3_free(g->plan);
     h3_free(g->uniq_t);
+    h3_free(g->uniq_r);
     h3_schedule_free(&g->sch);
     h3_tensor_free(&hidden);
     h3_tensor_free(&video_lat);

@@ -9,9 +9,13 @@
  *   dit           the packed t2va layout, seeded noise, the schedule; the AdaLN modulation of every timestep
  *                 of the schedule is computed once, then the sampler calls the DiT once per step; the DiT is
  *                 closed afterwards
+ *   refine        (--refine only) the second pass: the video latents upscaled to the refine canvas, re-noised
+ *                 to the sigma where the last share of the schedule begins and sampled there, the first
+ *                 pass's audio held (docs/SAMPLING.md §8)
  *   audio_vae     the audio latents to a 32 kHz stereo waveform, trimmed or padded to the clip's length
  *   video_vae     the video latents to frames, chunk by chunk, each chunk's frames streamed into the MP4
- *                 encoder (and to PNG files) as they are decoded: the decoded video is never in memory whole
+ *                 encoder (and to PNG files) as they are decoded, scaled to the delivery size there when one
+ *                 is asked for (--output-size): the decoded video is never in memory whole
  *   mux           the MP4 finished under "<output>.partial" and renamed to <output>; then the WAV and the
  *                 latents
  *
@@ -115,13 +119,14 @@ enum {
     H3_GEN_TOKENIZE = 0,
     H3_GEN_TEXT_ENCODER,
     H3_GEN_DIT,
+    H3_GEN_REFINE, /* the second pass of --refine (no events without it) */
     H3_GEN_AUDIO_VAE,
     H3_GEN_VIDEO_VAE,
     H3_GEN_MUX,
     H3_GEN_STAGES
 };
-/* The stage names progress events carry: "tokenize", "text_encoder", "dit", "audio_vae", "video_vae",
- * "mux". */
+/* The stage names progress events carry: "tokenize", "text_encoder", "dit", "refine", "audio_vae",
+ * "video_vae", "mux". */
 const char *h3_generate_stage_name(int stage);
 
 typedef struct h3_generate_result {
@@ -129,14 +134,24 @@ typedef struct h3_generate_result {
     h3_device device;    /* where the DiT ran */
     int64_t text_tokens; /* L */
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
-    int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a] */
-    int64_t frames_written, audio_samples;               /* into the MP4 (per channel for the audio) */
-    int modulation_timesteps;                /* distinct timesteps whose AdaLN modulation was precomputed */
-    double stage_s[H3_GEN_STAGES];           /* seconds per stage */
-    double stage_predicted_s[H3_GEN_STAGES]; /* the plan's seconds for the four model stages (0: not planned:
-                                              * the CPU, or no figures for this GPU) */
-    h3_stage_report stages[H3_GEN_STAGES];   /* text encoder, DiT, audio VAE, video VAE: where each ran, its
-                                              * predicted and measured device peak, what it left held */
+    int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]
+                                                          * (the last pass's) */
+    int64_t render_width,
+        render_height;             /* the frames the video VAE decodes: the canvas, or the refine canvas */
+    int64_t out_width, out_height; /* the MP4's (and PNG frames') size: the delivery size, or the render's */
+    /* --refine: the second pass (zeros without it) */
+    int64_t refine_seq_len;
+    int refine_calls;                      /* model calls of the refine pass */
+    float refine_sigma_v;                  /* the video sigma it starts from (re-noised to it) */
+    double refine_measured_step_s;         /* per model call of the refine pass */
+    int64_t frames_written, audio_samples; /* into the MP4 (per channel for the audio) */
+    int modulation_timesteps;              /* distinct timesteps whose AdaLN modulation was precomputed */
+    double stage_s[H3_GEN_STAGES];         /* seconds per stage */
+    double stage_predicted_s[H3_GEN_STAGES]; /* the plan's seconds for the model stages (0: not planned: the
+                                              * CPU, or no figures for this GPU) */
+    h3_stage_report
+        stages[H3_GEN_STAGES]; /* text encoder, DiT (and refine), audio VAE, video VAE: where each ran, its
+                                * predicted and measured device peak, what it left held */
     double total_s;
     int64_t peak_host_bytes; /* the largest host memory h3run's allocator held during the run */
     /* the DiT on the device (zeros on the CPU) */

@@ -189,3 +189,50 @@ void h3_audio_unpack(const float *rows, int64_t T_a, float *latent) {
                 latent[(ch * H3_AUDIO_LATENT_CHANNELS + c) * T_a + k] =
                     rows[(ch * T_a + k) * H3_AUDIO_LATENT_CHANNELS + c];
 }
+
+/* One axis of the half-pixel bilinear map: for each output index its two source indices and their weights. */
+static void bilinear_axis(int64_t in, int64_t out, int64_t *i0, int64_t *i1, float *w1) {
+    const double scale = (double)in / (double)out;
+    for (int64_t j = 0; j < out; j++) {
+        double p = scale * ((double)j + 0.5) - 0.5;
+        if (p < 0) p = 0;
+        int64_t a = (int64_t)p;
+        if (a > in - 1) a = in - 1;
+        i0[j] = a;
+        i1[j] = a < in - 1 ? a + 1 : a;
+        w1[j] = (float)(p - (double)a);
+    }
+}
+
+h3_status h3_video_latent_upscale(const float *src, int64_t C, int64_t T, int64_t H, int64_t W, int64_t H2,
+                                  int64_t W2, float *dst) {
+    if (H < 1 || W < 1 || H2 < 1 || W2 < 1) return H3_ERR(H3_ERR_INVALID, "latent upscale: empty plane");
+    int64_t *tab = h3_malloc((size_t)(2 * H2 + 2 * W2) * sizeof(int64_t), H3_MEM_WORKSPACE);
+    float *wt = h3_malloc((size_t)(H2 + W2) * sizeof(float), H3_MEM_WORKSPACE);
+    if (!tab || !wt) {
+        h3_free(tab);
+        h3_free(wt);
+        return H3_ERR(H3_ERR_NOMEM, "out of memory for the latent upscale's tables");
+    }
+    int64_t *y0 = tab, *y1 = tab + H2, *x0 = tab + 2 * H2, *x1 = tab + 2 * H2 + W2;
+    float *wy = wt, *wx = wt + H2;
+    bilinear_axis(H, H2, y0, y1, wy);
+    bilinear_axis(W, W2, x0, x1, wx);
+    for (int64_t f = 0; f < C * T; f++) {
+        const float *s = src + f * H * W;
+        float *d = dst + f * H2 * W2;
+        for (int64_t i = 0; i < H2; i++) {
+            const float *r0 = s + y0[i] * W, *r1 = s + y1[i] * W;
+            const float b = wy[i];
+            for (int64_t j = 0; j < W2; j++) { /* as lerps: a constant plane stays exactly that constant */
+                const float u = wx[j];
+                const float top = r0[x0[j]] + u * (r0[x1[j]] - r0[x0[j]]);
+                const float bot = r1[x0[j]] + u * (r1[x1[j]] - r1[x0[j]]);
+                d[i * W2 + j] = top + b * (bot - top);
+            }
+        }
+    }
+    h3_free(tab);
+    h3_free(wt);
+    return H3_OK;
+}

@@ -1,5 +1,5 @@
-/* The packed sequence of a t2va request: one row per text token, per audio latent of each stereo channel and per
- * 2x2 patch of each video latent frame, in the order
+/* The packed sequence of a t2va request: one row per text token, per audio latent of each stereo channel and
+ * per 2x2 patch of each video latent frame, in the order
  *
  *     [ text (L) | audio left (T_a) | audio right (T_a) | video (T * H/2 * W/2) ]
  *
@@ -34,15 +34,15 @@ typedef struct h3_seq_layout {
     uint8_t *tags;                        /* [seq_len] modality tag of every row */
     double *pos;                          /* [seq_len, 3] (t, h, w) rotary position of every row */
     int64_t *video_indices;               /* [n_video_rows] sequence rows of the video rows, in order */
-    int64_t *audio_indices;               /* [n_audio_rows] sequence rows of the audio rows (left then right) */
-    int64_t *text_indices;                /* [text_len] */
+    int64_t *audio_indices; /* [n_audio_rows] sequence rows of the audio rows (left then right) */
+    int64_t *text_indices;  /* [text_len] */
 } h3_seq_layout;
 
-/* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of each
- * of the text_len rows. frames must be 17n+5 and width, height positive multiples of 32 (h3_request checks the
- * request with friendlier messages first). Free with h3_seq_layout_free. */
-h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width, int64_t height,
-                         h3_seq_layout *out);
+/* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of
+ * each of the text_len rows. frames must be 17n+5 and width, height positive multiples of 32 (h3_request
+ * checks the request with friendlier messages first). Free with h3_seq_layout_free. */
+h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                             int64_t height, h3_seq_layout *out);
 void h3_seq_layout_free(h3_seq_layout *l);
 /* The counts of that layout (text_len .. seq_len, audio_start, video_start) without its tables (left NULL):
  * what sizing a request needs before anything is allocated. The same checks as h3_seq_layout_t2va. */
@@ -52,12 +52,22 @@ h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, i
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
  * return_inverse=True) over the row timesteps; text rows carry t_video). Writes 1 or 2 values to unique_t
  * (ascending) and returns how many; index has seq_len entries. */
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2], int32_t *index);
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+                                   int32_t *index);
 
 /* Video latent [24, T, H, W] <-> rows [T*(H/2)*(W/2), 96]: row (t, i, j) frame-major then row-major, column
- * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)). */
+ * c*4 + dy*2 + dx holds latent[c, t, 2i+dy, 2j+dx] (diffusers patchify_video_latents with patch (1, 2, 2)).
+ */
 void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, float *rows);
 void h3_video_unpatchify(const float *rows, int64_t T, int64_t H, int64_t W, float *latent);
+/* The refine pass's latent upscale: video latent [C, T, H, W] -> [C, T, H2, W2], each frame on its own
+ * (the frame count unchanged), bilinear with half-pixel centres: source position (j + 0.5)*H/H2 - 0.5,
+ * clamped at 0 and at the last row and column. This is torch.nn.functional.interpolate(mode="bilinear",
+ * align_corners=False), what ComfyUI's LatentUpscale / LatentUpscaleBy "bilinear" do to a video latent
+ * (comfy.utils.common_upscale moves the frames into the batch and scales each in 2-D). Any H2 >= 1, W2 >= 1;
+ * H3_ERR_NOMEM when its index tables cannot be allocated. */
+h3_status h3_video_latent_upscale(const float *src, int64_t C, int64_t T, int64_t H, int64_t W, int64_t H2,
+                                  int64_t W2, float *dst);
 /* Audio latent [2, 32, T_a] <-> rows [2*T_a, 32]: row ch*T_a + k holds latent[ch, :, k]. */
 void h3_audio_pack(const float *latent, int64_t T_a, float *rows);
 void h3_audio_unpack(const float *rows, int64_t T_a, float *latent);

@@ -106,6 +106,89 @@ static void planar_to_rgb24(const float *rgb, int64_t plane_stride, int64_t row_
     }
 }
 
+/* ---- delivery size
+ * --------------------------------------------------------------------------------------------- */
+
+h3_status h3_media_check_output_size(int64_t width, int64_t height) {
+    if (width >= 2 && height >= 2 && width <= H3_MEDIA_MAX_SIDE && height <= H3_MEDIA_MAX_SIDE &&
+        width % 2 == 0 && height % 2 == 0)
+        return H3_OK;
+    if (width < 1 || height < 1 || width > H3_MEDIA_MAX_SIDE || height > H3_MEDIA_MAX_SIDE)
+        return H3_ERR(H3_ERR_INVALID,
+                      "output size %lldx%lld: each side must be an even number from 2 to %d (H.264 4:2:0)",
+                      (long long)width, (long long)height, H3_MEDIA_MAX_SIDE);
+    /* odd: the even sizes either side, each odd side rounded down or up (never past the limits) */
+    const int64_t wl = width - (width % 2), hl = height - (height % 2);
+    const int64_t wu = width + (width % 2), hu = height + (height % 2);
+    return H3_ERR(H3_ERR_INVALID,
+                  "output size %lldx%lld: H.264 4:2:0 (yuv420p) needs even sides; use %lldx%lld or %lldx%lld",
+                  (long long)width, (long long)height, (long long)(wl < 2 ? 2 : wl),
+                  (long long)(hl < 2 ? 2 : hl), (long long)(wu > H3_MEDIA_MAX_SIDE ? wl : wu),
+                  (long long)(hu > H3_MEDIA_MAX_SIDE ? hl : hu));
+}
+
+#if H3_HAVE_MEDIA
+struct h3_frame_scaler {
+    struct SwsContext *sws;
+    int sw, sh, dw, dh;
+};
+
+h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_frame_scaler **out) {
+    *out = NULL;
+    if (src_w < 1 || src_h < 1 || dst_w < 1 || dst_h < 1 || src_w > H3_MEDIA_MAX_SIDE ||
+        src_h > H3_MEDIA_MAX_SIDE || dst_w > H3_MEDIA_MAX_SIDE || dst_h > H3_MEDIA_MAX_SIDE)
+        return H3_ERR(H3_ERR_INVALID, "cannot scale %dx%d frames to %dx%d (sides 1..%d)", src_w, src_h, dst_w,
+                      dst_h, H3_MEDIA_MAX_SIDE);
+    pthread_once(&g_av_once, av_setup);
+    h3_frame_scaler *s = h3_calloc(1, sizeof *s, H3_MEM_IO);
+    if (!s) return H3_ERR(H3_ERR_NOMEM, "out of memory for a frame scaler");
+    /* full-resolution chroma in and out: swscale works on RGB through its own YUV, which it would otherwise
+     * subsample horizontally, blurring colour edges */
+    s->sws = sws_getContext(src_w, src_h, AV_PIX_FMT_RGB24, dst_w, dst_h, AV_PIX_FMT_RGB24,
+                            SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_FULL_CHR_H_INP, NULL,
+                            NULL, NULL);
+    if (!s->sws) {
+        h3_free(s);
+        return H3_ERR(H3_ERR_NOMEM, "creating a %dx%d to %dx%d Lanczos scaler", src_w, src_h, dst_w, dst_h);
+    }
+    s->sw = src_w;
+    s->sh = src_h;
+    s->dw = dst_w;
+    s->dh = dst_h;
+    *out = s;
+    return H3_OK;
+}
+
+void h3_frame_scaler_run(h3_frame_scaler *s, const uint8_t *src, uint8_t *dst) {
+    const uint8_t *in[4] = {src, NULL, NULL, NULL};
+    uint8_t *o[4] = {dst, NULL, NULL, NULL};
+    const int in_stride[4] = {s->sw * 3, 0, 0, 0}, out_stride[4] = {s->dw * 3, 0, 0, 0};
+    sws_scale(s->sws, in, in_stride, 0, s->sh, o, out_stride);
+}
+
+void h3_frame_scaler_free(h3_frame_scaler *s) {
+    if (!s) return;
+    sws_freeContext(s->sws);
+    h3_free(s);
+}
+#else
+struct h3_frame_scaler {
+    int unused;
+};
+h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_frame_scaler **out) {
+    (void)src_w, (void)src_h, (void)dst_w, (void)dst_h;
+    *out = NULL;
+    return H3_ERR(H3_ERR_UNSUPPORTED,
+                  "this h3run was built without libswscale (cmake -DH3_MEDIA=OFF): it cannot scale frames");
+}
+void h3_frame_scaler_run(h3_frame_scaler *s, const uint8_t *src, uint8_t *dst) {
+    (void)s, (void)src, (void)dst;
+}
+void h3_frame_scaler_free(h3_frame_scaler *s) {
+    (void)s;
+}
+#endif
+
 /* ---- MP4
  * ------------------------------------------------------------------------------------------------------- */
 
@@ -150,6 +233,8 @@ struct h3_mp4 {
     AVFrame *vframe, *aframe;
     AVPacket *pkt, *vpkt;            /* the caller's (audio, the flush) and the encoder thread's */
     uint8_t *rgb;                    /* [height, width, 3], the encoder thread's */
+    uint8_t *src_rgb;                /* [src_height, src_width, 3] before scaling (NULL: no scaling) */
+    h3_frame_scaler *scaler;         /* src -> delivery size (NULL: none) */
     int64_t nframes, nsamples, apts; /* frames queued, audio samples written */
     int afill, frame_size, small_last;
     h3_status failed; /* a failure the caller has seen: only finish and abort are accepted after it */
@@ -209,6 +294,8 @@ static void mp4_free(h3_mp4 *m, int remove_partial) {
         pthread_cond_destroy(&m->cv_space);
     }
     h3_free(m->rgb);
+    h3_free(m->src_rgb);
+    h3_frame_scaler_free(m->scaler);
     h3_free(m->path);
     h3_free(m->tmp);
     h3_free(m);
@@ -298,6 +385,11 @@ static h3_status open_video(h3_mp4 *m) {
         return H3_ERR(H3_ERR_INVALID, "frame too large");
     m->rgb = h3_malloc(nrgb, H3_MEM_IO);
     if (!m->rgb) return H3_ERR(H3_ERR_NOMEM, "out of memory for an RGB frame (%zu bytes)", nrgb);
+    if (m->o.src_width != m->o.width || m->o.src_height != m->o.height) {
+        H3_TRY(h3_frame_scaler_new(m->o.src_width, m->o.src_height, m->o.width, m->o.height, &m->scaler));
+        m->src_rgb = h3_malloc((size_t)m->o.src_width * (size_t)m->o.src_height * 3, H3_MEM_IO);
+        if (!m->src_rgb) return H3_ERR(H3_ERR_NOMEM, "out of memory for an RGB frame");
+    }
     return H3_OK;
 }
 
@@ -354,14 +446,19 @@ static h3_status put_rgb24(h3_mp4 *m) {
  * the writer stops; a failure is kept for the caller's next call. */
 static void *encoder_main(void *arg) {
     h3_mp4 *m = arg;
-    const int64_t w = m->o.width, h = m->o.height;
+    const int64_t w = m->o.src_width, h = m->o.src_height;
     pthread_mutex_lock(&m->mu);
     for (;;) {
         while (!m->count && !m->closing) pthread_cond_wait(&m->cv_work, &m->mu);
         if (m->stop || !m->count) break;
         const float *f = m->slot[m->head];
         pthread_mutex_unlock(&m->mu);
-        planar_to_rgb24(f, w * h, w, (int)w, (int)h, m->rgb);
+        if (m->scaler) { /* to 8 bits at the render size, then Lanczos to the delivery size */
+            planar_to_rgb24(f, w * h, w, (int)w, (int)h, m->src_rgb);
+            h3_frame_scaler_run(m->scaler, m->src_rgb, m->rgb);
+        } else {
+            planar_to_rgb24(f, w * h, w, (int)w, (int)h, m->rgb);
+        }
         const h3_status st = put_rgb24(m);
         pthread_mutex_lock(&m->mu);
         if (st != H3_OK) {
@@ -381,7 +478,7 @@ static void *encoder_main(void *arg) {
 /* The queue's depth for this frame size (H3_MP4_QUEUE_FRAMES, fewer for frames so large that the queue would
  * pass H3_MP4_QUEUE_BYTES, never below 2), and the thread. */
 static h3_status start_encoder(h3_mp4 *m) {
-    const int64_t frame = (int64_t)3 * m->o.width * m->o.height * (int64_t)sizeof(float);
+    const int64_t frame = (int64_t)3 * m->o.src_width * m->o.src_height * (int64_t)sizeof(float);
     int64_t d = H3_MP4_QUEUE_BYTES / frame;
     m->depth = (int)(d > H3_MP4_QUEUE_FRAMES ? H3_MP4_QUEUE_FRAMES : d < 2 ? 2 : d);
     m->slot = h3_calloc((size_t)m->depth, sizeof *m->slot, H3_MEM_IO);
@@ -406,6 +503,9 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
         o->height > 16384)
         return H3_ERR(H3_ERR_INVALID, "%s: H.264 4:2:0 needs an even frame size up to 16384; got %dx%d", path,
                       o->width, o->height);
+    if (o->src_width < 0 || o->src_height < 0 || o->src_width > 16384 || o->src_height > 16384 ||
+        !o->src_width != !o->src_height)
+        return H3_ERR(H3_ERR_INVALID, "%s: bad source frame size %dx%d", path, o->src_width, o->src_height);
     if (o->fps < 1 || o->fps > 240)
         return H3_ERR(H3_ERR_INVALID, "%s: fps must be 1..240; got %d", path, o->fps);
     if (o->sample_rate &&
@@ -424,6 +524,10 @@ h3_status h3_mp4_open(const char *path, const h3_mp4_opts *opts, h3_mp4 **out) {
     if (!m) return H3_ERR(H3_ERR_NOMEM, "out of memory for an MP4 writer");
     m->o = *o;
     if (m->o.audio_bitrate <= 0) m->o.audio_bitrate = 128000;
+    if (!m->o.src_width) {
+        m->o.src_width = m->o.width;
+        m->o.src_height = m->o.height;
+    }
     m->path = h3_strdup(path);
     if (!m->path) H3_FAIL(H3_ERR_NOMEM, "out of memory for an MP4 writer");
     /* The temporary file is created here (a fresh regular file; see base/fs.h), then opened by libavformat.
@@ -476,13 +580,13 @@ static h3_status check_usable(h3_mp4 *m) {
 
 h3_status h3_mp4_write_frame(h3_mp4 *m, const float *rgb, int64_t plane_stride, int64_t row_stride) {
     H3_TRY(check_usable(m));
-    const int64_t w = m->o.width, h = m->o.height;
+    const int64_t w = m->o.src_width, h = m->o.src_height;
     if (!rgb || row_stride < w || plane_stride < row_stride * (h - 1) + w) {
         m->failed = H3_ERR_INVALID;
         return H3_ERR(H3_ERR_INVALID,
                       "%s: frame %lld: planes of %dx%d floats do not fit plane stride %lld, row stride %lld",
-                      m->path, (long long)m->nframes, m->o.width, m->o.height, (long long)plane_stride,
-                      (long long)row_stride);
+                      m->path, (long long)m->nframes, m->o.src_width, m->o.src_height,
+                      (long long)plane_stride, (long long)row_stride);
     }
     /* a free slot: the one after the queued frames (the thread reads only those) */
     pthread_mutex_lock(&m->mu);
@@ -731,10 +835,37 @@ static int only_frames(const char *dir) {
     return ok;
 }
 
+static h3_status png_seq_dir(const char *dir, h3_png_seq *out);
+
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out) {
+    return h3_png_seq_open_scaled(dir, width, height, width, height, out);
+}
+
+h3_status h3_png_seq_open_scaled(const char *dir, int src_w, int src_h, int width, int height,
+                                 h3_png_seq *out) {
     memset(out, 0, sizeof *out);
-    if (width <= 0 || height <= 0)
+    if (width <= 0 || height <= 0 || src_w <= 0 || src_h <= 0)
         return H3_ERR(H3_ERR_INVALID, "%s: bad PNG size %dx%d", dir, width, height);
+    if (src_w != width || src_h != height) {
+        H3_TRY(h3_frame_scaler_new(src_w, src_h, width, height, &out->scaler));
+        out->src_rgb = h3_malloc((size_t)src_w * (size_t)src_h * 3, H3_MEM_IO);
+        out->dst_rgb = h3_malloc((size_t)width * (size_t)height * 3, H3_MEM_IO);
+        if (!out->src_rgb || !out->dst_rgb) {
+            h3_png_seq_close(out);
+            return H3_ERR(H3_ERR_NOMEM, "out of memory for a scaled PNG frame");
+        }
+    }
+    out->src_width = src_w;
+    out->src_height = src_h;
+    out->width = width;
+    out->height = height;
+    h3_status ps = png_seq_dir(dir, out);
+    if (ps != H3_OK) h3_png_seq_close(out);
+    return ps;
+}
+
+/* The sequence's folders: DIR checked, DIR.partial made (out's scaler already set). */
+static h3_status png_seq_dir(const char *dir, h3_png_seq *out) {
     if (h3_path_exists(dir) && !h3_path_is_dir(dir))
         return H3_ERR(H3_ERR_IO, "%s exists and is not a folder", dir);
     if (h3_path_is_dir(dir)) {
@@ -778,8 +909,6 @@ h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *ou
         return s;
     }
     out->tmp = tmp; /* from here on the folder is this sequence's: h3_png_seq_close removes it */
-    out->width = width;
-    out->height = height;
     return H3_OK;
 }
 
@@ -789,7 +918,20 @@ h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride
     snprintf(name, sizeof name, "frame_%05lld.png", (long long)s->next);
     char *path = h3_path_join(s->tmp, name);
     if (!path) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    h3_status st = png_write(path, rgb, plane_stride, row_stride, s->width, s->height, 1);
+    h3_status st;
+    if (s->scaler) { /* as the MP4 writer scales: 8 bits at the given size, then Lanczos */
+        const int w = s->src_width, h = s->src_height;
+        if (!rgb || row_stride < w || plane_stride < row_stride * (h - 1) + w)
+            st = H3_ERR(H3_ERR_INVALID, "%s: bad PNG frame (%dx%d, plane stride %lld, row stride %lld)", path,
+                        w, h, (long long)plane_stride, (long long)row_stride);
+        else {
+            planar_to_rgb24(rgb, plane_stride, row_stride, w, h, s->src_rgb);
+            h3_frame_scaler_run(s->scaler, s->src_rgb, s->dst_rgb);
+            st = png_encode_write(path, s->dst_rgb, s->width, s->height, 1);
+        }
+    } else {
+        st = png_write(path, rgb, plane_stride, row_stride, s->width, s->height, 1);
+    }
     h3_free(path);
     if (st == H3_OK) s->next++;
     return st;
@@ -808,6 +950,9 @@ void h3_png_seq_close(h3_png_seq *s) {
     if (s->tmp) h3_out_remove_dir(s->tmp);
     h3_free(s->dir);
     h3_free(s->tmp);
+    h3_frame_scaler_free(s->scaler);
+    h3_free(s->src_rgb);
+    h3_free(s->dst_rgb);
     memset(s, 0, sizeof *s);
 }
 

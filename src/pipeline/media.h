@@ -23,13 +23,17 @@
 #include "base/status.h"
 
 typedef struct h3_mp4_opts {
-    int width, height;  /* even (a request's canvas is a multiple of 32) */
-    int fps;            /* 24 */
-    int sample_rate;    /* 32000; 0 writes no audio track */
-    int channels;       /* 1 or 2 (2 for H3) */
-    int crf;            /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
-    const char *preset; /* x264 preset (default "medium") */
-    int audio_bitrate;  /* AAC bits per second (default 128000) */
+    int width,
+        height; /* the encoded (delivery) size: even, 2..16384 (a request's canvas is a multiple of 32) */
+    int src_width, src_height; /* the size of the frames h3_mp4_write_frame takes; 0: width x height. When it
+                                * differs, each frame is scaled to width x height on the writer's thread
+                                * (h3_frame_scaler: Lanczos), one frame at a time */
+    int fps;                   /* 24 */
+    int sample_rate;           /* 32000; 0 writes no audio track */
+    int channels;              /* 1 or 2 (2 for H3) */
+    int crf;                   /* x264 constant rate factor, 0..51 (default 18: visually lossless) */
+    const char *preset;        /* x264 preset (default "medium") */
+    int audio_bitrate;         /* AAC bits per second (default 128000) */
 } h3_mp4_opts;
 
 /* 1 when this build writes MP4 and PNG (libav), 0 when it was built with -DH3_MEDIA=OFF (WAV only). */
@@ -80,6 +84,25 @@ void h3_mp4_abort(h3_mp4 *m);
  * postprocessing does. */
 uint8_t h3_unit_to_u8(float x);
 
+/* ---- delivery size ------------------------------------------------------------------------------------
+ *
+ * Frames are scaled to a delivery size (`--output-size`) by libswscale's Lanczos filter (SWS_LANCZOS, 3
+ * lobes, with SWS_ACCURATE_RND and full-resolution chroma in and out, so no channel is subsampled on the way)
+ * from packed 8-bit RGB to packed 8-bit RGB, each channel on its own: the same pixels for the MP4 and the PNG
+ * frames. The aspect ratio may change (the frame is stretched, never cropped). One frame at a time: memory
+ * does not depend on the clip's length. */
+#define H3_MEDIA_MAX_SIDE 16384
+/* A delivery size for the MP4 (H.264 4:2:0) and PNG writers: both sides even (yuv420p) and 2..16384;
+ * H3_ERR_INVALID naming the nearest even sizes otherwise ("1919x1080: ... use 1918x1080 or 1920x1080"). */
+h3_status h3_media_check_output_size(int64_t width, int64_t height);
+
+typedef struct h3_frame_scaler h3_frame_scaler;
+/* A scaler of src_w x src_h packed RGB24 frames to dst_w x dst_h (each 1..16384). */
+h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_frame_scaler **out);
+/* src [src_h, src_w, 3] (rows contiguous) -> dst [dst_h, dst_w, 3]. */
+void h3_frame_scaler_run(h3_frame_scaler *s, const uint8_t *src, uint8_t *dst);
+void h3_frame_scaler_free(h3_frame_scaler *s);
+
 
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
@@ -90,11 +113,17 @@ h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride,
  * must not exist or be an empty folder (a folder that holds anything is refused); a "DIR.partial" that an
  * interrupted run left (frame files only) is emptied and reused, anything else of that name is refused. */
 typedef struct h3_png_seq {
-    char *dir, *tmp; /* tmp: NULL once finished or closed */
-    int width, height;
+    char *dir, *tmp;           /* tmp: NULL once finished or closed */
+    int width, height;         /* the frames written */
+    int src_width, src_height; /* the frames given (scaled to width x height when they differ) */
+    h3_frame_scaler *scaler;
+    uint8_t *src_rgb, *dst_rgb; /* one frame each, while scaling */
     int64_t next;
 } h3_png_seq;
 h3_status h3_png_seq_open(const char *dir, int width, int height, h3_png_seq *out);
+/* The same, for frames of src_w x src_h written as width x height PNGs (scaled as the MP4's frames are). */
+h3_status h3_png_seq_open_scaled(const char *dir, int src_w, int src_h, int width, int height,
+                                 h3_png_seq *out);
 h3_status h3_png_seq_write(h3_png_seq *s, const float *rgb, int64_t plane_stride, int64_t row_stride);
 /* Moves the frames into place (see above) and closes the sequence. */
 h3_status h3_png_seq_finish(h3_png_seq *s);

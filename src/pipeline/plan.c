@@ -709,34 +709,49 @@ typedef struct try_ctx {
     int eight_bit;
 } try_ctx;
 
+/* The DiT stage of one pass: the packed sequence of a canvas (counts only), the best placement; 0 when none
+ * fits. */
+static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64_t width, int64_t height,
+                               int n_timesteps, h3_dit_plan *out, int *fits) {
+    h3_seq_layout L;
+    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->frames, width, height, &L));
+    dit_static ds;
+    H3_TRY(dit_static_of(t->m, t->eight_bit, &ds));
+    const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
+    dit_ctx x = {t->m,
+                 h3_dit_get_config(t->m->dit),
+                 &ds,
+                 &fd,
+                 L.seq_len,
+                 L.text_len,
+                 L.n_video_rows,
+                 L.n_audio_rows,
+                 n_timesteps,
+                 t->b.vram,
+                 t->b.ram};
+    *fits = dit_search(&x, out);
+    return H3_OK;
+}
+
 /* Plans request r entirely; *fits receives the outcome. */
 static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p) {
     memset(&p->dit, 0, sizeof p->dit);
+    memset(&p->dit_refine, 0, sizeof p->dit_refine);
     p->fits = 1;
+    const int refine = r->refine_width > 0;
     if (t->m->dit) {
-        h3_seq_layout L;
-        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, r->width, r->height, &L));
-        dit_static ds;
-        h3_status st = dit_static_of(t->m, t->eight_bit, &ds);
-        if (st != H3_OK) {
-            h3_seq_layout_free(&L);
-            return st;
+        int ok = 1;
+        H3_TRY(plan_dit_pass(t, r, r->width, r->height, r->n_timesteps, &p->dit, &ok));
+        if (!ok) p->fits = 0;
+        if (refine) {
+            H3_TRY(plan_dit_pass(t, r, r->refine_width, r->refine_height,
+                                 r->refine_timesteps > 0 ? r->refine_timesteps : r->n_timesteps,
+                                 &p->dit_refine, &ok));
+            if (!ok) p->fits = 0;
         }
-        const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
-        dit_ctx x = {t->m,
-                     h3_dit_get_config(t->m->dit),
-                     &ds,
-                     &fd,
-                     L.seq_len,
-                     L.text_len,
-                     L.n_video_rows,
-                     L.n_audio_rows,
-                     r->n_timesteps,
-                     t->b.vram,
-                     t->b.ram};
-        h3_seq_layout_free(&L);
-        if (!dit_search(&x, &p->dit)) p->fits = 0;
     }
+    /* the VAEs decode the last pass's latents */
+    const int64_t vw = refine ? r->refine_width : r->width, vh = refine ? r->refine_height : r->height;
     const h3_plan_model *m = t->m;
     memset(&p->te, 0, sizeof p->te);
     memset(&p->avae, 0, sizeof p->avae);
@@ -752,9 +767,9 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
         H3_TRY(h3_plan_audio_vae(m->avae, h3_audio_latents(r->frames), 2 /* stereo */, m->avae_weight_bytes,
                                  &t->b, &fav, &p->avae));
     if (m->vvae)
-        H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), r->height / H3_VAE_SPATIAL,
-                                 r->width / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b,
-                                 &fvv, &p->vvae));
+        H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), vh / H3_VAE_SPATIAL,
+                                 vw / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b, &fvv,
+                                 &p->vvae));
     const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
     for (int i = 0; i < 3; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -803,7 +818,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     if (h3_video_latent_frames(r->frames) < 0)
         return H3_ERR(H3_ERR_INVALID, "plan: frames must be 17n+5 (e.g. 73, 124, 362); got %lld",
                       (long long)r->frames);
-    if (r->width < 32 || r->height < 32 || r->width % 32 || r->height % 32)
+    if (!h3_canvas_valid(r->width, r->height))
         return H3_ERR(H3_ERR_INVALID,
                       "plan: width and height must be positive multiples of 32; got %lldx%lld",
                       (long long)r->width, (long long)r->height);
@@ -813,6 +828,13 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     if (r->n_timesteps < 1 || r->n_timesteps > 100000)
         return H3_ERR(H3_ERR_INVALID, "plan: the run keeps 1 to 100000 distinct timesteps; got %d",
                       r->n_timesteps);
+    if (r->refine_width && (r->refine_width < r->width || r->refine_height < r->height ||
+                            !h3_canvas_valid(r->refine_width, r->refine_height) || r->refine_steps < 1))
+        return H3_ERR(H3_ERR_INVALID,
+                      "plan: a refine canvas must be multiples of 32 at least %lldx%lld, with its steps; "
+                      "got %lldx%lld",
+                      (long long)r->width, (long long)r->height, (long long)r->refine_width,
+                      (long long)r->refine_height);
     if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
     out->req = *r;
     out->budgets = *b;
@@ -827,9 +849,11 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     /* Nothing fits: the smallest budgets for this request, and the changes that fit these budgets. */
     char a[32], c2[32], c3[32];
     int64_t dmin = 0, hmin = 0;
-    if (m->dit) {
+    const int refine = r->refine_width > 0;
+    if (m->dit) { /* the longer sequence: the refine pass's when there is one */
         h3_seq_layout L;
-        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, r->width, r->height, &L));
+        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, refine ? r->refine_width : r->width,
+                                  refine ? r->refine_height : r->height, &L));
         dit_static ds;
         h3_status st = dit_static_of(m, 0, &ds);
         dit_ctx x = {m,
@@ -871,14 +895,24 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     /* a smaller canvas of about the same aspect */
     for (int s = 95; s >= 10; s -= 5) {
         h3_plan_request q = *r;
-        q.width = r->width * s / 100 / 32 * 32;
-        q.height = r->height * s / 100 / 32 * 32;
-        if (q.width < 32 || q.height < 32) break;
-        if (q.width == r->width && q.height == r->height) continue;
+        if (refine) { /* the refine canvas shrinks; the first pass's stays at most as large */
+            q.refine_width = r->refine_width * s / 100 / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+            q.refine_height = r->refine_height * s / 100 / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+            if (q.refine_width < 32 || q.refine_height < 32) break;
+            if (q.width > q.refine_width) q.width = q.refine_width;
+            if (q.height > q.refine_height) q.height = q.refine_height;
+        } else {
+            q.width = r->width * s / 100 / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+            q.height = r->height * s / 100 / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+            if (q.width < 32 || q.height < 32) break;
+        }
+        if (q.width == r->width && q.height == r->height && q.refine_width == r->refine_width &&
+            q.refine_height == r->refine_height)
+            continue;
         H3_TRY(plan_all(&t, &q, &scratch));
         if (scratch.fits) {
-            out->fit_width = q.width;
-            out->fit_height = q.height;
+            out->fit_width = refine ? q.refine_width : q.width;
+            out->fit_height = refine ? q.refine_height : q.height;
             break;
         }
     }
@@ -915,6 +949,9 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     appendf(w, wn, "%lld frames at %lldx%lld", (long long)r->frames, (long long)r->width,
             (long long)r->height);
     if (m->dit) appendf(w, wn, " (%lld packed rows)", (long long)out->dit.S);
+    if (refine)
+        appendf(w, wn, " refined at %lldx%lld (%lld packed rows)", (long long)r->refine_width,
+                (long long)r->refine_height, (long long)out->dit_refine.S);
     appendf(w, wn, " do not fit");
     int dev_short = m->dit && out->min_vram > b->vram;
     int host_short = b->ram > 0 && out->min_ram > b->ram;
@@ -960,8 +997,8 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
         any = 1;
     }
     if (out->fit_width) {
-        appendf(w, wn, "%s a %lldx%lld canvas", any ? "; or" : "", (long long)out->fit_width,
-                (long long)out->fit_height);
+        appendf(w, wn, "%s a %lldx%lld %scanvas", any ? "; or" : "", (long long)out->fit_width,
+                (long long)out->fit_height, refine ? "refine " : "");
         any = 1;
     }
     if (out->fit_steps) {
@@ -1016,16 +1053,67 @@ static void stage_format(char *o, size_t n, const h3_plan *p, const char *name, 
                 s->t_run);
 }
 
+/* A DiT stage's lines (the first pass, or the refine pass). */
+static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, const h3_dit_plan *t,
+                       int steps) {
+    char a[32], b[32], c[32], d[32];
+    appendf(o, n, "\n%s: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", title, (long long)t->S,
+            (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
+    appendf(o, n,
+            "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
+            "slots of %s; FFN chunk %s rows\n",
+            t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots,
+            h3_budget_str(t->slot_bytes, a, sizeof a),
+            t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
+    appendf(o, n, "  blocks: ");
+    for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
+    appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
+    appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
+            h3_budget_str(p->budgets.vram, b, sizeof b));
+    appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
+            h3_budget_str(t->dev_backend, a, sizeof a),
+            h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
+            h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
+    char e[32];
+    appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
+            h3_budget_str(t->dev_modulation, a, sizeof a),
+            h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
+            h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
+            h3_budget_str(t->dev_scratch, e, sizeof e));
+    appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
+            h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
+            h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
+    appendf(o, n, "  per step: %s streamed (%s from disk)\n", h3_budget_str(t->streamed_bytes, a, sizeof a),
+            h3_budget_str(t->disk_bytes, b, sizeof b));
+    if (p->have_time) {
+        appendf(o, n,
+                "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, "
+                "copies "
+                "%.3f s, disk reads %.3f s\n",
+                t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
+                t->t_copy, t->t_read);
+        appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
+                t->t_modulation);
+        if (steps > 0)
+            appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n", h3_dit_plan_seconds(t, steps),
+                    steps);
+    }
+}
+
 char *h3_plan_format(const h3_plan *p) {
     const size_t n = 16384;
     char *o = h3_malloc(n, H3_MEM_IO);
     if (!o) return NULL;
     o[0] = 0;
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32];
     const h3_plan_request *r = &p->req;
     appendf(o, n, "request: %lld frames at %lldx%lld, %lld prompt tokens, modulation kept for %d timesteps\n",
             (long long)r->frames, (long long)r->width, (long long)r->height, (long long)r->text_tokens,
             r->n_timesteps);
+    if (r->refine_width)
+        appendf(
+            o, n, "refine: a second pass at %lldx%lld, %d model calls (modulation kept for %d timesteps)\n",
+            (long long)r->refine_width, (long long)r->refine_height, r->refine_steps, r->refine_timesteps);
     appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
             p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
@@ -1042,60 +1130,24 @@ char *h3_plan_format(const h3_plan *p) {
     const h3_stage_plan *te = hs[0];
     if (te->present) stage_format(o, n, p, names[0], te);
     const h3_dit_plan *t = &p->dit;
-    if (t->present) {
-        appendf(o, n, "\nDiT: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", (long long)t->S,
-                (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
-        appendf(
-            o, n,
-            "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
-            "slots of %s; FFN chunk %s rows\n",
-            t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots,
-            h3_budget_str(t->slot_bytes, a, sizeof a),
-            t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
-        appendf(o, n, "  blocks: ");
-        for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
-        appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");
-        appendf(o, n, "  device peak %s of %s:\n", h3_budget_str(t->dev_peak, a, sizeof a),
-                h3_budget_str(p->budgets.vram, b, sizeof b));
-        appendf(o, n, "    backend workspace %s, resident weights %s (non-block %s), stream slots %s,\n",
-                h3_budget_str(t->dev_backend, a, sizeof a),
-                h3_budget_str(t->dev_globals + t->dev_resident, b, sizeof b),
-                h3_budget_str(t->dev_globals, c, sizeof c), h3_budget_str(t->dev_slots, d, sizeof d));
-        char e[32];
-        appendf(o, n, "    modulation %s, activations %s (buffers %s, inputs/outputs %s, scratch %s)\n",
-                h3_budget_str(t->dev_modulation, a, sizeof a),
-                h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
-                h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
-                h3_budget_str(t->dev_scratch, e, sizeof e));
-        appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
-                h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
-                h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
-        appendf(o, n, "  per step: %s streamed (%s from disk)\n",
-                h3_budget_str(t->streamed_bytes, a, sizeof a), h3_budget_str(t->disk_bytes, b, sizeof b));
-        if (p->have_time) {
-            appendf(o, n,
-                    "  time per step: %.3f s predicted (all resident: %.3f s, ratio %.3f); compute %.3f s, "
-                    "copies "
-                    "%.3f s, disk reads %.3f s\n",
-                    t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
-                    t->t_copy, t->t_read);
-            appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
-                    t->t_modulation);
-            if (r->steps > 0)
-                appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n",
-                        h3_dit_plan_seconds(t, r->steps), r->steps);
-        }
-    }
+    if (t->present) dit_format(o, n, p, "DiT", t, r->steps);
+    const h3_dit_plan *tr = &p->dit_refine;
+    char rt[96];
+    snprintf(rt, sizeof rt, "DiT, refine pass at %lldx%lld", (long long)r->refine_width,
+             (long long)r->refine_height);
+    if (tr->present) dit_format(o, n, p, rt, tr, r->refine_steps);
     for (int i = 1; i < 3; i++)
         if (hs[i]->present) stage_format(o, n, p, names[i], hs[i]);
     /* the stages in the order they run, each on its own within the same budgets */
     appendf(o, n, "\nstages, in turn (each gives the device back before the next):\n");
     appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", "stage", "place", "device peak", "host peak", "predicted");
-    for (int i = 0; i < 4; i++) {
-        const h3_stage_plan *sp = i == 0 ? hs[0] : i == 1 ? NULL : hs[i - 1];
-        if (sp ? !sp->present : !t->present) continue;
+    for (int i = 0; i < 5; i++) { /* text encoder, DiT, DiT refine, audio VAE, video VAE */
+        const h3_stage_plan *sp = i == 0 ? hs[0] : i == 3 ? hs[1] : i == 4 ? hs[2] : NULL;
+        const h3_dit_plan *dp = i == 1 ? t : i == 2 ? tr : NULL;
+        if (sp ? !sp->present : !dp->present) continue;
+        const int calls = i == 2 ? r->refine_steps : r->steps;
         const int on_dev = sp ? sp->on_device : 1;
-        const int64_t dpk = sp ? sp->dev_peak : t->dev_peak, hpk = sp ? sp->host_peak : t->host_peak;
+        const int64_t dpk = sp ? sp->dev_peak : dp->dev_peak, hpk = sp ? sp->host_peak : dp->host_peak;
         char pk[48], tm[48];
         if (on_dev)
             snprintf(pk, sizeof pk, "%s of %s", h3_budget_str(dpk, a, sizeof a),
@@ -1106,11 +1158,14 @@ char *h3_plan_format(const h3_plan *p) {
             snprintf(tm, sizeof tm, "-");
         else if (sp)
             snprintf(tm, sizeof tm, "%.1f s", sp->t_load + sp->t_run);
-        else if (r->steps > 0)
-            snprintf(tm, sizeof tm, "%.1f s (%d calls)", h3_dit_plan_seconds(t, r->steps), r->steps);
+        else if (calls > 0)
+            snprintf(tm, sizeof tm, "%.1f s (%d calls)", h3_dit_plan_seconds(dp, calls), calls);
         else
-            snprintf(tm, sizeof tm, "%.3f s a call", t->t_step);
-        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", sp ? names[i - (i > 1)] : "DiT",
+            snprintf(tm, sizeof tm, "%.3f s a call", dp->t_step);
+        appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n",
+                sp       ? names[i == 0 ? 0 : i - 2]
+                : i == 1 ? "DiT"
+                         : "DiT refine",
                 on_dev ? "device" : "host", pk, h3_budget_str(hpk, c, sizeof c), tm);
     }
     if (!p->fits) appendf(o, n, "\nDOES NOT FIT: %s\n", p->why);

@@ -78,6 +78,11 @@ typedef struct h3_plan_request {
     int64_t text_tokens;           /* prompt length after tokenizing (128 in BENCH.md) */
     int n_timesteps;               /* distinct timesteps the run keeps modulation for (t2va: 2 per step) */
     int steps;                     /* model calls, for the DiT stage's predicted time (0: per step only) */
+    /* two-pass refine (--refine): a second DiT stage at the refine canvas, whose latents the VAEs decode;
+     * refine_width 0: one pass */
+    int64_t refine_width, refine_height;
+    int refine_timesteps; /* distinct timesteps of the refine pass's calls (its modulation kept) */
+    int refine_steps;     /* its model calls */
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {
@@ -166,6 +171,8 @@ typedef struct h3_plan {
     double
         cached[4]; /* the model's dit_cached, te_cached, avae_cached, vvae_cached the times were made with */
     h3_dit_plan dit;
+    h3_dit_plan dit_refine; /* the refine pass's DiT stage (present only with a refine canvas): the longer
+                             * sequence, planned on its own within the same budgets */
     h3_stage_plan te, vvae, avae;
     int fits; /* every stage fits the same budgets */
     /* when it does not fit */

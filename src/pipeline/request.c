@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "pipeline/geometry.h"
+#include "pipeline/media.h"
 
 static void warn(h3_request_warnings *w, const char *fmt, ...) H3_PRINTF(2, 3);
 static void warn(h3_request_warnings *w, const char *fmt, ...) {
@@ -91,8 +92,8 @@ typedef struct {
 } cand;
 
 static void add_cand(cand *c, int *n, int64_t w, int64_t h, int64_t w0, int64_t h0) {
-    if (w > H3_MAX_SIDE) w = H3_MAX_SIDE / 32 * 32;
-    if (h > H3_MAX_SIDE) h = H3_MAX_SIDE / 32 * 32;
+    if (w > H3_MAX_SIDE) w = H3_MAX_SIDE / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
+    if (h > H3_MAX_SIDE) h = H3_MAX_SIDE / H3_CANVAS_MULTIPLE * H3_CANVAS_MULTIPLE;
     if (!canvas_valid(w, h)) return;
     for (int i = 0; i < *n; i++)
         if (c[i].w == w && c[i].h == h) return;
@@ -188,22 +189,95 @@ h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warn
     return H3_OK;
 }
 
+/* "WxH" at the start of s: 1 with *end after it, 0 when it is not that. */
+static int parse_wxh(const char *s, long long *w, long long *h, char **end) {
+    if (!isdigit((unsigned char)s[0])) return 0;
+    errno = 0;
+    *w = strtoll(s, end, 10);
+    if (errno || (**end != 'x' && **end != 'X') || !isdigit((unsigned char)(*end)[1])) return 0;
+    *h = strtoll(*end + 1, end, 10);
+    return !errno && *w <= 1000000 && *h <= 1000000;
+}
+
 h3_status h3_request_parse_size(const char *text, int64_t *width, int64_t *height) {
     const char *s = text ? text : "";
     char *end;
-    if (!isdigit((unsigned char)s[0])) goto bad;
-    errno = 0;
-    long long w = strtoll(s, &end, 10);
-    if (errno || (*end != 'x' && *end != 'X') || !isdigit((unsigned char)end[1])) goto bad;
-    long long h = strtoll(end + 1, &end, 10);
-    if (errno || *end) goto bad;
-    if (w > 1000000 || h > 1000000) goto bad;
+    long long w, h;
+    if (!parse_wxh(s, &w, &h, &end) || *end)
+        return H3_ERR(H3_ERR_INVALID, "size must be WIDTHxHEIGHT in pixels (e.g. 1344x768); got '%s'", s);
     if (w == 0 || h == 0) return h3_request_check_canvas(w, h, NULL); /* 0 would read as "not given" */
     *width = w;
     *height = h;
     return H3_OK;
+}
+
+h3_status h3_request_parse_output_size(const char *text, int64_t *width, int64_t *height) {
+    const char *s = text ? text : "";
+    char *end;
+    long long w, h;
+    if (!parse_wxh(s, &w, &h, &end) || *end)
+        return H3_ERR(H3_ERR_INVALID,
+                      "--output-size must be WIDTHxHEIGHT in pixels (e.g. 1920x1080); got '%s'", s);
+    H3_TRY(h3_media_check_output_size(w, h)); /* 0 is refused, not "not given" */
+    *width = w;
+    *height = h;
+    return H3_OK;
+}
+
+h3_status h3_request_parse_refine(const char *text, int64_t *width, int64_t *height, double *denoise) {
+    const char *s = text ? text : "";
+    char *end;
+    long long w, h;
+    double d = 0;
+    if (!parse_wxh(s, &w, &h, &end)) goto bad;
+    if (*end == ':') {
+        const char *ds = end + 1;
+        errno = 0;
+        d = strtod(ds, &end);
+        if (errno || end == ds || *end || !isfinite(d)) goto bad;
+        if (!(d > 0.0 && d <= 1.0))
+            return H3_ERR(H3_ERR_INVALID,
+                          "--refine %s: the denoise must be in (0, 1] (the share of the schedule the refine "
+                          "pass runs again; 1 starts it from pure noise); got %g",
+                          s, d);
+    } else if (*end) {
+        goto bad;
+    }
+    if (w == 0 || h == 0) {
+        h3_status st = h3_request_check_canvas(w, h, NULL);
+        return h3_error_wrap(st, "--refine %s", s);
+    }
+    *width = w;
+    *height = h;
+    *denoise = d;
+    return H3_OK;
 bad:
-    return H3_ERR(H3_ERR_INVALID, "size must be WIDTHxHEIGHT in pixels (e.g. 1344x768); got '%s'", s);
+    return H3_ERR(
+        H3_ERR_INVALID,
+        "--refine must be WIDTHxHEIGHT or WIDTHxHEIGHT:DENOISE (e.g. 256x256 or 2688x1536:0.4); got '%s'", s);
+}
+
+h3_status h3_request_check_refine(int64_t width, int64_t height, int64_t refine_width, int64_t refine_height,
+                                  double denoise, h3_request_warnings *warnings) {
+    h3_status st = h3_request_check_canvas(refine_width, refine_height, warnings);
+    if (st != H3_OK) return h3_error_wrap(st, "the refine canvas");
+    if (refine_width < width || refine_height < height)
+        return H3_ERR(H3_ERR_INVALID,
+                      "the refine canvas %lldx%lld is smaller than the first pass's %lldx%lld: it must be at "
+                      "least as wide and as tall (e.g. %lldx%lld, twice the size)",
+                      (long long)refine_width, (long long)refine_height, (long long)width, (long long)height,
+                      (long long)(2 * width), (long long)(2 * height));
+    if (!(denoise > 0.0 && denoise <= 1.0))
+        return H3_ERR(H3_ERR_INVALID,
+                      "the refine denoise must be in (0, 1] (the share of the schedule the refine pass runs "
+                      "again; 1 starts it from pure noise); got %g",
+                      denoise);
+    return H3_OK;
+}
+
+int h3_request_refine_calls(int calls, double denoise) {
+    int m = (int)floor((double)calls * denoise + 0.5);
+    return m < 1 ? 1 : m > calls ? calls : m;
 }
 
 /* ---- the prompt's length
@@ -261,6 +335,14 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     if (r->steps < 1 || r->steps > H3_MAX_STEPS)
         return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d",
                       H3_MAX_STEPS, r->steps);
+    if (r->refine_width || r->refine_height) {
+        if (r->refine_denoise == 0.0) r->refine_denoise = H3_REFINE_DEFAULT_DENOISE;
+        H3_TRY(h3_request_check_refine(r->width, r->height, r->refine_width, r->refine_height,
+                                       r->refine_denoise, warnings));
+    } else if (r->refine_denoise != 0.0) {
+        return H3_ERR(H3_ERR_INVALID, "a refine denoise without a refine canvas");
+    }
+    if (r->out_width || r->out_height) H3_TRY(h3_media_check_output_size(r->out_width, r->out_height));
     return H3_OK;
 }
 

@@ -30,15 +30,15 @@
 #include "sample/sampler.h"
 #include "sample/schedule.h"
 
-#define H3_DEFAULT_WIDTH 1344
-#define H3_DEFAULT_HEIGHT 768
-#define H3_DEFAULT_FRAMES 124
-#define H3_DEFAULT_STEPS_H3 49    /* diffusers' 50 sigma points */
-#define H3_DEFAULT_STEPS_COMFY 20 /* ComfyUI's H3 template */
-#define H3_MAX_FRAMES 14400       /* 10 minutes: a bound for arithmetic, far above what fits anywhere */
-#define H3_MAX_SIDE 8192
-#define H3_TRAINED_MIN_FRAMES 96  /* 4 s */
-#define H3_TRAINED_MAX_FRAMES 360 /* 15 s */
+#define H3_DEFAULT_WIDTH       1344
+#define H3_DEFAULT_HEIGHT      768
+#define H3_DEFAULT_FRAMES      124
+#define H3_DEFAULT_STEPS_H3    49    /* diffusers' 50 sigma points */
+#define H3_DEFAULT_STEPS_COMFY 20    /* ComfyUI's H3 template */
+#define H3_MAX_FRAMES          14400 /* 10 minutes: a bound for arithmetic, far above what fits anywhere */
+#define H3_MAX_SIDE            8192
+#define H3_TRAINED_MIN_FRAMES  96  /* 4 s */
+#define H3_TRAINED_MAX_FRAMES  360 /* 15 s */
 #define H3_MAX_PROMPT_TOKENS   8192
 #define H3_MAX_PROMPT_BYTES    (128 * H3_MAX_PROMPT_TOKENS) /* 1 MiB */
 
@@ -51,7 +51,18 @@ typedef struct h3_request {
     h3_sampler sampler;     /* default euler */
     h3_scheduler scheduler; /* default h3 */
     uint64_t seed;
+    /* Two-pass refine (--refine WxH[:DENOISE]); refine_width 0: one pass. The first pass samples at width x
+     * height with `steps` model calls; its video latents are upscaled (bilinear, per frame) to the refine
+     * canvas, re-noised to the schedule's sigma where the last h3_request_refine_calls(steps, denoise) calls
+     * begin, and sampled there; the first pass's audio is kept (docs/SAMPLING.md §8). */
+    int64_t refine_width, refine_height;
+    double refine_denoise; /* (0, 1]; 0: H3_REFINE_DEFAULT_DENOISE */
+    /* Delivery size (--output-size WxH): the decoded frames scaled (Lanczos) to it on their way to the MP4
+     * and the PNG frames; 0: the canvas (the refine canvas with --refine). Even sides, 2..16384. */
+    int64_t out_width, out_height;
 } h3_request;
+
+#define H3_REFINE_DEFAULT_DENOISE 0.5
 
 #define H3_REQUEST_MAX_WARNINGS 4
 typedef struct h3_request_warnings {
@@ -77,6 +88,18 @@ h3_status h3_request_check_prompt_tokens(int64_t tokens, int64_t te_positions);
 h3_status h3_request_frames_from_seconds(double seconds, int64_t *frames);
 h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings);
 h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings);
+/* "1920x1080" -> 1920, 1080 for --output-size: the syntax, then h3_media_check_output_size (even sides). */
+h3_status h3_request_parse_output_size(const char *text, int64_t *width, int64_t *height);
+/* "2048x1152" or "2048x1152:0.4" -> the refine canvas and its denoise (0 when not given: the default). */
+h3_status h3_request_parse_refine(const char *text, int64_t *width, int64_t *height, double *denoise);
+/* The refine canvas against the first pass's: a valid canvas (h3_request_check_canvas), at least as wide and
+ * as tall as width x height; denoise in (0, 1]. */
+h3_status h3_request_check_refine(int64_t width, int64_t height, int64_t refine_width, int64_t refine_height,
+                                  double denoise, h3_request_warnings *warnings);
+/* Model calls of the refine pass: round(calls * denoise), half away from zero, at least 1 and at most calls
+ * (calls: the first pass's schedule's model calls). The refine pass runs the last that many calls of the
+ * first pass's schedule, as ComfyUI's KSampler runs `denoise` of a schedule. */
+int h3_request_refine_calls(int calls, double denoise);
 /* The two valid frame counts nearest to `frames` (lo < hi). */
 void h3_request_nearest_frames(int64_t frames, int64_t *lo, int64_t *hi);
 /* Up to two valid canvases nearest to width x height, nearest first; returns how many. */

@@ -282,6 +282,8 @@ typedef struct sample_ctx {
     h3_dit_stage *s;
     const h3_seq_layout *L;
     int32_t *tidx, *tags, *vi, *ai, *ti;
+    const float *held, *held_noise; /* held audio rows and their noise (NULL: sampled) */
+    float *held_x;                  /* [Na·32] the held rows at the call's sigma */
 } sample_ctx;
 
 static h3_status sample_model(void *user, const float *x_video, const float *x_audio, float t_video,
@@ -290,6 +292,12 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     const h3_seq_layout *L = c->L;
     float uniq[2];
     int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
+    if (c->held) { /* the kept audio at this call's noise level, in place of the sampler's */
+        const float sig = 1.0f - t_audio, keep = 1.0f - sig;
+        const int64_t n = L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
+        for (int64_t i = 0; i < n; i++) c->held_x[i] = keep * c->held[i] + sig * c->held_noise[i];
+        x_audio = c->held_x;
+    }
     h3_tensor hxv, hxa, hvv, hva;
     H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
@@ -323,6 +331,14 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     c.ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     if (!c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
+    if (a->held_audio) {
+        if (!a->held_noise) H3_FAIL(H3_ERR_INVALID, "held audio needs its noise");
+        c.held = a->held_audio;
+        c.held_noise = a->held_noise;
+        c.held_x = h3_malloc((size_t)L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS * sizeof(float) + 4,
+                             H3_MEM_ACTIVATIONS);
+        if (!c.held_x) H3_FAIL(H3_ERR_NOMEM, "out of memory for the held audio rows");
+    }
     for (size_t i = 0; i < S; i++) c.tags[i] = L->tags[i];
     for (int64_t i = 0; i < L->n_video_rows; i++) c.vi[i] = (int32_t)L->video_indices[i];
     for (int64_t i = 0; i < L->n_audio_rows; i++) c.ai[i] = (int32_t)L->audio_indices[i];
@@ -331,10 +347,12 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     da.n_video_rows = L->n_video_rows;
     da.n_audio_rows = L->n_audio_rows;
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
-    h3_sample_args sa = {a->sampler, a->schedule, sample_model, &c, a->on_step, a->step_ctx};
-    st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows,
-                   (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS));
+    h3_sample_args sa = {a->sampler, a->schedule, sample_model, &c, a->on_step, a->step_ctx, a->from_latent};
+    const size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
+    st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows, na);
+    if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
 done:
+    h3_free(c.held_x);
     h3_dit_stage_close(c.s, res);
     h3_free(c.tidx);
     h3_free(c.tags);

@@ -60,8 +60,8 @@ h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hi
 
 typedef struct h3_dit_stage_args {
     h3_dit *dit;         /* opened by the caller as the plan planned it: on the device with act_place DEVICE,
-                          * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the stage
-                          * gives back         everything it placed (blocks, slots, workspace, modulation) */
+                          * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the
+                          * stage         gives back         everything it placed (blocks, slots, workspace, modulation) */
     const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
     const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
     int64_t n_video_rows, n_audio_rows; /* rows of every call */
@@ -98,11 +98,18 @@ typedef struct h3_dit_sample_args {
     const h3_schedule *schedule;
     h3_step_fn on_step; /* after each model call (may be NULL); an error stops the loop with it */
     void *step_ctx;
+    int from_latent; /* the rows hold latents noised to the schedule's first sigmas (h3_sample_args) */
+    /* Held audio (the refine pass): held_audio [Na·32] clean audio rows that are not sampled; every call sees
+     * them noised to its own audio sigma, (1 - sigma_a)*held_audio + sigma_a*held_noise (held_noise [Na·32]),
+     * as the joint model was trained to see audio beside video at that step, and the audio rows come back
+     * equal to held_audio. NULL: the audio is sampled with the video. */
+    const float *held_audio, *held_noise;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes
  * the stage (res filled whatever happened; may be NULL). video_rows [Nv·96] and audio_rows [Na·32] hold unit
- * noise in the layout's row order on entry and the sampled latents on return. */
+ * noise in the layout's row order on entry (or the noised latents: from_latent) and the sampled latents on
+ * return. */
 h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *video_rows, float *audio_rows,
                               h3_dit_stage_result *res);
 

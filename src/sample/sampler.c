@@ -17,11 +17,12 @@ h3_status h3_sampler_parse(const char *name, h3_sampler *out) {
             *out = (h3_sampler)i;
             return H3_OK;
         }
-    return H3_ERR(H3_ERR_INVALID, "unknown sampler '%s': choose euler, res_multistep or dpmpp_2m", name ? name : "");
+    return H3_ERR(H3_ERR_INVALID, "unknown sampler '%s': choose euler, res_multistep or dpmpp_2m",
+                  name ? name : "");
 }
 
-static h3_status call_model(const h3_sample_args *a, const float *xv, const float *xa, float tv, float ta, float *vv,
-                            float *va, int step) {
+static h3_status call_model(const h3_sample_args *a, const float *xv, const float *xa, float tv, float ta,
+                            float *vv, float *va, int step) {
     h3_status st = a->model(a->model_ctx, xv, xa, tv, ta, vv, va);
     if (st != H3_OK) return h3_error_wrap(st, "model call %d of %d", step + 1, a->schedule->n - 1);
     return H3_OK;
@@ -49,7 +50,8 @@ static h3_status sample_h3_euler(const h3_sample_args *a, float *video, size_t n
     const h3_schedule *s = a->schedule;
     h3_status st = H3_OK;
     float *buf = h3_malloc((nv + na) * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
-    if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for the sampler's velocity buffers (%zu floats)", nv + na);
+    if (!buf)
+        return H3_ERR(H3_ERR_NOMEM, "out of memory for the sampler's velocity buffers (%zu floats)", nv + na);
     float *vv = buf, *va = buf + nv;
     for (int i = 0; i + 1 < s->n; i++) {
         H3_CHECK(call_model(a, video, audio, s->t_v[i], s->t_a[i], vv, va, i));
@@ -72,14 +74,18 @@ static h3_status sample_k(const h3_sample_args *a, float *video, size_t nv, floa
     size_t nbuf = (multistep ? 2 * n : n) + na;
     float *buf = h3_malloc(nbuf * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
     if (!buf) return H3_ERR(H3_ERR_NOMEM, "out of memory for the sampler's buffers (%zu floats)", nbuf);
-    float *den = buf;                          /* [n]: velocities, then denoised values (video, then carried audio) */
+    float *den = buf; /* [n]: velocities, then denoised values (video, then carried audio) */
     float *old = multistep ? buf + n : NULL;   /* [n]: the previous step's denoised values */
     float *xa = buf + (multistep ? 2 * n : n); /* [na]: the audio latent the model sees */
     int have_old = 0;
 
-    /* Noise scaling at the first sigma (the latent image is zero). */
+    /* Noise scaling at the first sigma (the latent image is zero); or latents noised already, whose audio
+     * the sampler carries as (sigma_v/sigma_a)*x_audio. */
     const float s0 = s->sigma_v[0];
-    if (s0 != 1.0f) {
+    if (a->from_latent) {
+        const float carry0 = (float)((double)s->sigma_v[0] / (double)s->sigma_a[0]);
+        for (size_t i = 0; i < na; i++) audio[i] *= carry0;
+    } else if (s0 != 1.0f) {
         for (size_t i = 0; i < nv; i++) video[i] *= s0;
         for (size_t i = 0; i < na; i++) audio[i] *= s0;
     }
@@ -90,9 +96,11 @@ static h3_status sample_k(const h3_sample_args *a, float *video, size_t nv, floa
         for (size_t k = 0; k < na; k++) xa[k] = audio[k] * carry;
         H3_CHECK(call_model(a, video, xa, s->t_v[i], s->t_a[i], den, den + nv, i));
         for (size_t k = 0; k < nv; k++) den[k] = (float)((double)video[k] + sig * (double)den[k]);
-        for (size_t k = 0; k < na; k++) den[nv + k] = (float)(scale * ((double)xa[k] + sig_a * (double)den[nv + k]));
+        for (size_t k = 0; k < na; k++)
+            den[nv + k] = (float)(scale * ((double)xa[k] + sig_a * (double)den[nv + k]));
 
-        /* The joint state is the two arrays back to back in meaning: element k < nv is video[k], else audio[k-nv]. */
+        /* The joint state is the two arrays back to back in meaning: element k < nv is video[k], else
+         * audio[k-nv]. */
         const int first_order = !have_old || sig_next == 0.0 || a->sampler == H3_SAMPLER_EULER;
         if (first_order) {
             /* Euler: x + d*(sigma_next - sigma), d = (x - D)/sigma. */
@@ -104,9 +112,9 @@ static h3_status sample_k(const h3_sample_args *a, float *video, size_t nv, floa
             }
         } else {
             const double sig_prev = s->sigma_v[i - 1];
-            const double h = log(sig / sig_next);       /* t_next - t with t = -log(sigma) */
-            const double h_last = log(sig_prev / sig);  /* t - t_prev */
-            const double ratio = sig_next / sig;        /* exp(-h) */
+            const double h = log(sig / sig_next);      /* t_next - t with t = -log(sigma) */
+            const double h_last = log(sig_prev / sig); /* t - t_prev */
+            const double ratio = sig_next / sig;       /* exp(-h) */
             if (a->sampler == H3_SAMPLER_DPMPP_2M) {
                 const double r = h_last / h;
                 const double c_new = 1.0 + 1.0 / (2.0 * r), c_old = 1.0 / (2.0 * r);
@@ -117,7 +125,8 @@ static h3_status sample_k(const h3_sample_args *a, float *video, size_t nv, floa
                     *x = (float)(ratio * (double)*x + em1 * dd);
                 }
             } else { /* res_multistep with eta = 0 */
-                const double c2 = -h_last / h; /* (t_prev - t_old)/h, t_old = t since sigma_down = sigma_next */
+                const double c2 =
+                    -h_last / h; /* (t_prev - t_old)/h, t_old = t since sigma_down = sigma_next */
                 const double phi1 = expm1(-h) / (-h);
                 const double phi2 = (phi1 - 1.0) / (-h);
                 const double b1 = phi1 - phi2 / c2, b2 = phi2 / c2;
@@ -143,12 +152,15 @@ done:
 }
 
 h3_status h3_sample(const h3_sample_args *a, float *video, size_t n_video, float *audio, size_t n_audio) {
-    if (!a || !a->schedule || !a->model) return H3_ERR(H3_ERR_INVALID, "h3_sample needs a schedule and a model");
-    if ((unsigned)a->sampler >= H3_SAMPLER_COUNT) return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)a->sampler);
+    if (!a || !a->schedule || !a->model)
+        return H3_ERR(H3_ERR_INVALID, "h3_sample needs a schedule and a model");
+    if ((unsigned)a->sampler >= H3_SAMPLER_COUNT)
+        return H3_ERR(H3_ERR_INVALID, "unknown sampler %d", (int)a->sampler);
     const h3_schedule *s = a->schedule;
     if (s->n < 2 || s->sigma_v[s->n - 1] != 0.0f)
         return H3_ERR(H3_ERR_INVALID, "a schedule needs at least two sigmas and must end at 0");
-    if ((n_video && !video) || (n_audio && !audio)) return H3_ERR(H3_ERR_INVALID, "h3_sample: missing latent buffer");
+    if ((n_video && !video) || (n_audio && !audio))
+        return H3_ERR(H3_ERR_INVALID, "h3_sample: missing latent buffer");
     if (s->kind == H3_SCHEDULER_H3 && a->sampler == H3_SAMPLER_EULER)
         return sample_h3_euler(a, video, n_video, audio, n_audio);
     return sample_k(a, video, n_video, audio, n_audio);

@@ -7,7 +7,8 @@
 
 #include "base/alloc.h"
 
-static const char *const g_sched_names[H3_SCHEDULER_COUNT] = {"h3", "simple", "sgm_uniform", "beta", "normal"};
+static const char *const g_sched_names[H3_SCHEDULER_COUNT] = {"h3", "simple", "sgm_uniform", "beta",
+                                                              "normal"};
 
 const char *h3_scheduler_name(h3_scheduler s) {
     return (unsigned)s < H3_SCHEDULER_COUNT ? g_sched_names[s] : "?";
@@ -34,7 +35,8 @@ float h3_time_shift_sigma_f32(float sigma, float from_shift, float to_shift) {
     return h3_shift_sigma_f32(base, to_shift);
 }
 
-/* ---- Beta distribution: regularized incomplete beta by its continued fraction, inverse by bisection ---------- */
+/* ---- Beta distribution: regularized incomplete beta by its continued fraction, inverse by bisection
+ * ---------- */
 
 /* I_x(a, b) for x < (a+1)/(a+b+2), where the continued fraction (DLMF 8.17.22) converges fast. */
 static double ibeta_cf(double x, double a, double b) {
@@ -84,10 +86,11 @@ double h3_beta_ppf(double p, double a, double b) {
     return 0.5 * (lo + hi);
 }
 
-/* ---- grids ----------------------------------------------------------------------------------------------------- */
+/* ---- grids
+ * ----------------------------------------------------------------------------------------------------- */
 
-/* torch.linspace(start, end, n) on float32 as its elementwise definition states: step = (end - start)/(n - 1), the
- * first half counted up from start, the second half down from end. */
+/* torch.linspace(start, end, n) on float32 as its elementwise definition states: step = (end - start)/(n -
+ * 1), the first half counted up from start, the second half down from end. */
 static void linspace_f32(float start, float end, int n, float *out) {
     if (n == 1) {
         out[0] = start;
@@ -126,11 +129,14 @@ void h3_schedule_free(h3_schedule *s) {
 
 h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double shift_a, h3_schedule *out) {
     memset(out, 0, sizeof *out);
-    if ((unsigned)kind >= H3_SCHEDULER_COUNT) return H3_ERR(H3_ERR_INVALID, "unknown scheduler %d", (int)kind);
+    if ((unsigned)kind >= H3_SCHEDULER_COUNT)
+        return H3_ERR(H3_ERR_INVALID, "unknown scheduler %d", (int)kind);
     if (steps < 1 || steps > H3_MAX_STEPS)
-        return H3_ERR(H3_ERR_INVALID, "steps (model calls) must be between 1 and %d; got %d", H3_MAX_STEPS, steps);
+        return H3_ERR(H3_ERR_INVALID, "steps (model calls) must be between 1 and %d; got %d", H3_MAX_STEPS,
+                      steps);
     if (!(shift_v > 0.0) || !(shift_a > 0.0) || !isfinite(shift_v) || !isfinite(shift_a))
-        return H3_ERR(H3_ERR_INVALID, "sigma shifts must be positive; got video %g, audio %g", shift_v, shift_a);
+        return H3_ERR(H3_ERR_INVALID, "sigma shifts must be positive; got video %g, audio %g", shift_v,
+                      shift_a);
     h3_status st = H3_OK;
     float *tab = NULL;
     const int cap = steps + 1;
@@ -141,7 +147,8 @@ h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double 
     out->sigma_a = h3_malloc((size_t)cap * sizeof(float), H3_MEM_OTHER);
     out->t_v = h3_malloc((size_t)cap * sizeof(float), H3_MEM_OTHER);
     out->t_a = h3_malloc((size_t)cap * sizeof(float), H3_MEM_OTHER);
-    if (!out->sigma_v || !out->sigma_a || !out->t_v || !out->t_a) H3_FAIL(H3_ERR_NOMEM, "out of memory for a schedule");
+    if (!out->sigma_v || !out->sigma_a || !out->t_v || !out->t_a)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory for a schedule");
     const float sv = (float)shift_v, sa = (float)shift_a;
     int n = 0;
     if (kind == H3_SCHEDULER_H3) {
@@ -154,7 +161,8 @@ h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double 
         n = unique_consecutive(out->sigma_v, cap);
         int na = unique_consecutive(out->sigma_a, cap);
         if (n != na)
-            H3_FAIL(H3_ERR_INVALID, "%d steps collapse the float32 sigma grids to %d video and %d audio points; use fewer",
+            H3_FAIL(H3_ERR_INVALID,
+                    "%d steps collapse the float32 sigma grids to %d video and %d audio points; use fewer",
                     steps, n - 1, na - 1);
     } else {
         tab = h3_malloc(1000 * sizeof(float), H3_MEM_OTHER);
@@ -171,7 +179,8 @@ h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double 
                 float start = tab[999] * 1000.0f, end = tab[0] * 1000.0f;
                 int m = kind == H3_SCHEDULER_SGM_UNIFORM ? steps + 1 : steps;
                 linspace_f32(start, end, m, out->t_v); /* scratch */
-                for (int x = 0; x < steps; x++) out->sigma_v[n++] = h3_shift_sigma_f32(out->t_v[x] / 1000.0f, sv);
+                for (int x = 0; x < steps; x++)
+                    out->sigma_v[n++] = h3_shift_sigma_f32(out->t_v[x] / 1000.0f, sv);
                 break;
             }
             case H3_SCHEDULER_BETA: {
@@ -184,15 +193,16 @@ h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double 
                 }
                 break;
             }
-            default: H3_FAIL(H3_ERR_INTERNAL, "unhandled scheduler");
+            default:
+                H3_FAIL(H3_ERR_INTERNAL, "unhandled scheduler");
         }
         out->sigma_v[n++] = 0.0f;
         for (int i = 0; i < n; i++) out->sigma_a[i] = h3_time_shift_sigma_f32(out->sigma_v[i], sv, sa);
     }
     for (int i = 0; i + 1 < n; i++)
         if (!(out->sigma_v[i + 1] < out->sigma_v[i]) || !(out->sigma_a[i + 1] < out->sigma_a[i]))
-            H3_FAIL(H3_ERR_INVALID, "the %s schedule with %d steps is not strictly decreasing at step %d", h3_scheduler_name(kind),
-                    steps, i);
+            H3_FAIL(H3_ERR_INVALID, "the %s schedule with %d steps is not strictly decreasing at step %d",
+                    h3_scheduler_name(kind), steps, i);
     out->n = n;
     for (int i = 0; i + 1 < n; i++) {
         out->t_v[i] = 1.0f - out->sigma_v[i];
@@ -202,6 +212,19 @@ done:
     h3_free(tab);
     if (st != H3_OK) h3_schedule_free(out);
     return st;
+}
+
+void h3_schedule_tail(const h3_schedule *s, int calls, h3_schedule *view) {
+    const int total = s->n - 1;
+    if (calls < 1) calls = 1;
+    if (calls > total) calls = total;
+    const int k = total - calls;
+    *view = *s;
+    view->n = calls + 1;
+    view->sigma_v = s->sigma_v + k;
+    view->sigma_a = s->sigma_a + k;
+    view->t_v = s->t_v + k;
+    view->t_a = s->t_a + k;
 }
 
 static int cmp_float(const void *a, const void *b) {

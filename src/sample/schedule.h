@@ -1,9 +1,10 @@
 /* Sigma schedules for H3's two latent streams (docs/SAMPLING.md writes out every formula with its source).
  *
- * Conventions: sigma is the noise level of the rectified-flow path x = (1 - sigma)*x0 + sigma*noise; the DiT's
- * timestep is t = 1 - sigma (t = 1 is clean). A schedule holds n sigma values per stream, strictly decreasing and
- * ending at 0; a sampler makes n - 1 model calls, one per sigma except the last. Video and audio run on different
- * shifts (12 and 3): sigma_a at every step is the audio image of sigma_v, time_shift_sigma(sigma_v, 12, 3).
+ * Conventions: sigma is the noise level of the rectified-flow path x = (1 - sigma)*x0 + sigma*noise; the
+ * DiT's timestep is t = 1 - sigma (t = 1 is clean). A schedule holds n sigma values per stream, strictly
+ * decreasing and ending at 0; a sampler makes n - 1 model calls, one per sigma except the last. Video and
+ * audio run on different shifts (12 and 3): sigma_a at every step is the audio image of sigma_v,
+ * time_shift_sigma(sigma_v, 12, 3).
  *
  *   h3           diffusers' MiniMaxH3Scheduler: base = linspace(1, 0, steps + 1) in float32, each stream
  *                sigma = s*base / (1 + (s - 1)*base) with its own shift, consecutive duplicates collapsed.
@@ -52,6 +53,10 @@ typedef struct h3_schedule {
  * H3_SHIFT_AUDIO for the released model). Free with h3_schedule_free. */
 h3_status h3_schedule_make(h3_scheduler kind, int steps, double shift_v, double shift_a, h3_schedule *out);
 void h3_schedule_free(h3_schedule *s);
+/* A view of the last `calls` model calls of s (1..s->n - 1): its last calls + 1 sigmas and calls timesteps,
+ * pointing into s (not owned: never h3_schedule_free it). A partial-denoise pass (--refine) samples on it,
+ * starting from latents noised to its first sigma. */
+void h3_schedule_tail(const h3_schedule *s, int calls, h3_schedule *view);
 /* The distinct DiT timesteps (video and audio) the schedule's model calls visit, sorted ascending, into
  * out[2·(n − 1)]; returns how many (what the AdaLN modulation is computed and kept for). */
 int h3_schedule_distinct_timesteps(const h3_schedule *s, float *out);
@@ -64,7 +69,8 @@ float h3_shift_sigma_f32(float sigma, float shift);
 /* Maps a sigma of the from-shift schedule to the same base point on the to-shift schedule:
  * base = sigma / (from + sigma*(1 - from)), result = to*base / (1 + (to - 1)*base). float32 operations. */
 float h3_time_shift_sigma_f32(float sigma, float from_shift, float to_shift);
-/* Inverse CDF of the Beta(a, b) distribution at p in [0, 1] (double precision; used by the beta scheduler). */
+/* Inverse CDF of the Beta(a, b) distribution at p in [0, 1] (double precision; used by the beta scheduler).
+ */
 double h3_beta_ppf(double p, double a, double b);
 
 #endif
