@@ -310,6 +310,14 @@ int h3_cli_loras_parse(const char *cmd, const h3_cli_list *given, const char *mo
     return 0;
 }
 
+int h3_cli_check_paths_loras(const char *cmd, const h3_cli_path *paths, int n, const h3_cli_loras *l) {
+    h3_cli_path all[64];
+    int k = 0;
+    for (int i = 0; i < n && k < 64; i++) all[k++] = paths[i];
+    for (int i = 0; i < l->n && k < 64; i++) all[k++] = (h3_cli_path){"--lora", l->path[i], H3_CLI_IN_FILE};
+    return h3_cli_check_paths(cmd, all, k);
+}
+
 void h3_cli_loras_free(h3_cli_loras *l) {
     for (int i = 0; i < l->n; i++) h3_free(l->path[i]);
     memset(l, 0, sizeof *l);

@@ -108,6 +108,8 @@ typedef struct h3_cli_path {
  * same file, or a file inside an input folder). Prints the problem and returns H3_EXIT_USAGE (H3_EXIT_FAIL
  * when out of memory); 0 when all is well. */
 int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n);
+/* h3_cli_check_paths over the command's paths and the LoRA files (each a file to read). */
+int h3_cli_check_paths_loras(const char *cmd, const h3_cli_path *paths, int n, const h3_cli_loras *l);
 
 /* Interrupts and outputs. h3_cli_run_begin installs SIGINT and SIGTERM handlers that ask the library to stop
  * (h3_cancel_request: the next op, or the running kernel between its pieces, returns H3_ERR_INTERRUPTED, so

@@ -204,29 +204,13 @@ int h3_cmd_dit(int argc, char **argv) {
     if (r) return r;
     h3_cli_setup_logging(quiet ? -1 : verbose);
     const h3_cli_path paths[] = {
-        {"--lora", loras.n > 0 ? loras.path[0] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 1 ? loras.path[1] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 2 ? loras.path[2] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 3 ? loras.path[3] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 4 ? loras.path[4] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 5 ? loras.path[5] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 6 ? loras.path[6] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 7 ? loras.path[7] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 8 ? loras.path[8] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 9 ? loras.path[9] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 10 ? loras.path[10] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 11 ? loras.path[11] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 12 ? loras.path[12] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 13 ? loras.path[13] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 14 ? loras.path[14] : NULL, H3_CLI_IN_FILE},
-        {"--lora", loras.n > 15 ? loras.path[15] : NULL, H3_CLI_IN_FILE},
         {"--model", model, H3_CLI_IN},
         {"--inputs", inputs, H3_CLI_IN},
         {"--config", config, H3_CLI_IN_FILE},
         {"--expect", expect, H3_CLI_IN},
         {"-o", describe ? NULL : output, H3_CLI_OUT_FILE},
     };
-    r = h3_cli_check_paths("dit", paths, (int)(sizeof paths / sizeof paths[0]));
+    r = h3_cli_check_paths_loras("dit", paths, (int)(sizeof paths / sizeof paths[0]), &loras);
     if (r) {
         h3_cli_loras_free(&loras);
         return r;

@@ -278,7 +278,8 @@ void h3_lora_mem_of(const h3_dit *d, h3_lora_mem *out) {
     out->n_side = d->lora_n_side;
     if (!d->lside) return;
     for (int s = 0; s < h3_lora_n_slots(&d->cfg); s++)
-        out->side += (int64_t)h3_tensor_nbytes(&d->lside[s].a) + (int64_t)h3_tensor_nbytes(&d->lside[s].b);
+        if (d->lside[s].a.data)
+            out->side += (int64_t)h3_tensor_nbytes(&d->lside[s].a) + (int64_t)h3_tensor_nbytes(&d->lside[s].b);
     if (d->lora_t.data) out->side += (int64_t)h3_tensor_nbytes(&d->lora_t);
 }
 

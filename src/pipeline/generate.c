@@ -328,6 +328,7 @@ typedef struct gen {
     /* on the device: every stage planned before the text encoder runs; the DiT opened (headers) for it */
     h3_dit *dit;
     h3_plan *plan;
+    h3_lora lora; /* the LoRAs, read for the DiT the stage runs (they must outlive it) */
     /* the schedule, and the distinct timesteps it visits (the modulation kept; the plan counts them) */
     h3_schedule sch;
     float *uniq_t;
@@ -343,6 +344,18 @@ typedef struct gen {
     h3_png_seq png;
     int png_open;
 } gen;
+
+/* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
+static h3_status apply_loras(gen *g, h3_dit *dit) {
+    if (!g->r->n_loras) return H3_OK;
+    h3_lora_free(&g->lora);
+    for (int i = 0; i < g->r->n_loras; i++)
+        H3_TRY(h3_lora_add_file(&g->lora, dit, g->r->lora[i], g->r->lora_strength[i]));
+    H3_TRY(h3_lora_apply(dit, &g->ex, &g->lora, (h3_lora_mode)g->r->lora_mode));
+    char b[160];
+    H3_INFO("DiT: %s", h3_lora_describe(&g->lora, b, sizeof b));
+    return H3_OK;
+}
 
 static h3_status interrupted(const gen *g) {
     return H3_ERR(H3_ERR_INTERRUPTED,
@@ -390,6 +403,15 @@ static h3_status preflight(gen *g, int64_t *te_vocab, int64_t *te_positions) {
                 "rows; generate needs H3's 24 channels, 1x2x2 patches and 32-wide audio rows",
                 g->files.dit, (long long)dc->in_channels, (long long)dc->patch[0], (long long)dc->patch[1],
                 (long long)dc->patch[2], (long long)dc->audio_dim);
+    {
+        /* the LoRAs fit this DiT: refused now, before anything heavy runs */
+        h3_lora l;
+        memset(&l, 0, sizeof l);
+        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
+            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        h3_lora_free(&l);
+        H3_CHECK(st);
+    }
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder (%s)",
                  g->files.text_encoder);
     const h3_te_config *tc = h3_text_encoder_config(te);
@@ -572,6 +594,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
     H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
+    H3_CHECK(apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &av), "the audio VAE");
@@ -740,6 +763,7 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         memset(&oo, 0, sizeof oo);
         oo.act_place = oo.weight_place = H3_PLACE_HOST;
         H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &own), "the DiT");
+        H3_CHECK(apply_loras(g, own));
         sa.dit.dit = own;
     }
     sa.dit.text = hidden;
@@ -774,6 +798,7 @@ done:
     h3_dit_close(own);
     h3_dit_close(g->dit); /* the DiT's stage is over: its headers and mapped files go too */
     g->dit = NULL;
+    h3_lora_free(&g->lora);
     h3_free(vrows);
     h3_free(arows);
     h3_seq_layout_free(&L);
@@ -1069,6 +1094,7 @@ done:
     h3_tokenizer_free(tok);
     h3_free(ids);
     h3_dit_close(g->dit);
+    h3_lora_free(&g->lora);
     h3_free(g->plan);
     h3_free(g->uniq_t);
     h3_schedule_free(&g->sch);
