@@ -1,16 +1,15 @@
 /* LoRA for the DiT (models/lora.h) on the reduced test DiT (tests/fixtures/dit, made f32 here so that merging
  * rounds nothing away):
  *   formats     the same random factors written in every supported format (ai-toolkit, bare official with a
- *               metadata alpha, musubi, kohya with .alpha tensors, DiffSynth with per-head QKV, diffusers, a peft
- *               dump, ComfyUI's suffixes; f32, bf16 and f16 factors) give the same forward, for the official
- *               (per-head fused QKV), diffusers (split q/k/v, [value; gate] fc1) and ComfyUI pruned (contiguous QKV)
- *               DiTs; the forward equals that of a DiT file whose weights the test merged itself (W + s·B·A in
- *               float64 with its own row permutations), within 1e-5, merged and on the side path;
- *   strengths   0.5 and 1.0, and two LoRAs at once (they add up), against the same independent merge;
- *   refusals    each malformed or misfitting file is H3_ERR_FORMAT naming the problem, and nothing changes;
- *   alloc       every allocation failure while reading a LoRA is an error that leaks nothing.
- * Factors are random values representable in bf16 and f16, and every baked scale is a power of two, so all
- * formats hold exactly the same numbers. */
+ *               metadata alpha, musubi, kohya with .alpha tensors, DiffSynth with per-head QKV, diffusers, a
+ * peft dump, ComfyUI's suffixes; f32, bf16 and f16 factors) give the same forward, for the official (per-head
+ * fused QKV), diffusers (split q/k/v, [value; gate] fc1) and ComfyUI pruned (contiguous QKV) DiTs; the
+ * forward equals that of a DiT file whose weights the test merged itself (W + s·B·A in float64 with its own
+ * row permutations), within 1e-5, merged and on the side path; strengths   0.5 and 1.0, and two LoRAs at once
+ * (they add up), against the same independent merge; refusals    each malformed or misfitting file is
+ * H3_ERR_FORMAT naming the problem, and nothing changes; alloc       every allocation failure while reading a
+ * LoRA is an error that leaks nothing. Factors are random values representable in bf16 and f16, and every
+ * baked scale is a power of two, so all formats hold exactly the same numbers. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +74,13 @@ static void write_dit(variant v, const char *dir, delta_fn delta, void *user) {
     }
 }
 
-/* ---- logical factors: official module names, QKV rows [Q; K; V], fc1 rows [gate; value] ------------------ */
+/* ---- logical factors: official module names, QKV rows [Q; K; V], fc1 rows [gate; value] ------------------
+ */
 
 typedef struct lmod {
     char name[96]; /* official module, e.g. blocks.1.attn.qkv_proj */
     int64_t r, in, out;
-    float *A, *B; /* [r, in], [out, r] */
+    float *A, *B;   /* [r, in], [out, r] */
     int alpha_log2; /* alpha = r · 2^alpha_log2: scale α/r a power of two */
 } lmod;
 
@@ -110,8 +110,8 @@ static void lset_free(lset *s) {
     s->n = 0;
 }
 
-/* The modules of the reduced DiT (hidden 32, 2 heads x 128, FFN 64, 2 + 2 blocks); pruned: AdaLN rank 8 and no
- * time embedder. */
+/* The modules of the reduced DiT (hidden 32, 2 heads x 128, FFN 64, 2 + 2 blocks); pruned: AdaLN rank 8 and
+ * no time embedder. */
 static void make_lset(lset *s, int pruned) {
     const int64_t H = 32, I = 256, F = 64, ted = pruned ? 8 : 16;
     char nm[96];
@@ -161,7 +161,7 @@ static const fmt FORMATS[] = {
     {"peft dump", N_DIFFUSERS, "", ".lora_A.default.weight", ".lora_B.default.weight", AL_TENSOR, 0, H3_BF16},
     {"ComfyUI", N_OFFICIAL, "diffusion_model.", ".lora.down.weight", ".lora.up.weight", AL_TENSOR, 0, H3_F32},
 };
-#define N_FORMATS ((int)(sizeof FORMATS / sizeof FORMATS[0]))
+#define N_FORMATS       ((int)(sizeof FORMATS / sizeof FORMATS[0]))
 #define META_ALPHA_LOG2 1 /* the metadata alpha is 2·rank... per module it cannot be: see write_lora */
 
 static const struct {
@@ -191,9 +191,12 @@ static void df_name(const char *off, char *out, size_t n) {
     else if (sscanf(off, "blocks.%d.%63s", &idx, rest) == 2)
         snprintf(out, n, "transformer_blocks.%d.%s", idx, rest);
     char *p;
-    if ((p = strstr(out, "attn.out_proj"))) strcpy(p, "attn.to_out.0");
-    else if ((p = strstr(out, "mlp.fc1"))) strcpy(p, "ff.net.0.proj");
-    else if ((p = strstr(out, "mlp.fc2"))) strcpy(p, "ff.net.2");
+    if ((p = strstr(out, "attn.out_proj")))
+        strcpy(p, "attn.to_out.0");
+    else if ((p = strstr(out, "mlp.fc1")))
+        strcpy(p, "ff.net.0.proj");
+    else if ((p = strstr(out, "mlp.fc2")))
+        strcpy(p, "ff.net.2");
 }
 
 typedef struct wctx {
@@ -231,8 +234,8 @@ static void put_alpha(wctx *c, const char *module, float alpha) {
     CHECK_OK(h3_st_writer_add(c->w, key, H3_F32, 0, NULL, a));
 }
 
-/* Writes the modules of s at their effective scales in format f. Effective delta of a module: (α/r)·B·A. Formats
- * without alpha fold α/r into B; with a metadata alpha αm: B·(α/αm), the file's scale being αm/r. */
+/* Writes the modules of s at their effective scales in format f. Effective delta of a module: (α/r)·B·A.
+ * Formats without alpha fold α/r into B; with a metadata alpha αm: B·(α/αm), the file's scale being αm/r. */
 static void write_lora(const lset *s, const fmt *f, const char *path) {
     wctx c = {0};
     c.f = f;
@@ -242,7 +245,9 @@ static void write_lora(const lset *s, const fmt *f, const char *path) {
     for (int i = 0; i < s->n; i++) {
         const lmod *m = &s->m[i];
         const double eff = ldexp(1.0, m->alpha_log2); /* α/r */
-        double bscale = f->alpha == AL_NONE ? eff : f->alpha == AL_META ? eff * (double)m->r / meta_alpha : 1.0;
+        double bscale = f->alpha == AL_NONE   ? eff
+                        : f->alpha == AL_META ? eff * (double)m->r / meta_alpha
+                                              : 1.0;
         float *B = keep(&c, m->out * m->r);
         for (int64_t j = 0; j < m->out * m->r; j++) B[j] = (float)(m->B[j] * bscale);
         char mod[128];
@@ -295,7 +300,8 @@ static void write_lora(const lset *s, const fmt *f, const char *path) {
     for (int i = 0; i < c.nb; i++) free(c.bufs[i]);
 }
 
-/* ---- the independent merge: the DiT file's weights plus Σ strength·(α/r)·B·A, in float64 ---------------- */
+/* ---- the independent merge: the DiT file's weights plus Σ strength·(α/r)·B·A, in float64 ----------------
+ */
 
 typedef struct mctx {
     const lset *sets[2];
@@ -318,8 +324,10 @@ static void merge_delta(const char *name, float *w, int64_t rows, int64_t cols, 
     /* the stored name in official terms */
     snprintf(off, sizeof off, "%s", name);
     size_t L = strlen(off);
-    if (L > 7 && !strcmp(off + L - 7, ".weight")) off[L - 7] = 0;
-    else return;
+    if (L > 7 && !strcmp(off + L - 7, ".weight"))
+        off[L - 7] = 0;
+    else
+        return;
     if (c->v == V_DIFFUSERS) {
         for (size_t i = 0; i < sizeof GLOBAL_NAMES / sizeof GLOBAL_NAMES[0]; i++)
             if (!strcmp(off, GLOBAL_NAMES[i].df)) snprintf(off, sizeof off, "%s", GLOBAL_NAMES[i].off);
@@ -330,12 +338,18 @@ static void merge_delta(const char *name, float *w, int64_t rows, int64_t cols, 
         else if (sscanf(off, "transformer_blocks.%d.%95s", &idx, rest) == 2)
             snprintf(tmp, sizeof tmp, "blocks.%d.%s", idx, rest), strcpy(off, tmp);
         char *p;
-        if ((p = strstr(off, "attn.to_q"))) strcpy(p, "attn.qkv_proj"), part = 0;
-        else if ((p = strstr(off, "attn.to_k"))) strcpy(p, "attn.qkv_proj"), part = 1;
-        else if ((p = strstr(off, "attn.to_v"))) strcpy(p, "attn.qkv_proj"), part = 2;
-        else if ((p = strstr(off, "attn.to_out.0"))) strcpy(p, "attn.out_proj");
-        else if ((p = strstr(off, "ff.net.0.proj"))) strcpy(p, "mlp.fc1"), swap = 1;
-        else if ((p = strstr(off, "ff.net.2"))) strcpy(p, "mlp.fc2");
+        if ((p = strstr(off, "attn.to_q")))
+            strcpy(p, "attn.qkv_proj"), part = 0;
+        else if ((p = strstr(off, "attn.to_k")))
+            strcpy(p, "attn.qkv_proj"), part = 1;
+        else if ((p = strstr(off, "attn.to_v")))
+            strcpy(p, "attn.qkv_proj"), part = 2;
+        else if ((p = strstr(off, "attn.to_out.0")))
+            strcpy(p, "attn.out_proj");
+        else if ((p = strstr(off, "ff.net.0.proj")))
+            strcpy(p, "mlp.fc1"), swap = 1;
+        else if ((p = strstr(off, "ff.net.2")))
+            strcpy(p, "mlp.fc2");
     } else if (c->v == V_OFFICIAL && strstr(off, "qkv_proj")) {
         per_head = 1;
     }
@@ -356,7 +370,8 @@ static void merge_delta(const char *name, float *w, int64_t rows, int64_t cols, 
             }
             for (int64_t i = 0; i < cols; i++) {
                 double acc = 0;
-                for (int64_t k2 = 0; k2 < m->r; k2++) acc += (double)m->B[lo * m->r + k2] * (double)m->A[k2 * m->in + i];
+                for (int64_t k2 = 0; k2 < m->r; k2++)
+                    acc += (double)m->B[lo * m->r + k2] * (double)m->A[k2 * m->in + i];
                 w[o * cols + i] = (float)((double)w[o * cols + i] + s * acc);
             }
         }
@@ -376,8 +391,8 @@ static void outs_free(outs *o) {
 }
 
 /* One forward of the fixture inputs through dit_path with LoRAs (n may be 0); 0 when a step failed. */
-static int run(const char *dit_path, const char *const *loras, const float *strength, int n, h3_lora_mode mode,
-               outs *o) {
+static int run(const char *dit_path, const char *const *loras, const float *strength, int n,
+               h3_lora_mode mode, outs *o) {
     memset(o, 0, sizeof *o);
     char inp[512];
     t_src_path("tests/fixtures/dit/inputs.safetensors", inp, sizeof inp);
@@ -426,7 +441,8 @@ static void expect_same(const char *what, const outs *got, const outs *ref, doub
         CHECK(0, "%s: a forward failed", what);
         return;
     }
-    double ev = max_rel(got->video, ref->video, ref->nv * 96), ea = max_rel(got->audio, ref->audio, ref->na * 32);
+    double ev = max_rel(got->video, ref->video, ref->nv * 96),
+           ea = max_rel(got->audio, ref->audio, ref->na * 32);
     CHECK(ev <= tol && ea <= tol, "%s: video %.2e, audio %.2e > %.0e", what, ev, ea, tol);
     printf("  %-58s video %.2e audio %.2e\n", what, ev, ea);
 }
@@ -447,7 +463,8 @@ static void setup(void) {
 
 /* ---- cases --------------------------------------------------------------------------------------------- */
 
-/* Every format of the same factors on each DiT: the independent merge's forward, merged and on the side path. */
+/* Every format of the same factors on each DiT: the independent merge's forward, merged and on the side path.
+ */
 static void test_formats(void) {
     setup();
     for (int v = 0; v < V_COUNT; v++) {
@@ -463,7 +480,8 @@ static void test_formats(void) {
         CHECK(run(g_dit[v], NULL, NULL, 0, H3_LORA_AUTO, &base));
         /* the LoRA must matter: the reference moves well beyond the tolerance */
         if (ref.video && base.video)
-            CHECK(max_rel(base.video, ref.video, ref.nv * 96) > 1e-3, "%s: the LoRA changes nothing", VNAME[v]);
+            CHECK(max_rel(base.video, ref.video, ref.nv * 96) > 1e-3, "%s: the LoRA changes nothing",
+                  VNAME[v]);
         for (int f = 0; f < N_FORMATS; f++) {
             char lp[512], what[160];
             snprintf(name, sizeof name, "lora_%s_%d.safetensors", VNAME[v], f);
@@ -533,8 +551,8 @@ static void test_strengths(void) {
 
 typedef struct bad {
     const char *what, *needle;
-    int dit;       /* variant it is given to */
-    int kind;      /* how the file is made (see make_bad) */
+    int dit;  /* variant it is given to */
+    int kind; /* how the file is made (see make_bad) */
 } bad;
 
 static void add_f32(h3_st_writer *w, const char *key, int64_t d0, int64_t d1, float **keepp) {
@@ -657,7 +675,8 @@ static void test_refusals(void) {
         memset(&l, 0, sizeof l);
         CHECK_ERR(h3_lora_add_file(&l, d, p, 1.0f), H3_ERR_FORMAT, cases[i].needle);
         printf("  %-28s %s\n", cases[i].what, h3_last_error());
-        CHECK(l.n == 0 && l.n_files == 0 && l.factor_elems == 0, "%s: the failed file left factors", cases[i].what);
+        CHECK(l.n == 0 && l.n_files == 0 && l.factor_elems == 0, "%s: the failed file left factors",
+              cases[i].what);
         h3_lora_free(&l);
         h3_dit_close(d);
     }
@@ -752,7 +771,7 @@ static void noop_range(void *ctx, int64_t b, int64_t e, int tid) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"formats", test_formats},   {"strengths", test_strengths},         {"refusals", test_refusals},
+        {"formats", test_formats},     {"strengths", test_strengths},           {"refusals", test_refusals},
         {"quantized", test_quantized}, {"alloc_failures", test_alloc_failures}, {NULL, NULL},
     };
     if (h3_exec_init(&g_ex, 2) != H3_OK) return 1;

@@ -1,6 +1,6 @@
-/* LoRA files (models/lora.h): what `--lora` reads. The input is a whole .safetensors file, read for the reduced
- * model's DiT (official layout, per-head fused QKV); what it accepts is applied (merged into owned copies, then,
- * on a fresh DiT, on the side path) and the DiT runs once on a small packed sequence. */
+/* LoRA files (models/lora.h): what `--lora` reads. The input is a whole .safetensors file, read for the
+ * reduced model's DiT (official layout, per-head fused QKV); what it accepts is applied (merged into owned
+ * copies, then, on a fresh DiT, on the side path) and the DiT runs once on a small packed sequence. */
 #include <string.h>
 
 #include "fuzz.h"
@@ -57,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         h3_lora l;
         memset(&l, 0, sizeof l);
         if (h3_dit_open(g_model, NULL, &d) != H3_OK) abort(); /* the reduced model itself must open */
-        if (h3_lora_add_file(&l, d, path, 0.75f) == H3_OK && h3_lora_apply(d, &g_ex, &l, (h3_lora_mode)mode) == H3_OK) {
+        if (h3_lora_add_file(&l, d, path, 0.75f) == H3_OK &&
+            h3_lora_apply(d, &g_ex, &l, (h3_lora_mode)mode) == H3_OK) {
             forward(d);
             ok = 1;
         }

@@ -152,8 +152,8 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
             h3_cli_list *l = o->target;
             int most = o->max >= 1 && o->max < H3_CLI_LIST_MAX ? (int)o->max : H3_CLI_LIST_MAX;
             if (!*v) {
-                fprintf(stderr, "h3run %s: --%s needs a value (%s); got an empty string\n", cmd->name, o->name,
-                        o->metavar ? o->metavar : "");
+                fprintf(stderr, "h3run %s: --%s needs a value (%s); got an empty string\n", cmd->name,
+                        o->name, o->metavar ? o->metavar : "");
                 return H3_EXIT_USAGE;
             }
             if (l->n >= most) {
@@ -283,7 +283,8 @@ int h3_cli_loras_parse(const char *cmd, const h3_cli_list *given, const char *mo
             double v = strtod(colon + 1, &end);
             if (end != colon + 1 && !*end && !errno) {
                 if (!isfinite(v) || v < -100 || v > 100) {
-                    fprintf(stderr, "h3run %s: --lora %s: the strength takes a number from -100 to 100\n", cmd, s);
+                    fprintf(stderr, "h3run %s: --lora %s: the strength takes a number from -100 to 100\n",
+                            cmd, s);
                     h3_cli_loras_free(out);
                     return H3_EXIT_USAGE;
                 }

@@ -69,8 +69,8 @@ const char *h3_fmt_int(int64_t v, char *buf, size_t n);
  * holding a NUL byte. *text is NUL-terminated, from h3_malloc. */
 h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len);
 
-/* --lora FILE[:STRENGTH], repeatable, with --lora-mode: the LoRAs a DiT command applies. A strength is the text
- * after the last ':' when it reads as a number (default 1.0), so paths holding ':' still work. Returns
+/* --lora FILE[:STRENGTH], repeatable, with --lora-mode: the LoRAs a DiT command applies. A strength is the
+ * text after the last ':' when it reads as a number (default 1.0), so paths holding ':' still work. Returns
  * H3_EXIT_USAGE after printing the problem (a strength out of [-100, 100], a bad mode), 0 otherwise. */
 typedef struct h3_cli_loras {
     char *path[H3_CLI_LIST_MAX]; /* h3_malloc'd */

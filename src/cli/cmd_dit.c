@@ -106,11 +106,13 @@ int h3_cmd_dit(int argc, char **argv) {
         {"describe", 0, H3_OPT_FLAG, &describe, NULL,
          "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)", 0, 0},
         {"lora", 0, H3_OPT_LIST, &lora_s, "FILE[:STRENGTH]",
-         "apply a LoRA file (any published H3 LoRA format; docs/LORA.md) at STRENGTH (default 1.0); repeat for "
+         "apply a LoRA file (any published H3 LoRA format; docs/LORA.md) at STRENGTH (default 1.0); repeat "
+         "for "
          "several, which add up",
          0, H3_MAX_LORAS},
         {"lora-mode", 0, H3_OPT_STR, &lora_mode, "MODE",
-         "auto (default: merged into float weights, a low-rank side path for quantized or streamed ones), merge, "
+         "auto (default: merged into float weights, a low-rank side path for quantized or streamed ones), "
+         "merge, "
          "or side",
          0, 0},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,

@@ -52,7 +52,8 @@ int h3_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *size = NULL, *sampler = NULL,
                *scheduler = NULL, *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL,
                *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
-               *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL, *lora_mode = "auto";
+               *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
+               *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0};
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     double seconds = 0;
@@ -79,7 +80,8 @@ int h3_cmd_generate(int argc, char **argv) {
         {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
          "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)", 0, 0},
         {"lora", 0, H3_OPT_LIST, &lora_s, "FILE[:STRENGTH]",
-         "apply a LoRA to the DiT at STRENGTH (default 1.0): ai-toolkit, musubi, kohya, DiffSynth, diffusers or "
+         "apply a LoRA to the DiT at STRENGTH (default 1.0): ai-toolkit, musubi, kohya, DiffSynth, diffusers "
+         "or "
          "ComfyUI files (docs/LORA.md); repeat for several, which add up",
          0, H3_MAX_LORAS},
         {"lora-mode", 0, H3_OPT_STR, &lora_mode, "MODE",
@@ -279,8 +281,9 @@ int h3_cmd_generate(int argc, char **argv) {
     h3_cli_loras loras;
     int lr = h3_cli_loras_parse("generate", &lora_s, lora_mode, &loras);
     if (!lr) {
-        const h3_cli_path outs[] = {
-            {"-o", output, H3_CLI_OUT_FILE}, {"--wav", wav, H3_CLI_OUT_FILE}, {"--latents", latents, H3_CLI_OUT_FILE}};
+        const h3_cli_path outs[] = {{"-o", output, H3_CLI_OUT_FILE},
+                                    {"--wav", wav, H3_CLI_OUT_FILE},
+                                    {"--latents", latents, H3_CLI_OUT_FILE}};
         lr = h3_cli_check_paths_loras("generate", outs, 3, &loras);
         if (lr) h3_cli_loras_free(&loras);
     }

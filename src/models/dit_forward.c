@@ -81,8 +81,8 @@ static h3_status gemm_mixed(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tenso
 }
 
 /* A block's GEMM y = x·wᵀ, then the LoRA side path of the unit's slot role. */
-static h3_status gemm_lora(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, int unit,
-                           int role) {
+static h3_status gemm_lora(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                           int unit, int role) {
     H3_TRY(h3_op_gemm(ex, y, x, w, NULL, 0));
     return h3_lora_side(d, ex, h3_lora_slot_unit(&d->cfg, unit, role), y, x);
 }
@@ -220,7 +220,8 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
     H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b,
-                                            h3_lora_slot_global(c, H3_LS_FINAL_ADALN)), "final-layer AdaLN");
+                            h3_lora_slot_global(c, H3_LS_FINAL_ADALN)),
+                 "final-layer AdaLN");
     h3_dit_release_modulation(d); /* replace what was kept */
     d->mod = mod;
     d->mod_t = uniq;
@@ -542,8 +543,8 @@ static h3_status copy_heads(h3_exec *ex, const h3_tensor *dst, const h3_tensor *
 /* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
  * q, k, v are column blocks of one [n, 3·inner] buffer: a fused contiguous weight fills it with one GEMM, split
  * weights with three, and the official per-head interleaved weight through a chunked fused scratch. */
-static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *h, int64_t n,
-                           const h3_tensor *cos, const h3_tensor *sin) {
+static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *h,
+                           int64_t n, const h3_tensor *cos, const h3_tensor *sin) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
     const float eps = (float)c->qk_norm_eps;
@@ -605,8 +606,8 @@ static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_
 
 /* One block over the first n rows of x. mod: the block's modulation table [T·3, 6H] with idx [n] selecting
  * each row's; NULL in the token refiner (plain pre-norm residuals). */
-static h3_status run_block(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *x, int64_t n,
-                           const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod,
+static h3_status run_block(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *x,
+                           int64_t n, const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod,
                            const h3_tensor *idx) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
@@ -738,16 +739,19 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     /* Inputs into the packed stream x [S, H]. */
     if (Nv) {
         H3_CHECK(rows_view(&ws->h, 0, Nv, &t1));
-        H3_CHECK(gemm_mixed(d, ex, &t1, in->video, &g->video_in_w, &g->video_in_b, h3_lora_slot_global(c, H3_LS_VIDEO_IN)));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->video, &g->video_in_w, &g->video_in_b,
+                            h3_lora_slot_global(c, H3_LS_VIDEO_IN)));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->vidx));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->h, 0, Na, &t1));
-        H3_CHECK(gemm_mixed(d, ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b, h3_lora_slot_global(c, H3_LS_AUDIO_IN)));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b,
+                            h3_lora_slot_global(c, H3_LS_AUDIO_IN)));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->aidx));
     }
     if (L) {
-        H3_CHECK(gemm_mixed(d, ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b, h3_lora_slot_global(c, H3_LS_TEXT_IN)));
+        H3_CHECK(gemm_mixed(d, ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b,
+                            h3_lora_slot_global(c, H3_LS_TEXT_IN)));
         for (int u = 0; u < R; u++) H3_CHECK(run_unit(d, ex, u, &ws->xt, L, NULL, NULL, NULL, NULL));
         H3_CHECK(h3_op_rms_norm(ex, &ws->xt, &ws->xt, &g->refiner_norm, final_eps));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &ws->xt, &ws->tidx));
@@ -768,12 +772,14 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     if (Nv) {
         H3_CHECK(rows_view(&ws->x, 0, Nv, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->vidx));
-        H3_CHECK(gemm_mixed(d, ex, vout, &t1, &g->video_out_w, &g->video_out_b, h3_lora_slot_global(c, H3_LS_VIDEO_OUT)));
+        H3_CHECK(gemm_mixed(d, ex, vout, &t1, &g->video_out_w, &g->video_out_b,
+                            h3_lora_slot_global(c, H3_LS_VIDEO_OUT)));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->x, 0, Na, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->aidx));
-        H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b, h3_lora_slot_global(c, H3_LS_AUDIO_OUT)));
+        H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b,
+                            h3_lora_slot_global(c, H3_LS_AUDIO_OUT)));
     }
 done:
     h3_free(tmap);

@@ -15,10 +15,14 @@
 #include "models/dit_internal.h"
 
 h3_status h3_lora_mode_parse(const char *s, h3_lora_mode *out) {
-    if (s && !strcmp(s, "auto")) *out = H3_LORA_AUTO;
-    else if (s && !strcmp(s, "merge")) *out = H3_LORA_MERGE;
-    else if (s && !strcmp(s, "side")) *out = H3_LORA_SIDE;
-    else return H3_ERR(H3_ERR_INVALID, "--lora-mode must be auto, merge or side; got '%s'", s ? s : "");
+    if (s && !strcmp(s, "auto"))
+        *out = H3_LORA_AUTO;
+    else if (s && !strcmp(s, "merge"))
+        *out = H3_LORA_MERGE;
+    else if (s && !strcmp(s, "side"))
+        *out = H3_LORA_SIDE;
+    else
+        return H3_ERR(H3_ERR_INVALID, "--lora-mode must be auto, merge or side; got '%s'", s ? s : "");
     return H3_OK;
 }
 
@@ -71,8 +75,11 @@ static const char *block_index(const char *s, char sep, int *idx) {
  * H3's modules (matched against the whole vocabulary, as H3's own names hold underscores). */
 static int unflatten(const char *flat, char *out, size_t n) {
     static const char *const unit_parts[][2] = {
-        {"attn_qkv_proj", "attn.qkv_proj"}, {"attn_out_proj", "attn.out_proj"}, {"mlp_fc1", "mlp.fc1"},
-        {"mlp_fc2", "mlp.fc2"},             {"adaln_proj_linear", "adaln_proj.linear"},
+        {"attn_qkv_proj", "attn.qkv_proj"},
+        {"attn_out_proj", "attn.out_proj"},
+        {"mlp_fc1", "mlp.fc1"},
+        {"mlp_fc2", "mlp.fc2"},
+        {"adaln_proj_linear", "adaln_proj.linear"},
     };
     static const char *const globals[][2] = {
         {"video_patch_proj", "video_patch_proj"},
@@ -93,13 +100,14 @@ static int unflatten(const char *flat, char *out, size_t n) {
     for (size_t i = 0; i < sizeof unit_parts / sizeof unit_parts[0]; i++) {
         if (ref && i == 4) continue; /* a refiner block has no AdaLN projection */
         if (!strcmp(p, unit_parts[i][0]))
-            return snprintf(out, n, "%sblocks.%d.%s", ref ? "token_refiner." : "", idx, unit_parts[i][1]) < (int)n;
+            return snprintf(out, n, "%sblocks.%d.%s", ref ? "token_refiner." : "", idx, unit_parts[i][1]) <
+                   (int)n;
     }
     return 0;
 }
 
-/* Splits a key into module and kind, removing prefixes and suffixes. Returns 1 on success, 0 when the key is no
- * LoRA factor (the caller refuses it), -1 for a key skipped with a warning (DoRA magnitudes). */
+/* Splits a key into module and kind, removing prefixes and suffixes. Returns 1 on success, 0 when the key is
+ * no LoRA factor (the caller refuses it), -1 for a key skipped with a warning (DoRA magnitudes). */
 static int parse_key(const char *key, lkey *out, int *peft_default, h3_status *err, const char *path) {
     if (strstr(key, "dora_scale")) return -1;
     size_t len = strlen(key);
@@ -121,10 +129,11 @@ static int parse_key(const char *key, lkey *out, int *peft_default, h3_status *e
     mod[cut] = 0;
     const char *m = mod;
     if (starts(m, "transformer_ref.")) {
-        *err = H3_ERR(H3_ERR_FORMAT,
-                      "%s: key '%s' is for transformer_ref (the Ref2VA partition), which h3run does not run; use a "
-                      "LoRA for the t2va transformer",
-                      path, key);
+        *err = H3_ERR(
+            H3_ERR_FORMAT,
+            "%s: key '%s' is for transformer_ref (the Ref2VA partition), which h3run does not run; use a "
+            "LoRA for the t2va transformer",
+            path, key);
         return 0;
     }
     static const char *const prefixes[] = {"base_model.model.", "transformer.", "model.diffusion_model.",
@@ -133,10 +142,11 @@ static int parse_key(const char *key, lkey *out, int *peft_default, h3_status *e
         if (starts(m, prefixes[i])) m += strlen(prefixes[i]);
     if (starts(m, "lora_unet_")) {
         if (!unflatten(m + strlen("lora_unet_"), out->module, sizeof out->module)) {
-            *err = H3_ERR(H3_ERR_FORMAT,
-                          "%s: key '%s' names no MiniMax-H3 DiT module in the flattened lora_unet_ form (e.g. "
-                          "lora_unet_blocks_0_attn_qkv_proj)",
-                          path, key);
+            *err =
+                H3_ERR(H3_ERR_FORMAT,
+                       "%s: key '%s' names no MiniMax-H3 DiT module in the flattened lora_unet_ form (e.g. "
+                       "lora_unet_blocks_0_attn_qkv_proj)",
+                       path, key);
             return 0;
         }
     } else {
@@ -184,20 +194,32 @@ static int resolve_module(const char *m, int diffsynth, lmod *out) {
         }
     const char *p;
     int df;
-    if (starts(m, "token_refiner.blocks.")) p = m + 21, out->refiner = 1, df = 0;
-    else if (starts(m, "token_refiner.refiner_blocks.")) p = m + 29, out->refiner = 1, df = 1;
-    else if (starts(m, "blocks.")) p = m + 7, df = 0;
-    else if (starts(m, "transformer_blocks.")) p = m + 19, df = 1;
-    else return 0;
+    if (starts(m, "token_refiner.blocks."))
+        p = m + 21, out->refiner = 1, df = 0;
+    else if (starts(m, "token_refiner.refiner_blocks."))
+        p = m + 29, out->refiner = 1, df = 1;
+    else if (starts(m, "blocks."))
+        p = m + 7, df = 0;
+    else if (starts(m, "transformer_blocks."))
+        p = m + 19, df = 1;
+    else
+        return 0;
     if (!(p = block_index(p, '.', &out->index))) return 0;
     static const struct {
         const char *name;
         int df, role, gate_first;
     } parts[] = {
-        {"attn.qkv_proj", 0, R_QKV, 0},    {"attn.out_proj", 0, R_OUT, 0}, {"mlp.fc1", 0, R_FC1, 1},
-        {"mlp.fc2", 0, R_FC2, 0},          {"adaln_proj.linear", 0, R_ADALN, 0},
-        {"attn.to_q", 1, R_Q, 0},          {"attn.to_k", 1, R_K, 0},       {"attn.to_v", 1, R_V, 0},
-        {"attn.to_out.0", 1, R_OUT, 0},    {"ff.net.0.proj", 1, R_FC1, 0}, {"ff.net.2", 1, R_FC2, 0},
+        {"attn.qkv_proj", 0, R_QKV, 0},
+        {"attn.out_proj", 0, R_OUT, 0},
+        {"mlp.fc1", 0, R_FC1, 1},
+        {"mlp.fc2", 0, R_FC2, 0},
+        {"adaln_proj.linear", 0, R_ADALN, 0},
+        {"attn.to_q", 1, R_Q, 0},
+        {"attn.to_k", 1, R_K, 0},
+        {"attn.to_v", 1, R_V, 0},
+        {"attn.to_out.0", 1, R_OUT, 0},
+        {"ff.net.0.proj", 1, R_FC1, 0},
+        {"ff.net.2", 1, R_FC2, 0},
         {"adaln_proj.linear", 1, R_ADALN, 0},
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -219,11 +241,12 @@ typedef struct dtarget {
     char name[128];
 } dtarget;
 
-static const char *unit_name(const h3_dit *d, int refiner, int i, const char *suffix_off, const char *suffix_df,
-                             char *buf, size_t n) {
+static const char *unit_name(const h3_dit *d, int refiner, int i, const char *suffix_off,
+                             const char *suffix_df, char *buf, size_t n) {
     int df = d->layout == H3_LAYOUT_DIFFUSERS;
-    snprintf(buf, n, df ? (refiner ? "token_refiner.refiner_blocks.%d.%s" : "transformer_blocks.%d.%s")
-                        : (refiner ? "token_refiner.blocks.%d.%s" : "blocks.%d.%s"),
+    snprintf(buf, n,
+             df ? (refiner ? "token_refiner.refiner_blocks.%d.%s" : "transformer_blocks.%d.%s")
+                : (refiner ? "token_refiner.blocks.%d.%s" : "blocks.%d.%s"),
              i, df ? suffix_df : suffix_off);
     return buf;
 }
@@ -233,10 +256,15 @@ static void unit_target(const h3_dit *d, int u, int role, dtarget *t) {
     const h3_dit_config *c = &d->cfg;
     int ref = u < c->n_refiner_layers, i = ref ? u : u - (int)c->n_refiner_layers;
     const h3_dit_block_weights *w = &d->units[u];
-    static const char *const off[] = {"attn.qkv_proj.weight", NULL, NULL, NULL, "attn.out_proj.weight",
-                                      "mlp.fc1.weight", "mlp.fc2.weight"};
-    static const char *const dfn[] = {NULL, "attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight",
-                                      "attn.to_out.0.weight", "ff.net.0.proj.weight", "ff.net.2.weight"};
+    static const char *const off[] = {
+        "attn.qkv_proj.weight", NULL, NULL, NULL, "attn.out_proj.weight", "mlp.fc1.weight", "mlp.fc2.weight"};
+    static const char *const dfn[] = {NULL,
+                                      "attn.to_q.weight",
+                                      "attn.to_k.weight",
+                                      "attn.to_v.weight",
+                                      "attn.to_out.0.weight",
+                                      "ff.net.0.proj.weight",
+                                      "ff.net.2.weight"};
     const h3_tensor *ts[] = {&w->qkv, &w->q, &w->k, &w->v, &w->out, &w->fc1, &w->fc2};
     t->slot = h3_lora_slot_unit(c, u, role);
     t->w = ts[role];
@@ -245,7 +273,7 @@ static void unit_target(const h3_dit *d, int u, int role, dtarget *t) {
 
 static void global_target(const h3_dit *d, int g, dtarget *t) {
     const h3_dit_globals *G = &d->g;
-    const h3_tensor *ts[] = {&G->video_in_w, &G->audio_in_w,   &G->text_in_w,   &G->time_in_w,
+    const h3_tensor *ts[] = {&G->video_in_w, &G->audio_in_w,    &G->text_in_w,   &G->time_in_w,
                              &G->time_out_w, &G->final_adaln_w, &G->video_out_w, &G->audio_out_w};
     int df = d->layout == H3_LAYOUT_DIFFUSERS;
     t->slot = h3_lora_slot_global(&d->cfg, g);
@@ -284,7 +312,8 @@ const char *h3_lora_describe(const h3_lora *l, char *buf, size_t n) {
             if (r > rmax) rmax = r;
         }
     snprintf(buf, n, "%d LoRA file%s, %d weights, rank %lld..%lld, %.2f MB of factors", l->n_files,
-             l->n_files == 1 ? "" : "s", l->n, (long long)rmin, (long long)rmax, (double)h3_lora_bytes(l) / 1e6);
+             l->n_files == 1 ? "" : "s", l->n, (long long)rmin, (long long)rmax,
+             (double)h3_lora_bytes(l) / 1e6);
     return buf;
 }
 
@@ -327,7 +356,8 @@ static void qkv_rows(float *dst, const float *src, int64_t heads, int64_t hd, in
         for (int64_t h = 0; h < heads; h++)
             for (int64_t e = 0; e < hd; e++) {
                 int64_t c = j * inner + h * hd + e, p = h * 3 * hd + j * hd + e;
-                memcpy(dst + (to_contiguous ? c : p) * r, src + (to_contiguous ? p : c) * r, (size_t)r * sizeof(float));
+                memcpy(dst + (to_contiguous ? c : p) * r, src + (to_contiguous ? p : c) * r,
+                       (size_t)r * sizeof(float));
             }
 }
 
@@ -347,8 +377,8 @@ typedef struct lctx {
 static h3_status load_f32(lctx *c, const h3_st_entry *e, float **out) {
     *out = NULL;
     if (e->dtype != H3_F32 && e->dtype != H3_BF16 && e->dtype != H3_F16)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' has dtype %s; LoRA factors are f32, bf16 or f16", c->path, e->name,
-                      h3_dtype_name(e->dtype));
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' has dtype %s; LoRA factors are f32, bf16 or f16", c->path,
+                      e->name, h3_dtype_name(e->dtype));
     h3_tensor t;
     H3_TRY(h3_st_load(c->set, e->name, H3_PLACE_HOST, H3_F32, H3_MEM_WEIGHTS, &t));
     int64_t n = h3_st_entry_numel(e);
@@ -364,9 +394,13 @@ static h3_status load_f32(lctx *c, const h3_st_entry *e, float **out) {
 }
 
 static const char *mod_words(const lmod *m, char *buf, size_t n) {
-    static const char *const roles[] = {"fused QKV", "q", "k", "v", "out projection", "fc1", "fc2", "AdaLN projection"};
-    if (m->role == R_GLOBAL) snprintf(buf, n, "%s", GLOBALS[m->unit].official);
-    else snprintf(buf, n, "%s %d's %s", m->refiner ? "token-refiner block" : "DiT block", m->index, roles[m->role]);
+    static const char *const roles[] = {"fused QKV",      "q",   "k",   "v",
+                                        "out projection", "fc1", "fc2", "AdaLN projection"};
+    if (m->role == R_GLOBAL)
+        snprintf(buf, n, "%s", GLOBALS[m->unit].official);
+    else
+        snprintf(buf, n, "%s %d's %s", m->refiner ? "token-refiner block" : "DiT block", m->index,
+                 roles[m->role]);
     return buf;
 }
 
@@ -378,21 +412,29 @@ static h3_status add_module(lctx *c, const char *module, const lmod *m, const h3
     char words[96];
     mod_words(m, words, sizeof words);
     if (!ea || !eb)
-        return H3_ERR(H3_ERR_FORMAT,
-                      "%s: module '%s' has %s but no %s factor; a LoRA needs both A (lora_A / lora_down, [rank, in]) "
-                      "and B (lora_B / lora_up, [out, rank])",
-                      c->path, module, ea ? "an A" : eb ? "a B" : "an alpha", ea ? "B" : "A");
+        return H3_ERR(
+            H3_ERR_FORMAT,
+            "%s: module '%s' has %s but no %s factor; a LoRA needs both A (lora_A / lora_down, [rank, in]) "
+            "and B (lora_B / lora_up, [out, rank])",
+            c->path, module,
+            ea   ? "an A"
+            : eb ? "a B"
+                 : "an alpha",
+            ea ? "B" : "A");
     if (ea->ndim != 2 || eb->ndim != 2)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' factors must be 2-D (A [rank, in], B [out, rank]); got %d-D and %d-D",
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: '%s' factors must be 2-D (A [rank, in], B [out, rank]); got %d-D and %d-D",
                       c->path, module, ea->ndim, eb->ndim);
     const int64_t r = ea->shape[0], in = ea->shape[1], out = eb->shape[0];
     if (r == 0 || eb->shape[1] == 0)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' has rank 0 (A [%lld, %lld], B [%lld, %lld]); remove the module or "
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: '%s' has rank 0 (A [%lld, %lld], B [%lld, %lld]); remove the module or "
                       "give it a rank of at least 1",
-                      c->path, module, (long long)ea->shape[0], (long long)ea->shape[1], (long long)eb->shape[0],
-                      (long long)eb->shape[1]);
+                      c->path, module, (long long)ea->shape[0], (long long)ea->shape[1],
+                      (long long)eb->shape[0], (long long)eb->shape[1]);
     if (eb->shape[1] != r)
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' has A [%lld, %lld] and B [%lld, %lld]: B's columns must equal A's rank",
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: '%s' has A [%lld, %lld] and B [%lld, %lld]: B's columns must equal A's rank",
                       c->path, module, (long long)r, (long long)in, (long long)out, (long long)eb->shape[1]);
     /* the scale */
     double alpha = NAN;
@@ -409,8 +451,8 @@ static h3_status add_module(lctx *c, const char *module, const lmod *m, const h3
         alpha = *(const float *)t.data;
         h3_tensor_free(&t);
         if (!isfinite(alpha))
-            return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %g; an alpha must be a finite number", c->path, ealpha->name,
-                          alpha);
+            return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is %g; an alpha must be a finite number", c->path,
+                          ealpha->name, alpha);
     } else if (!c->have_alpha_tensors && !isnan(c->meta_alpha)) {
         alpha = c->meta_alpha;
     }
@@ -422,14 +464,15 @@ static h3_status add_module(lctx *c, const char *module, const lmod *m, const h3
     if (m->role <= R_FC2) {
         int64_t nb = m->refiner ? cfg->n_refiner_layers : cfg->n_layers;
         if (m->index >= nb)
-            return H3_ERR(H3_ERR_FORMAT,
-                          "%s: '%s' is for %s; this DiT has %lld %s: the LoRA was made for a deeper model (use one "
-                          "made for this DiT)",
-                          c->path, module, words, (long long)nb, m->refiner ? "token-refiner blocks" : "DiT blocks");
+            return H3_ERR(
+                H3_ERR_FORMAT,
+                "%s: '%s' is for %s; this DiT has %lld %s: the LoRA was made for a deeper model (use one "
+                "made for this DiT)",
+                c->path, module, words, (long long)nb, m->refiner ? "token-refiner blocks" : "DiT blocks");
         unit = m->refiner ? m->index : (int)cfg->n_refiner_layers + m->index;
     } else if (m->role == R_ADALN && m->index >= cfg->n_layers) {
-        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is for %s; this DiT has %lld DiT blocks", c->path, module, words,
-                      (long long)cfg->n_layers);
+        return H3_ERR(H3_ERR_FORMAT, "%s: '%s' is for %s; this DiT has %lld DiT blocks", c->path, module,
+                      words, (long long)cfg->n_layers);
     }
     (void)U;
     dtarget t;
@@ -448,24 +491,28 @@ static h3_status add_module(lctx *c, const char *module, const lmod *m, const h3
         unit_target(d, unit, role, &t);
     }
     if (!t.w->data)
-        return H3_ERR(H3_ERR_FORMAT,
-                      "%s: '%s' is for %s, which this DiT does not have (%s); use a LoRA made for this DiT or "
-                      "remove the module",
-                      c->path, module, words, cfg->adaln_pruned ? "its AdaLN is the pruned curve form" : "not in the file");
+        return H3_ERR(
+            H3_ERR_FORMAT,
+            "%s: '%s' is for %s, which this DiT does not have (%s); use a LoRA made for this DiT or "
+            "remove the module",
+            c->path, module, words,
+            cfg->adaln_pruned ? "its AdaLN is the pruned curve form" : "not in the file");
     want_out = t.w->shape[0];
     want_in = t.w->shape[1];
     /* the factor's rows as this module gives them */
     int64_t mod_out = want_out;
     if (m->role == R_QKV) mod_out = 3 * inner;
     if (m->role == R_Q || m->role == R_K || m->role == R_V) mod_out = inner;
-    if (in != want_in || out != mod_out || (m->role == R_QKV && t.w == &d->units[unit].qkv && want_out != 3 * inner))
-        return H3_ERR(H3_ERR_FORMAT,
-                      "%s: '%s' has A [%lld, %lld] and B [%lld, %lld]; this DiT's %s ('%s') needs A [rank, %lld] and "
-                      "B [%lld, rank] (hidden %lld, FFN %lld, %lld heads x %lld%s): the LoRA was made for a different "
-                      "DiT",
-                      c->path, module, (long long)r, (long long)in, (long long)out, (long long)r, words, t.name,
-                      (long long)want_in, (long long)mod_out, (long long)H, (long long)cfg->ffn, (long long)cfg->heads,
-                      (long long)cfg->head_dim, cfg->adaln_pruned ? ", pruned AdaLN" : "");
+    if (in != want_in || out != mod_out ||
+        (m->role == R_QKV && t.w == &d->units[unit].qkv && want_out != 3 * inner))
+        return H3_ERR(
+            H3_ERR_FORMAT,
+            "%s: '%s' has A [%lld, %lld] and B [%lld, %lld]; this DiT's %s ('%s') needs A [rank, %lld] and "
+            "B [%lld, rank] (hidden %lld, FFN %lld, %lld heads x %lld%s): the LoRA was made for a different "
+            "DiT",
+            c->path, module, (long long)r, (long long)in, (long long)out, (long long)r, words, t.name,
+            (long long)want_in, (long long)mod_out, (long long)H, (long long)cfg->ffn, (long long)cfg->heads,
+            (long long)cfg->head_dim, cfg->adaln_pruned ? ", pruned AdaLN" : "");
 
     h3_status st = H3_OK;
     float *A = NULL, *B = NULL, *tmp = NULL;
@@ -578,8 +625,8 @@ h3_status h3_lora_add_file(h3_lora *l, const h3_dit *d, const char *path, float 
     if (l->n_files >= H3_MAX_LORAS)
         return H3_ERR(H3_ERR_INVALID, "at most %d LoRA files at once; %s is one more", H3_MAX_LORAS, path);
     if (d->units && h3_dit_n_units(&d->cfg) > 0 && d->units[0].fc1.place == H3_PLACE_DEVICE)
-        return H3_ERR(H3_ERR_INVALID, "LoRA %s: read LoRAs for the DiT as opened, before its weights are placed",
-                      path);
+        return H3_ERR(H3_ERR_INVALID,
+                      "LoRA %s: read LoRAs for the DiT as opened, before its weights are placed", path);
     {
         int fd;
         uint64_t size;
@@ -614,16 +661,19 @@ h3_status h3_lora_add_file(h3_lora *l, const h3_dit *d, const char *path, float 
             continue;
         }
         if (r == 0)
-            H3_FAIL(H3_ERR_FORMAT,
-                    "%s: key '%s' is not a LoRA factor (expected <module>.lora_A.weight / .lora_B.weight, "
-                    ".lora_down.weight / .lora_up.weight or .alpha); is this a LoRA file of a MiniMax-H3 DiT?",
-                    path, set.entries[i].name);
+            H3_FAIL(
+                H3_ERR_FORMAT,
+                "%s: key '%s' is not a LoRA factor (expected <module>.lora_A.weight / .lora_B.weight, "
+                ".lora_down.weight / .lora_up.weight or .alpha); is this a LoRA file of a MiniMax-H3 DiT?",
+                path, set.entries[i].name);
         keys[nk].e = &set.entries[i];
         if (keys[nk].kind == K_ALPHA) c.have_alpha_tensors = 1;
-        if (starts(keys[nk].module, "blocks.") || starts(keys[nk].module, "token_refiner.blocks.")) official = 1;
+        if (starts(keys[nk].module, "blocks.") || starts(keys[nk].module, "token_refiner.blocks."))
+            official = 1;
         nk++;
     }
-    if (skipped) H3_WARN("%s: %d DoRA magnitude tensors (dora_scale) ignored, as diffusers does", path, skipped);
+    if (skipped)
+        H3_WARN("%s: %d DoRA magnitude tensors (dora_scale) ignored, as diffusers does", path, skipped);
     if (nk == 0) H3_FAIL(H3_ERR_FORMAT, "%s: no LoRA factors in the file", path);
     /* DiffSynth-Studio: peft's .default. infix over the official names, fused QKV factors per head */
     const int diffsynth = peft_default && official;
@@ -636,10 +686,12 @@ h3_status h3_lora_add_file(h3_lora *l, const h3_dit *d, const char *path, float 
         errno = 0;
         double v = strtod(ma, &end);
         if (end == ma || *end || errno == ERANGE) {
-            H3_WARN("%s: __metadata__ %s is '%.40s', not a number; loaded with alpha = rank, as diffusers does", path,
-                    which, ma);
+            H3_WARN(
+                "%s: __metadata__ %s is '%.40s', not a number; loaded with alpha = rank, as diffusers does",
+                path, which, ma);
         } else if (!isfinite(v)) {
-            H3_FAIL(H3_ERR_FORMAT, "%s: __metadata__ %s is %s; an alpha must be a finite number", path, which, ma);
+            H3_FAIL(H3_ERR_FORMAT, "%s: __metadata__ %s is %s; an alpha must be a finite number", path, which,
+                    ma);
         } else {
             c.meta_alpha = v;
         }

@@ -20,13 +20,13 @@ static h3_tensor *unit_tensor(h3_dit_block_weights *w, int role) {
 
 static h3_tensor *global_tensor(h3_dit *d, int g) {
     h3_dit_globals *G = &d->g;
-    h3_tensor *ts[] = {&G->video_in_w, &G->audio_in_w,   &G->text_in_w,   &G->time_in_w,
+    h3_tensor *ts[] = {&G->video_in_w, &G->audio_in_w,    &G->text_in_w,   &G->time_in_w,
                        &G->time_out_w, &G->final_adaln_w, &G->video_out_w, &G->audio_out_w};
     return ts[g];
 }
 
-/* The target's factors side by side on the host: A [R, in], its transpose At [in, R], and Bs [out, R] with each
- * factor's scale folded in; B's rows turned from per-head to contiguous QKV order when to_contiguous. */
+/* The target's factors side by side on the host: A [R, in], its transpose At [in, R], and Bs [out, R] with
+ * each factor's scale folded in; B's rows turned from per-head to contiguous QKV order when to_contiguous. */
 static h3_status concat(const h3_dit *d, const h3_lora_target *t, int to_contiguous, float **pa, float **pat,
                         float **pb, int64_t *pR) {
     int64_t R = 0;
@@ -52,7 +52,8 @@ static h3_status concat(const h3_dit *d, const h3_lora_target *t, int to_contigu
             }
         for (int64_t o = 0; o < out; o++) {
             int64_t src = o;
-            if (to_contiguous) { /* contiguous row o = j·inner + h·hd + e reads per-head row h·3·hd + j·hd + e */
+            if (to_contiguous) { /* contiguous row o = j·inner + h·hd + e reads per-head row h·3·hd + j·hd + e
+                                  */
                 int64_t j = o / inner, h = (o % inner) / hd, e = o % hd;
                 src = h * 3 * hd + j * hd + e;
             }
@@ -142,20 +143,21 @@ static h3_status ensure_state(h3_dit *d) {
     return H3_OK;
 }
 
-/* Merges or attaches the target of slot. W: the weight as the forward will read it (NULL: read elsewhere, only
- * its dtype matters: wref). writable: W may be modified in place (owned, or a host view to copy). */
-static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, const h3_tensor *wref, int writable,
-                            int to_contiguous, h3_dtype side_dt) {
+/* Merges or attaches the target of slot. W: the weight as the forward will read it (NULL: read elsewhere,
+ * only its dtype matters: wref). writable: W may be modified in place (owned, or a host view to copy). */
+static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, const h3_tensor *wref,
+                            int writable, int to_contiguous, h3_dtype side_dt) {
     const h3_lora *l = d->lora;
     int ti = l->slot_target[slot];
     if (ti < 0 || d->lora_done[slot]) return H3_OK;
     const h3_lora_target *t = &l->t[ti];
     const int fl = is_float_weight(wref);
     if (d->lora_mode == H3_LORA_MERGE && !fl)
-        return H3_ERR(H3_ERR_INVALID,
-                      "LoRA: '%s' is stored %s%s, which cannot take a merged LoRA; use --lora-mode auto or side (the "
-                      "low-rank side path)",
-                      t->name, h3_dtype_name(wref->dtype), wref->q.mode != H3_SCALE_NONE ? " with scales" : "");
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "LoRA: '%s' is stored %s%s, which cannot take a merged LoRA; use --lora-mode auto or side (the "
+            "low-rank side path)",
+            t->name, h3_dtype_name(wref->dtype), wref->q.mode != H3_SCALE_NONE ? " with scales" : "");
     const int merge = fl && writable && W && d->lora_mode != H3_LORA_SIDE;
     float *A = NULL, *At = NULL, *B = NULL;
     int64_t R = 0;
@@ -219,8 +221,10 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
     for (int b = 0; b < c->n_layers; b++) {
         h3_tensor *W = &d->adaln_w[b];
         int writable = !streamed && (W->place == H3_PLACE_HOST || W->owner);
-        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 0, H3_F32), "LoRA on DiT block %d's "
-                   "AdaLN projection", b);
+        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 0, H3_F32),
+                   "LoRA on DiT block %d's "
+                   "AdaLN projection",
+                   b);
     }
     for (int g = 0; g < H3_LS_GLOBALS; g++) {
         h3_tensor *W = global_tensor(d, g);
@@ -234,7 +238,8 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
     for (int s = 0; s < l->n_slots; s++)
         if (d->lside[s].a.data && d->lside[s].a.shape[0] > rmax) rmax = d->lside[s].a.shape[0];
     h3_tensor_free(&d->lora_t);
-    if (rmax) H3_TRY(h3_tensor_alloc2(&d->lora_t, d->act_place, d->act_dtype, H3_LORA_CHUNK, rmax, H3_MEM_WEIGHTS));
+    if (rmax)
+        H3_TRY(h3_tensor_alloc2(&d->lora_t, d->act_place, d->act_dtype, H3_LORA_CHUNK, rmax, H3_MEM_WEIGHTS));
     return H3_OK;
 }
 
@@ -279,7 +284,8 @@ void h3_lora_mem_of(const h3_dit *d, h3_lora_mem *out) {
     if (!d->lside) return;
     for (int s = 0; s < h3_lora_n_slots(&d->cfg); s++)
         if (d->lside[s].a.data)
-            out->side += (int64_t)h3_tensor_nbytes(&d->lside[s].a) + (int64_t)h3_tensor_nbytes(&d->lside[s].b);
+            out->side +=
+                (int64_t)h3_tensor_nbytes(&d->lside[s].a) + (int64_t)h3_tensor_nbytes(&d->lside[s].b);
     if (d->lora_t.data) out->side += (int64_t)h3_tensor_nbytes(&d->lora_t);
 }
 
@@ -305,7 +311,8 @@ h3_status h3_lora_side(h3_dit *d, h3_exec *ex, int slot, h3_tensor *y, const h3_
     const int direct = x->dtype == fdt && y->dtype == fdt && d->lora_t.dtype == fdt;
     h3_status st = H3_OK;
     h3_tensor xs = {0}, ts = {0}, us = {0}, uy = {0};
-    if (!direct) { /* mixed dtypes (f32 islands among bf16 activations): convert through scratch of one piece */
+    if (!direct) { /* mixed dtypes (f32 islands among bf16 activations): convert through scratch of one piece
+                    */
         H3_CHECK(h3_tensor_alloc2(&xs, x->place, fdt, H3_LORA_CHUNK, in, H3_MEM_WORKSPACE));
         H3_CHECK(h3_tensor_alloc2(&ts, x->place, fdt, H3_LORA_CHUNK, R, H3_MEM_WORKSPACE));
         H3_CHECK(h3_tensor_alloc2(&us, x->place, fdt, H3_LORA_CHUNK, out, H3_MEM_WORKSPACE));

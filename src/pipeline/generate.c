@@ -594,7 +594,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
     H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
-    H3_CHECK(apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
+    H3_CHECK(
+        apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &av), "the audio VAE");
