@@ -144,9 +144,11 @@ static h3_status ensure_state(h3_dit *d) {
 }
 
 /* Merges or attaches the target of slot. W: the weight as the forward will read it (NULL: read elsewhere,
- * only its dtype matters: wref). writable: W may be modified in place (owned, or a host view to copy). */
+ * only its dtype matters: wref). writable: W may be modified; dit_own: W is the DiT's own table entry, whose
+ * host views of the mapped file become owned copies first (a placed unit's memory is the units' own, written in
+ * place). */
 static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, const h3_tensor *wref,
-                            int writable, int to_contiguous, h3_dtype side_dt) {
+                            int writable, int dit_own, int to_contiguous, h3_dtype side_dt) {
     const h3_lora *l = d->lora;
     int ti = l->slot_target[slot];
     if (ti < 0 || d->lora_done[slot]) return H3_OK;
@@ -164,7 +166,7 @@ static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, cons
     H3_TRY(concat(d, t, to_contiguous, &A, &At, &B, &R));
     h3_status st = H3_OK;
     if (merge) {
-        H3_CHECK(own_copy(d, W));
+        if (dit_own) H3_CHECK(own_copy(d, W));
         H3_CHECK_CTX(merge_into(ex, W, At, B, R), "merging a LoRA into '%s'", t->name);
         d->lora_n_merged++;
     } else {
@@ -201,7 +203,7 @@ h3_status h3_lora_apply_unit(h3_dit *d, h3_exec *ex, int u, h3_dit_block_weights
         int to_contig = role == H3_LS_QKV && d->lora->qkv_interleaved && qkv_contiguous;
         h3_dtype sdt = d->act_dtype;
         void *before = W ? W->data : NULL;
-        H3_TRY_CTX(apply_slot(d, ex, slot, W, ref, resident, to_contig, sdt), "LoRA on %s %d",
+        H3_TRY_CTX(apply_slot(d, ex, slot, W, ref, resident, placed == own, to_contig, sdt), "LoRA on %s %d",
                    u < d->cfg.n_refiner_layers ? "token-refiner block" : "DiT block",
                    u < d->cfg.n_refiner_layers ? u : u - (int)d->cfg.n_refiner_layers);
         if (W && role == H3_LS_QKV && W->data != before && placed->qkv.data && !placed->qkv_interleaved)
@@ -221,7 +223,7 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
     for (int b = 0; b < c->n_layers; b++) {
         h3_tensor *W = &d->adaln_w[b];
         int writable = !streamed && (W->place == H3_PLACE_HOST || W->owner);
-        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 0, H3_F32),
+        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 1, 0, H3_F32),
                    "LoRA on DiT block %d's "
                    "AdaLN projection",
                    b);
@@ -231,7 +233,7 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
         /* non-block weights: read in place on the host; on the device, the owned copies the stage uploaded */
         int writable = W->place == H3_PLACE_HOST ? d->act_place == H3_PLACE_HOST && !d->stream_weights
                                                  : W->place == d->act_place && W->owner != NULL;
-        H3_TRY(apply_slot(d, ex, h3_lora_slot_global(c, g), W, W, writable, 0, H3_F32));
+        H3_TRY(apply_slot(d, ex, h3_lora_slot_global(c, g), W, W, writable, 1, 0, H3_F32));
     }
     /* the side path's scratch: [chunk, largest rank] in the unit slots' dtype */
     int64_t rmax = 0;
