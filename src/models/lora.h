@@ -163,6 +163,9 @@ typedef struct h3_lora_mem {
     int n_merged, n_side;
 } h3_lora_mem;
 void h3_lora_mem_of(const h3_dit *dit, h3_lora_mem *out);
+/* Host bytes h3_lora_apply takes on a DiT held on the host (as opened, not streamed): the factors as read, the
+ * owned copies of the float weights it would merge into (mode permitting), and the side factors of the rest. */
+int64_t h3_lora_host_bytes(const h3_dit *dit, const h3_lora *l, h3_lora_mode mode);
 /* What the side path of a LoRA costs at the activation place for a DiT whose every slot takes it (the
  * planner's upper bound): factors in the activation dtype plus the scratch. */
 int64_t h3_lora_side_bytes(const h3_lora *l, h3_dtype act_dtype);

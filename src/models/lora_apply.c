@@ -291,6 +291,25 @@ void h3_lora_mem_of(const h3_dit *d, h3_lora_mem *out) {
     if (d->lora_t.data) out->side += (int64_t)h3_tensor_nbytes(&d->lora_t);
 }
 
+int64_t h3_lora_host_bytes(const h3_dit *d, const h3_lora *l, h3_lora_mode mode) {
+    if (!l || l->n == 0) return 0;
+    int64_t b = h3_lora_bytes(l);
+    for (int i = 0; i < l->n; i++) {
+        const h3_lora_target *t = &l->t[i];
+        const h3_tensor *w = NULL;
+        const h3_dit_config *c = &d->cfg;
+        const int U = h3_dit_n_units(c), per = U * H3_LS_PER_UNIT;
+        if (t->slot < per) w = unit_tensor(&d->units[t->slot / H3_LS_PER_UNIT], t->slot % H3_LS_PER_UNIT);
+        else if (t->slot < per + c->n_layers) w = &d->adaln_w[t->slot - per];
+        else w = global_tensor((h3_dit *)d, t->slot - per - (int)c->n_layers);
+        int64_t R = 0;
+        for (int j = 0; j < t->n; j++) R += t->f[j].rank;
+        if (mode != H3_LORA_SIDE && is_float_weight(w)) b += w->owner ? 0 : (int64_t)h3_tensor_nbytes(w);
+        else b += R * (t->in + t->out) * (int64_t)sizeof(float);
+    }
+    return b + MERGE_SCRATCH;
+}
+
 int64_t h3_lora_side_bytes(const h3_lora *l, h3_dtype act_dtype) {
     if (!l || l->n == 0) return 0;
     int64_t e = 0, rmax = 0;

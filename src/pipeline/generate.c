@@ -699,15 +699,27 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     const double tables = S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4;
     const double latents = 4 * (2 * (nv + na) + sampler) + 8.0 * (double)L.text_len * (double)dc->text_dim;
     const double forward = (double)(fm.workspace + fm.scratch + fm.mod_tables);
-    const double dit = (forward > (double)fm.mod_peak ? forward : (double)fm.mod_peak) + (double)wb.owned;
+    double lora = 0; /* the LoRAs' factors and the owned copies of the weights they merge into */
+    if (g->r->n_loras) {
+        h3_lora l;
+        memset(&l, 0, sizeof l);
+        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
+            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        lora = (double)h3_lora_host_bytes(d, &l, (h3_lora_mode)g->r->lora_mode);
+        h3_lora_free(&l);
+        H3_CHECK(st);
+    }
+    const double dit =
+        (forward > (double)fm.mod_peak ? forward : (double)fm.mod_peak) + (double)wb.owned + lora;
     const double need = tables + latents + dit;
     if (need > (double)budget) {
         char a[32], b[32], c[32], e[32];
         H3_FAIL(
             H3_ERR_BUDGET,
             "%lld frames at %lldx%lld (%lld packed rows) need %s of host memory for the DiT on the CPU "
-            "(latents, rows and the sampler %s, the DiT's buffers %s); the host budget is %s (%s): ask for "
-            "fewer frames or a smaller canvas",
+            "(latents, rows and the sampler %s, the DiT's buffers and LoRAs %s); the host budget is %s (%s): "
+            "ask for fewer frames or a smaller canvas (or --lora-mode side: merged LoRAs copy the weights they "
+            "change)",
             (long long)q->frames, (long long)q->width, (long long)q->height, (long long)L.seq_len,
             h3_budget_str((int64_t)need, a, sizeof a),
             h3_budget_str((int64_t)(tables + latents), b, sizeof b), h3_budget_str((int64_t)dit, c, sizeof c),
