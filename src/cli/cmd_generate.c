@@ -280,8 +280,8 @@ int h3_cmd_generate(int argc, char **argv) {
     }
     h3_cli_loras loras;
     int lr = h3_cli_loras_parse("generate", &lora_s, lora_mode, &loras);
-    if (!lr) {
-        const h3_cli_path outs[] = {{"-o", output, H3_CLI_OUT_FILE},
+    if (!lr && loras.n) { /* the LoRA files against the outputs (generate checks the rest itself) */
+        const h3_cli_path outs[] = {{"--output", output, H3_CLI_OUT_FILE},
                                     {"--wav", wav, H3_CLI_OUT_FILE},
                                     {"--latents", latents, H3_CLI_OUT_FILE}};
         lr = h3_cli_check_paths_loras("generate", outs, 3, &loras);
