@@ -240,6 +240,31 @@ def main():
         ("audio_indices", "I64", [NA], b"".join(struct.pack("<q", NV + i) for i in range(NA))),
         ("text_indices", "I64", [NL], b"".join(struct.pack("<q", NV + NA + i) for i in range(NL)))]))
 
+    # ---- LoRA files for the reduced DiT (hidden 64, 2 heads x 128, FFN 128, 4 + 2 blocks, text 64, AdaLN 32)
+    put("lora", "ai_toolkit_qkv", safetensors([
+        ("diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight", "BF16", [2, 64], None),
+        ("diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight", "BF16", [768, 2], None)]))
+    put("lora", "musubi_fc1_alpha", safetensors([
+        ("lora_unet_blocks_1_mlp_fc1.lora_down.weight", "F32", [4, 64], None),
+        ("lora_unet_blocks_1_mlp_fc1.lora_up.weight", "F32", [256, 4], None),
+        ("lora_unet_blocks_1_mlp_fc1.alpha", "F32", [], None)]))
+    put("lora", "diffsynth_qkv", safetensors([
+        ("token_refiner.blocks.1.attn.qkv_proj.lora_A.default.weight", "F32", [2, 64], None),
+        ("token_refiner.blocks.1.attn.qkv_proj.lora_B.default.weight", "F32", [768, 2], None)]))
+    put("lora", "diffusers_split", safetensors([
+        ("transformer.transformer_blocks.2.attn.to_k.lora_A.weight", "F16", [3, 64], None),
+        ("transformer.transformer_blocks.2.attn.to_k.lora_B.weight", "F16", [256, 3], None),
+        ("transformer.transformer_blocks.2.ff.net.0.proj.lora_A.weight", "F16", [3, 64], None),
+        ("transformer.transformer_blocks.2.ff.net.0.proj.lora_B.weight", "F16", [256, 3], None)]))
+    put("lora", "globals_meta_alpha", safetensors([
+        ("final_layer.adaln_proj.linear.lora_A.weight", "F32", [2, 32], None),
+        ("final_layer.adaln_proj.linear.lora_B.weight", "F32", [128, 2], None),
+        ("blocks.3.adaln_proj.linear.lora_A.weight", "F32", [2, 32], None),
+        ("blocks.3.adaln_proj.linear.lora_B.weight", "F32", [1152, 2], None),
+        ("video_patch_proj.lora.down.weight", "F32", [1, 96], None),
+        ("video_patch_proj.lora.up.weight", "F32", [64, 1], None)], {"alpha": "4"}))
+    put("lora", "incomplete", safetensors([("blocks.0.mlp.fc2.lora_A.weight", "F32", [2, 128], None)]))
+
     # ---- the sweep: [component] [tensor u16] [change] [parameter] (fuzz/targets/sweep.c)
     for comp in range(4):
         for op in range(4):

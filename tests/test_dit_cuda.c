@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "cuda/cuda.h"
+#include "io/safetensors.h"
 #include "models/dit.h"
+#include "models/lora.h"
 #include "pipeline/layout.h"
 #include "quant/qwrite.h"
 #include "testutil.h"
@@ -90,6 +92,108 @@ static void file_case(const char *path, const char *what, double tol) {
     }
     h3_dit_close(cpu);
     h3_dit_close(gpu);
+}
+
+/* A LoRA over every linear of the reduced DiT (ai-toolkit names, f32 factors), written to path. */
+static void write_fixture_lora(const char *path) {
+    static const struct {
+        const char *fmt;
+        int64_t out, in;
+    } mods[] = {{"%s.%d.attn.qkv_proj", 768, 32},
+                {"%s.%d.attn.out_proj", 32, 256},
+                {"%s.%d.mlp.fc1", 128, 32},
+                {"%s.%d.mlp.fc2", 32, 64},
+                {"%s.%d.adaln_proj.linear", 576, 16}};
+    static const struct {
+        const char *name;
+        int64_t out, in;
+    } globals[] = {{"video_patch_proj", 32, 96},
+                   {"audio_patch_proj", 32, 32},
+                   {"condition_proj", 32, 24},
+                   {"time_embedder.proj_in", 32, 256},
+                   {"final_layer.adaln_proj.linear", 64, 16},
+                   {"final_layer.video_out", 96, 32}};
+    h3_st_writer *w;
+    CHECK_OK(h3_st_writer_new(&w));
+    float *bufs[128];
+    int nb = 0;
+    char key[160];
+    const int64_t r = 4;
+    for (int m = 0; m < 5 + 6; m++)
+        for (int b = 0; b < (m < 5 ? 4 : 1); b++) {
+            int ref = b < 2;
+            if (m == 4 && ref) continue; /* refiner blocks have no AdaLN */
+            char mod[96];
+            int64_t out = m < 5 ? mods[m].out : globals[m - 5].out,
+                    in = m < 5 ? mods[m].in : globals[m - 5].in;
+            if (m < 5)
+                snprintf(mod, sizeof mod, mods[m].fmt, ref ? "token_refiner.blocks" : "blocks",
+                         ref ? b : b - 2);
+            else
+                snprintf(mod, sizeof mod, "%s", globals[m - 5].name);
+            float *a = malloc((size_t)(r * in) * sizeof(float)),
+                  *bb = malloc((size_t)(out * r) * sizeof(float));
+            t_fill_uniform(a, (size_t)(r * in), -0.3, 0.3);
+            t_fill_uniform(bb, (size_t)(out * r), -0.2, 0.2);
+            bufs[nb++] = a;
+            bufs[nb++] = bb;
+            int64_t sa[2] = {r, in}, sb[2] = {out, r};
+            snprintf(key, sizeof key, "diffusion_model.%s.lora_A.weight", mod);
+            CHECK_OK(h3_st_writer_add(w, key, H3_F32, 2, sa, a));
+            snprintf(key, sizeof key, "diffusion_model.%s.lora_B.weight", mod);
+            CHECK_OK(h3_st_writer_add(w, key, H3_F32, 2, sb, bb));
+        }
+    CHECK_OK(h3_st_writer_write(w, path, 0));
+    h3_st_writer_free(w);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+}
+
+/* A LoRA on the GPU, merged into the uploaded weights on the device or on the side path there (bf16 factors),
+ * against the CPU's merge (f32, rounded once to the stored dtype): the same tolerance as without. */
+static void test_lora(void) {
+    char lp[1024], q[1024];
+    t_tmp_path("cuda_lora.safetensors", lp, sizeof lp);
+    write_fixture_lora(lp);
+    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
+    static const char *const rel[] = {"tests/fixtures/dit/official", "tests/fixtures/dit/diffusers"};
+    for (int i = 0; i < 2; i++)
+        for (int mode = H3_LORA_MERGE; mode <= H3_LORA_SIDE; mode++) {
+            char p[1024], what[160];
+            t_src_path(rel[i], p, sizeof p);
+            snprintf(what, sizeof what, "%s with a LoRA, %s on the GPU", rel[i],
+                     mode == H3_LORA_MERGE ? "merged" : "side path");
+            h3_dit *cpu = NULL, *gpu = NULL;
+            h3_lora lc, lg;
+            memset(&lc, 0, sizeof lc);
+            memset(&lg, 0, sizeof lg);
+            h3_dit_open_opts go;
+            memset(&go, 0, sizeof go);
+            go.act_place = H3_PLACE_DEVICE;
+            go.weight_place = H3_PLACE_DEVICE;
+            CHECK_OK(h3_dit_open(p, NULL, &cpu));
+            CHECK_OK(h3_dit_open(p, &go, &gpu));
+            if (cpu && gpu) {
+                CHECK_OK(h3_lora_add_file(&lc, cpu, lp, 0.8f));
+                CHECK_OK(h3_lora_add_file(&lg, gpu, lp, 0.8f));
+                CHECK_OK(h3_lora_apply(cpu, &g_ex, &lc, H3_LORA_MERGE));
+                CHECK_OK(h3_dit_upload_weights(gpu, &g_ex));
+                CHECK_OK(h3_lora_apply(gpu, &g_ex, &lg, (h3_lora_mode)mode));
+                h3_lora_mem lm;
+                h3_lora_mem_of(gpu, &lm);
+                CHECK(mode == H3_LORA_MERGE ? lm.n_side == 0 && lm.n_merged > 0
+                                            : lm.n_merged == 0 && lm.n_side > 0,
+                      "%s: %d merged, %d on the side path", what, lm.n_merged, lm.n_side);
+                h3_dit_inputs_file f;
+                CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(cpu), &f));
+                forward_both(what, cpu, gpu, &f.in, 3e-2);
+                h3_dit_inputs_file_free(&f);
+            }
+            h3_dit_close(cpu);
+            h3_dit_close(gpu);
+            h3_lora_free(&lc);
+            h3_lora_free(&lg);
+        }
+    unlink(lp);
 }
 
 static void test_fixtures(void) {
@@ -234,11 +338,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "init failed: %s\n", h3_last_error());
         return 1;
     }
-    static const t_case cases[] = {{"fixtures", test_fixtures},
-                                   {"full_width", test_full_width},
-                                   {"quantized", test_quantized},
-                                   {"full_width_int8", test_full_width_int8},
-                                   {NULL, NULL}};
+    static const t_case cases[] = {{"fixtures", test_fixtures},   {"full_width", test_full_width},
+                                   {"quantized", test_quantized}, {"full_width_int8", test_full_width_int8},
+                                   {"lora", test_lora},           {NULL, NULL}};
     int r = t_main("test_dit_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
     h3_exec_free(&g_ex);

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "mem/budget.h"
+#include "models/lora.h"
 #include "pipeline/generate.h"
 #include "pipeline/request.h"
 
@@ -147,6 +148,21 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
         case H3_OPT_TEXT:
             *(const char **)o->target = v;
             return 0;
+        case H3_OPT_LIST: {
+            h3_cli_list *l = o->target;
+            int most = o->max >= 1 && o->max < H3_CLI_LIST_MAX ? (int)o->max : H3_CLI_LIST_MAX;
+            if (!*v) {
+                fprintf(stderr, "h3run %s: --%s needs a value (%s); got an empty string\n", cmd->name,
+                        o->name, o->metavar ? o->metavar : "");
+                return H3_EXIT_USAGE;
+            }
+            if (l->n >= most) {
+                fprintf(stderr, "h3run %s: --%s may be given at most %d times\n", cmd->name, o->name, most);
+                return H3_EXIT_USAGE;
+            }
+            l->v[l->n++] = v;
+            return 0;
+        }
         case H3_OPT_INT: {
             errno = 0;
             long long x = strtoll(v, &end, 10);
@@ -246,6 +262,66 @@ int h3_cli_parse(const h3_cli_cmd *cmd, int argc, char **argv, const char **pos,
         return H3_EXIT_USAGE;
     }
     return 0;
+}
+
+int h3_cli_loras_parse(const char *cmd, const h3_cli_list *given, const char *mode, h3_cli_loras *out) {
+    memset(out, 0, sizeof *out);
+    h3_lora_mode m;
+    if (h3_lora_mode_parse(mode, &m) != H3_OK) {
+        fprintf(stderr, "h3run %s: %s\n", cmd, h3_last_error());
+        h3_clear_error();
+        return H3_EXIT_USAGE;
+    }
+    out->mode = (int)m;
+    for (int i = 0; i < given->n; i++) {
+        const char *s = given->v[i], *colon = strrchr(s, ':');
+        size_t plen = strlen(s);
+        double x = 1.0;
+        if (colon) {
+            char *end;
+            errno = 0;
+            double v = strtod(colon + 1, &end);
+            if (end != colon + 1 && !*end && !errno) {
+                if (!isfinite(v) || v < -100 || v > 100) {
+                    fprintf(stderr, "h3run %s: --lora %s: the strength takes a number from -100 to 100\n",
+                            cmd, s);
+                    h3_cli_loras_free(out);
+                    return H3_EXIT_USAGE;
+                }
+                x = v;
+                plen = (size_t)(colon - s);
+            }
+        }
+        if (plen == 0) {
+            fprintf(stderr, "h3run %s: --lora %s names no file (FILE[:STRENGTH])\n", cmd, s);
+            h3_cli_loras_free(out);
+            return H3_EXIT_USAGE;
+        }
+        out->path[i] = h3_malloc(plen + 1, H3_MEM_OTHER);
+        if (!out->path[i]) {
+            fprintf(stderr, "h3run %s: out of memory\n", cmd);
+            h3_cli_loras_free(out);
+            return H3_EXIT_FAIL;
+        }
+        memcpy(out->path[i], s, plen);
+        out->path[i][plen] = 0;
+        out->strength[i] = (float)x;
+        out->n = i + 1;
+    }
+    return 0;
+}
+
+int h3_cli_check_paths_loras(const char *cmd, const h3_cli_path *paths, int n, const h3_cli_loras *l) {
+    h3_cli_path all[64];
+    int k = 0;
+    for (int i = 0; i < n && k < 64; i++) all[k++] = paths[i];
+    for (int i = 0; i < l->n && k < 64; i++) all[k++] = (h3_cli_path){"--lora", l->path[i], H3_CLI_IN_FILE};
+    return h3_cli_check_paths(cmd, all, k);
+}
+
+void h3_cli_loras_free(h3_cli_loras *l) {
+    for (int i = 0; i < l->n; i++) h3_free(l->path[i]);
+    memset(l, 0, sizeof *l);
 }
 
 h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len) {

@@ -19,8 +19,15 @@ typedef enum h3_opt_type {
     H3_OPT_TEXT,
     H3_OPT_INT,
     H3_OPT_FLOAT,
-    H3_OPT_SIZE
+    H3_OPT_SIZE,
+    H3_OPT_LIST /* a STR that may be repeated: target is an h3_cli_list, max the most occurrences */
 } h3_opt_type;
+
+#define H3_CLI_LIST_MAX 16
+typedef struct h3_cli_list {
+    const char *v[H3_CLI_LIST_MAX];
+    int n;
+} h3_cli_list;
 
 typedef struct h3_cli_opt {
     const char *name; /* long name without dashes */
@@ -62,6 +69,18 @@ const char *h3_fmt_int(int64_t v, char *buf, size_t n);
  * holding a NUL byte. *text is NUL-terminated, from h3_malloc. */
 h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len);
 
+/* --lora FILE[:STRENGTH], repeatable, with --lora-mode: the LoRAs a DiT command applies. A strength is the
+ * text after the last ':' when it reads as a number (default 1.0), so paths holding ':' still work. Returns
+ * H3_EXIT_USAGE after printing the problem (a strength out of [-100, 100], a bad mode), 0 otherwise. */
+typedef struct h3_cli_loras {
+    char *path[H3_CLI_LIST_MAX]; /* h3_malloc'd */
+    float strength[H3_CLI_LIST_MAX];
+    int n;
+    int mode; /* h3_lora_mode */
+} h3_cli_loras;
+int h3_cli_loras_parse(const char *cmd, const h3_cli_list *given, const char *mode, h3_cli_loras *out);
+void h3_cli_loras_free(h3_cli_loras *l);
+
 /* Installs the stderr log callback. verbosity: -1 quiet (errors only), 0 normal, 1 verbose. */
 void h3_cli_setup_logging(int verbosity);
 /* Prints "h3run CMD: error: <last error>" to stderr and returns the exit status for the code. */
@@ -89,6 +108,8 @@ typedef struct h3_cli_path {
  * same file, or a file inside an input folder). Prints the problem and returns H3_EXIT_USAGE (H3_EXIT_FAIL
  * when out of memory); 0 when all is well. */
 int h3_cli_check_paths(const char *cmd, const h3_cli_path *paths, int n);
+/* h3_cli_check_paths over the command's paths and the LoRA files (each a file to read). */
+int h3_cli_check_paths_loras(const char *cmd, const h3_cli_path *paths, int n, const h3_cli_loras *l);
 
 /* Interrupts and outputs. h3_cli_run_begin installs SIGINT and SIGTERM handlers that ask the library to stop
  * (h3_cancel_request: the next op, or the running kernel between its pieces, returns H3_ERR_INTERRUPTED, so

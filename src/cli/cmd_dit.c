@@ -11,6 +11,7 @@
 #include "cuda/cuda.h"
 #include "mem/budget.h"
 #include "models/dit.h"
+#include "models/lora.h"
 #include "pipeline/stages.h"
 
 /* max |got − ref| / max |ref| of the named tensor of `ref_path` against got; prints one line. 1 when above
@@ -43,6 +44,16 @@ static h3_status compare(h3_st_set *ref, const char *name, const h3_tensor *got,
     return st;
 }
 
+static void print_lora(const h3_lora *l, const h3_dit *dit) {
+    if (!l->n) return;
+    char a[160], b[32], e[32];
+    h3_lora_mem lm;
+    h3_lora_mem_of(dit, &lm);
+    printf("  LoRA: %s; %d weights merged (owned copies %s bytes), %d on the side path (%s bytes)\n",
+           h3_lora_describe(l, a, sizeof a), lm.n_merged, h3_fmt_int(lm.merged, b, sizeof b), lm.n_side,
+           h3_fmt_int(lm.side, e, sizeof e));
+}
+
 static void print_model(const char *path, const h3_dit *dit) {
     const h3_dit_config *c = h3_dit_get_config(dit);
     h3_dit_weight_bytes wb;
@@ -67,7 +78,8 @@ static double now_s(void) {
 
 int h3_cmd_dit(int argc, char **argv) {
     const char *model = NULL, *inputs = NULL, *output = NULL, *config = NULL, *qkv = "auto", *expect = NULL,
-               *device = "cpu", *vram_s = NULL, *ram_s = NULL;
+               *device = "cpu", *vram_s = NULL, *ram_s = NULL, *lora_mode = "auto";
+    h3_cli_list lora_s = {{0}, 0};
     int quiet = 0, verbose = 0, describe = 0;
     double tol = 1e-4;
     int64_t threads = 0, chunk = 0;
@@ -93,6 +105,16 @@ int h3_cmd_dit(int argc, char **argv) {
         {"tol", 0, H3_OPT_FLOAT, &tol, "X", "tolerance of --expect (default 1e-4)", 0, 1e6},
         {"describe", 0, H3_OPT_FLAG, &describe, NULL,
          "only open the model: print its layout, config and weight bytes (no --inputs / -o needed)", 0, 0},
+        {"lora", 0, H3_OPT_LIST, &lora_s, "FILE[:STRENGTH]",
+         "apply a LoRA file (any published H3 LoRA format; docs/LORA.md) at STRENGTH (default 1.0); repeat "
+         "for "
+         "several, which add up",
+         0, H3_MAX_LORAS},
+        {"lora-mode", 0, H3_OPT_STR, &lora_mode, "MODE",
+         "auto (default: merged into float weights, a low-rank side path for quantized or streamed ones), "
+         "merge, "
+         "or side",
+         0, 0},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
         {"chunk-rows", 0, H3_OPT_INT, &chunk, "N",
@@ -179,6 +201,9 @@ int h3_cmd_dit(int argc, char **argv) {
         fprintf(stderr, "h3run dit: --qkv-order must be auto, interleaved or contiguous; got '%s'\n", qkv);
         return H3_EXIT_USAGE;
     }
+    h3_cli_loras loras;
+    r = h3_cli_loras_parse("dit", &lora_s, lora_mode, &loras);
+    if (r) return r;
     h3_cli_setup_logging(quiet ? -1 : verbose);
     const h3_cli_path paths[] = {
         {"--model", model, H3_CLI_IN},
@@ -187,8 +212,13 @@ int h3_cmd_dit(int argc, char **argv) {
         {"--expect", expect, H3_CLI_IN},
         {"-o", describe ? NULL : output, H3_CLI_OUT_FILE},
     };
-    r = h3_cli_check_paths("dit", paths, 5);
-    if (r) return r;
+    r = h3_cli_check_paths_loras("dit", paths, (int)(sizeof paths / sizeof paths[0]), &loras);
+    if (r) {
+        h3_cli_loras_free(&loras);
+        return r;
+    }
+    h3_lora lora;
+    memset(&lora, 0, sizeof lora);
 
     h3_exec ex = {0};
     h3_dit *dit = NULL;
@@ -199,8 +229,16 @@ int h3_cmd_dit(int argc, char **argv) {
     h3_cli_run_begin();
     h3_status st = h3_exec_init(&ex, (int)threads);
     if (st == H3_OK) st = h3_dit_open(model, &oo, &dit);
+    for (int i = 0; i < loras.n && st == H3_OK; i++)
+        st = h3_lora_add_file(&lora, dit, loras.path[i], loras.strength[i]);
+    if (st == H3_OK && loras.n) st = h3_lora_apply(dit, &ex, &lora, (h3_lora_mode)loras.mode);
     if (describe) {
-        if (st == H3_OK) print_model(model, dit);
+        if (st == H3_OK) {
+            print_model(model, dit);
+            print_lora(&lora, dit);
+        }
+        h3_lora_free(&lora);
+        h3_cli_loras_free(&loras);
         h3_dit_close(dit);
         h3_exec_free(&ex);
         st = h3_cli_run_end(st);
@@ -289,6 +327,7 @@ int h3_cmd_dit(int argc, char **argv) {
     if (st == H3_OK) st = h3_st_writer_write(w, output, 0);
     if (st == H3_OK && !quiet) {
         print_model(model, dit);
+        print_lora(&lora, dit);
         printf("sequence: %lld rows (video %lld, audio %lld, text %lld), %d timesteps\n",
                (long long)in.in.seq_len, (long long)Nv, (long long)Na, (long long)in.text.shape[0],
                in.in.n_timesteps);
@@ -327,6 +366,8 @@ int h3_cmd_dit(int argc, char **argv) {
     h3_tensor_free(&aout);
     h3_dit_inputs_file_free(&in);
     h3_dit_close(dit);
+    h3_lora_free(&lora);
+    h3_cli_loras_free(&loras);
     h3_free(plan);
     if (ex.cuda) h3_cuda_shutdown(&ex);
     h3_exec_free(&ex);

@@ -52,7 +52,9 @@ int h3_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *size = NULL, *sampler = NULL,
                *scheduler = NULL, *output = "out.mp4", *png_dir = NULL, *wav = NULL, *latents = NULL,
                *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
-               *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL;
+               *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
+               *lora_mode = "auto";
+    h3_cli_list lora_s = {{0}, 0};
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
@@ -88,6 +90,15 @@ int h3_cmd_generate(int argc, char **argv) {
         {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m", 0, 0},
         {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
          "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)", 0, 0},
+        {"lora", 0, H3_OPT_LIST, &lora_s, "FILE[:STRENGTH]",
+         "apply a LoRA to the DiT at STRENGTH (default 1.0): ai-toolkit, musubi, kohya, DiffSynth, diffusers "
+         "or "
+         "ComfyUI files (docs/LORA.md); repeat for several, which add up",
+         0, H3_MAX_LORAS},
+        {"lora-mode", 0, H3_OPT_STR, &lora_mode, "MODE",
+         "auto (default: merged into float weights, a low-rank side path for quantized and streamed ones), "
+         "merge, or side",
+         0, 0},
         {"seed", 0, H3_OPT_INT, &seed, "N",
          "noise seed (default: random, printed); same seed, same video here", 0, 0},
         {"output", 'o', H3_OPT_STR, &output, "FILE",
@@ -285,6 +296,26 @@ int h3_cmd_generate(int argc, char **argv) {
         return st != H3_OK ? h3_cli_fail("generate", st)
                            : usage_error("%s", "give the length as --frames or as --seconds, not both");
     }
+    h3_cli_loras loras;
+    int lr = h3_cli_loras_parse("generate", &lora_s, lora_mode, &loras);
+    if (!lr && loras.n) { /* the LoRA files against the outputs (generate checks the rest itself) */
+        const h3_cli_path outs[] = {{"--output", output, H3_CLI_OUT_FILE},
+                                    {"--wav", wav, H3_CLI_OUT_FILE},
+                                    {"--latents", latents, H3_CLI_OUT_FILE}};
+        lr = h3_cli_check_paths_loras("generate", outs, 3, &loras);
+        if (lr) h3_cli_loras_free(&loras);
+    }
+    if (lr) {
+        h3_free(default_model);
+        h3_free(prompt_text);
+        return lr;
+    }
+    for (int i = 0; i < loras.n; i++) {
+        gr.lora[i] = loras.path[i];
+        gr.lora_strength[i] = loras.strength[i];
+    }
+    gr.n_loras = loras.n;
+    gr.lora_mode = loras.mode;
     int chose_seed = seed != INT64_MIN;
     gr.req.seed = chose_seed ? (uint64_t)seed : random_seed();
     if (!chose_seed && !quiet)
@@ -299,6 +330,7 @@ int h3_cmd_generate(int argc, char **argv) {
     h3_cli_run_begin();
     h3_generate_result res;
     st = h3_cli_run_end(h3_generate(&gr, &cb, &res));
+    h3_cli_loras_free(&loras);
     if (pp.bar_open) fputc('\n', stderr);
     if (st != H3_OK) {
         h3_free(default_model);

@@ -55,8 +55,8 @@ static double now_s(void) {
 }
 
 const char *h3_devcat_name(h3_devcat c) {
-    static const char *n[] = {"backend workspace", "resident weights", "stream slots", "modulation",
-                              "activations"};
+    static const char *n[] = {"backend workspace", "resident weights", "stream slots",
+                              "modulation",        "activations",      "LoRA factors"};
     return (unsigned)c < H3_DEVCAT_COUNT ? n[c] : "?";
 }
 

@@ -22,6 +22,7 @@ typedef enum h3_devcat {
     H3_DEVCAT_SLOTS,       /* stream slots */
     H3_DEVCAT_MODULATION,  /* the kept AdaLN modulation and its computation */
     H3_DEVCAT_ACTIVATIONS, /* forward buffers, inputs/outputs, op scratch */
+    H3_DEVCAT_LORA,        /* LoRA factors of the side path and its scratch, the merge's transient scratch */
     H3_DEVCAT_COUNT
 } h3_devcat;
 const char *h3_devcat_name(h3_devcat c);

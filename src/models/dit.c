@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "models/dit_internal.h"
+#include "models/lora.h"
 #include "io/wbind.h"
 #include "quant/qload.h"
 #include "quant/qwrite.h"
@@ -946,6 +947,7 @@ static h3_status free_one(h3_dit *d, const h3_wb_row *w, void *user) {
 
 void h3_dit_close(h3_dit *d) {
     if (!d) return;
+    h3_lora_detach(d);
     h3_dit_release_workspace(d);
     h3_dit_release_modulation(d);
     if (d->units && d->adaln_w && d->adaln_b) each_weight(d, free_one, NULL);

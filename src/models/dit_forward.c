@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "models/dit_internal.h"
+#include "models/lora.h"
 
 h3_status h3_dit_upload(h3_exec *ex, h3_tensor *dst, const void *host) {
     h3_tensor src;
@@ -37,8 +38,8 @@ static h3_status act_alloc(const h3_dit *d, h3_tensor *t, int64_t rows, int64_t 
 /* y = x·wᵀ + b where the dtypes of x, y and w may differ (the release's f32 islands among bf16 activations on the
  * device). The CPU GEMM takes any weight dtype with f32 activations; the device GEMM wants one dtype, so there x
  * is converted to w's dtype and the result back to y's, chunk_rows rows at a time (bounded scratch). */
-static h3_status gemm_mixed(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
-                            const h3_tensor *b) {
+static h3_status gemm_mixed1(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                             const h3_tensor *b) {
     const h3_dtype wd = w->dtype;
     /* quantized weights: the GEMM takes any float activations and output (the CPU's and the GPU's) */
     if (x->place != H3_PLACE_DEVICE || (x->dtype == wd && y->dtype == wd) || w->q.mode != H3_SCALE_NONE ||
@@ -70,6 +71,20 @@ done:
     h3_tensor_free(&tx);
     h3_tensor_free(&ty);
     return st;
+}
+
+/* gemm_mixed, then the LoRA side path of slot (-1: none) when one is attached (models/lora.h). */
+static h3_status gemm_mixed(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                            const h3_tensor *b, int slot) {
+    H3_TRY(gemm_mixed1(d, ex, y, x, w, b));
+    return slot >= 0 ? h3_lora_side(d, ex, slot, y, x) : H3_OK;
+}
+
+/* A block's GEMM y = x·wᵀ, then the LoRA side path of the unit's slot role. */
+static h3_status gemm_lora(h3_dit *d, h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                           int unit, int role) {
+    H3_TRY(h3_op_gemm(ex, y, x, w, NULL, 0));
+    return h3_lora_side(d, ex, h3_lora_slot_unit(&d->cfg, unit, role), y, x);
 }
 
 static h3_status idx_alloc(const h3_dit *d, h3_tensor *t, int64_t n) {
@@ -145,8 +160,10 @@ static h3_status adaln_input(h3_dit *d, h3_exec *ex, const float *t, int n, h3_t
         H3_CHECK(h3_dit_upload(ex, &e, host));
         H3_CHECK(alloc_dt(d, &m, H3_F32, n, c->time_hidden));
         H3_CHECK(h3_op_gemm(ex, &m, &e, &d->g.time_in_w, &d->g.time_in_b, 0));
+        H3_CHECK(h3_lora_side(d, ex, h3_lora_slot_global(c, H3_LS_TIME_IN), &m, &e));
         H3_CHECK(h3_op_unary(ex, &m, &m, H3_UNARY_SILU));
         H3_CHECK(h3_op_gemm(ex, a, &m, &d->g.time_out_w, &d->g.time_out_b, 0));
+        H3_CHECK(h3_lora_side(d, ex, h3_lora_slot_global(c, H3_LS_TIME_OUT), a, &m));
         H3_CHECK(h3_op_unary(ex, a, a, H3_UNARY_SILU)); /* every AdaLN projection reads silu(temb) */
     }
 done:
@@ -194,7 +211,7 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
         H3_CHECK(act_alloc(d, &mod[b], (int64_t)m * 3, 6 * H));
         H3_CHECK(h3_tensor_reshape(&mod[b], 2, s, &v));
         H3_CHECK_CTX(h3_dit_adaln_acquire(d, ex, (int)b, &aw, &ab), "AdaLN of block %lld", (long long)b);
-        st = gemm_mixed(d, ex, &v, &a, aw, ab);
+        st = gemm_mixed(d, ex, &v, &a, aw, ab, h3_lora_slot_adaln(c, (int)b));
         h3_dit_adaln_release(d, ex, (int)b);
         if (st != H3_OK) {
             st = h3_error_wrap(st, "AdaLN of block %lld", (long long)b);
@@ -202,7 +219,9 @@ h3_status h3_dit_precompute_modulation(h3_dit *d, h3_exec *ex, const float *ts, 
         }
     }
     H3_CHECK(act_alloc(d, &mod[L], m, 2 * H));
-    H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b), "final-layer AdaLN");
+    H3_CHECK_CTX(gemm_mixed(d, ex, &mod[L], &a, &d->g.final_adaln_w, &d->g.final_adaln_b,
+                            h3_lora_slot_global(c, H3_LS_FINAL_ADALN)),
+                 "final-layer AdaLN");
     h3_dit_release_modulation(d); /* replace what was kept */
     d->mod = mod;
     d->mod_t = uniq;
@@ -524,8 +543,8 @@ static h3_status copy_heads(h3_exec *ex, const h3_tensor *dst, const h3_tensor *
 /* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
  * q, k, v are column blocks of one [n, 3·inner] buffer: a fused contiguous weight fills it with one GEMM, split
  * weights with three, and the official per-head interleaved weight through a chunked fused scratch. */
-static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *h, int64_t n,
-                           const h3_tensor *cos, const h3_tensor *sin) {
+static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *h,
+                           int64_t n, const h3_tensor *cos, const h3_tensor *sin) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
     const float eps = (float)c->qk_norm_eps;
@@ -544,7 +563,7 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
             int64_t s[2] = {m * c->heads, 3 * hd};
             H3_TRY(rows_view(h, r0, m, &hc));
             H3_TRY(rows_view(&ws->fused, 0, m, &fused));
-            H3_TRY(h3_op_gemm(ex, &fused, &hc, &w->qkv, NULL, 0));
+            H3_TRY(gemm_lora(d, ex, &fused, &hc, &w->qkv, unit, H3_LS_QKV));
             H3_TRY(h3_tensor_reshape(&fused, 2, s, &per_head));
             h3_tensor *outs[3] = {&q, &k, &v};
             for (int j = 0; j < 3; j++) {
@@ -563,11 +582,11 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     } else if (w->qkv.data) {
         h3_tensor all;
         H3_TRY(rows_view(&ws->qkv, 0, n, &all));
-        H3_TRY(h3_op_gemm(ex, &all, h, &w->qkv, NULL, 0));
+        H3_TRY(gemm_lora(d, ex, &all, h, &w->qkv, unit, H3_LS_QKV));
     } else {
-        H3_TRY(h3_op_gemm(ex, &q, h, &w->q, NULL, 0));
-        H3_TRY(h3_op_gemm(ex, &k, h, &w->k, NULL, 0));
-        H3_TRY(h3_op_gemm(ex, &v, h, &w->v, NULL, 0));
+        H3_TRY(gemm_lora(d, ex, &q, h, &w->q, unit, H3_LS_Q));
+        H3_TRY(gemm_lora(d, ex, &k, h, &w->k, unit, H3_LS_K));
+        H3_TRY(gemm_lora(d, ex, &v, h, &w->v, unit, H3_LS_V));
     }
     H3_TRY(heads_view(d, &q, &t1));
     H3_TRY(heads_view(d, &k, &t2));
@@ -582,13 +601,13 @@ static h3_status attention(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
     H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), 0));
-    return h3_op_gemm(ex, h, &o, &w->out, NULL, 0);
+    return gemm_lora(d, ex, h, &o, &w->out, unit, H3_LS_OUT);
 }
 
 /* One block over the first n rows of x. mod: the block's modulation table [T·3, 6H] with idx [n] selecting
  * each row's; NULL in the token refiner (plain pre-norm residuals). */
-static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w, h3_tensor *x, int64_t n,
-                           const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod,
+static h3_status run_block(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_weights *w, h3_tensor *x,
+                           int64_t n, const h3_tensor *cos, const h3_tensor *sin, const h3_tensor *mod,
                            const h3_tensor *idx) {
     const h3_dit_config *c = &d->cfg;
     h3_dit_ws *ws = &d->ws;
@@ -601,7 +620,7 @@ static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
 
     if (mod) H3_TRY(h3_op_rms_norm_modulate(ex, &h, x, &w->norm1, eps, &ch[0], &ch[1], idx));
     else H3_TRY(h3_op_rms_norm(ex, &h, x, &w->norm1, eps));
-    H3_TRY(attention(d, ex, w, &h, n, cos, sin));
+    H3_TRY(attention(d, ex, unit, w, &h, n, cos, sin));
     if (mod)
         H3_TRY(h3_op_gated_add(ex, x, &h, &ch[2], idx));
     else
@@ -617,9 +636,9 @@ static h3_status run_block(h3_dit *d, h3_exec *ex, const h3_dit_block_weights *w
         H3_TRY(rows_view(x, r0, m, &xc));
         H3_TRY(rows_view(&ws->u, 0, m, &u));
         H3_TRY(rows_view(&ws->g, 0, m, &g));
-        H3_TRY(h3_op_gemm(ex, &u, &hc, &w->fc1, NULL, 0));
+        H3_TRY(gemm_lora(d, ex, &u, &hc, &w->fc1, unit, H3_LS_FC1));
         H3_TRY(h3_op_swiglu(ex, &g, &u, w->gate_first));
-        H3_TRY(h3_op_gemm(ex, &hc, &g, &w->fc2, NULL, 0));
+        H3_TRY(gemm_lora(d, ex, &hc, &g, &w->fc2, unit, H3_LS_FC2));
         if (mod) {
             H3_TRY(rows_view(idx, r0, m, &ic));
             H3_TRY(h3_op_gated_add(ex, &xc, &hc, &ch[5], &ic));
@@ -634,7 +653,7 @@ static h3_status run_unit(h3_dit *d, h3_exec *ex, int unit, h3_tensor *x, int64_
                           const h3_tensor *sin, const h3_tensor *mod, const h3_tensor *idx) {
     const h3_dit_block_weights *w;
     H3_TRY(h3_dit_block_acquire(d, ex, unit, &w));
-    h3_status st = run_block(d, ex, w, x, n, cos, sin, mod, idx);
+    h3_status st = run_block(d, ex, unit, w, x, n, cos, sin, mod, idx);
     h3_dit_block_release(d, ex, unit);
     if (st != H3_OK) {
         int R = (int)d->cfg.n_refiner_layers;
@@ -720,16 +739,19 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     /* Inputs into the packed stream x [S, H]. */
     if (Nv) {
         H3_CHECK(rows_view(&ws->h, 0, Nv, &t1));
-        H3_CHECK(gemm_mixed(d, ex, &t1, in->video, &g->video_in_w, &g->video_in_b));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->video, &g->video_in_w, &g->video_in_b,
+                            h3_lora_slot_global(c, H3_LS_VIDEO_IN)));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->vidx));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->h, 0, Na, &t1));
-        H3_CHECK(gemm_mixed(d, ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b));
+        H3_CHECK(gemm_mixed(d, ex, &t1, in->audio, &g->audio_in_w, &g->audio_in_b,
+                            h3_lora_slot_global(c, H3_LS_AUDIO_IN)));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &t1, &ws->aidx));
     }
     if (L) {
-        H3_CHECK(gemm_mixed(d, ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b));
+        H3_CHECK(gemm_mixed(d, ex, &ws->xt, in->text, &g->text_in_w, &g->text_in_b,
+                            h3_lora_slot_global(c, H3_LS_TEXT_IN)));
         for (int u = 0; u < R; u++) H3_CHECK(run_unit(d, ex, u, &ws->xt, L, NULL, NULL, NULL, NULL));
         H3_CHECK(h3_op_rms_norm(ex, &ws->xt, &ws->xt, &g->refiner_norm, final_eps));
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &ws->xt, &ws->tidx));
@@ -750,12 +772,14 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     if (Nv) {
         H3_CHECK(rows_view(&ws->x, 0, Nv, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->vidx));
-        H3_CHECK(gemm_mixed(d, ex, vout, &t1, &g->video_out_w, &g->video_out_b));
+        H3_CHECK(gemm_mixed(d, ex, vout, &t1, &g->video_out_w, &g->video_out_b,
+                            h3_lora_slot_global(c, H3_LS_VIDEO_OUT)));
     }
     if (Na) {
         H3_CHECK(rows_view(&ws->x, 0, Na, &t1));
         H3_CHECK(h3_op_gather_rows(ex, &t1, &ws->h, &ws->aidx));
-        H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b));
+        H3_CHECK(gemm_mixed(d, ex, aout, &t1, &g->audio_out_w, &g->audio_out_b,
+                            h3_lora_slot_global(c, H3_LS_AUDIO_OUT)));
     }
 done:
     h3_free(tmap);

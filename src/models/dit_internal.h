@@ -39,6 +39,14 @@ typedef struct h3_dit_ws {
     double *rope_pos;           /* [S, 3] positions cos/sin were computed for (a sampling run keeps them) */
 } h3_dit_ws;
 
+/* A LoRA slot's side path at the activation place (models/lora.h): y += x·Aᵀ·Bᵀ. */
+typedef struct h3_dit_lside {
+    h3_tensor a; /* [R, in] */
+    h3_tensor b; /* [out, R], the scales folded in */
+} h3_dit_lside;
+
+struct h3_lora;
+
 struct h3_dit {
     h3_dit_config cfg;
     h3_layout layout;
@@ -67,6 +75,14 @@ struct h3_dit {
     int stream_weights;
     const h3_dit_weight_source *wsrc;
     int file_qkv_interleaved; /* qkv_interleaved as opened, restored when the source is detached */
+    /* LoRA (models/lora.h): what was given, the side factors by slot, their scratch, what was merged */
+    const struct h3_lora *lora;
+    int lora_mode;
+    h3_dit_lside *lside; /* [h3_lora_n_slots] or NULL */
+    h3_tensor lora_t;    /* [H3_LORA_CHUNK, max rank] side scratch at the activation place */
+    int64_t lora_merged_bytes;
+    int lora_n_merged, lora_n_side;
+    uint8_t *lora_done; /* [n_slots]: merged or attached in this placement */
 };
 
 /* Host data into a tensor at the activation place: the one point where host-built layout data cross over. */

@@ -7,6 +7,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/units.h"
+#include "models/lora.h"
 #include "quant/quant.h"
 
 /* The tensors of a unit in pack order; out (may be NULL) receives the matching fields of dst. */
@@ -205,6 +206,7 @@ static void restore_globals(h3_dit_stream *ds) {
 void h3_dit_stream_close(h3_dit_stream *ds) {
     if (!ds) return;
     h3_dit_set_weight_source(ds->dit, NULL);
+    h3_lora_detach(ds->dit); /* side factors; merged units and globals go with them below */
     h3_clear_error();
     h3_units_close(ds->u);
     h3_exec_sync(ds->ex);
@@ -295,17 +297,29 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *p
                               opts ? opts->unsafe_skip_waits : 0};
         H3_CHECK(h3_units_open(ex, &uc, packs, ds->n_items, &ds->u));
     }
-    /* 3. The resident units' views, once; the streaming sequences. */
+    /* 3. The resident units' views, once, with a LoRA merged into them (their device memory is theirs); the
+     * streaming sequences. */
     for (int u = 0; u < U; u++) {
         if (tier[u] == H3_TIER_RESIDENT) {
             const h3_tensor *t;
             H3_CHECK(h3_units_acquire(ds->u, u, &t));
             H3_CHECK(build_unit_views(ds, u, t));
+            h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_LORA) : H3_DEVCAT_LORA;
+            st = h3_lora_apply_unit(dit, ex, u, &ds->unit_w[u], 1, 1);
+            if (rep) h3_memrep_set_category(rep, prev);
+            H3_CHECK(st);
         } else {
             ds->fwd_order[ds->n_fwd++] = u;
         }
     }
     for (int b = 0; b < B; b++) ds->ad_order[ds->n_ad++] = U + b;
+    /* the LoRA's side path for streamed units and AdaLN projections, merged into the uploaded globals */
+    {
+        h3_devcat prev = rep ? h3_memrep_set_category(rep, H3_DEVCAT_LORA) : H3_DEVCAT_LORA;
+        st = h3_lora_apply_rest(dit, ex);
+        if (rep) h3_memrep_set_category(rep, prev);
+        H3_CHECK_CTX(st, "applying the LoRA");
+    }
     ds->src = (h3_dit_weight_source){src_acquire, src_release, src_adaln_acquire, src_adaln_release, 1, ds};
     H3_CHECK(h3_dit_set_weight_source(dit, &ds->src));
     h3_free(packs);

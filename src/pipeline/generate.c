@@ -328,6 +328,7 @@ typedef struct gen {
     /* on the device: every stage planned before the text encoder runs; the DiT opened (headers) for it */
     h3_dit *dit;
     h3_plan *plan;
+    h3_lora lora; /* the LoRAs, read for the DiT the stage runs (they must outlive it) */
     /* the schedule, and the distinct timesteps it visits (the modulation kept; the plan counts them) */
     h3_schedule sch;
     float *uniq_t;
@@ -348,6 +349,18 @@ typedef struct gen {
     h3_png_seq png;
     int png_open;
 } gen;
+
+/* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
+static h3_status apply_loras(gen *g, h3_dit *dit) {
+    if (!g->r->n_loras) return H3_OK;
+    h3_lora_free(&g->lora);
+    for (int i = 0; i < g->r->n_loras; i++)
+        H3_TRY(h3_lora_add_file(&g->lora, dit, g->r->lora[i], g->r->lora_strength[i]));
+    H3_TRY(h3_lora_apply(dit, &g->ex, &g->lora, (h3_lora_mode)g->r->lora_mode));
+    char b[160];
+    H3_INFO("DiT: %s", h3_lora_describe(&g->lora, b, sizeof b));
+    return H3_OK;
+}
 
 static h3_status interrupted(const gen *g) {
     return H3_ERR(H3_ERR_INTERRUPTED,
@@ -395,6 +408,15 @@ static h3_status preflight(gen *g, int64_t *te_vocab, int64_t *te_positions) {
                 "rows; generate needs H3's 24 channels, 1x2x2 patches and 32-wide audio rows",
                 g->files.dit, (long long)dc->in_channels, (long long)dc->patch[0], (long long)dc->patch[1],
                 (long long)dc->patch[2], (long long)dc->audio_dim);
+    {
+        /* the LoRAs fit this DiT: refused now, before anything heavy runs */
+        h3_lora l;
+        memset(&l, 0, sizeof l);
+        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
+            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        h3_lora_free(&l);
+        H3_CHECK(st);
+    }
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder (%s)",
                  g->files.text_encoder);
     const h3_te_config *tc = h3_text_encoder_config(te);
@@ -590,6 +612,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     oo.stream_weights = 1;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
     H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
+    H3_CHECK(
+        apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
     const h3_audio_vae_opts ao = {.headers_only =
@@ -645,7 +669,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         g->res.stage_predicted_s[H3_GEN_TEXT_ENCODER] = g->plan->te.t_load + g->plan->te.t_run;
         g->res.stage_predicted_s[H3_GEN_DIT] = h3_dit_plan_seconds(p, pr.steps);
         if (g->plan->dit_refine.present)
-            g->res.stage_predicted_s[H3_GEN_REFINE] = h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
+            g->res.stage_predicted_s[H3_GEN_REFINE] =
+                h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
         g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
     }
@@ -719,15 +744,28 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     const double tables = S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4;
     const double latents = 4 * (2 * (nv + na) + sampler) + 8.0 * (double)L.text_len * (double)dc->text_dim;
     const double forward = (double)(fm.workspace + fm.scratch + fm.mod_tables);
-    const double dit = (forward > (double)fm.mod_peak ? forward : (double)fm.mod_peak) + (double)wb.owned;
+    double lora = 0; /* the LoRAs' factors and the owned copies of the weights they merge into */
+    if (g->r->n_loras) {
+        h3_lora l;
+        memset(&l, 0, sizeof l);
+        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
+            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        lora = (double)h3_lora_host_bytes(d, &l, (h3_lora_mode)g->r->lora_mode);
+        h3_lora_free(&l);
+        H3_CHECK(st);
+    }
+    const double dit =
+        (forward > (double)fm.mod_peak ? forward : (double)fm.mod_peak) + (double)wb.owned + lora;
     const double need = tables + latents + dit;
     if (need > (double)budget) {
         char a[32], b[32], c[32], e[32];
         H3_FAIL(
             H3_ERR_BUDGET,
             "%lld frames at %lldx%lld (%lld packed rows) need %s of host memory for the DiT on the CPU "
-            "(latents, rows and the sampler %s, the DiT's buffers %s); the host budget is %s (%s): ask for "
-            "fewer frames or a smaller canvas",
+            "(latents, rows and the sampler %s, the DiT's buffers and LoRAs %s); the host budget is %s (%s): "
+            "ask for fewer frames or a smaller canvas (or --lora-mode side: merged LoRAs copy the weights "
+            "they "
+            "change)",
             (long long)q->frames, (long long)cw, (long long)ch, (long long)L.seq_len,
             h3_budget_str((int64_t)need, a, sizeof a),
             h3_budget_str((int64_t)(tables + latents), b, sizeof b), h3_budget_str((int64_t)dit, c, sizeof c),
@@ -832,6 +870,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         memset(&oo, 0, sizeof oo);
         oo.act_place = oo.weight_place = H3_PLACE_HOST;
         H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &own), "the DiT");
+        H3_CHECK(apply_loras(g, own));
         sa.dit.dit = own;
     }
     sa.dit.text = hidden;
@@ -870,9 +909,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     stage_end(g);
 done:
     h3_dit_close(own);
-    if (ps->last || st != H3_OK) { /* the DiT's stages are over: its headers and mapped files go too */
+    if (ps->last || st != H3_OK) { /* the DiT's stages are over: its headers, mapped files and LoRAs go too */
         h3_dit_close(g->dit);
         g->dit = NULL;
+        h3_lora_free(&g->lora);
     }
     h3_free(vrows);
     h3_free(arows);
@@ -1241,6 +1281,7 @@ done:
     h3_tokenizer_free(tok);
     h3_free(ids);
     h3_dit_close(g->dit);
+    h3_lora_free(&g->lora);
     h3_free(g->plan);
     h3_free(g->uniq_t);
     h3_free(g->uniq_r);

@@ -50,6 +50,7 @@
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
 #include "pipeline/stages.h"
+#include "models/lora.h"
 
 typedef enum h3_device { H3_DEVICE_AUTO = 0, H3_DEVICE_CPU, H3_DEVICE_CUDA } h3_device;
 
@@ -100,6 +101,11 @@ typedef struct h3_generate_request {
                           * stage  holds, checked before the text encoder runs); 0: H3_RAM_SHARE of
                           * MemAvailable;  -1: not limited */
     const char *memory_trace; /* the device memory timeline as JSON (h3_memrep_write_trace); NULL: none */
+    /* LoRAs on the DiT (models/lora.h): files, strengths, and how they apply (an h3_lora_mode) */
+    const char *lora[H3_MAX_LORAS];
+    float lora_strength[H3_MAX_LORAS];
+    int n_loras;
+    int lora_mode;
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
 } h3_generate_request;

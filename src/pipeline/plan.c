@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "mem/budget.h"
 #include "mem/pack.h"
+#include "models/lora.h"
 #include "models/dit_stream.h"
 #include "pipeline/layout.h"
 #include "quant/quant.h"
@@ -264,7 +265,16 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     p->dev_workspace = fm.workspace + 16 * H3_CUDA_ARENA_ALIGN; /* ~15 buffers, each rounded up */
     p->dev_io = h3_cuda_granule(fm.inputs) + h3_cuda_granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
     p->dev_scratch = h3_cuda_granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;
-    const int64_t base = p->dev_backend + p->dev_globals + p->dev_resident + p->dev_slots + p->dev_modulation;
+    {
+        h3_lora_mode lm;
+        const h3_lora *l = h3_dit_lora(x->m->dit, &lm);
+        /* the side path's factors at most (every slot on it) and the merge's f32 scratch */
+        p->dev_lora = l && l->n ? h3_cuda_granule(h3_lora_side_bytes(l, h3_dit_act_dtype(x->m->dit))) +
+                                      3 * h3_cuda_granule(64 << 20)
+                                : 0;
+    }
+    const int64_t base =
+        p->dev_backend + p->dev_globals + p->dev_resident + p->dev_slots + p->dev_modulation + p->dev_lora;
     p->dev_peak_precompute = base + p->dev_precompute_scratch;
     p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch;
     p->dev_peak = max64(p->dev_peak_forward, p->dev_peak_precompute);
@@ -1028,6 +1038,7 @@ void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], 
     pred[H3_DEVCAT_SLOTS] = p->dev_slots;
     pred[H3_DEVCAT_MODULATION] = p->dev_modulation + p->dev_precompute_scratch;
     pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch;
+    pred[H3_DEVCAT_LORA] = p->dev_lora;
     if (peak) *peak = p->dev_peak;
 }
 
@@ -1080,6 +1091,9 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
             h3_budget_str(t->dev_workspace + t->dev_io + t->dev_scratch, b, sizeof b),
             h3_budget_str(t->dev_workspace, c, sizeof c), h3_budget_str(t->dev_io, d, sizeof d),
             h3_budget_str(t->dev_scratch, e, sizeof e));
+    if (t->dev_lora)
+        appendf(o, n, "    LoRA factors %s (the side path's factors for every weight, and scratch)\n",
+                h3_budget_str(t->dev_lora, a, sizeof a));
     appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
             h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
             h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));

@@ -130,6 +130,7 @@ typedef struct h3_dit_plan {
     int64_t dev_workspace, dev_io,
         dev_scratch; /* forward: kept buffers, caller's tensors, transient scratch */
     int64_t dev_precompute_scratch;
+    int64_t dev_lora; /* a LoRA's side factors (every slot counted) and scratch, or its merge's scratch */
     int64_t dev_peak_forward, dev_peak_precompute, dev_peak;
     /* host */
     int64_t host_pinned, host_staging, host_other, host_peak;
