@@ -659,6 +659,20 @@ def cmd_table(args):
         notes.append("diffusers: %s" % n)
     if meta:
         notes.append("model: %s" % meta.get("model", "?"))
+    # with a LoRA (E2E_LORA): each budget's step against the same budget's without it, and its own resident step
+    lruns = [(n, load("h3run_lora_%s.json" % n)) for n, _ in runs]
+    if any(r for _, r in lruns):
+        base = dict(runs)
+        lines += ["", "| with a LoRA (%s) | per step (median) | without the LoRA | ratio | vs the LoRA's default "
+                      "budget | LoRA bytes on the device (report) |" % meta.get("lora", "?"), "|---|---|---|---|---|---|"]
+        lres = h3_step(lruns[0][1]) if lruns[0][1] else None
+        for n, r in lruns:
+            s_l, s_0 = h3_step(r) if r else None, h3_step(base.get(n)) if base.get(n) else None
+            lb = ((r or {}).get("peaks") or {}).get("LoRA factors")
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                n, fmt(s_l), fmt(s_0), "%.3fx" % (s_l / s_0) if s_l and s_0 else "-",
+                "%.3fx" % (s_l / lres) if s_l and lres else "-",
+                "%.3f GiB predicted, %.3f measured" % (lb[0], lb[1]) if lb else "-"))
     text = "\n".join(lines + [""] + ["- " + n for n in notes])
     summary = dict(meta=meta, h3run={n: r for n, r in runs}, diffusers=dif, table=rows)
     with open(os.path.join(args.out, "e2e.json"), "w") as f:

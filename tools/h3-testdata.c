@@ -1583,11 +1583,116 @@ static h3_status official_file(const char *path, int te) {
     return st;
 }
 
+/* h3-testdata lora OUT --dit DIT [--rank R] [--seed S]: a random LoRA (ai-toolkit's naming, bf16 factors, no
+ * alpha: alpha = rank) for every block's qkv_proj, out_proj, mlp.fc1 and mlp.fc2 (refiner blocks too) of the
+ * DiT at DIT (its headers only are read), for timing a DiT with a LoRA at any size (bench/e2e.sh E2E_LORA). A
+ * ~ N(0, 1/in), B ~ N(0, 0.02^2): a small change to every output. */
+static uint64_t lora_rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static float lora_gauss(uint64_t *s) {
+    const double u1 = ((lora_rng(s) >> 11) + 1.0) / 9007199254740993.0,
+                 u2 = (lora_rng(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static int cmd_lora(int argc, char **argv) {
+    const char *out = NULL, *dit_path = NULL;
+    long rank = 32;
+    unsigned long long seed = 1;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--dit") && i + 1 < argc)
+            dit_path = argv[++i];
+        else if (!strcmp(argv[i], "--rank") && i + 1 < argc)
+            rank = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (argv[i][0] != '-' && !out)
+            out = argv[i];
+        else {
+            fprintf(stderr, "h3-testdata lora: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!out || !dit_path || rank < 1 || rank > 1024) {
+        fprintf(stderr, "usage: h3-testdata lora OUT --dit DIT [--rank 1..1024] [--seed S]\n");
+        return 2;
+    }
+    h3_dit *d = NULL;
+    h3_dit_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.act_place = H3_PLACE_HOST;
+    o.weight_place = H3_PLACE_HOST;
+    o.stream_weights = 1; /* headers: nothing is read */
+    h3_status st = h3_dit_open(dit_path, &o, &d);
+    h3_st_writer *w = NULL;
+    uint16_t **bufs = NULL;
+    int nb = 0;
+    int64_t total = 0;
+    if (st != H3_OK) goto done;
+    const h3_dit_config *c = h3_dit_get_config(d);
+    const int64_t H = c->hidden, I = h3_dit_inner(c), F = c->ffn, R = rank;
+    struct {
+        const char *name;
+        int64_t in, outr;
+    } mods[4] = {
+        {"attn.qkv_proj", H, 3 * I}, {"attn.out_proj", I, H}, {"mlp.fc1", H, 2 * F}, {"mlp.fc2", F, H}};
+    const int64_t nblk = c->n_refiner_layers + c->n_layers;
+    bufs = calloc((size_t)nblk * 8, sizeof *bufs);
+    st = bufs ? h3_st_writer_new(&w) : H3_ERR_NOMEM;
+    uint64_t rs = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t b = 0; b < nblk && st == H3_OK; b++)
+        for (int m = 0; m < 4 && st == H3_OK; m++)
+            for (int ab = 0; ab < 2 && st == H3_OK; ab++) {
+                char name[160];
+                if (b < c->n_refiner_layers)
+                    snprintf(name, sizeof name, "diffusion_model.token_refiner.blocks.%lld.%s.lora_%c.weight",
+                             (long long)b, mods[m].name, ab ? 'B' : 'A');
+                else
+                    snprintf(name, sizeof name, "diffusion_model.blocks.%lld.%s.lora_%c.weight",
+                             (long long)(b - c->n_refiner_layers), mods[m].name, ab ? 'B' : 'A');
+                const int64_t shape[2] = {ab ? mods[m].outr : R, ab ? R : mods[m].in},
+                              n = shape[0] * shape[1];
+                const float sd = ab ? 0.02f : (float)(1.0 / sqrt((double)mods[m].in));
+                uint16_t *v = malloc((size_t)n * 2);
+                if (!v) {
+                    st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                bufs[nb++] = v;
+                for (int64_t k = 0; k < n; k++) v[k] = h3_f32_to_bf16(sd * lora_gauss(&rs));
+                total += n * 2;
+                st = h3_st_writer_add(w, name, H3_BF16, 2, shape, v);
+            }
+    if (st == H3_OK) st = h3_st_writer_write(w, out, 0);
+    if (st == H3_OK)
+        printf("wrote %s: a rank-%ld LoRA (ai-toolkit names, bf16, alpha = rank) for %lld blocks' qkv, out, "
+               "fc1 and "
+               "fc2: %.1f MB\n",
+               out, rank, (long long)nblk, total / 1e6);
+done:
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    h3_st_writer_free(w);
+    h3_dit_close(d);
+    if (st != H3_OK) {
+        fprintf(stderr, "h3-testdata lora: %s\n", h3_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     h3_json_init();
     if (argc >= 2 && !strcmp(argv[1], "model")) return cmd_model(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "lora")) return cmd_lora(argc - 2, argv + 2);
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: h3-testdata model DIR [options]   (h3-testdata model --help)\n"
+               "       h3-testdata lora OUT --dit DIT [--rank R] [--seed S]\n"
                "       h3-testdata dit-official|te-official PATH\n");
         return 0;
     }
