@@ -123,10 +123,15 @@ check_err 2 "is a folder; give a file" -m "$SRC/models/h3-small" --prompt-file "
 check_err 2 "unknown device 'tpu'" --text-encoder "$FIX/official" --token-ids 255 --device tpu
 check_err 2 "--vram-budget takes a size like 8GiB" --text-encoder "$FIX/official" --token-ids 255 --device auto \
     --vram-budget 8X
+# on the GPU the activations are bf16: the states agree within bf16 rounding (test_te_cuda: 3e-2), not 1e-4
+gpu=0
+"$H3RUN" --version | grep -q '^cuda: [1-9]' && gpu=1
+tol=1e-4
+[ $gpu = 1 ] && tol=3e-2
 "$H3RUN" encode --text-encoder "$FIX/official" --token-ids 255 --layer 4 --device auto \
-    --expect "$FIX/expected.safetensors:hidden.b.4" >"$tmp/out" 2>"$tmp/err"
+    --expect "$FIX/expected.safetensors:hidden.b.4" --tol $tol >"$tmp/out" 2>"$tmp/err"
 rc=$?
-if "$H3RUN" --version | grep -q '^cuda: [1-9]'; then
+if [ $gpu = 1 ]; then
     [ $rc -eq 0 ] && grep -q "device memory: peak" "$tmp/out" || fail "encode --device auto on the GPU: $(cat "$tmp/out" "$tmp/err")"
 else
     [ $rc -eq 0 ] && ! grep -q "on the GPU" "$tmp/out" || fail "encode --device auto without a GPU: $(cat "$tmp/out" "$tmp/err")"

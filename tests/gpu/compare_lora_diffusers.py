@@ -164,7 +164,8 @@ def write_lora(fmt, factors, heads, path):
                 continue
             sd[f"transformer.{n}.lora_A.weight"] = a
             sd[f"transformer.{n}.lora_B.weight"] = bb
-    save_file({k: v.contiguous() for k, v in sd.items()}, path, metadata=meta)
+    # own copies: the split q/k/v factors share one A, and safetensors refuses tensors that share memory
+    save_file({k: v.detach().clone().contiguous() for k, v in sd.items()}, path, metadata=meta)
 
 
 def read_inputs():
