@@ -62,6 +62,10 @@ const char *h3_fmt_int(int64_t v, char *buf, size_t n);
  * holding a NUL byte. *text is NUL-terminated, from h3_malloc. */
 h3_status h3_cli_read_prompt(const char *path, char **text, size_t *len);
 
+/* A seed nobody chose (generate without --seed, a job without "seed"): from the kernel's random source, else
+ * the clock; 53 bits, exact in JSON and in every language's doubles. */
+uint64_t h3_cli_random_seed(void);
+
 /* Installs the stderr log callback. verbosity: -1 quiet (errors only), 0 normal, 1 verbose. */
 void h3_cli_setup_logging(int verbosity);
 /* Prints "h3run CMD: error: <last error>" to stderr and returns the exit status for the code. */
@@ -157,5 +161,6 @@ int h3_cmd_decode(int argc, char **argv);
 int h3_cmd_quantize(int argc, char **argv);
 int h3_cmd_plan(int argc, char **argv);
 int h3_cmd_generate(int argc, char **argv);
+int h3_cmd_serve(int argc, char **argv);
 
 #endif
