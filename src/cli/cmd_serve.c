@@ -888,7 +888,7 @@ static enum MHD_Result route(server *S, struct MHD_Connection *c, const char *ur
     const char *a = url + 5;
     if (!strcmp(a, "info")) return get ? api_info(S, c) : not_allowed(c, method, url, "GET");
     if (!strcmp(a, "plan")) return post ? api_plan(S, c, k) : not_allowed(c, method, url, "POST");
-    if (!strcmp(a, "jobs") || !strcmp(a, "jobs/")) {
+    if (!strcmp(a, "jobs")) {
         if (get) return api_list(S, c);
         if (post) return api_submit(S, c, k);
         return not_allowed(c, method, url, "GET, POST");
@@ -951,6 +951,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                           "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or "
                           "?token=TOKEN in the URL)");
     return route(S, c, url, method, k);
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* %XX escapes of the URL and its arguments decoded in place, except %00: a NUL would cut the C string short
+ * ("/api/jobs/%00" must not read as "/api/jobs/"), so it stays as the three characters and fails as they do.
+ */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t) {
@@ -1184,9 +1211,10 @@ int h3_cmd_serve(int argc, char **argv) {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (v6) flags |= MHD_USE_IPv6;
     d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_done, S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         (size_t)(64 * 1024), MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_COMPLETED, on_done, S, MHD_OPTION_UNESCAPE_CALLBACK, unescape, S,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)120, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                         MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "h3run serve: error: cannot listen on %s: %s (is another server on that port?)\n",
                 listen, strerror(errno));
