@@ -11,6 +11,8 @@ Cases (all by default, or those named on the command line):
   bad         at least 200 bad requests (malformed JSON, wrong types, unknown options, invalid frames and canvases,
               huge bodies, path-like ids, wrong methods, a missing or wrong token) each get a 4xx with a message;
               the server still answers afterwards and exits cleanly (under ASan: no leak, no error)
+  plan        POST /api/plan resolves and plans without queuing; a request beyond the server's budget is refused
+              with 422 and the planner's message, at /api/plan and at /api/jobs, and nothing is queued
   token       a bind beyond loopback without a token refuses to start; with --token every request needs it
   reuse       the second job of a batch starts its DiT at least 3x sooner than the first (what it reused is in
               its report)
@@ -249,7 +251,7 @@ def case_concurrent():
 def case_crash():
     data = os.path.join(TMP, "crash")
     srv = Server(data)
-    first = srv.submit({"prompt": "killed mid-run", "steps": 60, "frames": 56, "size": "128x128", "seed": 3})
+    first = srv.submit({"prompt": "killed mid-run", "steps": 20, "frames": 56, "size": "128x128", "seed": 3})
     rest = [srv.submit(dict(TINY, prompt="queued %d" % i)) for i in range(3)]
     srv.events(first, until=lambda e, d: e == "progress" and d.get("stage") == "dit" and d.get("step", 0) >= 2)
     srv.proc.send_signal(signal.SIGKILL)
@@ -402,6 +404,26 @@ def case_token():
     check(srv.stop() == 0, "the server exits 0")
 
 
+def case_plan():
+    srv = Server(os.path.join(TMP, "plan"))
+    st, body = srv.request("POST", "/api/plan", {"prompt": "x", "seconds": 1})
+    check(st == 200 and body["request"]["frames"] == 39 and body["request"]["size"] == "128x128" and
+          "host memory" in body["plan"], "the plan of a good request: %s %s" % (st, body))
+    st, body = srv.request("GET", "/api/jobs")
+    check(st == 200 and body["jobs"] == [], "a plan queues nothing: %s" % body)
+    check(srv.stop() == 0, "the server exits 0")
+    # a host budget too small for the DiT stage: the planner's refusal, before the job is accepted
+    srv = Server(os.path.join(TMP, "plan-small"), "--ram-budget", "1MiB")
+    for path in ("/api/plan", "/api/jobs"):
+        st, body = srv.request("POST", path, {"prompt": "x"})
+        check(st == 422 and "fewer frames or a smaller canvas" in body.get("error", ""),
+              "%s beyond the budget: %s %s" % (path, st, body))
+    st, body = srv.request("GET", "/api/jobs")
+    check(st == 200 and body["jobs"] == [], "a refused job is not queued: %s" % body)
+    check(srv.stop() == 0, "the server exits 0")
+    sanitizer_clean(srv, "plan")
+
+
 def case_reuse():
     srv = Server(os.path.join(TMP, "reuse"))
     req = {"prompt": "a green square slides down, a low tone", "steps": 4}
@@ -422,7 +444,7 @@ def case_reuse():
     sanitizer_clean(srv, "reuse")
 
 
-CASES = [("token", case_token), ("submit", case_submit), ("reuse", case_reuse), ("bad", case_bad),
+CASES = [("token", case_token), ("plan", case_plan), ("submit", case_submit), ("reuse", case_reuse), ("bad", case_bad),
          ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent)]
 
 if __name__ == "__main__":
