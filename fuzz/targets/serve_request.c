@@ -1,7 +1,7 @@
 /* A job's request as h3run serve reads it (src/cli/serve_request.c): the input is the body of POST /api/jobs,
- * parsed as JSON; an object goes through h3_serve_parse_request (types, ranges, unknown options, the seed drawn
- * into it), and a request it accepts through h3_request_resolve (17n+5 frames, the canvas, the steps), as the
- * server's check does before planning. Nothing is written and no model is read. */
+ * parsed as JSON; an object goes through h3_serve_parse_request (types, ranges, unknown options, the seed
+ * drawn into it), and a request it accepts through h3_request_resolve (17n+5 frames, the canvas, the steps),
+ * as the server's check does before planning. Nothing is written and no model is read. */
 #include "base/json.h"
 #include "cli/serve.h"
 #include "fuzz.h"
