@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "cli/serve.h"
+#include "cuda/cuda.h"
 #include "mem/budget.h"
 #include "pipeline/generate.h"
 #include "pipeline/session.h"
@@ -1148,6 +1149,15 @@ int h3_cmd_serve(int argc, char **argv) {
         return h3_cli_fail("serve", st);
     }
     S->threads = (int)threads;
+    /* The budgets once, now: measured later, the free memory would count what a running job or the kept
+     * models hold, and a job checked while another runs would be planned for less than it will have. */
+    const int gpu =
+        S->device == H3_DEVICE_CUDA || (S->device == H3_DEVICE_AUTO && h3_cuda_device_count() > 0);
+    if (gpu && !S->vram && (st = h3_budget_default_vram(0, &S->vram)) != H3_OK) {
+        h3_free(token_text);
+        return h3_cli_fail("serve", st);
+    }
+    if (!S->ram) S->ram = h3_budget_default_ram(); /* 0 when unknown: not limited */
     if (!model) {
         char looked[2048];
         default_model = h3_cli_default_model(looked, sizeof looked);
