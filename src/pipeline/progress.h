@@ -1,7 +1,7 @@
-/* Progress of a generate run: stages that take turns (tokenize, text_encoder, dit, video_vae, audio_vae, mux), steps
- * within a stage, seconds per step, ETA and elapsed time. The library reports through a callback and never prints;
- * h3_progress_printer is the stderr printer the CLI installs (a bar on a terminal, plain lines otherwise, JSON lines
- * for programs, or nothing).
+/* Progress of a generate run: stages that take turns (tokenize, text_encoder, dit, video_vae, audio_vae,
+ * mux), steps within a stage, seconds per step, ETA and elapsed time. The library reports through a callback
+ * and never prints; h3_progress_printer is the stderr printer the CLI installs (a bar on a terminal, plain
+ * lines otherwise, JSON lines for programs, or nothing).
  */
 #ifndef H3_PIPELINE_PROGRESS_H
 #define H3_PIPELINE_PROGRESS_H
@@ -17,13 +17,14 @@ typedef enum h3_progress_kind {
 
 typedef struct h3_progress_event {
     h3_progress_kind kind;
-    const char *stage;  /* "tokenize", "text_encoder", "dit", ...; NULL for DONE */
-    int step, steps;    /* step done (1..steps) within the stage; steps 0 when the stage is not counted in steps */
-    double elapsed_s;   /* since h3_progress_init */
-    double stage_s;     /* since the stage began */
-    double step_s;      /* seconds per step: the mean of the steps after the first (which carries warm-up), or the
-                           first step's time while it is the only one; 0 before any step */
-    double eta_s;       /* estimated seconds left in the stage; -1 when unknown */
+    const char *stage; /* "tokenize", "text_encoder", "dit", ...; NULL for DONE */
+    int step,
+        steps; /* step done (1..steps) within the stage; steps 0 when the stage is not counted in steps */
+    double elapsed_s; /* since h3_progress_init */
+    double stage_s;   /* since the stage began */
+    double step_s; /* seconds per step: the mean of the steps after the first (which carries warm-up), or the
+                      first step's time while it is the only one; 0 before any step */
+    double eta_s;  /* estimated seconds left in the stage; -1 when unknown */
 } h3_progress_event;
 
 typedef void (*h3_progress_fn)(const h3_progress_event *ev, void *user);
@@ -39,11 +40,12 @@ typedef struct h3_progress {
     int step, steps;
 } h3_progress;
 
-/* fn may be NULL (nothing is reported). The clock is CLOCK_MONOTONIC unless h3_progress_set_clock replaces it. */
+/* fn may be NULL (nothing is reported). The clock is CLOCK_MONOTONIC unless h3_progress_set_clock replaces
+ * it. */
 void h3_progress_init(h3_progress *p, h3_progress_fn fn, void *user);
 void h3_progress_set_clock(h3_progress *p, h3_clock_fn clock, void *clock_user);
-/* Begins a stage (ending the previous one if it is still open). steps = 0 for a stage without steps. The stage name
- * must outlive the stage (a string literal). */
+/* Begins a stage (ending the previous one if it is still open). steps = 0 for a stage without steps. The
+ * stage name must outlive the stage (a string literal). */
 void h3_progress_stage(h3_progress *p, const char *stage, int steps);
 /* One step of the current stage is done. */
 void h3_progress_step(h3_progress *p);
@@ -51,7 +53,8 @@ void h3_progress_stage_end(h3_progress *p);
 /* The run is finished (ends an open stage). */
 void h3_progress_done(h3_progress *p);
 
-/* ---- the CLI's printer ---------------------------------------------------------------------------------------- */
+/* ---- the CLI's printer
+ * ---------------------------------------------------------------------------------------- */
 
 typedef enum h3_progress_style {
     H3_PROGRESS_QUIET = 0, /* nothing */
@@ -75,6 +78,9 @@ typedef struct h3_progress_printer {
 /* style "auto" picks BAR when out is a terminal and LINES otherwise. */
 void h3_progress_printer_init(h3_progress_printer *pp, FILE *out, h3_progress_style style);
 h3_progress_style h3_progress_auto_style(FILE *out);
+/* The event as one JSON object (no newline): the form --progress json prints and h3run serve sends. Writes at
+ * most n bytes, NUL-terminated; returns the length the whole object needs (>= n: cut short). */
+size_t h3_progress_json(const h3_progress_event *ev, char *buf, size_t n);
 /* The h3_progress_fn to install with the printer as user pointer. */
 void h3_progress_print(const h3_progress_event *ev, void *printer);
 /* Formats seconds as "m:ss" or "h:mm:ss" into buf. */

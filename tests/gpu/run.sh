@@ -8,6 +8,7 @@
 #   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
 #   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
+#   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
@@ -98,6 +99,13 @@ for s in "${steps[@]}"; do
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
         e2e) bash bench/e2e.sh 2>&1 | tee "$OUT/e2e.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        serve) # h3run serve's second job on the release-shaped model of e2e (written there first, or reused with
+               # E2E_REUSE=1): its DiT must begin at least 3x sooner than the first's (bench/serve_reuse.py)
+            if [ ! -f "${E2E_DIR:-/tmp/h3-e2e/FL2VA}/e2e_opts" ]; then
+                E2E_DIFFUSERS=0 E2E_STEPS=1 E2E_FRAMES=22 E2E_SIZE=512x288 bash bench/e2e.sh >"$OUT/serve_model.log" 2>&1
+            fi
+            python3 bench/serve_reuse.py "$H3RUN" "${E2E_DIR:-/tmp/h3-e2e/FL2VA}" ${SERVE_ARGS:-} \
+                --out "$OUT/serve_reuse.json" 2>&1 | tee "$OUT/serve_reuse.log"; rc=$((rc | PIPESTATUS[0])) ;;
         quant) # quantized weights on the GPU: the GEMM paths' parity, the quantized DiT files, then resident
                # s/step of the pruned DiT in bf16 vs int8 (W8A8) vs fp8 in one process, and int8 streamed at budgets
             $B/test_cuda_ops qgemm 2>&1 | tee "$OUT/test_cuda_ops_qgemm.log"; rc=$((rc | PIPESTATUS[0]))

@@ -1,0 +1,81 @@
+/* h3run serve's pieces: the job store (SQLite) and the request reader, shared by cmd_serve.c and the tests.
+ *
+ * The store is one SQLite file in WAL mode with synchronous=FULL: a job the server answered 201 for is on
+ * disk before the answer goes out, and every change of state is a committed transaction, so a process killed
+ * at any instant (kill -9) finds on restart every job it had accepted, in order. Jobs are numbered from 1 in
+ * the order they were accepted and run in that order, one at a time.
+ *
+ * JSON goes through jansson with the library's allocator: call h3_json_init (base/json.h) before making any,
+ * and free json_dumps's text with h3_free.
+ */
+#ifndef H3_CLI_SERVE_H
+#define H3_CLI_SERVE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "pipeline/generate.h"
+
+/* ---- the store -------------------------------------------------------------------------------------------
+ */
+
+/* The states of a job: queued, planning (its run checks and plans it), running (a stage, a step, an ETA),
+ * done, failed (with the message generate would print), cancelled. */
+#define H3_JOB_QUEUED    "queued"
+#define H3_JOB_PLANNING  "planning"
+#define H3_JOB_RUNNING   "running"
+#define H3_JOB_DONE      "done"
+#define H3_JOB_FAILED    "failed"
+#define H3_JOB_CANCELLED "cancelled"
+
+typedef struct h3_store h3_store;
+
+/* Opens (creating when new) the store at path. */
+h3_status h3_store_open(const char *path, h3_store **out);
+void h3_store_close(h3_store *s);
+/* Jobs that were planning or running when the server died go back to the queue, in their places; returns how
+ * many (negative on a database error, with the message set). */
+int h3_store_requeue_interrupted(h3_store *s);
+/* A new queued job holding the request (JSON text); *id its number. */
+h3_status h3_store_add(h3_store *s, const char *request, int64_t *id);
+/* The oldest queued job: *id (0 when none) and its request (h3_malloc'd). */
+h3_status h3_store_next(h3_store *s, int64_t *id, char **request);
+/* Sets a job's state, and its message and report when given (NULL: left as they are). started/finished times
+ * follow the state (planning stamps started; done, failed, cancelled stamp finished). */
+h3_status h3_store_set_state(h3_store *s, int64_t id, const char *state, const char *message,
+                             const char *report);
+/* The job as a JSON object {id, state, request, created, started, finished, message, report} (new reference);
+ * H3_ERR_NOT_FOUND when there is none. */
+h3_status h3_store_get(h3_store *s, int64_t id, json_t **job);
+/* Every job, oldest first (a new JSON array). */
+h3_status h3_store_list(h3_store *s, json_t **jobs);
+h3_status h3_store_delete(h3_store *s, int64_t id);
+/* Jobs in that state (NULL: all). */
+int64_t h3_store_count(h3_store *s, const char *state);
+
+/* ---- requests --------------------------------------------------------------------------------------------
+ */
+
+/* The largest request body the server reads (a prompt of H3_MAX_PROMPT_BYTES fits, escaped). */
+#define H3_SERVE_MAX_BODY (3 * 1024 * 1024)
+
+/* The options a job takes: the names of `generate`'s options that a client may give (no paths: outputs are
+ * the server's). */
+#define H3_SERVE_OPTIONS                                                                                     \
+    "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents"
+
+/* A job's request as the client sent it: checked for JSON, types, unknown options and the values every
+ * request must have (the request's own rules, frames and canvas among them, come from h3_request_resolve).
+ * Fills r->req (the prompt points into the json object, which must outlive r) and the flags; a seed the
+ * client did not give is drawn here and written back into the object, so a job run again after a crash makes
+ * the same clip. H3_ERR_INVALID with a message naming the option and the fix. defaults_small: the small
+ * model's length and canvas when none is given. */
+typedef struct h3_serve_request {
+    h3_generate_request gen;
+    int wav, latents; /* also write the WAV, the latents */
+} h3_serve_request;
+h3_status h3_serve_parse_request(json_t *obj, int defaults_small, h3_serve_request *out);
+
+#endif

@@ -1,0 +1,91 @@
+/* A session: what h3_generate keeps between runs on the same model (h3run serve runs every job through one).
+ *
+ * Without a session every run finds the model's files, opens and checks every component's headers, loads the
+ * tokenizer, runs the text encoder and opens each model again. With one (h3_generate_request.session), the
+ * first run does that and leaves in the session:
+ *   - the model's files and the checks of how its parts fit (preflight),
+ *   - the tokenizer,
+ *   - the text encoder, opened, and the text states of the most recent prompts (H3_SESSION_PROMPTS by
+ * default): a prompt seen again skips the text encoder altogether,
+ *   - the DiT, opened as the device wants it (on the CPU with its owned weight copies; on a GPU the headers,
+ *     its blocks still placed per run by the plan),
+ *   - the audio VAE (its weight norm folded once) and the video VAE.
+ * A run on another model (other paths, another device) drops everything kept first. Each run's result says
+ * what it reused (h3_generate_result.reused).
+ *
+ * Threads: one h3_generate at a time runs on a session (a second waits); h3_generate_check may run beside it
+ * (it shares only the files, the preflight and the tokenizer, under the session's lock).
+ */
+#ifndef H3_PIPELINE_SESSION_H
+#define H3_PIPELINE_SESSION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "io/tokenizer.h"
+#include "pipeline/generate.h"
+#include "models/audio_vae.h"
+#include "models/dit.h"
+#include "models/text_encoder.h"
+#include "models/video_vae.h"
+#include "tensor/tensor.h"
+
+#define H3_SESSION_PROMPTS 16 /* text states of this many recent prompts are kept */
+
+/* What a run took from its session instead of loading it (h3_generate_result.reused, bits). */
+enum {
+    H3_REUSED_FILES = 1 << 0,        /* the model's files found and checked (preflight) */
+    H3_REUSED_TOKENIZER = 1 << 1,    /* the tokenizer */
+    H3_REUSED_TEXT_ENCODER = 1 << 2, /* the text encoder, opened */
+    H3_REUSED_PROMPT = 1 << 3,       /* the prompt's text states: the text encoder did not run */
+    H3_REUSED_DIT = 1 << 4,          /* the DiT, opened (on the CPU: its weights) */
+    H3_REUSED_AUDIO_VAE = 1 << 5,
+    H3_REUSED_VIDEO_VAE = 1 << 6,
+    H3_REUSED_COUNT = 7
+};
+/* "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae" (bit i). */
+const char *h3_reused_name(int bit);
+
+typedef struct h3_session_prompt {
+    char *prompt;     /* h3_malloc'd */
+    h3_tensor hidden; /* f32 [L, hidden] on the host */
+    uint64_t used;    /* the session's clock when it was last used */
+} h3_session_prompt;
+
+/* The members are the pipeline's (generate.c fills and reads them); callers only create and free. */
+typedef struct h3_session {
+    pthread_mutex_t lock;     /* the files, the preflight and the tokenizer (shared with h3_generate_check) */
+    pthread_mutex_t run_lock; /* one h3_generate at a time */
+    char *key;                /* the model's paths and the device the kept objects were opened for */
+    int have_files;
+    h3_model_files files;
+    int preflight_ok;
+    int64_t te_vocab, te_positions;
+    h3_tokenizer *tok;
+    h3_text_encoder *te;
+    /* the text encoder's per-layer callback, set by the run that encodes (the encoder is opened once) */
+    int (*on_layer)(void *user, int done, int total);
+    void *on_layer_user;
+    h3_dit *dit;
+    int dit_device; /* opened for the device's plan (stream options) rather than on the host */
+    h3_audio_vae *avae;
+    h3_video_vae *vvae;
+    int max_prompts, n_prompts;
+    h3_session_prompt prompts[H3_SESSION_PROMPTS];
+    uint64_t clock;
+} h3_session;
+
+/* prompts: text states kept (0: H3_SESSION_PROMPTS; at most that). */
+h3_status h3_session_new(int prompts, h3_session **out);
+void h3_session_free(h3_session *s);
+/* Drops everything kept (the next run loads again). The caller holds both locks or knows no run is on. */
+void h3_session_drop(h3_session *s);
+
+/* The text states kept for this prompt, copied into *hidden (allocated here); 0 when none are kept. Under the
+ * caller's run. */
+int h3_session_prompt_get(h3_session *s, const char *prompt, h3_tensor *hidden);
+/* Keeps a copy of the prompt's states, replacing the least recently used entry when full. */
+h3_status h3_session_prompt_put(h3_session *s, const char *prompt, const h3_tensor *hidden);
+
+#endif
