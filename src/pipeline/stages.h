@@ -50,6 +50,12 @@ typedef struct h3_te_stage {
     /* with path: after each layer (done of total); nonzero stops the stage with H3_ERR_INTERRUPTED */
     int (*on_layer)(void *user, int done, int total);
     void *on_layer_user;
+    /* images (NULL vis: a text prompt): the vision tower of te, the processor's pixel_values and grids; ids
+     * hold the expanded image tokens. The tower runs where the text encoder runs. */
+    struct h3_vision *vis;
+    const h3_tensor *pixels;
+    const int64_t (*grid)[3];
+    int n_img;
 } h3_te_stage;
 
 /* hidden_states[layer] of the ids into *hidden, allocated here: f32 [n, hidden] on the host (freed on
