@@ -315,7 +315,7 @@ int h3_cmd_encode(int argc, char **argv) {
     if (!tok_path) tok_path = model;
     if (!te_path) te_path = model;
     int need_te = !proc_only && (out_path || expect || !show_ids);
-    if (!token_ids && !tok_path) {
+    if (!proc_only && !token_ids && !tok_path) {
         fprintf(stderr, "h3run encode: --model (or --tokenizer) is needed to tokenize a prompt\n");
         return H3_EXIT_USAGE;
     }

@@ -260,8 +260,26 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
                 (long long)max_pixels);
     if (fr->decode_error_flags || (fr->flags & AV_FRAME_FLAG_CORRUPT))
         H3_FAIL(H3_ERR_FORMAT, "%s: the picture is damaged (truncated or corrupt data)", path);
-    sws = sws_getContext(fr->width, fr->height, (enum AVPixelFormat)fr->format, fr->width, fr->height,
-                         AV_PIX_FMT_RGB24, SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+    { /* JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way) */
+        enum AVPixelFormat pf = (enum AVPixelFormat)fr->format;
+        int full = fr->color_range == AVCOL_RANGE_JPEG;
+        static const enum AVPixelFormat jf[][2] = {{AV_PIX_FMT_YUVJ420P, AV_PIX_FMT_YUV420P},
+                                                   {AV_PIX_FMT_YUVJ422P, AV_PIX_FMT_YUV422P},
+                                                   {AV_PIX_FMT_YUVJ444P, AV_PIX_FMT_YUV444P},
+                                                   {AV_PIX_FMT_YUVJ440P, AV_PIX_FMT_YUV440P},
+                                                   {AV_PIX_FMT_YUVJ411P, AV_PIX_FMT_YUV411P}};
+        for (size_t i = 0; i < sizeof jf / sizeof jf[0]; i++)
+            if (pf == jf[i][0]) {
+                pf = jf[i][1];
+                full = 1;
+            }
+        sws = sws_getContext(fr->width, fr->height, pf, fr->width, fr->height, AV_PIX_FMT_RGB24,
+                             SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+        if (sws) {
+            const int *coef = sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
+            sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+        }
+    }
     out = h3_malloc((size_t)fr->width * (size_t)fr->height * 3, H3_MEM_IO);
     if (!sws || !out) H3_FAIL(H3_ERR_NOMEM, "out of memory for a %dx%d image", fr->width, fr->height);
     {
