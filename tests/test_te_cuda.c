@@ -5,9 +5,9 @@
  * Tolerance: relative L2 of hidden_states[L] <= 3e-2. The weights are the same stored values on both sides;
  * what is left is bf16 activations (the residual stream too, as transformers runs the model) through the
  * layers. The device's arena must hold nothing of the stage after encode returns (components take turns), and
- * the measured peak must stay within h3_text_encoder_device_bytes. The vision tower (case `vision`): a small bf16
- * Qwen3-VL written here, its tower and a two-image prompt on the GPU against the CPU, within the same tolerance.
- * Skips without a GPU. */
+ * the measured peak must stay within h3_text_encoder_device_bytes. The vision tower (case `vision`): a small
+ * bf16 Qwen3-VL written here, its tower and a two-image prompt on the GPU against the CPU, within the same
+ * tolerance. Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -196,7 +196,8 @@ static void test_full_width(void) {
     unlink(path);
 }
 
-/* ---- the vision tower: a small bf16 Qwen3-VL (official names, config.json) on the GPU against the CPU ---- */
+/* ---- the vision tower: a small bf16 Qwen3-VL (official names, config.json) on the GPU against the CPU ----
+ */
 
 typedef struct {
     h3_st_writer *w;
@@ -221,7 +222,19 @@ static void vput2(vis_writer *vw, const char *fmt, int l, int64_t a, int64_t b, 
     vput(vw, n, b ? 2 : 1, s, scale, bias);
 }
 
-enum { XC = 64, XL = 2, XH = 4, XKV = 2, XD = 16, XF = 96, XV = 256, YH = 64, YHEADS = 4, YF = 128, YDEPTH = 3 };
+enum {
+    XC = 64,
+    XL = 2,
+    XH = 4,
+    XKV = 2,
+    XD = 16,
+    XF = 96,
+    XV = 256,
+    YH = 64,
+    YHEADS = 4,
+    YF = 128,
+    YDEPTH = 3
+};
 
 static void write_vision_model(const char *dir) {
     char p[600];
@@ -287,15 +300,18 @@ static void write_vision_model(const char *dir) {
     for (int i = 0; i < vw.n; i++) free(vw.bufs[i]);
     snprintf(p, sizeof p, "%s/config.json", dir);
     FILE *f = fopen(p, "w");
-    fprintf(f,
-            "{\"image_token_id\": 250, \"video_token_id\": 253, \"vision_start_token_id\": 251, \"text_config\": "
-            "{\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": "
-            "%d, \"head_dim\": %d, \"intermediate_size\": %d, \"vocab_size\": %d, \"rope_theta\": 5000000.0, "
-            "\"rope_scaling\": {\"rope_type\": \"default\", \"mrope_section\": [2, 3, 3]}}, \"vision_config\": "
-            "{\"depth\": %d, \"hidden_size\": %d, \"intermediate_size\": %d, \"num_heads\": %d, \"patch_size\": 16, "
-            "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"out_hidden_size\": %d, "
-            "\"num_position_embeddings\": 2304, \"deepstack_visual_indexes\": [0, 1]}}",
-            XC, XL, XH, XKV, XD, XF, XV, YDEPTH, YH, YF, YHEADS, XC);
+    fprintf(
+        f,
+        "{\"image_token_id\": 250, \"video_token_id\": 253, \"vision_start_token_id\": 251, \"text_config\": "
+        "{\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+        "\"num_key_value_heads\": "
+        "%d, \"head_dim\": %d, \"intermediate_size\": %d, \"vocab_size\": %d, \"rope_theta\": 5000000.0, "
+        "\"rope_scaling\": {\"rope_type\": \"default\", \"mrope_section\": [2, 3, 3]}}, \"vision_config\": "
+        "{\"depth\": %d, \"hidden_size\": %d, \"intermediate_size\": %d, \"num_heads\": %d, \"patch_size\": "
+        "16, "
+        "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"out_hidden_size\": %d, "
+        "\"num_position_embeddings\": 2304, \"deepstack_visual_indexes\": [0, 1]}}",
+        XC, XL, XH, XKV, XD, XF, XV, YDEPTH, YH, YF, YHEADS, XC);
     fclose(f);
 }
 
@@ -320,7 +336,8 @@ static void test_vision(void) {
     CHECK_OK(h3_tensor_alloc2(&px, H3_PLACE_HOST, H3_F32, N, 1536, H3_MEM_OTHER));
     t_fill_uniform(px.data, (size_t)N * 1536, -1, 1);
     h3_tensor *all[] = {&ec, &ed, &dc[0], &dc[1], &dd[0], &dd[1]};
-    for (int i = 0; i < 6; i++) CHECK_OK(h3_tensor_alloc2(all[i], H3_PLACE_HOST, H3_F32, M, XC, H3_MEM_OTHER));
+    for (int i = 0; i < 6; i++)
+        CHECK_OK(h3_tensor_alloc2(all[i], H3_PLACE_HOST, H3_F32, M, XC, H3_MEM_OTHER));
     CHECK_OK(h3_vision_forward(vis, &g_ex, H3_PLACE_HOST, &px, grid, 2, &ec, dc));
     int64_t used0, peak, cap, used1;
     h3_cuda_mem_stats(&g_ex, &used0, &peak, &cap);
@@ -331,10 +348,10 @@ static void test_vision(void) {
     h3_cuda_mem_stats(&g_ex, &used1, &peak, &cap);
     CHECK(used1 == used0, "the vision tower left %lld bytes on the device", (long long)(used1 - used0));
     const int64_t need = h3_vision_device_bytes(vis, grid, 2);
-    CHECK(peak - used0 <= need, "vision tower: peak %lld bytes above the %lld predicted", (long long)(peak - used0),
-          (long long)need);
-    printf("  vision tower, %lld patches: GPU %.3f s, device peak %.2f MiB of %.2f MiB predicted\n", (long long)N,
-           t_gpu, (peak - used0) / 1048576.0, need / 1048576.0);
+    CHECK(peak - used0 <= need, "vision tower: peak %lld bytes above the %lld predicted",
+          (long long)(peak - used0), (long long)need);
+    printf("  vision tower, %lld patches: GPU %.3f s, device peak %.2f MiB of %.2f MiB predicted\n",
+           (long long)N, t_gpu, (peak - used0) / 1048576.0, need / 1048576.0);
     const h3_tensor *cpu_out[3] = {&ec, &dc[0], &dc[1]}, *gpu_out[3] = {&ed, &dd[0], &dd[1]};
     static const char *const names[3] = {"vision tower: merger (GPU vs CPU)", "vision tower: deepstack 0",
                                          "vision tower: deepstack 1"};

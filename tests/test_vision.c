@@ -16,7 +16,8 @@
 #include "pipeline/media.h"
 #include "testutil.h"
 
-/* ---- the processor ---------------------------------------------------------------------------------------- */
+/* ---- the processor ----------------------------------------------------------------------------------------
+ */
 
 static void test_smart_resize(void) {
     /* factor 32, min 65536, max 16777216 (Qwen3-VL): h, w -> h', w' (round half to even, then the bounds) */
@@ -25,8 +26,8 @@ static void test_smart_resize(void) {
         {48, 80, 224, 352},       /* 1.5 -> 2, 2.5 -> 2 (half to even); below min: ceil(h·√(min/hw)/32) */
         {1008, 1040, 1024, 1024}, /* 31.5 -> 32, 32.5 -> 32 */
         {8000, 6000, 4704, 3520}, /* above max: floor(h/β/32) */
-        {1, 200, 32, 3648},       {100, 1, 2560, 32}, {224, 224, 256, 256}, {720, 1280, 704, 1280},
-        {3000, 40, 3008, 32},
+        {1, 200, 32, 3648},       {100, 1, 2560, 32},   {224, 224, 256, 256},
+        {720, 1280, 704, 1280},   {3000, 40, 3008, 32},
     };
     h3_vis_config c;
     h3_vis_config_default(&c);
@@ -99,7 +100,8 @@ static void test_bad_images(void) {
     h3_clear_error();
 }
 
-/* ---- positions -------------------------------------------------------------------------------------------- */
+/* ---- positions --------------------------------------------------------------------------------------------
+ */
 
 enum { IMG = 60, VS = 61, VE = 59 };
 /* [1, 2, VS, IMG×6, VE, 3, VS, IMG, VE, 4] with grids [1, 4, 6] and [1, 2, 2] */
@@ -135,7 +137,8 @@ static void test_rope_index(void) {
     memcpy(bad, g_ids, sizeof bad);
     bad[2] = 5;
     CHECK_ERR(h3_vision_rope_index(&c, bad, 15, g_grid, 2, pos, &nv), H3_ERR_INVALID, "vision-start");
-    /* the text encoder's mRoPE tables with these positions: frequency j reads t, h or w as the sections say */
+    /* the text encoder's mRoPE tables with these positions: frequency j reads t, h or w as the sections say
+     */
     h3_te_config tc;
     h3_te_config_default(&tc);
     tc.head_dim = 8;
@@ -164,16 +167,19 @@ static void test_vit_rope(void) {
     h3_vision_rope_tables(&c, gr, 1, cs, sn);
     double err = 0;
     for (int r = 0; r < 24; r++) {
-        const int mw = r % 2, mh = (r / 2) % 2, bw = (r / 4) % 3, bh = r / 12, y = bh * 2 + mh, x = bw * 2 + mw;
+        const int mw = r % 2, mh = (r / 2) % 2, bw = (r / 4) % 3, bh = r / 12, y = bh * 2 + mh,
+                  x = bw * 2 + mw;
         const double a[4] = {y * 1.0, y * pow(10000.0, -0.5), x * 1.0, x * pow(10000.0, -0.5)};
-        for (int j = 0; j < 8; j++) err = fmax(err, fabs(cs[r * 8 + j] - cos(a[j % 4])) + fabs(sn[r * 8 + j] - sin(a[j % 4])));
+        for (int j = 0; j < 8; j++)
+            err = fmax(err, fabs(cs[r * 8 + j] - cos(a[j % 4])) + fabs(sn[r * 8 + j] - sin(a[j % 4])));
     }
     CHECK(err < 1e-5, "ViT rotary table off by %.3g", err);
 }
 
-/* ---- a tiny model against float64 ------------------------------------------------------------------------- */
+/* ---- a tiny model against float64 -------------------------------------------------------------------------
+ */
 
-enum { TC = 32, TL = 3, TH = 4, TKV = 2, TD = 8, TF = 48, TV = 64 };                /* text */
+enum { TC = 32, TL = 3, TH = 4, TKV = 2, TD = 8, TF = 48, TV = 64 };                      /* text */
 enum { VH = 16, VHEADS = 2, VD = 8, VF = 24, VP = 2, VDEPTH = 3, VSIDE = 4, VCOLS = 24 }; /* vision */
 static const int g_deep[2] = {0, 2};
 
@@ -219,7 +225,8 @@ static void build_weights(void) {
     g_nw = 0;
     add("model.language_model.embed_tokens.weight", 2, TV, TC, 1.0, 0);
     for (int l = 0; l < TL; l++) {
-#define A(s, nd, a, b, sc, bi) (snprintf(n, sizeof n, "model.language_model.layers.%d.%s", l, s), add(n, nd, a, b, sc, bi))
+#define A(s, nd, a, b, sc, bi)                                                                               \
+    (snprintf(n, sizeof n, "model.language_model.layers.%d.%s", l, s), add(n, nd, a, b, sc, bi))
         A("input_layernorm.weight", 1, TC, 0, 0.1, 1);
         A("post_attention_layernorm.weight", 1, TC, 0, 0.1, 1);
         A("self_attn.q_proj.weight", 2, TH * TD, TC, 1 / sqrt(TC), 0);
@@ -238,7 +245,8 @@ static void build_weights(void) {
     add("model.visual.patch_embed.proj.bias", 1, VH, 0, 0.1, 0);
     add("model.visual.pos_embed.weight", 2, VSIDE * VSIDE, VH, 0.5, 0);
     for (int l = 0; l < VDEPTH; l++) {
-#define B(s, nd, a, b, sc, bi) (snprintf(n, sizeof n, "model.visual.blocks.%d.%s", l, s), add(n, nd, a, b, sc, bi))
+#define B(s, nd, a, b, sc, bi)                                                                               \
+    (snprintf(n, sizeof n, "model.visual.blocks.%d.%s", l, s), add(n, nd, a, b, sc, bi))
         B("norm1.weight", 1, VH, 0, 0.1, 1);
         B("norm1.bias", 1, VH, 0, 0.1, 0);
         B("norm2.weight", 1, VH, 0, 0.1, 1);
@@ -290,22 +298,31 @@ static void write_model(const char *dir) {
     h3_st_writer_free(w);
     snprintf(p, sizeof p, "%s/config.json", dir);
     FILE *f = fopen(p, "w");
-    fprintf(f,
-            "{\"architectures\": [\"Qwen3VLForConditionalGeneration\"], \"image_token_id\": %d, \"video_token_id\": 62,"
-            " \"vision_start_token_id\": %d, \"text_config\": {\"hidden_size\": %d, \"num_hidden_layers\": %d,"
-            " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d,"
-            " \"vocab_size\": %d, \"rms_norm_eps\": 1e-6, \"rope_theta\": 5000000.0, \"rope_scaling\": {\"rope_type\":"
-            " \"default\", \"mrope_section\": [2, 1, 1], \"mrope_interleaved\": true}}, \"vision_config\": {\"depth\": %d,"
-            " \"hidden_size\": %d, \"intermediate_size\": %d, \"num_heads\": %d, \"in_channels\": 3, \"patch_size\": %d,"
-            " \"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"out_hidden_size\": %d, \"num_position_embeddings\":"
-            " %d, \"deepstack_visual_indexes\": [%d, %d], \"hidden_act\": \"gelu_pytorch_tanh\"}}",
-            IMG, VS, TC, TL, TH, TKV, TD, TF, TV, VDEPTH, VH, VF, VHEADS, VP, TC, VSIDE * VSIDE, g_deep[0], g_deep[1]);
+    fprintf(
+        f,
+        "{\"architectures\": [\"Qwen3VLForConditionalGeneration\"], \"image_token_id\": %d, "
+        "\"video_token_id\": 62,"
+        " \"vision_start_token_id\": %d, \"text_config\": {\"hidden_size\": %d, \"num_hidden_layers\": %d,"
+        " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": "
+        "%d,"
+        " \"vocab_size\": %d, \"rms_norm_eps\": 1e-6, \"rope_theta\": 5000000.0, \"rope_scaling\": "
+        "{\"rope_type\":"
+        " \"default\", \"mrope_section\": [2, 1, 1], \"mrope_interleaved\": true}}, \"vision_config\": "
+        "{\"depth\": %d,"
+        " \"hidden_size\": %d, \"intermediate_size\": %d, \"num_heads\": %d, \"in_channels\": 3, "
+        "\"patch_size\": %d,"
+        " \"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"out_hidden_size\": %d, "
+        "\"num_position_embeddings\":"
+        " %d, \"deepstack_visual_indexes\": [%d, %d], \"hidden_act\": \"gelu_pytorch_tanh\"}}",
+        IMG, VS, TC, TL, TH, TKV, TD, TF, TV, VDEPTH, VH, VF, VHEADS, VP, TC, VSIDE * VSIDE, g_deep[0],
+        g_deep[1]);
     fclose(f);
 }
 
 /* ---- the float64 reference ---- */
 
-static void lin64(const double *x, int64_t n, int64_t k, const float *w, const float *b, int64_t m, double *y) {
+static void lin64(const double *x, int64_t n, int64_t k, const float *w, const float *b, int64_t m,
+                  double *y) {
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < m; o++) {
             double s = b ? b[o] : 0;
@@ -344,8 +361,8 @@ static void rope64(double *h, const double *ang, int D) {
 }
 
 /* softmax attention of query rows [q0, q1) over key rows [k0, k1) (causal: keys up to the query) */
-static void attn64(const double *q, const double *k, const double *v, double *o, int64_t s0, int64_t s1, int H,
-                   int Hk, int D, int causal, int64_t qld, int64_t kld) {
+static void attn64(const double *q, const double *k, const double *v, double *o, int64_t s0, int64_t s1,
+                   int H, int Hk, int D, int causal, int64_t qld, int64_t kld) {
     double *p = malloc((size_t)(s1 - s0) * sizeof *p);
     for (int64_t i = s0; i < s1; i++)
         for (int h = 0; h < H; h++) {
@@ -393,13 +410,15 @@ static void merger64(int k, const double *x, int64_t N, double *out) {
 }
 
 /* the tower: embeds [M, TC] and deep[2] [M, TC], M = N/4 */
-static void vision64(const float *pix, const int64_t (*grid)[3], int n_img, int64_t N, double *emb, double **deep) {
+static void vision64(const float *pix, const int64_t (*grid)[3], int n_img, int64_t N, double *emb,
+                     double **deep) {
     double *x = calloc((size_t)N * VH, sizeof *x), *h = malloc((size_t)N * VH * sizeof *h),
            *qkv = malloc((size_t)N * 3 * VH * sizeof *qkv), *o = malloc((size_t)N * VH * sizeof *o),
            *f = malloc((size_t)N * VF * sizeof *f), *px = malloc((size_t)N * VCOLS * sizeof *px);
-    double (*ang)[VD / 2] = malloc((size_t)N * sizeof *ang);
+    double(*ang)[VD / 2] = malloc((size_t)N * sizeof *ang);
     for (int64_t i = 0; i < N * VCOLS; i++) px[i] = pix[i];
-    lin64(px, N, VCOLS, W("model.visual.patch_embed.proj.weight"), W("model.visual.patch_embed.proj.bias"), VH, x);
+    lin64(px, N, VCOLS, W("model.visual.patch_embed.proj.weight"), W("model.visual.patch_embed.proj.bias"),
+          VH, x);
     const float *tab = W("model.visual.pos_embed.weight");
     int64_t r = 0;
     for (int i = 0; i < n_img; i++) {
@@ -554,16 +573,19 @@ static void test_tiny_model(void) {
         return;
     }
     const h3_vis_config *vc = h3_vision_config(vis);
-    CHECK(vc->depth == VDEPTH && vc->hidden == VH && vc->n_deep == 2 && vc->deep_idx[1] == 2 && vc->patch == VP,
+    CHECK(vc->depth == VDEPTH && vc->hidden == VH && vc->n_deep == 2 && vc->deep_idx[1] == 2 &&
+              vc->patch == VP,
           "vision config not read from config.json");
     const int64_t N = 24 + 4, M = N / 4;
     h3_tensor px, emb, deep[2];
     CHECK_OK(h3_tensor_alloc2(&px, H3_PLACE_HOST, H3_F32, N, VCOLS, H3_MEM_OTHER));
     t_fill_uniform(px.data, (size_t)(N * VCOLS), -1, 1);
     CHECK_OK(h3_tensor_alloc2(&emb, H3_PLACE_HOST, H3_F32, M, TC, H3_MEM_OTHER));
-    for (int k = 0; k < 2; k++) CHECK_OK(h3_tensor_alloc2(&deep[k], H3_PLACE_HOST, H3_F32, M, TC, H3_MEM_OTHER));
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(h3_tensor_alloc2(&deep[k], H3_PLACE_HOST, H3_F32, M, TC, H3_MEM_OTHER));
     /* the tower alone, for one image and for both */
-    double *re = malloc((size_t)M * TC * sizeof *re), *rd[2] = {malloc((size_t)M * TC * 8), malloc((size_t)M * TC * 8)};
+    double *re = malloc((size_t)M * TC * sizeof *re),
+           *rd[2] = {malloc((size_t)M * TC * 8), malloc((size_t)M * TC * 8)};
     for (int n_img = 1; n_img <= 2; n_img++) {
         const int64_t Ni = n_img == 1 ? 24 : N, Mi = Ni / 4;
         h3_tensor pxi, ei, di[2];
@@ -604,8 +626,10 @@ static void test_tiny_model(void) {
     h3_text_encoder_close(te);
     /* files without a config.json */
     char p[512];
-    CHECK_OK(h3_text_encoder_open(t_src_path("tests/fixtures/text_encoder/comfy.safetensors", p, sizeof p), NULL, &te));
-    if (te) { /* no config: the release's vision shapes are expected, and this tiny tower is refused in the binder's form */
+    CHECK_OK(h3_text_encoder_open(t_src_path("tests/fixtures/text_encoder/comfy.safetensors", p, sizeof p),
+                                  NULL, &te));
+    if (te) { /* no config: the release's vision shapes are expected, and this tiny tower is refused in the
+                 binder's form */
         CHECK_ERR(h3_vision_open(te, NULL, &vis), H3_ERR_FORMAT, "ViT stem 0 needs [hidden, channels");
         h3_text_encoder_close(te);
     }
@@ -618,8 +642,12 @@ static void test_tiny_model(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        {"smart_resize", test_smart_resize}, {"preprocess", test_preprocess}, {"bad_images", test_bad_images},
-        {"rope_index", test_rope_index},     {"vit_rope", test_vit_rope},     {"tiny_model", test_tiny_model},
+        {"smart_resize", test_smart_resize},
+        {"preprocess", test_preprocess},
+        {"bad_images", test_bad_images},
+        {"rope_index", test_rope_index},
+        {"vit_rope", test_vit_rope},
+        {"tiny_model", test_tiny_model},
         {NULL, NULL},
     };
     return t_main("vision", cases, argc, argv);

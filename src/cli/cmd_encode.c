@@ -106,8 +106,8 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
     return st;
 }
 
-/* The images of --image (comma-separated) through the processor: pixel_values rows of every image in order and
- * one grid row each. */
+/* The images of --image (comma-separated) through the processor: pixel_values rows of every image in order
+ * and one grid row each. */
 static h3_status process_images(const h3_vis_config *vc, const char *list, h3_tensor *pixels, int64_t **grid,
                                 int *n_img) {
     h3_status st = H3_OK;
@@ -143,7 +143,8 @@ static h3_status process_images(const h3_vis_config *vc, const char *list, h3_te
     if (n == 0) H3_FAIL(H3_ERR_INVALID, "--image names no file");
     H3_CHECK(h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, rows, parts[0].shape[1], H3_MEM_IO));
     for (int i = 0, r = 0; i < n; r += (int)parts[i].shape[0], i++)
-        memcpy((float *)pixels->data + (int64_t)r * parts[0].shape[1], parts[i].data, h3_tensor_nbytes(&parts[i]));
+        memcpy((float *)pixels->data + (int64_t)r * parts[0].shape[1], parts[i].data,
+               h3_tensor_nbytes(&parts[i]));
     *n_img = n;
 done:
     for (int i = 0; i < n; i++) h3_tensor_free(&parts[i]);
@@ -166,11 +167,14 @@ static h3_status load_vision(const char *path, h3_tensor *pixels, int64_t **grid
     h3_status st = H3_OK;
     const h3_st_entry *g = h3_st_find(&s, "image_grid_thw"), *p = h3_st_find(&s, "pixel_values");
     if (!g || !p)
-        H3_FAIL(H3_ERR_FORMAT, "%s needs 'pixel_values' and 'image_grid_thw' (what transformers' Qwen3-VL processor "
-                "returns); it lacks '%s'", path, !p ? "pixel_values" : "image_grid_thw");
+        H3_FAIL(H3_ERR_FORMAT,
+                "%s needs 'pixel_values' and 'image_grid_thw' (what transformers' Qwen3-VL processor "
+                "returns); it lacks '%s'",
+                path, !p ? "pixel_values" : "image_grid_thw");
     if ((g->dtype != H3_I64 && g->dtype != H3_I32) || g->ndim != 2 || g->shape[1] != 3 || g->shape[0] < 1 ||
         g->shape[0] > 4096)
-        H3_FAIL(H3_ERR_FORMAT, "%s: 'image_grid_thw' must be i64 or i32 [images, 3] (1 to 4096 images)", path);
+        H3_FAIL(H3_ERR_FORMAT, "%s: 'image_grid_thw' must be i64 or i32 [images, 3] (1 to 4096 images)",
+                path);
     if (p->ndim != 2) H3_FAIL(H3_ERR_FORMAT, "%s: 'pixel_values' must be [patches, values]", path);
     {
         const void *b;
@@ -252,7 +256,8 @@ int h3_cmd_encode(int argc, char **argv) {
          "Qwen3-VL processor returns them; the ids hold the expanded image tokens",
          0, 0},
         {"image", 0, H3_OPT_STR, &image, "IMG[,IMG...]",
-         "images for the prompt, read (PNG, JPEG, WebP, ...) and processed as Qwen3-VL's processor does", 0, 0},
+         "images for the prompt, read (PNG, JPEG, WebP, ...) and processed as Qwen3-VL's processor does", 0,
+         0},
         {"vision-out", 0, H3_OPT_STR, &vision_out, "FILE",
          "write the processed --image to FILE: pixel_values f32 and image_grid_thw i64 (alone: no encode)", 0,
          0},
@@ -278,9 +283,12 @@ int h3_cmd_encode(int argc, char **argv) {
         "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has "
         "fewer\n"
         "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.\n"
-        "Images (--vision or --image): Qwen3-VL's vision tower (from the text encoder's files) turns them into the\n"
-        "image-token rows, its DeepStack features are added after the first layers and the rows take 3-D rotary\n"
-        "positions, as transformers' Qwen3VLForConditionalGeneration; --image with --vision-out alone only runs\n"
+        "Images (--vision or --image): Qwen3-VL's vision tower (from the text encoder's files) turns them "
+        "into the\n"
+        "image-token rows, its DeepStack features are added after the first layers and the rows take 3-D "
+        "rotary\n"
+        "positions, as transformers' Qwen3VLForConditionalGeneration; --image with --vision-out alone only "
+        "runs\n"
         "the image processor.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
@@ -289,7 +297,8 @@ int h3_cmd_encode(int argc, char **argv) {
         "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
         "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4\n"
         "  h3run encode --image a.png,b.jpg --vision-out pixels.safetensors\n"
-        "  h3run encode --text-encoder TE --token-ids IDS --vision pixels.safetensors --layer 2 -o h.safetensors",
+        "  h3run encode --text-encoder TE --token-ids IDS --vision pixels.safetensors --layer 2 -o "
+        "h.safetensors",
         opts,
         0,
         0};

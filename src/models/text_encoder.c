@@ -69,12 +69,13 @@ static h3_status get_mrope(const json_t *o, const char *what, h3_te_config *c) {
     const json_t *a = json_is_object(o) ? json_object_get(o, "mrope_section") : NULL;
     if (!a || json_is_null(a)) return H3_OK;
     if (!json_is_array(a) || json_array_size(a) != 3)
-        return H3_ERR(H3_ERR_FORMAT, "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]", what);
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]",
+                      what);
     for (int i = 0; i < 3; i++) {
         const json_t *v = json_array_get(a, (size_t)i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 4096)
-            return H3_ERR(H3_ERR_FORMAT, "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]",
-                          what);
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]", what);
         c->mrope_section[i] = json_integer_value(v);
     }
     return H3_OK;
@@ -541,7 +542,8 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
     }
 }
 
-void h3_te_mrope_tables(const h3_te_config *c, const int64_t *pos, int64_t n, float *cos_out, float *sin_out) {
+void h3_te_mrope_tables(const h3_te_config *c, const int64_t *pos, int64_t n, float *cos_out,
+                        float *sin_out) {
     const int64_t D = c->head_dim, half = D / 2;
     for (int64_t j = 0; j < half; j++) {
         float inv = (float)(1.0 / pow(c->rope_theta, (double)(2 * j) / (double)D));
@@ -569,9 +571,9 @@ static void rope_tables(const h3_te_config *c, const h3_te_mm *mm, int64_t n, fl
  * dtype (views of the caller's host tensors when they already are). */
 typedef struct te_vis {
     int active;
-    h3_tensor idx;    /* i64 [n_vis] */
-    h3_tensor tmp;    /* [n_vis, C] */
-    h3_tensor *deep;  /* [n_deep] */
+    h3_tensor idx;   /* i64 [n_vis] */
+    h3_tensor tmp;   /* [n_vis, C] */
+    h3_tensor *deep; /* [n_deep] */
     int n_deep;
 } te_vis;
 
@@ -607,17 +609,20 @@ static h3_status te_vis_make(h3_text_encoder *te, h3_exec *ex, const h3_te_mm *m
     const int64_t C = te->cfg.hidden;
     for (int64_t i = 0; i < mm->n_vis; i++)
         if (mm->rows[i] < 0 || mm->rows[i] >= n || (i && mm->rows[i] <= mm->rows[i - 1]))
-            return H3_ERR(H3_ERR_INVALID, "text encoder: vision row %lld (%lld) is outside the prompt or out of order",
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: vision row %lld (%lld) is outside the prompt or out of order",
                           (long long)i, (long long)mm->rows[i]);
     const h3_tensor *all[1 + H3_TE_MAX_DEEP];
     if (mm->n_deep < 0 || mm->n_deep > H3_TE_MAX_DEEP)
-        return H3_ERR(H3_ERR_INVALID, "text encoder: %d deepstack features (at most %d)", mm->n_deep, H3_TE_MAX_DEEP);
+        return H3_ERR(H3_ERR_INVALID, "text encoder: %d deepstack features (at most %d)", mm->n_deep,
+                      H3_TE_MAX_DEEP);
     all[0] = mm->embeds;
     for (int k = 0; k < mm->n_deep; k++) all[1 + k] = &mm->deep[k];
     for (int k = 0; k <= mm->n_deep; k++)
         if (!all[k] || all[k]->dtype != H3_F32 || all[k]->ndim != 2 || all[k]->shape[0] != mm->n_vis ||
             all[k]->shape[1] != C || all[k]->place == H3_PLACE_DEVICE || !h3_tensor_is_contiguous(all[k]))
-            return H3_ERR(H3_ERR_INVALID, "text encoder: the vision features must be f32 host tensors [%lld, %lld]",
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: the vision features must be f32 host tensors [%lld, %lld]",
                           (long long)mm->n_vis, (long long)C);
     v->active = 1;
     v->n_deep = mm->n_deep;
@@ -647,9 +652,11 @@ static h3_status vis_rows(h3_exec *ex, te_vis *v, h3_tensor *x, const h3_tensor 
     return h3_op_scatter_rows(ex, x, &v->tmp, &v->idx);
 }
 
-/* After layer l of an encode to hidden state `layer`: deep[l] goes into the rows unless hidden_states[l + 1] is
- * the result (transformers records a layer's output before the addition); the normed last state includes it. */
-static h3_status vis_after_layer(h3_text_encoder *te, h3_exec *ex, te_vis *v, h3_tensor *x, int l, int layer) {
+/* After layer l of an encode to hidden state `layer`: deep[l] goes into the rows unless hidden_states[l + 1]
+ * is the result (transformers records a layer's output before the addition); the normed last state includes
+ * it. */
+static h3_status vis_after_layer(h3_text_encoder *te, h3_exec *ex, te_vis *v, h3_tensor *x, int l,
+                                 int layer) {
     if (!v->active || l >= v->n_deep) return H3_OK;
     const int normed = layer == te->cfg.n_layers && te->final_norm.data;
     if (l + 1 >= layer && !normed) return H3_OK;
@@ -985,8 +992,8 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     return h3_text_encoder_encode_mm(te, ex, ids, n, layer, NULL, out);
 }
 
-h3_status h3_text_encoder_encode_mm(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
-                                    const h3_te_mm *mm, h3_tensor *out) {
+h3_status h3_text_encoder_encode_mm(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n,
+                                    int layer, const h3_te_mm *mm, h3_tensor *out) {
     const h3_te_config *c = &te->cfg;
     if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
     if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");

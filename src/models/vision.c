@@ -15,7 +15,8 @@
 
 #define VIS_CHUNK 1024 /* rows per MLP chunk */
 
-/* ---- config ----------------------------------------------------------------------------------------------- */
+/* ---- config -----------------------------------------------------------------------------------------------
+ */
 
 void h3_vis_config_default(h3_vis_config *c) {
     memset(c, 0, sizeof *c);
@@ -71,14 +72,15 @@ static h3_status config_from_json(const json_t *j, const char *what, h3_vis_conf
     const json_t *d = json_object_get(v, "deepstack_visual_indexes");
     if (d && !json_is_null(d)) {
         if (!json_is_array(d) || json_array_size(d) > H3_VIS_MAX_DEEP)
-            return H3_ERR(H3_ERR_FORMAT, "%s: \"deepstack_visual_indexes\" must be a list of at most %d block indices",
-                          what, H3_VIS_MAX_DEEP);
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: \"deepstack_visual_indexes\" must be a list of at most %d block indices", what,
+                          H3_VIS_MAX_DEEP);
         c->n_deep = (int)json_array_size(d);
         for (int k = 0; k < c->n_deep; k++) {
             const json_t *e = json_array_get(d, (size_t)k);
             if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->depth)
-                return H3_ERR(H3_ERR_FORMAT, "%s: deepstack_visual_indexes[%d] must be a block index 0..%lld", what,
-                              k, (long long)c->depth - 1);
+                return H3_ERR(H3_ERR_FORMAT, "%s: deepstack_visual_indexes[%d] must be a block index 0..%lld",
+                              what, k, (long long)c->depth - 1);
             c->deep_idx[k] = json_integer_value(e);
         }
     }
@@ -89,15 +91,18 @@ static h3_status config_from_json(const json_t *j, const char *what, h3_vis_conf
         else if (!strcmp(act, "gelu"))
             c->act_tanh = 0;
         else
-            return H3_ERR(H3_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' is not supported (gelu_pytorch_tanh, gelu)",
-                          what, act);
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "%s: vision hidden_act '%s' is not supported (gelu_pytorch_tanh, gelu)", what, act);
     }
     if (c->hidden % c->heads || (c->hidden / c->heads) % 4)
-        return H3_ERR(H3_ERR_FORMAT, "%s: vision hidden_size %lld over %lld heads must give a head size that is a "
-                      "multiple of 4 (2-D rotary pairs)", what, (long long)c->hidden, (long long)c->heads);
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: vision hidden_size %lld over %lld heads must give a head size that is a "
+                      "multiple of 4 (2-D rotary pairs)",
+                      what, (long long)c->hidden, (long long)c->heads);
     const int64_t side = (int64_t)llround(sqrt((double)c->num_pos));
     if (side * side != c->num_pos)
-        return H3_ERR(H3_ERR_FORMAT, "%s: num_position_embeddings %lld is not a square", what, (long long)c->num_pos);
+        return H3_ERR(H3_ERR_FORMAT, "%s: num_position_embeddings %lld is not a square", what,
+                      (long long)c->num_pos);
     return H3_OK;
 }
 
@@ -124,22 +129,27 @@ static h3_status proc_from_json(const json_t *j, const char *what, h3_vis_config
         }
     }
     if (c->min_pixels > c->max_pixels)
-        return H3_ERR(H3_ERR_FORMAT, "%s: min_pixels %lld is above max_pixels %lld", what, (long long)c->min_pixels,
-                      (long long)c->max_pixels);
+        return H3_ERR(H3_ERR_FORMAT, "%s: min_pixels %lld is above max_pixels %lld", what,
+                      (long long)c->min_pixels, (long long)c->max_pixels);
     return H3_OK;
 }
 
-/* ---- the image processor ---------------------------------------------------------------------------------- */
+/* ---- the image processor ----------------------------------------------------------------------------------
+ */
 
 h3_status h3_vis_smart_resize(const h3_vis_config *c, int64_t h, int64_t w, int64_t *oh, int64_t *ow) {
     const int64_t f = c->patch * c->merge;
-    if (h < 1 || w < 1) return H3_ERR(H3_ERR_INVALID, "the image is %lldx%lld: it has no pixels", (long long)w, (long long)h);
+    if (h < 1 || w < 1)
+        return H3_ERR(H3_ERR_INVALID, "the image is %lldx%lld: it has no pixels", (long long)w, (long long)h);
     const double ratio = (double)(h > w ? h : w) / (double)(h > w ? w : h);
     if (ratio > 200)
-        return H3_ERR(H3_ERR_INVALID, "the image is %lldx%lld: its aspect ratio %.1f is above 200, which Qwen3-VL's "
-                      "processor refuses", (long long)w, (long long)h, ratio);
+        return H3_ERR(H3_ERR_INVALID,
+                      "the image is %lldx%lld: its aspect ratio %.1f is above 200, which Qwen3-VL's "
+                      "processor refuses",
+                      (long long)w, (long long)h, ratio);
     /* Python's round(): half to even, what nearbyint does in the default rounding mode */
-    int64_t hb = (int64_t)nearbyint((double)h / (double)f) * f, wb = (int64_t)nearbyint((double)w / (double)f) * f;
+    int64_t hb = (int64_t)nearbyint((double)h / (double)f) * f,
+            wb = (int64_t)nearbyint((double)w / (double)f) * f;
     if ((double)hb * (double)wb > (double)c->max_pixels) {
         const double beta = sqrt((double)(h * w) / (double)c->max_pixels);
         hb = (int64_t)floor((double)h / beta / (double)f) * f;
@@ -291,7 +301,8 @@ h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, i
     int64_t oh, ow;
     H3_TRY(h3_vis_smart_resize(c, h, w, &oh, &ow));
     if (oh * ow > c->max_pixels && oh * ow > 64LL << 20)
-        return H3_ERR(H3_ERR_INVALID, "the image resizes to %lldx%lld: too large", (long long)ow, (long long)oh);
+        return H3_ERR(H3_ERR_INVALID, "the image resizes to %lldx%lld: too large", (long long)ow,
+                      (long long)oh);
     if (c->in_channels != 3)
         return H3_ERR(H3_ERR_UNSUPPORTED, "the vision tower takes %lld channels; images have 3",
                       (long long)c->in_channels);
@@ -330,35 +341,44 @@ h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, i
     return st;
 }
 
-/* ---- positions -------------------------------------------------------------------------------------------- */
+/* ---- positions --------------------------------------------------------------------------------------------
+ */
 
-h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64_t n, const int64_t (*grid)[3],
-                               int n_img, int64_t *pos, int64_t *n_vis) {
+h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64_t n,
+                               const int64_t (*grid)[3], int n_img, int64_t *pos, int64_t *n_vis) {
     int64_t *pt = pos, *ph = pos + n, *pw = pos + 2 * n;
     int64_t r = 0, next = 0, nv = 0;
     int img = 0;
     for (int64_t i = 0; i < n; i++)
         if (ids[i] == c->video_token_id)
-            return H3_ERR(H3_ERR_UNSUPPORTED, "the prompt has video tokens (%lld at row %lld); only images are "
-                          "supported", (long long)c->video_token_id, (long long)i);
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "the prompt has video tokens (%lld at row %lld); only images are "
+                          "supported",
+                          (long long)c->video_token_id, (long long)i);
     while (r < n) {
         if (ids[r] == c->image_token_id) {
             if (r == 0 || ids[r - 1] != c->vision_start_token_id)
-                return H3_ERR(H3_ERR_INVALID, "image token at row %lld does not follow a vision-start token (%lld)",
+                return H3_ERR(H3_ERR_INVALID,
+                              "image token at row %lld does not follow a vision-start token (%lld)",
                               (long long)r, (long long)c->vision_start_token_id);
             if (img >= n_img)
-                return H3_ERR(H3_ERR_INVALID, "the prompt has more image blocks than the %d image grid%s given", n_img,
+                return H3_ERR(H3_ERR_INVALID,
+                              "the prompt has more image blocks than the %d image grid%s given", n_img,
                               n_img == 1 ? "" : "s");
             const int64_t t = grid[img][0], gh = grid[img][1] / c->merge, gw = grid[img][2] / c->merge,
                           cnt = t * gh * gw;
             if (r + cnt > n)
-                return H3_ERR(H3_ERR_INVALID, "image %d needs %lld image tokens from row %lld; the prompt ends first",
-                              img, (long long)cnt, (long long)r);
+                return H3_ERR(H3_ERR_INVALID,
+                              "image %d needs %lld image tokens from row %lld; the prompt ends first", img,
+                              (long long)cnt, (long long)r);
             for (int64_t k = 0; k < cnt; k++)
                 if (ids[r + k] != c->image_token_id)
-                    return H3_ERR(H3_ERR_INVALID, "image %d (grid %lldx%lldx%lld) needs %lld image tokens from row %lld; "
-                                  "row %lld is %d", img, (long long)grid[img][0], (long long)grid[img][1],
-                                  (long long)grid[img][2], (long long)cnt, (long long)r, (long long)(r + k), ids[r + k]);
+                    return H3_ERR(H3_ERR_INVALID,
+                                  "image %d (grid %lldx%lldx%lld) needs %lld image tokens from row %lld; "
+                                  "row %lld is %d",
+                                  img, (long long)grid[img][0], (long long)grid[img][1],
+                                  (long long)grid[img][2], (long long)cnt, (long long)r, (long long)(r + k),
+                                  ids[r + k]);
             int64_t mx = next - 1;
             for (int64_t k = 0; k < cnt; k++) {
                 const int64_t ti = k / (gh * gw), hi = (k / gw) % gh, wi = k % gw;
@@ -374,7 +394,8 @@ h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64
             nv += cnt;
             img++;
             if (r < n && ids[r] == c->image_token_id)
-                return H3_ERR(H3_ERR_INVALID, "image %d's block at row %lld has more image tokens than its grid's %lld",
+                return H3_ERR(H3_ERR_INVALID,
+                              "image %d's block at row %lld has more image tokens than its grid's %lld",
                               img - 1, (long long)r, (long long)cnt);
         } else {
             pt[r] = ph[r] = pw[r] = next++;
@@ -414,7 +435,8 @@ void h3_vision_rope_tables(const h3_vis_config *c, const int64_t (*grid)[3], int
     }
 }
 
-/* torch.linspace(0, end, steps) in f32 (its scalar path: from the start below halfway, from the end above). */
+/* torch.linspace(0, end, steps) in f32 (its scalar path: from the start below halfway, from the end above).
+ */
 static float linspace_at(float end, int64_t steps, int64_t i) {
     if (steps == 1) return 0.0f;
     const float step = end / (float)(steps - 1);
@@ -436,12 +458,15 @@ void h3_vision_pos_embed(const h3_vis_config *c, const float *table, const int64
                             const float hy = linspace_at((float)(side - 1), gh, y),
                                         wx = linspace_at((float)(side - 1), gw, x);
                             const int64_t y0 = (int64_t)hy, x0 = (int64_t)wx;
-                            const int64_t y1 = y0 + 1 < side ? y0 + 1 : side - 1, x1 = x0 + 1 < side ? x0 + 1 : side - 1;
+                            const int64_t y1 = y0 + 1 < side ? y0 + 1 : side - 1,
+                                          x1 = x0 + 1 < side ? x0 + 1 : side - 1;
                             const float dh = hy - (float)y0, dw = wx - (float)x0;
                             const float w00 = (1 - dh) * (1 - dw), w01 = (1 - dh) * dw, w10 = dh * (1 - dw),
                                         w11 = dh * dw;
-                            const float *e00 = table + (y0 * side + x0) * C, *e01 = table + (y0 * side + x1) * C,
-                                        *e10 = table + (y1 * side + x0) * C, *e11 = table + (y1 * side + x1) * C;
+                            const float *e00 = table + (y0 * side + x0) * C,
+                                        *e01 = table + (y0 * side + x1) * C,
+                                        *e10 = table + (y1 * side + x0) * C,
+                                        *e11 = table + (y1 * side + x1) * C;
                             float *o = out + r * C;
                             for (int64_t k = 0; k < C; k++)
                                 o[k] = e00[k] * w00 + e01[k] * w01 + e10[k] * w10 + e11[k] * w11;
@@ -449,7 +474,8 @@ void h3_vision_pos_embed(const h3_vis_config *c, const float *table, const int64
     }
 }
 
-/* ---- weights ---------------------------------------------------------------------------------------------- */
+/* ---- weights ----------------------------------------------------------------------------------------------
+ */
 
 typedef struct vis_block {
     h3_tensor n1w, n1b, n2w, n2b, qkv_w, qkv_b, proj_w, proj_b, fc1_w, fc1_b, fc2_w, fc2_b;
@@ -472,9 +498,9 @@ struct h3_vision {
     char prefix[32];
     char describe[300];
     vis_stem stem;
-    vis_block *blocks;   /* [depth] */
+    vis_block *blocks; /* [depth] */
     vis_merger merger;
-    vis_merger *deep;    /* [n_deep] */
+    vis_merger *deep; /* [n_deep] */
 };
 
 const h3_vis_config *h3_vision_config(const h3_vision *v) {
@@ -496,15 +522,23 @@ static h3_tensor *merger_field(vis_merger *m, int i) {
 static h3_status bind_block(h3_vision *v, int l, vis_block *b) {
     const h3_vis_config *c = &v->cfg;
     const int64_t H = c->hidden, F = c->intermediate;
-    static const char *const names[VB_N] = {"norm1.weight",        "norm1.bias",           "norm2.weight",
-                                            "norm2.bias",          "attn.qkv.weight",      "attn.qkv.bias",
-                                            "attn.proj.weight",    "attn.proj.bias",       "mlp.linear_fc1.weight",
-                                            "mlp.linear_fc1.bias", "mlp.linear_fc2.weight", "mlp.linear_fc2.bias"};
+    static const char *const names[VB_N] = {
+        "norm1.weight",          "norm1.bias",          "norm2.weight",          "norm2.bias",
+        "attn.qkv.weight",       "attn.qkv.bias",       "attn.proj.weight",      "attn.proj.bias",
+        "mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "mlp.linear_fc2.weight", "mlp.linear_fc2.bias"};
     const int64_t d0[VB_N] = {H, H, H, H, 3 * H, 3 * H, H, H, F, F, H, H};
     const int64_t d1[VB_N] = {0, 0, 0, 0, H, 0, H, 0, H, 0, F, 0};
-    static const char *const words[VB_N] = {"[hidden]", "[hidden]", "[hidden]", "[hidden]",
-                                            "[3·hidden, hidden]", "[3·hidden]", "[hidden, hidden]", "[hidden]",
-                                            "[intermediate, hidden]", "[intermediate]", "[hidden, intermediate]",
+    static const char *const words[VB_N] = {"[hidden]",
+                                            "[hidden]",
+                                            "[hidden]",
+                                            "[hidden]",
+                                            "[3·hidden, hidden]",
+                                            "[3·hidden]",
+                                            "[hidden, hidden]",
+                                            "[hidden]",
+                                            "[intermediate, hidden]",
+                                            "[intermediate]",
+                                            "[hidden, intermediate]",
                                             "[hidden]"};
     char nm[VB_N][96];
     h3_wb_row rows[VB_N];
@@ -519,11 +553,11 @@ static h3_status bind_block(h3_vision *v, int l, vis_block *b) {
 static h3_status bind_merger(h3_vision *v, int k, vis_merger *m) {
     const h3_vis_config *c = &v->cfg;
     const int64_t H = c->hidden, M = H * c->merge * c->merge, O = c->out_hidden, nw = k < 0 ? H : M;
-    static const char *const names[VM_N] = {"norm.weight", "norm.bias", "linear_fc1.weight", "linear_fc1.bias",
-                                            "linear_fc2.weight", "linear_fc2.bias"};
+    static const char *const names[VM_N] = {"norm.weight",     "norm.bias",         "linear_fc1.weight",
+                                            "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"};
     const int64_t d0[VM_N] = {nw, nw, M, M, O, O}, d1[VM_N] = {0, 0, M, 0, M, 0};
-    static const char *const words[VM_N] = {"[norm width]", "[norm width]", "[4·hidden, 4·hidden]", "[4·hidden]",
-                                            "[out_hidden, 4·hidden]", "[out_hidden]"};
+    static const char *const words[VM_N] = {"[norm width]", "[norm width]",           "[4·hidden, 4·hidden]",
+                                            "[4·hidden]",   "[out_hidden, 4·hidden]", "[out_hidden]"};
     char nm[VM_N][96];
     h3_wb_row rows[VM_N];
     for (int i = 0; i < VM_N; i++) {
@@ -531,9 +565,10 @@ static h3_status bind_merger(h3_vision *v, int k, vis_merger *m) {
             snprintf(nm[i], sizeof nm[i], "merger.%s", names[i]);
         else
             snprintf(nm[i], sizeof nm[i], "deepstack_merger_list.%d.%s", k, names[i]);
-        rows[i] = h3_wb_row_make(nm[i], merger_field(m, i), d1[i] ? 2 : 1, d0[i], d1[i], 0, 0, H3_WB_FLOATS, 0,
-                                 words[i], (h3_wb_unit){k < 0 ? "ViT merger" : "ViT deepstack merger", k < 0 ? 0 : k,
-                                                        (int)c->depth + 1 + (k < 0 ? 0 : 1 + k)});
+        rows[i] = h3_wb_row_make(nm[i], merger_field(m, i), d1[i] ? 2 : 1, d0[i], d1[i], 0, 0, H3_WB_FLOATS,
+                                 0, words[i],
+                                 (h3_wb_unit){k < 0 ? "ViT merger" : "ViT deepstack merger", k < 0 ? 0 : k,
+                                              (int)c->depth + 1 + (k < 0 ? 0 : 1 + k)});
     }
     return h3_wb_bind_rows(&v->wb, rows, VM_N);
 }
@@ -546,10 +581,10 @@ static h3_status bind_stem(h3_vision *v) {
                              c->temporal_patch, c->patch, H3_WB_FLOATS, 0,
                              "[hidden, channels, temporal_patch, patch, patch]", u);
     rows[0].shape[4] = c->patch;
-    rows[1] = h3_wb_row_make("patch_embed.proj.bias", &v->stem.patch_b, 1, c->hidden, 0, 0, 0, H3_WB_FLOATS, 0,
-                             "[hidden]", u);
-    rows[2] = h3_wb_row_make("pos_embed.weight", &v->stem.pos, 2, c->num_pos, c->hidden, 0, 0, H3_WB_FLOATS, 0,
-                             "[num_position_embeddings, hidden]", u);
+    rows[1] = h3_wb_row_make("patch_embed.proj.bias", &v->stem.patch_b, 1, c->hidden, 0, 0, 0, H3_WB_FLOATS,
+                             0, "[hidden]", u);
+    rows[2] = h3_wb_row_make("pos_embed.weight", &v->stem.pos, 2, c->num_pos, c->hidden, 0, 0, H3_WB_FLOATS,
+                             0, "[num_position_embeddings, hidden]", u);
     H3_TRY(h3_wb_bind_rows(&v->wb, rows, 3));
     if (!h3_tensor_is_contiguous(&v->stem.patch_w))
         return H3_ERR(H3_ERR_FORMAT, "the patch embedding is not contiguous");
@@ -599,10 +634,11 @@ h3_status h3_vision_open(h3_text_encoder *te, const char *config_path, h3_vision
     else if (h3_st_find(v->set, "visual.patch_embed.proj.weight"))
         snprintf(v->prefix, sizeof v->prefix, "visual.");
     else
-        H3_FAIL(H3_ERR_FORMAT,
-                "%s holds no vision tower (no model.visual.* or visual.* tensors); images need Qwen3-VL's vision "
-                "tower: use the release's text_encoder/ or a repack that keeps it",
-                v->set->source);
+        H3_FAIL(
+            H3_ERR_FORMAT,
+            "%s holds no vision tower (no model.visual.* or visual.* tensors); images need Qwen3-VL's vision "
+            "tower: use the release's text_encoder/ or a repack that keeps it",
+            v->set->source);
     v->wb = (h3_wbind){v->set, v->prefix, NULL, "vision tower", NULL, NULL};
     const char *cfgp = config_path ? config_path : h3_text_encoder_config_file(te);
     if (cfgp) {
@@ -634,10 +670,12 @@ h3_status h3_vision_open(h3_text_encoder *te, const char *config_path, h3_vision
                     (long long)c->depth);
     }
     snprintf(v->describe, sizeof v->describe,
-             "Qwen3-VL vision tower (%s*), %lld blocks, hidden %lld, %lld heads, FFN %lld, out %lld, deepstack %d, "
+             "Qwen3-VL vision tower (%s*), %lld blocks, hidden %lld, %lld heads, FFN %lld, out %lld, "
+             "deepstack %d, "
              "%s weights (%s)",
-             v->prefix, (long long)c->depth, (long long)c->hidden, (long long)c->heads, (long long)c->intermediate,
-             (long long)c->out_hidden, c->n_deep, h3_dtype_name(v->blocks[0].qkv_w.dtype), source);
+             v->prefix, (long long)c->depth, (long long)c->hidden, (long long)c->heads,
+             (long long)c->intermediate, (long long)c->out_hidden, c->n_deep,
+             h3_dtype_name(v->blocks[0].qkv_w.dtype), source);
 done:
     json_decref(j);
     h3_free(pp);
@@ -649,7 +687,8 @@ done:
     return st;
 }
 
-/* ---- forward ---------------------------------------------------------------------------------------------- */
+/* ---- forward ----------------------------------------------------------------------------------------------
+ */
 
 /* Every unit's tensors, in one list per unit (the stem, blocks, merger, deepstack mergers). */
 static int n_units(const h3_vis_config *c) {
@@ -689,7 +728,8 @@ static int64_t grid_rows(const int64_t (*grid)[3], int n_img) {
 
 /* Activation bytes of the forward for N patches in dtype size es, as ws_alloc allocates (each rounded). */
 static int64_t ws_bytes(const h3_vis_config *c, int64_t N, int64_t es, int device) {
-    const int64_t H = c->hidden, D = H / c->heads, M = H * c->merge * c->merge, ch = N < VIS_CHUNK ? N : VIS_CHUNK;
+    const int64_t H = c->hidden, D = H / c->heads, M = H * c->merge * c->merge,
+                  ch = N < VIS_CHUNK ? N : VIS_CHUNK;
     const int64_t sz[] = {N * H * es * 6, ch * c->intermediate * es, N * D * 4 * 2, N / 4 * M * es * 2};
     int64_t b = 0;
     for (int i = 0; i < 4; i++) b += device ? h3_cuda_granule(sz[i]) : sz[i];
@@ -697,7 +737,8 @@ static int64_t ws_bytes(const h3_vis_config *c, int64_t N, int64_t es, int devic
 }
 
 static h3_status ws_alloc(const h3_vis_config *c, int64_t N, h3_place pl, h3_dtype dt, vis_ws *w) {
-    const int64_t H = c->hidden, D = H / c->heads, M = H * c->merge * c->merge, ch = N < VIS_CHUNK ? N : VIS_CHUNK;
+    const int64_t H = c->hidden, D = H / c->heads, M = H * c->merge * c->merge,
+                  ch = N < VIS_CHUNK ? N : VIS_CHUNK;
     memset(w, 0, sizeof *w);
     h3_tensor *hs[] = {&w->x, &w->h, &w->q, &w->k, &w->v, &w->o};
     for (int i = 0; i < 6; i++) H3_TRY(h3_tensor_alloc2(hs[i], pl, dt, N, H, H3_MEM_ACTIVATIONS));
@@ -764,8 +805,8 @@ static h3_status run_block(const h3_vis_config *c, h3_exec *ex, const h3_tensor 
     return H3_OK;
 }
 
-/* A merger of x into dst [N/4, out] (at the place; f32 host out copied by the caller). post: the norm after the
- * 2×2 shuffle (the deepstack mergers). */
+/* A merger of x into dst [N/4, out] (at the place; f32 host out copied by the caller). post: the norm after
+ * the 2×2 shuffle (the deepstack mergers). */
 static h3_status run_merger(const h3_vis_config *c, h3_exec *ex, const h3_tensor *w, vis_ws *s, int post,
                             h3_tensor *dst) {
     const vis_merger *m = (const vis_merger *)w;
@@ -786,22 +827,28 @@ static h3_status run_merger(const h3_vis_config *c, h3_exec *ex, const h3_tensor
     return h3_op_gemm(ex, dst, &s->mf, &m->fc2_w, &m->fc2_b, 0);
 }
 
-static h3_status check_grids(const h3_vis_config *c, const h3_tensor *pixels, const int64_t (*grid)[3], int n_img) {
+static h3_status check_grids(const h3_vis_config *c, const h3_tensor *pixels, const int64_t (*grid)[3],
+                             int n_img) {
     const int64_t cols = c->in_channels * c->temporal_patch * c->patch * c->patch;
     if (n_img < 1) return H3_ERR(H3_ERR_INVALID, "vision tower: no images");
     int64_t N = 0;
     for (int i = 0; i < n_img; i++) {
-        if (grid[i][0] < 1 || grid[i][1] < 1 || grid[i][2] < 1 || grid[i][1] % c->merge || grid[i][2] % c->merge ||
-            grid[i][1] > (1 << 16) || grid[i][2] > (1 << 16) || grid[i][0] > (1 << 12))
-            return H3_ERR(H3_ERR_INVALID, "image_grid_thw[%d] = [%lld, %lld, %lld]: t, h, w must be at least 1 with h "
-                          "and w multiples of %lld", i, (long long)grid[i][0], (long long)grid[i][1],
-                          (long long)grid[i][2], (long long)c->merge);
+        if (grid[i][0] < 1 || grid[i][1] < 1 || grid[i][2] < 1 || grid[i][1] % c->merge ||
+            grid[i][2] % c->merge || grid[i][1] > (1 << 16) || grid[i][2] > (1 << 16) ||
+            grid[i][0] > (1 << 12))
+            return H3_ERR(H3_ERR_INVALID,
+                          "image_grid_thw[%d] = [%lld, %lld, %lld]: t, h, w must be at least 1 with h "
+                          "and w multiples of %lld",
+                          i, (long long)grid[i][0], (long long)grid[i][1], (long long)grid[i][2],
+                          (long long)c->merge);
         N += grid[i][0] * grid[i][1] * grid[i][2];
     }
-    if (!pixels || pixels->dtype != H3_F32 || pixels->ndim != 2 || pixels->shape[0] != N || pixels->shape[1] != cols ||
-        !h3_tensor_is_contiguous(pixels) || pixels->place == H3_PLACE_DEVICE)
-        return H3_ERR(H3_ERR_INVALID, "pixel_values must be f32 [%lld, %lld] on the host for these grids (Σ t·h·w "
-                      "patches of %lld values)", (long long)N, (long long)cols, (long long)cols);
+    if (!pixels || pixels->dtype != H3_F32 || pixels->ndim != 2 || pixels->shape[0] != N ||
+        pixels->shape[1] != cols || !h3_tensor_is_contiguous(pixels) || pixels->place == H3_PLACE_DEVICE)
+        return H3_ERR(H3_ERR_INVALID,
+                      "pixel_values must be f32 [%lld, %lld] on the host for these grids (Σ t·h·w "
+                      "patches of %lld values)",
+                      (long long)N, (long long)cols, (long long)cols);
     return H3_OK;
 }
 
@@ -866,13 +913,15 @@ h3_status h3_vision_forward(h3_vision *v, h3_exec *ex, h3_place place, const h3_
         for (int i = 0; i < tn; i++) h3_pack_add(&packs[u], tl[i], 0);
     }
     {
-        const h3_units_config uc = {pl, NULL, 0, 0, v->set, 0, 0, NULL, NULL, "the vision tower's weights", 0};
+        const h3_units_config uc = {pl, NULL, 0, 0, v->set, 0, 0, NULL, NULL, "the vision tower's weights",
+                                    0};
         H3_CHECK(h3_units_open(ex, &uc, packs, nu, &units));
     }
     H3_CHECK(ws_alloc(c, N, pl, dt, &s));
     H3_CHECK(h3_copy(ex, &s.cos, &hc));
     H3_CHECK(h3_copy(ex, &s.sin, &hs));
-    /* x = patches · Wᵀ + b + pos (in f32, then the activations' dtype, as transformers adds before the cast) */
+    /* x = patches · Wᵀ + b + pos (in f32, then the activations' dtype, as transformers adds before the cast)
+     */
     {
         const h3_tensor *t;
         H3_CHECK(h3_tensor_alloc(&px, pl, H3_F32, 2, pixels->shape, H3_MEM_ACTIVATIONS));
@@ -952,7 +1001,8 @@ done:
     return st;
 }
 
-/* ---- into the text encoder -------------------------------------------------------------------------------- */
+/* ---- into the text encoder --------------------------------------------------------------------------------
+ */
 
 h3_status h3_vision_encode_prompt(h3_vision *v, h3_text_encoder *te, h3_exec *ex, h3_place vis_place,
                                   const int32_t *ids, int64_t n, const h3_tensor *pixels,
@@ -960,7 +1010,8 @@ h3_status h3_vision_encode_prompt(h3_vision *v, h3_text_encoder *te, h3_exec *ex
     const h3_vis_config *c = &v->cfg;
     const h3_te_config *tc = h3_text_encoder_config(te);
     if (c->out_hidden != tc->hidden)
-        return H3_ERR(H3_ERR_FORMAT, "the vision tower gives %lld-wide rows; the text encoder's hidden size is %lld",
+        return H3_ERR(H3_ERR_FORMAT,
+                      "the vision tower gives %lld-wide rows; the text encoder's hidden size is %lld",
                       (long long)c->out_hidden, (long long)tc->hidden);
     if (c->n_deep > H3_TE_MAX_DEEP)
         return H3_ERR(H3_ERR_UNSUPPORTED, "%d deepstack features (at most %d)", c->n_deep, H3_TE_MAX_DEEP);

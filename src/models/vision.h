@@ -1,16 +1,13 @@
 /* Qwen3-VL's vision tower and image processor: keyframes into the text encoder's rows (fl2va).
  *
- * The image processor (transformers' Qwen2VLImageProcessor with Qwen3-VL's preprocessor config: patch 16, merge
- * 2, temporal patch 2, mean = std = 0.5, min/max pixels 65536 / 16777216):
- *     (h', w') = smart_resize(h, w): multiples of factor = patch·merge (32), Python's round() (half to even) of
- *                h/32 and w/32, scaled down (floor) above max_pixels or up (ceil) below min_pixels;
- *                an aspect ratio above 200 is refused
- *     the RGB8 image resized to w'×h' by PIL's bicubic (a = −0.5, antialiased, 8-bit fixed-point, two passes),
- *     x = (f32(v · (1/255)) − 0.5) / 0.5 per channel (f32)
- *     the frame repeated to temporal_patch_size frames, then cut into patches:
- *         pixel_values [gh·gw, C·tp·p·p]  rows (bh, bw, mh, mw), columns (c, tp, ph, pw),
- *         gh = h'/p, gw = w'/p, row = ((bh·(gw/m) + bw)·m + mh)·m + mw with patch (bh·m + mh, bw·m + mw)
- *     image_grid_thw = [1, gh, gw]
+ * The image processor (transformers' Qwen2VLImageProcessor with Qwen3-VL's preprocessor config: patch 16,
+ * merge 2, temporal patch 2, mean = std = 0.5, min/max pixels 65536 / 16777216): (h', w') = smart_resize(h,
+ * w): multiples of factor = patch·merge (32), Python's round() (half to even) of h/32 and w/32, scaled down
+ * (floor) above max_pixels or up (ceil) below min_pixels; an aspect ratio above 200 is refused the RGB8 image
+ * resized to w'×h' by PIL's bicubic (a = −0.5, antialiased, 8-bit fixed-point, two passes), x = (f32(v ·
+ * (1/255)) − 0.5) / 0.5 per channel (f32) the frame repeated to temporal_patch_size frames, then cut into
+ * patches: pixel_values [gh·gw, C·tp·p·p]  rows (bh, bw, mh, mw), columns (c, tp, ph, pw), gh = h'/p, gw =
+ * w'/p, row = ((bh·(gw/m) + bw)·m + mh)·m + mw with patch (bh·m + mh, bw·m + mw) image_grid_thw = [1, gh, gw]
  *
  * The ViT (Qwen3VLVisionModel; release: depth 27, hidden 1152, 16 heads of 72, FFN 4304, out 5120):
  *     x = pixel_values · patch_embed.proj.weightᵀ (the Conv3d as a linear over 1536 columns) + bias
@@ -59,10 +56,11 @@ typedef struct h3_vis_config {
 /* Qwen3-VL-32B's vision config and processor. */
 void h3_vis_config_default(h3_vis_config *c);
 
-/* ---- the image processor ---------------------------------------------------------------------------------- */
+/* ---- the image processor ----------------------------------------------------------------------------------
+ */
 
-/* transformers' smart_resize for factor = patch·merge: H3_ERR_INVALID naming the image when a side is < 1 or the
- * aspect ratio is above 200. */
+/* transformers' smart_resize for factor = patch·merge: H3_ERR_INVALID naming the image when a side is < 1 or
+ * the aspect ratio is above 200. */
 h3_status h3_vis_smart_resize(const h3_vis_config *c, int64_t h, int64_t w, int64_t *oh, int64_t *ow);
 
 /* PIL's Image.resize(BICUBIC) of packed RGB8 (3 channels): src [h, w, 3] -> dst [oh, ow, 3]. */
@@ -73,25 +71,27 @@ h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, 
 h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, int h, h3_tensor *pixels,
                             int64_t grid[3]);
 
-/* ---- positions -------------------------------------------------------------------------------------------- */
+/* ---- positions --------------------------------------------------------------------------------------------
+ */
 
 /* transformers' get_rope_index for one prompt: pos [3, n] (t, h, w per row). An image starts at each
  * vision_start token followed by an image token; its t·(h/m)·(w/m) rows from that token on take
  * (t, h, w) + the text position there, text after it continues from the largest position + 1. *n_vis gets the
  * image token count. Refused (H3_ERR_INVALID) when the blocks and grids disagree. */
-h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64_t n, const int64_t (*grid)[3],
-                               int n_img, int64_t *pos, int64_t *n_vis);
+h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64_t n,
+                               const int64_t (*grid)[3], int n_img, int64_t *pos, int64_t *n_vis);
 
 /* The ViT's rotary tables for grids: cos, sin [N, D] (N = Σ t·h·w), as rot_pos_emb builds them. */
 void h3_vision_rope_tables(const h3_vis_config *c, const int64_t (*grid)[3], int n_img, float *cos_out,
                            float *sin_out);
 
-/* fast_pos_embed_interpolate: the position table table [num_pos, hidden] (f32) sampled for the grids, in patch
- * row order: out [N, hidden]. */
+/* fast_pos_embed_interpolate: the position table table [num_pos, hidden] (f32) sampled for the grids, in
+ * patch row order: out [N, hidden]. */
 void h3_vision_pos_embed(const h3_vis_config *c, const float *table, const int64_t (*grid)[3], int n_img,
                          float *out);
 
-/* ---- the tower -------------------------------------------------------------------------------------------- */
+/* ---- the tower --------------------------------------------------------------------------------------------
+ */
 
 typedef struct h3_vision h3_vision;
 
@@ -104,7 +104,8 @@ const char *h3_vision_describe(const h3_vision *v);
 
 /* The tower on images: pixels [N, 3·tp·p·p] f32 host, grid [n_img][3]; embeds [N/m², out_hidden] and each
  * deep[k] (k < n_deep) the same shape, f32 host tensors the caller allocated. place: where it runs (HOST, or
- * DEVICE with the CUDA backend up: weights resident, activations in the weights' dtype, freed before return). */
+ * DEVICE with the CUDA backend up: weights resident, activations in the weights' dtype, freed before return).
+ */
 h3_status h3_vision_forward(h3_vision *v, h3_exec *ex, h3_place place, const h3_tensor *pixels,
                             const int64_t (*grid)[3], int n_img, h3_tensor *embeds, h3_tensor *deep);
 
@@ -113,7 +114,8 @@ h3_status h3_vision_forward(h3_vision *v, h3_exec *ex, h3_place place, const h3_
 int64_t h3_vision_device_bytes(const h3_vision *v, const int64_t (*grid)[3], int n_img);
 
 /* hidden_states[layer] of a prompt with images: ids hold the expanded image tokens, pixels/grid what the
- * processor gives. out f32 [n, hidden] at the text encoder's activation place; the tower runs at vis_place. */
+ * processor gives. out f32 [n, hidden] at the text encoder's activation place; the tower runs at vis_place.
+ */
 h3_status h3_vision_encode_prompt(h3_vision *v, h3_text_encoder *te, h3_exec *ex, h3_place vis_place,
                                   const int32_t *ids, int64_t n, const h3_tensor *pixels,
                                   const int64_t (*grid)[3], int n_img, int layer, h3_tensor *out);

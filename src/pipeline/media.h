@@ -103,7 +103,6 @@ h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_fra
 void h3_frame_scaler_run(h3_frame_scaler *s, const uint8_t *src, uint8_t *dst);
 void h3_frame_scaler_free(h3_frame_scaler *s);
 
-
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
                        int width, int height);

@@ -235,7 +235,8 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
             e = avcodec_send_packet(vd, pkt);
             if (e >= 0 || e == AVERROR(EAGAIN)) {
                 e = avcodec_receive_frame(vd, fr);
-                if (e >= 0) got = 1;
+                if (e >= 0)
+                    got = 1;
                 else if (e != AVERROR(EAGAIN)) {
                     av_packet_unref(pkt);
                     st = av_fail(e, "decoding the image", path);
@@ -256,8 +257,8 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
     if (!got) H3_FAIL(H3_ERR_FORMAT, "%s: no picture could be decoded (truncated or not an image)", path);
     if (fr->width < 1 || fr->height < 1) H3_FAIL(H3_ERR_FORMAT, "%s: the picture has no pixels", path);
     if ((int64_t)fr->width * fr->height > max_pixels)
-        H3_FAIL(H3_ERR_INVALID, "%s is %dx%d: above the %lld pixels an image may have", path, fr->width, fr->height,
-                (long long)max_pixels);
+        H3_FAIL(H3_ERR_INVALID, "%s is %dx%d: above the %lld pixels an image may have", path, fr->width,
+                fr->height, (long long)max_pixels);
     if (fr->decode_error_flags || (fr->flags & AV_FRAME_FLAG_CORRUPT))
         H3_FAIL(H3_ERR_FORMAT, "%s: the picture is damaged (truncated or corrupt data)", path);
     { /* JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way) */
@@ -276,8 +277,10 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
         sws = sws_getContext(fr->width, fr->height, pf, fr->width, fr->height, AV_PIX_FMT_RGB24,
                              SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
         if (sws) {
-            const int *coef = sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
-            sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+            const int *coef =
+                sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
+            sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16,
+                                     1 << 16);
         }
     }
     out = h3_malloc((size_t)fr->width * (size_t)fr->height * 3, H3_MEM_IO);
@@ -309,8 +312,8 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
     (void)max_pixels;
     *rgb = NULL;
     *w = *h = 0;
-    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading images (cmake -DH3_MEDIA=OFF)",
-                  path);
+    return H3_ERR(H3_ERR_UNSUPPORTED,
+                  "%s: this h3run was built without reading images (cmake -DH3_MEDIA=OFF)", path);
 }
 
 h3_status h3_clip_read(const char *path, h3_clip *out) {

@@ -67,7 +67,8 @@ h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hi
 typedef struct h3_dit_stage_args {
     h3_dit *dit;         /* opened by the caller as the plan planned it: on the device with act_place DEVICE,
                           * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the
-                          * stage         gives back         everything it placed (blocks, slots, workspace, modulation) */
+                          * stage         gives back         everything it placed (blocks, slots, workspace,
+                          * modulation) */
     const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
     const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
     int64_t n_video_rows, n_audio_rows; /* rows of every call */
