@@ -263,7 +263,11 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
         H3_FAIL(H3_ERR_FORMAT, "%s: the picture is damaged (truncated or corrupt data)", path);
     { /* JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way) */
         enum AVPixelFormat pf = (enum AVPixelFormat)fr->format;
-        int full = fr->color_range == AVCOL_RANGE_JPEG;
+        /* limited range only for YUV that does not say full; grey, palette and RGB pictures are full range */
+        const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(pf);
+        const int yuv =
+            d && d->nb_components >= 3 && !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
+        int full = !yuv || fr->color_range == AVCOL_RANGE_JPEG;
         static const enum AVPixelFormat jf[][2] = {{AV_PIX_FMT_YUVJ420P, AV_PIX_FMT_YUV420P},
                                                    {AV_PIX_FMT_YUVJ422P, AV_PIX_FMT_YUV422P},
                                                    {AV_PIX_FMT_YUVJ444P, AV_PIX_FMT_YUV444P},
