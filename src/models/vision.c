@@ -726,13 +726,24 @@ static int64_t grid_rows(const int64_t (*grid)[3], int n_img) {
     return N;
 }
 
-/* Activation bytes of the forward for N patches in dtype size es, as ws_alloc allocates (each rounded). */
+/* Activation bytes of the forward for N patches in dtype size es, as ws_alloc allocates (each allocation
+ * rounded to the device's granule when device). */
 static int64_t ws_bytes(const h3_vis_config *c, int64_t N, int64_t es, int device) {
     const int64_t H = c->hidden, D = H / c->heads, M = H * c->merge * c->merge,
-                  ch = N < VIS_CHUNK ? N : VIS_CHUNK;
-    const int64_t sz[] = {N * H * es * 6, ch * c->intermediate * es, N * D * 4 * 2, N / 4 * M * es * 2};
+                  ch = N < VIS_CHUNK ? N : VIS_CHUNK, g = c->merge * c->merge;
+    const int64_t sz[] = {N * H * es,
+                          N * H * es,
+                          N * H * es,
+                          N * H * es,
+                          N * H * es,
+                          N * H * es,
+                          ch * c->intermediate * es,
+                          N * D * 4,
+                          N * D * 4,
+                          N / g * M * es,
+                          N / g * M * es};
     int64_t b = 0;
-    for (int i = 0; i < 4; i++) b += device ? h3_cuda_granule(sz[i]) : sz[i];
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) b += device ? h3_cuda_granule(sz[i]) : sz[i];
     return b;
 }
 
@@ -865,9 +876,15 @@ int64_t h3_vision_device_bytes(const h3_vision *v, const int64_t (*grid)[3], int
         for (int i = 0; i < n; i++) h3_pack_add(&p, t[i], 0);
         w += h3_cuda_granule(p.bytes);
     }
-    const int64_t N = grid_rows(grid, n_img), es = (int64_t)h3_dtype_size(v->blocks[0].qkv_w.dtype);
-    const int64_t io = h3_cuda_granule(N * c->in_channels * c->temporal_patch * c->patch * c->patch * 4) +
-                       h3_cuda_granule(N * c->hidden * 4) + h3_cuda_granule(N / 4 * c->out_hidden * es);
+    const int64_t N = grid_rows(grid, n_img), es = (int64_t)h3_dtype_size(v->blocks[0].qkv_w.dtype),
+                  cols = c->in_channels * c->temporal_patch * c->patch * c->patch,
+                  M = N / (c->merge * c->merge);
+    /* the patch embedding: the f32 pixels, their copy in the weights' dtype and the f32 position rows; the
+     * mergers: an output in the weights' dtype and its f32 copy */
+    const int64_t embed =
+        h3_cuda_granule(N * cols * 4) + h3_cuda_granule(N * cols * es) + h3_cuda_granule(N * c->hidden * 4);
+    const int64_t merge = h3_cuda_granule(M * c->out_hidden * es) + h3_cuda_granule(M * c->out_hidden * 4);
+    const int64_t io = embed > merge ? embed : merge;
     return H3_CUDA_BACKEND_BYTES + w + ws_bytes(c, N, es, 1) + io;
 }
 
