@@ -19,6 +19,7 @@
 Exit status 1 when a comparison fails; 0 with a message when transformers or h3run is missing (nothing compared).
 """
 
+import inspect
 import json
 import math
 import os
@@ -161,7 +162,9 @@ def build_model(d):
     text = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                 intermediate_size=96, vocab_size=256, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=5e6,
                 max_position_embeddings=4096, attention_bias=False, tie_word_embeddings=False,
-                rope_scaling=dict(rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True))
+                rope_scaling=dict(rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True),
+                rope_parameters=dict(rope_type="default", rope_theta=5e6, mrope_section=[2, 3, 3],
+                                     mrope_interleaved=True))  # transformers 4.x reads the first, 5 the second
     vision = dict(depth=4, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=16,
                   temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=2304,
                   deepstack_visual_indexes=[0, 2], hidden_act="gelu_pytorch_tanh")
@@ -206,9 +209,12 @@ def case_hidden(h3run, tmp):
         pv, g = hf_process(slow, paths)
         ids = prompt_ids(g.tolist())
         x = torch.tensor([ids])
+        kw = dict(input_ids=x, attention_mask=torch.ones_like(x), pixel_values=pv, image_grid_thw=g, use_cache=False,
+                  output_hidden_states=True)
+        if "mm_token_type_ids" in inspect.signature(model.model.forward).parameters:
+            kw["mm_token_type_ids"] = (x == IMG).long()  # transformers 5 finds the image rows by type (1: image)
         with torch.no_grad():
-            out = model.model(input_ids=x, attention_mask=torch.ones_like(x), pixel_values=pv, image_grid_thw=g,
-                              use_cache=False, output_hidden_states=True)
+            out = model.model(**kw)
         f = os.path.join(tmp, "vision_%d.safetensors" % len(paths))
         save_file({"pixel_values": pv.contiguous(), "image_grid_thw": g.contiguous()}, f)
         for layer in (2, 3):
