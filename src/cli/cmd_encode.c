@@ -15,6 +15,8 @@
 #include "mem/budget.h"
 #include "cuda/cuda.h"
 #include "models/text_encoder.h"
+#include "models/vision.h"
+#include "pipeline/media.h"
 #include "pipeline/request.h"
 #include "pipeline/stages.h"
 
@@ -104,10 +106,109 @@ static h3_status compare(const char *file, const char *name, const h3_tensor *ou
     return st;
 }
 
+/* The images of --image (comma-separated) through the processor: pixel_values rows of every image in order
+ * and one grid row each. */
+static h3_status process_images(const h3_vis_config *vc, const char *list, h3_tensor *pixels, int64_t **grid,
+                                int *n_img) {
+    h3_status st = H3_OK;
+    char *copy = h3_strdup(list), *save = NULL;
+    h3_tensor *parts = NULL;
+    int n = 0, cap = 0;
+    int64_t rows = 0;
+    memset(pixels, 0, sizeof *pixels);
+    *grid = NULL;
+    *n_img = 0;
+    if (!copy) return H3_ERR_NOMEM;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            h3_tensor *np = h3_realloc(parts, (size_t)cap * sizeof *np, H3_MEM_IO);
+            if (np) parts = np;
+            int64_t *ng = h3_realloc(*grid, (size_t)cap * 3 * sizeof *ng, H3_MEM_IO);
+            if (ng) *grid = ng;
+            if (!np || !ng) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        }
+        uint8_t *rgb = NULL;
+        int w, h;
+        H3_CHECK(h3_image_read(tok, H3_IMAGE_MAX_PIXELS, &rgb, &w, &h));
+        st = h3_vis_preprocess(vc, rgb, w, h, &parts[n], *grid + 3 * n);
+        h3_free(rgb);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st, "%s", tok);
+            goto done;
+        }
+        rows += parts[n].shape[0];
+        n++;
+    }
+    if (n == 0) H3_FAIL(H3_ERR_INVALID, "--image names no file");
+    H3_CHECK(h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, rows, parts[0].shape[1], H3_MEM_IO));
+    for (int i = 0, r = 0; i < n; r += (int)parts[i].shape[0], i++)
+        memcpy((float *)pixels->data + (int64_t)r * parts[0].shape[1], parts[i].data,
+               h3_tensor_nbytes(&parts[i]));
+    *n_img = n;
+done:
+    for (int i = 0; i < n; i++) h3_tensor_free(&parts[i]);
+    h3_free(parts);
+    h3_free(copy);
+    if (st != H3_OK) {
+        h3_tensor_free(pixels);
+        h3_free(*grid);
+        *grid = NULL;
+    }
+    return st;
+}
+
+/* --vision FILE: pixel_values (any float dtype, read as f32) and image_grid_thw (i64 or i32 [n, 3]). */
+static h3_status load_vision(const char *path, h3_tensor *pixels, int64_t **grid, int *n_img) {
+    h3_st_set s;
+    memset(pixels, 0, sizeof *pixels);
+    *grid = NULL;
+    H3_TRY(h3_st_open(path, &s));
+    h3_status st = H3_OK;
+    const h3_st_entry *g = h3_st_find(&s, "image_grid_thw"), *p = h3_st_find(&s, "pixel_values");
+    if (!g || !p)
+        H3_FAIL(H3_ERR_FORMAT,
+                "%s needs 'pixel_values' and 'image_grid_thw' (what transformers' Qwen3-VL processor "
+                "returns); it lacks '%s'",
+                path, !p ? "pixel_values" : "image_grid_thw");
+    if ((g->dtype != H3_I64 && g->dtype != H3_I32) || g->ndim != 2 || g->shape[1] != 3 || g->shape[0] < 1 ||
+        g->shape[0] > 4096)
+        H3_FAIL(H3_ERR_FORMAT, "%s: 'image_grid_thw' must be i64 or i32 [images, 3] (1 to 4096 images)",
+                path);
+    if (p->ndim != 2) H3_FAIL(H3_ERR_FORMAT, "%s: 'pixel_values' must be [patches, values]", path);
+    {
+        const void *b;
+        H3_CHECK(h3_st_bytes(&s, g, &b));
+        *n_img = (int)g->shape[0];
+        *grid = h3_malloc((size_t)*n_img * 3 * sizeof **grid, H3_MEM_IO);
+        if (!*grid) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < 3 * *n_img; i++) {
+            if (g->dtype == H3_I64) {
+                int64_t v;
+                memcpy(&v, (const char *)b + 8 * i, 8);
+                (*grid)[i] = v;
+            } else {
+                int32_t v;
+                memcpy(&v, (const char *)b + 4 * i, 4);
+                (*grid)[i] = v;
+            }
+        }
+    }
+    H3_CHECK(h3_st_load(&s, "pixel_values", H3_PLACE_HOST, H3_F32, H3_MEM_IO, pixels));
+done:
+    h3_st_close(&s);
+    if (st != H3_OK) {
+        h3_free(*grid);
+        *grid = NULL;
+        h3_tensor_free(pixels);
+    }
+    return st;
+}
+
 int h3_cmd_encode(int argc, char **argv) {
     const char *model = NULL, *tok_path = NULL, *te_path = NULL, *config = NULL, *prompt = NULL,
                *prompt_file = NULL, *token_ids = NULL, *out_path = NULL, *expect = NULL, *device = "cpu",
-               *vram_s = NULL;
+               *vram_s = NULL, *vision = NULL, *image = NULL, *vision_out = NULL;
     int show_ids = 0, quiet = 0, verbose = 0;
     int64_t layer = H3_TE_LAYER, threads = 0;
     double tol = 1e-4;
@@ -150,6 +251,16 @@ int h3_cmd_encode(int argc, char **argv) {
          "free "
          "memory less 512 MiB); auto runs on the CPU when that cannot hold it",
          0, 0},
+        {"vision", 0, H3_OPT_STR, &vision, "FILE",
+         "images for the prompt: FILE (.safetensors) holds pixel_values and image_grid_thw as transformers' "
+         "Qwen3-VL processor returns them; the ids hold the expanded image tokens",
+         0, 0},
+        {"image", 0, H3_OPT_STR, &image, "IMG[,IMG...]",
+         "images for the prompt, read (PNG, JPEG, WebP, ...) and processed as Qwen3-VL's processor does", 0,
+         0},
+        {"vision-out", 0, H3_OPT_STR, &vision_out, "FILE",
+         "write the processed --image to FILE: pixel_values f32 and image_grid_thw i64 (alone: no encode)", 0,
+         0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
@@ -171,13 +282,23 @@ int h3_cmd_encode(int argc, char **argv) {
         "Prints the token count (and the ids with --ids); --out writes the conditioning for the pipeline.\n"
         "A prompt is at most 1 MiB and, to be encoded, 8192 tokens (fewer when the text encoder's config has "
         "fewer\n"
-        "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.",
+        "positions): a longer one is refused (exit 2) before the text encoder's activations are allocated.\n"
+        "Images (--vision or --image): Qwen3-VL's vision tower (from the text encoder's files) turns them "
+        "into the\n"
+        "image-token rows, its DeepStack features are added after the first layers and the rows take 3-D "
+        "rotary\n"
+        "positions, as transformers' Qwen3VLForConditionalGeneration; --image with --vision-out alone only "
+        "runs\n"
+        "the image processor.",
         "examples:\n  h3run encode -m MiniMax-H3/FL2VA --prompt 'a cat <d> walking' --ids\n"
         "  h3run encode -m MiniMax-H3/FL2VA --prompt-file prompt.txt -o cond.safetensors\n"
         "  h3run encode --tokenizer tokenizer.json --text-encoder "
         "ComfyUI/models/text_encoders/qwen3vl_32b.safetensors "
         "\\\n      --prompt 'integrated_multimodal_description: [Shot 1] ...' -o cond.safetensors\n"
-        "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4",
+        "  h3run encode --text-encoder tests/fixtures/text_encoder/official --token-ids 3,1,4 --layer 4\n"
+        "  h3run encode --image a.png,b.jpg --vision-out pixels.safetensors\n"
+        "  h3run encode --text-encoder TE --token-ids IDS --vision pixels.safetensors --layer 2 -o "
+        "h.safetensors",
         opts,
         0,
         0};
@@ -186,15 +307,24 @@ int h3_cmd_encode(int argc, char **argv) {
     int r = h3_cli_parse(&cmd, argc, argv, pos, &npos);
     if (r) return r < 0 ? H3_EXIT_OK : r;
     int n_sources = (prompt != NULL) + (prompt_file != NULL) + (token_ids != NULL);
-    if (n_sources != 1) {
+    if (vision && image) {
+        fprintf(stderr, "h3run encode: give --vision or --image, not both\n");
+        return H3_EXIT_USAGE;
+    }
+    if (vision_out && !image) {
+        fprintf(stderr, "h3run encode: --vision-out writes the processed --image; give --image IMG\n");
+        return H3_EXIT_USAGE;
+    }
+    const int proc_only = image && vision_out && n_sources == 0;
+    if (n_sources != 1 && !proc_only) {
         fprintf(stderr,
                 "h3run encode: give exactly one of --prompt, --prompt-file and --token-ids (see --help)\n");
         return H3_EXIT_USAGE;
     }
     if (!tok_path) tok_path = model;
     if (!te_path) te_path = model;
-    int need_te = out_path || expect || !show_ids;
-    if (!token_ids && !tok_path) {
+    int need_te = !proc_only && (out_path || expect || !show_ids);
+    if (!proc_only && !token_ids && !tok_path) {
         fprintf(stderr, "h3run encode: --model (or --tokenizer) is needed to tokenize a prompt\n");
         return H3_EXIT_USAGE;
     }
@@ -228,8 +358,10 @@ int h3_cmd_encode(int argc, char **argv) {
         {"--prompt-file", prompt_file, H3_CLI_IN_FILE},
         {"--expect", exp_file, H3_CLI_IN},
         {"--out", out_path, H3_CLI_OUT_FILE},
+        {"--vision", vision, H3_CLI_IN_FILE},
+        {"--vision-out", vision_out, H3_CLI_OUT_FILE},
     };
-    r = h3_cli_check_paths("encode", paths, 7);
+    r = h3_cli_check_paths("encode", paths, 9);
     if (r) {
         h3_free(exp_file);
         return r;
@@ -245,10 +377,39 @@ int h3_cmd_encode(int argc, char **argv) {
     h3_st_writer *w = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
+    h3_vision *vis = NULL;
+    h3_tensor pixels = {0};
+    int64_t *grid = NULL;
+    int n_img = 0;
     char *text = NULL;
     size_t text_len = 0;
     h3_cli_run_begin();
-
+    if (proc_only) { /* the image processor alone: Qwen3-VL's settings, or those of --text-encoder's config */
+        h3_vis_config vc;
+        h3_vis_config_default(&vc);
+        if (te_path) {
+            h3_te_open_opts o0 = {config, H3_PLACE_HOST, 0, NULL, NULL};
+            st = h3_text_encoder_open(te_path, &o0, &te);
+            if (st == H3_OK) st = h3_vision_open(te, config, &vis);
+            if (st != H3_OK) goto fail;
+            vc = *h3_vision_config(vis);
+        }
+        st = process_images(&vc, image, &pixels, &grid, &n_img);
+        if (st != H3_OK) goto fail;
+        const int64_t gs[2] = {n_img, 3};
+        st = h3_st_writer_new(&w);
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "pixel_values", &pixels);
+        if (st == H3_OK) st = h3_st_writer_add(w, "image_grid_thw", H3_I64, 2, gs, grid);
+        if (st == H3_OK) st = h3_st_writer_meta(w, "format", "pt");
+        if (st == H3_OK) st = h3_st_writer_write(w, vision_out, 0);
+        if (st != H3_OK) goto fail;
+        if (!quiet)
+            for (int i = 0; i < n_img; i++)
+                printf("image %d: grid [%lld, %lld, %lld], %lld image tokens\n", i, (long long)grid[3 * i],
+                       (long long)grid[3 * i + 1], (long long)grid[3 * i + 2],
+                       (long long)(grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2] / (vc.merge * vc.merge)));
+        goto done;
+    }
     /* ---- tokens */
     if (token_ids) {
         rc = parse_ids(token_ids, &ids, &n);
@@ -302,6 +463,14 @@ int h3_cmd_encode(int argc, char **argv) {
     if (st != H3_OK) goto fail;
     const h3_te_config *c = h3_text_encoder_config(te);
     if (verbose) fprintf(stderr, "%s\n", h3_text_encoder_describe(te));
+    if (vision || image) {
+        st = h3_vision_open(te, config, &vis);
+        if (st != H3_OK) goto fail;
+        if (verbose) fprintf(stderr, "%s\n", h3_vision_describe(vis));
+        st = vision ? load_vision(vision, &pixels, &grid, &n_img)
+                    : process_images(h3_vision_config(vis), image, &pixels, &grid, &n_img);
+        if (st != H3_OK) goto fail;
+    }
     if (layer > c->n_layers) {
         st = H3_ERR(H3_ERR_INVALID, "--layer %lld: %s has %lld decoder layers, so 0..%lld are available",
                     (long long)layer, te_path, (long long)c->n_layers, (long long)c->n_layers);
@@ -341,6 +510,10 @@ int h3_cmd_encode(int argc, char **argv) {
     ts.ids = ids;
     ts.n = n;
     ts.layer = (int)layer;
+    ts.vis = vis;
+    ts.pixels = &pixels;
+    ts.grid = (const int64_t(*)[3])grid;
+    ts.n_img = n_img;
     h3_stage_report rep;
     st = h3_stage_text_encoder(&ex, &ts, &hidden, &rep);
     if (st != H3_OK) goto fail;
@@ -411,6 +584,9 @@ done:
     }
     h3_st_writer_free(w);
     h3_tensor_free(&hidden);
+    h3_tensor_free(&pixels);
+    h3_free(grid);
+    h3_vision_close(vis);
     h3_text_encoder_close(te);
     if (ex.cuda) h3_cuda_shutdown(&ex);
     if (have_ex) h3_exec_free(&ex);

@@ -41,6 +41,7 @@ struct h3_text_encoder {
     h3_te_layer_weights cur; /* the acquired layer's views */
     int acquired;            /* index of the acquired layer, -1 if none */
     h3_te_stats stats;
+    char *config_file; /* the config.json read, or NULL */
 };
 
 /* ---- config ----------------------------------------------------------------------------------------------
@@ -58,6 +59,26 @@ void h3_te_config_default(h3_te_config *c) {
     c->max_positions = 262144;
     c->rope_theta = 5e6;
     c->rms_eps = 1e-6;
+    c->mrope_section[0] = 24;
+    c->mrope_section[1] = 20;
+    c->mrope_section[2] = 20;
+}
+
+/* "mrope_section": [t, h, w] of rope_parameters (transformers 5) or rope_scaling (4.x). */
+static h3_status get_mrope(const json_t *o, const char *what, h3_te_config *c) {
+    const json_t *a = json_is_object(o) ? json_object_get(o, "mrope_section") : NULL;
+    if (!a || json_is_null(a)) return H3_OK;
+    if (!json_is_array(a) || json_array_size(a) != 3)
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]",
+                      what);
+    for (int i = 0; i < 3; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 4096)
+            return H3_ERR(H3_ERR_FORMAT,
+                          "%s: \"mrope_section\" must be 3 integers (t, h, w), e.g. [24, 20, 20]", what);
+        c->mrope_section[i] = json_integer_value(v);
+    }
+    return H3_OK;
 }
 
 static h3_status get_pos_int(const json_t *o, const char *key, const char *what, int64_t *out) {
@@ -96,6 +117,8 @@ h3_status h3_te_config_from_json(const json_t *j, const char *what, h3_te_config
     /* transformers 5 keeps theta under rope_parameters; older versions have rope_scaling for the mRoPE part.
      */
     const json_t *rp = json_object_get(t, "rope_parameters");
+    H3_TRY(get_mrope(json_object_get(t, "rope_scaling"), what, c));
+    H3_TRY(get_mrope(rp, what, c));
     if (json_is_object(rp)) {
         H3_TRY(get_pos_num(rp, "rope_theta", what, &c->rope_theta));
         const char *type = h3_json_get_str(rp, "rope_type");
@@ -367,6 +390,10 @@ h3_status h3_text_encoder_open(const char *path, const h3_te_open_opts *opts, h3
     char src[300] = "the tensor shapes";
     H3_CHECK(read_config(te, dir, opts, &te->cfg, &found, src, sizeof src));
     if (!found) H3_CHECK(infer_config(te, &te->cfg));
+    if (found) {
+        te->config_file = h3_strdup(src);
+        if (!te->config_file) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    }
     if (found && te->cfg.n_layers < layers_in_file)
         H3_FAIL(H3_ERR_FORMAT, "%s: the config has %lld decoder layers but the weights have %d", path,
                 (long long)te->cfg.n_layers, layers_in_file);
@@ -430,11 +457,16 @@ void h3_text_encoder_close(h3_text_encoder *te) {
     if (te->have_set) h3_st_close(&te->set);
     h3_gguf_free(te->gguf);
     h3_free(te->source);
+    h3_free(te->config_file);
     h3_free(te);
 }
 
 const h3_st_set *h3_text_encoder_files(const h3_text_encoder *te) {
     return te->have_set ? &te->set : NULL;
+}
+
+const char *h3_text_encoder_config_file(const h3_text_encoder *te) {
+    return te->config_file;
 }
 
 const h3_te_config *h3_text_encoder_config(const h3_text_encoder *te) {
@@ -508,6 +540,127 @@ void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *
             sin_out[p * D + j] = sin_out[p * D + j + half] = sn;
         }
     }
+}
+
+void h3_te_mrope_tables(const h3_te_config *c, const int64_t *pos, int64_t n, float *cos_out,
+                        float *sin_out) {
+    const int64_t D = c->head_dim, half = D / 2;
+    for (int64_t j = 0; j < half; j++) {
+        float inv = (float)(1.0 / pow(c->rope_theta, (double)(2 * j) / (double)D));
+        int axis = 0;
+        if (j % 3 == 1 && j < 3 * c->mrope_section[1]) axis = 1;
+        if (j % 3 == 2 && j < 3 * c->mrope_section[2]) axis = 2;
+        for (int64_t r = 0; r < n; r++) {
+            float ang = (float)pos[axis * n + r] * inv;
+            float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+            cos_out[r * D + j] = cos_out[r * D + j + half] = cs;
+            sin_out[r * D + j] = sin_out[r * D + j + half] = sn;
+        }
+    }
+}
+
+/* The rotary tables of a prompt: text-only or with the vision rows' positions. */
+static void rope_tables(const h3_te_config *c, const h3_te_mm *mm, int64_t n, float *cs, float *sn) {
+    if (mm && mm->pos)
+        h3_te_mrope_tables(c, mm->pos, n, cs, sn);
+    else
+        h3_te_rope_tables(c, n, cs, sn);
+}
+
+/* The vision rows of a prompt at the activation place: their indices, and embeds / deep in the activations'
+ * dtype (views of the caller's host tensors when they already are). */
+typedef struct te_vis {
+    int active;
+    h3_tensor idx;   /* i64 [n_vis] */
+    h3_tensor tmp;   /* [n_vis, C] */
+    h3_tensor *deep; /* [n_deep] */
+    int n_deep;
+} te_vis;
+
+static void te_vis_free(te_vis *v) {
+    h3_tensor_free(&v->idx);
+    h3_tensor_free(&v->tmp);
+    if (v->deep)
+        for (int k = 0; k < v->n_deep; k++) h3_tensor_free(&v->deep[k]);
+    h3_free(v->deep);
+    memset(v, 0, sizeof *v);
+}
+
+/* A host f32 tensor into a new one at place pl in dt. */
+static h3_status place_copy(h3_exec *ex, h3_place pl, h3_dtype dt, const h3_tensor *src, h3_tensor *dst) {
+    h3_tensor f = {0};
+    H3_TRY(h3_tensor_alloc(dst, pl, dt, src->ndim, src->shape, H3_MEM_ACTIVATIONS));
+    if (pl == H3_PLACE_DEVICE && dt != src->dtype) {
+        H3_TRY(h3_tensor_alloc(&f, pl, src->dtype, src->ndim, src->shape, H3_MEM_ACTIVATIONS));
+        h3_status st = h3_copy(ex, &f, src);
+        if (st == H3_OK) st = h3_op_convert(ex, dst, &f);
+        if (st == H3_OK) st = h3_exec_sync(ex);
+        h3_tensor_free(&f);
+        return st;
+    }
+    if (pl == H3_PLACE_DEVICE) return h3_copy(ex, dst, src);
+    return h3_op_convert(ex, dst, src);
+}
+
+static h3_status te_vis_make(h3_text_encoder *te, h3_exec *ex, const h3_te_mm *mm, int64_t n, h3_place pl,
+                             h3_dtype dt, te_vis *v) {
+    memset(v, 0, sizeof *v);
+    if (!mm || mm->n_vis == 0) return H3_OK;
+    const int64_t C = te->cfg.hidden;
+    for (int64_t i = 0; i < mm->n_vis; i++)
+        if (mm->rows[i] < 0 || mm->rows[i] >= n || (i && mm->rows[i] <= mm->rows[i - 1]))
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: vision row %lld (%lld) is outside the prompt or out of order",
+                          (long long)i, (long long)mm->rows[i]);
+    const h3_tensor *all[1 + H3_TE_MAX_DEEP];
+    if (mm->n_deep < 0 || mm->n_deep > H3_TE_MAX_DEEP)
+        return H3_ERR(H3_ERR_INVALID, "text encoder: %d deepstack features (at most %d)", mm->n_deep,
+                      H3_TE_MAX_DEEP);
+    all[0] = mm->embeds;
+    for (int k = 0; k < mm->n_deep; k++) all[1 + k] = &mm->deep[k];
+    for (int k = 0; k <= mm->n_deep; k++)
+        if (!all[k] || all[k]->dtype != H3_F32 || all[k]->ndim != 2 || all[k]->shape[0] != mm->n_vis ||
+            all[k]->shape[1] != C || all[k]->place == H3_PLACE_DEVICE || !h3_tensor_is_contiguous(all[k]))
+            return H3_ERR(H3_ERR_INVALID,
+                          "text encoder: the vision features must be f32 host tensors [%lld, %lld]",
+                          (long long)mm->n_vis, (long long)C);
+    v->active = 1;
+    v->n_deep = mm->n_deep;
+    h3_tensor hidx = {0};
+    const int64_t s1[1] = {mm->n_vis};
+    H3_TRY(h3_tensor_wrap(&hidx, (void *)mm->rows, H3_PLACE_HOST, H3_I64, 1, s1));
+    H3_TRY(h3_tensor_alloc(&v->idx, pl, H3_I64, 1, s1, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_copy(ex, &v->idx, &hidx));
+    H3_TRY(h3_tensor_alloc2(&v->tmp, pl, dt, mm->n_vis, C, H3_MEM_ACTIVATIONS));
+    if (mm->n_deep) {
+        v->deep = h3_calloc((size_t)mm->n_deep, sizeof *v->deep, H3_MEM_OTHER);
+        if (!v->deep) return H3_ERR_NOMEM;
+        for (int k = 0; k < mm->n_deep; k++) H3_TRY(place_copy(ex, pl, dt, &mm->deep[k], &v->deep[k]));
+    }
+    H3_TRY(h3_exec_sync(ex));
+    return H3_OK;
+}
+
+/* x's vision rows: set to src (src NULL: tmp already holds them), or add src to them. */
+static h3_status vis_rows(h3_exec *ex, te_vis *v, h3_tensor *x, const h3_tensor *src, int add) {
+    if (add) {
+        H3_TRY(h3_op_gather_rows(ex, &v->tmp, x, &v->idx));
+        H3_TRY(h3_op_binary(ex, &v->tmp, &v->tmp, src, H3_BINARY_ADD));
+    } else if (src) {
+        H3_TRY(h3_op_convert(ex, &v->tmp, src));
+    }
+    return h3_op_scatter_rows(ex, x, &v->tmp, &v->idx);
+}
+
+/* After layer l of an encode to hidden state `layer`: deep[l] goes into the rows unless hidden_states[l + 1]
+ * is the result (transformers records a layer's output before the addition); the normed last state includes
+ * it. */
+static h3_status vis_after_layer(h3_text_encoder *te, h3_exec *ex, te_vis *v, h3_tensor *x, int l,
+                                 int layer) {
+    if (!v->active || l >= v->n_deep) return H3_OK;
+    const int normed = layer == te->cfg.n_layers && te->final_norm.data;
+    if (l + 1 >= layer && !normed) return H3_OK;
+    return vis_rows(ex, v, x, &v->deep[l], 1);
 }
 
 /* Writes embedding rows ids[0..n) into out [n, C] f32, converting from the stored dtype. Only those rows of
@@ -706,7 +859,7 @@ static h3_status te_dev_make(h3_text_encoder *te, int n, te_dev *d) {
 }
 
 static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
-                               h3_tensor *out) {
+                               const h3_te_mm *mm, h3_tensor *out) {
     const h3_te_config *c = &te->cfg;
     const int64_t C = c->hidden, D = c->head_dim;
     h3_status st = H3_OK;
@@ -717,9 +870,18 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
     memset(&d, 0, sizeof d);
     h3_units *units = NULL;
     int *order = NULL;
-    /* the prompt's embedding rows, gathered on the host */
+    te_vis vis;
+    memset(&vis, 0, sizeof vis);
+    /* the prompt's embedding rows, gathered on the host (the vision rows' features put in) */
     H3_CHECK(h3_tensor_alloc2(&he, H3_PLACE_HOST, H3_F32, n, C, H3_MEM_ACTIVATIONS));
     H3_CHECK(gather_embeddings(te, ids, n, &he));
+    if (mm && mm->n_vis) {
+        te_vis hv;
+        H3_CHECK(te_vis_make(te, ex, mm, n, H3_PLACE_HOST, H3_F32, &hv));
+        st = vis_rows(ex, &hv, &he, mm->embeds, 0);
+        te_vis_free(&hv);
+        if (st != H3_OK) goto done;
+    }
     H3_CHECK(h3_copy(ex, out, &he));
     if (layer == 0) goto sync;
     H3_CHECK(te_dev_make(te, layer, &d));
@@ -728,7 +890,8 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
     H3_CHECK(h3_op_convert(ex, &x, out));
     H3_CHECK(h3_tensor_alloc2(&hc, H3_PLACE_HOST, H3_F32, n, D, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_tensor_alloc2(&hs, H3_PLACE_HOST, H3_F32, n, D, H3_MEM_ACTIVATIONS));
-    h3_te_rope_tables(c, n, hc.data, hs.data);
+    rope_tables(c, mm, n, hc.data, hs.data);
+    H3_CHECK(te_vis_make(te, ex, mm, n, H3_PLACE_DEVICE, TE_DEV_DTYPE, &vis));
     H3_CHECK(h3_copy(ex, &s.cos, &hc));
     H3_CHECK(h3_copy(ex, &s.sin, &hs));
     {
@@ -757,6 +920,7 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
         for (int i = 0; i < TE_N_FIELDS; i++) *layer_field(&w, i) = t[i];
         st = run_layer(te, ex, &w, &x, &s);
         h3_units_release(units, l);
+        if (st == H3_OK) st = vis_after_layer(te, ex, &vis, &x, l, layer);
         if (st != H3_OK) {
             st = h3_error_wrap(st, "text-encoder layer %d", l);
             goto done;
@@ -779,6 +943,7 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
 sync:
     H3_CHECK(h3_exec_sync(ex));
 done:
+    te_vis_free(&vis);
     h3_units_close(units);
     h3_free(order);
     te_dev_free(&d);
@@ -824,6 +989,11 @@ int64_t h3_text_encoder_device_bytes(h3_text_encoder *te, int64_t n, int layer) 
 
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
                                  h3_tensor *out) {
+    return h3_text_encoder_encode_mm(te, ex, ids, n, layer, NULL, out);
+}
+
+h3_status h3_text_encoder_encode_mm(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n,
+                                    int layer, const h3_te_mm *mm, h3_tensor *out) {
     const h3_te_config *c = &te->cfg;
     if (!ex) return H3_ERR(H3_ERR_INVALID, "text encoder: no exec context");
     if (n <= 0 || !ids) return H3_ERR(H3_ERR_INVALID, "text encoder: the prompt has no tokens");
@@ -849,20 +1019,25 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
                       "text encoder: hidden_states[%d] of a %lld-layer model is taken after the final norm "
                       "('%snorm.weight'), which %s lacks; hidden states 0..%lld are available",
                       layer, (long long)c->n_layers, te->prefix, te->source, (long long)c->n_layers - 1);
-    if (te->act_place != H3_PLACE_DEVICE) {
-        H3_TRY(gather_embeddings(te, ids, n, out));
-        if (layer == 0) return H3_OK;
+    if (te->act_place == H3_PLACE_DEVICE) return encode_device(te, ex, ids, n, layer, mm, out);
+    te_vis vis;
+    H3_TRY(gather_embeddings(te, ids, n, out));
+    h3_status st = te_vis_make(te, ex, mm, n, te->act_place, TE_ACT_DTYPE, &vis);
+    if (st == H3_OK && vis.active) st = vis_rows(ex, &vis, out, mm->embeds, 0);
+    if (st != H3_OK || layer == 0) {
+        te_vis_free(&vis);
+        return st;
     }
-    if (te->act_place == H3_PLACE_DEVICE) return encode_device(te, ex, ids, n, layer, out);
     te_ws s;
-    h3_status st = ws_alloc(te, n, TE_ACT_DTYPE, &s);
-    if (st == H3_OK) h3_te_rope_tables(c, n, s.cos.data, s.sin.data);
+    st = ws_alloc(te, n, TE_ACT_DTYPE, &s);
+    if (st == H3_OK) rope_tables(c, mm, n, s.cos.data, s.sin.data);
     for (int l = 0; l < layer && st == H3_OK; l++) {
         const h3_te_layer_weights *w;
         st = h3_text_encoder_layer_acquire(te, ex, l, &w);
         if (st != H3_OK) break;
         st = run_layer(te, ex, w, out, &s);
         h3_text_encoder_layer_release(te, ex, l);
+        if (st == H3_OK) st = vis_after_layer(te, ex, &vis, out, l, layer);
         if (st != H3_OK)
             st = h3_error_wrap(st, "text-encoder layer %d", l);
         else
@@ -871,5 +1046,6 @@ h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t
     }
     if (st == H3_OK && layer == c->n_layers && te->final_norm.data) st = final_norm(te, ex, out);
     ws_free(&s);
+    te_vis_free(&vis);
     return st;
 }

@@ -3,7 +3,8 @@
  *
  * H3 uses hidden_states[50]: the un-normalized residual stream after decoder layers 0..49 (H3-FACTS §2). This
  * module computes hidden_states[layer] for any layer in 0..n_layers (0 is the token embedding); the final
- * norm, the LM head and the vision tower are never read, nor are layers >= layer.
+ * norm, the LM head and the vision tower (models/vision.h reads it) are never read here, nor are layers >=
+ * layer.
  *
  * One decoder layer (Qwen3; shapes of Qwen3-VL-32B: hidden C 5120, 64 query heads and 8 key/value heads of
  * head_dim D 128, intermediate F 25600, RMSNorm eps 1e-6, no biases):
@@ -21,8 +22,8 @@
  * p_t = p_h = p_w = p for every token and angle_j = p · θ^(−2j/D) whichever axis j takes: exactly ordinary
  * 1-D RoPE over positions 0..L−1. That is what this module computes (tests/test_text_encoder.c builds the
  * interleaved tables from the definition and checks they equal these). Vision blocks in a prompt
- * (fl2va/ref2va presentations) give tokens distinct (t, h, w) and need the three-axis form; that is not
- * supported here yet.
+ * (fl2va/ref2va presentations) give tokens distinct (t, h, w): h3_text_encoder_encode_mm takes them with the
+ * vision tower's rows (models/vision.h).
  *
  * Weights stay in their stored dtype (bf16 as released; f32 and f16 work too) and are views over the mapped
  * file: the layer loop fetches each layer's weights through one acquire/release pair (a streamer can later
@@ -50,16 +51,18 @@
 #define H3_TE_LAYER 50
 
 typedef struct h3_te_config {
-    int64_t hidden;        /* C: 5120 */
-    int64_t n_layers;      /* decoder layers in the file: 64 official, 50 in the repacks */
-    int64_t heads;         /* query heads: 64 */
-    int64_t kv_heads;      /* key/value heads: 8 */
-    int64_t head_dim;      /* D: 128 */
-    int64_t intermediate;  /* F: 25600 */
-    int64_t vocab;         /* rows of the embedding: 151936 */
-    int64_t max_positions; /* max_position_embeddings: 262144 (the longest prompt it was made for) */
-    double rope_theta;     /* 5e6 */
-    double rms_eps;        /* 1e-6 */
+    int64_t hidden;           /* C: 5120 */
+    int64_t n_layers;         /* decoder layers in the file: 64 official, 50 in the repacks */
+    int64_t heads;            /* query heads: 64 */
+    int64_t kv_heads;         /* key/value heads: 8 */
+    int64_t head_dim;         /* D: 128 */
+    int64_t intermediate;     /* F: 25600 */
+    int64_t vocab;            /* rows of the embedding: 151936 */
+    int64_t max_positions;    /* max_position_embeddings: 262144 (the longest prompt it was made for) */
+    double rope_theta;        /* 5e6 */
+    double rms_eps;           /* 1e-6 */
+    int64_t mrope_section[3]; /* interleaved mRoPE: frequencies per axis (t, h, w): [24, 20, 20], sum
+                                 head_dim/2 */
 } h3_te_config;
 
 /* Qwen3-VL-32B's text config (H3-FACTS §2), with 64 layers. */
@@ -104,6 +107,28 @@ h3_layout h3_text_encoder_layout(const h3_text_encoder *te);
 h3_status h3_text_encoder_encode(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n, int layer,
                                  h3_tensor *out);
 
+#define H3_TE_MAX_DEEP 8
+
+/* A prompt with vision rows (models/vision.h makes one): the rotary positions of every row and the rows the
+ * vision tower's outputs go to. */
+typedef struct h3_te_mm {
+    const int64_t *pos;  /* [3, n]: positions (t, h, w) per row (get_rope_index); NULL: 0..n-1 on each axis */
+    const int64_t *rows; /* [n_vis] the vision rows, ascending */
+    int64_t n_vis;
+    const h3_tensor *embeds; /* f32 host [n_vis, hidden]: replace those rows' embeddings */
+    const h3_tensor
+        *deep; /* [n_deep] f32 host [n_vis, hidden]: deep[k] added to those rows after layer k
+                * (hidden_states[k + 1] is taken before the addition, as transformers records it) */
+    int n_deep;
+} h3_te_mm;
+
+/* h3_text_encoder_encode with vision rows (mm NULL: the text-only encode). */
+h3_status h3_text_encoder_encode_mm(h3_text_encoder *te, h3_exec *ex, const int32_t *ids, int64_t n,
+                                    int layer, const h3_te_mm *mm, h3_tensor *out);
+
+/* The config.json the encoder read (NULL when the widths came from the shapes). */
+const char *h3_text_encoder_config_file(const h3_text_encoder *te);
+
 /* Device bytes h3_text_encoder_encode takes with activations on the device for n tokens up to hidden state
  * `layer` (the backend's workspace, the quantized GEMMs' scratch when a layer is quantized, two layer slots,
  * the activations and the f32 output); -1 when a layer's weights cannot be read. Headers only. */
@@ -140,5 +165,10 @@ void h3_text_encoder_get_stats(const h3_text_encoder *te, h3_te_stats *out);
 /* Rotary tables of a text-only prompt: cos, sin [n, head_dim] (row p = position p), as the forward uses them:
  * inv_freq[j] = f32(θ^(−2j/D)), angle = f32(p · inv_freq[j]), entries j and j + D/2 equal. */
 void h3_te_rope_tables(const h3_te_config *c, int64_t n, float *cos_out, float *sin_out);
+
+/* Interleaved mRoPE tables for positions pos [3, n] (t, h, w): frequency j takes axis h when j ≡ 1 (mod 3)
+ * and j < 3·section[1], w when j ≡ 2 (mod 3) and j < 3·section[2], else t; angle = f32(p_axis · inv_freq[j]).
+ * With equal axes this is h3_te_rope_tables. */
+void h3_te_mrope_tables(const h3_te_config *c, const int64_t *pos, int64_t n, float *cos_out, float *sin_out);
 
 #endif

@@ -103,7 +103,6 @@ h3_status h3_frame_scaler_new(int src_w, int src_h, int dst_w, int dst_h, h3_fra
 void h3_frame_scaler_run(h3_frame_scaler *s, const uint8_t *src, uint8_t *dst);
 void h3_frame_scaler_free(h3_frame_scaler *s);
 
-
 /* One PNG (8-bit RGB) of a frame in the pixel convention above, written atomically. */
 h3_status h3_png_write(const char *path, const float *rgb, int64_t plane_stride, int64_t row_stride,
                        int width, int height);
@@ -154,5 +153,12 @@ typedef struct h3_clip {
 /* The first video stream (and audio stream, if any) of a file libavformat opens (MP4 among them). */
 h3_status h3_clip_read(const char *path, h3_clip *out);
 void h3_clip_free(h3_clip *c);
+
+/* An image file's first frame (PNG, JPEG, WebP, BMP, ... whatever libavformat opens) as packed RGB8 [h, w, 3]
+ * (h3_malloc; alpha dropped, as PIL's convert("RGB") does; YUV converted with the file's own range and
+ * matrix). Refused: a missing/unreadable/truncated file (H3_ERR_IO or H3_ERR_FORMAT), no video stream, and an
+ * image above max_pixels (H3_ERR_INVALID, checked before decoding when the header says the size). */
+#define H3_IMAGE_MAX_PIXELS ((int64_t)1 << 28)
+h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h);
 
 #endif

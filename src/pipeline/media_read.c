@@ -12,6 +12,7 @@
 #if H3_HAVE_MEDIA
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 
 static h3_status av_fail(int err, const char *what, const char *path) {
@@ -195,7 +196,130 @@ done:
     return st;
 }
 
+h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h) {
+    *rgb = NULL;
+    *w = *h = 0;
+    AVFormatContext *fmt = NULL;
+    AVCodecContext *vd = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *fr = av_frame_alloc();
+    struct SwsContext *sws = NULL;
+    uint8_t *out = NULL;
+    h3_status st = H3_OK;
+    int e, got = 0;
+    if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    {
+        int fd;
+        H3_CHECK(h3_open_input(path, &fd, NULL));
+        close(fd);
+    }
+    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
+        st = av_fail(e, "opening the image", path);
+        goto done;
+    }
+    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
+        st = av_fail(e, "reading the image", path);
+        goto done;
+    }
+    const int vi = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    if (vi < 0) H3_FAIL(H3_ERR_FORMAT, "%s is not an image (no picture in it)", path);
+    {
+        const AVCodecParameters *par = fmt->streams[vi]->codecpar;
+        if ((int64_t)par->width * par->height > max_pixels)
+            H3_FAIL(H3_ERR_INVALID, "%s is %dx%d: above the %lld pixels an image may have", path, par->width,
+                    par->height, (long long)max_pixels);
+    }
+    H3_CHECK(open_dec(fmt, vi, &vd, path));
+    while (!got && (e = av_read_frame(fmt, pkt)) >= 0) {
+        if (pkt->stream_index == vi) {
+            e = avcodec_send_packet(vd, pkt);
+            if (e >= 0 || e == AVERROR(EAGAIN)) {
+                e = avcodec_receive_frame(vd, fr);
+                if (e >= 0)
+                    got = 1;
+                else if (e != AVERROR(EAGAIN)) {
+                    av_packet_unref(pkt);
+                    st = av_fail(e, "decoding the image", path);
+                    goto done;
+                }
+            } else {
+                av_packet_unref(pkt);
+                st = av_fail(e, "decoding the image", path);
+                goto done;
+            }
+        }
+        av_packet_unref(pkt);
+    }
+    if (!got) { /* flush: decoders that hold the frame until the end */
+        avcodec_send_packet(vd, NULL);
+        if (avcodec_receive_frame(vd, fr) >= 0) got = 1;
+    }
+    if (!got) H3_FAIL(H3_ERR_FORMAT, "%s: no picture could be decoded (truncated or not an image)", path);
+    if (fr->width < 1 || fr->height < 1) H3_FAIL(H3_ERR_FORMAT, "%s: the picture has no pixels", path);
+    if ((int64_t)fr->width * fr->height > max_pixels)
+        H3_FAIL(H3_ERR_INVALID, "%s is %dx%d: above the %lld pixels an image may have", path, fr->width,
+                fr->height, (long long)max_pixels);
+    if (fr->decode_error_flags || (fr->flags & AV_FRAME_FLAG_CORRUPT))
+        H3_FAIL(H3_ERR_FORMAT, "%s: the picture is damaged (truncated or corrupt data)", path);
+    { /* JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way) */
+        enum AVPixelFormat pf = (enum AVPixelFormat)fr->format;
+        /* limited range only for YUV that does not say full; grey, palette and RGB pictures are full range */
+        const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(pf);
+        const int yuv =
+            d && d->nb_components >= 3 && !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
+        int full = !yuv || fr->color_range == AVCOL_RANGE_JPEG;
+        static const enum AVPixelFormat jf[][2] = {{AV_PIX_FMT_YUVJ420P, AV_PIX_FMT_YUV420P},
+                                                   {AV_PIX_FMT_YUVJ422P, AV_PIX_FMT_YUV422P},
+                                                   {AV_PIX_FMT_YUVJ444P, AV_PIX_FMT_YUV444P},
+                                                   {AV_PIX_FMT_YUVJ440P, AV_PIX_FMT_YUV440P},
+                                                   {AV_PIX_FMT_YUVJ411P, AV_PIX_FMT_YUV411P}};
+        for (size_t i = 0; i < sizeof jf / sizeof jf[0]; i++)
+            if (pf == jf[i][0]) {
+                pf = jf[i][1];
+                full = 1;
+            }
+        sws = sws_getContext(fr->width, fr->height, pf, fr->width, fr->height, AV_PIX_FMT_RGB24,
+                             SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+        if (sws) {
+            const int *coef =
+                sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
+            sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16,
+                                     1 << 16);
+        }
+    }
+    out = h3_malloc((size_t)fr->width * (size_t)fr->height * 3, H3_MEM_IO);
+    if (!sws || !out) H3_FAIL(H3_ERR_NOMEM, "out of memory for a %dx%d image", fr->width, fr->height);
+    {
+        uint8_t *dst[1] = {out};
+        int dst_stride[1] = {3 * fr->width};
+        if (sws_scale(sws, (const uint8_t *const *)fr->data, fr->linesize, 0, fr->height, dst, dst_stride) !=
+            fr->height)
+            H3_FAIL(H3_ERR_FORMAT, "%s: its pixel format (%s) could not be converted to RGB", path,
+                    av_get_pix_fmt_name((enum AVPixelFormat)fr->format));
+    }
+    *w = fr->width;
+    *h = fr->height;
+    *rgb = out;
+    out = NULL;
+done:
+    h3_free(out);
+    sws_freeContext(sws);
+    avcodec_free_context(&vd);
+    avformat_close_input(&fmt);
+    av_packet_free(&pkt);
+    av_frame_free(&fr);
+    return st;
+}
+
 #else /* built without libav (-DH3_MEDIA=OFF) */
+h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h) {
+    (void)max_pixels;
+    *rgb = NULL;
+    *w = *h = 0;
+    return H3_ERR(H3_ERR_UNSUPPORTED,
+                  "%s: this h3run was built without reading images (cmake -DH3_MEDIA=OFF)", path);
+}
+
 h3_status h3_clip_read(const char *path, h3_clip *out) {
     memset(out, 0, sizeof *out);
     return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading MP4s (cmake -DH3_MEDIA=OFF)",

@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "mem/budget.h"
 #include "mem/report.h"
+#include "models/vision.h"
 #include "models/dit_stream.h"
 
 static double now_s(void) {
@@ -101,11 +102,21 @@ h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hi
         /* the layers stream from the files through two device slots; the states come back to the host */
         H3_CHECK_CTX(h3_text_encoder_set_placement(te, H3_PLACE_DEVICE), "the text encoder");
         H3_CHECK(h3_tensor_alloc2(&dh, H3_PLACE_DEVICE, H3_F32, a->n, c->hidden, H3_MEM_ACTIVATIONS));
-        H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, &dh), "the text encoder");
+        if (a->vis)
+            H3_CHECK_CTX(h3_vision_encode_prompt(a->vis, te, ex, H3_PLACE_DEVICE, a->ids, a->n, a->pixels,
+                                                 a->grid, a->n_img, a->layer, &dh),
+                         "the text encoder with images");
+        else
+            H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, &dh), "the text encoder");
         H3_CHECK(h3_copy(ex, hidden, &dh));
         H3_CHECK(h3_exec_sync(ex));
     } else {
-        H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, hidden), "the text encoder");
+        if (a->vis)
+            H3_CHECK_CTX(h3_vision_encode_prompt(a->vis, te, ex, H3_PLACE_HOST, a->ids, a->n, a->pixels,
+                                                 a->grid, a->n_img, a->layer, hidden),
+                         "the text encoder with images");
+        else
+            H3_CHECK_CTX(h3_text_encoder_encode(te, ex, a->ids, a->n, a->layer, hidden), "the text encoder");
     }
     int64_t bad = 0;
     const float *hv = hidden->data;

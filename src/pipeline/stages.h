@@ -50,6 +50,12 @@ typedef struct h3_te_stage {
     /* with path: after each layer (done of total); nonzero stops the stage with H3_ERR_INTERRUPTED */
     int (*on_layer)(void *user, int done, int total);
     void *on_layer_user;
+    /* images (NULL vis: a text prompt): the vision tower of te, the processor's pixel_values and grids; ids
+     * hold the expanded image tokens. The tower runs where the text encoder runs. */
+    struct h3_vision *vis;
+    const h3_tensor *pixels;
+    const int64_t (*grid)[3];
+    int n_img;
 } h3_te_stage;
 
 /* hidden_states[layer] of the ids into *hidden, allocated here: f32 [n, hidden] on the host (freed on
@@ -61,7 +67,8 @@ h3_status h3_stage_text_encoder(h3_exec *ex, const h3_te_stage *a, h3_tensor *hi
 typedef struct h3_dit_stage_args {
     h3_dit *dit;         /* opened by the caller as the plan planned it: on the device with act_place DEVICE,
                           * weight_place         HOST and stream_weights; on the host as it computes. Not closed: the
-                          * stage         gives back         everything it placed (blocks, slots, workspace, modulation) */
+                          * stage         gives back         everything it placed (blocks, slots, workspace,
+                          * modulation) */
     const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
     const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
     int64_t n_video_rows, n_audio_rows; /* rows of every call */
