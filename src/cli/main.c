@@ -15,11 +15,16 @@ typedef struct {
 static const subcommand g_cmds[] = {
     {"inspect", h3_cmd_inspect, "list the tensors of weight files and name the H3 components they hold"},
     {"dit", h3_cmd_dit, "run the DiT once on a packed sequence given as named tensors"},
-    {"encode", h3_cmd_encode, "tokenize a prompt and run the text encoder to H3's conditioning (hidden_states[50])"},
+    {"encode", h3_cmd_encode,
+     "tokenize a prompt and run the text encoder to H3's conditioning (hidden_states[50])"},
     {"decode", h3_cmd_decode, "decode latents with the video or audio VAE to PNG frames or a WAV file"},
-    {"plan", h3_cmd_plan, "plan a request's memory: where each weight block lives, peaks and time, before loading"},
+    {"vae-encode", h3_cmd_vae_encode,
+     "encode pixels with the video VAE's encoder to latents (for comparisons)"},
+    {"plan", h3_cmd_plan,
+     "plan a request's memory: where each weight block lives, peaks and time, before loading"},
     {"generate", h3_cmd_generate, "a prompt to an MP4 with stereo sound: text encoder, DiT steps, VAEs, mux"},
-    {"quantize", h3_cmd_quantize, "write int8 / fp8 / nvfp4 weights in ComfyUI's format; the error of each format"},
+    {"quantize", h3_cmd_quantize,
+     "write int8 / fp8 / nvfp4 weights in ComfyUI's format; the error of each format"},
     {NULL, NULL, NULL},
 };
 
