@@ -509,7 +509,8 @@ h3_status h3_video_enc_mem_of(const h3_video_enc_config *c, int64_t F, int64_t H
         out->tile_io = px + mom;
         out->op_scratch = g.scratch;
         out->host_tiles = (int64_t)t.ny * t.nx * mom;
-        out->host_total = out->act + out->tile_io + out->host_tiles + out->op_scratch;
+        out->host_total =
+            out->act + out->tile_io + out->host_tiles + out->op_scratch + (int64_t)sizeof(ve_part);
     }
     return H3_OK;
 }
