@@ -340,9 +340,7 @@ static void test_encoder(void) {
         return;
     }
     const h3_video_enc_config *c = h3_video_enc_get_config(e);
-    static const struct {
-        int F, H, W;
-    } k_cases[] = {{1, 320, 288}, {22, 64, 96}};
+    static const struct { int F, H, W; } k_cases[] = {{1, 320, 288}, {22, 64, 96}};
     for (size_t k = 0; k < sizeof k_cases / sizeof *k_cases; k++) {
         const int F = k_cases[k].F, H = k_cases[k].H, W = k_cases[k].W;
         const int64_t T = h3_video_enc_latent_frames(c, F), ps[5] = {1, 3, F, H, W},
@@ -351,7 +349,8 @@ static void test_encoder(void) {
         CHECK_OK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_IO));
         CHECK_OK(h3_tensor_alloc(&mc, H3_PLACE_HOST, H3_F32, 5, ms, H3_MEM_IO));
         CHECK_OK(h3_tensor_alloc(&mg, H3_PLACE_HOST, H3_F32, 5, ms, H3_MEM_IO));
-        for (int64_t i = 0; i < h3_tensor_numel(&px); i++) ((uint8_t *)px.data)[i] = (uint8_t)(t_rand_u64() & 255);
+        for (int64_t i = 0; i < h3_tensor_numel(&px); i++)
+            ((uint8_t *)px.data)[i] = (uint8_t)(t_rand_u64() & 255);
         CHECK_OK(h3_video_enc_place(e, &g_cpu, H3_PLACE_HOST));
         CHECK_OK(h3_video_enc_encode(e, &g_cpu, &px, &mc));
         h3_video_enc_mem m;
@@ -364,11 +363,13 @@ static void test_encoder(void) {
         h3_cuda_mem_stats(&g_ex, &used, &peak, &cap);
         CHECK_OK(h3_video_enc_place(e, &g_ex, H3_PLACE_HOST));
         char what[128];
-        snprintf(what, sizeof what, "encoder, %d frames of %dx%d (%dx%d tiles)", F, W, H, m.tiles_x, m.tiles_y);
+        snprintf(what, sizeof what, "encoder, %d frames of %dx%d (%dx%d tiles)", F, W, H, m.tiles_x,
+                 m.tiles_y);
         compare(what, &mg, &mc, 1.0 / 256);
-        t_note("  %-78s device peak predicted %lld, measured %lld", what, (long long)m.dev_peak, (long long)peak);
-        CHECK(llabs(peak - m.dev_peak) * 20 <= m.dev_peak, "%s: device peak predicted %lld, measured %lld", what,
-              (long long)m.dev_peak, (long long)peak);
+        t_note("  %-78s device peak predicted %lld, measured %lld", what, (long long)m.dev_peak,
+               (long long)peak);
+        CHECK(llabs(peak - m.dev_peak) * 20 <= m.dev_peak, "%s: device peak predicted %lld, measured %lld",
+              what, (long long)m.dev_peak, (long long)peak);
         h3_tensor_free(&px);
         h3_tensor_free(&mc);
         h3_tensor_free(&mg);
@@ -388,12 +389,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const t_case cases[] = {
-        {"fixtures", test_fixtures},
-        {"lengths", test_lengths},
-        {"wide", test_wide},
-        {"release_width", test_release_width},
-        {"encoder", test_encoder},
-        {NULL, NULL},
+        {"fixtures", test_fixtures},           {"lengths", test_lengths}, {"wide", test_wide},
+        {"release_width", test_release_width}, {"encoder", test_encoder}, {NULL, NULL},
     };
     int r = t_main("test_video_vae_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

@@ -557,6 +557,51 @@ static void build_video_vae(tlist *t, const dims *d, h3_dtype dt) {
     put1(t, dt, "decoder.norm_out.bias", dim, 0, 0.0);
     put2(t, dt, "decoder.proj_out.weight", P, dim, lin(dim, 1.0), 0);
     put1(t, dt, "decoder.proj_out.bias", P, 0.05, 0);
+    /* the encoder (release names: encoder.down.I.block.J, nin_shortcut, downsample.conv): ch 128 × [1, 2, 2,
+     * 4, 4, 8] of 2 ResNet blocks, downsamplers where space_down / time_down say (source/config.json); widths
+     * divided by the scale, at least the 32 GroupNorm groups */
+    static const int mult[6] = {1, 2, 2, 4, 4, 8}, down[6] = {1, 1, 1, 1, 0, 0};
+    const int64_t ch0 = scaled(128, d->scale) < 32 ? 32 : scaled(128, d->scale) / 32 * 32;
+    const int64_t k3[5] = {ch0, 3, 3, 3, 3};
+    put(t, dt, "encoder.conv_in.weight", 5, k3, lin(3 * 27, 1.0), 0);
+    put1(t, dt, "encoder.conv_in.bias", ch0, 0.02, 0);
+    int64_t cin = ch0;
+    for (int l = 0; l < 6; l++) {
+        const int64_t co = ch0 * mult[l];
+        for (int j = 0; j < 2; j++) {
+            const int64_t bi = j ? co : cin, c1[5] = {co, bi, 3, 3, 3}, c2[5] = {co, co, 3, 3, 3},
+                          sc[5] = {co, bi, 1, 1, 1};
+#define NM(s) (snprintf(n, sizeof n, "encoder.down.%d.block.%d.%s", l, j, s), n)
+            put1(t, dt, NM("norm1.weight"), bi, 0, 1.0);
+            put1(t, dt, NM("norm1.bias"), bi, 0, 0.0);
+            put(t, dt, NM("conv1.weight"), 5, c1, lin(bi * 27, 1.0), 0);
+            put1(t, dt, NM("conv1.bias"), co, 0.02, 0);
+            put1(t, dt, NM("norm2.weight"), co, 0, 1.0);
+            put1(t, dt, NM("norm2.bias"), co, 0, 0.0);
+            put(t, dt, NM("conv2.weight"), 5, c2, lin(co * 27, 1.0), 0);
+            put1(t, dt, NM("conv2.bias"), co, 0.02, 0);
+            if (bi != co) {
+                put(t, dt, NM("nin_shortcut.weight"), 5, sc, lin(bi, 1.0), 0);
+                put1(t, dt, NM("nin_shortcut.bias"), co, 0.02, 0);
+            }
+#undef NM
+        }
+        if (down[l]) {
+            const int64_t dw[5] = {co, co, 3, 3, 3};
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.weight", l);
+            put(t, dt, n, 5, dw, lin(co * 27, 1.0), 0);
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.bias", l);
+            put1(t, dt, n, co, 0.02, 0);
+        }
+        cin = co;
+    }
+    const int64_t co5[5] = {2 * C, cin, 3, 3, 3}, qc[5] = {2 * C, 2 * C, 1, 1, 1};
+    put1(t, dt, "encoder.norm_out.weight", cin, 0, 1.0);
+    put1(t, dt, "encoder.norm_out.bias", cin, 0, 0.0);
+    put(t, dt, "encoder.conv_out.weight", 5, co5, lin(cin * 27, 1.0), 0);
+    put1(t, dt, "encoder.conv_out.bias", 2 * C, 0.02, 0);
+    put(t, dt, "quant_conv.weight", 5, qc, lin(2 * C, 1.0), 0);
+    put1(t, dt, "quant_conv.bias", 2 * C, 0.02, 0);
 }
 
 /* ---- the audio VAE's decoder (H3-FACTS §4; BigVGAN with weight-normalized convolutions as released) ------
@@ -1302,7 +1347,7 @@ static void build_model(model *m, const model_opts *o, const dims *d) {
     memset(&t, 0, sizeof t);
     build_video_vae(&t, d, o->vvae == ST_F16 ? H3_F16 : H3_F32);
     place(m, &t, C_VVAE, "video_vae/source", "model.safetensors", 1);
-    snprintf(m->form[C_VVAE], sizeof m->form[C_VVAE], "%s, ViT decoder (the encoder is not written)",
+    snprintf(m->form[C_VVAE], sizeof m->form[C_VVAE], "%s, causal 3-D CNN encoder and ViT decoder",
              k_storage_names[o->vvae]);
     memset(&t, 0, sizeof t);
     build_audio_vae(&t, d);

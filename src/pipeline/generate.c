@@ -628,8 +628,9 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
     m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
-    h3_plan_request pr = {q->frames,    q->width,        q->height,        n_tokens,    g->n_uniq,
-                          g->sch.n - 1, q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls};
+    h3_plan_request pr = {
+        q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, g->sch.n - 1,
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, 0};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -645,7 +646,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         g->res.stage_predicted_s[H3_GEN_TEXT_ENCODER] = g->plan->te.t_load + g->plan->te.t_run;
         g->res.stage_predicted_s[H3_GEN_DIT] = h3_dit_plan_seconds(p, pr.steps);
         if (g->plan->dit_refine.present)
-            g->res.stage_predicted_s[H3_GEN_REFINE] = h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
+            g->res.stage_predicted_s[H3_GEN_REFINE] =
+                h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
         g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
     }
