@@ -90,5 +90,12 @@ bad "unknown device" "device" "$tmp/img.st" --device tpu
 "$H3RUN" vae-encode --help | grep -q "17n+5" || fail "--help does not describe the frames"
 "$H3RUN" --help | grep -q "vae-encode" || fail "h3run --help does not list vae-encode"
 
+# ---- against the project's torch encoder (tools/train/encoders.py) on the shipped weights, where torch is -------
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    /usr/bin/python3 "$SRC/tests/vae_encode_torch.py" "$H3RUN" "$tmp" || fail "h3run and tools/train/encoders.py differ"
+else
+    echo "cli_vae_encode: no torch for /usr/bin/python3: the comparison with tools/train/encoders.py is skipped"
+fi
+
 [ $fails -eq 0 ] && echo "cli_vae_encode: all passed"
 exit $((fails > 0))
