@@ -438,8 +438,9 @@ h3_status h3_video_enc_check_pixels(const h3_video_enc_config *c, const h3_tenso
 }
 
 /* The units resident as f32 at a device, by h3_units_mem_of over packs of descriptors (the same table the
- * encoder binds). */
-static h3_status ve_weights_mem(const h3_video_enc_config *c, int64_t *out) {
+ * encoder binds, in the stored dtype): *resident, and *load, the buffer a converting file's tensors pass
+ * through while they are placed (freed before an encode). */
+static h3_status ve_weights_mem(const h3_video_enc_config *c, int64_t *resident, int64_t *load) {
     enum { MAXROWS = IO_N + H3_VVAE_MAX_LEVELS * VE_LEVEL_N };
     h3_video_enc *e = h3_calloc(1, sizeof *e, H3_MEM_OTHER);
     h3_wb_row *rows = h3_calloc(MAXROWS, sizeof *rows, H3_MEM_OTHER);
@@ -451,19 +452,20 @@ static h3_status ve_weights_mem(const h3_video_enc_config *c, int64_t *out) {
     const int n = ve_rows(e, rows, names);
     for (int i = 0; i < n; i++) {
         h3_tensor *t = rows[i].dst;
-        t->dtype = H3_F32;
+        t->dtype = c->weight_dtype;
         t->place = H3_PLACE_HOST;
         t->ndim = rows[i].ndim;
         memcpy(t->shape, rows[i].shape, sizeof t->shape);
     }
     for (int u = 0; u <= c->levels; u++)
         for (int k = 0; k < e->n_idx[u]; k++)
-            h3_pack_add(&packs[u], u == 0 ? &e->io[e->idx[0][k]] : &e->lv[u - 1][e->idx[u][k]], 0);
+            h3_pack_add_as(&packs[u], u == 0 ? &e->io[e->idx[0][k]] : &e->lv[u - 1][e->idx[u][k]], 0, H3_F32);
     {
         const h3_units_config uc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, 0, 0, NULL, NULL, "", 0};
         h3_units_mem um;
         h3_units_mem_of(&uc, packs, c->levels + 1, &um);
-        *out = um.peak;
+        *resident = um.resident;
+        *load = um.load;
     }
 done:
     h3_free(e);
@@ -499,9 +501,11 @@ h3_status h3_video_enc_mem_of(const h3_video_enc_config *c, int64_t F, int64_t H
     if (place == H3_PLACE_DEVICE) {
         out->act = 3 * h3_cuda_granule(g.act * f4) + h3_cuda_granule(g.frame * f4);
         out->tile_io = h3_cuda_granule(px) + h3_cuda_granule(mom);
-        H3_TRY(ve_weights_mem(c, &out->weights));
+        int64_t load = 0;
+        H3_TRY(ve_weights_mem(c, &out->weights, &load));
         out->dev_backend = H3_CUDA_BACKEND_BYTES;
-        out->dev_peak = out->dev_backend + out->weights + out->act + out->tile_io;
+        out->dev_peak = out->dev_backend + out->weights +
+                        (load > out->act + out->tile_io ? load : out->act + out->tile_io);
         out->host_tiles = (int64_t)t.ny * t.nx * mom + px;
         out->host_total = out->host_tiles;
     } else {
@@ -758,7 +762,6 @@ h3_status h3_video_enc_encode(h3_video_enc *e, h3_exec *ex, const h3_tensor *pix
         const int64_t sp[4] = {c->in_channels, cf, tl.th, tl.tw}, sm[4] = {C2, g.T, g.h, g.w};
         H3_CHECK(h3_tensor_alloc(&run.tpx, run.place, H3_F32, 4, sp, H3_MEM_ACTIVATIONS));
         H3_CHECK(h3_tensor_alloc(&run.tmom, run.place, H3_F32, 4, sm, H3_MEM_ACTIVATIONS));
-        run.tmom = run.tmom; /* the buffer the tile's moments land in */
     }
     if (run.place == H3_PLACE_DEVICE) {
         run.hpx = h3_malloc((size_t)npx * sizeof(float), H3_MEM_ACTIVATIONS);

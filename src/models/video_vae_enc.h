@@ -88,7 +88,8 @@ typedef struct h3_video_enc_mem {
     int64_t op_scratch;     /* host: the largest conv3d column chunk (and f32 weight copy) */
     int64_t weights;        /* at a device: the units resident as f32; host: 0 (the file's) */
     int64_t dev_backend;    /* the CUDA backend's own workspace */
-    int64_t dev_peak;       /* device: backend + weights + act + tile_io, granule-rounded */
+    int64_t dev_peak;       /* device: backend + weights + max(a converting file's load buffer,
+                             * act + tile_io), granule-rounded */
     int64_t host_total;     /* host bytes beyond the weights and the caller's tensors */
     h3_place place;
 } h3_video_enc_mem;
