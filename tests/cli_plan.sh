@@ -82,6 +82,20 @@ grep -qF "text encoder: on the device: 50 of 64 layers streamed from the mapped 
 echo "release-shaped model, W124 at 8 GiB:"
 echo "$table"
 
+# With keyframes (fl2va): the video VAE encoder is a stage of its own, between the text encoder and the DiT, on the
+# device at 8 GiB (the release's encoder: 0.67 GiB of f32 weights, 4 x 7 tiles of a 1344x768 keyframe, one at a time);
+# a budget too small for it puts it on the host and says why; a model without a video VAE cannot plan keyframes.
+out=$("$H3RUN" plan "$tmp/rel" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --keyframes 2 --size 1344x768 \
+      2>"$tmp/err") || fail "plan --keyframes 2 exited $?: $(cat "$tmp/err")"
+grep -q "^video VAE encoder (keyframes): on the device: 2 images of 1344x768 px, one at a time; 4 x 7 tiles" \
+    <<<"$out" || fail "plan --keyframes: no encoder stage: $out"
+sed -n '/^stages, in turn/,$p' <<<"$out" | sed -n 3,4p | grep -q "^  keyframes     device" ||
+    fail "plan --keyframes: the encoder is not the second stage: $out"
+"$H3RUN" plan "$tmp/rel/video_vae" --keyframes 1 --vram-budget 40MiB --size 1344x768 >"$tmp/out" 2>&1
+grep -q "^video VAE encoder (keyframes): runs on the host" "$tmp/out" || fail "plan --keyframes at 40 MiB: $(cat "$tmp/out")"
+"$H3RUN" plan "$tmp/rel/audio_vae" --keyframes 1 --vram-budget 8GiB >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "keyframes needs a video VAE" "$tmp/err" || fail "plan --keyframes without a video VAE: $(cat "$tmp/err")"
+
 # Every BENCH.md budget of W73 and W124 fits and never plans above its budget.
 for w in W73 W124; do
     for b in 24 16 12 8 6; do

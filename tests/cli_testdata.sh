@@ -21,7 +21,7 @@ out=$("$TD" model "$tmp/off" --header-only --dit bf16 --adaln full --te bf16 --v
 [ $? -eq 0 ] || fail "header-only official: $(cat "$tmp/err")"
 for want in "DiT           bf16, full AdaLN, official shards: 535 tensors in 13 files, 33122992896 parameters, 66280430144 data bytes" \
             "text encoder  bf16, 64 of 64 layers, vision tower, official shards (transformers' names): 1058 tensors in 14 files" \
-            "66714780128 data bytes" "video VAE     f32, ViT decoder" "audio VAE     f32, BigVGAN decoder"; do
+            "66714780128 data bytes" "video VAE     f32, causal 3-D CNN encoder and ViT decoder: 559 tensors in 1 file, 2603868984 parameters, 10415475936 data bytes" "audio VAE     f32, BigVGAN decoder"; do
     grep -qF -- "$want" <<<"$out" || fail "header-only official: the summary lacks '$want': $out"
 done
 for f in transformer/config.json transformer/model.safetensors.index.json transformer/model-00013-of-00013.safetensors \
@@ -35,14 +35,16 @@ done
 kb=$(du -sk "$tmp/off" | cut -f1)
 [ "$kb" -lt 400000 ] || fail "the header-only folder occupies $kb KB"
 # inspect, independently of the writer's own counts: the release's figures (the DiT's elements include the
-# 16-value rope.inv_freq buffer, which is not a parameter).
+# 16-value rope.inv_freq buffer, which is not a parameter; the video VAE, encoder and decoder, is the release's f32
+# file of 10,415,475,936 bytes).
 out=$("$H3RUN" inspect --summary "$tmp/off" 2>"$tmp/err")
 [ $? -eq 0 ] || fail "inspect of the official folder: $(cat "$tmp/err")"
 for want in "MiniMax-H3 DiT (omni transformer), official layout, 50 blocks, full AdaLN" \
             "tensors: 535   elements: 33,122,992,912   data bytes: 66,280,430,144" \
             "Qwen3-VL text encoder, transformers names, 64 decoder layers" \
             "tensors: 1058   elements: 33,357,390,064   data bytes: 66,714,780,128" \
-            "video VAE (f16t4d24), official layout, 36 ViT decoder blocks" "elements: 2,423,531,096" \
+            "video VAE (f16t4d24), official layout, 36 ViT decoder blocks" \
+            "elements: 2,603,868,984   data bytes: 10,415,475,936" \
             "audio VAE"; do
     grep -qF -- "$want" <<<"$out" || fail "inspect of the official folder lacks '$want'"
 done

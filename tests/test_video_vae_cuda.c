@@ -11,6 +11,9 @@
  *              random weights, placed by budget (all resident, then budgets that stream blocks and shrink the
  *              tile batch), against the CPU with the same random weights placed alike
  *   release_width  the release's widths on one tile-chunk, 6 blocks (H3_VVAE_BLOCKS=36: the release's depth)
+ *   encoder    the small model's video VAE encoder (f32 weights resident on the device) against the CPU's
+ *              encode: an image of 2 × 2 tiles and 22 frames of one tile, within bf16 rounding (relative L2
+ *              <= 2⁻⁸; f32 on both sides, so it lands near 1e-6), the device peak against h3_video_enc_mem_of
  *
  * Tolerance: relative L2 of the frames <= 1e-2 (the done-when of the video stage; bf16 rounding of the GEMM
  * operands through the blocks lands near 2e-3). Peaks: measured within 5% of the plan (they are equal unless
@@ -24,6 +27,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/video_vae.h"
+#include "models/video_vae_enc.h"
 #include "testutil.h"
 
 static h3_exec g_ex;  /* the device */
@@ -325,6 +329,55 @@ static void test_release_width(void) {
     h3_video_vae_close(v);
 }
 
+static void test_encoder(void) {
+    char mp[1024];
+    h3_video_vae *v = NULL;
+    h3_video_enc *e = NULL;
+    CHECK_OK(h3_video_vae_open(t_src_path("models/h3-small/video_vae", mp, sizeof mp), NULL, &v));
+    if (v) CHECK_OK(h3_video_enc_open(v, &e));
+    if (!e) {
+        h3_video_vae_close(v);
+        return;
+    }
+    const h3_video_enc_config *c = h3_video_enc_get_config(e);
+    static const struct { int F, H, W; } k_cases[] = {{1, 320, 288}, {22, 64, 96}};
+    for (size_t k = 0; k < sizeof k_cases / sizeof *k_cases; k++) {
+        const int F = k_cases[k].F, H = k_cases[k].H, W = k_cases[k].W;
+        const int64_t T = h3_video_enc_latent_frames(c, F), ps[5] = {1, 3, F, H, W},
+                      ms[5] = {1, 2 * (int64_t)c->latent_channels, T, H / 16, W / 16};
+        h3_tensor px, mc, mg;
+        CHECK_OK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_IO));
+        CHECK_OK(h3_tensor_alloc(&mc, H3_PLACE_HOST, H3_F32, 5, ms, H3_MEM_IO));
+        CHECK_OK(h3_tensor_alloc(&mg, H3_PLACE_HOST, H3_F32, 5, ms, H3_MEM_IO));
+        for (int64_t i = 0; i < h3_tensor_numel(&px); i++)
+            ((uint8_t *)px.data)[i] = (uint8_t)(t_rand_u64() & 255);
+        CHECK_OK(h3_video_enc_place(e, &g_cpu, H3_PLACE_HOST));
+        CHECK_OK(h3_video_enc_encode(e, &g_cpu, &px, &mc));
+        h3_video_enc_mem m;
+        CHECK_OK(h3_video_enc_mem_of(c, F, H, W, H3_PLACE_DEVICE, &m));
+        CHECK_OK(h3_exec_sync(&g_ex));
+        h3_cuda_reset_peak(&g_ex);
+        CHECK_OK(h3_video_enc_place(e, &g_ex, H3_PLACE_DEVICE));
+        CHECK_OK(h3_video_enc_encode(e, &g_ex, &px, &mg));
+        int64_t used, peak, cap;
+        h3_cuda_mem_stats(&g_ex, &used, &peak, &cap);
+        CHECK_OK(h3_video_enc_place(e, &g_ex, H3_PLACE_HOST));
+        char what[128];
+        snprintf(what, sizeof what, "encoder, %d frames of %dx%d (%dx%d tiles)", F, W, H, m.tiles_x,
+                 m.tiles_y);
+        compare(what, &mg, &mc, 1.0 / 256);
+        t_note("  %-78s device peak predicted %lld, measured %lld", what, (long long)m.dev_peak,
+               (long long)peak);
+        CHECK(llabs(peak - m.dev_peak) * 20 <= m.dev_peak, "%s: device peak predicted %lld, measured %lld",
+              what, (long long)m.dev_peak, (long long)peak);
+        h3_tensor_free(&px);
+        h3_tensor_free(&mc);
+        h3_tensor_free(&mg);
+    }
+    h3_video_enc_close(e);
+    h3_video_vae_close(v);
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("test_video_vae_cuda: skipped: no CUDA device on this machine\n");
@@ -336,11 +389,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const t_case cases[] = {
-        {"fixtures", test_fixtures},
-        {"lengths", test_lengths},
-        {"wide", test_wide},
-        {"release_width", test_release_width},
-        {NULL, NULL},
+        {"fixtures", test_fixtures},           {"lengths", test_lengths}, {"wide", test_wide},
+        {"release_width", test_release_width}, {"encoder", test_encoder}, {NULL, NULL},
     };
     int r = t_main("test_video_vae_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

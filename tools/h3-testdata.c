@@ -557,6 +557,51 @@ static void build_video_vae(tlist *t, const dims *d, h3_dtype dt) {
     put1(t, dt, "decoder.norm_out.bias", dim, 0, 0.0);
     put2(t, dt, "decoder.proj_out.weight", P, dim, lin(dim, 1.0), 0);
     put1(t, dt, "decoder.proj_out.bias", P, 0.05, 0);
+    /* the encoder (release names: encoder.down.I.block.J, nin_shortcut, downsample.conv): ch 128 × [1, 2, 2,
+     * 4, 4, 8] of 2 ResNet blocks, downsamplers where space_down / time_down say (source/config.json); widths
+     * divided by the scale, at least the 32 GroupNorm groups */
+    static const int mult[6] = {1, 2, 2, 4, 4, 8}, down[6] = {1, 1, 1, 1, 0, 0};
+    const int64_t ch0 = scaled(128, d->scale) < 32 ? 32 : scaled(128, d->scale) / 32 * 32;
+    const int64_t k3[5] = {ch0, 3, 3, 3, 3};
+    put(t, dt, "encoder.conv_in.weight", 5, k3, lin(3 * 27, 1.0), 0);
+    put1(t, dt, "encoder.conv_in.bias", ch0, 0.02, 0);
+    int64_t cin = ch0;
+    for (int l = 0; l < 6; l++) {
+        const int64_t co = ch0 * mult[l];
+        for (int j = 0; j < 2; j++) {
+            const int64_t bi = j ? co : cin, c1[5] = {co, bi, 3, 3, 3}, c2[5] = {co, co, 3, 3, 3},
+                          sc[5] = {co, bi, 1, 1, 1};
+#define NM(s) (snprintf(n, sizeof n, "encoder.down.%d.block.%d.%s", l, j, s), n)
+            put1(t, dt, NM("norm1.weight"), bi, 0, 1.0);
+            put1(t, dt, NM("norm1.bias"), bi, 0, 0.0);
+            put(t, dt, NM("conv1.weight"), 5, c1, lin(bi * 27, 1.0), 0);
+            put1(t, dt, NM("conv1.bias"), co, 0.02, 0);
+            put1(t, dt, NM("norm2.weight"), co, 0, 1.0);
+            put1(t, dt, NM("norm2.bias"), co, 0, 0.0);
+            put(t, dt, NM("conv2.weight"), 5, c2, lin(co * 27, 1.0), 0);
+            put1(t, dt, NM("conv2.bias"), co, 0.02, 0);
+            if (bi != co) {
+                put(t, dt, NM("nin_shortcut.weight"), 5, sc, lin(bi, 1.0), 0);
+                put1(t, dt, NM("nin_shortcut.bias"), co, 0.02, 0);
+            }
+#undef NM
+        }
+        if (down[l]) {
+            const int64_t dw[5] = {co, co, 3, 3, 3};
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.weight", l);
+            put(t, dt, n, 5, dw, lin(co * 27, 1.0), 0);
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.bias", l);
+            put1(t, dt, n, co, 0.02, 0);
+        }
+        cin = co;
+    }
+    const int64_t co5[5] = {2 * C, cin, 3, 3, 3}, qc[5] = {2 * C, 2 * C, 1, 1, 1};
+    put1(t, dt, "encoder.norm_out.weight", cin, 0, 1.0);
+    put1(t, dt, "encoder.norm_out.bias", cin, 0, 0.0);
+    put(t, dt, "encoder.conv_out.weight", 5, co5, lin(cin * 27, 1.0), 0);
+    put1(t, dt, "encoder.conv_out.bias", 2 * C, 0.02, 0);
+    put(t, dt, "quant_conv.weight", 5, qc, lin(2 * C, 1.0), 0);
+    put1(t, dt, "quant_conv.bias", 2 * C, 0.02, 0);
 }
 
 /* ---- the audio VAE's decoder (H3-FACTS §4; BigVGAN with weight-normalized convolutions as released) ------
@@ -1302,7 +1347,7 @@ static void build_model(model *m, const model_opts *o, const dims *d) {
     memset(&t, 0, sizeof t);
     build_video_vae(&t, d, o->vvae == ST_F16 ? H3_F16 : H3_F32);
     place(m, &t, C_VVAE, "video_vae/source", "model.safetensors", 1);
-    snprintf(m->form[C_VVAE], sizeof m->form[C_VVAE], "%s, ViT decoder (the encoder is not written)",
+    snprintf(m->form[C_VVAE], sizeof m->form[C_VVAE], "%s, causal 3-D CNN encoder and ViT decoder",
              k_storage_names[o->vvae]);
     memset(&t, 0, sizeof t);
     build_audio_vae(&t, d);
@@ -1351,10 +1396,11 @@ static void model_usage(FILE *f) {
         "  text_encoder/  config.json + Qwen3-VL-32B with its vision tower: the official 14 bf16 shards\n"
         "                 (--te bf16), else ComfyUI's single file (quantized q/k/v/o/gate/up/down)\n"
         "  tokenizer/     tokenizer.json (--tokenizer, with H3's added tokens) + tokenizer_config.json\n"
-        "  video_vae/     config.json, source/config.json, source/model.safetensors: the ViT decoder\n"
+        "  video_vae/     config.json, source/config.json, source/model.safetensors: the causal 3-D CNN\n"
+        "                 encoder and the ViT decoder (the release's 2,603,868,984 parameters)\n"
         "  audio_vae/     config.json, metadata.json, config.yaml, model.safetensors: the BigVGAN decoder "
         "(f32)\n"
-        "The VAEs' encoders are not written (text-to-video-with-audio never encodes).\n\n"
+        "The audio VAE's encoder is not written (text-to-video-with-audio never encodes sound).\n\n"
         "  --dit FORMAT      bf16, int8, int8_convrot, fp8 or nvfp4 (default int8_convrot): the block "
         "linears\n"
         "  --adaln MODE      pruned (default: ComfyUI's curve-table AdaLN) or full (the release's); "
@@ -1375,7 +1421,7 @@ static void model_usage(FILE *f) {
         "  --seed N          the values' seed (default 1): the same seed writes the same bytes\n"
         "  --threads N       writer threads (default: one per CPU)\n"
         "  --force           replace DIR if it exists\n\n"
-        "Data bytes at --scale 1 (the defaults: 45,605,015,025 in all, 42.5 GiB; the files are a few hundred "
+        "Data bytes at --scale 1 (the defaults: 45,965,690,801 in all, 42.8 GiB; the files are a few hundred "
         "KB more):\n"
         "  DiT: pruned int8_convrot 20,970,284,192 (fp8 20,958,090,392, nvfp4 12,528,527,992, bf16 "
         "40,225,668,192);\n"
@@ -1383,7 +1429,9 @@ static void model_usage(FILE *f) {
         "  text encoder, 64 layers: nvfp4 19,527,911,229 (50 layers: 15,686,911,143), int8_convrot "
         "33,971,705,824,\n"
         "       bf16 66,714,780,128 (the release)\n"
-        "  video VAE decoder f16 4,847,062,192 (f32 9,694,124,384); audio VAE decoder f32 259,757,412\n"
+        "  video VAE (encoder and decoder) f16 5,207,737,968 (f32 10,415,475,936, the release); audio VAE "
+        "decoder\n"
+        "       f32 259,757,412\n"
         "The folder is written as DIR.partial, every component is opened with h3run's readers, then it is\n"
         "renamed to DIR. The writer checks the disk's free space first.\n");
 }

@@ -178,6 +178,7 @@ int h3_cmd_inspect(int argc, char **argv);
 int h3_cmd_dit(int argc, char **argv);
 int h3_cmd_encode(int argc, char **argv);
 int h3_cmd_decode(int argc, char **argv);
+int h3_cmd_vae_encode(int argc, char **argv);
 int h3_cmd_quantize(int argc, char **argv);
 int h3_cmd_plan(int argc, char **argv);
 int h3_cmd_generate(int argc, char **argv);

@@ -121,7 +121,7 @@ static int64_t set_bytes(const char *source) {
 
 int h3_cmd_plan(int argc, char **argv) {
     const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
-    int64_t frames = 0, tokens = 128, steps = 0;
+    int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
         {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)", 1,
@@ -147,6 +147,11 @@ int h3_cmd_plan(int argc, char **argv) {
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for weights and activations, or unlimited (default: 80% of the available memory)", 0,
          0},
+        {"keyframes", 0, H3_OPT_INT, &keyframes, "N",
+         "plan the encode of N keyframe images at the canvas by the video VAE's encoder (fl2va), one at a "
+         "time, "
+         "before the DiT",
+         1, 64},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
@@ -155,12 +160,15 @@ int h3_cmd_plan(int argc, char **argv) {
     };
     const h3_cli_cmd cmd = {
         "plan",
-        "plan MODEL... [--frames N] [--size WxH] [--refine WxH[:D]] [--vram-budget SIZE] [--ram-budget SIZE]",
+        "plan MODEL... [--frames N] [--size WxH] [--refine WxH[:D]] [--keyframes N] [--vram-budget SIZE] "
+        "[--ram-budget "
+        "SIZE]",
         "Plan a generate request without loading weights: for each component found under MODEL (a model "
         "folder,\n"
         "component folders or files; header-only files plan like the real ones), each stage in the order it "
         "runs\n"
-        "(text encoder, DiT, audio VAE, video VAE), each against the whole device budget since they take "
+        "(text encoder, the video VAE encoder with --keyframes, DiT, audio VAE, video VAE), each against the "
+        "whole device budget since they take "
         "turns:\n"
         "where it runs (on the GPU, or on the host and why), where its weights live (the DiT's blocks "
         "resident,\n"
@@ -188,7 +196,8 @@ int h3_cmd_plan(int argc, char **argv) {
         if (r) return r;
     }
 
-    h3_plan_request req = {H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0};
+    h3_plan_request req = {
+        H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0, 0};
     double denoise = 0;
     if (work) {
         const h3_workload *w = h3_workload_find(work);
@@ -309,8 +318,23 @@ int h3_cmd_plan(int argc, char **argv) {
     m.te_cached = f.te ? h3_plan_set_cached_fraction(h3_text_encoder_files(f.te)) : 0;
     m.avae_cached = f.avae ? h3_plan_cached_fraction(h3_audio_vae_source(f.avae)) : 0;
     m.vvae_cached = f.vvae ? h3_plan_cached_fraction(h3_video_vae_source(f.vvae)) : 0;
+    h3_video_enc *enc = NULL;
+    req.keyframes = (int)keyframes;
+    if (keyframes > 0) {
+        if (!f.vvae) {
+            found_free(&f);
+            return h3_cli_fail("plan", H3_ERR(H3_ERR_INVALID, "--keyframes needs a video VAE under MODEL"));
+        }
+        st = h3_video_enc_open(f.vvae, &enc);
+        if (st != H3_OK) {
+            found_free(&f);
+            return h3_cli_fail("plan", st);
+        }
+        m.venc = h3_video_enc_get_config(enc);
+    }
     h3_plan *plan = h3_malloc(sizeof *plan, H3_MEM_OTHER);
     if (!plan) {
+        h3_video_enc_close(enc);
         found_free(&f);
         return h3_cli_fail("plan", H3_ERR_NOMEM);
     }
@@ -330,6 +354,7 @@ int h3_cmd_plan(int argc, char **argv) {
     }
     if (st != H3_OK) rc = h3_cli_fail("plan", st);
     h3_free(plan);
+    h3_video_enc_close(enc);
     found_free(&f);
     return rc;
 }

@@ -18,6 +18,8 @@ static const subcommand g_cmds[] = {
     {"encode", h3_cmd_encode,
      "tokenize a prompt and run the text encoder to H3's conditioning (hidden_states[50])"},
     {"decode", h3_cmd_decode, "decode latents with the video or audio VAE to PNG frames or a WAV file"},
+    {"vae-encode", h3_cmd_vae_encode,
+     "encode pixels with the video VAE's encoder to latents (for comparisons)"},
     {"plan", h3_cmd_plan,
      "plan a request's memory: where each weight block lives, peaks and time, before loading"},
     {"generate", h3_cmd_generate, "a prompt to an MP4 with stereo sound: text encoder, DiT steps, VAEs, mux"},

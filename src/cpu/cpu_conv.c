@@ -2,7 +2,8 @@
  * (one input channel per group) filters such as the anti-aliasing filters of BigVGAN.
  *
  * Column chunks hold at most ~16 MB, so memory does not grow with the length of the signal or video. A stop
- * request (h3_cancel_requested) is seen between chunks: the kernel returns early and the op reports it (ops.c).
+ * request (h3_cancel_requested) is seen between chunks: the kernel returns early and the op reports it
+ * (ops.c).
  */
 #include <cblas.h>
 #include <string.h>
@@ -29,6 +30,10 @@ int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_gro
     return cout_per_group * K * col_steps(cout_per_group * K, tin) * (int64_t)sizeof(float);
 }
 
+int64_t h3_cpu_conv3d_scratch_bytes(int64_t rows, int64_t npos) {
+    return rows * col_steps(rows, npos) * (int64_t)sizeof(float);
+}
+
 /* The weight (or bias) as f32: the tensor's own data when it already is contiguous f32 without scales, else a
  * converted copy in *owned (free it with h3_free; NULL when nothing was allocated). NULL in -> NULL out. */
 static h3_status conv_f32(h3_op_id op, const char *what, const h3_tensor *t, const float **out,
@@ -45,7 +50,8 @@ static h3_status conv_f32(h3_op_id op, const char *what, const h3_tensor *t, con
     return H3_OK;
 }
 
-/* ---- conv1d ---------------------------------------------------------------------------------------------- */
+/* ---- conv1d ----------------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     const float *x, *w, *b;
@@ -147,8 +153,8 @@ h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
                     c.tc = c.tout - t0 < tc ? c.tout - t0 : tc;
                     h3_parallel_for(ex->pool, rows, 1, c1_im2col, &c);
                     /* y[g*cog.., t0..] = W_g [cog, rows] · col [rows, tc] */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.cog, (int)c.tc, (int)rows, 1.0f,
-                                wf + (int64_t)gi * c.cog * rows, (int)rows, c.col, (int)c.tc, 0.0f,
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c.cog, (int)c.tc, (int)rows,
+                                1.0f, wf + (int64_t)gi * c.cog * rows, (int)rows, c.col, (int)c.tc, 0.0f,
                                 c.y + (int64_t)gi * c.cog * c.tout + t0, (int)c.tout);
                 }
             }
@@ -180,7 +186,8 @@ static void add_channel_bias(h3_exec *ex, float *y, const float *b, int64_t C, i
     h3_parallel_for(ex->pool, C, 1, cb_rows, &c);
 }
 
-/* ---- conv_transpose1d ------------------------------------------------------------------------------------- */
+/* ---- conv_transpose1d -------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     const float *x, *w, *b;
@@ -276,9 +283,9 @@ h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, co
                 for (int64_t t0 = 0; t0 < c.tin && !h3_cancel_requested(); t0 += tc) {
                     c.t0 = t0;
                     c.tc = c.tin - t0 < tc ? c.tin - t0 : tc;
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c.tc, (int)c.cig, 1.0f, wg,
-                                (int)rows, c.x + (int64_t)gi * c.cig * c.tin + t0, (int)c.tin, 0.0f, c.col,
-                                (int)c.tc);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)c.tc, (int)c.cig,
+                                1.0f, wg, (int)rows, c.x + (int64_t)gi * c.cig * c.tin + t0, (int)c.tin, 0.0f,
+                                c.col, (int)c.tc);
                     h3_parallel_for(ex->pool, c.cog, 1, ct_col2im, &c);
                 }
             }
@@ -292,7 +299,8 @@ done:
     return st;
 }
 
-/* ---- conv3d ---------------------------------------------------------------------------------------------- */
+/* ---- conv3d ----------------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     const float *x;
@@ -346,9 +354,7 @@ h3_status cpu_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
         c.Wo = y->shape[3];
         c.p = p;
         int64_t cout = w->shape[0], rows = c.cin * c.kt * c.kh * c.kw, npos = c.To * c.Ho * c.Wo;
-        int64_t chunk = (int64_t)(COL_BYTES / sizeof(float)) / rows;
-        if (chunk < 64) chunk = 64;
-        if (chunk > npos) chunk = npos;
+        const int64_t chunk = col_steps(rows, npos);
         c.col = h3_malloc((size_t)(rows * chunk) * sizeof(float), H3_MEM_WORKSPACE);
         if (!c.col) {
             st = H3_ERR_NOMEM;

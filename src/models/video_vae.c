@@ -65,6 +65,12 @@ void h3_video_vae_default_config(h3_video_vae_config *c) {
     memcpy(c->latents_std, k_latents_std, sizeof k_latents_std);
     c->weight_dtype = H3_F32;
     c->fused_qkv = 1;
+    static const int sd[6] = {2, 2, 2, 2, 1, 1}, td[6] = {1, 2, 2, 1, 1, 1};
+    c->enc_levels = 6;
+    memcpy(c->space_down, sd, sizeof sd);
+    memcpy(c->time_down, td, sizeof td);
+    c->enc_groups = 32;
+    c->enc_eps = 1e-6f;
 }
 
 /* ---- weights: names per layout, one acquire/release path
@@ -514,6 +520,26 @@ static h3_status cfg_prod(const json_t *o, const char *key, int *out, const char
     return H3_OK;
 }
 
+/* An integer list of down factors (the encoder's per-level space_down / time_down), if present: its entries
+ * into out, their count into *n (both lists must agree on the count: vv_finish_config checks). */
+static h3_status cfg_list(const json_t *o, const char *key, int *out, int *n, const char *what) {
+    json_t *j = o ? json_object_get(o, key) : NULL;
+    if (!j) return H3_OK;
+    if (!json_is_array(j) || json_array_size(j) == 0 || json_array_size(j) > H3_VVAE_MAX_LEVELS)
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must be a list of 1 to %d factors", what, key,
+                      H3_VVAE_MAX_LEVELS);
+    for (size_t i = 0; i < json_array_size(j); i++) {
+        json_t *e = json_array_get(j, i);
+        double d = json_is_number(e) ? json_number_value(e) : NAN;
+        if (d != 1 && d != 2)
+            return H3_ERR(H3_ERR_FORMAT, "%s: \"%s\" must hold factors of 1 or 2 (entry %zu is not)", what,
+                          key, i);
+        out[i] = (int)d;
+    }
+    *n = (int)json_array_size(j);
+    return H3_OK;
+}
+
 /* Keys of video_vae/config.json (also the ComfyUI metadata blob). */
 static h3_status cfg_wrapper(h3_video_vae_config *c, const json_t *j, int need_norm, const char *what) {
     H3_TRY(h3_cfg_int(j, "vae_clip_length", 1, 4096, &c->clip_length, what));
@@ -530,6 +556,12 @@ static h3_status cfg_source(h3_video_vae_config *c, const json_t *j, float *rati
     H3_TRY(h3_cfg_int(j, "out_ch", 1, 16, &c->out_channels, what));
     H3_TRY(cfg_prod(j, "space_down", &c->patch_size, what));
     H3_TRY(cfg_prod(j, "time_down", &c->patch_size_t, what));
+    int ns = c->enc_levels, nt = c->enc_levels;
+    H3_TRY(cfg_list(j, "space_down", c->space_down, &ns, what));
+    H3_TRY(cfg_list(j, "time_down", c->time_down, &nt, what));
+    if (ns != nt)
+        return H3_ERR(H3_ERR_FORMAT, "%s: \"space_down\" has %d levels, \"time_down\" %d", what, ns, nt);
+    c->enc_levels = ns;
     H3_TRY(h3_cfg_int(j, "vae_ratio", 1, 1024, &c->patch_size, what));
     H3_TRY(h3_cfg_int(j, "vae_ratio_t", 1, 1024, &c->patch_size_t, what));
     json_t *vit = json_object_get(j, "vit_decoder_kwargs");
@@ -549,6 +581,16 @@ static h3_status cfg_diffusers(h3_video_vae_config *c, const json_t *j, float *r
     H3_TRY(h3_cfg_int(j, "out_channels", 1, 16, &c->out_channels, what));
     H3_TRY(cfg_prod(j, "spatial_downsample_factors", &c->patch_size, what));
     H3_TRY(cfg_prod(j, "temporal_downsample_factors", &c->patch_size_t, what));
+    int ns = c->enc_levels, nt = c->enc_levels;
+    H3_TRY(cfg_list(j, "spatial_downsample_factors", c->space_down, &ns, what));
+    H3_TRY(cfg_list(j, "temporal_downsample_factors", c->time_down, &nt, what));
+    if (ns != nt)
+        return H3_ERR(H3_ERR_FORMAT,
+                      "%s: \"spatial_downsample_factors\" has %d levels, \"temporal_downsample_factors\" %d",
+                      what, ns, nt);
+    c->enc_levels = ns;
+    H3_TRY(h3_cfg_int(j, "norm_num_groups", 1, 4096, &c->enc_groups, what));
+    H3_TRY(cfg_num(j, "norm_eps", 0.0, 1.0, &c->enc_eps, what));
     H3_TRY(h3_cfg_int(j, "decoder_num_layers", 1, 4096, &c->num_layers, what));
     H3_TRY(h3_cfg_int(j, "decoder_num_attention_heads", 1, 4096, &c->heads, what));
     H3_TRY(h3_cfg_int(j, "decoder_attention_head_dim", 1, 4096, &c->head_dim, what));
@@ -861,6 +903,9 @@ h3_layout h3_video_vae_layout(const h3_video_vae *v) {
 const char *h3_video_vae_source(const h3_video_vae *v) {
     return v->source;
 }
+const h3_wbind *h3_video_vae_binder(const h3_video_vae *v) {
+    return v->created ? NULL : &v->wb;
+}
 
 /* ---- the chunk and tile plan --------------------------------------------------------------------------- */
 
@@ -897,8 +942,8 @@ typedef struct {
 
 /* Tiles of `tile` px over `len` px: the fewest whose overlaps are all >= min_ov, the slack then spread over
  * the overlaps round-robin in whole latents (diffusers' _split_tiles). */
-static h3_status vv_split(int64_t len, int64_t tile, int64_t min_ov, int64_t ratio, int *n_out,
-                          int64_t *starts, int64_t *ov, int64_t *tlen) {
+h3_status h3_video_vae_split_tiles(int64_t len, int64_t tile, int64_t min_ov, int64_t ratio, int *n_out,
+                                   int64_t *starts, int64_t *ov, int64_t *tlen) {
     if (tile <= 0 || tile >= len) {
         *n_out = 1;
         starts[0] = 0;
@@ -1031,9 +1076,11 @@ static h3_status vv_make_plan(const h3_video_vae_config *c, int64_t T, int64_t H
     vv_temporal(c, T, p);
     if (p->frames < 1) return H3_ERR(H3_ERR_INVALID, "%lld latent frames decode to no frames", (long long)T);
     int64_t tlen;
-    H3_TRY(vv_split(p->Hp, c->tile_size, c->tile_overlap_min, ps, &p->ny, p->ys, p->yo, &tlen));
+    H3_TRY(
+        h3_video_vae_split_tiles(p->Hp, c->tile_size, c->tile_overlap_min, ps, &p->ny, p->ys, p->yo, &tlen));
     p->thp = tlen;
-    H3_TRY(vv_split(p->Wp, c->tile_size, c->tile_overlap_min, ps, &p->nx, p->xs, p->xo, &tlen));
+    H3_TRY(
+        h3_video_vae_split_tiles(p->Wp, c->tile_size, c->tile_overlap_min, ps, &p->nx, p->xs, p->xo, &tlen));
     p->twp = tlen;
     p->th = p->thp / ps;
     p->tw = p->twp / ps;

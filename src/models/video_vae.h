@@ -37,6 +37,7 @@
 
 #define H3_VVAE_MAX_CHANNELS 64
 #define H3_VVAE_MAX_TILES    256 /* per axis */
+#define H3_VVAE_MAX_LEVELS   16  /* encoder levels */
 
 typedef struct h3_video_vae_config {
     int latent_channels;     /* 24 */
@@ -58,6 +59,12 @@ typedef struct h3_video_vae_config {
     /* storage, which sets the decode's scratch needs */
     h3_dtype weight_dtype; /* dtype of the block matrices */
     int fused_qkv; /* 1: one [3·H·D, hidden] QKV per block (official, ComfyUI); 0: three (diffusers) */
+    /* the encoder's geometry (models/video_vae_enc.h reads its channels and depth from the tensors) */
+    int enc_levels;                     /* 6: entries of space_down / time_down */
+    int space_down[H3_VVAE_MAX_LEVELS]; /* [2,2,2,2,1,1] */
+    int time_down[H3_VVAE_MAX_LEVELS];  /* [1,2,2,1,1,1] */
+    int enc_groups;                     /* 32: GroupNorm groups */
+    float enc_eps;                      /* 1e-6 */
 } h3_video_vae_config;
 
 /* The released decoder, f32 official layout. */
@@ -81,10 +88,21 @@ const h3_video_vae_config *h3_video_vae_get_config(const h3_video_vae *v);
 h3_layout h3_video_vae_layout(const h3_video_vae *v);
 /* Where the weights were read from (the file or set opened). */
 const char *h3_video_vae_source(const h3_video_vae *v);
+struct h3_wbind;
+/* The binder over the opened weight files (the encoder binds its tensors through it); NULL for a decoder made
+ * by h3_video_vae_create. Valid while v is open. */
+const struct h3_wbind *h3_video_vae_binder(const h3_video_vae *v);
 
 /* Pixel frames decoded from T latent frames: 5n+2 -> 17n+5 (the diffusers geometry for T >= 3; T = 2 -> 5 and
  * T = 1 -> 1 as ComfyUI decodes them). 0 when T < 1. */
 int64_t h3_video_vae_num_frames(const h3_video_vae_config *c, int64_t latent_frames);
+
+/* The tiles over `len` pixels (diffusers' _split_tiles, for the decoder and the encoder alike): the fewest
+ * `tile`-pixel tiles whose overlaps are all at least min_ov, the slack spread over the overlaps round-robin
+ * in steps of `ratio` pixels. *n_out tiles starting at starts[i], overlaps ov[i] (n_out − 1 of them), each
+ * *tlen long; tile <= 0 or tile >= len: one tile of len. At most H3_VVAE_MAX_TILES (else H3_ERR_INVALID). */
+h3_status h3_video_vae_split_tiles(int64_t len, int64_t tile, int64_t min_ov, int64_t ratio, int *n_out,
+                                   int64_t *starts, int64_t *ov, int64_t *tlen);
 
 /* Checks latents [C, T, H, W] or [1, C, T, H, W] (f32, contiguous) against the config: channel count, even
  * height and width (H3 canvases are multiples of 32 px), sizes. The message says what would be right. */

@@ -706,8 +706,9 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
     m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
-    h3_plan_request pr = {q->frames,    q->width,        q->height,        n_tokens,    g->n_uniq,
-                          g->sch.n - 1, q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls};
+    h3_plan_request pr = {
+        q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, g->sch.n - 1,
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, 0};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));

@@ -641,6 +641,46 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     return H3_OK;
 }
 
+h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, int64_t H, int64_t W,
+                                int images, const h3_plan_budgets *b, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    s->present = 1;
+    s->n_units = c->levels + 1;
+    char a[32], d[32];
+    h3_video_enc_mem dev;
+    H3_TRY(h3_video_enc_mem_of(c, frames, H, W, H3_PLACE_DEVICE, &dev));
+    s->dev_need = dev.dev_peak;
+    if (b->vram > 0 && dev.dev_peak + h3_budget_slack(b->vram) <= b->vram) {
+        s->venc = dev;
+        s->on_device = 1;
+        s->fits = 1;
+        s->n_resident = s->n_units;
+        s->dev_peak = dev.dev_peak;
+        s->host_peak = dev.host_total;
+        snprintf(
+            s->detail, sizeof s->detail,
+            "on the device: %d image%s of %lldx%lld px, one at a time; %d x %d tiles of %lldx%lld px; f32 "
+            "weights %s resident, activations %s",
+            images, images == 1 ? "" : "s", (long long)W, (long long)H, dev.tiles_y, dev.tiles_x,
+            (long long)dev.tile_w, (long long)dev.tile_h, h3_budget_str(dev.weights, a, sizeof a),
+            h3_budget_str(dev.act + dev.tile_io, d, sizeof d));
+        return H3_OK;
+    }
+    if (b->vram > 0)
+        snprintf(s->reason, sizeof s->reason, "it needs %s on the device, more than the %s budget",
+                 h3_budget_str(dev.dev_peak, a, sizeof a), h3_budget_str(b->vram, d, sizeof d));
+    else
+        snprintf(s->reason, sizeof s->reason, "no device");
+    H3_TRY(h3_video_enc_mem_of(c, frames, H, W, H3_PLACE_HOST, &s->venc));
+    s->host_peak = s->venc.host_total;
+    snprintf(s->detail, sizeof s->detail,
+             "runs on the host: %d image%s of %lldx%lld px, one at a time; %d x %d tiles; encode memory %s",
+             images, images == 1 ? "" : "s", (long long)W, (long long)H, s->venc.tiles_y, s->venc.tiles_x,
+             h3_budget_str(s->venc.host_total, a, sizeof a));
+    s->fits = b->ram <= 0 || s->host_peak <= b->ram;
+    return H3_OK;
+}
+
 /* Predicted seconds of an audio VAE decode on the device: BigVGAN's convolutions (2 FLOPs a weight and output
  * step) at the f32 GEMM rate, and its anti-aliased activations (one pass a value) at the element-wise rate.
  */
@@ -766,6 +806,7 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
     memset(&p->te, 0, sizeof p->te);
     memset(&p->avae, 0, sizeof p->avae);
     memset(&p->vvae, 0, sizeof p->vvae);
+    memset(&p->venc, 0, sizeof p->venc);
     const h3_device_figures fte = with_cache(t->f, m->te_cached), fav = with_cache(t->f, m->avae_cached),
                             fvv = with_cache(t->f, m->vvae_cached);
     if (m->te) {
@@ -780,8 +821,10 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
         H3_TRY(h3_plan_video_vae(m->vvae, h3_video_latent_frames(r->frames), vh / H3_VAE_SPATIAL,
                                  vw / H3_VAE_SPATIAL, m->vvae_weight_bytes, m->host_threads, &t->b, &fvv,
                                  &p->vvae));
-    const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
-    for (int i = 0; i < 3; i++)
+    if (m->venc && r->keyframes > 0) /* keyframes at the first pass's canvas */
+        H3_TRY(h3_plan_video_encoder(m->venc, 1, r->height, r->width, r->keyframes, &t->b, &p->venc));
+    const h3_stage_plan *hs[4] = {&p->te, &p->avae, &p->vvae, &p->venc};
+    for (int i = 0; i < 4; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
     return H3_OK;
 }
@@ -884,10 +927,10 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     out->min_vram = dmin ? min_budget_for(dmin) : 0;
     out->min_ram = hmin;
     /* A stage that fits neither budget: the device budget that would put it on the device. */
-    const h3_stage_plan *hs[3] = {&out->te, &out->avae, &out->vvae};
-    static const char *const hs_name[3] = {"text encoder", "audio VAE", "video VAE"};
+    const h3_stage_plan *hs[4] = {&out->te, &out->avae, &out->vvae, &out->venc};
+    static const char *const hs_name[4] = {"text encoder", "audio VAE", "video VAE", "video VAE encoder"};
     int64_t stage_vram = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (hs[i]->present && !hs[i]->fits && hs[i]->dev_need > 0)
             stage_vram = max64(stage_vram, min_budget_for(hs[i]->dev_need));
     h3_plan scratch;
@@ -984,7 +1027,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
                 h3_budget_str(b->ram, a, sizeof a), h3_budget_str(out->min_ram - b->ram, c2, sizeof c2),
                 h3_budget_str(out->min_ram, c3, sizeof c3));
     int stage_short = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!hs[i]->present || hs[i]->fits) continue;
         appendf(
             w, wn,
@@ -1139,10 +1182,11 @@ char *h3_plan_format(const h3_plan *p) {
             "VAE's\n",
             p->fig.disk_gbs, p->fig.cache_gbs, 100 * p->cached[0], 100 * p->cached[1], 100 * p->cached[2],
             100 * p->cached[3]);
-    const h3_stage_plan *hs[3] = {&p->te, &p->avae, &p->vvae};
-    static const char *const names[3] = {"text encoder", "audio VAE", "video VAE"};
+    const h3_stage_plan *hs[4] = {&p->te, &p->avae, &p->vvae, &p->venc};
+    static const char *const names[4] = {"text encoder", "audio VAE", "video VAE", "keyframes"};
     const h3_stage_plan *te = hs[0];
     if (te->present) stage_format(o, n, p, names[0], te);
+    if (hs[3]->present) stage_format(o, n, p, "video VAE encoder (keyframes)", hs[3]);
     const h3_dit_plan *t = &p->dit;
     if (t->present) dit_format(o, n, p, "DiT", t, r->steps);
     const h3_dit_plan *tr = &p->dit_refine;
@@ -1155,8 +1199,10 @@ char *h3_plan_format(const h3_plan *p) {
     /* the stages in the order they run, each on its own within the same budgets */
     appendf(o, n, "\nstages, in turn (each gives the device back before the next):\n");
     appendf(o, n, "  %-13s %-7s %-22s %-10s %s\n", "stage", "place", "device peak", "host peak", "predicted");
-    for (int i = 0; i < 5; i++) { /* text encoder, DiT, DiT refine, audio VAE, video VAE */
-        const h3_stage_plan *sp = i == 0 ? hs[0] : i == 3 ? hs[1] : i == 4 ? hs[2] : NULL;
+    for (int k = 0; k < 6;
+         k++) { /* text encoder, keyframes (the encoder), DiT, DiT refine, audio VAE, video VAE */
+        const int i = k == 0 ? 0 : k == 1 ? 5 : k - 1;
+        const h3_stage_plan *sp = i == 0 ? hs[0] : i == 3 ? hs[1] : i == 4 ? hs[2] : i == 5 ? hs[3] : NULL;
         const h3_dit_plan *dp = i == 1 ? t : i == 2 ? tr : NULL;
         if (sp ? !sp->present : !dp->present) continue;
         const int calls = i == 2 ? r->refine_steps : r->steps;
@@ -1168,7 +1214,7 @@ char *h3_plan_format(const h3_plan *p) {
                      h3_budget_str(p->budgets.vram, b, sizeof b));
         else
             snprintf(pk, sizeof pk, "-");
-        if (!p->have_time || !on_dev)
+        if (!p->have_time || !on_dev || sp == hs[3]) /* the encoder's time is not predicted */
             snprintf(tm, sizeof tm, "-");
         else if (sp)
             snprintf(tm, sizeof tm, "%.1f s", sp->t_load + sp->t_run);

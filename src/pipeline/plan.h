@@ -47,6 +47,7 @@
 #include "models/dit_stream.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "models/video_vae_enc.h"
 
 #define H3_PLAN_MAX_UNITS 256
 #define H3_PLAN_MAX_SLOTS 8
@@ -83,6 +84,8 @@ typedef struct h3_plan_request {
     int64_t refine_width, refine_height;
     int refine_timesteps; /* distinct timesteps of the refine pass's calls (its modulation kept) */
     int refine_steps;     /* its model calls */
+    int keyframes; /* images the video VAE encoder encodes at the (first pass's) canvas before the DiT runs
+                    * (fl2va keyframes), one at a time; 0: none (t2va) */
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {
@@ -98,6 +101,7 @@ typedef struct h3_plan_model {
     const h3_text_encoder *te;
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
+    const h3_video_enc_config *venc; /* the video VAE's encoder, for requests with keyframes; NULL: none */
     int64_t vvae_weight_bytes,
         avae_weight_bytes; /* the VAEs' files, as stored (h3_plan_weight_bytes); the text
                             * encoder's layers are asked for their own packed sizes */
@@ -162,6 +166,7 @@ typedef struct h3_stage_plan {
     char reason[400];      /* on the host: why not on the device */
     h3_video_vae_mem vvae; /* video VAE: the decoder's own plan at its place (h3_video_vae_plan) */
     h3_audio_vae_mem avae; /* audio VAE: its decode memory (h3_audio_vae_decode_peak) */
+    h3_video_enc_mem venc; /* video VAE encoder: its encode memory at its place (h3_video_enc_mem_of) */
 } h3_stage_plan;
 
 typedef struct h3_plan {
@@ -175,7 +180,8 @@ typedef struct h3_plan {
     h3_dit_plan dit_refine; /* the refine pass's DiT stage (present only with a refine canvas): the longer
                              * sequence, planned on its own within the same budgets */
     h3_stage_plan te, vvae, avae;
-    int fits; /* every stage fits the same budgets */
+    h3_stage_plan venc; /* the keyframes' encode (present only when the request has keyframes) */
+    int fits;           /* every stage fits the same budgets */
     /* when it does not fit */
     int64_t min_vram, min_ram;     /* the smallest budgets that fit this request */
     int64_t fit_frames;            /* the most frames (17n+5) that fit the budgets at this canvas; 0: none */
@@ -204,6 +210,12 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te, int64_t n_tokens, int 
 h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t W, int64_t weight_bytes,
                             int host_threads, const h3_plan_budgets *b, const h3_device_figures *fig,
                             h3_stage_plan *out);
+/* The video VAE encoder on `images` images (or a clip: frames > 1) of H × W pixels, one at a time: on the
+ * device (h3_video_enc_mem_of: the weights resident as f32, a tile's activations) when that fits the budget,
+ * else on the host (its activations, a tile of a chunk at a time; the weights are the mapped file). No time
+ * is predicted (t_load and t_run 0): the device's conv3d is a direct kernel without a measured rate. */
+h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, int64_t H, int64_t W,
+                                int images, const h3_plan_budgets *b, h3_stage_plan *out);
 /* The audio VAE decoding `channels` × T latents: on the device (h3_audio_vae_decode_peak's dev_* bytes and
  * the backend's workspace) when that fits, else on the host. */
 h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, int64_t weight_bytes,

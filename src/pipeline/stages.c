@@ -14,6 +14,7 @@
 #include "mem/report.h"
 #include "models/vision.h"
 #include "models/dit_stream.h"
+#include "sample/rng.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -410,5 +411,34 @@ h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *
 done:
     if (dev) h3_video_vae_unplace(v);
     mark_end(&mk, rep);
+    return st;
+}
+
+/* ---- the video VAE encoder ------------------------------------------------------------------------------
+ */
+
+h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *pixels, int sample,
+                                uint64_t seed, h3_tensor *latents) {
+    const h3_video_enc_config *c = h3_video_enc_get_config(e);
+    H3_TRY(h3_video_enc_check_pixels(c, pixels));
+    const int lead = pixels->ndim == 5;
+    const int64_t F = pixels->shape[lead + 1], r = c->spatial_ratio;
+    const int64_t s[5] = {1, 2 * (int64_t)c->latent_channels, h3_video_enc_latent_frames(c, F),
+                          pixels->shape[lead + 2] / r, pixels->shape[lead + 3] / r};
+    h3_tensor m = {0};
+    float *noise = NULL;
+    h3_status st = h3_tensor_alloc(&m, H3_PLACE_HOST, H3_F32, 5, s, H3_MEM_ACTIVATIONS);
+    if (st == H3_OK) st = h3_video_enc_encode(e, ex, pixels, &m);
+    if (st == H3_OK && sample) {
+        const int64_t n = h3_tensor_numel(&m) / 2;
+        noise = h3_malloc((size_t)n * sizeof(float), H3_MEM_ACTIVATIONS);
+        if (!noise)
+            st = H3_ERR(H3_ERR_NOMEM, "out of memory for the posterior's noise");
+        else
+            h3_rng_normal_at(seed, H3_RNG_STREAM_VAE_ENCODE, 0, noise, (size_t)n);
+    }
+    if (st == H3_OK) st = h3_video_enc_posterior(c, &m, noise, latents);
+    h3_free(noise);
+    h3_tensor_free(&m);
     return st;
 }

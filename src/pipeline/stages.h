@@ -22,6 +22,7 @@
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "models/video_vae_enc.h"
 #include "pipeline/layout.h"
 #include "pipeline/plan.h"
 #include "sample/sampler.h"
@@ -133,5 +134,14 @@ h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *
  * (NULL: the host, as v was opened). */
 h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
                              const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep);
+
+/* The video VAE encoder's latents of pixels (uint8 [1, 3, F, H, W], checked by h3_video_enc_check_pixels)
+ * into latents (host f32 [1, C, T, H/16, W/16], T = h3_video_enc_latent_frames), at the encoder's placement
+ * (h3_video_enc_place). sample 0: the posterior mean before normalization (what diffusers'
+ * encode(...).latent_dist.mean gives; `h3run vae-encode`). sample 1: the conditioning latents of diffusers'
+ * fl2va encode_vae_condition: the posterior sampled with normal values 0.. of stream H3_RNG_STREAM_VAE_ENCODE
+ * of `seed` (sample/rng.h), rounded to float16, normalized with the VAE's latents_mean/std. */
+h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *pixels, int sample,
+                                uint64_t seed, h3_tensor *latents);
 
 #endif

@@ -1,9 +1,9 @@
 /* Seedable Gaussian noise: Philox4x32-10 counters turned into normals by Box-Muller.
  *
- * The generator is counter-based, so value number i of a stream is a pure function of (seed, stream, i): draws
- * can be split into chunks or threads in any order and give the same numbers. Same seed, same numbers, on the
- * same machine (the Box-Muller step calls the C library's log, sqrt, cos and sin, whose last bits may differ
- * between C libraries).
+ * The generator is counter-based, so value number i of a stream is a pure function of (seed, stream, i):
+ * draws can be split into chunks or threads in any order and give the same numbers. Same seed, same numbers,
+ * on the same machine (the Box-Muller step calls the C library's log, sqrt, cos and sin, whose last bits may
+ * differ between C libraries).
  *
  * Algorithm (docs/SAMPLING.md has it with the test vectors):
  *   block b of stream s:  (w0, w1, w2, w3) = Philox4x32-10(counter = (lo32(b), hi32(b), s, 0),
@@ -12,10 +12,10 @@
  *   normals 4b .. 4b+3:   r = sqrt(-2 ln u(w0)), z[4b] = r cos(2 pi u(w1)), z[4b+1] = r sin(2 pi u(w1)),
  *                         the same with (w2, w3) for z[4b+2], z[4b+3]; computed in double, rounded to float.
  *
- * Noise of a t2va request (h3_rng_t2va_noise): the video latent [24, T, H, W] in that (C-contiguous) order takes
- * values 0.. of stream H3_RNG_STREAM_VIDEO; the audio rows [2*T_a, 32] (channel-major rows, as the DiT packs
- * them) take values 0.. of stream H3_RNG_STREAM_AUDIO. The two streams are independent, so the audio noise of a
- * seed does not depend on the canvas.
+ * Noise of a t2va request (h3_rng_t2va_noise): the video latent [24, T, H, W] in that (C-contiguous) order
+ * takes values 0.. of stream H3_RNG_STREAM_VIDEO; the audio rows [2*T_a, 32] (channel-major rows, as the DiT
+ * packs them) take values 0.. of stream H3_RNG_STREAM_AUDIO. The two streams are independent, so the audio
+ * noise of a seed does not depend on the canvas.
  */
 #ifndef H3_SAMPLE_RNG_H
 #define H3_SAMPLE_RNG_H
@@ -25,9 +25,14 @@
 
 #include "base/status.h"
 
-enum { H3_RNG_STREAM_VIDEO = 0, H3_RNG_STREAM_AUDIO = 1 };
+/* H3_RNG_STREAM_VAE_ENCODE: the noise the video VAE encoder's posterior is sampled with for a visual
+ * condition (keyframe or reference), values 0.. in the latent's [C, T, H, W] order under the condition's seed
+ * (pipeline/stages.h h3_stage_video_encode); the reference draws it from torch.Generator().manual_seed(42),
+ * whose values h3run does not reproduce. */
+enum { H3_RNG_STREAM_VIDEO = 0, H3_RNG_STREAM_AUDIO = 1, H3_RNG_STREAM_VAE_ENCODE = 2 };
 
-/* One Philox4x32 block with 10 rounds (Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3"). */
+/* One Philox4x32 block with 10 rounds (Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3").
+ */
 void h3_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 typedef struct h3_rng {

@@ -18,9 +18,10 @@
 typedef struct h3_exec {
     h3_pool *pool; /* CPU worker threads; NULL runs CPU kernels on the calling thread */
     int threads;
-    void *cuda;    /* device backend state (streams, BLAS handles, workspace), NULL without one */
-    /* Profiling (off unless set): each op waits for the device before and after, and its wall time is added to
-     * prof_s[op] and counted in prof_n[op]. Serializes the device: for finding where time goes, not for speed. */
+    void *cuda; /* device backend state (streams, BLAS handles, workspace), NULL without one */
+    /* Profiling (off unless set): each op waits for the device before and after, and its wall time is added
+     * to prof_s[op] and counted in prof_n[op]. Serializes the device: for finding where time goes, not for
+     * speed. */
     int profile;
     double prof_s[32];
     int64_t prof_n[32];
@@ -76,16 +77,17 @@ h3_status h3_op_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
 /* Over the last dim: y = x / sqrt(mean(x²) + eps) · w.  w [C] or NULL (no affine). */
 h3_status h3_op_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps);
 /* Over the last dim: y = (x − mean) / sqrt(var + eps) · w + b.  w, b [C] or NULL. */
-h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
-                           float eps);
+h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                           const h3_tensor *b, float eps);
 /* x, y [B, C, S] contiguous: statistics per (b, group) over C/groups channels × S; then per-channel w, b. */
 h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
                            const h3_tensor *b, float eps);
 
-/* Fused AdaLN pre-norm: y[r] = rms_norm(x[r])·w · (1 + scale[idx[r]]) + shift[idx[r]] (one pass instead of two;
- * same contract as h3_op_rms_norm followed by h3_op_modulate). */
-h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, float eps,
-                                  const h3_tensor *shift, const h3_tensor *scale, const h3_tensor *idx);
+/* Fused AdaLN pre-norm: y[r] = rms_norm(x[r])·w · (1 + scale[idx[r]]) + shift[idx[r]] (one pass instead of
+ * two; same contract as h3_op_rms_norm followed by h3_op_modulate). */
+h3_status h3_op_rms_norm_modulate(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                                  float eps, const h3_tensor *shift, const h3_tensor *scale,
+                                  const h3_tensor *idx);
 /* Per-head QK-RMSNorm then rotary embedding, in place on x [S, H, D]: x = rope(rms_norm(x)·w) with w [D] and
  * cos/sin [S, R] (h3_op_rms_norm over head rows followed by h3_op_rope, in one pass). */
 h3_status h3_op_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w, float eps, const h3_tensor *cos,
@@ -106,18 +108,18 @@ h3_status h3_op_unary(h3_exec *ex, h3_tensor *y, const h3_tensor *x, h3_unary ki
 
 #define H3_SNAKE_LOGSCALE 1u /* parameters are stored as logs: alpha = exp(alpha), beta = exp(beta) */
 /* x, y [C, T]: y = x + 1/(β + 1e-9) · sin²(α·x) per channel. beta NULL: β = α (Snake); else SnakeBeta. */
-h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
-                      unsigned flags);
-/* The anti-aliased Snake(Beta) of BigVGAN (alias-free-torch's Activation1d at ratio 2) in one pass: x, y [C, T] or
- * [B, C, T], contiguous, y not aliasing x; alpha, beta [C] as in h3_op_snake; up, down: the two resampling filters,
- * K values each (K even, 2..64; any float dtype, contiguous, e.g. the stored [1, 1, K]). With H = K/2 − 1:
- *   u[j] = 2 · Σ_m up[m] · x[clamp((j + H − m)/2)]  over m ≡ j + H (mod 2), j < 2T  (replicate-pad H, transposed
- *          conv at stride 2, ×2, 3H cut from each end: the ×2 upsampler)
- *   v[j] = snake(u[j])
- *   y[n] = Σ_k down[k] · v[clamp(2n + k − H)]  (replicate-pad H left and H + 1 right, conv at stride 2)
- * with clamp into the signal (replicate padding). Equal to pad, conv_transpose1d, snake and conv1d in sequence. */
-h3_status h3_op_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha, const h3_tensor *beta,
-                         const h3_tensor *up, const h3_tensor *down, unsigned flags);
+h3_status h3_op_snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha,
+                      const h3_tensor *beta, unsigned flags);
+/* The anti-aliased Snake(Beta) of BigVGAN (alias-free-torch's Activation1d at ratio 2) in one pass: x, y [C,
+ * T] or [B, C, T], contiguous, y not aliasing x; alpha, beta [C] as in h3_op_snake; up, down: the two
+ * resampling filters, K values each (K even, 2..64; any float dtype, contiguous, e.g. the stored [1, 1, K]).
+ * With H = K/2 − 1: u[j] = 2 · Σ_m up[m] · x[clamp((j + H − m)/2)]  over m ≡ j + H (mod 2), j < 2T
+ * (replicate-pad H, transposed conv at stride 2, ×2, 3H cut from each end: the ×2 upsampler) v[j] =
+ * snake(u[j]) y[n] = Σ_k down[k] · v[clamp(2n + k − H)]  (replicate-pad H left and H + 1 right, conv at
+ * stride 2) with clamp into the signal (replicate padding). Equal to pad, conv_transpose1d, snake and conv1d
+ * in sequence. */
+h3_status h3_op_snake_aa(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha,
+                         const h3_tensor *beta, const h3_tensor *up, const h3_tensor *down, unsigned flags);
 #define H3_SNAKE_AA_MAX_TAPS 64
 /* Softmax over the last dim. */
 h3_status h3_op_softmax(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
@@ -130,14 +132,15 @@ h3_status h3_op_clamp(h3_exec *ex, h3_tensor *y, const h3_tensor *x, float lo, f
  * channels of every head, cos/sin [S, R] f32 (R even, R <= D); channels R..D-1 pass through.
  *   y[i]     = x[i]·cos[i]     − x[i+R/2]·sin[i]       (i < R/2)
  *   y[i+R/2] = x[i+R/2]·cos[i+R/2] + x[i]·sin[i+R/2] */
-h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *cos, const h3_tensor *sin);
+h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *cos,
+                     const h3_tensor *sin);
 
 #define H3_ATTN_CAUSAL 1u /* query i sees keys 0..i (+ Sk − Sq offset when Sk > Sq) */
 /* o[Sq, Hq, D] = softmax(q·kᵀ·scale)·v per head; k, v [Sk, Hk, D] with Hq a multiple of Hk (grouped-query:
  * query head h reads key head h / (Hq/Hk)). Last two dims contiguous, any row stride. Computed in tiles with
  * memory linear in sequence length. o must not alias q, k or v. */
-h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
-                          float scale, unsigned flags);
+h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                          const h3_tensor *v, float scale, unsigned flags);
 
 /* ---- convolutions -------------------------------------------------------------------------------------- */
 
@@ -148,9 +151,9 @@ typedef struct h3_conv1d_params {
     int pad_left, pad_right;
     h3_pad_mode pad_mode;
 } h3_conv1d_params;
-/* x [Cin, Tin] or [B, Cin, Tin] (a batch: every item through the same weights), w [Cout, Cin/groups, K], b [Cout]
- * or NULL, y [Cout, Tout] or [B, Cout, Tout] (x's rank) with
- * Tout = (Tin + pad_left + pad_right − dilation·(K−1) − 1)/stride + 1. All contiguous; y must not alias x. */
+/* x [Cin, Tin] or [B, Cin, Tin] (a batch: every item through the same weights), w [Cout, Cin/groups, K], b
+ * [Cout] or NULL, y [Cout, Tout] or [B, Cout, Tout] (x's rank) with Tout = (Tin + pad_left + pad_right −
+ * dilation·(K−1) − 1)/stride + 1. All contiguous; y must not alias x. */
 h3_status h3_op_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                        const h3_conv1d_params *p);
 
@@ -158,14 +161,14 @@ typedef struct h3_convt1d_params {
     int stride, padding, output_padding, groups, dilation;
 } h3_convt1d_params;
 /* PyTorch ConvTranspose1d: x [Cin, Tin] or [B, Cin, Tin], w [Cin, Cout/groups, K], y [Cout, Tout] or
- * [B, Cout, Tout] (x's rank) with Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1. All
- * contiguous; y must not alias x. */
+ * [B, Cout, Tout] (x's rank) with Tout = (Tin−1)·stride − 2·padding + dilation·(K−1) + output_padding + 1.
+ * All contiguous; y must not alias x. */
 h3_status h3_op_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                                  const h3_tensor *b, const h3_convt1d_params *p);
 /* Host scratch the CPU kernels of these two ops allocate per call with contiguous f32 weights and bias (other
- * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths; the same for a
- * batch (its items reuse the chunk). Memory planners call these so that they cannot drift from the kernels (the
- * device's: h3_cuda_conv1d_scratch_bytes in cuda/cuda.h). */
+ * weights add an f32 copy of themselves): the im2col column chunk, 0 on the direct depthwise paths; the same
+ * for a batch (its items reuse the chunk). Memory planners call these so that they cannot drift from the
+ * kernels (the device's: h3_cuda_conv1d_scratch_bytes in cuda/cuda.h). */
 int64_t h3_cpu_conv1d_scratch_bytes(int64_t cin_per_group, int64_t K, int64_t tout);
 /* Host scratch of the CPU GEMM y = x·wᵀ with w [N, K] of dtype wdt (quantized: scales or packed blocks): the
  * converted weight panel, or the f32 copy of a bias in another dtype, whichever is larger (one at a time). */
@@ -178,11 +181,14 @@ int64_t h3_cpu_convt1d_scratch_bytes(int64_t cout_per_group, int64_t cin_per_gro
 int64_t h3_cpu_snake_aa_scratch_bytes(int64_t C);
 
 typedef struct h3_conv3d_params {
-    int stride[3];              /* t, h, w */
-    int pad[3][2];              /* before/after per axis: causal temporal padding is {k−1, 0} */
+    int stride[3]; /* t, h, w */
+    int pad[3][2]; /* before/after per axis: causal temporal padding is {k−1, 0} */
     h3_pad_mode pad_mode[3];
 } h3_conv3d_params;
 /* x [Cin, T, H, W], w [Cout, Cin, kt, kh, kw], b [Cout] or NULL, y [Cout, To, Ho, Wo]. */
+/* Host scratch of the CPU conv3d with contiguous f32 weights: the im2col column chunk of rows = Cin·kt·kh·kw
+ * over npos output positions (other weight dtypes add an f32 copy of the weight and bias). */
+int64_t h3_cpu_conv3d_scratch_bytes(int64_t rows, int64_t npos);
 h3_status h3_op_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                        const h3_conv3d_params *p);
 
@@ -214,9 +220,9 @@ h3_status h3_op_gated_add(h3_exec *ex, h3_tensor *x, const h3_tensor *h, const h
 /* y = x converted to y's dtype (same shape; also a plain copy when dtypes match). */
 h3_status h3_op_convert(h3_exec *ex, h3_tensor *y, const h3_tensor *x);
 h3_status h3_op_fill(h3_exec *ex, h3_tensor *y, float value);
-/* y[i] = lo + (hi − lo)·u_i with u_i = (splitmix64(seed + i) >> 40)·2⁻²⁴, i the element's row-major logical index:
- * the same values on every backend (up to the last bit of the final rounding), for synthetic weights in tests and
- * benchmarks that must not go through host memory. */
+/* y[i] = lo + (hi − lo)·u_i with u_i = (splitmix64(seed + i) >> 40)·2⁻²⁴, i the element's row-major logical
+ * index: the same values on every backend (up to the last bit of the final rounding), for synthetic weights
+ * in tests and benchmarks that must not go through host memory. */
 h3_status h3_op_random_uniform(h3_exec *ex, h3_tensor *y, uint64_t seed, float lo, float hi);
 /* (H3_HD, tensor/dtype.h: the CUDA kernel of random_uniform calls h3_random_unit too.) */
 /* u_i of h3_op_random_uniform: a float in [0, 1). */
@@ -230,8 +236,8 @@ static inline H3_HD float h3_random_unit(uint64_t seed, uint64_t i) {
 
 /* ---- moving data between places ------------------------------------------------------------------------ */
 
-/* dst = src across places (host, pinned, device), same dtype and shape, both row-wise. Device copies are queued
- * on the exec's compute stream: call h3_exec_sync before reading device results on the host. */
+/* dst = src across places (host, pinned, device), same dtype and shape, both row-wise. Device copies are
+ * queued on the exec's compute stream: call h3_exec_sync before reading device results on the host. */
 h3_status h3_copy(h3_exec *ex, h3_tensor *dst, const h3_tensor *src);
 /* Waits for all queued device work of the exec (no-op without a device). */
 h3_status h3_exec_sync(h3_exec *ex);
@@ -240,22 +246,25 @@ h3_status h3_exec_sync(h3_exec *ex);
 
 typedef struct h3_backend {
     const char *name;
-    h3_status (*gemm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, unsigned);
+    h3_status (*gemm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                      unsigned);
     h3_status (*rms_norm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, float);
-    h3_status (*layer_norm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, float);
-    h3_status (*group_norm)(h3_exec *, h3_tensor *, const h3_tensor *, int, const h3_tensor *, const h3_tensor *,
+    h3_status (*layer_norm)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                             float);
+    h3_status (*group_norm)(h3_exec *, h3_tensor *, const h3_tensor *, int, const h3_tensor *,
+                            const h3_tensor *, float);
     h3_status (*unary)(h3_exec *, h3_tensor *, const h3_tensor *, h3_unary);
-    h3_status (*snake)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, unsigned);
+    h3_status (*snake)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                       unsigned);
     h3_status (*softmax)(h3_exec *, h3_tensor *, const h3_tensor *);
     h3_status (*clamp)(h3_exec *, h3_tensor *, const h3_tensor *, float, float);
     h3_status (*rope)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
-    h3_status (*attention)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *, float,
-                           unsigned);
+    h3_status (*attention)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
+                           float, unsigned);
     h3_status (*conv1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                         const h3_conv1d_params *);
-    h3_status (*conv_transpose1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
-                                  const h3_convt1d_params *);
+    h3_status (*conv_transpose1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *,
+                                  const h3_tensor *, const h3_convt1d_params *);
     h3_status (*conv3d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                         const h3_conv3d_params *);
     h3_status (*gather_rows)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *);
@@ -271,7 +280,8 @@ typedef struct h3_backend {
     h3_status (*random_uniform)(h3_exec *, h3_tensor *, uint64_t, float, float);
     h3_status (*rms_norm_modulate)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, float,
                                    const h3_tensor *, const h3_tensor *, const h3_tensor *);
-    h3_status (*qk_norm_rope)(h3_exec *, h3_tensor *, const h3_tensor *, float, const h3_tensor *, const h3_tensor *);
+    h3_status (*qk_norm_rope)(h3_exec *, h3_tensor *, const h3_tensor *, float, const h3_tensor *,
+                              const h3_tensor *);
     h3_status (*snake_aa)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                           const h3_tensor *, const h3_tensor *, unsigned);
     /* Device backends only: copies where either side is on the device, and waiting for queued work. */

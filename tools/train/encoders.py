@@ -1,5 +1,6 @@
-"""The VAE encoders of the small model with the release's structure, at a small width (h3run never runs an encoder:
-text-to-video-with-audio only decodes; the training needs them to make the latents the DiT learns).
+"""The VAE encoders of the small model with the release's structure, at a small width (text-to-video-with-audio only
+decodes; the training needs them to make the latents the DiT learns; h3run's own video encoder, for keyframes and
+`h3run vae-encode`, is src/models/video_vae_enc.h).
 
     VideoEncoder   H3-VisualVAE's causal 3-D CNN encoder: CausalConv3d (reflect-padded in space, two zero frames
                    before in time), levels of ResNet blocks with GroupNorm(32) computed per frame and SiLU, strided
