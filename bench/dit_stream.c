@@ -149,7 +149,7 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
 
     int32_t *tidx = malloc((size_t)S * 4), *tags = malloc((size_t)S * 4), *vi = malloc((size_t)Nv * 4),
             *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
-    float uniq[2], all_t[N_TIMESTEPS];
+    float uniq[3], all_t[N_TIMESTEPS];
     int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);
     for (int64_t i = 0; i < S; i++) tags[i] = L.tags[i];
     for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];

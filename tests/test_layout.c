@@ -52,7 +52,7 @@ static void test_sizes(void) {
         /* The counts alone (what sizing a request reads before anything is allocated) are the same, with no
          * tables; the largest request the limits allow is counted without allocating its 69 million rows. */
         h3_seq_layout s;
-        CHECK_OK(h3_seq_layout_sizes(11, ex[i][2], ex[i][0], ex[i][1], &s));
+        CHECK_OK(h3_seq_layout_sizes(11, 0, ex[i][2], ex[i][0], ex[i][1], &s));
         CHECK(
             s.seq_len == l.seq_len && s.n_video_rows == l.n_video_rows && s.n_audio_rows == l.n_audio_rows &&
                 s.video_start == l.video_start && s.audio_start == l.audio_start &&
@@ -63,11 +63,11 @@ static void test_sizes(void) {
     h3_mem_stats a, b;
     h3_mem_get_stats(&a);
     h3_seq_layout s;
-    CHECK_OK(h3_seq_layout_sizes(8192, 14387, 8192, 2048, &s));
+    CHECK_OK(h3_seq_layout_sizes(8192, 0, 14387, 8192, 2048, &s));
     h3_mem_get_stats(&b);
     CHECK(s.seq_len == 8192 + 2 * 23978 + 4232LL * 256 * 64 && b.total_peak == a.total_peak,
           "%lld rows counted", (long long)s.seq_len);
-    CHECK_ERR(h3_seq_layout_sizes(4, 120, 256, 256, &s), H3_ERR_INVALID, "17n+5");
+    CHECK_ERR(h3_seq_layout_sizes(4, 0, 120, 256, 256, &s), H3_ERR_INVALID, "17n+5");
 }
 
 /* The geometry module: frame counts, their neighbours, seconds rounding, audio samples, canvases, and that
@@ -229,7 +229,7 @@ static void test_timestep_indices(void) {
     h3_seq_layout l;
     CHECK_OK(h3_seq_layout_t2va(5, NULL, 22, 64, 96, &l));
     int32_t *idx = malloc((size_t)l.seq_len * sizeof(int32_t));
-    float u[2];
+    float u[3];
     /* Video is noisier than audio (shift 12 vs 3): t_v < t_a, sorted ascending, text follows video. */
     int n = h3_seq_layout_timestep_indices(&l, 0.25f, 0.5f, u, idx);
     CHECK(n == 2 && u[0] == 0.25f && u[1] == 0.5f);
@@ -249,6 +249,75 @@ static void test_timestep_indices(void) {
     CHECK(bad == 0);
     free(idx);
     h3_seq_layout_free(&l);
+}
+
+/* fl2va: keyframe rows between the text and the audio, at their anchors' times on the target's grid, held at
+ * max(t_video, 0.999). */
+static void test_fl2va(void) {
+    const int64_t L = 7, frames = 124, W = 96, H = 64;
+    const int64_t kf[3] = {0, frames - 1, 60};
+    h3_seq_layout t, f;
+    CHECK_OK(h3_seq_layout_t2va(L, NULL, frames, W, H, &t));
+    CHECK_OK(h3_seq_layout_fl2va(L, NULL, frames, W, H, 3, kf, &f));
+    const int64_t per = (H / 32) * (W / 32);
+    CHECK(f.n_keyframes == 3 && f.n_cond_rows == 3 * per && f.cond_start == L && f.audio_start == L + 3 * per &&
+              f.video_start == f.audio_start + t.n_audio_rows && f.seq_len == t.seq_len + 3 * per &&
+              f.n_video_rows == t.n_video_rows,
+          "fl2va counts");
+    h3_seq_layout s;
+    CHECK_OK(h3_seq_layout_sizes(L, 3, frames, W, H, &s));
+    CHECK(s.seq_len == f.seq_len && s.n_cond_rows == f.n_cond_rows && s.video_start == f.video_start);
+    /* The audio and video rows keep their positions (the media clock starts at L either way). */
+    int bad = 0;
+    for (int64_t k = 0; k < t.n_audio_rows; k++)
+        for (int a = 0; a < 3; a++)
+            bad += f.pos[3 * f.audio_indices[k] + a] != t.pos[3 * t.audio_indices[k] + a];
+    for (int64_t k = 0; k < t.n_video_rows; k++)
+        for (int a = 0; a < 3; a++)
+            bad += f.pos[3 * f.video_indices[k] + a] != t.pos[3 * t.video_indices[k] + a];
+    CHECK(bad == 0, "%d media coordinates moved", bad);
+    /* Each keyframe: tag video, the first latent frame's (h, w), its anchor's time: the first at L; the last at
+     * L + 5/3·(frames − 1) (the spans of 124 frames sum to 5/3·124, summed here in long double); frame 60 at
+     * L + 100. */
+    const long double span = 5.0L / 3.0L;
+    const double want[3] = {(double)L, (double)((long double)L + span * (frames - 1)), (double)L + 100.0};
+    for (int k = 0; k < 3; k++)
+        for (int64_t i = 0; i < per; i++) {
+            const int64_t r = f.cond_indices[k * per + i], v = t.video_indices[i];
+            bad += r != L + k * per + i || f.tags[r] != H3_TAG_VIDEO;
+            bad += fabs(f.pos[3 * r] - want[k]) > 1e-12 * want[k];
+            bad += f.pos[3 * r + 1] != t.pos[3 * v + 1] || f.pos[3 * r + 2] != t.pos[3 * v + 2];
+        }
+    CHECK(bad == 0, "%d keyframe rows misplaced (times %.17g %.17g %.17g)", bad, f.pos[3 * L],
+          f.pos[3 * (L + per)], f.pos[3 * (L + 2 * per)]);
+    CHECK(h3_keyframe_time(L, frames, 0) == (double)L && h3_keyframe_time(L, frames, 60) == (double)L + 100.0);
+    /* The last frame's anchor continues the video's clock: 5/3 after the last latent frame's start plus its
+     * 4 frames' span less one frame, i.e. the last latent frame's time + 3·5/3. */
+    const double last_latent = t.pos[3 * t.video_indices[t.n_video_rows - 1]];
+    CHECK(fabs(h3_keyframe_time(L, frames, frames - 1) - (last_latent + 5.0)) < 1e-9, "last anchor %.17g vs %.17g",
+          h3_keyframe_time(L, frames, frames - 1), last_latent + 5.0);
+    /* Timesteps: the keyframe rows at max(t_v, 0.999), sorted with the others. */
+    int32_t *idx = malloc((size_t)f.seq_len * sizeof(int32_t));
+    float u[3];
+    int n = h3_seq_layout_timestep_indices(&f, 0.25f, 0.5f, u, idx);
+    CHECK(n == 3 && u[0] == 0.25f && u[1] == 0.5f && u[2] == 0.999f, "%d: %g %g %g", n, u[0], u[1], u[2]);
+    bad = 0;
+    for (int64_t r = 0; r < f.seq_len; r++) {
+        const int want_i = r >= f.cond_start && r < f.audio_start ? 2 : f.tags[r] == H3_TAG_AUDIO && r >= f.audio_start && r < f.video_start ? 1 : 0;
+        bad += idx[r] != want_i;
+    }
+    CHECK(bad == 0, "%d rows with the wrong timestep", bad);
+    n = h3_seq_layout_timestep_indices(&f, 0.9995f, 0.5f, u, idx); /* past 0.999: the video's own */
+    CHECK(n == 2 && u[0] == 0.5f && u[1] == 0.9995f && idx[f.cond_start] == 1 && idx[f.audio_start] == 0);
+    n = h3_seq_layout_timestep_indices(&f, 0.5f, 0.999f, u, idx); /* audio at 0.999 shares the value */
+    CHECK(n == 2 && u[1] == 0.999f && idx[f.cond_start] == 1 && idx[f.audio_start] == 1 && idx[0] == 0);
+    free(idx);
+    /* A keyframe outside the clip, too many keyframes. */
+    const int64_t out[1] = {frames};
+    CHECK_ERR(h3_seq_layout_fl2va(L, NULL, frames, W, H, 1, out, &s), H3_ERR_INVALID, "outside the clip");
+    CHECK_ERR(h3_seq_layout_sizes(L, H3_MAX_KEYFRAMES + 1, frames, W, H, &s), H3_ERR_INVALID, "at most");
+    h3_seq_layout_free(&t);
+    h3_seq_layout_free(&f);
 }
 
 static void test_patchify(void) {
@@ -389,6 +458,7 @@ int main(int argc, char **argv) {
         {"positions_closed_form", test_positions_closed_form},
         {"positions_reference", test_positions_reference},
         {"timestep_indices", test_timestep_indices},
+        {"fl2va", test_fl2va},
         {"patchify", test_patchify},
         {"upscale", test_upscale},
         {"errors_and_alloc", test_errors_and_alloc},

@@ -152,7 +152,7 @@ static int collect(const char *name, h3_tensor *t, void *user) {
 
 typedef struct {
     h3_seq_layout L;
-    float uniq[2];
+    float uniq[3];
     int nt;
     int32_t *tidx, *tags, *vi, *ai, *ti;
     h3_tensor video, audio, text; /* host */

@@ -14,8 +14,8 @@
  *                  time MLP, output heads, rope.inv_freq)
  *   text_encoder/  config.json (Qwen3VLConfig) + model.safetensors: a Qwen3-VL text stack in transformers'
  *                  names, hidden 64, 4 query and 2 key/value heads of 32, FFN 128, 64 decoder layers as
- *                  released (H3 reads hidden_states[50]), final norm and lm_head; bf16. No vision tower (t2va
- *                  never reads it).
+ *                  released (H3 reads hidden_states[50]), final norm and lm_head; bf16; and a vision tower
+ *                  of Qwen3-VL's structure (depth 1, hidden 16, 2 heads, one DeepStack merger) for keyframes.
  *   tokenizer/     tokenizer.json + tokenizer_config.json (see below)
  *   video_vae/     config.json (the release's latents_mean/std, 17-frame clips, 256 px tiles with 64 px
  *                  overlap) + source/config.json + source/model.safetensors: the ViT decoder with the
@@ -26,7 +26,8 @@
  *                  anti-aliased SnakeBeta, 128 initial channels, weight-normalized convolutions as the
  *                  release stores them; f32
  *
- * Only the decoders of the VAEs are written: text-to-video-with-audio never encodes pixels or sound.
+ * The video VAE has its encoder too (fl2va keyframes: the release's causal 3-D CNN at width 32, one block per
+ * level); the audio VAE only its decoder.
  *
  * With --layout comfy DIR looks like a ComfyUI installation holding ComfyUI's repackaged files
  * (`h3run generate --model DIR/models`): models/diffusion_models/ (the DiT in one file, its config in the
@@ -104,6 +105,8 @@ static int g_comfy; /* --layout comfy */
 /* The DiT's width, heads, FFN and blocks (--dit-hidden, --dit-heads, --dit-ffn, --dit-blocks): the defaults are the
  * reduced model the tests use; the trained small model (tools/train) is wider. */
 static int g_tied; /* --tied-embeddings: no lm_head.weight (tie_word_embeddings, as Qwen3-VL's 2B and 4B) */
+#define VIS_HIDDEN 16 /* the vision tower's width (2 heads of 8) */
+#define VV_ENC_CH  32 /* the video VAE encoder's width */
 static int DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_FFN = 128, DIT_LAYERS = 4;
 
 /* ---- random values ------------------------------------------------------------------------------------- */
@@ -467,6 +470,39 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         goto done;
     }
     put1(&f, H3_BF16, "model.language_model.norm.weight", C, AROUND(1.0, 0.05));
+    {   /* The vision tower of the config's vision_config (fl2va keyframes): depth 1, hidden VIS_HIDDEN, 2
+         * heads, patch 16 x 16 x 2 frames, a 4 x 4 position table, the merger and one DeepStack merger. */
+        const int64_t vh = VIS_HIDDEN, vf = 2 * VIS_HIDDEN, m = 4 * VIS_HIDDEN, pe[5] = {vh, 3, 2, 16, 16};
+        put(&f, H3_BF16, "model.visual.patch_embed.proj.weight", 5, pe, LIN(3 * 2 * 16 * 16, 1.0));
+        put1(&f, H3_BF16, "model.visual.patch_embed.proj.bias", vh, U(0.02));
+        put2(&f, H3_BF16, "model.visual.pos_embed.weight", 16, vh, U(0.1));
+#define VB(s) (snprintf(n, sizeof n, "model.visual.blocks.0.%s", s), n)
+        put1(&f, H3_BF16, VB("norm1.weight"), vh, AROUND(1.0, 0.05));
+        put1(&f, H3_BF16, VB("norm1.bias"), vh, U(0.02));
+        put1(&f, H3_BF16, VB("norm2.weight"), vh, AROUND(1.0, 0.05));
+        put1(&f, H3_BF16, VB("norm2.bias"), vh, U(0.02));
+        put2(&f, H3_BF16, VB("attn.qkv.weight"), 3 * vh, vh, LIN(vh, 1.0));
+        put1(&f, H3_BF16, VB("attn.qkv.bias"), 3 * vh, U(0.02));
+        put2(&f, H3_BF16, VB("attn.proj.weight"), vh, vh, LIN(vh, 0.5));
+        put1(&f, H3_BF16, VB("attn.proj.bias"), vh, U(0.02));
+        put2(&f, H3_BF16, VB("mlp.linear_fc1.weight"), vf, vh, LIN(vh, 1.0));
+        put1(&f, H3_BF16, VB("mlp.linear_fc1.bias"), vf, U(0.02));
+        put2(&f, H3_BF16, VB("mlp.linear_fc2.weight"), vh, vf, LIN(vf, 0.5));
+        put1(&f, H3_BF16, VB("mlp.linear_fc2.bias"), vh, U(0.02));
+#undef VB
+        for (int k = -1; k < 1; k++) {
+            const char *p = k < 0 ? "model.visual.merger." : "model.visual.deepstack_merger_list.0.";
+            const int64_t nw = k < 0 ? vh : m;
+#define VM(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
+            put1(&f, H3_BF16, VM("norm.weight"), nw, AROUND(1.0, 0.05));
+            put1(&f, H3_BF16, VM("norm.bias"), nw, U(0.02));
+            put2(&f, H3_BF16, VM("linear_fc1.weight"), m, m, LIN(m, 1.0));
+            put1(&f, H3_BF16, VM("linear_fc1.bias"), m, U(0.02));
+            put2(&f, H3_BF16, VM("linear_fc2.weight"), C, m, LIN(m, 0.5));
+            put1(&f, H3_BF16, VM("linear_fc2.bias"), C, U(0.02));
+#undef VM
+        }
+    }
     if (!g_tied) put2(&f, H3_BF16, "lm_head.weight", vocab, C, LIN(C, 1.0));
     H3_CHECK(wf_write(&f, dir, "model.safetensors"));
     *params = f.params;
@@ -480,10 +516,28 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         (json_int_t)vocab, "rms_norm_eps", 1e-6, "hidden_act", "silu", "attention_bias", 0,
         "max_position_embeddings", (json_int_t)262144, "tie_word_embeddings", g_tied, "rope_theta", 5e6,
         "rope_scaling", "rope_type", "default", "mrope_section", 6, 5, 5, "mrope_interleaved", 1,
-        "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", 8, "intermediate_size", 16,
+        "vision_config", "model_type", "qwen3_vl", "depth", 1, "hidden_size", VIS_HIDDEN, "intermediate_size",
+        2 * VIS_HIDDEN,
         "num_heads", 2, "in_channels", 3, "patch_size", 16, "temporal_patch_size", 2, "spatial_merge_size", 2,
         "out_hidden_size", (int)C, "num_position_embeddings", 16, "deepstack_visual_indexes", 0,
         "tie_word_embeddings", g_tied);
+    if (!cfg) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    { /* the vision tokens' ids, as the tokenizer written beside it gives them */
+        char *tp = h3_path_join(root, g_comfy ? "comfy/text_encoders/qwen25_tokenizer" : "tokenizer");
+        h3_tokenizer *tk = NULL;
+        if (tp && h3_tokenizer_load(tp, &tk) == H3_OK) {
+            static const char *const keys[3] = {"vision_start_token_id", "image_token_id", "video_token_id"},
+                                     *toks[3] = {"<|vision_start|>", "<|image_pad|>", "<|video_pad|>"};
+            for (int i = 0; i < 3; i++) {
+                const int32_t id = h3_tokenizer_token_id(tk, toks[i]);
+                if (id >= 0) json_object_set_new(cfg, keys[i], json_integer(id));
+            }
+        } else {
+            h3_clear_error();
+        }
+        h3_tokenizer_free(tk);
+        h3_free(tp);
+    }
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
 done:
@@ -871,6 +925,37 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     }
     put2(&f, dt, "decoder.proj_out.weight", P, dim, VALUES(proj));
     put1(&f, dt, "decoder.proj_out.bias", P, U(0.05));
+    /* The encoder (fl2va keyframes): the release's structure at width 32 (GroupNorm's 32 groups), one ResNet
+     * block per level, a downsampler on each of the 4 levels (space 2, time 1, 2, 2, 1: 16x16 pixels and 4
+     * frames per latent). */
+    {
+        const int64_t ec = VV_ENC_CH, ci[5] = {ec, 3, 3, 3, 3}, cc[5] = {ec, ec, 3, 3, 3},
+                      co[5] = {2 * C, ec, 3, 3, 3}, qc[5] = {2 * C, 2 * C, 1, 1, 1};
+        put(&f, dt, "encoder.conv_in.weight", 5, ci, LIN(3 * 27, 1.0));
+        put1(&f, dt, "encoder.conv_in.bias", ec, U(0.02));
+        for (int l = 0; l < 4; l++) {
+#define NM(s) (snprintf(n, sizeof n, "encoder.down.%d.block.0.%s", l, s), n)
+            put1(&f, dt, NM("norm1.weight"), ec, AROUND(1.0, 0.05));
+            put1(&f, dt, NM("norm1.bias"), ec, U(0.02));
+            put(&f, dt, NM("conv1.weight"), 5, cc, LIN(ec * 27, 1.0));
+            put1(&f, dt, NM("conv1.bias"), ec, U(0.02));
+            put1(&f, dt, NM("norm2.weight"), ec, AROUND(1.0, 0.05));
+            put1(&f, dt, NM("norm2.bias"), ec, U(0.02));
+            put(&f, dt, NM("conv2.weight"), 5, cc, LIN(ec * 27, 0.5));
+            put1(&f, dt, NM("conv2.bias"), ec, U(0.02));
+#undef NM
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.weight", l);
+            put(&f, dt, n, 5, cc, LIN(ec * 27, 1.0));
+            snprintf(n, sizeof n, "encoder.down.%d.downsample.conv.bias", l);
+            put1(&f, dt, n, ec, U(0.02));
+        }
+        put1(&f, dt, "encoder.norm_out.weight", ec, AROUND(1.0, 0.05));
+        put1(&f, dt, "encoder.norm_out.bias", ec, U(0.02));
+        put(&f, dt, "encoder.conv_out.weight", 5, co, LIN(ec * 27, 1.0));
+        put1(&f, dt, "encoder.conv_out.bias", 2 * C, U(0.02));
+        put(&f, dt, "quant_conv.weight", 5, qc, LIN(2 * C, 1.0));
+        put1(&f, dt, "quant_conv.bias", 2 * C, U(0.02));
+    }
     h3_video_vae_config rel; /* the release's latent statistics */
     h3_video_vae_default_config(&rel);
     if (g_comfy) {
@@ -893,11 +978,11 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
                     "vae_token_drop", 3, "vae_tile_size", 256, "vae_tile_overlap_min", 64);
     H3_CHECK(write_json(dir, "config.json", cfg));
     cfg = NULL;
-    static const int space_down[4] = {2, 2, 2, 2}, time_down[4] = {1, 2, 2, 1}, ch_mult[4] = {1, 2, 2, 4};
+    static const int space_down[4] = {2, 2, 2, 2}, time_down[4] = {1, 2, 2, 1}, ch_mult[4] = {1, 1, 1, 1};
     cfg = json_pack(
         "{s:s,s:i,s:i,s:i,s:o,s:i,s:i,s:i,s:o,s:o,s:i,s:i,s:b,s:b,s:b,s:{s:i,s:i,s:i,s:s,s:b,s:s,s:b,"
         "s:s,s:b,s:f,s:f},s:s,s:s,s:f,s:f}",
-        "_class_name", "AutoencoderKLLegacy", "in_channels", 3, "out_ch", 3, "ch", 8, "ch_mult",
+        "_class_name", "AutoencoderKLLegacy", "in_channels", 3, "out_ch", 3, "ch", VV_ENC_CH, "ch_mult",
         int_array(ch_mult, 4), "num_res_blocks", 1, "embed_dim", (int)C, "z_channels", (int)C, "space_down",
         int_array(space_down, 4), "time_down", int_array(time_down, 4), "vae_ratio", VV_PATCH, "vae_ratio_t",
         VV_PATCH_T, "causal_encoder", 1, "causal_decoder", 0, "use_vit_decoder", 1, "vit_decoder_kwargs",

@@ -37,7 +37,8 @@ int h3_cmd_generate(int argc, char **argv) {
                *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
-    h3_cli_list lora_s = {{0}, 0};
+    h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
+    const char *first_frame = NULL, *last_frame = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
@@ -67,6 +68,13 @@ int h3_cmd_generate(int argc, char **argv) {
          "Lanczos), one at a time; even sides, 2..16384; another aspect ratio stretches (default: the "
          "render size)",
          0, 0},
+        {"first-frame", 0, H3_OPT_STR, &first_frame, "IMG",
+         "start the clip from this image (fl2va; PNG, JPEG, WebP, ...): without --size the canvas takes its "
+         "aspect ratio",
+         0, 0},
+        {"last-frame", 0, H3_OPT_STR, &last_frame, "IMG", "end the clip on this image (fl2va)", 0, 0},
+        {"keyframe", 0, H3_OPT_LIST, &kf_s, "IMG@FRAME",
+         "hold this image at frame FRAME (0 .. frames-1; ComfyUI's guide); repeatable", 0, H3_MAX_KEYFRAMES},
         {"steps", 0, H3_OPT_INT, &steps, "N",
          "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)",
          1, H3_MAX_STEPS},
@@ -161,6 +169,8 @@ int h3_cmd_generate(int argc, char **argv) {
         "--steps 20\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"...\" --size 896x512 --refine 1344x768:0.5 "
         "--output-size 1920x1080\n"
+        "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"...\" --first-frame start.png --last-frame "
+        "end.jpg --seconds 5\n"
         "  h3run generate --model models/h3-tiny --prompt \"a harbor at sunrise\" --frames 22 --size 128x128 "
         "--seed 7 \\\n      --png-dir frames/ --wav sound.wav --latents latents.safetensors -o harbor.mp4",
         opts,
@@ -299,6 +309,45 @@ int h3_cmd_generate(int argc, char **argv) {
     }
     gr.n_loras = loras.n;
     gr.lora_mode = loras.mode;
+    /* keyframes in packed order: --first-frame, --last-frame, then each --keyframe as given */
+    if (first_frame) {
+        gr.keyframe[gr.n_keyframes] = first_frame;
+        gr.keyframe_frame[gr.n_keyframes++] = 0;
+    }
+    if (last_frame) {
+        gr.keyframe[gr.n_keyframes] = last_frame;
+        gr.keyframe_frame[gr.n_keyframes++] = H3_KEYFRAME_LAST;
+    }
+    char *kf_paths[H3_CLI_LIST_MAX] = {0};
+    for (int i = 0; i < kf_s.n; i++) {
+        const char *at = strrchr(kf_s.v[i], '@');
+        char *end = NULL;
+        long long f = at && at[1] ? strtoll(at + 1, &end, 10) : -1;
+        if (!at || at == kf_s.v[i] || !end || *end || f < 0 || f > H3_MAX_FRAMES ||
+            gr.n_keyframes >= H3_MAX_KEYFRAMES) {
+            for (int j = 0; j < i; j++) h3_free(kf_paths[j]);
+            h3_cli_loras_free(&loras);
+            h3_free(default_model);
+            h3_free(prompt_text);
+            if (gr.n_keyframes >= H3_MAX_KEYFRAMES)
+                return usage_error("%s", "at most 16 keyframes in all (H3_MAX_KEYFRAMES)");
+            return usage_error("--keyframe takes IMG@FRAME with FRAME a frame number from 0 (e.g. "
+                               "pose.png@60); got '%s'",
+                               kf_s.v[i]);
+        }
+        kf_paths[i] = h3_malloc((size_t)(at - kf_s.v[i]) + 1, H3_MEM_OTHER);
+        if (!kf_paths[i]) {
+            for (int j = 0; j < i; j++) h3_free(kf_paths[j]);
+            h3_cli_loras_free(&loras);
+            h3_free(default_model);
+            h3_free(prompt_text);
+            return h3_cli_fail("generate", H3_ERR(H3_ERR_NOMEM, "out of memory"));
+        }
+        memcpy(kf_paths[i], kf_s.v[i], (size_t)(at - kf_s.v[i]));
+        kf_paths[i][at - kf_s.v[i]] = 0;
+        gr.keyframe[gr.n_keyframes] = kf_paths[i];
+        gr.keyframe_frame[gr.n_keyframes++] = f;
+    }
     int chose_seed = seed != INT64_MIN;
     gr.req.seed = chose_seed ? (uint64_t)seed : h3_cli_random_seed();
     if (!chose_seed && !quiet)
@@ -314,6 +363,7 @@ int h3_cmd_generate(int argc, char **argv) {
     h3_generate_result res;
     st = h3_cli_run_end(h3_generate(&gr, &cb, &res));
     h3_cli_loras_free(&loras);
+    for (int i = 0; i < kf_s.n; i++) h3_free(kf_paths[i]);
     if (pp.bar_open) fputc('\n', stderr);
     if (st != H3_OK) {
         h3_free(default_model);
@@ -328,6 +378,11 @@ int h3_cmd_generate(int argc, char **argv) {
                (double)res.frames_written / 24.0, res.req.seed, res.req.steps,
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+        if (res.keyframes)
+            printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "
+                   "with its vision tower %.2f s, keyframes encoded %.2f s\n",
+                   res.keyframes, (long long)res.keyframe_rows, (long long)res.text_tokens,
+                   res.stage_s[H3_GEN_TEXT_ENCODER], res.stage_s[H3_GEN_KEYFRAMES]);
         if (res.req.refine_width)
             printf("refine: sampled at %lldx%lld, then %d model calls at %lldx%lld from sigma %.4f "
                    "(denoise %g); the first pass's audio kept\n",
@@ -351,10 +406,11 @@ int h3_cmd_generate(int argc, char **argv) {
             /* each stage in turn within the one budget: where it ran, its device peak, its time */
             printf("stages (one device backend; each gave the device back)  predicted peak  measured peak   "
                    "predicted time  time\n");
-            static const int order[5] = {H3_GEN_TEXT_ENCODER, H3_GEN_DIT, H3_GEN_REFINE, H3_GEN_AUDIO_VAE,
-                                         H3_GEN_VIDEO_VAE};
-            for (int i = 0; i < 5; i++) {
+            static const int order[6] = {H3_GEN_TEXT_ENCODER, H3_GEN_KEYFRAMES, H3_GEN_DIT,
+                                         H3_GEN_REFINE,       H3_GEN_AUDIO_VAE, H3_GEN_VIDEO_VAE};
+            for (int i = 0; i < 6; i++) {
                 if (order[i] == H3_GEN_REFINE && !res.req.refine_width) continue;
+                if (order[i] == H3_GEN_KEYFRAMES && !res.keyframes) continue;
                 const h3_stage_report *sr = &res.stages[order[i]];
                 char label[64];
                 snprintf(label, sizeof label, "stage %s on the %s", h3_generate_stage_name(order[i]),

@@ -175,13 +175,29 @@ static double bicubic(double x) {
     return 0.0;
 }
 
+/* PIL's Lanczos (a = 3): sinc(x)·sinc(x/3) on [−3, 3). */
+static double sinc_pil(double x) {
+    if (x == 0.0) return 1.0;
+    x *= 3.14159265358979323846;
+    return sin(x) / x;
+}
+static double lanczos(double x) {
+    return (-3.0 <= x && x < 3.0) ? sinc_pil(x) * sinc_pil(x / 3.0) : 0.0;
+}
+
+typedef struct pil_filter {
+    double (*fn)(double);
+    double support;
+} pil_filter;
+static const pil_filter k_bicubic = {bicubic, 2.0}, k_lanczos = {lanczos, 3.0};
+
 #define PIL_PRECISION_BITS (32 - 8 - 2)
 
 /* PIL's precompute_coeffs and normalize_coeffs_8bpc: per output pixel its first source pixel, count and
  * fixed-point weights (ksize each). Returns ksize, 0 on allocation failure. */
-static int pil_coeffs(int in_size, int out_size, int **bounds, int32_t **kk) {
+static int pil_coeffs(const pil_filter *flt, int in_size, int out_size, int **bounds, int32_t **kk) {
     double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
-    const double support = 2.0 * filterscale;
+    const double support = flt->support * filterscale;
     const int ksize = (int)ceil(support) * 2 + 1;
     double *pre = h3_malloc((size_t)out_size * (size_t)ksize * sizeof *pre, H3_MEM_WORKSPACE);
     *kk = h3_malloc((size_t)out_size * (size_t)ksize * sizeof **kk, H3_MEM_WORKSPACE);
@@ -200,7 +216,7 @@ static int pil_coeffs(int in_size, int out_size, int **bounds, int32_t **kk) {
         double *k = &pre[(size_t)xx * ksize];
         int x;
         for (x = 0; x < xmax; x++) {
-            const double wv = bicubic((x + xmin - center + 0.5) * ss);
+            const double wv = flt->fn((x + xmin - center + 0.5) * ss);
             k[x] = wv;
             ww += wv;
         }
@@ -223,13 +239,14 @@ static uint8_t clip8(int32_t in) {
     return (uint8_t)(in >> PIL_PRECISION_BITS);
 }
 
-h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
+static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, int h, uint8_t *dst, int ow,
+                            int oh) {
     if (w < 1 || h < 1 || ow < 1 || oh < 1) return H3_ERR(H3_ERR_INVALID, "resize: empty image");
     int *bh = NULL, *bv = NULL;
     int32_t *kh = NULL, *kv = NULL;
     uint8_t *tmp = NULL;
     h3_status st = H3_OK;
-    const int ksh = pil_coeffs(w, ow, &bh, &kh), ksv = pil_coeffs(h, oh, &bv, &kv);
+    const int ksh = pil_coeffs(flt, w, ow, &bh, &kh), ksv = pil_coeffs(flt, h, oh, &bv, &kv);
     if (!ksh || !ksv) H3_FAIL(H3_ERR_NOMEM, "out of memory resizing a %dx%d image", w, h);
     const int need_h = ow != w, need_v = oh != h;
     /* the horizontal pass covers only the rows the vertical one reads */
@@ -293,6 +310,14 @@ done:
     h3_free(kv);
     h3_free(tmp);
     return st;
+}
+
+h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
+    return pil_resize(&k_bicubic, src, w, h, dst, ow, oh);
+}
+
+h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
+    return pil_resize(&k_lanczos, src, w, h, dst, ow, oh);
 }
 
 h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, int h, h3_tensor *pixels,

@@ -65,6 +65,8 @@ h3_status h3_vis_smart_resize(const h3_vis_config *c, int64_t h, int64_t w, int6
 
 /* PIL's Image.resize(BICUBIC) of packed RGB8 (3 channels): src [h, w, 3] -> dst [oh, ow, 3]. */
 h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
+/* PIL's Image.resize(LANCZOS) (a = 3, the same arithmetic): how diffusers puts fl2va keyframes on the canvas. */
+h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
 
 /* One RGB8 image [h, w, 3] to its patches: *grid = {1, gh, gw}; pixels gets an allocated f32 host tensor
  * [gh·gw, 3·tp·p·p] (free with h3_tensor_free). */

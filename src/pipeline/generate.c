@@ -25,6 +25,9 @@
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "models/video_vae_enc.h"
+#include "models/vision.h"
+#include "pipeline/keyframe.h"
 #include "pipeline/layout.h"
 #include "pipeline/media.h"
 #include "pipeline/session.h"
@@ -52,8 +55,8 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
                   name ? name : "");
 }
 
-static const char *const g_stage_names[H3_GEN_STAGES] = {"tokenize",  "text_encoder", "dit", "refine",
-                                                         "audio_vae", "video_vae",    "mux"};
+static const char *const g_stage_names[H3_GEN_STAGES] = {
+    "tokenize", "text_encoder", "keyframes", "dit", "refine", "audio_vae", "video_vae", "mux"};
 
 const char *h3_generate_stage_name(int stage) {
     return stage >= 0 && stage < H3_GEN_STAGES ? g_stage_names[stage] : "?";
@@ -355,6 +358,17 @@ typedef struct gen {
     int ses_locked, use_models, check_only;
     int files_borrowed, dit_borrowed; /* g->files and g->dit are the session's: not freed here */
     double t0;
+    /* fl2va: the keyframes on the canvas, the presentation's row tags and the processor's pixels, the text
+     * encoder and its vision tower while the prompt is encoded, then the conditioning */
+    h3_keyframe_set kf;
+    uint8_t *text_tags;
+    h3_tensor kf_pixels;
+    int64_t (*kf_grid)[3];
+    h3_text_encoder *kf_te; /* opened for the vision tower (NULL: the session's, kf_te_borrowed) */
+    int kf_te_borrowed;
+    h3_vision *vis;
+    h3_tensor kf_clean;
+    float *kf_rows;
 } gen;
 
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
@@ -542,7 +556,8 @@ static int session_te_layer(void *user, int done, int total) {
 }
 
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
-    if (g->use_models && h3_session_prompt_get(g->ses, g->req.prompt, hidden)) {
+    const int images = g->kf.n > 0; /* the prompt's states depend on the images: never kept */
+    if (!images && g->use_models && h3_session_prompt_get(g->ses, g->req.prompt, hidden)) {
         stage_begin(g, H3_GEN_TEXT_ENCODER, 0); /* the prompt's states are kept: the encoder does not run */
         g->res.reused |= H3_REUSED_PROMPT;
         stage_end(g);
@@ -574,16 +589,102 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     a.layer = H3_TE_LAYER;
     a.on_layer = te_layer_done;
     a.on_layer_user = g;
+    if (images) { /* the text encoder the vision tower was opened on */
+        a.te = g->kf_te;
+        a.vis = g->vis;
+        a.pixels = &g->kf_pixels;
+        a.grid = (const int64_t(*)[3])g->kf_grid;
+        a.n_img = g->kf.n;
+    }
     h3_status st = h3_stage_text_encoder(&g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
     if (g->use_models) g->ses->on_layer = NULL;
     if (st == H3_ERR_INTERRUPTED) H3_TRY(check_stop(g));
     H3_TRY(st);
-    if (g->use_models && h3_session_prompt_put(g->ses, g->req.prompt, hidden) != H3_OK) {
+    if (!images && g->use_models && h3_session_prompt_put(g->ses, g->req.prompt, hidden) != H3_OK) {
         h3_log(H3_LOG_WARN, "the prompt's text states are not kept: %s", h3_last_error());
         h3_clear_error();
     }
     stage_end(g);
     return H3_OK;
+}
+
+/* fl2va: the text encoder's vision tower, and the presentation of the keyframes before the prompt's ids
+ * (pipeline/keyframe.h): *ids and *n become the presentation's, g->text_tags its row tags. */
+static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_positions, int32_t **ids,
+                                   int64_t *n) {
+    if (!g->kf.n) return H3_OK;
+    h3_status st = H3_OK;
+    int32_t *all = NULL;
+    int64_t n_all = 0;
+    if (g->use_models) {
+        h3_session *s = g->ses;
+        if (!s->te) {
+            h3_te_open_opts o;
+            memset(&o, 0, sizeof o);
+            o.act_place = H3_PLACE_HOST;
+            o.on_layer = session_te_layer;
+            o.on_layer_user = s;
+            H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &s->te), "the text encoder");
+        }
+        g->kf_te = s->te;
+        g->kf_te_borrowed = 1;
+    } else {
+        h3_te_open_opts o;
+        memset(&o, 0, sizeof o);
+        o.act_place = H3_PLACE_HOST;
+        o.on_layer = te_layer_done;
+        o.on_layer_user = g;
+        H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &g->kf_te), "the text encoder");
+    }
+    st = h3_vision_open(g->kf_te, NULL, &g->vis);
+    if (st != H3_OK)
+        return h3_error_wrap(st, "keyframes need the vision tower of the text encoder (%s)",
+                             g->files.text_encoder);
+    H3_TRY(h3_keyframes_present(tok, h3_vision_config(g->vis), &g->kf, *ids, *n, &all, &g->text_tags, &n_all,
+                                &g->kf_pixels, &g->kf_grid));
+    st = h3_request_check_prompt_tokens(n_all, te_positions);
+    if (st != H3_OK) {
+        g->model_phase = 0;
+        h3_free(all);
+        return h3_error_wrap(st, "the prompt with its %d keyframes' image tokens", g->kf.n);
+    }
+    h3_free(*ids);
+    *ids = all;
+    *n = n_all;
+    g->res.text_tokens = n_all;
+    h3_log(H3_LOG_INFO, "keyframes: %d, %lld image tokens in the %lld rows of text", g->kf.n,
+           (long long)(g->kf_pixels.shape[0] / 4), (long long)n_all);
+    return H3_OK;
+}
+
+static h3_status keyframe_done(void *user, int done, int total) {
+    gen *g = user;
+    (void)done;
+    (void)total;
+    h3_progress_step(&g->prog);
+    return check_stop(g);
+}
+
+/* fl2va: the keyframes through the video VAE's encoder into their rows (g->kf_rows, g->kf_clean). */
+static h3_status run_keyframes(gen *g) {
+    if (!g->kf.n) return H3_OK;
+    h3_status st = H3_OK;
+    h3_video_vae *vv = NULL;
+    h3_video_enc *e = NULL;
+    stage_begin(g, H3_GEN_KEYFRAMES, g->kf.n);
+    H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
+    st = h3_video_enc_open(vv, &e);
+    if (st != H3_OK) {
+        st = h3_error_wrap(st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
+        goto done;
+    }
+    H3_CHECK(h3_stage_keyframes(&g->ex, e, g->plan ? &g->plan->venc : NULL, &g->kf, g->req.seed, &g->kf_clean,
+                                &g->kf_rows, keyframe_done, g, &g->res.stages[H3_GEN_KEYFRAMES]));
+    stage_end(g);
+done:
+    h3_video_enc_close(e);
+    h3_video_vae_close(vv);
+    return st;
 }
 
 /* ---- the plan ------------------------------------------------------------------------------------------ */
@@ -604,6 +705,11 @@ static h3_status make_schedule(gen *g) {
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
+    if (g->kf.n) { /* the keyframe rows' time below t_video = 0.999 (pipeline/layout.h) */
+        int have = 0;
+        for (int i = 0; i < g->n_uniq; i++) have |= g->uniq_t[i] == H3_KEYFRAME_T;
+        if (!have) g->uniq_t[g->n_uniq++] = H3_KEYFRAME_T;
+    }
     if (q->refine_width) {
         g->refine_calls = h3_request_refine_calls(g->sch.n - 1, q->refine_denoise);
         h3_schedule_tail(&g->sch, g->refine_calls, &g->sch_refine);
@@ -644,6 +750,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     const h3_request *q = &g->req;
     h3_text_encoder *te = NULL;
     h3_video_vae *vv = NULL;
+    h3_video_enc *venc = NULL;
     h3_audio_vae *av = NULL;
     h3_dit_open_opts oo;
     memset(&oo, 0, sizeof oo);
@@ -706,9 +813,17 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
     m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
+    if (g->kf.n) {
+        st = h3_video_enc_open(vv, &venc);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
+            goto done;
+        }
+        m.venc = h3_video_enc_get_config(venc);
+    }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, g->sch.n - 1,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, 0};
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, g->kf.n};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -728,6 +843,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
                 h3_dit_plan_seconds(&g->plan->dit_refine, pr.refine_steps);
         g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
+        if (g->kf.n) g->res.stage_predicted_s[H3_GEN_KEYFRAMES] = g->plan->venc.t_load + g->plan->venc.t_run;
     }
     H3_CHECK(h3_plan_check(g->plan));
     if (g->check_only) {
@@ -766,6 +882,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     }
 done:
     h3_text_encoder_close(te);
+    h3_video_enc_close(venc);
     h3_video_vae_close(vv);
     h3_audio_vae_close(av);
     return st;
@@ -791,11 +908,12 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     /* the longer sequence: the refine pass's when there is one (the passes run one after the other) */
     const int64_t cw = q->refine_width ? q->refine_width : q->width,
                   ch = q->refine_width ? q->refine_height : q->height;
-    H3_CHECK(h3_seq_layout_sizes(n_tokens, q->frames, cw, ch, &L));
+    H3_CHECK(h3_seq_layout_sizes(n_tokens, g->kf.n, q->frames, cw, ch, &L));
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
     h3_dit_forward_mem fm;
-    h3_dit_forward_mem_of(d, 0, -1, L.seq_len, L.text_len, L.n_video_rows, L.n_audio_rows, g->n_uniq, &fm);
+    h3_dit_forward_mem_of(d, 0, -1, L.seq_len, L.text_len, L.n_video_rows + L.n_cond_rows, L.n_audio_rows,
+                          g->n_uniq, &fm);
     h3_dit_weight_bytes wb;
     h3_dit_weight_bytes_of(d, &wb);
     const double S = (double)L.seq_len, rows = (double)(L.n_video_rows + L.n_audio_rows + L.text_len);
@@ -881,7 +999,9 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     h3_dit *own = NULL;
     const h3_request *q = &g->req;
     const int refine = ps->first_video != NULL;
-    H3_CHECK(h3_seq_layout_t2va(hidden->shape[0], NULL, q->frames, ps->width, ps->height, &L));
+    H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, q->frames, ps->width, ps->height,
+                                 refine ? 0 : g->kf.n, g->kf.frame, &L));
+    if (!refine) g->res.keyframe_rows = L.n_cond_rows;
     if (refine) {
         g->res.refine_seq_len = L.seq_len;
     } else {
@@ -965,6 +1085,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.from_latent = refine;
     sa.held_audio = held;
     sa.held_noise = anoise;
+    sa.cond_rows = refine ? NULL : g->kf_rows;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
     g->res.dit_start_s = now_s() - g->t0;
@@ -1152,9 +1273,19 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     h3_status st = h3_st_writer_new(&w);
     char buf[64];
     const h3_request *q = &g->req;
+    int64_t fr[H3_MAX_KEYFRAMES];
     int64_t vs[5] = {1, video_lat->shape[0], video_lat->shape[1], video_lat->shape[2], video_lat->shape[3]};
     if (st == H3_OK) st = h3_st_writer_add(w, "video_latents", H3_F32, 5, vs, video_lat->data);
     if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_latents", audio_lat);
+    if (g->kf.n && g->kf_rows) { /* what the DiT was given for them: the rows and the clean latents */
+        const int64_t lh = q->height / H3_VAE_SPATIAL, lw = q->width / H3_VAE_SPATIAL;
+        const int64_t rs[2] = {(int64_t)g->kf.n * (lh / 2) * (lw / 2), H3_VIDEO_ROW_DIM};
+        if (st == H3_OK) st = h3_st_writer_add(w, "keyframe_rows", H3_F32, 2, rs, g->kf_rows);
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "keyframe_latents", &g->kf_clean);
+        for (int k = 0; k < g->kf.n; k++) fr[k] = g->kf.frame[k];
+        const int64_t fs[1] = {g->kf.n};
+        if (st == H3_OK) st = h3_st_writer_add(w, "keyframe_frames", H3_I64, 1, fs, fr);
+    }
     if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "generate");
     if (st == H3_OK) st = h3_st_writer_meta(w, "prompt", q->prompt);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)q->seed);
@@ -1281,8 +1412,26 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
 
     /* The request, the outputs and the device: all checked before anything is opened. */
     g->req = r->req;
+    if (r->n_keyframes) { /* read first: a bad image is the request's, and the canvas may come from one */
+        if (r->n_keyframes > H3_MAX_KEYFRAMES)
+            H3_FAIL(H3_ERR_INVALID, "%d keyframes; at most %d", r->n_keyframes, H3_MAX_KEYFRAMES);
+        if (r->req.refine_width)
+            H3_FAIL(H3_ERR_INVALID, "--refine with keyframes is not supported: the refine pass would move the "
+                                    "keyframes' frames; leave out --refine (or --first-frame/--last-frame/--keyframe)");
+        for (int k = 0; k < r->n_keyframes; k++)
+            H3_CHECK(h3_pathset_input(&paths, "a keyframe", r->keyframe[k], 1));
+        H3_CHECK(h3_keyframes_read(r->keyframe, r->keyframe_frame, r->n_keyframes, &g->kf));
+        if (!g->req.width && !g->req.height) {
+            H3_CHECK_CTX(h3_canvas_from_aspect(g->kf.sw[0], g->kf.sh[0], &g->req.width, &g->req.height),
+                         "the canvas from the keyframe %s (%dx%d)", g->kf.path[0], g->kf.sw[0], g->kf.sh[0]);
+            h3_log(H3_LOG_INFO, "canvas %lldx%lld, from the aspect ratio of %s (%dx%d)", (long long)g->req.width,
+                   (long long)g->req.height, g->kf.path[0], g->kf.sw[0], g->kf.sh[0]);
+        }
+    }
     h3_request_warnings warn;
     H3_CHECK(h3_request_resolve(&g->req, &warn));
+    if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
+    g->res.keyframes = g->kf.n;
     for (int i = 0; i < warn.n && !r->small_model; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
     if (!h3_media_available())
         H3_FAIL(H3_ERR_UNSUPPORTED, "this h3run was built without MP4 output (cmake -DH3_MEDIA=OFF): rebuild "
@@ -1371,6 +1520,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
 
     /* The stages, one after the other, each with its own weights. */
     H3_CHECK(run_tokenize(g, tok, te_vocab, te_positions, &ids, &n_ids));
+    H3_CHECK(present_keyframes(g, tok, te_positions, &ids, &n_ids));
     if (!g->ses) h3_tokenizer_free(tok);
     tok = NULL;
     if (g->ses_locked) { /* what a check shares is no longer needed */
@@ -1392,6 +1542,12 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
     h3_free(ids);
     ids = NULL;
+    h3_vision_close(g->vis); /* the prompt is encoded: the tower and its text encoder go */
+    g->vis = NULL;
+    if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);
+    g->kf_te = NULL;
+    H3_CHECK(check_stop(g));
+    H3_CHECK(run_keyframes(g));
     H3_CHECK(check_stop(g));
     H3_CHECK(run_dit(g, &hidden, &video_lat, &audio_lat));
     h3_tensor_free(&hidden);
@@ -1470,6 +1626,14 @@ done:
     h3_free(g->plan);
     h3_free(g->uniq_t);
     h3_free(g->uniq_r);
+    h3_vision_close(g->vis);
+    if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);
+    h3_keyframes_free(&g->kf);
+    h3_free(g->text_tags);
+    h3_free(g->kf_grid);
+    h3_free(g->kf_rows);
+    h3_tensor_free(&g->kf_pixels);
+    h3_tensor_free(&g->kf_clean);
     h3_schedule_free(&g->sch);
     h3_tensor_free(&hidden);
     h3_tensor_free(&video_lat);

@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "pipeline/keyframe.h"
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
 #include "pipeline/stages.h"
@@ -111,6 +112,11 @@ typedef struct h3_generate_request {
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
     struct h3_session *session; /* what earlier runs on this model kept (pipeline/session.h); NULL: none */
+    /* fl2va keyframes (pipeline/keyframe.h), in packed order: images and their frames (H3_KEYFRAME_LAST: the
+     * clip's last); without --size the canvas takes the first one's aspect ratio */
+    const char *keyframe[H3_MAX_KEYFRAMES];
+    int64_t keyframe_frame[H3_MAX_KEYFRAMES];
+    int n_keyframes;
 } h3_generate_request;
 
 void h3_generate_request_init(h3_generate_request *r);
@@ -127,6 +133,7 @@ typedef struct h3_generate_callbacks {
 enum {
     H3_GEN_TOKENIZE = 0,
     H3_GEN_TEXT_ENCODER,
+    H3_GEN_KEYFRAMES, /* fl2va: the keyframes through the video VAE's encoder (no events without them) */
     H3_GEN_DIT,
     H3_GEN_REFINE, /* the second pass of --refine (no events without it) */
     H3_GEN_AUDIO_VAE,
@@ -134,14 +141,16 @@ enum {
     H3_GEN_MUX,
     H3_GEN_STAGES
 };
-/* The stage names progress events carry: "tokenize", "text_encoder", "dit", "refine", "audio_vae",
- * "video_vae", "mux". */
+/* The stage names progress events carry: "tokenize", "text_encoder", "keyframes", "dit", "refine",
+ * "audio_vae", "video_vae", "mux". */
 const char *h3_generate_stage_name(int stage);
 
 typedef struct h3_generate_result {
     h3_request req;      /* the resolved request (frames, canvas, steps filled in) */
     h3_device device;    /* where the DiT ran */
-    int64_t text_tokens; /* L */
+    int64_t text_tokens; /* L (with keyframes: their presentation and vision rows included) */
+    int keyframes;       /* fl2va keyframes; their rows in the packed sequence */
+    int64_t keyframe_rows;
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]
                                                           * (the last pass's) */

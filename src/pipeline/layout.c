@@ -24,13 +24,14 @@ void h3_seq_layout_free(h3_seq_layout *l) {
     h3_free(l->tags);
     h3_free(l->pos);
     h3_free(l->video_indices);
+    h3_free(l->cond_indices);
     h3_free(l->audio_indices);
     h3_free(l->text_indices);
     memset(l, 0, sizeof *l);
 }
 
-h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, int64_t height,
-                              h3_seq_layout *out) {
+h3_status h3_seq_layout_sizes(int64_t text_len, int n_keyframes, int64_t frames, int64_t width,
+                              int64_t height, h3_seq_layout *out) {
     memset(out, 0, sizeof *out);
     if (text_len < 0 || text_len > ((int64_t)1 << 30))
         return H3_ERR(H3_ERR_INVALID, "layout: text length %lld is out of range", (long long)text_len);
@@ -40,6 +41,8 @@ h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, i
         return H3_ERR(H3_ERR_INVALID,
                       "layout: width and height must be positive multiples of 32; got %lldx%lld",
                       (long long)width, (long long)height);
+    if (n_keyframes < 0 || n_keyframes > H3_MAX_KEYFRAMES)
+        return H3_ERR(H3_ERR_INVALID, "layout: %d keyframes; at most %d", n_keyframes, H3_MAX_KEYFRAMES);
     h3_geometry g;
     h3_geometry_of(text_len, frames, width, height, &g);
     out->text_len = text_len;
@@ -52,15 +55,73 @@ h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, i
     out->audio_t = g.audio_t;
     out->n_video_rows = g.n_video_rows;
     out->n_audio_rows = g.n_audio_rows;
-    out->audio_start = text_len;
-    out->video_start = text_len + out->n_audio_rows;
+    out->n_keyframes = n_keyframes;
+    out->n_cond_rows = (int64_t)n_keyframes * (g.latent_h / 2) * (g.latent_w / 2);
+    out->cond_start = text_len;
+    out->audio_start = text_len + out->n_cond_rows;
+    out->video_start = out->audio_start + out->n_audio_rows;
     out->seq_len = out->video_start + out->n_video_rows;
     return H3_OK;
 }
 
+/* numpy's pairwise summation of a float64 array (add.reduce: 8 accumulators up to 128 values, halves above),
+ * the order the reference sums the latent frames' spans in for the "last" anchor. */
+static double pairwise_sum(const double *a, int64_t n) {
+    if (n < 8) {
+        double r = 0.0;
+        for (int64_t i = 0; i < n; i++) r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        int64_t i;
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+static const int k_frames_per_latent[5] = {1, 4, 4, 4, 4};
+
+double h3_keyframe_time(int64_t text_len, int64_t frames, int64_t f) {
+    const double L = (double)text_len, span = 5.0 / 3.0;
+    if (f <= 0) return L;
+    if (f == frames - 1) {
+        const int64_t lt = h3_video_latent_frames(frames);
+        double spans[1024], total;
+        if (lt > 0 && lt <= 1024) {
+            for (int64_t g = 0; g < lt; g++) spans[g] = span * (double)k_frames_per_latent[g % 5];
+            total = pairwise_sum(spans, lt);
+        } else { /* beyond any trained length: the plain sum */
+            total = 0.0;
+            for (int64_t g = 0; g < lt; g++) total += span * (double)k_frames_per_latent[g % 5];
+        }
+        return L + total - span;
+    }
+    return L + span * (double)f;
+}
+
 h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
                              int64_t height, h3_seq_layout *out) {
-    H3_TRY(h3_seq_layout_sizes(text_len, frames, width, height, out));
+    return h3_seq_layout_fl2va(text_len, text_tags, frames, width, height, 0, NULL, out);
+}
+
+h3_status h3_seq_layout_fl2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                              int64_t height, int n_keyframes, const int64_t *kf_frames, h3_seq_layout *out) {
+    H3_TRY(h3_seq_layout_sizes(text_len, n_keyframes, frames, width, height, out));
+    for (int k = 0; k < n_keyframes; k++)
+        if (kf_frames[k] < 0 || kf_frames[k] >= frames) {
+            const int64_t f = kf_frames[k];
+            memset(out, 0, sizeof *out);
+            return H3_ERR(H3_ERR_INVALID, "layout: keyframe %d is at frame %lld, outside the clip's 0..%lld",
+                          k + 1, (long long)f, (long long)(frames - 1));
+        }
     const int64_t lt = out->latent_t, ph = out->latent_h / 2, pw = out->latent_w / 2, per_frame = ph * pw;
     const size_t S = (size_t)out->seq_len;
     h3_status st = H3_OK;
@@ -71,10 +132,11 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
     out->video_indices = h3_malloc((size_t)out->n_video_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
     out->audio_indices = h3_malloc((size_t)out->n_audio_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
     out->text_indices = h3_malloc((size_t)text_len * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->cond_indices = h3_malloc((size_t)out->n_cond_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
     hgrid = h3_malloc((size_t)ph * sizeof(double), H3_MEM_OTHER);
     wgrid = h3_malloc((size_t)pw * sizeof(double), H3_MEM_OTHER);
     if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices ||
-        !hgrid || !wgrid)
+        !out->cond_indices || !hgrid || !wgrid)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
 
     const double sqrt_area = sqrt((double)(out->latent_h * out->latent_w));
@@ -90,6 +152,19 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
         p[3 * k + 1] = 0.0;
         p[3 * k + 2] = 0.0;
     }
+    /* Keyframes: one latent frame each on the target's grid, at its anchor's time. */
+    for (int k = 0; k < n_keyframes; k++) {
+        const double t = h3_keyframe_time(text_len, frames, kf_frames[k]);
+        for (int64_t i = 0; i < ph; i++)
+            for (int64_t j = 0; j < pw; j++) {
+                const int64_t v = (int64_t)k * per_frame + i * pw + j, r = out->cond_start + v;
+                out->tags[r] = H3_TAG_VIDEO;
+                out->cond_indices[v] = r;
+                p[3 * r] = t;
+                p[3 * r + 1] = hgrid[i];
+                p[3 * r + 2] = wgrid[j];
+            }
+    }
     /* Audio: channel-major; one rotary unit per latent from L; w pinned to the width grid's ends. */
     const double L = (double)text_len;
     for (int64_t c = 0; c < 2; c++)
@@ -103,11 +178,10 @@ h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t
         }
     /* Video: frame-major, then patch rows, then patch columns; time = L + exclusive running sum of the spans.
      */
-    static const int frames_per_latent[5] = {1, 4, 4, 4, 4};
     double cum = 0.0;
     for (int64_t f = 0; f < lt; f++) {
         const double t = L + cum;
-        cum += (5.0 / 3.0) * (double)frames_per_latent[f % 5];
+        cum += (5.0 / 3.0) * (double)k_frames_per_latent[f % 5];
         for (int64_t i = 0; i < ph; i++)
             for (int64_t j = 0; j < pw; j++) {
                 int64_t v = f * per_frame + i * pw + j;
@@ -126,23 +200,30 @@ done:
     return st;
 }
 
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[3],
                                    int32_t *index) {
-    int n;
-    int32_t iv, ia;
-    if (t_video == t_audio) {
-        n = 1;
-        unique_t[0] = t_video;
-        iv = ia = 0;
-    } else {
-        n = 2;
-        unique_t[0] = t_video < t_audio ? t_video : t_audio;
-        unique_t[1] = t_video < t_audio ? t_audio : t_video;
-        iv = t_video < t_audio ? 0 : 1;
-        ia = 1 - iv;
+    const float t_cond = t_video > H3_KEYFRAME_T ? t_video : H3_KEYFRAME_T;
+    float v[3] = {t_video, t_audio, t_cond};
+    const int nv = l->n_cond_rows > 0 ? 3 : 2;
+    int n = 0;
+    for (int i = 0; i < nv; i++) { /* sorted distinct values */
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= unique_t[j] == v[i];
+        if (seen) continue;
+        int at = n++;
+        while (at > 0 && unique_t[at - 1] > v[i]) {
+            unique_t[at] = unique_t[at - 1];
+            at--;
+        }
+        unique_t[at] = v[i];
     }
-    for (int64_t r = 0; r < l->seq_len; r++) index[r] = iv;
-    for (int64_t k = 0; k < l->n_audio_rows; k++) index[l->audio_indices[k]] = ia;
+    int32_t idx[3] = {0, 0, 0};
+    for (int i = 0; i < nv; i++)
+        for (int j = 0; j < n; j++)
+            if (unique_t[j] == v[i]) idx[i] = j;
+    for (int64_t r = 0; r < l->seq_len; r++) index[r] = idx[0];
+    for (int64_t k = 0; k < l->n_audio_rows; k++) index[l->audio_indices[k]] = idx[1];
+    for (int64_t k = 0; k < l->n_cond_rows; k++) index[l->cond_indices[k]] = idx[2];
     return n;
 }
 

@@ -1,7 +1,7 @@
-/* The packed sequence of a t2va request: one row per text token, per audio latent of each stereo channel and
- * per 2x2 patch of each video latent frame, in the order
+/* The packed sequence of a t2va or fl2va request: one row per text token, per 2x2 patch of each keyframe's
+ * latent, per audio latent of each stereo channel and per 2x2 patch of each video latent frame, in the order
  *
- *     [ text (L) | audio left (T_a) | audio right (T_a) | video (T * H/2 * W/2) ]
+ *     [ text (L) | keyframe conditions (K * H/2 * W/2) | audio left (T_a) | audio right (T_a) | video ]
  *
  * with, for every row, its modality tag (0 video, 1 text, 2 audio; they index the DiT's AdaLN table), its (t, h, w)
  * rotary position in float64, and per step the index of its timestep among the step's distinct timesteps.
@@ -12,6 +12,13 @@
  *   axis grid of a latent dimension D (H or W) of the H x W latent: ratio = D / sqrt(H*W),
  *       grid[i] = (left + i * ((left + ratio) - left) / (D/2)) * 32, left = (1 - ratio)/2   (numpy linspace,
  *       endpoint excluded), i = 0 .. D/2 - 1.
+ *   keyframe k at frame f (fl2va: K keyframes, each one latent frame at the target's canvas; diffusers'
+ *       build_packed_sequence with ComfyUI's any-frame guides), patch (i, j):
+ *       f = 0 ("first"):            (L, h_grid[i], w_grid[j])
+ *       f = frames - 1 ("last"):    ((L + S) - 5/3, ...), S = numpy's pairwise sum of the T spans
+ *       any other f:                (L + (5/3) * f, ...)
+ * The keyframe rows are video rows (tag 0); they come before the target's video rows in the DiT's video rows
+ * (diffusers' video_indices) and are held at t = max(t_video, 0.999) in every call.
  * Sizes (frames, latent frames, canvas, audio latents, row counts) come from pipeline/geometry.h.
  */
 #ifndef H3_PIPELINE_LAYOUT_H
@@ -24,16 +31,20 @@
 
 enum { H3_TAG_VIDEO = 0, H3_TAG_TEXT = 1, H3_TAG_AUDIO = 2 };
 
+#define H3_MAX_KEYFRAMES 16 /* keyframes of one request */
+
 typedef struct h3_seq_layout {
     int64_t text_len, frames, width, height;
     int64_t latent_t, latent_h, latent_w; /* video latent [24, latent_t, latent_h, latent_w] */
     int64_t audio_t;                      /* audio latents per channel: audio latent [2, 32, audio_t] */
     int64_t n_video_rows, n_audio_rows;   /* latent_t*(latent_h/2)*(latent_w/2), 2*audio_t */
-    int64_t seq_len;                      /* text_len + n_audio_rows + n_video_rows */
-    int64_t audio_start, video_start;     /* first audio row, first video row */
+    int64_t n_keyframes, n_cond_rows;     /* fl2va: K keyframes, K*(latent_h/2)*(latent_w/2) rows */
+    int64_t seq_len;                      /* text_len + n_cond_rows + n_audio_rows + n_video_rows */
+    int64_t cond_start, audio_start, video_start; /* first keyframe row, first audio row, first video row */
     uint8_t *tags;                        /* [seq_len] modality tag of every row */
     double *pos;                          /* [seq_len, 3] (t, h, w) rotary position of every row */
     int64_t *video_indices;               /* [n_video_rows] sequence rows of the video rows, in order */
+    int64_t *cond_indices;                /* [n_cond_rows] sequence rows of the keyframe rows, in order */
     int64_t *audio_indices; /* [n_audio_rows] sequence rows of the audio rows (left then right) */
     int64_t *text_indices;  /* [text_len] */
 } h3_seq_layout;
@@ -44,15 +55,27 @@ typedef struct h3_seq_layout {
 h3_status h3_seq_layout_t2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
                              int64_t height, h3_seq_layout *out);
 void h3_seq_layout_free(h3_seq_layout *l);
-/* The counts of that layout (text_len .. seq_len, audio_start, video_start) without its tables (left NULL):
- * what sizing a request needs before anything is allocated. The same checks as h3_seq_layout_t2va. */
-h3_status h3_seq_layout_sizes(int64_t text_len, int64_t frames, int64_t width, int64_t height,
-                              h3_seq_layout *out);
+/* The layout of a fl2va request: n_keyframes keyframes, keyframe k at pixel frame kf_frames[k] (0 ..
+ * frames - 1; 0 is diffusers' "first" anchor, frames - 1 its "last"), in packed order. n_keyframes 0 is
+ * h3_seq_layout_t2va. A frame outside the clip is H3_ERR_INVALID. */
+h3_status h3_seq_layout_fl2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                              int64_t height, int n_keyframes, const int64_t *kf_frames, h3_seq_layout *out);
+/* The counts of that layout (text_len .. seq_len, cond_start, audio_start, video_start) without its tables
+ * (left NULL): what sizing a request needs before anything is allocated. The same checks as the builders. */
+h3_status h3_seq_layout_sizes(int64_t text_len, int n_keyframes, int64_t frames, int64_t width,
+                              int64_t height, h3_seq_layout *out);
+/* The rotary time of a keyframe at pixel frame f of a frames-long clip after text_len text rows (the rule
+ * above). */
+double h3_keyframe_time(int64_t text_len, int64_t frames, int64_t f);
+/* The keyframes' conditioning timestep for a call at t_video: max(t_video, 0.999) in float32, diffusers'
+ * keyframe_noise_aug. */
+#define H3_KEYFRAME_T 0.999f
 
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
- * return_inverse=True) over the row timesteps; text rows carry t_video). Writes 1 or 2 values to unique_t
- * (ascending) and returns how many; index has seq_len entries. */
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[2],
+ * return_inverse=True) over the row timesteps; text rows carry t_video, keyframe rows max(t_video,
+ * H3_KEYFRAME_T)). Writes 1 to 3 values to unique_t (ascending) and returns how many; index has seq_len
+ * entries. */
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[3],
                                    int32_t *index);
 
 /* Video latent [24, T, H, W] <-> rows [T*(H/2)*(W/2), 96]: row (t, i, j) frame-major then row-major, column

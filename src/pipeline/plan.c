@@ -764,7 +764,7 @@ typedef struct try_ctx {
 static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64_t width, int64_t height,
                                int n_timesteps, h3_dit_plan *out, int *fits) {
     h3_seq_layout L;
-    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->frames, width, height, &L));
+    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, r->frames, width, height, &L));
     dit_static ds;
     H3_TRY(dit_static_of(t->m, t->eight_bit, &ds));
     const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
@@ -774,7 +774,7 @@ static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64
                  &fd,
                  L.seq_len,
                  L.text_len,
-                 L.n_video_rows,
+                 L.n_video_rows + L.n_cond_rows,
                  L.n_audio_rows,
                  n_timesteps,
                  t->b.vram,
@@ -905,8 +905,8 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     const int refine = r->refine_width > 0;
     if (m->dit) { /* the longer sequence: the refine pass's when there is one */
         h3_seq_layout L;
-        H3_TRY(h3_seq_layout_t2va(r->text_tokens, NULL, r->frames, refine ? r->refine_width : r->width,
-                                  refine ? r->refine_height : r->height, &L));
+        H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, r->frames, refine ? r->refine_width : r->width,
+                                   refine ? r->refine_height : r->height, &L));
         dit_static ds;
         h3_status st = dit_static_of(m, 0, &ds);
         dit_ctx x = {m,
@@ -915,7 +915,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
                      &out->fig,
                      L.seq_len,
                      L.text_len,
-                     L.n_video_rows,
+                     L.n_video_rows + L.n_cond_rows,
                      L.n_audio_rows,
                      r->n_timesteps,
                      b->vram,

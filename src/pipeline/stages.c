@@ -296,14 +296,24 @@ typedef struct sample_ctx {
     int32_t *tidx, *tags, *vi, *ai, *ti;
     const float *held, *held_noise; /* held audio rows and their noise (NULL: sampled) */
     float *held_x;                  /* [Na·32] the held rows at the call's sigma */
+    int64_t nc;                     /* keyframe rows: the DiT's video rows are [cond | target] */
+    float *xv, *vv;                 /* [(nc + Nv)·96] a call's video rows and velocities (nc > 0) */
 } sample_ctx;
 
 static h3_status sample_model(void *user, const float *x_video, const float *x_audio, float t_video,
                               float t_audio, float *v_video, float *v_audio) {
     sample_ctx *c = user;
     const h3_seq_layout *L = c->L;
-    float uniq[2];
+    float uniq[3];
     int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
+    const int64_t nv_all = c->nc + L->n_video_rows;
+    float *v_target = v_video;
+    if (c->nc) { /* the keyframe rows ride in front of the target's, unchanged */
+        memcpy(c->xv + c->nc * H3_VIDEO_ROW_DIM, x_video,
+               (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM) * sizeof(float));
+        x_video = c->xv;
+        v_video = c->vv;
+    }
     if (c->held) { /* the kept audio at this call's noise level, in place of the sampler's */
         const float sig = 1.0f - t_audio, keep = 1.0f - sig;
         const int64_t n = L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
@@ -312,16 +322,20 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     }
     h3_tensor hxv, hxa, hvv, hva;
     H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+                          (int64_t[]){nv_all, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
     H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_video_rows, H3_VIDEO_ROW_DIM}));
+                          (int64_t[]){nv_all, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
     h3_dit_inputs in = {&hxv,    &hxa,    NULL,   uniq,  nt,    L->seq_len,
                         c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
-    return h3_dit_stage_call(c->s, &in, &hvv, &hva);
+    H3_TRY(h3_dit_stage_call(c->s, &in, &hvv, &hva));
+    if (c->nc)
+        memcpy(v_target, c->vv + c->nc * H3_VIDEO_ROW_DIM,
+               (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM) * sizeof(float));
+    return H3_OK;
 }
 
 h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *video_rows, float *audio_rows,
@@ -335,10 +349,12 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     if (L->seq_len > INT32_MAX)
         return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers",
                       (long long)L->seq_len);
+    c.nc = L->n_cond_rows;
+    if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
     const size_t S = (size_t)L->seq_len;
     c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
     c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
-    c.vi = h3_malloc((size_t)L->n_video_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c.vi = h3_malloc((size_t)(c.nc + L->n_video_rows) * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     c.ai = h3_malloc((size_t)L->n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     c.ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     if (!c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
@@ -352,11 +368,19 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
         if (!c.held_x) H3_FAIL(H3_ERR_NOMEM, "out of memory for the held audio rows");
     }
     for (size_t i = 0; i < S; i++) c.tags[i] = L->tags[i];
-    for (int64_t i = 0; i < L->n_video_rows; i++) c.vi[i] = (int32_t)L->video_indices[i];
+    for (int64_t i = 0; i < c.nc; i++) c.vi[i] = (int32_t)L->cond_indices[i];
+    for (int64_t i = 0; i < L->n_video_rows; i++) c.vi[c.nc + i] = (int32_t)L->video_indices[i];
+    if (c.nc) {
+        const size_t nb = (size_t)((c.nc + L->n_video_rows) * H3_VIDEO_ROW_DIM) * sizeof(float);
+        c.xv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
+        c.vv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
+        if (!c.xv || !c.vv) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframe rows");
+        memcpy(c.xv, a->cond_rows, (size_t)(c.nc * H3_VIDEO_ROW_DIM) * sizeof(float));
+    }
     for (int64_t i = 0; i < L->n_audio_rows; i++) c.ai[i] = (int32_t)L->audio_indices[i];
     for (int64_t i = 0; i < L->text_len; i++) c.ti[i] = (int32_t)L->text_indices[i];
     h3_dit_stage_args da = a->dit;
-    da.n_video_rows = L->n_video_rows;
+    da.n_video_rows = c.nc + L->n_video_rows;
     da.n_audio_rows = L->n_audio_rows;
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler, a->schedule, sample_model, &c, a->on_step, a->step_ctx, a->from_latent};
@@ -365,6 +389,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
 done:
     h3_free(c.held_x);
+    h3_free(c.xv);
+    h3_free(c.vv);
     h3_dit_stage_close(c.s, res);
     h3_free(c.tidx);
     h3_free(c.tags);
@@ -440,5 +466,21 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
     if (st == H3_OK) st = h3_video_enc_posterior(c, &m, noise, latents);
     h3_free(noise);
     h3_tensor_free(&m);
+    return st;
+}
+
+h3_status h3_stage_keyframes(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, const h3_keyframe_set *s,
+                             uint64_t seed, h3_tensor *clean, float **rows,
+                             h3_status (*on_done)(void *user, int done, int total), void *user,
+                             h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    const int dev = plan && plan->on_device;
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "video VAE encoder", dev, dev ? plan->dev_peak : 0, &mk));
+    if (dev) H3_CHECK_CTX(h3_video_enc_place(e, ex, H3_PLACE_DEVICE), "loading the video VAE's encoder");
+    H3_CHECK(h3_keyframes_condition(ex, e, s, seed, clean, rows, on_done, user));
+done:
+    if (dev && h3_video_enc_place(e, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    mark_end(&mk, rep);
     return st;
 }

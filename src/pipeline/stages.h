@@ -23,6 +23,7 @@
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
 #include "models/video_vae_enc.h"
+#include "pipeline/keyframe.h"
 #include "pipeline/layout.h"
 #include "pipeline/plan.h"
 #include "sample/sampler.h"
@@ -112,6 +113,10 @@ typedef struct h3_dit_sample_args {
      * as the joint model was trained to see audio beside video at that step, and the audio rows come back
      * equal to held_audio. NULL: the audio is sampled with the video. */
     const float *held_audio, *held_noise;
+    /* fl2va: the keyframe rows [layout->n_cond_rows·96] (noised to their fixed time, pipeline/keyframe.h):
+     * every call sees them before the target's video rows, at max(t_video, 0.999); they are not sampled.
+     * NULL when the layout has none. */
+    const float *cond_rows;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes
@@ -143,5 +148,13 @@ h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *
  * of `seed` (sample/rng.h), rounded to float16, normalized with the VAE's latents_mean/std. */
 h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *pixels, int sample,
                                 uint64_t seed, h3_tensor *latents);
+
+/* fl2va: the keyframes' conditioning (h3_keyframes_condition) with the encoder at the plan's place (plan:
+ * h3_plan_make's venc; NULL or on the host: the host); the encoder's device weights given back before it
+ * returns. */
+h3_status h3_stage_keyframes(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, const h3_keyframe_set *s,
+                             uint64_t seed, h3_tensor *clean, float **rows,
+                             h3_status (*on_done)(void *user, int done, int total), void *user,
+                             h3_stage_report *rep);
 
 #endif

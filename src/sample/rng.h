@@ -29,7 +29,15 @@
  * condition (keyframe or reference), values 0.. in the latent's [C, T, H, W] order under the condition's seed
  * (pipeline/stages.h h3_stage_video_encode); the reference draws it from torch.Generator().manual_seed(42),
  * whose values h3run does not reproduce. */
-enum { H3_RNG_STREAM_VIDEO = 0, H3_RNG_STREAM_AUDIO = 1, H3_RNG_STREAM_VAE_ENCODE = 2 };
+/* H3_RNG_STREAM_KEYFRAME: the noise fl2va keyframes are mixed with to t = 0.999 (pipeline/keyframe.h), values
+ * k·n .. (k+1)·n − 1 for keyframe k (n values each, the latent's [C, 1, H, W] order) under the request's seed;
+ * the reference draws them from the request's generator before the target's noise. */
+enum {
+    H3_RNG_STREAM_VIDEO = 0,
+    H3_RNG_STREAM_AUDIO = 1,
+    H3_RNG_STREAM_VAE_ENCODE = 2,
+    H3_RNG_STREAM_KEYFRAME = 3
+};
 
 /* One Philox4x32 block with 10 rounds (Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3").
  */

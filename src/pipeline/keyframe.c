@@ -1,0 +1,249 @@
+#include "pipeline/keyframe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "pipeline/media.h"
+#include "pipeline/stages.h"
+#include "sample/rng.h"
+
+h3_status h3_canvas_from_aspect(double aw, double ah, int64_t *width, int64_t *height) {
+    if (!(aw > 0) || !(ah > 0))
+        return H3_ERR(H3_ERR_INVALID, "an aspect ratio must be positive; got %g:%g", aw, ah);
+    const double ratio = aw / ah;
+    if (!(ratio >= 0.25 && ratio <= 4.0))
+        return H3_ERR(H3_ERR_INVALID,
+                      "H3 supports aspect ratios from 1:4 to 4:1; got %g:%g (%.3g): crop the keyframe or give "
+                      "--size WxH",
+                      aw, ah, ratio);
+    double w, h;
+    if (ratio >= 1.0) {
+        w = H3_CANVAS_SHORT * ratio;
+        h = H3_CANVAS_SHORT;
+    } else {
+        w = H3_CANVAS_SHORT;
+        h = H3_CANVAS_SHORT / ratio;
+    }
+    const double area = w * h;
+    if (area > (double)H3_CANVAS_MAX_AREA) {
+        const double s = pow((double)H3_CANVAS_MAX_AREA / area, 0.5);
+        w *= s;
+        h *= s;
+    }
+    const double m = H3_CANVAS_MULTIPLE;
+    int64_t rh = (int64_t)nearbyint(h / m) * H3_CANVAS_MULTIPLE, rw = (int64_t)nearbyint(w / m) * H3_CANVAS_MULTIPLE;
+    *height = rh < H3_CANVAS_MULTIPLE ? H3_CANVAS_MULTIPLE : rh;
+    *width = rw < H3_CANVAS_MULTIPLE ? H3_CANVAS_MULTIPLE : rw;
+    return H3_OK;
+}
+
+h3_status h3_keyframe_fit(const uint8_t *src, int w, int h, int ow, int oh, int cover, uint8_t *dst) {
+    if (w < 1 || h < 1 || ow < 1 || oh < 1) return H3_ERR(H3_ERR_INVALID, "keyframe: an empty image");
+    if (w == ow && h == oh) {
+        memcpy(dst, src, (size_t)w * (size_t)h * 3);
+        return H3_OK;
+    }
+    if (!cover) return h3_vis_resize_lanczos(src, w, h, dst, ow, oh);
+    const double sx = (double)ow / w, sy = (double)oh / h, scale = sx > sy ? sx : sy;
+    double fw = nearbyint((double)w * scale), fh = nearbyint((double)h * scale);
+    if (fw > 65536.0 || fh > 65536.0)
+        return H3_ERR(H3_ERR_INVALID, "keyframe: a %dx%d image would be scaled to %.0fx%.0f", w, h, fw, fh);
+    const int rw = fw < ow ? ow : (int)fw, rh = fh < oh ? oh : (int)fh;
+    uint8_t *tmp = h3_malloc((size_t)rw * (size_t)rh * 3, H3_MEM_WORKSPACE);
+    if (!tmp) return H3_ERR(H3_ERR_NOMEM, "out of memory resizing a %dx%d keyframe", w, h);
+    h3_status st = h3_vis_resize_lanczos(src, w, h, tmp, rw, rh);
+    if (st == H3_OK) {
+        const int left = (rw - ow) / 2, top = (rh - oh) / 2;
+        for (int y = 0; y < oh; y++)
+            memcpy(dst + (size_t)y * ow * 3, tmp + ((size_t)(y + top) * rw + left) * 3, (size_t)ow * 3);
+    }
+    h3_free(tmp);
+    return st;
+}
+
+void h3_keyframes_free(h3_keyframe_set *s) {
+    if (!s) return;
+    for (int k = 0; k < s->n; k++) {
+        h3_free(s->src[k]);
+        h3_free(s->rgb[k]);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+h3_status h3_keyframes_read(const char *const *paths, const int64_t *frames, int n, h3_keyframe_set *out) {
+    memset(out, 0, sizeof *out);
+    if (n < 0 || n > H3_MAX_KEYFRAMES)
+        return H3_ERR(H3_ERR_INVALID, "%d keyframes; at most %d", n, H3_MAX_KEYFRAMES);
+    for (int k = 0; k < n; k++) {
+        out->path[k] = paths[k];
+        out->frame[k] = frames[k];
+        out->n = k + 1;
+        h3_status st = h3_image_read(paths[k], H3_IMAGE_MAX_PIXELS, &out->src[k], &out->sw[k], &out->sh[k]);
+        if (st != H3_OK) {
+            h3_keyframes_free(out);
+            return st;
+        }
+    }
+    return H3_OK;
+}
+
+h3_status h3_keyframes_fit(h3_keyframe_set *s, int64_t width, int64_t height, int64_t frames) {
+    for (int k = 0; k < s->n; k++) {
+        if (s->frame[k] == H3_KEYFRAME_LAST) s->frame[k] = frames - 1;
+        if (s->frame[k] < 0 || s->frame[k] >= frames)
+            return H3_ERR(H3_ERR_INVALID, "the keyframe %s is at frame %lld, outside the clip's frames 0..%lld",
+                          s->path[k], (long long)s->frame[k], (long long)(frames - 1));
+        for (int j = 0; j < k; j++)
+            if (s->frame[j] == s->frame[k])
+                return H3_ERR(H3_ERR_INVALID, "two keyframes (%s and %s) are at frame %lld: give one image a frame",
+                              s->path[j], s->path[k], (long long)s->frame[k]);
+    }
+    s->width = width;
+    s->height = height;
+    for (int k = 0; k < s->n; k++) {
+        h3_free(s->rgb[k]);
+        s->rgb[k] = h3_malloc((size_t)width * (size_t)height * 3, H3_MEM_ACTIVATIONS);
+        if (!s->rgb[k]) return H3_ERR(H3_ERR_NOMEM, "out of memory for the keyframes");
+        H3_TRY_CTX(h3_keyframe_fit(s->src[k], s->sw[k], s->sh[k], (int)width, (int)height, k > 0, s->rgb[k]),
+                   "the keyframe %s", s->path[k]);
+    }
+    return H3_OK;
+}
+
+h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc, const h3_keyframe_set *s,
+                               const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids_out,
+                               uint8_t **tags_out, int64_t *n_out, h3_tensor *pixels,
+                               int64_t (**grid_out)[3]) {
+    h3_status st = H3_OK;
+    int32_t *ids = NULL, *lab = NULL;
+    uint8_t *tags = NULL;
+    int64_t (*grid)[3] = NULL;
+    h3_tensor parts[H3_MAX_KEYFRAMES];
+    memset(parts, 0, sizeof parts);
+    memset(pixels, 0, sizeof *pixels);
+    const char *names[3] = {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>"};
+    int32_t sp[3];
+    for (int i = 0; i < 3; i++) {
+        sp[i] = h3_tokenizer_token_id(tok, names[i]);
+        if (sp[i] < 0)
+            return H3_ERR(H3_ERR_FORMAT, "the tokenizer has no %s token: keyframes need Qwen3-VL's tokenizer",
+                          names[i]);
+    }
+    if (sp[0] != vc->vision_start_token_id || sp[1] != vc->image_token_id)
+        return H3_ERR(H3_ERR_FORMAT,
+                      "the tokenizer's <|vision_start|> and <|image_pad|> are ids %d and %d, the text encoder's "
+                      "config says %lld and %lld: they are not parts of the same model",
+                      sp[0], sp[1], (long long)vc->vision_start_token_id, (long long)vc->image_token_id);
+    grid = h3_malloc((size_t)(s->n ? s->n : 1) * sizeof *grid, H3_MEM_OTHER);
+    if (!grid) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    int64_t rows = 0, cols = 0, cap = n_prompt + 16;
+    for (int k = 0; k < s->n; k++) {
+        H3_CHECK_CTX(h3_vis_preprocess(vc, s->rgb[k], (int)s->width, (int)s->height, &parts[k], grid[k]),
+                     "the keyframe %s", s->path[k]);
+        rows += parts[k].shape[0];
+        cols = parts[k].shape[1];
+        cap += grid[k][0] * grid[k][1] * grid[k][2] / (vc->merge * vc->merge) + 2 + 32;
+    }
+    ids = h3_malloc((size_t)cap * sizeof *ids, H3_MEM_OTHER);
+    tags = h3_malloc((size_t)cap, H3_MEM_OTHER);
+    if (!ids || !tags) H3_FAIL(H3_ERR_NOMEM, "out of memory for the presentation");
+    int64_t n = 0;
+    for (int k = 0; k < s->n; k++) {
+        char label[32];
+        snprintf(label, sizeof label, "<Picture %d>: ", k + 1);
+        int64_t nl = 0;
+        H3_CHECK(h3_tokenizer_encode(tok, label, &lab, &nl));
+        if (nl > 30) H3_FAIL(H3_ERR_FORMAT, "the tokenizer splits \"%s\" into %lld tokens", label, (long long)nl);
+        for (int64_t i = 0; i < nl; i++) {
+            ids[n] = lab[i];
+            tags[n++] = H3_TAG_TEXT;
+        }
+        h3_free(lab);
+        lab = NULL;
+        const int64_t np = grid[k][0] * grid[k][1] * grid[k][2] / (vc->merge * vc->merge);
+        ids[n] = sp[0];
+        tags[n++] = H3_TAG_VIDEO;
+        for (int64_t i = 0; i < np; i++) {
+            ids[n] = sp[1];
+            tags[n++] = H3_TAG_VIDEO;
+        }
+        ids[n] = sp[2];
+        tags[n++] = H3_TAG_VIDEO;
+    }
+    for (int64_t i = 0; i < n_prompt; i++) {
+        ids[n] = prompt_ids[i];
+        tags[n++] = H3_TAG_TEXT;
+    }
+    if (s->n) {
+        H3_CHECK(h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, rows, cols, H3_MEM_ACTIVATIONS));
+        char *dst = pixels->data;
+        for (int k = 0; k < s->n; k++) {
+            const size_t b = (size_t)h3_tensor_numel(&parts[k]) * sizeof(float);
+            memcpy(dst, parts[k].data, b);
+            dst += b;
+        }
+    }
+    *ids_out = ids;
+    *tags_out = tags;
+    *n_out = n;
+    *grid_out = grid;
+    ids = NULL;
+    tags = NULL;
+    grid = NULL;
+done:
+    for (int k = 0; k < H3_MAX_KEYFRAMES; k++) h3_tensor_free(&parts[k]);
+    h3_free(lab);
+    h3_free(ids);
+    h3_free(tags);
+    h3_free(grid);
+    return st;
+}
+
+h3_status h3_keyframes_condition(h3_exec *ex, h3_video_enc *e, const h3_keyframe_set *s, uint64_t seed,
+                                 h3_tensor *clean, float **rows_out,
+                                 h3_status (*on_done)(void *user, int done, int total), void *user) {
+    h3_status st = H3_OK;
+    memset(clean, 0, sizeof *clean);
+    *rows_out = NULL;
+    const int64_t H = s->height, W = s->width, lh = H / H3_VAE_SPATIAL, lw = W / H3_VAE_SPATIAL;
+    const int64_t per = (int64_t)H3_LATENT_CHANNELS * lh * lw, per_rows = (lh / 2) * (lw / 2);
+    h3_tensor px = {0}, lat = {0};
+    float *rows = NULL, *noise = NULL, *mixed = NULL;
+    const int64_t cs[5] = {s->n, H3_LATENT_CHANNELS, 1, lh, lw};
+    H3_CHECK(h3_tensor_alloc(clean, H3_PLACE_HOST, H3_F32, 5, cs, H3_MEM_ACTIVATIONS));
+    const int64_t ps[5] = {1, 3, 1, H, W};
+    H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
+    const int64_t ls[5] = {1, H3_LATENT_CHANNELS, 1, lh, lw};
+    H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
+    rows = h3_malloc((size_t)(s->n * per_rows * H3_VIDEO_ROW_DIM) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
+    noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+    mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+    if (!rows || !noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframes' latents");
+    const float t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
+    for (int k = 0; k < s->n; k++) {
+        uint8_t *p = px.data;
+        const uint8_t *src = s->rgb[k];
+        for (int64_t c = 0; c < 3; c++)
+            for (int64_t i = 0; i < H * W; i++) p[c * H * W + i] = src[i * 3 + c];
+        H3_CHECK_CTX(h3_stage_video_encode(ex, e, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding the keyframe %s",
+                     s->path[k]);
+        const float *x0 = lat.data;
+        memcpy((float *)clean->data + (size_t)k * per, x0, (size_t)per * sizeof(float));
+        h3_rng_normal_at(seed, H3_RNG_STREAM_KEYFRAME, (uint64_t)k * (uint64_t)per, noise, (size_t)per);
+        for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
+        h3_video_patchify(mixed, 1, lh, lw, rows + (size_t)k * per_rows * H3_VIDEO_ROW_DIM);
+        if (on_done) H3_CHECK(on_done(user, k + 1, s->n));
+    }
+    *rows_out = rows;
+    rows = NULL;
+done:
+    h3_tensor_free(&px);
+    h3_tensor_free(&lat);
+    h3_free(rows);
+    h3_free(noise);
+    h3_free(mixed);
+    if (st != H3_OK) h3_tensor_free(clean);
+    return st;
+}
