@@ -5,6 +5,17 @@ tests/cli_refine.sh:
     latents_tool.py near-upscaled A B     prints the relative L2 distance of B's video_latents from A's
                                           upscaled to B's size (bilinear, half-pixel centres, per frame: an
                                           implementation of its own, not h3run's)
+
+and, for tests/cli_fl2va.sh, a latents file with keyframes (LAT) and the first DiT call's inputs (DUMP):
+
+    latents_tool.py keyframes LAT DUMP    checks keyframe_rows = patchify(0.999·keyframe_latents + (1 − 0.999)·
+                                          keyframe_noise) in float32 (patchify written here: row (i, j) holds
+                                          latent[c, 2i + dy, 2j + dx] at column 4c + 2dy + dx); that the DiT's first
+                                          call saw them as its leading video rows, at t = 0.999 while the target sat
+                                          at t = 0, at rotary times L (first keyframe) and L + 5/3·f (f: its
+                                          frame), tagged video, between the text and the audio rows; that the
+                                          presentation's vision blocks (tags 0) hold the image tokens; prints a
+                                          summary line
 """
 import json
 import math
@@ -13,7 +24,10 @@ import sys
 from array import array
 
 
-def read(path):
+CODES = {"F32": "f", "F64": "d", "I32": "i", "I64": "q", "U8": "B"}
+
+
+def read(path, any_dtype=False):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         head = json.loads(f.read(n))
@@ -23,9 +37,66 @@ def read(path):
         if k == "__metadata__":
             continue
         a, b = v["data_offsets"]
+        if any_dtype:
+            out[k] = (v["shape"], array(CODES[v["dtype"]], body[a:b]))
+            continue
         assert v["dtype"] == "F32", v["dtype"]
         out[k] = (v["shape"], body[a:b])
     return out
+
+
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def keyframes(lat_path, dump_path):
+    lat, dmp = read(lat_path, True), read(dump_path, True)
+    (ks, clean), (_, noise), (rs, rows) = lat["keyframe_latents"], lat["keyframe_noise"], lat["keyframe_rows"]
+    frames = lat["keyframe_frames"][1]
+    K, C, _, H, W = ks
+    per = (H // 2) * (W // 2)
+    assert rs == [K * per, 96], rs
+    t, keep = f32(0.999), f32(1.0 - f32(0.999))
+    worst = 0.0
+    for k in range(K):
+        for i in range(H // 2):
+            for j in range(W // 2):
+                for c in range(C):
+                    for dy in range(2):
+                        for dx in range(2):
+                            src = ((k * C + c) * H + 2 * i + dy) * W + 2 * j + dx
+                            want = f32(f32(t * clean[src]) + f32(keep * noise[src]))
+                            got = rows[((k * per) + i * (W // 2) + j) * 96 + c * 4 + dy * 2 + dx]
+                            worst = max(worst, abs(got - want))
+    if worst > 1e-6:
+        sys.exit(f"keyframe_rows differ from 0.999*latents + 0.001*noise by {worst}")
+    # the DiT's first call
+    video, vidx, tags, pos = dmp["video"][1], dmp["video_indices"][1], dmp["token_tags"][1], dmp["position_ids"][1]
+    tsteps, tidx, text_idx = dmp["timesteps"][1], dmp["timestep_indices"][1], dmp["text_indices"][1]
+    L = len(text_idx)
+    if any(video[r] != rows[r] for r in range(K * per * 96)):
+        sys.exit("the DiT's first call did not see keyframe_rows as its leading video rows")
+    for r in range(K * per):
+        row = vidx[r]
+        if row != L + r or tags[row] != 0:
+            sys.exit(f"keyframe row {r} is sequence row {row} tagged {tags[row]}, not {L + r} tagged 0")
+        if tsteps[tidx[row]] != t:
+            sys.exit(f"keyframe row {r} at t = {tsteps[tidx[row]]}, not 0.999")
+        want_t = L + 5.0 / 3.0 * frames[r // per]
+        if abs(pos[3 * row] - want_t) > 1e-9 * max(1.0, want_t):
+            sys.exit(f"keyframe row {r} (frame {frames[r // per]}) at rotary time {pos[3 * row]}, not {want_t}")
+    target = vidx[K * per]
+    if tsteps[tidx[target]] != 0.0:
+        sys.exit(f"the target's video rows start at t = {tsteps[tidx[target]]}, not 0")
+    # the presentation: vision blocks are tagged video, the rest of the text text
+    ttags, ids = lat["text_tags"][1], lat["text_ids"][1]
+    if len(ttags) != L or any(tags[r] != ttags[r] for r in range(L)):
+        sys.exit("the DiT's text rows are not tagged as the presentation")
+    blocks = sum(1 for r in range(L) if ttags[r] == 0 and (r == 0 or ttags[r - 1] != 0))
+    if blocks != K:
+        sys.exit(f"{blocks} vision blocks in the presentation for {K} keyframes")
+    print(f"keyframes: {K}, {K * per} rows within {worst:.1e} of the mix; {L} text rows, "
+          f"{sum(1 for x in ttags if x == 0)} in vision blocks")
 
 
 def axis(n_in, n_out):
@@ -40,6 +111,9 @@ def axis(n_in, n_out):
 
 def main():
     cmd, pa, pb = sys.argv[1:4]
+    if cmd == "keyframes":
+        keyframes(pa, pb)
+        return
     a, b = read(pa), read(pb)
     if cmd == "same-audio":
         sys.exit(0 if a["audio_latents"][1] == b["audio_latents"][1] else 1)

@@ -38,7 +38,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
-    const char *first_frame = NULL, *last_frame = NULL;
+    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
@@ -100,7 +100,14 @@ int h3_cmd_generate(int argc, char **argv) {
          0, 0},
         {"wav", 0, H3_OPT_STR, &wav, "FILE", "also write the soundtrack as 16-bit WAV", 0, 0},
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
-         "also save the final latents (video_latents, audio_latents) as safetensors", 0, 0},
+         "also save the final latents (video_latents, audio_latents) as safetensors; with keyframes also "
+         "what the DiT was given for them (keyframe_rows, keyframe_latents, keyframe_noise, keyframe_pixels, "
+         "the presentation's text_ids and text_tags)",
+         0, 0},
+        {"dump-dit-inputs", 0, H3_OPT_STR, &dump_inputs, "FILE",
+         "also write the first DiT call's inputs (rows, text states, positions, tags, timesteps, indices) "
+         "in the format `h3run dit` reads, for comparisons with other implementations",
+         0, 0},
         {"device", 0, H3_OPT_STR, &device, "NAME",
          "cpu or cuda (default: cuda when a GPU is present); on cuda every stage is planned on the GPU "
          "before "
@@ -260,6 +267,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.png_dir = png_dir;
     gr.wav = wav;
     gr.latents = latents;
+    gr.dump_dit_inputs = dump_inputs;
     gr.threads = (int)threads;
     gr.x264_preset = preset;
     if (quiet)

@@ -369,6 +369,7 @@ typedef struct gen {
     h3_vision *vis;
     h3_tensor kf_clean;
     float *kf_rows;
+    const int32_t *text_ids; /* the presentation's ids while the run lasts (--latents saves them) */
 } gen;
 
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
@@ -1086,6 +1087,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.held_audio = held;
     sa.held_noise = anoise;
     sa.cond_rows = refine ? NULL : g->kf_rows;
+    sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
     g->res.dit_start_s = now_s() - g->t0;
@@ -1274,6 +1276,8 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     char buf[64];
     const h3_request *q = &g->req;
     int64_t fr[H3_MAX_KEYFRAMES];
+    uint8_t *kpix = NULL;
+    float *knoise = NULL;
     int64_t vs[5] = {1, video_lat->shape[0], video_lat->shape[1], video_lat->shape[2], video_lat->shape[3]};
     if (st == H3_OK) st = h3_st_writer_add(w, "video_latents", H3_F32, 5, vs, video_lat->data);
     if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_latents", audio_lat);
@@ -1285,6 +1289,24 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
         for (int k = 0; k < g->kf.n; k++) fr[k] = g->kf.frame[k];
         const int64_t fs[1] = {g->kf.n};
         if (st == H3_OK) st = h3_st_writer_add(w, "keyframe_frames", H3_I64, 1, fs, fr);
+        /* the keyframes on the canvas, their mix noise, the presentation's ids and tags */
+        const int64_t per = h3_tensor_numel(&g->kf_clean) / g->kf.n;
+        kpix = h3_malloc((size_t)g->kf.n * (size_t)(q->width * q->height * 3), H3_MEM_IO);
+        knoise = h3_malloc((size_t)(g->kf.n * per) * sizeof(float), H3_MEM_IO);
+        if (!kpix || !knoise) st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+        if (st == H3_OK) {
+            for (int k = 0; k < g->kf.n; k++)
+                memcpy(kpix + (size_t)k * (size_t)(q->width * q->height * 3), g->kf.rgb[k],
+                       (size_t)(q->width * q->height * 3));
+            h3_rng_normal_at(q->seed, H3_RNG_STREAM_KEYFRAME, 0, knoise, (size_t)(g->kf.n * per));
+        }
+        const int64_t ps[4] = {g->kf.n, q->height, q->width, 3};
+        if (st == H3_OK) st = h3_st_writer_add(w, "keyframe_pixels", H3_U8, 4, ps, kpix);
+        if (st == H3_OK)
+            st = h3_st_writer_add(w, "keyframe_noise", H3_F32, 5, g->kf_clean.shape, knoise);
+        const int64_t ns[1] = {g->res.text_tokens};
+        if (st == H3_OK && g->text_ids) st = h3_st_writer_add(w, "text_ids", H3_I32, 1, ns, g->text_ids);
+        if (st == H3_OK && g->text_tags) st = h3_st_writer_add(w, "text_tags", H3_U8, 1, ns, g->text_tags);
     }
     if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "generate");
     if (st == H3_OK) st = h3_st_writer_meta(w, "prompt", q->prompt);
@@ -1305,6 +1327,8 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     }
     if (st == H3_OK) st = h3_st_writer_write(w, g->r->latents, 0);
     h3_st_writer_free(w);
+    h3_free(kpix);
+    h3_free(knoise);
     return st;
 }
 
@@ -1418,9 +1442,13 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         if (r->req.refine_width)
             H3_FAIL(H3_ERR_INVALID, "--refine with keyframes is not supported: the refine pass would move the "
                                     "keyframes' frames; leave out --refine (or --first-frame/--last-frame/--keyframe)");
-        for (int k = 0; k < r->n_keyframes; k++)
-            H3_CHECK(h3_pathset_input(&paths, "a keyframe", r->keyframe[k], 1));
-        H3_CHECK(h3_keyframes_read(r->keyframe, r->keyframe_frame, r->n_keyframes, &g->kf));
+        /* a keyframe that cannot be read is a bad request (exit 2), as a missing option would be */
+        for (int k = 0; k < r->n_keyframes && st == H3_OK; k++)
+            st = h3_pathset_input(&paths, "a keyframe", r->keyframe[k], 1);
+        if (st == H3_OK) st = h3_keyframes_read(r->keyframe, r->keyframe_frame, r->n_keyframes, &g->kf);
+        if (st != H3_OK && st != H3_ERR_NOMEM && st != H3_ERR_INVALID)
+            st = h3_error_wrap(H3_ERR_INVALID, "%s", "a keyframe");
+        H3_CHECK(st);
         if (!g->req.width && !g->req.height) {
             H3_CHECK_CTX(h3_canvas_from_aspect(g->kf.sw[0], g->kf.sh[0], &g->req.width, &g->req.height),
                          "the canvas from the keyframe %s (%dx%d)", g->kf.path[0], g->kf.sw[0], g->kf.sh[0]);
@@ -1442,6 +1470,8 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (r->wav) H3_CHECK(h3_pathset_output(&paths, "--wav", r->wav, H3_OUT_FILE));
     if (r->latents) H3_CHECK(h3_pathset_output(&paths, "--latents", r->latents, H3_OUT_FILE));
     if (r->memory_trace) H3_CHECK(h3_pathset_output(&paths, "--memory-trace", r->memory_trace, H3_OUT_FILE));
+    if (r->dump_dit_inputs)
+        H3_CHECK(h3_pathset_output(&paths, "--dump-dit-inputs", r->dump_dit_inputs, H3_OUT_FILE));
     if (r->png_dir) H3_CHECK(h3_pathset_output(&paths, "--png-dir", r->png_dir, H3_OUT_DIR));
     if (r->threads < 0 || r->threads > H3_MAX_THREADS)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
@@ -1540,8 +1570,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         g->cuda_on = 1;
     }
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
-    h3_free(ids);
-    ids = NULL;
+    g->text_ids = ids; /* freed at the end */
     h3_vision_close(g->vis); /* the prompt is encoded: the tower and its text encoder go */
     g->vis = NULL;
     if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);

@@ -94,6 +94,7 @@ typedef struct h3_generate_request {
     const char *png_dir;     /* also every frame as DIR/frame_00000.png ...; NULL: none */
     const char *wav;         /* also the soundtrack as 16-bit WAV; NULL: none */
     const char *latents;     /* also the final latents as safetensors; NULL: none */
+    const char *dump_dit_inputs; /* the first DiT call's inputs in `h3run dit`'s format (comparisons); NULL */
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */

@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "mem/budget.h"
 #include "mem/report.h"
+#include "io/safetensors.h"
 #include "models/vision.h"
 #include "models/dit_stream.h"
 #include "sample/rng.h"
@@ -297,6 +298,8 @@ typedef struct sample_ctx {
     const float *held, *held_noise; /* held audio rows and their noise (NULL: sampled) */
     float *held_x;                  /* [Na·32] the held rows at the call's sigma */
     int64_t nc;                     /* keyframe rows: the DiT's video rows are [cond | target] */
+    const char *dump;               /* the first call's inputs go here (then NULL) */
+    const h3_tensor *text;
     float *xv, *vv;                 /* [(nc + Nv)·96] a call's video rows and velocities (nc > 0) */
 } sample_ctx;
 
@@ -331,6 +334,26 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
     h3_dit_inputs in = {&hxv,    &hxa,    NULL,   uniq,  nt,    L->seq_len,
                         c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
+    if (c->dump) { /* the first call's inputs, as `h3run dit` reads them */
+        h3_st_writer *w = NULL;
+        h3_status st = h3_st_writer_new(&w);
+        const int64_t S = L->seq_len, s3[2] = {S, 3}, s1[1] = {S}, sv[1] = {nv_all},
+                      sa[1] = {L->n_audio_rows}, stx[1] = {L->text_len}, su[1] = {nt};
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "video", &hxv);
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio", &hxa);
+        if (st == H3_OK) st = h3_st_writer_add_tensor(w, "text", c->text);
+        if (st == H3_OK) st = h3_st_writer_add(w, "timesteps", H3_F32, 1, su, uniq);
+        if (st == H3_OK) st = h3_st_writer_add(w, "position_ids", H3_F64, 2, s3, L->pos);
+        if (st == H3_OK) st = h3_st_writer_add(w, "timestep_indices", H3_I32, 1, s1, c->tidx);
+        if (st == H3_OK) st = h3_st_writer_add(w, "token_tags", H3_I32, 1, s1, c->tags);
+        if (st == H3_OK) st = h3_st_writer_add(w, "video_indices", H3_I32, 1, sv, c->vi);
+        if (st == H3_OK) st = h3_st_writer_add(w, "audio_indices", H3_I32, 1, sa, c->ai);
+        if (st == H3_OK) st = h3_st_writer_add(w, "text_indices", H3_I32, 1, stx, c->ti);
+        if (st == H3_OK) st = h3_st_writer_write(w, c->dump, 0);
+        h3_st_writer_free(w);
+        H3_TRY_CTX(st, "writing the DiT's inputs to %s", c->dump);
+        c->dump = NULL;
+    }
     H3_TRY(h3_dit_stage_call(c->s, &in, &hvv, &hva));
     if (c->nc)
         memcpy(v_target, c->vv + c->nc * H3_VIDEO_ROW_DIM,
@@ -350,6 +373,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
         return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers",
                       (long long)L->seq_len);
     c.nc = L->n_cond_rows;
+    c.dump = a->dump_inputs;
+    c.text = a->dit.text;
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
     const size_t S = (size_t)L->seq_len;
     c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);

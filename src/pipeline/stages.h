@@ -117,6 +117,10 @@ typedef struct h3_dit_sample_args {
      * every call sees them before the target's video rows, at max(t_video, 0.999); they are not sampled.
      * NULL when the layout has none. */
     const float *cond_rows;
+    /* the first model call's inputs written to this file in `h3run dit`'s format (h3_dit_inputs_read: video,
+     * audio, text, timesteps, position_ids, timestep_indices, token_tags and the three index sets), for
+     * comparisons with other implementations; NULL: none */
+    const char *dump_inputs;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes
