@@ -291,6 +291,27 @@ static void test_fl2va(void) {
     CHECK(bad == 0, "%d keyframe rows misplaced (times %.17g %.17g %.17g)", bad, f.pos[3 * L],
           f.pos[3 * (L + per)], f.pos[3 * (L + 2 * per)]);
     CHECK(h3_keyframe_time(L, frames, 0) == (double)L && h3_keyframe_time(L, frames, 60) == (double)L + 100.0);
+    /* The "last" anchor to the bit, as numpy 1.24 computes the reference's float(L) + float(spans.sum()) - 5/3
+     * (pairwise summation; where the sequential sum differs it is noted). */
+    static const struct {
+        int64_t L, frames;
+        double t;
+    } exact[] = {
+        {7, 124, 0x1.a7fffffffffffp+7}, /* T 37: 211.99999999999997, sequential 0x1.a7ffffffffffdp+7 */
+        {300, 124, 0x1.f8fffffffffffp+8}, /* T 37: 504.99999999999994, sequential 0x1.f8ffffffffffep+8 */
+        {128, 362, 0x1.6cd5555555554p+9}, /* T 107: 729.66666666666652, sequential 0x1.6cd5555555557p+9 */
+        {1000, 345, 0x1.8955555555554p+10}, /* T 102: 1573.333333333333, sequential 0x1.8955555555557p+10 */
+        {5, 22, 0x1.4000000000001p+5}, /* T 7: 40.000000000000007 */
+        {64, 719, 0x1.3b2aaaaaaaaa9p+10}, /* T 212: 1260.6666666666663 */
+        {3, 1450, 0x1.2e40000000000p+11}, /* T 427: 2418, sequential 0x1.2e40000000003p+11 */
+        {11, 5, 0x1.1aaaaaaaaaaabp+4}, /* T 2: 17.666666666666668 */
+        {0, 3405, 0x1.6295555555555p+12}, /* T 1002: 5673.333333333333, sequential 0x1.6295555555582p+12 */
+    };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        const double got = h3_keyframe_time(exact[i].L, exact[i].frames, exact[i].frames - 1);
+        CHECK(got == exact[i].t, "L %lld, %lld frames: %a, numpy %a", (long long)exact[i].L,
+              (long long)exact[i].frames, got, exact[i].t);
+    }
     /* The last frame's anchor continues the video's clock: 5/3 after the last latent frame's start plus its
      * 4 frames' span less one frame, i.e. the last latent frame's time + 3·5/3. */
     const double last_latent = t.pos[3 * t.video_indices[t.n_video_rows - 1]];

@@ -94,8 +94,8 @@ double h3_keyframe_time(int64_t text_len, int64_t frames, int64_t f) {
     if (f <= 0) return L;
     if (f == frames - 1) {
         const int64_t lt = h3_video_latent_frames(frames);
-        double spans[1024], total;
-        if (lt > 0 && lt <= 1024) {
+        double spans[4352], total; /* H3_MAX_FRAMES (14400) has 4237 latent frames */
+        if (lt > 0 && lt <= 4352) {
             for (int64_t g = 0; g < lt; g++) spans[g] = span * (double)k_frames_per_latent[g % 5];
             total = pairwise_sum(spans, lt);
         } else { /* beyond any trained length: the plain sum */
