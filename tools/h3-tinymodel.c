@@ -2,7 +2,7 @@
  * for trying h3run without the 135 GB release.
  *
  *   h3-tinymodel [--layout official|comfy] [--seed N] [--tokenizer FILE] [--dit-hidden N] [--dit-heads N]
- *                [--dit-ffn N] [--dit-blocks N] [--tied-embeddings] [--force] DIR
+ *                [--dit-ffn N] [--dit-blocks N] [--tied-embeddings] [--no-keyframes] [--force] DIR
  *
  * With --layout official (the default) DIR receives what `h3run generate --model DIR` reads, in the release's
  * folders, names, dtypes and configs:
@@ -105,6 +105,7 @@ static int g_comfy; /* --layout comfy */
 /* The DiT's width, heads, FFN and blocks (--dit-hidden, --dit-heads, --dit-ffn, --dit-blocks): the defaults are the
  * reduced model the tests use; the trained small model (tools/train) is wider. */
 static int g_tied; /* --tied-embeddings: no lm_head.weight (tie_word_embeddings, as Qwen3-VL's 2B and 4B) */
+static int g_no_keyframes; /* --no-keyframes: no vision tower, no video VAE encoder (t2va only) */
 #define VIS_HIDDEN 16 /* the vision tower's width (2 heads of 8) */
 #define VV_ENC_CH  32 /* the video VAE encoder's width */
 static int DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_FFN = 128, DIT_LAYERS = 4;
@@ -470,7 +471,7 @@ static h3_status write_text_encoder(const char *root, uint64_t seed, int64_t voc
         goto done;
     }
     put1(&f, H3_BF16, "model.language_model.norm.weight", C, AROUND(1.0, 0.05));
-    {   /* The vision tower of the config's vision_config (fl2va keyframes): depth 1, hidden VIS_HIDDEN, 2
+    if (!g_no_keyframes) { /* The vision tower of the config's vision_config (fl2va keyframes): depth 1, hidden VIS_HIDDEN, 2
          * heads, patch 16 x 16 x 2 frames, a 4 x 4 position table, the merger and one DeepStack merger. */
         const int64_t vh = VIS_HIDDEN, vf = 2 * VIS_HIDDEN, m = 4 * VIS_HIDDEN, pe[5] = {vh, 3, 2, 16, 16};
         put(&f, H3_BF16, "model.visual.patch_embed.proj.weight", 5, pe, LIN(3 * 2 * 16 * 16, 1.0));
@@ -928,7 +929,7 @@ static h3_status write_video_vae(const char *root, uint64_t seed, int64_t *param
     /* The encoder (fl2va keyframes): the release's structure at width 32 (GroupNorm's 32 groups), one ResNet
      * block per level, a downsampler on each of the 4 levels (space 2, time 1, 2, 2, 1: 16x16 pixels and 4
      * frames per latent). */
-    {
+    if (!g_no_keyframes) {
         const int64_t ec = VV_ENC_CH, ci[5] = {ec, 3, 3, 3, 3}, cc[5] = {ec, ec, 3, 3, 3},
                       co[5] = {2 * C, ec, 3, 3, 3}, qc[5] = {2 * C, 2 * C, 1, 1, 1};
         put(&f, dt, "encoder.conv_in.weight", 5, ci, LIN(3 * 27, 1.0));
@@ -1194,6 +1195,8 @@ static void usage(FILE *f) {
         "  --dit-hidden N, --dit-heads N, --dit-ffn N, --dit-blocks N\n"
         "                    the DiT's width, heads (of 128), FFN and blocks (default 64, 2, 128, 4)\n"
         "  --tied-embeddings the text encoder's lm_head tied to its embedding (no lm_head.weight; as Qwen3-VL 2B/4B)\n"
+        "  --no-keyframes    no vision tower and no video VAE encoder (text to video only, as the small trained\n"
+        "                    model, whose training exports only what t2va runs)\n"
         "  --force           replace DIR if it exists\n");
 }
 
@@ -1241,6 +1244,8 @@ int main(int argc, char **argv) {
             tok_from = argv[++i];
         } else if (!strcmp(argv[i], "--tied-embeddings")) {
             g_tied = 1;
+        } else if (!strcmp(argv[i], "--no-keyframes")) {
+            g_no_keyframes = 1;
         } else if (!strcmp(argv[i], "--force")) {
             force = 1;
         } else if (argv[i][0] == '-' || out) {

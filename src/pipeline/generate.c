@@ -821,6 +821,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
             goto done;
         }
         m.venc = h3_video_enc_get_config(venc);
+        if (g->vis) m.te_vision_bytes = h3_vision_device_bytes(g->vis, (const int64_t(*)[3])g->kf_grid, g->kf.n);
     }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, g->sch.n - 1,

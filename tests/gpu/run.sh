@@ -7,6 +7,8 @@
 #   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
 #   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
 #   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
+#   fl2va (test_te_cuda vision, test_video_vae_cuda encoder, then compare_fl2va_diffusers, compare_te_vision_transformers,
+#   compare_vae_encode_diffusers, compare_lora_diffusers),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
@@ -98,6 +100,14 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        fl2va) # keyframes: the vision tower and the video VAE encoder on the GPU against the CPU, then the torch
+               # comparisons of the processor and tower (transformers), the encoder and fl2va's packing and sampling
+               # (diffusers)
+            $B/test_te_cuda vision 2>&1 | tee "$OUT/test_te_cuda_vision.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/test_video_vae_cuda encoder 2>&1 | tee "$OUT/test_video_vae_cuda_encoder.log"; rc=$((rc | PIPESTATUS[0]))
+            for f in compare_fl2va_diffusers compare_te_vision_transformers compare_vae_encode_diffusers compare_lora_diffusers; do
+                echo "--- $f"; PYTHONUNBUFFERED=1 python3 "tests/gpu/$f.py" 2>&1 | tee "$OUT/$f.log"; rc=$((rc | PIPESTATUS[0]))
+            done ;;
         e2e) bash bench/e2e.sh 2>&1 | tee "$OUT/e2e.log"; rc=$((rc | PIPESTATUS[0])) ;;
         serve) # h3run serve's second job on the release-shaped model of e2e (written there first, or reused with
                # E2E_REUSE=1): its DiT must begin at least 3x sooner than the first's (bench/serve_reuse.py)

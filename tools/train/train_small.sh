@@ -42,7 +42,7 @@ template() {
         done
     fi
     [ -n "$tok" ] || { echo "train_small: no Qwen tokenizer.json: set TOKENIZER (or npm ci --prefix tests/js)" >&2; exit 2; }
-    "$H3TINY" --tokenizer "$tok" "${DIT_SIZES[@]}" --tied-embeddings "$work/template" >"$work/template.log"
+    "$H3TINY" --tokenizer "$tok" "${DIT_SIZES[@]}" --tied-embeddings --no-keyframes "$work/template" >"$work/template.log"
 }
 
 datasets() { # $1: base seed; renders JOBS datasets of CLIPS clips in parallel into WORK/data-$1-j
