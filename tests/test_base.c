@@ -40,6 +40,16 @@ static void test_status(void) {
     CHECK(strstr(h3_last_error(), "test_base.c:") != NULL, "origin missing: %s", h3_last_error());
     CHECK(strcmp(h3_code_name(H3_ERR_NOMEM), "out of memory") == 0);
     CHECK(strcmp(h3_code_name(999), "unknown error") == 0);
+    /* cleanup between a failure and its report keeps the failure's message (h3_error_save/restore) */
+    h3_error_state kept;
+    h3_error_save(&kept);
+    (void)H3_ERR(H3_ERR_DEVICE, "a sync in cleanup failed");
+    h3_clear_error();
+    h3_error_restore(&kept);
+    CHECK(h3_last_error_code() == H3_ERR_FORMAT &&
+              strcmp(h3_last_error_message(), "loading model.safetensors: tensor 'x' is broken") == 0,
+          "after restore: %s", h3_last_error());
+    h3_clear_error();
 }
 
 static int g_logged;

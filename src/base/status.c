@@ -91,3 +91,17 @@ void h3_clear_error(void) {
     g_err.file = NULL;
     g_err.line = 0;
 }
+
+void h3_error_save(h3_error_state *s) {
+    s->code = g_err.code;
+    s->file = g_err.file;
+    s->line = g_err.line;
+    memcpy(s->msg, g_err.msg, sizeof s->msg);
+}
+
+void h3_error_restore(const h3_error_state *s) {
+    g_err.code = s->code;
+    g_err.file = s->file;
+    g_err.line = s->line;
+    memcpy(g_err.msg, s->msg, sizeof s->msg);
+}

@@ -26,6 +26,17 @@ int h3_error_wrap(int code, const char *fmt, ...) H3_PRINTF(2, 3);
 
 #define H3_ERR(code, ...) h3_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
 
+/* The thread's recorded error, kept across cleanup that records and clears errors of its own (a free that syncs a
+ * stream after a failure must not wipe the failure's message). */
+typedef struct h3_error_state {
+    int code;
+    const char *file;
+    int line;
+    char msg[2048];
+} h3_error_state;
+void h3_error_save(h3_error_state *s);
+void h3_error_restore(const h3_error_state *s);
+
 /* Evaluate an h3_status expression; return it from the enclosing function when it is not H3_OK. */
 #define H3_TRY(expr)                                                                                         \
     do {                                                                                                       \

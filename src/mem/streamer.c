@@ -541,11 +541,13 @@ static void *place_alloc(h3_streamer *s, h3_place pl, int64_t bytes, h3_mem_cate
 
 void h3_streamer_free(h3_streamer *s) {
     if (!s) return;
-    if (s->dev) {
+    if (s->dev) { /* a failure that led here keeps its message */
+        h3_error_state kept;
+        h3_error_save(&kept);
         h3_exec_sync(s->ex);
         if (s->read) h3_cuda_stream_sync(s->read);
         h3_cuda_stream_sync(s->copy);
-        h3_clear_error();
+        h3_error_restore(&kept);
     }
     const h3_place pl = s->cfg.place;
     for (int i = 0; s->items && i < s->n_items; i++) {

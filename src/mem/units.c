@@ -250,9 +250,11 @@ static void build_views(h3_units *u, int i, void *base, int placed) {
 void h3_units_close(h3_units *u) {
     if (!u) return;
     if (u->s) {
+        h3_error_state kept; /* a failure that led here keeps its message */
+        h3_error_save(&kept);
         h3_streamer_free(u->s);
         h3_exec_sync(u->ex);
-        h3_clear_error();
+        h3_error_restore(&kept);
     } else if (u->cfg.place == H3_PLACE_DEVICE) {
         (void)h3_exec_sync(u->ex); /* nothing queued may still read the blocks */
     }

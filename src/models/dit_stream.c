@@ -205,6 +205,8 @@ static void restore_globals(h3_dit_stream *ds) {
 
 void h3_dit_stream_close(h3_dit_stream *ds) {
     if (!ds) return;
+    h3_error_state kept; /* a failure that led here keeps its message */
+    h3_error_save(&kept);
     h3_dit_set_weight_source(ds->dit, NULL);
     h3_lora_detach(ds->dit); /* side factors; merged units and globals go with them below */
     h3_clear_error();
@@ -218,6 +220,7 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds->fwd_order);
     h3_free(ds->ad_order);
     h3_free(ds);
+    h3_error_restore(&kept);
 }
 
 h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *plan,

@@ -36,10 +36,13 @@ fi
 # The diffusers source for the torch-side comparisons, packed small (set H3_DIFFUSERS_SRC to a checkout; xz with
 # H3_BUNDLE_XZ=1: 1.7 MB instead of 4.9).
 if [ -n "${H3_DIFFUSERS_SRC:-}" ] && [ -d "$H3_DIFFUSERS_SRC/src/diffusers" ]; then
+    # with its converter of the official files (compare_dit_diffusers.py, compare_fl2va_diffusers.py use it)
+    conv=()
+    [ -f "$H3_DIFFUSERS_SRC/scripts/convert_minimax_h3_to_diffusers.py" ] && conv=(scripts/convert_minimax_h3_to_diffusers.py)
     if [ "${H3_BUNDLE_XZ:-0}" = 1 ]; then
-        tar cJf .devbundle/diffusers.tar.xz -C "$H3_DIFFUSERS_SRC" src/diffusers
+        tar cJf .devbundle/diffusers.tar.xz -C "$H3_DIFFUSERS_SRC" src/diffusers "${conv[@]}"
     else
-        tar czf .devbundle/diffusers.tar.gz -C "$H3_DIFFUSERS_SRC" src/diffusers
+        tar czf .devbundle/diffusers.tar.gz -C "$H3_DIFFUSERS_SRC" src/diffusers "${conv[@]}"
     fi
 fi
 # Qwen3's tokenizer.json (npm ci --prefix tests/js), xz-packed (1.4 MB): the release-shaped model of bench/e2e.sh and
