@@ -256,6 +256,8 @@ static void write_vision_model(const char *dir) {
         vput2(&vw, "model.language_model.layers.%d.mlp.up_proj.weight", l, XF, XC, 0.125, 0);
         vput2(&vw, "model.language_model.layers.%d.mlp.down_proj.weight", l, XC, XF, 0.05, 0);
     }
+    /* the final norm: hidden_states[XL] of transformers is taken after it */
+    vput2(&vw, "model.language_model.norm.weight%.0d", 0, XC, 0, 0.1, 1);
     const int64_t pe[5] = {YH, 3, 2, 16, 16};
     vput(&vw, "model.visual.patch_embed.proj.weight", 5, pe, 1 / sqrt(1536.0), 0);
     vput2(&vw, "model.visual.patch_embed.proj.bias%.0d", 0, YH, 0, 0.1, 0);

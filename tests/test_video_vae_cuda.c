@@ -336,13 +336,16 @@ static void test_encoder(void) {
     h3_video_enc *e = NULL;
     /* the small model's trained encoder; where it is not (a GPU machine without models/), h3-tinymodel's */
     struct stat sb;
-    if (stat(t_src_path("models/h3-small/video_vae", mp, sizeof mp), &sb) != 0) {
+    char probe[1024];
+    if (stat(t_src_path("models/h3-small/video_vae/config.json", probe, sizeof probe), &sb) != 0) {
         char dir[512], cmd[2048];
         const char *build = getenv("H3_BUILD_DIR");
         t_tmp_path("vvae_cuda_tiny", dir, sizeof dir);
         snprintf(cmd, sizeof cmd, "'%s/h3-tinymodel' --force '%s' >/dev/null", build ? build : ".", dir);
         CHECK(system(cmd) == 0, "%s", cmd);
         snprintf(mp, sizeof mp, "%s/video_vae", dir);
+    } else {
+        t_src_path("models/h3-small/video_vae", mp, sizeof mp);
     }
     CHECK_OK(h3_video_vae_open(mp, NULL, &v));
     if (v) CHECK_OK(h3_video_enc_open(v, &e));
