@@ -6,6 +6,7 @@
  * builds them (the packed layout) validates them on the host; kernels skip out-of-range rows rather than
  * write out of bounds. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_internal.cuh"
 
@@ -516,6 +517,59 @@ __global__ void k_conv3d(void *y, int ydt, const void *x, int xdt, const void *w
     st_f(y, ydt, co * To * Ho * Wo + pos, acc);
 }
 
+/* im2col for the GEMM conv3d: col[p, k] (p < n positions from pos0, k < K = cin·kt·kh·kw in the weight's order)
+ * = x at the position's tap, 0 where the padding gives no sample. */
+__global__ void k_im2col3d(float *col, const float *x, int64_t pos0, int64_t n, int64_t K, int64_t T, int64_t H,
+                           int64_t W, int64_t kt, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo, c3p p) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * K) return;
+    const int64_t k = i % K, pos = pos0 + i / K;
+    const int64_t d = k % kw, c = (k / kw) % kh, a = (k / (kw * kh)) % kt, ci = k / (kw * kh * kt);
+    const int64_t wo = pos % Wo, ho = (pos / Wo) % Ho, to = pos / (Wo * Ho);
+    const int64_t ti = pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
+    const int64_t hi = pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
+    const int64_t wi = pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
+    col[i] = ti < 0 || hi < 0 || wi < 0 ? 0.0f : x[((ci * T + ti) * H + hi) * W + wi];
+}
+
+/* y[co, pos] += b[co] */
+__global__ void k_row_bias(float *y, const float *b, int64_t npos) {
+    const int64_t co = blockIdx.y, pos = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pos < npos) y[co * npos + pos] += b[co];
+}
+
+/* f32 convolutions with a kernel of more than one tap (the video VAE encoder's): im2col into the quantized GEMMs'
+ * scratch (H3_CUDA_QGEMM_SCRATCH_BYTES, which the planner counts for the encoder) in chunks of output positions,
+ * each chunk one exact-f32 cuBLASLt GEMM y[:, chunk] = w[Cout, K] · col[chunk, K]ᵀ; then the bias. */
+static h3_status conv3d_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
+                             const c3p *q) {
+    H3_TRY(h3_cuda_qgemm_reserve(ex));
+    h3_cuda_state *s = cuda_state(ex);
+    const int64_t cout = w->shape[0], kt = w->shape[2], kh = w->shape[3], kw = w->shape[4];
+    const int64_t K = w->shape[1] * kt * kh * kw, npos = y->shape[1] * y->shape[2] * y->shape[3];
+    int64_t chunk = (int64_t)s->qscratch_size / (K * (int64_t)sizeof(float));
+    chunk = chunk / 64 * 64;
+    if (chunk < 64) return H3_ERR(H3_ERR_UNSUPPORTED, "conv3d: %lld taps per output do not fit the scratch", (long long)K);
+    float *col = (float *)s->qscratch;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t p0 = 0; p0 < npos; p0 += chunk) {
+        const int64_t n = npos - p0 < chunk ? npos - p0 : chunk;
+        const int64_t total = n * K;
+        k_im2col3d<<<(unsigned)((total + 255) / 256), 256, 0, cuda_stream(ex)>>>(
+            col, (const float *)x->data, p0, n, K, x->shape[1], x->shape[2], x->shape[3], kt, kh, kw, y->shape[2],
+            y->shape[3], *q);
+        CU_LAUNCHED("conv3d im2col");
+        H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, 0, cout, n, K, col, K, w->data, K, (float *)y->data + p0, npos,
+                              NULL, -1, &alpha, &beta));
+    }
+    if (b) {
+        dim3 grid((unsigned)((npos + 255) / 256), (unsigned)cout);
+        k_row_bias<<<grid, 256, 0, cuda_stream(ex)>>>((float *)y->data, (const float *)b->data, npos);
+        CU_LAUNCHED("conv3d bias");
+    }
+    return H3_OK;
+}
+
 static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                              const h3_conv3d_params *p) {
     H3_TRY(cuda_need_float(H3_OP_CONV3D, "x", x));
@@ -530,6 +584,10 @@ static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     }
     int64_t npos = y->shape[1] * y->shape[2] * y->shape[3];
     if (npos == 0) return H3_OK;
+    const int all_f32 = x->dtype == H3_F32 && y->dtype == H3_F32 && w->dtype == H3_F32 && (!b || b->dtype == H3_F32);
+    if (all_f32 && w->shape[2] * w->shape[3] * w->shape[4] > 1 && h3_tensor_is_contiguous(x) &&
+        h3_tensor_is_contiguous(y) && h3_tensor_is_contiguous(w) && getenv("H3_CONV3D_DIRECT") == NULL)
+        return conv3d_gemm(ex, y, x, w, b, &q);
     dim3 grid((unsigned)((npos + 127) / 128), (unsigned)y->shape[0]);
     k_conv3d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
                                                 cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,

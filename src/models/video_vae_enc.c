@@ -503,7 +503,8 @@ h3_status h3_video_enc_mem_of(const h3_video_enc_config *c, int64_t F, int64_t H
         out->tile_io = h3_cuda_granule(px) + h3_cuda_granule(mom);
         int64_t load = 0;
         H3_TRY(ve_weights_mem(c, &out->weights, &load));
-        out->dev_backend = H3_CUDA_BACKEND_BYTES;
+        /* the backend's workspace and the scratch its conv3d takes its im2col chunks from (cuda_conv3d) */
+        out->dev_backend = H3_CUDA_BACKEND_BYTES + H3_CUDA_QGEMM_SCRATCH_BYTES;
         out->dev_peak = out->dev_backend + out->weights +
                         (load > out->act + out->tile_io ? load : out->act + out->tile_io);
         out->host_tiles = (int64_t)t.ny * t.nx * mom + px;

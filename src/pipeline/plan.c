@@ -813,9 +813,11 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
         const int64_t nl = h3_text_encoder_config(m->te)->n_layers;
         H3_TRY(h3_plan_text_encoder(m->te, r->text_tokens, (int)(nl < H3_TE_LAYER ? nl : H3_TE_LAYER), &t->b,
                                     &fte, &p->te));
-        if (m->te_vision_bytes > 0 && p->te.on_device) { /* the vision tower runs inside the stage */
-            p->te.dev_need += m->te_vision_bytes;
-            p->te.dev_peak += m->te_vision_bytes;
+        if (m->te_vision_bytes > 0 && p->te.on_device) {
+            /* the vision tower runs inside the stage, first, and gives its memory back before the layers
+             * stream: the stage's peak is the larger of the two (each counts the backend's workspace) */
+            if (m->te_vision_bytes > p->te.dev_need) p->te.dev_need = m->te_vision_bytes;
+            if (m->te_vision_bytes > p->te.dev_peak) p->te.dev_peak = m->te_vision_bytes;
             char v[32];
             const size_t used = strlen(p->te.detail);
             snprintf(p->te.detail + used, sizeof p->te.detail - used, ", and the vision tower resident (%s)",

@@ -102,8 +102,9 @@ typedef struct h3_plan_model {
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
     const h3_video_enc_config *venc; /* the video VAE's encoder, for requests with keyframes; NULL: none */
-    int64_t te_vision_bytes; /* keyframes: the vision tower's device bytes for their images (h3_vision_device_bytes),
-                              * added to the text encoder's stage on the device; 0: none */
+    int64_t te_vision_bytes; /* keyframes: the vision tower's device bytes for their images (h3_vision_device_bytes);
+                              * it runs first in the text encoder's stage and gives them back, so the stage's
+                              * device peak is the larger of the two; 0: none */
     int64_t vvae_weight_bytes,
         avae_weight_bytes; /* the VAEs' files, as stored (h3_plan_weight_bytes); the text
                             * encoder's layers are asked for their own packed sizes */
