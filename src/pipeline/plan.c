@@ -815,9 +815,12 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
                                     &fte, &p->te));
         if (m->te_vision_bytes > 0 && p->te.on_device) {
             /* the vision tower runs inside the stage, first, and gives its memory back before the layers
-             * stream: the stage's peak is the larger of the two (each counts the backend's workspace) */
-            if (m->te_vision_bytes > p->te.dev_need) p->te.dev_need = m->te_vision_bytes;
-            if (m->te_vision_bytes > p->te.dev_peak) p->te.dev_peak = m->te_vision_bytes;
+             * stream: the stage's peak is the larger of the two (each counts the backend's workspace); the
+             * stage's device output, hidden [n, hidden] f32, is allocated before the tower runs */
+            const int64_t out = h3_cuda_granule(r->text_tokens * h3_text_encoder_config(m->te)->hidden * 4);
+            const int64_t vis = m->te_vision_bytes + out;
+            if (vis > p->te.dev_need) p->te.dev_need = vis;
+            if (vis > p->te.dev_peak) p->te.dev_peak = vis;
             char v[32];
             const size_t used = strlen(p->te.detail);
             snprintf(p->te.detail + used, sizeof p->te.detail - used, ", and the vision tower resident (%s)",
