@@ -195,7 +195,11 @@ static const pil_filter k_bicubic = {bicubic, 2.0}, k_lanczos = {lanczos, 3.0};
 
 /* PIL's precompute_coeffs and normalize_coeffs_8bpc: per output pixel its first source pixel, count and
  * fixed-point weights (ksize each). Returns ksize, 0 on allocation failure. */
-static int pil_coeffs(const pil_filter *flt, int in_size, int out_size, int **bounds, int32_t **kk) {
+/* adaptive: torch's uint8 kernel (aten UpSampleKernelAVXAntialias): the weights as int16 at the largest precision
+ * p <= 22 whose next step would not overflow, p found from the axis's largest weight (*prec gets it); else PIL's 22
+ * bits. */
+static int pil_coeffs(const pil_filter *flt, int in_size, int out_size, int **bounds, int32_t **kk, int adaptive,
+                      int *prec) {
     double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = flt->support * filterscale;
     const int ksize = (int)ceil(support) * 2 + 1;
@@ -226,27 +230,36 @@ static int pil_coeffs(const pil_filter *flt, int in_size, int out_size, int **bo
         (*bounds)[xx * 2] = xmin;
         (*bounds)[xx * 2 + 1] = xmax;
     }
+    int p = PIL_PRECISION_BITS;
+    if (adaptive) {
+        double wmax = 0.0;
+        for (size_t i = 0; i < (size_t)out_size * (size_t)ksize; i++)
+            if (pre[i] > wmax) wmax = pre[i];
+        for (p = 0; p < 22; p++)
+            if ((int)(0.5 + wmax * (double)(1 << (p + 1))) >= (1 << 15)) break;
+    }
+    *prec = p;
     for (size_t i = 0; i < (size_t)out_size * (size_t)ksize; i++)
-        (*kk)[i] = pre[i] < 0 ? (int32_t)(-0.5 + pre[i] * (1 << PIL_PRECISION_BITS))
-                              : (int32_t)(0.5 + pre[i] * (1 << PIL_PRECISION_BITS));
+        (*kk)[i] = pre[i] < 0 ? (int32_t)(-0.5 + pre[i] * (double)(1 << p)) : (int32_t)(0.5 + pre[i] * (double)(1 << p));
     h3_free(pre);
     return ksize;
 }
 
-static uint8_t clip8(int32_t in) {
-    if (in >= (1 << PIL_PRECISION_BITS << 8)) return 255;
+static uint8_t clip8(int32_t in, int p) {
+    if (in >= (1 << p << 8)) return 255;
     if (in <= 0) return 0;
-    return (uint8_t)(in >> PIL_PRECISION_BITS);
+    return (uint8_t)(in >> p);
 }
 
-static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, int h, uint8_t *dst, int ow,
-                            int oh) {
+static h3_status pil_resize(const pil_filter *flt, int adaptive, const uint8_t *src, int w, int h, uint8_t *dst,
+                            int ow, int oh) {
     if (w < 1 || h < 1 || ow < 1 || oh < 1) return H3_ERR(H3_ERR_INVALID, "resize: empty image");
     int *bh = NULL, *bv = NULL;
     int32_t *kh = NULL, *kv = NULL;
     uint8_t *tmp = NULL;
     h3_status st = H3_OK;
-    const int ksh = pil_coeffs(flt, w, ow, &bh, &kh), ksv = pil_coeffs(flt, h, oh, &bv, &kv);
+    int ph = 0, pv = 0;
+    const int ksh = pil_coeffs(flt, w, ow, &bh, &kh, adaptive, &ph), ksv = pil_coeffs(flt, h, oh, &bv, &kv, adaptive, &pv);
     if (!ksh || !ksv) H3_FAIL(H3_ERR_NOMEM, "out of memory resizing a %dx%d image", w, h);
     const int need_h = ow != w, need_v = oh != h;
     /* the horizontal pass covers only the rows the vertical one reads */
@@ -263,7 +276,7 @@ static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, in
             for (int xx = 0; xx < ow; xx++) {
                 const int xmin = bh[xx * 2], xmax = bh[xx * 2 + 1];
                 const int32_t *k = &kh[(size_t)xx * ksh];
-                int32_t s0 = 1 << (PIL_PRECISION_BITS - 1), s1 = s0, s2 = s0;
+                int32_t s0 = 1 << (ph - 1), s1 = s0, s2 = s0;
                 for (int x = 0; x < xmax; x++) {
                     const uint8_t *p = row + (size_t)(x + xmin) * 3;
                     s0 += p[0] * k[x];
@@ -271,9 +284,9 @@ static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, in
                     s2 += p[2] * k[x];
                 }
                 uint8_t *o = tmp + ((size_t)yy * ow + xx) * 3;
-                o[0] = clip8(s0);
-                o[1] = clip8(s1);
-                o[2] = clip8(s2);
+                o[0] = clip8(s0, ph);
+                o[1] = clip8(s1, ph);
+                o[2] = clip8(s2, ph);
             }
         }
         in = tmp;
@@ -286,7 +299,7 @@ static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, in
             const int ymin = bv[yy * 2], ymax = bv[yy * 2 + 1];
             const int32_t *k = &kv[(size_t)yy * ksv];
             for (int xx = 0; xx < iw; xx++) {
-                int32_t s0 = 1 << (PIL_PRECISION_BITS - 1), s1 = s0, s2 = s0;
+                int32_t s0 = 1 << (pv - 1), s1 = s0, s2 = s0;
                 for (int y = 0; y < ymax; y++) {
                     const uint8_t *p = in + ((size_t)(y + ymin + y_off) * iw + xx) * 3;
                     s0 += p[0] * k[y];
@@ -294,9 +307,9 @@ static h3_status pil_resize(const pil_filter *flt, const uint8_t *src, int w, in
                     s2 += p[2] * k[y];
                 }
                 uint8_t *o = dst + ((size_t)yy * iw + xx) * 3;
-                o[0] = clip8(s0);
-                o[1] = clip8(s1);
-                o[2] = clip8(s2);
+                o[0] = clip8(s0, pv);
+                o[1] = clip8(s1, pv);
+                o[2] = clip8(s2, pv);
             }
         }
     } else {
@@ -313,106 +326,15 @@ done:
 }
 
 h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
-    return pil_resize(&k_bicubic, src, w, h, dst, ow, oh);
+    return pil_resize(&k_bicubic, 0, src, w, h, dst, ow, oh);
 }
 
-/* torch's antialiased bicubic (aten upsample_bicubic2d_aa, a = −0.5) in float32: per output index its first
- * source index, count and weights (normalized by their float sum). */
-static float cubic_aa(float x) {
-    const float a = -0.5f;
-    x = fabsf(x);
-    if (x < 1.0f) return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
-    if (x < 2.0f) return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
-    return 0.0f;
-}
-
-static int torch_coeffs(int in_size, int out_size, int **bounds, float **kk) {
-    const float scale = (float)in_size / (float)out_size;
-    const float support = scale >= 1.0f ? 2.0f * scale : 2.0f;
-    const int ksize = (int)ceilf(support) * 2 + 1;
-    const float invscale = scale >= 1.0f ? 1.0f / scale : 1.0f;
-    *kk = h3_malloc((size_t)out_size * (size_t)ksize * sizeof **kk, H3_MEM_WORKSPACE);
-    *bounds = h3_malloc((size_t)out_size * 2 * sizeof **bounds, H3_MEM_WORKSPACE);
-    if (!*kk || !*bounds) return 0;
-    /* the promotions of aten's _compute_weights_aa: its 0.5 literals are double */
-    for (int i = 0; i < out_size; i++) {
-        const float center = (float)((double)scale * ((double)i + 0.5));
-        int xmin = (int)((double)(center - support) + 0.5);
-        if (xmin < 0) xmin = 0;
-        int xmax = (int)((double)(center + support) + 0.5);
-        if (xmax > in_size) xmax = in_size;
-        const int n = xmax - xmin;
-        float *k = &(*kk)[(size_t)i * ksize], total = 0.0f;
-        for (int j = 0; j < ksize; j++) {
-            const float wv =
-                j < n ? cubic_aa((float)(((double)((float)(j + xmin) - center) + 0.5) * (double)invscale)) : 0.0f;
-            k[j] = wv;
-            total += wv;
-        }
-        if (total != 0.0f)
-            for (int j = 0; j < n; j++) k[j] /= total;
-        (*bounds)[i * 2] = xmin;
-        (*bounds)[i * 2 + 1] = n;
-    }
-    return ksize;
-}
-
-h3_status h3_vis_resize_bicubic_torch(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
-    if (w < 1 || h < 1 || ow < 1 || oh < 1) return H3_ERR(H3_ERR_INVALID, "resize: empty image");
-    if (w == ow && h == oh) {
-        memcpy(dst, src, (size_t)w * (size_t)h * 3);
-        return H3_OK;
-    }
-    int *bh = NULL, *bv = NULL;
-    float *kh = NULL, *kv = NULL, *tmp = NULL;
-    h3_status st = H3_OK;
-    const int ksh = torch_coeffs(w, ow, &bh, &kh), ksv = torch_coeffs(h, oh, &bv, &kv);
-    tmp = h3_malloc((size_t)h * (size_t)ow * 3 * sizeof *tmp, H3_MEM_WORKSPACE);
-    if (!ksh || !ksv || !tmp) H3_FAIL(H3_ERR_NOMEM, "out of memory resizing a %dx%d image", w, h);
-    /* the width first (float, no rounding between the passes), then the height, as the aten kernel does;
-     * each pass is skipped when its size does not change */
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < ow; x++)
-            for (int c = 0; c < 3; c++) {
-                float acc;
-                if (ow == w) {
-                    acc = (float)src[((size_t)y * w + x) * 3 + c];
-                } else {
-                    const int x0 = bh[x * 2], n = bh[x * 2 + 1];
-                    const float *k = &kh[(size_t)x * ksh];
-                    acc = 0.0f;
-                    for (int j = 0; j < n; j++) acc += k[j] * (float)src[((size_t)y * w + x0 + j) * 3 + c];
-                }
-                tmp[((size_t)y * ow + x) * 3 + c] = acc;
-            }
-    for (int y = 0; y < oh; y++)
-        for (int x = 0; x < ow; x++)
-            for (int c = 0; c < 3; c++) {
-                float acc;
-                if (oh == h) {
-                    acc = tmp[((size_t)y * ow + x) * 3 + c];
-                } else {
-                    const int y0 = bv[y * 2], n = bv[y * 2 + 1];
-                    const float *k = &kv[(size_t)y * ksv];
-                    acc = 0.0f;
-                    for (int j = 0; j < n; j++) acc += k[j] * tmp[((size_t)(y0 + j) * ow + x) * 3 + c];
-                }
-                /* clamp to [0, 255], then round half to even (torch.round), as torchvision casts back to uint8 */
-                if (!(acc > 0.0f)) acc = 0.0f;
-                if (acc > 255.0f) acc = 255.0f;
-                dst[((size_t)y * ow + x) * 3 + c] = (uint8_t)nearbyintf(acc);
-            }
-done:
-    h3_free(bh);
-    h3_free(bv);
-    h3_free(kh);
-    h3_free(kv);
-    h3_free(tmp);
-    return st;
+h3_status h3_vis_resize_bicubic_tv(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
+    return pil_resize(&k_bicubic, 1, src, w, h, dst, ow, oh);
 }
 
 h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
-    return pil_resize(&k_lanczos, src, w, h, dst, ow, oh);
+    return pil_resize(&k_lanczos, 0, src, w, h, dst, ow, oh);
 }
 
 h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, int h, h3_tensor *pixels,
@@ -428,7 +350,7 @@ h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, i
                       (long long)c->in_channels);
     uint8_t *rs = h3_malloc((size_t)oh * (size_t)ow * 3, H3_MEM_IO);
     if (!rs) return H3_ERR(H3_ERR_NOMEM, "out of memory for a %lldx%lld image", (long long)ow, (long long)oh);
-    h3_status st = h3_vis_resize_bicubic_torch(rgb, w, h, rs, (int)ow, (int)oh);
+    h3_status st = h3_vis_resize_bicubic_tv(rgb, w, h, rs, (int)ow, (int)oh);
     const int64_t p = c->patch, m = c->merge, tp = c->temporal_patch, gh = oh / p, gw = ow / p;
     const int64_t cols = 3 * tp * p * p;
     if (st == H3_OK) st = h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, gh * gw, cols, H3_MEM_IO);

@@ -4,8 +4,8 @@
  * merge 2, temporal patch 2, mean = std = 0.5, min/max pixels 65536 / 16777216): (h', w') = smart_resize(h,
  * w): multiples of factor = patch·merge (32), Python's round() (half to even) of h/32 and w/32, scaled down
  * (floor) above max_pixels or up (ceil) below min_pixels; an aspect ratio above 200 is refused the RGB8 image
- * resized to w'×h' as torchvision's resize(BICUBIC, antialias=True) of a uint8 image (transformers 5's processor:
- * h3_vis_resize_bicubic_torch), x = (f32(v ·
+ * resized to w'×h' as torchvision's resize(BICUBIC, antialias=True) of a uint8 tensor (transformers 5's processor:
+ * h3_vis_resize_bicubic_tv), x = (f32(v ·
  * (1/255)) − 0.5) / 0.5 per channel (f32) the frame repeated to temporal_patch_size frames, then cut into
  * patches: pixel_values [gh·gw, C·tp·p·p]  rows (bh, bw, mh, mw), columns (c, tp, ph, pw), gh = h'/p, gw =
  * w'/p, row = ((bh·(gw/m) + bw)·m + mh)·m + mw with patch (bh·m + mh, bw·m + mw) image_grid_thw = [1, gh, gw]
@@ -66,9 +66,10 @@ h3_status h3_vis_smart_resize(const h3_vis_config *c, int64_t h, int64_t w, int6
 
 /* PIL's Image.resize(BICUBIC) of packed RGB8 (3 channels): src [h, w, 3] -> dst [oh, ow, 3]. */
 h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
-/* torchvision's resize(BICUBIC, antialias=True) of a uint8 image (transformers 5's Qwen2-VL processor, and 4.x's
- * fast one): aten's antialiased bicubic in float32, width then height, then clamped and rounded half to even. */
-h3_status h3_vis_resize_bicubic_torch(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
+/* torchvision's resize(BICUBIC, antialias=True) of a uint8 tensor (transformers 5's Qwen2-VL processor): torch's
+ * native uint8 kernel, PIL's algorithm with int16 weights at the largest precision the axis's biggest weight allows
+ * (at most 22 bits), two 8-bit passes (width, then height). What the processor uses. */
+h3_status h3_vis_resize_bicubic_tv(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
 /* PIL's Image.resize(LANCZOS) (a = 3, the same arithmetic): how diffusers puts fl2va keyframes on the canvas. */
 h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
 
