@@ -89,6 +89,11 @@ out=$("$H3RUN" plan "$tmp/rel" --workload W124 --vram-budget 8GiB --ram-budget 1
       2>"$tmp/err") || fail "plan --keyframes 2 exited $?: $(cat "$tmp/err")"
 grep -q "^video VAE encoder (keyframes): on the device: 2 images of 1344x768 px, one at a time; 4 x 7 tiles" \
     <<<"$out" || fail "plan --keyframes: no encoder stage: $out"
+# the image tokens of a 1344x768 keyframe: smart_resize gives 768x1344, 48x84 patches of 16, /4 merged = 1008; with the label (8) and the ends (2), 128 + 2 x 1018 = 2164 rows
+grep -q "^keyframes: 2, 1008 image tokens each at 1344x768: 2164 rows of text in all" <<<"$out" ||
+    fail "plan --keyframes: the image tokens: $(grep -i keyframes <<<"$out")"
+grep -q "^text encoder: on the device: .*, and the vision tower resident" <<<"$out" ||
+    fail "plan --keyframes: the vision tower is not in the text encoder's stage: $(grep '^text encoder' <<<"$out")"
 sed -n '/^stages, in turn/,$p' <<<"$out" | sed -n 3,4p | grep -q "^  keyframes     device" ||
     fail "plan --keyframes: the encoder is not the second stage: $out"
 "$H3RUN" plan "$tmp/rel/video_vae" --keyframes 1 --vram-budget 40MiB --size 1344x768 >"$tmp/out" 2>&1

@@ -9,6 +9,7 @@
 #include "cuda/cuda.h"
 #include "io/discover.h"
 #include "mem/budget.h"
+#include "models/vision.h"
 #include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "sample/schedule.h"
@@ -148,9 +149,10 @@ int h3_cmd_plan(int argc, char **argv) {
          "host memory for weights and activations, or unlimited (default: 80% of the available memory)", 0,
          0},
         {"keyframes", 0, H3_OPT_INT, &keyframes, "N",
-         "plan the encode of N keyframe images at the canvas by the video VAE's encoder (fl2va), one at a "
-         "time, "
-         "before the DiT",
+         "plan N keyframes (fl2va): their encode by the video VAE's encoder, one at a time, before the DiT; "
+         "their image tokens in the prompt (the canvas through Qwen3-VL's processor, plus 10 a keyframe for "
+         "the label and the vision block's ends), the vision tower in the text encoder's stage and one latent "
+         "frame of rows each in the DiT's sequence",
          1, 64},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
@@ -320,6 +322,7 @@ int h3_cmd_plan(int argc, char **argv) {
     m.vvae_cached = f.vvae ? h3_plan_cached_fraction(h3_video_vae_source(f.vvae)) : 0;
     h3_video_enc *enc = NULL;
     req.keyframes = (int)keyframes;
+    if (keyframes > 0) req.n_timesteps++; /* the keyframe rows' t = 0.999, kept with the schedule's (generate) */
     if (keyframes > 0) {
         if (!f.vvae) {
             found_free(&f);
@@ -331,6 +334,35 @@ int h3_cmd_plan(int argc, char **argv) {
             return h3_cli_fail("plan", st);
         }
         m.venc = h3_video_enc_get_config(enc);
+        /* the prompt grows by each keyframe's presentation: a "<Picture i>: " label (counted as 8 tokens), the
+         * vision block's two flanking tokens and its image tokens (the processor's grid of the canvas / 4); the
+         * vision tower runs in the text encoder's stage (pipeline/keyframe.h) */
+        h3_vision *vis = NULL;
+        if (f.te && h3_vision_open(f.te, NULL, &vis) == H3_OK) {
+            const h3_vis_config *vc = h3_vision_config(vis);
+            int64_t rh = 0, rw = 0;
+            if (h3_vis_smart_resize(vc, req.height, req.width, &rh, &rw) == H3_OK) {
+                int64_t grid[64][3];
+                const int64_t per = (rh / vc->patch) * (rw / vc->patch) / (vc->merge * vc->merge);
+                for (int k = 0; k < keyframes && k < 64; k++) {
+                    grid[k][0] = 1;
+                    grid[k][1] = rh / vc->patch;
+                    grid[k][2] = rw / vc->patch;
+                }
+                req.text_tokens += keyframes * (per + 2 + 8);
+                m.te_vision_bytes = h3_vision_device_bytes(vis, (const int64_t(*)[3])grid, (int)keyframes);
+                if (!quiet)
+                    printf("keyframes: %lld, %lld image tokens each at %lldx%lld: %lld rows of text in all\n",
+                           (long long)keyframes, (long long)per, (long long)req.width, (long long)req.height,
+                           (long long)req.text_tokens);
+            }
+            h3_clear_error();
+        } else {
+            h3_clear_error();
+            if (f.te && !quiet)
+                printf("keyframes: the text encoder has no vision tower; its image tokens are not counted\n");
+        }
+        h3_vision_close(vis);
     }
     h3_plan *plan = h3_malloc(sizeof *plan, H3_MEM_OTHER);
     if (!plan) {
