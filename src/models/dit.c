@@ -412,6 +412,22 @@ h3_status h3_dit_device_check(const h3_dit *d) {
     check_ctx c = {H3_OK};
     h3_dit_visit_weights((h3_dit *)d, check_one, &c);
     if (c.st != H3_OK) return c.st;
+    /* the blocks' GEMMs on the device take bf16 (or quantized) weights beside bf16 activations: a file whose
+     * blocks were upcast to float32 is refused here, with the fix, rather than by the first GEMM */
+    for (int u = 0; u < h3_dit_n_units(&d->cfg); u++) {
+        const h3_dit_block_weights *b = &d->units[u];
+        const h3_tensor *lin[6] = {&b->qkv, &b->q, &b->out, &b->fc1, &b->fc2, &b->k};
+        for (int i = 0; i < 6; i++)
+            if (lin[i]->data && lin[i]->q.mode == H3_SCALE_NONE && lin[i]->dtype == H3_F32) {
+                const int ref = u < d->cfg.n_refiner_layers;
+                return H3_ERR(H3_ERR_UNSUPPORTED,
+                              "%s %d's linear weights are float32: on the GPU the blocks run in bf16 from bf16 "
+                              "or quantized weights (the release stores them in bf16); use --device cpu for "
+                              "this file, or a bf16 or quantized one (h3run quantize)",
+                              ref ? "token-refiner block" : "DiT block",
+                              ref ? u : u - (int)d->cfg.n_refiner_layers);
+            }
+    }
     for (int u = 0; u < h3_dit_n_units(&d->cfg); u++)
         if (d->units[u].qkv_interleaved && d->units[u].qkv.q.mode != H3_SCALE_NONE)
             return H3_ERR(H3_ERR_UNSUPPORTED,
