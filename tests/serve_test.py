@@ -16,6 +16,11 @@ Cases (all by default, or those named on the command line):
   token       a bind beyond loopback without a token refuses to start; with --token every request needs it
   reuse       the second job of a batch starts its DiT at least 3x sooner than the first (what it reused is in
               its report)
+  keyframes   on h3-tinymodel's model (a vision tower and a video VAE encoder): a job with a first frame and a
+              keyframe at frame 10 sent as base64 (a data: URL and plain) runs to done with 2 keyframes in its
+              report, its images stored under DATA/uploads/ and removed with the job; bad images (not base64,
+              empty, a name instead of an image, a negative frame) get 400 and leave no upload; on the small
+              model (no vision tower) a keyframe job is refused with 422 naming it
 Usage: serve_test.py PATH/TO/h3run [case ...]. Needs ffprobe.
 """
 import http.client
@@ -317,7 +322,7 @@ def bad_requests():
     post({}, "no options")
     post({"prompt": "x" * (1024 * 1024 + 1)}, "a prompt over 1 MiB")
     post("{\"prompt\": \"" + "y" * (4 * 1024 * 1024) + "\"}", "a 4 MiB body")
-    post("z" * (3 * 1024 * 1024 + 1), "a body one byte over the limit")
+    post("z" * (64 * 1024 * 1024 + 1), "a body one byte over the limit (64 MiB)")
     plan("[" * (3 * 1024 * 1024 + 10), "a huge body to the plan")
     for path in ["/api/jobs/../../etc/passwd", "/api/jobs/..%2F..%2Fetc%2Fpasswd", "/api/jobs/-1", "/api/jobs/0",
                  "/api/jobs/abc", "/api/jobs/1.0", "/api/jobs/%00", "/api/jobs/999999", "/api/jobs/1234567890123456789",
@@ -444,8 +449,55 @@ def case_reuse():
     sanitizer_clean(srv, "reuse")
 
 
+def ppm_b64(w, h, seed):
+    """A binary PPM (libav reads it) as base64: a colour field, different per seed."""
+    import base64
+    px = bytes(((x * 7 + seed * 40) % 256, (y * 9 + seed * 90) % 256, (x + y + seed * 17) % 256)[c]
+               for y in range(h) for x in range(w) for c in range(3))
+    return base64.b64encode(b"P6 %d %d 255\n" % (w, h) + px).decode()
+
+
+def case_keyframes():
+    tiny = os.path.join(TMP, "tiny-model")
+    subprocess.run([os.path.join(os.path.dirname(os.path.abspath(H3RUN)), "h3-tinymodel"), tiny],
+                   check=True, stdout=subprocess.DEVNULL)
+    data = os.path.join(TMP, "keyframes")
+    srv = Server(data, "--model", tiny)
+    uploads = os.path.join(data, "uploads")
+    req = dict(TINY, prompt="a red ball", frames=22, first_frame="data:image/x-portable-pixmap;base64," +
+               ppm_b64(40, 24, 1), keyframes=[{"image": ppm_b64(30, 30, 2), "frame": 10}])
+    job = srv.wait(srv.submit(req))
+    check(job.get("state") == "done" and job.get("report", {}).get("keyframes") == 2,
+          "a job with keyframes: %s" % {k: job.get(k) for k in ("state", "message", "report")})
+    stored = job.get("request", {})
+    check(str(stored.get("first_frame", "")).startswith("upload:") and
+          str(stored.get("keyframes", [{}])[0].get("image", "")).startswith("upload:"),
+          "the stored request names its uploads: %s" % stored)
+    check(len(os.listdir(uploads)) == 2, "two uploads stored: %s" % os.listdir(uploads))
+    st, _ = srv.request("DELETE", "/api/jobs/%d" % job["id"])
+    check(st == 200 and os.listdir(uploads) == [], "the uploads go with the job: %s %s" % (st, os.listdir(uploads)))
+    bad = [({"first_frame": "not base64 !!"}, "base64"), ({"first_frame": ""}, "first_frame"),
+           ({"last_frame": "upload:" + "0" * 32 + ".png"}, "not a name"),
+           ({"keyframes": [{"image": ppm_b64(8, 8, 3), "frame": -1}]}, "frame from 0"),
+           ({"keyframes": [{"image": ppm_b64(8, 8, 3)}]}, "frame from 0"),
+           ({"first_frame": ppm_b64(8, 8, 1), "keyframes": "x"}, "keyframes")]
+    for extra, want in bad:
+        st, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", **extra))
+        check(st == 400 and want in body.get("error", ""), "bad keyframes %s: %s %s" % (list(extra), st, body))
+    check(os.listdir(uploads) == [], "refused requests leave no upload: %s" % os.listdir(uploads))
+    st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", first_frame=ppm_b64(40, 24, 1)))
+    check(st == 200 and os.listdir(uploads) == [], "a plan with a keyframe keeps no upload: %s %s" % (st, body))
+    check(srv.stop() == 0, "the server exits 0")
+    sanitizer_clean(srv, "keyframes")
+    srv = Server(os.path.join(TMP, "keyframes-small"))  # the small model: no vision tower
+    st, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", first_frame=ppm_b64(40, 24, 1)))
+    check(st == 422 and "vision tower" in body.get("error", ""), "keyframes on the small model: %s %s" % (st, body))
+    check(os.listdir(os.path.join(TMP, "keyframes-small", "uploads")) == [], "the refused job's upload is removed")
+    check(srv.stop() == 0, "the server exits 0")
+
+
 CASES = [("token", case_token), ("plan", case_plan), ("submit", case_submit), ("reuse", case_reuse), ("bad", case_bad),
-         ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent)]
+         ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent), ("keyframes", case_keyframes)]
 
 if __name__ == "__main__":
     try:

@@ -56,6 +56,7 @@ typedef struct server {
     int threads;
     int64_t vram, ram;
     char *jobs_dir; /* DATA/jobs: the outputs, named by job id */
+    char *uploads_dir; /* DATA/uploads: keyframe images, named by random hex (serve.h) */
     char *token;    /* NULL: none needed (loopback) */
     int stopping;
     /* the job the worker runs (0: none) and what it reported last */
@@ -229,6 +230,7 @@ static json_t *report_json(const h3_generate_result *res) {
     json_object_set_new(r, "seed", json_integer((json_int_t)res->req.seed));
     json_object_set_new(r, "device", json_string(res->device == H3_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(r, "text_tokens", json_integer(res->text_tokens));
+    json_object_set_new(r, "keyframes", json_integer(res->keyframes));
     json_object_set_new(r, "total_s", json_real(res->total_s));
     json_object_set_new(r, "dit_start_s", json_real(res->dit_start_s));
     json_object_set_new(r, "dit_step_s", json_real(res->measured_step_s));
@@ -248,7 +250,7 @@ static json_t *report_json(const h3_generate_result *res) {
  * session, and its own output paths. */
 static h3_status job_request(server *S, json_t *obj, int64_t id, h3_serve_request *sr,
                              char paths[N_OUTPUTS][4096]) {
-    H3_TRY(h3_serve_parse_request(obj, S->small, sr));
+    H3_TRY(h3_serve_parse_request(obj, S->small, S->uploads_dir, sr));
     h3_generate_request *g = &sr->gen;
     g->model = S->model;
     g->device = S->device;
@@ -350,7 +352,7 @@ static void *worker(void *arg) {
 
 typedef struct conn {
     char *body;
-    size_t len;
+    size_t len, cap; /* the body grows geometrically: bodies with images run to tens of MiB */
     int too_big;
 } conn;
 
@@ -399,7 +401,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const
 /* The status a library failure answers with: the request's fault (400), a plan that does not fit (422), no
  * such thing (404), else the server's (500). */
 static unsigned http_status(h3_status st) {
-    return st == H3_ERR_INVALID ? 400 : st == H3_ERR_BUDGET ? 422 : st == H3_ERR_NOT_FOUND ? 404 : 500;
+    /* a request this server's model cannot run (it does not fit, or it lacks a part: keyframes without a vision
+     * tower) is 422 */
+    return st == H3_ERR_INVALID                                  ? 400
+           : st == H3_ERR_BUDGET || st == H3_ERR_UNSUPPORTED     ? 422
+           : st == H3_ERR_NOT_FOUND                              ? 404
+                                                                 : 500;
 }
 
 static enum MHD_Result send_status(struct MHD_Connection *c, h3_status st) {
@@ -465,7 +472,12 @@ static enum MHD_Result api_plan(server *S, struct MHD_Connection *c, conn *k) {
     json_t *obj = parse_body(c, k, &a);
     if (!obj) return a;
     h3_generate_result res;
-    h3_status st = check_request(S, obj, &res);
+    h3_status st = h3_serve_store_uploads(obj, S->uploads_dir); /* the keyframes, for the check only */
+    if (st == H3_OK) st = check_request(S, obj, &res);
+    h3_error_state kept;
+    h3_error_save(&kept);
+    h3_serve_remove_uploads(obj, S->uploads_dir);
+    h3_error_restore(&kept);
     json_decref(obj);
     if (st != H3_OK) return send_status(c, st);
     json_t *o = json_object();
@@ -479,14 +491,28 @@ static enum MHD_Result api_submit(server *S, struct MHD_Connection *c, conn *k) 
     json_t *obj = parse_body(c, k, &a);
     if (!obj) return a;
     h3_generate_result res;
-    h3_status st = check_request(S, obj, &res); /* plan before accept; the seed is drawn into obj */
+    /* the keyframes written under uploads/ first (the check reads them), then plan before accept; the seed is
+     * drawn into obj */
+    h3_status st = h3_serve_store_uploads(obj, S->uploads_dir);
+    if (st == H3_OK) {
+        st = check_request(S, obj, &res);
+        if (st != H3_OK) {
+            h3_error_state kept;
+            h3_error_save(&kept);
+            h3_serve_remove_uploads(obj, S->uploads_dir);
+            h3_error_restore(&kept);
+        }
+    }
     if (st != H3_OK) {
         json_decref(obj);
         return send_status(c, st);
     }
     char *text = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    if (!text) return send_error(c, 500, "out of memory");
+    if (!text) {
+        h3_serve_remove_uploads(obj, S->uploads_dir);
+        json_decref(obj);
+        return send_error(c, 500, "out of memory");
+    }
     pthread_mutex_lock(&S->mu);
     int64_t id = 0;
     json_t *job = NULL;
@@ -494,6 +520,8 @@ static enum MHD_Result api_submit(server *S, struct MHD_Connection *c, conn *k) 
     if (queued >= QUEUE_LIMIT) {
         pthread_mutex_unlock(&S->mu);
         h3_free(text);
+        h3_serve_remove_uploads(obj, S->uploads_dir);
+        json_decref(obj);
         return send_error(c, 503, "the queue holds %lld jobs, its limit: submit again when some have run",
                           (long long)queued);
     }
@@ -506,6 +534,13 @@ static enum MHD_Result api_submit(server *S, struct MHD_Connection *c, conn *k) 
     pthread_cond_broadcast(&S->cv);
     pthread_mutex_unlock(&S->mu);
     h3_free(text);
+    if (st != H3_OK && id == 0) { /* not stored: its uploads go */
+        h3_error_state kept;
+        h3_error_save(&kept);
+        h3_serve_remove_uploads(obj, S->uploads_dir);
+        h3_error_restore(&kept);
+    }
+    json_decref(obj);
     if (st != H3_OK) return send_status(c, st);
     char loc[64];
     snprintf(loc, sizeof loc, "/api/jobs/%" PRId64, id);
@@ -582,8 +617,14 @@ static enum MHD_Result api_cancel(server *S, struct MHD_Connection *c, int64_t i
     h3_status st = cancel_locked(S, id, state, sizeof state);
     json_t *job = NULL;
     if (st == H3_OK && delete) {
+        json_t *gone = NULL;
+        if (h3_store_get(S->store, id, &gone) != H3_OK) h3_clear_error();
         st = h3_store_delete(S->store, id);
-        if (st == H3_OK) remove_outputs(S, id);
+        if (st == H3_OK) {
+            remove_outputs(S, id);
+            if (gone) h3_serve_remove_uploads(json_object_get(gone, "request"), S->uploads_dir);
+        }
+        json_decref(gone);
     } else if (st == H3_OK) {
         st = h3_store_get(S->store, id, &job);
         if (st == H3_OK) job_view(S, job);
@@ -874,9 +915,9 @@ static enum MHD_Result route(server *S, struct MHD_Connection *c, const char *ur
               del = !strcmp(method, "DELETE");
     if (k->too_big)
         return send_error(c, 413,
-                          "the body is larger than %d bytes: a job's options are far smaller (the prompt at "
-                          "most %d bytes)",
-                          H3_SERVE_MAX_BODY, H3_MAX_PROMPT_BYTES);
+                          "the body is larger than %d bytes: a job's options are smaller (the prompt at most %d "
+                          "bytes, each keyframe image at most %d bytes before base64)",
+                          H3_SERVE_MAX_BODY, H3_MAX_PROMPT_BYTES, H3_SERVE_MAX_IMAGE);
     if (strncmp(url, "/api/", 5)) {
         const char *p = !strcmp(url, "/") ? "/index.html" : url;
         for (const h3_web_file *f = h3_web_files; f->path; f++)
@@ -933,16 +974,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size) {
         if (!k->too_big && k->len + *upload_size <= H3_SERVE_MAX_BODY) {
-            char *b = h3_realloc(k->body, k->len + *upload_size + 1, H3_MEM_IO);
-            if (!b) return MHD_NO;
-            memcpy(b + k->len, upload, *upload_size);
-            k->body = b;
+            if (k->len + *upload_size + 1 > k->cap) {
+                size_t cap = k->cap ? k->cap * 2 : 65536;
+                while (cap < k->len + *upload_size + 1) cap *= 2;
+                char *b = h3_realloc(k->body, cap, H3_MEM_IO);
+                if (!b) return MHD_NO;
+                k->body = b;
+                k->cap = cap;
+            }
+            memcpy(k->body + k->len, upload, *upload_size);
             k->len += *upload_size;
         } else {
             k->too_big = 1; /* read to the end, kept nowhere */
             h3_free(k->body);
             k->body = NULL;
-            k->len = 0;
+            k->len = k->cap = 0;
         }
         *upload_size = 0;
         return MHD_YES;
@@ -1176,12 +1222,14 @@ int h3_cmd_serve(int argc, char **argv) {
     S->model = model;
     /* The data folder, its jobs/ folder and the store. */
     S->jobs_dir = h3_path_join(data, "jobs");
+    S->uploads_dir = h3_path_join(data, "uploads");
     db_path = h3_path_join(data, "jobs.db");
-    if (!S->jobs_dir || !db_path) goto done;
+    if (!S->jobs_dir || !S->uploads_dir || !db_path) goto done;
     if ((mkdir(data, 0755) != 0 && errno != EEXIST) || (mkdir(S->jobs_dir, 0755) != 0 && errno != EEXIST) ||
-        !h3_path_is_dir(S->jobs_dir)) {
-        fprintf(stderr, "h3run serve: error: --data %s: cannot make the folder %s: %s\n", data, S->jobs_dir,
-                strerror(errno));
+        !h3_path_is_dir(S->jobs_dir) || (mkdir(S->uploads_dir, 0755) != 0 && errno != EEXIST) ||
+        !h3_path_is_dir(S->uploads_dir)) {
+        fprintf(stderr, "h3run serve: error: --data %s: cannot make the folders %s and %s: %s\n", data,
+                S->jobs_dir, S->uploads_dir, strerror(errno));
         rc = H3_EXIT_USAGE;
         goto done;
     }
@@ -1258,6 +1306,7 @@ done:
     h3_session_free(S->ses);
     h3_store_close(S->store);
     h3_free(S->jobs_dir);
+    h3_free(S->uploads_dir);
     h3_free(db_path);
     h3_free(default_model);
     h3_free(token_text);

@@ -58,13 +58,16 @@ int64_t h3_store_count(h3_store *s, const char *state);
 /* ---- requests --------------------------------------------------------------------------------------------
  */
 
-/* The largest request body the server reads (a prompt of H3_MAX_PROMPT_BYTES fits, escaped). */
-#define H3_SERVE_MAX_BODY (3 * 1024 * 1024)
+/* The largest request body the server reads: a prompt of H3_MAX_PROMPT_BYTES, escaped, and keyframe images as
+ * base64 (each at most H3_SERVE_MAX_IMAGE bytes decoded). */
+#define H3_SERVE_MAX_BODY  (64 * 1024 * 1024)
+#define H3_SERVE_MAX_IMAGE (16 * 1024 * 1024)
 
 /* The options a job takes: the names of `generate`'s options that a client may give (no paths: outputs are
  * the server's). */
 #define H3_SERVE_OPTIONS                                                                                     \
-    "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents"
+    "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents, first_frame, "    \
+    "last_frame, keyframes"
 
 /* A job's request as the client sent it: checked for JSON, types, unknown options and the values every
  * request must have (the request's own rules, frames and canvas among them, come from h3_request_resolve).
@@ -74,8 +77,24 @@ int64_t h3_store_count(h3_store *s, const char *state);
  * model's length and canvas when none is given. */
 typedef struct h3_serve_request {
     h3_generate_request gen;
-    int wav, latents; /* also write the WAV, the latents */
+    int wav, latents;                         /* also write the WAV, the latents */
+    char kf_path[H3_MAX_KEYFRAMES][1024];     /* the keyframes' files under the uploads folder */
 } h3_serve_request;
-h3_status h3_serve_parse_request(json_t *obj, int defaults_small, h3_serve_request *out);
+/* Keyframes (fl2va): "first_frame" and "last_frame" (an image each) and "keyframes" ([{"image", "frame"}], a
+ * frame from 0), in that packed order, at most H3_MAX_KEYFRAMES in all. A client sends each image as base64 (a
+ * data: URL's prefix allowed); the server stores it under DATA/uploads/ (h3_serve_store_uploads) and the stored
+ * request names it "upload:<32 hex digits>.<ext>", the only form this parser takes, resolved under uploads_dir (NULL:
+ * keyframes refused). */
+h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *uploads_dir, h3_serve_request *out);
+
+/* Replaces every keyframe image of a client's request by the file it is written to: base64 decoded (at most
+ * H3_SERVE_MAX_IMAGE bytes, a data: URL's prefix allowed), written atomically as uploads_dir/<32 random hex
+ * digits>.<ext> (ext from the content: png, jpg, webp, gif, bmp, ppm, tif, else img), the value set to
+ * "upload:<hex>.<ext>". A value that is not base64, is empty or too large, or already
+ * names an upload is H3_ERR_INVALID naming the option. Files written before a failure are removed. */
+h3_status h3_serve_store_uploads(json_t *obj, const char *uploads_dir);
+/* Removes the uploads a stored request names (nothing else: names are checked to be 32 hex digits and an
+ * extension). */
+void h3_serve_remove_uploads(json_t *obj, const char *uploads_dir);
 
 #endif

@@ -1,16 +1,22 @@
 /* A job's request as JSON (serve.h): the options of `generate` a client may give, checked for type and range
  * here; the request's own rules (17n+5 frames, the canvas) are h3_request_resolve's, asked for at the check.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/serve.h"
+#include "base/alloc.h"
+#include "pipeline/keyframe.h"
 #include "pipeline/media.h"
 #include "pipeline/request.h"
 #include "sample/schedule.h"
 
-typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL } opt_type;
+typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES } opt_type;
 
 /* The options: name, type, range for numbers (inclusive), what it is. */
 static const struct {
@@ -29,6 +35,9 @@ static const struct {
     {"x264_preset", T_STR, 0, 0},
     {"wav", T_BOOL, 0, 0},
     {"latents", T_BOOL, 0, 0},
+    {"first_frame", T_STR, 0, 0},
+    {"last_frame", T_STR, 0, 0},
+    {"keyframes", T_KEYFRAMES, 0, 0},
 };
 enum { N_OPTS = sizeof g_opts / sizeof *g_opts };
 
@@ -44,6 +53,8 @@ static const char *type_words(opt_type t) {
             return "a number";
         case T_BOOL:
             return "true or false";
+        case T_KEYFRAMES:
+            return "an array of {\"image\": base64, \"frame\": a frame from 0}";
     }
     return "?";
 }
@@ -69,7 +80,9 @@ static const char *json_type_words(const json_t *v) {
     return "?";
 }
 
-h3_status h3_serve_parse_request(json_t *obj, int defaults_small, h3_serve_request *out) {
+static h3_status upload_path(const char *ref, const char *what, const char *dir, char *buf, size_t n);
+
+h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *uploads_dir, h3_serve_request *out) {
     memset(out, 0, sizeof *out);
     h3_generate_request_init(&out->gen);
     h3_request *q = &out->gen.req;
@@ -87,6 +100,7 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, h3_serve_reque
         int ok = t == T_STR || t == T_TEXT ? json_is_string(v)
                  : t == T_INT              ? json_is_integer(v)
                  : t == T_NUM              ? json_is_number(v)
+                 : t == T_KEYFRAMES        ? json_is_array(v)
                                            : json_is_boolean(v);
         if (!ok)
             return H3_ERR(H3_ERR_INVALID, "option '%s' takes %s; got %s", key, type_words(t),
@@ -139,5 +153,227 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, h3_serve_reque
     q->seed = (uint64_t)json_integer_value(seed);
     out->wav = json_is_true(json_object_get(obj, "wav"));
     out->latents = json_is_true(json_object_get(obj, "latents"));
+    /* keyframes: first, last, then the list, each an upload the server stored */
+    h3_generate_request *g = &out->gen;
+    json_t *kl = json_object_get(obj, "keyframes");
+    const size_t nlist = kl ? json_array_size(kl) : 0;
+    const int total = !!json_object_get(obj, "first_frame") + !!json_object_get(obj, "last_frame") + (int)nlist;
+    if (total > H3_MAX_KEYFRAMES)
+        return H3_ERR(H3_ERR_INVALID, "%d keyframes; at most %d in all", total, H3_MAX_KEYFRAMES);
+    static const char *const ends[2] = {"first_frame", "last_frame"};
+    for (int e = 0; e < 2; e++) {
+        json_t *im = json_object_get(obj, ends[e]);
+        if (!im) continue;
+        H3_TRY(upload_path(json_string_value(im), ends[e], uploads_dir, out->kf_path[g->n_keyframes],
+                           sizeof out->kf_path[0]));
+        g->keyframe[g->n_keyframes] = out->kf_path[g->n_keyframes];
+        g->keyframe_frame[g->n_keyframes++] = e == 0 ? 0 : H3_KEYFRAME_LAST;
+    }
+    for (size_t i = 0; i < nlist; i++) {
+        json_t *k = json_array_get(kl, i), *im = json_object_get(k, "image"), *fr2 = json_object_get(k, "frame");
+        if (!json_is_object(k) || !json_is_string(im) || !json_is_integer(fr2) || json_object_size(k) != 2 ||
+            json_integer_value(fr2) < 0 || json_integer_value(fr2) > H3_MAX_FRAMES)
+            return H3_ERR(H3_ERR_INVALID,
+                          "keyframes[%zu] must be {\"image\": base64 image, \"frame\": a frame from 0}", i);
+        char what[32];
+        snprintf(what, sizeof what, "keyframes[%zu]", i);
+        H3_TRY(upload_path(json_string_value(im), what, uploads_dir, out->kf_path[g->n_keyframes],
+                           sizeof out->kf_path[0]));
+        g->keyframe[g->n_keyframes] = out->kf_path[g->n_keyframes];
+        g->keyframe_frame[g->n_keyframes++] = json_integer_value(fr2);
+    }
     return H3_OK;
+}
+
+/* ---- uploads --------------------------------------------------------------------------------------------- */
+
+#define UPLOAD_PREFIX "upload:"
+
+/* 1 when s is UPLOAD_PREFIX, 32 lower-case hex digits, '.' and an extension of 2 to 4 lower-case letters. */
+static int is_upload_ref(const char *s) {
+    if (!s || strncmp(s, UPLOAD_PREFIX, strlen(UPLOAD_PREFIX))) return 0;
+    s += strlen(UPLOAD_PREFIX);
+    for (int i = 0; i < 32; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    if (s[32] != '.') return 0;
+    int n = 0;
+    for (const char *e = s + 33; *e; e++, n++)
+        if (*e < 'a' || *e > 'z') return 0;
+    return n >= 2 && n <= 4;
+}
+
+static h3_status upload_path(const char *ref, const char *what, const char *dir, char *buf, size_t n) {
+    if (!dir) return H3_ERR(H3_ERR_INVALID, "'%s': this server takes no keyframes", what);
+    if (!is_upload_ref(ref))
+        return H3_ERR(H3_ERR_INVALID, "'%s' must be an image as base64 (PNG, JPEG, WebP, ...)", what);
+    snprintf(buf, n, "%s/%s", dir, ref + strlen(UPLOAD_PREFIX));
+    return H3_OK;
+}
+
+/* The file's kind from its first bytes, as an extension libav's image readers know ("img" when unknown: libav
+ * then probes the content). */
+static const char *image_ext(const uint8_t *b, int64_t n) {
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "webp";
+    if (n >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6))) return "gif";
+    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
+    if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "ppm";
+    if (n >= 4 && (!memcmp(b, "II*\0", 4) || !memcmp(b, "MM\0*", 4))) return "tif";
+    return "img";
+}
+
+static int b64_value(int c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+/* Standard or URL-safe base64, padding optional, whitespace skipped; *out h3_malloc'd. -1 on a bad character
+ * or a length past max. */
+static int64_t b64_decode(const char *s, size_t len, size_t max, uint8_t **out) {
+    uint8_t *o = h3_malloc(len / 4 * 3 + 4, H3_MEM_IO);
+    if (!o) return -1;
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0, pad = 0;
+    for (size_t i = 0; i < len; i++) {
+        const int c = (unsigned char)s[i];
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+        if (c == '=') {
+            pad++;
+            continue;
+        }
+        const int v = b64_value(c);
+        if (v < 0 || pad) {
+            h3_free(o);
+            return -1;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[n++] = (uint8_t)(acc >> bits);
+            if (n > max) {
+                h3_free(o);
+                return -1;
+            }
+        }
+    }
+    *out = o;
+    return (int64_t)n;
+}
+
+/* One image value: decoded and written as dir/<hex>.img; *ref gets "upload:<hex>". */
+static h3_status store_one(json_t *v, const char *what, const char *dir, char ref[64]) {
+    const char *s = json_string_value(v);
+    if (!s) return H3_ERR(H3_ERR_INVALID, "'%s' must be an image as base64", what);
+    if (is_upload_ref(s) || !strncmp(s, UPLOAD_PREFIX, strlen(UPLOAD_PREFIX)))
+        return H3_ERR(H3_ERR_INVALID, "'%s': send the image itself as base64, not a name", what);
+    size_t len = json_string_length(v);
+    if (!strncmp(s, "data:", 5)) { /* a data: URL: the base64 after its comma */
+        const char *c = memchr(s, ',', len);
+        int b64 = 0;
+        for (const char *q = s; c && q + 7 <= c; q++) b64 |= !memcmp(q, ";base64", 7);
+        if (!c || !b64)
+            return H3_ERR(H3_ERR_INVALID, "'%s': a data: URL must be base64 (data:image/png;base64,...)", what);
+        len -= (size_t)(c + 1 - s);
+        s = c + 1;
+    }
+    uint8_t *bytes = NULL;
+    const int64_t n = b64_decode(s, len, H3_SERVE_MAX_IMAGE, &bytes);
+    if (n < 0)
+        return H3_ERR(H3_ERR_INVALID, "'%s' is not base64 of an image of at most %d MiB", what,
+                      H3_SERVE_MAX_IMAGE >> 20);
+    if (n == 0) {
+        h3_free(bytes);
+        return H3_ERR(H3_ERR_INVALID, "'%s' is empty: send an image as base64", what);
+    }
+    char hex[33], path[1024], tmp[1100];
+    const char *ext = image_ext(bytes, n);
+    uint8_t rnd[16];
+    int fd = open("/dev/urandom", O_RDONLY);
+    const ssize_t got = fd >= 0 ? read(fd, rnd, sizeof rnd) : -1;
+    if (fd >= 0) close(fd);
+    if (got != (ssize_t)sizeof rnd) {
+        h3_free(bytes);
+        return H3_ERR(H3_ERR_IO, "cannot read /dev/urandom for an upload's name");
+    }
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    snprintf(path, sizeof path, "%s/%s.%s", dir, hex, ext);
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    h3_status st = H3_OK;
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(bytes, 1, (size_t)n, f) != (size_t)n || fflush(f) != 0 || fsync(fileno(f)) != 0)
+        st = H3_ERR(H3_ERR_IO, "cannot write the upload %s: %s", tmp, strerror(errno));
+    if (f && fclose(f) != 0 && st == H3_OK) st = H3_ERR(H3_ERR_IO, "cannot write the upload %s", tmp);
+    if (st == H3_OK && rename(tmp, path) != 0) st = H3_ERR(H3_ERR_IO, "cannot rename %s: %s", tmp, strerror(errno));
+    if (st != H3_OK) unlink(tmp);
+    h3_free(bytes);
+    if (st == H3_OK) snprintf(ref, 64, UPLOAD_PREFIX "%s.%s", hex, ext);
+    return st;
+}
+
+/* Calls fn on every keyframe image value of a request (first_frame, last_frame, keyframes[i].image). */
+static h3_status each_image(json_t *obj, h3_status (*fn)(json_t *holder, const char *key, json_t *v,
+                                                        const char *what, void *user),
+                            void *user) {
+    static const char *const ends[2] = {"first_frame", "last_frame"};
+    for (int e = 0; e < 2; e++) {
+        json_t *v = json_object_get(obj, ends[e]);
+        if (v) H3_TRY(fn(obj, ends[e], v, ends[e], user));
+    }
+    json_t *kl = json_object_get(obj, "keyframes");
+    for (size_t i = 0; json_is_array(kl) && i < json_array_size(kl); i++) {
+        json_t *k = json_array_get(kl, i), *v = json_object_get(k, "image");
+        char what[32];
+        snprintf(what, sizeof what, "keyframes[%zu]", i);
+        if (!json_is_object(k) || !v)
+            return H3_ERR(H3_ERR_INVALID,
+                          "keyframes[%zu] must be {\"image\": base64 image, \"frame\": a frame from 0}", i);
+        H3_TRY(fn(k, "image", v, what, user));
+    }
+    return H3_OK;
+}
+
+static h3_status store_fn(json_t *holder, const char *key, json_t *v, const char *what, void *user) {
+    char ref[64];
+    H3_TRY(store_one(v, what, user, ref));
+    json_t *r = json_string(ref);
+    if (!r || json_object_set_new(holder, key, r)) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    return H3_OK;
+}
+
+static h3_status remove_fn(json_t *holder, const char *key, json_t *v, const char *what, void *user) {
+    (void)holder;
+    (void)key;
+    (void)what;
+    const char *s = json_string_value(v);
+    if (is_upload_ref(s)) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", (const char *)user, s + strlen(UPLOAD_PREFIX));
+        unlink(path);
+    }
+    return H3_OK;
+}
+
+h3_status h3_serve_store_uploads(json_t *obj, const char *uploads_dir) {
+    if (!json_is_object(obj)) return H3_OK; /* the parser says what is wrong */
+    h3_status st = each_image(obj, store_fn, (void *)uploads_dir);
+    if (st != H3_OK) { /* what was written goes */
+        h3_error_state kept;
+        h3_error_save(&kept);
+        h3_serve_remove_uploads(obj, uploads_dir);
+        h3_error_restore(&kept);
+    }
+    return st;
+}
+
+void h3_serve_remove_uploads(json_t *obj, const char *uploads_dir) {
+    if (!json_is_object(obj)) return;
+    (void)each_image(obj, remove_fn, (void *)uploads_dir);
+    h3_clear_error();
 }

@@ -638,9 +638,9 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
         H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &g->kf_te), "the text encoder");
     }
     st = h3_vision_open(g->kf_te, NULL, &g->vis);
-    if (st != H3_OK)
-        return h3_error_wrap(st, "keyframes need the vision tower of the text encoder (%s)",
-                             g->files.text_encoder);
+    if (st != H3_OK) /* a model without one cannot take this request: unsupported, not broken */
+        return h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
+                             "keyframes need the vision tower of the text encoder (%s)", g->files.text_encoder);
     H3_TRY(h3_keyframes_present(tok, h3_vision_config(g->vis), &g->kf, *ids, *n, &all, &g->text_tags, &n_all,
                                 &g->kf_pixels, &g->kf_grid));
     st = h3_request_check_prompt_tokens(n_all, te_positions);
@@ -676,7 +676,7 @@ static h3_status run_keyframes(gen *g) {
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
     st = h3_video_enc_open(vv, &e);
     if (st != H3_OK) {
-        st = h3_error_wrap(st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
+        st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
         goto done;
     }
     H3_CHECK(h3_stage_keyframes(&g->ex, e, g->plan ? &g->plan->venc : NULL, &g->kf, g->req.seed, &g->kf_clean,
@@ -817,7 +817,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     if (g->kf.n) {
         st = h3_video_enc_open(vv, &venc);
         if (st != H3_OK) {
-            st = h3_error_wrap(st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
+            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
+                               "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
             goto done;
         }
         m.venc = h3_video_enc_get_config(venc);

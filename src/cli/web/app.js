@@ -61,7 +61,19 @@ function readForm() {
   const seed = $('seed').value.trim();
   if (seed !== '') req.seed = Number(seed);
   if ($('wav').checked) req.wav = true;
+  if (keyframes.first_frame) req.first_frame = keyframes.first_frame;
+  if (keyframes.last_frame) req.last_frame = keyframes.last_frame;
   return req;
+}
+
+// The chosen keyframe images as data: URLs (the server takes base64, a data: URL's prefix allowed).
+const keyframes = { first_frame: null, last_frame: null };
+function readKeyframe(id) {
+  const f = $(id).files[0];
+  if (!f) { keyframes[id] = null; schedulePlan(); return; }
+  const r = new FileReader();
+  r.onload = () => { keyframes[id] = r.result; schedulePlan(); };
+  r.readAsDataURL(f);
 }
 
 let planTimer = null;
@@ -239,6 +251,7 @@ async function init() {
   }
   for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav'])
     $(id).addEventListener('input', schedulePlan);
+  for (const id of ['first_frame', 'last_frame']) $(id).addEventListener('change', () => readKeyframe(id));
   $('form').addEventListener('submit', submit);
   refreshPlan();
   refreshJobs();
