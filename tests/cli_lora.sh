@@ -64,5 +64,30 @@ rm -f "$tmp/l2.st"
 cmp -s "$L/diffsynth_qkv" "$tmp/l.st" || fail "the LoRA file was changed"
 "$H3RUN" generate --help | grep -q -- "--lora FILE\[:STRENGTH\]" || fail "generate --help lacks --lora"
 "$H3RUN" dit --help | grep -q -- "--lora-mode" || fail "dit --help lacks --lora-mode"
+# Turbo presets (pipeline/turbo.h): a LoRA named as LightX2V's 768p 4-step file takes 4 model calls at shift 6:3
+# when the request gives neither; other steps or shifts run as asked, with a warning naming the preset; --shift is
+# checked
+T=$tmp/minimax_h3_fl2v_turbo_4step_v1.0_768p_comfyui_bf16.safetensors
+cp "$L/diffsynth_qkv" "$T"
+tgen() { "$H3RUN" generate --model "$M" --prompt "$P" --frames 22 --size 64x64 --seed 3 --threads 2 --device cpu \
+    --progress none -o "$tmp/t.mp4" --lora "$T" "$@" >"$tmp/tout" 2>"$tmp/terr"; }
+tgen || fail "a turbo LoRA: $(tail -3 "$tmp/terr")"
+grep -q "LoRA preset: LightX2V turbo 4-step, 768p: 4 model calls at shift 6:3" "$tmp/terr" ||
+    fail "the turbo preset is not applied: $(cat "$tmp/terr")"
+grep -q "4 steps of euler on the h3 schedule (shift 6:3)" "$tmp/tout" || fail "the turbo run: $(cat "$tmp/tout")"
+grep -q "was not trained for" "$tmp/terr" && fail "a warning at the preset's own settings: $(cat "$tmp/terr")"
+tgen --steps 3 || fail "a turbo LoRA at 3 steps: $(tail -3 "$tmp/terr")"
+grep -q "made for 4 model calls at shift 6:3; this request asks 3 at 6:3" "$tmp/terr" ||
+    fail "no warning at other steps: $(cat "$tmp/terr")"
+tgen --shift 12:3 --sampler res_multistep || fail "a turbo LoRA at shift 12: $(tail -3 "$tmp/terr")"
+grep -q "this request asks 4 at 12:3" "$tmp/terr" && grep -q "this request uses res_multistep on h3" "$tmp/terr" ||
+    fail "no warnings at another shift and sampler: $(cat "$tmp/terr")"
+grep -q "(shift 12:3)" "$tmp/tout" || fail "--shift 12:3 not used: $(cat "$tmp/tout")"
+for bad in 0 x 6:x 2000 6:-1; do
+    "$H3RUN" generate --model "$M" --prompt "$P" --shift "$bad" -o "$tmp/bad.mp4" >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--shift takes V or V:A" "$tmp/err" || fail "--shift $bad: exit $rc: $(cat "$tmp/err")"
+done
+[ ! -e "$tmp/bad.mp4" ] || fail "a refused --shift left an output"
 [ $fails -eq 0 ] && echo "cli_lora: ok"
 exit $((fails > 0))

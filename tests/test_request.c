@@ -9,6 +9,7 @@
 #include "base/json.h"
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
+#include "pipeline/turbo.h"
 #include "testutil.h"
 
 /* ---- frames
@@ -521,9 +522,66 @@ static void test_progress_lines(void) {
     free(buf);
 }
 
+/* The turbo presets by file name (the files LightX2V publishes, and others), and how they fill a request. */
+static void test_turbo(void) {
+    static const struct {
+        const char *name;
+        int steps;
+        double sv;
+        int unknown;
+    } tab[] = {
+        {"loras/minimax_h3_fl2v_turbo_4step_v1.0_768p_comfyui_bf16.safetensors", 4, 6.0, 0},
+        {"minimax_h3_fl2v_turbo_4step_v1.1_768p_comfyui_bf16.safetensors", 4, 6.0, 0},
+        {"/x/MINIMAX_H3_FL2V_TURBO_8STEP_V1.0_768P.safetensors", 8, 6.0, 0},
+        {"minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors", 8, 12.0, 0},
+        {"minimax_h3_ref2v_turbo_4step_v0.1_comfyui_bf16.safetensors", 4, 12.0, 0},
+        {"minimax_h3_turbo_v4_step600_ema.safetensors", 0, 0, 1},
+        {"style.safetensors", 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        int unknown = -1;
+        const h3_turbo_preset *p = h3_turbo_preset_for(tab[i].name, &unknown);
+        CHECK(unknown == tab[i].unknown, "%s: unknown %d", tab[i].name, unknown);
+        if (tab[i].steps) {
+            CHECK(p && p->steps == tab[i].steps && p->shift_video == tab[i].sv && p->shift_audio == 3.0, "%s",
+                  tab[i].name);
+        } else {
+            CHECK(p == NULL, "%s has no preset", tab[i].name);
+        }
+    }
+    /* a request that leaves steps and shifts takes the preset's and gets no warning; one that sets them keeps
+     * them and is warned */
+    const char *paths[2] = {"style.safetensors", "minimax_h3_fl2v_turbo_4step_v1.0_768p_comfyui_bf16.safetensors"};
+    h3_request r;
+    h3_request_init(&r);
+    h3_request_warnings w = {0};
+    CHECK(h3_turbo_apply(paths, 2, &r, &w) != NULL && r.steps == 4 && r.shift_video == 6.0 && r.shift_audio == 3.0 &&
+              w.n == 0,
+          "steps %d shift %g:%g, %d warnings", r.steps, r.shift_video, r.shift_audio, w.n);
+    h3_request_init(&r);
+    r.steps = 8;
+    w.n = 0;
+    CHECK(h3_turbo_apply(paths, 2, &r, &w) != NULL && r.steps == 8 && r.shift_video == 6.0 && w.n == 1 &&
+              strstr(w.msg[0], "made for 4 model calls at shift 6:3; this request asks 8 at 6:3"),
+          "%d warnings: %s", w.n, w.n ? w.msg[0] : "");
+    h3_request_init(&r);
+    w.n = 0;
+    CHECK(h3_turbo_apply(paths, 1, &r, &w) == NULL && r.steps == 0 && w.n == 0);
+    /* --shift */
+    double v = 0, a = 0;
+    CHECK_OK(h3_request_parse_shift("6", &v, &a));
+    CHECK(v == 6.0 && a == 0.0);
+    CHECK_OK(h3_request_parse_shift("6.5:2", &v, &a));
+    CHECK(v == 6.5 && a == 2.0);
+    const char *bad[] = {"", "x", "0", "6:", "6:x", "1001", "6:-1", "6:3:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_ERR(h3_request_parse_shift(bad[i], &v, &a), H3_ERR_INVALID, "--shift takes V or V:A");
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"frames", test_frames},
+        {"turbo", test_turbo},
         {"seconds", test_seconds},
         {"canvas", test_canvas},
         {"parse_size", test_parse_size},

@@ -38,7 +38,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
-    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL;
+    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
@@ -79,6 +79,10 @@ int h3_cmd_generate(int argc, char **argv) {
          "MODEL CALLS, not sigma points (default 49 for h3: diffusers' 50 sigma points; 20 for the others)",
          1, H3_MAX_STEPS},
         {"sampler", 0, H3_OPT_STR, &sampler, "NAME", "euler (default), res_multistep, dpmpp_2m", 0, 0},
+        {"shift", 0, H3_OPT_STR, &shift, "V[:A]",
+         "the schedule's sigma shifts, video and audio (default 12:3, the release's; a turbo LoRA sets its own: "
+         "docs/LORA.md)",
+         0, 0},
         {"scheduler", 0, H3_OPT_STR, &scheduler, "NAME",
          "h3 (default; diffusers), simple, sgm_uniform, beta, normal (ComfyUI)", 0, 0},
         {"lora", 0, H3_OPT_LIST, &lora_s, "FILE[:STRENGTH]",
@@ -283,6 +287,7 @@ int h3_cmd_generate(int argc, char **argv) {
     if (st == H3_OK && out_size)
         st = h3_request_parse_output_size(out_size, &gr.req.out_width, &gr.req.out_height);
     if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
+    if (st == H3_OK && shift) st = h3_request_parse_shift(shift, &gr.req.shift_video, &gr.req.shift_audio);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);
     if (st == H3_OK && vram_s) st = h3_budget_parse(vram_s, "--vram-budget", &gr.vram_budget);
@@ -381,10 +386,11 @@ int h3_cmd_generate(int argc, char **argv) {
     if (!quiet) {
         printf("wrote %s: %lld frames at %lldx%lld (%.2f s at 24 fps), AAC 32 kHz stereo; seed %" PRIu64
                "; %d steps "
-               "of %s on the %s schedule, DiT on the %s; %.2f s in all\n",
+               "of %s on the %s schedule (shift %g:%g), DiT on the %s; %.2f s in all\n",
                output, (long long)res.frames_written, (long long)res.out_width, (long long)res.out_height,
                (double)res.frames_written / 24.0, res.req.seed, res.req.steps,
-               h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler),
+               h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler), res.req.shift_video,
+               res.req.shift_audio,
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
         if (res.keyframes)
             printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "

@@ -32,6 +32,7 @@
 #include "pipeline/media.h"
 #include "pipeline/session.h"
 #include "pipeline/stages.h"
+#include "pipeline/turbo.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "sample/schedule.h"
@@ -702,7 +703,7 @@ static h3_status dit_step(void *user, int step, int steps) {
 /* The schedule of the request and its distinct timesteps, once for the plan and the run. */
 static h3_status make_schedule(gen *g) {
     const h3_request *q = &g->req;
-    H3_TRY(h3_schedule_make(q->scheduler, q->steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &g->sch));
+    H3_TRY(h3_schedule_make(q->scheduler, q->steps, q->shift_video, q->shift_audio, &g->sch));
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
@@ -1320,6 +1321,8 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     if (st == H3_OK) st = h3_st_writer_meta(w, "scheduler", h3_scheduler_name(q->scheduler));
     snprintf(buf, sizeof buf, "%lld", (long long)q->frames);
     if (st == H3_OK) st = h3_st_writer_meta(w, "frames", buf);
+    snprintf(buf, sizeof buf, "%g:%g", q->shift_video, q->shift_audio);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "shift", buf);
     snprintf(buf, sizeof buf, "%lldx%lld", (long long)q->width, (long long)q->height);
     if (st == H3_OK) st = h3_st_writer_meta(w, "size", buf);
     if (q->refine_width) { /* the latents are the refine pass's */
@@ -1459,6 +1462,15 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         }
     }
     h3_request_warnings warn;
+    { /* a turbo LoRA's steps and shifts, where the request leaves them (pipeline/turbo.h) */
+        h3_request_warnings tw;
+        tw.n = 0;
+        const h3_turbo_preset *tp = h3_turbo_apply(r->lora, r->n_loras, &g->req, &tw);
+        if (tp)
+            h3_log(H3_LOG_INFO, "LoRA preset: %s: %d model calls at shift %g:%g (euler on the h3 schedule)",
+                   tp->name, g->req.steps, g->req.shift_video, g->req.shift_audio != 0.0 ? g->req.shift_audio : 3.0);
+        for (int i = 0; i < tw.n; i++) h3_log(H3_LOG_WARN, "%s", tw.msg[i]);
+    }
     H3_CHECK(h3_request_resolve(&g->req, &warn));
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
     g->res.keyframes = g->kf.n;

@@ -27,6 +27,28 @@ void h3_request_init(h3_request *r) {
     r->scheduler = H3_SCHEDULER_H3;
 }
 
+h3_status h3_request_parse_shift(const char *text, double *video, double *audio) {
+    char *end = NULL;
+    const double v = strtod(text, &end);
+    double a = 0.0;
+    int audio_given = 0;
+    if (end && end != text && *end == ':') {
+        char *e2 = NULL;
+        a = strtod(end + 1, &e2);
+        audio_given = e2 != end + 1;
+        end = audio_given ? e2 : NULL;
+    }
+    if (end == text || !end || *end || !(v >= 0.01 && v <= 1000.0) ||
+        (audio_given && !(a >= 0.01 && a <= 1000.0)))
+        return H3_ERR(H3_ERR_INVALID,
+                      "--shift takes V or V:A, the video and audio sigma shifts from 0.01 to 1000 (the release's "
+                      "12:3; 768p turbo LoRAs 6:3); got '%s'",
+                      text);
+    *video = v;
+    *audio = a; /* 0: the released 3 */
+    return H3_OK;
+}
+
 /* ---- frames
  * ------------------------------------------------------------------------------------------------- */
 
@@ -335,6 +357,11 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     if (r->steps < 1 || r->steps > H3_MAX_STEPS)
         return H3_ERR(H3_ERR_INVALID, "steps counts model calls and must be between 1 and %d; got %d",
                       H3_MAX_STEPS, r->steps);
+    if (r->shift_video == 0.0) r->shift_video = H3_SHIFT_VIDEO;
+    if (r->shift_audio == 0.0) r->shift_audio = H3_SHIFT_AUDIO;
+    if (!(r->shift_video >= 0.01 && r->shift_video <= 1000.0) || !(r->shift_audio >= 0.01 && r->shift_audio <= 1000.0))
+        return H3_ERR(H3_ERR_INVALID, "a sigma shift must be from 0.01 to 1000 (the release's are 12 and 3); got %g:%g",
+                      r->shift_video, r->shift_audio);
     if (r->refine_width || r->refine_height) {
         if (r->refine_denoise == 0.0) r->refine_denoise = H3_REFINE_DEFAULT_DENOISE;
         H3_TRY(h3_request_check_refine(r->width, r->height, r->refine_width, r->refine_height,

@@ -50,6 +50,9 @@ typedef struct h3_request {
     int steps;              /* model calls; 0: the scheduler's default */
     h3_sampler sampler;     /* default euler */
     h3_scheduler scheduler; /* default h3 */
+    /* the schedule's sigma shifts (--shift V[:A]): 0 takes the released model's, 12 (video) and 3 (audio);
+     * turbo LoRAs were distilled at others (pipeline/turbo.h) */
+    double shift_video, shift_audio;
     uint64_t seed;
     /* Two-pass refine (--refine WxH[:DENOISE]); refine_width 0: one pass. The first pass samples at width x
      * height with `steps` model calls; its video latents are upscaled (bilinear, per frame) to the refine
@@ -90,6 +93,8 @@ h3_status h3_request_check_frames(int64_t frames, h3_request_warnings *warnings)
 h3_status h3_request_check_canvas(int64_t width, int64_t height, h3_request_warnings *warnings);
 /* "1920x1080" -> 1920, 1080 for --output-size: the syntax, then h3_media_check_output_size (even sides). */
 h3_status h3_request_parse_output_size(const char *text, int64_t *width, int64_t *height);
+/* "6" or "6:3" -> the video and audio sigma shifts (0.01..1000; audio 0 when not given: the released 3). */
+h3_status h3_request_parse_shift(const char *text, double *video, double *audio);
 /* "2048x1152" or "2048x1152:0.4" -> the refine canvas and its denoise (0 when not given: the default). */
 h3_status h3_request_parse_refine(const char *text, int64_t *width, int64_t *height, double *denoise);
 /* The refine canvas against the first pass's: a valid canvas (h3_request_check_canvas), at least as wide and
