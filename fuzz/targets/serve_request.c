@@ -1,7 +1,8 @@
 /* A job's request as h3run serve reads it (src/cli/serve_request.c): the input is the body of POST /api/jobs,
  * parsed as JSON; an object goes through h3_serve_parse_request (types, ranges, unknown options, the seed
- * drawn into it), and a request it accepts through h3_request_resolve (17n+5 frames, the canvas, the steps),
- * as the server's check does before planning. Nothing is written and no model is read. */
+ * drawn into it, the keyframes' upload references), and a request it accepts through h3_request_resolve (17n+5
+ * frames, the canvas, the steps), as the server's check does before planning. Nothing is written and no model
+ * or image is read. */
 #include "base/json.h"
 #include "cli/serve.h"
 #include "fuzz.h"
@@ -15,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!obj) return 0;
     for (int small = 0; small < 2; small++) {
         h3_serve_request sr;
-        if (h3_serve_parse_request(obj, small, &sr) == H3_OK) {
+        /* keyframe references resolve to paths under this folder: parsing never opens them */
+        if (h3_serve_parse_request(obj, small, "/h3-fuzz-uploads", &sr) == H3_OK) {
             h3_request q = sr.gen.req;
             h3_request_warnings w;
             h3_request_resolve(&q, &w);
