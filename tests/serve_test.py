@@ -6,8 +6,9 @@ Cases (all by default, or those named on the command line):
               (206 with the right bytes, 416 beyond the end) and accepted by ffprobe with the requested frames
   cancel      a running job cancelled: it stops, ends 'cancelled' and leaves no file; a queued job deleted
   concurrent  20 jobs from 4 clients at once: every accepted job done, none lost, run in the order accepted
-  crash       kill -9 during a running job, then a restart: that job runs again and completes, the queued jobs
-              complete, no unfinished (*.partial) or truncated result is left
+  crash       kill -9 during a running job (after its 7th DiT call), then a restart: that job runs again from the
+              checkpoint saved after its 5th call (its report says so) and completes, the queued jobs complete, no
+              unfinished (*.partial) or truncated result and no checkpoint is left
   bad         at least 200 bad requests (malformed JSON, wrong types, unknown options, invalid frames and canvases,
               huge bodies, path-like ids, wrong methods, a missing or wrong token) each get a 4xx with a message;
               the server still answers afterwards and exits cleanly (under ASan: no leak, no error)
@@ -258,7 +259,8 @@ def case_crash():
     srv = Server(data)
     first = srv.submit({"prompt": "killed mid-run", "steps": 20, "frames": 56, "size": "128x128", "seed": 3})
     rest = [srv.submit(dict(TINY, prompt="queued %d" % i)) for i in range(3)]
-    srv.events(first, until=lambda e, d: e == "progress" and d.get("stage") == "dit" and d.get("step", 0) >= 2)
+    # past the checkpoint after 5 model calls (DATA/jobs/<id>.ckpt): the job resumes from it
+    srv.events(first, until=lambda e, d: e == "progress" and d.get("stage") == "dit" and d.get("step", 0) >= 7)
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait()
     srv.log.close()
@@ -272,6 +274,9 @@ def case_crash():
         check(job["state"] == "done", "job %d after the restart: %s %s" % (i, job["state"], job.get("message")))
     st, job = srv.request("GET", "/api/jobs/%d" % first)
     check(job["attempts"] == 2, "the killed job ran again: %d attempts" % job["attempts"])
+    resumed = job.get("report", {}).get("resumed_step", 0)
+    check(resumed >= 5, "the killed job resumed from its checkpoint: after %s of 20 model calls" % resumed)
+    check(not os.path.exists(os.path.join(jobs_dir, "%d.ckpt" % first)), "the checkpoint is removed when done")
     names = os.listdir(jobs_dir)
     check(not any(n.endswith(".partial") for n in names), "no unfinished file left: %s" % names)
     check(ffprobe_frames(os.path.join(jobs_dir, "%d.mp4" % first)) == 56, "the killed job's clip is whole (56 frames)")

@@ -235,7 +235,7 @@ static void reference_latents(const h3_request *q, float **video, float **audio,
     for (int64_t i = 0; i < n; i++) c.ti[i] = (int32_t)L.text_indices[i];
     snprintf(p, sizeof p, "%s/transformer", g_tiny);
     CHECK_OK(h3_dit_open(p, NULL, &c.dit));
-    h3_sample_args sa = {q->sampler, &s, ref_model, &c, NULL, NULL, 0};
+    h3_sample_args sa = {q->sampler, &s, ref_model, &c, NULL, NULL, 0, 0};
     CHECK_OK(h3_sample(&sa, rows, (size_t)nv, arows, (size_t)na));
     h3_dit_stats ds;
     h3_dit_get_stats(c.dit, &ds);

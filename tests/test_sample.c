@@ -341,7 +341,7 @@ static void test_samplers_reference(void) {
         h3_schedule s;
         CHECK_OK(h3_schedule_make(kind, steps, H3_SHIFT_VIDEO, H3_SHIFT_AUDIO, &s));
         gauss_model g = {mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
-        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
+        h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0, 0};
         float xv[NV], xa[NA];
         for (int i = 0; i < NV; i++) xv[i] = (float)nv[i];
         for (int i = 0; i < NA; i++) xa[i] = (float)na[i];
@@ -376,7 +376,7 @@ static double gauss_error(h3_sampler smp, h3_scheduler kind, int steps, const do
     h3_schedule s;
     if (h3_schedule_make(kind, steps, 12, 3, &s) != H3_OK) return INFINITY;
     gauss_model g = {mu, sd, mu, sd, n, n, 0, 0, {0}, {0}};
-    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0};
+    h3_sample_args a = {smp, &s, gauss_fn, &g, NULL, NULL, 0, 0};
     float *xv = malloc(n * sizeof(float)), *xa = malloc(n * sizeof(float));
     memcpy(xv, eps, n * sizeof(float));
     memcpy(xa, eps, n * sizeof(float));
@@ -448,7 +448,7 @@ static void test_samplers_analytic(void) {
         memcpy(b_v, eps, sizeof b_v);
         memcpy(b_a, eps, sizeof b_a);
         gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
-        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL, 0};
+        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL, 0, 0};
         CHECK_OK(h3_sample(&a, a_v, N, a_a, N));
         s.kind = H3_SCHEDULER_SIMPLE; /* any non-h3 kind takes the ComfyUI path on the same sigmas */
         CHECK_OK(h3_sample(&a, b_v, N, b_a, N));
@@ -470,6 +470,61 @@ static h3_status count_steps(void *ctx, int step, int steps) {
     return H3_OK;
 }
 
+/* Resume (h3 with euler): the arrays after call k, given back with start_step = k, end where the uninterrupted
+ * run ends, to the bit; the other samplers and a start outside the schedule are refused. */
+typedef struct snap_ctx {
+    int at;
+    float *xv, *xa, *sv, *sa;
+    int n;
+} snap_ctx;
+
+static h3_status snap_step(void *ctx, int step, int steps) {
+    snap_ctx *c = ctx;
+    (void)steps;
+    if (step == c->at) {
+        memcpy(c->sv, c->xv, (size_t)c->n * sizeof(float));
+        memcpy(c->sa, c->xa, (size_t)c->n * sizeof(float));
+    }
+    return H3_OK;
+}
+
+static void test_resume(void) {
+    enum { N = 16 };
+    double mu[N], sd[N];
+    float xv[N], xa[N], v0[N], a0[N], sv[N], sa[N], rv[N], ra[N];
+    for (int i = 0; i < N; i++) {
+        mu[i] = 0.1 * i;
+        sd[i] = 1.0 + 0.05 * i;
+        v0[i] = (float)t_randn();
+        a0[i] = (float)t_randn();
+    }
+    h3_schedule s;
+    CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 12, 12, 3, &s));
+    CHECK(h3_sample_resumable(H3_SAMPLER_EULER, H3_SCHEDULER_H3) && !h3_sample_resumable(H3_SAMPLER_EULER, H3_SCHEDULER_SIMPLE) &&
+          !h3_sample_resumable(H3_SAMPLER_DPMPP_2M, H3_SCHEDULER_H3));
+    for (int at = 1; at < s.n - 1; at += 4) {
+        gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
+        memcpy(xv, v0, sizeof xv);
+        memcpy(xa, a0, sizeof xa);
+        snap_ctx c = {at, xv, xa, sv, sa, N};
+        h3_sample_args a = {H3_SAMPLER_EULER, &s, gauss_fn, &g, snap_step, &c, 0, 0};
+        CHECK_OK(h3_sample(&a, xv, N, xa, N));
+        memcpy(rv, sv, sizeof rv);
+        memcpy(ra, sa, sizeof ra);
+        gauss_model g2 = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
+        h3_sample_args b = {H3_SAMPLER_EULER, &s, gauss_fn, &g2, NULL, NULL, 0, at};
+        CHECK_OK(h3_sample(&b, rv, N, ra, N));
+        CHECK(g2.calls == s.n - 1 - at, "resumed at %d: %d calls", at, g2.calls);
+        CHECK(!memcmp(rv, xv, sizeof rv) && !memcmp(ra, xa, sizeof ra), "resumed at %d: the end differs", at);
+    }
+    gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
+    h3_sample_args bad = {H3_SAMPLER_DPMPP_2M, &s, gauss_fn, &g, NULL, NULL, 0, 3};
+    CHECK_ERR(h3_sample(&bad, xv, N, xa, N), H3_ERR_INVALID, "cannot start at call 3");
+    h3_sample_args past = {H3_SAMPLER_EULER, &s, gauss_fn, &g, NULL, NULL, 0, s.n - 1};
+    CHECK_ERR(h3_sample(&past, xv, N, xa, N), H3_ERR_INVALID, "cannot start");
+    h3_schedule_free(&s);
+}
+
 static void test_sampler_api(void) {
     enum { N = 8 };
     double mu[N] = {0}, sd[N];
@@ -481,7 +536,7 @@ static void test_sampler_api(void) {
             CHECK_OK(h3_schedule_make((h3_scheduler)kind, 7, 12, 3, &s));
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             int cnt[3] = {0, s.n - 1, 0};
-            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt, 0};
+            h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, count_steps, cnt, 0, 0};
             for (int i = 0; i < N; i++) xv[i] = xa[i] = (float)t_randn();
             CHECK_OK(h3_sample(&a, xv, N, xa, N));
             CHECK(cnt[0] == s.n - 1 && g.calls == s.n - 1, "%s/%s: %d steps reported, %d calls",
@@ -516,7 +571,7 @@ static void test_sampler_api(void) {
             gauss_model g = {mu, sd, mu, sd, N, N, 0, 0, {0}, {0}};
             h3_status st = h3_schedule_make(smp == 1 ? H3_SCHEDULER_BETA : H3_SCHEDULER_H3, 5, 12, 3, &s);
             if (st == H3_OK) {
-                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
+                h3_sample_args a = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0, 0};
                 st = h3_sample(&a, xv, N, xa, N);
                 h3_schedule_free(&s);
             }
@@ -535,7 +590,7 @@ static void test_sampler_api(void) {
     /* Bad arguments. */
     h3_schedule s;
     CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 3, 12, 3, &s));
-    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL, 0};
+    h3_sample_args a = {H3_SAMPLER_COUNT, &s, gauss_fn, NULL, NULL, NULL, 0, 0};
     CHECK_ERR(h3_sample(&a, xv, N, xa, N), H3_ERR_INVALID, "unknown sampler");
     a.sampler = H3_SAMPLER_EULER;
     a.model = NULL;
@@ -573,8 +628,8 @@ static void test_tail_from_latent(void) {
             for (int i = 0; i < NA; i++) mu_a[i] = t_uniform(-1, 1), s_a[i] = t_uniform(0.2, 1.5);
             static gauss_model g;
             g = (gauss_model){mu_v, s_v, mu_a, s_a, NV, NA, 0, 0, {0}, {0}};
-            h3_sample_args p = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0};
-            h3_sample_args q = {(h3_sampler)smp, &tail, gauss_fn, &g, NULL, NULL, 1};
+            h3_sample_args p = {(h3_sampler)smp, &s, gauss_fn, &g, NULL, NULL, 0, 0};
+            h3_sample_args q = {(h3_sampler)smp, &tail, gauss_fn, &g, NULL, NULL, 1, 0};
             CHECK_OK(h3_sample(&p, v1, NV, a1, NA));
             CHECK_OK(h3_sample(&q, v2, NV, a2, NA));
             CHECK(!memcmp(v1, v2, sizeof v1) && !memcmp(a1, a2, sizeof a1),
@@ -593,6 +648,7 @@ static void test_tail_from_latent(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
+        {"resume", test_resume},
         {"philox_vectors", test_philox_vectors},
         {"normals_reference", test_normals_reference},
         {"normals_properties", test_normals_properties},

@@ -408,6 +408,16 @@ h3_status h3_outgroup_commit(h3_outgroup *g) {
     return s;
 }
 
+void *h3_outgroup_suspend(void) {
+    h3_outgroup *g = g_group;
+    g_group = NULL;
+    return g;
+}
+
+void h3_outgroup_resume(void *suspended) {
+    g_group = suspended;
+}
+
 void h3_outgroup_abort(h3_outgroup *g) {
     g_group = g->outer;
     for (int i = 0; i < g->n; i++) remove_tmp(g->v[i].tmp, g->v[i].is_dir);

@@ -114,6 +114,10 @@ void h3_outgroup_begin(h3_outgroup *g);
  * already placed and the temporaries left are removed and the failure is returned. */
 h3_status h3_outgroup_commit(h3_outgroup *g);
 void h3_outgroup_abort(h3_outgroup *g);
+/* Sets the thread's open groups aside: files committed until h3_outgroup_resume are placed at once (a
+ * checkpoint, which must be on disk when its writer returns, not when the run's outputs appear). */
+void *h3_outgroup_suspend(void);
+void h3_outgroup_resume(void *suspended);
 
 /* ---- one command's paths -------------------------------------------------------------------------------
  *

@@ -38,7 +38,8 @@ int h3_cmd_generate(int argc, char **argv) {
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
-    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL;
+    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL, *checkpoint = NULL;
+    int64_t checkpoint_every = 0;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0;
@@ -108,6 +109,12 @@ int h3_cmd_generate(int argc, char **argv) {
          "what the DiT was given for them (keyframe_rows, keyframe_latents, keyframe_noise, keyframe_pixels, "
          "the presentation's text_ids and text_tags)",
          0, 0},
+        {"checkpoint", 0, H3_OPT_STR, &checkpoint, "FILE",
+         "keep the sampler's state in FILE every few model calls (euler on the h3 schedule); run the same "
+         "request with the same FILE after a crash or a stop and it resumes from there; removed when done",
+         0, 0},
+        {"checkpoint-every", 0, H3_OPT_INT, &checkpoint_every, "N", "model calls between checkpoints (default 5)",
+         1, H3_MAX_STEPS},
         {"dump-dit-inputs", 0, H3_OPT_STR, &dump_inputs, "FILE",
          "also write the first DiT call's inputs (rows, text states, positions, tags, timesteps, indices) "
          "in the format `h3run dit` reads, for comparisons with other implementations",
@@ -272,6 +279,8 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.wav = wav;
     gr.latents = latents;
     gr.dump_dit_inputs = dump_inputs;
+    gr.checkpoint = checkpoint;
+    gr.checkpoint_every = (int)checkpoint_every;
     gr.threads = (int)threads;
     gr.x264_preset = preset;
     if (quiet)
@@ -392,6 +401,9 @@ int h3_cmd_generate(int argc, char **argv) {
                h3_sampler_name(res.req.sampler), h3_scheduler_name(res.req.scheduler), res.req.shift_video,
                res.req.shift_audio,
                res.device == H3_DEVICE_CUDA ? "GPU" : "CPU", res.total_s);
+        if (res.resumed_step)
+            printf("resumed from %s: %d of %d model calls were done before\n", checkpoint, res.resumed_step,
+                   res.req.steps);
         if (res.keyframes)
             printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "
                    "with its vision tower %.2f s, keyframes encoded %.2f s\n",

@@ -90,6 +90,7 @@ static const output_kind g_outputs[] = {
     {"video", ".mp4", "video/mp4"},
     {"wav", ".wav", "audio/wav"},
     {"latents", ".safetensors", "application/octet-stream"},
+    {"checkpoint", ".ckpt", "application/octet-stream"}, /* the sampler's state while the job runs */
 };
 enum { N_OUTPUTS = sizeof g_outputs / sizeof *g_outputs };
 
@@ -231,6 +232,7 @@ static json_t *report_json(const h3_generate_result *res) {
     json_object_set_new(r, "device", json_string(res->device == H3_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(r, "text_tokens", json_integer(res->text_tokens));
     json_object_set_new(r, "keyframes", json_integer(res->keyframes));
+    json_object_set_new(r, "resumed_step", json_integer(res->resumed_step));
     json_object_set_new(r, "total_s", json_real(res->total_s));
     json_object_set_new(r, "dit_start_s", json_real(res->dit_start_s));
     json_object_set_new(r, "dit_step_s", json_real(res->measured_step_s));
@@ -262,6 +264,7 @@ static h3_status job_request(server *S, json_t *obj, int64_t id, h3_serve_reques
     g->output = paths[0];
     g->wav = sr->wav ? paths[1] : NULL;
     g->latents = sr->latents ? paths[2] : NULL;
+    g->checkpoint = id ? paths[3] : NULL; /* a job killed mid-way resumes from it (DATA/jobs/<id>.ckpt) */
     return H3_OK;
 }
 
@@ -290,6 +293,11 @@ static void run_job(server *S, int64_t id, const char *text) {
     pthread_mutex_lock(&S->mu);
     if (st != H3_OK) {
         client_message(msg, sizeof msg);
+        if (!(st == H3_ERR_INTERRUPTED && S->stopping && !S->cur_cancel)) {
+            char ck[4096]; /* failed or cancelled: nothing will resume (a stopping server keeps it) */
+            output_path(S, id, 3, ck, sizeof ck);
+            unlink(ck);
+        }
         if (st == H3_ERR_INTERRUPTED && S->cur_cancel) {
             state = H3_JOB_CANCELLED;
             snprintf(msg, sizeof msg, "cancelled while %s", S->cur_stage ? S->cur_stage : "planning");

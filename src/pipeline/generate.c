@@ -371,6 +371,11 @@ typedef struct gen {
     h3_tensor kf_clean;
     float *kf_rows;
     const int32_t *text_ids; /* the presentation's ids while the run lasts (--latents saves them) */
+    /* the checkpoint of the first pass: its rows (the sampler's state, in place), their sizes, the request's
+     * fingerprint */
+    float *ck_video, *ck_audio;
+    int64_t ck_nv, ck_na;
+    char ck_key[512];
 } gen;
 
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
@@ -692,11 +697,71 @@ done:
 /* ---- the plan ------------------------------------------------------------------------------------------ */
 
 /* After model call `step` of `steps` (1-based, as the sampler counts them). */
+/* The checkpoint: the first pass's rows after `step` calls, with the request's fingerprint, written atomically
+ * (safetensors: video_rows, audio_rows; metadata h3run-checkpoint = the fingerprint, step). */
+static h3_status write_checkpoint(gen *g, int step) {
+    h3_st_writer *w = NULL;
+    h3_status st = h3_st_writer_new(&w);
+    const int64_t sv[1] = {g->ck_nv}, sa[1] = {g->ck_na};
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", step);
+    if (st == H3_OK) st = h3_st_writer_add(w, "video_rows", H3_F32, 1, sv, g->ck_video);
+    if (st == H3_OK) st = h3_st_writer_add(w, "audio_rows", H3_F32, 1, sa, g->ck_audio);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "h3run-checkpoint", g->ck_key);
+    if (st == H3_OK) st = h3_st_writer_meta(w, "step", buf);
+    void *groups = h3_outgroup_suspend(); /* on disk now, whatever the run's outputs wait for */
+    if (st == H3_OK) st = h3_st_writer_write(w, g->r->checkpoint, 0);
+    h3_outgroup_resume(groups);
+    h3_st_writer_free(w);
+    return st;
+}
+
+/* A checkpoint of this request, when the file holds one: its rows into video/audio; the calls it covers, 0
+ * when there is none or it is another request's (said in the log). */
+static int read_checkpoint(gen *g, float *video, float *audio, int steps) {
+    struct stat sb;
+    if (stat(g->r->checkpoint, &sb) != 0) return 0;
+    h3_st_set set;
+    if (h3_st_open(g->r->checkpoint, &set) != H3_OK) {
+        h3_log(H3_LOG_WARN, "the checkpoint %s cannot be read (%s): starting from the first call",
+               g->r->checkpoint, h3_last_error());
+        h3_clear_error();
+        return 0;
+    }
+    int step = 0;
+    const char *key = h3_st_metadata(&set, "h3run-checkpoint"), *st_s = h3_st_metadata(&set, "step");
+    const h3_st_entry *v = h3_st_find(&set, "video_rows"), *a = h3_st_find(&set, "audio_rows");
+    if (!key || strcmp(key, g->ck_key) || !st_s || !v || !a || v->dtype != H3_F32 || a->dtype != H3_F32 ||
+        h3_st_entry_numel(v) != g->ck_nv || h3_st_entry_numel(a) != g->ck_na) {
+        h3_log(H3_LOG_WARN, "the checkpoint %s is another request's: starting from the first call",
+               g->r->checkpoint);
+    } else {
+        step = atoi(st_s);
+        const void *vb = NULL, *ab = NULL;
+        if (step < 1 || step >= steps || h3_st_bytes(&set, v, &vb) != H3_OK || h3_st_bytes(&set, a, &ab) != H3_OK) {
+            h3_clear_error();
+            h3_log(H3_LOG_WARN, "the checkpoint %s is unusable: starting from the first call", g->r->checkpoint);
+            step = 0;
+        } else {
+            memcpy(video, vb, (size_t)g->ck_nv * sizeof(float));
+            memcpy(audio, ab, (size_t)g->ck_na * sizeof(float));
+        }
+    }
+    h3_st_close(&set);
+    return step;
+}
+
 static h3_status dit_step(void *user, int step, int steps) {
-    (void)step;
-    (void)steps;
     gen *g = user;
     h3_progress_step(&g->prog);
+    const int every = g->r->checkpoint_every > 0 ? g->r->checkpoint_every : H3_CHECKPOINT_EVERY;
+    if (g->ck_video && step < steps && step % every == 0) {
+        h3_status st = write_checkpoint(g, step);
+        if (st != H3_OK) { /* the run goes on; only its resumability is lost */
+            h3_log(H3_LOG_WARN, "the checkpoint after call %d was not written: %s", step, h3_last_error());
+            h3_clear_error();
+        }
+    }
     return check_stop(g);
 }
 
@@ -1051,6 +1116,39 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         g->res.refine_sigma_v = sv;
     }
     h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
+    int start_step = 0;
+    if (!refine && g->r->checkpoint) { /* the first pass's state, saved every few calls; resumed when saved */
+        if (!h3_sample_resumable(q->sampler, q->scheduler)) {
+            h3_log(H3_LOG_WARN, "--checkpoint: %s on the %s schedule keeps state between calls that is not saved: "
+                   "no checkpoint (euler on h3 resumes)", h3_sampler_name(q->sampler),
+                   h3_scheduler_name(q->scheduler));
+        } else {
+            uint64_t hsh = 1469598103934665603ull; /* FNV-1a of the prompt */
+            for (const unsigned char *c = (const unsigned char *)q->prompt; *c; c++) hsh = (hsh ^ *c) * 1099511628211ull;
+            snprintf(g->ck_key, sizeof g->ck_key,
+                     "frames %lld size %lldx%lld steps %d seed %llu sampler %s scheduler %s shift %g:%g keyframes %d "
+                     "rows %lld prompt %016llx",
+                     (long long)q->frames, (long long)ps->width, (long long)ps->height, q->steps,
+                     (unsigned long long)q->seed, h3_sampler_name(q->sampler), h3_scheduler_name(q->scheduler),
+                     q->shift_video, q->shift_audio, g->kf.n, (long long)L.seq_len, (unsigned long long)hsh);
+            for (int i = 0; i < g->r->n_loras; i++) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " lora %s:%g", g->r->lora[i],
+                         (double)g->r->lora_strength[i]);
+            }
+            g->ck_video = vrows;
+            g->ck_audio = arows;
+            g->ck_nv = nv;
+            g->ck_na = na;
+            start_step = read_checkpoint(g, vrows, arows, steps);
+            if (start_step) {
+                g->res.resumed_step = start_step;
+                h3_log(H3_LOG_INFO, "resuming from the checkpoint %s: %d of %d model calls done", g->r->checkpoint,
+                       start_step, steps);
+                for (int i = 0; i < start_step; i++) h3_progress_step(&g->prog);
+            }
+        }
+    }
 
     /* The DiT: on the device as planned (plan_run opened it), or on the host, resident. */
     h3_dit_sample_args sa;
@@ -1091,6 +1189,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.held_noise = anoise;
     sa.cond_rows = refine ? NULL : g->kf_rows;
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
+    sa.start_step = start_step;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
     g->res.dit_start_s = now_s() - g->t0;
@@ -1114,8 +1213,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                 (long long)bad, g->files.dit);
     h3_video_unpatchify(vrows, L.latent_t, L.latent_h, L.latent_w, video_lat->data);
     h3_audio_unpack(arows, L.audio_t, audio_lat->data);
+    g->ck_video = g->ck_audio = NULL; /* the rows go with the pass */
     stage_end(g);
 done:
+    g->ck_video = g->ck_audio = NULL;
     h3_dit_close(own);
     if (ps->last || st != H3_OK) { /* the DiT's stages are over: its headers, mapped files and LoRAs go too */
         if (!g->dit_borrowed) h3_dit_close(g->dit);
@@ -1486,6 +1587,9 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (r->memory_trace) H3_CHECK(h3_pathset_output(&paths, "--memory-trace", r->memory_trace, H3_OUT_FILE));
     if (r->dump_dit_inputs)
         H3_CHECK(h3_pathset_output(&paths, "--dump-dit-inputs", r->dump_dit_inputs, H3_OUT_FILE));
+    if (r->checkpoint) H3_CHECK(h3_pathset_output(&paths, "--checkpoint", r->checkpoint, H3_OUT_FILE));
+    if (r->checkpoint_every < 0 || r->checkpoint_every > H3_MAX_STEPS)
+        H3_FAIL(H3_ERR_INVALID, "a checkpoint every %d model calls: give 1 to %d", r->checkpoint_every, H3_MAX_STEPS);
     if (r->png_dir) H3_CHECK(h3_pathset_output(&paths, "--png-dir", r->png_dir, H3_OUT_DIR));
     if (r->threads < 0 || r->threads > H3_MAX_THREADS)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
@@ -1650,6 +1754,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     H3_CHECK(check_stop(g));
     g->outs_open = 0;
     H3_CHECK(h3_outgroup_commit(&g->outs));
+    if (r->checkpoint) unlink(r->checkpoint); /* the run is done: nothing to resume */
     stage_end(g);
     h3_progress_done(&g->prog);
 done:

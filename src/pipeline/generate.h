@@ -95,6 +95,12 @@ typedef struct h3_generate_request {
     const char *wav;         /* also the soundtrack as 16-bit WAV; NULL: none */
     const char *latents;     /* also the final latents as safetensors; NULL: none */
     const char *dump_dit_inputs; /* the first DiT call's inputs in `h3run dit`'s format (comparisons); NULL */
+    /* Resumable runs (the h3 schedule with euler): the sampler's state (the first pass's latent rows) is saved
+     * to this file every checkpoint_every model calls (0: H3_CHECKPOINT_EVERY), atomically; a run given a file
+     * that holds a state of the same request starts from it, after the text encoder and the keyframes; the
+     * file is removed when the run succeeds. NULL: none. */
+    const char *checkpoint;
+    int checkpoint_every;
     h3_device device;        /* AUTO: CUDA when a GPU is present, else the CPU */
     int threads;             /* CPU threads; 0: one per CPU */
     const char *x264_preset; /* NULL: "medium" */
@@ -119,6 +125,8 @@ typedef struct h3_generate_request {
     int64_t keyframe_frame[H3_MAX_KEYFRAMES];
     int n_keyframes;
 } h3_generate_request;
+
+#define H3_CHECKPOINT_EVERY 5
 
 void h3_generate_request_init(h3_generate_request *r);
 
@@ -151,6 +159,7 @@ typedef struct h3_generate_result {
     h3_device device;    /* where the DiT ran */
     int64_t text_tokens; /* L (with keyframes: their presentation and vision rows included) */
     int keyframes;       /* fl2va keyframes; their rows in the packed sequence */
+    int resumed_step;    /* the model calls a checkpoint saved, which this run skipped (0: from the start) */
     int64_t keyframe_rows;
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]

@@ -408,7 +408,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     da.n_video_rows = c.nc + L->n_video_rows;
     da.n_audio_rows = L->n_audio_rows;
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
-    h3_sample_args sa = {a->sampler, a->schedule, sample_model, &c, a->on_step, a->step_ctx, a->from_latent};
+    h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
+                         a->on_step,  a->step_ctx,    a->from_latent, a->start_step};
     const size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
     st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows, na);
     if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */

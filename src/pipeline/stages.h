@@ -121,6 +121,7 @@ typedef struct h3_dit_sample_args {
      * audio, text, timesteps, position_ids, timestep_indices, token_tags and the three index sets), for
      * comparisons with other implementations; NULL: none */
     const char *dump_inputs;
+    int start_step; /* resume: the rows hold the state after this many calls (h3_sample_args.start_step) */
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes

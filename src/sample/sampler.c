@@ -53,7 +53,7 @@ static h3_status sample_h3_euler(const h3_sample_args *a, float *video, size_t n
     if (!buf)
         return H3_ERR(H3_ERR_NOMEM, "out of memory for the sampler's velocity buffers (%zu floats)", nv + na);
     float *vv = buf, *va = buf + nv;
-    for (int i = 0; i + 1 < s->n; i++) {
+    for (int i = a->start_step; i + 1 < s->n; i++) {
         H3_CHECK(call_model(a, video, audio, s->t_v[i], s->t_a[i], vv, va, i));
         h3_euler_stream(video, vv, nv, s->t_v[i], s->sigma_v[i], s->sigma_v[i + 1]);
         h3_euler_stream(audio, va, na, s->t_a[i], s->sigma_a[i], s->sigma_a[i + 1]);
@@ -151,6 +151,10 @@ done:
     return st;
 }
 
+int h3_sample_resumable(h3_sampler sampler, h3_scheduler scheduler) {
+    return sampler == H3_SAMPLER_EULER && scheduler == H3_SCHEDULER_H3;
+}
+
 h3_status h3_sample(const h3_sample_args *a, float *video, size_t n_video, float *audio, size_t n_audio) {
     if (!a || !a->schedule || !a->model)
         return H3_ERR(H3_ERR_INVALID, "h3_sample needs a schedule and a model");
@@ -161,6 +165,10 @@ h3_status h3_sample(const h3_sample_args *a, float *video, size_t n_video, float
         return H3_ERR(H3_ERR_INVALID, "a schedule needs at least two sigmas and must end at 0");
     if ((n_video && !video) || (n_audio && !audio))
         return H3_ERR(H3_ERR_INVALID, "h3_sample: missing latent buffer");
+    if (a->start_step < 0 || a->start_step >= s->n - 1 ||
+        (a->start_step && !h3_sample_resumable(a->sampler, s->kind)))
+        return H3_ERR(H3_ERR_INVALID, "h3_sample: cannot start at call %d of %d with %s on %s", a->start_step,
+                      s->n - 1, h3_sampler_name(a->sampler), h3_scheduler_name(s->kind));
     if (s->kind == H3_SCHEDULER_H3 && a->sampler == H3_SAMPLER_EULER)
         return sample_h3_euler(a, video, n_video, audio, n_audio);
     return sample_k(a, video, n_video, audio, n_audio);

@@ -59,7 +59,14 @@ typedef struct h3_sample_args {
      * x = (1 - sigma_0)*x0 + sigma_0*noise (a partial schedule's start: h3_schedule_tail, --refine); the
      * ComfyUI samplers carry the audio from there as (sigma_v/sigma_a)*x_audio. */
     int from_latent;
+    /* Resume (h3 schedule with euler only): video and audio hold the state after this many model calls (what
+     * the arrays held when on_step reported that step), and the loop goes on from the next call. 0: from the
+     * start. The other samplers keep history and carried scales between calls, so they always start at 0. */
+    int start_step;
 } h3_sample_args;
+
+/* 1 when a sampler on a schedule can stop after any call and resume from the arrays alone (h3 with euler). */
+int h3_sample_resumable(h3_sampler sampler, h3_scheduler scheduler);
 
 /* video [n_video] and audio [n_audio] hold the starting state (see from_latent) on entry and the sampled
  * clean latents on return. Allocates working buffers of about 3x (n_video + n_audio) floats
