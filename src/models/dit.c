@@ -413,8 +413,9 @@ h3_status h3_dit_device_check(const h3_dit *d) {
     h3_dit_visit_weights((h3_dit *)d, check_one, &c);
     if (c.st != H3_OK) return c.st;
     /* the blocks' GEMMs on the device take bf16 (or quantized) weights beside bf16 activations: a file whose
-     * blocks were upcast to float32 is refused here, with the fix, rather than by the first GEMM */
-    for (int u = 0; u < h3_dit_n_units(&d->cfg); u++) {
+     * blocks were upcast to float32 is refused here, with the fix, rather than by the first GEMM (a DiT that
+     * streams on the host computes in f32 and takes them) */
+    for (int u = 0; d->act_place == H3_PLACE_DEVICE && u < h3_dit_n_units(&d->cfg); u++) {
         const h3_dit_block_weights *b = &d->units[u];
         const h3_tensor *lin[6] = {&b->qkv, &b->q, &b->out, &b->fc1, &b->fc2, &b->k};
         for (int i = 0; i < 6; i++)
