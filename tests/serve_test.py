@@ -13,7 +13,8 @@ Cases (all by default, or those named on the command line):
               huge bodies, path-like ids, wrong methods, a missing or wrong token) each get a 4xx with a message;
               the server still answers afterwards and exits cleanly (under ASan: no leak, no error)
   plan        POST /api/plan resolves and plans without queuing; a request beyond the server's budget is refused
-              with 422 and the planner's message, at /api/plan and at /api/jobs, and nothing is queued
+              with 422 and the planner's message, at /api/plan and at /api/jobs, and nothing is queued; refine,
+              output_size and shift are taken with generate's checks (a job at output_size 96x80 writes a 96x80 MP4)
   token       a bind beyond loopback without a token refuses to start; with --token every request needs it
   reuse       the second job of a batch starts its DiT at least 3x sooner than the first (what it reused is in
               its report)
@@ -421,6 +422,19 @@ def case_plan():
           "host memory" in body["plan"], "the plan of a good request: %s %s" % (st, body))
     st, body = srv.request("GET", "/api/jobs")
     check(st == 200 and body["jobs"] == [], "a plan queues nothing: %s" % body)
+    # generate's refine, delivery size and shifts as job options, with its messages
+    st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", refine="128x128"))
+    check(st == 200 and body["request"].get("refine") == "128x128:0.5" and body["request"].get("shift") == "12:3",
+          "a refine plan: %s %s" % (st, body))
+    for extra, want in (({"output_size": "1919x1080"}, "1918x1080"), ({"shift": "x"}, "--shift takes V or V:A"),
+                        ({"refine": "32x32"}, "refine"), ({"refine": 5}, "a non-empty string")):
+        st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", **extra))
+        check(st == 400 and want in body.get("error", ""), "plan %s: %s %s" % (extra, st, body))
+    job = srv.wait(srv.submit(dict(TINY, prompt="a delivery size", output_size="96x80", shift="6:3")))
+    r = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height",
+                        "-of", "csv=p=0", os.path.join(TMP, "plan", "jobs", "%d.mp4" % job["id"])],
+                       capture_output=True, text=True)
+    check(job["state"] == "done" and r.stdout.strip() == "96,80", "output_size 96x80: %s %s" % (job["state"], r.stdout))
     check(srv.stop() == 0, "the server exits 0")
     # a host budget too small for the DiT stage: the planner's refusal, before the job is accepted
     srv = Server(os.path.join(TMP, "plan-small"), "--ram-budget", "1MiB")

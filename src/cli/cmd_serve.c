@@ -472,6 +472,20 @@ static json_t *resolved_json(const h3_generate_result *res) {
     json_object_set_new(o, "sampler", json_string(h3_sampler_name(res->req.sampler)));
     json_object_set_new(o, "scheduler", json_string(h3_scheduler_name(res->req.scheduler)));
     json_object_set_new(o, "seed", json_integer((json_int_t)res->req.seed));
+    char shift[64];
+    snprintf(shift, sizeof shift, "%g:%g", res->req.shift_video, res->req.shift_audio);
+    json_object_set_new(o, "shift", json_string(shift));
+    if (res->req.refine_width) {
+        char rf[64];
+        snprintf(rf, sizeof rf, "%lldx%lld:%g", (long long)res->req.refine_width, (long long)res->req.refine_height,
+                 res->req.refine_denoise);
+        json_object_set_new(o, "refine", json_string(rf));
+    }
+    if (res->req.out_width) {
+        char os[64];
+        snprintf(os, sizeof os, "%lldx%lld", (long long)res->req.out_width, (long long)res->req.out_height);
+        json_object_set_new(o, "output_size", json_string(os));
+    }
     return o;
 }
 

@@ -35,6 +35,9 @@ static const struct {
     {"x264_preset", T_STR, 0, 0},
     {"wav", T_BOOL, 0, 0},
     {"latents", T_BOOL, 0, 0},
+    {"refine", T_STR, 0, 0},
+    {"output_size", T_STR, 0, 0},
+    {"shift", T_STR, 0, 0},
     {"first_frame", T_STR, 0, 0},
     {"last_frame", T_STR, 0, 0},
     {"keyframes", T_KEYFRAMES, 0, 0},
@@ -135,6 +138,12 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
     if (sa) H3_TRY(h3_sampler_parse(json_string_value(sa), &q->sampler));
     json_t *sc = json_object_get(obj, "scheduler");
     if (sc) H3_TRY(h3_scheduler_parse(json_string_value(sc), &q->scheduler));
+    json_t *rf = json_object_get(obj, "refine"); /* the same forms and checks as generate's options */
+    if (rf) H3_TRY(h3_request_parse_refine(json_string_value(rf), &q->refine_width, &q->refine_height, &q->refine_denoise));
+    json_t *os = json_object_get(obj, "output_size");
+    if (os) H3_TRY(h3_request_parse_output_size(json_string_value(os), &q->out_width, &q->out_height));
+    json_t *sh = json_object_get(obj, "shift");
+    if (sh) H3_TRY(h3_request_parse_shift(json_string_value(sh), &q->shift_video, &q->shift_audio));
     json_t *pr = json_object_get(obj, "x264_preset");
     if (pr) {
         H3_TRY(h3_mp4_check_preset(json_string_value(pr), "x264_preset"));
