@@ -486,6 +486,8 @@ def case_keyframes():
     req = dict(TINY, prompt="a red ball", frames=22, first_frame="data:image/x-portable-pixmap;base64," +
                ppm_b64(40, 24, 1), keyframes=[{"image": ppm_b64(30, 30, 2), "frame": 10}])
     job = srv.wait(srv.submit(req))
+    check("text_encoder" not in job.get("report", {}).get("reused", []),
+          "the first job opened the text encoder, it did not reuse it: %s" % job.get("report", {}).get("reused"))
     check(job.get("state") == "done" and job.get("report", {}).get("keyframes") == 2,
           "a job with keyframes: %s" % {k: job.get(k) for k in ("state", "message", "report")})
     stored = job.get("request", {})

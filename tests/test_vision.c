@@ -74,7 +74,7 @@ static void test_preprocess(void) {
     /* a constant image stays constant through the bicubic resize (normalized 8-bit weights) */
     memset(img, 77, (size_t)W * H * 3);
     uint8_t out[40 * 30 * 3];
-    CHECK_OK(h3_vis_resize_bicubic(img, W, H, out, 40, 30));
+    CHECK_OK(h3_vis_resize_bicubic_tv(img, W, H, out, 40, 30));
     int same = 1;
     for (size_t i = 0; i < sizeof out; i++) same &= out[i] == 77;
     CHECK(same, "a constant image changed through the resize");

@@ -325,10 +325,6 @@ done:
     return st;
 }
 
-h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
-    return pil_resize(&k_bicubic, 0, src, w, h, dst, ow, oh);
-}
-
 h3_status h3_vis_resize_bicubic_tv(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh) {
     return pil_resize(&k_bicubic, 1, src, w, h, dst, ow, oh);
 }

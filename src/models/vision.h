@@ -64,8 +64,6 @@ void h3_vis_config_default(h3_vis_config *c);
  * the aspect ratio is above 200. */
 h3_status h3_vis_smart_resize(const h3_vis_config *c, int64_t h, int64_t w, int64_t *oh, int64_t *ow);
 
-/* PIL's Image.resize(BICUBIC) of packed RGB8 (3 channels): src [h, w, 3] -> dst [oh, ow, 3]. */
-h3_status h3_vis_resize_bicubic(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh);
 /* torchvision's resize(BICUBIC, antialias=True) of a uint8 tensor (transformers 5's Qwen2-VL processor): torch's
  * native uint8 kernel, PIL's algorithm with int16 weights at the largest precision the axis's biggest weight allows
  * (at most 22 bits), two 8-bit passes (width, then height). What the processor uses. */

@@ -358,6 +358,7 @@ typedef struct gen {
     h3_session *ses;
     int ses_locked, use_models, check_only;
     int files_borrowed, dit_borrowed; /* g->files and g->dit are the session's: not freed here */
+    int te_opened;                    /* this run opened the session's text encoder (it is not reused) */
     double t0;
     /* fl2va: the keyframes on the canvas, the presentation's row tags and the processor's pixels, the text
      * encoder and its vision tower while the prompt is encoded, then the conditioning */
@@ -562,6 +563,24 @@ static int session_te_layer(void *user, int done, int total) {
     return s->on_layer ? s->on_layer(s->on_layer_user, done, total) : 0;
 }
 
+/* The session's text encoder: kept from an earlier run (reused), or opened now (by the keyframes' presentation
+ * or the text stage, whichever comes first; not counted as reused by the other). */
+static h3_status session_te(gen *g) {
+    h3_session *s = g->ses;
+    if (s->te) {
+        if (!g->te_opened) g->res.reused |= H3_REUSED_TEXT_ENCODER;
+        return H3_OK;
+    }
+    h3_te_open_opts o;
+    memset(&o, 0, sizeof o);
+    o.act_place = H3_PLACE_HOST;
+    o.on_layer = session_te_layer;
+    o.on_layer_user = s;
+    H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &s->te), "the text encoder");
+    g->te_opened = 1;
+    return H3_OK;
+}
+
 static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
     const int images = g->kf.n > 0; /* the prompt's states depend on the images: never kept */
     if (!images && g->use_models && h3_session_prompt_get(g->ses, g->req.prompt, hidden)) {
@@ -575,16 +594,7 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     memset(&a, 0, sizeof a);
     if (g->use_models) {
         h3_session *s = g->ses;
-        if (s->te) {
-            g->res.reused |= H3_REUSED_TEXT_ENCODER;
-        } else {
-            h3_te_open_opts o;
-            memset(&o, 0, sizeof o);
-            o.act_place = H3_PLACE_HOST;
-            o.on_layer = session_te_layer;
-            o.on_layer_user = s;
-            H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &s->te), "the text encoder");
-        }
+        H3_TRY(session_te(g));
         s->on_layer = te_layer_done;
         s->on_layer_user = g;
         a.te = s->te;
@@ -624,16 +634,8 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
     int32_t *all = NULL;
     int64_t n_all = 0;
     if (g->use_models) {
-        h3_session *s = g->ses;
-        if (!s->te) {
-            h3_te_open_opts o;
-            memset(&o, 0, sizeof o);
-            o.act_place = H3_PLACE_HOST;
-            o.on_layer = session_te_layer;
-            o.on_layer_user = s;
-            H3_TRY_CTX(h3_text_encoder_open(g->files.text_encoder, &o, &s->te), "the text encoder");
-        }
-        g->kf_te = s->te;
+        H3_TRY(session_te(g));
+        g->kf_te = g->ses->te;
         g->kf_te_borrowed = 1;
     } else {
         h3_te_open_opts o;
@@ -664,7 +666,8 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
     return H3_OK;
 }
 
-static h3_status keyframe_done(void *user, int done, int total) {
+/* After a step of a stage (a keyframe encoded, a model call): the progress step, then a stop if asked. */
+static h3_status step_done(void *user, int done, int total) {
     gen *g = user;
     (void)done;
     (void)total;
@@ -686,7 +689,7 @@ static h3_status run_keyframes(gen *g) {
         goto done;
     }
     H3_CHECK(h3_stage_keyframes(&g->ex, e, g->plan ? &g->plan->venc : NULL, &g->kf, g->req.seed, &g->kf_clean,
-                                &g->kf_rows, keyframe_done, g, &g->res.stages[H3_GEN_KEYFRAMES]));
+                                &g->kf_rows, step_done, g, &g->res.stages[H3_GEN_KEYFRAMES]));
     stage_end(g);
 done:
     h3_video_enc_close(e);
@@ -753,7 +756,6 @@ static int read_checkpoint(gen *g, float *video, float *audio, int steps) {
 
 static h3_status dit_step(void *user, int step, int steps) {
     gen *g = user;
-    h3_progress_step(&g->prog);
     const int every = g->r->checkpoint_every > 0 ? g->r->checkpoint_every : H3_CHECKPOINT_EVERY;
     if (g->ck_video && step < steps && step % every == 0) {
         h3_status st = write_checkpoint(g, step);
@@ -762,7 +764,7 @@ static h3_status dit_step(void *user, int step, int steps) {
             h3_clear_error();
         }
     }
-    return check_stop(g);
+    return step_done(g, step, steps);
 }
 
 /* The schedule of the request and its distinct timesteps, once for the plan and the run. */
@@ -1569,7 +1571,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         const h3_turbo_preset *tp = h3_turbo_apply(r->lora, r->n_loras, &g->req, &tw);
         if (tp)
             h3_log(H3_LOG_INFO, "LoRA preset: %s: %d model calls at shift %g:%g (euler on the h3 schedule)",
-                   tp->name, g->req.steps, g->req.shift_video, g->req.shift_audio != 0.0 ? g->req.shift_audio : 3.0);
+                   tp->name, g->req.steps, g->req.shift_video, g->req.shift_audio != 0.0 ? g->req.shift_audio : H3_SHIFT_AUDIO);
         for (int i = 0; i < tw.n; i++) h3_log(H3_LOG_WARN, "%s", tw.msg[i]);
     }
     H3_CHECK(h3_request_resolve(&g->req, &warn));

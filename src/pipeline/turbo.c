@@ -49,7 +49,7 @@ const h3_turbo_preset *h3_turbo_apply(const char *const *paths, int n, h3_reques
             r->shift_video = p->shift_video;
             r->shift_audio = p->shift_audio;
         }
-        const double sv = r->shift_video, sa = r->shift_audio != 0.0 ? r->shift_audio : 3.0;
+        const double sv = r->shift_video, sa = r->shift_audio != 0.0 ? r->shift_audio : H3_SHIFT_AUDIO;
         if ((r->steps != p->steps || sv != p->shift_video || sa != p->shift_audio) && warnings &&
             warnings->n < H3_REQUEST_MAX_WARNINGS)
             snprintf(warnings->msg[warnings->n++], sizeof warnings->msg[0],
