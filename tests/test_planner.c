@@ -569,6 +569,44 @@ static void test_stage_plans(void) {
         CHECK(all[i]->on_device && all[i]->dev_peak + h3_budget_slack(b8.vram) <= b8.vram,
               "stage %d: on the device %d, peak %lld", i, all[i]->on_device, (long long)all[i]->dev_peak);
 
+    /* A DiT placement kept between runs (a session): the stages before the DiT (the text encoder) and after
+     * it (the VAEs) each fit with their peak, the kept bytes and the quantized GEMMs' scratch within the
+     * device budget, their host peak and the kept pinned bytes within the host budget; one byte more does
+     * not, naming the stage. */
+    {
+        char why[320] = "";
+        CHECK(h3_plan_fits_beside_dit(&pl, 1, 0, 0, why, sizeof why) &&
+                  h3_plan_fits_beside_dit(&pl, 0, 0, 0, why, sizeof why),
+              "nothing kept: every stage fits (%s)", why);
+        const int vbig = pl.vvae.dev_peak >= pl.avae.dev_peak;
+        const int64_t room_after =
+            b8.vram - H3_CUDA_QGEMM_SCRATCH_BYTES - (vbig ? pl.vvae.dev_peak : pl.avae.dev_peak);
+        const int64_t room_before = b8.vram - H3_CUDA_QGEMM_SCRATCH_BYTES - pl.te.dev_peak;
+        CHECK(h3_plan_fits_beside_dit(&pl, 0, room_after, 0, why, sizeof why), "%.3f GiB kept beside the VAEs: %s",
+              (double)room_after / GiB, why);
+        why[0] = 0;
+        CHECK(!h3_plan_fits_beside_dit(&pl, 0, room_after + 1, 0, why, sizeof why) &&
+                  strstr(why, vbig ? "the video VAE's device peak" : "the audio VAE's device peak"),
+              "a byte more beside the VAEs: '%s'", why);
+        CHECK(h3_plan_fits_beside_dit(&pl, 1, room_before, 0, why, sizeof why), "beside the text encoder: %s", why);
+        why[0] = 0;
+        CHECK(!h3_plan_fits_beside_dit(&pl, 1, room_before + 1, 0, why, sizeof why) &&
+                  strstr(why, "the text encoder's device peak"),
+              "a byte more beside the text encoder: '%s'", why);
+        const int64_t hmax = pl.vvae.host_peak > pl.avae.host_peak ? pl.vvae.host_peak : pl.avae.host_peak;
+        CHECK(h3_plan_fits_beside_dit(&pl, 0, 0, b8.ram - hmax, why, sizeof why), "pinned beside the VAEs: %s",
+              why);
+        why[0] = 0;
+        CHECK(!h3_plan_fits_beside_dit(&pl, 0, 0, b8.ram - hmax + 1, why, sizeof why) &&
+                  strstr(why, "host peak") && strstr(why, "pinned"),
+              "a pinned byte more beside the VAEs: '%s'", why);
+        h3_plan unl = pl;
+        unl.budgets.ram = 0; /* not limited */
+        CHECK(h3_plan_fits_beside_dit(&unl, 0, 0, 1000 * GiB, why, sizeof why), "an unlimited host: %s", why);
+        t_note("  kept beside the stages: at most %.3f GiB before the DiT, %.3f GiB after it (8 GiB budget)",
+               (double)room_before / GiB, (double)room_after / GiB);
+    }
+
     /* Files in the page cache read at the cache's rate: with the text encoder's files all cached, its
      * streamed layers' read time (the larger of compute and read per layer, reads dominating here) falls by
      * the ratio of the two rates; half cached, it lies between (harmonic mix); the video VAE's load likewise.
@@ -1360,6 +1398,32 @@ static void test_dit_streamed(void) {
                   models[m], (long long)st.resyncs);
             printf("  %s: streamed = resident (%.1e); %lld copies, %lld disk reads\n", models[m], e2,
                    (long long)st.copies, (long long)st.reads);
+            /* kept placed for a later stage: it matches its own placement only, and computes as before */
+            CHECK(h3_dit_stream_matches(ds, &pl), "%s: the stream matches the placement it was made with",
+                  models[m]);
+            h3_dit_placement other = pl;
+            other.n_slots++;
+            CHECK(!h3_dit_stream_matches(ds, &other), "%s: another ring depth", models[m]);
+            other = pl;
+            other.chunk_rows++;
+            CHECK(!h3_dit_stream_matches(ds, &other), "%s: another row chunk", models[m]);
+            uint8_t tier2[64];
+            if (pl.n_units <= 64 && pl.n_units > 0) {
+                memcpy(tier2, pl.tier, (size_t)pl.n_units);
+                tier2[0] = tier2[0] == H3_TIER_RESIDENT ? H3_TIER_PINNED : H3_TIER_RESIDENT;
+                other = pl;
+                other.tier = tier2;
+                CHECK(!h3_dit_stream_matches(ds, &other), "%s: another tier for block 0", models[m]);
+            }
+            h3_dit_stream_rebind(ds, NULL);
+            h3_tensor v3 = {0}, a3 = {0};
+            CHECK_OK(forward(p.streamed, &p.in.in, &v3, &a3));
+            CHECK_OK(h3_dit_stream_step_end(ds));
+            CHECK(max_rel(&v3, &v2) == 0 && max_rel(&a3, &a2) == 0,
+                  "%s: the kept stream's next forward equals its last (%.2e, %.2e)", models[m], max_rel(&v3, &v2),
+                  max_rel(&a3, &a2));
+            h3_tensor_free(&v3);
+            h3_tensor_free(&a3);
             h3_dit_stream_close(ds);
             /* closed: the DiT has its host weights back and no streamer */
             h3_tensor_free(&v1);

@@ -240,6 +240,13 @@ static json_t *report_json(const h3_generate_result *res) {
     for (int i = 0; i < H3_GEN_STAGES; i++)
         json_object_set_new(stages, h3_generate_stage_name(i), json_real(res->stage_s[i]));
     json_object_set_new(r, "stage_s", stages);
+    json_t *dpk = json_object(); /* the stages on the GPU: the arena's peak, predicted and measured */
+    for (int i = 0; i < H3_GEN_STAGES; i++)
+        if (res->stages[i].on_device)
+            json_object_set_new(dpk, h3_generate_stage_name(i),
+                                json_pack("{s:I, s:I}", "predicted", (json_int_t)res->stages[i].dev_predicted,
+                                          "measured", (json_int_t)res->stages[i].dev_peak));
+    json_object_set_new(r, "stage_device_peak", dpk);
     json_t *reused = json_array();
     for (int b = 0; b < H3_REUSED_COUNT; b++)
         if (res->reused & (1u << b)) json_array_append_new(reused, json_string(h3_reused_name(b)));

@@ -26,6 +26,9 @@ void h3_cuda_shutdown(h3_exec *ex);
 /* Bytes of the arena in use now, the most in use since the last reset, and the arena's size. */
 void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capacity);
 void h3_cuda_reset_peak(h3_exec *ex);
+/* The size of this process's arena while a backend is up (0 when none is): device memory the process holds
+ * for itself, which the device's free memory no longer shows. Any thread may ask. */
+int64_t h3_cuda_arena_bytes(void);
 
 /* ---- streams, events and copies for the weight streamer (src/mem/streamer.c) ---------------------------------
  * Handles are opaque (cudaStream_t, cudaEvent_t). Without CUDA in the build every call fails with

@@ -91,6 +91,7 @@ extern "C" void cuda_arena_free(h3_cuda_state *s, void *p) {
 }
 
 static h3_cuda_state *g_state; /* the allocator hooks have no exec; one device per process */
+static int64_t g_arena_bytes;   /* the arena's size while a backend is up (read from any thread) */
 
 static void *dev_alloc(size_t bytes, void *user) {
     (void)user;
@@ -324,9 +325,11 @@ extern "C" h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {
     }
     s->attn_smem_limit = (int)s->prop.sharedMemPerBlockOptin;
     g_state = s;
+    __atomic_store_n(&g_arena_bytes, (int64_t)s->capacity, __ATOMIC_RELAXED);
     st = cuda_gemm_init(s);
     if (st != H3_OK) {
         g_state = NULL;
+        __atomic_store_n(&g_arena_bytes, (int64_t)0, __ATOMIC_RELAXED);
         goto fail;
     }
     ex->cuda = s;
@@ -379,7 +382,12 @@ extern "C" void h3_cuda_shutdown(h3_exec *ex) {
     h3_free(s->mu);
     h3_free(s);
     g_state = NULL;
+    __atomic_store_n(&g_arena_bytes, (int64_t)0, __ATOMIC_RELAXED);
     ex->cuda = NULL;
+}
+
+extern "C" int64_t h3_cuda_arena_bytes(void) {
+    return __atomic_load_n(&g_arena_bytes, __ATOMIC_RELAXED);
 }
 
 extern "C" void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capacity) {

@@ -30,6 +30,10 @@ void h3_cuda_shutdown(h3_exec *ex) {
     (void)ex;
 }
 
+int64_t h3_cuda_arena_bytes(void) {
+    return 0;
+}
+
 void h3_cuda_mem_stats(h3_exec *ex, int64_t *used, int64_t *peak, int64_t *capacity) {
     (void)ex;
     if (used) *used = 0;

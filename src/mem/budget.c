@@ -94,6 +94,7 @@ h3_status h3_budget_default_vram(int device, int64_t *bytes) {
                       "there is no CUDA device here to take a default device budget from; give "
                       "--vram-budget SIZE (e.g. 24GiB) to plan for a GPU of that size");
     H3_TRY(h3_cuda_device_info(device, NULL, 0, &total, &free_b));
+    free_b += h3_cuda_arena_bytes(); /* this process's own arena, when a backend is up, is free to it */
     *bytes = free_b > 2 * H3_VRAM_MARGIN ? free_b - H3_VRAM_MARGIN : free_b / 2;
     return H3_OK;
 }

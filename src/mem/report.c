@@ -141,6 +141,15 @@ h3_status h3_memrep_create(h3_exec *ex, h3_memrep **out) {
     return H3_OK;
 }
 
+void h3_memrep_carry(h3_memrep *r, h3_devcat c, int64_t bytes) {
+    if (!r || (unsigned)c >= H3_DEVCAT_COUNT || c == H3_DEVCAT_BACKEND || bytes <= 0) return;
+    if (bytes > r->current[H3_DEVCAT_BACKEND]) bytes = r->current[H3_DEVCAT_BACKEND];
+    r->current[H3_DEVCAT_BACKEND] -= bytes;
+    r->peak[H3_DEVCAT_BACKEND] -= bytes;
+    r->current[c] += bytes;
+    if (r->current[c] > r->peak[c]) r->peak[c] = r->current[c];
+}
+
 void h3_memrep_free(h3_memrep *r) {
     if (!r) return;
     if (r->observing) h3_cuda_set_alloc_observer(NULL, NULL);

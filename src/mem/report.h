@@ -35,6 +35,9 @@ typedef struct h3_memrep h3_memrep;
  * the arena holds already is counted as BACKEND. */
 h3_status h3_memrep_create(h3_exec *ex, h3_memrep **out);
 void h3_memrep_free(h3_memrep *r);
+/* bytes of what the arena held when the report began (counted as BACKEND) are c's: weights a stage finds placed
+ * by an earlier one (a kept DiT placement). */
+void h3_memrep_carry(h3_memrep *r, h3_devcat c, int64_t bytes);
 /* Allocations from now on count under c; returns the previous category. */
 h3_devcat h3_memrep_set_category(h3_memrep *r, h3_devcat c);
 /* A named mark in the timeline ("dit: forward 3"). */

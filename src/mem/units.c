@@ -510,6 +510,10 @@ void h3_units_stats(const h3_units *u, h3_stream_stats *out) {
     out->resident_bytes += u->resident_bytes;
 }
 
+void h3_units_set_report(h3_units *u, h3_memrep *rep) {
+    if (u) u->cfg.rep = rep;
+}
+
 int h3_units_count(const h3_units *u) {
     return u->n;
 }

@@ -73,6 +73,9 @@ void h3_units_release(h3_units *u, int i);
 /* Waits for the copy and read queues; H3_ERR_IO naming the file when a read failed. */
 h3_status h3_units_sync(h3_units *u);
 void h3_units_stats(const h3_units *u, h3_stream_stats *out);
+/* The report later device allocations of the set count in (NULL: none), for a set that outlives the report
+ * it was opened with. */
+void h3_units_set_report(h3_units *u, h3_memrep *rep);
 int h3_units_count(const h3_units *u);
 h3_tier h3_units_tier(const h3_units *u, int i);
 /* Waits for everything queued and frees all it allocated. NULL is fine. */

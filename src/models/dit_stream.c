@@ -100,6 +100,11 @@ struct h3_dit_stream {
     h3_tensor *saved_at[MAX_GLOBALS];
     h3_tensor saved[MAX_GLOBALS];
     int n_saved;
+    /* the placement it made (h3_dit_stream_matches), and its copies before the current stage */
+    uint8_t *tier;
+    int n_slots;
+    int64_t slot_bytes, chunk_rows;
+    h3_stream_stats base;
 };
 
 /* The forward's view of unit u from the tensors the units hand out (pack order of unit_fields). */
@@ -219,6 +224,7 @@ void h3_dit_stream_close(h3_dit_stream *ds) {
     h3_free(ds->ad_b);
     h3_free(ds->fwd_order);
     h3_free(ds->ad_order);
+    h3_free(ds->tier);
     h3_free(ds);
     h3_error_restore(&kept);
 }
@@ -252,8 +258,14 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *p
     ds->ad_b = h3_calloc((size_t)(B ? B : 1), sizeof *ds->ad_b, H3_MEM_OTHER);
     ds->fwd_order = h3_calloc((size_t)(U ? U : 1), sizeof(int), H3_MEM_OTHER);
     ds->ad_order = h3_calloc((size_t)(B ? B : 1), sizeof(int), H3_MEM_OTHER);
-    if (!packs || !tier || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order)
+    ds->tier = h3_calloc((size_t)(U ? U : 1), 1, H3_MEM_OTHER);
+    if (!packs || !tier || !ds->unit_w || !ds->ad_w || !ds->ad_b || !ds->fwd_order || !ds->ad_order ||
+        !ds->tier)
         H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (U) memcpy(ds->tier, plan->tier, (size_t)U);
+    ds->n_slots = plan->n_slots;
+    ds->slot_bytes = plan->slot_bytes;
+    ds->chunk_rows = plan->chunk_rows;
 
     /* 1. Row chunks as planned; the non-block weights at the activation place. */
     H3_CHECK(h3_dit_device_check(dit));
@@ -347,5 +359,17 @@ void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out) {
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs) {
     h3_stream_stats st;
     h3_units_stats(ds->u, &st);
-    h3_memrep_set_copies(rep, st.bytes_copied, st.copy_ms, st.bytes_timed, ceiling_gbs);
+    h3_memrep_set_copies(rep, st.bytes_copied - ds->base.bytes_copied, st.copy_ms - ds->base.copy_ms,
+                         st.bytes_timed - ds->base.bytes_timed, ceiling_gbs);
+}
+
+int h3_dit_stream_matches(const h3_dit_stream *ds, const h3_dit_placement *pl) {
+    return ds && pl && pl->tier && pl->n_units == ds->n_units && pl->n_slots == ds->n_slots &&
+           pl->slot_bytes == ds->slot_bytes && pl->chunk_rows == ds->chunk_rows &&
+           (!ds->n_units || !memcmp(pl->tier, ds->tier, (size_t)ds->n_units));
+}
+
+void h3_dit_stream_rebind(h3_dit_stream *ds, h3_memrep *rep) {
+    h3_units_set_report(ds->u, rep);
+    h3_units_stats(ds->u, &ds->base);
 }

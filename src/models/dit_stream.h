@@ -67,6 +67,12 @@ void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out);
 /* Copies so far into the report: bytes, timed device milliseconds, against the pinned ceiling (GB/s, 0:
  * none). */
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs);
+/* Whether the stream was placed as pl says (the same tiers, slots, slot size and row chunk): a stream kept
+ * placed after its stage serves a later stage whose plan places the DiT alike (h3_dit_stage_args.stream). */
+int h3_dit_stream_matches(const h3_dit_stream *ds, const h3_dit_placement *pl);
+/* A stream kept placed between stages: the report its allocations count in from now on (NULL: none; the
+ * stage's report goes with its stage) and the start of its copy figures for the next stage's report. */
+void h3_dit_stream_rebind(h3_dit_stream *ds, h3_memrep *rep);
 /* Detaches from the DiT, frees the slots, resident units, pinned copies and staging, and puts the non-block
  * weights back where they were. With h3_dit_release_workspace and h3_dit_release_modulation, the DiT then
  * holds nothing on the device (the next stage gets the whole budget; the DiT may stream again later, into

@@ -327,9 +327,14 @@ typedef struct gen {
     h3_request req; /* resolved */
     h3_model_files files;
     h3_progress prog;
-    h3_exec ex;
-    int have_ex;
-    int cuda_on; /* the run's one device backend is up (h3_cuda_init once, the arena the budget) */
+    h3_exec *ex;   /* the session's (a run with one) or own_ex */
+    h3_exec own_ex;
+    int have_ex;   /* own_ex is made */
+    int cuda_on;   /* own_ex's device backend is up (h3_cuda_init once, the arena the budget) */
+    /* a session's DiT placement: the run computes with the kept one (reuse_dit) and keeps its own for the next
+     * run (keep_dit); held_dev: the device bytes it holds while the stage now running runs beside it */
+    int reuse_dit, keep_dit;
+    int64_t held_dev;
     /* on the device: every stage planned before the text encoder runs; the DiT opened (headers) for it */
     h3_dit *dit;
     h3_plan *plan;
@@ -379,13 +384,21 @@ typedef struct gen {
     char ck_key[512];
 } gen;
 
+/* A stage's plan as the arena sees it: its own peak plus what the DiT's kept placement holds beside it. */
+static const h3_stage_plan *beside_dit(const gen *g, const h3_stage_plan *p, h3_stage_plan *tmp) {
+    if (!p->on_device || !g->held_dev) return p;
+    *tmp = *p;
+    tmp->dev_peak += g->held_dev;
+    return tmp;
+}
+
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
 static h3_status apply_loras(gen *g, h3_dit *dit) {
     if (!g->r->n_loras) return H3_OK;
     h3_lora_free(&g->lora);
     for (int i = 0; i < g->r->n_loras; i++)
         H3_TRY(h3_lora_add_file(&g->lora, dit, g->r->lora[i], g->r->lora_strength[i]));
-    H3_TRY(h3_lora_apply(dit, &g->ex, &g->lora, (h3_lora_mode)g->r->lora_mode));
+    H3_TRY(h3_lora_apply(dit, g->ex, &g->lora, (h3_lora_mode)g->r->lora_mode));
     char b[160];
     H3_INFO("DiT: %s", h3_lora_describe(&g->lora, b, sizeof b));
     return H3_OK;
@@ -600,7 +613,8 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
         a.te = s->te;
     }
     a.path = g->files.text_encoder;
-    a.plan = g->plan ? &g->plan->te : NULL;
+    h3_stage_plan tb;
+    a.plan = g->plan ? beside_dit(g, &g->plan->te, &tb) : NULL;
     a.ids = ids;
     a.n = n;
     a.layer = H3_TE_LAYER;
@@ -613,7 +627,7 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
         a.grid = (const int64_t(*)[3])g->kf_grid;
         a.n_img = g->kf.n;
     }
-    h3_status st = h3_stage_text_encoder(&g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
+    h3_status st = h3_stage_text_encoder(g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
     if (g->use_models) g->ses->on_layer = NULL;
     if (st == H3_ERR_INTERRUPTED) H3_TRY(check_stop(g));
     H3_TRY(st);
@@ -688,7 +702,8 @@ static h3_status run_keyframes(gen *g) {
         st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st, "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
         goto done;
     }
-    H3_CHECK(h3_stage_keyframes(&g->ex, e, g->plan ? &g->plan->venc : NULL, &g->kf, g->req.seed, &g->kf_clean,
+    h3_stage_plan tb;
+    H3_CHECK(h3_stage_keyframes(g->ex, e, g->plan ? beside_dit(g, &g->plan->venc, &tb) : NULL, &g->kf, g->req.seed, &g->kf_clean,
                                 &g->kf_rows, step_done, g, &g->res.stages[H3_GEN_KEYFRAMES]));
     stage_end(g);
 done:
@@ -835,8 +850,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     } else {
         H3_CHECK_CTX(h3_dit_open(g->files.dit, &oo, &g->dit), "the DiT");
         H3_CHECK_CTX(h3_dit_device_check(g->dit), "the DiT on --device cuda");
-        if (keep) { /* kept for the next run (one opened for the host goes) */
-            h3_dit_close(g->ses->dit);
+        if (keep) { /* kept for the next run (one opened for the host goes, its placement first) */
+            h3_session_close_dit(g->ses);
             g->ses->dit = g->dit;
             g->ses->dit_device = 1;
             g->dit_borrowed = 1;
@@ -851,12 +866,14 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, &ao, &av), "the audio VAE");
 
     h3_plan_budgets b = {r->vram_budget, r->ram_budget};
+    if (!b.vram && g->use_models && g->ses->cuda_on) b.vram = g->ses->cuda_budget; /* the arena it holds */
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
     if (b.ram == 0) b.ram = h3_budget_default_ram(); /* 0 when unknown: not limited */
     if (b.ram < 0) b.ram = 0;
     char name[128] = "?";
     int64_t total = 0, free_b = 0;
     if (h3_cuda_device_info(0, name, sizeof name, &total, &free_b) != H3_OK) h3_clear_error();
+    free_b += h3_cuda_arena_bytes(); /* this process's arena (a session's backend, kept up) is ours to plan in */
     h3_device_figures fig;
     const int have_fig = h3_device_figures_for(name, &fig);
     if (b.vram > free_b && free_b > 0) {
@@ -877,7 +894,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.avae = av;
     m.vvae_weight_bytes = set_bytes(h3_video_vae_source(vv));
     m.avae_weight_bytes = set_bytes(h3_audio_vae_source(av));
-    m.host_threads = g->ex.threads;
+    m.host_threads = g->ex->threads;
     m.dit_cached = h3_plan_set_cached_fraction(h3_dit_files(g->dit));
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
@@ -1160,6 +1177,15 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         sa.dit.dit = g->dit;
         sa.dit.plan = ps->plan;
         sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
+        if (!refine && g->reuse_dit && g->ses->dit_stream) { /* placed by the last run: the stage owns it now */
+            sa.dit.stream = g->ses->dit_stream;
+            memcpy(sa.dit.stream_dev, g->ses->dit_stream_dev, sizeof sa.dit.stream_dev);
+            g->ses->dit_stream = NULL;
+            memset(g->ses->dit_stream_dev, 0, sizeof g->ses->dit_stream_dev);
+            g->held_dev = 0;
+            g->res.reused |= H3_REUSED_DIT_PLACEMENT;
+        }
+        sa.dit.keep = !refine && g->keep_dit;
     } else if (g->use_models && !g->r->n_loras && g->ses->dit && !g->ses->dit_device) {
         sa.dit.dit = g->ses->dit; /* its weights as the last run left them */
         g->res.reused |= H3_REUSED_DIT;
@@ -1172,7 +1198,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         sa.dit.dit = own;
         if (g->use_models && !g->r->n_loras) { /* kept for the next run (one opened for a device's plan goes;
                                                 * one with this run's LoRAs is not kept) */
-            h3_dit_close(g->ses->dit);
+            h3_session_close_dit(g->ses);
             g->ses->dit = own;
             g->ses->dit_device = 0;
             own = NULL;
@@ -1194,8 +1220,14 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.start_step = start_step;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
-    g->res.dit_start_s = now_s() - g->t0;
-    st = h3_stage_dit_sample(&g->ex, &sa, vrows, arows, &dr);
+    const double t_stage = now_s() - g->t0;
+    st = h3_stage_dit_sample(g->ex, &sa, vrows, arows, &dr);
+    if (!refine) g->res.dit_start_s = t_stage + dr.open_s;
+    if (dr.stream) { /* kept placed for the next run; the stages after this one run beside it */
+        g->ses->dit_stream = dr.stream;
+        memcpy(g->ses->dit_stream_dev, dr.stream_dev, sizeof dr.stream_dev);
+        g->held_dev = dr.stream_dev[H3_DEVCAT_WEIGHTS] + dr.stream_dev[H3_DEVCAT_SLOTS];
+    }
     g->res.stages[ps->stage] = dr.rep;
     if (refine)
         g->res.refine_measured_step_s = dr.call_s;
@@ -1301,7 +1333,8 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     const int64_t T = audio_lat->shape[2], S = T * c->hop;
     const int64_t n = h3_audio_samples(g->req.frames);
     H3_CHECK(h3_tensor_alloc2(&w, H3_PLACE_HOST, H3_F32, 2, S, H3_MEM_ACTIVATIONS));
-    H3_CHECK(h3_stage_audio_vae(&g->ex, v, g->plan ? &g->plan->avae : NULL, audio_lat, &w,
+    h3_stage_plan tb;
+    H3_CHECK(h3_stage_audio_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->avae, &tb) : NULL, audio_lat, &w,
                                 &g->res.stages[H3_GEN_AUDIO_VAE]));
     if (!g->use_models) h3_audio_vae_close(v);
     v = NULL;
@@ -1362,10 +1395,11 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     if (g->plan)
         m = g->plan->vvae.vvae;
     else
-        H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex.threads, 0, &m));
+        H3_CHECK(h3_video_vae_decode_peak(c, T, H, W, g->ex->threads, 0, &m));
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, g, NULL};
-    H3_CHECK(h3_stage_video_vae(&g->ex, v, g->plan ? &g->plan->vvae : NULL, video_lat, &out,
+    h3_stage_plan tb;
+    H3_CHECK(h3_stage_video_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->vvae, &tb) : NULL, video_lat, &out,
                                 &g->res.stages[H3_GEN_VIDEO_VAE]));
     if (g->res.frames_written != g->req.frames)
         H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
@@ -1455,6 +1489,68 @@ static void remove_outputs(gen *g) {
         h3_outgroup_abort(&g->outs);
         g->outs_open = 0;
     }
+}
+
+/* The device for the stages: its backend up (a session's kept from its last run while the budget is the same),
+ * and a session's DiT placement kept from its last run used by this run when the plan places the DiT alike and
+ * the stages before the DiT fit beside it (given back first otherwise); whether this run keeps its own
+ * placement (the stages after the DiT fit beside it). Every decision is logged. */
+static h3_status settle_device(gen *g, h3_device dev) {
+    if (dev != H3_DEVICE_CUDA) return H3_OK;
+    h3_session *s = g->use_models ? g->ses : NULL;
+    const h3_plan *p = g->plan;
+    const int64_t budget = p->budgets.vram;
+    int64_t kdev = 0, khost = 0;
+    h3_dit_plan_kept_bytes(&p->dit, &kdev, &khost);
+    char why[320] = "";
+    const int eligible = s && !g->r->n_loras && !g->req.refine_width && g->dit_borrowed && g->dit == s->dit;
+    if (!eligible)
+        snprintf(why, sizeof why, "%s",
+                 !s                  ? ""
+                 : g->r->n_loras     ? "this run's LoRAs belong to it alone"
+                 : g->req.refine_width ? "a run with a refine pass places the DiT twice"
+                                     : "this run opened another DiT");
+    if (s && s->cuda_on && s->cuda_budget != budget) {
+        if (s->dit_stream)
+            h3_log(H3_LOG_INFO, "the DiT's placement kept from the last run is given back: the device budget "
+                                "changed");
+        h3_session_release_device(s, 1);
+    }
+    if (s && s->dit_stream) {
+        h3_dit_placement pl;
+        h3_dit_plan_placement(&p->dit, &pl);
+        const int64_t held = s->dit_stream_dev[H3_DEVCAT_WEIGHTS] + s->dit_stream_dev[H3_DEVCAT_SLOTS];
+        if (eligible && !h3_dit_stream_matches(s->dit_stream, &pl))
+            snprintf(why, sizeof why, "this run's plan places the DiT otherwise");
+        else if (eligible && h3_plan_fits_beside_dit(p, 1, held, khost, why, sizeof why))
+            g->reuse_dit = 1;
+        if (g->reuse_dit) {
+            g->held_dev = held;
+            if (g->res.stage_predicted_s[H3_GEN_DIT] > p->dit.t_load) /* nothing to place */
+                g->res.stage_predicted_s[H3_GEN_DIT] -= p->dit.t_load;
+            h3_log(H3_LOG_INFO, "the DiT: its placement kept from the last run (%.2f GiB on the device) serves "
+                                "this run",
+                   held / H3_GIB);
+        } else {
+            h3_log(H3_LOG_INFO, "the DiT's placement kept from the last run is given back: %s", why);
+            h3_session_release_device(s, 0);
+        }
+    }
+    h3_status st = H3_OK;
+    if (s && !s->cuda_on) { /* one backend for the session's runs: its arena is the budget */
+        st = h3_cuda_init(&s->ex, 0, budget);
+        s->cuda_on = st == H3_OK;
+        s->cuda_budget = s->cuda_on ? budget : 0;
+    } else if (!s) { /* one backend for the run: its arena is the budget every stage takes its turn in */
+        st = h3_cuda_init(g->ex, 0, budget);
+        g->cuda_on = st == H3_OK;
+    }
+    if (st != H3_OK) return h3_error_wrap(st, "%s", "--device cuda");
+    if (eligible) {
+        g->keep_dit = h3_plan_fits_beside_dit(p, 0, kdev, khost, why, sizeof why);
+        if (!g->keep_dit) h3_log(H3_LOG_INFO, "the DiT's placement goes back after its stage: %s", why);
+    }
+    return H3_OK;
 }
 
 /* The session's key: the model's paths as given. A run on another model drops what the session kept. */
@@ -1623,8 +1719,24 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         for (int i = 0; i < 6; i++) H3_CHECK(h3_pathset_input(&paths, opt[i], in[i], 0));
     }
     g->model_phase = 1;
-    H3_CHECK(h3_exec_init(&g->ex, r->threads));
-    g->have_ex = 1;
+    if (g->use_models) { /* the session's executor, made again for another thread count */
+        h3_session *s = g->ses;
+        if (s->have_ex && s->ex_threads != r->threads) {
+            h3_session_release_device(s, 1);
+            h3_exec_free(&s->ex);
+            s->have_ex = 0;
+        }
+        if (!s->have_ex) {
+            H3_CHECK(h3_exec_init(&s->ex, r->threads));
+            s->have_ex = 1;
+            s->ex_threads = r->threads;
+        }
+        g->ex = &s->ex;
+    } else {
+        H3_CHECK(h3_exec_init(&g->own_ex, r->threads));
+        g->have_ex = 1;
+        g->ex = &g->own_ex;
+    }
     int64_t te_vocab = 0, te_positions = 0;
     if (g->ses && g->ses->preflight_ok) {
         te_vocab = g->ses->te_vocab;
@@ -1684,11 +1796,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_CHECK(check_cpu_dit(g, n_ids));
     if (check_only) goto done;
     H3_CHECK(check_stop(g));
-    if (dev == H3_DEVICE_CUDA) {
-        /* One backend for the whole run: its arena is the device budget every stage takes its turn in. */
-        H3_CHECK_CTX(h3_cuda_init(&g->ex, 0, g->plan->budgets.vram), "--device cuda");
-        g->cuda_on = 1;
-    }
+    H3_CHECK(settle_device(g, dev));
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
     g->text_ids = ids; /* freed at the end */
     h3_vision_close(g->vis); /* the prompt is encoded: the tower and its text encoder go */
@@ -1789,8 +1897,11 @@ done:
     h3_tensor_free(&video_lat);
     h3_tensor_free(&audio_lat);
     h3_tensor_free(&wave);
-    if (g->cuda_on) h3_cuda_shutdown(&g->ex); /* once, after every stage gave its memory back */
-    if (g->have_ex) h3_exec_free(&g->ex);
+    if (g->cuda_on) h3_cuda_shutdown(&g->own_ex); /* once, after every stage gave its memory back */
+    if (g->have_ex) h3_exec_free(&g->own_ex);
+    if (g->use_models && (st == H3_ERR_DEVICE || st == H3_ERR_NOMEM || st == H3_ERR_BUDGET))
+        h3_session_release_device(g->ses, st == H3_ERR_DEVICE); /* memory in doubt: nothing kept; a backend
+                                                                  * that failed goes too */
     h3_mem_stats ms;
     h3_mem_get_stats(&ms);
     g->res.req = g->req;

@@ -189,8 +189,9 @@ typedef struct h3_generate_result {
     double predicted_step_s, measured_step_s; /* per model call (predicted 0: no figures for this GPU) */
     char memory_report[3072]; /* predicted vs measured per category, copy bandwidth ("" on CPU) */
     unsigned reused;          /* what the run took from its session (H3_REUSED_* bits, pipeline/session.h) */
-    double dit_start_s; /* seconds from the run's start until the DiT's sampling began: its weights opened
-                         * (on the CPU) and the text states ready; every load before the DiT counts here */
+    double dit_start_s; /* seconds from the run's start until the DiT's first model call began: the text
+                         * states ready, its weights opened (on the CPU) or placed (on a GPU) and its
+                         * modulation computed; every load before the DiT computes counts here */
     char plan[2048];    /* h3_generate_check: the plan in words (the stages' places and peaks on a GPU; the
                          * DiT's host memory against the budget on the CPU) */
 } h3_generate_result;

@@ -1103,6 +1103,38 @@ void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], 
     if (peak) *peak = p->dev_peak;
 }
 
+void h3_dit_plan_kept_bytes(const h3_dit_plan *p, int64_t *dev, int64_t *host) {
+    *dev = p->dev_globals + p->dev_resident + p->dev_slots;
+    *host = p->host_pinned + p->host_staging;
+}
+
+int h3_plan_fits_beside_dit(const h3_plan *p, int before, int64_t dev, int64_t host, char *why, size_t n) {
+    const h3_stage_plan *st[2] = {before ? &p->te : &p->avae, before ? &p->venc : &p->vvae};
+    static const char *const names[2][2] = {{"the audio VAE", "the video VAE"},
+                                            {"the text encoder", "the keyframes' encoder"}};
+    char a[32], b[32], c[32];
+    for (int i = 0; i < 2; i++) {
+        const h3_stage_plan *s = st[i];
+        if (!s->present) continue;
+        const int64_t d = s->on_device ? s->dev_peak + dev + H3_CUDA_QGEMM_SCRATCH_BYTES : 0;
+        if (s->on_device && d > p->budgets.vram) {
+            if (why)
+                snprintf(why, n, "%s's device peak %s beside the DiT's %s is more than the budget's %s",
+                         names[before][i], h3_budget_str(s->dev_peak, a, sizeof a),
+                         h3_budget_str(dev, b, sizeof b), h3_budget_str(p->budgets.vram, c, sizeof c));
+            return 0;
+        }
+        if (p->budgets.ram > 0 && s->host_peak + host > p->budgets.ram) {
+            if (why)
+                snprintf(why, n, "%s's host peak %s beside the DiT's pinned %s is more than the host budget's %s",
+                         names[before][i], h3_budget_str(s->host_peak, a, sizeof a),
+                         h3_budget_str(host, b, sizeof b), h3_budget_str(p->budgets.ram, c, sizeof c));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 h3_status h3_plan_check(const h3_plan *p) {
     if (p->fits) return H3_OK;
     return H3_ERR(H3_ERR_BUDGET, "%s", p->why);

@@ -239,6 +239,17 @@ void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], 
 /* H3_ERR_BUDGET carrying the plan's message when it does not fit (the stop before loading); H3_OK otherwise.
  */
 h3_status h3_plan_check(const h3_plan *p);
+
+/* Keeping the DiT placed between runs (a session, h3run serve): its placement (non-block weights, resident
+ * blocks and slots on the device; pinned copies and staging on the host) held while the other stages run.
+ * dev and host: the bytes the placement of p holds. */
+void h3_dit_plan_kept_bytes(const h3_dit_plan *p, int64_t *dev, int64_t *host);
+/* Whether the stages of the plan that run before the DiT's (before 1: the text encoder, the keyframes'
+ * encoder) or after it (before 0: the VAEs) fit beside a placement of dev device and host host bytes held
+ * kept: each device stage's peak plus dev (and the quantized GEMMs' scratch, which the arena may leave between
+ * them) within the device budget, each stage's host peak plus host within the host budget. 0 with why (may
+ * be NULL) naming the first that does not. */
+int h3_plan_fits_beside_dit(const h3_plan *p, int before, int64_t dev, int64_t host, char *why, size_t n);
 /* The plan for people, several lines (h3_malloc'd; h3_free it). NULL when out of memory. */
 char *h3_plan_format(const h3_plan *p);
 

@@ -4,9 +4,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "cuda/cuda.h"
 
-static const char *const g_reused_names[H3_REUSED_COUNT] = {"files", "tokenizer", "text_encoder", "prompt",
-                                                            "dit",   "audio_vae", "video_vae"};
+static const char *const g_reused_names[H3_REUSED_COUNT] = {
+    "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement"};
 
 const char *h3_reused_name(int bit) {
     return bit >= 0 && bit < H3_REUSED_COUNT ? g_reused_names[bit] : "?";
@@ -26,8 +27,28 @@ h3_status h3_session_new(int prompts, h3_session **out) {
     return H3_OK;
 }
 
+void h3_session_release_device(h3_session *s, int backend) {
+    if (!s) return;
+    h3_dit_stream_close(s->dit_stream); /* the backend is up while a placement is kept */
+    s->dit_stream = NULL;
+    memset(s->dit_stream_dev, 0, sizeof s->dit_stream_dev);
+    if (backend && s->cuda_on) {
+        h3_cuda_shutdown(&s->ex);
+        s->cuda_on = 0;
+        s->cuda_budget = 0;
+    }
+}
+
+void h3_session_close_dit(h3_session *s) {
+    h3_session_release_device(s, 0);
+    h3_dit_close(s->dit);
+    s->dit = NULL;
+    s->dit_device = 0;
+}
+
 void h3_session_drop(h3_session *s) {
     if (!s) return;
+    h3_session_release_device(s, 1);
     h3_free(s->key);
     s->key = NULL;
     if (s->have_files) h3_model_files_free(&s->files);
@@ -37,8 +58,7 @@ void h3_session_drop(h3_session *s) {
     s->tok = NULL;
     h3_text_encoder_close(s->te);
     s->te = NULL;
-    h3_dit_close(s->dit);
-    s->dit = NULL;
+    h3_session_close_dit(s);
     h3_audio_vae_close(s->avae);
     s->avae = NULL;
     h3_video_vae_close(s->vvae);
@@ -48,6 +68,8 @@ void h3_session_drop(h3_session *s) {
         h3_tensor_free(&s->prompts[i].hidden);
     }
     s->n_prompts = 0;
+    if (s->have_ex) h3_exec_free(&s->ex);
+    s->have_ex = 0;
 }
 
 void h3_session_free(h3_session *s) {

@@ -7,8 +7,11 @@
  *   - the tokenizer,
  *   - the text encoder, opened, and the text states of the most recent prompts (H3_SESSION_PROMPTS by
  * default): a prompt seen again skips the text encoder altogether,
- *   - the DiT, opened as the device wants it (on the CPU with its owned weight copies; on a GPU the headers,
- *     its blocks still placed per run by the plan),
+ *   - the DiT, opened as the device wants it (on the CPU with its owned weight copies; on a GPU the headers),
+ *   - on a GPU, the device backend (h3_cuda_init once: its arena the device budget), and the DiT's placement
+ *     (its non-block weights, resident blocks and slots on the device, the pinned copies of the streamed
+ *     ones) when the plan says the other stages fit beside it: a run whose plan places the DiT alike starts
+ *     its steps without loading a weight (H3_REUSED_DIT_PLACEMENT); any other run gives it back first,
  *   - the audio VAE (its weight norm folded once) and the video VAE.
  * A run on another model (other paths, another device) drops everything kept first. Each run's result says
  * what it reused (h3_generate_result.reused).
@@ -26,9 +29,12 @@
 #include "io/tokenizer.h"
 #include "pipeline/generate.h"
 #include "models/audio_vae.h"
+#include "mem/report.h"
 #include "models/dit.h"
+#include "models/dit_stream.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 #define H3_SESSION_PROMPTS 16 /* text states of this many recent prompts are kept */
@@ -42,9 +48,10 @@ enum {
     H3_REUSED_DIT = 1 << 4,          /* the DiT, opened (on the CPU: its weights) */
     H3_REUSED_AUDIO_VAE = 1 << 5,
     H3_REUSED_VIDEO_VAE = 1 << 6,
-    H3_REUSED_COUNT = 7
+    H3_REUSED_DIT_PLACEMENT = 1 << 7, /* the DiT's weights placed on the device (no weight loaded for it) */
+    H3_REUSED_COUNT = 8
 };
-/* "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae" (bit i). */
+/* "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement" (bit i). */
 const char *h3_reused_name(int bit);
 
 typedef struct h3_session_prompt {
@@ -71,6 +78,15 @@ typedef struct h3_session {
     int dit_device; /* opened for the device's plan (stream options) rather than on the host */
     h3_audio_vae *avae;
     h3_video_vae *vvae;
+    /* the runs' executor (ex_threads: the threads asked for), and on a GPU its backend (cuda_on, the arena
+     * cuda_budget bytes), kept up between runs */
+    h3_exec ex;
+    int have_ex, ex_threads, cuda_on;
+    int64_t cuda_budget;
+    /* the DiT's placement kept from the last run (on dit, without LoRAs; the backend up), and its device
+     * bytes per category */
+    h3_dit_stream *dit_stream;
+    int64_t dit_stream_dev[H3_DEVCAT_COUNT];
     int max_prompts, n_prompts;
     h3_session_prompt prompts[H3_SESSION_PROMPTS];
     uint64_t clock;
@@ -81,6 +97,11 @@ h3_status h3_session_new(int prompts, h3_session **out);
 void h3_session_free(h3_session *s);
 /* Drops everything kept (the next run loads again). The caller holds both locks or knows no run is on. */
 void h3_session_drop(h3_session *s);
+/* Gives the kept DiT placement back (the backend stays up); with backend, the backend too. Under the run's
+ * lock. */
+void h3_session_release_device(h3_session *s, int backend);
+/* Closes the session's DiT (its kept placement first). Under the run's lock. */
+void h3_session_close_dit(h3_session *s);
 
 /* The text states kept for this prompt, copied into *hidden (allocated here); 0 when none are kept. Under the
  * caller's run. */

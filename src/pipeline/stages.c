@@ -30,6 +30,8 @@ typedef struct stage_mark {
     const char *name;
     int on_device;
     int64_t predicted, used0;
+    int64_t kept;    /* device bytes the stage leaves placed on purpose (the DiT's kept placement) */
+    int64_t kept_in; /* of them, the bytes it found placed when it began (a kept placement it was given) */
     double t0;
 } stage_mark;
 
@@ -65,12 +67,14 @@ static void mark_end(const stage_mark *m, h3_stage_report *rep) {
     h3_cuda_qgemm_release(m->ex);
     int64_t used = 0, peak = 0;
     h3_cuda_mem_stats(m->ex, &used, &peak, NULL);
-    rep->dev_held = used - m->used0;
+    rep->dev_held = used - m->used0 - m->kept + m->kept_in;
     if (!m->on_device) return;
     rep->dev_peak = peak;
-    h3_log(H3_LOG_INFO, "%s: device peak %.3f GiB measured, %.3f GiB predicted; %s", m->name, peak / H3_GIB,
-           m->predicted / H3_GIB, rep->dev_held ? "" : "all of it given back");
-    if (rep->dev_held)
+    char kept[96] = "";
+    if (m->kept) snprintf(kept, sizeof kept, "; %.3f GiB of weights kept placed for the next run", m->kept / H3_GIB);
+    h3_log(H3_LOG_INFO, "%s: device peak %.3f GiB measured, %.3f GiB predicted; %s%s", m->name, peak / H3_GIB,
+           m->predicted / H3_GIB, rep->dev_held > 0 ? "" : "all of it given back", kept);
+    if (rep->dev_held > 0)
         h3_log(H3_LOG_WARN,
                "%s: %.3f MiB of the device still held when the stage ended (the next stage's plan "
                "does not count them)",
@@ -150,10 +154,12 @@ struct h3_dit_stage {
     h3_tensor dvv, dva;       /* device: its velocities */
     h3_memrep *rep;
     h3_dit_stream *ds;
+    int keep, reused; /* keep the placement at the end; it was given (h3_dit_stage_args.stream) */
     const char *trace;
     stage_mark mk;
     int calls;
-    double t_call0, t_first, t_last; /* when the first call began and ended, when the last ended */
+    double t_open, t_call0, t_first, t_last; /* when the stage began, the first call began and ended, the last
+                                              * ended */
 };
 
 static h3_status dev_rows(h3_tensor *t, int64_t rows, int64_t cols) {
@@ -163,8 +169,15 @@ static h3_status dev_rows(h3_tensor *t, int64_t rows, int64_t cols) {
 h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stage **out) {
     *out = NULL;
     h3_dit_stage *s = h3_calloc(1, sizeof *s, H3_MEM_OTHER);
-    if (!s) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    if (!s) {
+        h3_dit_stream_close(a->stream); /* the stage owns it */
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
     h3_status st = H3_OK;
+    s->t_open = now_s();
+    s->ds = a->stream;
+    s->reused = a->stream != NULL;
+    s->keep = a->keep && a->plan;
     s->ex = ex;
     s->dit = a->dit;
     s->plan = a->plan;
@@ -173,6 +186,7 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
     s->trace = a->memory_trace;
     const h3_dit_plan *p = s->dev ? &a->plan->dit : NULL;
     H3_CHECK(mark_begin(ex, "DiT", s->dev, p ? p->dev_peak : 0, &s->mk));
+    if (s->ds) s->mk.kept_in = a->stream_dev[H3_DEVCAT_WEIGHTS] + a->stream_dev[H3_DEVCAT_SLOTS];
     if (s->dev) {
         if (!p->present) H3_FAIL(H3_ERR_INVALID, "the DiT was not planned");
         /* the arena is the budget; the stream puts every block where the plan says; the report counts each
@@ -183,7 +197,15 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
         h3_memrep_set_predicted(s->rep, pred, ppeak, a->plan->budgets.vram);
         h3_dit_placement pl;
         h3_dit_plan_placement(p, &pl);
-        H3_CHECK_CTX(h3_dit_stream_open(s->dit, ex, &pl, NULL, s->rep, &s->ds), "loading the DiT");
+        if (s->ds) { /* placed by an earlier stage as this plan places it: its bytes are this stage's weights */
+            if (!h3_dit_stream_matches(s->ds, &pl))
+                H3_FAIL(H3_ERR_INTERNAL, "the DiT's kept placement is not the one planned");
+            for (int c = 0; c < H3_DEVCAT_COUNT; c++) h3_memrep_carry(s->rep, (h3_devcat)c, a->stream_dev[c]);
+            h3_dit_stream_rebind(s->ds, s->rep);
+            h3_memrep_mark(s->rep, "dit: placement kept from the last run");
+        } else {
+            H3_CHECK_CTX(h3_dit_stream_open(s->dit, ex, &pl, NULL, s->rep, &s->ds), "loading the DiT");
+        }
         h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
     }
     if (a->n_timesteps > 0) {
@@ -273,15 +295,33 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
     }
     h3_tensor *ts[] = {&s->text, &s->dxv, &s->dxa, &s->dvv, &s->dva};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
-    if (s->ds) h3_dit_stream_close(s->ds); /* slots, resident blocks, pinned copies, staging */
     if (s->dit) {
         h3_dit_release_workspace(s->dit);
         h3_dit_release_modulation(s->dit);
+    }
+    h3_dit_stream *kept = NULL;
+    int64_t kept_dev[H3_DEVCAT_COUNT] = {0};
+    if (s->ds && s->keep && s->rep && res) { /* what stays: the stream's weights and slots */
+        h3_exec_sync(s->ex);
+        h3_clear_error();
+        h3_memrep_figures f;
+        h3_memrep_get(s->rep, &f);
+        kept_dev[H3_DEVCAT_WEIGHTS] = f.current[H3_DEVCAT_WEIGHTS];
+        kept_dev[H3_DEVCAT_SLOTS] = f.current[H3_DEVCAT_SLOTS];
+        h3_dit_stream_rebind(s->ds, NULL);
+        kept = s->ds;
+        s->mk.kept = kept_dev[H3_DEVCAT_WEIGHTS] + kept_dev[H3_DEVCAT_SLOTS];
+    } else if (s->ds) {
+        h3_dit_stream_close(s->ds); /* slots, resident blocks, pinned copies, staging */
     }
     h3_memrep_free(s->rep);
     h3_stage_report rep;
     mark_end(&s->mk, &rep);
     if (res) {
+        res->open_s = s->calls ? s->t_call0 - s->t_open : 0;
+        res->reused_stream = s->reused;
+        res->stream = kept;
+        memcpy(res->stream_dev, kept_dev, sizeof kept_dev);
         res->rep = rep;
         res->calls = s->calls;
         res->call_s = s->calls > 1 ? (s->t_last - s->t_first) / (s->calls - 1)
@@ -368,10 +408,10 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     sample_ctx c;
     memset(&c, 0, sizeof c);
     c.L = L;
+    int stream_owned = a->dit.stream != NULL; /* a kept placement given: closed here if the stage never opens */
     if (res) memset(res, 0, sizeof *res);
     if (L->seq_len > INT32_MAX)
-        return H3_ERR(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers",
-                      (long long)L->seq_len);
+        H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L->seq_len);
     c.nc = L->n_cond_rows;
     c.dump = a->dump_inputs;
     c.text = a->dit.text;
@@ -407,6 +447,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     h3_dit_stage_args da = a->dit;
     da.n_video_rows = c.nc + L->n_video_rows;
     da.n_audio_rows = L->n_audio_rows;
+    stream_owned = 0; /* the stage's from here, whatever happens */
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
                          a->on_step,  a->step_ctx,    a->from_latent, a->start_step};
@@ -414,6 +455,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows, na);
     if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
 done:
+    if (c.s && st != H3_OK) c.s->keep = 0; /* a failed stage gives everything back */
+    if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
     h3_free(c.xv);
     h3_free(c.vv);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "models/audio_vae.h"
+#include "mem/report.h"
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
@@ -78,6 +79,16 @@ typedef struct h3_dit_stage_args {
                              * its own; the host only) */
     int n_timesteps;
     const char *memory_trace; /* device: the memory timeline as JSON (h3_memrep_write_trace); NULL: none */
+    /* On the device, a placement kept by an earlier stage (h3_dit_stage_result.stream) for this DiT, made as
+     * this plan places it (h3_dit_stream_matches: the caller checks): the stage computes with it instead of
+     * placing the blocks again. The stage owns it from the call on (closed with the stage unless kept
+     * again). stream_dev: the device bytes it holds per category (h3_dit_stage_result.stream_dev), counted
+     * in the stage's report as placed. NULL: the stage places the blocks. */
+    struct h3_dit_stream *stream;
+    int64_t stream_dev[H3_DEVCAT_COUNT];
+    /* On the device: a stage that succeeds ends with its placement kept (h3_dit_stage_result.stream) instead of
+     * given back; its activations, modulation and input rows go back as always. */
+    int keep;
 } h3_dit_stage_args;
 
 typedef struct h3_dit_stage_result {
@@ -85,6 +96,13 @@ typedef struct h3_dit_stage_result {
     int calls;
     double call_s; /* seconds per model call after the first (the first's own time when there is one call) */
     char memory_report[3072]; /* device: predicted vs measured per category, copy bandwidth; "" on the host */
+    double open_s;     /* seconds from the stage's start until its first call began (the weights placed and
+                        * the modulation computed) */
+    int reused_stream; /* the stage computed with the placement it was given (h3_dit_stage_args.stream) */
+    /* keep: the placement kept (the caller owns it: pass it to a later stage or h3_dit_stream_close it with the
+     * backend still up), and the device bytes it holds per category; NULL when the stage gave it back */
+    struct h3_dit_stream *stream;
+    int64_t stream_dev[H3_DEVCAT_COUNT];
 } h3_dit_stage_result;
 
 typedef struct h3_dit_stage h3_dit_stage;
