@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
         order[l] = l;
     }
     if (!cold) make_resident(fd, size);
-    h3_streamer_config cfg = {cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST, 2, layer, H3_STREAM_STAGING, NULL, 0};
+    h3_streamer_config cfg = {cuda ? H3_PLACE_DEVICE : H3_PLACE_HOST, 2, layer, H3_STREAM_STAGING, NULL, 0, NULL};
     h3_streamer *s = NULL;
     if (h3_streamer_create(&ex, &cfg, items, layers, &s) != H3_OK) DIE("%s", h3_last_error());
     h3_stream_stats st0;

@@ -795,7 +795,7 @@ static void test_streamer_host(void) {
         CHECK(0, "cannot write %s", g_file);
         return;
     }
-    h3_streamer_config cfg = {H3_PLACE_HOST, 2, SLOT, 2, NULL, 0};
+    h3_streamer_config cfg = {H3_PLACE_HOST, 2, SLOT, 2, NULL, 0, NULL};
     h3_streamer *s = NULL;
     CHECK_OK(h3_streamer_create(&g_ex, &cfg, it, NI, &s));
     if (!s) return;
@@ -995,7 +995,7 @@ static void test_streamer_cache(void) {
             h3_stream_seg segs[3];
             for (int g = 0; g < 3; g++) segs[g] = (h3_stream_seg){NULL, fd, foff[g], len[g], dst[g]};
             h3_stream_item it = {bytes, segs, 3, H3_TIER_DISK, 0};
-            h3_streamer_config cfg = {H3_PLACE_HOST, 1, bytes, 1, NULL, 0};
+            h3_streamer_config cfg = {H3_PLACE_HOST, 1, bytes, 1, NULL, 0, NULL};
             h3_streamer *s = NULL;
             CHECK_OK(h3_streamer_create(&g_ex, &cfg, &it, 1, &s));
             if (!s) continue;
@@ -1129,7 +1129,7 @@ static void test_units(void) {
         h3_pack_add(&packs[u], &tm[u], u == 2);
     }
     /* as opened */
-    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0, NULL};
     h3_units *us = NULL;
     CHECK_OK(h3_units_open(&g_ex, &pc, packs, NU, &us));
     if (us) {
@@ -1146,7 +1146,7 @@ static void test_units(void) {
     }
     /* tiers: resident, pinned, disk (spilled) */
     const uint8_t tier[NU] = {H3_TIER_RESIDENT, H3_TIER_PINNED, H3_TIER_DISK};
-    h3_units_config tc = {H3_PLACE_HOST, tier, 2, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units_config tc = {H3_PLACE_HOST, tier, 2, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0, NULL};
     CHECK_OK(h3_units_open(&g_ex, &tc, packs, NU, &us));
     if (!us) return;
     const int order[] = {0, 1, 2};
@@ -1262,7 +1262,7 @@ static void test_units_convert(void) {
           "placed layout: %lld bytes, joined at %lld; stored %lld", (long long)packs[0].pbytes,
           (long long)packs[0].poff[4], (long long)packs[0].bytes);
     /* as opened on the host: the tensors placed in another dtype converted once, the rest the sources */
-    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units_config pc = {H3_PLACE_HOST, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0, NULL};
     h3_units *us = NULL;
     CHECK_OK(h3_units_open(NULL, &pc, packs, CU, &us));
     for (int u = 0; us && u < CU; u++) {
@@ -1279,7 +1279,7 @@ static void test_units_convert(void) {
     /* placed (the streamer's host emulation): resident converted at open, pinned and disk units converted
      * into the work block as acquired */
     const uint8_t tier[CU] = {H3_TIER_RESIDENT, H3_TIER_PINNED, H3_TIER_DISK};
-    h3_units_config tc = {H3_PLACE_HOST, tier, 1, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+    h3_units_config tc = {H3_PLACE_HOST, tier, 1, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0, NULL};
     CHECK_OK(h3_units_open(&g_ex, &tc, packs, CU, &us));
     if (!us) return;
     const int order[] = {1, 2};
@@ -1321,7 +1321,7 @@ static void test_units_convert(void) {
     /* on a stand-in device: every unit resident, converted through the load buffer; its bytes are the
      * arithmetic's */
     if (t_standin_begin(&g_ex)) {
-        h3_units_config dc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0};
+        h3_units_config dc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, HEADS, HD, NULL, NULL, "test weights", 0, NULL};
         h3_units_mem_of(&dc, packs, CU, &m);
         CHECK(m.resident == 3 * 4 * G && m.load == G && m.peak == 13 * G, "mem_of on the device: %lld, %lld",
               (long long)m.resident, (long long)m.peak);
@@ -1424,6 +1424,46 @@ static void test_dit_streamed(void) {
                   max_rel(&a3, &a2));
             h3_tensor_free(&v3);
             h3_tensor_free(&a3);
+            /* its pinned copies outlive it: a later stream of the DiT adopts them (one whose size does not
+             * match stays in the cache) and computes the same */
+            h3_pinned_cache pc;
+            CHECK_OK(h3_pinned_cache_init(&pc, h3_dit_stream_items(p.streamed)));
+            CHECK_OK(h3_dit_stream_take_pinned(ds, &pc));
+            const int64_t kept = h3_pinned_cache_bytes(&pc);
+            CHECK(kept == st.pinned_bytes, "%s: %lld bytes of pinned copies taken, the stream pinned %lld",
+                  models[m], (long long)kept, (long long)st.pinned_bytes);
+            h3_dit_stream_close(ds);
+            ds = NULL;
+            int odd = -1; /* one copy that claims another size */
+            for (int i = 0; i < pc.n && odd < 0; i++)
+                if (pc.p[i]) odd = i;
+            int64_t odd_bytes = odd >= 0 ? pc.bytes[odd] : 0;
+            if (odd >= 0) pc.bytes[odd] = odd_bytes + 1;
+            h3_dit_stream_opts so;
+            memset(&so, 0, sizeof so);
+            so.pinned_cache = &pc;
+            CHECK_OK(h3_dit_stream_open(p.streamed, &g_ex, &pl, &so, NULL, &ds));
+            if (ds) {
+                h3_stream_stats s2;
+                h3_dit_stream_stats(ds, &s2);
+                CHECK(s2.pinned_adopted == kept - odd_bytes && s2.pinned_bytes == st.pinned_bytes,
+                      "%s: %lld bytes adopted of %lld kept (%lld of them the wrong size), %lld pinned", models[m],
+                      (long long)s2.pinned_adopted, (long long)kept, (long long)odd_bytes,
+                      (long long)s2.pinned_bytes);
+                CHECK(h3_pinned_cache_bytes(&pc) == (odd >= 0 ? odd_bytes + 1 : 0),
+                      "%s: only the copy of the wrong size is left in the cache", models[m]);
+                if (odd >= 0) pc.bytes[odd] = odd_bytes; /* freed at its real size */
+                CHECK_OK(forward(p.streamed, &p.in.in, &v3, &a3));
+                CHECK_OK(h3_dit_stream_step_end(ds));
+                CHECK(max_rel(&v3, &v0) <= 1e-6 && max_rel(&a3, &a0) <= 1e-6,
+                      "%s: with adopted pinned copies vs resident %.2e %.2e", models[m], max_rel(&v3, &v0),
+                      max_rel(&a3, &a0));
+                h3_tensor_free(&v3);
+                h3_tensor_free(&a3);
+                printf("  %s: %lld bytes of pinned copies kept and adopted by the next stream\n", models[m],
+                       (long long)s2.pinned_adopted);
+            }
+            h3_pinned_cache_free(&pc);
             h3_dit_stream_close(ds);
             /* closed: the DiT has its host weights back and no streamer */
             h3_tensor_free(&v1);

@@ -72,7 +72,7 @@ static int ring_run(int k, int unsafe, const char *file) {
         if (disk) foff += bytes;
         items[i] = (h3_stream_item){bytes, &segs[i], 1, disk ? H3_TIER_DISK : H3_TIER_PINNED, !disk};
     }
-    h3_streamer_config cfg = {H3_PLACE_DEVICE, k, bytes, 2, NULL, unsafe};
+    h3_streamer_config cfg = {H3_PLACE_DEVICE, k, bytes, 2, NULL, unsafe, NULL};
     if (h3_streamer_create(&g_ex, &cfg, items, NI, &s) != H3_OK) goto done;
     int order[NI];
     for (int i = 0; i < NI; i++) order[i] = i;

@@ -539,6 +539,52 @@ static void *place_alloc(h3_streamer *s, h3_place pl, int64_t bytes, h3_mem_cate
     return h3_place_alloc(pl, (size_t)bytes, cat);
 }
 
+h3_status h3_pinned_cache_init(h3_pinned_cache *c, int n) {
+    memset(c, 0, sizeof *c);
+    const int m = n > 0 ? n : 1;
+    c->p = h3_calloc((size_t)m, sizeof *c->p, H3_MEM_OTHER);
+    c->bytes = h3_calloc((size_t)m, sizeof *c->bytes, H3_MEM_OTHER);
+    if (!c->p || !c->bytes) {
+        h3_pinned_cache_free(c);
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    c->n = n > 0 ? n : 0;
+    return H3_OK;
+}
+
+void h3_pinned_cache_free(h3_pinned_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++)
+        if (c->p && c->p[i]) h3_place_free(H3_PLACE_PINNED, c->p[i], (size_t)c->bytes[i], H3_MEM_WEIGHTS);
+    h3_free(c->p);
+    h3_free(c->bytes);
+    memset(c, 0, sizeof *c);
+}
+
+int64_t h3_pinned_cache_bytes(const h3_pinned_cache *c) {
+    int64_t b = 0;
+    for (int i = 0; c && i < c->n; i++)
+        if (c->p[i]) b += c->bytes[i];
+    return b;
+}
+
+h3_status h3_streamer_take_pinned(h3_streamer *s, h3_pinned_cache *c) {
+    if (s->n_items > c->n) return H3_ERR(H3_ERR_INTERNAL, "a pinned cache of %d entries for %d items", c->n, s->n_items);
+    H3_TRY(h3_streamer_sync(s));
+    if (s->dev) {
+        H3_TRY(h3_cuda_stream_sync(s->copy));
+        H3_TRY(h3_cuda_stream_sync(s->compute));
+    }
+    for (int i = 0; i < s->n_items; i++) {
+        if (!s->pinned[i] || c->p[i]) continue;
+        c->p[i] = s->pinned[i];
+        c->bytes[i] = s->items[i].bytes;
+        s->pinned[i] = NULL;
+        s->st.pinned_bytes -= s->items[i].bytes;
+    }
+    return H3_OK;
+}
+
 void h3_streamer_free(h3_streamer *s) {
     if (!s) return;
     if (s->dev) { /* a failure that led here keeps its message */
@@ -773,6 +819,15 @@ h3_status h3_streamer_create(h3_exec *ex, const h3_streamer_config *cfg, const h
     for (int i = 0; i < n_items; i++) {
         const h3_stream_item *it = &s->items[i];
         if (it->tier != H3_TIER_PINNED || (it->src_pinned && s->dev)) continue;
+        h3_pinned_cache *pc = cfg->pinned_cache;
+        if (pc && i < pc->n && pc->p[i] && pc->bytes[i] == it->bytes) { /* kept from an earlier streamer */
+            s->pinned[i] = pc->p[i];
+            pc->p[i] = NULL;
+            pc->bytes[i] = 0;
+            s->st.pinned_bytes += it->bytes;
+            s->st.pinned_adopted += it->bytes;
+            continue;
+        }
         /* the pinned host cache: a packed copy, filled once */
         s->pinned[i] = place_alloc(s, H3_PLACE_PINNED, it->bytes, H3_MEM_WEIGHTS);
         if (!s->pinned[i])

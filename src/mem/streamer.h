@@ -79,7 +79,25 @@ typedef struct h3_streamer_config {
     h3_memrep *rep; /* device allocations counted as resident weights / stream slots; may be NULL */
     int unsafe_skip_waits; /* tests only: queue copies and computes without the event waits (a test that must
                             * see corrupted reads proves it can detect them) */
+    /* Pinned copies kept from an earlier streamer over the same items (h3_streamer_take_pinned), indexed as
+     * the items: a PINNED item whose copy is there (of its bytes) adopts it instead of allocating and filling
+     * one (the entry is set NULL); the caller frees what is left (h3_pinned_cache_free). NULL: none. */
+    struct h3_pinned_cache *pinned_cache;
 } h3_streamer_config;
+
+/* Packed pinned copies of items (a streamer's PINNED tier) outliving their streamer: p[i] of bytes[i], NULL
+ * where none. */
+typedef struct h3_pinned_cache {
+    int n;
+    void **p;
+    int64_t *bytes;
+} h3_pinned_cache;
+/* n entries, all empty. */
+h3_status h3_pinned_cache_init(h3_pinned_cache *c, int n);
+/* Frees every copy left and the arrays (pinned memory: while the backend that made it is up). */
+void h3_pinned_cache_free(h3_pinned_cache *c);
+/* Bytes of the copies it holds. */
+int64_t h3_pinned_cache_bytes(const h3_pinned_cache *c);
 
 typedef struct h3_stream_stats {
     int64_t acquires, copies, bytes_copied;
@@ -90,6 +108,7 @@ typedef struct h3_stream_stats {
     int64_t bytes_timed;
     double read_s; /* wall time of the reads */
     int64_t resident_bytes, pinned_bytes, staging_bytes, slot_bytes;
+    int64_t pinned_adopted; /* of pinned_bytes, copies adopted from an earlier streamer (not read again) */
 } h3_stream_stats;
 
 typedef struct h3_streamer h3_streamer;
@@ -111,6 +130,9 @@ void h3_streamer_release(h3_streamer *s, int item);
 /* Waits for the copy and read queues; H3_ERR_IO naming the file when a read failed. Harvests copy timings. */
 h3_status h3_streamer_sync(h3_streamer *s);
 void h3_streamer_get_stats(const h3_streamer *s, h3_stream_stats *out);
+/* Waits for everything queued, then moves the pinned copies of PINNED items into c (entry i for item i; c has
+ * at least n_items entries, the ones it fills empty); h3_streamer_free then leaves them. */
+h3_status h3_streamer_take_pinned(h3_streamer *s, h3_pinned_cache *c);
 /* Waits for everything queued, then frees all it allocated. */
 void h3_streamer_free(h3_streamer *s);
 

@@ -198,7 +198,7 @@ static h3_status load_resident(h3_units *u) {
             j++;
         }
         /* on a device the gathering slot is pinned: the copy out of it runs at the bus's rate, not pageable memory's */
-        h3_streamer_config lc = {dev ? H3_PLACE_PINNED : H3_PLACE_HOST, 1, gather, 0, NULL, 0};
+        h3_streamer_config lc = {dev ? H3_PLACE_PINNED : H3_PLACE_HOST, 1, gather, 0, NULL, 0, NULL};
         H3_CHECK(h3_streamer_create(u->ex, &lc, li, ng, &ld));
         H3_CHECK(h3_streamer_set_order(ld, lo, ng, 0));
     }
@@ -421,8 +421,27 @@ h3_status h3_units_open(h3_exec *ex, const h3_units_config *cfg, const h3_pack *
             if (u->sidx[i] >= 0) si[u->sidx[i]] = u->items[i];
         h3_streamer_config sc = {cfg->place, cfg->n_slots,
                                  slot,       need_staging ? H3_STREAM_STAGING : 0,
-                                 cfg->rep,   cfg->unsafe_skip_waits};
-        st = h3_streamer_create(ex, &sc, si, n_str, &u->s);
+                                 cfg->rep,   cfg->unsafe_skip_waits, NULL};
+        h3_pinned_cache given = {0, NULL, NULL}; /* the kept copies, in the streamer's item order */
+        h3_pinned_cache *pc = cfg->pinned_cache;
+        if (pc && pc->n >= n) {
+            st = h3_pinned_cache_init(&given, n_str);
+            for (int i = 0; i < n && st == H3_OK; i++)
+                if (u->sidx[i] >= 0) {
+                    given.p[u->sidx[i]] = pc->p[i];
+                    given.bytes[u->sidx[i]] = pc->bytes[i];
+                }
+            sc.pinned_cache = &given;
+        }
+        if (st == H3_OK) st = h3_streamer_create(ex, &sc, si, n_str, &u->s);
+        if (given.p) /* the adopted ones leave the caller's cache; the rest stay there */
+            for (int i = 0; i < n; i++)
+                if (u->sidx[i] >= 0 && !given.p[u->sidx[i]]) {
+                    pc->p[i] = NULL;
+                    pc->bytes[i] = 0;
+                }
+        h3_free(given.p);
+        h3_free(given.bytes);
         h3_free(si);
         H3_CHECK_CTX(st, "loading %s", what);
         if (work) {
@@ -508,6 +527,25 @@ void h3_units_stats(const h3_units *u, h3_stream_stats *out) {
     memset(out, 0, sizeof *out);
     if (u->s) h3_streamer_get_stats(u->s, out);
     out->resident_bytes += u->resident_bytes;
+}
+
+h3_status h3_units_take_pinned(h3_units *u, h3_pinned_cache *c) {
+    if (!u->s || u->passthrough) return H3_OK;
+    if (c->n < u->n) return H3_ERR(H3_ERR_INTERNAL, "a pinned cache of %d entries for %d units", c->n, u->n);
+    h3_pinned_cache mine;
+    int ns = 0;
+    for (int i = 0; i < u->n; i++)
+        if (u->sidx[i] >= 0) ns++;
+    H3_TRY(h3_pinned_cache_init(&mine, ns));
+    h3_status st = h3_streamer_take_pinned(u->s, &mine);
+    for (int i = 0; i < u->n && st == H3_OK; i++)
+        if (u->sidx[i] >= 0 && mine.p[u->sidx[i]] && !c->p[i]) {
+            c->p[i] = mine.p[u->sidx[i]];
+            c->bytes[i] = mine.bytes[u->sidx[i]];
+            mine.p[u->sidx[i]] = NULL;
+        }
+    h3_pinned_cache_free(&mine); /* none left unless the take failed part way */
+    return st;
 }
 
 void h3_units_set_report(h3_units *u, h3_memrep *rep) {

@@ -52,6 +52,9 @@ typedef struct h3_units_config {
     h3_memrep *rep;   /* device allocations counted as resident weights / stream slots; may be NULL */
     const char *what; /* for messages: "the DiT's weights" */
     int unsafe_skip_waits; /* tests only: see h3_streamer_config */
+    /* pinned copies kept from an earlier set over the same packs (h3_units_take_pinned), indexed by unit: a
+     * PINNED unit adopts its copy (the entry is emptied); the caller frees the rest. NULL: none. */
+    h3_pinned_cache *pinned_cache;
 } h3_units_config;
 
 typedef struct h3_units h3_units;
@@ -73,6 +76,9 @@ void h3_units_release(h3_units *u, int i);
 /* Waits for the copy and read queues; H3_ERR_IO naming the file when a read failed. */
 h3_status h3_units_sync(h3_units *u);
 void h3_units_stats(const h3_units *u, h3_stream_stats *out);
+/* Moves the pinned copies of the PINNED units into c (entry i for unit i; at least as many entries as units),
+ * after everything queued is done; closing the set then leaves them. */
+h3_status h3_units_take_pinned(h3_units *u, h3_pinned_cache *c);
 /* The report later device allocations of the set count in (NULL: none), for a set that outlives the report
  * it was opened with. */
 void h3_units_set_report(h3_units *u, h3_memrep *rep);

@@ -789,7 +789,7 @@ static h3_status av_open_units(h3_audio_vae *v, h3_exec *ex, const h3_tensor *sr
     if (!packs) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     av_pack_ctx x = {v, packs, src, place == H3_PLACE_DEVICE};
     h3_status st = av_walk(&v->cfg, av_pack_one, &x);
-    const h3_units_config uc = {place, NULL, 0, 0, &v->st, 0, 0, NULL, NULL, "the audio VAE's weights", 0};
+    const h3_units_config uc = {place, NULL, 0, 0, &v->st, 0, 0, NULL, NULL, "the audio VAE's weights", 0, NULL};
     if (st == H3_OK) st = h3_units_open(ex, &uc, packs, n, out);
     h3_free(packs);
     return st;

@@ -309,7 +309,8 @@ h3_status h3_dit_stream_open(h3_dit *dit, h3_exec *ex, const h3_dit_placement *p
                               opts ? opts->spill_dir : NULL,
                               rep,
                               "the DiT's weights",
-                              opts ? opts->unsafe_skip_waits : 0};
+                              opts ? opts->unsafe_skip_waits : 0,
+                              opts ? opts->pinned_cache : NULL};
         H3_CHECK(h3_units_open(ex, &uc, packs, ds->n_items, &ds->u));
     }
     /* 3. The resident units' views, once, with a LoRA merged into them (their device memory is theirs); the
@@ -361,6 +362,15 @@ void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double cei
     h3_units_stats(ds->u, &st);
     h3_memrep_set_copies(rep, st.bytes_copied - ds->base.bytes_copied, st.copy_ms - ds->base.copy_ms,
                          st.bytes_timed - ds->base.bytes_timed, ceiling_gbs);
+}
+
+int h3_dit_stream_items(const h3_dit *dit) {
+    const h3_dit_config *c = h3_dit_get_config(dit);
+    return h3_dit_n_units(c) + (int)c->n_layers;
+}
+
+h3_status h3_dit_stream_take_pinned(h3_dit_stream *ds, h3_pinned_cache *c) {
+    return h3_units_take_pinned(ds->u, c);
 }
 
 int h3_dit_stream_matches(const h3_dit_stream *ds, const h3_dit_placement *pl) {

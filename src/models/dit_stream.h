@@ -43,6 +43,9 @@ typedef struct h3_dit_stream_opts {
     const char *spill_dir; /* DISK-tier units whose weights are not in a file (created in memory) are written
                             * to an unlinked file here first; NULL: $TMPDIR or /tmp */
     int unsafe_skip_waits; /* tests only: see h3_streamer_config */
+    /* pinned copies kept from an earlier stream of this DiT (h3_dit_stream_take_pinned; h3_dit_stream_items
+     * entries): the PINNED units adopt theirs instead of reading them again; the caller frees the rest */
+    h3_pinned_cache *pinned_cache;
 } h3_dit_stream_opts;
 
 typedef struct h3_dit_stream h3_dit_stream;
@@ -67,6 +70,11 @@ void h3_dit_stream_stats(const h3_dit_stream *ds, h3_stream_stats *out);
 /* Copies so far into the report: bytes, timed device milliseconds, against the pinned ceiling (GB/s, 0:
  * none). */
 void h3_dit_stream_to_report(const h3_dit_stream *ds, h3_memrep *rep, double ceiling_gbs);
+/* Entries of a pinned cache for dit's streams: its units, then each block's AdaLN projection. */
+int h3_dit_stream_items(const h3_dit *dit);
+/* Moves the stream's pinned copies into c (h3_dit_stream_items entries) once its queues are done; closing the
+ * stream then leaves them, for a later stream of the same DiT (h3_dit_stream_opts.pinned_cache). */
+h3_status h3_dit_stream_take_pinned(h3_dit_stream *ds, h3_pinned_cache *c);
 /* Whether the stream was placed as pl says (the same tiers, slots, slot size and row chunk): a stream kept
  * placed after its stage serves a later stage whose plan places the DiT alike (h3_dit_stage_args.stream). */
 int h3_dit_stream_matches(const h3_dit_stream *ds, const h3_dit_placement *pl);

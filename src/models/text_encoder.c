@@ -905,7 +905,7 @@ static h3_status encode_device(h3_text_encoder *te, h3_exec *ex, const int32_t *
                               NULL,
                               NULL,
                               "the text encoder's layers",
-                              0};
+                              0, NULL};
         H3_CHECK(h3_units_open(ex, &uc, d.packs, d.n, &units));
         order = h3_calloc((size_t)d.n, sizeof *order, H3_MEM_OTHER);
         if (!order) H3_FAIL(H3_ERR_NOMEM, "out of memory");

@@ -469,7 +469,7 @@ static h3_status vv_bind(h3_video_vae *v) {
                                     NULL,
                                     NULL,
                                     "the video VAE's weights",
-                                    0};
+                                    0, NULL};
         H3_CHECK(h3_units_open(NULL, &uc, packs, L + 1, &v->host));
     }
 done:
@@ -1454,7 +1454,7 @@ h3_status h3_video_vae_place(h3_video_vae *v, h3_exec *ex, const h3_video_vae_me
     {
         const h3_units_config uc = {pl->place, tier,        plan->n_slots, 0,   v->created ? NULL : &v->st,
                                     c->heads,  c->head_dim, NULL,          rep, "the video VAE's weights",
-                                    0};
+                                    0, NULL};
         H3_CHECK(h3_units_open(ex, &uc, packs, L + 1, &pl->u));
     }
     if (random) /* each resident block its own values, as the input and output layers have */
@@ -1640,7 +1640,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     const int64_t stored = packs[0].bytes;
     const int64_t backend = run->place == H3_PLACE_DEVICE ? H3_CUDA_BACKEND_BYTES : 0;
     const int64_t budget = run->vram_budget, slack = budget ? h3_budget_slack(budget) : 0;
-    h3_units_config uc = {run->place, tier, 0, 0, NULL, c->heads, c->head_dim, NULL, NULL, NULL, 0};
+    h3_units_config uc = {run->place, tier, 0, 0, NULL, c->heads, c->head_dim, NULL, NULL, NULL, 0, NULL};
     h3_units_mem um;
     H3_CHECK(vv_make_plan(c, T, H, W, 1, 1, wdt, 0, p));
     const int nt = p->nt;

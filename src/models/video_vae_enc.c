@@ -232,7 +232,7 @@ static h3_status ve_open_units(h3_video_enc *e, h3_exec *ex, h3_place place, h3_
             h3_pack_add_as(&packs[u], t, 0, place == H3_PLACE_DEVICE ? H3_F32 : t->dtype);
         }
     const h3_units_config uc = {
-        place, NULL, 0, 0, e->wb->set, 0, 0, NULL, NULL, "the video VAE encoder's weights", 0};
+        place, NULL, 0, 0, e->wb->set, 0, 0, NULL, NULL, "the video VAE encoder's weights", 0, NULL};
     h3_status st = h3_units_open(ex, &uc, packs, n, out);
     h3_free(packs);
     return st;
@@ -461,7 +461,7 @@ static h3_status ve_weights_mem(const h3_video_enc_config *c, int64_t *resident,
         for (int k = 0; k < e->n_idx[u]; k++)
             h3_pack_add_as(&packs[u], u == 0 ? &e->io[e->idx[0][k]] : &e->lv[u - 1][e->idx[u][k]], 0, H3_F32);
     {
-        const h3_units_config uc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, 0, 0, NULL, NULL, "", 0};
+        const h3_units_config uc = {H3_PLACE_DEVICE, NULL, 0, 0, NULL, 0, 0, NULL, NULL, "", 0, NULL};
         h3_units_mem um;
         h3_units_mem_of(&uc, packs, c->levels + 1, &um);
         *resident = um.resident;

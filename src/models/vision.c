@@ -969,7 +969,7 @@ h3_status h3_vision_forward(h3_vision *v, h3_exec *ex, h3_place place, const h3_
     }
     {
         const h3_units_config uc = {pl, NULL, 0, 0, v->set, 0, 0, NULL, NULL, "the vision tower's weights",
-                                    0};
+                                    0, NULL};
         H3_CHECK(h3_units_open(ex, &uc, packs, nu, &units));
     }
     H3_CHECK(ws_alloc(c, N, pl, dt, &s));

@@ -334,6 +334,7 @@ typedef struct gen {
     /* a session's DiT placement: the run computes with the kept one (reuse_dit) and keeps its own for the next
      * run (keep_dit); held_dev: the device bytes it holds while the stage now running runs beside it */
     int reuse_dit, keep_dit;
+    int reuse_pinned, keep_pinned; /* the same for the pinned copies alone */
     int64_t held_dev;
     /* on the device: every stage planned before the text encoder runs; the DiT opened (headers) for it */
     h3_dit *dit;
@@ -1186,6 +1187,8 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             g->res.reused |= H3_REUSED_DIT_PLACEMENT;
         }
         sa.dit.keep = !refine && g->keep_dit;
+        if (!refine && g->reuse_pinned && g->ses->dit_pinned.n) sa.dit.pinned = &g->ses->dit_pinned;
+        sa.dit.keep_pinned = !refine && g->keep_pinned;
     } else if (g->use_models && !g->r->n_loras && g->ses->dit && !g->ses->dit_device) {
         sa.dit.dit = g->ses->dit; /* its weights as the last run left them */
         g->res.reused |= H3_REUSED_DIT;
@@ -1223,6 +1226,9 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     const double t_stage = now_s() - g->t0;
     st = h3_stage_dit_sample(g->ex, &sa, vrows, arows, &dr);
     if (!refine) g->res.dit_start_s = t_stage + dr.open_s;
+    if (sa.dit.pinned) h3_pinned_cache_free(&g->ses->dit_pinned); /* what the stage did not adopt */
+    if (dr.pinned_adopted) g->res.reused |= H3_REUSED_DIT_PINNED;
+    if (dr.pinned.n) g->ses->dit_pinned = dr.pinned; /* kept for the next run */
     if (dr.stream) { /* kept placed for the next run; the stages after this one run beside it */
         g->ses->dit_stream = dr.stream;
         memcpy(g->ses->dit_stream_dev, dr.stream_dev, sizeof dr.stream_dev);
@@ -1536,6 +1542,17 @@ static h3_status settle_device(gen *g, h3_device dev) {
             h3_session_release_device(s, 0);
         }
     }
+    if (s && s->dit_pinned.n) { /* the pinned copies alone, kept from the last run */
+        const int64_t pb = h3_pinned_cache_bytes(&s->dit_pinned);
+        if (eligible && h3_plan_fits_beside_dit(p, 1, 0, pb, why, sizeof why)) {
+            g->reuse_pinned = 1;
+            h3_log(H3_LOG_INFO, "the DiT: the pinned copies kept from the last run (%.2f GiB) serve this run",
+                   pb / H3_GIB);
+        } else {
+            h3_log(H3_LOG_INFO, "the DiT's pinned copies kept from the last run are given back: %s", why);
+            h3_pinned_cache_free(&s->dit_pinned);
+        }
+    }
     h3_status st = H3_OK;
     if (s && !s->cuda_on) { /* one backend for the session's runs: its arena is the budget */
         st = h3_cuda_init(&s->ex, 0, budget);
@@ -1548,7 +1565,15 @@ static h3_status settle_device(gen *g, h3_device dev) {
     if (st != H3_OK) return h3_error_wrap(st, "%s", "--device cuda");
     if (eligible) {
         g->keep_dit = h3_plan_fits_beside_dit(p, 0, kdev, khost, why, sizeof why);
-        if (!g->keep_dit) h3_log(H3_LOG_INFO, "the DiT's placement goes back after its stage: %s", why);
+        if (!g->keep_dit && p->dit.host_pinned > 0) {
+            char why2[320] = "";
+            g->keep_pinned = h3_plan_fits_beside_dit(p, 0, 0, p->dit.host_pinned, why2, sizeof why2);
+            h3_log(H3_LOG_INFO, "the DiT's placement goes back after its stage (%s); its pinned copies (%.2f GiB) %s%s",
+                   why, p->dit.host_pinned / H3_GIB, g->keep_pinned ? "stay for the next run" : "too: ",
+                   g->keep_pinned ? "" : why2);
+        } else if (!g->keep_dit) {
+            h3_log(H3_LOG_INFO, "the DiT's placement goes back after its stage: %s", why);
+        }
     }
     return H3_OK;
 }

@@ -7,7 +7,8 @@
 #include "cuda/cuda.h"
 
 static const char *const g_reused_names[H3_REUSED_COUNT] = {
-    "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement"};
+    "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement",
+    "dit_pinned"};
 
 const char *h3_reused_name(int bit) {
     return bit >= 0 && bit < H3_REUSED_COUNT ? g_reused_names[bit] : "?";
@@ -32,6 +33,7 @@ void h3_session_release_device(h3_session *s, int backend) {
     h3_dit_stream_close(s->dit_stream); /* the backend is up while a placement is kept */
     s->dit_stream = NULL;
     memset(s->dit_stream_dev, 0, sizeof s->dit_stream_dev);
+    h3_pinned_cache_free(&s->dit_pinned); /* pinned memory: while its backend is up */
     if (backend && s->cuda_on) {
         h3_cuda_shutdown(&s->ex);
         s->cuda_on = 0;

@@ -11,7 +11,9 @@
  *   - on a GPU, the device backend (h3_cuda_init once: its arena the device budget), and the DiT's placement
  *     (its non-block weights, resident blocks and slots on the device, the pinned copies of the streamed
  *     ones) when the plan says the other stages fit beside it: a run whose plan places the DiT alike starts
- *     its steps without loading a weight (H3_REUSED_DIT_PLACEMENT); any other run gives it back first,
+ *     its steps without loading a weight (H3_REUSED_DIT_PLACEMENT); any other run gives it back first; when
+ *     only the host side fits beside the other stages, the pinned copies alone, which the next run's pinned
+ *     blocks adopt instead of reading them again (H3_REUSED_DIT_PINNED),
  *   - the audio VAE (its weight norm folded once) and the video VAE.
  * A run on another model (other paths, another device) drops everything kept first. Each run's result says
  * what it reused (h3_generate_result.reused).
@@ -49,9 +51,11 @@ enum {
     H3_REUSED_AUDIO_VAE = 1 << 5,
     H3_REUSED_VIDEO_VAE = 1 << 6,
     H3_REUSED_DIT_PLACEMENT = 1 << 7, /* the DiT's weights placed on the device (no weight loaded for it) */
-    H3_REUSED_COUNT = 8
+    H3_REUSED_DIT_PINNED = 1 << 8,    /* the pinned copies of the DiT's streamed blocks (not read again) */
+    H3_REUSED_COUNT = 9
 };
-/* "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement" (bit i). */
+/* "files", "tokenizer", "text_encoder", "prompt", "dit", "audio_vae", "video_vae", "dit_placement",
+ * "dit_pinned" (bit i). */
 const char *h3_reused_name(int bit);
 
 typedef struct h3_session_prompt {
@@ -87,6 +91,8 @@ typedef struct h3_session {
      * bytes per category */
     h3_dit_stream *dit_stream;
     int64_t dit_stream_dev[H3_DEVCAT_COUNT];
+    /* or, when the placement could not stay, the pinned copies of its streamed blocks (n 0: none) */
+    h3_pinned_cache dit_pinned;
     int max_prompts, n_prompts;
     h3_session_prompt prompts[H3_SESSION_PROMPTS];
     uint64_t clock;

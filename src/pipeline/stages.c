@@ -155,6 +155,8 @@ struct h3_dit_stage {
     h3_memrep *rep;
     h3_dit_stream *ds;
     int keep, reused; /* keep the placement at the end; it was given (h3_dit_stage_args.stream) */
+    int keep_pinned;  /* keep the pinned copies at the end (without keep) */
+    int64_t pinned_adopted;
     const char *trace;
     stage_mark mk;
     int calls;
@@ -178,6 +180,7 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
     s->ds = a->stream;
     s->reused = a->stream != NULL;
     s->keep = a->keep && a->plan;
+    s->keep_pinned = a->keep_pinned && a->plan;
     s->ex = ex;
     s->dit = a->dit;
     s->plan = a->plan;
@@ -204,7 +207,15 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
             h3_dit_stream_rebind(s->ds, s->rep);
             h3_memrep_mark(s->rep, "dit: placement kept from the last run");
         } else {
-            H3_CHECK_CTX(h3_dit_stream_open(s->dit, ex, &pl, NULL, s->rep, &s->ds), "loading the DiT");
+            h3_dit_stream_opts so;
+            memset(&so, 0, sizeof so);
+            so.pinned_cache = a->pinned;
+            H3_CHECK_CTX(h3_dit_stream_open(s->dit, ex, &pl, &so, s->rep, &s->ds), "loading the DiT");
+            h3_stream_stats ss;
+            h3_dit_stream_stats(s->ds, &ss);
+            s->pinned_adopted = ss.pinned_adopted;
+            if (ss.pinned_adopted)
+                h3_memrep_mark(s->rep, "dit: pinned copies kept from the last run");
         }
         h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
     }
@@ -301,6 +312,7 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
     }
     h3_dit_stream *kept = NULL;
     int64_t kept_dev[H3_DEVCAT_COUNT] = {0};
+    h3_pinned_cache kept_pinned = {0, NULL, NULL};
     if (s->ds && s->keep && s->rep && res) { /* what stays: the stream's weights and slots */
         h3_exec_sync(s->ex);
         h3_clear_error();
@@ -312,6 +324,15 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
         kept = s->ds;
         s->mk.kept = kept_dev[H3_DEVCAT_WEIGHTS] + kept_dev[H3_DEVCAT_SLOTS];
     } else if (s->ds) {
+        if (s->keep_pinned && res) { /* the pinned copies stay for the next stage of this DiT */
+            h3_status ps = h3_pinned_cache_init(&kept_pinned, h3_dit_stream_items(s->dit));
+            if (ps == H3_OK) ps = h3_dit_stream_take_pinned(s->ds, &kept_pinned);
+            if (ps != H3_OK) {
+                h3_log(H3_LOG_WARN, "DiT: its pinned copies are not kept: %s", h3_last_error());
+                h3_clear_error();
+                h3_pinned_cache_free(&kept_pinned);
+            }
+        }
         h3_dit_stream_close(s->ds); /* slots, resident blocks, pinned copies, staging */
     }
     h3_memrep_free(s->rep);
@@ -320,6 +341,8 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
     if (res) {
         res->open_s = s->calls ? s->t_call0 - s->t_open : 0;
         res->reused_stream = s->reused;
+        res->pinned = kept_pinned;
+        res->pinned_adopted = s->pinned_adopted;
         res->stream = kept;
         memcpy(res->stream_dev, kept_dev, sizeof kept_dev);
         res->rep = rep;
@@ -455,7 +478,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows, na);
     if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
 done:
-    if (c.s && st != H3_OK) c.s->keep = 0; /* a failed stage gives everything back */
+    if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
     if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
     h3_free(c.xv);

@@ -89,6 +89,13 @@ typedef struct h3_dit_stage_args {
     /* On the device: a stage that succeeds ends with its placement kept (h3_dit_stage_result.stream) instead of
      * given back; its activations, modulation and input rows go back as always. */
     int keep;
+    /* On the device, placing the blocks: pinned copies kept by an earlier stage of this DiT
+     * (h3_dit_stage_result.pinned), adopted by the units this plan pins (their entries emptied; the caller
+     * frees the rest). NULL: none. */
+    h3_pinned_cache *pinned;
+    /* On the device, without keep: a stage that succeeds keeps the pinned copies of its streamed blocks
+     * (h3_dit_stage_result.pinned) and gives back the rest. */
+    int keep_pinned;
 } h3_dit_stage_args;
 
 typedef struct h3_dit_stage_result {
@@ -103,6 +110,10 @@ typedef struct h3_dit_stage_result {
      * backend still up), and the device bytes it holds per category; NULL when the stage gave it back */
     struct h3_dit_stream *stream;
     int64_t stream_dev[H3_DEVCAT_COUNT];
+    /* keep_pinned: the pinned copies kept (the caller frees them with h3_pinned_cache_free while the backend
+     * is up); empty (n 0) when none */
+    h3_pinned_cache pinned;
+    int64_t pinned_adopted; /* bytes of pinned copies the stage adopted from h3_dit_stage_args.pinned */
 } h3_dit_stage_result;
 
 typedef struct h3_dit_stage h3_dit_stage;
