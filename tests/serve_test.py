@@ -23,6 +23,11 @@ Cases (all by default, or those named on the command line):
               report, its images stored under DATA/uploads/ and removed with the job; bad images (not base64,
               empty, a name instead of an image, a negative frame) get 400 and leave no upload; on the small
               model (no vision tower) a keyframe job is refused with 422 naming it
+  loras       with --lora-dir: GET /api/info lists the folder's LoRA files (nothing else of it); a job naming one
+              runs to done with latents other than the same job's without it, and the job after it without the
+              LoRA gives the first job's latents bit for bit (the server's kept DiT never carries a job's LoRA);
+              bad LoRA options (no folder, path-like or hidden names, another extension, a missing file, a wrong
+              strength, extra keys, too many) get 400
 Usage: serve_test.py PATH/TO/h3run [case ...]. Needs ffprobe.
 """
 import http.client
@@ -517,8 +522,60 @@ def case_keyframes():
     check(srv.stop() == 0, "the server exits 0")
 
 
+def case_loras():
+    ld = os.path.join(TMP, "lora-dir")
+    os.makedirs(os.path.join(ld, "sub"), exist_ok=True)
+    with open(os.path.join(ld, "notes.txt"), "w") as f:
+        f.write("not a LoRA")
+    srv = Server(os.path.join(TMP, "loras-none"))
+    st, info = srv.request("GET", "/api/info")
+    st2, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", loras=[{"name": "a.safetensors"}]))
+    check(st == 200 and info.get("loras") == [] and st2 == 400 and "--lora-dir" in body.get("error", ""),
+          "no LoRA folder: info %s, a job with a LoRA: %s %s" % (info.get("loras"), st2, body))
+    check(srv.stop() == 0, "the server exits 0")
+    lora = os.path.join(ld, "shape.safetensors")
+    r = subprocess.run([os.path.join(os.path.dirname(os.path.abspath(H3RUN)), "h3-testdata"), "lora", lora, "--dit",
+                        os.path.join(info["model"], "transformer"), "--rank", "4", "--seed", "3"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and os.path.exists(lora), "h3-testdata lora: %s %s" % (r.returncode, r.stderr[-500:]))
+    srv = Server(os.path.join(TMP, "loras"), "--lora-dir", ld)
+    st, info = srv.request("GET", "/api/info")
+    check(st == 200 and info.get("loras") == [{"name": "shape.safetensors", "bytes": os.path.getsize(lora)}],
+          "GET /api/info lists the LoRA folder's .safetensors files only: %s" % info.get("loras"))
+    base = dict(TINY, prompt="a blue triangle spins, a high tone", seed=11, latents=True)
+    ids = [srv.submit(base), srv.submit(dict(base, loras=[{"name": "shape.safetensors", "strength": 1.0}])),
+           srv.submit(base)]
+    jobs = [srv.wait(i) for i in ids]
+    check(all(j["state"] == "done" for j in jobs), "the three jobs: %s" % [(j["state"], j.get("message")) for j in jobs])
+    lat = []
+    for i in ids:
+        st, raw, _ = srv.request("GET", "/api/jobs/%d/latents" % i, raw=True)
+        lat.append(raw if st == 200 else b"")
+    check(lat[0] and lat[1] and lat[0] != lat[1], "the LoRA changes the latents")
+    check(lat[0] == lat[2], "the job after the LoRA's gives the first job's latents bit for bit")
+    check("dit" not in jobs[1]["report"]["reused"], "the LoRA's job opened its own DiT: reused %s" %
+          jobs[1]["report"]["reused"])
+    bad = [([{"name": "../shape.safetensors"}], "not a LoRA's name"), ([{"name": "sub/x.safetensors"}], "not a LoRA"),
+           ([{"name": ".shape.safetensors"}], "not a LoRA"), ([{"name": "notes.txt"}], "not a LoRA"),
+           ([{"name": "missing.safetensors"}], "no LoRA 'missing"), ([{"name": "sub.safetensors"}], "no LoRA"),
+           ([{"name": "shape.safetensors", "strength": "1"}], "must be"),
+           ([{"name": "shape.safetensors", "strength": 1000}], "from -100 to 100"),
+           ([{"name": "shape.safetensors", "path": "/etc/passwd"}], "must be"), (["shape.safetensors"], "must be"),
+           ({"name": "shape.safetensors"}, "an array"), ([{"name": "shape.safetensors"}] * 17, "at most 16"),
+           ([{"name": "shape.safetensors\u0000.txt"}], "")]
+    os.makedirs(os.path.join(ld, "sub.safetensors"), exist_ok=True)
+    for loras, want in bad:
+        st, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", loras=loras))
+        check(st == 400 and want in body.get("error", ""), "loras %s: %s %s" % (str(loras)[:80], st, body))
+    st, body = srv.request("GET", "/api/jobs")
+    check(len(body["jobs"]) == 3, "no refused job is queued: %d jobs" % len(body["jobs"]))
+    check(srv.stop() == 0, "the server exits 0")
+    sanitizer_clean(srv, "loras")
+
+
 CASES = [("token", case_token), ("plan", case_plan), ("submit", case_submit), ("reuse", case_reuse), ("bad", case_bad),
-         ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent), ("keyframes", case_keyframes)]
+         ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent), ("keyframes", case_keyframes),
+         ("loras", case_loras)]
 
 if __name__ == "__main__":
     try:

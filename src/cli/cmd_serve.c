@@ -57,6 +57,7 @@ typedef struct server {
     int64_t vram, ram;
     char *jobs_dir; /* DATA/jobs: the outputs, named by job id */
     char *uploads_dir; /* DATA/uploads: keyframe images, named by random hex (serve.h) */
+    char *lora_dir;    /* --lora-dir: the LoRAs jobs may name (NULL: none) */
     char *token;    /* NULL: none needed (loopback) */
     int stopping;
     /* the job the worker runs (0: none) and what it reported last */
@@ -259,7 +260,7 @@ static json_t *report_json(const h3_generate_result *res) {
  * session, and its own output paths. */
 static h3_status job_request(server *S, json_t *obj, int64_t id, h3_serve_request *sr,
                              char paths[N_OUTPUTS][4096]) {
-    H3_TRY(h3_serve_parse_request(obj, S->small, S->uploads_dir, sr));
+    H3_TRY(h3_serve_parse_request(obj, S->small, S->uploads_dir, S->lora_dir, sr));
     h3_generate_request *g = &sr->gen;
     g->model = S->model;
     g->device = S->device;
@@ -912,6 +913,7 @@ static enum MHD_Result api_info(server *S, struct MHD_Connection *c) {
     json_object_set_new(d, "steps_h3", json_integer(H3_DEFAULT_STEPS_H3));
     json_object_set_new(d, "steps_other", json_integer(H3_DEFAULT_STEPS_COMFY));
     json_object_set_new(o, "defaults", d);
+    json_object_set_new(o, "loras", h3_serve_list_loras(S->lora_dir)); /* read now: files may come and go */
     pthread_mutex_lock(&S->mu);
     json_object_set_new(o, "queued", json_integer(h3_store_count(S->store, H3_JOB_QUEUED)));
     json_object_set_new(o, "running", json_integer(S->cur_id));
@@ -1126,7 +1128,7 @@ static char *read_token_file(const char *path) {
 
 int h3_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *listen = "127.0.0.1:8188", *data = "h3run-data", *token = NULL,
-               *token_file = NULL, *device = "auto", *vram_s = NULL, *ram_s = NULL;
+               *token_file = NULL, *device = "auto", *vram_s = NULL, *ram_s = NULL, *lora_dir = NULL;
     int64_t threads = 0;
     int verbose = 0, quiet = 0;
     const h3_cli_opt opts[] = {
@@ -1146,6 +1148,9 @@ int h3_cmd_serve(int argc, char **argv) {
          "every request must carry it (Authorization: Bearer TOKEN, or ?token=TOKEN); at least 16 characters",
          0, 0},
         {"token-file", 0, H3_OPT_STR, &token_file, "FILE", "the token, from the first line of FILE", 0, 0},
+        {"lora-dir", 0, H3_OPT_STR, &lora_dir, "DIR",
+         "the folder of the LoRA files (.safetensors) jobs may name in their 'loras' option (default: none)", 0,
+         0},
         {"device", 0, H3_OPT_STR, &device, "NAME", "cpu or cuda (default: cuda when a GPU is present)", 0, 0},
         {"vram-budget", 0, H3_OPT_STR, &vram_s, "SIZE", "device memory every job may take (as generate)", 0,
          0},
@@ -1249,6 +1254,16 @@ int h3_cmd_serve(int argc, char **argv) {
         S->small = 1;
     }
     S->model = model;
+    if (lora_dir) { /* jobs name files of it; nothing else of the filesystem */
+        if (!h3_path_is_dir(lora_dir)) {
+            fprintf(stderr, "h3run serve: error: --lora-dir %s: not a folder (give the folder of the LoRA files)\n",
+                    lora_dir);
+            rc = H3_EXIT_USAGE;
+            goto done;
+        }
+        S->lora_dir = h3_strdup(lora_dir);
+        if (!S->lora_dir) goto done;
+    }
     /* The data folder, its jobs/ folder and the store. */
     S->jobs_dir = h3_path_join(data, "jobs");
     S->uploads_dir = h3_path_join(data, "uploads");
@@ -1336,6 +1351,7 @@ done:
     h3_store_close(S->store);
     h3_free(S->jobs_dir);
     h3_free(S->uploads_dir);
+    h3_free(S->lora_dir);
     h3_free(db_path);
     h3_free(default_model);
     h3_free(token_text);

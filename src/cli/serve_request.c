@@ -1,8 +1,11 @@
 /* A job's request as JSON (serve.h): the options of `generate` a client may give, checked for type and range
  * here; the request's own rules (17n+5 frames, the canvas) are h3_request_resolve's, asked for at the check.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +19,7 @@
 #include "pipeline/request.h"
 #include "sample/schedule.h"
 
-typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES } opt_type;
+typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES, T_LORAS } opt_type;
 
 /* The options: name, type, range for numbers (inclusive), what it is. */
 static const struct {
@@ -41,6 +44,7 @@ static const struct {
     {"first_frame", T_STR, 0, 0},
     {"last_frame", T_STR, 0, 0},
     {"keyframes", T_KEYFRAMES, 0, 0},
+    {"loras", T_LORAS, 0, 0},
 };
 enum { N_OPTS = sizeof g_opts / sizeof *g_opts };
 
@@ -58,6 +62,8 @@ static const char *type_words(opt_type t) {
             return "true or false";
         case T_KEYFRAMES:
             return "an array of {\"image\": base64, \"frame\": a frame from 0}";
+        case T_LORAS:
+            return "an array of {\"name\": a file of the server's LoRA folder, \"strength\": a number}";
     }
     return "?";
 }
@@ -85,7 +91,8 @@ static const char *json_type_words(const json_t *v) {
 
 static h3_status upload_path(const char *ref, const char *what, const char *dir, char *buf, size_t n);
 
-h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *uploads_dir, h3_serve_request *out) {
+h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *uploads_dir, const char *lora_dir,
+                                 h3_serve_request *out) {
     memset(out, 0, sizeof *out);
     h3_generate_request_init(&out->gen);
     h3_request *q = &out->gen.req;
@@ -103,7 +110,7 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         int ok = t == T_STR || t == T_TEXT ? json_is_string(v)
                  : t == T_INT              ? json_is_integer(v)
                  : t == T_NUM              ? json_is_number(v)
-                 : t == T_KEYFRAMES        ? json_is_array(v)
+                 : t == T_KEYFRAMES || t == T_LORAS ? json_is_array(v)
                                            : json_is_boolean(v);
         if (!ok)
             return H3_ERR(H3_ERR_INVALID, "option '%s' takes %s; got %s", key, type_words(t),
@@ -191,7 +198,75 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         g->keyframe[g->n_keyframes] = out->kf_path[g->n_keyframes];
         g->keyframe_frame[g->n_keyframes++] = json_integer_value(fr2);
     }
+    /* LoRAs: files of the server's folder, by name */
+    json_t *ll = json_object_get(obj, "loras");
+    const size_t nl = ll ? json_array_size(ll) : 0;
+    if (nl && !lora_dir)
+        return H3_ERR(H3_ERR_INVALID, "this server has no LoRA folder: start it with --lora-dir DIR (GET /api/info "
+                                      "lists the LoRAs a server has)");
+    if (nl > H3_MAX_LORAS) return H3_ERR(H3_ERR_INVALID, "%zu LoRAs; at most %d", nl, H3_MAX_LORAS);
+    for (size_t i = 0; i < nl; i++) {
+        json_t *l = json_array_get(ll, i), *nm = json_object_get(l, "name"), *sg = json_object_get(l, "strength");
+        if (!json_is_object(l) || !json_is_string(nm) || (sg && !json_is_number(sg)) ||
+            json_object_size(l) != 1u + !!sg)
+            return H3_ERR(H3_ERR_INVALID,
+                          "loras[%zu] must be {\"name\": a file of the server's LoRA folder, \"strength\": a number "
+                          "(1 when left out)}",
+                          i);
+        const char *name = json_string_value(nm);
+        const size_t len = json_string_length(nm);
+        const size_t ext = strlen(".safetensors");
+        if (strlen(name) != len || len <= ext || len > 255 || strchr(name, '/') || name[0] == '.' ||
+            strcmp(name + len - ext, ".safetensors"))
+            return H3_ERR(H3_ERR_INVALID,
+                          "loras[%zu]: '%.64s' is not a LoRA's name: give a file name of the server's LoRA folder "
+                          "ending in .safetensors (GET /api/info lists them)",
+                          i, name);
+        const double x = sg ? json_number_value(sg) : 1.0;
+        if (!(x >= -100 && x <= 100))
+            return H3_ERR(H3_ERR_INVALID, "loras[%zu]: the strength takes a number from -100 to 100; got %g", i, x);
+        if (snprintf(out->lora_path[i], sizeof out->lora_path[0], "%s/%s", lora_dir, name) >=
+            (int)sizeof out->lora_path[0])
+            return H3_ERR(H3_ERR_INVALID, "loras[%zu]: the name is too long", i);
+        struct stat sb;
+        if (stat(out->lora_path[i], &sb) != 0 || !S_ISREG(sb.st_mode))
+            return H3_ERR(H3_ERR_INVALID, "loras[%zu]: the server has no LoRA '%.64s' (GET /api/info lists them)",
+                          i, name);
+        g->lora[i] = out->lora_path[i];
+        g->lora_strength[i] = (float)x;
+    }
+    g->n_loras = (int)nl;
     return H3_OK;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
+                  json_string_value(json_object_get(*(json_t *const *)b, "name")));
+}
+
+json_t *h3_serve_list_loras(const char *lora_dir) {
+    json_t *arr = json_array();
+    DIR *d = lora_dir ? opendir(lora_dir) : NULL;
+    if (!d || !arr) {
+        if (d) closedir(d);
+        return arr;
+    }
+    json_t *items[1024];
+    size_t n = 0;
+    const size_t ext = strlen(".safetensors");
+    for (struct dirent *e; (e = readdir(d)) && n < sizeof items / sizeof *items;) {
+        const size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len <= ext || len > 255 || strcmp(e->d_name + len - ext, ".safetensors")) continue;
+        char path[1300];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", lora_dir, e->d_name);
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        items[n++] = json_pack("{s:s, s:I}", "name", e->d_name, "bytes", (json_int_t)sb.st_size);
+    }
+    closedir(d);
+    qsort(items, n, sizeof *items, name_cmp);
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, items[i]);
+    return arr;
 }
 
 /* ---- uploads --------------------------------------------------------------------------------------------- */

@@ -37,6 +37,17 @@ async function main() {
                                !document.querySelector('#submit').disabled, { timeout: 20000 });
     const plan = await page.$eval('#plan', (e) => e.textContent);
     console.log('plan shown before submitting: ' + plan);
+    // the server's LoRAs (LORA_NAME: the one its folder holds), one of them chosen
+    const loraName = process.env.LORA_NAME;
+    if (loraName) {
+      const rows = await page.$$eval('#loras .lora', (rs) => rs.map((r) => r.dataset.name));
+      check(!(await page.$eval('#loras-box', (b) => b.hidden)) && rows.length === 1 && rows[0] === loraName,
+            'the page offers the server\'s LoRA: ' + JSON.stringify(rows));
+      await page.click('#loras .lora input[type=checkbox]');
+      await page.$eval('#loras .lora input[type=number]', (e) => { e.value = '0.5'; e.dispatchEvent(new Event('input')); });
+      await sleep(400);
+      await page.waitForFunction(() => !document.querySelector('#submit').disabled, { timeout: 20000 });
+    }
     await page.click('#submit');
 
     // the progress bar of the running job moves
@@ -76,6 +87,12 @@ async function main() {
           'the clip is 56 frames at 128x128: ' + JSON.stringify(played));
     const seekable = await page.$eval('#gallery .card[data-state="done"] video', (v) => v.seekable.length);
     check(seekable >= 1, 'the player can seek (range requests)');
+    if (loraName) {
+      const jobs = await page.evaluate(async () => (await (await fetch('/api/jobs')).json()).jobs);
+      const req = jobs.length ? jobs[jobs.length - 1].request : null;
+      check(req && JSON.stringify(req.loras) === JSON.stringify([{ name: loraName, strength: 0.5 }]),
+            'the job took the chosen LoRA at 0.5: ' + JSON.stringify(req && req.loras));
+    }
     await page.screenshot({ path: shot, fullPage: true });
     console.log('screenshot: ' + shot);
     check(errors.length === 0, 'no script error on the page: ' + errors.join('; '));

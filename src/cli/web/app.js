@@ -63,7 +63,20 @@ function readForm() {
   if ($('wav').checked) req.wav = true;
   if (keyframes.first_frame) req.first_frame = keyframes.first_frame;
   if (keyframes.last_frame) req.last_frame = keyframes.last_frame;
+  const loras = [...document.querySelectorAll('#loras .lora')]
+    .filter((row) => row.querySelector('input[type=checkbox]').checked)
+    .map((row) => ({ name: row.dataset.name, strength: Number(row.querySelector('input[type=number]').value) }));
+  if (loras.length) req.loras = loras;
   return req;
+}
+
+// One row per LoRA of the server's folder: a box to use it and its strength.
+function loraRow(l) {
+  const box = el('input', { type: 'checkbox', oninput: schedulePlan });
+  const strength = el('input', { type: 'number', value: '1', min: '-100', max: '100', step: '0.05', oninput: schedulePlan });
+  const row = el('label', { class: 'lora check' }, box, ` ${l.name} (${(l.bytes / 1048576).toFixed(1)} MiB) `, strength);
+  row.dataset.name = l.name;
+  return row;
 }
 
 // The chosen keyframe images as data: URLs (the server takes base64, a data: URL's prefix allowed).
@@ -248,6 +261,9 @@ async function init() {
     $('length').value = info.defaults.frames;
     $('size').value = info.defaults.size;
     $('steps').placeholder = `${info.defaults.steps_h3} (h3) / ${info.defaults.steps_other}`;
+    const loras = info.loras || [];
+    $('loras').replaceChildren(...loras.map(loraRow));
+    $('loras-box').hidden = loras.length === 0;
   }
   for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav'])
     $(id).addEventListener('input', schedulePlan);
