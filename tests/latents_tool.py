@@ -2,6 +2,8 @@
 tests/cli_refine.sh:
 
     latents_tool.py same-audio A B        exit 0 when audio_latents of A and B are the same bytes, else 1
+    latents_tool.py distance A B          prints the relative L2 distance of B's video_latents from A's, then of
+                                          its audio_latents (tests/cli_cache.sh)
     latents_tool.py near-upscaled A B     prints the relative L2 distance of B's video_latents from A's
                                           upscaled to B's size (bilinear, half-pixel centres, per frame: an
                                           implementation of its own, not h3run's)
@@ -117,6 +119,15 @@ def main():
     a, b = read(pa), read(pb)
     if cmd == "same-audio":
         sys.exit(0 if a["audio_latents"][1] == b["audio_latents"][1] else 1)
+    if cmd == "distance":
+        out = []
+        for name in ("video_latents", "audio_latents"):
+            x, y = array("f", a[name][1]), array("f", b[name][1])
+            num = sum((p - q) * (p - q) for p, q in zip(x, y))
+            den = sum(p * p for p in x)
+            out.append("%.6f" % math.sqrt(num / den))
+        print(" ".join(out))
+        return
     (sa, da), (sb, db) = a["video_latents"], b["video_latents"]
     _, C, T, H, W = sa
     _, C2, T2, H2, W2 = sb

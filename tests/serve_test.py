@@ -14,7 +14,8 @@ Cases (all by default, or those named on the command line):
               the server still answers afterwards and exits cleanly (under ASan: no leak, no error)
   plan        POST /api/plan resolves and plans without queuing; a request beyond the server's budget is refused
               with 422 and the planner's message, at /api/plan and at /api/jobs, and nothing is queued; refine,
-              output_size and shift are taken with generate's checks (a job at output_size 96x80 writes a 96x80 MP4)
+              output_size and shift are taken with generate's checks (a job at output_size 96x80 writes a 96x80 MP4);
+              'cache' (true or a threshold) runs a job with step caching, its figures in the report; bad values 400
   token       a bind beyond loopback without a token refuses to start; with --token every request needs it
   reuse       the second job of a batch starts its DiT at least 3x sooner than the first (what it reused is in
               its report)
@@ -440,6 +441,15 @@ def case_plan():
                         "-of", "csv=p=0", os.path.join(TMP, "plan", "jobs", "%d.mp4" % job["id"])],
                        capture_output=True, text=True)
     check(job["state"] == "done" and r.stdout.strip() == "96,80", "output_size 96x80: %s %s" % (job["state"], r.stdout))
+    # step caching as a job option: true (the default threshold) or a threshold; its figures in the report
+    job = srv.wait(srv.submit(dict(TINY, prompt="a cached one", steps=30, cache=True)))
+    rep = job.get("report", {}).get("cache", {})
+    check(job["state"] == "done" and rep.get("calls") == 30 and 0 < rep.get("skipped", 0) < 30,
+          "cache true: %s %s" % (job["state"], rep))
+    for val, ok in ((0.05, True), (False, True), (0, False), (-1, False), (11, False), ("0.2", False), ([], False)):
+        st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", cache=val))
+        check((st == 200) == ok and (ok or "option 'cache' takes" in body.get("error", "")),
+              "cache %r: %s %s" % (val, st, body))
     check(srv.stop() == 0, "the server exits 0")
     # a host budget too small for the DiT stage: the planner's refusal, before the job is accepted
     srv = Server(os.path.join(TMP, "plan-small"), "--ram-budget", "1MiB")

@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/json.h"
+#include "sample/cache.h"
 #include "sample/rng.h"
 #include "sample/sampler.h"
 #include "sample/schedule.h"
@@ -525,6 +526,91 @@ static void test_resume(void) {
     h3_schedule_free(&s);
 }
 
+/* ---- step caching (sample/cache.h) ---- */
+
+/* v = cv (video, constant) and v = -ka*x (audio): a model whose video output never changes and whose audio
+ * output follows its input at rate ka. */
+typedef struct {
+    float cv, ka;
+    int na, calls;
+} cache_model;
+
+static h3_status cache_fn(void *ctx, const float *xv, const float *xa, float tv, float ta, float *vv, float *va) {
+    (void)xv, (void)tv, (void)ta;
+    cache_model *m = ctx;
+    m->calls++;
+    for (int i = 0; i < 16; i++) vv[i] = m->cv * (float)(1 + i % 3);
+    for (int i = 0; i < m->na; i++) va[i] = -m->ka * xa[i];
+    return H3_OK;
+}
+
+/* Runs 49 calls of euler on h3 with the cache (threshold t; na audio floats) over cache_fn: the end state,
+ * the model's own calls and the cache's figures. */
+static void cache_run(double t, int na, float ka, float *xv, float *xa, int *model_calls, h3_cache_stats *st) {
+    h3_schedule s;
+    CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 49, 12, 3, &s));
+    for (int i = 0; i < 16; i++) {
+        xv[i] = (float)sin(i + 1.0);
+        xa[i] = (float)cos(i + 1.0);
+    }
+    cache_model m = {0.5f, ka, na, 0};
+    h3_step_cache c;
+    memset(&c, 0, sizeof c);
+    h3_sample_args a = {H3_SAMPLER_EULER, &s, cache_fn, &m, NULL, NULL, 0, 0};
+    if (t > 0) {
+        const h3_cache_opts o = {t, H3_CACHE_START, H3_CACHE_END};
+        CHECK_OK(h3_step_cache_init(&c, &o, cache_fn, &m, 16, (size_t)na, s.n - 1, 0));
+        a.model = h3_step_cache_model;
+        a.model_ctx = &c;
+    }
+    CHECK_OK(h3_sample(&a, xv, 16, xa, (size_t)na));
+    *model_calls = m.calls;
+    memset(st, 0, sizeof *st);
+    if (t > 0) *st = c.st;
+    h3_step_cache_free(&c);
+    h3_schedule_free(&s);
+}
+
+static void test_cache(void) {
+    float v0[16], a0[16], v1[16], a1[16];
+    int calls0, calls1;
+    h3_cache_stats st;
+    /* the window of 49 calls at 0.15 .. 0.95: calls 8 .. 46 (i/49 >= 0.15 and < 0.95) */
+    int first = 0, last = 0;
+    for (int i = 0; i < 49; i++) {
+        if (!first && i / 49.0 >= H3_CACHE_START) first = i;
+        if (i / 49.0 < H3_CACHE_END) last = i;
+    }
+    const int window = last - first + 1;
+    /* a constant output, video only: the first window call runs (it measures k = 0), every later one in the
+     * window is answered from the cache, exactly */
+    cache_run(0, 0, 0, v0, a0, &calls0, &st);
+    cache_run(H3_CACHE_THRESHOLD, 0, 0, v1, a1, &calls1, &st);
+    CHECK(calls0 == 49 && st.calls == 49 && st.skipped == window - 1 && calls1 == 49 - st.skipped,
+          "constant video output: %d of %d calls skipped (window %d), the model ran %d times", st.skipped, st.calls,
+          window, calls1);
+    CHECK(!memcmp(v0, v1, sizeof v0), "constant output: the cached run ends where the uncached one does");
+    CHECK(st.est_max == 0, "constant output: estimated change %g", st.est_max);
+    /* audio whose output follows its input: its own estimate makes calls run that the video alone would skip */
+    cache_run(H3_CACHE_THRESHOLD, 16, 0.5f, v1, a1, &calls1, &st);
+    CHECK(st.skipped > 0 && st.skipped < window - 1 && st.est_max < H3_CACHE_THRESHOLD && st.est_max > 0,
+          "audio following its input: %d skipped (window %d), largest estimate %g", st.skipped, window, st.est_max);
+    const int some = st.skipped;
+    cache_run(0.02, 16, 0.5f, v1, a1, &calls1, &st);
+    CHECK(st.skipped < some, "a lower threshold skips fewer: %d against %d at 0.2", st.skipped, some);
+    cache_run(1e-9, 16, 0.5f, v1, a1, &calls1, &st);
+    cache_run(0, 16, 0.5f, v0, a0, &calls0, &st);
+    h3_cache_stats st2;
+    cache_run(1e-9, 16, 0.5f, v1, a1, &calls1, &st2);
+    CHECK(st2.skipped == 0 && calls1 == 49 && !memcmp(v0, v1, sizeof v0) && !memcmp(a0, a1, sizeof a0),
+          "a threshold of 1e-9 skips nothing (%d) and changes nothing", st2.skipped);
+    /* the options */
+    const h3_cache_opts bad[] = {{0, 0.15, 0.95}, {-1, 0.15, 0.95}, {NAN, 0.15, 0.95}, {11, 0.15, 0.95},
+                                 {0.2, 0.5, 0.5}, {0.2, -0.1, 0.9}, {0.2, 0.1, 1.5}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_ERR(h3_cache_opts_check(&bad[i]), H3_ERR_INVALID, "cache");
+}
+
 static void test_sampler_api(void) {
     enum { N = 8 };
     double mu[N] = {0}, sd[N];
@@ -649,6 +735,7 @@ static void test_tail_from_latent(void) {
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"resume", test_resume},
+        {"cache", test_cache},
         {"philox_vectors", test_philox_vectors},
         {"normals_reference", test_normals_reference},
         {"normals_properties", test_normals_properties},

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "mem/budget.h"
 #include "pipeline/generate.h"
+#include "sample/cache.h"
 
 /* -q: warnings and errors, in the format of the other commands' log. */
 static void log_warnings(h3_log_level level, const char *msg, void *user) {
@@ -42,8 +43,8 @@ int h3_cmd_generate(int argc, char **argv) {
     int64_t checkpoint_every = 0;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
-    double seconds = 0;
-    int quiet = 0, verbose = 0;
+    double seconds = 0, cache_threshold = 0;
+    int quiet = 0, verbose = 0, cache = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
          "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder (default: the small "
@@ -95,6 +96,14 @@ int h3_cmd_generate(int argc, char **argv) {
          "auto (default: merged into float weights, a low-rank side path for quantized and streamed ones), "
          "merge, or side",
          0, 0},
+        {"cache", 0, H3_OPT_FLAG, &cache, NULL,
+         "step caching (EasyCache): skip the DiT calls whose output it predicts to change least, answering them "
+         "from the last computed call (about 2x fewer calls at 49 steps; docs/SAMPLING.md); off by default",
+         0, 0},
+        {"cache-threshold", 0, H3_OPT_FLOAT, &cache_threshold, "X",
+         "with --cache (implied): the estimated relative output change skips may add up to before a call runs "
+         "(default 0.2, ComfyUI's; lower skips less)",
+         0.001, 10},
         {"seed", 0, H3_OPT_INT, &seed, "N",
          "noise seed (default: random, printed); same seed, same video here", 0, 0},
         {"output", 'o', H3_OPT_STR, &output, "FILE",
@@ -283,6 +292,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.checkpoint_every = (int)checkpoint_every;
     gr.threads = (int)threads;
     gr.x264_preset = preset;
+    if (cache || cache_threshold > 0) gr.cache_threshold = cache_threshold > 0 ? cache_threshold : H3_CACHE_THRESHOLD;
     if (quiet)
         h3_log_set_callback(log_warnings, NULL, H3_LOG_WARN);
     else
@@ -404,6 +414,14 @@ int h3_cmd_generate(int argc, char **argv) {
         if (res.resumed_step)
             printf("resumed from %s: %d of %d model calls were done before\n", checkpoint, res.resumed_step,
                    res.req.steps);
+        if (gr.cache_threshold > 0)
+            printf("step cache (threshold %g): %d of %d model calls answered from the cache, %d DiT calls "
+                   "(%.2fx fewer); the largest estimated relative output change of a skip %.3f\n",
+                   gr.cache_threshold, res.cache_skipped, res.cache_calls, res.cache_calls - res.cache_skipped,
+                   res.cache_calls > res.cache_skipped
+                       ? (double)res.cache_calls / (res.cache_calls - res.cache_skipped)
+                       : 0.0,
+                   res.cache_est_max);
         if (res.keyframes)
             printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "
                    "with its vision tower %.2f s, keyframes encoded %.2f s\n",

@@ -237,6 +237,9 @@ static json_t *report_json(const h3_generate_result *res) {
     json_object_set_new(r, "total_s", json_real(res->total_s));
     json_object_set_new(r, "dit_start_s", json_real(res->dit_start_s));
     json_object_set_new(r, "dit_step_s", json_real(res->measured_step_s));
+    if (res->cache_calls)
+        json_object_set_new(r, "cache", json_pack("{s:i, s:i, s:f}", "calls", res->cache_calls, "skipped",
+                                                  res->cache_skipped, "est_max", res->cache_est_max));
     json_t *stages = json_object();
     for (int i = 0; i < H3_GEN_STAGES; i++)
         json_object_set_new(stages, h3_generate_stage_name(i), json_real(res->stage_s[i]));

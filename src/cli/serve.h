@@ -67,7 +67,7 @@ int64_t h3_store_count(h3_store *s, const char *state);
  * the server's). */
 #define H3_SERVE_OPTIONS                                                                                     \
     "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents, refine, "        \
-    "output_size, shift, first_frame, last_frame, keyframes, loras"
+    "output_size, shift, first_frame, last_frame, keyframes, loras, cache"
 
 /* A job's request as the client sent it: checked for JSON, types, unknown options and the values every
  * request must have (the request's own rules, frames and canvas among them, come from h3_request_resolve).

@@ -17,9 +17,10 @@
 #include "pipeline/keyframe.h"
 #include "pipeline/media.h"
 #include "pipeline/request.h"
+#include "sample/cache.h"
 #include "sample/schedule.h"
 
-typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES, T_LORAS } opt_type;
+typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES, T_LORAS, T_CACHE } opt_type;
 
 /* The options: name, type, range for numbers (inclusive), what it is. */
 static const struct {
@@ -45,6 +46,7 @@ static const struct {
     {"last_frame", T_STR, 0, 0},
     {"keyframes", T_KEYFRAMES, 0, 0},
     {"loras", T_LORAS, 0, 0},
+    {"cache", T_CACHE, 0, 0},
 };
 enum { N_OPTS = sizeof g_opts / sizeof *g_opts };
 
@@ -62,6 +64,8 @@ static const char *type_words(opt_type t) {
             return "true or false";
         case T_KEYFRAMES:
             return "an array of {\"image\": base64, \"frame\": a frame from 0}";
+        case T_CACHE:
+            return "true (step caching at the default threshold), false, or a threshold above 0, at most 10";
         case T_LORAS:
             return "an array of {\"name\": a file of the server's LoRA folder, \"strength\": a number}";
     }
@@ -111,6 +115,7 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
                  : t == T_INT              ? json_is_integer(v)
                  : t == T_NUM              ? json_is_number(v)
                  : t == T_KEYFRAMES || t == T_LORAS ? json_is_array(v)
+                 : t == T_CACHE                     ? json_is_boolean(v) || json_is_number(v)
                                            : json_is_boolean(v);
         if (!ok)
             return H3_ERR(H3_ERR_INVALID, "option '%s' takes %s; got %s", key, type_words(t),
@@ -197,6 +202,18 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
                            sizeof out->kf_path[0]));
         g->keyframe[g->n_keyframes] = out->kf_path[g->n_keyframes];
         g->keyframe_frame[g->n_keyframes++] = json_integer_value(fr2);
+    }
+    /* step caching: true (the default threshold) or a threshold */
+    json_t *ca = json_object_get(obj, "cache");
+    if (ca && json_is_number(ca)) {
+        const h3_cache_opts co = {json_number_value(ca), H3_CACHE_START, H3_CACHE_END};
+        if (h3_cache_opts_check(&co) != H3_OK) {
+            h3_clear_error();
+            return H3_ERR(H3_ERR_INVALID, "option 'cache' takes %s; got %g", type_words(T_CACHE), json_number_value(ca));
+        }
+        g->cache_threshold = json_number_value(ca);
+    } else if (json_is_true(ca)) {
+        g->cache_threshold = H3_CACHE_THRESHOLD;
     }
     /* LoRAs: files of the server's folder, by name */
     json_t *ll = json_object_get(obj, "loras");

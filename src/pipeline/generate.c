@@ -1151,6 +1151,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                      (long long)q->frames, (long long)ps->width, (long long)ps->height, q->steps,
                      (unsigned long long)q->seed, h3_sampler_name(q->sampler), h3_scheduler_name(q->scheduler),
                      q->shift_video, q->shift_audio, g->kf.n, (long long)L.seq_len, (unsigned long long)hsh);
+            if (g->r->cache_threshold > 0) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " cache %g", g->r->cache_threshold);
+            }
             for (int i = 0; i < g->r->n_loras; i++) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " lora %s:%g", g->r->lora[i],
@@ -1221,6 +1225,8 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.cond_rows = refine ? NULL : g->kf_rows;
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
+    h3_cache_opts co = {g->r->cache_threshold, H3_CACHE_START, H3_CACHE_END};
+    if (g->r->cache_threshold > 0) sa.cache = &co;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
     h3_dit_stage_result dr;
     const double t_stage = now_s() - g->t0;
@@ -1235,6 +1241,17 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         g->held_dev = dr.stream_dev[H3_DEVCAT_WEIGHTS] + dr.stream_dev[H3_DEVCAT_SLOTS];
     }
     g->res.stages[ps->stage] = dr.rep;
+    if (sa.cache) {
+        g->res.cache_calls += dr.cache.calls;
+        g->res.cache_skipped += dr.cache.skipped;
+        if (dr.cache.est_max > g->res.cache_est_max) g->res.cache_est_max = dr.cache.est_max;
+        h3_log(H3_LOG_INFO,
+               "step cache (EasyCache, threshold %g): %d of %d model calls answered from the cache (%.2fx fewer "
+               "DiT calls); estimated relative output change of a skip: at most %.3f, %.3f summed",
+               g->r->cache_threshold, dr.cache.skipped, dr.cache.calls,
+               dr.cache.calls > dr.cache.skipped ? (double)dr.cache.calls / (dr.cache.calls - dr.cache.skipped) : 0.0,
+               dr.cache.est_max, dr.cache.est_total);
+    }
     if (refine)
         g->res.refine_measured_step_s = dr.call_s;
     else
@@ -1714,6 +1731,10 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (r->checkpoint_every < 0 || r->checkpoint_every > H3_MAX_STEPS)
         H3_FAIL(H3_ERR_INVALID, "a checkpoint every %d model calls: give 1 to %d", r->checkpoint_every, H3_MAX_STEPS);
     if (r->png_dir) H3_CHECK(h3_pathset_output(&paths, "--png-dir", r->png_dir, H3_OUT_DIR));
+    if (r->cache_threshold != 0) { /* a bad threshold is the request's, said before anything loads */
+        const h3_cache_opts co = {r->cache_threshold, H3_CACHE_START, H3_CACHE_END};
+        H3_CHECK(h3_cache_opts_check(&co));
+    }
     if (r->threads < 0 || r->threads > H3_MAX_THREADS)
         H3_FAIL(H3_ERR_INVALID, "threads must be 0 (one per CPU) to %d; got %d", H3_MAX_THREADS, r->threads);
     if (r->x264_preset) /* the writer checks the name too, but only after the DiT has run */

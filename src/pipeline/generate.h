@@ -116,6 +116,9 @@ typedef struct h3_generate_request {
     float lora_strength[H3_MAX_LORAS];
     int n_loras;
     int lora_mode;
+    /* step caching (sample/cache.h): > 0 skips DiT calls whose output change EasyCache estimates below this
+     * (H3_CACHE_THRESHOLD is ComfyUI's default); 0: off */
+    double cache_threshold;
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
     struct h3_session *session; /* what earlier runs on this model kept (pipeline/session.h); NULL: none */
@@ -160,6 +163,10 @@ typedef struct h3_generate_result {
     int64_t text_tokens; /* L (with keyframes: their presentation and vision rows included) */
     int keyframes;       /* fl2va keyframes; their rows in the packed sequence */
     int resumed_step;    /* the model calls a checkpoint saved, which this run skipped (0: from the start) */
+    /* step caching (cache_threshold): model calls asked for and answered from the cache (every pass), and the
+     * largest estimated relative output change a skipped call accumulated */
+    int cache_calls, cache_skipped;
+    double cache_est_max;
     int64_t keyframe_rows;
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]

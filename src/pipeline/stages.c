@@ -432,6 +432,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     memset(&c, 0, sizeof c);
     c.L = L;
     int stream_owned = a->dit.stream != NULL; /* a kept placement given: closed here if the stage never opens */
+    h3_step_cache cache;
+    int have_cache = 0;
     if (res) memset(res, 0, sizeof *res);
     if (L->seq_len > INT32_MAX)
         H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L->seq_len);
@@ -475,7 +477,14 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
                          a->on_step,  a->step_ctx,    a->from_latent, a->start_step};
     const size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
-    st = h3_sample(&sa, video_rows, (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM), audio_rows, na);
+    const size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
+    if (a->cache) { /* EasyCache around the DiT's call */
+        H3_CHECK(h3_step_cache_init(&cache, a->cache, sample_model, &c, nv, na, a->schedule->n - 1, a->start_step));
+        have_cache = 1;
+        sa.model = h3_step_cache_model;
+        sa.model_ctx = &cache;
+    }
+    st = h3_sample(&sa, video_rows, nv, audio_rows, na);
     if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
 done:
     if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
@@ -484,6 +493,10 @@ done:
     h3_free(c.xv);
     h3_free(c.vv);
     h3_dit_stage_close(c.s, res);
+    if (have_cache) {
+        if (res) res->cache = cache.st;
+        h3_step_cache_free(&cache);
+    }
     h3_free(c.tidx);
     h3_free(c.tags);
     h3_free(c.vi);

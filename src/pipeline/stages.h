@@ -27,6 +27,7 @@
 #include "pipeline/keyframe.h"
 #include "pipeline/layout.h"
 #include "pipeline/plan.h"
+#include "sample/cache.h"
 #include "sample/sampler.h"
 #include "sample/schedule.h"
 
@@ -114,6 +115,7 @@ typedef struct h3_dit_stage_result {
      * is up); empty (n 0) when none */
     h3_pinned_cache pinned;
     int64_t pinned_adopted; /* bytes of pinned copies the stage adopted from h3_dit_stage_args.pinned */
+    h3_cache_stats cache;   /* h3_stage_dit_sample with a cache: the calls asked for and skipped */
 } h3_dit_stage_result;
 
 typedef struct h3_dit_stage h3_dit_stage;
@@ -151,6 +153,9 @@ typedef struct h3_dit_sample_args {
      * comparisons with other implementations; NULL: none */
     const char *dump_inputs;
     int start_step; /* resume: the rows hold the state after this many calls (h3_sample_args.start_step) */
+    /* step caching (sample/cache.h): calls predicted to change the output little are answered from the last
+     * computed one; NULL: every call runs the DiT. The figures go to the result's `cache`. */
+    const h3_cache_opts *cache;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes

@@ -61,6 +61,7 @@ function readForm() {
   const seed = $('seed').value.trim();
   if (seed !== '') req.seed = Number(seed);
   if ($('wav').checked) req.wav = true;
+  if ($('cache').checked) req.cache = true;
   if (keyframes.first_frame) req.first_frame = keyframes.first_frame;
   if (keyframes.last_frame) req.last_frame = keyframes.last_frame;
   const loras = [...document.querySelectorAll('#loras .lora')]
@@ -265,7 +266,7 @@ async function init() {
     $('loras').replaceChildren(...loras.map(loraRow));
     $('loras-box').hidden = loras.length === 0;
   }
-  for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav'])
+  for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav', 'cache'])
     $(id).addEventListener('input', schedulePlan);
   for (const id of ['first_frame', 'last_frame']) $(id).addEventListener('change', () => readKeyframe(id));
   $('form').addEventListener('submit', submit);
