@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# h3run vae-encode: the small model's encoder through the command (an image, a clip, the seeded sample, the plan), and
-# bad inputs refused with exit 2 and one message naming the problem, leaving no output. Usage: cli_vae_encode.sh
+# h3run vae-encode: the small model's encoders through the command (an image, a clip, the seeded sample, the plan; a
+# waveform through the audio VAE's encoder, against the float64 reference), and bad inputs refused with exit 2 and one message naming the problem, leaving no output. Usage: cli_vae_encode.sh
 # PATH/TO/h3run (CTest passes it).
 set -u
 H3RUN=$1
@@ -90,9 +90,37 @@ bad "unknown device" "device" "$tmp/img.st" --device tpu
 "$H3RUN" vae-encode --help | grep -q "17n+5" || fail "--help does not describe the frames"
 "$H3RUN" --help | grep -q "vae-encode" || fail "h3run --help does not list vae-encode"
 
+# ---- the audio VAE's encoder: 'waveform' in, latents [channels, 32, ceil(samples / 800)] out; bad waveforms -------
+A=$SRC/models/h3-small/audio_vae
+pixels "$tmp/wave.st" waveform F32 2 1 1700
+"$H3RUN" vae-encode --model "$A" --input "$tmp/wave.st" --out "$tmp/alat.st" --threads 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "waveform exited $?: $(cat "$tmp/err")"
+"$H3RUN" inspect "$tmp/alat.st" 2>&1 | grep -q "latents.*F32.*\[2, 32, 3\]" || fail "audio latents: $("$H3RUN" inspect "$tmp/alat.st" 2>&1)"
+grep -q "audio VAE encoder" "$tmp/out" || fail "the audio encode's summary: $(cat "$tmp/out")"
+abad() { # WHAT NEEDLE INPUT [extra options]: exit 2, the needle in the message, no output
+    local what=$1 needle=$2 in=$3
+    shift 3
+    rm -f "$tmp/abad.st"
+    "$H3RUN" vae-encode --model "$A" --input "$in" --out "$tmp/abad.st" "$@" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc, not 2: $(cat "$tmp/err")"
+    grep -q -- "$needle" "$tmp/err" || fail "$what: message lacks '$needle': $(cat "$tmp/err")"
+    [ ! -e "$tmp/abad.st" ] || fail "$what: left an output"
+}
+pixels "$tmp/w3.st" waveform F32 2 2 100
+abad "a waveform of [2, 2, 100]" "\[channels, 1, samples\]" "$tmp/w3.st"
+pixels "$tmp/w0.st" waveform F32 1 1 0
+abad "an empty waveform" "no samples" "$tmp/w0.st"
+abad "--sample with a waveform" "sample" "$tmp/wave.st" --sample 3
+# the video encoder's model given a waveform: no encoder of that kind in it
+"$H3RUN" vae-encode --model "$M" --input "$tmp/wave.st" --out "$tmp/abad.st" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -ne 0 ] && [ ! -e "$tmp/abad.st" ] || fail "a video VAE given a waveform: exit $rc"
+
 # ---- against the project's torch encoder (tools/train/encoders.py) on the shipped weights, where torch is -------
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     /usr/bin/python3 "$SRC/tests/vae_encode_torch.py" "$H3RUN" "$tmp" || fail "h3run and tools/train/encoders.py differ"
+    /usr/bin/python3 "$SRC/tests/audio_encode_ref.py" "$H3RUN" "$tmp" || fail "h3run's audio encoder and tools/reference/audio_vae.py differ"
 else
     echo "cli_vae_encode: no torch for /usr/bin/python3: the comparison with tools/train/encoders.py is skipped"
 fi

@@ -18,6 +18,7 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "models/audio_vae.h"
+#include "models/audio_vae_enc.h"
 #include "pipeline/media.h"
 #include "testutil.h"
 
@@ -173,6 +174,129 @@ static void test_fixtures(void) {
     run_case("official", NULL, "mono", 1e-4);
     run_case("diffusers", NULL, "stereo", 1e-4);
     run_case("comfy", NULL, "comfy_stereo", 1e-4);
+}
+
+/* The encoder (models/audio_vae_enc.h): the fixture waveforms to the reference's posterior mean (float64) from
+ * each layout; a decoder-only file and bad waveforms refused with their messages. */
+static double run_encode(const char *kind, const char *name, double tol) {
+    char mp[700], cp[700], file[128], what[160];
+    snprintf(file, sizeof file, "case_%s.safetensors", name);
+    h3_audio_vae *v = NULL;
+    h3_audio_enc *e = NULL;
+    h3_tensor wave = {0}, ref = {0}, out = {0};
+    double err = -1;
+    CHECK_OK(h3_audio_vae_open(model_path(kind, mp, sizeof mp), NULL, &v));
+    if (v) CHECK_OK(h3_audio_enc_open(v, &e));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "waveform", &wave));
+    CHECK_OK(load_f32(fx(file, cp, sizeof cp), "latents", &ref));
+    if (e && wave.data && ref.data) {
+        const h3_audio_enc_config *c = h3_audio_enc_get_config(e);
+        CHECK(c->encoder_dim == 4 && c->n_stages == 5 && c->hop == 800 && c->latent_dim == 64 &&
+                  c->latent_channels == 32 && c->strides[0] == 2 && c->strides[4] == 5,
+              "%s: the encoder's shape read from the tensors", kind);
+        CHECK_OK(h3_audio_enc_encode(e, &g_ex, &wave, &out));
+        if (out.data) {
+            CHECK(out.ndim == 3 && out.shape[0] == ref.shape[0] && out.shape[1] == ref.shape[1] &&
+                      out.shape[2] == ref.shape[2] && out.shape[2] == h3_audio_enc_frames(c, wave.shape[2]),
+                  "%s: latents [%lld, %lld, %lld]", kind, (long long)out.shape[0], (long long)out.shape[1],
+                  (long long)out.shape[2]);
+            size_t n = (size_t)h3_tensor_numel(&ref);
+            double *rd = malloc(n * sizeof *rd);
+            for (size_t i = 0; i < n; i++) rd[i] = ((float *)ref.data)[i];
+            snprintf(what, sizeof what, "encode %s with the %s file", name, kind);
+            err = EXPECT_CLOSE(what, out.data, rd, n, tol);
+            t_note("  %-12s %-9s waveform [%lld, 1, %lld] -> latents [%lld, %lld, %lld]: rel err %.2e", name, kind,
+                   (long long)wave.shape[0], (long long)wave.shape[2], (long long)out.shape[0],
+                   (long long)out.shape[1], (long long)out.shape[2], err);
+            free(rd);
+        }
+    }
+    h3_tensor_free(&wave);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&out);
+    h3_audio_enc_close(e);
+    h3_audio_vae_close(v);
+    return err;
+}
+
+static void test_encode(void) {
+    run_encode("official", "encode", 1e-4);
+    run_encode("diffusers", "encode", 1e-4);
+    run_encode("comfy", "encode_comfy", 1e-4);
+    /* the normalization the DiT takes: (x − mean) / std per latent channel */
+    char mp[700];
+    h3_audio_vae *v = NULL;
+    CHECK_OK(h3_audio_vae_open(model_path("official", mp, sizeof mp), NULL, &v));
+    if (v) {
+        const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
+        int64_t s[3] = {1, c->latent_channels, 2};
+        h3_tensor z;
+        CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_OTHER));
+        for (int k = 0; k < c->latent_channels; k++) {
+            ((float *)z.data)[2 * k] = c->latents_mean[k];
+            ((float *)z.data)[2 * k + 1] = c->latents_mean[k] + 2 * c->latents_std[k];
+        }
+        h3_audio_enc_normalize(c, &z);
+        int bad = 0;
+        for (int k = 0; k < c->latent_channels; k++)
+            bad += fabsf(((float *)z.data)[2 * k]) > 1e-6f || fabsf(((float *)z.data)[2 * k + 1] - 2) > 1e-5f;
+        CHECK(!bad, "normalize: %d channels off", bad);
+        h3_tensor_free(&z);
+        /* bad waveforms */
+        h3_audio_enc *e = NULL;
+        CHECK_OK(h3_audio_enc_open(v, &e));
+        if (e) {
+            h3_tensor w, out;
+            int64_t w3[3] = {2, 2, 100}, w0[2] = {2, 0}, w9[2] = {65, 10}, ok[2] = {1, 100};
+            CHECK_OK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 3, w3, H3_MEM_OTHER));
+            CHECK_ERR(h3_audio_enc_encode(e, &g_ex, &w, &out), H3_ERR_INVALID, "[channels, 1, samples]");
+            h3_tensor_free(&w);
+            CHECK_OK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 2, w0, H3_MEM_OTHER));
+            CHECK_ERR(h3_audio_enc_encode(e, &g_ex, &w, &out), H3_ERR_INVALID, "no samples");
+            h3_tensor_free(&w);
+            CHECK_OK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 2, w9, H3_MEM_OTHER));
+            memset(w.data, 0, (size_t)h3_tensor_numel(&w) * sizeof(float));
+            CHECK_ERR(h3_audio_enc_encode(e, &g_ex, &w, &out), H3_ERR_INVALID, "65 channels");
+            h3_tensor_free(&w);
+            CHECK_OK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 2, ok, H3_MEM_OTHER));
+            memset(w.data, 0, (size_t)h3_tensor_numel(&w) * sizeof(float));
+            ((float *)w.data)[37] = NAN;
+            CHECK_ERR(h3_audio_enc_encode(e, &g_ex, &w, &out), H3_ERR_INVALID, "sample 37 of channel 0 is not finite");
+            ((float *)w.data)[37] = 0;
+            CHECK_OK(h3_audio_enc_encode(e, &g_ex, &w, &out)); /* 100 samples: one latent frame */
+            CHECK(out.ndim == 3 && out.shape[2] == 1, "100 samples: %lld frames", (long long)out.shape[2]);
+            h3_tensor_free(&out);
+            h3_tensor_free(&w);
+            h3_audio_enc_close(e);
+        }
+        h3_audio_vae_close(v);
+    }
+    /* a file holding the decoder only (no encoder tensors) */
+    char man[700], path[800];
+    snprintf(path, sizeof path, "%s/decoder_only.safetensors", g_dir);
+    json_t *m = NULL;
+    CHECK_OK(h3_json_load_file(fx("manifest_comfy.json", man, sizeof man), 16u << 20, &m));
+    if (m) {
+        json_t *ts = json_object_get(m, "tensors"), *keep = json_array();
+        for (size_t i = 0; i < json_array_size(ts); i++) {
+            const char *n = json_string_value(json_object_get(json_array_get(ts, i), "name"));
+            if (strncmp(n, "encoder.", 8) && strncmp(n, "pre_block.", 10) && strncmp(n, "mean_proj.", 10) &&
+                strncmp(n, "logs_proj.", 10))
+                json_array_append(keep, json_array_get(ts, i));
+        }
+        json_object_set_new(m, "tensors", keep);
+        char mp2[800];
+        snprintf(mp2, sizeof mp2, "%s/decoder_only.json", g_dir);
+        CHECK(json_dump_file(m, mp2, 0) == 0, "writing %s", mp2);
+        CHECK_OK(write_manifest(mp2, path));
+        json_decref(m);
+        v = NULL;
+        CHECK_OK(h3_audio_vae_open(path, NULL, &v));
+        h3_audio_enc *e = NULL;
+        if (v) CHECK_ERR(h3_audio_enc_open(v, &e), H3_ERR_FORMAT, "holds the decoder only");
+        CHECK(e == NULL, "no encoder");
+        h3_audio_vae_close(v);
+    }
 }
 
 /* The filter h3run computes is the one the files store (float64 formula vs torch's float32 one: within 1e-7),
@@ -854,6 +978,7 @@ int main(int argc, char **argv) {
     }
     static const t_case cases[] = {
         {"fixtures", test_fixtures},
+        {"encode", test_encode},
         {"filters", test_filters},
         {"memory", test_memory},
         {"placement", test_placement},

@@ -9,6 +9,8 @@
 #include "cuda/cuda.h"
 #include "io/safetensors.h"
 #include "mem/budget.h"
+#include "models/audio_vae.h"
+#include "models/audio_vae_enc.h"
 #include "models/video_vae.h"
 #include "models/video_vae_enc.h"
 #include "pipeline/stages.h"
@@ -19,6 +21,47 @@ typedef struct {
     int sample, plan, quiet;
     h3_cli_device dev;
 } venc_args;
+
+/* The audio VAE's encoder: 'waveform' [channels, 1, samples] f32 at 32 kHz -> 'latents' [channels, 32, frames], the
+ * posterior mean before normalization (on the CPU). */
+static h3_status audio_encode(const venc_args *a, h3_exec *ex, h3_st_set *s) {
+    h3_status st = H3_OK;
+    h3_audio_vae *v = NULL;
+    h3_audio_enc *e = NULL;
+    h3_tensor wave = {0}, lat = {0};
+    h3_st_writer *w = NULL;
+    if (a->dev.cuda) H3_FAIL(H3_ERR_UNSUPPORTED, "the audio VAE encoder runs on the CPU: use --device cpu");
+    if (a->sample) H3_FAIL(H3_ERR_INVALID, "--sample is the video VAE's (fl2va keyframes); the audio encoder gives the mean");
+    H3_CHECK(h3_st_load(s, "waveform", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &wave));
+    st = h3_audio_enc_check_wave(&wave);
+    if (st != H3_OK) H3_FAIL(H3_ERR_INVALID, "%s: 'waveform': %s", a->input, h3_last_error());
+    H3_CHECK_CTX(h3_audio_vae_open(a->model, NULL, &v), "the audio VAE");
+    H3_CHECK(h3_audio_enc_open(v, &e));
+    const h3_audio_enc_config *c = h3_audio_enc_get_config(e);
+    const int64_t ch = wave.shape[0], n = wave.shape[wave.ndim - 1], T = h3_audio_enc_frames(c, n);
+    if (!a->quiet || a->plan)
+        printf("audio VAE encoder %s (%s layout, %d stages, hop %d, latent_dim %d): %lld channel%s of %lld samples "
+               "(%.3f s at 32 kHz) -> latents [%lld, %d, %lld], on the CPU\n",
+               h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_stages, c->hop, c->latent_dim,
+               (long long)ch, ch == 1 ? "" : "s", (long long)n, n / 32000.0, (long long)ch, c->latent_channels,
+               (long long)T);
+    if (a->plan && !a->out) goto done;
+    H3_CHECK(h3_audio_enc_encode(e, ex, &wave, &lat));
+    H3_CHECK(h3_st_writer_new(&w));
+    H3_CHECK(h3_st_writer_add_tensor(w, "latents", &lat));
+    H3_CHECK(h3_st_writer_meta(w, "latents", "audio posterior mean, not normalized"));
+    H3_CHECK(h3_st_writer_write(w, a->out, 0));
+    if (!a->quiet)
+        printf("wrote latents [%lld, %d, %lld] (the posterior mean) to %s\n", (long long)ch, c->latent_channels,
+               (long long)T, a->out);
+done:
+    h3_st_writer_free(w);
+    h3_tensor_free(&lat);
+    h3_tensor_free(&wave);
+    h3_audio_enc_close(e);
+    h3_audio_vae_close(v);
+    return st;
+}
 
 static h3_status vae_encode(const venc_args *a, h3_exec *ex) {
     h3_st_set s;
@@ -31,8 +74,15 @@ static h3_status vae_encode(const venc_args *a, h3_exec *ex) {
     if (st != H3_OK) return st;
     have_set = 1;
     const h3_st_entry *pe = h3_st_find(&s, "pixels");
+    if (!pe && h3_st_find(&s, "waveform")) { /* audio: the audio VAE's encoder */
+        st = audio_encode(a, ex, &s);
+        goto done;
+    }
     if (!pe)
-        H3_FAIL(H3_ERR_INVALID, "%s has no tensor named 'pixels' (uint8 [1, 3, frames, H, W])", a->input);
+        H3_FAIL(H3_ERR_INVALID,
+                "%s has no tensor named 'pixels' (uint8 [1, 3, frames, H, W]: the video VAE) or 'waveform' (f32 "
+                "[channels, 1, samples] at 32 kHz: the audio VAE)",
+                a->input);
     H3_CHECK(h3_st_tensor(&s, pe, &px)); /* a view of the mapped file: nothing is copied */
     H3_CHECK(h3_video_vae_open(a->model, NULL, &v));
     H3_CHECK(h3_video_enc_open(v, &e));
@@ -103,14 +153,17 @@ int h3_cmd_vae_encode(int argc, char **argv) {
     a.seed = -1;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &a.model, "PATH",
-         "video VAE: official video_vae/, diffusers vae/, a model folder holding one, or a ComfyUI file", 0,
-         0},
+         "video VAE: official video_vae/, diffusers vae/, a model folder holding one, or a ComfyUI file; "
+         "audio VAE (with 'waveform'): official or diffusers audio_vae/, or its ComfyUI file",
+         0, 0},
         {"input", 'i', H3_OPT_STR, &a.input, "FILE",
          "safetensors with a tensor 'pixels': uint8 [1, 3, frames, H, W], frames 1 or 17n+5, sides multiples "
-         "of 16",
+         "of 16; or 'waveform': f32 [channels, 1, samples] at 32 kHz (the audio VAE's encoder)",
          0, 0},
         {"out", 'o', H3_OPT_STR, &a.out, "FILE",
-         "safetensors to write: a tensor 'latents' [1, 24, T, H/16, W/16]", 0, 0},
+         "safetensors to write: a tensor 'latents' [1, 24, T, H/16, W/16] (video) or [channels, 32, ceil(samples "
+         "/ 800)] (audio)",
+         0, 0},
         {"sample", 0, H3_OPT_INT, &a.seed, "SEED",
          "write the fl2va conditioning latents instead of the mean: the posterior sampled with h3run's "
          "generator "
@@ -145,11 +198,14 @@ int h3_cmd_vae_encode(int argc, char **argv) {
         "for\n"
         "x = (pixels / 255 - ImageNet mean) / ImageNet std); with --sample SEED, the conditioning latents "
         "fl2va\n"
-        "feeds the DiT. The output appears only when complete.",
+        "feeds the DiT. With 'waveform' the audio VAE's encoder runs instead (each channel a mono item, right-\n"
+        "padded to a multiple of 800 samples): 'latents' is its posterior mean before normalization, as\n"
+        "AutoencoderKLMiniMaxH3Audio.encode(x).latent_dist.mode(). The output appears only when complete.",
         "examples:\n"
         "  h3run vae-encode --model FL2VA/video_vae --input keyframe.safetensors --out latents.safetensors\n"
         "  h3run vae-encode --model vae/ --input clip.safetensors --out l.safetensors --device cuda\n"
-        "  h3run vae-encode --model FL2VA --input keyframe.safetensors --out cond.safetensors --sample 42",
+        "  h3run vae-encode --model FL2VA --input keyframe.safetensors --out cond.safetensors --sample 42\n"
+        "  h3run vae-encode --model FL2VA/audio_vae --input wave.safetensors --out audio_latents.safetensors",
         opts,
         0,
         0};

@@ -182,34 +182,54 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id, int fold) {
     const int64_t gs[3] = {s[0], 1, 1};
     if (!fold) return av_need(v, gname, 3, gs, "[output rows, 1, 1] (weight norm's magnitudes)", unit);
     h3_tensor g = {0}, vt = {0}, w = {0};
-    float *gf = NULL;
     h3_status st = H3_OK;
     H3_CHECK(av_bind(v, gname, 3, gs, "[output rows, 1, 1] (weight norm's magnitudes)", unit, &g));
     H3_CHECK(av_bind(v, vname, 3, s, words, unit, &vt));
-    H3_CHECK(h3_tensor_alloc(&w, H3_PLACE_HOST, H3_F32, 3, s, H3_MEM_WEIGHTS));
-    gf = h3_malloc((size_t)s[0] * sizeof(float), H3_MEM_WORKSPACE);
-    if (!gf) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    if (!h3_convert_to_f32(g.dtype, g.data, gf, (size_t)s[0]) ||
-        !h3_convert_to_f32(vt.dtype, vt.data, w.data, (size_t)h3_tensor_numel(&w)))
-        H3_FAIL(H3_ERR_UNSUPPORTED, "%s: cannot read %s as f32", v->source, vname);
-    int64_t row = s[1] * s[2];
-    for (int64_t o = 0; o < s[0]; o++) {
-        float *r = (float *)w.data + o * row;
-        double ss = 0.0;
-        for (int64_t i = 0; i < row; i++) ss += (double)r[i] * r[i];
-        float nrm = (float)sqrt(ss), k = gf[o] / nrm;
-        if (!(nrm > 0.0f))
-            H3_FAIL(H3_ERR_FORMAT, "%s: '%s' has an all-zero row %lld", v->source, vname, (long long)o);
-        for (int64_t i = 0; i < row; i++) r[i] *= k;
-    }
+    snprintf(name, sizeof name, "%s: '%s'", v->source, vname);
+    H3_CHECK(h3_weight_norm_fold(&g, &vt, name, &w));
     v->folded[id] = w;
     w.owner = NULL;
 done:
-    h3_free(gf);
     h3_tensor_free(&g);
     h3_tensor_free(&vt);
     h3_tensor_free(&w);
     return st;
+}
+
+h3_status h3_weight_norm_fold(const h3_tensor *g, const h3_tensor *vt, const char *what, h3_tensor *w) {
+    memset(w, 0, sizeof *w);
+    const int64_t rows = vt->ndim ? vt->shape[0] : 0, n = h3_tensor_numel(vt);
+    if (rows <= 0 || h3_tensor_numel(g) != rows)
+        return H3_ERR(H3_ERR_FORMAT, "%s: weight norm's magnitudes hold %lld values for %lld rows", what,
+                      (long long)h3_tensor_numel(g), (long long)rows);
+    h3_status st = H3_OK;
+    float *gf = h3_malloc((size_t)rows * sizeof(float), H3_MEM_WORKSPACE);
+    if (!gf) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(h3_tensor_alloc(w, H3_PLACE_HOST, H3_F32, vt->ndim, vt->shape, H3_MEM_WEIGHTS));
+    if (!h3_convert_to_f32(g->dtype, g->data, gf, (size_t)rows) ||
+        !h3_convert_to_f32(vt->dtype, vt->data, w->data, (size_t)n))
+        H3_FAIL(H3_ERR_UNSUPPORTED, "%s: cannot read it as f32", what);
+    const int64_t row = n / rows;
+    for (int64_t o = 0; o < rows; o++) {
+        float *r = (float *)w->data + o * row;
+        double ss = 0.0;
+        for (int64_t i = 0; i < row; i++) ss += (double)r[i] * r[i];
+        float nrm = (float)sqrt(ss), k = gf[o] / nrm;
+        if (!(nrm > 0.0f)) H3_FAIL(H3_ERR_FORMAT, "%s has an all-zero row %lld", what, (long long)o);
+        for (int64_t i = 0; i < row; i++) r[i] *= k;
+    }
+done:
+    h3_free(gf);
+    if (st != H3_OK) h3_tensor_free(w);
+    return st;
+}
+
+h3_st_set *h3_audio_vae_weights(h3_audio_vae *v) {
+    return &v->st;
+}
+
+int h3_audio_vae_headers_only(const h3_audio_vae *v) {
+    return v->headers_only;
 }
 
 static const char *av_act_name(const h3_audio_vae_config *c, int stage, int r, int a, char *buf, size_t n) {

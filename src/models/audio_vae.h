@@ -29,6 +29,7 @@
 #define H3_MODELS_AUDIO_VAE_H
 
 #include "io/detect.h"
+#include "io/safetensors.h"
 #include "tensor/ops.h"
 
 #define H3_AVAE_MAX_CHANNELS 64
@@ -73,6 +74,14 @@ h3_layout h3_audio_vae_layout(const h3_audio_vae *v);
  * found to fit; HOST gives the device copy of the weights back. */
 h3_status h3_audio_vae_set_placement(h3_audio_vae *v, h3_place act_place);
 const char *h3_audio_vae_source(const h3_audio_vae *v);
+/* The weight set the VAE was opened from (its encoder reads it: h3_audio_enc_open); whether it was opened
+ * headers_only. */
+h3_st_set *h3_audio_vae_weights(h3_audio_vae *v);
+int h3_audio_vae_headers_only(const h3_audio_vae *v);
+/* Weight norm folded: w = g · v / ‖v‖ per output row (the norm over every dim but the first), w f32 of v's
+ * shape on the host (allocated here). H3_ERR_FORMAT naming `what` when g does not hold one value per row or a
+ * row of v is all zeros. */
+h3_status h3_weight_norm_fold(const h3_tensor *g, const h3_tensor *v, const char *what, h3_tensor *w);
 
 /* Latents [channels, C, T] or [C, T] (one channel), contiguous f32 on the host. */
 h3_status h3_audio_vae_check_latents(const h3_audio_vae_config *c, const h3_tensor *latents);

@@ -163,7 +163,8 @@ def audio_rows():
     for k, t in comfy.items():
         if k in ("latents_mean", "latents_std"):
             continue
-        if k.endswith(".weight") and k.startswith("decoder.") and t.ndim == 3 and ".act." not in k:
+        if (k.endswith(".weight") and (k.startswith("decoder.") or k.startswith("encoder.")) and t.ndim == 3
+                and ".act." not in k):
             folded[k[:-7] + ".weight_g"] = t.reshape(t.shape[0], -1).norm(dim=1).reshape(-1, 1, 1)
             folded[k[:-7] + ".weight_v"] = t
         else:
@@ -190,6 +191,23 @@ def audio_rows():
             row.update(error=f"shape {list(out.shape)} vs fixture {list(fx['waveform'].shape)}")
         else:
             row.update(rel=rel_err(out, fx["waveform"]), max_abs=float((out - fx["waveform"]).abs().max()))
+        rows.append(row)
+    # the encoder: the fixture waveforms to diffusers' posterior mode (encode(x).latent_dist.mode())
+    for name, kind in (("encode", "official"), ("encode_comfy", "comfy")):
+        sd = states[kind][0]
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        bad = [k for k in missing if k.split(".")[0] in ("encoder", "pre_block", "mean_proj")]
+        if bad or unexpected:
+            raise SystemExit(f"audio {name}: weights do not fit diffusers' model: missing {bad[:4]}, "
+                             f"unexpected {list(unexpected)[:4]}")
+        fx = video_vae.read_safetensors(os.path.join(ADIR, "case_" + name + ".safetensors"))
+        with torch.no_grad():
+            out = model.to(DEV).encode(fx["waveform"].to(DEV)).latent_dist.mode().float().cpu()
+        row = {"case": "audio " + name, "shape": list(out.shape)}
+        if out.shape != fx["latents"].shape:
+            row.update(error=f"shape {list(out.shape)} vs fixture {list(fx['latents'].shape)}")
+        else:
+            row.update(rel=rel_err(out, fx["latents"]), max_abs=float((out - fx["latents"]).abs().max()))
         rows.append(row)
     return rows
 

@@ -171,3 +171,91 @@ def decode(w, cfg, latents):
     mean = torch.tensor(cfg["latents_mean"], dtype=latents.dtype).reshape(-1, 1)
     std = torch.tensor(cfg["latents_std"], dtype=latents.dtype).reshape(-1, 1)
     return torch.stack([decode_one(w, cfg, latents[c] * std + mean) for c in range(latents.shape[0])])
+
+
+# ---- the encoder ------------------------------------------------------------------------------------------------
+# The DAC-style encoder and the causal-attention projection in front of the posterior heads (H3-FACTS §4), written
+# from their description: Snake x + sin²(αx)/(α + 1e-9) with α stored as is ([1, C, 1]), residual units at
+# dilations 1/3/9 (Snake, conv k7 dilated, Snake, conv k1, plus the input), a strided conv (kernel 2s, padding
+# ceil(s/2)) doubling the channels per stage, Snake and a k3 conv to latent_dim; then pre_block: proj(norm3(x)) +
+# attn(norm1(x)) with causal attention whose heads are averaged and whose head width is average-pooled (adaptive)
+# to the latent channels, plus a pre-norm GeGLU MLP; the posterior mean is mean_proj (1×1 conv).
+
+def snake(w, name, x):
+    a = w[name + ".alpha"].reshape(-1, 1)
+    return x + 1.0 / (a + 1e-9) * torch.sin(a * x) ** 2
+
+
+def encoder_config(w):
+    """Stages (strides from the strided convs' kernels), widths and heads from the tensors."""
+    n = 0
+    while f"encoder.block.{n + 1}.block.4.weight" in w:
+        n += 1
+    strides = [w[f"encoder.block.{i}.block.4.weight"].shape[2] // 2 for i in range(1, n + 1)]
+    latent_dim = w[f"encoder.block.{n + 2}.weight"].shape[0]
+    return {"strides": strides, "latent_dim": latent_dim, "heads": 8,
+            "latent_channels": w["mean_proj.weight"].shape[0]}
+
+
+def adaptive_avg_pool(x, n_out):
+    """PyTorch's adaptive average pooling over the last dim: bin i averages [floor(i·L/n), ceil((i+1)·L/n))."""
+    L = x.shape[-1]
+    out = []
+    for i in range(n_out):
+        a, b = (i * L) // n_out, -((-(i + 1) * L) // n_out)
+        out.append(x[..., a:b].mean(dim=-1))
+    return torch.stack(out, dim=-1)
+
+
+def layer_norm(w, name, x):
+    return F.layer_norm(x, (x.shape[-1],), w[name + ".weight"], w[name + ".bias"], 1e-5)
+
+
+def linear(w, name, x):
+    return F.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+
+
+def encode_one(w, ecfg, wave):
+    """wave [samples] (a multiple of the hop) -> the posterior mean [latent_channels, samples / hop]."""
+    x = conv(w, "encoder.block.0", wave[None], padding=3)
+    for i, s in enumerate(ecfg["strides"]):
+        b = f"encoder.block.{i + 1}.block"
+        for r, d in enumerate((1, 3, 9)):
+            u = f"{b}.{r}.block"
+            t = snake(w, f"{u}.0", x)
+            t = conv(w, f"{u}.1", t, dilation=d, padding=3 * d)
+            t = snake(w, f"{u}.2", t)
+            x = x + conv(w, f"{u}.3", t)
+        x = snake(w, f"{b}.3", x)
+        x = F.conv1d(x[None], w[f"{b}.4.weight"], w[f"{b}.4.bias"], stride=s, padding=(s + 1) // 2)[0]
+    n = len(ecfg["strides"])
+    x = snake(w, f"encoder.block.{n + 1}", x)
+    x = conv(w, f"encoder.block.{n + 2}", x, padding=1)
+    h = x.t()  # [T, latent_dim]
+    D, H, C = h.shape[1], ecfg["heads"], ecfg["latent_channels"]
+    a = layer_norm(w, "pre_block.norm1", h)
+    bias = torch.cat([w["pre_block.attn.q_bias"], torch.zeros_like(w["pre_block.attn.q_bias"]),
+                      w["pre_block.attn.v_bias"]])
+    qkv = F.linear(a, w["pre_block.attn.qkv.weight"], bias).reshape(h.shape[0], 3, H, D // H)
+    q, k, v = (qkv[:, j].transpose(0, 1) for j in range(3))  # [H, T, Dh]
+    scores = q @ k.transpose(1, 2) / math.sqrt(D // H)
+    T = h.shape[0]
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    o = torch.softmax(scores, dim=-1) @ v  # [H, T, Dh]
+    o = adaptive_avg_pool(o.mean(dim=0), C)  # [T, C]
+    h = linear(w, "pre_block.proj", layer_norm(w, "pre_block.norm3", h)) + linear(w, "pre_block.attn.proj", o)
+    m = layer_norm(w, "pre_block.mlp.norm", layer_norm(w, "pre_block.norm2", h))
+    m = F.gelu(linear(w, "pre_block.mlp.w0", m), approximate="tanh") * linear(w, "pre_block.mlp.w1", m)
+    h = h + linear(w, "pre_block.mlp.w2", m)
+    return conv(w, "mean_proj", h.t())
+
+
+def encode(w, waveform):
+    """waveform [channels, samples] -> the posterior mean [channels, latent_channels, ceil(samples / hop)],
+    before normalization (each channel one item; the samples right-padded with zeros to a multiple of the hop)."""
+    ecfg = encoder_config(w)
+    hop = math.prod(ecfg["strides"])
+    n = -(-waveform.shape[1] // hop) * hop
+    x = F.pad(waveform, (0, n - waveform.shape[1]))
+    return torch.stack([encode_one(w, ecfg, x[c]) for c in range(x.shape[0])])
+

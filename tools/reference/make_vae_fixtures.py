@@ -17,6 +17,7 @@ float32 rounding of offset + scale·(2u − 1), u = (splitmix64_mix(seed + (i+1)
 """
 
 import json
+import math
 import os
 import sys
 
@@ -198,6 +199,9 @@ ACFG = {"latent_channels": 32, "latent_dim": 64, "decoder_dim": 128, "decoder_ra
         "decoder_kernel_sizes": [9, 9, 4, 4, 4, 4, 4], "resblock_kernel_sizes": [3, 7, 11],
         "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "sample_rate": 32000}
 
+# the encoder of the same reduced model: the release's rates (hop 800), 4 channels doubling to 128, then latent_dim
+AENC = {"encoder_dim": 4, "encoder_rates": [2, 4, 4, 5, 5]}
+
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 
@@ -260,6 +264,51 @@ def audio_manifest(folded):
     if folded:
         gen("latents_mean", (C,), 0.5)
         gen("latents_std", (C,), 0.5, 1.0)
+
+    # The encoder, its attention projection and the posterior heads, after the decoder (whose seeds stay as they
+    # were): DAC stages at AENC's width and rates, pre_block at latent_dim with 8 heads.
+    d0, rates = AENC["encoder_dim"], AENC["encoder_rates"]
+    conv("encoder.block.0", d0, 1, 7)
+    for i, st in enumerate(rates):
+        dim = d0 * 2 ** (i + 1)
+        h = dim // 2
+        for r in range(3):
+            u = f"encoder.block.{i + 1}.block.{r}.block"
+            gen(f"{u}.0.alpha", (1, h, 1), 0.5, 1.0)
+            conv(f"{u}.1", h, h, 7, gain=0.5)
+            gen(f"{u}.2.alpha", (1, h, 1), 0.5, 1.0)
+            conv(f"{u}.3", h, h, 1, gain=0.5)
+        gen(f"encoder.block.{i + 1}.block.3.alpha", (1, h, 1), 0.5, 1.0)
+        conv(f"encoder.block.{i + 1}.block.4", dim, h, 2 * st)
+    top, n = d0 * 2 ** len(rates), len(rates)
+    gen(f"encoder.block.{n + 1}.alpha", (1, top, 1), 0.5, 1.0)
+    conv(f"encoder.block.{n + 2}", L, top, 3)
+
+    def norm(name, ch):
+        gen(name + ".weight", (ch,), 0.1, 1.0)
+        gen(name + ".bias", (ch,), 0.05)
+
+    def linear(name, cout, cin, bias=True):
+        gen(name + ".weight", (cout, cin), (3.0 / cin) ** 0.5)
+        if bias:
+            gen(name + ".bias", (cout,), 0.05)
+
+    norm("pre_block.norm1", L)
+    linear("pre_block.attn.qkv", 3 * L, L, bias=False)
+    gen("pre_block.attn.q_bias", (L,), 0.05)
+    gen("pre_block.attn.v_bias", (L,), 0.05)
+    out.append({"name": "pre_block.attn.zero_k_bias", "shape": [L], "values": f"zeros{L}"})
+    linear("pre_block.attn.proj", C, C)
+    linear("pre_block.proj", C, L)
+    norm("pre_block.norm3", L)
+    norm("pre_block.norm2", C)
+    norm("pre_block.mlp.norm", C)
+    linear("pre_block.mlp.w0", 2 * C, C)
+    linear("pre_block.mlp.w1", 2 * C, C)
+    linear("pre_block.mlp.w2", C, 2 * C)
+    for head in ("mean_proj", "logs_proj"):
+        gen(head + ".weight", (C, C, 1), (3.0 / C) ** 0.5)
+        gen(head + ".bias", (C,), 0.05)
     return out
 
 
@@ -268,12 +317,17 @@ def kaiser12():
     return [float(x) for x in audio_vae.kaiser_sinc_filter(0.25, 0.3, 12).float().tolist()]
 
 
+def manifest_values():
+    return {"kaiser12": kaiser12(), f"zeros{ACFG['latent_dim']}": [0.0] * ACFG["latent_dim"]}
+
+
 def manifest_state(man):
     sd = {}
+    vals = manifest_values()
     for e in man:
         n = int(np.prod(e["shape"]))
         if "values" in e:
-            a = np.array(kaiser12() if e["values"] == "kaiser12" else e["values"], dtype=np.float32)
+            a = np.array(vals[e["values"]], dtype=np.float32)
         else:
             a = generate(e["seed"], n, e["scale"], e["offset"])
         sd[e["name"]] = torch.from_numpy(a.reshape(e["shape"]))
@@ -290,7 +344,7 @@ def write_audio():
     for name, man in (("manifest_official.json", man_off), ("manifest_comfy.json", man_comfy)):
         with open(os.path.join(ADIR, name), "w") as f:
             json.dump({"generator": "splitmix64 (see tools/reference/make_vae_fixtures.py generate)",
-                       "values": {"kaiser12": kaiser12()}, "tensors": man}, f, separators=(",", ":"))
+                       "values": manifest_values(), "tensors": man}, f, separators=(",", ":"))
     d = os.path.join(ADIR, "official")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -341,6 +395,20 @@ def write_audio():
                   f"{float(wave.pow(2).mean().sqrt()):.3f}, clipped {100 * clipped:.1f}%")
         with open(os.path.join(ADIR, "cases.json"), "w") as f:
             json.dump(index, f, indent=1)
+        # The encoder: a stereo waveform whose length is not a multiple of the hop (800), to the posterior mean
+        # before normalization (what AutoencoderKLMiniMaxH3Audio.encode(...).latent_dist.mode() gives).
+        for name, model in (("encode", "official"), ("encode_comfy", "comfy")):
+            n = 2400 - 123
+            t = torch.arange(n, dtype=torch.float64) / ACFG["sample_rate"]
+            wave = torch.stack([0.5 * torch.sin(2 * math.pi * 440 * t) + 0.2 * torch.randn(n, generator=g, dtype=torch.float64),
+                                0.4 * torch.sin(2 * math.pi * 97 * t + 1.0) + 0.2 * torch.randn(n, generator=g, dtype=torch.float64)])
+            wave = wave.clamp(-1, 1).float()
+            w, cfg = models[model]
+            lat = audio_vae.encode(w, wave.double())
+            write_safetensors(os.path.join(ADIR, "case_" + name + ".safetensors"),
+                              {"waveform": wave[:, None].contiguous(), "latents": lat.float().contiguous()})
+            print(f"audio {name}: waveform {list(wave.shape)} -> latents {list(lat.shape)}, rms "
+                  f"{float(lat.pow(2).mean().sqrt()):.3f}")
 
 
 def main():
