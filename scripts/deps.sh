@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Debian packages h3run builds and tests with. Sourced by the other scripts; installs only what is missing.
 H3_DEB_PACKAGES=(build-essential cmake pkg-config libopenblas-dev libjansson-dev
-                 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
+                 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
                  libmicrohttpd-dev libsqlite3-dev)
 # libmicrohttpd and SQLite: h3run serve's HTTP server and job store.
 # What the tests add (scripts/test.sh, .ci/run): Python 3 for the layer check (tools/check_layers.py); clang with

@@ -39,7 +39,8 @@ int h3_cmd_generate(int argc, char **argv) {
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
-    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL, *checkpoint = NULL;
+    const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL, *checkpoint = NULL,
+               *audio = NULL;
     int64_t checkpoint_every = 0;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
@@ -75,6 +76,11 @@ int h3_cmd_generate(int argc, char **argv) {
          "aspect ratio",
          0, 0},
         {"last-frame", 0, H3_OPT_STR, &last_frame, "IMG", "end the clip on this image (fl2va)", 0, 0},
+        {"audio", 0, H3_OPT_STR, &audio, "FILE",
+         "a soundtrack the video follows (WAV, FLAC, MP3, AAC, an MP4's sound: whatever ffmpeg reads): encoded by "
+         "the audio VAE and held as the clip's audio in every step; the MP4 carries it. Without --frames or "
+         "--seconds the clip takes its length",
+         0, 0},
         {"keyframe", 0, H3_OPT_LIST, &kf_s, "IMG@FRAME",
          "hold this image at frame FRAME (0 .. frames-1; ComfyUI's guide); repeatable", 0, H3_MAX_KEYFRAMES},
         {"steps", 0, H3_OPT_INT, &steps, "N",
@@ -288,6 +294,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.wav = wav;
     gr.latents = latents;
     gr.dump_dit_inputs = dump_inputs;
+    gr.audio = audio;
     gr.checkpoint = checkpoint;
     gr.checkpoint_every = (int)checkpoint_every;
     gr.threads = (int)threads;
@@ -422,6 +429,8 @@ int h3_cmd_generate(int argc, char **argv) {
                        ? (double)res.cache_calls / (res.cache_calls - res.cache_skipped)
                        : 0.0,
                    res.cache_est_max);
+        if (res.soundtrack_s > 0)
+            printf("soundtrack: %s (%.2f s), held as the clip's audio; the MP4 carries it\n", audio, res.soundtrack_s);
         if (res.keyframes)
             printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "
                    "with its vision tower %.2f s, keyframes encoded %.2f s\n",

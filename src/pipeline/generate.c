@@ -22,6 +22,7 @@
 #include "pipeline/plan.h"
 #include "mem/report.h"
 #include "models/audio_vae.h"
+#include "models/audio_vae_enc.h"
 #include "models/dit.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
@@ -57,7 +58,7 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
 }
 
 static const char *const g_stage_names[H3_GEN_STAGES] = {
-    "tokenize", "text_encoder", "keyframes", "dit", "refine", "audio_vae", "video_vae", "mux"};
+    "tokenize", "text_encoder", "keyframes", "soundtrack", "dit", "refine", "audio_vae", "video_vae", "mux"};
 
 const char *h3_generate_stage_name(int stage) {
     return stage >= 0 && stage < H3_GEN_STAGES ? g_stage_names[stage] : "?";
@@ -378,6 +379,10 @@ typedef struct gen {
     h3_tensor kf_clean;
     float *kf_rows;
     const int32_t *text_ids; /* the presentation's ids while the run lasts (--latents saves them) */
+    /* a soundtrack (audio to video): the file's sound at 32 kHz stereo, and its latents as the DiT's audio rows
+     * (normalized, packed), held clean in every call */
+    h3_sound snd;
+    float *snd_rows;
     /* the checkpoint of the first pass: its rows (the sampler's state, in place), their sizes, the request's
      * fingerprint */
     float *ck_video, *ck_audio;
@@ -790,6 +795,11 @@ static h3_status make_schedule(gen *g) {
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
+    if (g->r->audio) { /* a soundtrack's rows are held clean: audio at t = 1 in every call */
+        int have = 0;
+        for (int i = 0; i < g->n_uniq; i++) have |= g->uniq_t[i] == 1.0f;
+        if (!have) g->uniq_t[g->n_uniq++] = 1.0f;
+    }
     if (g->kf.n) { /* the keyframe rows' time below t_video = 0.999 (pipeline/layout.h) */
         int have = 0;
         for (int i = 0; i < g->n_uniq; i++) have |= g->uniq_t[i] == H3_KEYFRAME_T;
@@ -1135,6 +1145,11 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         g->res.refine_calls = steps;
         g->res.refine_sigma_v = sv;
     }
+    if (!refine && g->snd_rows) { /* the soundtrack's rows, clean, in place of the audio noise */
+        if (g->res.audio_latents * 2 * H3_AUDIO_LATENT_CHANNELS != na)
+            H3_FAIL(H3_ERR_INTERNAL, "the soundtrack's latents do not fit the layout");
+        memcpy(arows, g->snd_rows, (size_t)na * sizeof(float));
+    }
     h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
     int start_step = 0;
     if (!refine && g->r->checkpoint) { /* the first pass's state, saved every few calls; resumed when saved */
@@ -1151,6 +1166,11 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                      (long long)q->frames, (long long)ps->width, (long long)ps->height, q->steps,
                      (unsigned long long)q->seed, h3_sampler_name(q->sampler), h3_scheduler_name(q->scheduler),
                      q->shift_video, q->shift_audio, g->kf.n, (long long)L.seq_len, (unsigned long long)hsh);
+            if (g->r->audio) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " soundtrack %s %lld", g->r->audio,
+                         (long long)g->snd.samples);
+            }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " cache %g", g->r->cache_threshold);
@@ -1222,6 +1242,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.from_latent = refine;
     sa.held_audio = held;
     sa.held_noise = anoise;
+    if (!refine && g->snd_rows) { /* held clean: t = 1, no noise */
+        sa.held_audio = g->snd_rows;
+        sa.held_noise = NULL;
+    }
     sa.cond_rows = refine ? NULL : g->kf_rows;
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
@@ -1334,10 +1358,74 @@ done:
 /* ---- the VAEs and the file ----------------------------------------------------------------------------- */
 
 /* waveform [2, n] (allocated here): the clip's exact sample count, the decoder's output trimmed or padded. */
+/* A soundtrack through the audio VAE's encoder (on the host): its first T_a·800 samples (silence after its end)
+ * to the posterior mean, normalized and packed as the DiT's audio rows (g->snd_rows). */
+static h3_status run_soundtrack(gen *g) {
+    if (!g->snd.samples) return H3_OK;
+    h3_status st = H3_OK;
+    h3_audio_vae *v = NULL;
+    h3_audio_enc *e = NULL;
+    h3_tensor wave = {0}, lat = {0};
+    stage_begin(g, H3_GEN_SOUNDTRACK, 0);
+    if (g->use_models && g->ses->avae) {
+        v = g->ses->avae;
+        g->res.reused |= H3_REUSED_AUDIO_VAE;
+    } else {
+        H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
+    }
+    if (g->use_models) g->ses->avae = v; /* kept (the session owns it) */
+    st = h3_audio_enc_open(v, &e);
+    if (st != H3_OK) {
+        st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
+                           "a soundtrack needs the audio VAE's encoder (%s)", g->files.audio_vae);
+        goto done;
+    }
+    const int64_t T = h3_audio_latents(g->req.frames), n = T * H3_AUDIO_HOP;
+    const int64_t m = g->snd.samples < n ? g->snd.samples : n;
+    const int64_t ws[3] = {2, 1, n};
+    H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_ACTIVATIONS));
+    const float *src[2] = {g->snd.left, g->snd.right};
+    for (int ch = 0; ch < 2; ch++) {
+        float *dst = (float *)wave.data + ch * n;
+        memcpy(dst, src[ch], (size_t)m * sizeof(float));
+        if (m < n) memset(dst + m, 0, (size_t)(n - m) * sizeof(float));
+    }
+    H3_CHECK_CTX(h3_audio_enc_encode(e, g->ex, &wave, &lat), "the soundtrack %s", g->r->audio);
+    if (lat.shape[2] != T) H3_FAIL(H3_ERR_INTERNAL, "the soundtrack's latents: %lld frames, not %lld",
+                                   (long long)lat.shape[2], (long long)T);
+    h3_audio_enc_normalize(h3_audio_vae_get_config(v), &lat);
+    g->snd_rows = h3_malloc((size_t)(T * 2 * H3_AUDIO_LATENT_CHANNELS) * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
+    if (!g->snd_rows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the soundtrack's latents");
+    h3_audio_pack(lat.data, T, g->snd_rows);
+    h3_log(H3_LOG_INFO, "soundtrack: %s (%.2f s, %d Hz, %d channel%s) encoded to %lld latents a channel, held "
+                        "clean as the clip's audio",
+           g->r->audio, g->res.soundtrack_s, g->snd.src_rate, g->snd.src_channels,
+           g->snd.src_channels == 1 ? "" : "s", (long long)T);
+    stage_end(g);
+done:
+    h3_tensor_free(&wave);
+    h3_tensor_free(&lat);
+    h3_audio_enc_close(e);
+    if (!g->use_models) h3_audio_vae_close(v);
+    return st;
+}
+
 static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *waveform) {
     h3_status st = H3_OK;
     h3_audio_vae *v = NULL;
     h3_tensor w = {0};
+    if (g->snd.samples) { /* the clip carries the given sound, not one decoded from its latents */
+        const int64_t n = h3_audio_samples(g->req.frames), m = g->snd.samples < n ? g->snd.samples : n;
+        H3_TRY(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
+        const float *src[2] = {g->snd.left, g->snd.right};
+        for (int ch = 0; ch < 2; ch++) {
+            float *dst = (float *)waveform->data + ch * n;
+            memcpy(dst, src[ch], (size_t)m * sizeof(float));
+            if (m < n) memset(dst + m, 0, (size_t)(n - m) * sizeof(float));
+        }
+        g->res.audio_samples = n;
+        return H3_OK;
+    }
     stage_begin(g, H3_GEN_AUDIO_VAE, 0);
     if (g->use_models && g->ses->avae) {
         v = g->ses->avae;
@@ -1702,6 +1790,30 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
                    (long long)g->req.height, g->kf.path[0], g->kf.sw[0], g->kf.sh[0]);
         }
     }
+    if (r->audio) { /* read first too: a bad file is the request's, and the clip may take its length */
+        if (r->req.refine_width)
+            H3_FAIL(H3_ERR_INVALID, "--refine with --audio is not supported: the refine pass samples the audio "
+                                    "again; leave out --refine (or --audio)");
+        st = h3_pathset_input(&paths, "--audio", r->audio, 1);
+        if (st == H3_OK)
+            st = h3_sound_read(r->audio, H3_AUDIO_RATE, (int64_t)(H3_MAX_FRAMES / H3_FPS + 1) * H3_AUDIO_RATE,
+                               &g->snd);
+        if (st != H3_OK && st != H3_ERR_NOMEM && st != H3_ERR_INVALID)
+            st = h3_error_wrap(H3_ERR_INVALID, "%s", "the soundtrack (--audio)");
+        H3_CHECK(st);
+        g->res.soundtrack_s = (double)g->snd.samples / H3_AUDIO_RATE;
+        if (!g->req.frames && g->req.seconds == 0) { /* the 17n+5 frames its length holds */
+            const int64_t f = (int64_t)floor(((double)g->snd.samples * H3_FPS / H3_AUDIO_RATE - 5) / 17) * 17 + 5;
+            if (f < 22)
+                H3_FAIL(H3_ERR_INVALID,
+                        "the soundtrack %s is %.2f s: too short for a clip (at least 22 frames, 0.92 s); give a "
+                        "longer one, or --frames (the rest is then silence)",
+                        r->audio, g->res.soundtrack_s);
+            g->req.frames = f;
+            h3_log(H3_LOG_INFO, "length: %lld frames (%.2f s), from the soundtrack %s (%.2f s)", (long long)f,
+                   (double)f / H3_FPS, r->audio, g->res.soundtrack_s);
+        }
+    }
     h3_request_warnings warn;
     { /* a turbo LoRA's steps and shifts, where the request leaves them (pipeline/turbo.h) */
         h3_request_warnings tw;
@@ -1714,6 +1826,15 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     }
     H3_CHECK(h3_request_resolve(&g->req, &warn));
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
+    if (g->snd.samples) {
+        const int64_t n = h3_audio_samples(g->req.frames);
+        if (g->snd.samples < n)
+            h3_log(H3_LOG_WARN, "the soundtrack %s is %.2f s, the clip %.2f s: the rest of the clip is silence",
+                   r->audio, g->res.soundtrack_s, (double)n / H3_AUDIO_RATE);
+        else if (g->snd.samples > n)
+            h3_log(H3_LOG_INFO, "the soundtrack %s is %.2f s: its first %.2f s are the clip's", r->audio,
+                   g->res.soundtrack_s, (double)n / H3_AUDIO_RATE);
+    }
     g->res.keyframes = g->kf.n;
     for (int i = 0; i < warn.n && !r->small_model; i++) h3_log(H3_LOG_WARN, "%s", warn.msg[i]);
     if (!h3_media_available())
@@ -1852,6 +1973,8 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     H3_CHECK(check_stop(g));
     H3_CHECK(run_keyframes(g));
     H3_CHECK(check_stop(g));
+    H3_CHECK(run_soundtrack(g));
+    H3_CHECK(check_stop(g));
     H3_CHECK(run_dit(g, &hidden, &video_lat, &audio_lat));
     h3_tensor_free(&hidden);
     H3_CHECK(check_stop(g));
@@ -1933,6 +2056,8 @@ done:
     h3_vision_close(g->vis);
     if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);
     h3_keyframes_free(&g->kf);
+    h3_sound_free(&g->snd);
+    h3_free(g->snd_rows);
     h3_free(g->text_tags);
     h3_free(g->kf_grid);
     h3_free(g->kf_rows);

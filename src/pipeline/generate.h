@@ -127,6 +127,11 @@ typedef struct h3_generate_request {
     const char *keyframe[H3_MAX_KEYFRAMES];
     int64_t keyframe_frame[H3_MAX_KEYFRAMES];
     int n_keyframes;
+    /* A soundtrack the video follows (audio to video): any audio file libav reads; resampled to 32 kHz stereo,
+     * encoded by the audio VAE's encoder and held clean (t = 1) as the target audio in every DiT call; the MP4
+     * carries this sound, not a decoded one. Without frames or seconds the clip takes its length (17n+5 frames
+     * that fit in it). NULL: none. */
+    const char *audio;
 } h3_generate_request;
 
 #define H3_CHECKPOINT_EVERY 5
@@ -146,6 +151,7 @@ enum {
     H3_GEN_TOKENIZE = 0,
     H3_GEN_TEXT_ENCODER,
     H3_GEN_KEYFRAMES, /* fl2va: the keyframes through the video VAE's encoder (no events without them) */
+    H3_GEN_SOUNDTRACK, /* a given soundtrack through the audio VAE's encoder (no events without one) */
     H3_GEN_DIT,
     H3_GEN_REFINE, /* the second pass of --refine (no events without it) */
     H3_GEN_AUDIO_VAE,
@@ -153,8 +159,8 @@ enum {
     H3_GEN_MUX,
     H3_GEN_STAGES
 };
-/* The stage names progress events carry: "tokenize", "text_encoder", "keyframes", "dit", "refine",
- * "audio_vae", "video_vae", "mux". */
+/* The stage names progress events carry: "tokenize", "text_encoder", "keyframes", "soundtrack", "dit",
+ * "refine", "audio_vae", "video_vae", "mux". */
 const char *h3_generate_stage_name(int stage);
 
 typedef struct h3_generate_result {
@@ -162,6 +168,7 @@ typedef struct h3_generate_result {
     h3_device device;    /* where the DiT ran */
     int64_t text_tokens; /* L (with keyframes: their presentation and vision rows included) */
     int keyframes;       /* fl2va keyframes; their rows in the packed sequence */
+    double soundtrack_s; /* the soundtrack's length as read (0: none) */
     int resumed_step;    /* the model calls a checkpoint saved, which this run skipped (0: from the start) */
     /* step caching (cache_threshold): model calls asked for and answered from the cache (every pass), and the
      * largest estimated relative output change a skipped call accumulated */

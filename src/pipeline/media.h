@@ -154,6 +154,19 @@ typedef struct h3_clip {
 h3_status h3_clip_read(const char *path, h3_clip *out);
 void h3_clip_free(h3_clip *c);
 
+/* A soundtrack: the first audio stream of any file libavformat opens (WAV, FLAC, MP3, AAC, an MP4's sound, ...),
+ * decoded and resampled (libswresample) to `rate` Hz, planar float: mono is copied to both sides, two or more
+ * channels are mixed to stereo (libswresample's default matrix). At most max_samples are kept (the rest is not
+ * decoded). H3_ERR_IO for a file that cannot be read, H3_ERR_FORMAT for one without sound. */
+typedef struct h3_sound {
+    float *left, *right; /* [samples] each */
+    int64_t samples;
+    int rate;                      /* of left/right */
+    int src_rate, src_channels;    /* the file's */
+} h3_sound;
+h3_status h3_sound_read(const char *path, int rate, int64_t max_samples, h3_sound *out);
+void h3_sound_free(h3_sound *s);
+
 /* An image file's first frame (PNG, JPEG, WebP, BMP, ... whatever libavformat opens) as packed RGB8 [h, w, 3]
  * (h3_malloc; alpha dropped, as PIL's convert("RGB") does; YUV converted with the file's own range and
  * matrix). Refused: a missing/unreadable/truncated file (H3_ERR_IO or H3_ERR_FORMAT), no video stream, and an

@@ -12,7 +12,9 @@
 #if H3_HAVE_MEDIA
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
+#include <libswresample/swresample.h>
 #include <libswscale/swscale.h>
 
 static h3_status av_fail(int err, const char *what, const char *path) {
@@ -311,7 +313,149 @@ done:
     return st;
 }
 
+/* Converted samples into the soundtrack: planar float, `nch` channels (1 or 2), appended up to max. */
+static h3_status sound_take(h3_sound *o, int64_t *cap, float *const *planes, int n, int nch, int64_t max) {
+    if (o->samples + n > max) n = (int)(max - o->samples);
+    if (n <= 0) return H3_OK;
+    if (!grow(&o->left, cap, o->samples + n)) return H3_ERR(H3_ERR_NOMEM, "out of memory for the soundtrack");
+    int64_t cap2 = *cap;
+    float *r = h3_realloc(o->right, (size_t)cap2 * sizeof(float), H3_MEM_IO);
+    if (!r) return H3_ERR(H3_ERR_NOMEM, "out of memory for the soundtrack");
+    o->right = r;
+    memcpy(o->left + o->samples, planes[0], (size_t)n * sizeof(float));
+    memcpy(o->right + o->samples, planes[nch > 1 ? 1 : 0], (size_t)n * sizeof(float)); /* mono: both sides */
+    o->samples += n;
+    return H3_OK;
+}
+
+h3_status h3_sound_read(const char *path, int rate, int64_t max_samples, h3_sound *out) {
+    memset(out, 0, sizeof *out);
+    AVFormatContext *fmt = NULL;
+    AVCodecContext *ad = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *fr = av_frame_alloc();
+    SwrContext *swr = NULL;
+    float *buf[2] = {NULL, NULL};
+    int buf_cap = 0, nch = 0;
+    int64_t cap = 0;
+    h3_status st = H3_OK;
+    int e;
+    if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    if (rate < 1 || max_samples < 1) H3_FAIL(H3_ERR_INVALID, "reading a soundtrack at %d Hz", rate);
+    {
+        int fd;
+        H3_CHECK(h3_open_input(path, &fd, NULL));
+        close(fd);
+    }
+    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
+        st = av_fail(e, "opening the soundtrack", path);
+        goto done;
+    }
+    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
+        st = av_fail(e, "reading the soundtrack", path);
+        goto done;
+    }
+    const int ai = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
+    if (ai < 0) H3_FAIL(H3_ERR_FORMAT, "%s has no audio stream", path);
+    H3_CHECK(open_dec(fmt, ai, &ad, path));
+    out->src_rate = ad->sample_rate;
+    out->src_channels = ad->ch_layout.nb_channels;
+    if (out->src_rate < 1 || out->src_channels < 1)
+        H3_FAIL(H3_ERR_FORMAT, "%s: its audio stream says %d Hz and %d channels", path, out->src_rate,
+                out->src_channels);
+    nch = out->src_channels == 1 ? 1 : 2; /* mono stays mono (copied to both sides), the rest to stereo */
+    {
+        AVChannelLayout ol;
+        av_channel_layout_default(&ol, nch);
+        e = swr_alloc_set_opts2(&swr, &ol, AV_SAMPLE_FMT_FLTP, rate, &ad->ch_layout, ad->sample_fmt,
+                                ad->sample_rate, 0, NULL);
+        if (e >= 0) e = swr_init(swr);
+        av_channel_layout_uninit(&ol);
+        if (e < 0) {
+            st = av_fail(e, "resampling the soundtrack of", path);
+            goto done;
+        }
+    }
+    int eof = 0;
+    while (!eof && out->samples < max_samples) {
+        e = av_read_frame(fmt, pkt);
+        if (e == AVERROR_EOF) {
+            eof = 1;
+            e = avcodec_send_packet(ad, NULL);
+        } else if (e < 0) {
+            st = av_fail(e, "reading", path);
+            goto done;
+        } else if (pkt->stream_index != ai) {
+            av_packet_unref(pkt);
+            continue;
+        } else {
+            e = avcodec_send_packet(ad, pkt);
+            av_packet_unref(pkt);
+        }
+        if (e < 0 && e != AVERROR_EOF) {
+            st = av_fail(e, "decoding the soundtrack", path);
+            goto done;
+        }
+        for (;;) {
+            e = avcodec_receive_frame(ad, fr);
+            if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) break;
+            if (e < 0) {
+                st = av_fail(e, "decoding the soundtrack", path);
+                goto done;
+            }
+            const int want = swr_get_out_samples(swr, fr->nb_samples);
+            if (want > buf_cap) {
+                for (int k = 0; k < 2; k++) {
+                    h3_free(buf[k]);
+                    buf[k] = h3_malloc((size_t)want * sizeof(float), H3_MEM_IO);
+                    if (!buf[k]) H3_FAIL(H3_ERR_NOMEM, "out of memory for the soundtrack");
+                }
+                buf_cap = want;
+            }
+            const int got = swr_convert(swr, (uint8_t **)buf, buf_cap, (const uint8_t **)fr->extended_data,
+                                        fr->nb_samples);
+            av_frame_unref(fr);
+            if (got < 0) {
+                st = av_fail(got, "resampling the soundtrack of", path);
+                goto done;
+            }
+            H3_CHECK(sound_take(out, &cap, buf, got, nch, max_samples));
+        }
+    }
+    for (int got = 1; got > 0 && out->samples < max_samples;) { /* what the resampler still holds */
+        if (buf_cap < 4096) {
+            for (int k = 0; k < 2; k++) {
+                h3_free(buf[k]);
+                buf[k] = h3_malloc(4096 * sizeof(float), H3_MEM_IO);
+                if (!buf[k]) H3_FAIL(H3_ERR_NOMEM, "out of memory for the soundtrack");
+            }
+            buf_cap = 4096;
+        }
+        got = swr_convert(swr, (uint8_t **)buf, buf_cap, NULL, 0);
+        if (got > 0) H3_CHECK(sound_take(out, &cap, buf, got, nch, max_samples));
+    }
+    if (out->samples == 0) H3_FAIL(H3_ERR_FORMAT, "%s: its audio stream holds no samples", path);
+    out->rate = rate;
+done:
+    h3_free(buf[0]);
+    h3_free(buf[1]);
+    swr_free(&swr);
+    avcodec_free_context(&ad);
+    avformat_close_input(&fmt);
+    av_packet_free(&pkt);
+    av_frame_free(&fr);
+    if (st != H3_OK) h3_sound_free(out);
+    return st;
+}
+
 #else /* built without libav (-DH3_MEDIA=OFF) */
+h3_status h3_sound_read(const char *path, int rate, int64_t max_samples, h3_sound *out) {
+    (void)rate, (void)max_samples;
+    memset(out, 0, sizeof *out);
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading sound (cmake -DH3_MEDIA=OFF)",
+                  path);
+}
+
 h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h) {
     (void)max_pixels;
     *rgb = NULL;
@@ -326,6 +470,13 @@ h3_status h3_clip_read(const char *path, h3_clip *out) {
                   path);
 }
 #endif
+
+void h3_sound_free(h3_sound *s) {
+    if (!s) return;
+    h3_free(s->left);
+    h3_free(s->right);
+    memset(s, 0, sizeof *s);
+}
 
 void h3_clip_free(h3_clip *c) {
     if (!c) return;

@@ -370,6 +370,7 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
                               float t_audio, float *v_video, float *v_audio) {
     sample_ctx *c = user;
     const h3_seq_layout *L = c->L;
+    if (c->held && !c->held_noise) t_audio = 1.0f; /* audio held clean (a soundtrack): t = 1 in every call */
     float uniq[3];
     int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
     const int64_t nv_all = c->nc + L->n_video_rows;
@@ -380,7 +381,9 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
         x_video = c->xv;
         v_video = c->vv;
     }
-    if (c->held) { /* the kept audio at this call's noise level, in place of the sampler's */
+    if (c->held && !c->held_noise) {
+        x_audio = c->held;
+    } else if (c->held) { /* the kept audio at this call's noise level, in place of the sampler's */
         const float sig = 1.0f - t_audio, keep = 1.0f - sig;
         const int64_t n = L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
         for (int64_t i = 0; i < n; i++) c->held_x[i] = keep * c->held[i] + sig * c->held_noise[i];
@@ -450,7 +453,6 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     if (!c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
     if (a->held_audio) {
-        if (!a->held_noise) H3_FAIL(H3_ERR_INVALID, "held audio needs its noise");
         c.held = a->held_audio;
         c.held_noise = a->held_noise;
         c.held_x = h3_malloc((size_t)L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS * sizeof(float) + 4,

@@ -142,7 +142,9 @@ typedef struct h3_dit_sample_args {
     /* Held audio (the refine pass): held_audio [Na·32] clean audio rows that are not sampled; every call sees
      * them noised to its own audio sigma, (1 - sigma_a)*held_audio + sigma_a*held_noise (held_noise [Na·32]),
      * as the joint model was trained to see audio beside video at that step, and the audio rows come back
-     * equal to held_audio. NULL: the audio is sampled with the video. */
+     * equal to held_audio. held_noise NULL (a soundtrack): every call sees held_audio itself at t_audio = 1
+     * (clean), as the release's conditioning rows take audio at max(t, 1). held_audio NULL: the audio is
+     * sampled with the video. */
     const float *held_audio, *held_noise;
     /* fl2va: the keyframe rows [layout->n_cond_rows·96] (noised to their fixed time, pipeline/keyframe.h):
      * every call sees them before the target's video rows, at max(t_video, 0.999); they are not sampled.

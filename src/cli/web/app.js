@@ -144,7 +144,9 @@ const streams = new Map(); // job id -> EventSource
 const live = new Map();    // job id -> {stage, step, steps, eta_s, fraction}
 
 const fmtTime = (s) => (s === undefined || s === null || s < 0 ? '?' : s < 60 ? s.toFixed(1) + ' s' : Math.floor(s / 60) + ' min ' + Math.round(s % 60) + ' s');
-const STAGE_W = { tokenize: 0.01, text_encoder: 0.04, dit: 0.80, audio_vae: 0.03, video_vae: 0.10, mux: 0.02 };
+// the stages of some runs only (keyframes, soundtrack, refine) hold their place
+const STAGE_W = { tokenize: 0.01, text_encoder: 0.04, keyframes: 0, soundtrack: 0, dit: 0.80, refine: 0, audio_vae: 0.03,
+  video_vae: 0.10, mux: 0.02 };
 
 function fraction(ev) {
   let before = 0;
