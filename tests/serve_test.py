@@ -29,6 +29,9 @@ Cases (all by default, or those named on the command line):
               LoRA gives the first job's latents bit for bit (the server's kept DiT never carries a job's LoRA);
               bad LoRA options (no folder, path-like or hidden names, another extension, a missing file, a wrong
               strength, extra keys, too many) get 400
+  audio       a job with a soundtrack sent as a WAV in a data: URL runs to done, its MP4 carries sound, the upload
+              goes with the job; bad soundtracks (not a string, a name, not base64, empty, an image) get 400 and
+              leave no upload
 Usage: serve_test.py PATH/TO/h3run [case ...]. Needs ffprobe.
 """
 import http.client
@@ -583,9 +586,51 @@ def case_loras():
     sanitizer_clean(srv, "loras")
 
 
+def wav_b64(seconds, hz=523, rate=32000):
+    """A mono 16-bit WAV of a tone, as base64."""
+    import base64, io, math, struct, wave
+    buf = io.BytesIO()
+    w = wave.open(buf, "wb")
+    w.setnchannels(1)
+    w.setsampwidth(2)
+    w.setframerate(rate)
+    w.writeframes(b"".join(struct.pack("<h", int(12000 * math.sin(2 * math.pi * hz * i / rate)))
+                           for i in range(int(seconds * rate))))
+    w.close()
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def case_audio():
+    data = os.path.join(TMP, "audio")
+    srv = Server(data)
+    uploads = os.path.join(data, "uploads")
+    job = srv.wait(srv.submit(dict(TINY, prompt="a tone and a square", steps=4, frames=22,
+                                   audio="data:audio/wav;base64," + wav_b64(1.2))))
+    check(job["state"] == "done" and abs(job["report"].get("soundtrack_s", 0) - 1.2) < 0.01,
+          "a job with a soundtrack: %s %s" % (job["state"], job.get("report", {}).get("soundtrack_s")))
+    stored = job["request"].get("audio", "")
+    check(stored.startswith("upload:") and stored.endswith(".wav") and len(os.listdir(uploads)) == 1,
+          "the soundtrack is stored as an upload: %s %s" % (stored, os.listdir(uploads)))
+    r = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=codec_name",
+                        "-of", "csv=p=0", os.path.join(data, "jobs", "%d.mp4" % job["id"])], capture_output=True,
+                       text=True)
+    check(r.stdout.strip() == "aac", "the clip carries its sound: %r" % r.stdout)
+    st, _ = srv.request("DELETE", "/api/jobs/%d" % job["id"])
+    check(st == 200 and os.listdir(uploads) == [], "the soundtrack goes with the job: %s" % os.listdir(uploads))
+    import base64
+    for val, want in ((5, "must be a sound file"), ("upload:" + "0" * 32 + ".wav", "not a name"),
+                      ("!!!", "not base64"), ("", "is empty"), (base64.b64encode(b"P6\n1 1\n255\nabc").decode(),
+                                                                 "no audio stream")):
+        st, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", audio=val))
+        check(st == 400 and want in body.get("error", ""), "audio %r: %s %s" % (str(val)[:30], st, body))
+    check(os.listdir(uploads) == [], "refused soundtracks leave no upload: %s" % os.listdir(uploads))
+    check(srv.stop() == 0, "the server exits 0")
+    sanitizer_clean(srv, "audio")
+
+
 CASES = [("token", case_token), ("plan", case_plan), ("submit", case_submit), ("reuse", case_reuse), ("bad", case_bad),
          ("cancel", case_cancel), ("crash", case_crash), ("concurrent", case_concurrent), ("keyframes", case_keyframes),
-         ("loras", case_loras)]
+         ("loras", case_loras), ("audio", case_audio)]
 
 if __name__ == "__main__":
     try:

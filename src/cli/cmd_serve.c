@@ -234,6 +234,7 @@ static json_t *report_json(const h3_generate_result *res) {
     json_object_set_new(r, "device", json_string(res->device == H3_DEVICE_CUDA ? "cuda" : "cpu"));
     json_object_set_new(r, "text_tokens", json_integer(res->text_tokens));
     json_object_set_new(r, "keyframes", json_integer(res->keyframes));
+    if (res->soundtrack_s > 0) json_object_set_new(r, "soundtrack_s", json_real(res->soundtrack_s));
     json_object_set_new(r, "resumed_step", json_integer(res->resumed_step));
     json_object_set_new(r, "total_s", json_real(res->total_s));
     json_object_set_new(r, "dit_start_s", json_real(res->dit_start_s));

@@ -67,7 +67,7 @@ int64_t h3_store_count(h3_store *s, const char *state);
  * the server's). */
 #define H3_SERVE_OPTIONS                                                                                     \
     "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents, refine, "        \
-    "output_size, shift, first_frame, last_frame, keyframes, loras, cache"
+    "output_size, shift, first_frame, last_frame, keyframes, loras, cache, audio"
 
 /* A job's request as the client sent it: checked for JSON, types, unknown options and the values every
  * request must have (the request's own rules, frames and canvas among them, come from h3_request_resolve).
@@ -80,12 +80,13 @@ typedef struct h3_serve_request {
     int wav, latents;                         /* also write the WAV, the latents */
     char kf_path[H3_MAX_KEYFRAMES][1024];     /* the keyframes' files under the uploads folder */
     char lora_path[H3_MAX_LORAS][1024];       /* the LoRAs' files under the server's LoRA folder */
+    char audio_path[1024];                    /* the soundtrack's file under the uploads folder */
 } h3_serve_request;
 /* Keyframes (fl2va): "first_frame" and "last_frame" (an image each) and "keyframes" ([{"image", "frame"}], a
  * frame from 0), in that packed order, at most H3_MAX_KEYFRAMES in all. A client sends each image as base64 (a
  * data: URL's prefix allowed); the server stores it under DATA/uploads/ (h3_serve_store_uploads) and the stored
  * request names it "upload:<32 hex digits>.<ext>", the only form this parser takes, resolved under uploads_dir (NULL:
- * keyframes refused). */
+ * uploads refused). A soundtrack ("audio": a sound file, generate's --audio) travels the same way. */
 /* LoRAs: "loras" ([{"name", "strength"}], strength 1 when left out, -100 to 100) names files of the server's LoRA
  * folder lora_dir (NULL: LoRAs refused): a plain file name ending in .safetensors (no '/', not starting with '.'),
  * at most H3_MAX_LORAS, that must be a regular file there; the DiT merges or attaches them as generate's --lora

@@ -47,6 +47,7 @@ static const struct {
     {"keyframes", T_KEYFRAMES, 0, 0},
     {"loras", T_LORAS, 0, 0},
     {"cache", T_CACHE, 0, 0},
+    {"audio", T_STR, 0, 0},
 };
 enum { N_OPTS = sizeof g_opts / sizeof *g_opts };
 
@@ -203,6 +204,12 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         g->keyframe[g->n_keyframes] = out->kf_path[g->n_keyframes];
         g->keyframe_frame[g->n_keyframes++] = json_integer_value(fr2);
     }
+    /* a soundtrack (audio to video): an upload the server stored */
+    json_t *au = json_object_get(obj, "audio");
+    if (au) {
+        H3_TRY(upload_path(json_string_value(au), "audio", uploads_dir, out->audio_path, sizeof out->audio_path));
+        g->audio = out->audio_path;
+    }
     /* step caching: true (the default threshold) or a threshold */
     json_t *ca = json_object_get(obj, "cache");
     if (ca && json_is_number(ca)) {
@@ -304,9 +311,10 @@ static int is_upload_ref(const char *s) {
 }
 
 static h3_status upload_path(const char *ref, const char *what, const char *dir, char *buf, size_t n) {
-    if (!dir) return H3_ERR(H3_ERR_INVALID, "'%s': this server takes no keyframes", what);
+    if (!dir) return H3_ERR(H3_ERR_INVALID, "'%s': this server takes no uploads", what);
     if (!is_upload_ref(ref))
-        return H3_ERR(H3_ERR_INVALID, "'%s' must be an image as base64 (PNG, JPEG, WebP, ...)", what);
+        return H3_ERR(H3_ERR_INVALID, "'%s' must be %s as base64", what,
+                      strcmp(what, "audio") ? "an image (PNG, JPEG, WebP, ...)" : "a sound file (WAV, FLAC, MP3, ...)");
     snprintf(buf, n, "%s/%s", dir, ref + strlen(UPLOAD_PREFIX));
     return H3_OK;
 }
@@ -321,6 +329,12 @@ static const char *image_ext(const uint8_t *b, int64_t n) {
     if (n >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
     if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "ppm";
     if (n >= 4 && (!memcmp(b, "II*\0", 4) || !memcmp(b, "MM\0*", 4))) return "tif";
+    /* sound files (a soundtrack's upload) */
+    if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WAVE", 4)) return "wav";
+    if (n >= 4 && !memcmp(b, "fLaC", 4)) return "flac";
+    if (n >= 4 && !memcmp(b, "OggS", 4)) return "ogg";
+    if (n >= 3 && (!memcmp(b, "ID3", 3) || (b[0] == 0xFF && (b[1] & 0xE0) == 0xE0))) return "mp";
+    if (n >= 8 && !memcmp(b + 4, "ftyp", 4)) return "mp";
     return "img";
 }
 
@@ -371,27 +385,29 @@ static int64_t b64_decode(const char *s, size_t len, size_t max, uint8_t **out) 
 /* One image value: decoded and written as dir/<hex>.img; *ref gets "upload:<hex>". */
 static h3_status store_one(json_t *v, const char *what, const char *dir, char ref[64]) {
     const char *s = json_string_value(v);
-    if (!s) return H3_ERR(H3_ERR_INVALID, "'%s' must be an image as base64", what);
+    const char *kind = strcmp(what, "audio") ? "an image" : "a sound file";
+    if (!s) return H3_ERR(H3_ERR_INVALID, "'%s' must be %s as base64", what, kind);
     if (is_upload_ref(s) || !strncmp(s, UPLOAD_PREFIX, strlen(UPLOAD_PREFIX)))
-        return H3_ERR(H3_ERR_INVALID, "'%s': send the image itself as base64, not a name", what);
+        return H3_ERR(H3_ERR_INVALID, "'%s': send %s itself as base64, not a name", what, kind);
     size_t len = json_string_length(v);
     if (!strncmp(s, "data:", 5)) { /* a data: URL: the base64 after its comma */
         const char *c = memchr(s, ',', len);
         int b64 = 0;
         for (const char *q = s; c && q + 7 <= c; q++) b64 |= !memcmp(q, ";base64", 7);
         if (!c || !b64)
-            return H3_ERR(H3_ERR_INVALID, "'%s': a data: URL must be base64 (data:image/png;base64,...)", what);
+            return H3_ERR(H3_ERR_INVALID, "'%s': a data: URL must be base64 (data:%s;base64,...)", what,
+                          strcmp(what, "audio") ? "image/png" : "audio/wav");
         len -= (size_t)(c + 1 - s);
         s = c + 1;
     }
     uint8_t *bytes = NULL;
     const int64_t n = b64_decode(s, len, H3_SERVE_MAX_IMAGE, &bytes);
     if (n < 0)
-        return H3_ERR(H3_ERR_INVALID, "'%s' is not base64 of an image of at most %d MiB", what,
+        return H3_ERR(H3_ERR_INVALID, "'%s' is not base64 of %s of at most %d MiB", what, kind,
                       H3_SERVE_MAX_IMAGE >> 20);
     if (n == 0) {
         h3_free(bytes);
-        return H3_ERR(H3_ERR_INVALID, "'%s' is empty: send an image as base64", what);
+        return H3_ERR(H3_ERR_INVALID, "'%s' is empty: send %s as base64", what, kind);
     }
     char hex[33], path[1024], tmp[1100];
     const char *ext = image_ext(bytes, n);
@@ -418,12 +434,12 @@ static h3_status store_one(json_t *v, const char *what, const char *dir, char re
     return st;
 }
 
-/* Calls fn on every keyframe image value of a request (first_frame, last_frame, keyframes[i].image). */
+/* Calls fn on every uploaded value of a request (first_frame, last_frame, audio, keyframes[i].image). */
 static h3_status each_image(json_t *obj, h3_status (*fn)(json_t *holder, const char *key, json_t *v,
                                                         const char *what, void *user),
                             void *user) {
-    static const char *const ends[2] = {"first_frame", "last_frame"};
-    for (int e = 0; e < 2; e++) {
+    static const char *const ends[3] = {"first_frame", "last_frame", "audio"};
+    for (int e = 0; e < 3; e++) {
         json_t *v = json_object_get(obj, ends[e]);
         if (v) H3_TRY(fn(obj, ends[e], v, ends[e], user));
     }

@@ -64,6 +64,7 @@ function readForm() {
   if ($('cache').checked) req.cache = true;
   if (keyframes.first_frame) req.first_frame = keyframes.first_frame;
   if (keyframes.last_frame) req.last_frame = keyframes.last_frame;
+  if (keyframes.audio) req.audio = keyframes.audio;
   const loras = [...document.querySelectorAll('#loras .lora')]
     .filter((row) => row.querySelector('input[type=checkbox]').checked)
     .map((row) => ({ name: row.dataset.name, strength: Number(row.querySelector('input[type=number]').value) }));
@@ -80,8 +81,8 @@ function loraRow(l) {
   return row;
 }
 
-// The chosen keyframe images as data: URLs (the server takes base64, a data: URL's prefix allowed).
-const keyframes = { first_frame: null, last_frame: null };
+// The chosen keyframe images and soundtrack as data: URLs (the server takes base64, a data: URL's prefix allowed).
+const keyframes = { first_frame: null, last_frame: null, audio: null };
 function readKeyframe(id) {
   const f = $(id).files[0];
   if (!f) { keyframes[id] = null; schedulePlan(); return; }
@@ -270,7 +271,7 @@ async function init() {
   }
   for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav', 'cache'])
     $(id).addEventListener('input', schedulePlan);
-  for (const id of ['first_frame', 'last_frame']) $(id).addEventListener('change', () => readKeyframe(id));
+  for (const id of ['first_frame', 'last_frame', 'audio']) $(id).addEventListener('change', () => readKeyframe(id));
   $('form').addEventListener('submit', submit);
   refreshPlan();
   refreshJobs();
