@@ -492,6 +492,24 @@ static void test_interrupted(void) {
             r.keyframe_frame[0] = 0;
             r.n_keyframes = 1;
         }
+        char snd[700];
+        if (s == H3_GEN_SOUNDTRACK) { /* the stage runs only with a soundtrack: 1 s of a 16-bit mono WAV */
+            path_in("int_sound.wav", snd, sizeof snd);
+            FILE *f = fopen(snd, "wb");
+            CHECK(f != NULL);
+            if (f) {
+                const uint32_t rate = 32000, n = 32000, bytes = 2 * n;
+                const uint32_t hdr[] = {0x46464952u, 36 + bytes, 0x45564157u, 0x20746d66u, 16, 0x00010001u, rate,
+                                        2 * rate,    0x00100002u, 0x61746164u, bytes};
+                fwrite(hdr, sizeof hdr, 1, f);
+                for (uint32_t i = 0; i < n; i++) {
+                    const int16_t v = (int16_t)(8000.0 * sin(2 * 3.14159265358979 * 440.0 * i / rate));
+                    fwrite(&v, 2, 1, f);
+                }
+                fclose(f);
+            }
+            r.audio = snd;
+        }
         stop_ctx sc = {h3_generate_stage_name(s), NULL, 0};
         h3_generate_callbacks cb = {track, &sc, stop_now, &sc};
         h3_mem_stats m0, m1;

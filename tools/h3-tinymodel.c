@@ -27,7 +27,7 @@
  *                  release stores them; f32
  *
  * The video VAE has its encoder too (fl2va keyframes: the release's causal 3-D CNN at width 32, one block per
- * level); the audio VAE only its decoder.
+ * level); the audio VAE its decoder and its encoder (the DAC stages and the attention projection).
  *
  * With --layout comfy DIR looks like a ComfyUI installation holding ComfyUI's repackaged files
  * (`h3run generate --model DIR/models`): models/diffusion_models/ (the DiT in one file, its config in the
@@ -1038,6 +1038,62 @@ static void snake(wfile *f, const char *base, int64_t ch, const float *kaiser) {
     put3(f, H3_F32, n, 1, 1, 12, VALUES(kaiser));
 }
 
+/* The encoder, after the decoder (whose values stay as they were): the DAC stages from 4 channels at the
+ * release's rates 2, 4, 4, 5, 5 (Snake alpha as stored, [1, C, 1]), a k3 conv to AV_LATENT_DIM, the
+ * causal-attention pre_block (8 heads) and the posterior heads (models/audio_vae_enc.h). */
+static void write_audio_encoder(wfile *f) {
+    static const int rates[5] = {2, 4, 4, 5, 5};
+    const int64_t d0 = 4, L = AV_LATENT_DIM, C = 32;
+    char n[200];
+    wn_conv(f, "encoder.block.0", d0, 1, 7, 1.0, 1, d0);
+    for (int i = 0; i < 5; i++) {
+        const int64_t h = d0 << i;
+        for (int r = 0; r < 3; r++) {
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.0.alpha", i + 1, r);
+            put3(f, H3_F32, n, 1, h, 1, AROUND(1.0, 0.5));
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.1", i + 1, r);
+            wn_conv(f, n, h, h, 7, 0.5, 1, h);
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.2.alpha", i + 1, r);
+            put3(f, H3_F32, n, 1, h, 1, AROUND(1.0, 0.5));
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.3", i + 1, r);
+            wn_conv(f, n, h, h, 1, 0.5, 1, h);
+        }
+        snprintf(n, sizeof n, "encoder.block.%d.block.3.alpha", i + 1);
+        put3(f, H3_F32, n, 1, h, 1, AROUND(1.0, 0.5));
+        snprintf(n, sizeof n, "encoder.block.%d.block.4", i + 1);
+        wn_conv(f, n, 2 * h, h, 2 * rates[i], 1.0, 1, 2 * h);
+    }
+    const int64_t top = d0 << 5;
+    put3(f, H3_F32, "encoder.block.6.alpha", 1, top, 1, AROUND(1.0, 0.5));
+    wn_conv(f, "encoder.block.7", L, top, 3, 1.0, 1, L);
+    put1(f, H3_F32, "pre_block.norm1.weight", L, AROUND(1.0, 0.05));
+    put1(f, H3_F32, "pre_block.norm1.bias", L, U(0.02));
+    put2(f, H3_F32, "pre_block.attn.qkv.weight", 3 * L, L, LIN(L, 1.0));
+    put1(f, H3_F32, "pre_block.attn.q_bias", L, U(0.02));
+    put1(f, H3_F32, "pre_block.attn.v_bias", L, U(0.02));
+    put1(f, H3_F32, "pre_block.attn.zero_k_bias", L, U(0.0));
+    put2(f, H3_F32, "pre_block.attn.proj.weight", C, C, LIN(C, 1.0));
+    put1(f, H3_F32, "pre_block.attn.proj.bias", C, U(0.02));
+    put2(f, H3_F32, "pre_block.proj.weight", C, L, LIN(L, 1.0));
+    put1(f, H3_F32, "pre_block.proj.bias", C, U(0.02));
+    put1(f, H3_F32, "pre_block.norm3.weight", L, AROUND(1.0, 0.05));
+    put1(f, H3_F32, "pre_block.norm3.bias", L, U(0.02));
+    put1(f, H3_F32, "pre_block.norm2.weight", C, AROUND(1.0, 0.05));
+    put1(f, H3_F32, "pre_block.norm2.bias", C, U(0.02));
+    put1(f, H3_F32, "pre_block.mlp.norm.weight", C, AROUND(1.0, 0.05));
+    put1(f, H3_F32, "pre_block.mlp.norm.bias", C, U(0.02));
+    put2(f, H3_F32, "pre_block.mlp.w0.weight", 2 * C, C, LIN(C, 1.0));
+    put1(f, H3_F32, "pre_block.mlp.w0.bias", 2 * C, U(0.02));
+    put2(f, H3_F32, "pre_block.mlp.w1.weight", 2 * C, C, LIN(C, 1.0));
+    put1(f, H3_F32, "pre_block.mlp.w1.bias", 2 * C, U(0.02));
+    put2(f, H3_F32, "pre_block.mlp.w2.weight", C, 2 * C, LIN(2 * C, 1.0));
+    put1(f, H3_F32, "pre_block.mlp.w2.bias", C, U(0.02));
+    put3(f, H3_F32, "mean_proj.weight", C, C, 1, LIN(C, 1.0));
+    put1(f, H3_F32, "mean_proj.bias", C, U(0.02));
+    put3(f, H3_F32, "logs_proj.weight", C, C, 1, LIN(C, 1.0));
+    put1(f, H3_F32, "logs_proj.bias", C, U(0.02));
+}
+
 /* Official: audio_vae/ with config.json, metadata.json and weight-normalized convolutions. ComfyUI: one file
  * in models/vae/ with the weight norm folded and latents_mean/latents_std as tensors. */
 static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *params) {
@@ -1074,6 +1130,7 @@ static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *param
     }
     snake(&f, "decoder.activation_post", ch, kaiser);
     wn_conv(&f, "decoder.conv_post", 1, ch, 7, 0.15, 0, 0);
+    write_audio_encoder(&f);
     float mean[32], sd[32];
     uint64_t s = seed ^ 0xA0D10ull;
     for (int k = 0; k < 32; k++) {
@@ -1293,7 +1350,7 @@ int main(int argc, char **argv) {
             "  text encoder   Qwen3-VL text stack, %d layers, hidden %d, vocab %lld: %lld parameters\n"
             "  tokenizer      %s, %lld ids\n"
             "  video VAE      ViT decoder, %d blocks, hidden %d, 16x16x4 pixels per latent: %lld parameters\n"
-            "  audio VAE      BigVGAN decoder, 800 samples per latent: %lld parameters\n",
+            "  audio VAE      BigVGAN decoder and DAC encoder, 800 samples per latent: %lld parameters\n",
             final, g_comfy ? "ComfyUI" : "official", (unsigned long long)seed, DIT_LAYERS, DIT_REFINER,
             DIT_HIDDEN, (long long)p_dit, g_comfy ? TE_COMFY_LAYERS : TE_LAYERS, TE_HIDDEN, (long long)vocab,
             (long long)p_te,
