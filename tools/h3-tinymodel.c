@@ -105,7 +105,7 @@ static int g_comfy; /* --layout comfy */
 /* The DiT's width, heads, FFN and blocks (--dit-hidden, --dit-heads, --dit-ffn, --dit-blocks): the defaults are the
  * reduced model the tests use; the trained small model (tools/train) is wider. */
 static int g_tied; /* --tied-embeddings: no lm_head.weight (tie_word_embeddings, as Qwen3-VL's 2B and 4B) */
-static int g_no_keyframes; /* --no-keyframes: no vision tower, no video VAE encoder (t2va only) */
+static int g_no_keyframes; /* --no-keyframes: no vision tower, no VAE encoders (the training template) */
 #define VIS_HIDDEN 16 /* the vision tower's width (2 heads of 8) */
 #define VV_ENC_CH  32 /* the video VAE encoder's width */
 static int DIT_HIDDEN = 64, DIT_HEADS = 2, DIT_FFN = 128, DIT_LAYERS = 4;
@@ -1130,7 +1130,7 @@ static h3_status write_audio_vae(const char *root, uint64_t seed, int64_t *param
     }
     snake(&f, "decoder.activation_post", ch, kaiser);
     wn_conv(&f, "decoder.conv_post", 1, ch, 7, 0.15, 0, 0);
-    write_audio_encoder(&f);
+    if (!g_no_keyframes) write_audio_encoder(&f); /* the training template's encoders are the training's */
     float mean[32], sd[32];
     uint64_t s = seed ^ 0xA0D10ull;
     for (int k = 0; k < 32; k++) {
@@ -1252,8 +1252,8 @@ static void usage(FILE *f) {
         "  --dit-hidden N, --dit-heads N, --dit-ffn N, --dit-blocks N\n"
         "                    the DiT's width, heads (of 128), FFN and blocks (default 64, 2, 128, 4)\n"
         "  --tied-embeddings the text encoder's lm_head tied to its embedding (no lm_head.weight; as Qwen3-VL 2B/4B)\n"
-        "  --no-keyframes    no vision tower and no video VAE encoder (text to video only, as the small trained\n"
-        "                    model, whose training exports only what t2va runs)\n"
+        "  --no-keyframes    no vision tower and no VAE encoders (text to video only: the training's template,\n"
+        "                    whose training exports its own encoders)\n"
         "  --force           replace DIR if it exists\n");
 }
 
