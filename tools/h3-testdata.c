@@ -670,6 +670,7 @@ static void build_audio_vae(tlist *t, const dims *d) {
      * 4, 5, 5, a k3 conv to av_latent, the causal-attention pre_block (8 heads), the posterior heads */
     static const int rates[5] = {2, 4, 4, 5, 5};
     const int64_t d0 = d->av_enc, L = d->av_latent, C = 32;
+    const int first_enc = t->n; /* the encoder is read only when a soundtrack is encoded, not at open */
     wn_conv(t, "encoder.block.0", d0, 1, 7, 1.0, 1, d0);
     for (int i = 0; i < 5; i++) {
         const int64_t h = d0 << i;
@@ -717,6 +718,7 @@ static void build_audio_vae(tlist *t, const dims *d) {
     put1(t, H3_F32, "mean_proj.bias", C, 0.02, 0);
     put3(t, H3_F32, "logs_proj.weight", C, C, 1, lin(C, 1.0), 0);
     put1(t, H3_F32, "logs_proj.bias", C, 0.02, 0);
+    for (int i = first_enc; t->st == H3_OK && i < t->n; i++) t->v[i].at_open = 0; /* header-only: left sparse */
 }
 
 /* ---- files -----------------------------------------------------------------------------------------------
