@@ -47,11 +47,10 @@ a, b = array("f"), array("f")
 a.frombytes(open(sys.argv[1], "rb").read()); b.frombytes(open(sys.argv[2], "rb").read())
 n = min(len(a), len(b)) - 4000
 best = 0
-for lag in range(-1200, 1201, 1):  # AAC's priming delay
-    x = a[2000 + lag:2000 + lag + n - 2000] if lag >= 0 else a[2000 + lag:2000 + lag + n - 2000]
+for lag in range(-1200, 1201, 8):  # AAC's priming delay, in steps of 8 samples
+    x = a[2000 + lag:2000 + lag + n - 2000]
     y = b[2000:2000 + len(x)]
     if len(x) != len(y) or not x: continue
-    if lag % 8: continue
     mx, my = sum(x) / len(x), sum(y) / len(y)
     sxy = sum((p - mx) * (q - my) for p, q in zip(x, y)); sx = sum((p - mx) ** 2 for p in x); sy = sum((q - my) ** 2 for q in y)
     c = sxy / math.sqrt(sx * sy) if sx > 0 and sy > 0 else 0

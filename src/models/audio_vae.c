@@ -163,21 +163,9 @@ static h3_status av_prepare_conv(h3_audio_vae *v, int id, int fold) {
     }
     snprintf(name, sizeof name, "%s.weight", base);
     if (h3_st_find(&v->st, name)) return av_need(v, name, 3, s, words, unit);
-    static const char *const forms[2][2] = {
-        {".weight_g", ".weight_v"},
-        {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
-    int f = -1;
-    for (int k = 0; k < 2 && f < 0; k++) {
-        snprintf(name, sizeof name, "%s%s", base, forms[k][1]);
-        if (h3_st_find(&v->st, name)) f = k;
-    }
-    if (f < 0) {
-        snprintf(name, sizeof name, "%s.weight", base);
-        return h3_wb_missing_error(&v->wb, name, &unit, "a weight (or weight_g and weight_v)");
-    }
     char gname[192], vname[192];
-    snprintf(gname, sizeof gname, "%s%s", base, forms[f][0]);
-    snprintf(vname, sizeof vname, "%s%s", base, forms[f][1]);
+    if (!h3_weight_norm_names(&v->st, base, gname, vname, sizeof gname))
+        return h3_wb_missing_error(&v->wb, name, &unit, "a weight (or weight_g and weight_v)");
     H3_TRY(av_need(v, vname, 3, s, words, unit));
     const int64_t gs[3] = {s[0], 1, 1};
     if (!fold) return av_need(v, gname, 3, gs, "[output rows, 1, 1] (weight norm's magnitudes)", unit);
@@ -194,6 +182,20 @@ done:
     h3_tensor_free(&vt);
     h3_tensor_free(&w);
     return st;
+}
+
+int h3_weight_norm_names(const h3_st_set *set, const char *base, char *g, char *v, size_t n) {
+    static const char *const forms[2][2] = {
+        {".weight_g", ".weight_v"},
+        {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(v, n, "%s%s", base, forms[k][1]);
+        if (h3_st_find(set, v)) {
+            snprintf(g, n, "%s%s", base, forms[k][0]);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 h3_status h3_weight_norm_fold(const h3_tensor *g, const h3_tensor *vt, const char *what, h3_tensor *w) {

@@ -78,6 +78,9 @@ const char *h3_audio_vae_source(const h3_audio_vae *v);
  * headers_only. */
 h3_st_set *h3_audio_vae_weights(h3_audio_vae *v);
 int h3_audio_vae_headers_only(const h3_audio_vae *v);
+/* The names of a weight-normalized conv's two tensors in set (base.weight_g / .weight_v, or
+ * base.parametrizations.weight.original0 / .original1), n bytes each; 0 when the set has neither form. */
+int h3_weight_norm_names(const h3_st_set *set, const char *base, char *g, char *v, size_t n);
 /* Weight norm folded: w = g · v / ‖v‖ per output row (the norm over every dim but the first), w f32 of v's
  * shape on the host (allocated here). H3_ERR_FORMAT naming `what` when g does not hold one value per row or a
  * row of v is all zeros. */

@@ -96,19 +96,10 @@ static h3_status load_conv(loader *L, const char *base, int64_t cout, int64_t ci
     if (h3_st_find(L->set, name)) {
         H3_TRY(load(L, name, 3, s, words, &c->w));
     } else {
-        static const char *const forms[2][2] = {
-            {".weight_g", ".weight_v"},
-            {".parametrizations.weight.original0", ".parametrizations.weight.original1"}};
-        int f = -1;
-        for (int i = 0; i < 2 && f < 0; i++) {
-            snprintf(name, sizeof name, "%s%s", base, forms[i][1]);
-            if (h3_st_find(L->set, name)) f = i;
-        }
-        if (f < 0) {
+        if (!h3_weight_norm_names(L->set, base, gname, name, sizeof name)) {
             snprintf(name, sizeof name, "%s.weight", base);
             return h3_wb_missing_error(&L->wb, name, &g_unit, "a weight (or weight_g and weight_v)");
         }
-        snprintf(gname, sizeof gname, "%s%s", base, forms[f][0]);
         const int64_t gs[3] = {cout, 1, 1};
         h3_tensor g = {0}, v = {0};
         h3_status st = load(L, gname, 3, gs, "[out, 1, 1] (weight norm's magnitudes)", &g);

@@ -1358,6 +1358,28 @@ done:
 /* ---- the VAEs and the file ----------------------------------------------------------------------------- */
 
 /* waveform [2, n] (allocated here): the clip's exact sample count, the decoder's output trimmed or padded. */
+/* The audio VAE: the session's (kept from an earlier run) or opened now; a run with a session leaves it there. */
+static h3_status audio_vae_of(gen *g, h3_audio_vae **out) {
+    if (g->use_models && g->ses->avae) {
+        *out = g->ses->avae;
+        g->res.reused |= H3_REUSED_AUDIO_VAE;
+        return H3_OK;
+    }
+    H3_TRY_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, out), "the audio VAE");
+    if (g->use_models) g->ses->avae = *out; /* kept (whatever happens next, the session owns it) */
+    return H3_OK;
+}
+
+/* The soundtrack's first n samples of each side into dst [2, n], silence after its end. */
+static void snd_fill(const gen *g, float *dst, int64_t n) {
+    const int64_t m = g->snd.samples < n ? g->snd.samples : n;
+    const float *src[2] = {g->snd.left, g->snd.right};
+    for (int ch = 0; ch < 2; ch++) {
+        memcpy(dst + ch * n, src[ch], (size_t)m * sizeof(float));
+        if (m < n) memset(dst + ch * n + m, 0, (size_t)(n - m) * sizeof(float));
+    }
+}
+
 /* A soundtrack through the audio VAE's encoder (on the host): its first T_a·800 samples (silence after its end)
  * to the posterior mean, normalized and packed as the DiT's audio rows (g->snd_rows). */
 static h3_status run_soundtrack(gen *g) {
@@ -1367,13 +1389,7 @@ static h3_status run_soundtrack(gen *g) {
     h3_audio_enc *e = NULL;
     h3_tensor wave = {0}, lat = {0};
     stage_begin(g, H3_GEN_SOUNDTRACK, 0);
-    if (g->use_models && g->ses->avae) {
-        v = g->ses->avae;
-        g->res.reused |= H3_REUSED_AUDIO_VAE;
-    } else {
-        H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
-    }
-    if (g->use_models) g->ses->avae = v; /* kept (the session owns it) */
+    H3_CHECK(audio_vae_of(g, &v));
     st = h3_audio_enc_open(v, &e);
     if (st != H3_OK) {
         st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
@@ -1381,15 +1397,9 @@ static h3_status run_soundtrack(gen *g) {
         goto done;
     }
     const int64_t T = h3_audio_latents(g->req.frames), n = T * H3_AUDIO_HOP;
-    const int64_t m = g->snd.samples < n ? g->snd.samples : n;
     const int64_t ws[3] = {2, 1, n};
     H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_ACTIVATIONS));
-    const float *src[2] = {g->snd.left, g->snd.right};
-    for (int ch = 0; ch < 2; ch++) {
-        float *dst = (float *)wave.data + ch * n;
-        memcpy(dst, src[ch], (size_t)m * sizeof(float));
-        if (m < n) memset(dst + m, 0, (size_t)(n - m) * sizeof(float));
-    }
+    snd_fill(g, wave.data, n);
     H3_CHECK_CTX(h3_audio_enc_encode(e, g->ex, &wave, &lat), "the soundtrack %s", g->r->audio);
     if (lat.shape[2] != T) H3_FAIL(H3_ERR_INTERNAL, "the soundtrack's latents: %lld frames, not %lld",
                                    (long long)lat.shape[2], (long long)T);
@@ -1415,25 +1425,14 @@ static h3_status run_audio(gen *g, const h3_tensor *audio_lat, h3_tensor *wavefo
     h3_audio_vae *v = NULL;
     h3_tensor w = {0};
     if (g->snd.samples) { /* the clip carries the given sound, not one decoded from its latents */
-        const int64_t n = h3_audio_samples(g->req.frames), m = g->snd.samples < n ? g->snd.samples : n;
+        const int64_t n = h3_audio_samples(g->req.frames);
         H3_TRY(h3_tensor_alloc2(waveform, H3_PLACE_HOST, H3_F32, 2, n, H3_MEM_IO));
-        const float *src[2] = {g->snd.left, g->snd.right};
-        for (int ch = 0; ch < 2; ch++) {
-            float *dst = (float *)waveform->data + ch * n;
-            memcpy(dst, src[ch], (size_t)m * sizeof(float));
-            if (m < n) memset(dst + m, 0, (size_t)(n - m) * sizeof(float));
-        }
+        snd_fill(g, waveform->data, n);
         g->res.audio_samples = n;
         return H3_OK;
     }
     stage_begin(g, H3_GEN_AUDIO_VAE, 0);
-    if (g->use_models && g->ses->avae) {
-        v = g->ses->avae;
-        g->res.reused |= H3_REUSED_AUDIO_VAE;
-    } else {
-        H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, NULL, &v), "the audio VAE");
-    }
-    if (g->use_models) g->ses->avae = v; /* kept (whatever happens below, the session owns it) */
+    H3_CHECK(audio_vae_of(g, &v));
     const h3_audio_vae_config *c = h3_audio_vae_get_config(v);
     if (c->latent_channels != H3_AUDIO_LATENT_CHANNELS || c->hop != H3_AUDIO_HOP ||
         c->sample_rate != H3_AUDIO_RATE)

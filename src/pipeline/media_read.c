@@ -23,6 +23,25 @@ static h3_status av_fail(int err, const char *what, const char *path) {
     return H3_ERR(H3_ERR_IO, "%s %s: %s", what, path, msg);
 }
 
+/* Opens a regular file (libavformat would wait on a FIFO forever) with libavformat and reads its streams' info;
+ * what names the file in messages ("the image"; NULL: a clip). */
+static h3_status open_media(const char *path, const char *what, AVFormatContext **fmt) {
+    int fd;
+    H3_TRY(h3_open_input(path, &fd, NULL));
+    close(fd);
+    char msg[64];
+    int e = avformat_open_input(fmt, path, NULL, NULL);
+    if (e < 0) {
+        snprintf(msg, sizeof msg, "opening%s%s", what ? " " : "", what ? what : "");
+        return av_fail(e, msg, path);
+    }
+    if ((e = avformat_find_stream_info(*fmt, NULL)) < 0) {
+        snprintf(msg, sizeof msg, "reading %s", what ? what : "the streams of");
+        return av_fail(e, msg, path);
+    }
+    return H3_OK;
+}
+
 /* Appends to a growing float array. */
 static int grow(float **a, int64_t *cap, int64_t need) {
     if (need <= *cap) return 1;
@@ -149,19 +168,7 @@ h3_status h3_clip_read(const char *path, h3_clip *out) {
     h3_status st = H3_OK;
     int e;
     if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    { /* a regular file: libavformat would wait on a FIFO forever */
-        int fd;
-        H3_CHECK(h3_open_input(path, &fd, NULL));
-        close(fd);
-    }
-    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
-        st = av_fail(e, "opening", path);
-        goto done;
-    }
-    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
-        st = av_fail(e, "reading the streams of", path);
-        goto done;
-    }
+    H3_CHECK(open_media(path, NULL, &fmt));
     const int vi = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
     const int ai = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
     if (vi < 0) H3_FAIL(H3_ERR_FORMAT, "%s has no video stream", path);
@@ -210,19 +217,7 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
     h3_status st = H3_OK;
     int e, got = 0;
     if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-    {
-        int fd;
-        H3_CHECK(h3_open_input(path, &fd, NULL));
-        close(fd);
-    }
-    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
-        st = av_fail(e, "opening the image", path);
-        goto done;
-    }
-    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
-        st = av_fail(e, "reading the image", path);
-        goto done;
-    }
+    H3_CHECK(open_media(path, "the image", &fmt));
     const int vi = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
     if (vi < 0) H3_FAIL(H3_ERR_FORMAT, "%s is not an image (no picture in it)", path);
     {
@@ -342,19 +337,7 @@ h3_status h3_sound_read(const char *path, int rate, int64_t max_samples, h3_soun
     int e;
     if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     if (rate < 1 || max_samples < 1) H3_FAIL(H3_ERR_INVALID, "reading a soundtrack at %d Hz", rate);
-    {
-        int fd;
-        H3_CHECK(h3_open_input(path, &fd, NULL));
-        close(fd);
-    }
-    if ((e = avformat_open_input(&fmt, path, NULL, NULL)) < 0) {
-        st = av_fail(e, "opening the soundtrack", path);
-        goto done;
-    }
-    if ((e = avformat_find_stream_info(fmt, NULL)) < 0) {
-        st = av_fail(e, "reading the soundtrack", path);
-        goto done;
-    }
+    H3_CHECK(open_media(path, "the soundtrack", &fmt));
     const int ai = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
     if (ai < 0) H3_FAIL(H3_ERR_FORMAT, "%s has no audio stream", path);
     H3_CHECK(open_dec(fmt, ai, &ad, path));

@@ -313,9 +313,12 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res) {
     h3_dit_stream *kept = NULL;
     int64_t kept_dev[H3_DEVCAT_COUNT] = {0};
     h3_pinned_cache kept_pinned = {0, NULL, NULL};
-    if (s->ds && s->keep && s->rep && res) { /* what stays: the stream's weights and slots */
-        h3_exec_sync(s->ex);
+    if (s->ds && s->keep && s->rep && res && h3_exec_sync(s->ex) != H3_OK) {
+        h3_log(H3_LOG_WARN, "DiT: its placement is not kept: %s", h3_last_error()); /* a device in doubt */
         h3_clear_error();
+        s->keep = 0;
+    }
+    if (s->ds && s->keep && s->rep && res) { /* what stays: the stream's weights and slots */
         h3_memrep_figures f;
         h3_memrep_get(s->rep, &f);
         kept_dev[H3_DEVCAT_WEIGHTS] = f.current[H3_DEVCAT_WEIGHTS];
