@@ -43,6 +43,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *audio = NULL;
     int64_t checkpoint_every = 0;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
+    int64_t window = 0, overlap = 0;
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0, cache_threshold = 0;
     int quiet = 0, verbose = 0, cache = 0;
@@ -61,6 +62,14 @@ int h3_cmd_generate(int argc, char **argv) {
          0.2, H3_MAX_FRAMES / 24},
         {"size", 0, H3_OPT_STR, &size, "WxH", "canvas, multiples of 32, aspect 1:4..4:1 (default 1344x768)",
          0, 0},
+        {"window", 0, H3_OPT_INT, &window, "N",
+         "a clip longer than N frames (17n+5) is sampled as overlapping windows of N frames, all denoised at "
+         "every step and blended where they overlap (default: 345 for clips over 360 frames, else the clip)",
+         1, H3_MAX_FRAMES},
+        {"overlap", 0, H3_OPT_INT, &overlap, "N",
+         "the least overlap of neighbouring windows, in whole 17-frame chunks (default: about a quarter of the "
+         "window)",
+         1, H3_MAX_FRAMES},
         {"refine", 0, H3_OPT_STR, &refine, "WxH[:D]",
          "two passes: sample at --size, upscale the video latents (bilinear) to WxH (multiples of 32, "
          "at least --size), re-noise them to denoise D (0 < D <= 1, default 0.5: the last round(D x "
@@ -281,6 +290,8 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.req.prompt = prompt;
     gr.req.frames = frames;
     gr.req.seconds = seconds;
+    gr.req.window = window;
+    gr.req.overlap = overlap;
     gr.req.steps = (int)steps;
     gr.model = model;
     gr.small_model = default_model != NULL;
@@ -429,6 +440,11 @@ int h3_cmd_generate(int argc, char **argv) {
                        ? (double)res.cache_calls / (res.cache_calls - res.cache_skipped)
                        : 0.0,
                    res.cache_est_max);
+        if (res.windows > 1)
+            printf("windows: %d overlapping windows of %lld frames (%lld packed rows each), overlapping by at least "
+                   "%lld frames; %d DiT calls\n",
+                   res.windows, (long long)res.req.window, (long long)res.seq_len, (long long)res.req.overlap,
+                   (res.cache_calls ? res.cache_calls - res.cache_skipped : res.req.steps) * res.windows);
         if (res.soundtrack_s > 0)
             printf("soundtrack: %s (%.2f s), held as the clip's audio; the MP4 carries it\n", audio, res.soundtrack_s);
         if (res.keyframes)

@@ -30,6 +30,7 @@
 #include "models/vision.h"
 #include "pipeline/keyframe.h"
 #include "pipeline/layout.h"
+#include "pipeline/window.h"
 #include "pipeline/media.h"
 #include "pipeline/session.h"
 #include "pipeline/stages.h"
@@ -323,6 +324,7 @@ done:
 
 typedef struct gen {
     const h3_generate_request *r;
+    h3_windows win; /* the clip's windows (n 1: one) */
     const h3_generate_callbacks *cb;
     h3_generate_result res;
     h3_request req; /* resolved */
@@ -921,8 +923,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         if (g->vis) m.te_vision_bytes = h3_vision_device_bytes(g->vis, (const int64_t(*)[3])g->kf_grid, g->kf.n);
     }
     h3_plan_request pr = {
-        q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, g->sch.n - 1,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, g->kf.n};
+        q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, g->kf.n, q->window};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -1007,7 +1009,7 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     /* the longer sequence: the refine pass's when there is one (the passes run one after the other) */
     const int64_t cw = q->refine_width ? q->refine_width : q->width,
                   ch = q->refine_width ? q->refine_height : q->height;
-    H3_CHECK(h3_seq_layout_sizes(n_tokens, g->kf.n, q->frames, cw, ch, &L));
+    H3_CHECK(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, &L)); /* one window's */
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
     h3_dit_forward_mem fm;
@@ -1016,9 +1018,13 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     h3_dit_weight_bytes wb;
     h3_dit_weight_bytes_of(d, &wb);
     const double S = (double)L.seq_len, rows = (double)(L.n_video_rows + L.n_audio_rows + L.text_len);
-    const double nv = (double)L.n_video_rows * H3_VIDEO_ROW_DIM,
-                 na = (double)L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
-    const double sampler = q->sampler == H3_SAMPLER_EULER ? nv + na : 2 * (nv + na) + na;
+    /* the sampler's rows are the whole clip's; a clip of several windows adds one window's rows and
+     * velocities */
+    const double nvw = (double)L.n_video_rows * H3_VIDEO_ROW_DIM, naw = (double)L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
+    const double nv = nvw * (double)g->win.latent_t / (double)L.latent_t,
+                 na = 2.0 * (double)g->win.audio_t * H3_AUDIO_LATENT_CHANNELS;
+    const double sampler = (q->sampler == H3_SAMPLER_EULER ? nv + na : 2 * (nv + na) + na) +
+                           (g->win.n > 1 ? 2 * (nvw + naw) : 0.0);
     /* the layout (tags, positions, indices), run_dit's tables, the latents twice (latent order and rows), the
      * sampler, the text states (the encoder's output and the DiT's copy) */
     const double tables = S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4;
@@ -1098,25 +1104,29 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     h3_dit *own = NULL;
     const h3_request *q = &g->req;
     const int refine = ps->first_video != NULL;
-    H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, q->frames, ps->width, ps->height,
-                                 refine ? 0 : g->kf.n, g->kf.frame, &L));
+    /* one window's layout (the clip's when it is one window); the rows are the clip's */
+    const h3_windows *win = !refine && g->win.n > 1 ? &g->win : NULL;
+    H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, win ? q->window : q->frames, ps->width,
+                                 ps->height, refine ? 0 : g->kf.n, g->kf.frame, &L));
     if (!refine) g->res.keyframe_rows = L.n_cond_rows;
     if (refine) {
         g->res.refine_seq_len = L.seq_len;
     } else {
         g->res.seq_len = L.seq_len;
     }
-    g->res.latent_t = L.latent_t;
+    const int64_t LT = win ? win->latent_t : L.latent_t, AT = win ? win->audio_t : L.audio_t; /* the clip's */
+    g->res.latent_t = LT;
     g->res.latent_h = L.latent_h;
     g->res.latent_w = L.latent_w;
-    g->res.audio_latents = L.audio_t;
+    g->res.audio_latents = AT;
     const int steps = ps->sch->n - 1;
     stage_begin(g, ps->stage, steps);
 
     /* Noise: the video latent in [24, T, H, W] order, patchified into rows; the audio directly in rows. */
-    const int64_t nv = L.n_video_rows * H3_VIDEO_ROW_DIM, na = L.n_audio_rows * H3_AUDIO_LATENT_CHANNELS;
-    int64_t vshape[4] = {H3_LATENT_CHANNELS, L.latent_t, L.latent_h, L.latent_w};
-    int64_t ashape[3] = {2, H3_AUDIO_LATENT_CHANNELS, L.audio_t};
+    const int64_t nv = LT * (L.latent_h / 2) * (L.latent_w / 2) * H3_VIDEO_ROW_DIM,
+                  na = 2 * AT * H3_AUDIO_LATENT_CHANNELS;
+    int64_t vshape[4] = {H3_LATENT_CHANNELS, LT, L.latent_h, L.latent_w};
+    int64_t ashape[3] = {2, H3_AUDIO_LATENT_CHANNELS, AT};
     H3_CHECK(h3_tensor_alloc(video_lat, H3_PLACE_HOST, H3_F32, 4, vshape, H3_MEM_ACTIVATIONS));
     H3_CHECK(h3_tensor_alloc(audio_lat, H3_PLACE_HOST, H3_F32, 3, ashape, H3_MEM_ACTIVATIONS));
     vrows = h3_malloc((size_t)nv * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
@@ -1150,7 +1160,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             H3_FAIL(H3_ERR_INTERNAL, "the soundtrack's latents do not fit the layout");
         memcpy(arows, g->snd_rows, (size_t)na * sizeof(float));
     }
-    h3_video_patchify(video_lat->data, L.latent_t, L.latent_h, L.latent_w, vrows);
+    h3_video_patchify(video_lat->data, LT, L.latent_h, L.latent_w, vrows);
     int start_step = 0;
     if (!refine && g->r->checkpoint) { /* the first pass's state, saved every few calls; resumed when saved */
         if (!h3_sample_resumable(q->sampler, q->scheduler)) {
@@ -1166,6 +1176,11 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                      (long long)q->frames, (long long)ps->width, (long long)ps->height, q->steps,
                      (unsigned long long)q->seed, h3_sampler_name(q->sampler), h3_scheduler_name(q->scheduler),
                      q->shift_video, q->shift_audio, g->kf.n, (long long)L.seq_len, (unsigned long long)hsh);
+            if (win) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " window %lld overlap %lld", (long long)q->window,
+                         (long long)q->overlap);
+            }
             if (g->r->audio) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " soundtrack %s %lld", g->r->audio,
@@ -1249,6 +1264,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.cond_rows = refine ? NULL : g->kf_rows;
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
+    sa.windows = win;
     h3_cache_opts co = {g->r->cache_threshold, H3_CACHE_START, H3_CACHE_END};
     if (g->r->cache_threshold > 0) sa.cache = &co;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
@@ -1292,8 +1308,8 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         H3_FAIL(H3_ERR_FORMAT,
                 "%lld values of the sampled latents are not finite: the DiT's weights (%s) are broken",
                 (long long)bad, g->files.dit);
-    h3_video_unpatchify(vrows, L.latent_t, L.latent_h, L.latent_w, video_lat->data);
-    h3_audio_unpack(arows, L.audio_t, audio_lat->data);
+    h3_video_unpatchify(vrows, LT, L.latent_h, L.latent_w, video_lat->data);
+    h3_audio_unpack(arows, AT, audio_lat->data);
     g->ck_video = g->ck_audio = NULL; /* the rows go with the pass */
     stage_end(g);
 done:
@@ -1824,6 +1840,27 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         for (int i = 0; i < tw.n; i++) h3_log(H3_LOG_WARN, "%s", tw.msg[i]);
     }
     H3_CHECK(h3_request_resolve(&g->req, &warn));
+    H3_CHECK(h3_windows_make(g->req.frames, g->req.window, g->req.overlap, &g->win));
+    if (g->win.n > 1) { /* a long clip: overlapping windows, fused at every step (pipeline/window.h) */
+        if (g->kf.n)
+            H3_FAIL(H3_ERR_INVALID,
+                    "keyframes in a clip longer than one window (%lld frames, windows of %lld) are not supported: "
+                    "give at most %lld frames (or a --window of at least %lld), or leave out the keyframes",
+                    (long long)g->req.frames, (long long)g->req.window, (long long)g->req.window,
+                    (long long)g->req.frames);
+        if (g->req.refine_width)
+            H3_FAIL(H3_ERR_INVALID,
+                    "--refine in a clip longer than one window (%lld frames, windows of %lld) is not supported: "
+                    "leave out --refine (--output-size scales the frames instead), or give a --window of at "
+                    "least %lld",
+                    (long long)g->req.frames, (long long)g->req.window, (long long)g->req.frames);
+        h3_log(H3_LOG_INFO,
+               "long clip: %lld frames (%.2f s) in %d overlapping windows of %lld frames (%.2f s), neighbours "
+               "overlapping by at least %lld frames; each step runs the DiT on every window",
+               (long long)g->req.frames, (double)g->req.frames / H3_FPS, g->win.n, (long long)g->req.window,
+               (double)g->req.window / H3_FPS, (long long)g->req.overlap);
+    }
+    g->res.windows = g->win.n;
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
     if (g->snd.samples) {
         const int64_t n = h3_audio_samples(g->req.frames);
@@ -2055,6 +2092,7 @@ done:
     h3_vision_close(g->vis);
     if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);
     h3_keyframes_free(&g->kf);
+    h3_windows_free(&g->win);
     h3_sound_free(&g->snd);
     h3_free(g->snd_rows);
     h3_free(g->text_tags);

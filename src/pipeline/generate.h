@@ -175,7 +175,8 @@ typedef struct h3_generate_result {
     int cache_calls, cache_skipped;
     double cache_est_max;
     int64_t keyframe_rows;
-    int64_t seq_len;     /* packed rows: L + 2*T_a + video rows */
+    int windows;         /* overlapping windows the clip was sampled in (1: one; pipeline/window.h) */
+    int64_t seq_len;     /* packed rows: L + 2*T_a + video rows (one window's) */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]
                                                           * (the last pass's) */
     int64_t render_width,

@@ -759,12 +759,17 @@ typedef struct try_ctx {
     int eight_bit;
 } try_ctx;
 
+/* The frames of the DiT's sequence: one window's in a long clip (pipeline/window.h). */
+static int64_t dit_frames(const h3_plan_request *r) {
+    return r->window_frames > 0 && r->window_frames < r->frames ? r->window_frames : r->frames;
+}
+
 /* The DiT stage of one pass: the packed sequence of a canvas (counts only), the best placement; 0 when none
  * fits. */
 static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64_t width, int64_t height,
                                int n_timesteps, h3_dit_plan *out, int *fits) {
     h3_seq_layout L;
-    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, r->frames, width, height, &L));
+    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, dit_frames(r), width, height, &L));
     dit_static ds;
     H3_TRY(dit_static_of(t->m, t->eight_bit, &ds));
     const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
@@ -923,7 +928,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     const int refine = r->refine_width > 0;
     if (m->dit) { /* the longer sequence: the refine pass's when there is one */
         h3_seq_layout L;
-        H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, r->frames, refine ? r->refine_width : r->width,
+        H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, dit_frames(r), refine ? r->refine_width : r->width,
                                    refine ? r->refine_height : r->height, &L));
         dit_static ds;
         h3_status st = dit_static_of(m, 0, &ds);
@@ -1217,6 +1222,9 @@ char *h3_plan_format(const h3_plan *p) {
     appendf(o, n, "request: %lld frames at %lldx%lld, %lld prompt tokens, modulation kept for %d timesteps\n",
             (long long)r->frames, (long long)r->width, (long long)r->height, (long long)r->text_tokens,
             r->n_timesteps);
+    if (dit_frames(r) < r->frames)
+        appendf(o, n, "windows: the DiT runs on overlapping windows of %lld frames (%d model calls in all)\n",
+                (long long)dit_frames(r), r->steps);
     if (r->refine_width)
         appendf(
             o, n, "refine: a second pass at %lldx%lld, %d model calls (modulation kept for %d timesteps)\n",

@@ -86,6 +86,8 @@ typedef struct h3_plan_request {
     int refine_steps;     /* its model calls */
     int keyframes; /* images the video VAE encoder encodes at the (first pass's) canvas before the DiT runs
                     * (fl2va keyframes), one at a time; 0: none (t2va) */
+    int64_t window_frames; /* a long clip (pipeline/window.h): the DiT runs on windows of this many frames (17n+5),
+                            * `steps` calls each; the VAEs decode all frames; 0 or >= frames: one window */
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {

@@ -11,6 +11,7 @@
 
 #include "pipeline/geometry.h"
 #include "pipeline/media.h"
+#include "pipeline/window.h"
 
 static void warn(h3_request_warnings *w, const char *fmt, ...) H3_PRINTF(2, 3);
 static void warn(h3_request_warnings *w, const char *fmt, ...) {
@@ -342,7 +343,31 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
         return H3_ERR(H3_ERR_INVALID, "give the length as frames or as seconds, not both");
     if (r->seconds != 0.0) H3_TRY(h3_request_frames_from_seconds(r->seconds, &r->frames));
     if (r->frames == 0) r->frames = H3_DEFAULT_FRAMES;
-    H3_TRY(h3_request_check_frames(r->frames, warnings));
+    H3_TRY(h3_request_check_frames(r->frames, NULL));
+    /* A clip longer than one window is sampled in overlapping windows (pipeline/window.h); the trained length
+     * is then the window's. */
+    if (r->window < 0 || r->overlap < 0)
+        return H3_ERR(H3_ERR_INVALID, "--window and --overlap are frame counts; got %" PRId64 " and %" PRId64,
+                      r->window, r->overlap);
+    if (r->window == 0) r->window = r->frames > H3_TRAINED_MAX_FRAMES ? H3_WINDOW_AUTO_FRAMES : r->frames;
+    if (r->window >= r->frames) {
+        if (r->overlap && h3_frames_valid(r->window))
+            warn(warnings, "--overlap %" PRId64 " has no effect: the clip (%" PRId64 " frames) is one window",
+                 r->overlap, r->frames);
+        if (!h3_frames_valid(r->window)) {
+            h3_windows w;
+            H3_TRY(h3_windows_make(r->frames, r->window, 0, &w)); /* its message */
+            h3_windows_free(&w);
+        }
+        r->window = r->frames;
+        r->overlap = 0;
+    } else {
+        if (r->overlap == 0) r->overlap = h3_windows_default_overlap(r->window);
+        h3_windows w;
+        H3_TRY(h3_windows_make(r->frames, r->window, r->overlap, &w));
+        h3_windows_free(&w);
+    }
+    H3_TRY(h3_request_check_frames(r->window, warnings));
     if (r->width == 0 && r->height == 0) {
         r->width = H3_DEFAULT_WIDTH;
         r->height = H3_DEFAULT_HEIGHT;

@@ -63,6 +63,11 @@ typedef struct h3_request {
     /* Delivery size (--output-size WxH): the decoded frames scaled (Lanczos) to it on their way to the MP4
      * and the PNG frames; 0: the canvas (the refine canvas with --refine). Even sides, 2..16384. */
     int64_t out_width, out_height;
+    /* A clip longer than one window (pipeline/window.h): sampled as overlapping windows of `window` frames
+     * (17n+5; 0: H3_WINDOW_AUTO_FRAMES for a clip over H3_TRAINED_MAX_FRAMES, else the clip), neighbours
+     * overlapping by at least `overlap` frames (whole 17-frame chunks; 0: about a quarter of the window). Resolved:
+     * window = frames and overlap 0 for a clip of one window. */
+    int64_t window, overlap;
 } h3_request;
 
 #define H3_REFINE_DEFAULT_DENOISE 0.5

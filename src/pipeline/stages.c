@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "mem/budget.h"
@@ -15,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/vision.h"
 #include "models/dit_stream.h"
+#include "pipeline/window.h"
 #include "sample/rng.h"
 
 static double now_s(void) {
@@ -430,6 +432,106 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     return H3_OK;
 }
 
+/* A long clip's model call: each window's rows gathered from the clip's, the DiT run on them, the velocities
+ * added with the window's weights and divided by the weights' sums (pipeline/window.h). */
+typedef struct window_ctx {
+    sample_ctx *c;
+    const h3_windows *w;
+    int64_t rv;                    /* floats of one latent frame's video rows */
+    float *xv, *xa, *vv, *va;      /* one window's rows and velocities */
+    const float *held;             /* the clip's held audio rows (a soundtrack), or NULL */
+    float *held_w;                 /* one window's */
+    float *sum_v, *sum_a;          /* [latent_t], [audio_t]: the weights' sums */
+} window_ctx;
+
+static h3_status window_model(void *user, const float *x_video, const float *x_audio, float t_video,
+                              float t_audio, float *v_video, float *v_audio) {
+    window_ctx *q = user;
+    const h3_windows *w = q->w;
+    const int64_t rv = q->rv, C = H3_AUDIO_LATENT_CHANNELS, Ta = w->audio_t, Tw = w->win_audio_t;
+    memset(v_video, 0, (size_t)(w->latent_t * rv) * sizeof(float));
+    memset(v_audio, 0, (size_t)(2 * Ta * C) * sizeof(float));
+    for (int k = 0; k < w->n; k++) {
+        if (k) H3_TRY(h3_cancel_check()); /* a step of many windows takes a while */
+        const int64_t v0 = w->v_start[k], a0 = w->a_start[k];
+        memcpy(q->xv, x_video + v0 * rv, (size_t)(w->win_t * rv) * sizeof(float));
+        for (int ch = 0; ch < 2; ch++) {
+            memcpy(q->xa + ch * Tw * C, x_audio + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
+            if (q->held)
+                memcpy(q->held_w + ch * Tw * C, q->held + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
+        }
+        H3_TRY(sample_model(q->c, q->xv, q->xa, t_video, t_audio, q->vv, q->va));
+        for (int64_t j = 0; j < w->win_t; j++) {
+            const float wt = h3_window_weight(w, k, j, 0);
+            float *dst = v_video + (v0 + j) * rv;
+            const float *src = q->vv + j * rv;
+            for (int64_t i = 0; i < rv; i++) dst[i] += wt * src[i];
+        }
+        for (int64_t j = 0; j < Tw; j++) {
+            const float wt = h3_window_weight(w, k, j, 1);
+            for (int ch = 0; ch < 2; ch++) {
+                float *dst = v_audio + (ch * Ta + a0 + j) * C;
+                const float *src = q->va + (ch * Tw + j) * C;
+                for (int64_t i = 0; i < C; i++) dst[i] += wt * src[i];
+            }
+        }
+    }
+    for (int64_t t = 0; t < w->latent_t; t++) {
+        const float inv = 1.0f / q->sum_v[t];
+        float *dst = v_video + t * rv;
+        for (int64_t i = 0; i < rv; i++) dst[i] *= inv;
+    }
+    for (int ch = 0; ch < 2; ch++)
+        for (int64_t t = 0; t < Ta; t++) {
+            const float inv = 1.0f / q->sum_a[t];
+            float *dst = v_audio + (ch * Ta + t) * C;
+            for (int64_t i = 0; i < C; i++) dst[i] *= inv;
+        }
+    return H3_OK;
+}
+
+static void window_ctx_free(window_ctx *q) {
+    h3_free(q->xv);
+    h3_free(q->xa);
+    h3_free(q->vv);
+    h3_free(q->va);
+    h3_free(q->held_w);
+    h3_free(q->sum_v);
+    h3_free(q->sum_a);
+}
+
+static h3_status window_ctx_init(window_ctx *q, sample_ctx *c, const h3_windows *w, const h3_seq_layout *L,
+                                 const float *held) {
+    memset(q, 0, sizeof *q);
+    q->c = c;
+    q->w = w;
+    q->held = held;
+    if (L->latent_t != w->win_t || L->audio_t != w->win_audio_t)
+        return H3_ERR(H3_ERR_INTERNAL, "the layout is not one window's");
+    q->rv = L->n_video_rows / L->latent_t * H3_VIDEO_ROW_DIM;
+    const size_t nv = (size_t)(w->win_t * q->rv) * sizeof(float),
+                 na = (size_t)(2 * w->win_audio_t * H3_AUDIO_LATENT_CHANNELS) * sizeof(float);
+    q->xv = h3_malloc(nv, H3_MEM_ACTIVATIONS);
+    q->vv = h3_malloc(nv, H3_MEM_ACTIVATIONS);
+    q->xa = h3_malloc(na, H3_MEM_ACTIVATIONS);
+    q->va = h3_malloc(na, H3_MEM_ACTIVATIONS);
+    q->held_w = held ? h3_malloc(na, H3_MEM_ACTIVATIONS) : NULL;
+    q->sum_v = h3_calloc((size_t)w->latent_t, sizeof(float), H3_MEM_ACTIVATIONS);
+    q->sum_a = h3_calloc((size_t)w->audio_t, sizeof(float), H3_MEM_ACTIVATIONS);
+    if (!q->xv || !q->vv || !q->xa || !q->va || (held && !q->held_w) || !q->sum_v || !q->sum_a)
+        return H3_ERR(H3_ERR_NOMEM, "out of memory for the windows' rows");
+    for (int k = 0; k < w->n; k++) {
+        for (int64_t j = 0; j < w->win_t; j++) q->sum_v[w->v_start[k] + j] += h3_window_weight(w, k, j, 0);
+        for (int64_t j = 0; j < w->win_audio_t; j++) q->sum_a[w->a_start[k] + j] += h3_window_weight(w, k, j, 1);
+    }
+    for (int64_t t = 0; t < w->latent_t; t++)
+        if (!(q->sum_v[t] > 0)) return H3_ERR(H3_ERR_INTERNAL, "latent frame %lld is in no window", (long long)t);
+    for (int64_t t = 0; t < w->audio_t; t++)
+        if (!(q->sum_a[t] > 0)) return H3_ERR(H3_ERR_INTERNAL, "audio latent %lld is in no window", (long long)t);
+    if (held) c->held = q->held_w;
+    return H3_OK;
+}
+
 h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *video_rows, float *audio_rows,
                               h3_dit_stage_result *res) {
     h3_status st = H3_OK;
@@ -440,6 +542,9 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     int stream_owned = a->dit.stream != NULL; /* a kept placement given: closed here if the stage never opens */
     h3_step_cache cache;
     int have_cache = 0;
+    window_ctx wc;
+    memset(&wc, 0, sizeof wc);
+    const h3_windows *win = a->windows && a->windows->n > 1 ? a->windows : NULL;
     if (res) memset(res, 0, sizeof *res);
     if (L->seq_len > INT32_MAX)
         H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L->seq_len);
@@ -447,6 +552,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     c.dump = a->dump_inputs;
     c.text = a->dit.text;
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
+    if (win && (c.nc || a->held_noise))
+        return H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no keyframes and no refine pass");
     const size_t S = (size_t)L->seq_len;
     c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
     c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
@@ -481,20 +588,29 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
                          a->on_step,  a->step_ctx,    a->from_latent, a->start_step};
-    const size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
-    const size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
+    size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
+    size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
+    if (win) { /* the sampler integrates the whole clip; each call runs every window */
+        H3_CHECK(window_ctx_init(&wc, &c, win, L, a->held_audio));
+        nv = (size_t)(win->latent_t * wc.rv);
+        na = (size_t)(2 * win->audio_t * H3_AUDIO_LATENT_CHANNELS);
+        sa.model = window_model;
+        sa.model_ctx = &wc;
+    }
     if (a->cache) { /* EasyCache around the DiT's call */
-        H3_CHECK(h3_step_cache_init(&cache, a->cache, sample_model, &c, nv, na, a->schedule->n - 1, a->start_step));
+        H3_CHECK(h3_step_cache_init(&cache, a->cache, sa.model, sa.model_ctx, nv, na, a->schedule->n - 1,
+                                    a->start_step));
         have_cache = 1;
         sa.model = h3_step_cache_model;
         sa.model_ctx = &cache;
     }
     st = h3_sample(&sa, video_rows, nv, audio_rows, na);
-    if (st == H3_OK && c.held) memcpy(audio_rows, c.held, na * sizeof(float)); /* kept, not sampled */
+    if (st == H3_OK && a->held_audio) memcpy(audio_rows, a->held_audio, na * sizeof(float)); /* kept, not sampled */
 done:
     if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
     if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
+    window_ctx_free(&wc);
     h3_free(c.xv);
     h3_free(c.vv);
     h3_dit_stage_close(c.s, res);

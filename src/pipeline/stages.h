@@ -158,6 +158,12 @@ typedef struct h3_dit_sample_args {
     /* step caching (sample/cache.h): calls predicted to change the output little are answered from the last
      * computed one; NULL: every call runs the DiT. The figures go to the result's `cache`. */
     const h3_cache_opts *cache;
+    /* A long clip (pipeline/window.h) of more than one window: the layout is one window's, video_rows and
+     * audio_rows hold the whole clip's rows ([windows->latent_t·(latent_h/2)·(latent_w/2), 96] and
+     * [2·windows->audio_t, 32]; held_audio too), and every model call runs the DiT on each window and fuses
+     * their velocities with the windows' weights. Not with cond_rows or held_noise. NULL: the layout is the
+     * clip's. */
+    const struct h3_windows *windows;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes

@@ -1,0 +1,104 @@
+#include "pipeline/window.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "pipeline/geometry.h"
+
+int64_t h3_windows_default_overlap(int64_t window) {
+    const int64_t w = (window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK; /* chunks of the window */
+    int64_t k = (w + 2) / 4;                                         /* about a quarter, rounded */
+    if (k < 1) k = 1;
+    if (k > w - 1) k = w - 1;
+    return k * H3_FRAMES_CHUNK;
+}
+
+void h3_windows_free(h3_windows *w) {
+    if (!w) return;
+    h3_free(w->v_start);
+    h3_free(w->a_start);
+    h3_free(w->f_start);
+    memset(w, 0, sizeof *w);
+}
+
+h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_windows *out) {
+    memset(out, 0, sizeof *out);
+    if (!h3_frames_valid(frames)) return H3_ERR(H3_ERR_INVALID, "windows: frames %" PRId64 " is not 17n+5", frames);
+    if (!h3_frames_valid(window) || window < H3_FRAMES_CHUNK + H3_FRAMES_FIRST) {
+        int64_t lo, hi;
+        h3_frames_nearest(window, &lo, &hi);
+        if (lo < H3_FRAMES_CHUNK + H3_FRAMES_FIRST) lo = hi > H3_FRAMES_CHUNK + H3_FRAMES_FIRST ? hi : 22;
+        return H3_ERR(H3_ERR_INVALID,
+                      "--window must be a frame count of the form 17n+5, at least 22; got %" PRId64 ": use %" PRId64
+                      "%s%" PRId64,
+                      window, lo, hi > lo ? " or " : "", hi > lo ? hi : (int64_t)0);
+    }
+    const int64_t n_all = (frames - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK; /* the clip's chunks */
+    const int64_t w = (window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK;     /* a window's */
+    out->frames = frames;
+    out->latent_t = h3_video_latent_frames(frames);
+    out->audio_t = h3_audio_latents(frames);
+    if (w >= n_all) { /* one window: the clip itself */
+        out->n = 1;
+        out->window = frames;
+        out->win_t = out->latent_t;
+        out->win_audio_t = out->audio_t;
+    } else {
+        if (overlap <= 0 || overlap % H3_FRAMES_CHUNK || overlap > window - (H3_FRAMES_CHUNK + H3_FRAMES_FIRST)) {
+            int64_t k = (overlap + H3_FRAMES_CHUNK / 2) / H3_FRAMES_CHUNK;
+            if (k < 1) k = 1;
+            if (k > w - 1) k = w - 1;
+            return H3_ERR(H3_ERR_INVALID,
+                          "--overlap must be whole 17-frame chunks, from 17 to the window less 22 (%" PRId64
+                          " with --window %" PRId64 "); got %" PRId64 ": use %" PRId64,
+                          window - (H3_FRAMES_CHUNK + H3_FRAMES_FIRST), window, overlap, k * H3_FRAMES_CHUNK);
+        }
+        const int64_t step = w - overlap / H3_FRAMES_CHUNK; /* the most chunks between starts, >= 1 */
+        const int64_t span = n_all - w;                     /* chunks from the first start to the last */
+        const int64_t n = 1 + (span + step - 1) / step;
+        if (n > 100000) return H3_ERR(H3_ERR_INVALID, "windows: %" PRId64 " windows", n);
+        out->n = (int)n;
+        out->window = window;
+        out->overlap = overlap;
+        out->win_t = h3_video_latent_frames(window);
+        out->win_audio_t = h3_audio_latents(window);
+    }
+    const size_t nb = (size_t)out->n * sizeof(int64_t);
+    out->v_start = h3_malloc(nb, H3_MEM_OTHER);
+    out->a_start = h3_malloc(nb, H3_MEM_OTHER);
+    out->f_start = h3_malloc(nb, H3_MEM_OTHER);
+    if (!out->v_start || !out->a_start || !out->f_start) {
+        h3_windows_free(out);
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    const int64_t span = n_all - (out->window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK;
+    for (int k = 0; k < out->n; k++) {
+        /* evenly spread chunk starts: the gaps differ by at most one chunk and none exceeds the step */
+        const int64_t u = out->n == 1 ? 0 : ((int64_t)k * span + (out->n - 1) / 2) / (out->n - 1);
+        out->v_start[k] = 5 * u;
+        out->f_start[k] = H3_FRAMES_CHUNK * u;
+        int64_t a = (int64_t)llround((double)(H3_FRAMES_CHUNK * u) * 40.0 / H3_FPS);
+        if (a > out->audio_t - out->win_audio_t || k == out->n - 1) a = out->audio_t - out->win_audio_t; /* the last
+                                                                                  * ends with the clip's audio */
+        if (a < 0) a = 0;
+        out->a_start[k] = a;
+    }
+    return H3_OK;
+}
+
+float h3_window_weight(const h3_windows *w, int k, int64_t j, int audio) {
+    const int64_t *s = audio ? w->a_start : w->v_start;
+    const int64_t T = audio ? w->win_audio_t : w->win_t;
+    double x = 1.0;
+    if (k > 0) { /* the overlap with the window before */
+        const int64_t o = s[k - 1] + T - s[k];
+        if (o > 0 && j < o) x = fmin(x, ((double)j + 0.5) / (double)o);
+    }
+    if (k + 1 < w->n) { /* with the window after */
+        const int64_t o = s[k] + T - s[k + 1];
+        if (o > 0 && j >= T - o) x = fmin(x, ((double)(T - j) - 0.5) / (double)o);
+    }
+    return (float)x;
+}
