@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "models/video_vae.h"
 #include "pipeline/layout.h"
+#include "pipeline/window.h"
 #include "testutil.h"
 
 static json_t *g_fx;
@@ -472,6 +473,91 @@ static void test_upscale(void) {
     free(b);
 }
 
+/* Long clips' windows (pipeline/window.h): whole chunks, spread evenly, the last ending with the clip in video
+ * and audio, neighbours overlapping by at least the overlap asked, the fuse weights a crossfade, every latent
+ * covered; the prompts' windows; bad windows and overlaps refused. */
+static void test_windows(void) {
+    /* every clip length of 22 to 60 chunks with windows of 3 to 20 chunks and every allowed overlap */
+    int checked = 0;
+    for (int64_t n = 1; n <= 60; n++)
+        for (int64_t w = 1; w <= 20; w++)
+            for (int64_t k = 1; k <= w - 1 || (w == 1 && k == 1); k++) {
+                const int64_t frames = 17 * n + 5, window = 17 * w + 5, overlap = 17 * k;
+                h3_windows W;
+                if (w < 2 && w < n) { /* no overlap fits a one-chunk window */
+                    CHECK(h3_windows_make(frames, window, overlap, &W) == H3_ERR_INVALID, "window %lld", (long long)window);
+                    h3_clear_error();
+                    continue;
+                }
+                CHECK_OK(h3_windows_make(frames, window, overlap, &W));
+                if (w >= n) {
+                    CHECK(W.n == 1 && W.win_t == h3_video_latent_frames(frames) && W.v_start[0] == 0, "one window");
+                    h3_windows_free(&W);
+                    continue;
+                }
+                CHECK(W.win_t == h3_video_latent_frames(window) && W.win_audio_t == h3_audio_latents(window), "sizes");
+                CHECK(W.v_start[0] == 0 && W.a_start[0] == 0, "the first window starts the clip");
+                CHECK(W.v_start[W.n - 1] + W.win_t == W.latent_t, "the last ends the clip's video");
+                CHECK(W.a_start[W.n - 1] + W.win_audio_t == W.audio_t, "the last ends the clip's audio");
+                /* the fewest windows: one fewer could not keep the overlap */
+                CHECK(W.n == 1 + (n - w + (w - k) - 1) / (w - k), "%d windows", W.n);
+                for (int i = 0; i < W.n; i++) {
+                    CHECK(W.v_start[i] % 5 == 0 && W.f_start[i] == W.v_start[i] / 5 * 17, "chunk starts");
+                    CHECK(llabs(W.a_start[i] - llround(W.f_start[i] * 40.0 / 24)) <= 1, "audio start %lld for frame %lld",
+                          (long long)W.a_start[i], (long long)W.f_start[i]);
+                    if (i) {
+                        CHECK(W.f_start[i - 1] + window - W.f_start[i] >= overlap, "overlap %lld < %lld",
+                              (long long)(W.f_start[i - 1] + window - W.f_start[i]), (long long)overlap);
+                        CHECK(W.a_start[i] > W.a_start[i - 1] && W.a_start[i - 1] + W.win_audio_t > W.a_start[i],
+                              "audio windows overlap");
+                    }
+                }
+                /* weights: positive, 1 outside the overlaps; a latent's weights over two windows sum to 1 */
+                for (int audio = 0; audio < 2; audio++) {
+                    const int64_t T = audio ? W.audio_t : W.latent_t, Tw = audio ? W.win_audio_t : W.win_t;
+                    const int64_t *st = audio ? W.a_start : W.v_start;
+                    for (int64_t t = 0; t < T; t++) {
+                        double sum = 0;
+                        int cover = 0;
+                        for (int i = 0; i < W.n; i++)
+                            if (t >= st[i] && t < st[i] + Tw) {
+                                const float x = h3_window_weight(&W, i, t - st[i], audio);
+                                CHECK(x > 0 && x <= 1, "weight %g", (double)x);
+                                sum += x;
+                                cover++;
+                            }
+                        CHECK(cover >= 1, "latent %lld in no window", (long long)t);
+                        if (cover <= 2) CHECK(fabs(sum - 1) < 1e-5, "weights sum %g over %d windows", sum, cover);
+                    }
+                }
+                h3_windows_free(&W);
+                checked++;
+            }
+    CHECK(checked > 500, "%d cases", checked);
+    /* the prompts: each window takes the one in effect at the middle of its overlap with the one before */
+    h3_windows W;
+    CHECK_OK(h3_windows_make(719, 56, 17, &W)); /* 30 s: 21 windows */
+    CHECK(W.n == 21, "%d windows", W.n);
+    int of[64];
+    const double starts[2] = {0, 15.0};
+    h3_windows_prompts(&W, starts, 2, of);
+    for (int k = 0; k < W.n; k++) {
+        const double mid = k ? (W.f_start[k] + W.f_start[k - 1] + 56) / 48.0 : 0;
+        CHECK(of[k] == (mid >= 15.0), "window %d (overlap middle %.2f s): prompt %d", k, mid, of[k]);
+        if (k) CHECK(of[k] >= of[k - 1], "prompts in order");
+    }
+    h3_windows_free(&W);
+    /* bad values */
+    const int64_t bad[][3] = {{719, 50, 17}, {719, 5, 17}, {719, 56, 10}, {719, 56, 0}, {719, 56, 51}, {719, 39, 34}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(h3_windows_make(bad[i][0], bad[i][1], bad[i][2], &W) == H3_ERR_INVALID, "window %lld overlap %lld",
+              (long long)bad[i][1], (long long)bad[i][2]);
+        CHECK(strstr(h3_last_error(), bad[i][1] % 17 == 5 && bad[i][1] > 5 ? "--overlap" : "--window") != NULL, "%s",
+              h3_last_error());
+        h3_clear_error();
+    }
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"sizes", test_sizes},
@@ -482,6 +568,7 @@ int main(int argc, char **argv) {
         {"fl2va", test_fl2va},
         {"patchify", test_patchify},
         {"upscale", test_upscale},
+        {"windows", test_windows},
         {"errors_and_alloc", test_errors_and_alloc},
         {"cleanup", test_cleanup},
         {NULL, NULL},

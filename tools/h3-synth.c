@@ -13,6 +13,7 @@
  * Defaults: 56 frames (2.33 s at 24 fps), 128x128, seed 1, 256 clips per shard. Exit status 2 for a bad
  * command line, 1 for a failed job (with one line naming the cause). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "io/safetensors.h"
 #include "pipeline/layout.h"
 #include "pipeline/media.h"
+#include "pipeline/window.h"
 #include "synth/world.h"
 
 static int usage(const char *why) {
@@ -30,7 +32,8 @@ static int usage(const char *why) {
         stderr,
         "h3-synth: %s\n"
         "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
-        "       | check CLIP.mp4 --heldout K [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
+        "       | check CLIP.mp4 --heldout K [--from F] [--to F] [--json]\n"
+        "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
         "         [--seed S] [--shard M]\n",
         why);
     return 2;
@@ -43,6 +46,8 @@ static int fail(void) {
 
 typedef struct {
     int combo, heldout, frames, w, h, clips, shard, json, text_tokens;
+    int from, to;            /* check: the frames [from, to) only (to 0: to the end) */
+    int window, overlap;     /* seams: the windows the clip was sampled in */
     uint64_t seed;
 } args;
 
@@ -79,6 +84,14 @@ static int parse_opts(int argc, char **argv, int i, args *a) {
             if (!parse_int(v, 1, 10000000, &a->clips)) return usage("--clips takes a positive count");
         } else if (!strcmp(o, "--text-tokens")) {
             if (!parse_int(v, 1, 65536, &a->text_tokens)) return usage("--text-tokens takes 1..65536");
+        } else if (!strcmp(o, "--from")) {
+            if (!parse_int(v, 0, 10000000, &a->from)) return usage("--from takes a frame number");
+        } else if (!strcmp(o, "--to")) {
+            if (!parse_int(v, 1, 10000000, &a->to)) return usage("--to takes a frame number");
+        } else if (!strcmp(o, "--window")) {
+            if (!parse_int(v, 22, 10000000, &a->window)) return usage("--window takes a frame count");
+        } else if (!strcmp(o, "--overlap")) {
+            if (!parse_int(v, 17, 10000000, &a->overlap)) return usage("--overlap takes a frame count");
         } else if (!strcmp(o, "--shard")) {
             if (!parse_int(v, 1, 100000, &a->shard)) return usage("--shard takes a positive count");
         } else if (!strcmp(o, "--seed")) {
@@ -153,9 +166,21 @@ static int cmd_check(const char *path, const args *a) {
     }
     h3_synth_scene s;
     h3_synth_scene_make(h3_synth_heldout_combo(a->heldout), 0, &s);
+    /* a part of the clip: frames [from, to) and their sound */
+    const int64_t f0 = a->from, f1 = a->to ? a->to : c.frames;
+    if (f0 >= f1 || f1 > c.frames) {
+        h3_clip_free(&c);
+        fprintf(stderr, "h3-synth: error: --from %lld --to %lld: the clip has %lld frames\n", (long long)f0,
+                (long long)f1, (long long)c.frames);
+        return 2;
+    }
+    const int64_t s0 = c.samples ? (int64_t)llround((double)f0 * c.sample_rate / c.fps) : 0;
+    int64_t s1 = c.samples ? (int64_t)llround((double)f1 * c.sample_rate / c.fps) : 0;
+    if (s1 > c.samples) s1 = c.samples;
     h3_synth_measurement m;
-    h3_status st = h3_synth_measure(c.rgb, c.width, c.height, c.frames, c.samples ? c.left : NULL,
-                                    c.samples ? c.right : NULL, c.samples, c.sample_rate, &m);
+    h3_status st = h3_synth_measure(c.rgb + f0 * 3 * (int64_t)c.width * c.height, c.width, c.height, f1 - f0,
+                                    s1 > s0 ? c.left + s0 : NULL, s1 > s0 ? c.right + s0 : NULL, s1 - s0,
+                                    c.sample_rate, &m);
     h3_clip_free(&c);
     if (st != H3_OK) return fail();
     h3_synth_score sc;
@@ -286,9 +311,68 @@ static int cmd_dataset(const char *dir, const args *a) {
     return 0;
 }
 
+/* How smooth a clip sampled in overlapping windows is where the windows meet: the mean absolute difference of
+ * each frame from the one before (d), its largest value inside a single window and inside the overlaps, and
+ * the same for the sound's sample-to-sample steps. */
+static int cmd_seams(const char *path, const args *a) {
+    if (!a->window || !a->overlap) return usage("seams needs --window N --overlap N (generate's)");
+    h3_clip c;
+    if (h3_clip_read(path, &c) != H3_OK) {
+        fprintf(stderr, "h3-synth: error: %s\n", h3_last_error());
+        return 3;
+    }
+    h3_windows w;
+    if (h3_windows_make(c.frames, a->window, a->overlap, &w) != H3_OK) {
+        h3_clip_free(&c);
+        return fail();
+    }
+    const int64_t plane = (int64_t)c.width * c.height;
+    double in_max = 0, ov_max = 0, in_sum = 0;
+    int64_t in_n = 0, ov_at = -1;
+    double ain_max = 0, aov_max = 0;
+    for (int64_t f = 1; f < c.frames; f++) {
+        int cover = 0; /* windows holding both frames */
+        for (int k = 0; k < w.n; k++)
+            if (f - 1 >= w.f_start[k] && f < w.f_start[k] + w.window) cover++;
+        double d = 0;
+        const float *x = c.rgb + f * 3 * plane, *y = x - 3 * plane;
+        for (int64_t i = 0; i < 3 * plane; i++) d += fabs((double)x[i] - y[i]);
+        d /= (double)(3 * plane);
+        if (cover > 1) {
+            if (d > ov_max) ov_max = d, ov_at = f;
+        } else {
+            if (d > in_max) in_max = d;
+            in_sum += d;
+            in_n++;
+        }
+        for (int64_t s = (int64_t)llround((f - 1) * c.sample_rate / c.fps) + 1;
+             c.samples && s < (int64_t)llround(f * c.sample_rate / c.fps) && s < c.samples; s++) {
+            const double da = fmax(fabs((double)c.left[s] - c.left[s - 1]), fabs((double)c.right[s] - c.right[s - 1]));
+            if (cover > 1)
+                aov_max = fmax(aov_max, da);
+            else
+                ain_max = fmax(ain_max, da);
+        }
+    }
+    if (a->json)
+        printf("{\"frames\": %lld, \"windows\": %d, \"frame_diff_inside_max\": %.6f, \"frame_diff_inside_mean\": "
+               "%.6f, \"frame_diff_overlap_max\": %.6f, \"frame_diff_overlap_max_at\": %lld, "
+               "\"audio_step_inside_max\": %.6f, \"audio_step_overlap_max\": %.6f}\n",
+               (long long)c.frames, w.n, in_max, in_n ? in_sum / in_n : 0.0, ov_max, (long long)ov_at, ain_max,
+               aov_max);
+    else
+        printf("%lld frames in %d windows: frame difference inside one window max %.4f (mean %.4f), in the "
+               "overlaps max %.4f (frame %lld); sound step inside max %.4f, in the overlaps max %.4f\n",
+               (long long)c.frames, w.n, in_max, in_n ? in_sum / in_n : 0.0, ov_max, (long long)ov_at, ain_max,
+               aov_max);
+    h3_windows_free(&w);
+    h3_clip_free(&c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage("no command");
-    args a = {0, -1, 56, 128, 128, 1024, 256, 0, 0, 1};
+    args a = {0, -1, 56, 128, 128, 1024, 256, 0, 0, 0, 0, 0, 0, 1};
     const char *cmd = argv[1];
     if (!strcmp(cmd, "prompts")) return argc == 2 ? cmd_prompts() : usage("prompts takes no arguments");
     if (!strcmp(cmd, "prompt")) {
@@ -306,6 +390,7 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     if (!strcmp(cmd, "clip")) return cmd_clip(argv[2], &a);
     if (!strcmp(cmd, "check")) return cmd_check(argv[2], &a);
+    if (!strcmp(cmd, "seams")) return cmd_seams(argv[2], &a);
     if (!strcmp(cmd, "dataset")) return cmd_dataset(argv[2], &a);
     if (!strcmp(cmd, "layout")) return cmd_layout(argv[2], &a);
     return usage("unknown command");

@@ -150,10 +150,11 @@ static int set_value(const h3_cli_cmd *cmd, const h3_cli_opt *o, const char *v) 
         case H3_OPT_TEXT:
             *(const char **)o->target = v;
             return 0;
-        case H3_OPT_LIST: {
+        case H3_OPT_LIST:
+        case H3_OPT_TEXTS: {
             h3_cli_list *l = o->target;
             int most = o->max >= 1 && o->max < H3_CLI_LIST_MAX ? (int)o->max : H3_CLI_LIST_MAX;
-            if (!*v) {
+            if (!*v && o->type == H3_OPT_LIST) {
                 fprintf(stderr, "h3run %s: --%s needs a value (%s); got an empty string\n", cmd->name,
                         o->name, o->metavar ? o->metavar : "");
                 return H3_EXIT_USAGE;

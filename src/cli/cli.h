@@ -20,7 +20,8 @@ typedef enum h3_opt_type {
     H3_OPT_INT,
     H3_OPT_FLOAT,
     H3_OPT_SIZE,
-    H3_OPT_LIST /* a STR that may be repeated: target is an h3_cli_list, max the most occurrences */
+    H3_OPT_LIST, /* a STR that may be repeated: target is an h3_cli_list, max the most occurrences */
+    H3_OPT_TEXTS /* a TEXT that may be repeated (empty allowed), as H3_OPT_LIST */
 } h3_opt_type;
 
 #define H3_CLI_LIST_MAX 16

@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -25,9 +27,13 @@ static void log_warnings(h3_log_level level, const char *msg, void *user) {
             msg);
 }
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, ...) H3_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
     fprintf(stderr, "h3run generate: ");
-    fprintf(stderr, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, " (see 'h3run generate --help')\n");
     return H3_EXIT_USAGE;
 }
@@ -38,7 +44,8 @@ int h3_cmd_generate(int argc, char **argv) {
                *progress = "auto", *device = "auto", *dit = NULL, *te = NULL, *tok = NULL, *vvae = NULL,
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
-    h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0};
+    h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0}, prompt_s = {{0}, 0};
+    const char *prompts_file = NULL;
     const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL, *checkpoint = NULL,
                *audio = NULL;
     int64_t checkpoint_every = 0;
@@ -52,8 +59,14 @@ int h3_cmd_generate(int argc, char **argv) {
          "the official folder (FL2VA/), a diffusers folder or a ComfyUI models/ folder (default: the small "
          "model h3-small, from H3RUN_MODELS, beside the program, the install prefix or the source tree)",
          0, 0},
-        {"prompt", 'p', H3_OPT_TEXT, &prompt, "TEXT", "the prompt, verbatim (text to video with audio)", 0,
-         0},
+        {"prompt", 'p', H3_OPT_TEXTS, &prompt_s, "TEXT",
+         "the prompt, verbatim (text to video with audio); repeated in a clip of several windows (--window), "
+         "the clip is divided into equal parts, one prompt each",
+         0, H3_CLI_LIST_MAX},
+        {"prompts", 0, H3_OPT_STR, &prompts_file, "FILE",
+         "a clip of several windows with a prompt per part: each line of FILE is SECONDS PROMPT, the first at 0, "
+         "the start times rising (lines that are empty or start with # are skipped)",
+         0, 0},
         {"prompt-file", 0, H3_OPT_STR, &prompt_file, "FILE",
          "read the prompt from FILE (all of it, as is; for prompts too long for a command line)", 0, 0},
         {"frames", 'f', H3_OPT_INT, &frames, "N", "frames at 24 fps, 17n+5 (default 124; trained on 107-345)",
@@ -238,18 +251,70 @@ int h3_cmd_generate(int argc, char **argv) {
     else
         return usage_error("--progress takes auto, bar, lines, json or none; got '%s'", progress);
     if (quiet) style = H3_PROGRESS_QUIET;
-    if (!prompt && !prompt_file)
-        return usage_error("%s", "--prompt TEXT is required (or --prompt-file FILE)");
-    if (prompt && prompt_file)
-        return usage_error("%s", "give the prompt as --prompt or as --prompt-file, not both");
+    if (prompt_s.n) prompt = prompt_s.v[0];
+    if (!prompt && !prompt_file && !prompts_file)
+        return usage_error("%s", "--prompt TEXT is required (or --prompt-file FILE, or --prompts FILE)");
+    if (!!prompt + !!prompt_file + !!prompts_file > 1)
+        return usage_error("%s", "give the prompt as --prompt, --prompt-file or --prompts, only one of them");
     if (seed != INT64_MIN && seed < 0) return usage_error("%s", "--seed takes a whole number >= 0");
     /* Read before anything else happens: a prompt too long is a bad request, refused at once. */
     char *prompt_text = NULL;
-    if (prompt_file) {
+    if (prompt_file || prompts_file) {
         size_t len = 0;
-        h3_status pst = h3_cli_read_prompt(prompt_file, &prompt_text, &len);
+        h3_status pst = h3_cli_read_prompt(prompt_file ? prompt_file : prompts_file, &prompt_text, &len);
         if (pst != H3_OK) return h3_cli_fail("generate", pst);
         prompt = prompt_text;
+    }
+    /* --prompts: "SECONDS PROMPT" lines, split in place */
+    const char *more[H3_MAX_PROMPTS - 1];
+    double more_s[H3_MAX_PROMPTS - 1];
+    int n_more = 0;
+    for (int i = 1; i < prompt_s.n; i++) more[n_more++] = prompt_s.v[i];
+    if (prompts_file) {
+        int n = 0, line = 0;
+        char *p = prompt_text;
+        prompt = NULL;
+        while (p && *p) {
+            char *nl = strchr(p, '\n');
+            if (nl) *nl = 0;
+            line++;
+            size_t l = strlen(p);
+            if (l && p[l - 1] == '\r') p[--l] = 0;
+            char *q = p;
+            while (*q == ' ' || *q == '\t') q++;
+            if (*q && *q != '#') {
+                char *end = NULL;
+                const double t = strtod(q, &end);
+                if (end == q || !(*end == ' ' || *end == '\t') || !isfinite(t)) {
+                    h3_free(prompt_text);
+                    return usage_error("--prompts %s, line %d: a line is SECONDS PROMPT (for example \"0 a red "
+                                       "ball rolls\"); got '%.60s'",
+                                       prompts_file, line, q);
+                }
+                while (*end == ' ' || *end == '\t') end++;
+                if (n == 0 && t != 0) {
+                    h3_free(prompt_text);
+                    return usage_error("--prompts %s, line %d: the first prompt must start at 0 s; got %g", prompts_file,
+                                       line, t);
+                }
+                if (n >= H3_MAX_PROMPTS) {
+                    h3_free(prompt_text);
+                    return usage_error("--prompts %s: at most %d prompts", prompts_file, H3_MAX_PROMPTS);
+                }
+                if (n == 0) {
+                    prompt = end;
+                } else {
+                    more[n_more] = end;
+                    more_s[n_more++] = t;
+                }
+                n++;
+            }
+            p = nl ? nl + 1 : NULL;
+        }
+        if (!n) {
+            h3_free(prompt_text);
+            return usage_error("--prompts %s holds no prompt", prompts_file);
+        }
     }
 
     /* No --model (and not every component named): the small trained model, at what it was trained on unless
@@ -292,6 +357,12 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.req.seconds = seconds;
     gr.req.window = window;
     gr.req.overlap = overlap;
+    for (int i = 0; i < n_more; i++) {
+        gr.more_prompt[i] = more[i];
+        gr.more_prompt_s[i] = more_s[i];
+    }
+    gr.n_more_prompts = n_more;
+    gr.more_prompt_split = prompt_s.n > 1;
     gr.req.steps = (int)steps;
     gr.model = model;
     gr.small_model = default_model != NULL;

@@ -325,6 +325,14 @@ done:
 typedef struct gen {
     const h3_generate_request *r;
     h3_windows win; /* the clip's windows (n 1: one) */
+    /* a long clip's prompts: those some window takes ([0] req.prompt), their ids and text states ([0]: the run's
+     * own), and each window's */
+    int n_prompts;
+    const char *prompt[H3_MAX_PROMPTS];
+    int32_t *p_ids[H3_MAX_PROMPTS];
+    int64_t p_n[H3_MAX_PROMPTS];
+    h3_tensor p_hidden[H3_MAX_PROMPTS];
+    int *prompt_of;
     const h3_generate_callbacks *cb;
     h3_generate_result res;
     h3_request req; /* resolved */
@@ -1102,6 +1110,8 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     memset(&L, 0, sizeof L);
     float *vrows = NULL, *arows = NULL, *held = NULL, *anoise = NULL, *up = NULL;
     h3_dit *own = NULL;
+    h3_seq_layout PL[H3_MAX_PROMPTS]; /* a long clip's later prompts' layouts */
+    memset(PL, 0, sizeof PL);
     const h3_request *q = &g->req;
     const int refine = ps->first_video != NULL;
     /* one window's layout (the clip's when it is one window); the rows are the clip's */
@@ -1170,6 +1180,9 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         } else {
             uint64_t hsh = 1469598103934665603ull; /* FNV-1a of the prompt */
             for (const unsigned char *c = (const unsigned char *)q->prompt; *c; c++) hsh = (hsh ^ *c) * 1099511628211ull;
+            for (int i = 1; i < g->n_prompts; i++) /* a long clip's later prompts */
+                for (const unsigned char *c = (const unsigned char *)g->prompt[i]; *c; c++)
+                    hsh = (hsh ^ *c) * 1099511628211ull;
             snprintf(g->ck_key, sizeof g->ck_key,
                      "frames %lld size %lldx%lld steps %d seed %llu sampler %s scheduler %s shift %g:%g keyframes %d "
                      "rows %lld prompt %016llx",
@@ -1265,6 +1278,21 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
     sa.windows = win;
+    const h3_tensor *ptext[H3_MAX_PROMPTS];
+    const h3_seq_layout *playout[H3_MAX_PROMPTS];
+    if (win && g->n_prompts > 1) {
+        ptext[0] = hidden;
+        playout[0] = &L;
+        for (int i = 1; i < g->n_prompts; i++) {
+            H3_CHECK(h3_seq_layout_t2va(g->p_hidden[i].shape[0], NULL, q->window, ps->width, ps->height, &PL[i]));
+            ptext[i] = &g->p_hidden[i];
+            playout[i] = &PL[i];
+        }
+        sa.n_prompts = g->n_prompts;
+        sa.texts = ptext;
+        sa.layouts = playout;
+        sa.window_prompt = g->prompt_of;
+    }
     h3_cache_opts co = {g->r->cache_threshold, H3_CACHE_START, H3_CACHE_END};
     if (g->r->cache_threshold > 0) sa.cache = &co;
     if (!refine) g->res.modulation_timesteps = ps->n_uniq;
@@ -1326,6 +1354,7 @@ done:
     h3_free(anoise);
     h3_free(up);
     h3_seq_layout_free(&L);
+    for (int i = 1; i < H3_MAX_PROMPTS; i++) h3_seq_layout_free(&PL[i]);
     return st;
 }
 
@@ -1761,6 +1790,61 @@ static h3_status find_files(gen *g) {
     return H3_OK;
 }
 
+/* A long clip's prompts: checked, and each window's (g->prompt_of, into g->prompt: those some window takes). */
+static h3_status resolve_prompts(gen *g) {
+    const h3_generate_request *r = g->r;
+    g->n_prompts = 1;
+    g->prompt[0] = g->req.prompt;
+    g->prompt_of = h3_calloc((size_t)g->win.n, sizeof(int), H3_MEM_OTHER);
+    if (!g->prompt_of) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    if (!r->n_more_prompts) return H3_OK;
+    if (r->n_more_prompts < 0 || r->n_more_prompts > H3_MAX_PROMPTS - 1)
+        return H3_ERR(H3_ERR_INVALID, "%d prompts; at most %d", r->n_more_prompts + 1, H3_MAX_PROMPTS);
+    const double len = (double)g->req.frames / H3_FPS;
+    if (g->win.n < 2)
+        return H3_ERR(H3_ERR_INVALID,
+                      "several prompts need a clip of several windows; this one (%lld frames) is one window of %lld: "
+                      "give more frames or a shorter --window",
+                      (long long)g->req.frames, (long long)g->req.window);
+    double start[H3_MAX_PROMPTS];
+    start[0] = 0;
+    for (int i = 0; i < r->n_more_prompts; i++) {
+        const double t = r->more_prompt_split ? len * (i + 1) / (r->n_more_prompts + 1) : r->more_prompt_s[i];
+        if (!r->more_prompt[i]) return H3_ERR(H3_ERR_INVALID, "prompt %d is missing", i + 2);
+        H3_TRY_CTX(h3_request_check_prompt_bytes(strlen(r->more_prompt[i])), "prompt %d", i + 2);
+        if (!(t > start[i]) || !(t < len))
+            return H3_ERR(H3_ERR_INVALID,
+                          "prompt %d starts at %g s: each prompt must start after the one before and within the "
+                          "clip (0 to %.2f s)",
+                          i + 2, t, len);
+        start[i + 1] = t;
+    }
+    int used[H3_MAX_PROMPTS], map[H3_MAX_PROMPTS];
+    memset(used, 0, sizeof used);
+    h3_windows_prompts(&g->win, start, r->n_more_prompts + 1, g->prompt_of);
+    for (int k = 0; k < g->win.n; k++) used[g->prompt_of[k]] = 1;
+    g->n_prompts = 0;
+    for (int i = 0; i <= r->n_more_prompts; i++) {
+        map[i] = -1;
+        if (!used[i]) {
+            h3_log(H3_LOG_WARN,
+                   "prompt %d (from %.2f s) is taken by no window: the next prompt starts before a window boundary "
+                   "passes; put the prompts further apart than a window's step (%.2f s)",
+                   i + 1, start[i], (double)(g->win.f_start[1] - g->win.f_start[0]) / H3_FPS);
+            continue;
+        }
+        map[i] = g->n_prompts;
+        g->prompt[g->n_prompts++] = i ? r->more_prompt[i - 1] : g->req.prompt;
+    }
+    for (int k = 0; k < g->win.n; k++) g->prompt_of[k] = map[g->prompt_of[k]];
+    g->req.prompt = g->prompt[0]; /* the first window's */
+    for (int k = 0; k < g->win.n; k++)
+        if (!k || g->prompt_of[k] != g->prompt_of[k - 1])
+            h3_log(H3_LOG_INFO, "window %d (from %.2f s): prompt %d", k + 1, (double)g->win.f_start[k] / H3_FPS,
+                   g->prompt_of[k] + 1);
+    return H3_OK;
+}
+
 static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *cb, h3_generate_result *out,
                      int check_only) {
     gen *g = h3_calloc(1, sizeof *g, H3_MEM_OTHER);
@@ -1861,6 +1945,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
                (double)g->req.window / H3_FPS, (long long)g->req.overlap);
     }
     g->res.windows = g->win.n;
+    H3_CHECK(resolve_prompts(g));
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
     if (g->snd.samples) {
         const int64_t n = h3_audio_samples(g->req.frames);
@@ -1985,7 +2070,18 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
 
     /* The stages, one after the other, each with its own weights. */
     H3_CHECK(run_tokenize(g, tok, te_vocab, te_positions, &ids, &n_ids));
+    int64_t n_max = n_ids; /* the longest prompt sizes the DiT's sequence */
+    for (int i = 1; i < g->n_prompts; i++) { /* a long clip's later prompts */
+        const int64_t t0n = g->res.text_tokens;
+        g->req.prompt = g->prompt[i];
+        st = run_tokenize(g, tok, te_vocab, te_positions, &g->p_ids[i], &g->p_n[i]);
+        g->req.prompt = g->prompt[0];
+        g->res.text_tokens = t0n;
+        H3_CHECK_CTX(st, "prompt %d", i + 1);
+        if (g->p_n[i] > n_max) n_max = g->p_n[i];
+    }
     H3_CHECK(present_keyframes(g, tok, te_positions, &ids, &n_ids));
+    if (n_ids > n_max) n_max = n_ids;
     if (!g->ses) h3_tokenizer_free(tok);
     tok = NULL;
     if (g->ses_locked) { /* what a check shares is no longer needed */
@@ -1994,13 +2090,19 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     }
     H3_CHECK(make_schedule(g));
     if (dev == H3_DEVICE_CUDA)
-        H3_CHECK(plan_run(g, n_ids)); /* every stage, before the text encoder loads */
+        H3_CHECK(plan_run(g, n_max)); /* every stage, before the text encoder loads */
     else
-        H3_CHECK(check_cpu_dit(g, n_ids));
+        H3_CHECK(check_cpu_dit(g, n_max));
     if (check_only) goto done;
     H3_CHECK(check_stop(g));
     H3_CHECK(settle_device(g, dev));
     H3_CHECK(run_text(g, ids, n_ids, &hidden));
+    for (int i = 1; i < g->n_prompts; i++) {
+        g->req.prompt = g->prompt[i];
+        st = run_text(g, g->p_ids[i], g->p_n[i], &g->p_hidden[i]);
+        g->req.prompt = g->prompt[0];
+        H3_CHECK_CTX(st, "prompt %d", i + 1);
+    }
     g->text_ids = ids; /* freed at the end */
     h3_vision_close(g->vis); /* the prompt is encoded: the tower and its text encoder go */
     g->vis = NULL;
@@ -2093,6 +2195,11 @@ done:
     if (!g->kf_te_borrowed) h3_text_encoder_close(g->kf_te);
     h3_keyframes_free(&g->kf);
     h3_windows_free(&g->win);
+    h3_free(g->prompt_of);
+    for (int i = 1; i < H3_MAX_PROMPTS; i++) {
+        h3_free(g->p_ids[i]);
+        h3_tensor_free(&g->p_hidden[i]);
+    }
     h3_sound_free(&g->snd);
     h3_free(g->snd_rows);
     h3_free(g->text_tags);

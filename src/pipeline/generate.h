@@ -51,6 +51,7 @@
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
 #include "pipeline/stages.h"
+#include "pipeline/window.h"
 #include "models/lora.h"
 
 typedef enum h3_device { H3_DEVICE_AUTO = 0, H3_DEVICE_CPU, H3_DEVICE_CUDA } h3_device;
@@ -132,6 +133,15 @@ typedef struct h3_generate_request {
      * carries this sound, not a decoded one. Without frames or seconds the clip takes its length (17n+5 frames
      * that fit in it). NULL: none. */
     const char *audio;
+    /* A long clip's later prompts (pipeline/window.h): req.prompt holds from 0 s, more_prompt[i] from second
+     * more_prompt_s[i] (ascending, > 0, within the clip). Each window takes the prompt in effect at the middle
+     * of its overlap with the window before (the first window: req.prompt), so a change is blended across that
+     * overlap. n_more_prompts 0: one prompt. */
+    const char *more_prompt[H3_MAX_PROMPTS - 1];
+    double more_prompt_s[H3_MAX_PROMPTS - 1];
+    int n_more_prompts;
+    int more_prompt_split; /* nonzero: more_prompt_s is not read; prompt i starts at i/(n_more_prompts + 1) of
+                            * the clip (`--prompt` repeated) */
 } h3_generate_request;
 
 #define H3_CHECKPOINT_EVERY 5

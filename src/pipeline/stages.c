@@ -151,7 +151,9 @@ struct h3_dit_stage {
     const h3_plan *plan;
     int dev;
     const h3_tensor *text_in; /* the caller's */
-    h3_tensor text;           /* on the device: its copy */
+    h3_tensor text;           /* on the device: its copy (room for text_rows_max rows) */
+    int64_t text_rows;        /* the rows it holds now */
+    const h3_tensor *text_last; /* the caller's text states it holds (a call's own), NULL: the stage's */
     h3_tensor dxv, dxa;       /* device: a call's input rows [Nv, 96], [Na, 32] */
     h3_tensor dvv, dva;       /* device: its velocities */
     h3_memrep *rep;
@@ -237,9 +239,12 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
     if (s->dev) {
         /* after the modulation pass, whose own peak the plan counts without them */
         if (a->text && a->text->shape[0] > 0) {
-            H3_CHECK(h3_tensor_alloc2(&s->text, H3_PLACE_DEVICE, H3_F32, a->text->shape[0], a->text->shape[1],
-                                      H3_MEM_ACTIVATIONS));
-            H3_CHECK(h3_copy(ex, &s->text, a->text));
+            const int64_t rows = a->text_rows_max > a->text->shape[0] ? a->text_rows_max : a->text->shape[0];
+            H3_CHECK(h3_tensor_alloc2(&s->text, H3_PLACE_DEVICE, H3_F32, rows, a->text->shape[1], H3_MEM_ACTIVATIONS));
+            s->text_rows = a->text->shape[0];
+            h3_tensor v = s->text;
+            v.shape[0] = s->text_rows;
+            H3_CHECK(h3_copy(ex, &v, a->text));
         }
         H3_CHECK(dev_rows(&s->dxv, a->n_video_rows, H3_VIDEO_ROW_DIM));
         H3_CHECK(dev_rows(&s->dxa, a->n_audio_rows, H3_AUDIO_LATENT_CHANNELS));
@@ -261,7 +266,17 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
     if (s->dev) {
         if (!!in->video != !!s->dxv.data || !!in->audio != !!s->dxa.data)
             return H3_ERR(H3_ERR_INVALID, "DiT stage: a call's rows differ from the stage's");
-        x.text = s->text.data ? &s->text : NULL;
+        h3_tensor tv = s->text; /* the rows it holds */
+        tv.shape[0] = s->text_rows;
+        if (in->text && s->text.data) { /* this call's own text states */
+            if (in->text->shape[0] > s->text.shape[0] || in->text->shape[1] != s->text.shape[1])
+                return H3_ERR(H3_ERR_INVALID, "DiT stage: a call's text states exceed the stage's room");
+            tv.shape[0] = in->text->shape[0];
+            if (in->text != s->text_last) H3_TRY(h3_copy(s->ex, &tv, in->text));
+            s->text_last = in->text;
+            s->text_rows = tv.shape[0];
+        }
+        x.text = s->text.data ? &tv : NULL;
         if (in->video) {
             H3_TRY(h3_copy(s->ex, &s->dxv, in->video));
             x.video = &s->dxv;
@@ -276,7 +291,7 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
         H3_TRY(h3_exec_sync(s->ex));
         H3_TRY(h3_dit_stream_step_end(s->ds)); /* a failed weight read surfaces here */
     } else {
-        x.text = s->text_in;
+        x.text = in->text ? in->text : s->text_in;
         H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v, audio_v));
     }
     s->calls++;
@@ -368,8 +383,37 @@ typedef struct sample_ctx {
     int64_t nc;                     /* keyframe rows: the DiT's video rows are [cond | target] */
     const char *dump;               /* the first call's inputs go here (then NULL) */
     const h3_tensor *text;
+    const h3_tensor *call_text;     /* a long clip's prompts: this context's text states, given with each call
+                                     * (NULL: the stage's) */
     float *xv, *vv;                 /* [(nc + Nv)·96] a call's video rows and velocities (nc > 0) */
 } sample_ctx;
+
+/* The row tables of a layout (c->L, c->nc set) as the DiT takes them. */
+static h3_status sample_tables(sample_ctx *c) {
+    const h3_seq_layout *L = c->L;
+    const size_t S = (size_t)L->seq_len;
+    c->tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c->tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
+    c->vi = h3_malloc((size_t)(c->nc + L->n_video_rows) * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c->ai = h3_malloc((size_t)L->n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c->ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    if (!c->tidx || !c->tags || !c->vi || !c->ai || !c->ti)
+        return H3_ERR(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
+    for (size_t i = 0; i < S; i++) c->tags[i] = L->tags[i];
+    for (int64_t i = 0; i < c->nc; i++) c->vi[i] = (int32_t)L->cond_indices[i];
+    for (int64_t i = 0; i < L->n_video_rows; i++) c->vi[c->nc + i] = (int32_t)L->video_indices[i];
+    for (int64_t i = 0; i < L->n_audio_rows; i++) c->ai[i] = (int32_t)L->audio_indices[i];
+    for (int64_t i = 0; i < L->text_len; i++) c->ti[i] = (int32_t)L->text_indices[i];
+    return H3_OK;
+}
+
+static void sample_tables_free(sample_ctx *c) {
+    h3_free(c->tidx);
+    h3_free(c->tags);
+    h3_free(c->vi);
+    h3_free(c->ai);
+    h3_free(c->ti);
+}
 
 static h3_status sample_model(void *user, const float *x_video, const float *x_audio, float t_video,
                               float t_audio, float *v_video, float *v_audio) {
@@ -403,7 +447,7 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
                           (int64_t[]){nv_all, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
-    h3_dit_inputs in = {&hxv,    &hxa,    NULL,   uniq,  nt,    L->seq_len,
+    h3_dit_inputs in = {&hxv,    &hxa,    c->call_text, uniq,  nt,    L->seq_len,
                         c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
     if (c->dump) { /* the first call's inputs, as `h3run dit` reads them */
         h3_st_writer *w = NULL;
@@ -435,7 +479,10 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
 /* A long clip's model call: each window's rows gathered from the clip's, the DiT run on them, the velocities
  * added with the window's weights and divided by the weights' sums (pipeline/window.h). */
 typedef struct window_ctx {
-    sample_ctx *c;
+    sample_ctx *c;                 /* prompt 0's context (the only one with one prompt) */
+    sample_ctx more[H3_MAX_PROMPTS - 1]; /* the other prompts' (their layouts and text states) */
+    int n_more;
+    const int *prompt_of;          /* [n] each window's prompt (NULL: prompt 0) */
     const h3_windows *w;
     int64_t rv;                    /* floats of one latent frame's video rows */
     float *xv, *xa, *vv, *va;      /* one window's rows and velocities */
@@ -460,7 +507,10 @@ static h3_status window_model(void *user, const float *x_video, const float *x_a
             if (q->held)
                 memcpy(q->held_w + ch * Tw * C, q->held + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
         }
-        H3_TRY(sample_model(q->c, q->xv, q->xa, t_video, t_audio, q->vv, q->va));
+        const int p = q->prompt_of ? q->prompt_of[k] : 0;
+        sample_ctx *c = p > 0 && p <= q->n_more ? &q->more[p - 1] : q->c;
+        c->held = q->held ? q->held_w : NULL;
+        H3_TRY(sample_model(c, q->xv, q->xa, t_video, t_audio, q->vv, q->va));
         for (int64_t j = 0; j < w->win_t; j++) {
             const float wt = h3_window_weight(w, k, j, 0);
             float *dst = v_video + (v0 + j) * rv;
@@ -554,14 +604,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
     if (win && (c.nc || a->held_noise))
         return H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no keyframes and no refine pass");
-    const size_t S = (size_t)L->seq_len;
-    c.tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
-    c.tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
-    c.vi = h3_malloc((size_t)(c.nc + L->n_video_rows) * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    c.ai = h3_malloc((size_t)L->n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    c.ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    if (!c.tidx || !c.tags || !c.vi || !c.ai || !c.ti)
-        H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
+    H3_CHECK(sample_tables(&c));
     if (a->held_audio) {
         c.held = a->held_audio;
         c.held_noise = a->held_noise;
@@ -569,9 +612,6 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
                              H3_MEM_ACTIVATIONS);
         if (!c.held_x) H3_FAIL(H3_ERR_NOMEM, "out of memory for the held audio rows");
     }
-    for (size_t i = 0; i < S; i++) c.tags[i] = L->tags[i];
-    for (int64_t i = 0; i < c.nc; i++) c.vi[i] = (int32_t)L->cond_indices[i];
-    for (int64_t i = 0; i < L->n_video_rows; i++) c.vi[c.nc + i] = (int32_t)L->video_indices[i];
     if (c.nc) {
         const size_t nb = (size_t)((c.nc + L->n_video_rows) * H3_VIDEO_ROW_DIM) * sizeof(float);
         c.xv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
@@ -579,11 +619,12 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
         if (!c.xv || !c.vv) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframe rows");
         memcpy(c.xv, a->cond_rows, (size_t)(c.nc * H3_VIDEO_ROW_DIM) * sizeof(float));
     }
-    for (int64_t i = 0; i < L->n_audio_rows; i++) c.ai[i] = (int32_t)L->audio_indices[i];
-    for (int64_t i = 0; i < L->text_len; i++) c.ti[i] = (int32_t)L->text_indices[i];
     h3_dit_stage_args da = a->dit;
     da.n_video_rows = c.nc + L->n_video_rows;
     da.n_audio_rows = L->n_audio_rows;
+    if (win && a->n_prompts > 1)
+        for (int i = 0; i < a->n_prompts; i++)
+            if (a->texts[i]->shape[0] > da.text_rows_max) da.text_rows_max = a->texts[i]->shape[0];
     stream_owned = 0; /* the stage's from here, whatever happens */
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
@@ -592,6 +633,26 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
     if (win) { /* the sampler integrates the whole clip; each call runs every window */
         H3_CHECK(window_ctx_init(&wc, &c, win, L, a->held_audio));
+        if (a->n_prompts > 1) { /* a context per prompt: its layout, tables and text states with each call */
+            for (int i = 0; i < a->n_prompts; i++)
+                if (a->layouts[i]->text_len != a->texts[i]->shape[0] || a->layouts[i]->n_video_rows != L->n_video_rows ||
+                    a->layouts[i]->n_audio_rows != L->n_audio_rows)
+                    H3_FAIL(H3_ERR_INTERNAL, "prompt %d's layout does not match its text or the windows", i);
+            c.call_text = a->texts[0];
+            c.L = a->layouts[0];
+            for (int i = 1; i < a->n_prompts; i++) {
+                sample_ctx *e = &wc.more[i - 1];
+                *e = c;
+                e->L = a->layouts[i];
+                e->text = e->call_text = a->texts[i];
+                e->dump = NULL;
+                e->tidx = e->tags = e->vi = e->ai = e->ti = NULL;
+                e->held_x = NULL;
+                H3_CHECK(sample_tables(e));
+            }
+            wc.n_more = a->n_prompts - 1;
+            wc.prompt_of = a->window_prompt;
+        }
         nv = (size_t)(win->latent_t * wc.rv);
         na = (size_t)(2 * win->audio_t * H3_AUDIO_LATENT_CHANNELS);
         sa.model = window_model;
@@ -610,6 +671,7 @@ done:
     if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
     if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
+    for (int i = 0; i < wc.n_more; i++) sample_tables_free(&wc.more[i]);
     window_ctx_free(&wc);
     h3_free(c.xv);
     h3_free(c.vv);
@@ -618,11 +680,7 @@ done:
         if (res) res->cache = cache.st;
         h3_step_cache_free(&cache);
     }
-    h3_free(c.tidx);
-    h3_free(c.tags);
-    h3_free(c.vi);
-    h3_free(c.ai);
-    h3_free(c.ti);
+    sample_tables_free(&c);
     return st;
 }
 

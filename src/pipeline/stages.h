@@ -75,6 +75,8 @@ typedef struct h3_dit_stage_args {
                           * modulation) */
     const h3_plan *plan; /* on the device: the plan (its DiT placement, budgets, figures); NULL: the host */
     const h3_tensor *text;              /* f32 [L, text_dim] on the host: the text states of every call */
+    int64_t text_rows_max; /* calls may give their own text states (h3_dit_inputs.text, a long clip's prompts)
+                            * of up to this many rows; 0: text's */
     int64_t n_video_rows, n_audio_rows; /* rows of every call */
     const float *timesteps; /* the modulation of these is computed once and kept (NULL, 0: each call computes
                              * its own; the host only) */
@@ -124,7 +126,8 @@ typedef struct h3_dit_stage h3_dit_stage;
  * the arena's allocations counted by category; the modulation of the timesteps computed and kept; the text
  * states copied to the activation place; the device's input and output rows. */
 h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stage **out);
-/* One model call: in's video [Nv, 96] and audio [Na, 32] rows are f32 host tensors (its text is the stage's);
+/* One model call: in's video [Nv, 96] and audio [Na, 32] rows are f32 host tensors (its text is the stage's, or
+ * in->text when given: f32 host [L, text_dim], L at most the stage's text_rows_max);
  * the velocities go to video_v and audio_v, f32 host tensors of the same shapes (NULL when a count is 0). */
 h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v, h3_tensor *audio_v);
 /* Ends the stage: the memory report and the timeline (written whatever happened), and every byte the stage
@@ -164,6 +167,12 @@ typedef struct h3_dit_sample_args {
      * their velocities with the windows' weights. Not with cond_rows or held_noise. NULL: the layout is the
      * clip's. */
     const struct h3_windows *windows;
+    /* With windows, several prompts: each prompt's text states and its layout (prompt 0: dit.text and layout,
+     * given here too), and the prompt of each window ([windows->n]). n_prompts 0 or 1: one prompt. */
+    int n_prompts;
+    const h3_tensor *const *texts;
+    const h3_seq_layout *const *layouts;
+    const int *window_prompt;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes

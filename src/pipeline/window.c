@@ -102,3 +102,14 @@ float h3_window_weight(const h3_windows *w, int k, int64_t j, int audio) {
     }
     return (float)x;
 }
+
+void h3_windows_prompts(const h3_windows *w, const double *start_s, int n, int *prompt_of) {
+    for (int k = 0; k < w->n; k++) {
+        /* the middle of the overlap with the window before, in seconds */
+        const double t = k ? 0.5 * (double)(w->f_start[k] + w->f_start[k - 1] + w->window) / H3_FPS : 0.0;
+        int p = 0;
+        for (int i = 1; i < n; i++)
+            if (start_s[i] <= t) p = i;
+        prompt_of[k] = p;
+    }
+}

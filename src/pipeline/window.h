@@ -23,6 +23,7 @@
 
 #include "base/status.h"
 
+#define H3_MAX_PROMPTS        64  /* prompts of one long clip */
 #define H3_WINDOW_AUTO_FRAMES 345 /* the window of a clip over H3_TRAINED_MAX_FRAMES: the longest trained 17n+5 */
 
 typedef struct h3_windows {
@@ -44,6 +45,10 @@ h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_wi
 void h3_windows_free(h3_windows *w);
 /* The default overlap of a window: about a quarter of it, in whole chunks (17 frames), at least one. */
 int64_t h3_windows_default_overlap(int64_t window);
+/* The prompt of each window (prompt_of [w->n]): of n prompts starting at start_s[0] = 0 < start_s[1] < ...
+ * seconds, the last one that starts at or before the middle of the window's overlap with the window before
+ * (the first window: prompt 0). */
+void h3_windows_prompts(const h3_windows *w, const double *start_s, int n, int *prompt_of);
 /* The fuse weight of local latent j of window k (audio: of its audio latent j), > 0. */
 float h3_window_weight(const h3_windows *w, int k, int64_t j, int audio);
 
