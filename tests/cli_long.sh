@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Long clips (pipeline/window.h) with the small model on the CPU:
+#  - a 30 s clip (719 frames) in windows of 56 frames overlapping by 17: 21 windows, every frame written, and no
+#    seam (h3-synth seams): the largest frame-to-frame difference inside the overlaps no larger than inside single
+#    windows, the sound's largest sample step in the overlaps no larger than elsewhere; the prompt followed at its
+#    start and end (colour and pitch);
+#  - two prompts (--prompt twice; then --prompts FILE with start times): each part's colour and pitch are its
+#    prompt's;
+#  - bad input exits 2 naming the problem and writes nothing: a window or an overlap of the wrong form, several
+#    prompts in a clip of one window, keyframes or --refine with windows, a --prompts line without a time or
+#    whose first prompt does not start at 0.
+# Usage: cli_long.sh PATH/TO/h3run (CTest passes it).
+set -u
+H3RUN=$1
+BUILD=$(cd "${H3_BUILD_DIR:-$(dirname "$H3RUN")}" && pwd)
+SYNTH="$BUILD/h3-synth"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+P4=$("$SYNTH" prompt 4) # a red square, a deep low tone
+P0=$("$SYNTH" prompt 0) # a purple circle, a very high tone
+A=(--steps 10 --seed 3 --device cpu --threads 2 --progress none --window 56 --overlap 17)
+# colour and pitch of held-out prompt K over frames [F0, F1)
+part() { # CLIP K F0 F1 WHAT
+    local r
+    r=$("$SYNTH" check "$1" --heldout "$2" --from "$3" --to "$4")
+    echo "$5: $r"
+    grep -q "colour [a-z]* (right)" <<<"$r" || fail "$5: the colour is not the prompt's: $r"
+    grep -q "pitch [a-z]* (right)" <<<"$r" || fail "$5: the pitch is not the prompt's: $r"
+}
+
+# 30 s, one prompt
+"$H3RUN" generate --prompt "$P4" --frames 719 "${A[@]}" -o "$tmp/one.mp4" >"$tmp/out" 2>"$tmp/err" ||
+    { fail "the 30 s clip: $(tail -3 "$tmp/err")"; exit 1; }
+grep -q "^windows: 21 overlapping windows of 56 frames" "$tmp/out" || fail "the summary: $(cat "$tmp/out")"
+grep -q "wrote .*: 719 frames" "$tmp/out" || fail "not 719 frames: $(cat "$tmp/out")"
+s=$("$SYNTH" seams "$tmp/one.mp4" --window 56 --overlap 17 --json)
+echo "30 s clip: $s"
+read -r fin fov ain aov <<<"$(sed 's/.*"frame_diff_inside_max": \([0-9.]*\).*"frame_diff_overlap_max": \([0-9.]*\).*"audio_step_inside_max": \([0-9.]*\).*"audio_step_overlap_max": \([0-9.]*\).*/\1 \2 \3 \4/' <<<"$s")"
+awk -v a="$fov" -v b="$fin" 'BEGIN{exit !(a <= b)}' || fail "a seam: frame difference $fov in the overlaps, $fin inside one window"
+awk -v a="$aov" -v b="$ain" 'BEGIN{exit !(a <= b)}' || fail "a seam in the sound: step $aov in the overlaps, $ain elsewhere"
+part "$tmp/one.mp4" 4 0 120 "30 s clip, first 5 s"
+part "$tmp/one.mp4" 4 599 719 "30 s clip, last 5 s"
+
+# two prompts: the first half red and low, the second purple and very high (15 s, 10 windows)
+"$H3RUN" generate --prompt "$P4" --prompt "$P0" --frames 362 "${A[@]}" -o "$tmp/two.mp4" -v >"$tmp/out" 2>"$tmp/err" ||
+    fail "two prompts: $(tail -3 "$tmp/err")"
+grep -q "window 1 (from 0.00 s): prompt 1" "$tmp/err" && grep -q "): prompt 2" "$tmp/err" ||
+    fail "two prompts: the windows' prompts are not logged: $(grep -i prompt "$tmp/err")"
+part "$tmp/two.mp4" 4 0 140 "two prompts, first part"
+part "$tmp/two.mp4" 0 222 362 "two prompts, second part"
+# the same from a file of start times (a short clip, two steps: it runs and takes the file's prompts)
+printf '# start time, prompt\n0 %s\n\n2.5 %s\n' "$P4" "$P0" >"$tmp/prompts.txt"
+"$H3RUN" generate --prompts "$tmp/prompts.txt" --frames 124 --steps 2 --seed 1 --device cpu --progress none \
+    --window 56 --overlap 17 -o "$tmp/file.mp4" -v >"$tmp/out" 2>"$tmp/err" || fail "--prompts: $(tail -3 "$tmp/err")"
+grep -q "): prompt 2" "$tmp/err" || fail "--prompts: no window took the second prompt: $(grep -i prompt "$tmp/err")"
+
+# bad input
+expect() { # WHAT GREP ARGS...
+    local what=$1 pat=$2
+    shift 2
+    rm -f "$tmp/bad.mp4"
+    "$H3RUN" generate --frames 124 --steps 1 --device cpu --progress none -o "$tmp/bad.mp4" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc, want 2: $(cat "$tmp/err")"
+    grep -q -- "$pat" "$tmp/err" || fail "$what: the message lacks '$pat': $(cat "$tmp/err")"
+    [ ! -e "$tmp/bad.mp4" ] && [ ! -e "$tmp/bad.mp4.partial" ] || fail "$what: an output was left"
+}
+expect "a window not 17n+5" "use 39 or 56" --prompt x --window 50
+expect "an overlap not whole chunks" "whole 17-frame chunks" --prompt x --window 56 --overlap 10
+expect "an overlap too long" "the window less 22" --prompt x --window 56 --overlap 51
+expect "two prompts in one window" "several prompts need a clip of several windows" --prompt x --prompt y
+ffmpeg -v error -y -f lavfi -i "testsrc2=size=128x128:rate=1" -frames:v 1 "$tmp/k.png" || fail "ffmpeg"
+expect "keyframes with windows" "keyframes in a clip longer than one window" --prompt x --window 56 \
+    --first-frame "$tmp/k.png"
+expect "refine with windows" "refine in a clip longer than one window" --prompt x --window 56 --size 64x64 \
+    --refine 128x128
+printf '0 a\nlater b\n' >"$tmp/p1.txt"
+expect "a --prompts line without a time" "a line is SECONDS PROMPT" --prompts "$tmp/p1.txt" --window 56
+printf '1 a\n2 b\n' >"$tmp/p2.txt"
+expect "a --prompts file not starting at 0" "the first prompt must start at 0" --prompts "$tmp/p2.txt" --window 56
+printf '0 a\n9 b\n' >"$tmp/p3.txt"
+expect "a prompt after the clip's end" "within the clip" --prompts "$tmp/p3.txt" --window 56
+
+[ $fails -eq 0 ] && echo "cli_long: ok"
+exit $((fails > 0))
