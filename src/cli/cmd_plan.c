@@ -11,6 +11,7 @@
 #include "mem/budget.h"
 #include "models/vision.h"
 #include "pipeline/plan.h"
+#include "pipeline/window.h"
 #include "pipeline/request.h"
 #include "sample/schedule.h"
 
@@ -122,7 +123,7 @@ static int64_t set_bytes(const char *source) {
 
 int h3_cmd_plan(int argc, char **argv) {
     const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
-    int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0;
+    int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0, window = 0, overlap = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
         {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)", 1,
@@ -148,6 +149,11 @@ int h3_cmd_plan(int argc, char **argv) {
         {"ram-budget", 0, H3_OPT_STR, &ram_s, "SIZE",
          "host memory for weights and activations, or unlimited (default: 80% of the available memory)", 0,
          0},
+        {"window", 0, H3_OPT_INT, &window, "N",
+         "a clip longer than N frames runs the DiT on overlapping windows of N frames (generate's --window; default "
+         "345 for clips over 360 frames)",
+         1, H3_MAX_FRAMES},
+        {"overlap", 0, H3_OPT_INT, &overlap, "N", "the windows' least overlap (generate's --overlap)", 1, H3_MAX_FRAMES},
         {"keyframes", 0, H3_OPT_INT, &keyframes, "N",
          "plan N keyframes (fl2va): their encode by the video VAE's encoder, one at a time, before the DiT; "
          "their image tokens in the prompt (the canvas through Qwen3-VL's processor, plus 10 a keyframe for "
@@ -221,6 +227,25 @@ int h3_cmd_plan(int argc, char **argv) {
     req.steps = (int)(steps ? steps : H3_DEFAULT_STEPS_H3);
     req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, req.steps);
     if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());
+    { /* a long clip: the DiT on windows, as generate resolves them (pipeline/request.h) */
+        if (!window) window = req.frames > H3_TRAINED_MAX_FRAMES ? H3_WINDOW_AUTO_FRAMES : req.frames;
+        if (window < req.frames && !overlap) overlap = h3_windows_default_overlap(window);
+        h3_windows win;
+        st = h3_windows_make(req.frames, window, overlap, &win);
+        if (st != H3_OK) return h3_cli_fail("plan", st);
+        if (win.n > 1) {
+            if (refine || keyframes > 0) {
+                h3_windows_free(&win);
+                return h3_cli_fail("plan", H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no --refine and no "
+                                                                  "--keyframes (as generate)"));
+            }
+            req.window_frames = win.window;
+            req.steps *= win.n; /* model calls: each step runs every window */
+            printf("windows: %d of %lld frames, overlapping by at least %lld frames\n", win.n, (long long)win.window,
+                   (long long)overlap);
+        }
+        h3_windows_free(&win);
+    }
     if (refine) { /* the refine pass as generate runs it: the last calls of the same schedule */
         st = h3_request_parse_refine(refine, &req.refine_width, &req.refine_height, &denoise);
         if (st == H3_OK && denoise == 0) denoise = H3_REFINE_DEFAULT_DENOISE;

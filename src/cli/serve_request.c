@@ -31,6 +31,8 @@ static const struct {
     {"prompt", T_TEXT, 0, 0},
     {"frames", T_INT, 1, H3_MAX_FRAMES},
     {"seconds", T_NUM, 0.2, H3_MAX_FRAMES / 24},
+    {"window", T_INT, 1, H3_MAX_FRAMES},
+    {"overlap", T_INT, 1, H3_MAX_FRAMES},
     {"size", T_STR, 0, 0},
     {"steps", T_INT, 1, H3_MAX_STEPS},
     {"sampler", T_STR, 0, 0},
@@ -143,6 +145,9 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
     if (fr && se) return H3_ERR(H3_ERR_INVALID, "give the length as 'frames' or as 'seconds', not both");
     if (fr) q->frames = json_integer_value(fr);
     if (se) q->seconds = json_number_value(se);
+    json_t *wi = json_object_get(obj, "window"), *ov = json_object_get(obj, "overlap"); /* a long clip's windows */
+    if (wi) q->window = json_integer_value(wi);
+    if (ov) q->overlap = json_integer_value(ov);
     json_t *sz = json_object_get(obj, "size");
     if (sz) H3_TRY(h3_request_parse_size(json_string_value(sz), &q->width, &q->height));
     json_t *st = json_object_get(obj, "steps");
