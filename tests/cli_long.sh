@@ -6,6 +6,7 @@
 #    start and end (colour and pitch);
 #  - two prompts (--prompt twice; then --prompts FILE with start times): each part's colour and pitch are its
 #    prompt's;
+#  - a soundtrack (--audio) is held across the windows;
 #  - bad input exits 2 naming the problem and writes nothing: a window or an overlap of the wrong form, several
 #    prompts in a clip of one window, keyframes or --refine with windows, a --prompts line without a time or
 #    whose first prompt does not start at 0.
@@ -55,6 +56,14 @@ printf '# start time, prompt\n0 %s\n\n2.5 %s\n' "$P4" "$P0" >"$tmp/prompts.txt"
 "$H3RUN" generate --prompts "$tmp/prompts.txt" --frames 124 --steps 2 --seed 1 --device cpu --progress none \
     --window 56 --overlap 17 -o "$tmp/file.mp4" -v >"$tmp/out" 2>"$tmp/err" || fail "--prompts: $(tail -3 "$tmp/err")"
 grep -q "): prompt 2" "$tmp/err" || fail "--prompts: no window took the second prompt: $(grep -i prompt "$tmp/err")"
+
+# a soundtrack in a clip of several windows: held in every window, the MP4 carries it
+ffmpeg -v error -y -f lavfi -i "sine=frequency=300:duration=6" -ac 2 "$tmp/tone.wav" || fail "ffmpeg tone"
+"$H3RUN" generate --prompt "$P4" --audio "$tmp/tone.wav" --frames 141 --steps 2 --seed 1 --device cpu --progress none \
+    --window 56 --overlap 17 -o "$tmp/snd.mp4" --latents "$tmp/snd.st" >"$tmp/out" 2>"$tmp/err" ||
+    fail "a soundtrack with windows: $(tail -3 "$tmp/err")"
+grep -q "^windows: 4 overlapping" "$tmp/out" && grep -q "^soundtrack: " "$tmp/out" ||
+    fail "a soundtrack with windows: the summary: $(cat "$tmp/out")"
 
 # bad input
 expect() { # WHAT GREP ARGS...

@@ -494,6 +494,11 @@ static json_t *resolved_json(const h3_generate_result *res) {
                  res->req.refine_denoise);
         json_object_set_new(o, "refine", json_string(rf));
     }
+    if (res->windows > 1) { /* a long clip (pipeline/window.h) */
+        json_object_set_new(o, "windows", json_integer(res->windows));
+        json_object_set_new(o, "window", json_integer(res->req.window));
+        json_object_set_new(o, "overlap", json_integer(res->req.overlap));
+    }
     if (res->req.out_width) {
         char os[64];
         snprintf(os, sizeof os, "%lldx%lld", (long long)res->req.out_width, (long long)res->req.out_height);

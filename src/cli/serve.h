@@ -66,8 +66,9 @@ int64_t h3_store_count(h3_store *s, const char *state);
 /* The options a job takes: the names of `generate`'s options that a client may give (no paths: outputs are
  * the server's). */
 #define H3_SERVE_OPTIONS                                                                                     \
-    "prompt, frames, seconds, size, steps, sampler, scheduler, seed, x264_preset, wav, latents, refine, "        \
-    "output_size, shift, first_frame, last_frame, keyframes, loras, cache, audio"
+    "prompt, frames, seconds, window, overlap, more_prompts, size, steps, sampler, scheduler, seed, "            \
+    "x264_preset, wav, latents, refine, output_size, shift, first_frame, last_frame, keyframes, loras, cache, "  \
+    "audio"
 
 /* A job's request as the client sent it: checked for JSON, types, unknown options and the values every
  * request must have (the request's own rules, frames and canvas among them, come from h3_request_resolve).

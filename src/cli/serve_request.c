@@ -20,7 +20,7 @@
 #include "sample/cache.h"
 #include "sample/schedule.h"
 
-typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES, T_LORAS, T_CACHE } opt_type;
+typedef enum { T_STR, T_TEXT, T_INT, T_NUM, T_BOOL, T_KEYFRAMES, T_LORAS, T_CACHE, T_PROMPTS } opt_type;
 
 /* The options: name, type, range for numbers (inclusive), what it is. */
 static const struct {
@@ -50,6 +50,7 @@ static const struct {
     {"loras", T_LORAS, 0, 0},
     {"cache", T_CACHE, 0, 0},
     {"audio", T_STR, 0, 0},
+    {"more_prompts", T_PROMPTS, 0, 0},
 };
 enum { N_OPTS = sizeof g_opts / sizeof *g_opts };
 
@@ -71,6 +72,8 @@ static const char *type_words(opt_type t) {
             return "true (step caching at the default threshold), false, or a threshold above 0, at most 10";
         case T_LORAS:
             return "an array of {\"name\": a file of the server's LoRA folder, \"strength\": a number}";
+        case T_PROMPTS:
+            return "an array of {\"start\": seconds, \"prompt\": a string}";
     }
     return "?";
 }
@@ -117,7 +120,7 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         int ok = t == T_STR || t == T_TEXT ? json_is_string(v)
                  : t == T_INT              ? json_is_integer(v)
                  : t == T_NUM              ? json_is_number(v)
-                 : t == T_KEYFRAMES || t == T_LORAS ? json_is_array(v)
+                 : t == T_KEYFRAMES || t == T_LORAS || t == T_PROMPTS ? json_is_array(v)
                  : t == T_CACHE                     ? json_is_boolean(v) || json_is_number(v)
                                            : json_is_boolean(v);
         if (!ok)
@@ -228,6 +231,19 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         g->cache_threshold = H3_CACHE_THRESHOLD;
     }
     /* LoRAs: files of the server's folder, by name */
+    json_t *mp = json_object_get(obj, "more_prompts"); /* a long clip's later prompts (generate's --prompts) */
+    const size_t nmp = mp ? json_array_size(mp) : 0;
+    if (nmp > H3_MAX_PROMPTS - 1) return H3_ERR(H3_ERR_INVALID, "%zu more prompts; at most %d", nmp, H3_MAX_PROMPTS - 1);
+    for (size_t i = 0; i < nmp; i++) {
+        json_t *e = json_array_get(mp, i), *t = json_object_get(e, "start"), *pt = json_object_get(e, "prompt");
+        if (!json_is_object(e) || !json_is_number(t) || !json_is_string(pt) || json_object_size(e) != 2 ||
+            strlen(json_string_value(pt)) != json_string_length(pt))
+            return H3_ERR(H3_ERR_INVALID,
+                          "more_prompts[%zu] must be {\"start\": the second it starts at, \"prompt\": a string}", i);
+        out->gen.more_prompt[i] = json_string_value(pt);
+        out->gen.more_prompt_s[i] = json_number_value(t);
+    }
+    out->gen.n_more_prompts = (int)nmp;
     json_t *ll = json_object_get(obj, "loras");
     const size_t nl = ll ? json_array_size(ll) : 0;
     if (nl && !lora_dir)

@@ -442,7 +442,7 @@ static void stage_begin(gen *g, int stage, int steps) {
 }
 
 static void stage_end(gen *g) {
-    g->res.stage_s[g->stage] = now_s() - g->stage_t0;
+    g->res.stage_s[g->stage] += now_s() - g->stage_t0; /* a long clip's prompts each encode in the same stage */
     h3_progress_stage_end(&g->prog);
 }
 
@@ -1822,7 +1822,12 @@ static h3_status resolve_prompts(gen *g) {
     int used[H3_MAX_PROMPTS], map[H3_MAX_PROMPTS];
     memset(used, 0, sizeof used);
     h3_windows_prompts(&g->win, start, r->n_more_prompts + 1, g->prompt_of);
-    for (int k = 0; k < g->win.n; k++) used[g->prompt_of[k]] = 1;
+    for (int k = 0; k < g->win.n; k++) {
+        used[g->prompt_of[k]] = 1;
+        if (!k || g->prompt_of[k] != g->prompt_of[k - 1])
+            h3_log(H3_LOG_INFO, "window %d (from %.2f s): prompt %d", k + 1, (double)g->win.f_start[k] / H3_FPS,
+                   g->prompt_of[k] + 1);
+    }
     g->n_prompts = 0;
     for (int i = 0; i <= r->n_more_prompts; i++) {
         map[i] = -1;
@@ -1837,11 +1842,6 @@ static h3_status resolve_prompts(gen *g) {
         g->prompt[g->n_prompts++] = i ? r->more_prompt[i - 1] : g->req.prompt;
     }
     for (int k = 0; k < g->win.n; k++) g->prompt_of[k] = map[g->prompt_of[k]];
-    g->req.prompt = g->prompt[0]; /* the first window's */
-    for (int k = 0; k < g->win.n; k++)
-        if (!k || g->prompt_of[k] != g->prompt_of[k - 1])
-            h3_log(H3_LOG_INFO, "window %d (from %.2f s): prompt %d", k + 1, (double)g->win.f_start[k] / H3_FPS,
-                   g->prompt_of[k] + 1);
     return H3_OK;
 }
 

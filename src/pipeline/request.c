@@ -354,11 +354,7 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
         if (r->overlap && h3_frames_valid(r->window))
             warn(warnings, "--overlap %" PRId64 " has no effect: the clip (%" PRId64 " frames) is one window",
                  r->overlap, r->frames);
-        if (!h3_frames_valid(r->window)) {
-            h3_windows w;
-            H3_TRY(h3_windows_make(r->frames, r->window, 0, &w)); /* its message */
-            h3_windows_free(&w);
-        }
+        if (r->window > r->frames) H3_TRY(h3_windows_check_window(r->window)); /* a window given must be one */
         r->window = r->frames;
         r->overlap = 0;
     } else {

@@ -23,24 +23,30 @@ void h3_windows_free(h3_windows *w) {
     memset(w, 0, sizeof *w);
 }
 
+h3_status h3_windows_check_window(int64_t window) {
+    if (h3_frames_valid(window) && window >= H3_FRAMES_CHUNK + H3_FRAMES_FIRST) return H3_OK;
+    int64_t lo, hi;
+    h3_frames_nearest(window, &lo, &hi);
+    if (lo < H3_FRAMES_CHUNK + H3_FRAMES_FIRST) {
+        lo = H3_FRAMES_CHUNK + H3_FRAMES_FIRST;
+        hi = lo + H3_FRAMES_CHUNK;
+    }
+    return H3_ERR(H3_ERR_INVALID,
+                  "--window must be a frame count of the form 17n+5, at least 22; got %" PRId64 ": use %" PRId64
+                  " or %" PRId64,
+                  window, lo, hi);
+}
+
 h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_windows *out) {
     memset(out, 0, sizeof *out);
     if (!h3_frames_valid(frames)) return H3_ERR(H3_ERR_INVALID, "windows: frames %" PRId64 " is not 17n+5", frames);
-    if (!h3_frames_valid(window) || window < H3_FRAMES_CHUNK + H3_FRAMES_FIRST) {
-        int64_t lo, hi;
-        h3_frames_nearest(window, &lo, &hi);
-        if (lo < H3_FRAMES_CHUNK + H3_FRAMES_FIRST) lo = hi > H3_FRAMES_CHUNK + H3_FRAMES_FIRST ? hi : 22;
-        return H3_ERR(H3_ERR_INVALID,
-                      "--window must be a frame count of the form 17n+5, at least 22; got %" PRId64 ": use %" PRId64
-                      "%s%" PRId64,
-                      window, lo, hi > lo ? " or " : "", hi > lo ? hi : (int64_t)0);
-    }
+    if (window < frames) H3_TRY(h3_windows_check_window(window));
     const int64_t n_all = (frames - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK; /* the clip's chunks */
     const int64_t w = (window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK;     /* a window's */
     out->frames = frames;
     out->latent_t = h3_video_latent_frames(frames);
     out->audio_t = h3_audio_latents(frames);
-    if (w >= n_all) { /* one window: the clip itself */
+    if (window >= frames) { /* one window: the clip itself */
         out->n = 1;
         out->window = frames;
         out->win_t = out->latent_t;

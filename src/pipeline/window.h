@@ -43,6 +43,8 @@ typedef struct h3_windows {
  * nearest good ones. Free with h3_windows_free. */
 h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_windows *out);
 void h3_windows_free(h3_windows *w);
+/* A window's own form: 17n+5 frames, at least 22 (H3_ERR_INVALID naming the nearest). */
+h3_status h3_windows_check_window(int64_t window);
 /* The default overlap of a window: about a quarter of it, in whole chunks (17 frames), at least one. */
 int64_t h3_windows_default_overlap(int64_t window);
 /* The prompt of each window (prompt_of [w->n]): of n prompts starting at start_s[0] = 0 < start_s[1] < ...

@@ -4,7 +4,8 @@
 #   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
 #   audio-vae (the audio decoder's ops and decode vs the CPU, then its release-size stereo decode against diffusers';
 #   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
-#   stream-bench (STREAM_ARGS passes its arguments), generate, quant (QUANT_BENCH, QUANT_STREAM),
+#   stream-bench (STREAM_ARGS passes its arguments), generate, long (a two-prompt clip in windows, GPU vs CPU),
+#   quant (QUANT_BENCH, QUANT_STREAM),
 #   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
 #   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
 #   fl2va (test_te_cuda vision, test_video_vae_cuda encoder, then compare_fl2va_diffusers, compare_te_vision_transformers,
@@ -100,6 +101,17 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        long) # a long clip on the GPU (pipeline/window.h): the tiny random model, two prompts in windows of 56 frames,
+              # on the CPU and the GPU; the latents compared (relative L2, video and audio)
+            $B/h3-tinymodel /tmp/h3-tiny-long >/dev/null || rc=1
+            for d in cpu cuda; do
+                $B/h3run generate --model /tmp/h3-tiny-long --frames 124 --window 56 --overlap 17 --size 128x128 \
+                    --steps 4 --seed 2 --device $d --progress none --prompt "a harbor at sunrise" \
+                    --prompt "a storm over the sea, thunder" --latents "$OUT/long-$d.st" -o "$OUT/long-$d.mp4" -v \
+                    2>&1 | grep -E "window|wrote|error" | tee -a "$OUT/long.log"; rc=$((rc | PIPESTATUS[0]))
+            done
+            echo "relative L2 of the GPU's latents off the CPU's (video, audio): $(python3 tests/latents_tool.py \
+                distance "$OUT/long-cpu.st" "$OUT/long-cuda.st")" | tee -a "$OUT/long.log" ;;
         fl2va) # keyframes: the vision tower and the video VAE encoder on the GPU against the CPU, then the torch
                # comparisons of the processor and tower (transformers), the encoder and fl2va's packing and sampling
                # (diffusers)
