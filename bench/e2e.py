@@ -583,7 +583,8 @@ def cmd_table(args):
         d = sorted(b - a for a, b in zip(t[1:], t[2:])) if len(t) > 2 else []
         if d:
             return d[len(d) // 2] if len(d) % 2 else 0.5 * (d[len(d) // 2 - 1] + d[len(d) // 2])
-        return (r.get("step_s") or r.get("dit_step_s")) if r else None
+        # the progress events' step (a long clip's step runs the DiT once per window), else the report's per call
+        return (r.get("dit_step_s") or r.get("step_s")) if r else None
 
     h3_cols = []
     for label, key, dval in spec:
