@@ -219,7 +219,7 @@ head -c 1048577 /dev/zero | tr '\0' a >"$tmp/huge.txt"
 expect_error 2 "the prompt is 1048577 bytes; at most 1048576 (1 MiB)" --model "$M" --prompt-file "$tmp/huge.txt" \
     "${OUT[@]}"
 expect_error 2 "--prompt-file $tmp/nowhere.txt: No such file" --model "$M" --prompt-file "$tmp/nowhere.txt" "${OUT[@]}"
-expect_error 2 "not both" "${R[@]}" --prompt-file "$tmp/long.txt"
+expect_error 2 "only one of them" "${R[@]}" --prompt-file "$tmp/long.txt"
 # On the CPU the DiT stage's host memory is checked against the host budget before the text encoder runs (the
 # largest request the limits allow needs hundreds of GB).
 expect_error 1 "of host memory for the DiT on the CPU (latents, rows and the sampler" "${R[@]}" --device cpu \

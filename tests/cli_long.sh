@@ -6,19 +6,24 @@
 #    start and end (colour and pitch);
 #  - two prompts (--prompt twice; then --prompts FILE with start times): each part's colour and pitch are its
 #    prompt's;
-#  - a soundtrack (--audio) is held across the windows;
+#  - a windowed run killed after its 5th step resumes from its checkpoint to the uninterrupted latents; step caching
+#    skips whole steps (every window's call);
+#  - a soundtrack (--audio) is held across the windows; keyframes too: each window presents and holds those inside it
+#    (window 0's first call checked against a one-window clip's);
 #  - bad input exits 2 naming the problem and writes nothing: a window or an overlap of the wrong form, several
-#    prompts in a clip of one window, keyframes or --refine with windows, a --prompts line without a time or
+#    prompts in a clip of one window, --refine with windows, a --prompts line without a time or
 #    whose first prompt does not start at 0.
 # Usage: cli_long.sh PATH/TO/h3run (CTest passes it).
 set -u
 H3RUN=$1
 BUILD=$(cd "${H3_BUILD_DIR:-$(dirname "$H3RUN")}" && pwd)
+SRC=$(cd "${H3_SOURCE_DIR:-$(dirname "$0")/..}" && pwd)
 SYNTH="$BUILD/h3-synth"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 P4=$("$SYNTH" prompt 4) # a red square, a deep low tone
 P0=$("$SYNTH" prompt 0) # a purple circle, a very high tone
 A=(--steps 10 --seed 3 --device cpu --threads 2 --progress none --window 56 --overlap 17)
@@ -57,6 +62,33 @@ printf '# start time, prompt\n0 %s\n\n2.5 %s\n' "$P4" "$P0" >"$tmp/prompts.txt"
     --window 56 --overlap 17 -o "$tmp/file.mp4" -v >"$tmp/out" 2>"$tmp/err" || fail "--prompts: $(tail -3 "$tmp/err")"
 grep -q "): prompt 2" "$tmp/err" || fail "--prompts: no window took the second prompt: $(grep -i prompt "$tmp/err")"
 
+# a long clip resumes from its checkpoint (the whole clip's rows) to the uninterrupted run's latents, bit for bit;
+# step caching skips whole steps of it (every window's call)
+B=(--prompt "$P4" --prompt "$P0" --frames 124 --steps 8 --seed 5 --device cpu --threads 2 --window 56 --overlap 17)
+"$H3RUN" generate "${B[@]}" --progress none -o "$tmp/u.mp4" --latents "$tmp/u.st" >/dev/null 2>&1 ||
+    fail "the uninterrupted windowed run"
+"$H3RUN" generate "${B[@]}" --checkpoint "$tmp/c.ckpt" --checkpoint-every 2 --progress json -o "$tmp/k.mp4" \
+    --latents "$tmp/k.st" >/dev/null 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 1200); do
+    grep -q '"stage":"dit","step":[5-8]' "$tmp/err" && break
+    sleep 0.05
+done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+pid=
+[ -f "$tmp/c.ckpt" ] || fail "a windowed run left no checkpoint: $(tail -2 "$tmp/err")"
+"$H3RUN" generate "${B[@]}" --checkpoint "$tmp/c.ckpt" --checkpoint-every 2 --progress none -o "$tmp/k.mp4" \
+    --latents "$tmp/k.st" >"$tmp/out" 2>"$tmp/err" || fail "the resumed windowed run: $(tail -3 "$tmp/err")"
+grep -q "resuming from the checkpoint" "$tmp/err" || fail "the windowed run did not resume: $(cat "$tmp/err")"
+cmp -s "$tmp/u.st" "$tmp/k.st" || fail "the resumed windowed run's latents differ from the uninterrupted run's"
+"$H3RUN" generate "${B[@]}" --steps 20 --cache --progress none -o "$tmp/c.mp4" >"$tmp/out" 2>"$tmp/err" ||
+    fail "a cached windowed run: $(tail -3 "$tmp/err")"
+n=$(sed -n 's/^step cache.*answered from the cache, \([0-9]*\) DiT calls.*/\1/p' "$tmp/out")
+[ -n "$n" ] && [ "$n" -lt 60 ] && [ $((n % 3)) = 0 ] || fail "the cache skipped no step of a windowed run: $(cat "$tmp/out")"
+grep -q "^windows: 3 overlapping windows of 56 frames .*; $n DiT calls" "$tmp/out" ||
+    fail "the windows' DiT calls with the cache: $(cat "$tmp/out")"
+
 # a soundtrack in a clip of several windows: held in every window, the MP4 carries it
 ffmpeg -v error -y -f lavfi -i "sine=frequency=300:duration=6" -ac 2 "$tmp/tone.wav" || fail "ffmpeg tone"
 "$H3RUN" generate --prompt "$P4" --audio "$tmp/tone.wav" --frames 141 --steps 2 --seed 1 --device cpu --progress none \
@@ -64,6 +96,23 @@ ffmpeg -v error -y -f lavfi -i "sine=frequency=300:duration=6" -ac 2 "$tmp/tone.
     fail "a soundtrack with windows: $(tail -3 "$tmp/err")"
 grep -q "^windows: 4 overlapping" "$tmp/out" && grep -q "^soundtrack: " "$tmp/out" ||
     fail "a soundtrack with windows: the summary: $(cat "$tmp/out")"
+
+ffmpeg -v error -y -f lavfi -i "testsrc2=size=128x128:rate=1" -frames:v 1 "$tmp/k.png" || fail "ffmpeg"
+# keyframes in a long clip (the reduced random model, which has a vision tower): each window presents and holds the
+# keyframes inside it; window 0's first DiT call sees exactly what a one-window clip of its frames with its
+# keyframe sees (every table, the text states, the keyframe's rows; only the target's noise differs)
+"$BUILD/h3-tinymodel" "$tmp/tiny" >/dev/null 2>&1 || fail "h3-tinymodel"
+ffmpeg -v error -y -f lavfi -i "color=c=red:size=128x128" -frames:v 1 "$tmp/red.png" || fail "ffmpeg red"
+K=(--model "$tmp/tiny" --size 128x128 --steps 2 --seed 3 --device cpu --progress none)
+"$H3RUN" generate "${K[@]}" --prompt "a red ball rolls" --prompt "a blue sky" --frames 124 --window 56 --overlap 17 \
+    --first-frame "$tmp/k.png" --last-frame "$tmp/red.png" --keyframe "$tmp/red.png@60" -o "$tmp/kl.mp4" \
+    --dump-dit-inputs "$tmp/kl.st" >"$tmp/out" 2>"$tmp/err" || fail "keyframes in a long clip: $(tail -3 "$tmp/err")"
+grep -q "^windows: 3 overlapping" "$tmp/out" && grep -q "^keyframes: 3 (16 rows held" "$tmp/out" ||
+    fail "keyframes in a long clip: the summary: $(cat "$tmp/out")"
+"$H3RUN" generate "${K[@]}" --prompt "a red ball rolls" --frames 56 --first-frame "$tmp/k.png" -o "$tmp/k1.mp4" \
+    --dump-dit-inputs "$tmp/k1.st" >/dev/null 2>"$tmp/err" || fail "the one-window clip: $(tail -3 "$tmp/err")"
+r=$(python3 "$SRC/tests/latents_tool.py" same-inputs "$tmp/kl.st" "$tmp/k1.st" 16) ||
+    fail "window 0's first call differs from the one-window clip's: $r"
 
 # bad input
 expect() { # WHAT GREP ARGS...
@@ -80,9 +129,6 @@ expect "a window not 17n+5" "use 39 or 56" --prompt x --window 50
 expect "an overlap not whole chunks" "whole 17-frame chunks" --prompt x --window 56 --overlap 10
 expect "an overlap too long" "the window less 22" --prompt x --window 56 --overlap 51
 expect "two prompts in one window" "several prompts need a clip of several windows" --prompt x --prompt y
-ffmpeg -v error -y -f lavfi -i "testsrc2=size=128x128:rate=1" -frames:v 1 "$tmp/k.png" || fail "ffmpeg"
-expect "keyframes with windows" "keyframes in a clip longer than one window" --prompt x --window 56 \
-    --first-frame "$tmp/k.png"
 expect "refine with windows" "refine in a clip longer than one window" --prompt x --window 56 --size 64x64 \
     --refine 128x128
 printf '0 a\nlater b\n' >"$tmp/p1.txt"

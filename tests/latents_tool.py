@@ -116,6 +116,16 @@ def main():
     if cmd == "keyframes":
         keyframes(pa, pb)
         return
+    if cmd == "same-inputs":  # two dumps of a DiT call's inputs: every table equal, and the first N video rows
+        a, b = read(pa, True), read(pb, True)
+        n = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+        bad = [k for k in b if k not in ("video", "audio") and (k not in a or a[k][0] != b[k][0] or a[k][1] != b[k][1])]
+        if a["video"][0] != b["video"][0] or a["audio"][0] != b["audio"][0]:
+            bad.append("row shapes")
+        if a["video"][1][: n * 96] != b["video"][1][: n * 96]:
+            bad.append("the first %d video rows" % n)
+        print("differ: " + ", ".join(bad) if bad else "same")
+        sys.exit(1 if bad else 0)
     a, b = read(pa), read(pb)
     if cmd == "same-audio":
         sys.exit(0 if a["audio_latents"][1] == b["audio_latents"][1] else 1)

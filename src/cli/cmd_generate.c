@@ -506,7 +506,8 @@ int h3_cmd_generate(int argc, char **argv) {
         if (gr.cache_threshold > 0)
             printf("step cache (threshold %g): %d of %d model calls answered from the cache, %d DiT calls "
                    "(%.2fx fewer); the largest estimated relative output change of a skip %.3f\n",
-                   gr.cache_threshold, res.cache_skipped, res.cache_calls, res.cache_calls - res.cache_skipped,
+                   gr.cache_threshold, res.cache_skipped, res.cache_calls,
+                   (res.cache_calls - res.cache_skipped) * (res.windows > 1 ? res.windows : 1), /* a call per window */
                    res.cache_calls > res.cache_skipped
                        ? (double)res.cache_calls / (res.cache_calls - res.cache_skipped)
                        : 0.0,

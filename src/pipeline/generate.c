@@ -322,17 +322,36 @@ done:
 
 /* ---- the run's state ----------------------------------------------------------------------------------- */
 
+typedef struct wctx {
+    int prompt;       /* index into gen.prompt */
+    uint32_t mask;    /* the keyframes (bits over gen.kf) of its windows */
+    int n_img;        /* keyframes in it */
+    int32_t *ids;     /* its presentation (context 0: NULL, the run's ids) */
+    int64_t n;
+    uint8_t *tags;    /* its text rows' tags (NULL: all text) */
+    h3_tensor pixels; /* its keyframes' images for the vision tower */
+    int64_t (*grid)[3];
+    h3_tensor hidden; /* its text states (context 0: empty, the run's hidden) */
+    float *cond;      /* its keyframes' rows in packed order (NULL: none) */
+} wctx;
+
 typedef struct gen {
     const h3_generate_request *r;
     h3_windows win; /* the clip's windows (n 1: one) */
-    /* a long clip's prompts: those some window takes ([0] req.prompt), their ids and text states ([0]: the run's
-     * own), and each window's */
+    /* a long clip's prompts: those some window takes ([0] req.prompt), their ids ([0]: NULL, the run's), and each
+     * window's */
     int n_prompts;
     const char *prompt[H3_MAX_PROMPTS];
     int32_t *p_ids[H3_MAX_PROMPTS];
     int64_t p_n[H3_MAX_PROMPTS];
-    h3_tensor p_hidden[H3_MAX_PROMPTS];
     int *prompt_of;
+    /* A long clip's contexts: what a window's DiT calls see besides its rows, its prompt and the keyframes inside
+     * it. Context 0 is window 0's: its presentation, tags, images and text states are the run's own (ids,
+     * text_tags, kf_pixels, kf_grid, hidden). n_ctx 1: one context (every window the run's). */
+    int n_ctx;
+    wctx *ctx;
+    int *ctx_of;  /* [win.n] each window's context */
+    int kf_n_img; /* keyframes in the run's own presentation (all of them, or context 0's) */
     const h3_generate_callbacks *cb;
     h3_generate_result res;
     h3_request req; /* resolved */
@@ -610,8 +629,10 @@ static h3_status session_te(gen *g) {
     return H3_OK;
 }
 
-static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidden) {
-    const int images = g->kf.n > 0; /* the prompt's states depend on the images: never kept */
+/* The text states of ids (a presentation of n_img keyframes' images, pixels and grid, when n_img > 0). */
+static h3_status run_text(gen *g, const int32_t *ids, int64_t n, const h3_tensor *pixels, int64_t (*grid)[3],
+                          int n_img, h3_tensor *hidden) {
+    const int images = n_img > 0; /* the prompt's states depend on the images: never kept */
     if (!images && g->use_models && h3_session_prompt_get(g->ses, g->req.prompt, hidden)) {
         stage_begin(g, H3_GEN_TEXT_ENCODER, 0); /* the prompt's states are kept: the encoder does not run */
         g->res.reused |= H3_REUSED_PROMPT;
@@ -639,9 +660,9 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     if (images) { /* the text encoder the vision tower was opened on */
         a.te = g->kf_te;
         a.vis = g->vis;
-        a.pixels = &g->kf_pixels;
-        a.grid = (const int64_t(*)[3])g->kf_grid;
-        a.n_img = g->kf.n;
+        a.pixels = pixels;
+        a.grid = (const int64_t(*)[3])grid;
+        a.n_img = n_img;
     }
     h3_status st = h3_stage_text_encoder(g->ex, &a, hidden, &g->res.stages[H3_GEN_TEXT_ENCODER]);
     if (g->use_models) g->ses->on_layer = NULL;
@@ -655,6 +676,8 @@ static h3_status run_text(gen *g, const int32_t *ids, int64_t n, h3_tensor *hidd
     return H3_OK;
 }
 
+static h3_status open_vision(gen *g);
+
 /* fl2va: the text encoder's vision tower, and the presentation of the keyframes before the prompt's ids
  * (pipeline/keyframe.h): *ids and *n become the presentation's, g->text_tags its row tags. */
 static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_positions, int32_t **ids,
@@ -663,6 +686,29 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
     h3_status st = H3_OK;
     int32_t *all = NULL;
     int64_t n_all = 0;
+    H3_TRY(open_vision(g));
+    H3_TRY(h3_keyframes_present(tok, h3_vision_config(g->vis), &g->kf, *ids, *n, &all, &g->text_tags, &n_all,
+                                &g->kf_pixels, &g->kf_grid));
+    st = h3_request_check_prompt_tokens(n_all, te_positions);
+    if (st != H3_OK) {
+        g->model_phase = 0;
+        h3_free(all);
+        return h3_error_wrap(st, "the prompt with its %d keyframes' image tokens", g->kf.n);
+    }
+    h3_free(*ids);
+    *ids = all;
+    *n = n_all;
+    g->res.text_tokens = n_all;
+    g->kf_n_img = g->kf.n;
+    h3_log(H3_LOG_INFO, "keyframes: %d, %lld image tokens in the %lld rows of text", g->kf.n,
+           (long long)(g->kf_pixels.shape[0] / 4), (long long)n_all);
+    return H3_OK;
+}
+
+/* The text encoder's vision tower (g->vis, on g->kf_te), once. */
+static h3_status open_vision(gen *g) {
+    if (g->vis) return H3_OK;
+    h3_status st = H3_OK;
     if (g->use_models) {
         H3_TRY(session_te(g));
         g->kf_te = g->ses->te;
@@ -679,20 +725,119 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
     if (st != H3_OK) /* a model without one cannot take this request: unsupported, not broken */
         return h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
                              "keyframes need the vision tower of the text encoder (%s)", g->files.text_encoder);
-    H3_TRY(h3_keyframes_present(tok, h3_vision_config(g->vis), &g->kf, *ids, *n, &all, &g->text_tags, &n_all,
-                                &g->kf_pixels, &g->kf_grid));
-    st = h3_request_check_prompt_tokens(n_all, te_positions);
-    if (st != H3_OK) {
-        g->model_phase = 0;
-        h3_free(all);
-        return h3_error_wrap(st, "the prompt with its %d keyframes' image tokens", g->kf.n);
+    return H3_OK;
+}
+
+/* A long clip's contexts (gen.ctx): one per distinct prompt and set of keyframes among the windows, window 0's
+ * first. */
+static h3_status make_contexts(gen *g) {
+    const h3_windows *w = &g->win;
+    g->ctx_of = h3_calloc((size_t)w->n, sizeof(int), H3_MEM_OTHER);
+    g->ctx = h3_calloc((size_t)w->n, sizeof(wctx), H3_MEM_OTHER);
+    if (!g->ctx_of || !g->ctx) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    g->n_ctx = 0;
+    for (int k = 0; k < w->n; k++) {
+        uint32_t mask = 0;
+        int n_img = 0;
+        for (int i = 0; i < g->kf.n; i++)
+            if (g->kf.frame[i] >= w->f_start[k] && g->kf.frame[i] < w->f_start[k] + w->window) mask |= 1u << i, n_img++;
+        int c = 0;
+        while (c < g->n_ctx && !(g->ctx[c].prompt == g->prompt_of[k] && g->ctx[c].mask == mask)) c++;
+        if (c == g->n_ctx) {
+            g->ctx[c].prompt = g->prompt_of[k];
+            g->ctx[c].mask = mask;
+            g->ctx[c].n_img = n_img;
+            g->n_ctx++;
+        }
+        g->ctx_of[k] = c;
     }
-    h3_free(*ids);
-    *ids = all;
-    *n = n_all;
-    g->res.text_tokens = n_all;
-    h3_log(H3_LOG_INFO, "keyframes: %d, %lld image tokens in the %lld rows of text", g->kf.n,
-           (long long)(g->kf_pixels.shape[0] / 4), (long long)n_all);
+    return H3_OK;
+}
+
+static void free_contexts(gen *g) {
+    for (int c = 0; g->ctx && c < g->n_ctx; c++) {
+        h3_free(g->ctx[c].ids);
+        h3_free(g->ctx[c].tags);
+        h3_tensor_free(&g->ctx[c].pixels);
+        h3_free(g->ctx[c].grid);
+        h3_tensor_free(&g->ctx[c].hidden);
+        h3_free(g->ctx[c].cond);
+    }
+    h3_free(g->ctx);
+    h3_free(g->ctx_of);
+    g->ctx = NULL;
+    g->ctx_of = NULL;
+}
+
+/* A long clip's presentations: each context's prompt ids (prompt 0's: *ids), with its keyframes' vision blocks
+ * before them when it has some. Context 0's become the run's own (*ids, *n, text_tags, kf_pixels, kf_grid);
+ * *n_max the longest. */
+static h3_status present_contexts(gen *g, const h3_tokenizer *tok, int64_t te_positions, int32_t **ids,
+                                  int64_t *n, int64_t *n_max) {
+    *n_max = *n;
+    for (int c = g->n_ctx - 1; c >= 0; c--) { /* context 0 last: it replaces *ids, which the others read */
+        wctx *x = &g->ctx[c];
+        const int32_t *pi = x->prompt ? g->p_ids[x->prompt] : *ids;
+        const int64_t pn = x->prompt ? g->p_n[x->prompt] : *n;
+        int32_t *cids = NULL;
+        uint8_t *ctags = NULL;
+        int64_t cn = 0;
+        h3_tensor cpix = {0};
+        int64_t(*cgrid)[3] = NULL;
+        if (x->mask) {
+            H3_TRY(open_vision(g));
+            h3_keyframe_set sub = g->kf; /* the context's keyframes, borrowed */
+            sub.n = 0;
+            for (int i = 0; i < g->kf.n; i++)
+                if (x->mask >> i & 1) {
+                    sub.path[sub.n] = g->kf.path[i];
+                    sub.frame[sub.n] = g->kf.frame[i];
+                    sub.rgb[sub.n] = g->kf.rgb[i];
+                    sub.src[sub.n] = g->kf.src[i];
+                    sub.sw[sub.n] = g->kf.sw[i];
+                    sub.sh[sub.n] = g->kf.sh[i];
+                    sub.n++;
+                }
+            H3_TRY(h3_keyframes_present(tok, h3_vision_config(g->vis), &sub, pi, pn, &cids, &ctags, &cn, &cpix,
+                                        &cgrid));
+        } else {
+            cids = h3_malloc((size_t)(pn ? pn : 1) * sizeof(int32_t), H3_MEM_OTHER);
+            if (!cids) return H3_ERR(H3_ERR_NOMEM, "out of memory");
+            memcpy(cids, pi, (size_t)pn * sizeof(int32_t));
+            cn = pn;
+        }
+        h3_status st = h3_request_check_prompt_tokens(cn, te_positions);
+        if (st != H3_OK) {
+            g->model_phase = 0;
+            h3_free(cids);
+            h3_free(ctags);
+            h3_tensor_free(&cpix);
+            h3_free(cgrid);
+            return h3_error_wrap(st, "prompt %d with %d keyframes' image tokens", x->prompt + 1, x->n_img);
+        }
+        if (cn > *n_max) *n_max = cn;
+        if (c) {
+            x->ids = cids;
+            x->n = cn;
+            x->tags = ctags;
+            x->pixels = cpix;
+            x->grid = cgrid;
+        } else {
+            h3_free(*ids);
+            *ids = cids;
+            *n = cn;
+            g->text_tags = ctags;
+            g->kf_pixels = cpix;
+            g->kf_grid = cgrid;
+            g->kf_n_img = x->n_img;
+            g->res.text_tokens = cn;
+        }
+    }
+    if (g->kf.n)
+        h3_log(H3_LOG_INFO,
+               "keyframes: %d in a clip of %d windows: each window presents and holds those inside it (%d distinct "
+               "contexts of prompt and keyframes)",
+               g->kf.n, g->win.n, g->n_ctx);
     return H3_OK;
 }
 
@@ -726,6 +871,22 @@ done:
     h3_video_enc_close(e);
     h3_video_vae_close(vv);
     return st;
+}
+
+/* A long clip's contexts: the rows of their keyframes (packed order), from the run's rows of all of them. */
+static h3_status context_rows(gen *g) {
+    if (!g->kf.n || g->n_ctx < 1) return H3_OK;
+    const int64_t per = (g->req.width / 32) * (g->req.height / 32) * H3_VIDEO_ROW_DIM; /* floats a keyframe */
+    for (int c = 0; c < g->n_ctx; c++) {
+        wctx *x = &g->ctx[c];
+        if (!x->mask) continue;
+        x->cond = h3_malloc((size_t)(x->n_img * per) * sizeof(float), H3_MEM_ACTIVATIONS);
+        if (!x->cond) return H3_ERR(H3_ERR_NOMEM, "out of memory for the keyframes' rows");
+        int j = 0;
+        for (int i = 0; i < g->kf.n; i++)
+            if (x->mask >> i & 1) memcpy(x->cond + (j++) * per, g->kf_rows + i * per, (size_t)per * sizeof(float));
+    }
+    return H3_OK;
 }
 
 /* ---- the plan ------------------------------------------------------------------------------------------ */
@@ -928,7 +1089,11 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
             goto done;
         }
         m.venc = h3_video_enc_get_config(venc);
-        if (g->vis) m.te_vision_bytes = h3_vision_device_bytes(g->vis, (const int64_t(*)[3])g->kf_grid, g->kf.n);
+        const int64_t(*vg)[3] = (const int64_t(*)[3])g->kf_grid; /* the largest presentation's images */
+        int vn = g->kf_n_img;
+        for (int c = 1; c < g->n_ctx; c++)
+            if (g->ctx[c].n_img > vn) vg = (const int64_t(*)[3])g->ctx[c].grid, vn = g->ctx[c].n_img;
+        if (g->vis && vn) m.te_vision_bytes = h3_vision_device_bytes(g->vis, vg, vn);
     }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
@@ -1081,6 +1246,14 @@ done:
     return st;
 }
 
+/* The keyframes inside window k of a long clip, at their frames in it (packed order); returns how many. */
+static int window_keyframes(const gen *g, int k, int64_t *frames) {
+    int n = 0;
+    for (int i = 0; i < g->kf.n; i++)
+        if (g->ctx[g->ctx_of[k]].mask >> i & 1) frames[n++] = g->kf.frame[i] - g->win.f_start[k];
+    return n;
+}
+
 /* One sampling pass: the first (from the seed's noise at the canvas) or the refine pass (from the first
  * pass's latents: see run_refine). */
 typedef struct pass_spec {
@@ -1110,14 +1283,18 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     memset(&L, 0, sizeof L);
     float *vrows = NULL, *arows = NULL, *held = NULL, *anoise = NULL, *up = NULL;
     h3_dit *own = NULL;
-    h3_seq_layout PL[H3_MAX_PROMPTS]; /* a long clip's later prompts' layouts */
-    memset(PL, 0, sizeof PL);
+    h3_seq_layout *WL = NULL; /* a long clip's windows' layouts (window 0's is L) */
+    const h3_tensor **wtext = NULL;
+    const h3_seq_layout **wlay = NULL;
+    const float **wcond = NULL;
     const h3_request *q = &g->req;
     const int refine = ps->first_video != NULL;
     /* one window's layout (the clip's when it is one window); the rows are the clip's */
     const h3_windows *win = !refine && g->win.n > 1 ? &g->win : NULL;
+    int64_t lf[H3_MAX_KEYFRAMES]; /* window 0's keyframes' frames */
+    const int nk0 = win ? window_keyframes(g, 0, lf) : refine ? 0 : g->kf.n;
     H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, win ? q->window : q->frames, ps->width,
-                                 ps->height, refine ? 0 : g->kf.n, g->kf.frame, &L));
+                                 ps->height, nk0, win ? lf : g->kf.frame, &L));
     if (!refine) g->res.keyframe_rows = L.n_cond_rows;
     if (refine) {
         g->res.refine_seq_len = L.seq_len;
@@ -1278,20 +1455,30 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
     sa.windows = win;
-    const h3_tensor *ptext[H3_MAX_PROMPTS];
-    const h3_seq_layout *playout[H3_MAX_PROMPTS];
-    if (win && g->n_prompts > 1) {
-        ptext[0] = hidden;
-        playout[0] = &L;
-        for (int i = 1; i < g->n_prompts; i++) {
-            H3_CHECK(h3_seq_layout_t2va(g->p_hidden[i].shape[0], NULL, q->window, ps->width, ps->height, &PL[i]));
-            ptext[i] = &g->p_hidden[i];
-            playout[i] = &PL[i];
+    if (win) { /* each window's text states, layout (its keyframes at their frames in it) and keyframe rows */
+        sa.cond_rows = g->ctx[0].cond;
+        WL = h3_calloc((size_t)win->n, sizeof *WL, H3_MEM_ACTIVATIONS);
+        wtext = h3_calloc((size_t)win->n, sizeof *wtext, H3_MEM_OTHER);
+        wlay = h3_calloc((size_t)win->n, sizeof *wlay, H3_MEM_OTHER);
+        wcond = h3_calloc((size_t)win->n, sizeof *wcond, H3_MEM_OTHER);
+        if (!WL || !wtext || !wlay || !wcond) H3_FAIL(H3_ERR_NOMEM, "out of memory for the windows' layouts");
+        for (int k = 0; k < win->n; k++) {
+            const int c = g->ctx_of[k];
+            const wctx *x = &g->ctx[c];
+            wtext[k] = c ? &x->hidden : hidden;
+            wcond[k] = x->cond;
+            if (!k) {
+                wlay[k] = &L;
+                continue;
+            }
+            const int nk = window_keyframes(g, k, lf);
+            H3_CHECK(h3_seq_layout_fl2va(wtext[k]->shape[0], c ? x->tags : g->text_tags, q->window, ps->width,
+                                         ps->height, nk, lf, &WL[k]));
+            wlay[k] = &WL[k];
         }
-        sa.n_prompts = g->n_prompts;
-        sa.texts = ptext;
-        sa.layouts = playout;
-        sa.window_prompt = g->prompt_of;
+        sa.win_text = wtext;
+        sa.win_layout = wlay;
+        sa.win_cond = wcond;
     }
     h3_cache_opts co = {g->r->cache_threshold, H3_CACHE_START, H3_CACHE_END};
     if (g->r->cache_threshold > 0) sa.cache = &co;
@@ -1354,7 +1541,11 @@ done:
     h3_free(anoise);
     h3_free(up);
     h3_seq_layout_free(&L);
-    for (int i = 1; i < H3_MAX_PROMPTS; i++) h3_seq_layout_free(&PL[i]);
+    for (int k = 0; WL && k < g->win.n; k++) h3_seq_layout_free(&WL[k]);
+    h3_free(WL);
+    h3_free(wtext);
+    h3_free(wlay);
+    h3_free(wcond);
     return st;
 }
 
@@ -1926,12 +2117,6 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     H3_CHECK(h3_request_resolve(&g->req, &warn));
     H3_CHECK(h3_windows_make(g->req.frames, g->req.window, g->req.overlap, &g->win));
     if (g->win.n > 1) { /* a long clip: overlapping windows, fused at every step (pipeline/window.h) */
-        if (g->kf.n)
-            H3_FAIL(H3_ERR_INVALID,
-                    "keyframes in a clip longer than one window (%lld frames, windows of %lld) are not supported: "
-                    "give at most %lld frames (or a --window of at least %lld), or leave out the keyframes",
-                    (long long)g->req.frames, (long long)g->req.window, (long long)g->req.window,
-                    (long long)g->req.frames);
         if (g->req.refine_width)
             H3_FAIL(H3_ERR_INVALID,
                     "--refine in a clip longer than one window (%lld frames, windows of %lld) is not supported: "
@@ -1947,6 +2132,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     g->res.windows = g->win.n;
     H3_CHECK(resolve_prompts(g));
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
+    if (g->win.n > 1) H3_CHECK(make_contexts(g)); /* the keyframes' frames are the clip's now */
     if (g->snd.samples) {
         const int64_t n = h3_audio_samples(g->req.frames);
         if (g->snd.samples < n)
@@ -2080,8 +2266,12 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_CHECK_CTX(st, "prompt %d", i + 1);
         if (g->p_n[i] > n_max) n_max = g->p_n[i];
     }
-    H3_CHECK(present_keyframes(g, tok, te_positions, &ids, &n_ids));
-    if (n_ids > n_max) n_max = n_ids;
+    if (g->win.n > 1) {
+        H3_CHECK(present_contexts(g, tok, te_positions, &ids, &n_ids, &n_max));
+    } else {
+        H3_CHECK(present_keyframes(g, tok, te_positions, &ids, &n_ids));
+        if (n_ids > n_max) n_max = n_ids;
+    }
     if (!g->ses) h3_tokenizer_free(tok);
     tok = NULL;
     if (g->ses_locked) { /* what a check shares is no longer needed */
@@ -2096,12 +2286,13 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (check_only) goto done;
     H3_CHECK(check_stop(g));
     H3_CHECK(settle_device(g, dev));
-    H3_CHECK(run_text(g, ids, n_ids, &hidden));
-    for (int i = 1; i < g->n_prompts; i++) {
-        g->req.prompt = g->prompt[i];
-        st = run_text(g, g->p_ids[i], g->p_n[i], &g->p_hidden[i]);
+    H3_CHECK(run_text(g, ids, n_ids, &g->kf_pixels, g->kf_grid, g->kf_n_img, &hidden));
+    for (int c = 1; c < g->n_ctx; c++) { /* a long clip's other contexts */
+        wctx *x = &g->ctx[c];
+        g->req.prompt = g->prompt[x->prompt];
+        st = run_text(g, x->ids, x->n, &x->pixels, x->grid, x->n_img, &x->hidden);
         g->req.prompt = g->prompt[0];
-        H3_CHECK_CTX(st, "prompt %d", i + 1);
+        H3_CHECK_CTX(st, "prompt %d", x->prompt + 1);
     }
     g->text_ids = ids; /* freed at the end */
     h3_vision_close(g->vis); /* the prompt is encoded: the tower and its text encoder go */
@@ -2110,6 +2301,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     g->kf_te = NULL;
     H3_CHECK(check_stop(g));
     H3_CHECK(run_keyframes(g));
+    H3_CHECK(context_rows(g));
     H3_CHECK(check_stop(g));
     H3_CHECK(run_soundtrack(g));
     H3_CHECK(check_stop(g));
@@ -2196,10 +2388,8 @@ done:
     h3_keyframes_free(&g->kf);
     h3_windows_free(&g->win);
     h3_free(g->prompt_of);
-    for (int i = 1; i < H3_MAX_PROMPTS; i++) {
-        h3_free(g->p_ids[i]);
-        h3_tensor_free(&g->p_hidden[i]);
-    }
+    for (int i = 1; i < H3_MAX_PROMPTS; i++) h3_free(g->p_ids[i]);
+    free_contexts(g);
     h3_sound_free(&g->snd);
     h3_free(g->snd_rows);
     h3_free(g->text_tags);

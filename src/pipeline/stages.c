@@ -277,16 +277,21 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
             s->text_rows = tv.shape[0];
         }
         x.text = s->text.data ? &tv : NULL;
+        /* a call may bring fewer video rows than the stage's room (a long clip's windows differ in keyframes) */
+        h3_tensor xv = s->dxv, vv = s->dvv;
         if (in->video) {
-            H3_TRY(h3_copy(s->ex, &s->dxv, in->video));
-            x.video = &s->dxv;
+            if (in->video->shape[0] > s->dxv.shape[0])
+                return H3_ERR(H3_ERR_INVALID, "DiT stage: a call's video rows exceed the stage's room");
+            xv.shape[0] = vv.shape[0] = in->video->shape[0];
+            H3_TRY(h3_copy(s->ex, &xv, in->video));
+            x.video = &xv;
         }
         if (in->audio) {
             H3_TRY(h3_copy(s->ex, &s->dxa, in->audio));
             x.audio = &s->dxa;
         }
-        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v ? &s->dvv : NULL, audio_v ? &s->dva : NULL));
-        if (video_v) H3_TRY(h3_copy(s->ex, video_v, &s->dvv));
+        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v ? &vv : NULL, audio_v ? &s->dva : NULL));
+        if (video_v) H3_TRY(h3_copy(s->ex, video_v, &vv));
         if (audio_v) H3_TRY(h3_copy(s->ex, audio_v, &s->dva));
         H3_TRY(h3_exec_sync(s->ex));
         H3_TRY(h3_dit_stream_step_end(s->ds)); /* a failed weight read surfaces here */
@@ -383,8 +388,9 @@ typedef struct sample_ctx {
     int64_t nc;                     /* keyframe rows: the DiT's video rows are [cond | target] */
     const char *dump;               /* the first call's inputs go here (then NULL) */
     const h3_tensor *text;
-    const h3_tensor *call_text;     /* a long clip's prompts: this context's text states, given with each call
-                                     * (NULL: the stage's) */
+    const h3_tensor *call_text;     /* a long clip's window: its text states, given with each call (NULL: the
+                                     * stage's) */
+    const float *cond;              /* [nc·96] the keyframe rows, copied in front of each call's rows */
     float *xv, *vv;                 /* [(nc + Nv)·96] a call's video rows and velocities (nc > 0) */
 } sample_ctx;
 
@@ -425,6 +431,7 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     const int64_t nv_all = c->nc + L->n_video_rows;
     float *v_target = v_video;
     if (c->nc) { /* the keyframe rows ride in front of the target's, unchanged */
+        memcpy(c->xv, c->cond, (size_t)(c->nc * H3_VIDEO_ROW_DIM) * sizeof(float)); /* a shared buffer */
         memcpy(c->xv + c->nc * H3_VIDEO_ROW_DIM, x_video,
                (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM) * sizeof(float));
         x_video = c->xv;
@@ -479,10 +486,8 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
 /* A long clip's model call: each window's rows gathered from the clip's, the DiT run on them, the velocities
  * added with the window's weights and divided by the weights' sums (pipeline/window.h). */
 typedef struct window_ctx {
-    sample_ctx *c;                 /* prompt 0's context (the only one with one prompt) */
-    sample_ctx more[H3_MAX_PROMPTS - 1]; /* the other prompts' (their layouts and text states) */
-    int n_more;
-    const int *prompt_of;          /* [n] each window's prompt (NULL: prompt 0) */
+    sample_ctx *c;                 /* window 0's context (every window's without win_layout) */
+    sample_ctx *own;               /* [n] each window's (its layout, tables, text states, keyframe rows), or NULL */
     const h3_windows *w;
     int64_t rv;                    /* floats of one latent frame's video rows */
     float *xv, *xa, *vv, *va;      /* one window's rows and velocities */
@@ -507,8 +512,7 @@ static h3_status window_model(void *user, const float *x_video, const float *x_a
             if (q->held)
                 memcpy(q->held_w + ch * Tw * C, q->held + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
         }
-        const int p = q->prompt_of ? q->prompt_of[k] : 0;
-        sample_ctx *c = p > 0 && p <= q->n_more ? &q->more[p - 1] : q->c;
+        sample_ctx *c = q->own && k ? &q->own[k] : q->c;
         c->held = q->held ? q->held_w : NULL;
         H3_TRY(sample_model(c, q->xv, q->xa, t_video, t_audio, q->vv, q->va));
         for (int64_t j = 0; j < w->win_t; j++) {
@@ -602,8 +606,13 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     c.dump = a->dump_inputs;
     c.text = a->dit.text;
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
-    if (win && (c.nc || a->held_noise))
-        return H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no keyframes and no refine pass");
+    if (win && a->held_noise) return H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no refine pass");
+    int64_t nc_max = c.nc, text_max = 0; /* over the windows */
+    if (win && a->win_layout)
+        for (int k = 0; k < win->n; k++) {
+            if (a->win_layout[k]->n_cond_rows > nc_max) nc_max = a->win_layout[k]->n_cond_rows;
+            if (a->win_text[k]->shape[0] > text_max) text_max = a->win_text[k]->shape[0];
+        }
     H3_CHECK(sample_tables(&c));
     if (a->held_audio) {
         c.held = a->held_audio;
@@ -612,19 +621,17 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
                              H3_MEM_ACTIVATIONS);
         if (!c.held_x) H3_FAIL(H3_ERR_NOMEM, "out of memory for the held audio rows");
     }
-    if (c.nc) {
-        const size_t nb = (size_t)((c.nc + L->n_video_rows) * H3_VIDEO_ROW_DIM) * sizeof(float);
+    c.cond = a->cond_rows;
+    if (nc_max) { /* one buffer pair for every window's [keyframes | target] rows */
+        const size_t nb = (size_t)((nc_max + L->n_video_rows) * H3_VIDEO_ROW_DIM) * sizeof(float);
         c.xv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
         c.vv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
         if (!c.xv || !c.vv) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframe rows");
-        memcpy(c.xv, a->cond_rows, (size_t)(c.nc * H3_VIDEO_ROW_DIM) * sizeof(float));
     }
     h3_dit_stage_args da = a->dit;
-    da.n_video_rows = c.nc + L->n_video_rows;
+    da.n_video_rows = nc_max + L->n_video_rows; /* the most a call brings */
     da.n_audio_rows = L->n_audio_rows;
-    if (win && a->n_prompts > 1)
-        for (int i = 0; i < a->n_prompts; i++)
-            if (a->texts[i]->shape[0] > da.text_rows_max) da.text_rows_max = a->texts[i]->shape[0];
+    if (text_max > da.text_rows_max) da.text_rows_max = text_max;
     stream_owned = 0; /* the stage's from here, whatever happens */
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
@@ -633,25 +640,26 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
     if (win) { /* the sampler integrates the whole clip; each call runs every window */
         H3_CHECK(window_ctx_init(&wc, &c, win, L, a->held_audio));
-        if (a->n_prompts > 1) { /* a context per prompt: its layout, tables and text states with each call */
-            for (int i = 0; i < a->n_prompts; i++)
-                if (a->layouts[i]->text_len != a->texts[i]->shape[0] || a->layouts[i]->n_video_rows != L->n_video_rows ||
-                    a->layouts[i]->n_audio_rows != L->n_audio_rows)
-                    H3_FAIL(H3_ERR_INTERNAL, "prompt %d's layout does not match its text or the windows", i);
-            c.call_text = a->texts[0];
-            c.L = a->layouts[0];
-            for (int i = 1; i < a->n_prompts; i++) {
-                sample_ctx *e = &wc.more[i - 1];
+        if (a->win_layout) { /* a context per window: its layout, tables, text states and keyframe rows */
+            wc.own = h3_calloc((size_t)win->n, sizeof(sample_ctx), H3_MEM_ACTIVATIONS);
+            if (!wc.own) H3_FAIL(H3_ERR_NOMEM, "out of memory for the windows' tables");
+            c.call_text = a->win_text[0];
+            for (int k = 1; k < win->n; k++) {
+                const h3_seq_layout *lk = a->win_layout[k];
+                if (lk->text_len != a->win_text[k]->shape[0] || lk->n_video_rows != L->n_video_rows ||
+                    lk->n_audio_rows != L->n_audio_rows || (lk->n_cond_rows && !a->win_cond[k]))
+                    H3_FAIL(H3_ERR_INTERNAL, "window %d's layout does not match its text, rows or keyframes", k);
+                sample_ctx *e = &wc.own[k];
                 *e = c;
-                e->L = a->layouts[i];
-                e->text = e->call_text = a->texts[i];
+                e->L = lk;
+                e->nc = lk->n_cond_rows;
+                e->cond = a->win_cond[k];
+                e->text = e->call_text = a->win_text[k];
                 e->dump = NULL;
                 e->tidx = e->tags = e->vi = e->ai = e->ti = NULL;
                 e->held_x = NULL;
                 H3_CHECK(sample_tables(e));
             }
-            wc.n_more = a->n_prompts - 1;
-            wc.prompt_of = a->window_prompt;
         }
         nv = (size_t)(win->latent_t * wc.rv);
         na = (size_t)(2 * win->audio_t * H3_AUDIO_LATENT_CHANNELS);
@@ -671,7 +679,8 @@ done:
     if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
     if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
-    for (int i = 0; i < wc.n_more; i++) sample_tables_free(&wc.more[i]);
+    for (int k = 1; wc.own && k < win->n; k++) sample_tables_free(&wc.own[k]);
+    h3_free(wc.own);
     window_ctx_free(&wc);
     h3_free(c.xv);
     h3_free(c.vv);

@@ -164,15 +164,14 @@ typedef struct h3_dit_sample_args {
     /* A long clip (pipeline/window.h) of more than one window: the layout is one window's, video_rows and
      * audio_rows hold the whole clip's rows ([windows->latent_t·(latent_h/2)·(latent_w/2), 96] and
      * [2·windows->audio_t, 32]; held_audio too), and every model call runs the DiT on each window and fuses
-     * their velocities with the windows' weights. Not with cond_rows or held_noise. NULL: the layout is the
-     * clip's. */
+     * their velocities with the windows' weights. Not with held_noise. NULL: the layout is the clip's. */
     const struct h3_windows *windows;
-    /* With windows, several prompts: each prompt's text states and its layout (prompt 0: dit.text and layout,
-     * given here too), and the prompt of each window ([windows->n]). n_prompts 0 or 1: one prompt. */
-    int n_prompts;
-    const h3_tensor *const *texts;
-    const h3_seq_layout *const *layouts;
-    const int *window_prompt;
+    /* With windows, each window's own text states, layout and keyframe rows ([windows->n] each; window 0's are
+     * dit.text, layout and cond_rows): a long clip's prompts, and the keyframes inside each window at their frames
+     * in it. NULL: every window takes window 0's. */
+    const h3_tensor *const *win_text;
+    const h3_seq_layout *const *win_layout;
+    const float *const *win_cond;
 } h3_dit_sample_args;
 
 /* The sampling loop: opens the stage, runs the sampler over the schedule with one model call per step, closes

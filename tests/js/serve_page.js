@@ -37,6 +37,18 @@ async function main() {
                                !document.querySelector('#submit').disabled, { timeout: 20000 });
     const plan = await page.$eval('#plan', (e) => e.textContent);
     console.log('plan shown before submitting: ' + plan);
+    // a long clip: the server's plan names its windows; a bad window is refused on the page; then back to one window
+    await page.$eval('#length', (e) => { e.value = '124'; e.dispatchEvent(new Event('input')); });
+    await page.$eval('#window', (e) => { e.value = '50'; e.dispatchEvent(new Event('input')); });
+    await page.waitForFunction(() => /window must be/.test(document.querySelector('#rule').textContent), { timeout: 10000 });
+    check(await page.$eval('#submit', (b) => b.disabled), 'the page refuses a window of 50 frames');
+    await page.$eval('#window', (e) => { e.value = '56'; e.dispatchEvent(new Event('input')); });
+    await page.waitForFunction(() => /in 3 windows of 56 frames/.test(document.querySelector('#rule').textContent),
+                               { timeout: 20000 });
+    await page.$eval('#window', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
+    await page.$eval('#length', (e) => { e.value = '56'; e.dispatchEvent(new Event('input')); });
+    await page.waitForFunction(() => !/windows/.test(document.querySelector('#rule').textContent) &&
+                               !document.querySelector('#submit').disabled, { timeout: 20000 });
     // the server's LoRAs (LORA_NAME: the one its folder holds), one of them chosen
     const loraName = process.env.LORA_NAME;
     if (loraName) {

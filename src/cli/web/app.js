@@ -40,6 +40,8 @@ function localRule(req) {
     if (w % 32 || h % 32 || w < 32 || h < 32) return `width and height must be multiples of 32 (at least 32); got ${w}x${h}`;
     if (w > 4 * h || h > 4 * w) return `the aspect ratio must lie within 1:4..4:1; got ${w}x${h}`;
   }
+  if (req.window !== undefined && (!Number.isInteger(req.window) || req.window < 22 || (req.window - 5) % 17 !== 0))
+    return `the window must be a frame count of the form 17n+5, at least 22; got ${req.window}`;
   if (req.steps !== undefined && (!Number.isInteger(req.steps) || req.steps < 1 || req.steps > 1000))
     return 'steps must be a whole number from 1 to 1000';
   return '';
@@ -52,6 +54,8 @@ function readForm() {
     if ($('lenkind').value === 'frames') req.frames = Number(len);
     else req.seconds = Number(len);
   }
+  const win = $('window').value.trim();
+  if (win !== '') req.window = Number(win);
   const size = $('size').value.trim();
   if (size !== '') req.size = size;
   const steps = $('steps').value.trim();
@@ -119,7 +123,8 @@ async function refreshPlan() {
     return;
   }
   const q = r.data.request;
-  showRule(`${q.frames} frames (${q.seconds.toFixed(2)} s) at ${q.size}, ${q.steps} steps of ${q.sampler} on ${q.scheduler}`, true);
+  const wins = q.windows ? `, in ${q.windows} windows of ${q.window} frames` : '';
+  showRule(`${q.frames} frames (${q.seconds.toFixed(2)} s)${wins} at ${q.size}, ${q.steps} steps of ${q.sampler} on ${q.scheduler}`, true);
   $('plan').textContent = r.data.plan;
   $('submit').disabled = false;
 }
@@ -269,7 +274,7 @@ async function init() {
     $('loras').replaceChildren(...loras.map(loraRow));
     $('loras-box').hidden = loras.length === 0;
   }
-  for (const id of ['prompt', 'lenkind', 'length', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav', 'cache'])
+  for (const id of ['prompt', 'lenkind', 'length', 'window', 'size', 'steps', 'sampler', 'scheduler', 'seed', 'wav', 'cache'])
     $(id).addEventListener('input', schedulePlan);
   for (const id of ['first_frame', 'last_frame', 'audio']) $(id).addEventListener('change', () => readKeyframe(id));
   $('form').addEventListener('submit', submit);
