@@ -102,16 +102,22 @@ for s in "${steps[@]}"; do
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
         long) # a long clip on the GPU (pipeline/window.h): the tiny random model, two prompts in windows of 56 frames,
-              # on the CPU and the GPU; the latents compared (relative L2, video and audio)
+              # on the CPU and the GPU, then the same with keyframes in two of its windows; the latents compared
+              # (relative L2, video and audio)
             $B/h3-tinymodel /tmp/h3-tiny-long >/dev/null || rc=1
-            for d in cpu cuda; do
-                $B/h3run generate --model /tmp/h3-tiny-long --frames 124 --window 56 --overlap 17 --size 128x128 \
-                    --steps 4 --seed 2 --device $d --progress none --prompt "a harbor at sunrise" \
-                    --prompt "a storm over the sea, thunder" --latents "$OUT/long-$d.st" -o "$OUT/long-$d.mp4" -v \
-                    2>&1 | grep -E "window|wrote|error" | tee -a "$OUT/long.log"; rc=$((rc | PIPESTATUS[0]))
-            done
-            echo "relative L2 of the GPU's latents off the CPU's (video, audio): $(python3 tests/latents_tool.py \
-                distance "$OUT/long-cpu.st" "$OUT/long-cuda.st")" | tee -a "$OUT/long.log" ;;
+            python3 -c "from PIL import Image; Image.new('RGB', (160, 128), (200, 30, 30)).save('/tmp/kf-a.png'); \
+Image.new('RGB', (128, 96), (20, 40, 220)).save('/tmp/kf-b.png')" || rc=1
+            for kf in "" "--first-frame /tmp/kf-a.png --keyframe /tmp/kf-b.png@60"; do
+                for d in cpu cuda; do
+                    # shellcheck disable=SC2086
+                    $B/h3run generate --model /tmp/h3-tiny-long --frames 124 --window 56 --overlap 17 --size 128x128 \
+                        --steps 4 --seed 2 --device $d --progress none --prompt "a harbor at sunrise" $kf \
+                        --prompt "a storm over the sea, thunder" --latents "$OUT/long-$d.st" -o "$OUT/long-$d.mp4" -v \
+                        2>&1 | grep -E "window|wrote|error|keyframes" | tee -a "$OUT/long.log"; rc=$((rc | PIPESTATUS[0]))
+                done
+                echo "${kf:-no keyframes}: relative L2 of the GPU's latents off the CPU's (video, audio): $(python3 \
+                    tests/latents_tool.py distance "$OUT/long-cpu.st" "$OUT/long-cuda.st")" | tee -a "$OUT/long.log"
+            done ;;
         fl2va) # keyframes: the vision tower and the video VAE encoder on the GPU against the CPU, then the torch
                # comparisons of the processor and tower (transformers), the encoder and fl2va's packing and sampling
                # (diffusers)
