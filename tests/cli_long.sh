@@ -8,10 +8,11 @@
 #    prompt's;
 #  - a windowed run killed after its 5th step resumes from its checkpoint to the uninterrupted latents; step caching
 #    skips whole steps (every window's call);
-#  - a soundtrack (--audio) is held across the windows; keyframes too: each window presents and holds those inside it
+#  - --refine refines a long clip in the same windows, keeping the first pass's audio; a soundtrack (--audio) is
+#    held across the windows; keyframes too: each window presents and holds those inside it
 #    (window 0's first call checked against a one-window clip's);
 #  - bad input exits 2 naming the problem and writes nothing: a window or an overlap of the wrong form, several
-#    prompts in a clip of one window, --refine with windows, a --prompts line without a time or
+#    prompts in a clip of one window, a --prompts line without a time or
 #    whose first prompt does not start at 0.
 # Usage: cli_long.sh PATH/TO/h3run (CTest passes it).
 set -u
@@ -89,6 +90,18 @@ n=$(sed -n 's/^step cache.*answered from the cache, \([0-9]*\) DiT calls.*/\1/p'
 grep -q "^windows: 3 overlapping windows of 56 frames .*; $n DiT calls" "$tmp/out" ||
     fail "the windows' DiT calls with the cache: $(cat "$tmp/out")"
 
+# --refine over a long clip: the second pass in the same windows at the refine canvas, the first pass's audio kept
+"$H3RUN" generate --prompt "$P4" --frames 124 --window 56 --overlap 17 --size 64x64 --refine 128x128 --steps 4 \
+    --seed 2 --device cpu --progress none -o "$tmp/rf.mp4" --latents "$tmp/rf.st" >"$tmp/out" 2>"$tmp/err" ||
+    fail "--refine with windows: $(tail -3 "$tmp/err")"
+grep -q "wrote .*: 124 frames at 128x128" "$tmp/out" && grep -q "^windows: 3 overlapping" "$tmp/out" ||
+    fail "--refine with windows: the summary: $(cat "$tmp/out")"
+grep -q "video_latents \[1, 24, 37, 8, 8\]" "$tmp/out" || fail "--refine with windows: the latents: $(cat "$tmp/out")"
+"$H3RUN" generate --prompt "$P4" --frames 124 --window 56 --overlap 17 --size 64x64 --steps 4 --seed 2 --device cpu \
+    --progress none -o "$tmp/rf1.mp4" --latents "$tmp/rf1.st" >/dev/null 2>&1 || fail "the first pass alone"
+python3 "$SRC/tests/latents_tool.py" same-audio "$tmp/rf.st" "$tmp/rf1.st" ||
+    fail "--refine with windows: the audio is not the first pass's"
+
 # a soundtrack in a clip of several windows: held in every window, the MP4 carries it
 ffmpeg -v error -y -f lavfi -i "sine=frequency=300:duration=6" -ac 2 "$tmp/tone.wav" || fail "ffmpeg tone"
 "$H3RUN" generate --prompt "$P4" --audio "$tmp/tone.wav" --frames 141 --steps 2 --seed 1 --device cpu --progress none \
@@ -129,8 +142,6 @@ expect "a window not 17n+5" "use 39 or 56" --prompt x --window 50
 expect "an overlap not whole chunks" "whole 17-frame chunks" --prompt x --window 56 --overlap 10
 expect "an overlap too long" "the window less 22" --prompt x --window 56 --overlap 51
 expect "two prompts in one window" "several prompts need a clip of several windows" --prompt x --prompt y
-expect "refine with windows" "refine in a clip longer than one window" --prompt x --window 56 --size 64x64 \
-    --refine 128x128
 printf '0 a\nlater b\n' >"$tmp/p1.txt"
 expect "a --prompts line without a time" "a line is SECONDS PROMPT" --prompts "$tmp/p1.txt" --window 56
 printf '1 a\n2 b\n' >"$tmp/p2.txt"

@@ -234,13 +234,9 @@ int h3_cmd_plan(int argc, char **argv) {
         st = h3_windows_make(req.frames, window, overlap, &win);
         if (st != H3_OK) return h3_cli_fail("plan", st);
         if (win.n > 1) {
-            if (refine || keyframes > 0) {
-                h3_windows_free(&win);
-                return h3_cli_fail("plan", H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no --refine and no "
-                                                                  "--keyframes (as generate)"));
-            }
             req.window_frames = win.window;
             req.steps *= win.n; /* model calls: each step runs every window */
+            req.refine_steps *= win.n;
             printf("windows: %d of %lld frames, overlapping by at least %lld frames\n", win.n, (long long)win.window,
                    (long long)overlap);
         }

@@ -1097,7 +1097,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls, g->kf.n, q->window};
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window};
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -1290,7 +1290,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     const h3_request *q = &g->req;
     const int refine = ps->first_video != NULL;
     /* one window's layout (the clip's when it is one window); the rows are the clip's */
-    const h3_windows *win = !refine && g->win.n > 1 ? &g->win : NULL;
+    const h3_windows *win = g->win.n > 1 ? &g->win : NULL; /* the refine pass too, at its canvas */
     int64_t lf[H3_MAX_KEYFRAMES]; /* window 0's keyframes' frames */
     const int nk0 = win ? window_keyframes(g, 0, lf) : refine ? 0 : g->kf.n;
     H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, win ? q->window : q->frames, ps->width,
@@ -1323,20 +1323,20 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     h3_rng_t2va_noise(q->seed, video_lat->data, (size_t)nv, arows, (size_t)na);
     if (refine) {
         const h3_tensor *fv = ps->first_video, *fa = ps->first_audio;
-        if (fv->shape[1] != L.latent_t || fa->shape[2] != L.audio_t)
+        if (fv->shape[1] != LT || fa->shape[2] != AT)
             H3_FAIL(H3_ERR_INTERNAL, "the refine pass's latents do not follow the first pass's");
         const float sv = ps->sch->sigma_v[0], sa = ps->sch->sigma_a[0], kv = 1.0f - sv, ka = 1.0f - sa;
         up = h3_malloc((size_t)nv * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
         held = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
         anoise = h3_malloc((size_t)na * sizeof(float) + 64, H3_MEM_ACTIVATIONS);
         if (!up || !held || !anoise) H3_FAIL(H3_ERR_NOMEM, "out of memory for the refine pass's latents");
-        H3_CHECK(h3_video_latent_upscale(fv->data, H3_LATENT_CHANNELS, L.latent_t, fv->shape[2], fv->shape[3],
+        H3_CHECK(h3_video_latent_upscale(fv->data, H3_LATENT_CHANNELS, LT, fv->shape[2], fv->shape[3],
                                          L.latent_h, L.latent_w, up));
         float *x = video_lat->data; /* the noise, in latent order */
         for (int64_t i = 0; i < nv; i++) x[i] = kv * up[i] + sv * x[i];
         h3_free(up);
         up = NULL;
-        h3_audio_pack(fa->data, L.audio_t, held);
+        h3_audio_pack(fa->data, AT, held);
         memcpy(anoise, arows, (size_t)na * sizeof(float));
         for (int64_t i = 0; i < na; i++) arows[i] = ka * held[i] + sa * anoise[i];
         g->res.refine_calls = steps;
@@ -2117,12 +2117,6 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     H3_CHECK(h3_request_resolve(&g->req, &warn));
     H3_CHECK(h3_windows_make(g->req.frames, g->req.window, g->req.overlap, &g->win));
     if (g->win.n > 1) { /* a long clip: overlapping windows, fused at every step (pipeline/window.h) */
-        if (g->req.refine_width)
-            H3_FAIL(H3_ERR_INVALID,
-                    "--refine in a clip longer than one window (%lld frames, windows of %lld) is not supported: "
-                    "leave out --refine (--output-size scales the frames instead), or give a --window of at "
-                    "least %lld",
-                    (long long)g->req.frames, (long long)g->req.window, (long long)g->req.frames);
         h3_log(H3_LOG_INFO,
                "long clip: %lld frames (%.2f s) in %d overlapping windows of %lld frames (%.2f s), neighbours "
                "overlapping by at least %lld frames; each step runs the DiT on every window",

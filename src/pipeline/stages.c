@@ -491,8 +491,9 @@ typedef struct window_ctx {
     const h3_windows *w;
     int64_t rv;                    /* floats of one latent frame's video rows */
     float *xv, *xa, *vv, *va;      /* one window's rows and velocities */
-    const float *held;             /* the clip's held audio rows (a soundtrack), or NULL */
-    float *held_w;                 /* one window's */
+    const float *held, *held_noise; /* the clip's held audio rows (a soundtrack; the refine pass: with their
+                                     * noise), or NULL */
+    float *held_w, *held_nw;        /* one window's */
     float *sum_v, *sum_a;          /* [latent_t], [audio_t]: the weights' sums */
 } window_ctx;
 
@@ -511,9 +512,12 @@ static h3_status window_model(void *user, const float *x_video, const float *x_a
             memcpy(q->xa + ch * Tw * C, x_audio + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
             if (q->held)
                 memcpy(q->held_w + ch * Tw * C, q->held + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
+            if (q->held_noise)
+                memcpy(q->held_nw + ch * Tw * C, q->held_noise + (ch * Ta + a0) * C, (size_t)(Tw * C) * sizeof(float));
         }
         sample_ctx *c = q->own && k ? &q->own[k] : q->c;
         c->held = q->held ? q->held_w : NULL;
+        c->held_noise = q->held_noise ? q->held_nw : NULL;
         H3_TRY(sample_model(c, q->xv, q->xa, t_video, t_audio, q->vv, q->va));
         for (int64_t j = 0; j < w->win_t; j++) {
             const float wt = h3_window_weight(w, k, j, 0);
@@ -550,14 +554,16 @@ static void window_ctx_free(window_ctx *q) {
     h3_free(q->vv);
     h3_free(q->va);
     h3_free(q->held_w);
+    h3_free(q->held_nw);
     h3_free(q->sum_v);
     h3_free(q->sum_a);
 }
 
 static h3_status window_ctx_init(window_ctx *q, sample_ctx *c, const h3_windows *w, const h3_seq_layout *L,
-                                 const float *held) {
+                                 const float *held, const float *held_noise) {
     memset(q, 0, sizeof *q);
     q->c = c;
+    q->held_noise = held_noise;
     q->w = w;
     q->held = held;
     if (L->latent_t != w->win_t || L->audio_t != w->win_audio_t)
@@ -570,9 +576,11 @@ static h3_status window_ctx_init(window_ctx *q, sample_ctx *c, const h3_windows 
     q->xa = h3_malloc(na, H3_MEM_ACTIVATIONS);
     q->va = h3_malloc(na, H3_MEM_ACTIVATIONS);
     q->held_w = held ? h3_malloc(na, H3_MEM_ACTIVATIONS) : NULL;
+    q->held_nw = held_noise ? h3_malloc(na, H3_MEM_ACTIVATIONS) : NULL;
     q->sum_v = h3_calloc((size_t)w->latent_t, sizeof(float), H3_MEM_ACTIVATIONS);
     q->sum_a = h3_calloc((size_t)w->audio_t, sizeof(float), H3_MEM_ACTIVATIONS);
-    if (!q->xv || !q->vv || !q->xa || !q->va || (held && !q->held_w) || !q->sum_v || !q->sum_a)
+    if (!q->xv || !q->vv || !q->xa || !q->va || (held && !q->held_w) || (held_noise && !q->held_nw) || !q->sum_v ||
+        !q->sum_a)
         return H3_ERR(H3_ERR_NOMEM, "out of memory for the windows' rows");
     for (int k = 0; k < w->n; k++) {
         for (int64_t j = 0; j < w->win_t; j++) q->sum_v[w->v_start[k] + j] += h3_window_weight(w, k, j, 0);
@@ -606,7 +614,6 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     c.dump = a->dump_inputs;
     c.text = a->dit.text;
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
-    if (win && a->held_noise) return H3_ERR(H3_ERR_INVALID, "a clip of several windows takes no refine pass");
     int64_t nc_max = c.nc, text_max = 0; /* over the windows */
     if (win && a->win_layout)
         for (int k = 0; k < win->n; k++) {
@@ -639,7 +646,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     size_t na = (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS);
     size_t nv = (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM);
     if (win) { /* the sampler integrates the whole clip; each call runs every window */
-        H3_CHECK(window_ctx_init(&wc, &c, win, L, a->held_audio));
+        H3_CHECK(window_ctx_init(&wc, &c, win, L, a->held_audio, a->held_noise));
         if (a->win_layout) { /* a context per window: its layout, tables, text states and keyframe rows */
             wc.own = h3_calloc((size_t)win->n, sizeof(sample_ctx), H3_MEM_ACTIVATIONS);
             if (!wc.own) H3_FAIL(H3_ERR_NOMEM, "out of memory for the windows' tables");
@@ -656,8 +663,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
                 e->cond = a->win_cond[k];
                 e->text = e->call_text = a->win_text[k];
                 e->dump = NULL;
-                e->tidx = e->tags = e->vi = e->ai = e->ti = NULL;
-                e->held_x = NULL;
+                e->tidx = e->tags = e->vi = e->ai = e->ti = NULL; /* its own tables; held_x shared */
                 H3_CHECK(sample_tables(e));
             }
         }

@@ -164,7 +164,8 @@ typedef struct h3_dit_sample_args {
     /* A long clip (pipeline/window.h) of more than one window: the layout is one window's, video_rows and
      * audio_rows hold the whole clip's rows ([windows->latent_t·(latent_h/2)·(latent_w/2), 96] and
      * [2·windows->audio_t, 32]; held_audio too), and every model call runs the DiT on each window and fuses
-     * their velocities with the windows' weights. Not with held_noise. NULL: the layout is the clip's. */
+     * their velocities with the windows' weights (held audio and its noise taken a window at a time). NULL: the
+     * layout is the clip's. */
     const struct h3_windows *windows;
     /* With windows, each window's own text states, layout and keyframe rows ([windows->n] each; window 0's are
      * dit.text, layout and cond_rows): a long clip's prompts, and the keyframes inside each window at their frames
