@@ -286,10 +286,11 @@ int h3_cmd_generate(int argc, char **argv) {
                 char *end = NULL;
                 const double t = strtod(q, &end);
                 if (end == q || !(*end == ' ' || *end == '\t') || !isfinite(t)) {
+                    const int rc = usage_error("--prompts %s, line %d: a line is SECONDS PROMPT (for example \"0 a "
+                                               "red ball rolls\"); got '%.60s'",
+                                               prompts_file, line, q); /* q points into prompt_text */
                     h3_free(prompt_text);
-                    return usage_error("--prompts %s, line %d: a line is SECONDS PROMPT (for example \"0 a red "
-                                       "ball rolls\"); got '%.60s'",
-                                       prompts_file, line, q);
+                    return rc;
                 }
                 while (*end == ' ' || *end == '\t') end++;
                 if (n == 0 && t != 0) {
