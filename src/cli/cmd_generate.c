@@ -193,9 +193,8 @@ int h3_cmd_generate(int argc, char **argv) {
     };
     const h3_cli_cmd cmd = {
         "generate",
-        "generate --model PATH (--prompt TEXT | --prompt-file FILE) [--frames N | --seconds S] [--size WxH] "
-        "[--steps N] "
-        "[--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
+        "generate --model PATH (--prompt TEXT... | --prompt-file FILE | --prompts FILE) [--frames N | --seconds S] "
+        "[--window N] [--size WxH] [--steps N] [--sampler NAME] [--scheduler NAME] [--seed N] [-o out.mp4]",
         "Generate a video with stereo sound from a prompt: tokenizer, text encoder (Qwen3-VL, layer 50), the "
         "DiT\n"
         "sampled over --steps model calls, then the audio and video VAEs, into an MP4 (H.264 yuv420p at 24 "
@@ -215,9 +214,11 @@ int h3_cmd_generate(int argc, char **argv) {
         "of its length); a longer one is refused once tokenized, before the text encoder runs.\n"
         "Exit status: 0 done; 2 a bad request (options, frames, size, steps, names, missing paths, a prompt "
         "too\n"
-        "long); 1 the model\n"
-        "files or the run failed (a missing component, an unreadable tokenizer, broken weights, out of "
-        "memory).",
+        "long); 1 the model files or the run failed (a missing component, an unreadable tokenizer, broken\n"
+        "weights, out of memory).\n"
+        "A clip longer than one window (over 360 frames unless --window says otherwise) is sampled as overlapping\n"
+        "windows, each denoised at every step and blended where they overlap, and decoded as one clip; --prompt\n"
+        "repeated or --prompts changes the prompt along it.",
         "examples:\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a cat on a piano\" --seconds 5 -o cat.mp4\n"
         "  h3run generate --model ComfyUI/models --prompt \"...\" --scheduler simple --sampler res_multistep "
@@ -226,6 +227,8 @@ int h3_cmd_generate(int argc, char **argv) {
         "--output-size 1920x1080\n"
         "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"...\" --first-frame start.png --last-frame "
         "end.jpg --seconds 5\n"
+        "  h3run generate --model ~/MiniMax-H3/FL2VA --prompt \"a calm sea\" --prompt \"a storm\" --seconds 30 "
+        "-o sea.mp4\n"
         "  h3run generate --model models/h3-tiny --prompt \"a harbor at sunrise\" --frames 22 --size 128x128 "
         "--seed 7 \\\n      --png-dir frames/ --wav sound.wav --latents latents.safetensors -o harbor.mp4",
         opts,
