@@ -94,7 +94,7 @@ grep -q "^windows: 3 overlapping windows of 56 frames .*; $n DiT calls" "$tmp/ou
 "$H3RUN" generate --prompt "$P4" --frames 124 --window 56 --overlap 17 --size 64x64 --refine 128x128 --steps 4 \
     --seed 2 --device cpu --progress none -o "$tmp/rf.mp4" --latents "$tmp/rf.st" >"$tmp/out" 2>"$tmp/err" ||
     fail "--refine with windows: $(tail -3 "$tmp/err")"
-grep -q "wrote .*: 124 frames at 128x128" "$tmp/out" && grep -q "^windows: 3 overlapping" "$tmp/out" ||
+grep -q "wrote .*: 124 frames at 128x128" "$tmp/out" && grep -q "^windows: 3 overlapping.*; 18 DiT calls" "$tmp/out" ||
     fail "--refine with windows: the summary: $(cat "$tmp/out")"
 grep -q "video_latents \[1, 24, 37, 8, 8\]" "$tmp/out" || fail "--refine with windows: the latents: $(cat "$tmp/out")"
 "$H3RUN" generate --prompt "$P4" --frames 124 --window 56 --overlap 17 --size 64x64 --steps 4 --seed 2 --device cpu \

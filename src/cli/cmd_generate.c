@@ -520,7 +520,9 @@ int h3_cmd_generate(int argc, char **argv) {
             printf("windows: %d overlapping windows of %lld frames (%lld packed rows each), overlapping by at least "
                    "%lld frames; %d DiT calls\n",
                    res.windows, (long long)res.req.window, (long long)res.seq_len, (long long)res.req.overlap,
-                   (res.cache_calls ? res.cache_calls - res.cache_skipped : res.req.steps) * res.windows);
+                   (res.cache_calls ? res.cache_calls - res.cache_skipped /* every pass's */
+                                    : res.req.steps + res.refine_calls) *
+                       res.windows); /* the refine pass runs in the same windows */
         if (res.soundtrack_s > 0)
             printf("soundtrack: %s (%.2f s), held as the clip's audio; the MP4 carries it\n", audio, res.soundtrack_s);
         if (res.keyframes)
