@@ -228,10 +228,9 @@ int h3_cmd_plan(int argc, char **argv) {
     req.n_timesteps = h3_schedule_distinct_count(H3_SCHEDULER_H3, req.steps);
     if (req.n_timesteps < 0) return h3_cli_fail("plan", h3_last_error_code());
     { /* a long clip: the DiT on windows, as generate resolves them (pipeline/request.h) */
-        if (!window) window = req.frames > H3_TRAINED_MAX_FRAMES ? H3_WINDOW_AUTO_FRAMES : req.frames;
-        if (window < req.frames && !overlap) overlap = h3_windows_default_overlap(window);
         h3_windows win;
-        st = h3_windows_make(req.frames, window, overlap, &win);
+        st = h3_windows_resolve(req.frames, &window, &overlap);
+        if (st == H3_OK) st = h3_windows_make(req.frames, window, overlap, &win);
         if (st != H3_OK) return h3_cli_fail("plan", st);
         if (win.n > 1) {
             req.window_frames = win.window;

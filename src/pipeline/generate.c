@@ -1200,8 +1200,10 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
                            (g->win.n > 1 ? 2 * (nvw + naw) : 0.0);
     /* the layout (tags, positions, indices), run_dit's tables, the latents twice (latent order and rows), the
      * sampler, the text states (the encoder's output and the DiT's copy) */
-    const double tables = S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4;
-    const double latents = 4 * (2 * (nv + na) + sampler) + 8.0 * (double)L.text_len * (double)dc->text_dim;
+    /* a long clip: every window has its own layout and tables, every other context its text states */
+    const double tables = (S * (1 + 24 + 8) + rows * 8 + S * 8 + rows * 4) * (double)g->win.n;
+    const double latents = 4 * (2 * (nv + na) + sampler) +
+                           (8.0 + 4.0 * (g->n_ctx > 1 ? g->n_ctx - 1 : 0)) * (double)L.text_len * (double)dc->text_dim;
     const double forward = (double)(fm.workspace + fm.scratch + fm.mod_tables);
     double lora = 0; /* the LoRAs' factors and the owned copies of the weights they merge into */
     if (g->r->n_loras) {

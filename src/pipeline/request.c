@@ -346,23 +346,11 @@ h3_status h3_request_resolve(h3_request *r, h3_request_warnings *warnings) {
     H3_TRY(h3_request_check_frames(r->frames, NULL));
     /* A clip longer than one window is sampled in overlapping windows (pipeline/window.h); the trained length
      * is then the window's. */
-    if (r->window < 0 || r->overlap < 0)
-        return H3_ERR(H3_ERR_INVALID, "--window and --overlap are frame counts; got %" PRId64 " and %" PRId64,
-                      r->window, r->overlap);
-    if (r->window == 0) r->window = r->frames > H3_TRAINED_MAX_FRAMES ? H3_WINDOW_AUTO_FRAMES : r->frames;
-    if (r->window >= r->frames) {
-        if (r->overlap && h3_frames_valid(r->window))
-            warn(warnings, "--overlap %" PRId64 " has no effect: the clip (%" PRId64 " frames) is one window",
-                 r->overlap, r->frames);
-        if (r->window > r->frames) H3_TRY(h3_windows_check_window(r->window)); /* a window given must be one */
-        r->window = r->frames;
-        r->overlap = 0;
-    } else {
-        if (r->overlap == 0) r->overlap = h3_windows_default_overlap(r->window);
-        h3_windows w;
-        H3_TRY(h3_windows_make(r->frames, r->window, r->overlap, &w));
-        h3_windows_free(&w);
-    }
+    const int64_t overlap_given = r->overlap;
+    H3_TRY(h3_windows_resolve(r->frames, &r->window, &r->overlap));
+    if (overlap_given && r->window == r->frames)
+        warn(warnings, "--overlap %" PRId64 " has no effect: the clip (%" PRId64 " frames) is one window",
+             overlap_given, r->frames);
     H3_TRY(h3_request_check_frames(r->window, warnings));
     if (r->width == 0 && r->height == 0) {
         r->width = H3_DEFAULT_WIDTH;

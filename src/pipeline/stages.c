@@ -549,6 +549,8 @@ static h3_status window_model(void *user, const float *x_video, const float *x_a
 }
 
 static void window_ctx_free(window_ctx *q) {
+    for (int k = 1; q->own && k < q->w->n; k++) sample_tables_free(&q->own[k]); /* [0] is q->c's */
+    h3_free(q->own);
     h3_free(q->xv);
     h3_free(q->xa);
     h3_free(q->vv);
@@ -685,8 +687,6 @@ done:
     if (c.s && st != H3_OK) c.s->keep = c.s->keep_pinned = 0; /* a failed stage gives everything back */
     if (stream_owned) h3_dit_stream_close(a->dit.stream);
     h3_free(c.held_x);
-    for (int k = 1; wc.own && k < win->n; k++) sample_tables_free(&wc.own[k]);
-    h3_free(wc.own);
     window_ctx_free(&wc);
     h3_free(c.xv);
     h3_free(c.vv);

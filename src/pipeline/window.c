@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "pipeline/geometry.h"
+#include "pipeline/request.h"
 
 int64_t h3_windows_default_overlap(int64_t window) {
     const int64_t w = (window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK; /* chunks of the window */
@@ -37,12 +38,31 @@ h3_status h3_windows_check_window(int64_t window) {
                   window, lo, hi);
 }
 
+h3_status h3_windows_resolve(int64_t frames, int64_t *window, int64_t *overlap) {
+    if (*window < 0 || *overlap < 0)
+        return H3_ERR(H3_ERR_INVALID, "--window and --overlap are frame counts; got %" PRId64 " and %" PRId64,
+                      *window, *overlap);
+    if (*window == 0) *window = frames > H3_TRAINED_MAX_FRAMES ? H3_WINDOW_AUTO_FRAMES : frames;
+    if (*window >= frames) {
+        if (*window > frames) H3_TRY(h3_windows_check_window(*window)); /* a window given must be one */
+        *window = frames;
+        *overlap = 0;
+        return H3_OK;
+    }
+    if (*overlap == 0) *overlap = h3_windows_default_overlap(*window);
+    h3_windows w; /* its checks */
+    H3_TRY(h3_windows_make(frames, *window, *overlap, &w));
+    h3_windows_free(&w);
+    return H3_OK;
+}
+
 h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_windows *out) {
     memset(out, 0, sizeof *out);
     if (!h3_frames_valid(frames)) return H3_ERR(H3_ERR_INVALID, "windows: frames %" PRId64 " is not 17n+5", frames);
     if (window < frames) H3_TRY(h3_windows_check_window(window));
     const int64_t n_all = (frames - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK; /* the clip's chunks */
     const int64_t w = (window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK;     /* a window's */
+    const int64_t span = window >= frames ? 0 : n_all - w;              /* chunks from the first start to the last */
     out->frames = frames;
     out->latent_t = h3_video_latent_frames(frames);
     out->audio_t = h3_audio_latents(frames);
@@ -62,7 +82,6 @@ h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_wi
                           window - (H3_FRAMES_CHUNK + H3_FRAMES_FIRST), window, overlap, k * H3_FRAMES_CHUNK);
         }
         const int64_t step = w - overlap / H3_FRAMES_CHUNK; /* the most chunks between starts, >= 1 */
-        const int64_t span = n_all - w;                     /* chunks from the first start to the last */
         const int64_t n = 1 + (span + step - 1) / step;
         if (n > 100000) return H3_ERR(H3_ERR_INVALID, "windows: %" PRId64 " windows", n);
         out->n = (int)n;
@@ -79,13 +98,12 @@ h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_wi
         h3_windows_free(out);
         return H3_ERR(H3_ERR_NOMEM, "out of memory");
     }
-    const int64_t span = n_all - (out->window - H3_FRAMES_FIRST) / H3_FRAMES_CHUNK;
     for (int k = 0; k < out->n; k++) {
         /* evenly spread chunk starts: the gaps differ by at most one chunk and none exceeds the step */
         const int64_t u = out->n == 1 ? 0 : ((int64_t)k * span + (out->n - 1) / 2) / (out->n - 1);
-        out->v_start[k] = 5 * u;
+        out->v_start[k] = h3_video_latent_frames(H3_FRAMES_CHUNK * u + H3_FRAMES_FIRST) - 2; /* 5 latents a chunk */
         out->f_start[k] = H3_FRAMES_CHUNK * u;
-        int64_t a = (int64_t)llround((double)(H3_FRAMES_CHUNK * u) * 40.0 / H3_FPS);
+        int64_t a = (int64_t)llround((double)out->f_start[k] * H3_AUDIO_RATE / H3_AUDIO_HOP / H3_FPS);
         if (a > out->audio_t - out->win_audio_t || k == out->n - 1) a = out->audio_t - out->win_audio_t; /* the last
                                                                                   * ends with the clip's audio */
         if (a < 0) a = 0;

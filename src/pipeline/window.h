@@ -43,6 +43,10 @@ typedef struct h3_windows {
  * nearest good ones. Free with h3_windows_free. */
 h3_status h3_windows_make(int64_t frames, int64_t window, int64_t overlap, h3_windows *out);
 void h3_windows_free(h3_windows *w);
+/* A request's window and overlap (0: not given) for a clip of `frames` frames, resolved: the default window
+ * (H3_WINDOW_AUTO_FRAMES over H3_TRAINED_MAX_FRAMES, else the clip), the default overlap, and for a clip of one
+ * window window = frames and overlap 0; H3_ERR_INVALID naming a bad value (h3_windows_make's checks). */
+h3_status h3_windows_resolve(int64_t frames, int64_t *window, int64_t *overlap);
 /* A window's own form: 17n+5 frames, at least 22 (H3_ERR_INVALID naming the nearest). */
 h3_status h3_windows_check_window(int64_t window);
 /* The default overlap of a window: about a quarter of it, in whole chunks (17 frames), at least one. */
