@@ -79,7 +79,7 @@ struct h3_dit {
     const struct h3_lora *lora;
     int lora_mode;
     h3_dit_lside *lside; /* [h3_lora_n_slots] or NULL */
-    h3_tensor lora_t;    /* [H3_LORA_CHUNK, max rank] side scratch at the activation place */
+    h3_tensor lora_t;    /* [piece rows, max rank] side scratch at the activation place (lora_apply.c) */
     int64_t lora_merged_bytes;
     int lora_n_merged, lora_n_side;
     uint8_t *lora_done; /* [n_slots]: merged or attached in this placement */

@@ -6,7 +6,20 @@
 #include "models/dit_internal.h"
 #include "models/lora.h"
 
-#define H3_LORA_CHUNK 256 /* rows per side-path piece: bounds its scratch */
+/* Rows per side-path piece, which bounds its scratch. On the host 256 rows keep a piece in cache; on the device a
+ * piece is two GEMM launches whatever its size, so pieces are as long as an 8 MiB scratch allows (up to 16,384
+ * rows): a block's row chunk in one or a few pieces. With 256-row pieces a W124 chunk took ~100 launches per weight
+ * and the side path cost 9% of the step at an 8 GiB budget (bench/NOTES.md). */
+#define H3_LORA_CHUNK 256
+#define H3_LORA_DEVICE_SCRATCH ((int64_t)8 << 20)
+#define H3_LORA_DEVICE_ROWS_MAX 16384
+
+static int64_t side_rows(h3_place place, int64_t rmax, h3_dtype dt) {
+    if (place == H3_PLACE_HOST || rmax < 1) return H3_LORA_CHUNK;
+    int64_t r = H3_LORA_DEVICE_SCRATCH / (rmax * (int64_t)h3_dtype_size(dt));
+    r = r > H3_LORA_DEVICE_ROWS_MAX ? H3_LORA_DEVICE_ROWS_MAX : r;
+    return r < H3_LORA_CHUNK ? H3_LORA_CHUNK : r;
+}
 #define MERGE_SCRATCH (64 << 20)
 
 static int is_float_weight(const h3_tensor *w) {
@@ -241,7 +254,8 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
         if (d->lside[s].a.data && d->lside[s].a.shape[0] > rmax) rmax = d->lside[s].a.shape[0];
     h3_tensor_free(&d->lora_t);
     if (rmax)
-        H3_TRY(h3_tensor_alloc2(&d->lora_t, d->act_place, d->act_dtype, H3_LORA_CHUNK, rmax, H3_MEM_WEIGHTS));
+        H3_TRY(h3_tensor_alloc2(&d->lora_t, d->act_place, d->act_dtype, side_rows(d->act_place, rmax, d->act_dtype),
+                                rmax, H3_MEM_WEIGHTS));
     return H3_OK;
 }
 
@@ -319,9 +333,10 @@ int64_t h3_lora_side_bytes(const h3_lora *l, h3_dtype act_dtype) {
         e += R * (l->t[i].in + l->t[i].out);
         if (R > rmax) rmax = R;
     }
-    /* f32 for the AdaLN and non-block slots, the activation dtype for the blocks': count the wider */
-    (void)act_dtype;
-    return e * (int64_t)sizeof(float) + H3_LORA_CHUNK * rmax * (int64_t)h3_dtype_size(act_dtype);
+    /* f32 for the AdaLN and non-block slots, the activation dtype for the blocks': count the wider; the scratch
+     * as the device sizes it */
+    return e * (int64_t)sizeof(float) +
+           side_rows(H3_PLACE_DEVICE, rmax, act_dtype) * rmax * (int64_t)h3_dtype_size(act_dtype);
 }
 
 h3_status h3_lora_side(h3_dit *d, h3_exec *ex, int slot, h3_tensor *y, const h3_tensor *x) {
@@ -330,6 +345,7 @@ h3_status h3_lora_side(h3_dit *d, h3_exec *ex, int slot, h3_tensor *y, const h3_
     const int64_t R = s->a.shape[0], in = s->a.shape[1], out = s->b.shape[0], M = h3_tensor_rows(x);
     const h3_dtype fdt = s->a.dtype;
     const int direct = x->dtype == fdt && y->dtype == fdt && d->lora_t.dtype == fdt;
+    const int64_t P = direct ? d->lora_t.shape[0] : H3_LORA_CHUNK; /* rows per piece */
     h3_status st = H3_OK;
     h3_tensor xs = {0}, ts = {0}, us = {0}, uy = {0};
     if (!direct) { /* mixed dtypes (f32 islands among bf16 activations): convert through scratch of one piece
@@ -339,8 +355,8 @@ h3_status h3_lora_side(h3_dit *d, h3_exec *ex, int slot, h3_tensor *y, const h3_
         H3_CHECK(h3_tensor_alloc2(&us, x->place, fdt, H3_LORA_CHUNK, out, H3_MEM_WORKSPACE));
         H3_CHECK(h3_tensor_alloc2(&uy, x->place, y->dtype, H3_LORA_CHUNK, out, H3_MEM_WORKSPACE));
     }
-    for (int64_t r0 = 0; r0 < M; r0 += H3_LORA_CHUNK) {
-        int64_t m = M - r0 < H3_LORA_CHUNK ? M - r0 : H3_LORA_CHUNK;
+    for (int64_t r0 = 0; r0 < M; r0 += P) {
+        int64_t m = M - r0 < P ? M - r0 : P;
         h3_tensor xc, yc, t;
         int64_t st2[2] = {m, R};
         H3_CHECK(h3_tensor_narrow(x, 0, r0, m, &xc));
