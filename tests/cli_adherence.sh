@@ -22,7 +22,7 @@ rc=$?
 [ $rc -eq 0 ] || fail "adherence.sh exited $rc: $out"
 line=$(grep '^accuracy:' <<<"$out")
 echo "random weights: $line"
-read -r c m p q < <(sed 's/accuracy: colour \([0-9]*\)\/8 motion \([0-9]*\)\/8 pitch \([0-9]*\)\/8 pan \([0-9]*\)\/8/\1 \2 \3 \4/' <<<"$line")
+read -r c m p q s < <(sed 's/accuracy: colour \([0-9]*\)\/8 motion \([0-9]*\)\/8 pitch \([0-9]*\)\/8 pan \([0-9]*\)\/8 shape \([0-9]*\)\/8.*/\1 \2 \3 \4 \5/' <<<"$line")
 for v in "$c" "$m" "$p" "$q"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { fail "no accuracy line: $out"; break; }
     [ "$v" -le 5 ] || fail "random weights score $v of 8 on an attribute: $line"
@@ -36,7 +36,7 @@ rc=$?
 [ $rc -eq 0 ] || fail "adherence.sh on models/h3-small exited $rc: $out"
 line=$(grep '^accuracy:' <<<"$out")
 echo "small model: $line"
-read -r c m p q < <(sed 's/accuracy: colour \([0-9]*\)\/6 motion \([0-9]*\)\/6 pitch \([0-9]*\)\/6 pan \([0-9]*\)\/6/\1 \2 \3 \4/' <<<"$line")
+read -r c m p q s < <(sed 's/accuracy: colour \([0-9]*\)\/6 motion \([0-9]*\)\/6 pitch \([0-9]*\)\/6 pan \([0-9]*\)\/6 shape \([0-9]*\)\/6.*/\1 \2 \3 \4 \5/' <<<"$line")
 for v in "$c" "$m" "$p"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { fail "no accuracy line: $out"; break; }
     # measured here: 5, 6, 6 (prompt 27's yellow reads as orange); 4 leaves room for another CPU's rounding

@@ -36,6 +36,9 @@ static void test_split(void) {
     CHECK(h3_synth_heldout_combo(54) == -1, "a 55th held-out combination");
 }
 
+/* the measured fill's range per shape over the scenes checked (printed: the margins to the thresholds) */
+static float g_fill_lo[H3_SY_SHAPES] = {2, 2, 2}, g_fill_hi[H3_SY_SHAPES] = {0, 0, 0};
+
 static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const char *what) {
     const int64_t n = h3_synth_samples(t);
     float *rgb = malloc((size_t)(t * 3 * w * h) * sizeof(float));
@@ -45,14 +48,16 @@ static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const 
     CHECK_OK(h3_synth_measure(rgb, w, h, t, l, r, n, H3_SY_SAMPLE_RATE, &m));
     h3_synth_score sc;
     h3_synth_score_of(s, &m, &sc);
-    CHECK(sc.color && sc.motion && sc.pitch && sc.pan,
+    CHECK(sc.color && sc.motion && sc.pitch && sc.pan && sc.shape,
           "%s: %s %s %s %s: measured colour %s, motion %s (dx %.2f dy %.2f swing %.2f), pitch %s, pan %s "
-          "(%.2f -> %.2f), expected pan %s",
+          "(%.2f -> %.2f), expected pan %s, shape %s (fill %.3f)",
           what, h3_synth_color_name(s->color), h3_synth_shape_name(s->shape),
           h3_synth_background_name(s->background), h3_synth_motion_name(s->motion),
           h3_synth_color_name(m.color), h3_synth_motion_name(m.motion), m.dx, m.dy, m.y_swing,
           h3_synth_color_name(m.pitch), h3_synth_pan_name(m.pan), m.pan_start, m.pan_end,
-          h3_synth_pan_name(h3_synth_expected_pan(s)));
+          h3_synth_pan_name(h3_synth_expected_pan(s)), h3_synth_shape_name(m.shape), m.fill);
+    g_fill_lo[s->shape] = m.fill < g_fill_lo[s->shape] ? m.fill : g_fill_lo[s->shape];
+    g_fill_hi[s->shape] = m.fill > g_fill_hi[s->shape] ? m.fill : g_fill_hi[s->shape];
     free(rgb);
     free(l);
     free(r);
@@ -71,6 +76,9 @@ static void test_ground_truth(void) {
     h3_synth_scene_make(h3_synth_heldout_combo(7), 5, &s);
     check_scene(&s, 128, 96, 22, "128x96, 22 frames");
     check_scene(&s, 96, 128, 73, "96x128, 73 frames");
+    for (int sh = 0; sh < H3_SY_SHAPES; sh++)
+        printf("  %s: fill %.3f .. %.3f (square from 0.89; a triangle by its lower half)\n", h3_synth_shape_name(sh),
+               g_fill_lo[sh], g_fill_hi[sh]);
 }
 
 static void test_captions(void) {
@@ -125,9 +133,10 @@ static void test_mp4(void) {
                                   c.sample_rate, &me));
         h3_synth_score sc;
         h3_synth_score_of(&s, &me, &sc);
-        CHECK(sc.color && sc.motion && sc.pitch && sc.pan, "mp4 %s: colour %s motion %s pitch %s pan %s",
-              h3_synth_motion_name(s.motion), h3_synth_color_name(me.color), h3_synth_motion_name(me.motion),
-              h3_synth_color_name(me.pitch), h3_synth_pan_name(me.pan));
+        CHECK(sc.color && sc.motion && sc.pitch && sc.pan && sc.shape,
+              "mp4 %s: colour %s motion %s pitch %s pan %s shape %s (fill %.3f)", h3_synth_motion_name(s.motion),
+              h3_synth_color_name(me.color), h3_synth_motion_name(me.motion), h3_synth_color_name(me.pitch),
+              h3_synth_pan_name(me.pan), h3_synth_shape_name(me.shape), me.fill);
         h3_clip_free(&c);
         unlink(path);
         free(rgb);
@@ -203,7 +212,7 @@ static void test_mp4(void) {
 }
 
 static void test_noise(void) {
-    int hits[4] = {0, 0, 0, 0};
+    int hits[5] = {0, 0, 0, 0, 0};
     const int64_t n = h3_synth_samples(T);
     float *rgb = malloc((size_t)(T * 3 * W * H) * sizeof(float));
     float *l = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
@@ -217,11 +226,12 @@ static void test_noise(void) {
         CHECK_OK(h3_synth_measure(rgb, W, H, T, l, r, n, H3_SY_SAMPLE_RATE, &m));
         h3_synth_score sc;
         h3_synth_score_of(&s, &m, &sc);
-        hits[0] += sc.color, hits[1] += sc.motion, hits[2] += sc.pitch, hits[3] += sc.pan;
+        hits[0] += sc.color, hits[1] += sc.motion, hits[2] += sc.pitch, hits[3] += sc.pan, hits[4] += sc.shape;
     }
-    printf("  noise over the 54 held-out prompts: colour %d, motion %d, pitch %d, pan %d right\n", hits[0],
-           hits[1], hits[2], hits[3]);
+    printf("  noise over the 54 held-out prompts: colour %d, motion %d, pitch %d, pan %d, shape %d right\n",
+           hits[0], hits[1], hits[2], hits[3], hits[4]);
     for (int a = 0; a < 3; a++) CHECK(hits[a] <= 20, "noise scores %d of 54 on attribute %d", hits[a], a);
+    CHECK(hits[4] <= 20, "noise scores %d of 54 on the shape", hits[4]);
     free(rgb);
     free(l);
     free(r);

@@ -280,7 +280,7 @@ static double goertzel(const float *x, int64_t n, double f, double sr) {
 h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const float *left, const float *right,
                            int64_t n, int sample_rate, h3_synth_measurement *m) {
     memset(m, 0, sizeof *m);
-    m->color = m->motion = m->pitch = m->pan = -1;
+    m->color = m->motion = m->pitch = m->pan = m->shape = -1;
     if (W < 4 || H < 4 || T < 1 || !rgb) return H3_ERR(H3_ERR_INVALID, "synth check: no frames to measure");
     const int64_t P = (int64_t)W * H;
     /* the background: the mean of every frame's border */
@@ -295,15 +295,22 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
         }
     for (int c = 0; c < 3; c++) bg[c] /= (double)nb;
     /* the shape: pixels far from the background; its colour and centroid per frame */
-    float *cx = h3_malloc((size_t)T * sizeof(float) * 2, H3_MEM_WORKSPACE);
-    if (!cx) return H3_ERR(H3_ERR_NOMEM, "out of memory");
-    float *cy = cx + T;
+    float *cx = h3_malloc((size_t)T * sizeof(float) * 4, H3_MEM_WORKSPACE);
+    int32_t *rows = h3_malloc((size_t)(W + H) * sizeof(int32_t), H3_MEM_WORKSPACE);
+    if (!cx || !rows) {
+        h3_free(cx);
+        h3_free(rows);
+        return H3_ERR(H3_ERR_NOMEM, "out of memory");
+    }
+    float *cy = cx + T, *fills = cx + 2 * T, *lows = cx + 3 * T;
+    int32_t *cols = rows + H;
     double sum[3] = {0, 0, 0}, fg_all = 0;
     int64_t seen = 0, npix = 0;
     for (int64_t f = 0; f < T; f++) {
         const float *fr = rgb + f * 3 * P;
         double sx = 0, sy = 0;
         int64_t k = 0;
+        memset(rows, 0, (size_t)(W + H) * sizeof(int32_t));
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 const int64_t i = (int64_t)y * W + x;
@@ -312,6 +319,7 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
                 sx += x + 0.5;
                 sy += y + 0.5;
                 sum[0] += fr[i], sum[1] += fr[P + i], sum[2] += fr[2 * P + i];
+                rows[y]++, cols[x]++;
                 k++;
             }
         fg_all += (double)k / (double)P;
@@ -319,10 +327,40 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
         if (k >= (P + 499) / 500) {
             cx[seen] = (float)(sx / (double)k / W);
             cy[seen] = (float)(sy / (double)k / H);
+            /* the shape from its bounding box (rows and columns with at least two of its pixels: a stray pixel
+             * does not stretch the box): a triangle (apex up) has 3/4 of its pixels in the box's lower half,
+             * a square and a circle 1/2; a square fills its box, a circle pi/4 of it */
+            int y0 = 0, y1 = H - 1, x0 = 0, x1 = W - 1;
+            while (y0 < H - 1 && rows[y0] < 2) y0++;
+            while (y1 > y0 && rows[y1] < 2) y1--;
+            while (x0 < W - 1 && cols[x0] < 2) x0++;
+            while (x1 > x0 && cols[x1] < 2) x1--;
+            double in = 0, low = 0;
+            const double mid = 0.5 * (y0 + y1 + 1);
+            for (int y = y0; y <= y1; y++) {
+                in += rows[y];
+                low += y + 0.5 > mid ? rows[y] : y + 0.5 == mid ? 0.5 * rows[y] : 0;
+            }
+            fills[seen] = (float)(in / ((double)(y1 - y0 + 1) * (x1 - x0 + 1)));
+            lows[seen] = in > 0 ? (float)(low / in) : 0.5f;
             seen++;
         }
     }
     m->fg_fraction = (float)(fg_all / (double)T);
+    if (seen > 0) { /* each frame's shape, then the most frequent; the fill reported is the median */
+        int votes[H3_SY_SHAPES] = {0, 0, 0};
+        for (int64_t i = 0; i < seen; i++) votes[lows[i] >= 0.625f ? 2 : fills[i] >= 0.89f ? 1 : 0]++;
+        m->shape = 0;
+        for (int s = 1; s < H3_SY_SHAPES; s++)
+            if (votes[s] > votes[m->shape]) m->shape = s;
+        for (int64_t i = 1; i < seen; i++) /* insertion sort: a clip has at most a few thousand frames */
+            for (int64_t j = i; j > 0 && fills[j - 1] > fills[j]; j--) {
+                const float t = fills[j];
+                fills[j] = fills[j - 1], fills[j - 1] = t;
+            }
+        m->fill = fills[seen / 2];
+    }
+    h3_free(rows);
     const double tot = sum[0] + sum[1] + sum[2];
     if (npix > 0 && tot > 0) { /* the shape's mean colour: the nearest palette colour */
         const double mc[3] = {sum[0] / (double)npix, sum[1] / (double)npix, sum[2] / (double)npix};
@@ -403,4 +441,5 @@ void h3_synth_score_of(const h3_synth_scene *s, const h3_synth_measurement *m, h
     out->motion = m->motion == s->motion;
     out->pitch = m->pitch == s->color;
     out->pan = m->pan == h3_synth_expected_pan(s);
+    out->shape = m->shape == s->shape;
 }

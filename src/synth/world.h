@@ -81,6 +81,10 @@ int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n);
  * measured (no shape visible, no sound). */
 typedef struct h3_synth_measurement {
     int color, motion, pitch, pan; /* pitch: the colour whose pitch is loudest */
+    int shape;                     /* the most frequent of the frames' shapes: a triangle when 5/8 or more of the
+                                    * pixels are in the bounding box's lower half, else a square when they fill
+                                    * 0.89 of the box or more, else a circle */
+    float fill;                    /* median over frames of the shape's pixels / its bounding box's area */
     float dx, dy;                  /* centroid displacement, first to last quarter, in canvas fractions */
     float y_swing;                 /* BOUNCE: the largest up-and-back excursion of the centroid's height */
     float pan_start, pan_end;      /* 0 left .. 1 right, first and last quarter */
@@ -89,9 +93,9 @@ typedef struct h3_synth_measurement {
 h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const float *left, const float *right,
                            int64_t n, int sample_rate, h3_synth_measurement *m);
 
-/* 1 where the measurement agrees with the scene: colour, motion, pitch (the colour's), pan. */
+/* 1 where the measurement agrees with the scene: colour, motion, pitch (the colour's), pan, shape. */
 typedef struct h3_synth_score {
-    int color, motion, pitch, pan;
+    int color, motion, pitch, pan, shape;
 } h3_synth_score;
 void h3_synth_score_of(const h3_synth_scene *s, const h3_synth_measurement *m, h3_synth_score *out);
 

@@ -24,6 +24,7 @@ the template's latents_mean/latents_std); the training scripts choose with --enc
 encoder's file (metadata "encoder"), from which `load_video_encoder` / `load_audio_encoder` rebuild it.
 """
 
+import json
 import math
 import os
 import sys
@@ -361,3 +362,41 @@ def load_audio_encoder(path):
         enc = StandInAudioEncoder(sd["out.weight"].shape[0])
     enc.load_state_dict(sd)
     return enc
+
+
+def _release_video_names(sd):
+    """The release's source names (export.video_encoder_names) back to this module's (diffusers') names."""
+    out = {}
+    for k, v in sd.items():
+        p = k.split(".")
+        if k.startswith("encoder.down."):
+            if p[3] == "block":
+                tail = ["conv_shortcut" if x == "nin_shortcut" else x for x in p[5:]]
+                k = ".".join(["encoder", "down_blocks", p[2], "resnets", p[4]] + tail)
+            else:  # encoder.down.I.downsample.conv.*
+                k = ".".join(["encoder", "down_blocks", p[2], "downsamplers", "0"] + p[4:])
+        out[k] = v
+    return out
+
+
+def load_model_encoders(model):
+    """The encoders of a model folder in the official layout (video_vae/ and audio_vae/ as h3run reads them, e.g.
+    models/h3-small): (VideoEncoder, AudioEncoder) with the files' weights and the configs' latent statistics."""
+    vdir, adir = os.path.join(model, "video_vae"), os.path.join(model, "audio_vae")
+    with open(os.path.join(vdir, "config.json")) as f:
+        vcfg = json.load(f)
+    vsd, _ = _read(os.path.join(vdir, vcfg["source_path"], vcfg["source_safetensors_path"]))
+    venc = VideoEncoder(torch.tensor(vcfg["latents_mean"]), torch.tensor(vcfg["latents_std"]))
+    want = venc.state_dict()
+    got = _release_video_names({k: v for k, v in vsd.items() if k.startswith(("encoder.", "quant_conv."))})
+    got.update({k: want[k] for k in want if k not in got and not k.startswith(("encoder.", "quant_conv."))})
+    venc.load_state_dict({k: v.reshape(want[k].shape) for k, v in got.items()})
+    with open(os.path.join(adir, "config.json")) as f:
+        acfg = json.load(f)
+    asd, _ = _read(os.path.join(adir, acfg["source_safetensors_path"]))
+    aenc = AudioEncoder(torch.tensor(acfg["latents_mean"]), torch.tensor(acfg["latents_std"]))
+    want = aenc.state_dict()
+    got = {k: asd[k].reshape(want[k].shape) for k in want if k in asd}
+    got.update({k: want[k] for k in want if k not in got and k.startswith("latents_")})
+    aenc.load_state_dict(got)
+    return venc, aenc
