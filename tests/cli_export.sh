@@ -67,4 +67,19 @@ vv=$tmp/train/model/video_vae/source/model.safetensors
 "$H3RUN" generate --model "$tmp/train/model" --prompt "$("$BUILD/h3-synth" prompt 0)" --frames 22 --size 64x64 \
     --steps 2 --seed 1 --device cpu --progress none -o "$tmp/trained.mp4" >"$tmp/gen.log" 2>&1 || {
     echo "FAIL: generate with the trained model: $(tail -2 "$tmp/gen.log")"; exit 1; }
+# the small model's LoRAs (tools/train/train_small_loras.sh), shortened: the bounce LoRA on clips whose motion differs
+# from their captions, the turbo LoRA distilled from 8-call teacher trajectories; each export's check (h3run dit
+# --lora against the reference forward with the factors merged) must pass; pack_small.py's transport folder must
+# still give the model's encoders
+"$PY" "$SRC/tools/train/pack_small.py" "$SRC/models/h3-small" "$tmp/small" >/dev/null || { echo "FAIL: pack_small.py"; exit 1; }
+[ ! -e "$tmp/small/text_encoder" ] && [ -d "$tmp/small/transformer" ] || { echo "FAIL: pack_small.py's folder"; exit 1; }
+DEVICE=cpu STEPS=2 BATCH=2 CLIPS=2 FRAMES=22 SIZE=64x64 TRAJECTORIES=4 TEACHER_STEPS=8 \
+    "$SRC/tools/train/train_small_loras.sh" "$SRC/models/h3-small" "$tmp/loras" >"$tmp/loras.log" 2>&1 || {
+    echo "FAIL: train_small_loras.sh"; cat "$tmp/loras.log" "$tmp"/loras/*.log; exit 1; }
+n=$(cat "$tmp"/loras/bounce.log "$tmp"/loras/turbo.log | grep -cE "^ok ")
+[ "$n" -eq 4 ] || { echo "FAIL: $n of 4 LoRA checks (trained and random factors, two LoRAs) agree with h3run"; cat "$tmp"/loras/*.log; exit 1; }
+grep -q '"shown": {"shape": "[a-z]*", "motion": "bounce"}' "$tmp/loras/bounce-0/captions.jsonl" || {
+    echo "FAIL: the bounce LoRA's clips do not all bounce"; exit 1; }
+grep -q "teacher: 4 trajectories of 8 Euler calls" "$tmp/loras/turbo.log" || { echo "FAIL: no teacher trajectories"; exit 1; }
+grep -hE "^ok " "$tmp"/loras/bounce.log "$tmp"/loras/turbo.log
 echo "cli_export: all passed"

@@ -11,9 +11,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import common  # noqa: E402
 import encoders  # noqa: E402
 import export  # noqa: E402
-from dit import write_safetensors  # noqa: E402
+from dit import read_safetensors, write_safetensors  # noqa: E402
+from train_video_vae import frames as clip_frames  # noqa: E402
 
 fails = []
 
@@ -72,4 +74,32 @@ with tempfile.TemporaryDirectory() as d:
         same = type(back) is type(enc) and all(torch.equal(back.state_dict()[k], t) for k, t in
                                                 enc.state_dict().items())
         check(same, f"{name}: a saved encoder reloads as the same module")
+
+# A model folder's own encoders (load_model_encoders: the release's names in video_vae/ and audio_vae/, the configs'
+# latent statistics) compute what h3run vae-encode computes, normalized as the DiT sees it: the small model's, on a
+# clip of the synthetic world (needs h3run and h3-synth: H3RUN, H3SYNTH or build/).
+model = os.path.join(HERE, "..", "..", "models", "h3-small")
+h3run, h3synth = common.program("h3run"), common.program("h3-synth")
+if os.path.isdir(model) and os.path.exists(h3run) and os.path.exists(h3synth):
+    with tempfile.TemporaryDirectory() as d:
+        common.run([h3synth, "dataset", os.path.join(d, "ds"), "--clips", "1", "--frames", "22", "--size", "64x64",
+                    "--seed", "9"])
+        t = read_safetensors(os.path.join(d, "ds", "shard-0000.safetensors"))
+        venc, aenc = encoders.load_model_encoders(model)
+        write_safetensors(os.path.join(d, "px.safetensors"), {"pixels": t["video"].permute(0, 4, 1, 2, 3).contiguous()})
+        write_safetensors(os.path.join(d, "wav.safetensors"), {"waveform": t["audio"][0].reshape(2, 1, -1).contiguous()})
+        for name, inp, enc, ref in (("video", "px", venc, lambda: venc(clip_frames(t["video"]))[0]),
+                                    ("audio", "wav", aenc, lambda: aenc(t["audio"].float())[0])):
+            common.run([h3run, "vae-encode", "--model", os.path.join(model, name + "_vae"), "--input",
+                        os.path.join(d, inp + ".safetensors"), "--out", os.path.join(d, name + ".safetensors"), "-q"])
+            got = read_safetensors(os.path.join(d, name + ".safetensors"))["latents"].float()
+            got = got[0] if name == "video" else got  # [24, T, H, W] / [channels, 32, T]
+            with torch.no_grad():
+                want = ref()
+            norm = (got - enc.latents_mean) / enc.latents_std
+            err = (norm - want).abs().max().item() / want.abs().max().item()
+            check(norm.shape == want.shape and err < 1e-5, f"{name}: the small model's encoder read by "
+                  f"load_model_encoders against h3run vae-encode: {err:.1e} of the largest latent (1e-5)")
+else:
+    print("skip the small model's encoders against h3run vae-encode (no models/h3-small or no build/h3run, h3-synth)")
 sys.exit(1 if fails else 0)

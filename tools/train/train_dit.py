@@ -18,6 +18,7 @@ with the exported weights must give the reference forward's velocities (`--expec
 """
 
 import concurrent.futures
+import hashlib
 import json
 import math
 import os
@@ -111,18 +112,22 @@ def text_root(a):
 
 def encode_captions(a, caps, cache):
     """hidden_states[50] and token ids of every distinct caption from `h3run encode` (the template's tokenizer and
-    text encoder), run in parallel: {caption: (hidden [L, 64], ids [L])}."""
+    text encoder), run in parallel: {caption: (hidden [L, 64], ids [L])}. Each is cached as text-<sha1 of the
+    caption>.safetensors in cache; a caption found there is not encoded again (a cache made elsewhere, with the same
+    text encoder, spares the machine the text encoder)."""
     h3run = common.program("h3run")
     uniq = sorted(set(caps))
 
-    def one(k):
-        path = os.path.join(cache, f"text-{k}.safetensors")
-        common.run([h3run, "encode", "--model", text_root(a), "--prompt", uniq[k], "--out", path])
+    def one(c):
+        path = os.path.join(cache, f"text-{hashlib.sha1(c.encode()).hexdigest()}.safetensors")
+        if not os.path.exists(path):
+            common.run([h3run, "encode", "--model", text_root(a), "--prompt", c, "--out", path + ".tmp"])
+            os.replace(path + ".tmp", path)
         t = read_safetensors(path)
         return t["hidden"].float(), t["input_ids"].long()
 
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
-        hidden = list(ex.map(one, range(len(uniq))))
+        hidden = list(ex.map(one, uniq))
     return dict(zip(uniq, hidden))
 
 

@@ -248,10 +248,6 @@ def main():
     lpath = os.path.join(out, a.name + ".safetensors")
     write_safetensors(lpath, lora)
     stored, _ = load_dit(os.path.join(a.model, "transformer"))
-    merged = dict(stored)
-    for name in factors:
-        merged[name + ".weight"] = stored[name + ".weight"] + (lora[name + ".lora_B.weight"].double()
-                                                              @ lora[name + ".lora_A.weight"].double())
     with torch.no_grad():
         g = torch.Generator().manual_seed(7)
         c = caps[-1]
@@ -261,20 +257,41 @@ def main():
                      torch.randn(2 * n_ta, 32, generator=g, dtype=torch.float64), texts[c].cpu().double(),
                      torch.tensor(0.5), torch.tensor(0.7))
         inp = {k: (v.float() if v.dtype == torch.float64 and k != "position_ids" else v) for k, v in inp.items()}
-        vv, va = forward(merged, cfg, inp, dtype=torch.float64)
         bv, _ = forward(stored, cfg, inp, dtype=torch.float64)
-    change = ((vv - bv).norm() / bv.norm()).item()
-    ip, ep, op = (os.path.join(out, n) for n in ("check_inputs.safetensors", "check_expected.safetensors",
-                                                  "check_h3run.safetensors"))
+    ip = os.path.join(out, "check_inputs.safetensors")
     write_safetensors(ip, {k: common.cpu(v) for k, v in inp.items()})
-    write_safetensors(ep, {"video_velocity": common.cpu(vv.float()), "audio_velocity": common.cpu(va.float())})
-    r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(a.model, "transformer"), "--inputs", ip,
-                        "-o", op, "--expect", ep, "--tol", "1e-4", "--lora", lpath, "--lora-mode", "side"], capture_output=True, text=True)
-    ok = r.returncode == 0
-    last = (r.stdout + r.stderr).strip().splitlines()
-    print(f"{'ok  ' if ok else 'FAIL'} h3run dit --lora {a.name}.safetensors against the reference forward with the "
-          f"factors merged (the LoRA changes the video velocity by {change:.3f} relative): {last[-1] if last else ''}",
-          flush=True)
+
+    def check(path, factors_bf16, what):
+        """h3run dit --lora PATH (the side path: f32 on the CPU, so no bf16 rounding of merged weights) against the
+        reference forward with the factors merged into the stored weights, in float64."""
+        merged = dict(stored)
+        for name in factors:
+            merged[name + ".weight"] = stored[name + ".weight"] + (factors_bf16[name + ".lora_B.weight"].double()
+                                                                  @ factors_bf16[name + ".lora_A.weight"].double())
+        with torch.no_grad():
+            vv, va = forward(merged, cfg, inp, dtype=torch.float64)
+        change = ((vv - bv).norm() / bv.norm()).item()
+        ep, op = path + ".expected", path + ".h3run"
+        write_safetensors(ep, {"video_velocity": common.cpu(vv.float()), "audio_velocity": common.cpu(va.float())})
+        r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(a.model, "transformer"), "--inputs",
+                            ip, "-o", op, "--expect", ep, "--tol", "1e-4", "--lora", path, "--lora-mode", "side"],
+                           capture_output=True, text=True)
+        last = (r.stdout + r.stderr).strip().splitlines()
+        print(f"{'ok  ' if r.returncode == 0 else 'FAIL'} h3run dit --lora {what} against the reference forward with "
+              f"the factors merged (they change the video velocity by {change:.3f} relative): "
+              f"{last[-1] if last else ''}", flush=True)
+        return r.returncode == 0, change
+
+    # the trained factors, and random ones of the same names and shapes (a check that holds however little the
+    # training moved the factors: the names and the [Q; K; V] rows are what h3run reads)
+    ok, change = check(lpath, lora, os.path.basename(lpath))
+    g = torch.Generator().manual_seed(11)
+    rnd = {k: (torch.randn(v.shape, generator=g) * (0.05 if ".lora_B." in k else 1 / math.sqrt(v.shape[1])))
+           .to(torch.bfloat16) for k, v in lora.items()}
+    rpath = os.path.join(out, "check_random_lora.safetensors")
+    write_safetensors(rpath, rnd)
+    ok_r, _ = check(rpath, rnd, "with random factors of the same names")
+    ok = ok and ok_r
     with open(os.path.join(out, a.name + "_train.json"), "w") as f:
         json.dump({"steps": clock.n, "seconds": round(clock.elapsed()), "rank": a.rank, "turbo": a.turbo,
                    "teacher_steps": a.teacher_steps if a.turbo else None, "batch": a.batch, "captions": len(caps),
