@@ -875,6 +875,51 @@ static void test_quantized_accuracy(void) {
         CHECK(own > 0 && with <= 1.25 * own, "%s: %.3e with the LoRA on the side against the format's %.3e",
               h3_qtarget_name(qts[i]), with, own);
     }
+    /* GGUF: the fixture's pruned DiT in Q8_0 / Q4_K / Q5_0 / Q4_1 / ... (tests/fixtures/quant/dit.gguf, quantized
+     * from comfy_pruned.safetensors). No GGUF writer here, so the format's own error is the GGUF file's against its
+     * float source without a LoRA; with a LoRA on the side of the GGUF weights the output must stay as close to
+     * the float source with the LoRA merged */
+    char gg[512];
+    t_src_path("tests/fixtures/quant/dit.gguf", gg, sizeof gg);
+    double gown2 = 0, gwith2 = 0;
+    outs fbase, gbase;
+    const int fb = run(g_dit[V_PRUNED], NULL, NULL, 0, H3_LORA_AUTO, &fbase);
+    const int gb = run(gg, NULL, NULL, 0, H3_LORA_AUTO, &gbase);
+    CHECK(fb && gb, "the pruned DiT, float and GGUF");
+    for (int d = 0; d < DRAWS && fb && gb; d++) {
+        lset s;
+        make_lset(&s, 1);
+        char lp[512], ref_dir[512], name[64];
+        snprintf(name, sizeof name, "lora_qg_%d.safetensors", d);
+        t_tmp_path(name, lp, sizeof lp);
+        write_lora(&s, &FORMATS[0], lp);
+        snprintf(name, sizeof name, "lora_qg_merged_%d", d);
+        t_tmp_path(name, ref_dir, sizeof ref_dir);
+        mctx mc = {{&s, NULL}, {1.0, 0}, 1, V_PRUNED};
+        write_dit(V_PRUNED, ref_dir, merge_delta, &mc);
+        const char *ls[1] = {lp};
+        const float one[1] = {1.0f};
+        outs merged, ql;
+        const int a = run(ref_dir, NULL, NULL, 0, H3_LORA_AUTO, &merged);
+        const int b = run(gg, ls, one, 1, H3_LORA_AUTO, &ql);
+        CHECK(a && b, "gguf: a forward failed");
+        if (a && b) {
+            CHECK(rel_l2(&merged, &fbase) > 1e-3, "the LoRA changes the pruned DiT's output (%.2e)",
+                  rel_l2(&merged, &fbase));
+            gown2 += pow(rel_l2(&gbase, &fbase), 2);
+            gwith2 += pow(rel_l2(&ql, &merged), 2);
+        }
+        outs_free(&merged);
+        outs_free(&ql);
+        lset_free(&s);
+    }
+    const double gown = sqrt(gown2 / DRAWS), gwith = sqrt(gwith2 / DRAWS);
+    printf("  %-13s relative L2 off the float DiT: the GGUF file %.3e; with a LoRA on its side, off the float merge "
+           "(RMS over %d LoRAs) %.3e\n", "gguf", gown, DRAWS, gwith);
+    CHECK(gown > 0 && gwith <= 1.25 * gown, "gguf: %.3e with the LoRA on the side against the file's %.3e", gwith,
+          gown);
+    outs_free(&fbase);
+    outs_free(&gbase);
 }
 
 /* Every allocation failure while reading is an error, and leaves nothing allocated. */
