@@ -555,8 +555,9 @@ static void test_strengths(void) {
     }
 }
 
-/* The DiT stage's placement (the streamer's host emulation): resident units merged in place, streamed ones,
- * the AdaLN projections and the non-block weights on the side path; against the independent merge. */
+/* The DiT stage's placement (the streamer's host emulation): resident units merged in place, streamed ones merged
+ * into their slots as they arrive (every step), the AdaLN projections and the non-block weights on the side path;
+ * with --lora-mode side, everything on the side path; two steps each, against the independent merge. */
 static void test_streamed(void) {
     setup();
     const variant vs[] = {V_OFFICIAL, V_DIFFUSERS, V_PRUNED};
@@ -575,56 +576,69 @@ static void test_streamed(void) {
         outs ref;
         CHECK(run(ref_dir, NULL, NULL, 0, H3_LORA_AUTO, &ref));
         t_src_path("tests/fixtures/dit/inputs.safetensors", inp, sizeof inp);
-        h3_dit_open_opts o;
-        memset(&o, 0, sizeof o);
-        o.chunk_rows = 5;
-        o.stream_weights = 1;
-        h3_dit *d = NULL;
-        h3_lora l;
-        memset(&l, 0, sizeof l);
-        h3_dit_inputs_file in = {0};
-        CHECK_OK(h3_dit_open(g_dit[v], &o, &d));
-        if (!d) continue;
-        CHECK_OK(h3_lora_add_file(&l, d, lp, 0.5f));
-        CHECK_OK(h3_lora_apply(d, &g_ex, &l, H3_LORA_AUTO));
-        CHECK_OK(h3_dit_inputs_read(inp, h3_dit_get_config(d), &in));
-        static uint8_t tier[64];
-        h3_dit_placement pl = {h3_dit_n_units(h3_dit_get_config(d)), tier, 2, 0, 5};
-        static const h3_tier cyc[] = {H3_TIER_PINNED, H3_TIER_RESIDENT, H3_TIER_DISK, H3_TIER_RESIDENT};
-        for (int u = 0; u < pl.n_units; u++) {
-            tier[u] = (uint8_t)cyc[u % 4];
-            h3_dit_pack pk;
-            h3_dit_pack_unit(d, u, &pk);
-            if (pk.bytes > pl.slot_bytes) pl.slot_bytes = pk.bytes;
+        for (int mi = 0; mi < 2; mi++) {
+            const h3_lora_mode mode = mi == 0 ? H3_LORA_AUTO : H3_LORA_SIDE;
+            h3_dit_open_opts o;
+            memset(&o, 0, sizeof o);
+            o.chunk_rows = 5;
+            o.stream_weights = 1;
+            h3_dit *d = NULL;
+            h3_lora l;
+            memset(&l, 0, sizeof l);
+            h3_dit_inputs_file in = {0};
+            CHECK_OK(h3_dit_open(g_dit[v], &o, &d));
+            if (!d) continue;
+            CHECK_OK(h3_lora_add_file(&l, d, lp, 0.5f));
+            CHECK_OK(h3_lora_apply(d, &g_ex, &l, mode));
+            CHECK_OK(h3_dit_inputs_read(inp, h3_dit_get_config(d), &in));
+            static uint8_t tier[64];
+            h3_dit_placement pl = {h3_dit_n_units(h3_dit_get_config(d)), tier, 2, 0, 5};
+            static const h3_tier cyc[] = {H3_TIER_PINNED, H3_TIER_RESIDENT, H3_TIER_DISK, H3_TIER_RESIDENT};
+            for (int u = 0; u < pl.n_units; u++) {
+                tier[u] = (uint8_t)cyc[u % 4];
+                h3_dit_pack pk;
+                h3_dit_pack_unit(d, u, &pk);
+                if (pk.bytes > pl.slot_bytes) pl.slot_bytes = pk.bytes;
+            }
+            for (int b = 0; b < h3_dit_get_config(d)->n_layers; b++) {
+                h3_dit_pack pk;
+                h3_dit_pack_adaln(d, b, &pk);
+                if (pk.bytes > pl.slot_bytes) pl.slot_bytes = pk.bytes;
+            }
+            h3_dit_stream *ds = NULL;
+            CHECK_OK(h3_dit_stream_open(d, &g_ex, &pl, NULL, NULL, &ds));
+            if (ds) {
+                h3_lora_mem lm;
+                h3_lora_mem_of(d, &lm);
+                if (mode == H3_LORA_AUTO)
+                    CHECK(lm.n_merged > 0 && lm.n_arrival > 0 && lm.n_side > 0,
+                          "%s: %d merged (resident units), %d merged on arrival (streamed units), %d on the side path "
+                          "(AdaLN, non-block)",
+                          VNAME[v], lm.n_merged, lm.n_arrival, lm.n_side);
+                else
+                    CHECK(lm.n_merged == 0 && lm.n_arrival == 0 && lm.n_side > 0, "%s, side: %d merged, %d on arrival",
+                          VNAME[v], lm.n_merged, lm.n_arrival);
+                h3_tensor vo = {0}, ao = {0};
+                CHECK_OK(h3_tensor_alloc2(&vo, H3_PLACE_HOST, H3_F32, in.video.shape[0], 96, H3_MEM_OTHER));
+                CHECK_OK(h3_tensor_alloc2(&ao, H3_PLACE_HOST, H3_F32, in.audio.shape[0], 32, H3_MEM_OTHER));
+                for (int step = 0; step < 2; step++) { /* a second step: every arrival merges into fresh bytes */
+                    CHECK_OK(h3_dit_forward(d, &g_ex, &in.in, &vo, &ao));
+                    CHECK_OK(h3_dit_stream_step_end(ds));
+                    outs got = {vo.data, ao.data, in.video.shape[0], in.audio.shape[0]};
+                    char what[128];
+                    snprintf(what, sizeof what, "%s DiT streamed, %s, step %d", VNAME[v],
+                             mode == H3_LORA_AUTO ? "resident merged, streamed merged on arrival" : "all on the side",
+                             step + 1);
+                    expect_same(what, &got, &ref, TOL);
+                }
+                h3_tensor_free(&vo);
+                h3_tensor_free(&ao);
+                h3_dit_stream_close(ds);
+            }
+            h3_dit_inputs_file_free(&in);
+            h3_dit_close(d);
+            h3_lora_free(&l);
         }
-        for (int b = 0; b < h3_dit_get_config(d)->n_layers; b++) {
-            h3_dit_pack pk;
-            h3_dit_pack_adaln(d, b, &pk);
-            if (pk.bytes > pl.slot_bytes) pl.slot_bytes = pk.bytes;
-        }
-        h3_dit_stream *ds = NULL;
-        CHECK_OK(h3_dit_stream_open(d, &g_ex, &pl, NULL, NULL, &ds));
-        if (ds) {
-            h3_lora_mem lm;
-            h3_lora_mem_of(d, &lm);
-            CHECK(lm.n_merged > 0 && lm.n_side > 0, "%s: %d merged (resident units), %d on the side path",
-                  VNAME[v], lm.n_merged, lm.n_side);
-            h3_tensor vo = {0}, ao = {0};
-            CHECK_OK(h3_tensor_alloc2(&vo, H3_PLACE_HOST, H3_F32, in.video.shape[0], 96, H3_MEM_OTHER));
-            CHECK_OK(h3_tensor_alloc2(&ao, H3_PLACE_HOST, H3_F32, in.audio.shape[0], 32, H3_MEM_OTHER));
-            CHECK_OK(h3_dit_forward(d, &g_ex, &in.in, &vo, &ao));
-            CHECK_OK(h3_dit_stream_step_end(ds));
-            outs got = {vo.data, ao.data, in.video.shape[0], in.audio.shape[0]};
-            char what[96];
-            snprintf(what, sizeof what, "%s DiT streamed (resident merged, streamed side)", VNAME[v]);
-            expect_same(what, &got, &ref, TOL);
-            h3_tensor_free(&vo);
-            h3_tensor_free(&ao);
-            h3_dit_stream_close(ds);
-        }
-        h3_dit_inputs_file_free(&in);
-        h3_dit_close(d);
-        h3_lora_free(&l);
         outs_free(&ref);
         lset_free(&s);
     }

@@ -39,10 +39,13 @@ typedef struct h3_dit_ws {
     double *rope_pos;           /* [S, 3] positions cos/sin were computed for (a sampling run keeps them) */
 } h3_dit_ws;
 
-/* A LoRA slot's side path at the activation place (models/lora.h): y += x·Aᵀ·Bᵀ. */
+/* A LoRA slot's side path at the activation place (models/lora.h): y += x·Aᵀ·Bᵀ; or, for a block weight that
+ * streams, the factors merged into its slot each time it arrives: W += B·A. */
 typedef struct h3_dit_lside {
-    h3_tensor a; /* [R, in] */
-    h3_tensor b; /* [out, R], the scales folded in */
+    h3_tensor a;  /* side path: [R, in] */
+    h3_tensor b;  /* side path: [out, R], the scales folded in */
+    h3_tensor mt; /* merge on arrival: Aᵀ [in, R] */
+    h3_tensor mb; /* merge on arrival: [out, R], the scales folded in */
 } h3_dit_lside;
 
 struct h3_lora;
@@ -81,7 +84,7 @@ struct h3_dit {
     h3_dit_lside *lside; /* [h3_lora_n_slots] or NULL */
     h3_tensor lora_t;    /* [piece rows, max rank] side scratch at the activation place (lora_apply.c) */
     int64_t lora_merged_bytes;
-    int lora_n_merged, lora_n_side;
+    int lora_n_merged, lora_n_side, lora_n_arrival; /* merged once / side path / merged as streamed */
     uint8_t *lora_done; /* [n_slots]: merged or attached in this placement */
 };
 

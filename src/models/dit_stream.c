@@ -128,7 +128,6 @@ static h3_status build_unit_views(h3_dit_stream *ds, int u, const h3_tensor *t) 
 }
 
 static h3_status src_acquire(void *user, h3_exec *ex, int unit, const h3_dit_block_weights **w) {
-    (void)ex;
     h3_dit_stream *ds = user;
     if (ds->mode != MODE_FORWARD && ds->n_fwd) {
         H3_TRY(h3_units_set_order(ds->u, ds->fwd_order, ds->n_fwd, 1));
@@ -136,7 +135,11 @@ static h3_status src_acquire(void *user, h3_exec *ex, int unit, const h3_dit_blo
     }
     const h3_tensor *t;
     H3_TRY(h3_units_acquire(ds->u, unit, &t));
-    if (h3_units_tier(ds->u, unit) != H3_TIER_RESIDENT) H3_TRY(build_unit_views(ds, unit, t));
+    if (h3_units_tier(ds->u, unit) != H3_TIER_RESIDENT) {
+        H3_TRY(build_unit_views(ds, unit, t));
+        /* a LoRA merged into the slot the block just arrived in (its bytes are fresh with every arrival) */
+        H3_TRY(h3_lora_merge_arrived(ds->dit, ex, unit, &ds->unit_w[unit]));
+    }
     *w = &ds->unit_w[unit];
     return H3_OK;
 }

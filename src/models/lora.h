@@ -151,8 +151,15 @@ h3_status h3_lora_apply_unit(h3_dit *dit, h3_exec *ex, int unit, h3_dit_block_we
                              int qkv_contiguous);
 /* Every slot not merged by h3_lora_apply_unit (streamed units, AdaLN projections, globals) as side factors,
  * and the non-block weights merged where float; then the side path's scratch. Called once after the units are
- * placed. */
+ * placed. A streamed unit's weights held in the activation dtype (bf16 blocks on the GPU) take the merge on
+ * arrival instead of the side path, unless the mode is SIDE: their factors wait at the activation place and
+ * h3_lora_merge_arrived adds them to the slot the block arrived in. */
 h3_status h3_lora_apply_rest(h3_dit *dit, h3_exec *ex);
+/* For the DiT stage's weight source, as streamed unit u arrives in its slot (w: the views the forward reads,
+ * writable, filled afresh by every arrival): W += B·A for each of its weights that takes the merge on arrival,
+ * one GEMM each into the weight as held (f32 accumulation, rounded once), queued before the forward's use. The
+ * slot's bytes are the only ones written: the pinned copies and the file stay as they are. */
+h3_status h3_lora_merge_arrived(h3_dit *dit, h3_exec *ex, int u, h3_dit_block_weights *w);
 /* Frees the side factors and scratch (the DiT stage's close). */
 void h3_lora_detach(h3_dit *dit);
 /* Bytes the applied LoRA holds at the activation place (side factors and scratch) and merged copies on the
@@ -161,6 +168,7 @@ typedef struct h3_lora_mem {
     int64_t side;   /* side factors and the side path's scratch */
     int64_t merged; /* owned host copies of merged weights that were views of the file */
     int n_merged, n_side;
+    int n_arrival; /* weights of streamed blocks merged into their slot each time the block arrives */
 } h3_lora_mem;
 void h3_lora_mem_of(const h3_dit *dit, h3_lora_mem *out);
 /* Host bytes h3_lora_apply takes on a DiT held on the host (as opened, not streamed): the factors as read, the

@@ -26,6 +26,8 @@ static int is_float_weight(const h3_tensor *w) {
     return w->q.mode == H3_SCALE_NONE && (w->dtype == H3_F32 || w->dtype == H3_BF16 || w->dtype == H3_F16);
 }
 
+static const char *const ROLE_NAMES[] = {"fused QKV", "q", "k", "v", "out projection", "fc1", "fc2"};
+
 static h3_tensor *unit_tensor(h3_dit_block_weights *w, int role) {
     h3_tensor *ts[] = {&w->qkv, &w->q, &w->k, &w->v, &w->out, &w->fc1, &w->fc2};
     return ts[role];
@@ -161,7 +163,7 @@ static h3_status ensure_state(h3_dit *d) {
  * host views of the mapped file become owned copies first (a placed unit's memory is the units' own, written in
  * place). */
 static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, const h3_tensor *wref,
-                            int writable, int dit_own, int to_contiguous, h3_dtype side_dt) {
+                            int writable, int dit_own, int to_contiguous, h3_dtype side_dt, int arrival) {
     const h3_lora *l = d->lora;
     int ti = l->slot_target[slot];
     if (ti < 0 || d->lora_done[slot]) return H3_OK;
@@ -174,6 +176,8 @@ static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, cons
             "low-rank side path)",
             t->name, h3_dtype_name(wref->dtype), wref->q.mode != H3_SCALE_NONE ? " with scales" : "");
     const int merge = fl && writable && W && d->lora_mode != H3_LORA_SIDE;
+    /* a streamed block weight held as the activations are: merged into its slot on each arrival */
+    const int on_arrival = arrival && !W && fl && wref->dtype == side_dt && d->lora_mode != H3_LORA_SIDE;
     float *A = NULL, *At = NULL, *B = NULL;
     int64_t R = 0;
     H3_TRY(concat(d, t, to_contiguous, &A, &At, &B, &R));
@@ -182,6 +186,11 @@ static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, cons
         if (dit_own) H3_CHECK(own_copy(d, W));
         H3_CHECK_CTX(merge_into(ex, W, At, B, R), "merging a LoRA into '%s'", t->name);
         d->lora_n_merged++;
+    } else if (on_arrival) {
+        h3_dit_lside *s = &d->lside[slot];
+        H3_CHECK(at_place(ex, d->act_place, side_dt, At, t->in, R, &s->mt));
+        H3_CHECK(at_place(ex, d->act_place, side_dt, B, t->out, R, &s->mb));
+        d->lora_n_arrival++;
     } else {
         h3_dit_lside *s = &d->lside[slot];
         H3_CHECK(at_place(ex, d->act_place, side_dt, A, R, t->in, &s->a));
@@ -216,11 +225,27 @@ h3_status h3_lora_apply_unit(h3_dit *d, h3_exec *ex, int u, h3_dit_block_weights
         int to_contig = role == H3_LS_QKV && d->lora->qkv_interleaved && qkv_contiguous;
         h3_dtype sdt = d->act_dtype;
         void *before = W ? W->data : NULL;
-        H3_TRY_CTX(apply_slot(d, ex, slot, W, ref, resident, placed == own, to_contig, sdt), "LoRA on %s %d",
+        const int arrival = !placed && (d->stream_weights || d->wsrc);
+        H3_TRY_CTX(apply_slot(d, ex, slot, W, ref, resident, placed == own, to_contig, sdt, arrival), "LoRA on %s %d",
                    u < d->cfg.n_refiner_layers ? "token-refiner block" : "DiT block",
                    u < d->cfg.n_refiner_layers ? u : u - (int)d->cfg.n_refiner_layers);
         if (W && role == H3_LS_QKV && W->data != before && placed->qkv.data && !placed->qkv_interleaved)
             H3_TRY(qkv_views(d, placed));
+    }
+    return H3_OK;
+}
+
+h3_status h3_lora_merge_arrived(h3_dit *d, h3_exec *ex, int u, h3_dit_block_weights *w) {
+    if (!d->lside || !d->lora_n_arrival) return H3_OK;
+    for (int role = H3_LS_QKV; role <= H3_LS_FC2; role++) {
+        const h3_dit_lside *s = &d->lside[h3_lora_slot_unit(&d->cfg, u, role)];
+        if (!s->mt.data) continue;
+        h3_tensor *W = unit_tensor(w, role);
+        if (!W || !W->data || W->dtype != s->mb.dtype || W->ndim != 2 || W->shape[0] != s->mb.shape[0] ||
+            W->shape[1] != s->mt.shape[0])
+            return H3_ERR(H3_ERR_INTERNAL, "LoRA: unit %d's %s arrived as %s, not as its factors expect", u,
+                          ROLE_NAMES[role], W && W->data ? h3_dtype_name(W->dtype) : "nothing");
+        H3_TRY(h3_op_gemm(ex, W, &s->mb, &s->mt, NULL, H3_GEMM_ACCUMULATE));
     }
     return H3_OK;
 }
@@ -236,7 +261,7 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
     for (int b = 0; b < c->n_layers; b++) {
         h3_tensor *W = &d->adaln_w[b];
         int writable = !streamed && (W->place == H3_PLACE_HOST || W->owner);
-        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 1, 0, H3_F32),
+        H3_TRY_CTX(apply_slot(d, ex, h3_lora_slot_adaln(c, b), W, W, writable, 1, 0, H3_F32, 0),
                    "LoRA on DiT block %d's "
                    "AdaLN projection",
                    b);
@@ -246,7 +271,7 @@ h3_status h3_lora_apply_rest(h3_dit *d, h3_exec *ex) {
         /* non-block weights: read in place on the host; on the device, the owned copies the stage uploaded */
         int writable = W->place == H3_PLACE_HOST ? d->act_place == H3_PLACE_HOST && !d->stream_weights
                                                  : W->place == d->act_place && W->owner != NULL;
-        H3_TRY(apply_slot(d, ex, h3_lora_slot_global(c, g), W, W, writable, 1, 0, H3_F32));
+        H3_TRY(apply_slot(d, ex, h3_lora_slot_global(c, g), W, W, writable, 1, 0, H3_F32, 0));
     }
     /* the side path's scratch: [chunk, largest rank] in the unit slots' dtype */
     int64_t rmax = 0;
@@ -281,6 +306,8 @@ void h3_lora_detach(h3_dit *d) {
         for (int s = 0; s < h3_lora_n_slots(&d->cfg); s++) {
             h3_tensor_free(&d->lside[s].a);
             h3_tensor_free(&d->lside[s].b);
+            h3_tensor_free(&d->lside[s].mt);
+            h3_tensor_free(&d->lside[s].mb);
         }
         h3_free(d->lside);
     }
@@ -290,6 +317,7 @@ void h3_lora_detach(h3_dit *d) {
     d->lora_done = NULL;
     d->lora_n_side = 0;
     d->lora_n_merged = 0;
+    d->lora_n_arrival = 0;
 }
 
 void h3_lora_mem_of(const h3_dit *d, h3_lora_mem *out) {
@@ -297,11 +325,13 @@ void h3_lora_mem_of(const h3_dit *d, h3_lora_mem *out) {
     out->merged = d->lora_merged_bytes;
     out->n_merged = d->lora_n_merged;
     out->n_side = d->lora_n_side;
+    out->n_arrival = d->lora_n_arrival;
     if (!d->lside) return;
-    for (int s = 0; s < h3_lora_n_slots(&d->cfg); s++)
-        if (d->lside[s].a.data)
-            out->side +=
-                (int64_t)h3_tensor_nbytes(&d->lside[s].a) + (int64_t)h3_tensor_nbytes(&d->lside[s].b);
+    for (int s = 0; s < h3_lora_n_slots(&d->cfg); s++) {
+        const h3_dit_lside *l = &d->lside[s];
+        if (l->a.data) out->side += (int64_t)h3_tensor_nbytes(&l->a) + (int64_t)h3_tensor_nbytes(&l->b);
+        if (l->mt.data) out->side += (int64_t)h3_tensor_nbytes(&l->mt) + (int64_t)h3_tensor_nbytes(&l->mb);
+    }
     if (d->lora_t.data) out->side += (int64_t)h3_tensor_nbytes(&d->lora_t);
 }
 

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/vision.h"
 #include "models/dit_stream.h"
+#include "models/lora.h"
 #include "pipeline/window.h"
 #include "sample/rng.h"
 
@@ -220,6 +221,15 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
             s->pinned_adopted = ss.pinned_adopted;
             if (ss.pinned_adopted)
                 h3_memrep_mark(s->rep, "dit: pinned copies kept from the last run");
+            h3_lora_mode lmode;
+            if (h3_dit_lora(s->dit, &lmode)) {
+                h3_lora_mem lm;
+                h3_lora_mem_of(s->dit, &lm);
+                h3_log(H3_LOG_INFO,
+                       "LoRA: %d weights merged once (resident), %d merged into streamed blocks as they arrive, %d on "
+                       "the side path (%.3f GiB of factors at the activation place)",
+                       lm.n_merged, lm.n_arrival, lm.n_side, (double)lm.side / H3_GIB);
+            }
         }
         h3_memrep_set_category(s->rep, H3_DEVCAT_ACTIVATIONS);
     }
