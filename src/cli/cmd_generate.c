@@ -121,8 +121,8 @@ int h3_cmd_generate(int argc, char **argv) {
          "ComfyUI files (docs/LORA.md); repeat for several, which add up",
          0, H3_MAX_LORAS},
         {"lora-mode", 0, H3_OPT_STR, &lora_mode, "MODE",
-         "auto (default: merged into float weights, a low-rank side path for quantized and streamed ones), "
-         "merge, or side",
+         "auto (default: merged into float weights, streamed blocks as they arrive; a low-rank side path for "
+         "quantized ones), merge, or side",
          0, 0},
         {"cache", 0, H3_OPT_FLAG, &cache, NULL,
          "step caching (EasyCache): skip the DiT calls whose output it predicts to change least, answering them "

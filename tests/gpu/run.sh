@@ -5,6 +5,8 @@
 #   audio-vae (the audio decoder's ops and decode vs the CPU, then its release-size stereo decode against diffusers';
 #   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
 #   stream-bench (STREAM_ARGS passes its arguments), generate, long (a two-prompt clip in windows, GPU vs CPU),
+#   lora-stream (a LoRA merged into resident blocks, merged into streamed blocks as they arrive, and on the side path,
+#   each against the CPU),
 #   quant (QUANT_BENCH, QUANT_STREAM),
 #   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
 #   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
@@ -101,6 +103,25 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        lora-stream) # a LoRA on a DiT wide enough to stream at 0.2 GiB (7 of 8 blocks): merged into the resident
+                     # blocks (default budget), into the streamed blocks as they arrive (0.2 GiB), and on the side path
+                     # (0.2 GiB, --lora-mode side); each run's latents against the CPU's (relative L2, video and audio)
+            $B/h3-tinymodel --dit-hidden 1024 --dit-heads 8 --dit-ffn 4096 --dit-blocks 6 --force /tmp/h3-tw >/dev/null || rc=1
+            $B/h3-testdata lora /tmp/h3-tw-lora.safetensors --dit /tmp/h3-tw/transformer --rank 16 || rc=1
+            for cfg in "cpu:--device cpu" "nolora:--device cuda" "resident:--device cuda" \
+                "arrival:--device cuda --vram-budget 0.2GiB" "side:--device cuda --vram-budget 0.2GiB --lora-mode side"; do
+                n=${cfg%%:*} l=(--lora /tmp/h3-tw-lora.safetensors)
+                [ "$n" = nolora ] && l=()
+                # shellcheck disable=SC2086
+                $B/h3run generate --model /tmp/h3-tw --prompt "a harbor at sunrise." --frames 22 --size 64x64 --steps 4 \
+                    --seed 3 "${l[@]}" ${cfg#*:} --progress none --latents "$OUT/lora-$n.safetensors" \
+                    -o "/tmp/lora-$n.mp4" >"$OUT/lora-$n.log" 2>&1 || { echo "FAIL: generate $n"; cat "$OUT/lora-$n.log"; rc=1; }
+            done
+            grep -h "LoRA:" "$OUT"/lora-*.log | tee -a "$OUT/lora-stream.log"
+            for n in nolora resident arrival side; do
+                echo "$n against the CPU (video, audio): $(python3 tests/latents_tool.py distance "$OUT/lora-cpu.safetensors" \
+                    "$OUT/lora-$n.safetensors" | tr '\n' ' ')" | tee -a "$OUT/lora-stream.log"
+            done ;;
         long) # a long clip on the GPU (pipeline/window.h): the tiny random model, two prompts in windows of 56 frames,
               # on the CPU and the GPU, then the same with keyframes in two of its windows; the latents compared
               # (relative L2, video and audio)
