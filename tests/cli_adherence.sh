@@ -47,6 +47,21 @@ done
     -o "$tmp/default.mp4" >"$tmp/default.log" 2>&1) || fail "generate without --model: $(tail -2 "$tmp/default.log")"
 grep -q "models/h3-small" "$tmp/default.log" || fail "generate without --model does not name the model it took"
 grep -q "56 frames at 128x128" "$tmp/default.log" || fail "generate without --model: not 56 frames at 128x128"
+# the small model's LoRAs (docs/LORA.md): the bounce LoRA makes two shapes asked to move left and up bounce (their
+# colour and pitch kept); the 4-step turbo LoRA (its preset: 4 calls) follows two prompts
+out=$(PROMPTS="0 18" COUNT=motion=bounce H3RUN="$H3RUN" H3SYNTH="$SYNTH" OUT="$tmp/bounce" "$SRC/bench/adherence.sh" \
+    "$SRC/models/h3-small" 2 --device cpu --lora "$SRC/models/h3-small/loras/h3-small_bounce.safetensors" 2>&1)
+echo "bounce LoRA: $(grep '^measured' <<<"$out")"
+grep -q "^measured motion bounce: 2/2" <<<"$out" || fail "the bounce LoRA: $out"
+grep -q "colour 2/2 motion 0/2 pitch 2/2" <<<"$out" || fail "the bounce LoRA changed more than the motion: $out"
+out=$(PROMPTS="9 27" H3RUN="$H3RUN" H3SYNTH="$SYNTH" OUT="$tmp/turbo" "$SRC/bench/adherence.sh" "$SRC/models/h3-small" 2 \
+    --device cpu --lora "$SRC/models/h3-small/loras/h3-small_turbo_4step.safetensors" 2>&1)
+echo "turbo LoRA: $(grep '^accuracy' <<<"$out")"
+grep -q "motion 2/2 pitch 2/2 pan 2/2" <<<"$out" || fail "the turbo LoRA at 4 steps: $out"
+"$H3RUN" generate --model "$SRC/models/h3-small" --prompt "$("$SYNTH" prompt 9)" --frames 22 --size 64x64 --device cpu \
+    --progress none --lora "$SRC/models/h3-small/loras/h3-small_turbo_4step.safetensors" -o "$tmp/t.mp4" >"$tmp/t.log" 2>&1 \
+    || fail "generate with the turbo LoRA: $(tail -2 "$tmp/t.log")"
+grep -q "LoRA preset: .*4 model calls at shift 12:3" "$tmp/t.log" || fail "the turbo LoRA's preset (4 calls) not applied: $(cat "$tmp/t.log")"
 # h3-synth's errors
 "$SYNTH" check "$tmp/none.mp4" --heldout 1 >/dev/null 2>"$tmp/err"; [ $? -eq 3 ] || fail "unreadable clip: not exit 3"
 grep -q "none.mp4" "$tmp/err" || fail "unreadable clip: the message does not name it: $(cat "$tmp/err")"
