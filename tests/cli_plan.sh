@@ -26,6 +26,16 @@ rc=$?
 [ $rc -eq 1 ] || fail "plan of a broken DiT exited $rc: $(cat "$tmp/err")"
 grep -q "transformer.*block" "$tmp/err" || fail "plan of a broken DiT does not say what is wrong: $(cat "$tmp/err")"
 
+# A model folder with a LoRA file beside its components (where a user keeps one): plan finds the components where
+# generate finds them, the DiT in transformer/; a folder without a DiT is planned without one, and says so.
+"$BUILD/h3-tinymodel" "$tmp/tiny2" >/dev/null || fail "h3-tinymodel"
+"$BUILD/h3-testdata" lora "$tmp/tiny2/style.safetensors" --dit "$tmp/tiny2/transformer" --rank 4 >/dev/null || fail "h3-testdata lora"
+out=$("$H3RUN" plan "$tmp/tiny2" --frames 22 --size 64x64 --device h200 2>&1) || fail "plan with a LoRA in the folder: $out"
+grep -q "^model: DiT $tmp/tiny2/transformer;" <<<"$out" || fail "plan with a LoRA in the folder: no DiT: $out"
+grep -q "^DiT: " <<<"$out" || fail "plan with a LoRA in the folder: no DiT stage: $out"
+out=$("$H3RUN" plan "$tmp/tiny2/video_vae" --frames 22 --size 64x64 --device h200 2>&1) || fail "plan of a VAE alone: $out"
+grep -q "not found, so not planned: DiT; text encoder; audio VAE;" <<<"$out" || fail "plan of a VAE alone: $out"
+
 # W124 at 8 GiB on the H200's figures: fits, streams, and predicts the resident step time (copies hide).
 out=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --device h200 2>"$tmp/err")
 rc=$?

@@ -10,6 +10,7 @@
 #include "io/discover.h"
 #include "mem/budget.h"
 #include "models/vision.h"
+#include "pipeline/generate.h"
 #include "pipeline/plan.h"
 #include "pipeline/window.h"
 #include "pipeline/request.h"
@@ -304,6 +305,16 @@ int h3_cmd_plan(int argc, char **argv) {
     }
 
     found f = {0};
+    if (npos == 1) { /* a model folder: the components where generate finds them (official, diffusers, ComfyUI) */
+        h3_model_files mf;
+        if (h3_model_files_find(pos[0], NULL, &mf) == H3_OK) {
+            const char *paths[4] = {mf.dit, mf.text_encoder, mf.video_vae, mf.audio_vae};
+            for (int c = 0; c < 4; c++)
+                if (paths[c]) try_folder(&f, paths[c]);
+            h3_model_files_free(&mf);
+        }
+        h3_clear_error();
+    }
     for (int i = 0; i < npos; i++) {
         try_folder(&f, pos[i]);
         if (!f.dit || !f.te || !f.vvae || !f.avae) {
@@ -399,6 +410,9 @@ int h3_cmd_plan(int argc, char **argv) {
         if (f.vvae) printf(" video VAE %s;", h3_video_vae_source(f.vvae));
         if (f.avae) printf(" audio VAE %s;", h3_audio_vae_source(f.avae));
         printf("\n");
+        if (!f.dit || !f.te || !f.vvae || !f.avae)
+            printf("  not found, so not planned:%s%s%s%s\n", f.dit ? "" : " DiT;", f.te ? "" : " text encoder;",
+                   f.vvae ? "" : " video VAE;", f.avae ? "" : " audio VAE;");
         char *text = h3_plan_format(plan);
         if (text) fputs(text, stdout);
         h3_free(text);
