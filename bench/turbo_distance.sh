@@ -16,9 +16,9 @@ steps=${3:-4} teacher=${4:-48}
 H3RUN=${H3RUN:-build/h3run} H3SYNTH=${H3SYNTH:-build/h3-synth}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
+rm -f "$out/lines"
 read -r -a ks <<<"${PROMPTS:-0 5 10 15 20 25 30 35 40 45 50 53}"
 dist() { /usr/bin/python3 tests/latents_tool.py distance "$1" "$2" | tr '\n' ' '; }
-sum=(0 0 0 0 0 0)
 for k in "${ks[@]}"; do
     p=$("$H3SYNTH" prompt "$k")
     for cfg in "t:--steps $teacher" "b:--steps $steps" "l:--lora $lora" "d:--steps $((2 * steps))"; do
@@ -31,7 +31,7 @@ for k in "${ks[@]}"; do
     read -r bv ba <<<"$(dist "$out/t-$k.safetensors" "$out/b-$k.safetensors")"
     read -r lv la <<<"$(dist "$out/t-$k.safetensors" "$out/l-$k.safetensors")"
     read -r dv da <<<"$(dist "$out/t-$k.safetensors" "$out/d-$k.safetensors")"
-    echo "$k: base $steps $bv $ba | lora $lv $la | base $((2 * steps)) $dv $da"
-    read -r -a sum <<<"$(/usr/bin/python3 -c "import sys; a=[float(x) for x in sys.argv[1:7]]; b=[float(x) for x in sys.argv[7:]]; print(' '.join(str(x + y) for x, y in zip(a, b)))" "${sum[@]}" "$bv" "$ba" "$lv" "$la" "$dv" "$da")"
+    echo "$k: base $steps $bv $ba | lora $lv $la | base $((2 * steps)) $dv $da" | tee -a "$out/lines"
 done
-/usr/bin/python3 -c "import sys; n=int(sys.argv[1]); s=[float(x) / n for x in sys.argv[2:]]; print(f'mean over {n} prompts, from the base at $teacher steps (video, audio): base $steps steps {s[0]:.4f} {s[1]:.4f}, with the LoRA {s[2]:.4f} {s[3]:.4f}, base $((2 * steps)) steps {s[4]:.4f} {s[5]:.4f}')" "${#ks[@]}" "${sum[@]}"
+awk -v s="$steps" -v t="$teacher" '{ b += $4; B += $5; l += $8; L += $9; d += $13; D += $14; n++ }
+    END { printf "mean over %d prompts, from the base at %d steps (video, audio): base %d steps %.4f %.4f, with the LoRA %.4f %.4f, base %d steps %.4f %.4f\n", n, t, s, b / n, B / n, l / n, L / n, 2 * s, d / n, D / n }' "$out/lines"

@@ -853,6 +853,20 @@ static double delta_err(const outs *a1, const outs *a0, const outs *b1, const ou
     return den > 0 ? sqrt(num / den) : 1.0;
 }
 
+/* Draw d of a random LoRA for variant v (lp: its file, ai-toolkit names) and the DiT with it merged into the
+ * file's weights (ref_dir, float64 merge); both paths 512 bytes. */
+static void draw_merged(lset *s, variant v, const char *tag, int d, char *lp, char *ref_dir) {
+    char name[64];
+    make_lset(s, v == V_PRUNED);
+    snprintf(name, sizeof name, "lora_%s_%d.safetensors", tag, d);
+    t_tmp_path(name, lp, 512);
+    write_lora(s, &FORMATS[0], lp);
+    snprintf(name, sizeof name, "lora_%s_merged_%d", tag, d);
+    t_tmp_path(name, ref_dir, 512);
+    mctx mc = {{s, NULL}, {1.0, 0}, 1, v};
+    write_dit(v, ref_dir, merge_delta, &mc);
+}
+
 static void test_quantized_accuracy(void) {
     setup();
     /* one tiny forward's error is noisy (the side path's came out 0.5x to 1.9x the merged weights' over 60 draws,
@@ -862,15 +876,8 @@ static void test_quantized_accuracy(void) {
     double own2[NQ] = {0}, with2[NQ] = {0};
     for (int d = 0; d < DRAWS; d++) {
         lset s;
-        make_lset(&s, 0);
-        char lp[512], ref_dir[512], name[64];
-        snprintf(name, sizeof name, "lora_qa_%d.safetensors", d);
-        t_tmp_path(name, lp, sizeof lp);
-        write_lora(&s, &FORMATS[0], lp);
-        snprintf(name, sizeof name, "lora_qa_merged_%d", d);
-        t_tmp_path(name, ref_dir, sizeof ref_dir);
-        mctx mc = {{&s, NULL}, {1.0, 0}, 1, V_DIFFUSERS};
-        write_dit(V_DIFFUSERS, ref_dir, merge_delta, &mc); /* the LoRA merged into the file's weights */
+        char lp[512], ref_dir[512];
+        draw_merged(&s, V_DIFFUSERS, "qa", d, lp, ref_dir);
         const char *ls[1] = {lp};
         const float one[1] = {1.0f};
         outs base, merged;
@@ -919,15 +926,8 @@ static void test_quantized_accuracy(void) {
     CHECK(fb && gb, "the pruned DiT, float and GGUF");
     for (int d = 0; d < DRAWS && fb && gb; d++) {
         lset s;
-        make_lset(&s, 1);
-        char lp[512], ref_dir[512], name[64];
-        snprintf(name, sizeof name, "lora_qg_%d.safetensors", d);
-        t_tmp_path(name, lp, sizeof lp);
-        write_lora(&s, &FORMATS[0], lp);
-        snprintf(name, sizeof name, "lora_qg_merged_%d", d);
-        t_tmp_path(name, ref_dir, sizeof ref_dir);
-        mctx mc = {{&s, NULL}, {1.0, 0}, 1, V_PRUNED};
-        write_dit(V_PRUNED, ref_dir, merge_delta, &mc);
+        char lp[512], ref_dir[512];
+        draw_merged(&s, V_PRUNED, "qg", d, lp, ref_dir);
         const char *ls[1] = {lp};
         const float one[1] = {1.0f};
         outs merged, ql;

@@ -6,10 +6,10 @@
  * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
  * listen to h3-synth check CLIP.mp4 --heldout K [--json] measures the clip (colour, motion, pitch, pan) and
  * scores it against held-out prompt K; exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
- * [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M] [--shape NAME] [--motion NAME] N training clips
+ * [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M] [--motion NAME] N training clips
  * (held-out combinations never appear) as DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32 [m, 2,
- * samples], combo I32 [m]) and DIR/captions.jsonl; --shape / --motion render every clip with that shape / motion
- * (its sound too), the captions unchanged (what a LoRA of the small model learns from)
+ * samples], combo I32 [m]) and DIR/captions.jsonl; --motion renders every clip with that motion (its sound too), the
+ * captions unchanged (what the small model's bounce LoRA learns from)
  *
  * Defaults: 56 frames (2.33 s at 24 fps), 128x128, seed 1, 256 clips per shard. Exit status 2 for a bad
  * command line, 1 for a failed job (with one line naming the cause). */
@@ -35,7 +35,7 @@ static int usage(const char *why) {
         "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
         "       | check CLIP.mp4 --heldout K [--from F] [--to F] [--json]\n"
         "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
-        "         [--seed S] [--shard M] [--shape circle|square|triangle] [--motion left|right|up|down|bounce|stay]\n",
+        "         [--seed S] [--shard M] [--motion left|right|up|down|bounce|stay]\n",
         why);
     return 2;
 }
@@ -49,8 +49,7 @@ typedef struct {
     int combo, heldout, frames, w, h, clips, shard, json, text_tokens;
     int from, to;            /* check: the frames [from, to) only (to 0: to the end) */
     int window, overlap;     /* seams: the windows the clip was sampled in */
-    int shape, motion;       /* dataset: every clip shows this shape / motion (-1: its combination's), captions
-                                unchanged */
+    int motion;              /* dataset: every clip shows this motion (-1: its combination's), captions unchanged */
     uint64_t seed;
 } args;
 
@@ -95,11 +94,6 @@ static int parse_opts(int argc, char **argv, int i, args *a) {
             if (!parse_int(v, 22, 10000000, &a->window)) return usage("--window takes a frame count");
         } else if (!strcmp(o, "--overlap")) {
             if (!parse_int(v, 17, 10000000, &a->overlap)) return usage("--overlap takes a frame count");
-        } else if (!strcmp(o, "--shape")) {
-            a->shape = -1;
-            for (int k = 0; k < H3_SY_SHAPES; k++)
-                if (!strcmp(v, h3_synth_shape_name(k))) a->shape = k;
-            if (a->shape < 0) return usage("--shape takes circle, square or triangle");
         } else if (!strcmp(o, "--motion")) {
             a->motion = -1;
             for (int k = 0; k < H3_SY_MOTIONS; k++)
@@ -284,11 +278,10 @@ static int cmd_dataset(const char *dir, const args *a) {
             } while (h3_synth_heldout(k));
             h3_synth_scene s;
             h3_synth_scene_make(k, st_seed | 1, &s);
-            /* --shape, --motion: the clip shows the combination with that shape or motion (same seed, so the same
-             * free parameters where they apply); the caption stays its own */
+            /* --motion: the clip shows the combination with that motion (same seed, so the same free parameters
+             * where they apply); the caption stays its own */
             int cc, csh, cb, cm;
             h3_synth_combo(k, &cc, &csh, &cb, &cm);
-            if (a->shape >= 0) csh = a->shape;
             if (a->motion >= 0) cm = a->motion;
             h3_synth_scene shown;
             h3_synth_scene_make(cc + H3_SY_COLORS * (csh + H3_SY_SHAPES * (cb + H3_SY_BACKGROUNDS * cm)), st_seed | 1,
@@ -310,11 +303,10 @@ static int cmd_dataset(const char *dir, const args *a) {
             h3_synth_caption(&s, c, sizeof c);
             fprintf(cap,
                     "{\"shard\": %d, \"index\": %d, \"combo\": %d, \"color\": \"%s\", \"shape\": \"%s\", "
-                    "\"background\": \"%s\", \"motion\": \"%s\", \"shown\": {\"shape\": \"%s\", \"motion\": "
-                    "\"%s\"}, \"caption\": \"%s\"}\n",
+                    "\"background\": \"%s\", \"motion\": \"%s\", \"shown_motion\": \"%s\", \"caption\": \"%s\"}\n",
                     shard, i, k, h3_synth_color_name(s.color), h3_synth_shape_name(s.shape),
                     h3_synth_background_name(s.background), h3_synth_motion_name(s.motion),
-                    h3_synth_shape_name(shown.shape), h3_synth_motion_name(shown.motion), c);
+                    h3_synth_motion_name(shown.motion), c);
         }
         h3_st_writer *w = NULL;
         st = h3_st_writer_new(&w);
@@ -399,7 +391,7 @@ static int cmd_seams(const char *path, const args *a) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage("no command");
-    args a = {.heldout = -1, .frames = 56, .w = 128, .h = 128, .clips = 1024, .shard = 256, .shape = -1, .motion = -1, .seed = 1};
+    args a = {.heldout = -1, .frames = 56, .w = 128, .h = 128, .clips = 1024, .shard = 256, .motion = -1, .seed = 1};
     const char *cmd = argv[1];
     if (!strcmp(cmd, "prompts")) return argc == 2 ? cmd_prompts() : usage("prompts takes no arguments");
     if (!strcmp(cmd, "prompt")) {

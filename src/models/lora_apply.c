@@ -6,9 +6,9 @@
 #include "models/dit_internal.h"
 #include "models/lora.h"
 
-/* Rows per side-path piece, which bounds its scratch. On the host 256 rows keep a piece in cache; on the device a
+/* Rows per side-path piece, which bounds its scratch. On the host pieces stay at 256 rows; on the device a
  * piece is two GEMM launches whatever its size, so pieces are as long as an 8 MiB scratch allows (up to 16,384
- * rows): a block's row chunk in one or a few pieces. With 256-row pieces a W124 chunk took ~100 launches per weight
+ * rows): a block's row chunk in one or a few pieces. With 256-row pieces W124 (19,412 rows) took 76 pieces per weight
  * and the side path cost 9% of the step at an 8 GiB budget (bench/NOTES.md). */
 #define H3_LORA_CHUNK 256
 #define H3_LORA_DEVICE_SCRATCH ((int64_t)8 << 20)
@@ -177,7 +177,7 @@ static h3_status apply_slot(h3_dit *d, h3_exec *ex, int slot, h3_tensor *W, cons
             t->name, h3_dtype_name(wref->dtype), wref->q.mode != H3_SCALE_NONE ? " with scales" : "");
     const int merge = fl && writable && W && d->lora_mode != H3_LORA_SIDE;
     /* a streamed block weight held as the activations are: merged into its slot on each arrival */
-    const int on_arrival = arrival && !W && fl && wref->dtype == side_dt && d->lora_mode != H3_LORA_SIDE;
+    const int on_arrival = arrival && fl && wref->dtype == side_dt && d->lora_mode != H3_LORA_SIDE;
     float *A = NULL, *At = NULL, *B = NULL;
     int64_t R = 0;
     H3_TRY(concat(d, t, to_contiguous, &A, &At, &B, &R));

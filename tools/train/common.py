@@ -18,12 +18,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 
-def parser(doc, steps, batch, lr):
-    """The options every script takes: --data, --template, --out, --steps, --minutes, --batch, --lr, --seed,
-    --threads, --device."""
+def parser(doc, steps, batch, lr, template=True):
+    """The options every script takes: --data, --template (unless template is False), --out, --steps, --minutes,
+    --batch, --lr, --seed, --threads, --device."""
     ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     ap.add_argument("--data", required=True, nargs="+", help="h3-synth datasets (shards + captions.jsonl)")
-    ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
+    if template:
+        ap.add_argument("--template", required=True, help="an official-layout model folder (h3-tinymodel's)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, help=f"training steps (default {steps}; no limit when --minutes is given; 0 "
                     "with --init: export and check again)")

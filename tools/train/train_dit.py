@@ -75,6 +75,23 @@ def audio_rows(lat):
     return x.reshape(*x.shape[:-3], -1, x.shape[-1])
 
 
+def dit_inputs(lay, L, video, audio, text, tv, ta):
+    """`h3run dit`'s input tensors for one example: its rows, the first L text rows, the video and audio timesteps,
+    and the packed layout `h3-synth layout` wrote (lay)."""
+    tags = lay["token_tags"].long()
+    return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack([tv, ta]),
+            "timestep_indices": torch.where(tags == 2, 1, 0).to(torch.int32), "token_tags": lay["token_tags"],
+            "position_ids": lay["position_ids"], "video_indices": lay["video_indices"],
+            "audio_indices": lay["audio_indices"], "text_indices": lay["text_indices"]}
+
+
+def batched_forward(w, cfg, lay, L):
+    """The reference forward over a batch of examples sharing one layout: f(video, audio, text, tv, ta) with a
+    leading batch dimension on each, float32."""
+    return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, dit_inputs(lay, L, v, au, t, tv, ta),
+                                                         dtype=torch.float32))
+
+
 def load_examples(a, dev):
     """Every clip of the datasets in --data as the DiT sees it: video and audio rows from the frozen encoders, and
     its caption."""
@@ -196,16 +213,9 @@ def main():
           f"{V.shape[1]} video and {A.shape[1]} audio rows), {len(texts)} distinct captions, {len(buckets)} prompt "
           f"lengths; batch {a.batch} on {dev}", flush=True)
 
-    def inputs(lay, L, video, audio, text, tv, ta):
-        tags = lay["token_tags"].long()
-        return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack([tv, ta]),
-                "timestep_indices": torch.where(tags == 2, 1, 0).to(torch.int32), "token_tags": lay["token_tags"],
-                "position_ids": lay["position_ids"], "video_indices": lay["video_indices"],
-                "audio_indices": lay["audio_indices"], "text_indices": lay["text_indices"]}
 
     def model(lay, L):
-        return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, inputs(lay, L, v, au, t, tv, ta),
-                                                             dtype=torch.float32))
+        return batched_forward(w, cfg, lay, L)
 
     # the batched forward is the reference forward: one batch against the same examples one at a time (in full
     # float32: TF32's rounding of a trained DiT's products alone reaches the tolerance)
@@ -215,7 +225,7 @@ def main():
         tv, ta = torch.tensor([0.3, 0.8]), torch.tensor([0.6, 0.9])
         bv, ba = model(layouts[L], L)(V[idx], A[idx], T[ex_cap[idx]], tv, ta)
         for j, i in enumerate(idx):
-            ov, oa = forward(w, cfg, inputs(layouts[L], L, V[i], A[i], texts[caps[i]], tv[j], ta[j]),
+            ov, oa = forward(w, cfg, dit_inputs(layouts[L], L, V[i], A[i], texts[caps[i]], tv[j], ta[j]),
                              dtype=torch.float32)
             d = max((bv[j] - ov).abs().max().item(), (ba[j] - oa).abs().max().item())
             if d > 1e-3 * max(ov.abs().max().item(), 1.0):
@@ -290,7 +300,7 @@ def main():
         g = torch.Generator().manual_seed(7)
         L = int(example_len[held])
         lay = {k: v.cpu() for k, v in layouts[L].items()}
-        inp = inputs(lay, L, V[held].cpu().double() * 0.5 + 0.5 * torch.randn(V.shape[1:], generator=g,
+        inp = dit_inputs(lay, L, V[held].cpu().double() * 0.5 + 0.5 * torch.randn(V.shape[1:], generator=g,
                                                                                dtype=torch.float64),
                      A[held].cpu().double() * 0.5 + 0.5 * torch.randn(A.shape[1:], generator=g, dtype=torch.float64),
                      texts[caps[held]].cpu().double(), torch.tensor(0.5), torch.tensor(0.7))

@@ -1,9 +1,9 @@
 """LoRAs for the small model (models/h3-small), trained on the synthetic world, and the proof that h3run applies them
 as they were trained.
 
-    # a shape LoRA: every shape drawn as a square, the captions unchanged (h3-synth dataset --shape square)
-    /usr/bin/python3 tools/train/train_lora.py --model models/h3-small --data DATA... --out out/shape --rank 16 \\
-        --name h3-small_shape_square
+    # a LoRA that makes every shape bounce, the captions unchanged (DATA: h3-synth dataset --motion bounce)
+    /usr/bin/python3 tools/train/train_lora.py --model models/h3-small --data DATA... --out out/bounce --rank 16 \\
+        --name h3-small_bounce
     # a step-distilled ("turbo") LoRA for 4 steps: the base model's 48-step trajectories distilled into 4
     /usr/bin/python3 tools/train/train_lora.py --model models/h3-small --data DATA... --out out/turbo --rank 32 \\
         --turbo 4 --name h3-small_turbo_4step
@@ -41,7 +41,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import common  # noqa: E402
 import encoders  # noqa: E402
 from dit import forward, load_dit, read_safetensors, write_safetensors  # noqa: E402
-from train_dit import SHIFT_AUDIO, SHIFT_VIDEO, audio_rows, encode_captions, shift, video_rows  # noqa: E402
+from train_dit import (SHIFT_AUDIO, SHIFT_VIDEO, audio_rows, batched_forward, dit_inputs,  # noqa: E402
+                       encode_captions, shift, video_rows)
 from train_video_vae import frames  # noqa: E402
 
 TARGETS = ("attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2")
@@ -83,11 +84,7 @@ def lora_weights(w, factors):
 
 
 def main():
-    ap = common.parser(__doc__, steps=1000, batch=32, lr=1e-3)
-    ap.set_defaults(template=None)
-    for act in ap._actions:
-        if act.dest == "template":
-            act.required = False
+    ap = common.parser(__doc__, steps=1000, batch=32, lr=1e-3, template=False)
     ap.add_argument("--model", required=True, help="the model folder the LoRA is for (official layout)")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--name", required=True, help="the LoRA file's name, without .safetensors")
@@ -138,16 +135,9 @@ def main():
     print(f"LoRA rank {a.rank} on {len(factors)} weights: {sum(p.numel() for p in params):,} parameters; "
           f"{len(caps)} captions ({len(texts)} distinct), {F} frames at {W}x{H}", flush=True)
 
-    def inputs(lay, L, video, audio, text, tv, ta):
-        tags = lay["token_tags"].long()
-        return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack([tv, ta]),
-                "timestep_indices": torch.where(tags == 2, 1, 0).to(torch.int32), "token_tags": lay["token_tags"],
-                "position_ids": lay["position_ids"], "video_indices": lay["video_indices"],
-                "audio_indices": lay["audio_indices"], "text_indices": lay["text_indices"]}
 
     def model(weights, lay, L):
-        return common.vmap(lambda v, au, t, tv, ta: forward(weights, cfg, inputs(lay, L, v, au, t, tv, ta),
-                                                             dtype=torch.float32))
+        return batched_forward(weights, cfg, lay, L)
 
     # --turbo: the teacher's trajectories at the N-step grid (states 0..N, state N the teacher's x0)
     if a.turbo:
@@ -253,7 +243,7 @@ def main():
         c = caps[-1]
         L = texts[c].shape[0]
         lay = {k: v.cpu() for k, v in layouts[L].items()}
-        inp = inputs(lay, L, torch.randn(n_v, 96, generator=g, dtype=torch.float64),
+        inp = dit_inputs(lay, L, torch.randn(n_v, 96, generator=g, dtype=torch.float64),
                      torch.randn(2 * n_ta, 32, generator=g, dtype=torch.float64), texts[c].cpu().double(),
                      torch.tensor(0.5), torch.tensor(0.7))
         inp = {k: (v.float() if v.dtype == torch.float64 and k != "position_ids" else v) for k, v in inp.items()}
