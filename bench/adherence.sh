@@ -10,6 +10,10 @@
 # build/h3run, build/h3-synth); OUT keeps the clips and writes adherence.json. Prints one line per prompt, then
 # "accuracy: colour C/N motion M/N pitch P/N pan Q/N shape S/N". COUNT=ATTRIBUTE=VALUE (e.g. motion=bounce) also
 # counts the clips measured so ("measured motion bounce: K/N": what a LoRA that changes it is scored by).
+# KEYFRAMES=first|last|both gives each prompt keyframes (fl2va): the first and/or last frame of its scene drawn with
+# seed 1000+k (`h3-synth frame`: the free size and places of that seed, which the caption does not say), and also
+# scores where the clip starts / ends (the shape's centroid within 0.05 of the keyframe's place) and in which colour
+# ("keyframes first: start S/N, first-frame colour C/N").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench/adherence.sh MODEL [N] [generate options...]}
@@ -19,7 +23,9 @@ H3RUN=${H3RUN:-build/h3run}
 H3SYNTH=${H3SYNTH:-build/h3-synth}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-c=0 m=0 p=0 q=0 sh=0 seen=0
+c=0 m=0 p=0 q=0 sh=0 seen=0 ks_=0 ke=0 kcs=0 kce=0
+kf=${KEYFRAMES:-}
+case $kf in "" | first | last | both) ;; *) echo "adherence: KEYFRAMES takes first, last or both" >&2; exit 2 ;; esac
 count=${COUNT:-}
 json="["
 read -r -a ks <<<"${PROMPTS:-$(seq -s ' ' 0 $((n - 1)))}"
@@ -28,17 +34,31 @@ first=1
 for k in "${ks[@]}"; do
     prompt=$("$H3SYNTH" prompt "$k")
     clip="$out/heldout-$k.mp4"
+    kfo=() seed=()
+    if [ -n "$kf" ]; then
+        seed=(--seed $((1000 + k)))
+        for at in first last; do
+            [ "$kf" = "$at" ] || [ "$kf" = both ] || continue
+            "$H3SYNTH" frame "$out/key-$k-$at.ppm" --heldout "$k" "${seed[@]}" --at "$([ $at = first ] && echo 0 || echo last)" \
+                --frames 56 --size 128x128 >/dev/null
+            kfo+=("--$at-frame" "$out/key-$k-$at.ppm")
+        done
+    fi
     "$H3RUN" generate --model "$model" --prompt "$prompt" --frames 56 --size 128x128 --seed $((k + 1)) \
-        --progress none -q -o "$clip" "$@" >/dev/null 2>"$out/generate-$k.log" \
+        --progress none -q -o "$clip" "${kfo[@]}" "$@" >/dev/null 2>"$out/generate-$k.log" \
         || { echo "adherence: generate failed for prompt $k: $(tail -1 "$out/generate-$k.log")" >&2; exit 1; }
-    r=$("$H3SYNTH" check "$clip" --heldout "$k" --json)
-    echo "$k: $("$H3SYNTH" check "$clip" --heldout "$k")"
+    r=$("$H3SYNTH" check "$clip" --heldout "$k" "${seed[@]}" --json)
+    echo "$k: $("$H3SYNTH" check "$clip" --heldout "$k" "${seed[@]}")"
     right=$(sed 's/.*"right": {\(.*\)}}/\1/' <<<"$r")
     c=$((c + $(sed 's/.*"color": \([01]\).*/\1/' <<<"$right")))
     m=$((m + $(sed 's/.*"motion": \([01]\).*/\1/' <<<"$right")))
     p=$((p + $(sed 's/.*"pitch": \([01]\).*/\1/' <<<"$right")))
     q=$((q + $(sed 's/.*"pan": \([01]\).*/\1/' <<<"$right")))
     sh=$((sh + $(sed 's/.*"shape": \([01]\).*/\1/' <<<"$right")))
+    ks_=$((ks_ + $(sed 's/.*"start": \([01]\).*/\1/' <<<"$right")))
+    ke=$((ke + $(sed 's/.*"end": \([01]\).*/\1/' <<<"$right")))
+    kcs=$((kcs + $(sed 's/.*"first_color": \([01]\).*/\1/' <<<"$right")))
+    kce=$((kce + $(sed 's/.*"last_color": \([01]\).*/\1/' <<<"$right")))
     if [ -n "$count" ] && grep -q "\"measured\": {[^}]*\"${count%%=*}\": \"${count#*=}\"" <<<"$r"; then
         seen=$((seen + 1))
     fi
@@ -48,4 +68,9 @@ for k in "${ks[@]}"; do
 done
 echo "accuracy: colour $c/$n motion $m/$n pitch $p/$n pan $q/$n shape $sh/$n"
 if [ -n "$count" ]; then echo "measured ${count%%=*} ${count#*=}: $seen/$n"; fi
+case $kf in
+    first) echo "keyframes first: start $ks_/$n, first-frame colour $kcs/$n" ;;
+    last) echo "keyframes last: end $ke/$n, last-frame colour $kce/$n" ;;
+    both) echo "keyframes both: start $ks_/$n, end $ke/$n, first-frame colour $kcs/$n, last-frame colour $kce/$n" ;;
+esac
 echo "$json]" >"$out/adherence.json"

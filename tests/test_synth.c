@@ -39,6 +39,8 @@ static void test_split(void) {
 /* the measured fill's range per shape over the scenes checked (printed: the margins to the thresholds) */
 static float g_fill_lo[H3_SY_SHAPES] = {2, 2, 2}, g_fill_hi[H3_SY_SHAPES] = {0, 0, 0};
 
+static float g_place_max; /* the largest start / end distance of the ground truth (printed) */
+
 static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const char *what) {
     const int64_t n = h3_synth_samples(t);
     float *rgb = malloc((size_t)(t * 3 * w * h) * sizeof(float));
@@ -48,6 +50,12 @@ static void check_scene(const h3_synth_scene *s, int w, int h, int64_t t, const 
     CHECK_OK(h3_synth_measure(rgb, w, h, t, l, r, n, H3_SY_SAMPLE_RATE, &m));
     h3_synth_score sc;
     h3_synth_score_of(s, &m, &sc);
+    CHECK(sc.start && sc.end && sc.first_color && sc.last_color,
+          "%s: %s %s moving %s: starts %.3f from its place, ends %.3f; first-frame colour %s, last %s", what,
+          h3_synth_color_name(s->color), h3_synth_shape_name(s->shape), h3_synth_motion_name(s->motion),
+          sc.start_dist, sc.end_dist, h3_synth_color_name(m.first_color), h3_synth_color_name(m.last_color));
+    g_place_max = sc.start_dist > g_place_max ? sc.start_dist : g_place_max;
+    g_place_max = sc.end_dist > g_place_max ? sc.end_dist : g_place_max;
     CHECK(sc.color && sc.motion && sc.pitch && sc.pan && sc.shape,
           "%s: %s %s %s %s: measured colour %s, motion %s (dx %.2f dy %.2f swing %.2f), pitch %s, pan %s "
           "(%.2f -> %.2f), expected pan %s, shape %s (fill %.3f)",
@@ -76,9 +84,50 @@ static void test_ground_truth(void) {
     h3_synth_scene_make(h3_synth_heldout_combo(7), 5, &s);
     check_scene(&s, 128, 96, 22, "128x96, 22 frames");
     check_scene(&s, 96, 128, 73, "96x128, 73 frames");
+    printf("  start and end places: within %.4f of the scene's (the tolerance is %.2f)\n", g_place_max,
+           H3_SY_PLACE_TOL);
     for (int sh = 0; sh < H3_SY_SHAPES; sh++)
         printf("  %s: fill %.3f .. %.3f (square from 0.89; a triangle by its lower half)\n", h3_synth_shape_name(sh),
                g_fill_lo[sh], g_fill_hi[sh]);
+}
+
+/* The start / end score tells scenes apart by where they are: a clip scored against the same combination drawn
+ * with another seed is right where the two scenes' places agree (within half the tolerance) and wrong where they
+ * are twice the tolerance apart. */
+static void test_places(void) {
+    const int64_t n = h3_synth_samples(T);
+    float *rgb = malloc((size_t)(T * 3 * W * H) * sizeof(float));
+    float *l = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
+    int apart = 0, close = 0;
+    for (int k = 0; k < H3_SY_COMBOS; k += 5) {
+        h3_synth_scene a, b;
+        h3_synth_scene_make(k, 77 + (uint64_t)k, &a);
+        h3_synth_scene_make(k, 5077 + (uint64_t)k, &b);
+        h3_synth_render(&a, W, H, T, rgb, l, r);
+        h3_synth_measurement m;
+        CHECK_OK(h3_synth_measure(rgb, W, H, T, l, r, n, H3_SY_SAMPLE_RATE, &m));
+        h3_synth_score sc;
+        h3_synth_score_of(&b, &m, &sc);
+        float xa, ya, xb, yb;
+        h3_synth_position(&a, 0, T, &xa, &ya, NULL);
+        h3_synth_position(&b, 0, T, &xb, &yb, NULL);
+        const float d = hypotf(xa - xb, ya - yb);
+        if (d > 2 * H3_SY_PLACE_TOL) {
+            apart++;
+            CHECK(!sc.start, "combination %d: scenes %.3f apart, scored as starting in place (%.3f)", k, d,
+                  sc.start_dist);
+        } else if (d < 0.5f * H3_SY_PLACE_TOL) {
+            close++;
+            CHECK(sc.start, "combination %d: scenes %.3f apart, scored as starting elsewhere (%.3f)", k, d,
+                  sc.start_dist);
+        }
+        CHECK(sc.first_color && sc.last_color, "combination %d: the first / last frame's colour", k);
+    }
+    CHECK(apart >= 10 && close >= 5, "too few scene pairs to tell: %d apart, %d close", apart, close);
+    printf("  places: %d scene pairs apart scored wrong, %d close scored right\n", apart, close);
+    free(rgb);
+    free(l);
+    free(r);
 }
 
 static void test_captions(void) {
@@ -133,6 +182,10 @@ static void test_mp4(void) {
                                   c.sample_rate, &me));
         h3_synth_score sc;
         h3_synth_score_of(&s, &me, &sc);
+        CHECK(sc.start && sc.end && sc.first_color && sc.last_color,
+              "mp4 %s: starts %.3f from its place, ends %.3f; first-frame colour %s, last %s",
+              h3_synth_motion_name(s.motion), sc.start_dist, sc.end_dist, h3_synth_color_name(me.first_color),
+              h3_synth_color_name(me.last_color));
         CHECK(sc.color && sc.motion && sc.pitch && sc.pan && sc.shape,
               "mp4 %s: colour %s motion %s pitch %s pan %s shape %s (fill %.3f)", h3_synth_motion_name(s.motion),
               h3_synth_color_name(me.color), h3_synth_motion_name(me.motion), h3_synth_color_name(me.pitch),
@@ -238,7 +291,7 @@ static void test_noise(void) {
 }
 
 int main(int argc, char **argv) {
-    static const t_case cases[] = {{"split", test_split},       {"ground_truth", test_ground_truth},
+    static const t_case cases[] = {{"split", test_split},       {"ground_truth", test_ground_truth}, {"places", test_places},
                                    {"captions", test_captions}, {"mp4", test_mp4},
                                    {"noise", test_noise},       {NULL, NULL}};
     return t_main("test_synth", cases, argc, argv);

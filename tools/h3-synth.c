@@ -4,8 +4,11 @@
  *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination,
  * caption) h3-synth prompt K                         held-out prompt K alone (for a shell loop) h3-synth clip
  * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
- * listen to h3-synth check CLIP.mp4 --heldout K [--json] measures the clip (colour, motion, pitch, pan) and
- * scores it against held-out prompt K; exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
+ * listen to h3-synth frame OUT.ppm [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]
+ * one frame of a scene as a binary PPM (a keyframe for generate's --first-frame / --last-frame) h3-synth
+ * check CLIP.mp4 --heldout K [--seed S] [--json] measures the clip (colour, motion, pitch, pan, shape, and where
+ * and in which colour it starts and ends) and scores it against held-out prompt K (with --seed: the scene of that
+ * seed, whose start and end places its keyframes show); exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
  * [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M] [--motion NAME] N training clips
  * (held-out combinations never appear) as DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32 [m, 2,
  * samples], combo I32 [m]) and DIR/captions.jsonl; --motion renders every clip with that motion (its sound too), the
@@ -33,7 +36,8 @@ static int usage(const char *why) {
         stderr,
         "h3-synth: %s\n"
         "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
-        "       | check CLIP.mp4 --heldout K [--from F] [--to F] [--json]\n"
+        "       | frame OUT.ppm [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]\n"
+        "       | check CLIP.mp4 --heldout K [--seed S] [--from F] [--to F] [--json]\n"
         "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
         "         [--seed S] [--shard M] [--motion left|right|up|down|bounce|stay]\n",
         why);
@@ -50,6 +54,8 @@ typedef struct {
     int from, to;            /* check: the frames [from, to) only (to 0: to the end) */
     int window, overlap;     /* seams: the windows the clip was sampled in */
     int motion;              /* dataset: every clip shows this motion (-1: its combination's), captions unchanged */
+    int at;                  /* frame: the frame (-1: the last) */
+    int seed_given;          /* check: --seed was given (the scene of that seed, else the fixed one) */
     uint64_t seed;
 } args;
 
@@ -101,10 +107,16 @@ static int parse_opts(int argc, char **argv, int i, args *a) {
             if (a->motion < 0) return usage("--motion takes left, right, up, down, bounce or stay");
         } else if (!strcmp(o, "--shard")) {
             if (!parse_int(v, 1, 100000, &a->shard)) return usage("--shard takes a positive count");
+        } else if (!strcmp(o, "--at")) {
+            if (!strcmp(v, "last"))
+                a->at = -1;
+            else if (!parse_int(v, 0, 10000000, &a->at))
+                return usage("--at takes a frame number or last");
         } else if (!strcmp(o, "--seed")) {
             char *e;
             a->seed = strtoull(v, &e, 10);
-            if (*e || e == v) return usage("--seed takes a non-negative integer");
+            if (*e || e == v || v[0] == '-') return usage("--seed takes a non-negative integer");
+            a->seed_given = 1;
         } else {
             return usage("unknown option");
         }
@@ -164,6 +176,41 @@ static int cmd_clip(const char *out, const args *a) {
     return 0;
 }
 
+static int cmd_frame(const char *out, const args *a) {
+    const int k = a->heldout >= 0 ? h3_synth_heldout_combo(a->heldout) : a->combo;
+    const int64_t f = a->at < 0 ? a->frames - 1 : a->at;
+    if (f >= a->frames) return usage("--at is past the clip's last frame");
+    h3_synth_scene s;
+    h3_synth_scene_make(k, a->seed, &s);
+    float *pix = h3_malloc((size_t)a->frames * 3 * (size_t)a->w * a->h * sizeof(float), H3_MEM_IO);
+    unsigned char *u8 = h3_malloc((size_t)3 * a->w * a->h, H3_MEM_IO);
+    int ok = pix && u8;
+    if (ok) {
+        h3_synth_render(&s, a->w, a->h, a->frames, pix, NULL, NULL);
+        const int64_t P = (int64_t)a->w * a->h;
+        for (int64_t i = 0; i < P; i++)
+            for (int c = 0; c < 3; c++) {
+                const float v = pix[(f * 3 + c) * P + i];
+                u8[i * 3 + c] = (unsigned char)lrintf(255.0f * (v < 0 ? 0 : v > 1 ? 1 : v));
+            }
+        FILE *fp = fopen(out, "wb");
+        ok = fp && fprintf(fp, "P6\n%d %d\n255\n", a->w, a->h) > 0 &&
+             fwrite(u8, 1, (size_t)3 * P, fp) == (size_t)3 * P;
+        if (fp && fclose(fp) != 0) ok = 0;
+        if (!ok) {
+            remove(out);
+            H3_ERR(H3_ERR_IO, "cannot write %s", out);
+        }
+    } else {
+        H3_ERR(H3_ERR_NOMEM, "out of memory for a %dx%d clip of %d frames", a->w, a->h, a->frames);
+    }
+    h3_free(pix), h3_free(u8);
+    if (!ok) return fail();
+    printf("wrote %s: frame %lld of %d of combination %d (seed %llu)\n", out, (long long)f, a->frames, k,
+           (unsigned long long)a->seed);
+    return 0;
+}
+
 static int cmd_check(const char *path, const args *a) {
     if (a->heldout < 0) return usage("check needs --heldout K");
     h3_clip c;
@@ -172,7 +219,7 @@ static int cmd_check(const char *path, const args *a) {
         return 3;
     }
     h3_synth_scene s;
-    h3_synth_scene_make(h3_synth_heldout_combo(a->heldout), 0, &s);
+    h3_synth_scene_make(h3_synth_heldout_combo(a->heldout), a->seed_given ? a->seed : 0, &s);
     /* a part of the clip: frames [from, to) and their sound */
     const int64_t f0 = a->from, f1 = a->to ? a->to : c.frames;
     if (f0 >= f1 || f1 > c.frames) {
@@ -195,19 +242,24 @@ static int cmd_check(const char *path, const args *a) {
     if (a->json)
         printf("{\"heldout\": %d, \"expected\": {\"color\": \"%s\", \"motion\": \"%s\", \"pan\": \"%s\", "
                "\"shape\": \"%s\"}, \"measured\": {\"color\": \"%s\", \"motion\": \"%s\", \"pitch\": \"%s\", "
-               "\"pan\": \"%s\", \"shape\": \"%s\", \"fill\": %.3f}, \"right\": {\"color\": %d, \"motion\": %d, "
-               "\"pitch\": %d, \"pan\": %d, \"shape\": %d}}\n",
+               "\"pan\": \"%s\", \"shape\": \"%s\", \"fill\": %.3f, \"first_color\": \"%s\", \"last_color\": "
+               "\"%s\", \"start_dist\": %.4f, \"end_dist\": %.4f}, \"right\": {\"color\": %d, \"motion\": %d, "
+               "\"pitch\": %d, \"pan\": %d, \"shape\": %d, \"start\": %d, \"end\": %d, \"first_color\": %d, "
+               "\"last_color\": %d}}\n",
                a->heldout, h3_synth_color_name(s.color), h3_synth_motion_name(s.motion),
                h3_synth_pan_name(h3_synth_expected_pan(&s)), h3_synth_shape_name(s.shape),
                h3_synth_color_name(m.color), h3_synth_motion_name(m.motion), h3_synth_color_name(m.pitch),
-               h3_synth_pan_name(m.pan), h3_synth_shape_name(m.shape), m.fill, sc.color, sc.motion, sc.pitch,
-               sc.pan, sc.shape);
+               h3_synth_pan_name(m.pan), h3_synth_shape_name(m.shape), m.fill, h3_synth_color_name(m.first_color),
+               h3_synth_color_name(m.last_color), sc.start_dist, sc.end_dist, sc.color, sc.motion, sc.pitch, sc.pan,
+               sc.shape, sc.start, sc.end, sc.first_color, sc.last_color);
     else
-        printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s), shape %s (%s)\n",
+        printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s), shape %s (%s); starts "
+               "%.3f from its place (%s), ends %.3f (%s)\n",
                a->heldout, h3_synth_color_name(m.color), sc.color ? "right" : "wrong",
                h3_synth_motion_name(m.motion), sc.motion ? "right" : "wrong", h3_synth_color_name(m.pitch),
                sc.pitch ? "right" : "wrong", h3_synth_pan_name(m.pan), sc.pan ? "right" : "wrong",
-               h3_synth_shape_name(m.shape), sc.shape ? "right" : "wrong");
+               h3_synth_shape_name(m.shape), sc.shape ? "right" : "wrong", sc.start_dist, sc.start ? "right" : "wrong",
+               sc.end_dist, sc.end ? "right" : "wrong");
     return 0;
 }
 
@@ -409,6 +461,7 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     if (!strcmp(cmd, "clip")) return cmd_clip(argv[2], &a);
     if (!strcmp(cmd, "check")) return cmd_check(argv[2], &a);
+    if (!strcmp(cmd, "frame")) return cmd_frame(argv[2], &a);
     if (!strcmp(cmd, "seams")) return cmd_seams(argv[2], &a);
     if (!strcmp(cmd, "dataset")) return cmd_dataset(argv[2], &a);
     if (!strcmp(cmd, "layout")) return cmd_layout(argv[2], &a);

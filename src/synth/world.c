@@ -277,10 +277,24 @@ static double goertzel(const float *x, int64_t n, double f, double sr) {
     return n > 0 ? p / ((double)n * (double)n) : 0;
 }
 
+static int nearest_color(const double mc[3]) {
+    double best = 1e30;
+    int color = -1;
+    for (int c = 0; c < H3_SY_COLORS; c++) {
+        double d = 0;
+        for (int j = 0; j < 3; j++) d += (mc[j] - g_rgb[c][j]) * (mc[j] - g_rgb[c][j]);
+        if (d < best) best = d, color = c;
+    }
+    return color;
+}
+
 h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const float *left, const float *right,
                            int64_t n, int sample_rate, h3_synth_measurement *m) {
     memset(m, 0, sizeof *m);
     m->color = m->motion = m->pitch = m->pan = m->shape = -1;
+    m->first_color = m->last_color = -1;
+    m->first_frame = m->last_frame = -1;
+    m->frames = T;
     if (W < 4 || H < 4 || T < 1 || !rgb) return H3_ERR(H3_ERR_INVALID, "synth check: no frames to measure");
     const int64_t P = (int64_t)W * H;
     /* the background: the mean of every frame's border */
@@ -304,11 +318,11 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
     }
     float *cy = cx + T, *fills = cx + 2 * T, *lows = cx + 3 * T;
     int32_t *cols = rows + H;
-    double sum[3] = {0, 0, 0}, fg_all = 0;
+    double sum[3] = {0, 0, 0}, fg_all = 0, first_sum[3] = {0, 0, 0}, last_sum[3] = {0, 0, 0};
     int64_t seen = 0, npix = 0;
     for (int64_t f = 0; f < T; f++) {
         const float *fr = rgb + f * 3 * P;
-        double sx = 0, sy = 0;
+        double sx = 0, sy = 0, fs[3] = {0, 0, 0};
         int64_t k = 0;
         memset(rows, 0, (size_t)(W + H) * sizeof(int32_t));
         for (int y = 0; y < H; y++)
@@ -318,15 +332,22 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
                 if (d0 * d0 + d1 * d1 + d2 * d2 < 0.25 * 0.25) continue;
                 sx += x + 0.5;
                 sy += y + 0.5;
-                sum[0] += fr[i], sum[1] += fr[P + i], sum[2] += fr[2 * P + i];
+                fs[0] += fr[i], fs[1] += fr[P + i], fs[2] += fr[2 * P + i];
                 rows[y]++, cols[x]++;
                 k++;
             }
         fg_all += (double)k / (double)P;
         npix += k;
+        for (int c = 0; c < 3; c++) sum[c] += fs[c];
         if (k >= (P + 499) / 500) {
             cx[seen] = (float)(sx / (double)k / W);
             cy[seen] = (float)(sy / (double)k / H);
+            if (m->first_frame < 0) {
+                m->first_frame = f, m->first_x = cx[seen], m->first_y = cy[seen];
+                for (int c = 0; c < 3; c++) first_sum[c] = fs[c] / (double)k;
+            }
+            m->last_frame = f, m->last_x = cx[seen], m->last_y = cy[seen];
+            for (int c = 0; c < 3; c++) last_sum[c] = fs[c] / (double)k;
             /* the shape from its bounding box (rows and columns with at least two of its pixels: a stray pixel
              * does not stretch the box): a triangle (apex up) has 3/4 of its pixels in the box's lower half,
              * a square and a circle 1/2; a square fills its box, a circle pi/4 of it */
@@ -364,13 +385,9 @@ h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const floa
     const double tot = sum[0] + sum[1] + sum[2];
     if (npix > 0 && tot > 0) { /* the shape's mean colour: the nearest palette colour */
         const double mc[3] = {sum[0] / (double)npix, sum[1] / (double)npix, sum[2] / (double)npix};
-        double best = 1e30;
-        for (int c = 0; c < H3_SY_COLORS; c++) {
-            double d = 0;
-            for (int j = 0; j < 3; j++) d += (mc[j] - g_rgb[c][j]) * (mc[j] - g_rgb[c][j]);
-            if (d < best) best = d, m->color = c;
-        }
+        m->color = nearest_color(mc);
     }
+    if (m->first_frame >= 0) m->first_color = nearest_color(first_sum), m->last_color = nearest_color(last_sum);
     if (seen >= 4) {
         const int64_t q = seen / 4 > 0 ? seen / 4 : 1;
         double xs = 0, ys = 0, xe = 0, ye = 0;
@@ -442,4 +459,17 @@ void h3_synth_score_of(const h3_synth_scene *s, const h3_synth_measurement *m, h
     out->pitch = m->pitch == s->color;
     out->pan = m->pan == h3_synth_expected_pan(s);
     out->shape = m->shape == s->shape;
+    out->start_dist = out->end_dist = -1;
+    out->start = out->end = 0;
+    if (m->first_frame >= 0) {
+        float x, y;
+        h3_synth_position(s, m->first_frame, m->frames, &x, &y, NULL);
+        out->start_dist = hypotf(m->first_x - x, m->first_y - y);
+        h3_synth_position(s, m->last_frame, m->frames, &x, &y, NULL);
+        out->end_dist = hypotf(m->last_x - x, m->last_y - y);
+        out->start = out->start_dist <= H3_SY_PLACE_TOL;
+        out->end = out->end_dist <= H3_SY_PLACE_TOL;
+    }
+    out->first_color = m->first_color == s->color;
+    out->last_color = m->last_color == s->color;
 }

@@ -89,13 +89,29 @@ typedef struct h3_synth_measurement {
     float y_swing;                 /* BOUNCE: the largest up-and-back excursion of the centroid's height */
     float pan_start, pan_end;      /* 0 left .. 1 right, first and last quarter */
     float fg_fraction;             /* mean fraction of pixels taken as the shape */
+    /* The first and the last frame the shape is seen in (-1: none), its centroid there (canvas fractions) and
+     * its colour there (nearest palette colour): where and how a clip starts and ends, what keyframes fix. */
+    int64_t frames, first_frame, last_frame;
+    float first_x, first_y, last_x, last_y;
+    int first_color, last_color;
 } h3_synth_measurement;
 h3_status h3_synth_measure(const float *rgb, int W, int H, int64_t T, const float *left, const float *right,
                            int64_t n, int sample_rate, h3_synth_measurement *m);
 
-/* 1 where the measurement agrees with the scene: colour, motion, pitch (the colour's), pan, shape. */
+/* How far a keyframe's place may be from the shape's measured centroid, in canvas fractions (6.4 pixels at
+ * 128x128; the renderer's own clips measure within 0.022 of their scenes' places, a triangle's centroid sitting
+ * below its centre: tests/test_synth.c ground_truth). */
+#define H3_SY_PLACE_TOL 0.05f
+
+/* 1 where the measurement agrees with the scene: colour, motion, pitch (the colour's), pan, shape; and where the
+ * clip starts and ends (the keyframes' check): start / end when the shape's centroid in the first / last frame it
+ * is seen in is within H3_SY_PLACE_TOL of the scene's position at that frame (of a whole clip: frame f of
+ * m->frames), first_color / last_color when its colour there is the scene's. start_dist / end_dist: those
+ * distances (-1: no shape seen). */
 typedef struct h3_synth_score {
     int color, motion, pitch, pan, shape;
+    int start, end, first_color, last_color;
+    float start_dist, end_dist;
 } h3_synth_score;
 void h3_synth_score_of(const h3_synth_scene *s, const h3_synth_measurement *m, h3_synth_score *out);
 

@@ -40,6 +40,7 @@ import qwen3  # noqa: E402
 
 SHIFT_VIDEO, SHIFT_AUDIO = 12.0, 3.0  # src/sample/schedule.h
 TEXT_LAYER = 50  # H3 conditions on hidden_states[50]
+KEYFRAME_T = 0.999  # keyframe rows' timestep floor (H3_KEYFRAME_T)
 
 
 def load_text_encoder(folder, dev):
@@ -75,21 +76,46 @@ def audio_rows(lat):
     return x.reshape(*x.shape[:-3], -1, x.shape[-1])
 
 
-def dit_inputs(lay, L, video, audio, text, tv, ta):
+def dit_inputs(lay, L, video, audio, text, tv, ta, n_cond=0):
     """`h3run dit`'s input tensors for one example: its rows, the first L text rows, the video and audio timesteps,
-    and the packed layout `h3-synth layout` wrote (lay)."""
+    and the packed layout (lay: `h3-synth layout`'s, or a keyframe group's from keyframe_inputs.py). With n_cond
+    keyframe rows (the first n_cond video rows) those rows take a third timestep, max(tv, 0.999), as generate holds
+    them (src/pipeline/layout.h)."""
     tags = lay["token_tags"].long()
-    return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack([tv, ta]),
-            "timestep_indices": torch.where(tags == 2, 1, 0).to(torch.int32), "token_tags": lay["token_tags"],
+    tidx = torch.where(tags == 2, 1, 0)
+    ts = [tv, ta]
+    if n_cond:
+        tidx = tidx.index_fill(0, lay["video_indices"][:n_cond].long(), 2)
+        ts.append(torch.clamp(tv, min=KEYFRAME_T))
+    return {"video": video, "audio": audio, "text": text[:L], "timesteps": torch.stack(ts),
+            "timestep_indices": tidx.to(torch.int32), "token_tags": lay["token_tags"],
             "position_ids": lay["position_ids"], "video_indices": lay["video_indices"],
             "audio_indices": lay["audio_indices"], "text_indices": lay["text_indices"]}
 
 
-def batched_forward(w, cfg, lay, L):
+def batched_forward(w, cfg, lay, L, n_cond=0):
     """The reference forward over a batch of examples sharing one layout: f(video, audio, text, tv, ta) with a
-    leading batch dimension on each, float32."""
-    return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, dit_inputs(lay, L, v, au, t, tv, ta),
+    leading batch dimension on each, float32 (video: the n_cond keyframe rows, then the target's)."""
+    return common.vmap(lambda v, au, t, tv, ta: forward(w, cfg, dit_inputs(lay, L, v, au, t, tv, ta, n_cond),
                                                          dtype=torch.float32))
+
+
+def load_keyframes(path, caps, dev):
+    """keyframe_inputs.py's pack: one group per keyframe kind and text length, each {text [n, L, 64], cond
+    [n, rows, 96], clip [n] (indices into this run's clips), the layout}; its captions must be those clips'."""
+    t, meta = read_safetensors(path, with_metadata=True)
+    pack_caps = json.loads(meta["captions"])
+    groups = []
+    for i, gc in enumerate(pack_caps):
+        g = {k[len(f"g{i}."):]: v for k, v in t.items() if k.startswith(f"g{i}.")}
+        clip = g["clip"].long()
+        if int(clip.max()) >= len(caps) or [caps[c] for c in clip.tolist()] != gc:
+            raise SystemExit(f"{path}: its clips are not this run's (render the same datasets in the same order)")
+        groups.append({"text": g["text"].float().to(dev), "cond": g["cond"].float().to(dev), "clip": clip.to(dev),
+                       "L": g["text"].shape[1], "n_cond": g["cond"].shape[1],
+                       "lay": {k: g[k].to(dev) for k in ("token_tags", "position_ids", "video_indices",
+                                                          "audio_indices", "text_indices")}})
+    return groups
 
 
 def load_examples(a, dev):
@@ -106,8 +132,13 @@ def load_examples(a, dev):
             vid, snd = t["video"], t["audio"].float()
             if venc is None:
                 F, H, W = vid.shape[1], vid.shape[2], vid.shape[3]
-                venc = encoders.load_video_encoder(os.path.join(a.vae, "video_encoder.safetensors")).to(dev)
-                aenc = encoders.load_audio_encoder(os.path.join(a.audio_vae, "audio_encoder.safetensors")).to(dev)
+                if os.path.isdir(os.path.join(a.vae, "video_vae")):  # a model folder: its VAEs' encoders
+                    venc, aenc = (e.to(dev) for e in encoders.load_model_encoders(a.vae))
+                elif a.audio_vae:
+                    venc = encoders.load_video_encoder(os.path.join(a.vae, "video_encoder.safetensors")).to(dev)
+                    aenc = encoders.load_audio_encoder(os.path.join(a.audio_vae, "audio_encoder.safetensors")).to(dev)
+                else:
+                    raise SystemExit("--vae is not a model folder: give --audio-vae too")
             elif vid.shape[1:4] != (F, H, W):
                 raise SystemExit(f"{p}: clips of another length or size than the first shard's")
             with torch.no_grad():
@@ -150,8 +181,9 @@ def encode_captions(a, caps, cache):
 
 def main():
     ap = common.parser(__doc__, steps=300, batch=4, lr=3e-4)
-    ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors)")
-    ap.add_argument("--audio-vae", required=True, help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
+    ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors), or "
+                    "a model folder (its video_vae/ and audio_vae/ encoders; --audio-vae is then not needed)")
+    ap.add_argument("--audio-vae", help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
     ap.add_argument("--pan-weight", type=float, default=0.0, help="extra loss on the difference of the two audio "
                     "channels' velocities (the stereo pan, a small part of the audio latents)")
     ap.add_argument("--train-text", action="store_true", help="train the text encoder's embedding and first 50 "
@@ -159,6 +191,10 @@ def main():
     ap.add_argument("--text-lr", type=float, default=0.3, help="the text encoder's learning rate, as a fraction of "
                     "--lr")
     ap.add_argument("--ema", type=float, default=0.999, help="decay of the exported moving average of the weights")
+    ap.add_argument("--keyframes", help="keyframe_inputs.py's pack for these --data folders: fl2va examples (the "
+                    "clip's first frame, last frame or both given as keyframes) mixed with the text-only ones")
+    ap.add_argument("--keyframe-share", type=float, default=0.5, help="with --keyframes: the share of batches of "
+                    "keyframe examples")
     a = ap.parse_args()
     out = common.setup(a)
     dev = a.device
@@ -167,6 +203,9 @@ def main():
     h3synth = common.program("h3-synth")
 
     V, A, caps, (F, H, W) = load_examples(a, dev)
+    kf = load_keyframes(a.keyframes, caps, dev) if a.keyframes else []
+    if a.train_text and kf:
+        raise SystemExit("--keyframes trains the DiT with the text encoder frozen (its states come from the pack)")
     enc = encode_captions(a, caps, cache)
     texts = {c: h.to(dev) for c, (h, _) in enc.items()}
     # the examples by prompt length: one batch shares one layout (h3-synth layout, src/pipeline/layout.c)
@@ -181,6 +220,18 @@ def main():
     n_ta = layouts[next(iter(layouts))]["audio_indices"].shape[0] // 2
     A = A.reshape(A.shape[0], 2, -1, A.shape[-1])[:, :, :n_ta].reshape(A.shape[0], 2 * n_ta, A.shape[-1])
     held = len(caps) - 1  # the last example is kept for the check of the export
+    if kf:  # so is the last keyframe example (the last of the last group), and its clip
+        kf[-1]["n_train"] = kf[-1]["clip"].shape[0] - 1
+        for g in kf[:-1]:
+            g["n_train"] = g["clip"].shape[0]
+        kf = [g for g in kf if g["n_train"] > 0] + ([kf[-1]] if kf[-1]["n_train"] == 0 else [])
+        kf_held = (kf[-1], kf[-1]["clip"].shape[0] - 1)
+        held_clips = {held, int(kf[-1]["clip"][-1])}
+        kf_weights = torch.tensor([float(g["n_train"]) for g in kf])
+        print(f"keyframes: {int(kf_weights.sum())} training examples in {len(kf)} groups (kind, text length); "
+              f"{a.keyframe_share:.0%} of the batches", flush=True)
+    else:
+        held_clips = {held}
     example_len = torch.tensor([texts[c].shape[0] for c in caps])
     cap_index = {c: k for k, c in enumerate(texts)}
     T = torch.nn.utils.rnn.pad_sequence([texts[c] for c in texts], batch_first=True)  # [captions, Lmax, 64]
@@ -232,25 +283,35 @@ def main():
                 raise SystemExit(f"the batched forward differs from the reference forward by {d:.2e}")
 
     clock = common.Clock(a)
-    warm = 200
+    warm, kf_loss = 200, None
     while clock.step():
         step = clock.n
         frac = clock.elapsed() / (a.minutes * 60) if a.minutes else step / a.steps
         lr = a.lr * min(1.0, step / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr * g["scale"]
-        L = int(example_len[torch.randint(0, held, ()).item()])
-        pool = torch.tensor(buckets[L], device=dev)
-        pool = pool[pool != held]
-        idx = pool[torch.randint(0, len(pool), (a.batch,), device=dev)]
+        g = None
+        if kf and torch.rand(()).item() < a.keyframe_share:
+            g = kf[torch.multinomial(kf_weights, 1).item()]
+            j = torch.randint(0, g["n_train"], (a.batch,), device=dev)
+            idx, L, lay, n_cond = g["clip"][j], g["L"], g["lay"], g["n_cond"]
+            text = g["text"][j]
+        else:
+            L = int(example_len[torch.randint(0, held, ()).item()])
+            pool = torch.tensor([i for i in buckets[L] if i not in held_clips], device=dev)
+            idx = pool[torch.randint(0, len(pool), (a.batch,), device=dev)]
+            lay, n_cond = layouts[L], 0
+            text = text_of(IDS[ex_cap[idx], :L]) if a.train_text else T[ex_cap[idx]]
         x0v, x0a = V[idx], A[idx]
-        text = text_of(IDS[ex_cap[idx], :L]) if a.train_text else T[ex_cap[idx]]
         u = torch.rand(a.batch) * 0.998 + 0.001
         sv, sa = shift(u, SHIFT_VIDEO), shift(u, SHIFT_AUDIO)
         ev, ea = torch.randn_like(x0v), torch.randn_like(x0a)
         xv = (1 - sv[:, None, None]) * x0v + sv[:, None, None] * ev
         xa = (1 - sa[:, None, None]) * x0a + sa[:, None, None] * ea
-        vv, va = model(layouts[L], L)(xv, xa, text, 1 - sv, 1 - sa)
+        if n_cond:
+            xv = torch.cat([g["cond"][j], xv], 1)
+        vv, va = batched_forward(w, cfg, lay, L, n_cond)(xv, xa, text, 1 - sv, 1 - sa)
+        vv = vv[:, n_cond:]
         lv, la = ((vv - (x0v - ev)) ** 2).mean(), ((va - (x0a - ea)) ** 2).mean()
         loss = lv + la
         if a.pan_weight:
@@ -264,8 +325,11 @@ def main():
         ema.update(w, step)
         if ema_text:
             ema_text.update(tw, step)
+        if n_cond:
+            kf_loss = lv.item()
         if step % 100 == 0 or step == 1:
             print(f"step {step}: velocity MSE video {lv.item():.4f} audio {la.item():.4f}"
+                  f"{f' (last keyframe batch: video {kf_loss:.4f})' if kf_loss is not None else ''}"
                   f"{f' (channel difference {lp.item():.4f})' if a.pan_weight else ''}, lr {lr:.1e}, "
                   f"{clock.elapsed():.0f} s", flush=True)
 
@@ -295,33 +359,45 @@ def main():
               f"max |diff| / max |ref| {text_check:.1e} (at most 1e-04)", flush=True)
         texts[caps[held]] = got["hidden"].float()
     # the check: h3run dit with the exported weights against the reference forward on the same stored weights (the
-    # export rounds to the template's dtypes: bf16 with the release's f32 islands), on the held-out example
-    with torch.no_grad():
-        g = torch.Generator().manual_seed(7)
-        L = int(example_len[held])
-        lay = {k: v.cpu() for k, v in layouts[L].items()}
-        inp = dit_inputs(lay, L, V[held].cpu().double() * 0.5 + 0.5 * torch.randn(V.shape[1:], generator=g,
-                                                                               dtype=torch.float64),
-                     A[held].cpu().double() * 0.5 + 0.5 * torch.randn(A.shape[1:], generator=g, dtype=torch.float64),
-                     texts[caps[held]].cpu().double(), torch.tensor(0.5), torch.tensor(0.7))
-        inp = {k: (v.float() if v.dtype == torch.float64 and k != "position_ids" else v) for k, v in inp.items()}
-        stored, _ = load_dit(os.path.join(out, "transformer"))
-        vv, va = forward(stored, cfg, inp, dtype=torch.float64)
-    ip, ep, op = (os.path.join(out, n) for n in ("check_inputs.safetensors", "check_expected.safetensors",
-                                                  "check_h3run.safetensors"))
-    write_safetensors(ip, {k: common.cpu(v) for k, v in inp.items()})
-    write_safetensors(ep, {"video_velocity": common.cpu(vv.float()), "audio_velocity": common.cpu(va.float())})
-    # h3run's own comparison (--expect): max |diff| relative to the largest velocity, at most 1e-4
-    r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(out, "transformer"), "--inputs", ip,
-                        "-o", op, "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
-    ok = r.returncode == 0 and (text_check is None or text_check <= 1e-4)
-    last = (r.stdout + r.stderr).strip().splitlines()
-    print(f"{'ok  ' if ok else 'FAIL'} h3run dit with the exported DiT against the reference forward: "
-          f"{last[-1] if last else ''}", flush=True)
+    # export rounds to the template's dtypes: bf16 with the release's f32 islands), on the held-out example (and the
+    # held-out keyframe example)
+    stored, _ = load_dit(os.path.join(out, "transformer"))
+    g = torch.Generator().manual_seed(7)
+
+    def half_noised(x):
+        return x.cpu().double() * 0.5 + 0.5 * torch.randn(x.shape, generator=g, dtype=torch.float64)
+
+    L = int(example_len[held])
+    checks = [("", {k: v.cpu() for k, v in layouts[L].items()}, L, texts[caps[held]], held, None)]
+    if kf:
+        kg, kj = kf_held
+        checks.append(("keyframes ", {k: v.cpu() for k, v in kg["lay"].items()}, kg["L"], kg["text"][kj],
+                       int(kg["clip"][kj]), kg["cond"][kj]))
+    ok = text_check is None or text_check <= 1e-4
+    for what, lay, L, text, ex, cond in checks:
+        video = half_noised(V[ex])
+        if cond is not None:
+            video = torch.cat([cond.cpu().double(), video])
+        with torch.no_grad():
+            inp = dit_inputs(lay, L, video, half_noised(A[ex]), text.cpu().double(), torch.tensor(0.5),
+                             torch.tensor(0.7), 0 if cond is None else cond.shape[0])
+            inp = {k: (v.float() if v.dtype == torch.float64 and k != "position_ids" else v) for k, v in inp.items()}
+            vv, va = forward(stored, cfg, inp, dtype=torch.float64)
+        stem = os.path.join(out, "check_" + ("keyframes_" if cond is not None else ""))
+        ip, ep, op = (f"{stem}{n}.safetensors" for n in ("inputs", "expected", "h3run"))
+        write_safetensors(ip, {k: common.cpu(v) for k, v in inp.items()})
+        write_safetensors(ep, {"video_velocity": common.cpu(vv.float()), "audio_velocity": common.cpu(va.float())})
+        # h3run's own comparison (--expect): max |diff| relative to the largest velocity, at most 1e-4
+        r = subprocess.run([common.program("h3run"), "dit", "--model", os.path.join(out, "transformer"), "--inputs",
+                            ip, "-o", op, "--expect", ep, "--tol", "1e-4"], capture_output=True, text=True)
+        ok = ok and r.returncode == 0
+        last = (r.stdout + r.stderr).strip().splitlines()
+        print(f"{'ok  ' if r.returncode == 0 else 'FAIL'} h3run dit with the exported DiT against the reference "
+              f"forward, {what}example: {last[-1] if last else ''}", flush=True)
     with open(os.path.join(out, "dit_train.json"), "w") as f:
         json.dump({"steps": clock.n, "seconds": round(clock.elapsed()), "examples": held, "batch": a.batch,
                    "final_loss_video": lv.item() if clock.n else None, "final_loss_audio": la.item() if clock.n else None,
-                   "text_trained": a.train_text,
+                   "text_trained": a.train_text, "keyframe_examples": int(kf_weights.sum()) if kf else 0,
                    "text_check": text_check, "h3run_matches": ok}, f)
     return 0 if ok else 1
 

@@ -1,0 +1,117 @@
+"""What the DiT is given for keyframes (fl2va), for training the small model with them: for chosen clips of the
+training datasets, their first frame, last frame or both as keyframes, run through `h3run generate --dump-dit-inputs`
+with the model that will be trained (its text encoder with the vision tower, its video VAE's encoder), so the text
+states (the presentation with the images' vision rows) and the keyframe rows are exactly what generate gives the DiT.
+
+    /usr/bin/python3 tools/train/keyframe_inputs.py --data WORK/data-200-* --model MODEL --per-dataset 90 --out PACK
+
+PACK (one safetensors file) holds one group per keyframe kind and text length (examples of a group share one packed
+layout): g<i>.text [n, L, 64] (bf16), g<i>.cond [n, K·rows, 96] (bf16: the keyframe rows as generate mixed them, to t =
+0.999), g<i>.clip [n] (the clip's index among the --data folders' clips, in the order train_dit.py loads them), and the
+layout: g<i>.token_tags, g<i>.position_ids, g<i>.video_indices, g<i>.audio_indices, g<i>.text_indices, g<i>.kinds
+(1 first, 2 last, 3 both). The metadata's "captions" lists each example's caption (train_dit.py checks it against its
+own clips). Clip i of a dataset gets kind first, last, both by i mod 3.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import common  # noqa: E402
+from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
+
+KINDS = {1: ["--first-frame"], 2: ["--last-frame"], 3: ["--first-frame", "--last-frame"]}
+LAYOUT = ("token_tags", "position_ids", "video_indices", "audio_indices", "text_indices")
+
+
+def write_ppm(path, frame):
+    """frame: uint8 [H, W, 3]."""
+    h, w, _ = frame.shape
+    with open(path, "wb") as f:
+        f.write(b"P6\n%d %d\n255\n" % (w, h) + frame.contiguous().numpy().tobytes())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", nargs="+", required=True, help="h3-synth dataset folders, in train_dit.py's order")
+    ap.add_argument("--model", required=True, help="the model folder (text encoder with a vision tower)")
+    ap.add_argument("--per-dataset", type=int, default=90, help="clips taken from the start of each dataset")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    h3run = common.program("h3run")
+    tmp = tempfile.mkdtemp(prefix="h3kf-")
+    jobs, base = [], 0
+    for folder in a.data:
+        with open(os.path.join(folder, "captions.jsonl")) as f:
+            caps = {(c["shard"], c["index"]): c["caption"] for c in map(json.loads, f)}
+        taken = 0
+        for si, p in enumerate(common.shards([folder])):
+            vid = read_safetensors(p)["video"]
+            T, H, W = vid.shape[1:4]
+            for i in range(vid.shape[0]):
+                if taken < a.per_dataset:
+                    stem = os.path.join(tmp, f"c{base + i}")
+                    write_ppm(stem + "-first.ppm", vid[i, 0])
+                    write_ppm(stem + "-last.ppm", vid[i, T - 1])
+                    jobs.append((base + i, caps[(si, i)], 1 + taken % 3, stem))
+                    taken += 1
+            base += vid.shape[0]
+
+    def one(job):
+        clip, cap, kind, stem = job
+        imgs = []
+        for opt in KINDS[kind]:
+            imgs += [opt, stem + ("-first.ppm" if opt == "--first-frame" else "-last.ppm")]
+        common.run([h3run, "generate", "--model", a.model, "--prompt", cap, *imgs, "--frames", str(T), "--size",
+                    f"{W}x{H}", "--steps", "1", "--seed", str(clip), "-t", "1", "--progress", "none", "-q",
+                    "-o", stem + ".mp4", "--dump-dit-inputs", stem + ".safetensors"])
+        t = read_safetensors(stem + ".safetensors")
+        for ext in (".mp4", ".safetensors", "-first.ppm", "-last.ppm"):
+            os.remove(stem + ext)
+        return clip, cap, kind, t
+
+    groups = {}
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
+        for n, (clip, cap, kind, t) in enumerate(ex.map(one, jobs), 1):
+            ncond = len(KINDS[kind]) * (H // 32) * (W // 32)  # one latent frame of 2x2 patches per keyframe
+            row_t = t["timesteps"][t["timestep_indices"].long()[t["video_indices"].long()]]
+            if not (bool((row_t[:ncond] == row_t[0]).all()) and bool((row_t[ncond:] < row_t[0]).all())):
+                raise SystemExit(f"clip {clip}: the first {ncond} video rows are not the keyframe rows")
+            key = (kind, t["text"].shape[0])
+            g = groups.setdefault(key, {"text": [], "cond": [], "clip": [], "caps": [],
+                                        **{k: t[k] for k in LAYOUT}})
+            for k in LAYOUT:  # one layout per group: the same kind and text length give the same packed sequence
+                if not torch.equal(g[k], t[k]):
+                    raise SystemExit(f"clip {clip}: {k} differs from its group's")
+            g["text"].append(t["text"].to(torch.bfloat16))
+            g["cond"].append(t["video"][:ncond].to(torch.bfloat16))
+            g["clip"].append(clip)
+            g["caps"].append(cap)
+            if n % 50 == 0:
+                print(f"{n} of {len(jobs)} examples", flush=True)
+    out, captions = {}, []
+    for i, ((kind, L), g) in enumerate(sorted(groups.items())):
+        out[f"g{i}.text"] = torch.stack(g["text"])
+        out[f"g{i}.cond"] = torch.stack(g["cond"])
+        out[f"g{i}.clip"] = torch.tensor(g["clip"], dtype=torch.int64)
+        out[f"g{i}.kinds"] = torch.tensor([kind], dtype=torch.int32)
+        for k in LAYOUT:
+            out[f"g{i}.{k}"] = g[k]
+        captions.append(g["caps"])
+    write_safetensors(a.out, out, {"captions": json.dumps(captions), "frames": str(T), "size": f"{W}x{H}"})
+    os.rmdir(tmp)
+    print(f"wrote {a.out}: {len(jobs)} examples in {len(groups)} groups (kind, text length)")
+
+
+if __name__ == "__main__":
+    main()
