@@ -6,7 +6,7 @@
 #   bench/adherence.sh MODEL [N] [generate options...]      N: the first N held-out prompts (default 54)
 #   PROMPTS="0 9 18" bench/adherence.sh MODEL               these held-out prompts instead (N is then ignored)
 #
-# Clips: 56 frames (2.33 s) at 128x128, seed k+1 for prompt k. H3RUN and H3SYNTH name the programs (default
+# Clips: 56 frames (2.33 s) at 128x128, seed k+1 for prompt k (k+1+SEED_OFFSET: other draws of the same prompts). H3RUN and H3SYNTH name the programs (default
 # build/h3run, build/h3-synth); OUT keeps the clips and writes adherence.json. Prints one line per prompt, then
 # "accuracy: colour C/N motion M/N pitch P/N pan Q/N shape S/N". COUNT=ATTRIBUTE=VALUE (e.g. motion=bounce) also
 # counts the clips measured so ("measured motion bounce: K/N": what a LoRA that changes it is scored by).
@@ -44,7 +44,7 @@ for k in "${ks[@]}"; do
             kfo+=("--$at-frame" "$out/key-$k-$at.ppm")
         done
     fi
-    "$H3RUN" generate --model "$model" --prompt "$prompt" --frames 56 --size 128x128 --seed $((k + 1)) \
+    "$H3RUN" generate --model "$model" --prompt "$prompt" --frames 56 --size 128x128 --seed $((k + 1 + ${SEED_OFFSET:-0})) \
         --progress none -q -o "$clip" "${kfo[@]}" "$@" >/dev/null 2>"$out/generate-$k.log" \
         || { echo "adherence: generate failed for prompt $k: $(tail -1 "$out/generate-$k.log")" >&2; exit 1; }
     r=$("$H3SYNTH" check "$clip" --heldout "$k" "${seed[@]}" --json)

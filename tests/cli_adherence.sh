@@ -4,7 +4,7 @@
 # weights must score near chance (the check can fail; tests/test_synth.c shows it succeeds on the world's own clips).
 # Then the small trained model (models/h3-small, what generate uses without --model) on six held-out prompts, one
 # per motion: it must follow them (the full 54-prompt numbers are in docs/SYNTH.md), and generate must find it
-# without --model from another working folder. Then h3-synth's command line: bad arguments exit 2, an unreadable
+# without --model from another working folder; its LoRAs; given first or last frames, it must start or end there. Then h3-synth's command line: bad arguments exit 2, an unreadable
 # clip exits 3.
 # Usage: cli_adherence.sh PATH/TO/h3run (CTest passes it).
 set -u
@@ -62,11 +62,26 @@ grep -q "motion 2/2 pitch 2/2 pan 2/2" <<<"$out" || fail "the turbo LoRA at 4 st
     --progress none --lora "$SRC/models/h3-small/loras/h3-small_turbo_4step.safetensors" -o "$tmp/t.mp4" >"$tmp/t.log" 2>&1 \
     || fail "generate with the turbo LoRA: $(tail -2 "$tmp/t.log")"
 grep -q "LoRA preset: .*4 model calls at shift 12:3" "$tmp/t.log" || fail "the turbo LoRA's preset (4 calls) not applied: $(cat "$tmp/t.log")"
+# fl2va on the small model (its vision tower and keyframe training; docs/SYNTH.md): given its scene's first frame
+# (drawn with a seed, whose places the caption does not say), each of three prompts must start where the frame shows
+# and in its colour; given the last frame, end there
+out=$(KEYFRAMES=first PROMPTS="1 19 38" H3RUN="$H3RUN" H3SYNTH="$SYNTH" OUT="$tmp/first" "$SRC/bench/adherence.sh" \
+    "$SRC/models/h3-small" 3 --device cpu 2>&1)
+echo "first frames: $(grep '^keyframes' <<<"$out")"
+# measured here: 3 and 3 of 3 (50 and 50 of the 54 prompts); 2 leaves room for another CPU's rounding
+read -r a b < <(sed -n 's/^keyframes first: start \([0-9]*\)\/3, first-frame colour \([0-9]*\)\/3$/\1 \2/p' <<<"$out")
+[ "${a:-0}" -ge 2 ] && [ "${b:-0}" -ge 2 ] || fail "the small model does not follow its first frames: $out"
+out=$(KEYFRAMES=last PROMPTS="2 23 32" H3RUN="$H3RUN" H3SYNTH="$SYNTH" OUT="$tmp/last" "$SRC/bench/adherence.sh" \
+    "$SRC/models/h3-small" 3 --device cpu 2>&1)
+echo "last frames: $(grep '^keyframes' <<<"$out")"
+# measured here: 3 and 3 of 3 (41 and 50 of the 54: every bouncing shape's end misses, its bounces out of step)
+read -r a b < <(sed -n 's/^keyframes last: end \([0-9]*\)\/3, last-frame colour \([0-9]*\)\/3$/\1 \2/p' <<<"$out")
+[ "${a:-0}" -ge 2 ] && [ "${b:-0}" -ge 2 ] || fail "the small model does not follow its last frames: $out"
 # h3-synth's errors
 "$SYNTH" check "$tmp/none.mp4" --heldout 1 >/dev/null 2>"$tmp/err"; [ $? -eq 3 ] || fail "unreadable clip: not exit 3"
 grep -q "none.mp4" "$tmp/err" || fail "unreadable clip: the message does not name it: $(cat "$tmp/err")"
 for bad in "prompt 54" "clip $tmp/x.mp4 --frames 20" "clip $tmp/x.mp4 --size 100x64" "check $tmp/a.mp4" "nope" \
-           "dataset $tmp/d --clips 0"; do
+           "dataset $tmp/d --clips 0" "frame $tmp/f.ppm --at 56" "frame $tmp/f.ppm --at next" "check $tmp/a.mp4 --heldout 1 --seed -1"; do
     "$SYNTH" $bad >/dev/null 2>&1; rc=$?
     [ $rc -eq 2 ] || fail "h3-synth $bad exited $rc, not 2"
 done

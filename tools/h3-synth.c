@@ -196,10 +196,11 @@ static int cmd_frame(const char *out, const args *a) {
         FILE *fp = fopen(out, "wb");
         ok = fp && fprintf(fp, "P6\n%d %d\n255\n", a->w, a->h) > 0 &&
              fwrite(u8, 1, (size_t)3 * P, fp) == (size_t)3 * P;
+        const int err = errno;
         if (fp && fclose(fp) != 0) ok = 0;
         if (!ok) {
-            remove(out);
-            H3_ERR(H3_ERR_IO, "cannot write %s", out);
+            if (fp) remove(out);
+            H3_ERR(H3_ERR_IO, "cannot write %s: %s", out, strerror(err ? err : EIO));
         }
     } else {
         H3_ERR(H3_ERR_NOMEM, "out of memory for a %dx%d clip of %d frames", a->w, a->h, a->frames);

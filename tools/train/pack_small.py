@@ -1,6 +1,7 @@
-"""What train_small_loras.sh needs of the small model, small enough to travel with a working tree (the model folder is
-80 MB): its transformer/ as it is, and its video_vae/ and audio_vae/ with the encoders' tensors only (the decoders are
-most of their bytes), in the official layout that encoders.load_model_encoders reads.
+"""What train_small_loras.sh and the keyframe training (tests/gpu/run.sh keyframes) need of the small model, small
+enough to travel with a working tree (the model folder is 86 MB): its transformer/ as it is, and its video_vae/ and
+audio_vae/ with the encoders' tensors only (the decoders are most of their bytes), in the official layout that
+encoders.load_model_encoders reads.
 
     /usr/bin/python3 tools/train/pack_small.py models/h3-small OUT
 """
