@@ -83,12 +83,12 @@ cat "$tmp"/loras/bounce-?/captions.jsonl >"$tmp/caps.jsonl"
     echo "FAIL: the bounce LoRA's clips are not all bouncing under captions of other motions"; cat "$tmp/caps.jsonl"; exit 1; }
 grep -q "teacher: 4 trajectories of 8 Euler calls" "$tmp/loras/turbo.log" || { echo "FAIL: no teacher trajectories"; exit 1; }
 grep -hE "^ok " "$tmp"/loras/bounce.log "$tmp"/loras/turbo.log
-echo "cli_export: all passed"
 # fl2va on the small model (tools/train/add_vision.py, keyframe_inputs.py, train_dit.py --keyframes), shortened: a
 # vision tower added to the trained model's text encoder as a second shard (generate then takes a first frame), the
 # keyframe examples made by generate's own --dump-dit-inputs, and the DiT trained with them: both checks (a text-only
 # and a keyframe example, h3run dit against the reference forward) must pass
-"$BUILD/h3-tinymodel" "$tmp/tplv" >/dev/null || { echo "FAIL: h3-tinymodel (with a vision tower)"; exit 1; }
+"$BUILD/h3-tinymodel" --tokenizer "$tmp/train/model/tokenizer/tokenizer.json" "$tmp/tplv" >/dev/null || {
+    echo "FAIL: h3-tinymodel (with a vision tower)"; exit 1; }
 cp -r "$tmp/train/model" "$tmp/kfmodel"
 "$PY" "$SRC/tools/train/add_vision.py" "$tmp/tplv/text_encoder" "$tmp/kfmodel/text_encoder" >"$tmp/vision.log" || {
     echo "FAIL: add_vision.py"; exit 1; }
@@ -96,6 +96,7 @@ cmp -s "$tmp/train/model/text_encoder/model.safetensors" "$tmp/kfmodel/text_enco
     echo "FAIL: add_vision.py rewrote the language weights"; exit 1; }
 "$PY" "$SRC/tools/train/add_vision.py" "$tmp/tplv/text_encoder" "$tmp/kfmodel/text_encoder" 2>/dev/null && {
     echo "FAIL: add_vision.py added a second tower"; exit 1; }
+mkdir -p "$tmp/kf"
 for j in 0 1; do
     "$BUILD/h3-synth" dataset "$tmp/kf/data-$j" --clips 3 --frames 22 --size 64x64 --seed $((300 + j)) >/dev/null 2>&1 || {
         echo "FAIL: h3-synth dataset"; exit 1; }
@@ -117,3 +118,4 @@ grep -hE "^(ok|FAIL) " "$tmp/kfdit.log"
     echo "FAIL: train_dit.py took a keyframe pack of other clips"; exit 1; }
 grep -q "not this run's" "$tmp/kfdit2.log" || { echo "FAIL: train_dit.py: $(tail -1 "$tmp/kfdit2.log")"; exit 1; }
 echo "ok   keyframe training: add_vision.py, keyframe_inputs.py, train_dit.py --keyframes"
+echo "cli_export: all passed"

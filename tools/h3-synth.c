@@ -253,14 +253,20 @@ static int cmd_check(const char *path, const args *a) {
                h3_synth_pan_name(m.pan), h3_synth_shape_name(m.shape), m.fill, h3_synth_color_name(m.first_color),
                h3_synth_color_name(m.last_color), sc.start_dist, sc.end_dist, sc.color, sc.motion, sc.pitch, sc.pan,
                sc.shape, sc.start, sc.end, sc.first_color, sc.last_color);
-    else
-        printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s), shape %s (%s); starts "
-               "%.3f from its place (%s), ends %.3f (%s)\n",
-               a->heldout, h3_synth_color_name(m.color), sc.color ? "right" : "wrong",
-               h3_synth_motion_name(m.motion), sc.motion ? "right" : "wrong", h3_synth_color_name(m.pitch),
-               sc.pitch ? "right" : "wrong", h3_synth_pan_name(m.pan), sc.pan ? "right" : "wrong",
-               h3_synth_shape_name(m.shape), sc.shape ? "right" : "wrong", sc.start_dist, sc.start ? "right" : "wrong",
-               sc.end_dist, sc.end ? "right" : "wrong");
+    else {
+        printf("held-out %d: colour %s (%s), motion %s (%s), pitch %s (%s), pan %s (%s), shape %s (%s)", a->heldout,
+               h3_synth_color_name(m.color), sc.color ? "right" : "wrong", h3_synth_motion_name(m.motion),
+               sc.motion ? "right" : "wrong", h3_synth_color_name(m.pitch), sc.pitch ? "right" : "wrong",
+               h3_synth_pan_name(m.pan), sc.pan ? "right" : "wrong", h3_synth_shape_name(m.shape),
+               sc.shape ? "right" : "wrong");
+        /* where it starts and ends: against a seed's scene, whose places its keyframes show */
+        if (a->seed_given)
+            printf("; starts %.3f from its place (%s) in %s (%s), ends %.3f (%s) in %s (%s)", sc.start_dist,
+                   sc.start ? "right" : "wrong", h3_synth_color_name(m.first_color), sc.first_color ? "right" : "wrong",
+                   sc.end_dist, sc.end ? "right" : "wrong", h3_synth_color_name(m.last_color),
+                   sc.last_color ? "right" : "wrong");
+        printf("\n");
+    }
     return 0;
 }
 

@@ -132,13 +132,14 @@ def load_examples(a, dev):
             vid, snd = t["video"], t["audio"].float()
             if venc is None:
                 F, H, W = vid.shape[1], vid.shape[2], vid.shape[3]
-                if os.path.isdir(os.path.join(a.vae, "video_vae")):  # a model folder: its VAEs' encoders
-                    venc, aenc = (e.to(dev) for e in encoders.load_model_encoders(a.vae))
-                elif a.audio_vae:
+                if a.audio_vae:  # the VAE scripts' outputs
                     venc = encoders.load_video_encoder(os.path.join(a.vae, "video_encoder.safetensors")).to(dev)
                     aenc = encoders.load_audio_encoder(os.path.join(a.audio_vae, "audio_encoder.safetensors")).to(dev)
+                elif all(os.path.isdir(os.path.join(a.vae, d)) for d in ("video_vae", "audio_vae")):  # a model folder
+                    venc, aenc = (e.to(dev) for e in encoders.load_model_encoders(a.vae))
                 else:
-                    raise SystemExit("--vae is not a model folder: give --audio-vae too")
+                    raise SystemExit("--vae is neither a model folder (video_vae/, audio_vae/) nor, with "
+                                     "--audio-vae, train_video_vae.py's output")
             elif vid.shape[1:4] != (F, H, W):
                 raise SystemExit(f"{p}: clips of another length or size than the first shard's")
             with torch.no_grad():
@@ -182,7 +183,7 @@ def encode_captions(a, caps, cache):
 def main():
     ap = common.parser(__doc__, steps=300, batch=4, lr=3e-4)
     ap.add_argument("--vae", required=True, help="train_video_vae.py's output folder (video_encoder.safetensors), or "
-                    "a model folder (its video_vae/ and audio_vae/ encoders; --audio-vae is then not needed)")
+                    "without --audio-vae a model folder (its video_vae/ and audio_vae/ encoders)")
     ap.add_argument("--audio-vae", help="train_audio_vae.py's output folder (audio_encoder.safetensors)")
     ap.add_argument("--pan-weight", type=float, default=0.0, help="extra loss on the difference of the two audio "
                     "channels' velocities (the stereo pan, a small part of the audio latents)")
@@ -232,6 +233,9 @@ def main():
               f"{a.keyframe_share:.0%} of the batches", flush=True)
     else:
         held_clips = {held}
+    # the text-only examples trained on (the held-out clips left out), and each prompt length's
+    train_ex = [i for i in range(len(caps)) if i not in held_clips]
+    pools = {L: torch.tensor([i for i in b if i not in held_clips], device=dev) for L, b in buckets.items()}
     example_len = torch.tensor([texts[c].shape[0] for c in caps])
     cap_index = {c: k for k, c in enumerate(texts)}
     T = torch.nn.utils.rnn.pad_sequence([texts[c] for c in texts], batch_first=True)  # [captions, Lmax, 64]
@@ -271,8 +275,8 @@ def main():
     # the batched forward is the reference forward: one batch against the same examples one at a time (in full
     # float32: TF32's rounding of a trained DiT's products alone reaches the tolerance)
     with torch.no_grad(), common.full_float32():
-        L = int(example_len[0])
-        idx = [i for i in buckets[L]][:2]
+        L = max(buckets, key=lambda n: len(buckets[n]))  # a batch of two (one example twice when none has two)
+        idx = (buckets[L] * 2)[:2]
         tv, ta = torch.tensor([0.3, 0.8]), torch.tensor([0.6, 0.9])
         bv, ba = model(layouts[L], L)(V[idx], A[idx], T[ex_cap[idx]], tv, ta)
         for j, i in enumerate(idx):
@@ -297,8 +301,8 @@ def main():
             idx, L, lay, n_cond = g["clip"][j], g["L"], g["lay"], g["n_cond"]
             text = g["text"][j]
         else:
-            L = int(example_len[torch.randint(0, held, ()).item()])
-            pool = torch.tensor([i for i in buckets[L] if i not in held_clips], device=dev)
+            L = int(example_len[train_ex[torch.randint(0, len(train_ex), ()).item()]])
+            pool = pools[L]
             idx = pool[torch.randint(0, len(pool), (a.batch,), device=dev)]
             lay, n_cond = layouts[L], 0
             text = text_of(IDS[ex_cap[idx], :L]) if a.train_text else T[ex_cap[idx]]
