@@ -17,7 +17,7 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 
@@ -48,8 +48,16 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    h3run = common.program("h3run")
     tmp = tempfile.mkdtemp(prefix="h3kf-")
+    try:
+        make(a, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make(a, tmp):
+    """The frames into tmp, generate's dumps, the pack."""
+    h3run = common.program("h3run")
     jobs, base = [], 0
     for folder in a.data:
         with open(os.path.join(folder, "captions.jsonl")) as f:
@@ -109,7 +117,6 @@ def main():
             out[f"g{i}.{k}"] = g[k]
         captions.append(g["caps"])
     write_safetensors(a.out, out, {"captions": json.dumps(captions), "frames": str(T), "size": f"{W}x{H}"})
-    os.rmdir(tmp)
     print(f"wrote {a.out}: {len(jobs)} examples in {len(groups)} groups (kind, text length)")
 
 
