@@ -45,7 +45,10 @@ grep -q "wrote .*: 719 frames" "$tmp/out" || fail "not 719 frames: $(cat "$tmp/o
 s=$("$SYNTH" seams "$tmp/one.mp4" --window 56 --overlap 17 --json)
 echo "30 s clip: $s"
 read -r fin fov ain aov <<<"$(sed 's/.*"frame_diff_inside_max": \([0-9.]*\).*"frame_diff_overlap_max": \([0-9.]*\).*"audio_step_inside_max": \([0-9.]*\).*"audio_step_overlap_max": \([0-9.]*\).*/\1 \2 \3 \4/' <<<"$s")"
-awk -v a="$fov" -v b="$fin" 'BEGIN{exit !(a <= b)}' || fail "a seam: frame difference $fov in the overlaps, $fin inside one window"
+# no frame step in the overlaps beyond 1.25x the largest inside one window: the two maxima trade places with the DiT
+# (0.0186 / 0.0196 before its keyframe training, 0.0182 / 0.0169 after; mean inside 0.006), while a join of two
+# windows sampled apart is 0.056 (two 56-frame clips of this prompt at seeds 3 and 4, end to start)
+awk -v a="$fov" -v b="$fin" 'BEGIN{exit !(a <= 1.25 * b)}' || fail "a seam: frame difference $fov in the overlaps, $fin inside one window"
 awk -v a="$aov" -v b="$ain" 'BEGIN{exit !(a <= b)}' || fail "a seam in the sound: step $aov in the overlaps, $ain elsewhere"
 part "$tmp/one.mp4" 4 0 120 "30 s clip, first 5 s"
 part "$tmp/one.mp4" 4 599 719 "30 s clip, last 5 s"

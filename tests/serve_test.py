@@ -22,8 +22,9 @@ Cases (all by default, or those named on the command line):
   keyframes   on h3-tinymodel's model (a vision tower and a video VAE encoder): a job with a first frame and a
               keyframe at frame 10 sent as base64 (a data: URL and plain) runs to done with 2 keyframes in its
               report, its images stored under DATA/uploads/ and removed with the job; bad images (not base64,
-              empty, a name instead of an image, a negative frame) get 400 and leave no upload; on the small
-              model (no vision tower) a keyframe job is refused with 422 naming it
+              empty, a name instead of an image, a negative frame) get 400 and leave no upload; on a model
+              without a vision tower (h3-tinymodel --no-keyframes) a keyframe job is refused with 422 naming it;
+              the small model (the default, which has one) runs a job with a first frame to done
   loras       with --lora-dir: GET /api/info lists the folder's LoRA files (nothing else of it); a job naming one
               runs to done with latents other than the same job's without it, and the job after it without the
               LoRA gives the first job's latents bit for bit (the server's kept DiT never carries a job's LoRA);
@@ -528,10 +529,20 @@ def case_keyframes():
     check(st == 200 and os.listdir(uploads) == [], "a plan with a keyframe keeps no upload: %s %s" % (st, body))
     check(srv.stop() == 0, "the server exits 0")
     sanitizer_clean(srv, "keyframes")
-    srv = Server(os.path.join(TMP, "keyframes-small"))  # the small model: no vision tower
+    # a model whose text encoder has no vision tower (h3-tinymodel --no-keyframes): refused, its upload removed
+    notower = os.path.join(TMP, "tiny-notower")
+    subprocess.run([os.path.join(os.path.dirname(os.path.abspath(H3RUN)), "h3-tinymodel"), "--no-keyframes", notower],
+                   check=True, stdout=subprocess.DEVNULL)
+    srv = Server(os.path.join(TMP, "keyframes-notower"), "--model", notower)
     st, body = srv.request("POST", "/api/jobs", dict(TINY, prompt="x", first_frame=ppm_b64(40, 24, 1)))
-    check(st == 422 and "vision tower" in body.get("error", ""), "keyframes on the small model: %s %s" % (st, body))
-    check(os.listdir(os.path.join(TMP, "keyframes-small", "uploads")) == [], "the refused job's upload is removed")
+    check(st == 422 and "vision tower" in body.get("error", ""), "keyframes without a vision tower: %s %s" % (st, body))
+    check(os.listdir(os.path.join(TMP, "keyframes-notower", "uploads")) == [], "the refused job's upload is removed")
+    check(srv.stop() == 0, "the server exits 0")
+    # the small model (the default) has one: a first frame is taken
+    srv = Server(os.path.join(TMP, "keyframes-small"))
+    job = srv.wait(srv.submit(dict(TINY, prompt="x", first_frame=ppm_b64(40, 24, 1))))
+    check(job.get("state") == "done" and job.get("report", {}).get("keyframes") == 1,
+          "a first frame on the small model: %s" % {k: job.get(k) for k in ("state", "message", "report")})
     check(srv.stop() == 0, "the server exits 0")
 
 
