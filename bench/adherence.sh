@@ -6,8 +6,9 @@
 #   bench/adherence.sh MODEL [N] [generate options...]      N: the first N held-out prompts (default 54)
 #   PROMPTS="0 9 18" bench/adherence.sh MODEL               these held-out prompts instead (N is then ignored)
 #
-# Clips: 56 frames (2.33 s) at 128x128, seed k+1 for prompt k (k+1+SEED_OFFSET: other draws of the same prompts). H3RUN and H3SYNTH name the programs (default
-# build/h3run, build/h3-synth); OUT keeps the clips and writes adherence.json. Prints one line per prompt, then
+# Clips: 56 frames (2.33 s) at 128x128, seed k+1 for prompt k (k+1+SEED_OFFSET: other draws of the same prompts).
+# H3RUN and H3SYNTH name the programs (default build/h3run, build/h3-synth); OUT keeps the clips and writes
+# adherence.json. Prints one line per prompt, then
 # "accuracy: colour C/N motion M/N pitch P/N pan Q/N shape S/N". COUNT=ATTRIBUTE=VALUE (e.g. motion=bounce) also
 # counts the clips measured so ("measured motion bounce: K/N": what a LoRA that changes it is scored by).
 # KEYFRAMES=first|last|both gives each prompt keyframes (fl2va): the first and/or last frame of its scene drawn with
@@ -39,9 +40,9 @@ for k in "${ks[@]}"; do
         seed=(--seed $((1000 + k)))
         for at in first last; do
             [ "$kf" = "$at" ] || [ "$kf" = both ] || continue
-            "$H3SYNTH" frame "$out/key-$k-$at.ppm" --heldout "$k" "${seed[@]}" --at "$([ $at = first ] && echo 0 || echo last)" \
-                --frames 56 --size 128x128 >/dev/null
-            kfo+=("--$at-frame" "$out/key-$k-$at.ppm")
+            "$H3SYNTH" frame "$out/key-$k-$at.png" --heldout "$k" "${seed[@]}" \
+                --at "$([ $at = first ] && echo 0 || echo last)" --frames 56 --size 128x128 >/dev/null
+            kfo+=("--$at-frame" "$out/key-$k-$at.png")
         done
     fi
     "$H3RUN" generate --model "$model" --prompt "$prompt" --frames 56 --size 128x128 --seed $((k + 1 + ${SEED_OFFSET:-0})) \

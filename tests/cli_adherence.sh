@@ -81,7 +81,7 @@ read -r a b < <(sed -n 's/^keyframes last: end \([0-9]*\)\/3, last-frame colour 
 "$SYNTH" check "$tmp/none.mp4" --heldout 1 >/dev/null 2>"$tmp/err"; [ $? -eq 3 ] || fail "unreadable clip: not exit 3"
 grep -q "none.mp4" "$tmp/err" || fail "unreadable clip: the message does not name it: $(cat "$tmp/err")"
 for bad in "prompt 54" "clip $tmp/x.mp4 --frames 20" "clip $tmp/x.mp4 --size 100x64" "check $tmp/a.mp4" "nope" \
-           "dataset $tmp/d --clips 0" "frame $tmp/f.ppm --at 56" "frame $tmp/f.ppm --at next" "check $tmp/a.mp4 --heldout 1 --seed -1"; do
+           "dataset $tmp/d --clips 0" "frame $tmp/f.png --at 56" "frame $tmp/f.png --at next" "check $tmp/a.mp4 --heldout 1 --seed -1"; do
     "$SYNTH" $bad >/dev/null 2>&1; rc=$?
     [ $rc -eq 2 ] || fail "h3-synth $bad exited $rc, not 2"
 done

@@ -4,8 +4,8 @@
  *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination,
  * caption) h3-synth prompt K                         held-out prompt K alone (for a shell loop) h3-synth clip
  * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
- * listen to h3-synth frame OUT.ppm [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]
- * one frame of a scene as a binary PPM (a keyframe for generate's --first-frame / --last-frame) h3-synth
+ * listen to h3-synth frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]
+ * one frame of a scene as a PNG (a keyframe for generate's --first-frame / --last-frame) h3-synth
  * check CLIP.mp4 --heldout K [--seed S] [--json] measures the clip (colour, motion, pitch, pan, shape, and where
  * and in which colour it starts and ends) and scores it against held-out prompt K (with --seed: the scene of that
  * seed, whose start and end places its keyframes show); exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
@@ -36,7 +36,7 @@ static int usage(const char *why) {
         stderr,
         "h3-synth: %s\n"
         "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
-        "       | frame OUT.ppm [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]\n"
+        "       | frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]\n"
         "       | check CLIP.mp4 --heldout K [--seed S] [--from F] [--to F] [--json]\n"
         "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
         "         [--seed S] [--shard M] [--motion left|right|up|down|bounce|stay]\n",
@@ -182,31 +182,17 @@ static int cmd_frame(const char *out, const args *a) {
     if (f >= a->frames) return usage("--at is past the clip's last frame");
     h3_synth_scene s;
     h3_synth_scene_make(k, a->seed, &s);
-    float *pix = h3_malloc((size_t)a->frames * 3 * (size_t)a->w * a->h * sizeof(float), H3_MEM_IO);
-    unsigned char *u8 = h3_malloc((size_t)3 * a->w * a->h, H3_MEM_IO);
-    int ok = pix && u8;
-    if (ok) {
-        h3_synth_render(&s, a->w, a->h, a->frames, pix, NULL, NULL);
-        const int64_t P = (int64_t)a->w * a->h;
-        for (int64_t i = 0; i < P; i++)
-            for (int c = 0; c < 3; c++) {
-                const float v = pix[(f * 3 + c) * P + i];
-                u8[i * 3 + c] = (unsigned char)lrintf(255.0f * (v < 0 ? 0 : v > 1 ? 1 : v));
-            }
-        FILE *fp = fopen(out, "wb");
-        ok = fp && fprintf(fp, "P6\n%d %d\n255\n", a->w, a->h) > 0 &&
-             fwrite(u8, 1, (size_t)3 * P, fp) == (size_t)3 * P;
-        const int err = errno;
-        if (fp && fclose(fp) != 0) ok = 0;
-        if (!ok) {
-            if (fp) remove(out);
-            H3_ERR(H3_ERR_IO, "cannot write %s: %s", out, strerror(err ? err : EIO));
-        }
-    } else {
+    /* the whole clip (where the shape is at frame f depends on the clip's length), then that frame */
+    float *rgb = h3_malloc((size_t)a->frames * 3 * (size_t)a->w * a->h * sizeof(float), H3_MEM_IO);
+    if (!rgb) {
         H3_ERR(H3_ERR_NOMEM, "out of memory for a %dx%d clip of %d frames", a->w, a->h, a->frames);
+        return fail();
     }
-    h3_free(pix), h3_free(u8);
-    if (!ok) return fail();
+    h3_synth_render(&s, a->w, a->h, a->frames, rgb, NULL, NULL);
+    const int64_t P = (int64_t)a->w * a->h;
+    const h3_status st = h3_png_write(out, rgb + f * 3 * P, P, a->w, a->w, a->h);
+    h3_free(rgb);
+    if (st != H3_OK) return fail();
     printf("wrote %s: frame %lld of %d of combination %d (seed %llu)\n", out, (long long)f, a->frames, k,
            (unsigned long long)a->seed);
     return 0;

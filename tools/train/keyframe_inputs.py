@@ -8,8 +8,7 @@ states (the presentation with the images' vision rows) and the keyframe rows are
 PACK (one safetensors file) holds one group per keyframe kind and text length (examples of a group share one packed
 layout): g<i>.text [n, L, 64] (bf16), g<i>.cond [n, K·rows, 96] (bf16: the keyframe rows as generate mixed them, to t =
 0.999), g<i>.clip [n] (the clip's index among the --data folders' clips, in the order train_dit.py loads them), and the
-layout: g<i>.token_tags, g<i>.position_ids, g<i>.video_indices, g<i>.audio_indices, g<i>.text_indices, g<i>.kinds
-(1 first, 2 last, 3 both). The metadata's "captions" lists each example's caption (train_dit.py checks it against its
+layout: g<i>.token_tags, g<i>.position_ids, g<i>.video_indices, g<i>.audio_indices, g<i>.text_indices. The metadata's "captions" lists each example's caption (train_dit.py checks it against its
 own clips). Clip i of a dataset gets kind first, last, both by i mod 3.
 """
 
@@ -91,10 +90,13 @@ def make(a, tmp):
     groups = {}
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
         for n, (clip, cap, kind, t) in enumerate(ex.map(one, jobs), 1):
-            ncond = len(KINDS[kind]) * (H // 32) * (W // 32)  # one latent frame of 2x2 patches per keyframe
+            # the keyframe rows: the video rows held at the keyframes' time (0.999 in this first call, the clip's
+            # rows at 0), which generate puts first
             row_t = t["timesteps"][t["timestep_indices"].long()[t["video_indices"].long()]]
-            if not (bool((row_t[:ncond] == row_t[0]).all()) and bool((row_t[ncond:] < row_t[0]).all())):
-                raise SystemExit(f"clip {clip}: the first {ncond} video rows are not the keyframe rows")
+            held = row_t == row_t.max()
+            ncond = int(held.sum())
+            if not bool(held[:ncond].all()):
+                raise SystemExit(f"clip {clip}: the keyframe rows are not the first video rows")
             key = (kind, t["text"].shape[0])
             g = groups.setdefault(key, {"text": [], "cond": [], "clip": [], "caps": [],
                                         **{k: t[k] for k in LAYOUT}})
@@ -108,11 +110,10 @@ def make(a, tmp):
             if n % 50 == 0:
                 print(f"{n} of {len(jobs)} examples", flush=True)
     out, captions = {}, []
-    for i, ((kind, L), g) in enumerate(sorted(groups.items())):
+    for i, (_, g) in enumerate(sorted(groups.items())):
         out[f"g{i}.text"] = torch.stack(g["text"])
         out[f"g{i}.cond"] = torch.stack(g["cond"])
         out[f"g{i}.clip"] = torch.tensor(g["clip"], dtype=torch.int64)
-        out[f"g{i}.kinds"] = torch.tensor([kind], dtype=torch.int32)
         for k in LAYOUT:
             out[f"g{i}.{k}"] = g[k]
         captions.append(g["caps"])

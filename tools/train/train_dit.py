@@ -226,12 +226,11 @@ def main():
     n_ta = layouts[next(iter(layouts))]["audio_indices"].shape[0] // 2
     A = A.reshape(A.shape[0], 2, -1, A.shape[-1])[:, :, :n_ta].reshape(A.shape[0], 2 * n_ta, A.shape[-1])
     held = len(caps) - 1  # the last example is kept for the check of the export
-    if kf:  # so is the last keyframe example (the last of the last group), and its clip
-        kf[-1]["n_train"] = kf[-1]["clip"].shape[0] - 1
-        for g in kf[:-1]:
-            g["n_train"] = g["clip"].shape[0]
-        kf = [g for g in kf if g["n_train"] > 0] + ([kf[-1]] if kf[-1]["n_train"] == 0 else [])
-        kf_held = (kf[-1], kf[-1]["clip"].shape[0] - 1)
+    if kf:  # so is the last keyframe example (the last of the last group: a group trains on its first n_train), and
+        # its clip
+        for g in kf:
+            g["n_train"] = g["clip"].shape[0] - (g is kf[-1])
+        kf_held = (kf[-1], kf[-1]["n_train"])
         held_clips = {held, int(kf[-1]["clip"][-1])}
         kf_weights = torch.tensor([float(g["n_train"]) for g in kf])
         print(f"keyframes: {int(kf_weights.sum())} training examples in {len(kf)} groups (kind, text length); "
@@ -274,16 +273,13 @@ def main():
           f"lengths; batch {a.batch} on {dev}", flush=True)
 
 
-    def model(lay, L):
-        return batched_forward(w, cfg, lay, L)
-
     # the batched forward is the reference forward: one batch against the same examples one at a time (in full
     # float32: TF32's rounding of a trained DiT's products alone reaches the tolerance)
     with torch.no_grad(), common.full_float32():
         L = max(buckets, key=lambda n: len(buckets[n]))  # a batch of two (one example twice when none has two)
         idx = (buckets[L] * 2)[:2]
         tv, ta = torch.tensor([0.3, 0.8]), torch.tensor([0.6, 0.9])
-        bv, ba = model(layouts[L], L)(V[idx], A[idx], T[ex_cap[idx]], tv, ta)
+        bv, ba = batched_forward(w, cfg, layouts[L], L)(V[idx], A[idx], T[ex_cap[idx]], tv, ta)
         for j, i in enumerate(idx):
             ov, oa = forward(w, cfg, dit_inputs(layouts[L], L, V[i], A[i], texts[caps[i]], tv[j], ta[j]),
                              dtype=torch.float32)
