@@ -68,7 +68,7 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
     h3_seq_layout L;
     TRY(h3_seq_layout_t2va(128, NULL, w->frames, w->w, w->h, &L));
     const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
-    float uniq[3];
+    float uniq[4];
     int32_t *tidx = malloc((size_t)S * sizeof *tidx), *tags = malloc((size_t)S * sizeof *tags);
     int32_t *vi = malloc((size_t)Nv * 4), *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
     int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);

@@ -125,7 +125,7 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     m.dit = dit;
     m.dit_weights_pinned = 1;
     m.host_threads = 1;
-    h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0};
+    h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     h3_plan_budgets b = {budget, ram};
     static h3_plan plan;
     TRY(h3_plan_make(&m, &req, &b, fig, &plan));
@@ -149,7 +149,7 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
 
     int32_t *tidx = malloc((size_t)S * 4), *tags = malloc((size_t)S * 4), *vi = malloc((size_t)Nv * 4),
             *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
-    float uniq[3], all_t[N_TIMESTEPS];
+    float uniq[4], all_t[N_TIMESTEPS];
     int nt = h3_seq_layout_timestep_indices(&L, 0.37f, 0.61f, uniq, tidx);
     for (int64_t i = 0; i < S; i++) tags[i] = L.tags[i];
     for (int64_t i = 0; i < Nv; i++) vi[i] = (int32_t)L.video_indices[i];
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
         memset(&m, 0, sizeof m);
         m.dit = dit;
         m.dit_weights_pinned = 1;
-        h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0};
+        h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         h3_plan_budgets b = {(int64_t)8 << 30, 0};
         static h3_plan plan;
         TRY(h3_plan_make(&m, &req, &b, NULL, &plan));

@@ -18,6 +18,17 @@ and, for tests/cli_fl2va.sh, a latents file with keyframes (LAT) and the first D
                                           frame), tagged video, between the text and the audio rows; that the
                                           presentation's vision blocks (tags 0) hold the image tokens; prints a
                                           summary line
+
+and, for tests/cli_ref2va.sh, the first DiT call's inputs of a ref2va run (DUMP) against the blocks the test expects
+(BLOCKS: kind:lt:lh:lw:audio_t,... in order; kind image, video or audio) and the target's frames, width and height:
+
+    latents_tool.py ref2va DUMP BLOCKS FRAMES WIDTH HEIGHT
+                                          rebuilds diffusers' build_ref2va_packed_sequence here (the shared clock:
+                                          an image advances it by 1, a sound by its latents, a video by max(its
+                                          sound's latents, its frames' spans); sounds pinned to the target's width
+                                          grid, a video's soundtrack to its own) and checks the dump's positions
+                                          (exactly), tags, index sets and row timesteps (reference video rows at
+                                          0.999, reference audio rows at 1, the target at t_video / t_audio)
 """
 import json
 import math
@@ -101,6 +112,74 @@ def keyframes(lat_path, dump_path):
           f"{sum(1 for x in ttags if x == 0)} in vision blocks")
 
 
+def grid(d, area):
+    ratio = d / math.sqrt(area)
+    left = (1.0 - ratio) / 2.0
+    n = d // 2
+    step = ((left + ratio) - left) / n
+    return [(i * step + left) * 32.0 for i in range(n)]
+
+
+def ref2va(dump_path, blocks, frames, width, height):
+    d = read(dump_path, True)
+    pos, tags = d["position_ids"][1], d["token_tags"][1]
+    vi, ai, ti = list(d["video_indices"][1]), list(d["audio_indices"][1]), list(d["text_indices"][1])
+    tidx, uniq = d["timestep_indices"][1], list(d["timesteps"][1])
+    L = len(ti)
+    lt, lh, lw = 5 * (frames - 5) // 17 + 2, height // 16, width // 16
+    ta = round(frames / 24 * 40)
+    tg_h, tg_w = grid(lh, lh * lw), grid(lw, lh * lw)
+    want, wv, wa, clock = [], [], [], float(L)  # want: (row, t, h, w, tag)
+    row = L
+    spans = [5.0 / 3.0 * (1, 4, 4, 4, 4)[g % 5] for g in range(4096)]
+    for b in blocks:
+        kind, blt, blh, blw, bat = b
+        if kind != "image" and bat:
+            wl, wr = (tg_w[0], tg_w[-1]) if kind == "audio" else (grid(blw, blh * blw)[0], grid(blw, blh * blw)[-1])
+            for c in range(2):
+                for k in range(bat):
+                    want.append((row, clock + k, 0.0, wl if c == 0 else wr, 2)); wa.append(row); row += 1
+        span = 0.0
+        if kind != "audio":
+            hg, wg = grid(blh, blh * blw), grid(blw, blh * blw)
+            for f in range(blt):
+                for i in range(blh // 2):
+                    for j in range(blw // 2):
+                        want.append((row, clock + span, hg[i], wg[j], 0)); wv.append(row); row += 1
+                span += spans[f]
+        clock += 1.0 if kind == "image" else bat if kind == "audio" else max(float(bat), span)
+    nrv, nra = len(wv), len(wa)
+    for c in range(2):
+        for k in range(ta):
+            want.append((row, clock + k, 0.0, tg_w[0] if c == 0 else tg_w[-1], 2)); wa.append(row); row += 1
+    cum = 0.0
+    for f in range(lt):
+        for i in range(lh // 2):
+            for j in range(lw // 2):
+                want.append((row, clock + cum, tg_h[i], tg_w[j], 0)); wv.append(row); row += 1
+        cum += spans[f]
+    bad = []
+    if row != len(tags):
+        bad.append(f"{len(tags)} rows, want {row}")
+    if vi != wv or ai != wa or ti != list(range(L)):
+        bad.append("index sets")
+    for r, t, h, w, tag in want[: len(tags)]:
+        if (pos[3 * r], pos[3 * r + 1], pos[3 * r + 2]) != (t, h, w) or tags[r] != tag:
+            bad.append(f"row {r}: {pos[3 * r]},{pos[3 * r + 1]},{pos[3 * r + 2]} tag {tags[r]}, want {t},{h},{w} "
+                       f"tag {tag}")
+            break
+    t_of = lambda r: uniq[tidx[r]]
+    if any(t_of(r) != f32(0.999) for r in wv[:nrv]) or any(t_of(r) != 1.0 for r in wa[:nra]):
+        bad.append("reference rows' timesteps")
+    if any(t_of(r) != t_of(wv[-1]) for r in wv[nrv:]) or any(t_of(r) == 1.0 for r in wa[nra:]):
+        bad.append("target rows' timesteps")
+    if bad:
+        print("ref2va: " + "; ".join(bad))
+        sys.exit(1)
+    print(f"ref2va: {len(blocks)} references, {nrv} video and {nra} audio reference rows, clock {clock} at the "
+          f"target; {row} rows as diffusers' layout")
+
+
 def axis(n_in, n_out):
     """For each output index: the two input indices and the weight of the second (tent weights)."""
     r = []
@@ -115,6 +194,10 @@ def main():
     cmd, pa, pb = sys.argv[1:4]
     if cmd == "keyframes":
         keyframes(pa, pb)
+        return
+    if cmd == "ref2va":
+        blocks = [(k, int(a), int(b), int(c), int(e)) for k, a, b, c, e in (x.split(":") for x in pb.split(","))]
+        ref2va(pa, blocks, *map(int, sys.argv[4:7]))
         return
     if cmd == "same-inputs":  # two dumps of a DiT call's inputs: every table equal, and the first N video rows
         a, b = read(pa, True), read(pb, True)

@@ -246,7 +246,7 @@ static void full_width(int quant) {
     CHECK_OK(h3_seq_layout_t2va(128, NULL, 22, 512, 256, &L));
     const int64_t S = L.seq_len, Nv = L.n_video_rows, Na = L.n_audio_rows;
     CHECK(S >= 1000, "the layout has %lld rows", (long long)S);
-    float uniq[3];
+    float uniq[4];
     int32_t *tidx = malloc((size_t)S * 4), *tags = malloc((size_t)S * 4), *vi = malloc((size_t)Nv * 4),
             *ai = malloc((size_t)Na * 4), *ti = malloc(128 * 4);
     int nt = h3_seq_layout_timestep_indices(&L, 0.4f, 0.7f, uniq, tidx);

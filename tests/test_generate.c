@@ -179,7 +179,7 @@ typedef struct {
 static h3_status ref_model(void *user, const float *xv, const float *xa, float tv, float ta, float *vv,
                            float *va) {
     ref_ctx *c = user;
-    float u[3];
+    float u[4];
     int nt = h3_seq_layout_timestep_indices(c->L, tv, ta, u, c->tidx);
     h3_tensor a, b, o1, o2;
     int64_t sv[2] = {c->L->n_video_rows, 96}, sa[2] = {c->L->n_audio_rows, 32};

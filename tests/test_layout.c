@@ -230,7 +230,7 @@ static void test_timestep_indices(void) {
     h3_seq_layout l;
     CHECK_OK(h3_seq_layout_t2va(5, NULL, 22, 64, 96, &l));
     int32_t *idx = malloc((size_t)l.seq_len * sizeof(int32_t));
-    float u[3];
+    float u[4];
     /* Video is noisier than audio (shift 12 vs 3): t_v < t_a, sorted ascending, text follows video. */
     int n = h3_seq_layout_timestep_indices(&l, 0.25f, 0.5f, u, idx);
     CHECK(n == 2 && u[0] == 0.25f && u[1] == 0.5f);
@@ -320,7 +320,7 @@ static void test_fl2va(void) {
           h3_keyframe_time(L, frames, frames - 1), last_latent + 5.0);
     /* Timesteps: the keyframe rows at max(t_v, 0.999), sorted with the others. */
     int32_t *idx = malloc((size_t)f.seq_len * sizeof(int32_t));
-    float u[3];
+    float u[4];
     int n = h3_seq_layout_timestep_indices(&f, 0.25f, 0.5f, u, idx);
     CHECK(n == 3 && u[0] == 0.25f && u[1] == 0.5f && u[2] == 0.999f, "%d: %g %g %g", n, u[0], u[1], u[2]);
     bad = 0;

@@ -45,6 +45,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *avae = NULL, *preset = NULL, *vram_s = NULL, *ram_s = NULL, *trace = NULL,
                *lora_mode = "auto";
     h3_cli_list lora_s = {{0}, 0}, kf_s = {{0}, 0}, prompt_s = {{0}, 0};
+    h3_cli_list ref_img = {{0}, 0}, ref_vid = {{0}, 0}, ref_aud = {{0}, 0};
     const char *prompts_file = NULL;
     const char *first_frame = NULL, *last_frame = NULL, *dump_inputs = NULL, *shift = NULL, *checkpoint = NULL,
                *audio = NULL;
@@ -53,6 +54,7 @@ int h3_cmd_generate(int argc, char **argv) {
     int64_t window = 0, overlap = 0;
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0, cache_threshold = 0;
+    int64_t ref_image_size = 0, ref_video_size = 0;
     int quiet = 0, verbose = 0, cache = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
@@ -103,6 +105,25 @@ int h3_cmd_generate(int argc, char **argv) {
          "the audio VAE and held as the clip's audio in every step; the MP4 carries it. Without --frames or "
          "--seconds the clip takes its length",
          0, 0},
+        {"ref-image", 0, H3_OPT_LIST, &ref_img, "IMG",
+         "a reference image of who or what appears (ref2va; the model's Ref2VA DiT); repeatable, at most 9; the "
+         "references are read in the order given, all kinds together",
+         0, H3_MAX_REF_IMAGES},
+        {"ref-video", 0, H3_OPT_LIST, &ref_vid, "VID",
+         "a reference video (motion, camera; its sound too when it has one), read at 24 fps; repeatable, at most 3",
+         0, H3_MAX_REF_VIDEOS},
+        {"ref-audio", 0, H3_OPT_LIST, &ref_aud, "AUD",
+         "a reference sound (a voice, music) beside an image or video reference; repeatable, at most 3 (12 "
+         "references in all)",
+         0, H3_MAX_REF_AUDIOS},
+        {"ref-image-size", 0, H3_OPT_INT, &ref_image_size, "N",
+         "the short edge reference images are encoded at, a multiple of 32 (default 2048, the release's; 128 on "
+         "the small model)",
+         32, 8192},
+        {"ref-video-size", 0, H3_OPT_INT, &ref_video_size, "N",
+         "the short edge of a reference video's canvas, a multiple of 32 (default 768, the release's; 128 on the "
+         "small model)",
+         32, 8192},
         {"keyframe", 0, H3_OPT_LIST, &kf_s, "IMG@FRAME",
          "hold this image at frame FRAME (0 .. frames-1; ComfyUI's guide); repeatable", 0, H3_MAX_KEYFRAMES},
         {"steps", 0, H3_OPT_INT, &steps, "N",
@@ -473,6 +494,34 @@ int h3_cmd_generate(int argc, char **argv) {
         gr.keyframe[gr.n_keyframes] = kf_paths[i];
         gr.keyframe_frame[gr.n_keyframes++] = f;
     }
+    { /* the references in the order given, all kinds together: the i-th --ref-KIND takes that list's next value */
+        int used[3] = {0, 0, 0};
+        const h3_cli_list *lists[3] = {&ref_img, &ref_vid, &ref_aud};
+        static const char *const names[3] = {"--ref-image", "--ref-video", "--ref-audio"};
+        for (int i = 1; i < argc; i++) {
+            if (!strcmp(argv[i], "--")) break;
+            for (int k = 0; k < 3; k++) {
+                const size_t nl = strlen(names[k]);
+                if (strncmp(argv[i], names[k], nl) || (argv[i][nl] && argv[i][nl] != '=')) continue;
+                if (used[k] < lists[k]->n && gr.n_refs < H3_MAX_REFS) {
+                    gr.ref[gr.n_refs] = lists[k]->v[used[k]++];
+                    gr.ref_kind[gr.n_refs++] = (h3_ref_kind)k;
+                }
+                if (!argv[i][nl]) i++; /* its value */
+            }
+        }
+        if (ref_img.n + ref_vid.n + ref_aud.n > H3_MAX_REFS) {
+            for (int i = 0; i < kf_s.n; i++) h3_free(kf_paths[i]);
+            h3_cli_loras_free(&loras);
+            h3_free(default_model);
+            h3_free(prompt_text);
+            return usage_error("%d references; H3 takes at most %d (images, videos and sounds together)",
+                               ref_img.n + ref_vid.n + ref_aud.n, H3_MAX_REFS);
+        }
+        if (default_model) gr.ref_image_short = gr.ref_video_short = 128; /* the small model's canvas */
+        if (ref_image_size) gr.ref_image_short = (int)ref_image_size;
+        if (ref_video_size) gr.ref_video_short = (int)ref_video_size;
+    }
     int chose_seed = seed != INT64_MIN;
     gr.req.seed = chose_seed ? (uint64_t)seed : h3_cli_random_seed();
     if (!chose_seed && !quiet)
@@ -525,6 +574,11 @@ int h3_cmd_generate(int argc, char **argv) {
                        res.windows); /* the refine pass runs in the same windows */
         if (res.soundtrack_s > 0)
             printf("soundtrack: %s (%.2f s), held as the clip's audio; the MP4 carries it\n", audio, res.soundtrack_s);
+        if (res.references)
+            printf("references: %d (%lld video rows held at t = 0.999, %lld audio rows held clean), %lld text and "
+                   "vision-token rows; text encoder with its vision tower %.2f s, references encoded %.2f s\n",
+                   res.references, (long long)res.reference_video_rows, (long long)res.reference_audio_rows,
+                   (long long)res.text_tokens, res.stage_s[H3_GEN_TEXT_ENCODER], res.stage_s[H3_GEN_REFERENCES]);
         if (res.keyframes)
             printf("keyframes: %d (%lld rows held at t = 0.999), %lld text and image-token rows; text encoder "
                    "with its vision tower %.2f s, keyframes encoded %.2f s\n",

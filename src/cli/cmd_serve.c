@@ -172,7 +172,7 @@ static double run_fraction(const char *stage, int step, int steps) {
     static const struct {
         const char *name;
         double w;
-    } W[] = {{"tokenize", 0.01},  {"text_encoder", 0.04}, {"keyframes", 0},     {"soundtrack", 0},
+    } W[] = {{"tokenize", 0.01},  {"text_encoder", 0.04}, {"keyframes", 0},     {"references", 0}, {"soundtrack", 0},
              {"dit", 0.80},       {"refine", 0},          {"audio_vae", 0.03}, {"video_vae", 0.10},
              {"mux", 0.02}}; /* the stages of some runs only hold their place */
     double before = 0;

@@ -37,6 +37,8 @@ void h3_vis_config_default(h3_vis_config *c) {
     c->act_tanh = 1;
     c->min_pixels = 65536;
     c->max_pixels = 16777216;
+    c->video_min_pixels = 4096;
+    c->video_max_pixels = 25165824;
     for (int i = 0; i < 3; i++) c->mean[i] = c->std[i] = 0.5f;
     c->image_token_id = 151655;
     c->video_token_id = 151656;
@@ -333,6 +335,37 @@ h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, 
     return pil_resize(&k_lanczos, 0, src, w, h, dst, ow, oh);
 }
 
+/* Patches of resized frames f0, f1 (the temporal pair; the same frame twice for an image) of ow x oh. */
+static h3_status patchify(const h3_vis_config *c, const uint8_t *f0, const uint8_t *f1, int64_t ow, int64_t oh,
+                          h3_tensor *pixels, int64_t grid[3]) {
+    const int64_t p = c->patch, m = c->merge, tp = c->temporal_patch, gh = oh / p, gw = ow / p;
+    const int64_t cols = 3 * tp * p * p;
+    H3_TRY(h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, gh * gw, cols, H3_MEM_IO));
+    /* transformers: f32(v · (1/255) in double), then (x − mean) / std in f32 */
+    float lut[3][256];
+    for (int ch = 0; ch < 3; ch++)
+        for (int v = 0; v < 256; v++) lut[ch][v] = ((float)((double)v * (1.0 / 255.0)) - c->mean[ch]) / c->std[ch];
+    float *out = pixels->data;
+    for (int64_t bh = 0; bh < gh / m; bh++)
+        for (int64_t bw = 0; bw < gw / m; bw++)
+            for (int64_t mh = 0; mh < m; mh++)
+                for (int64_t mw = 0; mw < m; mw++) {
+                    const int64_t row = ((bh * (gw / m) + bw) * m + mh) * m + mw;
+                    const int64_t py = (bh * m + mh) * p, px = (bw * m + mw) * p;
+                    float *o = out + row * cols;
+                    for (int ch = 0; ch < 3; ch++)
+                        for (int64_t t = 0; t < tp; t++) {
+                            const uint8_t *rs = t == 0 ? f0 : f1;
+                            for (int64_t y = 0; y < p; y++)
+                                for (int64_t x = 0; x < p; x++) *o++ = lut[ch][rs[((py + y) * ow + px + x) * 3 + ch]];
+                        }
+                }
+    grid[0] = 1;
+    grid[1] = gh;
+    grid[2] = gw;
+    return H3_OK;
+}
+
 h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, int h, h3_tensor *pixels,
                             int64_t grid[3]) {
     memset(pixels, 0, sizeof *pixels);
@@ -347,33 +380,53 @@ h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, i
     uint8_t *rs = h3_malloc((size_t)oh * (size_t)ow * 3, H3_MEM_IO);
     if (!rs) return H3_ERR(H3_ERR_NOMEM, "out of memory for a %lldx%lld image", (long long)ow, (long long)oh);
     h3_status st = h3_vis_resize_bicubic_tv(rgb, w, h, rs, (int)ow, (int)oh);
-    const int64_t p = c->patch, m = c->merge, tp = c->temporal_patch, gh = oh / p, gw = ow / p;
-    const int64_t cols = 3 * tp * p * p;
-    if (st == H3_OK) st = h3_tensor_alloc2(pixels, H3_PLACE_HOST, H3_F32, gh * gw, cols, H3_MEM_IO);
-    if (st == H3_OK) {
-        /* transformers: f32(v · (1/255) in double), then (x − mean) / std in f32 */
-        float lut[3][256];
-        for (int ch = 0; ch < 3; ch++)
-            for (int v = 0; v < 256; v++)
-                lut[ch][v] = ((float)((double)v * (1.0 / 255.0)) - c->mean[ch]) / c->std[ch];
-        float *out = pixels->data;
-        for (int64_t bh = 0; bh < gh / m; bh++)
-            for (int64_t bw = 0; bw < gw / m; bw++)
-                for (int64_t mh = 0; mh < m; mh++)
-                    for (int64_t mw = 0; mw < m; mw++) {
-                        const int64_t row = ((bh * (gw / m) + bw) * m + mh) * m + mw;
-                        const int64_t py = (bh * m + mh) * p, px = (bw * m + mw) * p;
-                        float *o = out + row * cols;
-                        for (int ch = 0; ch < 3; ch++)
-                            for (int64_t t = 0; t < tp; t++)
-                                for (int64_t y = 0; y < p; y++)
-                                    for (int64_t x = 0; x < p; x++)
-                                        *o++ = lut[ch][rs[((py + y) * ow + px + x) * 3 + ch]];
-                    }
-        grid[0] = 1;
-        grid[1] = gh;
-        grid[2] = gw;
+    if (st == H3_OK) st = patchify(c, rs, rs, ow, oh, pixels, grid);
+    h3_free(rs);
+    if (st != H3_OK) h3_tensor_free(pixels);
+    return st;
+}
+
+h3_status h3_vis_video_smart_resize(const h3_vis_config *c, int64_t t, int64_t h, int64_t w, int64_t *oh,
+                                    int64_t *ow) {
+    const int64_t f = c->patch * c->merge, tf = c->temporal_patch;
+    if (t < tf) return H3_ERR(H3_ERR_INVALID, "a video of %lld sampled frames; the processor needs %lld", (long long)t, (long long)tf);
+    if (h < f || w < f)
+        return H3_ERR(H3_ERR_INVALID, "a %lldx%lld video is smaller than the processor's %lld pixels a side",
+                      (long long)w, (long long)h, (long long)f);
+    if ((double)(h > w ? h : w) / (double)(h > w ? w : h) > 200)
+        return H3_ERR(H3_ERR_INVALID, "a %lldx%lld video's aspect ratio is above 200", (long long)w, (long long)h);
+    int64_t hb = (int64_t)nearbyint((double)h / (double)f) * f, wb = (int64_t)nearbyint((double)w / (double)f) * f;
+    const int64_t tb = (int64_t)nearbyint((double)t / (double)tf) * tf;
+    if ((double)tb * (double)hb * (double)wb > (double)c->video_max_pixels) {
+        const double beta = sqrt((double)t * (double)h * (double)w / (double)c->video_max_pixels);
+        hb = (int64_t)floor((double)h / beta / (double)f) * f;
+        wb = (int64_t)floor((double)w / beta / (double)f) * f;
+        if (hb < f) hb = f;
+        if (wb < f) wb = f;
+    } else if ((double)tb * (double)hb * (double)wb < (double)c->video_min_pixels) {
+        const double beta = sqrt((double)c->video_min_pixels / ((double)t * (double)h * (double)w));
+        hb = (int64_t)ceil((double)h * beta / (double)f) * f;
+        wb = (int64_t)ceil((double)w * beta / (double)f) * f;
     }
+    *oh = hb;
+    *ow = wb;
+    return H3_OK;
+}
+
+h3_status h3_vis_preprocess_pair(const h3_vis_config *c, const uint8_t *f0, const uint8_t *f1, int w, int h,
+                                 int64_t oh, int64_t ow, h3_tensor *pixels, int64_t grid[3]) {
+    memset(pixels, 0, sizeof *pixels);
+    if (c->in_channels != 3 || c->temporal_patch != 2)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "the vision tower takes %lld channels and %lld frames a patch; videos "
+                      "need 3 and 2", (long long)c->in_channels, (long long)c->temporal_patch);
+    if (oh < 1 || ow < 1 || oh * ow > (64LL << 20) || oh % (c->patch * c->merge) || ow % (c->patch * c->merge))
+        return H3_ERR(H3_ERR_INVALID, "a video block of %lldx%lld pixels", (long long)ow, (long long)oh);
+    const size_t fb = (size_t)oh * (size_t)ow * 3;
+    uint8_t *rs = h3_malloc(2 * fb, H3_MEM_IO);
+    if (!rs) return H3_ERR(H3_ERR_NOMEM, "out of memory for a %lldx%lld video block", (long long)ow, (long long)oh);
+    h3_status st = h3_vis_resize_bicubic_tv(f0, w, h, rs, (int)ow, (int)oh);
+    if (st == H3_OK) st = h3_vis_resize_bicubic_tv(f1, w, h, rs + fb, (int)ow, (int)oh);
+    if (st == H3_OK) st = patchify(c, rs, rs + fb, ow, oh, pixels, grid);
     h3_free(rs);
     if (st != H3_OK) h3_tensor_free(pixels);
     return st;
@@ -387,14 +440,9 @@ h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64
     int64_t *pt = pos, *ph = pos + n, *pw = pos + 2 * n;
     int64_t r = 0, next = 0, nv = 0;
     int img = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] == c->video_token_id)
-            return H3_ERR(H3_ERR_UNSUPPORTED,
-                          "the prompt has video tokens (%lld at row %lld); only images are "
-                          "supported",
-                          (long long)c->video_token_id, (long long)i);
     while (r < n) {
-        if (ids[r] == c->image_token_id) {
+        if (ids[r] == c->image_token_id || ids[r] == c->video_token_id) {
+            const int32_t pad = ids[r]; /* a video's blocks are images of one frame pair (Qwen3-VL's t = 1 split) */
             if (r == 0 || ids[r - 1] != c->vision_start_token_id)
                 return H3_ERR(H3_ERR_INVALID,
                               "image token at row %lld does not follow a vision-start token (%lld)",
@@ -410,7 +458,7 @@ h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64
                               "image %d needs %lld image tokens from row %lld; the prompt ends first", img,
                               (long long)cnt, (long long)r);
             for (int64_t k = 0; k < cnt; k++)
-                if (ids[r + k] != c->image_token_id)
+                if (ids[r + k] != pad)
                     return H3_ERR(H3_ERR_INVALID,
                                   "image %d (grid %lldx%lldx%lld) needs %lld image tokens from row %lld; "
                                   "row %lld is %d",
@@ -431,7 +479,7 @@ h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64
             r += cnt;
             nv += cnt;
             img++;
-            if (r < n && ids[r] == c->image_token_id)
+            if (r < n && ids[r] == pad)
                 return H3_ERR(H3_ERR_INVALID,
                               "image %d's block at row %lld has more image tokens than its grid's %lld",
                               img - 1, (long long)r, (long long)cnt);
@@ -1085,7 +1133,7 @@ h3_status h3_vision_encode_prompt(h3_vision *v, h3_text_encoder *te, h3_exec *ex
     rows = h3_malloc((size_t)(nv ? nv : 1) * sizeof *rows, H3_MEM_IO);
     if (!rows) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     for (int64_t i = 0, k = 0; i < n; i++)
-        if (ids[i] == c->image_token_id) rows[k++] = i;
+        if (ids[i] == c->image_token_id || ids[i] == c->video_token_id) rows[k++] = i;
     H3_CHECK(h3_tensor_alloc2(&emb, H3_PLACE_HOST, H3_F32, nv, c->out_hidden, H3_MEM_ACTIVATIONS));
     for (int k = 0; k < c->n_deep; k++)
         H3_CHECK(h3_tensor_alloc2(&deep[k], H3_PLACE_HOST, H3_F32, nv, c->out_hidden, H3_MEM_ACTIVATIONS));

@@ -49,6 +49,8 @@ typedef struct h3_vis_config {
     int act_tanh; /* block MLP activation: 1 gelu_pytorch_tanh (Qwen3-VL), 0 exact gelu */
     /* the processor (preprocessor_config.json; Qwen3-VL's values) */
     int64_t min_pixels, max_pixels;
+    int64_t video_min_pixels, video_max_pixels; /* the video processor's (video_preprocessor_config.json's size:
+                                                 * shortest_edge 4096, longest_edge 25165824) */
     float mean[3], std[3];
     /* the prompt's special tokens (config.json's top level) */
     int64_t image_token_id, video_token_id, vision_start_token_id;
@@ -76,11 +78,23 @@ h3_status h3_vis_resize_lanczos(const uint8_t *src, int w, int h, uint8_t *dst, 
 h3_status h3_vis_preprocess(const h3_vis_config *c, const uint8_t *rgb, int w, int h, h3_tensor *pixels,
                             int64_t grid[3]);
 
+/* ref2va's reference videos (Qwen3VLVideoProcessor): transformers' video smart_resize of t sampled frames of
+ * h x w (t_bar = round(t/2)·2; scaled by sqrt(t·h·w / video_max_pixels) down (floor) when t_bar·h'·w' is above
+ * video_max_pixels, up (ceil) below video_min_pixels; multiples of patch·merge), and one merged block of two
+ * sampled frames f0, f1 [h, w, 3] resized to ow x oh as h3_vis_preprocess resizes (torchvision's bicubic) and
+ * cut into patches with f0 and f1 as the patch's two temporal slots: grid {1, oh/p, ow/p}. A video of T blocks
+ * goes to the tower as T such images (its attention and positions are per frame pair either way) and to the
+ * prompt as T blocks of <|video_pad|> (Qwen3-VL splits a video's grid into t = 1 blocks behind timestamps). */
+h3_status h3_vis_video_smart_resize(const h3_vis_config *c, int64_t t, int64_t h, int64_t w, int64_t *oh,
+                                    int64_t *ow);
+h3_status h3_vis_preprocess_pair(const h3_vis_config *c, const uint8_t *f0, const uint8_t *f1, int w, int h,
+                                 int64_t oh, int64_t ow, h3_tensor *pixels, int64_t grid[3]);
+
 /* ---- positions --------------------------------------------------------------------------------------------
  */
 
-/* transformers' get_rope_index for one prompt: pos [3, n] (t, h, w per row). An image starts at each
- * vision_start token followed by an image token; its t·(h/m)·(w/m) rows from that token on take
+/* transformers' get_rope_index for one prompt: pos [3, n] (t, h, w per row). An image (or a video's frame-pair
+ * block) starts at each vision_start token followed by an image (video) token; its t·(h/m)·(w/m) rows from that token on take
  * (t, h, w) + the text position there, text after it continues from the largest position + 1. *n_vis gets the
  * image token count. Refused (H3_ERR_INVALID) when the blocks and grids disagree. */
 h3_status h3_vision_rope_index(const h3_vis_config *c, const int32_t *ids, int64_t n,

@@ -59,7 +59,8 @@ h3_status h3_device_parse(const char *name, h3_device *out) {
 }
 
 static const char *const g_stage_names[H3_GEN_STAGES] = {
-    "tokenize", "text_encoder", "keyframes", "soundtrack", "dit", "refine", "audio_vae", "video_vae", "mux"};
+    "tokenize", "text_encoder", "keyframes", "references", "soundtrack", "dit", "refine", "audio_vae", "video_vae",
+    "mux"};
 
 const char *h3_generate_stage_name(int stage) {
     return stage >= 0 && stage < H3_GEN_STAGES ? g_stage_names[stage] : "?";
@@ -116,6 +117,7 @@ typedef struct {
     char *path[5];
     int score[5], count[5];
     int nomem;
+    int ref; /* a ref2va request: the Ref2VA DiT first */
 } comfy_scan;
 
 static int comfy_visit(const char *set_path, void *user) {
@@ -135,8 +137,9 @@ static int comfy_visit(const char *set_path, void *user) {
     }
     int c = (int)info.comp, score = 1;
     if (info.comp == H3_COMP_DIT)
-        score = (info.n_quantized ? 0 : 4) + (icontains(set_path, "fl2va") ? 2 : 0) +
-                (icontains(set_path, "ref2va") ? 0 : 1);
+        score = (info.n_quantized ? 0 : 4) +
+                (cs->ref ? (icontains(set_path, "ref2va") ? 2 : 0) + (icontains(set_path, "fl2va") ? 0 : 1)
+                         : (icontains(set_path, "fl2va") ? 2 : 0) + (icontains(set_path, "ref2va") ? 0 : 1));
     else if (info.comp == H3_COMP_TEXT_ENCODER)
         score = info.n_quantized ? 0 : 2;
     cs->count[c]++;
@@ -153,9 +156,10 @@ static int comfy_visit(const char *set_path, void *user) {
     return 0;
 }
 
-static h3_status find_comfy(const char *root, h3_model_files *f) {
+static h3_status find_comfy(const char *root, int ref, h3_model_files *f) {
     comfy_scan cs;
     memset(&cs, 0, sizeof cs);
+    cs.ref = ref;
     static const char *const subs[] = {"diffusion_models", "unet", "text_encoders", "clip", "vae"};
     h3_status st = H3_OK;
     int err = 0;
@@ -209,6 +213,10 @@ static h3_status dup_given(const char *given, char **slot) {
 }
 
 h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3_model_files *out) {
+    return h3_model_files_find_for(model, given, 0, out);
+}
+
+h3_status h3_model_files_find_for(const char *model, const h3_model_files *given, int ref2va, h3_model_files *out) {
     memset(out, 0, sizeof *out);
     static const h3_model_files none;
     if (!given) given = &none;
@@ -242,7 +250,8 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
         char *t = sub_if(model, "transformer", 1, &err);
         char *c = err ? NULL : sub_if(model, "diffusion_models", 1, &err);
         if (!t && !c && !err) {
-            fl2va = sub_if(model, "FL2VA", 1, &err);
+            if (ref2va) fl2va = sub_if(model, "Ref2VA", 1, &err);
+            if (!fl2va && !err) fl2va = sub_if(model, "FL2VA", 1, &err);
             if (fl2va) root = fl2va;
         }
         h3_free(t);
@@ -259,6 +268,11 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
             H3_FAIL(H3_ERR_NOMEM, "out of memory");
         }
         if (tr) {
+            char *tref = ref2va ? sub_if(root, "transformer_ref", 1, &err) : NULL; /* diffusers' Ref2VA DiT */
+            if (tref) {
+                h3_free(tr);
+                tr = tref;
+            }
             out->dit = tr;
             out->text_encoder = sub_if(root, "text_encoder", 1, &err);
             out->tokenizer = sub_if(root, "tokenizer", 1, &err);
@@ -274,7 +288,7 @@ h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3
             h3_free(dm);
             h3_free(un);
             out->layout = "ComfyUI";
-            H3_CHECK(find_comfy(root, out));
+            H3_CHECK(find_comfy(root, ref2va, out));
         } else if (!all_given) {
             H3_FAIL(H3_ERR_NOT_FOUND,
                     "%s is not an H3 model folder: expected transformer/ (the official FL2VA/ folder "
@@ -412,6 +426,12 @@ typedef struct gen {
      * (normalized, packed), held clean in every call */
     h3_sound snd;
     float *snd_rows;
+    /* ref2va: the references (read, normalized), their blocks, their conditioning rows (video at 0.999, audio
+     * clean) */
+    h3_ref_set refs;
+    h3_ref_block ref_blocks[H3_MAX_REFS];
+    float *ref_vrows, *ref_arows;
+    int64_t ref_nv, ref_na;
     /* the checkpoint of the first pass: its rows (the sampler's state, in place), their sizes, the request's
      * fingerprint */
     float *ck_video, *ck_audio;
@@ -705,6 +725,34 @@ static h3_status present_keyframes(gen *g, const h3_tokenizer *tok, int64_t te_p
     return H3_OK;
 }
 
+/* ref2va: the references' presentation before the prompt's ids (pipeline/reference.h), as present_keyframes. */
+static h3_status present_refs(gen *g, const h3_tokenizer *tok, int64_t te_positions, int32_t **ids, int64_t *n) {
+    if (!g->refs.n) return H3_OK;
+    int32_t *all = NULL;
+    int64_t n_all = 0;
+    H3_TRY(open_vision(g));
+    H3_TRY(h3_refs_present(tok, h3_vision_config(g->vis), &g->refs, *ids, *n, &all, &g->text_tags, &n_all,
+                           &g->kf_pixels, &g->kf_grid, &g->kf_n_img));
+    /* a reference image alone is thousands of rows (7,296 at the release's 2048 short edge): the presentation
+     * may run past a prompt's limit, to the text encoder's positions or H3_MAX_REF_TOKENS */
+    if (n_all > H3_MAX_REF_TOKENS || (te_positions > 0 && n_all > te_positions)) {
+        g->model_phase = 0;
+        h3_free(all);
+        return H3_ERR(H3_ERR_INVALID, "the prompt with its %d references is %lld tokens; at most %lld are taken (%s): "
+                      "give fewer or shorter references", g->refs.n, (long long)n_all,
+                      (long long)(te_positions > 0 && te_positions < H3_MAX_REF_TOKENS ? te_positions : H3_MAX_REF_TOKENS),
+                      te_positions > 0 && te_positions < H3_MAX_REF_TOKENS ? "the text encoder's positions"
+                                                                            : "H3_MAX_REF_TOKENS");
+    }
+    h3_free(*ids);
+    *ids = all;
+    *n = n_all;
+    g->res.text_tokens = n_all;
+    h3_log(H3_LOG_INFO, "references: %d, %d vision blocks (%lld vision tokens) in the %lld rows of text", g->refs.n,
+           g->kf_n_img, (long long)(g->kf_pixels.shape[0] / 4), (long long)n_all);
+    return H3_OK;
+}
+
 /* The text encoder's vision tower (g->vis, on g->kf_te), once. */
 static h3_status open_vision(gen *g) {
     if (g->vis) return H3_OK;
@@ -724,7 +772,8 @@ static h3_status open_vision(gen *g) {
     st = h3_vision_open(g->kf_te, NULL, &g->vis);
     if (st != H3_OK) /* a model without one cannot take this request: unsupported, not broken */
         return h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
-                             "keyframes need the vision tower of the text encoder (%s)", g->files.text_encoder);
+                             "%s need the vision tower of the text encoder (%s)", g->refs.n ? "references" : "keyframes",
+                             g->files.text_encoder);
     return H3_OK;
 }
 
@@ -873,6 +922,49 @@ done:
     return st;
 }
 
+static h3_status audio_vae_of(gen *g, h3_audio_vae **out);
+
+/* ref2va: the references through the video VAE's encoder (images, videos: at the plan's place) and the audio
+ * VAE's encoder (sounds, on the host) into their rows (g->ref_vrows, g->ref_arows). */
+static h3_status run_refs(gen *g) {
+    if (!g->refs.n) return H3_OK;
+    h3_status st = H3_OK;
+    h3_video_vae *vv = NULL;
+    h3_video_enc *e = NULL;
+    h3_audio_vae *av = NULL;
+    h3_audio_enc *ae = NULL;
+    stage_begin(g, H3_GEN_REFERENCES, g->refs.n);
+    if (g->ref_nv) {
+        H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
+        st = h3_video_enc_open(vv, &e);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
+                               "image and video references need the video VAE's encoder (%s)", g->files.video_vae);
+            goto done;
+        }
+    }
+    if (g->ref_na) {
+        H3_CHECK(audio_vae_of(g, &av));
+        st = h3_audio_enc_open(av, &ae);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
+                               "sound references need the audio VAE's encoder (%s)", g->files.audio_vae);
+            goto done;
+        }
+    }
+    h3_stage_plan tb;
+    H3_CHECK(h3_stage_references(g->ex, e, g->plan ? beside_dit(g, &g->plan->venc, &tb) : NULL, ae,
+                                 av ? h3_audio_vae_get_config(av) : NULL, &g->refs, g->req.seed, &g->ref_vrows,
+                                 &g->ref_arows, step_done, g, &g->res.stages[H3_GEN_REFERENCES]));
+    stage_end(g);
+done:
+    h3_video_enc_close(e);
+    h3_video_vae_close(vv);
+    h3_audio_enc_close(ae);
+    if (!g->use_models) h3_audio_vae_close(av);
+    return st;
+}
+
 /* A long clip's contexts: the rows of their keyframes (packed order), from the run's rows of all of them. */
 static h3_status context_rows(gen *g) {
     if (!g->kf.n || g->n_ctx < 1) return H3_OK;
@@ -966,12 +1058,12 @@ static h3_status make_schedule(gen *g) {
     g->uniq_t = h3_malloc((size_t)2 * (size_t)g->sch.n * sizeof(float) + 8, H3_MEM_OTHER);
     if (!g->uniq_t) return H3_ERR(H3_ERR_NOMEM, "out of memory");
     g->n_uniq = h3_schedule_distinct_timesteps(&g->sch, g->uniq_t);
-    if (g->r->audio) { /* a soundtrack's rows are held clean: audio at t = 1 in every call */
+    if (g->r->audio || g->ref_na) { /* a soundtrack's or the references' audio rows are held clean: t = 1 */
         int have = 0;
         for (int i = 0; i < g->n_uniq; i++) have |= g->uniq_t[i] == 1.0f;
         if (!have) g->uniq_t[g->n_uniq++] = 1.0f;
     }
-    if (g->kf.n) { /* the keyframe rows' time below t_video = 0.999 (pipeline/layout.h) */
+    if (g->kf.n || g->ref_nv) { /* the keyframe (reference) rows' time below t_video = 0.999 (pipeline/layout.h) */
         int have = 0;
         for (int i = 0; i < g->n_uniq; i++) have |= g->uniq_t[i] == H3_KEYFRAME_T;
         if (!have) g->uniq_t[g->n_uniq++] = H3_KEYFRAME_T;
@@ -1081,11 +1173,11 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     m.te_cached = h3_plan_set_cached_fraction(h3_text_encoder_files(te));
     m.avae_cached = h3_plan_cached_fraction(h3_audio_vae_source(av));
     m.vvae_cached = h3_plan_cached_fraction(h3_video_vae_source(vv));
-    if (g->kf.n) {
+    if (g->kf.n || g->ref_nv) {
         st = h3_video_enc_open(vv, &venc);
         if (st != H3_OK) {
-            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st,
-                               "keyframes need the video VAE's encoder (%s)", g->files.video_vae);
+            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st, "%s need the video VAE's encoder (%s)",
+                               g->kf.n ? "keyframes" : "image and video references", g->files.video_vae);
             goto done;
         }
         m.venc = h3_video_enc_get_config(venc);
@@ -1097,7 +1189,18 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window};
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window, 0, 0, 0, 0, 0};
+    pr.ref_video_rows = g->ref_nv;
+    pr.ref_audio_rows = g->ref_na;
+    for (int k = 0; k < g->refs.n; k++) { /* the largest reference the video VAE's encoder takes */
+        const h3_ref *f = &g->refs.r[k];
+        const int64_t fr = f->kind == H3_REF_IMAGE ? 1 : f->kind == H3_REF_VIDEO ? ((f->frames - 5) / 17) * 17 + 5 : 0;
+        if (fr && fr * f->w * f->h > pr.ref_enc_frames * pr.ref_enc_width * pr.ref_enc_height) {
+            pr.ref_enc_frames = fr;
+            pr.ref_enc_width = f->w;
+            pr.ref_enc_height = f->h;
+        }
+    }
     g->plan = h3_malloc(sizeof *g->plan, H3_MEM_OTHER);
     if (!g->plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
     H3_CHECK(h3_plan_make(&m, &pr, &b, have_fig ? &fig : NULL, g->plan));
@@ -1118,6 +1221,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         g->res.stage_predicted_s[H3_GEN_AUDIO_VAE] = g->plan->avae.t_load + g->plan->avae.t_run;
         g->res.stage_predicted_s[H3_GEN_VIDEO_VAE] = g->plan->vvae.t_load + g->plan->vvae.t_run;
         if (g->kf.n) g->res.stage_predicted_s[H3_GEN_KEYFRAMES] = g->plan->venc.t_load + g->plan->venc.t_run;
+        if (g->ref_nv) g->res.stage_predicted_s[H3_GEN_REFERENCES] = g->plan->venc.t_load + g->plan->venc.t_run;
     }
     H3_CHECK(h3_plan_check(g->plan));
     if (g->check_only) {
@@ -1183,6 +1287,9 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     const int64_t cw = q->refine_width ? q->refine_width : q->width,
                   ch = q->refine_width ? q->refine_height : q->height;
     H3_CHECK(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, &L)); /* one window's */
+    L.n_cond_rows += g->ref_nv; /* the references' rows */
+    L.n_audio_rows += g->ref_na;
+    L.seq_len += g->ref_nv + g->ref_na;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
     h3_dit_forward_mem fm;
@@ -1295,9 +1402,17 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     const h3_windows *win = g->win.n > 1 ? &g->win : NULL; /* the refine pass too, at its canvas */
     int64_t lf[H3_MAX_KEYFRAMES]; /* window 0's keyframes' frames */
     const int nk0 = win ? window_keyframes(g, 0, lf) : refine ? 0 : g->kf.n;
-    H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, win ? q->window : q->frames, ps->width,
-                                 ps->height, nk0, win ? lf : g->kf.frame, &L));
-    if (!refine) g->res.keyframe_rows = L.n_cond_rows;
+    if (g->refs.n)
+        H3_CHECK(h3_seq_layout_ref2va(hidden->shape[0], g->text_tags, q->frames, ps->width, ps->height, g->refs.n,
+                                      g->ref_blocks, &L));
+    else
+        H3_CHECK(h3_seq_layout_fl2va(hidden->shape[0], g->text_tags, win ? q->window : q->frames, ps->width,
+                                     ps->height, nk0, win ? lf : g->kf.frame, &L));
+    if (!refine && !g->refs.n) g->res.keyframe_rows = L.n_cond_rows;
+    if (g->refs.n) {
+        g->res.reference_video_rows = L.n_cond_rows;
+        g->res.reference_audio_rows = L.n_ref_audio_rows;
+    }
     if (refine) {
         g->res.refine_seq_len = L.seq_len;
     } else {
@@ -1453,7 +1568,8 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         sa.held_audio = g->snd_rows;
         sa.held_noise = NULL;
     }
-    sa.cond_rows = refine ? NULL : g->kf_rows;
+    sa.cond_rows = refine ? NULL : g->refs.n ? g->ref_vrows : g->kf_rows;
+    sa.ref_audio_rows = g->ref_arows;
     sa.dump_inputs = refine ? NULL : g->r->dump_dit_inputs;
     sa.start_step = start_step;
     sa.windows = win;
@@ -1974,7 +2090,7 @@ static h3_status find_files(gen *g) {
         g->files_borrowed = 1;
         return H3_OK;
     }
-    H3_TRY(h3_model_files_find(r->model, &r->given, &g->files));
+    H3_TRY(h3_model_files_find_for(r->model, &r->given, r->n_refs > 0, &g->files));
     if (g->ses && !g->check_only) {
         g->ses->files = g->files;
         g->ses->have_files = 1;
@@ -2082,6 +2198,18 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
                    (long long)g->req.height, g->kf.path[0], g->kf.sw[0], g->kf.sh[0]);
         }
     }
+    if (r->n_refs) { /* the references' paths now (read once the clip's length is known) */
+        if (r->n_refs > H3_MAX_REFS)
+            H3_FAIL(H3_ERR_INVALID, "%d references; H3 takes at most %d", r->n_refs, H3_MAX_REFS);
+        if (r->n_keyframes)
+            H3_FAIL(H3_ERR_INVALID, "references (--ref-image/--ref-video/--ref-audio) and keyframes (--first-frame/"
+                                    "--last-frame/--keyframe) are the release's two modes (ref2va and fl2va): give "
+                                    "one or the other");
+        if (r->req.refine_width)
+            H3_FAIL(H3_ERR_INVALID, "--refine with references is not supported: leave out --refine");
+        for (int k = 0; k < r->n_refs && st == H3_OK; k++) st = h3_pathset_input(&paths, "a reference", r->ref[k], 1);
+        H3_CHECK(st);
+    }
     if (r->audio) { /* read first too: a bad file is the request's, and the clip may take its length */
         if (r->req.refine_width)
             H3_FAIL(H3_ERR_INVALID, "--refine with --audio is not supported: the refine pass samples the audio "
@@ -2128,6 +2256,35 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     g->res.windows = g->win.n;
     H3_CHECK(resolve_prompts(g));
     if (g->kf.n) H3_CHECK(h3_keyframes_fit(&g->kf, g->req.width, g->req.height, g->req.frames));
+    if (r->n_refs) { /* read and normalized for this clip; a file that cannot be is the request's (exit 2) */
+        if (g->win.n > 1)
+            H3_FAIL(H3_ERR_INVALID, "references in a clip of several windows (--window) are not supported: make "
+                                    "the clip at most one window long, or leave out the references");
+        st = h3_refs_read(r->ref_kind, r->ref, r->n_refs, (double)(g->req.frames + 1) / H3_FPS, &g->refs);
+        if (st == H3_OK)
+            st = h3_refs_normalize(&g->refs, g->req.frames, r->ref_image_short ? r->ref_image_short : H3_REF_IMAGE_SHORT,
+                                   r->ref_video_short ? r->ref_video_short : H3_REF_VIDEO_SHORT, H3_AUDIO_HOP);
+        if (st != H3_OK && st != H3_ERR_NOMEM && st != H3_ERR_INVALID) st = h3_error_wrap(H3_ERR_INVALID, "%s", "a reference");
+        H3_CHECK(st);
+        h3_refs_blocks(&g->refs, g->ref_blocks);
+        h3_ref_blocks_rows(g->refs.n, g->ref_blocks, &g->ref_nv, &g->ref_na);
+        g->res.references = g->refs.n;
+        for (int k = 0; k < g->refs.n; k++) {
+            const h3_ref *f = &g->refs.r[k];
+            if (f->kind == H3_REF_IMAGE)
+                h3_log(H3_LOG_INFO, "reference %d: the image %s (%dx%d) at %dx%d", k + 1, f->path, f->sw, f->sh, f->w, f->h);
+            else if (f->kind == H3_REF_VIDEO)
+                h3_log(H3_LOG_INFO, "reference %d: the video %s (%dx%d, %lld frames at %.3g fps) as %lld frames at 24 "
+                       "fps, %dx%d%s%s", k + 1, f->path, f->sw, f->sh, (long long)f->src_frames, f->src_fps,
+                       (long long)f->frames, f->w, f->h, f->samples ? ", with its sound" : "",
+                       f->samples ? "" : " (no sound)");
+            else
+                h3_log(H3_LOG_INFO, "reference %d: the sound %s (%.2f s as read, %.2f s used)", k + 1, f->path,
+                       f->sound_s, (double)f->samples / H3_AUDIO_RATE);
+        }
+        h3_log(H3_LOG_INFO, "references: %lld video rows at t = 0.999 and %lld audio rows held clean before the clip's",
+               (long long)g->ref_nv, (long long)g->ref_na);
+    }
     if (g->win.n > 1) H3_CHECK(make_contexts(g)); /* the keyframes' frames are the clip's now */
     if (g->snd.samples) {
         const int64_t n = h3_audio_samples(g->req.frames);
@@ -2266,6 +2423,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_CHECK(present_contexts(g, tok, te_positions, &ids, &n_ids, &n_max));
     } else {
         H3_CHECK(present_keyframes(g, tok, te_positions, &ids, &n_ids));
+        H3_CHECK(present_refs(g, tok, te_positions, &ids, &n_ids));
         if (n_ids > n_max) n_max = n_ids;
     }
     if (!g->ses) h3_tokenizer_free(tok);
@@ -2297,6 +2455,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     g->kf_te = NULL;
     H3_CHECK(check_stop(g));
     H3_CHECK(run_keyframes(g));
+    H3_CHECK(run_refs(g));
     H3_CHECK(context_rows(g));
     H3_CHECK(check_stop(g));
     H3_CHECK(run_soundtrack(g));
@@ -2387,6 +2546,9 @@ done:
     for (int i = 1; i < H3_MAX_PROMPTS; i++) h3_free(g->p_ids[i]);
     free_contexts(g);
     h3_sound_free(&g->snd);
+    h3_refs_free(&g->refs);
+    h3_free(g->ref_vrows);
+    h3_free(g->ref_arows);
     h3_free(g->snd_rows);
     h3_free(g->text_tags);
     h3_free(g->kf_grid);

@@ -49,6 +49,7 @@
 #include "base/status.h"
 #include "pipeline/keyframe.h"
 #include "pipeline/progress.h"
+#include "pipeline/reference.h"
 #include "pipeline/request.h"
 #include "pipeline/stages.h"
 #include "pipeline/window.h"
@@ -81,6 +82,10 @@ typedef struct h3_model_files {
  * may be NULL. Paths are checked to exist; what each holds is checked when it is opened. Free with
  * h3_model_files_free. */
 h3_status h3_model_files_find(const char *model, const h3_model_files *given, h3_model_files *out);
+/* The same for a ref2va request (ref2va nonzero): the release's Ref2VA partition first: Ref2VA/ under a
+ * repository root, transformer_ref/ in a diffusers folder, a ComfyUI DiT file named ref2va; where the model has
+ * none, its one DiT. */
+h3_status h3_model_files_find_for(const char *model, const h3_model_files *given, int ref2va, h3_model_files *out);
 void h3_model_files_free(h3_model_files *f);
 
 /* ---- the run ------------------------------------------------------------------------------------------- */
@@ -133,6 +138,13 @@ typedef struct h3_generate_request {
      * carries this sound, not a decoded one. Without frames or seconds the clip takes its length (17n+5 frames
      * that fit in it). NULL: none. */
     const char *audio;
+    /* ref2va references (pipeline/reference.h), in the order the model reads them: files and kinds; the DiT is
+     * the model's Ref2VA partition when it has one. ref_image_short / ref_video_short: the short edges images and
+     * videos are put on (0: the release's, H3_REF_IMAGE_SHORT and H3_REF_VIDEO_SHORT). */
+    const char *ref[H3_MAX_REFS];
+    h3_ref_kind ref_kind[H3_MAX_REFS];
+    int n_refs;
+    int ref_image_short, ref_video_short;
     /* A long clip's later prompts (pipeline/window.h): req.prompt holds from 0 s, more_prompt[i] from second
      * more_prompt_s[i] (ascending, > 0, within the clip). Each window takes the prompt in effect at the middle
      * of its overlap with the window before (the first window: req.prompt), so a change is blended across that
@@ -161,6 +173,7 @@ enum {
     H3_GEN_TOKENIZE = 0,
     H3_GEN_TEXT_ENCODER,
     H3_GEN_KEYFRAMES, /* fl2va: the keyframes through the video VAE's encoder (no events without them) */
+    H3_GEN_REFERENCES, /* ref2va: the references through the VAEs' encoders (no events without them) */
     H3_GEN_SOUNDTRACK, /* a given soundtrack through the audio VAE's encoder (no events without one) */
     H3_GEN_DIT,
     H3_GEN_REFINE, /* the second pass of --refine (no events without it) */
@@ -169,7 +182,7 @@ enum {
     H3_GEN_MUX,
     H3_GEN_STAGES
 };
-/* The stage names progress events carry: "tokenize", "text_encoder", "keyframes", "soundtrack", "dit",
+/* The stage names progress events carry: "tokenize", "text_encoder", "keyframes", "references", "soundtrack", "dit",
  * "refine", "audio_vae", "video_vae", "mux". */
 const char *h3_generate_stage_name(int stage);
 
@@ -185,6 +198,8 @@ typedef struct h3_generate_result {
     int cache_calls, cache_skipped;
     double cache_est_max;
     int64_t keyframe_rows;
+    int references;                        /* ref2va references */
+    int64_t reference_video_rows, reference_audio_rows; /* their rows in the packed sequence */
     int windows;         /* overlapping windows the clip was sampled in (1: one; pipeline/window.h) */
     int64_t seq_len;     /* packed rows: L + 2*T_a + video rows (one window's) */
     int64_t latent_t, latent_h, latent_w, audio_latents; /* video latent [24, T, H, W]; audio [2, 32, T_a]

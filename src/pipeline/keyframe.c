@@ -10,6 +10,11 @@
 #include "sample/rng.h"
 
 h3_status h3_canvas_from_aspect(double aw, double ah, int64_t *width, int64_t *height) {
+    return h3_canvas_from_aspect_at(aw, ah, H3_CANVAS_SHORT, (double)H3_CANVAS_MAX_AREA, width, height);
+}
+
+h3_status h3_canvas_from_aspect_at(double aw, double ah, int short_edge, double max_area, int64_t *width,
+                                   int64_t *height) {
     if (!(aw > 0) || !(ah > 0))
         return H3_ERR(H3_ERR_INVALID, "an aspect ratio must be positive; got %g:%g", aw, ah);
     const double ratio = aw / ah;
@@ -20,15 +25,15 @@ h3_status h3_canvas_from_aspect(double aw, double ah, int64_t *width, int64_t *h
                       aw, ah, ratio);
     double w, h;
     if (ratio >= 1.0) {
-        w = H3_CANVAS_SHORT * ratio;
-        h = H3_CANVAS_SHORT;
+        w = short_edge * ratio;
+        h = short_edge;
     } else {
-        w = H3_CANVAS_SHORT;
-        h = H3_CANVAS_SHORT / ratio;
+        w = short_edge;
+        h = short_edge / ratio;
     }
     const double area = w * h;
-    if (area > (double)H3_CANVAS_MAX_AREA) {
-        const double s = pow((double)H3_CANVAS_MAX_AREA / area, 0.5);
+    if (area > max_area) {
+        const double s = pow(max_area / area, 0.5);
         w *= s;
         h *= s;
     }

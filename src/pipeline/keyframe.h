@@ -40,6 +40,9 @@
  * otherwise): the short edge 768, the area scaled down to 768·1344 when above, each side rounded (half to
  * even) to a multiple of 32, at least 32. */
 h3_status h3_canvas_from_aspect(double aw, double ah, int64_t *width, int64_t *height);
+/* The same rule at another short edge and area cap (ref2va's videos on a smaller model's canvas). */
+h3_status h3_canvas_from_aspect_at(double aw, double ah, int short_edge, double max_area, int64_t *width,
+                                   int64_t *height);
 
 /* One keyframe onto an ow × oh canvas (rule 2 above): cover 0 stretches, 1 cover-crops. src [h, w, 3],
  * dst [oh, ow, 3]. */

@@ -27,6 +27,7 @@ void h3_seq_layout_free(h3_seq_layout *l) {
     h3_free(l->cond_indices);
     h3_free(l->audio_indices);
     h3_free(l->text_indices);
+    h3_free(l->ref_audio_indices);
     memset(l, 0, sizeof *l);
 }
 
@@ -200,13 +201,15 @@ done:
     return st;
 }
 
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[3],
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[4],
                                    int32_t *index) {
     const float t_cond = t_video > H3_KEYFRAME_T ? t_video : H3_KEYFRAME_T;
-    float v[3] = {t_video, t_audio, t_cond};
-    const int nv = l->n_cond_rows > 0 ? 3 : 2;
+    const float v[4] = {t_video, t_audio, t_cond, 1.0f};
+    const int use[4] = {1, 1, l->n_cond_rows > 0, l->n_ref_audio_rows > 0};
+    const int nv = 4;
     int n = 0;
     for (int i = 0; i < nv; i++) { /* sorted distinct values */
+        if (!use[i]) continue;
         int seen = 0;
         for (int j = 0; j < n; j++) seen |= unique_t[j] == v[i];
         if (seen) continue;
@@ -217,14 +220,156 @@ int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float 
         }
         unique_t[at] = v[i];
     }
-    int32_t idx[3] = {0, 0, 0};
+    int32_t idx[4] = {0, 0, 0, 0};
     for (int i = 0; i < nv; i++)
         for (int j = 0; j < n; j++)
-            if (unique_t[j] == v[i]) idx[i] = j;
+            if (use[i] && unique_t[j] == v[i]) idx[i] = j;
     for (int64_t r = 0; r < l->seq_len; r++) index[r] = idx[0];
     for (int64_t k = 0; k < l->n_audio_rows; k++) index[l->audio_indices[k]] = idx[1];
     for (int64_t k = 0; k < l->n_cond_rows; k++) index[l->cond_indices[k]] = idx[2];
+    for (int64_t k = 0; k < l->n_ref_audio_rows; k++) index[l->ref_audio_indices[k]] = idx[3];
     return n;
+}
+
+void h3_ref_blocks_rows(int n_refs, const h3_ref_block *refs, int64_t *video_rows, int64_t *audio_rows) {
+    int64_t v = 0, a = 0;
+    for (int k = 0; k < n_refs; k++) {
+        if (refs[k].kind != H3_REF_AUDIO) v += refs[k].lt * (refs[k].lh / 2) * (refs[k].lw / 2);
+        if (refs[k].kind != H3_REF_IMAGE) a += 2 * refs[k].audio_t;
+    }
+    *video_rows = v;
+    *audio_rows = a;
+}
+
+/* The (h, w) grids of an lh x lw latent: hg [lh/2], wg [lw/2]. */
+static void frame_grids(int64_t lh, int64_t lw, double *hg, double *wg) {
+    const double sqrt_area = sqrt((double)(lh * lw));
+    axis_grid(lh, sqrt_area, hg);
+    axis_grid(lw, sqrt_area, wg);
+}
+
+h3_status h3_seq_layout_ref2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                               int64_t height, int n_refs, const h3_ref_block *refs, h3_seq_layout *out) {
+    if (n_refs < 0 || n_refs > H3_MAX_REFS)
+        return H3_ERR(H3_ERR_INVALID, "layout: %d references; at most %d", n_refs, H3_MAX_REFS);
+    int64_t maxg = 1;
+    for (int k = 0; k < n_refs; k++) {
+        const h3_ref_block *b = &refs[k];
+        const int vis = b->kind != H3_REF_AUDIO;
+        if ((int)b->kind < 0 || b->kind > H3_REF_AUDIO || (vis && (b->lt < 1 || b->lh < 2 || b->lw < 2 ||
+                                                                    b->lh % 2 || b->lw % 2 || b->lh > 4096 ||
+                                                                    b->lw > 4096 || b->lt > 65536)) ||
+            (b->kind == H3_REF_IMAGE && b->lt != 1) || b->audio_t < 0 || b->audio_t > ((int64_t)1 << 24) ||
+            (b->kind == H3_REF_AUDIO && b->audio_t < 1))
+            return H3_ERR(H3_ERR_INVALID, "layout: reference %d has an invalid geometry", k + 1);
+        if (vis && b->lh / 2 > maxg) maxg = b->lh / 2;
+        if (vis && b->lw / 2 > maxg) maxg = b->lw / 2;
+    }
+    H3_TRY(h3_seq_layout_sizes(text_len, 0, frames, width, height, out));
+    int64_t rv = 0, ra = 0;
+    h3_ref_blocks_rows(n_refs, refs, &rv, &ra);
+    out->n_cond_rows = rv;
+    out->n_ref_audio_rows = ra;
+    out->audio_start = text_len + rv + ra;
+    out->video_start = out->audio_start + out->n_audio_rows;
+    out->seq_len = out->video_start + out->n_video_rows;
+    const int64_t lt = out->latent_t, ph = out->latent_h / 2, pw = out->latent_w / 2;
+    if (maxg < ph) maxg = ph;
+    if (maxg < pw) maxg = pw;
+    const size_t S = (size_t)out->seq_len;
+    h3_status st = H3_OK;
+    double *thg = NULL, *twg = NULL, *hg = NULL, *wg = NULL;
+    out->tags = h3_malloc(S + 1, H3_MEM_OTHER);
+    out->pos = h3_malloc(S * 3 * sizeof(double) + 8, H3_MEM_OTHER);
+    out->video_indices = h3_malloc((size_t)out->n_video_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->audio_indices = h3_malloc((size_t)out->n_audio_rows * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->text_indices = h3_malloc((size_t)text_len * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->cond_indices = h3_malloc((size_t)rv * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    out->ref_audio_indices = h3_malloc((size_t)ra * sizeof(int64_t) + 8, H3_MEM_OTHER);
+    thg = h3_malloc((size_t)ph * sizeof(double), H3_MEM_OTHER);
+    twg = h3_malloc((size_t)pw * sizeof(double), H3_MEM_OTHER);
+    hg = h3_malloc((size_t)maxg * sizeof(double), H3_MEM_OTHER);
+    wg = h3_malloc((size_t)maxg * sizeof(double), H3_MEM_OTHER);
+    if (!out->tags || !out->pos || !out->video_indices || !out->audio_indices || !out->text_indices ||
+        !out->cond_indices || !out->ref_audio_indices || !thg || !twg || !hg || !wg)
+        H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
+    frame_grids(out->latent_h, out->latent_w, thg, twg);
+    double *p = out->pos;
+    for (int64_t k = 0; k < text_len; k++) {
+        out->tags[k] = text_tags ? text_tags[k] : (uint8_t)H3_TAG_TEXT;
+        out->text_indices[k] = k;
+        p[3 * k] = (double)k;
+        p[3 * k + 1] = 0.0;
+        p[3 * k + 2] = 0.0;
+    }
+    int64_t r = text_len, nvr = 0, nar = 0;
+    double clock = (double)text_len;
+    for (int k = 0; k < n_refs; k++) {
+        const h3_ref_block *b = &refs[k];
+        const int64_t bh = b->lh / 2, bw = b->lw / 2;
+        if (b->kind != H3_REF_AUDIO) frame_grids(b->lh, b->lw, hg, wg);
+        if (b->kind != H3_REF_IMAGE) { /* audio rows: the target's width grid for a clip, the video's for a soundtrack */
+            const double wl = b->kind == H3_REF_AUDIO ? twg[0] : wg[0], wr = b->kind == H3_REF_AUDIO ? twg[pw - 1] : wg[bw - 1];
+            for (int64_t c = 0; c < 2; c++)
+                for (int64_t i = 0; i < b->audio_t; i++, r++) {
+                    out->tags[r] = H3_TAG_AUDIO;
+                    out->ref_audio_indices[nar++] = r;
+                    p[3 * r] = clock + (double)i;
+                    p[3 * r + 1] = 0.0;
+                    p[3 * r + 2] = c == 0 ? wl : wr;
+                }
+        }
+        double span = 0.0;
+        if (b->kind != H3_REF_AUDIO)
+            for (int64_t f = 0; f < b->lt; f++) {
+                const double t = clock + span;
+                span += (5.0 / 3.0) * (double)k_frames_per_latent[f % 5];
+                for (int64_t i = 0; i < bh; i++)
+                    for (int64_t j = 0; j < bw; j++, r++) {
+                        out->tags[r] = H3_TAG_VIDEO;
+                        out->cond_indices[nvr++] = r;
+                        p[3 * r] = t;
+                        p[3 * r + 1] = hg[i];
+                        p[3 * r + 2] = wg[j];
+                    }
+            }
+        if (b->kind == H3_REF_IMAGE)
+            clock += 1.0;
+        else if (b->kind == H3_REF_AUDIO)
+            clock += (double)b->audio_t;
+        else
+            clock += (double)b->audio_t > span ? (double)b->audio_t : span;
+    }
+    for (int64_t c = 0; c < 2; c++)
+        for (int64_t k = 0; k < out->audio_t; k++) {
+            const int64_t q = out->audio_start + c * out->audio_t + k;
+            out->tags[q] = H3_TAG_AUDIO;
+            out->audio_indices[c * out->audio_t + k] = q;
+            p[3 * q] = clock + (double)k;
+            p[3 * q + 1] = 0.0;
+            p[3 * q + 2] = c == 0 ? twg[0] : twg[pw - 1];
+        }
+    double cum = 0.0;
+    for (int64_t f = 0; f < lt; f++) {
+        const double t = clock + cum;
+        cum += (5.0 / 3.0) * (double)k_frames_per_latent[f % 5];
+        for (int64_t i = 0; i < ph; i++)
+            for (int64_t j = 0; j < pw; j++) {
+                const int64_t v = (f * ph + i) * pw + j, q = out->video_start + v;
+                out->tags[q] = H3_TAG_VIDEO;
+                out->video_indices[v] = q;
+                p[3 * q] = t;
+                p[3 * q + 1] = thg[i];
+                p[3 * q + 2] = twg[j];
+            }
+    }
+done:
+    h3_free(thg);
+    h3_free(twg);
+    h3_free(hg);
+    h3_free(wg);
+    if (st != H3_OK) h3_seq_layout_free(out);
+    return st;
 }
 
 void h3_video_patchify(const float *latent, int64_t T, int64_t H, int64_t W, float *rows) {

@@ -47,6 +47,10 @@ typedef struct h3_seq_layout {
     int64_t *cond_indices;                /* [n_cond_rows] sequence rows of the keyframe rows, in order */
     int64_t *audio_indices; /* [n_audio_rows] sequence rows of the audio rows (left then right) */
     int64_t *text_indices;  /* [text_len] */
+    /* ref2va (h3_seq_layout_ref2va): the references' audio rows (clean, t = 1 in every call), in packed order;
+     * their video rows are the conditioning rows above (n_cond_rows, cond_indices; n_keyframes 0) */
+    int64_t n_ref_audio_rows;
+    int64_t *ref_audio_indices; /* [n_ref_audio_rows] */
 } h3_seq_layout;
 
 /* Builds the layout of a t2va request. text_tags may be NULL (every text row tagged text) or give the tag of
@@ -60,6 +64,30 @@ void h3_seq_layout_free(h3_seq_layout *l);
  * h3_seq_layout_t2va. A frame outside the clip is H3_ERR_INVALID. */
 h3_status h3_seq_layout_fl2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
                               int64_t height, int n_keyframes, const int64_t *kf_frames, h3_seq_layout *out);
+/* ref2va (diffusers' MiniMaxH3Ref2VAPrepareLayoutStep.build_ref2va_packed_sequence): the packed sequence
+ *
+ *     [ text (L) | reference blocks, in request order | target audio (2 T_a) | target video ]
+ *
+ * A reference block is an image (lt = 1 latent frame of lh x lw: its patches), an audio clip (audio_t latents a
+ * channel, channel-major) or a video (its soundtrack's audio rows, when audio_t > 0, then its lt frames of lh x
+ * lw). A shared rotary clock starts at L and every block advances it: an image by 1 (its rows at t = clock on
+ * its own (h, w) grid), an audio clip by audio_t (its rows as the target's audio, w pinned to the ends of the
+ * *target's* width grid), a video by max(audio_t, sum of its frames' spans) (the spans summed one by one, its
+ * frames at clock + the exclusive running sum, its soundtrack pinned to the ends of the video's own width grid).
+ * The target's audio and video start where the blocks leave the clock. The references' video rows are the
+ * conditioning rows (held at max(t_video, 0.999)); their audio rows are held clean (t = 1). */
+typedef enum { H3_REF_IMAGE = 0, H3_REF_VIDEO, H3_REF_AUDIO } h3_ref_kind;
+typedef struct h3_ref_block {
+    h3_ref_kind kind;
+    int64_t lt, lh, lw; /* the video latent of an image (lt 1) or a video; even lh, lw */
+    int64_t audio_t;    /* audio latents a channel: an audio clip's, a video's soundtrack's (0: none) */
+} h3_ref_block;
+#define H3_MAX_REFS 12
+h3_status h3_seq_layout_ref2va(int64_t text_len, const uint8_t *text_tags, int64_t frames, int64_t width,
+                               int64_t height, int n_refs, const h3_ref_block *refs, h3_seq_layout *out);
+/* The rows the blocks add: video (conditioning) and audio rows. */
+void h3_ref_blocks_rows(int n_refs, const h3_ref_block *refs, int64_t *video_rows, int64_t *audio_rows);
+
 /* The counts of that layout (text_len .. seq_len, cond_start, audio_start, video_start) without its tables
  * (left NULL): what sizing a request needs before anything is allocated. The same checks as the builders. */
 h3_status h3_seq_layout_sizes(int64_t text_len, int n_keyframes, int64_t frames, int64_t width,
@@ -72,10 +100,10 @@ double h3_keyframe_time(int64_t text_len, int64_t frames, int64_t f);
 #define H3_KEYFRAME_T 0.999f
 
 /* The distinct timesteps of one step and each row's index into them (diffusers: torch.unique(sorted=True,
- * return_inverse=True) over the row timesteps; text rows carry t_video, keyframe rows max(t_video,
- * H3_KEYFRAME_T)). Writes 1 to 3 values to unique_t (ascending) and returns how many; index has seq_len
- * entries. */
-int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[3],
+ * return_inverse=True) over the row timesteps; text rows carry t_video, keyframe and reference video rows
+ * max(t_video, H3_KEYFRAME_T), reference audio rows 1). Writes 1 to 4 values to unique_t (ascending) and
+ * returns how many; index has seq_len entries. */
+int h3_seq_layout_timestep_indices(const h3_seq_layout *l, float t_video, float t_audio, float unique_t[4],
                                    int32_t *index);
 
 /* Video latent [24, T, H, W] <-> rows [T*(H/2)*(W/2), 96]: row (t, i, j) frame-major then row-major, column

@@ -172,6 +172,18 @@ void h3_sound_free(h3_sound *s);
  * matrix). Refused: a missing/unreadable/truncated file (H3_ERR_IO or H3_ERR_FORMAT), no video stream, and an
  * image above max_pixels (H3_ERR_INVALID, checked before decoding when the header says the size). */
 #define H3_IMAGE_MAX_PIXELS ((int64_t)1 << 28)
+
+/* A video file's first max_seconds (its first ceil(max_seconds · rate) + 1 frames, of its first video stream) as packed RGB8 [frames, h, w, 3], converted
+ * as h3_image_read converts a picture, with the rate its stream says (avg_frame_rate, else r_frame_rate; 0 when
+ * it says none). Refused as h3_image_read refuses, and a frame above max_pixels (H3_ERR_INVALID). */
+typedef struct h3_video_frames {
+    uint8_t *rgb;
+    int64_t frames;
+    int width, height;
+    double fps;
+} h3_video_frames;
+h3_status h3_video_read(const char *path, double max_seconds, int64_t max_pixels, h3_video_frames *out);
+void h3_video_frames_free(h3_video_frames *v);
 h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h);
 
 #endif

@@ -2,11 +2,13 @@
  * opens, decoded whole into memory: frames to planar float RGB (BT.709 limited range, as h3run writes them),
  * sound to float per channel. For checks of what was written (the adherence check, tests), not for long
  * videos. */
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/fs.h"
+#include "pipeline/geometry.h"
 #include "pipeline/media.h"
 
 #if H3_HAVE_MEDIA
@@ -205,6 +207,33 @@ done:
     return st;
 }
 
+/* A converter of decoded pictures like fr to packed RGB8 at their size, with the file's own range and matrix:
+ * JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way); limited range only
+ * for YUV that does not say full (grey, palette and RGB pictures are full range). NULL when out of memory. */
+static struct SwsContext *rgb_sws(const AVFrame *fr) {
+    enum AVPixelFormat pf = (enum AVPixelFormat)fr->format;
+    const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(pf);
+    const int yuv = d && d->nb_components >= 3 && !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
+    int full = !yuv || fr->color_range == AVCOL_RANGE_JPEG;
+    static const enum AVPixelFormat jf[][2] = {{AV_PIX_FMT_YUVJ420P, AV_PIX_FMT_YUV420P},
+                                               {AV_PIX_FMT_YUVJ422P, AV_PIX_FMT_YUV422P},
+                                               {AV_PIX_FMT_YUVJ444P, AV_PIX_FMT_YUV444P},
+                                               {AV_PIX_FMT_YUVJ440P, AV_PIX_FMT_YUV440P},
+                                               {AV_PIX_FMT_YUVJ411P, AV_PIX_FMT_YUV411P}};
+    for (size_t i = 0; i < sizeof jf / sizeof jf[0]; i++)
+        if (pf == jf[i][0]) {
+            pf = jf[i][1];
+            full = 1;
+        }
+    struct SwsContext *sws = sws_getContext(fr->width, fr->height, pf, fr->width, fr->height, AV_PIX_FMT_RGB24,
+                                            SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+    if (sws) {
+        const int *coef = sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
+        sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+    }
+    return sws;
+}
+
 h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int *w, int *h) {
     *rgb = NULL;
     *w = *h = 0;
@@ -258,32 +287,7 @@ h3_status h3_image_read(const char *path, int64_t max_pixels, uint8_t **rgb, int
                 fr->height, (long long)max_pixels);
     if (fr->decode_error_flags || (fr->flags & AV_FRAME_FLAG_CORRUPT))
         H3_FAIL(H3_ERR_FORMAT, "%s: the picture is damaged (truncated or corrupt data)", path);
-    { /* JPEG's full-range "yuvj" formats as their plain twins with the range said (swscale's way) */
-        enum AVPixelFormat pf = (enum AVPixelFormat)fr->format;
-        /* limited range only for YUV that does not say full; grey, palette and RGB pictures are full range */
-        const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(pf);
-        const int yuv =
-            d && d->nb_components >= 3 && !(d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL));
-        int full = !yuv || fr->color_range == AVCOL_RANGE_JPEG;
-        static const enum AVPixelFormat jf[][2] = {{AV_PIX_FMT_YUVJ420P, AV_PIX_FMT_YUV420P},
-                                                   {AV_PIX_FMT_YUVJ422P, AV_PIX_FMT_YUV422P},
-                                                   {AV_PIX_FMT_YUVJ444P, AV_PIX_FMT_YUV444P},
-                                                   {AV_PIX_FMT_YUVJ440P, AV_PIX_FMT_YUV440P},
-                                                   {AV_PIX_FMT_YUVJ411P, AV_PIX_FMT_YUV411P}};
-        for (size_t i = 0; i < sizeof jf / sizeof jf[0]; i++)
-            if (pf == jf[i][0]) {
-                pf = jf[i][1];
-                full = 1;
-            }
-        sws = sws_getContext(fr->width, fr->height, pf, fr->width, fr->height, AV_PIX_FMT_RGB24,
-                             SWS_POINT | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
-        if (sws) {
-            const int *coef =
-                sws_getCoefficients(fr->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601);
-            sws_setColorspaceDetails(sws, coef, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16,
-                                     1 << 16);
-        }
-    }
+    sws = rgb_sws(fr);
     out = h3_malloc((size_t)fr->width * (size_t)fr->height * 3, H3_MEM_IO);
     if (!sws || !out) H3_FAIL(H3_ERR_NOMEM, "out of memory for a %dx%d image", fr->width, fr->height);
     {
@@ -431,7 +435,120 @@ done:
     return st;
 }
 
+
+typedef struct {
+    struct SwsContext *sws;
+    uint8_t *rgb;
+    int64_t n, cap, max_frames, max_pixels;
+    int w, h;
+    const char *path;
+} vreader;
+
+static h3_status vtake(vreader *r, const AVFrame *f) {
+    if (r->n >= r->max_frames) return H3_OK;
+    if (!r->sws) {
+        if (f->width < 1 || f->height < 1) return H3_ERR(H3_ERR_FORMAT, "%s: a frame has no pixels", r->path);
+        if ((int64_t)f->width * f->height > r->max_pixels)
+            return H3_ERR(H3_ERR_INVALID, "%s is %dx%d: above the %lld pixels a frame may have", r->path, f->width,
+                          f->height, (long long)r->max_pixels);
+        r->w = f->width;
+        r->h = f->height;
+        r->sws = rgb_sws(f);
+        if (!r->sws) return H3_ERR(H3_ERR_NOMEM, "out of memory for the frame converter");
+    }
+    if (f->width != r->w || f->height != r->h)
+        return H3_ERR(H3_ERR_FORMAT, "%s: the video changes size mid-stream (%dx%d to %dx%d)", r->path, r->w, r->h,
+                      f->width, f->height);
+    const size_t fb = (size_t)r->w * (size_t)r->h * 3;
+    if (r->n == r->cap) {
+        const int64_t nc = r->cap ? 2 * r->cap : 16;
+        uint8_t *p = h3_realloc(r->rgb, (size_t)nc * fb, H3_MEM_IO);
+        if (!p) return H3_ERR(H3_ERR_NOMEM, "out of memory for the frames of %s", r->path);
+        r->rgb = p;
+        r->cap = nc;
+    }
+    uint8_t *dst[1] = {r->rgb + (size_t)r->n * fb};
+    int dst_stride[1] = {3 * r->w};
+    if (sws_scale(r->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, dst_stride) != f->height)
+        return H3_ERR(H3_ERR_FORMAT, "%s: its pixel format (%s) could not be converted to RGB", r->path,
+                      av_get_pix_fmt_name((enum AVPixelFormat)f->format));
+    r->n++;
+    return H3_OK;
+}
+
+static h3_status vdecode(vreader *r, AVCodecContext *dec, const AVPacket *pkt, AVFrame *fr) {
+    int e = avcodec_send_packet(dec, pkt);
+    if (e < 0 && e != AVERROR_EOF) return av_fail(e, "decoding", r->path);
+    for (;;) {
+        e = avcodec_receive_frame(dec, fr);
+        if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return H3_OK;
+        if (e < 0) return av_fail(e, "decoding", r->path);
+        h3_status st = vtake(r, fr);
+        av_frame_unref(fr);
+        if (st != H3_OK) return st;
+    }
+}
+
+h3_status h3_video_read(const char *path, double max_seconds, int64_t max_pixels, h3_video_frames *out) {
+    memset(out, 0, sizeof *out);
+    AVFormatContext *fmt = NULL;
+    AVCodecContext *vd = NULL;
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *fr = av_frame_alloc();
+    vreader r;
+    memset(&r, 0, sizeof r);
+    r.max_pixels = max_pixels;
+    r.path = path;
+    h3_status st = H3_OK;
+    int e;
+    if (!pkt || !fr) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+    H3_CHECK(open_media(path, "the video", &fmt));
+    const int vi = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    if (vi < 0) H3_FAIL(H3_ERR_FORMAT, "%s has no video stream", path);
+    {
+        const AVStream *vs = fmt->streams[vi];
+        AVRational q = vs->avg_frame_rate.num && vs->avg_frame_rate.den ? vs->avg_frame_rate : vs->r_frame_rate;
+        out->fps = q.den ? av_q2d(q) : 0;
+    }
+    const int64_t max_frames = (int64_t)ceil(max_seconds * (out->fps > 0 ? out->fps : H3_FPS)) + 1;
+    r.max_frames = max_frames;
+    H3_CHECK(open_dec(fmt, vi, &vd, path));
+    while (r.n < max_frames && (e = av_read_frame(fmt, pkt)) >= 0) {
+        if (pkt->stream_index == vi) st = vdecode(&r, vd, pkt, fr);
+        av_packet_unref(pkt);
+        if (st != H3_OK) goto done;
+    }
+    if (r.n < max_frames) {
+        if (e != AVERROR_EOF) {
+            st = av_fail(e, "reading", path);
+            goto done;
+        }
+        H3_CHECK(vdecode(&r, vd, NULL, fr));
+    }
+    if (r.n == 0) H3_FAIL(H3_ERR_FORMAT, "%s: its video stream holds no frames", path);
+    out->rgb = r.rgb;
+    out->frames = r.n;
+    out->width = r.w;
+    out->height = r.h;
+    r.rgb = NULL;
+done:
+    sws_freeContext(r.sws);
+    h3_free(r.rgb);
+    avcodec_free_context(&vd);
+    avformat_close_input(&fmt);
+    av_packet_free(&pkt);
+    av_frame_free(&fr);
+    return st;
+}
+
 #else /* built without libav (-DH3_MEDIA=OFF) */
+h3_status h3_video_read(const char *path, double max_seconds, int64_t max_pixels, h3_video_frames *out) {
+    (void)max_seconds, (void)max_pixels;
+    memset(out, 0, sizeof *out);
+    return H3_ERR(H3_ERR_UNSUPPORTED, "%s: this h3run was built without reading videos (cmake -DH3_MEDIA=OFF)",
+                  path);
+}
+
 h3_status h3_sound_read(const char *path, int rate, int64_t max_samples, h3_sound *out) {
     (void)rate, (void)max_samples;
     memset(out, 0, sizeof *out);
@@ -467,4 +584,10 @@ void h3_clip_free(h3_clip *c) {
     h3_free(c->left);
     h3_free(c->right);
     memset(c, 0, sizeof *c);
+}
+
+void h3_video_frames_free(h3_video_frames *v) {
+    if (!v) return;
+    h3_free(v->rgb);
+    memset(v, 0, sizeof *v);
 }

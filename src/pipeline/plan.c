@@ -764,12 +764,21 @@ static int64_t dit_frames(const h3_plan_request *r) {
     return r->window_frames > 0 && r->window_frames < r->frames ? r->window_frames : r->frames;
 }
 
+/* The packed sequence's counts of a request at a canvas: keyframes, and the references' rows. */
+static h3_status request_sizes(const h3_plan_request *r, int64_t width, int64_t height, h3_seq_layout *L) {
+    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, dit_frames(r), width, height, L));
+    L->n_cond_rows += r->ref_video_rows;
+    L->n_audio_rows += r->ref_audio_rows;
+    L->seq_len += r->ref_video_rows + r->ref_audio_rows;
+    return H3_OK;
+}
+
 /* The DiT stage of one pass: the packed sequence of a canvas (counts only), the best placement; 0 when none
  * fits. */
 static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64_t width, int64_t height,
                                int n_timesteps, h3_dit_plan *out, int *fits) {
     h3_seq_layout L;
-    H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, dit_frames(r), width, height, &L));
+    H3_TRY(request_sizes(r, width, height, &L));
     dit_static ds;
     H3_TRY(dit_static_of(t->m, t->eight_bit, &ds));
     const h3_device_figures fd = with_cache(t->f, t->m->dit_cached);
@@ -846,6 +855,9 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
                                  &p->vvae));
     if (m->venc && r->keyframes > 0) /* keyframes at the first pass's canvas */
         H3_TRY(h3_plan_video_encoder(m->venc, 1, r->height, r->width, r->keyframes, &t->b, &p->venc));
+    else if (m->venc && r->ref_enc_frames > 0) /* the largest reference */
+        H3_TRY(h3_plan_video_encoder(m->venc, r->ref_enc_frames, r->ref_enc_height, r->ref_enc_width, 1, &t->b,
+                                     &p->venc));
     const h3_stage_plan *hs[4] = {&p->te, &p->avae, &p->vvae, &p->venc};
     for (int i = 0; i < 4; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -928,8 +940,7 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
     const int refine = r->refine_width > 0;
     if (m->dit) { /* the longer sequence: the refine pass's when there is one */
         h3_seq_layout L;
-        H3_TRY(h3_seq_layout_sizes(r->text_tokens, r->keyframes, dit_frames(r), refine ? r->refine_width : r->width,
-                                   refine ? r->refine_height : r->height, &L));
+        H3_TRY(request_sizes(r, refine ? r->refine_width : r->width, refine ? r->refine_height : r->height, &L));
         dit_static ds;
         h3_status st = dit_static_of(m, 0, &ds);
         dit_ctx x = {m,

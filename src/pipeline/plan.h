@@ -88,6 +88,10 @@ typedef struct h3_plan_request {
                     * (fl2va keyframes), one at a time; 0: none (t2va) */
     int64_t window_frames; /* a long clip (pipeline/window.h): the DiT runs on windows of this many frames (17n+5),
                             * `steps` calls each; the VAEs decode all frames; 0 or >= frames: one window */
+    /* ref2va: the references' rows in the DiT's sequence (video rows held at 0.999, audio rows clean), and the
+     * largest reference the video VAE's encoder encodes (frames x height x width; 0: none) */
+    int64_t ref_video_rows, ref_audio_rows;
+    int64_t ref_enc_frames, ref_enc_height, ref_enc_width;
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {

@@ -17,6 +17,7 @@
 #include "models/vision.h"
 #include "models/dit_stream.h"
 #include "models/lora.h"
+#include "pipeline/reference.h"
 #include "pipeline/window.h"
 #include "sample/rng.h"
 
@@ -402,6 +403,9 @@ typedef struct sample_ctx {
                                      * stage's) */
     const float *cond;              /* [nc·96] the keyframe rows, copied in front of each call's rows */
     float *xv, *vv;                 /* [(nc + Nv)·96] a call's video rows and velocities (nc > 0) */
+    int64_t nra;                    /* ref2va: reference audio rows in front of the target's audio rows */
+    const float *ref_audio;         /* [nra·32] */
+    float *xa, *va;                 /* [(nra + Na)·32] a call's audio rows and velocities (nra > 0) */
 } sample_ctx;
 
 /* The row tables of a layout (c->L, c->nc set) as the DiT takes them. */
@@ -411,14 +415,15 @@ static h3_status sample_tables(sample_ctx *c) {
     c->tidx = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
     c->tags = h3_malloc(S * sizeof(int32_t), H3_MEM_ACTIVATIONS);
     c->vi = h3_malloc((size_t)(c->nc + L->n_video_rows) * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
-    c->ai = h3_malloc((size_t)L->n_audio_rows * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
+    c->ai = h3_malloc((size_t)(c->nra + L->n_audio_rows) * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     c->ti = h3_malloc((size_t)L->text_len * sizeof(int32_t) + 4, H3_MEM_ACTIVATIONS);
     if (!c->tidx || !c->tags || !c->vi || !c->ai || !c->ti)
         return H3_ERR(H3_ERR_NOMEM, "out of memory for the packed sequence (%lld rows)", (long long)L->seq_len);
     for (size_t i = 0; i < S; i++) c->tags[i] = L->tags[i];
     for (int64_t i = 0; i < c->nc; i++) c->vi[i] = (int32_t)L->cond_indices[i];
     for (int64_t i = 0; i < L->n_video_rows; i++) c->vi[c->nc + i] = (int32_t)L->video_indices[i];
-    for (int64_t i = 0; i < L->n_audio_rows; i++) c->ai[i] = (int32_t)L->audio_indices[i];
+    for (int64_t i = 0; i < c->nra; i++) c->ai[i] = (int32_t)L->ref_audio_indices[i];
+    for (int64_t i = 0; i < L->n_audio_rows; i++) c->ai[c->nra + i] = (int32_t)L->audio_indices[i];
     for (int64_t i = 0; i < L->text_len; i++) c->ti[i] = (int32_t)L->text_indices[i];
     return H3_OK;
 }
@@ -436,10 +441,10 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     sample_ctx *c = user;
     const h3_seq_layout *L = c->L;
     if (c->held && !c->held_noise) t_audio = 1.0f; /* audio held clean (a soundtrack): t = 1 in every call */
-    float uniq[3];
+    float uniq[4];
     int nt = h3_seq_layout_timestep_indices(L, t_video, t_audio, uniq, c->tidx);
-    const int64_t nv_all = c->nc + L->n_video_rows;
-    float *v_target = v_video;
+    const int64_t nv_all = c->nc + L->n_video_rows, na_all = c->nra + L->n_audio_rows;
+    float *v_target = v_video, *va_target = v_audio;
     if (c->nc) { /* the keyframe rows ride in front of the target's, unchanged */
         memcpy(c->xv, c->cond, (size_t)(c->nc * H3_VIDEO_ROW_DIM) * sizeof(float)); /* a shared buffer */
         memcpy(c->xv + c->nc * H3_VIDEO_ROW_DIM, x_video,
@@ -455,22 +460,29 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
         for (int64_t i = 0; i < n; i++) c->held_x[i] = keep * c->held[i] + sig * c->held_noise[i];
         x_audio = c->held_x;
     }
+    if (c->nra) { /* the references' audio rows ride in front of the target's, clean */
+        memcpy(c->xa, c->ref_audio, (size_t)(c->nra * H3_AUDIO_LATENT_CHANNELS) * sizeof(float));
+        memcpy(c->xa + c->nra * H3_AUDIO_LATENT_CHANNELS, x_audio,
+               (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS) * sizeof(float));
+        x_audio = c->xa;
+        v_audio = c->va;
+    }
     h3_tensor hxv, hxa, hvv, hva;
     H3_TRY(h3_tensor_wrap(&hxv, (void *)x_video, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){nv_all, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hxa, (void *)x_audio, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+                          (int64_t[]){na_all, H3_AUDIO_LATENT_CHANNELS}));
     H3_TRY(h3_tensor_wrap(&hvv, v_video, H3_PLACE_HOST, H3_F32, 2,
                           (int64_t[]){nv_all, H3_VIDEO_ROW_DIM}));
     H3_TRY(h3_tensor_wrap(&hva, v_audio, H3_PLACE_HOST, H3_F32, 2,
-                          (int64_t[]){L->n_audio_rows, H3_AUDIO_LATENT_CHANNELS}));
+                          (int64_t[]){na_all, H3_AUDIO_LATENT_CHANNELS}));
     h3_dit_inputs in = {&hxv,    &hxa,    c->call_text, uniq,  nt,    L->seq_len,
                         c->tidx, c->tags, L->pos, c->vi, c->ai, c->ti};
     if (c->dump) { /* the first call's inputs, as `h3run dit` reads them */
         h3_st_writer *w = NULL;
         h3_status st = h3_st_writer_new(&w);
         const int64_t S = L->seq_len, s3[2] = {S, 3}, s1[1] = {S}, sv[1] = {nv_all},
-                      sa[1] = {L->n_audio_rows}, stx[1] = {L->text_len}, su[1] = {nt};
+                      sa[1] = {na_all}, stx[1] = {L->text_len}, su[1] = {nt};
         if (st == H3_OK) st = h3_st_writer_add_tensor(w, "video", &hxv);
         if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio", &hxa);
         if (st == H3_OK) st = h3_st_writer_add_tensor(w, "text", c->text);
@@ -490,6 +502,9 @@ static h3_status sample_model(void *user, const float *x_video, const float *x_a
     if (c->nc)
         memcpy(v_target, c->vv + c->nc * H3_VIDEO_ROW_DIM,
                (size_t)(L->n_video_rows * H3_VIDEO_ROW_DIM) * sizeof(float));
+    if (c->nra)
+        memcpy(va_target, c->va + c->nra * H3_AUDIO_LATENT_CHANNELS,
+               (size_t)(L->n_audio_rows * H3_AUDIO_LATENT_CHANNELS) * sizeof(float));
     return H3_OK;
 }
 
@@ -623,9 +638,13 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     if (L->seq_len > INT32_MAX)
         H3_FAIL(H3_ERR_INVALID, "%lld packed rows do not fit 32-bit row numbers", (long long)L->seq_len);
     c.nc = L->n_cond_rows;
+    c.nra = L->n_ref_audio_rows;
+    c.ref_audio = a->ref_audio_rows;
     c.dump = a->dump_inputs;
     c.text = a->dit.text;
     if (c.nc && !a->cond_rows) return H3_ERR(H3_ERR_INVALID, "the layout has keyframe rows but none were given");
+    if (c.nra && (!a->ref_audio_rows || win))
+        return H3_ERR(H3_ERR_INVALID, "the layout has reference audio rows but none were given (or windows)");
     int64_t nc_max = c.nc, text_max = 0; /* over the windows */
     if (win && a->win_layout)
         for (int k = 0; k < win->n; k++) {
@@ -647,9 +666,15 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
         c.vv = h3_malloc(nb, H3_MEM_ACTIVATIONS);
         if (!c.xv || !c.vv) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframe rows");
     }
+    if (c.nra) {
+        const size_t nb = (size_t)((c.nra + L->n_audio_rows) * H3_AUDIO_LATENT_CHANNELS) * sizeof(float);
+        c.xa = h3_malloc(nb, H3_MEM_ACTIVATIONS);
+        c.va = h3_malloc(nb, H3_MEM_ACTIVATIONS);
+        if (!c.xa || !c.va) H3_FAIL(H3_ERR_NOMEM, "out of memory for the reference audio rows");
+    }
     h3_dit_stage_args da = a->dit;
     da.n_video_rows = nc_max + L->n_video_rows; /* the most a call brings */
-    da.n_audio_rows = L->n_audio_rows;
+    da.n_audio_rows = c.nra + L->n_audio_rows;
     if (text_max > da.text_rows_max) da.text_rows_max = text_max;
     stream_owned = 0; /* the stage's from here, whatever happens */
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
@@ -700,6 +725,8 @@ done:
     window_ctx_free(&wc);
     h3_free(c.xv);
     h3_free(c.vv);
+    h3_free(c.xa);
+    h3_free(c.va);
     h3_dit_stage_close(c.s, res);
     if (have_cache) {
         if (res) res->cache = cache.st;
@@ -775,6 +802,22 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
     if (st == H3_OK) st = h3_video_enc_posterior(c, &m, noise, latents);
     h3_free(noise);
     h3_tensor_free(&m);
+    return st;
+}
+
+h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
+                              const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
+                              float **vrows, float **arows, h3_status (*on_done)(void *user, int done, int total),
+                              void *user, h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    const int dev = e && plan && plan->on_device;
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "video VAE encoder", dev, dev ? plan->dev_peak : 0, &mk));
+    if (dev) H3_CHECK_CTX(h3_video_enc_place(e, ex, H3_PLACE_DEVICE), "loading the video VAE's encoder");
+    H3_CHECK(h3_refs_condition(ex, e, ae, avc, s, seed, vrows, arows, on_done, user));
+done:
+    if (dev && h3_video_enc_place(e, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    mark_end(&mk, rep);
     return st;
 }
 

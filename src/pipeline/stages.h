@@ -153,6 +153,10 @@ typedef struct h3_dit_sample_args {
      * every call sees them before the target's video rows, at max(t_video, 0.999); they are not sampled.
      * NULL when the layout has none. */
     const float *cond_rows;
+    /* ref2va: the references' audio rows [layout->n_ref_audio_rows·32] (normalized latents, packed order): every
+     * call sees them before the target's audio rows, clean (t = 1); they are not sampled. NULL when the layout
+     * has none. (The references' video rows are cond_rows.) Not with windows. */
+    const float *ref_audio_rows;
     /* the first model call's inputs written to this file in `h3run dit`'s format (h3_dit_inputs_read: video,
      * audio, text, timesteps, position_ids, timestep_indices, token_tags and the three index sets), for
      * comparisons with other implementations; NULL: none */
@@ -208,6 +212,16 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
 /* fl2va: the keyframes' conditioning (h3_keyframes_condition) with the encoder at the plan's place (plan:
  * h3_plan_make's venc; NULL or on the host: the host); the encoder's device weights given back before it
  * returns. */
+/* ref2va: the references' conditioning (h3_refs_condition) with the video encoder e (NULL: no images or videos)
+ * at the plan's place, the audio encoder ae (NULL: no sounds) on the host. */
+struct h3_ref_set;
+struct h3_audio_enc;
+struct h3_audio_vae_config;
+h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
+                              const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
+                              float **vrows, float **arows, h3_status (*on_done)(void *user, int done, int total),
+                              void *user, h3_stage_report *rep);
+
 h3_status h3_stage_keyframes(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, const h3_keyframe_set *s,
                              uint64_t seed, h3_tensor *clean, float **rows,
                              h3_status (*on_done)(void *user, int done, int total), void *user,

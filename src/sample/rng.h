@@ -36,7 +36,9 @@ enum {
     H3_RNG_STREAM_VIDEO = 0,
     H3_RNG_STREAM_AUDIO = 1,
     H3_RNG_STREAM_VAE_ENCODE = 2,
-    H3_RNG_STREAM_KEYFRAME = 3
+    H3_RNG_STREAM_KEYFRAME = 3,
+    H3_RNG_STREAM_REFERENCE = 4 /* ref2va: the image and video references' mix to t = 0.999, values from the
+                                 * reference's offset (its latents' values before it, in order) */
 };
 
 /* One Philox4x32 block with 10 rounds (Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3").
