@@ -5,6 +5,7 @@
 #    tests/latents_tool.py against its own implementation of diffusers' ref2va layout (positions, tags, index sets,
 #    the references' rows at t = 0.999 and 1) for the blocks this script works out from the files; the same
 #    references in another order give another layout; `h3run dit` reads the dump;
+#  - a 30 fps video comes onto 24 fps as ffmpeg's fps filter puts it (the source frame behind each frame);
 #  - bad input exits 2 naming the problem and leaves no output: sounds alone, a missing or garbage file, a video
 #    shorter than 22 frames, an image beyond 4:1, references with keyframes or --refine, more than 9 images; a model
 #    without a vision tower exits 1 naming it.
@@ -51,6 +52,33 @@ gen --ref-audio "$tmp/s.wav" --ref-image "$tmp/a.png" --steps 1 --dump-dit-input
     -o "$tmp/o2.mp4" >/dev/null 2>"$tmp/err" || fail "sound then image: $(cat "$tmp/err")"
 python3 "$SRC/tests/latents_tool.py" ref2va "$tmp/d2.safetensors" "audio:0:0:0:37,image:1:4:8:0" 22 128 64 ||
     fail "latents_tool ref2va (sound, image)"
+
+# Onto 24 fps as ffmpeg's fps filter does: a 30 fps video whose frame i is grey level 30 + 4·i; the source frame behind each
+# of the reference's 24 fps frames (h3run's, from --latents) against ffmpeg's -vf fps=24 of the same file
+ffmpeg -v error -y -f lavfi -i "nullsrc=size=96x64:rate=30,geq=lum='30+4*N':cb=128:cr=128" -frames:v 45 -c:v libx264 \
+    -qp 0 -pix_fmt yuv420p "$tmp/g30.mp4" || fail "ffmpeg g30.mp4"
+gen --ref-video "$tmp/g30.mp4" --steps 1 --latents "$tmp/lg.safetensors" -o "$tmp/g.mp4" >/dev/null 2>"$tmp/err" ||
+    fail "the grey video: $(cat "$tmp/err")"
+python3 "$SRC/tests/latents_tool.py" frame-means "$tmp/lg.safetensors" ref0_pixels >"$tmp/ours" || fail "frame-means"
+python3 "$SRC/tests/latents_tool.py" frame-means "$tmp/lg.safetensors" ref0_source >"$tmp/src" || fail "frame-means source"
+ffmpeg -v error -i "$tmp/g30.mp4" -f rawvideo -pix_fmt gray "$tmp/src.gray" || fail "ffmpeg src.gray"
+ffmpeg -v error -i "$tmp/g30.mp4" -vf fps=24 -frames:v 22 -f rawvideo -pix_fmt gray "$tmp/f24.gray" || fail "ffmpeg fps"
+python3 - "$tmp" <<'PY' || fail "24 fps frames differ from ffmpeg's fps filter"
+import sys
+d = sys.argv[1]
+def idx(means, table):  # the source frame each mean is nearest to
+    return [min(range(len(table)), key=lambda i: abs(table[i] - m)) for m in means]
+ours = [int(x) for x in open(d + "/ours")]
+src = [int(x) for x in open(d + "/src")]
+def gray_means(path, n=96 * 64):
+    b = open(path, "rb").read()
+    return [sum(b[i:i + n]) / n for i in range(0, len(b), n)]
+fsrc, f24 = gray_means(d + "/src.gray"), gray_means(d + "/f24.gray")
+a, b = idx(ours, src), idx(f24, fsrc)
+print("24 fps from 30: h3run's source frames", a)
+print("               ffmpeg's fps filter  ", b)
+sys.exit(0 if a == b and len(a) == 22 else 1)
+PY
 
 # Bad input: exit status, a message naming the problem, no output left
 expect() { # WANT_RC WHAT GREP ARGS...

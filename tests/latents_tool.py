@@ -29,6 +29,9 @@ and, for tests/cli_ref2va.sh, the first DiT call's inputs of a ref2va run (DUMP)
                                           grid, a video's soundtrack to its own) and checks the dump's positions
                                           (exactly), tags, index sets and row timesteps (reference video rows at
                                           0.999, reference audio rows at 1, the target at t_video / t_audio)
+
+    latents_tool.py frame-means LAT NAME  prints the mean of each frame of a u8 [F, h, w, 3] tensor (refK_pixels), one
+                                          integer (rounded) per line
 """
 import json
 import math
@@ -194,6 +197,12 @@ def main():
     cmd, pa, pb = sys.argv[1:4]
     if cmd == "keyframes":
         keyframes(pa, pb)
+        return
+    if cmd == "frame-means":
+        shape, a = read(pa, True)[pb]
+        per = shape[1] * shape[2] * shape[3]
+        for f in range(shape[0]):
+            print(round(sum(a[f * per:(f + 1) * per]) / per))
         return
     if cmd == "ref2va":
         blocks = [(k, int(a), int(b), int(c), int(e)) for k, a, b, c, e in (x.split(":") for x in pb.split(","))]

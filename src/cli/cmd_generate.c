@@ -165,7 +165,9 @@ int h3_cmd_generate(int argc, char **argv) {
         {"latents", 0, H3_OPT_STR, &latents, "FILE",
          "also save the final latents (video_latents, audio_latents) as safetensors; with keyframes also "
          "what the DiT was given for them (keyframe_rows, keyframe_latents, keyframe_noise, keyframe_pixels, "
-         "the presentation's text_ids and text_tags)",
+         "the presentation's text_ids and text_tags); with references what the DiT was given for them and what "
+         "they were made from (reference_rows, reference_audio_rows, reference_latents, reference_noise, refK_source, "
+         "refK_pixels, refK_wave, text_ids, text_tags, vision_pixels, vision_grid)",
          0, 0},
         {"checkpoint", 0, H3_OPT_STR, &checkpoint, "FILE",
          "keep the sampler's state in FILE every few model calls (euler on the h3 schedule); run the same "

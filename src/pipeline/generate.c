@@ -431,6 +431,7 @@ typedef struct gen {
     h3_ref_set refs;
     h3_ref_block ref_blocks[H3_MAX_REFS];
     float *ref_vrows, *ref_arows;
+    float *ref_clean; /* their latents before the mix (kept for --latents) */
     int64_t ref_nv, ref_na;
     /* the checkpoint of the first pass: its rows (the sampler's state, in place), their sizes, the request's
      * fingerprint */
@@ -955,7 +956,8 @@ static h3_status run_refs(gen *g) {
     h3_stage_plan tb;
     H3_CHECK(h3_stage_references(g->ex, e, g->plan ? beside_dit(g, &g->plan->venc, &tb) : NULL, ae,
                                  av ? h3_audio_vae_get_config(av) : NULL, &g->refs, g->req.seed, &g->ref_vrows,
-                                 &g->ref_arows, step_done, g, &g->res.stages[H3_GEN_REFERENCES]));
+                                 &g->ref_arows, g->r->latents ? &g->ref_clean : NULL, step_done, g,
+                                 &g->res.stages[H3_GEN_REFERENCES]));
     stage_end(g);
 done:
     h3_video_enc_close(e);
@@ -1493,6 +1495,17 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " soundtrack %s %lld", g->r->audio,
                          (long long)g->snd.samples);
             }
+            if (g->refs.n) { /* the references, in order: their kinds and paths hashed (FNV-1a) */
+                uint64_t rh = 1469598103934665603ull;
+                for (int k = 0; k < g->refs.n; k++) {
+                    rh = (rh ^ (unsigned)(g->refs.r[k].kind + 1)) * 1099511628211ull;
+                    for (const unsigned char *c = (const unsigned char *)g->refs.r[k].path; *c; c++)
+                        rh = (rh ^ *c) * 1099511628211ull;
+                }
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " references %d %016llx", g->refs.n,
+                         (unsigned long long)rh);
+            }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " cache %g", g->r->cache_threshold);
@@ -1881,7 +1894,7 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     const h3_request *q = &g->req;
     int64_t fr[H3_MAX_KEYFRAMES];
     uint8_t *kpix = NULL;
-    float *knoise = NULL;
+    float *knoise = NULL, *waves[H3_MAX_REFS] = {0}; /* the writer copies at write time */
     int64_t vs[5] = {1, video_lat->shape[0], video_lat->shape[1], video_lat->shape[2], video_lat->shape[3]};
     if (st == H3_OK) st = h3_st_writer_add(w, "video_latents", H3_F32, 5, vs, video_lat->data);
     if (st == H3_OK) st = h3_st_writer_add_tensor(w, "audio_latents", audio_lat);
@@ -1912,6 +1925,53 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
         if (st == H3_OK && g->text_ids) st = h3_st_writer_add(w, "text_ids", H3_I32, 1, ns, g->text_ids);
         if (st == H3_OK && g->text_tags) st = h3_st_writer_add(w, "text_tags", H3_U8, 1, ns, g->text_tags);
     }
+    if (g->refs.n && g->ref_vrows) { /* what the DiT was given for the references, and what they were made from */
+        const int64_t nl = h3_refs_latent_values(&g->refs);
+        const int64_t rv[2] = {g->ref_nv, H3_VIDEO_ROW_DIM}, ra[2] = {g->ref_na, H3_AUDIO_LATENT_CHANNELS}, rl[1] = {nl};
+        if (st == H3_OK) st = h3_st_writer_add(w, "reference_rows", H3_F32, 2, rv, g->ref_vrows);
+        if (st == H3_OK) st = h3_st_writer_add(w, "reference_audio_rows", H3_F32, 2, ra, g->ref_arows);
+        if (st == H3_OK && g->ref_clean) st = h3_st_writer_add(w, "reference_latents", H3_F32, 1, rl, g->ref_clean);
+        knoise = h3_malloc((size_t)nl * sizeof(float) + 8, H3_MEM_IO);
+        if (!knoise) st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+        if (st == H3_OK) h3_rng_normal_at(q->seed, H3_RNG_STREAM_REFERENCE, 0, knoise, (size_t)nl);
+        if (st == H3_OK) st = h3_st_writer_add(w, "reference_noise", H3_F32, 1, rl, knoise);
+        for (int k = 0; k < g->refs.n && st == H3_OK; k++) {
+            const h3_ref *f = &g->refs.r[k];
+            char name[64];
+            if (f->kind != H3_REF_AUDIO) { /* as read, and normalized */
+                const int64_t ss[4] = {f->kind == H3_REF_IMAGE ? 1 : f->src_frames, f->sh, f->sw, 3},
+                              ns[4] = {f->kind == H3_REF_IMAGE ? 1 : f->frames, f->h, f->w, 3};
+                snprintf(name, sizeof name, "ref%d_source", k);
+                st = h3_st_writer_add(w, name, H3_U8, 4, ss, f->src);
+                snprintf(name, sizeof name, "ref%d_pixels", k);
+                if (st == H3_OK) st = h3_st_writer_add(w, name, H3_U8, 4, ns, f->rgb);
+                snprintf(name, sizeof name, "ref%d_fps", k);
+                snprintf(buf, sizeof buf, "%.17g", f->kind == H3_REF_IMAGE ? 0.0 : f->src_fps);
+                if (st == H3_OK) st = h3_st_writer_meta(w, name, buf);
+            }
+            snprintf(name, sizeof name, "ref%d_kind", k);
+            if (st == H3_OK)
+                st = h3_st_writer_meta(w, name, f->kind == H3_REF_IMAGE ? "image" : f->kind == H3_REF_VIDEO ? "video" : "audio");
+            if (f->samples && st == H3_OK) { /* the sound at 32 kHz, as encoded */
+                float *wv = waves[k] = h3_malloc((size_t)(2 * f->samples) * sizeof(float), H3_MEM_IO);
+                if (!wv) {
+                    st = H3_ERR(H3_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                memcpy(wv, f->left, (size_t)f->samples * sizeof(float));
+                memcpy(wv + f->samples, f->right, (size_t)f->samples * sizeof(float));
+                const int64_t ws[2] = {2, f->samples};
+                snprintf(name, sizeof name, "ref%d_wave", k);
+                st = h3_st_writer_add(w, name, H3_F32, 2, ws, wv);
+            }
+        }
+        const int64_t ns[1] = {g->res.text_tokens};
+        if (st == H3_OK && g->text_ids) st = h3_st_writer_add(w, "text_ids", H3_I32, 1, ns, g->text_ids);
+        if (st == H3_OK && g->text_tags) st = h3_st_writer_add(w, "text_tags", H3_U8, 1, ns, g->text_tags);
+        if (st == H3_OK && g->kf_pixels.data) st = h3_st_writer_add_tensor(w, "vision_pixels", &g->kf_pixels);
+        const int64_t gs[2] = {g->kf_n_img, 3};
+        if (st == H3_OK && g->kf_grid && g->kf_n_img) st = h3_st_writer_add(w, "vision_grid", H3_I64, 2, gs, g->kf_grid);
+    }
     if (st == H3_OK) st = h3_st_writer_meta(w, "h3run", "generate");
     if (st == H3_OK) st = h3_st_writer_meta(w, "prompt", q->prompt);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)q->seed);
@@ -1935,6 +1995,7 @@ static h3_status write_latents(gen *g, const h3_tensor *video_lat, const h3_tens
     h3_st_writer_free(w);
     h3_free(kpix);
     h3_free(knoise);
+    for (int k = 0; k < H3_MAX_REFS; k++) h3_free(waves[k]);
     return st;
 }
 
@@ -2279,8 +2340,8 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
                        (long long)f->frames, f->w, f->h, f->samples ? ", with its sound" : "",
                        f->samples ? "" : " (no sound)");
             else
-                h3_log(H3_LOG_INFO, "reference %d: the sound %s (%.2f s as read, %.2f s used)", k + 1, f->path,
-                       f->sound_s, (double)f->samples / H3_AUDIO_RATE);
+                h3_log(H3_LOG_INFO, "reference %d: the sound %s, its first %.2f s", k + 1, f->path,
+                       (double)f->samples / H3_AUDIO_RATE);
         }
         h3_log(H3_LOG_INFO, "references: %lld video rows at t = 0.999 and %lld audio rows held clean before the clip's",
                (long long)g->ref_nv, (long long)g->ref_na);
@@ -2549,6 +2610,7 @@ done:
     h3_refs_free(&g->refs);
     h3_free(g->ref_vrows);
     h3_free(g->ref_arows);
+    h3_free(g->ref_clean);
     h3_free(g->snd_rows);
     h3_free(g->text_tags);
     h3_free(g->kf_grid);

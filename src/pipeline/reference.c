@@ -39,7 +39,6 @@ static h3_status read_sound(h3_ref *r, double max_seconds, int may_lack) {
     r->left = snd.left;
     r->right = snd.right;
     r->samples = snd.samples;
-    r->sound_s = (double)snd.samples / H3_AUDIO_RATE;
     return H3_OK;
 }
 
@@ -173,6 +172,15 @@ h3_status h3_refs_normalize(h3_ref_set *s, int64_t frames, int image_short, int 
         }
     }
     return H3_OK;
+}
+
+int64_t h3_refs_latent_values(const h3_ref_set *s) {
+    int64_t n = 0;
+    for (int k = 0; k < s->n; k++) {
+        const h3_ref_block *b = &s->r[k].block;
+        if (b->kind != H3_REF_AUDIO) n += (int64_t)H3_LATENT_CHANNELS * b->lt * b->lh * b->lw;
+    }
+    return n;
 }
 
 void h3_refs_blocks(const h3_ref_set *s, h3_ref_block *blocks) {
@@ -352,10 +360,12 @@ done:
 }
 
 h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
-                            const h3_ref_set *s, uint64_t seed, float **vrows_out, float **arows_out,
+                            const h3_ref_set *s, uint64_t seed, float **vrows_out, float **arows_out, float **clean_out,
                             h3_status (*on_done)(void *user, int done, int total), void *user) {
     h3_status st = H3_OK;
     *vrows_out = *arows_out = NULL;
+    if (clean_out) *clean_out = NULL;
+    float *clean = NULL;
     h3_ref_block blocks[H3_MAX_REFS];
     h3_refs_blocks(s, blocks);
     int64_t nv = 0, na = 0;
@@ -367,6 +377,10 @@ h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, con
     vrows = h3_malloc((size_t)(nv * H3_VIDEO_ROW_DIM) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
     arows = h3_malloc((size_t)(na * H3_AUDIO_LATENT_CHANNELS) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
     if (!vrows || !arows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' rows");
+    if (clean_out) {
+        clean = h3_malloc((size_t)h3_refs_latent_values(s) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
+        if (!clean) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' latents");
+    }
     int64_t vo = 0, ao = 0, noise_at = 0;
     const float t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
     for (int k = 0; k < s->n; k++) {
@@ -412,6 +426,7 @@ h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, con
             h3_rng_normal_at(seed, H3_RNG_STREAM_REFERENCE, (uint64_t)noise_at, noise, (size_t)per);
             noise_at += per;
             const float *x0 = lat.data;
+            if (clean) memcpy(clean + noise_at - per, x0, (size_t)per * sizeof(float));
             for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
             h3_video_patchify(mixed, b->lt, b->lh, b->lw, vrows + vo * H3_VIDEO_ROW_DIM);
             vo += b->lt * (b->lh / 2) * (b->lw / 2);
@@ -425,8 +440,10 @@ h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, con
     if (vo != nv || ao != na) H3_FAIL(H3_ERR_INTERNAL, "the references' rows do not add up");
     *vrows_out = vrows;
     *arows_out = arows;
-    vrows = arows = NULL;
+    if (clean_out) *clean_out = clean;
+    vrows = arows = clean = NULL;
 done:
+    h3_free(clean);
     h3_tensor_free(&px);
     h3_tensor_free(&lat);
     h3_tensor_free(&wave);

@@ -66,7 +66,6 @@ typedef struct h3_ref {
     /* the sound: an audio reference's, a video's soundtrack (samples 0: none), 32 kHz stereo */
     float *left, *right;
     int64_t samples;
-    double sound_s; /* its length as read */
     /* the block: latent geometry (lt, lh, lw) and audio latents a channel (pipeline/layout.h) */
     h3_ref_block block;
 } h3_ref;
@@ -98,9 +97,13 @@ h3_status h3_refs_present(const h3_tokenizer *tok, const h3_vis_config *vc, cons
 /* Rule 3: vrows [Σ video rows · 96] (the noised image and video rows, in order) and arows [Σ audio rows · 32]
  * (the sounds' normalized latents, channel-major, in order), h3_malloc'd (NULL when there are none). The video
  * encoder ve where it was placed (NULL when there are no images or videos), the audio encoder ae on the host
- * (NULL when there are no sounds) with the audio VAE's config av for the normalization. on_done after each. */
+ * (NULL when there are no sounds) with the audio VAE's config av for the normalization. clean (may be NULL): the
+ * conditioning latents before the mix, [h3_refs_latent_values] in order (h3_malloc'd). on_done after each. */
 h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
-                            const h3_ref_set *s, uint64_t seed, float **vrows, float **arows,
+                            const h3_ref_set *s, uint64_t seed, float **vrows, float **arows, float **clean,
                             h3_status (*on_done)(void *user, int done, int total), void *user);
+/* Values of the image and video references' latents, all of them (the noise they take from stream
+ * H3_RNG_STREAM_REFERENCE, in order): Σ 24 · lt · lh · lw. */
+int64_t h3_refs_latent_values(const h3_ref_set *s);
 
 #endif

@@ -807,14 +807,15 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
 
 h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
                               const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
-                              float **vrows, float **arows, h3_status (*on_done)(void *user, int done, int total),
+                              float **vrows, float **arows, float **clean,
+                              h3_status (*on_done)(void *user, int done, int total),
                               void *user, h3_stage_report *rep) {
     h3_status st = H3_OK;
     const int dev = e && plan && plan->on_device;
     stage_mark mk;
     H3_CHECK(mark_begin(ex, "video VAE encoder", dev, dev ? plan->dev_peak : 0, &mk));
     if (dev) H3_CHECK_CTX(h3_video_enc_place(e, ex, H3_PLACE_DEVICE), "loading the video VAE's encoder");
-    H3_CHECK(h3_refs_condition(ex, e, ae, avc, s, seed, vrows, arows, on_done, user));
+    H3_CHECK(h3_refs_condition(ex, e, ae, avc, s, seed, vrows, arows, clean, on_done, user));
 done:
     if (dev && h3_video_enc_place(e, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
     mark_end(&mk, rep);

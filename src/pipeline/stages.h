@@ -219,7 +219,8 @@ struct h3_audio_enc;
 struct h3_audio_vae_config;
 h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
                               const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
-                              float **vrows, float **arows, h3_status (*on_done)(void *user, int done, int total),
+                              float **vrows, float **arows, float **clean,
+                              h3_status (*on_done)(void *user, int done, int total),
                               void *user, h3_stage_report *rep);
 
 h3_status h3_stage_keyframes(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, const h3_keyframe_set *s,

@@ -32,6 +32,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 TOL = 1e-4
 PIX_TOL = 1e-6
+IMG, VS, VE, VID = 250, 251, 252, 253
+rows = []
+notes = []
+
+
 def record(case, what, err, tol, ok=None):
     rows.append(dict(case=case, what=what, err=err, tol=tol, ok=bool(err <= tol) if ok is None else ok))
     print("%-4s %-28s %-60s %.3e (tol %.0e)" % ("ok" if rows[-1]["ok"] else "FAIL", case, what, err, tol))

@@ -10,6 +10,7 @@
 #   quant (QUANT_BENCH, QUANT_STREAM),
 #   overheads (bench_stream_read from a cached and a cold file, on the host and through the device; bench_media_encode:
 #   the MP4 writer fed as generate feeds it; OVH_LAYERS sets the read file's layers, default 24 = 6.6 GB),
+#   ref2va (compare_ref2va_diffusers: references against diffusers' ref2va blocks),
 #   fl2va (test_te_cuda vision, test_video_vae_cuda encoder, then compare_fl2va_diffusers, compare_te_vision_transformers,
 #   compare_vae_encode_diffusers, compare_lora_diffusers),
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
@@ -168,6 +169,10 @@ Image.new('RGB', (128, 96), (20, 40, 220)).save('/tmp/kf-b.png')" || rc=1
             for f in compare_fl2va_diffusers compare_te_vision_transformers compare_vae_encode_diffusers compare_lora_diffusers; do
                 echo "--- $f"; PYTHONUNBUFFERED=1 python3 "tests/gpu/$f.py" 2>&1 | tee "$OUT/$f.log"; rc=$((rc | PIPESTATUS[0]))
             done ;;
+        ref2va) # references: their normalization, presentation, text states with video blocks, rows, packing and
+                # sampling against diffusers' ref2va blocks and transformers (compare_ref2va_diffusers.py)
+            echo "--- compare_ref2va_diffusers"; PYTHONUNBUFFERED=1 python3 tests/gpu/compare_ref2va_diffusers.py 2>&1 \
+                | tee "$OUT/compare_ref2va_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         e2e) bash bench/e2e.sh 2>&1 | tee "$OUT/e2e.log"; rc=$((rc | PIPESTATUS[0])) ;;
         serve) # h3run serve's second job on the release-shaped model of e2e (written there first, or reused with
                # E2E_REUSE=1): its DiT must begin at least 3x sooner than the first's (bench/serve_reuse.py)
