@@ -125,7 +125,7 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     m.dit = dit;
     m.dit_weights_pinned = 1;
     m.host_threads = 1;
-    h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     h3_plan_budgets b = {budget, ram};
     static h3_plan plan;
     TRY(h3_plan_make(&m, &req, &b, fig, &plan));
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
         memset(&m, 0, sizeof m);
         m.dit = dit;
         m.dit_weights_pinned = 1;
-        h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         h3_plan_budgets b = {(int64_t)8 << 30, 0};
         static h3_plan plan;
         TRY(h3_plan_make(&m, &req, &b, NULL, &plan));

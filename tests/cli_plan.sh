@@ -97,7 +97,7 @@ echo "$table"
 # a budget too small for it puts it on the host and says why; a model without a video VAE cannot plan keyframes.
 out=$("$H3RUN" plan "$tmp/rel" --workload W124 --vram-budget 8GiB --ram-budget 100GiB --keyframes 2 --size 1344x768 \
       2>"$tmp/err") || fail "plan --keyframes 2 exited $?: $(cat "$tmp/err")"
-grep -q "^video VAE encoder (keyframes): on the device: 2 images of 1344x768 px, one at a time; 4 x 7 tiles" \
+grep -q "^video VAE encoder (keyframes, references): on the device: 2 images of 1344x768 px, one at a time; 4 x 7 tiles" \
     <<<"$out" || fail "plan --keyframes: no encoder stage: $out"
 # the image tokens of a 1344x768 keyframe: smart_resize gives 768x1344, 48x84 patches of 16, /4 merged = 1008; with the label (8) and the ends (2), 128 + 2 x 1018 = 2164 rows
 grep -q "^keyframes: 2, 1008 image tokens each at 1344x768: 2164 rows of text in all" <<<"$out" ||
@@ -107,7 +107,7 @@ grep -q "^text encoder: on the device: .*, and the vision tower resident" <<<"$o
 sed -n '/^stages, in turn/,$p' <<<"$out" | sed -n 3,4p | grep -q "^  keyframes     device" ||
     fail "plan --keyframes: the encoder is not the second stage: $out"
 "$H3RUN" plan "$tmp/rel/video_vae" --keyframes 1 --vram-budget 40MiB --size 1344x768 >"$tmp/out" 2>&1
-grep -q "^video VAE encoder (keyframes): runs on the host" "$tmp/out" || fail "plan --keyframes at 40 MiB: $(cat "$tmp/out")"
+grep -q "^video VAE encoder (keyframes, references): runs on the host" "$tmp/out" || fail "plan --keyframes at 40 MiB: $(cat "$tmp/out")"
 "$H3RUN" plan "$tmp/rel/audio_vae" --keyframes 1 --vram-budget 8GiB >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "keyframes needs a video VAE" "$tmp/err" || fail "plan --keyframes without a video VAE: $(cat "$tmp/err")"
 

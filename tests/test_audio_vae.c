@@ -178,7 +178,14 @@ static void test_fixtures(void) {
 
 /* The encoder (models/audio_vae_enc.h): the fixture waveforms to the reference's posterior mean (float64) from
  * each layout; a decoder-only file and bad waveforms refused with their messages. */
+/* ex NULL: the host (g_ex); else the convolution stack placed on ex's device, its measured device peak against
+ * h3_audio_enc_mem_of's. */
+static double run_encode_at(const char *kind, const char *name, double tol, h3_exec *dev);
 static double run_encode(const char *kind, const char *name, double tol) {
+    return run_encode_at(kind, name, tol, NULL);
+}
+
+static double run_encode_at(const char *kind, const char *name, double tol, h3_exec *dev) {
     char mp[700], cp[700], file[128], what[160];
     snprintf(file, sizeof file, "case_%s.safetensors", name);
     h3_audio_vae *v = NULL;
@@ -194,7 +201,26 @@ static double run_encode(const char *kind, const char *name, double tol) {
         CHECK(c->encoder_dim == 4 && c->n_stages == 5 && c->hop == 800 && c->latent_dim == 64 &&
                   c->latent_channels == 32 && c->strides[0] == 2 && c->strides[4] == 5,
               "%s: the encoder's shape read from the tensors", kind);
-        CHECK_OK(h3_audio_enc_encode(e, &g_ex, &wave, &out));
+        int64_t used0 = 0, peak = 0;
+        if (dev) {
+            CHECK_OK(h3_audio_enc_place(e, dev, H3_PLACE_DEVICE));
+            h3_cuda_mem_stats(dev, &used0, NULL, NULL);
+            h3_cuda_reset_peak(dev);
+        }
+        CHECK_OK(h3_audio_enc_encode(e, dev ? dev : &g_ex, &wave, &out));
+        if (dev) {
+            h3_cuda_mem_stats(dev, NULL, &peak, NULL);
+            h3_audio_enc_mem m;
+            CHECK_OK(h3_audio_enc_mem_of(c, wave.shape[2], &m));
+            /* the weights were placed before the reset: the peak is theirs plus the encode's */
+            CHECK(peak <= m.dev_total && used0 >= m.dev_weights - 4096,
+                  "%s on the device: peak %lld (weights %lld) against the plan's %lld (weights %lld)", kind,
+                  (long long)peak, (long long)used0, (long long)m.dev_total, (long long)m.dev_weights);
+            t_note("  %-12s %-9s on the device: peak %lld B, planned %lld B (weights %lld, buffers %lld, scratch %lld)",
+                   name, kind, (long long)peak, (long long)m.dev_total, (long long)m.dev_weights,
+                   (long long)m.dev_buffers, (long long)m.dev_op_scratch);
+            CHECK_OK(h3_audio_enc_place(e, dev, H3_PLACE_HOST));
+        }
         if (out.data) {
             CHECK(out.ndim == 3 && out.shape[0] == ref.shape[0] && out.shape[1] == ref.shape[1] &&
                       out.shape[2] == ref.shape[2] && out.shape[2] == h3_audio_enc_frames(c, wave.shape[2]),
@@ -245,6 +271,28 @@ static void test_encode(void) {
         /* bad waveforms */
         h3_audio_enc *e = NULL;
         CHECK_OK(h3_audio_enc_open(v, &e));
+        if (e) { /* the planner's view: the config from the headers, the device bytes growing with the samples */
+            h3_audio_vae_opts ho;
+            memset(&ho, 0, sizeof ho);
+            ho.headers_only = 1;
+            h3_audio_vae *vh = NULL;
+            h3_audio_enc_config hc;
+            CHECK_OK(h3_audio_vae_open(mp, &ho, &vh));
+            if (vh) {
+                CHECK_OK(h3_audio_enc_config_of(vh, &hc));
+                CHECK(!memcmp(&hc, h3_audio_enc_get_config(e), sizeof hc), "the config from the headers differs");
+                h3_audio_vae_close(vh);
+            }
+            h3_audio_enc_mem m1, m2;
+            CHECK_OK(h3_audio_enc_mem_of(h3_audio_enc_get_config(e), 32000, &m1));
+            CHECK_OK(h3_audio_enc_mem_of(h3_audio_enc_get_config(e), 320000, &m2));
+            CHECK(m1.dev_weights == m2.dev_weights && m1.dev_weights > 0 && m2.dev_buffers > 5 * m1.dev_buffers &&
+                      m2.dev_total == m2.dev_weights + m2.dev_buffers + m2.dev_op_scratch,
+                  "mem_of: weights %lld/%lld, buffers %lld/%lld", (long long)m1.dev_weights,
+                  (long long)m2.dev_weights, (long long)m1.dev_buffers, (long long)m2.dev_buffers);
+            CHECK_ERR(h3_audio_enc_mem_of(h3_audio_enc_get_config(e), 0, &m1), H3_ERR_INVALID, "bad sizes");
+            CHECK_ERR(h3_audio_enc_place(e, &g_ex, H3_PLACE_DEVICE), H3_ERR_INVALID, "needs a CUDA backend");
+        }
         if (e) {
             h3_tensor w, out;
             int64_t w3[3] = {2, 2, 100}, w0[2] = {2, 0}, w9[2] = {65, 10}, ok[2] = {1, 100};
@@ -297,6 +345,24 @@ static void test_encode(void) {
         CHECK(e == NULL, "no encoder");
         h3_audio_vae_close(v);
     }
+}
+
+/* The encoder's convolution stack on the GPU against the reference (as on the host). Skips without a GPU. */
+static void test_encode_cuda(void) {
+    if (h3_cuda_device_count() == 0) {
+        t_note("skipped: no CUDA device (%s)", h3_cuda_compiled() ? "CUDA backend compiled" : "built without CUDA");
+        return;
+    }
+    h3_exec ex;
+    CHECK_OK(h3_exec_init(&ex, 2));
+    h3_status st = h3_cuda_init(&ex, 0, (int64_t)2 << 30);
+    CHECK_OK(st);
+    if (st == H3_OK) {
+        run_encode_at("official", "encode", 1e-4, &ex);
+        run_encode_at("comfy", "encode_comfy", 1e-4, &ex);
+        h3_cuda_shutdown(&ex);
+    }
+    h3_exec_free(&ex);
 }
 
 /* The filter h3run computes is the one the files store (float64 formula vs torch's float32 one: within 1e-7),
@@ -979,6 +1045,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"fixtures", test_fixtures},
         {"encode", test_encode},
+        {"encode_cuda", test_encode_cuda},
         {"filters", test_filters},
         {"memory", test_memory},
         {"placement", test_placement},

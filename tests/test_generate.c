@@ -493,7 +493,7 @@ static void test_interrupted(void) {
             r.n_keyframes = 1;
         }
         char snd[700];
-        if (s == H3_GEN_SOUNDTRACK) { /* the stage runs only with a soundtrack: 1 s of a 16-bit mono WAV */
+        if (s == H3_GEN_SOUNDTRACK || s == H3_GEN_REFERENCES) { /* 1 s of a 16-bit mono WAV */
             path_in("int_sound.wav", snd, sizeof snd);
             FILE *f = fopen(snd, "wb");
             CHECK(f != NULL);
@@ -508,7 +508,23 @@ static void test_interrupted(void) {
                 }
                 fclose(f);
             }
-            r.audio = snd;
+            if (s == H3_GEN_SOUNDTRACK) r.audio = snd; /* the stage runs only with a soundtrack */
+        }
+        if (s == H3_GEN_REFERENCES) { /* the stage runs only with references: the sound and an image */
+            path_in("int_ref.ppm", kf, sizeof kf);
+            FILE *f = fopen(kf, "wb");
+            CHECK(f != NULL);
+            if (f) {
+                fprintf(f, "P6 48 32 255\n");
+                for (int i = 0; i < 48 * 32 * 3; i++) fputc((i * 11) & 255, f);
+                fclose(f);
+            }
+            r.ref[0] = snd;
+            r.ref_kind[0] = H3_REF_AUDIO;
+            r.ref[1] = kf;
+            r.ref_kind[1] = H3_REF_IMAGE;
+            r.n_refs = 2;
+            r.ref_image_short = r.ref_video_short = 32;
         }
         stop_ctx sc = {h3_generate_stage_name(s), NULL, 0};
         h3_generate_callbacks cb = {track, &sc, stop_now, &sc};

@@ -206,7 +206,7 @@ int h3_cmd_plan(int argc, char **argv) {
     }
 
     h3_plan_request req = {
-        H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     double denoise = 0;
     if (work) {
         const h3_workload *w = h3_workload_find(work);

@@ -23,14 +23,14 @@ typedef struct {
 } venc_args;
 
 /* The audio VAE's encoder: 'waveform' [channels, 1, samples] f32 at 32 kHz -> 'latents' [channels, 32, frames], the
- * posterior mean before normalization (on the CPU). */
+ * posterior mean before normalization (the convolutions on the GPU with --device cuda). */
 static h3_status audio_encode(const venc_args *a, h3_exec *ex, h3_st_set *s) {
     h3_status st = H3_OK;
     h3_audio_vae *v = NULL;
     h3_audio_enc *e = NULL;
     h3_tensor wave = {0}, lat = {0};
     h3_st_writer *w = NULL;
-    if (a->dev.cuda) H3_FAIL(H3_ERR_UNSUPPORTED, "the audio VAE encoder runs on the CPU: use --device cpu");
+    int cuda_on = 0;
     if (a->sample) H3_FAIL(H3_ERR_INVALID, "--sample is the video VAE's (fl2va keyframes); the audio encoder gives the mean");
     H3_CHECK(h3_st_load(s, "waveform", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &wave));
     st = h3_audio_enc_check_wave(&wave);
@@ -39,13 +39,33 @@ static h3_status audio_encode(const venc_args *a, h3_exec *ex, h3_st_set *s) {
     H3_CHECK(h3_audio_enc_open(v, &e));
     const h3_audio_enc_config *c = h3_audio_enc_get_config(e);
     const int64_t ch = wave.shape[0], n = wave.shape[wave.ndim - 1], T = h3_audio_enc_frames(c, n);
-    if (!a->quiet || a->plan)
+    h3_audio_enc_mem m;
+    H3_CHECK(h3_audio_enc_mem_of(c, n, &m));
+    char b1[32], b2[32], b3[32];
+    if (!a->quiet || a->plan) {
         printf("audio VAE encoder %s (%s layout, %d stages, hop %d, latent_dim %d): %lld channel%s of %lld samples "
-               "(%.3f s at 32 kHz) -> latents [%lld, %d, %lld], on the CPU\n",
+               "(%.3f s at 32 kHz) -> latents [%lld, %d, %lld], ",
                h3_audio_vae_source(v), h3_layout_name(h3_audio_vae_layout(v)), c->n_stages, c->hop, c->latent_dim,
                (long long)ch, ch == 1 ? "" : "s", (long long)n, n / 32000.0, (long long)ch, c->latent_channels,
                (long long)T);
+        if (a->dev.cuda)
+            printf("the convolutions on the GPU: planned device peak %s (f32 weights %s) of the %s budget\n",
+                   h3_budget_str(m.dev_total + H3_CUDA_BACKEND_BYTES, b1, sizeof b1),
+                   h3_budget_str(m.dev_weights, b2, sizeof b2), h3_budget_str(a->dev.vram, b3, sizeof b3));
+        else
+            printf("on the CPU\n");
+    }
+    if (a->dev.cuda && m.dev_total + H3_CUDA_BACKEND_BYTES + h3_budget_slack(a->dev.vram) > a->dev.vram)
+        H3_FAIL(H3_ERR_BUDGET, "the audio VAE encoder needs %s on the GPU for %lld samples, more than the %s budget; "
+                "raise --vram-budget or use --device cpu",
+                h3_budget_str(m.dev_total + H3_CUDA_BACKEND_BYTES, b1, sizeof b1), (long long)n,
+                h3_budget_str(a->dev.vram, b2, sizeof b2));
     if (a->plan && !a->out) goto done;
+    if (a->dev.cuda) {
+        H3_CHECK_CTX(h3_cuda_init(ex, 0, a->dev.vram), "--device cuda");
+        cuda_on = 1;
+        H3_CHECK(h3_audio_enc_place(e, ex, H3_PLACE_DEVICE));
+    }
     H3_CHECK(h3_audio_enc_encode(e, ex, &wave, &lat));
     H3_CHECK(h3_st_writer_new(&w));
     H3_CHECK(h3_st_writer_add_tensor(w, "latents", &lat));
@@ -60,6 +80,7 @@ done:
     h3_tensor_free(&wave);
     h3_audio_enc_close(e);
     h3_audio_vae_close(v);
+    if (cuda_on) h3_cuda_shutdown(ex);
     return st;
 }
 

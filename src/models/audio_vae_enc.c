@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "cuda/cuda.h"
 #include "io/wbind.h"
 
 typedef struct {
@@ -23,12 +24,18 @@ typedef struct {
     aenc_conv down;  /* C -> 2C, kernel 2s, stride s */
 } aenc_stage;
 
-struct h3_audio_enc {
-    h3_audio_enc_config cfg;
-    h3_audio_vae *vae;
+/* The convolution stack: what runs at the samples' rate (the encode's work), on the host or the device. */
+typedef struct {
     aenc_conv conv0, conv_out;
     aenc_stage stage[H3_AENC_MAX_STAGES];
     h3_tensor alpha_out; /* [top] */
+} aenc_stack;
+
+struct h3_audio_enc {
+    h3_audio_enc_config cfg;
+    h3_audio_vae *vae;
+    aenc_stack host, dev; /* dev: f32 device copies of host's tensors while placed on the device */
+    h3_place place;
     /* pre_block */
     h3_tensor n1w, n1b, n3w, n3b, n2w, n2b, mnw, mnb;
     h3_tensor qkv_w, qkv_b;       /* [3L, L], [3L] = q_bias | 0 | v_bias */
@@ -118,10 +125,6 @@ static h3_status load_conv(loader *L, const char *base, int64_t cout, int64_t ci
     return H3_OK;
 }
 
-static void conv_free(aenc_conv *c) {
-    h3_tensor_free(&c->w);
-    h3_tensor_free(&c->b);
-}
 
 /* The shape of `name` (or H3_ERR_FORMAT naming it when absent) */
 static h3_status shape_of(loader *L, const char *name, const char *words, int64_t *s, int *nd) {
@@ -193,10 +196,10 @@ static h3_status load_all(loader *L) {
     const h3_audio_enc_config *c = &e->cfg;
     char n[192];
     const int64_t Ld = c->latent_dim, C = c->latent_channels, top = (int64_t)c->encoder_dim << c->n_stages;
-    H3_TRY(load_conv(L, "encoder.block.0", c->encoder_dim, 1, 7, 1, &e->conv0));
+    H3_TRY(load_conv(L, "encoder.block.0", c->encoder_dim, 1, 7, 1, &e->host.conv0));
     for (int i = 0; i < c->n_stages; i++) {
         const int64_t h = (int64_t)c->encoder_dim << i;
-        aenc_stage *sg = &e->stage[i];
+        aenc_stage *sg = &e->host.stage[i];
         for (int r = 0; r < 3; r++) {
             snprintf(n, sizeof n, "encoder.block.%d.block.%d.block.0.alpha", i + 1, r);
             H3_TRY(load_alpha(L, n, h, &sg->res[r].a0));
@@ -213,9 +216,9 @@ static h3_status load_all(loader *L) {
         H3_TRY(load_conv(L, n, 2 * h, h, 2 * c->strides[i], 1, &sg->down));
     }
     snprintf(n, sizeof n, "encoder.block.%d.alpha", c->n_stages + 1);
-    H3_TRY(load_alpha(L, n, top, &e->alpha_out));
+    H3_TRY(load_alpha(L, n, top, &e->host.alpha_out));
     snprintf(n, sizeof n, "encoder.block.%d", c->n_stages + 2);
-    H3_TRY(load_conv(L, n, Ld, top, 3, 1, &e->conv_out));
+    H3_TRY(load_conv(L, n, Ld, top, 3, 1, &e->host.conv_out));
     /* pre_block */
     H3_TRY(load1(L, "pre_block.norm1.weight", Ld, "[latent_dim]", &e->n1w));
     H3_TRY(load1(L, "pre_block.norm1.bias", Ld, "[latent_dim]", &e->n1b));
@@ -277,6 +280,14 @@ static h3_status load_all(loader *L) {
     return H3_OK;
 }
 
+h3_status h3_audio_enc_config_of(h3_audio_vae *v, h3_audio_enc_config *out) {
+    h3_audio_enc e;
+    memset(&e, 0, sizeof e);
+    loader L = {&e, h3_audio_vae_weights(v), {0}, h3_audio_vae_source(v)};
+    L.wb = (h3_wbind){L.set, "", NULL, "audio VAE", NULL, NULL};
+    return read_config(&L, out);
+}
+
 h3_status h3_audio_enc_open(h3_audio_vae *v, h3_audio_enc **out) {
     *out = NULL;
     if (h3_audio_vae_headers_only(v))
@@ -296,26 +307,80 @@ h3_status h3_audio_enc_open(h3_audio_vae *v, h3_audio_enc **out) {
     return H3_OK;
 }
 
+/* Every tensor of a stack, in one order (for freeing and copying). Returns how many (at most n). */
+static int stack_tensors(aenc_stack *k, h3_tensor **out, int n) {
+    int m = 0;
+#define PUT(t)                                                                                                      \
+    do {                                                                                                           \
+        if (m < n) out[m] = (t);                                                                                   \
+        m++;                                                                                                       \
+    } while (0)
+    PUT(&k->conv0.w);
+    PUT(&k->conv0.b);
+    PUT(&k->conv_out.w);
+    PUT(&k->conv_out.b);
+    PUT(&k->alpha_out);
+    for (int i = 0; i < H3_AENC_MAX_STAGES; i++) {
+        aenc_stage *sg = &k->stage[i];
+        for (int r = 0; r < 3; r++) {
+            PUT(&sg->res[r].a0);
+            PUT(&sg->res[r].a1);
+            PUT(&sg->res[r].c7.w);
+            PUT(&sg->res[r].c7.b);
+            PUT(&sg->res[r].c1.w);
+            PUT(&sg->res[r].c1.b);
+        }
+        PUT(&sg->alpha);
+        PUT(&sg->down.w);
+        PUT(&sg->down.b);
+    }
+#undef PUT
+    return m;
+}
+#define AENC_STACK_TENSORS (5 + H3_AENC_MAX_STAGES * 21)
+
+static void stack_free(aenc_stack *k) {
+    h3_tensor *ts[AENC_STACK_TENSORS];
+    const int n = stack_tensors(k, ts, AENC_STACK_TENSORS);
+    for (int i = 0; i < n; i++) h3_tensor_free(ts[i]);
+}
+
 void h3_audio_enc_close(h3_audio_enc *e) {
     if (!e) return;
-    conv_free(&e->conv0);
-    conv_free(&e->conv_out);
-    for (int i = 0; i < H3_AENC_MAX_STAGES; i++) {
-        aenc_stage *sg = &e->stage[i];
-        for (int r = 0; r < 3; r++) {
-            h3_tensor_free(&sg->res[r].a0);
-            h3_tensor_free(&sg->res[r].a1);
-            conv_free(&sg->res[r].c7);
-            conv_free(&sg->res[r].c1);
-        }
-        h3_tensor_free(&sg->alpha);
-        conv_free(&sg->down);
-    }
-    h3_tensor *ts[] = {&e->alpha_out, &e->n1w, &e->n1b, &e->n3w, &e->n3b, &e->n2w, &e->n2b, &e->mnw,
-                       &e->mnb,       &e->qkv_w, &e->qkv_b, &e->pool, &e->ap_w, &e->ap_b, &e->pr_w, &e->pr_b,
-                       &e->w0,        &e->b0,  &e->w1,  &e->b1,  &e->w2,  &e->b2,  &e->mean_w, &e->mean_b};
+    stack_free(&e->host);
+    stack_free(&e->dev);
+    h3_tensor *ts[] = {&e->n1w, &e->n1b, &e->n3w, &e->n3b, &e->n2w, &e->n2b, &e->mnw,
+                       &e->mnb, &e->qkv_w, &e->qkv_b, &e->pool, &e->ap_w, &e->ap_b, &e->pr_w, &e->pr_b,
+                       &e->w0,  &e->b0,  &e->w1,  &e->b1,  &e->w2,  &e->b2,  &e->mean_w, &e->mean_b};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
     h3_free(e);
+}
+
+h3_status h3_audio_enc_place(h3_audio_enc *e, h3_exec *ex, h3_place place) {
+    if (place == H3_PLACE_HOST || place == H3_PLACE_PINNED) {
+        stack_free(&e->dev);
+        e->place = H3_PLACE_HOST;
+        return H3_OK;
+    }
+    if (place != H3_PLACE_DEVICE) return H3_ERR(H3_ERR_INVALID, "audio VAE encoder: unknown placement %d", (int)place);
+    if (!ex || !ex->cuda) return H3_ERR(H3_ERR_INVALID, "the audio VAE encoder's device placement needs a CUDA backend");
+    if (e->place == H3_PLACE_DEVICE) return H3_OK;
+    h3_tensor *src[AENC_STACK_TENSORS], *dst[AENC_STACK_TENSORS];
+    const int n = stack_tensors(&e->host, src, AENC_STACK_TENSORS);
+    stack_tensors(&e->dev, dst, AENC_STACK_TENSORS);
+    h3_status st = H3_OK;
+    for (int i = 0; i < n && st == H3_OK; i++) {
+        if (!src[i]->data) continue; /* a stage or bias the model lacks */
+        st = h3_tensor_alloc(dst[i], H3_PLACE_DEVICE, H3_F32, src[i]->ndim, src[i]->shape, H3_MEM_WEIGHTS);
+        if (st == H3_OK) st = h3_copy(ex, dst[i], src[i]);
+    }
+    if (st == H3_OK) st = h3_exec_sync(ex);
+    if (st != H3_OK) {
+        stack_free(&e->dev);
+        return h3_error_wrap(st, "placing the audio VAE encoder on the device");
+    }
+    e->place = H3_PLACE_DEVICE;
+    return H3_OK;
 }
 
 const h3_audio_enc_config *h3_audio_enc_get_config(const h3_audio_enc *e) {
@@ -347,16 +412,17 @@ h3_status h3_audio_enc_check_wave(const h3_tensor *w) {
 
 /* ---- the encode ---------------------------------------------------------------------------------------- */
 
+/* The stack's ops allocate their outputs where x is (the host, or the device when the stack is placed there). */
 static h3_status conv(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const aenc_conv *c, int stride, int dil,
                       int pad) {
     const h3_conv1d_params p = {stride, dil, 1, pad, pad, H3_PAD_ZEROS};
     const int64_t tout = (x->shape[1] + 2 * pad - dil * (c->w.shape[2] - 1) - 1) / stride + 1;
-    H3_TRY(h3_tensor_alloc2(y, H3_PLACE_HOST, H3_F32, c->w.shape[0], tout, H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(y, x->place, H3_F32, c->w.shape[0], tout, H3_MEM_ACTIVATIONS));
     return h3_op_conv1d(ex, y, x, &c->w, c->b.data ? &c->b : NULL, &p);
 }
 
 static h3_status snake(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *alpha) {
-    H3_TRY(h3_tensor_alloc2(y, H3_PLACE_HOST, H3_F32, x->shape[0], x->shape[1], H3_MEM_ACTIVATIONS));
+    H3_TRY(h3_tensor_alloc2(y, x->place, H3_F32, x->shape[0], x->shape[1], H3_MEM_ACTIVATIONS));
     return h3_op_snake(ex, y, x, alpha, NULL, 0);
 }
 
@@ -387,10 +453,18 @@ static h3_status encode_one(h3_audio_enc *e, h3_exec *ex, h3_tensor *x, float *o
     const h3_audio_enc_config *c = &e->cfg;
     h3_status st = H3_OK;
     h3_tensor a = {0}, t = {0}, u = {0}, h = {0}, n = {0}, qkv = {0}, q = {0}, k = {0}, v = {0}, o = {0},
-              p = {0}, m = {0}, g0 = {0}, g1 = {0}, z = {0};
-    H3_CHECK(conv(ex, &a, x, &e->conv0, 1, 1, 3));
+              p = {0}, m = {0}, g0 = {0}, g1 = {0}, z = {0}, dx = {0}, ah = {0};
+    const int dev = e->place == H3_PLACE_DEVICE;
+    const aenc_stack *S = dev ? &e->dev : &e->host;
+    if (dev) { /* the samples to the device; the stack runs there */
+        H3_CHECK(h3_tensor_alloc2(&dx, H3_PLACE_DEVICE, H3_F32, 1, x->shape[1], H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_copy(ex, &dx, x));
+        x = &dx;
+    }
+    H3_CHECK(conv(ex, &a, x, &S->conv0, 1, 1, 3));
+    h3_tensor_free(&dx);
     for (int i = 0; i < c->n_stages; i++) {
-        const aenc_stage *sg = &e->stage[i];
+        const aenc_stage *sg = &S->stage[i];
         for (int r = 0; r < 3; r++) {
             const int d = g_dil[r];
             H3_CHECK(snake(ex, &t, &a, &sg->res[r].a0));
@@ -408,10 +482,17 @@ static h3_status encode_one(h3_audio_enc *e, h3_exec *ex, h3_tensor *x, float *o
         H3_CHECK(conv(ex, &a, &t, &sg->down, c->strides[i], 1, (c->strides[i] + 1) / 2));
         h3_tensor_free(&t);
     }
-    H3_CHECK(snake(ex, &t, &a, &e->alpha_out));
+    H3_CHECK(snake(ex, &t, &a, &S->alpha_out));
     h3_tensor_free(&a);
-    H3_CHECK(conv(ex, &a, &t, &e->conv_out, 1, 1, 1)); /* [latent_dim, T] */
+    H3_CHECK(conv(ex, &a, &t, &S->conv_out, 1, 1, 1)); /* [latent_dim, T] */
     h3_tensor_free(&t);
+    if (dev) { /* the latent frames back to the host: the pre_block is a few hundred rows */
+        H3_CHECK(h3_tensor_alloc2(&ah, H3_PLACE_HOST, H3_F32, a.shape[0], a.shape[1], H3_MEM_ACTIVATIONS));
+        H3_CHECK(h3_copy(ex, &ah, &a));
+        h3_tensor_free(&a);
+        a = ah;
+        memset(&ah, 0, sizeof ah);
+    }
     H3_CHECK(h3_exec_sync(ex));
     H3_CHECK(transpose(&a, &h)); /* [T, latent_dim] */
     h3_tensor_free(&a);
@@ -458,7 +539,7 @@ static h3_status encode_one(h3_audio_enc *e, h3_exec *ex, h3_tensor *x, float *o
     for (int64_t r = 0; r < T; r++)
         for (int64_t ch = 0; ch < C; ch++) out[ch * T + r] = ((const float *)z.data)[r * C + ch];
 done: {
-    h3_tensor *ts[] = {&a, &t, &u, &h, &n, &qkv, &q, &k, &v, &o, &p, &m, &g0, &g1, &z};
+    h3_tensor *ts[] = {&a, &t, &u, &h, &n, &qkv, &q, &k, &v, &o, &p, &m, &g0, &g1, &z, &dx, &ah};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) h3_tensor_free(ts[i]);
 }
     return st;
@@ -484,6 +565,53 @@ done:
     h3_tensor_free(&x);
     if (st != H3_OK) h3_tensor_free(latents);
     return st;
+}
+
+h3_status h3_audio_enc_mem_of(const h3_audio_enc_config *c, int64_t samples, h3_audio_enc_mem *out) {
+    memset(out, 0, sizeof *out);
+    if (samples < 1 || c->n_stages < 1 || c->n_stages > H3_AENC_MAX_STAGES || c->hop < 1)
+        return H3_ERR(H3_ERR_INVALID, "audio VAE encoder plan: bad sizes");
+    /* the stack's tensors, each on its granules: conv0, per stage three residual units (k7 and k1 convs with
+     * biases, two alphas), an alpha and the strided conv to 2C; the last alpha and conv_out */
+#define W(n) h3_cuda_granule((int64_t)(n)*4)
+    int64_t w = W(c->encoder_dim * 7) + W(c->encoder_dim), C = c->encoder_dim;
+    for (int i = 0; i < c->n_stages; i++) {
+        w += 3 * (W(C * C * 7) + W(C) + W(C * C) + W(C) + 2 * W(C)) + W(C) + W(2 * C * C * 2 * c->strides[i]) + W(2 * C);
+        C *= 2;
+    }
+    w += W(C) + W((int64_t)c->latent_dim * C * 3) + W(c->latent_dim);
+#undef W
+    out->dev_weights = w;
+    /* activations: the stage's running sum a, the Snake t and the conv u at a time, each at most C·T of the
+     * widest (the first) stage, and the input samples; im2col's columns of the largest conv */
+    const int64_t n = h3_audio_enc_frames(c, samples) * c->hop;
+    int64_t T = n, big, scr = 0;
+    C = c->encoder_dim;
+    big = C * T;
+    const h3_conv1d_params k7 = {1, 1, 1, 3, 3, H3_PAD_ZEROS};
+    scr = h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(1, 1, 7, n, &k7, 4));
+    for (int i = 0; i < c->n_stages; i++) {
+        for (int r = 0; r < 3; r++) {
+            const h3_conv1d_params pr = {1, g_dil[r], 1, 3 * g_dil[r], 3 * g_dil[r], H3_PAD_ZEROS};
+            const int64_t s7 = h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(1, C, 7, T, &pr, 4));
+            if (s7 > scr) scr = s7;
+        }
+        const int s = c->strides[i];
+        const h3_conv1d_params pd = {s, 1, 1, (s + 1) / 2, (s + 1) / 2, H3_PAD_ZEROS};
+        const int64_t tout = (T + 2 * ((s + 1) / 2) - 2 * s) / s + 1;
+        const int64_t sd = h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(1, C, 2 * s, tout, &pd, 4));
+        if (sd > scr) scr = sd;
+        C *= 2;
+        T = tout;
+        if (C * T > big) big = C * T;
+    }
+    const h3_conv1d_params k3 = {1, 1, 1, 1, 1, H3_PAD_ZEROS};
+    const int64_t so = h3_cuda_granule(h3_cuda_conv1d_scratch_bytes(1, C, 3, T, &k3, 4));
+    if (so > scr) scr = so;
+    out->dev_buffers = 3 * h3_cuda_granule(big * 4) + h3_cuda_granule(n * 4) + h3_cuda_granule((int64_t)c->latent_dim * T * 4);
+    out->dev_op_scratch = scr;
+    out->dev_total = out->dev_weights + out->dev_buffers + out->dev_op_scratch;
+    return H3_OK;
 }
 
 void h3_audio_enc_normalize(const h3_audio_vae_config *c, h3_tensor *latents) {

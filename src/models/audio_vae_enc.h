@@ -13,8 +13,10 @@
  * then h + w2(gelu_tanh(w0(m)) · w1(m)) with m = mlp.norm(norm2(h)); LayerNorms at eps 1e-5. The mean is
  * mean_proj (1×1 conv) of h. The result is before the DiT's normalization (h3_audio_enc_normalize).
  *
- * Weights are f32 copies made at open (the release's encoder: about 100 M values); the encode runs on the host
- * through the op API, one channel after the other. */
+ * Weights are f32 copies made at open (the release's encoder: about 100 M values); the encode runs through the op
+ * API, one channel after the other: the convolution stack (everything at the samples' rate: the work) on the host,
+ * or on the device once placed there (h3_audio_enc_place), and the pre_block (a few hundred latent rows) on the
+ * host. */
 #ifndef H3_MODELS_AUDIO_VAE_ENC_H
 #define H3_MODELS_AUDIO_VAE_ENC_H
 
@@ -49,6 +51,18 @@ h3_status h3_audio_enc_check_wave(const h3_tensor *wave);
 /* The posterior mean of each channel into *latents (allocated here: f32 [channels, latent_channels, frames] on
  * the host), before normalization. */
 h3_status h3_audio_enc_encode(h3_audio_enc *e, h3_exec *ex, const h3_tensor *wave, h3_tensor *latents);
+/* Where the next encodes run the convolution stack: DEVICE copies its weights to the device as f32 (the CUDA
+ * backend up), HOST gives them back. */
+h3_status h3_audio_enc_place(h3_audio_enc *e, h3_exec *ex, h3_place place);
+/* The device bytes an encode of `samples` samples a channel takes there: the stack's weights (each tensor on its
+ * granules), the activations (three of the widest stage's, the samples, the stack's output) and the largest
+ * convolution's im2col columns (h3_cuda_conv1d_scratch_bytes), from the arithmetic the encode allocates with. */
+typedef struct h3_audio_enc_mem {
+    int64_t dev_weights, dev_buffers, dev_op_scratch, dev_total;
+} h3_audio_enc_mem;
+h3_status h3_audio_enc_mem_of(const h3_audio_enc_config *c, int64_t samples, h3_audio_enc_mem *out);
+/* The encoder's config from an audio VAE's tensor names and shapes (headers_only too): for planning. */
+h3_status h3_audio_enc_config_of(h3_audio_vae *v, h3_audio_enc_config *out);
 /* In place, per latent channel: (x − latents_mean) / latents_std, as the DiT takes audio latents. */
 void h3_audio_enc_normalize(const h3_audio_vae_config *c, h3_tensor *latents);
 

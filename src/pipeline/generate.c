@@ -934,7 +934,9 @@ static h3_status run_refs(gen *g) {
     h3_video_enc *e = NULL;
     h3_audio_vae *av = NULL;
     h3_audio_enc *ae = NULL;
-    stage_begin(g, H3_GEN_REFERENCES, g->refs.n);
+    int n_enc = 0; /* encodes: a sound's and an image's or a video's each */
+    for (int k = 0; k < g->refs.n; k++) n_enc += (g->ref_blocks[k].audio_t > 0) + (g->ref_blocks[k].kind != H3_REF_AUDIO);
+    stage_begin(g, H3_GEN_REFERENCES, n_enc);
     if (g->ref_nv) {
         H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
         st = h3_video_enc_open(vv, &e);
@@ -954,7 +956,9 @@ static h3_status run_refs(gen *g) {
         }
     }
     h3_stage_plan tb;
+    h3_stage_plan ta;
     H3_CHECK(h3_stage_references(g->ex, e, g->plan ? beside_dit(g, &g->plan->venc, &tb) : NULL, ae,
+                                 g->plan ? beside_dit(g, &g->plan->aenc, &ta) : NULL,
                                  av ? h3_audio_vae_get_config(av) : NULL, &g->refs, g->req.seed, &g->ref_vrows,
                                  &g->ref_arows, g->r->latents ? &g->ref_clean : NULL, step_done, g,
                                  &g->res.stages[H3_GEN_REFERENCES]));
@@ -1191,9 +1195,23 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     }
     h3_plan_request pr = {
         q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window, 0, 0, 0, 0, 0};
+        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window, 0, 0, 0, 0, 0, 0};
     pr.ref_video_rows = g->ref_nv;
     pr.ref_audio_rows = g->ref_na;
+    h3_audio_enc_config acfg;
+    if (g->ref_na || g->snd.samples) { /* the longest sound the audio VAE's encoder takes */
+        st = h3_audio_enc_config_of(av, &acfg);
+        if (st != H3_OK) {
+            st = h3_error_wrap(st == H3_ERR_FORMAT ? H3_ERR_UNSUPPORTED : st, "%s need the audio VAE's encoder (%s)",
+                               g->snd.samples ? "a soundtrack and sound references" : "sound references",
+                               g->files.audio_vae);
+            goto done;
+        }
+        m.aenc = &acfg;
+        if (g->snd.samples) pr.aenc_samples = h3_audio_latents(q->frames) * H3_AUDIO_HOP;
+        for (int k = 0; k < g->refs.n; k++)
+            if (g->refs.r[k].samples > pr.aenc_samples) pr.aenc_samples = g->refs.r[k].samples;
+    }
     for (int k = 0; k < g->refs.n; k++) { /* the largest reference the video VAE's encoder takes */
         const h3_ref *f = &g->refs.r[k];
         const int64_t fr = f->kind == H3_REF_IMAGE ? 1 : f->kind == H3_REF_VIDEO ? ((f->frames - 5) / 17) * 17 + 5 : 0;
@@ -1234,9 +1252,11 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     char a[32], c[32], d[32];
     h3_log(H3_LOG_INFO, "plan: every stage on %s within a device budget of %s (host %s)", name,
            h3_budget_str(b.vram, a, sizeof a), b.ram ? h3_budget_str(b.ram, c, sizeof c) : "not limited");
-    const h3_stage_plan *hs[3] = {&g->plan->te, &g->plan->avae, &g->plan->vvae};
-    static const char *const hs_name[3] = {"the text encoder", "the audio VAE", "the video VAE"};
-    for (int i = 0; i < 3; i++) {
+    const h3_stage_plan *hs[5] = {&g->plan->te, &g->plan->avae, &g->plan->vvae, &g->plan->venc, &g->plan->aenc};
+    static const char *const hs_name[5] = {"the text encoder", "the audio VAE", "the video VAE",
+                                           "the video VAE's encoder", "the audio VAE's encoder"};
+    for (int i = 0; i < 5; i++) {
+        if (!hs[i]->present) continue;
         if (hs[i]->on_device)
             h3_log(H3_LOG_INFO, "plan: %s %s; predicted device peak %s", hs_name[i], hs[i]->detail,
                    h3_budget_str(hs[i]->dev_peak, d, sizeof d));
@@ -1767,7 +1787,10 @@ static h3_status run_soundtrack(gen *g) {
     const int64_t ws[3] = {2, 1, n};
     H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_ACTIVATIONS));
     snd_fill(g, wave.data, n);
-    H3_CHECK_CTX(h3_audio_enc_encode(e, g->ex, &wave, &lat), "the soundtrack %s", g->r->audio);
+    h3_stage_plan ta;
+    H3_CHECK_CTX(h3_stage_audio_encode(g->ex, e, g->plan ? beside_dit(g, &g->plan->aenc, &ta) : NULL, &wave, &lat,
+                                       &g->res.stages[H3_GEN_SOUNDTRACK]),
+                 "the soundtrack %s", g->r->audio);
     if (lat.shape[2] != T) H3_FAIL(H3_ERR_INTERNAL, "the soundtrack's latents: %lld frames, not %lld",
                                    (long long)lat.shape[2], (long long)T);
     h3_audio_enc_normalize(h3_audio_vae_get_config(v), &lat);

@@ -681,6 +681,34 @@ h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, in
     return H3_OK;
 }
 
+h3_status h3_plan_audio_encoder(const h3_audio_enc_config *e, int64_t samples, const h3_plan_budgets *b, h3_stage_plan *s) {
+    memset(s, 0, sizeof *s);
+    s->present = 1;
+    s->n_units = 1;
+    char a[32], d[32];
+    H3_TRY(h3_audio_enc_mem_of(e, samples, &s->aenc));
+    s->dev_need = s->aenc.dev_total + H3_CUDA_BACKEND_BYTES;
+    s->on_device = b->vram > 0 && fits_in(s->dev_need, b->vram);
+    s->fits = 1;
+    if (s->on_device) {
+        s->dev_peak = s->dev_need;
+        s->n_resident = 1;
+        snprintf(s->detail, sizeof s->detail,
+                 "on the device: %.2f s a channel; its convolutions' f32 weights %s, activations %s (the pre_block on "
+                 "the host)",
+                 (double)samples / 32000.0, h3_budget_str(s->aenc.dev_weights, a, sizeof a),
+                 h3_budget_str(s->aenc.dev_buffers + s->aenc.dev_op_scratch, d, sizeof d));
+        return H3_OK;
+    }
+    if (b->vram > 0)
+        snprintf(s->reason, sizeof s->reason, "it needs %s on the device, more than the %s budget",
+                 h3_budget_str(s->dev_need, a, sizeof a), h3_budget_str(b->vram, d, sizeof d));
+    else
+        snprintf(s->reason, sizeof s->reason, "no device");
+    snprintf(s->detail, sizeof s->detail, "runs on the host: %.2f s a channel", (double)samples / 32000.0);
+    return H3_OK;
+}
+
 /* Predicted seconds of an audio VAE decode on the device: BigVGAN's convolutions (2 FLOPs a weight and output
  * step) at the f32 GEMM rate, and its anti-aliased activations (one pass a value) at the element-wise rate.
  */
@@ -858,6 +886,7 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
     else if (m->venc && r->ref_enc_frames > 0) /* the largest reference */
         H3_TRY(h3_plan_video_encoder(m->venc, r->ref_enc_frames, r->ref_enc_height, r->ref_enc_width, 1, &t->b,
                                      &p->venc));
+    if (m->aenc && r->aenc_samples > 0) H3_TRY(h3_plan_audio_encoder(m->aenc, r->aenc_samples, &t->b, &p->aenc));
     const h3_stage_plan *hs[4] = {&p->te, &p->avae, &p->vvae, &p->venc};
     for (int i = 0; i < 4; i++)
         if (hs[i]->present && !hs[i]->fits) p->fits = 0;
@@ -1255,7 +1284,8 @@ char *h3_plan_format(const h3_plan *p) {
     static const char *const names[4] = {"text encoder", "audio VAE", "video VAE", "keyframes"};
     const h3_stage_plan *te = hs[0];
     if (te->present) stage_format(o, n, p, names[0], te);
-    if (hs[3]->present) stage_format(o, n, p, "video VAE encoder (keyframes)", hs[3]);
+    if (hs[3]->present) stage_format(o, n, p, "video VAE encoder (keyframes, references)", hs[3]);
+    if (p->aenc.present) stage_format(o, n, p, "audio VAE encoder (soundtrack, sound references)", &p->aenc);
     const h3_dit_plan *t = &p->dit;
     if (t->present) dit_format(o, n, p, "DiT", t, r->steps);
     const h3_dit_plan *tr = &p->dit_refine;

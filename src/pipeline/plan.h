@@ -47,6 +47,7 @@
 #include "models/dit_stream.h"
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
+#include "models/audio_vae_enc.h"
 #include "models/video_vae_enc.h"
 
 #define H3_PLAN_MAX_UNITS 256
@@ -92,6 +93,7 @@ typedef struct h3_plan_request {
      * largest reference the video VAE's encoder encodes (frames x height x width; 0: none) */
     int64_t ref_video_rows, ref_audio_rows;
     int64_t ref_enc_frames, ref_enc_height, ref_enc_width;
+    int64_t aenc_samples; /* the longest sound the audio VAE's encoder encodes (samples a channel; 0: none) */
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {
@@ -108,6 +110,8 @@ typedef struct h3_plan_model {
     const h3_video_vae *vvae;
     const h3_audio_vae *avae;
     const h3_video_enc_config *venc; /* the video VAE's encoder, for requests with keyframes; NULL: none */
+    const h3_audio_enc_config *aenc; /* the audio VAE's encoder, for requests with sounds to encode (a
+                                      * soundtrack, sound references); NULL: none */
     int64_t te_vision_bytes; /* keyframes: the vision tower's device bytes for their images (h3_vision_device_bytes);
                               * it runs first in the text encoder's stage and gives them back, so the stage's
                               * device peak is the larger of the two; 0: none */
@@ -176,6 +180,7 @@ typedef struct h3_stage_plan {
     h3_video_vae_mem vvae; /* video VAE: the decoder's own plan at its place (h3_video_vae_plan) */
     h3_audio_vae_mem avae; /* audio VAE: its decode memory (h3_audio_vae_decode_peak) */
     h3_video_enc_mem venc; /* video VAE encoder: its encode memory at its place (h3_video_enc_mem_of) */
+    h3_audio_enc_mem aenc; /* audio VAE encoder: its device memory (h3_audio_enc_mem_of) */
 } h3_stage_plan;
 
 typedef struct h3_plan {
@@ -190,6 +195,7 @@ typedef struct h3_plan {
                              * sequence, planned on its own within the same budgets */
     h3_stage_plan te, vvae, avae;
     h3_stage_plan venc; /* the keyframes' encode (present only when the request has keyframes) */
+    h3_stage_plan aenc; /* the sounds' encode (present only when the request has a soundtrack or sound references) */
     int fits;           /* every stage fits the same budgets */
     /* when it does not fit */
     int64_t min_vram, min_ram;     /* the smallest budgets that fit this request */
@@ -225,6 +231,9 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
  * is predicted (t_load and t_run 0): the device's conv3d is a direct kernel without a measured rate. */
 h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, int64_t H, int64_t W,
                                 int images, const h3_plan_budgets *b, h3_stage_plan *out);
+/* The audio VAE's encoder on `samples` samples a channel: its convolution stack on the device
+ * (h3_audio_enc_mem_of and the backend's workspace) when that fits the budget, else on the host. */
+h3_status h3_plan_audio_encoder(const h3_audio_enc_config *e, int64_t samples, const h3_plan_budgets *b, h3_stage_plan *out);
 /* The audio VAE decoding `channels` × T latents: on the device (h3_audio_vae_decode_peak's dev_* bytes and
  * the backend's workspace) when that fits, else on the host. */
 h3_status h3_plan_audio_vae(const h3_audio_vae *v, int64_t T, int64_t channels, int64_t weight_bytes,

@@ -359,98 +359,121 @@ done:
     return st;
 }
 
-h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
-                            const h3_ref_set *s, uint64_t seed, float **vrows_out, float **arows_out, float **clean_out,
-                            h3_status (*on_done)(void *user, int done, int total), void *user) {
+h3_status h3_refs_encode_sounds(h3_exec *ex, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
+                                const h3_ref_set *s, float **arows_out,
+                                h3_status (*on_done)(void *user, int done, int total), void *user) {
     h3_status st = H3_OK;
-    *vrows_out = *arows_out = NULL;
-    if (clean_out) *clean_out = NULL;
-    float *clean = NULL;
+    *arows_out = NULL;
     h3_ref_block blocks[H3_MAX_REFS];
     h3_refs_blocks(s, blocks);
     int64_t nv = 0, na = 0;
     h3_ref_blocks_rows(s->n, blocks, &nv, &na);
-    float *vrows = NULL, *arows = NULL, *noise = NULL, *mixed = NULL;
-    h3_tensor px = {0}, lat = {0}, wave = {0}, alat = {0};
-    if (nv && !ve) return H3_ERR(H3_ERR_INVALID, "references: image or video rows without the video VAE's encoder");
     if (na && !ae) return H3_ERR(H3_ERR_INVALID, "references: sounds without the audio VAE's encoder");
+    float *arows = h3_malloc((size_t)(na * H3_AUDIO_LATENT_CHANNELS) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
+    h3_tensor wave = {0}, alat = {0};
+    if (!arows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' audio rows");
+    int64_t ao = 0;
+    int done = 0, total = 0;
+    for (int k = 0; k < s->n; k++) total += blocks[k].audio_t > 0;
+    for (int k = 0; k < s->n; k++) {
+        const h3_ref *r = &s->r[k];
+        const h3_ref_block *b = &blocks[k];
+        if (!b->audio_t) continue;
+        /* two items of the mono encoder, the posterior mean, normalized, channel-major */
+        const int64_t ws[3] = {2, 1, r->samples};
+        H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_ACTIVATIONS));
+        memcpy(wave.data, r->left, (size_t)r->samples * sizeof(float));
+        memcpy((float *)wave.data + r->samples, r->right, (size_t)r->samples * sizeof(float));
+        H3_CHECK_CTX(h3_audio_enc_encode(ae, ex, &wave, &alat), "encoding the sound of %s", r->path);
+        if (alat.shape[2] != b->audio_t)
+            H3_FAIL(H3_ERR_INTERNAL, "the sound of %s: %lld latents, not %lld", r->path, (long long)alat.shape[2],
+                    (long long)b->audio_t);
+        h3_audio_enc_normalize(av, &alat);
+        h3_audio_pack(alat.data, b->audio_t, arows + ao * H3_AUDIO_LATENT_CHANNELS);
+        ao += 2 * b->audio_t;
+        h3_tensor_free(&wave);
+        h3_tensor_free(&alat);
+        if (on_done) H3_CHECK(on_done(user, ++done, total));
+    }
+    if (ao != na) H3_FAIL(H3_ERR_INTERNAL, "the references' audio rows do not add up");
+    *arows_out = arows;
+    arows = NULL;
+done:
+    h3_tensor_free(&wave);
+    h3_tensor_free(&alat);
+    h3_free(arows);
+    return st;
+}
+
+h3_status h3_refs_encode_visuals(h3_exec *ex, h3_video_enc *ve, const h3_ref_set *s, uint64_t seed, float **vrows_out,
+                                 float **clean_out, h3_status (*on_done)(void *user, int done, int total), void *user) {
+    h3_status st = H3_OK;
+    *vrows_out = NULL;
+    if (clean_out) *clean_out = NULL;
+    h3_ref_block blocks[H3_MAX_REFS];
+    h3_refs_blocks(s, blocks);
+    int64_t nv = 0, na = 0;
+    h3_ref_blocks_rows(s->n, blocks, &nv, &na);
+    if (nv && !ve) return H3_ERR(H3_ERR_INVALID, "references: image or video rows without the video VAE's encoder");
+    float *vrows = NULL, *clean = NULL, *noise = NULL, *mixed = NULL;
+    h3_tensor px = {0}, lat = {0};
     vrows = h3_malloc((size_t)(nv * H3_VIDEO_ROW_DIM) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
-    arows = h3_malloc((size_t)(na * H3_AUDIO_LATENT_CHANNELS) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
-    if (!vrows || !arows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' rows");
+    if (!vrows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' rows");
     if (clean_out) {
         clean = h3_malloc((size_t)h3_refs_latent_values(s) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
         if (!clean) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' latents");
     }
-    int64_t vo = 0, ao = 0, noise_at = 0;
+    int64_t vo = 0, noise_at = 0;
+    int done = 0, total = 0;
+    for (int k = 0; k < s->n; k++) total += blocks[k].kind != H3_REF_AUDIO;
     const float t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
     for (int k = 0; k < s->n; k++) {
         const h3_ref *r = &s->r[k];
         const h3_ref_block *b = &blocks[k];
-        if (b->audio_t) { /* the sound: two items of the mono encoder, posterior mean, normalized, channel-major */
-            const int64_t ws[3] = {2, 1, r->samples};
-            H3_CHECK(h3_tensor_alloc(&wave, H3_PLACE_HOST, H3_F32, 3, ws, H3_MEM_ACTIVATIONS));
-            memcpy(wave.data, r->left, (size_t)r->samples * sizeof(float));
-            memcpy((float *)wave.data + r->samples, r->right, (size_t)r->samples * sizeof(float));
-            H3_CHECK_CTX(h3_audio_enc_encode(ae, ex, &wave, &alat), "encoding the sound of %s", r->path);
-            if (alat.shape[2] != b->audio_t)
-                H3_FAIL(H3_ERR_INTERNAL, "the sound of %s: %lld latents, not %lld", r->path, (long long)alat.shape[2],
-                        (long long)b->audio_t);
-            h3_audio_enc_normalize(av, &alat);
-            h3_audio_pack(alat.data, b->audio_t, arows + ao * H3_AUDIO_LATENT_CHANNELS);
-            ao += 2 * b->audio_t;
-            h3_tensor_free(&wave);
-            h3_tensor_free(&alat);
+        if (b->kind == H3_REF_AUDIO) continue;
+        /* the pixels through the video VAE's encoder, sampled, mixed to 0.999 */
+        const int64_t F = b->kind == H3_REF_IMAGE ? 1 : ((r->frames - 5) / H3_FRAMES_CHUNK) * H3_FRAMES_CHUNK + 5;
+        const int64_t H = r->h, W = r->w, P = H * W;
+        const int64_t ps[5] = {1, 3, F, H, W};
+        H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
+        uint8_t *p = px.data;
+        for (int64_t f = 0; f < F; f++) {
+            const uint8_t *src = r->rgb + (size_t)f * (size_t)P * 3;
+            for (int64_t c = 0; c < 3; c++)
+                for (int64_t i = 0; i < P; i++) p[(c * F + f) * P + i] = src[i * 3 + c];
         }
-        if (b->kind != H3_REF_AUDIO) { /* the pixels through the video VAE's encoder, sampled, mixed to 0.999 */
-            const int64_t F = b->kind == H3_REF_IMAGE ? 1 : ((r->frames - 5) / H3_FRAMES_CHUNK) * H3_FRAMES_CHUNK + 5;
-            const int64_t H = r->h, W = r->w, P = H * W;
-            const int64_t ps[5] = {1, 3, F, H, W};
-            H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
-            uint8_t *p = px.data;
-            for (int64_t f = 0; f < F; f++) {
-                const uint8_t *src = r->rgb + (size_t)f * (size_t)P * 3;
-                for (int64_t c = 0; c < 3; c++)
-                    for (int64_t i = 0; i < P; i++) p[(c * F + f) * P + i] = src[i * 3 + c];
-            }
-            const int64_t ls[5] = {1, H3_LATENT_CHANNELS, b->lt, b->lh, b->lw};
-            H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
-            H3_CHECK_CTX(h3_stage_video_encode(ex, ve, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding the %s reference %s",
-                         kind_name(r->kind), r->path);
-            h3_tensor_free(&px);
-            if (lat.shape[2] != b->lt || lat.shape[3] != b->lh || lat.shape[4] != b->lw)
-                H3_FAIL(H3_ERR_INTERNAL, "the reference %s encoded to an unexpected shape", r->path);
-            const int64_t per = h3_tensor_numel(&lat);
-            noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-            mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-            if (!noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for the reference %s", r->path);
-            h3_rng_normal_at(seed, H3_RNG_STREAM_REFERENCE, (uint64_t)noise_at, noise, (size_t)per);
-            noise_at += per;
-            const float *x0 = lat.data;
-            if (clean) memcpy(clean + noise_at - per, x0, (size_t)per * sizeof(float));
-            for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
-            h3_video_patchify(mixed, b->lt, b->lh, b->lw, vrows + vo * H3_VIDEO_ROW_DIM);
-            vo += b->lt * (b->lh / 2) * (b->lw / 2);
-            h3_free(noise);
-            h3_free(mixed);
-            noise = mixed = NULL;
-            h3_tensor_free(&lat);
-        }
-        if (on_done) H3_CHECK(on_done(user, k + 1, s->n));
+        const int64_t ls[5] = {1, H3_LATENT_CHANNELS, b->lt, b->lh, b->lw};
+        H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
+        H3_CHECK_CTX(h3_stage_video_encode(ex, ve, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding the %s reference %s",
+                     kind_name(r->kind), r->path);
+        h3_tensor_free(&px);
+        const int64_t per = h3_tensor_numel(&lat);
+        noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+        mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+        if (!noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for the reference %s", r->path);
+        h3_rng_normal_at(seed, H3_RNG_STREAM_REFERENCE, (uint64_t)noise_at, noise, (size_t)per);
+        const float *x0 = lat.data;
+        if (clean) memcpy(clean + noise_at, x0, (size_t)per * sizeof(float));
+        noise_at += per;
+        for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
+        h3_video_patchify(mixed, b->lt, b->lh, b->lw, vrows + vo * H3_VIDEO_ROW_DIM);
+        vo += b->lt * (b->lh / 2) * (b->lw / 2);
+        h3_free(noise);
+        h3_free(mixed);
+        noise = mixed = NULL;
+        h3_tensor_free(&lat);
+        if (on_done) H3_CHECK(on_done(user, ++done, total));
     }
-    if (vo != nv || ao != na) H3_FAIL(H3_ERR_INTERNAL, "the references' rows do not add up");
+    if (vo != nv) H3_FAIL(H3_ERR_INTERNAL, "the references' video rows do not add up");
     *vrows_out = vrows;
-    *arows_out = arows;
     if (clean_out) *clean_out = clean;
-    vrows = arows = clean = NULL;
+    vrows = clean = NULL;
 done:
-    h3_free(clean);
     h3_tensor_free(&px);
     h3_tensor_free(&lat);
-    h3_tensor_free(&wave);
-    h3_tensor_free(&alat);
     h3_free(noise);
     h3_free(mixed);
     h3_free(vrows);
-    h3_free(arows);
+    h3_free(clean);
     return st;
 }

@@ -94,14 +94,17 @@ h3_status h3_refs_present(const h3_tokenizer *tok, const h3_vis_config *vc, cons
                           const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids, uint8_t **tags, int64_t *n,
                           h3_tensor *pixels, int64_t (**grid)[3], int *n_img);
 
-/* Rule 3: vrows [Σ video rows · 96] (the noised image and video rows, in order) and arows [Σ audio rows · 32]
- * (the sounds' normalized latents, channel-major, in order), h3_malloc'd (NULL when there are none). The video
- * encoder ve where it was placed (NULL when there are no images or videos), the audio encoder ae on the host
- * (NULL when there are no sounds) with the audio VAE's config av for the normalization. clean (may be NULL): the
- * conditioning latents before the mix, [h3_refs_latent_values] in order (h3_malloc'd). on_done after each. */
-h3_status h3_refs_condition(h3_exec *ex, h3_video_enc *ve, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
-                            const h3_ref_set *s, uint64_t seed, float **vrows, float **arows, float **clean,
-                            h3_status (*on_done)(void *user, int done, int total), void *user);
+/* Rule 3, the sounds: arows [Σ audio rows · 32] (h3_malloc'd; the sounds' normalized latents, channel-major, in
+ * order) with the audio encoder ae (at its placement; NULL when there are no sounds) and the audio VAE's config av
+ * for the normalization. on_done after each sound. */
+h3_status h3_refs_encode_sounds(h3_exec *ex, h3_audio_enc *ae, const struct h3_audio_vae_config *av,
+                                const h3_ref_set *s, float **arows,
+                                h3_status (*on_done)(void *user, int done, int total), void *user);
+/* Rule 3, the images and videos: vrows [Σ video rows · 96] (h3_malloc'd; the noised rows, in order) with the video
+ * encoder ve where it was placed (NULL when there are none). clean (may be NULL): the conditioning latents before
+ * the mix, [h3_refs_latent_values] in order (h3_malloc'd). on_done after each. */
+h3_status h3_refs_encode_visuals(h3_exec *ex, h3_video_enc *ve, const h3_ref_set *s, uint64_t seed, float **vrows,
+                                 float **clean, h3_status (*on_done)(void *user, int done, int total), void *user);
 /* Values of the image and video references' latents, all of them (the noise they take from stream
  * H3_RNG_STREAM_REFERENCE, in order): Σ 24 · lt · lh · lw. */
 int64_t h3_refs_latent_values(const h3_ref_set *s);

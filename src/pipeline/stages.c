@@ -805,19 +805,42 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
     return st;
 }
 
-h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
-                              const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
-                              float **vrows, float **arows, float **clean,
-                              h3_status (*on_done)(void *user, int done, int total),
-                              void *user, h3_stage_report *rep) {
+h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *vplan, struct h3_audio_enc *ae,
+                              const h3_stage_plan *aplan, const struct h3_audio_vae_config *avc,
+                              const struct h3_ref_set *s, uint64_t seed, float **vrows, float **arows, float **clean,
+                              h3_status (*on_done)(void *user, int done, int total), void *user,
+                              h3_stage_report *rep) {
     h3_status st = H3_OK;
-    const int dev = e && plan && plan->on_device;
+    const int vdev = e && vplan && vplan->on_device, adev = ae && aplan && aplan->on_device;
+    const int64_t vpeak = vdev ? vplan->dev_peak : 0, apeak = adev ? aplan->dev_peak : 0;
     stage_mark mk;
-    H3_CHECK(mark_begin(ex, "video VAE encoder", dev, dev ? plan->dev_peak : 0, &mk));
-    if (dev) H3_CHECK_CTX(h3_video_enc_place(e, ex, H3_PLACE_DEVICE), "loading the video VAE's encoder");
-    H3_CHECK(h3_refs_condition(ex, e, ae, avc, s, seed, vrows, arows, clean, on_done, user));
+    H3_CHECK(mark_begin(ex, "references' encoders", vdev || adev, vpeak > apeak ? vpeak : apeak, &mk));
+    if (ae) {
+        if (adev) H3_CHECK_CTX(h3_audio_enc_place(ae, ex, H3_PLACE_DEVICE), "loading the audio VAE's encoder");
+        H3_CHECK(h3_refs_encode_sounds(ex, ae, avc, s, arows, on_done, user));
+        if (adev) H3_CHECK(h3_audio_enc_place(ae, ex, H3_PLACE_HOST));
+    } else {
+        H3_CHECK(h3_refs_encode_sounds(ex, NULL, avc, s, arows, on_done, user));
+    }
+    if (vdev) H3_CHECK_CTX(h3_video_enc_place(e, ex, H3_PLACE_DEVICE), "loading the video VAE's encoder");
+    H3_CHECK(h3_refs_encode_visuals(ex, e, s, seed, vrows, clean, on_done, user));
 done:
-    if (dev && h3_video_enc_place(e, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    if (adev && h3_audio_enc_place(ae, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    if (vdev && h3_video_enc_place(e, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
+    mark_end(&mk, rep);
+    return st;
+}
+
+h3_status h3_stage_audio_encode(h3_exec *ex, struct h3_audio_enc *ae, const h3_stage_plan *plan, const h3_tensor *wave,
+                                h3_tensor *latents, h3_stage_report *rep) {
+    h3_status st = H3_OK;
+    const int dev = plan && plan->on_device;
+    stage_mark mk;
+    H3_CHECK(mark_begin(ex, "audio VAE encoder", dev, dev ? plan->dev_peak : 0, &mk));
+    if (dev) H3_CHECK_CTX(h3_audio_enc_place(ae, ex, H3_PLACE_DEVICE), "loading the audio VAE's encoder");
+    H3_CHECK(h3_audio_enc_encode(ae, ex, wave, latents));
+done:
+    if (dev && h3_audio_enc_place(ae, ex, H3_PLACE_HOST) != H3_OK) h3_clear_error();
     mark_end(&mk, rep);
     return st;
 }

@@ -212,16 +212,21 @@ h3_status h3_stage_video_encode(h3_exec *ex, h3_video_enc *e, const h3_tensor *p
 /* fl2va: the keyframes' conditioning (h3_keyframes_condition) with the encoder at the plan's place (plan:
  * h3_plan_make's venc; NULL or on the host: the host); the encoder's device weights given back before it
  * returns. */
-/* ref2va: the references' conditioning (h3_refs_condition) with the video encoder e (NULL: no images or videos)
- * at the plan's place, the audio encoder ae (NULL: no sounds) on the host. */
+/* ref2va: the references' conditioning: first the sounds (h3_refs_encode_sounds) with the audio encoder ae (NULL:
+ * no sounds) at aplan's place, given back, then the images and videos (h3_refs_encode_visuals) with the video encoder
+ * e (NULL: none) at vplan's place, given back. The stage's predicted device peak is the larger of the two. */
 struct h3_ref_set;
 struct h3_audio_enc;
 struct h3_audio_vae_config;
-h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, struct h3_audio_enc *ae,
-                              const struct h3_audio_vae_config *avc, const struct h3_ref_set *s, uint64_t seed,
-                              float **vrows, float **arows, float **clean,
-                              h3_status (*on_done)(void *user, int done, int total),
-                              void *user, h3_stage_report *rep);
+h3_status h3_stage_references(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *vplan, struct h3_audio_enc *ae,
+                              const h3_stage_plan *aplan, const struct h3_audio_vae_config *avc,
+                              const struct h3_ref_set *s, uint64_t seed, float **vrows, float **arows, float **clean,
+                              h3_status (*on_done)(void *user, int done, int total), void *user,
+                              h3_stage_report *rep);
+/* A waveform through the audio VAE's encoder (h3_audio_enc_encode) with the convolution stack at the plan's place
+ * (NULL or the host: the host), given back before it returns; the report's peak is the plan's. */
+h3_status h3_stage_audio_encode(h3_exec *ex, struct h3_audio_enc *ae, const h3_stage_plan *plan, const h3_tensor *wave,
+                                h3_tensor *latents, h3_stage_report *rep);
 
 h3_status h3_stage_keyframes(h3_exec *ex, h3_video_enc *e, const h3_stage_plan *plan, const h3_keyframe_set *s,
                              uint64_t seed, h3_tensor *clean, float **rows,
