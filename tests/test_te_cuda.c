@@ -230,8 +230,8 @@ enum {
     XD = 16,
     XF = 96,
     XV = 256,
-    YH = 64,
-    YHEADS = 4,
+    YH = 144, /* 2 heads of 72: the release's head size (padded to 128 on the GPU) */
+    YHEADS = 2,
     YF = 128,
     YDEPTH = 3
 };

@@ -98,6 +98,18 @@ static inline int64_t h3_cuda_conv_col_steps(int64_t step_bytes, int64_t len) {
     if (tc < 64) tc = 64;
     return tc > len ? len : tc;
 }
+/* h3_op_attention on the device for a bf16 head size the flash kernel lacks (other than 64 and 128, at most 128, a
+ * multiple of 8): the size it is zero-padded to (64 or 128); 0 when none is needed or possible. */
+static inline int h3_cuda_attention_pad_dim(h3_dtype dt, int64_t D) {
+    if (dt != H3_BF16 || D == 64 || D == 128 || D > 128 || D < 8 || D % 8) return 0;
+    return D < 64 ? 64 : 128;
+}
+/* Its arena scratch for one call: q, o [Sq, Hq, P] and k, v [Sk, Hk, P] in bf16; 0 without padding. */
+static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk,
+                                                      int64_t D) {
+    const int64_t P = h3_cuda_attention_pad_dim(dt, D);
+    return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
+}
 /* h3_op_conv1d on the device, x [batch, cin, ·] of elem_size-byte values, w [·, cin/groups, K], tout output
  * steps: the im2col chunk [batch][cin·K][steps]; 0 for depthwise filters (cin/groups 1: a direct kernel) and
  * pointwise convs (K 1, stride 1, no padding: x is its own column matrix). */

@@ -969,7 +969,16 @@ int64_t h3_vision_device_bytes(const h3_vision *v, const int64_t (*grid)[3], int
      * mergers: an output in the weights' dtype and its f32 copy */
     const int64_t embed =
         h3_cuda_granule(N * cols * 4) + h3_cuda_granule(N * cols * es) + h3_cuda_granule(N * c->hidden * 4);
-    const int64_t merge = h3_cuda_granule(M * c->out_hidden * es) + h3_cuda_granule(M * c->out_hidden * 4);
+    /* during the blocks the mergers' output is held beside the workspace, with a merger's f32 copy or, inside
+     * attention, the padded rows a head size the flash kernel lacks (72) takes in arena scratch (the largest
+     * image's: attention runs within each image) */
+    int64_t smax = 0;
+    for (int i = 0; i < n_img; i++)
+        if (grid[i][0] * grid[i][1] * grid[i][2] > smax) smax = grid[i][0] * grid[i][1] * grid[i][2];
+    const int64_t attn = h3_cuda_granule(h3_cuda_attention_scratch_bytes(v->blocks[0].qkv_w.dtype, smax, smax,
+                                                                         c->heads, c->heads, c->hidden / c->heads));
+    const int64_t mf = h3_cuda_granule(M * c->out_hidden * 4);
+    const int64_t merge = h3_cuda_granule(M * c->out_hidden * es) + (mf > attn ? mf : attn);
     const int64_t io = embed > merge ? embed : merge;
     return H3_CUDA_BACKEND_BYTES + w + ws_bytes(c, N, es, 1) + io;
 }
