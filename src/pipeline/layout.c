@@ -19,6 +19,18 @@ static void axis_grid(int64_t dim, double sqrt_area, double *out) {
     }
 }
 
+/* Text rows: t = row index, tagged text or as text_tags say. */
+static void fill_text(h3_seq_layout *out, const uint8_t *text_tags) {
+    double *p = out->pos;
+    for (int64_t k = 0; k < out->text_len; k++) {
+        out->tags[k] = text_tags ? text_tags[k] : (uint8_t)H3_TAG_TEXT;
+        out->text_indices[k] = k;
+        p[3 * k] = (double)k;
+        p[3 * k + 1] = 0.0;
+        p[3 * k + 2] = 0.0;
+    }
+}
+
 void h3_seq_layout_free(h3_seq_layout *l) {
     if (!l) return;
     h3_free(l->tags);
@@ -146,13 +158,7 @@ h3_status h3_seq_layout_fl2va(int64_t text_len, const uint8_t *text_tags, int64_
 
     double *p = out->pos;
     /* Text: t = row index. */
-    for (int64_t k = 0; k < text_len; k++) {
-        out->tags[k] = text_tags ? text_tags[k] : (uint8_t)H3_TAG_TEXT;
-        out->text_indices[k] = k;
-        p[3 * k] = (double)k;
-        p[3 * k + 1] = 0.0;
-        p[3 * k + 2] = 0.0;
-    }
+    fill_text(out, text_tags);
     /* Keyframes: one latent frame each on the target's grid, at its anchor's time. */
     for (int k = 0; k < n_keyframes; k++) {
         const double t = h3_keyframe_time(text_len, frames, kf_frames[k]);
@@ -295,13 +301,7 @@ h3_status h3_seq_layout_ref2va(int64_t text_len, const uint8_t *text_tags, int64
         H3_FAIL(H3_ERR_NOMEM, "out of memory for the packed layout (%zu rows)", S);
     frame_grids(out->latent_h, out->latent_w, thg, twg);
     double *p = out->pos;
-    for (int64_t k = 0; k < text_len; k++) {
-        out->tags[k] = text_tags ? text_tags[k] : (uint8_t)H3_TAG_TEXT;
-        out->text_indices[k] = k;
-        p[3 * k] = (double)k;
-        p[3 * k + 1] = 0.0;
-        p[3 * k + 2] = 0.0;
-    }
+    fill_text(out, text_tags);
     int64_t r = text_len, nvr = 0, nar = 0;
     double clock = (double)text_len;
     for (int k = 0; k < n_refs; k++) {
