@@ -15,6 +15,13 @@
 # seed 1000+k (`h3-synth frame`: the free size and places of that seed, which the caption does not say), and also
 # scores where the clip starts / ends (the shape's centroid within 0.05 of the keyframe's place) and in which colour
 # ("keyframes first: start S/N, first-frame colour C/N").
+# REFERENCE=image gives each prompt in its ref2va form (`h3-synth prompt K --reference`: "the triangle from
+# <Picture 1>", its colour and its tone's pitch unsaid) and its scene's middle frame (frame 28, seed 1000+k) as
+# --ref-image at 128: the colour and the pitch can only come from the picture ("reference: colour C/N, pitch P/N").
+# REFERENCE=none: the same prompts with no picture (the control: colour and pitch at chance).
+# SOUNDTRACK=1 gives each prompt its scene's sound (`h3-synth clip`, seed 1000+k) as --audio: the clip is made to
+# that soundtrack and carries it, so its measured pitch and pan must be the given sound's ("soundtrack: pitch P/N,
+# pan Q/N"); colour and motion still score the video against the prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench/adherence.sh MODEL [N] [generate options...]}
@@ -27,15 +34,29 @@ mkdir -p "$out"
 c=0 m=0 p=0 q=0 sh=0 seen=0 ks_=0 ke=0 kcs=0 kce=0
 kf=${KEYFRAMES:-}
 case $kf in "" | first | last | both) ;; *) echo "adherence: KEYFRAMES takes first, last or both" >&2; exit 2 ;; esac
+ref=${REFERENCE:-}
+case $ref in "" | image | none) ;; *) echo "adherence: REFERENCE takes image or none" >&2; exit 2 ;; esac
+[ -n "$ref" ] && [ -n "$kf" ] && { echo "adherence: REFERENCE and KEYFRAMES do not go together" >&2; exit 2; }
+snd=${SOUNDTRACK:-}
+case $snd in "" | 1) ;; *) echo "adherence: SOUNDTRACK takes 1" >&2; exit 2 ;; esac
 count=${COUNT:-}
 json="["
 read -r -a ks <<<"${PROMPTS:-$(seq -s ' ' 0 $((n - 1)))}"
 n=${#ks[@]}
 first=1
 for k in "${ks[@]}"; do
-    prompt=$("$H3SYNTH" prompt "$k")
+    prompt=$("$H3SYNTH" prompt "$k" ${ref:+--reference})
     clip="$out/heldout-$k.mp4"
     kfo=() seed=()
+    if [ -n "$snd" ]; then
+        combo=$("$H3SYNTH" prompts | awk -F'\t' -v k="$k" '$1 == k {print $2}')
+        "$H3SYNTH" clip "$out/sound-$k.mp4" --combo "$combo" --seed $((1000 + k)) --frames 56 --size 128x128 >/dev/null
+        kfo+=(--audio "$out/sound-$k.mp4")
+    fi
+    if [ "$ref" = image ]; then
+        "$H3SYNTH" frame "$out/ref-$k.png" --heldout "$k" --seed $((1000 + k)) --at 28 --frames 56 --size 128x128 >/dev/null
+        kfo+=(--ref-image "$out/ref-$k.png" --ref-image-size 128)
+    fi
     if [ -n "$kf" ]; then
         seed=(--seed $((1000 + k)))
         for at in first last; do
@@ -69,6 +90,8 @@ for k in "${ks[@]}"; do
 done
 echo "accuracy: colour $c/$n motion $m/$n pitch $p/$n pan $q/$n shape $sh/$n"
 if [ -n "$count" ]; then echo "measured ${count%%=*} ${count#*=}: $seen/$n"; fi
+if [ -n "$ref" ]; then echo "reference ($ref): colour $c/$n, pitch $p/$n"; fi
+if [ -n "$snd" ]; then echo "soundtrack: pitch $p/$n, pan $q/$n"; fi
 case $kf in
     first) echo "keyframes first: start $ks_/$n, first-frame colour $kcs/$n" ;;
     last) echo "keyframes last: end $ke/$n, last-frame colour $kce/$n" ;;

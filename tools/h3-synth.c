@@ -2,7 +2,8 @@
  * held-out prompts, single clips, and the adherence check of a generated clip.
  *
  *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination,
- * caption) h3-synth prompt K                         held-out prompt K alone (for a shell loop) h3-synth clip
+ * caption) h3-synth prompt K [--reference]           held-out prompt K alone (for a shell loop; --reference: its
+ * ref2va form, the shape "from <Picture 1>", colour and pitch unsaid) h3-synth clip
  * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
  * listen to h3-synth frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]
  * one frame of a scene as a PNG (a keyframe for generate's --first-frame / --last-frame) h3-synth
@@ -11,7 +12,7 @@
  * seed, whose start and end places its keyframes show); exit 0 whatever the score (3: unreadable clip) h3-synth dataset DIR
  * [--clips N] [--frames T] [--size WxH] [--seed S] [--shard M] [--motion NAME] N training clips
  * (held-out combinations never appear) as DIR/shard-XXXX.safetensors (video U8 [m, T, H, W, 3], audio F32 [m, 2,
- * samples], combo I32 [m]) and DIR/captions.jsonl; --motion renders every clip with that motion (its sound too), the
+ * samples], combo I32 [m]) and DIR/captions.jsonl (each clip's caption and its ref2va form); --motion renders every clip with that motion (its sound too), the
  * captions unchanged (what the small model's bounce LoRA learns from)
  *
  * Defaults: 56 frames (2.33 s at 24 fps), 128x128, seed 1, 256 clips per shard. Exit status 2 for a bad
@@ -35,7 +36,7 @@ static int usage(const char *why) {
     fprintf(
         stderr,
         "h3-synth: %s\n"
-        "usage: h3-synth prompts | prompt K | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
+        "usage: h3-synth prompts | prompt K [--reference] | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
         "       | frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]\n"
         "       | check CLIP.mp4 --heldout K [--seed S] [--from F] [--to F] [--json]\n"
         "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
@@ -344,14 +345,16 @@ static int cmd_dataset(const char *dir, const args *a) {
             memcpy(audio + (size_t)i * 2 * n, l, (size_t)n * sizeof(float));
             memcpy(audio + (size_t)i * 2 * n + n, r, (size_t)n * sizeof(float));
             combos[i] = k;
-            char c[512];
+            char c[512], rc[512];
             h3_synth_caption(&s, c, sizeof c);
+            h3_synth_caption_reference(&s, rc, sizeof rc);
             fprintf(cap,
                     "{\"shard\": %d, \"index\": %d, \"combo\": %d, \"color\": \"%s\", \"shape\": \"%s\", "
-                    "\"background\": \"%s\", \"motion\": \"%s\", \"shown_motion\": \"%s\", \"caption\": \"%s\"}\n",
+                    "\"background\": \"%s\", \"motion\": \"%s\", \"shown_motion\": \"%s\", \"caption\": \"%s\", "
+                    "\"reference_caption\": \"%s\"}\n",
                     shard, i, k, h3_synth_color_name(s.color), h3_synth_shape_name(s.shape),
                     h3_synth_background_name(s.background), h3_synth_motion_name(s.motion),
-                    h3_synth_motion_name(shown.motion), c);
+                    h3_synth_motion_name(shown.motion), c, rc);
         }
         h3_st_writer *w = NULL;
         st = h3_st_writer_new(&w);
@@ -441,11 +444,13 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "prompts")) return argc == 2 ? cmd_prompts() : usage("prompts takes no arguments");
     if (!strcmp(cmd, "prompt")) {
         int k;
-        if (argc != 3 || !parse_int(argv[2], 0, 53, &k)) return usage("prompt takes K in 0..53");
+        const int ref = argc == 4 && !strcmp(argv[3], "--reference");
+        if ((argc != 3 && !ref) || !parse_int(argv[2], 0, 53, &k))
+            return usage("prompt takes K in 0..53 and optionally --reference");
         h3_synth_scene s;
         char buf[512];
         h3_synth_scene_make(h3_synth_heldout_combo(k), 0, &s);
-        h3_synth_caption(&s, buf, sizeof buf);
+        (ref ? h3_synth_caption_reference : h3_synth_caption)(&s, buf, sizeof buf);
         puts(buf);
         return 0;
     }

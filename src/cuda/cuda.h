@@ -132,6 +132,10 @@ static inline int64_t h3_cuda_convt1d_scratch_bytes(int64_t batch, int64_t cin, 
 /* The arithmetic of the convolutions' f32 GEMMs: 0 exact f32 (the default: no TF32, pedantic), 1 cuBLAS's plain
  * f32 compute type, 2 TF32 tensor cores (10-bit mantissas: for measuring what exact f32 costs). Process-wide. */
 void h3_cuda_conv_set_math(int mode);
+/* The arithmetic of the f32 3-D convolutions' GEMMs (the video VAE encoder's): 2 TF32 tensor cores (the default, as
+ * torch runs convolutions on Ampere and later: diffusers' encoder on the GPU), 0 exact f32 (tests, measurements).
+ * Process-wide. */
+void h3_cuda_conv3d_set_math(int mode);
 
 /* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
  * data[0..words) into *sum (device memory, one uint64); each call one thread block. */

@@ -518,18 +518,27 @@ __global__ void k_conv3d(void *y, int ydt, const void *x, int xdt, const void *w
 }
 
 /* im2col for the GEMM conv3d: col[p, k] (p < n positions from pos0, k < K = cin·kt·kh·kw in the weight's order)
- * = x at the position's tap, 0 where the padding gives no sample. */
-__global__ void k_im2col3d(float *col, const float *x, int64_t pos0, int64_t n, int64_t K, int64_t T, int64_t H,
-                           int64_t W, int64_t kt, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo, c3p p) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * K) return;
-    const int64_t k = i % K, pos = pos0 + i / K;
-    const int64_t d = k % kw, c = (k / kw) % kh, a = (k / (kw * kh)) % kt, ci = k / (kw * kh * kt);
-    const int64_t wo = pos % Wo, ho = (pos / Wo) % Ho, to = pos / (Wo * Ho);
-    const int64_t ti = pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
-    const int64_t hi = pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
-    const int64_t wi = pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
-    col[i] = ti < 0 || hi < 0 || wi < 0 ? 0.0f : x[((ci * T + ti) * H + hi) * W + wi];
+ * = x at the position's tap, 0 where the padding gives no sample. One thread per (position, input channel) writes
+ * that channel's kt·kh·kw taps: its output place found once (32-bit: a chunk's positions and a tile's samples are far
+ * below 2³¹), the taps walked without a division, a warp's reads along consecutive positions. (One thread per value
+ * with 64-bit index arithmetic spent most of the encoder's time dividing.) */
+__global__ void k_im2col3d(float *col, const float *x, int pos0, int n, int K, int T, int H, int W, int kt, int kh,
+                           int kw, int Ho, int Wo, c3p p) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, ci = blockIdx.y;
+    if (i >= n) return;
+    const int pos = pos0 + i, wo = pos % Wo, ho = (pos / Wo) % Ho, to = pos / (Wo * Ho);
+    const float *xc = x + (int64_t)ci * T * H * W;
+    float *dst = col + (int64_t)i * K + (int64_t)ci * kt * kh * kw;
+    for (int a = 0; a < kt; a++) {
+        const int ti = (int)pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
+        for (int c = 0; c < kh; c++) {
+            const int hi = ti < 0 ? -1 : (int)pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
+            for (int d = 0; d < kw; d++) {
+                const int wi = hi < 0 ? -1 : (int)pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
+                *dst++ = wi < 0 ? 0.0f : xc[((int64_t)ti * H + hi) * W + wi];
+            }
+        }
+    }
 }
 
 /* y[co, pos] += b[co] */
@@ -538,9 +547,17 @@ __global__ void k_row_bias(float *y, const float *b, int64_t npos) {
     if (pos < npos) y[co * npos + pos] += b[co];
 }
 
+/* The arithmetic of conv3d_gemm's GEMMs (h3_cuda_conv3d_set_math): 2 TF32 tensor cores (the default), 0 exact f32. */
+static int g_c3_math = 2;
+
+extern "C" void h3_cuda_conv3d_set_math(int mode) {
+    g_c3_math = mode == 0 ? 0 : 2;
+}
+
 /* f32 convolutions with a kernel of more than one tap (the video VAE encoder's): im2col into the quantized GEMMs'
  * scratch (H3_CUDA_QGEMM_SCRATCH_BYTES, which the planner counts for the encoder) in chunks of output positions,
- * each chunk one exact-f32 cuBLASLt GEMM y[:, chunk] = w[Cout, K] · col[chunk, K]ᵀ; then the bias. */
+ * each chunk one cuBLASLt GEMM y[:, chunk] = w[Cout, K] · col[chunk, K]ᵀ (on TF32 tensor cores, or exact f32:
+ * g_c3_math); then the bias. */
 static h3_status conv3d_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                              const c3p *q) {
     H3_TRY(h3_cuda_qgemm_reserve(ex));
@@ -550,16 +567,20 @@ static h3_status conv3d_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     int64_t chunk = (int64_t)s->qscratch_size / (K * (int64_t)sizeof(float));
     chunk = chunk / 64 * 64;
     if (chunk < 64) return H3_ERR(H3_ERR_UNSUPPORTED, "conv3d: %lld taps per output do not fit the scratch", (long long)K);
+    /* the im2col kernel's 32-bit positions and samples, and a grid row per input channel */
+    if (npos >= INT32_MAX || h3_tensor_numel(x) / w->shape[1] >= INT32_MAX || w->shape[1] > 65535)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "conv3d: %lld output positions or %lld input channels are too many for one call",
+                      (long long)npos, (long long)w->shape[1]);
     float *col = (float *)s->qscratch;
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t p0 = 0; p0 < npos; p0 += chunk) {
         const int64_t n = npos - p0 < chunk ? npos - p0 : chunk;
-        const int64_t total = n * K;
-        k_im2col3d<<<(unsigned)((total + 255) / 256), 256, 0, cuda_stream(ex)>>>(
-            col, (const float *)x->data, p0, n, K, x->shape[1], x->shape[2], x->shape[3], kt, kh, kw, y->shape[2],
-            y->shape[3], *q);
+        k_im2col3d<<<dim3((unsigned)((n + 127) / 128), (unsigned)w->shape[1]), 128, 0, cuda_stream(ex)>>>(
+            col, (const float *)x->data, (int)p0, (int)n, (int)K, (int)x->shape[1], (int)x->shape[2],
+            (int)x->shape[3], (int)kt, (int)kh, (int)kw, (int)y->shape[2], (int)y->shape[3], *q);
         CU_LAUNCHED("conv3d im2col");
-        H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, 0, cout, n, K, col, K, w->data, K, (float *)y->data + p0, npos,
+        H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, g_c3_math ? CUDA_LT_TF32 : 0, cout, n, K, col, K, w->data, K,
+                              (float *)y->data + p0, npos,
                               NULL, -1, &alpha, &beta));
     }
     if (b) {

@@ -62,6 +62,7 @@ extern "C" void cuda_gemm_shutdown(h3_cuda_state *s) {
     cublasLtDestroy(s->lt);
 }
 
+/* dt: 0 f32 (exact: pedantic f32 compute), 1 bf16, 2 f16, 3 f32 data on TF32 tensor cores (CUDA_LT_TF32) */
 static cudaDataType_t lt_type(int dt) {
     return dt == 1 ? CUDA_R_16BF : dt == 2 ? CUDA_R_16F : CUDA_R_32F;
 }
@@ -94,6 +95,7 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     cudaDataType_t tscale = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : CUDA_R_32F;
     cublasComputeType_t ct = p->kind == CUDA_LT_INT8                  ? CUBLAS_COMPUTE_32I
                              : p->kind == CUDA_LT_FLOAT && p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
+                             : p->kind == CUDA_LT_FLOAT && p->dt == CUDA_LT_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                       : CUBLAS_COMPUTE_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = s->workspace_size;
@@ -132,6 +134,7 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
                          : p->kind == CUDA_LT_FP8 ? "fp8 e4m3"
                          : p->dt == 1             ? "bf16"
                          : p->dt == 2             ? "f16"
+                         : p->dt == CUDA_LT_TF32  ? "f32 on TF32"
                                                   : "f32";
         st = H3_ERR(H3_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for gemm M%lld N%lld K%lld (%s)",
                     (long long)p->M, (long long)p->N, (long long)p->K, dn);
@@ -154,8 +157,9 @@ extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, in
                                     int64_t ldy, const void *bias, int bias_dt, const void *alpha,
                                     const void *beta) {
     h3_cuda_state *s = cuda_state(ex);
-    const size_t es_ab = kind == CUDA_LT_FLOAT ? (dt == 0 ? 4 : 2) : 1;
-    const size_t es_c = kind == CUDA_LT_INT8 ? 4 : dt == 0 ? 4 : 2;
+    const int f32 = dt == 0 || dt == CUDA_LT_TF32;
+    const size_t es_ab = kind == CUDA_LT_FLOAT ? (f32 ? 4 : 2) : 1;
+    const size_t es_c = kind == CUDA_LT_INT8 ? 4 : f32 ? 4 : 2;
     int al = ptr_align(x, ldx, es_ab);
     int a2 = ptr_align(w, ldw, es_ab), a3 = ptr_align(y, ldy, es_c);
     if (a2 < al) al = a2;

@@ -116,6 +116,8 @@ h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3
  * CUDA_LT_FLOAT (x, w, y of dtype dt: 0 f32, 1 bf16, 2 f16; float scalars), CUDA_LT_INT8 (int8 x and w, int32
  * y, int32 scalars), CUDA_LT_FP8 (e4m3 x and w, y of dtype dt, float scalars). Plans are cached per shape. */
 enum { CUDA_LT_FLOAT = 0, CUDA_LT_INT8 = 1, CUDA_LT_FP8 = 2 };
+/* CUDA_LT_FLOAT's dt for f32 x, w and y multiplied on the TF32 tensor cores (10-bit mantissas, f32 accumulation) */
+enum { CUDA_LT_TF32 = 3 };
 h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
                          int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
                          int bias_dt, const void *alpha, const void *beta);

@@ -49,6 +49,10 @@ void h3_cuda_conv_set_math(int mode) {
     (void)mode;
 }
 
+void h3_cuda_conv3d_set_math(int mode) {
+    (void)mode;
+}
+
 /* ---- streams and events: unavailable without CUDA (the streamer emulates them on the host) ---- */
 
 #define NO_CUDA H3_ERR(H3_ERR_UNSUPPORTED, "this h3run was built without CUDA (rebuild with nvcc on the PATH)")

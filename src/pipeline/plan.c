@@ -657,13 +657,18 @@ h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, in
         s->n_resident = s->n_units;
         s->dev_peak = dev.dev_peak;
         s->host_peak = dev.host_total;
-        snprintf(
-            s->detail, sizeof s->detail,
-            "on the device: %d image%s of %lldx%lld px, one at a time; %d x %d tiles of %lldx%lld px; f32 "
-            "weights %s resident, activations %s",
-            images, images == 1 ? "" : "s", (long long)W, (long long)H, dev.tiles_y, dev.tiles_x,
-            (long long)dev.tile_w, (long long)dev.tile_h, h3_budget_str(dev.weights, a, sizeof a),
-            h3_budget_str(dev.act + dev.tile_io, d, sizeof d));
+        char what[96];
+        if (frames > 1) /* the largest video reference */
+            snprintf(what, sizeof what, "%lld frames of %lldx%lld px, %d at a time", (long long)frames,
+                     (long long)W, (long long)H, c->clip_length);
+        else
+            snprintf(what, sizeof what, "%d image%s of %lldx%lld px, one at a time", images, images == 1 ? "" : "s",
+                     (long long)W, (long long)H);
+        snprintf(s->detail, sizeof s->detail,
+                 "on the device: %s; %d x %d tiles of %lldx%lld px; f32 weights %s resident, activations %s, "
+                 "its convolutions on TF32 tensor cores",
+                 what, dev.tiles_y, dev.tiles_x, (long long)dev.tile_w, (long long)dev.tile_h,
+                 h3_budget_str(dev.weights, a, sizeof a), h3_budget_str(dev.act + dev.tile_io, d, sizeof d));
         return H3_OK;
     }
     if (b->vram > 0)

@@ -220,7 +220,8 @@ void h3_synth_render(const h3_synth_scene *s, int W, int H, int64_t T, float *rg
 /* ---- captions
  * ---------------------------------------------------------------------------------------------- */
 
-int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
+/* ref: the shape named as the one in the reference image (<Picture 1>), its colour and its tone's pitch unsaid. */
+static int caption_of(const h3_synth_scene *s, int ref, char *buf, size_t n) {
     static const char *const move[3][H3_SY_MOTIONS] = {
         {"moves from the right side to the left side", "moves from the left side to the right side",
          "rises from the bottom to the top", "sinks from the top to the bottom",
@@ -243,7 +244,16 @@ int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
     const char *c = g_colors[s->color], *sh = g_shapes[s->shape], *bg = g_bgs[s->background];
     const char *an = c[0] == 'o' ? "an" : "a"; /* "an orange" */
     char scene[256];
-    if (t == 1)
+    if (ref && t == 1)
+        snprintf(scene, sizeof scene, "On a plain %s background, the %s from <Picture 1> %s.", bg, sh,
+                 move[t][s->motion]);
+    else if (ref && t == 2)
+        snprintf(scene, sizeof scene, "The single %s from <Picture 1> %s over a flat %s backdrop.", sh,
+                 move[t][s->motion], bg);
+    else if (ref)
+        snprintf(scene, sizeof scene, "The %s from <Picture 1> %s on a plain %s background.", sh, move[t][s->motion],
+                 bg);
+    else if (t == 1)
         snprintf(scene, sizeof scene, "On a plain %s background, %s %s %s %s.", bg, an, c, sh,
                  move[t][s->motion]);
     else if (t == 2)
@@ -253,12 +263,20 @@ int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
         snprintf(scene, sizeof scene, "%s %s %s %s on a plain %s background.", an[1] ? "An" : "A", c, sh,
                  move[t][s->motion], bg);
     char tone[64];
-    snprintf(tone, sizeof tone, "%s", g_tone[s->color]);
+    snprintf(tone, sizeof tone, "%s", ref ? "its own tone" : g_tone[s->color]);
     tone[0] = (char)(tone[0] - 'a' + 'A');
     return snprintf(buf, n,
                     "integrated_multimodal_description: [Shot 1] %s overall_soundscape: %s%s%s. "
                     "non_diegetic_music: none.",
                     scene, tone, pan_txt, click);
+}
+
+int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n) {
+    return caption_of(s, 0, buf, n);
+}
+
+int h3_synth_caption_reference(const h3_synth_scene *s, char *buf, size_t n) {
+    return caption_of(s, 1, buf, n);
 }
 
 /* ---- the check

@@ -76,6 +76,9 @@ void h3_synth_render(const h3_synth_scene *s, int W, int H, int64_t T, float *rg
 
 /* The caption in H3's prompt fields; returns its length (truncated to n-1 like snprintf). */
 int h3_synth_caption(const h3_synth_scene *s, char *buf, size_t n);
+/* The caption for ref2va: the shape named as "the <shape> from <Picture 1>" (the reference image shows it), its
+ * colour and its tone's pitch unsaid ("its own tone"); the motion, background, pan and click as h3_synth_caption. */
+int h3_synth_caption_reference(const h3_synth_scene *s, char *buf, size_t n);
 
 /* What a clip shows. rgb: T frames as h3_synth_render writes them. Fields are -1 where nothing could be
  * measured (no shape visible, no sound). */

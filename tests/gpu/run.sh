@@ -16,7 +16,7 @@
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
-#   keyframes (the small model's DiT trained with keyframes: RUN.md step 12),
+#   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
@@ -86,7 +86,7 @@ for s in "${steps[@]}"; do
             keep=(dit model); [ -z "${TRAIN_FROM:-}" ] && keep+=(vv av)
             (cd "$W" && tar czf - --exclude='*/cache' --exclude='*/heldout-*' --exclude='*/check_*' \
                 $(ls -d "${keep[@]}" ./*.log 2>/dev/null) | split -b 15M - "$OUT/train/train.tgz.") ;;
-        keyframes) # the small model's DiT trained with keyframes (tools/train/run/RUN.md step 12), from the shipped one:
+        keyframes) # the small model's DiT trained with keyframes (tools/train/run/RUN.md steps 12, 13), from the shipped one:
                    # .devbundle/small (pack_small.py), .devbundle/keyframes.safetensors (keyframe_inputs.py, made where
                    # libav reads the images) and .devbundle/textcache.tar.xz (the captions' text states); the datasets
                    # are rendered here (seeds 200-207, as keyframe_inputs.py's were); DIT_MINUTES, DIT_LR, DIT_BATCH,
@@ -95,6 +95,10 @@ for s in "${steps[@]}"; do
             # (small/ may travel xz-packed: tar cf - small | xz >.devbundle/small.tar.xz)
             [ -f .devbundle/small.tar.xz ] && [ ! -d .devbundle/small ] && tar xJf .devbundle/small.tar.xz -C .devbundle
             [ -f .devbundle/keyframes.safetensors.xz ] && xz -dc .devbundle/keyframes.safetensors.xz >.devbundle/keyframes.safetensors
+            # a ref2va pack beside it (keyframe_inputs.py --reference: RUN.md step 13) trains the references too
+            [ -f .devbundle/references.safetensors.xz ] && xz -dc .devbundle/references.safetensors.xz >.devbundle/references.safetensors
+            packs=(.devbundle/keyframes.safetensors)
+            [ -f .devbundle/references.safetensors ] && packs+=(.devbundle/references.safetensors)
             tar xJf .devbundle/textcache.tar.xz -C "$W/out/cache" || rc=1
             for j in 0 1 2 3 4 5 6 7; do
                 $B/h3-synth dataset "$W/data-200-$j" --clips 250 --frames 56 --size 128x128 --seed $((200 + j)) >/dev/null &
@@ -102,7 +106,7 @@ for s in "${steps[@]}"; do
             wait
             H3RUN=$PWD/$B/h3run H3SYNTH=$PWD/$B/h3-synth PYTHONUNBUFFERED=1 python3 tools/train/train_dit.py \
                 --data "$W"/data-200-{0,1,2,3,4,5,6,7} --template .devbundle/small --init .devbundle/small \
-                --vae .devbundle/small --keyframes .devbundle/keyframes.safetensors --keyframe-share "${KF_SHARE:-0.5}" \
+                --vae .devbundle/small --keyframes "${packs[@]}" --keyframe-share "${KF_SHARE:-0.5}" \
                 --out "$W/out" --device cuda --batch "${DIT_BATCH:-32}" --lr "${DIT_LR:-3e-4}" --pan-weight 1 \
                 --minutes "${DIT_MINUTES:-6}" 2>&1 | tee "$OUT/dit_keyframes.log"; rc=$((rc | PIPESTATUS[0]))
             cp "$W"/out/transformer/* "$W/out/dit_train.json" "$OUT/" ;;

@@ -197,8 +197,9 @@ def main():
     ap.add_argument("--text-lr", type=float, default=0.3, help="the text encoder's learning rate, as a fraction of "
                     "--lr")
     ap.add_argument("--ema", type=float, default=0.999, help="decay of the exported moving average of the weights")
-    ap.add_argument("--keyframes", help="keyframe_inputs.py's pack for these --data folders: fl2va examples (the "
-                    "clip's first frame, last frame or both given as keyframes) mixed with the text-only ones")
+    ap.add_argument("--keyframes", nargs="+", help="keyframe_inputs.py's packs for these --data folders: fl2va "
+                    "examples (the clip's first frame, last frame or both given as keyframes) or ref2va ones (its "
+                    "--reference packs: a reference image), mixed with the text-only ones")
     ap.add_argument("--keyframe-share", type=float, default=0.5, help="with --keyframes: the share of batches of "
                     "keyframe examples")
     a = ap.parse_args()
@@ -209,7 +210,7 @@ def main():
     h3synth = common.program("h3-synth")
 
     V, A, caps, (F, H, W) = load_examples(a, dev)
-    kf = load_keyframes(a.keyframes, caps, dev) if a.keyframes else []
+    kf = [g for p in a.keyframes for g in load_keyframes(p, caps, dev)] if a.keyframes else []
     if a.train_text and kf:
         raise SystemExit("--keyframes trains the DiT with the text encoder frozen (its states come from the pack)")
     enc = encode_captions(a, caps, cache)
