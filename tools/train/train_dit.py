@@ -13,9 +13,10 @@ reference forward (tools/reference/dit.py). Training pairs: x_t = (1 - sigma)·x
 example shifted as h3's schedule shifts it (video shift 12, audio 3), target velocity x0 - eps (h3run's convention:
 x0 = x_t + sigma·v).
 
-With `--keyframes PACK` (keyframe_inputs.py: fl2va examples made by `h3run generate --dump-dit-inputs`, their text
-states and keyframe rows as generate gives them) a share of the batches are keyframe examples: their keyframe rows in
-front of the noised clip's at a third timestep max(t, 0.999), the loss on the clip's rows only.
+With `--keyframes PACK [PACK ...]` (keyframe_inputs.py: fl2va examples made by `h3run generate --dump-dit-inputs`,
+their text states and keyframe rows as generate gives them, or with --reference ref2va examples, a reference image's
+rows held the same way) a share of the batches are such examples, each pack's groups drawn by their sizes: their
+held rows in front of the noised clip's at a third timestep max(t, 0.999), the loss on the clip's rows only.
 
 At the end the DiT is written in the official layout (export.py) and checked: on one held-out example (and one
 held-out keyframe example), `h3run dit` with the exported weights must give the reference forward's velocities
