@@ -49,8 +49,7 @@ for k in "${ks[@]}"; do
     clip="$out/heldout-$k.mp4"
     kfo=() seed=()
     if [ -n "$snd" ]; then
-        combo=$("$H3SYNTH" prompts | awk -F'\t' -v k="$k" '$1 == k {print $2}')
-        "$H3SYNTH" clip "$out/sound-$k.mp4" --combo "$combo" --seed $((1000 + k)) --frames 56 --size 128x128 >/dev/null
+        "$H3SYNTH" clip "$out/sound-$k.mp4" --heldout "$k" --seed $((1000 + k)) --frames 56 --size 128x128 >/dev/null
         kfo+=(--audio "$out/sound-$k.mp4")
     fi
     if [ "$ref" = image ]; then

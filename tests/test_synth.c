@@ -145,6 +145,19 @@ static void test_captions(void) {
                   strstr(a, h3_synth_background_name(s.background)),
               "caption lacks the scene's words: %s", a);
         if (s.motion == H3_SY_BOUNCE) CHECK(strstr(a, "click"), "bounce without a click: %s", a);
+        /* the ref2va form: the shape from the picture, no colour and no pitch word, the rest the same fields */
+        len = h3_synth_caption_reference(&s, b, sizeof b);
+        CHECK(len > 0 && len < (int)sizeof b, "reference caption length %d", len);
+        char from[64];
+        snprintf(from, sizeof from, "%s from <Picture 1>", h3_synth_shape_name(s.shape));
+        CHECK(strstr(b, from) && strstr(b, h3_synth_background_name(s.background)) && strstr(b, "Its own tone"),
+              "reference caption lacks the shape from the picture: %s", b);
+        for (int col = 0; col < H3_SY_COLORS; col++)
+            CHECK(!strstr(b, h3_synth_color_name(col)), "reference caption names a colour: %s", b);
+        CHECK(!strstr(b, "low") && !strstr(b, "high") && !strstr(b, "middle tone") && !strstr(b, "bright"),
+              "reference caption names a pitch: %s", b);
+        const char *pa = strstr(a, " tone"), *pb = strstr(b, "Its own tone");
+        CHECK(pa && pb && !strcmp(pa + 5, pb + 12), "the sound's pan and click differ: %s | %s", a, b);
     }
     h3_synth_scene s;
     h3_synth_scene_make(h3_synth_heldout_combo(0), 0, &s);

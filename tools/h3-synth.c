@@ -4,7 +4,7 @@
  *   h3-synth prompts                          the 54 held-out prompts, one per line (index, combination,
  * caption) h3-synth prompt K [--reference]           held-out prompt K alone (for a shell loop; --reference: its
  * ref2va form, the shape "from <Picture 1>", colour and pitch unsaid) h3-synth clip
- * OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
+ * OUT.mp4 [--combo K | --heldout K] [--seed S] [--frames T] [--size WxH] one scene as an MP4 (H.264 + AAC), to look at and
  * listen to h3-synth frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]
  * one frame of a scene as a PNG (a keyframe for generate's --first-frame / --last-frame) h3-synth
  * check CLIP.mp4 --heldout K [--seed S] [--json] measures the clip (colour, motion, pitch, pan, shape, and where
@@ -36,7 +36,7 @@ static int usage(const char *why) {
     fprintf(
         stderr,
         "h3-synth: %s\n"
-        "usage: h3-synth prompts | prompt K [--reference] | clip OUT.mp4 [--combo K] [--seed S] [--frames T] [--size WxH]\n"
+        "usage: h3-synth prompts | prompt K [--reference] | clip OUT.mp4 [--combo K | --heldout K] [--seed S] [--frames T] [--size WxH]\n"
         "       | frame OUT.png [--combo K | --heldout K] [--seed S] [--at F|last] [--frames T] [--size WxH]\n"
         "       | check CLIP.mp4 --heldout K [--seed S] [--from F] [--to F] [--json]\n"
         "       | seams CLIP.mp4 --window N --overlap N [--json] | dataset DIR [--clips N] [--frames T] [--size WxH]\n"
@@ -152,7 +152,8 @@ static int render_alloc(const args *a, float **rgb, float **l, float **r, int64_
 
 static int cmd_clip(const char *out, const args *a) {
     h3_synth_scene s;
-    h3_synth_scene_make(a->combo, a->seed, &s);
+    const int k = a->heldout >= 0 ? h3_synth_heldout_combo(a->heldout) : a->combo;
+    h3_synth_scene_make(k, a->seed, &s);
     float *rgb, *l, *r;
     int64_t n;
     if (!render_alloc(a, &rgb, &l, &r, &n)) return fail();
@@ -173,7 +174,7 @@ static int cmd_clip(const char *out, const args *a) {
     if (st != H3_OK) return fail();
     char cap[512];
     h3_synth_caption(&s, cap, sizeof cap);
-    printf("wrote %s: combination %d, %s\n", out, a->combo, cap);
+    printf("wrote %s: combination %d, %s\n", out, k, cap);
     return 0;
 }
 

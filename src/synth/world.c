@@ -242,25 +242,20 @@ static int caption_of(const h3_synth_scene *s, int ref, char *buf, size_t n) {
         snprintf(click, sizeof click, ", with a sharp click each time the %s hits the floor",
                  g_shapes[s->shape]);
     const char *c = g_colors[s->color], *sh = g_shapes[s->shape], *bg = g_bgs[s->background];
-    const char *an = c[0] == 'o' ? "an" : "a"; /* "an orange" */
-    char scene[256];
-    if (ref && t == 1)
-        snprintf(scene, sizeof scene, "On a plain %s background, the %s from <Picture 1> %s.", bg, sh,
-                 move[t][s->motion]);
-    else if (ref && t == 2)
-        snprintf(scene, sizeof scene, "The single %s from <Picture 1> %s over a flat %s backdrop.", sh,
-                 move[t][s->motion], bg);
-    else if (ref)
-        snprintf(scene, sizeof scene, "The %s from <Picture 1> %s on a plain %s background.", sh, move[t][s->motion],
-                 bg);
-    else if (t == 1)
-        snprintf(scene, sizeof scene, "On a plain %s background, %s %s %s %s.", bg, an, c, sh,
-                 move[t][s->motion]);
-    else if (t == 2)
-        snprintf(scene, sizeof scene, "A single %s %s %s over a flat %s backdrop.", c, sh, move[t][s->motion],
-                 bg);
+    /* the subject, lower case ("an orange triangle", "the triangle from <Picture 1>"; template 2: "a single ...") */
+    char subj[96];
+    if (ref)
+        snprintf(subj, sizeof subj, "the %s%s from <Picture 1>", t == 2 ? "single " : "", sh);
     else
-        snprintf(scene, sizeof scene, "%s %s %s %s on a plain %s background.", an[1] ? "An" : "A", c, sh,
+        snprintf(subj, sizeof subj, "%s%s %s", t == 2 ? "a single " : c[0] == 'o' ? "an " : "a ", c, sh);
+    char scene[256];
+    if (t == 1)
+        snprintf(scene, sizeof scene, "On a plain %s background, %s %s.", bg, subj, move[t][s->motion]);
+    else if (t == 2)
+        snprintf(scene, sizeof scene, "%c%s %s over a flat %s backdrop.", subj[0] - 'a' + 'A', subj + 1,
+                 move[t][s->motion], bg);
+    else
+        snprintf(scene, sizeof scene, "%c%s %s on a plain %s background.", subj[0] - 'a' + 'A', subj + 1,
                  move[t][s->motion], bg);
     char tone[64];
     snprintf(tone, sizeof tone, "%s", ref ? "its own tone" : g_tone[s->color]);

@@ -12,7 +12,7 @@ layout: g<i>.token_tags, g<i>.position_ids, g<i>.video_indices, g<i>.audio_indic
 own clips). Clip i of a dataset gets kind first, last, both by i mod 3.
 
 With --reference the examples are ref2va instead (kind 4): the clip's middle frame as a reference image
-(`--ref-image`, at the small model's 128) and the clip's reference caption (captions.jsonl's "reference_caption": the
+(`--ref-image`, at the clip's short edge: 128 for the small model) and the clip's reference caption (captions.jsonl's "reference_caption": the
 shape "from <Picture 1>", its colour and pitch unsaid), so the colour and the tone must come from the picture; the
 cond rows are the reference image's rows (held at 0.999 as keyframe rows are, in front of the clip's). The pack's
 "captions" are still the clips' own captions (what train_dit.py checks its clips by). --start S takes each dataset's
@@ -36,7 +36,7 @@ import common  # noqa: E402
 from safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 KINDS = {1: ["--first-frame"], 2: ["--last-frame"], 3: ["--first-frame", "--last-frame"],
-         4: ["--ref-image", "--ref-image-size", "128"]}
+         4: ["--ref-image"]}
 FRAME_OF = {"--first-frame": "-first.ppm", "--last-frame": "-last.ppm", "--ref-image": "-mid.ppm"}
 LAYOUT = ("token_tags", "position_ids", "video_indices", "audio_indices", "text_indices")
 
@@ -99,7 +99,9 @@ def make(a, tmp):
         clip, cap, kind, stem, prompt = job
         imgs = []
         for opt in KINDS[kind]:
-            imgs += [opt, stem + FRAME_OF[opt]] if opt in FRAME_OF else [opt]
+            imgs += [opt, stem + FRAME_OF[opt]]
+        if kind == 4:  # the picture at the clip's own short edge (the small model's canvas), as generate's default model
+            imgs += ["--ref-image-size", str(min(W, H))]
         common.run([h3run, "generate", "--model", a.model, "--prompt", prompt, *imgs, "--frames", str(T), "--size",
                     f"{W}x{H}", "--steps", "1", "--seed", str(clip), "-t", "1", "--progress", "none", "-q",
                     "-o", stem + ".mp4", "--dump-dit-inputs", stem + ".safetensors"])
