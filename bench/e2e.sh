@@ -20,6 +20,7 @@
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
 # E2E_AUDIO (1: also generate to a soundtrack at the default budget: the release-size audio encoder on the host),
+# E2E_T2VA_LOW (0: skip the plain request at E2E_LOW_BUDGET, leaving its time to the runs below),
 # E2E_CACHE (1 or a threshold: also generate with step caching at the default budget),
 # E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
 # also generate from a first and a last frame at the default budget), E2E_REF2VA (1: also generate with two images,
@@ -103,7 +104,7 @@ done
 reserve=0
 [ "${E2E_DIFFUSERS:-1}" = 1 ] && reserve=$((${E2E_DIFFUSERS_CAP:-210} + 30))
 runs=(default)
-[ "$DEVICE" = cuda ] && runs+=("$LOW")
+[ "$DEVICE" = cuda ] && [ "${E2E_T2VA_LOW:-1}" = 1 ] && runs+=("$LOW")
 for i in "${!runs[@]}"; do
     name=${runs[$i]}
     cap=$((($(left) - reserve - 10) / (${#runs[@]} - i)))
