@@ -26,14 +26,18 @@ static double now(void) {
 
 static h3_exec ex;
 
-static void dev_fill(h3_tensor *t) {
+/* Uniform values in ±0.1 (GEMMs), or in ±amp with amp from H3_BENCH_ATTN_AMP for attention's q, k, v (default
+ * 3: scores of a few units, softmax neither flat nor one-hot); each call its own stream of values. */
+static void dev_fill_amp(h3_tensor *t, float amp) {
+    static uint32_t seed = 777;
     h3_tensor h;
     TRY(h3_tensor_alloc(&h, H3_PLACE_HOST, H3_F32, t->ndim, t->shape, H3_MEM_ACTIVATIONS));
     float *p = h.data;
-    uint32_t s = 777;
+    uint32_t s = seed;
+    seed = seed * 69069u + 1u;
     for (int64_t i = 0; i < h3_tensor_numel(&h); i++) {
         s = s * 1664525u + 1013904223u;
-        p[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.2f;
+        p[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 2.0f * amp;
     }
     h3_tensor hb;
     TRY(h3_tensor_alloc(&hb, H3_PLACE_HOST, t->dtype, t->ndim, t->shape, H3_MEM_ACTIVATIONS));
@@ -42,6 +46,39 @@ static void dev_fill(h3_tensor *t) {
     TRY(h3_exec_sync(&ex));
     h3_tensor_free(&h);
     h3_tensor_free(&hb);
+}
+
+static void dev_fill(h3_tensor *t) {
+    dev_fill_amp(t, 0.1f);
+}
+static float attn_amp(void) {
+    const char *e = getenv("H3_BENCH_ATTN_AMP");
+    return e ? (float)atof(e) : 3.0f;
+}
+
+/* relative L2 distance of two device tensors of one shape */
+static double dev_rel_l2(const h3_tensor *a, const h3_tensor *b) {
+    h3_tensor h[2], f[2];
+    const h3_tensor *src[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        TRY(h3_tensor_alloc(&h[i], H3_PLACE_HOST, src[i]->dtype, src[i]->ndim, src[i]->shape,
+                            H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&f[i], H3_PLACE_HOST, H3_F32, src[i]->ndim, src[i]->shape, H3_MEM_ACTIVATIONS));
+        TRY(h3_copy(&ex, &h[i], src[i]));
+        TRY(h3_exec_sync(&ex));
+        TRY(h3_op_convert(&ex, &f[i], &h[i]));
+    }
+    double num = 0, den = 0;
+    const float *x = f[0].data, *y = f[1].data;
+    for (int64_t i = 0; i < h3_tensor_numel(&f[0]); i++) {
+        num += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        den += (double)y[i] * y[i];
+    }
+    for (int i = 0; i < 2; i++) {
+        h3_tensor_free(&h[i]);
+        h3_tensor_free(&f[i]);
+    }
+    return den > 0 ? sqrt(num / den) : 0.0;
 }
 
 /* median of reps timings of fn(ctx), each bracketed by device syncs */
@@ -68,6 +105,7 @@ static double timeit(bench_fn fn, void *ctx, int reps) {
 
 typedef struct {
     h3_tensor *y, *x, *w, *o, *q, *k, *v;
+    unsigned flags;
 } ctx_t;
 
 static h3_status run_gemm(void *p) {
@@ -76,7 +114,7 @@ static h3_status run_gemm(void *p) {
 }
 static h3_status run_attn(void *p) {
     ctx_t *c = p;
-    return h3_op_attention(&ex, c->o, c->q, c->k, c->v, 1.0f / sqrtf(128.0f), 0);
+    return h3_op_attention(&ex, c->o, c->q, c->k, c->v, 1.0f / sqrtf(128.0f), c->flags);
 }
 static h3_status run_rms(void *p) {
     ctx_t *c = p;
@@ -106,7 +144,7 @@ int main(int argc, char **argv) {
         TRY(h3_tensor_alloc2(&y, H3_PLACE_DEVICE, H3_BF16, M, shapes[i][0], H3_MEM_ACTIVATIONS));
         dev_fill(&x);
         dev_fill(&w);
-        ctx_t c = {&y, &x, &w, NULL, NULL, NULL, NULL};
+        ctx_t c = {&y, &x, &w, NULL, NULL, NULL, NULL, 0};
         double t = timeit(run_gemm, &c, 7);
         double fl = 2.0 * M * shapes[i][0] * shapes[i][1];
         total_gemm += t;
@@ -119,36 +157,68 @@ int main(int argc, char **argv) {
         h3_tensor_free(&y);
     }
     printf("%-44s %10.3f %12s\n", "gemm sum per block", total_gemm * 1e3, "");
-    {
+    /* attention, bf16 and fp8 (H3_ATTN_FP8: its quantization passes included), on contiguous q, k, v and on
+     * the DiT's column blocks of one [M, 3·7168] projection (row stride 21,504) */
+    for (int strided = 0; strided < 2; strided++) {
         int64_t s3[3] = {M, 56, 128};
-        h3_tensor q, k, v, o;
-        TRY(h3_tensor_alloc(&q, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc(&k, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
-        TRY(h3_tensor_alloc(&v, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+        h3_tensor q, k, v, o, qkv, ob;
+        if (strided) {
+            TRY(h3_tensor_alloc2(&qkv, H3_PLACE_DEVICE, H3_BF16, M, 3 * 56 * 128, H3_MEM_ACTIVATIONS));
+            dev_fill_amp(&qkv, attn_amp());
+            h3_tensor *t[3] = {&q, &k, &v};
+            for (int j = 0; j < 3; j++) {
+                TRY(h3_tensor_wrap(t[j], (char *)qkv.data + (size_t)j * 56 * 128 * 2, H3_PLACE_DEVICE,
+                                   H3_BF16, 3, s3));
+                t[j]->stride[0] = 3 * 56 * 128;
+            }
+        } else {
+            TRY(h3_tensor_alloc(&q, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+            TRY(h3_tensor_alloc(&k, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+            TRY(h3_tensor_alloc(&v, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+            dev_fill_amp(&q, attn_amp());
+            dev_fill_amp(&k, attn_amp());
+            dev_fill_amp(&v, attn_amp());
+        }
         TRY(h3_tensor_alloc(&o, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
-        dev_fill(&q);
-        dev_fill(&k);
-        dev_fill(&v);
+        TRY(h3_tensor_alloc(&ob, H3_PLACE_DEVICE, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
         ctx_t c = {0};
-        c.o = &o;
+        c.o = &ob;
         c.q = &q;
         c.k = &k;
         c.v = &v;
-        double t = timeit(run_attn, &c, 5);
+        double tb = timeit(run_attn, &c, 5);
         char nm[96];
-        snprintf(nm, sizeof nm, "attention bf16 S%lld H56 D128", (long long)M);
-        printf("%-44s %10.3f %9.1f TFLOP/s\n", nm, t * 1e3, 4.0 * M * M * 56 * 128 / t * 1e-12);
-        h3_tensor_free(&q);
-        h3_tensor_free(&k);
-        h3_tensor_free(&v);
+        snprintf(nm, sizeof nm, "attention bf16 S%lld H56 D128%s", (long long)M, strided ? " strided" : "");
+        printf("%-44s %10.3f %9.1f TFLOP/s\n", nm, tb * 1e3, 4.0 * M * M * 56 * 128 / tb * 1e-12);
+        c.o = &o;
+        c.flags = H3_ATTN_FP8;
+        h3_status st = run_attn(&c);
+        if (st == H3_OK) {
+            double t = timeit(run_attn, &c, 5);
+            snprintf(nm, sizeof nm, "attention fp8 S%lld H56 D128%s", (long long)M,
+                     strided ? " strided" : "");
+            printf("%-44s %10.3f %9.1f TFLOP/s  %.2fx bf16, %.2e rel L2 off bf16\n", nm, t * 1e3,
+                   4.0 * M * M * 56 * 128 / t * 1e-12, tb / t, dev_rel_l2(&o, &ob));
+        } else {
+            printf("attention fp8: %s\n", h3_last_error());
+            h3_clear_error();
+        }
+        if (strided)
+            h3_tensor_free(&qkv);
+        else {
+            h3_tensor_free(&q);
+            h3_tensor_free(&k);
+            h3_tensor_free(&v);
+        }
         h3_tensor_free(&o);
+        h3_tensor_free(&ob);
     }
     {
         h3_tensor x, y;
         TRY(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
         TRY(h3_tensor_alloc2(&y, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
         dev_fill(&x);
-        ctx_t c = {&y, &x, NULL, NULL, NULL, NULL, NULL};
+        ctx_t c = {&y, &x, NULL, NULL, NULL, NULL, NULL, 0};
         double t = timeit(run_rms, &c, 7);
         printf("%-44s %10.3f %9.1f GB/s\n", "rms_norm bf16 M x 5376", t * 1e3, 2.0 * 2 * M * 5376 / t * 1e-9);
         h3_tensor_free(&x);
@@ -160,7 +230,7 @@ int main(int argc, char **argv) {
         TRY(h3_tensor_alloc2(&hp, H3_PLACE_PINNED, H3_BF16, n / 8192, 8192, H3_MEM_WEIGHTS));
         TRY(h3_tensor_alloc2(&d, H3_PLACE_DEVICE, H3_BF16, n / 8192, 8192, H3_MEM_WEIGHTS));
         memset(hp.data, 0, (size_t)n * 2);
-        ctx_t c = {&d, &hp, NULL, NULL, NULL, NULL, NULL};
+        ctx_t c = {&d, &hp, NULL, NULL, NULL, NULL, NULL, 0};
         double t = timeit(run_h2d, &c, 5);
         printf("%-44s %10.3f %9.1f GB/s\n", "copy pinned host -> device, 2 GiB", t * 1e3, 2.0 * n / t * 1e-9);
         h3_tensor_free(&hp);

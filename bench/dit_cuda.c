@@ -3,13 +3,16 @@
  * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
  * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [W73 W124 W362 W124L]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [--attention fp8] [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
  * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
  * (h3_dit_randomize_blocks_quantized: int8 per-row scales, ConvRot marked; fp8 one scale) and every workload
  * runs again: the quantized GEMMs (W8A8 int8 through cuBLASLt IMMA, fp8 through cuBLASLt fp8) against bf16 in
  * the same process. Several --quant run in the order given.
+ * --attention fp8: each workload of each weight format runs again with the blocks' attention in fp8
+ * (h3_dit_set_attention): its s/step, peak, and the velocities' relative L2 distance from the same weights' run with
+ * bf16 attention.
  *
  * The step time excludes the AdaLN modulation, which h3run computes once per run for all the schedule's
  * timesteps (h3_dit_precompute_modulation); its one-off cost is printed separately. */
@@ -41,6 +44,7 @@ static double now(void) {
 
 static h3_exec ex;
 static uint64_t g_seed = 1;
+static int g_attn_fp8;
 
 static int fill_weight(const char *name, h3_tensor *t, void *user) {
     (void)user;
@@ -58,12 +62,40 @@ static int fill_weight(const char *name, h3_tensor *t, void *user) {
 }
 
 typedef struct {
-    double s, peak_gib;
+    double s, peak_gib, s_fa; /* s_fa: s/step with fp8 attention (--attention fp8) */
 } result;
+
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : 0.0;
+}
+
+/* the median of reps timed forwards */
+static double time_forwards(h3_dit *dit, h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout, int reps) {
+    double t[8];
+    for (int r = 0; r < reps; r++) {
+        double a = now();
+        TRY(h3_dit_forward(dit, &ex, in, vout, aout));
+        TRY(h3_exec_sync(&ex));
+        t[r] = now() - a;
+    }
+    for (int i = 0; i < reps; i++)
+        for (int j = i + 1; j < reps; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+    return t[reps / 2];
+}
 
 /* One workload: modulation once, a warm-up forward, then the median of a few timed forwards. */
 static result run_workload(h3_dit *dit, const h3_workload *w, const char *label, FILE *js, int *first) {
-    result res = {0, 0};
+    result res = {0, 0, 0};
     int64_t used, peak, cap;
     h3_seq_layout L;
     TRY(h3_seq_layout_t2va(128, NULL, w->frames, w->w, w->h, &L));
@@ -148,6 +180,33 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
                 peak / 1073741824.0);
         *first = 0;
     }
+    if (g_attn_fp8 && !bad) { /* the same weights and inputs with fp8 attention in the blocks */
+        h3_tensor ha, hv8, ha8;
+        TRY(h3_tensor_alloc2(&ha, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&hv8, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc2(&ha8, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+        TRY(h3_copy(&ex, &ha, &aout));
+        h3_dit_set_attention(dit, H3_ATTN_FP8);
+        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
+        TRY(h3_exec_sync(&ex));
+        h3_cuda_reset_peak(&ex);
+        res.s_fa = time_forwards(dit, &in, &vout, &aout, reps);
+        int64_t used8, peak8, cap8;
+        h3_cuda_mem_stats(&ex, &used8, &peak8, &cap8);
+        TRY(h3_copy(&ex, &hv8, &vout));
+        TRY(h3_copy(&ex, &ha8, &aout));
+        TRY(h3_exec_sync(&ex));
+        h3_dit_set_attention(dit, 0);
+        const double ev = rel_l2(hv8.data, hv.data, Nv * 96), ea = rel_l2(ha8.data, ha.data, Na * 32);
+        printf("%-6s %-13s rows %6lld  %8.3f s/step  %.3fx of bf16 attention  peak %6.1f GiB  velocities %.2e "
+               "(video) %.2e (audio) relative L2 off bf16 attention\n",
+               w->name, "+fp8 attn", (long long)S, res.s_fa, res.s_fa / med, peak8 / 1073741824.0, ev, ea);
+        if (js) fprintf(js, ", \"%s %s fp8attn\": {\"s_per_step\": %.4f, \"peak_gib\": %.2f, \"rel_l2_video\": %.3e, "
+                        "\"rel_l2_audio\": %.3e}", w->name, label, res.s_fa, peak8 / 1073741824.0, ev, ea);
+        h3_tensor_free(&ha);
+        h3_tensor_free(&hv8);
+        h3_tensor_free(&ha8);
+    }
     h3_tensor_free(&hv);
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
@@ -178,6 +237,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pruned")) {
             pruned = 1;
+        } else if (!strcmp(argv[i], "--attention") && i + 1 < argc) {
+            if (strcmp(argv[++i], "fp8")) {
+                fprintf(stderr, "--attention takes fp8 (bf16 always runs), not '%s'\n", argv[i]);
+                return 2;
+            }
+            g_attn_fp8 = 1;
         } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
             if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 ||
                 quant[nq] == H3_QT_DEFAULT) {
@@ -264,6 +329,16 @@ int main(int argc, char **argv) {
         for (int k = 0; k < nn; k++) {
             printf("%-6s %10.3f", ws[k]->name, base[k].s);
             for (int f = 0; f < nq; f++) printf(" %16.3f %6.3fx", q[f][k].s, q[f][k].s / base[k].s);
+            printf("\n");
+        }
+    }
+    if (g_attn_fp8) {
+        printf("\nwith fp8 attention (s/step; ratio over bf16 weights with bf16 attention)\n");
+        for (int k = 0; k < nn; k++) {
+            printf("%-6s bf16 %.3f -> %.3f (%.3fx)", ws[k]->name, base[k].s, base[k].s_fa, base[k].s_fa / base[k].s);
+            for (int f = 0; f < nq; f++)
+                printf("   %s %.3f -> %.3f (%.3fx)", h3_qtarget_name(quant[f]), q[f][k].s, q[f][k].s_fa,
+                       q[f][k].s_fa / base[k].s);
             printf("\n");
         }
     }

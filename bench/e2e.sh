@@ -20,6 +20,8 @@
 # "--dit fp8"), E2E_REUSE=1 (keep a model already written there), E2E_FRAMES (124), E2E_SIZE (960x544), E2E_STEPS
 # (20), E2E_LOW_BUDGET (8GiB), E2E_DEVICE (cuda), E2E_DIFFUSERS (1; 0 skips it), E2E_DIFFUSERS_CAP (210 s),
 # E2E_AUDIO (1: also generate to a soundtrack at the default budget: the release-size audio encoder on the host),
+# E2E_ATTENTION (bf16, fp8 or auto: every run's --attention; unset: the default, auto), E2E_ATTENTION_RUN (a mode:
+# the plain request once more at the default budget with that --attention, after the others),
 # E2E_T2VA_LOW (0: skip the plain request at E2E_LOW_BUDGET, leaving its time to the runs below),
 # E2E_CACHE (1 or a threshold: also generate with step caching at the default budget),
 # E2E_LORA (a rank: also generate with a random LoRA of that rank at both budgets, h3-testdata lora), E2E_FL2VA (1:
@@ -40,6 +42,7 @@ DIR=${E2E_DIR:-/tmp/h3-e2e/FL2VA}
 FRAMES=${E2E_FRAMES:-124} SIZE=${E2E_SIZE:-960x544} STEPS=${E2E_STEPS:-20} LOW=${E2E_LOW_BUDGET:-8GiB}
 DEVICE=${E2E_DEVICE:-cuda}
 MODEL_OPTS=${E2E_MODEL_OPTS:-}
+ATTN=${E2E_ATTENTION:+--attention $E2E_ATTENTION}
 PY=${PYTHON:-python3}
 log() { echo "[e2e $(($(date +%s) - T0)) s] $*"; }
 die() { log "error: $*"; exit 1; }
@@ -92,7 +95,7 @@ for name in default "$LOW"; do
     budget=()
     [ "$name" != default ] && budget=(--vram-budget "$name")
     if [ "$DEVICE" = cuda ]; then
-        "$H3RUN" plan "$DIR" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" --text-tokens "$ntok" "${budget[@]}" \
+        "$H3RUN" plan "$DIR" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" --text-tokens "$ntok" $ATTN "${budget[@]}" \
             >"$OUT/plan_$name.txt" 2>&1 || log "plan at the $name budget: $(tail -1 "$OUT/plan_$name.txt")"
         grep -q "video VAE: runs on the host" "$OUT/plan_$name.txt" && vae_host=--vae-host
     fi
@@ -115,7 +118,7 @@ for i in "${!runs[@]}"; do
     rm -f "$mp4" "$OUT/trace_$name.json"
     log "h3run generate, $name budget (cap $cap s)"
     $PY bench/e2e.py h3run --name "${name}" --out "$OUT" --cap "$cap" $vae_host --trace "$OUT/trace_$name.json" -- \
-        "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+        "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
         --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_$name.mp4" \
         --memory-trace "$OUT/trace_$name.json" "${budget[@]}"
     if [ -f "$mp4" ] && command -v ffprobe >/dev/null; then
@@ -143,7 +146,7 @@ if [ -n "${E2E_LORA:-}" ]; then
         n2=$name
         [ "$name" = "$LOW" ] && n2=8GiB
         $PY bench/e2e.py h3run --name "lora_$n2" --out "$OUT" --cap "$cap" $vae_host -- \
-            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
             --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_lora_$name.mp4" --lora "$lora" \
             "${budget[@]}"
     done
@@ -182,7 +185,7 @@ if [ "${E2E_FL2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
         write_images "$kdir"
         log "h3run generate fl2va (first and last frame), default budget (cap $cap s)"
         $PY bench/e2e.py h3run --name fl2va --out "$OUT" --cap "$cap" $vae_host -- \
-            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
             --device "$DEVICE" --seed 1 --progress json -o "$kdir/e2e_fl2va.mp4" --first-frame "$kdir/kf_first.ppm" \
             --last-frame "$kdir/kf_last.ppm"
     else
@@ -200,7 +203,7 @@ if [ "${E2E_AUDIO:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
         write_soundtrack "$adir/soundtrack.wav"
         log "h3run generate to a soundtrack, default budget (cap $cap s)"
         $PY bench/e2e.py h3run --name audio --out "$OUT" --cap "$cap" $vae_host -- \
-            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
             --device "$DEVICE" --seed 1 --progress json -o "$adir/e2e_audio.mp4" --audio "$adir/soundtrack.wav"
     else
         log "no time left for the soundtrack run"
@@ -224,13 +227,29 @@ if [ "${E2E_REF2VA:-0}" = 1 ] && [ "$DEVICE" = cuda ]; then
             [ "$name" != default ] && budget=(--vram-budget "$name")
             log "h3run generate ref2va (2 images, 1 video, 1 sound), $name budget (cap $cap s)"
             $PY bench/e2e.py h3run --name "ref2va_$name" --out "$OUT" --cap "$cap" $vae_host -- \
-                "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+                "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
                 --device "$DEVICE" --seed 1 --progress json -o "$rdir/e2e_ref2va_$name.mp4" \
                 --ref-image "$rdir/kf_first.ppm" --ref-video "$rdir/e2e_default.mp4" --ref-image "$rdir/kf_last.ppm" \
                 --ref-audio "$rdir/soundtrack.wav" "${budget[@]}"
         done
     else
         log "no ref2va run: the default run wrote no MP4 to take as the reference video"
+    fi
+fi
+
+# ---- 3g. the plain request with another attention (E2E_ATTENTION_RUN=fp8|bf16|auto) at the default budget: its DiT
+# step and its device peak, predicted and measured, against the first run's
+if [ -n "${E2E_ATTENTION_RUN:-}" ] && [ "$DEVICE" = cuda ]; then
+    cap=$(($(left) - reserve - 10))
+    if [ $cap -ge 30 ]; then
+        log "h3run generate --attention $E2E_ATTENTION_RUN, default budget (cap $cap s)"
+        $PY bench/e2e.py h3run --name "attn_$E2E_ATTENTION_RUN" --out "$OUT" --cap "$cap" $vae_host \
+            --trace "$OUT/trace_attn_$E2E_ATTENTION_RUN.json" -- \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_attn.mp4" \
+            --attention "$E2E_ATTENTION_RUN" --memory-trace "$OUT/trace_attn_$E2E_ATTENTION_RUN.json"
+    else
+        log "no time left for the --attention $E2E_ATTENTION_RUN run"
     fi
 fi
 
@@ -243,7 +262,7 @@ if [ -n "${E2E_CACHE:-}" ] && [ "$DEVICE" = cuda ]; then
     if [ $cap -ge 30 ]; then
         log "h3run generate with ${copt[*]}, default budget (cap $cap s)"
         $PY bench/e2e.py h3run --name cache --out "$OUT" --cap "$cap" $vae_host -- \
-            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" \
+            "$H3RUN" generate --model "$DIR" --prompt "$prompt" --frames "$FRAMES" --size "$SIZE" --steps "$STEPS" $ATTN \
             --device "$DEVICE" --seed 1 --progress json -o "$(dirname "$DIR")/e2e_cache.mp4" "${copt[@]}"
     else
         log "no time left for the cached run"

@@ -382,6 +382,89 @@ static void test_attention(void) {
     attn_case(H3_BF16, 256, 256, 2, 2, 96, 0, 0); /* a head size the flash kernel lacks: plain kernel */
 }
 
+/* fp8 attention (H3_ATTN_FP8): the device's kernel against the CPU's same quantization, on the same bf16
+ * values (the output's bf16 rounding, the tensor cores' sum order and the rare probability rounded to the
+ * other e4m3 neighbour apart); its distance from the bf16 kernel printed. Devices without the kernel (not
+ * sm_90a) must refuse with H3_ERR_UNSUPPORTED. */
+static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int causal, int fused) {
+    const int64_t D = 128;
+    pair q, kk, v, qkv = {0};
+    h3_tensor qh, qd, kh, kd, vh, vd;
+    if (fused) { /* column blocks of one projection, as in the DiT */
+        qkv = mk2(H3_BF16, Sq, (Hq + 2 * Hk) * D, 1.0);
+        int64_t sq[3] = {Sq, Hq, D}, sk[3] = {Sq, Hk, D};
+        h3_tensor *src[2] = {&qkv.h, &qkv.d}, *dq[2] = {&qh, &qd}, *dk[2] = {&kh, &kd}, *dv[2] = {&vh, &vd};
+        for (int i = 0; i < 2; i++) {
+            size_t es = h3_dtype_size(src[i]->dtype);
+            CHECK_OK(h3_tensor_wrap(dq[i], src[i]->data, src[i]->place, src[i]->dtype, 3, sq));
+            CHECK_OK(h3_tensor_wrap(dk[i], (char *)src[i]->data + Hq * D * es, src[i]->place, src[i]->dtype,
+                                    3, sk));
+            CHECK_OK(h3_tensor_wrap(dv[i], (char *)src[i]->data + (Hq + Hk) * D * es, src[i]->place,
+                                    src[i]->dtype, 3, sk));
+            dq[i]->stride[0] = dk[i]->stride[0] = dv[i]->stride[0] = (Hq + 2 * Hk) * D;
+        }
+        Sk = Sq;
+    } else {
+        int64_t sq[3] = {Sq, Hq, D}, sk[3] = {Sk, Hk, D};
+        q = mk(H3_BF16, 3, sq, 1.0);
+        kk = mk(H3_BF16, 3, sk, 1.0);
+        v = mk(H3_BF16, 3, sk, 1.0);
+        qh = q.h, qd = q.d, kh = kk.h, kd = kk.d, vh = v.h, vd = v.d;
+    }
+    int64_t so[3] = {Sq, Hq, D};
+    pair o = mk(H3_BF16, 3, so, 1.0), ob = mk(H3_BF16, 3, so, 1.0);
+    const float scale = 1.0f / sqrtf((float)D);
+    const unsigned fl = causal ? H3_ATTN_CAUSAL : 0;
+    h3_status st = h3_op_attention(&g_ex, &o.d, &qd, &kd, &vd, scale, fl | H3_ATTN_FP8);
+    char what[128];
+    snprintf(what, sizeof what, "attention fp8 Sq%lld Sk%lld Hq%lld Hk%lld causal%d fused%d", (long long)Sq,
+             (long long)Sk, (long long)Hq, (long long)Hk, causal, fused);
+    if (st == H3_ERR_UNSUPPORTED) {
+        printf("  %s: refused on this GPU (%s)\n", what, h3_last_error());
+        h3_clear_error();
+    } else {
+        CHECK_OK(st);
+        CHECK_OK(h3_op_attention(&g_ex, &o.h, &qh, &kh, &vh, scale, fl | H3_ATTN_FP8));
+        compare(what, &o, 1e-2);
+        /* the bf16 kernel on the same inputs, then the fp8 result's distance from it */
+        CHECK_OK(h3_op_attention(&g_ex, &ob.d, &qd, &kd, &vd, scale, fl));
+        CHECK_OK(h3_op_attention(&g_ex, &ob.h, &qh, &kh, &vh, scale, fl));
+        h3_tensor back, f;
+        CHECK_OK(h3_tensor_alloc(&back, H3_PLACE_HOST, H3_BF16, 3, so, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc(&f, H3_PLACE_HOST, H3_F32, 3, so, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_copy(&g_ex, &back, &o.d));
+        CHECK_OK(h3_exec_sync(&g_ex));
+        CHECK_OK(h3_op_convert(&g_ex, &f, &back));
+        size_t n = (size_t)(Sq * Hq * D);
+        double *ref = malloc(n * sizeof(double));
+        for (size_t i = 0; i < n; i++) ref[i] = ((float *)ob.h.data)[i];
+        printf("  %s: %.3e relative L2 off exact attention (the CPU's f32 on the same bf16 inputs)\n", what,
+               t_rel_err(f.data, ref, n));
+        free(ref);
+        h3_tensor_free(&back);
+        h3_tensor_free(&f);
+    }
+    pfree(&o);
+    pfree(&ob);
+    if (fused)
+        pfree(&qkv);
+    else {
+        pfree(&q);
+        pfree(&kk);
+        pfree(&v);
+    }
+}
+
+static void test_attention_fp8(void) {
+    attn_fp8_case(ri(1, 100), ri(1, 100), 2, 2, 0, 0);
+    attn_fp8_case(ri(129, 400), ri(129, 500), 4, 2, 0, 0); /* partial blocks, GQA */
+    attn_fp8_case(1000, 1000, 2, 2, 0, 1);                 /* the DiT's strided q, k, v */
+    int64_t S = ri(200, 500);
+    attn_fp8_case(S, S, 2, 1, 1, 0);                      /* causal */
+    attn_fp8_case(ri(20, 100), ri(300, 600), 2, 2, 1, 0); /* causal, more keys than queries */
+    attn_fp8_case(4096, 4096, 4, 4, 0, 1);
+}
+
 static void test_conv(void) {
     int64_t cin = 6, cout = 8, T = ri(20, 200), K = 7;
     int64_t sx[2] = {cin, T}, sw[3] = {cout, cin / 2, K}, sb[1] = {cout};
@@ -939,11 +1022,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const t_case cases[] = {
-        {"arena", test_arena},           {"gemm", test_gemm},           {"rows_ops", test_rows_ops},
-        {"group_norm", test_group_norm}, {"table_ops", test_table_ops}, {"rope", test_rope},
-        {"attention", test_attention},   {"conv", test_conv},           {"random", test_random},
-        {"qgemm", test_qgemm},           {"fused", test_fused},         {"conv_batched", test_conv_batched},
-        {"snake_aa", test_snake_aa},     {NULL, NULL},
+        {"arena", test_arena},
+        {"gemm", test_gemm},
+        {"rows_ops", test_rows_ops},
+        {"group_norm", test_group_norm},
+        {"table_ops", test_table_ops},
+        {"rope", test_rope},
+        {"attention", test_attention},
+        {"attention_fp8", test_attention_fp8},
+        {"conv", test_conv},
+        {"random", test_random},
+        {"qgemm", test_qgemm},
+        {"fused", test_fused},
+        {"conv_batched", test_conv_batched},
+        {"snake_aa", test_snake_aa},
+        {NULL, NULL},
     };
     int r = t_main("test_cuda_ops", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);

@@ -517,6 +517,125 @@ static void test_attention(void) {
     attn_case(1000, 1000, 2, 2, 128, 0, 1);
 }
 
+/* fp8 attention (H3_ATTN_FP8): the quantization as ops.h states it, written out here in double over whole
+ * tensors (the kernel works per task on blocks), then the block-wise online softmax with e4m3(256·p). */
+static double q8(double x, double inv) {
+    return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3((float)(x * inv)));
+}
+static void ref_attention_fp8(double *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
+                              double scale, int causal) {
+    const int64_t Sq = q->shape[0], Sk = k->shape[0], Hq = q->shape[1], Hk = k->shape[1], D = q->shape[2];
+    double *qd = dalloc((size_t)(Sq * Hq * D)), *kd = dalloc((size_t)(Sk * Hk * D)),
+           *vd = dalloc((size_t)(Sk * Hk * D));
+    double *qsc = dalloc((size_t)Sq * Hq), *ksc = dalloc((size_t)Sk * Hk), *vsc = dalloc((size_t)(Hk * D));
+    const h3_tensor *src[2] = {q, k};
+    double *dst[2] = {qd, kd}, *sc[2] = {qsc, ksc};
+    for (int t = 0; t < 2; t++) { /* per head and block of 128 rows */
+        const int64_t S = src[t]->shape[0], H = src[t]->shape[1];
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t b = 0; b < S; b += 128) {
+                double m = 0;
+                for (int64_t r = b; r < S && r < b + 128; r++)
+                    for (int64_t c = 0; c < D; c++)
+                        m = fmax(m, fabs(F(src[t])[r * src[t]->stride[0] + h * D + c]));
+                const float inv = m > 0 ? 448.0f / (float)m : 1.0f, s = m > 0 ? (float)m / 448.0f : 1.0f;
+                for (int64_t r = b; r < S && r < b + 128; r++) {
+                    sc[t][r * H + h] = s;
+                    for (int64_t c = 0; c < D; c++)
+                        dst[t][(r * H + h) * D + c] = q8(F(src[t])[r * src[t]->stride[0] + h * D + c], inv);
+                }
+            }
+    }
+    for (int64_t h = 0; h < Hk; h++) /* per head and channel */
+        for (int64_t c = 0; c < D; c++) {
+            double m = 0;
+            for (int64_t r = 0; r < Sk; r++) m = fmax(m, fabs(F(v)[r * v->stride[0] + h * D + c]));
+            const float inv = m > 0 ? 448.0f / (float)m : 1.0f;
+            vsc[h * D + c] = m > 0 ? (float)m / 448.0f : 1.0f;
+            for (int64_t r = 0; r < Sk; r++)
+                vd[(r * Hk + h) * D + c] = q8(F(v)[r * v->stride[0] + h * D + c], inv);
+        }
+    const double l2e = 1.4426950408889634;
+    for (int64_t h = 0; h < Hq; h++) {
+        const int64_t hk = h / (Hq / Hk);
+        for (int64_t i = 0; i < Sq; i++) {
+            double m = -INFINITY, l = 0, *oi = o + (i * Hq + h) * D;
+            for (int64_t c = 0; c < D; c++) oi[c] = 0;
+            const int64_t lim = causal ? (i + (Sk - Sq) + 1 < Sk ? i + (Sk - Sq) + 1 : Sk) : Sk;
+            for (int64_t b = 0; b < lim; b += 128) {
+                const int64_t e = b + 128 < lim ? b + 128 : lim;
+                double sv[128], mx = m;
+                for (int64_t j = b; j < e; j++) {
+                    double d = 0;
+                    for (int64_t c = 0; c < D; c++) d += qd[(i * Hq + h) * D + c] * kd[(j * Hk + hk) * D + c];
+                    sv[j - b] = d * qsc[i * Hq + h] * ksc[j * Hk + hk] * scale * l2e;
+                    mx = fmax(mx, sv[j - b]);
+                }
+                const double corr = m == -INFINITY ? 0 : exp2(m - mx);
+                l *= corr;
+                for (int64_t c = 0; c < D; c++) oi[c] *= corr;
+                for (int64_t j = b; j < e; j++) {
+                    const double p = exp2(sv[j - b] - mx + 8), p8 = q8(p, 1.0);
+                    l += p;
+                    for (int64_t c = 0; c < D; c++) oi[c] += p8 * vd[(j * Hk + hk) * D + c];
+                }
+                m = mx;
+            }
+            for (int64_t c = 0; c < D; c++) oi[c] = l > 0 ? oi[c] * vsc[hk * D + c] / l : 0.0;
+        }
+    }
+    free(qd);
+    free(kd);
+    free(vd);
+    free(qsc);
+    free(ksc);
+    free(vsc);
+}
+
+static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int64_t D, int causal,
+                          double spread) {
+    h3_tensor q = trandn(3, Sq, Hq, D, 0, 1.0), k = trandn(3, Sk, Hk, D, 0, spread),
+              v = trandn(3, Sk, Hk, D, 0, 1.0);
+    h3_tensor o = tnew(H3_F32, 3, Sq, Hq, D, 0);
+    const int64_t n = Sq * Hq * D;
+    double *ref = dalloc((size_t)n), *exact = dalloc((size_t)n);
+    const double scale = 1.0 / sqrt((double)D);
+    const unsigned fl = causal ? H3_ATTN_CAUSAL : 0;
+    ref_attention_fp8(ref, &q, &k, &v, scale, causal);
+    ref_attention(exact, &q, &k, &v, scale, causal);
+    CHECK_OK(h3_op_attention(&g_ex, &o, &q, &k, &v, (float)scale, fl | H3_ATTN_FP8));
+    char what[128];
+    snprintf(what, sizeof what, "attention fp8 Sq%lld Sk%lld Hq%lld Hk%lld D%lld causal%d", (long long)Sq,
+             (long long)Sk, (long long)Hq, (long long)Hk, (long long)D, causal);
+    /* Against the same quantization in double: f32 sums and the rare probability rounded to the other e4m3
+     * neighbour (f32 against double exp2: one such flip moves a row by up to 1/8 of one key's weight) apart.
+     * Against exact attention: the quantization's own error, which must be there (the op did quantize) and
+     * stay bounded: e4m3 keeps 3 mantissa bits (rounding errors of up to 2^-4 relative), and on random data
+     * every key's error is independent, so outputs land 2-9% off (most near 5%; peaked scores, where a few
+     * keys dominate, the most). */
+    EXPECT_CLOSE(what, F(&o), ref, (size_t)n, 1e-3);
+    double e = t_rel_err(F(&o), exact, (size_t)n);
+    if (getenv("H3_TEST_VERBOSE")) fprintf(stderr, "  %s: %.3e off exact attention\n", what, e);
+    if (!(e > 1e-3 && e < 0.12))
+        t_fail_at(__FILE__, __LINE__, "%s: %.3e off exact attention, expected (1e-3, 0.12)", what, e);
+    free(ref);
+    free(exact);
+    h3_tensor_free(&o);
+    h3_tensor_free(&q);
+    h3_tensor_free(&k);
+    h3_tensor_free(&v);
+}
+
+static void test_attention_fp8(void) {
+    attn_fp8_case(ri(1, 10), ri(1, 10), 2, 2, 8, 0, 1.0);
+    attn_fp8_case(ri(129, 300), ri(257, 600), 4, 2, 128, 0,
+                  1.0); /* partial blocks of queries and keys, GQA */
+    int64_t S = ri(130, 300);
+    attn_fp8_case(S, S, 2, 1, 64, 1, 1.0);                     /* causal */
+    attn_fp8_case(ri(20, 80), ri(200, 300), 2, 2, 32, 1, 1.0); /* causal, more keys than queries */
+    attn_fp8_case(200, 384, 2, 2, 128, 0, 4.0);                /* peaked scores: the running max moves */
+}
+
 /* ---- convolutions -------------------------------------------------------------------------------------- */
 
 static int64_t pad_src(int64_t i, int64_t n, h3_pad_mode m) {
@@ -1256,6 +1375,7 @@ int main(int argc, char **argv) {
         {"activations", test_activations},
         {"rope", test_rope},
         {"attention", test_attention},
+        {"attention_fp8", test_attention_fp8},
         {"conv", test_conv},
         {"snake_aa", test_snake_aa},
         {"rows", test_rows},

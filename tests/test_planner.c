@@ -285,6 +285,27 @@ static void test_fp8_time(void) {
         CHECK_OK(h3_plan_make(&m, &W124, &b, &f, &p));
         CHECK(p.dit.n_resident == p.dit.n_units, "%s resident", fmt[i]);
         step[i] = p.dit.t_step;
+        if (i == 1) { /* fp8 attention on top: its quantized q, k, v in the forward's scratch, its rate in the step */
+            static h3_plan pa;
+            h3_dit_set_attention(d, H3_ATTN_FP8);
+            CHECK_OK(h3_plan_make(&m, &W124, &b, &f, &pa));
+            h3_dit_set_attention(d, 0);
+            const int64_t need = h3_cuda_granule(
+                h3_cuda_attention_fp8_scratch_bytes(pa.dit.S, pa.dit.S, h3_dit_get_config(d)->heads,
+                                                    h3_dit_get_config(d)->heads));
+            CHECK(pa.dit.attention == H3_ATTN_FP8 && p.dit.attention == 0, "attention %u, %u", pa.dit.attention,
+                  p.dit.attention);
+            CHECK(pa.dit.dev_scratch >= need && pa.dit.dev_peak > p.dit.dev_peak,
+                  "fp8 attention scratch %lld of %lld needed; peak %lld vs %lld", (long long)pa.dit.dev_scratch,
+                  (long long)need, (long long)pa.dit.dev_peak, (long long)p.dit.dev_peak);
+            /* 50 blocks of W124 attention (10.8 TFLOP each) at 515 against H3_H200's fp8 rate */
+            const double saved = 50 * 4.0 * 19412.0 * 19412.0 * 7168.0 * (1.0 / (f.attn_tflops * 1e12) -
+                                                                              1.0 / (f.attn_fp8_tflops * 1e12));
+            CHECK(f.attn_fp8_tflops > f.attn_tflops && fabs((p.dit.t_step - pa.dit.t_step) - saved) < 0.05 * saved,
+                  "fp8 attention saves %.3f s of %.3f predicted", p.dit.t_step - pa.dit.t_step, saved);
+            t_note("  W124 resident fp8 step with fp8 attention: %.3f s (%.3fx of bf16 attention's)", pa.dit.t_step,
+                   pa.dit.t_step / p.dit.t_step);
+        }
         h3_dit_close(d);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         CHECK(system(cmd) == 0);
@@ -293,6 +314,33 @@ static void test_fp8_time(void) {
           step[0], step[1], step[1] / step[0]);
     t_note("  W124 resident step: bf16 %.3f s, fp8 %.3f s (%.3fx; measured 0.828x)", step[0], step[1],
            step[1] / step[0]);
+}
+
+/* --attention: what auto picks, and an explicit fp8 where no kernel runs it */
+static void test_attention_resolve(void) {
+    unsigned fl = 7;
+    char why[96];
+    h3_attn_mode m;
+    CHECK_OK(h3_attn_mode_parse("fp8", &m));
+    CHECK(m == H3_ATTN_MODE_FP8);
+    CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16 or fp8");
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 1, 19412, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_FP8 && strstr(why, "auto"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 0, 19412, &fl, why, sizeof why)); /* bf16 weights */
+    CHECK(fl == 0 && strstr(why, "not fp8"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 1, 4000, &fl, why, sizeof why)); /* short */
+    CHECK(fl == 0 && strstr(why, "8,192"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 1, 19412, &fl, why, sizeof why)); /* no kernel */
+    CHECK(fl == 0, "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 1, 19412, &fl, why, sizeof why)); /* host */
+    CHECK(fl == 0 && strstr(why, "host"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, 1, 1, 19412, &fl, why, sizeof why));
+    CHECK(fl == 0, "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 0, 100, &fl, why, sizeof why)); /* the host reference */
+    CHECK(fl == H3_ATTN_FP8, "%u %s", fl, why);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 0, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+              "Hopper");
+    CHECK(fl == 0);
 }
 
 static void test_budget_edges(void) {
@@ -1572,6 +1620,7 @@ int main(int argc, char **argv) {
         {"simulate", test_simulate},
         {"full_arithmetic", test_full_arithmetic},
         {"fp8_time", test_fp8_time},
+        {"attention_resolve", test_attention_resolve},
         {"budget_edges", test_budget_edges},
         {"no_fit", test_no_fit},
         {"format", test_format},

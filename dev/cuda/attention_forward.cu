@@ -106,7 +106,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args 
         wgmma_wait0();
         float c0, c1;
         const int kbase = kb * WG_BK;
-        fa_softmax(s, rs, a, kbase, false, row0, row1, shift, t4, c0, c1);
+        fa_softmax(s, rs, a, a.scale_log2, kbase, false, row0, row1, shift, t4, c0, c1);
         uint32_t p[32];
         fa_rescale_pack(o, p, s, c0, c1);
         /* O += P V over the 128 keys in k16 steps: A regs from S blocks 2kk, 2kk+1; V step = 16 lines */
@@ -183,7 +183,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma7(attn_args
     auto softmax = [&](int kb, float &c0, float &c1) {
         const int kbase = kb * WG_BK;
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
-        fa_softmax(s, rs, a, kbase, full, row0, row1, shift, t4, c0, c1);
+        fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack(o, p, s, c0, c1); };
     auto issue_s = [&](int kb) {

@@ -124,6 +124,7 @@ static int64_t set_bytes(const char *source) {
 
 int h3_cmd_plan(int argc, char **argv) {
     const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
+    const char *attention = NULL;
     int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0, window = 0, overlap = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
@@ -163,6 +164,9 @@ int h3_cmd_plan(int argc, char **argv) {
          1, 64},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
+        {"attention", 0, H3_OPT_STR, &attention, "MODE",
+         "the DiT blocks' attention, as generate's --attention: auto (default), bf16 or fp8 (its scratch and time)",
+         0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
@@ -401,7 +405,27 @@ int h3_cmd_plan(int argc, char **argv) {
         found_free(&f);
         return h3_cli_fail("plan", H3_ERR_NOMEM);
     }
-    st = h3_plan_make(&m, &req, &b, have_fig ? &fig : NULL, plan);
+    if (f.dit) { /* --attention as generate resolves it on this GPU (or the named figures' Hopper) */
+        h3_attn_mode am = H3_ATTN_MODE_AUTO;
+        h3_seq_layout L;
+        unsigned fl = 0;
+        char why[96];
+        st = h3_attn_mode_parse(attention ? attention : "auto", &am);
+        if (st == H3_OK)
+            st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
+                                     req.refine_width ? req.refine_width : req.width,
+                                     req.refine_width ? req.refine_height : req.height, &L);
+        const h3_dit_block_weights *w = h3_dit_unit_weights(f.dit, (int)h3_dit_get_config(f.dit)->n_refiner_layers);
+        const int kernel = (h3_cuda_fp8_attention_available(0) || (have_fig && !strcmp(fig.name, "h200"))) &&
+                           h3_dit_get_config(f.dit)->head_dim == 128;
+        if (st == H3_OK)
+            st = h3_attention_resolve(am, 1, kernel, w && w->fc1.dtype == H3_F8_E4M3, L.seq_len, &fl, why, sizeof why);
+        if (st == H3_OK) {
+            h3_dit_set_attention(f.dit, fl);
+            if (!quiet) printf("DiT attention: %s\n", why);
+        }
+    }
+    if (st == H3_OK) st = h3_plan_make(&m, &req, &b, have_fig ? &fig : NULL, plan);
     int rc = H3_EXIT_OK;
     if (st == H3_OK) {
         printf("model:");

@@ -83,6 +83,150 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
     }
 }
 
+/* ---- fp8 attention (H3_ATTN_FP8): the device kernel's quantization, computed in f32
+ * ----------------------------- The reference of attn_fp8.cuh (docs/CUDA.md "fp8 attention"): q and k in e4m3
+ * with one scale per head and block of 128 rows, v with one per head and channel; per query row and block of
+ * 128 keys, in order, the online softmax in f32 with its probabilities ·256 rounded to e4m3 before P·V. Any
+ * head size. Each task quantizes the key blocks it reads (the same values every time: the scales depend on
+ * the block only). */
+enum { FB = 128 };
+
+typedef struct {
+    const float *q, *k, *v;
+    float *o;
+    int64_t ldq, ldk, ldv, ldo, Sq, Sk, Hq, Hk, D, nqb;
+    float scale_log2;
+    int causal;
+    const float *vinv, *vs; /* [Hk·D]: 448 / max|v| of each channel and its scale */
+    float *ws;
+    size_t ws_per_thread; /* Q, K, V blocks [FB·D] each, O [FB·D], m, l [FB], s [FB] */
+} fp8_ctx;
+
+static float e4m3(float x) {
+    return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(x));
+}
+
+/* rows [n, D] (ld) of one head into e4m3 values (as f32) in dst [FB, D]; returns the block's scale. */
+static float fp8_block(float *dst, const float *src, int64_t ld, int64_t n, int64_t D) {
+    float m = 0.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d]));
+    const float inv = m > 0.0f ? 448.0f / m : 1.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) dst[r * D + d] = e4m3(src[r * ld + d] * inv);
+    return m > 0.0f ? m / 448.0f : 1.0f;
+}
+
+static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
+    fp8_ctx *c = p;
+    const int64_t D = c->D, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
+    float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + FB * D, *V = K + FB * D, *O = V + FB * D;
+    float *m = O + FB * D, *l = m + FB, *sc = l + FB;
+    for (int64_t t = tb; t < te; t++) {
+        if (h3_cancel_requested()) return;
+        const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
+        const int64_t q0 = qb * FB, nq = c->Sq - q0 < FB ? c->Sq - q0 : FB;
+        const float qs = fp8_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D);
+        const float qsc = c->scale_log2 * qs;
+        for (int64_t i = 0; i < nq; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        memset(O, 0, (size_t)(nq * D) * sizeof(float));
+        int64_t kend = c->Sk;
+        if (c->causal) {
+            kend = q0 + FB + shift;
+            if (kend > c->Sk) kend = c->Sk;
+            if (kend < 0) kend = 0;
+        }
+        for (int64_t k0 = 0; k0 < kend; k0 += FB) {
+            const int64_t nk = c->Sk - k0 < FB ? c->Sk - k0 : FB;
+            const float ks = fp8_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D);
+            for (int64_t r = 0; r < nk; r++)
+                for (int64_t d = 0; d < D; d++)
+                    V[r * D + d] = e4m3(c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d]);
+            const float f = qsc * ks;
+            for (int64_t i = 0; i < nq; i++) {
+                float mx = m[i];
+                for (int64_t j = 0; j < nk; j++) {
+                    const int64_t key = k0 + j;
+                    if (c->causal && key > q0 + i + shift) {
+                        sc[j] = -INFINITY;
+                        continue;
+                    }
+                    float acc = 0.0f;
+                    for (int64_t d = 0; d < D; d++) acc += Q[i * D + d] * K[j * D + d];
+                    sc[j] = acc * f;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                const float corr = mx == -INFINITY ? 1.0f : exp2f(m[i] - mx),
+                            b = mx == -INFINITY ? 0.0f : mx - 8.0f;
+                float sum = 0.0f, *orow = O + i * D;
+                for (int64_t d = 0; d < D; d++) orow[d] *= corr;
+                for (int64_t j = 0; j < nk; j++) {
+                    const float pj = exp2f(sc[j] - b);
+                    sum += pj;
+                    const float p8 = e4m3(pj);
+                    if (p8 != 0.0f)
+                        for (int64_t d = 0; d < D; d++) orow[d] += p8 * V[j * D + d];
+                }
+                l[i] = l[i] * corr + sum;
+                m[i] = mx;
+            }
+        }
+        for (int64_t i = 0; i < nq; i++) {
+            float *dst = c->o + (q0 + i) * c->ldo + h * D;
+            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (int64_t d = 0; d < D; d++) dst[d] = O[i * D + d] * inv * c->vs[hk * D + d];
+        }
+    }
+}
+
+static h3_status cpu_attention_fp8(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                   const h3_tensor *v, float scale, unsigned flags) {
+    fp8_ctx c;
+    c.q = q->data;
+    c.k = k->data;
+    c.v = v->data;
+    c.o = o->data;
+    c.ldq = q->stride[0];
+    c.ldk = k->stride[0];
+    c.ldv = v->stride[0];
+    c.ldo = o->stride[0];
+    c.Sq = q->shape[0];
+    c.Sk = k->shape[0];
+    c.Hq = q->shape[1];
+    c.Hk = k->shape[1];
+    c.D = q->shape[2];
+    c.scale_log2 = scale * 1.4426950408889634f;
+    c.causal = (flags & H3_ATTN_CAUSAL) != 0;
+    c.nqb = (c.Sq + FB - 1) / FB;
+    const int64_t D = c.D, HD = c.Hk * D;
+    float *vsc = h3_malloc((size_t)(2 * HD) * sizeof(float), H3_MEM_WORKSPACE);
+    if (!vsc) return H3_ERR_NOMEM;
+    for (int64_t i = 0; i < HD; i++) vsc[i] = 0.0f;
+    for (int64_t r = 0; r < c.Sk; r++)
+        for (int64_t i = 0; i < HD; i++) vsc[i] = fmaxf(vsc[i], fabsf(c.v[r * c.ldv + i]));
+    for (int64_t i = 0; i < HD; i++) {
+        const float mx = vsc[i];
+        vsc[i] = mx > 0.0f ? 448.0f / mx : 1.0f;
+        vsc[HD + i] = mx > 0.0f ? mx / 448.0f : 1.0f;
+    }
+    c.vinv = vsc;
+    c.vs = vsc + HD;
+    const int nt = h3_pool_threads(ex->pool);
+    c.ws_per_thread = (size_t)(4 * FB * D + 3 * FB);
+    c.ws = h3_malloc((size_t)nt * c.ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
+    if (!c.ws) {
+        h3_free(vsc);
+        return H3_ERR_NOMEM;
+    }
+    h3_parallel_for(ex->pool, c.Hq * c.nqb, 1, fp8_tasks, &c);
+    h3_free(c.ws);
+    h3_free(vsc);
+    return H3_OK;
+}
+
 int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D) {
     return (int64_t)(threads > 0 ? threads : 1) * (BQ * BK + BQ * D + 2 * BQ) * (int64_t)sizeof(float);
 }
@@ -115,6 +259,7 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
         for (int64_t i = 0; i < c.Sq; i++) memset(c.o + i * c.ldo, 0, (size_t)(c.Hq * c.D) * sizeof(float));
         return H3_OK;
     }
+    if (flags & H3_ATTN_FP8) return cpu_attention_fp8(ex, o, q, k, v, scale, flags);
     int nt = h3_pool_threads(ex->pool);
     c.ws_per_thread = (size_t)(BQ * BK + BQ * c.D + 2 * BQ);
     c.ws = h3_malloc((size_t)h3_cpu_attention_scratch_bytes(nt, c.D), H3_MEM_WORKSPACE);

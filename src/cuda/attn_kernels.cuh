@@ -23,9 +23,20 @@ typedef struct {
     float scale_log2; /* scale · log2(e) */
     int causal;
     int dt; /* naive kernel: 0 f32, 1 bf16, 2 f16 */
+    /* fp8 (H3_ATTN_FP8): q, k e4m3 [S, H·128] (ldq, ldk in bytes), v transposed e4m3 [Hk·128, ldv] (its keys
+     * in the order of attn_fp8_key), with the dequantization scales qs [Hq][⌈Sq/128⌉], ks [Hk][⌈Sk/128⌉], vs
+     * [Hk·128] */
+    const float *qs, *ks, *vs;
 } attn_args;
 
 #define FA_BK 64
+
+/* fp8 attention: the key stored at column c of a 32-key slice of the transposed V (attn_fp8.cuh says why; the
+ * same order in each half of 16). */
+__host__ __device__ static inline int attn_fp8_key(int c) {
+    const int h = c & 16, i = c & 15;
+    return h + 8 * ((i & 3) >> 1) + 2 * (i >> 2) + (i & 1);
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);

@@ -71,19 +71,21 @@ typedef struct {
     float m0, m1, l0, l1; /* running max (base 2, scaled) and per-thread partial sums of rows row0, row1 */
 } fa_rows;
 
-/* Scales and masks the block's scores, updates the running max and sums, leaves exp2(s − max) in s, and returns
- * the factors c0, c1 by which the accumulated outputs must shrink. `full`: no key of the block is masked for any
- * row of the warpgroup (skips the per-element mask). */
-__device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const attn_args &a, int kbase, bool full,
-                                           int row0, int row1, int shift, int t4, float &c0, float &c1) {
+/* Scales (by sc: the softmax scale in base 2, times the blocks' dequantization scales for fp8) and masks the
+ * block's scores, updates the running max and sums, leaves exp2(s − max) in s, and returns the factors c0, c1
+ * by which the accumulated outputs must shrink. `full`: no key of the block is masked for any row of the
+ * warpgroup (skips the per-element mask). */
+__device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const attn_args &a, float sc,
+                                           int kbase, bool full, int row0, int row1, int shift, int t4,
+                                           float &c0, float &c1) {
     float mx0 = r.m0, mx1 = r.m1;
     if (full) {
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            s[4 * j] *= a.scale_log2;
-            s[4 * j + 1] *= a.scale_log2;
-            s[4 * j + 2] *= a.scale_log2;
-            s[4 * j + 3] *= a.scale_log2;
+            s[4 * j] *= sc;
+            s[4 * j + 1] *= sc;
+            s[4 * j + 2] *= sc;
+            s[4 * j + 3] *= sc;
             mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
             mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
@@ -95,8 +97,8 @@ __device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const att
                 int key = kbase + j * 8 + t4 * 2 + e;
                 bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
                 bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
-                s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * a.scale_log2;
-                s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * a.scale_log2;
+                s[4 * j + e] = bad0 ? -INFINITY : s[4 * j + e] * sc;
+                s[4 * j + 2 + e] = bad1 ? -INFINITY : s[4 * j + 2 + e] * sc;
                 mx0 = fmaxf(mx0, s[4 * j + e]);
                 mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
             }
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(384, 1)
     auto softmax = [&](int kb, float &c0, float &c1) {
         const int kbase = kb * WG_BK;
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
-        fa_softmax(s, rs, a, kbase, full, row0, row1, shift, t4, c0, c1);
+        fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack(o, p, s, c0, c1); };
     auto issue_s = [&](int kb) {

@@ -17,6 +17,9 @@ int h3_cuda_compiled(void);
 int h3_cuda_device_count(void);
 /* Name and memory of a device. */
 h3_status h3_cuda_device_info(int device, char *name, size_t name_len, int64_t *total_bytes, int64_t *free_bytes);
+/* 1 when device `device` runs fp8 attention (H3_ATTN_FP8): a Hopper GPU (sm_90) and a build with the sm_90a
+ * kernels; 0 otherwise (no device, another GPU, no CUDA). Never fails. */
+int h3_cuda_fp8_attention_available(int device);
 /* Selects the device, reserves the device budget (budget bytes; 0 = the free memory less a 512 MiB margin) as
  * one arena from which every device tensor and workspace is carved, creates the streams and BLAS handles in
  * ex->cuda, and registers the device and pinned allocators and the device backend with the op API.
@@ -109,6 +112,15 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
                                                       int64_t D) {
     const int64_t P = h3_cuda_attention_pad_dim(dt, D);
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
+}
+/* The arena scratch of one fp8 attention call (H3_ATTN_FP8, head size 128): q, k in e4m3, v transposed in
+ * e4m3 with its keys padded to a multiple of 128, and the scales (each piece 256-byte aligned). */
+static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
+#define H3_A256(x) (((x) + 255) / 256 * 256)
+    const int64_t nqb = (Sq + 127) / 128, nkb = (Sk + 127) / 128;
+    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Hk * 128 * nkb * 128) +
+           H3_A256(Hq * nqb * 4) + H3_A256(Hk * nkb * 4) + 2 * H3_A256(Hk * 128 * 4);
+#undef H3_A256
 }
 /* h3_op_conv1d on the device, x [batch, cin, ·] of elem_size-byte values, w [·, cin/groups, K], tout output
  * steps: the im2col chunk [batch][cin·K][steps]; 0 for depthwise filters (cin/groups 1: a direct kernel) and

@@ -8,9 +8,12 @@
 #include "cuda/attn_kernels.cuh"
 #include "cuda/cuda_internal.cuh"
 
+#include <cuda_fp8.h>
+
 #ifdef H3_HAVE_SM90A
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st);
+extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st);
 #endif
 
 /* 1 when the Hopper kernel runs on this GPU; -1 before the first attention call probes it. */
@@ -75,9 +78,181 @@ __global__ void k_attn_unpad(uint16_t *dst, const uint16_t *src, int64_t rows, i
     }
 }
 
+/* ---- fp8 attention's operands (docs/CUDA.md "fp8 attention")
+ * ------------------------------------------------ */
+
+__device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d) {
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+    return lo | (hi << 16);
+}
+__device__ __forceinline__ float bf16_bits(uint32_t w, int hi) {
+    return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
+}
+
+/* Rows [S, H, 128] (ld elements a row, bf16) into e4m3 [S, H·128] bytes, one scale per (head, 128 rows):
+ * scale = max|x| / 448 (1 when 0), q = e4m3(x · (448 / max|x|)). Grid (⌈S/128⌉, H), 256 threads. */
+__global__ void k_attn_fp8_rows(uint8_t *dst, float *scales, const uint16_t *src, int S, int64_t ld) {
+    const int b = blockIdx.x, h = blockIdx.y, H = gridDim.y, tid = threadIdx.x;
+    uint4 v[8];
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int i = tid + 256 * k, r = b * 128 + i / 16, c = (i % 16) * 8;
+        v[k] = r < S ? *(const uint4 *)(src + (int64_t)r * ld + h * 128 + c) : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) m = fmaxf(m, fmaxf(fabsf(bf16_bits(w[e], 0)), fabsf(bf16_bits(w[e], 1))));
+    }
+    __shared__ float red[8];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((tid & 31) == 0) red[tid >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
+    const float inv = m > 0.0f ? 448.0f / m : 1.0f;
+    if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 448.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int i = tid + 256 * k, r = b * 128 + i / 16, c = (i % 16) * 8;
+        if (r >= S) continue;
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+        uint2 out;
+        out.x = fp8x4(bf16_bits(w[0], 0) * inv, bf16_bits(w[0], 1) * inv, bf16_bits(w[1], 0) * inv,
+                      bf16_bits(w[1], 1) * inv);
+        out.y = fp8x4(bf16_bits(w[2], 0) * inv, bf16_bits(w[2], 1) * inv, bf16_bits(w[3], 0) * inv,
+                      bf16_bits(w[3], 1) * inv);
+        *(uint2 *)(dst + (int64_t)r * H * 128 + h * 128 + c) = out;
+    }
+}
+
+/* max|v| per (head, channel) over all keys, as f32 bits (non-negative: they order as unsigned integers) into
+ * amax (zeroed first). Grid (⌈Sk/256⌉, Hk), 128 threads (one a channel). */
+__global__ void k_attn_fp8_vamax(unsigned *amax, const uint16_t *v, int Sk, int64_t ld) {
+    const int h = blockIdx.y, d = threadIdx.x, r0 = blockIdx.x * 256;
+    const int r1 = r0 + 256 < Sk ? r0 + 256 : Sk;
+    float m = 0.0f;
+    for (int r = r0; r < r1; r++)
+        m = fmaxf(m, fabsf(__uint_as_float((uint32_t)v[(int64_t)r * ld + h * 128 + d] << 16)));
+    atomicMax(&amax[h * 128 + d], __float_as_uint(m));
+}
+
+/* v [Sk, Hk, 128] (bf16) into vt [Hk·128, ldt] e4m3, transposed, each 32-key slice in attn_fp8_key's order,
+ * keys past Sk zero; vs [Hk·128] the channels' scales. Grid (ldt/64, Hk), 256 threads. */
+__global__ void k_attn_fp8_vt(uint8_t *vt, int64_t ldt, float *vs, const unsigned *amax, const uint16_t *v,
+                              int Sk, int64_t ld) {
+    const int h = blockIdx.y, k0 = blockIdx.x * 64, tid = threadIdx.x;
+    __shared__ uint8_t tile[128][64 + 4];
+    __shared__ float inv[128];
+    if (tid < 128) {
+        const float m = __uint_as_float(amax[h * 128 + tid]);
+        inv[tid] = m > 0.0f ? 448.0f / m : 1.0f;
+        if (blockIdx.x == 0) vs[h * 128 + tid] = m > 0.0f ? m / 448.0f : 1.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = tid + 256 * k, r = i / 16, c = (i % 16) * 8;
+        uint4 x =
+            k0 + r < Sk ? *(const uint4 *)(v + (int64_t)(k0 + r) * ld + h * 128 + c) : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float f = bf16_bits(w[e / 2], e & 1) * inv[c + e];
+            tile[c + e][r] = (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int w = tid + 256 * k, d = w / 16, c = (w % 16) * 4;
+        uint32_t out = 0;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int col = c + e, key = (col & 32) + attn_fp8_key(col & 31);
+            out |= (uint32_t)tile[d][key] << (8 * e);
+        }
+        *(uint32_t *)(vt + (int64_t)(h * 128 + d) * ldt + k0 + c) = out;
+    }
+}
+
 static unsigned pad_grid(int64_t n) {
     int64_t b = (n + 255) / 256;
     return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b < 1 ? 1 : b);
+}
+
+/* H3_ATTN_FP8: q, k, v quantized into arena scratch (h3_cuda_attention_fp8_scratch_bytes), then the fp8
+ * kernel. */
+static h3_status attention_fp8(h3_cuda_state *s, h3_exec *ex, const attn_args *a, const h3_tensor *q, int D,
+                               int aligned) {
+#ifdef H3_HAVE_SM90A
+    cudaStream_t st = cuda_stream(ex);
+    if (q->dtype == H3_BF16 && D == 128 && aligned && wgmma_available(s, st)) {
+        const int64_t nqb = (a->Sq + 127) / 128, nkb = (a->Sk + 127) / 128, ldt = nkb * 128;
+        const size_t bytes = (size_t)h3_cuda_attention_fp8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk);
+        char *buf = (char *)cuda_arena_alloc(s, bytes);
+        if (!buf)
+            return h3_error_wrap(H3_ERR_NOMEM,
+                                 "op 'attention' on the device (fp8): %.1f MiB of quantized q, k, v",
+                                 bytes / 1048576.0);
+        size_t off = 0;
+        auto take = [&](size_t n) {
+            char *p = buf + off;
+            off += (n + 255) / 256 * 256;
+            return p;
+        };
+        uint8_t *q8 = (uint8_t *)take((size_t)a->Sq * a->Hq * 128),
+                *k8 = (uint8_t *)take((size_t)a->Sk * a->Hk * 128);
+        uint8_t *vt = (uint8_t *)take((size_t)a->Hk * 128 * ldt);
+        float *qs = (float *)take((size_t)a->Hq * nqb * 4), *ks = (float *)take((size_t)a->Hk * nkb * 4);
+        float *vs = (float *)take((size_t)a->Hk * 128 * 4);
+        unsigned *vamax = (unsigned *)take((size_t)a->Hk * 128 * 4);
+        h3_status r = H3_OK;
+        if (cudaMemsetAsync(vamax, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess)
+            r = H3_ERR(H3_ERR_DEVICE, "attention (fp8): clearing its scales failed");
+        if (r == H3_OK) {
+            k_attn_fp8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>(
+                q8, qs, (const uint16_t *)a->q, a->Sq, a->ldq);
+            k_attn_fp8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>(
+                k8, ks, (const uint16_t *)a->k, a->Sk, a->ldk);
+            k_attn_fp8_vamax<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(
+                vamax, (const uint16_t *)a->v, a->Sk, a->ldv);
+            k_attn_fp8_vt<<<dim3((unsigned)(ldt / 64), (unsigned)a->Hk), 256, 0, st>>>(
+                vt, ldt, vs, vamax, (const uint16_t *)a->v, a->Sk, a->ldv);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess)
+                r = H3_ERR(H3_ERR_DEVICE, "attention (fp8): quantizing q, k, v failed to launch: %s",
+                           cudaGetErrorString(e));
+        }
+        if (r == H3_OK) {
+            attn_args b = *a;
+            b.q = q8;
+            b.k = k8;
+            b.v = vt;
+            b.ldq = (int64_t)a->Hq * 128;
+            b.ldk = (int64_t)a->Hk * 128;
+            b.ldv = ldt;
+            b.qs = qs;
+            b.ks = ks;
+            b.vs = vs;
+            r = cuda_attention_wgmma_fp8(&b, st);
+        }
+        cuda_arena_free(s, buf);
+        return r;
+    }
+#else
+    (void)s;
+    (void)ex;
+    (void)a;
+    (void)aligned;
+#endif
+    return H3_ERR(
+        H3_ERR_UNSUPPORTED,
+        "fp8 attention needs a Hopper GPU (sm_90a) and bf16 q, k, v of head size 128 (got %s, head size %d): "
+        "use --attention bf16",
+        h3_dtype_name(q->dtype), D);
 }
 
 extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
@@ -108,6 +283,7 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
     const h3_tensor *ts[4] = {q, k, v, o};
     for (int i = 0; i < 4; i++)
         aligned &= ((uintptr_t)ts[i]->data % 16 == 0) && ((ts[i]->stride[0] * 2) % 16 == 0);
+    if (flags & H3_ATTN_FP8) return attention_fp8(s, ex, &a, q, D, aligned);
 #ifdef H3_HAVE_SM90A
     if (q->dtype == H3_BF16 && D == 128 && aligned && wgmma_available(s, cuda_stream(ex)))
         return cuda_attention_wgmma(&a, cuda_stream(ex));

@@ -273,6 +273,20 @@ extern "C" h3_status h3_cuda_device_info(int device, char *name, size_t name_len
     return H3_OK;
 }
 
+extern "C" int h3_cuda_fp8_attention_available(int device) {
+#ifdef H3_HAVE_SM90A
+    cudaDeviceProp prop;
+    if (device < 0 || device >= h3_cuda_device_count() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return prop.major == 9 && prop.minor == 0;
+#else
+    (void)device;
+    return 0;
+#endif
+}
+
 extern "C" h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {
     int n = h3_cuda_device_count();
     if (n == 0) return H3_ERR(H3_ERR_UNSUPPORTED, "no CUDA device is available (driver missing or no GPU)");

@@ -1108,6 +1108,14 @@ const h3_st_set *h3_dit_files(const h3_dit *d) {
     return d->have_set ? &d->set : NULL;
 }
 
+void h3_dit_set_attention(h3_dit *d, unsigned flags) {
+    d->attn_flags = flags & H3_ATTN_FP8;
+}
+
+unsigned h3_dit_attention(const h3_dit *d) {
+    return d->attn_flags;
+}
+
 h3_status h3_dit_set_chunk_rows(h3_dit *d, int64_t rows) {
     if (rows < 1) return H3_ERR(H3_ERR_INVALID, "DiT: row chunks must hold at least one row, not %lld", (long long)rows);
     if (rows != d->chunk_rows) {

@@ -202,6 +202,11 @@ const h3_st_set *h3_dit_files(const h3_dit *dit);
 /* Rows per FFN / fused-QKV / f32-island chunk (the planner's choice); frees the workspace when it changes. */
 h3_status h3_dit_set_chunk_rows(h3_dit *dit, int64_t rows);
 int64_t h3_dit_chunk_rows(const h3_dit *dit);
+/* The blocks' joint attention: 0 (bf16 on the device, f32 on the host) or H3_ATTN_FP8 (tensor/ops.h: q, k, v and
+ * P·V in e4m3; on the device Hopper only, its quantized copies in arena scratch that h3_dit_forward_mem_of counts).
+ * The text refiner's short attention stays exact. */
+void h3_dit_set_attention(h3_dit *dit, unsigned flags);
+unsigned h3_dit_attention(const h3_dit *dit);
 h3_place h3_dit_act_place(const h3_dit *dit);
 h3_dtype h3_dit_act_dtype(const h3_dit *dit);
 

@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "cuda/cuda.h"
 #include "models/dit_internal.h"
 #include "models/lora.h"
 
@@ -327,6 +328,9 @@ void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     if (L) x = max64(x, gemm_mixed_scratch(d, ch, H3_F32, &g->text_in_w, ad, L));
     if (Nv) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->video_out_w, H3_F32, Nv));
     if (Na) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->audio_out_w, H3_F32, Na));
+    /* fp8 attention: the blocks' quantized q, k, v, held during each attention (device only) */
+    if ((d->attn_flags & H3_ATTN_FP8) && d->act_place == H3_PLACE_DEVICE && S > 0)
+        x = max64(x, h3_cuda_granule(h3_cuda_attention_fp8_scratch_bytes(S, S, c->heads, c->heads)));
     out->scratch = x;
     out->inputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0) +
                   (L ? rows_bytes(L, c->text_dim, 4) : 0);
@@ -600,7 +604,7 @@ static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_
     H3_TRY(heads_view(d, &v, &t3));
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
-    H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), 0));
+    H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), cos ? d->attn_flags : 0));
     return gemm_lora(d, ex, h, &o, &w->out, unit, H3_LS_OUT);
 }
 

@@ -67,6 +67,7 @@ struct h3_dit {
     h3_dtype act_dtype; /* f32 on the host, bf16 on the device (apply_opts decides, once) */
     h3_place weight_place;
     int64_t chunk_rows;
+    unsigned attn_flags; /* h3_dit_set_attention */
     /* kept modulation */
     float *mod_t; /* [mod_n] timesteps */
     int mod_n;

@@ -1101,6 +1101,31 @@ static int64_t set_bytes(const char *source) {
     return b;
 }
 
+/* The blocks' attention for this run's DiT (--attention, h3_attention_resolve) over `rows` packed rows: set on the
+ * DiT before its plan or its stage, the choice logged and kept in the result. */
+static h3_status set_attention(gen *g, h3_dit *d, int on_cuda, int64_t rows) {
+    const h3_dit_block_weights *w = h3_dit_unit_weights(d, (int)h3_dit_get_config(d)->n_refiner_layers);
+    const int fp8w = w && w->fc1.dtype == H3_F8_E4M3 && w->fc2.dtype == H3_F8_E4M3;
+    unsigned fl = 0;
+    const int kernel = on_cuda && h3_cuda_fp8_attention_available(0) && h3_dit_get_config(d)->head_dim == 128;
+    H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, kernel, fp8w, rows, &fl, g->res.attention,
+                                sizeof g->res.attention));
+    h3_dit_set_attention(d, fl);
+    H3_INFO("DiT attention: %s", g->res.attention);
+    return H3_OK;
+}
+
+/* The packed rows of one DiT call (the refine pass's when there is one), references included. */
+static h3_status dit_rows(const gen *g, int64_t n_tokens, int64_t *rows) {
+    const h3_request *q = &g->req;
+    h3_seq_layout L;
+    const int64_t cw = q->refine_width ? q->refine_width : q->width,
+                  ch = q->refine_width ? q->refine_height : q->height;
+    H3_TRY(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, &L));
+    *rows = L.seq_len + g->ref_nv + g->ref_na;
+    return H3_OK;
+}
+
 /* Plans every stage on the device before anything loads (the text encoder included), from the headers and
  * each model's own memory function: the text encoder's layers streamed or on the host, the DiT's blocks
  * resident, streamed from pinned memory or from the file with its ring and row chunk, the audio VAE's f32
@@ -1139,6 +1164,11 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     }
     H3_CHECK(
         apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
+    {
+        int64_t rows = 0;
+        H3_CHECK(dit_rows(g, n_tokens, &rows));
+        H3_CHECK(set_attention(g, g->dit, 1, rows));
+    }
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
     const h3_audio_vae_opts ao = {.headers_only =
@@ -1526,6 +1556,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " references %d %016llx", g->refs.n,
                          (unsigned long long)rh);
             }
+            if (g->r->attention == H3_ATTN_MODE_FP8 || !strncmp(g->res.attention, "fp8", 3)) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention fp8");
+            }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " cache %g", g->r->cache_threshold);
@@ -1586,6 +1620,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             own = NULL;
         }
     }
+    if (g->res.device != H3_DEVICE_CUDA) H3_CHECK(set_attention(g, (h3_dit *)sa.dit.dit, 0, L.seq_len));
     sa.dit.text = hidden;
     sa.dit.timesteps = ps->uniq;
     sa.dit.n_timesteps = ps->n_uniq;

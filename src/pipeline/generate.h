@@ -125,6 +125,7 @@ typedef struct h3_generate_request {
     /* step caching (sample/cache.h): > 0 skips DiT calls whose output change EasyCache estimates below this
      * (H3_CACHE_THRESHOLD is ComfyUI's default); 0: off */
     double cache_threshold;
+    int attention; /* the DiT blocks' attention, an h3_attn_mode (pipeline/plan.h): auto, bf16 or fp8 */
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
     struct h3_session *session; /* what earlier runs on this model kept (pipeline/session.h); NULL: none */
@@ -232,6 +233,7 @@ typedef struct h3_generate_result {
     double dit_start_s; /* seconds from the run's start until the DiT's first model call began: the text
                          * states ready, its weights opened (on the CPU) or placed (on a GPU) and its
                          * modulation computed; every load before the DiT computes counts here */
+    char attention[96]; /* the DiT blocks' attention as run and why ("fp8 (asked)", "bf16 (auto: ...)") */
     char plan[2048];    /* h3_generate_check: the plan in words (the stages' places and peaks on a GPU; the
                          * DiT's host memory against the budget on the CPU) */
 } h3_generate_result;

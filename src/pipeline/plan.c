@@ -23,6 +23,9 @@
 
 /* ---- device figures ------------------------------------------------------------------------------------ */
 
+/* fp8 attention inside a DiT block on the H200, its quantization passes included (bench/NOTES.md "fp8 attention") */
+#define H3_H200_ATTN_FP8_TFLOPS 700.0
+
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
  * for 50 × 10.8 TFLOP; 0.184 s of norms, RoPE, SwiGLU and residuals for 50 × 19,412 × 5,376 elements), so the
@@ -33,7 +36,7 @@
  * sheet's. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, 1197.0},
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, 1197.0, H3_H200_ATTN_FP8_TFLOPS},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -52,6 +55,48 @@ const char *h3_device_figures_names(void) {
 int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
     if (cuda_name && strstr(cuda_name, "H200")) return h3_device_figures_find("h200", out);
     return 0;
+}
+
+h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
+    static const char *const names[] = {"auto", "bf16", "fp8"};
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = (h3_attn_mode)i;
+            return H3_OK;
+        }
+    return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16 or fp8", s ? s : "");
+}
+
+h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, int fp8_kernel, int fp8_weights, int64_t rows,
+                               unsigned *flags, char *why, size_t why_len) {
+    *flags = 0;
+    if (mode == H3_ATTN_MODE_FP8) {
+        if (on_cuda && !fp8_kernel) {
+            snprintf(why, why_len, "fp8 asked; no fp8 attention kernel for this GPU and model");
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "--attention fp8 runs on Hopper GPUs (sm_90, an h3run built for them) at the release's "
+                          "head size of 128 only; this GPU, build or model has no such kernel: leave --attention "
+                          "out or give bf16");
+        }
+        *flags = H3_ATTN_FP8;
+        snprintf(why, why_len, on_cuda ? "fp8 (asked)" : "fp8 (asked; on the host: the reference computation)");
+        return H3_OK;
+    }
+    if (mode == H3_ATTN_MODE_BF16) {
+        snprintf(why, why_len, "bf16 (asked)");
+        return H3_OK;
+    }
+    if (on_cuda && fp8_kernel && fp8_weights && rows >= 8192) {
+        *flags = H3_ATTN_FP8;
+        snprintf(why, why_len, "fp8 (auto: fp8 block weights, a Hopper GPU, %lld rows)", (long long)rows);
+    } else {
+        snprintf(why, why_len, "bf16 (auto: %s)",
+                 !on_cuda         ? "on the host"
+                 : !fp8_kernel    ? "no fp8 attention kernel for this GPU and model"
+                 : !fp8_weights   ? "the block weights are not fp8; --attention fp8 trades accuracy for speed"
+                                  : "under 8,192 rows, attention is a small share of the step");
+    }
+    return H3_OK;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------------------- */
@@ -142,7 +187,7 @@ double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, doubl
 
 /* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. */
 static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk,
-                           int fp8) {
+                           int fp8, int fp8_attn) {
     if (rows <= 0) return 0;
     const double H = (double)c->hidden, in = (double)h3_dit_inner(c), F = (double)c->ffn, M = (double)rows;
     const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
@@ -152,7 +197,8 @@ static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, i
     const double attn = 4.0 * M * M * in;
     /* fp8 block weights run fp8 GEMMs (W8A8) where the device has a rate for them */
     const double g = fp8 && f->gemm_fp8_tflops > 0 ? f->gemm_fp8_tflops : f->gemm_tflops;
-    return proj / (g * 1e12 * eff_all) + ffn / (g * 1e12 * eff_ch) + attn / (f->attn_tflops * 1e12) +
+    const double ar = fp8_attn && f->attn_fp8_tflops > 0 ? f->attn_fp8_tflops : f->attn_tflops;
+    return proj / (g * 1e12 * eff_all) + ffn / (g * 1e12 * eff_ch) + attn / (ar * 1e12) +
            M * H * f->eltwise_ns_per_kelem * 1e-12;
 }
 
@@ -249,6 +295,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
 
     h3_dit_forward_mem fm;
     h3_dit_forward_mem_of(x->m->dit, chunk, 0, x->S, x->L, x->Nv, x->Na, x->n_t, &fm);
+    p->attention = h3_dit_attention(x->m->dit);
     p->dev_backend = H3_CUDA_BACKEND_BYTES + (ds->quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
     p->dev_globals = ds->globals;
     for (int u = 0; u < ds->n_units; u++)
@@ -315,7 +362,8 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     h3_sim_unit su[H3_PLAN_MAX_UNITS] = {{0}}, sr[H3_PLAN_MAX_UNITS] = {{0}};
     for (int u = 0; u < ds->n_units; u++) {
         int64_t rows = u < ds->n_ref ? x->L : x->S;
-        su[u].compute = unit_seconds(x->c, f, rows, chunk, ds->fp8);
+        su[u].compute = unit_seconds(x->c, f, rows, chunk, ds->fp8,
+                                     u >= x->c->n_refiner_layers && (h3_dit_attention(x->m->dit) & H3_ATTN_FP8));
         su[u].copy = (double)ds->unit_bytes[u] / (f->pinned_gbs * 1e9);
         su[u].read = (double)ds->unit_bytes[u] / (f->disk_gbs * 1e9);
         su[u].tier = (h3_tier)p->tier[u];
@@ -1219,6 +1267,9 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
             t->n_resident, t->n_units, t->n_pinned, t->n_disk, t->n_slots,
             h3_budget_str(t->slot_bytes, a, sizeof a),
             t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
+    appendf(o, n, "  attention: %s\n",
+            t->attention & H3_ATTN_FP8 ? "fp8 (e4m3 q, k, v and P·V, per-block scales; Hopper's kernel)"
+                                       : "bf16 (exact softmax, bf16 operands)");
     appendf(o, n, "  blocks: ");
     for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
     appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");

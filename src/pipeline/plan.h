@@ -67,7 +67,23 @@ typedef struct h3_device_figures {
     double f32_tflops;           /* f32 GEMMs without TF32 (the audio VAE's convolutions) */
     double cache_gbs;            /* file reads out of the page cache, through the streamer, GB/s */
     double gemm_fp8_tflops;      /* fp8 (e4m3) W8A8 GEMM inside a DiT block; 0: the bf16 rate */
+    double attn_fp8_tflops;      /* fp8 attention (H3_ATTN_FP8) inside a DiT block, its quantization included; 0:
+                                  * the bf16 rate */
 } h3_device_figures;
+/* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
+ * host), FP8 e4m3 q, k, v and P·V (H3_ATTN_FP8). */
+typedef enum { H3_ATTN_MODE_AUTO = 0, H3_ATTN_MODE_BF16, H3_ATTN_MODE_FP8 } h3_attn_mode;
+/* "auto", "bf16", "fp8" into *out; H3_ERR_INVALID naming the choices for anything else. */
+h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out);
+/* The attention a DiT stage runs: mode as asked; on_cuda: the stage runs on a GPU, fp8_kernel: that GPU runs fp8
+ * attention (h3_cuda_fp8_attention_available); fp8_weights: the blocks' GEMM weights are e4m3; rows: the packed
+ * sequence. AUTO takes fp8 only where the user already chose fp8 precision for the blocks, on a GPU with the
+ * kernel, at 8,192 rows or more (where attention is a large share of the step); bf16 elsewhere. An explicit fp8
+ * on a GPU without the kernel is an error (H3_ERR_UNSUPPORTED) naming the fix; on the host it runs the reference.
+ * *flags gets 0 or H3_ATTN_FP8; why (why_len bytes) says what was picked and why. */
+h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, int fp8_kernel, int fp8_weights, int64_t rows,
+                               unsigned *flags, char *why, size_t why_len);
+
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
 int h3_device_figures_find(const char *name, h3_device_figures *out);
 /* The names known, comma-separated. */
@@ -146,6 +162,7 @@ typedef struct h3_dit_plan {
     int64_t dev_backend, dev_globals, dev_resident, dev_slots, dev_modulation;
     int64_t dev_workspace, dev_io,
         dev_scratch; /* forward: kept buffers, caller's tensors, transient scratch */
+    unsigned attention; /* the blocks' attention flags (h3_dit_attention: 0 or H3_ATTN_FP8) as planned */
     int64_t dev_precompute_scratch;
     int64_t dev_lora; /* a LoRA's side factors (every slot counted) and scratch, or its merge's scratch */
     int64_t dev_peak_forward, dev_peak_precompute, dev_peak;

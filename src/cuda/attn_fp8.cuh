@@ -1,0 +1,358 @@
+/* fp8 attention on Hopper (H3_ATTN_FP8, sm_90a): attn_wgmma8 with e4m3 operands.
+ *
+ * The quantization (docs/CUDA.md "fp8 attention"; the CPU computes the same, cpu_attn.c): q and k in e4m3
+ * with one scale per head and block of 128 rows (max|x| / 448), v in e4m3 with one scale per head and channel
+ * over all keys; S = Q·Kᵀ on m64n128k32 e4m3 wgmma (both operands K-major in shared memory, one 128-byte
+ * swizzled panel per row); the online softmax in fp32, its probabilities taken as exp2(s − max + 8) (at most
+ * 256, FA3's offset) and rounded to e4m3; O += P·V with P in registers and V transposed in shared memory ([128
+ * channels][128 keys], K-major: Hopper's fp8 wgmma reads no MN-major operand). The register layout of an fp8
+ * A operand (row g: columns 4·t4..4·t4+3 and 16 + the same of each 32-key slice) differs from the layout the
+ * S accumulators come in (row g: columns 8j + 2·t4, +1); instead of moving bytes between threads, the
+ * transposed V stores its keys in the order the registers already hold (attn_fp8_key), which leaves P·V's sum
+ * unchanged. */
+#ifndef H3_ATTN_FP8_CUH
+#define H3_ATTN_FP8_CUH
+
+#include <cuda_fp8.h>
+
+#include "cuda/attn_wgmma.cuh"
+
+#define FP8_P_OFFSET 8.0f /* p = exp2(s − max + 8): at most 256 (e4m3 reaches 448), small ones stay normal */
+
+static inline size_t wg8_fp8_smem_bytes(int stages) {
+    return (size_t)(WG_BQ + 2 * stages * WG_BK) * 128 + 1024 + 256;
+}
+
+/* Tensor maps of the fp8 operands: q [Sq, Hq·128] and k [Sk, Hk·128] bytes, vt [Hk·128, ldv] bytes; boxes of
+ * 128 by 128 bytes (one swizzled panel). Returns a CUresult (0 on success). */
+static inline int attn_fp8_make_tmaps(attn_tmaps *m, const attn_args *a) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000,
+                                             cudaEnableDefault, &qr) != cudaSuccess ||
+            qr != cudaDriverEntryPointSuccess || !encode)
+            return -1;
+    }
+    struct {
+        CUtensorMap *map;
+        const void *ptr;
+        int64_t cols, rows, ld;
+    } t[3] = {{&m->q, a->q, (int64_t)a->Hq * 128, a->Sq, a->ldq},
+              {&m->k, a->k, (int64_t)a->Hk * 128, a->Sk, a->ldk},
+              {&m->v, a->v, a->ldv, (int64_t)a->Hk * 128, a->ldv}};
+    for (int i = 0; i < 3; i++) {
+        cuuint64_t dims[2] = {(cuuint64_t)t[i].cols, (cuuint64_t)t[i].rows};
+        cuuint64_t strides[1] = {(cuuint64_t)t[i].ld};
+        cuuint32_t box[2] = {128, 128}, es[2] = {1, 1};
+        CUresult r = encode(t[i].map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)t[i].ptr, dims, strides, box,
+                            es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) return (int)r;
+    }
+    return 0;
+}
+
+#ifdef H3_WGMMA_COMPILED
+/* D (64x128 f32) (+)= A·B, e4m3, both in shared memory (K-major). */
+__device__ __forceinline__ void wgmma_ss_m64n128_e4m3(float *d, uint64_t da, uint64_t db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+        "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+        "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+        "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+/* D += A·B, e4m3, A (64x32) in registers, B in shared memory (K-major). */
+__device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
+                                                      uint32_t a3, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+                 "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+                 "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+                 "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+                 "%63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                   "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+    return lo | (hi << 16);
+}
+#endif
+
+#ifdef H3_WGMMA_COMPILED
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+/* fa_softmax for the fp8 kernel, with fewer instructions per score (the softmax, not the tensor cores, bounds this
+ * kernel): the max is taken over the raw scores (sc > 0), each probability is one FFMA and one ex2,
+ * p = exp2(s·sc − max + FP8_P_OFFSET), and l sums those (the offset cancels in O / l). (Exponents in half precision,
+ * two per ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124, the conversions to and from
+ * f16 costing more than the special-function work they save.) */
+__device__ __forceinline__ void fa_softmax_fp8(float (&s)[64], fa_rows &r, const attn_args &a, float sc, int kbase,
+                                               bool full, int row0, int row1, int shift, int t4, float &c0,
+                                               float &c1) {
+#ifdef H3_WGMMA_COMPILED
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (full) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+            mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = kbase + j * 8 + t4 * 2 + e;
+                bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
+                bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
+                if (bad0) s[4 * j + e] = -INFINITY;
+                if (bad1) s[4 * j + 2 + e] = -INFINITY;
+                mx0 = fmaxf(mx0, s[4 * j + e]);
+                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+            }
+        }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = fmaxf(r.m0, mx0 * sc);
+    mx1 = fmaxf(r.m1, mx1 * sc);
+    c0 = mx0 == -INFINITY ? 1.0f : ex2_approx(r.m0 - mx0);
+    c1 = mx1 == -INFINITY ? 1.0f : ex2_approx(r.m1 - mx1);
+    const float b0 = mx0 == -INFINITY ? 0.0f : mx0 - FP8_P_OFFSET, b1 = mx1 == -INFINITY ? 0.0f : mx1 - FP8_P_OFFSET;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        s[4 * j] = ex2_approx(fmaf(s[4 * j], sc, -b0));
+        s[4 * j + 1] = ex2_approx(fmaf(s[4 * j + 1], sc, -b0));
+        s[4 * j + 2] = ex2_approx(fmaf(s[4 * j + 2], sc, -b1));
+        s[4 * j + 3] = ex2_approx(fmaf(s[4 * j + 3], sc, -b1));
+        sum0 += s[4 * j] + s[4 * j + 1];
+        sum1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+    r.l0 = r.l0 * c0 + sum0;
+    r.l1 = r.l1 * c1 + sum1;
+    r.m0 = mx0;
+    r.m1 = mx1;
+#endif
+}
+
+/* O *= c per row (skipped where the row's max did not move), and the probabilities in s into the e4m3 A fragments
+ * of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's order), row
+ * g+8's, then the same of the second 16). */
+__device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], uint32_t (&p)[16], const float (&s)[64], float c0,
+                                                    float c1) {
+#ifdef H3_WGMMA_COMPILED
+    if (c0 != 1.0f) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c0;
+            o[4 * j + 1] *= c0;
+        }
+    }
+    if (c1 != 1.0f) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j + 2] *= c1;
+            o[4 * j + 3] *= c1;
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const int b = 16 * kk;
+        p[4 * kk] = pack_e4m3x4(s[b], s[b + 1], s[b + 4], s[b + 5]);
+        p[4 * kk + 1] = pack_e4m3x4(s[b + 2], s[b + 3], s[b + 6], s[b + 7]);
+        p[4 * kk + 2] = pack_e4m3x4(s[b + 8], s[b + 9], s[b + 12], s[b + 13]);
+        p[4 * kk + 3] = pack_e4m3x4(s[b + 10], s[b + 11], s[b + 14], s[b + 15]);
+    }
+#endif
+}
+
+/* O · vs[channel] / l into the output rows (bf16), rows past Sq skipped. */
+__device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, const attn_args &a, int h,
+                                             int hk, int row0, int row1, int t4) {
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 2);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 1);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
+    float inv0 = r.l0 > 0.0f ? 1.0f / r.l0 : 0.0f, inv1 = r.l1 > 0.0f ? 1.0f / r.l1 : 0.0f;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;
+    const float *vs = a.vs + (int64_t)hk * 128;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        int col = j * 8 + t4 * 2;
+        const float v0 = vs[col], v1 = vs[col + 1];
+        if (row0 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j] * inv0 * v0, o[4 * j + 1] * inv0 * v1);
+        if (row1 < a.Sq)
+            *(__nv_bfloat162 *)(O + (int64_t)row1 * a.ldo + col) =
+                __floats2bfloat162_rn(o[4 * j + 2] * inv1 * v0, o[4 * j + 3] * inv1 * v1);
+    }
+}
+
+/* attn_wgmma8's schedule (TMA producer, two consumer warpgroups in ping-pong, softmax of block j beside P·V
+ * of block j-1) on e4m3 tiles of 16 KB. */
+template <int STAGES>
+__global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant__ attn_tmaps maps, attn_args a) {
+#ifndef H3_WGMMA_COMPILED
+    __trap();
+#else
+    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
+    unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    constexpr int QB = WG_BQ * 128, KB = WG_BK * 128;
+    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + STAGES * KB;
+    uint64_t *bars = (uint64_t *)(base + QB + 2 * STAGES * KB);
+    uint64_t *q_full = bars, *k_full = bars + 1, *v_full = bars + 1 + STAGES,
+             *k_empty = bars + 1 + 2 * STAGES, *v_empty = bars + 1 + 3 * STAGES;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
+    const int q0 = blockIdx.x * WG_BQ;
+    const int shift = a.Sk - a.Sq;
+    int kend = a.Sk;
+    if (a.causal) {
+        kend = q0 + WG_BQ + shift;
+        if (kend > a.Sk) kend = a.Sk;
+        if (kend < 0) kend = 0;
+    }
+    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&k_full[s], 1);
+            mbar_init(&v_full[s], 1);
+            mbar_init(&k_empty[s], 256);
+            mbar_init(&v_empty[s], 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (tid == 0) {
+            mbar_expect_tx(q_full, QB);
+            tma_load_2d(sQ, &maps.q, h * 128, q0, q_full);
+            for (int kb = 0; kb < nkb; kb++) {
+                const int s = kb % STAGES, n = kb / STAGES;
+                if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
+                mbar_expect_tx(&k_full[s], KB);
+                tma_load_2d(sK + s * KB, &maps.k, hk * 128, kb * WG_BK, &k_full[s]);
+                if (n > 0) mbar_wait(&v_empty[s], (n - 1) & 1);
+                mbar_expect_tx(&v_full[s], KB);
+                tma_load_2d(sV + s * KB, &maps.v, kb * WG_BK, hk * 128, &v_full[s]);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    const int cw = wg - 1, ctid = tid - 128, warp = (ctid >> 5) & 3, lane = ctid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int my_bar = 1 + cw, other_bar = 2 - cw;
+    float o[64], s[64];
+    uint32_t p[16];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) p[i] = 0;
+    fa_rows rs = {-INFINITY, -INFINITY, 0.0f, 0.0f};
+    const int row0 = q0 + cw * 64 + warp * 16 + g, row1 = row0 + 8;
+    const int rowmin = q0 + cw * 64;
+    const int nkb_all = (a.Sk + WG_BK - 1) / WG_BK;
+    const float qscale = a.scale_log2 * a.qs[(int64_t)h * gridDim.x + blockIdx.x];
+    const float *kscale = a.ks + (int64_t)hk * nkb_all;
+    auto softmax = [&](int kb, float &c0, float &c1) {
+        const int kbase = kb * WG_BK;
+        const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
+        fa_softmax_fp8(s, rs, a, qscale * kscale[kb], kbase, full, row0, row1, shift, t4, c0, c1);
+    };
+    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack_fp8(o, p, s, c0, c1); };
+    auto issue_s = [&](int kb) {
+        const unsigned char *tK = sK + (kb % STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint64_t da = wg_desc(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
+            uint64_t db = wg_desc(tK + kk * 32, 16, 1024);
+            wgmma_ss_m64n128_e4m3(s, da, db, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_pv = [&](int kb) {
+        const unsigned char *tV = sV + (kb % STAGES) * KB;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint64_t db = wg_desc(tV + kk * 32, 16, 1024);
+            wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
+        }
+        wgmma_commit();
+    };
+
+    if (nkb > 0) {
+        float c0, c1;
+        mbar_wait(q_full, 0);
+        if (cw == 1) named_arrive(other_bar); /* consumer 0 issues first */
+        mbar_wait(&k_full[0], 0);
+        named_sync(my_bar);
+        wgmma_fence();
+        issue_s(0);
+        if (!(cw == 1 && nkb == 1)) named_arrive(other_bar);
+        wgmma_wait0();
+        mbar_arrive(&k_empty[0]);
+        softmax(0, c0, c1);
+        rescale_pack(c0, c1);
+        for (int kb = 1; kb < nkb; kb++) {
+            const int st = kb % STAGES, ps = (kb - 1) % STAGES;
+            mbar_wait(&k_full[st], (kb / STAGES) & 1);
+            mbar_wait(&v_full[ps], ((kb - 1) / STAGES) & 1);
+            named_sync(my_bar);
+            wgmma_fence();
+            issue_s(kb);
+            issue_pv(kb - 1);
+            if (!(cw == 1 && kb == nkb - 1)) named_arrive(other_bar);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            mbar_arrive(&k_empty[st]);
+            softmax(kb, c0, c1);
+            wgmma_wait0();
+            mbar_arrive(&v_empty[ps]);
+            rescale_pack(c0, c1);
+        }
+        mbar_wait(&v_full[(nkb - 1) % STAGES], ((nkb - 1) / STAGES) & 1);
+        wgmma_fence();
+        issue_pv(nkb - 1);
+        wgmma_wait0();
+    }
+    fa_store_fp8(o, rs, a, h, hk, row0, row1, t4);
+#endif
+}
+
+#endif
