@@ -125,7 +125,8 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     m.dit = dit;
     m.dit_weights_pinned = 1;
     m.host_threads = 1;
-    h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    h3_plan_request req = {
+        .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS};
     h3_plan_budgets b = {budget, ram};
     static h3_plan plan;
     TRY(h3_plan_make(&m, &req, &b, fig, &plan));
@@ -386,7 +387,8 @@ int main(int argc, char **argv) {
         memset(&m, 0, sizeof m);
         m.dit = dit;
         m.dit_weights_pinned = 1;
-        h3_plan_request req = {w->frames, w->w, w->h, 128, N_TIMESTEPS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        h3_plan_request req = {
+            .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS};
         h3_plan_budgets b = {(int64_t)8 << 30, 0};
         static h3_plan plan;
         TRY(h3_plan_make(&m, &req, &b, NULL, &plan));

@@ -154,9 +154,12 @@ static h3_plan_model full_model(void) {
     return m;
 }
 
-static const h3_plan_request W124 = {124, 960, 544, 128, 40, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-static const h3_plan_request W73 = {73, 960, 544, 128, 40, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-static const h3_plan_request W362 = {362, 960, 544, 128, 40, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+static const h3_plan_request W124 = {
+    .frames = 124, .width = 960, .height = 544, .text_tokens = 128, .n_timesteps = 40, .steps = 20};
+static const h3_plan_request W73 = {
+    .frames = 73, .width = 960, .height = 544, .text_tokens = 128, .n_timesteps = 40, .steps = 20};
+static const h3_plan_request W362 = {
+    .frames = 362, .width = 960, .height = 544, .text_tokens = 128, .n_timesteps = 40, .steps = 20};
 
 static h3_plan *plan_at(const h3_plan_request *r, int64_t vram, int64_t ram) {
     static h3_plan p;

@@ -210,7 +210,7 @@ int h3_cmd_plan(int argc, char **argv) {
     }
 
     h3_plan_request req = {
-        H3_DEFAULT_FRAMES, H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, tokens, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        .frames = H3_DEFAULT_FRAMES, .width = H3_DEFAULT_WIDTH, .height = H3_DEFAULT_HEIGHT, .text_tokens = tokens};
     double denoise = 0;
     if (work) {
         const h3_workload *w = h3_workload_find(work);

@@ -1223,9 +1223,18 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
             if (g->ctx[c].n_img > vn) vg = (const int64_t(*)[3])g->ctx[c].grid, vn = g->ctx[c].n_img;
         if (g->vis && vn) m.te_vision_bytes = h3_vision_device_bytes(g->vis, vg, vn);
     }
-    h3_plan_request pr = {
-        q->frames,       q->width,         q->height,   n_tokens,        g->n_uniq, (g->sch.n - 1) * g->win.n,
-        q->refine_width, q->refine_height, g->n_uniq_r, g->refine_calls * g->win.n, g->kf.n, q->window, 0, 0, 0, 0, 0, 0};
+    h3_plan_request pr = {.frames = q->frames,
+                          .width = q->width,
+                          .height = q->height,
+                          .text_tokens = n_tokens,
+                          .n_timesteps = g->n_uniq,
+                          .steps = (g->sch.n - 1) * g->win.n,
+                          .refine_width = q->refine_width,
+                          .refine_height = q->refine_height,
+                          .refine_timesteps = g->n_uniq_r,
+                          .refine_steps = g->refine_calls * g->win.n,
+                          .keyframes = g->kf.n,
+                          .window_frames = q->window};
     pr.ref_video_rows = g->ref_nv;
     pr.ref_audio_rows = g->ref_na;
     h3_audio_enc_config acfg;
