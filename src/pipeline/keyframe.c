@@ -206,6 +206,40 @@ done:
     return st;
 }
 
+h3_status h3_video_condition(h3_exec *ex, h3_video_enc *e, const uint8_t *rgb, int64_t F, int64_t H, int64_t W,
+                             int64_t lt, int64_t lh, int64_t lw, uint64_t seed, uint32_t stream, int64_t noise_at,
+                             float *clean, float *rows, const char *what) {
+    h3_status st = H3_OK;
+    h3_tensor px = {0}, lat = {0};
+    float *noise = NULL, *mixed = NULL;
+    const int64_t P = H * W, ps[5] = {1, 3, F, H, W}, ls[5] = {1, H3_LATENT_CHANNELS, lt, lh, lw};
+    H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
+    uint8_t *p = px.data;
+    for (int64_t f = 0; f < F; f++) {
+        const uint8_t *src = rgb + (size_t)f * (size_t)P * 3;
+        for (int64_t c = 0; c < 3; c++)
+            for (int64_t i = 0; i < P; i++) p[(c * F + f) * P + i] = src[i * 3 + c];
+    }
+    H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
+    H3_CHECK_CTX(h3_stage_video_encode(ex, e, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding %s", what);
+    h3_tensor_free(&px);
+    const int64_t per = h3_tensor_numel(&lat);
+    noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+    mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
+    if (!noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for %s", what);
+    h3_rng_normal_at(seed, stream, (uint64_t)noise_at, noise, (size_t)per);
+    const float *x0 = lat.data, t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
+    if (clean) memcpy(clean, x0, (size_t)per * sizeof(float));
+    for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
+    h3_video_patchify(mixed, lt, lh, lw, rows);
+done:
+    h3_tensor_free(&px);
+    h3_tensor_free(&lat);
+    h3_free(noise);
+    h3_free(mixed);
+    return st;
+}
+
 h3_status h3_keyframes_condition(h3_exec *ex, h3_video_enc *e, const h3_keyframe_set *s, uint64_t seed,
                                  h3_tensor *clean, float **rows_out,
                                  h3_status (*on_done)(void *user, int done, int total), void *user) {
@@ -214,41 +248,23 @@ h3_status h3_keyframes_condition(h3_exec *ex, h3_video_enc *e, const h3_keyframe
     *rows_out = NULL;
     const int64_t H = s->height, W = s->width, lh = H / H3_VAE_SPATIAL, lw = W / H3_VAE_SPATIAL;
     const int64_t per = (int64_t)H3_LATENT_CHANNELS * lh * lw, per_rows = (lh / 2) * (lw / 2);
-    h3_tensor px = {0}, lat = {0};
-    float *rows = NULL, *noise = NULL, *mixed = NULL;
+    float *rows = NULL;
     const int64_t cs[5] = {s->n, H3_LATENT_CHANNELS, 1, lh, lw};
     H3_CHECK(h3_tensor_alloc(clean, H3_PLACE_HOST, H3_F32, 5, cs, H3_MEM_ACTIVATIONS));
-    const int64_t ps[5] = {1, 3, 1, H, W};
-    H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
-    const int64_t ls[5] = {1, H3_LATENT_CHANNELS, 1, lh, lw};
-    H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
     rows = h3_malloc((size_t)(s->n * per_rows * H3_VIDEO_ROW_DIM) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
-    noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-    mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-    if (!rows || !noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframes' latents");
-    const float t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
+    if (!rows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the keyframes' latents");
     for (int k = 0; k < s->n; k++) {
-        uint8_t *p = px.data;
-        const uint8_t *src = s->rgb[k];
-        for (int64_t c = 0; c < 3; c++)
-            for (int64_t i = 0; i < H * W; i++) p[c * H * W + i] = src[i * 3 + c];
-        H3_CHECK_CTX(h3_stage_video_encode(ex, e, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding the keyframe %s",
-                     s->path[k]);
-        const float *x0 = lat.data;
-        memcpy((float *)clean->data + (size_t)k * per, x0, (size_t)per * sizeof(float));
-        h3_rng_normal_at(seed, H3_RNG_STREAM_KEYFRAME, (uint64_t)k * (uint64_t)per, noise, (size_t)per);
-        for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
-        h3_video_patchify(mixed, 1, lh, lw, rows + (size_t)k * per_rows * H3_VIDEO_ROW_DIM);
+        char what[1100];
+        snprintf(what, sizeof what, "the keyframe %s", s->path[k]);
+        H3_CHECK(h3_video_condition(ex, e, s->rgb[k], 1, H, W, 1, lh, lw, seed, H3_RNG_STREAM_KEYFRAME,
+                                    (int64_t)k * per, (float *)clean->data + (size_t)k * per,
+                                    rows + (size_t)k * per_rows * H3_VIDEO_ROW_DIM, what));
         if (on_done) H3_CHECK(on_done(user, k + 1, s->n));
     }
     *rows_out = rows;
     rows = NULL;
 done:
-    h3_tensor_free(&px);
-    h3_tensor_free(&lat);
     h3_free(rows);
-    h3_free(noise);
-    h3_free(mixed);
     if (st != H3_OK) h3_tensor_free(clean);
     return st;
 }

@@ -74,6 +74,15 @@ h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc,
                                const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids, uint8_t **tags,
                                int64_t *n, h3_tensor *pixels, int64_t (**grid)[3]);
 
+/* One conditioning item (a keyframe; an image or video reference, pipeline/reference.h): its F frames of
+ * interleaved RGB (H x W) as planar pixels through the video VAE's encoder at its place (h3_stage_video_encode) into
+ * [24, lt, lh, lw] latents, copied to clean (NULL: not kept), mixed to t = H3_KEYFRAME_T with the noise of (seed,
+ * stream) from position noise_at, and patchified into rows [lt·(lh/2)·(lw/2), 96]. what names the item in an error
+ * ("the keyframe a.png"). */
+h3_status h3_video_condition(h3_exec *ex, h3_video_enc *e, const uint8_t *rgb, int64_t F, int64_t H, int64_t W,
+                             int64_t lt, int64_t lh, int64_t lw, uint64_t seed, uint32_t stream, int64_t noise_at,
+                             float *clean, float *rows, const char *what);
+
 /* Rule 4: clean [K, 24, 1, H/16, W/16] (allocated here: the normalized conditioning latents) and rows
  * [K·(H/32)·(W/32), 96] (h3_malloc'd: the noised keyframe rows in packed order) of the keyframes, with the
  * encoder e where it was placed, the request's seed for the mix. on_done (may be NULL) after each keyframe. */

@@ -415,8 +415,7 @@ h3_status h3_refs_encode_visuals(h3_exec *ex, h3_video_enc *ve, const h3_ref_set
     int64_t nv = 0, na = 0;
     h3_ref_blocks_rows(s->n, blocks, &nv, &na);
     if (nv && !ve) return H3_ERR(H3_ERR_INVALID, "references: image or video rows without the video VAE's encoder");
-    float *vrows = NULL, *clean = NULL, *noise = NULL, *mixed = NULL;
-    h3_tensor px = {0}, lat = {0};
+    float *vrows = NULL, *clean = NULL;
     vrows = h3_malloc((size_t)(nv * H3_VIDEO_ROW_DIM) * sizeof(float) + 8, H3_MEM_ACTIVATIONS);
     if (!vrows) H3_FAIL(H3_ERR_NOMEM, "out of memory for the references' rows");
     if (clean_out) {
@@ -426,42 +425,18 @@ h3_status h3_refs_encode_visuals(h3_exec *ex, h3_video_enc *ve, const h3_ref_set
     int64_t vo = 0, noise_at = 0;
     int done = 0, total = 0;
     for (int k = 0; k < s->n; k++) total += blocks[k].kind != H3_REF_AUDIO;
-    const float t = H3_KEYFRAME_T, keep = 1.0f - H3_KEYFRAME_T;
     for (int k = 0; k < s->n; k++) {
         const h3_ref *r = &s->r[k];
         const h3_ref_block *b = &blocks[k];
         if (b->kind == H3_REF_AUDIO) continue;
-        /* the pixels through the video VAE's encoder, sampled, mixed to 0.999 */
+        /* the pixels through the video VAE's encoder, mixed to 0.999 (the keyframes' conditioning) */
         const int64_t F = b->kind == H3_REF_IMAGE ? 1 : ((r->frames - 5) / H3_FRAMES_CHUNK) * H3_FRAMES_CHUNK + 5;
-        const int64_t H = r->h, W = r->w, P = H * W;
-        const int64_t ps[5] = {1, 3, F, H, W};
-        H3_CHECK(h3_tensor_alloc(&px, H3_PLACE_HOST, H3_U8, 5, ps, H3_MEM_ACTIVATIONS));
-        uint8_t *p = px.data;
-        for (int64_t f = 0; f < F; f++) {
-            const uint8_t *src = r->rgb + (size_t)f * (size_t)P * 3;
-            for (int64_t c = 0; c < 3; c++)
-                for (int64_t i = 0; i < P; i++) p[(c * F + f) * P + i] = src[i * 3 + c];
-        }
-        const int64_t ls[5] = {1, H3_LATENT_CHANNELS, b->lt, b->lh, b->lw};
-        H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 5, ls, H3_MEM_ACTIVATIONS));
-        H3_CHECK_CTX(h3_stage_video_encode(ex, ve, &px, 1, H3_KEYFRAME_SEED, &lat), "encoding the %s reference %s",
-                     kind_name(r->kind), r->path);
-        h3_tensor_free(&px);
-        const int64_t per = h3_tensor_numel(&lat);
-        noise = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-        mixed = h3_malloc((size_t)per * sizeof(float), H3_MEM_ACTIVATIONS);
-        if (!noise || !mixed) H3_FAIL(H3_ERR_NOMEM, "out of memory for the reference %s", r->path);
-        h3_rng_normal_at(seed, H3_RNG_STREAM_REFERENCE, (uint64_t)noise_at, noise, (size_t)per);
-        const float *x0 = lat.data;
-        if (clean) memcpy(clean + noise_at, x0, (size_t)per * sizeof(float));
-        noise_at += per;
-        for (int64_t i = 0; i < per; i++) mixed[i] = t * x0[i] + keep * noise[i];
-        h3_video_patchify(mixed, b->lt, b->lh, b->lw, vrows + vo * H3_VIDEO_ROW_DIM);
+        char what[1100];
+        snprintf(what, sizeof what, "the %s reference %s", kind_name(r->kind), r->path);
+        H3_CHECK(h3_video_condition(ex, ve, r->rgb, F, r->h, r->w, b->lt, b->lh, b->lw, seed, H3_RNG_STREAM_REFERENCE,
+                                    noise_at, clean ? clean + noise_at : NULL, vrows + vo * H3_VIDEO_ROW_DIM, what));
+        noise_at += (int64_t)H3_LATENT_CHANNELS * b->lt * b->lh * b->lw;
         vo += b->lt * (b->lh / 2) * (b->lw / 2);
-        h3_free(noise);
-        h3_free(mixed);
-        noise = mixed = NULL;
-        h3_tensor_free(&lat);
         if (on_done) H3_CHECK(on_done(user, ++done, total));
     }
     if (vo != nv) H3_FAIL(H3_ERR_INTERNAL, "the references' video rows do not add up");
@@ -469,10 +444,6 @@ h3_status h3_refs_encode_visuals(h3_exec *ex, h3_video_enc *ve, const h3_ref_set
     if (clean_out) *clean_out = clean;
     vrows = clean = NULL;
 done:
-    h3_tensor_free(&px);
-    h3_tensor_free(&lat);
-    h3_free(noise);
-    h3_free(mixed);
     h3_free(vrows);
     h3_free(clean);
     return st;
