@@ -117,12 +117,61 @@ h3_status h3_keyframes_fit(h3_keyframe_set *s, int64_t width, int64_t height, in
     return H3_OK;
 }
 
+/* Appends the tokens of text (tagged text). */
+h3_status h3_present_text(const h3_tokenizer *tok, const char *text, int32_t **ids, uint8_t **tags, int64_t *n,
+                          int64_t *cap) {
+    int32_t *t = NULL;
+    int64_t nt = 0;
+    H3_TRY(h3_tokenizer_encode(tok, text, &t, &nt));
+    if (*n + nt > *cap) {
+        const int64_t nc = (*n + nt) * 2 + 64;
+        int32_t *a = h3_realloc(*ids, (size_t)nc * sizeof(int32_t), H3_MEM_OTHER);
+        if (a) *ids = a;
+        uint8_t *b = a ? h3_realloc(*tags, (size_t)nc, H3_MEM_OTHER) : NULL;
+        if (b) *tags = b;
+        if (!a || !b) {
+            h3_free(t);
+            return H3_ERR(H3_ERR_NOMEM, "out of memory for the presentation");
+        }
+        *cap = nc;
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        (*ids)[*n] = t[i];
+        (*tags)[(*n)++] = H3_TAG_TEXT;
+    }
+    h3_free(t);
+    return H3_OK;
+}
+
+/* Appends a vision block of np pads. */
+h3_status h3_present_vision(const int32_t sp[3], int32_t pad, int64_t np, int32_t **ids, uint8_t **tags,
+                            int64_t *n, int64_t *cap) {
+    if (*n + np + 2 > *cap) {
+        const int64_t nc = (*n + np + 2) * 2 + 64;
+        int32_t *a = h3_realloc(*ids, (size_t)nc * sizeof(int32_t), H3_MEM_OTHER);
+        if (a) *ids = a;
+        uint8_t *b = a ? h3_realloc(*tags, (size_t)nc, H3_MEM_OTHER) : NULL;
+        if (b) *tags = b;
+        if (!a || !b) return H3_ERR(H3_ERR_NOMEM, "out of memory for the presentation");
+        *cap = nc;
+    }
+    (*ids)[*n] = sp[0];
+    (*tags)[(*n)++] = H3_TAG_VIDEO;
+    for (int64_t i = 0; i < np; i++) {
+        (*ids)[*n] = pad;
+        (*tags)[(*n)++] = H3_TAG_VIDEO;
+    }
+    (*ids)[*n] = sp[2];
+    (*tags)[(*n)++] = H3_TAG_VIDEO;
+    return H3_OK;
+}
+
 h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc, const h3_keyframe_set *s,
                                const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids_out,
                                uint8_t **tags_out, int64_t *n_out, h3_tensor *pixels,
                                int64_t (**grid_out)[3]) {
     h3_status st = H3_OK;
-    int32_t *ids = NULL, *lab = NULL;
+    int32_t *ids = NULL;
     uint8_t *tags = NULL;
     int64_t (*grid)[3] = NULL;
     h3_tensor parts[H3_MAX_KEYFRAMES];
@@ -158,24 +207,18 @@ h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc,
     for (int k = 0; k < s->n; k++) {
         char label[32];
         snprintf(label, sizeof label, "<Picture %d>: ", k + 1);
-        int64_t nl = 0;
-        H3_CHECK(h3_tokenizer_encode(tok, label, &lab, &nl));
-        if (nl > 30) H3_FAIL(H3_ERR_FORMAT, "the tokenizer splits \"%s\" into %lld tokens", label, (long long)nl);
-        for (int64_t i = 0; i < nl; i++) {
-            ids[n] = lab[i];
-            tags[n++] = H3_TAG_TEXT;
-        }
-        h3_free(lab);
-        lab = NULL;
-        const int64_t np = grid[k][0] * grid[k][1] * grid[k][2] / (vc->merge * vc->merge);
-        ids[n] = sp[0];
-        tags[n++] = H3_TAG_VIDEO;
-        for (int64_t i = 0; i < np; i++) {
-            ids[n] = sp[1];
-            tags[n++] = H3_TAG_VIDEO;
-        }
-        ids[n] = sp[2];
-        tags[n++] = H3_TAG_VIDEO;
+        H3_CHECK(h3_present_text(tok, label, &ids, &tags, &n, &cap));
+        H3_CHECK(h3_present_vision(sp, sp[1], grid[k][0] * grid[k][1] * grid[k][2] / (vc->merge * vc->merge), &ids,
+                                   &tags, &n, &cap));
+    }
+    if (n + n_prompt > cap) { /* the prompt after the blocks: room for it */
+        const int64_t nc = n + n_prompt;
+        int32_t *a = h3_realloc(ids, (size_t)nc * sizeof *ids, H3_MEM_OTHER);
+        if (a) ids = a;
+        uint8_t *b = a ? h3_realloc(tags, (size_t)nc, H3_MEM_OTHER) : NULL;
+        if (b) tags = b;
+        if (!a || !b) H3_FAIL(H3_ERR_NOMEM, "out of memory for the presentation");
+        cap = nc;
     }
     for (int64_t i = 0; i < n_prompt; i++) {
         ids[n] = prompt_ids[i];
@@ -199,7 +242,6 @@ h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc,
     grid = NULL;
 done:
     for (int k = 0; k < H3_MAX_KEYFRAMES; k++) h3_tensor_free(&parts[k]);
-    h3_free(lab);
     h3_free(ids);
     h3_free(tags);
     h3_free(grid);

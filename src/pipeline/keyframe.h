@@ -74,6 +74,14 @@ h3_status h3_keyframes_present(const h3_tokenizer *tok, const h3_vis_config *vc,
                                const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids, uint8_t **tags,
                                int64_t *n, h3_tensor *pixels, int64_t (**grid)[3]);
 
+/* Presentations (the keyframes' here, the references' in reference.c): the tokens of text appended, tagged text;
+ * a vision block appended (sp[0], np pads of id pad, sp[2]), tagged video. ids and tags grow (h3_realloc) past
+ * *cap. */
+h3_status h3_present_text(const h3_tokenizer *tok, const char *text, int32_t **ids, uint8_t **tags, int64_t *n,
+                          int64_t *cap);
+h3_status h3_present_vision(const int32_t sp[3], int32_t pad, int64_t np, int32_t **ids, uint8_t **tags, int64_t *n,
+                            int64_t *cap);
+
 /* One conditioning item (a keyframe; an image or video reference, pipeline/reference.h): its F frames of
  * interleaved RGB (H x W) as planar pixels through the video VAE's encoder at its place (h3_stage_video_encode) into
  * [24, lt, lh, lw] latents, copied to clean (NULL: not kept), mixed to t = H3_KEYFRAME_T with the noise of (seed,

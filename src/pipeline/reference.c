@@ -198,55 +198,6 @@ static int64_t sample_indices(int64_t frames, int64_t *idx) {
     return n;
 }
 
-/* Appends the tokens of text (tagged text). */
-static h3_status emit_text(const h3_tokenizer *tok, const char *text, int32_t **ids, uint8_t **tags, int64_t *n,
-                           int64_t *cap) {
-    int32_t *t = NULL;
-    int64_t nt = 0;
-    H3_TRY(h3_tokenizer_encode(tok, text, &t, &nt));
-    if (*n + nt > *cap) {
-        const int64_t nc = (*n + nt) * 2 + 64;
-        int32_t *a = h3_realloc(*ids, (size_t)nc * sizeof(int32_t), H3_MEM_OTHER);
-        if (a) *ids = a;
-        uint8_t *b = a ? h3_realloc(*tags, (size_t)nc, H3_MEM_OTHER) : NULL;
-        if (b) *tags = b;
-        if (!a || !b) {
-            h3_free(t);
-            return H3_ERR(H3_ERR_NOMEM, "out of memory for the presentation");
-        }
-        *cap = nc;
-    }
-    for (int64_t i = 0; i < nt; i++) {
-        (*ids)[*n] = t[i];
-        (*tags)[(*n)++] = H3_TAG_TEXT;
-    }
-    h3_free(t);
-    return H3_OK;
-}
-
-/* Appends a vision block of np pads. */
-static h3_status emit_vision(const int32_t sp[3], int32_t pad, int64_t np, int32_t **ids, uint8_t **tags,
-                             int64_t *n, int64_t *cap) {
-    if (*n + np + 2 > *cap) {
-        const int64_t nc = (*n + np + 2) * 2 + 64;
-        int32_t *a = h3_realloc(*ids, (size_t)nc * sizeof(int32_t), H3_MEM_OTHER);
-        if (a) *ids = a;
-        uint8_t *b = a ? h3_realloc(*tags, (size_t)nc, H3_MEM_OTHER) : NULL;
-        if (b) *tags = b;
-        if (!a || !b) return H3_ERR(H3_ERR_NOMEM, "out of memory for the presentation");
-        *cap = nc;
-    }
-    (*ids)[*n] = sp[0];
-    (*tags)[(*n)++] = H3_TAG_VIDEO;
-    for (int64_t i = 0; i < np; i++) {
-        (*ids)[*n] = pad;
-        (*tags)[(*n)++] = H3_TAG_VIDEO;
-    }
-    (*ids)[*n] = sp[2];
-    (*tags)[(*n)++] = H3_TAG_VIDEO;
-    return H3_OK;
-}
-
 h3_status h3_refs_present(const h3_tokenizer *tok, const h3_vis_config *vc, const h3_ref_set *s,
                           const int32_t *prompt_ids, int64_t n_prompt, int32_t **ids_out, uint8_t **tags_out,
                           int64_t *n_out, h3_tensor *pixels, int64_t (**grid_out)[3], int *n_img_out) {
@@ -284,19 +235,19 @@ h3_status h3_refs_present(const h3_tokenizer *tok, const h3_vis_config *vc, cons
         const h3_ref *r = &s->r[k];
         if (r->samples) {
             snprintf(label, sizeof label, "<Audio %d>: ", ++count[H3_REF_AUDIO]);
-            H3_CHECK(emit_text(tok, label, &ids, &tags, &n, &cap));
+            H3_CHECK(h3_present_text(tok, label, &ids, &tags, &n, &cap));
         }
         if (r->kind == H3_REF_IMAGE) {
             snprintf(label, sizeof label, "<Picture %d>: ", ++count[H3_REF_IMAGE]);
-            H3_CHECK(emit_text(tok, label, &ids, &tags, &n, &cap));
+            H3_CHECK(h3_present_text(tok, label, &ids, &tags, &n, &cap));
             H3_CHECK_CTX(h3_vis_preprocess(vc, r->rgb, r->w, r->h, &parts[np], grid[np]), "the image reference %s",
                          r->path);
-            H3_CHECK(emit_vision(sp, sp[1], grid[np][1] * grid[np][2] / (vc->merge * vc->merge), &ids, &tags, &n,
+            H3_CHECK(h3_present_vision(sp, sp[1], grid[np][1] * grid[np][2] / (vc->merge * vc->merge), &ids, &tags, &n,
                                  &cap));
             np++;
         } else if (r->kind == H3_REF_VIDEO) {
             snprintf(label, sizeof label, "<Video %d>: ", ++count[H3_REF_VIDEO]);
-            H3_CHECK(emit_text(tok, label, &ids, &tags, &n, &cap));
+            H3_CHECK(h3_present_text(tok, label, &ids, &tags, &n, &cap));
             const int64_t ns = sample_indices(r->frames, idx);
             if (ns < 2) H3_FAIL(H3_ERR_INVALID, "the video reference %s is too short for its 2 fps pairs", r->path);
             int64_t oh, ow;
@@ -306,12 +257,12 @@ h3_status h3_refs_present(const h3_tokenizer *tok, const h3_vis_config *vc, cons
                 const int64_t i0 = 2 * b, i1 = 2 * b + 1 < ns ? 2 * b + 1 : ns - 1;
                 const double t = ((double)i0 / H3_REF_SAMPLE_FPS + (double)i1 / H3_REF_SAMPLE_FPS) / 2.0;
                 snprintf(label, sizeof label, "<%.1f seconds>", t);
-                H3_CHECK(emit_text(tok, label, &ids, &tags, &n, &cap));
+                H3_CHECK(h3_present_text(tok, label, &ids, &tags, &n, &cap));
                 if (np >= cap_parts) H3_FAIL(H3_ERR_INTERNAL, "the video reference %s: more blocks than counted", r->path);
                 H3_CHECK_CTX(h3_vis_preprocess_pair(vc, r->rgb + (size_t)idx[i0] * fb, r->rgb + (size_t)idx[i1] * fb,
                                                     r->w, r->h, oh, ow, &parts[np], grid[np]),
                              "the video reference %s", r->path);
-                H3_CHECK(emit_vision(sp, sp[3], grid[np][1] * grid[np][2] / (vc->merge * vc->merge), &ids, &tags,
+                H3_CHECK(h3_present_vision(sp, sp[3], grid[np][1] * grid[np][2] / (vc->merge * vc->merge), &ids, &tags,
                                      &n, &cap));
                 np++;
             }
