@@ -10,6 +10,7 @@
 #include "models/audio_vae.h"
 #include "quant/quant.h"
 #include "tensor/ops.h"
+#include "cuda/cuda.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -624,6 +625,55 @@ static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int64_
     h3_tensor_free(&q);
     h3_tensor_free(&k);
     h3_tensor_free(&v);
+}
+
+/* The device's attention kernel and tiles by architecture (h3_cuda_attn_choose, what cuda_attn.cu runs): each GPU
+ * family's opt-in shared memory per block (Turing 64 KB, A100 163 KB, consumer Ampere and Ada 99 KB, Hopper
+ * 227 KB), never a choice whose tiles do not fit. */
+static void test_attention_choice(void) {
+    struct {
+        const char *gpu;
+        int major, minor;
+        int64_t smem;
+        int sm90a;
+        h3_dtype dt;
+        int64_t D;
+        int aligned;
+        unsigned flags;
+        h3_attn_kernel kernel;
+        int stages, pad;
+    } c[] = {
+        {"sm_75 bf16", 7, 5, 65536, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_PLAIN, 0, 0}, /* no bf16 MMA on Turing */
+        {"sm_75 f16", 7, 5, 65536, 0, H3_F16, 64, 1, 0, H3_ATTN_K_PLAIN, 0, 0},
+        {"sm_75 fp8", 7, 5, 65536, 0, H3_BF16, 128, 1, H3_ATTN_FP8, H3_ATTN_K_NONE, 0, 0},
+        {"sm_80 bf16", 8, 0, 166912, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"sm_86 bf16", 8, 6, 101376, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"sm_89 bf16 64", 8, 9, 101376, 0, H3_BF16, 64, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"sm_89 fp8", 8, 9, 101376, 0, H3_BF16, 128, 1, H3_ATTN_FP8, H3_ATTN_K_NONE, 0, 0},
+        {"sm_86 at 64 KB", 8, 6, 65536, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_FLASH, 1, 0},
+        {"sm_86 at 48 KB", 8, 6, 49152, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_NONE, 0, 0},
+        {"sm_86 head 72", 8, 6, 101376, 0, H3_BF16, 72, 0, 0, H3_ATTN_K_FLASH, 2, 128},
+        {"sm_86 unaligned", 8, 6, 101376, 0, H3_BF16, 128, 0, 0, H3_ATTN_K_PLAIN, 0, 0},
+        {"sm_86 f32", 8, 6, 101376, 0, H3_F32, 128, 1, 0, H3_ATTN_K_PLAIN, 0, 0},
+        {"sm_90 bf16", 9, 0, 232448, 1, H3_BF16, 128, 1, 0, H3_ATTN_K_WGMMA, 2, 0},
+        {"sm_90 head 72", 9, 0, 232448, 1, H3_BF16, 72, 0, 0, H3_ATTN_K_WGMMA, 2, 128},
+        {"sm_90 head 64", 9, 0, 232448, 1, H3_BF16, 64, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"sm_90 fp8", 9, 0, 232448, 1, H3_BF16, 128, 1, H3_ATTN_FP8, H3_ATTN_K_WGMMA_FP8, 2, 0},
+        {"sm_90 fp8 head 64", 9, 0, 232448, 1, H3_BF16, 64, 1, H3_ATTN_FP8, H3_ATTN_K_NONE, 0, 0},
+        {"sm_90 without the sm_90a build", 9, 0, 232448, 0, H3_BF16, 128, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"sm_90 fp8 without it", 9, 0, 232448, 0, H3_BF16, 128, 1, H3_ATTN_FP8, H3_ATTN_K_NONE, 0, 0},
+        {"sm_120 bf16", 12, 0, 101376, 1, H3_BF16, 128, 1, 0, H3_ATTN_K_FLASH, 2, 0},
+        {"head 320", 8, 6, 101376, 0, H3_F32, 320, 1, 0, H3_ATTN_K_NONE, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        const h3_attn_choice ch =
+            h3_cuda_attn_choose(c[i].major, c[i].minor, c[i].smem, c[i].sm90a, c[i].dt, c[i].D, c[i].aligned, c[i].flags);
+        CHECK(ch.kernel == c[i].kernel && ch.stages == c[i].stages && ch.pad == c[i].pad,
+              "%s: kernel %d, %d stages, pad %d; expected %d, %d, %d", c[i].gpu, (int)ch.kernel, ch.stages, ch.pad,
+              (int)c[i].kernel, c[i].stages, c[i].pad);
+        CHECK(ch.smem <= c[i].smem, "%s: %lld bytes of shared memory chosen, the limit is %lld", c[i].gpu,
+              (long long)ch.smem, (long long)c[i].smem);
+    }
 }
 
 static void test_attention_fp8(void) {
@@ -1376,6 +1426,7 @@ int main(int argc, char **argv) {
         {"rope", test_rope},
         {"attention", test_attention},
         {"attention_fp8", test_attention_fp8},
+        {"attention_choice", test_attention_choice},
         {"conv", test_conv},
         {"snake_aa", test_snake_aa},
         {"rows", test_rows},

@@ -2,6 +2,11 @@
 #include "cuda/attn_fp8.cuh"
 #include "cuda/cuda_internal.cuh"
 
+static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
+              "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
+static_assert((WG_BQ + 2 * 2 * WG_BK) * 128 + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
+              "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
+
 /* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
     if (s->prop.major != 9 || s->prop.minor != 0 || wg8_smem_bytes() > (size_t)s->attn_smem_limit) return 0;

@@ -113,6 +113,68 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     const int64_t P = h3_cuda_attention_pad_dim(dt, D);
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
+/* ---- attention: the kernel and its tiles for a device ---------------------------------------------------------
+ * What cuda_attn.cu runs, as a pure function of the device (unit-tested per architecture in test_ops): major.minor
+ * the compute capability, smem the per-block shared-memory limit (opt-in), sm90a whether the build carries the
+ * Hopper kernels, aligned whether q, k, v, o start and stride on 16 bytes.
+ *   fp8 (H3_ATTN_FP8): Hopper's fp8 kernel (sm_90, bf16 q/k/v, head size 128, aligned), else none (refused).
+ *   bf16 at head size 128 on sm_90 with the Hopper build and room for its tiles: the wgmma kernel (TMA, K/V tiles of
+ *   128 rows, two stages: H3_CUDA_WGMMA_SMEM bytes);
+ *   bf16 at 64 or 128 on sm_80+: the mma.sync flash kernel, 128 query rows a block, K/V tiles of 64 rows in two
+ *   stages where they fit the limit, else one (a 64 KB Turing-class limit), else none (refused);
+ *   other bf16 head sizes up to 128 (multiples of 8) on sm_80+: zero-padded to 64 or 128 (pad), then as above;
+ *   anything else up to head size 256 (f32, f16, Turing, which has no bf16 MMA): the plain kernel. */
+typedef enum {
+    H3_ATTN_K_NONE = 0, /* no kernel: the op refuses */
+    H3_ATTN_K_PLAIN,
+    H3_ATTN_K_FLASH,
+    H3_ATTN_K_WGMMA,
+    H3_ATTN_K_WGMMA_FP8
+} h3_attn_kernel;
+typedef struct {
+    h3_attn_kernel kernel;
+    int stages;   /* K/V stages in shared memory */
+    int pad;      /* the head size the inputs are zero-padded to; 0: none */
+    int64_t smem; /* dynamic shared memory a block */
+} h3_attn_choice;
+#define H3_CUDA_WGMMA_SMEM ((128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256)
+#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * 128) * 128 + 1024 + 256)
+static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
+    return (128 + 2 * 64 * (int64_t)stages) * D * 2;
+}
+static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t smem, int sm90a, h3_dtype dt,
+                                                 int64_t D, int aligned, unsigned flags) {
+    h3_attn_choice c = {H3_ATTN_K_NONE, 0, 0, 0};
+    const int hopper = sm90a && major == 9 && minor == 0;
+    if (flags & H3_ATTN_FP8) {
+        if (hopper && dt == H3_BF16 && D == 128 && aligned && smem >= H3_CUDA_WGMMA_FP8_SMEM)
+            c.kernel = H3_ATTN_K_WGMMA_FP8, c.stages = 2, c.smem = H3_CUDA_WGMMA_FP8_SMEM;
+        return c;
+    }
+    int64_t P = D;
+    if (dt == H3_BF16 && major >= 8 && D != 64 && D != 128 && D <= 128 && D >= 8 && D % 8 == 0) {
+        P = D < 64 ? 64 : 128; /* padded copies: contiguous, aligned */
+        c.pad = (int)P;
+        aligned = 1;
+    }
+    if (dt == H3_BF16 && P == 128 && aligned && hopper && smem >= H3_CUDA_WGMMA_SMEM) {
+        c.kernel = H3_ATTN_K_WGMMA, c.stages = 2, c.smem = H3_CUDA_WGMMA_SMEM;
+        return c;
+    }
+    if (dt == H3_BF16 && (P == 64 || P == 128) && major >= 8 && aligned) {
+        for (int st = 2; st >= 1; st--)
+            if (h3_cuda_flash_smem(P, st) <= smem) {
+                c.kernel = H3_ATTN_K_FLASH, c.stages = st, c.smem = h3_cuda_flash_smem(P, st);
+                return c;
+            }
+        c.pad = 0;
+        return c; /* none: not even one stage fits */
+    }
+    c.pad = 0;
+    if (D <= 256) c.kernel = H3_ATTN_K_PLAIN;
+    return c;
+}
+
 /* The arena scratch of one fp8 attention call (H3_ATTN_FP8, head size 128): q, k in e4m3, v transposed in
  * e4m3 with its keys padded to a multiple of 128, and the scales (each piece 256-byte aligned). */
 static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {

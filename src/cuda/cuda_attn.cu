@@ -33,8 +33,9 @@ static int wgmma_available(h3_cuda_state *s, cudaStream_t st) {
 
 #define FA_WARPS 8 /* 128 query rows per block: half the K/V traffic of 64 */
 
-static size_t fa_smem(int D, int stages) {
-    return (size_t)(FA_WARPS * 16 + 2 * FA_BK * stages) * D * 2;
+static size_t fa_smem(int D, int stages) { /* h3_cuda_flash_smem: the chooser's arithmetic */
+    static_assert(FA_WARPS * 16 == 128 && FA_BK == 64, "h3_cuda_flash_smem assumes 128 query rows, 64-row K/V tiles");
+    return (size_t)h3_cuda_flash_smem(D, stages);
 }
 
 template <int D, int STAGES> static h3_status launch_stages(const attn_args &a, cudaStream_t st) {
@@ -51,12 +52,16 @@ template <int D, int STAGES> static h3_status launch_stages(const attn_args &a, 
     return H3_OK;
 }
 
-/* Two shared-memory stages when the device's per-block limit allows, else one (a 64 KB Turing-class limit). */
-template <int D> static h3_status launch_fa(h3_cuda_state *s, const attn_args &a, cudaStream_t st) {
-    if (fa_smem(D, 2) <= (size_t)s->attn_smem_limit) return launch_stages<D, 2>(a, st);
-    if (fa_smem(D, 1) <= (size_t)s->attn_smem_limit) return launch_stages<D, 1>(a, st);
-    return H3_ERR(H3_ERR_UNSUPPORTED, "attention: %zu bytes of shared memory per block needed, the device allows %d",
-                  fa_smem(D, 1), s->attn_smem_limit);
+/* The chosen kernel (h3_cuda_attn_choose) on arguments of head size 64 or 128 (padded where needed). */
+static h3_status run_chosen(const h3_attn_choice &ch, const attn_args &a, int D, cudaStream_t st) {
+#ifdef H3_HAVE_SM90A
+    if (ch.kernel == H3_ATTN_K_WGMMA) return cuda_attention_wgmma(&a, st);
+#endif
+    if (ch.kernel == H3_ATTN_K_FLASH) {
+        if (D == 128) return ch.stages == 2 ? launch_stages<128, 2>(a, st) : launch_stages<128, 1>(a, st);
+        return ch.stages == 2 ? launch_stages<64, 2>(a, st) : launch_stages<64, 1>(a, st);
+    }
+    return H3_ERR(H3_ERR_INTERNAL, "attention: kernel %d was chosen but is not in this build", (int)ch.kernel);
 }
 
 /* Rows [rows, H, D] of ld elements a row (bf16 bits) into [rows, H, P] contiguous, the head's last P − D values 0. */
@@ -183,13 +188,13 @@ static unsigned pad_grid(int64_t n) {
     return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b < 1 ? 1 : b);
 }
 
-/* H3_ATTN_FP8: q, k, v quantized into arena scratch (h3_cuda_attention_fp8_scratch_bytes), then the fp8
+/* H3_ATTN_FP8 (where chosen): q, k, v quantized into arena scratch (h3_cuda_attention_fp8_scratch_bytes), then the fp8
  * kernel. */
 static h3_status attention_fp8(h3_cuda_state *s, h3_exec *ex, const attn_args *a, const h3_tensor *q, int D,
-                               int aligned) {
+                               int chosen) {
 #ifdef H3_HAVE_SM90A
     cudaStream_t st = cuda_stream(ex);
-    if (q->dtype == H3_BF16 && D == 128 && aligned && wgmma_available(s, st)) {
+    if (chosen) { /* h3_cuda_attn_choose picked the fp8 kernel: Hopper, bf16, head size 128, aligned */
         const int64_t nqb = (a->Sq + 127) / 128, nkb = (a->Sk + 127) / 128, ldt = nkb * 128;
         const size_t bytes = (size_t)h3_cuda_attention_fp8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk);
         char *buf = (char *)cuda_arena_alloc(s, bytes);
@@ -246,7 +251,7 @@ static h3_status attention_fp8(h3_cuda_state *s, h3_exec *ex, const attn_args *a
     (void)s;
     (void)ex;
     (void)a;
-    (void)aligned;
+    (void)chosen;
 #endif
     return H3_ERR(
         H3_ERR_UNSUPPORTED,
@@ -283,22 +288,29 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
     const h3_tensor *ts[4] = {q, k, v, o};
     for (int i = 0; i < 4; i++)
         aligned &= ((uintptr_t)ts[i]->data % 16 == 0) && ((ts[i]->stride[0] * 2) % 16 == 0);
-    if (flags & H3_ATTN_FP8) return attention_fp8(s, ex, &a, q, D, aligned);
+    cudaStream_t st = cuda_stream(ex);
+    int sm90a = 0; /* the Hopper kernels' image runs here (the probe also checks sm_90 and the shared memory) */
 #ifdef H3_HAVE_SM90A
-    if (q->dtype == H3_BF16 && D == 128 && aligned && wgmma_available(s, cuda_stream(ex)))
-        return cuda_attention_wgmma(&a, cuda_stream(ex));
+    sm90a = wgmma_available(s, st);
 #else
     (void)wgmma_available;
 #endif
-    if (q->dtype == H3_BF16 && (D == 64 || D == 128) && s->prop.major >= 8 && aligned) {
-        return D == 128 ? launch_fa<128>(s, a, cuda_stream(ex)) : launch_fa<64>(s, a, cuda_stream(ex));
-    }
-    const int P = h3_cuda_attention_pad_dim(q->dtype, D);
-    if (P && s->prop.major >= 8) { /* another head size: zero-padded to P through arena scratch, the flash kernel */
+    const h3_attn_choice ch =
+        h3_cuda_attn_choose(s->prop.major, s->prop.minor, s->attn_smem_limit, sm90a, q->dtype, D, aligned, flags);
+    if (flags & H3_ATTN_FP8) return attention_fp8(s, ex, &a, q, D, ch.kernel == H3_ATTN_K_WGMMA_FP8);
+    if (ch.kernel == H3_ATTN_K_NONE)
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "op 'attention' on the device: no kernel for %s at head size %d here (%lld bytes of shared "
+                      "memory a block needed for one stage, the device allows %d)",
+                      h3_dtype_name(q->dtype), D, (long long)h3_cuda_flash_smem(D <= 64 ? 64 : 128, 1),
+                      s->attn_smem_limit);
+    if ((ch.kernel == H3_ATTN_K_WGMMA || ch.kernel == H3_ATTN_K_FLASH) && !ch.pad) return run_chosen(ch, a, D, st);
+    const int P = ch.pad;
+    if (P) { /* another head size: zero-padded to P through arena scratch, then the chosen kernel */
         const size_t bq = (size_t)a.Sq * a.Hq * P * 2, bk = (size_t)a.Sk * a.Hk * P * 2;
         char *buf = (char *)cuda_arena_alloc(s, 2 * bq + 2 * bk);
-        if (buf) { /* (without room: the plain kernel below) */
-            cudaStream_t st = cuda_stream(ex);
+        if (!buf) h3_clear_error(); /* without room: the plain kernel below */
+        if (buf) {
             uint16_t *qp = (uint16_t *)buf, *kp = (uint16_t *)(buf + bq), *vp = (uint16_t *)(buf + bq + bk),
                      *op = (uint16_t *)(buf + bq + 2 * bk);
             k_attn_pad<<<pad_grid((int64_t)a.Sq * a.Hq * P), 256, 0, st>>>(qp, (const uint16_t *)q->data, a.Sq, a.Hq,
@@ -317,14 +329,7 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
             b.o = op;
             b.ldq = b.ldo = (int64_t)a.Hq * P;
             b.ldk = b.ldv = (int64_t)a.Hk * P;
-            if (r == H3_OK) {
-#ifdef H3_HAVE_SM90A
-                if (P == 128 && wgmma_available(s, st))
-                    r = cuda_attention_wgmma(&b, st);
-                else
-#endif
-                    r = P == 128 ? launch_fa<128>(s, b, st) : launch_fa<64>(s, b, st);
-            }
+            if (r == H3_OK) r = run_chosen(ch, b, P, st);
             if (r == H3_OK) {
                 k_attn_unpad<<<pad_grid((int64_t)a.Sq * a.Hq * D), 256, 0, st>>>((uint16_t *)o->data, op, a.Sq, a.Hq,
                                                                                 D, P, a.ldo);
