@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "pipeline/keyframe.h"
 #include "pipeline/media.h"
+#include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "sample/cache.h"
 #include "sample/schedule.h"
@@ -36,6 +37,7 @@ static const struct {
     {"size", T_STR, 0, 0},
     {"steps", T_INT, 1, H3_MAX_STEPS},
     {"sampler", T_STR, 0, 0},
+    {"attention", T_STR, 0, 0},
     {"scheduler", T_STR, 0, 0},
     {"seed", T_INT, 0, 9007199254740991.0},
     {"x264_preset", T_STR, 0, 0},
@@ -217,6 +219,12 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
     if (au) {
         H3_TRY(upload_path(json_string_value(au), "audio", uploads_dir, out->audio_path, sizeof out->audio_path));
         g->audio = out->audio_path;
+    }
+    json_t *at = json_object_get(obj, "attention"); /* the DiT blocks' attention: auto, bf16 or fp8 */
+    if (at) {
+        h3_attn_mode am = H3_ATTN_MODE_AUTO;
+        H3_TRY(h3_attn_mode_parse(json_string_value(at), &am));
+        g->attention = (int)am;
     }
     /* step caching: true (the default threshold) or a threshold */
     json_t *ca = json_object_get(obj, "cache");
