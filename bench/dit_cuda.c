@@ -74,8 +74,9 @@ static double rel_l2(const float *a, const float *b, int64_t n) {
     return den > 0 ? sqrt(num / den) : 0.0;
 }
 
-/* the median of reps timed forwards */
-static double time_forwards(h3_dit *dit, h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout, int reps) {
+/* The median of reps timed forwards (at most 8), and their fastest and slowest in *lo, *hi. */
+static double time_forwards(h3_dit *dit, h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout, int reps, double *lo,
+                            double *hi) {
     double t[8];
     for (int r = 0; r < reps; r++) {
         double a = now();
@@ -90,6 +91,8 @@ static double time_forwards(h3_dit *dit, h3_dit_inputs *in, h3_tensor *vout, h3_
                 t[i] = t[j];
                 t[j] = x;
             }
+    *lo = t[0];
+    *hi = t[reps - 1];
     return t[reps / 2];
 }
 
@@ -125,22 +128,9 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
     TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout)); /* warm-up: workspace, plans */
     TRY(h3_exec_sync(&ex));
     h3_cuda_reset_peak(&ex);
-    int reps = S > 40000 ? 2 : 4;
-    double t[8];
-    for (int r = 0; r < reps; r++) {
-        double a = now();
-        TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
-        TRY(h3_exec_sync(&ex));
-        t[r] = now() - a;
-    }
-    for (int i = 0; i < reps; i++)
-        for (int j = i + 1; j < reps; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-    double med = t[reps / 2];
+    const int reps = S > 40000 ? 2 : 4;
+    double t_lo, t_hi;
+    const double med = time_forwards(dit, &in, &vout, &aout, reps, &t_lo, &t_hi);
     h3_cuda_mem_stats(&ex, &used, &peak, &cap);
     if (getenv("H3_PROFILE")) { /* one more forward with every op timed on its own */
         memset(ex.prof_s, 0, sizeof ex.prof_s);
@@ -170,13 +160,13 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
     for (int64_t i = 0; i < Nv * 96; i++) bad += !isfinite(((float *)hv.data)[i]);
     printf("%-6s %-13s rows %6lld  %8.3f s/step  (min %.3f, max %.3f)  peak %6.1f GiB  modulation once %.3f "
            "s%s\n",
-           w->name, label, (long long)S, med, t[0], t[reps - 1], peak / 1073741824.0, tmod,
+           w->name, label, (long long)S, med, t_lo, t_hi, peak / 1073741824.0, tmod,
            bad ? "  NON-FINITE OUTPUT" : "");
     if (js) {
         fprintf(js,
                 "%s\"%s %s\": {\"rows\": %lld, \"s_per_step\": %.4f, \"min\": %.4f, \"max\": %.4f, "
                 "\"peak_gib\": %.2f}",
-                *first ? "" : ", ", w->name, label, (long long)S, med, t[0], t[reps - 1],
+                *first ? "" : ", ", w->name, label, (long long)S, med, t_lo, t_hi,
                 peak / 1073741824.0);
         *first = 0;
     }
@@ -190,7 +180,8 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
         TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
         TRY(h3_exec_sync(&ex));
         h3_cuda_reset_peak(&ex);
-        res.s_fa = time_forwards(dit, &in, &vout, &aout, reps);
+        double fa_lo, fa_hi;
+        res.s_fa = time_forwards(dit, &in, &vout, &aout, reps, &fa_lo, &fa_hi);
         int64_t used8, peak8, cap8;
         h3_cuda_mem_stats(&ex, &used8, &peak8, &cap8);
         TRY(h3_copy(&ex, &hv8, &vout));

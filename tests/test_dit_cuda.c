@@ -221,8 +221,9 @@ static int collect(const char *name, h3_tensor *t, void *user) {
 /* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout.
  * quant: the blocks' linears int8 + ConvRot on both sides (quantized from the same values: the same bytes).
  * fp8_attn: the blocks' attention in fp8 on both sides (the CPU computes the same quantization); bf16 activations
- * on the GPU put q, k and v on the other side of an e4m3 rounding boundary in a few percent of the values (bf16
- * keeps 8 bits, e4m3 3), so the two sides drift more than with bf16 attention: tolerance 6e-2.
+ * on the GPU put some q, k and v values on the other side of an e4m3 rounding boundary, yet the H200 measured
+ * 2.5e-3 (video) and 3.3e-3 (audio), as close as bf16 attention's: tolerance 1e-2 (3x that). Whether the flag
+ * reaches the op is checked on the CPU (cli_attention.sh: fp8 latents move off bf16's).
  */
 static void full_width(int quant, int fp8_attn) {
     h3_dit_config cfg;
@@ -279,7 +280,7 @@ static void full_width(int quant, int fp8_attn) {
     forward_both(fp8_attn ? "full width, 2 blocks, fp8 attention"
                  : quant  ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)"
                           : "full width, 2 blocks",
-                 cpu, gpu, &in, fp8_attn ? 6e-2 : quant ? 2e-2 : 3e-2);
+                 cpu, gpu, &in, fp8_attn ? 1e-2 : quant ? 2e-2 : 3e-2);
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
     h3_tensor_free(&text);

@@ -327,21 +327,25 @@ static void test_attention_resolve(void) {
     CHECK_OK(h3_attn_mode_parse("fp8", &m));
     CHECK(m == H3_ATTN_MODE_FP8);
     CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16 or fp8");
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 1, 19412, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "auto"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 0, 19412, &fl, why, sizeof why)); /* bf16 weights */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 0, 19412, &fl, why, sizeof why)); /* bf16 weights */
     CHECK(fl == 0 && strstr(why, "not fp8"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 1, 4000, &fl, why, sizeof why)); /* short */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 1, 4000, &fl, why, sizeof why)); /* short */
     CHECK(fl == 0 && strstr(why, "8,192"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 1, 19412, &fl, why, sizeof why)); /* no kernel */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 128, 1, 19412, &fl, why, sizeof why)); /* no kernel */
     CHECK(fl == 0, "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 1, 19412, &fl, why, sizeof why)); /* host */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 64, 1, 19412, &fl, why, sizeof why)); /* head size 64 */
+    CHECK(fl == 0 && strstr(why, "no fp8 attention kernel"), "%u %s", fl, why);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 1, 64, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+              "head size of 128");
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 128, 1, 19412, &fl, why, sizeof why)); /* host */
     CHECK(fl == 0 && strstr(why, "host"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, 1, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, 1, 128, 1, 19412, &fl, why, sizeof why));
     CHECK(fl == 0, "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 0, 100, &fl, why, sizeof why)); /* the host reference */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100, &fl, why, sizeof why)); /* the host reference */
     CHECK(fl == H3_ATTN_FP8, "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 0, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 0, 128, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
               "Hopper");
     CHECK(fl == 0);
 }

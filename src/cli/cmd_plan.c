@@ -415,11 +415,10 @@ int h3_cmd_plan(int argc, char **argv) {
             st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
                                      req.refine_width ? req.refine_width : req.width,
                                      req.refine_width ? req.refine_height : req.height, &L);
-        const h3_dit_block_weights *w = h3_dit_unit_weights(f.dit, (int)h3_dit_get_config(f.dit)->n_refiner_layers);
-        const int kernel = (h3_cuda_fp8_attention_available(0) || (have_fig && !strcmp(fig.name, "h200"))) &&
-                           h3_dit_get_config(f.dit)->head_dim == 128;
+        const int kernel = h3_cuda_fp8_attention_available(0) || (have_fig && !strcmp(fig.name, "h200"));
         if (st == H3_OK)
-            st = h3_attention_resolve(am, 1, kernel, w && w->fc1.dtype == H3_F8_E4M3, L.seq_len, &fl, why, sizeof why);
+            st = h3_attention_resolve(am, 1, kernel, h3_dit_get_config(f.dit)->head_dim, h3_dit_blocks_fp8(f.dit),
+                                      L.seq_len, &fl, why, sizeof why);
         if (st == H3_OK) {
             h3_dit_set_attention(f.dit, fl);
             if (!quiet) printf("DiT attention: %s\n", why);

@@ -14,11 +14,36 @@ typedef struct {
     float *o;
     int64_t ldq, ldk, ldv, ldo; /* row strides */
     int64_t Sq, Sk, Hq, Hk, D, nqb;
-    float scale;
+    float scale; /* fp8: in base 2 (scale · log2 e) */
     int causal;
-    float *ws; /* per thread: S[BQ*BK], O[BQ*D], m[BQ], l[BQ] */
+    float *ws; /* per thread: S[BQ*BK], O[BQ*D], m[BQ], l[BQ]; fp8: Q, K, V blocks and O [FB*D], m, l, s [FB] */
     size_t ws_per_thread;
+    const float *vinv, *vs; /* fp8: [Hk·D] 448 / max|v| of each channel, and its scale */
 } attn_ctx;
+
+/* The operands' pointers, strides and shapes (nqb: query blocks of qb rows). */
+static attn_ctx attn_ctx_of(h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v, float scale,
+                            unsigned flags, int64_t qb) {
+    attn_ctx c;
+    memset(&c, 0, sizeof c);
+    c.q = q->data;
+    c.k = k->data;
+    c.v = v->data;
+    c.o = o->data;
+    c.ldq = q->stride[0];
+    c.ldk = k->stride[0];
+    c.ldv = v->stride[0];
+    c.ldo = o->stride[0];
+    c.Sq = q->shape[0];
+    c.Sk = k->shape[0];
+    c.Hq = q->shape[1];
+    c.Hk = k->shape[1];
+    c.D = q->shape[2];
+    c.scale = scale;
+    c.causal = (flags & H3_ATTN_CAUSAL) != 0;
+    c.nqb = (c.Sq + qb - 1) / qb;
+    return c;
+}
 
 static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
     attn_ctx *c = p;
@@ -91,16 +116,6 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
  * the block only). */
 enum { FB = 128 };
 
-typedef struct {
-    const float *q, *k, *v;
-    float *o;
-    int64_t ldq, ldk, ldv, ldo, Sq, Sk, Hq, Hk, D, nqb;
-    float scale_log2;
-    int causal;
-    const float *vinv, *vs; /* [Hk·D]: 448 / max|v| of each channel and its scale */
-    float *ws;
-    size_t ws_per_thread; /* Q, K, V blocks [FB·D] each, O [FB·D], m, l [FB], s [FB] */
-} fp8_ctx;
 
 static float e4m3(float x) {
     return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(x));
@@ -118,7 +133,7 @@ static float fp8_block(float *dst, const float *src, int64_t ld, int64_t n, int6
 }
 
 static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
-    fp8_ctx *c = p;
+    attn_ctx *c = p;
     const int64_t D = c->D, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
     float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + FB * D, *V = K + FB * D, *O = V + FB * D;
     float *m = O + FB * D, *l = m + FB, *sc = l + FB;
@@ -127,7 +142,7 @@ static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
         const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
         const int64_t q0 = qb * FB, nq = c->Sq - q0 < FB ? c->Sq - q0 : FB;
         const float qs = fp8_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D);
-        const float qsc = c->scale_log2 * qs;
+        const float qsc = c->scale * qs;
         for (int64_t i = 0; i < nq; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -184,23 +199,7 @@ static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
 
 static h3_status cpu_attention_fp8(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
                                    const h3_tensor *v, float scale, unsigned flags) {
-    fp8_ctx c;
-    c.q = q->data;
-    c.k = k->data;
-    c.v = v->data;
-    c.o = o->data;
-    c.ldq = q->stride[0];
-    c.ldk = k->stride[0];
-    c.ldv = v->stride[0];
-    c.ldo = o->stride[0];
-    c.Sq = q->shape[0];
-    c.Sk = k->shape[0];
-    c.Hq = q->shape[1];
-    c.Hk = k->shape[1];
-    c.D = q->shape[2];
-    c.scale_log2 = scale * 1.4426950408889634f;
-    c.causal = (flags & H3_ATTN_CAUSAL) != 0;
-    c.nqb = (c.Sq + FB - 1) / FB;
+    attn_ctx c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, FB);
     const int64_t D = c.D, HD = c.Hk * D;
     float *vsc = h3_malloc((size_t)(2 * HD) * sizeof(float), H3_MEM_WORKSPACE);
     if (!vsc) return H3_ERR_NOMEM;
@@ -237,23 +236,7 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
     H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "k", k));
     H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "v", v));
     H3_TRY(cpu_need_f32(H3_OP_ATTENTION, "o", o));
-    attn_ctx c;
-    c.q = q->data;
-    c.k = k->data;
-    c.v = v->data;
-    c.o = o->data;
-    c.ldq = q->stride[0];
-    c.ldk = k->stride[0];
-    c.ldv = v->stride[0];
-    c.ldo = o->stride[0];
-    c.Sq = q->shape[0];
-    c.Sk = k->shape[0];
-    c.Hq = q->shape[1];
-    c.Hk = k->shape[1];
-    c.D = q->shape[2];
-    c.scale = scale;
-    c.causal = (flags & H3_ATTN_CAUSAL) != 0;
-    c.nqb = (c.Sq + BQ - 1) / BQ;
+    attn_ctx c = attn_ctx_of(o, q, k, v, scale, flags, BQ);
     if (c.Sq == 0) return H3_OK;
     if (c.Sk == 0) {
         for (int64_t i = 0; i < c.Sq; i++) memset(c.o + i * c.ldo, 0, (size_t)(c.Hq * c.D) * sizeof(float));

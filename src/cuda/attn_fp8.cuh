@@ -13,14 +13,12 @@
 #ifndef H3_ATTN_FP8_CUH
 #define H3_ATTN_FP8_CUH
 
-#include <cuda_fp8.h>
-
 #include "cuda/attn_wgmma.cuh"
 
 #define FP8_P_OFFSET 8.0f /* p = exp2(s − max + 8): at most 256 (e4m3 reaches 448), small ones stay normal */
 
-static inline size_t wg8_fp8_smem_bytes(int stages) {
-    return (size_t)(WG_BQ + 2 * stages * WG_BK) * 128 + 1024 + 256;
+static inline size_t wg8_fp8_smem_bytes(void) {
+    return (size_t)(WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + 1024 + 256;
 }
 
 /* Tensor maps of the fp8 operands: q [Sq, Hq·128] and k [Sk, Hk·128] bytes, vt [Hk·128, ldv] bytes; boxes of
@@ -93,11 +91,6 @@ __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uin
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
                    "+f"(d[63])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
-}
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-    return lo | (hi << 16);
 }
 #endif
 
@@ -222,7 +215,6 @@ __device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, co
 
 /* attn_wgmma8's schedule (TMA producer, two consumer warpgroups in ping-pong, softmax of block j beside P·V
  * of block j-1) on e4m3 tiles of 16 KB. */
-template <int STAGES>
 __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant__ attn_tmaps maps, attn_args a) {
 #ifndef H3_WGMMA_COMPILED
     __trap();
@@ -230,10 +222,10 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
     unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
     constexpr int QB = WG_BQ * 128, KB = WG_BK * 128;
-    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + STAGES * KB;
-    uint64_t *bars = (uint64_t *)(base + QB + 2 * STAGES * KB);
-    uint64_t *q_full = bars, *k_full = bars + 1, *v_full = bars + 1 + STAGES,
-             *k_empty = bars + 1 + 2 * STAGES, *v_empty = bars + 1 + 3 * STAGES;
+    unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + WG8_STAGES * KB;
+    uint64_t *bars = (uint64_t *)(base + QB + 2 * WG8_STAGES * KB);
+    uint64_t *q_full = bars, *k_full = bars + 1, *v_full = bars + 1 + WG8_STAGES,
+             *k_empty = bars + 1 + 2 * WG8_STAGES, *v_empty = bars + 1 + 3 * WG8_STAGES;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int h = blockIdx.y, hk = h / (a.Hq / a.Hk);
     const int q0 = blockIdx.x * WG_BQ;
@@ -247,7 +239,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     const int nkb = (kend + WG_BK - 1) / WG_BK;
     if (tid == 0) {
         mbar_init(q_full, 1);
-        for (int s = 0; s < STAGES; s++) {
+        for (int s = 0; s < WG8_STAGES; s++) {
             mbar_init(&k_full[s], 1);
             mbar_init(&v_full[s], 1);
             mbar_init(&k_empty[s], 256);
@@ -263,7 +255,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
             mbar_expect_tx(q_full, QB);
             tma_load_2d(sQ, &maps.q, h * 128, q0, q_full);
             for (int kb = 0; kb < nkb; kb++) {
-                const int s = kb % STAGES, n = kb / STAGES;
+                const int s = kb % WG8_STAGES, n = kb / WG8_STAGES;
                 if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
                 mbar_expect_tx(&k_full[s], KB);
                 tma_load_2d(sK + s * KB, &maps.k, hk * 128, kb * WG_BK, &k_full[s]);
@@ -298,7 +290,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack_fp8(o, p, s, c0, c1); };
     auto issue_s = [&](int kb) {
-        const unsigned char *tK = sK + (kb % STAGES) * KB;
+        const unsigned char *tK = sK + (kb % WG8_STAGES) * KB;
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             uint64_t da = wg_desc(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
@@ -308,7 +300,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
         wgmma_commit();
     };
     auto issue_pv = [&](int kb) {
-        const unsigned char *tV = sV + (kb % STAGES) * KB;
+        const unsigned char *tV = sV + (kb % WG8_STAGES) * KB;
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             uint64_t db = wg_desc(tV + kk * 32, 16, 1024);
@@ -331,9 +323,9 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
         softmax(0, c0, c1);
         rescale_pack(c0, c1);
         for (int kb = 1; kb < nkb; kb++) {
-            const int st = kb % STAGES, ps = (kb - 1) % STAGES;
-            mbar_wait(&k_full[st], (kb / STAGES) & 1);
-            mbar_wait(&v_full[ps], ((kb - 1) / STAGES) & 1);
+            const int st = kb % WG8_STAGES, ps = (kb - 1) % WG8_STAGES;
+            mbar_wait(&k_full[st], (kb / WG8_STAGES) & 1);
+            mbar_wait(&v_full[ps], ((kb - 1) / WG8_STAGES) & 1);
             named_sync(my_bar);
             wgmma_fence();
             issue_s(kb);
@@ -346,7 +338,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
             mbar_arrive(&v_empty[ps]);
             rescale_pack(c0, c1);
         }
-        mbar_wait(&v_full[(nkb - 1) % STAGES], ((nkb - 1) / STAGES) & 1);
+        mbar_wait(&v_full[(nkb - 1) % WG8_STAGES], ((nkb - 1) / WG8_STAGES) & 1);
         wgmma_fence();
         issue_pv(nkb - 1);
         wgmma_wait0();

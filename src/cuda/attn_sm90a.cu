@@ -4,7 +4,7 @@
 
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
               "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
-static_assert((WG_BQ + 2 * 2 * WG_BK) * 128 + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
+static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
               "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
 
 /* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */
@@ -42,21 +42,17 @@ extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st) {
 
 /* The fp8 kernel (attn_wgmma8_fp8) on operands cuda_attention quantized: q, k [S, H·128] and v transposed. Two
  * K/V stages: three and four measured the same at W124 (13.9-14.2 ms), the kernel being bound by its softmax. */
-template <int ST> static h3_status launch_fp8(const attn_tmaps &maps, const attn_args *a, cudaStream_t st) {
+extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st) {
     static int configured = 0;
-    const size_t smem = wg8_fp8_smem_bytes(ST);
+    const size_t smem = wg8_fp8_smem_bytes();
     if (!configured) {
-        CU_TRY(cudaFuncSetAttribute(attn_wgmma8_fp8<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(attn_wgmma8_fp8, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         configured = 1;
     }
-    attn_wgmma8_fp8<ST><<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 384, smem, st>>>(maps, *a);
-    CU_LAUNCHED("attention (fp8 wgmma)");
-    return H3_OK;
-}
-
-extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st) {
     attn_tmaps maps;
     int r = attn_fp8_make_tmaps(&maps, a);
     if (r) return H3_ERR(H3_ERR_DEVICE, "attention (fp8): encoding the TMA tensor maps failed (CUresult %d)", r);
-    return launch_fp8<2>(maps, a, st);
+    attn_wgmma8_fp8<<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 384, smem, st>>>(maps, *a);
+    CU_LAUNCHED("attention (fp8 wgmma)");
+    return H3_OK;
 }

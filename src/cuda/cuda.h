@@ -113,6 +113,15 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     const int64_t P = h3_cuda_attention_pad_dim(dt, D);
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
+/* The arena scratch of one fp8 attention call (H3_ATTN_FP8, head size 128): q, k in e4m3, v transposed in
+ * e4m3 with its keys padded to a multiple of 128, and the scales (each piece 256-byte aligned). */
+static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
+#define H3_A256(x) (((x) + 255) / 256 * 256)
+    const int64_t nqb = (Sq + 127) / 128, nkb = (Sk + 127) / 128;
+    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Hk * 128 * nkb * 128) +
+           H3_A256(Hq * nqb * 4) + H3_A256(Hk * nkb * 4) + 2 * H3_A256(Hk * 128 * 4);
+#undef H3_A256
+}
 /* ---- attention: the kernel and its tiles for a device ---------------------------------------------------------
  * What cuda_attn.cu runs, as a pure function of the device (unit-tested per architecture in test_ops): major.minor
  * the compute capability, smem the per-block shared-memory limit (opt-in), sm90a whether the build carries the
@@ -152,8 +161,8 @@ static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t s
         return c;
     }
     int64_t P = D;
-    if (dt == H3_BF16 && major >= 8 && D != 64 && D != 128 && D <= 128 && D >= 8 && D % 8 == 0) {
-        P = D < 64 ? 64 : 128; /* padded copies: contiguous, aligned */
+    if (major >= 8 && h3_cuda_attention_pad_dim(dt, D)) { /* padded copies: contiguous, aligned */
+        P = h3_cuda_attention_pad_dim(dt, D);
         c.pad = (int)P;
         aligned = 1;
     }
@@ -175,15 +184,6 @@ static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t s
     return c;
 }
 
-/* The arena scratch of one fp8 attention call (H3_ATTN_FP8, head size 128): q, k in e4m3, v transposed in
- * e4m3 with its keys padded to a multiple of 128, and the scales (each piece 256-byte aligned). */
-static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
-#define H3_A256(x) (((x) + 255) / 256 * 256)
-    const int64_t nqb = (Sq + 127) / 128, nkb = (Sk + 127) / 128;
-    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Hk * 128 * nkb * 128) +
-           H3_A256(Hq * nqb * 4) + H3_A256(Hk * nkb * 4) + 2 * H3_A256(Hk * 128 * 4);
-#undef H3_A256
-}
 /* h3_op_conv1d on the device, x [batch, cin, ·] of elem_size-byte values, w [·, cin/groups, K], tout output
  * steps: the im2col chunk [batch][cin·K][steps]; 0 for depthwise filters (cin/groups 1: a direct kernel) and
  * pointwise convs (K 1, stride 1, no padding: x is its own column matrix). */

@@ -8,8 +8,6 @@
 #include "cuda/attn_kernels.cuh"
 #include "cuda/cuda_internal.cuh"
 
-#include <cuda_fp8.h>
-
 #ifdef H3_HAVE_SM90A
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st);
@@ -86,11 +84,6 @@ __global__ void k_attn_unpad(uint16_t *dst, const uint16_t *src, int64_t rows, i
 /* ---- fp8 attention's operands (docs/CUDA.md "fp8 attention")
  * ------------------------------------------------ */
 
-__device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d) {
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-    return lo | (hi << 16);
-}
 __device__ __forceinline__ float bf16_bits(uint32_t w, int hi) {
     return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
 }
@@ -125,9 +118,9 @@ __global__ void k_attn_fp8_rows(uint8_t *dst, float *scales, const uint16_t *src
         if (r >= S) continue;
         const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
         uint2 out;
-        out.x = fp8x4(bf16_bits(w[0], 0) * inv, bf16_bits(w[0], 1) * inv, bf16_bits(w[1], 0) * inv,
+        out.x = pack_e4m3x4(bf16_bits(w[0], 0) * inv, bf16_bits(w[0], 1) * inv, bf16_bits(w[1], 0) * inv,
                       bf16_bits(w[1], 1) * inv);
-        out.y = fp8x4(bf16_bits(w[2], 0) * inv, bf16_bits(w[2], 1) * inv, bf16_bits(w[3], 0) * inv,
+        out.y = pack_e4m3x4(bf16_bits(w[2], 0) * inv, bf16_bits(w[2], 1) * inv, bf16_bits(w[3], 0) * inv,
                       bf16_bits(w[3], 1) * inv);
         *(uint2 *)(dst + (int64_t)r * H * 128 + h * 128 + c) = out;
     }

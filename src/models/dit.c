@@ -1112,6 +1112,11 @@ void h3_dit_set_attention(h3_dit *d, unsigned flags) {
     d->attn_flags = flags & H3_ATTN_FP8;
 }
 
+int h3_dit_blocks_fp8(const h3_dit *d) {
+    const h3_dit_block_weights *w = h3_dit_unit_weights(d, (int)d->cfg.n_refiner_layers);
+    return w && w->fc1.dtype == H3_F8_E4M3 && w->fc2.dtype == H3_F8_E4M3;
+}
+
 unsigned h3_dit_attention(const h3_dit *d) {
     return d->attn_flags;
 }

@@ -206,6 +206,8 @@ int64_t h3_dit_chunk_rows(const h3_dit *dit);
  * P·V in e4m3; on the device Hopper only, its quantized copies in arena scratch that h3_dit_forward_mem_of counts).
  * The text refiner's short attention stays exact. */
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
+/* 1 when the blocks' GEMM weights (fc1 and fc2 of the first block) are float8 e4m3: their GEMMs run in fp8. */
+int h3_dit_blocks_fp8(const h3_dit *dit);
 unsigned h3_dit_attention(const h3_dit *dit);
 h3_place h3_dit_act_place(const h3_dit *dit);
 h3_dtype h3_dit_act_dtype(const h3_dit *dit);

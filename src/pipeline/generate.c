@@ -1104,25 +1104,25 @@ static int64_t set_bytes(const char *source) {
 /* The blocks' attention for this run's DiT (--attention, h3_attention_resolve) over `rows` packed rows: set on the
  * DiT before its plan or its stage, the choice logged and kept in the result. */
 static h3_status set_attention(gen *g, h3_dit *d, int on_cuda, int64_t rows) {
-    const h3_dit_block_weights *w = h3_dit_unit_weights(d, (int)h3_dit_get_config(d)->n_refiner_layers);
-    const int fp8w = w && w->fc1.dtype == H3_F8_E4M3 && w->fc2.dtype == H3_F8_E4M3;
     unsigned fl = 0;
-    const int kernel = on_cuda && h3_cuda_fp8_attention_available(0) && h3_dit_get_config(d)->head_dim == 128;
-    H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, kernel, fp8w, rows, &fl, g->res.attention,
+    H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, on_cuda && h3_cuda_fp8_attention_available(0),
+                                h3_dit_get_config(d)->head_dim, h3_dit_blocks_fp8(d), rows, &fl, g->res.attention,
                                 sizeof g->res.attention));
     h3_dit_set_attention(d, fl);
     H3_INFO("DiT attention: %s", g->res.attention);
     return H3_OK;
 }
 
-/* The packed rows of one DiT call (the refine pass's when there is one), references included. */
-static h3_status dit_rows(const gen *g, int64_t n_tokens, int64_t *rows) {
+/* The sizes of the longest DiT call (one window; the refine pass's when there is one: the passes run one after the
+ * other), the references' rows included. */
+static h3_status dit_call_sizes(const gen *g, int64_t n_tokens, h3_seq_layout *L) {
     const h3_request *q = &g->req;
-    h3_seq_layout L;
     const int64_t cw = q->refine_width ? q->refine_width : q->width,
                   ch = q->refine_width ? q->refine_height : q->height;
-    H3_TRY(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, &L));
-    *rows = L.seq_len + g->ref_nv + g->ref_na;
+    H3_TRY(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, L));
+    L->n_cond_rows += g->ref_nv;
+    L->n_audio_rows += g->ref_na;
+    L->seq_len += g->ref_nv + g->ref_na;
     return H3_OK;
 }
 
@@ -1165,9 +1165,9 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     H3_CHECK(
         apply_loras(g, g->dit)); /* recorded: the DiT stage merges or attaches them as it places weights */
     {
-        int64_t rows = 0;
-        H3_CHECK(dit_rows(g, n_tokens, &rows));
-        H3_CHECK(set_attention(g, g->dit, 1, rows));
+        h3_seq_layout L;
+        H3_CHECK(dit_call_sizes(g, n_tokens, &L));
+        H3_CHECK(set_attention(g, g->dit, 1, L.seq_len));
     }
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
@@ -1344,13 +1344,9 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     h3_status st = H3_OK;
     h3_dit *d = NULL;
     h3_seq_layout L;
-    /* the longer sequence: the refine pass's when there is one (the passes run one after the other) */
+    H3_CHECK(dit_call_sizes(g, n_tokens, &L)); /* the longer pass's canvas (cw x ch in the message) */
     const int64_t cw = q->refine_width ? q->refine_width : q->width,
                   ch = q->refine_width ? q->refine_height : q->height;
-    H3_CHECK(h3_seq_layout_sizes(n_tokens, g->kf.n, q->window, cw, ch, &L)); /* one window's */
-    L.n_cond_rows += g->ref_nv; /* the references' rows */
-    L.n_audio_rows += g->ref_na;
-    L.seq_len += g->ref_nv + g->ref_na;
     H3_CHECK_CTX(h3_dit_open(g->files.dit, NULL, &d), "the DiT (%s)", g->files.dit);
     const h3_dit_config *dc = h3_dit_get_config(d);
     h3_dit_forward_mem fm;

@@ -68,9 +68,10 @@ h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
     return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16 or fp8", s ? s : "");
 }
 
-h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, int fp8_kernel, int fp8_weights, int64_t rows,
-                               unsigned *flags, char *why, size_t why_len) {
+h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, int fp8_kernel, int64_t head_dim, int fp8_weights,
+                               int64_t rows, unsigned *flags, char *why, size_t why_len) {
     *flags = 0;
+    fp8_kernel = fp8_kernel && head_dim == 128;
     if (mode == H3_ATTN_MODE_FP8) {
         if (on_cuda && !fp8_kernel) {
             snprintf(why, why_len, "fp8 asked; no fp8 attention kernel for this GPU and model");
@@ -235,8 +236,7 @@ static h3_status dit_static_of(const h3_plan_model *m, int eight_bit, dit_static
         ds->adaln_total += p.bytes;
         ds->quantized |= p.quantized;
     }
-    const h3_dit_block_weights *w = ds->n_units > ds->n_ref ? h3_dit_unit_weights(m->dit, ds->n_ref) : NULL;
-    ds->fp8 = w && w->fc1.dtype == H3_F8_E4M3 && w->fc2.dtype == H3_F8_E4M3;
+    ds->fp8 = ds->n_units > ds->n_ref && h3_dit_blocks_fp8(m->dit);
     ds->globals = h3_dit_globals_device_bytes(m->dit);
     ds->pinned = m->dit_weights_pinned;
     ds->from_file = m->dit_weights_in_file;
