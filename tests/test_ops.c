@@ -617,7 +617,9 @@ static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int64_
     EXPECT_CLOSE(what, F(&o), ref, (size_t)n, 1e-3);
     double e = t_rel_err(F(&o), exact, (size_t)n);
     if (getenv("H3_TEST_VERBOSE")) fprintf(stderr, "  %s: %.3e off exact attention\n", what, e);
-    if (!(e > 1e-3 && e < 0.12))
+    /* One key: the softmax weight is exactly 1 and each channel's scale maps that key's value onto 448 exactly,
+     * so the quantized attention is exact there and only the upper bound applies. */
+    if (!((e > 1e-3 || Sk == 1) && e < 0.12))
         t_fail_at(__FILE__, __LINE__, "%s: %.3e off exact attention, expected (1e-3, 0.12)", what, e);
     free(ref);
     free(exact);
