@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # generate --attention (the DiT blocks' attention, pipeline/plan.h) with the small model on the CPU, where fp8 runs
-# the reference computation of the GPU's kernel (tensor/ops.h H3_ATTN_FP8):
-#  - fp8 and bf16 runs of one request both finish, the log names the attention each ran, and the fp8 latents move
-#    off the bf16 ones (the quantization ran) but stay close (the clip is the same clip);
+# the reference computation of the GPU's kernel (tensor/ops.h H3_ATTN_FP8), and int8 likewise (H3_ATTN_INT8):
+#  - fp8, int8 and bf16 runs of one request finish, the log names the attention each ran, and the low-bit latents
+#    move off the bf16 ones (the quantization ran) but stay close (the clip is the same clip);
 #  - an unknown mode is refused with exit 2 and a message naming the choices, writing nothing;
 #  - h3run plan names the attention it planned, and auto keeps bf16 for bf16 block weights.
 # Usage: cli_attention.sh PATH/TO/h3run (CTest passes it).
@@ -15,26 +15,29 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 A=(--prompt "a red circle moves from left to right, a rising tone" --frames 22 --steps 6 --seed 3 --device cpu
    --threads 2 --progress none)
-for m in bf16 fp8; do
+for m in bf16 fp8 int8; do
     "$H3RUN" generate "${A[@]}" --attention $m -o "$tmp/$m.mp4" --latents "$tmp/$m.st" >"$tmp/$m.out" 2>"$tmp/$m.err" ||
         fail "--attention $m: $(tail -2 "$tmp/$m.err")"
     grep -q "DiT attention: $m (asked" "$tmp/$m.err" || fail "--attention $m: the log does not name it: $(grep -i attention "$tmp/$m.err")"
 done
-if [ -f "$tmp/bf16.st" ] && [ -f "$tmp/fp8.st" ]; then
-    d=$(python3 "$SRC/tests/latents_tool.py" distance "$tmp/bf16.st" "$tmp/fp8.st")
-    echo "fp8 attention: relative L2 off the bf16 run's latents (video, audio): $d"
+for m in fp8 int8; do
+    [ -f "$tmp/bf16.st" ] && [ -f "$tmp/$m.st" ] || continue
+    d=$(python3 "$SRC/tests/latents_tool.py" distance "$tmp/bf16.st" "$tmp/$m.st")
+    echo "$m attention: relative L2 off the bf16 run's latents (video, audio): $d"
     read -r dv da <<<"$d"
     awk -v v="$dv" -v a="$da" 'BEGIN{exit !(v > 1e-4 && v <= 0.1 && a > 1e-4 && a <= 0.3)}' ||
-        fail "fp8 attention's latents are $dv (video) and $da (audio) off bf16's: expected (1e-4, 0.1] and (1e-4, 0.3]"
-fi
+        fail "$m attention's latents are $dv (video) and $da (audio) off bf16's: expected (1e-4, 0.1] and (1e-4, 0.3]"
+done
 "$H3RUN" generate "${A[@]}" --attention fp9 -o "$tmp/bad.mp4" >"$tmp/bad.out" 2>"$tmp/bad.err"
 rc=$?
 [ $rc = 2 ] || fail "--attention fp9 exited $rc, not 2"
-grep -q "choose auto, bf16 or fp8" "$tmp/bad.err" || fail "--attention fp9: $(cat "$tmp/bad.err")"
+grep -q "choose auto, bf16, fp8 or int8" "$tmp/bad.err" || fail "--attention fp9: $(cat "$tmp/bad.err")"
 [ ! -e "$tmp/bad.mp4" ] && [ ! -e "$tmp/bad.mp4.partial" ] || fail "--attention fp9 left a file"
 M="$SRC/models/h3-small"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention fp8 >"$tmp/p8" 2>&1 || fail "plan --attention fp8: $(tail -1 "$tmp/p8")"
 grep -q "attention: fp8 (e4m3" "$tmp/p8" || fail "plan --attention fp8 does not say so: $(grep -i attention "$tmp/p8")"
+"$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention int8 >"$tmp/pi" 2>&1 || fail "plan --attention int8: $(tail -1 "$tmp/pi")"
+grep -q "attention: int8 (int8 q, k" "$tmp/pi" || fail "plan --attention int8 does not say so: $(grep -i attention "$tmp/pi")"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 >"$tmp/pa" 2>&1 || fail "plan: $(tail -1 "$tmp/pa")"
 grep -q "DiT attention: bf16 (auto: the block weights are not fp8" "$tmp/pa" && grep -q "attention: bf16 (exact" "$tmp/pa" ||
     fail "plan's auto with bf16 block weights: $(grep -i attention "$tmp/pa")"

@@ -16,7 +16,7 @@ Cases (all by default, or those named on the command line):
               with 422 and the planner's message, at /api/plan and at /api/jobs, and nothing is queued; refine,
               output_size and shift are taken with generate's checks (a job at output_size 96x80 writes a 96x80 MP4);
               'cache' (true or a threshold) runs a job with step caching, its figures in the report; bad values 400;
-              'attention' takes auto, bf16 or fp8, anything else 400
+              'attention' takes auto, bf16, fp8 or int8, anything else 400
   token       a bind beyond loopback without a token refuses to start; with --token every request needs it
   reuse       the reused jobs of a batch start their DiT at least 3x sooner than the first (the better of two; what they reused is in
               its report)
@@ -456,7 +456,7 @@ def case_plan():
         check((st == 200) == ok and (ok or "option 'cache' takes" in body.get("error", "")),
               "cache %r: %s %s" % (val, st, body))
     # the DiT's attention as a job option (generate's --attention): a mode, named in the plan; anything else 400
-    for val, ok in (("fp8", True), ("bf16", True), ("auto", True), ("fp9", False), (8, False)):
+    for val, ok in (("fp8", True), ("int8", True), ("bf16", True), ("auto", True), ("fp9", False), (8, False)):
         st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", attention=val))
         check((st == 200) == ok and (ok or "attention" in body.get("error", "")), "attention %r: %s %s" % (val, st, body))
     check(srv.stop() == 0, "the server exits 0")

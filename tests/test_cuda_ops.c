@@ -382,11 +382,12 @@ static void test_attention(void) {
     attn_case(H3_BF16, 256, 256, 2, 2, 96, 0, 0); /* a head size the flash kernel lacks: plain kernel */
 }
 
-/* fp8 attention (H3_ATTN_FP8): the device's kernel against the CPU's same quantization, on the same bf16
- * values (the output's bf16 rounding, the tensor cores' sum order and the rare probability rounded to the
- * other e4m3 neighbour apart); its distance from the bf16 kernel printed. Devices without the kernel (not
- * sm_90a) must refuse with H3_ERR_UNSUPPORTED. */
-static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int causal, int fused) {
+/* Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device's kernel against the CPU's same quantization, on
+ * the same bf16 values (the output's bf16 rounding, the tensor cores' sum order and the rare probability rounded
+ * to the other e4m3 or f16 neighbour apart); its distance from the bf16 kernel printed. Devices without a kernel
+ * (fp8 before sm_89, int8 before sm_75) must refuse with H3_ERR_UNSUPPORTED. */
+static void attn_lowbit_case(unsigned mode, const char *kernel, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk,
+                             int causal, int fused) {
     const int64_t D = 128;
     pair q, kk, v, qkv = {0};
     h3_tensor qh, qd, kh, kd, vh, vd;
@@ -415,16 +416,17 @@ static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int ca
     pair o = mk(H3_BF16, 3, so, 1.0), ob = mk(H3_BF16, 3, so, 1.0);
     const float scale = 1.0f / sqrtf((float)D);
     const unsigned fl = causal ? H3_ATTN_CAUSAL : 0;
-    h3_status st = h3_op_attention(&g_ex, &o.d, &qd, &kd, &vd, scale, fl | H3_ATTN_FP8);
-    char what[128];
-    snprintf(what, sizeof what, "attention fp8 Sq%lld Sk%lld Hq%lld Hk%lld causal%d fused%d", (long long)Sq,
-             (long long)Sk, (long long)Hq, (long long)Hk, causal, fused);
+    h3_status st = h3_op_attention(&g_ex, &o.d, &qd, &kd, &vd, scale, fl | mode);
+    char what[160];
+    snprintf(what, sizeof what, "attention %s (%s) Sq%lld Sk%lld Hq%lld Hk%lld causal%d fused%d",
+             mode == H3_ATTN_FP8 ? "fp8" : "int8", kernel, (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk,
+             causal, fused);
     if (st == H3_ERR_UNSUPPORTED) {
         printf("  %s: refused on this GPU (%s)\n", what, h3_last_error());
         h3_clear_error();
     } else {
         CHECK_OK(st);
-        CHECK_OK(h3_op_attention(&g_ex, &o.h, &qh, &kh, &vh, scale, fl | H3_ATTN_FP8));
+        CHECK_OK(h3_op_attention(&g_ex, &o.h, &qh, &kh, &vh, scale, fl | mode));
         compare(what, &o, 1e-2);
         /* the bf16 kernel on the same inputs, then the fp8 result's distance from it */
         CHECK_OK(h3_op_attention(&g_ex, &ob.d, &qd, &kd, &vd, scale, fl));
@@ -455,14 +457,27 @@ static void attn_fp8_case(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk, int ca
     }
 }
 
-static void test_attention_fp8(void) {
-    attn_fp8_case(ri(1, 100), ri(1, 100), 2, 2, 0, 0);
-    attn_fp8_case(ri(129, 400), ri(129, 500), 4, 2, 0, 0); /* partial blocks, GQA */
-    attn_fp8_case(1000, 1000, 2, 2, 0, 1);                 /* the DiT's strided q, k, v */
+static void attn_lowbit_cases(unsigned mode, const char *kernel) {
+    attn_lowbit_case(mode, kernel, ri(1, 100), ri(1, 100), 2, 2, 0, 0);
+    attn_lowbit_case(mode, kernel, ri(129, 400), ri(129, 500), 4, 2, 0, 0); /* partial blocks, GQA */
+    attn_lowbit_case(mode, kernel, 1000, 1000, 2, 2, 0, 1);                 /* the DiT's strided q, k, v */
     int64_t S = ri(200, 500);
-    attn_fp8_case(S, S, 2, 1, 1, 0);                      /* causal */
-    attn_fp8_case(ri(20, 100), ri(300, 600), 2, 2, 1, 0); /* causal, more keys than queries */
-    attn_fp8_case(4096, 4096, 4, 4, 0, 1);
+    attn_lowbit_case(mode, kernel, S, S, 2, 1, 1, 0);                      /* causal */
+    attn_lowbit_case(mode, kernel, ri(20, 100), ri(300, 600), 2, 2, 1, 0); /* causal, more keys than queries */
+    attn_lowbit_case(mode, kernel, 4096, 4096, 4, 4, 0, 1);
+}
+
+/* fp8: the kernel this GPU picks (Hopper's wgmma one on an H200), then the mma.sync kernel Ada and Blackwell run,
+ * forced (h3_cuda_attention_prefer_mma8), so a Hopper GPU checks both. */
+static void test_attention_fp8(void) {
+    attn_lowbit_cases(H3_ATTN_FP8, "this GPU's kernel");
+    h3_cuda_attention_prefer_mma8(1);
+    attn_lowbit_cases(H3_ATTN_FP8, "mma.sync");
+    h3_cuda_attention_prefer_mma8(0);
+}
+
+static void test_attention_int8(void) {
+    attn_lowbit_cases(H3_ATTN_INT8, "mma.sync");
 }
 
 static void test_conv(void) {
@@ -1030,6 +1045,7 @@ int main(int argc, char **argv) {
         {"rope", test_rope},
         {"attention", test_attention},
         {"attention_fp8", test_attention_fp8},
+        {"attention_int8", test_attention_int8},
         {"conv", test_conv},
         {"random", test_random},
         {"qgemm", test_qgemm},

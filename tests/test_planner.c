@@ -326,28 +326,46 @@ static void test_attention_resolve(void) {
     h3_attn_mode m;
     CHECK_OK(h3_attn_mode_parse("fp8", &m));
     CHECK(m == H3_ATTN_MODE_FP8);
-    CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16 or fp8");
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attn_mode_parse("int8", &m));
+    CHECK(m == H3_ATTN_MODE_INT8);
+    CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16, fp8 or int8");
+    /* what h3_cuda_lowbit_attention reports for an H200, an RTX 4090 (sm_89), an RTX 3090 (sm_86) */
+    const unsigned hopper = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8,
+                   ada = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_INT8, ampere = H3_CUDA_ATTN_INT8;
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 19412, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "auto"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 0, 19412, &fl, why, sizeof why)); /* bf16 weights */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 0, 19412, &fl, why, sizeof why)); /* bf16 w */
     CHECK(fl == 0 && strstr(why, "not fp8"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 128, 1, 4000, &fl, why, sizeof why)); /* short */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 4000, &fl, why, sizeof why)); /* short */
     CHECK(fl == 0 && strstr(why, "8,192"), "%u %s", fl, why);
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 128, 1, 19412, &fl, why, sizeof why)); /* no kernel */
-    CHECK(fl == 0, "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 1, 64, 1, 19412, &fl, why, sizeof why)); /* head size 64 */
-    CHECK(fl == 0 && strstr(why, "no fp8 attention kernel"), "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 1, 64, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
-              "head size of 128");
+    CHECK(fl == 0 && strstr(why, "no low-bit attention kernel"), "%u %s", fl, why);
+    /* auto never picks the kernels not measured against the release: Ada's fp8, int8 */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, ada, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK(fl == 0 && strstr(why, "unmeasured"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 64, 1, 19412, &fl, why, sizeof why)); /* head 64 */
+    CHECK(fl == 0 && strstr(why, "no low-bit attention kernel"), "%u %s", fl, why);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 64, 1, 19412, &fl, why, sizeof why),
+              H3_ERR_UNSUPPORTED, "head size of 128");
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 128, 1, 19412, &fl, why, sizeof why)); /* host */
     CHECK(fl == 0 && strstr(why, "host"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, 1, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, hopper, 128, 1, 19412, &fl, why, sizeof why));
     CHECK(fl == 0, "%u %s", fl, why);
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100, &fl, why, sizeof why)); /* the host reference */
-    CHECK(fl == H3_ATTN_FP8, "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, 0, 128, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
-              "Hopper");
+    CHECK(fl == H3_ATTN_FP8 && strstr(why, "reference"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 0, 0, 128, 0, 100, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_INT8 && strstr(why, "reference"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 128, 0, 100, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_FP8 && strstr(why, "wgmma"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ada, 128, 0, 100, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_FP8 && strstr(why, "mma.sync"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, ampere, 128, 0, 100, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_INT8 && strstr(why, "mma.sync"), "%u %s", fl, why);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ampere, 128, 1, 19412, &fl, why, sizeof why),
+              H3_ERR_UNSUPPORTED, "8.9 or later");
     CHECK(fl == 0);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+              "7.5 or later");
 }
 
 static void test_budget_edges(void) {

@@ -165,7 +165,7 @@ int h3_cmd_plan(int argc, char **argv) {
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
         {"attention", 0, H3_OPT_STR, &attention, "MODE",
-         "the DiT blocks' attention, as generate's --attention: auto (default), bf16 or fp8 (its scratch and time)",
+         "the DiT blocks' attention, as generate's --attention: auto (default), bf16, fp8 or int8 (its scratch and time)",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
@@ -415,9 +415,12 @@ int h3_cmd_plan(int argc, char **argv) {
             st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
                                      req.refine_width ? req.refine_width : req.width,
                                      req.refine_width ? req.refine_height : req.height, &L);
-        const int kernel = h3_cuda_fp8_attention_available(0) || (have_fig && !strcmp(fig.name, "h200"));
+        const unsigned kernels =
+            h3_cuda_lowbit_attention(0) | (have_fig && !strcmp(fig.name, "h200")
+                                               ? H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8
+                                               : 0u);
         if (st == H3_OK)
-            st = h3_attention_resolve(am, 1, kernel, h3_dit_get_config(f.dit)->head_dim, h3_dit_blocks_fp8(f.dit),
+            st = h3_attention_resolve(am, 1, kernels, h3_dit_get_config(f.dit)->head_dim, h3_dit_blocks_fp8(f.dit),
                                       L.seq_len, &fl, why, sizeof why);
         if (st == H3_OK) {
             h3_dit_set_attention(f.dit, fl);

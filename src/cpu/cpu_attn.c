@@ -226,6 +226,132 @@ static h3_status cpu_attention_fp8(h3_exec *ex, h3_tensor *o, const h3_tensor *q
     return H3_OK;
 }
 
+/* ---- int8 attention (H3_ATTN_INT8): the device kernel's quantization (attn_mma8.cuh, docs/CUDA.md "int8
+ * attention") ------------------------------------------------------------------------------------------------
+ * q and k in int8 with one scale per head and block of 64 rows, k less its mean over all keys; v in f16 scaled
+ * per head and channel; per query row and block of 64 keys, in order, the online softmax in f32 with its
+ * probabilities rounded to f16 before P·V. Integer dot products (exact, as the device's). Any head size. */
+enum { IB = 64 };
+
+/* rows [n, D] (ld) of one head, less mean[D] (or nothing), into int8 in dst [IB, D]; returns the block's scale. */
+static float int8_block(int8_t *dst, const float *src, int64_t ld, int64_t n, int64_t D, const float *mean) {
+    float m = 0.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d] - (mean ? mean[d] : 0.0f)));
+    const float inv = m > 0.0f ? 127.0f / m : 1.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) {
+            long v = lrintf((src[r * ld + d] - (mean ? mean[d] : 0.0f)) * inv);
+            dst[r * D + d] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    return m > 0.0f ? m / 127.0f : 1.0f;
+}
+
+typedef struct {
+    attn_ctx c;
+    const float *kmean; /* [Hk·D] */
+} int8_ctx;
+
+static void int8_tasks(void *p, int64_t tb, int64_t te, int tid) {
+    const int8_ctx *x = p;
+    const attn_ctx *c = &x->c;
+    const int64_t D = c->D, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
+    float *O = c->ws + (size_t)tid * c->ws_per_thread, *V = O + IB * D, *m = V + IB * D, *l = m + IB, *sc = l + IB;
+    int8_t *Q = (int8_t *)(sc + IB), *K = Q + IB * D;
+    for (int64_t t = tb; t < te; t++) {
+        if (h3_cancel_requested()) return;
+        const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
+        const int64_t q0 = qb * IB, nq = c->Sq - q0 < IB ? c->Sq - q0 : IB;
+        const float qsc = c->scale * int8_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D, NULL);
+        for (int64_t i = 0; i < nq; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        memset(O, 0, (size_t)(nq * D) * sizeof(float));
+        int64_t kend = c->Sk;
+        if (c->causal) {
+            kend = q0 + IB + shift;
+            if (kend > c->Sk) kend = c->Sk;
+            if (kend < 0) kend = 0;
+        }
+        for (int64_t k0 = 0; k0 < kend; k0 += IB) {
+            const int64_t nk = c->Sk - k0 < IB ? c->Sk - k0 : IB;
+            const float ks = int8_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D, x->kmean + hk * D);
+            for (int64_t r = 0; r < nk; r++)
+                for (int64_t d = 0; d < D; d++)
+                    V[r * D + d] =
+                        h3_f16_to_f32(h3_f32_to_f16(c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d]));
+            const float f = qsc * ks;
+            for (int64_t i = 0; i < nq; i++) {
+                float mx = m[i];
+                for (int64_t j = 0; j < nk; j++) {
+                    if (c->causal && k0 + j > q0 + i + shift) {
+                        sc[j] = -INFINITY;
+                        continue;
+                    }
+                    int32_t acc = 0;
+                    for (int64_t d = 0; d < D; d++) acc += (int32_t)Q[i * D + d] * K[j * D + d];
+                    sc[j] = (float)acc * f;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                const float corr = mx == -INFINITY ? 1.0f : exp2f(m[i] - mx), b = mx == -INFINITY ? 0.0f : mx;
+                float sum = 0.0f, *orow = O + i * D;
+                for (int64_t d = 0; d < D; d++) orow[d] *= corr;
+                for (int64_t j = 0; j < nk; j++) {
+                    const float pj = exp2f(sc[j] - b);
+                    sum += pj;
+                    const float p16 = h3_f16_to_f32(h3_f32_to_f16(pj));
+                    if (p16 != 0.0f)
+                        for (int64_t d = 0; d < D; d++) orow[d] += p16 * V[j * D + d];
+                }
+                l[i] = l[i] * corr + sum;
+                m[i] = mx;
+            }
+        }
+        for (int64_t i = 0; i < nq; i++) {
+            float *dst = c->o + (q0 + i) * c->ldo + h * D;
+            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (int64_t d = 0; d < D; d++) dst[d] = O[i * D + d] * inv * c->vs[hk * D + d];
+        }
+    }
+}
+
+static h3_status cpu_attention_int8(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                    const h3_tensor *v, float scale, unsigned flags) {
+    int8_ctx x;
+    x.c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, IB);
+    attn_ctx *c = &x.c;
+    const int64_t D = c->D, HD = c->Hk * D;
+    float *tab = h3_malloc((size_t)(3 * HD) * sizeof(float), H3_MEM_WORKSPACE);
+    if (!tab) return H3_ERR_NOMEM;
+    for (int64_t i = 0; i < HD; i++) {
+        double sum = 0.0;
+        float mx = 0.0f;
+        for (int64_t r = 0; r < c->Sk; r++) {
+            sum += c->k[r * c->ldk + i];
+            mx = fmaxf(mx, fabsf(c->v[r * c->ldv + i]));
+        }
+        tab[i] = (float)(sum / (double)c->Sk);
+        tab[HD + i] = mx > 0.0f ? 256.0f / mx : 1.0f;
+        tab[2 * HD + i] = mx > 0.0f ? mx / 256.0f : 1.0f;
+    }
+    x.kmean = tab;
+    c->vinv = tab + HD;
+    c->vs = tab + 2 * HD;
+    const int nt = h3_pool_threads(ex->pool);
+    /* floats: O, V [IB·D], m, l, s [IB]; then int8 Q, K [IB·D] (rounded up to whole floats) */
+    c->ws_per_thread = (size_t)(2 * IB * D + 3 * IB + (2 * IB * D + 3) / 4);
+    c->ws = h3_malloc((size_t)nt * c->ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
+    if (!c->ws) {
+        h3_free(tab);
+        return H3_ERR_NOMEM;
+    }
+    h3_parallel_for(ex->pool, c->Hq * c->nqb, 1, int8_tasks, &x);
+    h3_free(c->ws);
+    h3_free(tab);
+    return H3_OK;
+}
+
 int64_t h3_cpu_attention_scratch_bytes(int threads, int64_t D) {
     return (int64_t)(threads > 0 ? threads : 1) * (BQ * BK + BQ * D + 2 * BQ) * (int64_t)sizeof(float);
 }
@@ -242,7 +368,10 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
         for (int64_t i = 0; i < c.Sq; i++) memset(c.o + i * c.ldo, 0, (size_t)(c.Hq * c.D) * sizeof(float));
         return H3_OK;
     }
+    if ((flags & H3_ATTN_FP8) && (flags & H3_ATTN_INT8))
+        return H3_ERR(H3_ERR_INVALID, "op 'attention': fp8 and int8 attention are exclusive");
     if (flags & H3_ATTN_FP8) return cpu_attention_fp8(ex, o, q, k, v, scale, flags);
+    if (flags & H3_ATTN_INT8) return cpu_attention_int8(ex, o, q, k, v, scale, flags);
     int nt = h3_pool_threads(ex->pool);
     c.ws_per_thread = (size_t)(BQ * BK + BQ * c.D + 2 * BQ);
     c.ws = h3_malloc((size_t)h3_cpu_attention_scratch_bytes(nt, c.D), H3_MEM_WORKSPACE);

@@ -17,9 +17,17 @@ int h3_cuda_compiled(void);
 int h3_cuda_device_count(void);
 /* Name and memory of a device. */
 h3_status h3_cuda_device_info(int device, char *name, size_t name_len, int64_t *total_bytes, int64_t *free_bytes);
-/* 1 when device `device` runs fp8 attention (H3_ATTN_FP8): a Hopper GPU (sm_90) and a build with the sm_90a
- * kernels; 0 otherwise (no device, another GPU, no CUDA). Never fails. */
-int h3_cuda_fp8_attention_available(int device);
+/* The low-bit attention kernels device `device` runs (bf16 q, k, v of head size 128): H3_CUDA_ATTN_FP8 (H3_ATTN_FP8:
+ * sm_89+, Ada and Blackwell on mma.sync, Hopper), with H3_CUDA_ATTN_FP8_HOPPER where that is Hopper's wgmma kernel
+ * (sm_90 and a build with the sm_90a kernels), H3_CUDA_ATTN_INT8 (H3_ATTN_INT8: sm_75+); 0 without a device or
+ * CUDA. Never fails. */
+#define H3_CUDA_ATTN_FP8 1u
+#define H3_CUDA_ATTN_FP8_HOPPER 2u
+#define H3_CUDA_ATTN_INT8 4u
+unsigned h3_cuda_lowbit_attention(int device);
+/* Tests: with on set, low-bit attention on Hopper runs the mma.sync fp8 kernel (Ada's) instead of the wgmma one,
+ * so the H200 checks both. Process-wide; off by default. */
+void h3_cuda_attention_prefer_mma8(int on);
 /* Selects the device, reserves the device budget (budget bytes; 0 = the free memory less a 512 MiB margin) as
  * one arena from which every device tensor and workspace is carved, creates the streams and BLAS handles in
  * ex->cuda, and registers the device and pinned allocators and the device backend with the op API.
@@ -122,11 +130,23 @@ static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk
            H3_A256(Hq * nqb * 4) + H3_A256(Hk * nkb * 4) + 2 * H3_A256(Hk * 128 * 4);
 #undef H3_A256
 }
+/* The arena scratch of one int8 attention call (H3_ATTN_INT8, head size 128): q, k in int8, v in f16, k's channel
+ * sums and v's channel maxima, the scales (q, k per 64 rows, v per channel). */
+static inline int64_t h3_cuda_attention_int8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
+#define H3_A256(x) (((x) + 255) / 256 * 256)
+    const int64_t nqb = (Sq + 63) / 64, nkb = (Sk + 63) / 64;
+    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Sk * Hk * 128 * 2) + H3_A256(Hq * nqb * 4) +
+           H3_A256(Hk * nkb * 4) + 3 * H3_A256(Hk * 128 * 4);
+#undef H3_A256
+}
 /* ---- attention: the kernel and its tiles for a device ---------------------------------------------------------
  * What cuda_attn.cu runs, as a pure function of the device (unit-tested per architecture in test_ops): major.minor
  * the compute capability, smem the per-block shared-memory limit (opt-in), sm90a whether the build carries the
  * Hopper kernels, aligned whether q, k, v, o start and stride on 16 bytes.
- *   fp8 (H3_ATTN_FP8): Hopper's fp8 kernel (sm_90, bf16 q/k/v, head size 128, aligned), else none (refused).
+ *   fp8 (H3_ATTN_FP8), bf16 q/k/v of head size 128, aligned: Hopper's fp8 kernel on sm_90 with the Hopper build,
+ *   else the mma.sync fp8 kernel on sm_89+ (Ada, Blackwell; K/V tiles of 128 keys, two stages where they fit),
+ *   else none (refused);
+ *   int8 (H3_ATTN_INT8), the same operands: the mma.sync int8 kernel on sm_75+ (K/V tiles of 64 keys), else none;
  *   bf16 at head size 128 on sm_90 with the Hopper build and room for its tiles: the wgmma kernel (TMA, K/V tiles of
  *   128 rows, two stages: H3_CUDA_WGMMA_SMEM bytes);
  *   bf16 at 64 or 128 on sm_80+: the mma.sync flash kernel, 128 query rows a block, K/V tiles of 64 rows in two
@@ -138,7 +158,9 @@ typedef enum {
     H3_ATTN_K_PLAIN,
     H3_ATTN_K_FLASH,
     H3_ATTN_K_WGMMA,
-    H3_ATTN_K_WGMMA_FP8
+    H3_ATTN_K_WGMMA_FP8,
+    H3_ATTN_K_MMA_FP8, /* attn_mma8.cuh, e4m3 on mma.sync (sm_89+) */
+    H3_ATTN_K_MMA_INT8 /* attn_mma8.cuh, int8 QK and f16 PV on mma.sync (sm_75+) */
 } h3_attn_kernel;
 typedef struct {
     h3_attn_kernel kernel;
@@ -151,13 +173,29 @@ typedef struct {
 static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
     return (128 + 2 * 64 * (int64_t)stages) * D * 2;
 }
+/* attn_mma8's shared memory (attn_mma8.cuh, mma8_smem): a 64-row Q tile of 128 bytes a row and per stage a K tile
+ * (128 keys for fp8, 64 for int8) and a V tile (fp8: 128 channels x 128 keys; int8: 64 keys x 128 f16). */
+static inline int64_t h3_cuda_mma8_smem(int fp8, int stages) {
+    return 64 * 128 + (int64_t)stages * (fp8 ? 128 * 128 + 128 * 128 : 64 * 128 + 64 * 128 * 2);
+}
 static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t smem, int sm90a, h3_dtype dt,
                                                  int64_t D, int aligned, unsigned flags) {
     h3_attn_choice c = {H3_ATTN_K_NONE, 0, 0, 0};
     const int hopper = sm90a && major == 9 && minor == 0;
-    if (flags & H3_ATTN_FP8) {
-        if (hopper && dt == H3_BF16 && D == 128 && aligned && smem >= H3_CUDA_WGMMA_FP8_SMEM)
+    const int cc = major * 10 + minor;
+    if (flags & (H3_ATTN_FP8 | H3_ATTN_INT8)) {
+        if (dt != H3_BF16 || D != 128 || !aligned) return c;
+        const int fp8 = (flags & H3_ATTN_FP8) != 0;
+        if (fp8 && hopper && smem >= H3_CUDA_WGMMA_FP8_SMEM) {
             c.kernel = H3_ATTN_K_WGMMA_FP8, c.stages = 2, c.smem = H3_CUDA_WGMMA_FP8_SMEM;
+            return c;
+        }
+        if (cc < (fp8 ? 89 : 75)) return c;
+        for (int st = 2; st >= 1; st--)
+            if (h3_cuda_mma8_smem(fp8, st) <= smem) {
+                c.kernel = fp8 ? H3_ATTN_K_MMA_FP8 : H3_ATTN_K_MMA_INT8, c.stages = st, c.smem = h3_cuda_mma8_smem(fp8, st);
+                return c;
+            }
         return c;
     }
     int64_t P = D;

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "cuda/attn_kernels.cuh"
+#include "cuda/attn_mma8.cuh"
 #include "cuda/cuda_internal.cuh"
 
 #ifdef H3_HAVE_SM90A
@@ -181,76 +182,200 @@ static unsigned pad_grid(int64_t n) {
     return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b < 1 ? 1 : b);
 }
 
-/* H3_ATTN_FP8 (where chosen): q, k, v quantized into arena scratch (h3_cuda_attention_fp8_scratch_bytes), then the fp8
- * kernel. */
-static h3_status attention_fp8(h3_cuda_state *s, h3_exec *ex, const attn_args *a, const h3_tensor *q, int D,
-                               int chosen) {
-#ifdef H3_HAVE_SM90A
-    cudaStream_t st = cuda_stream(ex);
-    if (chosen) { /* h3_cuda_attn_choose picked the fp8 kernel: Hopper, bf16, head size 128, aligned */
-        const int64_t nqb = (a->Sq + 127) / 128, nkb = (a->Sk + 127) / 128, ldt = nkb * 128;
-        const size_t bytes = (size_t)h3_cuda_attention_fp8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk);
-        char *buf = (char *)cuda_arena_alloc(s, bytes);
-        if (!buf)
-            return h3_error_wrap(H3_ERR_NOMEM,
-                                 "op 'attention' on the device (fp8): %.1f MiB of quantized q, k, v",
-                                 bytes / 1048576.0);
-        size_t off = 0;
-        auto take = [&](size_t n) {
-            char *p = buf + off;
-            off += (n + 255) / 256 * 256;
-            return p;
-        };
-        uint8_t *q8 = (uint8_t *)take((size_t)a->Sq * a->Hq * 128),
-                *k8 = (uint8_t *)take((size_t)a->Sk * a->Hk * 128);
-        uint8_t *vt = (uint8_t *)take((size_t)a->Hk * 128 * ldt);
-        float *qs = (float *)take((size_t)a->Hq * nqb * 4), *ks = (float *)take((size_t)a->Hk * nkb * 4);
-        float *vs = (float *)take((size_t)a->Hk * 128 * 4);
-        unsigned *vamax = (unsigned *)take((size_t)a->Hk * 128 * 4);
-        h3_status r = H3_OK;
-        if (cudaMemsetAsync(vamax, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess)
-            r = H3_ERR(H3_ERR_DEVICE, "attention (fp8): clearing its scales failed");
-        if (r == H3_OK) {
-            k_attn_fp8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>(
-                q8, qs, (const uint16_t *)a->q, a->Sq, a->ldq);
-            k_attn_fp8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>(
-                k8, ks, (const uint16_t *)a->k, a->Sk, a->ldk);
-            k_attn_fp8_vamax<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(
-                vamax, (const uint16_t *)a->v, a->Sk, a->ldv);
-            k_attn_fp8_vt<<<dim3((unsigned)(ldt / 64), (unsigned)a->Hk), 256, 0, st>>>(
-                vt, ldt, vs, vamax, (const uint16_t *)a->v, a->Sk, a->ldv);
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess)
-                r = H3_ERR(H3_ERR_DEVICE, "attention (fp8): quantizing q, k, v failed to launch: %s",
-                           cudaGetErrorString(e));
+/* ---- int8 attention's operands (H3_ATTN_INT8, docs/CUDA.md "int8 attention")
+ * ------------------------------------------- */
+
+/* Σ k per (head, channel) over all keys into sum (zeroed first). Grid (⌈Sk/256⌉, Hk), 128 threads (one a channel). */
+__global__ void k_attn_int8_ksum(float *sum, const uint16_t *k, int Sk, int64_t ld) {
+    const int h = blockIdx.y, d = threadIdx.x, r0 = blockIdx.x * 256;
+    const int r1 = r0 + 256 < Sk ? r0 + 256 : Sk;
+    float t = 0.0f;
+    for (int r = r0; r < r1; r++) t += __uint_as_float((uint32_t)k[(int64_t)r * ld + h * 128 + d] << 16);
+    atomicAdd(&sum[h * 128 + d], t);
+}
+
+/* Rows [S, H, 128] (bf16, ld elements a row), less mean = sum / S per channel when sum is given, into int8 [S, H·128]
+ * with one scale per (head, 64 rows): scale = max|x| / 127 (1 when 0), x8 = rn(x · (127 / max|x|)). Grid (⌈S/64⌉,
+ * H), 256 threads. */
+__global__ void k_attn_int8_rows(int8_t *dst, float *scales, const uint16_t *src, int S, int64_t ld,
+                                 const float *sum) {
+    const int b = blockIdx.x, h = blockIdx.y, H = gridDim.y, tid = threadIdx.x;
+    const int c = (tid % 16) * 8; /* each thread: 8 channels of 4 rows */
+    float mean[8], x[4][8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) mean[e] = sum ? sum[h * 128 + c + e] / (float)S : 0.0f;
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = b * 64 + tid / 16 + 16 * k;
+        const uint4 v = r < S ? *(const uint4 *)(src + (int64_t)r * ld + h * 128 + c) : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            x[k][e] = r < S ? bf16_bits(w[e / 2], e & 1) - mean[e] : 0.0f;
+            m = fmaxf(m, fabsf(x[k][e]));
         }
-        if (r == H3_OK) {
-            attn_args b = *a;
-            b.q = q8;
-            b.k = k8;
-            b.v = vt;
-            b.ldq = (int64_t)a->Hq * 128;
-            b.ldk = (int64_t)a->Hk * 128;
-            b.ldv = ldt;
-            b.qs = qs;
-            b.ks = ks;
-            b.vs = vs;
-            r = cuda_attention_wgmma_fp8(&b, st);
-        }
-        cuda_arena_free(s, buf);
-        return r;
     }
+    __shared__ float red[8];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((tid & 31) == 0) red[tid >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
+    const float inv = m > 0.0f ? 127.0f / m : 1.0f;
+    if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 127.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = b * 64 + tid / 16 + 16 * k;
+        if (r >= S) continue;
+        uint32_t out[2] = {0, 0};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            int q = __float2int_rn(x[k][e] * inv);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            out[e / 4] |= (uint32_t)(q & 0xff) << (8 * (e % 4));
+        }
+        *(uint2 *)(dst + (int64_t)r * H * 128 + h * 128 + c) = make_uint2(out[0], out[1]);
+    }
+}
+
+/* v [Sk, Hk, 128] (bf16) into f16 [Sk, Hk·128] as v · (256 / max|v|) per (head, channel); vs [Hk·128] = max|v| / 256
+ * (1 when 0). amax as k_attn_fp8_vamax leaves it. Grid-stride over groups of 8 channels. */
+__global__ void k_attn_int8_v(__half *dst, float *vs, const unsigned *amax, const uint16_t *v, int Sk, int Hk,
+                              int64_t ld) {
+    const int64_t n = (int64_t)Sk * Hk * 16;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (Hk * 16);
+        const int hc = (int)(i % (Hk * 16)) * 8; /* h·128 + c */
+        const uint4 x = *(const uint4 *)(v + r * ld + hc);
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+        uint32_t out[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+            const float m0 = __uint_as_float(amax[hc + e]), m1 = __uint_as_float(amax[hc + e + 1]);
+            const float a = bf16_bits(w[e / 2], 0) * (m0 > 0.0f ? 256.0f / m0 : 1.0f);
+            const float b = bf16_bits(w[e / 2], 1) * (m1 > 0.0f ? 256.0f / m1 : 1.0f);
+            __half2 hh = __floats2half2_rn(a, b);
+            out[e / 2] = *(uint32_t *)&hh;
+        }
+        *(uint4 *)(dst + r * Hk * 128 + hc) = make_uint4(out[0], out[1], out[2], out[3]);
+        if (r == 0)
+            for (int e = 0; e < 8; e++) {
+                const float m = __uint_as_float(amax[hc + e]);
+                vs[hc + e] = m > 0.0f ? m / 256.0f : 1.0f;
+            }
+    }
+}
+
+static int g_prefer_mma8 = 0;
+extern "C" void h3_cuda_attention_prefer_mma8(int on) {
+    g_prefer_mma8 = on != 0;
+}
+
+template <int MODE, int STAGES> static h3_status launch_mma8(const attn_args &a, cudaStream_t st) {
+    static int configured = 0;
+    const int smem = mma8_smem<MODE>(STAGES);
+    if (!configured) {
+        CU_TRY(cudaFuncSetAttribute(attn_mma8<MODE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        configured = 1;
+    }
+    attn_mma8<MODE, STAGES><<<dim3((unsigned)((a.Sq + MMA8_BQ - 1) / MMA8_BQ), (unsigned)a.Hq), MMA8_WARPS * 32, smem,
+                              st>>>(a);
+    CU_LAUNCHED(MODE == MMA8_FP8 ? "attention (fp8 mma.sync)" : "attention (int8 mma.sync)");
+    return H3_OK;
+}
+
+/* H3_ATTN_FP8 and H3_ATTN_INT8 (where a kernel was chosen): q, k, v quantized into arena scratch
+ * (h3_cuda_attention_fp8_scratch_bytes, h3_cuda_attention_int8_scratch_bytes), then the chosen kernel. */
+static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args *a, const h3_tensor *q, int D,
+                                  const h3_attn_choice &ch, unsigned flags) {
+    static_assert(mma8_smem<MMA8_FP8>(2) == 64 * 128 + 2 * (128 * 128 + 128 * 128) &&
+                      mma8_smem<MMA8_INT8>(2) == 64 * 128 + 2 * (64 * 128 + 64 * 128 * 2),
+                  "h3_cuda_mma8_smem restates mma8_smem");
+    const int fp8 = (flags & H3_ATTN_FP8) != 0;
+    if (ch.kernel != H3_ATTN_K_WGMMA_FP8 && ch.kernel != H3_ATTN_K_MMA_FP8 && ch.kernel != H3_ATTN_K_MMA_INT8)
+        return H3_ERR(H3_ERR_UNSUPPORTED,
+                      "%s attention needs %s and bf16 q, k, v of head size 128 (got %s, head size %d, compute "
+                      "capability %d.%d): use --attention bf16",
+                      fp8 ? "fp8" : "int8",
+                      fp8 ? "a GPU of compute capability 8.9 or later (Ada, Hopper, Blackwell)"
+                          : "a GPU of compute capability 7.5 or later (Turing onwards)",
+                      h3_dtype_name(q->dtype), D, s->prop.major, s->prop.minor);
+    cudaStream_t st = cuda_stream(ex);
+    const int blk = fp8 ? 128 : 64;
+    const int64_t nqb = (a->Sq + blk - 1) / blk, nkb = (a->Sk + blk - 1) / blk, ldt = nkb * 128;
+    const size_t bytes = (size_t)(fp8 ? h3_cuda_attention_fp8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk)
+                                      : h3_cuda_attention_int8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk));
+    char *buf = (char *)cuda_arena_alloc(s, bytes);
+    if (!buf)
+        return h3_error_wrap(H3_ERR_NOMEM, "op 'attention' on the device (%s): %.1f MiB of quantized q, k, v",
+                             fp8 ? "fp8" : "int8", bytes / 1048576.0);
+    size_t off = 0;
+    auto take = [&](size_t n) {
+        char *p = buf + off;
+        off += (n + 255) / 256 * 256;
+        return p;
+    };
+    uint8_t *q8 = (uint8_t *)take((size_t)a->Sq * a->Hq * 128), *k8 = (uint8_t *)take((size_t)a->Sk * a->Hk * 128);
+    void *vq = take(fp8 ? (size_t)a->Hk * 128 * ldt : (size_t)a->Sk * a->Hk * 128 * 2);
+    float *qs = (float *)take((size_t)a->Hq * nqb * 4), *ks = (float *)take((size_t)a->Hk * nkb * 4);
+    float *vs = (float *)take((size_t)a->Hk * 128 * 4);
+    unsigned *vamax = (unsigned *)take((size_t)a->Hk * 128 * 4);
+    float *ksum = fp8 ? NULL : (float *)take((size_t)a->Hk * 128 * 4);
+    h3_status r = H3_OK;
+    if (cudaMemsetAsync(vamax, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess ||
+        (ksum && cudaMemsetAsync(ksum, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess))
+        r = H3_ERR(H3_ERR_DEVICE, "attention (%s): clearing its scales failed", fp8 ? "fp8" : "int8");
+    if (r == H3_OK) {
+        const uint16_t *qv = (const uint16_t *)a->q, *kv = (const uint16_t *)a->k, *vv = (const uint16_t *)a->v;
+        k_attn_fp8_vamax<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(vamax, vv, a->Sk,
+                                                                                               a->ldv);
+        if (fp8) {
+            k_attn_fp8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>(q8, qs, qv, a->Sq, a->ldq);
+            k_attn_fp8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>(k8, ks, kv, a->Sk, a->ldk);
+            k_attn_fp8_vt<<<dim3((unsigned)(ldt / 64), (unsigned)a->Hk), 256, 0, st>>>((uint8_t *)vq, ldt, vs, vamax,
+                                                                                      vv, a->Sk, a->ldv);
+        } else {
+            k_attn_int8_ksum<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(ksum, kv, a->Sk,
+                                                                                                   a->ldk);
+            k_attn_int8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq,
+                                                                                  a->ldq, NULL);
+            k_attn_int8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk,
+                                                                                  a->ldk, ksum);
+            k_attn_int8_v<<<pad_grid((int64_t)a->Sk * a->Hk * 16), 256, 0, st>>>((__half *)vq, vs, vamax, vv, a->Sk,
+                                                                                a->Hk, a->ldv);
+        }
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            r = H3_ERR(H3_ERR_DEVICE, "attention (%s): quantizing q, k, v failed to launch: %s", fp8 ? "fp8" : "int8",
+                       cudaGetErrorString(e));
+    }
+    if (r == H3_OK) {
+        attn_args b = *a;
+        b.q = q8;
+        b.k = k8;
+        b.v = vq;
+        b.ldq = (int64_t)a->Hq * 128;
+        b.ldk = (int64_t)a->Hk * 128;
+        b.ldv = fp8 ? ldt : (int64_t)a->Hk * 128;
+        b.qs = qs;
+        b.ks = ks;
+        b.vs = vs;
+        if (ch.kernel == H3_ATTN_K_WGMMA_FP8) {
+#ifdef H3_HAVE_SM90A
+            r = cuda_attention_wgmma_fp8(&b, st);
 #else
-    (void)s;
-    (void)ex;
-    (void)a;
-    (void)chosen;
+            r = H3_ERR(H3_ERR_INTERNAL, "attention: the Hopper fp8 kernel was chosen but is not in this build");
 #endif
-    return H3_ERR(
-        H3_ERR_UNSUPPORTED,
-        "fp8 attention needs a Hopper GPU (sm_90a) and bf16 q, k, v of head size 128 (got %s, head size %d): "
-        "use --attention bf16",
-        h3_dtype_name(q->dtype), D);
+        } else if (ch.kernel == H3_ATTN_K_MMA_FP8)
+            r = ch.stages == 2 ? launch_mma8<MMA8_FP8, 2>(b, st) : launch_mma8<MMA8_FP8, 1>(b, st);
+        else
+            r = ch.stages == 2 ? launch_mma8<MMA8_INT8, 2>(b, st) : launch_mma8<MMA8_INT8, 1>(b, st);
+    }
+    cuda_arena_free(s, buf);
+    return r;
 }
 
 extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
@@ -288,9 +413,10 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
 #else
     (void)wgmma_available;
 #endif
-    const h3_attn_choice ch =
-        h3_cuda_attn_choose(s->prop.major, s->prop.minor, s->attn_smem_limit, sm90a, q->dtype, D, aligned, flags);
-    if (flags & H3_ATTN_FP8) return attention_fp8(s, ex, &a, q, D, ch.kernel == H3_ATTN_K_WGMMA_FP8);
+    const unsigned lowbit = flags & (H3_ATTN_FP8 | H3_ATTN_INT8);
+    const h3_attn_choice ch = h3_cuda_attn_choose(s->prop.major, s->prop.minor, s->attn_smem_limit,
+                                                  lowbit && g_prefer_mma8 ? 0 : sm90a, q->dtype, D, aligned, flags);
+    if (lowbit) return attention_lowbit(s, ex, &a, q, D, ch, flags);
     if (ch.kernel == H3_ATTN_K_NONE)
         return H3_ERR(H3_ERR_UNSUPPORTED,
                       "op 'attention' on the device: no kernel for %s at head size %d here (%lld bytes of shared "

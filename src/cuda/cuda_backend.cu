@@ -273,18 +273,20 @@ extern "C" h3_status h3_cuda_device_info(int device, char *name, size_t name_len
     return H3_OK;
 }
 
-extern "C" int h3_cuda_fp8_attention_available(int device) {
-#ifdef H3_HAVE_SM90A
+extern "C" unsigned h3_cuda_lowbit_attention(int device) {
     cudaDeviceProp prop;
     if (device < 0 || device >= h3_cuda_device_count() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    return prop.major == 9 && prop.minor == 0;
-#else
-    (void)device;
-    return 0;
+    const int cc = prop.major * 10 + prop.minor;
+    unsigned k = 0;
+    if (cc >= 75) k |= H3_CUDA_ATTN_INT8;
+    if (cc >= 89) k |= H3_CUDA_ATTN_FP8;
+#ifdef H3_HAVE_SM90A
+    if (prop.major == 9 && prop.minor == 0) k |= H3_CUDA_ATTN_FP8_HOPPER;
 #endif
+    return k;
 }
 
 extern "C" h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {

@@ -19,9 +19,13 @@ h3_status h3_cuda_device_info(int device, char *name, size_t name_len, int64_t *
     return H3_ERR(H3_ERR_UNSUPPORTED, "this h3run was built without CUDA (rebuild with nvcc on the PATH)");
 }
 
-int h3_cuda_fp8_attention_available(int device) {
+unsigned h3_cuda_lowbit_attention(int device) {
     (void)device;
     return 0;
+}
+
+void h3_cuda_attention_prefer_mma8(int on) {
+    (void)on;
 }
 
 h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {

@@ -1105,7 +1105,7 @@ static int64_t set_bytes(const char *source) {
  * DiT before its plan or its stage, the choice logged and kept in the result. */
 static h3_status set_attention(gen *g, h3_dit *d, int on_cuda, int64_t rows) {
     unsigned fl = 0;
-    H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, on_cuda && h3_cuda_fp8_attention_available(0),
+    H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, on_cuda ? h3_cuda_lowbit_attention(0) : 0u,
                                 h3_dit_get_config(d)->head_dim, h3_dit_blocks_fp8(d), rows, &fl, g->res.attention,
                                 sizeof g->res.attention));
     h3_dit_set_attention(d, fl);
@@ -1564,6 +1564,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             if (g->r->attention == H3_ATTN_MODE_FP8 || !strncmp(g->res.attention, "fp8", 3)) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention fp8");
+            }
+            if (g->r->attention == H3_ATTN_MODE_INT8 || !strncmp(g->res.attention, "int8", 4)) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention int8");
             }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);

@@ -59,44 +59,51 @@ int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
 }
 
 h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
-    static const char *const names[] = {"auto", "bf16", "fp8"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"auto", "bf16", "fp8", "int8"};
+    for (int i = 0; i < 4; i++)
         if (s && !strcmp(s, names[i])) {
             *out = (h3_attn_mode)i;
             return H3_OK;
         }
-    return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16 or fp8", s ? s : "");
+    return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16, fp8 or int8", s ? s : "");
 }
 
-h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, int fp8_kernel, int64_t head_dim, int fp8_weights,
+h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,
                                int64_t rows, unsigned *flags, char *why, size_t why_len) {
     *flags = 0;
-    fp8_kernel = fp8_kernel && head_dim == 128;
-    if (mode == H3_ATTN_MODE_FP8) {
-        if (on_cuda && !fp8_kernel) {
-            snprintf(why, why_len, "fp8 asked; no fp8 attention kernel for this GPU and model");
+    if (head_dim != 128) kernels = 0;
+    if (mode == H3_ATTN_MODE_FP8 || mode == H3_ATTN_MODE_INT8) {
+        const int fp8 = mode == H3_ATTN_MODE_FP8;
+        const char *name = fp8 ? "fp8" : "int8";
+        if (on_cuda && !(kernels & (fp8 ? H3_CUDA_ATTN_FP8 : H3_CUDA_ATTN_INT8))) {
+            snprintf(why, why_len, "%s asked; no %s attention kernel for this GPU and model", name, name);
             return H3_ERR(H3_ERR_UNSUPPORTED,
-                          "--attention fp8 runs on Hopper GPUs (sm_90, an h3run built for them) at the release's "
-                          "head size of 128 only; this GPU, build or model has no such kernel: leave --attention "
-                          "out or give bf16");
+                          "--attention %s runs on GPUs of compute capability %s at the release's head size of 128 "
+                          "only; this GPU or model has no such kernel: leave --attention out or give bf16",
+                          name, fp8 ? "8.9 or later (Ada, Hopper, Blackwell)" : "7.5 or later (Turing onwards)");
         }
-        *flags = H3_ATTN_FP8;
-        snprintf(why, why_len, on_cuda ? "fp8 (asked)" : "fp8 (asked; on the host: the reference computation)");
+        *flags = fp8 ? H3_ATTN_FP8 : H3_ATTN_INT8;
+        snprintf(why, why_len, "%s (asked%s)", name,
+                 !on_cuda                                    ? "; on the host: the reference computation"
+                 : fp8 && (kernels & H3_CUDA_ATTN_FP8_HOPPER) ? "; Hopper's wgmma kernel"
+                                                              : "; the mma.sync kernel");
         return H3_OK;
     }
     if (mode == H3_ATTN_MODE_BF16) {
         snprintf(why, why_len, "bf16 (asked)");
         return H3_OK;
     }
-    if (on_cuda && fp8_kernel && fp8_weights && rows >= 8192) {
+    const int hopper = (kernels & H3_CUDA_ATTN_FP8_HOPPER) != 0;
+    if (on_cuda && hopper && fp8_weights && rows >= 8192) {
         *flags = H3_ATTN_FP8;
         snprintf(why, why_len, "fp8 (auto: fp8 block weights, a Hopper GPU, %lld rows)", (long long)rows);
     } else {
         snprintf(why, why_len, "bf16 (auto: %s)",
-                 !on_cuda         ? "on the host"
-                 : !fp8_kernel    ? "no fp8 attention kernel for this GPU and model"
-                 : !fp8_weights   ? "the block weights are not fp8; --attention fp8 trades accuracy for speed"
-                                  : "under 8,192 rows, attention is a small share of the step");
+                 !on_cuda      ? "on the host"
+                 : !hopper     ? (kernels ? "this GPU's low-bit kernels are unmeasured; --attention asks for them"
+                                          : "no low-bit attention kernel for this GPU and model")
+                 : !fp8_weights ? "the block weights are not fp8; --attention fp8 trades accuracy for speed"
+                               : "under 8,192 rows, attention is a small share of the step");
     }
     return H3_OK;
 }
@@ -1269,8 +1276,9 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
             h3_budget_str(t->slot_bytes, a, sizeof a),
             t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
     appendf(o, n, "  attention: %s\n",
-            t->attention & H3_ATTN_FP8 ? "fp8 (e4m3 q, k, v and P·V, per-block scales; Hopper's kernel)"
-                                       : "bf16 (exact softmax, bf16 operands)");
+            t->attention & H3_ATTN_FP8    ? "fp8 (e4m3 q, k, v and P·V, per-block scales)"
+            : t->attention & H3_ATTN_INT8 ? "int8 (int8 q, k with k smoothed, f16 v and P·V, per-block scales)"
+                                          : "bf16 (exact softmax, bf16 operands)");
     appendf(o, n, "  blocks: ");
     for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
     appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");

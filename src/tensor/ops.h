@@ -142,6 +142,13 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * 256), l = Σp, P·V with e4m3(p) and v8, o = Σ·sv / l. The device runs it on Hopper (sm_90a) at head size 128
  * only (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the tests' reference). */
 #define H3_ATTN_FP8 2u
+/* q and k in int8, v and P·V in f16 (docs/CUDA.md "int8 attention", SageAttention's recipe): k less its mean over
+ * all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of 64 rows
+ * (max|x|/127, round to nearest even); v in f16 as v·(256/max|v|) per head and channel. Per query row and block of
+ * 64 keys in order, s = (q8·k8)·sq·sk·scale (base 2, the integer dot product exact), the online softmax in f32
+ * with p = exp2(s − max), l = Σp, P·V with f16(p) and the f16 v, o = Σ·max|v|/256 / l. The device runs it on
+ * sm_75+ at head size 128 with bf16 q, k, v (H3_ERR_UNSUPPORTED elsewhere); the CPU at any head size. */
+#define H3_ATTN_INT8 4u
 /* o[Sq, Hq, D] = softmax(q·kᵀ·scale)·v per head; k, v [Sk, Hk, D] with Hq a multiple of Hk (grouped-query:
  * query head h reads key head h / (Hq/Hk)). Last two dims contiguous, any row stride. Computed in tiles with
  * memory linear in sequence length. o must not alias q, k or v. */
