@@ -1,6 +1,7 @@
 /* Attention on the GPU: the flash kernel for bf16 (head_dim 64 and 128) on sm_80+; other bf16 head sizes up to 128
  * (Qwen3-VL's vision tower: 72) zero-padded to 64 or 128 in arena scratch (h3_cuda_attention_scratch_bytes) and run
- * there; the plain kernel otherwise.
+ * there; the plain kernel otherwise. Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8) quantizes q, k, v into arena
+ * scratch first, then runs Hopper's fp8 kernel (attn_sm90a.cu) or attn_mma8 (attn_mma8.cuh) on them.
  * The number of shared-memory stages is chosen from the device's per-block shared-memory limit at first use,
  * so a GPU with less shared memory gets single-buffered tiles instead of failing. */
 #include <math.h>
@@ -413,7 +414,9 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
 #else
     (void)wgmma_available;
 #endif
-    const unsigned lowbit = flags & (H3_ATTN_FP8 | H3_ATTN_INT8);
+    /* no keys: every output row is 0, which the bf16 kernels write without quantizing anything */
+    const unsigned lowbit = a.Sk > 0 ? flags & (H3_ATTN_FP8 | H3_ATTN_INT8) : 0u;
+    if (!lowbit) flags &= ~(H3_ATTN_FP8 | H3_ATTN_INT8);
     const h3_attn_choice ch = h3_cuda_attn_choose(s->prop.major, s->prop.minor, s->attn_smem_limit,
                                                   lowbit && g_prefer_mma8 ? 0 : sm90a, q->dtype, D, aligned, flags);
     if (lowbit) return attention_lowbit(s, ex, &a, q, D, ch, flags);
