@@ -7,6 +7,7 @@
  * for other summation orders (threads, BLAS) while a wrong formula (RoPE split, chunk order: ≥ 7e-2) fails by
  * orders of magnitude. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include "models/dit.h"
 #include "quant/qload.h"
 #include "quant/qwrite.h"
+#include "tensor/comm.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -397,6 +399,90 @@ static void test_permutation(void) {
     h3_tensor_free(&v2);
     h3_tensor_free(&a2);
     owned_free(&o);
+    run_close(&r);
+}
+
+/* ---- the split forward (h3_dit_forward_sp) -------------------------------------------------------------------
+ * N ranks as threads of this process (tensor/comm.h's in-process group), each with its own DiT opened from the same
+ * files and its own exec: every rank's velocities equal the whole forward's, and each rank received exactly the
+ * bytes Ulysses moves (so the blocks did run split: q, k, v of the other ranks' rows for its heads, its rows of
+ * the other ranks' heads back, the other ranks' rows of the residual stream at the end). */
+typedef struct {
+    h3_dit *dit;
+    h3_exec ex;
+    h3_comm *comm;
+    const h3_dit_inputs *in;
+    h3_tensor v, a;
+    h3_status st;
+} sp_rank;
+
+static void *sp_thread(void *p) {
+    sp_rank *r = p;
+    r->st = h3_dit_forward_sp(r->dit, &r->ex, r->comm, r->in, &r->v, &r->a);
+    return NULL;
+}
+
+static void split_case(const char *model_rel, int N) {
+    char p[512];
+    run_t ref;
+    CHECK_OK(run_open(&ref, model_rel, NULL));
+    if (!ref.dit) return;
+    CHECK_OK(run_forward(&ref));
+    const h3_dit_config *c = h3_dit_get_config(ref.dit);
+    h3_comm comm[4];
+    sp_rank r[4];
+    memset(r, 0, sizeof r);
+    CHECK_OK(h3_comm_local_create(N, comm));
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(h3_dit_open(fix(model_rel, p, sizeof p), NULL, &r[i].dit));
+        CHECK_OK(h3_exec_init(&r[i].ex, 1));
+        CHECK_OK(h3_tensor_alloc2(&r[i].v, H3_PLACE_HOST, H3_F32, ref.v.shape[0], ref.v.shape[1], H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc2(&r[i].a, H3_PLACE_HOST, H3_F32, ref.a.shape[0], ref.a.shape[1], H3_MEM_ACTIVATIONS));
+        r[i].comm = &comm[i];
+        r[i].in = &ref.in.in;
+    }
+    if (t_failures == 0) {
+        pthread_t th[4];
+        for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, sp_thread, &r[i]);
+        for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+        const int64_t S = ref.in.in.seq_len, blk = c->heads / N * c->head_dim * 4, row = c->hidden * 4;
+        for (int i = 0; i < N; i++) {
+            CHECK(r[i].st == H3_OK, "rank %d of %d: status %d", i, N, (int)r[i].st);
+            double ev = max_rel(r[i].v.data, ref.v.data, h3_tensor_numel(&ref.v));
+            double ea = max_rel(r[i].a.data, ref.a.data, h3_tensor_numel(&ref.a));
+            CHECK(ev <= 1e-5 && ea <= 1e-5, "%s, rank %d of %d: velocities %.2e / %.2e off the whole forward's",
+                  model_rel, i, N, ev, ea);
+            const int64_t n = S * (i + 1) / N - S * i / N;
+            const int64_t want = c->n_layers * (3 * (S - n) + (int64_t)(N - 1) * n) * blk + (S - n) * row;
+            CHECK(comm[i].bytes_in == want, "rank %d of %d received %lld bytes, Ulysses moves %lld", i, N,
+                  (long long)comm[i].bytes_in, (long long)want);
+            printf("  %s, %d ranks, rank %d: rows %lld..%lld, %lld bytes in, velocities %.2e / %.2e off\n", model_rel,
+                   N, i, (long long)(S * i / N), (long long)(S * (i + 1) / N), (long long)comm[i].bytes_in, ev, ea);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        h3_tensor_free(&r[i].v);
+        h3_tensor_free(&r[i].a);
+        h3_exec_free(&r[i].ex);
+        h3_dit_close(r[i].dit);
+    }
+    h3_comm_local_destroy(comm, N);
+    run_close(&ref);
+}
+
+static void test_split(void) {
+    split_case("official", 2);
+    split_case("official", 1); /* one rank: the whole forward, no exchange */
+    /* three ranks cannot share two heads: refused on every rank before any exchange */
+    run_t r;
+    CHECK_OK(run_open(&r, "official", NULL));
+    if (!r.dit) return;
+    h3_comm comm[3];
+    CHECK_OK(h3_comm_local_create(3, comm));
+    CHECK_ERR(h3_dit_forward_sp(r.dit, &g_ex, &comm[1], &r.in.in, &r.v, &r.a), H3_ERR_INVALID, "give a divisor");
+    CHECK_ERR(h3_dit_forward_sp(r.dit, &g_ex, NULL, &r.in.in, &r.v, &r.a), H3_ERR_INVALID, "no group");
+    CHECK_ERR(h3_comm_local_create(0, comm), H3_ERR_INVALID, "1 to");
+    h3_comm_local_destroy(comm, 3);
     run_close(&r);
 }
 
@@ -1057,6 +1143,7 @@ int main(int argc, char **argv) {
         {"precompute", test_precompute},
         {"modulation_bytes", test_modulation_bytes},
         {"permutation", test_permutation},
+        {"split", test_split},
         {"missing_modalities", test_missing_modalities},
         {"bad_inputs", test_bad_inputs},
         {"bad_files", test_bad_files},

@@ -257,6 +257,19 @@ typedef struct h3_dit_inputs {
 h3_status h3_dit_forward(h3_dit *dit, h3_exec *ex, const h3_dit_inputs *in, h3_tensor *video_out,
                          h3_tensor *audio_out);
 
+struct h3_comm;
+/* The same forward split over the ranks of a sequence-parallel group (Ulysses; tensor/comm.h): every rank calls it
+ * with its own h3_dit (the same weights), its own exec and the same inputs. Rank r runs the DiT blocks on rows
+ * [r·S/n, (r+1)·S/n) of the packed sequence; around each block's attention an all-to-all turns its rows of all
+ * heads into all rows of heads/n heads and back, so attention sees the whole sequence. The input projections,
+ * the text refiner and the output heads run on every rank, the rows gathered after the last block: every rank's
+ * velocities are h3_dit_forward's (up to the GEMMs' rounding on fewer rows). The heads must be a multiple of n
+ * (H3_ERR_INVALID otherwise). Every rank must reach the same collectives: an error on one rank before the blocks
+ * (bad inputs: all ranks see the same) is safe; a failure inside a block leaves the others waiting, as NCCL's
+ * would. */
+h3_status h3_dit_forward_sp(h3_dit *dit, h3_exec *ex, struct h3_comm *comm, const h3_dit_inputs *in,
+                            h3_tensor *video_out, h3_tensor *audio_out);
+
 /* Inputs read from named tensors: the `h3run dit` file format (diffusers' forward arguments without the batch
  * axis): video [Nv, 96], audio [Na, 32], text [L, text_dim] (any float dtype, converted to f32), timesteps
  * [T] (float), position_ids [S, 3] (F64 or F32), timestep_indices [S], token_tags [S], video_indices [Nv],

@@ -546,6 +546,67 @@ static h3_status copy_heads(h3_exec *ex, const h3_tensor *dst, const h3_tensor *
     return H3_OK;
 }
 
+/* ---- sequence parallel (h3_dit_forward_sp) ------------------------------------------------------------------ */
+
+/* Rank i's rows of the packed sequence: [sp_off(i), sp_off(i + 1)). */
+static int64_t sp_off(const h3_dit *d, int i) {
+    return d->sp_S * i / d->sp->size;
+}
+
+/* Ulysses around one block's attention. q3, k3, v3, o3 [n, heads, hd]: this rank's rows, all heads (any row
+ * stride). Each rank sends rank j the heads j·Hn.. of its rows, packed [n, Hn, hd]; what arrives, rank by rank,
+ * is all S rows of this rank's Hn heads in sequence order ([S, Hn, hd], rank i's block at row sp_off(i)). After
+ * attention on those, the output's row blocks go back to their ranks, which unpack each sender's heads into o3. */
+static h3_status attention_sp(h3_dit *d, h3_exec *ex, const h3_tensor *q3, const h3_tensor *k3, const h3_tensor *v3,
+                              const h3_tensor *o3, float scale, unsigned flags) {
+    h3_comm *cm = d->sp;
+    const int N = cm->size, me = cm->rank;
+    const int64_t S = d->sp_S, Hn = d->cfg.heads / N, hd = d->cfg.head_dim, n = q3->shape[0];
+    const int64_t share = (S + N - 1) / N, es = (int64_t)h3_dtype_size(d->act_dtype), blk = Hn * hd * es;
+    int64_t scount[H3_COMM_MAX_RANKS], sdispl[H3_COMM_MAX_RANKS], rcount[H3_COMM_MAX_RANKS], rdispl[H3_COMM_MAX_RANKS];
+    const h3_tensor *in3[3] = {q3, k3, v3};
+    h3_tensor all[4]; /* q, k, v, o of all rows, this rank's heads: [S, Hn, hd] */
+    for (int t = 0; t < 4; t++) {
+        int64_t sh[3] = {S, Hn, hd};
+        H3_TRY(h3_tensor_wrap(&all[t], (char *)d->sp_recv.data + t * S * blk, d->act_place, d->act_dtype, 3, sh));
+    }
+    for (int t = 0; t < 3; t++) {
+        char *send = (char *)d->sp_send.data + (int64_t)t * N * share * blk;
+        for (int j = 0; j < N; j++) { /* pack heads j·Hn.. of this rank's rows */
+            h3_tensor src, dst;
+            int64_t sh[3] = {n, Hn, hd};
+            H3_TRY(h3_tensor_narrow(in3[t], 1, j * Hn, Hn, &src));
+            H3_TRY(h3_tensor_wrap(&dst, send + j * share * blk, d->act_place, d->act_dtype, 3, sh));
+            H3_TRY(h3_op_convert(ex, &dst, &src));
+            scount[j] = n * blk;
+            sdispl[j] = j * share * blk;
+        }
+        for (int i = 0; i < N; i++) {
+            rcount[i] = (sp_off(d, i + 1) - sp_off(d, i)) * blk;
+            rdispl[i] = sp_off(d, i) * blk;
+        }
+        H3_TRY(cm->alltoallv(cm, ex, send, scount, sdispl, all[t].data, rcount, rdispl));
+    }
+    H3_TRY(h3_op_attention(ex, &all[3], &all[0], &all[1], &all[2], scale, flags));
+    /* back: rows of rank i to rank i; from each rank j, this rank's rows of heads j·Hn.. */
+    for (int i = 0; i < N; i++) {
+        scount[i] = (sp_off(d, i + 1) - sp_off(d, i)) * blk;
+        sdispl[i] = sp_off(d, i) * blk;
+        rcount[i] = n * blk;
+        rdispl[i] = i * share * blk;
+    }
+    H3_TRY(cm->alltoallv(cm, ex, all[3].data, scount, sdispl, d->sp_send.data, rcount, rdispl));
+    for (int j = 0; j < N; j++) {
+        h3_tensor src, dst;
+        int64_t sh[3] = {n, Hn, hd};
+        H3_TRY(h3_tensor_wrap(&src, (char *)d->sp_send.data + j * share * blk, d->act_place, d->act_dtype, 3, sh));
+        H3_TRY(h3_tensor_narrow(o3, 1, j * Hn, Hn, &dst));
+        H3_TRY(h3_op_convert(ex, &dst, &src));
+    }
+    (void)me;
+    return H3_OK;
+}
+
 /* h [n, H] -> attention -> out_proj -> h. With RoPE (cos/sin [n, 6F]) in DiT blocks; without in the refiner.
  * q, k, v are column blocks of one [n, 3·inner] buffer: a fused contiguous weight fills it with one GEMM, split
  * weights with three, and the official per-head interleaved weight through a chunked fused scratch. */
@@ -606,7 +667,11 @@ static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_
     H3_TRY(heads_view(d, &v, &t3));
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
-    H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, (float)(1.0 / sqrt((double)hd)), cos ? d->attn_flags : 0));
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    if (cos && d->sp && d->sp->size > 1) /* a DiT block of the split forward: the text refiner runs whole */
+        H3_TRY(attention_sp(d, ex, &t1, &t2, &t3, &o3, scale, d->attn_flags));
+    else
+        H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, scale, cos ? d->attn_flags : 0));
     return gemm_lora(d, ex, h, &o, &w->out, unit, H3_LS_OUT);
 }
 
@@ -724,10 +789,18 @@ done:
     return st;
 }
 
-h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout) {
+/* h3_dit_forward, or one rank's share of it (h3_dit_forward_sp) when cm has more than one rank. */
+static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_inputs *in, h3_tensor *vout,
+                         h3_tensor *aout) {
     const h3_dit_config *c = &d->cfg;
     int64_t Nv = 0, Na = 0, L = 0;
     H3_TRY(check_inputs(d, in, vout, aout, &Nv, &Na, &L));
+    const int split = cm && cm->size > 1;
+    if (split && in->seq_len < cm->size)
+        return H3_ERR(H3_ERR_INVALID, "DiT: %lld rows do not split over %d ranks", (long long)in->seq_len, cm->size);
+    if (split && (c->heads % cm->size || cm->rank < 0 || cm->rank >= cm->size))
+        return H3_ERR(H3_ERR_INVALID, "DiT: %lld heads do not split over %d ranks (rank %d): give a divisor of %lld",
+                      (long long)c->heads, cm->size, cm->rank, (long long)c->heads);
     const int64_t S = in->seq_len, R = c->n_refiner_layers;
     const float final_eps = (float)c->final_norm_eps;
     h3_status st = H3_OK;
@@ -763,8 +836,35 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
         H3_CHECK(h3_op_scatter_rows(ex, &ws->x, &ws->xt, &ws->tidx));
     }
 
-    for (int64_t b = 0; b < c->n_layers; b++)
-        H3_CHECK(run_unit(d, ex, (int)(R + b), &ws->x, S, &cos, &sin, &d->mod[b], &ws->mod_idx));
+    if (!split) {
+        for (int64_t b = 0; b < c->n_layers; b++)
+            H3_CHECK(run_unit(d, ex, (int)(R + b), &ws->x, S, &cos, &sin, &d->mod[b], &ws->mod_idx));
+    } else { /* this rank's rows through the blocks, then every rank's rows gathered back into x */
+        const int N = cm->size;
+        const int64_t share = (S + N - 1) / N, inner = c->heads * c->head_dim / N;
+        d->sp = cm;
+        d->sp_S = S;
+        const int64_t o0 = sp_off(d, cm->rank), n = sp_off(d, cm->rank + 1) - o0;
+        h3_tensor xr, cr, sr, ir;
+        H3_CHECK(act_alloc(d, &d->sp_send, 3 * N * share, inner));
+        H3_CHECK(act_alloc(d, &d->sp_recv, 4 * S, inner));
+        H3_CHECK(rows_view(&ws->x, o0, n, &xr));
+        H3_CHECK(rows_view(&cos, o0, n, &cr));
+        H3_CHECK(rows_view(&sin, o0, n, &sr));
+        H3_CHECK(rows_view(&ws->mod_idx, o0, n, &ir));
+        for (int64_t b = 0; b < c->n_layers; b++)
+            H3_CHECK(run_unit(d, ex, (int)(R + b), &xr, n, &cr, &sr, &d->mod[b], &ir));
+        int64_t ld, sc[H3_COMM_MAX_RANKS], sd[H3_COMM_MAX_RANKS], rc[H3_COMM_MAX_RANKS], rd[H3_COMM_MAX_RANKS];
+        if (!h3_tensor_is_rowwise(&ws->x, &ld)) H3_FAIL(H3_ERR_INTERNAL, "DiT: the residual stream is not row-wise");
+        const int64_t row = ld * (int64_t)h3_dtype_size(ws->x.dtype);
+        for (int i = 0; i < N; i++) {
+            sc[i] = n * row;
+            sd[i] = o0 * row;
+            rc[i] = (sp_off(d, i + 1) - sp_off(d, i)) * row;
+            rd[i] = sp_off(d, i) * row;
+        }
+        H3_CHECK(cm->alltoallv(cm, ex, ws->x.data, sc, sd, ws->x.data, rc, rd));
+    }
 
     /* Final RMSNorm with per-timestep shift (first half) and scale, then the two heads on their rows. */
     {
@@ -789,5 +889,20 @@ h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_ten
     }
 done:
     h3_free(tmap);
+    if (split) {
+        h3_tensor_free(&d->sp_send);
+        h3_tensor_free(&d->sp_recv);
+        d->sp = NULL;
+    }
     return st;
+}
+
+h3_status h3_dit_forward(h3_dit *d, h3_exec *ex, const h3_dit_inputs *in, h3_tensor *vout, h3_tensor *aout) {
+    return forward(d, ex, NULL, in, vout, aout);
+}
+
+h3_status h3_dit_forward_sp(h3_dit *d, h3_exec *ex, h3_comm *comm, const h3_dit_inputs *in, h3_tensor *vout,
+                            h3_tensor *aout) {
+    if (!comm) return H3_ERR(H3_ERR_INVALID, "h3_dit_forward_sp: no group given");
+    return forward(d, ex, comm, in, vout, aout);
 }

@@ -4,6 +4,7 @@
 
 #include "io/safetensors.h"
 #include "models/dit.h"
+#include "tensor/comm.h"
 
 
 /* Weights outside the block stacks (all small next to a block). */
@@ -68,6 +69,13 @@ struct h3_dit {
     h3_place weight_place;
     int64_t chunk_rows;
     unsigned attn_flags; /* h3_dit_set_attention */
+    /* the split forward's group while h3_dit_forward_sp runs (NULL otherwise), its sequence length and buffers:
+     * sp_send [3·size·share, heads/size·head_dim] (q, k, v by destination; the attention output's blocks come
+     * back into its first third), sp_recv [4·S, heads/size·head_dim] (q, k, v and o of all rows, this rank's
+     * heads) */
+    h3_comm *sp;
+    int64_t sp_S;
+    h3_tensor sp_send, sp_recv;
     /* kept modulation */
     float *mod_t; /* [mod_n] timesteps */
     int mod_n;
