@@ -25,6 +25,14 @@ h3_status h3_cuda_device_info(int device, char *name, size_t name_len, int64_t *
 #define H3_CUDA_ATTN_FP8_HOPPER 2u
 #define H3_CUDA_ATTN_INT8 4u
 unsigned h3_cuda_lowbit_attention(int device);
+struct h3_comm;
+/* A sequence-parallel group over NCCL (comm_nccl.cu; tensor/comm.h), one rank per process and GPU: rank 0 makes the
+ * group's id (128 bytes) and hands it to the others out of band; each rank then joins with its exec (the CUDA
+ * backend, initialized on its GPU). NCCL is opened at run time: H3_ERR_UNSUPPORTED naming libnccl.so.2 where it is
+ * missing. Collectives run on the exec's compute stream. */
+h3_status h3_cuda_comm_unique_id(unsigned char id[128]);
+h3_status h3_cuda_comm_create(h3_exec *ex, int rank, int size, const unsigned char id[128], struct h3_comm *out);
+void h3_cuda_comm_destroy(struct h3_comm *c);
 /* Tests: with on set, low-bit attention on Hopper runs the mma.sync fp8 kernel (Ada's) instead of the wgmma one,
  * so the H200 checks both. Process-wide; off by default. */
 void h3_cuda_attention_prefer_mma8(int on);

@@ -24,6 +24,20 @@ unsigned h3_cuda_lowbit_attention(int device) {
     return 0;
 }
 
+h3_status h3_cuda_comm_unique_id(unsigned char id[128]) {
+    (void)id;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "this h3run was built without CUDA: several GPUs need a CUDA build");
+}
+
+h3_status h3_cuda_comm_create(h3_exec *ex, int rank, int size, const unsigned char id[128], struct h3_comm *out) {
+    (void)ex, (void)rank, (void)size, (void)id, (void)out;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "this h3run was built without CUDA: several GPUs need a CUDA build");
+}
+
+void h3_cuda_comm_destroy(struct h3_comm *c) {
+    (void)c;
+}
+
 void h3_cuda_attention_prefer_mma8(int on) {
     (void)on;
 }

@@ -17,6 +17,8 @@
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
+#   sp (test_dit_sp_cuda: the DiT split over SP_RANKS GPUs, default 2, over NCCL against the whole forward; NCCL from
+#   the system or torch's nvidia-nccl package),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
 #   earlier run's vv/ and av/; the other settings pass through the environment; results in $OUT/train/train.tgz.* parts)
 set -uo pipefail
@@ -36,6 +38,9 @@ rc=0
 for s in "${steps[@]}"; do
     echo "=== $s"
     case $s in
+        sp) nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+            LD_LIBRARY_PATH="${nccl:+$nccl:}$LD_LIBRARY_PATH" $B/test_dit_sp_cuda "${SP_RANKS:-2}" 2>&1 | tee "$OUT/sp.log"
+            rc=$((rc | PIPESTATUS[0])) ;;
         info) nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; ldd --version | head -1
               python3 -c 'import torch; print("torch", torch.__version__)' ;;
         ops) $B/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=$((rc | PIPESTATUS[0])) ;;
