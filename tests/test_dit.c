@@ -483,6 +483,23 @@ static void test_split(void) {
     CHECK_ERR(h3_dit_forward_sp(r.dit, &g_ex, NULL, &r.in.in, &r.v, &r.a), H3_ERR_INVALID, "no group");
     CHECK_ERR(h3_comm_local_create(0, comm), H3_ERR_INVALID, "1 to");
     h3_comm_local_destroy(comm, 3);
+    /* a rank that fails stops the group: the other's forward returns instead of waiting for it */
+    CHECK_OK(h3_comm_local_create(2, comm));
+    sp_rank one;
+    memset(&one, 0, sizeof one);
+    one.dit = r.dit;
+    one.ex = g_ex;
+    one.comm = &comm[0];
+    one.in = &r.in.in;
+    one.v = r.v;
+    one.a = r.a;
+    pthread_t th;
+    pthread_create(&th, NULL, sp_thread, &one);
+    usleep(20000);
+    comm[1].abort(&comm[1]);
+    pthread_join(th, NULL);
+    CHECK(one.st == H3_ERR_INTERRUPTED, "rank 0 after rank 1 stopped the group: status %d", (int)one.st);
+    h3_comm_local_destroy(comm, 2);
     run_close(&r);
 }
 

@@ -24,6 +24,7 @@ static struct {
     nccl_result (*get_unique_id)(nccl_unique_id *);
     nccl_result (*comm_init_rank)(nccl_comm_t *, int, nccl_unique_id, int);
     nccl_result (*comm_destroy)(nccl_comm_t);
+    nccl_result (*comm_abort)(nccl_comm_t);
     nccl_result (*send)(const void *, size_t, int, int, nccl_comm_t, cudaStream_t);
     nccl_result (*recv)(void *, size_t, int, int, nccl_comm_t, cudaStream_t);
     nccl_result (*group_start)(void);
@@ -41,13 +42,14 @@ static h3_status nccl_load(void) {
             SYM(get_unique_id, "ncclGetUniqueId");
             SYM(comm_init_rank, "ncclCommInitRank");
             SYM(comm_destroy, "ncclCommDestroy");
+            SYM(comm_abort, "ncclCommAbort");
             SYM(send, "ncclSend");
             SYM(recv, "ncclRecv");
             SYM(group_start, "ncclGroupStart");
             SYM(group_end, "ncclGroupEnd");
             SYM(error_string, "ncclGetErrorString");
 #undef SYM
-            g_nccl.ok = g_nccl.get_unique_id && g_nccl.comm_init_rank && g_nccl.comm_destroy && g_nccl.send &&
+            g_nccl.ok = g_nccl.get_unique_id && g_nccl.comm_init_rank && g_nccl.comm_destroy && g_nccl.comm_abort && g_nccl.send &&
                         g_nccl.recv && g_nccl.group_start && g_nccl.group_end && g_nccl.error_string;
         }
     }
@@ -64,9 +66,17 @@ static h3_status nccl_load(void) {
         if (r_ != 0) return H3_ERR(H3_ERR_DEVICE, "NCCL %s failed: %s", what, g_nccl.error_string(r_));         \
     } while (0)
 
+/* ncclCommAbort: the other ranks' pending operations fail instead of waiting (NCCL reports the abort to them). The
+ * handle is gone afterwards; collectives on it answer with an error. */
+static void nccl_abort(h3_comm *c) {
+    if (c->impl) g_nccl.comm_abort(c->impl);
+    c->impl = NULL;
+}
+
 static h3_status nccl_alltoallv(h3_comm *c, h3_exec *ex, const void *send, const int64_t *scount,
                                 const int64_t *sdispl, void *recv, const int64_t *rcount, const int64_t *rdispl) {
     nccl_comm_t nc = c->impl;
+    if (!nc) return H3_ERR(H3_ERR_INTERRUPTED, "collective on rank %d: the group was stopped", c->rank);
     cudaStream_t st = cuda_stream(ex);
     const int me = c->rank;
     const char *own = (const char *)send + sdispl[me];
@@ -109,6 +119,7 @@ extern "C" h3_status h3_cuda_comm_create(h3_exec *ex, int rank, int size, const 
     out->rank = rank;
     out->size = size;
     out->alltoallv = nccl_alltoallv;
+    out->abort = nccl_abort;
     out->impl = nc;
     return H3_OK;
 }

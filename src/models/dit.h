@@ -264,9 +264,8 @@ struct h3_comm;
  * heads into all rows of heads/n heads and back, so attention sees the whole sequence. The input projections,
  * the text refiner and the output heads run on every rank, the rows gathered after the last block: every rank's
  * velocities are h3_dit_forward's (up to the GEMMs' rounding on fewer rows). The heads must be a multiple of n
- * (H3_ERR_INVALID otherwise). Every rank must reach the same collectives: an error on one rank before the blocks
- * (bad inputs: all ranks see the same) is safe; a failure inside a block leaves the others waiting, as NCCL's
- * would. */
+ * (H3_ERR_INVALID otherwise). A rank that fails aborts the group (comm->abort), so the others' collectives fail
+ * too instead of waiting for it; the group is unusable afterwards. */
 h3_status h3_dit_forward_sp(h3_dit *dit, h3_exec *ex, struct h3_comm *comm, const h3_dit_inputs *in,
                             h3_tensor *video_out, h3_tensor *audio_out);
 

@@ -890,6 +890,7 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
 done:
     h3_free(tmap);
     if (split) {
+        if (st != H3_OK && cm->abort) cm->abort(cm); /* the other ranks would wait for this one for ever */
         h3_tensor_free(&d->sp_send);
         h3_tensor_free(&d->sp_recv);
         d->sp = NULL;

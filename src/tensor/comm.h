@@ -25,6 +25,10 @@ struct h3_comm {
      * the same buffer. Returns when this rank's receives are complete and its send buffer may be reused. */
     h3_status (*alltoallv)(h3_comm *c, h3_exec *ex, const void *send, const int64_t *scount, const int64_t *sdispl,
                            void *recv, const int64_t *rcount, const int64_t *rdispl);
+    /* Marks the group failed, from any rank (its collective calls stop being matched): every rank's waiting and
+     * later collectives return H3_ERR_INTERRUPTED naming it instead of waiting for ever. h3_dit_forward_sp calls
+     * it when it fails between collectives. */
+    void (*abort)(h3_comm *c);
     void *impl;
     int64_t bytes_in; /* bytes this rank received from other ranks so far (its own blocks not counted) */
 };

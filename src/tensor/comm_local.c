@@ -1,6 +1,6 @@
 /* The in-process sequence-parallel group (tensor/comm.h): each rank posts its send buffer and sizes, a barrier
  * lets every rank copy its blocks out of the others' buffers, a second barrier keeps the buffers alive until all
- * copies are done. */
+ * copies are done. The barrier is a counter under a mutex, so a failed rank can release the others (abort). */
 #include <pthread.h>
 #include <string.h>
 
@@ -9,10 +9,45 @@
 
 typedef struct {
     int n;
-    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int count, gen, aborted, who;
     const char *send[H3_COMM_MAX_RANKS];
     const int64_t *scount[H3_COMM_MAX_RANKS], *sdispl[H3_COMM_MAX_RANKS];
 } local_group;
+
+/* 0 once all n ranks arrived; -1 when the group was aborted before or while waiting. */
+static int group_wait(local_group *g) {
+    pthread_mutex_lock(&g->mu);
+    int r = -1;
+    if (!g->aborted) {
+        const int gen = g->gen;
+        if (++g->count == g->n) {
+            g->count = 0;
+            g->gen++;
+            pthread_cond_broadcast(&g->cv);
+        } else
+            while (g->gen == gen && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+        r = g->gen != gen ? 0 : -1;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return r;
+}
+
+static void local_abort(h3_comm *c) {
+    local_group *g = c->impl;
+    pthread_mutex_lock(&g->mu);
+    if (!g->aborted) g->who = c->rank;
+    g->aborted = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static h3_status aborted_error(const h3_comm *c) {
+    const local_group *g = c->impl;
+    return H3_ERR(H3_ERR_INTERRUPTED, "collective on rank %d: rank %d of the group failed and stopped it", c->rank,
+                  g->who);
+}
 
 static h3_status local_alltoallv(h3_comm *c, h3_exec *ex, const void *send, const int64_t *scount,
                                  const int64_t *sdispl, void *recv, const int64_t *rcount, const int64_t *rdispl) {
@@ -22,7 +57,7 @@ static h3_status local_alltoallv(h3_comm *c, h3_exec *ex, const void *send, cons
     g->send[me] = send;
     g->scount[me] = scount;
     g->sdispl[me] = sdispl;
-    pthread_barrier_wait(&g->bar);
+    if (group_wait(g) != 0) return aborted_error(c);
     for (int i = 0; i < g->n && st == H3_OK; i++) {
         if (g->scount[i][me] != rcount[i]) {
             st = H3_ERR(H3_ERR_INVALID, "collective: rank %d sends %lld bytes to rank %d, which expects %lld", i,
@@ -34,7 +69,7 @@ static h3_status local_alltoallv(h3_comm *c, h3_exec *ex, const void *send, cons
         if (src != dst && rcount[i] > 0) memcpy(dst, src, (size_t)rcount[i]);
         if (i != me) c->bytes_in += rcount[i];
     }
-    pthread_barrier_wait(&g->bar); /* never skipped: the others wait for this rank whatever happened */
+    if (group_wait(g) != 0) return aborted_error(c); /* never skipped: the others wait for this rank */
     return st;
 }
 
@@ -45,14 +80,13 @@ h3_status h3_comm_local_create(int n, h3_comm *ranks) {
     if (!g) return H3_ERR_NOMEM;
     memset(g, 0, sizeof *g);
     g->n = n;
-    if (pthread_barrier_init(&g->bar, NULL, (unsigned)n) != 0) {
-        h3_free(g);
-        return H3_ERR(H3_ERR_INTERNAL, "collective: no barrier for %d threads", n);
-    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
     for (int r = 0; r < n; r++) {
         ranks[r].rank = r;
         ranks[r].size = n;
         ranks[r].alltoallv = local_alltoallv;
+        ranks[r].abort = local_abort;
         ranks[r].impl = g;
         ranks[r].bytes_in = 0;
     }
@@ -62,7 +96,8 @@ h3_status h3_comm_local_create(int n, h3_comm *ranks) {
 void h3_comm_local_destroy(h3_comm *ranks, int n) {
     if (!ranks || n < 1 || !ranks[0].impl) return;
     local_group *g = ranks[0].impl;
-    pthread_barrier_destroy(&g->bar);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
     h3_free(g);
     for (int r = 0; r < n; r++) ranks[r].impl = NULL;
 }
