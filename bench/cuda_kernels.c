@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
         h3_tensor_free(&y);
     }
     printf("%-44s %10.3f %12s\n", "gemm sum per block", total_gemm * 1e3, "");
-    /* attention, bf16 and fp8 (H3_ATTN_FP8: its quantization passes included), on contiguous q, k, v and on
+    /* attention, bf16 and low-bit (H3_ATTN_FP8, H3_ATTN_INT8: their quantization passes included), on contiguous q, k, v and on
      * the DiT's column blocks of one [M, 3·7168] projection (row stride 21,504) */
     for (int strided = 0; strided < 2; strided++) {
         int64_t s3[3] = {M, 56, 128};
@@ -191,18 +191,28 @@ int main(int argc, char **argv) {
         snprintf(nm, sizeof nm, "attention bf16 S%lld H56 D128%s", (long long)M, strided ? " strided" : "");
         printf("%-44s %10.3f %9.1f TFLOP/s\n", nm, tb * 1e3, 4.0 * M * M * 56 * 128 / tb * 1e-12);
         c.o = &o;
-        c.flags = H3_ATTN_FP8;
-        h3_status st = run_attn(&c);
-        if (st == H3_OK) {
-            double t = timeit(run_attn, &c, 5);
-            snprintf(nm, sizeof nm, "attention fp8 S%lld H56 D128%s", (long long)M,
-                     strided ? " strided" : "");
-            printf("%-44s %10.3f %9.1f TFLOP/s  %.2fx bf16, %.2e rel L2 off bf16\n", nm, t * 1e3,
-                   4.0 * M * M * 56 * 128 / t * 1e-12, tb / t, dev_rel_l2(&o, &ob));
-        } else {
-            printf("attention fp8: %s\n", h3_last_error());
-            h3_clear_error();
+        /* low-bit: this GPU's fp8 kernel (Hopper's wgmma one on an H200), the mma.sync fp8 kernel (Ada's), int8 */
+        static const struct {
+            const char *name;
+            unsigned flags;
+            int mma8;
+        } lb[] = {{"fp8", H3_ATTN_FP8, 0}, {"fp8 mma.sync", H3_ATTN_FP8, 1}, {"int8", H3_ATTN_INT8, 0}};
+        for (size_t m = 0; m < sizeof lb / sizeof lb[0]; m++) {
+            c.flags = lb[m].flags;
+            h3_cuda_attention_prefer_mma8(lb[m].mma8);
+            h3_status st = run_attn(&c);
+            if (st == H3_OK) {
+                double t = timeit(run_attn, &c, 5);
+                snprintf(nm, sizeof nm, "attention %s S%lld H56 D128%s", lb[m].name, (long long)M,
+                         strided ? " strided" : "");
+                printf("%-44s %10.3f %9.1f TFLOP/s  %.2fx bf16, %.2e rel L2 off bf16\n", nm, t * 1e3,
+                       4.0 * M * M * 56 * 128 / t * 1e-12, tb / t, dev_rel_l2(&o, &ob));
+            } else {
+                printf("attention %s: %s\n", lb[m].name, h3_last_error());
+                h3_clear_error();
+            }
         }
+        h3_cuda_attention_prefer_mma8(0);
         if (strided)
             h3_tensor_free(&qkv);
         else {

@@ -220,12 +220,12 @@ static int collect(const char *name, h3_tensor *t, void *user) {
 
 /* Hidden 5376, 56 heads x 128, FFN 14336, 2 DiT blocks + 2 refiner blocks; a 512x256, 22-frame t2va layout.
  * quant: the blocks' linears int8 + ConvRot on both sides (quantized from the same values: the same bytes).
- * fp8_attn: the blocks' attention in fp8 on both sides (the CPU computes the same quantization); bf16 activations
- * on the GPU put some q, k and v values on the other side of an e4m3 rounding boundary, yet the H200 measured
- * 2.5e-3 (video) and 3.3e-3 (audio), as close as bf16 attention's: tolerance 1e-2 (3x that). Whether the flag
- * reaches the op is checked on the CPU (cli_attention.sh: fp8 latents move off bf16's).
+ * lowbit_attn: the blocks' attention in fp8 or int8 on both sides (the CPU computes the same quantization); bf16
+ * activations on the GPU put some q, k and v values on the other side of a rounding boundary, yet the H200 measured
+ * 2.5e-3 (video) and 3.3e-3 (audio) for fp8, as close as bf16 attention's: tolerance 1e-2 (3x that). Whether the
+ * flag reaches the op is checked on the CPU (cli_attention.sh: low-bit latents move off bf16's).
  */
-static void full_width(int quant, int fp8_attn) {
+static void full_width(int quant, unsigned lowbit_attn) {
     h3_dit_config cfg;
     h3_dit_config_default(&cfg);
     cfg.n_layers = 2;
@@ -273,14 +273,15 @@ static void full_width(int quant, int fp8_attn) {
         CHECK_OK(h3_dit_quantize_blocks(gpu, &g_ex, H3_QT_INT8_CONVROT, pool));
         h3_pool_free(pool);
     }
-    if (fp8_attn) {
-        h3_dit_set_attention(cpu, H3_ATTN_FP8);
-        h3_dit_set_attention(gpu, H3_ATTN_FP8);
+    if (lowbit_attn) {
+        h3_dit_set_attention(cpu, lowbit_attn);
+        h3_dit_set_attention(gpu, lowbit_attn);
     }
-    forward_both(fp8_attn ? "full width, 2 blocks, fp8 attention"
-                 : quant  ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)"
-                          : "full width, 2 blocks",
-                 cpu, gpu, &in, fp8_attn ? 1e-2 : quant ? 2e-2 : 3e-2);
+    forward_both(lowbit_attn == H3_ATTN_FP8    ? "full width, 2 blocks, fp8 attention"
+                 : lowbit_attn == H3_ATTN_INT8 ? "full width, 2 blocks, int8 attention"
+                 : quant                       ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)"
+                                               : "full width, 2 blocks",
+                 cpu, gpu, &in, lowbit_attn ? 1e-2 : quant ? 2e-2 : 3e-2);
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
     h3_tensor_free(&text);
@@ -304,7 +305,13 @@ static void test_full_width_int8(void) {
 }
 
 static void test_full_width_fp8_attention(void) {
-    full_width(0, 1);
+    full_width(0, H3_ATTN_FP8);
+}
+
+/* int8 attention in the blocks on both sides (the CPU computes the device's quantization): not yet run on a GPU,
+ * so its tolerance is fp8's. */
+static void test_full_width_int8_attention(void) {
+    full_width(0, H3_ATTN_INT8);
 }
 
 /* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
@@ -355,6 +362,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {{"fixtures", test_fixtures},   {"full_width", test_full_width},
                                    {"quantized", test_quantized}, {"full_width_int8", test_full_width_int8},
                                    {"lora", test_lora},           {"full_width_fp8_attention", test_full_width_fp8_attention},
+                                   {"full_width_int8_attention", test_full_width_int8_attention},
                                    {NULL, NULL}};
     int r = t_main("test_dit_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
