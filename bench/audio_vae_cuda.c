@@ -227,13 +227,13 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++) times[k] = calloc((size_t)reps, sizeof(double));
     for (int k = 0; k < 3; k++) /* a warm-up per arithmetic: its GEMM plans */
         if (modes[k]) {
-            h3_cuda_conv_set_math(k);
+            h3_cuda_conv_set_math(H3_CONV_1D, (h3_conv_math)k);
             TRY(h3_audio_vae_decode(v, &ex, &z, &y[k]));
         }
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < 3; k++) {
             if (!modes[k]) continue;
-            h3_cuda_conv_set_math(k);
+            h3_cuda_conv_set_math(H3_CONV_1D, (h3_conv_math)k);
             TRY(h3_cuda_event_record(e0, cs));
             TRY(h3_audio_vae_decode(v, &ex, &z, &y[k]));
             TRY(h3_cuda_event_record(e1, cs));
@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
             TRY(h3_cuda_event_elapsed_ms(e0, e1, &ms));
             times[k][r] = ms / 1000.0;
         }
-    h3_cuda_conv_set_math(0);
+    h3_cuda_conv_set_math(H3_CONV_1D, H3_CONV_EXACT);
     h3_cuda_reset_peak(&ex);
     h3_cuda_mem_stats(&ex, &used0, NULL, NULL);
     TRY(h3_audio_vae_decode(v, &ex, &z, &y[0]));

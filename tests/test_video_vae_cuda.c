@@ -357,10 +357,13 @@ static void test_encoder(void) {
     }
     const h3_video_enc_config *c = h3_video_enc_get_config(e);
     /* the GEMMs of its convolutions on TF32 tensor cores (the default) and in exact f32 */
-    static const struct { int F, H, W, math; } k_cases[] = {{1, 320, 288, 2}, {22, 64, 96, 2}, {22, 64, 96, 0}};
+    static const struct {
+        int F, H, W;
+        h3_conv_math math;
+    } k_cases[] = {{1, 320, 288, H3_CONV_TF32}, {22, 64, 96, H3_CONV_TF32}, {22, 64, 96, H3_CONV_EXACT}};
     for (size_t k = 0; k < sizeof k_cases / sizeof *k_cases; k++) {
         const int F = k_cases[k].F, H = k_cases[k].H, W = k_cases[k].W;
-        h3_cuda_conv3d_set_math(k_cases[k].math);
+        h3_cuda_conv_set_math(H3_CONV_3D, k_cases[k].math);
         const int64_t T = h3_video_enc_latent_frames(c, F), ps[5] = {1, 3, F, H, W},
                       ms[5] = {1, 2 * (int64_t)c->latent_channels, T, H / 16, W / 16};
         h3_tensor px, mc, mg;
@@ -393,7 +396,7 @@ static void test_encoder(void) {
         h3_tensor_free(&mc);
         h3_tensor_free(&mg);
     }
-    h3_cuda_conv3d_set_math(2);
+    h3_cuda_conv_set_math(H3_CONV_3D, H3_CONV_TF32);
     h3_video_enc_close(e);
     h3_video_vae_close(v);
 }

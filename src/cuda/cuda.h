@@ -249,13 +249,15 @@ static inline int64_t h3_cuda_convt1d_scratch_bytes(int64_t batch, int64_t cin, 
     const int64_t step = batch * cout * K * elem_size;
     return step * h3_cuda_conv_col_steps(step, tin);
 }
-/* The arithmetic of the convolutions' f32 GEMMs: 0 exact f32 (the default: no TF32, pedantic), 1 cuBLAS's plain
- * f32 compute type, 2 TF32 tensor cores (10-bit mantissas: for measuring what exact f32 costs). Process-wide. */
-void h3_cuda_conv_set_math(int mode);
-/* The arithmetic of the f32 3-D convolutions' GEMMs (the video VAE encoder's): 2 TF32 tensor cores (the default, as
- * torch runs convolutions on Ampere and later: diffusers' encoder on the GPU), 0 exact f32 (tests, measurements).
- * Process-wide. */
-void h3_cuda_conv3d_set_math(int mode);
+/* The arithmetic of the f32 convolutions' GEMMs, per kind, process-wide (tests and benchmarks change it):
+ *   H3_CONV_1D, the 1-D convolutions (the audio VAE's): H3_CONV_EXACT by default (no TF32, pedantic), or
+ *   H3_CONV_F32 (cuBLAS's plain f32 compute type) or H3_CONV_TF32 (10-bit mantissas: to measure what exact costs);
+ *   H3_CONV_3D, the 3-D convolutions (the video VAE encoder's): H3_CONV_TF32 by default (as torch runs convolutions
+ *   on Ampere and later: diffusers' encoder on the GPU), or H3_CONV_EXACT (H3_CONV_F32 runs as exact there). */
+typedef enum { H3_CONV_1D = 0, H3_CONV_3D = 1 } h3_conv_kind;
+typedef enum { H3_CONV_EXACT = 0, H3_CONV_F32 = 1, H3_CONV_TF32 = 2 } h3_conv_math;
+void h3_cuda_conv_set_math(h3_conv_kind kind, h3_conv_math math);
+h3_conv_math h3_cuda_conv_math(h3_conv_kind kind);
 
 /* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
  * data[0..words) into *sum (device memory, one uint64); each call one thread block. */

@@ -52,11 +52,16 @@ typedef struct {
 #define CG_PLANS 96
 static cg_plan g_cg[CG_PLANS];
 static uint64_t g_cg_clock;
-static int g_cg_math; /* h3_cuda_conv_set_math */
+static h3_conv_math g_conv_math[2] = {H3_CONV_EXACT, H3_CONV_TF32}; /* h3_cuda_conv_set_math, by kind */
 static pthread_mutex_t g_cg_mu = PTHREAD_MUTEX_INITIALIZER;
 
-extern "C" void h3_cuda_conv_set_math(int mode) {
-    g_cg_math = mode >= 0 && mode <= 2 ? mode : 0;
+extern "C" void h3_cuda_conv_set_math(h3_conv_kind kind, h3_conv_math math) {
+    if (kind == H3_CONV_1D) g_conv_math[0] = math >= H3_CONV_EXACT && math <= H3_CONV_TF32 ? math : H3_CONV_EXACT;
+    if (kind == H3_CONV_3D) g_conv_math[1] = math == H3_CONV_TF32 ? H3_CONV_TF32 : H3_CONV_EXACT;
+}
+
+extern "C" h3_conv_math h3_cuda_conv_math(h3_conv_kind kind) {
+    return g_conv_math[kind == H3_CONV_3D ? 1 : 0];
 }
 
 static void cg_release(cg_plan *p) {
@@ -167,7 +172,7 @@ static h3_status cg_matmul_batched(h3_exec *ex, int dt, int transb, int64_t m, i
     key.batch = batch > 1 ? batch : 1;
     key.transb = transb;
     key.dt = dt;
-    key.math = dt == 0 ? g_cg_math : 0;
+    key.math = dt == 0 ? (int)g_conv_math[0] : 0;
     key.align = cg_align((uintptr_t)A | (uintptr_t)B | (uintptr_t)D | (uintptr_t)lda * es | (uintptr_t)ldb * es |
                          (uintptr_t)ldd * es | (uintptr_t)sa * es | (uintptr_t)sd * es);
     pthread_mutex_lock(&g_cg_mu);

@@ -547,17 +547,11 @@ __global__ void k_row_bias(float *y, const float *b, int64_t npos) {
     if (pos < npos) y[co * npos + pos] += b[co];
 }
 
-/* The arithmetic of conv3d_gemm's GEMMs (h3_cuda_conv3d_set_math): 2 TF32 tensor cores (the default), 0 exact f32. */
-static int g_c3_math = 2;
-
-extern "C" void h3_cuda_conv3d_set_math(int mode) {
-    g_c3_math = mode == 0 ? 0 : 2;
-}
 
 /* f32 convolutions with a kernel of more than one tap (the video VAE encoder's): im2col into the quantized GEMMs'
  * scratch (H3_CUDA_QGEMM_SCRATCH_BYTES, which the planner counts for the encoder) in chunks of output positions,
  * each chunk one cuBLASLt GEMM y[:, chunk] = w[Cout, K] · col[chunk, K]ᵀ (on TF32 tensor cores, or exact f32:
- * g_c3_math); then the bias. */
+ * h3_cuda_conv_math(H3_CONV_3D)); then the bias. */
 static h3_status conv3d_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                              const c3p *q) {
     H3_TRY(h3_cuda_qgemm_reserve(ex));
@@ -579,7 +573,7 @@ static h3_status conv3d_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
             col, (const float *)x->data, (int)p0, (int)n, (int)K, (int)x->shape[1], (int)x->shape[2],
             (int)x->shape[3], (int)kt, (int)kh, (int)kw, (int)y->shape[2], (int)y->shape[3], *q);
         CU_LAUNCHED("conv3d im2col");
-        H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, g_c3_math ? CUDA_LT_TF32 : 0, cout, n, K, col, K, w->data, K,
+        H3_TRY(cuda_lt_matmul(ex, CUDA_LT_FLOAT, h3_cuda_conv_math(H3_CONV_3D) == H3_CONV_TF32 ? CUDA_LT_TF32 : 0, cout, n, K, col, K, w->data, K,
                               (float *)y->data + p0, npos,
                               NULL, -1, &alpha, &beta));
     }

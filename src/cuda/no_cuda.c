@@ -68,12 +68,13 @@ void h3_cuda_reset_peak(h3_exec *ex) {
     (void)ex;
 }
 
-void h3_cuda_conv_set_math(int mode) {
-    (void)mode;
+void h3_cuda_conv_set_math(h3_conv_kind kind, h3_conv_math math) {
+    (void)kind;
+    (void)math;
 }
 
-void h3_cuda_conv3d_set_math(int mode) {
-    (void)mode;
+h3_conv_math h3_cuda_conv_math(h3_conv_kind kind) {
+    return kind == H3_CONV_3D ? H3_CONV_TF32 : H3_CONV_EXACT;
 }
 
 /* ---- streams and events: unavailable without CUDA (the streamer emulates them on the host) ---- */

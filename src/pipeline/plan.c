@@ -722,9 +722,10 @@ h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, in
                      (long long)W, (long long)H);
         snprintf(s->detail, sizeof s->detail,
                  "on the device: %s; %d x %d tiles of %lldx%lld px; f32 weights %s resident, activations %s, "
-                 "its convolutions on TF32 tensor cores",
+                 "its convolutions %s",
                  what, dev.tiles_y, dev.tiles_x, (long long)dev.tile_w, (long long)dev.tile_h,
-                 h3_budget_str(dev.weights, a, sizeof a), h3_budget_str(dev.act + dev.tile_io, d, sizeof d));
+                 h3_budget_str(dev.weights, a, sizeof a), h3_budget_str(dev.act + dev.tile_io, d, sizeof d),
+                 h3_cuda_conv_math(H3_CONV_3D) == H3_CONV_TF32 ? "on TF32 tensor cores" : "in exact f32");
         return H3_OK;
     }
     if (b->vram > 0)
