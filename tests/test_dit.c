@@ -414,27 +414,64 @@ typedef struct {
     const h3_dit_inputs *in;
     h3_tensor v, a;
     h3_status st;
+    char err[256]; /* the rank's error (the message is per thread) */
 } sp_rank;
 
 static void *sp_thread(void *p) {
     sp_rank *r = p;
     r->st = h3_dit_forward_sp(r->dit, &r->ex, r->comm, r->in, &r->v, &r->a);
+    if (r->st != H3_OK) snprintf(r->err, sizeof r->err, "%s", h3_last_error());
     return NULL;
 }
 
-static void split_case(const char *model_rel, int N) {
+/* Deterministic values from a weight's name (every rank's DiT gets the same): ±0.1, and 1 ± 0.1 for norms. */
+static int random_weight(const char *name, h3_tensor *t, void *user) {
+    (void)user;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    float *f = t->data;
+    const float base = strstr(name, "norm") ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < h3_tensor_numel(t); i++) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        f[i] = base + 0.2f * ((float)(h >> 40) / 16777216.0f - 0.5f);
+    }
+    return 0;
+}
+
+/* The fixture's DiT (heads 0), or one created with its config but `heads` attention heads and random weights. */
+static h3_dit *make_dit(const h3_dit_config *fixture, int heads) {
     char p[512];
+    h3_dit *d = NULL;
+    if (!heads) {
+        CHECK_OK(h3_dit_open(fix("official", p, sizeof p), NULL, &d));
+        return d;
+    }
+    h3_dit_config cfg = *fixture;
+    cfg.heads = heads;
+    CHECK_OK(h3_dit_create(&cfg, H3_F32, NULL, &d));
+    if (d) CHECK(h3_dit_visit_weights(d, random_weight, NULL) == 0, "filling the created DiT");
+    return d;
+}
+
+static void split_case(int heads, int N) {
     run_t ref;
-    CHECK_OK(run_open(&ref, model_rel, NULL));
+    CHECK_OK(run_open(&ref, "official", NULL));
     if (!ref.dit) return;
-    CHECK_OK(run_forward(&ref));
-    const h3_dit_config *c = h3_dit_get_config(ref.dit);
-    h3_comm comm[4];
-    sp_rank r[4];
+    h3_dit *whole = heads ? make_dit(h3_dit_get_config(ref.dit), heads) : ref.dit;
+    if (!whole) {
+        run_close(&ref);
+        return;
+    }
+    CHECK_OK(h3_dit_forward(whole, &g_ex, &ref.in.in, &ref.v, &ref.a));
+    const h3_dit_config *c = h3_dit_get_config(whole);
+    char what[64];
+    snprintf(what, sizeof what, "%s, %d heads", heads ? "created" : "official", (int)c->heads);
+    h3_comm comm[8];
+    sp_rank r[8];
     memset(r, 0, sizeof r);
     CHECK_OK(h3_comm_local_create(N, comm));
     for (int i = 0; i < N; i++) {
-        CHECK_OK(h3_dit_open(fix(model_rel, p, sizeof p), NULL, &r[i].dit));
+        r[i].dit = make_dit(h3_dit_get_config(ref.dit), heads);
         CHECK_OK(h3_exec_init(&r[i].ex, 1));
         CHECK_OK(h3_tensor_alloc2(&r[i].v, H3_PLACE_HOST, H3_F32, ref.v.shape[0], ref.v.shape[1], H3_MEM_ACTIVATIONS));
         CHECK_OK(h3_tensor_alloc2(&r[i].a, H3_PLACE_HOST, H3_F32, ref.a.shape[0], ref.a.shape[1], H3_MEM_ACTIVATIONS));
@@ -442,21 +479,21 @@ static void split_case(const char *model_rel, int N) {
         r[i].in = &ref.in.in;
     }
     if (t_failures == 0) {
-        pthread_t th[4];
+        pthread_t th[8];
         for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, sp_thread, &r[i]);
         for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
         const int64_t S = ref.in.in.seq_len, blk = c->heads / N * c->head_dim * 4, row = c->hidden * 4;
         for (int i = 0; i < N; i++) {
-            CHECK(r[i].st == H3_OK, "rank %d of %d: status %d", i, N, (int)r[i].st);
+            CHECK(r[i].st == H3_OK, "rank %d of %d: %s", i, N, r[i].err);
             double ev = max_rel(r[i].v.data, ref.v.data, h3_tensor_numel(&ref.v));
             double ea = max_rel(r[i].a.data, ref.a.data, h3_tensor_numel(&ref.a));
             CHECK(ev <= 1e-5 && ea <= 1e-5, "%s, rank %d of %d: velocities %.2e / %.2e off the whole forward's",
-                  model_rel, i, N, ev, ea);
+                  what, i, N, ev, ea);
             const int64_t n = S * (i + 1) / N - S * i / N;
             const int64_t want = c->n_layers * (3 * (S - n) + (int64_t)(N - 1) * n) * blk + (S - n) * row;
             CHECK(comm[i].bytes_in == want, "rank %d of %d received %lld bytes, Ulysses moves %lld", i, N,
                   (long long)comm[i].bytes_in, (long long)want);
-            printf("  %s, %d ranks, rank %d: rows %lld..%lld, %lld bytes in, velocities %.2e / %.2e off\n", model_rel,
+            printf("  %s, %d ranks, rank %d: rows %lld..%lld, %lld bytes in, velocities %.2e / %.2e off\n", what,
                    N, i, (long long)(S * i / N), (long long)(S * (i + 1) / N), (long long)comm[i].bytes_in, ev, ea);
         }
     }
@@ -467,12 +504,15 @@ static void split_case(const char *model_rel, int N) {
         h3_dit_close(r[i].dit);
     }
     h3_comm_local_destroy(comm, N);
+    if (whole != ref.dit) h3_dit_close(whole);
     run_close(&ref);
 }
 
 static void test_split(void) {
-    split_case("official", 2);
-    split_case("official", 1); /* one rank: the whole forward, no exchange */
+    split_case(0, 2);
+    split_case(0, 1); /* one rank: the whole forward, no exchange */
+    split_case(6, 3); /* 29 rows as 9, 10, 10; two heads a rank */
+    split_case(6, 6); /* one head a rank */
     /* three ranks cannot share two heads: refused on every rank before any exchange */
     run_t r;
     CHECK_OK(run_open(&r, "official", NULL));

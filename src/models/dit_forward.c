@@ -553,6 +553,15 @@ static int64_t sp_off(const h3_dit *d, int i) {
     return d->sp_S * i / d->sp->size;
 }
 
+/* Heads h0..h0+nh of a [n, heads, hd] view (row stride ld, heads contiguous) as rows [n, nh·hd] of stride ld: the
+ * 2-D form the copy op takes (a 3-D narrow has no constant row stride once nh > 1). */
+static h3_status heads_rows(const h3_tensor *x3, int64_t h0, int64_t nh, h3_tensor *out) {
+    H3_TRY(h3_tensor_wrap(out, (char *)x3->data + h0 * x3->stride[1] * (int64_t)h3_dtype_size(x3->dtype), x3->place,
+                          x3->dtype, 2, (int64_t[2]){x3->shape[0], nh * x3->shape[2]}));
+    out->stride[0] = x3->stride[0];
+    return H3_OK;
+}
+
 /* Ulysses around one block's attention. q3, k3, v3, o3 [n, heads, hd]: this rank's rows, all heads (any row
  * stride). Each rank sends rank j the heads j·Hn.. of its rows, packed [n, Hn, hd]; what arrives, rank by rank,
  * is all S rows of this rank's Hn heads in sequence order ([S, Hn, hd], rank i's block at row sp_off(i)). After
@@ -574,9 +583,8 @@ static h3_status attention_sp(h3_dit *d, h3_exec *ex, const h3_tensor *q3, const
         char *send = (char *)d->sp_send.data + (int64_t)t * N * share * blk;
         for (int j = 0; j < N; j++) { /* pack heads j·Hn.. of this rank's rows */
             h3_tensor src, dst;
-            int64_t sh[3] = {n, Hn, hd};
-            H3_TRY(h3_tensor_narrow(in3[t], 1, j * Hn, Hn, &src));
-            H3_TRY(h3_tensor_wrap(&dst, send + j * share * blk, d->act_place, d->act_dtype, 3, sh));
+            H3_TRY(heads_rows(in3[t], j * Hn, Hn, &src));
+            H3_TRY(h3_tensor_wrap(&dst, send + j * share * blk, d->act_place, d->act_dtype, 2, (int64_t[2]){n, Hn * hd}));
             H3_TRY(h3_op_convert(ex, &dst, &src));
             scount[j] = n * blk;
             sdispl[j] = j * share * blk;
@@ -598,9 +606,9 @@ static h3_status attention_sp(h3_dit *d, h3_exec *ex, const h3_tensor *q3, const
     H3_TRY(cm->alltoallv(cm, ex, all[3].data, scount, sdispl, d->sp_send.data, rcount, rdispl));
     for (int j = 0; j < N; j++) {
         h3_tensor src, dst;
-        int64_t sh[3] = {n, Hn, hd};
-        H3_TRY(h3_tensor_wrap(&src, (char *)d->sp_send.data + j * share * blk, d->act_place, d->act_dtype, 3, sh));
-        H3_TRY(h3_tensor_narrow(o3, 1, j * Hn, Hn, &dst));
+        H3_TRY(h3_tensor_wrap(&src, (char *)d->sp_send.data + j * share * blk, d->act_place, d->act_dtype, 2,
+                              (int64_t[2]){n, Hn * hd}));
+        H3_TRY(heads_rows(o3, j * Hn, Hn, &dst));
         H3_TRY(h3_op_convert(ex, &dst, &src));
     }
     (void)me;
