@@ -14,11 +14,11 @@ typedef struct {
     float *o;
     int64_t ldq, ldk, ldv, ldo; /* row strides */
     int64_t Sq, Sk, Hq, Hk, D, nqb;
-    float scale; /* fp8: in base 2 (scale · log2 e) */
+    float scale; /* low-bit: in base 2 (scale · log2 e) */
     int causal;
-    float *ws; /* per thread: S[BQ*BK], O[BQ*D], m[BQ], l[BQ]; fp8: Q, K, V blocks and O [FB*D], m, l, s [FB] */
+    float *ws; /* per thread: S[BQ*BK], O[BQ*D], m[BQ], l[BQ]; low-bit: Q, K, V blocks and O [B*D], m, l, s [B] */
     size_t ws_per_thread;
-    const float *vinv, *vs; /* fp8: [Hk·D] 448 / max|v| of each channel, and its scale */
+    const float *vinv, *vs; /* low-bit: [Hk·D] 448 (fp8) or 256 (int8) / max|v| of each channel, and its scale */
 } attn_ctx;
 
 /* The operands' pointers, strides and shapes (nqb: query blocks of qb rows). */
@@ -108,41 +108,59 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
     }
 }
 
-/* ---- fp8 attention (H3_ATTN_FP8): the device kernel's quantization, computed in f32
- * ----------------------------- The reference of attn_fp8.cuh (docs/CUDA.md "fp8 attention"): q and k in e4m3
- * with one scale per head and block of 128 rows, v with one per head and channel; per query row and block of
- * 128 keys, in order, the online softmax in f32 with its probabilities ·256 rounded to e4m3 before P·V. Any
- * head size. Each task quantizes the key blocks it reads (the same values every time: the scales depend on
- * the block only). */
-enum { FB = 128 };
-
+/* ---- low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device kernels' quantization, computed in f32
+ * ------------------------------------------------------------------------------------------------------------
+ * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any head
+ * size. fp8: q and k in e4m3 with one scale per head and block of 128 rows, v in e4m3 per head and channel,
+ * probabilities exp2(s − max + 8) rounded to e4m3 before P·V. int8: k less its mean over the keys, q and k in
+ * int8 per head and block of 64 rows, v in f16 scaled per head and channel, probabilities exp2(s − max) rounded
+ * to f16. Per query row and block of keys (the scales' block), in order, the online softmax in f32. The int8
+ * values are kept as floats: their dot products are exact integers in f32 up to head size 1,040 (127² · D < 2²⁴).
+ * Each task quantizes the key blocks it reads (the same values every time: the scales depend on the block only). */
+typedef struct {
+    attn_ctx c;
+    int int8;
+    int64_t blk;        /* 128 (fp8) or 64 (int8) */
+    const float *kmean; /* int8: [Hk·D] k's mean over the keys */
+} lowbit_ctx;
 
 static float e4m3(float x) {
     return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(x));
 }
 
-/* rows [n, D] (ld) of one head into e4m3 values (as f32) in dst [FB, D]; returns the block's scale. */
-static float fp8_block(float *dst, const float *src, int64_t ld, int64_t n, int64_t D) {
-    float m = 0.0f;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d]));
-    const float inv = m > 0.0f ? 448.0f / m : 1.0f;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t d = 0; d < D; d++) dst[r * D + d] = e4m3(src[r * ld + d] * inv);
-    return m > 0.0f ? m / 448.0f : 1.0f;
+static float f16r(float x) {
+    return h3_f16_to_f32(h3_f32_to_f16(x));
 }
 
-static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
-    attn_ctx *c = p;
-    const int64_t D = c->D, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
-    float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + FB * D, *V = K + FB * D, *O = V + FB * D;
-    float *m = O + FB * D, *l = m + FB, *sc = l + FB;
+/* rows [n, D] (ld) of one head, less mean[D] when given, quantized (as f32 values) into dst [n, D]; returns the
+ * block's scale. fp8: e4m3(x · 448 / max|x|); int8: x · 127 / max|x| rounded to nearest even. */
+static float lowbit_block(int int8, float *dst, const float *src, int64_t ld, int64_t n, int64_t D,
+                          const float *mean) {
+    const float top = int8 ? 127.0f : 448.0f;
+    float m = 0.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d] - (mean ? mean[d] : 0.0f)));
+    const float inv = m > 0.0f ? top / m : 1.0f;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) {
+            const float x = (src[r * ld + d] - (mean ? mean[d] : 0.0f)) * inv;
+            dst[r * D + d] = int8 ? fminf(fmaxf(nearbyintf(x), -127.0f), 127.0f) : e4m3(x);
+        }
+    return m > 0.0f ? m / top : 1.0f;
+}
+
+static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
+    const lowbit_ctx *x = p;
+    const attn_ctx *c = &x->c;
+    const int64_t D = c->D, B = x->blk, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
+    float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + B * D, *V = K + B * D, *O = V + B * D;
+    float *m = O + B * D, *l = m + B, *sc = l + B;
+    const float off = x->int8 ? 0.0f : 8.0f; /* fp8: probabilities up to 256, e4m3's range */
     for (int64_t t = tb; t < te; t++) {
         if (h3_cancel_requested()) return;
         const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
-        const int64_t q0 = qb * FB, nq = c->Sq - q0 < FB ? c->Sq - q0 : FB;
-        const float qs = fp8_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D);
-        const float qsc = c->scale * qs;
+        const int64_t q0 = qb * B, nq = c->Sq - q0 < B ? c->Sq - q0 : B;
+        const float qsc = c->scale * lowbit_block(x->int8, Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D, NULL);
         for (int64_t i = 0; i < nq; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -150,22 +168,24 @@ static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
         memset(O, 0, (size_t)(nq * D) * sizeof(float));
         int64_t kend = c->Sk;
         if (c->causal) {
-            kend = q0 + FB + shift;
+            kend = q0 + B + shift;
             if (kend > c->Sk) kend = c->Sk;
             if (kend < 0) kend = 0;
         }
-        for (int64_t k0 = 0; k0 < kend; k0 += FB) {
-            const int64_t nk = c->Sk - k0 < FB ? c->Sk - k0 : FB;
-            const float ks = fp8_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D);
+        for (int64_t k0 = 0; k0 < kend; k0 += B) {
+            const int64_t nk = c->Sk - k0 < B ? c->Sk - k0 : B;
+            const float ks = lowbit_block(x->int8, K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D,
+                                          x->int8 ? x->kmean + hk * D : NULL);
             for (int64_t r = 0; r < nk; r++)
-                for (int64_t d = 0; d < D; d++)
-                    V[r * D + d] = e4m3(c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d]);
+                for (int64_t d = 0; d < D; d++) {
+                    const float vv = c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d];
+                    V[r * D + d] = x->int8 ? f16r(vv) : e4m3(vv);
+                }
             const float f = qsc * ks;
             for (int64_t i = 0; i < nq; i++) {
                 float mx = m[i];
                 for (int64_t j = 0; j < nk; j++) {
-                    const int64_t key = k0 + j;
-                    if (c->causal && key > q0 + i + shift) {
+                    if (c->causal && k0 + j > q0 + i + shift) {
                         sc[j] = -INFINITY;
                         continue;
                     }
@@ -175,15 +195,15 @@ static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
                 const float corr = mx == -INFINITY ? 1.0f : exp2f(m[i] - mx),
-                            b = mx == -INFINITY ? 0.0f : mx - 8.0f;
+                            b = mx == -INFINITY ? 0.0f : mx - off;
                 float sum = 0.0f, *orow = O + i * D;
                 for (int64_t d = 0; d < D; d++) orow[d] *= corr;
                 for (int64_t j = 0; j < nk; j++) {
                     const float pj = exp2f(sc[j] - b);
                     sum += pj;
-                    const float p8 = e4m3(pj);
-                    if (p8 != 0.0f)
-                        for (int64_t d = 0; d < D; d++) orow[d] += p8 * V[j * D + d];
+                    const float pr = x->int8 ? f16r(pj) : e4m3(pj);
+                    if (pr != 0.0f)
+                        for (int64_t d = 0; d < D; d++) orow[d] += pr * V[j * D + d];
                 }
                 l[i] = l[i] * corr + sum;
                 m[i] = mx;
@@ -197,131 +217,16 @@ static void fp8_tasks(void *p, int64_t tb, int64_t te, int tid) {
     }
 }
 
-static h3_status cpu_attention_fp8(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
-                                   const h3_tensor *v, float scale, unsigned flags) {
-    attn_ctx c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, FB);
-    const int64_t D = c.D, HD = c.Hk * D;
-    float *vsc = h3_malloc((size_t)(2 * HD) * sizeof(float), H3_MEM_WORKSPACE);
-    if (!vsc) return H3_ERR_NOMEM;
-    for (int64_t i = 0; i < HD; i++) vsc[i] = 0.0f;
-    for (int64_t r = 0; r < c.Sk; r++)
-        for (int64_t i = 0; i < HD; i++) vsc[i] = fmaxf(vsc[i], fabsf(c.v[r * c.ldv + i]));
-    for (int64_t i = 0; i < HD; i++) {
-        const float mx = vsc[i];
-        vsc[i] = mx > 0.0f ? 448.0f / mx : 1.0f;
-        vsc[HD + i] = mx > 0.0f ? mx / 448.0f : 1.0f;
-    }
-    c.vinv = vsc;
-    c.vs = vsc + HD;
-    const int nt = h3_pool_threads(ex->pool);
-    c.ws_per_thread = (size_t)(4 * FB * D + 3 * FB);
-    c.ws = h3_malloc((size_t)nt * c.ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
-    if (!c.ws) {
-        h3_free(vsc);
-        return H3_ERR_NOMEM;
-    }
-    h3_parallel_for(ex->pool, c.Hq * c.nqb, 1, fp8_tasks, &c);
-    h3_free(c.ws);
-    h3_free(vsc);
-    return H3_OK;
-}
-
-/* ---- int8 attention (H3_ATTN_INT8): the device kernel's quantization (attn_mma8.cuh, docs/CUDA.md "int8
- * attention") ------------------------------------------------------------------------------------------------
- * q and k in int8 with one scale per head and block of 64 rows, k less its mean over all keys; v in f16 scaled
- * per head and channel; per query row and block of 64 keys, in order, the online softmax in f32 with its
- * probabilities rounded to f16 before P·V. Integer dot products (exact, as the device's). Any head size. */
-enum { IB = 64 };
-
-/* rows [n, D] (ld) of one head, less mean[D] (or nothing), into int8 in dst [IB, D]; returns the block's scale. */
-static float int8_block(int8_t *dst, const float *src, int64_t ld, int64_t n, int64_t D, const float *mean) {
-    float m = 0.0f;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d] - (mean ? mean[d] : 0.0f)));
-    const float inv = m > 0.0f ? 127.0f / m : 1.0f;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t d = 0; d < D; d++) {
-            long v = lrintf((src[r * ld + d] - (mean ? mean[d] : 0.0f)) * inv);
-            dst[r * D + d] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-        }
-    return m > 0.0f ? m / 127.0f : 1.0f;
-}
-
-typedef struct {
-    attn_ctx c;
-    const float *kmean; /* [Hk·D] */
-} int8_ctx;
-
-static void int8_tasks(void *p, int64_t tb, int64_t te, int tid) {
-    const int8_ctx *x = p;
-    const attn_ctx *c = &x->c;
-    const int64_t D = c->D, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
-    float *O = c->ws + (size_t)tid * c->ws_per_thread, *V = O + IB * D, *m = V + IB * D, *l = m + IB, *sc = l + IB;
-    int8_t *Q = (int8_t *)(sc + IB), *K = Q + IB * D;
-    for (int64_t t = tb; t < te; t++) {
-        if (h3_cancel_requested()) return;
-        const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
-        const int64_t q0 = qb * IB, nq = c->Sq - q0 < IB ? c->Sq - q0 : IB;
-        const float qsc = c->scale * int8_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D, NULL);
-        for (int64_t i = 0; i < nq; i++) {
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
-        }
-        memset(O, 0, (size_t)(nq * D) * sizeof(float));
-        int64_t kend = c->Sk;
-        if (c->causal) {
-            kend = q0 + IB + shift;
-            if (kend > c->Sk) kend = c->Sk;
-            if (kend < 0) kend = 0;
-        }
-        for (int64_t k0 = 0; k0 < kend; k0 += IB) {
-            const int64_t nk = c->Sk - k0 < IB ? c->Sk - k0 : IB;
-            const float ks = int8_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D, x->kmean + hk * D);
-            for (int64_t r = 0; r < nk; r++)
-                for (int64_t d = 0; d < D; d++)
-                    V[r * D + d] =
-                        h3_f16_to_f32(h3_f32_to_f16(c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d]));
-            const float f = qsc * ks;
-            for (int64_t i = 0; i < nq; i++) {
-                float mx = m[i];
-                for (int64_t j = 0; j < nk; j++) {
-                    if (c->causal && k0 + j > q0 + i + shift) {
-                        sc[j] = -INFINITY;
-                        continue;
-                    }
-                    int32_t acc = 0;
-                    for (int64_t d = 0; d < D; d++) acc += (int32_t)Q[i * D + d] * K[j * D + d];
-                    sc[j] = (float)acc * f;
-                    mx = sc[j] > mx ? sc[j] : mx;
-                }
-                const float corr = mx == -INFINITY ? 1.0f : exp2f(m[i] - mx), b = mx == -INFINITY ? 0.0f : mx;
-                float sum = 0.0f, *orow = O + i * D;
-                for (int64_t d = 0; d < D; d++) orow[d] *= corr;
-                for (int64_t j = 0; j < nk; j++) {
-                    const float pj = exp2f(sc[j] - b);
-                    sum += pj;
-                    const float p16 = h3_f16_to_f32(h3_f32_to_f16(pj));
-                    if (p16 != 0.0f)
-                        for (int64_t d = 0; d < D; d++) orow[d] += p16 * V[j * D + d];
-                }
-                l[i] = l[i] * corr + sum;
-                m[i] = mx;
-            }
-        }
-        for (int64_t i = 0; i < nq; i++) {
-            float *dst = c->o + (q0 + i) * c->ldo + h * D;
-            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-            for (int64_t d = 0; d < D; d++) dst[d] = O[i * D + d] * inv * c->vs[hk * D + d];
-        }
-    }
-}
-
-static h3_status cpu_attention_int8(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
-                                    const h3_tensor *v, float scale, unsigned flags) {
-    int8_ctx x;
-    x.c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, IB);
+static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                      const h3_tensor *v, float scale, unsigned flags) {
+    lowbit_ctx x;
+    x.int8 = (flags & H3_ATTN_INT8) != 0;
+    x.blk = x.int8 ? 64 : 128;
+    x.c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, x.blk);
     attn_ctx *c = &x.c;
     const int64_t D = c->D, HD = c->Hk * D;
+    /* v's scales per channel (max|v| onto 448, or onto 256 in f16) and int8's k means */
+    const float top = x.int8 ? 256.0f : 448.0f;
     float *tab = h3_malloc((size_t)(3 * HD) * sizeof(float), H3_MEM_WORKSPACE);
     if (!tab) return H3_ERR_NOMEM;
     for (int64_t i = 0; i < HD; i++) {
@@ -332,21 +237,20 @@ static h3_status cpu_attention_int8(h3_exec *ex, h3_tensor *o, const h3_tensor *
             mx = fmaxf(mx, fabsf(c->v[r * c->ldv + i]));
         }
         tab[i] = (float)(sum / (double)c->Sk);
-        tab[HD + i] = mx > 0.0f ? 256.0f / mx : 1.0f;
-        tab[2 * HD + i] = mx > 0.0f ? mx / 256.0f : 1.0f;
+        tab[HD + i] = mx > 0.0f ? top / mx : 1.0f;
+        tab[2 * HD + i] = mx > 0.0f ? mx / top : 1.0f;
     }
     x.kmean = tab;
     c->vinv = tab + HD;
     c->vs = tab + 2 * HD;
     const int nt = h3_pool_threads(ex->pool);
-    /* floats: O, V [IB·D], m, l, s [IB]; then int8 Q, K [IB·D] (rounded up to whole floats) */
-    c->ws_per_thread = (size_t)(2 * IB * D + 3 * IB + (2 * IB * D + 3) / 4);
+    c->ws_per_thread = (size_t)(4 * x.blk * D + 3 * x.blk);
     c->ws = h3_malloc((size_t)nt * c->ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
     if (!c->ws) {
         h3_free(tab);
         return H3_ERR_NOMEM;
     }
-    h3_parallel_for(ex->pool, c->Hq * c->nqb, 1, int8_tasks, &x);
+    h3_parallel_for(ex->pool, c->Hq * c->nqb, 1, lowbit_tasks, &x);
     h3_free(c->ws);
     h3_free(tab);
     return H3_OK;
@@ -370,8 +274,7 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
     }
     if ((flags & H3_ATTN_FP8) && (flags & H3_ATTN_INT8))
         return H3_ERR(H3_ERR_INVALID, "op 'attention': fp8 and int8 attention are exclusive");
-    if (flags & H3_ATTN_FP8) return cpu_attention_fp8(ex, o, q, k, v, scale, flags);
-    if (flags & H3_ATTN_INT8) return cpu_attention_int8(ex, o, q, k, v, scale, flags);
+    if (flags & (H3_ATTN_FP8 | H3_ATTN_INT8)) return cpu_attention_lowbit(ex, o, q, k, v, scale, flags);
     int nt = h3_pool_threads(ex->pool);
     c.ws_per_thread = (size_t)(BQ * BK + BQ * c.D + 2 * BQ);
     c.ws = h3_malloc((size_t)h3_cpu_attention_scratch_bytes(nt, c.D), H3_MEM_WORKSPACE);

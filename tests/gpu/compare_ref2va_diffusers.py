@@ -79,26 +79,9 @@ DEV = "cuda" if CUDA else "cpu"
 PROMPT = "A red ball rolls across a wooden table and stops by a blue cup. A soft knock, then silence."
 STEPS, FRAMES, SEED, W, H = 4, 39, 5, 128, 64
 IMAGE_SHORT, VIDEO_SHORT = 64, 96
-results = []
-
-
-def check(name, ok, detail):
-    results.append({"check": name, "ok": bool(ok), "detail": detail})
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        print(p.stderr)
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
-    return p
-
-
-def meta(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)).get("__metadata__", {})
+# fl2va's comparison's helpers: its checks list (results) and printer, the subprocess runner, safetensors metadata,
+# (max, L2) relative distance
+results, check, run, meta, rel = fl.results, fl.check, fl.run, fl.meta, fl.rel
 
 
 def media(work):
@@ -164,11 +147,6 @@ def vision_processor():
     vp = Qwen3VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
                                image_std=[0.5] * 3, size={"shortest_edge": 4096, "longest_edge": 25165824})
     return types.SimpleNamespace(image_processor=ip, video_processor=vp)
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).abs().max() / b.abs().max()), float((a - b).norm() / b.norm())
 
 
 def hidden_states(work, normalized, proc):
