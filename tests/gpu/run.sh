@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: runs the bundled GPU tests and benchmarks (see bundle.sh) and the torch comparisons,
 # logging each to $OUT. Usage: tests/gpu/run.sh [step ...]
-#   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda, dit-diffusers, gpu-compare, streamer,
+#   steps: info ops attn bench sdpa (the default set), dit-test, te-test, dit-cuda (DIT_ARGS passes bench_dit_cuda's
+#   options: DIT_ARGS="--quant fp8 --attention fp8" DIT_WORKLOADS=W124 ... dit-cuda dit-diffusers is the low-bit step
+#   against diffusers' bf16 step in one run), dit-diffusers, gpu-compare, streamer,
 #   audio-vae (the audio decoder's ops and decode vs the CPU, then its release-size stereo decode against diffusers';
 #   AUDIO_BENCH passes bench_audio_vae_cuda's arguments, default --math all),
 #   stream-bench (STREAM_ARGS passes its arguments), generate, long (a two-prompt clip in windows, GPU vs CPU),
@@ -57,7 +59,7 @@ for s in "${steps[@]}"; do
             $B/bench_media_encode 2>&1 | tee "$OUT/bench_media_encode.log"; rc=$((rc | PIPESTATUS[0])) ;;
         te-test) $B/test_te_cuda 2>&1 | tee "$OUT/test_te_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-test) $B/test_dit_cuda 2>&1 | tee "$OUT/test_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
-        dit-cuda) $B/bench_dit_cuda ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        dit-cuda) $B/bench_dit_cuda ${DIT_ARGS:-} ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/bench_dit_cuda.log"; rc=$((rc | PIPESTATUS[0])) ;;
         dit-diffusers) PYTHONUNBUFFERED=1 python3 bench/dit_diffusers.py ${DIT_WORKLOADS:-W73 W124 W362} 2>&1 | tee "$OUT/dit_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
         audio-vae) # the audio VAE on the GPU: the batched convs and the fused activation vs the CPU, the decode vs the
                    # CPU and the fixtures with its device memory vs the plan, then the 5.2 s stereo decode timed against
