@@ -569,7 +569,7 @@ static h3_status heads_rows(const h3_tensor *x3, int64_t h0, int64_t nh, h3_tens
 static h3_status attention_sp(h3_dit *d, h3_exec *ex, const h3_tensor *q3, const h3_tensor *k3, const h3_tensor *v3,
                               const h3_tensor *o3, float scale, unsigned flags) {
     h3_comm *cm = d->sp;
-    const int N = cm->size, me = cm->rank;
+    const int N = cm->size;
     const int64_t S = d->sp_S, Hn = d->cfg.heads / N, hd = d->cfg.head_dim, n = q3->shape[0];
     const int64_t share = (S + N - 1) / N, es = (int64_t)h3_dtype_size(d->act_dtype), blk = Hn * hd * es;
     int64_t scount[H3_COMM_MAX_RANKS], sdispl[H3_COMM_MAX_RANKS], rcount[H3_COMM_MAX_RANKS], rdispl[H3_COMM_MAX_RANKS];
@@ -611,7 +611,6 @@ static h3_status attention_sp(h3_dit *d, h3_exec *ex, const h3_tensor *q3, const
         H3_TRY(heads_rows(o3, j * Hn, Hn, &dst));
         H3_TRY(h3_op_convert(ex, &dst, &src));
     }
-    (void)me;
     return H3_OK;
 }
 
