@@ -45,7 +45,10 @@ static double now(void) {
 static h3_exec ex;
 static uint64_t g_seed = 1;
 static unsigned g_attn_lb; /* --attention: H3_ATTN_FP8 or H3_ATTN_INT8 (0: bf16 only) */
-static const char *g_attn_name = "fp8";
+
+static const char *attn_name(void) {
+    return g_attn_lb == H3_ATTN_INT8 ? "int8" : "fp8";
+}
 
 static int fill_weight(const char *name, h3_tensor *t, void *user) {
     (void)user;
@@ -194,7 +197,7 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
                "(video) %.2e (audio) relative L2 off bf16 attention\n",
                w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : "+fp8 attn", (long long)S, res.s_fa, res.s_fa / med, peak8 / 1073741824.0, ev, ea);
         if (js) fprintf(js, ", \"%s %s %sattn\": {\"s_per_step\": %.4f, \"peak_gib\": %.2f, \"rel_l2_video\": %.3e, "
-                        "\"rel_l2_audio\": %.3e}", w->name, label, g_attn_name, res.s_fa, peak8 / 1073741824.0, ev, ea);
+                        "\"rel_l2_audio\": %.3e}", w->name, label, attn_name(), res.s_fa, peak8 / 1073741824.0, ev, ea);
         h3_tensor_free(&ha);
         h3_tensor_free(&hv8);
         h3_tensor_free(&ha8);
@@ -235,7 +238,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "--attention takes fp8 or int8 (bf16 always runs), not '%s'\n", argv[i]);
                 return 2;
             }
-            g_attn_name = argv[i];
             g_attn_lb = strcmp(argv[i], "int8") ? H3_ATTN_FP8 : H3_ATTN_INT8;
         } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
             if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 ||
@@ -327,7 +329,7 @@ int main(int argc, char **argv) {
         }
     }
     if (g_attn_lb) {
-        printf("\nwith %s attention (s/step; ratio over bf16 weights with bf16 attention)\n", g_attn_name);
+        printf("\nwith %s attention (s/step; ratio over bf16 weights with bf16 attention)\n", attn_name());
         for (int k = 0; k < nn; k++) {
             printf("%-6s bf16 %.3f -> %.3f (%.3fx)", ws[k]->name, base[k].s, base[k].s_fa, base[k].s_fa / base[k].s);
             for (int f = 0; f < nq; f++)

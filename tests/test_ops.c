@@ -518,43 +518,61 @@ static void test_attention(void) {
     attn_case(1000, 1000, 2, 2, 128, 0, 1);
 }
 
-/* fp8 attention (H3_ATTN_FP8): the quantization as ops.h states it, written out here in double over whole
- * tensors (the kernel works per task on blocks), then the block-wise online softmax with e4m3(256·p). */
+/* Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8) as ops.h states it, written out here in double over whole tensors
+ * (the CPU op works per task on blocks), then the block-wise online softmax. fp8: q and k in e4m3 per head and
+ * block of 128 rows, v in e4m3 per channel, e4m3(exp2(s − max + 8)). int8: k less its mean over the keys, q and k in
+ * int8 per head and block of 64 rows, v in f16 per channel (max onto 256), f16(exp2(s − max)). */
 static double q8(double x, double inv) {
     return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3((float)(x * inv)));
 }
-static void ref_attention_fp8(double *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
-                              double scale, int causal) {
+static double f16r(double x) {
+    return h3_f16_to_f32(h3_f32_to_f16((float)x));
+}
+static void ref_attention_lowbit(unsigned mode, double *o, const h3_tensor *q, const h3_tensor *k,
+                                 const h3_tensor *v, double scale, int causal) {
+    const int int8 = mode == H3_ATTN_INT8;
     const int64_t Sq = q->shape[0], Sk = k->shape[0], Hq = q->shape[1], Hk = k->shape[1], D = q->shape[2];
+    const int64_t B = int8 ? 64 : 128;
+    const float top = int8 ? 127.0f : 448.0f, vtop = int8 ? 256.0f : 448.0f;
     double *qd = dalloc((size_t)(Sq * Hq * D)), *kd = dalloc((size_t)(Sk * Hk * D)),
            *vd = dalloc((size_t)(Sk * Hk * D));
     double *qsc = dalloc((size_t)Sq * Hq), *ksc = dalloc((size_t)Sk * Hk), *vsc = dalloc((size_t)(Hk * D));
+    double *mean = dalloc((size_t)(Hk * D)); /* int8: k's mean over the keys, as f32 */
+    for (int64_t i = 0; i < Hk * D && int8; i++) {
+        for (int64_t r = 0; r < Sk; r++) mean[i] += F(k)[r * k->stride[0] + i];
+        mean[i] = (float)(mean[i] / (double)Sk);
+    }
     const h3_tensor *src[2] = {q, k};
     double *dst[2] = {qd, kd}, *sc[2] = {qsc, ksc};
-    for (int t = 0; t < 2; t++) { /* per head and block of 128 rows */
+    for (int t = 0; t < 2; t++) { /* per head and block of B rows */
         const int64_t S = src[t]->shape[0], H = src[t]->shape[1];
         for (int64_t h = 0; h < H; h++)
-            for (int64_t b = 0; b < S; b += 128) {
+            for (int64_t b = 0; b < S; b += B) {
                 double m = 0;
-                for (int64_t r = b; r < S && r < b + 128; r++)
-                    for (int64_t c = 0; c < D; c++)
-                        m = fmax(m, fabs(F(src[t])[r * src[t]->stride[0] + h * D + c]));
-                const float inv = m > 0 ? 448.0f / (float)m : 1.0f, s = m > 0 ? (float)m / 448.0f : 1.0f;
-                for (int64_t r = b; r < S && r < b + 128; r++) {
-                    sc[t][r * H + h] = s;
-                    for (int64_t c = 0; c < D; c++)
-                        dst[t][(r * H + h) * D + c] = q8(F(src[t])[r * src[t]->stride[0] + h * D + c], inv);
+#define X(r, c) ((double)(float)(F(src[t])[(r) * src[t]->stride[0] + h * D + (c)] - (t ? mean[h * D + (c)] : 0.0)))
+                for (int64_t r = b; r < S && r < b + B; r++)
+                    for (int64_t c = 0; c < D; c++) m = fmax(m, fabs(X(r, c)));
+                const float inv = m > 0 ? top / (float)m : 1.0f;
+                for (int64_t r = b; r < S && r < b + B; r++) {
+                    sc[t][r * H + h] = m > 0 ? (float)m / top : 1.0f;
+                    for (int64_t c = 0; c < D; c++) {
+                        const double x = nearbyint((double)((float)X(r, c) * inv));
+                        dst[t][(r * H + h) * D + c] = int8 ? (x > 127 ? 127 : x < -127 ? -127 : x) : q8(X(r, c), inv);
+                    }
                 }
+#undef X
             }
     }
     for (int64_t h = 0; h < Hk; h++) /* per head and channel */
         for (int64_t c = 0; c < D; c++) {
             double m = 0;
             for (int64_t r = 0; r < Sk; r++) m = fmax(m, fabs(F(v)[r * v->stride[0] + h * D + c]));
-            const float inv = m > 0 ? 448.0f / (float)m : 1.0f;
-            vsc[h * D + c] = m > 0 ? (float)m / 448.0f : 1.0f;
-            for (int64_t r = 0; r < Sk; r++)
-                vd[(r * Hk + h) * D + c] = q8(F(v)[r * v->stride[0] + h * D + c], inv);
+            const float inv = m > 0 ? vtop / (float)m : 1.0f;
+            vsc[h * D + c] = m > 0 ? (float)m / vtop : 1.0f;
+            for (int64_t r = 0; r < Sk; r++) {
+                const double x = F(v)[r * v->stride[0] + h * D + c];
+                vd[(r * Hk + h) * D + c] = int8 ? f16r((float)(x * inv)) : q8(x, inv);
+            }
         }
     const double l2e = 1.4426950408889634;
     for (int64_t h = 0; h < Hq; h++) {
@@ -563,8 +581,8 @@ static void ref_attention_fp8(double *o, const h3_tensor *q, const h3_tensor *k,
             double m = -INFINITY, l = 0, *oi = o + (i * Hq + h) * D;
             for (int64_t c = 0; c < D; c++) oi[c] = 0;
             const int64_t lim = causal ? (i + (Sk - Sq) + 1 < Sk ? i + (Sk - Sq) + 1 : Sk) : Sk;
-            for (int64_t b = 0; b < lim; b += 128) {
-                const int64_t e = b + 128 < lim ? b + 128 : lim;
+            for (int64_t b = 0; b < lim; b += B) {
+                const int64_t e = b + B < lim ? b + B : lim;
                 double sv[128], mx = m;
                 for (int64_t j = b; j < e; j++) {
                     double d = 0;
@@ -576,92 +594,9 @@ static void ref_attention_fp8(double *o, const h3_tensor *q, const h3_tensor *k,
                 l *= corr;
                 for (int64_t c = 0; c < D; c++) oi[c] *= corr;
                 for (int64_t j = b; j < e; j++) {
-                    const double p = exp2(sv[j - b] - mx + 8), p8 = q8(p, 1.0);
+                    const double p = exp2(sv[j - b] - mx + (int8 ? 0 : 8)), pr = int8 ? f16r(p) : q8(p, 1.0);
                     l += p;
-                    for (int64_t c = 0; c < D; c++) oi[c] += p8 * vd[(j * Hk + hk) * D + c];
-                }
-                m = mx;
-            }
-            for (int64_t c = 0; c < D; c++) oi[c] = l > 0 ? oi[c] * vsc[hk * D + c] / l : 0.0;
-        }
-    }
-    free(qd);
-    free(kd);
-    free(vd);
-    free(qsc);
-    free(ksc);
-    free(vsc);
-}
-
-/* int8 attention (H3_ATTN_INT8), as ops.h states it, in double over whole tensors: k less its mean over the keys,
- * q and k in int8 per head and block of 64 rows, v in f16 per channel, the block-wise online softmax with f16(p). */
-static double f16r(double x) {
-    return h3_f16_to_f32(h3_f32_to_f16((float)x));
-}
-static void ref_attention_int8(double *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
-                               double scale, int causal) {
-    const int64_t Sq = q->shape[0], Sk = k->shape[0], Hq = q->shape[1], Hk = k->shape[1], D = q->shape[2];
-    double *qd = dalloc((size_t)(Sq * Hq * D)), *kd = dalloc((size_t)(Sk * Hk * D)),
-           *vd = dalloc((size_t)(Sk * Hk * D));
-    double *qsc = dalloc((size_t)Sq * Hq), *ksc = dalloc((size_t)Sk * Hk), *vsc = dalloc((size_t)(Hk * D));
-    double *mean = dalloc((size_t)(Hk * D));
-    for (int64_t i = 0; i < Hk * D; i++) {
-        for (int64_t r = 0; r < Sk; r++) mean[i] += F(k)[r * k->stride[0] + i];
-        mean[i] = (float)(mean[i] / (double)Sk);
-    }
-    const h3_tensor *src[2] = {q, k};
-    double *dst[2] = {qd, kd}, *sc[2] = {qsc, ksc};
-    for (int t = 0; t < 2; t++) { /* per head and block of 64 rows */
-        const int64_t S = src[t]->shape[0], H = src[t]->shape[1];
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t b = 0; b < S; b += 64) {
-                double m = 0;
-#define X(r, c) ((double)(float)(F(src[t])[(r) * src[t]->stride[0] + h * D + (c)] - (t ? mean[h * D + (c)] : 0.0)))
-                for (int64_t r = b; r < S && r < b + 64; r++)
-                    for (int64_t c = 0; c < D; c++) m = fmax(m, fabs(X(r, c)));
-                const float inv = m > 0 ? 127.0f / (float)m : 1.0f;
-                for (int64_t r = b; r < S && r < b + 64; r++) {
-                    sc[t][r * H + h] = m > 0 ? (float)m / 127.0f : 1.0f;
-                    for (int64_t c = 0; c < D; c++) {
-                        const double x = nearbyint((double)((float)X(r, c) * inv));
-                        dst[t][(r * H + h) * D + c] = x > 127 ? 127 : x < -127 ? -127 : x;
-                    }
-                }
-#undef X
-            }
-    }
-    for (int64_t h = 0; h < Hk; h++) /* per head and channel */
-        for (int64_t c = 0; c < D; c++) {
-            double m = 0;
-            for (int64_t r = 0; r < Sk; r++) m = fmax(m, fabs(F(v)[r * v->stride[0] + h * D + c]));
-            const float inv = m > 0 ? 256.0f / (float)m : 1.0f;
-            vsc[h * D + c] = m > 0 ? (float)m / 256.0f : 1.0f;
-            for (int64_t r = 0; r < Sk; r++)
-                vd[(r * Hk + h) * D + c] = f16r((float)(F(v)[r * v->stride[0] + h * D + c] * inv));
-        }
-    const double l2e = 1.4426950408889634;
-    for (int64_t h = 0; h < Hq; h++) {
-        const int64_t hk = h / (Hq / Hk);
-        for (int64_t i = 0; i < Sq; i++) {
-            double m = -INFINITY, l = 0, *oi = o + (i * Hq + h) * D;
-            for (int64_t c = 0; c < D; c++) oi[c] = 0;
-            const int64_t lim = causal ? (i + (Sk - Sq) + 1 < Sk ? i + (Sk - Sq) + 1 : Sk) : Sk;
-            for (int64_t b = 0; b < lim; b += 64) {
-                const int64_t e = b + 64 < lim ? b + 64 : lim;
-                double sv[64], mx = m;
-                for (int64_t j = b; j < e; j++) {
-                    double d = 0;
-                    for (int64_t c = 0; c < D; c++) d += qd[(i * Hq + h) * D + c] * kd[(j * Hk + hk) * D + c];
-                    sv[j - b] = d * qsc[i * Hq + h] * ksc[j * Hk + hk] * scale * l2e;
-                    mx = fmax(mx, sv[j - b]);
-                }
-                const double corr = m == -INFINITY ? 0 : exp2(m - mx);
-                l *= corr;
-                for (int64_t c = 0; c < D; c++) oi[c] *= corr;
-                for (int64_t j = b; j < e; j++) {
-                    const double p = exp2(sv[j - b] - mx), p16 = f16r(p);
-                    l += p;
-                    for (int64_t c = 0; c < D; c++) oi[c] += p16 * vd[(j * Hk + hk) * D + c];
+                    for (int64_t c = 0; c < D; c++) oi[c] += pr * vd[(j * Hk + hk) * D + c];
                 }
                 m = mx;
             }
@@ -688,8 +623,7 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
     double *ref = dalloc((size_t)n), *exact = dalloc((size_t)n);
     const double scale = 1.0 / sqrt((double)D);
     const unsigned fl = causal ? H3_ATTN_CAUSAL : 0;
-    if (mode == H3_ATTN_FP8) ref_attention_fp8(ref, &q, &k, &v, scale, causal);
-    else ref_attention_int8(ref, &q, &k, &v, scale, causal);
+    ref_attention_lowbit(mode, ref, &q, &k, &v, scale, causal);
     ref_attention(exact, &q, &k, &v, scale, causal);
     CHECK_OK(h3_op_attention(&g_ex, &o, &q, &k, &v, (float)scale, fl | mode));
     char what[128];

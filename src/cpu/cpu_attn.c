@@ -233,7 +233,7 @@ static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor
         double sum = 0.0;
         float mx = 0.0f;
         for (int64_t r = 0; r < c->Sk; r++) {
-            sum += c->k[r * c->ldk + i];
+            if (x.int8) sum += c->k[r * c->ldk + i];
             mx = fmaxf(mx, fabsf(c->v[r * c->ldv + i]));
         }
         tab[i] = (float)(sum / (double)c->Sk);

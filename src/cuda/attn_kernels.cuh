@@ -85,6 +85,16 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
     return lo | (hi << 16);
 }
 
+/* Max and sum over the 4 threads that hold one row of an m16n8 accumulator (lanes 4g..4g+3). */
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 /* Address of the 16-byte chunk `c` of row `r` in a swizzled [rows][D] bf16 tile. */
 template <int D> __device__ __forceinline__ __nv_bfloat16 *swz(__nv_bfloat16 *tile, int r, int c) {
     return tile + r * D + ((c ^ (r & 7)) << 3);
@@ -204,10 +214,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fa2(attn_args a) {
                 mx1 = fmaxf(mx1, s[j][2 + e]);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
         float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
         float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
         float sum0 = 0.0f, sum1 = 0.0f;
@@ -250,10 +258,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fa2(attn_args a) {
         __syncthreads();
     }
     cp_async_wait<0>();
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
     __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;

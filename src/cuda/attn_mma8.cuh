@@ -81,22 +81,21 @@ __device__ __forceinline__ void mma8_load(unsigned char *tile, const unsigned ch
     }
 }
 
+/* c[2] (s32) += A[8x16] · B[16x8] in int8: Turing's integer MMA. */
+__device__ __forceinline__ void mma8_s8_m8n8k16(int *c, uint32_t a, uint32_t b) {
+    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+r"(c[0]), "+r"(c[1])
+                 : "r"(a), "r"(b));
+}
+
 /* c[4] (s32) += A[16x32] · B[32x8] in int8 (m16n8k32's fragments). */
 __device__ __forceinline__ void mma8_s8(int *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    /* rows 0-7 and 8-15 by k halves: a0/a1 take k 0-15 (b0), a2/a3 k 16-31 (b1) */
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[0]), "+r"(c[1])
-                 : "r"(a[0]), "r"(b0));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[0]), "+r"(c[1])
-                 : "r"(a[2]), "r"(b1));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[1]), "r"(b0));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[3]), "r"(b1));
+    /* rows 0-7 (c0, c1) and 8-15 (c2, c3) by k halves: a0/a1 take k 0-15 (b0), a2/a3 k 16-31 (b1) */
+    mma8_s8_m8n8k16(c, a[0], b0);
+    mma8_s8_m8n8k16(c, a[2], b1);
+    mma8_s8_m8n8k16(c + 2, a[1], b0);
+    mma8_s8_m8n8k16(c + 2, a[3], b1);
 #else
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -255,10 +254,8 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
                 mx1 = fmaxf(mx1, s[j][2 + e]);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        mx0 = quad_max(mx0);
+        mx1 = quad_max(mx1);
         const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
         /* fp8: p = exp2(s − max + 8), at most 256 (e4m3 reaches 448); int8: p = exp2(s − max) */
         const float off = MODE == MMA8_FP8 ? 8.0f : 0.0f;
@@ -322,10 +319,8 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
         __syncthreads();
     }
     mma8_wait<0>();
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
     __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;

@@ -104,10 +104,8 @@ __device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const att
             }
         }
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
     c0 = mx0 == -INFINITY ? 1.0f : exp2f(r.m0 - mx0);
     c1 = mx1 == -INFINITY ? 1.0f : exp2f(r.m1 - mx1);
     float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
@@ -144,10 +142,8 @@ __device__ __forceinline__ void fa_rescale_pack(float (&o)[64], uint32_t (&p)[32
 /* O / l into the output rows (bf16), rows past Sq skipped. */
 __device__ __forceinline__ void fa_store(const float (&o)[64], fa_rows r, const attn_args &a, int h, int row0,
                                          int row1, int t4) {
-    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
-    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 2);
-    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 1);
-    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
+    r.l0 = quad_sum(r.l0);
+    r.l1 = quad_sum(r.l1);
     float inv0 = r.l0 > 0.0f ? 1.0f / r.l0 : 0.0f, inv1 = r.l1 > 0.0f ? 1.0f / r.l1 : 0.0f;
     __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;
 #pragma unroll

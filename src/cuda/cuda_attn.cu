@@ -90,6 +90,19 @@ __device__ __forceinline__ float bf16_bits(uint32_t w, int hi) {
     return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
 }
 
+/* The maximum of m over the 256 threads of a block, in every thread. */
+__device__ __forceinline__ float block256_max(float m) {
+    __shared__ float red[8];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
+    return m;
+}
+
 /* Rows [S, H, 128] (ld elements a row, bf16) into e4m3 [S, H·128] bytes, one scale per (head, 128 rows):
  * scale = max|x| / 448 (1 when 0), q = e4m3(x · (448 / max|x|)). Grid (⌈S/128⌉, H), 256 threads. */
 __global__ void k_attn_fp8_rows(uint8_t *dst, float *scales, const uint16_t *src, int S, int64_t ld) {
@@ -104,14 +117,7 @@ __global__ void k_attn_fp8_rows(uint8_t *dst, float *scales, const uint16_t *src
 #pragma unroll
         for (int e = 0; e < 4; e++) m = fmaxf(m, fmaxf(fabsf(bf16_bits(w[e], 0)), fabsf(bf16_bits(w[e], 1))));
     }
-    __shared__ float red[8];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((tid & 31) == 0) red[tid >> 5] = m;
-    __syncthreads();
-    m = red[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
+    m = block256_max(m);
     const float inv = m > 0.0f ? 448.0f / m : 1.0f;
     if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 448.0f : 1.0f;
 #pragma unroll
@@ -217,14 +223,7 @@ __global__ void k_attn_int8_rows(int8_t *dst, float *scales, const uint16_t *src
             m = fmaxf(m, fabsf(x[k][e]));
         }
     }
-    __shared__ float red[8];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((tid & 31) == 0) red[tid >> 5] = m;
-    __syncthreads();
-    m = red[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
+    m = block256_max(m);
     const float inv = m > 0.0f ? 127.0f / m : 1.0f;
     if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 127.0f : 1.0f;
 #pragma unroll
