@@ -294,7 +294,7 @@ static void test_fp8_time(void) {
             CHECK_OK(h3_plan_make(&m, &W124, &b, &f, &pa));
             h3_dit_set_attention(d, 0);
             const int64_t need = h3_cuda_granule(
-                h3_cuda_attention_fp8_scratch_bytes(pa.dit.S, pa.dit.S, h3_dit_get_config(d)->heads,
+                h3_cuda_attention_lowbit_scratch_bytes(H3_ATTN_FP8, pa.dit.S, pa.dit.S, h3_dit_get_config(d)->heads,
                                                     h3_dit_get_config(d)->heads));
             CHECK(pa.dit.attention == H3_ATTN_FP8 && p.dit.attention == 0, "attention %u, %u", pa.dit.attention,
                   p.dit.attention);

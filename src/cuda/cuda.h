@@ -129,22 +129,19 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     const int64_t P = h3_cuda_attention_pad_dim(dt, D);
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
-/* The arena scratch of one fp8 attention call (H3_ATTN_FP8, head size 128): q, k in e4m3, v transposed in
- * e4m3 with its keys padded to a multiple of 128, and the scales (each piece 256-byte aligned). */
-static inline int64_t h3_cuda_attention_fp8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
+/* The arena scratch of one low-bit attention call (head size 128; 0 when flags hold neither mode), each piece 256-byte
+ * aligned as cuda_attn.cu takes them: q, k in 8 bits; v in e4m3 transposed with its keys padded to a multiple of 128
+ * (H3_ATTN_FP8) or in f16 (H3_ATTN_INT8); the scales of q and k (per 128 rows for fp8, 64 for int8); v's scales and
+ * channel maxima, and for int8 k's channel sums. */
+static inline int64_t h3_cuda_attention_lowbit_scratch_bytes(unsigned flags, int64_t Sq, int64_t Sk, int64_t Hq,
+                                                            int64_t Hk) {
 #define H3_A256(x) (((x) + 255) / 256 * 256)
-    const int64_t nqb = (Sq + 127) / 128, nkb = (Sk + 127) / 128;
-    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Hk * 128 * nkb * 128) +
-           H3_A256(Hq * nqb * 4) + H3_A256(Hk * nkb * 4) + 2 * H3_A256(Hk * 128 * 4);
-#undef H3_A256
-}
-/* The arena scratch of one int8 attention call (H3_ATTN_INT8, head size 128): q, k in int8, v in f16, k's channel
- * sums and v's channel maxima, the scales (q, k per 64 rows, v per channel). */
-static inline int64_t h3_cuda_attention_int8_scratch_bytes(int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk) {
-#define H3_A256(x) (((x) + 255) / 256 * 256)
-    const int64_t nqb = (Sq + 63) / 64, nkb = (Sk + 63) / 64;
-    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(Sk * Hk * 128 * 2) + H3_A256(Hq * nqb * 4) +
-           H3_A256(Hk * nkb * 4) + 3 * H3_A256(Hk * 128 * 4);
+    if (!(flags & (H3_ATTN_FP8 | H3_ATTN_INT8))) return 0;
+    const int fp8 = (flags & H3_ATTN_FP8) != 0;
+    const int64_t blk = fp8 ? 128 : 64, nqb = (Sq + blk - 1) / blk, nkb = (Sk + blk - 1) / blk;
+    const int64_t v = fp8 ? Hk * 128 * ((Sk + 127) / 128 * 128) : Sk * Hk * 128 * 2;
+    return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(v) + H3_A256(Hq * nqb * 4) +
+           H3_A256(Hk * nkb * 4) + (fp8 ? 2 : 3) * H3_A256(Hk * 128 * 4);
 #undef H3_A256
 }
 /* ---- attention: the kernel and its tiles for a device ---------------------------------------------------------

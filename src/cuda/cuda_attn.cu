@@ -288,7 +288,7 @@ template <int MODE, int STAGES> static h3_status launch_mma8(const attn_args &a,
 }
 
 /* H3_ATTN_FP8 and H3_ATTN_INT8 (where a kernel was chosen): q, k, v quantized into arena scratch
- * (h3_cuda_attention_fp8_scratch_bytes, h3_cuda_attention_int8_scratch_bytes), then the chosen kernel. */
+ * (h3_cuda_attention_lowbit_scratch_bytes), then the chosen kernel. */
 static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args *a, const h3_tensor *q, int D,
                                   const h3_attn_choice &ch, unsigned flags) {
     static_assert(mma8_smem<MMA8_FP8>(2) == 64 * 128 + 2 * (128 * 128 + 128 * 128) &&
@@ -306,8 +306,7 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
     cudaStream_t st = cuda_stream(ex);
     const int blk = fp8 ? 128 : 64;
     const int64_t nqb = (a->Sq + blk - 1) / blk, nkb = (a->Sk + blk - 1) / blk, ldt = nkb * 128;
-    const size_t bytes = (size_t)(fp8 ? h3_cuda_attention_fp8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk)
-                                      : h3_cuda_attention_int8_scratch_bytes(a->Sq, a->Sk, a->Hq, a->Hk));
+    const size_t bytes = (size_t)h3_cuda_attention_lowbit_scratch_bytes(flags, a->Sq, a->Sk, a->Hq, a->Hk);
     char *buf = (char *)cuda_arena_alloc(s, bytes);
     if (!buf)
         return h3_error_wrap(H3_ERR_NOMEM, "op 'attention' on the device (%s): %.1f MiB of quantized q, k, v",

@@ -329,10 +329,8 @@ void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     if (Nv) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->video_out_w, H3_F32, Nv));
     if (Na) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->audio_out_w, H3_F32, Na));
     /* low-bit attention: the blocks' quantized q, k, v, held during each attention (device only) */
-    if ((d->attn_flags & H3_ATTN_FP8) && d->act_place == H3_PLACE_DEVICE && S > 0)
-        x = max64(x, h3_cuda_granule(h3_cuda_attention_fp8_scratch_bytes(S, S, c->heads, c->heads)));
-    if ((d->attn_flags & H3_ATTN_INT8) && d->act_place == H3_PLACE_DEVICE && S > 0)
-        x = max64(x, h3_cuda_granule(h3_cuda_attention_int8_scratch_bytes(S, S, c->heads, c->heads)));
+    if (d->attn_flags && d->act_place == H3_PLACE_DEVICE && S > 0)
+        x = max64(x, h3_cuda_granule(h3_cuda_attention_lowbit_scratch_bytes(d->attn_flags, S, S, c->heads, c->heads)));
     out->scratch = x;
     out->inputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0) +
                   (L ? rows_bytes(L, c->text_dim, 4) : 0);
