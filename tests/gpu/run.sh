@@ -19,6 +19,8 @@
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
+#   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
+#   W124's sequence with q, k, v in ±3),
 #   sp (test_dit_sp_cuda: the DiT split over SP_RANKS GPUs, default 2, over NCCL against the whole forward; NCCL from
 #   the system or torch's nvidia-nccl package),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
@@ -43,6 +45,10 @@ for s in "${steps[@]}"; do
         sp) nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
             LD_LIBRARY_PATH="${nccl:+$nccl:}$LD_LIBRARY_PATH" $B/test_dit_sp_cuda "${SP_RANKS:-2}" 2>&1 | tee "$OUT/sp.log"
             rc=$((rc | PIPESTATUS[0])) ;;
+        lowbit) $B/test_cuda_ops attention 2>&1 | tee "$OUT/test_cuda_ops_attention.log"; rc=$((rc | PIPESTATUS[0]))
+                $B/test_dit_cuda full_width 2>&1 | tee "$OUT/test_dit_cuda_full_width.log"; rc=$((rc | PIPESTATUS[0]))
+                H3_BENCH_ATTN_AMP=3 $B/bench_cuda_kernels 19412 2>&1 | tee "$OUT/bench_cuda_kernels_19412.log"
+                rc=$((rc | PIPESTATUS[0])) ;;
         info) nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; ldd --version | head -1
               python3 -c 'import torch; print("torch", torch.__version__)' ;;
         ops) $B/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=$((rc | PIPESTATUS[0])) ;;
