@@ -285,3 +285,156 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
     h3_free(c.ws);
     return H3_OK;
 }
+
+/* ---- block-sparse attention (tensor/ops.h h3_op_attention_sparse) ----------------------------------------
+ * The host's rendering, a reference in double precision: per (head, query tile) the tile's selection
+ * (h3_sparse_score, h3_sparse_threshold, h3_sparse_exact), then per query row a two-pass softmax over the exact
+ * tiles' keys and the other tiles' centroids. */
+enum { SP_T = H3_SPARSE_TILE };
+
+typedef struct {
+    const float *q, *k, *v;
+    float *o;
+    int64_t ldq, ldk, ldv, ldo, S, H, D, nt;
+    double scale, scale_log2;
+    double tau;
+    const uint8_t *exact_tiles;
+    const double *qc, *kc;   /* [H][nt][D] centroids in double */
+    const float *kcb, *vcb;  /* [H][nt][D] centroids rounded to bf16 */
+    double *ws;              /* per thread: r [nt], scores [S + nt] */
+    size_t ws_per_thread;
+} sparse_ctx;
+
+static int64_t sp_len(int64_t S, int64_t t) {
+    return S - t * SP_T < SP_T ? S - t * SP_T : SP_T;
+}
+
+static void sparse_centroids(void *p, int64_t tb, int64_t te, int tid) {
+    (void)tid;
+    sparse_ctx *c = p;
+    double *qc = (double *)c->qc, *kc = (double *)c->kc;
+    float *kcb = (float *)c->kcb, *vcb = (float *)c->vcb;
+    for (int64_t t = tb; t < te; t++) {
+        const int64_t h = t / c->nt, j = t % c->nt, n = sp_len(c->S, j), D = c->D;
+        double *cq = qc + t * D, *ck = kc + t * D;
+        for (int64_t d = 0; d < D; d++) {
+            double sq = 0.0, sk = 0.0, sv = 0.0;
+            for (int64_t r = j * SP_T; r < j * SP_T + n; r++) {
+                sq += (double)c->q[r * c->ldq + h * D + d];
+                sk += (double)c->k[r * c->ldk + h * D + d];
+                sv += (double)c->v[r * c->ldv + h * D + d];
+            }
+            cq[d] = sq / (double)n;
+            ck[d] = sk / (double)n;
+            kcb[t * D + d] = h3_bf16_to_f32(h3_f32_to_bf16((float)ck[d]));
+            vcb[t * D + d] = h3_bf16_to_f32(h3_f32_to_bf16((float)(sv / (double)n)));
+        }
+    }
+}
+
+static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
+    sparse_ctx *c = p;
+    const int64_t D = c->D, nt = c->nt;
+    double *r = c->ws + (size_t)tid * c->ws_per_thread, *sc = r + nt;
+    unsigned char *exact = (unsigned char *)(sc + c->S + nt);
+    for (int64_t t = tb; t < te; t++) {
+        if (h3_cancel_requested()) return;
+        const int64_t h = t / nt, i = t % nt;
+        const int q_exact = c->exact_tiles && c->exact_tiles[i];
+        for (int64_t j = 0; j < nt; j++)
+            r[j] = h3_sparse_score(c->qc + (h * nt + i) * D, c->kc + (h * nt + j) * D, (int)D, c->scale_log2);
+        const double thr = h3_sparse_threshold(r, (int)nt, c->tau);
+        for (int64_t j = 0; j < nt; j++)
+            exact[j] = (unsigned char)h3_sparse_exact((int)i, (int)j, r[j], thr, q_exact,
+                                                      c->exact_tiles && c->exact_tiles[j]);
+        for (int64_t row = i * SP_T; row < i * SP_T + sp_len(c->S, i); row++) {
+            const float *qr = c->q + row * c->ldq + h * D;
+            int64_t n = 0;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < nt; j++) {
+                if (exact[j]) {
+                    for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->S, j); key++) {
+                        const float *kr = c->k + key * c->ldk + h * D;
+                        double s = 0.0;
+                        for (int64_t d = 0; d < D; d++) s += (double)qr[d] * kr[d];
+                        sc[n] = s * c->scale;
+                        mx = sc[n] > mx ? sc[n] : mx;
+                        n++;
+                    }
+                } else {
+                    const float *kr = c->kcb + (h * nt + j) * D;
+                    double s = 0.0;
+                    for (int64_t d = 0; d < D; d++) s += (double)qr[d] * kr[d];
+                    sc[n] = s * c->scale + log((double)sp_len(c->S, j));
+                    mx = sc[n] > mx ? sc[n] : mx;
+                    n++;
+                }
+            }
+            double l = 0.0;
+            for (int64_t e = 0; e < n; e++) {
+                sc[e] = exp(sc[e] - mx);
+                l += sc[e];
+            }
+            float *orow = c->o + row * c->ldo + h * D;
+            for (int64_t d = 0; d < D; d++) {
+                double acc = 0.0;
+                int64_t e = 0;
+                for (int64_t j = 0; j < nt; j++) {
+                    if (exact[j]) {
+                        for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->S, j); key++)
+                            acc += sc[e++] * c->v[key * c->ldv + h * D + d];
+                    } else {
+                        acc += sc[e++] * c->vcb[(h * nt + j) * D + d];
+                    }
+                }
+                orow[d] = (float)(acc / l);
+            }
+        }
+    }
+}
+
+h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                               const h3_tensor *v, float scale, const h3_sparse_attn *p) {
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION_SPARSE, "q", q));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION_SPARSE, "k", k));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION_SPARSE, "v", v));
+    H3_TRY(cpu_need_f32(H3_OP_ATTENTION_SPARSE, "o", o));
+    sparse_ctx c;
+    memset(&c, 0, sizeof c);
+    c.q = q->data;
+    c.k = k->data;
+    c.v = v->data;
+    c.o = o->data;
+    c.ldq = q->stride[0];
+    c.ldk = k->stride[0];
+    c.ldv = v->stride[0];
+    c.ldo = o->stride[0];
+    c.S = q->shape[0];
+    c.H = q->shape[1];
+    c.D = q->shape[2];
+    c.scale = scale;
+    c.scale_log2 = (double)(scale * 1.4426950408889634f); /* the device's float constant, so both select alike */
+    c.tau = p->tau;
+    c.exact_tiles = p->exact_tiles;
+    c.nt = (c.S + SP_T - 1) / SP_T;
+    if (c.S == 0) return H3_OK;
+    const int64_t cn = c.H * c.nt * c.D;
+    const int nthr = h3_pool_threads(ex->pool);
+    c.ws_per_thread = (size_t)(c.nt + c.S + c.nt) + (size_t)(c.nt + 7) / 8;
+    void *cent = h3_malloc((size_t)cn * (2 * sizeof(double) + 2 * sizeof(float)), H3_MEM_WORKSPACE);
+    c.ws = h3_malloc((size_t)nthr * c.ws_per_thread * sizeof(double), H3_MEM_WORKSPACE);
+    if (!cent || !c.ws) {
+        h3_free(cent);
+        h3_free(c.ws);
+        return H3_ERR_NOMEM;
+    }
+    c.qc = cent;
+    c.kc = c.qc + cn;
+    c.kcb = (const float *)(c.kc + cn);
+    c.vcb = c.kcb + cn;
+    h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_centroids, &c);
+    h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_tasks, &c);
+    h3_free(c.ws);
+    h3_free(cent);
+    return H3_OK;
+}

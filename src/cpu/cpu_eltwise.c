@@ -698,6 +698,7 @@ const h3_backend h3_cpu_backend = {
     .clamp = cpu_clamp,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .attention_sparse = cpu_attention_sparse,
     .conv1d = cpu_conv1d,
     .conv_transpose1d = cpu_conv_transpose1d,
     .conv3d = cpu_conv3d,

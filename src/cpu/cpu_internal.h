@@ -38,6 +38,8 @@ h3_status cpu_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tenso
                    unsigned flags);
 h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
                         float scale, unsigned flags);
+h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                               const h3_tensor *v, float scale, const h3_sparse_attn *p);
 h3_status cpu_conv1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *b,
                      const h3_conv1d_params *p);
 h3_status cpu_conv_transpose1d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,

@@ -1,5 +1,6 @@
 /* The Hopper attention kernel's launcher and probe, compiled for sm_90a only (see CMakeLists.txt). */
 #include "cuda/attn_fp8.cuh"
+#include "cuda/attn_sparse.cuh"
 #include "cuda/cuda_internal.cuh"
 
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
@@ -55,4 +56,80 @@ extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t s
     attn_wgmma8_fp8<<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 384, smem, st>>>(maps, *a);
     CU_LAUNCHED("attention (fp8 wgmma)");
     return H3_OK;
+}
+
+/* Block-sparse attention (attn_sparse.cuh) on bf16 q, k, v, o [S, H·128] of a: the selection into arena scratch
+ * (h3_cuda_attention_sparse_scratch_bytes), then the sparse instance of the wgmma kernel. exact_tiles: host [nt]
+ * bytes or NULL. */
+extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_args *a, const uint8_t *exact_tiles,
+                                                 double tau, cudaStream_t st) {
+    static int configured = 0;
+    const size_t smem = wg8_smem_bytes();
+    if (!configured) {
+        CU_TRY(cudaFuncSetAttribute(attn_wgmma8_k<attn_tmaps_sparse, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        configured = 1;
+    }
+    const int S = a->Sq, H = a->Hq, nt = (S + 127) / 128, ntpad = (nt + 127) / 128 * 128, ntw = ntpad / 32;
+    const size_t route_smem = (size_t)(nt + 128) * 8 + (size_t)(ntw + 1) * 4;
+    if (nt > 65535 || route_smem > 48 * 1024)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "sparse attention: %d rows is more than its selection handles (%d)", S,
+                      (48 * 1024 - 128 * 8 - 4) / 9 * 128);
+    const size_t bytes = (size_t)h3_cuda_attention_sparse_scratch_bytes(S, H);
+    char *buf = (char *)cuda_arena_alloc(s, bytes);
+    if (!buf)
+        return h3_error_wrap(H3_ERR_NOMEM, "sparse attention on the device: %.1f MiB of tile centroids and lists",
+                             bytes / 1048576.0);
+    size_t off = 0;
+    auto take = [&](size_t n) {
+        char *p = buf + off;
+        off += (n + 255) / 256 * 256;
+        return (void *)p;
+    };
+    double *qc = (double *)take((size_t)H * nt * 128 * 8), *kc = (double *)take((size_t)H * nt * 128 * 8);
+    __nv_bfloat16 *kcb = (__nv_bfloat16 *)take((size_t)ntpad * H * 128 * 2),
+                  *vcb = (__nv_bfloat16 *)take((size_t)ntpad * H * 128 * 2);
+    uint16_t *list = (uint16_t *)take((size_t)H * nt * nt * 2);
+    int2 *count = (int2 *)take((size_t)H * nt * 8);
+    uint32_t *bits = (uint32_t *)take((size_t)H * nt * ntw * 4);
+    uint8_t *ex = (uint8_t *)take((size_t)nt);
+    h3_status r = H3_OK;
+    if (exact_tiles && cudaMemcpyAsync(ex, exact_tiles, (size_t)nt, cudaMemcpyHostToDevice, st) != cudaSuccess)
+        r = H3_ERR(H3_ERR_DEVICE, "sparse attention: copying the exact tiles failed: %s",
+                   cudaGetErrorString(cudaGetLastError()));
+    if (r == H3_OK) {
+        k_sparse_centroids<<<dim3((unsigned)ntpad, (unsigned)H), 128, 0, st>>>(
+            qc, kc, kcb, vcb, (const __nv_bfloat16 *)a->q, (const __nv_bfloat16 *)a->k, (const __nv_bfloat16 *)a->v,
+            a->ldq, a->ldk, a->ldv, S, nt);
+        k_sparse_route<<<dim3((unsigned)nt, (unsigned)H), 256, route_smem, st>>>(
+            list, count, bits, qc, kc, exact_tiles ? ex : NULL, nt, ntw, (double)a->scale_log2, tau);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            r = H3_ERR(H3_ERR_DEVICE, "sparse attention: the selection failed to launch: %s", cudaGetErrorString(e));
+    }
+    if (r == H3_OK) {
+        attn_tmaps_sparse maps;
+        attn_tmaps dense;
+        int c = attn_make_tmaps(&dense, a);
+        if (!c) c = attn_make_tmap(&maps.kc, kcb, (int64_t)H * 128, ntpad, H);
+        if (!c) c = attn_make_tmap(&maps.vc, vcb, (int64_t)H * 128, ntpad, H);
+        if (c) r = H3_ERR(H3_ERR_DEVICE, "sparse attention: encoding the TMA tensor maps failed (CUresult %d)", c);
+        if (r == H3_OK) {
+            maps.q = dense.q;
+            maps.k = dense.k;
+            maps.v = dense.v;
+            maps.list = list;
+            maps.count = count;
+            maps.bits = bits;
+            maps.nt = nt;
+            maps.ntw = ntw;
+            attn_wgmma8_k<attn_tmaps_sparse, true><<<dim3((unsigned)nt, (unsigned)H), 384, smem, st>>>(maps, *a);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess)
+                r = H3_ERR(H3_ERR_DEVICE, "kernel attention (sparse wgmma) failed to launch: %s",
+                           cudaGetErrorString(e));
+        }
+    }
+    cuda_arena_free(s, buf);
+    return r;
 }

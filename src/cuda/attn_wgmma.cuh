@@ -182,11 +182,24 @@ typedef struct {
     CUtensorMap q, k, v;
 } attn_tmaps;
 
+/* Block-sparse attention (h3_op_attention_sparse; attn_sparse.cuh makes these): the maps of Q, K, V and of the
+ * key tiles' centroids kc, vc ([ntpad rows, H·128] bf16, rows past nt zero), and the selection of each (head, query
+ * tile): its exact key tiles in ascending order, how many (x) and how many centroid tiles follow them (y: 0 when
+ * every tile is exact), and a bit per key tile, set where the tile is exact or past the last (its centroid then
+ * takes no part). */
+typedef struct {
+    CUtensorMap q, k, v, kc, vc;
+    const uint16_t *list; /* [H][nt][nt] */
+    const int2 *count;    /* [H][nt] */
+    const uint32_t *bits; /* [H][nt][ntw] */
+    int nt, ntw;
+} attn_tmaps_sparse;
+
 #include <cudaTypedefs.h>
 
 /* Tensor maps for Q, K and V as 2-D row-major matrices [rows, heads·128] with their row strides; boxes of 128 rows
  * by 64 columns (one 128-byte swizzled panel). Returns a CUresult (0 on success). */
-static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
+static inline int attn_make_tmap(CUtensorMap *map, const void *ptr, int64_t ld, int rows, int heads) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult qr;
@@ -195,6 +208,16 @@ static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
             qr != cudaDriverEntryPointSuccess || !encode)
             return -1;
     }
+    cuuint64_t dims[2] = {(cuuint64_t)heads * 128, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {64, 128}, es[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, es,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : (int)r;
+}
+
+static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
     struct {
         CUtensorMap *map;
         const void *ptr;
@@ -202,13 +225,8 @@ static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
         int rows, heads;
     } t[3] = {{&m->q, a->q, a->ldq, a->Sq, a->Hq}, {&m->k, a->k, a->ldk, a->Sk, a->Hk}, {&m->v, a->v, a->ldv, a->Sk, a->Hk}};
     for (int i = 0; i < 3; i++) {
-        cuuint64_t dims[2] = {(cuuint64_t)t[i].heads * 128, (cuuint64_t)t[i].rows};
-        cuuint64_t strides[1] = {(cuuint64_t)t[i].ld * 2};
-        cuuint32_t box[2] = {64, 128}, es[2] = {1, 1};
-        CUresult r = encode(t[i].map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)t[i].ptr, dims, strides, box, es,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        if (r != CUDA_SUCCESS) return (int)r;
+        int r = attn_make_tmap(t[i].map, t[i].ptr, t[i].ld, t[i].rows, t[i].heads);
+        if (r) return r;
     }
     return 0;
 }
@@ -247,8 +265,10 @@ __device__ __forceinline__ void named_arrive(int id) {
 }
 #endif
 
-__global__ void __launch_bounds__(384, 1)
-    attn_wgmma8(const __grid_constant__ attn_tmaps maps, attn_args a) {
+/* SPARSE (MAPS = attn_tmaps_sparse): the query tile's exact key tiles from maps.list, then its centroid tiles, each
+ * centroid scored with log2 of its tile's rows added, or −∞ where its tile is exact (maps.bits). */
+template <typename MAPS, bool SPARSE>
+__global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ MAPS maps, attn_args a) {
 #ifndef H3_WGMMA_COMPILED
     __trap();
 #else
@@ -270,7 +290,17 @@ __global__ void __launch_bounds__(384, 1)
         if (kend > a.Sk) kend = a.Sk;
         if (kend < 0) kend = 0;
     }
-    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    int nkb = (kend + WG_BK - 1) / WG_BK, ne = nkb;
+    const uint16_t *list = NULL;
+    if constexpr (SPARSE) {
+        const int64_t sel = (int64_t)h * maps.nt + blockIdx.x;
+        const int2 cnt = maps.count[sel];
+        ne = cnt.x;
+        nkb = cnt.x + cnt.y;
+        list = maps.list + sel * maps.nt;
+    }
+    (void)ne;
+    (void)list;
     if (tid == 0) {
         mbar_init(q_full, 1);
         for (int s = 0; s < WG8_STAGES; s++) {
@@ -292,13 +322,22 @@ __global__ void __launch_bounds__(384, 1)
             for (int kb = 0; kb < nkb; kb++) {
                 const int s = kb % WG8_STAGES, n = kb / WG8_STAGES;
                 if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
+                int row = kb * WG_BK;
+                const CUtensorMap *mk = &maps.k, *mv = &maps.v;
+                if constexpr (SPARSE) {
+                    row = kb < ne ? (int)list[kb] * WG_BK : (kb - ne) * WG_BK;
+                    if (kb >= ne) {
+                        mk = &maps.kc;
+                        mv = &maps.vc;
+                    }
+                }
                 mbar_expect_tx(&k_full[s], KB);
-                tma_load_2d(sK + s * KB, &maps.k, hk * D, kb * WG_BK, &k_full[s]);
-                tma_load_2d(sK + s * KB + PANEL_K, &maps.k, hk * D + 64, kb * WG_BK, &k_full[s]);
+                tma_load_2d(sK + s * KB, mk, hk * D, row, &k_full[s]);
+                tma_load_2d(sK + s * KB + PANEL_K, mk, hk * D + 64, row, &k_full[s]);
                 if (n > 0) mbar_wait(&v_empty[s], (n - 1) & 1);
                 mbar_expect_tx(&v_full[s], KB);
-                tma_load_2d(sV + s * KB, &maps.v, hk * D, kb * WG_BK, &v_full[s]);
-                tma_load_2d(sV + s * KB + PANEL_K, &maps.v, hk * D + 64, kb * WG_BK, &v_full[s]);
+                tma_load_2d(sV + s * KB, mv, hk * D, row, &v_full[s]);
+                tma_load_2d(sV + s * KB + PANEL_K, mv, hk * D + 64, row, &v_full[s]);
             }
         }
         return;
@@ -318,6 +357,29 @@ __global__ void __launch_bounds__(384, 1)
     const int row0 = q0 + cw * 64 + warp * 16 + g, row1 = row0 + 8;
     const int rowmin = q0 + cw * 64;
     auto softmax = [&](int kb, float &c0, float &c1) {
+        if constexpr (SPARSE) {
+            if (kb >= ne) { /* centroids ct·128..: + log2(rows of their tile), −∞ where the tile is exact */
+                const int ct = kb - ne;
+                const uint32_t *w = maps.bits + ((int64_t)h * maps.nt + blockIdx.x) * maps.ntw + ct * 4;
+                const float inv = 1.0f / a.scale_log2;
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const uint32_t word = w[j >> 2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int c = j * 8 + t4 * 2 + e, tile = ct * 128 + c, len = a.Sk - tile * WG_BK;
+                        const float b = (word >> (c & 31)) & 1u ? -INFINITY
+                                        : len >= WG_BK          ? 7.0f * inv
+                                                                : log2f((float)len) * inv;
+                        s[4 * j + e] += b;
+                        s[4 * j + 2 + e] += b;
+                    }
+                }
+                fa_softmax(s, rs, a, a.scale_log2, 0, true, row0, row1, shift, t4, c0, c1);
+                return;
+            }
+            kb = list[kb];
+        }
         const int kbase = kb * WG_BK;
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
         fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
@@ -380,5 +442,6 @@ __global__ void __launch_bounds__(384, 1)
     fa_store(o, rs, a, h, row0, row1, t4);
 #endif
 }
+#define attn_wgmma8 attn_wgmma8_k<attn_tmaps, false>
 
 #endif

@@ -24,6 +24,8 @@ h3_status h3_cuda_device_info(int device, char *name, size_t name_len, int64_t *
 #define H3_CUDA_ATTN_FP8 1u
 #define H3_CUDA_ATTN_FP8_HOPPER 2u
 #define H3_CUDA_ATTN_INT8 4u
+/* Block-sparse attention (h3_op_attention_sparse): Hopper (sm_90) with the sm_90a kernels in the build. */
+#define H3_CUDA_ATTN_SPARSE 8u
 unsigned h3_cuda_lowbit_attention(int device);
 struct h3_comm;
 /* A sequence-parallel group over NCCL (comm_nccl.cu; tensor/comm.h), one rank per process and GPU: rank 0 makes the
@@ -142,6 +144,17 @@ static inline int64_t h3_cuda_attention_lowbit_scratch_bytes(unsigned flags, int
     const int64_t v = fp8 ? Hk * 128 * ((Sk + 127) / 128 * 128) : Sk * Hk * 128 * 2;
     return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(v) + H3_A256(Hq * nqb * 4) +
            H3_A256(Hk * nkb * 4) + (fp8 ? 2 : 3) * H3_A256(Hk * 128 * 4);
+#undef H3_A256
+}
+/* The arena scratch of one sparse attention call (h3_op_attention_sparse, Hopper) over S rows and H heads of 128,
+ * each piece 256-byte aligned as attn_sm90a.cu takes them: the q and k tile centroids in double, the bf16 centroid
+ * matrices of k and v (tiles padded to a multiple of 128), the exact-tile lists (16 bits an entry), counts and bits,
+ * and the exact-tile flags. */
+static inline int64_t h3_cuda_attention_sparse_scratch_bytes(int64_t S, int64_t H) {
+#define H3_A256(x) (((x) + 255) / 256 * 256)
+    const int64_t nt = (S + 127) / 128, ntpad = (nt + 127) / 128 * 128, ntw = ntpad / 32;
+    return 2 * H3_A256(H * nt * 128 * 8) + 2 * H3_A256(ntpad * H * 128 * 2) + H3_A256(H * nt * nt * 2) +
+           H3_A256(H * nt * 8) + H3_A256(H * nt * ntw * 4) + H3_A256(nt);
 #undef H3_A256
 }
 /* ---- attention: the kernel and its tiles for a device ---------------------------------------------------------

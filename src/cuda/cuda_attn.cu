@@ -5,6 +5,7 @@
  * The number of shared-memory stages is chosen from the device's per-block shared-memory limit at first use,
  * so a GPU with less shared memory gets single-buffered tiles instead of failing. */
 #include <math.h>
+#include <string.h>
 
 #include "cuda/attn_kernels.cuh"
 #include "cuda/attn_mma8.cuh"
@@ -14,6 +15,8 @@
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st);
+extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_args *a, const uint8_t *exact_tiles,
+                                                 double tau, cudaStream_t st);
 #endif
 
 /* 1 when the Hopper kernel runs on this GPU; -1 before the first attention call probes it. */
@@ -466,4 +469,46 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
     attn_naive<<<grid, 128, 0, cuda_stream(ex)>>>(a, D);
     CU_LAUNCHED("attention (plain)");
     return H3_OK;
+}
+
+/* Block-sparse attention (tensor/ops.h): Hopper's wgmma kernel over bf16 q, k, v of head size 128, 16-byte aligned;
+ * H3_ERR_UNSUPPORTED elsewhere. */
+extern "C" h3_status cuda_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                           const h3_tensor *v, float scale, const h3_sparse_attn *p) {
+    h3_cuda_state *s = cuda_state(ex);
+    const h3_tensor *ts[4] = {q, k, v, o};
+    int ok = q->shape[2] == 128;
+    for (int i = 0; i < 4; i++)
+        ok &= ts[i]->dtype == H3_BF16 && (uintptr_t)ts[i]->data % 16 == 0 && (ts[i]->stride[0] * 2) % 16 == 0;
+    if (!ok)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "op 'attention_sparse' on the device takes bf16 q, k, v, o of head size 128, "
+                                          "16-byte aligned");
+    if (q->shape[0] == 0) return H3_OK;
+    cudaStream_t st = cuda_stream(ex);
+#ifdef H3_HAVE_SM90A
+    if (wgmma_available(s, st)) {
+        attn_args a;
+        memset(&a, 0, sizeof a);
+        a.q = q->data;
+        a.k = k->data;
+        a.v = v->data;
+        a.o = o->data;
+        a.ldq = q->stride[0];
+        a.ldk = k->stride[0];
+        a.ldv = v->stride[0];
+        a.ldo = o->stride[0];
+        a.Sq = a.Sk = (int)q->shape[0];
+        a.Hq = a.Hk = (int)q->shape[1];
+        a.scale_log2 = scale * 1.4426950408889634f;
+        a.dt = 1;
+        return cuda_attention_sparse_sm90a(s, &a, p->exact_tiles, (double)p->tau, st);
+    }
+#else
+    (void)s;
+    (void)scale;
+    (void)p;
+    (void)st;
+#endif
+    return H3_ERR(H3_ERR_UNSUPPORTED, "sparse attention runs on Hopper GPUs (compute capability 9.0) with the sm_90a "
+                                      "kernels in the build; this device has none");
 }

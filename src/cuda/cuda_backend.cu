@@ -284,7 +284,7 @@ extern "C" unsigned h3_cuda_lowbit_attention(int device) {
     if (cc >= 75) k |= H3_CUDA_ATTN_INT8;
     if (cc >= 89) k |= H3_CUDA_ATTN_FP8;
 #ifdef H3_HAVE_SM90A
-    if (prop.major == 9 && prop.minor == 0) k |= H3_CUDA_ATTN_FP8_HOPPER;
+    if (prop.major == 9 && prop.minor == 0) k |= H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_SPARSE;
 #endif
     return k;
 }

@@ -742,6 +742,7 @@ extern "C" const h3_backend *h3_cuda_backend_table(void) {
     t->clamp = cuda_clamp;
     t->rope = cuda_rope;
     t->attention = cuda_attention;
+    t->attention_sparse = cuda_attention_sparse;
     t->conv3d = cuda_conv3d;
     t->gather_rows = cuda_gather_rows;
     t->scatter_rows = cuda_scatter_rows;

@@ -112,6 +112,8 @@ h3_status cuda_gemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tens
                     unsigned flags);
 h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
                          float scale, unsigned flags);
+h3_status cuda_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                const h3_tensor *v, float scale, const h3_sparse_attn *p);
 /* cuBLASLt y[M,N] = alpha·x[M,K]·w[N,K]ᵀ (+ bias) + beta·y, row-major with leading dims in elements. kind:
  * CUDA_LT_FLOAT (x, w, y of dtype dt: 0 f32, 1 bf16, 2 f16; float scalars), CUDA_LT_INT8 (int8 x and w, int32
  * y, int32 scalars), CUDA_LT_FP8 (e4m3 x and w, y of dtype dt, float scalars). Plans are cached per shape. */

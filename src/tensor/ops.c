@@ -1,6 +1,7 @@
 /* Op validation and dispatch by place. Shape rules live here, once, for every backend. */
 #include "tensor/ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ static const char *const g_op_names[H3_OP_COUNT] = {
     [H3_OP_RMS_NORM_MODULATE] = "rms_norm_modulate",
     [H3_OP_QK_NORM_ROPE] = "qk_norm_rope",
     [H3_OP_SNAKE_AA] = "snake_aa",
+    [H3_OP_ATTENTION_SPARSE] = "attention_sparse",
 };
 
 const char *h3_op_name(h3_op_id op) {
@@ -349,6 +351,25 @@ h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h
     if (o->data == q->data || o->data == k->data || o->data == v->data)
         return H3_ERR(H3_ERR_INVALID, "op 'attention': the output must not alias an input");
     RUN(H3_OP_ATTENTION, be->attention(ex, o, q, k, v, scale, flags));
+}
+
+h3_status h3_op_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                 const h3_tensor *v, float scale, const h3_sparse_attn *p) {
+    PICK(H3_OP_ATTENTION_SPARSE, o, q, k, v);
+    NEED_FN(H3_OP_ATTENTION_SPARSE, attention_sparse);
+    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "q", q));
+    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "k", k));
+    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "v", v));
+    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "o", o));
+    char a[96], b[96];
+    if (!h3_tensor_same_shape(o, q) || !h3_tensor_same_shape(k, q) || !h3_tensor_same_shape(v, q))
+        return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse' is self-attention: q %s and k/v %s must be one shape",
+                      shp(q, a), shp(k, b));
+    if (o->data == q->data || o->data == k->data || o->data == v->data)
+        return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse': the output must not alias an input");
+    if (!p || !isfinite(p->tau))
+        return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse': the threshold tau must be a finite number");
+    RUN(H3_OP_ATTENTION_SPARSE, be->attention_sparse(ex, o, q, k, v, scale, p));
 }
 
 /* A conv's x and y: [C, T] or [B, C, T], same rank and batch, contiguous and apart; w [·, ·, K] contiguous. */

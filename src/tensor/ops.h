@@ -12,6 +12,8 @@
 #ifndef H3_TENSOR_OPS_H
 #define H3_TENSOR_OPS_H
 
+#include <math.h>
+
 #include "base/threads.h"
 #include "tensor/tensor.h"
 
@@ -58,6 +60,7 @@ typedef enum h3_op_id {
     H3_OP_RMS_NORM_MODULATE,
     H3_OP_QK_NORM_ROPE,
     H3_OP_SNAKE_AA,
+    H3_OP_ATTENTION_SPARSE,
     H3_OP_COUNT
 } h3_op_id;
 
@@ -155,6 +158,46 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * memory linear in sequence length. o must not alias q, k or v. */
 h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
                           const h3_tensor *v, float scale, unsigned flags);
+
+/* Block-sparse attention (docs/CUDA.md "sparse attention"; Sol-Attn's rule on tiles of H3_SPARSE_TILE rows):
+ * self-attention, q, k, v, o [S, H, D] (Hq = Hk). Per head, q tile i's centroid c_i (the mean of its rows) scores
+ * every key tile j's centroid kc_j: r_ij = (c_i·kc_j)·scale·log2(e), in double precision (h3_sparse_score). Key
+ * tile j is computed exactly for the rows of tile i when r_ij > mean_j(r_i·) + tau·sqrt(var_j(r_i·) + 1e-6)
+ * (h3_sparse_threshold), when |i − j| <= 1, or when p->exact_tiles marks tile j; a marked query tile attends every
+ * key exactly. Every other key tile j enters the softmax as one key, its centroid kc_j with the weight of its
+ * len_j rows (score + log(len_j)) and value vc_j (the mean of its v rows); kc and vc are rounded to bf16 (the
+ * device's tensor cores read them so; the host does the same). The selection is the same bits on every backend
+ * (fixed-order double sums and explicit fma), so a device result can be checked against the host's. */
+#define H3_SPARSE_TILE 128
+typedef struct h3_sparse_attn {
+    float tau;                  /* the threshold in standard deviations of the tile's scores (Sol-Attn: 1.3) */
+    const uint8_t *exact_tiles; /* host [⌈S/128⌉] or NULL: 1 where tile t (rows 128t..) holds a row that stays
+                                 * exact both ways (H3: the text and audio rows, the video is sparse) */
+} h3_sparse_attn;
+h3_status h3_op_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                 const h3_tensor *v, float scale, const h3_sparse_attn *p);
+
+/* The selection's arithmetic, shared by the backends so that they pick the same tiles. */
+static inline H3_HD double h3_sparse_score(const double *c, const double *kc, int D, double scale_log2) {
+    double acc = 0.0;
+    for (int d = 0; d < D; d++) acc = fma(c[d], kc[d], acc);
+    return acc * scale_log2;
+}
+/* mean + tau·sqrt(var + 1e-6) of r[0..n−1], summed in order. */
+static inline H3_HD double h3_sparse_threshold(const double *r, int n, double tau) {
+    double sum = 0.0, var = 0.0;
+    for (int j = 0; j < n; j++) sum += r[j];
+    const double mean = sum / n;
+    for (int j = 0; j < n; j++) {
+        const double e = r[j] - mean;
+        var = fma(e, e, var);
+    }
+    return fma(tau, sqrt(var / n + 1e-6), mean);
+}
+/* Whether key tile j is exact for query tile i given its score r and the threshold. */
+static inline H3_HD int h3_sparse_exact(int i, int j, double r, double thr, int q_exact, int k_exact) {
+    return q_exact || k_exact || (i - j <= 1 && j - i <= 1) || r > thr;
+}
 
 /* ---- convolutions -------------------------------------------------------------------------------------- */
 
@@ -275,6 +318,8 @@ typedef struct h3_backend {
     h3_status (*rope)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *);
     h3_status (*attention)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                            float, unsigned);
+    h3_status (*attention_sparse)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *,
+                                  const h3_tensor *, float, const h3_sparse_attn *);
     h3_status (*conv1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *, const h3_tensor *,
                         const h3_conv1d_params *);
     h3_status (*conv_transpose1d)(h3_exec *, h3_tensor *, const h3_tensor *, const h3_tensor *,
