@@ -467,6 +467,90 @@ static void attn_lowbit_cases(unsigned mode, const char *kernel) {
     attn_lowbit_case(mode, kernel, 4096, 4096, 4, 4, 0, 1);
 }
 
+/* Block-sparse attention: the GPU against the CPU's rendering on the same bf16 values (both select the same tiles:
+ * the selection is shared double-precision arithmetic), with the DiT's fused [S, 3·H·128] rows when fused; marked
+ * exact tiles at both ends when mark; tau −1e9 makes every tile exact, which must equal the GPU's dense kernel. */
+static void sparse_case(int64_t S, int64_t H, double tau, int mark, int fused) {
+    const int64_t D = 128, nt = (S + 127) / 128;
+    int64_t s3[3] = {S, H, D}, sf[2] = {S, 3 * H * D};
+    pair qkv, q, k, v;
+    h3_tensor qh, qd, kh, kd, vh, vd;
+    if (fused) {
+        qkv = mk(H3_BF16, 2, sf, 1.0);
+        h3_tensor *src[2] = {&qkv.h, &qkv.d}, *dq[2] = {&qh, &qd}, *dk[2] = {&kh, &kd}, *dv[2] = {&vh, &vd};
+        for (int i = 0; i < 2; i++) {
+            const size_t es = src[i]->dtype == H3_F32 ? 4 : 2;
+            CHECK_OK(h3_tensor_wrap(dq[i], src[i]->data, src[i]->place, src[i]->dtype, 3, s3));
+            CHECK_OK(h3_tensor_wrap(dk[i], (char *)src[i]->data + H * D * es, src[i]->place, src[i]->dtype, 3, s3));
+            CHECK_OK(h3_tensor_wrap(dv[i], (char *)src[i]->data + 2 * H * D * es, src[i]->place, src[i]->dtype, 3, s3));
+            dq[i]->stride[0] = dk[i]->stride[0] = dv[i]->stride[0] = 3 * H * D;
+        }
+    } else {
+        q = mk(H3_BF16, 3, s3, 1.0);
+        k = mk(H3_BF16, 3, s3, 1.0);
+        v = mk(H3_BF16, 3, s3, 1.0);
+        qh = q.h, qd = q.d, kh = k.h, kd = k.d, vh = v.h, vd = v.d;
+    }
+    pair o = mk(H3_BF16, 3, s3, 1.0), od = mk(H3_BF16, 3, s3, 1.0);
+    uint8_t *ex = calloc((size_t)nt, 1);
+    ex[0] = ex[nt - 1] = 1;
+    int64_t n_dev = -1, n_host = -2;
+    h3_sparse_attn p = {(float)tau, mark ? ex : NULL, &n_dev};
+    const float scale = 1.0f / sqrtf((float)D);
+    char what[160];
+    snprintf(what, sizeof what, "attention_sparse S%lld H%lld tau %g%s%s", (long long)S, (long long)H, tau,
+             mark ? " marked" : "", fused ? " fused" : "");
+    h3_status st = h3_op_attention_sparse(&g_ex, &o.d, &qd, &kd, &vd, scale, &p);
+    if (st == H3_ERR_UNSUPPORTED) {
+        printf("  %s: refused on this GPU (%s)\n", what, h3_last_error());
+        h3_clear_error();
+    } else {
+        CHECK_OK(st);
+        p.n_exact = &n_host;
+        CHECK_OK(h3_op_attention_sparse(&g_ex, &o.h, &qh, &kh, &vh, scale, &p));
+        CHECK(n_dev == n_host, "%s: the GPU selected %lld exact tiles, the CPU %lld", what, (long long)n_dev,
+              (long long)n_host);
+        printf("  %s: %lld of %lld tiles exact\n", what, (long long)n_dev, (long long)(H * nt * nt));
+        compare(what, &o, 1e-2);
+        if (tau < -1e8) { /* every tile exact: the dense kernel's result */
+            CHECK_OK(h3_op_attention(&g_ex, &od.d, &qd, &kd, &vd, scale, 0));
+            CHECK_OK(h3_op_attention(&g_ex, &od.h, &qh, &kh, &vh, scale, 0));
+            compare("attention dense beside it", &od, 1e-2);
+            h3_tensor a, b, fa, fb;
+            CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+            CHECK_OK(h3_tensor_alloc(&b, H3_PLACE_HOST, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
+            CHECK_OK(h3_copy(&g_ex, &a, &o.d));
+            CHECK_OK(h3_copy(&g_ex, &b, &od.d));
+            CHECK_OK(h3_exec_sync(&g_ex));
+            CHECK(!memcmp(a.data, b.data, (size_t)(S * H * D * 2)),
+                  "%s: with every tile exact the sparse kernel must be the dense one bit for bit", what);
+            (void)fa;
+            (void)fb;
+            h3_tensor_free(&a);
+            h3_tensor_free(&b);
+        }
+    }
+    free(ex);
+    pfree(&o);
+    pfree(&od);
+    if (fused)
+        pfree(&qkv);
+    else {
+        pfree(&q);
+        pfree(&k);
+        pfree(&v);
+    }
+}
+
+static void test_attention_sparse(void) {
+    sparse_case(ri(1000, 3000), 2, 1.3, 0, 0);
+    sparse_case(ri(1000, 3000), 2, 1.3, 1, 1);
+    sparse_case(ri(100, 127), 2, 1.3, 0, 0); /* one tile */
+    sparse_case(ri(1000, 3000), 2, 1e9, 1, 0); /* the band and the marked tiles only */
+    sparse_case(ri(1000, 3000), 2, -1e9, 0, 1);
+    sparse_case(20000, 2, 1.3, 1, 1); /* more than 128 tiles: two centroid tiles */
+}
+
 /* fp8: the kernel this GPU picks (Hopper's wgmma one on an H200), then the mma.sync kernel Ada and Blackwell run,
  * forced (h3_cuda_attention_prefer_mma8), so a Hopper GPU checks both. */
 static void test_attention_fp8(void) {
@@ -1046,6 +1130,7 @@ int main(int argc, char **argv) {
         {"attention", test_attention},
         {"attention_fp8", test_attention_fp8},
         {"attention_int8", test_attention_int8},
+        {"attention_sparse", test_attention_sparse},
         {"conv", test_conv},
         {"random", test_random},
         {"qgemm", test_qgemm},

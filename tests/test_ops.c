@@ -735,6 +735,160 @@ static void test_attention_int8(void) {
     attn_lowbit_cases(H3_ATTN_INT8);
 }
 
+/* Block-sparse attention against a plain double rendering of its rule written here: per (head, query tile) the
+ * centroid scores, mean + tau·std, the exact tiles, and one softmax over the exact keys and the other tiles'
+ * bf16-rounded centroids weighted by their rows. loc > 0 adds a positional component to q and k (each row leans to
+ * its own tile), so that attention is mostly local and the sparse result lands near the dense one. */
+static double bf16r(double x) {
+    return h3_bf16_to_f32(h3_f32_to_bf16((float)x));
+}
+
+static void ref_sparse(double *out, const float *q, const float *k, const float *v, int64_t S, int64_t H, int64_t D,
+                       double scale, double tau, const uint8_t *ex, int64_t *n_exact) {
+    const int64_t T = 128, nt = (S + T - 1) / T;
+    double *qc = dalloc((size_t)(nt * D)), *kc = dalloc((size_t)(nt * D)), *vc = dalloc((size_t)(nt * D));
+    double *r = dalloc((size_t)nt), *sc = dalloc((size_t)(S + nt));
+    const double sl2 = (double)((float)scale * 1.4426950408889634f);
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t j = 0; j < nt; j++) {
+            const int64_t n = S - j * T < T ? S - j * T : T;
+            for (int64_t d = 0; d < D; d++) {
+                double a = 0, b = 0, c = 0;
+                for (int64_t i = j * T; i < j * T + n; i++) {
+                    a += q[(i * H + h) * D + d];
+                    b += k[(i * H + h) * D + d];
+                    c += v[(i * H + h) * D + d];
+                }
+                qc[j * D + d] = a / n;
+                kc[j * D + d] = b / n;
+                vc[j * D + d] = bf16r(c / n);
+            }
+        }
+        for (int64_t i = 0; i < nt; i++) {
+            double mean = 0, var = 0;
+            for (int64_t j = 0; j < nt; j++) {
+                double dot = 0;
+                for (int64_t d = 0; d < D; d++) dot += qc[i * D + d] * kc[j * D + d];
+                r[j] = dot * sl2;
+                mean += r[j] / nt;
+            }
+            for (int64_t j = 0; j < nt; j++) var += (r[j] - mean) * (r[j] - mean) / nt;
+            const double thr = mean + tau * sqrt(var + 1e-6);
+            for (int64_t row = i * T; row < S && row < (i + 1) * T; row++) {
+                int64_t m = 0;
+                double mx = -INFINITY, l = 0;
+                for (int64_t j = 0; j < nt; j++) {
+                    const int exact = (ex && (ex[i] || ex[j])) || llabs(i - j) <= 1 || r[j] > thr;
+                    if (row == i * T && exact) *n_exact += 1;
+                    const int64_t n = S - j * T < T ? S - j * T : T;
+                    if (exact) {
+                        for (int64_t key = j * T; key < j * T + n; key++) {
+                            double dot = 0;
+                            for (int64_t d = 0; d < D; d++) dot += (double)q[(row * H + h) * D + d] * k[(key * H + h) * D + d];
+                            sc[m] = dot * scale;
+                            mx = fmax(mx, sc[m++]);
+                        }
+                    } else {
+                        double dot = 0;
+                        for (int64_t d = 0; d < D; d++) dot += (double)q[(row * H + h) * D + d] * bf16r(kc[j * D + d]);
+                        sc[m] = dot * scale + log((double)n);
+                        mx = fmax(mx, sc[m++]);
+                    }
+                }
+                for (int64_t e = 0; e < m; e++) l += (sc[e] = exp(sc[e] - mx));
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    int64_t e = 0;
+                    for (int64_t j = 0; j < nt; j++) {
+                        const int exact = (ex && (ex[i] || ex[j])) || llabs(i - j) <= 1 || r[j] > thr;
+                        const int64_t n = S - j * T < T ? S - j * T : T;
+                        if (exact)
+                            for (int64_t key = j * T; key < j * T + n; key++) acc += sc[e++] * v[(key * H + h) * D + d];
+                        else
+                            acc += sc[e++] * vc[j * D + d];
+                    }
+                    out[(row * H + h) * D + d] = acc / l;
+                }
+            }
+        }
+    }
+    free(qc);
+    free(kc);
+    free(vc);
+    free(r);
+    free(sc);
+}
+
+static void sparse_case(int64_t S, int64_t H, int64_t D, double tau, double loc, int mark) {
+    h3_tensor q = trandn(3, S, H, D, 0, 1.0), k = trandn(3, S, H, D, 0, 1.0), v = trandn(3, S, H, D, 0, 1.0);
+    h3_tensor o = tnew(H3_F32, 3, S, H, D, 0), od = tnew(H3_F32, 3, S, H, D, 0);
+    const int64_t nt = (S + 127) / 128, n = S * H * D;
+    for (int64_t i = 0; i < S && loc > 0; i++) /* tile i/128's direction in channels 0..nt−1 */
+        for (int64_t h = 0; h < H; h++) {
+            F(&q)[(i * H + h) * D + (i / 128) % D] += (float)loc;
+            F(&k)[(i * H + h) * D + (i / 128) % D] += (float)loc;
+        }
+    uint8_t *ex = calloc((size_t)nt, 1);
+    if (mark) ex[0] = ex[nt - 1] = 1; /* H3's text and audio rows at the ends */
+    const double scale = 1.0 / sqrt((double)D);
+    int64_t got_exact = -1;
+    h3_sparse_attn p = {(float)tau, mark ? ex : NULL, &got_exact};
+    CHECK_OK(h3_op_attention_sparse(&g_ex, &o, &q, &k, &v, (float)scale, &p));
+    double *ref = dalloc((size_t)n), *dense = dalloc((size_t)n);
+    int64_t n_exact = 0;
+    ref_sparse(ref, F(&q), F(&k), F(&v), S, H, D, scale, (float)tau, mark ? ex : NULL, &n_exact);
+    CHECK(got_exact == n_exact, "the op counted %lld exact tiles, the reference %lld", (long long)got_exact,
+          (long long)n_exact);
+    char what[160];
+    snprintf(what, sizeof what, "attention_sparse S%lld H%lld D%lld tau %g loc %g%s: %lld of %lld tiles exact",
+             (long long)S, (long long)H, (long long)D, tau, loc, mark ? " marked" : "", (long long)n_exact,
+             (long long)(H * nt * nt));
+    EXPECT_CLOSE(what, F(&o), ref, (size_t)n, 1e-5);
+    CHECK_OK(h3_op_attention(&g_ex, &od, &q, &k, &v, (float)scale, 0));
+    for (int64_t i = 0; i < n; i++) dense[i] = F(&od)[i];
+    const double off = t_rel_err(F(&o), dense, (size_t)n);
+    if (n_exact == H * nt * nt) { /* every tile exact: the dense attention */
+        EXPECT_CLOSE("attention_sparse with every tile exact = dense", F(&o), dense, (size_t)n, 1e-5);
+    } else {
+        CHECK(off > 1e-6); /* some tile was approximated */
+        if (loc > 0) CHECK(off < 0.05);
+    }
+    if (mark) { /* the marked tiles' rows attend everything exactly */
+        const int64_t rows[2] = {0, (nt - 1) * 128};
+        for (int e = 0; e < 2; e++) {
+            const int64_t r0 = rows[e], nr = S - r0 < 128 ? S - r0 : 128;
+            EXPECT_CLOSE("attention_sparse marked rows = dense", F(&o) + r0 * H * D, dense + r0 * H * D,
+                         (size_t)(nr * H * D), 1e-5);
+        }
+    }
+    if (getenv("H3_TEST_VERBOSE")) fprintf(stderr, "  %s: %.3e off dense\n", what, off);
+    free(ref);
+    free(dense);
+    free(ex);
+    h3_tensor_free(&q);
+    h3_tensor_free(&k);
+    h3_tensor_free(&v);
+    h3_tensor_free(&o);
+    h3_tensor_free(&od);
+}
+
+static void test_attention_sparse(void) {
+    sparse_case(ri(900, 1100), 2, 32, 1.3, 0.0, 0);   /* random: the threshold picks a few tiles */
+    sparse_case(ri(900, 1100), 2, 32, 1.3, 0.0, 1);   /* the ends marked exact */
+    sparse_case(ri(600, 700), 1, 16, 1e9, 0.0, 0);    /* nothing over the threshold: the band only */
+    sparse_case(ri(200, 700), 2, 16, -1e9, 0.0, 0);   /* everything over it: dense */
+    sparse_case(ri(1000, 1300), 2, 64, 1.3, 8.0, 1);  /* local attention: close to dense */
+    sparse_case(ri(1, 127), 1, 8, 1.3, 0.0, 0);       /* one tile */
+    h3_tensor q = trandn(3, 300, 2, 16, 0, 1.0), k = trandn(3, 200, 2, 16, 0, 1.0), o = tnew(H3_F32, 3, 300, 2, 16, 0);
+    h3_sparse_attn p = {1.3f, NULL, NULL};
+    CHECK_ERR(h3_op_attention_sparse(&g_ex, &o, &q, &k, &k, 0.25f, &p), H3_ERR_INVALID, "self-attention");
+    p.tau = NAN;
+    CHECK_ERR(h3_op_attention_sparse(&g_ex, &o, &q, &q, &q, 0.25f, &p), H3_ERR_INVALID, "tau");
+    h3_tensor_free(&q);
+    h3_tensor_free(&k);
+    h3_tensor_free(&o);
+}
+
 /* ---- convolutions -------------------------------------------------------------------------------------- */
 
 static int64_t pad_src(int64_t i, int64_t n, h3_pad_mode m) {
@@ -1476,6 +1630,7 @@ int main(int argc, char **argv) {
         {"attention", test_attention},
         {"attention_fp8", test_attention_fp8},
         {"attention_int8", test_attention_int8},
+        {"attention_sparse", test_attention_sparse},
         {"attention_choice", test_attention_choice},
         {"conv", test_conv},
         {"snake_aa", test_snake_aa},

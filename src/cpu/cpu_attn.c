@@ -302,6 +302,7 @@ typedef struct {
     const double *qc, *kc;   /* [H][nt][D] centroids in double */
     const float *kcb, *vcb;  /* [H][nt][D] centroids rounded to bf16 */
     double *ws;              /* per thread: r [nt], scores [S + nt] */
+    int64_t *n_exact;        /* [H·nt]: exact key tiles of each (head, query tile) */
     size_t ws_per_thread;
 } sparse_ctx;
 
@@ -344,9 +345,13 @@ static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
         for (int64_t j = 0; j < nt; j++)
             r[j] = h3_sparse_score(c->qc + (h * nt + i) * D, c->kc + (h * nt + j) * D, (int)D, c->scale_log2);
         const double thr = h3_sparse_threshold(r, (int)nt, c->tau);
-        for (int64_t j = 0; j < nt; j++)
+        int64_t ne = 0;
+        for (int64_t j = 0; j < nt; j++) {
             exact[j] = (unsigned char)h3_sparse_exact((int)i, (int)j, r[j], thr, q_exact,
                                                       c->exact_tiles && c->exact_tiles[j]);
+            ne += exact[j];
+        }
+        c->n_exact[t] = ne;
         for (int64_t row = i * SP_T; row < i * SP_T + sp_len(c->S, i); row++) {
             const float *qr = c->q + row * c->ldq + h * D;
             int64_t n = 0;
@@ -421,7 +426,8 @@ h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, co
     const int64_t cn = c.H * c.nt * c.D;
     const int nthr = h3_pool_threads(ex->pool);
     c.ws_per_thread = (size_t)(c.nt + c.S + c.nt) + (size_t)(c.nt + 7) / 8;
-    void *cent = h3_malloc((size_t)cn * (2 * sizeof(double) + 2 * sizeof(float)), H3_MEM_WORKSPACE);
+    void *cent = h3_malloc((size_t)cn * (2 * sizeof(double) + 2 * sizeof(float)) + (size_t)(c.H * c.nt) * 8,
+                           H3_MEM_WORKSPACE);
     c.ws = h3_malloc((size_t)nthr * c.ws_per_thread * sizeof(double), H3_MEM_WORKSPACE);
     if (!cent || !c.ws) {
         h3_free(cent);
@@ -432,8 +438,13 @@ h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, co
     c.kc = c.qc + cn;
     c.kcb = (const float *)(c.kc + cn);
     c.vcb = c.kcb + cn;
+    c.n_exact = (int64_t *)(c.vcb + cn);
     h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_centroids, &c);
     h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_tasks, &c);
+    if (p->n_exact) {
+        *p->n_exact = 0;
+        for (int64_t t = 0; t < c.H * c.nt; t++) *p->n_exact += c.n_exact[t];
+    }
     h3_free(c.ws);
     h3_free(cent);
     return H3_OK;

@@ -62,7 +62,7 @@ extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t s
  * (h3_cuda_attention_sparse_scratch_bytes), then the sparse instance of the wgmma kernel. exact_tiles: host [nt]
  * bytes or NULL. */
 extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_args *a, const uint8_t *exact_tiles,
-                                                 double tau, cudaStream_t st) {
+                                                 double tau, int64_t *n_exact, cudaStream_t st) {
     static int configured = 0;
     const size_t smem = wg8_smem_bytes();
     if (!configured) {
@@ -106,6 +106,20 @@ extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_ar
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             r = H3_ERR(H3_ERR_DEVICE, "sparse attention: the selection failed to launch: %s", cudaGetErrorString(e));
+        if (r == H3_OK && n_exact) { /* the count, for tests and benchmarks: waits for the selection */
+            int2 *hc = (int2 *)h3_malloc((size_t)H * nt * sizeof(int2), H3_MEM_OTHER);
+            if (!hc) r = H3_ERR_NOMEM;
+            else if (cudaMemcpyAsync(hc, count, (size_t)H * nt * sizeof(int2), cudaMemcpyDeviceToHost, st) !=
+                         cudaSuccess ||
+                     cudaStreamSynchronize(st) != cudaSuccess)
+                r = H3_ERR(H3_ERR_DEVICE, "sparse attention: reading the selection back failed: %s",
+                           cudaGetErrorString(cudaGetLastError()));
+            else {
+                *n_exact = 0;
+                for (int64_t t = 0; t < (int64_t)H * nt; t++) *n_exact += hc[t].x;
+            }
+            h3_free(hc);
+        }
     }
     if (r == H3_OK) {
         attn_tmaps_sparse maps;

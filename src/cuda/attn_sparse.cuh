@@ -7,7 +7,7 @@
 #define H3_ATTN_SPARSE_CUH
 
 #include "cuda/attn_wgmma.cuh"
-#include "tensor/ops.h"
+#include "cuda/cuda_internal.cuh" /* tensor/ops.h inside its extern "C" */
 
 /* Per (key tile j, head h), 128 threads (one per channel): the mean of the tile's rows of q, k and v in double,
  * summed in row order (the host's order): qc, kc [H][nt][128]; kc and vc rounded to bf16 into row j of the centroid

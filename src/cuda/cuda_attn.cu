@@ -16,7 +16,7 @@ extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st);
 extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_args *a, const uint8_t *exact_tiles,
-                                                 double tau, cudaStream_t st);
+                                                 double tau, int64_t *n_exact, cudaStream_t st);
 #endif
 
 /* 1 when the Hopper kernel runs on this GPU; -1 before the first attention call probes it. */
@@ -501,7 +501,7 @@ extern "C" h3_status cuda_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_t
         a.Hq = a.Hk = (int)q->shape[1];
         a.scale_log2 = scale * 1.4426950408889634f;
         a.dt = 1;
-        return cuda_attention_sparse_sm90a(s, &a, p->exact_tiles, (double)p->tau, st);
+        return cuda_attention_sparse_sm90a(s, &a, p->exact_tiles, (double)p->tau, p->n_exact, st);
     }
 #else
     (void)s;

@@ -173,6 +173,8 @@ typedef struct h3_sparse_attn {
     float tau;                  /* the threshold in standard deviations of the tile's scores (Sol-Attn: 1.3) */
     const uint8_t *exact_tiles; /* host [⌈S/128⌉] or NULL: 1 where tile t (rows 128t..) holds a row that stays
                                  * exact both ways (H3: the text and audio rows, the video is sparse) */
+    int64_t *n_exact;           /* or NULL: receives the (head, query tile, key tile) triples computed exactly, of
+                                 * H·⌈S/128⌉² (the device waits for its selection to count them) */
 } h3_sparse_attn;
 h3_status h3_op_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
                                  const h3_tensor *v, float scale, const h3_sparse_attn *p);
