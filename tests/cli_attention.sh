@@ -31,7 +31,7 @@ done
 "$H3RUN" generate "${A[@]}" --attention fp9 -o "$tmp/bad.mp4" >"$tmp/bad.out" 2>"$tmp/bad.err"
 rc=$?
 [ $rc = 2 ] || fail "--attention fp9 exited $rc, not 2"
-grep -q "choose auto, bf16, fp8 or int8" "$tmp/bad.err" || fail "--attention fp9: $(cat "$tmp/bad.err")"
+grep -q "choose auto, bf16, fp8, int8 or sparse" "$tmp/bad.err" || fail "--attention fp9: $(cat "$tmp/bad.err")"
 [ ! -e "$tmp/bad.mp4" ] && [ ! -e "$tmp/bad.mp4.partial" ] || fail "--attention fp9 left a file"
 M="$SRC/models/h3-small"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention fp8 >"$tmp/p8" 2>&1 || fail "plan --attention fp8: $(tail -1 "$tmp/p8")"

@@ -543,6 +543,88 @@ static void test_split(void) {
     run_close(&r);
 }
 
+/* Sparse attention in the blocks (h3_dit_set_attention H3_ATTN_SPARSE, h3_dit_set_sparse): a created DiT over a
+ * made-up sequence of 5 tiles (560 video rows, then 10 text and 40 audio rows, whose tile stays exact). With every
+ * tile exact (tau −1e9) the velocities are the dense forward's; at tau 1.3 they move but stay finite; outside the
+ * window of t or under the row threshold the forward is the dense one bit for bit. */
+static void test_sparse(void) {
+    run_t ref;
+    CHECK_OK(run_open(&ref, "official", NULL));
+    if (!ref.dit) return;
+    h3_dit *d = make_dit(h3_dit_get_config(ref.dit), (int)h3_dit_get_config(ref.dit)->heads);
+    run_close(&ref);
+    if (!d) return;
+    const h3_dit_config *c = h3_dit_get_config(d);
+    const int64_t Nv = 560, L = 10, Na = 40, S = Nv + L + Na;
+    h3_tensor vid, aud, txt, v[2], a[2];
+    CHECK_OK(h3_tensor_alloc2(&vid, H3_PLACE_HOST, H3_F32, Nv, h3_dit_video_dim(c), H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&aud, H3_PLACE_HOST, H3_F32, Na, c->audio_dim, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc2(&txt, H3_PLACE_HOST, H3_F32, L, c->text_dim, H3_MEM_ACTIVATIONS));
+    t_fill_randn(vid.data, (size_t)h3_tensor_numel(&vid), 1.0);
+    t_fill_randn(aud.data, (size_t)h3_tensor_numel(&aud), 1.0);
+    t_fill_randn(txt.data, (size_t)h3_tensor_numel(&txt), 1.0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(h3_tensor_alloc2(&v[i], H3_PLACE_HOST, H3_F32, Nv, h3_dit_video_dim(c), H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc2(&a[i], H3_PLACE_HOST, H3_F32, Na, c->audio_dim, H3_MEM_ACTIVATIONS));
+    }
+    int32_t *tags = malloc((size_t)S * 4), *tix = calloc((size_t)S, 4), *vi = malloc((size_t)Nv * 4),
+            *ti = malloc((size_t)L * 4), *ai = malloc((size_t)Na * 4);
+    double *pos = malloc((size_t)S * 24);
+    for (int64_t r = 0; r < S; r++) {
+        tags[r] = r < Nv ? 0 : r < Nv + L ? 1 : 2;
+        if (r < Nv) vi[r] = (int32_t)r, pos[3 * r] = (double)(r / 56), pos[3 * r + 1] = (double)(r / 8 % 7),
+                    pos[3 * r + 2] = (double)(r % 8);
+        else if (r < Nv + L) ti[r - Nv] = (int32_t)r, pos[3 * r] = pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
+        else ai[r - Nv - L] = (int32_t)r, pos[3 * r] = (double)(r - Nv - L), pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
+    }
+    const float ts[1] = {0.5f};
+    h3_dit_inputs in = {&vid, &aud, &txt, ts, 1, S, tix, tags, pos, vi, ai, ti};
+    CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[0], &a[0])); /* dense */
+    const size_t nv = (size_t)h3_tensor_numel(&v[0]), na = (size_t)h3_tensor_numel(&a[0]);
+    struct {
+        float tau, t0, t1;
+        int64_t min_rows;
+        int expect; /* 0 bit-equal to dense, 1 within 1e-5, 2 moved */
+    } cs[] = {{-1e9f, 0.0f, 1.0f, 0, 1}, {1.3f, 0.0f, 1.0f, 0, 2}, {1.3f, 0.6f, 0.9f, 0, 0}, {1.3f, 0.0f, 1.0f, S + 1, 0}};
+    h3_dit_set_attention(d, H3_ATTN_SPARSE);
+    CHECK(h3_dit_attention(d) == H3_ATTN_SPARSE);
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        CHECK_OK(h3_dit_set_sparse(d, cs[k].tau, cs[k].t0, cs[k].t1, cs[k].min_rows));
+        CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[1], &a[1]));
+        const double ev = max_rel(v[1].data, v[0].data, (int64_t)nv), ea = max_rel(a[1].data, a[0].data, (int64_t)na);
+        int finite = 1;
+        for (size_t i = 0; i < nv; i++) finite &= isfinite(((float *)v[1].data)[i]) != 0;
+        CHECK(finite, "sparse case %zu: non-finite velocities", k);
+        printf("  sparse tau %g, t in %g..%g, from %lld rows: velocities %.2e / %.2e off dense\n", (double)cs[k].tau,
+               (double)cs[k].t0, (double)cs[k].t1, (long long)cs[k].min_rows, ev, ea);
+        if (cs[k].expect == 0)
+            CHECK(!memcmp(v[1].data, v[0].data, nv * 4) && !memcmp(a[1].data, a[0].data, na * 4),
+                  "sparse case %zu must run the dense forward", k);
+        else if (cs[k].expect == 1)
+            CHECK(ev <= 1e-4 && ea <= 1e-4, "sparse case %zu: every tile exact, %.2e / %.2e off dense", k, ev, ea);
+        else
+            CHECK(ev > 1e-6, "sparse case %zu: no tile was approximated (%.2e off dense)", k, ev);
+    }
+    CHECK_ERR(h3_dit_set_sparse(d, 1.3f, 0.9f, 0.2f, 0), H3_ERR_INVALID, "window");
+    CHECK_ERR(h3_dit_set_sparse(d, NAN, 0.2f, 0.9f, 0), H3_ERR_INVALID, "tau");
+    h3_dit_set_attention(d, H3_ATTN_SPARSE | H3_ATTN_FP8);
+    CHECK(h3_dit_attention(d) == H3_ATTN_SPARSE, "sparse excludes the low-bit modes");
+    free(tags);
+    free(tix);
+    free(vi);
+    free(ti);
+    free(ai);
+    free(pos);
+    for (int i = 0; i < 2; i++) {
+        h3_tensor_free(&v[i]);
+        h3_tensor_free(&a[i]);
+    }
+    h3_tensor_free(&vid);
+    h3_tensor_free(&aud);
+    h3_tensor_free(&txt);
+    h3_dit_close(d);
+}
+
 /* Sequences without audio rows or without text rows (NULL tensors, index lists and outputs) run and give
  * finite velocities. */
 static void test_missing_modalities(void) {
@@ -1201,6 +1283,7 @@ int main(int argc, char **argv) {
         {"modulation_bytes", test_modulation_bytes},
         {"permutation", test_permutation},
         {"split", test_split},
+        {"sparse", test_sparse},
         {"missing_modalities", test_missing_modalities},
         {"bad_inputs", test_bad_inputs},
         {"bad_files", test_bad_files},

@@ -165,7 +165,7 @@ int h3_cmd_plan(int argc, char **argv) {
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
         {"attention", 0, H3_OPT_STR, &attention, "MODE",
-         "the DiT blocks' attention, as generate's --attention: auto (default), bf16, fp8 or int8 (its scratch and time)",
+         "the DiT blocks' attention, as generate's --attention: auto (default), bf16, fp8, int8 or sparse (its scratch and time)",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},

@@ -220,7 +220,7 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         H3_TRY(upload_path(json_string_value(au), "audio", uploads_dir, out->audio_path, sizeof out->audio_path));
         g->audio = out->audio_path;
     }
-    json_t *at = json_object_get(obj, "attention"); /* the DiT blocks' attention: auto, bf16, fp8, int8 */
+    json_t *at = json_object_get(obj, "attention"); /* the DiT blocks' attention: auto, bf16, fp8, int8, sparse */
     if (at) {
         h3_attn_mode am = H3_ATTN_MODE_AUTO;
         H3_TRY(h3_attn_mode_parse(json_string_value(at), &am));

@@ -370,6 +370,10 @@ static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     /* Row chunks bound the FFN scratch; on the device a chunk costs GEMM efficiency, so the default there is the
      * whole sequence (the memory planner picks smaller chunks when a budget needs them). */
     d->chunk_rows = (o && o->chunk_rows > 0) ? o->chunk_rows : (d->act_place == H3_PLACE_DEVICE ? (1 << 30) : 2048);
+    d->sparse_tau = H3_DIT_SPARSE_TAU;
+    d->sparse_t0 = H3_DIT_SPARSE_T0;
+    d->sparse_t1 = H3_DIT_SPARSE_T1;
+    d->sparse_min_rows = H3_DIT_SPARSE_MIN_ROWS;
     d->stream_weights = o ? o->stream_weights : 0;
 }
 
@@ -972,6 +976,7 @@ void h3_dit_close(h3_dit *d) {
     h3_free(d->adaln_w);
     h3_free(d->adaln_b);
     h3_free(d->inv_freq);
+    h3_free(d->sparse_tiles);
     if (d->have_set) h3_st_close(&d->set);
     h3_gguf_free(d->gguf);
     h3_free(d->source);
@@ -1109,7 +1114,20 @@ const h3_st_set *h3_dit_files(const h3_dit *d) {
 }
 
 void h3_dit_set_attention(h3_dit *d, unsigned flags) {
-    d->attn_flags = flags & (H3_ATTN_FP8 | H3_ATTN_INT8);
+    d->attn_flags = flags & (H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_SPARSE);
+    if (d->attn_flags & H3_ATTN_SPARSE) d->attn_flags = H3_ATTN_SPARSE;
+}
+
+h3_status h3_dit_set_sparse(h3_dit *d, float tau, float t_start, float t_end, int64_t min_rows) {
+    if (!isfinite(tau) || !(t_start >= 0.0f && t_start <= t_end && t_end <= 1.0f) || min_rows < 0)
+        return H3_ERR(H3_ERR_INVALID,
+                      "sparse attention: tau must be finite and the window 0 <= start <= end <= 1 (got tau %g, %g..%g)",
+                      (double)tau, (double)t_start, (double)t_end);
+    d->sparse_tau = tau;
+    d->sparse_t0 = t_start;
+    d->sparse_t1 = t_end;
+    d->sparse_min_rows = min_rows;
+    return H3_OK;
 }
 
 int h3_dit_blocks_fp8(const h3_dit *d) {

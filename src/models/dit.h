@@ -207,6 +207,15 @@ int64_t h3_dit_chunk_rows(const h3_dit *dit);
  * arena scratch that h3_dit_forward_mem_of counts.
  * The text refiner's short attention stays exact. */
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
+/* H3_ATTN_SPARSE (alone: it excludes the low-bit modes): the blocks run h3_op_attention_sparse (tensor/ops.h) when a
+ * forward has at least min_rows rows and its video rows' t = 1 − σ lies in [t_start, t_end], the tiles holding text
+ * or audio rows exact both ways; dense bf16 attention otherwise, and always in the split forward. The defaults are
+ * Sol-Attn's (ComfyUI's BlockSparseAttention): tau 1.3, start 0.2, end 0.9, 4,096 rows. */
+#define H3_DIT_SPARSE_TAU 1.3f
+#define H3_DIT_SPARSE_T0 0.2f
+#define H3_DIT_SPARSE_T1 0.9f
+#define H3_DIT_SPARSE_MIN_ROWS 4096
+h3_status h3_dit_set_sparse(h3_dit *dit, float tau, float t_start, float t_end, int64_t min_rows);
 /* 1 when the blocks' GEMM weights (fc1 and fc2 of the first block) are float8 e4m3: their GEMMs run in fp8. */
 int h3_dit_blocks_fp8(const h3_dit *dit);
 unsigned h3_dit_attention(const h3_dit *dit);

@@ -331,6 +331,9 @@ void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     /* low-bit attention: the blocks' quantized q, k, v, held during each attention (device only) */
     if (d->attn_flags && d->act_place == H3_PLACE_DEVICE && S > 0)
         x = max64(x, h3_cuda_granule(h3_cuda_attention_lowbit_scratch_bytes(d->attn_flags, S, S, c->heads, c->heads)));
+    /* sparse attention: the tiles' centroids and lists, held during each attention (device only) */
+    if ((d->attn_flags & H3_ATTN_SPARSE) && d->act_place == H3_PLACE_DEVICE && S >= d->sparse_min_rows && S > 0)
+        x = max64(x, h3_cuda_granule(h3_cuda_attention_sparse_scratch_bytes(S, c->heads)));
     out->scratch = x;
     out->inputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0) +
                   (L ? rows_bytes(L, c->text_dim, 4) : 0);
@@ -673,10 +676,14 @@ static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
     const float scale = (float)(1.0 / sqrt((double)hd));
+    const unsigned lowbit = cos ? d->attn_flags & (H3_ATTN_FP8 | H3_ATTN_INT8) : 0u;
     if (cos && d->sp && d->sp->size > 1) /* a DiT block of the split forward: the text refiner runs whole */
-        H3_TRY(attention_sp(d, ex, &t1, &t2, &t3, &o3, scale, d->attn_flags));
-    else
-        H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, scale, cos ? d->attn_flags : 0));
+        H3_TRY(attention_sp(d, ex, &t1, &t2, &t3, &o3, scale, lowbit));
+    else if (cos && d->sparse_now) {
+        h3_sparse_attn sp = {d->sparse_tau, d->sparse_tiles, NULL};
+        H3_TRY(h3_op_attention_sparse(ex, &o3, &t1, &t2, &t3, scale, &sp));
+    } else
+        H3_TRY(h3_op_attention(ex, &o3, &t1, &t2, &t3, scale, lowbit));
     return gemm_lora(d, ex, h, &o, &w->out, unit, H3_LS_OUT);
 }
 
@@ -814,6 +821,19 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
     H3_CHECK(ensure_modulation(d, ex, in->timesteps, in->n_timesteps, tmap));
     H3_CHECK(ensure_workspace(d, S, L, Nv, Na));
     H3_CHECK(stage_layout(d, ex, in, tmap, Nv, Na, L));
+    d->sparse_now = 0;
+    if ((d->attn_flags & H3_ATTN_SPARSE) && !split && Nv > 0 && S >= d->sparse_min_rows) {
+        const float t = in->timesteps[in->timestep_indices[in->video_indices[0]]];
+        if (t >= d->sparse_t0 && t <= d->sparse_t1) { /* the tiles with a text or audio row stay exact */
+            const int64_t nt = (S + H3_SPARSE_TILE - 1) / H3_SPARSE_TILE;
+            h3_free(d->sparse_tiles);
+            d->sparse_tiles = h3_calloc((size_t)nt, 1, H3_MEM_WORKSPACE);
+            if (!d->sparse_tiles) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+            for (int64_t r = 0; r < S; r++)
+                if (in->token_tags[r] != 0) d->sparse_tiles[r / H3_SPARSE_TILE] = 1;
+            d->sparse_now = 1;
+        }
+    }
     h3_dit_ws *ws = &d->ws;
     const h3_dit_globals *g = &d->g;
     h3_tensor t1, cos, sin;
@@ -894,6 +914,7 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
     }
 done:
     h3_free(tmap);
+    d->sparse_now = 0;
     if (split) {
         if (st != H3_OK && cm->abort) cm->abort(cm); /* the other ranks would wait for this one for ever */
         h3_tensor_free(&d->sp_send);

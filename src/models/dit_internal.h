@@ -69,6 +69,12 @@ struct h3_dit {
     h3_place weight_place;
     int64_t chunk_rows;
     unsigned attn_flags; /* h3_dit_set_attention */
+    /* H3_ATTN_SPARSE: h3_dit_set_sparse's rule, and during a forward whether its blocks run sparse and the tiles
+     * holding text or audio rows (exact) */
+    float sparse_tau, sparse_t0, sparse_t1;
+    int64_t sparse_min_rows;
+    int sparse_now;
+    uint8_t *sparse_tiles;
     /* the split forward's group while h3_dit_forward_sp runs (NULL otherwise), its sequence length and buffers:
      * sp_send [3·size·share, heads/size·head_dim] (q, k, v by destination; the attention output's blocks come
      * back into its first third), sp_recv [4·S, heads/size·head_dim] (q, k, v and o of all rows, this rank's

@@ -1569,6 +1569,10 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention int8");
             }
+            if (g->r->attention == H3_ATTN_MODE_SPARSE || !strncmp(g->res.attention, "sparse", 6)) {
+                const size_t used = strlen(g->ck_key);
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention sparse");
+            }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);
                 snprintf(g->ck_key + used, sizeof g->ck_key - used, " cache %g", g->r->cache_threshold);

@@ -125,7 +125,7 @@ typedef struct h3_generate_request {
     /* step caching (sample/cache.h): > 0 skips DiT calls whose output change EasyCache estimates below this
      * (H3_CACHE_THRESHOLD is ComfyUI's default); 0: off */
     double cache_threshold;
-    int attention; /* the DiT blocks' attention, an h3_attn_mode (pipeline/plan.h): auto, bf16, fp8 or int8 */
+    int attention; /* the DiT blocks' attention, an h3_attn_mode (pipeline/plan.h): auto, bf16, fp8, int8 or sparse */
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths
                       * and canvases outside the release's training range, which it does not share */
     struct h3_session *session; /* what earlier runs on this model kept (pipeline/session.h); NULL: none */

@@ -59,19 +59,34 @@ int h3_device_figures_for(const char *cuda_name, h3_device_figures *out) {
 }
 
 h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
-    static const char *const names[] = {"auto", "bf16", "fp8", "int8"};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"auto", "bf16", "fp8", "int8", "sparse"};
+    for (int i = 0; i < 5; i++)
         if (s && !strcmp(s, names[i])) {
             *out = (h3_attn_mode)i;
             return H3_OK;
         }
-    return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16, fp8 or int8", s ? s : "");
+    return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16, fp8, int8 or sparse", s ? s : "");
 }
 
 h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,
                                int64_t rows, unsigned *flags, char *why, size_t why_len) {
     *flags = 0;
     if (head_dim != 128) kernels = 0;
+    if (mode == H3_ATTN_MODE_SPARSE) {
+        if (on_cuda && !(kernels & H3_CUDA_ATTN_SPARSE)) {
+            snprintf(why, why_len, "sparse asked; no sparse attention kernel for this GPU and model");
+            return H3_ERR(H3_ERR_UNSUPPORTED,
+                          "--attention sparse runs on Hopper GPUs (compute capability 9.0) at the release's head size "
+                          "of 128 only; this GPU or model has no such kernel: leave --attention out or give bf16");
+        }
+        *flags = H3_ATTN_SPARSE;
+        snprintf(why, why_len,
+                 "sparse (asked%s; tau %.1f, steps with t in %.1f..%.1f, %d rows or more: %lld here%s)",
+                 on_cuda ? "; Hopper's wgmma kernel" : "; on the host: the reference computation",
+                 (double)H3_DIT_SPARSE_TAU, (double)H3_DIT_SPARSE_T0, (double)H3_DIT_SPARSE_T1,
+                 H3_DIT_SPARSE_MIN_ROWS, (long long)rows, rows < H3_DIT_SPARSE_MIN_ROWS ? ", so dense" : "");
+        return H3_OK;
+    }
     if (mode == H3_ATTN_MODE_FP8 || mode == H3_ATTN_MODE_INT8) {
         const int fp8 = mode == H3_ATTN_MODE_FP8;
         const char *name = fp8 ? "fp8" : "int8";
@@ -1279,7 +1294,9 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
     appendf(o, n, "  attention: %s\n",
             t->attention & H3_ATTN_FP8    ? "fp8 (e4m3 q, k, v and P·V, per-block scales)"
             : t->attention & H3_ATTN_INT8 ? "int8 (int8 q, k with k smoothed, f16 v and P·V, per-block scales)"
-                                          : "bf16 (exact softmax, bf16 operands)");
+            : t->attention & H3_ATTN_SPARSE
+                ? "sparse (block-sparse bf16 inside its window of steps, dense outside; timed here as dense)"
+                : "bf16 (exact softmax, bf16 operands)");
     appendf(o, n, "  blocks: ");
     for (int u = 0; u < t->n_units; u++) appendf(o, n, "%c", "RPD"[t->tier[u] < 3 ? t->tier[u] : 0]);
     appendf(o, n, "  (R resident, P pinned, D disk; refiner blocks first)\n");

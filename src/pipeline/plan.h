@@ -71,9 +71,16 @@ typedef struct h3_device_figures {
                                   * the bf16 rate */
 } h3_device_figures;
 /* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
- * host), FP8 e4m3 q, k, v and P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8). */
-typedef enum { H3_ATTN_MODE_AUTO = 0, H3_ATTN_MODE_BF16, H3_ATTN_MODE_FP8, H3_ATTN_MODE_INT8 } h3_attn_mode;
-/* "auto", "bf16", "fp8", "int8" into *out; H3_ERR_INVALID naming the choices for anything else. */
+ * host), FP8 e4m3 q, k, v and P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
+ * attention in its window of steps (H3_ATTN_SPARSE, h3_dit_set_sparse). */
+typedef enum {
+    H3_ATTN_MODE_AUTO = 0,
+    H3_ATTN_MODE_BF16,
+    H3_ATTN_MODE_FP8,
+    H3_ATTN_MODE_INT8,
+    H3_ATTN_MODE_SPARSE
+} h3_attn_mode;
+/* "auto", "bf16", "fp8", "int8", "sparse" into *out; H3_ERR_INVALID naming the choices for anything else. */
 h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out);
 /* The attention a DiT stage runs: mode as asked; on_cuda: the stage runs on a GPU, kernels: the low-bit kernels
  * that GPU runs (h3_cuda_lowbit_attention's H3_CUDA_ATTN_* bits), all at head size 128 only; fp8_weights: the
@@ -81,8 +88,9 @@ h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out);
  * already chose fp8 precision for the blocks, on a GPU with Hopper's fp8 kernel (the one measured against the
  * release), at 8,192 rows or more (where attention is a large share of the step); bf16 elsewhere (the mma.sync fp8
  * and int8 kernels are asked for by name). An explicit fp8 or int8 on a GPU without the kernel is an error
- * (H3_ERR_UNSUPPORTED) naming the fix; on the host it runs the reference. *flags gets 0, H3_ATTN_FP8 or
- * H3_ATTN_INT8; why (why_len bytes) says what was picked and why. */
+ * (H3_ERR_UNSUPPORTED) naming the fix; on the host it runs the reference. SPARSE is never picked by AUTO (its effect
+ * on a trained model's output is unmeasured) and needs H3_CUDA_ATTN_SPARSE on a GPU. *flags gets 0, H3_ATTN_FP8,
+ * H3_ATTN_INT8 or H3_ATTN_SPARSE; why (why_len bytes) says what was picked and why. */
 h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,
                                int64_t rows, unsigned *flags, char *why, size_t why_len);
 
