@@ -3,16 +3,16 @@
  * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
  * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [--attention fp8|int8] [W73 W124 W362 W124L]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [--attention fp8|int8|sparse] [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
  * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
  * (h3_dit_randomize_blocks_quantized: int8 per-row scales, ConvRot marked; fp8 one scale) and every workload
  * runs again: the quantized GEMMs (W8A8 int8 through cuBLASLt IMMA, fp8 through cuBLASLt fp8) against bf16 in
  * the same process. Several --quant run in the order given.
- * --attention fp8|int8: each workload of each weight format runs again with the blocks' attention in fp8 or int8
- * (h3_dit_set_attention): its s/step, peak, and the velocities' relative L2 distance from the same weights' run with
- * bf16 attention.
+ * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
+ * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
+ * the velocities' relative L2 distance from the same weights' run with bf16 attention.
  *
  * The step time excludes the AdaLN modulation, which h3run computes once per run for all the schedule's
  * timesteps (h3_dit_precompute_modulation); its one-off cost is printed separately. */
@@ -44,10 +44,10 @@ static double now(void) {
 
 static h3_exec ex;
 static uint64_t g_seed = 1;
-static unsigned g_attn_lb; /* --attention: H3_ATTN_FP8 or H3_ATTN_INT8 (0: bf16 only) */
+static unsigned g_attn_lb; /* --attention: H3_ATTN_FP8, H3_ATTN_INT8 or H3_ATTN_SPARSE (0: bf16 only) */
 
 static const char *attn_name(void) {
-    return g_attn_lb == H3_ATTN_INT8 ? "int8" : "fp8";
+    return g_attn_lb == H3_ATTN_INT8 ? "int8" : g_attn_lb == H3_ATTN_SPARSE ? "sparse" : "fp8";
 }
 
 static int fill_weight(const char *name, h3_tensor *t, void *user) {
@@ -181,6 +181,8 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
         TRY(h3_tensor_alloc2(&ha8, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
         TRY(h3_copy(&ex, &ha, &aout));
         h3_dit_set_attention(dit, g_attn_lb);
+        /* sparse: Sol-Attn's tau on every step the bench times (its window of t set wide open) */
+        TRY(h3_dit_set_sparse(dit, H3_DIT_SPARSE_TAU, 0.0f, 1.0f, H3_DIT_SPARSE_MIN_ROWS));
         TRY(h3_dit_forward(dit, &ex, &in, &vout, &aout));
         TRY(h3_exec_sync(&ex));
         h3_cuda_reset_peak(&ex);
@@ -195,7 +197,7 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
         const double ev = rel_l2(hv8.data, hv.data, Nv * 96), ea = rel_l2(ha8.data, ha.data, Na * 32);
         printf("%-6s %-13s rows %6lld  %8.3f s/step  %.3fx of bf16 attention  peak %6.1f GiB  velocities %.2e "
                "(video) %.2e (audio) relative L2 off bf16 attention\n",
-               w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : "+fp8 attn", (long long)S, res.s_fa, res.s_fa / med, peak8 / 1073741824.0, ev, ea);
+               w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : g_attn_lb == H3_ATTN_SPARSE ? "+sparse attn" : "+fp8 attn", (long long)S, res.s_fa, res.s_fa / med, peak8 / 1073741824.0, ev, ea);
         if (js) fprintf(js, ", \"%s %s %sattn\": {\"s_per_step\": %.4f, \"peak_gib\": %.2f, \"rel_l2_video\": %.3e, "
                         "\"rel_l2_audio\": %.3e}", w->name, label, attn_name(), res.s_fa, peak8 / 1073741824.0, ev, ea);
         h3_tensor_free(&ha);
@@ -234,11 +236,11 @@ int main(int argc, char **argv) {
             pruned = 1;
         } else if (!strcmp(argv[i], "--attention") && i + 1 < argc) {
             ++i;
-            if (strcmp(argv[i], "fp8") && strcmp(argv[i], "int8")) {
-                fprintf(stderr, "--attention takes fp8 or int8 (bf16 always runs), not '%s'\n", argv[i]);
+            if (strcmp(argv[i], "fp8") && strcmp(argv[i], "int8") && strcmp(argv[i], "sparse")) {
+                fprintf(stderr, "--attention takes fp8, int8 or sparse (bf16 always runs), not '%s'\n", argv[i]);
                 return 2;
             }
-            g_attn_lb = strcmp(argv[i], "int8") ? H3_ATTN_FP8 : H3_ATTN_INT8;
+            g_attn_lb = !strcmp(argv[i], "int8") ? H3_ATTN_INT8 : !strcmp(argv[i], "sparse") ? H3_ATTN_SPARSE : H3_ATTN_FP8;
         } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
             if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 ||
                 quant[nq] == H3_QT_DEFAULT) {
