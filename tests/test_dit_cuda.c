@@ -277,11 +277,17 @@ static void full_width(int quant, unsigned lowbit_attn) {
         h3_dit_set_attention(cpu, lowbit_attn);
         h3_dit_set_attention(gpu, lowbit_attn);
     }
+    if (lowbit_attn == H3_ATTN_SPARSE) { /* sparse at this length and step (the defaults ask 4,096 rows) */
+        CHECK_OK(h3_dit_set_sparse(cpu, H3_DIT_SPARSE_TAU, 0.0f, 1.0f, 0));
+        CHECK_OK(h3_dit_set_sparse(gpu, H3_DIT_SPARSE_TAU, 0.0f, 1.0f, 0));
+    }
     forward_both(lowbit_attn == H3_ATTN_FP8    ? "full width, 2 blocks, fp8 attention"
                  : lowbit_attn == H3_ATTN_INT8 ? "full width, 2 blocks, int8 attention"
+                 : lowbit_attn == H3_ATTN_SPARSE
+                     ? "full width, 2 blocks, sparse attention"
                  : quant                       ? "full width, 2 blocks, int8 + ConvRot (W8A8 on the GPU)"
                                                : "full width, 2 blocks",
-                 cpu, gpu, &in, lowbit_attn ? 1e-2 : quant ? 2e-2 : 3e-2);
+                 cpu, gpu, &in, lowbit_attn == H3_ATTN_SPARSE ? 3e-2 : lowbit_attn ? 1e-2 : quant ? 2e-2 : 3e-2);
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
     h3_tensor_free(&text);
@@ -312,6 +318,12 @@ static void test_full_width_fp8_attention(void) {
  * so its tolerance is fp8's. */
 static void test_full_width_int8_attention(void) {
     full_width(0, H3_ATTN_INT8);
+}
+
+/* Block-sparse attention in the blocks on both sides (a tile whose score sits at the threshold may fall either way:
+ * the device's activations are bf16, the host's f32), so the dense path's tolerance. */
+static void test_full_width_sparse(void) {
+    full_width(0, H3_ATTN_SPARSE);
 }
 
 /* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
@@ -363,6 +375,7 @@ int main(int argc, char **argv) {
                                    {"quantized", test_quantized}, {"full_width_int8", test_full_width_int8},
                                    {"lora", test_lora},           {"full_width_fp8_attention", test_full_width_fp8_attention},
                                    {"full_width_int8_attention", test_full_width_int8_attention},
+                                   {"full_width_sparse", test_full_width_sparse},
                                    {NULL, NULL}};
     int r = t_main("test_dit_cuda", cases, argc, argv);
     h3_cuda_shutdown(&g_ex);
