@@ -636,8 +636,11 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
      * and stay bounded. fp8: e4m3 keeps 3 mantissa bits (rounding errors of up to 2^-4 relative), and on random
      * data every key's error is independent, so outputs land 2-9% off (most near 5%; peaked scores, where a few
      * keys dominate, the most). int8: 127 steps for q and k and f16 for P and V: 0.2-3% off (peaked scores the
-     * most). */
-    EXPECT_CLOSE(what, F(&o), ref, (size_t)n, 1e-3);
+     * most). With peaked scores one key carries most of a row, and one such flip of that key moves its row by up to
+     * 1/8, which over the Sq·Hq rows' L2 is up to 1/(8·sqrt(Sq·Hq)) (seen: 1.5e-3 at Sq 200, Hq 2, spread 4, about
+     * one seed in a few hundred): fp8 allows one. */
+    const double tol = mode == H3_ATTN_FP8 ? fmax(1e-3, 1.0 / (8.0 * sqrt((double)(Sq * Hq)))) : 1e-3;
+    EXPECT_CLOSE(what, F(&o), ref, (size_t)n, tol);
     double e = t_rel_err(F(&o), exact, (size_t)n);
     if (getenv("H3_TEST_VERBOSE")) fprintf(stderr, "  %s: %.3e off exact attention\n", what, e);
     const double lo = mode == H3_ATTN_FP8 ? 1e-3 : 5e-4, hi = mode == H3_ATTN_FP8 ? 0.12 : 0.06;

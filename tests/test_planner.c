@@ -328,7 +328,7 @@ static void test_attention_resolve(void) {
     CHECK(m == H3_ATTN_MODE_FP8);
     CHECK_OK(h3_attn_mode_parse("int8", &m));
     CHECK(m == H3_ATTN_MODE_INT8);
-    CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16, fp8 or int8");
+    CHECK_ERR(h3_attn_mode_parse("fp9", &m), H3_ERR_INVALID, "auto, bf16, fp8, int8 or sparse");
     /* what h3_cuda_lowbit_attention reports for an H200, an RTX 4090 (sm_89), an RTX 3090 (sm_86) */
     const unsigned hopper = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8,
                    ada = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_INT8, ampere = H3_CUDA_ATTN_INT8;
@@ -366,6 +366,22 @@ static void test_attention_resolve(void) {
     CHECK(fl == 0);
     CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
               "7.5 or later");
+    /* sparse: asked for only (auto never), Hopper's kernel or the host's reference */
+    CHECK_OK(h3_attn_mode_parse("sparse", &m));
+    CHECK(m == H3_ATTN_MODE_SPARSE);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, &fl, why,
+                                  sizeof why));
+    CHECK(fl == H3_ATTN_SPARSE && strstr(why, "wgmma") && strstr(why, "4,096 rows or more"), "%u %s", fl, why);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 0, 0, 128, 0, 1000, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_SPARSE && strstr(why, "reference") && strstr(why, "dense: under"), "%u %s", fl, why);
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, ada, 128, 0, 55904, &fl, why, sizeof why),
+              H3_ERR_UNSUPPORTED, "Hopper");
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 64, 0, 55904, &fl, why,
+                                  sizeof why),
+              H3_ERR_UNSUPPORTED, "head size of 128");
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, &fl, why,
+                                  sizeof why));
+    CHECK(fl == 0, "auto never picks sparse: %u %s", fl, why);
 }
 
 static void test_budget_edges(void) {
