@@ -4,6 +4,7 @@
 #  - fp8, int8 and bf16 runs of one request finish, the log names the attention each ran, and the low-bit latents
 #    move off the bf16 ones (the quantization ran) but stay close (the clip is the same clip);
 #  - an unknown mode is refused with exit 2 and a message naming the choices, writing nothing;
+#  - sparse under its 4,096 rows runs the dense blocks (the same latents) and says so;
 #  - h3run plan names the attention it planned, and auto keeps bf16 for bf16 block weights.
 # Usage: cli_attention.sh PATH/TO/h3run (CTest passes it).
 set -u
@@ -28,6 +29,19 @@ for m in fp8 int8; do
     awk -v v="$dv" -v a="$da" 'BEGIN{exit !(v > 1e-4 && v <= 0.1 && a > 1e-4 && a <= 0.3)}' ||
         fail "$m attention's latents are $dv (video) and $da (audio) off bf16's: expected (1e-4, 0.1] and (1e-4, 0.3]"
 done
+# sparse: this clip is under 4,096 rows, so the blocks stay dense and the latents are bf16's to the bit
+"$H3RUN" generate "${A[@]}" --attention sparse -o "$tmp/sp.mp4" --latents "$tmp/sp.st" >"$tmp/sp.out" 2>"$tmp/sp.err" ||
+    fail "--attention sparse: $(tail -2 "$tmp/sp.err")"
+grep -q "DiT attention: sparse (asked; on the host: the reference; tau 1.3, t in 0.2..0.9, dense: under 4,096 rows)" "$tmp/sp.err" ||
+    fail "--attention sparse: the log does not say it: $(grep -i attention "$tmp/sp.err")"
+if [ -f "$tmp/bf16.st" ] && [ -f "$tmp/sp.st" ]; then
+    d=$(python3 "$SRC/tests/latents_tool.py" distance "$tmp/bf16.st" "$tmp/sp.st")
+    read -r dv da <<<"$d"
+    awk -v v="$dv" -v a="$da" 'BEGIN{exit !(v == 0 && a == 0)}' || fail "--attention sparse under 4,096 rows moved the latents: $d"
+fi
+"$H3RUN" plan "$SRC/models/h3-small" --frames 22 --size 128x128 --device h200 --attention sparse >"$tmp/ps" 2>&1 ||
+    fail "plan --attention sparse: $(tail -1 "$tmp/ps")"
+grep -q "attention: sparse (block-sparse" "$tmp/ps" || fail "plan --attention sparse does not say so: $(grep -i attention "$tmp/ps")"
 "$H3RUN" generate "${A[@]}" --attention fp9 -o "$tmp/bad.mp4" >"$tmp/bad.out" 2>"$tmp/bad.err"
 rc=$?
 [ $rc = 2 ] || fail "--attention fp9 exited $rc, not 2"

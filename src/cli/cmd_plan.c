@@ -415,10 +415,8 @@ int h3_cmd_plan(int argc, char **argv) {
             st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
                                      req.refine_width ? req.refine_width : req.width,
                                      req.refine_width ? req.refine_height : req.height, &L);
-        const unsigned kernels =
-            h3_cuda_lowbit_attention(0) | (have_fig && !strcmp(fig.name, "h200")
-                                               ? H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8
-                                               : 0u);
+        const unsigned h200 = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8 | H3_CUDA_ATTN_SPARSE;
+        const unsigned kernels = h3_cuda_lowbit_attention(0) | (have_fig && !strcmp(fig.name, "h200") ? h200 : 0u);
         if (st == H3_OK)
             st = h3_attention_resolve(am, 1, kernels, h3_dit_get_config(f.dit)->head_dim, h3_dit_blocks_fp8(f.dit),
                                       L.seq_len, &fl, why, sizeof why);
