@@ -21,6 +21,8 @@
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
 #   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
 #   W124's sequence with q, k, v in ±3),
+#   sparse (block-sparse attention: test_cuda_ops attention_sparse, test_dit_cuda full_width_sparse, bench_cuda_kernels
+#   at W362's 55,904 rows, bench_dit_cuda --attention sparse W362: the dense and sparse steps of one process),
 #   sp (test_dit_sp_cuda: the DiT split over SP_RANKS GPUs, default 2, over NCCL against the whole forward; NCCL from
 #   the system or torch's nvidia-nccl package),
 #   train (tools/train/train_small.sh on the GPU: TRAIN_STAGES, default "smoke vae"; TRAIN_FROM a folder holding an
@@ -49,6 +51,11 @@ for s in "${steps[@]}"; do
                 $B/test_dit_cuda full_width 2>&1 | tee "$OUT/test_dit_cuda_full_width.log"; rc=$((rc | PIPESTATUS[0]))
                 H3_BENCH_ATTN_AMP=3 $B/bench_cuda_kernels 19412 2>&1 | tee "$OUT/bench_cuda_kernels_19412.log"
                 rc=$((rc | PIPESTATUS[0])) ;;
+        sparse) $B/test_cuda_ops attention_sparse 2>&1 | tee "$OUT/test_cuda_ops_sparse.log"; rc=$((rc | PIPESTATUS[0]))
+                $B/test_dit_cuda full_width_sparse 2>&1 | tee "$OUT/test_dit_cuda_sparse.log"; rc=$((rc | PIPESTATUS[0]))
+                $B/bench_dit_cuda --attention sparse W362 2>&1 | tee "$OUT/bench_dit_cuda_sparse.log"
+                rc=$((rc | PIPESTATUS[0]))
+                $B/bench_cuda_kernels 55904 2>&1 | tee "$OUT/bench_cuda_kernels_55904.log"; rc=$((rc | PIPESTATUS[0])) ;;
         info) nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; ldd --version | head -1
               python3 -c 'import torch; print("torch", torch.__version__)' ;;
         ops) $B/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=$((rc | PIPESTATUS[0])) ;;
