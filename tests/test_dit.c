@@ -544,7 +544,8 @@ static void test_split(void) {
 }
 
 /* Sparse attention in the blocks (h3_dit_set_attention H3_ATTN_SPARSE, h3_dit_set_sparse): a created DiT over a
- * made-up sequence of 5 tiles (560 video rows, then 10 text and 40 audio rows, whose tile stays exact). With every
+ * made-up sequence of 5 tiles (560 video rows, the first 128 a clean keyframe, then 10 text and 40 audio rows; the
+ * keyframe's and the text/audio tiles stay exact), its step at t = 0.5. With every
  * tile exact (tau −1e9) the velocities are the dense forward's; at tau 1.3 they move but stay finite; outside the
  * window of t or under the row threshold the forward is the dense one bit for bit. */
 static void test_sparse(void) {
@@ -577,15 +578,20 @@ static void test_sparse(void) {
         else if (r < Nv + L) ti[r - Nv] = (int32_t)r, pos[3 * r] = pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
         else ai[r - Nv - L] = (int32_t)r, pos[3 * r] = (double)(r - Nv - L), pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
     }
-    const float ts[1] = {0.5f};
-    h3_dit_inputs in = {&vid, &aud, &txt, ts, 1, S, tix, tags, pos, vi, ai, ti};
+    const float ts[2] = {0.5f, 1.0f}; /* the first tile's video rows clean (t = 1: a keyframe), the rest at 0.5 */
+    for (int64_t r = 0; r < 128; r++) tix[r] = 1;
+    h3_dit_inputs in = {&vid, &aud, &txt, ts, 2, S, tix, tags, pos, vi, ai, ti};
     CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[0], &a[0])); /* dense */
     const size_t nv = (size_t)h3_tensor_numel(&v[0]), na = (size_t)h3_tensor_numel(&a[0]);
     struct {
         float tau, t0, t1;
         int64_t min_rows;
         int expect; /* 0 bit-equal to dense, 1 within 1e-5, 2 moved */
-    } cs[] = {{-1e9f, 0.0f, 1.0f, 0, 1}, {1.3f, 0.0f, 1.0f, 0, 2}, {1.3f, 0.6f, 0.9f, 0, 0}, {1.3f, 0.0f, 1.0f, S + 1, 0}};
+    } cs[] = {{-1e9f, 0.0f, 1.0f, 0, 1},
+              {1.3f, 0.0f, 1.0f, 0, 2},
+              {1.3f, 0.4f, 0.6f, 0, 2}, /* the step's t is the noisy rows' 0.5, not the keyframe's 1 */
+              {1.3f, 0.6f, 0.9f, 0, 0},
+              {1.3f, 0.0f, 1.0f, S + 1, 0}};
     h3_dit_set_attention(d, H3_ATTN_SPARSE);
     CHECK(h3_dit_attention(d) == H3_ATTN_SPARSE);
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {

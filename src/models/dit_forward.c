@@ -823,14 +823,20 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
     H3_CHECK(stage_layout(d, ex, in, tmap, Nv, Na, L));
     d->sparse_now = 0;
     if ((d->attn_flags & H3_ATTN_SPARSE) && !split && Nv > 0 && S >= d->sparse_min_rows) {
-        const float t = in->timesteps[in->timestep_indices[in->video_indices[0]]];
-        if (t >= d->sparse_t0 && t <= d->sparse_t1) { /* the tiles with a text or audio row stay exact */
+        /* the step's t: the noisiest video rows' (keyframes and references are clean, t = 1) */
+        int32_t ti = in->timestep_indices[in->video_indices[0]];
+        for (int64_t i = 1; i < Nv; i++) {
+            const int32_t k = in->timestep_indices[in->video_indices[i]];
+            if (in->timesteps[k] < in->timesteps[ti]) ti = k;
+        }
+        const float t = in->timesteps[ti];
+        if (t >= d->sparse_t0 && t <= d->sparse_t1) { /* tiles with a text, audio or conditioning row stay exact */
             const int64_t nt = (S + H3_SPARSE_TILE - 1) / H3_SPARSE_TILE;
             h3_free(d->sparse_tiles);
             d->sparse_tiles = h3_calloc((size_t)nt, 1, H3_MEM_WORKSPACE);
             if (!d->sparse_tiles) H3_FAIL(H3_ERR_NOMEM, "out of memory");
             for (int64_t r = 0; r < S; r++)
-                if (in->token_tags[r] != 0) d->sparse_tiles[r / H3_SPARSE_TILE] = 1;
+                if (in->token_tags[r] != 0 || in->timestep_indices[r] != ti) d->sparse_tiles[r / H3_SPARSE_TILE] = 1;
             d->sparse_now = 1;
         }
     }
