@@ -32,7 +32,7 @@ done
 # sparse: this clip is under 4,096 rows, so the blocks stay dense and the latents are bf16's to the bit
 "$H3RUN" generate "${A[@]}" --attention sparse -o "$tmp/sp.mp4" --latents "$tmp/sp.st" >"$tmp/sp.out" 2>"$tmp/sp.err" ||
     fail "--attention sparse: $(tail -2 "$tmp/sp.err")"
-grep -q "DiT attention: sparse (asked; on the host: the reference; tau 1.3, t in 0.2..0.9, dense: under 4,096 rows)" "$tmp/sp.err" ||
+grep -q "DiT attention: sparse (asked; on the host: the reference; tau 1.3, steps 0.2..0.9, dense: under 4,096 rows)" "$tmp/sp.err" ||
     fail "--attention sparse: the log does not say it: $(grep -i attention "$tmp/sp.err")"
 if [ -f "$tmp/bf16.st" ] && [ -f "$tmp/sp.st" ]; then
     d=$(python3 "$SRC/tests/latents_tool.py" distance "$tmp/bf16.st" "$tmp/sp.st")

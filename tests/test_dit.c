@@ -611,6 +611,21 @@ static void test_sparse(void) {
         else
             CHECK(ev > 1e-6, "sparse case %zu: no tile was approximated (%.2e off dense)", k, ev);
     }
+    /* the window in the schedule's unshifted progress (ComfyUI's percent): on the release's shift 12 the call at
+     * t = 0.5 (σ 0.5, unshifted u = 0.5 / 6.5) is at progress 0.92, past 0.9; percent 0.2 is σ = 9.6 / 9.8 */
+    CHECK(fabs(h3_dit_sparse_progress(12.0, 1.0 - 9.6 / 9.8) - 0.2) < 1e-12 &&
+              fabs(h3_dit_sparse_progress(1.0, 0.37) - 0.37) < 1e-12,
+          "progress: %.6f, %.6f", h3_dit_sparse_progress(12.0, 1.0 - 9.6 / 9.8), h3_dit_sparse_progress(1.0, 0.37));
+    CHECK_OK(h3_dit_set_sparse_shift(d, 12.0));
+    const float win[2][2] = {{0.2f, 0.9f}, {0.2f, 0.95f}};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(h3_dit_set_sparse(d, 1.3f, win[k][0], win[k][1], 0));
+        CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[1], &a[1]));
+        const int same = !memcmp(v[1].data, v[0].data, nv * 4);
+        CHECK(same == (k == 0), "shift 12, window %g..%g: the step at progress 0.92 ran %s", (double)win[k][0],
+              (double)win[k][1], same ? "dense" : "sparse");
+    }
+    CHECK_ERR(h3_dit_set_sparse_shift(d, 0.0), H3_ERR_INVALID, "shift");
     CHECK_ERR(h3_dit_set_sparse(d, 1.3f, 0.9f, 0.2f, 0), H3_ERR_INVALID, "window");
     CHECK_ERR(h3_dit_set_sparse(d, NAN, 0.2f, 0.9f, 0), H3_ERR_INVALID, "tau");
     h3_dit_set_attention(d, H3_ATTN_SPARSE | H3_ATTN_FP8);

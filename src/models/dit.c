@@ -374,6 +374,7 @@ static void apply_opts(h3_dit *d, const h3_dit_open_opts *o) {
     d->sparse_t0 = H3_DIT_SPARSE_T0;
     d->sparse_t1 = H3_DIT_SPARSE_T1;
     d->sparse_min_rows = H3_DIT_SPARSE_MIN_ROWS;
+    d->sparse_shift = 1.0;
     d->stream_weights = o ? o->stream_weights : 0;
 }
 
@@ -1128,6 +1129,18 @@ h3_status h3_dit_set_sparse(h3_dit *d, float tau, float t_start, float t_end, in
     d->sparse_t1 = t_end;
     d->sparse_min_rows = min_rows;
     return H3_OK;
+}
+
+h3_status h3_dit_set_sparse_shift(h3_dit *d, double shift) {
+    if (!(shift > 0.0) || !isfinite(shift))
+        return H3_ERR(H3_ERR_INVALID, "sparse attention: the schedule's shift must be positive, not %g", shift);
+    d->sparse_shift = shift;
+    return H3_OK;
+}
+
+double h3_dit_sparse_progress(double shift, double t) {
+    const double sigma = 1.0 - t;
+    return 1.0 - sigma / (shift - (shift - 1.0) * sigma);
 }
 
 int h3_dit_blocks_fp8(const h3_dit *d) {

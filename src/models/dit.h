@@ -208,7 +208,8 @@ int64_t h3_dit_chunk_rows(const h3_dit *dit);
  * The text refiner's short attention stays exact. */
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
 /* H3_ATTN_SPARSE (alone: it excludes the low-bit modes): the blocks run h3_op_attention_sparse (tensor/ops.h) when a
- * forward has at least min_rows rows and its noisiest video rows' t = 1 − σ lies in [t_start, t_end], the tiles
+ * forward has at least min_rows rows and its noisiest video rows' progress (h3_dit_set_sparse_shift) lies in
+ * [t_start, t_end], the tiles
  * holding text or audio rows or rows of another timestep (keyframes, references) exact both ways; dense bf16
  * attention otherwise, and always in the split forward. The defaults are
  * Sol-Attn's (ComfyUI's BlockSparseAttention): tau 1.3, start 0.2, end 0.9, 4,096 rows. */
@@ -217,6 +218,12 @@ void h3_dit_set_attention(h3_dit *dit, unsigned flags);
 #define H3_DIT_SPARSE_T1 0.9f
 #define H3_DIT_SPARSE_MIN_ROWS 4096
 h3_status h3_dit_set_sparse(h3_dit *dit, float tau, float t_start, float t_end, int64_t min_rows);
+/* The window [t_start, t_end] is in the sampling's unshifted progress, as ComfyUI's start/end percent: a call at σ on
+ * a schedule of shift s (σ = s·u / (1 + (s − 1)·u) for the unshifted u) is at progress 1 − u
+ * (h3_dit_sparse_progress). The default shift 1 makes progress = t = 1 − σ; the pipeline gives its schedule's video
+ * shift (the release's 12 keeps σ near 1 for most steps, so a window in t would start only near the end). */
+h3_status h3_dit_set_sparse_shift(h3_dit *dit, double shift);
+double h3_dit_sparse_progress(double shift, double t);
 /* 1 when the blocks' GEMM weights (fc1 and fc2 of the first block) are float8 e4m3: their GEMMs run in fp8. */
 int h3_dit_blocks_fp8(const h3_dit *dit);
 unsigned h3_dit_attention(const h3_dit *dit);

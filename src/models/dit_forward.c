@@ -829,8 +829,8 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
             const int32_t k = in->timestep_indices[in->video_indices[i]];
             if (in->timesteps[k] < in->timesteps[ti]) ti = k;
         }
-        const float t = in->timesteps[ti];
-        if (t >= d->sparse_t0 && t <= d->sparse_t1) { /* tiles with a text, audio or conditioning row stay exact */
+        const double p = h3_dit_sparse_progress(d->sparse_shift, in->timesteps[ti]);
+        if (p >= d->sparse_t0 && p <= d->sparse_t1) { /* tiles with a text, audio or conditioning row stay exact */
             const int64_t nt = (S + H3_SPARSE_TILE - 1) / H3_SPARSE_TILE;
             h3_free(d->sparse_tiles);
             d->sparse_tiles = h3_calloc((size_t)nt, 1, H3_MEM_WORKSPACE);

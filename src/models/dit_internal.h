@@ -72,6 +72,7 @@ struct h3_dit {
     /* H3_ATTN_SPARSE: h3_dit_set_sparse's rule, and during a forward whether its blocks run sparse and the tiles
      * holding text or audio rows (exact) */
     float sparse_tau, sparse_t0, sparse_t1;
+    double sparse_shift; /* the schedule's video shift: the window is in unshifted progress (1 by default) */
     int64_t sparse_min_rows;
     int sparse_now;
     uint8_t *sparse_tiles;

@@ -1109,6 +1109,7 @@ static h3_status set_attention(gen *g, h3_dit *d, int on_cuda, int64_t rows) {
                                 h3_dit_get_config(d)->head_dim, h3_dit_blocks_fp8(d), rows, &fl, g->res.attention,
                                 sizeof g->res.attention));
     h3_dit_set_attention(d, fl);
+    H3_TRY(h3_dit_set_sparse_shift(d, g->req.shift_video)); /* sparse: its window in the schedule's progress */
     H3_INFO("DiT attention: %s", g->res.attention);
     return H3_OK;
 }

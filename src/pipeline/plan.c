@@ -80,7 +80,7 @@ h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels,
                           "of 128 only; this GPU or model has no such kernel: leave --attention out or give bf16");
         }
         *flags = H3_ATTN_SPARSE;
-        snprintf(why, why_len, "sparse (asked%s; tau %.1f, t in %.1f..%.1f, %s)",
+        snprintf(why, why_len, "sparse (asked%s; tau %.1f, steps %.1f..%.1f, %s)",
                  on_cuda ? "; Hopper's wgmma kernel" : "; on the host: the reference", (double)H3_DIT_SPARSE_TAU,
                  (double)H3_DIT_SPARSE_T0, (double)H3_DIT_SPARSE_T1,
                  rows < H3_DIT_SPARSE_MIN_ROWS ? "dense: under 4,096 rows" : "4,096 rows or more");
