@@ -209,10 +209,9 @@ int64_t h3_dit_chunk_rows(const h3_dit *dit);
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
 /* H3_ATTN_SPARSE (alone: it excludes the low-bit modes): the blocks run h3_op_attention_sparse (tensor/ops.h) when a
  * forward has at least min_rows rows and its noisiest video rows' progress (h3_dit_set_sparse_shift) lies in
- * [t_start, t_end], the tiles
- * holding text or audio rows or rows of another timestep (keyframes, references) exact both ways; dense bf16
- * attention otherwise, and always in the split forward. The defaults are
- * Sol-Attn's (ComfyUI's BlockSparseAttention): tau 1.3, start 0.2, end 0.9, 4,096 rows. */
+ * [t_start, t_end], the tiles holding text or audio rows or rows of another timestep (keyframes, references) exact
+ * both ways; dense bf16 attention otherwise, and always in the split forward. The defaults are Sol-Attn's (ComfyUI's
+ * BlockSparseAttention): tau 1.3, start 0.2, end 0.9, 4,096 rows. */
 #define H3_DIT_SPARSE_TAU 1.3f
 #define H3_DIT_SPARSE_T0 0.2f
 #define H3_DIT_SPARSE_T1 0.9f
