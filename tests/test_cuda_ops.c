@@ -516,7 +516,7 @@ static void sparse_case(int64_t S, int64_t H, double tau, int mark, int fused) {
             CHECK_OK(h3_op_attention(&g_ex, &od.d, &qd, &kd, &vd, scale, 0));
             CHECK_OK(h3_op_attention(&g_ex, &od.h, &qh, &kh, &vh, scale, 0));
             compare("attention dense beside it", &od, 1e-2);
-            h3_tensor a, b, fa, fb;
+            h3_tensor a, b;
             CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
             CHECK_OK(h3_tensor_alloc(&b, H3_PLACE_HOST, H3_BF16, 3, s3, H3_MEM_ACTIVATIONS));
             CHECK_OK(h3_copy(&g_ex, &a, &o.d));
@@ -524,8 +524,6 @@ static void sparse_case(int64_t S, int64_t H, double tau, int mark, int fused) {
             CHECK_OK(h3_exec_sync(&g_ex));
             CHECK(!memcmp(a.data, b.data, (size_t)(S * H * D * 2)),
                   "%s: with every tile exact the sparse kernel must be the dense one bit for bit", what);
-            (void)fa;
-            (void)fb;
             h3_tensor_free(&a);
             h3_tensor_free(&b);
         }

@@ -293,10 +293,8 @@ h3_status cpu_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_
 enum { SP_T = H3_SPARSE_TILE };
 
 typedef struct {
-    const float *q, *k, *v;
-    float *o;
-    int64_t ldq, ldk, ldv, ldo, S, H, D, nt;
-    double scale, scale_log2;
+    attn_ctx a; /* the operands (attn_ctx_of: Sq = Sk = S, Hq = Hk = H, nqb = the tiles) */
+    double scale_log2;
     double tau;
     const uint8_t *exact_tiles;
     const double *qc, *kc;   /* [H][nt][D] centroids in double */
@@ -316,14 +314,14 @@ static void sparse_centroids(void *p, int64_t tb, int64_t te, int tid) {
     double *qc = (double *)c->qc, *kc = (double *)c->kc;
     float *kcb = (float *)c->kcb, *vcb = (float *)c->vcb;
     for (int64_t t = tb; t < te; t++) {
-        const int64_t h = t / c->nt, j = t % c->nt, n = sp_len(c->S, j), D = c->D;
+        const int64_t h = t / c->a.nqb, j = t % c->a.nqb, n = sp_len(c->a.Sq, j), D = c->a.D;
         double *cq = qc + t * D, *ck = kc + t * D;
         for (int64_t d = 0; d < D; d++) {
             double sq = 0.0, sk = 0.0, sv = 0.0;
             for (int64_t r = j * SP_T; r < j * SP_T + n; r++) {
-                sq += (double)c->q[r * c->ldq + h * D + d];
-                sk += (double)c->k[r * c->ldk + h * D + d];
-                sv += (double)c->v[r * c->ldv + h * D + d];
+                sq += (double)c->a.q[r * c->a.ldq + h * D + d];
+                sk += (double)c->a.k[r * c->a.ldk + h * D + d];
+                sv += (double)c->a.v[r * c->a.ldv + h * D + d];
             }
             cq[d] = sq / (double)n;
             ck[d] = sk / (double)n;
@@ -335,9 +333,9 @@ static void sparse_centroids(void *p, int64_t tb, int64_t te, int tid) {
 
 static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
     sparse_ctx *c = p;
-    const int64_t D = c->D, nt = c->nt;
+    const int64_t D = c->a.D, nt = c->a.nqb;
     double *r = c->ws + (size_t)tid * c->ws_per_thread, *sc = r + nt;
-    unsigned char *exact = (unsigned char *)(sc + c->S + nt);
+    unsigned char *exact = (unsigned char *)(sc + c->a.Sq + nt);
     for (int64_t t = tb; t < te; t++) {
         if (h3_cancel_requested()) return;
         const int64_t h = t / nt, i = t % nt;
@@ -352,17 +350,17 @@ static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
             ne += exact[j];
         }
         c->n_exact[t] = ne;
-        for (int64_t row = i * SP_T; row < i * SP_T + sp_len(c->S, i); row++) {
-            const float *qr = c->q + row * c->ldq + h * D;
+        for (int64_t row = i * SP_T; row < i * SP_T + sp_len(c->a.Sq, i); row++) {
+            const float *qr = c->a.q + row * c->a.ldq + h * D;
             int64_t n = 0;
             double mx = -INFINITY;
             for (int64_t j = 0; j < nt; j++) {
                 if (exact[j]) {
-                    for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->S, j); key++) {
-                        const float *kr = c->k + key * c->ldk + h * D;
+                    for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->a.Sq, j); key++) {
+                        const float *kr = c->a.k + key * c->a.ldk + h * D;
                         double s = 0.0;
                         for (int64_t d = 0; d < D; d++) s += (double)qr[d] * kr[d];
-                        sc[n] = s * c->scale;
+                        sc[n] = s * c->a.scale;
                         mx = sc[n] > mx ? sc[n] : mx;
                         n++;
                     }
@@ -370,7 +368,7 @@ static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
                     const float *kr = c->kcb + (h * nt + j) * D;
                     double s = 0.0;
                     for (int64_t d = 0; d < D; d++) s += (double)qr[d] * kr[d];
-                    sc[n] = s * c->scale + log((double)sp_len(c->S, j));
+                    sc[n] = s * c->a.scale + log((double)sp_len(c->a.Sq, j));
                     mx = sc[n] > mx ? sc[n] : mx;
                     n++;
                 }
@@ -380,14 +378,14 @@ static void sparse_tasks(void *p, int64_t tb, int64_t te, int tid) {
                 sc[e] = exp(sc[e] - mx);
                 l += sc[e];
             }
-            float *orow = c->o + row * c->ldo + h * D;
+            float *orow = c->a.o + row * c->a.ldo + h * D;
             for (int64_t d = 0; d < D; d++) {
                 double acc = 0.0;
                 int64_t e = 0;
                 for (int64_t j = 0; j < nt; j++) {
                     if (exact[j]) {
-                        for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->S, j); key++)
-                            acc += sc[e++] * c->v[key * c->ldv + h * D + d];
+                        for (int64_t key = j * SP_T; key < j * SP_T + sp_len(c->a.Sq, j); key++)
+                            acc += sc[e++] * c->a.v[key * c->a.ldv + h * D + d];
                     } else {
                         acc += sc[e++] * c->vcb[(h * nt + j) * D + d];
                     }
@@ -406,27 +404,15 @@ h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, co
     H3_TRY(cpu_need_f32(H3_OP_ATTENTION_SPARSE, "o", o));
     sparse_ctx c;
     memset(&c, 0, sizeof c);
-    c.q = q->data;
-    c.k = k->data;
-    c.v = v->data;
-    c.o = o->data;
-    c.ldq = q->stride[0];
-    c.ldk = k->stride[0];
-    c.ldv = v->stride[0];
-    c.ldo = o->stride[0];
-    c.S = q->shape[0];
-    c.H = q->shape[1];
-    c.D = q->shape[2];
-    c.scale = scale;
+    c.a = attn_ctx_of(o, q, k, v, scale, 0, SP_T);
     c.scale_log2 = (double)(scale * 1.4426950408889634f); /* the device's float constant, so both select alike */
     c.tau = p->tau;
     c.exact_tiles = p->exact_tiles;
-    c.nt = (c.S + SP_T - 1) / SP_T;
-    if (c.S == 0) return H3_OK;
-    const int64_t cn = c.H * c.nt * c.D;
+    if (c.a.Sq == 0) return H3_OK;
+    const int64_t cn = c.a.Hq * c.a.nqb * c.a.D;
     const int nthr = h3_pool_threads(ex->pool);
-    c.ws_per_thread = (size_t)(c.nt + c.S + c.nt) + (size_t)(c.nt + 7) / 8;
-    void *cent = h3_malloc((size_t)cn * (2 * sizeof(double) + 2 * sizeof(float)) + (size_t)(c.H * c.nt) * 8,
+    c.ws_per_thread = (size_t)(c.a.nqb + c.a.Sq + c.a.nqb) + (size_t)(c.a.nqb + 7) / 8;
+    void *cent = h3_malloc((size_t)cn * (2 * sizeof(double) + 2 * sizeof(float)) + (size_t)(c.a.Hq * c.a.nqb) * 8,
                            H3_MEM_WORKSPACE);
     c.ws = h3_malloc((size_t)nthr * c.ws_per_thread * sizeof(double), H3_MEM_WORKSPACE);
     if (!cent || !c.ws) {
@@ -439,11 +425,11 @@ h3_status cpu_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, co
     c.kcb = (const float *)(c.kc + cn);
     c.vcb = c.kcb + cn;
     c.n_exact = (int64_t *)(c.vcb + cn);
-    h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_centroids, &c);
-    h3_parallel_for(ex->pool, c.H * c.nt, 1, sparse_tasks, &c);
+    h3_parallel_for(ex->pool, c.a.Hq * c.a.nqb, 1, sparse_centroids, &c);
+    h3_parallel_for(ex->pool, c.a.Hq * c.a.nqb, 1, sparse_tasks, &c);
     if (p->n_exact) {
         *p->n_exact = 0;
-        for (int64_t t = 0; t < c.H * c.nt; t++) *p->n_exact += c.n_exact[t];
+        for (int64_t t = 0; t < c.a.Hq * c.a.nqb; t++) *p->n_exact += c.n_exact[t];
     }
     h3_free(c.ws);
     h3_free(cent);

@@ -380,13 +380,11 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
     return r;
 }
 
-extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
-                                    const h3_tensor *v, float scale, unsigned flags) {
-    h3_cuda_state *s = cuda_state(ex);
-    H3_TRY(cuda_need_float(H3_OP_ATTENTION, "q", q));
-    if (k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype)
-        return H3_ERR(H3_ERR_INVALID, "op 'attention' on the device needs q, k, v and o of one dtype");
+/* The kernels' arguments for [S, H, D] tensors of rows with strides (both attention ops). */
+static attn_args attn_args_of(h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v, float scale,
+                              unsigned flags) {
     attn_args a;
+    memset(&a, 0, sizeof a);
     a.q = q->data;
     a.k = k->data;
     a.v = v->data;
@@ -402,12 +400,28 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
     a.scale_log2 = scale * 1.4426950408889634f;
     a.causal = (flags & H3_ATTN_CAUSAL) != 0;
     a.dt = cuda_dt(q->dtype);
-    int D = (int)q->shape[2];
-    if (a.Sq == 0) return H3_OK;
+    return a;
+}
+
+/* Whether q, k, v and o (16-bit elements) start and stride on 16 bytes, as the tiled kernels load them. */
+static int attn_aligned(const h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v) {
     int aligned = 1;
     const h3_tensor *ts[4] = {q, k, v, o};
     for (int i = 0; i < 4; i++)
         aligned &= ((uintptr_t)ts[i]->data % 16 == 0) && ((ts[i]->stride[0] * 2) % 16 == 0);
+    return aligned;
+}
+
+extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                    const h3_tensor *v, float scale, unsigned flags) {
+    h3_cuda_state *s = cuda_state(ex);
+    H3_TRY(cuda_need_float(H3_OP_ATTENTION, "q", q));
+    if (k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype)
+        return H3_ERR(H3_ERR_INVALID, "op 'attention' on the device needs q, k, v and o of one dtype");
+    attn_args a = attn_args_of(o, q, k, v, scale, flags);
+    int D = (int)q->shape[2];
+    if (a.Sq == 0) return H3_OK;
+    const int aligned = attn_aligned(o, q, k, v);
     cudaStream_t st = cuda_stream(ex);
     int sm90a = 0; /* the Hopper kernels' image runs here (the probe also checks sm_90 and the shared memory) */
 #ifdef H3_HAVE_SM90A
@@ -476,31 +490,15 @@ extern "C" h3_status cuda_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *
 extern "C" h3_status cuda_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
                                            const h3_tensor *v, float scale, const h3_sparse_attn *p) {
     h3_cuda_state *s = cuda_state(ex);
-    const h3_tensor *ts[4] = {q, k, v, o};
-    int ok = q->shape[2] == 128;
-    for (int i = 0; i < 4; i++)
-        ok &= ts[i]->dtype == H3_BF16 && (uintptr_t)ts[i]->data % 16 == 0 && (ts[i]->stride[0] * 2) % 16 == 0;
-    if (!ok)
+    if (q->shape[2] != 128 || q->dtype != H3_BF16 || k->dtype != H3_BF16 || v->dtype != H3_BF16 ||
+        o->dtype != H3_BF16 || !attn_aligned(o, q, k, v))
         return H3_ERR(H3_ERR_UNSUPPORTED, "op 'attention_sparse' on the device takes bf16 q, k, v, o of head size 128, "
                                           "16-byte aligned");
     if (q->shape[0] == 0) return H3_OK;
     cudaStream_t st = cuda_stream(ex);
 #ifdef H3_HAVE_SM90A
     if (wgmma_available(s, st)) {
-        attn_args a;
-        memset(&a, 0, sizeof a);
-        a.q = q->data;
-        a.k = k->data;
-        a.v = v->data;
-        a.o = o->data;
-        a.ldq = q->stride[0];
-        a.ldk = k->stride[0];
-        a.ldv = v->stride[0];
-        a.ldo = o->stride[0];
-        a.Sq = a.Sk = (int)q->shape[0];
-        a.Hq = a.Hk = (int)q->shape[1];
-        a.scale_log2 = scale * 1.4426950408889634f;
-        a.dt = 1;
+        const attn_args a = attn_args_of(o, q, k, v, scale, 0);
         return cuda_attention_sparse_sm90a(s, &a, p->exact_tiles, (double)p->tau, p->n_exact, st);
     }
 #else

@@ -207,6 +207,8 @@ int64_t h3_dit_chunk_rows(const h3_dit *dit);
  * arena scratch that h3_dit_forward_mem_of counts.
  * The text refiner's short attention stays exact. */
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
+/* h3_dit_set_attention's block-sparse mode (a DiT mode, not an op flag: the blocks call h3_op_attention_sparse). */
+#define H3_ATTN_SPARSE 8u
 /* H3_ATTN_SPARSE (alone: it excludes the low-bit modes): the blocks run h3_op_attention_sparse (tensor/ops.h) when a
  * forward has at least min_rows rows and its noisiest video rows' progress (h3_dit_set_sparse_shift) lies in
  * [t_start, t_end], the tiles holding text or audio rows or rows of another timestep (keyframes, references) exact

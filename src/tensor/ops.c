@@ -335,21 +335,28 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
     RUN(H3_OP_ROPE, be->rope(ex, y, x, cos, sin));
 }
 
+/* What both attention ops ask of their operands: [S, H, D] rows, an output apart from the inputs. */
+static h3_status need_attention_io(h3_op_id op, const h3_tensor *o, const h3_tensor *q, const h3_tensor *k,
+                                   const h3_tensor *v) {
+    H3_TRY(need_heads(op, "q", q));
+    H3_TRY(need_heads(op, "k", k));
+    H3_TRY(need_heads(op, "v", v));
+    H3_TRY(need_heads(op, "o", o));
+    if (o->data == q->data || o->data == k->data || o->data == v->data)
+        return H3_ERR(H3_ERR_INVALID, "op '%s': the output must not alias an input", h3_op_name(op));
+    return H3_OK;
+}
+
 h3_status h3_op_attention(h3_exec *ex, h3_tensor *o, const h3_tensor *q, const h3_tensor *k, const h3_tensor *v,
                           float scale, unsigned flags) {
     PICK(H3_OP_ATTENTION, o, q, k, v);
     NEED_FN(H3_OP_ATTENTION, attention);
-    H3_TRY(need_heads(H3_OP_ATTENTION, "q", q));
-    H3_TRY(need_heads(H3_OP_ATTENTION, "k", k));
-    H3_TRY(need_heads(H3_OP_ATTENTION, "v", v));
-    H3_TRY(need_heads(H3_OP_ATTENTION, "o", o));
+    H3_TRY(need_attention_io(H3_OP_ATTENTION, o, q, k, v));
     char a[96], b[96];
     if (!h3_tensor_same_shape(o, q) || !h3_tensor_same_shape(k, v) || k->shape[2] != q->shape[2] ||
         k->shape[1] == 0 || q->shape[1] % k->shape[1])
         return H3_ERR(H3_ERR_INVALID, "op 'attention': q %s and k/v %s do not fit (D equal, Hq a multiple of Hk)",
                       shp(q, a), shp(k, b));
-    if (o->data == q->data || o->data == k->data || o->data == v->data)
-        return H3_ERR(H3_ERR_INVALID, "op 'attention': the output must not alias an input");
     RUN(H3_OP_ATTENTION, be->attention(ex, o, q, k, v, scale, flags));
 }
 
@@ -357,16 +364,11 @@ h3_status h3_op_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, 
                                  const h3_tensor *v, float scale, const h3_sparse_attn *p) {
     PICK(H3_OP_ATTENTION_SPARSE, o, q, k, v);
     NEED_FN(H3_OP_ATTENTION_SPARSE, attention_sparse);
-    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "q", q));
-    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "k", k));
-    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "v", v));
-    H3_TRY(need_heads(H3_OP_ATTENTION_SPARSE, "o", o));
+    H3_TRY(need_attention_io(H3_OP_ATTENTION_SPARSE, o, q, k, v));
     char a[96], b[96];
     if (!h3_tensor_same_shape(o, q) || !h3_tensor_same_shape(k, q) || !h3_tensor_same_shape(v, q))
         return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse' is self-attention: q %s and k/v %s must be one shape",
                       shp(q, a), shp(k, b));
-    if (o->data == q->data || o->data == k->data || o->data == v->data)
-        return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse': the output must not alias an input");
     if (!p || !isfinite(p->tau))
         return H3_ERR(H3_ERR_INVALID, "op 'attention_sparse': the threshold tau must be a finite number");
     RUN(H3_OP_ATTENTION_SPARSE, be->attention_sparse(ex, o, q, k, v, scale, p));

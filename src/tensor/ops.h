@@ -153,8 +153,6 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * with p = exp2(s − max), l = Σp, P·V with f16(p) and the f16 v, o = Σ·max|v|/256 / l. The device runs it on
  * sm_75+ at head size 128 with bf16 q, k, v (H3_ERR_UNSUPPORTED elsewhere); the CPU at any head size. */
 #define H3_ATTN_INT8 4u
-/* Not an op flag: h3_dit_set_attention's block-sparse mode (h3_op_attention_sparse inside its window). */
-#define H3_ATTN_SPARSE 8u
 /* o[Sq, Hq, D] = softmax(q·kᵀ·scale)·v per head; k, v [Sk, Hk, D] with Hq a multiple of Hk (grouped-query:
  * query head h reads key head h / (Hq/Hk)). Last two dims contiguous, any row stride. Computed in tiles with
  * memory linear in sequence length. o must not alias q, k or v. */
