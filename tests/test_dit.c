@@ -19,6 +19,7 @@
 #include "models/dit.h"
 #include "quant/qload.h"
 #include "quant/qwrite.h"
+#include "sample/schedule.h"
 #include "tensor/comm.h"
 #include "testutil.h"
 
@@ -578,7 +579,7 @@ static void test_sparse(void) {
         else if (r < Nv + L) ti[r - Nv] = (int32_t)r, pos[3 * r] = pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
         else ai[r - Nv - L] = (int32_t)r, pos[3 * r] = (double)(r - Nv - L), pos[3 * r + 1] = pos[3 * r + 2] = 0.0;
     }
-    const float ts[2] = {0.5f, 1.0f}; /* the first tile's video rows clean (t = 1: a keyframe), the rest at 0.5 */
+    float ts[2] = {0.5f, 1.0f}; /* the first tile's video rows clean (t = 1: a keyframe), the rest at 0.5 */
     for (int64_t r = 0; r < 128; r++) tix[r] = 1;
     h3_dit_inputs in = {&vid, &aud, &txt, ts, 2, S, tix, tags, pos, vi, ai, ti};
     CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[0], &a[0])); /* dense */
@@ -625,6 +626,21 @@ static void test_sparse(void) {
         CHECK(same == (k == 0), "shift 12, window %g..%g: the step at progress 0.92 ran %s", (double)win[k][0],
               (double)win[k][1], same ? "dense" : "sparse");
     }
+    /* the h3 schedule's calls on the window's edges (10 steps, shift 12: calls 3 and 10 at progress 0.2 and 0.9, their
+     * float32 timesteps 1e-7 off) run sparse */
+    h3_schedule sch;
+    CHECK_OK(h3_schedule_make(H3_SCHEDULER_H3, 10, 12.0, 3.0, &sch));
+    CHECK_OK(h3_dit_set_sparse(d, 1.3f, H3_DIT_SPARSE_T0, H3_DIT_SPARSE_T1, 0));
+    for (int k = 0; k < 2 && sch.t_v; k++) {
+        ts[0] = sch.t_v[k ? 9 : 2];
+        h3_dit_set_attention(d, 0);
+        CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[0], &a[0]));
+        h3_dit_set_attention(d, H3_ATTN_SPARSE);
+        CHECK_OK(h3_dit_forward(d, &g_ex, &in, &v[1], &a[1]));
+        CHECK(memcmp(v[1].data, v[0].data, nv * 4) != 0, "the h3 schedule's call %d (progress %.7f) ran dense",
+              k ? 10 : 3, h3_dit_sparse_progress(12.0, ts[0]));
+    }
+    h3_schedule_free(&sch);
     CHECK_ERR(h3_dit_set_sparse_shift(d, 0.0), H3_ERR_INVALID, "shift");
     CHECK_ERR(h3_dit_set_sparse(d, 1.3f, 0.9f, 0.2f, 0), H3_ERR_INVALID, "window");
     CHECK_ERR(h3_dit_set_sparse(d, NAN, 0.2f, 0.9f, 0), H3_ERR_INVALID, "tau");
