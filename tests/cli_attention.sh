@@ -2,7 +2,8 @@
 # generate --attention (the DiT blocks' attention, pipeline/plan.h) with the small model on the CPU, where fp8 runs
 # the reference computation of the GPU's kernel (tensor/ops.h H3_ATTN_FP8), and int8 likewise (H3_ATTN_INT8):
 #  - fp8, int8 and bf16 runs of one request finish, the log names the attention each ran, and the low-bit latents
-#    move off the bf16 ones (the quantization ran) but stay close (the clip is the same clip);
+#    move off the bf16 ones (the quantization ran) but stay close (the clip is the same clip: within 3% (video) and
+#    6% (audio) after 6 steps of the trained model);
 #  - an unknown mode is refused with exit 2 and a message naming the choices, writing nothing;
 #  - sparse under its 4,096 rows runs the dense blocks (the same latents) and says so;
 #  - h3run plan names the attention it planned, and auto keeps bf16 for bf16 block weights.
@@ -26,8 +27,9 @@ for m in fp8 int8; do
     d=$(python3 "$SRC/tests/latents_tool.py" distance "$tmp/bf16.st" "$tmp/$m.st")
     echo "$m attention: relative L2 off the bf16 run's latents (video, audio): $d"
     read -r dv da <<<"$d"
-    awk -v v="$dv" -v a="$da" 'BEGIN{exit !(v > 1e-4 && v <= 0.1 && a > 1e-4 && a <= 0.3)}' ||
-        fail "$m attention's latents are $dv (video) and $da (audio) off bf16's: expected (1e-4, 0.1] and (1e-4, 0.3]"
+    # measured: fp8 0.0040 / 0.017, int8 0.0023 / 0.015; fp8 with q and k in e4m3 (its first form) was 0.0089 / 0.12
+    awk -v v="$dv" -v a="$da" 'BEGIN{exit !(v > 1e-4 && v <= 0.03 && a > 1e-4 && a <= 0.06)}' ||
+        fail "$m attention's latents are $dv (video) and $da (audio) off bf16's: expected (1e-4, 0.03] and (1e-4, 0.06]"
 done
 # sparse: this clip is under 4,096 rows, so the blocks stay dense and the latents are bf16's to the bit
 "$H3RUN" generate "${A[@]}" --attention sparse -o "$tmp/sp.mp4" --latents "$tmp/sp.st" >"$tmp/sp.out" 2>"$tmp/sp.err" ||
@@ -49,7 +51,7 @@ grep -q "choose auto, bf16, fp8, int8 or sparse" "$tmp/bad.err" || fail "--atten
 [ ! -e "$tmp/bad.mp4" ] && [ ! -e "$tmp/bad.mp4.partial" ] || fail "--attention fp9 left a file"
 M="$SRC/models/h3-small"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention fp8 >"$tmp/p8" 2>&1 || fail "plan --attention fp8: $(tail -1 "$tmp/p8")"
-grep -q "attention: fp8 (e4m3" "$tmp/p8" || fail "plan --attention fp8 does not say so: $(grep -i attention "$tmp/p8")"
+grep -q "attention: fp8 (int8 q, k" "$tmp/p8" || fail "plan --attention fp8 does not say so: $(grep -i attention "$tmp/p8")"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention int8 >"$tmp/pi" 2>&1 || fail "plan --attention int8: $(tail -1 "$tmp/pi")"
 grep -q "attention: int8 (int8 q, k" "$tmp/pi" || fail "plan --attention int8 does not say so: $(grep -i attention "$tmp/pi")"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 >"$tmp/pa" 2>&1 || fail "plan: $(tail -1 "$tmp/pa")"

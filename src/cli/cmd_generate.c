@@ -157,8 +157,8 @@ int h3_cmd_generate(int argc, char **argv) {
          0.001, 10},
         {"attention", 0, H3_OPT_STR, &attention, "MODE",
          "the DiT blocks' attention: auto (default: fp8 with fp8 block weights on a Hopper GPU at 8,192 rows or "
-         "more, else bf16), bf16, fp8 (e4m3 q, k, v and P·V, sm_89+; on Hopper 1.2-1.4x faster attention, a "
-         "0.84-0.88x step at W124, outputs 1-5% off bf16's), int8 (int8 q, k and f16 P·V, sm_75+: Turing to "
+         "more, else bf16), bf16, fp8 (int8 q, k and e4m3 P·V, sm_89+; on Hopper 1.3-1.5x faster attention, a "
+         "0.84-0.88x step at W124), int8 (int8 q, k and f16 P·V, sm_75+: Turing to "
          "Ada; not yet measured on such a GPU), or sparse (block-sparse, Sol-Attn's rule: exact key tiles "
          "picked per head and step, the rest as tile centroids, the text and audio rows exact; from 20% to 90% "
          "of the schedule (ComfyUI's percent) at 4,096 rows or more; Hopper); docs/CUDA.md",

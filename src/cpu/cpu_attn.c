@@ -111,17 +111,18 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
 /* ---- low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device kernels' quantization, computed in f32
  * ------------------------------------------------------------------------------------------------------------
  * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any head
- * size. fp8: q and k in e4m3 with one scale per head and block of 128 rows, v in e4m3 per head and channel,
- * probabilities exp2(s − max + 8) rounded to e4m3 before P·V. int8: k less its mean over the keys, q and k in
- * int8 per head and block of 64 rows, v in f16 scaled per head and channel, probabilities exp2(s − max) rounded
- * to f16. Per query row and block of keys (the scales' block), in order, the online softmax in f32. The int8
+ * size. Both: k less its mean over the keys, q and k in int8 with one scale per head and block of rows (128 for
+ * fp8, 64 for int8). fp8: v in e4m3 per head and channel, probabilities exp2(s − max + 8) rounded to e4m3 before
+ * P·V. int8: v in f16 scaled per head and channel, probabilities exp2(s − max) rounded to f16. Per query row and
+ * block of keys (the scales' block), in order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as
+ * the tensor cores do there; int8: the f32 ones). The int8
  * values are kept as floats: their dot products are exact integers in f32 up to head size 1,040 (127² · D < 2²⁴).
  * Each task quantizes the key blocks it reads (the same values every time: the scales depend on the block only). */
 typedef struct {
     attn_ctx c;
     int int8;
     int64_t blk;        /* 128 (fp8) or 64 (int8) */
-    const float *kmean; /* int8: [Hk·D] k's mean over the keys */
+    const float *kmean; /* [Hk·D] k's mean over the keys */
 } lowbit_ctx;
 
 static float e4m3(float x) {
@@ -133,10 +134,9 @@ static float f16r(float x) {
 }
 
 /* rows [n, D] (ld) of one head, less mean[D] when given, quantized (as f32 values) into dst [n, D]; returns the
- * block's scale. fp8: e4m3(x · 448 / max|x|); int8: x · 127 / max|x| rounded to nearest even. */
-static float lowbit_block(int int8, float *dst, const float *src, int64_t ld, int64_t n, int64_t D,
-                          const float *mean) {
-    const float top = int8 ? 127.0f : 448.0f;
+ * block's scale: x · 127 / max|x| rounded to nearest even. */
+static float lowbit_block(float *dst, const float *src, int64_t ld, int64_t n, int64_t D, const float *mean) {
+    const float top = 127.0f;
     float m = 0.0f;
     for (int64_t r = 0; r < n; r++)
         for (int64_t d = 0; d < D; d++) m = fmaxf(m, fabsf(src[r * ld + d] - (mean ? mean[d] : 0.0f)));
@@ -144,7 +144,7 @@ static float lowbit_block(int int8, float *dst, const float *src, int64_t ld, in
     for (int64_t r = 0; r < n; r++)
         for (int64_t d = 0; d < D; d++) {
             const float x = (src[r * ld + d] - (mean ? mean[d] : 0.0f)) * inv;
-            dst[r * D + d] = int8 ? fminf(fmaxf(nearbyintf(x), -127.0f), 127.0f) : e4m3(x);
+            dst[r * D + d] = fminf(fmaxf(nearbyintf(x), -127.0f), 127.0f);
         }
     return m > 0.0f ? m / top : 1.0f;
 }
@@ -160,7 +160,7 @@ static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
         if (h3_cancel_requested()) return;
         const int64_t h = t / c->nqb, qb = t % c->nqb, hk = h / group;
         const int64_t q0 = qb * B, nq = c->Sq - q0 < B ? c->Sq - q0 : B;
-        const float qsc = c->scale * lowbit_block(x->int8, Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D, NULL);
+        const float qsc = c->scale * lowbit_block(Q, c->q + q0 * c->ldq + h * D, c->ldq, nq, D, NULL);
         for (int64_t i = 0; i < nq; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -174,8 +174,7 @@ static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
         }
         for (int64_t k0 = 0; k0 < kend; k0 += B) {
             const int64_t nk = c->Sk - k0 < B ? c->Sk - k0 : B;
-            const float ks = lowbit_block(x->int8, K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D,
-                                          x->int8 ? x->kmean + hk * D : NULL);
+            const float ks = lowbit_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D, x->kmean + hk * D);
             for (int64_t r = 0; r < nk; r++)
                 for (int64_t d = 0; d < D; d++) {
                     const float vv = c->v[(k0 + r) * c->ldv + hk * D + d] * c->vinv[hk * D + d];
@@ -200,8 +199,8 @@ static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
                 for (int64_t d = 0; d < D; d++) orow[d] *= corr;
                 for (int64_t j = 0; j < nk; j++) {
                     const float pj = exp2f(sc[j] - b);
-                    sum += pj;
                     const float pr = x->int8 ? f16r(pj) : e4m3(pj);
+                    sum += x->int8 ? pj : pr; /* fp8: l sums the probabilities P·V took */
                     if (pr != 0.0f)
                         for (int64_t d = 0; d < D; d++) orow[d] += pr * V[j * D + d];
                 }
@@ -225,7 +224,7 @@ static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor
     x.c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, x.blk);
     attn_ctx *c = &x.c;
     const int64_t D = c->D, HD = c->Hk * D;
-    /* v's scales per channel (max|v| onto 448, or onto 256 in f16) and int8's k means */
+    /* v's scales per channel (max|v| onto 448, or onto 256 in f16) and k's means */
     const float top = x.int8 ? 256.0f : 448.0f;
     float *tab = h3_malloc((size_t)(3 * HD) * sizeof(float), H3_MEM_WORKSPACE);
     if (!tab) return H3_ERR_NOMEM;
@@ -233,7 +232,7 @@ static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor
         double sum = 0.0;
         float mx = 0.0f;
         for (int64_t r = 0; r < c->Sk; r++) {
-            if (x.int8) sum += c->k[r * c->ldk + i];
+            sum += c->k[r * c->ldk + i];
             mx = fmaxf(mx, fabsf(c->v[r * c->ldv + i]));
         }
         tab[i] = (float)(sum / (double)c->Sk);

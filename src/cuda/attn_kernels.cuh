@@ -24,9 +24,9 @@ typedef struct {
     float scale_log2; /* scale · log2(e) */
     int causal;
     int dt; /* naive kernel: 0 f32, 1 bf16, 2 f16 */
-    /* fp8 (H3_ATTN_FP8): q, k e4m3 [S, H·128] (ldq, ldk in bytes), v transposed e4m3 [Hk·128, ldv] (its keys
-     * in the order of attn_fp8_key), with the dequantization scales qs [Hq][⌈Sq/128⌉], ks [Hk][⌈Sk/128⌉], vs
-     * [Hk·128] */
+    /* fp8 (H3_ATTN_FP8): q, k int8 [S, H·128] (ldq, ldk in bytes; k less its mean), v transposed e4m3 [Hk·128,
+     * ldv] (its keys in the order of attn_fp8_key), with the dequantization scales qs [Hq][⌈Sq/128⌉],
+     * ks [Hk][⌈Sk/128⌉], vs [Hk·128] */
     const float *qs, *ks, *vs;
 } attn_args;
 

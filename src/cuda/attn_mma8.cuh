@@ -2,18 +2,19 @@
  *
  * attn_mma8<MODE, STAGES>: flash attention, head size 128, 4 warps = 64 query rows of one head a block, each warp
  * 16 rows; the bf16 flash kernel's shape (attn_kernels.cuh: cp.async tiles, XOR-swizzled shared memory, ldmatrix,
- * the online softmax in registers) with 8-bit operands for S = Q·Kᵀ on m16n8k32:
- *   MMA8_FP8 (H3_ATTN_FP8, sm_89+: Ada, Blackwell, and Hopper when its wgmma kernel is absent): q, k and v as
- *     the fp8 passes in cuda_attn.cu quantize them for Hopper's kernel (q, k e4m3 per head and 128 rows, v
- *     transposed per head and channel, each 32-key slice in attn_fp8_key's order), K/V tiles of 128 keys (the
- *     scales' block, and the CPU reference's softmax block). P·V in e4m3 too: p = exp2(s − max + 8) rounded to
+ * the online softmax in registers) with S = Q·Kᵀ in int8 on m16n8k32 (exact integer sums) in both modes: q and k
+ * int8 with one scale per head and block of rows, k less its mean over the keys first (SageAttention's smoothing:
+ * q·mean is the same for every key of a row, so the softmax does not see it, and k's outlier channels no longer
+ * eat the int8 range). Then P·V:
+ *   MMA8_FP8 (H3_ATTN_FP8, sm_89+: Ada, Blackwell, and Hopper when its wgmma kernel is absent; SageAttention 2's
+ *     recipe): q, k and v as the fp8 passes in cuda_attn.cu quantize them for Hopper's kernel (q, k per 128 rows,
+ *     v e4m3 transposed per head and channel, each 32-key slice in attn_fp8_key's order), K/V tiles of 128 keys
+ *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) rounded to
  *     e4m3 straight from the S accumulators, which already hold the keys in the order attn_fp8_key stored V's
  *     (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are 8·(e/2) + 2·t4 + e%2 of the
  *     accumulators, the same map as wgmma's).
- *   MMA8_INT8 (H3_ATTN_INT8, sm_75+: Turing, Ampere, Ada): q and k int8 with one scale per head and 64 rows, k less
- *     its mean over the keys first (SageAttention's smoothing: q·mean is the same for every key of a row, so the
- *     softmax does not see it, and k's outlier channels no longer eat the int8 range); v in f16 scaled per head
- *     and channel, P in f16, P·V on m16n8k16 f16 with f32 accumulation. K/V tiles of 64 keys.
+ *   MMA8_INT8 (H3_ATTN_INT8, sm_75+: Turing, Ampere, Ada; SageAttention's first recipe): q and k per 64 rows; v in
+ *     f16 scaled per head and channel, P in f16, P·V on m16n8k16 f16 with f32 accumulation. K/V tiles of 64 keys.
  * Turing (sm_75) has neither cp.async nor the k32 integer and k16 half MMA shapes: tiles are copied synchronously
  * there and each MMA is issued as the sm_75 shapes it is made of (m8n8k16 s8, m16n8k8 f16). The fp8 mode traps on
  * GPUs before sm_89; the chooser (h3_cuda_attn_choose) never sends it there.
@@ -24,8 +25,6 @@
 #define H3_ATTN_MMA8_CUH
 
 #include <cuda_fp16.h>
-
-#include <type_traits>
 
 #include "cuda/attn_kernels.cuh"
 
@@ -102,6 +101,12 @@ __device__ __forceinline__ void mma8_s8(int *c, const uint32_t *a, uint32_t b0, 
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
+}
+
+/* x rounded to e4m3 (nearest, saturating at ±448), as a float. */
+__device__ __forceinline__ float e4m3_round(float x) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), __NV_E4M3);
+    return __half2float(__half(h));
 }
 
 /* c[4] (f32) += A[16x32] · B[32x8] in e4m3 (sm_89+). */
@@ -211,8 +216,7 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
         /* S = Q Kᵀ: 16 x BK per warp */
         float s[NT][4];
         {
-            typedef typename std::conditional<MODE == MMA8_INT8, int, float>::type acc_t;
-            acc_t acc[NT][4];
+            int acc[NT][4];
 #pragma unroll
             for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
 #pragma unroll
@@ -222,13 +226,8 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
                     uint32_t b0, b1, b2, b3;
                     const int r = jj * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
                     ldmatrix_x4(b0, b1, b2, b3, mma8_swz<8>(tK, r, c));
-                    if constexpr (MODE == MMA8_INT8) {
-                        mma8_s8(acc[2 * jj], qf[kk], b0, b1);
-                        mma8_s8(acc[2 * jj + 1], qf[kk], b2, b3);
-                    } else {
-                        mma8_e4m3(acc[2 * jj], qf[kk], b0, b1);
-                        mma8_e4m3(acc[2 * jj + 1], qf[kk], b2, b3);
-                    }
+                    mma8_s8(acc[2 * jj], qf[kk], b0, b1);
+                    mma8_s8(acc[2 * jj + 1], qf[kk], b2, b3);
                 }
             }
             const float f = qscale * a.ks[(int64_t)hk * nkb_all + kb];
@@ -267,6 +266,10 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
             s[j][1] = exp2f(s[j][1] - base0);
             s[j][2] = exp2f(s[j][2] - base1);
             s[j][3] = exp2f(s[j][3] - base1);
+            if constexpr (MODE == MMA8_FP8) { /* l sums the e4m3 probabilities P·V takes (Hopper's kernel's l) */
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[j][e] = e4m3_round(s[j][e]);
+            }
             sum0 += s[j][0] + s[j][1];
             sum1 += s[j][2] + s[j][3];
         }

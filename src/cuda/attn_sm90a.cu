@@ -5,7 +5,7 @@
 
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
               "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
-static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
+static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
               "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
 
 /* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */

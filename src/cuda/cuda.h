@@ -132,9 +132,9 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
 /* The arena scratch of one low-bit attention call (head size 128; 0 when flags hold neither mode), each piece 256-byte
- * aligned as cuda_attn.cu takes them: q, k in 8 bits; v in e4m3 transposed with its keys padded to a multiple of 128
+ * aligned as cuda_attn.cu takes them: q, k in int8; v in e4m3 transposed with its keys padded to a multiple of 128
  * (H3_ATTN_FP8) or in f16 (H3_ATTN_INT8); the scales of q and k (per 128 rows for fp8, 64 for int8); v's scales and
- * channel maxima, and for int8 k's channel sums. */
+ * channel maxima, and k's channel sums. */
 static inline int64_t h3_cuda_attention_lowbit_scratch_bytes(unsigned flags, int64_t Sq, int64_t Sk, int64_t Hq,
                                                             int64_t Hk) {
 #define H3_A256(x) (((x) + 255) / 256 * 256)
@@ -143,7 +143,7 @@ static inline int64_t h3_cuda_attention_lowbit_scratch_bytes(unsigned flags, int
     const int64_t blk = fp8 ? 128 : 64, nqb = (Sq + blk - 1) / blk, nkb = (Sk + blk - 1) / blk;
     const int64_t v = fp8 ? Hk * 128 * ((Sk + 127) / 128 * 128) : Sk * Hk * 128 * 2;
     return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(v) + H3_A256(Hq * nqb * 4) +
-           H3_A256(Hk * nkb * 4) + (fp8 ? 2 : 3) * H3_A256(Hk * 128 * 4);
+           H3_A256(Hk * nkb * 4) + 3 * H3_A256(Hk * 128 * 4);
 #undef H3_A256
 }
 /* The arena scratch of one sparse attention call (h3_op_attention_sparse, Hopper) over S rows and H heads of 128,
@@ -177,7 +177,7 @@ typedef enum {
     H3_ATTN_K_FLASH,
     H3_ATTN_K_WGMMA,
     H3_ATTN_K_WGMMA_FP8,
-    H3_ATTN_K_MMA_FP8, /* attn_mma8.cuh, e4m3 on mma.sync (sm_89+) */
+    H3_ATTN_K_MMA_FP8, /* attn_mma8.cuh, int8 QK and e4m3 PV on mma.sync (sm_89+) */
     H3_ATTN_K_MMA_INT8 /* attn_mma8.cuh, int8 QK and f16 PV on mma.sync (sm_75+) */
 } h3_attn_kernel;
 typedef struct {
@@ -187,7 +187,7 @@ typedef struct {
     int64_t smem; /* dynamic shared memory a block */
 } h3_attn_choice;
 #define H3_CUDA_WGMMA_SMEM ((128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256)
-#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * 128) * 128 + 1024 + 256)
+#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * 128) * 128 + 1024 + 1024 + 256)
 static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
     return (128 + 2 * 64 * (int64_t)stages) * D * 2;
 }

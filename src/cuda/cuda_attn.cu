@@ -86,8 +86,8 @@ __global__ void k_attn_unpad(uint16_t *dst, const uint16_t *src, int64_t rows, i
     }
 }
 
-/* ---- fp8 attention's operands (docs/CUDA.md "fp8 attention")
- * ------------------------------------------------ */
+/* ---- fp8 attention's v (docs/CUDA.md "fp8 attention")
+ * ------------------------------------------------------- */
 
 __device__ __forceinline__ float bf16_bits(uint32_t w, int hi) {
     return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
@@ -104,37 +104,6 @@ __device__ __forceinline__ float block256_max(float m) {
 #pragma unroll
     for (int w = 1; w < 8; w++) m = fmaxf(m, red[w]);
     return m;
-}
-
-/* Rows [S, H, 128] (ld elements a row, bf16) into e4m3 [S, H·128] bytes, one scale per (head, 128 rows):
- * scale = max|x| / 448 (1 when 0), q = e4m3(x · (448 / max|x|)). Grid (⌈S/128⌉, H), 256 threads. */
-__global__ void k_attn_fp8_rows(uint8_t *dst, float *scales, const uint16_t *src, int S, int64_t ld) {
-    const int b = blockIdx.x, h = blockIdx.y, H = gridDim.y, tid = threadIdx.x;
-    uint4 v[8];
-    float m = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const int i = tid + 256 * k, r = b * 128 + i / 16, c = (i % 16) * 8;
-        v[k] = r < S ? *(const uint4 *)(src + (int64_t)r * ld + h * 128 + c) : make_uint4(0, 0, 0, 0);
-        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) m = fmaxf(m, fmaxf(fabsf(bf16_bits(w[e], 0)), fabsf(bf16_bits(w[e], 1))));
-    }
-    m = block256_max(m);
-    const float inv = m > 0.0f ? 448.0f / m : 1.0f;
-    if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 448.0f : 1.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const int i = tid + 256 * k, r = b * 128 + i / 16, c = (i % 16) * 8;
-        if (r >= S) continue;
-        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-        uint2 out;
-        out.x = pack_e4m3x4(bf16_bits(w[0], 0) * inv, bf16_bits(w[0], 1) * inv, bf16_bits(w[1], 0) * inv,
-                      bf16_bits(w[1], 1) * inv);
-        out.y = pack_e4m3x4(bf16_bits(w[2], 0) * inv, bf16_bits(w[2], 1) * inv, bf16_bits(w[3], 0) * inv,
-                      bf16_bits(w[3], 1) * inv);
-        *(uint2 *)(dst + (int64_t)r * H * 128 + h * 128 + c) = out;
-    }
 }
 
 /* max|v| per (head, channel) over all keys, as f32 bits (non-negative: they order as unsigned integers) into
@@ -192,8 +161,8 @@ static unsigned pad_grid(int64_t n) {
     return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b < 1 ? 1 : b);
 }
 
-/* ---- int8 attention's operands (H3_ATTN_INT8, docs/CUDA.md "int8 attention")
- * ------------------------------------------- */
+/* ---- q and k in int8 (both low-bit modes: docs/CUDA.md "fp8 attention", "int8 attention")
+ * ------------------------------ */
 
 /* Σ k per (head, channel) over all keys into sum (zeroed first). Grid (⌈Sk/256⌉, Hk), 128 threads (one a channel). */
 __global__ void k_attn_int8_ksum(float *sum, const uint16_t *k, int Sk, int64_t ld) {
@@ -205,19 +174,20 @@ __global__ void k_attn_int8_ksum(float *sum, const uint16_t *k, int Sk, int64_t 
 }
 
 /* Rows [S, H, 128] (bf16, ld elements a row), less mean = sum / S per channel when sum is given, into int8 [S, H·128]
- * with one scale per (head, 64 rows): scale = max|x| / 127 (1 when 0), x8 = rn(x · (127 / max|x|)). Grid (⌈S/64⌉,
- * H), 256 threads. */
+ * with one scale per (head, R rows): scale = max|x| / 127 (1 when 0), x8 = rn(x · (127 / max|x|)). R is 128 (fp8)
+ * or 64 (int8). Grid (⌈S/R⌉, H), 256 threads. */
+template <int R>
 __global__ void k_attn_int8_rows(int8_t *dst, float *scales, const uint16_t *src, int S, int64_t ld,
                                  const float *sum) {
     const int b = blockIdx.x, h = blockIdx.y, H = gridDim.y, tid = threadIdx.x;
-    const int c = (tid % 16) * 8; /* each thread: 8 channels of 4 rows */
-    float mean[8], x[4][8];
+    const int c = (tid % 16) * 8; /* each thread: 8 channels of R/16 rows */
+    float mean[8], x[R / 16][8];
 #pragma unroll
     for (int e = 0; e < 8; e++) mean[e] = sum ? sum[h * 128 + c + e] / (float)S : 0.0f;
     float m = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int r = b * 64 + tid / 16 + 16 * k;
+    for (int k = 0; k < R / 16; k++) {
+        const int r = b * R + tid / 16 + 16 * k;
         const uint4 v = r < S ? *(const uint4 *)(src + (int64_t)r * ld + h * 128 + c) : make_uint4(0, 0, 0, 0);
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -230,8 +200,8 @@ __global__ void k_attn_int8_rows(int8_t *dst, float *scales, const uint16_t *src
     const float inv = m > 0.0f ? 127.0f / m : 1.0f;
     if (tid == 0) scales[(int64_t)h * gridDim.x + b] = m > 0.0f ? m / 127.0f : 1.0f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int r = b * 64 + tid / 16 + 16 * k;
+    for (int k = 0; k < R / 16; k++) {
+        const int r = b * R + tid / 16 + 16 * k;
         if (r >= S) continue;
         uint32_t out[2] = {0, 0};
 #pragma unroll
@@ -325,27 +295,25 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
     float *qs = (float *)take((size_t)a->Hq * nqb * 4), *ks = (float *)take((size_t)a->Hk * nkb * 4);
     float *vs = (float *)take((size_t)a->Hk * 128 * 4);
     unsigned *vamax = (unsigned *)take((size_t)a->Hk * 128 * 4);
-    float *ksum = fp8 ? NULL : (float *)take((size_t)a->Hk * 128 * 4);
+    float *ksum = (float *)take((size_t)a->Hk * 128 * 4);
     h3_status r = H3_OK;
     if (cudaMemsetAsync(vamax, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess ||
-        (ksum && cudaMemsetAsync(ksum, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess))
+        cudaMemsetAsync(ksum, 0, (size_t)a->Hk * 128 * 4, st) != cudaSuccess)
         r = H3_ERR(H3_ERR_DEVICE, "attention (%s): clearing its scales failed", fp8 ? "fp8" : "int8");
     if (r == H3_OK) {
         const uint16_t *qv = (const uint16_t *)a->q, *kv = (const uint16_t *)a->k, *vv = (const uint16_t *)a->v;
-        k_attn_fp8_vamax<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(vamax, vv, a->Sk,
-                                                                                               a->ldv);
+        const dim3 sk_grid((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk);
+        k_attn_fp8_vamax<<<sk_grid, 128, 0, st>>>(vamax, vv, a->Sk, a->ldv);
+        k_attn_int8_ksum<<<sk_grid, 128, 0, st>>>(ksum, kv, a->Sk, a->ldk);
+        const dim3 qg((unsigned)nqb, (unsigned)a->Hq), kg((unsigned)nkb, (unsigned)a->Hk);
         if (fp8) {
-            k_attn_fp8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>(q8, qs, qv, a->Sq, a->ldq);
-            k_attn_fp8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>(k8, ks, kv, a->Sk, a->ldk);
+            k_attn_int8_rows<128><<<qg, 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq, a->ldq, NULL);
+            k_attn_int8_rows<128><<<kg, 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk, a->ldk, ksum);
             k_attn_fp8_vt<<<dim3((unsigned)(ldt / 64), (unsigned)a->Hk), 256, 0, st>>>((uint8_t *)vq, ldt, vs, vamax,
                                                                                       vv, a->Sk, a->ldv);
         } else {
-            k_attn_int8_ksum<<<dim3((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk), 128, 0, st>>>(ksum, kv, a->Sk,
-                                                                                                   a->ldk);
-            k_attn_int8_rows<<<dim3((unsigned)nqb, (unsigned)a->Hq), 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq,
-                                                                                  a->ldq, NULL);
-            k_attn_int8_rows<<<dim3((unsigned)nkb, (unsigned)a->Hk), 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk,
-                                                                                  a->ldk, ksum);
+            k_attn_int8_rows<64><<<qg, 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq, a->ldq, NULL);
+            k_attn_int8_rows<64><<<kg, 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk, a->ldk, ksum);
             k_attn_int8_v<<<pad_grid((int64_t)a->Sk * a->Hk * 16), 256, 0, st>>>((__half *)vq, vs, vamax, vv, a->Sk,
                                                                                 a->Hk, a->ldv);
         }

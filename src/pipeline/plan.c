@@ -1291,7 +1291,7 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
             h3_budget_str(t->slot_bytes, a, sizeof a),
             t->chunk_rows >= t->S ? "all" : (snprintf(b, sizeof b, "%lld", (long long)t->chunk_rows), b));
     appendf(o, n, "  attention: %s\n",
-            t->attention & H3_ATTN_FP8    ? "fp8 (e4m3 q, k, v and P·V, per-block scales)"
+            t->attention & H3_ATTN_FP8    ? "fp8 (int8 q, k with k smoothed, e4m3 v and P·V, per-block scales)"
             : t->attention & H3_ATTN_INT8 ? "int8 (int8 q, k with k smoothed, f16 v and P·V, per-block scales)"
             : t->attention & H3_ATTN_SPARSE
                 ? "sparse (block-sparse bf16 inside its window of steps, dense outside; timed here as dense)"

@@ -71,7 +71,7 @@ typedef struct h3_device_figures {
                                   * the bf16 rate */
 } h3_device_figures;
 /* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
- * host), FP8 e4m3 q, k, v and P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
+ * host), FP8 int8 q, k and e4m3 P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
  * attention in its window of steps (H3_ATTN_SPARSE, h3_dit_set_sparse). */
 typedef enum {
     H3_ATTN_MODE_AUTO = 0,

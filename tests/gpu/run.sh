@@ -20,7 +20,7 @@
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
 #   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
-#   W124's sequence with q, k, v in ±3),
+#   W124's sequence with q, k, v in ±3), lowbit-ncu (Nsight Compute on one launch of Hopper's fp8 kernel there),
 #   sparse (block-sparse attention: test_cuda_ops attention_sparse, test_dit_cuda full_width_sparse, bench_cuda_kernels
 #   at W362's 55,904 rows, bench_dit_cuda --attention sparse W362: the dense and sparse steps of one process),
 #   sp (test_dit_sp_cuda: the DiT split over SP_RANKS GPUs, default 2, over NCCL against the whole forward; NCCL from
@@ -51,6 +51,12 @@ for s in "${steps[@]}"; do
                 $B/test_dit_cuda full_width 2>&1 | tee "$OUT/test_dit_cuda_full_width.log"; rc=$((rc | PIPESTATUS[0]))
                 H3_BENCH_ATTN_AMP=3 $B/bench_cuda_kernels 19412 2>&1 | tee "$OUT/bench_cuda_kernels_19412.log"
                 rc=$((rc | PIPESTATUS[0])) ;;
+        lowbit-ncu) # where the fp8 kernel's time goes at W124's shapes: one launch under Nsight Compute
+            ncu --kernel-name regex:attn_wgmma8_fp8 --launch-count 1 --section SpeedOfLight \
+                --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+                --section InstructionStats --section Occupancy \
+                env H3_BENCH_ATTN_AMP=3 $B/bench_cuda_kernels 19412 > "$OUT/ncu_fp8_19412.txt" 2>&1
+            rc=$((rc | $?)); tail -120 "$OUT/ncu_fp8_19412.txt" ;;
         sparse) $B/test_cuda_ops attention_sparse 2>&1 | tee "$OUT/test_cuda_ops_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/test_dit_cuda full_width_sparse 2>&1 | tee "$OUT/test_dit_cuda_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/bench_dit_cuda --attention sparse W362 2>&1 | tee "$OUT/bench_dit_cuda_sparse.log"
