@@ -106,17 +106,6 @@ __device__ __forceinline__ float block256_max(float m) {
     return m;
 }
 
-/* max|v| per (head, channel) over all keys, as f32 bits (non-negative: they order as unsigned integers) into
- * amax (zeroed first). Grid (⌈Sk/256⌉, Hk), 128 threads (one a channel). */
-__global__ void k_attn_fp8_vamax(unsigned *amax, const uint16_t *v, int Sk, int64_t ld) {
-    const int h = blockIdx.y, d = threadIdx.x, r0 = blockIdx.x * 256;
-    const int r1 = r0 + 256 < Sk ? r0 + 256 : Sk;
-    float m = 0.0f;
-    for (int r = r0; r < r1; r++)
-        m = fmaxf(m, fabsf(__uint_as_float((uint32_t)v[(int64_t)r * ld + h * 128 + d] << 16)));
-    atomicMax(&amax[h * 128 + d], __float_as_uint(m));
-}
-
 /* v [Sk, Hk, 128] (bf16) into vt [Hk·128, ldt] e4m3, transposed, each 32-key slice in attn_fp8_key's order,
  * keys past Sk zero; vs [Hk·128] the channels' scales. Grid (ldt/64, Hk), 256 threads. */
 __global__ void k_attn_fp8_vt(uint8_t *vt, int64_t ldt, float *vs, const unsigned *amax, const uint16_t *v,
@@ -164,13 +153,41 @@ static unsigned pad_grid(int64_t n) {
 /* ---- q and k in int8 (both low-bit modes: docs/CUDA.md "fp8 attention", "int8 attention")
  * ------------------------------ */
 
-/* Σ k per (head, channel) over all keys into sum (zeroed first). Grid (⌈Sk/256⌉, Hk), 128 threads (one a channel). */
-__global__ void k_attn_int8_ksum(float *sum, const uint16_t *k, int Sk, int64_t ld) {
-    const int h = blockIdx.y, d = threadIdx.x, r0 = blockIdx.x * 256;
+/* One read of k and v for both low-bit modes: Σ k per (head, channel) over all keys into sum, and max|v| per (head,
+ * channel) as f32 bits into amax (non-negative floats order as unsigned integers); both zeroed first. Grid
+ * (⌈Sk/256⌉, Hk), 256 threads: 16 a row (8 channels each, 16-byte loads), 16 rows at a time, then the 16 row groups
+ * reduced in shared memory and one atomic per channel and block. */
+__global__ void k_attn_kv_stats(float *sum, unsigned *amax, const uint16_t *k, const uint16_t *v, int Sk,
+                                int64_t ldk, int64_t ldv) {
+    const int h = blockIdx.y, tid = threadIdx.x, c = (tid % 16) * 8, r0 = blockIdx.x * 256;
     const int r1 = r0 + 256 < Sk ? r0 + 256 : Sk;
-    float t = 0.0f;
-    for (int r = r0; r < r1; r++) t += __uint_as_float((uint32_t)k[(int64_t)r * ld + h * 128 + d] << 16);
-    atomicAdd(&sum[h * 128 + d], t);
+    float t[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int r = r0 + tid / 16; r < r1; r += 16) {
+        const uint4 kx = *(const uint4 *)(k + (int64_t)r * ldk + h * 128 + c);
+        const uint4 vx = *(const uint4 *)(v + (int64_t)r * ldv + h * 128 + c);
+        const uint32_t kw[4] = {kx.x, kx.y, kx.z, kx.w}, vw[4] = {vx.x, vx.y, vx.z, vx.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            t[e] += bf16_bits(kw[e / 2], e & 1);
+            m[e] = fmaxf(m[e], fabsf(bf16_bits(vw[e / 2], e & 1)));
+        }
+    }
+    __shared__ float st[16][128], sm[16][128];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        st[tid / 16][c + e] = t[e];
+        sm[tid / 16][c + e] = m[e];
+    }
+    __syncthreads();
+    if (tid < 128) {
+        float a = 0.0f, b = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            a += st[g][tid];
+            b = fmaxf(b, sm[g][tid]);
+        }
+        atomicAdd(&sum[h * 128 + tid], a);
+        atomicMax(&amax[h * 128 + tid], __float_as_uint(b));
+    }
 }
 
 /* Rows [S, H, 128] (bf16, ld elements a row), less mean = sum / S per channel when sum is given, into int8 [S, H·128]
@@ -215,7 +232,7 @@ __global__ void k_attn_int8_rows(int8_t *dst, float *scales, const uint16_t *src
 }
 
 /* v [Sk, Hk, 128] (bf16) into f16 [Sk, Hk·128] as v · (256 / max|v|) per (head, channel); vs [Hk·128] = max|v| / 256
- * (1 when 0). amax as k_attn_fp8_vamax leaves it. Grid-stride over groups of 8 channels. */
+ * (1 when 0). amax as k_attn_kv_stats leaves it. Grid-stride over groups of 8 channels. */
 __global__ void k_attn_int8_v(__half *dst, float *vs, const unsigned *amax, const uint16_t *v, int Sk, int Hk,
                               int64_t ld) {
     const int64_t n = (int64_t)Sk * Hk * 16;
@@ -303,8 +320,7 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
     if (r == H3_OK) {
         const uint16_t *qv = (const uint16_t *)a->q, *kv = (const uint16_t *)a->k, *vv = (const uint16_t *)a->v;
         const dim3 sk_grid((unsigned)((a->Sk + 255) / 256), (unsigned)a->Hk);
-        k_attn_fp8_vamax<<<sk_grid, 128, 0, st>>>(vamax, vv, a->Sk, a->ldv);
-        k_attn_int8_ksum<<<sk_grid, 128, 0, st>>>(ksum, kv, a->Sk, a->ldk);
+        k_attn_kv_stats<<<sk_grid, 256, 0, st>>>(ksum, vamax, kv, vv, a->Sk, a->ldk, a->ldv);
         const dim3 qg((unsigned)nqb, (unsigned)a->Hq), kg((unsigned)nkb, (unsigned)a->Hk);
         if (fp8) {
             k_attn_int8_rows<128><<<qg, 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq, a->ldq, NULL);
