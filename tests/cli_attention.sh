@@ -5,7 +5,8 @@
 #    move off the bf16 ones (the quantization ran) but stay close (the clip is the same clip: within 3% (video) and
 #    6% (audio) after 6 steps of the trained model);
 #  - an unknown mode is refused with exit 2 and a message naming the choices, writing nothing;
-#  - sparse under its 4,096 rows runs the dense blocks (the same latents) and says so;
+#  - sparse under its 4,096 rows runs the dense blocks (the same latents) and says so; --sparse's rule (implying
+#    sparse) is said in the log and the plan, and a bad rule or --sparse with another mode exits 2 writing nothing;
 #  - h3run plan names the attention it planned, and auto keeps bf16 for bf16 block weights.
 # Usage: cli_attention.sh PATH/TO/h3run (CTest passes it).
 set -u
@@ -49,7 +50,26 @@ rc=$?
 [ $rc = 2 ] || fail "--attention fp9 exited $rc, not 2"
 grep -q "choose auto, bf16, fp8, int8 or sparse" "$tmp/bad.err" || fail "--attention fp9: $(cat "$tmp/bad.err")"
 [ ! -e "$tmp/bad.mp4" ] && [ ! -e "$tmp/bad.mp4.partial" ] || fail "--attention fp9 left a file"
+# --sparse: the rule (implies --attention sparse), said in the log and the plan; bad rules and other modes refused
+"$H3RUN" generate "${A[@]}" --sparse 0.5,0,1 -o "$tmp/sr.mp4" >"$tmp/sr.out" 2>"$tmp/sr.err" ||
+    fail "--sparse 0.5,0,1: $(tail -2 "$tmp/sr.err")"
+grep -q "DiT attention: sparse (asked; on the host: the reference; tau 0.5, steps 0..1, dense: under 4,096 rows)" "$tmp/sr.err" ||
+    fail "--sparse 0.5,0,1: the log does not say it: $(grep -i attention "$tmp/sr.err")"
+for bad in "1.3,0.9,0.2|0 <= START < END <= 1" "x|give TAU or TAU,START,END" "--attention fp8 --sparse 1.3|give --attention sparse"; do
+    args=${bad%%|*} msg=${bad#*|}
+    [ "${args#--}" = "$args" ] && args="--sparse $args"
+    # shellcheck disable=SC2086
+    "$H3RUN" generate "${A[@]}" $args -o "$tmp/bs.mp4" >"$tmp/bs.out" 2>"$tmp/bs.err"
+    rc=$?
+    [ $rc = 2 ] || fail "$args exited $rc, not 2"
+    grep -q -- "$msg" "$tmp/bs.err" || fail "$args: $(cat "$tmp/bs.err")"
+    [ ! -e "$tmp/bs.mp4" ] && [ ! -e "$tmp/bs.mp4.partial" ] || fail "$args left a file"
+done
 M="$SRC/models/h3-small"
+"$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --sparse 2,0.1,0.5 >"$tmp/psr" 2>&1 ||
+    fail "plan --sparse: $(tail -1 "$tmp/psr")"
+grep -q "DiT attention: sparse (asked; Hopper's wgmma kernel; tau 2, steps 0.1..0.5," "$tmp/psr" ||
+    fail "plan --sparse does not say it: $(grep -i attention "$tmp/psr")"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention fp8 >"$tmp/p8" 2>&1 || fail "plan --attention fp8: $(tail -1 "$tmp/p8")"
 grep -q "attention: fp8 (int8 q, k" "$tmp/p8" || fail "plan --attention fp8 does not say so: $(grep -i attention "$tmp/p8")"
 "$H3RUN" plan "$M" --frames 22 --size 128x128 --device h200 --attention int8 >"$tmp/pi" 2>&1 || fail "plan --attention int8: $(tail -1 "$tmp/pi")"

@@ -459,6 +459,12 @@ def case_plan():
     for val, ok in (("fp8", True), ("int8", True), ("bf16", True), ("auto", True), ("fp9", False), (8, False)):
         st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", attention=val))
         check((st == 200) == ok and (ok or "attention" in body.get("error", "")), "attention %r: %s %s" % (val, st, body))
+    # sparse attention's rule (generate's --sparse, implying it); a bad rule or another mode beside it: 400
+    for extra, ok, msg in (({"sparse": "0.5,0,1"}, True, ""), ({"sparse": "1.3,0.9,0.2"}, False, "TAU,START,END"),
+                           ({"sparse": 1.3}, False, "sparse"),
+                           ({"sparse": "1.3", "attention": "fp8"}, False, "give --attention sparse")):
+        st, body = srv.request("POST", "/api/plan", dict(TINY, prompt="x", **extra))
+        check((st == 200) == ok and msg in body.get("error", ""), "%r: %s %s" % (extra, st, body))
     check(srv.stop() == 0, "the server exits 0")
     # a host budget too small for the DiT stage: the planner's refusal, before the job is accepted
     srv = Server(os.path.join(TMP, "plan-small"), "--ram-budget", "1MiB")

@@ -332,56 +332,71 @@ static void test_attention_resolve(void) {
     /* what h3_cuda_lowbit_attention reports for an H200, an RTX 4090 (sm_89), an RTX 3090 (sm_86) */
     const unsigned hopper = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_FP8_HOPPER | H3_CUDA_ATTN_INT8,
                    ada = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_INT8, ampere = H3_CUDA_ATTN_INT8;
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "auto"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 0, 19412, &fl, why, sizeof why)); /* bf16 w */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 0, 19412, NULL, &fl, why, sizeof why)); /* bf16 w */
     CHECK(fl == 0 && strstr(why, "not fp8"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 4000, &fl, why, sizeof why)); /* short */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 4000, NULL, &fl, why, sizeof why)); /* short */
     CHECK(fl == 0 && strstr(why, "8,192"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 128, 1, 19412, &fl, why, sizeof why)); /* no kernel */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, 0, 128, 1, 19412, NULL, &fl, why, sizeof why)); /* no kernel */
     CHECK(fl == 0 && strstr(why, "no low-bit attention kernel"), "%u %s", fl, why);
     /* auto never picks the kernels not measured against the release: Ada's fp8, int8 */
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, ada, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, ada, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == 0 && strstr(why, "unmeasured"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 64, 1, 19412, &fl, why, sizeof why)); /* head 64 */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 64, 1, 19412, NULL, &fl, why, sizeof why)); /* head 64 */
     CHECK(fl == 0 && strstr(why, "no low-bit attention kernel"), "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 64, 1, 19412, &fl, why, sizeof why),
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 64, 1, 19412, NULL, &fl, why, sizeof why),
               H3_ERR_UNSUPPORTED, "head size of 128");
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 128, 1, 19412, &fl, why, sizeof why)); /* host */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 0, 0, 128, 1, 19412, NULL, &fl, why, sizeof why)); /* host */
     CHECK(fl == 0 && strstr(why, "host"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, hopper, 128, 1, 19412, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, hopper, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == 0, "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100, &fl, why, sizeof why)); /* the host reference */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100, NULL, &fl, why, sizeof why)); /* the host reference */
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "reference"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 0, 0, 128, 0, 100, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 0, 0, 128, 0, 100, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_INT8 && strstr(why, "reference"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 128, 0, 100, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 128, 0, 100, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "wgmma"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ada, 128, 0, 100, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ada, 128, 0, 100, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "mma.sync"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, ampere, 128, 0, 100, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, ampere, 128, 0, 100, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_INT8 && strstr(why, "mma.sync"), "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ampere, 128, 1, 19412, &fl, why, sizeof why),
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ampere, 128, 1, 19412, NULL, &fl, why, sizeof why),
               H3_ERR_UNSUPPORTED, "8.9 or later");
     CHECK(fl == 0);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412, NULL, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
               "7.5 or later");
     /* sparse: asked for only (auto never), Hopper's kernel or the host's reference */
     CHECK_OK(h3_attn_mode_parse("sparse", &m));
     CHECK(m == H3_ATTN_MODE_SPARSE);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, &fl, why,
-                                  sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, NULL, &fl,
+                                  why, sizeof why));
     CHECK(fl == H3_ATTN_SPARSE && strstr(why, "wgmma") && strstr(why, "4,096 rows or more"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 0, 0, 128, 0, 1000, &fl, why, sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 0, 0, 128, 0, 1000, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_SPARSE && strstr(why, "reference") && strstr(why, "dense: under"), "%u %s", fl, why);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, ada, 128, 0, 55904, &fl, why, sizeof why),
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, ada, 128, 0, 55904, NULL, &fl, why, sizeof why),
               H3_ERR_UNSUPPORTED, "Hopper");
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 64, 0, 55904, &fl, why,
-                                  sizeof why),
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 1, hopper | H3_CUDA_ATTN_SPARSE, 64, 0, 55904, NULL, &fl,
+                                  why, sizeof why),
               H3_ERR_UNSUPPORTED, "head size of 128");
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, &fl, why,
-                                  sizeof why));
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper | H3_CUDA_ATTN_SPARSE, 128, 0, 55904, NULL, &fl,
+                                  why, sizeof why));
     CHECK(fl == 0, "auto never picks sparse: %u %s", fl, why);
+    /* its rule (--sparse): stated in why; parsed with its defaults and bounds */
+    h3_sparse_rule sp;
+    CHECK_OK(h3_sparse_rule_parse("0.5,0,1", &sp));
+    CHECK(sp.tau == 0.5f && sp.start == 0.0f && sp.end == 1.0f);
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_SPARSE, 0, 0, 128, 0, 5000, &sp, &fl, why, sizeof why));
+    CHECK(fl == H3_ATTN_SPARSE && strstr(why, "tau 0.5, steps 0..1,"), "%s", why);
+    CHECK_OK(h3_sparse_rule_parse("2", &sp));
+    CHECK(sp.tau == 2.0f && sp.start == H3_DIT_SPARSE_T0 && sp.end == H3_DIT_SPARSE_T1);
+    CHECK_OK(h3_sparse_rule_parse("-1.5,0.25,0.75", &sp));
+    CHECK(sp.tau == -1.5f && sp.start == 0.25f && sp.end == 0.75f);
+    const char *bad[] = {"", "x", "1.3,", "1.3,0.2", "1.3,0.9,0.2", "1.3,0.2,0.2", "1.3,-0.1,0.5", "1.3,0.2,1.5",
+                         "11", "nan", "inf", "1.3,0.2,0.9,", "1.3;0.2;0.9", "1.3,0.2,0.9 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_ERR(h3_sparse_rule_parse(bad[i], &sp), H3_ERR_INVALID, "give TAU or TAU,START,END");
+    CHECK_ERR(h3_sparse_rule_parse(NULL, &sp), H3_ERR_INVALID, "give TAU or TAU,START,END");
 }
 
 static void test_budget_edges(void) {

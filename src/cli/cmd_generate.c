@@ -55,7 +55,7 @@ int h3_cmd_generate(int argc, char **argv) {
     int64_t window = 0, overlap = 0;
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0, cache_threshold = 0;
-    const char *attention = NULL;
+    const char *attention = NULL, *sparse = NULL;
     int64_t ref_image_size = 0, ref_video_size = 0;
     int quiet = 0, verbose = 0, cache = 0;
     const h3_cli_opt opts[] = {
@@ -162,6 +162,10 @@ int h3_cmd_generate(int argc, char **argv) {
          "Ada; not yet measured on such a GPU), or sparse (block-sparse, Sol-Attn's rule: exact key tiles "
          "picked per head and step, the rest as tile centroids, the text and audio rows exact; from 20% to 90% "
          "of the schedule (ComfyUI's percent) at 4,096 rows or more; Hopper); docs/CUDA.md",
+         0, 0},
+        {"sparse", 0, H3_OPT_STR, &sparse, "TAU[,START,END]",
+         "--attention sparse's rule (implies it): Sol-Attn's tau (default 1.3; lower keeps more key tiles exact) "
+         "and the window of the schedule it runs in, as fractions (default 0.2,0.9)",
          0, 0},
         {"seed", 0, H3_OPT_INT, &seed, "N",
          "noise seed (default: random, printed); same seed, same video here", 0, 0},
@@ -436,6 +440,15 @@ int h3_cmd_generate(int argc, char **argv) {
         h3_attn_mode am = H3_ATTN_MODE_AUTO;
         st = h3_attn_mode_parse(attention, &am);
         gr.attention = (int)am;
+    }
+    if (st == H3_OK && sparse) { /* implies --attention sparse; with another mode the request refuses it */
+        h3_sparse_rule sp;
+        st = h3_sparse_rule_parse(sparse, &sp);
+        gr.sparse_given = 1;
+        gr.sparse_tau = sp.tau;
+        gr.sparse_start = sp.start;
+        gr.sparse_end = sp.end;
+        if (!attention) gr.attention = H3_ATTN_MODE_SPARSE;
     }
     if (st == H3_OK && shift) st = h3_request_parse_shift(shift, &gr.req.shift_video, &gr.req.shift_audio);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);

@@ -124,7 +124,7 @@ static int64_t set_bytes(const char *source) {
 
 int h3_cmd_plan(int argc, char **argv) {
     const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
-    const char *attention = NULL;
+    const char *attention = NULL, *sparse = NULL;
     int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0, window = 0, overlap = 0;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
@@ -166,6 +166,8 @@ int h3_cmd_plan(int argc, char **argv) {
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
         {"attention", 0, H3_OPT_STR, &attention, "MODE",
          "the DiT blocks' attention, as generate's --attention: auto (default), bf16, fp8, int8 or sparse (its scratch and time)",
+         0, 0},
+        {"sparse", 0, H3_OPT_STR, &sparse, "TAU[,START,END]", "sparse attention's rule, as generate's --sparse (implies it)",
          0, 0},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "print only errors on stderr", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
@@ -410,7 +412,12 @@ int h3_cmd_plan(int argc, char **argv) {
         h3_seq_layout L;
         unsigned fl = 0;
         char why[96];
-        st = h3_attn_mode_parse(attention ? attention : "auto", &am);
+        h3_sparse_rule sp = H3_SPARSE_RULE_DEFAULT;
+        st = h3_attn_mode_parse(attention ? attention : sparse ? "sparse" : "auto", &am);
+        if (st == H3_OK && sparse) st = h3_sparse_rule_parse(sparse, &sp);
+        if (st == H3_OK && sparse && am != H3_ATTN_MODE_SPARSE)
+            st = H3_ERR(H3_ERR_INVALID, "--sparse sets the rule of --attention sparse; give --attention sparse or "
+                                        "leave --sparse out");
         if (st == H3_OK)
             st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
                                      req.refine_width ? req.refine_width : req.width,
@@ -419,7 +426,7 @@ int h3_cmd_plan(int argc, char **argv) {
         const unsigned kernels = h3_cuda_lowbit_attention(0) | (have_fig && !strcmp(fig.name, "h200") ? h200 : 0u);
         if (st == H3_OK)
             st = h3_attention_resolve(am, 1, kernels, h3_dit_get_config(f.dit)->head_dim, h3_dit_blocks_fp8(f.dit),
-                                      L.seq_len, &fl, why, sizeof why);
+                                      L.seq_len, &sp, &fl, why, sizeof why);
         if (st == H3_OK) {
             h3_dit_set_attention(f.dit, fl);
             if (!quiet) printf("DiT attention: %s\n", why);

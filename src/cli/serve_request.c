@@ -38,6 +38,7 @@ static const struct {
     {"steps", T_INT, 1, H3_MAX_STEPS},
     {"sampler", T_STR, 0, 0},
     {"attention", T_STR, 0, 0},
+    {"sparse", T_STR, 0, 0},
     {"scheduler", T_STR, 0, 0},
     {"seed", T_INT, 0, 9007199254740991.0},
     {"x264_preset", T_STR, 0, 0},
@@ -225,6 +226,16 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         h3_attn_mode am = H3_ATTN_MODE_AUTO;
         H3_TRY(h3_attn_mode_parse(json_string_value(at), &am));
         g->attention = (int)am;
+    }
+    json_t *spr = json_object_get(obj, "sparse"); /* sparse attention's rule, "TAU[,START,END]" (implies it) */
+    if (spr) {
+        h3_sparse_rule sp;
+        H3_TRY(h3_sparse_rule_parse(json_string_value(spr), &sp));
+        g->sparse_given = 1;
+        g->sparse_tau = sp.tau;
+        g->sparse_start = sp.start;
+        g->sparse_end = sp.end;
+        if (!at) g->attention = H3_ATTN_MODE_SPARSE;
     }
     /* step caching: true (the default threshold) or a threshold */
     json_t *ca = json_object_get(obj, "cache");

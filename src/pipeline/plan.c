@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -68,8 +69,39 @@ h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
     return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16, fp8, int8 or sparse", s ? s : "");
 }
 
+h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out) {
+    const h3_sparse_rule def = H3_SPARSE_RULE_DEFAULT;
+    h3_sparse_rule r = def;
+    char *end = NULL;
+    int ok = s && *s;
+    if (ok) {
+        r.tau = strtof(s, &end);
+        ok = end != s && isfinite(r.tau) && r.tau >= -10.0f && r.tau <= 10.0f;
+    }
+    if (ok && *end == ',') {
+        const char *p = end + 1;
+        r.start = strtof(p, &end);
+        ok = end != p && *end == ',';
+        if (ok) {
+            p = end + 1;
+            r.end = strtof(p, &end);
+            ok = end != p;
+        }
+        ok = ok && r.start >= 0.0f && r.start < r.end && r.end <= 1.0f;
+    }
+    if (!ok || *end)
+        return H3_ERR(H3_ERR_INVALID,
+                      "--sparse '%s': give TAU or TAU,START,END (tau from -10 to 10, Sol-Attn's %.1f; the window of the "
+                      "schedule as fractions, 0 <= START < END <= 1, default %.1f,%.1f), e.g. --sparse 1.3,0.2,0.9",
+                      s ? s : "", (double)def.tau, (double)def.start, (double)def.end);
+    *out = r;
+    return H3_OK;
+}
+
 h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,
-                               int64_t rows, unsigned *flags, char *why, size_t why_len) {
+                               int64_t rows, const h3_sparse_rule *sparse, unsigned *flags, char *why,
+                               size_t why_len) {
+    const h3_sparse_rule def = H3_SPARSE_RULE_DEFAULT, *sp = sparse ? sparse : &def;
     *flags = 0;
     if (head_dim != 128) kernels = 0;
     if (mode == H3_ATTN_MODE_SPARSE) {
@@ -80,9 +112,9 @@ h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels,
                           "of 128 only; this GPU or model has no such kernel: leave --attention out or give bf16");
         }
         *flags = H3_ATTN_SPARSE;
-        snprintf(why, why_len, "sparse (asked%s; tau %.1f, steps %.1f..%.1f, %s)",
-                 on_cuda ? "; Hopper's wgmma kernel" : "; on the host: the reference", (double)H3_DIT_SPARSE_TAU,
-                 (double)H3_DIT_SPARSE_T0, (double)H3_DIT_SPARSE_T1,
+        snprintf(why, why_len, "sparse (asked%s; tau %.2g, steps %.2g..%.2g, %s)",
+                 on_cuda ? "; Hopper's wgmma kernel" : "; on the host: the reference", (double)sp->tau,
+                 (double)sp->start, (double)sp->end,
                  rows < H3_DIT_SPARSE_MIN_ROWS ? "dense: under 4,096 rows" : "4,096 rows or more");
         return H3_OK;
     }

@@ -82,6 +82,16 @@ typedef enum {
 } h3_attn_mode;
 /* "auto", "bf16", "fp8", "int8", "sparse" into *out; H3_ERR_INVALID naming the choices for anything else. */
 h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out);
+/* --attention sparse's rule (--sparse TAU[,START,END]): Sol-Attn's threshold (a key tile is exact when its centroid
+ * score passes mean + tau·std) and the window of the schedule's unshifted progress it runs in (ComfyUI's start and
+ * end percent, as fractions); outside it, and under H3_DIT_SPARSE_MIN_ROWS rows, the blocks stay dense. */
+typedef struct {
+    float tau, start, end;
+} h3_sparse_rule;
+#define H3_SPARSE_RULE_DEFAULT {H3_DIT_SPARSE_TAU, H3_DIT_SPARSE_T0, H3_DIT_SPARSE_T1}
+/* "TAU" or "TAU,START,END" into *out (START, END default to H3_DIT_SPARSE_T0, _T1); H3_ERR_INVALID naming the
+ * rule for anything else: tau finite in [-10, 10], 0 <= START < END <= 1. */
+h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out);
 /* The attention a DiT stage runs: mode as asked; on_cuda: the stage runs on a GPU, kernels: the low-bit kernels
  * that GPU runs (h3_cuda_lowbit_attention's H3_CUDA_ATTN_* bits), all at head size 128 only; fp8_weights: the
  * blocks' GEMM weights are e4m3 (h3_dit_blocks_fp8); rows: the packed sequence. AUTO takes fp8 only where the user
@@ -89,10 +99,12 @@ h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out);
  * release), at 8,192 rows or more (where attention is a large share of the step); bf16 elsewhere (the mma.sync fp8
  * and int8 kernels are asked for by name). An explicit fp8 or int8 on a GPU without the kernel is an error
  * (H3_ERR_UNSUPPORTED) naming the fix; on the host it runs the reference. SPARSE is never picked by AUTO (its effect
- * on a trained model's output is unmeasured) and needs H3_CUDA_ATTN_SPARSE on a GPU. *flags gets 0, H3_ATTN_FP8,
- * H3_ATTN_INT8 or H3_ATTN_SPARSE; why (why_len bytes) says what was picked and why. */
+ * on a trained model's output is unmeasured) and needs H3_CUDA_ATTN_SPARSE on a GPU; sparse: its rule (NULL:
+ * H3_SPARSE_RULE_DEFAULT), which why states. *flags gets 0, H3_ATTN_FP8, H3_ATTN_INT8 or H3_ATTN_SPARSE; why
+ * (why_len bytes) says what was picked and why. */
 h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,
-                               int64_t rows, unsigned *flags, char *why, size_t why_len);
+                               int64_t rows, const h3_sparse_rule *sparse, unsigned *flags, char *why,
+                               size_t why_len);
 
 /* Fills the figures of a named device ("h200"); 0 when unknown. */
 int h3_device_figures_find(const char *name, h3_device_figures *out);
