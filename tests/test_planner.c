@@ -334,7 +334,8 @@ static void test_attention_resolve(void) {
                    ada = H3_CUDA_ATTN_FP8 | H3_CUDA_ATTN_INT8, ampere = H3_CUDA_ATTN_INT8;
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "auto"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 0, 19412, NULL, &fl, why, sizeof why)); /* bf16 w */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 0, 19412,
+                                  NULL, &fl, why, sizeof why)); /* bf16 w */
     CHECK(fl == 0 && strstr(why, "not fp8"), "%u %s", fl, why);
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 128, 1, 4000, NULL, &fl, why, sizeof why)); /* short */
     CHECK(fl == 0 && strstr(why, "8,192"), "%u %s", fl, why);
@@ -343,7 +344,8 @@ static void test_attention_resolve(void) {
     /* auto never picks the kernels not measured against the release: Ada's fp8, int8 */
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, ada, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == 0 && strstr(why, "unmeasured"), "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 64, 1, 19412, NULL, &fl, why, sizeof why)); /* head 64 */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_AUTO, 1, hopper, 64, 1, 19412,
+                                  NULL, &fl, why, sizeof why)); /* head 64 */
     CHECK(fl == 0 && strstr(why, "no low-bit attention kernel"), "%u %s", fl, why);
     CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, hopper, 64, 1, 19412, NULL, &fl, why, sizeof why),
               H3_ERR_UNSUPPORTED, "head size of 128");
@@ -351,7 +353,8 @@ static void test_attention_resolve(void) {
     CHECK(fl == 0 && strstr(why, "host"), "%u %s", fl, why);
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_BF16, 1, hopper, 128, 1, 19412, NULL, &fl, why, sizeof why));
     CHECK(fl == 0, "%u %s", fl, why);
-    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100, NULL, &fl, why, sizeof why)); /* the host reference */
+    CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_FP8, 0, 0, 128, 0, 100,
+                                  NULL, &fl, why, sizeof why)); /* the host reference */
     CHECK(fl == H3_ATTN_FP8 && strstr(why, "reference"), "%u %s", fl, why);
     CHECK_OK(h3_attention_resolve(H3_ATTN_MODE_INT8, 0, 0, 128, 0, 100, NULL, &fl, why, sizeof why));
     CHECK(fl == H3_ATTN_INT8 && strstr(why, "reference"), "%u %s", fl, why);
@@ -364,7 +367,8 @@ static void test_attention_resolve(void) {
     CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_FP8, 1, ampere, 128, 1, 19412, NULL, &fl, why, sizeof why),
               H3_ERR_UNSUPPORTED, "8.9 or later");
     CHECK(fl == 0);
-    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412, NULL, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
+    CHECK_ERR(h3_attention_resolve(H3_ATTN_MODE_INT8, 1, 0, 128, 1, 19412,
+                                   NULL, &fl, why, sizeof why), H3_ERR_UNSUPPORTED,
               "7.5 or later");
     /* sparse: asked for only (auto never), Hopper's kernel or the host's reference */
     CHECK_OK(h3_attn_mode_parse("sparse", &m));

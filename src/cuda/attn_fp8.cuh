@@ -123,8 +123,9 @@ __device__ __forceinline__ float ex2_approx(float x) {
 /* fa_softmax for the fp8 kernel, with fewer instructions per score (the softmax, not the tensor cores, bounds this
  * kernel): the max is taken over the biased raw scores (sc > 0), each probability is one FFMA and one ex2,
  * p = exp2((s + bias)·sc − (max + bias·sc) + FP8_P_OFFSET), the FFMA cancelling the bias exactly (the one rounding
- * of bias·sc moves a row's probabilities of one key tile together by a relative 2⁻²³·bias·sc, a few 1e-5 at scores
- * of tens); l, their sum, comes from the tensor cores (issue_pv). (Exponents in half precision, two per
+ * of max + bias·sc moves a row's probabilities of one key tile together by at most a relative 2⁻²⁴·ln2·bias·sc:
+ * under 1e-3 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums, far below e4m3's rounding of P);
+ * l, their sum, comes from the tensor cores (issue_pv). (Exponents in half precision, two per
  * ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124, the conversions to and from f16
  * costing more than the special-function work they save.) */
 __device__ __forceinline__ void fa_softmax_fp8(const int (&si)[64], float (&s)[64], fa_rows &r, const attn_args &a,
@@ -175,7 +176,7 @@ __device__ __forceinline__ void fa_softmax_fp8(const int (&si)[64], float (&s)[6
 #endif
 }
 
-/* O *= c per row (skipped where the row's max did not move), and the probabilities in s into the e4m3 A fragments
+/* O and l *= c per row (skipped where the row's max did not move), and the probabilities in s into the e4m3 A fragments
  * of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's order), row
  * g+8's, then the same of the second 16). */
 __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, uint32_t (&p)[16], const float (&s)[64],

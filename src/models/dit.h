@@ -203,8 +203,8 @@ const h3_st_set *h3_dit_files(const h3_dit *dit);
 h3_status h3_dit_set_chunk_rows(h3_dit *dit, int64_t rows);
 int64_t h3_dit_chunk_rows(const h3_dit *dit);
 /* The blocks' joint attention: 0 (bf16 on the device, f32 on the host), H3_ATTN_FP8 (tensor/ops.h: q, k in int8,
- * v and P·V in e4m3; on the device sm_89+) or H3_ATTN_INT8 (q, k in int8, P·V in f16; sm_75+), their quantized copies in
- * arena scratch that h3_dit_forward_mem_of counts.
+ * v and P·V in e4m3; on the device sm_89+) or H3_ATTN_INT8 (q, k in int8, P·V in f16; sm_75+), their quantized
+ * copies in arena scratch that h3_dit_forward_mem_of counts.
  * The text refiner's short attention stays exact. */
 void h3_dit_set_attention(h3_dit *dit, unsigned flags);
 /* h3_dit_set_attention's block-sparse mode (a DiT mode, not an op flag: the blocks call h3_op_attention_sparse). */

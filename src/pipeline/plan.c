@@ -91,8 +91,9 @@ h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out) {
     }
     if (!ok || *end)
         return H3_ERR(H3_ERR_INVALID,
-                      "--sparse '%s': give TAU or TAU,START,END (tau from -10 to 10, Sol-Attn's %.1f; the window of the "
-                      "schedule as fractions, 0 <= START < END <= 1, default %.1f,%.1f), e.g. --sparse 1.3,0.2,0.9",
+                      "--sparse '%s': give TAU or TAU,START,END (tau from -10 to 10, Sol-Attn's %.1f; the window "
+                      "of the schedule as fractions, 0 <= START < END <= 1, default %.1f,%.1f), e.g. --sparse "
+                      "1.3,0.2,0.9",
                       s ? s : "", (double)def.tau, (double)def.start, (double)def.end);
     *out = r;
     return H3_OK;

@@ -143,9 +143,10 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * mean over all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of
  * 128 rows (max|x|/127, rounded to nearest even), v in e4m3 with one scale per head and channel (max|v|/448); per
  * query row and block of 128 keys in order, s = (q8·k8)·sq·sk·scale (base 2), the online softmax in f32 with
- * p = exp2(s − max + 8) (at most 256), l = Σp, P·V with e4m3(p) and v8, o = Σ·sv / l. The device runs it on sm_89+ (Hopper's wgmma kernel,
- * Ada's and Blackwell's mma.sync one) at head size 128 with bf16 q, k, v only (H3_ERR_UNSUPPORTED elsewhere); the CPU
- * computes the same at any head size (the tests' reference). */
+ * p = exp2(s − max + 8) (at most 256), l = Σ e4m3(p) (the probabilities P·V takes), P·V with e4m3(p) and v8,
+ * o = Σ·sv / l. The device runs it on sm_89+ (Hopper's wgmma kernel, Ada's and Blackwell's mma.sync one) at head
+ * size 128 with bf16 q, k, v only (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the
+ * tests' reference). */
 #define H3_ATTN_FP8 2u
 /* q and k in int8, v and P·V in f16 (docs/CUDA.md "int8 attention", SageAttention's recipe): k less its mean over
  * all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of 64 rows
