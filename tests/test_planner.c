@@ -401,6 +401,16 @@ static void test_attention_resolve(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_ERR(h3_sparse_rule_parse(bad[i], &sp), H3_ERR_INVALID, "give TAU or TAU,START,END");
     CHECK_ERR(h3_sparse_rule_parse(NULL, &sp), H3_ERR_INVALID, "give TAU or TAU,START,END");
+    /* a request's rule (generate's check) and --sparse as the commands take it */
+    const h3_sparse_rule wide = {0.5f, 0.0f, 1.0f}, shut = {1.3f, 0.5f, 0.5f};
+    CHECK_OK(h3_sparse_rule_fits(&wide, H3_ATTN_MODE_SPARSE));
+    CHECK_ERR(h3_sparse_rule_fits(&shut, H3_ATTN_MODE_SPARSE), H3_ERR_INVALID, "START < END");
+    CHECK_ERR(h3_sparse_rule_fits(&wide, H3_ATTN_MODE_FP8), H3_ERR_INVALID, "give --attention sparse");
+    h3_attn_mode am = H3_ATTN_MODE_AUTO;
+    CHECK_OK(h3_sparse_rule_take("0.5,0,1", 0, &am, &sp));
+    CHECK(am == H3_ATTN_MODE_SPARSE && sp.tau == 0.5f);
+    am = H3_ATTN_MODE_BF16;
+    CHECK_ERR(h3_sparse_rule_take("0.5", 1, &am, &sp), H3_ERR_INVALID, "give --attention sparse");
 }
 
 static void test_budget_edges(void) {

@@ -436,20 +436,12 @@ int h3_cmd_generate(int argc, char **argv) {
     if (st == H3_OK && out_size)
         st = h3_request_parse_output_size(out_size, &gr.req.out_width, &gr.req.out_height);
     if (st == H3_OK && sampler) st = h3_sampler_parse(sampler, &gr.req.sampler);
-    if (st == H3_OK && attention) {
-        h3_attn_mode am = H3_ATTN_MODE_AUTO;
-        st = h3_attn_mode_parse(attention, &am);
-        gr.attention = (int)am;
-    }
-    if (st == H3_OK && sparse) { /* implies --attention sparse; with another mode the request refuses it */
-        h3_sparse_rule sp;
-        st = h3_sparse_rule_parse(sparse, &sp);
-        gr.sparse_given = 1;
-        gr.sparse_tau = sp.tau;
-        gr.sparse_start = sp.start;
-        gr.sparse_end = sp.end;
-        if (!attention) gr.attention = H3_ATTN_MODE_SPARSE;
-    }
+    h3_attn_mode am = H3_ATTN_MODE_AUTO;
+    if (st == H3_OK && attention) st = h3_attn_mode_parse(attention, &am);
+    h3_sparse_rule sp;
+    if (st == H3_OK && sparse && (st = h3_sparse_rule_take(sparse, attention != NULL, &am, &sp)) == H3_OK)
+        gr.sparse_given = 1, gr.sparse_tau = sp.tau, gr.sparse_start = sp.start, gr.sparse_end = sp.end;
+    gr.attention = (int)am;
     if (st == H3_OK && shift) st = h3_request_parse_shift(shift, &gr.req.shift_video, &gr.req.shift_audio);
     if (st == H3_OK && scheduler) st = h3_scheduler_parse(scheduler, &gr.req.scheduler);
     if (st == H3_OK) st = h3_device_parse(device, &gr.device);

@@ -413,11 +413,8 @@ int h3_cmd_plan(int argc, char **argv) {
         unsigned fl = 0;
         char why[96];
         h3_sparse_rule sp = H3_SPARSE_RULE_DEFAULT;
-        st = h3_attn_mode_parse(attention ? attention : sparse ? "sparse" : "auto", &am);
-        if (st == H3_OK && sparse) st = h3_sparse_rule_parse(sparse, &sp);
-        if (st == H3_OK && sparse && am != H3_ATTN_MODE_SPARSE)
-            st = H3_ERR(H3_ERR_INVALID, "--sparse sets the rule of --attention sparse; give --attention sparse or "
-                                        "leave --sparse out");
+        st = h3_attn_mode_parse(attention ? attention : "auto", &am);
+        if (st == H3_OK && sparse) st = h3_sparse_rule_take(sparse, attention != NULL, &am, &sp);
         if (st == H3_OK)
             st = h3_seq_layout_sizes(req.text_tokens, req.keyframes, req.window_frames ? req.window_frames : req.frames,
                                      req.refine_width ? req.refine_width : req.width,

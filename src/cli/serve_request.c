@@ -222,21 +222,15 @@ h3_status h3_serve_parse_request(json_t *obj, int defaults_small, const char *up
         g->audio = out->audio_path;
     }
     json_t *at = json_object_get(obj, "attention"); /* the DiT blocks' attention: auto, bf16, fp8, int8, sparse */
-    if (at) {
-        h3_attn_mode am = H3_ATTN_MODE_AUTO;
-        H3_TRY(h3_attn_mode_parse(json_string_value(at), &am));
-        g->attention = (int)am;
-    }
+    h3_attn_mode am = (h3_attn_mode)g->attention;
+    if (at) H3_TRY(h3_attn_mode_parse(json_string_value(at), &am));
     json_t *spr = json_object_get(obj, "sparse"); /* sparse attention's rule, "TAU[,START,END]" (implies it) */
     if (spr) {
         h3_sparse_rule sp;
-        H3_TRY(h3_sparse_rule_parse(json_string_value(spr), &sp));
-        g->sparse_given = 1;
-        g->sparse_tau = sp.tau;
-        g->sparse_start = sp.start;
-        g->sparse_end = sp.end;
-        if (!at) g->attention = H3_ATTN_MODE_SPARSE;
+        H3_TRY(h3_sparse_rule_take(json_string_value(spr), at != NULL, &am, &sp));
+        g->sparse_given = 1, g->sparse_tau = sp.tau, g->sparse_start = sp.start, g->sparse_end = sp.end;
     }
+    g->attention = (int)am;
     /* step caching: true (the default threshold) or a threshold */
     json_t *ca = json_object_get(obj, "cache");
     if (ca && json_is_number(ca)) {

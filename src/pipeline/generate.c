@@ -1101,12 +1101,17 @@ static int64_t set_bytes(const char *source) {
     return b;
 }
 
+/* The request's sparse rule: the one given, else Sol-Attn's. */
+static h3_sparse_rule request_sparse_rule(const h3_generate_request *r) {
+    const h3_sparse_rule def = H3_SPARSE_RULE_DEFAULT;
+    return r->sparse_given ? (h3_sparse_rule){r->sparse_tau, r->sparse_start, r->sparse_end} : def;
+}
+
 /* The blocks' attention for this run's DiT (--attention, h3_attention_resolve) over `rows` packed rows: set on the
  * DiT before its plan or its stage, the choice logged and kept in the result. */
 static h3_status set_attention(gen *g, h3_dit *d, int on_cuda, int64_t rows) {
     unsigned fl = 0;
-    h3_sparse_rule sp = H3_SPARSE_RULE_DEFAULT;
-    if (g->r->sparse_given) sp = (h3_sparse_rule){g->r->sparse_tau, g->r->sparse_start, g->r->sparse_end};
+    const h3_sparse_rule sp = request_sparse_rule(g->r);
     H3_TRY(h3_attention_resolve((h3_attn_mode)g->r->attention, on_cuda, on_cuda ? h3_cuda_lowbit_attention(0) : 0u,
                                 h3_dit_get_config(d)->head_dim, h3_dit_blocks_fp8(d), rows, &sp, &fl,
                                 g->res.attention, sizeof g->res.attention));
@@ -1575,12 +1580,9 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             }
             if (g->r->attention == H3_ATTN_MODE_SPARSE || !strncmp(g->res.attention, "sparse", 6)) {
                 const size_t used = strlen(g->ck_key);
-                snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention sparse");
-                if (g->r->sparse_given) {
-                    const size_t u2 = strlen(g->ck_key);
-                    snprintf(g->ck_key + u2, sizeof g->ck_key - u2, " %a %a %a", (double)g->r->sparse_tau,
-                             (double)g->r->sparse_start, (double)g->r->sparse_end);
-                }
+                const h3_sparse_rule sp = request_sparse_rule(g->r); /* the rule as run, given or not */
+                snprintf(g->ck_key + used, sizeof g->ck_key - used, " attention sparse %a %a %a", (double)sp.tau,
+                         (double)sp.start, (double)sp.end);
             }
             if (g->r->cache_threshold > 0) {
                 const size_t used = strlen(g->ck_key);
@@ -2453,15 +2455,9 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (r->checkpoint_every < 0 || r->checkpoint_every > H3_MAX_STEPS)
         H3_FAIL(H3_ERR_INVALID, "a checkpoint every %d model calls: give 1 to %d", r->checkpoint_every, H3_MAX_STEPS);
     if (r->png_dir) H3_CHECK(h3_pathset_output(&paths, "--png-dir", r->png_dir, H3_OUT_DIR));
-    if (r->sparse_given) { /* the rule's own checks, and only with sparse attention */
-        if (r->attention != H3_ATTN_MODE_SPARSE)
-            H3_FAIL(H3_ERR_INVALID, "--sparse sets the rule of --attention sparse; give --attention sparse or leave "
-                                    "--sparse out");
-        char buf[96];
-        h3_sparse_rule sp;
-        snprintf(buf, sizeof buf, "%.9g,%.9g,%.9g", (double)r->sparse_tau, (double)r->sparse_start,
-                 (double)r->sparse_end);
-        H3_CHECK(h3_sparse_rule_parse(buf, &sp));
+    if (r->sparse_given) { /* the rule's bounds, and only with sparse attention */
+        const h3_sparse_rule sp = request_sparse_rule(r);
+        H3_CHECK(h3_sparse_rule_fits(&sp, (h3_attn_mode)r->attention));
     }
     if (r->cache_threshold != 0) { /* a bad threshold is the request's, said before anything loads */
         const h3_cache_opts co = {r->cache_threshold, H3_CACHE_START, H3_CACHE_END};

@@ -126,8 +126,8 @@ typedef struct h3_generate_request {
      * (H3_CACHE_THRESHOLD is ComfyUI's default); 0: off */
     double cache_threshold;
     int attention; /* the DiT blocks' attention, an h3_attn_mode (pipeline/plan.h): auto, bf16, fp8, int8 or sparse */
-    /* sparse's rule (--sparse TAU,START,END; pipeline/plan.h h3_sparse_rule) when sparse_given, else Sol-Attn's
-     * (H3_SPARSE_RULE_DEFAULT); given with another attention than sparse, the request is refused */
+    /* sparse's rule (--sparse TAU,START,END; pipeline/plan.h h3_sparse_rule_take fills these) when sparse_given,
+     * else Sol-Attn's (H3_SPARSE_RULE_DEFAULT); given with another attention than sparse, the request is refused */
     int sparse_given;
     float sparse_tau, sparse_start, sparse_end;
     int small_model; /* the model is h3run's small trained one (models/h3-small): no warnings about lengths

@@ -69,16 +69,24 @@ h3_status h3_attn_mode_parse(const char *s, h3_attn_mode *out) {
     return H3_ERR(H3_ERR_INVALID, "unknown --attention '%s': choose auto, bf16, fp8, int8 or sparse", s ? s : "");
 }
 
+#define SPARSE_RULE_WORDS                                                                                            \
+    "give TAU or TAU,START,END (tau from -10 to 10, Sol-Attn's 1.3; the window of the schedule as fractions, 0 <= "   \
+    "START < END <= 1, default 0.2,0.9), e.g. --sparse 1.3,0.2,0.9"
+
+static int sparse_rule_ok(const h3_sparse_rule *r) {
+    return isfinite(r->tau) && r->tau >= -10.0f && r->tau <= 10.0f && r->start >= 0.0f && r->start < r->end &&
+           r->end <= 1.0f;
+}
+
 h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out) {
-    const h3_sparse_rule def = H3_SPARSE_RULE_DEFAULT;
-    h3_sparse_rule r = def;
+    h3_sparse_rule r = H3_SPARSE_RULE_DEFAULT;
     char *end = NULL;
     int ok = s && *s;
     if (ok) {
         r.tau = strtof(s, &end);
-        ok = end != s && isfinite(r.tau) && r.tau >= -10.0f && r.tau <= 10.0f;
+        ok = end != s;
     }
-    if (ok && *end == ',') {
+    if (ok && *end == ',') { /* START,END */
         const char *p = end + 1;
         r.start = strtof(p, &end);
         ok = end != p && *end == ',';
@@ -87,16 +95,27 @@ h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out) {
             r.end = strtof(p, &end);
             ok = end != p;
         }
-        ok = ok && r.start >= 0.0f && r.start < r.end && r.end <= 1.0f;
     }
-    if (!ok || *end)
-        return H3_ERR(H3_ERR_INVALID,
-                      "--sparse '%s': give TAU or TAU,START,END (tau from -10 to 10, Sol-Attn's %.1f; the window "
-                      "of the schedule as fractions, 0 <= START < END <= 1, default %.1f,%.1f), e.g. --sparse "
-                      "1.3,0.2,0.9",
-                      s ? s : "", (double)def.tau, (double)def.start, (double)def.end);
+    if (!ok || *end || !sparse_rule_ok(&r))
+        return H3_ERR(H3_ERR_INVALID, "--sparse '%s': " SPARSE_RULE_WORDS, s ? s : "");
     *out = r;
     return H3_OK;
+}
+
+h3_status h3_sparse_rule_fits(const h3_sparse_rule *r, h3_attn_mode mode) {
+    if (!sparse_rule_ok(r))
+        return H3_ERR(H3_ERR_INVALID, "--sparse %g,%g,%g: " SPARSE_RULE_WORDS, (double)r->tau, (double)r->start,
+                      (double)r->end);
+    if (mode != H3_ATTN_MODE_SPARSE)
+        return H3_ERR(H3_ERR_INVALID,
+                      "--sparse sets the rule of --attention sparse; give --attention sparse or leave --sparse out");
+    return H3_OK;
+}
+
+h3_status h3_sparse_rule_take(const char *s, int mode_given, h3_attn_mode *mode, h3_sparse_rule *out) {
+    H3_TRY(h3_sparse_rule_parse(s, out));
+    if (!mode_given) *mode = H3_ATTN_MODE_SPARSE;
+    return h3_sparse_rule_fits(out, *mode);
 }
 
 h3_status h3_attention_resolve(h3_attn_mode mode, int on_cuda, unsigned kernels, int64_t head_dim, int fp8_weights,

@@ -92,6 +92,11 @@ typedef struct {
 /* "TAU" or "TAU,START,END" into *out (START, END default to H3_DIT_SPARSE_T0, _T1); H3_ERR_INVALID naming the
  * rule for anything else: tau finite in [-10, 10], 0 <= START < END <= 1. */
 h3_status h3_sparse_rule_parse(const char *s, h3_sparse_rule *out);
+/* Whether rule r holds those bounds and may go with attention mode (only SPARSE takes a rule); H3_ERR_INVALID. */
+h3_status h3_sparse_rule_fits(const h3_sparse_rule *r, h3_attn_mode mode);
+/* --sparse as the commands take it: the rule s parsed into *out; with no --attention given (mode_given 0) it makes
+ * *mode SPARSE, else *mode must be SPARSE (h3_sparse_rule_fits). */
+h3_status h3_sparse_rule_take(const char *s, int mode_given, h3_attn_mode *mode, h3_sparse_rule *out);
 /* The attention a DiT stage runs: mode as asked; on_cuda: the stage runs on a GPU, kernels: the low-bit kernels
  * that GPU runs (h3_cuda_lowbit_attention's H3_CUDA_ATTN_* bits), all at head size 128 only; fp8_weights: the
  * blocks' GEMM weights are e4m3 (h3_dit_blocks_fp8); rows: the packed sequence. AUTO takes fp8 only where the user
