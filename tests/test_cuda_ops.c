@@ -443,8 +443,8 @@ static void attn_lowbit_case(unsigned mode, const char *kernel, int64_t Sq, int6
         const double e = t_rel_err(f.data, ref, n);
         printf("  %s: %.3e relative L2 off exact attention (the CPU's f32 on the same bf16 inputs)\n", what, e);
         /* Both modes take q and k in int8 (127 steps); P and V in e4m3 (fp8) or f16 (int8): test_ops measures the
-         * CPU's same quantization 2-4% (fp8) and 0.2-3% (int8) off exact attention on random data, the peaked scores
-         * (q, k of standard deviation 2) the most; with q, k in e4m3 the fp8 mode was 4-9% off. */
+         * CPU's same quantization 3-5% (fp8) and 0.2-3% (int8) off exact attention on random data, peaked scores
+         * (here q, k of standard deviation 2) the most; with q, k in e4m3 the fp8 mode was 4-9% off. */
         CHECK(e < 0.06, "%s: %.3e off exact attention (at most 6e-2)", what, e);
         free(ref);
         h3_tensor_free(&back);
