@@ -1,6 +1,8 @@
 /* CUDA kernel throughput through the op API at DiT shapes: bf16 GEMMs (cuBLASLt), attention, elementwise
  * bandwidth, and host<->device copies. Skips without a GPU.
- *   usage: bench_cuda_kernels [rows]   (default 19412 = W124's packed rows) */
+ *   usage: bench_cuda_kernels [rows]   (default 19412 = W124's packed rows)
+ *   H3_BENCH_ATTN_AMP: q, k, v in ±amp (default 3); H3_BENCH_ATTN_ONLY=1: bf16 and this GPU's fp8 attention
+ *   only (A/B runs of kernel variants, tests/gpu/run.sh ab) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,11 @@ static void dev_fill_amp(h3_tensor *t, float amp) {
 
 static void dev_fill(h3_tensor *t) {
     dev_fill_amp(t, 0.1f);
+}
+/* H3_BENCH_ATTN_ONLY=1: bf16 and Hopper's fp8 attention only (A/B runs of kernel variants) */
+static int attn_only(void) {
+    const char *e = getenv("H3_BENCH_ATTN_ONLY");
+    return e && *e && *e != '0';
 }
 static float attn_amp(void) {
     const char *e = getenv("H3_BENCH_ATTN_AMP");
@@ -142,7 +149,7 @@ int main(int argc, char **argv) {
     const int64_t shapes[4][2] = {{21504, 5376}, {5376, 7168}, {28672, 5376}, {5376, 14336}};
     const char *names[4] = {"qkv_proj", "out_proj", "fc1", "fc2"};
     double total_gemm = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4 && !attn_only(); i++) {
         h3_tensor x, w, y;
         TRY(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, H3_BF16, M, shapes[i][1], H3_MEM_ACTIVATIONS));
         TRY(h3_tensor_alloc2(&w, H3_PLACE_DEVICE, H3_BF16, shapes[i][0], shapes[i][1], H3_MEM_WEIGHTS));
@@ -202,7 +209,7 @@ int main(int argc, char **argv) {
             unsigned flags;
             int mma8;
         } lb[] = {{"fp8", H3_ATTN_FP8, 0}, {"fp8 mma.sync", H3_ATTN_FP8, 1}, {"int8", H3_ATTN_INT8, 0}};
-        for (size_t m = 0; m < sizeof lb / sizeof lb[0]; m++) {
+        for (size_t m = 0; m < (attn_only() ? 1 : sizeof lb / sizeof lb[0]); m++) {
             c.flags = lb[m].flags;
             h3_cuda_attention_prefer_mma8(lb[m].mma8);
             h3_status st = run_attn(&c);
@@ -225,7 +232,7 @@ int main(int argc, char **argv) {
         const int64_t nt = (M + 127) / 128;
         uint8_t *mark = calloc((size_t)nt, 1);
         if (mark) mark[0] = 1;
-        for (int m = 0; m < 2 && mark; m++) {
+        for (int m = 0; m < 2 && mark && !attn_only(); m++) {
             int64_t n_exact = 0;
             h3_sparse_attn sp = {(float)taus[m], mark, &n_exact};
             c.sp = &sp;
@@ -253,7 +260,7 @@ int main(int argc, char **argv) {
         h3_tensor_free(&o);
         h3_tensor_free(&ob);
     }
-    {
+    if (!attn_only()) {
         h3_tensor x, y;
         TRY(h3_tensor_alloc2(&x, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
         TRY(h3_tensor_alloc2(&y, H3_PLACE_DEVICE, H3_BF16, M, 5376, H3_MEM_ACTIVATIONS));
@@ -264,7 +271,7 @@ int main(int argc, char **argv) {
         h3_tensor_free(&x);
         h3_tensor_free(&y);
     }
-    {
+    if (!attn_only()) {
         int64_t n = (int64_t)1 << 30; /* 2 GiB of bf16 */
         h3_tensor hp, d;
         TRY(h3_tensor_alloc2(&hp, H3_PLACE_PINNED, H3_BF16, n / 8192, 8192, H3_MEM_WEIGHTS));

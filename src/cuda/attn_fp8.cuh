@@ -314,23 +314,21 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
         fa_softmax_fp8(si, s, rs, a, qscale * kscale[kb], kbase, full, row0, row1, shift, t4, c0, c1);
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack_fp8(o, rs, p, s, c0, c1); };
+    /* the shared-memory descriptors once: their low 14 bits are the address / 16, so a 32-byte k step
+     * adds 2 and a stage KB / 16 (shared memory stays under 256 KB: nothing carries out of the field) */
+    const uint64_t dQ = wg_desc(sQ + cw * 64 * 128, 16, 1024), dK = wg_desc(sK, 16, 1024),
+                   dV = wg_desc(sV, 16, 1024), dOnes = wg_desc(sOnes, 16, 1024);
     auto issue_s = [&](int kb) {
-        const unsigned char *tK = sK + (kb % WG8_STAGES) * KB;
+        const uint64_t dk = dK + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            uint64_t da = wg_desc(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
-            uint64_t db = wg_desc(tK + kk * 32, 16, 1024);
-            wgmma_ss_m64n128_s8(si, da, db, kk > 0);
-        }
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_m64n128_s8(si, dQ + 2 * kk, dk + 2 * kk, kk > 0);
         wgmma_commit();
     };
     auto issue_pv = [&](int kb) {
-        const unsigned char *tV = sV + (kb % WG8_STAGES) * KB;
+        const uint64_t dv = dV + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            uint64_t db = wg_desc(tV + kk * 32, 16, 1024);
-            wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
-        }
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + 2 * kk);
         /* The tile's Σp on the tensor cores, from the e4m3 P that O took, into a fresh accumulator (every column
          * of P·ones is the row's sum: psum[0] row g, psum[2] row g+8), which add_tile_sum adds to l in f32: no
          * additions in the softmax. Not as 8 more columns of O: Hopper's fp8 accumulation keeps about 13 bits
@@ -338,8 +336,8 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
          * (measured 6e-2 off the CPU's sum at 4,096 keys). */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_rs_m64n8_e4m3(psum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                                wg_desc(sOnes + kk * 32, 16, 1024), kk > 0);
+            wgmma_rs_m64n8_e4m3(psum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dOnes + 2 * kk,
+                                kk > 0);
         wgmma_commit();
     };
     auto add_tile_sum = [&]() {

@@ -103,12 +103,6 @@ __device__ __forceinline__ void mma8_s8(int *c, const uint32_t *a, uint32_t b0, 
 #endif
 }
 
-/* x rounded to e4m3 (nearest, saturating at ±448), as a float. */
-__device__ __forceinline__ float e4m3_round(float x) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), __NV_E4M3);
-    return __half2float(__half(h));
-}
-
 /* c[4] (f32) += A[16x32] · B[32x8] in e4m3 (sm_89+). */
 __device__ __forceinline__ void mma8_e4m3(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -266,12 +260,10 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
             s[j][1] = exp2f(s[j][1] - base0);
             s[j][2] = exp2f(s[j][2] - base1);
             s[j][3] = exp2f(s[j][3] - base1);
-            if constexpr (MODE == MMA8_FP8) { /* l sums the e4m3 probabilities P·V takes (Hopper's kernel's l) */
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[j][e] = e4m3_round(s[j][e]);
+            if constexpr (MODE == MMA8_INT8) { /* fp8: l from the tensor cores, below */
+                sum0 += s[j][0] + s[j][1];
+                sum1 += s[j][2] + s[j][3];
             }
-            sum0 += s[j][0] + s[j][1];
-            sum1 += s[j][2] + s[j][3];
         }
         l0 = l0 * c0 + sum0;
         l1 = l1 * c1 + sum1;
@@ -285,7 +277,11 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
             o[i][3] *= c1;
         }
         if constexpr (MODE == MMA8_FP8) {
-            /* O += P V over 32-key slices: P in e4m3 from the accumulators, V's rows (channels) by ldmatrix */
+            /* O += P V over 32-key slices: P in e4m3 from the accumulators, V's rows (channels) by
+             * ldmatrix; and the tile's Σp as P times e4m3 ones (0x38) into a fresh accumulator (every
+             * column is the row's sum: ps[0] row g, ps[2] row g+8), the sum of the rounded probabilities O
+             * took, as Hopper's kernel does */
+            float ps[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int kk = 0; kk < BK / 32; kk++) {
                 uint32_t pa[4];
@@ -293,6 +289,7 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
                 pa[1] = pack_e4m3x4(s[4 * kk][2], s[4 * kk][3], s[4 * kk + 1][2], s[4 * kk + 1][3]);
                 pa[2] = pack_e4m3x4(s[4 * kk + 2][0], s[4 * kk + 2][1], s[4 * kk + 3][0], s[4 * kk + 3][1]);
                 pa[3] = pack_e4m3x4(s[4 * kk + 2][2], s[4 * kk + 2][3], s[4 * kk + 3][2], s[4 * kk + 3][3]);
+                mma8_e4m3(ps, pa, 0x38383838u, 0x38383838u);
 #pragma unroll
                 for (int dd = 0; dd < 8; dd++) { /* 16 channels a step */
                     uint32_t b0, b1, b2, b3;
@@ -302,6 +299,8 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
                     mma8_e4m3(o[2 * dd + 1], pa, b2, b3);
                 }
             }
+            l0 += ps[0];
+            l1 += ps[2];
         } else {
             /* O += P V in f16: the bf16 kernel's fragments, V [keys][128] f16 through ldmatrix.trans */
 #pragma unroll
@@ -322,8 +321,10 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
         __syncthreads();
     }
     mma8_wait<0>();
-    l0 = quad_sum(l0);
-    l1 = quad_sum(l1);
+    if constexpr (MODE == MMA8_INT8) { /* per-thread partial sums; fp8's are whole rows already */
+        l0 = quad_sum(l0);
+        l1 = quad_sum(l1);
+    }
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
     __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;

@@ -385,23 +385,24 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
         fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack(o, p, s, c0, c1); };
+    /* the shared-memory descriptors once: their low 14 bits are the address / 16, so b bytes further
+     * add b / 16 */
+    const uint64_t dQ = wg_desc(sQ + cw * 64 * 128, 16, 1024), dK = wg_desc(sK, 16, 1024),
+                   dV = wg_desc(sV, PANEL_K, 1024);
     auto issue_s = [&](int kb) {
-        const unsigned char *tK = sK + (kb % WG8_STAGES) * KB;
+        const uint64_t dk = dK + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint64_t da = wg_desc(sQ + (kk >> 2) * PANEL_Q + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-            uint64_t db = wg_desc(tK + (kk >> 2) * PANEL_K + (kk & 3) * 32, 16, 1024);
-            wgmma_ss_m64n128(s, da, db, kk > 0);
-        }
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma_ss_m64n128(s, dQ + (uint64_t)(((kk >> 2) * PANEL_Q + (kk & 3) * 32) >> 4),
+                             dk + (uint64_t)(((kk >> 2) * PANEL_K + (kk & 3) * 32) >> 4), kk > 0);
         wgmma_commit();
     };
     auto issue_pv = [&](int kb) {
-        const unsigned char *tV = sV + (kb % WG8_STAGES) * KB;
+        const uint64_t dv = dV + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            uint64_t db = wg_desc(tV + kk * 16 * 128, PANEL_K, 1024);
-            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], db);
-        }
+        for (int kk = 0; kk < WG_BK / 16; kk++)
+            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                                dv + (uint64_t)(kk * 128));
         wgmma_commit();
     };
 

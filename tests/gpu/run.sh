@@ -19,6 +19,7 @@
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
+#   ab (bench_cuda_kernels' attention, base and each H3_BUNDLE_VARIANTS build alternated twice; AB_ROWS),
 #   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
 #   W124's sequence with q, k, v in ±3), lowbit-ncu (Nsight Compute on one launch of Hopper's fp8 kernel there),
 #   sparse (block-sparse attention: test_cuda_ops attention_sparse, test_dit_cuda full_width_sparse, bench_cuda_kernels
@@ -56,7 +57,25 @@ for s in "${steps[@]}"; do
                 --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
                 --section InstructionStats --section Occupancy \
                 env H3_BENCH_ATTN_AMP=3 $B/bench_cuda_kernels 19412 > "$OUT/ncu_fp8_19412.txt" 2>&1
-            rc=$((rc | $?)); tail -120 "$OUT/ncu_fp8_19412.txt" ;;
+            rc=$((rc | $?)); tail -120 "$OUT/ncu_fp8_19412.txt"
+            # each pipe's share and each stall reason per issued instruction, the kernel's SASS, and the stall
+            # samples per SASS instruction
+            ncu --kernel-name regex:attn_wgmma8_fp8 --launch-count 1 --section SourceCounters --section WarpStateStats \
+                --metrics 'regex:^(sm__inst_executed_pipe_|sm__pipe_|smsp__average_warps_issue_stalled_).*(pct_of_peak_sustained_active|per_issue_active\.ratio)$' \
+                -o "$OUT/ncu_fp8" env H3_BENCH_ATTN_AMP=3 H3_BENCH_ATTN_ONLY=1 $B/bench_cuda_kernels 19412 > /dev/null 2>&1
+            ncu -i "$OUT/ncu_fp8.ncu-rep" --page details --print-details all > "$OUT/ncu_fp8_details.txt" 2>&1
+            ncu -i "$OUT/ncu_fp8.ncu-rep" --page raw --csv > "$OUT/ncu_fp8_raw.csv" 2>&1
+            ncu -i "$OUT/ncu_fp8.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_fp8_sass.csv" 2>&1
+            cuobjdump -sass -fun attn_wgmma8_fp8 $B/bench_cuda_kernels > "$OUT/fp8.sass" 2>&1 ||
+                cuobjdump -sass $B/bench_cuda_kernels > "$OUT/all.sass" 2>&1
+            grep -E "pipe_|stalled" "$OUT/ncu_fp8_details.txt" | head -80 ;;
+        ab) # A/B of kernel variants (bundle.sh H3_BUNDLE_VARIANTS): the base and each variant's bench, alternated
+            for round in 1 2; do
+                for b in $B/bench_cuda_kernels $B/bench_cuda_kernels.*; do
+                    echo "--- $(basename "$b") round $round"
+                    H3_BENCH_ATTN_AMP=3 H3_BENCH_ATTN_ONLY=1 $b ${AB_ROWS:-19412} 2>&1 | grep attention
+                done
+            done 2>&1 | tee "$OUT/ab.log" ;;
         sparse) $B/test_cuda_ops attention_sparse 2>&1 | tee "$OUT/test_cuda_ops_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/test_dit_cuda full_width_sparse 2>&1 | tee "$OUT/test_dit_cuda_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/bench_dit_cuda --attention sparse W362 2>&1 | tee "$OUT/bench_dit_cuda_sparse.log"
