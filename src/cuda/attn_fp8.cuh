@@ -231,8 +231,10 @@ __device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, co
     }
 }
 
-/* attn_wgmma8's schedule (TMA producer, two consumer warpgroups in ping-pong, softmax of block j beside P·V
- * of block j-1) on e4m3 tiles of 16 KB. */
+/* attn_wgmma8's schedule (TMA producer, two consumer warpgroups, softmax of block j beside P·V of block j-1) on
+ * 8-bit tiles of 16 KB, without attn_wgmma8's ping-pong: here the softmax takes longer than a warpgroup's GEMMs
+ * (the exponentials alone run at the tensor cores' rate), so making the warpgroups issue in turn only delays them
+ * (measured 2% slower at W124, bench/NOTES.md); each issues its GEMMs when its softmax is done. */
 __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant__ attn_tmaps maps, attn_args a) {
 #ifndef H3_WGMMA_COMPILED
     __trap();
@@ -294,7 +296,6 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int cw = wg - 1, ctid = tid - 128, warp = (ctid >> 5) & 3, lane = ctid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int my_bar = 1 + cw, other_bar = 2 - cw;
     float o[64], s[64], psum[4]; /* psum: one key tile's Σp (issue_pv) */
     int si[64];
     uint32_t p[16];
@@ -348,12 +349,9 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     if (nkb > 0) {
         float c0, c1;
         mbar_wait(q_full, 0);
-        if (cw == 1) named_arrive(other_bar); /* consumer 0 issues first */
         mbar_wait(&k_full[0], 0);
-        named_sync(my_bar);
         wgmma_fence();
         issue_s(0);
-        if (!(cw == 1 && nkb == 1)) named_arrive(other_bar);
         wgmma_wait0();
         mbar_arrive(&k_empty[0]);
         softmax(0, c0, c1);
@@ -362,11 +360,9 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
             const int st = kb % WG8_STAGES, ps = (kb - 1) % WG8_STAGES;
             mbar_wait(&k_full[st], (kb / WG8_STAGES) & 1);
             mbar_wait(&v_full[ps], ((kb - 1) / WG8_STAGES) & 1);
-            named_sync(my_bar);
             wgmma_fence();
             issue_s(kb);
             issue_pv(kb - 1);
-            if (!(cw == 1 && kb == nkb - 1)) named_arrive(other_bar);
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             mbar_arrive(&k_empty[st]);
             softmax(kb, c0, c1);
