@@ -66,8 +66,8 @@ for s in "${steps[@]}"; do
             ncu -i "$OUT/ncu_fp8.ncu-rep" --page details --print-details all > "$OUT/ncu_fp8_details.txt" 2>&1
             ncu -i "$OUT/ncu_fp8.ncu-rep" --page raw --csv > "$OUT/ncu_fp8_raw.csv" 2>&1
             ncu -i "$OUT/ncu_fp8.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_fp8_sass.csv" 2>&1
-            cuobjdump -sass -fun attn_wgmma8_fp8 $B/bench_cuda_kernels > "$OUT/fp8.sass" 2>&1 ||
-                cuobjdump -sass $B/bench_cuda_kernels > "$OUT/all.sass" 2>&1
+            cuobjdump -sass $B/bench_cuda_kernels |
+                awk '/Function : _Z15attn_wgmma8_fp8/{f=1;print;next} f&&/Function :/{exit} f{print}' > "$OUT/fp8.sass"
             grep -E "pipe_|stalled" "$OUT/ncu_fp8_details.txt" | head -80 ;;
         ab) # A/B of kernel variants (bundle.sh H3_BUNDLE_VARIANTS): the base and each variant's bench, alternated
             for round in 1 2; do
