@@ -53,7 +53,7 @@ static void dev_fill_amp(h3_tensor *t, float amp) {
 static void dev_fill(h3_tensor *t) {
     dev_fill_amp(t, 0.1f);
 }
-/* H3_BENCH_ATTN_ONLY=1: bf16 and Hopper's fp8 attention only (A/B runs of kernel variants) */
+/* H3_BENCH_ATTN_ONLY=1: bf16 attention and this GPU's fp8 kernel only (A/B runs of kernel variants) */
 static int attn_only(void) {
     const char *e = getenv("H3_BENCH_ATTN_ONLY");
     return e && *e && *e != '0';

@@ -635,8 +635,8 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
      * apart. Against exact attention: the quantization's own error, which must be there (the op did quantize)
      * and stay bounded. fp8: e4m3 P and V keep 3 mantissa bits (rounding errors of up to 2^-4 relative), and on
      * random data every key's error is independent, so outputs land 3-4% off (up to 5% with under ten keys;
-     * peaked scores, where a few keys dominate, the most; with q and k in e4m3 as well, as this mode first had them, 4-9%, and the peaked case's
-     * 9% fails the bound below). int8: 127 steps for q and k and f16 for P and V: 0.2-3% off (peaked scores the
+     * peaked scores, where a few keys dominate, the most; with q and k in e4m3 as well, as this mode first had
+     * them, 4-9%, and the peaked case's 9% fails the bound below). int8: 127 steps for q and k and f16 for P and V: 0.2-3% off (peaked scores the
      * most). With peaked scores one key carries most of a row, and one such flip of that key moves its row by up to
      * 1/8, which over the Sq·Hq rows' L2 is up to 1/(8·sqrt(Sq·Hq)) (seen: 1.5e-3 at Sq 200, Hq 2, spread 4, about
      * one seed in a few hundred): fp8 allows one. */
