@@ -273,8 +273,8 @@ static void full_width(int quant, unsigned lowbit_attn) {
         CHECK_OK(h3_dit_quantize_blocks(gpu, &g_ex, H3_QT_INT8_CONVROT, pool));
         h3_pool_free(pool);
     }
-    if (lowbit_attn) {
-        h3_dit_set_attention(cpu, lowbit_attn);
+    if (lowbit_attn) { /* the CPU computes the device kernel's key blocks (192 with Hopper's fp8 kernel) */
+        h3_dit_set_attention(cpu, h3_cuda_attention_ref_flags(&g_ex, lowbit_attn));
         h3_dit_set_attention(gpu, lowbit_attn);
     }
     if (lowbit_attn == H3_ATTN_SPARSE) { /* sparse at this length and step (the defaults ask 4,096 rows) */
@@ -328,7 +328,7 @@ static void test_full_width_sparse(void) {
 
 /* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
  * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the
- * rotation, fp8 cast with scale 1) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the
+ * rotation, fp8 with one scale per activation tensor) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the
  * activation quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8
  * linear), plus bf16 activations: measured 6.6e-3..8.1e-3 (int8), 2.1e-2..3.7e-2 (fp8), ~5e-3 (nvfp4, GGUF).
  */

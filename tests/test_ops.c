@@ -520,7 +520,8 @@ static void test_attention(void) {
 
 /* Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8) as ops.h states it, written out here in double over whole tensors
  * (the CPU op works per task on blocks), then the block-wise online softmax. Both: k less its mean over the keys, q
- * and k in int8 per head and block of rows (fp8 128, int8 64). fp8: v in e4m3 per channel, e4m3(exp2(s − max + 8)),
+ * and k in int8 per head and block of rows (fp8 128, int8 64; k and the softmax's key blocks 192 for fp8 with
+ * H3_ATTN_FP8_K192). fp8: v in e4m3 per channel, e4m3(exp2(s − max + 8)),
  * l their sum. int8: v in f16 per channel (max onto 256), f16(exp2(s − max)), l the sum before rounding. */
 static double q8(double x, double inv) {
     return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3((float)(x * inv)));
@@ -532,7 +533,7 @@ static void ref_attention_lowbit(unsigned mode, double *o, const h3_tensor *q, c
                                  const h3_tensor *v, double scale, int causal) {
     const int int8 = mode == H3_ATTN_INT8;
     const int64_t Sq = q->shape[0], Sk = k->shape[0], Hq = q->shape[1], Hk = k->shape[1], D = q->shape[2];
-    const int64_t B = int8 ? 64 : 128;
+    const int64_t B0 = int8 ? 64 : 128, KB = !int8 && (mode & H3_ATTN_FP8_K192) ? 192 : B0;
     const float top = 127.0f, vtop = int8 ? 256.0f : 448.0f;
     double *qd = dalloc((size_t)(Sq * Hq * D)), *kd = dalloc((size_t)(Sk * Hk * D)),
            *vd = dalloc((size_t)(Sk * Hk * D));
@@ -544,8 +545,8 @@ static void ref_attention_lowbit(unsigned mode, double *o, const h3_tensor *q, c
     }
     const h3_tensor *src[2] = {q, k};
     double *dst[2] = {qd, kd}, *sc[2] = {qsc, ksc};
-    for (int t = 0; t < 2; t++) { /* per head and block of B rows */
-        const int64_t S = src[t]->shape[0], H = src[t]->shape[1];
+    for (int t = 0; t < 2; t++) { /* per head and block of B rows (q: B0, k: KB) */
+        const int64_t S = src[t]->shape[0], H = src[t]->shape[1], B = t ? KB : B0;
         for (int64_t h = 0; h < H; h++)
             for (int64_t b = 0; b < S; b += B) {
                 double m = 0;
@@ -581,9 +582,9 @@ static void ref_attention_lowbit(unsigned mode, double *o, const h3_tensor *q, c
             double m = -INFINITY, l = 0, *oi = o + (i * Hq + h) * D;
             for (int64_t c = 0; c < D; c++) oi[c] = 0;
             const int64_t lim = causal ? (i + (Sk - Sq) + 1 < Sk ? i + (Sk - Sq) + 1 : Sk) : Sk;
-            for (int64_t b = 0; b < lim; b += B) {
-                const int64_t e = b + B < lim ? b + B : lim;
-                double sv[128], mx = m;
+            for (int64_t b = 0; b < lim; b += KB) {
+                const int64_t e = b + KB < lim ? b + KB : lim;
+                double sv[192], mx = m;
                 for (int64_t j = b; j < e; j++) {
                     double d = 0;
                     for (int64_t c = 0; c < D; c++) d += qd[(i * Hq + h) * D + c] * kd[(j * Hk + hk) * D + c];
@@ -628,7 +629,7 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
     CHECK_OK(h3_op_attention(&g_ex, &o, &q, &k, &v, (float)scale, fl | mode));
     char what[128];
     snprintf(what, sizeof what, "attention %s Sq%lld Sk%lld Hq%lld Hk%lld D%lld causal%d",
-             mode == H3_ATTN_FP8 ? "fp8" : "int8", (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk,
+             mode == H3_ATTN_INT8 ? "int8" : mode & H3_ATTN_FP8_K192 ? "fp8 (key blocks of 192)" : "fp8", (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk,
              (long long)D, causal);
     /* Against the same quantization in double: f32 sums and the rare probability rounded to the other e4m3 (or
      * f16) neighbour (f32 against double exp2: one such fp8 flip moves a row by up to 1/8 of one key's weight)
@@ -640,11 +641,11 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
      * most). With peaked scores one key carries most of a row, and one such flip of that key moves its row by up to
      * 1/8, which over the Sq·Hq rows' L2 is up to 1/(8·sqrt(Sq·Hq)) (seen: 1.5e-3 at Sq 200, Hq 2, spread 4, about
      * one seed in a few hundred): fp8 allows one. */
-    const double tol = mode == H3_ATTN_FP8 ? fmax(1e-3, 1.0 / (8.0 * sqrt((double)(Sq * Hq)))) : 1e-3;
+    const double tol = mode != H3_ATTN_INT8 ? fmax(1e-3, 1.0 / (8.0 * sqrt((double)(Sq * Hq)))) : 1e-3;
     EXPECT_CLOSE(what, F(&o), ref, (size_t)n, tol);
     double e = t_rel_err(F(&o), exact, (size_t)n);
     if (getenv("H3_TEST_VERBOSE")) fprintf(stderr, "  %s: %.3e off exact attention\n", what, e);
-    const double lo = mode == H3_ATTN_FP8 ? 1e-3 : 5e-4, hi = 0.06;
+    const double lo = mode != H3_ATTN_INT8 ? 1e-3 : 5e-4, hi = 0.06;
     /* One key: the softmax weight is exactly 1 and, for fp8, each channel's scale maps that key's value onto 448
      * exactly, so the quantized attention is exact or nearly (int8: v's f16 rounding) there: only the upper bound
      * applies. */
@@ -717,6 +718,12 @@ static void test_attention_choice(void) {
               (int)c[i].kernel, c[i].stages, c[i].pad);
         CHECK(ch.smem <= c[i].smem, "%s: %lld bytes of shared memory chosen, the limit is %lld", c[i].gpu,
               (long long)ch.smem, (long long)c[i].smem);
+        /* keys a tile: the quantization's k blocks and the CPU reference's key blocks follow it */
+        const int kb = ch.kernel == H3_ATTN_K_WGMMA_FP8 ? 192
+                       : ch.kernel == H3_ATTN_K_MMA_FP8 ? 128
+                       : ch.kernel == H3_ATTN_K_MMA_INT8 ? 64
+                                                         : 0;
+        CHECK(ch.kblock == kb, "%s: key tiles of %d, expected %d", c[i].gpu, ch.kblock, kb);
     }
 }
 
@@ -734,6 +741,7 @@ static void attn_lowbit_cases(unsigned mode) {
 }
 static void test_attention_fp8(void) {
     attn_lowbit_cases(H3_ATTN_FP8);
+    attn_lowbit_cases(H3_ATTN_FP8 | H3_ATTN_FP8_K192); /* Hopper's kernel's key blocks */
 }
 static void test_attention_int8(void) {
     attn_lowbit_cases(H3_ATTN_INT8);

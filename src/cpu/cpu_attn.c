@@ -112,7 +112,7 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
  * ------------------------------------------------------------------------------------------------------------
  * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any head
  * size. Both: k less its mean over the keys, q and k in int8 with one scale per head and block of rows (128 for
- * fp8, 64 for int8). fp8: v in e4m3 per head and channel, probabilities exp2(s − max + 8) rounded to e4m3 before
+ * fp8, 64 for int8; k's blocks of 192 for fp8 with H3_ATTN_FP8_K192, Hopper's tiles). fp8: v in e4m3 per head and channel, probabilities exp2(s − max + 8) rounded to e4m3 before
  * P·V. int8: v in f16 scaled per head and channel, probabilities exp2(s − max) rounded to f16. Per query row and
  * block of keys (the scales' block), in order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as
  * the tensor cores do there; int8: the f32 ones). The int8
@@ -121,7 +121,8 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
 typedef struct {
     attn_ctx c;
     int int8;
-    int64_t blk;        /* 128 (fp8) or 64 (int8) */
+    int64_t blk;        /* query blocks: 128 (fp8) or 64 (int8) */
+    int64_t kblk;       /* key blocks: blk, or 192 (fp8 with H3_ATTN_FP8_K192) */
     const float *kmean; /* [Hk·D] k's mean over the keys */
 } lowbit_ctx;
 
@@ -152,8 +153,8 @@ static float lowbit_block(float *dst, const float *src, int64_t ld, int64_t n, i
 static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
     const lowbit_ctx *x = p;
     const attn_ctx *c = &x->c;
-    const int64_t D = c->D, B = x->blk, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
-    float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + B * D, *V = K + B * D, *O = V + B * D;
+    const int64_t D = c->D, B = x->blk, KB = x->kblk, group = c->Hq / c->Hk, shift = c->Sk - c->Sq;
+    float *Q = c->ws + (size_t)tid * c->ws_per_thread, *K = Q + B * D, *V = K + KB * D, *O = V + KB * D;
     float *m = O + B * D, *l = m + B, *sc = l + B;
     const float off = x->int8 ? 0.0f : 8.0f; /* fp8: probabilities up to 256, e4m3's range */
     for (int64_t t = tb; t < te; t++) {
@@ -172,8 +173,8 @@ static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
             if (kend > c->Sk) kend = c->Sk;
             if (kend < 0) kend = 0;
         }
-        for (int64_t k0 = 0; k0 < kend; k0 += B) {
-            const int64_t nk = c->Sk - k0 < B ? c->Sk - k0 : B;
+        for (int64_t k0 = 0; k0 < kend; k0 += KB) {
+            const int64_t nk = c->Sk - k0 < KB ? c->Sk - k0 : KB;
             const float ks = lowbit_block(K, c->k + k0 * c->ldk + hk * D, c->ldk, nk, D, x->kmean + hk * D);
             for (int64_t r = 0; r < nk; r++)
                 for (int64_t d = 0; d < D; d++) {
@@ -221,6 +222,7 @@ static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor
     lowbit_ctx x;
     x.int8 = (flags & H3_ATTN_INT8) != 0;
     x.blk = x.int8 ? 64 : 128;
+    x.kblk = !x.int8 && (flags & H3_ATTN_FP8_K192) ? 192 : x.blk;
     x.c = attn_ctx_of(o, q, k, v, scale * 1.4426950408889634f, flags, x.blk);
     attn_ctx *c = &x.c;
     const int64_t D = c->D, HD = c->Hk * D;
@@ -243,7 +245,7 @@ static h3_status cpu_attention_lowbit(h3_exec *ex, h3_tensor *o, const h3_tensor
     c->vinv = tab + HD;
     c->vs = tab + 2 * HD;
     const int nt = h3_pool_threads(ex->pool);
-    c->ws_per_thread = (size_t)(4 * x.blk * D + 3 * x.blk);
+    c->ws_per_thread = (size_t)(2 * (x.blk + x.kblk) * D + 2 * x.blk + x.kblk);
     c->ws = h3_malloc((size_t)nt * c->ws_per_thread * sizeof(float), H3_MEM_WORKSPACE);
     if (!c->ws) {
         h3_free(tab);

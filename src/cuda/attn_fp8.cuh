@@ -1,13 +1,14 @@
 /* fp8 attention on Hopper (H3_ATTN_FP8, sm_90a): attn_wgmma8 with 8-bit operands, SageAttention 2's recipe.
  *
  * The quantization (docs/CUDA.md "fp8 attention"; the CPU computes the same, cpu_attn.c): k less its mean over the
- * keys (the softmax does not see it), q and k in int8 with one scale per head and block of 128 rows (max|x| / 127),
- * v in e4m3 with one scale per head and channel over all keys; S = Q·Kᵀ on m64n128k32 s8 wgmma into exact int32
- * sums (both operands K-major in shared memory, one 128-byte swizzled panel per row: the e4m3 layout, int8 runs at
+ * keys (the softmax does not see it), q and k in int8 with one scale per head and block of rows (max|x| / 127; q
+ * 128 rows, k FP8_BK, the key tile), v in e4m3 with one scale per head and channel over all keys; S = Q·Kᵀ on
+ * m64nFP8_BKk32 s8 wgmma into exact int32 sums (both operands K-major in shared memory, one 128-byte swizzled panel
+ * per row: the e4m3 layout, int8 runs at
  * e4m3's rate and its 127 steps are finer than e4m3's 3 mantissa bits, which sharp attention amplifies into the
  * exponentials); the online softmax in fp32, its probabilities taken as exp2(s − max + 8) (at most
- * 256, FA3's offset) and rounded to e4m3; O += P·V with P in registers and V transposed in shared memory ([128
- * channels][128 keys], K-major: Hopper's fp8 wgmma reads no MN-major operand). The register layout of an fp8
+ * 256, FA3's offset) and rounded to e4m3; O += P·V with P in registers and V transposed in shared memory (panels
+ * of [128 channels][64 keys], K-major: Hopper's fp8 wgmma reads no MN-major operand). The register layout of an fp8
  * A operand (row g: columns 4·t4..4·t4+3 and 16 + the same of each 32-key slice) differs from the layout the
  * S accumulators come in (row g: columns 8j + 2·t4, +1); instead of moving bytes between threads, the
  * transposed V stores its keys in the order the registers already hold (attn_fp8_key), which leaves P·V's sum
@@ -19,14 +20,25 @@
 
 #define FP8_P_OFFSET 8.0f /* p = exp2(s − max + 8): at most 256 (e4m3 reaches 448), small ones stay normal */
 
+/* Keys a tile (and k's scale block): 192, as FlashAttention 3's fp8 kernel takes more keys a tile than its bf16 one
+ * (224 at head size 128): the softmax's per-tile work (the row maxima's shuffles, O's rescale, the waits on the
+ * tensor cores) is spread over more keys. A multiple of 64 (V's panels); 128 builds the previous tiling. */
+#ifndef FP8_BK
+#define FP8_BK 192
+#endif
+#define FP8_NJ (FP8_BK / 8)   /* a thread's S columns: 2 per group of 8 keys, for rows g and g+8 */
+#define FP8_NK (FP8_BK / 32)  /* k-steps of P·V (32 keys each) */
+#define FP8_VPANEL (128 * 64) /* V's tiles: panels of 64 keys by 128 channels, 64-byte swizzle */
+
 /* 8 rows of 128 e4m3 ones after the K and V stages: P times them is each row's Σp of a key tile (issue_pv). */
 #define FP8_ONES_BYTES 1024
 static inline size_t wg8_fp8_smem_bytes(void) {
-    return (size_t)(WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + FP8_ONES_BYTES + 1024 + 256;
+    return (size_t)(WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256;
 }
 
-/* Tensor maps of the fp8 operands: q [Sq, Hq·128] and k [Sk, Hk·128] bytes, vt [Hk·128, ldv] bytes; boxes of
- * 128 by 128 bytes (one swizzled panel). Returns a CUresult (0 on success). */
+/* Tensor maps of the fp8 operands: q [Sq, Hq·128] and k [Sk, Hk·128] bytes, boxes of 128 (q) or FP8_BK (k) rows
+ * by 128 bytes (one 128-byte swizzled panel); vt [Hk·128, ldv] bytes, boxes of 128 channels by 64 keys (64-byte
+ * swizzle: a tile of FP8_BK keys is FP8_BK / 64 such panels). Returns a CUresult (0 on success). */
 static inline int attn_fp8_make_tmaps(attn_tmaps *m, const attn_args *a) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
@@ -40,41 +52,72 @@ static inline int attn_fp8_make_tmaps(attn_tmaps *m, const attn_args *a) {
         CUtensorMap *map;
         const void *ptr;
         int64_t cols, rows, ld;
-    } t[3] = {{&m->q, a->q, (int64_t)a->Hq * 128, a->Sq, a->ldq},
-              {&m->k, a->k, (int64_t)a->Hk * 128, a->Sk, a->ldk},
-              {&m->v, a->v, a->ldv, (int64_t)a->Hk * 128, a->ldv}};
+        cuuint32_t bx, by;
+        CUtensorMapSwizzle sw;
+    } t[3] = {{&m->q, a->q, (int64_t)a->Hq * 128, a->Sq, a->ldq, 128, 128, CU_TENSOR_MAP_SWIZZLE_128B},
+              {&m->k, a->k, (int64_t)a->Hk * 128, a->Sk, a->ldk, 128, FP8_BK, CU_TENSOR_MAP_SWIZZLE_128B},
+              {&m->v, a->v, a->ldv, (int64_t)a->Hk * 128, a->ldv, 64, 128, CU_TENSOR_MAP_SWIZZLE_64B}};
     for (int i = 0; i < 3; i++) {
         cuuint64_t dims[2] = {(cuuint64_t)t[i].cols, (cuuint64_t)t[i].rows};
         cuuint64_t strides[1] = {(cuuint64_t)t[i].ld};
-        cuuint32_t box[2] = {128, 128}, es[2] = {1, 1};
+        cuuint32_t box[2] = {t[i].bx, t[i].by}, es[2] = {1, 1};
         CUresult r = encode(t[i].map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)t[i].ptr, dims, strides, box,
-                            es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            es, CU_TENSOR_MAP_INTERLEAVE_NONE, t[i].sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) return (int)r;
     }
     return 0;
 }
 
 #ifdef H3_WGMMA_COMPILED
-/* D (64x128 s32) (+)= A·B, int8, both in shared memory (K-major). */
-__device__ __forceinline__ void wgmma_ss_m64n128_s8(int *d, uint64_t da, uint64_t db, int accumulate) {
+/* D (64xFP8_BK s32) (+)= A·B, int8, both in shared memory (K-major). */
+#if FP8_BK == 192
+__device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_t db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-        "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-        "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
-        "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p;\n}\n"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
-          "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
-          "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
-          "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
-          "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]),
-          "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]),
-          "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
-          "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
+          "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
+          "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]),
+          "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]),
+          "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95])
         : "l"(da), "l"(db), "r"(accumulate));
 }
+#else
+__device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_t db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+#endif
 /* D += A·B, e4m3, A (64x32) in registers, B in shared memory (K-major). */
 __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
                                                       uint32_t a3, uint64_t db) {
@@ -128,31 +171,32 @@ __device__ __forceinline__ float ex2_approx(float x) {
  * l, their sum, comes from the tensor cores (issue_pv). (Exponents in half precision, two per
  * ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124, the conversions to and from f16
  * costing more than the special-function work they save.) */
-__device__ __forceinline__ void fa_softmax_fp8(const int (&si)[64], float (&s)[64], fa_rows &r, const attn_args &a,
-                                               float sc, int kbase, bool full, int row0, int row1, int shift, int t4,
+__device__ __forceinline__ void fa_softmax_fp8(uint32_t (&s)[FP8_BK / 2], fa_rows &r, const attn_args &a, float sc,
+                                               int kbase, bool full, int row0, int row1, int shift, int t4,
                                                float &c0, float &c1) {
 #ifdef H3_WGMMA_COMPILED
+    /* s holds the int32 sums on entry and the probabilities' f32 bits on return */
 #pragma unroll
-    for (int i = 0; i < 64; i++) s[i] = __int_as_float(si[i] + 0x4B400000);
+    for (int i = 0; i < FP8_BK / 2; i++) s[i] += 0x4B400000u;
     float mx0 = -INFINITY, mx1 = -INFINITY;
     if (full) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-            mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        for (int j = 0; j < FP8_NJ; j++) {
+            mx0 = fmaxf(mx0, fmaxf(__uint_as_float(s[4 * j]), __uint_as_float(s[4 * j + 1])));
+            mx1 = fmaxf(mx1, fmaxf(__uint_as_float(s[4 * j + 2]), __uint_as_float(s[4 * j + 3])));
         }
-    } else {
+    } else { /* a tile past the keys' end or the causal diagonal: from lim0 (row g), lim1 (row g+8) masked */
+        const int col = kbase + t4 * 2, end0 = a.causal && row0 + shift + 1 < a.Sk ? row0 + shift + 1 : a.Sk,
+                  end1 = a.causal && row1 + shift + 1 < a.Sk ? row1 + shift + 1 : a.Sk;
+        const int lim0 = end0 - col, lim1 = end1 - col; /* thread's column j·8 + e is key col + j·8 + e */
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < FP8_NJ; j++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int key = kbase + j * 8 + t4 * 2 + e;
-                bool bad0 = key >= a.Sk || (a.causal && key > row0 + shift);
-                bool bad1 = key >= a.Sk || (a.causal && key > row1 + shift);
-                if (bad0) s[4 * j + e] = -INFINITY;
-                if (bad1) s[4 * j + 2 + e] = -INFINITY;
-                mx0 = fmaxf(mx0, s[4 * j + e]);
-                mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+                if (j * 8 + e >= lim0) s[4 * j + e] = __float_as_uint(-INFINITY);
+                if (j * 8 + e >= lim1) s[4 * j + 2 + e] = __float_as_uint(-INFINITY);
+                mx0 = fmaxf(mx0, __uint_as_float(s[4 * j + e]));
+                mx1 = fmaxf(mx1, __uint_as_float(s[4 * j + 2 + e]));
             }
         }
     }
@@ -165,11 +209,11 @@ __device__ __forceinline__ void fa_softmax_fp8(const int (&si)[64], float (&s)[6
     const float b0 = mx0 == -INFINITY ? 0.0f : mx0 - FP8_P_OFFSET, b1 = mx1 == -INFINITY ? 0.0f : mx1 - FP8_P_OFFSET;
     const float n0 = fmaf(-FP8_S_BIAS, sc, -b0), n1 = fmaf(-FP8_S_BIAS, sc, -b1);
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        s[4 * j] = ex2_approx(fmaf(s[4 * j], sc, n0));
-        s[4 * j + 1] = ex2_approx(fmaf(s[4 * j + 1], sc, n0));
-        s[4 * j + 2] = ex2_approx(fmaf(s[4 * j + 2], sc, n1));
-        s[4 * j + 3] = ex2_approx(fmaf(s[4 * j + 3], sc, n1));
+    for (int j = 0; j < FP8_NJ; j++) {
+        s[4 * j] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j]), sc, n0)));
+        s[4 * j + 1] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 1]), sc, n0)));
+        s[4 * j + 2] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 2]), sc, n1)));
+        s[4 * j + 3] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 3]), sc, n1)));
     }
     r.m0 = mx0;
     r.m1 = mx1;
@@ -179,8 +223,8 @@ __device__ __forceinline__ void fa_softmax_fp8(const int (&si)[64], float (&s)[6
 /* O and l *= c per row (skipped where the row's max did not move), and the probabilities in s into the e4m3 A fragments
  * of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's order), row
  * g+8's, then the same of the second 16). */
-__device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, uint32_t (&p)[16], const float (&s)[64],
-                                                    float c0, float c1) {
+__device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, uint32_t (&p)[FP8_BK / 8],
+                                                    const uint32_t (&su)[FP8_BK / 2], float c0, float c1) {
 #ifdef H3_WGMMA_COMPILED
     if (c0 != 1.0f) {
         r.l0 *= c0;
@@ -198,14 +242,16 @@ __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, 
             o[4 * j + 3] *= c1;
         }
     }
+#define S_(i) __uint_as_float(su[i])
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < FP8_NK; kk++) {
         const int b = 16 * kk;
-        p[4 * kk] = pack_e4m3x4(s[b], s[b + 1], s[b + 4], s[b + 5]);
-        p[4 * kk + 1] = pack_e4m3x4(s[b + 2], s[b + 3], s[b + 6], s[b + 7]);
-        p[4 * kk + 2] = pack_e4m3x4(s[b + 8], s[b + 9], s[b + 12], s[b + 13]);
-        p[4 * kk + 3] = pack_e4m3x4(s[b + 10], s[b + 11], s[b + 14], s[b + 15]);
+        p[4 * kk] = pack_e4m3x4(S_(b), S_(b + 1), S_(b + 4), S_(b + 5));
+        p[4 * kk + 1] = pack_e4m3x4(S_(b + 2), S_(b + 3), S_(b + 6), S_(b + 7));
+        p[4 * kk + 2] = pack_e4m3x4(S_(b + 8), S_(b + 9), S_(b + 12), S_(b + 13));
+        p[4 * kk + 3] = pack_e4m3x4(S_(b + 10), S_(b + 11), S_(b + 14), S_(b + 15));
     }
+#undef S_
 #endif
 }
 
@@ -232,7 +278,7 @@ __device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, co
 }
 
 /* attn_wgmma8's schedule (TMA producer, two consumer warpgroups, softmax of block j beside P·V of block j-1) on
- * 8-bit tiles of 16 KB, without attn_wgmma8's ping-pong: here the softmax takes longer than a warpgroup's GEMMs
+ * 8-bit tiles of FP8_BK keys, without attn_wgmma8's ping-pong: here the softmax takes longer than a warpgroup's GEMMs
  * (the exponentials alone run at the tensor cores' rate), so making the warpgroups issue in turn only delays them
  * (measured 2% slower at W124, bench/NOTES.md); each issues its GEMMs when its softmax is done. */
 __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant__ attn_tmaps maps, attn_args a) {
@@ -241,7 +287,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
 #else
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
     unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
-    constexpr int QB = WG_BQ * 128, KB = WG_BK * 128;
+    constexpr int QB = WG_BQ * 128, KB = FP8_BK * 128; /* a K tile; a V tile is the same bytes in FP8_BK / 64 panels */
     unsigned char *sQ = base, *sK = base + QB, *sV = base + QB + WG8_STAGES * KB;
     unsigned char *sOnes = base + QB + 2 * WG8_STAGES * KB;
     uint64_t *bars = (uint64_t *)(sOnes + FP8_ONES_BYTES);
@@ -257,7 +303,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
         if (kend > a.Sk) kend = a.Sk;
         if (kend < 0) kend = 0;
     }
-    const int nkb = (kend + WG_BK - 1) / WG_BK;
+    const int nkb = (kend + FP8_BK - 1) / FP8_BK;
     if (tid == 0) {
         mbar_init(q_full, 1);
         for (int s = 0; s < WG8_STAGES; s++) {
@@ -284,10 +330,12 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
                 const int s = kb % WG8_STAGES, n = kb / WG8_STAGES;
                 if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
                 mbar_expect_tx(&k_full[s], KB);
-                tma_load_2d(sK + s * KB, &maps.k, hk * 128, kb * WG_BK, &k_full[s]);
+                tma_load_2d(sK + s * KB, &maps.k, hk * 128, kb * FP8_BK, &k_full[s]);
                 if (n > 0) mbar_wait(&v_empty[s], (n - 1) & 1);
                 mbar_expect_tx(&v_full[s], KB);
-                tma_load_2d(sV + s * KB, &maps.v, kb * WG_BK, hk * 128, &v_full[s]);
+#pragma unroll 1
+                for (int pn = 0; pn < FP8_BK / 64; pn++)
+                    tma_load_2d(sV + s * KB + pn * FP8_VPANEL, &maps.v, kb * FP8_BK + pn * 64, hk * 128, &v_full[s]);
             }
         }
         return;
@@ -296,48 +344,50 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int cw = wg - 1, ctid = tid - 128, warp = (ctid >> 5) & 3, lane = ctid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    float o[64], s[64], psum[4]; /* psum: one key tile's Σp (issue_pv) */
-    int si[64];
-    uint32_t p[16];
+    float o[64], psum[4]; /* psum: one key tile's Σp (issue_pv) */
+    uint32_t s[FP8_BK / 2]; /* S's int32 sums, then the tile's probabilities as f32 bits */
+    uint32_t p[FP8_BK / 8];
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 16; i++) p[i] = 0;
+    for (int i = 0; i < FP8_BK / 8; i++) p[i] = 0;
     fa_rows rs = {-INFINITY, -INFINITY, 0.0f, 0.0f};
     const int row0 = q0 + cw * 64 + warp * 16 + g, row1 = row0 + 8;
     const int rowmin = q0 + cw * 64;
-    const int nkb_all = (a.Sk + WG_BK - 1) / WG_BK;
+    const int nkb_all = (a.Sk + FP8_BK - 1) / FP8_BK;
     const float qscale = a.scale_log2 * a.qs[(int64_t)h * gridDim.x + blockIdx.x];
     const float *kscale = a.ks + (int64_t)hk * nkb_all;
     auto softmax = [&](int kb, float &c0, float &c1) {
-        const int kbase = kb * WG_BK;
-        const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
-        fa_softmax_fp8(si, s, rs, a, qscale * kscale[kb], kbase, full, row0, row1, shift, t4, c0, c1);
+        const int kbase = kb * FP8_BK;
+        const bool full = kbase + FP8_BK <= a.Sk && (!a.causal || kbase + FP8_BK - 1 <= rowmin + shift);
+        fa_softmax_fp8(s, rs, a, qscale * kscale[kb], kbase, full, row0, row1, shift, t4, c0, c1);
     };
     auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack_fp8(o, rs, p, s, c0, c1); };
     /* the shared-memory descriptors once: their low 14 bits are the address / 16, so a 32-byte k step
-     * adds 2 and a stage KB / 16 (shared memory stays under 256 KB: nothing carries out of the field) */
+     * adds 2, a V panel FP8_VPANEL / 16 and a stage KB / 16 (shared memory stays under 256 KB: nothing carries out
+     * of the field); V's panels are 64-byte swizzled (layout 2 in bits 62-63, 8 rows of 64 bytes = SBO 512) */
     const uint64_t dQ = wg_desc(sQ + cw * 64 * 128, 16, 1024), dK = wg_desc(sK, 16, 1024),
-                   dV = wg_desc(sV, 16, 1024), dOnes = wg_desc(sOnes, 16, 1024);
+                   dV = (wg_desc(sV, 16, 512) & ~(3ull << 62)) | (2ull << 62), dOnes = wg_desc(sOnes, 16, 1024);
     auto issue_s = [&](int kb) {
         const uint64_t dk = dK + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss_m64n128_s8(si, dQ + 2 * kk, dk + 2 * kk, kk > 0);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_s8_bk(s, dQ + 2 * kk, dk + 2 * kk, kk > 0);
         wgmma_commit();
     };
     auto issue_pv = [&](int kb) {
         const uint64_t dv = dV + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + 2 * kk);
+        for (int kk = 0; kk < FP8_NK; kk++)
+            wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                                  dv + (kk / 2) * (FP8_VPANEL >> 4) + 2 * (kk % 2));
         /* The tile's Σp on the tensor cores, from the e4m3 P that O took, into a fresh accumulator (every column
          * of P·ones is the row's sum: psum[0] row g, psum[2] row g+8), which add_tile_sum adds to l in f32: no
          * additions in the softmax. Not as 8 more columns of O: Hopper's fp8 accumulation keeps about 13 bits
          * aligned to the accumulator, which lost most of a long row's small probabilities into a growing l
          * (measured 6e-2 off the CPU's sum at 4,096 keys). */
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_rs_m64n8_e4m3(psum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dOnes + 2 * kk,
+        for (int kk = 0; kk < FP8_NK; kk++) /* every 32 bytes of a row of ones are ones: any k step will do */
+            wgmma_rs_m64n8_e4m3(psum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dOnes + 2 * (kk % 4),
                                 kk > 0);
         wgmma_commit();
     };

@@ -5,8 +5,10 @@
 
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
               "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
-static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
+static_assert((WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
               "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
+static_assert(FP8_BK == H3_CUDA_WGMMA_FP8_BK && FP8_BK % 64 == 0,
+              "cuda.h's key block for Hopper's fp8 kernel (the quantization's k blocks) is the kernel's tile");
 
 /* 1 when this GPU runs the sm_90a image; 0 when it has no image for this GPU or the probe fails. Never fails. */
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
@@ -42,7 +44,8 @@ extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st) {
 }
 
 /* The fp8 kernel (attn_wgmma8_fp8) on operands cuda_attention quantized: q, k [S, H·128] and v transposed. Two
- * K/V stages: three and four measured the same at W124 (13.9-14.2 ms), the kernel being bound by its softmax. */
+ * K/V stages: with tiles of 128 keys three and four measured the same at W124 (13.9-14.2 ms), the kernel being bound
+ * by its softmax. */
 extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st) {
     static int configured = 0;
     const size_t smem = wg8_fp8_smem_bytes();

@@ -38,6 +38,9 @@ void h3_cuda_comm_destroy(struct h3_comm *c);
 /* Tests: with on set, low-bit attention on Hopper runs the mma.sync fp8 kernel (Ada's) instead of the wgmma one,
  * so the H200 checks both. Process-wide; off by default. */
 void h3_cuda_attention_prefer_mma8(int on);
+/* flags (H3_ATTN_*) with H3_ATTN_FP8_K192 set or cleared as this device's fp8 kernel tiles its keys, for bf16 q, k, v
+ * of head size 128 on 16-byte boundaries: the flags under which the CPU's attention reproduces the device's (tests). */
+unsigned h3_cuda_attention_ref_flags(h3_exec *ex, unsigned flags);
 /* Selects the device, reserves the device budget (budget bytes; 0 = the free memory less a 512 MiB margin) as
  * one arena from which every device tensor and workspace is carved, creates the streams and BLAS handles in
  * ex->cuda, and registers the device and pinned allocators and the device backend with the op API.
@@ -131,17 +134,24 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     const int64_t P = h3_cuda_attention_pad_dim(dt, D);
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
+/* Keys a tile of Hopper's fp8 kernel (attn_fp8.cuh FP8_BK): k's scale blocks and the softmax's key blocks there. */
+#ifndef H3_CUDA_WGMMA_FP8_BK
+#define H3_CUDA_WGMMA_FP8_BK 192
+#endif
 /* The arena scratch of one low-bit attention call (head size 128; 0 when flags hold neither mode), each piece 256-byte
- * aligned as cuda_attn.cu takes them: q, k in int8; v in e4m3 transposed with its keys padded to a multiple of 128
- * (H3_ATTN_FP8) or in f16 (H3_ATTN_INT8); the scales of q and k (per 128 rows for fp8, 64 for int8); v's scales and
- * channel maxima, and k's channel sums. */
+ * aligned as cuda_attn.cu takes them: q, k in int8; v in e4m3 transposed with its keys padded to a multiple of the
+ * key block (H3_ATTN_FP8) or in f16 (H3_ATTN_INT8); the scales of q and k (per 128 rows for fp8, 64 for int8, k's
+ * per H3_CUDA_WGMMA_FP8_BK rows on Hopper: the larger of both kernels' needs); v's scales and channel maxima, and k's
+ * channel sums. */
 static inline int64_t h3_cuda_attention_lowbit_scratch_bytes(unsigned flags, int64_t Sq, int64_t Sk, int64_t Hq,
                                                             int64_t Hk) {
 #define H3_A256(x) (((x) + 255) / 256 * 256)
     if (!(flags & (H3_ATTN_FP8 | H3_ATTN_INT8))) return 0;
     const int fp8 = (flags & H3_ATTN_FP8) != 0;
     const int64_t blk = fp8 ? 128 : 64, nqb = (Sq + blk - 1) / blk, nkb = (Sk + blk - 1) / blk;
-    const int64_t v = fp8 ? Hk * 128 * ((Sk + 127) / 128 * 128) : Sk * Hk * 128 * 2;
+    const int64_t kpad = (Sk + 127) / 128 * 128, kpad2 = (Sk + H3_CUDA_WGMMA_FP8_BK - 1) / H3_CUDA_WGMMA_FP8_BK *
+                                                         H3_CUDA_WGMMA_FP8_BK;
+    const int64_t v = fp8 ? Hk * 128 * (kpad > kpad2 ? kpad : kpad2) : Sk * Hk * 128 * 2;
     return H3_A256(Sq * Hq * 128) + H3_A256(Sk * Hk * 128) + H3_A256(v) + H3_A256(Hq * nqb * 4) +
            H3_A256(Hk * nkb * 4) + 3 * H3_A256(Hk * 128 * 4);
 #undef H3_A256
@@ -182,12 +192,13 @@ typedef enum {
 } h3_attn_kernel;
 typedef struct {
     h3_attn_kernel kernel;
+    int kblock;   /* low-bit kernels: keys a tile (k's scale blocks, the softmax's key blocks) */
     int stages;   /* K/V stages in shared memory */
     int pad;      /* the head size the inputs are zero-padded to; 0: none */
     int64_t smem; /* dynamic shared memory a block */
 } h3_attn_choice;
 #define H3_CUDA_WGMMA_SMEM ((128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256)
-#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * 128) * 128 + 1024 + 1024 + 256)
+#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * H3_CUDA_WGMMA_FP8_BK) * 128 + 1024 + 1024 + 256)
 static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
     return (128 + 2 * 64 * (int64_t)stages) * D * 2;
 }
@@ -198,7 +209,7 @@ static inline int64_t h3_cuda_mma8_smem(int fp8, int stages) {
 }
 static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t smem, int sm90a, h3_dtype dt,
                                                  int64_t D, int aligned, unsigned flags) {
-    h3_attn_choice c = {H3_ATTN_K_NONE, 0, 0, 0};
+    h3_attn_choice c = {H3_ATTN_K_NONE, 0, 0, 0, 0};
     const int hopper = sm90a && major == 9 && minor == 0;
     const int cc = major * 10 + minor;
     if (flags & (H3_ATTN_FP8 | H3_ATTN_INT8)) {
@@ -206,12 +217,14 @@ static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t s
         const int fp8 = (flags & H3_ATTN_FP8) != 0;
         if (fp8 && hopper && smem >= H3_CUDA_WGMMA_FP8_SMEM) {
             c.kernel = H3_ATTN_K_WGMMA_FP8, c.stages = 2, c.smem = H3_CUDA_WGMMA_FP8_SMEM;
+            c.kblock = H3_CUDA_WGMMA_FP8_BK;
             return c;
         }
         if (cc < (fp8 ? 89 : 75)) return c;
         for (int st = 2; st >= 1; st--)
             if (h3_cuda_mma8_smem(fp8, st) <= smem) {
                 c.kernel = fp8 ? H3_ATTN_K_MMA_FP8 : H3_ATTN_K_MMA_INT8, c.stages = st, c.smem = h3_cuda_mma8_smem(fp8, st);
+                c.kblock = fp8 ? 128 : 64;
                 return c;
             }
         return c;

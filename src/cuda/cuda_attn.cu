@@ -264,6 +264,16 @@ extern "C" void h3_cuda_attention_prefer_mma8(int on) {
     g_prefer_mma8 = on != 0;
 }
 
+extern "C" unsigned h3_cuda_attention_ref_flags(h3_exec *ex, unsigned flags) {
+    h3_cuda_state *s = cuda_state(ex);
+    flags &= ~H3_ATTN_FP8_K192;
+    if (!(flags & H3_ATTN_FP8)) return flags;
+    const int sm90a = g_prefer_mma8 ? 0 : wgmma_available(s, cuda_stream(ex));
+    const h3_attn_choice ch =
+        h3_cuda_attn_choose(s->prop.major, s->prop.minor, s->attn_smem_limit, sm90a, H3_BF16, 128, 1, flags);
+    return ch.kblock == 192 ? flags | H3_ATTN_FP8_K192 : flags;
+}
+
 template <int MODE, int STAGES> static h3_status launch_mma8(const attn_args &a, cudaStream_t st) {
     static int configured = 0;
     const int smem = mma8_smem<MODE>(STAGES);
@@ -294,8 +304,8 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
                           : "a GPU of compute capability 7.5 or later (Turing onwards)",
                       h3_dtype_name(q->dtype), D, s->prop.major, s->prop.minor);
     cudaStream_t st = cuda_stream(ex);
-    const int blk = fp8 ? 128 : 64;
-    const int64_t nqb = (a->Sq + blk - 1) / blk, nkb = (a->Sk + blk - 1) / blk, ldt = nkb * 128;
+    const int blk = fp8 ? 128 : 64, kblk = ch.kblock; /* query rows and keys a scale block */
+    const int64_t nqb = (a->Sq + blk - 1) / blk, nkb = (a->Sk + kblk - 1) / kblk, ldt = nkb * kblk;
     const size_t bytes = (size_t)h3_cuda_attention_lowbit_scratch_bytes(flags, a->Sq, a->Sk, a->Hq, a->Hk);
     char *buf = (char *)cuda_arena_alloc(s, bytes);
     if (!buf)
@@ -324,7 +334,10 @@ static h3_status attention_lowbit(h3_cuda_state *s, h3_exec *ex, const attn_args
         const dim3 qg((unsigned)nqb, (unsigned)a->Hq), kg((unsigned)nkb, (unsigned)a->Hk);
         if (fp8) {
             k_attn_int8_rows<128><<<qg, 256, 0, st>>>((int8_t *)q8, qs, qv, a->Sq, a->ldq, NULL);
-            k_attn_int8_rows<128><<<kg, 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk, a->ldk, ksum);
+            if (kblk == 192)
+                k_attn_int8_rows<192><<<kg, 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk, a->ldk, ksum);
+            else
+                k_attn_int8_rows<128><<<kg, 256, 0, st>>>((int8_t *)k8, ks, kv, a->Sk, a->ldk, ksum);
             k_attn_fp8_vt<<<dim3((unsigned)(ldt / 64), (unsigned)a->Hk), 256, 0, st>>>((uint8_t *)vq, ldt, vs, vamax,
                                                                                       vv, a->Sk, a->ldv);
         } else {

@@ -42,6 +42,11 @@ void h3_cuda_attention_prefer_mma8(int on) {
     (void)on;
 }
 
+unsigned h3_cuda_attention_ref_flags(h3_exec *ex, unsigned flags) {
+    (void)ex;
+    return flags & ~H3_ATTN_FP8_K192;
+}
+
 h3_status h3_cuda_init(h3_exec *ex, int device, int64_t budget) {
     (void)ex;
     (void)device;

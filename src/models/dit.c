@@ -1115,7 +1115,8 @@ const h3_st_set *h3_dit_files(const h3_dit *d) {
 }
 
 void h3_dit_set_attention(h3_dit *d, unsigned flags) {
-    d->attn_flags = flags & (H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_SPARSE);
+    d->attn_flags = flags & (H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_SPARSE | H3_ATTN_FP8_K192);
+    if (!(d->attn_flags & H3_ATTN_FP8)) d->attn_flags &= ~H3_ATTN_FP8_K192;
     if (d->attn_flags & H3_ATTN_SPARSE) d->attn_flags = H3_ATTN_SPARSE;
 }
 

@@ -676,7 +676,7 @@ static h3_status attention(h3_dit *d, h3_exec *ex, int unit, const h3_dit_block_
     h3_tensor o3;
     H3_TRY(heads_view(d, &o, &o3));
     const float scale = (float)(1.0 / sqrt((double)hd));
-    const unsigned lowbit = cos ? d->attn_flags & (H3_ATTN_FP8 | H3_ATTN_INT8) : 0u;
+    const unsigned lowbit = cos ? d->attn_flags & (H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_FP8_K192) : 0u;
     if (cos && d->sp && d->sp->size > 1) /* a DiT block of the split forward: the text refiner runs whole */
         H3_TRY(attention_sp(d, ex, &t1, &t2, &t3, &o3, scale, lowbit));
     else if (cos && d->sparse_now) {
