@@ -109,6 +109,13 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     LT_PLAN(cublasLtMatmulDescCreate(&p->op, ct, tscale), "matmul descriptor");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+    if (p->kind == CUDA_LT_FP8) { /* the heuristic must see scale pointers (the call sets the real ones) */
+        const void *ph = s->workspace;
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ph, sizeof ph),
+                "set A_SCALE_POINTER");
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ph, sizeof ph),
+                "set B_SCALE_POINTER");
+    }
     if (p->epilogue) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = lt_type(p->bias_dt);
@@ -152,10 +159,27 @@ fail:
 
 #undef LT_PLAN
 
+static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
+                           int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
+                           int bias_dt, const void *alpha, const void *beta, const float *scales);
+
 extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K,
                                     const void *w, int64_t ldw, const void *x, int64_t ldx, void *y,
                                     int64_t ldy, const void *bias, int bias_dt, const void *alpha,
                                     const void *beta) {
+    return lt_matmul(ex, kind, dt, M, N, K, w, ldw, x, ldx, y, ldy, bias, bias_dt, alpha, beta, NULL);
+}
+
+extern "C" h3_status cuda_lt_matmul_fp8(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w,
+                                        int64_t ldw, const void *x, int64_t ldx, const float *scales, void *y,
+                                        int64_t ldy, const void *beta) {
+    const float one = 1.0f;
+    return lt_matmul(ex, CUDA_LT_FP8, dt, M, N, K, w, ldw, x, ldx, y, ldy, NULL, -1, &one, beta, scales);
+}
+
+static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
+                           int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
+                           int bias_dt, const void *alpha, const void *beta, const float *scales) {
     h3_cuda_state *s = cuda_state(ex);
     const int f32 = dt == 0 || dt == CUDA_LT_TF32;
     const size_t es_ab = kind == CUDA_LT_FLOAT ? (f32 ? 4 : 2) : 1;
@@ -197,6 +221,14 @@ extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, in
         if (st == H3_OK) p = victim;
     }
     if (p) p->last_use = ++g_clock;
+    if (st == H3_OK && kind == CUDA_LT_FP8) { /* set on every call: plans are shared */
+        const float *sa = scales ? scales + 32 : NULL, *sb = scales;
+        if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb) !=
+                CUBLAS_STATUS_SUCCESS)
+            st = H3_ERR(H3_ERR_DEVICE, "cuBLASLt: setting the fp8 GEMM's scales failed");
+    }
     if (st == H3_OK) {
         cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
         if (bias)

@@ -123,6 +123,11 @@ enum { CUDA_LT_TF32 = 3 };
 h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
                          int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
                          int bias_dt, const void *alpha, const void *beta);
+/* CUDA_LT_FP8 with device scales (cuBLASLt's scale pointers, set before its heuristic as its fp8 GEMMs want them;
+ * each on a 16-byte boundary): y = (w·scales[32])·(x·scales[0])ᵀ (+ beta·y). */
+h3_status cuda_lt_matmul_fp8(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w, int64_t ldw,
+                             const void *x, int64_t ldx, const float *scales, void *y, int64_t ldy,
+                             const void *beta);
 /* GEMM with quantized weights (cuda_qgemm.cu); cuda_gemm hands them over. */
 h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
                      unsigned flags);

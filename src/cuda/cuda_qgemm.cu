@@ -6,10 +6,12 @@
  * butterflies as the CPU's h3_convrot_apply, in shared memory) and quantized per token (s = max|x|/127, round
  * to nearest even), cuBLASLt multiplies int8 by int8 into int32, and one pass writes y = acc·s_x[m]·s_w[n] (+
  * bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ. fp8 e4m3 with a tensor scale,
- * sm_89+ → cuBLASLt fp8: activations cast to e4m3 with scale 1, saturated at ±448 (ComfyUI's fp8 path without
- * input_scale), the weight scale as alpha, fp32 accumulation. otherwise (fp8 elsewhere, per-row fp8, nvfp4,
- * GGUF blocks) → dequantized tiles: a tile of weight rows decoded into the activations' dtype in scratch and
- * multiplied by the ordinary GEMM; never a whole-matrix copy. All scratch comes from one region of the arena
+ * sm_89+ → cuBLASLt fp8: activations in e4m3 with one scale per call (per chunk of rows that fits the scratch):
+ * s = max|x| / 448, x8 = e4m3(x / s) (k_amax, then the cast), s times the weight's scale as cuBLASLt's B scale
+ * (a device pointer written by the cast: no host round trip), fp32 accumulation. (ComfyUI casts with scale 1 when a
+ * file has no input_scale, which clips activations past ±448 and leaves those under 2^-6 in e4m3's subnormals.)
+ * otherwise (fp8 elsewhere, per-row fp8, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded
+ * into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy. All scratch comes from one region of the arena
  * (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in chunks that fit it. */
 #include <cuda_fp8.h>
 #include <string.h>
@@ -138,13 +140,81 @@ __global__ void k_add_bias(void *y, int ydt, int64_t ldy, int64_t rows, int64_t 
     }
 }
 
-/* x rows → e4m3, saturated at ±448 (NaN stays NaN); 2-D grid as the epilogue's. */
+/* max|x| over rows × K into *amax (f32 bits: non-negative floats order as unsigned integers; zeroed first), one
+ * atomic a block; vec: bf16 rows of K, ldx multiples of 8 on 16 bytes (8 values a thread). A 2-D grid whose y
+ * strides over the rows. NaN is ignored (the cast keeps it). */
+__global__ void k_amax(const void *x, int xdt, int64_t ldx, int64_t rows, int K, int vec, unsigned *amax) {
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * (vec ? 8 : 1);
+    float m = 0.0f;
+    if (c < K)
+        for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+            if (vec) {
+                const uint4 v = *(const uint4 *)((const __nv_bfloat16 *)x + r * ldx + c);
+                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 f = __bfloat1622float2(h[i]);
+                    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+                }
+            } else {
+                m = fmaxf(m, fabsf(ld_f(x, xdt, r * ldx + c)));
+            }
+        }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __shared__ float red[32];
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) m = fmaxf(m, red[w]);
+        atomicMax(amax, __float_as_uint(m));
+    }
+}
+
+/* The cast's factor from k_amax's maximum: 448 / max (1 when 0 or not finite); the block (0, 0)'s thread 0 writes
+ * the GEMM's scales: scale[0] = max / 448 (1 when 0) times the weight's scale ws (x's, cuBLASLt's B scale),
+ * scale[FP8_SCALE_A] = 1 (the weight's, A). */
+#define FP8_SCALE_A 32 /* floats: cuBLASLt rejects scale pointers off 16-byte (here 128-byte) boundaries */
+__device__ __forceinline__ float fp8_inv_scale(const unsigned *amax, float *scale, float ws) {
+    const float m = __uint_as_float(*amax);
+    const bool ok = m > 0.0f && m <= 3.0e38f;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        scale[0] = (ok ? m / 448.0f : 1.0f) * ws;
+        scale[FP8_SCALE_A] = 1.0f;
+    }
+    return ok ? 448.0f / m : 1.0f;
+}
+
+/* x rows / s → e4m3 (s = k_amax's max / 448), saturated at ±448 (NaN stays NaN); 2-D grid as the epilogue's. */
 __global__ void k_cast_fp8(const void *x, int xdt, int64_t ldx, int64_t rows, int K, __nv_fp8_storage_t *o,
-                           int64_t ldo) {
+                           int64_t ldo, const unsigned *amax, float *scale, float ws) {
+    const float inv = fp8_inv_scale(amax, scale, ws);
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= K) return;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-        o[r * ldo + c] = __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c), __NV_SATFINITE, __NV_E4M3);
+        o[r * ldo + c] = __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c) * inv, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* k_cast_fp8 for bf16 rows whose K, ldx and ldo are multiples of 8 (16-byte aligned): 8 values a thread, one
+ * 16-byte load and one 8-byte store (the DiT's activations; the scalar kernel's 2-byte loads and 1-byte stores
+ * are the general case). */
+__global__ void k_cast_fp8_bf16x8(const __nv_bfloat16 *x, int64_t ldx, int64_t rows, int K,
+                                  __nv_fp8_storage_t *o, int64_t ldo, const unsigned *amax, float *scale,
+                                  float ws) {
+    const float inv = fp8_inv_scale(amax, scale, ws);
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (c >= K) return;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const uint4 v = *(const uint4 *)(x + r * ldx + c);
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+        uint2 out;
+        uint16_t *ob = (uint16_t *)&out;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __bfloat1622float2(h[i]);
+            ob[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
+        }
+        *(uint2 *)(o + r * ldo + c) = out;
+    }
 }
 
 enum { DQ_I8 = 0, DQ_E4M3, DQ_E5M2, DQ_NVFP4, DQ_GGUF };
@@ -316,20 +386,35 @@ static h3_status run_w8a8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
 static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
     h3_cuda_state *s = cuda_state(ex);
     const int64_t Kp = round_up(a->K, 16);
-    int64_t mc = (int64_t)s->qscratch_size / Kp;
+    /* the scratch: the maximum, x's scale (times the weight's) and the weight's 1, 128 bytes apart (512 in all),
+     * then the e4m3 rows */
+    int64_t mc = ((int64_t)s->qscratch_size - 512) / Kp;
     if (mc > a->M) mc = a->M;
-    __nv_fp8_storage_t *xf = (__nv_fp8_storage_t *)s->qscratch;
+    unsigned *amax = (unsigned *)s->qscratch;
+    float *scales = (float *)((uint8_t *)s->qscratch + 128);
+    __nv_fp8_storage_t *xf = (__nv_fp8_storage_t *)((uint8_t *)s->qscratch + 512);
     const float alpha = w->q.mode == H3_SCALE_TENSOR ? w->q.scale : 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
     const size_t yes = a->ydt == 0 ? 4 : 2;
     const size_t xes = a->X.dt == 0 ? 4 : 2;
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         const int64_t m = a->M - m0 < mc ? a->M - m0 : mc;
-        k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>(
-            (const uint8_t *)a->X.p + m0 * a->X.ld * xes, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp);
+        const uint8_t *xp = (const uint8_t *)a->X.p + m0 * a->X.ld * xes;
+        const int vec = a->X.dt == 1 && a->K % 8 == 0 && a->X.ld % 8 == 0 && ((uintptr_t)xp & 15) == 0;
+        if (cudaMemsetAsync(amax, 0, sizeof *amax, cuda_stream(ex)) != cudaSuccess)
+            return H3_ERR(H3_ERR_DEVICE, "fp8 GEMM: clearing its activation maximum failed");
+        dim3 ga = grid2(a->K, m, vec ? 8 : 1);
+        if (ga.y > 1024) ga.y = 1024; /* a few thousand atomics on one address, not one a row */
+        k_amax<<<ga, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, vec, amax);
+        if (vec)
+            k_cast_fp8_bf16x8<<<grid2(a->K, m, 8), 256, 0, cuda_stream(ex)>>>(
+                (const __nv_bfloat16 *)xp, a->X.ld, m, (int)a->K, xf, Kp, amax, scales, alpha);
+        else
+            k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf,
+                                                                          Kp, amax, scales, alpha);
         CU_LAUNCHED("cast_fp8");
         void *yp = (uint8_t *)a->Y.p + m0 * a->Y.ld * yes;
-        h3_status st = cuda_lt_matmul(ex, CUDA_LT_FP8, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, yp,
-                                      a->Y.ld, NULL, -1, &alpha, &beta);
+        h3_status st =
+            cuda_lt_matmul_fp8(ex, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, scales, yp, a->Y.ld, &beta);
         if (st != H3_OK)
             return m0 ? h3_error_wrap(H3_ERR_DEVICE, "fp8 GEMM, rows from %lld", (long long)m0) : st;
         if (a->bias) H3_TRY(cuda_add_bias(ex, yp, a->ydt, a->Y.ld, m, a->N, a->bias, a->bdt));

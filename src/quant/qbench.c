@@ -64,10 +64,15 @@ h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int
             if (group) h3_convrot_apply(row, K, group);
         }
         h3_free(q);
-    } else if (v == H3_QV_FP8_W8A8) { /* cast with scale 1 (no input_scale in the files), clamped to ±448 */
+    } else if (v == H3_QV_FP8_W8A8) { /* one scale for x: s = max|x| / 448, e4m3(x / s)·s */
+        float m = 0.0f;
+        for (int64_t i = 0; i < R * K; i++) m = fmaxf(m, fabsf(x[i]));
+        const int ok = m > 0.0f && m <= 3.0e38f;
+        const float inv = ok ? 448.0f / m : 1.0f, s = ok ? m / 448.0f : 1.0f;
         for (int64_t i = 0; i < R * K; i++) {
-            float a = x[i] > 448.0f ? 448.0f : x[i] < -448.0f ? -448.0f : x[i];
-            x[i] = h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(a));
+            float a = x[i] * inv;
+            a = a > 448.0f ? 448.0f : a < -448.0f ? -448.0f : a;
+            x[i] = h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(a)) * s;
         }
     } else if (v == H3_QV_NVFP4_W4A4) { /* nvfp4 with the tensor's own scale_2, as ComfyUI quantizes inputs */
         h3_tensor t;

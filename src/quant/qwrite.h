@@ -76,7 +76,7 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
 
 /* The variants the table compares: weight formats with activations kept in f32 (W·A16, the CPU GEMM and every
  * text-encoder path), and the activation quantization ComfyUI's DiT path adds on GPUs (W8A8 int8 per token
- * after the ConvRot rotation; fp8 activations cast with scale 1; nvfp4 activations with a per-tensor scale:
+ * after the ConvRot rotation; fp8 activations with one scale, max|x| / 448; nvfp4 activations with a per-tensor scale:
  * W4A4). */
 typedef enum h3_qvariant {
     H3_QV_INT8 = 0,
@@ -91,7 +91,8 @@ typedef enum h3_qvariant {
 const char *h3_qvariant_name(h3_qvariant v);
 /* The activation quantization of variant v, in place on x [R, K] (round trip to f32): INT8_CONVROT_W8A8
  * rotates each row per group (0: none), quantizes it to int8 per row and decodes it back un-rotated; FP8_W8A8
- * casts to e4m3 with scale 1, clamped at ±448; NVFP4_W4A4 quantizes with the tensor's own scale; other
+ * takes one scale s = max|x| / 448 for x and rounds x / s to e4m3 (clamped at ±448; the GPU takes one scale per
+ * chunk of rows its scratch holds, the whole x up to 128 MiB of e4m3); NVFP4_W4A4 quantizes with the tensor's own scale; other
  * variants leave x. The CPU statement of what the GPU's W8A8 and fp8 GEMMs do to their activations
  * (tests/test_cuda_ops.c). */
 h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group);
