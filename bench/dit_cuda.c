@@ -3,13 +3,20 @@
  * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
  * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...] [--attention fp8|int8|sparse] [W73 W124 W362 W124L]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ... | --quantize F] [--attention fp8|int8|sparse]
+ *                  [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
  * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
  * (h3_dit_randomize_blocks_quantized: int8 per-row scales, ConvRot marked; fp8 one scale) and every workload
  * runs again: the quantized GEMMs (W8A8 int8 through cuBLASLt IMMA, fp8 through cuBLASLt fp8) against bf16 in
- * the same process. Several --quant run in the order given.
+ * the same process. Several --quant run in the order given. Random stored values are fast to make but are not
+ * the bf16 weights' quantization (the same 64 MiB of bytes in every block), so their velocities are not comparable
+ * with the bf16 run's.
+ * --quantize F: instead, the bf16 blocks' four linears are quantized to F (h3_dit_quantize_blocks, on the CPU: the
+ * format's real rule, e.g. fp8 with one scale per tensor) and every workload runs again; its velocities (and those
+ * with --attention's low-bit attention) are printed as relative L2 distances from the bf16 step's on the same
+ * weights and inputs: how far the quantized step moves the DiT's output.
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
@@ -22,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/threads.h"
 #include "cuda/cuda.h"
 #include "models/dit.h"
 #include "pipeline/layout.h"
@@ -45,6 +53,10 @@ static double now(void) {
 static h3_exec ex;
 static uint64_t g_seed = 1;
 static unsigned g_attn_lb; /* --attention: H3_ATTN_FP8, H3_ATTN_INT8 or H3_ATTN_SPARSE (0: bf16 only) */
+
+/* --quantize: the bf16 step's velocities per workload (host), the reference of the quantized runs */
+static float *g_ref_v[8], *g_ref_a[8];
+static int g_quantized; /* the blocks now hold the bf16 weights' quantization */
 
 static const char *attn_name(void) {
     return g_attn_lb == H3_ATTN_INT8 ? "int8" : g_attn_lb == H3_ATTN_SPARSE ? "sparse" : "fp8";
@@ -101,7 +113,7 @@ static double time_forwards(h3_dit *dit, h3_dit_inputs *in, h3_tensor *vout, h3_
 }
 
 /* One workload: modulation once, a warm-up forward, then the median of a few timed forwards. */
-static result run_workload(h3_dit *dit, const h3_workload *w, const char *label, FILE *js, int *first) {
+static result run_workload(h3_dit *dit, const h3_workload *w, int wi, const char *label, FILE *js, int *first) {
     result res = {0, 0, 0};
     int64_t used, peak, cap;
     h3_seq_layout L;
@@ -174,12 +186,30 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
                 peak / 1073741824.0);
         *first = 0;
     }
+    h3_tensor ha;
+    TRY(h3_tensor_alloc2(&ha, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+    TRY(h3_copy(&ex, &ha, &aout));
+    TRY(h3_exec_sync(&ex));
+    if (!g_quantized && !bad && wi < 8) { /* the reference of a later --quantize run */
+        free(g_ref_v[wi]);
+        free(g_ref_a[wi]);
+        g_ref_v[wi] = malloc((size_t)Nv * 96 * 4);
+        g_ref_a[wi] = malloc((size_t)Na * 32 * 4);
+        if (g_ref_v[wi]) memcpy(g_ref_v[wi], hv.data, (size_t)Nv * 96 * 4);
+        if (g_ref_a[wi]) memcpy(g_ref_a[wi], ha.data, (size_t)Na * 32 * 4);
+    }
+    if (g_quantized && !bad && wi < 8 && g_ref_v[wi] && g_ref_a[wi]) {
+        const double ev = rel_l2(hv.data, g_ref_v[wi], Nv * 96), ea = rel_l2(ha.data, g_ref_a[wi], Na * 32);
+        printf("%-6s %-13s velocities %.2e (video) %.2e (audio) relative L2 off the bf16 step (same weights)\n",
+               w->name, label, ev, ea);
+        if (js)
+            fprintf(js, ", \"%s %s off bf16\": {\"rel_l2_video\": %.3e, \"rel_l2_audio\": %.3e}", w->name, label,
+                    ev, ea);
+    }
     if (g_attn_lb && !bad) { /* the same weights and inputs with low-bit attention in the blocks */
-        h3_tensor ha, hv8, ha8;
-        TRY(h3_tensor_alloc2(&ha, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
+        h3_tensor hv8, ha8;
         TRY(h3_tensor_alloc2(&hv8, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
         TRY(h3_tensor_alloc2(&ha8, H3_PLACE_HOST, H3_F32, Na, 32, H3_MEM_ACTIVATIONS));
-        TRY(h3_copy(&ex, &ha, &aout));
         h3_dit_set_attention(dit, g_attn_lb);
         /* sparse: Sol-Attn's tau on every step the bench times (its window of t set wide open) */
         TRY(h3_dit_set_sparse(dit, H3_DIT_SPARSE_TAU, 0.0f, 1.0f, H3_DIT_SPARSE_MIN_ROWS));
@@ -200,11 +230,19 @@ static result run_workload(h3_dit *dit, const h3_workload *w, const char *label,
                w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : g_attn_lb == H3_ATTN_SPARSE ? "+sparse attn" : "+fp8 attn", (long long)S, res.s_fa, res.s_fa / med, peak8 / 1073741824.0, ev, ea);
         if (js) fprintf(js, ", \"%s %s %sattn\": {\"s_per_step\": %.4f, \"peak_gib\": %.2f, \"rel_l2_video\": %.3e, "
                         "\"rel_l2_audio\": %.3e}", w->name, label, attn_name(), res.s_fa, peak8 / 1073741824.0, ev, ea);
-        h3_tensor_free(&ha);
+        if (g_quantized && wi < 8 && g_ref_v[wi] && g_ref_a[wi]) {
+            const double rv = rel_l2(hv8.data, g_ref_v[wi], Nv * 96), ra = rel_l2(ha8.data, g_ref_a[wi], Na * 32);
+            printf("%-6s %-13s velocities %.2e (video) %.2e (audio) relative L2 off the bf16 step (same weights)\n",
+                   w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : g_attn_lb == H3_ATTN_SPARSE ? "+sparse attn" : "+fp8 attn", rv, ra);
+            if (js)
+                fprintf(js, ", \"%s %s %sattn off bf16\": {\"rel_l2_video\": %.3e, \"rel_l2_audio\": %.3e}", w->name,
+                        label, attn_name(), rv, ra);
+        }
         h3_tensor_free(&hv8);
         h3_tensor_free(&ha8);
     }
     h3_tensor_free(&hv);
+    h3_tensor_free(&ha);
     h3_tensor_free(&video);
     h3_tensor_free(&audio);
     h3_tensor_free(&text);
@@ -229,7 +267,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *names[8];
-    int nn = 0, pruned = 0, nq = 0;
+    int nn = 0, pruned = 0, nq = 0, quantize = 0;
     h3_qtarget quant[4];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pruned")) {
@@ -241,7 +279,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
             g_attn_lb = !strcmp(argv[i], "int8") ? H3_ATTN_INT8 : !strcmp(argv[i], "sparse") ? H3_ATTN_SPARSE : H3_ATTN_FP8;
-        } else if (!strcmp(argv[i], "--quant") && i + 1 < argc && nq < 4) {
+        } else if ((!strcmp(argv[i], "--quant") || !strcmp(argv[i], "--quantize")) && i + 1 < argc && nq < 4) {
+            if (!strcmp(argv[i], "--quantize")) quantize = 1;
             if (!h3_qtarget_parse(argv[++i], &quant[nq]) || quant[nq] == H3_QT_NVFP4 ||
                 quant[nq] == H3_QT_DEFAULT) {
                 fprintf(stderr, "--quant takes int8_convrot, int8 or fp8, not '%s'\n", argv[i]);
@@ -251,6 +290,10 @@ int main(int argc, char **argv) {
         } else if (nn < 8) {
             names[nn++] = argv[i];
         }
+    }
+    if (quantize && nq != 1) {
+        fprintf(stderr, "--quantize takes one format and no --quant beside it (the bf16 weights are quantized once)\n");
+        return 2;
     }
     if (nn == 0) {
         names[nn++] = "W73";
@@ -297,8 +340,17 @@ int main(int argc, char **argv) {
         const char *label = f < 0 ? "bf16" : h3_qtarget_name(quant[f]);
         if (f >= 0) {
             double tq = now();
-            TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant[f]));
-            printf("blocks replaced by random %s in %.1f s\n", label, now() - tq);
+            if (quantize) {
+                h3_pool *pool = NULL;
+                TRY(h3_pool_create(0, &pool));
+                TRY(h3_dit_quantize_blocks(dit, &ex, quant[f], pool));
+                h3_pool_free(pool);
+                g_quantized = 1;
+                printf("blocks quantized to %s (from the bf16 weights, on the CPU) in %.1f s\n", label, now() - tq);
+            } else {
+                TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant[f]));
+                printf("blocks replaced by random %s in %.1f s\n", label, now() - tq);
+            }
         }
         h3_dit_weight_bytes wb;
         h3_dit_weight_bytes_of(dit, &wb);
@@ -312,7 +364,7 @@ int main(int argc, char **argv) {
                cap / 1073741824.0);
         if (f < 0) printf("  built in %.1f s\n", now() - t0);
         for (int k = 0; k < nn; k++) {
-            result r = run_workload(dit, ws[k], label, js, &first);
+            result r = run_workload(dit, ws[k], k, label, js, &first);
             if (f < 0)
                 base[k] = r;
             else
