@@ -13,8 +13,8 @@
  * the same process. Several --quant run in the order given. Random stored values are fast to make but are not
  * the bf16 weights' quantization (the same 64 MiB of bytes in every block), so their velocities are not comparable
  * with the bf16 run's.
- * --quantize F: instead, the bf16 blocks' four linears are quantized to F (h3_dit_quantize_blocks, on the CPU: the
- * format's real rule, e.g. fp8 with one scale per tensor) and every workload runs again; its velocities (and those
+ * --quantize F: instead, the bf16 blocks' four linears are quantized to F (h3_dit_quantize_blocks: the format's
+ * real rule, fp8 with one scale per tensor on the device, the others on the CPU) and every workload runs again; its velocities (and those
  * with --attention's low-bit attention) are printed as relative L2 distances from the bf16 step's on the same
  * weights and inputs: how far the quantized step moves the DiT's output.
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
@@ -346,7 +346,7 @@ int main(int argc, char **argv) {
                 TRY(h3_dit_quantize_blocks(dit, &ex, quant[f], pool));
                 h3_pool_free(pool);
                 g_quantized = 1;
-                printf("blocks quantized to %s (from the bf16 weights, on the CPU) in %.1f s\n", label, now() - tq);
+                printf("blocks quantized to %s (from the bf16 weights) in %.1f s\n", label, now() - tq);
             } else {
                 TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant[f]));
                 printf("blocks replaced by random %s in %.1f s\n", label, now() - tq);

@@ -1044,7 +1044,50 @@ static void gguf_case(h3_qformat f, h3_dtype dt) {
     free(hw);
 }
 
+/* h3_cuda_quantize_fp8 against the host's rule (h3_quantize_fp8_scale, h3_quantize_fp8) on the same values: the
+ * same scale and the same bytes, a non-finite value and an all-zero matrix included. */
+static void quantize_fp8_case(h3_dtype dt, int64_t N, int64_t K, int zero) {
+    pair w = mk2(dt, N, K, zero ? 0.0 : 0.05);
+    const size_t n = (size_t)(N * K);
+    float *h = w.h.data;
+    if (!zero && n > 9) { /* skipped by the maximum, 0x7f in the bytes */
+        h[3] = INFINITY;
+        h[9] = NAN;
+        h3_tensor tmp;
+        CHECK_OK(h3_tensor_alloc2(&tmp, H3_PLACE_HOST, dt, N, K, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_op_convert(&g_ex, &tmp, &w.h));
+        CHECK_OK(h3_copy(&g_ex, &w.d, &tmp));
+        CHECK_OK(h3_exec_sync(&g_ex));
+        h3_tensor_free(&tmp);
+    }
+    h3_tensor qd;
+    CHECK_OK(h3_tensor_alloc2(&qd, H3_PLACE_DEVICE, H3_U8, N, K, H3_MEM_WEIGHTS));
+    float sc = 0.0f;
+    CHECK_OK(h3_cuda_quantize_fp8(&g_ex, &w.d, qd.data, &sc));
+    uint8_t *got = malloc(n), *want = malloc(n);
+    h3_tensor gh;
+    int64_t shape[2] = {N, K};
+    CHECK_OK(h3_tensor_wrap(&gh, got, H3_PLACE_HOST, H3_U8, 2, shape));
+    CHECK_OK(h3_copy(&g_ex, &gh, &qd));
+    CHECK_OK(h3_exec_sync(&g_ex));
+    const float want_sc = h3_quantize_fp8_scale(h, n);
+    h3_quantize_fp8(h, n, want_sc, want);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += got[i] != want[i];
+    CHECK(sc == want_sc && diff == 0, "quantize_fp8 %s [%lld, %lld]%s: scale %g (host %g), %zu of %zu bytes differ",
+          h3_dtype_name(dt), (long long)N, (long long)K, zero ? " zeros" : "", (double)sc, (double)want_sc, diff, n);
+    free(got);
+    free(want);
+    h3_tensor_free(&qd);
+    pfree(&w);
+}
+
 static void test_qgemm(void) {
+    for (int k = 0; k < 2; k++) {
+        quantize_fp8_case(g_dts[k], ri(1, 300), 8 * ri(1, 80), 0); /* bf16: 8 values a thread for the maximum */
+        quantize_fp8_case(g_dts[k], ri(1, 300), ri(1, 700), 0);
+        quantize_fp8_case(g_dts[k], 7, 24, 1);
+    }
     for (int k = 0; k < 2; k++)
         for (int dq = 0; dq < 2; dq++) {
             for (int rep = 0; rep < 4; rep++) qgemm_case(QF_I8_ROW, 0, g_dts[k], dq, rep);

@@ -95,6 +95,11 @@ void h3_cuda_set_alloc_observer(h3_cuda_alloc_observer fn, void *user);
  * weights. */
 #define H3_CUDA_QGEMM_SCRATCH_BYTES ((int64_t)128 << 20)
 h3_status h3_cuda_qgemm_reserve(h3_exec *ex);
+/* The e4m3 quantization of a device bf16 or f32 matrix w [N, K] (contiguous rows) with one scale, on the device:
+ * the rule and bytes of the host's h3_quantize_fp8_scale and h3_quantize_fp8 (scale = max|w| / 448, 1 when 0;
+ * e4m3(w · (1 / scale)) saturated at ±448, not-finite values 0x7f) into q [N·K] bytes on the device; *scale set on
+ * return (the call waits for the maximum). Uses the quantized GEMMs' scratch (reserving it). */
+h3_status h3_cuda_quantize_fp8(h3_exec *ex, const h3_tensor *w, void *q, float *scale);
 /* Gives the quantized GEMMs' scratch back to the arena (after the work queued on the compute stream is done):
  * a stage whose weights are quantized returns it when it ends, so the next stage of the run finds only the
  * backend's own H3_CUDA_BACKEND_BYTES in use. A later quantized GEMM reserves it again. */

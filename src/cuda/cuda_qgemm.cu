@@ -140,9 +140,9 @@ __global__ void k_add_bias(void *y, int ydt, int64_t ldy, int64_t rows, int64_t 
     }
 }
 
-/* max|x| over rows × K into *amax (f32 bits: non-negative floats order as unsigned integers; zeroed first), one
- * atomic a block; vec: bf16 rows of K, ldx multiples of 8 on 16 bytes (8 values a thread). A 2-D grid whose y
- * strides over the rows. NaN is ignored (the cast keeps it). */
+/* max|x| over the finite values of rows × K into *amax (f32 bits: non-negative floats order as unsigned integers;
+ * zeroed first), one atomic a block; vec: bf16 rows of K, ldx multiples of 8 on 16 bytes (8 values a thread). A 2-D
+ * grid whose y strides over the rows. NaN and infinities are skipped, as the host's amax_of does. */
 __global__ void k_amax(const void *x, int xdt, int64_t ldx, int64_t rows, int K, int vec, unsigned *amax) {
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * (vec ? 8 : 1);
     float m = 0.0f;
@@ -154,10 +154,13 @@ __global__ void k_amax(const void *x, int xdt, int64_t ldx, int64_t rows, int K,
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const float2 f = __bfloat1622float2(h[i]);
-                    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+                    const float a = fabsf(f.x), b = fabsf(f.y);
+                    if (a < INFINITY) m = fmaxf(m, a); /* false for NaN too */
+                    if (b < INFINITY) m = fmaxf(m, b);
                 }
             } else {
-                m = fmaxf(m, fabsf(ld_f(x, xdt, r * ldx + c)));
+                const float a = fabsf(ld_f(x, xdt, r * ldx + c));
+                if (a < INFINITY) m = fmaxf(m, a);
             }
         }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -305,6 +308,47 @@ static h3_status reserve(h3_cuda_state *s) {
 extern "C" h3_status h3_cuda_qgemm_reserve(h3_exec *ex) {
     if (!ex || !ex->cuda) return H3_ERR(H3_ERR_INVALID, "h3_cuda_qgemm_reserve: no CUDA backend");
     return reserve(cuda_state(ex));
+}
+
+/* w's values · inv → e4m3 as h3_quantize_fp8 (saturated at ±448, not finite → 0x7f). */
+__global__ void k_quantize_fp8(const void *w, int wdt, int64_t n, const unsigned *amax, uint8_t *q) {
+    float s = __uint_as_float(*amax) / 448.0f;
+    s = s > 0.0f ? s : 1.0f;
+    const float inv = 1.0f / s;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = ld_f(w, wdt, i);
+        q[i] = isfinite(x) ? (uint8_t)__nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3) : 0x7f;
+    }
+}
+
+extern "C" h3_status h3_cuda_quantize_fp8(h3_exec *ex, const h3_tensor *w, void *q, float *scale) {
+    if (!ex || !ex->cuda) return H3_ERR(H3_ERR_INVALID, "h3_cuda_quantize_fp8: no CUDA backend");
+    const int dt = cuda_dt(w->dtype);
+    if (w->place != H3_PLACE_DEVICE || (dt != 0 && dt != 1) || w->ndim != 2 || !h3_tensor_is_contiguous(w))
+        return H3_ERR(H3_ERR_INVALID, "h3_cuda_quantize_fp8: a contiguous 2-D bf16 or f32 device matrix");
+    h3_cuda_state *s = cuda_state(ex);
+    H3_TRY(reserve(s));
+    unsigned *amax = (unsigned *)s->qscratch;
+    const int64_t N = w->shape[0], K = w->shape[1];
+    cudaStream_t st = cuda_stream(ex);
+    if (cudaMemsetAsync(amax, 0, sizeof *amax, st) != cudaSuccess)
+        return H3_ERR(H3_ERR_DEVICE, "fp8 quantization: clearing its maximum failed");
+    const int vec = dt == 1 && K % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
+    dim3 ga = grid2(K, N, vec ? 8 : 1);
+    if (ga.y > 1024) ga.y = 1024;
+    k_amax<<<ga, 256, 0, st>>>(w->data, dt, K, N, (int)K, vec, amax);
+    k_quantize_fp8<<<grid_for(N * K), 256, 0, st>>>(w->data, dt, N * K, amax, (uint8_t *)q);
+    CU_LAUNCHED("quantize_fp8");
+    unsigned m = 0;
+    if (cudaMemcpyAsync(&m, amax, sizeof m, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess)
+        return H3_ERR(H3_ERR_DEVICE, "fp8 quantization: reading its maximum failed: %s",
+                      cudaGetErrorString(cudaGetLastError()));
+    float sc;
+    memcpy(&sc, &m, sizeof sc);
+    sc /= 448.0f;
+    *scale = sc > 0.0f ? sc : 1.0f;
+    return H3_OK;
 }
 
 extern "C" void h3_cuda_qgemm_release(h3_exec *ex) {

@@ -168,6 +168,14 @@ h3_status h3_cuda_qgemm_reserve(h3_exec *ex) {
     return H3_ERR(H3_ERR_UNSUPPORTED, "this build has no CUDA backend");
 }
 
+h3_status h3_cuda_quantize_fp8(h3_exec *ex, const h3_tensor *w, void *q, float *scale) {
+    (void)ex;
+    (void)w;
+    (void)q;
+    (void)scale;
+    return H3_ERR(H3_ERR_UNSUPPORTED, "this build has no CUDA backend");
+}
+
 void h3_cuda_qgemm_release(h3_exec *ex) {
     (void)ex;
 }

@@ -542,6 +542,17 @@ static h3_status quantize_one(h3_exec *ex, h3_tensor *t, int target, h3_pool *po
     const int64_t N = t->shape[0], K = t->shape[1];
     h3_status st = H3_OK;
     h3_tensor hf = {0}, tmp = {0}, q = {0}, q2 = {0};
+    if (target == H3_QT_FP8 && t->place == H3_PLACE_DEVICE && (t->dtype == H3_BF16 || t->dtype == H3_F32) &&
+        h3_tensor_is_contiguous(t)) { /* the same rule on the device: no round trip through the host */
+        float sc = 1.0f;
+        H3_CHECK(h3_tensor_alloc2(&q, H3_PLACE_DEVICE, H3_F8_E4M3, N, K, H3_MEM_WEIGHTS));
+        H3_CHECK_CTX(h3_cuda_quantize_fp8(ex, t, q.data, &sc), "quantizing %s", what);
+        q.q.mode = H3_SCALE_TENSOR;
+        q.q.scale = sc;
+        h3_tensor_free(t);
+        *t = q;
+        return H3_OK;
+    }
     H3_CHECK(h3_tensor_alloc2(&hf, H3_PLACE_HOST, H3_F32, N, K, H3_MEM_WORKSPACE));
     if (t->place == H3_PLACE_DEVICE) {
         H3_CHECK(h3_tensor_alloc2(&tmp, H3_PLACE_HOST, t->dtype, N, K, H3_MEM_WORKSPACE));

@@ -110,7 +110,7 @@ h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
 /* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's,
  * as in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed
  * from their current values on the host in f32 and placed where they were (pool: quantizer workers, may be
- * NULL). For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV
+ * NULL); fp8 of device weights is computed on the device (h3_cuda_quantize_fp8: the host's rule and bytes). For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV
  * order is refused. */
 struct h3_pool;
 h3_status h3_dit_quantize_blocks(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool);

@@ -66,7 +66,8 @@ h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int
         h3_free(q);
     } else if (v == H3_QV_FP8_W8A8) { /* one scale for x: s = max|x| / 448, e4m3(x / s)·s */
         float m = 0.0f;
-        for (int64_t i = 0; i < R * K; i++) m = fmaxf(m, fabsf(x[i]));
+        for (int64_t i = 0; i < R * K; i++)
+            if (isfinite(x[i])) m = fmaxf(m, fabsf(x[i])); /* as the device's k_amax */
         const int ok = m > 0.0f && m <= 3.0e38f;
         const float inv = ok ? 448.0f / m : 1.0f, s = ok ? m / 448.0f : 1.0f;
         for (int64_t i = 0; i < R * K; i++) {
