@@ -110,13 +110,16 @@ h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
 /* Replaces the four linears of every DiT block (fused qkv or q, k, v; out; fc1; fc2; not the token refiner's,
  * as in ComfyUI's files) by their quantization in format `target` (an h3_qtarget of quant/qwrite.h), computed
  * from their current values on the host in f32 and placed where they were (pool: quantizer workers, may be
- * NULL); fp8 of device weights is computed on the device (h3_cuda_quantize_fp8: the host's rule and bytes). For tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV
- * order is refused. */
+ * NULL); fp8 of device weights is computed on the device (h3_cuda_quantize_fp8: the host's rule and bytes). For
+ * tests and benchmarks of the quantized paths on weights made in memory; the official per-head QKV order is
+ * refused. */
 struct h3_pool;
 h3_status h3_dit_quantize_blocks(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool);
 /* The same replacement with random stored values instead of the current ones (int8 codes with per-row scales
  * around 1e-3, ConvRot marked for int8_convrot; fp8 codes of |x| < 2 with one scale): benchmarks of speed
- * and memory at full size, where quantizing 33B values on the host would take minutes. */
+ * and memory at full size, where quantizing 33B values on the host would take minutes. One pool of random bytes
+ * fills every block, so every block gets the same weights: another model than the bf16 one, whose outputs are
+ * not comparable with it (h3_dit_quantize_blocks is). */
 h3_status h3_dit_randomize_blocks_quantized(h3_dit *dit, h3_exec *ex, int target);
 /* A DiT with owned weights in the canonical form (fused contiguous QKV, fc1 = [gate; value]) and the
  * release's dtypes (core_dtype for the block stack, condition_proj and AdaLN: H3_BF16 as released; the fp32
