@@ -14,9 +14,9 @@
  * the bf16 weights' quantization (the same 64 MiB of bytes in every block), so their velocities are not comparable
  * with the bf16 run's.
  * --quantize F: instead, the bf16 blocks' four linears are quantized to F (h3_dit_quantize_blocks: the format's
- * real rule, fp8 with one scale per tensor on the device, the others on the CPU) and every workload runs again; its velocities (and those
- * with --attention's low-bit attention) are printed as relative L2 distances from the bf16 step's on the same
- * weights and inputs: how far the quantized step moves the DiT's output.
+ * real rule, fp8 with one scale per tensor on the device, the others on the CPU) and every workload runs again;
+ * its velocities (and those with --attention's low-bit attention) are printed as relative L2 distances from the
+ * bf16 step's on the same weights and inputs: how far the quantized step moves the DiT's output.
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
@@ -232,8 +232,11 @@ static result run_workload(h3_dit *dit, const h3_workload *w, int wi, const char
                         "\"rel_l2_audio\": %.3e}", w->name, label, attn_name(), res.s_fa, peak8 / 1073741824.0, ev, ea);
         if (g_quantized && wi < 8 && g_ref_v[wi] && g_ref_a[wi]) {
             const double rv = rel_l2(hv8.data, g_ref_v[wi], Nv * 96), ra = rel_l2(ha8.data, g_ref_a[wi], Na * 32);
+            const char *lb = g_attn_lb == H3_ATTN_INT8     ? "+int8 attn"
+                             : g_attn_lb == H3_ATTN_SPARSE ? "+sparse attn"
+                                                           : "+fp8 attn";
             printf("%-6s %-13s velocities %.2e (video) %.2e (audio) relative L2 off the bf16 step (same weights)\n",
-                   w->name, g_attn_lb == H3_ATTN_INT8 ? "+int8 attn" : g_attn_lb == H3_ATTN_SPARSE ? "+sparse attn" : "+fp8 attn", rv, ra);
+                   w->name, lb, rv, ra);
             if (js)
                 fprintf(js, ", \"%s %s %sattn off bf16\": {\"rel_l2_video\": %.3e, \"rel_l2_audio\": %.3e}", w->name,
                         label, attn_name(), rv, ra);

@@ -327,9 +327,9 @@ static void test_full_width_sparse(void) {
 }
 
 /* h3run quantize's ComfyUI files of the pruned fixture, on the GPU and on the CPU. The CPU computes with f32
- * activations; the GPU quantizes its activations as ComfyUI's GPU path does (int8 per token after the
- * rotation, fp8 with one scale per activation tensor) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances: the
- * activation quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8
+ * activations; the GPU quantizes its activations (int8 per token after the rotation, as ComfyUI's GPU path does;
+ * fp8 with one scale per activation tensor) or, for nvfp4, decodes weight tiles into bf16 (W4A16). Tolerances:
+ * the activation quantization's error through the blocks (error table: ~1e-2 per int8 linear, ~3e-2 per fp8
  * linear), plus bf16 activations: measured 6.6e-3..8.1e-3 (int8), 2.1e-2..3.7e-2 (fp8), ~5e-3 (nvfp4, GGUF).
  */
 

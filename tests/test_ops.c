@@ -629,7 +629,9 @@ static void attn_lowbit_case(unsigned mode, int64_t Sq, int64_t Sk, int64_t Hq, 
     CHECK_OK(h3_op_attention(&g_ex, &o, &q, &k, &v, (float)scale, fl | mode));
     char what[128];
     snprintf(what, sizeof what, "attention %s Sq%lld Sk%lld Hq%lld Hk%lld D%lld causal%d",
-             mode == H3_ATTN_INT8 ? "int8" : mode & H3_ATTN_FP8_K192 ? "fp8 (key blocks of 192)" : "fp8", (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk,
+             mode == H3_ATTN_INT8          ? "int8"
+             : mode & H3_ATTN_FP8_K192 ? "fp8 (key blocks of 192)"
+                                       : "fp8", (long long)Sq, (long long)Sk, (long long)Hq, (long long)Hk,
              (long long)D, causal);
     /* Against the same quantization in double: f32 sums and the rare probability rounded to the other e4m3 (or
      * f16) neighbour (f32 against double exp2: one such fp8 flip moves a row by up to 1/8 of one key's weight)

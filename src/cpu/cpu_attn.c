@@ -112,12 +112,13 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
  * ------------------------------------------------------------------------------------------------------------
  * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any head
  * size. Both: k less its mean over the keys, q and k in int8 with one scale per head and block of rows (128 for
- * fp8, 64 for int8; k's blocks of 192 for fp8 with H3_ATTN_FP8_K192, Hopper's tiles). fp8: v in e4m3 per head and channel, probabilities exp2(s − max + 8) rounded to e4m3 before
- * P·V. int8: v in f16 scaled per head and channel, probabilities exp2(s − max) rounded to f16. Per query row and
- * block of keys (the scales' block), in order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as
- * the tensor cores do there; int8: the f32 ones). The int8
- * values are kept as floats: their dot products are exact integers in f32 up to head size 1,040 (127² · D < 2²⁴).
- * Each task quantizes the key blocks it reads (the same values every time: the scales depend on the block only). */
+ * fp8, 64 for int8; k's blocks of 192 for fp8 with H3_ATTN_FP8_K192, Hopper's tiles). fp8: v in e4m3 per head
+ * and channel, probabilities exp2(s − max + 8) rounded to e4m3 before P·V. int8: v in f16 scaled per head and
+ * channel, probabilities exp2(s − max) rounded to f16. Per query row and block of keys (the scales' block), in
+ * order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as the tensor cores do there; int8: the
+ * f32 ones). The int8 values are kept as floats: their dot products are exact integers in f32 up to head size
+ * 1,040 (127² · D < 2²⁴). Each task quantizes the key blocks it reads (the same values every time: the scales
+ * depend on the block only). */
 typedef struct {
     attn_ctx c;
     int int8;

@@ -11,8 +11,9 @@
  * (a device pointer written by the cast: no host round trip), fp32 accumulation. (ComfyUI casts with scale 1 when a
  * file has no input_scale, which clips activations past ±448 and leaves those under 2^-6 in e4m3's subnormals.)
  * otherwise (fp8 elsewhere, per-row fp8, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded
- * into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy. All scratch comes from one region of the arena
- * (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in chunks that fit it. */
+ * into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy. All
+ * scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in
+ * chunks that fit it. */
 #include <cuda_fp8.h>
 #include <string.h>
 

@@ -89,11 +89,11 @@ typedef enum h3_qvariant {
     H3_QV_COUNT
 } h3_qvariant;
 const char *h3_qvariant_name(h3_qvariant v);
-/* The activation quantization of variant v, in place on x [R, K] (round trip to f32): INT8_CONVROT_W8A8
- * rotates each row per group (0: none), quantizes it to int8 per row and decodes it back un-rotated; FP8_W8A8
- * takes one scale s = max|x| / 448 for x and rounds x / s to e4m3 (clamped at ±448; the GPU takes one scale per
- * chunk of rows its scratch holds, the whole x up to 128 MiB of e4m3); NVFP4_W4A4 quantizes with the tensor's own scale; other
- * variants leave x. The CPU statement of what the GPU's W8A8 and fp8 GEMMs do to their activations
+/* The activation quantization of variant v, in place on x [R, K] (round trip to f32): INT8_CONVROT_W8A8 rotates
+ * each row per group (0: none), quantizes it to int8 per row and decodes it back un-rotated; FP8_W8A8 takes one
+ * scale s = max|x| / 448 for x and rounds x / s to e4m3 (clamped at ±448; the GPU takes one scale per chunk of
+ * rows its scratch holds, the whole x up to 128 MiB of e4m3); NVFP4_W4A4 quantizes with the tensor's own scale;
+ * other variants leave x. The CPU statement of what the GPU's W8A8 and fp8 GEMMs do to their activations
  * (tests/test_cuda_ops.c). */
 h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group);
 

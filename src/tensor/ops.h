@@ -139,14 +139,14 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
                      const h3_tensor *sin);
 
 #define H3_ATTN_CAUSAL 1u /* query i sees keys 0..i (+ Sk − Sq offset when Sk > Sq) */
-/* q and k in int8, v and P·V in float8 e4m3 (docs/CUDA.md "fp8 attention", SageAttention 2's recipe): k less its
- * mean over all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of
- * 128 rows (k: 192 with H3_ATTN_FP8_K192; max|x|/127, rounded to nearest even), v in e4m3 with one scale per head
- * and channel (max|v|/448); per query row and block of keys (k's blocks) in order, s = (q8·k8)·sq·sk·scale (base 2), the online softmax in f32 with
- * p = exp2(s − max + 8) (at most 256), l = Σ e4m3(p) (the probabilities P·V takes), P·V with e4m3(p) and v8,
- * o = Σ·sv / l. The device runs it on sm_89+ (Hopper's wgmma kernel, Ada's and Blackwell's mma.sync one) at head
- * size 128 with bf16 q, k, v only (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the
- * tests' reference). */
+/* q and k in int8, v and P·V in float8 e4m3 (docs/CUDA.md "fp8 attention", SageAttention 2's recipe): k less
+ * its mean over all keys per head and channel (softmax-invariant), then q and k with one scale per head and
+ * block of 128 rows (k: 192 with H3_ATTN_FP8_K192; max|x|/127, rounded to nearest even), v in e4m3 with one
+ * scale per head and channel (max|v|/448); per query row and block of keys (k's blocks) in order,
+ * s = (q8·k8)·sq·sk·scale (base 2), the online softmax in f32 with p = exp2(s − max + 8) (at most 256),
+ * l = Σ e4m3(p) (the probabilities P·V takes), P·V with e4m3(p) and v8, o = Σ·sv / l. The device runs it on
+ * sm_89+ (Hopper's wgmma kernel, Ada's and Blackwell's mma.sync one) at head size 128 with bf16 q, k, v only
+ * (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the tests' reference). */
 #define H3_ATTN_FP8 2u
 /* With H3_ATTN_FP8: k's scale blocks and the softmax's key blocks of 192 rows instead of 128, as Hopper's fp8 kernel
  * tiles them (query blocks stay 128). The CPU computes what it is asked; the device computes its kernel's blocks
