@@ -1125,6 +1125,9 @@ const h3_st_set *h3_dit_files(const h3_dit *d) {
     return d->have_set ? &d->set : NULL;
 }
 
+_Static_assert((H3_ATTN_SPARSE & (H3_ATTN_CAUSAL | H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_FP8_K192)) == 0,
+               "the DiT's sparse bit shares the attention op's flag word");
+
 void h3_dit_set_attention(h3_dit *d, unsigned flags) {
     d->attn_flags = flags & (H3_ATTN_FP8 | H3_ATTN_INT8 | H3_ATTN_SPARSE | H3_ATTN_FP8_K192);
     if (!(d->attn_flags & H3_ATTN_FP8)) d->attn_flags &= ~H3_ATTN_FP8_K192;

@@ -152,7 +152,7 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * tiles them (query blocks stay 128). The CPU computes what it is asked; the device computes its kernel's blocks
  * whatever this bit says (192 with Hopper's kernel, 128 with the mma.sync one): h3_cuda_attention_ref_flags gives
  * the flags under which the CPU reproduces a device's result. */
-#define H3_ATTN_FP8_K192 8u
+#define H3_ATTN_FP8_K192 16u /* (8u is dit.h's H3_ATTN_SPARSE) */
 /* q and k in int8, v and P·V in f16 (docs/CUDA.md "int8 attention", SageAttention's recipe): k less its mean over
  * all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of 64 rows
  * (max|x|/127, round to nearest even); v in f16 as v·(256/max|v|) per head and channel. Per query row and block of
