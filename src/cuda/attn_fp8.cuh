@@ -21,11 +21,11 @@
 #define FP8_P_OFFSET 8.0f /* p = exp2(s − max + 8): at most 256 (e4m3 reaches 448), small ones stay normal */
 
 /* Keys a tile (and k's scale block): 192, as FlashAttention 3's fp8 kernel takes more keys a tile than its bf16 one
- * (224 at head size 128): the softmax's per-tile work (the row maxima's shuffles, O's rescale, the waits on the
- * tensor cores) is spread over more keys. A multiple of 64 (V's panels); 128 builds the previous tiling. */
-#ifndef FP8_BK
+ * (224 against 176 at head size 128): the softmax's per-tile work (the row maxima's shuffles, O's rescale, the
+ * waits on the tensor cores) is spread over more keys. 2-3% faster than 128 at W362 (bench/NOTES.md). Another size
+ * needs its own S wrapper (wgmma_ss_s8_bk, the m64nFP8_BKk32 instruction with FP8_BK / 2 registers) and a multiple
+ * of 64 (V's panels). */
 #define FP8_BK 192
-#endif
 #define FP8_NJ (FP8_BK / 8)   /* a thread's S columns: 2 per group of 8 keys, for rows g and g+8 */
 #define FP8_NK (FP8_BK / 32)  /* k-steps of P·V (32 keys each) */
 #define FP8_VPANEL (128 * 64) /* V's tiles: panels of 64 keys by 128 channels, 64-byte swizzle */
@@ -70,8 +70,7 @@ static inline int attn_fp8_make_tmaps(attn_tmaps *m, const attn_args *a) {
 }
 
 #ifdef H3_WGMMA_COMPILED
-/* D (64xFP8_BK s32) (+)= A·B, int8, both in shared memory (K-major). */
-#if FP8_BK == 192
+/* D (64xFP8_BK s32, m64n192k32) (+)= A·B, int8, both in shared memory (K-major). */
 __device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_t db, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -97,27 +96,6 @@ __device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_
           "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95])
         : "l"(da), "l"(db), "r"(accumulate));
 }
-#else
-__device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_t db, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-#endif
 /* D += A·B, e4m3, A (64x32) in registers, B in shared memory (K-major). */
 __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
                                                       uint32_t a3, uint64_t db) {

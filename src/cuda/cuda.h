@@ -140,9 +140,7 @@ static inline int64_t h3_cuda_attention_scratch_bytes(h3_dtype dt, int64_t Sq, i
     return P ? 2 * (Sq * Hq + Sk * Hk) * P * 2 : 0;
 }
 /* Keys a tile of Hopper's fp8 kernel (attn_fp8.cuh FP8_BK): k's scale blocks and the softmax's key blocks there. */
-#ifndef H3_CUDA_WGMMA_FP8_BK
 #define H3_CUDA_WGMMA_FP8_BK 192
-#endif
 /* The arena scratch of one low-bit attention call (head size 128; 0 when flags hold neither mode), each piece 256-byte
  * aligned as cuda_attn.cu takes them: q, k in int8; v in e4m3 transposed with its keys padded to a multiple of the
  * key block (H3_ATTN_FP8) or in f16 (H3_ATTN_INT8); the scales of q and k (per 128 rows for fp8, 64 for int8, k's

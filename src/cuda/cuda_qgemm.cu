@@ -174,6 +174,19 @@ __global__ void k_amax(const void *x, int xdt, int64_t ldx, int64_t rows, int K,
     }
 }
 
+/* *amax cleared, then k_amax over rows × K of x (bf16 or f32, row stride ldx) on stream st. */
+static h3_status amax_launch(cudaStream_t st, const void *x, int xdt, int64_t ldx, int64_t rows, int64_t K,
+                             unsigned *amax) {
+    const int vec = xdt == 1 && K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0;
+    if (cudaMemsetAsync(amax, 0, sizeof *amax, st) != cudaSuccess)
+        return H3_ERR(H3_ERR_DEVICE, "fp8: clearing the maximum failed");
+    dim3 ga = grid2(K, rows, vec ? 8 : 1);
+    if (ga.y > 1024) ga.y = 1024; /* a few thousand atomics on one address, not one a row */
+    k_amax<<<ga, 256, 0, st>>>(x, xdt, ldx, rows, (int)K, vec, amax);
+    CU_LAUNCHED("amax");
+    return H3_OK;
+}
+
 /* The cast's factor from k_amax's maximum: 448 / max (1 when 0 or not finite); the block (0, 0)'s thread 0 writes
  * the GEMM's scales: scale[0] = max / 448 (1 when 0) times the weight's scale ws (x's, cuBLASLt's B scale),
  * scale[FP8_SCALE_A] = 1 (the weight's, A). */
@@ -332,12 +345,7 @@ extern "C" h3_status h3_cuda_quantize_fp8(h3_exec *ex, const h3_tensor *w, void 
     unsigned *amax = (unsigned *)s->qscratch;
     const int64_t N = w->shape[0], K = w->shape[1];
     cudaStream_t st = cuda_stream(ex);
-    if (cudaMemsetAsync(amax, 0, sizeof *amax, st) != cudaSuccess)
-        return H3_ERR(H3_ERR_DEVICE, "fp8 quantization: clearing its maximum failed");
-    const int vec = dt == 1 && K % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
-    dim3 ga = grid2(K, N, vec ? 8 : 1);
-    if (ga.y > 1024) ga.y = 1024;
-    k_amax<<<ga, 256, 0, st>>>(w->data, dt, K, N, (int)K, vec, amax);
+    H3_TRY(amax_launch(st, w->data, dt, K, N, K, amax));
     k_quantize_fp8<<<grid_for(N * K), 256, 0, st>>>(w->data, dt, N * K, amax, (uint8_t *)q);
     CU_LAUNCHED("quantize_fp8");
     unsigned m = 0;
@@ -445,11 +453,7 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
         const int64_t m = a->M - m0 < mc ? a->M - m0 : mc;
         const uint8_t *xp = (const uint8_t *)a->X.p + m0 * a->X.ld * xes;
         const int vec = a->X.dt == 1 && a->K % 8 == 0 && a->X.ld % 8 == 0 && ((uintptr_t)xp & 15) == 0;
-        if (cudaMemsetAsync(amax, 0, sizeof *amax, cuda_stream(ex)) != cudaSuccess)
-            return H3_ERR(H3_ERR_DEVICE, "fp8 GEMM: clearing its activation maximum failed");
-        dim3 ga = grid2(a->K, m, vec ? 8 : 1);
-        if (ga.y > 1024) ga.y = 1024; /* a few thousand atomics on one address, not one a row */
-        k_amax<<<ga, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, vec, amax);
+        H3_TRY(amax_launch(cuda_stream(ex), xp, a->X.dt, a->X.ld, m, a->K, amax));
         if (vec)
             k_cast_fp8_bf16x8<<<grid2(a->K, m, 8), 256, 0, cuda_stream(ex)>>>(
                 (const __nv_bfloat16 *)xp, a->X.ld, m, (int)a->K, xf, Kp, amax, scales, alpha);
