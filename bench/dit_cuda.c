@@ -3,7 +3,8 @@
  * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
  * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ... | --quantize F] [--attention fp8|int8|sparse]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ... | --quantize F [--fp8-variants]]
+ *                  [--attention fp8|int8|sparse]
  *                  [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
@@ -17,6 +18,10 @@
  * real rule, fp8 with one scale per tensor on the device, the others on the CPU) and every workload runs again;
  * its velocities (and those with --attention's low-bit attention) are printed as relative L2 distances from the
  * bf16 step's on the same weights and inputs: how far the quantized step moves the DiT's output.
+ * --fp8-variants: with --quantize fp8, every workload runs twice more on the same fp8 weights: with one activation
+ * scale a chunk of rows instead of one a token (h3_cuda_qgemm_set_mode 2, Ada's rule), and with cuBLASLt's fast
+ * accumulation (H3_QGEMM_FP8_FAST): the fp8 GEMM's choices timed and measured against the bf16 step in one
+ * process.
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
@@ -270,11 +275,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *names[8];
-    int nn = 0, pruned = 0, nq = 0, quantize = 0;
+    int nn = 0, pruned = 0, nq = 0, quantize = 0, fp8_variants = 0;
     h3_qtarget quant[4];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pruned")) {
             pruned = 1;
+        } else if (!strcmp(argv[i], "--fp8-variants")) {
+            fp8_variants = 1;
         } else if (!strcmp(argv[i], "--attention") && i + 1 < argc) {
             ++i;
             if (strcmp(argv[i], "fp8") && strcmp(argv[i], "int8") && strcmp(argv[i], "sparse")) {
@@ -296,6 +303,10 @@ int main(int argc, char **argv) {
     }
     if (quantize && nq != 1) {
         fprintf(stderr, "--quantize takes one format and no --quant beside it (the bf16 weights are quantized once)\n");
+        return 2;
+    }
+    if (fp8_variants && (!quantize || quant[0] != H3_QT_FP8)) {
+        fprintf(stderr, "--fp8-variants goes with --quantize fp8\n");
         return 2;
     }
     if (nn == 0) {
@@ -373,6 +384,19 @@ int main(int argc, char **argv) {
             else
                 q[f][k] = r;
         }
+    }
+    if (fp8_variants) { /* the same fp8 weights, the GEMM's other choices */
+        static const struct {
+            int mode;
+            const char *label;
+        } var[2] = {{2, "fp8 a-chunk"}, {H3_QGEMM_FP8_FAST, "fp8 fastacc"}};
+        for (int v = 0; v < 2; v++) {
+            h3_cuda_qgemm_set_mode(&ex, var[v].mode);
+            printf("fp8 GEMMs %s\n", v == 0 ? "with one activation scale a chunk of rows (Ada's rule)"
+                                             : "with one activation scale a token and fast accumulation");
+            for (int k = 0; k < nn; k++) run_workload(dit, ws[k], k, var[v].label, js, &first);
+        }
+        h3_cuda_qgemm_set_mode(&ex, 0);
     }
     if (nq) {
         printf("\nsame process, resident, one step (ratio: quantized s/step over bf16 s/step)\n");

@@ -876,7 +876,7 @@ static void test_fused(void) {
  * GEMM on the same stored weights, the CPU's activations passed through the same activation quantization
  * first (h3_qbench_act_quant, the definition the error table uses). What is left is the GPU's arithmetic and
  * output rounding: the int8 products are exact in int32. */
-enum { QF_I8_ROW, QF_I8_TENSOR, QF_FP8, QF_NVFP4 };
+enum { QF_I8_ROW, QF_I8_TENSOR, QF_FP8, QF_NVFP4, QF_FP8_ROW };
 
 typedef struct {
     h3_tensor h, d;         /* host and device weights, same stored bytes */
@@ -911,6 +911,20 @@ static void qw_make(qweight *w, int fmt, int64_t N, int64_t K, int group) {
         CHECK_OK(h3_tensor_wrap(&w->h, w->h_data, H3_PLACE_HOST, H3_F8_E4M3, 2, shape));
         w->h.q.mode = H3_SCALE_TENSOR;
         w->h.q.scale = sc;
+    } else if (fmt == QF_FP8_ROW) { /* one scale a row, each row's values spread over 1e-3..1 in size */
+        w->h_data = malloc(data_b);
+        w->h_sc = malloc((size_t)N * 4);
+        for (int64_t n = 0; n < N; n++) {
+            float *row = wf + n * K;
+            const float g = powf(10.0f, -3.0f * (float)n / (float)(N > 1 ? N - 1 : 1));
+            for (int64_t k = 0; k < K; k++) row[k] *= g;
+            ((float *)w->h_sc)[n] = h3_quantize_fp8_scale(row, (size_t)K);
+            h3_quantize_fp8(row, (size_t)K, ((float *)w->h_sc)[n], (uint8_t *)w->h_data + n * K);
+        }
+        CHECK_OK(h3_tensor_wrap(&w->h, w->h_data, H3_PLACE_HOST, H3_F8_E4M3, 2, shape));
+        w->h.q.mode = H3_SCALE_ROW;
+        w->h.q.scales = w->h_sc;
+        sc_b = (size_t)N * 4;
     } else {
         data_b = (size_t)(N * K / 2);
         sc_b = (size_t)h3_nvfp4_scale_count(N, K);
@@ -936,7 +950,7 @@ static void qw_make(qweight *w, int fmt, int64_t N, int64_t K, int group) {
     w->d = w->h;
     w->d.place = H3_PLACE_DEVICE;
     w->d.data = w->d_data.data;
-    if (fmt == QF_I8_ROW) w->d.q.scales = w->d_sc.data;
+    if (fmt == QF_I8_ROW || fmt == QF_FP8_ROW) w->d.q.scales = w->d_sc.data;
     if (fmt == QF_NVFP4) w->d.q.fmt_scales = w->d_sc.data;
     free(wf);
 }
@@ -948,8 +962,11 @@ static void qw_free(qweight *w) {
     free(w->h_sc);
 }
 
-static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
-    static const char *const names[] = {"int8 per-row", "int8 tensor", "fp8", "nvfp4"};
+/* mode: h3_cuda_qgemm_set_mode's (0 the fastest path, 1 dequantized tiles, 2 fp8 with one activation scale a
+ * chunk) */
+static void qgemm_case(int fmt, int group, h3_dtype dt, int mode, int rep) {
+    static const char *const names[] = {"int8 per-row", "int8 tensor", "fp8", "nvfp4", "fp8 per-row"};
+    const int dequant = mode == 1;
     int64_t M = ri(1, 300), N = 16 * ri(1, 24), K = group ? group * ri(1, 4) : 16 * ri(1, 40);
     qweight w;
     qw_make(&w, fmt, N, K, group);
@@ -969,28 +986,31 @@ static void qgemm_case(int fmt, int group, h3_dtype dt, int dequant, int rep) {
         CHECK_OK(h3_tensor_reshape(&b.h, 1, sb, &bh));
         CHECK_OK(h3_tensor_reshape(&b.d, 1, sb, &bd));
     }
-    /* the CPU sees the activations the GPU's path quantizes */
+    /* the CPU sees the activations the GPU's path quantizes: fp8 GEMMs one scale a row on Hopper (tensor or
+     * per-row weights) or one a chunk (Ada, mode 2; tensor weights only, per-row ones run dequantized there) */
+    h3_cuda_qgemm_set_mode(&g_ex, mode);
+    const int fp8_rows = h3_cuda_fp8_act_rows(&g_ex);
     h3_qvariant v = H3_QV_INT8;
     if (!dequant && (fmt == QF_I8_ROW || fmt == QF_I8_TENSOR)) v = H3_QV_INT8_CONVROT_W8A8;
-    if (!dequant && fmt == QF_FP8) v = H3_QV_FP8_W8A8;
     CHECK_OK(h3_qbench_act_quant(x.h.data, M, K, v, group));
+    const int fp8_gemm = !dequant && (fmt == QF_FP8 || (fmt == QF_FP8_ROW && fp8_rows));
+    if (fp8_gemm) h3_qbench_act_quant_fp8(x.h.data, M, K, fp8_rows);
     unsigned fl = rep == 1 ? H3_GEMM_ACCUMULATE : 0;
-    h3_cuda_qgemm_set_mode(&g_ex, dequant);
     CHECK_OK(h3_op_gemm(&g_ex, &y.h, &x.h, &wh, rep != 2 ? &bh : NULL, fl));
     CHECK_OK(h3_op_gemm(&g_ex, &y.d, &x.d, &wd, rep != 2 ? &bd : NULL, fl));
     h3_cuda_qgemm_set_mode(&g_ex, 0);
     char what[128];
     snprintf(what, sizeof what, "gemm %s%s%s%s%s M%lld N%lld K%lld", names[fmt], group ? " convrot" : "",
-             dequant           ? " (dequantized tiles)"
-             : fmt == QF_FP8   ? " (fp8 GEMM)"
-             : fmt == QF_NVFP4 ? ""
-                               : " (W8A8)",
+             dequant    ? " (dequantized tiles)"
+             : fp8_gemm ? (fp8_rows ? " (fp8 GEMM, a scale a row)" : " (fp8 GEMM, a scale a chunk)")
+             : fmt == QF_NVFP4 || fmt == QF_FP8_ROW ? ""
+                                                    : " (W8A8)",
              rep == 1   ? " accumulate"
              : rep == 2 ? " no bias"
                         : "",
              rep == 3 ? " row view" : "", (long long)M, (long long)wh.shape[0], (long long)K);
     /* fp8 tensor cores accumulate with fewer bits than fp32 */
-    double tol = dt == H3_F32 ? (fmt == QF_FP8 && !dequant ? 1e-3 : 1e-5) : 8e-3;
+    double tol = dt == H3_F32 ? (fp8_gemm ? 1e-3 : 1e-5) : 8e-3;
     compare(what, &y, tol);
     pfree(&x);
     pfree(&b);
@@ -1095,7 +1115,10 @@ static void test_qgemm(void) {
             qgemm_case(QF_I8_ROW, 64, g_dts[k], dq, 3);
             qgemm_case(QF_I8_TENSOR, 0, g_dts[k], dq, 1);
             for (int rep = 0; rep < 3; rep++) qgemm_case(QF_FP8, 0, g_dts[k], dq, rep);
+            for (int rep = 0; rep < 4; rep++) qgemm_case(QF_FP8_ROW, 0, g_dts[k], dq, rep);
         }
+    for (int k = 0; k < 2; k++) /* Ada's rule, forced on Hopper */
+        for (int rep = 0; rep < 3; rep++) qgemm_case(QF_FP8, 0, g_dts[k], 2, rep);
     for (int k = 0; k < 2; k++)
         for (int rep = 0; rep < 4; rep++) qgemm_case(QF_NVFP4, 0, g_dts[k], 0, rep);
     for (int f = H3_QF_Q4_0; f <= H3_QF_Q6_K; f++)

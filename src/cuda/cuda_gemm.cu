@@ -18,6 +18,7 @@
 typedef struct {
     int64_t M, N, K, ldx, ldw, ldy;
     int kind, dt, bias_dt, epilogue, align;
+    int fast; /* fp8: cuBLASLt's fast accumulation (H3_QGEMM_FP8_FAST) */
     int valid;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -91,7 +92,8 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     cublasLtMatmulPreference_t pref = NULL;
     /* float: A, B, C of one dtype; int8: int8 A and B, int32 C and scalars; fp8: e4m3 A and B, C of dt */
     cudaDataType_t tc = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : lt_type(p->dt);
-    cudaDataType_t tab = p->kind == CUDA_LT_INT8 ? CUDA_R_8I : p->kind == CUDA_LT_FP8 ? CUDA_R_8F_E4M3 : tc;
+    const int fp8 = p->kind == CUDA_LT_FP8 || p->kind == CUDA_LT_FP8_ROWS;
+    cudaDataType_t tab = p->kind == CUDA_LT_INT8 ? CUDA_R_8I : fp8 ? CUDA_R_8F_E4M3 : tc;
     cudaDataType_t tscale = p->kind == CUDA_LT_INT8 ? CUDA_R_32I : CUDA_R_32F;
     cublasComputeType_t ct = p->kind == CUDA_LT_INT8                  ? CUBLAS_COMPUTE_32I
                              : p->kind == CUDA_LT_FLOAT && p->dt == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
@@ -109,8 +111,18 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     LT_PLAN(cublasLtMatmulDescCreate(&p->op, ct, tscale), "matmul descriptor");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
     LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
-    if (p->kind == CUDA_LT_FP8) { /* the heuristic must see scale pointers (the call sets the real ones) */
+    if (fp8) { /* the heuristic must see scale pointers (the call sets the real ones) */
         const void *ph = s->workspace;
+        const int8_t fast = (int8_t)p->fast;
+        LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast),
+                "set FAST_ACCUM");
+        if (p->kind == CUDA_LT_FP8_ROWS) {
+            const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+            LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec),
+                    "set A_SCALE_MODE");
+            LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec),
+                    "set B_SCALE_MODE");
+        }
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ph, sizeof ph),
                 "set A_SCALE_POINTER");
         LT_PLAN(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ph, sizeof ph),
@@ -139,6 +151,7 @@ static h3_status plan_make(h3_cuda_state *s, gemm_plan *p) {
     if (hs != CUBLAS_STATUS_SUCCESS || n == 0) {
         const char *dn = p->kind == CUDA_LT_INT8  ? "int8"
                          : p->kind == CUDA_LT_FP8 ? "fp8 e4m3"
+                         : p->kind == CUDA_LT_FP8_ROWS ? "fp8 e4m3 with scale vectors"
                          : p->dt == 1             ? "bf16"
                          : p->dt == 2             ? "f16"
                          : p->dt == CUDA_LT_TF32  ? "f32 on TF32"
@@ -161,25 +174,33 @@ fail:
 
 static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
                            int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
-                           int bias_dt, const void *alpha, const void *beta, const float *scales);
+                           int bias_dt, const void *alpha, const void *beta, const float *sa, const float *sb);
 
 extern "C" h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K,
                                     const void *w, int64_t ldw, const void *x, int64_t ldx, void *y,
                                     int64_t ldy, const void *bias, int bias_dt, const void *alpha,
                                     const void *beta) {
-    return lt_matmul(ex, kind, dt, M, N, K, w, ldw, x, ldx, y, ldy, bias, bias_dt, alpha, beta, NULL);
+    return lt_matmul(ex, kind, dt, M, N, K, w, ldw, x, ldx, y, ldy, bias, bias_dt, alpha, beta, NULL, NULL);
 }
 
 extern "C" h3_status cuda_lt_matmul_fp8(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w,
                                         int64_t ldw, const void *x, int64_t ldx, const float *scales, void *y,
                                         int64_t ldy, const void *beta) {
     const float one = 1.0f;
-    return lt_matmul(ex, CUDA_LT_FP8, dt, M, N, K, w, ldw, x, ldx, y, ldy, NULL, -1, &one, beta, scales);
+    return lt_matmul(ex, CUDA_LT_FP8, dt, M, N, K, w, ldw, x, ldx, y, ldy, NULL, -1, &one, beta, scales + 32,
+                     scales);
+}
+
+extern "C" h3_status cuda_lt_matmul_fp8_rows(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w,
+                                             int64_t ldw, const void *x, int64_t ldx, const float *sw,
+                                             const float *sx, void *y, int64_t ldy, const void *beta) {
+    const float one = 1.0f;
+    return lt_matmul(ex, CUDA_LT_FP8_ROWS, dt, M, N, K, w, ldw, x, ldx, y, ldy, NULL, -1, &one, beta, sw, sx);
 }
 
 static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
                            int64_t ldw, const void *x, int64_t ldx, void *y, int64_t ldy, const void *bias,
-                           int bias_dt, const void *alpha, const void *beta, const float *scales) {
+                           int bias_dt, const void *alpha, const void *beta, const float *sa, const float *sb) {
     h3_cuda_state *s = cuda_state(ex);
     const int f32 = dt == 0 || dt == CUDA_LT_TF32;
     const size_t es_ab = kind == CUDA_LT_FLOAT ? (f32 ? 4 : 2) : 1;
@@ -201,13 +222,15 @@ static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, 
     key.bias_dt = bias ? bias_dt : -1;
     key.epilogue = bias != NULL;
     key.align = al;
+    key.fast = (kind == CUDA_LT_FP8 || kind == CUDA_LT_FP8_ROWS) && (s->qgemm_mode & H3_QGEMM_FP8_FAST);
     pthread_mutex_lock(&g_plan_mu);
     gemm_plan *p = NULL, *victim = &g_plans[0];
     for (int i = 0; i < N_PLANS; i++) {
         gemm_plan *c = &g_plans[i];
         if (c->valid && c->M == key.M && c->N == key.N && c->K == key.K && c->ldx == key.ldx &&
             c->ldw == key.ldw && c->ldy == key.ldy && c->kind == key.kind && c->dt == key.dt &&
-            c->bias_dt == key.bias_dt && c->epilogue == key.epilogue && c->align == key.align) {
+            c->bias_dt == key.bias_dt && c->epilogue == key.epilogue && c->align == key.align &&
+            c->fast == key.fast) {
             p = c;
             break;
         }
@@ -221,8 +244,7 @@ static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, 
         if (st == H3_OK) p = victim;
     }
     if (p) p->last_use = ++g_clock;
-    if (st == H3_OK && kind == CUDA_LT_FP8) { /* set on every call: plans are shared */
-        const float *sa = scales ? scales + 32 : NULL, *sb = scales;
+    if (st == H3_OK && (kind == CUDA_LT_FP8 || kind == CUDA_LT_FP8_ROWS)) { /* on every call: plans are shared */
         if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa) !=
                 CUBLAS_STATUS_SUCCESS ||
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb) !=

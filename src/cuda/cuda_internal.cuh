@@ -57,7 +57,8 @@ typedef struct h3_cuda_state {
     /* scratch of the quantized GEMMs (cuda_qgemm.cu), reserved on first use or by h3_cuda_qgemm_reserve */
     void *qscratch;
     size_t qscratch_size;
-    int qgemm_mode; /* 0 fastest available, 1 dequantized tiles only (tests) */
+    int qgemm_mode; /* h3_cuda_qgemm_set_mode's: bits 0-1 the path (0 fastest available, 1 dequantized tiles
+                     * only, 2 fp8 with one activation scale a chunk), H3_QGEMM_FP8_FAST */
     /* attention tile configuration chosen at start-up from the shared-memory limit */
     int attn_smem_limit;
 } h3_cuda_state;
@@ -116,8 +117,9 @@ h3_status cuda_attention_sparse(h3_exec *ex, h3_tensor *o, const h3_tensor *q, c
                                 const h3_tensor *v, float scale, const h3_sparse_attn *p);
 /* cuBLASLt y[M,N] = alpha·x[M,K]·w[N,K]ᵀ (+ bias) + beta·y, row-major with leading dims in elements. kind:
  * CUDA_LT_FLOAT (x, w, y of dtype dt: 0 f32, 1 bf16, 2 f16; float scalars), CUDA_LT_INT8 (int8 x and w, int32
- * y, int32 scalars), CUDA_LT_FP8 (e4m3 x and w, y of dtype dt, float scalars). Plans are cached per shape. */
-enum { CUDA_LT_FLOAT = 0, CUDA_LT_INT8 = 1, CUDA_LT_FP8 = 2 };
+ * y, int32 scalars), CUDA_LT_FP8 (e4m3 x and w, y of dtype dt, float scalars; _ROWS: scale vectors). Plans are
+ * cached per shape. */
+enum { CUDA_LT_FLOAT = 0, CUDA_LT_INT8 = 1, CUDA_LT_FP8 = 2, CUDA_LT_FP8_ROWS = 3 };
 /* CUDA_LT_FLOAT's dt for f32 x, w and y multiplied on the TF32 tensor cores (10-bit mantissas, f32 accumulation) */
 enum { CUDA_LT_TF32 = 3 };
 h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, int64_t K, const void *w,
@@ -128,6 +130,11 @@ h3_status cuda_lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, in
 h3_status cuda_lt_matmul_fp8(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w, int64_t ldw,
                              const void *x, int64_t ldx, const float *scales, void *y, int64_t ldy,
                              const void *beta);
+/* The same with a scale per weight row and per row of x (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F):
+ * y[m, n] = sw[n]·sx[m]·(w·xᵀ)[n, m] (+ beta·y); sw (N floats) and sx (M floats) on 16-byte boundaries. */
+h3_status cuda_lt_matmul_fp8_rows(h3_exec *ex, int dt, int64_t M, int64_t N, int64_t K, const void *w,
+                                  int64_t ldw, const void *x, int64_t ldx, const float *sw, const float *sx,
+                                  void *y, int64_t ldy, const void *beta);
 /* GEMM with quantized weights (cuda_qgemm.cu); cuda_gemm hands them over. */
 h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w, const h3_tensor *bias,
                      unsigned flags);

@@ -5,12 +5,18 @@
  *   int8 → W8A8: each activation row is rotated per group where the weights were (the same radix-4
  * butterflies as the CPU's h3_convrot_apply, in shared memory) and quantized per token (s = max|x|/127, round
  * to nearest even), cuBLASLt multiplies int8 by int8 into int32, and one pass writes y = acc·s_x[m]·s_w[n] (+
- * bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ. fp8 e4m3 with a tensor scale,
- * sm_89+ → cuBLASLt fp8: activations in e4m3 with one scale per call (per chunk of rows that fits the scratch):
- * s = max|x| / 448, x8 = e4m3(x / s) (k_amax, then the cast), s times the weight's scale as cuBLASLt's B scale
- * (a device pointer written by the cast: no host round trip), fp32 accumulation. (ComfyUI casts with scale 1 when a
- * file has no input_scale, which clips activations past ±448 and leaves those under 2^-6 in e4m3's subnormals.)
- * otherwise (fp8 elsewhere, per-row fp8, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded
+ * bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ.
+ *   fp8 e4m3, sm_90+ → cuBLASLt fp8 with scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): each
+ * activation row in e4m3 with its own scale s = max|x[r]| / 448 (one kernel: the row's maximum, then its cast),
+ * the weight's tensor or per-row scales as the other vector, fp32 accumulation. One scale a token costs one
+ * pass over x where one scale a tensor costs two (its maximum, then the cast), and a token with large values
+ * no longer coarsens every other token's steps.
+ *   fp8 e4m3 with a tensor scale, sm_89 (and Hopper when no vector algorithm exists) → cuBLASLt fp8 with scalar
+ * scales: one scale per call (per chunk of rows that fits the scratch): s = max|x| / 448, x8 = e4m3(x / s)
+ * (k_amax, then the cast), s times the weight's scale as cuBLASLt's B scale (a device pointer written by the
+ * cast: no host round trip). (ComfyUI casts with scale 1 when a file has no input_scale, which clips activations
+ * past ±448 and leaves those under 2^-6 in e4m3's subnormals.)
+ *   otherwise (fp8 before sm_89 or e5m2, per-row fp8 before sm_90, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded
  * into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy. All
  * scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in
  * chunks that fit it. */
@@ -234,6 +240,72 @@ __global__ void k_cast_fp8_bf16x8(const __nv_bfloat16 *x, int64_t ldx, int64_t r
     }
 }
 
+/* One scale a row (a token): for each row r, s = max|x[r]| / 448 (1 when 0 or not finite; NaN and infinities
+ * skipped as k_amax does), e4m3(x[r] / s) into o and s into srow[r]: cuBLASLt's B scale vector
+ * (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F). One block a row; the row is read twice, the second time from the
+ * caches (a row of 14,336 bf16 values is 28 KB). vec: bf16 rows with K, ldx, ldo multiples of 8 on 16 bytes. */
+template <int VEC>
+__global__ void k_cast_fp8_rows(const void *x, int xdt, int64_t ldx, int64_t rows, int K, __nv_fp8_storage_t *o,
+                                int64_t ldo, float *srow) {
+    __shared__ float red[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float m = 0.0f;
+        if (VEC) {
+            const __nv_bfloat16 *xr = (const __nv_bfloat16 *)x + r * ldx;
+            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
+                const uint4 v = *(const uint4 *)(xr + c);
+                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 f = __bfloat1622float2(h[i]);
+                    const float a = fabsf(f.x), b = fabsf(f.y);
+                    if (a < INFINITY) m = fmaxf(m, a); /* false for NaN too */
+                    if (b < INFINITY) m = fmaxf(m, b);
+                }
+            }
+        } else {
+            for (int c = threadIdx.x; c < K; c += blockDim.x) {
+                const float a = fabsf(ld_f(x, xdt, r * ldx + c));
+                if (a < INFINITY) m = fmaxf(m, a);
+            }
+        }
+        for (int sh = 16; sh > 0; sh >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, sh));
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = red[0];
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) m = fmaxf(m, red[w]);
+        __syncthreads(); /* red is reused by the next row */
+        const bool ok = m > 0.0f && m <= 3.0e38f;
+        const float inv = ok ? 448.0f / m : 1.0f;
+        if (threadIdx.x == 0) srow[r] = ok ? m / 448.0f : 1.0f;
+        if (VEC) {
+            const __nv_bfloat16 *xr = (const __nv_bfloat16 *)x + r * ldx;
+            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
+                const uint4 v = *(const uint4 *)(xr + c);
+                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+                uint2 out;
+                uint16_t *ob = (uint16_t *)&out;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 f = __bfloat1622float2(h[i]);
+                    ob[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE,
+                                                     __NV_E4M3);
+                }
+                *(uint2 *)(o + r * ldo + c) = out;
+            }
+        } else {
+            for (int c = threadIdx.x; c < K; c += blockDim.x)
+                o[r * ldo + c] = __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c) * inv, __NV_SATFINITE, __NV_E4M3);
+        }
+    }
+}
+
+/* cuBLASLt's A scale vector: the weight's per-row scales, or its one scale in every row. */
+__global__ void k_fill_wscale(float *sa, int64_t N, const float *rs, float ts) {
+    const int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (n < N) sa[n] = rs ? rs[n] : ts;
+}
+
 enum { DQ_I8 = 0, DQ_E4M3, DQ_E5M2, DQ_NVFP4, DQ_GGUF };
 
 __device__ __forceinline__ float e2m1(int c) {
@@ -370,8 +442,15 @@ extern "C" void h3_cuda_qgemm_release(h3_exec *ex) {
     s->qscratch_size = 0;
 }
 
-extern "C" void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only) {
-    if (ex && ex->cuda) cuda_state(ex)->qgemm_mode = dequant_only ? 1 : 0;
+extern "C" void h3_cuda_qgemm_set_mode(h3_exec *ex, int mode) {
+    const int path = mode & 3;
+    if (ex && ex->cuda) cuda_state(ex)->qgemm_mode = (path == 3 ? 0 : path) | (mode & H3_QGEMM_FP8_FAST);
+}
+
+extern "C" int h3_cuda_fp8_act_rows(h3_exec *ex) {
+    if (!ex || !ex->cuda) return 0;
+    const h3_cuda_state *s = cuda_state(ex);
+    return s->prop.major >= 9 && (s->qgemm_mode & 3) == 0;
 }
 
 extern "C" void cuda_qgemm_shutdown(h3_cuda_state *s) {
@@ -436,34 +515,58 @@ static h3_status run_w8a8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
     return H3_OK;
 }
 
-static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w) {
+/* e4m3 weights through cuBLASLt's fp8 GEMM; the activations cast to e4m3 in the scratch, chunk of rows by chunk.
+ * rows = 1: one scale a row of x and the weight's scale (or per-row scales) as vectors (Hopper on); rows = 0: one
+ * scale a chunk (max|x| / 448) and the weight's tensor scale, as scalars (Ada; Hopper when asked,
+ * h3_cuda_qgemm_set_mode). H3_ERR_UNSUPPORTED when cuBLASLt has no algorithm (the caller falls back). */
+static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w, int rows) {
     h3_cuda_state *s = cuda_state(ex);
     const int64_t Kp = round_up(a->K, 16);
-    /* the scratch: the maximum, x's scale (times the weight's) and the weight's 1, 128 bytes apart (512 in all),
-     * then the e4m3 rows */
-    int64_t mc = ((int64_t)s->qscratch_size - 512) / Kp;
+    /* the scratch: the maximum, x's scale (times the weight's) and the weight's 1, 128 bytes apart (512 in all);
+     * with rows, the weight's scale vector (N floats) and x's (one a row), each from a 128-byte boundary; then
+     * the e4m3 rows */
+    const int64_t sa_bytes = rows ? round_up(a->N * 4, 128) : 0;
+    int64_t mc = ((int64_t)s->qscratch_size - 512 - sa_bytes - 128) / (Kp + (rows ? 4 : 0));
     if (mc > a->M) mc = a->M;
+    if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "fp8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
     unsigned *amax = (unsigned *)s->qscratch;
     float *scales = (float *)((uint8_t *)s->qscratch + 128);
-    __nv_fp8_storage_t *xf = (__nv_fp8_storage_t *)((uint8_t *)s->qscratch + 512);
-    const float alpha = w->q.mode == H3_SCALE_TENSOR ? w->q.scale : 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
+    float *sa = (float *)((uint8_t *)s->qscratch + 512), *sb = (float *)((uint8_t *)sa + sa_bytes);
+    __nv_fp8_storage_t *xf =
+        (__nv_fp8_storage_t *)((uint8_t *)s->qscratch + 512 + (rows ? sa_bytes + round_up(mc * 4, 128) : 0));
+    const float ts = w->q.mode == H3_SCALE_TENSOR ? w->q.scale : 1.0f, beta = a->accumulate ? 1.0f : 0.0f;
     const size_t yes = a->ydt == 0 ? 4 : 2;
     const size_t xes = a->X.dt == 0 ? 4 : 2;
+    if (rows) {
+        k_fill_wscale<<<(unsigned)((a->N + 255) / 256), 256, 0, cuda_stream(ex)>>>(
+            sa, a->N, w->q.mode == H3_SCALE_ROW ? w->q.scales : NULL, ts);
+        CU_LAUNCHED("fill_wscale");
+    }
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         const int64_t m = a->M - m0 < mc ? a->M - m0 : mc;
         const uint8_t *xp = (const uint8_t *)a->X.p + m0 * a->X.ld * xes;
         const int vec = a->X.dt == 1 && a->K % 8 == 0 && a->X.ld % 8 == 0 && ((uintptr_t)xp & 15) == 0;
-        H3_TRY(amax_launch(cuda_stream(ex), xp, a->X.dt, a->X.ld, m, a->K, amax));
-        if (vec)
-            k_cast_fp8_bf16x8<<<grid2(a->K, m, 8), 256, 0, cuda_stream(ex)>>>(
-                (const __nv_bfloat16 *)xp, a->X.ld, m, (int)a->K, xf, Kp, amax, scales, alpha);
-        else
-            k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf,
-                                                                          Kp, amax, scales, alpha);
+        if (rows) {
+            const unsigned g = (unsigned)(m < 65535 ? m : 65535);
+            if (vec)
+                k_cast_fp8_rows<1><<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
+            else
+                k_cast_fp8_rows<0><<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
+        } else {
+            H3_TRY(amax_launch(cuda_stream(ex), xp, a->X.dt, a->X.ld, m, a->K, amax));
+            if (vec)
+                k_cast_fp8_bf16x8<<<grid2(a->K, m, 8), 256, 0, cuda_stream(ex)>>>(
+                    (const __nv_bfloat16 *)xp, a->X.ld, m, (int)a->K, xf, Kp, amax, scales, ts);
+            else
+                k_cast_fp8<<<grid2(a->K, m, 1), 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K,
+                                                                              xf, Kp, amax, scales, ts);
+        }
         CU_LAUNCHED("cast_fp8");
         void *yp = (uint8_t *)a->Y.p + m0 * a->Y.ld * yes;
-        h3_status st =
-            cuda_lt_matmul_fp8(ex, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, scales, yp, a->Y.ld, &beta);
+        h3_status st = rows ? cuda_lt_matmul_fp8_rows(ex, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, sa, sb, yp,
+                                                      a->Y.ld, &beta)
+                            : cuda_lt_matmul_fp8(ex, a->ydt, m, a->N, a->K, a->w, a->ldw, xf, Kp, scales, yp,
+                                                 a->Y.ld, &beta);
         if (st != H3_OK)
             return m0 ? h3_error_wrap(H3_ERR_DEVICE, "fp8 GEMM, rows from %lld", (long long)m0) : st;
         if (a->bias) H3_TRY(cuda_add_bias(ex, yp, a->ydt, a->Y.ld, m, a->N, a->bias, a->bdt));
@@ -559,16 +662,25 @@ extern "C" h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, c
                       (long long)a.K);
     H3_TRY(reserve(s));
     const int sm = s->prop.major * 10 + s->prop.minor;
-    if (s->qgemm_mode == 0 && kind == DQ_I8 && a.K % 4 == 0 && a.ldw % 4 == 0) {
+    const int path = s->qgemm_mode & 3;
+    if (path == 0 && kind == DQ_I8 && a.K % 4 == 0 && a.ldw % 4 == 0) {
         h3_status st = run_w8a8(ex, &a, w);
         if (st != H3_ERR_UNSUPPORTED) return st;
         h3_clear_error(); /* no int8 algorithm for this shape: the dequantized path below */
     }
-    if (s->qgemm_mode == 0 && kind == DQ_E4M3 && md != H3_SCALE_ROW && sm >= 89 && a.K % 16 == 0 &&
-        a.N % 16 == 0 && a.ldw % 16 == 0) {
-        h3_status st = run_fp8(ex, &a, w);
-        if (st != H3_ERR_UNSUPPORTED) return st;
-        h3_clear_error();
+    if (path != 1 && kind == DQ_E4M3 && sm >= 89 && a.K % 16 == 0 && a.N % 16 == 0 && a.ldw % 16 == 0) {
+        /* Hopper on: one scale a token (and the weight's per-row scales when it has them); Ada, or when asked:
+         * one scale a chunk, tensor-scaled weights only */
+        if (sm >= 90 && path == 0) {
+            h3_status st = run_fp8(ex, &a, w, 1);
+            if (st != H3_ERR_UNSUPPORTED) return st;
+            h3_clear_error();
+        }
+        if (md != H3_SCALE_ROW) {
+            h3_status st = run_fp8(ex, &a, w, 0);
+            if (st != H3_ERR_UNSUPPORTED) return st;
+            h3_clear_error();
+        }
     }
     return run_dequant(ex, &a, w, kind);
 }

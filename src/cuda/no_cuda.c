@@ -180,7 +180,12 @@ void h3_cuda_qgemm_release(h3_exec *ex) {
     (void)ex;
 }
 
-void h3_cuda_qgemm_set_mode(h3_exec *ex, int dequant_only) {
+void h3_cuda_qgemm_set_mode(h3_exec *ex, int mode) {
     (void)ex;
-    (void)dequant_only;
+    (void)mode;
+}
+
+int h3_cuda_fp8_act_rows(h3_exec *ex) {
+    (void)ex;
+    return 0;
 }

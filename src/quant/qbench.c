@@ -46,6 +46,22 @@ static double rel_err(const float *a, const float *ref, int64_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+void h3_qbench_act_quant_fp8(float *x, int64_t R, int64_t K, int rows) {
+    const int64_t n = rows ? K : R * K; /* values under one scale */
+    for (int64_t r0 = 0; r0 < R * K; r0 += n) {
+        float *p = x + r0, m = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            if (isfinite(p[i])) m = fmaxf(m, fabsf(p[i])); /* as the device's maximum */
+        const int ok = m > 0.0f && m <= 3.0e38f;
+        const float inv = ok ? 448.0f / m : 1.0f, s = ok ? m / 448.0f : 1.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float a = p[i] * inv;
+            a = a > 448.0f ? 448.0f : a < -448.0f ? -448.0f : a;
+            p[i] = h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(a)) * s;
+        }
+    }
+}
+
 /* What the GPU path does to a linear's input rows x [R, K] (contiguous), in place, in f32: the values the
  * int8 / fp8 / nvfp4 GEMM multiplies, brought back to the weights' basis. */
 h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group) {
@@ -64,17 +80,8 @@ h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int
             if (group) h3_convrot_apply(row, K, group);
         }
         h3_free(q);
-    } else if (v == H3_QV_FP8_W8A8) { /* one scale for x: s = max|x| / 448, e4m3(x / s)·s */
-        float m = 0.0f;
-        for (int64_t i = 0; i < R * K; i++)
-            if (isfinite(x[i])) m = fmaxf(m, fabsf(x[i])); /* as the device's k_amax */
-        const int ok = m > 0.0f && m <= 3.0e38f;
-        const float inv = ok ? 448.0f / m : 1.0f, s = ok ? m / 448.0f : 1.0f;
-        for (int64_t i = 0; i < R * K; i++) {
-            float a = x[i] * inv;
-            a = a > 448.0f ? 448.0f : a < -448.0f ? -448.0f : a;
-            x[i] = h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(a)) * s;
-        }
+    } else if (v == H3_QV_FP8_W8A8) {
+        h3_qbench_act_quant_fp8(x, R, K, 1);
     } else if (v == H3_QV_NVFP4_W4A4) { /* nvfp4 with the tensor's own scale_2, as ComfyUI quantizes inputs */
         h3_tensor t;
         H3_TRY(h3_quantize_tensor(x, R, K, H3_QT_NVFP4, NULL, &t));

@@ -76,8 +76,8 @@ h3_status h3_quantize_checkpoint(const char *in, const char *out, const h3_quant
 
 /* The variants the table compares: weight formats with activations kept in f32 (W·A16, the CPU GEMM and every
  * text-encoder path), and the activation quantization ComfyUI's DiT path adds on GPUs (W8A8 int8 per token
- * after the ConvRot rotation; fp8 activations with one scale, max|x| / 448; nvfp4 activations with a per-tensor scale:
- * W4A4). */
+ * after the ConvRot rotation; fp8 activations with one scale a token, max|x[r]| / 448; nvfp4 activations with a
+ * per-tensor scale: W4A4). */
 typedef enum h3_qvariant {
     H3_QV_INT8 = 0,
     H3_QV_INT8_CONVROT,
@@ -90,12 +90,15 @@ typedef enum h3_qvariant {
 } h3_qvariant;
 const char *h3_qvariant_name(h3_qvariant v);
 /* The activation quantization of variant v, in place on x [R, K] (round trip to f32): INT8_CONVROT_W8A8 rotates
- * each row per group (0: none), quantizes it to int8 per row and decodes it back un-rotated; FP8_W8A8 takes one
- * scale s = max|x| / 448 for x and rounds x / s to e4m3 (clamped at ±448; the GPU takes one scale per chunk of
- * rows its scratch holds, the whole x up to 128 MiB of e4m3); NVFP4_W4A4 quantizes with the tensor's own scale;
- * other variants leave x. The CPU statement of what the GPU's W8A8 and fp8 GEMMs do to their activations
- * (tests/test_cuda_ops.c). */
+ * each row per group (0: none), quantizes it to int8 per row and decodes it back un-rotated; FP8_W8A8 rounds each
+ * row x[r] / s_r to e4m3 with its own scale s_r = max|x[r]| / 448 (h3_qbench_act_quant_fp8 with rows = 1, what
+ * Hopper's fp8 GEMM does); NVFP4_W4A4 quantizes with the tensor's own scale; other variants leave x. The CPU
+ * statement of what the GPU's W8A8 and fp8 GEMMs do to their activations (tests/test_cuda_ops.c). */
 h3_status h3_qbench_act_quant(float *x, int64_t R, int64_t K, h3_qvariant v, int group);
+/* fp8 activations in place on x [R, K]: rows = 1, one scale a row (Hopper's fp8 GEMM); rows = 0, one scale
+ * s = max|x| / 448 for all of x (Ada's, which takes one scale per chunk of rows its scratch holds: the whole x up
+ * to 128 MiB of e4m3). x / s rounded to e4m3, clamped at ±448; non-finite values do not count in the maximum. */
+void h3_qbench_act_quant_fp8(float *x, int64_t R, int64_t K, int rows);
 
 /* One linear of the table: f32 weights (the stored bf16 values) [n, k]. */
 typedef struct h3_qbench_layer {

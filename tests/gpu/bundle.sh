@@ -31,12 +31,14 @@ for p in "${progs[@]}"; do [ -x "$BD/$p" ] && cp "$BD/$p" .devbundle/bin/; done
 # H3_BUNDLE_VARIANTS="NAME:FLAGS ..." also builds bench_cuda_kernels and test_cuda_ops with extra CUDA compile
 # flags, separated by commas (e.g. "v1:-DMY_SWITCH=1,-DOTHER=2"), as bench_cuda_kernels.NAME and
 # test_cuda_ops.NAME: A/B runs of kernel variants in one device call (run.sh ab), each in its own build folder.
+# H3_BUNDLE_VARIANT_PROGS names other programs to build so (e.g. bench_dit_cuda for a whole step's A/B).
+read -r -a vprogs <<< "${H3_BUNDLE_VARIANT_PROGS:-bench_cuda_kernels test_cuda_ops}"
 for var in ${H3_BUNDLE_VARIANTS:-}; do
     vn=${var%%:*} vf=${var#*:} vf=${vf//,/ }
     cmake -S . -B "$BD-var-$vn" -DCMAKE_BUILD_TYPE=Release -DH3_NATIVE=OFF -DH3_CUDA="$CUDA" -DH3_MEDIA="$MEDIA" \
         -DH3_CUDA_ARCHS="$ARCH" -DCMAKE_CUDA_FLAGS="$vf" >/dev/null
-    cmake --build "$BD-var-$vn" -j"$(nproc)" --target bench_cuda_kernels test_cuda_ops >/dev/null
-    for p in bench_cuda_kernels test_cuda_ops; do cp "$BD-var-$vn/$p" ".devbundle/bin/$p.$vn"; done
+    cmake --build "$BD-var-$vn" -j"$(nproc)" --target "${vprogs[@]}" >/dev/null
+    for p in "${vprogs[@]}"; do cp "$BD-var-$vn/$p" ".devbundle/bin/$p.$vn"; done
 done
 strip .devbundle/bin/*
 if [ "$CUDA" != OFF ] && [ -z "${H3_BUNDLE_PROGS:-}" ]; then

@@ -19,6 +19,7 @@
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
+#   lt-fp8 (bench/lt_fp8_modes.cu: cuBLASLt's fp8 GEMM per-tensor vs per-row scales, fast accumulation; LT_ROWS),
 #   ab (bench_cuda_kernels' attention, base and each H3_BUNDLE_VARIANTS build alternated twice; AB_ROWS),
 #   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
 #   W124's sequence with q, k, v in ±3), lowbit-ncu (Nsight Compute on one launch of Hopper's fp8 kernel there),
@@ -76,6 +77,10 @@ for s in "${steps[@]}"; do
                     H3_BENCH_ATTN_AMP=3 H3_BENCH_ATTN_ONLY=1 $b ${AB_ROWS:-19412} 2>&1 | grep attention
                 done
             done 2>&1 | tee "$OUT/ab.log" ;;
+        lt-fp8) # cuBLASLt's fp8 GEMM at W124's block shapes: per-tensor against per-row/per-token scales, with and
+                # without fast accumulation (bench/lt_fp8_modes.cu, standalone, built here)
+            nvcc -O2 -o /tmp/lt_fp8_modes bench/lt_fp8_modes.cu -lcublasLt &&
+                /tmp/lt_fp8_modes ${LT_ROWS:-19412} 2>&1 | tee "$OUT/lt_fp8_modes.log"; rc=$((rc | PIPESTATUS[0])) ;;
         sparse) $B/test_cuda_ops attention_sparse 2>&1 | tee "$OUT/test_cuda_ops_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/test_dit_cuda full_width_sparse 2>&1 | tee "$OUT/test_dit_cuda_sparse.log"; rc=$((rc | PIPESTATUS[0]))
                 $B/bench_dit_cuda --attention sparse W362 2>&1 | tee "$OUT/bench_dit_cuda_sparse.log"
