@@ -20,8 +20,8 @@
  * bf16 step's on the same weights and inputs: how far the quantized step moves the DiT's output.
  * --fp8-variants: with --quantize fp8, every workload runs twice more on the same fp8 weights: with one activation
  * scale a chunk of rows instead of one a token (h3_cuda_qgemm_set_mode 2, Ada's rule), and with cuBLASLt's fast
- * accumulation (H3_QGEMM_FP8_FAST): the fp8 GEMM's choices timed and measured against the bf16 step in one
- * process.
+ * accumulation off (H3_QGEMM_FP8_EXACT): the fp8 GEMM's choices timed and measured against the bf16 step in
+ * one process.
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
@@ -389,11 +389,11 @@ int main(int argc, char **argv) {
         static const struct {
             int mode;
             const char *label;
-        } var[2] = {{2, "fp8 a-chunk"}, {H3_QGEMM_FP8_FAST, "fp8 fastacc"}};
+        } var[2] = {{2, "fp8 a-chunk"}, {H3_QGEMM_FP8_EXACT, "fp8 exact-acc"}};
         for (int v = 0; v < 2; v++) {
             h3_cuda_qgemm_set_mode(&ex, var[v].mode);
             printf("fp8 GEMMs %s\n", v == 0 ? "with one activation scale a chunk of rows (Ada's rule)"
-                                             : "with one activation scale a token and fast accumulation");
+                                             : "with one activation scale a token, partial sums promoted to fp32");
             for (int k = 0; k < nn; k++) run_workload(dit, ws[k], k, var[v].label, js, &first);
         }
         h3_cuda_qgemm_set_mode(&ex, 0);

@@ -63,7 +63,7 @@ static const size_t ws_size = 64u << 20;
 /* one GEMM y[M, N] = x[M, K] · w[N, K]ᵀ as h3run's cuda_gemm lays it out; returns ms (median of 20), < 0 when
  * cuBLASLt has no algorithm or fails */
 static float run(int outer, int fast, int64_t M, int64_t N, int64_t K, const void *w, const void *x,
-                 const float *sa, const float *sb, __nv_bfloat16 *y) {
+                 const float *sa, const float *sb, __nv_bfloat16 *y, int algo_i = 0, int *n_algos = NULL) {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulPreference_t pref;
@@ -84,10 +84,13 @@ static float run(int outer, int fast, int64_t M, int64_t N, int64_t K, const voi
     cublasLtMatmulPreferenceCreate(&pref);
     uint64_t wss = ws_size;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wss, sizeof wss);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t all[8], res;
     int n = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &n);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, all, &n);
+    if (n_algos) *n_algos = n;
     float ms = -1;
+    if (algo_i >= n) n = 0;
+    else res = all[algo_i];
     if (s1 || s2 || hs || n == 0) {
         printf("    (no algorithm: set mode %d/%d, heuristic %d, %d results)\n", (int)s1, (int)s2, (int)hs, n);
     } else {
@@ -192,6 +195,28 @@ int main(int argc, char **argv) {
             printf("  %-6s %-5s %8.3f ms %7.0f TFLOP/s  off scalar+promoted %.2e\n", outer ? "vector" : "scalar",
                    fast ? "fast" : "exact", ms[mode], ms[mode] > 0 ? flop / ms[mode] / 1e9 : 0.0, e);
             if (ms[mode] > 0) t_all[mode] += ms[mode];
+        }
+        { /* the heuristic's other algorithms, vector scales and fast accumulation */
+            int na = 0;
+            run(1, 1, M, N, K, w, x, sa2, sb2, y[3], 0, &na);
+            for (int i = 1; i < na; i++) {
+                const float t = run(1, 1, M, N, K, w, x, sa2, sb2, y[3], i);
+                printf("  vector fast, the heuristic's algorithm %d of %d: %8.3f ms %7.0f TFLOP/s\n", i + 1, na, t,
+                       t > 0 ? flop / t / 1e9 : 0.0);
+            }
+        }
+        { /* h3run's chunks of rows through a 128 MiB scratch: as they fall, and of equal size */
+            const int64_t mc = ((128ll << 20) - 512 - ((N * 4 + 127) / 128) * 128 - 128) / (K + 4);
+            if (mc < M) {
+                const int64_t nch = (M + mc - 1) / mc, eq = (M + nch - 1) / nch;
+                float t_fall = 0, t_eq = 0;
+                for (int64_t m0 = 0; m0 < M; m0 += mc)
+                    t_fall += run(1, 1, M - m0 < mc ? M - m0 : mc, N, K, w, x, sa2, sb2, y[3]);
+                for (int64_t m0 = 0; m0 < M; m0 += eq)
+                    t_eq += run(1, 1, M - m0 < eq ? M - m0 : eq, N, K, w, x, sa2, sb2, y[3]);
+                printf("  vector fast in chunks of at most %lld rows: %.3f ms as they fall, %.3f ms in %lld of %lld\n",
+                       (long long)mc, t_fall, t_eq, (long long)nch, (long long)eq);
+            }
         }
         for (int i = 0; i < 4; i++) cudaFree(y[i]);
         cudaFree(w);

@@ -964,10 +964,11 @@ static void qw_free(qweight *w) {
 
 /* mode: h3_cuda_qgemm_set_mode's (0 the fastest path, 1 dequantized tiles, 2 fp8 with one activation scale a
  * chunk) */
-static void qgemm_case(int fmt, int group, h3_dtype dt, int mode, int rep) {
+static void qgemm_case_k(int fmt, int group, h3_dtype dt, int mode, int rep, int64_t K_fixed) {
     static const char *const names[] = {"int8 per-row", "int8 tensor", "fp8", "nvfp4", "fp8 per-row"};
-    const int dequant = mode == 1;
+    const int dequant = (mode & 3) == 1;
     int64_t M = ri(1, 300), N = 16 * ri(1, 24), K = group ? group * ri(1, 4) : 16 * ri(1, 40);
+    if (K_fixed) K = K_fixed;
     qweight w;
     qw_make(&w, fmt, N, K, group);
     pair x = mk2(dt, M, K, 1.0), b = mk2(dt, 1, N, 1.0), y = mk2(dt, M, N, 1.0);
@@ -1002,20 +1003,29 @@ static void qgemm_case(int fmt, int group, h3_dtype dt, int mode, int rep) {
     char what[128];
     snprintf(what, sizeof what, "gemm %s%s%s%s%s M%lld N%lld K%lld", names[fmt], group ? " convrot" : "",
              dequant    ? " (dequantized tiles)"
-             : fp8_gemm ? (fp8_rows ? " (fp8 GEMM, a scale a row)" : " (fp8 GEMM, a scale a chunk)")
+             : fp8_gemm ? (fp8_rows ? (mode & H3_QGEMM_FP8_EXACT ? " (fp8 GEMM, a scale a row, fp32 sums)"
+                                                                  : " (fp8 GEMM, a scale a row)")
+                                    : " (fp8 GEMM, a scale a chunk)")
              : fmt == QF_NVFP4 || fmt == QF_FP8_ROW ? ""
                                                     : " (W8A8)",
              rep == 1   ? " accumulate"
              : rep == 2 ? " no bias"
                         : "",
              rep == 3 ? " row view" : "", (long long)M, (long long)wh.shape[0], (long long)K);
-    /* fp8 tensor cores accumulate with fewer bits than fp32 */
-    double tol = dt == H3_F32 ? (fp8_gemm ? 1e-3 : 1e-5) : 8e-3;
-    compare(what, &y, tol);
+    /* fp8 tensor cores accumulate with fewer bits than fp32, fast accumulation (the default) fewer still */
+    double tol = dt == H3_F32 ? (fp8_gemm ? (mode & H3_QGEMM_FP8_EXACT ? 1e-3 : 1e-2) : 1e-5) : 8e-3;
+    if (fp8_gemm)
+        compare_noted(what, &y, tol);
+    else
+        compare(what, &y, tol);
     pfree(&x);
     pfree(&b);
     pfree(&y);
     qw_free(&w);
+}
+
+static void qgemm_case(int fmt, int group, h3_dtype dt, int mode, int rep) {
+    qgemm_case_k(fmt, group, dt, mode, rep, 0);
 }
 
 /* GGUF blocks (dequantized tiles, the CPU's decoder compiled for the GPU): random codes, the blocks' f16
@@ -1117,8 +1127,14 @@ static void test_qgemm(void) {
             for (int rep = 0; rep < 3; rep++) qgemm_case(QF_FP8, 0, g_dts[k], dq, rep);
             for (int rep = 0; rep < 4; rep++) qgemm_case(QF_FP8_ROW, 0, g_dts[k], dq, rep);
         }
-    for (int k = 0; k < 2; k++) /* Ada's rule, forced on Hopper */
-        for (int rep = 0; rep < 3; rep++) qgemm_case(QF_FP8, 0, g_dts[k], 2, rep);
+    for (int k = 0; k < 2; k++) /* Ada's rule, forced on Hopper; sums promoted to fp32 */
+        for (int rep = 0; rep < 3; rep++) {
+            qgemm_case(QF_FP8, 0, g_dts[k], 2, rep);
+            qgemm_case(QF_FP8, 0, g_dts[k], H3_QGEMM_FP8_EXACT, rep);
+        }
+    /* the DiT's longest sum (fc2's K), both ways of accumulating */
+    qgemm_case_k(QF_FP8, 0, H3_F32, 0, 0, 14336);
+    qgemm_case_k(QF_FP8, 0, H3_F32, H3_QGEMM_FP8_EXACT, 0, 14336);
     for (int k = 0; k < 2; k++)
         for (int rep = 0; rep < 4; rep++) qgemm_case(QF_NVFP4, 0, g_dts[k], 0, rep);
     for (int f = H3_QF_Q4_0; f <= H3_QF_Q6_K; f++)

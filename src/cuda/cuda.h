@@ -106,9 +106,10 @@ h3_status h3_cuda_quantize_fp8(h3_exec *ex, const h3_tensor *w, void *q, float *
 void h3_cuda_qgemm_release(h3_exec *ex);
 /* Tests and benchmarks: 1 makes every quantized GEMM take the dequantized-tile path; 2 makes Hopper's fp8 GEMMs
  * scale their activations as Ada's do (one scale a chunk of rows instead of one a row); 0: the fastest the GPU
- * and weight allow. Or'ed with H3_QGEMM_FP8_FAST: cuBLASLt's fp8 fast accumulation (partial sums kept in the
- * tensor cores' accumulator instead of promoted to fp32 every few k-steps). */
-#define H3_QGEMM_FP8_FAST 4
+ * and weight allow. Or'ed with H3_QGEMM_FP8_EXACT: cuBLASLt's fp8 GEMMs promote their partial sums to fp32 every
+ * few k-steps instead of keeping them in the tensor cores' accumulator (fast accumulation, the default:
+ * bench/NOTES.md has the A/B). */
+#define H3_QGEMM_FP8_EXACT 4
 void h3_cuda_qgemm_set_mode(h3_exec *ex, int mode);
 /* Whether this device's fp8 GEMM (in the current mode) takes one activation scale a row (1, Hopper on) or one
  * a chunk of rows (0): the rule h3_qbench_act_quant_fp8 must state for a test to compare. */

@@ -18,7 +18,7 @@
 typedef struct {
     int64_t M, N, K, ldx, ldw, ldy;
     int kind, dt, bias_dt, epilogue, align;
-    int fast; /* fp8: cuBLASLt's fast accumulation (H3_QGEMM_FP8_FAST) */
+    int fast; /* fp8: cuBLASLt's fast accumulation (on unless H3_QGEMM_FP8_EXACT) */
     int valid;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -222,7 +222,7 @@ static h3_status lt_matmul(h3_exec *ex, int kind, int dt, int64_t M, int64_t N, 
     key.bias_dt = bias ? bias_dt : -1;
     key.epilogue = bias != NULL;
     key.align = al;
-    key.fast = (kind == CUDA_LT_FP8 || kind == CUDA_LT_FP8_ROWS) && (s->qgemm_mode & H3_QGEMM_FP8_FAST);
+    key.fast = (kind == CUDA_LT_FP8 || kind == CUDA_LT_FP8_ROWS) && !(s->qgemm_mode & H3_QGEMM_FP8_EXACT);
     pthread_mutex_lock(&g_plan_mu);
     gemm_plan *p = NULL, *victim = &g_plans[0];
     for (int i = 0; i < N_PLANS; i++) {

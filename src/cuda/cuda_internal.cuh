@@ -58,7 +58,7 @@ typedef struct h3_cuda_state {
     void *qscratch;
     size_t qscratch_size;
     int qgemm_mode; /* h3_cuda_qgemm_set_mode's: bits 0-1 the path (0 fastest available, 1 dequantized tiles
-                     * only, 2 fp8 with one activation scale a chunk), H3_QGEMM_FP8_FAST */
+                     * only, 2 fp8 with one activation scale a chunk), H3_QGEMM_FP8_EXACT */
     /* attention tile configuration chosen at start-up from the shared-memory limit */
     int attn_smem_limit;
 } h3_cuda_state;

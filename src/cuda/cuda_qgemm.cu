@@ -8,7 +8,8 @@
  * bias) (+ y) in the output dtype. The weights stay rotated: x·Wᵀ = (x·H)·W_rᵀ.
  *   fp8 e4m3, sm_90+ → cuBLASLt fp8 with scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): each
  * activation row in e4m3 with its own scale s = max|x[r]| / 448 (one kernel: the row's maximum, then its cast),
- * the weight's tensor or per-row scales as the other vector, fp32 accumulation. One scale a token costs one
+ * the weight's tensor or per-row scales as the other vector, cuBLASLt's fast accumulation (partial sums in the
+ * tensor cores' accumulator; H3_QGEMM_FP8_EXACT promotes them to fp32). One scale a token costs one
  * pass over x where one scale a tensor costs two (its maximum, then the cast), and a token with large values
  * no longer coarsens every other token's steps.
  *   fp8 e4m3 with a tensor scale, sm_89 (and Hopper when no vector algorithm exists) → cuBLASLt fp8 with scalar
@@ -444,7 +445,7 @@ extern "C" void h3_cuda_qgemm_release(h3_exec *ex) {
 
 extern "C" void h3_cuda_qgemm_set_mode(h3_exec *ex, int mode) {
     const int path = mode & 3;
-    if (ex && ex->cuda) cuda_state(ex)->qgemm_mode = (path == 3 ? 0 : path) | (mode & H3_QGEMM_FP8_FAST);
+    if (ex && ex->cuda) cuda_state(ex)->qgemm_mode = (path == 3 ? 0 : path) | (mode & H3_QGEMM_FP8_EXACT);
 }
 
 extern "C" int h3_cuda_fp8_act_rows(h3_exec *ex) {
@@ -527,8 +528,11 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w, int 
      * the e4m3 rows */
     const int64_t sa_bytes = rows ? round_up(a->N * 4, 128) : 0;
     int64_t mc = ((int64_t)s->qscratch_size - 512 - sa_bytes - 128) / (Kp + (rows ? 4 : 0));
-    if (mc > a->M) mc = a->M;
     if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "fp8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
+    /* chunks of equal size: 19,412 rows in chunks of at most 18,724 run as two of 9,706, not 18,724 and a tail of
+     * 688 that fills a fraction of the GPU */
+    const int64_t nch = (a->M + mc - 1) / mc;
+    mc = (a->M + nch - 1) / nch;
     unsigned *amax = (unsigned *)s->qscratch;
     float *scales = (float *)((uint8_t *)s->qscratch + 128);
     float *sa = (float *)((uint8_t *)s->qscratch + 512), *sb = (float *)((uint8_t *)sa + sa_bytes);
