@@ -235,10 +235,10 @@ static void test_group_norm(void) {
 }
 
 static void test_table_ops(void) {
-    for (int k = 0; k < 2; k++) {
-        h3_dtype dt = g_dts[k];
+    for (int k = 0; k < 4; k++) { /* k >= 2: widths of whole groups of 4 (the kernels' 4-wide paths) */
+        h3_dtype dt = g_dts[k & 1];
         double tol = tol_of(dt);
-        int64_t R = ri(1, 200), C = ri(1, 600), T = ri(2, 9);
+        int64_t R = ri(1, 200), C = k >= 2 ? 4 * ri(1, 150) : ri(1, 600), T = ri(2, 9);
         pair x = mk2(dt, R, C, 1.0), y = mk2(dt, R, C, 1.0), h = mk2(dt, R, C, 1.0);
         pair table = mk2(H3_F32, T, 3 * C, 0.5); /* modulation tables stay f32 */
         h3_tensor shh, shd, sch, scd, gh, gd;
@@ -824,9 +824,9 @@ static void test_snake_aa(void) {
 }
 
 static void test_fused(void) {
-    for (int k = 0; k < 2; k++) {
-        h3_dtype dt = g_dts[k];
-        int64_t R = ri(1, 200), C = ri(1, 700), T = ri(2, 7);
+    for (int k = 0; k < 4; k++) { /* k >= 2: widths of whole groups of 4 (the kernels' 4-wide paths) */
+        h3_dtype dt = g_dts[k & 1];
+        int64_t R = ri(1, 200), C = k >= 2 ? 4 * ri(1, 175) : ri(1, 700), T = ri(2, 7);
         pair x = mk2(dt, R, C, 2.0), y = mk2(dt, R, C, 1.0), w = mk2(dt, 1, C, 1.0), tab = mk2(dt, T, 2 * C, 0.5);
         h3_tensor wh, wd, shh, shd, sch, scd, ih, id;
         int64_t sc1[1] = {C}, sr[1] = {R};

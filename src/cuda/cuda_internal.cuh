@@ -104,6 +104,47 @@ __device__ __forceinline__ void st_f(void *p, int dt, int64_t i, float v) {
     else ((float *)p)[i] = v;
 }
 
+/* Four consecutive values at element i of a float array of dtype dt (0 f32, 1 bf16, 2 f16), i a multiple of 4 and
+ * the array aligned to 4 elements (rw_vec4): one 16- or 8-byte access instead of four. */
+__device__ __forceinline__ float4 ld_f4(const void *p, int dt, int64_t i) {
+    if (dt == 0) return *(const float4 *)((const float *)p + i);
+    const uint2 u = *(const uint2 *)((const uint16_t *)p + i);
+    float2 a, b;
+    if (dt == 1) {
+        a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+        b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    } else {
+        a = __half22float2(*(const __half2 *)&u.x);
+        b = __half22float2(*(const __half2 *)&u.y);
+    }
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ void st_f4(void *p, int dt, int64_t i, float4 v) {
+    if (dt == 0) {
+        *(float4 *)((float *)p + i) = v;
+        return;
+    }
+    uint2 u;
+    if (dt == 1) {
+        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        u.x = *(const uint32_t *)&a;
+        u.y = *(const uint32_t *)&b;
+    } else {
+        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+        u.x = *(const uint32_t *)&a;
+        u.y = *(const uint32_t *)&b;
+    }
+    *(uint2 *)((uint16_t *)p + i) = u;
+}
+
+/* Whether ld_f4 / st_f4 may address v's rows: columns and row stride multiples of 4, the start aligned to 4
+ * elements. */
+static inline int rw_vec4(const rw_view &v) {
+    const int es = v.dt == 0 ? 4 : 2;
+    return v.cols % 4 == 0 && v.ld % 4 == 0 && ((uintptr_t)v.p % (uintptr_t)(4 * es)) == 0;
+}
+
 /* Float dtypes the elementwise kernels take. */
 h3_status cuda_need_float(h3_op_id op, const char *what, const h3_tensor *t);
 h3_status cuda_need_index(h3_op_id op, const h3_tensor *idx);

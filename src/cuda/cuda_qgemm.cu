@@ -529,10 +529,7 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w, int 
     const int64_t sa_bytes = rows ? round_up(a->N * 4, 128) : 0;
     int64_t mc = ((int64_t)s->qscratch_size - 512 - sa_bytes - 128) / (Kp + (rows ? 4 : 0));
     if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "fp8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
-    /* chunks of equal size: 19,412 rows in chunks of at most 18,724 run as two of 9,706, not 18,724 and a tail of
-     * 688 that fills a fraction of the GPU */
-    const int64_t nch = (a->M + mc - 1) / mc;
-    mc = (a->M + nch - 1) / nch;
+    if (mc > a->M) mc = a->M; /* (chunks of equal size measured no faster: bench/NOTES.md) */
     unsigned *amax = (unsigned *)s->qscratch;
     float *scales = (float *)((uint8_t *)s->qscratch + 128);
     float *sa = (float *)((uint8_t *)s->qscratch + 512), *sb = (float *)((uint8_t *)sa + sa_bytes);
