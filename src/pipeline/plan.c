@@ -25,8 +25,12 @@
 /* ---- device figures ------------------------------------------------------------------------------------ */
 
 /* fp8 attention inside a DiT block on the H200, its quantization passes included: the W124 step with fp8 attention
- * saved 0.278 s of the bf16 step's 1.048 s of attention (bench/NOTES.md "fp8 attention": 50 x 10.8 TFLOP in 0.77 s) */
-#define H3_H200_ATTN_FP8_TFLOPS 700.0
+ * (192-key tiles) saves 0.299-0.309 s of the bf16 step's 1.048 s of attention (bench/NOTES.md "fp8 GEMMs with one
+ * scale a token": 50 x 10.8 TFLOP in 0.748 s) */
+#define H3_H200_ATTN_FP8_TFLOPS 722.0
+/* fp8 (W8A8) GEMMs inside a DiT block on the H200, their activation passes included: 0.537 s of a W124 step's
+ * GEMMs for 50 x 14.96 TFLOP (one activation scale a token, fast accumulation; same notes) */
+#define H3_H200_GEMM_FP8_TFLOPS 1393.0
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
@@ -38,7 +42,8 @@
  * sheet's. */
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
-     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, 1197.0, H3_H200_ATTN_FP8_TFLOPS},
+     (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, H3_H200_GEMM_FP8_TFLOPS,
+     H3_H200_ATTN_FP8_TFLOPS},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
