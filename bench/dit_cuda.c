@@ -3,8 +3,8 @@
  * the packed t2va layout the pipeline builds (128 text rows). Prints s/step (median and spread) and peak
  * device memory; writes the numbers as JSON to $OUT/dit_cuda.json when OUT is set.
  *
- *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ... | --quantize F [--fp8-variants]]
- *                  [--attention fp8|int8|sparse]
+ *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...
+ *                  | --quantize F [--quantize-blocks FIRST:COUNT] [--fp8-variants]] [--attention fp8|int8|sparse]
  *                  [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
@@ -18,6 +18,8 @@
  * real rule, fp8 with one scale per tensor on the device, the others on the CPU) and every workload runs again;
  * its velocities (and those with --attention's low-bit attention) are printed as relative L2 distances from the
  * bf16 step's on the same weights and inputs: how far the quantized step moves the DiT's output.
+ * --quantize-blocks FIRST:COUNT: with --quantize, only DiT blocks [FIRST, FIRST + COUNT) are quantized (the others
+ * stay bf16): where in the stack the format's distance from the bf16 step comes from.
  * --fp8-variants: with --quantize fp8, every workload runs twice more on the same fp8 weights: with one activation
  * scale a chunk of rows instead of one a token (h3_cuda_qgemm_set_mode 2, Ada's rule), and with cuBLASLt's fast
  * accumulation off (H3_QGEMM_FP8_EXACT): the fp8 GEMM's choices timed and measured against the bf16 step in
@@ -275,13 +277,18 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *names[8];
-    int nn = 0, pruned = 0, nq = 0, quantize = 0, fp8_variants = 0;
+    int nn = 0, pruned = 0, nq = 0, quantize = 0, fp8_variants = 0, qb_first = -1, qb_count = 0;
     h3_qtarget quant[4];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pruned")) {
             pruned = 1;
         } else if (!strcmp(argv[i], "--fp8-variants")) {
             fp8_variants = 1;
+        } else if (!strcmp(argv[i], "--quantize-blocks") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d:%d", &qb_first, &qb_count) != 2 || qb_first < 0 || qb_count < 1) {
+                fprintf(stderr, "--quantize-blocks takes FIRST:COUNT (blocks from 0), not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--attention") && i + 1 < argc) {
             ++i;
             if (strcmp(argv[i], "fp8") && strcmp(argv[i], "int8") && strcmp(argv[i], "sparse")) {
@@ -303,6 +310,10 @@ int main(int argc, char **argv) {
     }
     if (quantize && nq != 1) {
         fprintf(stderr, "--quantize takes one format and no --quant beside it (the bf16 weights are quantized once)\n");
+        return 2;
+    }
+    if (qb_first >= 0 && !quantize) {
+        fprintf(stderr, "--quantize-blocks goes with --quantize\n");
         return 2;
     }
     if (fp8_variants && (!quantize || quant[0] != H3_QT_FP8)) {
@@ -357,10 +368,17 @@ int main(int argc, char **argv) {
             if (quantize) {
                 h3_pool *pool = NULL;
                 TRY(h3_pool_create(0, &pool));
-                TRY(h3_dit_quantize_blocks(dit, &ex, quant[f], pool));
+                if (qb_first >= 0)
+                    TRY(h3_dit_quantize_block_range(dit, &ex, quant[f], pool, qb_first, qb_count));
+                else
+                    TRY(h3_dit_quantize_blocks(dit, &ex, quant[f], pool));
                 h3_pool_free(pool);
                 g_quantized = 1;
-                printf("blocks quantized to %s (from the bf16 weights) in %.1f s\n", label, now() - tq);
+                if (qb_first >= 0)
+                    printf("blocks %d..%d quantized to %s (from the bf16 weights; the others stay bf16) in %.1f s\n",
+                           qb_first, qb_first + qb_count - 1, label, now() - tq);
+                else
+                    printf("blocks quantized to %s (from the bf16 weights) in %.1f s\n", label, now() - tq);
             } else {
                 TRY(h3_dit_randomize_blocks_quantized(dit, &ex, quant[f]));
                 printf("blocks replaced by random %s in %.1f s\n", label, now() - tq);

@@ -1,9 +1,10 @@
-/* What cuBLASLt's fp8 GEMM offers on this GPU at the DiT's W124 shapes (tokens 19,412; QKV, out, fc1, fc2): one
- * scale per operand against a vector per operand (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: one scale per
- * weight row and one per token), each with and without fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM). Prints
- * each mode's time (median of 20), TFLOP/s, whether the heuristic has an algorithm at all, and how far its output is
- * from the per-tensor, promoted-accumulation GEMM's (the vector mode's against that output times a_i · b_j).
- * Standalone (no h3run code): nvcc -O2 -o lt_fp8_modes bench/lt_fp8_modes.cu -lcublasLt; tests/gpu/run.sh lt-fp8. */
+/* What cuBLASLt's fp8 GEMM offers on this GPU at the DiT's W124 shapes (tokens 19,412; QKV, out, fc1, fc2):
+ * one scale per operand against a vector per operand (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: one scale
+ * per weight row and one per token), each with and without fast accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM). Prints each mode's time (median of 20), TFLOP/s, whether the heuristic
+ * has an algorithm at all, and how far its output is from the per-tensor, promoted-accumulation GEMM's (the
+ * vector mode's against that output times a_i · b_j). Standalone (no h3run code): nvcc -O2 -o lt_fp8_modes
+ * bench/lt_fp8_modes.cu -lcublasLt; tests/gpu/run.sh lt-fp8. */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -12,17 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                                     \
-    do {                                                                                                          \
-        cudaError_t e_ = (x);                                                                                     \
-        if (e_ != cudaSuccess) {                                                                                  \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                              \
-            exit(1);                                                                                              \
-        }                                                                                                         \
+#define CK(x)                                                                                                \
+    do {                                                                                                     \
+        cudaError_t e_ = (x);                                                                                \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 __global__ void k_fill_fp8(__nv_fp8_storage_t *p, size_t n, unsigned seed, float amp) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 2654435761u ^ seed;
         h ^= h >> 15;
         h *= 2246822519u;
@@ -42,10 +44,11 @@ __global__ void k_fill_f32(float *p, int n, unsigned seed) {
 }
 
 /* sum of (y - ref·a_n·b_m)² and of (ref·a_n·b_m)², in double: y, ref [M tokens, N] row-major */
-__global__ void k_diff(const __nv_bfloat16 *y, const __nv_bfloat16 *ref, const float *a, const float *b, int64_t M,
-                       int64_t N, double *acc) {
+__global__ void k_diff(const __nv_bfloat16 *y, const __nv_bfloat16 *ref, const float *a, const float *b,
+                       int64_t M, int64_t N, double *acc) {
     double d = 0, r = 0;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t m = i / N, n = i % N;
         const double e = (double)__bfloat162float(ref[i]) * (a ? a[n] : 1.0f) * (b ? b[m] : 1.0f);
         const double v = __bfloat162float(y[i]);
@@ -68,14 +71,17 @@ static float run(int outer, int fast, int64_t M, int64_t N, int64_t K, const voi
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulPreference_t pref;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    int32_t mode = outer ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    int32_t mode =
+        outer ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     int8_t fa = (int8_t)fast;
     cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa);
-    cublasStatus_t s1 = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
-    cublasStatus_t s2 = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+    cublasStatus_t s1 =
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+    cublasStatus_t s2 =
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
     cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
     cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, K, N, K);
@@ -89,10 +95,13 @@ static float run(int outer, int fast, int64_t M, int64_t N, int64_t K, const voi
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, all, &n);
     if (n_algos) *n_algos = n;
     float ms = -1;
-    if (algo_i >= n) n = 0;
-    else res = all[algo_i];
+    if (algo_i >= n)
+        n = 0;
+    else
+        res = all[algo_i];
     if (s1 || s2 || hs || n == 0) {
-        printf("    (no algorithm: set mode %d/%d, heuristic %d, %d results)\n", (int)s1, (int)s2, (int)hs, n);
+        printf("    (no algorithm: set mode %d/%d, heuristic %d, %d results)\n", (int)s1, (int)s2, (int)hs,
+               n);
     } else {
         const float one = 1, zero = 0;
         cudaEvent_t e0, e1;
@@ -130,8 +139,8 @@ static float run(int outer, int fast, int64_t M, int64_t N, int64_t K, const voi
     return ms;
 }
 
-static double diff(const __nv_bfloat16 *y, const __nv_bfloat16 *ref, const float *a, const float *b, int64_t M,
-                   int64_t N, double *acc) {
+static double diff(const __nv_bfloat16 *y, const __nv_bfloat16 *ref, const float *a, const float *b,
+                   int64_t M, int64_t N, double *acc) {
     double h[2];
     CK(cudaMemset(acc, 0, 2 * sizeof(double)));
     k_diff<<<1024, 256>>>(y, ref, a, b, M, N, acc);
@@ -166,8 +175,8 @@ int main(int argc, char **argv) {
         k_fill_fp8<<<1024, 256>>>((__nv_fp8_storage_t *)x, M * K, 777u + s, 400.0f);
         k_fill_f32<<<(N + 255) / 256, 256>>>(sa, (int)N, 5u); /* factors in [0.5, 2) */
         k_fill_f32<<<(M + 255) / 256, 256>>>(sb, (int)M, 9u);
-        {   /* the scalar runs scale both operands by 1/64 (products of ±400 over K stay in bf16's range); the
-             * vector runs by factor/64, so theirs is the scalar output times sa[n]·sb[m] */
+        { /* the scalar runs scale both operands by 1/64 (products of ±400 over K stay in bf16's range); the
+           * vector runs by factor/64, so theirs is the scalar output times sa[n]·sb[m] */
             const float h1 = 1.0f / 64.0f;
             float *ha = (float *)malloc(N * 4), *hb = (float *)malloc(M * 4);
             CK(cudaMemcpy(s1, &h1, 4, cudaMemcpyHostToDevice));
@@ -186,14 +195,16 @@ int main(int argc, char **argv) {
         float ms[4];
         for (int mode = 0; mode < 4; mode++) {
             const int outer = mode >= 2, fast = mode & 1;
-            ms[mode] = outer ? run(1, fast, M, N, K, w, x, sa2, sb2, y[mode]) : run(0, fast, M, N, K, w, x, s1, s1, y[mode]);
+            ms[mode] = outer ? run(1, fast, M, N, K, w, x, sa2, sb2, y[mode])
+                             : run(0, fast, M, N, K, w, x, s1, s1, y[mode]);
             CK(cudaDeviceSynchronize());
             const double e = ms[mode] < 0 ? -1
-                             : mode == 0 ? 0
-                             : outer     ? diff(y[mode], y[0], sa, sb, M, N, acc)
-                                         : diff(y[mode], y[0], NULL, NULL, M, N, acc);
-            printf("  %-6s %-5s %8.3f ms %7.0f TFLOP/s  off scalar+promoted %.2e\n", outer ? "vector" : "scalar",
-                   fast ? "fast" : "exact", ms[mode], ms[mode] > 0 ? flop / ms[mode] / 1e9 : 0.0, e);
+                             : mode == 0  ? 0
+                             : outer      ? diff(y[mode], y[0], sa, sb, M, N, acc)
+                                          : diff(y[mode], y[0], NULL, NULL, M, N, acc);
+            printf("  %-6s %-5s %8.3f ms %7.0f TFLOP/s  off scalar+promoted %.2e\n",
+                   outer ? "vector" : "scalar", fast ? "fast" : "exact", ms[mode],
+                   ms[mode] > 0 ? flop / ms[mode] / 1e9 : 0.0, e);
             if (ms[mode] > 0) t_all[mode] += ms[mode];
         }
         { /* the heuristic's other algorithms, vector scales and fast accumulation */
@@ -201,8 +212,8 @@ int main(int argc, char **argv) {
             run(1, 1, M, N, K, w, x, sa2, sb2, y[3], 0, &na);
             for (int i = 1; i < na; i++) {
                 const float t = run(1, 1, M, N, K, w, x, sa2, sb2, y[3], i);
-                printf("  vector fast, the heuristic's algorithm %d of %d: %8.3f ms %7.0f TFLOP/s\n", i + 1, na, t,
-                       t > 0 ? flop / t / 1e9 : 0.0);
+                printf("  vector fast, the heuristic's algorithm %d of %d: %8.3f ms %7.0f TFLOP/s\n", i + 1,
+                       na, t, t > 0 ? flop / t / 1e9 : 0.0);
             }
         }
         { /* h3run's chunks of rows through a 128 MiB scratch: as they fall, and of equal size */
@@ -214,7 +225,8 @@ int main(int argc, char **argv) {
                     t_fall += run(1, 1, M - m0 < mc ? M - m0 : mc, N, K, w, x, sa2, sb2, y[3]);
                 for (int64_t m0 = 0; m0 < M; m0 += eq)
                     t_eq += run(1, 1, M - m0 < eq ? M - m0 : eq, N, K, w, x, sa2, sb2, y[3]);
-                printf("  vector fast in chunks of at most %lld rows: %.3f ms as they fall, %.3f ms in %lld of %lld\n",
+                printf("  vector fast in chunks of at most %lld rows: %.3f ms as they fall, %.3f ms in %lld "
+                       "of %lld\n",
                        (long long)mc, t_fall, t_eq, (long long)nch, (long long)eq);
             }
         }

@@ -396,7 +396,8 @@ __global__ void k_gated_add4(rw_view x, rw_view h, rw_view g, const void *idx, i
     for (int64_t i = threadIdx.x * 4; i < x.cols; i += blockDim.x * 4) {
         const float4 a = ld_f4(x.p, x.dt, r * x.ld + i), b = ld_f4(g.p, g.dt, t * g.ld + i),
                      c = ld_f4(h.p, h.dt, r * h.ld + i);
-        st_f4(x.p, x.dt, r * x.ld + i, make_float4(a.x + b.x * c.x, a.y + b.y * c.y, a.z + b.z * c.z, a.w + b.w * c.w));
+        st_f4(x.p, x.dt, r * x.ld + i,
+              make_float4(a.x + b.x * c.x, a.y + b.y * c.y, a.z + b.z * c.z, a.w + b.w * c.w));
     }
 }
 

@@ -17,10 +17,10 @@
  * (k_amax, then the cast), s times the weight's scale as cuBLASLt's B scale (a device pointer written by the
  * cast: no host round trip). (ComfyUI casts with scale 1 when a file has no input_scale, which clips activations
  * past ±448 and leaves those under 2^-6 in e4m3's subnormals.)
- *   otherwise (fp8 before sm_89 or e5m2, per-row fp8 before sm_90, nvfp4, GGUF blocks) → dequantized tiles: a tile of weight rows decoded
- * into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a whole-matrix copy. All
- * scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once; rows are processed in
- * chunks that fit it. */
+ *   otherwise (fp8 before sm_89 or e5m2, per-row fp8 before sm_90, nvfp4, GGUF blocks) → dequantized tiles: a
+ * tile of weight rows decoded into the activations' dtype in scratch and multiplied by the ordinary GEMM; never a
+ * whole-matrix copy. All scratch comes from one region of the arena (H3_CUDA_QGEMM_SCRATCH_BYTES), reserved once;
+ * rows are processed in chunks that fit it. */
 #include <cuda_fp8.h>
 #include <string.h>
 
@@ -296,7 +296,8 @@ __global__ void k_cast_fp8_rows(const void *x, int xdt, int64_t ldx, int64_t row
             }
         } else {
             for (int c = threadIdx.x; c < K; c += blockDim.x)
-                o[r * ldo + c] = __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c) * inv, __NV_SATFINITE, __NV_E4M3);
+                o[r * ldo + c] =
+                    __nv_cvt_float_to_fp8(ld_f(x, xdt, r * ldx + c) * inv, __NV_SATFINITE, __NV_E4M3);
         }
     }
 }
@@ -528,7 +529,8 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w, int 
      * the e4m3 rows */
     const int64_t sa_bytes = rows ? round_up(a->N * 4, 128) : 0;
     int64_t mc = ((int64_t)s->qscratch_size - 512 - sa_bytes - 128) / (Kp + (rows ? 4 : 0));
-    if (mc < 1) return H3_ERR(H3_ERR_UNSUPPORTED, "fp8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
+    if (mc < 1)
+        return H3_ERR(H3_ERR_UNSUPPORTED, "fp8 GEMM: N = %lld is too wide for the scratch", (long long)a->N);
     if (mc > a->M) mc = a->M; /* (chunks of equal size measured no faster: bench/NOTES.md) */
     unsigned *amax = (unsigned *)s->qscratch;
     float *scales = (float *)((uint8_t *)s->qscratch + 128);
@@ -550,9 +552,11 @@ static h3_status run_fp8(h3_exec *ex, const qg_args *a, const h3_tensor *w, int 
         if (rows) {
             const unsigned g = (unsigned)(m < 65535 ? m : 65535);
             if (vec)
-                k_cast_fp8_rows<1><<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
+                k_cast_fp8_rows<1>
+                    <<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
             else
-                k_cast_fp8_rows<0><<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
+                k_cast_fp8_rows<0>
+                    <<<g, 256, 0, cuda_stream(ex)>>>(xp, a->X.dt, a->X.ld, m, (int)a->K, xf, Kp, sb);
         } else {
             H3_TRY(amax_launch(cuda_stream(ex), xp, a->X.dt, a->X.ld, m, a->K, amax));
             if (vec)

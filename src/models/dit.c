@@ -649,10 +649,15 @@ done:
     return st;
 }
 
-static h3_status requantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *pool, int random) {
+static h3_status requantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *pool, int random, int first,
+                                   int count) {
     const h3_dit_config *c = &d->cfg;
     const int64_t inner = h3_dit_inner(c);
-    for (int u = (int)c->n_refiner_layers; u < h3_dit_n_units(c); u++) {
+    const int u0 = (int)c->n_refiner_layers + first, u1 = u0 + count;
+    if (first < 0 || count < 0 || u1 > h3_dit_n_units(c))
+        return H3_ERR(H3_ERR_INVALID, "quantizing DiT blocks %d..%d of %d", first, first + count - 1,
+                      h3_dit_n_units(c) - (int)c->n_refiner_layers);
+    for (int u = u0; u < u1; u++) {
         h3_dit_block_weights *b = &d->units[u];
         char what[64];
         snprintf(what, sizeof what, "DiT block %d", u - (int)c->n_refiner_layers);
@@ -674,11 +679,15 @@ static h3_status requantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *
 }
 
 h3_status h3_dit_quantize_blocks(h3_dit *d, h3_exec *ex, int target, h3_pool *pool) {
-    return requantize_blocks(d, ex, target, pool, 0);
+    return requantize_blocks(d, ex, target, pool, 0, 0, (int)d->cfg.n_layers);
+}
+
+h3_status h3_dit_quantize_block_range(h3_dit *d, h3_exec *ex, int target, h3_pool *pool, int first, int count) {
+    return requantize_blocks(d, ex, target, pool, 0, first, count);
 }
 
 h3_status h3_dit_randomize_blocks_quantized(h3_dit *d, h3_exec *ex, int target) {
-    return requantize_blocks(d, ex, target, NULL, 1);
+    return requantize_blocks(d, ex, target, NULL, 1, 0, (int)d->cfg.n_layers);
 }
 
 /* ---- opening

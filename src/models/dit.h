@@ -115,6 +115,10 @@ h3_status h3_dit_upload_weights(h3_dit *dit, h3_exec *ex);
  * refused. */
 struct h3_pool;
 h3_status h3_dit_quantize_blocks(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool);
+/* The same for DiT blocks [first, first + count) only (0 is the first after the token refiner): where in the stack
+ * a format's error grows (bench_dit_cuda --quantize-blocks). */
+h3_status h3_dit_quantize_block_range(h3_dit *dit, h3_exec *ex, int target, struct h3_pool *pool, int first,
+                                      int count);
 /* The same replacement with random stored values instead of the current ones (int8 codes with per-row scales
  * around 1e-3, ConvRot marked for int8_convrot; fp8 codes of |x| < 2 with one scale): benchmarks of speed
  * and memory at full size, where quantizing 33B values on the host would take minutes. One pool of random bytes
