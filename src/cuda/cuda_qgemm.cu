@@ -668,7 +668,7 @@ extern "C" h3_status cuda_qgemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, c
     H3_TRY(reserve(s));
     const int sm = s->prop.major * 10 + s->prop.minor;
     const int path = s->qgemm_mode & 3;
-    if (path == 0 && kind == DQ_I8 && a.K % 4 == 0 && a.ldw % 4 == 0) {
+    if (path != 1 && kind == DQ_I8 && a.K % 4 == 0 && a.ldw % 4 == 0) {
         h3_status st = run_w8a8(ex, &a, w);
         if (st != H3_ERR_UNSUPPORTED) return st;
         h3_clear_error(); /* no int8 algorithm for this shape: the dequantized path below */
