@@ -843,8 +843,9 @@ static void test_fused(void) {
         CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.h, &x.h, &wh, 1e-5f, &shh, &sch, &ih));
         CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.d, &x.d, &wd, 1e-5f, &shd, &scd, &id));
         compare("rms_norm_modulate", &y, tol_of(dt));
-        /* qk_norm_rope in place on a strided head view, 128-wide heads, 96 rotated channels */
-        int64_t S = ri(1, 300), H = ri(1, 8), D = 128, Rr = 96;
+        /* qk_norm_rope in place on a strided head view, 128-wide heads, 96 rotated channels (k >= 2: the 4-wide
+         * kernel) or 90 (halves of 45: the scalar one) */
+        int64_t S = ri(1, 300), H = ri(1, 8), D = 128, Rr = k >= 2 ? 96 : 90;
         pair buf = mk2(dt, S, 3 * H * D, 1.5), qw = mk2(dt, 1, D, 1.0), cs = mk2(H3_F32, S, Rr, 1.0), sn = mk2(H3_F32, S, Rr, 1.0);
         h3_tensor qh, qd, qwh, qwd;
         int64_t s3[3] = {S, H, D}, sd[1] = {D};
