@@ -148,6 +148,33 @@ __global__ void k_add_bias(void *y, int ydt, int64_t ldy, int64_t rows, int64_t 
     }
 }
 
+/* The largest finite |value| among 8 bf16 values and m (NaN and infinities skipped, as the host's amax_of
+ * does). */
+__device__ __forceinline__ float amax_bf16x8(uint4 v, float m) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        const float a = fabsf(f.x), b = fabsf(f.y);
+        if (a < INFINITY) m = fmaxf(m, a); /* false for NaN too */
+        if (b < INFINITY) m = fmaxf(m, b);
+    }
+    return m;
+}
+
+/* 8 bf16 values times inv to e4m3 (saturated at ±448), packed in 8 bytes. */
+__device__ __forceinline__ uint2 cvt_fp8_bf16x8(uint4 v, float inv) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+    uint2 out;
+    uint16_t *ob = (uint16_t *)&out;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        ob[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
+    }
+    return out;
+}
+
 /* max|x| over the finite values of rows × K into *amax (f32 bits: non-negative floats order as unsigned integers;
  * zeroed first), one atomic a block; vec: bf16 rows of K, ldx multiples of 8 on 16 bytes (8 values a thread). A 2-D
  * grid whose y strides over the rows. NaN and infinities are skipped, as the host's amax_of does. */
@@ -157,15 +184,7 @@ __global__ void k_amax(const void *x, int xdt, int64_t ldx, int64_t rows, int K,
     if (c < K)
         for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
             if (vec) {
-                const uint4 v = *(const uint4 *)((const __nv_bfloat16 *)x + r * ldx + c);
-                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float2 f = __bfloat1622float2(h[i]);
-                    const float a = fabsf(f.x), b = fabsf(f.y);
-                    if (a < INFINITY) m = fmaxf(m, a); /* false for NaN too */
-                    if (b < INFINITY) m = fmaxf(m, b);
-                }
+                m = amax_bf16x8(*(const uint4 *)((const __nv_bfloat16 *)x + r * ldx + c), m);
             } else {
                 const float a = fabsf(ld_f(x, xdt, r * ldx + c));
                 if (a < INFINITY) m = fmaxf(m, a);
@@ -227,18 +246,8 @@ __global__ void k_cast_fp8_bf16x8(const __nv_bfloat16 *x, int64_t ldx, int64_t r
     const float inv = fp8_inv_scale(amax, scale, ws);
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (c >= K) return;
-    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const uint4 v = *(const uint4 *)(x + r * ldx + c);
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-        uint2 out;
-        uint16_t *ob = (uint16_t *)&out;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __bfloat1622float2(h[i]);
-            ob[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE, __NV_E4M3);
-        }
-        *(uint2 *)(o + r * ldo + c) = out;
-    }
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        *(uint2 *)(o + r * ldo + c) = cvt_fp8_bf16x8(*(const uint4 *)(x + r * ldx + c), inv);
 }
 
 /* One scale a row (a token): for each row r, s = max|x[r]| / 448 (1 when 0 or not finite; NaN and infinities
@@ -253,17 +262,8 @@ __global__ void k_cast_fp8_rows(const void *x, int xdt, int64_t ldx, int64_t row
         float m = 0.0f;
         if (VEC) {
             const __nv_bfloat16 *xr = (const __nv_bfloat16 *)x + r * ldx;
-            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
-                const uint4 v = *(const uint4 *)(xr + c);
-                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float2 f = __bfloat1622float2(h[i]);
-                    const float a = fabsf(f.x), b = fabsf(f.y);
-                    if (a < INFINITY) m = fmaxf(m, a); /* false for NaN too */
-                    if (b < INFINITY) m = fmaxf(m, b);
-                }
-            }
+            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8)
+                m = amax_bf16x8(*(const uint4 *)(xr + c), m);
         } else {
             for (int c = threadIdx.x; c < K; c += blockDim.x) {
                 const float a = fabsf(ld_f(x, xdt, r * ldx + c));
@@ -281,19 +281,8 @@ __global__ void k_cast_fp8_rows(const void *x, int xdt, int64_t ldx, int64_t row
         if (threadIdx.x == 0) srow[r] = ok ? m / 448.0f : 1.0f;
         if (VEC) {
             const __nv_bfloat16 *xr = (const __nv_bfloat16 *)x + r * ldx;
-            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
-                const uint4 v = *(const uint4 *)(xr + c);
-                const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-                uint2 out;
-                uint16_t *ob = (uint16_t *)&out;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float2 f = __bfloat1622float2(h[i]);
-                    ob[i] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * inv, f.y * inv), __NV_SATFINITE,
-                                                     __NV_E4M3);
-                }
-                *(uint2 *)(o + r * ldo + c) = out;
-            }
+            for (int c = threadIdx.x * 8; c < K; c += blockDim.x * 8)
+                *(uint2 *)(o + r * ldo + c) = cvt_fp8_bf16x8(*(const uint4 *)(xr + c), inv);
         } else {
             for (int c = threadIdx.x; c < K; c += blockDim.x)
                 o[r * ldo + c] =
