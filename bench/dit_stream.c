@@ -127,7 +127,7 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     m.host_threads = 1;
     h3_plan_request req = {
         .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS};
-    h3_plan_budgets b = {budget, ram};
+    h3_plan_budgets b = {.vram = budget, .ram = ram};
     static h3_plan plan;
     TRY(h3_plan_make(&m, &req, &b, fig, &plan));
     const h3_dit_plan *p = &plan.dit;
@@ -389,7 +389,7 @@ int main(int argc, char **argv) {
         m.dit_weights_pinned = 1;
         h3_plan_request req = {
             .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS};
-        h3_plan_budgets b = {(int64_t)8 << 30, 0};
+        h3_plan_budgets b = {.vram = (int64_t)8 << 30, .ram = 0};
         static h3_plan plan;
         TRY(h3_plan_make(&m, &req, &b, NULL, &plan));
         h3_dit_pack pk;

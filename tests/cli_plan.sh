@@ -111,6 +111,29 @@ grep -q "^video VAE encoder (keyframes, references): runs on the host" "$tmp/out
 "$H3RUN" plan "$tmp/rel/audio_vae" --keyframes 1 --vram-budget 8GiB >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "keyframes needs a video VAE" "$tmp/err" || fail "plan --keyframes without a video VAE: $(cat "$tmp/err")"
 
+# --gpus 2: the DiT split over two GPUs (sequence parallel), each GPU planned and shown with its rows, placement and
+# peak; at 8 GiB a GPU the step stays within 1.1x of the two GPUs' resident one; 56 heads do not split over 3 GPUs.
+out=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --gpus 2 --device h200 --ram-budget 100GiB 2>"$tmp/err") ||
+    fail "plan --gpus 2 exited $?: $(cat "$tmp/err")"
+for want in "GPUs: the DiT split over 2" "split over 2 GPUs (sequence parallel)" "exchange buffers" "exchanges:"             "each GPU:"; do
+    grep -qF -- "$want" <<<"$out" || fail "plan --gpus 2 lacks '$want': $out"
+done
+grep -qE "^    0 +0\.\.9706 +52/0/0 " <<<"$out" && grep -qE "^    1 +9706\.\.19412 +52/0/0 " <<<"$out" ||
+    fail "plan --gpus 2: not one line a GPU with its rows: $out"
+res=$(sed -n 's/^  time per step: \([0-9.]*\) s predicted.*/\1/p' <<<"$out")
+out8=$("$H3RUN" plan "$tmp/FL2VA" --workload W124 --gpus 2 --device h200 --vram-budget 8GiB --ram-budget 100GiB \
+       2>"$tmp/err") || fail "plan --gpus 2 at 8 GiB exited $?: $(cat "$tmp/err")"
+st8=$(sed -n 's/^  time per step: \([0-9.]*\) s predicted.*/\1/p' <<<"$out8")
+awk -v a="$st8" -v b="$res" 'BEGIN { exit !(a > 0 && b > 0 && a <= 1.1 * b) }' ||
+    fail "plan --gpus 2: the step at 8 GiB a GPU ($st8 s) is not within 1.1x of the resident one ($res s)"
+echo "W124 on 2 GPUs: resident $res s a step, 8 GiB a GPU $st8 s"
+"$H3RUN" plan "$tmp/FL2VA" --workload W124 --gpus 3 --device h200 >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "do not split over 3 GPUs.*give 2, 4, 7, 8" "$tmp/err" ||
+    fail "plan --gpus 3 (56 heads): exit $rc, $(cat "$tmp/err")"
+"$H3RUN" plan "$tmp/FL2VA" --workload W124 --gpus 9 --device h200 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "plan --gpus 9 was not refused as a usage error: $(cat "$tmp/err")"
+
 # Every BENCH.md budget of W73 and W124 fits and never plans above its budget.
 for w in W73 W124; do
     for b in 24 16 12 8 6; do

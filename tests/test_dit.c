@@ -479,11 +479,35 @@ static void split_case(int heads, int N) {
         r[i].comm = &comm[i];
         r[i].in = &ref.in.in;
     }
+    const int64_t S = ref.in.in.seq_len, L = ref.in.text.shape[0], Nv = ref.v.shape[0], Na = ref.a.shape[0];
+    /* the modulation kept first, so what the forwards allocate is their workspaces and exchange buffers only */
+    for (int i = 0; i < N && t_failures == 0; i++)
+        CHECK_OK(h3_dit_precompute_modulation(r[i].dit, &r[i].ex, ref.in.in.timesteps, ref.in.in.n_timesteps));
     if (t_failures == 0) {
         pthread_t th[8];
+        h3_mem_stats before, after;
+        h3_mem_get_stats(&before);
+        h3_mem_reset_peaks();
         for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, sp_thread, &r[i]);
         for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
-        const int64_t S = ref.in.in.seq_len, blk = c->heads / N * c->head_dim * 4, row = c->hidden * 4;
+        h3_mem_get_stats(&after);
+        /* every rank holds its workspace and exchange buffers at once (the first exchange waits for all): the
+         * activations' peak grew by their sum, as h3_dit_forward_mem_sp predicts rank by rank */
+        int64_t want_mem = 0, whole_ws = 0;
+        for (int i = 0; i < N; i++) {
+            h3_dit_forward_mem fm;
+            h3_dit_forward_mem_sp(r[i].dit, 0, -1, S, L, Nv, Na, 0, N, i, &fm);
+            want_mem += fm.workspace + fm.exchange;
+            CHECK(N > 1 || fm.exchange == 0, "one rank: no exchange buffers, %lld predicted", (long long)fm.exchange);
+        }
+        whole_ws = h3_dit_workspace_bytes(r[0].dit, S, L, Nv, Na);
+        const int64_t grew = after.peak[H3_MEM_ACTIVATIONS] - before.current[H3_MEM_ACTIVATIONS];
+        CHECK(grew == want_mem, "%s, %d ranks: the activations' peak grew by %lld bytes, predicted %lld", what, N,
+              (long long)grew, (long long)want_mem);
+        printf("  %s, %d ranks: activations %lld bytes over all ranks (predicted = measured; the whole forward's "
+               "workspace %lld)\n",
+               what, N, (long long)grew, (long long)whole_ws);
+        const int64_t blk = c->heads / N * c->head_dim * 4, row = c->hidden * 4;
         for (int i = 0; i < N; i++) {
             CHECK(r[i].st == H3_OK, "rank %d of %d: %s", i, N, r[i].err);
             double ev = max_rel(r[i].v.data, ref.v.data, h3_tensor_numel(&ref.v));

@@ -164,7 +164,7 @@ static const h3_plan_request W362 = {
 static h3_plan *plan_at(const h3_plan_request *r, int64_t vram, int64_t ram) {
     static h3_plan p;
     h3_plan_model m = full_model();
-    h3_plan_budgets b = {vram, ram};
+    h3_plan_budgets b = {.vram = vram, .ram = ram};
     h3_device_figures f;
     h3_device_figures_find("h200", &f);
     memset(&p, 0, sizeof p);
@@ -284,7 +284,7 @@ static void test_fp8_time(void) {
         m.dit = d;
         m.dit_weights_in_file = 1;
         static h3_plan p;
-        const h3_plan_budgets b = {(int64_t)139 * GiB, 0};
+        const h3_plan_budgets b = {.vram = (int64_t)139 * GiB, .ram = 0};
         CHECK_OK(h3_plan_make(&m, &W124, &b, &f, &p));
         CHECK(p.dit.n_resident == p.dit.n_units, "%s resident", fmt[i]);
         step[i] = p.dit.t_step;
@@ -510,7 +510,7 @@ static void test_no_fit(void) {
           p->fits, p->fits_8bit, p->why);
     /* bad requests are errors, not plans */
     h3_plan_model m = full_model();
-    h3_plan_budgets b = {8 * GiB, 0};
+    h3_plan_budgets b = {.vram = 8 * GiB, .ram = 0};
     h3_plan_request bad = W124;
     bad.frames = 100;
     static h3_plan pp;
@@ -531,6 +531,110 @@ static void test_format(void) {
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(strstr(s, want[i]) != NULL, "lacks '%s'", want[i]);
     h3_free(s);
+}
+
+/* ---- a DiT split over several GPUs (h3_plan_request.gpus) ------------------------------------------------- */
+
+static h3_plan *plan_gpus(const h3_plan_request *r0, int gpus, const h3_plan_budgets *b) {
+    static h3_plan p;
+    h3_plan_request r = *r0;
+    r.gpus = gpus;
+    h3_plan_model m = full_model();
+    h3_device_figures f;
+    h3_device_figures_find("h200", &f);
+    memset(&p, 0, sizeof p);
+    CHECK_OK(h3_plan_make(&m, &r, b, &f, &p));
+    return &p;
+}
+
+static void test_split(void) {
+    h3_dit *d = full_dit();
+    if (!d) return;
+    /* rank 0 of 2 at W124 (rows 0..9706), whole FFN: the whole forward's 3,216,857,584 less q, k, v, o and the FFN's
+     * u and g for the 9706 rows it does not run, (19412 - 9706) x (4 x 7168 + 3 x 14336) x 2 = 1,391,452,160; the
+     * exchange: the send buffer 3 x 2 x 9706 rows and the receive buffer 4 x 19412 rows, of 3584 bf16 columns */
+    int64_t ws = 0, xb = 0;
+    {
+        h3_dit_forward_mem fm;
+        h3_dit_forward_mem_sp(d, (int64_t)1 << 30, 0, 19412, 128, 18870, 414, 40, 2, 0, &fm);
+        ws = fm.workspace;
+        xb = fm.exchange;
+    }
+    CHECK(ws == 1825405424 && xb == 974016512,
+          "W124, rank 0 of 2: buffers %lld (expected 1,825,405,424), exchange %lld (expected 974,016,512)",
+          (long long)ws, (long long)xb);
+
+    const h3_plan_budgets big = {.vram = 139 * GiB, .ram = 0};
+    h3_plan *one = plan_gpus(&W124, 1, &big);
+    const double t1 = one->dit.t_step;
+    const int64_t peak1 = one->dit.dev_peak; /* plan_gpus's plan is reused below */
+    CHECK(one->dit.gpus == 1 && one->dit.dev_exchange == 0 && one->dit.t_exchange == 0, "one GPU: no exchange");
+    h3_plan *p = plan_gpus(&W124, 2, &big);
+    CHECK(p->fits, "W124 on two H200s: %s", p->why);
+    for (int i = 0; i < 2; i++) {
+        const h3_dit_plan *g = &p->dit_gpu[i];
+        CHECK(g->gpus == 2 && g->rank == i && g->row0 == 9706 * i && g->rows == 9706, "GPU %d: rows %lld+%lld", i,
+              (long long)g->row0, (long long)g->rows);
+        CHECK(g->fits && g->n_resident == g->n_units, "GPU %d: all resident at 139 GiB", i);
+        CHECK(g->dev_peak_forward == g->dev_backend + g->dev_globals + g->dev_resident + g->dev_slots +
+                                         g->dev_modulation + g->dev_workspace + g->dev_io + g->dev_scratch +
+                                         g->dev_exchange,
+              "GPU %d: the forward's peak is the sum of its parts", i);
+        CHECK(g->dev_exchange >= 974016512 && g->dev_exchange <= 974016512 + 1024, "GPU %d: exchange %lld", i,
+              (long long)g->dev_exchange);
+        /* 50 blocks of q, k, v from the other rank's 9706 rows and o of its own 9706 rows for the other's heads
+         * (4 x 9706 x 3584 x 2 bytes), then the other's 9706 rows of the stream (x 5376 x 2) */
+        CHECK(g->exchange_bytes == 14018880512LL, "GPU %d receives %lld bytes a step, Ulysses 14,018,880,512", i,
+              (long long)g->exchange_bytes);
+        CHECK(fabs(g->t_exchange - 14018880512.0 / 360e9) < 1e-6, "GPU %d: exchanges %.4f s", i, g->t_exchange);
+    }
+    const double t2 = p->dit.t_step;
+    CHECK(t2 < 0.55 * t1 && t2 > 0.5 * t1, "two GPUs: %.3f s a step against one GPU's %.3f (%.3fx)", t2, t1,
+          t2 / t1);
+    CHECK(p->dit.dev_peak < peak1, "a GPU's peak %lld is below one GPU's %lld", (long long)p->dit.dev_peak,
+          (long long)peak1);
+    printf("  W124 resident: one H200 %.3f s a step, two %.3f s (%.3fx), exchanges %.3f s\n", t1, t2, t2 / t1,
+           p->dit.t_exchange);
+
+    /* 8 GiB a GPU: every GPU streams, its step within 1.1x of the two GPUs' resident step */
+    const h3_plan_budgets b8 = {.vram = 8 * GiB, .ram = 0};
+    p = plan_gpus(&W124, 2, &b8);
+    CHECK(p->fits, "W124 on two GPUs at 8 GiB: %s", p->why);
+    for (int i = 0; i < 2; i++) {
+        const h3_dit_plan *g = &p->dit_gpu[i];
+        CHECK(g->n_pinned > 0 && g->dev_peak + h3_budget_slack(8 * GiB) <= 8 * GiB, "GPU %d at 8 GiB: %d pinned, peak %lld",
+              i, g->n_pinned, (long long)g->dev_peak);
+        CHECK(g->t_step <= 1.1 * t2, "GPU %d at 8 GiB: %.3f s a step against %.3f resident", i, g->t_step, t2);
+    }
+    printf("  W124 at 8 GiB a GPU: %.3f s a step (%d blocks resident)\n", p->dit.t_step, p->dit.n_resident);
+
+    /* budgets of their own: the GPU with more memory keeps more blocks; the host's shared equally */
+    h3_plan_budgets mixed = {.vram = 8 * GiB, .ram = 60 * GiB};
+    mixed.vram_gpu[1] = 16 * GiB;
+    p = plan_gpus(&W124, 2, &mixed);
+    CHECK(p->fits, "8 and 16 GiB: %s", p->why);
+    CHECK(p->dit_gpu[1].n_resident > p->dit_gpu[0].n_resident, "16 GiB keeps %d blocks, 8 GiB %d",
+          p->dit_gpu[1].n_resident, p->dit_gpu[0].n_resident);
+    for (int i = 0; i < 2; i++)
+        CHECK(p->dit_gpu[i].host_peak <= 30 * GiB, "GPU %d's host peak %lld within half of 60 GiB", i,
+              (long long)p->dit_gpu[i].host_peak);
+    char *s = h3_plan_format(p);
+    const char *want[] = {"split over 2 GPUs", "each GPU:", "exchange buffers", "of 16.00 GiB", "exchanges:"};
+    for (size_t i = 0; s && i < sizeof want / sizeof want[0]; i++)
+        CHECK(strstr(s, want[i]) != NULL, "the report lacks '%s'", want[i]);
+    h3_free(s);
+
+    /* 56 heads split over 2, 4, 7 or 8 GPUs only; at most H3_PLAN_MAX_GPUS */
+    h3_plan_model m = full_model();
+    h3_plan_request r = W124;
+    h3_plan q;
+    r.gpus = 3;
+    h3_clear_error();
+    CHECK(h3_plan_make(&m, &r, &big, NULL, &q) == H3_ERR_INVALID && strstr(h3_last_error(), "give 2, 4, 7, 8"),
+          "3 GPUs: %s", h3_last_error());
+    r.gpus = H3_PLAN_MAX_GPUS + 1;
+    CHECK(h3_plan_make(&m, &r, &big, NULL, &q) == H3_ERR_INVALID, "%d GPUs accepted", r.gpus);
+    h3_clear_error();
 }
 
 /* ---- the other stages: the models' own figures ----------------------------------------------------------
@@ -594,7 +698,7 @@ static void test_stage_plans(void) {
     if (!te || !vv || !av) goto done;
     h3_device_figures f;
     h3_device_figures_find("h200", &f);
-    const h3_plan_budgets b8 = {8 * GiB, 100 * GiB};
+    const h3_plan_budgets b8 = {.vram = 8 * GiB, .ram = 100 * GiB};
     h3_stage_plan *sp = calloc(1, sizeof *sp);
     if (!sp) goto done;
 
@@ -611,7 +715,7 @@ static void test_stage_plans(void) {
           (long long)sp->weight_bytes, (long long)file);
     t_note("  text encoder: %.3f GiB read per prompt (the file's 50 layers: %.3f GiB), device peak %.3f GiB",
            (double)sp->weight_bytes / GiB, (double)file / GiB, (double)sp->dev_peak / GiB);
-    const h3_plan_budgets small = {want - 1, 100 * GiB};
+    const h3_plan_budgets small = {.vram = want - 1, .ram = 100 * GiB};
     CHECK_OK(h3_plan_text_encoder(te, 128, 50, &small, &f, sp));
     CHECK(!sp->on_device && sp->fits && sp->dev_need == want && sp->dev_peak == 0 &&
               sp->host_peak == h3_plan_te_activation_bytes(h3_text_encoder_config(te), 128, 0) &&
@@ -637,7 +741,7 @@ static void test_stage_plans(void) {
           "video VAE at 8 GiB: peak %lld (its plan %lld), %d resident (%d), %d tiles a pass (%d)",
           (long long)sp->dev_peak, (long long)m.dev_peak, sp->vvae.n_resident, m.n_resident,
           sp->vvae.tile_batch, m.tile_batch);
-    const h3_plan_budgets tiny = {64 * MiB, 100 * GiB};
+    const h3_plan_budgets tiny = {.vram = 64 * MiB, .ram = 100 * GiB};
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &tiny, &f, sp));
     CHECK_OK(h3_video_vae_decode_peak(vc, 37, 34, 60, 2, 0, &m));
     CHECK(!sp->on_device && sp->fits && sp->host_peak == m.total && sp->dev_need > 64 * MiB &&
@@ -645,7 +749,7 @@ static void test_stage_plans(void) {
           "video VAE at 64 MiB: on the device %d, host %lld (decode_peak %lld), need %lld, reason '%s'",
           sp->on_device, (long long)sp->host_peak, (long long)m.total, (long long)sp->dev_need, sp->reason);
     /* the least it needs there is a plan that fits that budget (with its slack) */
-    const h3_plan_budgets need = {sp->dev_need + h3_budget_slack(sp->dev_need) + 64 * MiB, 100 * GiB};
+    const h3_plan_budgets need = {.vram = sp->dev_need + h3_budget_slack(sp->dev_need) + 64 * MiB, .ram = 100 * GiB};
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &need, &f, sp));
     CHECK(sp->on_device, "video VAE at its named need plus slack: on the device %d (%s)", sp->on_device,
           sp->reason);
@@ -658,7 +762,7 @@ static void test_stage_plans(void) {
               sp->avae.dev_weights == am.dev_weights && sp->host_peak == 777,
           "audio VAE at 8 GiB: peak %lld, dev_total %lld + the backend's %lld", (long long)sp->dev_peak,
           (long long)am.dev_total, (long long)H3_CUDA_BACKEND_BYTES);
-    const h3_plan_budgets abud = {am.dev_total, 100 * GiB};
+    const h3_plan_budgets abud = {.vram = am.dev_total, .ram = 100 * GiB};
     CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &abud, &f, sp));
     CHECK(!sp->on_device && sp->host_peak == am.total + 777 &&
               sp->dev_need == am.dev_total + H3_CUDA_BACKEND_BYTES,
@@ -757,7 +861,7 @@ static void test_stage_plans(void) {
     /* A stage that fits neither budget stops the plan, named, with the device budget that would hold it. */
     pm.te = NULL;
     pm.avae = NULL;
-    const h3_plan_budgets none = {tiny.vram, 1 * MiB};
+    const h3_plan_budgets none = {.vram = tiny.vram, .ram = 1 * MiB};
     CHECK_OK(h3_plan_make(&pm, &W124, &none, &f, &pl));
     CHECK(!pl.fits && strstr(pl.why, "the video VAE fits neither budget") &&
               strstr(pl.why, "Would fit: --vram-budget"),
@@ -766,7 +870,7 @@ static void test_stage_plans(void) {
     t_note("  %s", pl.why);
     const char *vb = strstr(pl.why, "--vram-budget ");
     if (vb) {
-        const h3_plan_budgets named = {(int64_t)(atof(vb + 14) * (double)GiB), 1 * MiB};
+        const h3_plan_budgets named = {.vram = (int64_t)(atof(vb + 14) * (double)GiB), .ram = 1 * MiB};
         CHECK_OK(h3_plan_make(&pm, &W124, &named, &f, &pl));
         CHECK(pl.fits && pl.vvae.on_device, "at the named --vram-budget %.2f GiB: %s",
               (double)named.vram / GiB, pl.why);
@@ -1694,6 +1798,7 @@ int main(int argc, char **argv) {
         {"budget_edges", test_budget_edges},
         {"no_fit", test_no_fit},
         {"format", test_format},
+        {"split", test_split},
         {"stage_plans", test_stage_plans},
         {"measured_dit", test_measured_dit},
         {"measured_te", test_measured_te},

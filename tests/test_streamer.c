@@ -239,7 +239,7 @@ static int plan_for(h3_dit *dit, const inputs *x, int64_t vram, int64_t ram, h3_
     m.dit_weights_pinned = 1;
     m.host_threads = 1;
     h3_plan_request req = {.frames = 22, .width = 512, .height = 256, .text_tokens = 128, .n_timesteps = x->nt};
-    h3_plan_budgets b = {vram, ram};
+    h3_plan_budgets b = {.vram = vram, .ram = ram};
     CHECK_OK(h3_plan_make(&m, &req, &b, NULL, plan));
     CHECK(plan->fits, "the plan does not fit %lld bytes: %s", (long long)vram, plan->why);
     return plan->fits;

@@ -143,7 +143,7 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
         /* the stage's plan: the blocks resident or streamed as the budget allows, the tiles per pass */
         sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
         if (!sp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        const h3_plan_budgets b = {a->dev.vram, 0};
+        const h3_plan_budgets b = {.vram = a->dev.vram, .ram = 0};
         H3_CHECK(h3_plan_video_vae(v, T, H, W, set_bytes(h3_video_vae_source(v)), ex->threads, &b,
                                    a->dev.have_fig ? &a->dev.fig : NULL, sp));
         H3_CHECK(device_or_host(a, "video VAE", sp));
@@ -240,7 +240,7 @@ static h3_status decode_audio(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     if (a->dev.cuda) {
         sp = h3_malloc(sizeof *sp, H3_MEM_OTHER);
         if (!sp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
-        const h3_plan_budgets b = {a->dev.vram, 0};
+        const h3_plan_budgets b = {.vram = a->dev.vram, .ram = 0};
         H3_CHECK(h3_plan_audio_vae(v, T, ch, set_bytes(h3_audio_vae_source(v)), &b,
                                    a->dev.have_fig ? &a->dev.fig : NULL, sp));
         H3_CHECK(device_or_host(a, "audio VAE", sp));

@@ -265,7 +265,7 @@ int h3_cmd_dit(int argc, char **argv) {
             m.dit = dit;
             m.dit_weights_in_file = 1;
             m.host_threads = ex.threads;
-            plan->budgets = (h3_plan_budgets){dev.vram, ram};
+            plan->budgets = (h3_plan_budgets){.vram = dev.vram, .ram = ram};
             plan->have_time = dev.have_fig;
             if (dev.have_fig)
                 plan->fig = dev.fig;

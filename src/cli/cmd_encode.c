@@ -483,7 +483,7 @@ int h3_cmd_encode(int argc, char **argv) {
     h3_stage_plan sp;
     memset(&sp, 0, sizeof sp);
     if (dev.cuda) {
-        const h3_plan_budgets b = {dev.vram, 0};
+        const h3_plan_budgets b = {.vram = dev.vram, .ram = 0};
         st = h3_plan_text_encoder(te, n, (int)layer, &b, dev.have_fig ? &dev.fig : NULL, &sp);
         if (st == H3_OK && !sp.on_device && dev.required)
             st = h3_cli_device_refused("text encoder", sp.reason);

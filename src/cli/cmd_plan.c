@@ -125,7 +125,7 @@ static int64_t set_bytes(const char *source) {
 int h3_cmd_plan(int argc, char **argv) {
     const char *size = NULL, *work = NULL, *vram_s = NULL, *ram_s = NULL, *device = NULL, *refine = NULL;
     const char *attention = NULL, *sparse = NULL;
-    int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0, window = 0, overlap = 0;
+    int64_t frames = 0, tokens = 128, steps = 0, keyframes = 0, window = 0, overlap = 0, gpus = 1;
     int quiet = 0, verbose = 0;
     const h3_cli_opt opts[] = {
         {"frames", 'f', H3_OPT_INT, &frames, "N", "frames, 17n+5 (default 124: 5 s at 24 fps)", 1,
@@ -162,6 +162,11 @@ int h3_cmd_plan(int argc, char **argv) {
          "the label and the vision block's ends), the vision tower in the text encoder's stage and one latent "
          "frame of rows each in the DiT's sequence",
          1, 64},
+        {"gpus", 0, H3_OPT_INT, &gpus, "N",
+         "split the DiT over N GPUs (sequence parallel over NCCL: every GPU holds all its weights, runs 1/N of the "
+         "rows and the attention of 1/N of the heads) and plan each GPU: its budget is --vram-budget, or on this "
+         "machine its free memory; the host budget is shared equally; the other stages run on the first GPU",
+         1, H3_PLAN_MAX_GPUS},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},
         {"attention", 0, H3_OPT_STR, &attention, "MODE",
@@ -176,8 +181,7 @@ int h3_cmd_plan(int argc, char **argv) {
     const h3_cli_cmd cmd = {
         "plan",
         "plan MODEL... [--frames N] [--size WxH] [--refine WxH[:D]] [--keyframes N] [--vram-budget SIZE] "
-        "[--ram-budget "
-        "SIZE]",
+        "[--ram-budget SIZE] [--gpus N]",
         "Plan a generate request without loading weights: for each component found under MODEL (a model "
         "folder,\n"
         "component folders or files; header-only files plan like the real ones), each stage in the order it "
@@ -196,7 +200,8 @@ int h3_cmd_plan(int argc, char **argv) {
         "and what would fit; the exit status is then 1.",
         "examples:\n"
         "  h3run plan MiniMax-H3/FL2VA --vram-budget 8GiB --workload W124 --device h200\n"
-        "  h3run plan ComfyUI/models --frames 362 --size 960x544 --vram-budget 24G --ram-budget 64G",
+        "  h3run plan ComfyUI/models --frames 362 --size 960x544 --vram-budget 24G --ram-budget 64G\n"
+        "  h3run plan MiniMax-H3/FL2VA --workload W362 --gpus 2 --device h200",
         opts,
         1,
         8};
@@ -281,14 +286,23 @@ int h3_cmd_plan(int argc, char **argv) {
         have_fig = h3_device_figures_for(gpu, &fig);
     }
     h3_clear_error();
-    h3_plan_budgets b = {0, 0};
+    h3_plan_budgets b = {.vram = 0, .ram = 0};
     if (vram_s) {
         st = h3_budget_parse(vram_s, "--vram-budget", &b.vram);
         if (st != H3_OK) return h3_cli_fail("plan", st);
     }
+    req.gpus = (int)gpus;
+    if (!b.vram && gpus > 1 && h3_cuda_device_count() > 0 && h3_cuda_device_count() < gpus) {
+        fprintf(stderr,
+                "h3run plan: --gpus %lld, but this machine has %d GPU%s: give --vram-budget SIZE to plan for "
+                "GPUs elsewhere (each gets that budget)\n",
+                (long long)gpus, h3_cuda_device_count(), h3_cuda_device_count() == 1 ? "" : "s");
+        return H3_EXIT_USAGE;
+    }
     if (!b.vram) {
         if (h3_cuda_device_count() > 0) {
             st = h3_budget_default_vram(0, &b.vram);
+            for (int i = 1; st == H3_OK && i < gpus; i++) st = h3_budget_default_vram(i, &b.vram_gpu[i]);
             if (st != H3_OK) return h3_cli_fail("plan", st);
         } else if (device) {
             b.vram = fig.memory - H3_VRAM_MARGIN;

@@ -323,9 +323,17 @@ typedef struct h3_dit_forward_mem {
     int64_t outputs;    /* the caller's velocities [Nv, 96], [Na, 32] f32 */
     int64_t mod_tables; /* the modulation kept for n timesteps */
     int64_t mod_peak;   /* the most h3_dit_precompute_modulation holds at once: the tables and its scratch */
+    int64_t exchange;   /* a split forward's send and receive buffers (allocated by each forward, held while the
+                         * blocks run); 0 for the whole forward */
 } h3_dit_forward_mem;
 void h3_dit_forward_mem_of(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
                            int64_t Nv, int64_t Na, int n_timesteps, h3_dit_forward_mem *out);
+/* The same for rank `rank` of a forward split over `ranks` (h3_dit_forward_sp): its workspace holds the residual
+ * stream of all S rows but q, k, v, o and the chunks for its own rows (or the L text rows, if more: the refiner
+ * runs whole); the low-bit attention's scratch is for all S rows of heads / ranks heads; `exchange` is the
+ * Ulysses buffers. ranks 1 is h3_dit_forward_mem_of. */
+void h3_dit_forward_mem_sp(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
+                           int64_t Nv, int64_t Na, int n_timesteps, int ranks, int rank, h3_dit_forward_mem *out);
 /* Frees the workspace (the next forward allocates it again). */
 void h3_dit_release_workspace(h3_dit *dit);
 /* Frees the kept modulation (the next forward computes what it needs). With the workspace, what a stage returns

@@ -275,14 +275,23 @@ static h3_status ensure_modulation(h3_dit *d, h3_exec *ex, const float *ts, int 
 /* ---- workspace
  * ---------------------------------------------------------------------------------------------- */
 
-/* The buffers ensure_workspace allocates, for a chunk and QKV order that may differ from the DiT's (the planner). */
+/* The most rows a unit of a forward runs on: all S, or in rank `rank` of a split over `ranks` its own rows of the
+ * DiT blocks and the L text rows of the refiner, which runs whole on every rank (h3_dit_forward_sp). */
+static int64_t unit_rows(int64_t S, int64_t L, int ranks, int rank) {
+    if (ranks <= 1) return S;
+    const int64_t n = S * (rank + 1) / ranks - S * rank / ranks;
+    return n > L ? n : L;
+}
+
+/* The buffers ensure_workspace allocates, for a chunk and QKV order that may differ from the DiT's (the planner),
+ * the blocks' q, k, v and o for B rows (unit_rows). */
 static int64_t workspace_bytes(const h3_dit *d, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
-                               int64_t Nv, int64_t Na) {
+                               int64_t Nv, int64_t Na, int64_t B) {
     const h3_dit_config *c = &d->cfg;
     const size_t es = h3_dtype_size(d->act_dtype);
     const int64_t H = c->hidden, inner = h3_dit_inner(c), R = 6 * c->rope_freq_dim;
-    const int64_t ch = S < chunk_rows ? S : chunk_rows;
-    int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(S, inner, es); /* qkv + o */
+    const int64_t ch = B < chunk_rows ? B : chunk_rows;
+    int64_t b = 2 * rows_bytes(S, H, es) + rows_bytes(L, H, es) + 4 * rows_bytes(B, inner, es); /* qkv + o */
     if (qkv_interleaved) b += rows_bytes(ch, 3 * inner, es);
     b += rows_bytes(ch, 2 * c->ffn, es) + rows_bytes(ch, c->ffn, es);
     b += 2 * rows_bytes(S, R, sizeof(float));
@@ -290,8 +299,16 @@ static int64_t workspace_bytes(const h3_dit *d, int64_t chunk_rows, int qkv_inte
     return b;
 }
 
+/* The split forward's exchange buffers (forward(): sp_send, sp_recv), held while the blocks run. */
+static int64_t exchange_bytes(const h3_dit *d, int64_t S, int ranks) {
+    if (ranks <= 1) return 0;
+    const size_t es = h3_dtype_size(d->act_dtype);
+    const int64_t share = (S + ranks - 1) / ranks, inner = h3_dit_inner(&d->cfg) / ranks;
+    return rows_bytes(3 * ranks * share, inner, es) + rows_bytes(4 * S, inner, es);
+}
+
 int64_t h3_dit_workspace_bytes(const h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
-    return workspace_bytes(d, d->chunk_rows, d->qkv_interleaved, S, L, Nv, Na);
+    return workspace_bytes(d, d->chunk_rows, d->qkv_interleaved, S, L, Nv, Na, S);
 }
 
 /* The scratch gemm_mixed allocates for x [M, K] · w [N, K]ᵀ -> y [M, N] with chunks of `chunk` rows. */
@@ -313,13 +330,20 @@ static int64_t max64(int64_t a, int64_t b) {
 
 void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
                            int64_t Nv, int64_t Na, int n, h3_dit_forward_mem *out) {
+    h3_dit_forward_mem_sp(d, chunk_rows, qkv_interleaved, S, L, Nv, Na, n, 1, 0, out);
+}
+
+void h3_dit_forward_mem_sp(const h3_dit *d, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
+                           int64_t Nv, int64_t Na, int n, int ranks, int rank, h3_dit_forward_mem *out) {
     const h3_dit_config *c = &d->cfg;
     const h3_dit_globals *g = &d->g;
     const h3_dtype ad = d->act_dtype;
     const int64_t ch = chunk_rows > 0 ? chunk_rows : d->chunk_rows, H = c->hidden;
     const int il = qkv_interleaved < 0 ? d->qkv_interleaved : qkv_interleaved;
     memset(out, 0, sizeof *out);
-    out->workspace = workspace_bytes(d, ch, il, S, L, Nv, Na);
+    if (ranks < 1) ranks = 1;
+    out->workspace = workspace_bytes(d, ch, il, S, L, Nv, Na, unit_rows(S, L, ranks, rank));
+    out->exchange = exchange_bytes(d, S, ranks);
     /* h3_dit_forward: the input projections (f32 rows in), then the output heads (f32 velocities out); one at a
      * time, each freeing its scratch before the next. */
     int64_t x = 0;
@@ -330,9 +354,11 @@ void h3_dit_forward_mem_of(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     if (Na) x = max64(x, gemm_mixed_scratch(d, ch, ad, &g->audio_out_w, H3_F32, Na));
     /* low-bit attention: the blocks' quantized q, k, v, held during each attention (device only) */
     if (d->attn_flags && d->act_place == H3_PLACE_DEVICE && S > 0)
-        x = max64(x, h3_cuda_granule(h3_cuda_attention_lowbit_scratch_bytes(d->attn_flags, S, S, c->heads, c->heads)));
-    /* sparse attention: the tiles' centroids and lists, held during each attention (device only) */
-    if ((d->attn_flags & H3_ATTN_SPARSE) && d->act_place == H3_PLACE_DEVICE && S >= d->sparse_min_rows && S > 0)
+        x = max64(x, h3_cuda_granule(h3_cuda_attention_lowbit_scratch_bytes(d->attn_flags, S, S, c->heads / ranks,
+                                                                            c->heads / ranks)));
+    /* sparse attention: the tiles' centroids and lists, held during each attention (device only; never split) */
+    if ((d->attn_flags & H3_ATTN_SPARSE) && d->act_place == H3_PLACE_DEVICE && S >= d->sparse_min_rows && S > 0 &&
+        ranks == 1)
         x = max64(x, h3_cuda_granule(h3_cuda_attention_sparse_scratch_bytes(S, c->heads)));
     out->scratch = x;
     out->inputs = (Nv ? rows_bytes(Nv, h3_dit_video_dim(c), 4) : 0) + (Na ? rows_bytes(Na, c->audio_dim, 4) : 0) +
@@ -364,21 +390,22 @@ void h3_dit_release_workspace(h3_dit *d) {
     memset(w, 0, sizeof *w);
 }
 
-static h3_status ensure_workspace(h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na) {
+/* B: the most rows a unit runs on (unit_rows): the blocks' q, k, v and o and the FFN chunks are for that many. */
+static h3_status ensure_workspace(h3_dit *d, int64_t S, int64_t L, int64_t Nv, int64_t Na, int64_t B) {
     h3_dit_ws *w = &d->ws;
-    if (w->S == S && w->L == L && w->Nv == Nv && w->Na == Na) return H3_OK;
+    if (w->S == S && w->L == L && w->Nv == Nv && w->Na == Na && w->B == B) return H3_OK;
     h3_dit_release_workspace(d);
     const h3_dit_config *c = &d->cfg;
-    const int64_t H = c->hidden, inner = h3_dit_inner(c), ch = S < d->chunk_rows ? S : d->chunk_rows;
+    const int64_t H = c->hidden, inner = h3_dit_inner(c), ch = B < d->chunk_rows ? B : d->chunk_rows;
     h3_status st = H3_OK;
     H3_CHECK(act_alloc(d, &w->x, S, H));
     H3_CHECK(act_alloc(d, &w->h, S, H));
     H3_CHECK(act_alloc(d, &w->xt, L, H));
-    H3_CHECK(act_alloc(d, &w->qkv, S, 3 * inner));
+    H3_CHECK(act_alloc(d, &w->qkv, B, 3 * inner));
     H3_CHECK(h3_tensor_narrow(&w->qkv, 1, 0, inner, &w->q));
     H3_CHECK(h3_tensor_narrow(&w->qkv, 1, inner, inner, &w->k));
     H3_CHECK(h3_tensor_narrow(&w->qkv, 1, 2 * inner, inner, &w->v));
-    H3_CHECK(act_alloc(d, &w->o, S, inner));
+    H3_CHECK(act_alloc(d, &w->o, B, inner));
     if (d->qkv_interleaved) H3_CHECK(act_alloc(d, &w->fused, ch, 3 * inner));
     H3_CHECK(act_alloc(d, &w->u, ch, 2 * c->ffn));
     H3_CHECK(act_alloc(d, &w->g, ch, c->ffn));
@@ -396,6 +423,7 @@ static h3_status ensure_workspace(h3_dit *d, int64_t S, int64_t L, int64_t Nv, i
     w->L = L;
     w->Nv = Nv;
     w->Na = Na;
+    w->B = B;
     return H3_OK;
 done:
     h3_dit_release_workspace(d);
@@ -819,7 +847,7 @@ static h3_status forward(h3_dit *d, h3_exec *ex, h3_comm *cm, const h3_dit_input
     int32_t *tmap = h3_malloc((size_t)in->n_timesteps * sizeof(int32_t), H3_MEM_WORKSPACE);
     if (!tmap) return H3_ERR_NOMEM;
     H3_CHECK(ensure_modulation(d, ex, in->timesteps, in->n_timesteps, tmap));
-    H3_CHECK(ensure_workspace(d, S, L, Nv, Na));
+    H3_CHECK(ensure_workspace(d, S, L, Nv, Na, split ? unit_rows(S, L, cm->size, cm->rank) : S));
     H3_CHECK(stage_layout(d, ex, in, tmap, Nv, Na, L));
     d->sparse_now = 0;
     if ((d->attn_flags & H3_ATTN_SPARSE) && !split && Nv > 0 && S >= d->sparse_min_rows) {

@@ -26,12 +26,13 @@ typedef struct h3_dit_globals {
 /* The forward's buffers, allocated once for a set of row counts and reused. */
 typedef struct h3_dit_ws {
     int64_t S, L, Nv, Na;       /* the counts they were allocated for (S == 0: none) */
+    int64_t B;                  /* rows of qkv, o and the chunks: S, or a split forward's rank's (unit_rows) */
     h3_tensor x;                /* [S, H] residual stream */
     h3_tensor h;                /* [S, H] normed / modulated input of a sub-block, then its output */
     h3_tensor xt;               /* [L, H] text stream through the refiner */
-    h3_tensor qkv;              /* [S, 3·inner]: q | k | v side by side (one GEMM when the weight is fused) */
-    h3_tensor q, k, v;          /* [S, inner] column views of qkv (row stride 3·inner) */
-    h3_tensor o;                /* [S, inner] */
+    h3_tensor qkv;              /* [B, 3·inner]: q | k | v side by side (one GEMM when the weight is fused) */
+    h3_tensor q, k, v;          /* [B, inner] column views of qkv (row stride 3·inner) */
+    h3_tensor o;                /* [B, inner] */
     h3_tensor fused;            /* [chunk, 3·inner] per-head interleaved projection scratch (official files) */
     h3_tensor u, g;             /* [chunk, 2F], [chunk, F] FFN */
     h3_tensor cos, sin;         /* [S, 6·rope_freq_dim] */

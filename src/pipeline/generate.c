@@ -1184,7 +1184,7 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
                                       1}; /* the plan reads shapes; the stage opens it to decode */
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, &ao, &av), "the audio VAE");
 
-    h3_plan_budgets b = {r->vram_budget, r->ram_budget};
+    h3_plan_budgets b = {.vram = r->vram_budget, .ram = r->ram_budget};
     if (!b.vram && g->use_models && g->ses->cuda_on) b.vram = g->ses->cuda_budget; /* the arena it holds */
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
     if (b.ram == 0) b.ram = h3_budget_default_ram(); /* 0 when unknown: not limited */

@@ -31,6 +31,9 @@
 /* fp8 (W8A8) GEMMs inside a DiT block on the H200, their activation passes included: 0.537 s of a W124 step's
  * GEMMs for 50 x 14.96 TFLOP (one activation scale a token, fast accumulation; same notes) */
 #define H3_H200_GEMM_FP8_TFLOPS 1393.0
+/* A split DiT's exchanges between H200s (SXM, NVLink 4: 450 GB/s each way on paper): 80% of it assumed for NCCL's
+ * grouped sends and receives. Not measured: no machine with two GPUs has run the split yet (docs/MEMORY.md). */
+#define H3_H200_LINK_GBS 360.0
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
@@ -43,7 +46,7 @@
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
      (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, H3_H200_GEMM_FP8_TFLOPS,
-     H3_H200_ATTN_FP8_TFLOPS},
+     H3_H200_ATTN_FP8_TFLOPS, H3_H200_LINK_GBS},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -265,21 +268,37 @@ double h3_plan_simulate(const h3_sim_unit *u, int n, int k, int n_staging, doubl
 
 /* ---- DiT ----------------------------------------------------------------------------------------------- */
 
-/* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. */
+/* Compute seconds of one unit over `rows` rows with FFN chunks of `chunk` rows. A DiT block of a forward split over
+ * `ranks` GPUs (h3_dit_forward_sp) runs its GEMMs on its rows but its attention on all S rows of heads / ranks
+ * heads, and receives xbytes from the others (sending about as many at once) at the figures' link rate, on the
+ * same stream; the whole forward: ranks 1, S = rows, xbytes 0. */
 static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, int64_t rows, int64_t chunk,
-                           int fp8, int fp8_attn) {
+                           int fp8, int fp8_attn, int64_t S, int ranks, double xbytes) {
     if (rows <= 0) return 0;
+    if (ranks < 1) ranks = 1;
     const double H = (double)c->hidden, in = (double)h3_dit_inner(c), F = (double)c->ffn, M = (double)rows;
     const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
     const double mc = (double)(rows < chunk ? rows : chunk);
     const double eff_all = M / (M + f->gemm_half_rows) / ref, eff_ch = mc / (mc + f->gemm_half_rows) / ref;
     const double proj = 2.0 * M * (3.0 * in * H + in * H), ffn = 2.0 * M * (2.0 * F * H + F * H);
-    const double attn = 4.0 * M * M * in;
+    const double attn = 4.0 * (double)S * (double)S * in / ranks;
     /* fp8 block weights run fp8 GEMMs (W8A8) where the device has a rate for them */
     const double g = fp8 && f->gemm_fp8_tflops > 0 ? f->gemm_fp8_tflops : f->gemm_tflops;
     const double ar = fp8_attn && f->attn_fp8_tflops > 0 ? f->attn_fp8_tflops : f->attn_tflops;
     return proj / (g * 1e12 * eff_all) + ffn / (g * 1e12 * eff_ch) + attn / (ar * 1e12) +
-           M * H * f->eltwise_ns_per_kelem * 1e-12;
+           M * H * f->eltwise_ns_per_kelem * 1e-12 + (f->link_gbs > 0 ? xbytes / (f->link_gbs * 1e9) : 0);
+}
+
+/* Bytes rank `rank` of a split over `ranks` receives in one DiT block (attention_sp in models/dit_forward.c): q, k,
+ * v of the other ranks' rows for its heads, then its rows of the other ranks' heads; and once a step, after the
+ * blocks, the other ranks' rows of the residual stream. The same count test_dit `split` checks against the group. */
+static void exchange_counts(const h3_dit_config *c, size_t es, int64_t S, int ranks, int rank, double *per_block,
+                            double *per_step) {
+    *per_block = *per_step = 0;
+    if (ranks <= 1) return;
+    const int64_t n = S * (rank + 1) / ranks - S * rank / ranks, blk = c->heads / ranks * c->head_dim * (int64_t)es;
+    *per_block = (double)((3 * (S - n) + (int64_t)(ranks - 1) * n) * blk);
+    *per_step = (double)((S - n) * c->hidden * (int64_t)es);
 }
 
 /* Sizes of the DiT that do not depend on the plan. */
@@ -348,6 +367,7 @@ typedef struct dit_ctx {
     int64_t S, L, Nv, Na;
     int n_t;
     int64_t vram, ram;
+    int ranks, rank; /* a split DiT: this GPU's rank of `ranks` (0, 0: the whole DiT); ram is then its share */
 } dit_ctx;
 
 /* Fills all of p for one choice of chunk, ring depth k and resident count r; returns whether it fits. */
@@ -360,6 +380,11 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     p->Nv = x->Nv;
     p->Na = x->Na;
     p->chunk_rows = chunk;
+    const int ranks = x->ranks > 1 ? x->ranks : 1;
+    p->gpus = ranks;
+    p->rank = ranks > 1 ? x->rank : 0;
+    p->row0 = x->S * p->rank / ranks;
+    p->rows = x->S * (p->rank + 1) / ranks - p->row0;
     p->n_units = ds->n_units;
     p->unit_bytes = ds->unit_max;
     p->adaln_bytes = ds->adaln_bytes;
@@ -373,7 +398,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     if (!ds->adaln_bytes && !streamed) p->n_slots = 0;
 
     h3_dit_forward_mem fm;
-    h3_dit_forward_mem_of(x->m->dit, chunk, 0, x->S, x->L, x->Nv, x->Na, x->n_t, &fm);
+    h3_dit_forward_mem_sp(x->m->dit, chunk, 0, x->S, x->L, x->Nv, x->Na, x->n_t, ranks, p->rank, &fm);
     p->attention = h3_dit_attention(x->m->dit);
     p->dev_backend = H3_CUDA_BACKEND_BYTES + (ds->quantized ? H3_CUDA_QGEMM_SCRATCH_BYTES : 0);
     p->dev_globals = ds->globals;
@@ -391,6 +416,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     p->dev_workspace = fm.workspace + 16 * H3_CUDA_ARENA_ALIGN; /* ~15 buffers, each rounded up */
     p->dev_io = h3_cuda_granule(fm.inputs) + h3_cuda_granule(fm.outputs) + 3 * H3_CUDA_ARENA_ALIGN;
     p->dev_scratch = h3_cuda_granule(fm.scratch) + H3_CUDA_ARENA_ALIGN;
+    p->dev_exchange = fm.exchange ? fm.exchange + 2 * H3_CUDA_ARENA_ALIGN : 0; /* two buffers */
     {
         h3_lora_mode lm;
         const h3_lora *l = h3_dit_lora(x->m->dit, &lm);
@@ -402,7 +428,7 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     const int64_t base =
         p->dev_backend + p->dev_globals + p->dev_resident + p->dev_slots + p->dev_modulation + p->dev_lora;
     p->dev_peak_precompute = base + p->dev_precompute_scratch;
-    p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch;
+    p->dev_peak_forward = base + p->dev_workspace + p->dev_io + p->dev_scratch + p->dev_exchange;
     p->dev_peak = max64(p->dev_peak_forward, p->dev_peak_precompute);
 
     /* Host: pinned staging for reads from files (loading, the AdaLN pass, the disk tier), the pinned copies
@@ -439,10 +465,15 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     /* Time. */
     const h3_device_figures *f = x->f;
     h3_sim_unit su[H3_PLAN_MAX_UNITS] = {{0}}, sr[H3_PLAN_MAX_UNITS] = {{0}};
+    double xblock, xstep;
+    exchange_counts(x->c, h3_dtype_size(h3_dit_act_dtype(x->m->dit)), x->S, ranks, p->rank, &xblock, &xstep);
+    p->exchange_bytes = (int64_t)(xblock * x->c->n_layers + xstep);
     for (int u = 0; u < ds->n_units; u++) {
-        int64_t rows = u < ds->n_ref ? x->L : x->S;
+        const int ref = u < ds->n_ref;
+        const int64_t rows = ref ? x->L : p->rows;
         su[u].compute = unit_seconds(x->c, f, rows, chunk, ds->fp8,
-                                     u >= x->c->n_refiner_layers && (h3_dit_attention(x->m->dit) & H3_ATTN_FP8));
+                                     u >= x->c->n_refiner_layers && (h3_dit_attention(x->m->dit) & H3_ATTN_FP8),
+                                     ref ? x->L : x->S, ref ? 1 : ranks, ref ? 0 : xblock);
         su[u].copy = (double)ds->unit_bytes[u] / (f->pinned_gbs * 1e9);
         su[u].read = (double)ds->unit_bytes[u] / (f->disk_gbs * 1e9);
         su[u].tier = (h3_tier)p->tier[u];
@@ -450,13 +481,17 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
         sr[u].tier = H3_TIER_RESIDENT;
         p->t_compute += su[u].compute;
     }
-    p->t_step = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, &p->t_copy, &p->t_read);
+    /* the step's last exchange (the rows gathered after the blocks) */
+    const double xlast = f->link_gbs > 0 ? xstep / (f->link_gbs * 1e9) : 0;
+    p->t_exchange = f->link_gbs > 0 ? (double)p->exchange_bytes / (f->link_gbs * 1e9) : 0;
+    p->t_compute += xlast;
+    p->t_step = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, &p->t_copy, &p->t_read) + xlast;
     for (int u = 0; u < ds->n_units; u++) {
         su[u].copy *= 1.25;
         su[u].read *= 1.25;
     }
-    p->t_step_slow = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, NULL, NULL);
-    p->t_resident = h3_plan_simulate(sr, ds->n_units, 0, 0, NULL, NULL);
+    p->t_step_slow = h3_plan_simulate(su, ds->n_units, p->n_slots, H3_STREAM_STAGING, NULL, NULL) + xlast;
+    p->t_resident = h3_plan_simulate(sr, ds->n_units, 0, 0, NULL, NULL) + xlast;
     /* Once per run: the AdaLN projections through the ring, from their files or pinned memory. */
     double src_gbs = ds->pinned && !ds->from_file ? f->pinned_gbs : f->disk_gbs;
     p->t_modulation = (double)ds->adaln_total / (fmin(src_gbs, f->pinned_gbs) * 1e9);
@@ -935,9 +970,10 @@ static h3_status request_sizes(const h3_plan_request *r, int64_t width, int64_t 
 }
 
 /* The DiT stage of one pass: the packed sequence of a canvas (counts only), the best placement; 0 when none
- * fits. */
+ * fits. Split over r->gpus GPUs: each GPU's best placement for its rows within its budget and its share of the
+ * host's into gpu[0..gpus-1], and *out the slowest GPU's (every block waits for it). */
 static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64_t width, int64_t height,
-                               int n_timesteps, h3_dit_plan *out, int *fits) {
+                               int n_timesteps, h3_dit_plan *out, h3_dit_plan *gpu, int *fits) {
     h3_seq_layout L;
     H3_TRY(request_sizes(r, width, height, &L));
     dit_static ds;
@@ -953,8 +989,26 @@ static h3_status plan_dit_pass(const try_ctx *t, const h3_plan_request *r, int64
                  L.n_audio_rows,
                  n_timesteps,
                  t->b.vram,
-                 t->b.ram};
-    *fits = dit_search(&x, out);
+                 t->b.ram,
+                 1,
+                 0};
+    h3_seq_layout_free(&L);
+    const int n = r->gpus > 1 ? r->gpus : 1;
+    if (n == 1) {
+        *fits = dit_search(&x, out);
+        return H3_OK;
+    }
+    *fits = 1;
+    int slow = 0;
+    x.ranks = n;
+    x.ram = t->b.ram > 0 ? t->b.ram / n : 0;
+    for (int i = 0; i < n; i++) {
+        x.rank = i;
+        x.vram = t->b.vram_gpu[i] > 0 ? t->b.vram_gpu[i] : t->b.vram;
+        if (!dit_search(&x, &gpu[i])) *fits = 0;
+        if (gpu[i].t_step_slow > gpu[slow].t_step_slow) slow = i;
+    }
+    *out = gpu[slow];
     return H3_OK;
 }
 
@@ -966,12 +1020,12 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
     const int refine = r->refine_width > 0;
     if (t->m->dit) {
         int ok = 1;
-        H3_TRY(plan_dit_pass(t, r, r->width, r->height, r->n_timesteps, &p->dit, &ok));
+        H3_TRY(plan_dit_pass(t, r, r->width, r->height, r->n_timesteps, &p->dit, p->dit_gpu, &ok));
         if (!ok) p->fits = 0;
         if (refine) {
             H3_TRY(plan_dit_pass(t, r, r->refine_width, r->refine_height,
                                  r->refine_timesteps > 0 ? r->refine_timesteps : r->n_timesteps,
-                                 &p->dit_refine, &ok));
+                                 &p->dit_refine, p->dit_refine_gpu, &ok));
             if (!ok) p->fits = 0;
         }
     }
@@ -1039,7 +1093,7 @@ h3_status h3_plan_dit(const h3_plan_model *m, int64_t S, int64_t L, int64_t Nv, 
     const h3_device_figures *f = figures_or_h200(fig, &ref);
     dit_static ds;
     H3_TRY(dit_static_of(m, 0, &ds));
-    dit_ctx x = {m, h3_dit_get_config(m->dit), &ds, f, S, L, Nv, Na, n_timesteps, b->vram, b->ram};
+    dit_ctx x = {m, h3_dit_get_config(m->dit), &ds, f, S, L, Nv, Na, n_timesteps, b->vram, b->ram, 1, 0};
     dit_search(&x, out);
     return H3_OK;
 }
@@ -1086,6 +1140,20 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
                       (long long)r->width, (long long)r->height, (long long)r->refine_width,
                       (long long)r->refine_height);
     if (b->vram < 1) return H3_ERR(H3_ERR_INVALID, "plan: a device budget is needed");
+    if (r->gpus < 0 || r->gpus > H3_PLAN_MAX_GPUS)
+        return H3_ERR(H3_ERR_INVALID, "plan: a DiT splits over 1 to %d GPUs; got %d", H3_PLAN_MAX_GPUS, r->gpus);
+    if (r->gpus > 1 && m->dit) {
+        const int64_t heads = h3_dit_get_config(m->dit)->heads;
+        if (heads % r->gpus) {
+            char ok[64] = "";
+            for (int g = 2; g <= H3_PLAN_MAX_GPUS; g++)
+                if (heads % g == 0) appendf(ok, sizeof ok, "%s%d", ok[0] ? ", " : "", g);
+            return H3_ERR(H3_ERR_INVALID,
+                          "plan: the DiT's %lld attention heads do not split over %d GPUs (each GPU takes an equal "
+                          "share): give %s",
+                          (long long)heads, r->gpus, ok[0] ? ok : "1");
+        }
+    }
     out->req = *r;
     out->budgets = *b;
     h3_device_figures ref;
@@ -1115,10 +1183,13 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
                      L.n_audio_rows,
                      r->n_timesteps,
                      b->vram,
-                     b->ram};
+                     b->ram,
+                     r->gpus > 1 ? r->gpus : 1,
+                     r->gpus > 1 ? r->gpus - 1 : 0}; /* a split's last GPU has the most rows */
         h3_seq_layout_free(&L);
         H3_TRY(st);
         dit_minimum(&x, &dmin, &hmin);
+        if (r->gpus > 1) hmin *= r->gpus; /* every GPU's process stages its own reads */
     }
     out->min_vram = dmin ? min_budget_for(dmin) : 0;
     out->min_ram = hmin;
@@ -1335,12 +1406,21 @@ static void stage_format(char *o, size_t n, const h3_plan *p, const char *name, 
                 s->t_run);
 }
 
-/* A DiT stage's lines (the first pass, or the refine pass). */
+/* A DiT stage's lines (the first pass, or the refine pass); gpu: a split's per-GPU plans (t->gpus of them). */
 static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, const h3_dit_plan *t,
-                       int steps) {
+                       const h3_dit_plan *gpu, int steps) {
     char a[32], b[32], c[32], d[32];
+    int all_fit = t->fits;
+    for (int i = 0; t->gpus > 1 && i < t->gpus; i++) all_fit &= gpu[i].fits;
     appendf(o, n, "\n%s: %lld packed rows (%lld text, %lld audio, %lld video); %s\n", title, (long long)t->S,
-            (long long)t->L, (long long)t->Na, (long long)t->Nv, t->fits ? "fits" : "DOES NOT FIT");
+            (long long)t->L, (long long)t->Na, (long long)t->Nv, all_fit ? "fits" : "DOES NOT FIT");
+    if (t->gpus > 1) {
+        appendf(o, n,
+                "  split over %d GPUs (sequence parallel): each holds every weight, runs its share of the rows "
+                "through the blocks and the attention of all rows for its share of the heads, over NCCL; the "
+                "lines below are GPU %d's (rows %lld..%lld), the slowest, and the table after them each GPU's\n",
+                t->gpus, t->rank, (long long)t->row0, (long long)(t->row0 + t->rows));
+    }
     appendf(o, n,
             "  placement: %d of %d blocks resident, %d streamed from pinned memory, %d from disk; ring of %d "
             "slots of %s; FFN chunk %s rows\n",
@@ -1371,6 +1451,9 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
     if (t->dev_lora)
         appendf(o, n, "    LoRA factors %s (the side path's factors for every weight, and scratch)\n",
                 h3_budget_str(t->dev_lora, a, sizeof a));
+    if (t->dev_exchange)
+        appendf(o, n, "    exchange buffers %s (q, k, v and o of all rows for its heads, and its rows to send)\n",
+                h3_budget_str(t->dev_exchange, a, sizeof a));
     appendf(o, n, "  host: pinned copies %s, pinned staging %s, tables %s (total %s)\n",
             h3_budget_str(t->host_pinned, a, sizeof a), h3_budget_str(t->host_staging, b, sizeof b),
             h3_budget_str(t->host_other, c, sizeof c), h3_budget_str(t->host_peak, d, sizeof d));
@@ -1383,11 +1466,33 @@ static void dit_format(char *o, size_t n, const h3_plan *p, const char *title, c
                 "%.3f s, disk reads %.3f s\n",
                 t->t_step, t->t_resident, t->t_resident > 0 ? t->t_step / t->t_resident : 0, t->t_compute,
                 t->t_copy, t->t_read);
+        if (t->gpus > 1)
+            appendf(o, n, "  exchanges: %s received a step, %.3f s of it at %.0f GB/s%s\n",
+                    h3_budget_str(t->exchange_bytes, a, sizeof a), t->t_exchange, p->fig.link_gbs,
+                    p->fig.link_gbs > 0 ? " (assumed, not measured)" : " (no link rate known: not timed)");
         appendf(o, n, "  once per run: load %.1f s, AdaLN modulation pass %.1f s\n", t->t_load,
                 t->t_modulation);
         if (steps > 0)
             appendf(o, n, "  the stage: %.1f s predicted for %d model calls\n", h3_dit_plan_seconds(t, steps),
                     steps);
+    }
+    if (t->gpus > 1) {
+        appendf(o, n, "  each GPU:\n    %-4s %-15s %-8s %-24s %-10s %-10s %s\n", "GPU", "rows", "R/P/D", "device peak",
+                "host peak", "step", "fits");
+        for (int i = 0; i < t->gpus; i++) {
+            const h3_dit_plan *g = &gpu[i];
+            const int64_t vb = p->budgets.vram_gpu[i] > 0 ? p->budgets.vram_gpu[i] : p->budgets.vram;
+            char rows[40], rpd[24], pk[48], st[24];
+            snprintf(rows, sizeof rows, "%lld..%lld", (long long)g->row0, (long long)(g->row0 + g->rows));
+            snprintf(rpd, sizeof rpd, "%d/%d/%d", g->n_resident, g->n_pinned, g->n_disk);
+            snprintf(pk, sizeof pk, "%s of %s", h3_budget_str(g->dev_peak, a, sizeof a), h3_budget_str(vb, b, sizeof b));
+            if (p->have_time)
+                snprintf(st, sizeof st, "%.3f s", g->t_step);
+            else
+                snprintf(st, sizeof st, "-");
+            appendf(o, n, "    %-4d %-15s %-8s %-24s %-10s %-10s %s\n", i, rows, rpd, pk,
+                    h3_budget_str(g->host_peak, c, sizeof c), st, g->fits ? "yes" : "NO");
+        }
     }
 }
 
@@ -1408,8 +1513,12 @@ char *h3_plan_format(const h3_plan *p) {
         appendf(
             o, n, "refine: a second pass at %lldx%lld, %d model calls (modulation kept for %d timesteps)\n",
             (long long)r->refine_width, (long long)r->refine_height, r->refine_steps, r->refine_timesteps);
-    appendf(o, n, "budgets: device %s, host %s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
-            p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited");
+    appendf(o, n, "budgets: device %s%s, host %s%s\n", h3_budget_str(p->budgets.vram, a, sizeof a),
+            r->gpus > 1 ? " a GPU" : "",
+            p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited",
+            r->gpus > 1 && p->budgets.ram > 0 ? " (an equal share to each GPU's process for its DiT)" : "");
+    if (r->gpus > 1)
+        appendf(o, n, "GPUs: the DiT split over %d; the text encoder and the VAEs on the first\n", r->gpus);
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
     if (p->have_time)
         appendf(
@@ -1426,12 +1535,12 @@ char *h3_plan_format(const h3_plan *p) {
     if (hs[3]->present) stage_format(o, n, p, "video VAE encoder (keyframes, references)", hs[3]);
     if (p->aenc.present) stage_format(o, n, p, "audio VAE encoder (soundtrack, sound references)", &p->aenc);
     const h3_dit_plan *t = &p->dit;
-    if (t->present) dit_format(o, n, p, "DiT", t, r->steps);
+    if (t->present) dit_format(o, n, p, "DiT", t, p->dit_gpu, r->steps);
     const h3_dit_plan *tr = &p->dit_refine;
     char rt[96];
     snprintf(rt, sizeof rt, "DiT, refine pass at %lldx%lld", (long long)r->refine_width,
              (long long)r->refine_height);
-    if (tr->present) dit_format(o, n, p, rt, tr, r->refine_steps);
+    if (tr->present) dit_format(o, n, p, rt, tr, p->dit_refine_gpu, r->refine_steps);
     for (int i = 1; i < 3; i++)
         if (hs[i]->present) stage_format(o, n, p, names[i], hs[i]);
     /* the stages in the order they run, each on its own within the same budgets */

@@ -52,6 +52,7 @@
 
 #define H3_PLAN_MAX_UNITS 256
 #define H3_PLAN_MAX_SLOTS 8
+#define H3_PLAN_MAX_GPUS 8 /* the most GPUs one DiT is split over (h3_plan_request.gpus) */
 
 /* Figures of a GPU the time model uses. Rates are the effective ones inside the DiT at W124 (see
  * docs/MEMORY.md). */
@@ -69,6 +70,8 @@ typedef struct h3_device_figures {
     double gemm_fp8_tflops;      /* fp8 (e4m3) W8A8 GEMM inside a DiT block; 0: the bf16 rate */
     double attn_fp8_tflops;      /* fp8 attention (H3_ATTN_FP8) inside a DiT block, its quantization included; 0:
                                   * the bf16 rate */
+    double link_gbs; /* a GPU's sends (and receives) to the others of a split DiT (NCCL over NVLink or PCIe), GB/s
+                      * each way; 0: the exchange is not timed */
 } h3_device_figures;
 /* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
  * host), FP8 int8 q, k and e4m3 P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
@@ -137,10 +140,16 @@ typedef struct h3_plan_request {
     int64_t ref_video_rows, ref_audio_rows;
     int64_t ref_enc_frames, ref_enc_height, ref_enc_width;
     int64_t aenc_samples; /* the longest sound the audio VAE's encoder encodes (samples a channel; 0: none) */
+    /* the DiT split over this many GPUs (sequence parallel, h3_dit_forward_sp: each GPU holds every weight, runs
+     * its share of the rows and the attention of its share of the heads); 0 or 1: one GPU. Every GPU gets the
+     * device budget (or its own, h3_plan_budgets.vram_gpu) and an equal share of the host budget (each process
+     * pins its own streamed blocks); the other stages run on the first GPU. */
+    int gpus;
 } h3_plan_request;
 
 typedef struct h3_plan_budgets {
     int64_t vram, ram; /* bytes; ram 0: not limited (planning without a host budget) */
+    int64_t vram_gpu[H3_PLAN_MAX_GPUS]; /* a split DiT (h3_plan_request.gpus): GPU i's device budget; 0: vram */
 } h3_plan_budgets;
 
 /* What the planner reads from the opened components (headers only). Absent components are NULL. */
@@ -202,6 +211,12 @@ typedef struct h3_dit_plan {
     double t_step_slow; /* the step if copies and reads ran 25% slower than the figures: plans are ranked by
                          * it, so a plan that only hides its copies on paper loses to one with slack */
     double t_modulation, t_load; /* once per run */
+    /* a split DiT (h3_plan_request.gpus > 1): this GPU's place in it; gpus 1 for the whole DiT */
+    int gpus, rank;
+    int64_t row0, rows;   /* its rows of the packed sequence through the blocks: [row0, row0 + rows) */
+    int64_t dev_exchange; /* the Ulysses send and receive buffers (h3_dit_forward_mem.exchange) */
+    double t_exchange;    /* seconds a step in the exchanges (inside t_compute; 0 when not timed) */
+    int64_t exchange_bytes; /* bytes this GPU receives a step */
 } h3_dit_plan;
 
 /* A stage other than the DiT (text encoder, audio VAE, video VAE): where it runs and what it takes. */
@@ -237,6 +252,9 @@ typedef struct h3_plan {
     h3_dit_plan dit;
     h3_dit_plan dit_refine; /* the refine pass's DiT stage (present only with a refine canvas): the longer
                              * sequence, planned on its own within the same budgets */
+    /* a split DiT (req.gpus > 1): each GPU's plan of the first pass and of the refine pass; dit and dit_refine
+     * are then the copies of the slowest GPU's (the one every block waits for) */
+    h3_dit_plan dit_gpu[H3_PLAN_MAX_GPUS], dit_refine_gpu[H3_PLAN_MAX_GPUS];
     h3_stage_plan te, vvae, avae;
     h3_stage_plan venc; /* the keyframes' encode (present only when the request has keyframes) */
     h3_stage_plan aenc; /* the sounds' encode (present only when the request has a soundtrack or sound references) */
