@@ -5,7 +5,7 @@
  *
  *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...
  *                  | --quantize F [--quantize-blocks FIRST:COUNT] [--fp8-variants]] [--attention fp8|int8|sparse]
- *                  [W73 W124 W362 W124L]
+ *                  [--split N] [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
  * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
@@ -28,6 +28,10 @@
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
  *
+ * --split N: after each workload's whole step, the first and the last rank's share of the forward split over N GPUs
+ * (h3_dit_forward_sp) run here alone, the other ranks stood in for by a loopback that moves only the rank's own
+ * blocks: every kernel of its share at its real shapes; the exchange's bytes are counted and timed at 360 GB/s.
+ *
  * The step time excludes the AdaLN modulation, which h3run computes once per run for all the schedule's
  * timesteps (h3_dit_precompute_modulation); its one-off cost is printed separately. */
 #include <math.h>
@@ -42,6 +46,7 @@
 #include "pipeline/layout.h"
 #include "pipeline/request.h"
 #include "quant/qwrite.h"
+#include "tensor/comm.h"
 
 #define TRY(x)                                                                                                   \
     do {                                                                                                         \
@@ -64,6 +69,80 @@ static unsigned g_attn_lb; /* --attention: H3_ATTN_FP8, H3_ATTN_INT8 or H3_ATTN_
 /* --quantize: the bf16 step's velocities per workload (host), the reference of the quantized runs */
 static float *g_ref_v[8], *g_ref_a[8];
 static int g_quantized; /* the blocks now hold the bf16 weights' quantization */
+static int g_sp;        /* --split N: each rank's share of the split forward timed on this GPU alone */
+
+/* --split's stand-in for the other GPUs: a rank's own block moves as in the real group, the others' blocks are left
+ * as they are (their bytes counted, not moved). A rank's share runs all its kernels at the real shapes; what it lacks
+ * is the exchange's time, which bytes_in and a link rate estimate. */
+static h3_status loop_alltoallv(h3_comm *c, h3_exec *e, const void *send, const int64_t *sc, const int64_t *sd,
+                                void *recv, const int64_t *rc, const int64_t *rd) {
+    const int me = c->rank;
+    if (sc[me] != rc[me]) return H3_ERR(H3_ERR_INVALID, "rank %d sends itself %lld, expects %lld", me,
+                                        (long long)sc[me], (long long)rc[me]);
+    for (int j = 0; j < c->size; j++)
+        if (j != me) c->bytes_in += rc[j];
+    const char *src = (const char *)send + sd[me];
+    char *dst = (char *)recv + rd[me];
+    if (rc[me] <= 0 || src == dst) return H3_OK;
+    h3_tensor a, b;
+    H3_TRY(h3_tensor_wrap(&a, (void *)src, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
+    H3_TRY(h3_tensor_wrap(&b, dst, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
+    return h3_copy(e, &b, &a);
+}
+
+/* Each rank's share of the W forward split over g_sp GPUs, timed alone (the loopback above): its s/step against the
+ * whole step (whole_s), its device peak against h3_dit_forward_mem_sp's, and the step with the exchange at 360 GB/s
+ * a direction (H200s on NVLink, assumed: the planner's figure). */
+static void time_split(h3_dit *dit, const h3_workload *w, const char *label, h3_dit_inputs *in, h3_tensor *vout,
+                       h3_tensor *aout, double whole_s, int64_t whole_peak, int reps, FILE *js) {
+    for (int r = 0; r < g_sp; r++) {
+        if (r > 0 && r < g_sp - 1) continue; /* the first and the last (most rows) */
+        h3_comm c;
+        memset(&c, 0, sizeof c);
+        c.rank = r;
+        c.size = g_sp;
+        c.alltoallv = loop_alltoallv;
+        TRY(h3_dit_forward_sp(dit, &ex, &c, in, vout, aout)); /* warm-up */
+        TRY(h3_exec_sync(&ex));
+        h3_dit_release_workspace(dit); /* the whole forward's buffers out of the peak */
+        int64_t used0, peak, cap;
+        h3_cuda_mem_stats(&ex, &used0, &peak, &cap);
+        h3_cuda_reset_peak(&ex);
+        c.bytes_in = 0;
+        double t[8];
+        for (int k = 0; k < reps; k++) {
+            const double a = now();
+            TRY(h3_dit_forward_sp(dit, &ex, &c, in, vout, aout));
+            TRY(h3_exec_sync(&ex));
+            t[k] = now() - a;
+        }
+        for (int i = 0; i < reps; i++)
+            for (int j = i + 1; j < reps; j++)
+                if (t[j] < t[i]) {
+                    const double x = t[i];
+                    t[i] = t[j];
+                    t[j] = x;
+                }
+        h3_cuda_mem_stats(&ex, &used0, &peak, &cap);
+        const double med = t[reps / 2], xbytes = (double)c.bytes_in / reps, xs = xbytes / 360e9;
+        const int64_t L = in->text ? in->text->shape[0] : 0, Nv = in->video ? in->video->shape[0] : 0,
+                      Na = in->audio ? in->audio->shape[0] : 0;
+        h3_dit_forward_mem fw, fs;
+        h3_dit_forward_mem_of(dit, 0, -1, in->seq_len, L, Nv, Na, 0, &fw);
+        h3_dit_forward_mem_sp(dit, 0, -1, in->seq_len, L, Nv, Na, 0, g_sp, r, &fs);
+        const double pred_d = (double)(fs.workspace + fs.exchange - fw.workspace) + (double)(fs.scratch - fw.scratch);
+        printf("%-6s %-13s split %d/%d rank %d  %8.3f s/step alone (%.3fx the whole step)  + exchange %.2f GB at 360 "
+               "GB/s %.3f s = %.3f s (%.3fx)  peak %.2f GiB (whole %.2f; predicted change %+.3f GiB, measured %+.3f)\n",
+               w->name, label, r, g_sp, r, med, med / whole_s, xbytes / 1e9, xs, med + xs, (med + xs) / whole_s,
+               peak / 1073741824.0, whole_peak / 1073741824.0, pred_d / 1073741824.0,
+               (double)(peak - whole_peak) / 1073741824.0);
+        if (js)
+            fprintf(js, ", \"%s %s split %d rank %d\": {\"s_per_step\": %.4f, \"ratio\": %.4f, \"exchange_gb\": %.3f, "
+                        "\"peak_gib\": %.3f}",
+                    w->name, label, g_sp, r, med, med / whole_s, xbytes / 1e9, peak / 1073741824.0);
+    }
+    h3_dit_release_workspace(dit);
+}
 
 static const char *attn_name(void) {
     return g_attn_lb == H3_ATTN_INT8 ? "int8" : g_attn_lb == H3_ATTN_SPARSE ? "sparse" : "fp8";
@@ -213,6 +292,7 @@ static result run_workload(h3_dit *dit, const h3_workload *w, int wi, const char
             fprintf(js, ", \"%s %s off bf16\": {\"rel_l2_video\": %.3e, \"rel_l2_audio\": %.3e}", w->name, label,
                     ev, ea);
     }
+    if (g_sp > 1 && !bad) time_split(dit, w, label, &in, &vout, &aout, med, peak, reps, js);
     if (g_attn_lb && !bad) { /* the same weights and inputs with low-bit attention in the blocks */
         h3_tensor hv8, ha8;
         TRY(h3_tensor_alloc2(&hv8, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_ACTIVATIONS));
@@ -282,6 +362,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pruned")) {
             pruned = 1;
+        } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
+            g_sp = atoi(argv[++i]);
+            if (g_sp < 2 || g_sp > 8 || 56 % g_sp) {
+                fprintf(stderr, "--split takes 2, 4, 7 or 8 (ranks of the 56 heads), not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--fp8-variants")) {
             fp8_variants = 1;
         } else if (!strcmp(argv[i], "--quantize-blocks") && i + 1 < argc) {

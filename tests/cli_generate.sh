@@ -237,6 +237,9 @@ expect_error 2 "unknown option '--fps'" "${R[@]}" --fps 30
 expect_error 2 "--vram-budget takes a size like 8GiB" "${R[@]}" --vram-budget lots
 expect_error 2 "--ram-budget takes a size like 8GiB, 24G, 512MiB or 123456 (bytes), or auto; got '-5G'" "${R[@]}" \
     --ram-budget -5G
+# --gpus: a split DiT runs on GPUs only, at most 8 of them, and no more than the machine has
+expect_error 2 "--gpus 2 splits the DiT over GPUs: it needs --device cuda" "${R[@]}" --gpus 2 --device cpu
+expect_error 2 "--gpus takes a whole number from 1 to 8; got '9'" "${R[@]}" --gpus 9
 if [ "$gpu" = 0 ]; then
     expect_error 2 "--device cuda:" "${R[@]}" --frames 5 --size 64x64 --device cuda
     grep -qF "use --device cpu" "$tmp/err" || fail "--device cuda without a GPU does not name the fix"

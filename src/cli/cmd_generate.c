@@ -52,6 +52,7 @@ int h3_cmd_generate(int argc, char **argv) {
                *audio = NULL;
     int64_t checkpoint_every = 0;
     int64_t frames = 0, steps = 0, seed = INT64_MIN, threads = 0; /* INT64_MIN: no --seed */
+    int64_t gpus = 1;
     int64_t window = 0, overlap = 0;
     const char *refine = NULL, *out_size = NULL; /* --refine WxH[:DENOISE], --output-size WxH */
     double seconds = 0, cache_threshold = 0;
@@ -210,6 +211,11 @@ int h3_cmd_generate(int argc, char **argv) {
          "beyond it are read from the file each step; on the CPU, all the DiT stage may hold",
          0, 0},
         {"memory-trace", 0, H3_OPT_STR, &trace, "FILE", "write the device memory timeline as JSON", 0, 0},
+        {"gpus", 0, H3_OPT_INT, &gpus, "N",
+         "split the DiT over GPUs 0..N-1 (sequence parallel over NCCL; N divides its 56 heads: 2, 4, 7 or 8): a "
+         "worker process a GPU, each planned within the budget (or its free memory) and an equal share of "
+         "--ram-budget; the other stages on GPU 0 (default 1)",
+         1, H3_PLAN_MAX_GPUS},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
         {"progress", 0, H3_OPT_STR, &progress, "MODE",
@@ -421,6 +427,7 @@ int h3_cmd_generate(int argc, char **argv) {
     gr.checkpoint = checkpoint;
     gr.checkpoint_every = (int)checkpoint_every;
     gr.threads = (int)threads;
+    gr.gpus = (int)gpus;
     gr.x264_preset = preset;
     if (cache || cache_threshold > 0) gr.cache_threshold = cache_threshold > 0 ? cache_threshold : H3_CACHE_THRESHOLD;
     if (quiet)

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cuda/cuda.h"
 #include "h3run.h"
+#include "pipeline/dit_group.h"
 
 typedef struct {
     const char *name;
@@ -66,6 +67,8 @@ int main(int argc, char **argv) {
         }
         return H3_EXIT_OK;
     }
+    /* not a user's command: a DiT worker of `generate --gpus N`, started by h3run with its setup on stdin */
+    if (!strcmp(name, "__dit-rank")) return h3_dit_rank_main(h3_cli_setup_logging);
     for (const subcommand *c = g_cmds; c->name; c++)
         if (!strcmp(c->name, name)) return c->fn(argc - 2, argv + 2);
     fprintf(stderr, "h3run: unknown command '%s'\n\n", name);

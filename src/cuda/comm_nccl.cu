@@ -7,7 +7,9 @@
  * them since 2.7: the build needs no NCCL headers, and a machine without NCCL fails only when a group is asked
  * for, with a message naming the library. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/cuda_internal.cuh"
 #include "tensor/comm.h"
@@ -66,18 +68,48 @@ static h3_status nccl_load(void) {
         if (r_ != 0) return H3_ERR(H3_ERR_DEVICE, "NCCL %s failed: %s", what, g_nccl.error_string(r_));         \
     } while (0)
 
-/* ncclCommAbort: the other ranks' pending operations fail instead of waiting (NCCL reports the abort to them). The
- * handle is gone afterwards; collectives on it answer with an error. */
+/* A rank's group: the communicator, and the lock that keeps an abort from another thread (a watchdog: pipeline/
+ * dit_group.c) out of a collective being enqueued. */
+typedef struct {
+    nccl_comm_t nc;
+    pthread_mutex_t mu;
+    int aborted;
+} nccl_group;
+
+/* ncclCommAbort: this rank's pending operations (kernels waiting for a peer) end, and the communicator is gone;
+ * collectives on the group answer with an error afterwards. May be called from another thread than the one that
+ * runs the collectives (it waits up to 10 s for an enqueue in progress; past that, a hung enqueue is aborted
+ * anyway). */
 static void nccl_abort(h3_comm *c) {
-    if (c->impl) g_nccl.comm_abort(c->impl);
-    c->impl = NULL;
+    nccl_group *g = (nccl_group *)c->impl;
+    if (!g) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    const int locked = pthread_mutex_timedlock(&g->mu, &until) == 0;
+    if (!g->aborted) {
+        g->aborted = 1;
+        g_nccl.comm_abort(g->nc);
+    }
+    if (locked) pthread_mutex_unlock(&g->mu);
 }
+
+static h3_status enqueue(h3_comm *c, nccl_comm_t nc, cudaStream_t st, const void *send, const int64_t *scount,
+                         const int64_t *sdispl, void *recv, const int64_t *rcount, const int64_t *rdispl);
 
 static h3_status nccl_alltoallv(h3_comm *c, h3_exec *ex, const void *send, const int64_t *scount,
                                 const int64_t *sdispl, void *recv, const int64_t *rcount, const int64_t *rdispl) {
-    nccl_comm_t nc = c->impl;
-    if (!nc) return H3_ERR(H3_ERR_INTERRUPTED, "collective on rank %d: the group was stopped", c->rank);
-    cudaStream_t st = cuda_stream(ex);
+    nccl_group *g = (nccl_group *)c->impl;
+    if (!g) return H3_ERR(H3_ERR_INTERRUPTED, "collective on rank %d: the group was stopped", c->rank);
+    pthread_mutex_lock(&g->mu);
+    const h3_status s = g->aborted ? H3_ERR(H3_ERR_INTERRUPTED, "collective on rank %d: the group was stopped", c->rank)
+                                   : enqueue(c, g->nc, cuda_stream(ex), send, scount, sdispl, recv, rcount, rdispl);
+    pthread_mutex_unlock(&g->mu);
+    return s;
+}
+
+static h3_status enqueue(h3_comm *c, nccl_comm_t nc, cudaStream_t st, const void *send, const int64_t *scount,
+                         const int64_t *sdispl, void *recv, const int64_t *rcount, const int64_t *rdispl) {
     const int me = c->rank;
     const char *own = (const char *)send + sdispl[me];
     char *own_dst = (char *)recv + rdispl[me];
@@ -116,15 +148,27 @@ extern "C" h3_status h3_cuda_comm_create(h3_exec *ex, int rank, int size, const 
     memcpy(u.internal, id, 128);
     nccl_comm_t nc = NULL;
     NCCL_TRY(g_nccl.comm_init_rank(&nc, size, u, rank), "communicator setup");
+    nccl_group *g = (nccl_group *)h3_calloc(1, sizeof *g, H3_MEM_OTHER);
+    if (!g) {
+        g_nccl.comm_destroy(nc);
+        return H3_ERR_NOMEM;
+    }
+    g->nc = nc;
+    pthread_mutex_init(&g->mu, NULL);
     out->rank = rank;
     out->size = size;
     out->alltoallv = nccl_alltoallv;
     out->abort = nccl_abort;
-    out->impl = nc;
+    out->impl = g;
     return H3_OK;
 }
 
 extern "C" void h3_cuda_comm_destroy(h3_comm *c) {
-    if (c && c->impl && g_nccl.ok) g_nccl.comm_destroy(c->impl);
+    nccl_group *g = c ? (nccl_group *)c->impl : NULL;
+    if (g) {
+        if (!g->aborted && g_nccl.ok) g_nccl.comm_destroy(g->nc);
+        pthread_mutex_destroy(&g->mu);
+        h3_free(g);
+    }
     if (c) c->impl = NULL;
 }

@@ -1185,6 +1185,10 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     H3_CHECK_CTX(h3_audio_vae_open(g->files.audio_vae, &ao, &av), "the audio VAE");
 
     h3_plan_budgets b = {.vram = r->vram_budget, .ram = r->ram_budget};
+    for (int i = 1; i < r->gpus; i++) { /* the other GPUs of a split DiT: the budget given, or their free memory */
+        b.vram_gpu[i] = r->vram_budget;
+        if (!b.vram_gpu[i]) H3_CHECK(h3_budget_default_vram(i, &b.vram_gpu[i]));
+    }
     if (!b.vram && g->use_models && g->ses->cuda_on) b.vram = g->ses->cuda_budget; /* the arena it holds */
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
     if (b.ram == 0) b.ram = h3_budget_default_ram(); /* 0 when unknown: not limited */
@@ -1243,7 +1247,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
                           .refine_timesteps = g->n_uniq_r,
                           .refine_steps = g->refine_calls * g->win.n,
                           .keyframes = g->kf.n,
-                          .window_frames = q->window};
+                          .window_frames = q->window,
+                          .gpus = r->gpus};
     pr.ref_video_rows = g->ref_nv;
     pr.ref_audio_rows = g->ref_na;
     h3_audio_enc_config acfg;
@@ -1458,6 +1463,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
     memset(&L, 0, sizeof L);
     float *vrows = NULL, *arows = NULL, *held = NULL, *anoise = NULL, *up = NULL;
     h3_dit *own = NULL;
+    h3_plan *split_plan = NULL; /* a DiT split over GPUs: GPU 0's plan */
     h3_seq_layout *WL = NULL; /* a long clip's windows' layouts (window 0's is L) */
     const h3_tensor **wtext = NULL;
     const h3_seq_layout **wlay = NULL;
@@ -1614,6 +1620,22 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
         if (!g->dit || !ps->plan) H3_FAIL(H3_ERR_INTERNAL, "the DiT was not planned");
         sa.dit.dit = g->dit;
         sa.dit.plan = ps->plan;
+        if (g->r->gpus > 1) { /* GPU 0's own plan of the split; the workers get theirs */
+            split_plan = h3_malloc(sizeof *split_plan, H3_MEM_OTHER);
+            if (!split_plan) H3_FAIL(H3_ERR_NOMEM, "out of memory");
+            *split_plan = *ps->plan;
+            split_plan->dit = ps->plan->dit_gpu[0];
+            sa.dit.plan = split_plan;
+            sa.gpus = g->r->gpus;
+            sa.split.dit_path = g->files.dit;
+            sa.split.n_loras = g->r->n_loras;
+            sa.split.lora = (const char *const *)g->r->lora;
+            sa.split.lora_strength = g->r->lora_strength;
+            sa.split.lora_mode = g->r->lora_mode;
+            sa.split.attn_flags = h3_dit_attention(g->dit);
+            sa.split.gpu_plans = ps->plan->dit_gpu;
+            sa.split.verbosity = h3_log_enabled(H3_LOG_DEBUG) ? 1 : -1;
+        }
         sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
         if (!refine && g->reuse_dit && g->ses->dit_stream) { /* placed by the last run: the stage owns it now */
             sa.dit.stream = g->ses->dit_stream;
@@ -1756,6 +1778,7 @@ done:
     h3_free(wtext);
     h3_free(wlay);
     h3_free(wcond);
+    h3_free(split_plan);
     return st;
 }
 
@@ -1776,6 +1799,7 @@ static h3_status run_dit(gen *g, const h3_tensor *hidden, h3_tensor *video_lat, 
         if (!rp) H3_FAIL(H3_ERR_NOMEM, "out of memory");
         *rp = *g->plan;
         rp->dit = g->plan->dit_refine;
+        memcpy(rp->dit_gpu, g->plan->dit_refine_gpu, sizeof rp->dit_gpu);
     }
     pass_spec second = {H3_GEN_REFINE,
                         q->refine_width,
@@ -2110,10 +2134,12 @@ static h3_status settle_device(gen *g, h3_device dev) {
     int64_t kdev = 0, khost = 0;
     h3_dit_plan_kept_bytes(&p->dit, &kdev, &khost);
     char why[320] = "";
-    const int eligible = s && !g->r->n_loras && !g->req.refine_width && g->dit_borrowed && g->dit == s->dit;
+    const int eligible =
+        s && !g->r->n_loras && !g->req.refine_width && g->dit_borrowed && g->dit == s->dit && g->r->gpus <= 1;
     if (!eligible)
         snprintf(why, sizeof why, "%s",
                  !s                  ? ""
+                 : g->r->gpus > 1    ? "a DiT split over GPUs is placed by every run"
                  : g->r->n_loras     ? "this run's LoRAs belong to it alone"
                  : g->req.refine_width ? "a run with a refine pass places the DiT twice"
                                      : "this run opened another DiT");
@@ -2478,6 +2504,14 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
     if (r->vram_budget < 0 || r->ram_budget < -1)
         H3_FAIL(H3_ERR_INVALID, "a memory budget must be positive (or 0 for the default); got %lld",
                 (long long)(r->vram_budget < 0 ? r->vram_budget : r->ram_budget));
+    if (r->gpus < 0 || r->gpus > H3_PLAN_MAX_GPUS)
+        H3_FAIL(H3_ERR_INVALID, "--gpus: 1 to %d GPUs; got %d", H3_PLAN_MAX_GPUS, r->gpus);
+    if (r->gpus > 1 && dev != H3_DEVICE_CUDA)
+        H3_FAIL(H3_ERR_INVALID, "--gpus %d splits the DiT over GPUs: it needs --device cuda", r->gpus);
+    if (r->gpus > gpus && dev == H3_DEVICE_CUDA)
+        H3_FAIL(H3_ERR_INVALID, "--gpus %d: this machine has %d GPU%s", r->gpus, gpus, gpus == 1 ? "" : "s");
+    if (r->gpus > 1 && g->use_models)
+        H3_FAIL(H3_ERR_INVALID, "--gpus: a session (serve) runs its DiT on one GPU");
     if (dev == H3_DEVICE_CPU && (r->vram_budget || r->memory_trace))
         h3_log(H3_LOG_WARN, "--vram-budget and --memory-trace plan the GPU's memory; the DiT runs on the CPU "
                             "here, so they are ignored");

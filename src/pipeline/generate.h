@@ -117,6 +117,10 @@ typedef struct h3_generate_request {
                           * stage  holds, checked before the text encoder runs); 0: H3_RAM_SHARE of
                           * MemAvailable;  -1: not limited */
     const char *memory_trace; /* the device memory timeline as JSON (h3_memrep_write_trace); NULL: none */
+    /* the DiT split over GPUs 0..gpus-1 (sequence parallel over NCCL, pipeline/dit_group.h): a worker process a
+     * GPU beside this one, each GPU planned within the device budget (or its own free memory) and an equal share
+     * of the host's; the other stages on GPU 0. 0 or 1: one GPU. */
+    int gpus;
     /* LoRAs on the DiT (models/lora.h): files, strengths, and how they apply (an h3_lora_mode) */
     const char *lora[H3_MAX_LORAS];
     float lora_strength[H3_MAX_LORAS];

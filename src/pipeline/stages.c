@@ -17,6 +17,7 @@
 #include "models/vision.h"
 #include "models/dit_stream.h"
 #include "models/lora.h"
+#include "pipeline/dit_group.h"
 #include "pipeline/reference.h"
 #include "pipeline/window.h"
 #include "sample/rng.h"
@@ -164,6 +165,8 @@ struct h3_dit_stage {
     int keep_pinned;  /* keep the pinned copies at the end (without keep) */
     int64_t pinned_adopted;
     const char *trace;
+    struct h3_dit_group *group; /* a split DiT's rank 0: its group */
+    h3_comm *comm;              /* a split DiT's rank (rank 0: its group's handle) */
     stage_mark mk;
     int calls;
     double t_open, t_call0, t_first, t_last; /* when the stage began, the first call began and ended, the last
@@ -193,6 +196,8 @@ h3_status h3_dit_stage_open(h3_exec *ex, const h3_dit_stage_args *a, h3_dit_stag
     s->dev = a->plan != NULL;
     s->text_in = a->text;
     s->trace = a->memory_trace;
+    s->group = a->group;
+    s->comm = a->group ? h3_dit_group_comm(a->group) : a->comm;
     const h3_dit_plan *p = s->dev ? &a->plan->dit : NULL;
     H3_CHECK(mark_begin(ex, "DiT", s->dev, p ? p->dev_peak : 0, &s->mk));
     if (s->ds) s->mk.kept_in = a->stream_dev[H3_DEVCAT_WEIGHTS] + a->stream_dev[H3_DEVCAT_SLOTS];
@@ -269,8 +274,23 @@ done:
     return st;
 }
 
+/* The whole forward, or this rank's share of the split one. */
+static h3_status stage_forward(h3_dit_stage *s, const h3_dit_inputs *x, h3_tensor *v, h3_tensor *a) {
+    if (s->comm && s->comm->size > 1) return h3_dit_forward_sp(s->dit, s->ex, s->comm, x, v, a);
+    return h3_dit_forward(s->dit, s->ex, x, v, a);
+}
+
+static h3_status stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v, h3_tensor *audio_v);
+
 h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v,
                             h3_tensor *audio_v) {
+    if (!s->group) return stage_call(s, in, video_v, audio_v);
+    /* rank 0 of a split DiT: the call to the other ranks first, then its own share with them */
+    H3_TRY(h3_dit_group_send(s->group, in));
+    return h3_dit_group_wait(s->group, stage_call(s, in, video_v, audio_v));
+}
+
+static h3_status stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor *video_v, h3_tensor *audio_v) {
     const double t0 = now_s();
     if (!s->calls) s->t_call0 = t0;
     h3_dit_inputs x = *in;
@@ -301,14 +321,14 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
             H3_TRY(h3_copy(s->ex, &s->dxa, in->audio));
             x.audio = &s->dxa;
         }
-        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v ? &vv : NULL, audio_v ? &s->dva : NULL));
+        H3_TRY(stage_forward(s, &x, video_v ? &vv : NULL, audio_v ? &s->dva : NULL));
         if (video_v) H3_TRY(h3_copy(s->ex, video_v, &vv));
         if (audio_v) H3_TRY(h3_copy(s->ex, audio_v, &s->dva));
         H3_TRY(h3_exec_sync(s->ex));
         H3_TRY(h3_dit_stream_step_end(s->ds)); /* a failed weight read surfaces here */
     } else {
         x.text = in->text ? in->text : s->text_in;
-        H3_TRY(h3_dit_forward(s->dit, s->ex, &x, video_v, audio_v));
+        H3_TRY(stage_forward(s, &x, video_v, audio_v));
     }
     s->calls++;
     s->t_last = now_s();
@@ -629,6 +649,7 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     memset(&c, 0, sizeof c);
     c.L = L;
     int stream_owned = a->dit.stream != NULL; /* a kept placement given: closed here if the stage never opens */
+    h3_dit_group *group = NULL;
     h3_step_cache cache;
     int have_cache = 0;
     window_ctx wc;
@@ -676,6 +697,20 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
     da.n_video_rows = nc_max + L->n_video_rows; /* the most a call brings */
     da.n_audio_rows = c.nra + L->n_audio_rows;
     if (text_max > da.text_rows_max) da.text_rows_max = text_max;
+    if (a->gpus > 1) { /* the other GPUs' workers: they place their blocks while this one places its own */
+        if (!a->dit.plan) H3_FAIL(H3_ERR_INVALID, "a DiT split over GPUs runs on the device");
+        h3_dit_rank_setup su = a->split;
+        su.plan = a->dit.plan;
+        su.text = da.text;
+        su.text_rows_max = da.text_rows_max;
+        su.n_video_rows = da.n_video_rows;
+        su.n_audio_rows = da.n_audio_rows;
+        su.timesteps = da.timesteps;
+        su.n_timesteps = da.n_timesteps;
+        H3_CHECK(h3_dit_group_start(a->gpus, &su, ex, &group));
+        da.group = group;
+        da.keep = da.keep_pinned = 0; /* the workers end with the stage: nothing of it is kept */
+    }
     stream_owned = 0; /* the stage's from here, whatever happens */
     H3_CHECK(h3_dit_stage_open(ex, &da, &c.s));
     h3_sample_args sa = {a->sampler,  a->schedule,    sample_model,  &c,
@@ -728,6 +763,7 @@ done:
     h3_free(c.xa);
     h3_free(c.va);
     h3_dit_stage_close(c.s, res);
+    h3_dit_group_stop(group);
     if (have_cache) {
         if (res) res->cache = cache.st;
         h3_step_cache_free(&cache);

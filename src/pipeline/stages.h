@@ -24,6 +24,7 @@
 #include "models/text_encoder.h"
 #include "models/video_vae.h"
 #include "models/video_vae_enc.h"
+#include "pipeline/dit_group.h"
 #include "pipeline/keyframe.h"
 #include "pipeline/layout.h"
 #include "pipeline/plan.h"
@@ -99,6 +100,11 @@ typedef struct h3_dit_stage_args {
     /* On the device, without keep: a stage that succeeds keeps the pinned copies of its streamed blocks
      * (h3_dit_stage_result.pinned) and gives back the rest. */
     int keep_pinned;
+    /* A DiT split over several GPUs (docs/ARCHITECTURE.md "Several GPUs"): rank 0 gives its group (each call's
+     * inputs go to the other ranks first, then every rank runs h3_dit_forward_sp and rank 0 collects their
+     * answers); a worker gives its handle of the group (comm). NULL, NULL: the whole DiT here. */
+    struct h3_dit_group *group;
+    struct h3_comm *comm;
 } h3_dit_stage_args;
 
 typedef struct h3_dit_stage_result {
@@ -136,6 +142,11 @@ void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res);
 
 typedef struct h3_dit_sample_args {
     h3_dit_stage_args dit;
+    /* On the device: the DiT split over this many GPUs (h3_plan_request.gpus; 0 or 1: one): the stage starts the
+     * other GPUs' workers with `split` (its text, rows and timesteps filled from the stage's own) and stops them at
+     * its end. split.gpu_plans: this pass's per-GPU plans. */
+    int gpus;
+    h3_dit_rank_setup split;
     const h3_seq_layout *layout; /* the packed sequence (its rows are the calls' rows) */
     h3_sampler sampler;
     const h3_schedule *schedule;

@@ -1,0 +1,227 @@
+/* A DiT split over several ranks through the DiT stage (pipeline/dit_group.h), on the CPU: rank 0 runs the stage
+ * with a group whose other ranks are threads (the same protocol, setup and calls over pipes as the worker
+ * processes of `generate --gpus N`, the in-process group in place of NCCL). Every call's velocities equal the whole
+ * stage's; a call with its own text states reaches the workers; a worker that cannot open its DiT fails rank 0's
+ * call with its GPU and message instead of hanging. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/dit.h"
+#include "pipeline/dit_group.h"
+#include "pipeline/stages.h"
+#include "testutil.h"
+
+static h3_exec g_ex;
+
+static double max_rel(const h3_tensor *a, const h3_tensor *b) {
+    const float *x = a->data, *y = b->data;
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < h3_tensor_numel(a); i++) {
+        num = fmax(num, fabs((double)x[i] - (double)y[i]));
+        den = fmax(den, fabs((double)y[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+typedef struct {
+    h3_dit_inputs_file f;
+    h3_tensor text2; /* other text states, for a call that brings its own */
+    h3_tensor video2;
+    char dit_path[1024];
+} fixture;
+
+static int fixture_open(fixture *x, h3_dit **dit) {
+    memset(x, 0, sizeof *x);
+    char q[1024];
+    t_src_path("tests/fixtures/dit/official", x->dit_path, sizeof x->dit_path);
+    t_src_path("tests/fixtures/dit/inputs.safetensors", q, sizeof q);
+    CHECK_OK(h3_dit_open(x->dit_path, NULL, dit));
+    if (!*dit) return 0;
+    CHECK_OK(h3_dit_inputs_read(q, h3_dit_get_config(*dit), &x->f));
+    CHECK_OK(h3_tensor_alloc(&x->text2, H3_PLACE_HOST, H3_F32, 2, x->f.text.shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc(&x->video2, H3_PLACE_HOST, H3_F32, 2, x->f.video.shape, H3_MEM_ACTIVATIONS));
+    if (t_failures) return 0;
+    const float *t = x->f.text.data, *v = x->f.video.data;
+    float *t2 = x->text2.data, *v2 = x->video2.data;
+    for (int64_t i = 0; i < h3_tensor_numel(&x->text2); i++) t2[i] = 0.5f * t[i] + 0.1f;
+    for (int64_t i = 0; i < h3_tensor_numel(&x->video2); i++) v2[i] = -0.7f * v[i];
+    return 1;
+}
+
+static void fixture_close(fixture *x) {
+    h3_dit_inputs_file_free(&x->f);
+    h3_tensor_free(&x->text2);
+    h3_tensor_free(&x->video2);
+}
+
+/* Three calls through a stage (group NULL: the whole DiT): the fixture's inputs; other video rows; other video rows
+ * with the call's own text states. v[k], a[k] get the velocities. */
+static void three_calls(h3_dit *dit, fixture *x, h3_dit_group *group, h3_tensor v[3], h3_tensor a[3]) {
+    h3_dit_stage_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.dit = dit;
+    sa.text = &x->f.text;
+    sa.n_video_rows = x->f.video.shape[0];
+    sa.n_audio_rows = x->f.audio.shape[0];
+    sa.timesteps = x->f.in.timesteps;
+    sa.n_timesteps = x->f.in.n_timesteps;
+    sa.group = group;
+    h3_dit_stage *s = NULL;
+    CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(h3_tensor_alloc(&v[k], H3_PLACE_HOST, H3_F32, 2, x->f.video.shape, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc(&a[k], H3_PLACE_HOST, H3_F32, 2, x->f.audio.shape, H3_MEM_ACTIVATIONS));
+    }
+    if (!s || t_failures) {
+        h3_dit_stage_close(s, NULL);
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+        h3_dit_inputs in = x->f.in;
+        in.text = k == 2 ? &x->text2 : NULL; /* NULL: the stage's */
+        if (k > 0) in.video = &x->video2;
+        CHECK_OK(h3_dit_stage_call(s, &in, &v[k], &a[k]));
+    }
+    h3_dit_stage_result res;
+    h3_dit_stage_close(s, &res);
+    CHECK(res.calls == 3, "%d calls counted", res.calls);
+}
+
+static h3_dit_rank_setup setup_of(fixture *x, const char *path) {
+    h3_dit_rank_setup su;
+    memset(&su, 0, sizeof su);
+    su.dit_path = path;
+    su.text = &x->f.text;
+    su.n_video_rows = x->f.video.shape[0];
+    su.n_audio_rows = x->f.audio.shape[0];
+    su.timesteps = x->f.in.timesteps;
+    su.n_timesteps = x->f.in.n_timesteps;
+    su.verbosity = -1;
+    return su;
+}
+
+static void test_split_stage(void) {
+    fixture x;
+    h3_dit *whole = NULL, *r0 = NULL;
+    if (!fixture_open(&x, &whole)) goto done;
+    h3_tensor v[2][3], a[2][3];
+    memset(v, 0, sizeof v);
+    memset(a, 0, sizeof a);
+    three_calls(whole, &x, NULL, v[0], a[0]);
+    CHECK_OK(h3_dit_open(x.dit_path, NULL, &r0));
+    const h3_dit_rank_setup su = setup_of(&x, x.dit_path);
+    h3_dit_group *g = NULL;
+    CHECK_OK(h3_dit_group_start_local(2, &su, &g));
+    if (g && r0) {
+        three_calls(r0, &x, g, v[1], a[1]);
+        h3_dit_group_stop(g);
+    }
+    for (int k = 0; k < 3 && t_failures == 0; k++) {
+        const double ev = max_rel(&v[1][k], &v[0][k]), ea = max_rel(&a[1][k], &a[0][k]);
+        printf("  call %d: split over 2 ranks, velocities %.2e / %.2e off the whole stage's\n", k, ev, ea);
+        CHECK(ev <= 1e-5 && ea <= 1e-5, "call %d: %.2e / %.2e off", k, ev, ea);
+    }
+    /* the calls differ (so each was the call's own: the rows, then the text states, reached the ranks) */
+    CHECK(max_rel(&v[0][1], &v[0][0]) > 1e-2 && max_rel(&v[0][2], &v[0][1]) > 1e-3,
+          "the three calls' velocities do not differ: the test would not see a call's inputs lost");
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 3; k++) {
+            h3_tensor_free(&v[j][k]);
+            h3_tensor_free(&a[j][k]);
+        }
+done:
+    h3_dit_close(r0);
+    h3_dit_close(whole);
+    fixture_close(&x);
+}
+
+/* A worker whose DiT does not open: rank 0's first call fails naming the GPU and the worker's reason; the group
+ * stops (no thread left waiting). Three ranks cannot split the fixture's 2 heads: refused by every rank. */
+static void test_worker_fails(void) {
+    fixture x;
+    h3_dit *r0 = NULL;
+    if (!fixture_open(&x, &r0)) goto done;
+    char bad[1100];
+    snprintf(bad, sizeof bad, "%s/no-such-dit", x.dit_path);
+    h3_dit_rank_setup su = setup_of(&x, bad);
+    h3_dit_group *g = NULL;
+    CHECK_OK(h3_dit_group_start_local(2, &su, &g));
+    if (g) {
+        h3_dit_stage_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.dit = r0;
+        sa.text = &x.f.text;
+        sa.n_video_rows = x.f.video.shape[0];
+        sa.n_audio_rows = x.f.audio.shape[0];
+        sa.group = g;
+        h3_dit_stage *s = NULL;
+        h3_tensor v, a;
+        CHECK_OK(h3_tensor_alloc(&v, H3_PLACE_HOST, H3_F32, 2, x.f.video.shape, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_F32, 2, x.f.audio.shape, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
+        if (s) {
+            h3_clear_error();
+            const h3_status st = h3_dit_stage_call(s, &x.f.in, &v, &a);
+            printf("  a worker without its DiT: %s\n", h3_last_error());
+            CHECK(st != H3_OK, "the call succeeded without its second rank");
+            CHECK(strstr(h3_last_error(), "GPU 1") && strstr(h3_last_error(), "no-such-dit"),
+                  "the message names neither the GPU nor the worker's reason: %s", h3_last_error());
+            /* the group stays stopped: the next call fails at once */
+            CHECK(h3_dit_stage_call(s, &x.f.in, &v, &a) != H3_OK, "a second call succeeded");
+            h3_clear_error();
+        }
+        h3_dit_stage_close(s, NULL);
+        h3_dit_group_stop(g);
+        h3_tensor_free(&v);
+        h3_tensor_free(&a);
+    }
+    /* 3 ranks, 2 heads */
+    su = setup_of(&x, x.dit_path);
+    g = NULL;
+    CHECK_OK(h3_dit_group_start_local(3, &su, &g));
+    if (g) {
+        h3_dit_stage_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.dit = r0;
+        sa.text = &x.f.text;
+        sa.n_video_rows = x.f.video.shape[0];
+        sa.n_audio_rows = x.f.audio.shape[0];
+        sa.group = g;
+        h3_dit_stage *s = NULL;
+        h3_tensor v, a;
+        CHECK_OK(h3_tensor_alloc(&v, H3_PLACE_HOST, H3_F32, 2, x.f.video.shape, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_F32, 2, x.f.audio.shape, H3_MEM_ACTIVATIONS));
+        CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
+        if (s) {
+            h3_clear_error();
+            CHECK(h3_dit_stage_call(s, &x.f.in, &v, &a) == H3_ERR_INVALID && strstr(h3_last_error(), "heads"),
+                  "3 ranks over 2 heads: %s", h3_last_error());
+            h3_clear_error();
+        }
+        h3_dit_stage_close(s, NULL);
+        h3_dit_group_stop(g);
+        h3_tensor_free(&v);
+        h3_tensor_free(&a);
+    }
+    /* bad groups */
+    CHECK(h3_dit_group_start_local(1, &su, &g) == H3_ERR_INVALID, "a group of one rank");
+    CHECK(h3_dit_group_start_local(H3_PLAN_MAX_GPUS + 1, &su, &g) == H3_ERR_INVALID, "a group of 9 ranks");
+    h3_clear_error();
+done:
+    h3_dit_close(r0);
+    fixture_close(&x);
+}
+
+int main(int argc, char **argv) {
+    if (h3_exec_init(&g_ex, 1) != H3_OK) return 1;
+    static const t_case cases[] = {
+        {"split_stage", test_split_stage},
+        {"worker_fails", test_worker_fails},
+        {NULL, NULL},
+    };
+    const int r = t_main("test_dit_group", cases, argc, argv);
+    h3_exec_free(&g_ex);
+    return r;
+}
