@@ -1187,7 +1187,8 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
     h3_plan_budgets b = {.vram = r->vram_budget, .ram = r->ram_budget};
     for (int i = 1; i < r->gpus; i++) { /* the other GPUs of a split DiT: the budget given, or their free memory */
         b.vram_gpu[i] = r->vram_budget;
-        if (!b.vram_gpu[i]) H3_CHECK(h3_budget_default_vram(i, &b.vram_gpu[i]));
+        if (!b.vram_gpu[i])
+            H3_CHECK_CTX(h3_budget_default_vram(i, &b.vram_gpu[i]), "GPU %d's budget (--gpus %d)", i, r->gpus);
     }
     if (!b.vram && g->use_models && g->ses->cuda_on) b.vram = g->ses->cuda_budget; /* the arena it holds */
     if (!b.vram) H3_CHECK(h3_budget_default_vram(0, &b.vram));
@@ -2508,7 +2509,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_FAIL(H3_ERR_INVALID, "--gpus: 1 to %d GPUs; got %d", H3_PLAN_MAX_GPUS, r->gpus);
     if (r->gpus > 1 && dev != H3_DEVICE_CUDA)
         H3_FAIL(H3_ERR_INVALID, "--gpus %d splits the DiT over GPUs: it needs --device cuda", r->gpus);
-    if (r->gpus > gpus && dev == H3_DEVICE_CUDA)
+    if (r->gpus > gpus && dev == H3_DEVICE_CUDA && !getenv("H3_DIT_GROUP_ONE_GPU")) /* the hook: dit_group.c */
         H3_FAIL(H3_ERR_INVALID, "--gpus %d: this machine has %d GPU%s", r->gpus, gpus, gpus == 1 ? "" : "s");
     if (r->gpus > 1 && g->use_models)
         H3_FAIL(H3_ERR_INVALID, "--gpus: a session (serve) runs its DiT on one GPU");

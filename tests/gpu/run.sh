@@ -179,6 +179,32 @@ for s in "${steps[@]}"; do
             $B/h3run generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --progress json \
                 --vram-budget 16MiB -o "$OUT/tiny-nofit.mp4" --prompt "x" 2>&1 | tee -a "$OUT/generate.log"
             [ "${PIPESTATUS[0]}" = 1 ] && [ ! -e "$OUT/tiny-nofit.mp4" ] || { echo "FAIL: 16MiB"; rc=1; } ;;
+        group) # generate --gpus 2 (pipeline/dit_group.h) on the tiny random model. With two GPUs or more: the clip's
+               # latents against --gpus 1's (same seed), equal within bf16 rounding. With one: both ranks on GPU 0
+               # (H3_DIT_GROUP_ONE_GPU=1), so the worker process starts, takes its setup and its GPU, and NCCL refuses
+               # two ranks on one GPU: the run must end at once with exit 1 naming NCCL, no worker left, no clip.
+            nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+            export LD_LIBRARY_PATH="${nccl:+$nccl:}$LD_LIBRARY_PATH"
+            $B/h3-tinymodel /tmp/h3-tiny >/dev/null || rc=1
+            G=(generate --model /tmp/h3-tiny --frames 22 --size 128x128 --device cuda --seed 7 --steps 4 --progress lines
+               --vram-budget 8GiB --prompt "a harbor at sunrise.")
+            if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+                $B/h3run "${G[@]}" --latents "$OUT/one.safetensors" -o "$OUT/one.mp4" 2>&1 | tee "$OUT/group.log"
+                rc=$((rc | PIPESTATUS[0]))
+                $B/h3run "${G[@]}" --gpus 2 --latents "$OUT/two.safetensors" -o "$OUT/two.mp4" 2>&1 | tee -a "$OUT/group.log"
+                rc=$((rc | PIPESTATUS[0]))
+                d=$(python3 tests/latents_tool.py distance "$OUT/one.safetensors" "$OUT/two.safetensors")
+                echo "two GPUs against one (video, audio latents, relative L2): $d" | tee -a "$OUT/group.log"
+                awk -v d="$d" 'BEGIN { n = split(d, x, " "); exit !(n == 2 && x[1] + 0 <= 2e-2 && x[2] + 0 <= 2e-2) }' ||
+                    { echo "FAIL: two GPUs' latents off one's: $d"; rc=1; }
+            else
+                t0=$(date +%s)
+                H3_DIT_GROUP_ONE_GPU=1 timeout 300 $B/h3run "${G[@]}" --gpus 2 -o "$OUT/two.mp4" 2>&1 | tee "$OUT/group.log"
+                code=${PIPESTATUS[0]}
+                echo "exit $code after $(($(date +%s) - t0)) s; workers left: $(pgrep -fc '__dit-rank' || true)" | tee -a "$OUT/group.log"
+                [ "$code" = 1 ] && grep -q "NCCL" "$OUT/group.log" && [ ! -e "$OUT/two.mp4" ] &&
+                    [ "$(pgrep -fc '__dit-rank' || true)" = 0 ] || { echo "FAIL: group on one GPU"; rc=1; }
+            fi ;;
         lora-stream) # a LoRA on a DiT wide enough to stream at 0.4 GiB (the least that fits with the LoRA is 0.38): merged into the resident
                      # blocks (default budget), into the streamed blocks as they arrive (0.4 GiB), and on the side path
                      # (0.4 GiB, --lora-mode side); each run's latents against the CPU's (relative L2, video and audio)
