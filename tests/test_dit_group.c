@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "cuda/cuda.h"
 #include "models/dit.h"
 #include "pipeline/dit_group.h"
 #include "pipeline/stages.h"
@@ -214,11 +217,87 @@ done:
     fixture_close(&x);
 }
 
+/* The worker processes on a GPU (the CUDA build, a GPU, NCCL and an h3run beside this test; skipped otherwise): with
+ * H3_DIT_GROUP_ONE_GPU=1 both ranks sit on GPU 0, so h3run's `__dit-rank` starts, takes its setup over the socket and
+ * its GPU, answers, and joins NCCL, which refuses two ranks on one GPU: the group's start fails within a minute naming
+ * NCCL, on both sides, and the worker is gone (h3_dit_group_stop waited for it). On two GPUs tests/gpu/run.sh group
+ * runs the split for real. */
+static void test_processes(void) {
+    if (h3_cuda_device_count() < 1) {
+        printf("  skipped: no GPU\n");
+        return;
+    }
+    char exe[1200];
+    const char *bd = getenv("H3_BUILD_DIR");
+    snprintf(exe, sizeof exe, "%s/h3run", bd ? bd : ".");
+    if (access(exe, X_OK) != 0) {
+        printf("  skipped: no h3run at %s (H3_BUILD_DIR)\n", exe);
+        return;
+    }
+    unsigned char id[128];
+    if (h3_cuda_comm_unique_id(id) != H3_OK) {
+        printf("  skipped: %s\n", h3_last_error());
+        h3_clear_error();
+        return;
+    }
+    h3_exec ex;
+    CHECK_OK(h3_exec_init(&ex, 1));
+    CHECK_OK(h3_cuda_init(&ex, 0, (int64_t)2 << 30));
+    fixture x;
+    h3_dit *d = NULL;
+    h3_dit_open_opts oo;
+    memset(&oo, 0, sizeof oo);
+    oo.act_place = H3_PLACE_DEVICE;
+    oo.weight_place = H3_PLACE_HOST;
+    oo.stream_weights = 1;
+    h3_plan *plan = calloc(1, sizeof *plan);
+    if (!fixture_open(&x, &d) || !plan) goto done;
+    h3_dit_close(d);
+    d = NULL;
+    CHECK_OK(h3_dit_open(x.dit_path, &oo, &d));
+    if (!d) goto done;
+    {
+        h3_plan_model m;
+        memset(&m, 0, sizeof m);
+        m.dit = d;
+        m.dit_weights_in_file = 1;
+        h3_plan_request r = {.frames = 5, .width = 64, .height = 64, .text_tokens = x.f.text.shape[0],
+                             .n_timesteps = x.f.in.n_timesteps, .steps = 1, .gpus = 2};
+        const h3_plan_budgets b = {.vram = (int64_t)1 << 30, .ram = 0};
+        CHECK_OK(h3_plan_make(&m, &r, &b, NULL, plan));
+    }
+    if (t_failures) goto done;
+    h3_dit_rank_setup su = setup_of(&x, x.dit_path);
+    su.plan = plan;
+    su.gpu_plans = plan->dit_gpu;
+    su.exe = exe;
+    setenv("H3_DIT_GROUP_ONE_GPU", "1", 1);
+    h3_dit_group *g = NULL;
+    const time_t t0 = time(NULL);
+    h3_clear_error();
+    const h3_status st = h3_dit_group_start(2, &su, &ex, &g);
+    const long secs = (long)(time(NULL) - t0);
+    unsetenv("H3_DIT_GROUP_ONE_GPU");
+    printf("  two ranks on GPU 0: %s after %ld s: %s\n", st == H3_OK ? "started" : "refused", secs,
+           st == H3_OK ? "" : h3_last_error());
+    CHECK(st != H3_OK && strstr(h3_last_error(), "NCCL"), "two ranks on one GPU: %s", h3_last_error());
+    CHECK(secs < 60, "the refusal took %ld s", secs);
+    if (st == H3_OK) h3_dit_group_stop(g);
+    h3_clear_error();
+done:
+    h3_dit_close(d);
+    free(plan);
+    fixture_close(&x);
+    h3_cuda_shutdown(&ex);
+    h3_exec_free(&ex);
+}
+
 int main(int argc, char **argv) {
     if (h3_exec_init(&g_ex, 1) != H3_OK) return 1;
     static const t_case cases[] = {
         {"split_stage", test_split_stage},
         {"worker_fails", test_worker_fails},
+        {"processes", test_processes},
         {NULL, NULL},
     };
     const int r = t_main("test_dit_group", cases, argc, argv);

@@ -360,7 +360,7 @@ h3_status h3_dit_group_start(int n, const h3_dit_rank_setup *su, h3_exec *ex, h3
         posix_spawn_file_actions_adddup2(&fa, to[0], 0);
         posix_spawn_file_actions_adddup2(&fa, from[1], REPLY_FD);
         char *av[] = {"h3run", "__dit-rank", NULL};
-        const int e = posix_spawn(&g->w[r].pid, "/proc/self/exe", &fa, NULL, av, environ);
+        const int e = posix_spawn(&g->w[r].pid, su->exe ? su->exe : "/proc/self/exe", &fa, NULL, av, environ);
         posix_spawn_file_actions_destroy(&fa);
         close(to[0]);
         close(from[1]);

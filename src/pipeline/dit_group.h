@@ -38,6 +38,7 @@ typedef struct h3_dit_rank_setup {
     const float *timesteps;                             /* the modulation kept (h3_dit_stage_args) */
     int n_timesteps;
     int verbosity; /* the workers' logging (h3_cli_setup_logging): -1 errors only, 0 normal, 1 more */
+    const char *exe; /* the h3run binary the workers run (NULL: this process's own, /proc/self/exe) */
 } h3_dit_rank_setup;
 
 /* Starts n - 1 worker processes for GPUs 1..n-1 (n 2..H3_PLAN_MAX_GPUS) and joins them with rank 0 (this process,
