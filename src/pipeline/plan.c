@@ -34,6 +34,11 @@
 /* A split DiT's exchanges between H200s (SXM, NVLink 4: 450 GB/s each way on paper): 80% of it assumed for NCCL's
  * grouped sends and receives. Not measured: no machine with two GPUs has run the split yet (docs/MEMORY.md). */
 #define H3_H200_LINK_GBS 360.0
+/* The DiT blocks' norms, RoPE, SwiGLU and residuals since they read and write four values a thread: 0.121 s a W124
+ * step (swiglu 0.027, gated residuals 0.020, AdaLN pre-norms 0.022, QK-norm + RoPE 0.052; bench/NOTES.md, "fp8 GEMMs
+ * with one scale a token") over 50 blocks of 19,412 rows by 5,376: 23.2 ns per 1000. The other stages' elementwise
+ * work (the audio VAE's) keeps the general figure. */
+#define H3_H200_DIT_ELTWISE_NS 23.2
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
@@ -46,7 +51,7 @@
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
      (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, H3_H200_GEMM_FP8_TFLOPS,
-     H3_H200_ATTN_FP8_TFLOPS, H3_H200_LINK_GBS},
+     H3_H200_ATTN_FP8_TFLOPS, H3_H200_LINK_GBS, H3_H200_DIT_ELTWISE_NS},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -286,7 +291,8 @@ static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, i
     const double g = fp8 && f->gemm_fp8_tflops > 0 ? f->gemm_fp8_tflops : f->gemm_tflops;
     const double ar = fp8_attn && f->attn_fp8_tflops > 0 ? f->attn_fp8_tflops : f->attn_tflops;
     return proj / (g * 1e12 * eff_all) + ffn / (g * 1e12 * eff_ch) + attn / (ar * 1e12) +
-           M * H * f->eltwise_ns_per_kelem * 1e-12 + (f->link_gbs > 0 ? xbytes / (f->link_gbs * 1e9) : 0);
+           M * H * (f->dit_eltwise_ns_per_kelem > 0 ? f->dit_eltwise_ns_per_kelem : f->eltwise_ns_per_kelem) * 1e-12 +
+           (f->link_gbs > 0 ? xbytes / (f->link_gbs * 1e9) : 0);
 }
 
 /* Bytes rank `rank` of a split over `ranks` receives in one DiT block (attention_sp in models/dit_forward.c): q, k,

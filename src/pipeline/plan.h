@@ -72,6 +72,8 @@ typedef struct h3_device_figures {
                                   * the bf16 rate */
     double link_gbs; /* a GPU's sends (and receives) to the others of a split DiT (NCCL over NVLink or PCIe), GB/s
                       * each way; 0: the exchange is not timed */
+    double dit_eltwise_ns_per_kelem; /* the DiT blocks' own elementwise kernels (vectorized), as eltwise_ns_per_kelem;
+                                      * 0: eltwise_ns_per_kelem */
 } h3_device_figures;
 /* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
  * host), FP8 int8 q, k and e4m3 P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
