@@ -408,7 +408,8 @@ def case_token():
         check(r.returncode == 2 and "--token" in r.stderr, "--listen %s without a token: %d %s" %
               (listen, r.returncode, r.stderr))
     for args in [["--token", "short"], ["--listen", "nohost"], ["--listen", "127.0.0.1:99999"],
-                 ["--token", TOKEN, "--token-file", "/nonexistent"], ["--device", "tpu"]]:
+                 ["--token", TOKEN, "--token-file", "/nonexistent"], ["--device", "tpu"],
+                 ["--device", "cpu", "--gpus", "2"]]:
         r = subprocess.run([H3RUN, "serve", "--data", os.path.join(TMP, "tok"), *args], capture_output=True, text=True,
                            timeout=60)
         check(r.returncode == 2 and "error" in r.stderr, "serve %s: %d %s" % (args, r.returncode, r.stderr))

@@ -27,6 +27,7 @@
 #include "cuda/cuda.h"
 #include "mem/budget.h"
 #include "pipeline/generate.h"
+#include "pipeline/plan.h"
 #include "pipeline/session.h"
 #include "sample/sampler.h"
 #include "sample/schedule.h"
@@ -54,6 +55,7 @@ typedef struct server {
     int small;
     h3_device device;
     int threads;
+    int gpus; /* every job's DiT split over GPUs 0..gpus-1 (generate's --gpus) */
     int64_t vram, ram;
     char *jobs_dir; /* DATA/jobs: the outputs, named by job id */
     char *uploads_dir; /* DATA/uploads: keyframe images, named by random hex (serve.h) */
@@ -270,6 +272,7 @@ static h3_status job_request(server *S, json_t *obj, int64_t id, h3_serve_reques
     g->model = S->model;
     g->device = S->device;
     g->threads = S->threads;
+    g->gpus = S->gpus;
     g->vram_budget = S->vram;
     g->ram_budget = S->ram;
     g->session = S->ses;
@@ -1139,7 +1142,7 @@ static char *read_token_file(const char *path) {
 int h3_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *listen = "127.0.0.1:8188", *data = "h3run-data", *token = NULL,
                *token_file = NULL, *device = "auto", *vram_s = NULL, *ram_s = NULL, *lora_dir = NULL;
-    int64_t threads = 0;
+    int64_t threads = 0, gpus = 1;
     int verbose = 0, quiet = 0;
     const h3_cli_opt opts[] = {
         {"model", 'm', H3_OPT_STR, &model, "PATH",
@@ -1168,6 +1171,10 @@ int h3_cmd_serve(int argc, char **argv) {
          "host memory for pinned copies (as generate; 'unlimited')", 0, 0},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
+        {"gpus", 0, H3_OPT_INT, &gpus, "N",
+         "every job's DiT split over GPUs 0..N-1 (as generate's --gpus; the device budget applies to each GPU, and "
+         "nothing of the DiT is kept between jobs)",
+         1, H3_PLAN_MAX_GPUS},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "log warnings and errors only", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},
         {0},
@@ -1239,10 +1246,21 @@ int h3_cmd_serve(int argc, char **argv) {
         return h3_cli_fail("serve", st);
     }
     S->threads = (int)threads;
+    S->gpus = (int)gpus;
     /* The budgets once, now: measured later, the free memory would count what a running job or the kept
      * models hold, and a job checked while another runs would be planned for less than it will have. */
     const int gpu =
         S->device == H3_DEVICE_CUDA || (S->device == H3_DEVICE_AUTO && h3_cuda_device_count() > 0);
+    if (gpus > 1 && (!gpu || h3_cuda_device_count() < gpus)) {
+        if (!gpu)
+            fprintf(stderr, "h3run serve: error: --gpus %lld splits every job's DiT over GPUs: it needs --device cuda\n",
+                    (long long)gpus);
+        else
+            fprintf(stderr, "h3run serve: error: --gpus %lld: this machine has %d GPU%s\n", (long long)gpus,
+                    h3_cuda_device_count(), h3_cuda_device_count() == 1 ? "" : "s");
+        h3_free(token_text);
+        return H3_EXIT_USAGE;
+    }
     if (gpu && !S->vram && (st = h3_budget_default_vram(0, &S->vram)) != H3_OK) {
         h3_free(token_text);
         return h3_cli_fail("serve", st);

@@ -567,6 +567,7 @@ done:
                                 b.vidx,
                                 b.aidx,
                                 b.xidx};
+            if (b.h.has_text) h3_dit_stage_text_changed(stage); /* b.text is refilled, always the same tensor */
             st = h3_dit_stage_call(stage, &in, b.h.Nv ? &b.vout : NULL, b.h.Na ? &b.aout : NULL);
             if (st != H3_OK && comm->abort) comm->abort(comm);
         }

@@ -2511,8 +2511,6 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_FAIL(H3_ERR_INVALID, "--gpus %d splits the DiT over GPUs: it needs --device cuda", r->gpus);
     if (r->gpus > gpus && dev == H3_DEVICE_CUDA && !getenv("H3_DIT_GROUP_ONE_GPU")) /* the hook: dit_group.c */
         H3_FAIL(H3_ERR_INVALID, "--gpus %d: this machine has %d GPU%s", r->gpus, gpus, gpus == 1 ? "" : "s");
-    if (r->gpus > 1 && g->use_models)
-        H3_FAIL(H3_ERR_INVALID, "--gpus: a session (serve) runs its DiT on one GPU");
     if (dev == H3_DEVICE_CPU && (r->vram_budget || r->memory_trace))
         h3_log(H3_LOG_WARN, "--vram-budget and --memory-trace plan the GPU's memory; the DiT runs on the CPU "
                             "here, so they are ignored");

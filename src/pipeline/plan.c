@@ -1353,7 +1353,7 @@ void h3_dit_plan_predicted(const h3_dit_plan *p, int64_t pred[H3_DEVCAT_COUNT], 
     pred[H3_DEVCAT_WEIGHTS] = p->dev_globals + p->dev_resident;
     pred[H3_DEVCAT_SLOTS] = p->dev_slots;
     pred[H3_DEVCAT_MODULATION] = p->dev_modulation + p->dev_precompute_scratch;
-    pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch;
+    pred[H3_DEVCAT_ACTIVATIONS] = p->dev_workspace + p->dev_io + p->dev_scratch + p->dev_exchange;
     pred[H3_DEVCAT_LORA] = p->dev_lora;
     if (peak) *peak = p->dev_peak;
 }

@@ -274,6 +274,10 @@ done:
     return st;
 }
 
+void h3_dit_stage_text_changed(h3_dit_stage *s) {
+    if (s) s->text_last = NULL;
+}
+
 /* The whole forward, or this rank's share of the split one. */
 static h3_status stage_forward(h3_dit_stage *s, const h3_dit_inputs *x, h3_tensor *v, h3_tensor *a) {
     if (s->comm && s->comm->size > 1) return h3_dit_forward_sp(s->dit, s->ex, s->comm, x, v, a);

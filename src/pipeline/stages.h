@@ -139,6 +139,9 @@ h3_status h3_dit_stage_call(h3_dit_stage *s, const h3_dit_inputs *in, h3_tensor 
 /* Ends the stage: the memory report and the timeline (written whatever happened), and every byte the stage
  * placed given back. res may be NULL; s may be NULL. */
 void h3_dit_stage_close(h3_dit_stage *s, h3_dit_stage_result *res);
+/* The next call that brings its own text states has them copied even if it is the tensor the last call brought: for
+ * a caller that refills one tensor between calls (a split DiT's worker). */
+void h3_dit_stage_text_changed(h3_dit_stage *s);
 
 typedef struct h3_dit_sample_args {
     h3_dit_stage_args dit;
