@@ -1323,9 +1323,18 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         "slots; predicted device peak %s",
         p->n_resident, p->n_units, p->n_pinned, p->n_disk, p->n_slots,
         h3_budget_str(p->dev_peak, d, sizeof d));
+    for (int i = 0; r->gpus > 1 && i < r->gpus; i++) {
+        const h3_dit_plan *gp = &g->plan->dit_gpu[i];
+        h3_log(H3_LOG_INFO,
+               "plan: the DiT split over %d GPUs: GPU %d rows %lld..%lld, %d of %d blocks resident, %d streamed from "
+               "pinned memory, %d from the file; predicted device peak %s%s",
+               r->gpus, i, (long long)gp->row0, (long long)(gp->row0 + gp->rows), gp->n_resident, gp->n_units,
+               gp->n_pinned, gp->n_disk, h3_budget_str(gp->dev_peak, d, sizeof d),
+               i == 0 ? " (the other stages on this GPU)" : "");
+    }
     if (g->plan->have_time)
-        h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)",
-               p->t_step, p->t_resident);
+        h3_log(H3_LOG_INFO, "plan: predicted %.2f s per model call (%.2f s with every block resident)%s",
+               p->t_step, p->t_resident, r->gpus > 1 ? ", the slowest GPU's, its exchanges estimated" : "");
     if (q->refine_width) {
         const h3_dit_plan *pr2 = &g->plan->dit_refine;
         h3_log(H3_LOG_INFO,
