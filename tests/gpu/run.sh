@@ -198,8 +198,9 @@ for s in "${steps[@]}"; do
                 awk -v d="$d" 'BEGIN { n = split(d, x, " "); exit !(n == 2 && x[1] + 0 <= 2e-2 && x[2] + 0 <= 2e-2) }' ||
                     { echo "FAIL: two GPUs' latents off one's: $d"; rc=1; }
             else
+                H3_BUILD_DIR=$B $B/test_dit_group processes 2>&1 | tee "$OUT/test_dit_group.log"; rc=$((rc | PIPESTATUS[0]))
                 t0=$(date +%s)
-                H3_DIT_GROUP_ONE_GPU=1 timeout 300 $B/h3run "${G[@]}" --gpus 2 -o "$OUT/two.mp4" 2>&1 | tee "$OUT/group.log"
+                H3_DIT_GROUP_ONE_GPU=1 timeout 300 $B/h3run "${G[@]}" --gpus 2 -o "$OUT/two.mp4" 2>&1 | tee -a "$OUT/group.log"
                 code=${PIPESTATUS[0]}
                 echo "exit $code after $(($(date +%s) - t0)) s; workers left: $(pgrep -fc '__dit-rank' || true)" | tee -a "$OUT/group.log"
                 [ "$code" = 1 ] && grep -q "NCCL" "$OUT/group.log" && [ ! -e "$OUT/two.mp4" ] &&
