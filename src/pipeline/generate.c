@@ -1177,6 +1177,9 @@ static h3_status plan_run(gen *g, int64_t n_tokens) {
         h3_seq_layout L;
         H3_CHECK(dit_call_sizes(g, n_tokens, &L));
         H3_CHECK(set_attention(g, g->dit, 1, L.seq_len));
+        if (r->gpus > 1 && (h3_dit_attention(g->dit) & H3_ATTN_SPARSE))
+            h3_log(H3_LOG_WARN, "sparse attention: a DiT split over GPUs runs its attention dense (each GPU holds "
+                                "all rows of its heads); --attention fp8 is the split's faster choice");
     }
     H3_CHECK_CTX(h3_text_encoder_open(g->files.text_encoder, NULL, &te), "the text encoder");
     H3_CHECK_CTX(h3_video_vae_open(g->files.video_vae, NULL, &vv), "the video VAE");
