@@ -48,6 +48,8 @@
 #include "quant/qwrite.h"
 #include "tensor/comm.h"
 
+#include "loopback_comm.h"
+
 #define TRY(x)                                                                                                   \
     do {                                                                                                         \
         if ((x) != H3_OK) {                                                                                      \
@@ -71,26 +73,7 @@ static float *g_ref_v[8], *g_ref_a[8];
 static int g_quantized; /* the blocks now hold the bf16 weights' quantization */
 static int g_sp;        /* --split N: each rank's share of the split forward timed on this GPU alone */
 
-/* --split's stand-in for the other GPUs: a rank's own block moves as in the real group, the others' blocks are left
- * as they are (their bytes counted, not moved). A rank's share runs all its kernels at the real shapes; what it lacks
- * is the exchange's time, which bytes_in and a link rate estimate. */
-static h3_status loop_alltoallv(h3_comm *c, h3_exec *e, const void *send, const int64_t *sc, const int64_t *sd,
-                                void *recv, const int64_t *rc, const int64_t *rd) {
-    const int me = c->rank;
-    if (sc[me] != rc[me]) return H3_ERR(H3_ERR_INVALID, "rank %d sends itself %lld, expects %lld", me,
-                                        (long long)sc[me], (long long)rc[me]);
-    for (int j = 0; j < c->size; j++)
-        if (j != me) c->bytes_in += rc[j];
-    const char *src = (const char *)send + sd[me];
-    char *dst = (char *)recv + rd[me];
-    if (rc[me] <= 0 || src == dst) return H3_OK;
-    h3_tensor a, b;
-    H3_TRY(h3_tensor_wrap(&a, (void *)src, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
-    H3_TRY(h3_tensor_wrap(&b, dst, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
-    return h3_copy(e, &b, &a);
-}
-
-/* Each rank's share of the W forward split over g_sp GPUs, timed alone (the loopback above): its s/step against the
+/* Each rank's share of the W forward split over g_sp GPUs, timed alone (loopback_comm.h): its s/step against the
  * whole step (whole_s), its device peak against h3_dit_forward_mem_sp's, and the step with the exchange at 360 GB/s
  * a direction (H200s on NVLink, assumed: the planner's figure). */
 static void time_split(h3_dit *dit, const h3_workload *w, const char *label, h3_dit_inputs *in, h3_tensor *vout,
@@ -98,10 +81,7 @@ static void time_split(h3_dit *dit, const h3_workload *w, const char *label, h3_
     for (int r = 0; r < g_sp; r++) {
         if (r > 0 && r < g_sp - 1) continue; /* the first and the last (most rows) */
         h3_comm c;
-        memset(&c, 0, sizeof c);
-        c.rank = r;
-        c.size = g_sp;
-        c.alltoallv = loop_alltoallv;
+        loopback_comm(&c, r, g_sp);
         TRY(h3_dit_forward_sp(dit, &ex, &c, in, vout, aout)); /* warm-up */
         TRY(h3_exec_sync(&ex));
         h3_dit_release_workspace(dit); /* the whole forward's buffers out of the peak */

@@ -6,7 +6,12 @@
  *     bench_dit_stream                          W73, W124, W362 at unlimited, 24, 16, 12, 8, 6 GiB, then the
  *                                               disk-tier run
  *     bench_dit_stream W124 --budgets 8,6 [--no-disk] [--reps N] [--pruned] [--quant int8_convrot|int8|fp8]
+ *                      [--split N]
  *
+ * --split N: every run is the last GPU's share of the DiT split over N GPUs (h3_dit_forward_sp, the most rows),
+ * placed as the planner plans that GPU (h3_plan.dit_gpu) within the budget, the other GPUs stood in for by
+ * bench/loopback_comm.h: the ratio to the unlimited run is a split GPU's streamed step against its resident one
+ * (without the exchange, which the loopback does not time).
  * --pruned: ComfyUI's curve-form AdaLN (the 20B files' shapes); --quant F: the blocks' four linears as random
  * stored values of format F (h3_dit_randomize_blocks_quantized), streamed at their stored size.
  *
@@ -36,10 +41,13 @@
 #include "pipeline/request.h"
 #include "quant/qwrite.h"
 
+#include "loopback_comm.h"
+
 #define GIB         1073741824.0
 #define N_TIMESTEPS 40 /* a 20-step run's modulation, kept on the device */
 
 static h3_exec ex;
+static int g_split; /* --split N: the last GPU's share of the DiT split over N (the loopback stands in for the rest) */
 
 static double now(void) {
     struct timespec ts;
@@ -126,11 +134,14 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
     m.dit_weights_pinned = 1;
     m.host_threads = 1;
     h3_plan_request req = {
-        .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS};
+        .frames = w->frames, .width = w->w, .height = w->h, .text_tokens = 128, .n_timesteps = N_TIMESTEPS,
+        .gpus = g_split};
     h3_plan_budgets b = {.vram = budget, .ram = ram};
     static h3_plan plan;
     TRY(h3_plan_make(&m, &req, &b, fig, &plan));
-    const h3_dit_plan *p = &plan.dit;
+    const h3_dit_plan *p = g_split > 1 ? &plan.dit_gpu[g_split - 1] : &plan.dit; /* the split's most rows */
+    h3_comm loop;
+    loopback_comm(&loop, g_split > 1 ? g_split - 1 : 0, g_split > 1 ? g_split : 1);
     r->fits = plan.fits;
     r->pred_peak = p->dev_peak;
     r->pred_step = p->t_step;
@@ -199,12 +210,15 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
         snprintf(mk, sizeof mk, "step %d", k);
         h3_memrep_mark(rep, mk);
         double a = now();
-        st = h3_dit_forward(dit, &ex, &in, &vout, &aout);
+        st = g_split > 1 ? h3_dit_forward_sp(dit, &ex, &loop, &in, &vout, &aout)
+                         : h3_dit_forward(dit, &ex, &in, &vout, &aout);
         if (st == H3_OK) st = h3_exec_sync(&ex);
         if (st == H3_OK) st = h3_dit_stream_step_end(ds);
         if (k > 0) times[nrep++] = now() - a;
     }
-    if (st == H3_OK) {
+    if (st == H3_OK && g_split > 1) { /* a share's velocities are not the model's (loopback_comm.h) */
+        r->ok = 1;
+    } else if (st == H3_OK) {
         /* the velocities are finite */
         h3_tensor hv;
         st = h3_tensor_alloc2(&hv, H3_PLACE_HOST, H3_F32, Nv, 96, H3_MEM_IO);
@@ -237,11 +251,12 @@ static void run(h3_dit *dit, const h3_workload *w, const char *bname, int64_t bu
             snprintf(r->note + strlen(r->note), sizeof r->note - strlen(r->note), " %lld resyncs",
                      (long long)ss.resyncs);
     }
-    printf("%-5s %-9s %d resident, %d pinned, %d disk, %d slots, chunk %lld; streams %.2f GiB per step; open "
+    printf("%-5s %-9s %s%d resident, %d pinned, %d disk, %d slots, chunk %lld; streams %.2f GiB per step; open "
            "%.1f "
            "s, AdaLN pass %.2f s\n",
-           w->name, bname, p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk,
-           p->streamed_bytes / GIB, t_open, t_mod);
+           w->name, bname, g_split > 1 ? "the last GPU's share of a split (rows through the blocks, loopback): " : "",
+           p->n_resident, p->n_pinned, p->n_disk, p->n_slots, (long long)r->chunk, p->streamed_bytes / GIB, t_open,
+           t_mod);
     char *txt = h3_memrep_format(rep);
     if (txt) {
         fputs(txt, stdout);
@@ -295,6 +310,12 @@ int main(int argc, char **argv) {
                 return 2;
             }
             have_q = 1;
+        } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
+            g_split = atoi(argv[++i]);
+            if (g_split < 2 || g_split > 8 || 56 % g_split) {
+                fprintf(stderr, "--split takes 2, 4, 7 or 8, not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--budgets") && i + 1 < argc) {
