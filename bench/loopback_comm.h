@@ -1,8 +1,10 @@
 /* A stand-in for the other GPUs of a split DiT on a machine with one (bench_dit_cuda and bench_dit_stream --split):
- * a rank's own block moves as in the real group (tensor/comm.h), the others' blocks are left as they are, their
- * bytes counted in bytes_in, not moved. A rank's share of h3_dit_forward_sp then runs every kernel at its real
- * shapes; what it lacks is the exchange's time, which bytes_in and a link rate estimate. The velocities it gives are
- * not the model's (the other ranks' rows are whatever the buffers held). */
+ * a rank's own block moves as in the real group (tensor/comm.h), and each other rank's block is filled with a copy of
+ * it (as many bytes as both have), their bytes counted in bytes_in. A rank's share of h3_dit_forward_sp then runs
+ * every kernel at its real shapes on values like the real ones (left unfilled, fresh buffers of zeros made the
+ * share's kernels draw less power and run faster: bench_dit_stream's W124 share of two 1.012 s against 1.146 s); what it lacks is the exchange's
+ * time, which bytes_in and a link rate estimate, and it spends the fills' device copies instead (about 1% of the
+ * step). The velocities it gives are not the model's. */
 #ifndef H3_BENCH_LOOPBACK_COMM_H
 #define H3_BENCH_LOOPBACK_COMM_H
 
@@ -20,12 +22,16 @@ static h3_status loopback_alltoallv(h3_comm *c, h3_exec *e, const void *send, co
     for (int j = 0; j < c->size; j++)
         if (j != me) c->bytes_in += rc[j];
     const char *src = (const char *)send + sd[me];
-    char *dst = (char *)recv + rd[me];
-    if (rc[me] <= 0 || src == dst) return H3_OK;
-    h3_tensor a, b;
-    H3_TRY(h3_tensor_wrap(&a, (void *)src, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
-    H3_TRY(h3_tensor_wrap(&b, dst, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){rc[me]}));
-    return h3_copy(e, &b, &a);
+    for (int j = 0; j < c->size; j++) {
+        char *dst = (char *)recv + rd[j];
+        const int64_t n = rc[j] < sc[me] ? rc[j] : sc[me];
+        if (n <= 0 || src == dst) continue;
+        h3_tensor a, b;
+        H3_TRY(h3_tensor_wrap(&a, (void *)src, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){n}));
+        H3_TRY(h3_tensor_wrap(&b, dst, H3_PLACE_DEVICE, H3_I8, 1, (int64_t[1]){n}));
+        H3_TRY(h3_copy(e, &b, &a));
+    }
+    return H3_OK;
 }
 
 /* Rank `rank` of `size` of the stand-in group. */
