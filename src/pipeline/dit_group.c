@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/cancel.h"
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "models/lora.h"
@@ -737,10 +738,31 @@ h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in) {
     return H3_OK;
 }
 
+/* Whether some worker has failed or ended (g->mu held). */
+static int any_worker_down(const h3_dit_group *g) {
+    for (int r = 1; r < g->n; r++)
+        if (g->w[r].err != H3_OK || g->w[r].dead) return 1;
+    return 0;
+}
+
 h3_status h3_dit_group_wait(h3_dit_group *g, h3_status own) {
     char keep[1024] = "";
     if (own != H3_OK) snprintf(keep, sizeof keep, "%s", h3_last_error());
     pthread_mutex_lock(&g->mu);
+    /* a worker's failure reached rank 0 first: the watchdog stopped the group (NCCL), so rank 0's error is its echo */
+    int from_worker = g->failed && any_worker_down(g);
+    const int stop_asked = h3_cancel_check() != H3_OK; /* the user's stop, not another rank's */
+    if (stop_asked) h3_clear_error();
+    if (own == H3_ERR_INTERRUPTED && !from_worker && !stop_asked) {
+        /* the group was stopped by another rank (the in-process group: a failing worker stops it itself, maybe
+         * before the watchdog has read its answer): up to 5 s for that answer */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 5;
+        while (!any_worker_down(g))
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) break;
+        from_worker = any_worker_down(g);
+    }
     if (own != H3_OK && !g->failed) { /* the workers may wait in a collective rank 0 never reached */
         g->failed = 1;
         h3_comm *c = h3_dit_group_comm(g);
@@ -753,11 +775,9 @@ h3_status h3_dit_group_wait(h3_dit_group *g, h3_status own) {
         pthread_cond_wait(&g->cv, &g->mu);
     }
     const int failed = g->failed;
-    int by_worker = 0;
-    for (int r = 1; r < g->n; r++) by_worker |= g->w[r].err != H3_OK;
     pthread_mutex_unlock(&g->mu);
-    /* rank 0's own error first, unless it only saw the group stopped by a worker's */
-    if (own != H3_OK && (!by_worker || own != H3_ERR_INTERRUPTED)) return H3_ERR(own, "%s", keep);
+    /* rank 0's own error first, unless it was the echo of a worker's */
+    if (own != H3_OK && !from_worker) return H3_ERR(own, "%s", keep);
     return failed ? group_error(g) : H3_OK;
 }
 
