@@ -86,7 +86,6 @@ static void time_split(h3_dit *dit, const h3_workload *w, const char *label, h3_
         TRY(h3_exec_sync(&ex));
         h3_dit_release_workspace(dit); /* the whole forward's buffers out of the peak */
         int64_t used0, peak, cap;
-        h3_cuda_mem_stats(&ex, &used0, &peak, &cap);
         h3_cuda_reset_peak(&ex);
         c.bytes_in = 0;
         double t[8];

@@ -1,10 +1,12 @@
 /* A stand-in for the other GPUs of a split DiT on a machine with one (bench_dit_cuda and bench_dit_stream --split):
  * a rank's own block moves as in the real group (tensor/comm.h), and each other rank's block is filled with a copy of
  * it (as many bytes as both have), their bytes counted in bytes_in. A rank's share of h3_dit_forward_sp then runs
- * every kernel at its real shapes on values like the real ones (left unfilled, fresh buffers of zeros made the
- * share's kernels draw less power and run faster: bench_dit_stream's W124 share of two 1.012 s against 1.146 s); what it lacks is the exchange's
- * time, which bytes_in and a link rate estimate, and it spends the fills' device copies instead (about 1% of the
- * step). The velocities it gives are not the model's. */
+ * every kernel at its real shapes on values like the real ones (left unfilled, its slots held whatever fresh
+ * memory held, zeros presumably, and the share ran faster: bench_dit_stream's W124 share of two 1.012 s against
+ * 1.146 s filled; less power drawn on zeros is the likely cause, not measured).
+ * What it lacks is the exchange's time, which bytes_in and a link rate estimate; it spends the fills' device copies
+ * instead (at W124 on two GPUs about 14 GB a step, some 5 ms at the device's copy rate: estimated, not timed on their
+ * own). The velocities it gives are not the model's. */
 #ifndef H3_BENCH_LOOPBACK_COMM_H
 #define H3_BENCH_LOOPBACK_COMM_H
 

@@ -498,6 +498,10 @@ static void split_case(int heads, int N) {
             h3_dit_forward_mem fm;
             h3_dit_forward_mem_sp(r[i].dit, 0, -1, S, L, Nv, Na, 0, N, i, &fm);
             want_mem += fm.workspace + fm.exchange;
+            /* and the bytes it says the rank receives (the planner's count) are the ones the group moved */
+            CHECK(fm.received_block * c->n_layers + fm.received_end == comm[i].bytes_in,
+                  "rank %d of %d: h3_dit_forward_mem_sp says %lld bytes received, the group moved %lld", i, N,
+                  (long long)(fm.received_block * c->n_layers + fm.received_end), (long long)comm[i].bytes_in);
             CHECK(N > 1 || fm.exchange == 0, "one rank: no exchange buffers, %lld predicted", (long long)fm.exchange);
         }
         whole_ws = h3_dit_workspace_bytes(r[0].dit, S, L, Nv, Na);

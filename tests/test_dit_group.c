@@ -140,8 +140,39 @@ done:
     fixture_close(&x);
 }
 
-/* A worker whose DiT does not open: rank 0's first call fails naming the GPU and the worker's reason; the group
- * stops (no thread left waiting). Three ranks cannot split the fixture's 2 heads: refused by every rank. */
+/* Rank 0's stage over group g (dit r0) and its first call, whose status it returns with its message in msg; *second
+ * the status of a call after it. The stage and the group end here. */
+static h3_status first_call(fixture *x, h3_dit *r0, h3_dit_group *g, h3_status *second, char *msg, size_t n) {
+    h3_dit_stage_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.dit = r0;
+    sa.text = &x->f.text;
+    sa.n_video_rows = x->f.video.shape[0];
+    sa.n_audio_rows = x->f.audio.shape[0];
+    sa.group = g;
+    h3_dit_stage *s = NULL;
+    h3_tensor v, a;
+    h3_status st = H3_ERR_INTERNAL;
+    CHECK_OK(h3_tensor_alloc(&v, H3_PLACE_HOST, H3_F32, 2, x->f.video.shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_F32, 2, x->f.audio.shape, H3_MEM_ACTIVATIONS));
+    CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
+    if (s) {
+        h3_clear_error();
+        st = h3_dit_stage_call(s, &x->f.in, &v, &a);
+        snprintf(msg, n, "%s", st == H3_OK ? "" : h3_last_error());
+        *second = h3_dit_stage_call(s, &x->f.in, &v, &a);
+        h3_clear_error();
+    }
+    h3_dit_stage_close(s, NULL);
+    h3_dit_group_stop(g);
+    h3_tensor_free(&v);
+    h3_tensor_free(&a);
+    return st;
+}
+
+/* A worker whose DiT does not open: rank 0's first call fails naming the GPU and the worker's reason, and the group
+ * stays stopped (the next call fails at once; no thread left waiting). Three ranks cannot split the fixture's 2
+ * heads: refused by every rank. */
 static void test_worker_fails(void) {
     fixture x;
     h3_dit *r0 = NULL;
@@ -150,64 +181,25 @@ static void test_worker_fails(void) {
     snprintf(bad, sizeof bad, "%s/no-such-dit", x.dit_path);
     h3_dit_rank_setup su = setup_of(&x, bad);
     h3_dit_group *g = NULL;
+    h3_status second = H3_OK;
+    char msg[1024] = "";
     CHECK_OK(h3_dit_group_start_local(2, &su, &g));
     if (g) {
-        h3_dit_stage_args sa;
-        memset(&sa, 0, sizeof sa);
-        sa.dit = r0;
-        sa.text = &x.f.text;
-        sa.n_video_rows = x.f.video.shape[0];
-        sa.n_audio_rows = x.f.audio.shape[0];
-        sa.group = g;
-        h3_dit_stage *s = NULL;
-        h3_tensor v, a;
-        CHECK_OK(h3_tensor_alloc(&v, H3_PLACE_HOST, H3_F32, 2, x.f.video.shape, H3_MEM_ACTIVATIONS));
-        CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_F32, 2, x.f.audio.shape, H3_MEM_ACTIVATIONS));
-        CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
-        if (s) {
-            h3_clear_error();
-            const h3_status st = h3_dit_stage_call(s, &x.f.in, &v, &a);
-            printf("  a worker without its DiT: %s\n", h3_last_error());
-            CHECK(st != H3_OK, "the call succeeded without its second rank");
-            CHECK(strstr(h3_last_error(), "GPU 1") && strstr(h3_last_error(), "no-such-dit"),
-                  "the message names neither the GPU nor the worker's reason: %s", h3_last_error());
-            /* the group stays stopped: the next call fails at once */
-            CHECK(h3_dit_stage_call(s, &x.f.in, &v, &a) != H3_OK, "a second call succeeded");
-            h3_clear_error();
-        }
-        h3_dit_stage_close(s, NULL);
-        h3_dit_group_stop(g);
-        h3_tensor_free(&v);
-        h3_tensor_free(&a);
+        const h3_status st = first_call(&x, r0, g, &second, msg, sizeof msg);
+        printf("  a worker without its DiT: %s\n", msg);
+        CHECK(st != H3_OK, "the call succeeded without its second rank");
+        CHECK(strstr(msg, "GPU 1") && strstr(msg, "no-such-dit"),
+              "the message names neither the GPU nor the worker's reason: %s", msg);
+        CHECK(second != H3_OK, "a second call succeeded");
     }
-    /* 3 ranks, 2 heads */
     su = setup_of(&x, x.dit_path);
     g = NULL;
     CHECK_OK(h3_dit_group_start_local(3, &su, &g));
     if (g) {
-        h3_dit_stage_args sa;
-        memset(&sa, 0, sizeof sa);
-        sa.dit = r0;
-        sa.text = &x.f.text;
-        sa.n_video_rows = x.f.video.shape[0];
-        sa.n_audio_rows = x.f.audio.shape[0];
-        sa.group = g;
-        h3_dit_stage *s = NULL;
-        h3_tensor v, a;
-        CHECK_OK(h3_tensor_alloc(&v, H3_PLACE_HOST, H3_F32, 2, x.f.video.shape, H3_MEM_ACTIVATIONS));
-        CHECK_OK(h3_tensor_alloc(&a, H3_PLACE_HOST, H3_F32, 2, x.f.audio.shape, H3_MEM_ACTIVATIONS));
-        CHECK_OK(h3_dit_stage_open(&g_ex, &sa, &s));
-        if (s) {
-            h3_clear_error();
-            CHECK(h3_dit_stage_call(s, &x.f.in, &v, &a) == H3_ERR_INVALID && strstr(h3_last_error(), "heads"),
-                  "3 ranks over 2 heads: %s", h3_last_error());
-            h3_clear_error();
-        }
-        h3_dit_stage_close(s, NULL);
-        h3_dit_group_stop(g);
-        h3_tensor_free(&v);
-        h3_tensor_free(&a);
+        const h3_status st = first_call(&x, r0, g, &second, msg, sizeof msg);
+        CHECK(st == H3_ERR_INVALID && strstr(msg, "heads"), "3 ranks over 2 heads: %s", msg);
     }
+    h3_clear_error();
     /* bad groups */
     CHECK(h3_dit_group_start_local(1, &su, &g) == H3_ERR_INVALID, "a group of one rank");
     CHECK(h3_dit_group_start_local(H3_PLAN_MAX_GPUS + 1, &su, &g) == H3_ERR_INVALID, "a group of 9 ranks");
@@ -269,7 +261,6 @@ static void test_processes(void) {
     if (t_failures) goto done;
     h3_dit_rank_setup su = setup_of(&x, x.dit_path);
     su.plan = plan;
-    su.gpu_plans = plan->dit_gpu;
     su.exe = exe;
     setenv("H3_DIT_GROUP_ONE_GPU", "1", 1);
     h3_dit_group *g = NULL;

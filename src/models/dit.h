@@ -325,13 +325,17 @@ typedef struct h3_dit_forward_mem {
     int64_t mod_peak;   /* the most h3_dit_precompute_modulation holds at once: the tables and its scratch */
     int64_t exchange;   /* a split forward's send and receive buffers (allocated by each forward, held while the
                          * blocks run); 0 for the whole forward */
+    /* the bytes this rank of a split forward receives (attention_sp): in each DiT block (q, k, v of the other ranks'
+     * rows for its heads, then its rows of the other ranks' heads) and once after the blocks (the other ranks' rows
+     * of the residual stream); 0 for the whole forward */
+    int64_t received_block, received_end;
 } h3_dit_forward_mem;
 void h3_dit_forward_mem_of(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
                            int64_t Nv, int64_t Na, int n_timesteps, h3_dit_forward_mem *out);
 /* The same for rank `rank` of a forward split over `ranks` (h3_dit_forward_sp): its workspace holds the residual
  * stream of all S rows but q, k, v, o and the chunks for its own rows (or the L text rows, if more: the refiner
  * runs whole); the low-bit attention's scratch is for all S rows of heads / ranks heads; `exchange` is the
- * Ulysses buffers. ranks 1 is h3_dit_forward_mem_of. */
+ * Ulysses buffers, received_* the bytes it receives. ranks 1 is h3_dit_forward_mem_of. */
 void h3_dit_forward_mem_sp(const h3_dit *dit, int64_t chunk_rows, int qkv_interleaved, int64_t S, int64_t L,
                            int64_t Nv, int64_t Na, int n_timesteps, int ranks, int rank, h3_dit_forward_mem *out);
 /* Frees the workspace (the next forward allocates it again). */

@@ -344,6 +344,12 @@ void h3_dit_forward_mem_sp(const h3_dit *d, int64_t chunk_rows, int qkv_interlea
     if (ranks < 1) ranks = 1;
     out->workspace = workspace_bytes(d, ch, il, S, L, Nv, Na, unit_rows(S, L, ranks, rank));
     out->exchange = exchange_bytes(d, S, ranks);
+    if (ranks > 1) {
+        const int64_t own = S * (rank + 1) / ranks - S * rank / ranks,
+                      blk = c->heads / ranks * c->head_dim * (int64_t)h3_dtype_size(ad);
+        out->received_block = (3 * (S - own) + (int64_t)(ranks - 1) * own) * blk;
+        out->received_end = (S - own) * H * (int64_t)h3_dtype_size(ad);
+    }
     /* h3_dit_forward: the input projections (f32 rows in), then the output heads (f32 velocities out); one at a
      * time, each freeing its scratch before the next. */
     int64_t x = 0;

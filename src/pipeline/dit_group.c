@@ -90,9 +90,16 @@ static int read_all(int fd, void *p, size_t n) {
     return 0;
 }
 
-/* One direction of a channel: fds[1] writes, fds[0] reads. */
-static int channel(int fds[2]) {
-    return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
+/* A worker's two directions, each fds[1] writing and fds[0] reading: to the worker and back. 0, or -1 with errno
+ * set and nothing left open. */
+static int channels(int to[2], int from[2]) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, to) != 0) return -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, from) == 0) return 0;
+    const int e = errno;
+    close(to[0]);
+    close(to[1]);
+    errno = e;
+    return -1;
 }
 
 static int write_str(int fd, const char *s) {
@@ -148,10 +155,6 @@ struct h3_dit_group {
 
 h3_comm *h3_dit_group_comm(h3_dit_group *g) {
     return g->local ? &g->local_ranks[0] : &g->comm;
-}
-
-int h3_dit_group_size(const h3_dit_group *g) {
-    return g->n;
 }
 
 /* Marks worker r failed (under g->mu) and stops rank 0's group, so a forward waiting for it returns. */
@@ -243,9 +246,7 @@ static h3_status group_error(h3_dit_group *g) {
     return H3_ERR(H3_ERR_INTERRUPTED, "the GPUs' group was stopped");
 }
 
-/* H3_DIT_GROUP_ONE_GPU=1 (tests only): every rank on GPU 0, so a machine with one GPU runs the worker processes up to
- * NCCL, which refuses two ranks on one GPU: the launch, the setup and that failure's path, not the split. */
-static int one_gpu(void) {
+int h3_dit_group_one_gpu(void) {
     const char *e = getenv("H3_DIT_GROUP_ONE_GPU");
     return e && !strcmp(e, "1");
 }
@@ -258,7 +259,7 @@ static int send_setup(int fd, int r, int n, const unsigned char id[128], const h
     h->version = VERSION;
     h->rank = r;
     h->size = n;
-    h->device = one_gpu() ? 0 : r;
+    h->device = h3_dit_group_one_gpu() ? 0 : r;
     h->have_plan = su->plan != NULL;
     h->lora_mode = su->lora_mode;
     h->n_loras = su->n_loras;
@@ -277,7 +278,7 @@ static int send_setup(int fd, int r, int n, const unsigned char id[128], const h
         if (su->plan->budgets.vram_gpu[r] > 0) h->budgets.vram = su->plan->budgets.vram_gpu[r];
         if (h->budgets.ram > 0) h->budgets.ram /= n;
         h->fig = su->plan->fig;
-        h->plan = su->gpu_plans[r];
+        h->plan = su->plan->dit_gpu[r];
     }
     int bad = write_all(fd, h, sizeof *h) || write_str(fd, su->dit_path);
     h3_free(h);
@@ -339,8 +340,8 @@ static h3_status start_watch(h3_dit_group *g) {
 }
 
 h3_status h3_dit_group_start(int n, const h3_dit_rank_setup *su, h3_exec *ex, h3_dit_group **out) {
-    if (!su->plan || !su->gpu_plans) return H3_ERR(H3_ERR_INVALID, "a DiT on several GPUs needs their plan");
-    if (h3_cuda_device_count() < n && !one_gpu())
+    if (!su->plan) return H3_ERR(H3_ERR_INVALID, "a DiT on several GPUs needs their plan");
+    if (h3_cuda_device_count() < n && !h3_dit_group_one_gpu())
         return H3_ERR(H3_ERR_UNSUPPORTED, "--gpus %d: this machine has %d GPU%s", n, h3_cuda_device_count(),
                       h3_cuda_device_count() == 1 ? "" : "s");
     unsigned char id[128];
@@ -350,12 +351,7 @@ h3_status h3_dit_group_start(int n, const h3_dit_rank_setup *su, h3_exec *ex, h3
     h3_status st = H3_OK;
     for (int r = 1; r < n; r++) {
         int to[2], from[2];
-        if (channel(to) != 0) H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
-        if (channel(from) != 0) {
-            close(to[0]);
-            close(to[1]);
-            H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
-        }
+        if (channels(to, from) != 0) H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, to[0], 0);
@@ -656,12 +652,7 @@ h3_status h3_dit_group_start_local(int n, const h3_dit_rank_setup *su, h3_dit_gr
     g->have_comm = 1;
     for (int r = 1; r < n; r++) {
         int to[2], from[2];
-        if (channel(to) != 0) H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
-        if (channel(from) != 0) {
-            close(to[0]);
-            close(to[1]);
-            H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
-        }
+        if (channels(to, from) != 0) H3_FAIL(H3_ERR_IO, "creating a channel: %s", strerror(errno));
         g->w[r].to = to[1];
         g->w[r].from = from[0];
         local_arg *a = h3_malloc(sizeof *a, H3_MEM_OTHER);

@@ -29,10 +29,10 @@ typedef struct h3_dit_rank_setup {
     const float *lora_strength;
     int lora_mode;       /* an h3_lora_mode */
     unsigned attn_flags; /* h3_dit_set_attention's (the split forward runs sparse attention dense) */
-    /* the run's plan: rank r places its DiT as plan->dit_gpu[r] within its budget (plan->budgets.vram_gpu[r], or
-     * .vram), and its host share of plan->budgets.ram; NULL: every rank on the host (h3_dit_group_start_local) */
+    /* the pass's plan: rank r places its DiT as plan->dit_gpu[r] (the refine pass's plan holds that pass's) within
+     * its budget (plan->budgets.vram_gpu[r], or .vram), and its host share of plan->budgets.ram; NULL: every rank on
+     * the host (h3_dit_group_start_local) */
     const h3_plan *plan;
-    const h3_dit_plan *gpu_plans; /* plan->dit_gpu, or plan->dit_refine_gpu for the refine pass */
     const h3_tensor *text;        /* f32 [L, text_dim] on the host: the stage's text states */
     int64_t text_rows_max, n_video_rows, n_audio_rows; /* as h3_dit_stage_args */
     const float *timesteps;                             /* the modulation kept (h3_dit_stage_args) */
@@ -51,7 +51,10 @@ h3_status h3_dit_group_start(int n, const h3_dit_rank_setup *su, h3_exec *ex, h3
 h3_status h3_dit_group_start_local(int n, const h3_dit_rank_setup *su, h3_dit_group **out);
 /* Rank 0's handle of the group (for h3_dit_forward_sp). */
 h3_comm *h3_dit_group_comm(h3_dit_group *g);
-int h3_dit_group_size(const h3_dit_group *g);
+/* 1 when H3_DIT_GROUP_ONE_GPU=1 (tests only): every rank on GPU 0, so a machine with one GPU runs the worker
+ * processes up to NCCL, which refuses two ranks on one GPU: the launch, the setup and that failure's path, not the
+ * split. generate then accepts more --gpus than the machine has. */
+int h3_dit_group_one_gpu(void);
 /* Before rank 0's share of a call: the call's inputs (host tensors, as h3_dit_stage_call takes them; text NULL: the
  * stage's) to every worker. Fails at once, with the worker's message, when one has failed. */
 h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in);

@@ -1646,7 +1646,6 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             sa.split.lora_strength = g->r->lora_strength;
             sa.split.lora_mode = g->r->lora_mode;
             sa.split.attn_flags = h3_dit_attention(g->dit);
-            sa.split.gpu_plans = ps->plan->dit_gpu;
             sa.split.verbosity = h3_log_enabled(H3_LOG_DEBUG) ? 1 : -1;
         }
         sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
@@ -2521,7 +2520,7 @@ static h3_status run(const h3_generate_request *r, const h3_generate_callbacks *
         H3_FAIL(H3_ERR_INVALID, "--gpus: 1 to %d GPUs; got %d", H3_PLAN_MAX_GPUS, r->gpus);
     if (r->gpus > 1 && dev != H3_DEVICE_CUDA)
         H3_FAIL(H3_ERR_INVALID, "--gpus %d splits the DiT over GPUs: it needs --device cuda", r->gpus);
-    if (r->gpus > gpus && dev == H3_DEVICE_CUDA && !getenv("H3_DIT_GROUP_ONE_GPU")) /* the hook: dit_group.c */
+    if (r->gpus > gpus && dev == H3_DEVICE_CUDA && !h3_dit_group_one_gpu())
         H3_FAIL(H3_ERR_INVALID, "--gpus %d: this machine has %d GPU%s", r->gpus, gpus, gpus == 1 ? "" : "s");
     if (dev == H3_DEVICE_CPU && (r->vram_budget || r->memory_trace))
         h3_log(H3_LOG_WARN, "--vram-budget and --memory-trace plan the GPU's memory; the DiT runs on the CPU "

@@ -295,18 +295,6 @@ static double unit_seconds(const h3_dit_config *c, const h3_device_figures *f, i
            (f->link_gbs > 0 ? xbytes / (f->link_gbs * 1e9) : 0);
 }
 
-/* Bytes rank `rank` of a split over `ranks` receives in one DiT block (attention_sp in models/dit_forward.c): q, k,
- * v of the other ranks' rows for its heads, then its rows of the other ranks' heads; and once a step, after the
- * blocks, the other ranks' rows of the residual stream. The same count test_dit `split` checks against the group. */
-static void exchange_counts(const h3_dit_config *c, size_t es, int64_t S, int ranks, int rank, double *per_block,
-                            double *per_step) {
-    *per_block = *per_step = 0;
-    if (ranks <= 1) return;
-    const int64_t n = S * (rank + 1) / ranks - S * rank / ranks, blk = c->heads / ranks * c->head_dim * (int64_t)es;
-    *per_block = (double)((3 * (S - n) + (int64_t)(ranks - 1) * n) * blk);
-    *per_step = (double)((S - n) * c->hidden * (int64_t)es);
-}
-
 /* Sizes of the DiT that do not depend on the plan. */
 typedef struct dit_static {
     int n_units, n_ref;
@@ -471,9 +459,9 @@ static int dit_eval(const dit_ctx *x, int64_t chunk, int k, int r, h3_dit_plan *
     /* Time. */
     const h3_device_figures *f = x->f;
     h3_sim_unit su[H3_PLAN_MAX_UNITS] = {{0}}, sr[H3_PLAN_MAX_UNITS] = {{0}};
-    double xblock, xstep;
-    exchange_counts(x->c, h3_dtype_size(h3_dit_act_dtype(x->m->dit)), x->S, ranks, p->rank, &xblock, &xstep);
-    p->exchange_bytes = (int64_t)(xblock * x->c->n_layers + xstep);
+    /* the bytes received, the model's own count (h3_dit_forward_mem_sp) */
+    const double xblock = (double)fm.received_block, xstep = (double)fm.received_end;
+    p->exchange_bytes = fm.received_block * x->c->n_layers + fm.received_end;
     for (int u = 0; u < ds->n_units; u++) {
         const int ref = u < ds->n_ref;
         const int64_t rows = ref ? x->L : p->rows;

@@ -147,7 +147,7 @@ typedef struct h3_dit_sample_args {
     h3_dit_stage_args dit;
     /* On the device: the DiT split over this many GPUs (h3_plan_request.gpus; 0 or 1: one): the stage starts the
      * other GPUs' workers with `split` (its text, rows and timesteps filled from the stage's own) and stops them at
-     * its end. split.gpu_plans: this pass's per-GPU plans. */
+     * its end; each worker's plan is dit.plan->dit_gpu[its rank]. */
     int gpus;
     h3_dit_rank_setup split;
     const h3_seq_layout *layout; /* the packed sequence (its rows are the calls' rows) */
