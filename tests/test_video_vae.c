@@ -3,6 +3,7 @@
  * of frames, and the planner's prediction of it; malformed latents and files; allocation failures. (PNG
  * output is tested with the media writer, tests/test_media.c.) */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include "base/json.h"
 #include "io/safetensors.h"
 #include "models/video_vae.h"
+#include "tensor/comm.h"
 #include "testutil.h"
 
 static h3_exec g_ex;
@@ -515,6 +517,111 @@ static void test_memory_bounded(void) {
            "960×544 %.1f "
            "MiB, for any frame count",
            a.total / 1048576.0, a.tiles_y, a.tiles_x, (long long)a.tokens_per_tile, d.total / 1048576.0);
+}
+
+/* ---- the decode split over ranks (threads and the in-process group) ---------------------------------------- */
+
+typedef struct {
+    const char *model;
+    const h3_tensor *lat; /* this rank's latents */
+    h3_comm *comm;
+    h3_video_decode_out *out; /* rank 0's; NULL for the others */
+    h3_status st;
+    char msg[512];
+} split_rank;
+
+static void *split_rank_main(void *arg) {
+    split_rank *a = arg;
+    h3_exec ex;
+    h3_video_vae *v = NULL;
+    a->st = h3_exec_init(&ex, 1); /* one thread: OpenBLAS sums alike whoever calls it (test_split) */
+    if (a->st != H3_OK) return NULL;
+    a->st = h3_video_vae_open(a->model, NULL, &v);
+    if (a->st == H3_OK) a->st = h3_video_vae_decode_split(v, &ex, a->lat, a->out, a->comm);
+    if (a->st != H3_OK) snprintf(a->msg, sizeof a->msg, "%s", h3_last_error());
+    h3_video_vae_close(v);
+    h3_exec_free(&ex);
+    return NULL;
+}
+
+/* Decodes lat over n ranks (threads, each its own decoder and exec); rank `bad` (>= 0) gets bad_lat instead. The
+ * frames land in out (rank 0's); st[r] each rank's status. */
+static void run_split(const char *model, int n, const h3_tensor *lat, int bad, const h3_tensor *bad_lat,
+                      h3_tensor *out, h3_status *st, char (*msg)[512]) {
+    h3_comm ranks[4];
+    split_rank a[4];
+    pthread_t th[4];
+    h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, out};
+    CHECK_OK(h3_comm_local_create(n, ranks));
+    for (int r = 0; r < n; r++) {
+        a[r] = (split_rank){model, r == bad ? bad_lat : lat, &ranks[r], r ? NULL : &dst, H3_OK, ""};
+        CHECK(pthread_create(&th[r], NULL, split_rank_main, &a[r]) == 0, "rank %d's thread", r);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        st[r] = a[r].st;
+        snprintf(msg[r], sizeof msg[r], "%s", a[r].msg);
+    }
+    h3_comm_local_destroy(ranks, n);
+}
+
+/* The decode split over 2 and 3 ranks hands out exactly the unsplit decode's frames (5 chunks: rounds with a rank
+ * idle, canvases that cross-fade across ranks); a rank whose latents are refused stops the others with an error
+ * instead of leaving them waiting. */
+static void test_split(void) {
+    char mp[700];
+    fx("official", mp, sizeof mp);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_open(mp, NULL, &v));
+    if (!v) return;
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    const int64_t T = 27, s[4] = {24, T, 4, 16};
+    h3_tensor z = {0}, ref = {0}, got = {0}, bad = {0};
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    const int64_t sb[4] = {24, T, 5, 16}; /* odd height: refused */
+    CHECK_OK(h3_tensor_alloc(&bad, H3_PLACE_HOST, H3_F32, 4, sb, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    const int64_t F = h3_video_vae_num_frames(c, T), os[4] = {c->out_channels, F, 4 * c->patch_size, 16 * c->patch_size};
+    CHECK_OK(h3_tensor_alloc(&ref, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&got, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, &ref};
+    h3_exec one; /* the ranks' threads run one-threaded (OpenBLAS's threads would split sums as its callers allow) */
+    CHECK_OK(h3_exec_init(&one, 1));
+    CHECK_OK(h3_video_vae_decode(v, &one, &z, &dst));
+    h3_exec_free(&one);
+    h3_video_vae_mem m;
+    CHECK_OK(h3_video_vae_decode_peak(c, T, 4, 16, 1, 0, &m));
+    CHECK(m.chunks == 5, "%d chunks", m.chunks);
+    for (int n = 2; n <= 3; n++) {
+        h3_status st[4];
+        char msg[4][512];
+        memset(got.data, 0xff, (size_t)h3_tensor_numel(&got) * 4); /* NaN: a frame not handed out shows */
+        run_split(mp, n, &z, -1, NULL, &got, st, msg);
+        for (int r = 0; r < n; r++) CHECK(st[r] == H3_OK, "%d ranks: rank %d: %s", n, r, msg[r]);
+        const int same = !memcmp(got.data, ref.data, (size_t)h3_tensor_numel(&ref) * 4);
+        int64_t first_diff = -1;
+        for (int64_t i = 0; i < h3_tensor_numel(&ref) && first_diff < 0; i++)
+            if (((float *)got.data)[i] != ((float *)ref.data)[i]) first_diff = i;
+        CHECK(same, "%d ranks: the frames differ from the unsplit decode's (first at value %lld: %g, not %g)", n,
+              (long long)first_diff, first_diff >= 0 ? ((float *)got.data)[first_diff] : 0.0,
+              first_diff >= 0 ? ((float *)ref.data)[first_diff] : 0.0);
+        if (same) t_note("  %d ranks: %lld frames of %d chunks equal the unsplit decode's", n, (long long)F, m.chunks);
+    }
+    for (int who = 0; who < 2; who++) { /* rank 1, then rank 0, refuses its latents */
+        h3_status st[4];
+        char msg[4][512];
+        run_split(mp, 2, &z, who ? 0 : 1, &bad, &got, st, msg);
+        const int b = who ? 0 : 1, o = 1 - b;
+        CHECK(st[b] == H3_ERR_INVALID && strstr(msg[b], "even"), "the refusing rank %d: %d %s", b, st[b], msg[b]);
+        CHECK(st[o] == H3_ERR_INTERRUPTED, "rank %d after rank %d refused: %d %s", o, b, st[o], msg[o]);
+    }
+    h3_tensor_free(&z);
+    h3_tensor_free(&bad);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&got);
+    h3_video_vae_close(v);
+    h3_exec_free(&g_ex); /* the others' threads again (BLAS's count is global) */
+    CHECK_OK(h3_exec_init(&g_ex, 2));
 }
 
 static void expect_latents_error(const h3_video_vae_config *c, int nd, const int64_t *s, h3_dtype dt,
@@ -1108,6 +1215,7 @@ int main(int argc, char **argv) {
         {"place_errors", test_place_errors},
         {"standin_place", test_standin_place},
         {"memory_bounded", test_memory_bounded},
+        {"split", test_split},
         {"malformed_latents", test_malformed_latents},
         {"bad_files", test_bad_files},
         {"weight_sweep", test_weight_sweep},

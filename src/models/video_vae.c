@@ -22,6 +22,7 @@
 #include "mem/streamer.h"
 #include "mem/units.h"
 #include "models/model_cfg.h"
+#include "tensor/comm.h"
 
 /* video_vae/config.json of the release, as ComfyUI builds it in for its single-file repack. */
 static const float k_latents_mean[24] = {
@@ -2067,11 +2068,23 @@ static h3_status vv_crossfade(vv_run *r) {
     return H3_OK;
 }
 
-h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
-                              const h3_video_decode_out *out) {
+/* Chunk i's raw canvas from its rank (i mod n, not 0) to rank 0's canvas: one collective every rank calls. */
+static h3_status vv_gather_chunk(vv_run *r, h3_comm *comm, int from) {
+    int64_t sc[H3_COMM_MAX_RANKS], sd[H3_COMM_MAX_RANKS], rc[H3_COMM_MAX_RANKS], rd[H3_COMM_MAX_RANKS];
+    const int64_t bytes = (int64_t)r->c->out_channels * (r->p->main_frames + r->p->ovl_frames) * r->p->Hp * r->p->Wp * 4;
+    for (int j = 0; j < comm->size; j++) sc[j] = sd[j] = rc[j] = rd[j] = 0;
+    if (comm->rank == from) sc[0] = bytes;
+    if (comm->rank == 0) rc[from] = bytes;
+    void *canvas = r->ar + r->p->o_canvas;
+    return comm->alltoallv(comm, r->ex, canvas, sc, sd, canvas, rc, rd);
+}
+
+static h3_status vv_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents, const h3_video_decode_out *out,
+                           h3_comm *comm) {
     const h3_video_vae_config *c = &v->cfg;
+    const int ranks = comm ? comm->size : 1, me = comm ? comm->rank : 0;
     H3_TRY(h3_video_vae_check_latents(c, latents));
-    if (!out || (!out->on_frames && !out->frames))
+    if (me == 0 && (!out || (!out->on_frames && !out->frames)))
         return H3_ERR(H3_ERR_INVALID, "video decode: give a frame callback or an output tensor");
     int off = latents->ndim == 5;
     int64_t T = latents->shape[off + 1], H = latents->shape[off + 2], W = latents->shape[off + 3];
@@ -2097,7 +2110,7 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
     const int packed = m && m->packed;
     H3_CHECK(vv_make_plan(c, T, H, W, m ? m->tile_batch : 1, m ? m->rows_per_step : v->rows_per_step,
                           place == H3_PLACE_DEVICE ? H3_BF16 : H3_F32, !packed && c->fused_qkv, p));
-    if (out->frames) {
+    if (out && out->frames) {
         h3_tensor *o = out->frames;
         int oo = o->ndim == 5;
         char s[96];
@@ -2160,29 +2173,36 @@ h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *lat
             H3_CHECK(h3_op_convert(ex, &d, &r.io.t[W_REG]));
         }
     }
+    /* Chunks in rounds of `ranks`: each rank decodes its chunk of the round (k0 + rank) at once, then rank 0 finishes
+     * the round's chunks in order, taking each other rank's raw canvas into its own when its turn comes. */
     int64_t first = 0;
-    for (int i = 0; i < p->chunks; i++) {
-        for (int t0 = 0; t0 < p->nt; t0 += p->nb) {
+    for (int k0 = 0; k0 < p->chunks; k0 += ranks) {
+        const int i = k0 + me;
+        for (int t0 = 0; i < p->chunks && t0 < p->nt; t0 += p->nb) {
             const int nbp = p->nt - t0 < p->nb ? p->nt - t0 : p->nb;
             H3_CHECK_CTX(vv_pass(&r, i, t0, nbp), "decoding chunk %d of %d, tiles %d to %d of %d", i + 1,
                          p->chunks, t0 + 1, t0 + nbp, p->nt);
         }
-        if (i > 0 && p->ovl_frames) H3_CHECK(vv_crossfade(&r));
-        int64_t Fc = p->main_frames + p->ovl_frames, plane = p->Hp * p->Wp;
-        if (p->ovl_frames) /* keep the raw look-ahead before the delivered frames are converted */
-            for (int64_t ch = 0; ch < c->out_channels; ch++) {
-                h3_tensor s = vv_v(&r, p->o_canvas + (ch * Fc + p->main_frames) * plane * 4, H3_F32,
-                                   p->ovl_frames * p->Hp, p->Wp, p->Wp);
-                h3_tensor d = vv_v(&r, p->o_prev + ch * p->ovl_frames * plane * 4, H3_F32,
-                                   p->ovl_frames * p->Hp, p->Wp, p->Wp);
-                H3_CHECK(h3_op_convert(ex, &d, &s));
-            }
-        H3_CHECK(vv_deliver(&r, p->o_canvas, Fc, p->main_frames, first));
-        first += p->main_frames;
+        for (int j = 0; j < ranks && k0 + j < p->chunks; j++) {
+            if (j > 0) H3_CHECK_CTX(vv_gather_chunk(&r, comm, j), "chunk %d of %d from rank %d", k0 + j + 1, p->chunks, j);
+            if (me != 0) continue;
+            if (k0 + j > 0 && p->ovl_frames) H3_CHECK(vv_crossfade(&r));
+            int64_t Fc = p->main_frames + p->ovl_frames, plane = p->Hp * p->Wp;
+            if (p->ovl_frames) /* keep the raw look-ahead before the delivered frames are converted */
+                for (int64_t ch = 0; ch < c->out_channels; ch++) {
+                    h3_tensor s = vv_v(&r, p->o_canvas + (ch * Fc + p->main_frames) * plane * 4, H3_F32,
+                                       p->ovl_frames * p->Hp, p->Wp, p->Wp);
+                    h3_tensor d = vv_v(&r, p->o_prev + ch * p->ovl_frames * plane * 4, H3_F32,
+                                       p->ovl_frames * p->Hp, p->Wp, p->Wp);
+                    H3_CHECK(h3_op_convert(ex, &d, &s));
+                }
+            H3_CHECK(vv_deliver(&r, p->o_canvas, Fc, p->main_frames, first));
+            first += p->main_frames;
+        }
     }
-    if (p->ovl_frames) H3_CHECK(vv_deliver(&r, p->o_prev, p->ovl_frames, p->ovl_frames, first));
+    if (me == 0 && p->ovl_frames) H3_CHECK(vv_deliver(&r, p->o_prev, p->ovl_frames, p->ovl_frames, first));
     if (v->pl && v->pl->u) H3_CHECK(h3_units_sync(v->pl->u));
-    if (r.delivered != p->frames)
+    if (me == 0 && r.delivered != p->frames)
         H3_FAIL(H3_ERR_INTERNAL, "video decode delivered %lld frames of %lld", (long long)r.delivered,
                 (long long)p->frames);
 done:
@@ -2197,6 +2217,19 @@ done:
     }
     h3_free(mirror);
     h3_free(p);
+    return st;
+}
+
+h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
+                              const h3_video_decode_out *out) {
+    return vv_decode(v, ex, latents, out, NULL);
+}
+
+h3_status h3_video_vae_decode_split(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
+                                    const h3_video_decode_out *out, h3_comm *comm) {
+    if (comm && comm->size < 2) comm = NULL;
+    const h3_status st = vv_decode(v, ex, latents, out, comm);
+    if (st != H3_OK && comm && comm->abort) comm->abort(comm); /* the others may wait for this rank's chunks */
     return st;
 }
 
