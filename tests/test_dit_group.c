@@ -12,6 +12,7 @@
 
 #include "cuda/cuda.h"
 #include "models/dit.h"
+#include "models/video_vae.h"
 #include "pipeline/dit_group.h"
 #include "pipeline/stages.h"
 #include "testutil.h"
@@ -209,6 +210,73 @@ done:
     fixture_close(&x);
 }
 
+
+/* After the DiT's calls the group decodes the video (h3_dit_group_end_dit, then the video VAE stage with the group):
+ * the workers open the decoder and decode their chunks, rank 0 gathers them; the frames equal the unsplit decode's
+ * bit for bit (every rank single-threaded). A worker whose decoder does not open fails the decode naming its GPU
+ * and the path. */
+static void test_decode(void) {
+    fixture x;
+    h3_dit *r0 = NULL;
+    h3_video_vae *v = NULL;
+    h3_tensor z = {0}, ref = {0}, got = {0};
+    char vp[1024], bad[1100];
+    t_src_path("tests/fixtures/video_vae/official", vp, sizeof vp);
+    snprintf(bad, sizeof bad, "%s/no-such-vae", vp);
+    if (!fixture_open(&x, &r0)) goto done;
+    CHECK_OK(h3_video_vae_open(vp, NULL, &v));
+    if (!v) goto done;
+    const h3_video_vae_config *c = h3_video_vae_get_config(v);
+    const int64_t T = 17, s[4] = {24, T, 4, 6}; /* 3 chunks */
+    CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
+    t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
+    const int64_t os[4] = {c->out_channels, h3_video_vae_num_frames(c, T), 4 * c->patch_size, 6 * c->patch_size};
+    CHECK_OK(h3_tensor_alloc(&ref, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    CHECK_OK(h3_tensor_alloc(&got, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
+    h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, &ref};
+    CHECK_OK(h3_video_vae_decode(v, &g_ex, &z, &dst));
+    for (int k = 0; k < 2 && !t_failures; k++) { /* the decode; then a worker without its decoder */
+        const h3_dit_rank_setup su = setup_of(&x, x.dit_path);
+        h3_dit_group *g = NULL;
+        CHECK_OK(h3_dit_group_start_local(2, &su, &g));
+        if (!g) break;
+        h3_tensor vv[3], aa[3];
+        memset(vv, 0, sizeof vv);
+        memset(aa, 0, sizeof aa);
+        three_calls(r0, &x, g, vv, aa);
+        for (int i = 0; i < 3; i++) {
+            h3_tensor_free(&vv[i]);
+            h3_tensor_free(&aa[i]);
+        }
+        CHECK_OK(h3_dit_group_end_dit(g));
+        memset(got.data, 0xff, (size_t)h3_tensor_numel(&got) * 4); /* NaN: a frame not handed out shows */
+        h3_video_decode_out out = {H3_PIXELS_UNIT, NULL, NULL, &got};
+        const h3_video_split split = {g, k ? bad : vp, NULL};
+        h3_stage_report rep;
+        h3_clear_error();
+        const h3_status st = h3_stage_video_vae(&g_ex, v, NULL, &split, &z, &out, &rep);
+        if (k == 0) {
+            CHECK(st == H3_OK, "the split decode: %s", h3_last_error());
+            CHECK(!memcmp(got.data, ref.data, (size_t)h3_tensor_numel(&ref) * 4),
+                  "the split decode's frames differ from the unsplit decode's");
+            if (st == H3_OK) printf("  3 chunks over 2 ranks after 3 DiT calls: the unsplit decode's frames\n");
+        } else {
+            printf("  a worker without its decoder: %s\n", h3_last_error());
+            CHECK(st != H3_OK && strstr(h3_last_error(), "GPU 1") && strstr(h3_last_error(), "no-such-vae"),
+                  "the failure names neither the GPU nor the path: %s", h3_last_error());
+        }
+        h3_dit_group_stop(g);
+        h3_clear_error();
+    }
+done:
+    h3_tensor_free(&z);
+    h3_tensor_free(&ref);
+    h3_tensor_free(&got);
+    h3_video_vae_close(v);
+    h3_dit_close(r0);
+    fixture_close(&x);
+}
+
 /* The worker processes on a GPU (the CUDA build, a GPU, NCCL and an h3run beside this test; skipped otherwise): with
  * H3_DIT_GROUP_ONE_GPU=1 both ranks sit on GPU 0, so h3run's `__dit-rank` starts, takes its setup over the socket and
  * its GPU, answers, and joins NCCL, which refuses two ranks on one GPU: the group's start fails within a minute naming
@@ -288,6 +356,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         {"split_stage", test_split_stage},
         {"worker_fails", test_worker_fails},
+        {"decode", test_decode},
         {"processes", test_processes},
         {NULL, NULL},
     };

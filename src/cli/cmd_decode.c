@@ -184,7 +184,7 @@ static h3_status decode_video(const decode_args *a, h3_exec *ex, h3_tensor *lat)
     int64_t base = mem_mark();
     h3_video_decode_out dst = {H3_PIXELS_RAW, on_frames, &sink, NULL};
     h3_stage_report rep;
-    H3_CHECK(h3_stage_video_vae(ex, v, sp, lat, &dst, &rep));
+    H3_CHECK(h3_stage_video_vae(ex, v, sp, NULL, lat, &dst, &rep));
     if (a->out) H3_CHECK(h3_png_seq_finish(&png)); /* into place with the other outputs (cli.c) */
     if (!a->quiet) {
         printf("decoded %lld frames in %.2f s", (long long)m.frames, rep.seconds);

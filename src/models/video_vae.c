@@ -1543,7 +1543,7 @@ static int64_t vv_op_scratch(const h3_video_vae_config *c, int threads, h3_dtype
     return m;
 }
 
-static void vv_mem_geometry(const vv_plan *p, h3_video_vae_mem *out) {
+static void vv_mem_geometry(const h3_video_vae_config *c, const vv_plan *p, h3_video_vae_mem *out) {
     out->chunks = p->chunks;
     out->tiles_y = p->ny;
     out->tiles_x = p->nx;
@@ -1554,6 +1554,7 @@ static void vv_mem_geometry(const vv_plan *p, h3_video_vae_mem *out) {
     out->tile_batch = p->nb;
     out->passes = (p->nt + p->nb - 1) / p->nb;
     out->rows_per_step = p->rc;
+    out->canvas_bytes = (int64_t)c->out_channels * (p->main_frames + p->ovl_frames) * p->Hp * p->Wp * 4;
 }
 
 /* A host decode from the file: f32 activations, weights as stored. */
@@ -1561,7 +1562,7 @@ static h3_status vv_plan_host(const h3_video_vae_config *c, int64_t T, int64_t H
                               int nb, int64_t rc, h3_video_vae_mem *out) {
     vv_plan p;
     H3_TRY(vv_make_plan(c, T, H, W, nb, rc, H3_F32, c->fused_qkv, &p));
-    vv_mem_geometry(&p, out);
+    vv_mem_geometry(c, &p, out);
     out->place = H3_PLACE_HOST;
     out->n_blocks = out->n_resident = c->num_layers;
     out->chunk_buffers = p.chunk_bytes + (int64_t)sizeof(vv_plan); /* the plan itself is heap memory too */
@@ -1705,7 +1706,7 @@ h3_status h3_video_vae_plan(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     vv_tiers(L, best_R, best_np, tier);
     uc.n_slots = best_R < L ? slots : 0;
     h3_units_mem_of(&uc, packs, L + 1, &um);
-    vv_mem_geometry(p, out);
+    vv_mem_geometry(c, p, out);
     out->place = run->place;
     out->packed = 1;
     out->n_blocks = L;

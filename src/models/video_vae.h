@@ -170,6 +170,7 @@ typedef struct h3_video_vae_mem {
     int64_t total;         /* host decodes: all of the above; device decodes: the host memory they take */
     int chunks, tiles_y, tiles_x;
     int64_t frames, tokens_per_tile;
+    int64_t canvas_bytes; /* one chunk's raw canvas (f32 frames and look-ahead): what a split decode moves a chunk */
     /* the run */
     h3_place place;
     int packed;

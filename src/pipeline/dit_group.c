@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "models/lora.h"
+#include "models/video_vae.h"
 #include "pipeline/stages.h"
 
 extern char **environ;
@@ -33,7 +34,9 @@ enum {
     MAGIC_QUIT = 0x54495551,  /* "QUIT" */
     MAGIC_UP = 0x20205055,    /* "UP  ": the worker has its GPU */
     MAGIC_READY = 0x20594452, /* "RDY ": its DiT is placed and its stage open */
-    MAGIC_DONE = 0x454e4f44,  /* "DONE": a call's answer */
+    MAGIC_DONE = 0x454e4f44,  /* "DONE": a call's (or a decode's) answer */
+    MAGIC_ENDDIT = 0x54494445, /* "EDIT": the DiT's calls are over */
+    MAGIC_DECODE = 0x45444f43, /* "CODE": a video decode */
     VERSION = 1,
     REPLY_FD = 3, /* the worker's answers */
 };
@@ -54,6 +57,12 @@ typedef struct call_hdr {
     int32_t n_timesteps, has_text, pad;
     int64_t S, Nv, Na, L, text_rows, text_dim;
 } call_hdr;
+
+typedef struct decode_hdr {
+    uint32_t magic, pad;
+    int64_t shape[4]; /* the latents [C, T, H, W] */
+    h3_video_vae_opts opts;
+} decode_hdr;
 
 typedef struct reply_hdr {
     uint32_t magic;
@@ -151,6 +160,7 @@ struct h3_dit_group {
     pthread_t watch;
     int have_watch, wake[2], stopping;
     int failed; /* a worker failed: the group is stopped */
+    const char *task; /* what the workers run, for errors: "the DiT", then "the video VAE" */
 };
 
 h3_comm *h3_dit_group_comm(h3_dit_group *g) {
@@ -242,7 +252,7 @@ static h3_status group_error(h3_dit_group *g) {
             snprintf(msg, sizeof msg, "%s", g->w[r].msg[0] ? g->w[r].msg : "failed");
         }
     pthread_mutex_unlock(&g->mu);
-    if (err != H3_OK) return H3_ERR(err, "the DiT on GPU %d: %s", who, msg);
+    if (err != H3_OK) return H3_ERR(err, "%s on GPU %d: %s", g->task, who, msg);
     return H3_ERR(H3_ERR_INTERRUPTED, "the GPUs' group was stopped");
 }
 
@@ -301,6 +311,7 @@ static h3_status group_alloc(int n, const h3_dit_rank_setup *su, h3_dit_group **
     h3_dit_group *g = h3_calloc(1, sizeof *g, H3_MEM_OTHER);
     if (!g) return H3_ERR_NOMEM;
     g->n = n;
+    g->task = "the DiT";
     g->wake[0] = g->wake[1] = -1;
     for (int r = 0; r < H3_PLAN_MAX_GPUS; r++) g->w[r].to = g->w[r].from = -1;
     pthread_mutex_init(&g->mu, NULL);
@@ -469,9 +480,10 @@ static int read_rows(int fd, h3_tensor *t, int64_t rows, int64_t cols, int fill)
     return fill ? read_all(fd, t->data, (size_t)(rows * cols) * sizeof(float)) : 0;
 }
 
-/* 1: a call read; 0: the end (QUIT or the stream closed); -1: malformed. */
+/* 1: a call read; 2: the DiT's calls are over (ENDDIT); 0: the end (QUIT or the stream closed); -1: malformed. */
 static int read_call(int fd, call_buf *b, const h3_dit_config *c) {
     if (read_all(fd, &b->h, sizeof b->h) != 0 || b->h.magic == MAGIC_QUIT) return 0;
+    if (b->h.magic == MAGIC_ENDDIT) return 2;
     const call_hdr *h = &b->h;
     if (h->magic != MAGIC_CALL || h->S < 1 || h->Nv < 0 || h->Na < 0 || h->L < 0 || h->Nv + h->Na + h->L != h->S ||
         h->S > ((int64_t)1 << 26) || h->n_timesteps < 1 || h->n_timesteps > 100000 || h->text_rows < 0 ||
@@ -489,6 +501,45 @@ static int read_call(int fd, call_buf *b, const h3_dit_config *c) {
         return -1;
     if (h->has_text && read_rows(fd, &b->text, h->text_rows, h->text_dim, 1)) return -1;
     return 1;
+}
+
+/* A worker's share of a video decode (d read; its path and latents follow on fin): the video VAE opened, planned and
+ * placed within this GPU's budget (on the host for threads as ranks), its chunks decoded as rank su->h.rank. */
+static h3_status rank_decode(int fin, const rank_setup *su, const decode_hdr *d, h3_exec *ex, h3_comm *comm) {
+    h3_status st = H3_OK;
+    h3_video_vae *v = NULL;
+    h3_tensor lat = {0};
+    int placed = 0;
+    char *path = NULL;
+    const int64_t *sh = d->shape;
+    if (d->magic != MAGIC_DECODE || sh[0] < 1 || sh[1] < 1 || sh[2] < 1 || sh[3] < 1 || sh[0] > 4096 ||
+        sh[1] > (1 << 20) || sh[2] > (1 << 16) || sh[3] > (1 << 16) || sh[0] * sh[1] * sh[2] * sh[3] > ((int64_t)1 << 34))
+        return H3_ERR(H3_ERR_FORMAT, "GPU %d: a malformed decode from rank 0", su->h.rank);
+    path = read_str(fin);
+    if (!path) return H3_ERR(H3_ERR_FORMAT, "GPU %d: a decode from rank 0 ended early", su->h.rank);
+    H3_CHECK(h3_tensor_alloc(&lat, H3_PLACE_HOST, H3_F32, 4, sh, H3_MEM_ACTIVATIONS));
+    if (read_all(fin, lat.data, (size_t)h3_tensor_numel(&lat) * sizeof(float)) != 0)
+        H3_FAIL(H3_ERR_FORMAT, "GPU %d: a decode from rank 0 ended early", su->h.rank);
+    H3_CHECK(h3_video_vae_open(path, &d->opts, &v)); /* its message names the path */
+    if (su->h.have_plan) {
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.place = H3_PLACE_DEVICE;
+        run.vram_budget = su->h.budgets.vram;
+        run.ram_budget = su->h.budgets.ram > 0 ? su->h.budgets.ram : 0;
+        run.threads = ex->threads;
+        h3_video_vae_mem m;
+        H3_CHECK(h3_video_vae_plan(v, sh[1], sh[2], sh[3], &run, &m));
+        H3_CHECK_CTX(h3_video_vae_place(v, ex, &m, NULL), "loading it");
+        placed = 1;
+    }
+    H3_CHECK(h3_video_vae_decode_split(v, ex, &lat, NULL, comm));
+done:
+    if (placed) h3_video_vae_unplace(v);
+    h3_video_vae_close(v);
+    h3_tensor_free(&lat);
+    h3_free(path);
+    return st;
 }
 
 /* The worker's life after it has its exec and its handle of the group: its DiT and stage as rank 0's, then calls
@@ -545,9 +596,14 @@ done:
     if (write_reply(fout, MAGIC_READY, st) != 0 && st == H3_OK)
         st = H3_ERR(H3_ERR_IO, "rank 0 is gone");
     const h3_dit_config *c = dit ? h3_dit_get_config(dit) : NULL;
+    int decodes = 0;
     while (st == H3_OK) {
         const int got = read_call(fin, &b, c);
         if (got == 0) break;
+        if (got == 2) {
+            decodes = 1;
+            break;
+        }
         if (got < 0) {
             st = H3_ERR(H3_ERR_FORMAT, "GPU %d: a malformed call from rank 0", h->rank);
             if (comm->abort) comm->abort(comm);
@@ -575,6 +631,13 @@ done:
     h3_dit_close(dit);
     h3_free(plan);
     call_buf_free(&b);
+    while (st == H3_OK && decodes) { /* the DiT given back: decodes until the end */
+        decode_hdr d;
+        if (read_all(fin, &d, sizeof d) != 0 || d.magic == MAGIC_QUIT) break;
+        st = rank_decode(fin, su, &d, ex, comm);
+        if (st != H3_OK && comm->abort) comm->abort(comm);
+        if (write_reply(fout, MAGIC_DONE, st) != 0 && st == H3_OK) st = H3_ERR(H3_ERR_IO, "rank 0 is gone");
+    }
     return st;
 }
 
@@ -608,7 +671,7 @@ int h3_dit_rank_main(void (*setup_logging)(int verbosity)) {
         if (st != H3_OK) write_reply(REPLY_FD, MAGIC_READY, st);
     }
     if (st == H3_OK) st = rank_serve(0, REPLY_FD, &su, &ex, &comm);
-    if (st != H3_OK) h3_log(H3_LOG_ERROR, "the DiT on GPU %d: %s", su.h.rank, h3_last_error());
+    if (st != H3_OK) h3_log(H3_LOG_ERROR, "the worker for GPU %d: %s", su.h.rank, h3_last_error());
     if (have_comm) h3_cuda_comm_destroy(&comm);
     if (have_cuda) h3_cuda_shutdown(&ex);
     h3_exec_free(&ex);
@@ -727,6 +790,50 @@ h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in) {
         if (bad) return group_error(g);
     }
     return H3_OK;
+}
+
+/* Every worker: the message in hdr (len bytes), then the string and the floats; one answer owed when `answered`. */
+static h3_status send_all_workers(h3_dit_group *g, const void *hdr, size_t len, const char *str, const float *data,
+                                  size_t n, int answered) {
+    pthread_mutex_lock(&g->mu);
+    const int failed = g->failed;
+    pthread_mutex_unlock(&g->mu);
+    if (failed) return group_error(g);
+    for (int r = 1; r < g->n; r++) {
+        const int fd = g->w[r].to;
+        const int bad = write_all(fd, hdr, len) || (str && write_str(fd, str)) ||
+                        (n && write_all(fd, data, n * sizeof(float)));
+        pthread_mutex_lock(&g->mu);
+        if (bad)
+            fail_worker(g, r, H3_ERR_IO, "it did not take a message (its process ended?)");
+        else if (answered)
+            g->w[r].pending++;
+        pthread_mutex_unlock(&g->mu);
+        if (bad) return group_error(g);
+    }
+    return H3_OK;
+}
+
+h3_status h3_dit_group_end_dit(h3_dit_group *g) {
+    call_hdr h;
+    memset(&h, 0, sizeof h);
+    h.magic = MAGIC_ENDDIT;
+    return send_all_workers(g, &h, sizeof h, NULL, NULL, 0, 0);
+}
+
+h3_status h3_dit_group_send_decode(h3_dit_group *g, const char *vae_path, const h3_video_vae_opts *opts,
+                                   const h3_tensor *latents) {
+    const int off = latents->ndim == 5;
+    if (!vae_path || latents->place != H3_PLACE_HOST || latents->dtype != H3_F32 ||
+        !h3_tensor_is_contiguous(latents) || latents->ndim < 4 || (off && latents->shape[0] != 1))
+        return H3_ERR(H3_ERR_INVALID, "the GPUs' group decodes contiguous f32 latents [C, T, H, W] from the host");
+    decode_hdr d;
+    memset(&d, 0, sizeof d);
+    d.magic = MAGIC_DECODE;
+    for (int i = 0; i < 4; i++) d.shape[i] = latents->shape[off + i];
+    if (opts) d.opts = *opts;
+    g->task = "the video VAE";
+    return send_all_workers(g, &d, sizeof d, vae_path, latents->data, (size_t)h3_tensor_numel(latents), 1);
 }
 
 /* Whether some worker has failed or ended (g->mu held). */

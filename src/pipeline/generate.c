@@ -351,6 +351,8 @@ typedef struct wctx {
 
 typedef struct gen {
     const h3_generate_request *r;
+    /* a split DiT's GPUs kept from its last pass for the video decode (plan->vvae_gpus > 1); stopped after it */
+    struct h3_dit_group *group;
     h3_windows win; /* the clip's windows (n 1: one) */
     /* a long clip's prompts: those some window takes ([0] req.prompt), their ids ([0]: NULL, the run's), and each
      * window's */
@@ -1647,6 +1649,7 @@ static h3_status run_pass(gen *g, const h3_tensor *hidden, const pass_spec *ps, 
             sa.split.lora_mode = g->r->lora_mode;
             sa.split.attn_flags = h3_dit_attention(g->dit);
             sa.split.verbosity = h3_log_enabled(H3_LOG_DEBUG) ? 1 : -1;
+            if (ps->last && ps->plan->vvae_gpus > 1) sa.keep_group = &g->group; /* the decode's GPUs too */
         }
         sa.dit.memory_trace = refine ? NULL : g->r->memory_trace;
         if (!refine && g->reuse_dit && g->ses->dit_stream) { /* placed by the last run: the stage owns it now */
@@ -1994,8 +1997,15 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     stage_begin(g, H3_GEN_VIDEO_VAE, m.chunks);
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, g, NULL};
     h3_stage_plan tb;
-    H3_CHECK(h3_stage_video_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->vvae, &tb) : NULL, video_lat, &out,
-                                &g->res.stages[H3_GEN_VIDEO_VAE]));
+    h3_video_split split = {g->group, g->files.video_vae, NULL};
+    if (g->group)
+        h3_log(H3_LOG_INFO, "video VAE: %d chunks split over %d GPUs (chunk i on GPU i mod %d; GPU 0 gathers them)",
+               m.chunks, g->plan->vvae_gpus, g->plan->vvae_gpus);
+    st = h3_stage_video_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->vvae, &tb) : NULL, g->group ? &split : NULL,
+                            video_lat, &out, &g->res.stages[H3_GEN_VIDEO_VAE]);
+    h3_dit_group_stop(g->group); /* its workers end with the decode */
+    g->group = NULL;
+    H3_CHECK(st);
     if (g->res.frames_written != g->req.frames)
         H3_FAIL(H3_ERR_INTERNAL, "the video VAE handed %lld frames of %lld", (long long)g->res.frames_written,
                 (long long)g->req.frames);
@@ -2720,6 +2730,7 @@ done:
         if (st == H3_ERR_INTERRUPTED) st = interrupted(g);
         remove_outputs(g);
     }
+    h3_dit_group_stop(g->group); /* a run that ended before its video decode */
     if (g->ses_locked) pthread_mutex_unlock(&g->ses->lock);
     h3_pathset_free(&paths);
     if (!g->ses) h3_tokenizer_free(tok);

@@ -767,6 +767,13 @@ done:
     h3_free(c.xa);
     h3_free(c.va);
     h3_dit_stage_close(c.s, res);
+    if (group && st == H3_OK && a->keep_group) { /* the workers give their DiT back too and wait for the decode */
+        st = h3_dit_group_end_dit(group);
+        if (st == H3_OK) {
+            *a->keep_group = group;
+            group = NULL;
+        }
+    }
     h3_dit_group_stop(group);
     if (have_cache) {
         if (res) res->cache = cache.st;
@@ -794,12 +801,18 @@ done:
     return st;
 }
 
-h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan, const h3_video_split *split,
                              const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep) {
     h3_status st = H3_OK;
     const int dev = plan && plan->on_device;
+    h3_dit_group *g = split ? split->group : NULL;
+    int sent = 0;
     stage_mark mk;
     H3_CHECK(mark_begin(ex, "video VAE", dev, dev ? plan->dev_peak : 0, &mk));
+    if (g) { /* the workers place theirs while this GPU places its own */
+        H3_CHECK(h3_dit_group_send_decode(g, split->vae_path, split->opts, latents));
+        sent = 1;
+    }
     if (dev) {
         const int off = latents->ndim == 5;
         if (latents->ndim < 4 || latents->shape[off + 2] != plan->vvae.H ||
@@ -809,8 +822,9 @@ h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *
         /* the blocks that fit stay resident, the rest stream; a chunk's tiles decode in passes */
         H3_CHECK_CTX(h3_video_vae_place(v, ex, &plan->vvae, NULL), "loading the video VAE");
     }
-    H3_CHECK_CTX(h3_video_vae_decode(v, ex, latents, out), "the video VAE");
+    H3_CHECK_CTX(h3_video_vae_decode_split(v, ex, latents, out, g ? h3_dit_group_comm(g) : NULL), "the video VAE");
 done:
+    if (sent) st = h3_dit_group_wait(g, st); /* every worker's answer; a worker's failure named */
     if (dev) h3_video_vae_unplace(v);
     mark_end(&mk, rep);
     return st;
