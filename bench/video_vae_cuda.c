@@ -3,7 +3,7 @@
  * workloads (W124: latents [1, 24, 37, 34, 60] -> 124 frames of 960x544, 7 chunks x 15 tiles), frames handed
  * to a callback on the host chunk by chunk as the generate pipeline takes them.
  *
- *     bench_video_vae_cuda [W124 W73 W362 W124L ...] [--budgets default,8] [--reps N]
+ *     bench_video_vae_cuda [W124 W73 W362 W124L ...] [--budgets default,8] [--reps N] [--split N]
  *
  * Each budget (GiB, or "default": the free device memory less 512 MiB) reserves exactly that as the device
  * arena (h3_cuda_init), so 8 GiB behaves as an 8 GiB card; the plan picks the tile batch, the FFN row step
@@ -12,7 +12,12 @@
  * median, and the arena's measured peak against the plan's prediction (placement and decodes). H3_PROFILE=1
  * adds one decode with every op timed. The table is printed last; $OUT/video_vae_cuda.json gets the numbers
  * when OUT is set. Exit status 1 when a run failed, broke its budget, or missed its predicted peak by more
- * than 5%. */
+ * than 5%.
+ *
+ * --split N adds, at each budget, GPU 0's share of the decode split over N GPUs (h3_video_vae_decode_split as rank 0
+ * of N, bench/loopback_comm.h standing in for the others: chunks 0, N, 2N, ... decoded, every frame handed out, the
+ * others' canvases not moved): its median against the whole decode's in the same run, and with the gathers' bytes
+ * at a link rate of 360 GB/s (NVLink on an H200, assumed) added as an estimate. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,7 @@
 #include "mem/budget.h"
 #include "models/video_vae.h"
 #include "pipeline/request.h"
+#include "loopback_comm.h"
 
 #define GIB 1073741824.0
 
@@ -61,6 +67,8 @@ typedef struct {
     double budget_gib, load_s, med, lo, hi, ratio;
     int64_t predicted, measured;
     int ok;
+    int split;                           /* --split N (0: none) */
+    double share_s, share_lo, gather_est_s; /* GPU 0's share (median, min) and its gathers' estimated time */
 } row;
 
 static int cmp_d(const void *a, const void *b) {
@@ -68,8 +76,33 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The median (and min) of reps decodes, each timed by device events; comm NULL: the whole decode. */
+static void time_decodes(h3_video_vae *v, h3_exec *ex, const h3_tensor *z, const h3_video_decode_out *out,
+                         h3_comm *comm, int reps, double *med, double *lo, double *hi) {
+    h3_cuda_event_h e0, e1;
+    TRY(h3_cuda_event_create(&e0, 1));
+    TRY(h3_cuda_event_create(&e1, 1));
+    double t[32];
+    if (reps > 32) reps = 32;
+    for (int i = 0; i < reps; i++) {
+        TRY(h3_cuda_event_record(e0, h3_cuda_compute_stream(ex)));
+        TRY(h3_video_vae_decode_split(v, ex, z, out, comm));
+        TRY(h3_cuda_event_record(e1, h3_cuda_compute_stream(ex)));
+        TRY(h3_cuda_event_sync(e1));
+        double ms;
+        TRY(h3_cuda_event_elapsed_ms(e0, e1, &ms));
+        t[i] = ms / 1000.0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    *med = t[reps / 2];
+    *lo = t[0];
+    if (hi) *hi = t[reps - 1];
+    h3_cuda_event_destroy(e0);
+    h3_cuda_event_destroy(e1);
+}
+
 /* One workload at one budget (0: the default). */
-static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int reps) {
+static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int reps, int split) {
     row r;
     memset(&r, 0, sizeof r);
     snprintf(r.workload, sizeof r.workload, "%s", w->name);
@@ -117,29 +150,27 @@ static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int
     sink sk = {0, 0};
     h3_video_decode_out out = {H3_PIXELS_UNIT, on_frames, &sk, NULL};
     TRY(h3_video_vae_decode(v, &ex, &z, &out)); /* warm-up: GEMM plans, first touches */
-    h3_cuda_event_h e0, e1;
-    TRY(h3_cuda_event_create(&e0, 1));
-    TRY(h3_cuda_event_create(&e1, 1));
-    double t[32];
     if (reps > 32) reps = 32;
-    for (int i = 0; i < reps; i++) {
-        TRY(h3_cuda_event_record(e0, h3_cuda_compute_stream(&ex)));
-        TRY(h3_video_vae_decode(v, &ex, &z, &out));
-        TRY(h3_cuda_event_record(e1, h3_cuda_compute_stream(&ex)));
-        TRY(h3_cuda_event_sync(e1));
-        double ms;
-        TRY(h3_cuda_event_elapsed_ms(e0, e1, &ms));
-        t[i] = ms / 1000.0;
+    time_decodes(v, &ex, &z, &out, NULL, reps, &r.med, &r.lo, &r.hi);
+    int64_t decoded = (int64_t)(reps + 1) * m.frames;
+    if (split > 1) { /* GPU 0's share of the split decode, the others stood in for */
+        h3_comm lb;
+        loopback_comm(&lb, 0, split);
+        time_decodes(v, &ex, &z, &out, &lb, reps, &r.share_s, &r.share_lo, NULL);
+        decoded += (int64_t)reps * m.frames;
+        const int own = (m.chunks + split - 1) / split;
+        r.split = split;
+        r.gather_est_s = (double)(m.chunks - own) * m.canvas_bytes / 360e9;
+        printf("  split over %d GPUs, GPU 0's share (%d of %d chunks, every frame handed out): %.3f s (min %.3f) = "
+               "%.3fx the whole decode; with its %d gathers of %.1f MiB at 360 GB/s (estimated, %.4f s): %.3fx\n",
+               split, own, m.chunks, r.share_s, r.share_lo, r.share_s / r.med, m.chunks - own,
+               m.canvas_bytes / 1048576.0, r.gather_est_s, (r.share_s + r.gather_est_s) / r.med);
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-    r.med = t[reps / 2];
-    r.lo = t[0];
-    r.hi = t[reps - 1];
     int64_t used, peak, cap;
     h3_cuda_mem_stats(&ex, &used, &peak, &cap);
     r.predicted = m.dev_peak;
     r.measured = peak;
-    r.ok = sk.bad == 0 && sk.frames == (int64_t)(reps + 1) * m.frames && peak <= budget &&
+    r.ok = sk.bad == 0 && sk.frames == decoded && peak <= budget &&
            llabs(peak - m.dev_peak) * 20 <= m.dev_peak;
     printf(
         "  placed in %.2f s; decode %.3f s (min %.3f, max %.3f over %d), measured peak %.3f GiB vs predicted "
@@ -162,8 +193,6 @@ static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int
         }
         printf("    %-20s %14s %9.3f s\n", "outside ops", "", total - ops);
     }
-    h3_cuda_event_destroy(e0);
-    h3_cuda_event_destroy(e1);
     h3_video_vae_unplace(v);
     h3_tensor_free(&z);
     h3_cuda_shutdown(&ex);
@@ -177,11 +206,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *names[8];
-    int nn = 0, reps = 5, nb = 0;
+    int nn = 0, reps = 5, nb = 0, split = 0;
     double budgets[8];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
+            split = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--budgets") && i + 1 < argc) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
@@ -212,7 +243,7 @@ int main(int argc, char **argv) {
         }
         double base = 0;
         for (int b = 0; b < nb && nr < 64; b++) {
-            row r = run_one(v, w, budgets[b], reps);
+            row r = run_one(v, w, budgets[b], reps, split);
             if (b == 0) base = r.med;
             r.ratio = base > 0 ? r.med / base : 0;
             fail |= !r.ok;
@@ -237,10 +268,12 @@ int main(int argc, char **argv) {
                     js,
                     "%s{\"workload\": \"%s\", \"budget_gib\": %.3f, \"placement\": \"%s\", \"load_s\": %.3f, "
                     "\"decode_s\": %.4f, \"min\": %.4f, \"max\": %.4f, \"ratio\": %.4f, "
-                    "\"predicted_peak\": %lld, \"measured_peak\": %lld, \"ok\": %s}",
+                    "\"predicted_peak\": %lld, \"measured_peak\": %lld, \"ok\": %s, \"split\": %d, "
+                    "\"share_s\": %.4f, \"share_min\": %.4f, \"gather_est_s\": %.4f}",
                     i ? ", " : "", rows[i].workload, rows[i].budget_gib, rows[i].placement, rows[i].load_s,
                     rows[i].med, rows[i].lo, rows[i].hi, rows[i].ratio, (long long)rows[i].predicted,
-                    (long long)rows[i].measured, rows[i].ok ? "true" : "false");
+                    (long long)rows[i].measured, rows[i].ok ? "true" : "false", rows[i].split, rows[i].share_s,
+                    rows[i].share_lo, rows[i].gather_est_s);
             fprintf(js, "]\n");
             fclose(js);
         }

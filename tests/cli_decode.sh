@@ -104,7 +104,7 @@ expect_error() { # status needle command...
 }
 "$TV" --write-latents "$tmp/c16.safetensors" latents 1 16 7 4 4
 "$TV" --write-latents "$tmp/odd.safetensors" latents 1 24 7 45 84
-"$TV" --write-latents "$tmp/name.safetensors" video_latents 1 24 7 4 4
+"$TV" --write-latents "$tmp/name.safetensors" video_rows 1 24 7 4 4
 "$TV" --write-latents "$tmp/1d.safetensors" latents 24
 "$TV" --write-latents "$tmp/a24.safetensors" latents 2 24 5
 "$TV" --write-latents "$tmp/v0.safetensors" latents 1 24 2 4 0
@@ -112,7 +112,7 @@ expect_error() { # status needle command...
 D="$H3RUN decode --model $V/official --tensors-out $tmp/x.safetensors --latents"
 expect_error 2 "have 16 channels; this video VAE takes 24" $D "$tmp/c16.safetensors"
 expect_error 2 "45 × 84: height and width must be even" $D "$tmp/odd.safetensors"
-expect_error 1 "has no tensor named 'latents'" $D "$tmp/name.safetensors"
+expect_error 1 "has no tensor named 'latents' (nor generate's 'video_latents')" $D "$tmp/name.safetensors"
 expect_error 2 "neither video [1, C, T, H, W] nor audio" $D "$tmp/1d.safetensors"
 expect_error 1 "need an audio VAE" $D "$tmp/a24.safetensors"
 expect_error 2 "have 24 channels; this audio VAE takes 32" "$H3RUN" decode --model "$tmp/audio_official" \

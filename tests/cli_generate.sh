@@ -78,6 +78,11 @@ info=$(ffprobe -v error -show_entries stream=codec_name,sample_rate,channels,dur
 "$H3RUN" inspect "$tmp/a.safetensors" >"$tmp/insp" 2>&1 || fail "inspect of the latents: $(cat "$tmp/insp")"
 grep -Eq "^video_latents +F32 +\[1, 24, 7, 8, 8\]" "$tmp/insp" || fail "video_latents: $(cat "$tmp/insp")"
 grep -Eq "^audio_latents +F32 +\[2, 32, 37\]" "$tmp/insp" || fail "audio_latents: $(cat "$tmp/insp")"
+# decode takes the latents file as it is: the same frames as the run's own decode
+"$H3RUN" decode --model "$M" --latents "$tmp/a.safetensors" --out "$tmp/redecoded" --threads 2 >/dev/null 2>"$tmp/err" ||
+    fail "decode of generate's latents exited $?: $(cat "$tmp/err")"
+cmp -s <(cd "$tmp/frames" && cat -- *.png) <(cd "$tmp/redecoded" && cat -- *.png) ||
+    fail "decode of generate's latents: its PNG frames differ from generate's"
 # Progress as JSON: one object per line, every stage begun and ended in order, 49 DiT steps, a final event.
 stages=$(grep -o '"event":"stage_begin","stage":"[a-z_]*"' "$tmp/stderr" | sed 's/.*"stage":"//; s/"//' | tr '\n' ' ')
 [ "$stages" = "tokenize text_encoder dit audio_vae video_vae mux " ] || fail "stages in order: '$stages'"

@@ -315,7 +315,8 @@ int h3_cmd_decode(int argc, char **argv) {
          0, 0},
         {"latents", 'l', H3_OPT_STR, &latents, "FILE",
          "safetensors with a tensor 'latents': video [1, C, T, H, W], "
-         "audio [channels, C, T], normalized as the DiT produces them",
+         "audio [channels, C, T], normalized as the DiT produces them; or generate --latents' file "
+         "(video_latents, or audio_latents when --out is a .wav)",
          0, 0},
         {"out", 'o', H3_OPT_STR, &a.out, "PATH", "video: a folder for frame_NNNNN.png; audio: a .wav file", 0,
          0},
@@ -411,12 +412,17 @@ int h3_cmd_decode(int argc, char **argv) {
     int have_set = 0, have_ex = 0;
     h3_cli_run_begin();
     h3_status st = h3_st_open(latents, &s);
+    const char *name = "latents";
     if (st == H3_OK) {
         have_set = 1;
-        if (!h3_st_find(&s, "latents"))
-            st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents'", latents);
+        /* generate --latents writes video_latents and audio_latents: a .wav --out takes the audio */
+        const size_t ol = a.out ? strlen(a.out) : 0;
+        const int wav = ol > 4 && !strcmp(a.out + ol - 4, ".wav");
+        if (!h3_st_find(&s, name)) name = wav ? "audio_latents" : "video_latents";
+        if (!h3_st_find(&s, name))
+            st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents' (nor generate's '%s')", latents, name);
     }
-    if (st == H3_OK) st = h3_st_load(&s, "latents", H3_PLACE_HOST, H3_F32, H3_MEM_IO, &lat);
+    if (st == H3_OK) st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &lat);
     /* The latents say what --out is: a folder of frames (video) or a WAV file (audio). */
     if (st == H3_OK && a.out && lat.ndim >= 2 && lat.ndim <= 5)
         st = h3_check_output(a.out, "--out", lat.ndim >= 4 ? H3_OUT_DIR : H3_OUT_FILE);

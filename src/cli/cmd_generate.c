@@ -214,7 +214,8 @@ int h3_cmd_generate(int argc, char **argv) {
         {"gpus", 0, H3_OPT_INT, &gpus, "N",
          "split the DiT over GPUs 0..N-1 (sequence parallel over NCCL; N divides its 56 heads: 2, 4, 7 or 8): a "
          "worker process a GPU, each planned within the budget (or its free memory) and an equal share of "
-         "--ram-budget; the other stages on GPU 0 (default 1)",
+         "--ram-budget; the video decode's chunks shared out too when every GPU holds a decoder; the other "
+         "stages on GPU 0 (default 1)",
          1, H3_PLAN_MAX_GPUS},
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},

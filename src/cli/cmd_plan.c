@@ -165,7 +165,8 @@ int h3_cmd_plan(int argc, char **argv) {
         {"gpus", 0, H3_OPT_INT, &gpus, "N",
          "split the DiT over N GPUs (sequence parallel over NCCL: every GPU holds all its weights, runs 1/N of the "
          "rows and the attention of 1/N of the heads) and plan each GPU: its budget is --vram-budget, or on this "
-         "machine its free memory; the host budget is shared equally; the other stages run on the first GPU",
+         "machine its free memory; the host budget is shared equally; the video decode's chunks are shared out "
+         "when every GPU holds a decoder; the other stages run on the first GPU",
          1, H3_PLAN_MAX_GPUS},
         {"device", 'd', H3_OPT_STR, &device, "NAME",
          "predict times with the stated figures of a GPU (h200); default: the GPU here, if known", 0, 0},

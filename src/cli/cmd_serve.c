@@ -1172,8 +1172,8 @@ int h3_cmd_serve(int argc, char **argv) {
         {"threads", 't', H3_OPT_INT, &threads, "N", "CPU threads (default 0: one per CPU)", 0,
          H3_MAX_THREADS},
         {"gpus", 0, H3_OPT_INT, &gpus, "N",
-         "every job's DiT split over GPUs 0..N-1 (as generate's --gpus; the device budget applies to each GPU, and "
-         "nothing of the DiT is kept between jobs)",
+         "every job's DiT and video decode split over GPUs 0..N-1 (as generate's --gpus; the device budget applies to "
+         "each GPU, and nothing of the DiT is kept between jobs)",
          1, H3_PLAN_MAX_GPUS},
         {"quiet", 'q', H3_OPT_FLAG, &quiet, NULL, "log warnings and errors only", 0, 0},
         {"verbose", 'v', H3_OPT_FLAG, &verbose, NULL, "log more", 0, 0},

@@ -18,6 +18,7 @@
 #   e2e (bench/e2e.sh: the release-shaped model, h3run generate at two budgets against diffusers' stages; E2E_*),
 #   serve (bench/serve_reuse.py: h3run serve's second job on e2e's model, its DiT at least 3x sooner; SERVE_ARGS),
 #   video-vae (the video VAE GPU vs CPU, then h3run's and diffusers' W124 decodes; VVAE_ARGS, VVAE_DIFFUSERS_ARGS),
+#   vae-split (GPU 0's share of the video decode split over 2 and 4 GPUs against the whole decode, W124 and W362),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
 #   lt-fp8 (bench/lt_fp8_modes.cu: cuBLASLt's fp8 GEMM per-tensor vs per-row scales, fast accumulation; LT_ROWS),
 #   ab (bench_cuda_kernels' attention, base and each H3_BUNDLE_VARIANTS build alternated twice; AB_ROWS),
@@ -197,6 +198,16 @@ for s in "${steps[@]}"; do
                 echo "two GPUs against one (video, audio latents, relative L2): $d" | tee -a "$OUT/group.log"
                 awk -v d="$d" 'BEGIN { n = split(d, x, " "); exit !(n == 2 && x[1] + 0 <= 2e-2 && x[2] + 0 <= 2e-2) }' ||
                     { echo "FAIL: two GPUs' latents off one's: $d"; rc=1; }
+                # the video decode split over both GPUs against GPU 0's alone, of the same latents: the same frames
+                $B/h3run "${G[@]}" --gpus 2 --latents "$OUT/two.safetensors" --png-dir "$OUT/two-png" -o "$OUT/two.mp4" \
+                    >>"$OUT/group.log" 2>&1 || rc=1
+                $B/h3run decode --model /tmp/h3-tiny --latents "$OUT/two.safetensors" --out "$OUT/one-png" \
+                    >>"$OUT/group.log" 2>&1 || rc=1
+                if cmp -s <(cd "$OUT/two-png" && cat -- *.png | md5sum) <(cd "$OUT/one-png" && cat -- *.png | md5sum); then
+                    echo "the split decode's PNG frames equal GPU 0's alone" | tee -a "$OUT/group.log"
+                else
+                    echo "FAIL: the split decode's PNG frames differ from GPU 0's alone" | tee -a "$OUT/group.log"; rc=1
+                fi
             else
                 H3_BUILD_DIR=$B $B/test_dit_group processes 2>&1 | tee "$OUT/test_dit_group.log"; rc=$((rc | PIPESTATUS[0]))
                 t0=$(date +%s)
@@ -280,6 +291,17 @@ Image.new('RGB', (128, 96), (20, 40, 220)).save('/tmp/kf-b.png')" || rc=1
             rc=$((rc | PIPESTATUS[0]))
             PYTHONUNBUFFERED=1 python3 bench/video_vae_diffusers.py ${VVAE_DIFFUSERS_ARGS:-W124} 2>&1 \
                 | tee "$OUT/video_vae_diffusers.log"; rc=$((rc | PIPESTATUS[0])) ;;
+        vae-split) # the video decode split over GPUs (h3_video_vae_decode_split), GPU 0's share measured on this GPU with
+                   # the others stood in for (bench_video_vae_cuda --split N) against the whole decode in the same
+                   # process: W124 on two GPUs at the default budget and 8 GiB, W362 on two, W124 on four; then the
+                   # decoder's parity tests and the worker processes' launch (test_dit_group processes)
+            $B/bench_video_vae_cuda W124 --budgets default,8 --split 2 2>&1 | tee "$OUT/vae_split_w124.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_video_vae_cuda W362 --budgets default --split 2 --reps 3 2>&1 | tee "$OUT/vae_split_w362.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/bench_video_vae_cuda W124 --budgets default --split 4 --reps 3 2>&1 | tee "$OUT/vae_split_w124_4.log"; rc=$((rc | PIPESTATUS[0]))
+            $B/test_video_vae_cuda 2>&1 | tee "$OUT/test_video_vae_cuda.log"; rc=$((rc | PIPESTATUS[0]))
+            nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+            LD_LIBRARY_PATH="${nccl:+$nccl:}$LD_LIBRARY_PATH" $B/test_dit_group 2>&1 | tee "$OUT/test_dit_group.log"
+            rc=$((rc | PIPESTATUS[0])) ;;
         *) echo "unknown step $s"; rc=1 ;;
     esac
 done
