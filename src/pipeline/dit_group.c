@@ -899,15 +899,18 @@ void h3_dit_group_stop(h3_dit_group *g) {
         }
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
+    /* a stopped group's workers may wait in a collective rank 0 left (their GPU never returns from it): 3 s to end,
+     * not 30 */
+    const int grace = g->failed ? 30 : 300;
     pthread_mutex_unlock(&g->mu);
     if (g->wake[1] >= 0) (void)!write(g->wake[1], "x", 1);
     if (g->have_watch) pthread_join(g->watch, NULL);
     for (int r = 1; r < g->n; r++) {
         worker *w = &g->w[r];
         if (w->have_thread) pthread_join(w->th, NULL);
-        if (w->pid > 0) { /* 30 s to finish, then killed */
+        if (w->pid > 0) { /* 30 s to finish (3 s after a failure), then killed */
             int status = 0;
-            for (int i = 0; i < 300 && waitpid(w->pid, &status, WNOHANG) == 0; i++) usleep(100000);
+            for (int i = 0; i < grace && waitpid(w->pid, &status, WNOHANG) == 0; i++) usleep(100000);
             if (waitpid(w->pid, &status, WNOHANG) == 0) {
                 h3_log(H3_LOG_WARN, "the DiT's process for GPU %d did not end: killed", r);
                 kill(w->pid, SIGKILL);

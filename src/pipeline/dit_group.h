@@ -71,7 +71,8 @@ h3_status h3_dit_group_end_dit(h3_dit_group *g);
  * h3_dit_group_comm(g) and h3_dit_group_wait(g, own) collects the answers. Threads as ranks decode on the host. */
 h3_status h3_dit_group_send_decode(h3_dit_group *g, const char *vae_path, const h3_video_vae_opts *opts,
                                    const h3_tensor *latents);
-/* Tells the workers to finish, waits for them (a worker that does not end within 30 s is killed) and frees g. */
+/* Tells the workers to finish, waits for them (a worker that does not end within 30 s, 3 s once the group has failed
+ * or was stopped mid-call, is killed) and frees g. */
 void h3_dit_group_stop(h3_dit_group *g);
 
 /* The worker process: `h3run __dit-rank` with the setup on stdin (fd 0) and its answers on fd 3; setup_logging
