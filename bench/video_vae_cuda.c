@@ -14,10 +14,10 @@
  * when OUT is set. Exit status 1 when a run failed, broke its budget, or missed its predicted peak by more
  * than 5%.
  *
- * --split N adds, at each budget, GPU 0's share of the decode split over N GPUs (h3_video_vae_decode_split as rank 0
- * of N, bench/loopback_comm.h standing in for the others: chunks 0, N, 2N, ... decoded, every frame handed out, the
- * others' canvases not moved): its median against the whole decode's in the same run, and with the gathers' bytes
- * at a link rate of 360 GB/s (NVLink on an H200, assumed) added as an estimate. */
+ * --split N adds, at each budget, GPU 0's share of the decode split over N GPUs (h3_video_vae_decode_split as
+ * rank 0 of N, bench/loopback_comm.h standing in for the others: chunks 0, N, 2N, ... decoded, every frame
+ * handed out, the others' canvases not moved): its median against the whole decode's in the same run, and
+ * with the gathers' bytes at a link rate of 360 GB/s (NVLink on an H200, assumed) added as an estimate. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +67,7 @@ typedef struct {
     double budget_gib, load_s, med, lo, hi, ratio;
     int64_t predicted, measured;
     int ok;
-    int split;                           /* --split N (0: none) */
+    int split;                              /* --split N (0: none) */
     double share_s, share_lo, gather_est_s; /* GPU 0's share (median, min) and its gathers' estimated time */
 } row;
 
@@ -161,8 +161,9 @@ static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int
         const int own = (m.chunks + split - 1) / split;
         r.split = split;
         r.gather_est_s = (double)(m.chunks - own) * m.canvas_bytes / 360e9;
-        printf("  split over %d GPUs, GPU 0's share (%d of %d chunks, every frame handed out): %.3f s (min %.3f) = "
-               "%.3fx the whole decode; with its %d gathers of %.1f MiB at 360 GB/s (estimated, %.4f s): %.3fx\n",
+        printf("  split over %d GPUs, GPU 0's share (%d of %d chunks, every frame handed out): %.3f s "
+               "(min %.3f) = %.3fx the whole decode; with its %d gathers of %.1f MiB at 360 GB/s "
+               "(estimated, %.4f s): %.3fx\n",
                split, own, m.chunks, r.share_s, r.share_lo, r.share_s / r.med, m.chunks - own,
                m.canvas_bytes / 1048576.0, r.gather_est_s, (r.share_s + r.gather_est_s) / r.med);
     }
@@ -170,8 +171,8 @@ static row run_one(h3_video_vae *v, const h3_workload *w, double budget_gib, int
     h3_cuda_mem_stats(&ex, &used, &peak, &cap);
     r.predicted = m.dev_peak;
     r.measured = peak;
-    r.ok = sk.bad == 0 && sk.frames == decoded && peak <= budget &&
-           llabs(peak - m.dev_peak) * 20 <= m.dev_peak;
+    r.ok =
+        sk.bad == 0 && sk.frames == decoded && peak <= budget && llabs(peak - m.dev_peak) * 20 <= m.dev_peak;
     printf(
         "  placed in %.2f s; decode %.3f s (min %.3f, max %.3f over %d), measured peak %.3f GiB vs predicted "
         "%.3f%s\n",
@@ -272,8 +273,8 @@ int main(int argc, char **argv) {
                     "\"share_s\": %.4f, \"share_min\": %.4f, \"gather_est_s\": %.4f}",
                     i ? ", " : "", rows[i].workload, rows[i].budget_gib, rows[i].placement, rows[i].load_s,
                     rows[i].med, rows[i].lo, rows[i].hi, rows[i].ratio, (long long)rows[i].predicted,
-                    (long long)rows[i].measured, rows[i].ok ? "true" : "false", rows[i].split, rows[i].share_s,
-                    rows[i].share_lo, rows[i].gather_est_s);
+                    (long long)rows[i].measured, rows[i].ok ? "true" : "false", rows[i].split,
+                    rows[i].share_s, rows[i].share_lo, rows[i].gather_est_s);
             fprintf(js, "]\n");
             fclose(js);
         }

@@ -210,11 +210,10 @@ done:
     fixture_close(&x);
 }
 
-
-/* After the DiT's calls the group decodes the video (h3_dit_group_end_dit, then the video VAE stage with the group):
- * the workers open the decoder and decode their chunks, rank 0 gathers them; the frames equal the unsplit decode's
- * bit for bit (every rank single-threaded). A worker whose decoder does not open fails the decode naming its GPU
- * and the path. */
+/* After the DiT's calls the group decodes the video (h3_dit_group_end_dit, then the video VAE stage with the
+ * group): the workers open the decoder and decode their chunks, rank 0 gathers them; the frames equal the
+ * unsplit decode's bit for bit (every rank single-threaded). A worker whose decoder does not open fails the
+ * decode naming its GPU and the path. */
 static void test_decode(void) {
     fixture x;
     h3_dit *r0 = NULL;
@@ -230,7 +229,8 @@ static void test_decode(void) {
     const int64_t T = 17, s[4] = {24, T, 4, 6}; /* 3 chunks */
     CHECK_OK(h3_tensor_alloc(&z, H3_PLACE_HOST, H3_F32, 4, s, H3_MEM_OTHER));
     t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
-    const int64_t os[4] = {c->out_channels, h3_video_vae_num_frames(c, T), 4 * c->patch_size, 6 * c->patch_size};
+    const int64_t os[4] = {c->out_channels, h3_video_vae_num_frames(c, T), 4 * c->patch_size,
+                           6 * c->patch_size};
     CHECK_OK(h3_tensor_alloc(&ref, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
     CHECK_OK(h3_tensor_alloc(&got, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
     h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, &ref};
@@ -259,7 +259,8 @@ static void test_decode(void) {
             CHECK(st == H3_OK, "the split decode: %s", h3_last_error());
             CHECK(!memcmp(got.data, ref.data, (size_t)h3_tensor_numel(&ref) * 4),
                   "the split decode's frames differ from the unsplit decode's");
-            if (st == H3_OK) printf("  3 chunks over 2 ranks after 3 DiT calls: the unsplit decode's frames\n");
+            if (st == H3_OK)
+                printf("  3 chunks over 2 ranks after 3 DiT calls: the unsplit decode's frames\n");
         } else {
             printf("  a worker without its decoder: %s\n", h3_last_error());
             CHECK(st != H3_OK && strstr(h3_last_error(), "GPU 1") && strstr(h3_last_error(), "no-such-vae"),

@@ -785,8 +785,9 @@ static void test_stage_plans(void) {
     CHECK_OK(h3_plan_video_vae(vv, 37, 34, 60, 12345, 2, &b8, &f, sp));
     CHECK(pl.vvae.dev_peak == sp->dev_peak && pl.vvae.host_peak == sp->host_peak, "the plan's video VAE");
     CHECK(pl.vvae_gpus == 1, "one GPU: the decode split over %d", pl.vvae_gpus);
-    {   /* two GPUs: the first decodes chunks 0, 2, 4, 6 of 7 and gathers 3 canvases of 3 x 22 x 544 x 960 f32 at
-         * 360 GB/s (17 frames and the 5 it cross-fades into the next); a second GPU too small for a decoder leaves the decode to the first */
+    { /* two GPUs: the first decodes chunks 0, 2, 4, 6 of 7 and gathers 3 canvases of 3 x 22 x 544 x 960 f32
+       * at 360 GB/s (17 frames and the 5 it cross-fades into the next); a second GPU too small for a decoder
+       * leaves the decode to the first */
         static h3_plan p2;
         h3_plan_request r2 = W124;
         r2.gpus = 2;
@@ -795,9 +796,10 @@ static void test_stage_plans(void) {
         CHECK(p2.vvae.vvae.canvas_bytes == canvas, "a chunk's canvas %lld bytes, expected %lld",
               (long long)p2.vvae.vvae.canvas_bytes, (long long)canvas);
         const double expect = pl.vvae.t_run * 4 / 7 + 3.0 * canvas / 360e9;
-        CHECK(p2.vvae_gpus == 2 && fabs(p2.vvae.t_run - expect) < 1e-9 && strstr(p2.vvae.detail, "split over 2 GPUs"),
-              "two GPUs: the decode over %d, %.4f s (expected %.4f), '%s'", p2.vvae_gpus, p2.vvae.t_run, expect,
-              p2.vvae.detail);
+        CHECK(p2.vvae_gpus == 2 && fabs(p2.vvae.t_run - expect) < 1e-9 &&
+                  strstr(p2.vvae.detail, "split over 2 GPUs"),
+              "two GPUs: the decode over %d, %.4f s (expected %.4f), '%s'", p2.vvae_gpus, p2.vvae.t_run,
+              expect, p2.vvae.detail);
         const double t_two = p2.vvae.t_run;
         char *txt = h3_plan_format(&p2);
         CHECK(txt && strstr(txt, "the video VAE split over them too"), "the report: %s", txt ? txt : "");
@@ -808,7 +810,8 @@ static void test_stage_plans(void) {
         CHECK(p2.vvae_gpus == 1 && fabs(p2.vvae.t_run - pl.vvae.t_run) < 1e-9 &&
                   strstr(p2.vvae.detail, "on the first GPU alone: GPU 1's budget"),
               "GPU 1 at 64 MiB: the decode over %d, '%s'", p2.vvae_gpus, p2.vvae.detail);
-        t_note("  video VAE of W124 on two GPUs: %.3f s predicted against one's %.3f (%.3fx; figures of this test)",
+        t_note("  video VAE of W124 on two GPUs: %.3f s predicted against one's %.3f (%.3fx; figures of this "
+               "test)",
                t_two, pl.vvae.t_run, t_two / pl.vvae.t_run);
     }
     CHECK_OK(h3_plan_audio_vae(av, 207, 2, 777, &b8, &f, sp));

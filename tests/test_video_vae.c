@@ -519,7 +519,8 @@ static void test_memory_bounded(void) {
            a.total / 1048576.0, a.tiles_y, a.tiles_x, (long long)a.tokens_per_tile, d.total / 1048576.0);
 }
 
-/* ---- the decode split over ranks (threads and the in-process group) ---------------------------------------- */
+/* ---- the decode split over ranks (threads and the in-process group)
+ * ---------------------------------------- */
 
 typedef struct {
     const char *model;
@@ -544,8 +545,8 @@ static void *split_rank_main(void *arg) {
     return NULL;
 }
 
-/* Decodes lat over n ranks (threads, each its own decoder and exec); rank `bad` (>= 0) gets bad_lat instead. The
- * frames land in out (rank 0's); st[r] each rank's status. */
+/* Decodes lat over n ranks (threads, each its own decoder and exec); rank `bad` (>= 0) gets bad_lat instead.
+ * The frames land in out (rank 0's); st[r] each rank's status. */
 static void run_split(const char *model, int n, const h3_tensor *lat, int bad, const h3_tensor *bad_lat,
                       h3_tensor *out, h3_status *st, char (*msg)[512]) {
     h3_comm ranks[4];
@@ -565,9 +566,9 @@ static void run_split(const char *model, int n, const h3_tensor *lat, int bad, c
     h3_comm_local_destroy(ranks, n);
 }
 
-/* The decode split over 2 and 3 ranks hands out exactly the unsplit decode's frames (5 chunks: rounds with a rank
- * idle, canvases that cross-fade across ranks); a rank whose latents are refused stops the others with an error
- * instead of leaving them waiting. */
+/* The decode split over 2 and 3 ranks hands out exactly the unsplit decode's frames (5 chunks: rounds with a
+ * rank idle, canvases that cross-fade across ranks); a rank whose latents are refused stops the others with
+ * an error instead of leaving them waiting. */
 static void test_split(void) {
     char mp[700];
     fx("official", mp, sizeof mp);
@@ -581,11 +582,13 @@ static void test_split(void) {
     const int64_t sb[4] = {24, T, 5, 16}; /* odd height: refused */
     CHECK_OK(h3_tensor_alloc(&bad, H3_PLACE_HOST, H3_F32, 4, sb, H3_MEM_OTHER));
     t_fill_randn(z.data, (size_t)h3_tensor_numel(&z), 1.0);
-    const int64_t F = h3_video_vae_num_frames(c, T), os[4] = {c->out_channels, F, 4 * c->patch_size, 16 * c->patch_size};
+    const int64_t F = h3_video_vae_num_frames(c, T),
+                  os[4] = {c->out_channels, F, 4 * c->patch_size, 16 * c->patch_size};
     CHECK_OK(h3_tensor_alloc(&ref, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
     CHECK_OK(h3_tensor_alloc(&got, H3_PLACE_HOST, H3_F32, 4, os, H3_MEM_OTHER));
     h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, &ref};
-    h3_exec one; /* the ranks' threads run one-threaded (OpenBLAS's threads would split sums as its callers allow) */
+    h3_exec one; /* the ranks' threads run one-threaded (OpenBLAS's threads would split sums as its callers
+                    allow) */
     CHECK_OK(h3_exec_init(&one, 1));
     CHECK_OK(h3_video_vae_decode(v, &one, &z, &dst));
     h3_exec_free(&one);
@@ -602,17 +605,20 @@ static void test_split(void) {
         int64_t first_diff = -1;
         for (int64_t i = 0; i < h3_tensor_numel(&ref) && first_diff < 0; i++)
             if (((float *)got.data)[i] != ((float *)ref.data)[i]) first_diff = i;
-        CHECK(same, "%d ranks: the frames differ from the unsplit decode's (first at value %lld: %g, not %g)", n,
-              (long long)first_diff, first_diff >= 0 ? ((float *)got.data)[first_diff] : 0.0,
+        CHECK(same, "%d ranks: the frames differ from the unsplit decode's (first at value %lld: %g, not %g)",
+              n, (long long)first_diff, first_diff >= 0 ? ((float *)got.data)[first_diff] : 0.0,
               first_diff >= 0 ? ((float *)ref.data)[first_diff] : 0.0);
-        if (same) t_note("  %d ranks: %lld frames of %d chunks equal the unsplit decode's", n, (long long)F, m.chunks);
+        if (same)
+            t_note("  %d ranks: %lld frames of %d chunks equal the unsplit decode's", n, (long long)F,
+                   m.chunks);
     }
     for (int who = 0; who < 2; who++) { /* rank 1, then rank 0, refuses its latents */
         h3_status st[4];
         char msg[4][512];
         run_split(mp, 2, &z, who ? 0 : 1, &bad, &got, st, msg);
         const int b = who ? 0 : 1, o = 1 - b;
-        CHECK(st[b] == H3_ERR_INVALID && strstr(msg[b], "even"), "the refusing rank %d: %d %s", b, st[b], msg[b]);
+        CHECK(st[b] == H3_ERR_INVALID && strstr(msg[b], "even"), "the refusing rank %d: %d %s", b, st[b],
+              msg[b]);
         CHECK(st[o] == H3_ERR_INTERRUPTED, "rank %d after rank %d refused: %d %s", o, b, st[o], msg[o]);
     }
     h3_tensor_free(&z);

@@ -420,7 +420,8 @@ int h3_cmd_decode(int argc, char **argv) {
         const int wav = ol > 4 && !strcmp(a.out + ol - 4, ".wav");
         if (!h3_st_find(&s, name)) name = wav ? "audio_latents" : "video_latents";
         if (!h3_st_find(&s, name))
-            st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents' (nor generate's '%s')", latents, name);
+            st = H3_ERR(H3_ERR_NOT_FOUND, "%s has no tensor named 'latents' (nor generate's '%s')", latents,
+                        name);
     }
     if (st == H3_OK) st = h3_st_load(&s, name, H3_PLACE_HOST, H3_F32, H3_MEM_IO, &lat);
     /* The latents say what --out is: a folder of frames (video) or a WAV file (audio). */

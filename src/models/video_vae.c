@@ -1543,6 +1543,11 @@ static int64_t vv_op_scratch(const h3_video_vae_config *c, int threads, h3_dtype
     return m;
 }
 
+/* One chunk's raw canvas [oc, main + look-ahead frames, Hp, Wp] f32: what a split decode moves a chunk. */
+static int64_t vv_canvas_bytes(const h3_video_vae_config *c, const vv_plan *p) {
+    return (int64_t)c->out_channels * (p->main_frames + p->ovl_frames) * p->Hp * p->Wp * 4;
+}
+
 static void vv_mem_geometry(const h3_video_vae_config *c, const vv_plan *p, h3_video_vae_mem *out) {
     out->chunks = p->chunks;
     out->tiles_y = p->ny;
@@ -1554,7 +1559,7 @@ static void vv_mem_geometry(const h3_video_vae_config *c, const vv_plan *p, h3_v
     out->tile_batch = p->nb;
     out->passes = (p->nt + p->nb - 1) / p->nb;
     out->rows_per_step = p->rc;
-    out->canvas_bytes = (int64_t)c->out_channels * (p->main_frames + p->ovl_frames) * p->Hp * p->Wp * 4;
+    out->canvas_bytes = vv_canvas_bytes(c, p);
 }
 
 /* A host decode from the file: f32 activations, weights as stored. */
@@ -2072,7 +2077,7 @@ static h3_status vv_crossfade(vv_run *r) {
 /* Chunk i's raw canvas from its rank (i mod n, not 0) to rank 0's canvas: one collective every rank calls. */
 static h3_status vv_gather_chunk(vv_run *r, h3_comm *comm, int from) {
     int64_t sc[H3_COMM_MAX_RANKS], sd[H3_COMM_MAX_RANKS], rc[H3_COMM_MAX_RANKS], rd[H3_COMM_MAX_RANKS];
-    const int64_t bytes = (int64_t)r->c->out_channels * (r->p->main_frames + r->p->ovl_frames) * r->p->Hp * r->p->Wp * 4;
+    const int64_t bytes = vv_canvas_bytes(r->c, r->p);
     for (int j = 0; j < comm->size; j++) sc[j] = sd[j] = rc[j] = rd[j] = 0;
     if (comm->rank == from) sc[0] = bytes;
     if (comm->rank == 0) rc[from] = bytes;
@@ -2080,8 +2085,8 @@ static h3_status vv_gather_chunk(vv_run *r, h3_comm *comm, int from) {
     return comm->alltoallv(comm, r->ex, canvas, sc, sd, canvas, rc, rd);
 }
 
-static h3_status vv_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents, const h3_video_decode_out *out,
-                           h3_comm *comm) {
+static h3_status vv_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
+                           const h3_video_decode_out *out, h3_comm *comm) {
     const h3_video_vae_config *c = &v->cfg;
     const int ranks = comm ? comm->size : 1, me = comm ? comm->rank : 0;
     H3_TRY(h3_video_vae_check_latents(c, latents));
@@ -2174,8 +2179,9 @@ static h3_status vv_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latent
             H3_CHECK(h3_op_convert(ex, &d, &r.io.t[W_REG]));
         }
     }
-    /* Chunks in rounds of `ranks`: each rank decodes its chunk of the round (k0 + rank) at once, then rank 0 finishes
-     * the round's chunks in order, taking each other rank's raw canvas into its own when its turn comes. */
+    /* Chunks in rounds of `ranks`: each rank decodes its chunk of the round (k0 + rank) at once, then rank 0
+     * finishes the round's chunks in order, taking each other rank's raw canvas into its own when its turn
+     * comes. */
     int64_t first = 0;
     for (int k0 = 0; k0 < p->chunks; k0 += ranks) {
         const int i = k0 + me;
@@ -2185,7 +2191,9 @@ static h3_status vv_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latent
                          p->chunks, t0 + 1, t0 + nbp, p->nt);
         }
         for (int j = 0; j < ranks && k0 + j < p->chunks; j++) {
-            if (j > 0) H3_CHECK_CTX(vv_gather_chunk(&r, comm, j), "chunk %d of %d from rank %d", k0 + j + 1, p->chunks, j);
+            if (j > 0)
+                H3_CHECK_CTX(vv_gather_chunk(&r, comm, j), "chunk %d of %d from rank %d", k0 + j + 1,
+                             p->chunks, j);
             if (me != 0) continue;
             if (k0 + j > 0 && p->ovl_frames) H3_CHECK(vv_crossfade(&r));
             int64_t Fc = p->main_frames + p->ovl_frames, plane = p->Hp * p->Wp;
@@ -2230,7 +2238,8 @@ h3_status h3_video_vae_decode_split(h3_video_vae *v, h3_exec *ex, const h3_tenso
                                     const h3_video_decode_out *out, h3_comm *comm) {
     if (comm && comm->size < 2) comm = NULL;
     const h3_status st = vv_decode(v, ex, latents, out, comm);
-    if (st != H3_OK && comm && comm->abort) comm->abort(comm); /* the others may wait for this rank's chunks */
+    if (st != H3_OK && comm && comm->abort)
+        comm->abort(comm); /* the others may wait for this rank's chunks */
     return st;
 }
 

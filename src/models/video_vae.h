@@ -132,13 +132,13 @@ typedef struct h3_video_decode_out {
 h3_status h3_video_vae_decode(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
                               const h3_video_decode_out *out);
 struct h3_comm;
-/* The decode split over the ranks of a group (tensor/comm.h; one rank a GPU, each with this decoder placed for
- * the same latents): chunk i is decoded by rank i mod n, the ranks' chunks of a round at once; each other rank's
- * raw canvas goes to rank 0, which cross-fades every chunk into the last and hands out every frame, as
- * h3_video_vae_decode does (out is rank 0's; the others hand out nothing and may pass NULL). No rank allocates more
- * than an unsplit decode: rank 0 takes a canvas into its own once it has handed its last one out. The frames equal
- * the unsplit decode's when the ranks compute alike (a canvas moves as bytes). A rank that fails stops the group
- * (comm->abort). comm NULL or of one rank: h3_video_vae_decode. */
+/* The decode split over the ranks of a group (tensor/comm.h; one rank a GPU, each with this decoder placed
+ * for the same latents): chunk i is decoded by rank i mod n, the ranks' chunks of a round at once; each other
+ * rank's raw canvas goes to rank 0, which cross-fades every chunk into the last and hands out every frame, as
+ * h3_video_vae_decode does (out is rank 0's; the others hand out nothing and may pass NULL). No rank
+ * allocates more than an unsplit decode: rank 0 takes a canvas into its own once it has handed its last one
+ * out. The frames equal the unsplit decode's when the ranks compute alike (a canvas moves as bytes). A rank
+ * that fails stops the group (comm->abort). comm NULL or of one rank: h3_video_vae_decode. */
 h3_status h3_video_vae_decode_split(h3_video_vae *v, h3_exec *ex, const h3_tensor *latents,
                                     const h3_video_decode_out *out, struct h3_comm *comm);
 
@@ -170,7 +170,7 @@ typedef struct h3_video_vae_mem {
     int64_t total;         /* host decodes: all of the above; device decodes: the host memory they take */
     int chunks, tiles_y, tiles_x;
     int64_t frames, tokens_per_tile;
-    int64_t canvas_bytes; /* one chunk's raw canvas (f32 frames and look-ahead): what a split decode moves a chunk */
+    int64_t canvas_bytes; /* one chunk's raw canvas (f32 frames and look-ahead): a split decode's gather */
     /* the run */
     h3_place place;
     int packed;

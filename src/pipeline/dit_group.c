@@ -29,12 +29,12 @@
 extern char **environ;
 
 enum {
-    MAGIC_SETUP = 0x50533348, /* "H3SP" */
-    MAGIC_CALL = 0x4c4c4143,  /* "CALL" */
-    MAGIC_QUIT = 0x54495551,  /* "QUIT" */
-    MAGIC_UP = 0x20205055,    /* "UP  ": the worker has its GPU */
-    MAGIC_READY = 0x20594452, /* "RDY ": its DiT is placed and its stage open */
-    MAGIC_DONE = 0x454e4f44,  /* "DONE": a call's (or a decode's) answer */
+    MAGIC_SETUP = 0x50533348,  /* "H3SP" */
+    MAGIC_CALL = 0x4c4c4143,   /* "CALL" */
+    MAGIC_QUIT = 0x54495551,   /* "QUIT" */
+    MAGIC_UP = 0x20205055,     /* "UP  ": the worker has its GPU */
+    MAGIC_READY = 0x20594452,  /* "RDY ": its DiT is placed and its stage open */
+    MAGIC_DONE = 0x454e4f44,   /* "DONE": a call's (or a decode's) answer */
     MAGIC_ENDDIT = 0x54494445, /* "EDIT": the DiT's calls are over */
     MAGIC_DECODE = 0x45444f43, /* "CODE": a video decode */
     VERSION = 1,
@@ -480,7 +480,8 @@ static int read_rows(int fd, h3_tensor *t, int64_t rows, int64_t cols, int fill)
     return fill ? read_all(fd, t->data, (size_t)(rows * cols) * sizeof(float)) : 0;
 }
 
-/* 1: a call read; 2: the DiT's calls are over (ENDDIT); 0: the end (QUIT or the stream closed); -1: malformed. */
+/* 1: a call read; 2: the DiT's calls are over (ENDDIT); 0: the end (QUIT or the stream closed); -1:
+ * malformed. */
 static int read_call(int fd, call_buf *b, const h3_dit_config *c) {
     if (read_all(fd, &b->h, sizeof b->h) != 0 || b->h.magic == MAGIC_QUIT) return 0;
     if (b->h.magic == MAGIC_ENDDIT) return 2;
@@ -503,8 +504,9 @@ static int read_call(int fd, call_buf *b, const h3_dit_config *c) {
     return 1;
 }
 
-/* A worker's share of a video decode (d read; its path and latents follow on fin): the video VAE opened, planned and
- * placed within this GPU's budget (on the host for threads as ranks), its chunks decoded as rank su->h.rank. */
+/* A worker's share of a video decode (d read; its path and latents follow on fin): the video VAE opened,
+ * planned and placed within this GPU's budget (on the host for threads as ranks), its chunks decoded as rank
+ * su->h.rank. */
 static h3_status rank_decode(int fin, const rank_setup *su, const decode_hdr *d, h3_exec *ex, h3_comm *comm) {
     h3_status st = H3_OK;
     h3_video_vae *v = NULL;
@@ -513,7 +515,8 @@ static h3_status rank_decode(int fin, const rank_setup *su, const decode_hdr *d,
     char *path = NULL;
     const int64_t *sh = d->shape;
     if (d->magic != MAGIC_DECODE || sh[0] < 1 || sh[1] < 1 || sh[2] < 1 || sh[3] < 1 || sh[0] > 4096 ||
-        sh[1] > (1 << 20) || sh[2] > (1 << 16) || sh[3] > (1 << 16) || sh[0] * sh[1] * sh[2] * sh[3] > ((int64_t)1 << 34))
+        sh[1] > (1 << 20) || sh[2] > (1 << 16) || sh[3] > (1 << 16) ||
+        sh[0] * sh[1] * sh[2] * sh[3] > ((int64_t)1 << 34))
         return H3_ERR(H3_ERR_FORMAT, "GPU %d: a malformed decode from rank 0", su->h.rank);
     path = read_str(fin);
     if (!path) return H3_ERR(H3_ERR_FORMAT, "GPU %d: a decode from rank 0 ended early", su->h.rank);
@@ -792,9 +795,10 @@ h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in) {
     return H3_OK;
 }
 
-/* Every worker: the message in hdr (len bytes), then the string and the floats; one answer owed when `answered`. */
-static h3_status send_all_workers(h3_dit_group *g, const void *hdr, size_t len, const char *str, const float *data,
-                                  size_t n, int answered) {
+/* Every worker: the message in hdr (len bytes), then the string and the floats; one answer owed when
+ * `answered`. */
+static h3_status send_all_workers(h3_dit_group *g, const void *hdr, size_t len, const char *str,
+                                  const float *data, size_t n, int answered) {
     pthread_mutex_lock(&g->mu);
     const int failed = g->failed;
     pthread_mutex_unlock(&g->mu);
@@ -826,7 +830,8 @@ h3_status h3_dit_group_send_decode(h3_dit_group *g, const char *vae_path, const 
     const int off = latents->ndim == 5;
     if (!vae_path || latents->place != H3_PLACE_HOST || latents->dtype != H3_F32 ||
         !h3_tensor_is_contiguous(latents) || latents->ndim < 4 || (off && latents->shape[0] != 1))
-        return H3_ERR(H3_ERR_INVALID, "the GPUs' group decodes contiguous f32 latents [C, T, H, W] from the host");
+        return H3_ERR(H3_ERR_INVALID,
+                      "the GPUs' group decodes contiguous f32 latents [C, T, H, W] from the host");
     decode_hdr d;
     memset(&d, 0, sizeof d);
     d.magic = MAGIC_DECODE;
@@ -899,8 +904,8 @@ void h3_dit_group_stop(h3_dit_group *g) {
         }
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
-    /* a stopped group's workers may wait in a collective rank 0 left (their GPU never returns from it): 3 s to end,
-     * not 30 */
+    /* a stopped group's workers may wait in a collective rank 0 left (their GPU never returns from it): 3 s
+     * to end, not 30 */
     const int grace = g->failed ? 30 : 300;
     pthread_mutex_unlock(&g->mu);
     if (g->wake[1] >= 0) (void)!write(g->wake[1], "x", 1);

@@ -62,17 +62,18 @@ h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in);
 /* After rank 0's share (own: its status): waits for every worker's answer to the call. Returns own when it failed,
  * else the first worker's error (naming its GPU), else H3_OK. */
 h3_status h3_dit_group_wait(h3_dit_group *g, h3_status own);
-/* The DiT's calls are over: each worker closes its stage and DiT (its GPU's memory given back) and waits for a video
- * decode or the end. No answer is owed. */
+/* The DiT's calls are over: each worker closes its stage and DiT (its GPU's memory given back) and waits for
+ * a video decode or the end. No answer is owed. */
 h3_status h3_dit_group_end_dit(h3_dit_group *g);
-/* After h3_dit_group_end_dit: every worker opens the video VAE at vae_path (opts: NULL, the file's), plans it within
- * its GPU's budget (its host share), places it and decodes its chunks of latents (host f32 [C, T, H, W] or [1, C, T,
- * H, W]) with h3_video_vae_decode_split as its rank of the group; then rank 0 runs its own share with
- * h3_dit_group_comm(g) and h3_dit_group_wait(g, own) collects the answers. Threads as ranks decode on the host. */
+/* After h3_dit_group_end_dit: every worker opens the video VAE at vae_path (opts: NULL, the file's), plans it
+ * within its GPU's budget (its host share), places it and decodes its chunks of latents (host f32 [C, T, H,
+ * W] or [1, C, T, H, W]) with h3_video_vae_decode_split as its rank of the group; then rank 0 runs its own
+ * share with h3_dit_group_comm(g) and h3_dit_group_wait(g, own) collects the answers. Threads as ranks decode
+ * on the host. */
 h3_status h3_dit_group_send_decode(h3_dit_group *g, const char *vae_path, const h3_video_vae_opts *opts,
                                    const h3_tensor *latents);
-/* Tells the workers to finish, waits for them (a worker that does not end within 30 s, 3 s once the group has failed
- * or was stopped mid-call, is killed) and frees g. */
+/* Tells the workers to finish, waits for them (a worker that does not end within 30 s, 3 s once the group has
+ * failed or was stopped mid-call, is killed) and frees g. */
 void h3_dit_group_stop(h3_dit_group *g);
 
 /* The worker process: `h3run __dit-rank` with the setup on stdin (fd 0) and its answers on fd 3; setup_logging

@@ -351,7 +351,7 @@ typedef struct wctx {
 
 typedef struct gen {
     const h3_generate_request *r;
-    /* a split DiT's GPUs kept from its last pass for the video decode (plan->vvae_gpus > 1); stopped after it */
+    /* a split DiT's GPUs, kept from its last pass for the video decode (plan->vvae_gpus > 1) */
     struct h3_dit_group *group;
     h3_windows win; /* the clip's windows (n 1: one) */
     /* a long clip's prompts: those some window takes ([0] req.prompt), their ids ([0]: NULL, the run's), and each
@@ -1999,10 +1999,11 @@ static h3_status run_video(gen *g, const h3_tensor *video_lat) {
     h3_stage_plan tb;
     h3_video_split split = {g->group, g->files.video_vae, NULL};
     if (g->group)
-        h3_log(H3_LOG_INFO, "video VAE: %d chunks split over %d GPUs (chunk i on GPU i mod %d; GPU 0 gathers them)",
+        h3_log(H3_LOG_INFO,
+               "video VAE: %d chunks split over %d GPUs (chunk i on GPU i mod %d; GPU 0 gathers them)",
                m.chunks, g->plan->vvae_gpus, g->plan->vvae_gpus);
-    st = h3_stage_video_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->vvae, &tb) : NULL, g->group ? &split : NULL,
-                            video_lat, &out, &g->res.stages[H3_GEN_VIDEO_VAE]);
+    st = h3_stage_video_vae(g->ex, v, g->plan ? beside_dit(g, &g->plan->vvae, &tb) : NULL,
+                            g->group ? &split : NULL, video_lat, &out, &g->res.stages[H3_GEN_VIDEO_VAE]);
     h3_dit_group_stop(g->group); /* its workers end with the decode */
     g->group = NULL;
     H3_CHECK(st);

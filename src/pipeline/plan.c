@@ -797,9 +797,9 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
     return H3_OK;
 }
 
-/* A split DiT's video decode over its n GPUs (h3_video_vae_decode_split): when each other GPU's decoder fits that
- * GPU's budget, the first GPU decodes chunks 0, n, 2n, ... and gathers the others' raw canvases (at the link rate;
- * its own hand-out as before); otherwise the first GPU decodes alone, and the detail says why. */
+/* A split DiT's video decode over its n GPUs (h3_video_vae_decode_split): when each other GPU's decoder fits
+ * that GPU's budget, the first GPU decodes chunks 0, n, 2n, ... and gathers the others' raw canvases (at the
+ * link rate; its own hand-out as before); otherwise the first GPU decodes alone, and the detail says why. */
 static h3_status split_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t W, int n,
                                  const h3_plan_budgets *b, const h3_device_figures *fig, h3_plan *p) {
     h3_stage_plan *s = &p->vvae;
@@ -814,8 +814,9 @@ static h3_status split_video_vae(const h3_video_vae *v, int64_t T, int64_t H, in
         const h3_status st = h3_video_vae_plan(v, T, H, W, &run, &m);
         if (st == H3_ERR_BUDGET) {
             const size_t used = strlen(s->detail);
-            snprintf(s->detail + used, sizeof s->detail - used, "; on the first GPU alone: GPU %d's budget does not hold a decoder (%s)",
-                     i, h3_last_error_message());
+            snprintf(s->detail + used, sizeof s->detail - used,
+                     "; on the first GPU alone: GPU %d's budget does not hold a decoder (%s)", i,
+                     h3_last_error_message());
             h3_clear_error();
             return H3_OK;
         }
@@ -829,8 +830,8 @@ static h3_status split_video_vae(const h3_video_vae *v, int64_t T, int64_t H, in
                (f->link_gbs > 0 ? (double)(chunks - own) * s->vvae.canvas_bytes / (f->link_gbs * 1e9) : 0);
     const size_t used = strlen(s->detail);
     snprintf(s->detail + used, sizeof s->detail - used,
-             "; split over %d GPUs: the first decodes %d of the %d chunks and gathers the others' canvases", n, own,
-             chunks);
+             "; split over %d GPUs: the first decodes %d of the %d chunks and gathers the others' canvases",
+             n, own, chunks);
     return H3_OK;
 }
 
@@ -1101,8 +1102,8 @@ static h3_status plan_all(const try_ctx *t, const h3_plan_request *r, h3_plan *p
                                  &p->vvae));
     p->vvae_gpus = 1;
     if (m->vvae && r->gpus > 1 && p->vvae.on_device)
-        H3_TRY(split_video_vae(m->vvae, h3_video_latent_frames(r->frames), vh / H3_VAE_SPATIAL, vw / H3_VAE_SPATIAL,
-                               r->gpus, &t->b, &fvv, p));
+        H3_TRY(split_video_vae(m->vvae, h3_video_latent_frames(r->frames), vh / H3_VAE_SPATIAL,
+                               vw / H3_VAE_SPATIAL, r->gpus, &t->b, &fvv, p));
     if (m->venc && r->keyframes > 0) /* keyframes at the first pass's canvas */
         H3_TRY(h3_plan_video_encoder(m->venc, 1, r->height, r->width, r->keyframes, &t->b, &p->venc));
     else if (m->venc && r->ref_enc_frames > 0) /* the largest reference */
@@ -1553,7 +1554,9 @@ char *h3_plan_format(const h3_plan *p) {
             p->budgets.ram > 0 ? h3_budget_str(p->budgets.ram, b, sizeof b) : "not limited",
             r->gpus > 1 && p->budgets.ram > 0 ? " (an equal share to each GPU's process for its DiT)" : "");
     if (r->gpus > 1)
-        appendf(o, n, "GPUs: the DiT split over %d; the text encoder and the audio VAE on the first, the video VAE %s\n",
+        appendf(o, n,
+                "GPUs: the DiT split over %d; the text encoder and the audio VAE on the first, the video "
+                "VAE %s\n",
                 r->gpus, p->vvae_gpus > 1 ? "split over them too" : "on the first");
     appendf(o, n, "times: %s\n", p->have_time ? p->fig.label : "not predicted (name a device with --device)");
     if (p->have_time)

@@ -258,8 +258,8 @@ typedef struct h3_plan {
      * are then the copies of the slowest GPU's (the one every block waits for) */
     h3_dit_plan dit_gpu[H3_PLAN_MAX_GPUS], dit_refine_gpu[H3_PLAN_MAX_GPUS];
     h3_stage_plan te, vvae, avae;
-    /* a split DiT's video decode: over how many GPUs (1: the first alone; req.gpus when every GPU's decoder fits
-     * its budget, vvae.t_run then the first GPU's share and the canvases it gathers) */
+    /* a split DiT's video decode: over how many GPUs (1: the first alone; req.gpus when every GPU's decoder
+     * fits its budget, vvae.t_run then the first GPU's share and the canvases it gathers) */
     int vvae_gpus;
     h3_stage_plan venc; /* the keyframes' encode (present only when the request has keyframes) */
     h3_stage_plan aenc; /* the sounds' encode (present only when the request has a soundtrack or sound references) */

@@ -767,7 +767,8 @@ done:
     h3_free(c.xa);
     h3_free(c.va);
     h3_dit_stage_close(c.s, res);
-    if (group && st == H3_OK && a->keep_group) { /* the workers give their DiT back too and wait for the decode */
+    if (group && st == H3_OK &&
+        a->keep_group) { /* the workers give their DiT back too and wait for the decode */
         st = h3_dit_group_end_dit(group);
         if (st == H3_OK) {
             *a->keep_group = group;
@@ -801,8 +802,9 @@ done:
     return st;
 }
 
-h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan, const h3_video_split *split,
-                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep) {
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_video_split *split, const h3_tensor *latents,
+                             const h3_video_decode_out *out, h3_stage_report *rep) {
     h3_status st = H3_OK;
     const int dev = plan && plan->on_device;
     h3_dit_group *g = split ? split->group : NULL;
@@ -822,7 +824,8 @@ h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *
         /* the blocks that fit stay resident, the rest stream; a chunk's tiles decode in passes */
         H3_CHECK_CTX(h3_video_vae_place(v, ex, &plan->vvae, NULL), "loading the video VAE");
     }
-    H3_CHECK_CTX(h3_video_vae_decode_split(v, ex, latents, out, g ? h3_dit_group_comm(g) : NULL), "the video VAE");
+    H3_CHECK_CTX(h3_video_vae_decode_split(v, ex, latents, out, g ? h3_dit_group_comm(g) : NULL),
+                 "the video VAE");
 done:
     if (sent) st = h3_dit_group_wait(g, st); /* every worker's answer; a worker's failure named */
     if (dev) h3_video_vae_unplace(v);

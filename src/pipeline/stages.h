@@ -150,8 +150,9 @@ typedef struct h3_dit_sample_args {
      * its end; each worker's plan is dit.plan->dit_gpu[its rank]. */
     int gpus;
     h3_dit_rank_setup split;
-    /* With gpus > 1: where the group goes when the stage succeeds, its DiT calls ended (h3_dit_group_end_dit) and
-     * its workers waiting for a video decode (h3_stage_video_vae's split); the caller stops it. NULL: stopped here. */
+    /* With gpus > 1: where the group goes when the stage succeeds, its DiT calls ended (h3_dit_group_end_dit)
+     * and its workers waiting for a video decode (h3_stage_video_vae's split); the caller stops it. NULL:
+     * stopped here. */
     struct h3_dit_group **keep_group;
     const h3_seq_layout *layout; /* the packed sequence (its rows are the calls' rows) */
     h3_sampler sampler;
@@ -211,8 +212,8 @@ h3_status h3_stage_dit_sample(h3_exec *ex, const h3_dit_sample_args *a, float *v
 h3_status h3_stage_audio_vae(h3_exec *ex, h3_audio_vae *v, const h3_stage_plan *plan,
                              const h3_tensor *latents, h3_tensor *waveform, h3_stage_report *rep);
 
-/* A video decode split over the GPUs of a DiT group whose calls are over (h3_dit_group_end_dit): the workers open
- * the decoder at vae_path (with opts) on their GPUs. */
+/* A video decode split over the GPUs of a DiT group whose calls are over (h3_dit_group_end_dit): the workers
+ * open the decoder at vae_path (with opts) on their GPUs. */
 typedef struct h3_video_split {
     struct h3_dit_group *group;
     const char *vae_path;
@@ -224,8 +225,9 @@ typedef struct h3_video_split {
  * (NULL: the host, as v was opened). split (NULL: none): the decode's chunks shared with the group's workers
  * (h3_video_vae_decode_split), which are sent the decode before this GPU places its decoder; the group is the
  * caller's to stop. */
-h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan, const h3_video_split *split,
-                             const h3_tensor *latents, const h3_video_decode_out *out, h3_stage_report *rep);
+h3_status h3_stage_video_vae(h3_exec *ex, h3_video_vae *v, const h3_stage_plan *plan,
+                             const h3_video_split *split, const h3_tensor *latents,
+                             const h3_video_decode_out *out, h3_stage_report *rep);
 
 /* The video VAE encoder's latents of pixels (uint8 [1, 3, F, H, W], checked by h3_video_enc_check_pixels)
  * into latents (host f32 [1, C, T, H/16, W/16], T = h3_video_enc_latent_frames), at the encoder's placement
