@@ -527,21 +527,18 @@ typedef struct {
     const h3_tensor *lat; /* this rank's latents */
     h3_comm *comm;
     h3_video_decode_out *out; /* rank 0's; NULL for the others */
+    h3_exec *ex;
     h3_status st;
     char msg[512];
 } split_rank;
 
 static void *split_rank_main(void *arg) {
     split_rank *a = arg;
-    h3_exec ex;
     h3_video_vae *v = NULL;
-    a->st = h3_exec_init(&ex, 1); /* one thread: OpenBLAS sums alike whoever calls it (test_split) */
-    if (a->st != H3_OK) return NULL;
     a->st = h3_video_vae_open(a->model, NULL, &v);
-    if (a->st == H3_OK) a->st = h3_video_vae_decode_split(v, &ex, a->lat, a->out, a->comm);
+    if (a->st == H3_OK) a->st = h3_video_vae_decode_split(v, a->ex, a->lat, a->out, a->comm);
     if (a->st != H3_OK) snprintf(a->msg, sizeof a->msg, "%s", h3_last_error());
     h3_video_vae_close(v);
-    h3_exec_free(&ex);
     return NULL;
 }
 
@@ -552,16 +549,20 @@ static void run_split(const char *model, int n, const h3_tensor *lat, int bad, c
     h3_comm ranks[4];
     split_rank a[4];
     pthread_t th[4];
+    h3_exec ex[4];
     h3_video_decode_out dst = {H3_PIXELS_UNIT, NULL, NULL, out};
     CHECK_OK(h3_comm_local_create(n, ranks));
+    for (int r = 0; r < n; r++) /* before any rank runs: an exec sets the BLAS threads, a global */
+        CHECK_OK(h3_exec_init(&ex[r], 1)); /* one thread: OpenBLAS sums alike whoever calls it */
     for (int r = 0; r < n; r++) {
-        a[r] = (split_rank){model, r == bad ? bad_lat : lat, &ranks[r], r ? NULL : &dst, H3_OK, ""};
+        a[r] = (split_rank){model, r == bad ? bad_lat : lat, &ranks[r], r ? NULL : &dst, &ex[r], H3_OK, ""};
         CHECK(pthread_create(&th[r], NULL, split_rank_main, &a[r]) == 0, "rank %d's thread", r);
     }
     for (int r = 0; r < n; r++) {
         pthread_join(th[r], NULL);
         st[r] = a[r].st;
         snprintf(msg[r], sizeof msg[r], "%s", a[r].msg);
+        h3_exec_free(&ex[r]);
     }
     h3_comm_local_destroy(ranks, n);
 }
