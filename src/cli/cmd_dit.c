@@ -229,8 +229,7 @@ int h3_cmd_dit(int argc, char **argv) {
     h3_cli_run_begin();
     h3_status st = h3_exec_init(&ex, (int)threads);
     if (st == H3_OK) st = h3_dit_open(model, &oo, &dit);
-    for (int i = 0; i < loras.n && st == H3_OK; i++)
-        st = h3_lora_add_file(&lora, dit, loras.path[i], loras.strength[i]);
+    if (st == H3_OK) st = h3_lora_read(&lora, dit, loras.n, (const char *const *)loras.path, loras.strength);
     if (st == H3_OK && loras.n) st = h3_lora_apply(dit, &ex, &lora, (h3_lora_mode)loras.mode);
     if (describe) {
         if (st == H3_OK) {

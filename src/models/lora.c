@@ -288,6 +288,18 @@ static void factor_free(h3_lora_factor *f) {
     h3_free(f->b);
 }
 
+h3_status h3_lora_read(h3_lora *l, const h3_dit *dit, int n, const char *const *paths, const float *strengths) {
+    h3_lora_free(l);
+    for (int i = 0; i < n; i++) {
+        const h3_status st = h3_lora_add_file(l, dit, paths[i], strengths[i]);
+        if (st != H3_OK) {
+            h3_lora_free(l);
+            return st;
+        }
+    }
+    return H3_OK;
+}
+
 void h3_lora_free(h3_lora *l) {
     if (!l) return;
     for (int i = 0; i < l->n; i++) {

@@ -128,6 +128,8 @@ typedef struct h3_lora {
  * placed) and adds its factors at `strength` to l (zeroed before the first call). On failure l is as before
  * the call. */
 h3_status h3_lora_add_file(h3_lora *l, const h3_dit *dit, const char *path, float strength);
+/* l (freed first) becomes the n files paths[i] at strengths[i], read in order for dit; on failure l is empty. */
+h3_status h3_lora_read(h3_lora *l, const h3_dit *dit, int n, const char *const *paths, const float *strengths);
 void h3_lora_free(h3_lora *l);
 /* Bytes of the factors as read (f32 on the host). */
 int64_t h3_lora_bytes(const h3_lora *l);

@@ -569,7 +569,7 @@ static h3_status rank_serve(int fin, int fout, const rank_setup *su, h3_exec *ex
         }
         H3_CHECK_CTX(h3_dit_open(su->dit_path, &oo, &dit), "the DiT (%s)", su->dit_path);
         if (h->have_plan) H3_CHECK_CTX(h3_dit_device_check(dit), "the DiT on --device cuda");
-        for (int i = 0; i < h->n_loras; i++) H3_CHECK(h3_lora_add_file(&lora, dit, su->lora[i], su->strength[i]));
+        H3_CHECK(h3_lora_read(&lora, dit, h->n_loras, (const char *const *)su->lora, su->strength));
         if (h->n_loras) H3_CHECK(h3_lora_apply(dit, ex, &lora, (h3_lora_mode)h->lora_mode));
         h3_dit_set_attention(dit, h->attn_flags);
         h3_dit_stage_args a;

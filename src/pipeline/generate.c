@@ -453,9 +453,7 @@ static const h3_stage_plan *beside_dit(const gen *g, const h3_stage_plan *p, h3_
 /* Reads the request's LoRAs for dit and applies them (a streaming DiT keeps them for its stage). */
 static h3_status apply_loras(gen *g, h3_dit *dit) {
     if (!g->r->n_loras) return H3_OK;
-    h3_lora_free(&g->lora);
-    for (int i = 0; i < g->r->n_loras; i++)
-        H3_TRY(h3_lora_add_file(&g->lora, dit, g->r->lora[i], g->r->lora_strength[i]));
+    H3_TRY(h3_lora_read(&g->lora, dit, g->r->n_loras, (const char *const *)g->r->lora, g->r->lora_strength));
     H3_TRY(h3_lora_apply(dit, g->ex, &g->lora, (h3_lora_mode)g->r->lora_mode));
     char b[160];
     H3_INFO("DiT: %s", h3_lora_describe(&g->lora, b, sizeof b));
@@ -512,8 +510,7 @@ static h3_status preflight(gen *g, int64_t *te_vocab, int64_t *te_positions) {
         /* the LoRAs fit this DiT: refused now, before anything heavy runs */
         h3_lora l;
         memset(&l, 0, sizeof l);
-        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
-            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        st = h3_lora_read(&l, d, g->r->n_loras, (const char *const *)g->r->lora, g->r->lora_strength);
         h3_lora_free(&l);
         H3_CHECK(st);
     }
@@ -1402,8 +1399,7 @@ static h3_status check_cpu_dit(gen *g, int64_t n_tokens) {
     if (g->r->n_loras) {
         h3_lora l;
         memset(&l, 0, sizeof l);
-        for (int i = 0; i < g->r->n_loras && st == H3_OK; i++)
-            st = h3_lora_add_file(&l, d, g->r->lora[i], g->r->lora_strength[i]);
+        st = h3_lora_read(&l, d, g->r->n_loras, (const char *const *)g->r->lora, g->r->lora_strength);
         lora = (double)h3_lora_host_bytes(d, &l, (h3_lora_mode)g->r->lora_mode);
         h3_lora_free(&l);
         H3_CHECK(st);
