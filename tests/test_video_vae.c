@@ -2,6 +2,7 @@
  * float64), in the official, diffusers and ComfyUI layouts; decode memory that does not grow with the number
  * of frames, and the planner's prediction of it; malformed latents and files; allocation failures. (PNG
  * output is tested with the media writer, tests/test_media.c.) */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -1136,7 +1137,8 @@ static void test_config_statistics(void) {
     mkdir(dir, 0755);
     fx("diffusers/diffusion_pytorch_model.safetensors", src, sizeof src);
     snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
-    CHECK(symlink(src, p) == 0, "symlink %s", p);
+    char target[PATH_MAX]; /* a relative source path would resolve from the link's folder */
+    CHECK(realpath(src, target) && symlink(target, p) == 0, "symlink %s -> %s", p, src);
     json_t *cfg = NULL;
     CHECK_OK(h3_json_load_file(fx("diffusers/config.json", src, sizeof src), 1 << 20, &cfg));
     if (!cfg) return;
