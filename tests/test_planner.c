@@ -967,6 +967,38 @@ static void test_measured_dit(void) {
     h3_dit_close(d);
 }
 
+/* The video VAE's predicted decode time against the H200's measured decodes of the release-size decoder
+ * (bench/NOTES.md, "The video VAE decode: where the time goes"; bench_video_vae_cuda, all blocks resident at the
+ * default budget): W124 2.470 s, W124L 4.641 s. Within 10%. */
+static void test_measured_vvae(void) {
+    h3_video_vae_config cfg;
+    h3_video_vae_default_config(&cfg);
+    h3_video_vae *v = NULL;
+    CHECK_OK(h3_video_vae_create(&cfg, &v));
+    if (!v) return;
+    h3_device_figures f;
+    h3_device_figures_find("h200", &f);
+    const struct {
+        const char *name;
+        int64_t H, W;
+        double measured;
+    } w[2] = {{"W124", 34, 60, 2.470}, {"W124L", 48, 84, 4.641}};
+    for (int i = 0; i < 2; i++) { /* placed as the bench placed it: random weights, the whole device */
+        h3_video_vae_run run;
+        memset(&run, 0, sizeof run);
+        run.place = H3_PLACE_DEVICE;
+        run.vram_budget = 139 * GiB;
+        run.random_seed = 1;
+        h3_video_vae_mem m;
+        CHECK_OK(h3_video_vae_plan(v, 37, w[i].H, w[i].W, &run, &m));
+        const double t = h3_plan_video_vae_seconds(&cfg, &m, &f), r = t / w[i].measured;
+        t_note("  %s video decode: predicted %.3f s, measured %.3f s (%.3fx)", w[i].name, t, w[i].measured, r);
+        CHECK(m.n_resident == cfg.num_layers && r > 0.9 && r < 1.1, "%s: predicted %.3f s against the measured %.3f",
+              w[i].name, t, w[i].measured);
+    }
+    h3_video_vae_close(v);
+}
+
 static void test_measured_te(void) {
     char p[1024];
     t_src_path("tests/fixtures/text_encoder/official", p, sizeof p);
@@ -1824,6 +1856,7 @@ int main(int argc, char **argv) {
         {"simulate", test_simulate},
         {"full_arithmetic", test_full_arithmetic},
         {"fp8_time", test_fp8_time},
+        {"measured_vvae", test_measured_vvae},
         {"attention_resolve", test_attention_resolve},
         {"budget_edges", test_budget_edges},
         {"no_fit", test_no_fit},

@@ -39,6 +39,10 @@
  * with one scale a token") over 50 blocks of 19,412 rows by 5,376: 23.2 ns per 1000. The other stages' elementwise
  * work (the audio VAE's) keeps the general figure. */
 #define H3_H200_DIT_ELTWISE_NS 23.2
+/* Attention at head size 64 (the video VAE decoder's 32 heads; Hopper's wgmma kernel takes 128, so the mma.sync one
+ * runs): a W124 decode's 36 blocks x 105 tiles of 1,797 tokens, 100.0 TFLOP, took 0.825 s, W124L's 186.6 TFLOP 1.570 s
+ * (bench/NOTES.md, "The video VAE decode: where the time goes") */
+#define H3_H200_ATTN64_TFLOPS 120.0
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
@@ -51,7 +55,7 @@
 static const h3_device_figures g_figures[] = {
     {"h200", "NVIDIA H200, measured: pinned copies 55.3 GB/s, in-DiT GEMM 739 and attention 515 TFLOP/s",
      (int64_t)139 << 30, 55.3, 6.75, 2.0, 739.1, 128.0, 515.0, 35.3, 67.0, 10.0, H3_H200_GEMM_FP8_TFLOPS,
-     H3_H200_ATTN_FP8_TFLOPS, H3_H200_LINK_GBS, H3_H200_DIT_ELTWISE_NS},
+     H3_H200_ATTN_FP8_TFLOPS, H3_H200_LINK_GBS, H3_H200_DIT_ELTWISE_NS, H3_H200_ATTN64_TFLOPS},
 };
 
 int h3_device_figures_find(const char *name, h3_device_figures *out) {
@@ -707,19 +711,23 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
 }
 
 /* Predicted seconds of a video VAE decode placed on the device by plan m: per pass of a chunk, each block's
- * GEMMs (QKV, output, SwiGLU FFN: 2 FLOPs a weight and token) and attention over the tile's tokens, at the
- * device's rates; a streamed block's copy hides behind its compute when shorter. */
-static double vvae_run_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m,
-                               const h3_device_figures *f) {
+ * GEMMs (QKV, output, SwiGLU FFN: 2 FLOPs a weight and token), attention over the tile's tokens (at the head-64
+ * rate for heads of 64 or fewer) and its norms, RoPE, SwiGLU and residuals, at the device's rates; a streamed
+ * block's copy hides behind its compute when shorter. On the H200 the W124 decode is predicted 2.56 s, measured
+ * 2.47 (test_planner `measured_vvae`). */
+double h3_plan_video_vae_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m,
+                                 const h3_device_figures *f) {
     const double dim = (double)c->heads * c->head_dim, I = c->ffn_inner, S = (double)m->tokens_per_tile;
     const double gemm = 2.0 * S * dim * (4.0 * dim + 3.0 * I), attn = 4.0 * S * S * dim;
     const double ref = 19412.0 / (19412.0 + f->gemm_half_rows);
+    const double attn_tf = c->head_dim <= 64 && f->attn64_tflops > 0 ? f->attn64_tflops : f->attn_tflops;
     const int tiles = m->tiles_y * m->tiles_x, nb = m->tile_batch > 0 ? m->tile_batch : 1;
     double t = 0;
     for (int t0 = 0; t0 < tiles; t0 += nb) {
         const int k = tiles - t0 < nb ? tiles - t0 : nb;
         const double rows = k * S, eff = rows / (rows + f->gemm_half_rows) / ref;
-        const double comp = k * (gemm / (f->gemm_tflops * 1e12 * eff) + attn / (f->attn_tflops * 1e12));
+        const double comp = k * (gemm / (f->gemm_tflops * 1e12 * eff) + attn / (attn_tf * 1e12)) +
+                            rows * dim * 1e-3 * f->eltwise_ns_per_kelem * 1e-9;
         for (int l = 0; l < m->n_blocks; l++) {
             if (l < m->n_resident) {
                 t += comp;
@@ -759,7 +767,7 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
             s->host_peak = m->total + m->host_pinned;
             s->n_resident = m->n_resident;
             s->t_load = (double)(weight_bytes - m->stored_bytes * m->n_disk) / (f->disk_gbs * 1e9);
-            s->t_run = vvae_run_seconds(c, m, f);
+            s->t_run = h3_plan_video_vae_seconds(c, m, f);
             snprintf(
                 s->detail, sizeof s->detail,
                 "on the device: %d of %d blocks resident, %d streamed (%d from pinned memory); %d temporal "

@@ -74,6 +74,7 @@ typedef struct h3_device_figures {
                       * each way; 0: the exchange is not timed */
     double dit_eltwise_ns_per_kelem; /* the DiT blocks' own elementwise kernels (vectorized), as eltwise_ns_per_kelem;
                                       * 0: eltwise_ns_per_kelem */
+    double attn64_tflops; /* attention at head size 64 (the video VAE decoder's), 4·S²·inner FLOP; 0: attn_tflops */
 } h3_device_figures;
 /* The DiT blocks' attention (--attention): AUTO picks (h3_attention_resolve), BF16 the exact kernel (f32 on the
  * host), FP8 int8 q, k and e4m3 P·V (H3_ATTN_FP8), INT8 int8 q, k and f16 P·V (H3_ATTN_INT8), SPARSE block-sparse
@@ -286,6 +287,9 @@ h3_status h3_plan_make(const h3_plan_model *m, const h3_plan_request *r, const h
  * packed sizes. */
 h3_status h3_plan_text_encoder(const h3_text_encoder *te, int64_t n_tokens, int layer,
                                const h3_plan_budgets *b, const h3_device_figures *fig, h3_stage_plan *out);
+/* Predicted seconds of a decode placed as m says (h3_video_vae_plan's), loads not counted: every block's GEMMs,
+ * attention and elementwise work per pass at f's rates, a streamed block's copy where it outlasts them. */
+double h3_plan_video_vae_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m, const h3_device_figures *f);
 /* The video VAE decoding latents [C, T, H, W]: on the device (h3_video_vae_plan: tiles per pass, resident and
  * streamed blocks) when some plan fits the budget, else on the host (h3_video_vae_decode_peak with
  * host_threads). weight_bytes: its file's bytes (h3_plan_weight_bytes). */
