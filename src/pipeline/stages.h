@@ -151,8 +151,9 @@ typedef struct h3_dit_sample_args {
     int gpus;
     h3_dit_rank_setup split;
     /* With gpus > 1: where the group goes when the stage succeeds, its DiT calls ended (h3_dit_group_end_dit)
-     * and its workers waiting for a video decode (h3_stage_video_vae's split); the caller stops it. NULL:
-     * stopped here. */
+     * and its workers waiting for a video decode (h3_stage_video_vae's split); the caller stops it. A group
+     * whose workers cannot take that (one ended after its last call) is stopped, with a warning, and
+     * *keep_group left as it was: the decode then runs on GPU 0 alone. NULL: stopped here. */
     struct h3_dit_group **keep_group;
     const h3_seq_layout *layout; /* the packed sequence (its rows are the calls' rows) */
     h3_sampler sampler;
