@@ -378,6 +378,10 @@ static void test_attention(void) {
         attn_case(dt, S, S, 2, 2, 64, 1, 0);
         attn_case(dt, ri(20, 100), ri(100, 300), 2, 2, 128, 1, 0);
         attn_case(dt, 1000, 1000, 2, 2, 128, 0, 1);
+        /* head 64 (the video VAE decoder's): its tiles' q, k, v strided in the fused buffer; grouped heads with
+         * ragged last tiles */
+        attn_case(dt, 1797, 1797, 4, 4, 64, 0, 1);
+        attn_case(dt, ri(129, 700), ri(129, 900), 4, 2, 64, 0, 0);
     }
     attn_case(H3_BF16, 256, 256, 2, 2, 96, 0, 0); /* a head size the flash kernel lacks: plain kernel */
 }

@@ -5,6 +5,8 @@
 
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA_WGMMA_SMEM,
               "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
+static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 64 * 2 + 1024 + 256 == H3_CUDA_WGMMA64_SMEM,
+              "h3_cuda_attn_choose's figure for the head-64 wgmma kernel's shared memory");
 static_assert((WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
               "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
 static_assert(FP8_BK == H3_CUDA_WGMMA_FP8_BK && FP8_BK % 64 == 0,
@@ -27,18 +29,26 @@ extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st) {
     return ok && h == 1;
 }
 
-/* The FA3-style kernel (attn_wgmma8): tensor maps for Q, K and V are encoded per call (microseconds). */
-extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st) {
-    static int configured = 0;
-    size_t smem = wg8_smem_bytes();
-    if (!configured) {
-        CU_TRY(cudaFuncSetAttribute(attn_wgmma8, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        configured = 1;
+/* The FA3-style kernel (attn_wgmma8) at head size D (128, or 64: the video VAE decoder's): tensor maps for Q, K and V
+ * are encoded per call (microseconds). */
+extern "C" h3_status cuda_attention_wgmma(const attn_args *a, int D, cudaStream_t st) {
+    static int configured[2];
+    const size_t smem = wg8_smem_bytes(D);
+    const int i = D == 64;
+    if (D != 64 && D != 128) return H3_ERR(H3_ERR_INTERNAL, "attention (wgmma): head size %d", D);
+    if (!configured[i]) {
+        CU_TRY(cudaFuncSetAttribute(i ? attn_wgmma8_d64 : attn_wgmma8, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+        configured[i] = 1;
     }
     attn_tmaps maps;
-    int r = attn_make_tmaps(&maps, a);
+    int r = attn_make_tmaps(&maps, a, D);
     if (r) return H3_ERR(H3_ERR_DEVICE, "attention: encoding the TMA tensor maps failed (CUresult %d)", r);
-    attn_wgmma8<<<dim3((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq), 384, smem, st>>>(maps, *a);
+    const dim3 grid((unsigned)((a->Sq + WG_BQ - 1) / WG_BQ), (unsigned)a->Hq);
+    if (i)
+        attn_wgmma8_d64<<<grid, 384, smem, st>>>(maps, *a);
+    else
+        attn_wgmma8<<<grid, 384, smem, st>>>(maps, *a);
     CU_LAUNCHED("attention (wgmma)");
     return H3_OK;
 }

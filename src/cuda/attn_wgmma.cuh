@@ -61,6 +61,16 @@ __device__ __forceinline__ void wgmma_rs_m64n128_tb(float *d, uint32_t a0, uint3
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
 }
 
+/* D (64x64 f32, this thread's 32 values) += A·B, A in registers (bf16 fragments), B in shared memory MN-major
+ * (transposed): P·V at head size 64. */
+__device__ __forceinline__ void wgmma_rs_m64n64_tb(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                   uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+
 
 #endif
 
@@ -125,29 +135,35 @@ __device__ __forceinline__ void fa_softmax(float (&s)[64], fa_rows &r, const att
     r.m1 = mx1;
 }
 
-/* O *= c per row, and the probabilities in s rounded into the bf16 A fragment of the next P·V. */
-__device__ __forceinline__ void fa_rescale_pack(float (&o)[64], uint32_t (&p)[32], const float (&s)[64], float c0,
+/* O (head size D: D/2 values a thread) *= c per row, and the probabilities in s rounded into the bf16 A fragment of
+ * the next P·V. */
+template <int D>
+__device__ __forceinline__ void fa_rescale_pack(float (&o)[D / 2], uint32_t (&p)[32], const float (&s)[64], float c0,
                                                 float c1) {
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < D / 8; j++) {
         o[4 * j] *= c0;
         o[4 * j + 1] *= c0;
         o[4 * j + 2] *= c1;
         o[4 * j + 3] *= c1;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
         p[2 * j] = pack_bf16(s[4 * j], s[4 * j + 1]);
         p[2 * j + 1] = pack_bf16(s[4 * j + 2], s[4 * j + 3]);
     }
 }
 
-/* O / l into the output rows (bf16), rows past Sq skipped. */
-__device__ __forceinline__ void fa_store(const float (&o)[64], fa_rows r, const attn_args &a, int h, int row0,
+/* O / l into the output rows (bf16, head size D), rows past Sq skipped. */
+template <int D>
+__device__ __forceinline__ void fa_store(const float (&o)[D / 2], fa_rows r, const attn_args &a, int h, int row0,
                                          int row1, int t4) {
     r.l0 = quad_sum(r.l0);
     r.l1 = quad_sum(r.l1);
     float inv0 = r.l0 > 0.0f ? 1.0f / r.l0 : 0.0f, inv1 = r.l1 > 0.0f ? 1.0f / r.l1 : 0.0f;
-    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * 128;
+    __nv_bfloat16 *O = (__nv_bfloat16 *)a.o + (int64_t)h * D;
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < D / 8; j++) {
         int col = j * 8 + t4 * 2;
         if (row0 < a.Sq)
             *(__nv_bfloat162 *)(O + (int64_t)row0 * a.ldo + col) =
@@ -197,9 +213,9 @@ typedef struct {
 
 #include <cudaTypedefs.h>
 
-/* Tensor maps for Q, K and V as 2-D row-major matrices [rows, heads·128] with their row strides; boxes of 128 rows
- * by 64 columns (one 128-byte swizzled panel). Returns a CUresult (0 on success). */
-static inline int attn_make_tmap(CUtensorMap *map, const void *ptr, int64_t ld, int rows, int heads) {
+/* Tensor maps for Q, K and V as 2-D row-major matrices [rows, heads·D] (D 64 or 128) with their row strides; boxes
+ * of 128 rows by 64 columns (one 128-byte swizzled panel). Returns a CUresult (0 on success). */
+static inline int attn_make_tmap(CUtensorMap *map, const void *ptr, int64_t ld, int rows, int heads, int D = 128) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult qr;
@@ -208,7 +224,7 @@ static inline int attn_make_tmap(CUtensorMap *map, const void *ptr, int64_t ld, 
             qr != cudaDriverEntryPointSuccess || !encode)
             return -1;
     }
-    cuuint64_t dims[2] = {(cuuint64_t)heads * 128, (cuuint64_t)rows};
+    cuuint64_t dims[2] = {(cuuint64_t)heads * D, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
     cuuint32_t box[2] = {64, 128}, es[2] = {1, 1};
     CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, es,
@@ -217,7 +233,7 @@ static inline int attn_make_tmap(CUtensorMap *map, const void *ptr, int64_t ld, 
     return r == CUDA_SUCCESS ? 0 : (int)r;
 }
 
-static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
+static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a, int D = 128) {
     struct {
         CUtensorMap *map;
         const void *ptr;
@@ -225,14 +241,15 @@ static inline int attn_make_tmaps(attn_tmaps *m, const attn_args *a) {
         int rows, heads;
     } t[3] = {{&m->q, a->q, a->ldq, a->Sq, a->Hq}, {&m->k, a->k, a->ldk, a->Sk, a->Hk}, {&m->v, a->v, a->ldv, a->Sk, a->Hk}};
     for (int i = 0; i < 3; i++) {
-        int r = attn_make_tmap(t[i].map, t[i].ptr, t[i].ld, t[i].rows, t[i].heads);
+        int r = attn_make_tmap(t[i].map, t[i].ptr, t[i].ld, t[i].rows, t[i].heads, D);
         if (r) return r;
     }
     return 0;
 }
 
-static inline size_t wg8_smem_bytes(void) {
-    return (size_t)(WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256;
+/* Head size D: the Q tile and the stages' K and V tiles, 1 KiB of alignment, the barriers. */
+static inline size_t wg8_smem_bytes(int D = 128) {
+    return (size_t)(WG_BQ + 2 * WG8_STAGES * WG_BK) * D * 2 + 1024 + 256;
 }
 
 #ifdef H3_WGMMA_COMPILED
@@ -266,13 +283,14 @@ __device__ __forceinline__ void named_arrive(int id) {
 #endif
 
 /* SPARSE (MAPS = attn_tmaps_sparse): the query tile's exact key tiles from maps.list, then its centroid tiles, each
- * centroid scored with log2 of its tile's rows added, or −∞ where its tile is exact (maps.bits). */
-template <typename MAPS, bool SPARSE>
+ * centroid scored with log2 of its tile's rows added, or −∞ where its tile is exact (maps.bits). D: the head size,
+ * 128 (two 64-column panels a tile) or 64 (one; P·V as m64n64, S = Q·Kᵀ in 4 steps of 16). */
+template <typename MAPS, bool SPARSE, int D = 128>
 __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ MAPS maps, attn_args a) {
 #ifndef H3_WGMMA_COMPILED
     __trap();
 #else
-    constexpr int D = 128;
+    static_assert(D == 128 || (D == 64 && !SPARSE), "head sizes 128 and 64 (dense)");
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
     unsigned char *base = (unsigned char *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
     constexpr int QB = WG_BQ * D * 2, KB = WG_BK * D * 2, PANEL_Q = WG_BQ * 128, PANEL_K = WG_BK * 128;
@@ -318,7 +336,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
         if (tid == 0) {
             mbar_expect_tx(q_full, QB);
             tma_load_2d(sQ, &maps.q, h * D, q0, q_full);
-            tma_load_2d(sQ + PANEL_Q, &maps.q, h * D + 64, q0, q_full);
+            if constexpr (D == 128) tma_load_2d(sQ + PANEL_Q, &maps.q, h * D + 64, q0, q_full);
             for (int kb = 0; kb < nkb; kb++) {
                 const int s = kb % WG8_STAGES, n = kb / WG8_STAGES;
                 if (n > 0) mbar_wait(&k_empty[s], (n - 1) & 1);
@@ -333,11 +351,11 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
                 }
                 mbar_expect_tx(&k_full[s], KB);
                 tma_load_2d(sK + s * KB, mk, hk * D, row, &k_full[s]);
-                tma_load_2d(sK + s * KB + PANEL_K, mk, hk * D + 64, row, &k_full[s]);
+                if constexpr (D == 128) tma_load_2d(sK + s * KB + PANEL_K, mk, hk * D + 64, row, &k_full[s]);
                 if (n > 0) mbar_wait(&v_empty[s], (n - 1) & 1);
                 mbar_expect_tx(&v_full[s], KB);
                 tma_load_2d(sV + s * KB, mv, hk * D, row, &v_full[s]);
-                tma_load_2d(sV + s * KB + PANEL_K, mv, hk * D + 64, row, &v_full[s]);
+                if constexpr (D == 128) tma_load_2d(sV + s * KB + PANEL_K, mv, hk * D + 64, row, &v_full[s]);
             }
         }
         return;
@@ -347,10 +365,10 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
     const int cw = wg - 1, ctid = tid - 128, warp = (ctid >> 5) & 3, lane = ctid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const int my_bar = 1 + cw, other_bar = 2 - cw;
-    float o[64], s[64];
+    float o[D / 2], s[64];
     uint32_t p[32];
 #pragma unroll
-    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++) p[i] = 0;
     fa_rows rs = {-INFINITY, -INFINITY, 0.0f, 0.0f};
@@ -384,7 +402,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
         fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
     };
-    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack(o, p, s, c0, c1); };
+    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack<D>(o, p, s, c0, c1); };
     /* the shared-memory descriptors once: their low 14 bits are the address / 16, so b bytes further
      * add b / 16 */
     const uint64_t dQ = wg_desc(sQ + cw * 64 * 128, 16, 1024), dK = wg_desc(sK, 16, 1024),
@@ -400,9 +418,14 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
     auto issue_pv = [&](int kb) {
         const uint64_t dv = dV + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++)
-            wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                                dv + (uint64_t)(kk * 128));
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            if constexpr (D == 128)
+                wgmma_rs_m64n128_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                                    dv + (uint64_t)(kk * 128));
+            else
+                wgmma_rs_m64n64_tb(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                                   dv + (uint64_t)(kk * 128));
+        }
         wgmma_commit();
     };
 
@@ -440,9 +463,10 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_k(const __grid_constant__ 
         issue_pv(nkb - 1);
         wgmma_wait0();
     }
-    fa_store(o, rs, a, h, row0, row1, t4);
+    fa_store<D>(o, rs, a, h, row0, row1, t4);
 #endif
 }
 #define attn_wgmma8 attn_wgmma8_k<attn_tmaps, false>
+#define attn_wgmma8_d64 attn_wgmma8_k<attn_tmaps, false, 64>
 
 #endif

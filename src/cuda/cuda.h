@@ -185,8 +185,8 @@ static inline int64_t h3_cuda_attention_sparse_scratch_bytes(int64_t S, int64_t 
  *   else the mma.sync fp8 kernel on sm_89+ (Ada, Blackwell; K/V tiles of 128 keys, two stages where they fit),
  *   else none (refused);
  *   int8 (H3_ATTN_INT8), the same operands: the mma.sync int8 kernel on sm_75+ (K/V tiles of 64 keys), else none;
- *   bf16 at head size 128 on sm_90 with the Hopper build and room for its tiles: the wgmma kernel (TMA, K/V tiles of
- *   128 rows, two stages: H3_CUDA_WGMMA_SMEM bytes);
+ *   bf16 at head size 128 or 64 on sm_90 with the Hopper build and room for its tiles: the wgmma kernel (TMA, K/V
+ *   tiles of 128 rows, two stages: H3_CUDA_WGMMA_SMEM bytes, H3_CUDA_WGMMA64_SMEM at 64);
  *   bf16 at 64 or 128 on sm_80+: the mma.sync flash kernel, 128 query rows a block, K/V tiles of 64 rows in two
  *   stages where they fit the limit, else one (a 64 KB Turing-class limit), else none (refused);
  *   other bf16 head sizes up to 128 (multiples of 8) on sm_80+: zero-padded to 64 or 128 (pad), then as above;
@@ -208,6 +208,7 @@ typedef struct {
     int64_t smem; /* dynamic shared memory a block */
 } h3_attn_choice;
 #define H3_CUDA_WGMMA_SMEM ((128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256)
+#define H3_CUDA_WGMMA64_SMEM ((128 + 2 * 2 * 128) * 64 * 2 + 1024 + 256)
 #define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * H3_CUDA_WGMMA_FP8_BK) * 128 + 1024 + 1024 + 256)
 static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
     return (128 + 2 * 64 * (int64_t)stages) * D * 2;
@@ -245,8 +246,9 @@ static inline h3_attn_choice h3_cuda_attn_choose(int major, int minor, int64_t s
         c.pad = (int)P;
         aligned = 1;
     }
-    if (dt == H3_BF16 && P == 128 && aligned && hopper && smem >= H3_CUDA_WGMMA_SMEM) {
-        c.kernel = H3_ATTN_K_WGMMA, c.stages = 2, c.smem = H3_CUDA_WGMMA_SMEM;
+    if (dt == H3_BF16 && (P == 128 || P == 64) && aligned && hopper &&
+        smem >= (P == 128 ? H3_CUDA_WGMMA_SMEM : H3_CUDA_WGMMA64_SMEM)) {
+        c.kernel = H3_ATTN_K_WGMMA, c.stages = 2, c.smem = P == 128 ? H3_CUDA_WGMMA_SMEM : H3_CUDA_WGMMA64_SMEM;
         return c;
     }
     if (dt == H3_BF16 && (P == 64 || P == 128) && major >= 8 && aligned) {

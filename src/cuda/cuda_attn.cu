@@ -1,4 +1,5 @@
-/* Attention on the GPU: the flash kernel for bf16 (head_dim 64 and 128) on sm_80+; other bf16 head sizes up to 128
+/* Attention on the GPU: on Hopper with the sm_90a build the wgmma kernel (attn_sm90a.cu) for bf16 at head_dim 128 and
+ * 64; the flash kernel for bf16 (head_dim 64 and 128) on sm_80+; other bf16 head sizes up to 128
  * (Qwen3-VL's vision tower: 72) zero-padded to 64 or 128 in arena scratch (h3_cuda_attention_scratch_bytes) and run
  * there; the plain kernel otherwise. Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8) quantizes q, k, v into arena
  * scratch first, then runs Hopper's fp8 kernel (attn_sm90a.cu) or attn_mma8 (attn_mma8.cuh) on them.
@@ -13,7 +14,7 @@
 
 #ifdef H3_HAVE_SM90A
 extern "C" int cuda_wgmma_probe(h3_cuda_state *s, cudaStream_t st);
-extern "C" h3_status cuda_attention_wgmma(const attn_args *a, cudaStream_t st);
+extern "C" h3_status cuda_attention_wgmma(const attn_args *a, int D, cudaStream_t st);
 extern "C" h3_status cuda_attention_wgmma_fp8(const attn_args *a, cudaStream_t st);
 extern "C" h3_status cuda_attention_sparse_sm90a(h3_cuda_state *s, const attn_args *a, const uint8_t *exact_tiles,
                                                  double tau, int64_t *n_exact, cudaStream_t st);
@@ -58,7 +59,7 @@ template <int D, int STAGES> static h3_status launch_stages(const attn_args &a, 
 /* The chosen kernel (h3_cuda_attn_choose) on arguments of head size 64 or 128 (padded where needed). */
 static h3_status run_chosen(const h3_attn_choice &ch, const attn_args &a, int D, cudaStream_t st) {
 #ifdef H3_HAVE_SM90A
-    if (ch.kernel == H3_ATTN_K_WGMMA) return cuda_attention_wgmma(&a, st);
+    if (ch.kernel == H3_ATTN_K_WGMMA) return cuda_attention_wgmma(&a, D, st);
 #endif
     if (ch.kernel == H3_ATTN_K_FLASH) {
         if (D == 128) return ch.stages == 2 ? launch_stages<128, 2>(a, st) : launch_stages<128, 1>(a, st);

@@ -39,10 +39,10 @@
  * with one scale a token") over 50 blocks of 19,412 rows by 5,376: 23.2 ns per 1000. The other stages' elementwise
  * work (the audio VAE's) keeps the general figure. */
 #define H3_H200_DIT_ELTWISE_NS 23.2
-/* Attention at head size 64 (the video VAE decoder's 32 heads; Hopper's wgmma kernel takes 128, so the mma.sync one
- * runs): a W124 decode's 36 blocks x 105 tiles of 1,797 tokens, 100.0 TFLOP, took 0.825 s, W124L's 186.6 TFLOP 1.570 s
- * (bench/NOTES.md, "The video VAE decode: where the time goes") */
-#define H3_H200_ATTN64_TFLOPS 120.0
+/* Attention at head size 64 (the video VAE decoder's 32 heads; the wgmma kernel's head-64 instance): a W124 decode's
+ * 36 blocks x 105 tiles of 1,797 tokens, 100.0 TFLOP, took 0.462 s (bench/NOTES.md, "The video VAE decode: where the
+ * time goes"; the mma.sync kernel it replaced took 0.825) */
+#define H3_H200_ATTN64_TFLOPS 216.0
 
 /* The H200's are measured (BENCH.md ceilings; bench/NOTES.md profile of a W124 step): the GEMM and attention
  * rates are what the DiT achieves inside a block (1.012 s of GEMMs for 50 × 14.96 TFLOP; 1.048 s of attention
@@ -713,8 +713,8 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
 /* Predicted seconds of a video VAE decode placed on the device by plan m: per pass of a chunk, each block's
  * GEMMs (QKV, output, SwiGLU FFN: 2 FLOPs a weight and token), attention over the tile's tokens (at the head-64
  * rate for heads of 64 or fewer) and its norms, RoPE, SwiGLU and residuals, at the device's rates; a streamed
- * block's copy hides behind its compute when shorter. On the H200 the W124 decode is predicted 2.56 s, measured
- * 2.47 (test_planner `measured_vvae`). */
+ * block's copy hides behind its compute when shorter. On the H200 the W124 decode is predicted 2.19 s, measured
+ * 2.16 (test_planner `measured_vvae`). */
 double h3_plan_video_vae_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m,
                                  const h3_device_figures *f) {
     const double dim = (double)c->heads * c->head_dim, I = c->ffn_inner, S = (double)m->tokens_per_tile;
