@@ -847,31 +847,38 @@ static void test_fused(void) {
         CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.h, &x.h, &wh, 1e-5f, &shh, &sch, &ih));
         CHECK_OK(h3_op_rms_norm_modulate(&g_ex, &y.d, &x.d, &wd, 1e-5f, &shd, &scd, &id));
         compare("rms_norm_modulate", &y, tol_of(dt));
-        /* qk_norm_rope in place on a strided head view, 128-wide heads, 96 rotated channels (k >= 2: the 4-wide
-         * kernel) or 90 (halves of 45: the scalar one) */
-        int64_t S = ri(1, 300), H = ri(1, 8), D = 128, Rr = k >= 2 ? 96 : 90;
-        pair buf = mk2(dt, S, 3 * H * D, 1.5), qw = mk2(dt, 1, D, 1.0), cs = mk2(H3_F32, S, Rr, 1.0), sn = mk2(H3_F32, S, Rr, 1.0);
-        h3_tensor qh, qd, qwh, qwd;
-        int64_t s3[3] = {S, H, D}, sd[1] = {D};
-        CHECK_OK(h3_tensor_reshape(&qw.h, 1, sd, &qwh));
-        CHECK_OK(h3_tensor_reshape(&qw.d, 1, sd, &qwd));
-        size_t es = h3_dtype_size(dt);
-        CHECK_OK(h3_tensor_wrap(&qh, (float *)buf.h.data + H * D, H3_PLACE_HOST, H3_F32, 3, s3));
-        CHECK_OK(h3_tensor_wrap(&qd, (char *)buf.d.data + (size_t)(H * D) * es, H3_PLACE_DEVICE, dt, 3, s3));
-        qh.stride[0] = qd.stride[0] = 3 * H * D;
-        CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qh, &qwh, 1e-5f, &cs.h, &sn.h));
-        CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qd, &qwd, 1e-5f, &cs.d, &sn.d));
-        compare("qk_norm_rope", &buf, tol_of(dt));
+        /* qk_norm_rope in place on a strided head view, 128-wide heads, 96 rotated channels (k >= 2: the
+         * 4-wide kernel) or 90 (halves of 45: the scalar one); then 64-wide heads (the video VAE decoder's),
+         * 48 rotated (k >= 2: two heads a warp, an odd head count leaving the last warp's second head empty)
+         * or 42 */
+        for (int wide = 0; wide < 2; wide++) {
+            int64_t S = ri(1, 300), H = wide ? 2 * ri(1, 6) - 1 : ri(1, 8), D = wide ? 64 : 128;
+            int64_t Rr = k >= 2 ? (wide ? 48 : 96) : (wide ? 42 : 90);
+            pair buf = mk2(dt, S, 3 * H * D, 1.5), qw = mk2(dt, 1, D, 1.0), cs = mk2(H3_F32, S, Rr, 1.0),
+                 sn = mk2(H3_F32, S, Rr, 1.0);
+            h3_tensor qh, qd, qwh, qwd;
+            int64_t s3[3] = {S, H, D}, sd[1] = {D};
+            CHECK_OK(h3_tensor_reshape(&qw.h, 1, sd, &qwh));
+            CHECK_OK(h3_tensor_reshape(&qw.d, 1, sd, &qwd));
+            size_t es = h3_dtype_size(dt);
+            CHECK_OK(h3_tensor_wrap(&qh, (float *)buf.h.data + H * D, H3_PLACE_HOST, H3_F32, 3, s3));
+            CHECK_OK(
+                h3_tensor_wrap(&qd, (char *)buf.d.data + (size_t)(H * D) * es, H3_PLACE_DEVICE, dt, 3, s3));
+            qh.stride[0] = qd.stride[0] = 3 * H * D;
+            CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qh, &qwh, 1e-5f, &cs.h, &sn.h));
+            CHECK_OK(h3_op_qk_norm_rope(&g_ex, &qd, &qwd, 1e-5f, &cs.d, &sn.d));
+            compare(wide ? "qk_norm_rope, head 64" : "qk_norm_rope", &buf, tol_of(dt));
+            pfree(&buf);
+            pfree(&qw);
+            pfree(&cs);
+            pfree(&sn);
+        }
         h3_tensor_free(&ih);
         h3_tensor_free(&id);
         pfree(&x);
         pfree(&y);
         pfree(&w);
         pfree(&tab);
-        pfree(&buf);
-        pfree(&qw);
-        pfree(&cs);
-        pfree(&sn);
     }
 }
 

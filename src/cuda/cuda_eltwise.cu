@@ -768,25 +768,32 @@ __global__ void k_qk_norm_rope(void *x, int xdt, int64_t ldx, int H, int D, cons
 }
 
 /* k_qk_norm_rope four values a lane (D and the row stride multiples of 4, R of 8, every array aligned to 4
- * elements): at 128-wide heads one pass of 16- or 8-byte accesses instead of four of scalar ones. */
-__global__ void k_qk_norm_rope4(void *x, int xdt, int64_t ldx, int H, int D, const void *w, int wdt, float eps,
-                                const float *cs, int64_t ldc, const float *sn, int64_t lds, int R, int64_t n) {
+ * elements): at 128-wide heads one pass of 16- or 8-byte accesses instead of four of scalar ones. HPW heads a
+ * warp: 2 for heads of 64 or fewer (the video VAE decoder's), so that every lane has four values (16 lanes a
+ * head). */
+template <int HPW>
+__global__ void k_qk_norm_rope4(void *x, int xdt, int64_t ldx, int H, int D, const void *w, int wdt,
+                                float eps, const float *cs, int64_t ldc, const float *sn, int64_t lds, int R,
+                                int64_t n) {
+    constexpr int G = 32 / HPW; /* lanes a head */
     __shared__ __align__(16) float buf[4][256];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t j = (int64_t)blockIdx.x * 4 + warp;
-    if (j >= n) return;
-    int64_t s = j / H, h = j % H;
-    int64_t base = s * ldx + h * D;
-    float *b = buf[warp];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gl = lane % G, grp = lane / G;
+    const int64_t j = ((int64_t)blockIdx.x * 4 + warp) * HPW + grp;
+    const bool ok = j < n; /* a head past the last still takes part in its warp's shuffles */
+    if (HPW == 1 && !ok) return;
+    const int64_t s = ok ? j / H : 0, h = ok ? j % H : 0;
+    const int64_t base = s * ldx + h * D;
+    float *b = buf[warp] + grp * (256 / HPW);
     float ss = 0.0f;
-    for (int i = lane * 4; i < D; i += 128) {
+    for (int i = gl * 4; ok && i < D; i += 4 * G) {
         const float4 v = ld_f4(x, xdt, base + i);
         *(float4 *)(b + i) = v;
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    for (int o = G / 2; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o); /* within the head's lanes */
     const float inv = rsqrtf(ss / (float)D + eps);
-    for (int i = lane * 4; i < D; i += 128) {
+    for (int i = gl * 4; ok && i < D; i += 4 * G) {
         const float4 g = ld_f4(w, wdt, i);
         float4 v = *(float4 *)(b + i);
         v.x *= inv * g.x;
@@ -796,9 +803,10 @@ __global__ void k_qk_norm_rope4(void *x, int xdt, int64_t ldx, int H, int D, con
         *(float4 *)(b + i) = v;
     }
     __syncwarp();
+    if (!ok) return;
     const int half = R / 2;
     const float *c = cs + s * ldc, *sv = sn + s * lds;
-    for (int i = lane * 4; i < D; i += 128) {
+    for (int i = gl * 4; i < D; i += 4 * G) {
         const float4 v = *(const float4 *)(b + i);
         float4 o = v;
         if (i < R) { /* half is a multiple of 4: the group lies wholly in one half */
@@ -828,8 +836,12 @@ static h3_status cuda_qk_norm_rope(h3_exec *ex, h3_tensor *x, const h3_tensor *w
                     (uintptr_t)x->data % (uintptr_t)(4 * xes) == 0 &&
                     (uintptr_t)w->data % (uintptr_t)(4 * wes) == 0 && (uintptr_t)cos->data % 16 == 0 &&
                     (uintptr_t)sin->data % 16 == 0;
-    if (vec)
-        k_qk_norm_rope4<<<(unsigned)((n + 3) / 4), 128, 0, cuda_stream(ex)>>>(
+    if (vec && D <= 64)
+        k_qk_norm_rope4<2><<<(unsigned)((n + 7) / 8), 128, 0, cuda_stream(ex)>>>(
+            x->data, cuda_dt(x->dtype), x->stride[0], (int)H, (int)D, w->data, cuda_dt(w->dtype), eps,
+            (const float *)cos->data, ldc, (const float *)sin->data, lds, R, n);
+    else if (vec)
+        k_qk_norm_rope4<1><<<(unsigned)((n + 3) / 4), 128, 0, cuda_stream(ex)>>>(
             x->data, cuda_dt(x->dtype), x->stride[0], (int)H, (int)D, w->data, cuda_dt(w->dtype), eps,
             (const float *)cos->data, ldc, (const float *)sin->data, lds, R, n);
     else

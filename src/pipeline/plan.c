@@ -714,7 +714,7 @@ h3_status h3_plan_text_encoder(const h3_text_encoder *te_c, int64_t n, int layer
  * GEMMs (QKV, output, SwiGLU FFN: 2 FLOPs a weight and token), attention over the tile's tokens (at the head-64
  * rate for heads of 64 or fewer) and its norms, RoPE, SwiGLU and residuals, at the device's rates; a streamed
  * block's copy hides behind its compute when shorter. On the H200 the W124 decode is predicted 2.19 s, measured
- * 2.16 (test_planner `measured_vvae`). */
+ * 2.10 (test_planner `measured_vvae`). */
 double h3_plan_video_vae_seconds(const h3_video_vae_config *c, const h3_video_vae_mem *m,
                                  const h3_device_figures *f) {
     const double dim = (double)c->heads * c->head_dim, I = c->ffn_inner, S = (double)m->tokens_per_tile;
