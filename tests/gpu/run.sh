@@ -21,7 +21,8 @@
 #   vae-split (GPU 0's share of the video decode split over 2 and 4 GPUs against the whole decode, W124 and W362),
 #   keyframes (the small model's DiT trained with keyframes, and with references when .devbundle/references.safetensors.xz is there: RUN.md steps 12, 13),
 #   lt-fp8 (bench/lt_fp8_modes.cu: cuBLASLt's fp8 GEMM per-tensor vs per-row scales, fast accumulation; LT_ROWS),
-#   ab (bench_cuda_kernels' attention, base and each H3_BUNDLE_VARIANTS build alternated twice; AB_ROWS),
+#   ab (bench_cuda_kernels' attention, base and each H3_BUNDLE_VARIANTS build alternated twice; AB_ROWS; AB_TEST
+#   runs those test_cuda_ops cases on each build first),
 #   lowbit (the low-bit attention kernels: test_cuda_ops attention*, test_dit_cuda full_width*, bench_cuda_kernels at
 #   W124's sequence with q, k, v in ±3), lowbit-ncu (Nsight Compute on one launch of Hopper's fp8 kernel there),
 #   sparse (block-sparse attention: test_cuda_ops attention_sparse, test_dit_cuda full_width_sparse, bench_cuda_kernels
@@ -72,12 +73,18 @@ for s in "${steps[@]}"; do
                 awk '/Function : _Z15attn_wgmma8_fp8/{f=1;print;next} f&&/Function :/{exit} f{print}' > "$OUT/fp8.sass"
             grep -E "pipe_|stalled" "$OUT/ncu_fp8_details.txt" | head -80 ;;
         ab) # A/B of kernel variants (bundle.sh H3_BUNDLE_VARIANTS): the base and each variant's bench, alternated
+            # twice; AB_TEST names test_cuda_ops cases each build runs first (e.g. attention_fp8)
+            for t in $B/test_cuda_ops $B/test_cuda_ops.*; do
+                [ -n "${AB_TEST:-}" ] || break
+                $t $AB_TEST > "$OUT/ab_$(basename "$t").log" 2>&1; r=$?; rc=$((rc | r))
+                echo "--- $(basename "$t") $AB_TEST: exit $r"; tail -2 "$OUT/ab_$(basename "$t").log"
+            done
             for round in 1 2; do
                 for b in $B/bench_cuda_kernels $B/bench_cuda_kernels.*; do
                     echo "--- $(basename "$b") round $round"
                     H3_BENCH_ATTN_AMP=3 H3_BENCH_ATTN_ONLY=1 $b ${AB_ROWS:-19412} 2>&1 | grep attention
                 done
-            done 2>&1 | tee "$OUT/ab.log" ;;
+            done 2>&1 | tee "$OUT/ab_${AB_ROWS:-19412}.log" ;;
         lt-fp8) # cuBLASLt's fp8 GEMM at W124's block shapes: per-tensor against per-row/per-token scales, with and
                 # without fast accumulation (bench/lt_fp8_modes.cu, standalone, built here)
             nvcc -O2 -o /tmp/lt_fp8_modes bench/lt_fp8_modes.cu -lcublasLt &&
