@@ -8,7 +8,9 @@
  * issues wgmma back to back (m64n128k32: e4m3 with both operands in shared memory, e4m3 with A in registers as the
  * kernel's P·V, or s8 as its Q·Kᵀ), warpgroups 1 (and 2) run independent ex2.approx chains (32 a thread, one warp per
  * scheduler a warpgroup, as the kernel's softmax). Each warpgroup times itself with clock64; a unit's rate is its work
- * over its own cycles. If both run at once, "together" keeps both rates; if they share something, the rates drop. */
+ * over its own cycles. If both run at once, "together" keeps both rates; if they share something, the rates drop.
+ * The cvt rows convert pairs to e4m3x2 as the kernel packs P (alone: conversions a cycle; with ex2: exponentials a
+ * cycle, one conversion per two of them), to see whether the conversions share the exponentials' unit. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,13 +91,25 @@ __global__ void __launch_bounds__(384, 1) k_overlap(int mode, int iters_t, int i
         if (s == 1234.5f) sink[tid] = s;
     } else if ((wg == 1 && (mode & 2)) || (wg == 2 && (mode & 4))) {
         float x[32];
+        uint32_t acc = 0;
 #pragma unroll
         for (int j = 0; j < 32; j++) x[j] = 0.001f * (tid + j);
         for (int it = 0; it < iters_m; it++) {
+            if (!(mode & 16)) {
 #pragma unroll
-            for (int j = 0; j < 32; j++) asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(x[j]) : "f"(-x[j]));
+                for (int j = 0; j < 32; j++) asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(x[j]) : "f"(-x[j]));
+            }
+            if (mode & 24) { /* pairs to e4m3x2, as the kernel packs P: one cvt per two values */
+#pragma unroll
+                for (int j = 0; j < 32; j += 2) {
+                    uint16_t h;
+                    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(h) : "f"(x[j]), "f"(x[j + 1]));
+                    acc += h;
+                    if (mode & 16) x[j] = __uint_as_float(__float_as_uint(x[j]) ^ (h & 1u)); /* no cvt hoisted */
+                }
+            }
         }
-        float s = 0;
+        float s = (float)acc;
 #pragma unroll
         for (int j = 0; j < 32; j++) s += x[j];
         if (s == 1234.5f) sink[tid] = s;
@@ -111,7 +125,8 @@ template <int KIND> static void run(const char *name, int nsm, long long *dcyc, 
         int mode;
         const char *what;
     } modes[] = {{1, "tensor alone"}, {2, "ex2 alone (1 warpgroup)"}, {6, "ex2 alone (2 warpgroups)"},
-                 {3, "tensor + ex2 (1 warpgroup)"}, {7, "tensor + ex2 (2 warpgroups)"}};
+                 {3, "tensor + ex2 (1 warpgroup)"}, {7, "tensor + ex2 (2 warpgroups)"},
+                 {2 | 16, "cvt e4m3x2 alone (1 wg)"}, {2 | 8, "ex2 + cvt (1 wg)"}, {3 | 8, "tensor + ex2 + cvt (1 wg)"}};
     for (auto &m : modes) {
         for (int rep = 0; rep < 2; rep++) {
             CK(cudaMemset(dcyc, 0, (size_t)nsm * 3 * sizeof(long long)));
@@ -137,9 +152,10 @@ template <int KIND> static void run(const char *name, int nsm, long long *dcyc, 
             ct /= nsm;
             if (nm) cm /= nm;
             const double macs = 4.0 * 64 * 128 * 32 * it;                 /* per SM */
-            const double ex2 = 32.0 * 128 * it * ((m.mode & 2 ? 1 : 0) + (m.mode & 4 ? 1 : 0)); /* per SM */
+            /* per SM: exponentials, or conversions (two values each) where no exponential runs */
+            const double ex2 = (m.mode & 16 ? 16.0 : 32.0) * 128 * it * ((m.mode & 2 ? 1 : 0) + (m.mode & 4 ? 1 : 0));
             if (rep == 1)
-                printf("%-8s %-28s %8.3f ms  tensor %6.0f MAC/clk/SM (%9.0f cycles)  ex2 %5.2f /clk/SM (%9.0f cycles)\n",
+                printf("%-8s %-28s %8.3f ms  tensor %6.0f MAC/clk/SM (%9.0f cycles)  ex2|cvt %5.2f /clk/SM (%9.0f cycles)\n",
                        name, m.what, ms, (m.mode & 1) ? macs / ct : 0.0, ct, nm ? ex2 / cm : 0.0, cm);
             free(h);
             CK(cudaEventDestroy(e0));
