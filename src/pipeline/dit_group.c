@@ -746,6 +746,17 @@ done:
     return st;
 }
 
+/* Worker r did not take what rank 0 wrote (g->mu held): its own reason first, as the watchdog reads what it said
+ * before it went (5 s at most), else `what`. */
+static void fail_unsent(h3_dit_group *g, int r, const char *what) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (!g->w[r].dead && g->w[r].err == H3_OK)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) break;
+    fail_worker(g, r, H3_ERR_IO, what);
+}
+
 /* ---- calls and the end ---------------------------------------------------------------------------------- */
 
 h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in) {
@@ -779,13 +790,8 @@ h3_status h3_dit_group_send(h3_dit_group *g, const h3_dit_inputs *in) {
         for (int i = 0; i < 3 && !bad; i++)
             if (rows[i]) bad = write_all(fd, rows[i]->data, (size_t)h3_tensor_numel(rows[i]) * sizeof(float));
         pthread_mutex_lock(&g->mu);
-        if (bad) { /* its own reason first: the watchdog reads what it said before it went (5 s at most) */
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += 5;
-            while (!g->w[r].dead && g->w[r].err == H3_OK)
-                if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) break;
-            fail_worker(g, r, H3_ERR_IO, "it did not take a call (its process ended?)");
+        if (bad) {
+            fail_unsent(g, r, "it did not take a call (its process ended?)");
         } else {
             g->w[r].pending++;
         }
@@ -809,7 +815,7 @@ static h3_status send_all_workers(h3_dit_group *g, const void *hdr, size_t len, 
                         (n && write_all(fd, data, n * sizeof(float)));
         pthread_mutex_lock(&g->mu);
         if (bad)
-            fail_worker(g, r, H3_ERR_IO, "it did not take a message (its process ended?)");
+            fail_unsent(g, r, "it did not take a message (its process ended?)");
         else if (answered)
             g->w[r].pending++;
         pthread_mutex_unlock(&g->mu);
