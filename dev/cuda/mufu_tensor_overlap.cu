@@ -3,9 +3,9 @@
  *   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o mufu_tensor_overlap mufu_tensor_overlap.cu && ./mufu_tensor_overlap
  *
  * Why: the fp8 attention kernel (src/cuda/attn_fp8.cuh) keeps its tensor pipe and its special-function pipe each about
- * 45% busy, and its time is close to the sum of the two (bench/NOTES.md, "fp8 attention with S issued a key tile
- * ahead"). This measures the two units alone and together, with nothing else in the way: one block per SM, warpgroup 0
- * issues wgmma back to back (m64n128k32: e4m3 with both operands in shared memory, e4m3 with A in registers as the
+ * 45% busy, and its time is close to the sum of the two (bench/NOTES.md, "Do the tensor cores and the exponentials
+ * run at once?", has what this measured and what followed from it). This measures the two units alone and together,
+ * with nothing else in the way: one block per SM, warpgroup 0 issues wgmma back to back (m64n128k32: e4m3 with both operands in shared memory, e4m3 with A in registers as the
  * kernel's P·V, or s8 as its Q·Kᵀ), warpgroups 1 (and 2) run independent ex2.approx chains (32 a thread, one warp per
  * scheduler a warpgroup, as the kernel's softmax). Each warpgroup times itself with clock64; a unit's rate is its work
  * over its own cycles. If both run at once, "together" keeps both rates; if they share something, the rates drop.

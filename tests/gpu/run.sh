@@ -76,6 +76,7 @@ for s in "${steps[@]}"; do
             # twice; AB_TEST names test_cuda_ops cases each build runs first (e.g. attention_fp8)
             for t in $B/test_cuda_ops $B/test_cuda_ops.*; do
                 [ -n "${AB_TEST:-}" ] || break
+                [ -x "$t" ] || continue
                 $t $AB_TEST > "$OUT/ab_$(basename "$t").log" 2>&1; r=$?; rc=$((rc | r))
                 echo "--- $(basename "$t") $AB_TEST: exit $r"; tail -2 "$OUT/ab_$(basename "$t").log"
             done
