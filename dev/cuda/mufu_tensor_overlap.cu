@@ -59,7 +59,8 @@ template <int KIND> __device__ __forceinline__ void mma(uint32_t *d, uint64_t da
                      : "l"(da), "l"(db));
 }
 
-/* mode bit 0: warpgroup 0 runs the tensor cores; bit 1: warpgroup 1 the exponentials; bit 2: warpgroup 2 too */
+/* mode bit 0: warpgroup 0 runs the tensor cores; bit 1: warpgroup 1 the exponentials; bit 2: warpgroup 2 too;
+ * bit 3: those warpgroups also convert pairs to e4m3x2; bit 4: they convert only (no exponentials) */
 template <int KIND>
 __global__ void __launch_bounds__(384, 1) k_overlap(int mode, int iters_t, int iters_m, long long *cyc, float *sink) {
     extern __shared__ __align__(1024) unsigned char sm_raw[];

@@ -74,8 +74,7 @@ for s in "${steps[@]}"; do
             grep -E "pipe_|stalled" "$OUT/ncu_fp8_details.txt" | head -80 ;;
         ab) # A/B of kernel variants (bundle.sh H3_BUNDLE_VARIANTS): the base and each variant's bench, alternated
             # twice; AB_TEST names test_cuda_ops cases each build runs first (e.g. attention_fp8)
-            for t in $B/test_cuda_ops $B/test_cuda_ops.*; do
-                [ -n "${AB_TEST:-}" ] || break
+            [ -n "${AB_TEST:-}" ] && for t in $B/test_cuda_ops $B/test_cuda_ops.*; do
                 [ -x "$t" ] || continue
                 $t $AB_TEST > "$OUT/ab_$(basename "$t").log" 2>&1; r=$?; rc=$((rc | r))
                 echo "--- $(basename "$t") $AB_TEST: exit $r"; tail -2 "$OUT/ab_$(basename "$t").log"
