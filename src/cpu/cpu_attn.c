@@ -110,15 +110,15 @@ static void attn_tasks(void *p, int64_t tb, int64_t te, int tid) {
 
 /* ---- low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device kernels' quantization, computed in f32
  * ------------------------------------------------------------------------------------------------------------
- * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any head
- * size. Both: k less its mean over the keys, q and k in int8 with one scale per head and block of rows (128 for
- * fp8, 64 for int8; k's blocks of 192 for fp8 with H3_ATTN_FP8_K192, Hopper's tiles). fp8: v in e4m3 per head
- * and channel, probabilities exp2(s − max + 8) rounded to e4m3 before P·V. int8: v in f16 scaled per head and
- * channel, probabilities exp2(s − max) rounded to f16. Per query row and block of keys (the scales' block), in
- * order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as the tensor cores do there; int8: the
- * f32 ones). The int8 values are kept as floats: their dot products are exact integers in f32 up to head size
- * 1,040 (127² · D < 2²⁴). Each task quantizes the key blocks it reads (the same values every time: the scales
- * depend on the block only). */
+ * The references of attn_fp8.cuh / attn_mma8.cuh (docs/CUDA.md "fp8 attention", "int8 attention"), at any
+ * head size. Both: k less its mean over the keys, q and k in int8 with one scale per head and block of rows
+ * (128 for fp8, 64 for int8; k's blocks of 192 for fp8 with H3_ATTN_FP8_K192, Hopper's tiles). fp8: v in e4m3
+ * per head and channel, probabilities exp2(s − max + 8) as their e4m3 codes (fp8_p) before P·V. int8: v in
+ * f16 scaled per head and channel, probabilities exp2(s − max) rounded to f16. Per query row and block of
+ * keys (the scales' block), in order, the online softmax in f32 (fp8: l sums the e4m3 probabilities, as the
+ * tensor cores do there; int8: the f32 ones). The int8 values are kept as floats: their dot products are
+ * exact integers in f32 up to head size 1,040 (127² · D < 2²⁴). Each task quantizes the key blocks it reads
+ * (the same values every time: the scales depend on the block only). */
 typedef struct {
     attn_ctx c;
     int int8;
@@ -129,6 +129,13 @@ typedef struct {
 
 static float e4m3(float x) {
     return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3(x));
+}
+
+/* fp8's probability p = 2^x (x ≤ 8) as the e4m3 value of its code round(8x + 56 + H3_ATTN_FP8_CODE_SHIFT), 0
+ * below (tensor/ops.h "H3_ATTN_FP8"; the device's fp8_p_code). */
+static float fp8_p(float x) {
+    const float c = rintf(8.0f * x + (56.0f + H3_ATTN_FP8_CODE_SHIFT));
+    return c > 0.0f ? h3_fp8e4m3_to_f32((uint8_t)fminf(c, 126.0f)) : 0.0f;
 }
 
 static float f16r(float x) {
@@ -200,8 +207,8 @@ static void lowbit_tasks(void *p, int64_t tb, int64_t te, int tid) {
                 float sum = 0.0f, *orow = O + i * D;
                 for (int64_t d = 0; d < D; d++) orow[d] *= corr;
                 for (int64_t j = 0; j < nk; j++) {
-                    const float pj = exp2f(sc[j] - b);
-                    const float pr = x->int8 ? f16r(pj) : e4m3(pj);
+                    const float pj = x->int8 ? exp2f(sc[j] - b) : 0.0f;
+                    const float pr = x->int8 ? f16r(pj) : fp8_p(sc[j] - b);
                     sum += x->int8 ? pj : pr; /* fp8: l sums the probabilities P·V took */
                     if (pr != 0.0f)
                         for (int64_t d = 0; d < D; d++) orow[d] += pr * V[j * D + d];

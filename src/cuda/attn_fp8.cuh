@@ -6,8 +6,8 @@
  * m64nFP8_BKk32 s8 wgmma into exact int32 sums (both operands K-major in shared memory, one 128-byte swizzled panel
  * per row: the e4m3 layout, int8 runs at
  * e4m3's rate and its 127 steps are finer than e4m3's 3 mantissa bits, which sharp attention amplifies into the
- * exponentials); the online softmax in fp32, its probabilities taken as exp2(s − max + 8) (at most
- * 256, FA3's offset) and rounded to e4m3; O += P·V with P in registers and V transposed in shared memory (panels
+ * exponentials); the online softmax in fp32, its probabilities exp2(s − max + 8) (at most 256, FA3's offset)
+ * made e4m3 codes straight from the exponent, without an exponential (fp8_p_code); O += P·V with P in registers and V transposed in shared memory (panels
  * of [128 channels][64 keys], K-major: Hopper's fp8 wgmma reads no MN-major operand). The register layout of an fp8
  * A operand (row g: columns 4·t4..4·t4+3 and 16 + the same of each 32-key slice) differs from the layout the
  * S accumulators come in (row g: columns 8j + 2·t4, +1); instead of moving bytes between threads, the
@@ -141,19 +141,21 @@ __device__ __forceinline__ float ex2_approx(float x) {
  * the special-function units the exponentials already load. The order of the scores is kept. */
 #define FP8_S_BIAS 12582912.0f
 
-/* fa_softmax for the fp8 kernel, with fewer instructions per score (the softmax, not the tensor cores, bounds this
- * kernel): the max is taken over the biased raw scores (sc > 0), each probability is one FFMA and one ex2,
- * p = exp2((s + bias)·sc − (max + bias·sc) + FP8_P_OFFSET), the FFMA cancelling the bias exactly (the one rounding
- * of max + bias·sc moves a row's probabilities of one key tile together by at most a relative 2⁻²⁴·ln2·bias·sc:
- * under 1e-3 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums, far below e4m3's rounding of P);
- * l, their sum, comes from the tensor cores (issue_pv). (Exponents in half precision, two per
- * ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124, the conversions to and from f16
- * costing more than the special-function work they save.) */
+/* fa_softmax for the fp8 kernel, with few instructions per score (the softmax, not the tensor cores, bounds this
+ * kernel): the max is taken over the biased raw scores (sc > 0); each probability is two FFMAs and no exponential,
+ * its e4m3 code (fp8_p_code) of x = (s + bias)·sc − (max + bias·sc) + FP8_P_OFFSET, the FFMA cancelling the bias
+ * exactly (the roundings of max + bias·sc and of the code's constant move a row's codes of one key tile together by
+ * at most 12·sc of a code: under 0.03 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums); l, their sum, comes from
+ * the tensor cores (issue_pv). The code's linear mantissa (2^f taken as 1 + f) leaves p 3.1% (rms) off exp2,
+ * against 2.6% for e4m3's rounding of an exact exp2, which is what it replaces: an ex2 and half an e4m3 conversion
+ * per score on the special-function unit, the kernel's longest chain (bench/NOTES.md: 12% faster at W124, 15% at
+ * W362; off exact attention on random data 4.2-4.3e-2 against 3.8-3.9e-2). (Exponents in half precision, two per
+ * ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124.) */
 __device__ __forceinline__ void fa_softmax_fp8(uint32_t (&s)[FP8_BK / 2], fa_rows &r, const attn_args &a, float sc,
                                                int kbase, bool full, int row0, int row1, int shift, int t4,
                                                float &c0, float &c1) {
 #ifdef H3_WGMMA_COMPILED
-    /* s holds the int32 sums on entry and the probabilities' f32 bits on return */
+    /* s holds the int32 sums on entry and the probabilities' e4m3 codes (low bytes) on return */
 #pragma unroll
     for (int i = 0; i < FP8_BK / 2; i++) s[i] += 0x4B400000u;
     float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -185,20 +187,23 @@ __device__ __forceinline__ void fa_softmax_fp8(uint32_t (&s)[FP8_BK / 2], fa_row
     c0 = mx0 == -INFINITY ? 1.0f : ex2_approx(r.m0 - mx0);
     c1 = mx1 == -INFINITY ? 1.0f : ex2_approx(r.m1 - mx1);
     const float b0 = mx0 == -INFINITY ? 0.0f : mx0 - FP8_P_OFFSET, b1 = mx1 == -INFINITY ? 0.0f : mx1 - FP8_P_OFFSET;
+    /* x = (s + bias)·sc + n = s·sc − max + 8; the code's FFMA takes x / 32 + (56 + shift) / 256 */
     const float n0 = fmaf(-FP8_S_BIAS, sc, -b0), n1 = fmaf(-FP8_S_BIAS, sc, -b1);
+    constexpr float kc = 7.0f + H3_ATTN_FP8_CODE_SHIFT / 8.0f;
+    const float a32 = sc * (1.0f / 32.0f), k0 = (n0 + kc) * (1.0f / 32.0f), k1 = (n1 + kc) * (1.0f / 32.0f);
 #pragma unroll
     for (int j = 0; j < FP8_NJ; j++) {
-        s[4 * j] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j]), sc, n0)));
-        s[4 * j + 1] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 1]), sc, n0)));
-        s[4 * j + 2] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 2]), sc, n1)));
-        s[4 * j + 3] = __float_as_uint(ex2_approx(fmaf(__uint_as_float(s[4 * j + 3]), sc, n1)));
+        s[4 * j] = fp8_p_code(__uint_as_float(s[4 * j]), a32, k0);
+        s[4 * j + 1] = fp8_p_code(__uint_as_float(s[4 * j + 1]), a32, k0);
+        s[4 * j + 2] = fp8_p_code(__uint_as_float(s[4 * j + 2]), a32, k1);
+        s[4 * j + 3] = fp8_p_code(__uint_as_float(s[4 * j + 3]), a32, k1);
     }
     r.m0 = mx0;
     r.m1 = mx1;
 #endif
 }
 
-/* O and l *= c per row (skipped where the row's max did not move), and the probabilities in s into the e4m3 A fragments
+/* O and l *= c per row (skipped where the row's max did not move), and the probabilities' codes in su into the A fragments
  * of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's order), row
  * g+8's, then the same of the second 16). */
 __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, uint32_t (&p)[FP8_BK / 8],
@@ -220,20 +225,20 @@ __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, 
             o[4 * j + 3] *= c1;
         }
     }
-#define S_(i) __uint_as_float(su[i])
+#define S_(i) su[i]
 #pragma unroll
     for (int kk = 0; kk < FP8_NK; kk++) {
         const int b = 16 * kk;
-        p[4 * kk] = pack_e4m3x4(S_(b), S_(b + 1), S_(b + 4), S_(b + 5));
-        p[4 * kk + 1] = pack_e4m3x4(S_(b + 2), S_(b + 3), S_(b + 6), S_(b + 7));
-        p[4 * kk + 2] = pack_e4m3x4(S_(b + 8), S_(b + 9), S_(b + 12), S_(b + 13));
-        p[4 * kk + 3] = pack_e4m3x4(S_(b + 10), S_(b + 11), S_(b + 14), S_(b + 15));
+        p[4 * kk] = pack_codes4(S_(b), S_(b + 1), S_(b + 4), S_(b + 5));
+        p[4 * kk + 1] = pack_codes4(S_(b + 2), S_(b + 3), S_(b + 6), S_(b + 7));
+        p[4 * kk + 2] = pack_codes4(S_(b + 8), S_(b + 9), S_(b + 12), S_(b + 13));
+        p[4 * kk + 3] = pack_codes4(S_(b + 10), S_(b + 11), S_(b + 14), S_(b + 15));
     }
 #undef S_
 #endif
 }
 
-/* O · vs[channel] / l into the output rows (bf16), rows past Sq skipped. l = Σ e4m3(p) of each row (every thread of
+/* O · vs[channel] / l into the output rows (bf16), rows past Sq skipped. l = Σ P of each row (P the probabilities' e4m3 values) (every thread of
  * the row's quad holds all of it: issue_pv), the very probabilities O took, so O / l is exact for a row one key
  * dominates. */
 __device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, const attn_args &a, int h, int hk,

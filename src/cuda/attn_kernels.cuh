@@ -14,7 +14,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <math.h>
 #include <stdint.h>
+
+extern "C" {
+#include "tensor/ops.h" /* H3_ATTN_FP8_CODE_SHIFT */
+}
 
 typedef struct {
     const void *q, *k, *v;
@@ -78,11 +83,21 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-/* Four floats as e4m3 (round to nearest, saturating at ±448) in one word, a in the low byte. */
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-    return lo | (hi << 16);
+/* The e4m3 code of fp8 attention's probability p = 2^x (tensor/ops.h "H3_ATTN_FP8"), x ≤ 8, given as
+ * x = 32·(v·a + k) − 7 − H3_ATTN_FP8_CODE_SHIFT / 8, in the low byte of the result: round(8x + 56 +
+ * H3_ATTN_FP8_CODE_SHIFT), 0 below. Two FFMAs on the FMA pipe: the first saturates t = code / 256 into [0, 1]
+ * (the clamp; a masked key's −∞ lands on 0), the second rounds 256·t to an integer in the low bits (256·t +
+ * 1.5·2²³). In place of an ex2 and half an e4m3 conversion on the special-function unit, with which Hopper's
+ * kernel ran 12-15% slower (bench/NOTES.md). */
+__device__ __forceinline__ uint32_t fp8_p_code(float v, float a, float k) {
+    float t;
+    asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(t) : "f"(v), "f"(a), "f"(k));
+    return __float_as_uint(fmaf(t, 256.0f, 12582912.0f));
+}
+
+/* The low bytes of four fp8_p_code results in one word, a's in the low byte. */
+__device__ __forceinline__ uint32_t pack_codes4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
 }
 
 /* Max and sum over the 4 threads that hold one row of an m16n8 accumulator (lanes 4g..4g+3). */

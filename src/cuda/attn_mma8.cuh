@@ -9,8 +9,8 @@
  *   MMA8_FP8 (H3_ATTN_FP8, sm_89+: Ada, Blackwell, and Hopper when its wgmma kernel is absent; SageAttention 2's
  *     recipe): q, k and v as the fp8 passes in cuda_attn.cu quantize them for Hopper's kernel (q, k per 128 rows,
  *     v e4m3 transposed per head and channel, each 32-key slice in attn_fp8_key's order), K/V tiles of 128 keys
- *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) rounded to
- *     e4m3 straight from the S accumulators, which already hold the keys in the order attn_fp8_key stored V's
+ *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) as its e4m3
+ *     code (fp8_p_code) straight from the S accumulators, which already hold the keys in the order attn_fp8_key stored V's
  *     (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are 8·(e/2) + 2·t4 + e%2 of the
  *     accumulators, the same map as wgmma's).
  *   MMA8_INT8 (H3_ATTN_INT8, sm_75+: Turing, Ampere, Ada; SageAttention's first recipe): q and k per 64 rows; v in
@@ -250,17 +250,26 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
         mx0 = quad_max(mx0);
         mx1 = quad_max(mx1);
         const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0), c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        /* fp8: p = exp2(s − max + 8), at most 256 (e4m3 reaches 448); int8: p = exp2(s − max) */
+        /* fp8: p = exp2(s − max + 8), at most 256 (e4m3 reaches 448), as its e4m3 code; int8: p = exp2(s − max) */
         const float off = MODE == MMA8_FP8 ? 8.0f : 0.0f;
         const float base0 = mx0 == -INFINITY ? 0.0f : mx0 - off, base1 = mx1 == -INFINITY ? 0.0f : mx1 - off;
         float sum0 = 0.0f, sum1 = 0.0f;
+        /* fp8: the probabilities' e4m3 codes (fp8_p_code of x = s − base, in s's bits); l from the tensor cores,
+         * below. int8: the f32 probabilities and their sum. */
+        constexpr float kc = (7.0f + H3_ATTN_FP8_CODE_SHIFT / 8.0f) / 32.0f;
+        const float k0 = fmaf(-base0, 1.0f / 32.0f, kc), k1 = fmaf(-base1, 1.0f / 32.0f, kc);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            s[j][0] = exp2f(s[j][0] - base0);
-            s[j][1] = exp2f(s[j][1] - base0);
-            s[j][2] = exp2f(s[j][2] - base1);
-            s[j][3] = exp2f(s[j][3] - base1);
-            if constexpr (MODE == MMA8_INT8) { /* fp8: l from the tensor cores, below */
+            if constexpr (MODE == MMA8_FP8) {
+                s[j][0] = __uint_as_float(fp8_p_code(s[j][0], 1.0f / 32.0f, k0));
+                s[j][1] = __uint_as_float(fp8_p_code(s[j][1], 1.0f / 32.0f, k0));
+                s[j][2] = __uint_as_float(fp8_p_code(s[j][2], 1.0f / 32.0f, k1));
+                s[j][3] = __uint_as_float(fp8_p_code(s[j][3], 1.0f / 32.0f, k1));
+            } else {
+                s[j][0] = exp2f(s[j][0] - base0);
+                s[j][1] = exp2f(s[j][1] - base0);
+                s[j][2] = exp2f(s[j][2] - base1);
+                s[j][3] = exp2f(s[j][3] - base1);
                 sum0 += s[j][0] + s[j][1];
                 sum1 += s[j][2] + s[j][3];
             }
@@ -277,7 +286,7 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
             o[i][3] *= c1;
         }
         if constexpr (MODE == MMA8_FP8) {
-            /* O += P V over 32-key slices: P in e4m3 from the accumulators, V's rows (channels) by
+            /* O += P V over 32-key slices: P's e4m3 codes from the accumulators, V's rows (channels) by
              * ldmatrix; and the tile's Σp as P times e4m3 ones (0x38) into a fresh accumulator (every
              * column is the row's sum: ps[0] row g, ps[2] row g+8), the sum of the rounded probabilities O
              * took, as Hopper's kernel does */
@@ -285,10 +294,11 @@ template <int MODE, int STAGES> __global__ void __launch_bounds__(MMA8_WARPS * 3
 #pragma unroll
             for (int kk = 0; kk < BK / 32; kk++) {
                 uint32_t pa[4];
-                pa[0] = pack_e4m3x4(s[4 * kk][0], s[4 * kk][1], s[4 * kk + 1][0], s[4 * kk + 1][1]);
-                pa[1] = pack_e4m3x4(s[4 * kk][2], s[4 * kk][3], s[4 * kk + 1][2], s[4 * kk + 1][3]);
-                pa[2] = pack_e4m3x4(s[4 * kk + 2][0], s[4 * kk + 2][1], s[4 * kk + 3][0], s[4 * kk + 3][1]);
-                pa[3] = pack_e4m3x4(s[4 * kk + 2][2], s[4 * kk + 2][3], s[4 * kk + 3][2], s[4 * kk + 3][3]);
+                const auto pc = [&](int j, int e) { return __float_as_uint(s[4 * kk + j][e]); };
+                pa[0] = pack_codes4(pc(0, 0), pc(0, 1), pc(1, 0), pc(1, 1));
+                pa[1] = pack_codes4(pc(0, 2), pc(0, 3), pc(1, 2), pc(1, 3));
+                pa[2] = pack_codes4(pc(2, 0), pc(2, 1), pc(3, 0), pc(3, 1));
+                pa[3] = pack_codes4(pc(2, 2), pc(2, 3), pc(3, 2), pc(3, 3));
                 mma8_e4m3(ps, pa, 0x38383838u, 0x38383838u);
 #pragma unroll
                 for (int dd = 0; dd < 8; dd++) { /* 16 channels a step */

@@ -143,22 +143,30 @@ h3_status h3_op_rope(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_ten
  * its mean over all keys per head and channel (softmax-invariant), then q and k with one scale per head and
  * block of 128 rows (k: 192 with H3_ATTN_FP8_K192; max|x|/127, rounded to nearest even), v in e4m3 with one
  * scale per head and channel (max|v|/448); per query row and block of keys (k's blocks) in order,
- * s = (q8·k8)·sq·sk·scale (base 2), the online softmax in f32 with p = exp2(s − max + 8) (at most 256),
- * l = Σ e4m3(p) (the probabilities P·V takes), P·V with e4m3(p) and v8, o = Σ·sv / l. The device runs it on
- * sm_89+ (Hopper's wgmma kernel, Ada's and Blackwell's mma.sync one) at head size 128 with bf16 q, k, v only
- * (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the tests' reference). */
+ * s = (q8·k8)·sq·sk·scale (base 2), the online softmax in f32 with p = exp2(s − max + 8) (at most 256) taken
+ * straight as an e4m3 code by the exponent's linear interpolation, P = e4m3(max(0, rint(8·(s − max + 8) + 56
+ * + H3_ATTN_FP8_CODE_SHIFT))) (2^f as 1 + f: P 3.1% rms off exp2, against 2.6% for exp2 rounded to e4m3, and
+ * no exponential to compute), l = Σ P (the probabilities P·V takes), P·V with P and v8, o = Σ·sv / l. The
+ * device runs it on sm_89+ (Hopper's wgmma kernel, Ada's and Blackwell's mma.sync one) at head size 128 with
+ * bf16 q, k, v only (H3_ERR_UNSUPPORTED elsewhere); the CPU computes the same at any head size (the tests'
+ * reference). */
 #define H3_ATTN_FP8 2u
-/* With H3_ATTN_FP8: k's scale blocks and the softmax's key blocks of 192 rows instead of 128, as Hopper's fp8 kernel
- * tiles them (query blocks stay 128). The CPU computes what it is asked; the device computes its kernel's blocks
- * whatever this bit says (192 with Hopper's kernel, 128 with the mma.sync one): h3_cuda_attention_ref_flags gives
- * the flags under which the CPU reproduces a device's result. */
+/* fp8's probability codes: round(8x + 56 + shift) for p = 2^x. −0.375 shifts the linear mantissa's error (2^f
+ * as 1 + f, always over) toward none: off exact attention it lands within 2% of the best of the shifts 0 to
+ * −0.5 at each sharpness tried (bench/fp8_p_code.c), and x = 8 still lands on 256. */
+#define H3_ATTN_FP8_CODE_SHIFT (-0.375f)
+/* With H3_ATTN_FP8: k's scale blocks and the softmax's key blocks of 192 rows instead of 128, as Hopper's fp8
+ * kernel tiles them (query blocks stay 128). The CPU computes what it is asked; the device computes its
+ * kernel's blocks whatever this bit says (192 with Hopper's kernel, 128 with the mma.sync one):
+ * h3_cuda_attention_ref_flags gives the flags under which the CPU reproduces a device's result. */
 #define H3_ATTN_FP8_K192 16u /* (8u is dit.h's H3_ATTN_SPARSE) */
-/* q and k in int8, v and P·V in f16 (docs/CUDA.md "int8 attention", SageAttention's recipe): k less its mean over
- * all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of 64 rows
- * (max|x|/127, round to nearest even); v in f16 as v·(256/max|v|) per head and channel. Per query row and block of
- * 64 keys in order, s = (q8·k8)·sq·sk·scale (base 2, the integer dot product exact), the online softmax in f32
- * with p = exp2(s − max), l = Σp, P·V with f16(p) and the f16 v, o = Σ·max|v|/256 / l. The device runs it on
- * sm_75+ at head size 128 with bf16 q, k, v (H3_ERR_UNSUPPORTED elsewhere); the CPU at any head size. */
+/* q and k in int8, v and P·V in f16 (docs/CUDA.md "int8 attention", SageAttention's recipe): k less its mean
+ * over all keys per head and channel (softmax-invariant), then q and k with one scale per head and block of
+ * 64 rows (max|x|/127, round to nearest even); v in f16 as v·(256/max|v|) per head and channel. Per query row
+ * and block of 64 keys in order, s = (q8·k8)·sq·sk·scale (base 2, the integer dot product exact), the online
+ * softmax in f32 with p = exp2(s − max), l = Σp, P·V with f16(p) and the f16 v, o = Σ·max|v|/256 / l. The
+ * device runs it on sm_75+ at head size 128 with bf16 q, k, v (H3_ERR_UNSUPPORTED elsewhere); the CPU at any
+ * head size. */
 #define H3_ATTN_INT8 4u
 /* o[Sq, Hq, D] = softmax(q·kᵀ·scale)·v per head; k, v [Sk, Hk, D] with Hq a multiple of Hk (grouped-query:
  * query head h reads key head h / (Hq/Hk)). Last two dims contiguous, any row stride. Computed in tiles with
