@@ -8,6 +8,12 @@ group offloading (one block per group, copies on a side stream from pinned memor
 same workloads; the ratio to resident is printed. This is the side-by-side figure for bench_dit_stream
 (tests/gpu/run.sh: DIT_WORKLOADS="W124 --group-offload" ... dit-diffusers). Not yet run.
 
+--fp8-error: after the resident runs, how far e4m3 GEMMs move this model's output, as bench_dit_cuda --quantize fp8
+measures h3run's: the inputs of every linear of the 50 blocks but the AdaLN projection rounded to e4m3 with one
+scale a token (max|x| / 448) and their weights with one scale a tensor, h3run's fp8 rule, the products in bf16 with
+f32 sums (the e4m3 values times their scales are exact in bf16 but for the scale's own rounding); the velocities'
+relative L2 off the bf16 forward on the same inputs, with all 50 blocks so, then the first only, then the last only.
+
 The weights are generated in GPU memory (the machine's disk cannot hold 66 GB twice); timing does not depend on
 their values. Writes $OUT/dit_diffusers.json when OUT is set."""
 import json
@@ -66,7 +72,8 @@ def main():
 
     args = sys.argv[1:]
     offload = "--group-offload" in args
-    names = [a for a in args if a != "--group-offload"] or ["W73", "W124", "W362"]
+    fp8_error = "--fp8-error" in args
+    names = [a for a in args if not a.startswith("--")] or ["W73", "W124", "W362"]
     dev = torch.device("cuda")
     t0 = time.time()
     with torch.device("meta"):
@@ -89,6 +96,8 @@ def main():
           f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB")
     results = {}
     run_all(model, names, dev, results, "resident")
+    if fp8_error:
+        run_fp8_error(model, names, dev, results)
     if offload:
         t0 = time.time()
         # From the device: each tensor is copied to a pinned host copy and its device memory freed (moving the model
@@ -109,6 +118,53 @@ def main():
         with open(os.path.join(os.environ["OUT"], "dit_diffusers.json"), "w") as fh:
             json.dump(results, fh, indent=1)
     return 0
+
+
+def e4m3_round(x, scale):
+    """x rounded to e4m3 at scale (x / scale within ±448), back in x's dtype"""
+    return ((x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale).to(x.dtype)
+
+
+def run_fp8_error(model, names, dev, results):
+    """The velocities' relative L2 off the bf16 forward with the blocks' linears in e4m3 (module docstring)."""
+    import torch.nn.functional as F
+    active = set()
+    linears = []
+    for b, blk in enumerate(model.transformer_blocks):
+        for lname, mod in blk.named_modules():
+            if isinstance(mod, torch.nn.Linear) and not lname.startswith("adaln_proj"):
+                linears.append((b, mod))
+
+    def hooked(b, mod):
+        def fwd(x):
+            if b not in active:
+                return F.linear(x, mod.weight, mod.bias)
+            xs = (x.float().abs().amax(dim=-1, keepdim=True) / 448).clamp_min(1e-30)
+            ws = (mod.weight.float().abs().amax() / 448).clamp_min(1e-30)
+            return F.linear(e4m3_round(x, xs), e4m3_round(mod.weight, ws), mod.bias)
+        return fwd
+
+    for b, mod in linears:
+        mod.forward = hooked(b, mod)
+    nblk = len(model.transformer_blocks)
+    for name in names:
+        w, h, f = WORKLOADS[name]
+        inputs, S, nv, na = packed_inputs(w, h, f, dev)
+        with torch.no_grad():
+            active.clear()
+            ref = [t.float() for t in model(**inputs, return_dict=False)]
+            for label, blocks in (("all blocks", range(nblk)), ("block 0 only", [0]),
+                                  (f"block {nblk - 1} only", [nblk - 1])):
+                active.clear()
+                active.update(blocks)
+                out = [t.float() for t in model(**inputs, return_dict=False)]
+                rel = [float((o - r).norm() / r.norm()) for o, r in zip(out, ref)]
+                results[f"{name} fp8 error {label}"] = dict(video=rel[0], audio=rel[1] if len(rel) > 1 else None)
+                print(f"{name:6s} e4m3 linears, {label:13s}: velocities {rel[0]:.2e} (video)"
+                      + (f" {rel[1]:.2e} (audio)" if len(rel) > 1 else "") + " relative L2 off the bf16 forward")
+        active.clear()
+        del inputs
+        torch.cuda.empty_cache()
 
 
 def run_all(model, names, dev, results, mode):
