@@ -5,7 +5,7 @@
  *
  *   bench_dit_cuda [--pruned] [--quant int8_convrot|int8|fp8 ...
  *                  | --quantize F [--quantize-blocks FIRST:COUNT] [--fp8-variants]] [--attention fp8|int8|sparse]
- *                  [--split N] [W73 W124 W362 W124L]
+ *                  [--split N] [--init diffusers] [W73 W124 W362 W124L]
  *
  * --pruned: ComfyUI's curve-form AdaLN (rank 8) instead of the full time MLP: the 20B "pruned" files' shapes.
  * --quant F: after the bf16 runs, the blocks' four linears are replaced by random stored values of format F
@@ -27,6 +27,11 @@
  * --attention fp8|int8|sparse: each workload of each weight format runs again with the blocks' attention in fp8,
  * int8 or block-sparse (h3_dit_set_attention; sparse at its default tau on every timed step): its s/step, peak, and
  * the velocities' relative L2 distance from the same weights' run with bf16 attention.
+ *
+ * --init diffusers: the random weights spread as bench/dit_diffusers.py makes diffusers' (every matrix N(0, 0.02),
+ * every vector, norms' and biases' alike, N(0, 0.5)), as uniform values of those deviations, instead of the default
+ * (matrices uniform in ±0.03, norms in [0.9, 1.1], biases in ±0.01). Times do not depend on it; the distances of
+ * --quantize and --attention do, since how far a random DiT carries a perturbation depends on its weights' spread.
  *
  * --split N: after each workload's whole step, the first and the last rank's share of the forward split over N GPUs
  * (h3_dit_forward_sp) run here alone, the other ranks stood in for by a loopback that moves only the rank's own
@@ -127,6 +132,8 @@ static const char *attn_name(void) {
     return g_attn_lb == H3_ATTN_INT8 ? "int8" : g_attn_lb == H3_ATTN_SPARSE ? "sparse" : "fp8";
 }
 
+static int g_init_diffusers; /* --init diffusers */
+
 static int fill_weight(const char *name, h3_tensor *t, void *user) {
     (void)user;
     size_t n = strlen(name);
@@ -135,6 +142,10 @@ static int fill_weight(const char *name, h3_tensor *t, void *user) {
     float lo = -0.03f, hi = 0.03f; /* ~N(0, 0.02²) in spread */
     if (is_norm) lo = 0.9f, hi = 1.1f;
     if (is_bias) lo = -0.01f, hi = 0.01f;
+    if (g_init_diffusers) { /* uniform in ±a has deviation a / sqrt(3) */
+        const float a = (t->ndim > 1 ? 0.02f : 0.5f) * sqrtf(3.0f);
+        lo = -a, hi = a;
+    }
     if (h3_op_random_uniform(&ex, t, g_seed++, lo, hi) != H3_OK) {
         fprintf(stderr, "filling %s: %s\n", name, h3_last_error());
         exit(1);
@@ -347,6 +358,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "--split takes 2, 4, 7 or 8 (ranks of the 56 heads), not '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--init") && i + 1 < argc) {
+            if (strcmp(argv[++i], "diffusers")) {
+                fprintf(stderr, "--init takes diffusers, not '%s'\n", argv[i]);
+                return 2;
+            }
+            g_init_diffusers = 1;
         } else if (!strcmp(argv[i], "--fp8-variants")) {
             fp8_variants = 1;
         } else if (!strcmp(argv[i], "--quantize-blocks") && i + 1 < argc) {

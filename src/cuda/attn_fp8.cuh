@@ -32,8 +32,12 @@
 
 /* 8 rows of 128 e4m3 ones after the K and V stages: P times them is each row's Σp of a key tile (issue_pv). */
 #define FP8_ONES_BYTES 1024
+/* O's sums leave the tensor cores' accumulator for f32 in shared memory every FP8_FLUSH key tiles (the kernel's
+ * comment): 64 KB, 64 floats a consumer thread. */
+#define FP8_FLUSH 2
+#define FP8_OH_BYTES (256 * 64 * 4)
 static inline size_t wg8_fp8_smem_bytes(void) {
-    return (size_t)(WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256;
+    return (size_t)(WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 + FP8_OH_BYTES;
 }
 
 /* Tensor maps of the fp8 operands: q [Sq, Hq·128] and k [Sk, Hk·128] bytes, boxes of 128 (q) or FP8_BK (k) rows
@@ -96,10 +100,10 @@ __device__ __forceinline__ void wgmma_ss_s8_bk(uint32_t *d, uint64_t da, uint64_
           "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95])
         : "l"(da), "l"(db), "r"(accumulate));
 }
-/* D += A·B, e4m3, A (64x32) in registers, B in shared memory (K-major). */
+/* D (+)= A·B (accumulate: 0 starts D afresh), e4m3, A (64x32) in registers, B in shared memory (K-major). */
 __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                                      uint32_t a3, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                                                      uint32_t a3, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
                  "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
                  "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
@@ -115,7 +119,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, uint32_t a0, uin
                    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
                    "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 }
 /* D (64x8 f32) (+)= A·B, e4m3, A (64x32) in registers, B (8 rows) in shared memory (K-major). */
 __device__ __forceinline__ void wgmma_rs_m64n8_e4m3(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -351,6 +355,31 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
      * of the field); V's panels are 64-byte swizzled (layout 2 in bits 62-63, 8 rows of 64 bytes = SBO 512) */
     const uint64_t dQ = wg_desc(sQ + cw * 64 * 128, 16, 1024), dK = wg_desc(sK, 16, 1024),
                    dV = (wg_desc(sV, 16, 512) & ~(3ull << 62)) | (2ull << 62), dOnes = wg_desc(sOnes, 16, 1024);
+    /* o's sums in f32 in shared memory, every FP8_FLUSH tiles: Hopper's fp8 wgmma adds into its accumulator with
+     * about 13 bits kept, so a long row's o, left to grow over all its tiles, lost most of each new tile (24.6% off
+     * the CPU at 19,412 keys of flat scores, bench/NOTES.md); the next tile's P·V then starts the accumulator
+     * afresh */
+    float4 *oh = (float4 *)(sOnes + FP8_ONES_BYTES + 256) + ctid; /* chunk j at oh[256 * j] */
+    float mf0 = -INFINITY, mf1 = -INFINITY; /* the row maxima oh's sums are at */
+    bool fresh = true;                      /* o holds nothing since the last flush */
+#pragma unroll
+    for (int j = 0; j < 16; j++) oh[256 * j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    auto flush = [&]() {
+        const float f0 = mf0 == -INFINITY ? 0.0f : ex2_approx(mf0 - rs.m0),
+                    f1 = mf1 == -INFINITY ? 0.0f : ex2_approx(mf1 - rs.m1);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            float4 v = oh[256 * j];
+            v.x = fmaf(v.x, f0, o[4 * j]);
+            v.y = fmaf(v.y, f0, o[4 * j + 1]);
+            v.z = fmaf(v.z, f1, o[4 * j + 2]);
+            v.w = fmaf(v.w, f1, o[4 * j + 3]);
+            oh[256 * j] = v;
+        }
+        mf0 = rs.m0;
+        mf1 = rs.m1;
+        fresh = true;
+    };
     auto issue_s = [&](int kb) {
         const uint64_t dk = dK + (uint64_t)((kb % WG8_STAGES) * (KB >> 4));
 #pragma unroll
@@ -362,7 +391,7 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
 #pragma unroll
         for (int kk = 0; kk < FP8_NK; kk++)
             wgmma_rs_m64n128_e4m3(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                                  dv + (kk / 2) * (FP8_VPANEL >> 4) + 2 * (kk % 2));
+                                  dv + (kk / 2) * (FP8_VPANEL >> 4) + 2 * (kk % 2), kk > 0 || !fresh);
         /* The tile's Σp on the tensor cores, from the e4m3 P that O took, into a fresh accumulator (every column
          * of P·ones is the row's sum: psum[0] row g, psum[2] row g+8), which add_tile_sum adds to l in f32: no
          * additions in the softmax. Not as 8 more columns of O: Hopper's fp8 accumulation keeps about 13 bits
@@ -403,12 +432,21 @@ __global__ void __launch_bounds__(384, 1) attn_wgmma8_fp8(const __grid_constant_
             mbar_arrive(&v_empty[ps]);
             add_tile_sum(); /* tile kb-1's, at its max; then both to tile kb's */
             rescale_pack(c0, c1);
+            fresh = false;
+            if (kb % FP8_FLUSH == 0) flush();
         }
         mbar_wait(&v_full[(nkb - 1) % WG8_STAGES], ((nkb - 1) / WG8_STAGES) & 1);
         wgmma_fence();
         issue_pv(nkb - 1);
         wgmma_wait0();
         add_tile_sum();
+        fresh = false;
+        flush();
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++) { /* oh is at rs's maxima after the last flush (zero where no tile ran) */
+        const float4 v = oh[256 * j];
+        o[4 * j] = v.x, o[4 * j + 1] = v.y, o[4 * j + 2] = v.z, o[4 * j + 3] = v.w;
     }
     fa_store_fp8(o, rs, a, h, hk, row0, row1, t4);
 #endif

@@ -7,7 +7,8 @@ static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 128 * 2 + 1024 + 256 == H3_CUDA
               "h3_cuda_attn_choose's figure for the wgmma kernel's shared memory");
 static_assert((WG_BQ + 2 * WG8_STAGES * WG_BK) * 64 * 2 + 1024 + 256 == H3_CUDA_WGMMA64_SMEM,
               "h3_cuda_attn_choose's figure for the head-64 wgmma kernel's shared memory");
-static_assert((WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 == H3_CUDA_WGMMA_FP8_SMEM,
+static_assert((WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 + FP8_OH_BYTES ==
+                  H3_CUDA_WGMMA_FP8_SMEM,
               "h3_cuda_attn_choose's figure for the fp8 kernel's shared memory");
 static_assert(FP8_BK == H3_CUDA_WGMMA_FP8_BK && FP8_BK % 64 == 0,
               "cuda.h's key block for Hopper's fp8 kernel (the quantization's k blocks) is the kernel's tile");

@@ -209,7 +209,8 @@ typedef struct {
 } h3_attn_choice;
 #define H3_CUDA_WGMMA_SMEM ((128 + 2 * 2 * 128) * 128 * 2 + 1024 + 256)
 #define H3_CUDA_WGMMA64_SMEM ((128 + 2 * 2 * 128) * 64 * 2 + 1024 + 256)
-#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * H3_CUDA_WGMMA_FP8_BK) * 128 + 1024 + 1024 + 256)
+/* Hopper's fp8 kernel: Q, two stages of K and V tiles, its rows of ones, barriers, and 64 KB of O's f32 sums */
+#define H3_CUDA_WGMMA_FP8_SMEM ((128 + 2 * 2 * H3_CUDA_WGMMA_FP8_BK) * 128 + 1024 + 1024 + 256 + 65536)
 static inline int64_t h3_cuda_flash_smem(int64_t D, int stages) {
     return (128 + 2 * 64 * (int64_t)stages) * D * 2;
 }
