@@ -33,8 +33,12 @@
 /* 8 rows of 128 e4m3 ones after the K and V stages: P times them is each row's Σp of a key tile (issue_pv). */
 #define FP8_ONES_BYTES 1024
 /* O's sums leave the tensor cores' accumulator for f32 in shared memory every FP8_FLUSH key tiles (the kernel's
- * comment): 64 KB, 64 floats a consumer thread. */
+ * comment): 64 KB, 64 floats a consumer thread. Every tile: the same error, 2% slower in the W124 DiT; other periods
+ * build with -DFP8_FLUSH=N (tests/gpu/bundle.sh H3_BUNDLE_VARIANTS) and were not timed. */
+#ifndef FP8_FLUSH
 #define FP8_FLUSH 2
+#endif
+static_assert(FP8_FLUSH >= 1, "FP8_FLUSH: key tiles between O's flushes");
 #define FP8_OH_BYTES (256 * 64 * 4)
 static inline size_t wg8_fp8_smem_bytes(void) {
     return (size_t)(WG_BQ + 2 * WG8_STAGES * FP8_BK) * 128 + FP8_ONES_BYTES + 1024 + 256 + FP8_OH_BYTES;
