@@ -386,10 +386,6 @@ static void test_attention(void) {
     attn_case(H3_BF16, 256, 256, 2, 2, 96, 0, 0); /* a head size the flash kernel lacks: plain kernel */
 }
 
-/* Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device's kernel against the CPU's same quantization, on
- * the same bf16 values (the output's bf16 rounding, the tensor cores' sum order and the rare probability rounded
- * to the other e4m3 or f16 neighbour apart); its distance from the bf16 kernel printed. Devices without a kernel
- * (fp8 before sm_89, int8 before sm_75) must refuse with H3_ERR_UNSUPPORTED. */
 /* p + shift in every value, rounded to dt again on both sides (mk's rule) */
 static void pshift(pair *p, h3_dtype dt, double shift) {
     const size_t n = (size_t)h3_tensor_numel(&p->h);
@@ -403,8 +399,12 @@ static void pshift(pair *p, h3_dtype dt, double shift) {
     h3_tensor_free(&tmp);
 }
 
-/* vshift: added to every v (unfused only): a component all keys share, which a row's output keeps however flat its
- * scores are, so its sum over a long row grows with the keys */
+/* Low-bit attention (H3_ATTN_FP8, H3_ATTN_INT8): the device's kernel against the CPU's same quantization, on
+ * the same bf16 values (the output's bf16 rounding, the tensor cores' sum order and the rare probability
+ * rounded to the other e4m3 or f16 neighbour apart); its distance from the bf16 kernel printed. Devices
+ * without a kernel (fp8 before sm_89, int8 before sm_75) must refuse with H3_ERR_UNSUPPORTED. vshift is added
+ * to every v (unfused only): a component all keys share, which a row's output keeps however flat its scores
+ * are, so that its sum over a long row grows with the keys. */
 static void attn_lowbit_case(unsigned mode, const char *kernel, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hk,
                              int causal, int fused, double amp, double vshift) {
     const int64_t D = 128;
