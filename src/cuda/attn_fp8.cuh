@@ -4,15 +4,15 @@
  * keys (the softmax does not see it), q and k in int8 with one scale per head and block of rows (max|x| / 127; q
  * 128 rows, k FP8_BK, the key tile), v in e4m3 with one scale per head and channel over all keys; S = Q·Kᵀ on
  * m64nFP8_BKk32 s8 wgmma into exact int32 sums (both operands K-major in shared memory, one 128-byte swizzled panel
- * per row: the e4m3 layout, int8 runs at
- * e4m3's rate and its 127 steps are finer than e4m3's 3 mantissa bits, which sharp attention amplifies into the
- * exponentials); the online softmax in fp32, its probabilities exp2(s − max + 8) (at most 256, FA3's offset)
- * made e4m3 codes straight from the exponent, without an exponential (fp8_p_code); O += P·V with P in registers and V transposed in shared memory (panels
- * of [128 channels][64 keys], K-major: Hopper's fp8 wgmma reads no MN-major operand). The register layout of an fp8
- * A operand (row g: columns 4·t4..4·t4+3 and 16 + the same of each 32-key slice) differs from the layout the
- * S accumulators come in (row g: columns 8j + 2·t4, +1); instead of moving bytes between threads, the
- * transposed V stores its keys in the order the registers already hold (attn_fp8_key), which leaves P·V's sum
- * unchanged. */
+ * per row: the e4m3 layout, int8 runs at e4m3's rate and its 127 steps are finer than e4m3's 3 mantissa bits, which
+ * sharp attention amplifies into the exponentials); the online softmax in fp32, its probabilities exp2(s − max + 8)
+ * (at most 256, FA3's offset) made e4m3 codes straight from the exponent, without an exponential (fp8_p_code);
+ * O += P·V with P in registers and V transposed in shared memory (panels of [128 channels][64 keys], K-major:
+ * Hopper's fp8 wgmma reads no MN-major operand), O's sums moved into f32 in shared memory every FP8_FLUSH tiles
+ * (the fp8 wgmma keeps 13 mantissa bits of the accumulator it adds into). The register layout of an fp8 A operand
+ * (row g: columns 4·t4..4·t4+3 and 16 + the same of each 32-key slice) differs from the layout the S accumulators
+ * come in (row g: columns 8j + 2·t4, +1); instead of moving bytes between threads, the transposed V stores its keys
+ * in the order the registers already hold (attn_fp8_key), which leaves P·V's sum unchanged. */
 #ifndef H3_ATTN_FP8_CUH
 #define H3_ATTN_FP8_CUH
 
