@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tensor/dtype.h"
 #include "tensor/ops.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -22,24 +23,10 @@ static double urand(void) {
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
-/* e4m3's value of a code (bias 7, 3 mantissa bits, subnormal below 8) */
-static double e4m3_value(int code) {
-    const int e = code >> 3, m = code & 7;
-    return e ? ldexp(1 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-}
-/* p rounded to the nearest e4m3 value (0 to 448) */
-static double e4m3_round(double p) {
-    double best = 0, bd = p;
-    for (int c = 1; c <= 126; c++) {
-        const double d = fabs(e4m3_value(c) - p);
-        if (d < bd) bd = d, best = e4m3_value(c);
-    }
-    return best;
-}
 static double rule(int r, double shift, double x) {
-    if (r == 0) return e4m3_round(exp2(x));
+    if (r == 0) return h3_fp8e4m3_to_f32(h3_f32_to_fp8e4m3((float)exp2(x)));
     const double c = nearbyint(8 * x + 56 + shift);
-    return c > 0 ? e4m3_value((int)fmin(c, 126)) : 0;
+    return c > 0 ? h3_fp8e4m3_to_f32((uint8_t)fmin(c, 126)) : 0;
 }
 
 int main(void) {

@@ -152,9 +152,9 @@ __device__ __forceinline__ float ex2_approx(float x) {
 /* fa_softmax for the fp8 kernel, with few instructions per score (the softmax, not the tensor cores, bounds this
  * kernel): the max is taken over the biased raw scores (sc > 0); each probability is two FFMAs and no exponential,
  * its e4m3 code (fp8_p_code) of x = (s + bias)·sc − (max + bias·sc) + FP8_P_OFFSET, the FFMA cancelling the bias
- * exactly (the roundings of max + bias·sc and of the code's constant move a row's codes of one key tile together by
- * at most 12·sc of a code: under 0.03 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums); l, their sum, comes from
- * the tensor cores (issue_pv). The code's linear mantissa (2^f taken as 1 + f) leaves p 3.1% (rms) off exp2,
+ * exactly (the roundings of max + bias·sc and of the code's constant move a row's codes of one key tile together
+ * by at most 12·sc of a code: under 0.03 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums); l,
+ * their sum, comes from the tensor cores (issue_pv). The code's linear mantissa (2^f taken as 1 + f) leaves p 3.1% (rms) off exp2,
  * against 2.6% for e4m3's rounding of an exact exp2, which is what it replaces: an ex2 and half an e4m3 conversion
  * per score on the special-function unit, the kernel's longest chain (bench/NOTES.md: 12% faster at W124, 15% at
  * W362; off exact attention on random data 4.2-4.3e-2 against 3.8-3.9e-2). (Exponents in half precision, two per
@@ -211,9 +211,9 @@ __device__ __forceinline__ void fa_softmax_fp8(uint32_t (&s)[FP8_BK / 2], fa_row
 #endif
 }
 
-/* O and l *= c per row (skipped where the row's max did not move), and the probabilities' codes in su into the A fragments
- * of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's order), row
- * g+8's, then the same of the second 16). */
+/* O and l *= c per row (skipped where the row's max did not move), and the probabilities' codes in su into the A
+ * fragments of the next P·V (four registers per 32 keys: row g's keys 0,1,8,9 of each 16 (in attn_fp8_key's
+ * order), row g+8's, then the same of the second 16). */
 __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, uint32_t (&p)[FP8_BK / 8],
                                                     const uint32_t (&su)[FP8_BK / 2], float c0, float c1) {
 #ifdef H3_WGMMA_COMPILED
@@ -246,9 +246,9 @@ __device__ __forceinline__ void fa_rescale_pack_fp8(float (&o)[64], fa_rows &r, 
 #endif
 }
 
-/* O · vs[channel] / l into the output rows (bf16), rows past Sq skipped. l = Σ P of each row (P the probabilities' e4m3 values) (every thread of
- * the row's quad holds all of it: issue_pv), the very probabilities O took, so O / l is exact for a row one key
- * dominates. */
+/* O · vs[channel] / l into the output rows (bf16), rows past Sq skipped. l = Σ P of each row, P the probabilities'
+ * e4m3 values (every thread of the row's quad holds all of it: issue_pv), the very probabilities O took, so O / l
+ * is exact for a row one key dominates. */
 __device__ __forceinline__ void fa_store_fp8(const float (&o)[64], fa_rows r, const attn_args &a, int h, int hk,
                                              int row0, int row1, int t4) {
     const float l0 = r.l0, l1 = r.l1;

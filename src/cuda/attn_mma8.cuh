@@ -9,9 +9,9 @@
  *   MMA8_FP8 (H3_ATTN_FP8, sm_89+: Ada, Blackwell, and Hopper when its wgmma kernel is absent; SageAttention 2's
  *     recipe): q, k and v as the fp8 passes in cuda_attn.cu quantize them for Hopper's kernel (q, k per 128 rows,
  *     v e4m3 transposed per head and channel, each 32-key slice in attn_fp8_key's order), K/V tiles of 128 keys
- *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) as its e4m3
- *     code (fp8_p_code) straight from the S accumulators, which already hold the keys in the order attn_fp8_key stored V's
- *     (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are 8·(e/2) + 2·t4 + e%2 of the
+ *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) as its
+ *     e4m3 code (fp8_p_code) straight from the S accumulators, which already hold the keys in the order
+ *     attn_fp8_key stored V's (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are 8·(e/2) + 2·t4 + e%2 of the
  *     accumulators, the same map as wgmma's).
  *   MMA8_INT8 (H3_ATTN_INT8, sm_75+: Turing, Ampere, Ada; SageAttention's first recipe): q and k per 64 rows; v in
  *     f16 scaled per head and channel, P in f16, P·V on m16n8k16 f16 with f32 accumulation. K/V tiles of 64 keys.
