@@ -73,13 +73,13 @@ for s in "${steps[@]}"; do
                 awk '/Function : _Z15attn_wgmma8_fp8/{f=1;print;next} f&&/Function :/{exit} f{print}' > "$OUT/fp8.sass"
             grep -E "pipe_|stalled" "$OUT/ncu_fp8_details.txt" | head -80 ;;
         ab) # A/B of kernel variants (bundle.sh H3_BUNDLE_VARIANTS): the base and each variant's bench, alternated
-            # twice; AB_TEST names test_cuda_ops cases each build runs first (e.g. attention_fp8)
+            # AB_ROUNDS times (2); AB_TEST names test_cuda_ops cases each build runs first (e.g. attention_fp8)
             [ -n "${AB_TEST:-}" ] && for t in $B/test_cuda_ops $B/test_cuda_ops.*; do
                 [ -x "$t" ] || continue
                 $t $AB_TEST > "$OUT/ab_$(basename "$t").log" 2>&1; r=$?; rc=$((rc | r))
                 echo "--- $(basename "$t") $AB_TEST: exit $r"; tail -2 "$OUT/ab_$(basename "$t").log"
             done
-            for round in 1 2; do
+            for round in $(seq "${AB_ROUNDS:-2}"); do
                 for b in $B/bench_cuda_kernels $B/bench_cuda_kernels.*; do
                     echo "--- $(basename "$b") round $round"
                     H3_BENCH_ATTN_AMP=3 H3_BENCH_ATTN_ONLY=1 $b ${AB_ROWS:-19412} 2>&1 | grep attention
