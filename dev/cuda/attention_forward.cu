@@ -109,7 +109,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args 
         const int kbase = kb * WG_BK;
         fa_softmax(s, rs, a, a.scale_log2, kbase, false, row0, row1, shift, t4, c0, c1);
         uint32_t p[32];
-        fa_rescale_pack<128>(o, p, s, c0, c1);
+        fa_rescale_pack<D>(o, p, s, c0, c1);
         /* O += P V over the 128 keys in k16 steps: A regs from S blocks 2kk, 2kk+1; V step = 16 lines */
         wgmma_fence();
 #pragma unroll
@@ -122,7 +122,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma(attn_args 
         __syncthreads();
     }
     cp_async_wait<0>();
-    fa_store<128>(o, rs, a, h, row0, row1, t4);
+    fa_store<D>(o, rs, a, h, row0, row1, t4);
 #endif
 }
 
@@ -186,7 +186,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma7(attn_args
         const bool full = kbase + WG_BK <= a.Sk && (!a.causal || kbase + WG_BK - 1 <= rowmin + shift);
         fa_softmax(s, rs, a, a.scale_log2, kbase, full, row0, row1, shift, t4, c0, c1);
     };
-    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack<128>(o, p, s, c0, c1); };
+    auto rescale_pack = [&](float c0, float c1) { fa_rescale_pack<D>(o, p, s, c0, c1); };
     auto issue_s = [&](int kb) {
         const unsigned char *tK = sK + (kb % WG7_STAGES) * KB;
 #pragma unroll
@@ -242,7 +242,7 @@ template <int D> __global__ void __launch_bounds__(256, 1) attn_wgmma7(attn_args
         wgmma_wait0();
     }
     cp_async_wait<0>();
-    fa_store<128>(o, rs, a, h, row0, row1, t4);
+    fa_store<D>(o, rs, a, h, row0, row1, t4);
 #endif
 }
 

@@ -33,11 +33,11 @@
 /* 8 rows of 128 e4m3 ones after the K and V stages: P times them is each row's Σp of a key tile (issue_pv). */
 #define FP8_ONES_BYTES 1024
 /* O's sums leave the tensor cores' accumulator for f32 in shared memory every FP8_FLUSH key tiles (the kernel's
- * comment): 64 KB, 64 floats a consumer thread. The flush is the bandwidth of 128 KB of shared memory a block (read
- * and written) between a tile's P·V and the next: every 4 tiles the kernel runs 12.3 ms at W124 against 11.9 without
- * flushes (wrong on long flat rows), 12.9 every 2 and 13.9 every tile; the error it leaves grows with the period
- * (test_cuda_ops' flat rows 8.2e-3 off exact attention, against 3.9e-3 and 2.3e-3; bench/NOTES.md). Other periods
- * build with -DFP8_FLUSH=N (tests/gpu/bundle.sh H3_BUNDLE_VARIANTS). */
+ * comment): 64 KB, 64 floats a consumer thread. The flush costs shared memory's bandwidth (128 KB a block, read and
+ * written) between a tile's P·V and the next: every 4 tiles the kernel runs 12.3 ms at W124 against 11.9 without
+ * flushes (wrong on long flat rows), 12.9 every 2 tiles and 13.9 (another call) every tile; the error it leaves
+ * grows with the period (test_cuda_ops' flat rows 8.2e-3 off exact attention, against 3.9e-3 and 2.3e-3;
+ * bench/NOTES.md). Other periods build with -DFP8_FLUSH=N (tests/gpu/bundle.sh H3_BUNDLE_VARIANTS). */
 #ifndef FP8_FLUSH
 #define FP8_FLUSH 4
 #endif

@@ -43,7 +43,8 @@ done
 strip .devbundle/bin/*
 if [ "$CUDA" != OFF ] && [ -z "${H3_BUNDLE_PROGS:-}" ]; then
     wg=(); [ "$ARCH" = 90 ] && wg=(-DH3_HAVE_WGMMA_ATTN -gencode arch=compute_90a,code=sm_90a)
-    nvcc -O3 -arch=sm_"$ARCH" "${wg[@]}" -I include -I src -o .devbundle/bin/attention_forward dev/cuda/attention_forward.cu
+    nvcc -O3 -arch=sm_"$ARCH" "${wg[@]}" -I include -I src -o .devbundle/bin/attention_forward \
+        dev/cuda/attention_forward.cu
 fi
 # The diffusers source for the torch-side comparisons, packed small (set H3_DIFFUSERS_SRC to a checkout; xz with
 # H3_BUNDLE_XZ=1: 1.7 MB instead of 4.9).
