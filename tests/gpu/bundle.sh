@@ -25,6 +25,7 @@ rm -rf .devbundle && mkdir -p .devbundle/bin .devbundle/lib
 # H3_BUNDLE_PROGS overrides the list (h3run pulls in libav and its codec libraries: ~150 MB of them).
 default_progs="test_cuda_ops test_dit_cuda test_te_cuda test_streamer test_audio_vae bench_cuda_kernels bench_dit_cuda"
 default_progs+=" bench_audio_vae_cuda test_video_vae_cuda bench_video_vae_cuda test_dit_sp_cuda"
+default_progs+=" h3-tinymodel" # test_video_vae_cuda's encoder case writes its model with it where models/ is not
 read -r -a progs <<< "${H3_BUNDLE_PROGS:-$default_progs}"
 for extra in ${H3_BUNDLE_EXTRA:-}; do progs+=("$extra"); done
 for p in "${progs[@]}"; do [ -x "$BD/$p" ] && cp "$BD/$p" .devbundle/bin/; done
