@@ -24,9 +24,9 @@
 
 /* ---- device figures ------------------------------------------------------------------------------------ */
 
-/* fp8 attention inside a DiT block on the H200, its quantization passes included: the W124 step with fp8 attention
- * (192-key tiles, O flushed every 4) saves 0.316-0.325 s of the bf16 step's 1.048 s of attention (bench/NOTES.md
- * "fp8 attention: O's flush every four tiles": 50 x 10.8 TFLOP in 0.728 s) */
+/* fp8 attention inside a DiT block on the H200, its quantization passes included: the W124 step with fp8
+ * attention (192-key tiles, O flushed every 4) saves 0.316-0.325 s of the bf16 step's 1.048 s of attention
+ * (bench/NOTES.md "fp8 attention: O's flush every four tiles": 50 x 10.8 TFLOP in 0.728 s) */
 #define H3_H200_ATTN_FP8_TFLOPS 742.0
 /* fp8 (W8A8) GEMMs inside a DiT block on the H200, their activation passes included: 0.537 s of a W124 step's
  * GEMMs for 50 x 14.96 TFLOP (one activation scale a token, fast accumulation; same notes) */
