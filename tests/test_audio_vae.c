@@ -202,7 +202,8 @@ static double run_encode_at(const char *kind, const char *name, double tol, h3_e
                   c->latent_channels == 32 && c->strides[0] == 2 && c->strides[4] == 5,
               "%s: the encoder's shape read from the tensors", kind);
         int64_t base = 0, used0 = 0, peak = 0;
-        if (dev) { /* the backend's own bytes (its cuBLASLt workspace, H3_CUDA_BACKEND_BYTES) are in use before */
+        if (dev) {
+            /* the backend's own bytes (its cuBLASLt workspace, H3_CUDA_BACKEND_BYTES) are in use before */
             h3_cuda_mem_stats(dev, &base, NULL, NULL);
             CHECK_OK(h3_audio_enc_place(e, dev, H3_PLACE_DEVICE));
             h3_cuda_mem_stats(dev, &used0, NULL, NULL);
