@@ -214,17 +214,17 @@ static double run_encode_at(const char *kind, const char *name, double tol, h3_e
             h3_cuda_mem_stats(dev, NULL, &peak, NULL);
             h3_audio_enc_mem m;
             CHECK_OK(h3_audio_enc_mem_of(c, wave.shape[2], &m));
-            /* the weights were placed before the reset: the peak is theirs plus the encode's, above the backend's
-             * bytes, which h3_audio_enc_mem_of leaves out (the planner adds them) */
+            /* the weights were placed before the reset: the peak is theirs plus the encode's, above the
+             * backend's bytes, which h3_audio_enc_mem_of leaves out (the planner adds them) */
             peak -= base;
             used0 -= base;
             CHECK(peak <= m.dev_total && used0 >= m.dev_weights - 4096,
-                  "%s on the device: peak %lld (weights %lld) against the plan's %lld (weights %lld), above the "
-                  "backend's %lld",
+                  "%s on the device: peak %lld (weights %lld) against the plan's %lld (weights %lld), "
+                  "above the backend's %lld",
                   kind, (long long)peak, (long long)used0, (long long)m.dev_total, (long long)m.dev_weights,
                   (long long)base);
-            t_note("  %-12s %-9s on the device: peak %lld B, planned %lld B (weights %lld, buffers %lld, scratch "
-                   "%lld)",
+            t_note("  %-12s %-9s on the device: peak %lld B, planned %lld B (weights %lld, buffers %lld, "
+                   "scratch %lld)",
                    name, kind, (long long)peak, (long long)m.dev_total, (long long)m.dev_weights,
                    (long long)m.dev_buffers, (long long)m.dev_op_scratch);
             CHECK_OK(h3_audio_enc_place(e, dev, H3_PLACE_HOST));
