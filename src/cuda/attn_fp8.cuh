@@ -157,11 +157,11 @@ __device__ __forceinline__ float ex2_approx(float x) {
  * its e4m3 code (fp8_p_code) of x = (s + bias)·sc − (max + bias·sc) + FP8_P_OFFSET, the FFMA cancelling the bias
  * exactly (the roundings of max + bias·sc and of the code's constant move a row's codes of one key tile together
  * by at most 12·sc of a code: under 0.03 while sc < 2e-3, i.e. scores under 4,000 at the largest int8 sums); l,
- * their sum, comes from the tensor cores (issue_pv). The code's linear mantissa (2^f taken as 1 + f) leaves p 3.1% (rms) off exp2,
- * against 2.6% for e4m3's rounding of an exact exp2, which is what it replaces: an ex2 and half an e4m3 conversion
- * per score on the special-function unit, the kernel's longest chain (bench/NOTES.md: 12% faster at W124, 15% at
- * W362; off exact attention on random data 4.2-4.3e-2 against 3.8-3.9e-2). (Exponents in half precision, two per
- * ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124.) */
+ * their sum, comes from the tensor cores (issue_pv). The code's linear mantissa (2^f taken as 1 + f) leaves p
+ * 3.1% (rms) off exp2, against 2.6% for e4m3's rounding of an exact exp2, which is what it replaces: an ex2 and
+ * half an e4m3 conversion per score on the special-function unit, the kernel's longest chain (bench/NOTES.md: 12%
+ * faster at W124, 15% at W362; off exact attention on random data 4.2-4.3e-2 against 3.8-3.9e-2). (Exponents in
+ * half precision, two per ex2.approx.f16x2, measured slower on the H200: 19.2 against 13.9 ms at W124.) */
 __device__ __forceinline__ void fa_softmax_fp8(uint32_t (&s)[FP8_BK / 2], fa_rows &r, const attn_args &a, float sc,
                                                int kbase, bool full, int row0, int row1, int shift, int t4,
                                                float &c0, float &c1) {

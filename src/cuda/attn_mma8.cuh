@@ -11,8 +11,8 @@
  *     v e4m3 transposed per head and channel, each 32-key slice in attn_fp8_key's order), K/V tiles of 128 keys
  *     (the scales' block, and the CPU reference's softmax block). P·V in e4m3: p = exp2(s − max + 8) as its
  *     e4m3 code (fp8_p_code) straight from the S accumulators, which already hold the keys in the order
- *     attn_fp8_key stored V's (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are 8·(e/2) + 2·t4 + e%2 of the
- *     accumulators, the same map as wgmma's).
+ *     attn_fp8_key stored V's (m16n8k32's A fragment takes keys t4·4 + e of a 32-key slice: those are
+ *     8·(e/2) + 2·t4 + e%2 of the accumulators, the same map as wgmma's).
  *   MMA8_INT8 (H3_ATTN_INT8, sm_75+: Turing, Ampere, Ada; SageAttention's first recipe): q and k per 64 rows; v in
  *     f16 scaled per head and channel, P in f16, P·V on m16n8k16 f16 with f32 accumulation. K/V tiles of 64 keys.
  * Turing (sm_75) has neither cp.async nor the k32 integer and k16 half MMA shapes: tiles are copied synchronously
