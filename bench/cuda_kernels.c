@@ -1,8 +1,10 @@
 /* CUDA kernel throughput through the op API at DiT shapes: bf16 GEMMs (cuBLASLt), attention, elementwise
  * bandwidth, and host<->device copies. Skips without a GPU.
  *   usage: bench_cuda_kernels [rows]   (default 19412 = W124's packed rows)
- *   H3_BENCH_ATTN_AMP: q, k, v in ±amp (default 3); H3_BENCH_ATTN_ONLY=1: bf16 and this GPU's fp8 attention
- *   only (A/B runs of kernel variants, tests/gpu/run.sh ab) */
+ *          bench_cuda_kernels conv3d   the video VAE encoder's 3-D convolutions on TF32 at the release's tile
+ * (17 frames of 256x256 at the first level): the implicit GEMM against im2col H3_BENCH_ATTN_AMP: q, k, v in
+ * ±amp (default 3); H3_BENCH_ATTN_ONLY=1: bf16 and this GPU's fp8 attention only (A/B runs of kernel
+ * variants, tests/gpu/run.sh ab) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +139,83 @@ static h3_status run_h2d(void *p) {
     return h3_copy(&ex, c->y, c->x);
 }
 
+typedef struct {
+    h3_tensor *y, *x, *w, *b;
+    h3_conv3d_params p;
+} conv_ctx;
+
+static h3_status run_conv3d(void *p) {
+    conv_ctx *c = p;
+    return h3_op_conv3d(&ex, c->y, c->x, c->w, c->b, &c->p);
+}
+
+/* The encoder's convolutions of one tile of a 17-frame chunk (video_vae_enc.c ve_conv's padding: two zero
+ * frames before, space reflected; its downsamplers one reflected pixel right and bottom), each on TF32
+ * through the implicit GEMM (this GPU's path) and through im2col + cuBLASLt: ms, TFLOP/s of the taps that
+ * read samples, and the two outputs' distance. */
+static void bench_conv3d(void) {
+    static const struct {
+        const char *name;
+        int64_t cin, cout, T, H, W, k;
+        int ts, ss;
+    } cs[] = {
+        {"level 0 3x3x3 128->128 17x256x256", 128, 128, 17, 256, 256, 3, 1, 1},
+        {"level 1 3x3x3 256->256 17x128x128", 256, 256, 17, 128, 128, 3, 1, 1},
+        {"level 3 3x3x3 512->512 9x32x32", 512, 512, 9, 32, 32, 3, 1, 1},
+        {"space down 128 17x256x256", 128, 128, 17, 256, 256, 3, 1, 2},
+        {"time+space down 256 17x64x64", 256, 256, 17, 64, 64, 3, 2, 2},
+        {"1x1x1 128->256 17x128x128", 128, 256, 17, 128, 128, 1, 1, 1},
+        {"one frame 3x3x3 128->128 256x256", 128, 128, 1, 256, 256, 3, 1, 1},
+    };
+    h3_cuda_conv_set_math(H3_CONV_3D, H3_CONV_TF32);
+    printf("%-44s %10s %10s %10s %10s %9s\n", "conv3d (TF32)", "igemm ms", "TFLOP/s", "im2col ms", "TFLOP/s",
+           "rel L2");
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int64_t k = cs[i].k, down = cs[i].ss > 1 || cs[i].ts > 1;
+        conv_ctx c;
+        memset(&c.p, 0, sizeof c.p);
+        c.p.stride[0] = cs[i].ts;
+        c.p.stride[1] = c.p.stride[2] = cs[i].ss;
+        c.p.pad_mode[0] = H3_PAD_ZEROS;
+        c.p.pad_mode[1] = c.p.pad_mode[2] = H3_PAD_REFLECT;
+        if (k == 3) c.p.pad[0][0] = 2;
+        if (k == 3 && !down) c.p.pad[1][0] = c.p.pad[1][1] = c.p.pad[2][0] = c.p.pad[2][1] = 1;
+        if (down && cs[i].ss == 2) c.p.pad[1][1] = c.p.pad[2][1] = 1;
+        const int64_t sx[4] = {cs[i].cin, cs[i].T, cs[i].H, cs[i].W},
+                      sw[5] = {cs[i].cout, cs[i].cin, k, k, k}, sb[1] = {cs[i].cout};
+        int64_t sy[4] = {cs[i].cout, 0, 0, 0};
+        for (int a = 0; a < 3; a++)
+            sy[1 + a] = (sx[1 + a] + c.p.pad[a][0] + c.p.pad[a][1] - k) / c.p.stride[a] + 1;
+        h3_tensor x, w, b, y, y2;
+        TRY(h3_tensor_alloc(&x, H3_PLACE_DEVICE, H3_F32, 4, sx, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&w, H3_PLACE_DEVICE, H3_F32, 5, sw, H3_MEM_WEIGHTS));
+        TRY(h3_tensor_alloc(&b, H3_PLACE_DEVICE, H3_F32, 1, sb, H3_MEM_WEIGHTS));
+        TRY(h3_tensor_alloc(&y, H3_PLACE_DEVICE, H3_F32, 4, sy, H3_MEM_ACTIVATIONS));
+        TRY(h3_tensor_alloc(&y2, H3_PLACE_DEVICE, H3_F32, 4, sy, H3_MEM_ACTIVATIONS));
+        dev_fill_amp(&x, 1.0f);
+        dev_fill_amp(&w, 0.05f);
+        dev_fill(&b);
+        c.x = &x, c.w = &w, c.b = &b;
+        /* the taps that read samples: a one-frame input's two causal taps read only zeros */
+        const double live = k == 1 ? 1 : cs[i].T == 1 ? 9 : 27;
+        const double fl = 2.0 * cs[i].cin * cs[i].cout * live * sy[1] * sy[2] * sy[3];
+        c.y = &y;
+        h3_cuda_conv3d_prefer_im2col(0);
+        const double ti = timeit(run_conv3d, &c, 5);
+        c.y = &y2;
+        h3_cuda_conv3d_prefer_im2col(1);
+        const double tc = timeit(run_conv3d, &c, 3);
+        h3_cuda_conv3d_prefer_im2col(0);
+        printf("%-44s %10.3f %10.1f %10.3f %10.1f %9.2e\n", cs[i].name, ti * 1e3, fl / ti * 1e-12, tc * 1e3,
+               fl / tc * 1e-12, dev_rel_l2(&y, &y2));
+        h3_tensor_free(&x);
+        h3_tensor_free(&w);
+        h3_tensor_free(&b);
+        h3_tensor_free(&y);
+        h3_tensor_free(&y2);
+    }
+}
+
 int main(int argc, char **argv) {
     if (h3_cuda_device_count() == 0) {
         printf("bench_cuda_kernels: skipped: no CUDA device\n");
@@ -145,6 +224,12 @@ int main(int argc, char **argv) {
     int64_t M = argc > 1 ? atoll(argv[1]) : 19412;
     TRY(h3_exec_init(&ex, 0));
     TRY(h3_cuda_init(&ex, 0, (int64_t)40 << 30));
+    if (argc > 1 && strcmp(argv[1], "conv3d") == 0) {
+        bench_conv3d();
+        h3_cuda_shutdown(&ex);
+        h3_exec_free(&ex);
+        return 0;
+    }
     printf("%-44s %10s %12s\n", "kernel", "ms", "rate");
     const int64_t shapes[4][2] = {{21504, 5376}, {5376, 7168}, {28672, 5376}, {5376, 14336}};
     const char *names[4] = {"qkv_proj", "out_proj", "fc1", "fc2"};

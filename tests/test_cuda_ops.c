@@ -232,6 +232,24 @@ static void test_group_norm(void) {
         pfree(&w);
         pfree(&b);
     }
+    /* the video encoder's per-frame GroupNorm: the frames of [C, T, S] as strided items [T, C, S], f32, in
+     * place; S a multiple of 4 (four values at a time) and not */
+    for (int k = 0; k < 2; k++) {
+        const int64_t G = 4, C = G * ri(1, 4), T = ri(2, 5), S = k ? 4 * ri(1, 300) : 4 * ri(1, 300) + 1;
+        const int64_t sb[3] = {C, T, S}, sv[3] = {T, C, S}, sw[1] = {C};
+        pair x = mk(H3_F32, 3, sb, 3.0), w = mk(H3_F32, 1, sw, 1.0), b = mk(H3_F32, 1, sw, 1.0);
+        h3_tensor vh, vd;
+        CHECK_OK(h3_tensor_wrap(&vh, x.h.data, H3_PLACE_HOST, H3_F32, 3, sv));
+        CHECK_OK(h3_tensor_wrap(&vd, x.d.data, H3_PLACE_DEVICE, H3_F32, 3, sv));
+        vh.stride[0] = vd.stride[0] = S;
+        vh.stride[1] = vd.stride[1] = T * S;
+        CHECK_OK(h3_op_group_norm(&g_ex, &vh, &vh, (int)G, &w.h, &b.h, 1e-6f));
+        CHECK_OK(h3_op_group_norm(&g_ex, &vd, &vd, (int)G, &w.d, &b.d, 1e-6f));
+        compare(k ? "group_norm frames, 4 at a time" : "group_norm frames", &x, tol_of(H3_F32));
+        pfree(&x);
+        pfree(&w);
+        pfree(&b);
+    }
 }
 
 static void test_table_ops(void) {
@@ -656,6 +674,110 @@ static void compare_noted(const char *what, const pair *p, double tol) {
     free(ref);
     h3_tensor_free(&back);
     h3_tensor_free(&f);
+}
+
+/* The f32 3-D convolutions on TF32 against the CPU's exact f32: this GPU's path (the implicit GEMM of
+ * cuda_conv3d.cu on sm_80 and later), then im2col and cuBLASLt (h3_cuda_conv3d_prefer_im2col: older GPUs'
+ * path), over the video VAE encoder's kinds of convolution: 3x3x3 with causal time and reflected space, one
+ * frame (its two causal taps read only zeros and are skipped), the space and the space-and-time downsamplers,
+ * 1x1x1, replicate and zero padding, output channels and positions that do not fill a block, two blocks of
+ * channels. Tolerance: TF32's (test_conv). */
+static void test_conv3d_tf32(void) {
+    static const struct {
+        const char *name;
+        int64_t cin, cout, T, H, W, k;
+        int st[3], pad[3][2];
+        h3_pad_mode mt, ms;
+    } cs[] = {
+        {"3x3x3 causal",
+         32,
+         48,
+         5,
+         9,
+         13,
+         3,
+         {1, 1, 1},
+         {{2, 0}, {1, 1}, {1, 1}},
+         H3_PAD_ZEROS,
+         H3_PAD_REFLECT},
+        {"one frame",
+         64,
+         130,
+         1,
+         20,
+         12,
+         3,
+         {1, 1, 1},
+         {{2, 0}, {1, 1}, {1, 1}},
+         H3_PAD_ZEROS,
+         H3_PAD_REFLECT},
+        {"space down",
+         32,
+         32,
+         3,
+         18,
+         22,
+         3,
+         {1, 2, 2},
+         {{2, 0}, {0, 1}, {0, 1}},
+         H3_PAD_ZEROS,
+         H3_PAD_REFLECT},
+        {"space-time down",
+         32,
+         64,
+         7,
+         10,
+         10,
+         3,
+         {2, 2, 2},
+         {{2, 0}, {0, 1}, {0, 1}},
+         H3_PAD_ZEROS,
+         H3_PAD_REFLECT},
+        {"1x1x1", 64, 96, 3, 7, 9, 1, {1, 1, 1}, {{0, 0}, {0, 0}, {0, 0}}, H3_PAD_ZEROS, H3_PAD_ZEROS},
+        {"replicate, zeros",
+         32,
+         256,
+         4,
+         16,
+         16,
+         3,
+         {1, 1, 1},
+         {{1, 1}, {1, 1}, {1, 1}},
+         H3_PAD_REPLICATE,
+         H3_PAD_ZEROS},
+    };
+    const h3_conv_math math3 = h3_cuda_conv_math(H3_CONV_3D);
+    h3_cuda_conv_set_math(H3_CONV_3D, H3_CONV_TF32);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int64_t k = cs[i].k, sx[4] = {cs[i].cin, cs[i].T, cs[i].H, cs[i].W},
+                      sw[5] = {cs[i].cout, cs[i].cin, k, k, k}, sb[1] = {cs[i].cout};
+        int64_t sy[4] = {cs[i].cout, 0, 0, 0};
+        h3_conv3d_params p;
+        memset(&p, 0, sizeof p);
+        for (int a = 0; a < 3; a++) {
+            p.stride[a] = cs[i].st[a];
+            p.pad[a][0] = cs[i].pad[a][0];
+            p.pad[a][1] = cs[i].pad[a][1];
+            p.pad_mode[a] = a ? cs[i].ms : cs[i].mt;
+            sy[1 + a] = (sx[1 + a] + p.pad[a][0] + p.pad[a][1] - k) / p.stride[a] + 1;
+        }
+        pair x = mk(H3_F32, 4, sx, 1.0), w = mk(H3_F32, 5, sw, 0.1), b = mk(H3_F32, 1, sb, 1.0),
+             y = mk(H3_F32, 4, sy, 1.0);
+        CHECK_OK(h3_op_conv3d(&g_ex, &y.h, &x.h, &w.h, &b.h, &p));
+        char nm[96];
+        for (int path = 0; path < 2; path++) {
+            h3_cuda_conv3d_prefer_im2col(path);
+            CHECK_OK(h3_op_conv3d(&g_ex, &y.d, &x.d, &w.d, &b.d, &p));
+            snprintf(nm, sizeof nm, "conv3d tf32 %s, %s", cs[i].name, path ? "im2col" : "this GPU's path");
+            compare_noted(nm, &y, 1e-3);
+        }
+        h3_cuda_conv3d_prefer_im2col(0);
+        pfree(&x);
+        pfree(&w);
+        pfree(&b);
+        pfree(&y);
+    }
+    h3_cuda_conv_set_math(H3_CONV_3D, math3);
 }
 
 /* x [B, C, T] (B 0: [C, T]) */
@@ -1258,6 +1380,7 @@ int main(int argc, char **argv) {
         {"attention_int8", test_attention_int8},
         {"attention_sparse", test_attention_sparse},
         {"conv", test_conv},
+        {"conv3d_tf32", test_conv3d_tf32},
         {"random", test_random},
         {"qgemm", test_qgemm},
         {"fused", test_fused},

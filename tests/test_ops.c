@@ -334,6 +334,48 @@ static void test_norms(void) {
     EXPECT_CLOSE("group_norm", F(&gy), gref, (size_t)(B * Cg * S), 1e-6);
     CHECK_ERR(h3_op_group_norm(&g_ex, &gy, &gx, (int)Cg + 1, &gw, &gb, 1e-6f), H3_ERR_INVALID, "groups");
     free(gref);
+    /* strided items and channels: the frames of a [C, T, S] buffer as [T, C, S] with strides S, T·S, 1 (the
+     * video encoder's per-frame GroupNorm), into another buffer, then in place; another view of x as y is
+     * refused */
+    {
+        const int64_t T2 = ri(1, 4), S2 = ri(1, 30);
+        h3_tensor bx = trandn(3, Cg, T2, S2, 0, 2.0), by = tnew(H3_F32, 3, Cg, T2, S2, 0);
+        const int64_t sv[3] = {T2, Cg, S2};
+        h3_tensor vx, vy, vbad;
+        CHECK_OK(h3_tensor_wrap(&vx, bx.data, H3_PLACE_HOST, H3_F32, 3, sv));
+        CHECK_OK(h3_tensor_wrap(&vy, by.data, H3_PLACE_HOST, H3_F32, 3, sv));
+        CHECK_OK(h3_tensor_wrap(&vbad, bx.data, H3_PLACE_HOST, H3_F32, 3, sv));
+        vx.stride[0] = vy.stride[0] = S2;
+        vx.stride[1] = vy.stride[1] = T2 * S2;
+        double *sref = dalloc((size_t)(Cg * T2 * S2));
+        for (int64_t t = 0; t < T2; t++)
+            for (int64_t g = 0; g < G; g++) {
+                double s = 0, ss = 0;
+                for (int64_t c = g * cpg; c < (g + 1) * cpg; c++)
+                    for (int64_t i = 0; i < S2; i++) s += F(&bx)[(c * T2 + t) * S2 + i];
+                const double mean = s / (double)(cpg * S2);
+                for (int64_t c = g * cpg; c < (g + 1) * cpg; c++)
+                    for (int64_t i = 0; i < S2; i++) {
+                        const double d = F(&bx)[(c * T2 + t) * S2 + i] - mean;
+                        ss += d * d;
+                    }
+                const double inv = 1.0 / sqrt(ss / (double)(cpg * S2) + 1e-6);
+                for (int64_t c = g * cpg; c < (g + 1) * cpg; c++)
+                    for (int64_t i = 0; i < S2; i++)
+                        sref[(c * T2 + t) * S2 + i] =
+                            (F(&bx)[(c * T2 + t) * S2 + i] - mean) * inv * F(&gw)[c] + F(&gb)[c];
+            }
+        CHECK_OK(h3_op_group_norm(&g_ex, &vy, &vx, (int)G, &gw, &gb, 1e-6f));
+        EXPECT_CLOSE("group_norm strided", F(&by), sref, (size_t)(Cg * T2 * S2), 1e-6);
+        if (T2 > 1 && Cg > 1)
+            CHECK_ERR(h3_op_group_norm(&g_ex, &vbad, &vx, (int)G, &gw, &gb, 1e-6f), H3_ERR_INVALID,
+                      "another view");
+        CHECK_OK(h3_op_group_norm(&g_ex, &vx, &vx, (int)G, &gw, &gb, 1e-6f));
+        EXPECT_CLOSE("group_norm strided in place", F(&bx), sref, (size_t)(Cg * T2 * S2), 1e-6);
+        free(sref);
+        h3_tensor_free(&bx);
+        h3_tensor_free(&by);
+    }
     h3_tensor_free(&gx);
     h3_tensor_free(&gy);
     h3_tensor_free(&gw);

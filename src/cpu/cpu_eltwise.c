@@ -84,6 +84,7 @@ typedef struct {
     const float *x;
     float *y;
     int64_t C, S, G;
+    int64_t xb, xc, yb, yc; /* strides of B and C (S rows are contiguous) */
     const float *w, *b;
     float eps;
 } gn_ctx;
@@ -94,17 +95,20 @@ static void gn_groups(void *p, int64_t gb, int64_t ge, int tid) {
     int64_t cpg = c->C / c->G;
     for (int64_t bg = gb; bg < ge; bg++) {
         int64_t bi = bg / c->G, g = bg % c->G;
-        const float *x = c->x + (bi * c->C + g * cpg) * c->S;
-        float *y = c->y + (bi * c->C + g * cpg) * c->S;
+        const float *x = c->x + bi * c->xb + g * cpg * c->xc;
+        float *y = c->y + bi * c->yb + g * cpg * c->yc;
         int64_t n = cpg * c->S;
         double s = 0, ss = 0;
-        for (int64_t i = 0; i < n; i++) s += x[i];
+        for (int64_t ch = 0; ch < cpg; ch++)
+            for (int64_t i = 0; i < c->S; i++) s += x[ch * c->xc + i];
         double mean = s / (double)n;
-        for (int64_t i = 0; i < n; i++) ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+        for (int64_t ch = 0; ch < cpg; ch++)
+            for (int64_t i = 0; i < c->S; i++)
+                ss += ((double)x[ch * c->xc + i] - mean) * ((double)x[ch * c->xc + i] - mean);
         float inv = (float)(1.0 / sqrt(ss / (double)n + c->eps)), m = (float)mean;
         for (int64_t ch = 0; ch < cpg; ch++) {
             float ww = c->w ? c->w[g * cpg + ch] : 1.0f, bb = c->b ? c->b[g * cpg + ch] : 0.0f;
-            for (int64_t i = 0; i < c->S; i++) y[ch * c->S + i] = (x[ch * c->S + i] - m) * inv * ww + bb;
+            for (int64_t i = 0; i < c->S; i++) y[ch * c->yc + i] = (x[ch * c->xc + i] - m) * inv * ww + bb;
         }
     }
 }
@@ -117,7 +121,8 @@ static h3_status cpu_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, i
     h3_status st = cpu_vec_f32(H3_OP_GROUP_NORM, "weight", w, &wf);
     if (st == H3_OK) st = cpu_vec_f32(H3_OP_GROUP_NORM, "bias", b, &bf);
     if (st == H3_OK) {
-        gn_ctx c = {x->data, y->data, x->shape[1], x->shape[2], groups, wf, bf, eps};
+        gn_ctx c = {x->data,      y->data,      x->shape[1],  x->shape[2], groups, x->stride[0],
+                    x->stride[1], y->stride[0], y->stride[1], wf,          bf,     eps};
         h3_parallel_for(ex->pool, x->shape[0] * groups, 1, gn_groups, &c);
     }
     h3_free(wf);

@@ -294,6 +294,9 @@ typedef enum { H3_CONV_1D = 0, H3_CONV_3D = 1 } h3_conv_kind;
 typedef enum { H3_CONV_EXACT = 0, H3_CONV_F32 = 1, H3_CONV_TF32 = 2 } h3_conv_math;
 void h3_cuda_conv_set_math(h3_conv_kind kind, h3_conv_math math);
 h3_conv_math h3_cuda_conv_math(h3_conv_kind kind);
+/* Tests and benchmarks: with on set, the f32 3-D convolutions on TF32 skip the implicit GEMM (sm_80 and
+ * later) for im2col and cuBLASLt, the path older GPUs and exact f32 take. Process-wide; off by default. */
+void h3_cuda_conv3d_prefer_im2col(int on);
 
 /* Test hooks (tests/test_streamer.c): spin on s for about `us` microseconds, then add every 32-bit word of
  * data[0..words) into *sum (device memory, one uint64); each call one thread block. */

@@ -124,25 +124,52 @@ static h3_status cuda_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
     return H3_OK;
 }
 
-__global__ void k_gn(void *y, int ydt, const void *x, int xdt, int64_t C, int64_t S, int G, const void *w, int wdt,
-                     const void *b, int bdt, float eps) {
-    int64_t bg = blockIdx.x, bi = bg / G, g = bg % G, cpg = C / G;
-    int64_t base = (bi * C + g * cpg) * S, n = cpg * S;
+/* One block per (item, group): its cpg channel rows of S (each row contiguous, rows and items strided), read
+ * three times (sum, then the squared deviations, then the output): the group's rows stay in L2 between the
+ * passes. Rows of f32 whose starts and length allow it go four values at a time. */
+__global__ void k_gn(void *y, int ydt, const void *x, int xdt, int64_t C, int64_t S, int G, int64_t xb,
+                     int64_t xc, int64_t yb, int64_t yc, const void *w, int wdt, const void *b, int bdt,
+                     float eps, int vec) {
+    const int64_t bi = blockIdx.x / G, g = blockIdx.x % G, cpg = C / G, n = cpg * S;
+    const int64_t xo = bi * xb + g * cpg * xc, yo = bi * yb + g * cpg * yc;
     float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += ld_f(x, xdt, base + i);
-    float mean = block_sum(s) / (float)n;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float d = ld_f(x, xdt, base + i) - mean;
-        ss += d * d;
+    for (int64_t ch = 0; ch < cpg; ch++) {
+        if (vec)
+            for (int64_t i = 4 * threadIdx.x; i < S; i += 4 * blockDim.x) {
+                const float4 v = ld_f4(x, xdt, xo + ch * xc + i);
+                s += (v.x + v.y) + (v.z + v.w);
+            }
+        else
+            for (int64_t i = threadIdx.x; i < S; i += blockDim.x) s += ld_f(x, xdt, xo + ch * xc + i);
     }
-    float inv = rsqrtf(block_sum(ss) / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        int64_t c = g * cpg + i / S;
-        float v = (ld_f(x, xdt, base + i) - mean) * inv;
-        if (w) v *= ld_f(w, wdt, c);
-        if (b) v += ld_f(b, bdt, c);
-        st_f(y, ydt, base + i, v);
+    const float mean = block_sum(s) / (float)n;
+    float ss = 0.0f;
+    for (int64_t ch = 0; ch < cpg; ch++) {
+        if (vec)
+            for (int64_t i = 4 * threadIdx.x; i < S; i += 4 * blockDim.x) {
+                const float4 v = ld_f4(x, xdt, xo + ch * xc + i);
+                const float a = v.x - mean, b2 = v.y - mean, c = v.z - mean, d = v.w - mean;
+                ss += (a * a + b2 * b2) + (c * c + d * d);
+            }
+        else
+            for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
+                const float d = ld_f(x, xdt, xo + ch * xc + i) - mean;
+                ss += d * d;
+            }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)n + eps);
+    for (int64_t ch = 0; ch < cpg; ch++) {
+        const int64_t c = g * cpg + ch;
+        const float sc = inv * (w ? ld_f(w, wdt, c) : 1.0f), sh = (b ? ld_f(b, bdt, c) : 0.0f) - mean * sc;
+        if (vec)
+            for (int64_t i = 4 * threadIdx.x; i < S; i += 4 * blockDim.x) {
+                float4 v = ld_f4(x, xdt, xo + ch * xc + i);
+                v.x = v.x * sc + sh, v.y = v.y * sc + sh, v.z = v.z * sc + sh, v.w = v.w * sc + sh;
+                st_f4(y, ydt, yo + ch * yc + i, v);
+            }
+        else
+            for (int64_t i = threadIdx.x; i < S; i += blockDim.x)
+                st_f(y, ydt, yo + ch * yc + i, ld_f(x, xdt, xo + ch * xc + i) * sc + sh);
     }
 }
 
@@ -154,10 +181,15 @@ static h3_status cuda_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
     H3_TRY(cuda_need_float(H3_OP_GROUP_NORM, "bias", b));
     int64_t B = x->shape[0];
     if (B * groups == 0) return H3_OK;
-    k_gn<<<(unsigned)(B * groups), NT, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype),
-                                                            x->shape[1], x->shape[2], groups, w ? w->data : NULL,
-                                                            w ? cuda_dt(w->dtype) : 0, b ? b->data : NULL,
-                                                            b ? cuda_dt(b->dtype) : 0, eps);
+    /* four at a time: every row start a multiple of 4 elements from 16-byte aligned (8 for 16-bit) bases */
+    const int64_t al = x->dtype == H3_F32 ? 16 : 8;
+    const int vec = x->shape[2] % 4 == 0 && x->stride[0] % 4 == 0 && x->stride[1] % 4 == 0 &&
+                    y->stride[0] % 4 == 0 && y->stride[1] % 4 == 0 && (uintptr_t)x->data % al == 0 &&
+                    y->dtype == x->dtype && (uintptr_t)y->data % al == 0;
+    k_gn<<<(unsigned)(B * groups), NT, 0, cuda_stream(ex)>>>(
+        y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), x->shape[1], x->shape[2], groups,
+        x->stride[0], x->stride[1], y->stride[0], y->stride[1], w ? w->data : NULL, w ? cuda_dt(w->dtype) : 0,
+        b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0, eps, vec);
     CU_LAUNCHED("group_norm");
     return H3_OK;
 }
@@ -632,6 +664,13 @@ static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     int64_t npos = y->shape[1] * y->shape[2] * y->shape[3];
     if (npos == 0) return H3_OK;
     const int all_f32 = x->dtype == H3_F32 && y->dtype == H3_F32 && w->dtype == H3_F32 && (!b || b->dtype == H3_F32);
+    /* on TF32: the implicit GEMM (cuda_conv3d.cu) where the GPU and the shapes allow it */
+    if (all_f32 && h3_tensor_is_contiguous(x) && h3_tensor_is_contiguous(y) && h3_tensor_is_contiguous(w) &&
+        h3_cuda_conv_math(H3_CONV_3D) == H3_CONV_TF32 && getenv("H3_CONV3D_DIRECT") == NULL) {
+        int done = 0;
+        H3_TRY(cuda_conv3d_igemm(ex, y, x, w, b, q.stride, q.pad0, q.mode, &done));
+        if (done) return H3_OK;
+    }
     if (all_f32 && w->shape[2] * w->shape[3] * w->shape[4] > 1 && h3_tensor_is_contiguous(x) &&
         h3_tensor_is_contiguous(y) && h3_tensor_is_contiguous(w) && getenv("H3_CONV3D_DIRECT") == NULL)
         return conv3d_gemm(ex, y, x, w, b, &q);

@@ -192,4 +192,10 @@ void cuda_conv_table(h3_backend *t);
 void cuda_conv_shutdown(void);
 }
 
+/* conv3d on TF32 tensor cores as an implicit GEMM (cuda_conv3d.cu): f32 contiguous x, y, w (and b); *done 0
+ * where this GPU or these shapes do not take it (the caller runs another path), 1 when queued. */
+h3_status cuda_conv3d_igemm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
+                            const h3_tensor *b, const int stride[3], const int pad0[3], const int mode[3],
+                            int *done);
+
 #endif

@@ -42,6 +42,10 @@ void h3_cuda_attention_prefer_mma8(int on) {
     (void)on;
 }
 
+void h3_cuda_conv3d_prefer_im2col(int on) {
+    (void)on;
+}
+
 unsigned h3_cuda_attention_ref_flags(h3_exec *ex, unsigned flags) {
     (void)ex;
     return flags & ~H3_ATTN_FP8_K192;

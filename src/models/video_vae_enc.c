@@ -340,11 +340,10 @@ int h3_video_enc_frames_ok(const h3_video_enc_config *c, int64_t F) {
     return base >= 1 && F >= base && (F - base) % c->clip_length == 0;
 }
 
-/* What one tile of T frames × h × w pixels takes: the largest activation, the largest frame a GroupNorm
- * normalizes, the largest conv3d column chunk on the host (with the f32 weight copy of a non-f32 file), and
- * the moments' size. */
+/* What one tile of T frames × h × w pixels takes: the largest activation, the largest conv3d column chunk on
+ * the host (with the f32 weight copy of a non-f32 file), and the moments' size. */
 typedef struct {
-    int64_t act, frame, scratch, T, h, w; /* T, h, w: the moments' */
+    int64_t act, scratch, T, h, w; /* T, h, w: the moments' */
 } ve_geo;
 
 static void ve_conv_need(ve_geo *g, const h3_video_enc_config *c, int64_t cin, int64_t cout, int k,
@@ -367,8 +366,6 @@ static void ve_walk(const h3_video_enc_config *c, int64_t T, int64_t h, int64_t 
     for (int l = 0; l < c->levels; l++) {
         for (int j = 0; j < c->layers; j++) {
             const int64_t co = c->ch[l], npos = T * h * w;
-            if (C * h * w > g->frame) g->frame = C * h * w;
-            if (co * h * w > g->frame) g->frame = co * h * w;
             ve_act(g, C * npos);
             ve_act(g, co * npos);
             ve_conv_need(g, c, C, co, 3, npos);
@@ -384,7 +381,6 @@ static void ve_walk(const h3_video_enc_config *c, int64_t T, int64_t h, int64_t 
             ve_conv_need(g, c, C, C, 3, T * h * w);
         }
     }
-    if (C * h * w > g->frame) g->frame = C * h * w;
     const int64_t C2 = 2 * (int64_t)c->latent_channels;
     ve_act(g, C2 * T * h * w);
     ve_conv_need(g, c, C, C2, 3, T * h * w);
@@ -499,7 +495,7 @@ h3_status h3_video_enc_mem_of(const h3_video_enc_config *c, int64_t F, int64_t H
     const int64_t f4 = (int64_t)sizeof(float), C2 = 2 * (int64_t)c->latent_channels;
     const int64_t px = c->in_channels * cf * t.th * t.tw * f4, mom = C2 * g.T * g.h * g.w * f4;
     if (place == H3_PLACE_DEVICE) {
-        out->act = 3 * h3_cuda_granule(g.act * f4) + h3_cuda_granule(g.frame * f4);
+        out->act = 3 * h3_cuda_granule(g.act * f4);
         out->tile_io = h3_cuda_granule(px) + h3_cuda_granule(mom);
         int64_t load = 0;
         H3_TRY(ve_weights_mem(c, &out->weights, &load));
@@ -510,7 +506,7 @@ h3_status h3_video_enc_mem_of(const h3_video_enc_config *c, int64_t F, int64_t H
         out->host_tiles = (int64_t)t.ny * t.nx * mom + px;
         out->host_total = out->host_tiles;
     } else {
-        out->act = (3 * g.act + g.frame) * f4;
+        out->act = 3 * g.act * f4;
         out->tile_io = px + mom;
         out->op_scratch = g.scratch;
         out->host_tiles = (int64_t)t.ny * t.nx * mom;
@@ -527,7 +523,7 @@ typedef struct {
     h3_video_enc *e;
     h3_exec *ex;
     h3_place place;
-    h3_tensor buf[3], frame, tpx, tmom; /* at the place */
+    h3_tensor buf[3], tpx, tmom;        /* at the place */
     float *hpx;                         /* host staging of a tile's pixels (device runs) */
 } ve_run;
 
@@ -538,35 +534,21 @@ static h3_tensor ve_view(const h3_tensor *buf, int64_t C, int64_t T, int64_t H, 
     return v;
 }
 
-/* y = silu(GroupNorm(x)) with statistics per frame (x, y [C, T, H, W]; may alias). */
+/* y = silu(GroupNorm(x)) with statistics per frame (x, y [C, T, H, W]; may alias): one GroupNorm over the
+ * frames as items ([T, C, H·W] with strides H·W, T·H·W, 1), then SiLU over the whole. */
 static h3_status ve_norm_silu(ve_run *r, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                               const h3_tensor *b) {
     const h3_video_enc_config *c = &r->e->cfg;
     const int64_t C = x->shape[0], T = x->shape[1], S = x->shape[2] * x->shape[3];
-    if (T == 1) {
-        const int64_t s3[3] = {1, C, S};
-        h3_tensor xv, yv;
-        h3_tensor_wrap(&xv, x->data, x->place, H3_F32, 3, s3);
-        h3_tensor_wrap(&yv, y->data, y->place, H3_F32, 3, s3);
-        H3_TRY(h3_op_group_norm(r->ex, &yv, &xv, c->groups, w, b, c->eps));
-        return h3_op_unary(r->ex, &yv, &yv, H3_UNARY_SILU);
-    }
-    const int64_t s2[2] = {C, S}, s3[3] = {1, C, S};
-    h3_tensor f2, f3;
-    h3_tensor_wrap(&f2, r->frame.data, r->place, H3_F32, 2, s2);
-    h3_tensor_wrap(&f3, r->frame.data, r->place, H3_F32, 3, s3);
-    for (int64_t t = 0; t < T; t++) {
-        h3_tensor xt = f2, yt = f2;
-        xt.data = (float *)x->data + t * S;
-        xt.stride[0] = T * S;
-        yt.data = (float *)y->data + t * S;
-        yt.stride[0] = T * S;
-        H3_TRY(h3_op_convert(r->ex, &f2, &xt));
-        H3_TRY(h3_op_group_norm(r->ex, &f3, &f3, c->groups, w, b, c->eps));
-        H3_TRY(h3_op_unary(r->ex, &f3, &f3, H3_UNARY_SILU));
-        H3_TRY(h3_op_convert(r->ex, &yt, &f2));
-    }
-    return H3_OK;
+    const int64_t s3[3] = {T, C, S}, s2[2] = {C, T * S};
+    h3_tensor xv, yv, y2;
+    h3_tensor_wrap(&xv, x->data, x->place, H3_F32, 3, s3);
+    h3_tensor_wrap(&yv, y->data, y->place, H3_F32, 3, s3);
+    xv.stride[0] = yv.stride[0] = S;
+    xv.stride[1] = yv.stride[1] = T * S;
+    H3_TRY(h3_op_group_norm(r->ex, &yv, &xv, c->groups, w, b, c->eps));
+    h3_tensor_wrap(&y2, y->data, y->place, H3_F32, 2, s2);
+    return h3_op_unary(r->ex, &y2, &y2, H3_UNARY_SILU);
 }
 
 /* A causal conv: k = 3 (reflect-padded space 1, 2 zero frames before) or 1 (no padding); or a downsampler
@@ -758,7 +740,6 @@ h3_status h3_video_enc_encode(h3_video_enc *e, h3_exec *ex, const h3_tensor *pix
                 (long long)(tl.ny * tl.nx * tsz));
     for (int i = 0; i < 3; i++)
         H3_CHECK(h3_tensor_alloc2(&run.buf[i], run.place, H3_F32, 1, g.act, H3_MEM_ACTIVATIONS));
-    H3_CHECK(h3_tensor_alloc2(&run.frame, run.place, H3_F32, 1, g.frame, H3_MEM_ACTIVATIONS));
     {
         const int64_t sp[4] = {c->in_channels, cf, tl.th, tl.tw}, sm[4] = {C2, g.T, g.h, g.w};
         H3_CHECK(h3_tensor_alloc(&run.tpx, run.place, H3_F32, 4, sp, H3_MEM_ACTIVATIONS));
@@ -790,7 +771,6 @@ h3_status h3_video_enc_encode(h3_video_enc *e, h3_exec *ex, const h3_tensor *pix
     }
 done:
     for (int i = 0; i < 3; i++) h3_tensor_free(&run.buf[i]);
-    h3_tensor_free(&run.frame);
     h3_tensor_free(&run.tpx);
     h3_tensor_free(&run.tmom);
     h3_free(run.hpx);

@@ -16,8 +16,8 @@
  * as diffusers' _stitch_tiles does (a tile's top rows with the raw bottom of the tile above, then its left
  * columns with the raw right edge of the tile to its left, weights k/e).
  *
- * Memory is one tile of one chunk at a time: three activation buffers of the largest tensor the tile makes,
- * one frame of the widest level for the per-frame GroupNorm, the tile's pixels and moments, and on the host
+ * Memory is one tile of one chunk at a time: three activation buffers of the largest tensor the tile makes
+ * (the per-frame GroupNorm reads the frames in place), the tile's pixels and moments, and on the host
  * the raw moments of a chunk's tiles for the blend (h3_video_enc_mem_of is that arithmetic). It does not grow
  * with the number of frames beyond the caller's pixels and moments.
  *
@@ -82,7 +82,7 @@ typedef struct h3_video_enc_mem {
     int chunks, clip_frames;             /* chunks and pixel frames per chunk (1 for an image) */
     int tiles_y, tiles_x;
     int64_t tile_h, tile_w; /* pixels */
-    int64_t act;            /* three activation buffers and the GroupNorm frame buffer */
+    int64_t act;            /* three activation buffers */
     int64_t tile_io;        /* a tile's pixels and moments at the place */
     int64_t host_tiles;     /* host: a chunk's raw tile moments and a tile's pixel staging */
     int64_t op_scratch;     /* host: the largest conv3d column chunk (and f32 weight copy) */

@@ -231,9 +231,13 @@ h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int gr
     PICK(H3_OP_GROUP_NORM, y, x, w, b);
     NEED_FN(H3_OP_GROUP_NORM, group_norm);
     char s[96];
-    if (x->ndim != 3 || !h3_tensor_is_contiguous(x) || !h3_tensor_is_contiguous(y) || !h3_tensor_same_shape(x, y))
-        return H3_ERR(H3_ERR_INVALID, "op 'group_norm': x and y must be contiguous [B, C, S] of one shape, got %s",
-                      shp(x, s));
+    if (x->ndim != 3 || x->stride[2] != 1 || y->stride[2] != 1 || !h3_tensor_same_shape(x, y))
+        return H3_ERR(
+            H3_ERR_INVALID,
+            "op 'group_norm': x and y must be [B, C, S] of one shape with each S row contiguous, got %s",
+            shp(x, s));
+    if (y->data == x->data ? y->stride[0] != x->stride[0] || y->stride[1] != x->stride[1] : 0)
+        return H3_ERR(H3_ERR_INVALID, "op 'group_norm': y may be x itself, not another view of its memory");
     if (groups <= 0 || x->shape[1] % groups)
         return H3_ERR(H3_ERR_INVALID, "op 'group_norm': %d groups do not divide %lld channels", groups,
                       (long long)x->shape[1]);
