@@ -63,9 +63,13 @@ __device__ __forceinline__ void ig_cp4(float *s, const float *g, int bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ig_smem(s)), "l"(g), "r"(bytes));
 }
 __device__ __forceinline__ uint32_t ig_tf32(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
     return r;
+#else
+    return __float_as_uint(f); /* not reached: the host takes this path on sm_80 and later only */
+#endif
 }
 
 /* wt[tap][co][ci] = tf32(w[co][ci][tap]) */

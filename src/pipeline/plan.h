@@ -299,7 +299,8 @@ h3_status h3_plan_video_vae(const h3_video_vae *v, int64_t T, int64_t H, int64_t
 /* The video VAE encoder on `images` images (or a clip: frames > 1) of H × W pixels, one at a time: on the
  * device (h3_video_enc_mem_of: the weights resident as f32, a tile's activations) when that fits the budget,
  * else on the host (its activations, a tile of a chunk at a time; the weights are the mapped file). No time
- * is predicted (t_load and t_run 0): the device's conv3d is a direct kernel without a measured rate. */
+ * is predicted (t_load and t_run 0): the planner's table has no rate for the encoder's convolutions (bench/NOTES.md
+ * "ref2va at release size, measured" has the H200's). */
 h3_status h3_plan_video_encoder(const h3_video_enc_config *c, int64_t frames, int64_t H, int64_t W,
                                 int images, const h3_plan_budgets *b, h3_stage_plan *out);
 /* The audio VAE's encoder on `samples` samples a channel: its convolution stack on the device

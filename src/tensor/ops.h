@@ -82,7 +82,8 @@ h3_status h3_op_rms_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3
 /* Over the last dim: y = (x − mean) / sqrt(var + eps) · w + b.  w, b [C] or NULL. */
 h3_status h3_op_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, const h3_tensor *w,
                            const h3_tensor *b, float eps);
-/* x, y [B, C, S] contiguous: statistics per (b, group) over C/groups channels × S; then per-channel w, b. */
+/* x, y [B, C, S], each S row contiguous (B and C may be strided, as a [C, T, S] buffer's frames seen as [T, C, S]);
+ * y is x itself or apart from it: statistics per (b, group) over C/groups channels × S; then per-channel w, b. */
 h3_status h3_op_group_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, int groups, const h3_tensor *w,
                            const h3_tensor *b, float eps);
 
