@@ -7,11 +7,11 @@
  * padding, as the two causal taps of a one-frame input, is skipped), and for each tap the input channels 32
  * at a time. Each step stages a 128x32 slice of the weights (transposed once per call to [tap][Cout][Cin],
  * rounded to TF32, in the backend's GEMM scratch) and a 32x128 slice of x gathered by position: a thread owns
- * one position of the block, works out its input sample once per tap, and copies that sample from 16 input
- * channels (consecutive threads read consecutive positions, so the reads coalesce along rows). Stages are
- * filled with cp.async, IG_STAGES deep where shared memory allows; 8 warps (2 x 4) each multiply 64 channels
- * x 32 positions with mma.sync m16n8k8 TF32 (inputs rounded to nearest, f32 sums). The bias is added as the
- * sums are stored.
+ * one position of the block, works out its input sample for the step's tap, and copies that sample from 16
+ * input channels (consecutive threads read consecutive positions, so the reads coalesce along rows). Stages
+ * are filled with cp.async, three deep where shared memory allows (two otherwise); 8 warps (2 x 4) each
+ * multiply 64 channels x 32 positions with mma.sync m16n8k8 TF32 (inputs rounded to nearest, f32 sums). The
+ * bias is added as the sums are stored.
  *
  * im2col + cuBLASLt (cuda_eltwise.cu) wrote K = Cin·27 floats for every output position and read them back:
  * 15 GB per convolution of the encoder's first level on a 17-frame 256x256 tile. */

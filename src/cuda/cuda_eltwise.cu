@@ -126,7 +126,7 @@ static h3_status cuda_layer_norm(h3_exec *ex, h3_tensor *y, const h3_tensor *x, 
 
 /* One block per (item, group): its cpg channel rows of S (each row contiguous, rows and items strided), read
  * three times (sum, then the squared deviations, then the output): the group's rows stay in L2 between the
- * passes. Rows of f32 whose starts and length allow it go four values at a time. */
+ * passes. Rows whose starts, strides and length allow it go four values at a time. */
 __global__ void k_gn(void *y, int ydt, const void *x, int xdt, int64_t C, int64_t S, int G, int64_t xb,
                      int64_t xc, int64_t yb, int64_t yc, const void *w, int wdt, const void *b, int bdt,
                      float eps, int vec) {
