@@ -231,17 +231,6 @@ static h3_status cg_matmul(h3_exec *ex, int dt, int transb, int64_t m, int64_t n
 #define CV_NT  256 /* threads per block */
 #define CV_PER 4   /* steps per thread in the column kernels */
 
-__device__ __forceinline__ int64_t cv_pad(int64_t i, int64_t n, int mode) {
-    if (i >= 0 && i < n) return i;
-    if (mode == H3_PAD_REFLECT) {
-        if (n == 1) return 0;
-        while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
-        return i;
-    }
-    if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
-    return -1;
-}
-
 /* Blocks over `cols` columns (per steps of `per` per thread) and `rows` rows (grid y at most 65535: kernels loop). */
 static dim3 cv_grid(int64_t cols, int64_t per, int64_t rows) {
     int64_t gx = (cols + CV_NT * per - 1) / (CV_NT * per), gy = rows < 65535 ? rows : 65535;
@@ -259,7 +248,7 @@ __global__ void k_im2col(void *col, const void *x, int dt, int64_t nrows, int64_
         for (int i = 0; i < CV_PER; i++) {
             const int64_t j = j0 + (int64_t)i * CV_NT;
             if (j >= tc) break;
-            const int64_t src = cv_pad(base + j * stride, tin, mode);
+            const int64_t src = cuda_pad_index(base + j * stride, tin, mode);
             st_f(col, dt, row * tc + j, src < 0 ? 0.0f : ld_f(x, dt, xrow * tin + src));
         }
     }
@@ -289,7 +278,7 @@ __global__ void k_conv1d_dw(void *y, int ydt, const void *x, int xdt, const void
         const int64_t b = row / cout, co = row - b * cout, xrow = b * cin + co / cog;
         float acc = bias ? ld_f(bias, bdt, co) : 0.0f;
         for (int k = 0; k < K; k++) {
-            const int64_t src = cv_pad(t * stride + (int64_t)k * dil - pl, tin, mode);
+            const int64_t src = cuda_pad_index(t * stride + (int64_t)k * dil - pl, tin, mode);
             if (src >= 0) acc += ld_f(w, wdt, co * K + k) * ld_f(x, xdt, xrow * tin + src);
         }
         st_f(y, ydt, row * tout + t, acc);

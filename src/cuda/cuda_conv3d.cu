@@ -41,18 +41,6 @@ extern "C" void h3_cuda_conv3d_prefer_im2col(int on) {
     g_prefer_im2col = on;
 }
 
-/* The sample index along an axis of n after padding (mode H3_PAD_*), or -1 for a zero. */
-__device__ __forceinline__ int ig_pad(int i, int n, int mode) {
-    if (i >= 0 && i < n) return i;
-    if (mode == H3_PAD_REFLECT) {
-        if (n == 1) return 0;
-        while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
-        return i;
-    }
-    if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
-    return -1;
-}
-
 __device__ __forceinline__ uint32_t ig_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -116,11 +104,13 @@ __global__ void __launch_bounds__(IG_NT)
         }
         int off = -1;
         if (to >= 0) {
-            const int ti = ig_pad(to * g.stride[0] + (tp & 255) - g.pad0[0], g.T, g.mode[0]);
+            const int ti = cuda_pad_index(to * g.stride[0] + (tp & 255) - g.pad0[0], g.T, g.mode[0]);
             const int hi =
-                ti < 0 ? -1 : ig_pad(ho * g.stride[1] + ((tp >> 8) & 255) - g.pad0[1], g.H, g.mode[1]);
+                ti < 0 ? -1
+                       : cuda_pad_index(ho * g.stride[1] + ((tp >> 8) & 255) - g.pad0[1], g.H, g.mode[1]);
             const int wi =
-                hi < 0 ? -1 : ig_pad(wo * g.stride[2] + ((tp >> 16) & 255) - g.pad0[2], g.W, g.mode[2]);
+                hi < 0 ? -1
+                       : cuda_pad_index(wo * g.stride[2] + ((tp >> 16) & 255) - g.pad0[2], g.W, g.mode[2]);
             if (wi >= 0) off = (ti * g.H + hi) * g.W + wi;
         }
         const float *xs = x + (int64_t)(ci0 + r0) * sc + (off < 0 ? 0 : off);

@@ -540,17 +540,6 @@ static h3_status cuda_scatter_rows(h3_exec *ex, h3_tensor *y, const h3_tensor *x
 
 /* ---- conv3d (direct) ------------------------------------------------------------------------------------------ */
 
-__device__ __forceinline__ int64_t pad_idx(int64_t i, int64_t n, int mode) {
-    if (i >= 0 && i < n) return i;
-    if (mode == H3_PAD_REFLECT) {
-        if (n == 1) return 0;
-        while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
-        return i;
-    }
-    if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
-    return -1;
-}
-
 typedef struct {
     int stride[3], pad0[3], mode[3];
 } c3p;
@@ -565,13 +554,13 @@ __global__ void k_conv3d(void *y, int ydt, const void *x, int xdt, const void *w
     float acc = b ? ld_f(b, bdt, co) : 0.0f;
     for (int64_t ci = 0; ci < cin; ci++)
         for (int64_t a = 0; a < kt; a++) {
-            int64_t ti = pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
+            int64_t ti = cuda_pad_index(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
             if (ti < 0) continue;
             for (int64_t c = 0; c < kh; c++) {
-                int64_t hi = pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
+                int64_t hi = cuda_pad_index(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
                 if (hi < 0) continue;
                 for (int64_t d = 0; d < kw; d++) {
-                    int64_t wi = pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
+                    int64_t wi = cuda_pad_index(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
                     if (wi < 0) continue;
                     acc += ld_f(w, wdt, (((co * cin + ci) * kt + a) * kh + c) * kw + d) *
                            ld_f(x, xdt, ((ci * T + ti) * H + hi) * W + wi);
@@ -594,11 +583,12 @@ __global__ void k_im2col3d(float *col, const float *x, int pos0, int n, int K, i
     const float *xc = x + (int64_t)ci * T * H * W;
     float *dst = col + (int64_t)i * K + (int64_t)ci * kt * kh * kw;
     for (int a = 0; a < kt; a++) {
-        const int ti = (int)pad_idx(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
+        const int ti = (int)cuda_pad_index(to * p.stride[0] + a - p.pad0[0], T, p.mode[0]);
         for (int c = 0; c < kh; c++) {
-            const int hi = ti < 0 ? -1 : (int)pad_idx(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
+            const int hi = ti < 0 ? -1 : (int)cuda_pad_index(ho * p.stride[1] + c - p.pad0[1], H, p.mode[1]);
             for (int d = 0; d < kw; d++) {
-                const int wi = hi < 0 ? -1 : (int)pad_idx(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
+                const int wi =
+                    hi < 0 ? -1 : (int)cuda_pad_index(wo * p.stride[2] + d - p.pad0[2], W, p.mode[2]);
                 *dst++ = wi < 0 ? 0.0f : xc[((int64_t)ti * H + hi) * W + wi];
             }
         }
@@ -664,16 +654,15 @@ static h3_status cuda_conv3d(h3_exec *ex, h3_tensor *y, const h3_tensor *x, cons
     int64_t npos = y->shape[1] * y->shape[2] * y->shape[3];
     if (npos == 0) return H3_OK;
     const int all_f32 = x->dtype == H3_F32 && y->dtype == H3_F32 && w->dtype == H3_F32 && (!b || b->dtype == H3_F32);
+    const int gemm = all_f32 && h3_tensor_is_contiguous(x) && h3_tensor_is_contiguous(y) &&
+                     h3_tensor_is_contiguous(w) && getenv("H3_CONV3D_DIRECT") == NULL;
     /* on TF32: the implicit GEMM (cuda_conv3d.cu) where the GPU and the shapes allow it */
-    if (all_f32 && h3_tensor_is_contiguous(x) && h3_tensor_is_contiguous(y) && h3_tensor_is_contiguous(w) &&
-        h3_cuda_conv_math(H3_CONV_3D) == H3_CONV_TF32 && getenv("H3_CONV3D_DIRECT") == NULL) {
+    if (gemm && h3_cuda_conv_math(H3_CONV_3D) == H3_CONV_TF32) {
         int done = 0;
         H3_TRY(cuda_conv3d_igemm(ex, y, x, w, b, q.stride, q.pad0, q.mode, &done));
         if (done) return H3_OK;
     }
-    if (all_f32 && w->shape[2] * w->shape[3] * w->shape[4] > 1 && h3_tensor_is_contiguous(x) &&
-        h3_tensor_is_contiguous(y) && h3_tensor_is_contiguous(w) && getenv("H3_CONV3D_DIRECT") == NULL)
-        return conv3d_gemm(ex, y, x, w, b, &q);
+    if (gemm && w->shape[2] * w->shape[3] * w->shape[4] > 1) return conv3d_gemm(ex, y, x, w, b, &q);
     dim3 grid((unsigned)((npos + 127) / 128), (unsigned)y->shape[0]);
     k_conv3d<<<grid, 128, 0, cuda_stream(ex)>>>(y->data, cuda_dt(y->dtype), x->data, cuda_dt(x->dtype), w->data,
                                                 cuda_dt(w->dtype), b ? b->data : NULL, b ? cuda_dt(b->dtype) : 0,

@@ -92,6 +92,19 @@ static inline rw_view rw_of(const h3_tensor *t) {
     return v;
 }
 
+/* The sample index along an axis of n inputs for index i, outside [0, n) after padding of mode H3_PAD_*
+ * (reflect, replicate), or -1 where the padding is zeros: the convolutions' kernels (int or int64_t). */
+template <typename I> __device__ __forceinline__ I cuda_pad_index(I i, I n, int mode) {
+    if (i >= 0 && i < n) return i;
+    if (mode == H3_PAD_REFLECT) {
+        if (n == 1) return 0;
+        while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
+        return i;
+    }
+    if (mode == H3_PAD_REPLICATE) return i < 0 ? 0 : n - 1;
+    return -1;
+}
+
 __device__ __forceinline__ float ld_f(const void *p, int dt, int64_t i) {
     if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     if (dt == 2) return __half2float(((const __half *)p)[i]);
